@@ -1,0 +1,1 @@
+"""Benchmarks behind `kvtop bench ...`: each compares against a baseline measured in the same run."""

@@ -1,0 +1,212 @@
+"""`kvtop bench transfer`: KV transfer throughput vs raw pyzmq at the same message size.
+
+Both legs run a sender process and a receiving process on loopback and move
+the same number of bytes:
+
+- raw: PUSH sends zero-copy frames of `chunk_bytes` from a numpy buffer; PULL
+  lands each with `recv_into` in a numpy buffer (the least work that moves
+  bytes from one pool into another);
+- kvtop: a prefill rank and a decode rank with KV pools, bootstrap, transfer
+  requests, credit flow control, per-chunk xxh3 checksums and acks; rooms of
+  `room_bytes`, two in flight.
+
+Legs alternate, repeats give medians, and the ratio is of the medians.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import statistics
+import time
+from collections.abc import Callable
+from typing import Protocol
+from dataclasses import asdict, dataclass
+from multiprocessing.synchronize import Event as EventType
+
+import numpy as np
+import zmq
+
+from transport import BootstrapServer, KVManager, KVPool, KVPoll, Role, TransferConfig
+from transport.pool import PageIndices
+
+_ROOMS_IN_FLIGHT = 3
+_PAGE_BYTES_MAX = 64 << 10
+
+
+@dataclass(frozen=True)
+class TransferResult:
+    """One chunk size's figures (GB/s are 1e9 bytes per second)."""
+
+    chunk_bytes: int
+    kvtop_gbps: float
+    raw_gbps: float
+    ratio: float
+    repeats: int
+    total_bytes: int
+
+    def as_dict(self) -> dict[str, float | int]:
+        return asdict(self)
+
+
+def _page_bytes(chunk_bytes: int) -> int:
+    return min(chunk_bytes, _PAGE_BYTES_MAX)
+
+
+# --- raw pyzmq leg ---------------------------------------------------------------------
+
+
+def _raw_sender(endpoint: str, chunk_bytes: int, total_bytes: int) -> None:
+    context = zmq.Context()
+    sock = context.socket(zmq.PUSH)
+    sock.connect(endpoint)
+    source = np.random.default_rng(1).integers(0, 256, size=max(chunk_bytes, 64 << 20), dtype=np.uint8)
+    view = memoryview(source)
+    slots = len(source) // chunk_bytes
+    for i in range(total_bytes // chunk_bytes):
+        start = (i % slots) * chunk_bytes
+        sock.send(view[start : start + chunk_bytes], copy=False)
+    sock.close(linger=-1)
+    context.term()
+
+
+def run_raw(chunk_bytes: int, total_bytes: int) -> float:
+    """Seconds to receive `total_bytes` in `chunk_bytes` messages with `recv_into`."""
+    context = zmq.Context()
+    sock = context.socket(zmq.PULL)
+    sock.linger = 0
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    target = np.empty(max(chunk_bytes, 64 << 20), dtype=np.uint8)
+    view = memoryview(target)
+    slots = len(target) // chunk_bytes
+    sender = mp.get_context("spawn").Process(target=_raw_sender, args=(f"tcp://127.0.0.1:{port}", chunk_bytes, total_bytes))
+    sender.start()
+    try:
+        sock.recv_into(view[:chunk_bytes])
+        started = time.perf_counter()
+        for i in range(1, total_bytes // chunk_bytes):
+            start = (i % slots) * chunk_bytes
+            sock.recv_into(view[start : start + chunk_bytes])
+        elapsed = time.perf_counter() - started
+    finally:
+        sender.join(30)
+        sock.close()
+        context.term()
+    return elapsed * (total_bytes // chunk_bytes) / max(1, total_bytes // chunk_bytes - 1)
+
+
+# --- kvtop leg -------------------------------------------------------------------------
+
+
+def _room_pages(chunk_bytes: int, room_bytes: int) -> int:
+    return max(1, room_bytes // _page_bytes(chunk_bytes))
+
+
+class _Room(Protocol):
+    def poll(self) -> KVPoll: ...
+    def release(self) -> None: ...
+
+
+def _drive(room_ids: range, slots: list[PageIndices], begin: Callable[[int, PageIndices], _Room]) -> int:
+    """Run the rooms `len(slots)` at a time, each in a free slot of pages; returns how many failed."""
+    live: dict[int, tuple[_Room, PageIndices]] = {}
+    pending = iter(room_ids)
+    failed = 0
+    free = list(slots)
+    deadline = time.monotonic() + 120
+    exhausted = False
+    while (not exhausted or live) and time.monotonic() < deadline:
+        while free and not exhausted:
+            room = next(pending, None)
+            if room is None:
+                exhausted = True
+                break
+            slot = free.pop()
+            live[room] = (begin(room, slot), slot)
+        for room, (handle, slot) in list(live.items()):
+            state = handle.poll()
+            if state.is_terminal:
+                failed += state is KVPoll.Failed
+                handle.release()
+                free.append(slot)
+                del live[room]
+        time.sleep(0.005)
+    return failed + len(live)
+
+
+def _prefill_process(bootstrap: str, chunk_bytes: int, room_bytes: int, rooms: int, ready: EventType) -> None:
+    pages = _room_pages(chunk_bytes, room_bytes)
+    pool = KVPool(pages * _ROOMS_IN_FLIGHT, _page_bytes(chunk_bytes))
+    pool.data[:] = np.random.default_rng(2).integers(0, 256, size=pool.data.shape, dtype=np.uint8)
+    slots = [pool.allocate(pages) for _ in range(_ROOMS_IN_FLIGHT)]
+    with KVManager(
+        role=Role.PREFILL, instance="bench-prefill", rank=0, tp=1, pool=pool, bootstrap=bootstrap,
+        config=_config(chunk_bytes),
+    ) as manager:  # fmt: skip
+        manager.start()
+        ready.set()
+
+        def begin(room: int, slot: PageIndices) -> _Room:
+            sender = manager.sender(room)
+            sender.send(slot)
+            return sender
+
+        _drive(range(1, rooms + 1), slots, begin)
+
+
+def _config(chunk_bytes: int) -> TransferConfig:
+    return TransferConfig(chunk_bytes=chunk_bytes, window_bytes=max(32 << 20, 4 * chunk_bytes))
+
+
+def run_kvtop(chunk_bytes: int, room_bytes: int, rooms: int) -> float:
+    """Seconds for a decode rank to receive `rooms` rooms from a prefill process."""
+    bootstrap = BootstrapServer().start()
+    ready = mp.get_context("spawn").Event()
+    prefill = mp.get_context("spawn").Process(
+        target=_prefill_process, args=(bootstrap.endpoint, chunk_bytes, room_bytes, rooms, ready)
+    )
+    prefill.start()
+    pages = _room_pages(chunk_bytes, room_bytes)
+    pool = KVPool(pages * _ROOMS_IN_FLIGHT, _page_bytes(chunk_bytes))
+    slots = [pool.allocate(pages) for _ in range(_ROOMS_IN_FLIGHT)]
+    try:
+        with KVManager(
+            role=Role.DECODE, instance="bench-decode", rank=0, tp=1, pool=pool, bootstrap=bootstrap.endpoint,
+            config=_config(chunk_bytes),
+        ) as manager:  # fmt: skip
+            manager.start()
+            if not ready.wait(60):
+                raise RuntimeError("the prefill process did not start within 60 s")
+
+            def begin(room: int, slot: PageIndices) -> _Room:
+                receiver = manager.receiver(room, "bench-prefill")
+                receiver.init(slot)
+                return receiver
+
+            failed = _drive(range(1, 2), slots, begin)
+            started = time.perf_counter()
+            failed += _drive(range(2, rooms + 1), slots, begin)
+            elapsed = time.perf_counter() - started
+            if failed:
+                raise RuntimeError(f"{failed} benchmark rooms failed")
+    finally:
+        prefill.join(30)
+        if prefill.is_alive():
+            prefill.kill()
+        bootstrap.close()
+    return elapsed * rooms / (rooms - 1)
+
+
+def measure(chunk_sizes: list[int], room_bytes: int, rooms: int, repeats: int, progress: Callable[[str], None]) -> list[TransferResult]:
+    """Alternate raw and kvtop legs `repeats` times per chunk size; medians and their ratio."""
+    results = []
+    total = room_bytes * rooms
+    for chunk_bytes in chunk_sizes:
+        raw_gbps: list[float] = []
+        kvtop_gbps: list[float] = []
+        for repeat in range(repeats):
+            raw_gbps.append(total / run_raw(chunk_bytes, total) / 1e9)
+            kvtop_gbps.append(total / run_kvtop(chunk_bytes, room_bytes, rooms) / 1e9)
+            progress(f"chunk {chunk_bytes} B, run {repeat + 1}/{repeats}: raw {raw_gbps[-1]:.2f} GB/s, kvtop {kvtop_gbps[-1]:.2f} GB/s")
+        raw, kv = statistics.median(raw_gbps), statistics.median(kvtop_gbps)
+        results.append(TransferResult(chunk_bytes, round(kv, 3), round(raw, 3), round(kv / raw, 3), repeats, total))
+    return results

@@ -1,0 +1,53 @@
+"""Settings of one rank's transfer engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from transport.errors import ConfigError
+
+
+class Role(StrEnum):
+    """Which side of the disaggregation a rank serves."""
+
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """How long a room may stay in each waiting state (SGLang's defaults are 300 s)."""
+
+    bootstrap_s: float = 300.0
+    waiting_s: float = 300.0
+    transfer_s: float = 60.0
+    """Longest time without progress in Transferring (SGLang has no such limit)."""
+
+    def __post_init__(self) -> None:
+        for name in ("bootstrap_s", "waiting_s", "transfer_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"timeout {name} must be positive, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True, slots=True)
+class TransferConfig:
+    """Chunking, flow control and liveness of the data links."""
+
+    chunk_bytes: int = 1 << 20
+    window_bytes: int = 16 << 20
+    """Bytes a prefill rank may have unacknowledged on one link."""
+    heartbeat_s: float = 0.5
+    peer_timeout_s: float = 5.0
+    """A peer silent for this long is lost: its unfinished rooms fail, once."""
+    timeouts: Timeouts = field(default_factory=Timeouts)
+
+    def __post_init__(self) -> None:
+        if self.chunk_bytes <= 0:
+            raise ConfigError(f"chunk_bytes must be positive, got {self.chunk_bytes}")
+        if self.window_bytes < self.chunk_bytes:
+            raise ConfigError(f"window_bytes={self.window_bytes} is below one chunk ({self.chunk_bytes})")
+        if not 0 < self.heartbeat_s < self.peer_timeout_s:
+            raise ConfigError(
+                f"heartbeat_s={self.heartbeat_s} must be positive and below peer_timeout_s={self.peer_timeout_s}"
+            )

@@ -1,0 +1,410 @@
+"""The decode side of the engine: resolve prefill ranks, request KV, land chunks in the pool.
+
+One DEALER socket per prefill rank this decode rank talks to. Chunk payloads
+are received straight into the destination pages (`recv_into`) whenever the
+pages are consecutive whole rows; otherwise through one scratch buffer. Every
+landed chunk is checksummed and acknowledged, which returns its bytes of credit.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import xxhash
+import zmq
+
+from transport import reasons
+from transport.errors import ConfigError, FrameRejected
+from transport.faults import FaultKind
+from transport.kvpoll import KVPoll
+from transport.mapping import pairings_for_decode_rank
+from transport.pool import PageIndices, run_breaks, split_runs
+from transport.rooms import ReceiverRoom
+from transport.side import SideContext, sweep_finished
+from transport.sockets import drain_message
+from transport.wire import (
+    Abort,
+    AbortAck,
+    Ack,
+    AgentInfo,
+    BootstrapReply,
+    Chunk,
+    FrameDecoder,
+    Heartbeat,
+    Hello,
+    LinkMessage,
+    Refusal,
+    Resolve,
+    Route,
+    Status,
+    TransferRequest,
+    Welcome,
+    encode,
+)
+
+_BATCH = 64
+_RESOLVE_RETRY_S = 0.25
+
+
+@dataclass(eq=False)
+class PrefillLink:
+    """This decode rank's connection to one prefill rank."""
+
+    info: AgentInfo
+    socket: zmq.Socket[bytes]
+    last_seen: float
+    last_ping: float = 0.0
+    welcomed: bool = False
+    rooms: set[int] = field(default_factory=set)
+    landed: dict[int, int] = field(default_factory=dict)
+    """Bytes landed per room since the last ack (sent once per batch of messages)."""
+
+
+class DecodeSide:
+    """Engine-thread state of a decode rank."""
+
+    def __init__(self, ctx: SideContext, bootstrap: str) -> None:
+        self._ctx = ctx
+        self._bootstrap_addr = bootstrap
+        self._bootstrap: zmq.Socket[bytes] = ctx.context.socket(zmq.DEALER)
+        self._bootstrap.linger = 0
+        self._bootstrap.connect(bootstrap)
+        self._routes: dict[str, list[AgentInfo]] = {}
+        self._resolving: dict[str, float] = {}
+        self._req_ids = itertools.count(1)
+        self._links: dict[tuple[str, int], PrefillLink] = {}
+        self._by_socket: dict[zmq.Socket[bytes], PrefillLink] = {}
+        self.rooms: dict[int, ReceiverRoom] = {}
+        self.socket_generation = 0
+        """Bumped whenever `sockets()` changes, so the loop re-registers only then."""
+        self._link_decoder: FrameDecoder[LinkMessage] = FrameDecoder(LinkMessage)
+        self._bootstrap_decoder: FrameDecoder[BootstrapReply] = FrameDecoder(BootstrapReply)
+
+    # --- scheduler commands ---------------------------------------------------------
+
+    def add_receiver(self, record: ReceiverRoom, now: float) -> None:
+        self._ctx.cleared.pop(record.room, None)
+        self.rooms[record.room] = record
+        self._advance(record, now)
+
+    def init(self, record: ReceiverRoom, pages: PageIndices, now: float) -> None:
+        record.dst_pages = pages
+        record.dst_breaks = run_breaks(pages)
+        self._advance(record, now)
+
+    def abort(self, record: ReceiverRoom, now: float) -> None:
+        self._fail(record, reasons.aborted(), now)
+
+    def release(self, room: int) -> None:
+        record = self.rooms.pop(room, None)
+        if record is not None:
+            self._ctx.remember_cleared(room)
+            for link in self._links.values():
+                link.rooms.discard(room)
+
+    # --- loop hooks -----------------------------------------------------------------
+
+    def sockets(self) -> list[zmq.Socket[bytes]]:
+        return [self._bootstrap, *self._by_socket]
+
+    def handle(self, sock: zmq.Socket[bytes], now: float) -> None:
+        if sock is self._bootstrap:
+            self._handle_bootstrap(now)
+            return
+        link = self._by_socket[sock]
+        try:
+            self._read_link(link, now)
+        finally:
+            if link.landed and link.socket in self._by_socket:
+                self._send(link, Ack(list(link.landed.items())))
+                link.landed.clear()
+
+    def _read_link(self, link: PrefillLink, now: float) -> None:
+        sock = link.socket
+        for _ in range(_BATCH):
+            try:
+                header = sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                message = self._link_decoder.decode(header)
+            except FrameRejected as rejected:
+                self._ctx.counters.reject(rejected.reason)
+                drain_message(sock)
+                continue
+            link.last_seen = now
+            if isinstance(message, Chunk):
+                self._land(link, message, now)
+                continue
+            if drain_message(sock):
+                self._ctx.counters.reject("unexpected")
+            self._on_message(link, message, now)
+            if link.socket not in self._by_socket:
+                return
+
+    def pump(self, now: float) -> float | None:
+        return None
+
+    def tick(self, now: float) -> None:
+        config = self._ctx.config
+        for link in list(self._links.values()):
+            if now - link.last_seen > config.peer_timeout_s:
+                self._lose_link(link, now)
+            elif now - link.last_ping >= config.heartbeat_s:
+                link.last_ping = now
+                self._send(link, Heartbeat(time.time()))
+        timeouts = config.timeouts
+        for record in list(self.rooms.values()):
+            state = record.state
+            if state is KVPoll.Bootstrapping:
+                self._advance(record, now)
+                if now - record.created_at > timeouts.bootstrap_s:
+                    self._fail(record, reasons.timed_out(record.room, now - record.created_at, state), now)
+            elif state is KVPoll.WaitingForInput and now - record.entered_at > timeouts.waiting_s:
+                self._fail(record, reasons.timed_out(record.room, now - record.entered_at, state), now)
+            elif state is KVPoll.Transferring and now - record.progress_at > timeouts.transfer_s:
+                self._fail(record, reasons.timed_out(record.room, now - record.progress_at, state), now)
+        sweep_finished(self.rooms, self._ctx, now)
+
+    def close(self) -> None:
+        self._bootstrap.close(linger=0)
+        for link in self._links.values():
+            link.socket.close(linger=0)
+
+    # --- handshake ------------------------------------------------------------------
+
+    def _advance(self, record: ReceiverRoom, now: float) -> None:
+        """Move a room through the handshake as far as what is known allows."""
+        if record.state is KVPoll.Bootstrapping:
+            if not record.pairings and not self._pair(record, now):
+                return
+            links = [self._link_for(p.prefill_rank, record) for p in record.pairings]
+            if not all(link is not None and link.welcomed for link in links):
+                return
+            record.move(KVPoll.WaitingForInput, now)
+        if record.state is KVPoll.WaitingForInput and record.dst_pages is not None and not record.requests_sent:
+            self._request(record)
+
+    def _pair(self, record: ReceiverRoom, now: float) -> bool:
+        ranks = self._routes.get(record.prefill_instance)
+        if not ranks or len(ranks) < ranks[0].tp:
+            self._resolve(record.prefill_instance, now)
+            return False
+        info = self._ctx.info
+        try:
+            record.pairings = pairings_for_decode_rank(info.rank, info.tp, info.page_bytes, ranks[0].tp, ranks[0].page_bytes)
+        except ConfigError as error:
+            self._fail(record, reasons.layout_mismatch(record.room, str(error)), now)
+            return False
+        for pairing in record.pairings:
+            self._connect(ranks[pairing.prefill_rank], now).rooms.add(record.room)
+        return True
+
+    def _resolve(self, instance: str, now: float) -> None:
+        if now - self._resolving.get(instance, -1e9) < _RESOLVE_RETRY_S:
+            return
+        self._resolving[instance] = now
+        self._bootstrap.send(encode(Resolve(next(self._req_ids), instance)))
+
+    def _handle_bootstrap(self, now: float) -> None:
+        while True:
+            try:
+                frame = self._bootstrap.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                reply = self._bootstrap_decoder.decode(frame)
+            except FrameRejected as rejected:
+                self._ctx.counters.reject(rejected.reason)
+                continue
+            if isinstance(reply, Route):
+                self._routes[reply.instance] = reply.ranks
+                self._resolving.pop(reply.instance, None)
+            elif not isinstance(reply, Refusal):
+                self._ctx.counters.reject("unexpected")
+
+    def _connect(self, info: AgentInfo, now: float) -> PrefillLink:
+        key = (info.instance, info.rank)
+        link = self._links.get(key)
+        if link is not None and link.info.incarnation == info.incarnation:
+            return link
+        if link is not None:
+            self._drop_link(link)
+        sock: zmq.Socket[bytes] = self._ctx.context.socket(zmq.DEALER)
+        sock.linger = 0
+        sock.routing_id = f"{self._ctx.info.label}#{self._ctx.info.incarnation:x}".encode()
+        sock.rcvhwm = 100_000
+        sock.connect(info.data_endpoint)
+        link = PrefillLink(info, sock, last_seen=now, last_ping=now)
+        self._links[key] = link
+        self._by_socket[sock] = link
+        self.socket_generation += 1
+        self._send(link, Hello(self._ctx.info, self._ctx.config.window_bytes))
+        return link
+
+    def _link_for(self, prefill_rank: int, record: ReceiverRoom) -> PrefillLink | None:
+        return self._links.get((record.prefill_instance, prefill_rank))
+
+    def _request(self, record: ReceiverRoom) -> None:
+        assert record.dst_pages is not None
+        record.requests_sent = True
+        record.bytes_total = sum(len(record.dst_pages) * p.nbytes for p in record.pairings)
+        for pairing in record.pairings:
+            link = self._link_for(pairing.prefill_rank, record)
+            assert link is not None
+            request = TransferRequest(
+                record.room,
+                self._ctx.info.rank,
+                record.dst_pages.astype("<u4").tobytes(),
+                pairing.src_offset,
+                pairing.dst_offset,
+                pairing.nbytes,
+                pairing.requests_expected,
+            )
+            self._send(link, request)
+
+    # --- messages -------------------------------------------------------------------
+
+    def _on_message(self, link: PrefillLink, message: LinkMessage, now: float) -> None:
+        if isinstance(message, Welcome):
+            link.welcomed = True
+            for room in list(link.rooms):
+                record = self.rooms.get(room)
+                if record is not None:
+                    self._advance(record, now)
+        elif isinstance(message, Status):
+            self._on_status(link, message, now)
+        elif isinstance(message, AbortAck):
+            record = self.rooms.get(message.room)
+            if record is not None:
+                record.abort_acks.add(message.rank)
+            self._ctx.counters.add("abort_acks")
+        elif not isinstance(message, Heartbeat):
+            self._ctx.counters.reject("unexpected")
+
+    def _on_status(self, link: PrefillLink, status: Status, now: float) -> None:
+        record = self.rooms.get(status.room)
+        if record is None:
+            if status.state == KVPoll.Failed:
+                self._ctx.counters.add("late_failures")
+            return
+        if status.state == KVPoll.Success:
+            record.statuses_ok.add(status.rank)
+            self._finish_if_complete(record, now)
+        elif status.state == KVPoll.Failed:
+            self._fail(record, reasons.prefill_failed(), now, origin=status.origin or link.info.label, tell_prefill=False)
+
+    def _land(self, link: PrefillLink, chunk: Chunk, now: float) -> None:
+        """Receive a chunk's payload frames into the room's pages and verify them."""
+        record = self.rooms.get(chunk.room)
+        pairing = next((p for p in record.pairings if p.prefill_rank == link.info.rank), None) if record else None
+        usable = (
+            record is not None
+            and pairing is not None
+            and record.dst_pages is not None
+            and not record.state.is_terminal
+            and chunk.page_start + sum(chunk.frame_pages) <= len(record.dst_pages)
+        )
+        sock = link.socket
+        if not usable or record is None or pairing is None or record.dst_pages is None:
+            dropped = drain_message(sock)
+            self._ctx.counters.add("late_chunks")
+            self._credit(link, chunk)
+            if dropped != len(chunk.frame_pages):
+                self._ctx.counters.reject("truncated")
+            return
+        pool = self._ctx.pool
+        width = pairing.nbytes
+        whole_rows = pairing.dst_offset == 0 and width == pool.page_bytes
+        hasher = xxhash.xxh3_64()
+        position = chunk.page_start
+        for count in chunk.frame_pages:
+            if not sock.getsockopt(zmq.RCVMORE):
+                self._ctx.counters.reject("truncated")
+                self._fail(record, reasons.layout_mismatch(record.room, "chunk ended before its pages"), now)
+                return
+            pages = record.dst_pages[position : position + count]
+            first = int(pages[0])
+            if whole_rows and len(split_runs(record.dst_breaks, position, count)) == 1:
+                target = pool.data[first : first + count].reshape(-1)
+                received = sock.recv_into(target)
+            else:
+                target = np.empty(count * width, dtype=np.uint8)
+                received = sock.recv_into(target)
+                pool.data[pages, pairing.dst_offset : pairing.dst_offset + width] = target.reshape(count, width)
+            if received != target.nbytes:
+                drain_message(sock)
+                self._ctx.counters.reject("oversize" if received > target.nbytes else "truncated")
+                self._fail(record, reasons.layout_mismatch(record.room, f"frame of {received} B for {target.nbytes} B"), now)
+                return
+            hasher.update(target)
+            position += count
+        if drain_message(sock):
+            self._ctx.counters.reject("unexpected")
+        self._credit(link, chunk)
+        fault = self._ctx.faults.pick(record.room, link.info.label)
+        if chunk.index == 1 or chunk.last:
+            self._ctx.inject_die(fault)
+        actual = hasher.intdigest()
+        if actual != chunk.checksum:
+            self._ctx.counters.add("checksum_failures")
+            self._fail(record, reasons.checksum_mismatch(record.room, chunk.index, link.info.rank, chunk.checksum, actual), now)
+            return
+        self._ctx.counters.add("chunks_landed")
+        self._ctx.counters.add("bytes_landed", chunk.nbytes)
+        record.bytes_done += chunk.nbytes
+        record.move(KVPoll.Transferring, now)
+        record.progress_at = now
+        self._finish_if_complete(record, now)
+
+    @staticmethod
+    def _credit(link: PrefillLink, chunk: Chunk) -> None:
+        """Owe the prefill rank an ack for this chunk's bytes (landed or not, the credit returns)."""
+        link.landed[chunk.room] = link.landed.get(chunk.room, 0) + chunk.nbytes
+
+    def _finish_if_complete(self, record: ReceiverRoom, now: float) -> None:
+        if record.complete and record.move(KVPoll.Success, now):
+            self._ctx.counters.add("rooms_succeeded")
+
+    # --- failures -------------------------------------------------------------------
+
+    def _fail(self, record: ReceiverRoom, reason: reasons.Reason, now: float, origin: str = "", tell_prefill: bool = True) -> None:
+        """Fail a room; as its origin, tell its prefill ranks with ABORT (carrying the origin)."""
+        origin = origin or self._ctx.info.label
+        if not record.fail(reason, now, origin):
+            return
+        self._ctx.counters.add("rooms_failed")
+        if not tell_prefill:
+            return
+        text, reason_class = reason
+        for pairing in record.pairings:
+            link = self._link_for(pairing.prefill_rank, record)
+            if link is not None and link.welcomed:
+                self._send(link, Abort(record.room, text, str(reason_class), origin))
+                self._ctx.counters.add("aborts_sent")
+
+    def _lose_link(self, link: PrefillLink, now: float) -> None:
+        """A silent prefill rank: fail its unfinished rooms once, forget its route."""
+        self._ctx.counters.add("peers_lost")
+        reason = reasons.prefill_peer_lost(link.info.data_endpoint.removeprefix("tcp://"))
+        self._drop_link(link)
+        self._routes.pop(link.info.instance, None)
+        for room in link.rooms:
+            record = self.rooms.get(room)
+            if record is not None:
+                self._fail(record, reason, now)
+
+    def _drop_link(self, link: PrefillLink) -> None:
+        self._links.pop((link.info.instance, link.info.rank), None)
+        self._by_socket.pop(link.socket, None)
+        self.socket_generation += 1
+        link.socket.close(linger=0)
+
+    def _send(self, link: PrefillLink, message: Hello | Heartbeat | TransferRequest | Ack | Abort) -> None:
+        try:
+            link.socket.send(encode(message), zmq.NOBLOCK)
+        except zmq.Again:
+            self._ctx.counters.add("send_failures")

@@ -1,0 +1,281 @@
+"""`KVManager`: one rank's transfer engine, and the `KVSender`/`KVReceiver` handles.
+
+The engine runs on one thread that owns every socket. Schedulers (any other
+thread) create handles and call them; calls become commands that the engine
+thread runs, woken through a pipe. Handles read room state without locks: the
+engine writes it, and a state read is one attribute load.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TypeVar
+
+import numpy as np
+import numpy.typing as npt
+import zmq
+
+from transport.bootstrap import BootstrapClient
+from transport.config import Role, TransferConfig
+from transport.counters import Counters, rejection_names
+from transport.decode import DecodeSide
+from transport.errors import ConfigError, KVTransferError, TransportError
+from transport.faults import FaultInjector, FaultKind
+from transport.kvpoll import KVPoll
+from transport.pool import KVPool
+from transport.prefill import PrefillSide
+from transport.rooms import ReceiverRoom, RoomRecord, SenderRoom
+from transport.side import SideContext
+from transport.wire import AgentInfo
+
+_S = TypeVar("_S")
+_TICK_S = 0.05
+"""Timeouts, heartbeats and liveness are checked this often."""
+
+COUNTER_NAMES = (
+    "chunks_sent", "bytes_sent", "chunks_landed", "bytes_landed", "late_chunks", "rooms_succeeded",
+    "rooms_failed", "send_failures", "peers_lost", "aborts_sent", "aborts_received", "abort_acks",
+    "checksum_failures", "requests_expired", "late_failures",
+    *(f"fault_{kind}" for kind in FaultKind),
+    *rejection_names(),
+)  # fmt: skip
+
+
+class _Handle:
+    """What a sender and a receiver share: the room, its state and its failure."""
+
+    def __init__(self, manager: KVManager, record: RoomRecord) -> None:
+        self._manager = manager
+        self._record = record
+
+    @property
+    def room(self) -> int:
+        return self._record.room
+
+    def poll(self) -> KVPoll:
+        """The room's state now (never blocks)."""
+        return self._record.state
+
+    @property
+    def bytes_done(self) -> int:
+        """Bytes landed (decode) or acknowledged (prefill) so far."""
+        return self._record.bytes_done
+
+    def failure_exception(self) -> None:
+        """Raise the room's `KVTransferError` if it failed; return otherwise."""
+        failure = self._record.failure
+        if self._record.state is KVPoll.Failed and failure is not None:
+            raise failure
+
+    @property
+    def failure(self) -> KVTransferError | None:
+        return self._record.failure if self._record.state is KVPoll.Failed else None
+
+    @property
+    def reason_class(self) -> str:
+        return str(self._record.reason_class) if self._record.reason_class else ""
+
+    def release(self) -> None:
+        """Forget the room on this rank; late echoes for it are ignored from now on."""
+        self._manager._call_soon(lambda: self._manager._side.release(self.room))
+
+
+class KVSender(_Handle):
+    """A prefill rank's handle on one room: hand over the pages, then poll."""
+
+    def send(self, pages: npt.ArrayLike) -> None:
+        """The room's KV is ready in `pages` of this rank's pool: send it once decode asked."""
+        indices = np.asarray(pages, dtype=np.uint32)
+        record = self._record
+        self._manager._call_soon(lambda: self._manager._prefill.send(record, indices, time.monotonic()))  # type: ignore[arg-type]
+
+
+class KVReceiver(_Handle):
+    """A decode rank's handle on one room: give the destination pages, then poll."""
+
+    def init(self, pages: npt.ArrayLike) -> None:
+        """Ask the room's prefill ranks to send its KV into `pages` of this rank's pool."""
+        indices = np.asarray(pages, dtype=np.uint32)
+        record = self._record
+        self._manager._call_soon(lambda: self._manager._decode.init(record, indices, time.monotonic()))  # type: ignore[arg-type]
+
+    def abort(self) -> None:
+        """Give up on the room; its prefill ranks are told (and acknowledge)."""
+        record = self._record
+        self._manager._call_soon(lambda: self._manager._decode.abort(record, time.monotonic()))  # type: ignore[arg-type]
+
+    @property
+    def abort_acknowledged(self) -> bool:
+        """True once every prefill rank of the room acknowledged our ABORT."""
+        record = self._record
+        assert isinstance(record, ReceiverRoom)
+        return bool(record.pairings) and len(record.abort_acks) >= len(record.pairings)
+
+
+class KVManager:
+    """A rank's KV pool, data sockets and engine thread."""
+
+    def __init__(
+        self,
+        *,
+        role: Role,
+        instance: str,
+        rank: int,
+        tp: int,
+        pool: KVPool,
+        bootstrap: str,
+        config: TransferConfig | None = None,
+        faults: FaultInjector | None = None,
+        host: str = "127.0.0.1",
+        control_endpoint: str = "",
+    ) -> None:
+        if not 0 <= rank < tp:
+            raise ConfigError(f"rank {rank} is outside TP size {tp}")
+        self.role = role
+        self.config = config or TransferConfig()
+        self.bootstrap = bootstrap
+        self._zmq = zmq.Context()
+        self._counters = Counters(COUNTER_NAMES)
+        self._commands: deque[Callable[[], None]] = deque()
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_read, False)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"kv-engine-{instance}-{rank}", daemon=True)
+        self.pool = pool
+        placeholder = AgentInfo(role, instance, rank, tp, pool.page_bytes, "", control_endpoint, os.getpid(), socket.gethostname(), int.from_bytes(os.urandom(6), "little"))
+        self._ctx = SideContext(placeholder, pool, self.config, faults or FaultInjector(), self._counters, self._zmq)
+        self._prefill: PrefillSide | None = None
+        self._decode: DecodeSide | None = None
+        self._side: PrefillSide | DecodeSide
+        if role is Role.PREFILL:
+            self._side = self._prefill = PrefillSide(self._ctx, host)
+            self._ctx.info = self._with_endpoint(placeholder, self._prefill.endpoint)
+        else:
+            self._side = self._decode = DecodeSide(self._ctx, bootstrap)
+
+    @staticmethod
+    def _with_endpoint(info: AgentInfo, endpoint: str) -> AgentInfo:
+        fields = {name: getattr(info, name) for name in info.__struct_fields__}
+        return AgentInfo(**{**fields, "data_endpoint": endpoint})
+
+    @property
+    def info(self) -> AgentInfo:
+        """This rank's identity and endpoints, as registered."""
+        return self._ctx.info
+
+    def start(self, register_timeout_s: float = 10.0) -> KVManager:
+        """Register with the bootstrap service and start the engine thread."""
+        with BootstrapClient(self.bootstrap, timeout_s=register_timeout_s, context=self._zmq) as client:
+            client.register(self.info)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop the engine thread and close every socket (idempotent)."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._wake()
+        if self._thread.is_alive():
+            self._thread.join()
+        else:
+            self._side.close()
+        os.close(self._wake_read)
+        os.close(self._wake_write)
+        self._zmq.term()
+
+    def __enter__(self) -> KVManager:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def counters(self) -> dict[str, int]:
+        """A snapshot of this rank's counters (rejections under `rejected_<reason>`)."""
+        return self._counters.snapshot()
+
+    def sender(self, room: int) -> KVSender:
+        """Start tracking `room` on this prefill rank (Bootstrapping until decode asks)."""
+        prefill = self._require(self._prefill, "sender")
+        holder: dict[str, SenderRoom] = {}
+        done = threading.Event()
+
+        def attach() -> None:
+            holder["record"] = prefill.attach_sender(SenderRoom(room, time.monotonic()))
+            done.set()
+
+        self._call_soon(attach)
+        if not done.wait(5.0):
+            raise TransportError("the engine thread did not answer within 5 s")
+        return KVSender(self, holder["record"])
+
+    def receiver(self, room: int, prefill_instance: str) -> KVReceiver:
+        """Start receiving `room` from the ranks of `prefill_instance` on this decode rank."""
+        decode = self._require(self._decode, "receiver")
+        record = ReceiverRoom(room, time.monotonic(), prefill_instance=prefill_instance)
+        self._call_soon(lambda: decode.add_receiver(record, time.monotonic()))
+        return KVReceiver(self, record)
+
+    def _require(self, side: _S | None, what: str) -> _S:
+        if side is None:
+            raise ConfigError(f"a {self.role} rank has no {what}")
+        return side
+
+    def _call_soon(self, command: Callable[[], None]) -> None:
+        self._commands.append(command)
+        self._wake()
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_write, b"\0")
+        except (BlockingIOError, OSError):
+            pass
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._wake_read, zmq.POLLIN)
+        registered: set[zmq.Socket[bytes]] = set()
+        side = self._side
+        next_tick = 0.0
+        wake_at: float | None = None
+        generation = -1
+        try:
+            while not self._stop.is_set():
+                if side.socket_generation != generation:
+                    generation = side.socket_generation
+                    current = set(side.sockets())
+                    for sock in current - registered:
+                        poller.register(sock, zmq.POLLIN)
+                    for sock in registered - current:
+                        poller.unregister(sock)
+                    registered = current
+                now = time.monotonic()
+                deadline = min(next_tick, wake_at) if wake_at is not None else next_tick
+                timeout_ms = max(0, int((deadline - now) * 1000))
+                ready = dict(poller.poll(timeout_ms))
+                now = time.monotonic()
+                if self._wake_read in ready:
+                    self._drain_wake()
+                while self._commands:
+                    self._commands.popleft()()
+                for sock in registered:
+                    if sock in ready:
+                        side.handle(sock, now)
+                wake_at = side.pump(now)
+                if now >= next_tick:
+                    side.tick(now)
+                    next_tick = now + _TICK_S
+        finally:
+            side.close()
+
+    def _drain_wake(self) -> None:
+        try:
+            while os.read(self._wake_read, 4096):
+                pass
+        except BlockingIOError:
+            pass

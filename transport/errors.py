@@ -1,0 +1,79 @@
+"""Errors of the transport package and the closed set of failure reason classes.
+
+Hierarchy::
+
+    TransportError            root of everything transport raises
+    ├── KVTransferError       a room failed (SGLang's exception, plus the origin)
+    ├── ConfigError           a setting or fault spec that cannot work
+    ├── BootstrapError        the bootstrap service did not answer or refused
+    └── FrameRejected         a frame on a socket that does not follow the wire format
+
+`FrameRejected` never escapes a socket loop: loops count it (by `reason`) and
+keep serving. The reason strings of failed rooms follow SGLang's wording where
+SGLang has one (see DOMAIN.md), so operators recognise them.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ReasonClass(StrEnum):
+    """Why a room failed, as a small closed set (safe to count and filter by)."""
+
+    TIMEOUT_BOOTSTRAP = "timeout_bootstrap"
+    TIMEOUT_WAITING = "timeout_waiting"
+    TIMEOUT_TRANSFER = "timeout_transfer"
+    PEER_LOST = "peer_lost"
+    SEND_FAILED = "send_failed"
+    CHECKSUM = "checksum"
+    REFUSED = "refused"
+    ABORTED = "aborted"
+    PROPAGATED = "propagated"
+    OTHER = "other"
+
+
+class TransportError(Exception):
+    """Root of every error the transport package raises."""
+
+
+class ConfigError(TransportError, ValueError):
+    """A setting, page layout or fault spec that cannot work."""
+
+
+class BootstrapError(TransportError):
+    """The bootstrap service did not answer in time or refused a request."""
+
+
+class FrameRejected(TransportError):
+    """A received frame that does not follow the wire format; `reason` is its counter key."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class KVTransferError(TransportError):
+    """A room's transfer failed; rendered exactly as SGLang renders it.
+
+    `is_from_another_rank` is SGLang's flag for a failure learnt from a peer;
+    `origin` names the rank that observed the failure first (kvtop's addition,
+    which makes the fold of echoes under their origin exact).
+    """
+
+    def __init__(
+        self,
+        bootstrap_room: int,
+        failure_reason: str,
+        is_from_another_rank: bool = False,
+        origin: str | None = None,
+    ) -> None:
+        super().__init__(bootstrap_room, failure_reason)
+        self.bootstrap_room = bootstrap_room
+        self.failure_reason = failure_reason
+        self.is_from_another_rank = is_from_another_rank
+        self.origin = origin
+
+    def __str__(self) -> str:
+        return f"KVTransferError(bootstrap_room={self.bootstrap_room}): {self.failure_reason}"

@@ -1,0 +1,37 @@
+"""The per-room transfer state, with SGLang's `KVPoll` values and its one rule.
+
+States only move forward; `Failed` (0) wins over everything; nothing leaves a
+terminal state (`Failed` or `Success`).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class KVPoll(IntEnum):
+    """A room's state as polled by the scheduler (values as in SGLang)."""
+
+    Failed = 0
+    Bootstrapping = 1
+    WaitingForInput = 2
+    Transferring = 3
+    Success = 4
+
+    @property
+    def is_terminal(self) -> bool:
+        """True for `Failed` and `Success`: the room will not change again."""
+        return self in (KVPoll.Failed, KVPoll.Success)
+
+
+def advance(current: KVPoll, proposed: KVPoll) -> KVPoll:
+    """The state after `proposed` is offered to a room in state `current`.
+
+    Failed wins over any live state, later states replace earlier ones, and a
+    terminal state never changes.
+    """
+    if current.is_terminal:
+        return current
+    if proposed is KVPoll.Failed:
+        return KVPoll.Failed
+    return max(current, proposed)

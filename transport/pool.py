@@ -1,0 +1,94 @@
+"""A rank's KV memory: one numpy array of pages, registered once, and its allocator.
+
+A page holds the KV of `page_tokens` tokens for every layer and every head this
+rank owns; it is stored as one contiguous row of `page_bytes`, so a run of
+consecutive pages is one contiguous buffer that goes on the wire zero-copy.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+import xxhash
+
+from transport.errors import ConfigError
+
+PageIndices = npt.NDArray[np.uint32]
+
+
+class PoolExhausted(ConfigError):
+    """No free pages are left for a request."""
+
+
+class KVPool:
+    """`num_pages` pages of `page_bytes` each, with a free list.
+
+    `layers` only documents the layout (a page is `layers` equal slices);
+    transfers move whole page rows or a fixed byte range of every row.
+    """
+
+    def __init__(self, num_pages: int, page_bytes: int, layers: int = 1) -> None:
+        if num_pages <= 0 or page_bytes <= 0:
+            raise ConfigError(f"a KV pool needs pages: num_pages={num_pages}, page_bytes={page_bytes}")
+        if page_bytes % layers:
+            raise ConfigError(f"page_bytes={page_bytes} is not a multiple of layers={layers}")
+        self.num_pages = num_pages
+        self.page_bytes = page_bytes
+        self.layers = layers
+        self.data: npt.NDArray[np.uint8] = np.empty((num_pages, page_bytes), dtype=np.uint8)
+        self.data.fill(0)  # registering touches every page, so no transfer pays for a page fault
+        self._free: list[int] = list(range(num_pages - 1, -1, -1))
+
+    @property
+    def free_pages(self) -> int:
+        """How many pages are not allocated."""
+        return len(self._free)
+
+    def layer_view(self) -> npt.NDArray[np.uint8]:
+        """The pool as (pages, layers, bytes per layer), a view without copy."""
+        return self.data.reshape(self.num_pages, self.layers, self.page_bytes // self.layers)
+
+    def allocate(self, count: int) -> PageIndices:
+        """Take `count` free pages (consecutive where the free list allows)."""
+        if count > len(self._free):
+            raise PoolExhausted(f"{count} pages requested, {len(self._free)} free of {self.num_pages}")
+        taken = [self._free.pop() for _ in range(count)]
+        return np.asarray(taken, dtype=np.uint32)
+
+    def release(self, pages: Sequence[int] | PageIndices) -> None:
+        """Give pages back to the free list."""
+        self._free.extend(int(p) for p in reversed(list(pages)))
+
+    def digest(self, pages: PageIndices, offset: int = 0, nbytes: int | None = None) -> int:
+        """xxh3-64 of bytes `[offset, offset+nbytes)` of each page, in page order."""
+        width = self.page_bytes - offset if nbytes is None else nbytes
+        hasher = xxhash.xxh3_64()
+        for page in pages:
+            hasher.update(self.data[int(page), offset : offset + width])
+        return hasher.intdigest()
+
+    def fill_pattern(self, pages: PageIndices, seed: int) -> None:
+        """Write a deterministic, room-specific pattern into `pages` (a stand-in forward pass)."""
+        rng = np.random.default_rng(seed & 0xFFFFFFFFFFFFFFFF)
+        row = rng.integers(0, 256, size=self.page_bytes, dtype=np.uint8)
+        for i, page in enumerate(pages):
+            self.data[int(page)] = np.roll(row, i)
+
+
+def run_breaks(*page_lists: PageIndices) -> list[int]:
+    """Positions where any of the page lists stops advancing by one page (sorted)."""
+    breaks = np.zeros(max(0, len(page_lists[0]) - 1), dtype=bool)
+    for pages in page_lists:
+        breaks |= np.diff(pages.astype(np.int64)) != 1
+    return [int(i) + 1 for i in np.flatnonzero(breaks)]
+
+
+def split_runs(breaks: list[int], start: int, count: int) -> list[int]:
+    """Lengths of the consecutive runs that cover positions `[start, start+count)`."""
+    end = start + count
+    inner = breaks[bisect.bisect_right(breaks, start) : bisect.bisect_left(breaks, end)]
+    edges = [start, *inner, end]
+    return [b - a for a, b in zip(edges, edges[1:], strict=False)]

@@ -1,0 +1,386 @@
+"""The prefill side of the engine: serve transfer requests, send KV chunks under credit.
+
+One ROUTER socket serves every decode rank that talks to this prefill rank.
+Chunks of one link go in room order, at most `window_bytes` unacknowledged;
+a room succeeds when every chunk on every link is acknowledged.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import xxhash
+import zmq
+
+from transport import reasons
+from transport.faults import FaultKind
+from transport.kvpoll import KVPoll
+from transport.pool import run_breaks, split_runs
+from transport.rooms import LinkPlan, SenderRoom
+from transport.side import SideContext, sweep_finished
+from transport.errors import FrameRejected
+from transport.sockets import bind_ephemeral
+from transport.wire import (
+    Abort,
+    AbortAck,
+    Ack,
+    AgentInfo,
+    Chunk,
+    FrameDecoder,
+    Heartbeat,
+    Hello,
+    LinkMessage,
+    Status,
+    TransferRequest,
+    Welcome,
+    encode,
+)
+
+_BATCH = 256
+"""Messages read from the socket per wake-up, so sending is never starved."""
+
+
+@dataclass(eq=False)
+class DecodePeer:
+    """A decode rank connected to this prefill rank."""
+
+    identity: bytes
+    info: AgentInfo
+    window_bytes: int
+    last_seen: float
+    inflight: int = 0
+    lost: bool = False
+    queue: deque[tuple[int, int]] = field(default_factory=deque)
+    """(room, chunk index) waiting to be sent, in order."""
+    not_before: float = 0.0
+    """A delayed chunk at the head of the queue waits until then."""
+
+
+class PrefillSide:
+    """Engine-thread state of a prefill rank."""
+
+    def __init__(self, ctx: SideContext, host: str) -> None:
+        self._ctx = ctx
+        self._socket: zmq.Socket[bytes] = ctx.context.socket(zmq.ROUTER)
+        self._socket.linger = 0
+        self._socket.router_mandatory = True
+        self._socket.sndhwm = 100_000
+        self.endpoint = bind_ephemeral(self._socket, host)
+        self._peers: dict[bytes, DecodePeer] = {}
+        self.rooms: dict[int, SenderRoom] = {}
+        self._decoder: FrameDecoder[LinkMessage] = FrameDecoder(LinkMessage)
+        self.socket_generation = 0
+
+    # --- scheduler commands ---------------------------------------------------------
+
+    def attach_sender(self, room: SenderRoom) -> SenderRoom:
+        """Adopt the scheduler's record, or return the one that requests already created."""
+        existing = self.rooms.get(room.room)
+        if existing is not None and not existing.has_sender:
+            existing.has_sender = True
+            existing.created_at = existing.entered_at = room.created_at
+            return existing
+        self._ctx.cleared.pop(room.room, None)
+        room.has_sender = True
+        self.rooms[room.room] = room
+        return room
+
+    def send(self, room: SenderRoom, pages: np.ndarray, now: float) -> None:
+        room.src_pages = pages
+        self._start_if_ready(room, now)
+
+    def release(self, room: int) -> None:
+        if self.rooms.pop(room, None) is not None:
+            self._ctx.remember_cleared(room)
+
+    # --- loop hooks -----------------------------------------------------------------
+
+    def sockets(self) -> list[zmq.Socket[bytes]]:
+        return [self._socket]
+
+    def handle(self, sock: zmq.Socket[bytes], now: float) -> None:
+        for _ in range(_BATCH):
+            try:
+                frames = self._socket.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if len(frames) != 2:
+                self._ctx.counters.reject("unexpected")
+                continue
+            identity, payload = frames
+            try:
+                message = self._decoder.decode(payload)
+            except FrameRejected as rejected:
+                self._ctx.counters.reject(rejected.reason)
+                continue
+            self._on_message(identity, message, now)
+
+    def pump(self, now: float) -> float | None:
+        wake: float | None = None
+        for peer in list(self._peers.values()):
+            if peer.lost:
+                continue
+            wait = self._pump_peer(peer, now)
+            if wait is not None:
+                wake = wait if wake is None else min(wake, wait)
+        return wake
+
+    def tick(self, now: float) -> None:
+        timeouts = self._ctx.config.timeouts
+        for record in list(self.rooms.values()):
+            if record.state.is_terminal:
+                continue
+            if not record.has_sender:
+                if now - record.created_at > max(timeouts.bootstrap_s, timeouts.waiting_s):
+                    del self.rooms[record.room]
+                    self._ctx.counters.add("requests_expired")
+                continue
+            if record.state is KVPoll.Bootstrapping and now - record.created_at > timeouts.bootstrap_s:
+                self._fail(record, reasons.timed_out(record.room, now - record.created_at, KVPoll.Bootstrapping), now)
+            elif record.state is KVPoll.Transferring and now - record.progress_at > 2 * timeouts.transfer_s:
+                # A backstop: the decode side owns this timeout and normally fires first.
+                self._fail(record, reasons.timed_out(record.room, now - record.progress_at, KVPoll.Transferring), now)
+        for peer in self._peers.values():
+            if not peer.lost and now - peer.last_seen > self._ctx.config.peer_timeout_s:
+                self._lose_peer(peer, reasons.decode_peer_dead(peer.info.label), now)
+        sweep_finished(self.rooms, self._ctx, now)
+
+    def close(self) -> None:
+        self._socket.close(linger=0)
+
+    # --- messages -------------------------------------------------------------------
+
+    def _on_message(self, identity: bytes, message: LinkMessage, now: float) -> None:
+        if isinstance(message, Hello):
+            self._peers[identity] = DecodePeer(identity, message.agent, message.window_bytes, now)
+            self._reply(identity, Welcome(self._ctx.info))
+            return
+        peer = self._peers.get(identity)
+        if peer is None:
+            self._ctx.counters.reject("unexpected")
+            return
+        peer.last_seen = now
+        peer.lost = False
+        if isinstance(message, Heartbeat):
+            self._reply(identity, Heartbeat(time.time()))
+        elif isinstance(message, TransferRequest):
+            self._on_request(peer, message, now)
+        elif isinstance(message, Ack):
+            self._on_ack(peer, message, now)
+        elif isinstance(message, Abort):
+            self._on_abort(peer, message, now)
+        else:
+            self._ctx.counters.reject("unexpected")
+
+    def _on_request(self, peer: DecodePeer, request: TransferRequest, now: float) -> None:
+        record = self.rooms.get(request.room)
+        if record is None:
+            record = self.rooms[request.room] = SenderRoom(request.room, now)
+        if record.state.is_terminal:
+            self._send_status(peer, record)
+            return
+        dst_pages = np.frombuffer(request.dst_pages, dtype="<u4")
+        problem = self._layout_problem(request, len(dst_pages))
+        if problem:
+            self._fail(record, reasons.layout_mismatch(record.room, problem), now)
+            self._send_status(peer, record)
+            return
+        if self._ctx.faults.pick(record.room, peer.info.label) is FaultKind.REFUSE:
+            self._ctx.counters.add("fault_refuse")
+            self._fail(record, reasons.refused(record.room, self._ctx.info.rank), now)
+            self._send_status(peer, record)
+            return
+        record.requests_expected = request.requests_expected
+        record.plans[peer.identity] = LinkPlan(request, dst_pages)
+        if record.all_requests_in:
+            record.move(KVPoll.WaitingForInput, now)
+        self._start_if_ready(record, now)
+
+    def _layout_problem(self, request: TransferRequest, pages: int) -> str:
+        page_bytes = self._ctx.pool.page_bytes
+        if request.src_offset + request.nbytes_per_page > page_bytes or request.nbytes_per_page <= 0:
+            return f"{request.nbytes_per_page} B at offset {request.src_offset} do not fit a {page_bytes} B page"
+        if pages == 0:
+            return "the request names no destination page"
+        return ""
+
+    def _on_ack(self, peer: DecodePeer, ack: Ack, now: float) -> None:
+        for room, nbytes in ack.landed:
+            peer.inflight = max(0, peer.inflight - nbytes)
+            record = self.rooms.get(room)
+            plan = record.plans.get(peer.identity) if record else None
+            if record is not None and plan is not None and not record.state.is_terminal:
+                plan.acked_bytes += nbytes
+                record.bytes_done += nbytes
+                record.progress_at = now
+                self._succeed_if_acked(record, now)
+
+    def _succeed_if_acked(self, record: SenderRoom, now: float) -> None:
+        if all(p.acked_bytes >= p.total_bytes and p.status_sent for p in record.plans.values()):
+            if record.move(KVPoll.Success, now):
+                self._ctx.counters.add("rooms_succeeded")
+
+    def _on_abort(self, peer: DecodePeer, abort: Abort, now: float) -> None:
+        self._ctx.counters.add("aborts_received")
+        self._reply(peer.identity, AbortAck(abort.room, self._ctx.info.rank))
+        if abort.room in self._ctx.cleared:
+            self._ctx.counters.add("late_failures")
+            return
+        record = self.rooms.get(abort.room)
+        if record is None:
+            record = self.rooms[abort.room] = SenderRoom(abort.room, now)
+        self._fail(record, reasons.aborted_by_peer(peer.info.label), now, origin=abort.origin)
+
+    # --- sending --------------------------------------------------------------------
+
+    def _start_if_ready(self, record: SenderRoom, now: float) -> None:
+        if record.src_pages is None or not record.all_requests_in or record.state is not KVPoll.WaitingForInput:
+            return
+        chunk_bytes = self._ctx.config.chunk_bytes
+        for identity, plan in record.plans.items():
+            if len(plan.dst_pages) != len(record.src_pages):
+                detail = f"{len(record.src_pages)} source pages, {len(plan.dst_pages)} destination pages"
+                self._fail(record, reasons.layout_mismatch(record.room, detail), now)
+                return
+            per_chunk = max(1, chunk_bytes // plan.request.nbytes_per_page)
+            count = len(record.src_pages)
+            breaks = run_breaks(record.src_pages, plan.dst_pages)
+            plan.chunks = [
+                (start, size, split_runs(breaks, start, size))
+                for start in range(0, count, per_chunk)
+                if (size := min(per_chunk, count - start))
+            ]
+            plan.total_bytes = count * plan.request.nbytes_per_page
+            record.bytes_total += plan.total_bytes
+            peer = self._peers[identity]
+            fault = self._ctx.faults.pick(record.room, peer.info.label)
+            shown = plan.chunks if fault is not FaultKind.STALL else plan.chunks[: max(1, len(plan.chunks) // 2)]
+            if fault is FaultKind.STALL:
+                self._ctx.counters.add("fault_stall")
+            peer.queue.extend((record.room, index) for index in range(len(shown)))
+        record.move(KVPoll.Transferring, now)
+
+    def _pump_peer(self, peer: DecodePeer, now: float) -> float | None:
+        while peer.queue:
+            if peer.not_before > now:
+                return peer.not_before
+            room, index = peer.queue[0]
+            record = self.rooms.get(room)
+            plan = record.plans.get(peer.identity) if record else None
+            if record is None or plan is None or record.state.is_terminal:
+                peer.queue.popleft()
+                continue
+            nbytes = plan.chunks[index][1] * plan.request.nbytes_per_page
+            if peer.inflight and peer.inflight + nbytes > peer.window_bytes:
+                return None
+            fault = self._ctx.faults.pick(room, peer.info.label)
+            if fault is FaultKind.DELAY and peer.not_before == 0.0:
+                peer.not_before = now + self._ctx.faults.delay_s
+                self._ctx.counters.add("fault_delay")
+                continue
+            peer.not_before = 0.0
+            middle = index == len(plan.chunks) // 2
+            if middle:
+                self._ctx.inject_die(fault)
+            if fault is FaultKind.DROP and middle:
+                self._ctx.counters.add("fault_drop")
+            elif not self._send_chunk(peer, record, plan, index, corrupt=middle and fault is FaultKind.CORRUPT):
+                return None
+            peer.queue.popleft()
+            plan.sent = index + 1
+            if plan.sent == len(plan.chunks):
+                self._send_status(peer, record, plan)
+                self._succeed_if_acked(record, now)
+        return None
+
+    def _send_chunk(self, peer: DecodePeer, record: SenderRoom, plan: LinkPlan, index: int, corrupt: bool) -> bool:
+        """Put one chunk on the wire; False when the link is full (retry later)."""
+        assert record.src_pages is not None
+        start, count, runs = plan.chunks[index]
+        src = record.src_pages[start : start + count]
+        request = plan.request
+        frames: list[memoryview] = []
+        hasher = xxhash.xxh3_64()
+        offset = 0
+        whole_rows = request.src_offset == 0 and request.nbytes_per_page == self._ctx.pool.page_bytes
+        for run in runs:
+            first = int(src[offset])
+            if whole_rows:
+                payload = self._ctx.pool.data[first : first + run].reshape(-1)
+            else:
+                rows = self._ctx.pool.data[first : first + run, request.src_offset : request.src_offset + request.nbytes_per_page]
+                payload = np.ascontiguousarray(rows).reshape(-1)
+            hasher.update(payload)
+            frames.append(memoryview(payload))
+            offset += run
+        if corrupt:
+            self._ctx.counters.add("fault_corrupt")
+            damaged = np.array(frames[0], dtype=np.uint8)
+            damaged[len(damaged) // 2] ^= 0xFF
+            frames[0] = memoryview(damaged)
+        nbytes = count * request.nbytes_per_page
+        header = Chunk(record.room, index, index == len(plan.chunks) - 1, start, runs, nbytes, hasher.intdigest())
+        try:
+            self._socket.send_multipart([peer.identity, encode(header), *frames], flags=zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return False
+        except zmq.ZMQError as error:
+            if error.errno != zmq.EHOSTUNREACH:
+                raise
+            self._ctx.counters.add("send_failures")
+            self._fail(record, reasons.send_failed(record.room, peer.info.label), time.monotonic())
+            self._lose_peer(peer, reasons.decode_peer_dead(peer.info.label), time.monotonic())
+            return False
+        peer.inflight += nbytes
+        self._ctx.counters.add("chunks_sent")
+        self._ctx.counters.add("bytes_sent", nbytes)
+        return True
+
+    def _send_status(self, peer: DecodePeer, record: SenderRoom, plan: LinkPlan | None = None) -> None:
+        failure = record.failure
+        if plan is not None:
+            plan.status_sent = True
+        if failure is None:
+            status = Status(record.room, int(KVPoll.Success), self._ctx.info.rank)
+        else:
+            status = Status(
+                record.room,
+                int(KVPoll.Failed),
+                self._ctx.info.rank,
+                failure.failure_reason,
+                str(record.reason_class),
+                failure.origin or self._ctx.info.label,
+            )
+        self._reply(peer.identity, status)
+
+    def _reply(self, identity: bytes, message: Status | Welcome | Heartbeat | AbortAck) -> None:
+        try:
+            self._socket.send_multipart([identity, encode(message)], flags=zmq.NOBLOCK)
+        except zmq.ZMQError:
+            self._ctx.counters.add("send_failures")
+
+    # --- failures -------------------------------------------------------------------
+
+    def _fail(self, record: SenderRoom, reason: reasons.Reason, now: float, origin: str = "") -> None:
+        origin = origin or self._ctx.info.label
+        if record.fail(reason, now, origin, is_from_another_rank=False):
+            self._ctx.counters.add("rooms_failed")
+            for identity in record.plans:
+                peer = self._peers.get(identity)
+                if peer is not None and not peer.lost and origin == self._ctx.info.label:
+                    self._send_status(peer, record)
+
+    def _lose_peer(self, peer: DecodePeer, reason: reasons.Reason, now: float) -> None:
+        """Fail, once, every unfinished room that waits on `peer`."""
+        if peer.lost:
+            return
+        peer.lost = True
+        peer.queue.clear()
+        peer.inflight = 0
+        self._ctx.counters.add("peers_lost")
+        for record in self.rooms.values():
+            if peer.identity in record.plans:
+                self._fail(record, reason, now)

@@ -1,0 +1,103 @@
+"""Per-room records kept by a rank's engine, one per bootstrap room."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from transport.errors import KVTransferError, ReasonClass
+from transport.kvpoll import KVPoll, advance
+from transport.mapping import Pairing
+from transport.pool import PageIndices
+from transport.reasons import Reason
+from transport.wire import TransferRequest
+
+
+@dataclass(eq=False)
+class RoomRecord:
+    """State, timings and failure of one room on one rank.
+
+    Written only by the engine thread; `state` is assigned last so a reader on
+    another thread that sees Failed also sees `failure`.
+    """
+
+    room: int
+    created_at: float
+    state: KVPoll = KVPoll.Bootstrapping
+    entered_at: float = 0.0
+    progress_at: float = 0.0
+    finished_at: float = 0.0
+    failure: KVTransferError | None = None
+    reason_class: ReasonClass | None = None
+    bytes_total: int = 0
+    bytes_done: int = 0
+
+    def __post_init__(self) -> None:
+        self.entered_at = self.progress_at = self.created_at
+
+    def move(self, proposed: KVPoll, now: float) -> bool:
+        """Offer a state; returns True when the room changed state."""
+        new = advance(self.state, proposed)
+        if new is self.state:
+            return False
+        self.entered_at = self.progress_at = now
+        if new.is_terminal:
+            self.finished_at = now
+        self.state = new
+        return True
+
+    def fail(self, reason: Reason, now: float, origin: str, is_from_another_rank: bool = False) -> bool:
+        """Fail the room unless it already ended; returns True when this call failed it."""
+        if self.state.is_terminal:
+            return False
+        text, reason_class = reason
+        self.failure = KVTransferError(self.room, text, is_from_another_rank=is_from_another_rank, origin=origin)
+        self.reason_class = reason_class
+        return self.move(KVPoll.Failed, now)
+
+
+@dataclass(eq=False)
+class LinkPlan:
+    """What a prefill room sends over one link: its request and chunk progress."""
+
+    request: TransferRequest
+    dst_pages: PageIndices
+    chunks: list[tuple[int, int, list[int]]] = field(default_factory=list)
+    """(first position, page count, run lengths) of each chunk, in positions of the room's page list."""
+    sent: int = 0
+    acked_bytes: int = 0
+    total_bytes: int = 0
+    status_sent: bool = False
+
+
+@dataclass(eq=False)
+class SenderRoom(RoomRecord):
+    """A prefill rank's room: the source pages and one plan per requesting decode rank."""
+
+    has_sender: bool = False
+    src_pages: PageIndices | None = None
+    requests_expected: int = 1
+    plans: dict[bytes, LinkPlan] = field(default_factory=dict)
+
+    @property
+    def all_requests_in(self) -> bool:
+        return len(self.plans) >= self.requests_expected
+
+
+@dataclass(eq=False)
+class ReceiverRoom(RoomRecord):
+    """A decode rank's room: where its pages land and which prefill ranks send them."""
+
+    prefill_instance: str = ""
+    dst_pages: PageIndices | None = None
+    dst_breaks: list[int] = field(default_factory=list)
+    """Positions where `dst_pages` stops being consecutive (see `pool.run_breaks`)."""
+    pairings: list[Pairing] = field(default_factory=list)
+    requests_sent: bool = False
+    statuses_ok: set[int] = field(default_factory=set)
+    abort_acks: set[int] = field(default_factory=set)
+
+    @property
+    def complete(self) -> bool:
+        """All bytes landed and every expected prefill rank reported Success."""
+        expected = self.pairings[0].responses_expected if self.pairings else 1
+        return self.bytes_total > 0 and self.bytes_done >= self.bytes_total and len(self.statuses_ok) >= expected

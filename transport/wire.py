@@ -1,0 +1,266 @@
+"""The wire format of every transport socket, documented once.
+
+Every control frame is one byte of wire version followed by a msgpack array
+whose first element is the message tag (msgspec tagged Structs, never pickle).
+Bulk KV bytes travel as raw frames after a `Chunk` header.
+
+Sockets and their frames (ROUTER sockets see the peer's routing id first)::
+
+    bootstrap  ROUTER (bound by the bootstrap service) <- DEALER (every agent, kvtop)
+        request   [Register | Resolve | ListAgents]
+        reply     [Registered | Route | AgentList | Refusal]
+
+    data link  ROUTER (bound by each prefill rank) <- DEALER (each decode rank, one per prefill rank)
+        decode -> prefill  [Hello | Heartbeat | TransferRequest | Ack | Abort]
+        prefill -> decode  [Welcome | Heartbeat | Status | AbortAck]
+                           [Chunk, payload_0, ..., payload_n-1]
+            payload_i holds `Chunk.frame_pages[i]` consecutive pages of the
+            room's page list (from `Chunk.page_start` on), `nbytes_per_page`
+            bytes of each page; `Chunk.checksum` is xxh3-64 over all payloads.
+
+    control    ROUTER (bound by each agent) <- DEALER (router, tests, kvtop)
+        request   [Submit | GetStats | Digest]
+        reply     [Submitted | RoomResult | Stats | DigestReply | Refusal]
+
+Flow control: a decode rank grants each prefill link `Hello.window_bytes`;
+every `Ack` returns the bytes of the chunks landed since the previous one
+(decode acks once per batch of received messages, so acks never outnumber chunks). Prefill never has more than
+the window unacknowledged on a link, whatever ZeroMQ's message HWM allows.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Generic, TypeVar
+
+import msgspec
+
+from transport.errors import FrameRejected
+
+WIRE_VERSION: Final = 1
+MAX_CONTROL_FRAME: Final = 4 << 20
+"""The largest control frame accepted (a request listing ~1M pages fits)."""
+
+_VERSION_PREFIX: Final = bytes([WIRE_VERSION])
+
+
+class AgentInfo(msgspec.Struct, frozen=True, array_like=True):
+    """Who an agent is and where to reach it."""
+
+    role: str
+    instance: str
+    rank: int
+    tp: int
+    page_bytes: int
+    data_endpoint: str
+    control_endpoint: str
+    pid: int
+    host: str
+    incarnation: int
+
+    @property
+    def label(self) -> str:
+        """The rank's short name, e.g. `prefill-0/TP1` (also the origin label)."""
+        return f"{self.instance}/TP{self.rank}"
+
+
+# --- bootstrap -------------------------------------------------------------------------
+
+
+class Register(msgspec.Struct, tag="register", array_like=True):
+    req_id: int
+    agent: AgentInfo
+
+
+class Registered(msgspec.Struct, tag="registered", array_like=True):
+    req_id: int
+
+
+class Resolve(msgspec.Struct, tag="resolve", array_like=True):
+    req_id: int
+    instance: str
+
+
+class Route(msgspec.Struct, tag="route", array_like=True):
+    """Every registered rank of one instance (complete when `len(ranks) == tp`)."""
+
+    req_id: int
+    instance: str
+    ranks: list[AgentInfo]
+
+
+class ListAgents(msgspec.Struct, tag="list", array_like=True):
+    req_id: int
+
+
+class AgentList(msgspec.Struct, tag="agents", array_like=True):
+    req_id: int
+    agents: list[AgentInfo]
+
+
+class Refusal(msgspec.Struct, tag="refusal", array_like=True):
+    """A request the receiver understood but cannot serve."""
+
+    req_id: int
+    message: str
+
+
+BootstrapRequest = Register | Resolve | ListAgents
+BootstrapReply = Registered | Route | AgentList | Refusal
+
+# --- data link -------------------------------------------------------------------------
+
+
+class Hello(msgspec.Struct, tag="hello", array_like=True):
+    agent: AgentInfo
+    window_bytes: int
+
+
+class Welcome(msgspec.Struct, tag="welcome", array_like=True):
+    agent: AgentInfo
+
+
+class Heartbeat(msgspec.Struct, tag="hb", array_like=True):
+    sent_at: float
+
+
+class TransferRequest(msgspec.Struct, tag="xfer", array_like=True):
+    """Decode asks a prefill rank for a room's KV: where to put it and how much of each page."""
+
+    room: int
+    decode_rank: int
+    dst_pages: bytes
+    """Destination page indices, little-endian uint32."""
+    src_offset: int
+    dst_offset: int
+    nbytes_per_page: int
+    requests_expected: int
+
+
+class Chunk(msgspec.Struct, tag="chunk", array_like=True):
+    room: int
+    index: int
+    last: bool
+    page_start: int
+    frame_pages: list[int]
+    nbytes: int
+    checksum: int
+
+
+class Ack(msgspec.Struct, tag="ack", array_like=True):
+    """Bytes landed since the last ack, per room: `[(room, nbytes), ...]`."""
+
+    landed: list[tuple[int, int]]
+
+
+class Status(msgspec.Struct, tag="status", array_like=True):
+    """A prefill rank's verdict on a room; failures carry their origin."""
+
+    room: int
+    state: int
+    rank: int
+    reason: str = ""
+    reason_class: str = ""
+    origin: str = ""
+
+
+class Abort(msgspec.Struct, tag="abort", array_like=True):
+    """Decode gives up on a room; prefill fails it as an echo of `origin`."""
+
+    room: int
+    reason: str
+    reason_class: str
+    origin: str
+
+
+class AbortAck(msgspec.Struct, tag="abort_ack", array_like=True):
+    room: int
+    rank: int
+
+
+LinkMessage = Hello | Welcome | Heartbeat | TransferRequest | Chunk | Ack | Status | Abort | AbortAck
+
+# --- agent control -----------------------------------------------------------------------
+
+
+class Submit(msgspec.Struct, tag="submit", array_like=True):
+    """Start a room on this rank: prefill computes and sends, decode receives from `prefill_instance`."""
+
+    req_id: int
+    room: int
+    num_pages: int
+    prefill_instance: str = ""
+
+
+class Submitted(msgspec.Struct, tag="submitted", array_like=True):
+    req_id: int
+    room: int
+
+
+class RoomResult(msgspec.Struct, tag="result", array_like=True):
+    """Sent once per submitted room, when it reaches Success or Failed."""
+
+    req_id: int
+    room: int
+    state: int
+    nbytes: int
+    seconds: float
+    reason: str = ""
+    reason_class: str = ""
+    origin: str = ""
+    is_from_another_rank: bool = False
+
+
+class GetStats(msgspec.Struct, tag="get_stats", array_like=True):
+    req_id: int
+
+
+class Stats(msgspec.Struct, tag="stats", array_like=True):
+    req_id: int
+    counters: dict[str, int]
+
+
+class Digest(msgspec.Struct, tag="digest", array_like=True):
+    """Ask for the xxh3-64 of a finished room's pages (prefill: source; decode: landed)."""
+
+    req_id: int
+    room: int
+
+
+class DigestReply(msgspec.Struct, tag="digest_reply", array_like=True):
+    req_id: int
+    room: int
+    digest: int
+
+
+ControlRequest = Submit | GetStats | Digest
+ControlReply = Submitted | RoomResult | Stats | DigestReply | Refusal
+
+_ENCODER = msgspec.msgpack.Encoder()
+T = TypeVar("T")
+
+
+def encode(message: msgspec.Struct) -> bytes:
+    """One control frame: the version byte, then the msgpack body."""
+    return _VERSION_PREFIX + _ENCODER.encode(message)
+
+
+class FrameDecoder(Generic[T]):
+    """Decodes control frames of one socket's message union, raising `FrameRejected`."""
+
+    def __init__(self, union: object) -> None:
+        self._decoder = msgspec.msgpack.Decoder(union)
+
+    def decode(self, frame: bytes | memoryview) -> T:
+        """The message in `frame`, or `FrameRejected` with the counter key."""
+        size = len(frame)
+        if size > MAX_CONTROL_FRAME:
+            raise FrameRejected("oversize", f"control frame of {size} bytes exceeds {MAX_CONTROL_FRAME}")
+        if size == 0:
+            raise FrameRejected("malformed", "empty frame")
+        version = frame[0]
+        if version != WIRE_VERSION:
+            raise FrameRejected("unknown_version", f"wire version {version}, this build speaks {WIRE_VERSION}")
+        try:
+            return self._decoder.decode(memoryview(frame)[1:])
+        except msgspec.DecodeError as exc:
+            raise FrameRejected("malformed", str(exc)) from exc

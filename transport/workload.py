@@ -1,0 +1,160 @@
+"""The built-in load driver: a router that draws rooms and drives real transfers.
+
+Like a PD router, it draws a random 63-bit bootstrap room per request, a prompt
+length (so a KV size) from a log-normal distribution, a prefill and a decode
+instance, and submits the room to every rank of both instances. A room ends
+when every rank reported a result; its outcome is the decode side's.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import zmq
+
+from transport.bootstrap import BootstrapClient
+from transport.config import Role
+from transport.control import ControlClient
+from transport.kvpoll import KVPoll
+from transport.wire import AgentInfo, RoomResult
+
+_ROOM_BITS = 63
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSpec:
+    """Request rate, KV sizes and concurrency."""
+
+    rate: float = 20.0
+    """Rooms started per second."""
+    median_pages: int = 32
+    sigma: float = 0.8
+    """Spread of the log-normal page count."""
+    max_pages: int = 512
+    max_inflight: int = 64
+    result_timeout_s: float = 30.0
+    """A room without every rank's result after this long counts as lost."""
+    seed: int | None = None
+
+
+@dataclass
+class WorkloadStats:
+    """What the router saw, cumulative."""
+
+    started: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    refused: int = 0
+    lost: int = 0
+    bytes_moved: int = 0
+    failures_by_class: Counter[str] = field(default_factory=Counter)
+    latencies_s: list[float] = field(default_factory=list)
+
+    @property
+    def inflight(self) -> int:
+        return self.started - self.succeeded - self.failed - self.lost
+
+
+@dataclass(eq=False)
+class _Pending:
+    room: int
+    started: float
+    waiting_for: set[str]
+    results: list[tuple[AgentInfo, RoomResult]] = field(default_factory=list)
+
+
+class Router:
+    """Submits rooms to agents found through the bootstrap service; call `step()` in a loop."""
+
+    def __init__(self, bootstrap: str, spec: WorkloadSpec | None = None) -> None:
+        self.spec = spec or WorkloadSpec()
+        self.stats = WorkloadStats()
+        self._rng = random.Random(self.spec.seed)
+        self._zmq = zmq.Context()
+        with BootstrapClient(bootstrap, context=self._zmq) as client:
+            agents = client.list_agents()
+        self._instances: dict[Role, dict[str, list[AgentInfo]]] = {Role.PREFILL: {}, Role.DECODE: {}}
+        for agent in sorted(agents, key=lambda a: (a.instance, a.rank)):
+            self._instances[Role(agent.role)].setdefault(agent.instance, []).append(agent)
+        if not self._instances[Role.PREFILL] or not self._instances[Role.DECODE]:
+            raise ValueError(f"bootstrap {bootstrap} lists no complete prefill/decode pair ({len(agents)} agents)")
+        self._clients = {a.label: (a, ControlClient(a.control_endpoint, self._zmq)) for a in agents}
+        self._pending: dict[int, _Pending] = {}
+        self._next_start = time.monotonic()
+
+    def close(self) -> None:
+        for _, client in self._clients.values():
+            client.close()
+        self._zmq.term()
+
+    def step(self, now: float | None = None) -> None:
+        """Start the rooms that are due, collect results; never blocks for long."""
+        now = time.monotonic() if now is None else now
+        while self._next_start <= now and len(self._pending) < self.spec.max_inflight:
+            self._start_room(now)
+            self._next_start += self._rng.expovariate(self.spec.rate)
+        self._next_start = max(self._next_start, now - 1.0)
+        for agent, client in self._clients.values():
+            for result in client.results():
+                self._on_result(agent, result)
+            if client.refusals:
+                self.stats.refused += len(client.refusals)
+                client.refusals.clear()
+        self._expire(now)
+
+    def run_for(self, seconds: float) -> WorkloadStats:
+        """Drive load for `seconds`, then wait for rooms in flight (bounded)."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.step()
+            time.sleep(0.002)
+        return self.stats
+
+    def _draw_pages(self) -> int:
+        pages = self._rng.lognormvariate(math.log(self.spec.median_pages), self.spec.sigma)
+        return max(1, min(self.spec.max_pages, round(pages)))
+
+    def _start_room(self, now: float) -> None:
+        room = self._rng.getrandbits(_ROOM_BITS)
+        prefill = self._rng.choice(list(self._instances[Role.PREFILL]))
+        decode = self._rng.choice(list(self._instances[Role.DECODE]))
+        pages = self._draw_pages()
+        ranks = self._instances[Role.PREFILL][prefill] + self._instances[Role.DECODE][decode]
+        self._pending[room] = _Pending(room, now, {a.label for a in ranks})
+        self.stats.started += 1
+        for agent in ranks:
+            _, client = self._clients[agent.label]
+            client.submit_nowait(room, pages, prefill if agent.role == Role.DECODE else "")
+
+    def _on_result(self, agent: AgentInfo, result: RoomResult) -> None:
+        pending = self._pending.get(result.room)
+        if pending is None:
+            return
+        pending.results.append((agent, result))
+        pending.waiting_for.discard(agent.label)
+        if pending.waiting_for:
+            return
+        del self._pending[result.room]
+        decode_results = [r for a, r in pending.results if a.role == Role.DECODE]
+        if all(r.state == KVPoll.Success for r in decode_results):
+            self.stats.succeeded += 1
+            self.stats.bytes_moved += sum(r.nbytes for r in decode_results)
+            self.stats.latencies_s.append(max(r.seconds for r in decode_results))
+            del self.stats.latencies_s[:-10_000]
+            return
+        self.stats.failed += 1
+        origins = [r for a, r in pending.results if r.state == KVPoll.Failed and r.origin == a.label]
+        failed = [r for r in decode_results if r.state == KVPoll.Failed]
+        for origin in origins or failed[:1]:
+            self.stats.failures_by_class[origin.reason_class or "other"] += 1
+
+    def _expire(self, now: float) -> None:
+        """Rooms some rank never reported (it died, or refused the submit) end as lost."""
+        for room, pending in list(self._pending.items()):
+            if now - pending.started > self.spec.result_timeout_s:
+                del self._pending[room]
+                self.stats.lost += 1
