@@ -24,7 +24,6 @@ from transport.counters import Counters, rejection_names
 from transport.engine import KVManager, KVReceiver, KVSender
 from transport.errors import FrameRejected
 from transport.faults import FaultInjector, FaultSpec
-from transport.kvpoll import KVPoll
 from transport.logs import setup_agent_logging
 from transport.pool import KVPool, PageIndices, PoolExhausted
 from transport.sockets import bind

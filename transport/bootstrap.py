@@ -40,12 +40,14 @@ _R = TypeVar("_R", Registered, Route, AgentList)
 class BootstrapServer:
     """A ROUTER socket served by one thread until `close()`."""
 
-    def __init__(self, endpoint: str = "", host: str = "127.0.0.1", context: zmq.Context[zmq.Socket[bytes]] | None = None) -> None:
+    def __init__(
+        self, endpoint: str = "", host: str = "127.0.0.1", context: zmq.Context[zmq.Socket[bytes]] | None = None
+    ) -> None:
         self._context = context or zmq.Context.instance()
         self._socket: zmq.Socket[bytes] = self._context.socket(zmq.ROUTER)
         self._socket.linger = 0
         self.endpoint = bind(self._socket, endpoint, host)
-        self.counters = Counters(("requests",) + rejection_names())
+        self.counters = Counters(("requests", *rejection_names()))
         self._agents: dict[tuple[str, int], AgentInfo] = {}
         self._decoder: FrameDecoder[BootstrapRequest] = FrameDecoder(BootstrapRequest)
         self._stop = threading.Event()
@@ -102,7 +104,9 @@ class BootstrapServer:
 class BootstrapClient:
     """Blocking request/reply to a bootstrap service, with a deadline per call."""
 
-    def __init__(self, endpoint: str, timeout_s: float = 5.0, context: zmq.Context[zmq.Socket[bytes]] | None = None) -> None:
+    def __init__(
+        self, endpoint: str, timeout_s: float = 5.0, context: zmq.Context[zmq.Socket[bytes]] | None = None
+    ) -> None:
         self.endpoint = endpoint
         self.timeout_s = timeout_s
         self._socket: zmq.Socket[bytes] = (context or zmq.Context.instance()).socket(zmq.DEALER)

@@ -78,7 +78,10 @@ class LocalCluster:
     def start(self, ready_timeout_s: float = 30.0) -> LocalCluster:
         """Start every agent and wait until all registered."""
         self.bootstrap.start()
-        for role, count, tp in ((Role.PREFILL, self.spec.prefill, self.spec.prefill_tp), (Role.DECODE, self.spec.decode, self.spec.decode_tp)):
+        for role, count, tp in (
+            (Role.PREFILL, self.spec.prefill, self.spec.prefill_tp),
+            (Role.DECODE, self.spec.decode, self.spec.decode_tp),
+        ):
             for index in range(count):
                 for rank in range(tp):
                     self.processes.append(self._spawn(self._options(role, f"{role.value}-{index}", rank, tp)))
@@ -136,7 +139,9 @@ class LocalCluster:
             if dead or time.monotonic() > deadline:
                 missing = sorted({p.label for p in self.processes} - {p.label for p in running})
                 self.stop()
-                raise TransportError(f"agents did not come up: {', '.join(missing)} (exited: {', '.join(dead) or 'none'})")
+                raise TransportError(
+                    f"agents did not come up: {', '.join(missing)} (exited: {', '.join(dead) or 'none'})"
+                )
             time.sleep(0.05)
 
     def process(self, label: str) -> AgentProcess:

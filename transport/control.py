@@ -124,4 +124,3 @@ class ControlClient:
         finally:
             self._waiting.discard(req_id)
         raise ControlError(f"{self.endpoint} did not answer within {timeout_s:.1f}s")
-

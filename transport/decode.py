@@ -18,7 +18,6 @@ import zmq
 
 from transport import reasons
 from transport.errors import ConfigError, FrameRejected
-from transport.faults import FaultKind
 from transport.kvpoll import KVPoll
 from transport.mapping import pairings_for_decode_rank
 from transport.pool import PageIndices, run_breaks, split_runs
@@ -195,7 +194,9 @@ class DecodeSide:
             return False
         info = self._ctx.info
         try:
-            record.pairings = pairings_for_decode_rank(info.rank, info.tp, info.page_bytes, ranks[0].tp, ranks[0].page_bytes)
+            record.pairings = pairings_for_decode_rank(
+                info.rank, info.tp, info.page_bytes, ranks[0].tp, ranks[0].page_bytes
+            )
         except ConfigError as error:
             self._fail(record, reasons.layout_mismatch(record.room, str(error)), now)
             return False
@@ -295,7 +296,9 @@ class DecodeSide:
             record.statuses_ok.add(status.rank)
             self._finish_if_complete(record, now)
         elif status.state == KVPoll.Failed:
-            self._fail(record, reasons.prefill_failed(), now, origin=status.origin or link.info.label, tell_prefill=False)
+            self._fail(
+                record, reasons.prefill_failed(), now, origin=status.origin or link.info.label, tell_prefill=False
+            )
 
     def _land(self, link: PrefillLink, chunk: Chunk, now: float) -> None:
         """Receive a chunk's payload frames into the room's pages and verify them."""
@@ -330,17 +333,19 @@ class DecodeSide:
             first = int(pages[0])
             if whole_rows and len(split_runs(record.dst_breaks, position, count)) == 1:
                 target = pool.data[first : first + count].reshape(-1)
-                received = sock.recv_into(target)
+                received = sock.recv_into(target.data)
             else:
                 target = np.empty(count * width, dtype=np.uint8)
-                received = sock.recv_into(target)
+                received = sock.recv_into(target.data)
                 pool.data[pages, pairing.dst_offset : pairing.dst_offset + width] = target.reshape(count, width)
             if received != target.nbytes:
                 drain_message(sock)
                 self._ctx.counters.reject("oversize" if received > target.nbytes else "truncated")
-                self._fail(record, reasons.layout_mismatch(record.room, f"frame of {received} B for {target.nbytes} B"), now)
+                self._fail(
+                    record, reasons.layout_mismatch(record.room, f"frame of {received} B for {target.nbytes} B"), now
+                )
                 return
-            hasher.update(target)
+            hasher.update(target.data)
             position += count
         if drain_message(sock):
             self._ctx.counters.reject("unexpected")
@@ -351,7 +356,9 @@ class DecodeSide:
         actual = hasher.intdigest()
         if actual != chunk.checksum:
             self._ctx.counters.add("checksum_failures")
-            self._fail(record, reasons.checksum_mismatch(record.room, chunk.index, link.info.rank, chunk.checksum, actual), now)
+            self._fail(
+                record, reasons.checksum_mismatch(record.room, chunk.index, link.info.rank, chunk.checksum, actual), now
+            )
             return
         self._ctx.counters.add("chunks_landed")
         self._ctx.counters.add("bytes_landed", chunk.nbytes)
@@ -371,7 +378,9 @@ class DecodeSide:
 
     # --- failures -------------------------------------------------------------------
 
-    def _fail(self, record: ReceiverRoom, reason: reasons.Reason, now: float, origin: str = "", tell_prefill: bool = True) -> None:
+    def _fail(
+        self, record: ReceiverRoom, reason: reasons.Reason, now: float, origin: str = "", tell_prefill: bool = True
+    ) -> None:
         """Fail a room; as its origin, tell its prefill ranks with ABORT (carrying the origin)."""
         origin = origin or self._ctx.info.label
         if not record.fail(reason, now, origin):

@@ -8,6 +8,7 @@ engine writes it, and a state read is one attribute load.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -88,32 +89,41 @@ class _Handle:
 class KVSender(_Handle):
     """A prefill rank's handle on one room: hand over the pages, then poll."""
 
+    def __init__(self, manager: KVManager, record: SenderRoom, side: PrefillSide) -> None:
+        super().__init__(manager, record)
+        self._side = side
+
     def send(self, pages: npt.ArrayLike) -> None:
         """The room's KV is ready in `pages` of this rank's pool: send it once decode asked."""
         indices = np.asarray(pages, dtype=np.uint32)
         record = self._record
-        self._manager._call_soon(lambda: self._manager._prefill.send(record, indices, time.monotonic()))  # type: ignore[arg-type]
+        assert isinstance(record, SenderRoom)
+        self._manager._call_soon(lambda: self._side.send(record, indices, time.monotonic()))
 
 
 class KVReceiver(_Handle):
     """A decode rank's handle on one room: give the destination pages, then poll."""
 
+    def __init__(self, manager: KVManager, record: ReceiverRoom, side: DecodeSide) -> None:
+        super().__init__(manager, record)
+        self._receiver_record = record
+        self._side = side
+
     def init(self, pages: npt.ArrayLike) -> None:
         """Ask the room's prefill ranks to send its KV into `pages` of this rank's pool."""
         indices = np.asarray(pages, dtype=np.uint32)
-        record = self._record
-        self._manager._call_soon(lambda: self._manager._decode.init(record, indices, time.monotonic()))  # type: ignore[arg-type]
+        record = self._receiver_record
+        self._manager._call_soon(lambda: self._side.init(record, indices, time.monotonic()))
 
     def abort(self) -> None:
         """Give up on the room; its prefill ranks are told (and acknowledge)."""
-        record = self._record
-        self._manager._call_soon(lambda: self._manager._decode.abort(record, time.monotonic()))  # type: ignore[arg-type]
+        record = self._receiver_record
+        self._manager._call_soon(lambda: self._side.abort(record, time.monotonic()))
 
     @property
     def abort_acknowledged(self) -> bool:
         """True once every prefill rank of the room acknowledged our ABORT."""
-        record = self._record
-        assert isinstance(record, ReceiverRoom)
+        record = self._receiver_record
         return bool(record.pairings) and len(record.abort_acks) >= len(record.pairings)
 
 
@@ -147,7 +157,18 @@ class KVManager:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"kv-engine-{instance}-{rank}", daemon=True)
         self.pool = pool
-        placeholder = AgentInfo(role, instance, rank, tp, pool.page_bytes, "", control_endpoint, os.getpid(), socket.gethostname(), int.from_bytes(os.urandom(6), "little"))
+        placeholder = AgentInfo(
+            role,
+            instance,
+            rank,
+            tp,
+            pool.page_bytes,
+            "",
+            control_endpoint,
+            os.getpid(),
+            socket.gethostname(),
+            int.from_bytes(os.urandom(6), "little"),
+        )
         self._ctx = SideContext(placeholder, pool, self.config, faults or FaultInjector(), self._counters, self._zmq)
         self._prefill: PrefillSide | None = None
         self._decode: DecodeSide | None = None
@@ -212,14 +233,14 @@ class KVManager:
         self._call_soon(attach)
         if not done.wait(5.0):
             raise TransportError("the engine thread did not answer within 5 s")
-        return KVSender(self, holder["record"])
+        return KVSender(self, holder["record"], prefill)
 
     def receiver(self, room: int, prefill_instance: str) -> KVReceiver:
         """Start receiving `room` from the ranks of `prefill_instance` on this decode rank."""
         decode = self._require(self._decode, "receiver")
         record = ReceiverRoom(room, time.monotonic(), prefill_instance=prefill_instance)
         self._call_soon(lambda: decode.add_receiver(record, time.monotonic()))
-        return KVReceiver(self, record)
+        return KVReceiver(self, record, decode)
 
     def _require(self, side: _S | None, what: str) -> _S:
         if side is None:
@@ -231,10 +252,8 @@ class KVManager:
         self._wake()
 
     def _wake(self) -> None:
-        try:
+        with contextlib.suppress(OSError):  # a full pipe already wakes the loop
             os.write(self._wake_write, b"\0")
-        except (BlockingIOError, OSError):
-            pass
 
     def _run(self) -> None:
         poller = zmq.Poller()

@@ -82,11 +82,7 @@ class FaultInjector:
             if len(self._decided) > 100_000:
                 self._decided.clear()
             self._decided[key] = next(
-                (
-                    spec.kind
-                    for spec in self.specs
-                    if peer.startswith(spec.peer) and self._rng.random() < spec.rate
-                ),
+                (spec.kind for spec in self.specs if peer.startswith(spec.peer) and self._rng.random() < spec.rate),
                 None,
             )
         return self._decided[key]

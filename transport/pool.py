@@ -8,6 +8,7 @@ consecutive pages is one contiguous buffer that goes on the wire zero-copy.
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -67,7 +68,7 @@ class KVPool:
         width = self.page_bytes - offset if nbytes is None else nbytes
         hasher = xxhash.xxh3_64()
         for page in pages:
-            hasher.update(self.data[int(page), offset : offset + width])
+            hasher.update(self.data[int(page), offset : offset + width].data)
         return hasher.intdigest()
 
     def fill_pattern(self, pages: PageIndices, seed: int) -> None:
@@ -91,4 +92,4 @@ def split_runs(breaks: list[int], start: int, count: int) -> list[int]:
     end = start + count
     inner = breaks[bisect.bisect_right(breaks, start) : bisect.bisect_left(breaks, end)]
     edges = [start, *inner, end]
-    return [b - a for a, b in zip(edges, edges[1:], strict=False)]
+    return [b - a for a, b in itertools.pairwise(edges)]

@@ -16,12 +16,12 @@ import xxhash
 import zmq
 
 from transport import reasons
+from transport.errors import FrameRejected
 from transport.faults import FaultKind
 from transport.kvpoll import KVPoll
 from transport.pool import run_breaks, split_runs
 from transport.rooms import LinkPlan, SenderRoom
 from transport.side import SideContext, sweep_finished
-from transport.errors import FrameRejected
 from transport.sockets import bind_ephemeral
 from transport.wire import (
     Abort,
@@ -219,9 +219,9 @@ class PrefillSide:
                 self._succeed_if_acked(record, now)
 
     def _succeed_if_acked(self, record: SenderRoom, now: float) -> None:
-        if all(p.acked_bytes >= p.total_bytes and p.status_sent for p in record.plans.values()):
-            if record.move(KVPoll.Success, now):
-                self._ctx.counters.add("rooms_succeeded")
+        done = all(p.acked_bytes >= p.total_bytes and p.status_sent for p in record.plans.values())
+        if done and record.move(KVPoll.Success, now):
+            self._ctx.counters.add("rooms_succeeded")
 
     def _on_abort(self, peer: DecodePeer, abort: Abort, now: float) -> None:
         self._ctx.counters.add("aborts_received")
@@ -311,16 +311,18 @@ class PrefillSide:
             if whole_rows:
                 payload = self._ctx.pool.data[first : first + run].reshape(-1)
             else:
-                rows = self._ctx.pool.data[first : first + run, request.src_offset : request.src_offset + request.nbytes_per_page]
+                rows = self._ctx.pool.data[
+                    first : first + run, request.src_offset : request.src_offset + request.nbytes_per_page
+                ]
                 payload = np.ascontiguousarray(rows).reshape(-1)
-            hasher.update(payload)
-            frames.append(memoryview(payload))
+            hasher.update(payload.data)
+            frames.append(payload.data)
             offset += run
         if corrupt:
             self._ctx.counters.add("fault_corrupt")
             damaged = np.array(frames[0], dtype=np.uint8)
             damaged[len(damaged) // 2] ^= 0xFF
-            frames[0] = memoryview(damaged)
+            frames[0] = damaged.data
         nbytes = count * request.nbytes_per_page
         header = Chunk(record.room, index, index == len(plan.chunks) - 1, start, runs, nbytes, hasher.intdigest())
         try:

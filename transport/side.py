@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import zmq
 
@@ -16,6 +16,7 @@ from transport.pool import KVPool
 from transport.rooms import RoomRecord
 from transport.wire import AgentInfo
 
+_Room = TypeVar("_Room", bound=RoomRecord)
 RETAIN_FINISHED_S = 60.0
 """Finished rooms nobody released are dropped after this long."""
 CLEARED_MEMORY = 10_000
@@ -72,7 +73,7 @@ class Side(Protocol):
         """Close every socket."""
 
 
-def sweep_finished(rooms: dict[int, RoomRecord], ctx: SideContext, now: float) -> None:
+def sweep_finished(rooms: dict[int, _Room], ctx: SideContext, now: float) -> None:
     """Drop finished rooms older than the retention window, remembering their ids."""
     stale = [r for r, rec in rooms.items() if rec.state.is_terminal and now - rec.finished_at > RETAIN_FINISHED_S]
     for room in stale:

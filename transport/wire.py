@@ -261,6 +261,7 @@ class FrameDecoder(Generic[T]):
         if version != WIRE_VERSION:
             raise FrameRejected("unknown_version", f"wire version {version}, this build speaks {WIRE_VERSION}")
         try:
-            return self._decoder.decode(memoryview(frame)[1:])
+            message: T = self._decoder.decode(memoryview(frame)[1:])
+            return message
         except msgspec.DecodeError as exc:
             raise FrameRejected("malformed", str(exc)) from exc

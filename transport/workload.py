@@ -31,7 +31,7 @@ class WorkloadSpec:
 
     rate: float = 20.0
     """Rooms started per second."""
-    median_pages: int = 32
+    median_pages: int = 64
     sigma: float = 0.8
     """Spread of the log-normal page count."""
     max_pages: int = 512

@@ -19,14 +19,14 @@ import multiprocessing as mp
 import statistics
 import time
 from collections.abc import Callable
-from typing import Protocol
 from dataclasses import asdict, dataclass
 from multiprocessing.synchronize import Event as EventType
+from typing import Protocol
 
 import numpy as np
 import zmq
 
-from transport import BootstrapServer, KVManager, KVPool, KVPoll, Role, TransferConfig
+from transport import BootstrapServer, KVManager, KVPoll, KVPool, Role, TransferConfig
 from transport.pool import PageIndices
 
 _ROOMS_IN_FLIGHT = 3
@@ -60,7 +60,7 @@ def _raw_sender(endpoint: str, chunk_bytes: int, total_bytes: int) -> None:
     sock = context.socket(zmq.PUSH)
     sock.connect(endpoint)
     source = np.random.default_rng(1).integers(0, 256, size=max(chunk_bytes, 64 << 20), dtype=np.uint8)
-    view = memoryview(source)
+    view = source.data
     slots = len(source) // chunk_bytes
     for i in range(total_bytes // chunk_bytes):
         start = (i % slots) * chunk_bytes
@@ -76,9 +76,11 @@ def run_raw(chunk_bytes: int, total_bytes: int) -> float:
     sock.linger = 0
     port = sock.bind_to_random_port("tcp://127.0.0.1")
     target = np.empty(max(chunk_bytes, 64 << 20), dtype=np.uint8)
-    view = memoryview(target)
+    view = target.data
     slots = len(target) // chunk_bytes
-    sender = mp.get_context("spawn").Process(target=_raw_sender, args=(f"tcp://127.0.0.1:{port}", chunk_bytes, total_bytes))
+    sender = mp.get_context("spawn").Process(
+        target=_raw_sender, args=(f"tcp://127.0.0.1:{port}", chunk_bytes, total_bytes)
+    )
     sender.start()
     try:
         sock.recv_into(view[:chunk_bytes])
@@ -196,7 +198,9 @@ def run_kvtop(chunk_bytes: int, room_bytes: int, rooms: int) -> float:
     return elapsed * rooms / (rooms - 1)
 
 
-def measure(chunk_sizes: list[int], room_bytes: int, rooms: int, repeats: int, progress: Callable[[str], None]) -> list[TransferResult]:
+def measure(
+    chunk_sizes: list[int], room_bytes: int, rooms: int, repeats: int, progress: Callable[[str], None]
+) -> list[TransferResult]:
     """Alternate raw and kvtop legs `repeats` times per chunk size; medians and their ratio."""
     results = []
     total = room_bytes * rooms
@@ -206,7 +210,10 @@ def measure(chunk_sizes: list[int], room_bytes: int, rooms: int, repeats: int, p
         for repeat in range(repeats):
             raw_gbps.append(total / run_raw(chunk_bytes, total) / 1e9)
             kvtop_gbps.append(total / run_kvtop(chunk_bytes, room_bytes, rooms) / 1e9)
-            progress(f"chunk {chunk_bytes} B, run {repeat + 1}/{repeats}: raw {raw_gbps[-1]:.2f} GB/s, kvtop {kvtop_gbps[-1]:.2f} GB/s")
+            progress(
+                f"chunk {chunk_bytes} B, run {repeat + 1}/{repeats}: "
+                f"raw {raw_gbps[-1]:.2f} GB/s, kvtop {kvtop_gbps[-1]:.2f} GB/s"
+            )
         raw, kv = statistics.median(raw_gbps), statistics.median(kvtop_gbps)
         results.append(TransferResult(chunk_bytes, round(kv, 3), round(raw, 3), round(kv / raw, 3), repeats, total))
     return results

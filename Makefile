@@ -1,0 +1,27 @@
+# The two commands of the README. Each sets everything up first (a virtual
+# environment in .venv with kvtop and its test tools), then does its job.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: run test lint bench
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+run: $(BIN)/.installed  ## set up, then open kvtop on an embedded local cluster
+	$(BIN)/kvtop
+
+test: $(BIN)/.installed lint  ## set up, then lint, type-check and run the whole test suite
+	$(BIN)/python -m pytest
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check kvtop transport tests
+	$(BIN)/ruff format --check kvtop transport tests
+	$(BIN)/mypy
+
+bench: $(BIN)/.installed  ## the data-plane benchmark (not part of the tests)
+	$(BIN)/kvtop bench transfer

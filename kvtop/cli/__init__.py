@@ -1,0 +1,1 @@
+"""The `kvtop` command line (Typer). Headless commands never import Textual."""

@@ -1,0 +1,91 @@
+"""The embedded local cluster behind bare `kvtop`: agents, a workload, a live status line."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from transport.cluster import ClusterSpec, LocalCluster
+from transport.config import Timeouts, TransferConfig
+from transport.faults import FaultSpec
+from transport.workload import Router, WorkloadSpec, WorkloadStats
+
+DEMO_TIMEOUTS = Timeouts(bootstrap_s=10.0, waiting_s=10.0, transfer_s=3.0)
+"""Short enough that a local cluster shows its failures within seconds."""
+DEMO_FAULTS: dict[str, tuple[FaultSpec, ...]] = {
+    "prefill-0/TP0": (FaultSpec.parse("corrupt:0.02"),),
+    "prefill-1": (FaultSpec.parse("stall:0.01"),),
+}
+
+
+def demo_spec(
+    prefill: int, decode: int, tp: int, faults: dict[str, tuple[FaultSpec, ...]] | None, log_dir: str
+) -> ClusterSpec:
+    """A laptop-sized cluster: small pools, short timeouts, a few injected faults, logs in `log_dir`."""
+    return ClusterSpec(
+        prefill=prefill,
+        decode=decode,
+        prefill_tp=tp,
+        decode_tp=tp,
+        num_pages=2048,
+        page_bytes=16 << 10,
+        transfer=TransferConfig(chunk_bytes=256 << 10, timeouts=DEMO_TIMEOUTS, peer_timeout_s=3.0),
+        faults=DEMO_FAULTS if faults is None else faults,
+        log_dir=log_dir,
+    )
+
+
+@dataclass
+class StatusLine:
+    """Turns cumulative router stats into one line per interval."""
+
+    last_bytes: int = 0
+    last_time: float = 0.0
+
+    def render(self, stats: WorkloadStats, now: float) -> str:
+        elapsed = max(1e-9, now - self.last_time) if self.last_time else 0.0
+        rate = (stats.bytes_moved - self.last_bytes) / elapsed / 1e9 if elapsed else 0.0
+        self.last_bytes, self.last_time = stats.bytes_moved, now
+        recent = sorted(stats.latencies_s[-500:])
+        latency = (
+            f"p50 {recent[len(recent) // 2] * 1000:.0f} ms, p99 {recent[int(len(recent) * 0.99)] * 1000:.0f} ms"
+            if recent
+            else "no rooms yet"
+        )
+        failures = ", ".join(f"{name} {count}" for name, count in stats.failures_by_class.most_common()) or "none"
+        return (
+            f"{time.strftime('%H:%M:%S')}  rooms ok {stats.succeeded}, failed {stats.failed}, "
+            f"in flight {stats.inflight}  |  {rate:.2f} GB/s, {latency}  |  failure origins: {failures}"
+        )
+
+
+def run_local(
+    spec: ClusterSpec,
+    workload: WorkloadSpec,
+    duration_s: float | None,
+    emit: Callable[[str], None],
+    interval_s: float = 1.0,
+) -> WorkloadStats:
+    """Start the cluster, drive load and emit a status line per interval until time is up or Ctrl-C."""
+    with LocalCluster(spec) as cluster:
+        emit(f"local cluster up: {len(cluster.processes)} agents, bootstrap {cluster.endpoint} (Ctrl-C stops)")
+        if spec.log_dir:
+            emit(f"agent logs (SGLang format, one file per instance): {spec.log_dir}")
+        router = Router(cluster.endpoint, workload)
+        status = StatusLine(last_time=time.monotonic())
+        end = None if duration_s is None else time.monotonic() + duration_s
+        next_line = time.monotonic() + interval_s
+        try:
+            while end is None or time.monotonic() < end:
+                router.step()
+                now = time.monotonic()
+                if now >= next_line:
+                    emit(status.render(router.stats, now))
+                    next_line = now + interval_s
+                time.sleep(0.002)
+        except KeyboardInterrupt:
+            emit("stopping the local cluster")
+        finally:
+            router.close()
+        return router.stats
