@@ -91,7 +91,7 @@ def make_manager(bootstrap: BootstrapServer) -> Iterator[ManagerFactory]:
         return manager.start()
 
     yield make
-    crashed = [m.info.label for m in managers if not m._thread.is_alive()]
+    crashed = [m.info.label for m in managers if not m._thread.is_alive() and not m._stop.is_set()]
     for manager in managers:
         manager.close()
     assert crashed == [], f"engine threads died during the test: {crashed}"

@@ -59,7 +59,8 @@ class PrefillLink:
     welcomed: bool = False
     rooms: set[int] = field(default_factory=set)
     landed: dict[int, int] = field(default_factory=dict)
-    """Bytes landed per room since the last ack (sent once per batch of messages)."""
+    """Bytes landed per room since the last ack."""
+    unacked: int = 0
 
 
 class DecodeSide:
@@ -113,13 +114,7 @@ class DecodeSide:
         if sock is self._bootstrap:
             self._handle_bootstrap(now)
             return
-        link = self._by_socket[sock]
-        try:
-            self._read_link(link, now)
-        finally:
-            if link.landed and link.socket in self._by_socket:
-                self._send(link, Ack(list(link.landed.items())))
-                link.landed.clear()
+        self._read_link(self._by_socket[sock], now)
 
     def _read_link(self, link: PrefillLink, now: float) -> None:
         sock = link.socket
@@ -150,6 +145,7 @@ class DecodeSide:
     def tick(self, now: float) -> None:
         config = self._ctx.config
         for link in list(self._links.values()):
+            self._flush_acks(link)
             if now - link.last_seen > config.peer_timeout_s:
                 self._lose_link(link, now)
             elif now - link.last_ping >= config.heartbeat_s:
@@ -304,20 +300,27 @@ class DecodeSide:
         """Receive a chunk's payload frames into the room's pages and verify them."""
         record = self.rooms.get(chunk.room)
         pairing = next((p for p in record.pairings if p.prefill_rank == link.info.rank), None) if record else None
-        usable = (
-            record is not None
-            and pairing is not None
-            and record.dst_pages is not None
-            and not record.state.is_terminal
-            and chunk.page_start + sum(chunk.frame_pages) <= len(record.dst_pages)
-        )
         sock = link.socket
-        if not usable or record is None or pairing is None or record.dst_pages is None:
+        if (
+            chunk.page_start < 0
+            or not chunk.frame_pages
+            or min(chunk.frame_pages) <= 0
+            or (pairing is not None and chunk.nbytes != sum(chunk.frame_pages) * pairing.nbytes)
+        ):
+            drain_message(sock)
+            self._ctx.counters.reject("malformed")  # a header that cannot describe this link's pages
+            return
+        if record is None or pairing is None or record.dst_pages is None or record.state.is_terminal:
             dropped = drain_message(sock)
             self._ctx.counters.add("late_chunks")
             self._credit(link, chunk)
             if dropped != len(chunk.frame_pages):
                 self._ctx.counters.reject("truncated")
+            return
+        if chunk.page_start + sum(chunk.frame_pages) > len(record.dst_pages):
+            drain_message(sock)
+            self._ctx.counters.reject("malformed")  # pages past the room's end: dropped, like any bad header
+            self._credit(link, chunk)
             return
         pool = self._ctx.pool
         width = pairing.nbytes
@@ -328,6 +331,7 @@ class DecodeSide:
             if not sock.getsockopt(zmq.RCVMORE):
                 self._ctx.counters.reject("truncated")
                 self._fail(record, reasons.layout_mismatch(record.room, "chunk ended before its pages"), now)
+                self._credit(link, chunk)
                 return
             pages = record.dst_pages[position : position + count]
             first = int(pages[0])
@@ -344,12 +348,12 @@ class DecodeSide:
                 self._fail(
                     record, reasons.layout_mismatch(record.room, f"frame of {received} B for {target.nbytes} B"), now
                 )
+                self._credit(link, chunk)
                 return
             hasher.update(target.data)
             position += count
         if drain_message(sock):
             self._ctx.counters.reject("unexpected")
-        self._credit(link, chunk)
         fault = self._ctx.faults.pick(record.room, link.info.label)
         if chunk.index == 1 or chunk.last:
             self._ctx.inject_die(fault)
@@ -359,7 +363,9 @@ class DecodeSide:
             self._fail(
                 record, reasons.checksum_mismatch(record.room, chunk.index, link.info.rank, chunk.checksum, actual), now
             )
+            self._credit(link, chunk)  # after the ABORT, so the prefill never sees this chunk acked first
             return
+        self._credit(link, chunk)
         self._ctx.counters.add("chunks_landed")
         self._ctx.counters.add("bytes_landed", chunk.nbytes)
         record.bytes_done += chunk.nbytes
@@ -367,10 +373,22 @@ class DecodeSide:
         record.progress_at = now
         self._finish_if_complete(record, now)
 
-    @staticmethod
-    def _credit(link: PrefillLink, chunk: Chunk) -> None:
-        """Owe the prefill rank an ack for this chunk's bytes (landed or not, the credit returns)."""
+    def _credit(self, link: PrefillLink, chunk: Chunk) -> None:
+        """Owe the prefill rank this chunk's bytes (landed or not, the credit returns).
+
+        Acks are coalesced: one per quarter window, at a room's last chunk, and on every tick,
+        so the prefill rank never waits on credit that the decode rank is sitting on.
+        """
         link.landed[chunk.room] = link.landed.get(chunk.room, 0) + chunk.nbytes
+        link.unacked += chunk.nbytes
+        if chunk.last or link.unacked >= self._ctx.config.window_bytes // 4:
+            self._flush_acks(link)
+
+    def _flush_acks(self, link: PrefillLink) -> None:
+        if link.landed:
+            self._send(link, Ack(list(link.landed.items())))
+            link.landed.clear()
+            link.unacked = 0
 
     def _finish_if_complete(self, record: ReceiverRoom, now: float) -> None:
         if record.complete and record.move(KVPoll.Success, now):

@@ -122,7 +122,10 @@ class KVReceiver(_Handle):
 
     @property
     def abort_acknowledged(self) -> bool:
-        """True once every prefill rank of the room acknowledged our ABORT."""
+        """True once every prefill rank of the room acknowledged our ABORT.
+
+        Stays False when the room was aborted before its prefill ranks were known (nobody to tell).
+        """
         record = self._receiver_record
         return bool(record.pairings) and len(record.abort_acks) >= len(record.pairings)
 

@@ -176,6 +176,9 @@ class PrefillSide:
             self._ctx.counters.reject("unexpected")
 
     def _on_request(self, peer: DecodePeer, request: TransferRequest, now: float) -> None:
+        if len(request.dst_pages) % 4:  # not whole little-endian uint32s
+            self._ctx.counters.reject("malformed")
+            return
         record = self.rooms.get(request.room)
         if record is None:
             record = self.rooms[request.room] = SenderRoom(request.room, now)
@@ -201,7 +204,11 @@ class PrefillSide:
 
     def _layout_problem(self, request: TransferRequest, pages: int) -> str:
         page_bytes = self._ctx.pool.page_bytes
-        if request.src_offset + request.nbytes_per_page > page_bytes or request.nbytes_per_page <= 0:
+        if (
+            request.src_offset < 0
+            or request.src_offset + request.nbytes_per_page > page_bytes
+            or request.nbytes_per_page <= 0
+        ):
             return f"{request.nbytes_per_page} B at offset {request.src_offset} do not fit a {page_bytes} B page"
         if pages == 0:
             return "the request names no destination page"

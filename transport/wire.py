@@ -24,7 +24,7 @@ Sockets and their frames (ROUTER sockets see the peer's routing id first)::
 
 Flow control: a decode rank grants each prefill link `Hello.window_bytes`;
 every `Ack` returns the bytes of the chunks landed since the previous one
-(decode acks once per batch of received messages, so acks never outnumber chunks). Prefill never has more than
+(decode acks once per quarter window, at a room's last chunk, and on each tick). Prefill never has more than
 the window unacknowledged on a link, whatever ZeroMQ's message HWM allows.
 """
 

@@ -1,0 +1,239 @@
+"""Failures in-process: each starts on the rank that saw it (the origin) and echoes to the peer."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import numpy as np
+import pytest
+import zmq
+
+from transport import FaultInjector, FaultSpec, KVPoll, Role, Timeouts, TransferConfig
+from transport.wire import Abort, AbortAck, FrameDecoder, Hello, LinkMessage, Welcome, encode
+
+PAGE_BYTES = 4096
+TIMEOUT_S = 0.5
+
+
+def timed_out_pattern(room: int, state: str) -> re.Pattern[str]:
+    """SGLang's timeout line for `room` in `state`, with the seconds captured."""
+    return re.compile(rf"Request {room} timed out after (\d+\.\d)s in KVPoll\.{state}")
+
+
+def short(**timeouts: float) -> TransferConfig:
+    """Small chunks, and the given timeouts (the others stay at their long defaults)."""
+    return TransferConfig(chunk_bytes=2 * PAGE_BYTES, window_bytes=8 * PAGE_BYTES, timeouts=Timeouts(**timeouts))
+
+
+def test_prefill_times_out_in_bootstrapping_when_no_decode_asks(make_manager, wait_for):
+    """A sender whose decode never sends a transfer request fails in Bootstrapping with SGLang's wording."""
+    prefill = make_manager(Role.PREFILL, "prefill-0", config=short(bootstrap_s=TIMEOUT_S))
+    started = time.monotonic()
+    sender = prefill.sender(41)
+    sender.send(np.arange(4, dtype=np.uint32))
+
+    wait_for(lambda: sender.poll() is KVPoll.Failed, timeout=TIMEOUT_S + 3, what="bootstrap timeout")
+
+    elapsed = time.monotonic() - started
+    failure = sender.failure
+    assert failure is not None
+    match = timed_out_pattern(41, "Bootstrapping").fullmatch(failure.failure_reason)
+    assert match, failure.failure_reason
+    assert float(match.group(1)) + 0.05 >= TIMEOUT_S and elapsed < TIMEOUT_S + 2
+    assert sender.reason_class == "timeout_bootstrap"
+    assert prefill.info.label == failure.origin
+    assert f"KVTransferError(bootstrap_room=41): {failure.failure_reason}" == str(failure)
+
+
+def test_decode_times_out_in_waiting_for_input_when_prefill_never_sends(make_manager, wait_for):
+    """Decode fails in WaitingForInput when the prefill never calls send(); the prefill room echoes it."""
+    prefill = make_manager(Role.PREFILL, "prefill-0", config=short())
+    decode = make_manager(Role.DECODE, "decode-0", config=short(waiting_s=TIMEOUT_S))
+    sender = prefill.sender(42)
+    receiver = decode.receiver(42, "prefill-0")
+    receiver.init(np.arange(4, dtype=np.uint32))
+    wait_for(lambda: receiver.poll() is KVPoll.WaitingForInput, what="handshake done")
+
+    wait_for(lambda: receiver.poll() is KVPoll.Failed, timeout=TIMEOUT_S + 3, what="waiting timeout")
+
+    failure = receiver.failure
+    assert failure is not None
+    assert timed_out_pattern(42, "WaitingForInput").fullmatch(failure.failure_reason), failure.failure_reason
+    assert receiver.reason_class == "timeout_waiting"
+    assert decode.info.label == failure.origin
+    wait_for(lambda: sender.poll() is KVPoll.Failed, what="prefill echoes the decode's failure")
+    assert sender.failure is not None
+    assert decode.info.label == sender.failure.origin
+    assert sender.reason_class == "propagated"
+
+
+def test_decode_times_out_in_transferring_when_prefill_stalls(make_manager, wait_for):
+    """A prefill that stops after half the chunks makes decode fail in Transferring, with half the bytes landed."""
+    stall = FaultInjector((FaultSpec.parse("stall"),))
+    prefill = make_manager(Role.PREFILL, "prefill-0", config=short(), faults=stall)
+    decode = make_manager(Role.DECODE, "decode-0", config=short(transfer_s=TIMEOUT_S))
+    sender = prefill.sender(43)
+    receiver = decode.receiver(43, "prefill-0")
+    receiver.init(np.arange(16, dtype=np.uint32))
+    sender.send(np.arange(16, dtype=np.uint32))
+
+    wait_for(lambda: receiver.poll() is KVPoll.Failed, timeout=TIMEOUT_S + 3, what="transfer timeout")
+
+    failure = receiver.failure
+    assert failure is not None
+    assert timed_out_pattern(43, "Transferring").fullmatch(failure.failure_reason), failure.failure_reason
+    assert receiver.reason_class == "timeout_transfer"
+    assert decode.info.label == failure.origin
+    assert receiver.bytes_done == 8 * PAGE_BYTES
+    assert prefill.counters()["fault_stall"] == 1
+    wait_for(lambda: sender.poll() is KVPoll.Failed, what="prefill echoes the decode's failure")
+    assert sender.failure is not None and decode.info.label == sender.failure.origin
+
+
+@pytest.mark.parametrize("num_pages", [16, 2], ids=["middle-of-eight-chunks", "only-chunk"])
+def test_corrupted_chunk_fails_on_decode_as_origin_and_echoes_to_prefill(make_manager, wait_for, num_pages):
+    """A chunk altered after checksumming is caught by the receiver, which is the origin of the failure."""
+    corrupt = FaultInjector((FaultSpec.parse("corrupt"),))
+    prefill = make_manager(Role.PREFILL, "prefill-0", config=short(), faults=corrupt)
+    decode = make_manager(Role.DECODE, "decode-0", config=short())
+    pages = np.arange(num_pages, dtype=np.uint32)
+    prefill.pool.fill_pattern(pages, seed=44)
+    sender = prefill.sender(44)
+    receiver = decode.receiver(44, "prefill-0")
+    receiver.init(pages)
+    sender.send(pages)
+
+    wait_for(lambda: receiver.poll() is KVPoll.Failed and sender.poll() is KVPoll.Failed, what="both sides fail")
+
+    assert receiver.failure is not None and sender.failure is not None
+    assert receiver.reason_class == "checksum"
+    assert decode.info.label == receiver.failure.origin
+    assert "failed its checksum" in receiver.failure.failure_reason
+    assert decode.counters()["checksum_failures"] == 1
+    assert prefill.counters()["fault_corrupt"] == 1
+    assert decode.info.label == sender.failure.origin, "the prefill room is an echo of the decode's failure"
+    assert sender.reason_class == "propagated"
+
+
+def test_abort_is_acknowledged_and_echoed(make_manager, wait_for):
+    """receiver.abort() fails the room locally with SGLang's wording, fails the prefill room, and is acked."""
+    prefill = make_manager(Role.PREFILL, "prefill-0", config=short())
+    decode = make_manager(Role.DECODE, "decode-0", config=short())
+    sender = prefill.sender(45)
+    receiver = decode.receiver(45, "prefill-0")
+    receiver.init(np.arange(8, dtype=np.uint32))
+    wait_for(lambda: sender.poll() is KVPoll.WaitingForInput, what="prefill has the request")
+    assert not receiver.abort_acknowledged
+
+    receiver.abort()
+
+    wait_for(lambda: receiver.abort_acknowledged, what="prefill acknowledges the abort")
+    assert receiver.failure is not None
+    assert receiver.failure.failure_reason == "Aborted by AbortReq."
+    assert receiver.reason_class == "aborted"
+    assert decode.info.label == receiver.failure.origin
+    wait_for(lambda: sender.poll() is KVPoll.Failed)
+    assert sender.failure is not None and decode.info.label == sender.failure.origin
+    assert 1 == decode.counters()["aborts_sent"] == prefill.counters()["aborts_received"]
+
+
+def test_abort_mid_transfer_stops_the_sender(make_manager, wait_for):
+    """An abort while chunks flow fails both sides; the prefill stops sending the room's remaining chunks."""
+    delay = FaultInjector((FaultSpec.parse("delay"),), delay_s=0.05)
+    prefill = make_manager(Role.PREFILL, "prefill-0", config=short(), faults=delay)
+    decode = make_manager(Role.DECODE, "decode-0", config=short())
+    pages = np.arange(64, dtype=np.uint32)
+    sender = prefill.sender(46)
+    receiver = decode.receiver(46, "prefill-0")
+    receiver.init(pages)
+    sender.send(pages)
+    wait_for(lambda: receiver.poll() is KVPoll.Transferring, what="first chunk landed")
+
+    receiver.abort()
+
+    wait_for(lambda: receiver.abort_acknowledged and sender.poll() is KVPoll.Failed)
+    sent = prefill.counters()["chunks_sent"]
+    assert sent < 32, "the prefill kept sending after the abort"
+    assert sender.failure is not None and decode.info.label == sender.failure.origin
+
+
+def test_prefill_refusal_is_the_origin_and_decode_reports_the_sglang_echo(make_manager, wait_for):
+    """A prefill-side failure reaches decode as SGLang's 'Failed to get kvcache' line, keeping the prefill origin."""
+    refuse = FaultInjector((FaultSpec.parse("refuse"),))
+    prefill = make_manager(Role.PREFILL, "prefill-0", config=short(), faults=refuse)
+    decode = make_manager(Role.DECODE, "decode-0", config=short())
+    sender = prefill.sender(47)
+    receiver = decode.receiver(47, "prefill-0")
+    receiver.init(np.arange(4, dtype=np.uint32))
+
+    wait_for(lambda: receiver.poll() is KVPoll.Failed and sender.poll() is KVPoll.Failed)
+
+    assert sender.failure is not None and receiver.failure is not None
+    assert sender.reason_class == "refused"
+    assert prefill.info.label == sender.failure.origin
+    assert receiver.failure.failure_reason == "Failed to get kvcache from prefill instance, it might be dead"
+    assert receiver.reason_class == "propagated"
+    assert prefill.info.label == receiver.failure.origin
+
+
+def test_decode_loses_a_prefill_that_goes_silent(make_manager, wait_for):
+    """When the prefill rank stops answering, decode fails its room once with SGLang's lost-connection line."""
+    config = TransferConfig(heartbeat_s=0.1, peer_timeout_s=0.5)
+    prefill = make_manager(Role.PREFILL, "prefill-0", config=config)
+    decode = make_manager(Role.DECODE, "decode-0", config=config)
+    receiver = decode.receiver(48, "prefill-0")
+    receiver.init(np.arange(4, dtype=np.uint32))
+    wait_for(lambda: receiver.poll() is KVPoll.WaitingForInput)
+
+    prefill.close()
+
+    wait_for(lambda: receiver.poll() is KVPoll.Failed, timeout=3, what="decode notices the silence")
+    assert receiver.failure is not None
+    assert receiver.failure.failure_reason.startswith("Lost connection with prefill instance (bootstrap_addr: ")
+    assert receiver.reason_class == "peer_lost"
+    assert decode.info.label == receiver.failure.origin
+    assert decode.counters()["peers_lost"] == 1
+
+
+def test_late_failed_status_for_a_released_room_is_ignored_on_decode(make_manager, wait_for):
+    """A prefill failure that reaches decode after decode released the room only counts a late failure."""
+    prefill = make_manager(Role.PREFILL, "prefill-0", config=short())
+    decode = make_manager(Role.DECODE, "decode-0", config=short())
+    sender = prefill.sender(49)
+    receiver = decode.receiver(49, "prefill-0")
+    receiver.init(np.arange(4, dtype=np.uint32))
+    wait_for(lambda: sender.poll() is KVPoll.WaitingForInput)
+    receiver.release()
+    wait_for(lambda: 49 not in decode._decode.rooms, what="decode forgot the room")
+
+    sender.send(np.arange(3, dtype=np.uint32))  # one page short: prefill fails and tells decode
+
+    wait_for(lambda: decode.counters()["late_failures"] == 1, what="decode counts the late failure")
+    assert KVPoll.Failed == sender.poll()
+    assert KVPoll.WaitingForInput == receiver.poll()
+    assert decode.counters()["rooms_failed"] == 0
+
+
+def test_late_abort_for_a_released_room_is_ignored_on_prefill(make_manager, zmq_context, wait_for):
+    """An ABORT for a room the prefill already released is acknowledged and counted, and the room id stays reusable."""
+    prefill = make_manager(Role.PREFILL, "prefill-0", config=short())
+    sender = prefill.sender(50)
+    sender.release()
+    fake_decode = zmq_context.socket(zmq.DEALER)
+    fake_decode.linger = 0
+    fake_decode.connect(prefill.info.data_endpoint)
+    decoder: FrameDecoder[LinkMessage] = FrameDecoder(LinkMessage)
+    info = prefill.info.__class__("decode", "decode-9", 0, 1, PAGE_BYTES, "", "", 1, "test", 1)
+    fake_decode.send(encode(Hello(info, 1 << 20)))
+    assert fake_decode.poll(3000)
+    assert isinstance(decoder.decode(fake_decode.recv()), Welcome)
+
+    fake_decode.send(encode(Abort(50, "Aborted by AbortReq.", "aborted", "decode-9/TP0")))
+
+    assert fake_decode.poll(3000)
+    assert AbortAck(50, 0) == decoder.decode(fake_decode.recv())
+    wait_for(lambda: prefill.counters()["late_failures"] == 1)
+    assert prefill.counters()["rooms_failed"] == 0
+    reused = prefill.sender(50)
+    assert KVPoll.Bootstrapping == reused.poll()
