@@ -22,8 +22,9 @@ import zmq
 from transport.config import Role, Timeouts, TransferConfig
 from transport.counters import Counters, rejection_names
 from transport.engine import KVManager, KVReceiver, KVSender
-from transport.errors import FrameRejected
+from transport.errors import FrameRejected, KVTransferError, ReasonClass
 from transport.faults import FaultInjector, FaultSpec
+from transport.kvpoll import KVPoll
 from transport.logs import setup_agent_logging
 from transport.pool import KVPool, PageIndices, PoolExhausted
 from transport.sockets import bind
@@ -175,13 +176,15 @@ class Agent:
         return Submitted(request.req_id, request.room)
 
     def _report_finished(self) -> None:
+        """Answer the submitter of every room the instance agreed on (Success or Failed), free its pages."""
         for room, live in list(self._live.items()):
-            state = live.handle.poll()
+            handle = live.handle
+            state = handle.agreed()
             if not state.is_terminal:
                 continue
-            failure = live.handle.failure
+            failure = handle.agreed_failure
             if failure is not None:
-                self._log_failure(room, str(failure), is_origin=failure.origin == self.manager.info.label)
+                self._log_failure(room, failure, handle.failed_in)
             self._digests[room] = self.pool.digest(live.pages)
             if len(self._digests) > _DIGESTS_KEPT:
                 del self._digests[next(iter(self._digests))]
@@ -189,29 +192,42 @@ class Agent:
                 live.req_id,
                 room,
                 int(state),
-                live.handle.bytes_done,
+                handle.bytes_done,
                 time.monotonic() - live.started,
                 failure.failure_reason if failure else "",
-                live.handle.reason_class,
+                handle.reason_class if handle.failure else (ReasonClass.PROPAGATED if failure else ""),
                 (failure.origin or "") if failure else "",
                 failure.is_from_another_rank if failure else False,
             )
             self._control.send_multipart([live.requester, encode(result)])
-            live.handle.release()
+            handle.release()
             self.pool.release(live.pages)
             del self._live[room]
 
-    def _log_failure(self, room: int, rendered: str, is_origin: bool) -> None:
+    def _log_failure(self, room: int, failure: KVTransferError, failed_in: KVPoll | None) -> None:
         """SGLang's failure line: origins at warning (prefill) or error (decode), echoes at debug."""
-        side = "Prefill transfer" if self.options.role is Role.PREFILL else "Decode transfer"
-        level = logging.WARNING if self.options.role is Role.PREFILL else logging.ERROR
-        if not is_origin:
+        prefill = self.options.role is Role.PREFILL
+        early = failed_in is KVPoll.Bootstrapping
+        if prefill:
+            what, fields = ("Prefill bootstrap" if early else "Prefill transfer"), "req.rid='{rid}' req.bootstrap_room"
+        else:
+            what, fields = (
+                ("Decode handshake" if early else "Decode transfer"),
+                ("decode_req.req.rid='{rid}' decode_req.req.bootstrap_room"),
+            )
+        level = logging.WARNING if prefill else logging.ERROR
+        if failure.origin and failure.origin != self.manager.info.label:
             level = logging.DEBUG
+        request = fields.format(rid=f"{room:x}")
         self.log.log(
             level,
-            "%s failed for request rank=%d req.rid='%x' req.bootstrap_room=%d with exception %s",
-            side, self.options.rank, room, room, rendered,
-        )  # fmt: skip
+            "%s failed for request rank=%d %s=%d with exception %s",
+            what,
+            self.options.rank,
+            request,
+            room,
+            failure,
+        )
 
 
 def parse_args(argv: list[str] | None = None) -> AgentOptions:

@@ -8,7 +8,6 @@ landed chunk is checksummed and acknowledged, which returns its bytes of credit.
 
 from __future__ import annotations
 
-import itertools
 import time
 from dataclasses import dataclass, field
 
@@ -18,10 +17,12 @@ import zmq
 
 from transport import reasons
 from transport.errors import ConfigError, FrameRejected
+from transport.events import AbortEvent
 from transport.kvpoll import KVPoll
 from transport.mapping import pairings_for_decode_rank
 from transport.pool import PageIndices, run_breaks, split_runs
 from transport.rooms import ReceiverRoom
+from transport.routes import RouteBook
 from transport.side import SideContext, sweep_finished
 from transport.sockets import drain_message
 from transport.wire import (
@@ -29,15 +30,11 @@ from transport.wire import (
     AbortAck,
     Ack,
     AgentInfo,
-    BootstrapReply,
     Chunk,
     FrameDecoder,
     Heartbeat,
     Hello,
     LinkMessage,
-    Refusal,
-    Resolve,
-    Route,
     Status,
     TransferRequest,
     Welcome,
@@ -66,28 +63,22 @@ class PrefillLink:
 class DecodeSide:
     """Engine-thread state of a decode rank."""
 
-    def __init__(self, ctx: SideContext, bootstrap: str) -> None:
+    def __init__(self, ctx: SideContext, routes: RouteBook) -> None:
         self._ctx = ctx
-        self._bootstrap_addr = bootstrap
-        self._bootstrap: zmq.Socket[bytes] = ctx.context.socket(zmq.DEALER)
-        self._bootstrap.linger = 0
-        self._bootstrap.connect(bootstrap)
-        self._routes: dict[str, list[AgentInfo]] = {}
-        self._resolving: dict[str, float] = {}
-        self._req_ids = itertools.count(1)
+        self._routes = routes
         self._links: dict[tuple[str, int], PrefillLink] = {}
         self._by_socket: dict[zmq.Socket[bytes], PrefillLink] = {}
         self.rooms: dict[int, ReceiverRoom] = {}
         self.socket_generation = 0
         """Bumped whenever `sockets()` changes, so the loop re-registers only then."""
         self._link_decoder: FrameDecoder[LinkMessage] = FrameDecoder(LinkMessage)
-        self._bootstrap_decoder: FrameDecoder[BootstrapReply] = FrameDecoder(BootstrapReply)
 
     # --- scheduler commands ---------------------------------------------------------
 
     def add_receiver(self, record: ReceiverRoom, now: float) -> None:
         self._ctx.cleared.pop(record.room, None)
         self.rooms[record.room] = record
+        self._ctx.observe(record, peer=record.prefill_instance)
         self._advance(record, now)
 
     def init(self, record: ReceiverRoom, pages: PageIndices, now: float) -> None:
@@ -108,12 +99,9 @@ class DecodeSide:
     # --- loop hooks -----------------------------------------------------------------
 
     def sockets(self) -> list[zmq.Socket[bytes]]:
-        return [self._bootstrap, *self._by_socket]
+        return list(self._by_socket)
 
     def handle(self, sock: zmq.Socket[bytes], now: float) -> None:
-        if sock is self._bootstrap:
-            self._handle_bootstrap(now)
-            return
         self._read_link(self._by_socket[sock], now)
 
     def _read_link(self, link: PrefillLink, now: float) -> None:
@@ -152,20 +140,20 @@ class DecodeSide:
                 link.last_ping = now
                 self._send(link, Heartbeat(time.time()))
         timeouts = config.timeouts
+        stagger = self._ctx.stagger_s
         for record in list(self.rooms.values()):
             state = record.state
             if state is KVPoll.Bootstrapping:
                 self._advance(record, now)
-                if now - record.created_at > timeouts.bootstrap_s:
+                if now - record.created_at > timeouts.bootstrap_s + stagger:
                     self._fail(record, reasons.timed_out(record.room, now - record.created_at, state), now)
-            elif state is KVPoll.WaitingForInput and now - record.entered_at > timeouts.waiting_s:
+            elif state is KVPoll.WaitingForInput and now - record.entered_at > timeouts.waiting_s + stagger:
                 self._fail(record, reasons.timed_out(record.room, now - record.entered_at, state), now)
-            elif state is KVPoll.Transferring and now - record.progress_at > timeouts.transfer_s:
+            elif state is KVPoll.Transferring and now - record.progress_at > timeouts.transfer_s + stagger:
                 self._fail(record, reasons.timed_out(record.room, now - record.progress_at, state), now)
         sweep_finished(self.rooms, self._ctx, now)
 
     def close(self) -> None:
-        self._bootstrap.close(linger=0)
         for link in self._links.values():
             link.socket.close(linger=0)
 
@@ -184,9 +172,8 @@ class DecodeSide:
             self._request(record)
 
     def _pair(self, record: ReceiverRoom, now: float) -> bool:
-        ranks = self._routes.get(record.prefill_instance)
-        if not ranks or len(ranks) < ranks[0].tp:
-            self._resolve(record.prefill_instance, now)
+        ranks = self._routes.lookup(record.prefill_instance, now)
+        if ranks is None:
             return False
         info = self._ctx.info
         try:
@@ -199,29 +186,6 @@ class DecodeSide:
         for pairing in record.pairings:
             self._connect(ranks[pairing.prefill_rank], now).rooms.add(record.room)
         return True
-
-    def _resolve(self, instance: str, now: float) -> None:
-        if now - self._resolving.get(instance, -1e9) < _RESOLVE_RETRY_S:
-            return
-        self._resolving[instance] = now
-        self._bootstrap.send(encode(Resolve(next(self._req_ids), instance)))
-
-    def _handle_bootstrap(self, now: float) -> None:
-        while True:
-            try:
-                frame = self._bootstrap.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            try:
-                reply = self._bootstrap_decoder.decode(frame)
-            except FrameRejected as rejected:
-                self._ctx.counters.reject(rejected.reason)
-                continue
-            if isinstance(reply, Route):
-                self._routes[reply.instance] = reply.ranks
-                self._resolving.pop(reply.instance, None)
-            elif not isinstance(reply, Refusal):
-                self._ctx.counters.reject("unexpected")
 
     def _connect(self, info: AgentInfo, now: float) -> PrefillLink:
         key = (info.instance, info.rank)
@@ -371,6 +335,7 @@ class DecodeSide:
         record.bytes_done += chunk.nbytes
         record.move(KVPoll.Transferring, now)
         record.progress_at = now
+        self._ctx.progress(record, now)
         self._finish_if_complete(record, now)
 
     def _credit(self, link: PrefillLink, chunk: Chunk) -> None:
@@ -396,12 +361,22 @@ class DecodeSide:
 
     # --- failures -------------------------------------------------------------------
 
+    def fail_by_instance(self, record: ReceiverRoom, reason: reasons.Reason, origin: str, now: float) -> None:
+        """The instance agreed the room failed elsewhere (consensus); fail it here and tell prefill."""
+        self._fail(record, reason, now, origin=origin, from_another_rank=origin != self._ctx.info.label)
+
     def _fail(
-        self, record: ReceiverRoom, reason: reasons.Reason, now: float, origin: str = "", tell_prefill: bool = True
+        self,
+        record: ReceiverRoom,
+        reason: reasons.Reason,
+        now: float,
+        origin: str = "",
+        tell_prefill: bool = True,
+        from_another_rank: bool = False,
     ) -> None:
-        """Fail a room; as its origin, tell its prefill ranks with ABORT (carrying the origin)."""
+        """Fail a room; tell its prefill ranks with ABORT (carrying the origin) unless they told us."""
         origin = origin or self._ctx.info.label
-        if not record.fail(reason, now, origin):
+        if not record.fail(reason, now, origin, is_from_another_rank=from_another_rank):
             return
         self._ctx.counters.add("rooms_failed")
         if not tell_prefill:
@@ -412,13 +387,14 @@ class DecodeSide:
             if link is not None and link.welcomed:
                 self._send(link, Abort(record.room, text, str(reason_class), origin))
                 self._ctx.counters.add("aborts_sent")
+                self._ctx.emit(AbortEvent(time.time(), record.room, "sent", link.info.label, origin))
 
     def _lose_link(self, link: PrefillLink, now: float) -> None:
         """A silent prefill rank: fail its unfinished rooms once, forget its route."""
         self._ctx.counters.add("peers_lost")
         reason = reasons.prefill_peer_lost(link.info.data_endpoint.removeprefix("tcp://"))
         self._drop_link(link)
-        self._routes.pop(link.info.instance, None)
+        self._routes.forget(link.info.instance)
         for room in link.rooms:
             record = self.rooms.get(room)
             if record is not None:

@@ -19,24 +19,32 @@ from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
+import psutil
 import zmq
 
 from transport.bootstrap import BootstrapClient
 from transport.config import Role, TransferConfig
+from transport.consensus import InstanceConsensus
 from transport.counters import Counters, rejection_names
 from transport.decode import DecodeSide
-from transport.errors import ConfigError, KVTransferError, TransportError
+from transport.errors import ConfigError, KVTransferError, ReasonClass, TransportError
+from transport.events import AgentHello, Event, Heartbeat
 from transport.faults import FaultInjector, FaultKind
 from transport.kvpoll import KVPoll
 from transport.pool import KVPool
 from transport.prefill import PrefillSide
+from transport.publisher import EventPublisher
+from transport.reasons import from_another_rank
 from transport.rooms import ReceiverRoom, RoomRecord, SenderRoom
+from transport.routes import RouteBook
 from transport.side import SideContext
-from transport.wire import AgentInfo
+from transport.version import __version__
+from transport.wire import AgentInfo, VoteEntry, replace_fields
 
 _S = TypeVar("_S")
 _TICK_S = 0.05
-"""Timeouts, heartbeats and liveness are checked this often."""
+"""Timeouts, heartbeats, liveness and the instance vote run this often."""
+HEARTBEAT_S = 1.0
 
 COUNTER_NAMES = (
     "chunks_sent", "bytes_sent", "chunks_landed", "bytes_landed", "late_chunks", "rooms_succeeded",
@@ -77,13 +85,31 @@ class _Handle:
     def failure(self) -> KVTransferError | None:
         return self._record.failure if self._record.state is KVPoll.Failed else None
 
+    def agreed(self) -> KVPoll:
+        """The instance's state of the room: the MIN over its ranks (SGLang's all-reduce); act on this."""
+        return self._record.agreed
+
+    @property
+    def agreed_failure(self) -> KVTransferError | None:
+        """Why the instance failed the room: this rank's own failure, or the echo of another rank's."""
+        record = self._record
+        if record.agreed is not KVPoll.Failed:
+            return None
+        return record.failure if record.state is KVPoll.Failed else record.agreed_failure
+
+    @property
+    def failed_in(self) -> KVPoll | None:
+        """The state the room was in when it failed on this rank (None if it did not fail here)."""
+        return self._record.failed_in
+
     @property
     def reason_class(self) -> str:
         return str(self._record.reason_class) if self._record.reason_class else ""
 
     def release(self) -> None:
         """Forget the room on this rank; late echoes for it are ignored from now on."""
-        self._manager._call_soon(lambda: self._manager._side.release(self.room))
+        record = self._record
+        self._manager._call_soon(lambda: self._manager._release(record))
 
 
 class KVSender(_Handle):
@@ -131,7 +157,7 @@ class KVReceiver(_Handle):
 
 
 class KVManager:
-    """A rank's KV pool, data sockets and engine thread."""
+    """A rank's KV pool, data sockets, instance consensus, event publisher and engine thread."""
 
     def __init__(
         self,
@@ -146,6 +172,7 @@ class KVManager:
         faults: FaultInjector | None = None,
         host: str = "127.0.0.1",
         control_endpoint: str = "",
+        publish_events: bool = True,
     ) -> None:
         if not 0 <= rank < tp:
             raise ConfigError(f"rank {rank} is outside TP size {tp}")
@@ -160,7 +187,7 @@ class KVManager:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"kv-engine-{instance}-{rank}", daemon=True)
         self.pool = pool
-        placeholder = AgentInfo(
+        info = AgentInfo(
             role,
             instance,
             rank,
@@ -172,20 +199,34 @@ class KVManager:
             socket.gethostname(),
             int.from_bytes(os.urandom(6), "little"),
         )
-        self._ctx = SideContext(placeholder, pool, self.config, faults or FaultInjector(), self._counters, self._zmq)
+        self._ctx = SideContext(info, pool, self.config, faults or FaultInjector(), self._counters, self._zmq)
+        self._routes = RouteBook(self._zmq, bootstrap, self._counters)
+        self._consensus = (
+            InstanceConsensus(self._zmq, host, self._counters, self.config.peer_timeout_s) if tp > 1 else None
+        )
         self._prefill: PrefillSide | None = None
         self._decode: DecodeSide | None = None
         self._side: PrefillSide | DecodeSide
         if role is Role.PREFILL:
             self._side = self._prefill = PrefillSide(self._ctx, host)
-            self._ctx.info = self._with_endpoint(placeholder, self._prefill.endpoint)
         else:
-            self._side = self._decode = DecodeSide(self._ctx, bootstrap)
-
-    @staticmethod
-    def _with_endpoint(info: AgentInfo, endpoint: str) -> AgentInfo:
-        fields = {name: getattr(info, name) for name in info.__struct_fields__}
-        return AgentInfo(**{**fields, "data_endpoint": endpoint})
+            self._side = self._decode = DecodeSide(self._ctx, self._routes)
+        info = replace_fields(
+            info,
+            data_endpoint=self._prefill.endpoint if self._prefill else "",
+            consensus_endpoint=self._consensus.endpoint if self._consensus else "",
+        )
+        self.publisher: EventPublisher | None = None
+        if publish_events:
+            self.publisher = EventPublisher(info, host, context=self._zmq)
+            info = replace_fields(
+                info, event_endpoint=self.publisher.endpoint, snapshot_endpoint=self.publisher.snapshot_endpoint
+            )
+            self.publisher.info = info
+            self._ctx.emit = self.publisher.emit
+        self._ctx.info = info
+        self._process = psutil.Process()
+        self._next_heartbeat = 0.0
 
     @property
     def info(self) -> AgentInfo:
@@ -193,14 +234,25 @@ class KVManager:
         return self._ctx.info
 
     def start(self, register_timeout_s: float = 10.0) -> KVManager:
-        """Register with the bootstrap service and start the engine thread."""
+        """Start publishing, register with the bootstrap service and start the engine thread."""
+        if self.publisher is not None:
+            self.publisher.start()
+            self.emit(
+                AgentHello(
+                    time.time(), self.info, __version__, self.publisher.endpoint, self.publisher.snapshot_endpoint
+                )
+            )
         with BootstrapClient(self.bootstrap, timeout_s=register_timeout_s, context=self._zmq) as client:
             client.register(self.info)
         self._thread.start()
         return self
 
+    def emit(self, event: Event) -> None:
+        """Publish an event from this rank (never blocks; a no-op without a publisher)."""
+        self._ctx.emit(event)
+
     def close(self) -> None:
-        """Stop the engine thread and close every socket (idempotent)."""
+        """Stop the engine thread, flush and stop the publisher, close every socket (idempotent)."""
         if self._stop.is_set():
             return
         self._stop.set()
@@ -209,6 +261,11 @@ class KVManager:
             self._thread.join()
         else:
             self._side.close()
+            self._routes.close()
+            if self._consensus is not None:
+                self._consensus.close()
+        if self.publisher is not None:
+            self.publisher.close()
         os.close(self._wake_read)
         os.close(self._wake_write)
         self._zmq.term()
@@ -250,6 +307,11 @@ class KVManager:
             raise ConfigError(f"a {self.role} rank has no {what}")
         return side
 
+    def _release(self, record: RoomRecord) -> None:
+        if self._consensus is not None:
+            self._consensus.remember_release(record, time.monotonic())
+        self._side.release(record.room)
+
     def _call_soon(self, command: Callable[[], None]) -> None:
         self._commands.append(command)
         self._wake()
@@ -257,6 +319,59 @@ class KVManager:
     def _wake(self) -> None:
         with contextlib.suppress(OSError):  # a full pipe already wakes the loop
             os.write(self._wake_write, b"\0")
+
+    def _sockets(self) -> set[zmq.Socket[bytes]]:
+        fixed = [self._routes.socket] + ([self._consensus.socket] if self._consensus else [])
+        return {*fixed, *self._side.sockets()}
+
+    def _handle(self, sock: zmq.Socket[bytes], now: float) -> None:
+        if sock is self._routes.socket:
+            self._routes.handle()
+        elif self._consensus is not None and sock is self._consensus.socket:
+            self._consensus.handle()
+        else:
+            self._side.handle(sock, now)
+
+    def _tick(self, now: float) -> None:
+        """Timeouts and liveness, the instance vote, each room's agreed state, the heartbeat."""
+        self._side.tick(now)
+        info = self.info
+        rooms = list(self._side.rooms.values())
+        consensus = self._consensus
+        if consensus is not None:
+            consensus.join(info, self._routes, now)
+            consensus.publish(info, rooms, now)
+        for record in rooms:
+            if consensus is None:
+                record.agreed = record.state
+                continue
+            agreement = consensus.agree(record, info, now)
+            if agreement.state is KVPoll.Failed and agreement.failure is not None and record.state is not KVPoll.Failed:
+                self._fail_by_instance(record, agreement.failure, now)
+            record.agreed = agreement.state
+        if now >= self._next_heartbeat:
+            self._next_heartbeat = now + HEARTBEAT_S
+            self._heartbeat(len(rooms))
+
+    def _fail_by_instance(self, record: RoomRecord, entry: VoteEntry, now: float) -> None:
+        """Another rank failed the room: fail it here as its echo (or, when already done here, record the echo)."""
+        origin = entry.origin
+        reason = (entry.reason, ReasonClass(entry.reason_class)) if origin == self.info.label else from_another_rank()
+        if not record.state.is_terminal:
+            self._side.fail_by_instance(record, reason, origin, now)  # type: ignore[arg-type]
+        elif record.agreed_failure is None:
+            record.agreed_failure = KVTransferError(record.room, reason[0], is_from_another_rank=True, origin=origin)
+            if record.observer is not None:
+                self.emit(self._ctx.failure_event(record.room, record.agreed_failure, reason[1], time.time()))
+
+    def _heartbeat(self, inflight: int) -> None:
+        publisher = self.publisher
+        if publisher is None:
+            return
+        with self._process.oneshot():
+            cpu, rss = self._process.cpu_percent(), self._process.memory_info().rss
+        memory = psutil.virtual_memory().percent
+        self.emit(Heartbeat(time.time(), self.counters(), inflight, publisher.dropped, cpu, rss, memory))
 
     def _run(self) -> None:
         poller = zmq.Poller()
@@ -270,7 +385,7 @@ class KVManager:
             while not self._stop.is_set():
                 if side.socket_generation != generation:
                     generation = side.socket_generation
-                    current = set(side.sockets())
+                    current = self._sockets()
                     for sock in current - registered:
                         poller.register(sock, zmq.POLLIN)
                     for sock in registered - current:
@@ -287,13 +402,16 @@ class KVManager:
                     self._commands.popleft()()
                 for sock in registered:
                     if sock in ready:
-                        side.handle(sock, now)
+                        self._handle(sock, now)
                 wake_at = side.pump(now)
                 if now >= next_tick:
-                    side.tick(now)
+                    self._tick(now)
                     next_tick = now + _TICK_S
         finally:
             side.close()
+            self._routes.close()
+            if self._consensus is not None:
+                self._consensus.close()
 
     def _drain_wake(self) -> None:
         try:

@@ -17,6 +17,7 @@ import zmq
 
 from transport import reasons
 from transport.errors import FrameRejected
+from transport.events import AbortEvent
 from transport.faults import FaultKind
 from transport.kvpoll import KVPoll
 from transport.pool import run_breaks, split_runs
@@ -82,10 +83,12 @@ class PrefillSide:
         if existing is not None and not existing.has_sender:
             existing.has_sender = True
             existing.created_at = existing.entered_at = room.created_at
-            return existing
-        self._ctx.cleared.pop(room.room, None)
-        room.has_sender = True
-        self.rooms[room.room] = room
+            room = existing
+        else:
+            self._ctx.cleared.pop(room.room, None)
+            room.has_sender = True
+            self.rooms[room.room] = room
+        self._ctx.observe(room)
         return room
 
     def send(self, room: SenderRoom, pages: np.ndarray, now: float) -> None:
@@ -138,9 +141,10 @@ class PrefillSide:
                     del self.rooms[record.room]
                     self._ctx.counters.add("requests_expired")
                 continue
-            if record.state is KVPoll.Bootstrapping and now - record.created_at > timeouts.bootstrap_s:
+            stagger = self._ctx.stagger_s
+            if record.state is KVPoll.Bootstrapping and now - record.created_at > timeouts.bootstrap_s + stagger:
                 self._fail(record, reasons.timed_out(record.room, now - record.created_at, KVPoll.Bootstrapping), now)
-            elif record.state is KVPoll.Transferring and now - record.progress_at > 2 * timeouts.transfer_s:
+            elif record.state is KVPoll.Transferring and now - record.progress_at > 2 * timeouts.transfer_s + stagger:
                 # A backstop: the decode side owns this timeout and normally fires first.
                 self._fail(record, reasons.timed_out(record.room, now - record.progress_at, KVPoll.Transferring), now)
         for peer in self._peers.values():
@@ -223,6 +227,7 @@ class PrefillSide:
                 plan.acked_bytes += nbytes
                 record.bytes_done += nbytes
                 record.progress_at = now
+                self._ctx.progress(record, now)
                 self._succeed_if_acked(record, now)
 
     def _succeed_if_acked(self, record: SenderRoom, now: float) -> None:
@@ -232,6 +237,7 @@ class PrefillSide:
 
     def _on_abort(self, peer: DecodePeer, abort: Abort, now: float) -> None:
         self._ctx.counters.add("aborts_received")
+        self._ctx.emit(AbortEvent(time.time(), abort.room, "received", peer.info.label, abort.origin))
         self._reply(peer.identity, AbortAck(abort.room, self._ctx.info.rank))
         if abort.room in self._ctx.cleared:
             self._ctx.counters.add("late_failures")
@@ -239,7 +245,7 @@ class PrefillSide:
         record = self.rooms.get(abort.room)
         if record is None:
             record = self.rooms[abort.room] = SenderRoom(abort.room, now)
-        self._fail(record, reasons.aborted_by_peer(peer.info.label), now, origin=abort.origin)
+        self._fail(record, reasons.aborted_by_peer(peer.info.label), now, origin=abort.origin, told_by=peer.identity)
 
     # --- sending --------------------------------------------------------------------
 
@@ -373,13 +379,26 @@ class PrefillSide:
 
     # --- failures -------------------------------------------------------------------
 
-    def _fail(self, record: SenderRoom, reason: reasons.Reason, now: float, origin: str = "") -> None:
+    def fail_by_instance(self, record: SenderRoom, reason: reasons.Reason, origin: str, now: float) -> None:
+        """The instance agreed the room failed elsewhere (consensus); fail it here as an echo."""
+        self._fail(record, reason, now, origin=origin, from_another_rank=origin != self._ctx.info.label)
+
+    def _fail(
+        self,
+        record: SenderRoom,
+        reason: reasons.Reason,
+        now: float,
+        origin: str = "",
+        from_another_rank: bool = False,
+        told_by: bytes = b"",
+    ) -> None:
+        """Fail a room and tell its decode ranks (Status Failed with the origin), except the one that told us."""
         origin = origin or self._ctx.info.label
-        if record.fail(reason, now, origin, is_from_another_rank=False):
+        if record.fail(reason, now, origin, is_from_another_rank=from_another_rank):
             self._ctx.counters.add("rooms_failed")
             for identity in record.plans:
                 peer = self._peers.get(identity)
-                if peer is not None and not peer.lost and origin == self._ctx.info.label:
+                if peer is not None and not peer.lost and identity != told_by:
                     self._send_status(peer, record)
 
     def _lose_peer(self, peer: DecodePeer, reason: reasons.Reason, now: float) -> None:

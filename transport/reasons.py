@@ -70,3 +70,13 @@ def refused(room: int, rank: int) -> Reason:
 def layout_mismatch(room: int, detail: str) -> Reason:
     """The two sides disagree on pages or page layout."""
     return (f"Request {room} has mismatched KV layouts: {detail}", ReasonClass.OTHER)
+
+
+def rank_silent(label: str) -> Reason:
+    """Another rank of this instance stopped voting in the instance consensus."""
+    return (f"Lost connection with rank {label} of this instance", ReasonClass.PEER_LOST)
+
+
+def from_another_rank() -> Reason:
+    """SGLang's text for a failure learnt through the instance's all-reduce."""
+    return ("Failed due to an unknown reason from another rank", ReasonClass.PROPAGATED)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from transport.errors import KVTransferError, ReasonClass
@@ -30,6 +31,15 @@ class RoomRecord:
     reason_class: ReasonClass | None = None
     bytes_total: int = 0
     bytes_done: int = 0
+    failed_in: KVPoll | None = None
+    """The state the room was in when it failed (which SGLang log line it gets)."""
+    agreed: KVPoll = KVPoll.Bootstrapping
+    """The instance's MIN over its ranks (see consensus.py); what a scheduler acts on."""
+    agreed_failure: KVTransferError | None = None
+    """Set when the instance failed the room after this rank had already succeeded."""
+    observer: Callable[[RoomRecord, KVPoll], None] | None = None
+    """Told of every state change (the event plane); set for rooms a scheduler owns."""
+    progress_emitted_at: float = 0.0
 
     def __post_init__(self) -> None:
         self.entered_at = self.progress_at = self.created_at
@@ -39,10 +49,13 @@ class RoomRecord:
         new = advance(self.state, proposed)
         if new is self.state:
             return False
+        previous = self.state
         self.entered_at = self.progress_at = now
         if new.is_terminal:
             self.finished_at = now
         self.state = new
+        if self.observer is not None:
+            self.observer(self, previous)
         return True
 
     def fail(self, reason: Reason, now: float, origin: str, is_from_another_rank: bool = False) -> bool:
@@ -52,6 +65,7 @@ class RoomRecord:
         text, reason_class = reason
         self.failure = KVTransferError(self.room, text, is_from_another_rank=is_from_another_rank, origin=origin)
         self.reason_class = reason_class
+        self.failed_in = self.state
         return self.move(KVPoll.Failed, now)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
@@ -11,7 +13,10 @@ import zmq
 
 from transport.config import TransferConfig
 from transport.counters import Counters
+from transport.errors import KVTransferError, ReasonClass
+from transport.events import Event, Failure, Level, Progress, RoomState, TransferDone
 from transport.faults import FaultInjector, FaultKind
+from transport.kvpoll import KVPoll
 from transport.pool import KVPool
 from transport.rooms import RoomRecord
 from transport.wire import AgentInfo
@@ -21,6 +26,15 @@ RETAIN_FINISHED_S = 60.0
 """Finished rooms nobody released are dropped after this long."""
 CLEARED_MEMORY = 10_000
 """How many released room ids are remembered, so late echoes for them are ignored."""
+TIMEOUT_STAGGER_S = 0.2
+"""Rank r of an instance times a room out r x this later than rank 0, so when every rank would
+time out together, rank 0 does and the others learn it through consensus: one origin, not tp."""
+PROGRESS_INTERVAL_S = 0.25
+"""At most one progress event per room this often."""
+
+
+def _discard(_: Event) -> None:
+    pass
 
 
 @dataclass(eq=False)
@@ -35,6 +49,52 @@ class SideContext:
     context: zmq.Context[zmq.Socket[bytes]]
     cleared: dict[int, None] = field(default_factory=dict)
     """Recently released rooms (insertion-ordered, bounded)."""
+    emit: Callable[[Event], None] = _discard
+    """Where room events go (the agent's publisher); never blocks."""
+
+    @property
+    def stagger_s(self) -> float:
+        return self.info.rank * TIMEOUT_STAGGER_S
+
+    def observe(self, record: RoomRecord, peer: str = "") -> None:
+        """Publish the state changes of a room a scheduler owns (and its state now, if it moved already)."""
+        record.observer = lambda changed, previous: self._room_changed(changed, previous, peer)
+        if record.state is not KVPoll.Bootstrapping:
+            self._room_changed(record, KVPoll.Bootstrapping, peer)
+
+    def _room_changed(self, record: RoomRecord, previous: KVPoll, peer: str) -> None:
+        ts = time.time()
+        self.emit(RoomState(ts, record.room, int(record.state), int(previous), peer, record.bytes_total))
+        if record.state is KVPoll.Success:
+            seconds = record.finished_at - record.created_at
+            self.emit(TransferDone(ts, record.room, record.bytes_done, seconds, peer))
+        elif record.state is KVPoll.Failed and record.failure is not None:
+            self.emit(self.failure_event(record.room, record.failure, record.reason_class, ts))
+
+    def failure_event(
+        self, room: int, failure: KVTransferError, reason_class: ReasonClass | None, ts: float
+    ) -> Failure:
+        """The event of a failure on this rank: an origin at error/warning, an echo at debug."""
+        origin = failure.origin or self.info.label
+        level = Level.DEBUG
+        if origin == self.info.label:
+            level = Level.WARNING if self.info.role == "prefill" else Level.ERROR
+        return Failure(
+            ts,
+            room,
+            self.info.label,
+            failure.failure_reason,
+            str(reason_class or ReasonClass.OTHER),
+            str(level),
+            failure.is_from_another_rank,
+            origin,
+        )
+
+    def progress(self, record: RoomRecord, now: float) -> None:
+        """A rate-limited progress event for a room whose bytes moved."""
+        if record.observer is not None and now - record.progress_emitted_at >= PROGRESS_INTERVAL_S:
+            record.progress_emitted_at = now
+            self.emit(Progress(time.time(), record.room, record.bytes_done, record.bytes_total))
 
     def remember_cleared(self, room: int) -> None:
         self.cleared[room] = None

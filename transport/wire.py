@@ -22,6 +22,11 @@ Sockets and their frames (ROUTER sockets see the peer's routing id first)::
         request   [Submit | GetStats | Digest]
         reply     [Submitted | RoomResult | Stats | DigestReply | Refusal]
 
+    consensus  PUB (bound by each rank) -> SUB (the other ranks of its instance)
+        [Vote]    every engine tick: the rank's rooms and what it knows of their failures
+
+    events     PUB and snapshot ROUTER (bound by each agent): see events.py
+
 Flow control: a decode rank grants each prefill link `Hello.window_bytes`;
 every `Ack` returns the bytes of the chunks landed since the previous one
 (decode acks once per quarter window, at a room's last chunk, and on each tick). Prefill never has more than
@@ -56,11 +61,19 @@ class AgentInfo(msgspec.Struct, frozen=True, array_like=True):
     pid: int
     host: str
     incarnation: int
+    consensus_endpoint: str = ""
+    event_endpoint: str = ""
+    snapshot_endpoint: str = ""
 
     @property
     def label(self) -> str:
         """The rank's short name, e.g. `prefill-0/TP1` (also the origin label)."""
         return f"{self.instance}/TP{self.rank}"
+
+
+def replace_fields(info: AgentInfo, **changes: str) -> AgentInfo:
+    """A copy of `info` with some endpoints filled in."""
+    return msgspec.structs.replace(info, **changes)
 
 
 # --- bootstrap -------------------------------------------------------------------------
@@ -178,6 +191,25 @@ class AbortAck(msgspec.Struct, tag="abort_ack", array_like=True):
 
 
 LinkMessage = Hello | Welcome | Heartbeat | TransferRequest | Chunk | Ack | Status | Abort | AbortAck
+
+# --- instance consensus -------------------------------------------------------------------
+
+
+class VoteEntry(msgspec.Struct, array_like=True, frozen=True):
+    """One room as a rank sees it; a failure carries its origin (SGLang's MIN, plus the origin)."""
+
+    room: int
+    state: int
+    origin: str = ""
+    reason: str = ""
+    reason_class: str = ""
+
+
+class Vote(msgspec.Struct, tag="vote", array_like=True):
+    rank: int
+    incarnation: int
+    rooms: list[VoteEntry]
+
 
 # --- agent control -----------------------------------------------------------------------
 

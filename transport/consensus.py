@@ -1,0 +1,137 @@
+"""Instance consensus: the ranks of one instance agree on every room each tick.
+
+SGLang all-reduces the per-room `KVPoll` with MIN across the ranks of an
+instance, so one rank's Failed (0) becomes every rank's. Here every rank
+publishes a `Vote` each engine tick (its rooms, and recently finished ones) on
+a PUB socket, subscribes to the votes of the other ranks, and takes the MIN
+itself; unlike SGLang the value carries the failure's origin and reason, so a
+rank that learns of a failure this way knows exactly whose echo it is.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import zmq
+
+from transport import reasons
+from transport.counters import Counters
+from transport.errors import FrameRejected
+from transport.kvpoll import KVPoll
+from transport.rooms import RoomRecord
+from transport.routes import RouteBook
+from transport.sockets import bind_ephemeral
+from transport.wire import AgentInfo, FrameDecoder, Vote, VoteEntry, encode
+
+REMEMBER_S = 10.0
+"""A released room stays in this rank's votes this long, so slower peers still see how it ended."""
+
+
+@dataclass(frozen=True, slots=True)
+class Agreement:
+    """The instance's view of a room: the MIN state, and the failure that set it (if any)."""
+
+    state: KVPoll
+    failure: VoteEntry | None
+
+
+class InstanceConsensus:
+    """One rank's part of the consensus; every method runs on the engine thread."""
+
+    def __init__(
+        self, context: zmq.Context[zmq.Socket[bytes]], host: str, counters: Counters, vote_timeout_s: float
+    ) -> None:
+        self._pub: zmq.Socket[bytes] = context.socket(zmq.PUB)
+        self._pub.linger = 0
+        self.endpoint = bind_ephemeral(self._pub, host)
+        self.socket: zmq.Socket[bytes] = context.socket(zmq.SUB)
+        self.socket.linger = 0
+        self.socket.setsockopt(zmq.SUBSCRIBE, b"")
+        self._counters = counters
+        self._vote_timeout_s = vote_timeout_s
+        self._connected: dict[int, AgentInfo] = {}
+        self._votes: dict[int, tuple[float, dict[int, VoteEntry]]] = {}
+        self._released: dict[int, tuple[float, VoteEntry]] = {}
+        self._decoder: FrameDecoder[Vote] = FrameDecoder(Vote)
+
+    def join(self, me: AgentInfo, routes: RouteBook, now: float) -> None:
+        """Connect to every other rank of this instance (and to a restarted one's new endpoint)."""
+        if me.tp == 1:
+            return
+        ranks = routes.lookup(me.instance, now)
+        if ranks is None:
+            return
+        for peer in ranks:
+            known = self._connected.get(peer.rank)
+            if peer.rank == me.rank or not peer.consensus_endpoint or known == peer:
+                continue
+            if known is not None:
+                self.socket.disconnect(known.consensus_endpoint)
+            self.socket.connect(peer.consensus_endpoint)
+            self._connected[peer.rank] = peer
+        if len(self._connected) < me.tp - 1:
+            routes.forget(me.instance)
+
+    def remember_release(self, record: RoomRecord, now: float) -> None:
+        """Keep a released room's final state in the votes for `REMEMBER_S`."""
+        self._released[record.room] = (now, entry_of(record))
+
+    def publish(self, me: AgentInfo, rooms: Iterable[RoomRecord], now: float) -> None:
+        """Send this tick's vote: every room this rank has, and recently released ones."""
+        for room, (released_at, _) in list(self._released.items()):
+            if now - released_at > REMEMBER_S:
+                del self._released[room]
+        entries = [entry_of(record) for record in rooms]
+        entries.extend(entry for _, entry in self._released.values())
+        self._pub.send(encode(Vote(me.rank, me.incarnation, entries)))
+
+    def handle(self) -> None:
+        """Read the other ranks' votes (only the latest of each counts)."""
+        while True:
+            try:
+                frame = self.socket.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                vote = self._decoder.decode(frame)
+            except FrameRejected as rejected:
+                self._counters.reject(rejected.reason)
+                continue
+            self._votes[vote.rank] = (time.monotonic(), {entry.room: entry for entry in vote.rooms})
+
+    def agree(self, record: RoomRecord, me: AgentInfo, now: float) -> Agreement:
+        """MIN over the ranks of the instance; a rank that has not voted on the room counts as Bootstrapping.
+
+        A rank whose votes stopped (it died) fails the room here, with this rank as the origin.
+        """
+        state = record.state
+        failure = entry_of(record) if state is KVPoll.Failed else None
+        if len(self._connected) < me.tp - 1:
+            state = min(state, KVPoll.Bootstrapping)
+        for rank, peer in self._connected.items():
+            seen, rooms = self._votes.get(rank, (None, {}))
+            entry = rooms.get(record.room)
+            if seen is not None and now - seen > self._vote_timeout_s:
+                reason, reason_class = reasons.rank_silent(peer.label)
+                entry = VoteEntry(record.room, int(KVPoll.Failed), me.label, reason, str(reason_class))
+            peer_state = KVPoll(entry.state) if entry else KVPoll.Bootstrapping
+            if peer_state is KVPoll.Failed and failure is None:
+                failure = entry
+            state = min(state, peer_state)
+        return Agreement(state, failure)
+
+    def close(self) -> None:
+        self._pub.close(linger=0)
+        self.socket.close(linger=0)
+
+
+def entry_of(record: RoomRecord) -> VoteEntry:
+    """A room as this rank votes it (a failure with its origin, reason and class)."""
+    failure = record.failure
+    if record.state is KVPoll.Failed and failure is not None:
+        return VoteEntry(
+            record.room, int(record.state), failure.origin or "", failure.failure_reason, str(record.reason_class)
+        )
+    return VoteEntry(record.room, int(record.state))

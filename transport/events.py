@@ -1,0 +1,146 @@
+"""The event plane's records: what every agent publishes about its rooms, and their envelope.
+
+Frames (the PUB socket of every agent; the snapshot ROUTER beside it)::
+
+    events    PUB (bound by each agent) -> SUB (kvtop, any subscriber)
+        [EventBatch]        version byte + msgpack, like every control frame (see wire.py)
+    snapshot  ROUTER (bound by each agent) <- DEALER (a subscriber joining late)
+        request [SnapshotRequest]   reply [Snapshot]
+
+`EventBatch.seq` grows by one per batch of one incarnation; a subscriber that
+sees seq jump counts a gap. A `Snapshot` holds the agent's state as of one seq:
+apply it, then every batch with a larger seq (ZeroMQ guide's Clone pattern).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import msgspec
+
+from transport.wire import AgentInfo
+
+EVENT_SCHEMA = 1
+"""Bumped when a record changes incompatibly; new fields get defaults instead."""
+
+
+class Level(StrEnum):
+    """SGLang's levels after PR #27534: origins at error (decode) or warning (prefill), echoes at debug."""
+
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+class AgentHello(msgspec.Struct, tag="hello", array_like=True, frozen=True):
+    """Who the agent is; sent first by every incarnation and again with each heartbeat's snapshot."""
+
+    ts: float
+    agent: AgentInfo
+    version: str
+    event_endpoint: str
+    snapshot_endpoint: str
+
+
+class Heartbeat(msgspec.Struct, tag="heartbeat", array_like=True, frozen=True):
+    """About once a second: counters, rooms in flight, host load, events this agent dropped."""
+
+    ts: float
+    counters: dict[str, int]
+    inflight_rooms: int
+    events_dropped: int
+    cpu_percent: float
+    rss_bytes: int
+    host_memory_percent: float
+
+
+class RoomState(msgspec.Struct, tag="room", array_like=True, frozen=True):
+    """A room changed state on this rank (`peer`: the prefill instance, on decode ranks)."""
+
+    ts: float
+    room: int
+    state: int
+    previous: int
+    peer: str = ""
+    bytes_total: int = 0
+
+
+class Progress(msgspec.Struct, tag="progress", array_like=True, frozen=True):
+    """Bytes moved so far in a room (at most a few per second per room)."""
+
+    ts: float
+    room: int
+    bytes_done: int
+    bytes_total: int
+
+
+class TransferDone(msgspec.Struct, tag="done", array_like=True, frozen=True):
+    """A room succeeded on this rank: bytes moved and seconds since it started."""
+
+    ts: float
+    room: int
+    nbytes: int
+    seconds: float
+    peer: str = ""
+
+
+class Failure(msgspec.Struct, tag="failure", array_like=True, frozen=True):
+    """A room failed on this rank. `origin` names the rank that observed it first."""
+
+    ts: float
+    room: int
+    rank: str
+    reason: str
+    reason_class: str
+    level: str
+    is_from_another_rank: bool
+    origin: str
+
+
+class AbortEvent(msgspec.Struct, tag="abort", array_like=True, frozen=True):
+    """An ABORT this rank sent (decode) or received (prefill) for a room."""
+
+    ts: float
+    room: int
+    direction: str
+    peer: str
+    origin: str
+
+
+Event = AgentHello | Heartbeat | RoomState | Progress | TransferDone | Failure | AbortEvent
+
+
+class EventBatch(msgspec.Struct, tag="batch", array_like=True, frozen=True):
+    """The envelope: one agent incarnation's events `seq`, in order."""
+
+    schema: int
+    role: str
+    instance: str
+    rank: int
+    incarnation: int
+    seq: int
+    sent_at: float
+    events: list[Event]
+
+    @property
+    def label(self) -> str:
+        return f"{self.instance}/TP{self.rank}"
+
+
+class SnapshotRequest(msgspec.Struct, tag="snap_req", array_like=True):
+    req_id: int
+
+
+class Snapshot(msgspec.Struct, tag="snapshot", array_like=True):
+    """An agent's state as of `seq`: live rooms, recent finished rooms and failures, last heartbeat."""
+
+    req_id: int
+    schema: int
+    incarnation: int
+    seq: int
+    hello: AgentHello | None
+    heartbeat: Heartbeat | None
+    live_rooms: list[RoomState]
+    finished_rooms: list[RoomState]
+    failures: list[Failure]

@@ -1,0 +1,171 @@
+"""The agent side of the event plane: a PUB socket fed through a bounded queue, and snapshots.
+
+`emit()` is called on the transfer path and never blocks: events go to a
+bounded deque; when it is full the oldest event is dropped and counted (the
+count travels in every heartbeat). One thread owns both sockets: every
+`batch_interval_s` (or `batch_max` events) it publishes one `EventBatch` with
+the next seq, and applies the batch to a small mirror of the agent's state, so
+a `Snapshot` always matches the seq it names.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+
+import zmq
+
+from transport.counters import Counters, rejection_names
+from transport.errors import FrameRejected
+from transport.events import (
+    EVENT_SCHEMA,
+    AgentHello,
+    Event,
+    EventBatch,
+    Failure,
+    Heartbeat,
+    RoomState,
+    Snapshot,
+    SnapshotRequest,
+)
+from transport.kvpoll import KVPoll
+from transport.sockets import bind
+from transport.wire import AgentInfo, FrameDecoder, encode
+
+FINISHED_KEPT = 512
+"""Finished rooms and failures a snapshot carries (the recent past, bounded)."""
+
+
+class StateMirror:
+    """What a snapshot holds, kept up to date from the events as they are published."""
+
+    def __init__(self) -> None:
+        self.hello: AgentHello | None = None
+        self.heartbeat: Heartbeat | None = None
+        self.live: dict[int, RoomState] = {}
+        self.finished: deque[RoomState] = deque(maxlen=FINISHED_KEPT)
+        self.failures: deque[Failure] = deque(maxlen=FINISHED_KEPT)
+
+    def apply(self, event: Event) -> None:
+        if isinstance(event, RoomState):
+            if KVPoll(event.state).is_terminal:
+                self.live.pop(event.room, None)
+                self.finished.append(event)
+            else:
+                self.live[event.room] = event
+        elif isinstance(event, Failure):
+            self.failures.append(event)
+        elif isinstance(event, Heartbeat):
+            self.heartbeat = event
+        elif isinstance(event, AgentHello):
+            self.hello = event
+
+
+class EventPublisher:
+    """Publishes an agent's events; `emit()` from any thread, `close()` to stop."""
+
+    def __init__(
+        self,
+        info: AgentInfo,
+        host: str = "127.0.0.1",
+        queue_size: int = 65_536,
+        batch_interval_s: float = 0.05,
+        batch_max: int = 1024,
+        context: zmq.Context[zmq.Socket[bytes]] | None = None,
+    ) -> None:
+        self.info = info
+        self._context = context or zmq.Context.instance()
+        self._pub: zmq.Socket[bytes] = self._context.socket(zmq.PUB)
+        self._pub.linger = 0
+        self._pub.sndhwm = 10_000
+        self.endpoint = bind(self._pub, "", host)
+        self._snapshots: zmq.Socket[bytes] = self._context.socket(zmq.ROUTER)
+        self._snapshots.linger = 0
+        self.snapshot_endpoint = bind(self._snapshots, "", host)
+        self._queue: deque[Event] = deque(maxlen=queue_size)
+        self._interval = batch_interval_s
+        self._batch_max = batch_max
+        self._seq = itertools.count(1)
+        self.seq = 0
+        """The seq of the last batch published."""
+        self.dropped = 0
+        self.counters = Counters(("batches", "events", "snapshots", *rejection_names()))
+        self._mirror = StateMirror()
+        self._decoder: FrameDecoder[SnapshotRequest] = FrameDecoder(SnapshotRequest)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"events-{info.label}", daemon=True)
+
+    def start(self) -> EventPublisher:
+        self._thread.start()
+        return self
+
+    def emit(self, event: Event) -> None:
+        """Queue an event; never blocks (drops the oldest queued event when full, and counts it)."""
+        if len(self._queue) == self._queue.maxlen:
+            self.dropped += 1
+        self._queue.append(event)
+
+    def close(self) -> None:
+        """Publish what is queued, then stop (within one batch interval)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self._pub.close(linger=0)
+        self._snapshots.close(linger=0)
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + self._interval
+        while True:
+            stopping = self._stop.is_set()
+            wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            if not stopping and self._snapshots.poll(wait_ms):
+                self._serve_snapshot()
+                if len(self._queue) < self._batch_max and time.monotonic() < deadline:
+                    continue
+            while self._queue:
+                self._publish()
+            deadline = time.monotonic() + self._interval
+            if stopping:
+                return
+
+    def _publish(self) -> None:
+        events: list[Event] = []
+        while self._queue and len(events) < self._batch_max:
+            event = self._queue.popleft()
+            self._mirror.apply(event)
+            events.append(event)
+        self.seq = next(self._seq)
+        info = self.info
+        batch = EventBatch(
+            EVENT_SCHEMA, info.role, info.instance, info.rank, info.incarnation, self.seq, time.time(), events
+        )
+        self._pub.send(encode(batch))
+        self.counters.add("batches")
+        self.counters.add("events", len(events))
+
+    def _serve_snapshot(self) -> None:
+        frames = self._snapshots.recv_multipart()
+        if len(frames) != 2:
+            self.counters.reject("unexpected")
+            return
+        try:
+            request = self._decoder.decode(frames[1])
+        except FrameRejected as rejected:
+            self.counters.reject(rejected.reason)
+            return
+        mirror = self._mirror
+        snapshot = Snapshot(
+            request.req_id,
+            EVENT_SCHEMA,
+            self.info.incarnation,
+            self.seq,
+            mirror.hello,
+            mirror.heartbeat,
+            list(mirror.live.values()),
+            list(mirror.finished),
+            list(mirror.failures),
+        )
+        self._snapshots.send_multipart([frames[0], encode(snapshot)])
+        self.counters.add("snapshots")
