@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import FrameType
 
 from transport.cluster import ClusterSpec, LocalCluster
 from transport.config import Timeouts, TransferConfig
@@ -20,7 +22,12 @@ DEMO_FAULTS: dict[str, tuple[FaultSpec, ...]] = {
 
 
 def demo_spec(
-    prefill: int, decode: int, tp: int, faults: dict[str, tuple[FaultSpec, ...]] | None, log_dir: str
+    prefill: int,
+    decode: int,
+    tp: int,
+    faults: dict[str, tuple[FaultSpec, ...]] | None,
+    log_dir: str,
+    timeouts: Timeouts = DEMO_TIMEOUTS,
 ) -> ClusterSpec:
     """A laptop-sized cluster: small pools, short timeouts, a few injected faults, logs in `log_dir`."""
     return ClusterSpec(
@@ -30,7 +37,7 @@ def demo_spec(
         decode_tp=tp,
         num_pages=2048,
         page_bytes=16 << 10,
-        transfer=TransferConfig(chunk_bytes=256 << 10, timeouts=DEMO_TIMEOUTS, peer_timeout_s=3.0),
+        transfer=TransferConfig(chunk_bytes=256 << 10, timeouts=timeouts, peer_timeout_s=3.0),
         faults=DEMO_FAULTS if faults is None else faults,
         log_dir=log_dir,
     )
@@ -65,10 +72,14 @@ def run_local(
     workload: WorkloadSpec,
     duration_s: float | None,
     emit: Callable[[str], None],
+    on_up: Callable[[LocalCluster], None] | None = None,
     interval_s: float = 1.0,
 ) -> WorkloadStats:
-    """Start the cluster, drive load and emit a status line per interval until time is up or Ctrl-C."""
+    """Start the cluster, drive load and emit a status line per interval until time is up, Ctrl-C or SIGTERM."""
+    signal.signal(signal.SIGTERM, _interrupt)
     with LocalCluster(spec) as cluster:
+        if on_up is not None:
+            on_up(cluster)
         emit(f"local cluster up: {len(cluster.processes)} agents, bootstrap {cluster.endpoint} (Ctrl-C stops)")
         if spec.log_dir:
             emit(f"agent logs (SGLang format, one file per instance): {spec.log_dir}")
@@ -89,3 +100,8 @@ def run_local(
         finally:
             router.close()
         return router.stats
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM stops the local cluster the way Ctrl-C does."""
+    raise KeyboardInterrupt

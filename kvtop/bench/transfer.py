@@ -135,14 +135,16 @@ def _drive(room_ids: range, slots: list[PageIndices], begin: Callable[[int, Page
     return failed + len(live)
 
 
-def _prefill_process(bootstrap: str, chunk_bytes: int, room_bytes: int, rooms: int, ready: EventType) -> None:
+def _prefill_process(
+    bootstrap: str, chunk_bytes: int, room_bytes: int, rooms: int, ready: EventType, publish_events: bool
+) -> None:
     pages = _room_pages(chunk_bytes, room_bytes)
     pool = KVPool(pages * _ROOMS_IN_FLIGHT, _page_bytes(chunk_bytes))
     pool.data[:] = np.random.default_rng(2).integers(0, 256, size=pool.data.shape, dtype=np.uint8)
     slots = [pool.allocate(pages) for _ in range(_ROOMS_IN_FLIGHT)]
     with KVManager(
         role=Role.PREFILL, instance="bench-prefill", rank=0, tp=1, pool=pool, bootstrap=bootstrap,
-        config=_config(chunk_bytes),
+        config=_config(chunk_bytes), publish_events=publish_events,
     ) as manager:  # fmt: skip
         manager.start()
         ready.set()
@@ -159,12 +161,12 @@ def _config(chunk_bytes: int) -> TransferConfig:
     return TransferConfig(chunk_bytes=chunk_bytes, window_bytes=max(32 << 20, 4 * chunk_bytes))
 
 
-def run_kvtop(chunk_bytes: int, room_bytes: int, rooms: int) -> float:
-    """Seconds for a decode rank to receive `rooms` rooms from a prefill process."""
+def run_kvtop(chunk_bytes: int, room_bytes: int, rooms: int, publish_events: bool = True) -> float:
+    """Seconds for a decode rank to receive `rooms` rooms from a prefill process (both publishing events)."""
     bootstrap = BootstrapServer().start()
     ready = mp.get_context("spawn").Event()
     prefill = mp.get_context("spawn").Process(
-        target=_prefill_process, args=(bootstrap.endpoint, chunk_bytes, room_bytes, rooms, ready)
+        target=_prefill_process, args=(bootstrap.endpoint, chunk_bytes, room_bytes, rooms, ready, publish_events)
     )
     prefill.start()
     pages = _room_pages(chunk_bytes, room_bytes)
@@ -173,7 +175,7 @@ def run_kvtop(chunk_bytes: int, room_bytes: int, rooms: int) -> float:
     try:
         with KVManager(
             role=Role.DECODE, instance="bench-decode", rank=0, tp=1, pool=pool, bootstrap=bootstrap.endpoint,
-            config=_config(chunk_bytes),
+            config=_config(chunk_bytes), publish_events=publish_events,
         ) as manager:  # fmt: skip
             manager.start()
             if not ready.wait(60):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -16,6 +17,7 @@ from kvtop.cli.units import format_size, parse_size
 
 if TYPE_CHECKING:
     from transport.faults import FaultSpec
+    from transport.workload import WorkloadStats
 
 app = typer.Typer(
     help="top for KV transfers: watch, triage and check prefill/decode disaggregated serving clusters.\n\n"
@@ -27,7 +29,30 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 bench_app = typer.Typer(help="Measure kvtop against a baseline measured in the same run.", no_args_is_help=True)
+cluster_app = typer.Typer(help="Run a local cluster of agents on loopback.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
+app.add_typer(cluster_app, name="cluster")
+
+# Options shared by bare `kvtop` and `kvtop cluster up`.
+Prefill = Annotated[int, typer.Option(min=1, max=8, help="Prefill instances.")]
+Decode = Annotated[int, typer.Option(min=1, max=8, help="Decode instances.")]
+Tp = Annotated[int, typer.Option(min=1, max=8, help="TP size of every instance (ranks per instance).")]
+Rate = Annotated[float, typer.Option(min=0.1, help="Rooms started per second.")]
+Faults = Annotated[
+    list[str],
+    typer.Option(
+        help="Inject faults: [AGENT=]KIND[:RATE], e.g. prefill-0/TP1=corrupt:0.1, decode=die:0.01 or stall:0.05 "
+        "(every agent); RATE is per room; kinds: drop, delay, corrupt, refuse, stall, die. Repeatable; "
+        "'none' for no faults. Default: corrupt:0.02 on prefill-0/TP0, stall:0.01 on prefill-1."
+    ),
+]
+Duration = Annotated[float | None, typer.Option(help="Stop after this many seconds (default: until Ctrl-C).")]
+LogDir = Annotated[
+    str, typer.Option(help="Folder for the agents' SGLang-format logs, one file per instance (default: a temp folder).")
+]
+BootstrapTimeout = Annotated[float, typer.Option(min=0.1, help="Seconds a room may stay in Bootstrapping.")]
+WaitingTimeout = Annotated[float, typer.Option(min=0.1, help="Seconds a room may stay in WaitingForInput.")]
+TransferTimeout = Annotated[float, typer.Option(min=0.1, help="Seconds a Transferring room may make no progress.")]
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
@@ -36,7 +61,8 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
 
 
 def _faults(texts: list[str]) -> dict[str, tuple[FaultSpec, ...]] | None:
-    """`--fault [TARGET=]KIND[:RATE]` into the cluster's per-agent map; None keeps the demo faults."""
+    """`--fault [AGENT=]KIND[:RATE]` into the cluster's per-agent map; None keeps the demo faults."""
+    from transport.errors import ConfigError
     from transport.faults import FaultSpec
 
     if not texts:
@@ -44,53 +70,98 @@ def _faults(texts: list[str]) -> dict[str, tuple[FaultSpec, ...]] | None:
     if texts == ["none"]:
         return {}
     faults: dict[str, tuple[FaultSpec, ...]] = {}
-    for text in texts:
-        target, _, spec = text.rpartition("=")
-        faults[target] = (*faults.get(target, ()), FaultSpec.parse(spec))
+    try:
+        for text in texts:
+            target, _, spec = text.rpartition("=")
+            faults[target] = (*faults.get(target, ()), FaultSpec.parse(spec))
+    except ConfigError as error:
+        raise typer.BadParameter(str(error), param_hint="--fault") from None
     return faults
+
+
+def _run_cluster(
+    prefill: int,
+    decode: int,
+    tp: int,
+    rate: float,
+    fault: list[str],
+    duration: float | None,
+    log_dir: str,
+    timeouts: tuple[float, float, float] | None,
+    print_address: bool,
+) -> WorkloadStats:
+    from kvtop.local import DEMO_TIMEOUTS, demo_spec, run_local
+    from transport.config import Timeouts
+    from transport.errors import ConfigError, TransportError
+    from transport.workload import WorkloadSpec
+
+    try:
+        limits = Timeouts(*timeouts) if timeouts else DEMO_TIMEOUTS
+    except ConfigError as error:
+        raise typer.BadParameter(str(error)) from None
+    spec = demo_spec(prefill, decode, tp, _faults(fault), log_dir or tempfile.mkdtemp(prefix="kvtop-logs-"), limits)
+
+    def announce(cluster: object) -> None:
+        typer.echo(getattr(cluster, "endpoint", ""))
+
+    emit = (lambda line: typer.echo(line, err=True)) if print_address else typer.echo
+    try:
+        return run_local(spec, WorkloadSpec(rate=rate), duration, emit, on_up=announce if print_address else None)
+    except TransportError as error:
+        raise _fail(str(error)) from None
 
 
 @app.callback()
 def local(
     ctx: typer.Context,
-    prefill: Annotated[int, typer.Option(min=1, max=8, help="Prefill instances.")] = 2,
-    decode: Annotated[int, typer.Option(min=1, max=8, help="Decode instances.")] = 2,
-    tp: Annotated[int, typer.Option(min=1, max=8, help="TP size of every instance (ranks per instance).")] = 2,
-    rate: Annotated[float, typer.Option(min=0.1, help="Rooms started per second.")] = 20.0,
-    fault: Annotated[
-        list[str],
-        typer.Option(
-            help="Inject faults: [AGENT=]KIND[:RATE], e.g. prefill-0/TP1=corrupt:0.1 or decode=die:0.01; "
-            "kinds: drop, delay, corrupt, refuse, stall, die. Repeatable; 'none' for no faults. "
-            "Default: corrupt:0.02 on prefill-0/TP0, stall:0.01 on prefill-1."
-        ),
-    ] = [],  # noqa: B006 - Typer reads the default, never mutates it
-    duration: Annotated[
-        float | None, typer.Option(help="Stop after this many seconds (default: until Ctrl-C).")
-    ] = None,
-    log_dir: Annotated[
-        str, typer.Option(help="Folder for the agents' SGLang-format logs (default: a new temporary folder).")
-    ] = "",
+    prefill: Prefill = 2,
+    decode: Decode = 2,
+    tp: Tp = 2,
+    rate: Rate = 20.0,
+    fault: Faults = [],  # noqa: B006 - Typer reads the default, never mutates it
+    duration: Duration = None,
+    log_dir: LogDir = "",
 ) -> None:
     """Start an embedded local cluster with a workload and print its live status once a second."""
     if ctx.invoked_subcommand is not None:
         return
-    import tempfile
-
-    from kvtop.local import demo_spec, run_local
-    from transport.errors import ConfigError, TransportError
-    from transport.workload import WorkloadSpec
-
-    try:
-        faults = _faults(fault)
-    except ConfigError as error:
-        raise typer.BadParameter(str(error), param_hint="--fault") from None
-    spec = demo_spec(prefill, decode, tp, faults, log_dir or tempfile.mkdtemp(prefix="kvtop-logs-"))
-    try:
-        stats = run_local(spec, WorkloadSpec(rate=rate), duration, typer.echo)
-    except TransportError as error:
-        raise _fail(str(error)) from None
+    stats = _run_cluster(prefill, decode, tp, rate, fault, duration, log_dir, None, print_address=False)
     typer.echo(f"done: {stats.succeeded} rooms ok, {stats.failed} failed, {stats.bytes_moved / 1e9:.2f} GB moved")
+
+
+@cluster_app.command("up")
+def cluster_up(
+    prefill: Prefill = 1,
+    decode: Decode = 1,
+    tp: Tp = 2,
+    rate: Rate = 20.0,
+    fault: Faults = [],  # noqa: B006
+    duration: Duration = None,
+    log_dir: LogDir = "",
+    bootstrap_timeout: BootstrapTimeout = 10.0,
+    waiting_timeout: WaitingTimeout = 10.0,
+    transfer_timeout: TransferTimeout = 3.0,
+) -> None:
+    """Start a bootstrap service, agents and a router on loopback; Ctrl-C or SIGTERM stops them all.
+
+    The first line on stdout is the bootstrap address (tcp://127.0.0.1:PORT), the one address that lists
+    every agent; status lines go to stderr.
+    """
+    timeouts = (bootstrap_timeout, waiting_timeout, transfer_timeout)
+    stats = _run_cluster(prefill, decode, tp, rate, fault, duration, log_dir, timeouts, print_address=True)
+    typer.echo(f"done: {stats.succeeded} rooms ok, {stats.failed} failed", err=True)
+
+
+@app.command(
+    "agent",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+    add_help_option=False,
+)
+def agent(ctx: typer.Context) -> None:
+    """Run one rank (all options as `python -m transport.agent`; `kvtop agent --help` lists them)."""
+    from transport.agent import main as agent_main
+
+    agent_main(ctx.args)
 
 
 @bench_app.command("transfer")
@@ -123,6 +194,36 @@ def bench_transfer(
     typer.echo(f"{'chunk':>8} {'kvtop GB/s':>11} {'raw GB/s':>9} {'ratio':>6}")
     for r in results:
         typer.echo(f"{format_size(r.chunk_bytes):>8} {r.kvtop_gbps:>11.2f} {r.raw_gbps:>9.2f} {r.ratio:>6.2f}")
+
+
+@bench_app.command("events")
+def bench_events(
+    chunk_bytes: Annotated[str, typer.Option(help="Chunk size of the transfer legs.")] = "1MiB",
+    room_bytes: Annotated[str, typer.Option(help="KV bytes per room (smaller rooms: more events).")] = "4MiB",
+    rooms: Annotated[int, typer.Option(min=2, help="Rooms per transfer run.")] = 256,
+    repeats: Annotated[int, typer.Option(min=1, help="Runs per leg; figures are medians.")] = 5,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON object instead of text.")] = False,
+) -> None:
+    """What publishing events costs the transfer path, and how many events/s one publisher sustains.
+
+    Alternates transfer runs with events on and off (same rooms, same sizes) and reports the median
+    GB/s of each and the cost (1 - on/off; the target is <= 0.03). Then pushes events through one
+    publisher to a subscriber as fast as it takes them. Progress goes to stderr.
+    """
+    from kvtop.bench.events import measure_events
+
+    try:
+        chunk, room = parse_size(chunk_bytes), parse_size(room_bytes)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+    result = measure_events(chunk, room, rooms, repeats, lambda line: typer.echo(line, err=True))
+    if as_json:
+        typer.echo(json.dumps(result.as_dict(), indent=2))
+        return
+    typer.echo(
+        f"events on {result.gbps_events_on:.2f} GB/s, off {result.gbps_events_off:.2f} GB/s, "
+        f"cost {result.cost:+.1%}; publisher {result.events_per_s:,.0f} events/s"
+    )
 
 
 def main() -> None:

@@ -1,0 +1,93 @@
+"""`kvtop bench events`: the cost of publishing events on the transfer path, and a publisher's rate.
+
+Transfer legs alternate with events on and off (the same rooms and sizes; the
+ratio of medians is the cost). The rate leg emits room-state events from one
+thread as fast as it can while the publisher batches them to a subscriber that
+decodes every batch; events/s is what reached the subscriber.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import zmq
+
+from kvtop.bench.transfer import run_kvtop
+from transport.events import EventBatch, RoomState
+from transport.publisher import EventPublisher
+from transport.wire import AgentInfo, FrameDecoder
+
+_RATE_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class EventsResult:
+    gbps_events_on: float
+    gbps_events_off: float
+    cost: float
+    """1 - on/off: the fraction of transfer throughput that events cost (0.03 = 3 %)."""
+    events_per_s: float
+    events_dropped: int
+    repeats: int
+
+    def as_dict(self) -> dict[str, float | int]:
+        return asdict(self)
+
+
+def publisher_rate(seconds: float = _RATE_SECONDS) -> tuple[float, int]:
+    """Events/s delivered from one publisher to one decoding subscriber, and how many were dropped."""
+    info = AgentInfo("prefill", "bench", 0, 1, 1, "", "", 0, "localhost", 1)
+    context = zmq.Context()
+    publisher = EventPublisher(info, context=context).start()
+    sub = context.socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(publisher.endpoint)
+    decoder: FrameDecoder[EventBatch] = FrameDecoder(EventBatch)
+    stop = threading.Event()
+
+    def produce() -> None:
+        room = 0
+        while not stop.is_set():
+            for _ in range(1000):
+                room += 1
+                publisher.emit(RoomState(time.time(), room, 3, 2, "prefill-0", 1 << 20))
+            time.sleep(0)
+
+    time.sleep(0.3)  # let the subscription reach the publisher (PUB drops what no one subscribed to)
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    received = 0
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        if sub.poll(100):
+            received += len(decoder.decode(sub.recv()).events)
+    elapsed = time.perf_counter() - started
+    stop.set()
+    producer.join()
+    publisher.close()
+    sub.close(linger=0)
+    context.term()
+    return received / elapsed, publisher.dropped
+
+
+def measure_events(
+    chunk_bytes: int, room_bytes: int, rooms: int, repeats: int, progress: Callable[[str], None]
+) -> EventsResult:
+    """Alternate events-on and events-off transfer runs, then the publisher rate."""
+    on: list[float] = []
+    off: list[float] = []
+    total = room_bytes * rooms
+    for repeat in range(repeats):
+        on.append(total / run_kvtop(chunk_bytes, room_bytes, rooms, publish_events=True) / 1e9)
+        off.append(total / run_kvtop(chunk_bytes, room_bytes, rooms, publish_events=False) / 1e9)
+        progress(f"run {repeat + 1}/{repeats}: events on {on[-1]:.2f} GB/s, off {off[-1]:.2f} GB/s")
+    rate, dropped = publisher_rate()
+    progress(f"publisher: {rate:,.0f} events/s reached the subscriber ({dropped:,} dropped at the queue)")
+    gbps_on, gbps_off = statistics.median(on), statistics.median(off)
+    return EventsResult(
+        round(gbps_on, 3), round(gbps_off, 3), round(1 - gbps_on / gbps_off, 4), round(rate), dropped, repeats
+    )

@@ -1,0 +1,196 @@
+"""A reusable subscriber to agents' events: join late, start from a snapshot, count gaps.
+
+For each agent incarnation the subscriber asks for a snapshot when it first
+hears from it, holds that agent's batches until the snapshot arrives, then
+delivers the snapshot followed by every batch with a larger seq, in order
+(ZeroMQ guide's Clone pattern). After that, a seq that jumps counts the
+missing batches as a gap; a new incarnation (the agent restarted) starts over
+and is never counted as a gap.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import zmq
+
+from transport.counters import Counters, rejection_names
+from transport.errors import FrameRejected
+from transport.events import EventBatch, Snapshot, SnapshotRequest
+from transport.wire import AgentInfo, FrameDecoder, encode
+
+SNAPSHOT_TIMEOUT_S = 2.0
+
+
+@dataclass(eq=False)
+class _Stream:
+    """One agent incarnation as seen by this subscriber."""
+
+    incarnation: int
+    snapshot_socket: zmq.Socket[bytes] | None
+    requested_at: float
+    req_id: int
+    last_seq: int = 0
+    synced: bool = False
+    held: list[EventBatch] = field(default_factory=list)
+
+
+Delivery = Snapshot | EventBatch
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """One item for the consumer: an agent's snapshot, or a batch to apply after it."""
+
+    label: str
+    item: Delivery
+
+
+class EventSubscriber:
+    """Owns one SUB socket and one snapshot DEALER per agent; `poll()` returns what is ready, in order."""
+
+    def __init__(self, context: zmq.Context[zmq.Socket[bytes]] | None = None, rcvhwm: int = 100_000) -> None:
+        self._context = context or zmq.Context.instance()
+        self.socket: zmq.Socket[bytes] = self._context.socket(zmq.SUB)
+        self.socket.linger = 0
+        self.socket.rcvhwm = rcvhwm
+        self.socket.setsockopt(zmq.SUBSCRIBE, b"")
+        self.agents: dict[str, AgentInfo] = {}
+        self._streams: dict[str, _Stream] = {}
+        self._snapshot_sockets: dict[str, zmq.Socket[bytes]] = {}
+        self._req_ids = itertools.count(1)
+        self.gaps: Counter[tuple[str, int]] = Counter()
+        """Missing batches per (agent label, incarnation)."""
+        self.counters = Counters(("batches", "snapshots", "snapshots_missed", "stale_batches", *rejection_names()))
+        self._batch_decoder: FrameDecoder[EventBatch] = FrameDecoder(EventBatch)
+        self._snapshot_decoder: FrameDecoder[Snapshot] = FrameDecoder(Snapshot)
+
+    def connect(self, agent: AgentInfo) -> None:
+        """Subscribe to an agent's events (again, at its new endpoints, when it restarted)."""
+        known = self.agents.get(agent.label)
+        if known == agent or not agent.event_endpoint:
+            return
+        if known is not None and known.event_endpoint:
+            self.socket.disconnect(known.event_endpoint)
+            self._close_snapshot_socket(agent.label)
+        self.agents[agent.label] = agent
+        self.socket.connect(agent.event_endpoint)
+
+    def close(self) -> None:
+        self.socket.close(linger=0)
+        for label in list(self._snapshot_sockets):
+            self._close_snapshot_socket(label)
+
+    def poll(self, timeout_s: float) -> list[Delivered]:
+        """Deliveries ready now, after waiting up to `timeout_s` for the first input."""
+        poller = zmq.Poller()
+        poller.register(self.socket, zmq.POLLIN)
+        for sock in self._snapshot_sockets.values():
+            poller.register(sock, zmq.POLLIN)
+        ready = dict(poller.poll(int(timeout_s * 1000)))
+        out: list[Delivered] = []
+        if self.socket in ready:
+            self._read_batches(out)
+        for label, sock in list(self._snapshot_sockets.items()):
+            if sock in ready:
+                self._read_snapshot(label, sock, out)
+        self._expire_snapshot_requests(out)
+        return out
+
+    def _read_batches(self, out: list[Delivered]) -> None:
+        for _ in range(10_000):
+            try:
+                frame = self.socket.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                batch = self._batch_decoder.decode(frame)
+            except FrameRejected as rejected:
+                self.counters.reject(rejected.reason)
+                continue
+            self.counters.add("batches")
+            self._on_batch(batch, out)
+
+    def _on_batch(self, batch: EventBatch, out: list[Delivered]) -> None:
+        label = batch.label
+        stream = self._streams.get(label)
+        if stream is None or stream.incarnation != batch.incarnation:
+            stream = self._streams[label] = self._start_stream(label, batch.incarnation)
+        if not stream.synced:
+            stream.held.append(batch)
+            return
+        self._deliver(label, stream, batch, out)
+
+    def _deliver(self, label: str, stream: _Stream, batch: EventBatch, out: list[Delivered]) -> None:
+        if batch.seq <= stream.last_seq:
+            self.counters.add("stale_batches")
+            return
+        if stream.last_seq and batch.seq != stream.last_seq + 1:
+            self.gaps[(label, stream.incarnation)] += batch.seq - stream.last_seq - 1
+        stream.last_seq = batch.seq
+        out.append(Delivered(label, batch))
+
+    def _start_stream(self, label: str, incarnation: int) -> _Stream:
+        sock = self._snapshot_socket(label)
+        req_id = next(self._req_ids)
+        if sock is not None:
+            sock.send(encode(SnapshotRequest(req_id)))
+        return _Stream(incarnation, sock, time.monotonic(), req_id, synced=sock is None)
+
+    def _snapshot_socket(self, label: str) -> zmq.Socket[bytes] | None:
+        agent = self.agents.get(label)
+        if agent is None or not agent.snapshot_endpoint:
+            return None
+        sock = self._snapshot_sockets.get(label)
+        if sock is None:
+            sock = self._context.socket(zmq.DEALER)
+            sock.linger = 0
+            sock.connect(agent.snapshot_endpoint)
+            self._snapshot_sockets[label] = sock
+        return sock
+
+    def _read_snapshot(self, label: str, sock: zmq.Socket[bytes], out: list[Delivered]) -> None:
+        while True:
+            try:
+                frame = sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                snapshot = self._snapshot_decoder.decode(frame)
+            except FrameRejected as rejected:
+                self.counters.reject(rejected.reason)
+                continue
+            stream = self._streams.get(label)
+            if stream is None or stream.synced or snapshot.req_id != stream.req_id:
+                continue
+            if snapshot.incarnation != stream.incarnation:
+                continue  # the agent restarted meanwhile; its new batches start a new stream
+            self.counters.add("snapshots")
+            stream.synced = True
+            stream.last_seq = snapshot.seq
+            out.append(Delivered(label, snapshot))
+            self._release_held(label, stream, out)
+
+    def _release_held(self, label: str, stream: _Stream, out: list[Delivered]) -> None:
+        held, stream.held = stream.held, []
+        if held and stream.last_seq == 0:
+            stream.last_seq = held[0].seq - 1
+        for batch in held:
+            self._deliver(label, stream, batch, out)
+
+    def _expire_snapshot_requests(self, out: list[Delivered]) -> None:
+        """An agent that does not answer its snapshot request in time: deliver what was held, count it."""
+        now = time.monotonic()
+        for label, stream in self._streams.items():
+            if not stream.synced and now - stream.requested_at > SNAPSHOT_TIMEOUT_S:
+                self.counters.add("snapshots_missed")
+                stream.synced = True
+                self._release_held(label, stream, out)
+
+    def _close_snapshot_socket(self, label: str) -> None:
+        sock = self._snapshot_sockets.pop(label, None)
+        if sock is not None:
+            sock.close(linger=0)
