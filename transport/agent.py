@@ -22,12 +22,12 @@ import zmq
 from transport.config import Role, Timeouts, TransferConfig
 from transport.counters import Counters, rejection_names
 from transport.engine import KVManager, KVReceiver, KVSender
-from transport.errors import FrameRejected, KVTransferError, ReasonClass
+from transport.errors import KVTransferError, ReasonClass
 from transport.faults import FaultInjector, FaultSpec
 from transport.kvpoll import KVPoll
 from transport.logs import setup_agent_logging
 from transport.pool import KVPool, PageIndices, PoolExhausted
-from transport.sockets import bind
+from transport.sockets import bind, decode_routed
 from transport.wire import (
     ControlRequest,
     Digest,
@@ -134,17 +134,10 @@ class Agent:
         return {**self.manager.counters(), **{f"control_{k}": v for k, v in self._rejections.snapshot().items()}}
 
     def _serve_one(self) -> None:
-        frames = self._control.recv_multipart()
-        if len(frames) != 2:
-            self._rejections.reject("unexpected")
+        routed = decode_routed(self._control.recv_multipart(), self._decoder, self._rejections)
+        if routed is None:
             return
-        requester, payload = frames
-        try:
-            request = self._decoder.decode(payload)
-        except FrameRejected as rejected:
-            self._rejections.reject(rejected.reason)
-            self.log.debug("rejected a control frame: %s", rejected)
-            return
+        requester, request = routed
         self._control.send_multipart([requester, encode(self._answer(requester, request))])
 
     def _answer(self, requester: bytes, request: ControlRequest) -> Submitted | Stats | DigestReply | Refusal:

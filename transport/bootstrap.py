@@ -17,7 +17,7 @@ import zmq
 
 from transport.counters import Counters, rejection_names
 from transport.errors import BootstrapError, FrameRejected
-from transport.sockets import bind
+from transport.sockets import bind, decode_routed
 from transport.wire import (
     AgentInfo,
     AgentList,
@@ -78,15 +78,10 @@ class BootstrapServer:
             self._socket.close(linger=0)
 
     def _handle(self, frames: list[bytes]) -> None:
-        if len(frames) != 2:
-            self.counters.reject("unexpected")
+        routed = decode_routed(frames, self._decoder, self.counters)
+        if routed is None:
             return
-        identity, payload = frames
-        try:
-            request = self._decoder.decode(payload)
-        except FrameRejected as rejected:
-            self.counters.reject(rejected.reason)
-            return
+        identity, request = routed
         self.counters.add("requests")
         self._socket.send_multipart([identity, encode(self._answer(request))])
 

@@ -18,11 +18,10 @@ import zmq
 
 from transport import reasons
 from transport.counters import Counters
-from transport.errors import FrameRejected
 from transport.kvpoll import KVPoll
 from transport.rooms import RoomRecord
 from transport.routes import RouteBook
-from transport.sockets import bind_ephemeral
+from transport.sockets import bind_ephemeral, decode_waiting
 from transport.wire import AgentInfo, FrameDecoder, Vote, VoteEntry, encode
 
 REMEMBER_S = 10.0
@@ -89,16 +88,7 @@ class InstanceConsensus:
 
     def handle(self) -> None:
         """Read the other ranks' votes (only the latest of each counts)."""
-        while True:
-            try:
-                frame = self.socket.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            try:
-                vote = self._decoder.decode(frame)
-            except FrameRejected as rejected:
-                self._counters.reject(rejected.reason)
-                continue
+        for vote in decode_waiting(self.socket, self._decoder, self._counters):
             self._votes[vote.rank] = (time.monotonic(), {entry.room: entry for entry in vote.rooms})
 
     def agree(self, record: RoomRecord, me: AgentInfo, now: float) -> Agreement:

@@ -16,14 +16,13 @@ import xxhash
 import zmq
 
 from transport import reasons
-from transport.errors import FrameRejected
 from transport.events import AbortEvent
 from transport.faults import FaultKind
 from transport.kvpoll import KVPoll
 from transport.pool import run_breaks, split_runs
 from transport.rooms import LinkPlan, SenderRoom
 from transport.side import SideContext, sweep_finished
-from transport.sockets import bind_ephemeral
+from transport.sockets import bind_ephemeral, decode_routed
 from transport.wire import (
     Abort,
     AbortAck,
@@ -110,16 +109,9 @@ class PrefillSide:
                 frames = self._socket.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            if len(frames) != 2:
-                self._ctx.counters.reject("unexpected")
-                continue
-            identity, payload = frames
-            try:
-                message = self._decoder.decode(payload)
-            except FrameRejected as rejected:
-                self._ctx.counters.reject(rejected.reason)
-                continue
-            self._on_message(identity, message, now)
+            routed = decode_routed(frames, self._decoder, self._ctx.counters)
+            if routed is not None:
+                self._on_message(*routed, now)
 
     def pump(self, now: float) -> float | None:
         wake: float | None = None

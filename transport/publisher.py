@@ -18,7 +18,6 @@ from collections import deque
 import zmq
 
 from transport.counters import Counters, rejection_names
-from transport.errors import FrameRejected
 from transport.events import (
     EVENT_SCHEMA,
     AgentHello,
@@ -31,7 +30,7 @@ from transport.events import (
     SnapshotRequest,
 )
 from transport.kvpoll import KVPoll
-from transport.sockets import bind
+from transport.sockets import bind, decode_routed
 from transport.wire import AgentInfo, FrameDecoder, encode
 
 FINISHED_KEPT = 512
@@ -146,15 +145,10 @@ class EventPublisher:
         self.counters.add("events", len(events))
 
     def _serve_snapshot(self) -> None:
-        frames = self._snapshots.recv_multipart()
-        if len(frames) != 2:
-            self.counters.reject("unexpected")
+        routed = decode_routed(self._snapshots.recv_multipart(), self._decoder, self.counters)
+        if routed is None:
             return
-        try:
-            request = self._decoder.decode(frames[1])
-        except FrameRejected as rejected:
-            self.counters.reject(rejected.reason)
-            return
+        requester, request = routed
         mirror = self._mirror
         snapshot = Snapshot(
             request.req_id,
@@ -167,5 +161,5 @@ class EventPublisher:
             list(mirror.finished),
             list(mirror.failures),
         )
-        self._snapshots.send_multipart([frames[0], encode(snapshot)])
+        self._snapshots.send_multipart([requester, encode(snapshot)])
         self.counters.add("snapshots")

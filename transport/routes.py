@@ -7,7 +7,7 @@ import itertools
 import zmq
 
 from transport.counters import Counters
-from transport.errors import FrameRejected
+from transport.sockets import decode_waiting
 from transport.wire import AgentInfo, BootstrapReply, FrameDecoder, Refusal, Resolve, Route, encode
 
 RESOLVE_RETRY_S = 0.25
@@ -42,16 +42,7 @@ class RouteBook:
 
     def handle(self) -> None:
         """Read the bootstrap service's replies."""
-        while True:
-            try:
-                frame = self.socket.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            try:
-                reply = self._decoder.decode(frame)
-            except FrameRejected as rejected:
-                self._counters.reject(rejected.reason)
-                continue
+        for reply in decode_waiting(self.socket, self._decoder, self._counters):
             if isinstance(reply, Route):
                 self._routes[reply.instance] = reply.ranks
             elif not isinstance(reply, Refusal):

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TypeVar
+
 import zmq
+
+from transport.counters import Counters
+from transport.errors import FrameRejected
+from transport.wire import FrameDecoder
+
+T = TypeVar("T")
 
 
 def bind_ephemeral(sock: zmq.Socket[bytes], host: str) -> str:
@@ -26,3 +35,31 @@ def drain_message(sock: zmq.Socket[bytes]) -> int:
         sock.recv_into(bytearray())
         dropped += 1
     return dropped
+
+
+def decode_waiting(
+    sock: zmq.Socket[bytes], decoder: FrameDecoder[T], counters: Counters, limit: int = 100_000
+) -> Iterator[T]:
+    """Messages waiting on a single-frame socket (at most `limit`), decoded; rejections are counted and skipped."""
+    for _ in range(limit):
+        try:
+            frame = sock.recv(zmq.NOBLOCK)
+        except zmq.Again:
+            return
+        try:
+            yield decoder.decode(frame)
+        except FrameRejected as rejected:
+            counters.reject(rejected.reason)
+
+
+def decode_routed(frames: list[bytes], decoder: FrameDecoder[T], counters: Counters) -> tuple[bytes, T] | None:
+    """(routing id, message) of a ROUTER's [identity, frame]; None (and a counted rejection) otherwise."""
+    if len(frames) != 2:
+        counters.reject("unexpected")
+        return None
+    identity, payload = frames
+    try:
+        return identity, decoder.decode(payload)
+    except FrameRejected as rejected:
+        counters.reject(rejected.reason)
+        return None

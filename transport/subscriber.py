@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import zmq
 
 from transport.counters import Counters, rejection_names
-from transport.errors import FrameRejected
 from transport.events import EventBatch, Snapshot, SnapshotRequest
+from transport.sockets import decode_waiting
 from transport.wire import AgentInfo, FrameDecoder, encode
 
 SNAPSHOT_TIMEOUT_S = 2.0
@@ -101,16 +101,7 @@ class EventSubscriber:
         return out
 
     def _read_batches(self, out: list[Delivered]) -> None:
-        for _ in range(10_000):
-            try:
-                frame = self.socket.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            try:
-                batch = self._batch_decoder.decode(frame)
-            except FrameRejected as rejected:
-                self.counters.reject(rejected.reason)
-                continue
+        for batch in decode_waiting(self.socket, self._batch_decoder, self.counters, limit=10_000):
             self.counters.add("batches")
             self._on_batch(batch, out)
 
@@ -153,16 +144,7 @@ class EventSubscriber:
         return sock
 
     def _read_snapshot(self, label: str, sock: zmq.Socket[bytes], out: list[Delivered]) -> None:
-        while True:
-            try:
-                frame = sock.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            try:
-                snapshot = self._snapshot_decoder.decode(frame)
-            except FrameRejected as rejected:
-                self.counters.reject(rejected.reason)
-                continue
+        for snapshot in decode_waiting(sock, self._snapshot_decoder, self.counters):
             stream = self._streams.get(label)
             if stream is None or stream.synced or snapshot.req_id != stream.req_id:
                 continue

@@ -16,6 +16,7 @@ import typer
 from kvtop.cli.units import format_size, parse_size
 
 if TYPE_CHECKING:
+    from transport.cluster import LocalCluster
     from transport.faults import FaultSpec
     from transport.workload import WorkloadStats
 
@@ -101,8 +102,8 @@ def _run_cluster(
         raise typer.BadParameter(str(error)) from None
     spec = demo_spec(prefill, decode, tp, _faults(fault), log_dir or tempfile.mkdtemp(prefix="kvtop-logs-"), limits)
 
-    def announce(cluster: object) -> None:
-        typer.echo(getattr(cluster, "endpoint", ""))
+    def announce(cluster: LocalCluster) -> None:
+        typer.echo(cluster.endpoint)
 
     emit = (lambda line: typer.echo(line, err=True)) if print_address else typer.echo
     try:
