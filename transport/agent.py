@@ -242,6 +242,9 @@ def parse_args(argv: list[str] | None = None) -> AgentOptions:
     parser.add_argument("--transfer-timeout", type=float, default=60.0)
     parser.add_argument("--heartbeat", type=float, default=0.5)
     parser.add_argument("--peer-timeout", type=float, default=5.0)
+    parser.add_argument(
+        "--no-checksums", action="store_true", help="send chunks without xxh3 checksums (trust TCP's own checks)"
+    )
     parser.add_argument("--fault", action="append", default=[], help="KIND[:RATE][@PEER], repeatable")
     parser.add_argument("--fault-seed", type=int, default=None)
     parser.add_argument("--log-file", default="")
@@ -263,6 +266,7 @@ def parse_args(argv: list[str] | None = None) -> AgentOptions:
             heartbeat_s=args.heartbeat,
             peer_timeout_s=args.peer_timeout,
             timeouts=Timeouts(args.bootstrap_timeout, args.waiting_timeout, args.transfer_timeout),
+            checksums=not args.no_checksums,
         ),
         faults=tuple(FaultSpec.parse(text) for text in args.fault),
         fault_seed=args.fault_seed,
@@ -289,6 +293,8 @@ def to_args(options: AgentOptions) -> list[str]:
         args += ["--fault-seed", str(options.fault_seed)]
     if options.log_file:
         args += ["--log-file", options.log_file]
+    if not transfer.checksums:
+        args.append("--no-checksums")
     for spec in options.faults:
         args += ["--fault", str(spec)]
     return args

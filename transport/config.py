@@ -41,6 +41,10 @@ class TransferConfig:
     peer_timeout_s: float = 5.0
     """A peer silent for this long is lost: its unfinished rooms fail, once."""
     timeouts: Timeouts = field(default_factory=Timeouts)
+    checksums: bool = True
+    """Checksum every chunk (xxh3-64, verified by the receiver). Off trusts the transport's own
+    integrity checks (TCP, RDMA ICRC) and saves two passes over the data; receivers count
+    `chunks_unverified`."""
 
     def __post_init__(self) -> None:
         if self.chunk_bytes <= 0:

@@ -49,7 +49,7 @@ HEARTBEAT_S = 1.0
 COUNTER_NAMES = (
     "chunks_sent", "bytes_sent", "chunks_landed", "bytes_landed", "late_chunks", "rooms_succeeded",
     "rooms_failed", "send_failures", "peers_lost", "aborts_sent", "aborts_received", "abort_acks",
-    "checksum_failures", "requests_expired", "late_failures",
+    "checksum_failures", "chunks_unverified", "requests_expired", "late_failures",
     *(f"fault_{kind}" for kind in FaultKind),
     *rejection_names(),
 )  # fmt: skip

@@ -308,7 +308,7 @@ class PrefillSide:
         src = record.src_pages[start : start + count]
         request = plan.request
         frames: list[memoryview] = []
-        hasher = xxhash.xxh3_64()
+        hasher = xxhash.xxh3_64() if self._ctx.config.checksums else None
         offset = 0
         whole_rows = request.src_offset == 0 and request.nbytes_per_page == self._ctx.pool.page_bytes
         for run in runs:
@@ -320,7 +320,8 @@ class PrefillSide:
                     first : first + run, request.src_offset : request.src_offset + request.nbytes_per_page
                 ]
                 payload = np.ascontiguousarray(rows).reshape(-1)
-            hasher.update(payload.data)
+            if hasher is not None:
+                hasher.update(payload.data)
             frames.append(payload.data)
             offset += run
         if corrupt:
@@ -329,7 +330,8 @@ class PrefillSide:
             damaged[len(damaged) // 2] ^= 0xFF
             frames[0] = damaged.data
         nbytes = count * request.nbytes_per_page
-        header = Chunk(record.room, index, index == len(plan.chunks) - 1, start, runs, nbytes, hasher.intdigest())
+        checksum = hasher.intdigest() if hasher is not None else None
+        header = Chunk(record.room, index, index == len(plan.chunks) - 1, start, runs, nbytes, checksum)
         try:
             self._socket.send_multipart([peer.identity, encode(header), *frames], flags=zmq.NOBLOCK, copy=False)
         except zmq.Again:

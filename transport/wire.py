@@ -156,7 +156,8 @@ class Chunk(msgspec.Struct, tag="chunk", array_like=True):
     page_start: int
     frame_pages: list[int]
     nbytes: int
-    checksum: int
+    checksum: int | None
+    """xxh3-64 of the payloads, or None when the sender runs without checksums."""
 
 
 class Ack(msgspec.Struct, tag="ack", array_like=True):

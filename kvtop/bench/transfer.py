@@ -39,8 +39,12 @@ class TransferResult:
 
     chunk_bytes: int
     kvtop_gbps: float
+    """With per-chunk checksums (the default)."""
     raw_gbps: float
     ratio: float
+    kvtop_unchecked_gbps: float
+    """The same transfers with checksums off (TransferConfig.checksums=False)."""
+    ratio_unchecked: float
     repeats: int
     total_bytes: int
 
@@ -136,7 +140,13 @@ def _drive(room_ids: range, slots: list[PageIndices], begin: Callable[[int, Page
 
 
 def _prefill_process(
-    bootstrap: str, chunk_bytes: int, room_bytes: int, rooms: int, ready: EventType, publish_events: bool
+    bootstrap: str,
+    chunk_bytes: int,
+    room_bytes: int,
+    rooms: int,
+    ready: EventType,
+    publish_events: bool,
+    checksums: bool,
 ) -> None:
     pages = _room_pages(chunk_bytes, room_bytes)
     pool = KVPool(pages * _ROOMS_IN_FLIGHT, _page_bytes(chunk_bytes))
@@ -144,7 +154,7 @@ def _prefill_process(
     slots = [pool.allocate(pages) for _ in range(_ROOMS_IN_FLIGHT)]
     with KVManager(
         role=Role.PREFILL, instance="bench-prefill", rank=0, tp=1, pool=pool, bootstrap=bootstrap,
-        config=_config(chunk_bytes), publish_events=publish_events,
+        config=_config(chunk_bytes, checksums), publish_events=publish_events,
     ) as manager:  # fmt: skip
         manager.start()
         ready.set()
@@ -157,16 +167,19 @@ def _prefill_process(
         _drive(range(1, rooms + 1), slots, begin)
 
 
-def _config(chunk_bytes: int) -> TransferConfig:
-    return TransferConfig(chunk_bytes=chunk_bytes, window_bytes=max(32 << 20, 4 * chunk_bytes))
+def _config(chunk_bytes: int, checksums: bool) -> TransferConfig:
+    return TransferConfig(chunk_bytes=chunk_bytes, window_bytes=max(32 << 20, 4 * chunk_bytes), checksums=checksums)
 
 
-def run_kvtop(chunk_bytes: int, room_bytes: int, rooms: int, publish_events: bool = True) -> float:
+def run_kvtop(
+    chunk_bytes: int, room_bytes: int, rooms: int, publish_events: bool = True, checksums: bool = True
+) -> float:
     """Seconds for a decode rank to receive `rooms` rooms from a prefill process (both publishing events)."""
     bootstrap = BootstrapServer().start()
     ready = mp.get_context("spawn").Event()
     prefill = mp.get_context("spawn").Process(
-        target=_prefill_process, args=(bootstrap.endpoint, chunk_bytes, room_bytes, rooms, ready, publish_events)
+        target=_prefill_process,
+        args=(bootstrap.endpoint, chunk_bytes, room_bytes, rooms, ready, publish_events, checksums),
     )
     prefill.start()
     pages = _room_pages(chunk_bytes, room_bytes)
@@ -175,7 +188,7 @@ def run_kvtop(chunk_bytes: int, room_bytes: int, rooms: int, publish_events: boo
     try:
         with KVManager(
             role=Role.DECODE, instance="bench-decode", rank=0, tp=1, pool=pool, bootstrap=bootstrap.endpoint,
-            config=_config(chunk_bytes), publish_events=publish_events,
+            config=_config(chunk_bytes, checksums), publish_events=publish_events,
         ) as manager:  # fmt: skip
             manager.start()
             if not ready.wait(60):
@@ -203,19 +216,32 @@ def run_kvtop(chunk_bytes: int, room_bytes: int, rooms: int, publish_events: boo
 def measure(
     chunk_sizes: list[int], room_bytes: int, rooms: int, repeats: int, progress: Callable[[str], None]
 ) -> list[TransferResult]:
-    """Alternate raw and kvtop legs `repeats` times per chunk size; medians and their ratio."""
+    """Alternate raw, kvtop and unchecked kvtop legs `repeats` times per chunk size; medians and ratios."""
     results = []
     total = room_bytes * rooms
     for chunk_bytes in chunk_sizes:
-        raw_gbps: list[float] = []
-        kvtop_gbps: list[float] = []
+        raw: list[float] = []
+        checked: list[float] = []
+        unchecked: list[float] = []
         for repeat in range(repeats):
-            raw_gbps.append(total / run_raw(chunk_bytes, total) / 1e9)
-            kvtop_gbps.append(total / run_kvtop(chunk_bytes, room_bytes, rooms) / 1e9)
+            raw.append(total / run_raw(chunk_bytes, total) / 1e9)
+            checked.append(total / run_kvtop(chunk_bytes, room_bytes, rooms) / 1e9)
+            unchecked.append(total / run_kvtop(chunk_bytes, room_bytes, rooms, checksums=False) / 1e9)
             progress(
-                f"chunk {chunk_bytes} B, run {repeat + 1}/{repeats}: "
-                f"raw {raw_gbps[-1]:.2f} GB/s, kvtop {kvtop_gbps[-1]:.2f} GB/s"
+                f"chunk {chunk_bytes} B, run {repeat + 1}/{repeats}: raw {raw[-1]:.2f} GB/s, "
+                f"kvtop {checked[-1]:.2f} GB/s, without checksums {unchecked[-1]:.2f} GB/s"
             )
-        raw, kv = statistics.median(raw_gbps), statistics.median(kvtop_gbps)
-        results.append(TransferResult(chunk_bytes, round(kv, 3), round(raw, 3), round(kv / raw, 3), repeats, total))
+        base, kv, bare = statistics.median(raw), statistics.median(checked), statistics.median(unchecked)
+        results.append(
+            TransferResult(
+                chunk_bytes=chunk_bytes,
+                kvtop_gbps=round(kv, 3),
+                raw_gbps=round(base, 3),
+                ratio=round(kv / base, 3),
+                kvtop_unchecked_gbps=round(bare, 3),
+                ratio_unchecked=round(bare / base, 3),
+                repeats=repeats,
+                total_bytes=total,
+            )
+        )
     return results

@@ -177,9 +177,10 @@ def bench_transfer(
 ) -> None:
     """KV transfer GB/s over loopback vs raw pyzmq PUSH/PULL at the same message size, and their ratio.
 
-    Each run starts a prefill rank process and a decode rank (KV pools, bootstrap, credits, checksums)
-    and, alternating with it, a raw PUSH process sending zero-copy into a PULL that lands each message
-    with recv_into in a numpy buffer. Progress goes to stderr.
+    Each run starts a prefill rank process and a decode rank (KV pools, bootstrap, credits, checksums,
+    events) and, alternating with it, a raw PUSH process sending zero-copy into a PULL that lands each
+    message with recv_into in a numpy buffer; a third leg repeats the kvtop run with checksums off.
+    Progress goes to stderr.
     """
     from kvtop.bench.transfer import measure
 
@@ -192,9 +193,12 @@ def bench_transfer(
     if as_json:
         typer.echo(json.dumps([r.as_dict() for r in results], indent=2))
         return
-    typer.echo(f"{'chunk':>8} {'kvtop GB/s':>11} {'raw GB/s':>9} {'ratio':>6}")
+    typer.echo(f"{'chunk':>8} {'raw GB/s':>9} {'kvtop GB/s':>11} {'ratio':>6} {'unchecked GB/s':>15} {'ratio':>6}")
     for r in results:
-        typer.echo(f"{format_size(r.chunk_bytes):>8} {r.kvtop_gbps:>11.2f} {r.raw_gbps:>9.2f} {r.ratio:>6.2f}")
+        typer.echo(
+            f"{format_size(r.chunk_bytes):>8} {r.raw_gbps:>9.2f} {r.kvtop_gbps:>11.2f} {r.ratio:>6.2f} "
+            f"{r.kvtop_unchecked_gbps:>15.2f} {r.ratio_unchecked:>6.2f}"
+        )
 
 
 @bench_app.command("events")
