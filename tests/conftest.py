@@ -1,23 +1,29 @@
 """Shared fixtures: polling with a deadline, and real transport pieces that always get closed.
 
 Every fixture that starts something (a bootstrap service, an engine thread, an
-agent process, a socket) closes it at teardown, and checks on the way out that
-nothing it started is still running or died behind the test's back.
+agent process, a socket, an event subscriber) closes it at teardown, and checks
+on the way out that nothing it started is still running or died behind the
+test's back. `subscribe` returns an `EventLog`: what an `EventSubscriber`
+delivered, indexed by room and agent for assertions.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 import numpy as np
 import pytest
 import zmq
 
-from transport import BootstrapServer, FaultInjector, KVManager, KVPool, Role, TransferConfig
+from transport import BootstrapServer, FaultInjector, KVManager, KVPoll, KVPool, Role, TransferConfig
 from transport.cluster import ClusterSpec, LocalCluster
 from transport.control import ControlClient
+from transport.events import Event, EventBatch, Failure, Heartbeat, RoomState, Snapshot
+from transport.subscriber import Delivered, EventSubscriber
+from transport.wire import AgentInfo
 
 T = TypeVar("T")
 
@@ -147,3 +153,123 @@ def shuffled_pages(pool: KVPool, count: int, seed: int) -> np.ndarray:
 def shuffled_pages_fixture() -> Callable[[KVPool, int, int], np.ndarray]:
     """The `shuffled_pages(pool, count, seed)` helper."""
     return shuffled_pages
+
+
+def delivered_events(item: Snapshot | EventBatch) -> list[Event]:
+    """A batch's events, or what a snapshot stands for as events (finished rooms before live ones)."""
+    if isinstance(item, EventBatch):
+        return item.events
+    head: list[Event] = [event for event in (item.hello, item.heartbeat) if event is not None]
+    return [*head, *item.finished_rooms, *item.live_rooms, *item.failures]
+
+
+class EventLog:
+    """Everything one `EventSubscriber` delivered, in order, indexed the way the tests ask.
+
+    A snapshot counts as the events it holds, so a subscriber that joined late
+    sees the same failures and room states as one that was there from the start.
+    """
+
+    def __init__(self, subscriber: EventSubscriber) -> None:
+        self.subscriber = subscriber
+        self.deliveries: list[Delivered] = []
+        self._failures: dict[int, list[Failure]] = defaultdict(list)
+        self._room_states: dict[str, dict[int, list[RoomState]]] = defaultdict(lambda: defaultdict(list))
+        self._heartbeats: dict[str, Heartbeat] = {}
+
+    def connect(self, agents: Iterable[AgentInfo]) -> EventLog:
+        for agent in agents:
+            self.subscriber.connect(agent)
+        return self
+
+    def pump(self, timeout_s: float = POLL_INTERVAL_S) -> list[Delivered]:
+        """Take what the subscriber has ready (waiting up to `timeout_s` for the first delivery)."""
+        delivered = self.subscriber.poll(timeout_s)
+        for item in delivered:
+            self.deliveries.append(item)
+            for event in delivered_events(item.item):
+                if isinstance(event, Failure):
+                    self._failures[event.room].append(event)
+                elif isinstance(event, RoomState):
+                    self._room_states[item.label][event.room].append(event)
+                elif isinstance(event, Heartbeat):
+                    self._heartbeats[item.label] = event
+        return delivered
+
+    def wait(self, predicate: Callable[[], T], timeout: float = 5.0, what: str = "") -> T:
+        """`wait_for(predicate)`, pumping deliveries in between."""
+
+        def pumped() -> T:
+            self.pump()
+            return predicate()
+
+        return wait_for(pumped, timeout, what)
+
+    def wait_synced(self, labels: Iterable[str], timeout: float = 5.0) -> None:
+        """Wait until each agent's snapshot arrived: from then on every event comes in a batch (about 1 s)."""
+        pending = set(labels)
+        self.wait(lambda: all(self.snapshots(label) for label in pending), timeout, f"snapshots of {sorted(pending)}")
+
+    def wait_flushed(self, labels: Iterable[str], timeout: float = 5.0) -> None:
+        """Wait for a heartbeat each agent sent after now: every event it queued before was delivered by then."""
+        since = time.time()
+        pending = set(labels)
+        self.wait(
+            lambda: all(label in self._heartbeats and self._heartbeats[label].ts > since for label in pending),
+            timeout,
+            f"a fresh heartbeat from each of {sorted(pending)}",
+        )
+
+    def failures(self, room: int) -> list[Failure]:
+        """Every Failure event of `room`, from any agent, in delivery order."""
+        return list(self._failures.get(room, []))
+
+    def room_states(self, label: str) -> dict[int, int]:
+        """The latest state of every room `label` published."""
+        return {room: changes[-1].state for room, changes in self._room_states.get(label, {}).items()}
+
+    def failed_in(self, label: str, room: int) -> KVPoll | None:
+        """The state `room` was in when it failed on `label` (None if it never failed there)."""
+        changes = self._room_states.get(label, {}).get(room, [])
+        failed = [KVPoll(change.previous) for change in changes if change.state == KVPoll.Failed]
+        return failed[-1] if failed else None
+
+    def events(self, label: str | None = None) -> Iterator[tuple[str, Event]]:
+        """(agent label, event) of everything delivered (for `label` only, if given), in order."""
+        for delivered in self.deliveries:
+            if label is not None and delivered.label != label:
+                continue
+            for event in delivered_events(delivered.item):
+                yield delivered.label, event
+
+    def heartbeat(self, label: str) -> Heartbeat | None:
+        """The latest heartbeat `label` published."""
+        return self._heartbeats.get(label)
+
+    def deliveries_of(self, label: str) -> list[Snapshot | EventBatch]:
+        """What was delivered for `label`, snapshots and batches, in order."""
+        return [d.item for d in self.deliveries if d.label == label]
+
+    def batches(self, label: str) -> list[EventBatch]:
+        return [d.item for d in self.deliveries if d.label == label and isinstance(d.item, EventBatch)]
+
+    def snapshots(self, label: str) -> list[Snapshot]:
+        return [d.item for d in self.deliveries if d.label == label and isinstance(d.item, Snapshot)]
+
+
+EventLogFactory = Callable[..., EventLog]
+
+
+@pytest.fixture
+def subscribe(zmq_context: zmq.Context[zmq.Socket[bytes]]) -> Iterator[EventLogFactory]:
+    """`subscribe(agents, rcvhwm=...)`: an EventLog over a fresh EventSubscriber (closed at teardown)."""
+    logs: list[EventLog] = []
+
+    def make(agents: Iterable[AgentInfo] = (), rcvhwm: int = 100_000) -> EventLog:
+        log = EventLog(EventSubscriber(zmq_context, rcvhwm=rcvhwm))
+        logs.append(log)
+        return log.connect(agents)
+
+    yield make
+    for log in logs:
+        log.subscriber.close()

@@ -70,6 +70,8 @@ class InstanceConsensus:
                 self.socket.disconnect(known.consensus_endpoint)
             self.socket.connect(peer.consensus_endpoint)
             self._connected[peer.rank] = peer
+            # Its silence counts from now, so a rank that dies before its first vote arrives is caught too.
+            self._votes.setdefault(peer.rank, (now, {}))
         if len(self._connected) < me.tp - 1:
             routes.forget(me.instance)
 

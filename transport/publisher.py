@@ -73,12 +73,13 @@ class EventPublisher:
         batch_interval_s: float = 0.05,
         batch_max: int = 1024,
         context: zmq.Context[zmq.Socket[bytes]] | None = None,
+        sndhwm: int = 10_000,
     ) -> None:
         self.info = info
         self._context = context or zmq.Context.instance()
         self._pub: zmq.Socket[bytes] = self._context.socket(zmq.PUB)
         self._pub.linger = 0
-        self._pub.sndhwm = 10_000
+        self._pub.sndhwm = sndhwm
         self.endpoint = bind(self._pub, "", host)
         self._snapshots: zmq.Socket[bytes] = self._context.socket(zmq.ROUTER)
         self._snapshots.linger = 0

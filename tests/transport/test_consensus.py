@@ -1,0 +1,183 @@
+"""Instance consensus in-process: the ranks of an instance agree on each room (MIN), and failures keep their origin."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from transport import FaultInjector, FaultSpec, KVManager, KVPoll, Role, Timeouts, TransferConfig
+from transport.events import AbortEvent
+from transport.reasons import from_another_rank
+
+PAGE_BYTES = 4096
+PAGES = np.arange(8, dtype=np.uint32)
+CONFIG = TransferConfig(chunk_bytes=2 * PAGE_BYTES, window_bytes=8 * PAGE_BYTES)
+ECHO_REASON, _ = from_another_rank()
+
+
+def instance(make_manager, role: Role, name: str, config: TransferConfig = CONFIG, **faults: str) -> list[KVManager]:
+    """The two ranks of a TP=2 instance; `faults` maps `TP<rank>` to a fault spec for that rank."""
+    return [
+        make_manager(
+            role,
+            name,
+            rank=rank,
+            tp=2,
+            page_bytes=PAGE_BYTES,
+            config=config,
+            faults=FaultInjector((FaultSpec.parse(faults[f"TP{rank}"]),)) if f"TP{rank}" in faults else None,
+        )
+        for rank in range(2)
+    ]
+
+
+@pytest.mark.parametrize("role", [Role.PREFILL, Role.DECODE])
+def test_a_failure_on_one_rank_reaches_the_other_rank_as_an_echo_naming_its_origin(make_manager, wait_for, role):
+    """Rank 0 times out first (rank 1 is staggered); rank 1 fails through the vote, with SGLang's echo text."""
+    config = TransferConfig(timeouts=Timeouts(bootstrap_s=0.5))
+    ranks = instance(make_manager, role, f"{role}-0", config)
+    if role is Role.PREFILL:
+        handles = [rank.sender(0x51) for rank in ranks]  # no decode ever asks
+        for handle in handles:
+            handle.send(PAGES)
+    else:
+        handles = [rank.receiver(0x51, "prefill-9") for rank in ranks]  # no such prefill instance
+        for handle in handles:
+            handle.init(PAGES)
+
+    wait_for(lambda: all(h.poll() is KVPoll.Failed for h in handles), timeout=5, what="both ranks fail")
+
+    origin, echo = handles[0].failure, handles[1].failure
+    assert origin is not None and echo is not None
+    assert (ranks[0].info.label, False, "timeout_bootstrap") == (
+        origin.origin,
+        origin.is_from_another_rank,
+        handles[0].reason_class,
+    )
+    assert (ranks[0].info.label, True, ECHO_REASON, "propagated") == (
+        echo.origin,
+        echo.is_from_another_rank,
+        echo.failure_reason,
+        handles[1].reason_class,
+    )
+    assert f"KVTransferError(bootstrap_room={0x51}): {ECHO_REASON}" == str(echo)
+    wait_for(lambda: all(h.agreed() is KVPoll.Failed for h in handles), what="the instance agrees")
+    assert [origin, echo] == [h.agreed_failure for h in handles]
+
+
+def test_agreed_is_success_only_once_every_rank_of_the_instance_succeeded(make_manager, subscribe, wait_for):
+    """A rank whose own transfer is done still reports the instance's MIN until its peer rank is done too."""
+    prefills = instance(make_manager, Role.PREFILL, "prefill-0")
+    decodes = instance(make_manager, Role.DECODE, "decode-0")
+    events = subscribe([m.info for m in (*prefills, *decodes)])
+    senders = [prefill.sender(0x52) for prefill in prefills]
+    receivers = [decode.receiver(0x52, "prefill-0") for decode in decodes]
+    for receiver in receivers:
+        receiver.init(PAGES)
+    wait_for(lambda: senders[1].poll() is KVPoll.WaitingForInput, what="prefill rank 1 has its request")
+
+    senders[0].send(PAGES)  # rank 0 of each instance finishes; rank 1 has not started
+    wait_for(lambda: senders[0].poll() is KVPoll.Success and receivers[0].poll() is KVPoll.Success)
+    events.wait_flushed([prefills[0].info.label, decodes[0].info.label])  # a whole engine tick ran since
+
+    assert [KVPoll.WaitingForInput] * 4 == [h.agreed() for h in (*senders, *receivers)]
+    assert [senders[0].agreed_failure, receivers[0].agreed_failure] == [None, None]
+
+    senders[1].send(PAGES)
+
+    wait_for(lambda: all(h.agreed() is KVPoll.Success for h in (*senders, *receivers)), what="all agree")
+    assert [KVPoll.Success] * 4 == [h.poll() for h in (*senders, *receivers)]
+
+
+def test_a_rank_that_succeeded_learns_that_its_instance_failed_the_room_and_from_whom(make_manager, wait_for):
+    """Rank 0 finished its part; rank 1's part fails its checksum: rank 0 agrees Failed, naming decode-0/TP1."""
+    prefills = instance(make_manager, Role.PREFILL, "prefill-0", TP1="corrupt")
+    decodes = instance(make_manager, Role.DECODE, "decode-0")
+    senders = [prefill.sender(0x53) for prefill in prefills]
+    receivers = [decode.receiver(0x53, "prefill-0") for decode in decodes]
+    for receiver in receivers:
+        receiver.init(PAGES)
+    senders[0].send(PAGES)
+    wait_for(lambda: senders[0].poll() is KVPoll.Success and receivers[0].poll() is KVPoll.Success)
+
+    senders[1].send(PAGES)
+
+    handles = (*senders, *receivers)
+    wait_for(lambda: all(h.agreed() is KVPoll.Failed for h in handles), what="both instances agree on Failed")
+    origin = decodes[1].info.label
+    assert [KVPoll.Success, KVPoll.Failed, KVPoll.Success, KVPoll.Failed] == [h.poll() for h in handles]
+    for done in (senders[0], receivers[0]):
+        done.failure_exception()  # its own part succeeded: nothing to raise
+        agreed = done.agreed_failure
+        assert agreed is not None
+        assert (origin, True, ECHO_REASON) == (agreed.origin, agreed.is_from_another_rank, agreed.failure_reason)
+    assert receivers[1].agreed_failure is receivers[1].failure
+    assert (origin, "checksum") == (receivers[1].failure.origin, receivers[1].reason_class)
+    assert senders[1].failure is not None and origin == senders[1].failure.origin
+
+
+def test_an_abort_on_one_decode_rank_is_the_one_origin_and_every_other_rank_echoes_it(
+    make_manager, subscribe, wait_for
+):
+    """receiver.abort() on decode-0/TP1: that rank is the origin (aborted); the three others fail as its echoes."""
+    prefills = instance(make_manager, Role.PREFILL, "prefill-0")
+    decodes = instance(make_manager, Role.DECODE, "decode-0")
+    managers = (*prefills, *decodes)
+    events = subscribe([m.info for m in managers])
+    events.wait_synced([m.info.label for m in managers])  # abort events are not part of a snapshot
+    room = 0x54
+    senders = [prefill.sender(room) for prefill in prefills]
+    receivers = [decode.receiver(room, "prefill-0") for decode in decodes]
+    for receiver in receivers:
+        receiver.init(PAGES)
+    handles = (*senders, *receivers)
+    wait_for(lambda: all(h.poll() is KVPoll.WaitingForInput for h in handles), what="every handshake done")
+
+    receivers[1].abort()
+
+    wait_for(lambda: all(h.agreed() is KVPoll.Failed for h in handles), what="both instances agree on Failed")
+    wait_for(lambda: receivers[1].abort_acknowledged, what="prefill-0/TP1 acknowledges the abort")
+    events.wait_flushed([m.info.label for m in managers])
+    origin = decodes[1].info.label
+    failure = receivers[1].failure
+    assert failure is not None
+    assert ("Aborted by AbortReq.", "aborted", origin) == (
+        failure.failure_reason,
+        receivers[1].reason_class,
+        failure.origin,
+    )
+    assert [origin] * 4 == [h.failure.origin for h in handles if h.failure is not None]  # by whichever path came first
+
+    failures = events.failures(room)
+    assert [(origin, "error", "aborted", origin)] == [
+        (f.rank, f.level, f.reason_class, f.origin) for f in failures if f.level != "debug"
+    ]
+    others = sorted(m.info.label for m in managers if m is not decodes[1])
+    assert [(label, origin) for label in others] == sorted((f.rank, f.origin) for f in failures if f.level == "debug")
+    aborts = [(label, e.direction, e.origin) for label, e in events.events() if isinstance(e, AbortEvent)]
+    assert all(abort_origin == origin for _, _, abort_origin in aborts), aborts
+    assert {("decode-0/TP1", "sent", origin), ("prefill-0/TP1", "received", origin)} <= set(aborts)
+
+
+def test_a_rank_that_died_before_it_was_ever_heard_still_fails_the_rooms_of_its_instance(make_manager, wait_for):
+    """prefill-0/TP1 crashes before its first vote reaches TP0: TP0 counts it silent after the vote timeout."""
+    config = TransferConfig(heartbeat_s=0.1, peer_timeout_s=0.5)
+    crashed = make_manager(Role.PREFILL, "prefill-0", rank=1, tp=2, page_bytes=PAGE_BYTES, config=config)
+    crashed.close()  # it stays registered, as a crashed rank does
+    survivor = make_manager(Role.PREFILL, "prefill-0", rank=0, tp=2, page_bytes=PAGE_BYTES, config=config)
+    decodes = instance(make_manager, Role.DECODE, "decode-0", config)
+    sender = survivor.sender(0x55)
+    receivers = [decode.receiver(0x55, "prefill-0") for decode in decodes]
+    for receiver in receivers:
+        receiver.init(PAGES)
+    sender.send(PAGES)
+
+    wait_for(lambda: sender.agreed() is KVPoll.Failed, timeout=5, what="the survivor stops waiting for TP1")
+
+    failure = sender.agreed_failure
+    assert failure is not None
+    assert ("Lost connection with rank prefill-0/TP1 of this instance", survivor.info.label) == (
+        failure.failure_reason,
+        failure.origin,
+    )
+    wait_for(lambda: all(r.agreed() is KVPoll.Failed for r in receivers), what="decode-0 agrees too")

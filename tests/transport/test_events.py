@@ -1,0 +1,182 @@
+"""The event plane: snapshots for late joiners, counted gaps, restarts, and a publisher that never blocks."""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pytest
+
+from transport import KVPoll, Role
+from transport import engine as engine_module
+from transport.events import Failure, Heartbeat, Progress, RoomState, Snapshot
+from transport.publisher import EventPublisher
+from transport.wire import AgentInfo, replace_fields
+
+PAGES = np.arange(8, dtype=np.uint32)
+
+
+@pytest.fixture
+def make_publisher(zmq_context) -> Iterator[Callable[..., EventPublisher]]:
+    """Start bare event publishers for a made-up agent `prefill-0/TP0` (closed at teardown)."""
+    publishers: list[EventPublisher] = []
+
+    def make(**options: object) -> EventPublisher:
+        info = AgentInfo("prefill", "prefill-0", 0, 1, 4096, "", "", os.getpid(), "test", 1)
+        publisher = EventPublisher(info, context=zmq_context, **options)
+        publisher.info = replace_fields(
+            info, event_endpoint=publisher.endpoint, snapshot_endpoint=publisher.snapshot_endpoint
+        )
+        publishers.append(publisher)
+        return publisher.start()
+
+    yield make
+    for publisher in publishers:
+        publisher.close()
+
+
+def failure(room: int, reason: str = "test") -> Failure:
+    return Failure(time.time(), room, "prefill-0/TP0", reason, "other", "warning", False, "prefill-0/TP0")
+
+
+def run_room(prefill, decode, room: int, wait_for) -> None:
+    """Move one room from prefill to decode and wait until both ranks succeeded."""
+    sender = prefill.sender(room)
+    receiver = decode.receiver(room, "prefill-0")
+    receiver.init(PAGES)
+    sender.send(PAGES)
+    wait_for(lambda: sender.poll() is KVPoll.Success and receiver.poll() is KVPoll.Success, what=f"room {room}")
+
+
+def test_a_late_subscriber_starts_from_a_snapshot_and_then_sees_what_an_early_one_saw(
+    make_manager, subscribe, wait_for
+):
+    """A subscriber joining after rooms ran gets a snapshot, then every later batch exactly once, in order."""
+    prefill = make_manager(Role.PREFILL, "prefill-0")
+    decode = make_manager(Role.DECODE, "decode-0")
+    agents = [prefill.info, decode.info]
+    labels = [agent.label for agent in agents]
+    early = subscribe(agents)
+    early.wait_synced(labels)
+    run_room(prefill, decode, 1, wait_for)
+    waiting = [prefill.sender(2), decode.receiver(2, "prefill-0")]
+    waiting[1].init(PAGES)  # the prefill never sends: room 2 stays live, waiting for input
+    early.wait(
+        lambda: all(early.room_states(label).get(2) == KVPoll.WaitingForInput for label in labels),
+        what="room 2 is live on both ranks",
+    )
+
+    late = subscribe(agents)
+    late.wait_synced(labels)
+    waiting[0].send(PAGES)
+    run_room(prefill, decode, 3, wait_for)
+    done = {1: KVPoll.Success, 2: KVPoll.Success, 3: KVPoll.Success}
+    for log in (early, late):
+        log.wait(lambda log=log: all(log.room_states(label) == done for label in labels), what="every room done")
+
+    for label in labels:
+        assert early.room_states(label) == late.room_states(label)
+        [snapshot] = late.snapshots(label)
+        assert isinstance(late.deliveries_of(label)[0], Snapshot), "the snapshot comes before any batch"
+        assert [state.room for state in snapshot.finished_rooms if state.state == KVPoll.Success] == [1]
+        assert [(2, KVPoll.WaitingForInput)] == [(state.room, state.state) for state in snapshot.live_rooms]
+        seqs = [batch.seq for batch in late.batches(label)]
+        assert list(range(snapshot.seq + 1, snapshot.seq + 1 + len(seqs))) == seqs
+        changes = Counter((e.room, e.state) for _, e in late.events(label) if isinstance(e, RoomState))
+        assert [change for change, count in changes.items() if count > 1] == [], "a state change delivered twice"
+    assert Counter() == early.subscriber.gaps == late.subscriber.gaps
+
+
+def test_a_subscriber_that_falls_behind_counts_the_batches_it_lost_as_a_gap(make_publisher, subscribe, wait_for):
+    """When a stalled subscriber's queues overflow, ZeroMQ drops batches and the subscriber counts each one."""
+    publisher = make_publisher(sndhwm=1, batch_max=1)
+    events = subscribe(rcvhwm=1)
+    events.subscriber.socket.rcvbuf = 4096  # keep the kernel from buffering the whole flood for us
+    events.connect([publisher.info])
+    label, incarnation = publisher.info.label, publisher.info.incarnation
+
+    def delivered_after_emitting(room: int) -> bool:
+        publisher.emit(failure(room))
+        return any(f.room == room for f in events.failures(room))
+
+    events.wait(lambda: delivered_after_emitting(1), what="the subscriber is in sync")
+    flood = 2_000
+    for room in range(100, 100 + flood):  # 16 KiB per batch, 32 MiB in all, while nobody reads
+        publisher.emit(failure(room, "x" * (16 << 10)))
+    wait_for(lambda: publisher.counters["events"] > flood, timeout=10, what="the flood is published, unread")
+    events.wait(lambda: delivered_after_emitting(99_999), timeout=10, what="the subscriber caught up")
+
+    gap = events.subscriber.gaps[(label, incarnation)]
+    [snapshot] = events.snapshots(label)
+    batches = events.batches(label)
+    assert gap > 0
+    assert batches[-1].seq - snapshot.seq == len(batches) + gap, "every batch is either delivered or counted"
+    assert publisher.dropped == 0, "the publisher's own queue never overflowed: ZeroMQ dropped these"
+
+
+def test_an_agent_restart_is_a_new_incarnation_and_not_a_gap(make_manager, subscribe):
+    """A rank that restarts under the same label counts its seq from 1 again; the subscriber resyncs, no gap."""
+    first = make_manager(Role.PREFILL, "prefill-0")
+    events = subscribe([first.info])
+    label = first.info.label
+
+    def batches_after_emitting(manager, count: int) -> bool:
+        manager.emit(Progress(time.time(), 7, 0, 1))
+        batches = [b for b in events.batches(label) if b.incarnation == manager.info.incarnation]
+        return len(batches) >= count
+
+    events.wait(lambda: batches_after_emitting(first, 10), what="ten batches of the first incarnation")
+    last_seq = events.batches(label)[-1].seq
+    first.close()
+    second = make_manager(Role.PREFILL, "prefill-0")
+    events.connect([second.info])
+    events.wait(lambda: batches_after_emitting(second, 2), what="batches of the new incarnation")
+
+    assert label == second.info.label
+    assert first.info.incarnation != second.info.incarnation
+    snapshots = [item for item in events.deliveries_of(label) if isinstance(item, Snapshot)]
+    assert [first.info.incarnation, second.info.incarnation] == [s.incarnation for s in snapshots]
+    assert snapshots[1].seq < last_seq, "the new incarnation's seq went back: only the incarnation tells it apart"
+    assert Counter() == events.subscriber.gaps
+
+
+def test_the_publisher_never_blocks_and_counts_every_event_it_drops(make_publisher, subscribe):
+    """Emitting far more than the queue holds, to a subscriber that never reads, returns at once; drops are counted."""
+    publisher = make_publisher(queue_size=256, sndhwm=1)
+    subscribe([publisher.info], rcvhwm=1)  # connected, never polled
+    emitted = 50_000
+    event = Progress(time.time(), 1, 1 << 20, 1 << 30)
+
+    started = time.monotonic()
+    for _ in range(emitted):
+        publisher.emit(event)
+    emitting = time.monotonic() - started
+    publisher.close()
+    closing = time.monotonic() - started - emitting
+
+    assert emitting < 1.0 and closing < 1.0
+    assert publisher.dropped > 0
+    assert emitted == publisher.counters["events"] + publisher.dropped
+
+
+def test_the_heartbeat_reports_how_many_events_the_agent_dropped(make_manager, subscribe, monkeypatch):
+    """An agent whose event queue overflowed says so in its next heartbeat (events_dropped)."""
+    small_queue = functools.partial(EventPublisher, queue_size=16)
+    monkeypatch.setattr(engine_module, "EventPublisher", small_queue)
+    manager = make_manager(Role.PREFILL, "prefill-0")
+    events = subscribe([manager.info])
+    assert manager.publisher is not None
+
+    for room in range(10_000):
+        manager.emit(Progress(time.time(), room, 0, 1))
+    since = time.time()
+
+    def reported(beat: Heartbeat | None) -> bool:
+        return beat is not None and beat.ts > since and beat.events_dropped == manager.publisher.dropped
+
+    events.wait(lambda: reported(events.heartbeat(manager.info.label)), what="a heartbeat that reports the drops")
+    assert manager.publisher.dropped > 0
