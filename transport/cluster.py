@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from transport.agent import AgentOptions, to_args
@@ -112,15 +112,6 @@ class LocalCluster:
         command = [sys.executable, "-m", "transport.agent", *to_args(options)]
         stderr = subprocess.DEVNULL if options.log_file else None
         return AgentProcess(options, subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stderr=stderr))
-
-    def restart(self, label: str) -> AgentProcess:
-        """Start a fresh process (a new incarnation) for the rank `label`, after it ended."""
-        index, old = next((i, p) for i, p in enumerate(self.processes) if p.label == label)
-        if old.process.poll() is None:
-            raise TransportError(f"{label} is still running (pid {old.process.pid})")
-        fresh = self._spawn(replace(old.options))
-        self.processes[index] = fresh
-        return fresh
 
     def agents(self) -> list[AgentInfo]:
         """Every agent registered with the bootstrap service."""

@@ -1,4 +1,10 @@
-"""What the engine loop needs from a role's side (prefill or decode)."""
+"""What a role's side of the engine (prefill.py, decode.py) shares with the engine: identity, memory,
+settings, counters, and how room changes become events.
+
+Each side offers the engine the same calls, all on the engine thread: `sockets()` and `handle()` for
+input, `pump()` to send what flow control allows, `tick()` for timeouts and liveness, `release()`,
+`fail_by_instance()` and `close()`.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,7 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 import zmq
 
@@ -106,31 +112,6 @@ class SideContext:
         if fault is FaultKind.DIE:
             self.counters.add("fault_die")
             os.kill(os.getpid(), signal.SIGKILL)
-
-
-class Side(Protocol):
-    """A role's half of the engine; every method runs on the engine thread."""
-
-    socket_generation: int
-    """Changes whenever `sockets()` would return a different set."""
-
-    def sockets(self) -> list[zmq.Socket[bytes]]:
-        """Sockets the loop polls for input (may change between calls)."""
-
-    def handle(self, sock: zmq.Socket[bytes], now: float) -> None:
-        """Read what is waiting on `sock`."""
-
-    def pump(self, now: float) -> float | None:
-        """Send what flow control allows; returns when more could go (None: nothing pending)."""
-
-    def tick(self, now: float) -> None:
-        """Timeouts, heartbeats, liveness and retention."""
-
-    def release(self, room: int) -> None:
-        """Forget a room the scheduler is done with."""
-
-    def close(self) -> None:
-        """Close every socket."""
 
 
 def sweep_finished(rooms: dict[int, _Room], ctx: SideContext, now: float) -> None:

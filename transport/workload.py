@@ -106,14 +106,6 @@ class Router:
                 client.refusals.clear()
         self._expire(now)
 
-    def run_for(self, seconds: float) -> WorkloadStats:
-        """Drive load for `seconds`, then wait for rooms in flight (bounded)."""
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            self.step()
-            time.sleep(0.002)
-        return self.stats
-
     def _draw_pages(self) -> int:
         pages = self._rng.lognormvariate(math.log(self.spec.median_pages), self.spec.sigma)
         return max(1, min(self.spec.max_pages, round(pages)))
