@@ -79,7 +79,7 @@ class FaultInjector:
             return None
         key = (room, peer)
         if key not in self._decided:
-            if len(self._decided) > 100_000:
+            if len(self._decided) > 10_000:
                 self._decided.clear()
             self._decided[key] = next(
                 (spec.kind for spec in self.specs if peer.startswith(spec.peer) and self._rng.random() < spec.rate),
