@@ -78,6 +78,11 @@ class EventSubscriber:
             self._close_snapshot_socket(agent.label)
         self.agents[agent.label] = agent
         self.socket.connect(agent.event_endpoint)
+        self._streams[agent.label] = self._start_stream(agent.label, agent.incarnation)
+
+    def synced(self) -> bool:
+        """True once every connected agent's snapshot arrived (or its request timed out)."""
+        return all(label in self._streams and self._streams[label].synced for label in self.agents)
 
     def close(self) -> None:
         self.socket.close(linger=0)

@@ -165,6 +165,38 @@ def agent(ctx: typer.Context) -> None:
     agent_main(ctx.args)
 
 
+@app.command("failures")
+def failures(
+    bootstrap: Annotated[
+        str, typer.Option(envvar="KVTOP_BOOTSTRAP", help="Bootstrap address of the cluster, tcp://HOST:PORT.")
+    ],
+    debug: Annotated[bool, typer.Option("--debug", help="List every echo under its origin.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of failure groups.")] = False,
+    wait: Annotated[float, typer.Option(min=0.1, help="Seconds to wait for every agent's snapshot.")] = 2.0,
+) -> None:
+    """Recent failures of a live cluster, each origin once with its echo count (echoes folded under it).
+
+    Reads every agent's snapshot (its last 512 failures) and what agents publish meanwhile. JSON: a list
+    of groups {room, origin: {rank, role, instance, reason, reason_class, ts} or null, echo_count, echoes}.
+    Exit 1 when the bootstrap address does not answer.
+    """
+    from kvtop.failures_view import render_groups, to_json
+    from kvtop.fold import fold
+    from kvtop.live import recent_failures
+    from transport.errors import BootstrapError
+
+    try:
+        observed, answered = recent_failures(bootstrap, wait)
+    except BootstrapError as error:
+        raise _fail(str(error)) from None
+    groups = fold(observed)
+    if as_json:
+        typer.echo(json.dumps(to_json(groups), indent=2))
+        return
+    typer.echo(render_groups(groups, debug))
+    typer.echo(f"{len(groups)} failures from {answered} agents", err=True)
+
+
 @bench_app.command("transfer")
 def bench_transfer(
     chunk_bytes: Annotated[

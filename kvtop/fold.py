@@ -1,0 +1,141 @@
+"""The fold: each failure origin once, its echoes hung under it.
+
+Within a room (DESIGN.md, "The fold"):
+
+1. a failure whose origin is its own rank is a root;
+2. several ranks of one instance that report the same reason class within
+   `SAME_FAILURE_S` of each other are one failure: the earliest is the root,
+   the others are its echoes;
+3. a failure that names another origin hangs under that origin's group (a
+   group whose origin was never seen, e.g. the rank died, keeps the name);
+4. a failure with no origin (SGLang's bare `is_from_another_rank`, a
+   cross-instance echo from a log) hangs under the root that best explains it:
+   a root on the other side first, earliest first; with no root at all, under
+   a synthetic "origin unknown" group;
+5. a room id that comes back more than `ROOM_REUSE_S` after its last failure is
+   a new room (ids are random but may repeat).
+
+Groups are computed from the set of a room's failures sorted by time, so the
+result never depends on the order in which events arrived.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+SAME_FAILURE_S = 2.0
+ROOM_REUSE_S = 60.0
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Observed:
+    """One failure as one rank recorded it."""
+
+    ts: float
+    room: int
+    rank: str
+    """The rank's label, `instance/TPn`."""
+    role: str
+    reason: str
+    reason_class: str
+    origin: str = ""
+    """The label of the rank that observed the failure first ("" when unknown)."""
+    level: str = ""
+
+    @property
+    def instance(self) -> str:
+        return self.rank.rpartition("/")[0]
+
+    @property
+    def is_origin(self) -> bool:
+        return self.origin == self.rank
+
+
+@dataclass
+class FailureGroup:
+    """One failure of one room: its origin (None when never seen) and every echo of it."""
+
+    room: int
+    origin_label: str
+    """Who the origin is ("" for a synthetic "origin unknown" group)."""
+    origin: Observed | None
+    echoes: list[Observed] = field(default_factory=list)
+
+    @property
+    def echo_count(self) -> int:
+        return len(self.echoes)
+
+    @property
+    def first_ts(self) -> float:
+        return min([*([self.origin.ts] if self.origin else []), *(e.ts for e in self.echoes)])
+
+
+def fold(failures: Iterable[Observed]) -> list[FailureGroup]:
+    """Every failure group of the given failures, ordered by time."""
+    by_room: dict[int, list[Observed]] = {}
+    for failure in failures:
+        by_room.setdefault(failure.room, []).append(failure)
+    groups: list[FailureGroup] = []
+    for room_failures in by_room.values():
+        for epoch in _epochs(sorted(set(room_failures))):
+            groups.extend(_fold_room(epoch))
+    return sorted(groups, key=lambda g: (g.first_ts, g.room, g.origin_label))
+
+
+def _epochs(ordered: list[Observed]) -> list[list[Observed]]:
+    """Split one room id's failures where it was quiet for longer than `ROOM_REUSE_S` (a reused id)."""
+    epochs: list[list[Observed]] = [[]]
+    for failure in ordered:
+        if epochs[-1] and failure.ts - epochs[-1][-1].ts > ROOM_REUSE_S:
+            epochs.append([])
+        epochs[-1].append(failure)
+    return epochs
+
+
+def _fold_room(ordered: list[Observed]) -> list[FailureGroup]:
+    roots: list[FailureGroup] = []
+    by_label: dict[str, FailureGroup] = {}
+    for failure in (f for f in ordered if f.is_origin):
+        same = next((g for g in roots if g.origin and _same_failure(g.origin, failure)), None)
+        if same is None:
+            group = FailureGroup(failure.room, failure.rank, failure)
+            roots.append(group)
+        else:
+            same.echoes.append(failure)
+            group = same
+        by_label[failure.rank] = group
+    unknown: list[Observed] = []
+    for failure in (f for f in ordered if not f.is_origin):
+        if not failure.origin:
+            unknown.append(failure)
+            continue
+        target = by_label.get(failure.origin)
+        if target is None:
+            target = by_label[failure.origin] = FailureGroup(failure.room, failure.origin, None)
+            roots.append(target)
+        target.echoes.append(failure)
+    for failure in unknown:
+        _best_root(roots, failure).echoes.append(failure)
+    return roots
+
+
+def _same_failure(root: Observed, other: Observed) -> bool:
+    """Ranks of one instance seeing the same class of failure at about the same time: one failure."""
+    return (
+        root.instance == other.instance
+        and root.reason_class == other.reason_class
+        and abs(other.ts - root.ts) <= SAME_FAILURE_S
+    )
+
+
+def _best_root(roots: list[FailureGroup], failure: Observed) -> FailureGroup:
+    """The root that best explains an echo of unknown origin (created when there is none)."""
+    seen = [g for g in roots if g.origin is not None]
+    other_side = [g for g in seen if g.origin and g.origin.role != failure.role]
+    for candidates in (other_side, seen, [g for g in roots if not g.origin_label]):
+        if candidates:
+            return min(candidates, key=lambda g: g.first_ts)
+    group = FailureGroup(failure.room, "", None)
+    roots.append(group)
+    return group

@@ -1,0 +1,69 @@
+"""`kvtop failures` against a live cluster, run as the installed command a person or script would run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+from transport import FaultSpec, Timeouts, TransferConfig
+from transport.cluster import ClusterSpec
+
+
+def kvtop(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the installed `kvtop` (the same Python's entry point) and capture its output."""
+    command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
+    return subprocess.run([command, *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_failures_json_has_one_group_per_injected_fault_with_its_echoes(make_cluster, control):
+    """Every room corrupted on prefill-0/TP1 is one group: origin decode-0/TP1 (checksum), three echoes."""
+    spec = ClusterSpec(
+        prefill_tp=2,
+        decode_tp=2,
+        num_pages=64,
+        page_bytes=16384,
+        transfer=TransferConfig(chunk_bytes=16384, timeouts=Timeouts(3, 3, 2), peer_timeout_s=2),
+        faults={"prefill-0/TP1": (FaultSpec.parse("corrupt"),)},
+    )
+    cluster = make_cluster(spec)
+    agents = {agent.label: control(agent.control_endpoint) for agent in cluster.agents()}
+    rooms = [101, 202]
+    for room in rooms:
+        for label, client in agents.items():
+            client.submit(room, 8, "prefill-0" if label.startswith("decode") else "")
+    for room in rooms:
+        for client in agents.values():
+            client.wait_result(room, 10)
+
+    result = kvtop("failures", "--bootstrap", cluster.endpoint, "--json")
+
+    assert result.returncode == 0, result.stderr
+    groups = json.loads(result.stdout)
+    assert sorted(g["room"] for g in groups) == rooms
+    for group in groups:
+        assert (group["origin"]["rank"], group["origin"]["reason_class"], group["origin"]["level"]) == (
+            "decode-0/TP1",
+            "checksum",
+            "error",
+        )
+        assert group["echo_count"] == 3
+        assert {echo["origin"] for echo in group["echoes"]} == {"decode-0/TP1"}
+        assert {echo["level"] for echo in group["echoes"]} == {"debug"}
+
+
+def test_failures_says_so_when_the_cluster_does_not_answer():
+    """An address nobody serves is a clear one-line error and exit code 1, within the wait."""
+    result = kvtop("failures", "--bootstrap", "tcp://127.0.0.1:9", "--wait", "0.5")
+
+    assert result.returncode == 1
+    assert "did not answer" in result.stderr
+
+
+def test_failures_without_an_address_is_a_usage_error():
+    """No --bootstrap (and no KVTOP_BOOTSTRAP) is bad usage: exit 2 with a message naming the option."""
+    result = kvtop("failures")
+
+    assert result.returncode == 2
+    assert "--bootstrap" in result.stderr

@@ -1,0 +1,140 @@
+"""The fold from event sequences: origins once, echoes under them, whatever the arrival order."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvtop.fold import ROOM_REUSE_S, SAME_FAILURE_S, FailureGroup, Observed, fold
+
+ROOM = 42
+
+
+def failure(ts: float, rank: str, origin: str, reason_class: str = "checksum", room: int = ROOM) -> Observed:
+    role = "prefill" if rank.startswith("prefill") else "decode"
+    return Observed(ts, room, rank, role, f"reason at {rank}", reason_class, origin)
+
+
+def shape(groups: list[FailureGroup]) -> list[tuple[int, str, str | None, list[str]]]:
+    """Groups as comparable plain data: room, origin label, origin rank, sorted echo ranks."""
+    return [
+        (g.room, g.origin_label, g.origin.rank if g.origin else None, sorted(e.rank for e in g.echoes)) for g in groups
+    ]
+
+
+def test_one_origin_and_its_echoes_make_one_group():
+    """An origin and the echoes that name it are one group with the right echo count."""
+    events = [
+        failure(1.0, "decode-0/TP1", "decode-0/TP1"),
+        failure(1.1, "prefill-0/TP1", "decode-0/TP1", "propagated"),
+        failure(1.1, "decode-0/TP0", "decode-0/TP1", "propagated"),
+        failure(1.2, "prefill-0/TP0", "decode-0/TP1", "propagated"),
+    ]
+
+    groups = fold(events)
+
+    assert shape(groups) == [(ROOM, "decode-0/TP1", "decode-0/TP1", ["decode-0/TP0", "prefill-0/TP0", "prefill-0/TP1"])]
+    assert groups[0].echo_count == 3
+
+
+def test_an_echo_that_arrives_before_its_origin_still_hangs_under_it():
+    """Arrival order does not matter: an echo seen first is folded under the origin seen later."""
+    origin = failure(1.0, "prefill-0/TP0", "prefill-0/TP0", "refused")
+    echo = failure(1.05, "decode-0/TP0", "prefill-0/TP0", "propagated")
+
+    assert (
+        shape(fold([echo, origin]))
+        == shape(fold([origin, echo]))
+        == [(ROOM, "prefill-0/TP0", "prefill-0/TP0", ["decode-0/TP0"])]
+    )
+
+
+def test_two_origins_in_one_room_are_two_groups():
+    """Independent origins in one room (different instances or classes) stay separate, each with its echoes."""
+    events = [
+        failure(1.0, "prefill-0/TP1", "prefill-0/TP1", "send_failed"),
+        failure(1.3, "decode-0/TP0", "decode-0/TP0", "peer_lost"),
+        failure(1.4, "prefill-0/TP0", "prefill-0/TP1", "propagated"),
+        failure(1.5, "decode-0/TP1", "decode-0/TP0", "propagated"),
+    ]
+
+    assert shape(fold(events)) == [
+        (ROOM, "prefill-0/TP1", "prefill-0/TP1", ["prefill-0/TP0"]),
+        (ROOM, "decode-0/TP0", "decode-0/TP0", ["decode-0/TP1"]),
+    ]
+
+
+def test_ranks_of_one_instance_seeing_the_same_failure_together_are_one_group():
+    """Same instance, same class, about the same time: the earliest is the origin, the rest its echoes."""
+    events = [
+        failure(5.0, "decode-0/TP1", "decode-0/TP1", "timeout_waiting"),
+        failure(5.0 + SAME_FAILURE_S / 2, "decode-0/TP0", "decode-0/TP0", "timeout_waiting"),
+        failure(5.0 + SAME_FAILURE_S * 3, "decode-0/TP0", "decode-0/TP0", "timeout_waiting", room=ROOM + 1),
+    ]
+
+    assert shape(fold(events)) == [
+        (ROOM, "decode-0/TP1", "decode-0/TP1", ["decode-0/TP0"]),
+        (ROOM + 1, "decode-0/TP0", "decode-0/TP0", []),
+    ]
+
+
+def test_echoes_of_unknown_origin_hang_under_the_other_side_or_an_unknown_root():
+    """A bare echo goes under the other side's origin; with no origin at all, under "origin unknown"."""
+    explained = [
+        failure(1.0, "prefill-0/TP0", "prefill-0/TP0", "send_failed"),
+        failure(1.2, "decode-0/TP0", "", "propagated"),
+    ]
+    unexplained = [
+        failure(2.0, "decode-0/TP1", "", "propagated", room=7),
+        failure(2.1, "decode-0/TP0", "", "propagated", room=7),
+    ]
+
+    assert shape(fold(explained)) == [(ROOM, "prefill-0/TP0", "prefill-0/TP0", ["decode-0/TP0"])]
+    assert shape(fold(unexplained)) == [(7, "", None, ["decode-0/TP0", "decode-0/TP1"])]
+
+
+def test_an_origin_that_was_never_seen_keeps_its_name():
+    """Echoes naming a rank whose own event is missing (it died) group under that name, origin None."""
+    events = [failure(1.0, "decode-0/TP0", "prefill-0/TP1", "propagated")]
+
+    assert shape(fold(events)) == [(ROOM, "prefill-0/TP1", None, ["decode-0/TP0"])]
+
+
+def test_a_reused_room_id_starts_a_new_room():
+    """The same room id failing again long after is a separate failure, not an echo of the first."""
+    events = [
+        failure(1.0, "decode-0/TP0", "decode-0/TP0", "checksum"),
+        failure(1.0 + ROOM_REUSE_S + 1, "decode-0/TP0", "decode-0/TP0", "checksum"),
+    ]
+
+    assert [g.echo_count for g in fold(events)] == [0, 0]
+
+
+ranks = st.sampled_from(["prefill-0/TP0", "prefill-0/TP1", "decode-0/TP0", "decode-0/TP1", "decode-1/TP0"])
+observed = st.builds(
+    lambda ts, room, rank, origin_kind, origin_rank, reason_class: failure(
+        ts, rank, {"self": rank, "other": origin_rank, "none": ""}[origin_kind], reason_class, room
+    ),
+    st.floats(0, 200, allow_nan=False).map(lambda t: round(t, 2)),
+    st.integers(1, 3),
+    ranks,
+    st.sampled_from(["self", "other", "none"]),
+    ranks,
+    st.sampled_from(["checksum", "timeout_transfer", "propagated"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(observed, max_size=25), st.randoms())
+def test_the_fold_does_not_depend_on_arrival_order(events, rng: random.Random):
+    """Any permutation of the same failures folds to the same groups, and every failure lands in one group."""
+    shuffled = list(events)
+    rng.shuffle(shuffled)
+
+    groups = fold(events)
+
+    assert shape(fold(shuffled)) == shape(groups)
+    placed = [g.origin for g in groups if g.origin] + [e for g in groups for e in g.echoes]
+    assert sorted(placed) == sorted(set(events))
