@@ -144,3 +144,5 @@ class Snapshot(msgspec.Struct, tag="snapshot", array_like=True):
     live_rooms: list[RoomState]
     finished_rooms: list[RoomState]
     failures: list[Failure]
+    progress: list[Progress] = []
+    """The latest progress of each live room (so a late reader can tell stuck from slow)."""

@@ -25,6 +25,7 @@ from transport.events import (
     EventBatch,
     Failure,
     Heartbeat,
+    Progress,
     RoomState,
     Snapshot,
     SnapshotRequest,
@@ -44,6 +45,7 @@ class StateMirror:
         self.hello: AgentHello | None = None
         self.heartbeat: Heartbeat | None = None
         self.live: dict[int, RoomState] = {}
+        self.progress: dict[int, Progress] = {}
         self.finished: deque[RoomState] = deque(maxlen=FINISHED_KEPT)
         self.failures: deque[Failure] = deque(maxlen=FINISHED_KEPT)
 
@@ -51,11 +53,14 @@ class StateMirror:
         if isinstance(event, RoomState):
             if KVPoll(event.state).is_terminal:
                 self.live.pop(event.room, None)
+                self.progress.pop(event.room, None)
                 self.finished.append(event)
             else:
                 self.live[event.room] = event
         elif isinstance(event, Failure):
             self.failures.append(event)
+        elif isinstance(event, Progress) and event.room in self.live:
+            self.progress[event.room] = event
         elif isinstance(event, Heartbeat):
             self.heartbeat = event
         elif isinstance(event, AgentHello):
@@ -161,6 +166,7 @@ class EventPublisher:
             list(mirror.live.values()),
             list(mirror.finished),
             list(mirror.failures),
+            list(mirror.progress.values()),
         )
         self._snapshots.send_multipart([requester, encode(snapshot)])
         self.counters.add("snapshots")

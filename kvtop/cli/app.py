@@ -1,14 +1,18 @@
 """`kvtop`: one Typer app. Commands parse their options and hand off; heavy imports stay lazy.
 
 Exit codes: 0 success; 1 the work ran but failed (a benchmark whose rooms
-failed, a cluster that did not come up); 2 bad usage (unknown option, bad value).
+failed, a cluster that did not come up or does not answer); 2 bad usage
+(unknown option, bad value). `kvtop check` uses Nagios codes instead: 0 OK,
+1 WARNING, 2 CRITICAL, 3 UNKNOWN (bad arguments included).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
+import threading
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -29,6 +33,8 @@ app = typer.Typer(
     add_completion=False,
     rich_markup_mode=None,
 )
+_check_ran = threading.Event()
+"""Set once `kvtop check` got past argument parsing: its exit 2 is then CRITICAL, not a usage error."""
 bench_app = typer.Typer(help="Measure kvtop against a baseline measured in the same run.", no_args_is_help=True)
 cluster_app = typer.Typer(help="Run a local cluster of agents on loopback.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
@@ -165,6 +171,55 @@ def agent(ctx: typer.Context) -> None:
     agent_main(ctx.args)
 
 
+@app.command("check")
+def check(
+    bootstrap: Annotated[
+        str, typer.Option(envvar="KVTOP_BOOTSTRAP", help="Bootstrap address of the cluster, tcp://HOST:PORT.")
+    ],
+    max_failure_rate: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="CRITICAL above this failed fraction of rooms (WARNING at half).")
+    ] = 0.05,
+    max_stuck: Annotated[int, typer.Option(min=0, help="CRITICAL above this many stuck rooms.")] = 0,
+    stuck_after: Annotated[
+        float, typer.Option(min=0.1, help="Seconds without progress that make a room stuck.")
+    ] = 10.0,
+    min_ranks: Annotated[
+        int, typer.Option(min=0, help="CRITICAL below this many live ranks (0: every listed rank).")
+    ] = 0,
+    max_gaps: Annotated[int, typer.Option(min=0, help="WARNING above this many lost event batches.")] = 0,
+    window: Annotated[float, typer.Option(min=1.0, help="Seconds of finished rooms the failure rate covers.")] = 60.0,
+    wait: Annotated[float, typer.Option(min=0.1, help="Seconds to wait for every agent's snapshot.")] = 2.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the verdict as JSON.")] = False,
+) -> None:
+    """Health check for cron, Nagios/Icinga, Kubernetes exec probes and CI gates.
+
+    Prints `KVTOP <STATUS> - <text> | <perfdata>` (or JSON) and exits 0 OK, 1 WARNING, 2 CRITICAL
+    (including: cluster unreachable, a rank gone, failure rate or stuck rooms over the limit),
+    3 UNKNOWN (bad arguments, internal error).
+    """
+    _check_ran.set()
+    from kvtop.check import Thresholds, Verdict, evaluate, unreachable
+    from kvtop.collect import Collector
+    from transport.errors import BootstrapError
+
+    limits = Thresholds(max_failure_rate, max_stuck, stuck_after, min_ranks, max_gaps, window)
+    collector = Collector(bootstrap)
+    try:
+        collector.start(discover_timeout_s=wait)
+        collector.wait_synced(wait)
+        with collector.lock:
+            result = evaluate(collector.model, limits)
+    except BootstrapError as error:
+        result = unreachable(bootstrap, str(error))
+    except Exception as error:  # a check must answer UNKNOWN, never a traceback
+        typer.echo(f"KVTOP UNKNOWN - internal error: {error!r}")
+        raise typer.Exit(int(Verdict.UNKNOWN)) from None
+    finally:
+        collector.close()
+    typer.echo(json.dumps(result.as_dict(), indent=2) if as_json else result.nagios(limits))
+    raise typer.Exit(int(result.verdict))
+
+
 @app.command("failures")
 def failures(
     bootstrap: Annotated[
@@ -264,10 +319,14 @@ def bench_events(
 
 
 def main() -> None:
-    """Console entry point."""
+    """Console entry point: usage errors exit 2, except for `kvtop check`, whose bad arguments are UNKNOWN (3)."""
     # kvtop does no linear algebra: idle OpenBLAS threads only compete for the cores that move KV.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    app(prog_name="kvtop")
+    try:
+        app(prog_name="kvtop")
+    except SystemExit as exit_:
+        usage_error = exit_.code == 2 and sys.argv[1:2] == ["check"] and not _check_ran.is_set()
+        sys.exit(3 if usage_error else exit_.code)
 
 
 if __name__ == "__main__":

@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
+
+from kvtop_cli import kvtop
 
 from transport import FaultSpec, Timeouts, TransferConfig
 from transport.cluster import ClusterSpec
-
-
-def kvtop(*args: str) -> subprocess.CompletedProcess[str]:
-    """Run the installed `kvtop` (the same Python's entry point) and capture its output."""
-    command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
-    return subprocess.run([command, *args], capture_output=True, text=True, timeout=60, check=False)
 
 
 def test_failures_json_has_one_group_per_injected_fault_with_its_echoes(make_cluster, control):

@@ -1,0 +1,113 @@
+"""`kvtop check`: thresholds in, a Nagios verdict out (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from enum import IntEnum
+
+from kvtop.model import ClusterModel, Liveness
+
+
+class Verdict(IntEnum):
+    """Nagios plugin exit codes."""
+
+    OK = 0
+    WARNING = 1
+    CRITICAL = 2
+    UNKNOWN = 3
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    max_failure_rate: float = 0.05
+    """CRITICAL above this fraction of failed rooms in the window; WARNING above half of it."""
+    max_stuck: int = 0
+    stuck_after_s: float = 10.0
+    min_ranks: int = 0
+    """CRITICAL when fewer ranks are alive (0: every discovered rank must be alive)."""
+    max_gaps: int = 0
+    """WARNING when more event batches than this were lost."""
+    window_s: float = 60.0
+
+
+@dataclass
+class CheckResult:
+    verdict: Verdict
+    summary: str
+    ranks_alive: int
+    ranks_total: int
+    ranks_stale: list[str]
+    ranks_gone: list[str]
+    rooms: int
+    failure_rate: float
+    stuck: int
+    gaps: int
+    top_origins: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        data = asdict(self)
+        data["verdict"] = self.verdict.name
+        data["exit_code"] = int(self.verdict)
+        return data
+
+    def nagios(self, limits: Thresholds) -> str:
+        """`KVTOP STATUS - text | perfdata` (one line, as monitoring systems parse it)."""
+        rate_warn = limits.max_failure_rate / 2
+        need = limits.min_ranks or self.ranks_total
+        perf = (
+            f"ranks_alive={self.ranks_alive};;{need}: rooms={self.rooms} "
+            f"failure_rate={self.failure_rate:.4f};{rate_warn:g};{limits.max_failure_rate:g} "
+            f"stuck={self.stuck};;{limits.max_stuck} gaps={self.gaps};{limits.max_gaps}"
+        )
+        return f"KVTOP {self.verdict.name} - {self.summary} | {perf}"
+
+
+def evaluate(model: ClusterModel, limits: Thresholds, now: float | None = None) -> CheckResult:
+    """Judge the model against the thresholds; the worst problem sets the verdict."""
+    now = time.time() if now is None else now
+    liveness = model.liveness(now)
+    alive = sorted(label for label, state in liveness.items() if state is Liveness.ALIVE)
+    stale = sorted(label for label, state in liveness.items() if state is Liveness.STALE)
+    gone = sorted(label for label, state in liveness.items() if state is Liveness.GONE)
+    rate, rooms = model.failure_rate(now, limits.window_s)
+    stuck = len(model.stuck(now, limits.stuck_after_s))
+    recent = [g for g in model.groups() if now - g.first_ts <= limits.window_s]
+    origins = [
+        f"{g.origin_label or 'origin unknown'} {g.origin.reason_class if g.origin else ''}".strip() for g in recent
+    ]
+    critical: list[str] = []
+    warning: list[str] = []
+    need = limits.min_ranks or len(liveness)
+    if gone:
+        critical.append(f"ranks gone: {', '.join(gone)}")
+    if len(alive) < need:
+        critical.append(f"{len(alive)} ranks alive, need {need}")
+    if rate > limits.max_failure_rate:
+        critical.append(f"failure rate {rate:.1%} > {limits.max_failure_rate:.1%}")
+    elif rate > limits.max_failure_rate / 2:
+        warning.append(f"failure rate {rate:.1%} > {limits.max_failure_rate / 2:.1%}")
+    if stuck > limits.max_stuck:
+        critical.append(f"{stuck} rooms stuck > {limits.stuck_after_s:g}s")
+    if stale:
+        warning.append(f"ranks stale: {', '.join(stale)}")
+    if model.gaps > limits.max_gaps:
+        warning.append(f"{model.gaps} event batches lost")
+    verdict = Verdict.CRITICAL if critical else Verdict.WARNING if warning else Verdict.OK
+    facts = (
+        f"{len(alive)}/{len(liveness)} ranks alive, {rooms} rooms in {limits.window_s:g}s, "
+        f"failure rate {rate:.1%}, {stuck} stuck, {model.gaps} gaps"
+    )
+    if recent:
+        facts += f"; origins: {', '.join(sorted(set(origins))[:3])}"
+    summary = "; ".join([*critical, *warning, facts])
+    return CheckResult(
+        verdict, summary, len(alive), len(liveness), stale, gone, rooms, rate, stuck, model.gaps,
+        sorted(set(origins)), critical + warning,
+    )  # fmt: skip
+
+
+def unreachable(bootstrap: str, error: str) -> CheckResult:
+    """The verdict when the cluster cannot be asked at all: CRITICAL."""
+    return CheckResult(Verdict.CRITICAL, f"cluster unreachable at {bootstrap}: {error}", 0, 0, [], [], 0, 0.0, 0, 0)

@@ -1,0 +1,81 @@
+"""The collector: one thread that owns the subscriber, discovers agents and feeds the model."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from kvtop.model import ClusterModel
+from transport.bootstrap import BootstrapClient
+from transport.errors import BootstrapError
+from transport.subscriber import EventSubscriber
+
+DISCOVER_EVERY_S = 2.0
+
+
+class Collector:
+    """Keeps `model` current from every agent the bootstrap address lists (new agents are picked up)."""
+
+    def __init__(self, bootstrap: str, model: ClusterModel | None = None) -> None:
+        self.bootstrap = bootstrap
+        self.model = model or ClusterModel()
+        self.lock = threading.Lock()
+        """Held while the model changes; views take it to read a consistent model."""
+        self.error = ""
+        """The last discovery error ("" while the bootstrap address answers)."""
+        self._subscriber = EventSubscriber()
+        self._synced = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kvtop-collector", daemon=True)
+
+    def start(self, discover_timeout_s: float = 2.0) -> Collector:
+        """Discover the agents once (raises `BootstrapError` if nobody answers), then collect in the background."""
+        self._discover(discover_timeout_s)
+        self._thread.start()
+        return self
+
+    def synced(self) -> bool:
+        """True once every discovered agent's snapshot was applied (or its request timed out)."""
+        return self._synced
+
+    def wait_synced(self, timeout_s: float) -> bool:
+        """Wait until every agent's snapshot was applied (or the timeout passed)."""
+        deadline = time.monotonic() + timeout_s
+        while not self.synced() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.synced()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self._subscriber.close()
+
+    def _discover(self, timeout_s: float) -> None:
+        with BootstrapClient(self.bootstrap, timeout_s=timeout_s) as client:
+            agents = client.list_agents()
+        for agent in agents:
+            self._subscriber.connect(agent)
+        with self.lock:
+            for agent in agents:
+                self.model.register(agent)
+        self._synced = self._subscriber.synced()
+
+    def _run(self) -> None:
+        next_discovery = time.monotonic() + DISCOVER_EVERY_S
+        while not self._stop.is_set():
+            deliveries = self._subscriber.poll(0.05)
+            now = time.time()
+            with self.lock:
+                for delivered in deliveries:
+                    self.model.apply(delivered.label, delivered.item, now)
+                self.model.gaps = sum(self._subscriber.gaps.values())
+                self.model.sweep(now)
+            self._synced = self._subscriber.synced()
+            if time.monotonic() >= next_discovery:
+                next_discovery = time.monotonic() + DISCOVER_EVERY_S
+                try:
+                    self._discover(1.0)
+                    self.error = ""
+                except BootstrapError as error:
+                    self.error = str(error)

@@ -1,0 +1,184 @@
+"""The cluster model: the one truth the views read, built from agents' snapshots and event batches.
+
+Bounded by configuration, not run time: finished rooms and failures live in
+fixed-size windows; ranks are keyed by label (a restart replaces its rank).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from kvtop.fold import FailureGroup, Observed, fold
+from transport.events import AgentHello, Event, EventBatch, Failure, Heartbeat, Progress, RoomState, Snapshot
+from transport.kvpoll import KVPoll
+from transport.wire import AgentInfo
+
+STALE_S = 3.0
+"""A rank silent this long (no batch; agents send a heartbeat every second) is stale."""
+GONE_S = 10.0
+SETTLE_S = 1.0
+"""A room whose ranks all finished is retired after this long without news (late ranks still count)."""
+FINISHED_ROOMS_KEPT = 10_000
+FAILURES_KEPT = 50_000
+
+
+class Liveness(StrEnum):
+    ALIVE = "alive"
+    STALE = "stale"
+    GONE = "gone"
+
+
+@dataclass
+class RankView:
+    """One rank as the model knows it."""
+
+    label: str
+    role: str
+    instance: str
+    rank: int
+    host: str = ""
+    pid: int = 0
+    incarnation: int = 0
+    last_seen: float = 0.0
+    """Wall time of the last batch or snapshot from this rank."""
+    inflight: int = 0
+    counters: dict[str, int] = field(default_factory=dict)
+    cpu_percent: float = 0.0
+    rss_bytes: int = 0
+    origins: int = 0
+    echoes: int = 0
+
+    def liveness(self, now: float) -> Liveness:
+        age = now - self.last_seen
+        return Liveness.ALIVE if age <= STALE_S else Liveness.STALE if age <= GONE_S else Liveness.GONE
+
+
+@dataclass
+class RoomView:
+    """One room across the ranks that reported it."""
+
+    room: int
+    first_seen: float
+    last_progress: float
+    states: dict[str, KVPoll] = field(default_factory=dict)
+    bytes_total: int = 0
+    bytes_done: int = 0
+
+    def finished(self, gone: frozenset[str] | set[str] = frozenset()) -> bool:
+        """Every reporting rank that is not gone has ended the room."""
+        live = [state for label, state in self.states.items() if label not in gone]
+        return bool(live) and all(state.is_terminal for state in live)
+
+
+@dataclass(frozen=True)
+class Finished:
+    ts: float
+    room: int
+    ok: bool
+
+
+class ClusterModel:
+    """Apply snapshots and batches with `apply()`; read ranks, rooms, failures and rates."""
+
+    def __init__(self) -> None:
+        self.ranks: dict[str, RankView] = {}
+        self.rooms: dict[int, RoomView] = {}
+        self.finished: deque[Finished] = deque(maxlen=FINISHED_ROOMS_KEPT)
+        self.failures: deque[Observed] = deque(maxlen=FAILURES_KEPT)
+        self.gaps = 0
+
+    def apply(self, label: str, item: Snapshot | EventBatch, now: float) -> None:
+        """One delivery from the subscriber, for the agent `label`."""
+        view = self._rank(label, item)
+        view.last_seen = now
+        if isinstance(item, Snapshot):
+            events: list[Event] = [e for e in (item.hello, item.heartbeat) if e is not None]
+            events += [*item.finished_rooms, *item.live_rooms, *item.progress, *item.failures]
+        else:
+            events = list(item.events)
+        for event in events:
+            self._apply_event(view, event)
+
+    def register(self, agent: AgentInfo) -> None:
+        """A rank the bootstrap service lists: known (and gone until it is heard from)."""
+        view = self.ranks.get(agent.label)
+        if view is None or view.incarnation != agent.incarnation:
+            self.ranks[agent.label] = RankView(
+                agent.label, agent.role, agent.instance, agent.rank, agent.host, agent.pid, agent.incarnation
+            )
+
+    def liveness(self, now: float) -> dict[str, Liveness]:
+        return {label: view.liveness(now) for label, view in self.ranks.items()}
+
+    def groups(self) -> list[FailureGroup]:
+        return fold(self.failures)
+
+    def stuck(self, now: float, threshold_s: float) -> list[RoomView]:
+        """Open rooms with no progress for `threshold_s`, whatever state they claim."""
+        gone = self._gone(now)
+        return [r for r in self.rooms.values() if not r.finished(gone) and now - r.last_progress > threshold_s]
+
+    def failure_rate(self, now: float, window_s: float) -> tuple[float, int]:
+        """Failed fraction of the rooms that finished in the last `window_s`, and how many finished."""
+        gone = self._gone(now)
+        settling = [self._outcome(room, gone) for room in self.rooms.values() if room.finished(gone)]
+        recent = [f for f in [*self.finished, *settling] if now - f.ts <= window_s]
+        failed = sum(not f.ok for f in recent)
+        return (failed / len(recent) if recent else 0.0), len(recent)
+
+    def _rank(self, label: str, item: Snapshot | EventBatch) -> RankView:
+        view = self.ranks.get(label)
+        if isinstance(item, EventBatch) and (view is None or view.incarnation != item.incarnation):
+            view = self.ranks[label] = RankView(
+                label, item.role, item.instance, item.rank, incarnation=item.incarnation
+            )
+        if view is None:
+            instance, _, rank = label.rpartition("/TP")
+            view = self.ranks[label] = RankView(label, "", instance, int(rank or 0))
+        return view
+
+    def _apply_event(self, view: RankView, event: Event) -> None:
+        if isinstance(event, AgentHello):
+            agent = event.agent
+            view.role, view.host, view.pid, view.incarnation = agent.role, agent.host, agent.pid, agent.incarnation
+        elif isinstance(event, Heartbeat):
+            view.inflight, view.counters = event.inflight_rooms, event.counters
+            view.cpu_percent, view.rss_bytes = event.cpu_percent, event.rss_bytes
+        elif isinstance(event, RoomState):
+            self._room_state(view, event)
+        elif isinstance(event, Progress):
+            room = self.rooms.get(event.room)
+            if room is not None:
+                room.bytes_done, room.last_progress = max(room.bytes_done, event.bytes_done), event.ts
+        elif isinstance(event, Failure):
+            self.failures.append(Observed(event.ts, event.room, event.rank, view.role, event.reason,
+                                          event.reason_class, event.origin, event.level))  # fmt: skip
+            if event.origin == event.rank:
+                view.origins += 1
+            else:
+                view.echoes += 1
+
+    def _room_state(self, view: RankView, event: RoomState) -> None:
+        room = self.rooms.get(event.room)
+        if room is None:
+            room = self.rooms[event.room] = RoomView(event.room, event.ts, event.ts)
+        room.states[view.label] = KVPoll(event.state)
+        room.bytes_total = max(room.bytes_total, event.bytes_total)
+        room.last_progress = max(room.last_progress, event.ts)
+
+    def sweep(self, now: float) -> None:
+        """Retire rooms that every reporting rank finished, once no rank has said more for `SETTLE_S`."""
+        gone = self._gone(now)
+        for room in [r for r in self.rooms.values() if r.finished(gone) and now - r.last_progress > SETTLE_S]:
+            self.finished.append(self._outcome(room, gone))
+            del self.rooms[room.room]
+
+    @staticmethod
+    def _outcome(room: RoomView, gone: set[str]) -> Finished:
+        ok = all(state is KVPoll.Success for label, state in room.states.items() if label not in gone)
+        return Finished(room.last_progress, room.room, ok)
+
+    def _gone(self, now: float) -> set[str]:
+        return {label for label, view in self.ranks.items() if view.liveness(now) is Liveness.GONE}

@@ -1,0 +1,103 @@
+"""`kvtop check` as a probe runs it: the installed command against a live cluster, judged by exit code."""
+
+from __future__ import annotations
+
+import json
+
+from kvtop_cli import kvtop
+
+from transport import FaultSpec, Timeouts, TransferConfig
+from transport.cluster import ClusterSpec
+
+
+def cluster_spec(faults: dict[str, tuple[FaultSpec, ...]] | None = None, transfer_timeout: float = 2.0) -> ClusterSpec:
+    return ClusterSpec(
+        prefill_tp=2,
+        decode_tp=2,
+        num_pages=64,
+        page_bytes=16384,
+        transfer=TransferConfig(chunk_bytes=16384, timeouts=Timeouts(3, 3, transfer_timeout), peer_timeout_s=2),
+        faults=faults or {},
+    )
+
+
+def run_rooms(cluster, control, rooms: list[int], wait: bool = True) -> None:
+    """Submit each room to all four ranks; wait for every rank's result unless told not to."""
+    agents = {agent.label: control(agent.control_endpoint) for agent in cluster.agents()}
+    for room in rooms:
+        for label, client in agents.items():
+            client.submit(room, 8, "prefill-0" if label.startswith("decode") else "")
+    if wait:
+        for room in rooms:
+            for client in agents.values():
+                client.wait_result(room, 10)
+
+
+def test_a_healthy_cluster_is_ok(make_cluster, control):
+    """Rooms that all succeed: exit 0 and a Nagios line with perfdata."""
+    cluster = make_cluster(cluster_spec())
+    run_rooms(cluster, control, [1, 2, 3])
+
+    result = kvtop("check", "--bootstrap", cluster.endpoint)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("KVTOP OK - 4/4 ranks alive")
+    assert "| ranks_alive=4;;4: rooms=3 failure_rate=0.0000;" in result.stdout
+
+
+def test_failures_over_the_threshold_are_critical_and_name_their_origin(make_cluster, control):
+    """Every room corrupted: exit 2, the failure rate and the origin (decode-0/TP1 checksum) in the text."""
+    cluster = make_cluster(cluster_spec({"prefill-0/TP1": (FaultSpec.parse("corrupt"),)}))
+    run_rooms(cluster, control, [11, 12])
+
+    result = kvtop("check", "--bootstrap", cluster.endpoint, "--json")
+
+    verdict = json.loads(result.stdout)
+    assert result.returncode == 2
+    assert (verdict["verdict"], verdict["failure_rate"], verdict["top_origins"]) == (
+        "CRITICAL",
+        1.0,
+        ["decode-0/TP1 checksum"],
+    )
+
+
+def test_a_killed_rank_is_gone_and_critical(make_cluster, control):
+    """SIGKILL one rank: check names it gone and exits 2."""
+    cluster = make_cluster(cluster_spec())
+    run_rooms(cluster, control, [21])
+    cluster.kill("decode-0/TP1")
+
+    result = kvtop("check", "--bootstrap", cluster.endpoint, "--wait", "3")
+
+    assert result.returncode == 2
+    assert "ranks gone: decode-0/TP1" in result.stdout
+
+
+def test_a_stalled_room_is_stuck_before_any_failure_event(make_cluster, control, wait_for):
+    """A room that stops moving is CRITICAL as stuck while no rank has reported a failure yet."""
+    cluster = make_cluster(cluster_spec({"prefill-0/TP0": (FaultSpec.parse("stall"),)}, transfer_timeout=60))
+    run_rooms(cluster, control, [31], wait=False)
+    verdicts: list[dict[str, object]] = []
+
+    def stuck_reported() -> bool:
+        result = kvtop("check", "--bootstrap", cluster.endpoint, "--stuck-after", "0.5", "--json")
+        verdicts.append({**json.loads(result.stdout), "returncode": result.returncode})
+        return verdicts[-1]["stuck"] == 1
+
+    wait_for(stuck_reported, timeout=10, what="check reports the stalled room as stuck")
+    assert (verdicts[-1]["returncode"], verdicts[-1]["top_origins"]) == (2, [])
+
+
+def test_an_unreachable_cluster_is_critical():
+    """Nobody at the address: CRITICAL (2) with a one-line reason, within the wait."""
+    result = kvtop("check", "--bootstrap", "tcp://127.0.0.1:9", "--wait", "0.5")
+
+    assert result.returncode == 2
+    assert result.stdout.startswith("KVTOP CRITICAL - cluster unreachable at tcp://127.0.0.1:9")
+
+
+def test_bad_arguments_are_unknown():
+    """Unknown options and impossible thresholds exit 3 (UNKNOWN), as monitoring systems expect."""
+    assert kvtop("check", "--bootstrap", "tcp://127.0.0.1:9", "--no-such-option").returncode == 3
+    assert kvtop("check", "--bootstrap", "tcp://127.0.0.1:9", "--max-failure-rate", "2").returncode == 3
+    assert kvtop("check").returncode == 3
