@@ -11,7 +11,18 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from kvtop.fold import FailureGroup, Observed, fold
-from transport.events import AgentHello, Event, EventBatch, Failure, Heartbeat, Progress, RoomState, Snapshot
+from kvtop.rolling import RingBuffer, percentiles
+from transport.events import (
+    AgentHello,
+    Event,
+    EventBatch,
+    Failure,
+    Heartbeat,
+    Progress,
+    RoomState,
+    Snapshot,
+    TransferDone,
+)
 from transport.kvpoll import KVPoll
 from transport.wire import AgentInfo
 
@@ -22,6 +33,7 @@ SETTLE_S = 1.0
 """A room whose ranks all finished is retired after this long without news (late ranks still count)."""
 FINISHED_ROOMS_KEPT = 10_000
 FAILURES_KEPT = 50_000
+TRANSFERS_KEPT = 65_536
 
 
 class Liveness(StrEnum):
@@ -65,11 +77,34 @@ class RoomView:
     states: dict[str, KVPoll] = field(default_factory=dict)
     bytes_total: int = 0
     bytes_done: int = 0
+    link: tuple[str, str] = ("", "")
+    """(prefill instance, decode instance), known once a decode rank reported the room."""
 
     def finished(self, gone: frozenset[str] | set[str] = frozenset()) -> bool:
         """Every reporting rank that is not gone has ended the room."""
         live = [state for label, state in self.states.items() if label not in gone]
         return bool(live) and all(state.is_terminal for state in live)
+
+
+@dataclass
+class LinkView:
+    """One prefill instance -> decode instance pair."""
+
+    transfers: int = 0
+    """Transfers done by the decode ranks of the pair (a room over TP t counts t)."""
+    nbytes: int = 0
+    failed_rooms: int = 0
+
+
+@dataclass(frozen=True)
+class Rates:
+    """What moved in a window: rooms/s, GB/s and latency percentiles (seconds) of finished transfers."""
+
+    rooms_per_s: float
+    gbps: float
+    latency_p50: float
+    latency_p90: float
+    latency_p99: float
 
 
 @dataclass(frozen=True)
@@ -87,6 +122,9 @@ class ClusterModel:
         self.rooms: dict[int, RoomView] = {}
         self.finished: deque[Finished] = deque(maxlen=FINISHED_ROOMS_KEPT)
         self.failures: deque[Observed] = deque(maxlen=FAILURES_KEPT)
+        self.transfers = RingBuffer(TRANSFERS_KEPT, 2)
+        """Decode-side transfers done: (ts, bytes, seconds)."""
+        self.links: dict[tuple[str, str], LinkView] = {}
         self.gaps = 0
 
     def apply(self, label: str, item: Snapshot | EventBatch, now: float) -> None:
@@ -95,7 +133,7 @@ class ClusterModel:
         view.last_seen = now
         if isinstance(item, Snapshot):
             events: list[Event] = [e for e in (item.hello, item.heartbeat) if e is not None]
-            events += [*item.finished_rooms, *item.live_rooms, *item.progress, *item.failures]
+            events += [*item.finished_rooms, *item.live_rooms, *item.progress, *item.failures, *item.transfers]
         else:
             events = list(item.events)
         for event in events:
@@ -115,10 +153,22 @@ class ClusterModel:
     def groups(self) -> list[FailureGroup]:
         return fold(self.failures)
 
+    def open_rooms(self, now: float) -> list[RoomView]:
+        """Rooms some live rank has not ended yet."""
+        gone = self._gone(now)
+        return [room for room in self.rooms.values() if not room.finished(gone)]
+
     def stuck(self, now: float, threshold_s: float) -> list[RoomView]:
         """Open rooms with no progress for `threshold_s`, whatever state they claim."""
-        gone = self._gone(now)
-        return [r for r in self.rooms.values() if not r.finished(gone) and now - r.last_progress > threshold_s]
+        return [room for room in self.open_rooms(now) if now - room.last_progress > threshold_s]
+
+    def rates(self, now: float, window_s: float) -> Rates:
+        """Rooms/s, GB/s and latency over the last `window_s` (or since the first transfer, if later)."""
+        rows = self.transfers.window(now - window_s)
+        span = max(1.0, min(window_s, now - float(rows[:, 0].min()))) if len(rows) else window_s
+        _, finished = self.failure_rate(now, window_s)
+        p50, p90, p99 = percentiles(rows[:, 2])
+        return Rates(finished / span, float(rows[:, 1].sum()) / span / 1e9, p50, p90, p99)
 
     def failure_rate(self, now: float, window_s: float) -> tuple[float, int]:
         """Failed fraction of the rooms that finished in the last `window_s`, and how many finished."""
@@ -148,6 +198,11 @@ class ClusterModel:
             view.cpu_percent, view.rss_bytes = event.cpu_percent, event.rss_bytes
         elif isinstance(event, RoomState):
             self._room_state(view, event)
+        elif isinstance(event, TransferDone) and view.role == "decode":
+            self.transfers.append(event.ts, event.nbytes, event.seconds)
+            link = self.links.setdefault((event.peer, view.instance), LinkView())
+            link.transfers += 1
+            link.nbytes += event.nbytes
         elif isinstance(event, Progress):
             room = self.rooms.get(event.room)
             if room is not None:
@@ -165,6 +220,8 @@ class ClusterModel:
         if room is None:
             room = self.rooms[event.room] = RoomView(event.room, event.ts, event.ts)
         room.states[view.label] = KVPoll(event.state)
+        if view.role == "decode" and event.peer:
+            room.link = (event.peer, view.instance)
         room.bytes_total = max(room.bytes_total, event.bytes_total)
         room.last_progress = max(room.last_progress, event.ts)
 
@@ -172,11 +229,13 @@ class ClusterModel:
         """Retire rooms that every reporting rank finished, once no rank has said more for `SETTLE_S`."""
         gone = self._gone(now)
         for room in [r for r in self.rooms.values() if r.finished(gone) and now - r.last_progress > SETTLE_S]:
-            self.finished.append(self._outcome(room, gone))
+            outcome = self._outcome(room, gone)
+            if not outcome.ok and all(room.link):
+                self.links.setdefault(room.link, LinkView()).failed_rooms += 1
+            self.finished.append(outcome)
             del self.rooms[room.room]
 
-    @staticmethod
-    def _outcome(room: RoomView, gone: set[str]) -> Finished:
+    def _outcome(self, room: RoomView, gone: set[str]) -> Finished:
         ok = all(state is KVPoll.Success for label, state in room.states.items() if label not in gone)
         return Finished(room.last_progress, room.room, ok)
 

@@ -146,3 +146,5 @@ class Snapshot(msgspec.Struct, tag="snapshot", array_like=True):
     failures: list[Failure]
     progress: list[Progress] = []
     """The latest progress of each live room (so a late reader can tell stuck from slow)."""
+    transfers: list[TransferDone] = []
+    """The most recent finished transfers (so a late reader sees rates and latencies at once)."""

@@ -29,6 +29,7 @@ from transport.events import (
     RoomState,
     Snapshot,
     SnapshotRequest,
+    TransferDone,
 )
 from transport.kvpoll import KVPoll
 from transport.sockets import bind, decode_routed
@@ -48,6 +49,7 @@ class StateMirror:
         self.progress: dict[int, Progress] = {}
         self.finished: deque[RoomState] = deque(maxlen=FINISHED_KEPT)
         self.failures: deque[Failure] = deque(maxlen=FINISHED_KEPT)
+        self.transfers: deque[TransferDone] = deque(maxlen=FINISHED_KEPT)
 
     def apply(self, event: Event) -> None:
         if isinstance(event, RoomState):
@@ -61,6 +63,8 @@ class StateMirror:
             self.failures.append(event)
         elif isinstance(event, Progress) and event.room in self.live:
             self.progress[event.room] = event
+        elif isinstance(event, TransferDone):
+            self.transfers.append(event)
         elif isinstance(event, Heartbeat):
             self.heartbeat = event
         elif isinstance(event, AgentHello):
@@ -167,6 +171,7 @@ class EventPublisher:
             list(mirror.finished),
             list(mirror.failures),
             list(mirror.progress.values()),
+            list(mirror.transfers),
         )
         self._snapshots.send_multipart([requester, encode(snapshot)])
         self.counters.add("snapshots")

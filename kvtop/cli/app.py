@@ -20,6 +20,7 @@ import typer
 from kvtop.cli.units import format_size, parse_size
 
 if TYPE_CHECKING:
+    from kvtop.model import ClusterModel
     from transport.cluster import LocalCluster
     from transport.faults import FaultSpec
     from transport.workload import WorkloadStats
@@ -60,6 +61,12 @@ LogDir = Annotated[
 BootstrapTimeout = Annotated[float, typer.Option(min=0.1, help="Seconds a room may stay in Bootstrapping.")]
 WaitingTimeout = Annotated[float, typer.Option(min=0.1, help="Seconds a room may stay in WaitingForInput.")]
 TransferTimeout = Annotated[float, typer.Option(min=0.1, help="Seconds a Transferring room may make no progress.")]
+# Options shared by the headless views.
+Bootstrap = Annotated[
+    str, typer.Option(envvar="KVTOP_BOOTSTRAP", help="Bootstrap address of the cluster, tcp://HOST:PORT.")
+]
+Wait = Annotated[float, typer.Option(min=0.1, help="Seconds to wait for every agent's snapshot.")]
+Json = Annotated[bool, typer.Option("--json", help="Print JSON (stable fields, see the README).")]
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
@@ -84,6 +91,24 @@ def _faults(texts: list[str]) -> dict[str, tuple[FaultSpec, ...]] | None:
     except ConfigError as error:
         raise typer.BadParameter(str(error), param_hint="--fault") from None
     return faults
+
+
+def _snapshot_model(bootstrap: str, wait: float) -> tuple[ClusterModel, float]:
+    """Every agent's snapshot applied to a fresh model (exit 1 when the cluster does not answer)."""
+    import time
+
+    from kvtop.collect import Collector
+    from transport.errors import BootstrapError
+
+    collector = Collector(bootstrap)
+    try:
+        collector.start(discover_timeout_s=wait)
+        collector.wait_synced(wait)
+    except BootstrapError as error:
+        raise _fail(str(error)) from None
+    finally:
+        collector.close()
+    return collector.model, time.time()
 
 
 def _run_cluster(
@@ -173,9 +198,7 @@ def agent(ctx: typer.Context) -> None:
 
 @app.command("check")
 def check(
-    bootstrap: Annotated[
-        str, typer.Option(envvar="KVTOP_BOOTSTRAP", help="Bootstrap address of the cluster, tcp://HOST:PORT.")
-    ],
+    bootstrap: Bootstrap,
     max_failure_rate: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="CRITICAL above this failed fraction of rooms (WARNING at half).")
     ] = 0.05,
@@ -188,8 +211,8 @@ def check(
     ] = 0,
     max_gaps: Annotated[int, typer.Option(min=0, help="WARNING above this many lost event batches.")] = 0,
     window: Annotated[float, typer.Option(min=1.0, help="Seconds of finished rooms the failure rate covers.")] = 60.0,
-    wait: Annotated[float, typer.Option(min=0.1, help="Seconds to wait for every agent's snapshot.")] = 2.0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the verdict as JSON.")] = False,
+    wait: Wait = 2.0,
+    as_json: Json = False,
 ) -> None:
     """Health check for cron, Nagios/Icinga, Kubernetes exec probes and CI gates.
 
@@ -220,14 +243,89 @@ def check(
     raise typer.Exit(int(result.verdict))
 
 
+@app.command("status")
+def status(
+    bootstrap: Bootstrap,
+    window: Annotated[float, typer.Option(min=1.0, help="Seconds the rates and failures cover.")] = 60.0,
+    wait: Wait = 2.0,
+    as_json: Json = False,
+) -> None:
+    """One screen of cluster health: ranks, rooms, throughput, latency, failures, stuck rooms, links."""
+    from kvtop.tables import status_json, status_text
+
+    model, now = _snapshot_model(bootstrap, wait)
+    typer.echo(json.dumps(status_json(model, now, window), indent=2) if as_json else status_text(model, now, window))
+
+
+@app.command("ranks")
+def ranks(bootstrap: Bootstrap, wait: Wait = 2.0, as_json: Json = False) -> None:
+    """Every rank: role, instance, liveness (alive/stale/gone), host, pid, rooms in flight, origins, echoes."""
+    from kvtop.tables import ranks_json, ranks_text
+
+    model, now = _snapshot_model(bootstrap, wait)
+    typer.echo(json.dumps(ranks_json(model, now), indent=2) if as_json else ranks_text(model, now))
+
+
+@app.command("rooms")
+def rooms(bootstrap: Bootstrap, wait: Wait = 2.0, as_json: Json = False) -> None:
+    """Rooms still open on some rank: state per rank, bytes, age, idle time, link; STUCK after 10 s idle."""
+    from kvtop.tables import rooms_json, rooms_text
+
+    model, now = _snapshot_model(bootstrap, wait)
+    typer.echo(json.dumps(rooms_json(model, now), indent=2) if as_json else rooms_text(model, now))
+
+
+@app.command("events")
+def events(
+    bootstrap: Bootstrap,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new events until Ctrl-C.")] = False,
+    level: Annotated[
+        str, typer.Option(help="Lowest level shown: debug, info, warning, error (echoes are debug).")
+    ] = "info",
+    jsonl: Annotated[bool, typer.Option("--jsonl", help="One JSON object per line.")] = False,
+    wait: Wait = 2.0,
+) -> None:
+    """The event tail as log lines: what every agent remembers (its snapshot), then, with --follow, live."""
+    import time
+
+    from kvtop.event_lines import LEVELS, shown, snapshot_events, to_json, to_line
+    from transport.bootstrap import BootstrapClient
+    from transport.errors import BootstrapError
+    from transport.events import Snapshot
+    from transport.subscriber import EventSubscriber
+
+    if level not in LEVELS:
+        raise typer.BadParameter(f"{level!r} is not one of {', '.join(LEVELS)}", param_hint="--level")
+    render = to_json if jsonl else to_line
+    try:
+        with BootstrapClient(bootstrap, timeout_s=wait) as client:
+            agents = client.list_agents()
+    except BootstrapError as error:
+        raise _fail(str(error)) from None
+    subscriber = EventSubscriber()
+    for agent in agents:
+        subscriber.connect(agent)
+    deadline = time.monotonic() + wait
+    try:
+        while follow or (time.monotonic() < deadline and not subscriber.synced()):
+            for delivered in subscriber.poll(0.1):
+                item = delivered.item
+                batch = snapshot_events(item) if isinstance(item, Snapshot) else item.events
+                for event in batch:
+                    if shown(event, level):
+                        typer.echo(render(delivered.label, event))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        subscriber.close()
+
+
 @app.command("failures")
 def failures(
-    bootstrap: Annotated[
-        str, typer.Option(envvar="KVTOP_BOOTSTRAP", help="Bootstrap address of the cluster, tcp://HOST:PORT.")
-    ],
+    bootstrap: Bootstrap,
     debug: Annotated[bool, typer.Option("--debug", help="List every echo under its origin.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of failure groups.")] = False,
-    wait: Annotated[float, typer.Option(min=0.1, help="Seconds to wait for every agent's snapshot.")] = 2.0,
+    as_json: Json = False,
+    wait: Wait = 2.0,
 ) -> None:
     """Recent failures of a live cluster, each origin once with its echo count (echoes folded under it).
 

@@ -1,0 +1,83 @@
+"""The event tail: each event as a log line (people) or a JSON object (scripts), with its level."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import msgspec
+
+from transport.events import (
+    AbortEvent,
+    AgentHello,
+    Event,
+    Failure,
+    Heartbeat,
+    Progress,
+    RoomState,
+    Snapshot,
+    TransferDone,
+)
+from transport.kvpoll import KVPoll
+
+LEVELS = ("debug", "info", "warning", "error")
+_KIND = {
+    AgentHello: "hello",
+    Heartbeat: "heartbeat",
+    RoomState: "room",
+    Progress: "progress",
+    TransferDone: "done",
+    Failure: "failure",
+    AbortEvent: "abort",
+}
+
+
+def level_of(event: Event) -> str:
+    """Failures carry their own level (echoes are debug); room traffic is debug; the rest info."""
+    if isinstance(event, Failure):
+        return event.level
+    if isinstance(event, RoomState | Progress | Heartbeat):
+        return "debug"
+    return "info"
+
+
+def shown(event: Event, min_level: str) -> bool:
+    return LEVELS.index(level_of(event)) >= LEVELS.index(min_level)
+
+
+def snapshot_events(snapshot: Snapshot) -> list[Event]:
+    """A snapshot's contents as the events they stand for, oldest first."""
+    events: list[Event] = [*snapshot.finished_rooms, *snapshot.live_rooms, *snapshot.failures]
+    return sorted(events, key=lambda e: e.ts)
+
+
+def to_line(agent: str, event: Event) -> str:
+    """`2026-11-30 12:01:22.123 decode-0/TP1 ERROR   failure room=... text`."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(event.ts)) + f".{int(event.ts * 1000) % 1000:03d}"
+    return f"{stamp} {agent:<16} {level_of(event).upper():<7} {_KIND[type(event)]:<9} {_describe(event)}"
+
+
+def to_json(agent: str, event: Event) -> str:
+    """One JSON object: agent, level, kind and the event's own fields."""
+    fields: dict[str, Any] = msgspec.structs.asdict(event)
+    if isinstance(event, AgentHello):
+        fields["agent"] = msgspec.structs.asdict(event.agent)
+    return json.dumps({"agent": agent, "level": level_of(event), "kind": _KIND[type(event)], **fields})
+
+
+def _describe(event: Event) -> str:
+    if isinstance(event, Failure):
+        origin = "" if event.origin == event.rank else f" (echo of {event.origin})"
+        return f"room={event.room} {event.reason_class}: {event.reason}{origin}"
+    if isinstance(event, RoomState):
+        return f"room={event.room} {KVPoll(event.previous).name} -> {KVPoll(event.state).name}"
+    if isinstance(event, TransferDone):
+        return f"room={event.room} {event.nbytes} B in {event.seconds * 1000:.1f} ms from {event.peer or '-'}"
+    if isinstance(event, Progress):
+        return f"room={event.room} {event.bytes_done}/{event.bytes_total} B"
+    if isinstance(event, AbortEvent):
+        return f"room={event.room} ABORT {event.direction} {event.peer} (origin {event.origin})"
+    if isinstance(event, Heartbeat):
+        return f"in flight {event.inflight_rooms}, cpu {event.cpu_percent:.0f}%, dropped {event.events_dropped}"
+    return f"{event.agent.role} pid {event.agent.pid} on {event.agent.host}, version {event.version}"

@@ -1,0 +1,35 @@
+"""Rolling statistics on a numpy ring buffer: fixed memory, vectorised window queries."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+
+class RingBuffer:
+    """The last `capacity` rows of (ts, value_0, value_1, ...) as float64."""
+
+    def __init__(self, capacity: int, columns: int) -> None:
+        self._data: npt.NDArray[np.float64] = np.zeros((capacity, 1 + columns))
+        self._next = 0
+        self._size = 0
+
+    def append(self, ts: float, *values: float) -> None:
+        self._data[self._next] = (ts, *values)
+        self._next = (self._next + 1) % len(self._data)
+        self._size = min(self._size + 1, len(self._data))
+
+    def window(self, since: float) -> npt.NDArray[np.float64]:
+        """Rows with ts >= `since` (any order)."""
+        rows = self._data[: self._size]
+        return rows[rows[:, 0] >= since]
+
+    def __len__(self) -> int:
+        return self._size
+
+
+def percentiles(values: npt.NDArray[np.float64], points: tuple[float, ...] = (50, 90, 99)) -> list[float]:
+    """The given percentiles of `values` (zeros when empty)."""
+    if values.size == 0:
+        return [0.0 for _ in points]
+    return [float(v) for v in np.percentile(values, points)]

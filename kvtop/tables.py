@@ -1,0 +1,131 @@
+"""The headless views (ranks, rooms, status) as plain text for people and dicts for `--json`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvtop.model import ClusterModel
+
+STUCK_AFTER_S = 10.0
+
+
+def ranks_json(model: ClusterModel, now: float) -> list[dict[str, Any]]:
+    """Stable fields: role, instance, rank, label, host, pid, state, inflight, origins, echoes, cpu, rss."""
+    return [
+        {
+            "role": view.role,
+            "instance": view.instance,
+            "rank": view.rank,
+            "label": view.label,
+            "host": view.host,
+            "pid": view.pid,
+            "state": str(view.liveness(now)),
+            "last_seen_s": round(now - view.last_seen, 3) if view.last_seen else None,
+            "inflight": view.inflight,
+            "origins": view.origins,
+            "echoes": view.echoes,
+            "cpu_percent": view.cpu_percent,
+            "rss_bytes": view.rss_bytes,
+        }
+        for view in sorted(model.ranks.values(), key=lambda v: (v.role, v.instance, v.rank))
+    ]
+
+
+def ranks_text(model: ClusterModel, now: float) -> str:
+    lines = [
+        f"{'RANK':<16} {'ROLE':<8} {'STATE':<6} {'HOST':<14} {'PID':>7} {'INFLIGHT':>8} {'ORIGINS':>7} {'ECHOES':>6}"
+    ]
+    lines += [
+        f"{r['label']:<16} {r['role']:<8} {r['state']:<6} {r['host'][:14]:<14} {r['pid']:>7} "
+        f"{r['inflight']:>8} {r['origins']:>7} {r['echoes']:>6}"
+        for r in ranks_json(model, now)
+    ]
+    return "\n".join(lines)
+
+
+def rooms_json(model: ClusterModel, now: float) -> list[dict[str, Any]]:
+    """Rooms still open on some rank: per-rank states, bytes, age, link, and whether they are stuck."""
+    stuck = {room.room for room in model.stuck(now, STUCK_AFTER_S)}
+    return [
+        {
+            "room": room.room,
+            "states": {label: state.name for label, state in sorted(room.states.items())},
+            "bytes_total": room.bytes_total,
+            "bytes_done": room.bytes_done,
+            "age_s": round(now - room.first_seen, 3),
+            "idle_s": round(now - room.last_progress, 3),
+            "prefill": room.link[0],
+            "decode": room.link[1],
+            "stuck": room.room in stuck,
+        }
+        for room in sorted(model.open_rooms(now), key=lambda r: r.first_seen)
+    ]
+
+
+def rooms_text(model: ClusterModel, now: float) -> str:
+    lines = [f"{'ROOM':<20} {'AGE s':>7} {'IDLE s':>7} {'BYTES':>12}  {'LINK':<22} STATES"]
+    for r in rooms_json(model, now):
+        states = " ".join(f"{label}={state}" for label, state in r["states"].items())
+        link = f"{r['prefill']}->{r['decode']}" if r["decode"] else "-"
+        flag = "  STUCK" if r["stuck"] else ""
+        lines.append(
+            f"{r['room']:<20} {r['age_s']:>7.1f} {r['idle_s']:>7.1f} {r['bytes_total']:>12}  {link:<22} {states}{flag}"
+        )
+    return "\n".join(lines)
+
+
+def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, Any]:
+    """Cluster health in one object: ranks, rates, failures, stuck rooms, gaps, links, top origins."""
+    liveness = [str(state) for state in model.liveness(now).values()]
+    rates = model.rates(now, window_s)
+    rate, finished = model.failure_rate(now, window_s)
+    groups = [g for g in model.groups() if now - g.first_ts <= window_s]
+    origins: dict[str, int] = {}
+    for group in groups:
+        key = f"{group.origin_label or 'origin unknown'} {group.origin.reason_class if group.origin else ''}".strip()
+        origins[key] = origins.get(key, 0) + 1
+    return {
+        "window_s": window_s,
+        "ranks": {"total": len(liveness), **{state: liveness.count(state) for state in ("alive", "stale", "gone")}},
+        "rooms_open": len(model.open_rooms(now)),
+        "rooms_finished": finished,
+        "rooms_per_s": round(rates.rooms_per_s, 2),
+        "gbps": round(rates.gbps, 4),
+        "latency_s": {"p50": rates.latency_p50, "p90": rates.latency_p90, "p99": rates.latency_p99},
+        "failure_rate": round(rate, 4),
+        "failures": len(groups),
+        "stuck": len(model.stuck(now, STUCK_AFTER_S)),
+        "gaps": model.gaps,
+        "top_origins": sorted(origins.items(), key=lambda item: -item[1])[:5],
+        "links": [
+            {
+                "prefill": p,
+                "decode": d,
+                "transfers": link.transfers,
+                "bytes": link.nbytes,
+                "failed_rooms": link.failed_rooms,
+            }
+            for (p, d), link in sorted(model.links.items())
+        ],
+    }
+
+
+def status_text(model: ClusterModel, now: float, window_s: float) -> str:
+    s = status_json(model, now, window_s)
+    ranks, lat = s["ranks"], s["latency_s"]
+    lines = [
+        f"ranks   {ranks['alive']}/{ranks['total']} alive, {ranks['stale']} stale, {ranks['gone']} gone",
+        f"rooms   {s['rooms_open']} open, {s['rooms_finished']} finished in {window_s:g}s, "
+        f"{s['rooms_per_s']:.1f}/s, {s['gbps']:.3f} GB/s",
+        f"latency p50 {lat['p50'] * 1000:.0f} ms, p90 {lat['p90'] * 1000:.0f} ms, p99 {lat['p99'] * 1000:.0f} ms",
+        f"health  failure rate {s['failure_rate']:.1%} ({s['failures']} failures), {s['stuck']} stuck, "
+        f"{s['gaps']} gaps",
+    ]
+    if s["top_origins"]:
+        lines.append("origins " + ", ".join(f"{name} x{count}" for name, count in s["top_origins"]))
+    for link in s["links"]:
+        lines.append(
+            f"link    {link['prefill']} -> {link['decode']}: {link['transfers']} transfers, "
+            f"{link['bytes'] / 1e6:.1f} MB, {link['failed_rooms']} failed"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,114 @@
+"""The cluster model from event batches: liveness, rooms across ranks, rates, links, stuck rooms."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvtop.model import GONE_S, SETTLE_S, STALE_S, ClusterModel, Liveness
+from kvtop.rolling import RingBuffer, percentiles
+from transport.events import EVENT_SCHEMA, Event, EventBatch, Failure, Progress, RoomState, TransferDone
+from transport.kvpoll import KVPoll
+
+T0 = 1_000_000.0
+
+
+def batch(label: str, seq: int, events: list[Event], incarnation: int = 1) -> EventBatch:
+    instance, _, rank = label.rpartition("/TP")
+    role = "prefill" if instance.startswith("prefill") else "decode"
+    return EventBatch(EVENT_SCHEMA, role, instance, int(rank), incarnation, seq, T0, events)
+
+
+def room_events(room: int, ts: float, final: KVPoll, peer: str = "") -> list[Event]:
+    return [
+        RoomState(ts, room, int(KVPoll.Transferring), int(KVPoll.WaitingForInput), peer, 1000),
+        RoomState(ts + 0.1, room, int(final), int(KVPoll.Transferring), peer, 1000),
+    ]
+
+
+def test_rank_liveness_follows_the_age_of_its_last_batch():
+    """Alive while batches keep coming, stale after a silence, gone after a longer one."""
+    model = ClusterModel()
+    model.apply("prefill-0/TP0", batch("prefill-0/TP0", 1, []), T0)
+
+    assert [model.liveness(T0 + age)["prefill-0/TP0"] for age in (0, STALE_S + 1, GONE_S + 1)] == [
+        Liveness.ALIVE,
+        Liveness.STALE,
+        Liveness.GONE,
+    ]
+
+
+def test_a_room_is_finished_when_every_rank_ended_it_and_counts_as_failed_if_one_failed():
+    """One room succeeds everywhere, one fails on one rank: failure rate 1/2 once they settle."""
+    model = ClusterModel()
+    for label in ("prefill-0/TP0", "decode-0/TP0"):
+        peer = "prefill-0" if label.startswith("decode") else ""
+        final = KVPoll.Failed if label.startswith("decode") else KVPoll.Success
+        model.apply(
+            label, batch(label, 1, room_events(1, T0, KVPoll.Success, peer) + room_events(2, T0, final, peer)), T0
+        )
+
+    model.sweep(T0 + SETTLE_S + 1)
+
+    assert model.failure_rate(T0 + 2, 60) == (0.5, 2)
+    assert model.rooms == {}
+    assert model.links[("prefill-0", "decode-0")].failed_rooms == 1
+
+
+def test_a_gone_rank_does_not_keep_a_room_open():
+    """A room its dead rank never finished is decided by the live ranks."""
+    model = ClusterModel()
+    model.apply("prefill-0/TP0", batch("prefill-0/TP0", 1, room_events(3, T0, KVPoll.Failed)[:1]), T0)
+    later = T0 + GONE_S + 5
+    model.apply("decode-0/TP0", batch("decode-0/TP0", 1, room_events(3, later - 2, KVPoll.Failed, "prefill-0")), later)
+
+    model.sweep(later)
+
+    assert model.failure_rate(later, 60) == (1.0, 1)
+
+
+def test_rooms_without_progress_are_stuck_whatever_state_they_claim():
+    """A Transferring room whose last progress is older than the threshold is stuck; a moving one is not."""
+    model = ClusterModel()
+    events: list[Event] = [
+        RoomState(T0, 5, int(KVPoll.Transferring), int(KVPoll.WaitingForInput), "", 10),
+        RoomState(T0, 6, int(KVPoll.Transferring), int(KVPoll.WaitingForInput), "", 10),
+        Progress(T0 + 9, 6, 5, 10),
+    ]
+    model.apply("prefill-0/TP0", batch("prefill-0/TP0", 1, events), T0 + 9)
+
+    assert [room.room for room in model.stuck(T0 + 10, threshold_s=5)] == [5]
+
+
+def test_rates_come_from_decode_transfers_in_the_window():
+    """GB/s and latency percentiles use the decode ranks' finished transfers of the window only."""
+    model = ClusterModel()
+    done: list[Event] = [TransferDone(T0 + i, 100 + i, 1e9, 0.01 * (i + 1), "prefill-0") for i in range(10)]
+    model.apply("decode-0/TP0", batch("decode-0/TP0", 1, done), T0 + 10)
+
+    rates = model.rates(T0 + 10, window_s=5)
+
+    assert round(rates.gbps, 3) == round(5e9 / 5 / 1e9, 3)
+    assert model.links[("prefill-0", "decode-0")].transfers == 10
+
+
+def test_failures_feed_the_fold_and_rank_counts():
+    """Origins and echoes are counted per rank and folded into groups."""
+    model = ClusterModel()
+    origin = Failure(T0, 9, "decode-0/TP1", "bad", "checksum", "error", False, "decode-0/TP1")
+    echo = Failure(T0, 9, "decode-0/TP0", "x", "propagated", "debug", True, "decode-0/TP1")
+    model.apply("decode-0/TP1", batch("decode-0/TP1", 1, [origin]), T0)
+    model.apply("decode-0/TP0", batch("decode-0/TP0", 1, [echo]), T0)
+
+    assert [(g.origin_label, g.echo_count) for g in model.groups()] == [("decode-0/TP1", 1)]
+    assert (model.ranks["decode-0/TP1"].origins, model.ranks["decode-0/TP0"].echoes) == (1, 1)
+
+
+def test_ring_buffer_keeps_the_last_rows_and_answers_windows():
+    """Fixed memory: old rows are overwritten; a window returns rows at or after its start."""
+    ring = RingBuffer(4, 1)
+    for i in range(6):
+        ring.append(float(i), float(i * 10))
+
+    assert len(ring) == 4
+    assert sorted(ring.window(4.0)[:, 1].tolist()) == [40.0, 50.0]
+    assert percentiles(np.array([])) == [0.0, 0.0, 0.0]

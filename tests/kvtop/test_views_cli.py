@@ -1,0 +1,59 @@
+"""`kvtop status | ranks | rooms | events` against a live cluster, as the installed command."""
+
+from __future__ import annotations
+
+import json
+
+from kvtop_cli import kvtop
+
+from transport import FaultSpec, Timeouts, TransferConfig
+from transport.cluster import ClusterSpec
+
+
+def test_views_describe_a_cluster_that_moved_rooms_and_failed_one(make_cluster, control):
+    """After two rooms (one corrupted), every view reports the ranks, the link, and the failure at the right level."""
+    spec = ClusterSpec(
+        num_pages=64,
+        page_bytes=16384,
+        transfer=TransferConfig(chunk_bytes=16384, timeouts=Timeouts(3, 3, 2), peer_timeout_s=2),
+        faults={"prefill-0/TP0": (FaultSpec.parse("corrupt:1@decode-0"),)},
+    )
+    cluster = make_cluster(spec)
+    agents = {agent.label: control(agent.control_endpoint) for agent in cluster.agents()}
+    agents["prefill-0/TP0"].submit(7, 4)
+    agents["decode-0/TP0"].submit(7, 4, "prefill-0")
+    for client in agents.values():
+        client.wait_result(7, 10)
+
+    ranks = json.loads(kvtop("ranks", "--bootstrap", cluster.endpoint, "--json").stdout)
+    status = json.loads(kvtop("status", "--bootstrap", cluster.endpoint, "--json").stdout)
+    rooms = json.loads(kvtop("rooms", "--bootstrap", cluster.endpoint, "--json").stdout)
+    info_lines = kvtop("events", "--bootstrap", cluster.endpoint).stdout.splitlines()
+    debug_lines = kvtop("events", "--bootstrap", cluster.endpoint, "--level", "debug", "--jsonl").stdout.splitlines()
+
+    assert [(r["label"], r["role"], r["state"], r["origins"], r["echoes"]) for r in ranks] == [
+        ("decode-0/TP0", "decode", "alive", 1, 0),
+        ("prefill-0/TP0", "prefill", "alive", 0, 1),
+    ]
+    assert {"role", "instance", "rank", "host", "pid", "state"} <= set(ranks[0])
+    assert (status["ranks"]["alive"], status["failure_rate"], status["top_origins"]) == (
+        2,
+        1.0,
+        [["decode-0/TP0 checksum", 1]],
+    )
+    assert rooms == []
+    failures = [line for line in info_lines if " failure " in line]
+    assert len(failures) == 1 and "decode-0/TP0" in failures[0] and "ERROR" in failures[0]
+    echoes = [json.loads(line) for line in debug_lines if json.loads(line)["kind"] == "failure"]
+    assert sorted((e["agent"], e["level"], e["origin"]) for e in echoes) == [
+        ("decode-0/TP0", "error", "decode-0/TP0"),
+        ("prefill-0/TP0", "debug", "decode-0/TP0"),
+    ]
+
+
+def test_views_fail_clearly_when_nobody_answers():
+    """Each view exits 1 with a one-line reason when the bootstrap address is dead."""
+    for view in ("status", "ranks", "rooms", "events", "failures"):
+        result = kvtop(view, "--bootstrap", "tcp://127.0.0.1:9", "--wait", "0.3")
+        assert (view, result.returncode) == (view, 1)
+        assert "did not answer" in result.stderr
