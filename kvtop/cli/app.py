@@ -416,6 +416,28 @@ def bench_events(
     )
 
 
+@bench_app.command("ingest")
+def bench_ingest(
+    events: Annotated[int, typer.Option(min=1000, help="Events per run.")] = 500_000,
+    repeats: Annotated[int, typer.Option(min=1, help="Runs per leg; figures are medians.")] = 5,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON object instead of text.")] = False,
+) -> None:
+    """Events/s applied to the cluster model vs decoding the same frames alone, and `kvtop check` wall time.
+
+    Targets (DESIGN.md): >= 300k events/s on one core and >= 0.5 x decode-only; check <= 1 s.
+    """
+    from kvtop.bench.ingest import measure_ingest
+
+    result = measure_ingest(events, repeats, lambda line: typer.echo(line, err=True))
+    if as_json:
+        typer.echo(json.dumps(result.as_dict(), indent=2))
+        return
+    typer.echo(
+        f"ingest {result.events_per_s:,.0f} events/s, decode only {result.decode_only_per_s:,.0f} "
+        f"(ratio {result.ratio:.2f}); kvtop check {result.check_wall_s:.2f} s"
+    )
+
+
 def main() -> None:
     """Console entry point: usage errors exit 2, except for `kvtop check`, whose bad arguments are UNKNOWN (3)."""
     # kvtop does no linear algebra: idle OpenBLAS threads only compete for the cores that move KV.

@@ -1,0 +1,128 @@
+"""`kvtop bench ingest`: events/s applied to the cluster model vs decoding the same frames alone.
+
+Frames are real encoded `EventBatch`es of a realistic mix (room state changes,
+progress, transfers done, failures and echoes) from 16 agents. The decode-only
+leg runs the same decoder over the same frames; the ratio shows what the model
+costs on top. The check leg times the installed `kvtop check` against a small
+local cluster, Python start included.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from kvtop.model import ClusterModel
+from transport.cluster import ClusterSpec, LocalCluster
+from transport.events import EVENT_SCHEMA, Event, EventBatch, Failure, Progress, RoomState, TransferDone
+from transport.kvpoll import KVPoll
+from transport.wire import FrameDecoder, encode
+
+_AGENTS = [f"{role}-{i}/TP{r}" for role in ("prefill", "decode") for i in range(4) for r in range(2)]
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    events_per_s: float
+    decode_only_per_s: float
+    ratio: float
+    check_wall_s: float
+    events: int
+    repeats: int
+
+    def as_dict(self) -> dict[str, float | int]:
+        return asdict(self)
+
+
+def _room_events(rng: random.Random, ts: float, label: str) -> list[Event]:
+    room = rng.getrandbits(63)
+    failed = rng.random() < 0.05
+    events: list[Event] = [
+        RoomState(ts, room, int(KVPoll.WaitingForInput), int(KVPoll.Bootstrapping), "prefill-0", 1 << 20),
+        RoomState(ts, room, int(KVPoll.Transferring), int(KVPoll.WaitingForInput), "prefill-0", 1 << 20),
+        Progress(ts, room, 1 << 19, 1 << 20),
+    ]
+    if failed:
+        events.append(Failure(ts, room, label, "KV chunk failed its checksum", "checksum", "error", False, label))
+        events.append(RoomState(ts, room, int(KVPoll.Failed), int(KVPoll.Transferring), "prefill-0", 1 << 20))
+    else:
+        events.append(RoomState(ts, room, int(KVPoll.Success), int(KVPoll.Transferring), "prefill-0", 1 << 20))
+        events.append(TransferDone(ts, room, 1 << 20, 0.01, "prefill-0"))
+    return events
+
+
+def synthetic_frames(events_total: int, per_batch: int = 200, seed: int = 1) -> list[tuple[str, bytes]]:
+    """(agent label, encoded batch) pairs holding about `events_total` events."""
+    rng = random.Random(seed)
+    frames: list[tuple[str, bytes]] = []
+    seqs = dict.fromkeys(_AGENTS, 0)
+    made = 0
+    ts = time.time()
+    while made < events_total:
+        label = rng.choice(_AGENTS)
+        events: list[Event] = []
+        while len(events) < per_batch:
+            events.extend(_room_events(rng, ts, label))
+        seqs[label] += 1
+        instance, _, rank = label.rpartition("/TP")
+        role = "prefill" if instance.startswith("prefill") else "decode"
+        frames.append((label, encode(EventBatch(EVENT_SCHEMA, role, instance, int(rank), 1, seqs[label], ts, events))))
+        made += len(events)
+    return frames
+
+
+def _decode_only(frames: list[tuple[str, bytes]]) -> tuple[float, int]:
+    decoder: FrameDecoder[EventBatch] = FrameDecoder(EventBatch)
+    started = time.perf_counter()
+    count = sum(len(decoder.decode(frame).events) for _, frame in frames)
+    return time.perf_counter() - started, count
+
+
+def _ingest(frames: list[tuple[str, bytes]]) -> tuple[float, int]:
+    decoder: FrameDecoder[EventBatch] = FrameDecoder(EventBatch)
+    model = ClusterModel()
+    started = time.perf_counter()
+    count = 0
+    now = time.time()
+    for label, frame in frames:
+        batch = decoder.decode(frame)
+        model.apply(label, batch, now)
+        count += len(batch.events)
+    model.sweep(now)
+    return time.perf_counter() - started, count
+
+
+def check_wall_s(repeats: int) -> float:
+    """Median wall time of the installed `kvtop check` against a fresh 1P1D TP2 local cluster."""
+    command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
+    spec = ClusterSpec(prefill_tp=2, decode_tp=2, num_pages=64, page_bytes=16384, log_level="WARNING")
+    with LocalCluster(spec) as cluster:
+        walls = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            subprocess.run([command, "check", "--bootstrap", cluster.endpoint], capture_output=True, check=False)
+            walls.append(time.perf_counter() - started)
+    return statistics.median(walls)
+
+
+def measure_ingest(events_total: int, repeats: int, progress: Callable[[str], None]) -> IngestResult:
+    frames = synthetic_frames(events_total)
+    ingest: list[float] = []
+    decode: list[float] = []
+    count = 0
+    for repeat in range(repeats):
+        seconds, count = _decode_only(frames)
+        decode.append(count / seconds)
+        seconds, count = _ingest(frames)
+        ingest.append(count / seconds)
+        progress(f"run {repeat + 1}/{repeats}: ingest {ingest[-1]:,.0f} events/s, decode only {decode[-1]:,.0f}")
+    wall = check_wall_s(repeats)
+    progress(f"kvtop check: {wall:.2f} s wall (median of {repeats}, Python start included)")
+    rate, base = statistics.median(ingest), statistics.median(decode)
+    return IngestResult(round(rate), round(base), round(rate / base, 3), round(wall, 3), count, repeats)
