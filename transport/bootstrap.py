@@ -106,7 +106,13 @@ class BootstrapClient:
         self.timeout_s = timeout_s
         self._socket: zmq.Socket[bytes] = (context or zmq.Context.instance()).socket(zmq.DEALER)
         self._socket.linger = 0
-        self._socket.connect(endpoint)
+        try:
+            self._socket.connect(endpoint)
+        except zmq.ZMQError as error:
+            self._socket.close(linger=0)
+            raise BootstrapError(
+                f"bad bootstrap address {endpoint!r} ({error.strerror}); expected tcp://HOST:PORT"
+            ) from None
         self._ids = itertools.count(1)
         self._decoder: FrameDecoder[BootstrapReply] = FrameDecoder(BootstrapReply)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -61,9 +62,21 @@ LogDir = Annotated[
 BootstrapTimeout = Annotated[float, typer.Option(min=0.1, help="Seconds a room may stay in Bootstrapping.")]
 WaitingTimeout = Annotated[float, typer.Option(min=0.1, help="Seconds a room may stay in WaitingForInput.")]
 TransferTimeout = Annotated[float, typer.Option(min=0.1, help="Seconds a Transferring room may make no progress.")]
+
+
+def _endpoint(value: str) -> str:
+    """A ZeroMQ address, checked before any socket sees it."""
+    if not re.fullmatch(r"(tcp|ipc)://\S+", value):
+        raise typer.BadParameter(f"{value!r} is not an address like tcp://127.0.0.1:5555")
+    return value
+
+
 # Options shared by the headless views.
 Bootstrap = Annotated[
-    str, typer.Option(envvar="KVTOP_BOOTSTRAP", help="Bootstrap address of the cluster, tcp://HOST:PORT.")
+    str,
+    typer.Option(
+        envvar="KVTOP_BOOTSTRAP", callback=_endpoint, help="Bootstrap address of the cluster, tcp://HOST:PORT."
+    ),
 ]
 Wait = Annotated[float, typer.Option(min=0.1, help="Seconds to wait for every agent's snapshot.")]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON (stable fields, see the README).")]

@@ -101,3 +101,4 @@ def test_bad_arguments_are_unknown():
     assert kvtop("check", "--bootstrap", "tcp://127.0.0.1:9", "--no-such-option").returncode == 3
     assert kvtop("check", "--bootstrap", "tcp://127.0.0.1:9", "--max-failure-rate", "2").returncode == 3
     assert kvtop("check").returncode == 3
+    assert kvtop("check", "--bootstrap", "not-an-address").returncode == 3

@@ -57,3 +57,11 @@ def test_views_fail_clearly_when_nobody_answers():
         result = kvtop(view, "--bootstrap", "tcp://127.0.0.1:9", "--wait", "0.3")
         assert (view, result.returncode) == (view, 1)
         assert "did not answer" in result.stderr
+
+
+def test_views_reject_an_address_that_is_not_one():
+    """A malformed --bootstrap is bad usage (exit 2) with a message that shows the expected form."""
+    result = kvtop("status", "--bootstrap", "garbage")
+
+    assert result.returncode == 2
+    assert "tcp://127.0.0.1:5555" in result.stderr
