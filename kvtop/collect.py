@@ -14,10 +14,12 @@ DISCOVER_EVERY_S = 2.0
 
 
 class Collector:
-    """Keeps `model` current from every agent the bootstrap address lists (new agents are picked up)."""
+    """Keeps `model` current from every agent the bootstrap address lists (new agents are picked up)
+    and from agents given by their event endpoints."""
 
-    def __init__(self, bootstrap: str, model: ClusterModel | None = None) -> None:
+    def __init__(self, bootstrap: str, endpoints: list[str] | None = None, model: ClusterModel | None = None) -> None:
         self.bootstrap = bootstrap
+        self.endpoints = endpoints or []
         self.model = model or ClusterModel()
         self.lock = threading.Lock()
         """Held while the model changes; views take it to read a consistent model."""
@@ -52,6 +54,11 @@ class Collector:
         self._subscriber.close()
 
     def _discover(self, timeout_s: float) -> None:
+        for endpoint in self.endpoints:
+            self._subscriber.connect_endpoint(endpoint)
+        if not self.bootstrap:
+            self._synced = self._subscriber.synced()
+            return
         with BootstrapClient(self.bootstrap, timeout_s=timeout_s) as client:
             agents = client.list_agents()
         for agent in agents:

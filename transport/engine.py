@@ -371,7 +371,11 @@ class KVManager:
         with self._process.oneshot():
             cpu, rss = self._process.cpu_percent(), self._process.memory_info().rss
         memory = psutil.virtual_memory().percent
-        self.emit(Heartbeat(time.time(), self.counters(), inflight, publisher.dropped, cpu, rss, memory))
+        self.emit(
+            Heartbeat(
+                time.time(), self.counters(), inflight, publisher.dropped, cpu, rss, memory, publisher.snapshot_endpoint
+            )
+        )
 
     def _run(self) -> None:
         poller = zmq.Poller()

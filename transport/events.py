@@ -53,6 +53,8 @@ class Heartbeat(msgspec.Struct, tag="heartbeat", array_like=True, frozen=True):
     cpu_percent: float
     rss_bytes: int
     host_memory_percent: float
+    snapshot_endpoint: str = ""
+    """Where to ask for a snapshot (a subscriber given only the event endpoint learns it here)."""
 
 
 class RoomState(msgspec.Struct, tag="room", array_like=True, frozen=True):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import zmq
 
 from transport.counters import Counters, rejection_names
-from transport.events import EventBatch, Snapshot, SnapshotRequest
+from transport.events import EventBatch, Heartbeat, Snapshot, SnapshotRequest
 from transport.sockets import decode_waiting
 from transport.wire import AgentInfo, FrameDecoder, encode
 
@@ -61,6 +61,8 @@ class EventSubscriber:
         self.agents: dict[str, AgentInfo] = {}
         self._streams: dict[str, _Stream] = {}
         self._snapshot_sockets: dict[str, zmq.Socket[bytes]] = {}
+        self._snapshot_endpoints: dict[str, str] = {}
+        self._endpoints: set[str] = set()
         self._req_ids = itertools.count(1)
         self.gaps: Counter[tuple[str, int]] = Counter()
         """Missing batches per (agent label, incarnation)."""
@@ -80,9 +82,16 @@ class EventSubscriber:
         self.socket.connect(agent.event_endpoint)
         self._streams[agent.label] = self._start_stream(agent.label, agent.incarnation)
 
+    def connect_endpoint(self, endpoint: str) -> None:
+        """Subscribe to an agent known only by its event endpoint; its heartbeat names its snapshot socket."""
+        if endpoint not in self._endpoints:
+            self._endpoints.add(endpoint)
+            self.socket.connect(endpoint)
+
     def synced(self) -> bool:
         """True once every connected agent's snapshot arrived (or its request timed out)."""
-        return all(label in self._streams and self._streams[label].synced for label in self.agents)
+        expected = len(self.agents) + len(self._endpoints)
+        return len(self._streams) >= expected and all(stream.synced for stream in self._streams.values())
 
     def close(self) -> None:
         self.socket.close(linger=0)
@@ -117,8 +126,19 @@ class EventSubscriber:
             stream = self._streams[label] = self._start_stream(label, batch.incarnation)
         if not stream.synced:
             stream.held.append(batch)
+            if stream.snapshot_socket is None:
+                self._ask_when_known(label, stream, batch)
             return
         self._deliver(label, stream, batch, out)
+
+    def _ask_when_known(self, label: str, stream: _Stream, batch: EventBatch) -> None:
+        """An agent met through its event endpoint: request its snapshot once a heartbeat names the socket."""
+        endpoint = next((e.snapshot_endpoint for e in batch.events if isinstance(e, Heartbeat)), "")
+        if endpoint:
+            self._snapshot_endpoints[label] = endpoint
+            stream.snapshot_socket = self._snapshot_socket(label)
+            if stream.snapshot_socket is not None:
+                stream.snapshot_socket.send(encode(SnapshotRequest(stream.req_id)))
 
     def _deliver(self, label: str, stream: _Stream, batch: EventBatch, out: list[Delivered]) -> None:
         if batch.seq <= stream.last_seq:
@@ -134,17 +154,18 @@ class EventSubscriber:
         req_id = next(self._req_ids)
         if sock is not None:
             sock.send(encode(SnapshotRequest(req_id)))
-        return _Stream(incarnation, sock, time.monotonic(), req_id, synced=sock is None)
+        return _Stream(incarnation, sock, time.monotonic(), req_id)
 
     def _snapshot_socket(self, label: str) -> zmq.Socket[bytes] | None:
         agent = self.agents.get(label)
-        if agent is None or not agent.snapshot_endpoint:
+        endpoint = agent.snapshot_endpoint if agent is not None else self._snapshot_endpoints.get(label, "")
+        if not endpoint:
             return None
         sock = self._snapshot_sockets.get(label)
         if sock is None:
             sock = self._context.socket(zmq.DEALER)
             sock.linger = 0
-            sock.connect(agent.snapshot_endpoint)
+            sock.connect(endpoint)
             self._snapshot_sockets[label] = sock
         return sock
 

@@ -65,17 +65,31 @@ TransferTimeout = Annotated[float, typer.Option(min=0.1, help="Seconds a Transfe
 
 
 def _endpoint(value: str) -> str:
-    """A ZeroMQ address, checked before any socket sees it."""
-    if not re.fullmatch(r"(tcp|ipc)://\S+", value):
+    """A ZeroMQ address, checked before any socket sees it ("" passes: the option was not given)."""
+    if value and not re.fullmatch(r"(tcp|ipc)://\S+", value):
         raise typer.BadParameter(f"{value!r} is not an address like tcp://127.0.0.1:5555")
     return value
+
+
+def _endpoints(values: list[str]) -> list[str]:
+    return [_endpoint(value) for value in values]
 
 
 # Options shared by the headless views.
 Bootstrap = Annotated[
     str,
     typer.Option(
-        envvar="KVTOP_BOOTSTRAP", callback=_endpoint, help="Bootstrap address of the cluster, tcp://HOST:PORT."
+        envvar="KVTOP_BOOTSTRAP",
+        callback=_endpoint,
+        help="Bootstrap address of the cluster, tcp://HOST:PORT (it lists every agent).",
+    ),
+]
+Connect = Annotated[
+    list[str],
+    typer.Option(
+        "--connect",
+        callback=_endpoints,
+        help="An agent's event endpoint, tcp://HOST:PORT (repeatable), instead of or beside --bootstrap.",
     ),
 ]
 Wait = Annotated[float, typer.Option(min=0.1, help="Seconds to wait for every agent's snapshot.")]
@@ -106,14 +120,20 @@ def _faults(texts: list[str]) -> dict[str, tuple[FaultSpec, ...]] | None:
     return faults
 
 
-def _snapshot_model(bootstrap: str, wait: float) -> tuple[ClusterModel, float]:
+def _source(bootstrap: str, connect: list[str]) -> None:
+    if not bootstrap and not connect:
+        raise typer.BadParameter("give --bootstrap ADDR (or KVTOP_BOOTSTRAP) or at least one --connect EP")
+
+
+def _snapshot_model(bootstrap: str, connect: list[str], wait: float) -> tuple[ClusterModel, float]:
     """Every agent's snapshot applied to a fresh model (exit 1 when the cluster does not answer)."""
     import time
 
     from kvtop.collect import Collector
     from transport.errors import BootstrapError
 
-    collector = Collector(bootstrap)
+    _source(bootstrap, connect)
+    collector = Collector(bootstrap, connect)
     try:
         collector.start(discover_timeout_s=wait)
         collector.wait_synced(wait)
@@ -211,7 +231,8 @@ def agent(ctx: typer.Context) -> None:
 
 @app.command("check")
 def check(
-    bootstrap: Bootstrap,
+    bootstrap: Bootstrap = "",
+    connect: Connect = [],  # noqa: B006
     max_failure_rate: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="CRITICAL above this failed fraction of rooms (WARNING at half).")
     ] = 0.05,
@@ -233,13 +254,14 @@ def check(
     (including: cluster unreachable, a rank gone, failure rate or stuck rooms over the limit),
     3 UNKNOWN (bad arguments, internal error).
     """
+    _source(bootstrap, connect)
     _check_ran.set()
     from kvtop.check import Thresholds, Verdict, evaluate, unreachable
     from kvtop.collect import Collector
     from transport.errors import BootstrapError
 
     limits = Thresholds(max_failure_rate, max_stuck, stuck_after, min_ranks, max_gaps, window)
-    collector = Collector(bootstrap)
+    collector = Collector(bootstrap, connect)
     try:
         collector.start(discover_timeout_s=wait)
         collector.wait_synced(wait)
@@ -258,7 +280,8 @@ def check(
 
 @app.command("status")
 def status(
-    bootstrap: Bootstrap,
+    bootstrap: Bootstrap = "",
+    connect: Connect = [],  # noqa: B006
     window: Annotated[float, typer.Option(min=1.0, help="Seconds the rates and failures cover.")] = 60.0,
     wait: Wait = 2.0,
     as_json: Json = False,
@@ -266,25 +289,25 @@ def status(
     """One screen of cluster health: ranks, rooms, throughput, latency, failures, stuck rooms, links."""
     from kvtop.tables import status_json, status_text
 
-    model, now = _snapshot_model(bootstrap, wait)
+    model, now = _snapshot_model(bootstrap, connect, wait)
     typer.echo(json.dumps(status_json(model, now, window), indent=2) if as_json else status_text(model, now, window))
 
 
 @app.command("ranks")
-def ranks(bootstrap: Bootstrap, wait: Wait = 2.0, as_json: Json = False) -> None:
+def ranks(bootstrap: Bootstrap = "", connect: Connect = [], wait: Wait = 2.0, as_json: Json = False) -> None:  # noqa: B006
     """Every rank: role, instance, liveness (alive/stale/gone), host, pid, rooms in flight, origins, echoes."""
     from kvtop.tables import ranks_json, ranks_text
 
-    model, now = _snapshot_model(bootstrap, wait)
+    model, now = _snapshot_model(bootstrap, connect, wait)
     typer.echo(json.dumps(ranks_json(model, now), indent=2) if as_json else ranks_text(model, now))
 
 
 @app.command("rooms")
-def rooms(bootstrap: Bootstrap, wait: Wait = 2.0, as_json: Json = False) -> None:
+def rooms(bootstrap: Bootstrap = "", connect: Connect = [], wait: Wait = 2.0, as_json: Json = False) -> None:  # noqa: B006
     """Rooms still open on some rank: state per rank, bytes, age, idle time, link; STUCK after 10 s idle."""
     from kvtop.tables import rooms_json, rooms_text
 
-    model, now = _snapshot_model(bootstrap, wait)
+    model, now = _snapshot_model(bootstrap, connect, wait)
     typer.echo(json.dumps(rooms_json(model, now), indent=2) if as_json else rooms_text(model, now))
 
 

@@ -65,3 +65,17 @@ def test_views_reject_an_address_that_is_not_one():
 
     assert result.returncode == 2
     assert "tcp://127.0.0.1:5555" in result.stderr
+
+
+def test_agents_given_by_event_endpoint_are_seen_like_discovered_ones(make_cluster):
+    """`--connect EP` (no bootstrap) finds every rank, alive, with the identity from its snapshot."""
+    cluster = make_cluster(ClusterSpec(prefill_tp=2, num_pages=16, page_bytes=4096))
+    connect = [arg for agent in cluster.agents() for arg in ("--connect", agent.event_endpoint)]
+
+    ranks = json.loads(kvtop("ranks", *connect, "--json").stdout)
+
+    assert [(r["label"], r["state"], r["pid"] > 0) for r in ranks] == [
+        ("decode-0/TP0", "alive", True),
+        ("prefill-0/TP0", "alive", True),
+        ("prefill-0/TP1", "alive", True),
+    ]
