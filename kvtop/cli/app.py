@@ -313,7 +313,8 @@ def rooms(bootstrap: Bootstrap = "", connect: Connect = [], wait: Wait = 2.0, as
 
 @app.command("events")
 def events(
-    bootstrap: Bootstrap,
+    bootstrap: Bootstrap = "",
+    connect: Connect = [],  # noqa: B006
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new events until Ctrl-C.")] = False,
     level: Annotated[
         str, typer.Option(help="Lowest level shown: debug, info, warning, error (echoes are debug).")
@@ -332,15 +333,20 @@ def events(
 
     if level not in LEVELS:
         raise typer.BadParameter(f"{level!r} is not one of {', '.join(LEVELS)}", param_hint="--level")
+    _source(bootstrap, connect)
     render = to_json if jsonl else to_line
-    try:
-        with BootstrapClient(bootstrap, timeout_s=wait) as client:
-            agents = client.list_agents()
-    except BootstrapError as error:
-        raise _fail(str(error)) from None
+    agents = []
+    if bootstrap:
+        try:
+            with BootstrapClient(bootstrap, timeout_s=wait) as client:
+                agents = client.list_agents()
+        except BootstrapError as error:
+            raise _fail(str(error)) from None
     subscriber = EventSubscriber()
     for agent in agents:
         subscriber.connect(agent)
+    for endpoint in connect:
+        subscriber.connect_endpoint(endpoint)
     deadline = time.monotonic() + wait
     try:
         while follow or (time.monotonic() < deadline and not subscriber.synced()):
@@ -358,7 +364,8 @@ def events(
 
 @app.command("failures")
 def failures(
-    bootstrap: Bootstrap,
+    bootstrap: Bootstrap = "",
+    connect: Connect = [],  # noqa: B006
     debug: Annotated[bool, typer.Option("--debug", help="List every echo under its origin.")] = False,
     as_json: Json = False,
     wait: Wait = 2.0,
@@ -366,24 +373,18 @@ def failures(
     """Recent failures of a live cluster, each origin once with its echo count (echoes folded under it).
 
     Reads every agent's snapshot (its last 512 failures) and what agents publish meanwhile. JSON: a list
-    of groups {room, origin: {rank, role, instance, reason, reason_class, ts} or null, echo_count, echoes}.
-    Exit 1 when the bootstrap address does not answer.
+    of groups {room, origin: {rank, role, instance, reason, reason_class, ts, level} or null, origin_label,
+    echo_count, echoes}. Exit 1 when the cluster does not answer.
     """
     from kvtop.failures_view import render_groups, to_json
-    from kvtop.fold import fold
-    from kvtop.live import recent_failures
-    from transport.errors import BootstrapError
 
-    try:
-        observed, answered = recent_failures(bootstrap, wait)
-    except BootstrapError as error:
-        raise _fail(str(error)) from None
-    groups = fold(observed)
+    model, _ = _snapshot_model(bootstrap, connect, wait)
+    groups = model.groups()
     if as_json:
         typer.echo(json.dumps(to_json(groups), indent=2))
         return
     typer.echo(render_groups(groups, debug))
-    typer.echo(f"{len(groups)} failures from {answered} agents", err=True)
+    typer.echo(f"{len(groups)} failures from {len(model.ranks)} ranks", err=True)
 
 
 @bench_app.command("transfer")
