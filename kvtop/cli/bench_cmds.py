@@ -1,0 +1,101 @@
+"""`kvtop bench ...`: each benchmark compares against a baseline measured in the same run."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from kvtop.cli.units import format_size, parse_size
+
+
+def bench_transfer(
+    chunk_bytes: Annotated[
+        list[str], typer.Option("--chunk-bytes", help="Chunk size to measure (repeatable): 65536, 64KiB, 1MiB.")
+    ] = ["64KiB", "1MiB", "4MiB"],  # noqa: B006
+    room_bytes: Annotated[str, typer.Option(help="KV bytes per room.")] = "64MiB",
+    rooms: Annotated[int, typer.Option(min=2, help="Rooms per kvtop run (the first one warms up).")] = 32,
+    repeats: Annotated[int, typer.Option(min=1, help="Runs per leg; figures are medians.")] = 5,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead of a table.")] = False,
+) -> None:
+    """KV transfer GB/s over loopback vs raw pyzmq PUSH/PULL at the same message size, and their ratio.
+
+    Each run starts a prefill rank process and a decode rank (KV pools, bootstrap, credits, checksums,
+    events) and, alternating with it, a raw PUSH process sending zero-copy into a PULL that lands each
+    message with recv_into in a numpy buffer; a third leg repeats the kvtop run with checksums off.
+    Progress goes to stderr.
+    """
+    from kvtop.bench.transfer import measure
+
+    try:
+        sizes = [parse_size(text) for text in chunk_bytes]
+        room = parse_size(room_bytes)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+    results = measure(sizes, room, rooms, repeats, lambda line: typer.echo(line, err=True))
+    if as_json:
+        typer.echo(json.dumps([r.as_dict() for r in results], indent=2))
+        return
+    typer.echo(f"{'chunk':>8} {'raw GB/s':>9} {'kvtop GB/s':>11} {'ratio':>6} {'unchecked GB/s':>15} {'ratio':>6}")
+    for r in results:
+        typer.echo(
+            f"{format_size(r.chunk_bytes):>8} {r.raw_gbps:>9.2f} {r.kvtop_gbps:>11.2f} {r.ratio:>6.2f} "
+            f"{r.kvtop_unchecked_gbps:>15.2f} {r.ratio_unchecked:>6.2f}"
+        )
+
+
+def bench_events(
+    chunk_bytes: Annotated[str, typer.Option(help="Chunk size of the transfer legs.")] = "1MiB",
+    room_bytes: Annotated[str, typer.Option(help="KV bytes per room (smaller rooms: more events).")] = "4MiB",
+    rooms: Annotated[int, typer.Option(min=2, help="Rooms per transfer run.")] = 256,
+    repeats: Annotated[int, typer.Option(min=1, help="Runs per leg; figures are medians.")] = 5,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON object instead of text.")] = False,
+) -> None:
+    """What publishing events costs the transfer path, and how many events/s one publisher sustains.
+
+    Alternates transfer runs with events on and off (same rooms, same sizes) and reports the median
+    GB/s of each and the cost (1 - on/off; the target is <= 0.03). Then pushes events through one
+    publisher to a subscriber as fast as it takes them. Progress goes to stderr.
+    """
+    from kvtop.bench.events import measure_events
+
+    try:
+        chunk, room = parse_size(chunk_bytes), parse_size(room_bytes)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+    result = measure_events(chunk, room, rooms, repeats, lambda line: typer.echo(line, err=True))
+    if as_json:
+        typer.echo(json.dumps(result.as_dict(), indent=2))
+        return
+    typer.echo(
+        f"events on {result.gbps_events_on:.2f} GB/s, off {result.gbps_events_off:.2f} GB/s, "
+        f"cost {result.cost:+.1%}; publisher {result.events_per_s:,.0f} events/s"
+    )
+
+
+def bench_ingest(
+    events: Annotated[int, typer.Option(min=1000, help="Events per run.")] = 500_000,
+    repeats: Annotated[int, typer.Option(min=1, help="Runs per leg; figures are medians.")] = 5,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON object instead of text.")] = False,
+) -> None:
+    """Events/s applied to the cluster model vs decoding the same frames alone, and `kvtop check` wall time.
+
+    Targets (DESIGN.md): >= 300k events/s on one core and >= 0.5 x decode-only; check <= 1 s.
+    """
+    from kvtop.bench.ingest import measure_ingest
+
+    result = measure_ingest(events, repeats, lambda line: typer.echo(line, err=True))
+    if as_json:
+        typer.echo(json.dumps(result.as_dict(), indent=2))
+        return
+    typer.echo(
+        f"ingest {result.events_per_s:,.0f} events/s, decode only {result.decode_only_per_s:,.0f} "
+        f"(ratio {result.ratio:.2f}); kvtop check {result.check_wall_s:.2f} s"
+    )
+
+
+def register(bench_app: typer.Typer) -> None:
+    bench_app.command("transfer")(bench_transfer)
+    bench_app.command("events")(bench_events)
+    bench_app.command("ingest")(bench_ingest)

@@ -1,0 +1,134 @@
+"""Commands that run agents: bare `kvtop` (embedded cluster and live status), `cluster up`, `agent`."""
+
+from __future__ import annotations
+
+import tempfile
+from typing import TYPE_CHECKING
+
+import typer
+
+from kvtop.cli.options import (
+    BootstrapTimeout,
+    Decode,
+    Duration,
+    Faults,
+    LogDir,
+    Prefill,
+    Rate,
+    Tp,
+    TransferTimeout,
+    WaitingTimeout,
+    fail,
+)
+
+if TYPE_CHECKING:
+    from transport.cluster import LocalCluster
+    from transport.faults import FaultSpec
+    from transport.workload import WorkloadStats
+
+
+def _faults(texts: list[str]) -> dict[str, tuple[FaultSpec, ...]] | None:
+    """`--fault [AGENT=]KIND[:RATE]` into the cluster's per-agent map; None keeps the demo faults."""
+    from transport.errors import ConfigError
+    from transport.faults import FaultSpec
+
+    if not texts:
+        return None
+    if texts == ["none"]:
+        return {}
+    faults: dict[str, tuple[FaultSpec, ...]] = {}
+    try:
+        for text in texts:
+            target, _, spec = text.rpartition("=")
+            faults[target] = (*faults.get(target, ()), FaultSpec.parse(spec))
+    except ConfigError as error:
+        raise typer.BadParameter(str(error), param_hint="--fault") from None
+    return faults
+
+
+def _run_cluster(
+    prefill: int,
+    decode: int,
+    tp: int,
+    rate: float,
+    fault: list[str],
+    duration: float | None,
+    log_dir: str,
+    timeouts: tuple[float, float, float] | None,
+    print_address: bool,
+) -> WorkloadStats:
+    from kvtop.local import DEMO_TIMEOUTS, demo_spec, run_local
+    from transport.config import Timeouts
+    from transport.errors import ConfigError, TransportError
+    from transport.workload import WorkloadSpec
+
+    try:
+        limits = Timeouts(*timeouts) if timeouts else DEMO_TIMEOUTS
+    except ConfigError as error:
+        raise typer.BadParameter(str(error)) from None
+    spec = demo_spec(prefill, decode, tp, _faults(fault), log_dir or tempfile.mkdtemp(prefix="kvtop-logs-"), limits)
+
+    def announce(cluster: LocalCluster) -> None:
+        typer.echo(cluster.endpoint)
+
+    emit = (lambda line: typer.echo(line, err=True)) if print_address else typer.echo
+    try:
+        return run_local(spec, WorkloadSpec(rate=rate), duration, emit, on_up=announce if print_address else None)
+    except TransportError as error:
+        raise fail(str(error)) from None
+
+
+def local(
+    ctx: typer.Context,
+    prefill: Prefill = 2,
+    decode: Decode = 2,
+    tp: Tp = 2,
+    rate: Rate = 20.0,
+    fault: Faults = [],  # noqa: B006 - Typer reads the default, never mutates it
+    duration: Duration = None,
+    log_dir: LogDir = "",
+) -> None:
+    """Start an embedded local cluster with a workload and print its live status once a second."""
+    if ctx.invoked_subcommand is not None:
+        return
+    stats = _run_cluster(prefill, decode, tp, rate, fault, duration, log_dir, None, print_address=False)
+    typer.echo(f"done: {stats.succeeded} rooms ok, {stats.failed} failed, {stats.bytes_moved / 1e9:.2f} GB moved")
+
+
+def cluster_up(
+    prefill: Prefill = 1,
+    decode: Decode = 1,
+    tp: Tp = 2,
+    rate: Rate = 20.0,
+    fault: Faults = [],  # noqa: B006
+    duration: Duration = None,
+    log_dir: LogDir = "",
+    bootstrap_timeout: BootstrapTimeout = 10.0,
+    waiting_timeout: WaitingTimeout = 10.0,
+    transfer_timeout: TransferTimeout = 3.0,
+) -> None:
+    """Start a bootstrap service, agents and a router on loopback; Ctrl-C or SIGTERM stops them all.
+
+    The first line on stdout is the bootstrap address (tcp://127.0.0.1:PORT), the one address that lists
+    every agent; status lines go to stderr.
+    """
+    timeouts = (bootstrap_timeout, waiting_timeout, transfer_timeout)
+    stats = _run_cluster(prefill, decode, tp, rate, fault, duration, log_dir, timeouts, print_address=True)
+    typer.echo(f"done: {stats.succeeded} rooms ok, {stats.failed} failed", err=True)
+
+
+def agent(ctx: typer.Context) -> None:
+    """Run one rank (all options as `python -m transport.agent`; `kvtop agent --help` lists them)."""
+    from transport.agent import main as agent_main
+
+    agent_main(ctx.args)
+
+
+def register(app: typer.Typer, cluster_app: typer.Typer) -> None:
+    app.callback()(local)
+    cluster_app.command("up")(cluster_up)
+    app.command(
+        "agent",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+        add_help_option=False,
+    )(agent)

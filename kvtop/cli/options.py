@@ -1,0 +1,71 @@
+"""Options and helpers shared by the `kvtop` commands (Annotated types, address checks, errors)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+import typer
+
+# Shared by bare `kvtop` and `kvtop cluster up`.
+Prefill = Annotated[int, typer.Option(min=1, max=8, help="Prefill instances.")]
+Decode = Annotated[int, typer.Option(min=1, max=8, help="Decode instances.")]
+Tp = Annotated[int, typer.Option(min=1, max=8, help="TP size of every instance (ranks per instance).")]
+Rate = Annotated[float, typer.Option(min=0.1, help="Rooms started per second.")]
+Faults = Annotated[
+    list[str],
+    typer.Option(
+        help="Inject faults: [AGENT=]KIND[:RATE], e.g. prefill-0/TP1=corrupt:0.1, decode=die:0.01 or stall:0.05 "
+        "(every agent); RATE is per room; kinds: drop, delay, corrupt, refuse, stall, die. Repeatable; "
+        "'none' for no faults. Default: corrupt:0.02 on prefill-0/TP0, stall:0.01 on prefill-1."
+    ),
+]
+Duration = Annotated[float | None, typer.Option(help="Stop after this many seconds (default: until Ctrl-C).")]
+LogDir = Annotated[
+    str, typer.Option(help="Folder for the agents' SGLang-format logs, one file per instance (default: a temp folder).")
+]
+BootstrapTimeout = Annotated[float, typer.Option(min=0.1, help="Seconds a room may stay in Bootstrapping.")]
+WaitingTimeout = Annotated[float, typer.Option(min=0.1, help="Seconds a room may stay in WaitingForInput.")]
+TransferTimeout = Annotated[float, typer.Option(min=0.1, help="Seconds a Transferring room may make no progress.")]
+
+
+def _endpoint(value: str) -> str:
+    """A ZeroMQ address, checked before any socket sees it ("" passes: the option was not given)."""
+    if value and not re.fullmatch(r"(tcp|ipc)://\S+", value):
+        raise typer.BadParameter(f"{value!r} is not an address like tcp://127.0.0.1:5555")
+    return value
+
+
+def _endpoints(values: list[str]) -> list[str]:
+    return [_endpoint(value) for value in values]
+
+
+# Shared by the headless views.
+Bootstrap = Annotated[
+    str,
+    typer.Option(
+        envvar="KVTOP_BOOTSTRAP",
+        callback=_endpoint,
+        help="Bootstrap address of the cluster, tcp://HOST:PORT (it lists every agent).",
+    ),
+]
+Connect = Annotated[
+    list[str],
+    typer.Option(
+        "--connect",
+        callback=_endpoints,
+        help="An agent's event endpoint, tcp://HOST:PORT (repeatable), instead of or beside --bootstrap.",
+    ),
+]
+Wait = Annotated[float, typer.Option(min=0.1, help="Seconds to wait for every agent's snapshot.")]
+Json = Annotated[bool, typer.Option("--json", help="Print JSON (stable fields, see the README).")]
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    typer.echo(f"kvtop: {message}", err=True)
+    return typer.Exit(code)
+
+
+def require_source(bootstrap: str, connect: list[str]) -> None:
+    if not bootstrap and not connect:
+        raise typer.BadParameter("give --bootstrap ADDR (or KVTOP_BOOTSTRAP) or at least one --connect EP")

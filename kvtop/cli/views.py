@@ -1,0 +1,197 @@
+"""The headless views: status, ranks, rooms, failures, events, and the `check` health probe."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from kvtop.cli.options import Bootstrap, Connect, Json, Wait, fail, require_source
+
+if TYPE_CHECKING:
+    from kvtop.model import ClusterModel
+
+check_ran = threading.Event()
+"""Set once `kvtop check` got past argument parsing: its exit 2 is then CRITICAL, not a usage error."""
+
+
+def _snapshot_model(bootstrap: str, connect: list[str], wait: float) -> tuple[ClusterModel, float]:
+    """Every agent's snapshot applied to a fresh model (exit 1 when the cluster does not answer)."""
+    import time
+
+    from kvtop.collect import Collector
+    from transport.errors import BootstrapError
+
+    require_source(bootstrap, connect)
+    collector = Collector(bootstrap, connect)
+    try:
+        collector.start(discover_timeout_s=wait)
+        collector.wait_synced(wait)
+    except BootstrapError as error:
+        raise fail(str(error)) from None
+    finally:
+        collector.close()
+    return collector.model, time.time()
+
+
+def check(
+    bootstrap: Bootstrap = "",
+    connect: Connect = [],  # noqa: B006
+    max_failure_rate: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="CRITICAL above this failed fraction of rooms (WARNING at half).")
+    ] = 0.05,
+    max_stuck: Annotated[int, typer.Option(min=0, help="CRITICAL above this many stuck rooms.")] = 0,
+    stuck_after: Annotated[
+        float, typer.Option(min=0.1, help="Seconds without progress that make a room stuck.")
+    ] = 10.0,
+    min_ranks: Annotated[
+        int, typer.Option(min=0, help="CRITICAL below this many live ranks (0: every listed rank).")
+    ] = 0,
+    max_gaps: Annotated[int, typer.Option(min=0, help="WARNING above this many lost event batches.")] = 0,
+    window: Annotated[float, typer.Option(min=1.0, help="Seconds of finished rooms the failure rate covers.")] = 60.0,
+    wait: Wait = 2.0,
+    as_json: Json = False,
+) -> None:
+    """Health check for cron, Nagios/Icinga, Kubernetes exec probes and CI gates.
+
+    Prints `KVTOP <STATUS> - <text> | <perfdata>` (or JSON) and exits 0 OK, 1 WARNING, 2 CRITICAL
+    (including: cluster unreachable, a rank gone, failure rate or stuck rooms over the limit),
+    3 UNKNOWN (bad arguments, internal error).
+    """
+    require_source(bootstrap, connect)
+    check_ran.set()
+    from kvtop.check import Thresholds, Verdict, evaluate, unreachable
+    from kvtop.collect import Collector
+    from transport.errors import BootstrapError
+
+    limits = Thresholds(max_failure_rate, max_stuck, stuck_after, min_ranks, max_gaps, window)
+    collector = Collector(bootstrap, connect)
+    try:
+        collector.start(discover_timeout_s=wait)
+        collector.wait_synced(wait)
+        with collector.lock:
+            result = evaluate(collector.model, limits)
+    except BootstrapError as error:
+        result = unreachable(bootstrap, str(error))
+    except Exception as error:  # a check must answer UNKNOWN, never a traceback
+        typer.echo(f"KVTOP UNKNOWN - internal error: {error!r}")
+        raise typer.Exit(int(Verdict.UNKNOWN)) from None
+    finally:
+        collector.close()
+    typer.echo(json.dumps(result.as_dict(), indent=2) if as_json else result.nagios(limits))
+    raise typer.Exit(int(result.verdict))
+
+
+def status(
+    bootstrap: Bootstrap = "",
+    connect: Connect = [],  # noqa: B006
+    window: Annotated[float, typer.Option(min=1.0, help="Seconds the rates and failures cover.")] = 60.0,
+    wait: Wait = 2.0,
+    as_json: Json = False,
+) -> None:
+    """One screen of cluster health: ranks, rooms, throughput, latency, failures, stuck rooms, links."""
+    from kvtop.tables import status_json, status_text
+
+    model, now = _snapshot_model(bootstrap, connect, wait)
+    typer.echo(json.dumps(status_json(model, now, window), indent=2) if as_json else status_text(model, now, window))
+
+
+def ranks(bootstrap: Bootstrap = "", connect: Connect = [], wait: Wait = 2.0, as_json: Json = False) -> None:  # noqa: B006
+    """Every rank: role, instance, liveness (alive/stale/gone), host, pid, rooms in flight, origins, echoes."""
+    from kvtop.tables import ranks_json, ranks_text
+
+    model, now = _snapshot_model(bootstrap, connect, wait)
+    typer.echo(json.dumps(ranks_json(model, now), indent=2) if as_json else ranks_text(model, now))
+
+
+def rooms(bootstrap: Bootstrap = "", connect: Connect = [], wait: Wait = 2.0, as_json: Json = False) -> None:  # noqa: B006
+    """Rooms still open on some rank: state per rank, bytes, age, idle time, link; STUCK after 10 s idle."""
+    from kvtop.tables import rooms_json, rooms_text
+
+    model, now = _snapshot_model(bootstrap, connect, wait)
+    typer.echo(json.dumps(rooms_json(model, now), indent=2) if as_json else rooms_text(model, now))
+
+
+def events(
+    bootstrap: Bootstrap = "",
+    connect: Connect = [],  # noqa: B006
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new events until Ctrl-C.")] = False,
+    level: Annotated[
+        str, typer.Option(help="Lowest level shown: debug, info, warning, error (echoes are debug).")
+    ] = "info",
+    jsonl: Annotated[bool, typer.Option("--jsonl", help="One JSON object per line.")] = False,
+    wait: Wait = 2.0,
+) -> None:
+    """The event tail as log lines: what every agent remembers (its snapshot), then, with --follow, live."""
+    import time
+
+    from kvtop.event_lines import LEVELS, shown, snapshot_events, to_json, to_line
+    from transport.bootstrap import BootstrapClient
+    from transport.errors import BootstrapError
+    from transport.events import Snapshot
+    from transport.subscriber import EventSubscriber
+
+    if level not in LEVELS:
+        raise typer.BadParameter(f"{level!r} is not one of {', '.join(LEVELS)}", param_hint="--level")
+    require_source(bootstrap, connect)
+    render = to_json if jsonl else to_line
+    agents = []
+    if bootstrap:
+        try:
+            with BootstrapClient(bootstrap, timeout_s=wait) as client:
+                agents = client.list_agents()
+        except BootstrapError as error:
+            raise fail(str(error)) from None
+    subscriber = EventSubscriber()
+    for agent in agents:
+        subscriber.connect(agent)
+    for endpoint in connect:
+        subscriber.connect_endpoint(endpoint)
+    deadline = time.monotonic() + wait
+    try:
+        while follow or (time.monotonic() < deadline and not subscriber.synced()):
+            for delivered in subscriber.poll(0.1):
+                item = delivered.item
+                batch = snapshot_events(item) if isinstance(item, Snapshot) else item.events
+                for event in batch:
+                    if shown(event, level):
+                        typer.echo(render(delivered.label, event))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        subscriber.close()
+
+
+def failures(
+    bootstrap: Bootstrap = "",
+    connect: Connect = [],  # noqa: B006
+    debug: Annotated[bool, typer.Option("--debug", help="List every echo under its origin.")] = False,
+    as_json: Json = False,
+    wait: Wait = 2.0,
+) -> None:
+    """Recent failures of a live cluster, each origin once with its echo count (echoes folded under it).
+
+    Reads every agent's snapshot (its last 512 failures) and what agents publish meanwhile. JSON: a list
+    of groups {room, origin: {rank, role, instance, reason, reason_class, ts, level} or null, origin_label,
+    echo_count, echoes}. Exit 1 when the cluster does not answer.
+    """
+    from kvtop.failures_view import render_groups, to_json
+
+    model, _ = _snapshot_model(bootstrap, connect, wait)
+    groups = model.groups()
+    if as_json:
+        typer.echo(json.dumps(to_json(groups), indent=2))
+        return
+    typer.echo(render_groups(groups, debug))
+    typer.echo(f"{len(groups)} failures from {len(model.ranks)} ranks", err=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("status")(status)
+    app.command("ranks")(ranks)
+    app.command("rooms")(rooms)
+    app.command("events")(events)
+    app.command("failures")(failures)
+    app.command("check")(check)
