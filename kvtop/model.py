@@ -34,6 +34,7 @@ SETTLE_S = 1.0
 FINISHED_ROOMS_KEPT = 10_000
 FAILURES_KEPT = 50_000
 TRANSFERS_KEPT = 65_536
+RANK_TRANSFERS_KEPT = 4096
 
 
 class Liveness(StrEnum):
@@ -61,6 +62,12 @@ class RankView:
     rss_bytes: int = 0
     origins: int = 0
     echoes: int = 0
+    transfers: RingBuffer = field(default_factory=lambda: RingBuffer(RANK_TRANSFERS_KEPT, 1))
+    """This rank's finished transfers: (ts, bytes)."""
+
+    def gbps(self, now: float, window_s: float) -> float:
+        """Bytes this rank moved in finished transfers over the window, in GB/s."""
+        return float(self.transfers.window(now - window_s)[:, 1].sum()) / window_s / 1e9
 
     def liveness(self, now: float) -> Liveness:
         age = now - self.last_seen
@@ -198,7 +205,10 @@ class ClusterModel:
             view.cpu_percent, view.rss_bytes = event.cpu_percent, event.rss_bytes
         elif isinstance(event, RoomState):
             self._room_state(view, event)
-        elif isinstance(event, TransferDone) and view.role == "decode":
+        elif isinstance(event, TransferDone):
+            view.transfers.append(event.ts, event.nbytes)
+            if view.role != "decode":
+                return
             self.transfers.append(event.ts, event.nbytes, event.seconds)
             link = self.links.setdefault((event.peer, view.instance), LinkView())
             link.transfers += 1

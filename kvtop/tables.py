@@ -9,8 +9,8 @@ from kvtop.model import ClusterModel
 STUCK_AFTER_S = 10.0
 
 
-def ranks_json(model: ClusterModel, now: float) -> list[dict[str, Any]]:
-    """Stable fields: role, instance, rank, label, host, pid, state, inflight, origins, echoes, cpu, rss."""
+def ranks_json(model: ClusterModel, now: float, window_s: float = 60.0) -> list[dict[str, Any]]:
+    """Stable fields: role, instance, rank, label, host, pid, state, gbps, inflight, origins, echoes, cpu, rss."""
     return [
         {
             "role": view.role,
@@ -21,6 +21,7 @@ def ranks_json(model: ClusterModel, now: float) -> list[dict[str, Any]]:
             "pid": view.pid,
             "state": str(view.liveness(now)),
             "last_seen_s": round(now - view.last_seen, 3) if view.last_seen else None,
+            "gbps": round(view.gbps(now, window_s), 4),
             "inflight": view.inflight,
             "origins": view.origins,
             "echoes": view.echoes,
@@ -32,11 +33,10 @@ def ranks_json(model: ClusterModel, now: float) -> list[dict[str, Any]]:
 
 
 def ranks_text(model: ClusterModel, now: float) -> str:
-    lines = [
-        f"{'RANK':<16} {'ROLE':<8} {'STATE':<6} {'HOST':<14} {'PID':>7} {'INFLIGHT':>8} {'ORIGINS':>7} {'ECHOES':>6}"
-    ]
+    header = f"{'RANK':<16} {'ROLE':<8} {'STATE':<6} {'HOST':<14} {'PID':>7} {'GB/s':>7}"
+    lines = [f"{header} {'INFLIGHT':>8} {'ORIGINS':>7} {'ECHOES':>6}"]
     lines += [
-        f"{r['label']:<16} {r['role']:<8} {r['state']:<6} {r['host'][:14]:<14} {r['pid']:>7} "
+        f"{r['label']:<16} {r['role']:<8} {r['state']:<6} {r['host'][:14]:<14} {r['pid']:>7} {r['gbps']:>7.3f} "
         f"{r['inflight']:>8} {r['origins']:>7} {r['echoes']:>6}"
         for r in ranks_json(model, now)
     ]
