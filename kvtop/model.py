@@ -10,7 +10,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from kvtop.fold import FailureGroup, Observed, fold
+from kvtop.fold import ROOM_REUSE_S, FailureGroup, Observed, fold
 from kvtop.rolling import RingBuffer, percentiles
 from transport.events import (
     AgentHello,
@@ -84,6 +84,8 @@ class RoomView:
     states: dict[str, KVPoll] = field(default_factory=dict)
     bytes_total: int = 0
     bytes_done: int = 0
+    touched_at: float = 0.0
+    """When the model last heard of the room (arrival time, not event time: snapshots arrive late)."""
     link: tuple[str, str] = ("", "")
     """(prefill instance, decode instance), known once a decode rank reported the room."""
 
@@ -114,8 +116,10 @@ class Rates:
     latency_p99: float
 
 
-@dataclass(frozen=True)
+@dataclass
 class Finished:
+    """A retired room; a rank that reports it late can still turn it into a failure."""
+
     ts: float
     room: int
     ok: bool
@@ -127,15 +131,18 @@ class ClusterModel:
     def __init__(self) -> None:
         self.ranks: dict[str, RankView] = {}
         self.rooms: dict[int, RoomView] = {}
-        self.finished: deque[Finished] = deque(maxlen=FINISHED_ROOMS_KEPT)
+        self.finished: dict[int, Finished] = {}
+        """Retired rooms by id, oldest first, at most `FINISHED_ROOMS_KEPT`."""
         self.failures: deque[Observed] = deque(maxlen=FAILURES_KEPT)
         self.transfers = RingBuffer(TRANSFERS_KEPT, 2)
         """Decode-side transfers done: (ts, bytes, seconds)."""
         self.links: dict[tuple[str, str], LinkView] = {}
         self.gaps = 0
+        self._now = 0.0
 
     def apply(self, label: str, item: Snapshot | EventBatch, now: float) -> None:
         """One delivery from the subscriber, for the agent `label`."""
+        self._now = now
         view = self._rank(label, item)
         view.last_seen = now
         if isinstance(item, Snapshot):
@@ -181,7 +188,7 @@ class ClusterModel:
         """Failed fraction of the rooms that finished in the last `window_s`, and how many finished."""
         gone = self._gone(now)
         settling = [self._outcome(room, gone) for room in self.rooms.values() if room.finished(gone)]
-        recent = [f for f in [*self.finished, *settling] if now - f.ts <= window_s]
+        recent = [f for f in [*self.finished.values(), *settling] if now - f.ts <= window_s]
         failed = sum(not f.ok for f in recent)
         return (failed / len(recent) if recent else 0.0), len(recent)
 
@@ -227,8 +234,13 @@ class ClusterModel:
 
     def _room_state(self, view: RankView, event: RoomState) -> None:
         room = self.rooms.get(event.room)
+        retired = self.finished.get(event.room)
+        if room is None and retired is not None and event.ts - retired.ts <= ROOM_REUSE_S:
+            retired.ok = retired.ok and event.state != KVPoll.Failed  # a late rank of a retired room
+            return
         if room is None:
             room = self.rooms[event.room] = RoomView(event.room, event.ts, event.ts)
+        room.touched_at = self._now
         room.states[view.label] = KVPoll(event.state)
         if view.role == "decode" and event.peer:
             room.link = (event.peer, view.instance)
@@ -238,11 +250,14 @@ class ClusterModel:
     def sweep(self, now: float) -> None:
         """Retire rooms that every reporting rank finished, once no rank has said more for `SETTLE_S`."""
         gone = self._gone(now)
-        for room in [r for r in self.rooms.values() if r.finished(gone) and now - r.last_progress > SETTLE_S]:
+        for room in [r for r in self.rooms.values() if r.finished(gone) and now - r.touched_at > SETTLE_S]:
             outcome = self._outcome(room, gone)
             if not outcome.ok and all(room.link):
                 self.links.setdefault(room.link, LinkView()).failed_rooms += 1
-            self.finished.append(outcome)
+            self.finished.pop(room.room, None)
+            self.finished[room.room] = outcome
+            if len(self.finished) > FINISHED_ROOMS_KEPT:
+                del self.finished[next(iter(self.finished))]
             del self.rooms[room.room]
 
     def _outcome(self, room: RoomView, gone: set[str]) -> Finished:

@@ -59,6 +59,11 @@ Connect = Annotated[
 ]
 Wait = Annotated[float, typer.Option(min=0.1, help="Seconds to wait for every agent's snapshot.")]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON (stable fields, see the README).")]
+Follow = Annotated[
+    bool,
+    typer.Option("--follow", "-f", help="Print the view again every --interval until Ctrl-C (JSON Lines with --json)."),
+]
+Interval = Annotated[float, typer.Option(min=0.1, help="Seconds between frames with --follow.")]
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:

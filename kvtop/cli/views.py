@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import threading
+import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvtop.cli.options import Bootstrap, Connect, Json, Wait, fail, require_source
+from kvtop.cli.options import Bootstrap, Connect, Follow, Interval, Json, Wait, fail, require_source
 
 if TYPE_CHECKING:
     from kvtop.model import ClusterModel
@@ -17,10 +19,13 @@ check_ran = threading.Event()
 """Set once `kvtop check` got past argument parsing: its exit 2 is then CRITICAL, not a usage error."""
 
 
-def _snapshot_model(bootstrap: str, connect: list[str], wait: float) -> tuple[ClusterModel, float]:
-    """Every agent's snapshot applied to a fresh model (exit 1 when the cluster does not answer)."""
-    import time
+def _models(
+    bootstrap: str, connect: list[str], wait: float, follow: bool = False, interval: float = 1.0
+) -> Iterator[tuple[ClusterModel, float]]:
+    """The model once every agent's snapshot is in; with `follow`, again every `interval` until Ctrl-C.
 
+    Yields under the collector's lock, so a view reads a consistent model. Exit 1 when nobody answers.
+    """
     from kvtop.collect import Collector
     from transport.errors import BootstrapError
 
@@ -29,11 +34,26 @@ def _snapshot_model(bootstrap: str, connect: list[str], wait: float) -> tuple[Cl
     try:
         collector.start(discover_timeout_s=wait)
         collector.wait_synced(wait)
+        while True:
+            with collector.lock:
+                yield collector.model, time.time()
+            if not follow:
+                return
+            time.sleep(interval)
     except BootstrapError as error:
         raise fail(str(error)) from None
+    except KeyboardInterrupt:
+        return
     finally:
         collector.close()
-    return collector.model, time.time()
+
+
+def _show(text: str, data: object, as_json: bool, follow: bool) -> None:
+    """One frame of a view: text for people, JSON for scripts (JSON Lines when following)."""
+    if as_json:
+        typer.echo(json.dumps(data, separators=(",", ":")) if follow else json.dumps(data, indent=2))
+    else:
+        typer.echo(f"--- {time.strftime('%H:%M:%S')}\n{text}\n" if follow else text)
 
 
 def check(
@@ -90,28 +110,44 @@ def status(
     window: Annotated[float, typer.Option(min=1.0, help="Seconds the rates and failures cover.")] = 60.0,
     wait: Wait = 2.0,
     as_json: Json = False,
+    follow: Follow = False,
+    interval: Interval = 1.0,
 ) -> None:
     """One screen of cluster health: ranks, rooms, throughput, latency, failures, stuck rooms, links."""
     from kvtop.tables import status_json, status_text
 
-    model, now = _snapshot_model(bootstrap, connect, wait)
-    typer.echo(json.dumps(status_json(model, now, window), indent=2) if as_json else status_text(model, now, window))
+    for model, now in _models(bootstrap, connect, wait, follow, interval):
+        _show(status_text(model, now, window), status_json(model, now, window), as_json, follow)
 
 
-def ranks(bootstrap: Bootstrap = "", connect: Connect = [], wait: Wait = 2.0, as_json: Json = False) -> None:  # noqa: B006
+def ranks(
+    bootstrap: Bootstrap = "",
+    connect: Connect = [],  # noqa: B006
+    wait: Wait = 2.0,
+    as_json: Json = False,
+    follow: Follow = False,
+    interval: Interval = 1.0,
+) -> None:
     """Every rank: role, instance, liveness (alive/stale/gone), host, pid, rooms in flight, origins, echoes."""
     from kvtop.tables import ranks_json, ranks_text
 
-    model, now = _snapshot_model(bootstrap, connect, wait)
-    typer.echo(json.dumps(ranks_json(model, now), indent=2) if as_json else ranks_text(model, now))
+    for model, now in _models(bootstrap, connect, wait, follow, interval):
+        _show(ranks_text(model, now), ranks_json(model, now), as_json, follow)
 
 
-def rooms(bootstrap: Bootstrap = "", connect: Connect = [], wait: Wait = 2.0, as_json: Json = False) -> None:  # noqa: B006
+def rooms(
+    bootstrap: Bootstrap = "",
+    connect: Connect = [],  # noqa: B006
+    wait: Wait = 2.0,
+    as_json: Json = False,
+    follow: Follow = False,
+    interval: Interval = 1.0,
+) -> None:
     """Rooms still open on some rank: state per rank, bytes, age, idle time, link; STUCK after 10 s idle."""
     from kvtop.tables import rooms_json, rooms_text
 
-    model, now = _snapshot_model(bootstrap, connect, wait)
-    typer.echo(json.dumps(rooms_json(model, now), indent=2) if as_json else rooms_text(model, now))
+    for model, now in _models(bootstrap, connect, wait, follow, interval):
+        _show(rooms_text(model, now), rooms_json(model, now), as_json, follow)
 
 
 def events(
@@ -125,8 +161,6 @@ def events(
     wait: Wait = 2.0,
 ) -> None:
     """The event tail as log lines: what every agent remembers (its snapshot), then, with --follow, live."""
-    import time
-
     from kvtop.event_lines import LEVELS, shown, snapshot_events, to_json, to_line
     from transport.bootstrap import BootstrapClient
     from transport.errors import BootstrapError
@@ -170,6 +204,8 @@ def failures(
     debug: Annotated[bool, typer.Option("--debug", help="List every echo under its origin.")] = False,
     as_json: Json = False,
     wait: Wait = 2.0,
+    follow: Follow = False,
+    interval: Interval = 1.0,
 ) -> None:
     """Recent failures of a live cluster, each origin once with its echo count (echoes folded under it).
 
@@ -179,13 +215,10 @@ def failures(
     """
     from kvtop.failures_view import render_groups, to_json
 
-    model, _ = _snapshot_model(bootstrap, connect, wait)
-    groups = model.groups()
-    if as_json:
-        typer.echo(json.dumps(to_json(groups), indent=2))
-        return
-    typer.echo(render_groups(groups, debug))
-    typer.echo(f"{len(groups)} failures from {len(model.ranks)} ranks", err=True)
+    for model, _ in _models(bootstrap, connect, wait, follow, interval):
+        groups = model.groups()
+        _show(render_groups(groups, debug), to_json(groups), as_json, follow)
+        typer.echo(f"{len(groups)} failures from {len(model.ranks)} ranks", err=True)
 
 
 def register(app: typer.Typer) -> None:

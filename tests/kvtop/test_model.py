@@ -112,3 +112,15 @@ def test_ring_buffer_keeps_the_last_rows_and_answers_windows():
     assert len(ring) == 4
     assert sorted(ring.window(4.0)[:, 1].tolist()) == [40.0, 50.0]
     assert percentiles(np.array([])) == [0.0, 0.0, 0.0]
+
+
+def test_a_rank_reporting_a_retired_room_late_does_not_count_it_twice():
+    """Snapshots arrive agent by agent: a late rank updates the retired room (here: to failed), never adds one."""
+    model = ClusterModel()
+    model.apply("prefill-0/TP0", batch("prefill-0/TP0", 1, room_events(8, T0, KVPoll.Success)), T0)
+    model.sweep(T0 + SETTLE_S + 1)
+    late = T0 + SETTLE_S + 2
+    model.apply("decode-0/TP0", batch("decode-0/TP0", 1, room_events(8, T0, KVPoll.Failed, "prefill-0")), late)
+    model.sweep(late + SETTLE_S + 1)
+
+    assert model.failure_rate(late, 60) == (1.0, 1)

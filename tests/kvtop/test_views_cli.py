@@ -79,3 +79,22 @@ def test_agents_given_by_event_endpoint_are_seen_like_discovered_ones(make_clust
         ("prefill-0/TP0", "alive", True),
         ("prefill-0/TP1", "alive", True),
     ]
+
+
+def test_status_follow_prints_json_lines_until_interrupted(make_cluster):
+    """`status --follow --json` prints one JSON object per interval and ends cleanly on Ctrl-C."""
+    import shutil
+    import signal
+    import subprocess
+    import sys
+
+    cluster = make_cluster(ClusterSpec(num_pages=16, page_bytes=4096))
+    command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
+    args = [command, "status", "--bootstrap", cluster.endpoint, "--follow", "--json", "--interval", "0.2"]
+    with subprocess.Popen(args, stdout=subprocess.PIPE, text=True) as process:
+        assert process.stdout is not None
+        frames = [json.loads(process.stdout.readline()) for _ in range(2)]
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=10) == 0
+
+    assert [frame["ranks"]["alive"] for frame in frames] == [2, 2]
