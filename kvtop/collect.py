@@ -11,6 +11,8 @@ from transport.errors import BootstrapError
 from transport.subscriber import EventSubscriber
 
 DISCOVER_EVERY_S = 2.0
+SWEEP_EVERY_S = 0.5
+"""Retiring finished rooms walks every open room: not on every poll."""
 
 
 class Collector:
@@ -70,6 +72,7 @@ class Collector:
 
     def _run(self) -> None:
         next_discovery = time.monotonic() + DISCOVER_EVERY_S
+        next_sweep = 0.0
         while not self._stop.is_set():
             deliveries = self._subscriber.poll(0.05)
             now = time.time()
@@ -77,7 +80,9 @@ class Collector:
                 for delivered in deliveries:
                     self.model.apply(delivered.label, delivered.item, now)
                 self.model.gaps = sum(self._subscriber.gaps.values())
-                self.model.sweep(now)
+                if now >= next_sweep:
+                    self.model.sweep(now)
+                    next_sweep = now + SWEEP_EVERY_S
             self._synced = self._subscriber.synced()
             if time.monotonic() >= next_discovery:
                 next_discovery = time.monotonic() + DISCOVER_EVERY_S
