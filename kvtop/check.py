@@ -73,10 +73,8 @@ def evaluate(model: ClusterModel, limits: Thresholds, now: float | None = None) 
     gone = sorted(label for label, state in liveness.items() if state is Liveness.GONE)
     rate, rooms = model.failure_rate(now, limits.window_s)
     stuck = len(model.stuck(now, limits.stuck_after_s))
-    recent = [g for g in model.groups() if now - g.first_ts <= limits.window_s]
-    origins = [
-        f"{g.origin_label or 'origin unknown'} {g.origin.reason_class if g.origin else ''}".strip() for g in recent
-    ]
+    recent = model.groups(now, limits.window_s)
+    origins = [group.title for group in recent]
     critical: list[str] = []
     warning: list[str] = []
     need = limits.min_ranks or len(liveness)

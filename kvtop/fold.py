@@ -63,6 +63,12 @@ class FailureGroup:
     echoes: list[Observed] = field(default_factory=list)
 
     @property
+    def title(self) -> str:
+        """`origin-label reason-class`, e.g. `decode-0/TP1 checksum` (what summaries count)."""
+        label = self.origin_label or "origin unknown"
+        return f"{label} {self.origin.reason_class}" if self.origin else label
+
+    @property
     def echo_count(self) -> int:
         return len(self.echoes)
 

@@ -164,8 +164,12 @@ class ClusterModel:
     def liveness(self, now: float) -> dict[str, Liveness]:
         return {label: view.liveness(now) for label, view in self.ranks.items()}
 
-    def groups(self) -> list[FailureGroup]:
-        return fold(self.failures)
+    def groups(self, now: float | None = None, window_s: float | None = None) -> list[FailureGroup]:
+        """Every failure group, or those that started in the last `window_s` before `now`."""
+        groups = fold(self.failures)
+        if now is None or window_s is None:
+            return groups
+        return [group for group in groups if now - group.first_ts <= window_s]
 
     def open_rooms(self, now: float) -> list[RoomView]:
         """Rooms some live rank has not ended yet."""

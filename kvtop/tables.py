@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from kvtop.model import ClusterModel
@@ -79,11 +80,8 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
     liveness = [str(state) for state in model.liveness(now).values()]
     rates = model.rates(now, window_s)
     rate, finished = model.failure_rate(now, window_s)
-    groups = [g for g in model.groups() if now - g.first_ts <= window_s]
-    origins: dict[str, int] = {}
-    for group in groups:
-        key = f"{group.origin_label or 'origin unknown'} {group.origin.reason_class if group.origin else ''}".strip()
-        origins[key] = origins.get(key, 0) + 1
+    groups = model.groups(now, window_s)
+    origins = Counter(group.title for group in groups)
     return {
         "window_s": window_s,
         "ranks": {"total": len(liveness), **{state: liveness.count(state) for state in ("alive", "stale", "gone")}},
@@ -96,7 +94,7 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
         "failures": len(groups),
         "stuck": len(model.stuck(now, STUCK_AFTER_S)),
         "gaps": model.gaps,
-        "top_origins": sorted(origins.items(), key=lambda item: -item[1])[:5],
+        "top_origins": [list(item) for item in origins.most_common(5)],
         "links": [
             {
                 "prefill": p,
