@@ -7,6 +7,7 @@ fixed-size windows; ranks are keyed by label (a restart replaces its rank).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -35,6 +36,8 @@ FINISHED_ROOMS_KEPT = 10_000
 FAILURES_KEPT = 50_000
 TRANSFERS_KEPT = 65_536
 RANK_TRANSFERS_KEPT = 4096
+JOURNAL_BATCHES_KEPT = 2048
+"""Recent deliveries kept for the event tail and room timelines (a batch holds up to ~1k events)."""
 
 
 class Liveness(StrEnum):
@@ -123,6 +126,8 @@ class Finished:
     ts: float
     room: int
     ok: bool
+    view: RoomView | None = None
+    """The room as it was when retired (None for a room only a late rank reported)."""
 
 
 class ClusterModel:
@@ -138,6 +143,8 @@ class ClusterModel:
         """Decode-side transfers done: (ts, bytes, seconds)."""
         self.links: dict[tuple[str, str], LinkView] = {}
         self.gaps = 0
+        self.journal: deque[tuple[str, Sequence[Event]]] = deque(maxlen=JOURNAL_BATCHES_KEPT)
+        """Recent deliveries as (agent label, events), oldest first: the event tail reads it."""
         self._now = 0.0
 
     def apply(self, label: str, item: Snapshot | EventBatch, now: float) -> None:
@@ -149,7 +156,8 @@ class ClusterModel:
             events: list[Event] = [e for e in (item.hello, item.heartbeat) if e is not None]
             events += [*item.finished_rooms, *item.live_rooms, *item.progress, *item.failures, *item.transfers]
         else:
-            events = list(item.events)
+            events = item.events
+        self.journal.append((label, events))
         for event in events:
             self._apply_event(view, event)
 
@@ -266,7 +274,7 @@ class ClusterModel:
 
     def _outcome(self, room: RoomView, gone: set[str]) -> Finished:
         ok = all(state is KVPoll.Success for label, state in room.states.items() if label not in gone)
-        return Finished(room.last_progress, room.room, ok)
+        return Finished(room.last_progress, room.room, ok, room)
 
     def _gone(self, now: float) -> set[str]:
         return {label for label, view in self.ranks.items() if view.liveness(now) is Liveness.GONE}

@@ -13,12 +13,12 @@ import sys
 
 import typer
 
-from kvtop.cli import bench_cmds, local_cmds, views
+from kvtop.cli import bench_cmds, local_cmds, top_cmd, views
 
 app = typer.Typer(
     help="top for KV transfers: watch, triage and check prefill/decode disaggregated serving clusters.\n\n"
     "With no command, kvtop starts an embedded local cluster (prefill and decode agents on loopback, "
-    "a workload and a few injected faults) and shows its live status.",
+    "a workload and a few injected faults) and opens the dashboard on it.",
     invoke_without_command=True,
     no_args_is_help=False,
     add_completion=False,
@@ -30,6 +30,7 @@ app.add_typer(bench_app, name="bench")
 app.add_typer(cluster_app, name="cluster")
 local_cmds.register(app, cluster_app)
 views.register(app)
+top_cmd.register(app)
 bench_cmds.register(bench_app)
 
 

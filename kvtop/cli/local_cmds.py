@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 import tempfile
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -20,6 +21,7 @@ from kvtop.cli.options import (
     WaitingTimeout,
     fail,
 )
+from kvtop.cli.top_cmd import Theme
 
 if TYPE_CHECKING:
     from transport.cluster import LocalCluster
@@ -78,6 +80,25 @@ def _run_cluster(
         raise fail(str(error)) from None
 
 
+def _dashboard(
+    prefill: int, decode: int, tp: int, rate: float, fault: list[str], duration: float | None, log_dir: str, theme: str
+) -> None:
+    from kvtop.cli.top_cmd import run_dashboard
+    from kvtop.embedded import EmbeddedCluster
+    from kvtop.local import demo_spec
+    from transport.errors import TransportError
+    from transport.workload import WorkloadSpec
+
+    spec = demo_spec(prefill, decode, tp, _faults(fault), log_dir or tempfile.mkdtemp(prefix="kvtop-logs-"))
+    typer.echo(f"starting {spec.prefill}P{spec.decode}D TP{tp} on loopback (agent logs: {spec.log_dir}) ...", err=True)
+    try:
+        with EmbeddedCluster(spec, WorkloadSpec(rate=rate)) as embedded:
+            assert embedded.collector is not None
+            run_dashboard(embedded.collector, embedded.describe, theme, quit_after=duration)
+    except TransportError as error:
+        raise fail(str(error)) from None
+
+
 def local(
     ctx: typer.Context,
     prefill: Prefill = 2,
@@ -87,9 +108,19 @@ def local(
     fault: Faults = [],  # noqa: B006 - Typer reads the default, never mutates it
     duration: Duration = None,
     log_dir: LogDir = "",
+    theme: Theme = "kvtop-dark",
+    dashboard: Annotated[
+        bool,
+        typer.Option(
+            help="Open the dashboard (default when stdout is a terminal); --no-dashboard prints status lines."
+        ),
+    ] = True,
 ) -> None:
-    """Start an embedded local cluster with a workload and print its live status once a second."""
+    """Start an embedded local cluster with a workload and open the dashboard on it (quitting stops every agent)."""
     if ctx.invoked_subcommand is not None:
+        return
+    if dashboard and sys.stdout.isatty():
+        _dashboard(prefill, decode, tp, rate, fault, duration, log_dir, theme)
         return
     stats = _run_cluster(prefill, decode, tp, rate, fault, duration, log_dir, None, print_address=False)
     typer.echo(f"done: {stats.succeeded} rooms ok, {stats.failed} failed, {stats.bytes_moved / 1e9:.2f} GB moved")

@@ -1,0 +1,67 @@
+"""The embedded local cluster behind bare `kvtop`: agents, a workload thread, and a collector on them."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from kvtop.collect import Collector
+from transport.cluster import ClusterSpec, LocalCluster
+from transport.workload import Router, WorkloadSpec, WorkloadStats
+
+
+class EmbeddedCluster:
+    """Start with `with EmbeddedCluster(spec, workload) as cluster:`; leaving stops every agent it started.
+
+    `collector` (model, lock, error) is what the dashboard reads.
+    """
+
+    def __init__(self, spec: ClusterSpec, workload: WorkloadSpec) -> None:
+        self.spec = spec
+        self.workload = workload
+        self.cluster = LocalCluster(spec)
+        self.collector: Collector | None = None
+        self.stats = WorkloadStats()
+        self._stop = threading.Event()
+        self._router = threading.Thread(target=self._drive, name="kvtop-workload", daemon=True)
+
+    def __enter__(self) -> EmbeddedCluster:
+        try:
+            self.cluster.start()
+            self.collector = Collector(self.cluster.endpoint).start()
+            self._router.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    @property
+    def describe(self) -> str:
+        spec = self.spec
+        return (
+            f"embedded cluster {spec.prefill}P{spec.decode}D TP{spec.prefill_tp}, "
+            f"{self.workload.rate:g} rooms/s, bootstrap {self.cluster.endpoint}"
+        )
+
+    def close(self) -> None:
+        """Stop the workload, the collector and every agent (idempotent)."""
+        self._stop.set()
+        if self._router.is_alive():
+            self._router.join(timeout=5.0)
+        if self.collector is not None:
+            self.collector.close()
+        self.cluster.stop()
+
+    def _drive(self) -> None:
+        """The router lives on this thread (its sockets too) and submits rooms until stopped."""
+        router = Router(self.cluster.endpoint, self.workload)
+        self.stats = router.stats
+        try:
+            while not self._stop.is_set():
+                router.step()
+                time.sleep(0.002)
+        finally:
+            router.close()

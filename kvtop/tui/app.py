@@ -1,0 +1,325 @@
+"""The kvtop dashboard: views over the cluster model, drawn from frames built off the UI thread."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Protocol
+
+from rich.text import Text
+from textual import on
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.message import Message
+from textual.reactive import reactive
+from textual.widgets import ContentSwitcher, Footer, Input, Static, Tab, Tabs, Tree
+
+from kvtop.event_lines import LEVELS
+from kvtop.model import ClusterModel
+from kvtop.tui.details import rank_history, room_timeline
+from kvtop.tui.frame import Frame, FrameBuilder, Options, RoomSort
+from kvtop.tui.rows import Palette, rate
+from kvtop.tui.screens.detail import DetailScreen
+from kvtop.tui.screens.help import HelpScreen
+from kvtop.tui.themes import DEFAULT_THEME, ThemeSet
+from kvtop.tui.views.events import EventsView
+from kvtop.tui.views.failures import FailuresView
+from kvtop.tui.views.overview import OverviewView
+from kvtop.tui.views.rooms import RoomsView
+from kvtop.tui.widgets.row_list import RowList
+
+REFRESH_S = 0.5
+"""How often the views redraw from the model (events arrive far faster: they are coalesced)."""
+VIEWS = ("overview", "rooms", "failures", "events")
+_FOCUS = {"overview": "#ranks-list", "rooms": "#rooms-list", "failures": "#failure-tree", "events": "#events-list"}
+"""The widget that takes the keys in each view."""
+
+
+class Source(Protocol):
+    """What the dashboard reads: a model, the lock its writer holds, and the writer's last error."""
+
+    model: ClusterModel
+    lock: threading.Lock
+    error: str
+
+
+class FrameReady(Message):
+    """A frame was built by the worker (a newer one replaces one not yet drawn)."""
+
+    def __init__(self, frame: Frame) -> None:
+        super().__init__()
+        self.frame = frame
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, FrameReady)
+
+
+class KvtopApp(App[None]):
+    """`top` for KV transfers.
+
+    | Key | Action |
+    | :- | :- |
+    | o 1 / r 2 / f 3 / e 4 | Overview / rooms / failures / events |
+    | / | Filter (recalls the last one; empty clears it) |
+    | p | Pause (the model keeps collecting) |
+    | x | Faults only (failed or stuck rooms) |
+    | s | Cycle the rooms' order |
+    | d | Debug detail: echoes in the events view, the raw detail pane in failures |
+    | l | Cycle the lowest event level |
+    | enter | Room timeline / rank history / expand an origin |
+    | t | Next theme |
+    | ? | Help |
+    | q | Quit |
+    """
+
+    CSS_PATH = "kvtop.tcss"
+    TITLE = "kvtop"
+    BINDINGS = [
+        Binding("o,1", "view('overview')", "Overview", key_display="o"),
+        Binding("r,2", "view('rooms')", "Rooms", key_display="r"),
+        Binding("f,3", "view('failures')", "Failures", key_display="f"),
+        Binding("e,4", "view('events')", "Events", key_display="e"),
+        Binding("slash", "filter", "Filter", key_display="/"),
+        Binding("p", "pause", "Pause"),
+        Binding("x", "faults_only", "Faults only"),
+        Binding("s", "sort", "Sort"),
+        Binding("d", "debug", "Debug"),
+        Binding("l", "level", "Event level", show=False),
+        Binding("t", "next_theme", "Next theme", show=False),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    paused: reactive[bool] = reactive(False)
+    """Frozen views (a PAUSED banner shows); the source keeps collecting."""
+
+    def __init__(
+        self,
+        source: Source,
+        *,
+        title: str = "",
+        themes: ThemeSet | None = None,
+        theme: str = DEFAULT_THEME,
+        clock: Callable[[], float] = time.time,
+        refresh_s: float = REFRESH_S,
+        quit_after: float | None = None,
+    ) -> None:
+        super().__init__()
+        self.source = source
+        self.sub_title = title
+        self.options = Options()
+        self.frame: Frame | None = None
+        self.frames_drawn = 0
+        self.draw_seconds: list[float] = []
+        """UI-thread time of every frame drawn (the `bench ui` figures)."""
+        self._builder = FrameBuilder(source.model)
+        self._clock = clock
+        self._refresh_s = refresh_s
+        self._quit_after = quit_after
+        self._building = False
+        self._last_filter = ""
+        self._themes = themes or ThemeSet()
+        for found in self._themes.themes.values():
+            self.register_theme(found)
+        if theme in self.available_themes:
+            self.theme = theme
+        self.palette = Palette.from_theme(self.current_theme)
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="banner")
+        yield Static(id="health")
+        yield Tabs(*(Tab(f"{name.title()} [{name[0]}]", id=name) for name in VIEWS), id="tabs")
+        with ContentSwitcher(initial="overview", id="views"):
+            yield OverviewView(id="overview")
+            yield RoomsView(id="rooms")
+            yield FailuresView(id="failures")
+            yield EventsView(id="events")
+        yield Input(placeholder="filter: room id, rank, instance, state, reason (enter applies, empty clears)",
+                    id="filter")  # fmt: skip
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.theme_changed_signal.subscribe(self, self._theme_changed)
+        self.query_one("#filter", Input).display = False
+        self.query_one("#failure-detail").display = False
+        self.query_one("#failure-detail").can_focus = False
+        for warning in self._themes.warnings:
+            self.notify(warning, severity="warning")
+        for lost in (signal.SIGHUP, signal.SIGTERM):  # a closed terminal or a kill: quit, stopping our agents
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                asyncio.get_running_loop().add_signal_handler(lost, self.exit)
+        if self._quit_after is not None:
+            self.set_timer(self._quit_after, self.exit)
+        self._draw_banner()
+        self.set_interval(self._refresh_s, self.request_frame)
+        self.request_frame()
+
+    # --- frames -------------------------------------------------------------------------------------
+
+    def request_frame(self) -> None:
+        """Build a frame in a worker thread unless paused or one is being built."""
+        if self.paused or self._building:
+            return
+        self._building = True
+        self.run_worker(self._build_frame, thread=True, group="frame", exit_on_error=False)
+
+    def _build_frame(self) -> None:
+        with self.source.lock:
+            frame = self._builder.build(self.options, self._clock(), self.source.error)
+        self.post_message(FrameReady(frame))
+
+    def on_frame_ready(self, message: FrameReady) -> None:
+        self._building = False
+        if self.paused:
+            return
+        self.frame = message.frame
+        self.redraw()
+
+    def redraw(self) -> None:
+        """Draw the health line and the visible view from the last frame."""
+        if self.frame is None:
+            return
+        started = time.perf_counter()
+        self._draw_health(self.frame)
+        view = self.active_view
+        if view == "overview":
+            self.query_one(OverviewView).show(self.frame, self.palette)
+        elif view == "rooms":
+            self.query_one(RoomsView).show(self.frame, self.palette)
+        elif view == "failures":
+            self.query_one(FailuresView).show(self.frame, self.palette)
+        else:
+            self.query_one(EventsView).show(self.frame, self.palette)
+        self.frames_drawn += 1
+        self.draw_seconds.append(time.perf_counter() - started)
+        del self.draw_seconds[:-10_000]
+
+    def _draw_health(self, frame: Frame) -> None:
+        h, p = frame.health, self.palette
+        text = Text()
+        text.append(
+            f" {h.ranks_alive}/{h.ranks_total} ranks alive",
+            style=p.success if h.ranks_alive == h.ranks_total else p.error,
+        )
+        text.append(f"   {h.rooms_per_s:.1f} rooms/s   {rate(h.gbps)}   p99 {h.latency_p99_s * 1000:.0f} ms   ")
+        text.append(f"failure rate {h.failure_rate:.1%} ({h.failures} origins)", style=p.error if h.failures else "")
+        text.append(f"   {h.rooms_open} open   ")
+        text.append(f"{h.stuck} stuck", style=p.warning if h.stuck else "")
+        text.append(f"   {h.gaps} gaps", style=p.warning if h.gaps else "")
+        if frame.error:
+            text.append(f"   source: {frame.error}", style=p.error)
+        self.query_one("#health", Static).update(text)
+
+    def _draw_banner(self) -> None:
+        banner = self.query_one("#banner", Static)
+        banner.set_class(self.paused, "paused")
+        options = self.options
+        flags = [f"filter '{options.filter}'" if options.filter else "", "faults only" if options.faults_only else "",
+                 f"sort {options.sort}", f"events >= {options.level}"]  # fmt: skip
+        head = "PAUSED (p resumes)  " if self.paused else ""
+        banner.update(f" {head}kvtop  {self.sub_title}   [{', '.join(f for f in flags if f)}]   ? help")
+
+    def _theme_changed(self, _: object) -> None:
+        self.palette = Palette.from_theme(self.current_theme)
+        self.query_one(FailuresView).forget()
+        self.redraw()
+
+    def _options_changed(self, **changes: object) -> None:
+        self.options = replace(self.options, **changes)  # type: ignore[arg-type]
+        self._draw_banner()
+        self.request_frame()
+
+    @property
+    def active_view(self) -> str:
+        return self.query_one("#views", ContentSwitcher).current or "overview"
+
+    # --- actions ------------------------------------------------------------------------------------
+
+    def action_view(self, view: str) -> None:
+        self.query_one("#tabs", Tabs).active = view
+
+    @on(Tabs.TabActivated, "#tabs")
+    def _tab_activated(self, event: Tabs.TabActivated) -> None:
+        self.query_one("#views", ContentSwitcher).current = event.tab.id
+        self._view_shown()
+
+    def _view_shown(self) -> None:
+        """Draw the view now (from the last frame: no waiting for the timer) and focus its list."""
+        self.redraw()
+        self.call_after_refresh(self.query_one(_FOCUS[self.active_view]).focus)
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.display = True
+        box.value = self.options.filter or self._last_filter
+        box.focus()
+
+    @on(Input.Submitted, "#filter")
+    def _filter_submitted(self, event: Input.Submitted) -> None:
+        event.input.display = False
+        text = event.value.strip()
+        if text:
+            self._last_filter = text
+        self._options_changed(filter=text)
+        self._view_shown()
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+
+    def watch_paused(self, paused: bool) -> None:
+        self._draw_banner()
+        if not paused:
+            self.request_frame()
+
+    def action_faults_only(self) -> None:
+        self._options_changed(faults_only=not self.options.faults_only)
+
+    def action_sort(self) -> None:
+        orders = list(RoomSort)
+        self._options_changed(sort=orders[(orders.index(self.options.sort) + 1) % len(orders)])
+
+    def action_level(self) -> None:
+        self._options_changed(level=LEVELS[(LEVELS.index(self.options.level) + 1) % len(LEVELS)])
+
+    def action_debug(self) -> None:
+        if self.active_view == "failures":
+            pane = self.query_one("#failure-detail")
+            pane.display = not pane.display
+            self.query_one(FailuresView).show_detail()
+        else:
+            self._options_changed(level="info" if self.options.level == "debug" else "debug")
+
+    def action_next_theme(self) -> None:
+        names = sorted(self._themes.themes) or sorted(self.available_themes)
+        self.theme = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names else names[0]
+
+    def action_help(self) -> None:
+        self.push_screen(
+            HelpScreen({"Everywhere": self.BINDINGS, "Lists": RowList.BINDINGS, "Failures tree": Tree.BINDINGS})
+        )
+
+    def key_escape(self) -> None:
+        box = self.query_one("#filter", Input)
+        if box.display:
+            box.display = False
+            self._view_shown()
+
+    @on(RowList.Selected)
+    def _row_selected(self, event: RowList.Selected) -> None:
+        now = self._clock()
+        with self.source.lock:
+            if event.row_list.id == "rooms-list":
+                room = self.query_one(RoomsView).selected_room(event.index)
+                body = None if room is None else room_timeline(self.source.model, room, now, self.palette)
+            elif event.row_list.id == "ranks-list":
+                label = self.query_one(OverviewView).selected_rank(event.index)
+                body = None if label is None else rank_history(self.source.model, label, now, self.palette)
+            else:
+                body = None
+        if body is not None:
+            self.push_screen(DetailScreen(body))

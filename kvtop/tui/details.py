@@ -1,0 +1,80 @@
+"""Detail panels: a room's timeline across all its ranks, a rank's history (Rich text, read under the lock)."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from kvtop.event_lines import to_line
+from kvtop.model import ClusterModel
+from kvtop.tui.rows import Palette, clock
+from transport.events import Event, Failure, Heartbeat
+
+_HISTORY_BUCKET_S = 10.0
+
+
+def room_timeline(model: ClusterModel, room: int, now: float, palette: Palette) -> Text:
+    """Every event the model still holds for `room`, from every rank, in time order, then its failures."""
+    events: list[tuple[float, str, Event]] = [
+        (event.ts, label, event)
+        for label, batch in model.journal
+        for event in batch
+        if getattr(event, "room", None) == room
+    ]
+    view = model.rooms.get(room)
+    finished = model.finished.get(room)
+    view = view or (finished.view if finished else None)
+    text = Text(f"Room {room}\n", style="bold")
+    if view is not None:
+        text.append(f"first seen {clock(view.first_seen)}, last progress {now - view.last_progress:.1f} s ago, ")
+        text.append(
+            f"{view.bytes_done:,}/{view.bytes_total:,} bytes, link {view.link[0] or '-'} -> {view.link[1] or '-'}\n"
+        )
+        for label, state in sorted(view.states.items()):
+            text.append(f"  {label:<18}{state.name}\n", style=palette.error if state.name == "Failed" else "")
+    if finished is not None:
+        text.append("retired: ", style=palette.dim)
+        text.append(
+            "succeeded\n" if finished.ok else "FAILED\n", style=palette.success if finished.ok else palette.error
+        )
+    text.append(f"\nTimeline ({len(events)} events still in the journal)\n", style="bold")
+    start = min((ts for ts, _, _ in events), default=now)
+    for ts, label, event in sorted(events, key=lambda item: item[0]):
+        style = palette.error if isinstance(event, Failure) else ""
+        text.append(f"  +{(ts - start) * 1000:9.1f} ms  ", style=palette.dim)
+        text.append(to_line(label, event).split(" ", 2)[2] + "\n", style=style)
+    if not events:
+        text.append("  (older than the journal: only the summary above is kept)\n", style=palette.dim)
+    return text
+
+
+def rank_history(model: ClusterModel, label: str, now: float, palette: Palette) -> Text:
+    """A rank's identity, counters, throughput per 10 s, host load from its heartbeats and its failures."""
+    view = model.ranks.get(label)
+    if view is None:
+        return Text(f"{label}: not in the model", style=palette.error)
+    text = Text(
+        f"{label}  {view.role}, pid {view.pid} on {view.host or '?'}, incarnation {view.incarnation}\n", style="bold"
+    )
+    text.append(f"{view.liveness(now)}, last heard {now - view.last_seen:.1f} s ago, {view.inflight} rooms in flight, ")
+    text.append(f"{view.origins} origins, {view.echoes} echoes\n")
+    text.append("\nThroughput, GB/s per 10 s (newest last)\n", style="bold")
+    rows = view.transfers.window(now - 12 * _HISTORY_BUCKET_S)
+    buckets = [0.0] * 12
+    for ts, nbytes in zip(rows[:, 0].tolist(), rows[:, 1].tolist(), strict=True):
+        buckets[min(11, int(12 - (now - ts) / _HISTORY_BUCKET_S))] += nbytes / _HISTORY_BUCKET_S / 1e9
+    text.append("  " + " ".join(f"{gbps:5.2f}" for gbps in buckets) + "\n")
+    beats = [(e.ts, e) for name, batch in model.journal if name == label for e in batch if isinstance(e, Heartbeat)]
+    text.append(f"\nHeartbeats ({len(beats)} in the journal)\n", style="bold")
+    for ts, beat in beats[-10:]:
+        text.append(f"  {clock(ts)}  cpu {beat.cpu_percent:5.1f}%  rss {beat.rss_bytes / 2**20:7.1f} MiB  ")
+        text.append(f"in flight {beat.inflight_rooms:4}  events dropped {beat.events_dropped}\n")
+    text.append("\nCounters\n", style="bold")
+    for name, count in sorted(view.counters.items()):
+        text.append(f"  {name:<28}{count:>12,}\n")
+    mine = [f for f in model.failures if f.rank == label][-20:]
+    text.append(f"\nFailures seen by this rank (last {len(mine)})\n", style="bold")
+    for failure in mine:
+        kind = "origin" if failure.is_origin else f"echo of {failure.origin or 'unknown'}"
+        text.append(f"  {clock(failure.ts)}  room {failure.room}  {failure.reason_class}  ({kind})\n",
+                    style=palette.error if failure.is_origin else palette.dim)  # fmt: skip
+    return text

@@ -1,0 +1,101 @@
+"""One line of text per rank, room or event, in the theme's colours (Rich only, testable as strings)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from rich.style import Style
+from rich.text import Text
+from textual.theme import Theme
+
+from kvtop.event_lines import level_of, to_line
+from kvtop.model import Liveness
+from kvtop.tui.frame import RankRow, RoomEntry
+from transport.events import Event
+from transport.kvpoll import KVPoll
+
+RANK_HEADER = f"{'RANK':<18}{'ROLE':<9}{'STATE':<7}{'RATE':>11}{'IN FLIGHT':>11}{'ORIGINS':>9}{'ECHOES':>8}{'CPU %':>7}"
+ROOM_HEADER = f"{'ROOM':<21}{'AGE s':>7}{'IDLE s':>8}{'PROGRESS':>10}{'BYTES':>11}  {'LINK':<22}STATE PER RANK"
+_STATE_SHORT = {
+    KVPoll.Failed: "FAIL",
+    KVPoll.Bootstrapping: "BOOT",
+    KVPoll.WaitingForInput: "WAIT",
+    KVPoll.Transferring: "XFER",
+    KVPoll.Success: "OK",
+}
+
+
+@dataclass(frozen=True)
+class Palette:
+    """Rich styles from the current theme (the `.tcss` cannot reach inside a rendered line)."""
+
+    error: Style
+    warning: Style
+    success: Style
+    accent: Style
+    dim: Style
+
+    @classmethod
+    def from_theme(cls, theme: Theme) -> Palette:
+        def colour(value: str | None, fallback: str) -> Style:
+            return Style(color=value or fallback)
+
+        return cls(
+            error=colour(theme.error, "red") + Style(bold=True),
+            warning=colour(theme.warning, "yellow"),
+            success=colour(theme.success, "green"),
+            accent=colour(theme.accent, "cyan"),
+            dim=Style(dim=True),
+        )
+
+
+def rank_line(row: RankRow, palette: Palette) -> Text:
+    state_style = {Liveness.ALIVE: palette.success, Liveness.STALE: palette.warning, Liveness.GONE: palette.error}
+    text = Text(f"{row.label:<18}{row.role:<9}")
+    text.append(f"{row.liveness:<7}", style=state_style[row.liveness])
+    text.append(f"{rate(row.gbps):>11}{row.inflight:>11}")
+    text.append(f"{row.origins:>9}", style=palette.error if row.origins else "")
+    text.append(f"{row.echoes:>8}", style=palette.dim)
+    text.append(f"{row.cpu_percent:>7.0f}")
+    return text
+
+
+def room_line(entry: RoomEntry, now: float, palette: Palette) -> Text:
+    view = entry.view
+    progress = f"{view.bytes_done / view.bytes_total:.0%}" if view.bytes_total else "-"
+    link = f"{view.link[0]}->{view.link[1]}" if view.link[1] else "-"
+    text = Text(
+        f"{view.room:<21}{now - view.first_seen:>7.1f}{now - view.last_progress:>8.1f}{progress:>10}"
+        f"{_size(view.bytes_total):>11}  {link:<22}"
+    )
+    for label, state in sorted(view.states.items()):
+        style = palette.error if state is KVPoll.Failed else palette.success if state is KVPoll.Success else ""
+        text.append(f"{label}=", style=palette.dim)
+        text.append(_STATE_SHORT[state], style=style)
+        text.append(" ")
+    if entry.stuck(now):
+        text.append("STUCK", style=palette.warning + Style(bold=True))
+    return text
+
+
+def event_line(label: str, event: Event, palette: Palette) -> Text:
+    level = level_of(event)
+    style = {"error": palette.error, "warning": palette.warning, "debug": palette.dim}.get(level, "")
+    return Text(to_line(label, event), style=style)
+
+
+def rate(gbps: float) -> str:
+    """A transfer rate in the unit that keeps three digits: `1.23 GB/s`, `45.6 MB/s`."""
+    return f"{gbps:.2f} GB/s" if gbps >= 1 else f"{gbps * 1000:.1f} MB/s" if gbps >= 0.001 else f"{gbps * 1e6:.0f} KB/s"
+
+
+def clock(ts: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int(ts * 1000) % 1000:03d}"
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} B"

@@ -1,0 +1,37 @@
+"""Every live and recent room, one line each, virtualised (100k rooms scroll like 10)."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Static
+
+from kvtop.tui.frame import Frame
+from kvtop.tui.rows import ROOM_HEADER, Palette, room_line
+from kvtop.tui.widgets.row_list import RowList
+
+
+class RoomsView(Vertical):
+    """Rooms newest first (or as `s` sorts them); enter opens a room's timeline across its ranks."""
+
+    def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self.frame: Frame | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="rooms-title", classes="title")
+        yield Static(ROOM_HEADER, classes="header")
+        yield RowList(id="rooms-list")
+
+    def show(self, frame: Frame, palette: Palette) -> None:
+        self.frame = frame
+        options, rooms = frame.options, frame.rooms
+        shown = "failed or stuck rooms" if options.faults_only else "rooms"
+        where = f" matching '{options.filter}'" if options.filter else ""
+        self.query_one("#rooms-title", Static).update(
+            f"{len(rooms):,} {shown}{where}, by {options.sort}  (s: sort, x: faults only, /: filter, enter: timeline)"
+        )
+        self.query_one("#rooms-list", RowList).set_rows(len(rooms), lambda i: room_line(rooms[i], frame.now, palette))
+
+    def selected_room(self, index: int) -> int | None:
+        return self.frame.rooms[index].view.room if self.frame and index < len(self.frame.rooms) else None

@@ -1,0 +1,127 @@
+"""A virtual list on Textual's line API: draws only the visible rows, each rendered once per refresh."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rich.text import Text
+from textual.binding import Binding
+from textual.events import Click
+from textual.geometry import Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+RowRenderer = Callable[[int], Text]
+"""Renders row `index` (0 <= index < count) as one line of text."""
+
+
+class RowList(ScrollView, can_focus=True):
+    """Millions of rows cost what the visible ones cost: the owner gives a count and a row renderer.
+
+    | Key | Action |
+    | :- | :- |
+    | up / down | Move the cursor. |
+    | pageup / pagedown | Move a page. |
+    | home / end | First / last row. |
+    | enter | Select the cursor row (posts `RowList.Selected`). |
+    """
+
+    BINDINGS = [
+        Binding("up", "cursor(-1)", "Up", show=False),
+        Binding("down", "cursor(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home", "jump(0)", "First", show=False),
+        Binding("end", "jump(-1)", "Last", show=False),
+        Binding("enter", "select", "Detail", show=False),
+    ]
+    COMPONENT_CLASSES = {"row-list--cursor"}
+    DEFAULT_CSS = """
+    RowList { height: 1fr; }
+    RowList > .row-list--cursor { background: $primary 30%; }
+    RowList:focus > .row-list--cursor { background: $primary 55%; }
+    """
+
+    cursor: reactive[int] = reactive(0)
+    """The highlighted row."""
+
+    class Selected(Message):
+        """Enter (or a click on the highlighted row) on a row."""
+
+        def __init__(self, row_list: RowList, index: int) -> None:
+            super().__init__()
+            self.row_list = row_list
+            self.index = index
+
+        @property
+        def control(self) -> RowList:
+            return self.row_list
+
+    def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self._count = 0
+        self._render_row: RowRenderer = lambda index: Text()
+        self._cache: dict[int, Strip] = {}
+        """Rendered rows of the current data: scrolling does not render a row twice."""
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    def set_rows(self, count: int, render_row: RowRenderer, width: int = 0) -> None:
+        """New data: `count` rows drawn by `render_row`. Only the visible rows are rendered."""
+        self._count, self._render_row = count, render_row
+        self._cache.clear()
+        self.virtual_size = Size(max(width, self.size.width), count)
+        if self.cursor >= count:
+            self.cursor = max(0, count - 1)
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        index = self.scroll_offset.y + y
+        width = self.scrollable_content_region.width
+        if index >= self._count:
+            return Strip.blank(width, self.rich_style)
+        strip = self._cache.get(index)
+        if strip is None:
+            text = self._render_row(index)
+            text.no_wrap, text.overflow = True, "ellipsis"
+            strip = self._cache[index] = Strip(list(text.render(self.app.console)))
+        style = self.get_component_rich_style("row-list--cursor") if index == self.cursor else None
+        line = strip.crop_extend(self.scroll_offset.x, self.scroll_offset.x + width, self.rich_style)
+        return line.apply_style(style) if style else line
+
+    def watch_cursor(self, old: int, new: int) -> None:
+        self.refresh_lines(old - self.scroll_offset.y)
+        self.refresh_lines(new - self.scroll_offset.y)
+        self.scroll_to_region_of(new)
+
+    def scroll_to_region_of(self, index: int) -> None:
+        top, height = self.scroll_offset.y, self.scrollable_content_region.height
+        if index < top:
+            self.scroll_to(y=index, animate=False)
+        elif height and index >= top + height:
+            self.scroll_to(y=index - height + 1, animate=False)
+
+    def action_cursor(self, delta: int) -> None:
+        self.cursor = min(max(0, self.cursor + delta), max(0, self._count - 1))
+
+    def action_page(self, direction: int) -> None:
+        self.action_cursor(direction * max(1, self.scrollable_content_region.height - 1))
+
+    def action_jump(self, index: int) -> None:
+        self.cursor = max(0, self._count - 1) if index < 0 else 0
+
+    def action_select(self) -> None:
+        if self._count:
+            self.post_message(self.Selected(self, self.cursor))
+
+    def on_click(self, event: Click) -> None:
+        index = self.scroll_offset.y + event.y
+        if index >= self._count:
+            return
+        if index == self.cursor:
+            self.action_select()
+        self.cursor = index
