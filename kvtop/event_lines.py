@@ -33,17 +33,24 @@ _KIND = {
 }
 
 
+_LEVEL_OF_KIND: dict[type, str] = {
+    AgentHello: "info",
+    Heartbeat: "debug",
+    RoomState: "debug",
+    Progress: "debug",
+    TransferDone: "info",
+    AbortEvent: "info",
+}
+_RANK = {level: rank for rank, level in enumerate(LEVELS)}
+
+
 def level_of(event: Event) -> str:
     """Failures carry their own level (echoes are debug); room traffic is debug; the rest info."""
-    if isinstance(event, Failure):
-        return event.level
-    if isinstance(event, RoomState | Progress | Heartbeat):
-        return "debug"
-    return "info"
+    return event.level if isinstance(event, Failure) else _LEVEL_OF_KIND[type(event)]
 
 
 def shown(event: Event, min_level: str) -> bool:
-    return LEVELS.index(level_of(event)) >= LEVELS.index(min_level)
+    return _RANK.get(level_of(event), 0) >= _RANK[min_level]
 
 
 def snapshot_events(snapshot: Snapshot) -> list[Event]:

@@ -36,8 +36,12 @@ FINISHED_ROOMS_KEPT = 10_000
 FAILURES_KEPT = 50_000
 TRANSFERS_KEPT = 65_536
 RANK_TRANSFERS_KEPT = 4096
-JOURNAL_BATCHES_KEPT = 2048
-"""Recent deliveries kept for the event tail and room timelines (a batch holds up to ~1k events)."""
+JOURNAL_EVENTS_KEPT = 200_000
+"""Recent events kept (whole deliveries) for the event tail and room timelines."""
+
+
+_TERMINAL = frozenset((KVPoll.Failed, KVPoll.Success))
+_SUCCESS = frozenset((KVPoll.Success,))
 
 
 class Liveness(StrEnum):
@@ -77,7 +81,7 @@ class RankView:
         return Liveness.ALIVE if age <= STALE_S else Liveness.STALE if age <= GONE_S else Liveness.GONE
 
 
-@dataclass
+@dataclass(slots=True)
 class RoomView:
     """One room across the ranks that reported it."""
 
@@ -91,11 +95,18 @@ class RoomView:
     """When the model last heard of the room (arrival time, not event time: snapshots arrive late)."""
     link: tuple[str, str] = ("", "")
     """(prefill instance, decode instance), known once a decode rank reported the room."""
+    outcome: bool | None = None
+    """Set when the room is retired: True if it succeeded on every rank."""
 
     def finished(self, gone: frozenset[str] | set[str] = frozenset()) -> bool:
-        """Every reporting rank that is not gone has ended the room."""
-        live = [state for label, state in self.states.items() if label not in gone]
-        return bool(live) and all(state.is_terminal for state in live)
+        """Every reporting rank that is not gone has ended the room (views ask this of 100k rooms per frame)."""
+        live = [state for label, state in self.states.items() if label not in gone] if gone else self.states.values()
+        return bool(live) and _TERMINAL.issuperset(live)
+
+    def succeeded(self, gone: frozenset[str] | set[str] = frozenset()) -> bool:
+        """Every reporting rank that is not gone ended the room with Success."""
+        live = [state for label, state in self.states.items() if label not in gone] if gone else self.states.values()
+        return _SUCCESS.issuperset(live)
 
 
 @dataclass
@@ -110,13 +121,16 @@ class LinkView:
 
 @dataclass(frozen=True)
 class Rates:
-    """What moved in a window: rooms/s, GB/s and latency percentiles (seconds) of finished transfers."""
+    """What moved in a window: rooms/s, GB/s, latency percentiles (seconds) of finished transfers, and
+    the failed fraction of the rooms that finished."""
 
     rooms_per_s: float
     gbps: float
     latency_p50: float
     latency_p90: float
     latency_p99: float
+    failure_rate: float = 0.0
+    finished: int = 0
 
 
 @dataclass
@@ -143,9 +157,16 @@ class ClusterModel:
         """Decode-side transfers done: (ts, bytes, seconds)."""
         self.links: dict[tuple[str, str], LinkView] = {}
         self.gaps = 0
-        self.journal: deque[tuple[str, Sequence[Event]]] = deque(maxlen=JOURNAL_BATCHES_KEPT)
+        self.journal: deque[tuple[str, Sequence[Event]]] = deque()
         """Recent deliveries as (agent label, events), oldest first: the event tail reads it."""
+        self.journal_total = 0
+        """Deliveries ever journaled: a reader that remembers it knows which are new."""
+        self._journal_events = 0
         self._now = 0.0
+        self._open: set[int] = set()
+        """Ids of the rooms in `rooms` that some rank has not ended (kept as states change)."""
+        self.failures_total = 0
+        """Failures ever recorded: a reader that remembers it knows which are new."""
 
     def apply(self, label: str, item: Snapshot | EventBatch, now: float) -> None:
         """One delivery from the subscriber, for the agent `label`."""
@@ -157,9 +178,16 @@ class ClusterModel:
             events += [*item.finished_rooms, *item.live_rooms, *item.progress, *item.failures, *item.transfers]
         else:
             events = item.events
-        self.journal.append((label, events))
+        self._journal(label, events)
         for event in events:
             self._apply_event(view, event)
+
+    def _journal(self, label: str, events: Sequence[Event]) -> None:
+        self.journal.append((label, events))
+        self.journal_total += 1
+        self._journal_events += len(events)
+        while self._journal_events > JOURNAL_EVENTS_KEPT and len(self.journal) > 1:
+            self._journal_events -= len(self.journal.popleft()[1])
 
     def register(self, agent: AgentInfo) -> None:
         """A rank the bootstrap service lists: known (and gone until it is heard from)."""
@@ -182,7 +210,15 @@ class ClusterModel:
     def open_rooms(self, now: float) -> list[RoomView]:
         """Rooms some live rank has not ended yet."""
         gone = self._gone(now)
+        if not gone:
+            return [self.rooms[room] for room in self._open]
         return [room for room in self.rooms.values() if not room.finished(gone)]
+
+    def _ended(self, gone: set[str]) -> list[RoomView]:
+        """Rooms every live rank ended that are not retired yet (the set difference is C speed)."""
+        if not gone:
+            return [self.rooms[room] for room in self.rooms.keys() - self._open]
+        return [room for room in self.rooms.values() if room.finished(gone)]
 
     def stuck(self, now: float, threshold_s: float) -> list[RoomView]:
         """Open rooms with no progress for `threshold_s`, whatever state they claim."""
@@ -192,14 +228,14 @@ class ClusterModel:
         """Rooms/s, GB/s and latency over the last `window_s` (or since the first transfer, if later)."""
         rows = self.transfers.window(now - window_s)
         span = max(1.0, min(window_s, now - float(rows[:, 0].min()))) if len(rows) else window_s
-        _, finished = self.failure_rate(now, window_s)
+        failure_rate, finished = self.failure_rate(now, window_s)
         p50, p90, p99 = percentiles(rows[:, 2])
-        return Rates(finished / span, float(rows[:, 1].sum()) / span / 1e9, p50, p90, p99)
+        return Rates(finished / span, float(rows[:, 1].sum()) / span / 1e9, p50, p90, p99, failure_rate, finished)
 
     def failure_rate(self, now: float, window_s: float) -> tuple[float, int]:
         """Failed fraction of the rooms that finished in the last `window_s`, and how many finished."""
         gone = self._gone(now)
-        settling = [self._outcome(room, gone) for room in self.rooms.values() if room.finished(gone)]
+        settling = [self._outcome(room, gone) for room in self._ended(gone)]
         recent = [f for f in [*self.finished.values(), *settling] if now - f.ts <= window_s]
         failed = sum(not f.ok for f in recent)
         return (failed / len(recent) if recent else 0.0), len(recent)
@@ -239,6 +275,7 @@ class ClusterModel:
         elif isinstance(event, Failure):
             self.failures.append(Observed(event.ts, event.room, event.rank, view.role, event.reason,
                                           event.reason_class, event.origin, event.level))  # fmt: skip
+            self.failures_total += 1
             if event.origin == event.rank:
                 view.origins += 1
             else:
@@ -249,11 +286,17 @@ class ClusterModel:
         retired = self.finished.get(event.room)
         if room is None and retired is not None and event.ts - retired.ts <= ROOM_REUSE_S:
             retired.ok = retired.ok and event.state != KVPoll.Failed  # a late rank of a retired room
+            if retired.view is not None:
+                retired.view.outcome = retired.ok
             return
         if room is None:
             room = self.rooms[event.room] = RoomView(event.room, event.ts, event.ts)
         room.touched_at = self._now
         room.states[view.label] = KVPoll(event.state)
+        if _TERMINAL.issuperset(room.states.values()):
+            self._open.discard(room.room)
+        else:
+            self._open.add(room.room)
         if view.role == "decode" and event.peer:
             room.link = (event.peer, view.instance)
         room.bytes_total = max(room.bytes_total, event.bytes_total)
@@ -262,8 +305,9 @@ class ClusterModel:
     def sweep(self, now: float) -> None:
         """Retire rooms that every reporting rank finished, once no rank has said more for `SETTLE_S`."""
         gone = self._gone(now)
-        for room in [r for r in self.rooms.values() if r.finished(gone) and now - r.touched_at > SETTLE_S]:
+        for room in [r for r in self._ended(gone) if now - r.touched_at > SETTLE_S]:
             outcome = self._outcome(room, gone)
+            room.outcome = outcome.ok
             if not outcome.ok and all(room.link):
                 self.links.setdefault(room.link, LinkView()).failed_rooms += 1
             self.finished.pop(room.room, None)
@@ -271,10 +315,10 @@ class ClusterModel:
             if len(self.finished) > FINISHED_ROOMS_KEPT:
                 del self.finished[next(iter(self.finished))]
             del self.rooms[room.room]
+            self._open.discard(room.room)
 
     def _outcome(self, room: RoomView, gone: set[str]) -> Finished:
-        ok = all(state is KVPoll.Success for label, state in room.states.items() if label not in gone)
-        return Finished(room.last_progress, room.room, ok, room)
+        return Finished(room.last_progress, room.room, room.succeeded(gone), room)
 
     def _gone(self, now: float) -> set[str]:
         return {label for label, view in self.ranks.items() if view.liveness(now) is Liveness.GONE}

@@ -95,7 +95,36 @@ def bench_ingest(
     )
 
 
+def bench_ui(
+    rooms: Annotated[int, typer.Option(min=1000, help="Rooms in the synthetic model.")] = 100_000,
+    instances: Annotated[int, typer.Option(min=1, help="Prefill instances, and as many decode instances.")] = 8,
+    tp: Annotated[int, typer.Option(min=1, help="Ranks per instance (8+8 instances of TP 4: 64 ranks).")] = 4,
+    events_per_s: Annotated[float, typer.Option(min=1000, help="Events/s applied while the dashboard runs.")] = 50_000,
+    seconds: Annotated[float, typer.Option(min=2, help="How long the dashboard runs under load.")] = 15.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON object instead of text.")] = False,
+) -> None:
+    """The dashboard (headless) on a big synthetic model while events stream in: frame and key latency.
+
+    frame: UI-thread time from a frame's arrival until painted (target p99 <= 50 ms); build: worker time
+    to build a frame from the model; key to screen: a key press until its effect is on screen (target
+    <= 100 ms). Progress goes to stderr.
+    """
+    from kvtop.bench.ui import measure_ui
+
+    result = measure_ui(rooms, instances, tp, events_per_s, seconds, lambda line: typer.echo(line, err=True))
+    if as_json:
+        typer.echo(json.dumps(result.as_dict(), indent=2))
+        return
+    typer.echo(
+        f"{result.rooms:,} rooms, {result.ranks} ranks, {result.events_per_s:,.0f} events/s: "
+        f"frame p50 {result.frame_ms_p50:.1f} ms p99 {result.frame_ms_p99:.1f} ms; "
+        f"build p50 {result.build_ms_p50:.1f} ms p99 {result.build_ms_p99:.1f} ms; "
+        f"key to screen {result.key_to_screen_ms:.1f} ms (p99 {result.key_to_screen_ms_p99:.1f})"
+    )
+
+
 def register(bench_app: typer.Typer) -> None:
     bench_app.command("transfer")(bench_transfer)
     bench_app.command("events")(bench_events)
     bench_app.command("ingest")(bench_ingest)
+    bench_app.command("ui")(bench_ui)

@@ -5,19 +5,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
 
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 from textual.reactive import reactive
-from textual.widgets import ContentSwitcher, Footer, Input, Static, Tab, Tabs, Tree
+from textual.widgets import ContentSwitcher, Footer, Input, Tab, Tabs
 
 from kvtop.event_lines import LEVELS
 from kvtop.model import ClusterModel
@@ -31,6 +33,7 @@ from kvtop.tui.views.events import EventsView
 from kvtop.tui.views.failures import FailuresView
 from kvtop.tui.views.overview import OverviewView
 from kvtop.tui.views.rooms import RoomsView
+from kvtop.tui.widgets.line import Line
 from kvtop.tui.widgets.row_list import RowList
 
 REFRESH_S = 0.5
@@ -110,13 +113,20 @@ class KvtopApp(App[None]):
         quit_after: float | None = None,
     ) -> None:
         super().__init__()
+        self.animation_level = "none"  # a monitor switches views at once; sliding tab underlines cost 300 ms
         self.source = source
         self.sub_title = title
         self.options = Options()
         self.frame: Frame | None = None
         self.frames_drawn = 0
-        self.draw_seconds: list[float] = []
-        """UI-thread time of every frame drawn (the `bench ui` figures)."""
+        """Frames on screen (drawn and painted)."""
+        self.draw_seconds: deque[float] = deque(maxlen=10_000)
+        """Per frame: UI-thread time from its arrival until it is painted (the `bench ui` figures)."""
+        self.build_seconds: deque[float] = deque(maxlen=10_000)
+        """Per frame: worker time to build it from the model, waiting for the lock included."""
+        self.draw_views: deque[str] = deque(maxlen=10_000)
+        self.key_seconds: deque[float] = deque(maxlen=10_000)
+        """Per key press: time until the screen was repainted after handling it."""
         self._builder = FrameBuilder(source.model)
         self._clock = clock
         self._refresh_s = refresh_s
@@ -131,8 +141,8 @@ class KvtopApp(App[None]):
         self.palette = Palette.from_theme(self.current_theme)
 
     def compose(self) -> ComposeResult:
-        yield Static(id="banner")
-        yield Static(id="health")
+        yield Line(id="banner")
+        yield Line(id="health")
         yield Tabs(*(Tab(f"{name.title()} [{name[0]}]", id=name) for name in VIEWS), id="tabs")
         with ContentSwitcher(initial="overview", id="views"):
             yield OverviewView(id="overview")
@@ -144,6 +154,9 @@ class KvtopApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        # The collector and the frame worker are threads of this process: hand the GIL over every 1 ms
+        # instead of 5 so that keys and paints wait less behind them.
+        sys.setswitchinterval(0.001)
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         self.query_one("#filter", Input).display = False
         self.query_one("#failure-detail").display = False
@@ -159,6 +172,12 @@ class KvtopApp(App[None]):
         self.set_interval(self._refresh_s, self.request_frame)
         self.request_frame()
 
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.Key):
+            pressed = time.perf_counter()
+            self.call_after_refresh(lambda: self.key_seconds.append(time.perf_counter() - pressed))
+        await super().on_event(event)
+
     # --- frames -------------------------------------------------------------------------------------
 
     def request_frame(self) -> None:
@@ -169,22 +188,30 @@ class KvtopApp(App[None]):
         self.run_worker(self._build_frame, thread=True, group="frame", exit_on_error=False)
 
     def _build_frame(self) -> None:
+        started = time.perf_counter()
         with self.source.lock:
             frame = self._builder.build(self.options, self._clock(), self.source.error)
+        self.build_seconds.append(time.perf_counter() - started)
         self.post_message(FrameReady(frame))
 
     def on_frame_ready(self, message: FrameReady) -> None:
         self._building = False
         if self.paused:
             return
+        started = time.perf_counter()
         self.frame = message.frame
         self.redraw()
+        self.call_after_refresh(self._painted, started)
+
+    def _painted(self, started: float) -> None:
+        self.draw_seconds.append(time.perf_counter() - started)
+        self.draw_views.append(self.active_view)
+        self.frames_drawn += 1
 
     def redraw(self) -> None:
         """Draw the health line and the visible view from the last frame."""
         if self.frame is None:
             return
-        started = time.perf_counter()
         self._draw_health(self.frame)
         view = self.active_view
         if view == "overview":
@@ -195,9 +222,6 @@ class KvtopApp(App[None]):
             self.query_one(FailuresView).show(self.frame, self.palette)
         else:
             self.query_one(EventsView).show(self.frame, self.palette)
-        self.frames_drawn += 1
-        self.draw_seconds.append(time.perf_counter() - started)
-        del self.draw_seconds[:-10_000]
 
     def _draw_health(self, frame: Frame) -> None:
         h, p = frame.health, self.palette
@@ -213,20 +237,19 @@ class KvtopApp(App[None]):
         text.append(f"   {h.gaps} gaps", style=p.warning if h.gaps else "")
         if frame.error:
             text.append(f"   source: {frame.error}", style=p.error)
-        self.query_one("#health", Static).update(text)
+        self.query_one("#health", Line).show(text)
 
     def _draw_banner(self) -> None:
-        banner = self.query_one("#banner", Static)
+        banner = self.query_one("#banner", Line)
         banner.set_class(self.paused, "paused")
         options = self.options
         flags = [f"filter '{options.filter}'" if options.filter else "", "faults only" if options.faults_only else "",
                  f"sort {options.sort}", f"events >= {options.level}"]  # fmt: skip
         head = "PAUSED (p resumes)  " if self.paused else ""
-        banner.update(f" {head}kvtop  {self.sub_title}   [{', '.join(f for f in flags if f)}]   ? help")
+        banner.show(f" {head}kvtop  {self.sub_title}   [{', '.join(f for f in flags if f)}]   ? help")
 
     def _theme_changed(self, _: object) -> None:
         self.palette = Palette.from_theme(self.current_theme)
-        self.query_one(FailuresView).forget()
         self.redraw()
 
     def _options_changed(self, **changes: object) -> None:
@@ -300,7 +323,7 @@ class KvtopApp(App[None]):
 
     def action_help(self) -> None:
         self.push_screen(
-            HelpScreen({"Everywhere": self.BINDINGS, "Lists": RowList.BINDINGS, "Failures tree": Tree.BINDINGS})
+            HelpScreen({"Everywhere": self.BINDINGS, "Lists": RowList.BINDINGS, "Failures": FailuresView.BINDINGS})
         )
 
     def key_escape(self) -> None:

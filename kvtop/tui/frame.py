@@ -8,12 +8,15 @@ the UI thread, and the fold is recomputed only when failures changed.
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+import numpy as np
+
 from kvtop.event_lines import shown, to_line
 from kvtop.fold import FailureGroup
+from kvtop.live_fold import LiveFold
 from kvtop.model import ClusterModel, Liveness, RankView, RoomView
 from kvtop.tables import STUCK_AFTER_S
 from transport.events import Event
@@ -21,6 +24,8 @@ from transport.kvpoll import KVPoll
 
 WINDOW_S = 60.0
 """Seconds the rates, failure rate and top origins cover."""
+SLOW_EVERY_S = 2.0
+"""Open and stuck rooms are counted over every open room: every 2 s, not every frame (stuck means 10 s idle)."""
 GROUPS_SHOWN = 2000
 """The failures view lists the newest groups; older ones stay in `kvtop failures --json`."""
 EVENTS_SHOWN = 20_000
@@ -65,20 +70,6 @@ class RankRow:
     cpu_percent: float
 
 
-@dataclass(frozen=True, slots=True)
-class RoomEntry:
-    """A room in the rooms view: its view (read when drawn) and outcome (None while some rank has it open)."""
-
-    view: RoomView
-    ok: bool | None
-
-    def stuck(self, now: float) -> bool:
-        return self.ok is None and now - self.view.last_progress > STUCK_AFTER_S
-
-    def failed(self) -> bool:
-        return self.ok is False or KVPoll.Failed in self.view.states.values()
-
-
 @dataclass(frozen=True)
 class Options:
     """What the user chose: filter text, faults only, room order."""
@@ -102,41 +93,58 @@ class Frame:
     links: dict[tuple[str, str], tuple[float, int]]
     """(prefill instance, decode instance) -> (GB/s over the window, failed rooms)."""
     top_origins: list[tuple[str, int]]
-    rooms: list[RoomEntry]
+    rooms: list[RoomView]
+    """Live and recently retired rooms, filtered and ordered as `options` say (read when drawn)."""
     groups: list[FailureGroup]
     events: list[tuple[str, Event]]
+    gone: frozenset[str] = frozenset()
     error: str = ""
     """The source's last error (bootstrap address not answering, say)."""
     options: Options = field(default_factory=Options)
 
+    def outcome(self, room: RoomView) -> bool | None:
+        """True/False once every live rank ended the room (succeeded or not), None while it is open."""
+        return outcome(room, self.gone)
+
+    def stuck(self, room: RoomView) -> bool:
+        return is_stuck(room, self.gone, self.now)
+
 
 class FrameBuilder:
-    """Builds frames from one model; remembers the last fold so unchanged failures are not refolded."""
+    """Builds frames from one model; keeps the last fold and the event tail so each frame does only new work."""
 
     def __init__(self, model: ClusterModel) -> None:
         self.model = model
-        self._fold_key: tuple[int, int] = (-1, 0)
-        self._groups: list[FailureGroup] = []
+        self._fold = LiveFold()
+        self._counts = (0, 0)
+        self._counted_at = float("-inf")
+        self._tail_key: tuple[str, str] = ("", "")
+        self._tail: deque[tuple[str, Event]] = deque(maxlen=EVENTS_SHOWN)
+        self._tail_seen = 0
 
     def build(self, options: Options, now: float | None = None, error: str = "") -> Frame:
         """Call with the model's lock held."""
         now = time.time() if now is None else now
         model = self.model
-        groups = self._fold()
+        gone = frozenset(label for label, view in model.ranks.items() if view.liveness(now) is Liveness.GONE)
+        groups = self._fold.sync(model.failures, model.failures_total)
         recent_groups = [g for g in groups if now - g.first_ts <= WINDOW_S]
-        rooms = self._rooms(now)
-        stuck = sum(entry.stuck(now) for entry in rooms)
+        if now - self._counted_at >= SLOW_EVERY_S or now < self._counted_at:
+            live = model.open_rooms(now)
+            cutoff = now - STUCK_AFTER_S
+            self._counts = (len(live), sum(1 for view in live if view.last_progress < cutoff))
+            self._counted_at = now
+        rooms_open, stuck = self._counts
         rates = model.rates(now, WINDOW_S)
-        failure_rate, _ = model.failure_rate(now, WINDOW_S)
         liveness = [view.liveness(now) for view in model.ranks.values()]
         health = Health(
             ranks_alive=liveness.count(Liveness.ALIVE),
             ranks_total=len(liveness),
-            rooms_open=sum(entry.ok is None for entry in rooms),
+            rooms_open=rooms_open,
             rooms_per_s=rates.rooms_per_s,
             gbps=rates.gbps,
             latency_p99_s=rates.latency_p99,
-            failure_rate=failure_rate,
+            failure_rate=rates.failure_rate,
             failures=len(recent_groups),
             stuck=stuck,
             gaps=model.gaps,
@@ -148,35 +156,32 @@ class FrameBuilder:
             ranks=[_rank_row(view, now) for view in sorted(model.ranks.values(), key=_rank_order)],
             links=self._links(now),
             top_origins=Counter(g.title for g in recent_groups).most_common(8),
-            rooms=_select(rooms, options, now),
+            rooms=self._rooms(options, gone, now),
             groups=_select_groups(groups[-GROUPS_SHOWN:], options.filter),
             events=self._events(options),
+            gone=gone,
             error=error,
             options=options,
         )
 
-    def _fold(self) -> list[FailureGroup]:
-        failures = self.model.failures
-        key = (len(failures), id(failures[-1]) if failures else 0)
-        if key != self._fold_key:
-            self._fold_key, self._groups = key, self.model.groups()
-        return self._groups
-
-    def _rooms(self, now: float) -> list[RoomEntry]:
-        """Recently finished rooms, then open ones, each in the order the model first heard of them."""
-        gone = {label for label, view in self.model.ranks.items() if view.liveness(now) is Liveness.GONE}
-        entries = [RoomEntry(f.view, f.ok) for f in self.model.finished.values() if f.view is not None]
-        entries += [
-            RoomEntry(view, _outcome(view, gone) if view.finished(gone) else None) for view in self.model.rooms.values()
-        ]
-        return entries
+    def _rooms(self, options: Options, gone: frozenset[str], now: float) -> list[RoomView]:
+        """Recently retired rooms, then live ones, newest first unless sorted otherwise, filtered."""
+        rooms = [f.view for f in self.model.finished.values() if f.view is not None]
+        rooms += self.model.rooms.values()
+        if options.faults_only:
+            rooms = [r for r in rooms if outcome(r, gone) is False or is_stuck(r, gone, now) or _has_failed(r)]
+        if options.filter:
+            needle = options.filter.lower()
+            rooms = [r for r in rooms if needle in haystack(r, gone, now)]
+        if options.sort is RoomSort.AGE:
+            return rooms[::-1]
+        return sorted(rooms, key=_SORT_KEYS[options.sort])
 
     def _throughput(self, now: float) -> list[float]:
         rows = self.model.transfers.window(now - WINDOW_S)
-        seconds = [0.0] * int(WINDOW_S)
-        for ts, nbytes in zip(rows[:, 0].tolist(), rows[:, 1].tolist(), strict=True):
-            seconds[min(int(WINDOW_S) - 1, int(WINDOW_S - (now - ts)))] += nbytes / 1e9
-        return seconds
+        seconds = np.clip((WINDOW_S - (now - rows[:, 0])).astype(np.int64), 0, int(WINDOW_S) - 1)
+        per_second: list[float] = (np.bincount(seconds, weights=rows[:, 1], minlength=int(WINDOW_S)) / 1e9).tolist()
+        return per_second
 
     def _links(self, now: float) -> dict[tuple[str, str], tuple[float, int]]:
         """GB/s per link over the window comes from the decode ranks' own rings."""
@@ -192,17 +197,25 @@ class FrameBuilder:
         }
 
     def _events(self, options: Options) -> list[tuple[str, Event]]:
-        """The newest events at or above the level that match the filter, oldest first."""
-        needle = options.filter.lower()
-        lines: list[tuple[str, Event]] = []
-        for label, events in reversed(self.model.journal):
-            matching = [(label, e) for e in reversed(events) if shown(e, options.level)]
-            if needle:
-                matching = [(label, e) for label, e in matching if needle in to_line(label, e).lower()]
-            lines.extend(matching)
-            if len(lines) >= EVENTS_SHOWN:
+        """The newest events at or above the level that match the filter, oldest first.
+
+        Only deliveries journaled since the last frame are filtered, unless the level or filter changed.
+        """
+        journal = self.model.journal
+        key = (options.level, options.filter.lower())
+        fresh = len(journal) if key != self._tail_key else min(len(journal), self.model.journal_total - self._tail_seen)
+        if key != self._tail_key:
+            self._tail_key = key
+            self._tail.clear()
+        self._tail_seen = self.model.journal_total
+        found: list[tuple[str, Event]] = []
+        for index in range(len(journal) - 1, len(journal) - 1 - fresh, -1):
+            label, events = journal[index]
+            found.extend((label, e) for e in reversed(events) if _wanted(label, e, key))
+            if len(found) >= EVENTS_SHOWN:
                 break
-        return lines[:EVENTS_SHOWN][::-1]
+        self._tail.extend(reversed(found[:EVENTS_SHOWN]))
+        return list(self._tail)
 
 
 def _rank_order(view: RankView) -> tuple[bool, str, int]:
@@ -216,35 +229,39 @@ def _rank_row(view: RankView, now: float) -> RankRow:
     )  # fmt: skip
 
 
-def _outcome(view: RoomView, gone: set[str]) -> bool:
-    return all(state is KVPoll.Success for label, state in view.states.items() if label not in gone)
+def outcome(room: RoomView, gone: frozenset[str]) -> bool | None:
+    """How a room ended (True: succeeded on every live rank), None while some live rank has it open."""
+    if room.outcome is not None:
+        return room.outcome
+    return room.succeeded(gone) if room.finished(gone) else None
+
+
+def is_stuck(room: RoomView, gone: frozenset[str], now: float) -> bool:
+    """Open, with no progress for `STUCK_AFTER_S`, whatever state it claims."""
+    return now - room.last_progress > STUCK_AFTER_S and outcome(room, gone) is None
+
+
+def _has_failed(room: RoomView) -> bool:
+    return KVPoll.Failed in room.states.values()
 
 
 _SORT_KEYS = {
-    RoomSort.IDLE: lambda entry: entry.view.last_progress,
-    RoomSort.BYTES: lambda entry: -entry.view.bytes_total,
-    RoomSort.ROOM: lambda entry: entry.view.room,
+    RoomSort.IDLE: lambda room: room.last_progress,
+    RoomSort.BYTES: lambda room: -room.bytes_total,
+    RoomSort.ROOM: lambda room: room.room,
 }
 
 
-def _select(entries: list[RoomEntry], options: Options, now: float) -> list[RoomEntry]:
-    """Faults only (failed or stuck), the filter (room id, rank, instance or state), then the order."""
-    if options.faults_only:
-        entries = [e for e in entries if e.failed() or e.stuck(now)]
-    if options.filter:
-        needle = options.filter.lower()
-        entries = [e for e in entries if needle in haystack(e, now)]
-    if options.sort is RoomSort.AGE:
-        return entries[::-1]
-    return sorted(entries, key=_SORT_KEYS[options.sort])
+def haystack(room: RoomView, gone: frozenset[str], now: float) -> str:
+    """The text a filter matches a room against: id, ranks and states, link, stuck/failed."""
+    states = " ".join(f"{label} {state.name}" for label, state in room.states.items())
+    flags = " stuck" if is_stuck(room, gone, now) else " failed" if outcome(room, gone) is False else ""
+    return f"{room.room} {states} {room.link[0]} {room.link[1]}{flags}".lower()
 
 
-def haystack(entry: RoomEntry, now: float) -> str:
-    """The text a filter matches a room against."""
-    view = entry.view
-    states = " ".join(f"{label} {state.name}" for label, state in view.states.items())
-    flags = " stuck" if entry.stuck(now) else " failed" if entry.failed() else ""
-    return f"{view.room} {states} {view.link[0]} {view.link[1]}{flags}".lower()
+def _wanted(label: str, event: Event, key: tuple[str, str]) -> bool:
+    level, needle = key
+    return shown(event, level) and (not needle or needle in to_line(label, event).lower())
 
 
 def _select_groups(groups: list[FailureGroup], needle: str) -> list[FailureGroup]:

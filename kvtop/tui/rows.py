@@ -10,8 +10,8 @@ from rich.text import Text
 from textual.theme import Theme
 
 from kvtop.event_lines import level_of, to_line
-from kvtop.model import Liveness
-from kvtop.tui.frame import RankRow, RoomEntry
+from kvtop.model import Liveness, RoomView
+from kvtop.tui.frame import Frame, RankRow
 from transport.events import Event
 from transport.kvpoll import KVPoll
 
@@ -61,8 +61,8 @@ def rank_line(row: RankRow, palette: Palette) -> Text:
     return text
 
 
-def room_line(entry: RoomEntry, now: float, palette: Palette) -> Text:
-    view = entry.view
+def room_line(view: RoomView, frame: Frame, palette: Palette) -> Text:
+    now = frame.now
     progress = f"{view.bytes_done / view.bytes_total:.0%}" if view.bytes_total else "-"
     link = f"{view.link[0]}->{view.link[1]}" if view.link[1] else "-"
     text = Text(
@@ -74,7 +74,7 @@ def room_line(entry: RoomEntry, now: float, palette: Palette) -> Text:
         text.append(f"{label}=", style=palette.dim)
         text.append(_STATE_SHORT[state], style=style)
         text.append(" ")
-    if entry.stuck(now):
+    if frame.stuck(view):
         text.append("STUCK", style=palette.warning + Style(bold=True))
     return text
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import Static
 
 from kvtop.tui.frame import Frame
 from kvtop.tui.rows import Palette, event_line
+from kvtop.tui.widgets.line import Line
 from kvtop.tui.widgets.row_list import RowList
 
 
@@ -15,14 +15,14 @@ class EventsView(Vertical):
     """Follows the newest event while the cursor is on the last line; move up to stop following."""
 
     def compose(self) -> ComposeResult:
-        yield Static(id="events-title", classes="title")
+        yield Line(id="events-title", classes="title")
         yield RowList(id="events-list")
 
     def show(self, frame: Frame, palette: Palette) -> None:
         options, events = frame.options, frame.events
         where = f" matching '{options.filter}'" if options.filter else ""
         hidden = "" if options.level == "debug" else ", echoes hidden (d shows them)"
-        self.query_one("#events-title", Static).update(
+        self.query_one("#events-title", Line).show(
             f"{len(events):,} events at {options.level} and above{where}{hidden}  (l: level)"
         )
         tail = self.query_one("#events-list", RowList)

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Static, Tree
-from textual.widgets.tree import TreeNode
+from textual.widgets import Static
 
 from kvtop.fold import FailureGroup, Observed
 from kvtop.tui.frame import Frame
 from kvtop.tui.rows import Palette, clock
+from kvtop.tui.widgets.line import Line
+from kvtop.tui.widgets.row_list import RowList
 
 GroupKey = tuple[int, str, float]
 FailureNode = FailureGroup | Observed
@@ -23,84 +25,121 @@ def group_key(group: FailureGroup) -> GroupKey:
     return (group.room, group.origin_label, group.origin.ts if group.origin else group.first_ts)
 
 
+@dataclass(frozen=True, slots=True)
+class TreeRow:
+    """One row of the folded tree: an origin (echo is None) or one of its echoes."""
+
+    group: FailureGroup
+    echo: Observed | None = None
+
+    @property
+    def node(self) -> FailureNode:
+        return self.echo if self.echo is not None else self.group
+
+
 class FailuresView(Vertical):
-    """Newest origin on top. Enter expands an origin into its echoes; `d` shows the highlighted row's detail."""
+    """The folded tree on the line API: newest origin on top, each origin's echoes under it when expanded.
+
+    | Key | Action |
+    | :- | :- |
+    | enter / space / right | Expand (or collapse) the origin under the cursor. |
+    | left | Collapse it (from an echo: back to its origin). |
+    | d | The raw detail of the highlighted row, in a side pane. |
+    """
+
+    BINDINGS = [
+        Binding("space,right", "expand", "Expand or collapse", show=False),
+        Binding("left", "collapse", "Collapse", show=False),
+    ]
 
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(name=name, id=id, classes=classes)
-        self._group_nodes: dict[GroupKey, TreeNode[FailureNode]] = {}
-        self._echoes: dict[GroupKey, int] = {}
-        self._shape: list[tuple[GroupKey, int]] = []
+        self.rows: list[TreeRow] = []
+        self.expanded: set[GroupKey] = set()
+        self._groups: list[FailureGroup] = []
         self._palette: Palette | None = None
 
     def compose(self) -> ComposeResult:
-        yield Static(id="failures-title", classes="title")
+        yield Line(id="failures-title", classes="title")
         with Horizontal():
-            tree: Tree[FailureNode] = Tree("failures", id="failure-tree")
-            tree.show_root = False
-            tree.guide_depth = 3
-            yield tree
+            yield RowList(id="failure-tree")
             with VerticalScroll(id="failure-detail"):
                 yield Static(id="failure-detail-text")
 
     @property
-    def failure_tree(self) -> Tree[FailureNode]:
-        return self.query_one("#failure-tree", Tree)
+    def origin_list(self) -> RowList:
+        return self.query_one("#failure-tree", RowList)
 
     def show(self, frame: Frame, palette: Palette) -> None:
         self._palette = palette
-        groups = frame.groups
-        echoes = sum(group.echo_count for group in groups)
+        self._groups = frame.groups
+        echoes = sum(group.echo_count for group in frame.groups)
         where = f" matching '{frame.options.filter}'" if frame.options.filter else ""
-        self.query_one("#failures-title", Static).update(
-            f"{len(groups):,} failure origins{where}, {echoes:,} echoes folded under them  (enter: expand, d: detail)"
+        self.query_one("#failures-title", Line).show(
+            f"{len(frame.groups):,} failure origins{where}, {echoes:,} echoes folded under them"
+            "  (enter: expand, d: detail)"
         )
-        shape = [(group_key(group), group.echo_count) for group in groups]
-        if shape == self._shape:
+        self._layout()
+
+    def _layout(self) -> None:
+        """Flatten the groups (newest first) and the expanded ones' echoes; the cursor stays on its row."""
+        tree, palette = self.origin_list, self._palette
+        if palette is None:
             return
-        self._shape = shape
-        self._sync(groups, palette)
+        current = self.rows[tree.cursor] if tree.cursor < len(self.rows) else None
+        rows: list[TreeRow] = []
+        for group in reversed(self._groups):
+            rows.append(TreeRow(group))
+            if group_key(group) in self.expanded:
+                rows.extend(TreeRow(group, echo) for echo in group.echoes)
+        self.rows = rows
+        tree.set_rows(
+            len(rows), lambda index: tree_line(rows[index], group_key(rows[index].group) in self.expanded, palette)
+        )
+        if current is not None:
+            tree.cursor = next((i for i, row in enumerate(rows) if _same_row(row, current)), tree.cursor)
+        self.show_detail()
 
-    def forget(self) -> None:
-        """Redraw every row on the next frame (the theme changed)."""
-        self._shape = []
-        self._echoes = dict.fromkeys(self._echoes, -1)
+    def action_expand(self) -> None:
+        row = self.highlighted
+        if row is not None:
+            self.expanded ^= {group_key(row.group)}
+            self._layout()
 
-    def _sync(self, groups: list[FailureGroup], palette: Palette) -> None:
-        """Add new origins on top, refresh those whose echoes changed, drop those gone; expansion survives."""
-        tree = self.failure_tree
-        cursor = tree.cursor_node
-        wanted = {group_key(group): group for group in groups}
-        for key in [key for key in self._group_nodes if key not in wanted]:
-            self._group_nodes.pop(key).remove()
-            del self._echoes[key]
-        for key, group in wanted.items():
-            node = self._group_nodes.get(key)
-            if node is None:
-                first = tree.root.children[0] if tree.root.children else None
-                node = self._group_nodes[key] = tree.root.add(group_label(group, palette), data=group, before=first)
-            elif self._echoes[key] == group.echo_count:
-                continue
-            self._echoes[key] = group.echo_count
-            node.data = group
-            node.set_label(group_label(group, palette))
-            node.remove_children()
-            for echo in group.echoes:
-                node.add_leaf(echo_label(echo, palette), data=echo)
-            node.allow_expand = bool(group.echoes)
-        if cursor is not None and cursor.parent is not None:
-            tree.move_cursor(cursor)  # new origins went in above: stay on the row the user was on
-        elif tree.root.children:
-            tree.cursor_line = 0
+    def action_collapse(self) -> None:
+        row = self.highlighted
+        if row is not None:
+            self.expanded.discard(group_key(row.group))
+            self._layout()
+
+    @property
+    def highlighted(self) -> TreeRow | None:
+        cursor = self.origin_list.cursor
+        return self.rows[cursor] if cursor < len(self.rows) else None
+
+    def on_row_list_selected(self, event: RowList.Selected) -> None:
+        event.stop()
+        self.action_expand()
+
+    def on_row_list_highlighted(self) -> None:
+        self.show_detail()
 
     def show_detail(self) -> None:
-        """Fill the detail pane from the highlighted row."""
-        node = self.failure_tree.cursor_node
-        if self._palette is not None and node is not None and node.data is not None:
-            self.query_one("#failure-detail-text", Static).update(detail(node.data, self._palette))
+        """Fill the detail pane from the highlighted row (only while the pane is shown)."""
+        row, pane = self.highlighted, self.query_one("#failure-detail")
+        if self._palette is not None and row is not None and pane.display:
+            self.query_one("#failure-detail-text", Static).update(detail(row.node, self._palette))
 
-    def on_tree_node_highlighted(self) -> None:
-        self.show_detail()
+
+def _same_row(row: TreeRow, other: TreeRow) -> bool:
+    return group_key(row.group) == group_key(other.group) and row.echo == other.echo
+
+
+def tree_line(row: TreeRow, expanded: bool, palette: Palette) -> Text:
+    if row.echo is not None:
+        return Text("    └ ", style=palette.dim) + echo_label(row.echo, palette)
+    marker = ("▼ " if expanded else "▶ ") if row.group.echoes else "  "
+    return Text(marker) + group_label(row.group, palette)
 
 
 def group_label(group: FailureGroup, palette: Palette) -> Text:

@@ -10,6 +10,7 @@ from textual.widgets import Sparkline, Static
 from kvtop.tui.frame import Frame
 from kvtop.tui.renderables.heatmap import LinkHeatMap
 from kvtop.tui.rows import RANK_HEADER, Palette, rank_line, rate
+from kvtop.tui.widgets.line import Line
 from kvtop.tui.widgets.row_list import RowList
 
 
@@ -19,9 +20,11 @@ class OverviewView(Vertical):
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self.frame: Frame | None = None
+        self._side_shown: object = None
+        """What the links and origins panels show (redrawn only when it changes: they need a layout)."""
 
     def compose(self) -> ComposeResult:
-        yield Static(id="throughput-title", classes="title")
+        yield Line(id="throughput-title", classes="title")
         yield Sparkline([], id="throughput")
         with Horizontal(id="overview-body"):
             with Vertical(id="ranks-panel"):
@@ -36,12 +39,15 @@ class OverviewView(Vertical):
     def show(self, frame: Frame, palette: Palette) -> None:
         self.frame = frame
         peak = max(frame.throughput, default=0.0)
-        self.query_one("#throughput-title", Static).update(
+        self.query_one("#throughput-title", Line).show(
             f"Throughput  per second over the last minute (peak {rate(peak)})"
         )
         self.query_one("#throughput", Sparkline).data = frame.throughput
         ranks = frame.ranks
         self.query_one("#ranks-list", RowList).set_rows(len(ranks), lambda i: rank_line(ranks[i], palette))
+        if (frame.links, frame.top_origins, palette) == self._side_shown:
+            return
+        self._side_shown = (frame.links, frame.top_origins, palette)
         self.query_one("#links", Static).update(LinkHeatMap(frame.links, palette.accent, palette.error))
         origins = Text()
         for title, count in frame.top_origins:

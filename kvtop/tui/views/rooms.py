@@ -8,6 +8,7 @@ from textual.widgets import Static
 
 from kvtop.tui.frame import Frame
 from kvtop.tui.rows import ROOM_HEADER, Palette, room_line
+from kvtop.tui.widgets.line import Line
 from kvtop.tui.widgets.row_list import RowList
 
 
@@ -19,7 +20,7 @@ class RoomsView(Vertical):
         self.frame: Frame | None = None
 
     def compose(self) -> ComposeResult:
-        yield Static(id="rooms-title", classes="title")
+        yield Line(id="rooms-title", classes="title")
         yield Static(ROOM_HEADER, classes="header")
         yield RowList(id="rooms-list")
 
@@ -28,10 +29,10 @@ class RoomsView(Vertical):
         options, rooms = frame.options, frame.rooms
         shown = "failed or stuck rooms" if options.faults_only else "rooms"
         where = f" matching '{options.filter}'" if options.filter else ""
-        self.query_one("#rooms-title", Static).update(
+        self.query_one("#rooms-title", Line).show(
             f"{len(rooms):,} {shown}{where}, by {options.sort}  (s: sort, x: faults only, /: filter, enter: timeline)"
         )
-        self.query_one("#rooms-list", RowList).set_rows(len(rooms), lambda i: room_line(rooms[i], frame.now, palette))
+        self.query_one("#rooms-list", RowList).set_rows(len(rooms), lambda i: room_line(rooms[i], frame, palette))
 
     def selected_room(self, index: int) -> int | None:
-        return self.frame.rooms[index].view.room if self.frame and index < len(self.frame.rooms) else None
+        return self.frame.rooms[index].room if self.frame and index < len(self.frame.rooms) else None

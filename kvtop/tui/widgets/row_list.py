@@ -7,7 +7,7 @@ from collections.abc import Callable
 from rich.text import Text
 from textual.binding import Binding
 from textual.events import Click
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
@@ -47,6 +47,18 @@ class RowList(ScrollView, can_focus=True):
     cursor: reactive[int] = reactive(0)
     """The highlighted row."""
 
+    class Highlighted(Message):
+        """The cursor moved (or the rows under it changed)."""
+
+        def __init__(self, row_list: RowList, index: int) -> None:
+            super().__init__()
+            self.row_list = row_list
+            self.index = index
+
+        @property
+        def control(self) -> RowList:
+            return self.row_list
+
     class Selected(Message):
         """Enter (or a click on the highlighted row) on a row."""
 
@@ -63,6 +75,7 @@ class RowList(ScrollView, can_focus=True):
         super().__init__(name=name, id=id, classes=classes)
         self._count = 0
         self._render_row: RowRenderer = lambda index: Text()
+        self._width = 0
         self._cache: dict[int, Strip] = {}
         """Rendered rows of the current data: scrolling does not render a row twice."""
 
@@ -79,9 +92,13 @@ class RowList(ScrollView, can_focus=True):
             self.cursor = max(0, count - 1)
         self.refresh()
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._width = self.scrollable_content_region.width  # once per paint, not per line (it is not free)
+        return super().render_lines(crop)
+
     def render_line(self, y: int) -> Strip:
         index = self.scroll_offset.y + y
-        width = self.scrollable_content_region.width
+        width = self._width
         if index >= self._count:
             return Strip.blank(width, self.rich_style)
         strip = self._cache.get(index)
@@ -97,6 +114,7 @@ class RowList(ScrollView, can_focus=True):
         self.refresh_lines(old - self.scroll_offset.y)
         self.refresh_lines(new - self.scroll_offset.y)
         self.scroll_to_region_of(new)
+        self.post_message(self.Highlighted(self, new))
 
     def scroll_to_region_of(self, index: int) -> None:
         top, height = self.scroll_offset.y, self.scrollable_content_region.height

@@ -1,0 +1,149 @@
+"""`kvtop bench ui`: the dashboard on a big synthetic cluster, in a real terminal, while events stream in.
+
+The dashboard runs in a child process on a pseudo-terminal (`kvtop.bench.ui_load`:
+a model of `rooms` rooms over 64 ranks by default, and a feeder thread applying
+`events_per_s` new events under the model's lock). This process types keys into
+the terminal and reads what the dashboard writes back, so key-to-screen is what a
+person would see: from the key's bytes to the bytes of the new view on the
+terminal. Frame times come from the dashboard itself:
+
+- frame: UI-thread time from a frame's arrival until it is painted (written to the terminal);
+- build: worker-thread time to build a frame from the model (lock wait included).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import pty
+import select
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import termios
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+VIEW_KEYS = (("r", b"rooms, by"), ("f", b"failure origins"), ("e", b"events at"), ("o", b"per second over"))
+"""A key and bytes that only the view it opens writes (its title)."""
+_COLUMNS, _LINES = 160, 50
+
+
+@dataclass(frozen=True)
+class UiResult:
+    frame_ms_p50: float
+    frame_ms_p99: float
+    build_ms_p50: float
+    build_ms_p99: float
+    key_to_screen_ms: float
+    """Median over the key presses."""
+    key_to_screen_ms_p99: float
+    rooms: int
+    ranks: int
+    events_per_s: float
+    """Events the feeder actually applied per second while the dashboard ran."""
+    frames: int
+    keys: int
+
+    def as_dict(self) -> dict[str, float | int]:
+        return asdict(self)
+
+
+class Terminal:
+    """A child process on a pseudo-terminal: type bytes, wait for bytes."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", _LINES, _COLUMNS, 0, 0))
+        env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(_COLUMNS), "LINES": str(_LINES)}
+        self.process = subprocess.Popen(
+            command, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True
+        )
+        os.close(slave)
+        self.seen = b""
+
+    def type(self, data: bytes) -> None:
+        os.write(self.master, data)
+
+    def wait_for(self, marker: bytes, timeout_s: float) -> bool:
+        """Read until `marker` shows up in the output written since the last call (True) or time runs out."""
+        self.seen = b""
+        deadline = time.monotonic() + timeout_s
+        while marker not in self.seen[-(len(marker) + 65536) :]:
+            left = deadline - time.monotonic()
+            if left <= 0 or self.process.poll() is not None:
+                return False
+            if select.select([self.master], [], [], left)[0]:
+                with contextlib.suppress(OSError):
+                    self.seen += os.read(self.master, 1 << 16)
+        return True
+
+    def drain(self, seconds: float) -> None:
+        """Read (and forget) what the dashboard writes for `seconds`."""
+        self.wait_for(b"\0never\0", seconds)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        os.close(self.master)
+
+
+def _ms(values: list[float], point: float) -> float:
+    return round(float(np.percentile(np.array(values) * 1000, point)), 2) if values else 0.0
+
+
+def measure_ui(
+    rooms: int, instances: int, tp: int, events_per_s: float, seconds: float, progress: Callable[[str], None]
+) -> UiResult:
+    out = Path(tempfile.mkdtemp(prefix="kvtop-bench-ui-")) / "timings.json"
+    command = [sys.executable, "-m", "kvtop.bench.ui_load", "--rooms", str(rooms), "--instances", str(instances),
+               "--tp", str(tp), "--events-per-s", str(events_per_s), "--out", str(out)]  # fmt: skip
+    progress(f"starting the dashboard on {rooms:,} rooms over {2 * instances * tp} ranks ...")
+    terminal = Terminal(command)
+    keys: list[float] = []
+    try:
+        if not terminal.wait_for(b"ranks alive", 120.0):
+            raise RuntimeError(f"the dashboard did not start: {terminal.seen[-2000:]!r}")
+        progress(f"typing keys for {seconds:g} s while {events_per_s:,.0f} events/s stream in ...")
+        started = time.monotonic()
+        step = 0
+        while time.monotonic() - started < seconds:
+            terminal.drain(0.25)
+            key, marker = VIEW_KEYS[step % len(VIEW_KEYS)]
+            pressed = time.perf_counter()
+            terminal.type(key.encode())
+            if terminal.wait_for(marker, 5.0):
+                keys.append(time.perf_counter() - pressed)
+            step += 1
+        terminal.type(b"q")
+        deadline = time.monotonic() + 30.0
+        while terminal.process.poll() is None and time.monotonic() < deadline:
+            terminal.drain(0.1)  # a terminal nobody reads blocks the writer
+        if terminal.process.poll() is None:
+            raise RuntimeError("the dashboard did not quit on q within 30 s")
+    finally:
+        terminal.close()
+    timings = json.loads(out.read_text())
+    progress(f"{len(timings['draw_s'])} frames, {len(keys)} of {step} keys answered")
+    return UiResult(
+        frame_ms_p50=_ms(timings["draw_s"], 50),
+        frame_ms_p99=_ms(timings["draw_s"], 99),
+        build_ms_p50=_ms(timings["build_s"], 50),
+        build_ms_p99=_ms(timings["build_s"], 99),
+        key_to_screen_ms=round(statistics.median(keys) * 1000, 2) if keys else 0.0,
+        key_to_screen_ms_p99=_ms(keys, 99),
+        rooms=timings["rooms"],
+        ranks=timings["ranks"],
+        events_per_s=round(timings["events_per_s"]),
+        frames=len(timings["draw_s"]),
+        keys=len(keys),
+    )

@@ -1,0 +1,21 @@
+"""A one-line label that repaints only when its text changes, and never asks for a new layout."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+
+class Line(Static):
+    """Banners, health and titles: updated every frame, one row high (a layout pass costs ~50 ms)."""
+
+    DEFAULT_CSS = "Line { height: 1; width: 1fr; }"
+
+    def __init__(self, text: str | Text = "", *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(text, id=id, classes=classes)
+        self._shown: str | Text = text
+
+    def show(self, text: str | Text) -> None:
+        if text != self._shown:
+            self._shown = text
+            self.update(text, layout=False)
