@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import threading
@@ -95,6 +96,13 @@ def _models(
         collector.close()
 
 
+@contextlib.contextmanager
+def _until_ctrl_c() -> Iterator[None]:
+    """Ctrl-C ends a view cleanly (exit 0) wherever it lands: between frames or while one is printed."""
+    with contextlib.suppress(KeyboardInterrupt):
+        yield
+
+
 def _show(text: str, data: object, as_json: bool, follow: bool) -> None:
     """One frame of a view: text for people, JSON for scripts (JSON Lines when following)."""
     if as_json:
@@ -177,13 +185,14 @@ def status(
     """One screen of cluster health: ranks, rooms, throughput, latency, failures, stuck rooms, links."""
     from kvtop.tables import status_json, status_text
 
-    for model, now, logs in _models(bootstrap, connect, wait, follow, interval, sglang_log):
-        text, data = status_text(model, now, window), status_json(model, now, window)
-        if logs is not None:
-            stats = logs.stats()
-            text += f"\nlogs    {stats.summary().removeprefix('sglang logs: ')}"
-            data["logs"] = dataclasses.asdict(stats)
-        _show(text, data, as_json, follow)
+    with _until_ctrl_c():
+        for model, now, logs in _models(bootstrap, connect, wait, follow, interval, sglang_log):
+            text, data = status_text(model, now, window), status_json(model, now, window)
+            if logs is not None:
+                stats = logs.stats()
+                text += f"\nlogs    {stats.summary().removeprefix('sglang logs: ')}"
+                data["logs"] = dataclasses.asdict(stats)
+            _show(text, data, as_json, follow)
 
 
 def ranks(
@@ -198,8 +207,9 @@ def ranks(
     """Every rank: role, instance, liveness (alive/stale/gone; log), host, pid, rooms in flight, origins, echoes."""
     from kvtop.tables import ranks_json, ranks_text
 
-    for model, now, _ in _models(bootstrap, connect, wait, follow, interval, sglang_log):
-        _show(ranks_text(model, now), ranks_json(model, now), as_json, follow)
+    with _until_ctrl_c():
+        for model, now, _ in _models(bootstrap, connect, wait, follow, interval, sglang_log):
+            _show(ranks_text(model, now), ranks_json(model, now), as_json, follow)
 
 
 def rooms(
@@ -217,8 +227,9 @@ def rooms(
     """
     from kvtop.tables import rooms_json, rooms_text
 
-    for model, now, _ in _models(bootstrap, connect, wait, follow, interval, sglang_log):
-        _show(rooms_text(model, now), rooms_json(model, now), as_json, follow)
+    with _until_ctrl_c():
+        for model, now, _ in _models(bootstrap, connect, wait, follow, interval, sglang_log):
+            _show(rooms_text(model, now), rooms_json(model, now), as_json, follow)
 
 
 def events(
@@ -320,11 +331,12 @@ def failures(
     """
     from kvtop.failures_view import render_groups, to_json
 
-    for model, _, logs in _models(bootstrap, connect, wait, follow, interval, sglang_log):
-        groups = model.groups()
-        context = logs.context_for(groups) if logs is not None else None
-        _show(render_groups(groups, debug, context), to_json(groups, context), as_json, follow)
-        typer.echo(f"{len(groups)} failures from {len(model.ranks)} ranks", err=True)
+    with _until_ctrl_c():
+        for model, _, logs in _models(bootstrap, connect, wait, follow, interval, sglang_log):
+            groups = model.groups()
+            context = logs.context_for(groups) if logs is not None else None
+            _show(render_groups(groups, debug, context), to_json(groups, context), as_json, follow)
+            typer.echo(f"{len(groups)} failures from {len(model.ranks)} ranks", err=True)
 
 
 def register(app: typer.Typer) -> None:
