@@ -2,7 +2,9 @@
 
 A block is cut at its last newline (the rest waits for the next read, as
 `tail -f` does); each marker is found with `bytes.find` over the whole block,
-so lines without one are never split, decoded or parsed. A traceback comes
+so lines without one are never split, decoded or parsed. Batch lines (queue
+depth gauges) are looked for only in the last `SAMPLED_BYTES` of a block: a
+large file gives one sample of them per block, a followed file all of them. A traceback comes
 out as one item: its first line and the unprefixed lines that continue it.
 
 Following: after reading to the end, `read()` looks at the path again. A new
@@ -19,9 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from kvtop.sources.sglang.lines import MARKERS
+from kvtop.sources.sglang.lines import MARKERS, SAMPLED_MARKERS
 
 BLOCK_BYTES = 4 << 20
+SAMPLED_BYTES = 256 << 10
+"""`SAMPLED_MARKERS` are looked for in the last this many bytes of each block (all of a small one)."""
 MAX_LINE_BYTES = 1 << 20
 """A "line" longer than this without a newline is garbage (binary, a lost newline): cut and counted."""
 TRACEBACK = b"Traceback (most recent call last)"
@@ -171,8 +175,9 @@ def _marked_lines(block: bytes, end: int) -> list[int]:
     """Start offsets of the lines in `block[:end]` that hold a marker, in order."""
     starts: set[int] = set()
     find, rfind = block.find, block.rfind
-    for marker in MARKERS:
-        pos = find(marker, 0, end)
+    sampled_from = max(0, end - SAMPLED_BYTES)
+    for marker, start in [*((m, 0) for m in MARKERS), *((m, sampled_from) for m in SAMPLED_MARKERS)]:
+        pos = find(marker, start, end)
         while pos >= 0:
             starts.add(rfind(b"\n", 0, pos) + 1)
             pos = find(marker, find(b"\n", pos, end) + 1, end)
