@@ -25,7 +25,7 @@ class Thresholds:
     max_stuck: int = 0
     stuck_after_s: float = 10.0
     min_ranks: int = 0
-    """CRITICAL when fewer ranks are alive (0: every discovered rank must be alive)."""
+    """CRITICAL when fewer ranks are alive (0: every discovered live rank must be alive; log ranks never count)."""
     max_gaps: int = 0
     """WARNING when more event batches than this were lost."""
     window_s: float = 60.0
@@ -45,6 +45,8 @@ class CheckResult:
     gaps: int
     top_origins: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    ranks_log: int = 0
+    """Ranks known from server logs: no liveness, left out of the rank rules."""
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -67,7 +69,8 @@ class CheckResult:
 def evaluate(model: ClusterModel, limits: Thresholds, now: float | None = None) -> CheckResult:
     """Judge the model against the thresholds; the worst problem sets the verdict."""
     now = time.time() if now is None else now
-    liveness = model.liveness(now)
+    everyone = model.liveness(now)
+    liveness = {label: state for label, state in everyone.items() if state is not Liveness.LOG}
     alive = sorted(label for label, state in liveness.items() if state is Liveness.ALIVE)
     stale = sorted(label for label, state in liveness.items() if state is Liveness.STALE)
     gone = sorted(label for label, state in liveness.items() if state is Liveness.GONE)
@@ -102,7 +105,7 @@ def evaluate(model: ClusterModel, limits: Thresholds, now: float | None = None) 
     summary = "; ".join([*critical, *warning, facts])
     return CheckResult(
         verdict, summary, len(alive), len(liveness), stale, gone, rooms, rate, stuck, model.gaps,
-        sorted(set(origins)), critical + warning,
+        sorted(set(origins)), critical + warning, len(everyone) - len(liveness),
     )  # fmt: skip
 
 

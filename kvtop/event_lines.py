@@ -75,7 +75,7 @@ def to_json(agent: str, event: Event) -> str:
 
 def _describe(event: Event) -> str:
     if isinstance(event, Failure):
-        origin = "" if event.origin == event.rank else f" (echo of {event.origin})"
+        origin = "" if event.origin == event.rank else f" (echo of {event.origin or 'an unknown origin'})"
         return f"room={event.room} {event.reason_class}: {event.reason}{origin}"
     if isinstance(event, RoomState):
         return f"room={event.room} {KVPoll(event.previous).name} -> {KVPoll(event.state).name}"

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from kvtop.fold import FailureGroup, Observed
 
+if TYPE_CHECKING:
+    from kvtop.sources.sglang import Context
+
 _REASON_WIDTH = 90
+_CAUSES_SHOWN = 2
 
 
 def _record(failure: Observed) -> dict[str, Any]:
@@ -21,8 +26,9 @@ def _record(failure: Observed) -> dict[str, Any]:
     }
 
 
-def to_json(groups: list[FailureGroup]) -> list[dict[str, Any]]:
+def to_json(groups: list[FailureGroup], context: Sequence[Sequence[Context]] | None = None) -> list[dict[str, Any]]:
     """The stable JSON of `kvtop failures --json` (README documents the fields)."""
+    lines = context if context is not None else [[] for _ in groups]
     return [
         {
             "room": group.room,
@@ -30,15 +36,26 @@ def to_json(groups: list[FailureGroup]) -> list[dict[str, Any]]:
             "origin_label": group.origin_label,
             "echo_count": group.echo_count,
             "echoes": [{**_record(echo), "origin": echo.origin} for echo in group.echoes],
+            "context": [line.as_dict() for line in near],
         }
-        for group in groups
+        for group, near in zip(groups, lines, strict=True)
     ]
 
 
-def render_groups(groups: list[FailureGroup], debug: bool) -> str:
-    """One line per origin (with its echo count); with `debug`, each echo indented below it."""
+def _context_line(line: Context) -> str:
+    text = line.text.splitlines()[-1].strip() if line.kind == "traceback" else line.text
+    what = "likely cause" if line.likely_cause else line.kind
+    return f"{'':<20}   {what:<12} {line.source:<10} {text[:_REASON_WIDTH]}"
+
+
+def render_groups(groups: list[FailureGroup], debug: bool, context: Sequence[Sequence[Context]] | None = None) -> str:
+    """One line per origin (with its echo count); with `debug`, each echo indented below it.
+
+    With context (from logs): the likely causes (transport-library lines) under each origin, and with
+    `debug` every related line too.
+    """
     lines = [f"{'ROOM':<20} {'ORIGIN':<16} {'CLASS':<18} {'ECHOES':>6}  REASON"]
-    for group in groups:
+    for index, group in enumerate(groups):
         origin = group.origin
         label = group.origin_label or "origin unknown"
         reason = origin.reason if origin else "(the origin's own event was not seen)"
@@ -49,4 +66,7 @@ def render_groups(groups: list[FailureGroup], debug: bool) -> str:
                 f"{'':<20}   echo {echo.rank:<16} {echo.reason_class:<13} {echo.reason[:_REASON_WIDTH]}"
                 for echo in group.echoes
             )
+        near = context[index] if context is not None else []
+        shown = near if debug else [line for line in near if line.likely_cause][:_CAUSES_SHOWN]
+        lines.extend(_context_line(line) for line in shown)
     return "\n".join(lines)

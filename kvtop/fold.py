@@ -8,12 +8,20 @@ Within a room (DESIGN.md, "The fold"):
    the others are its echoes;
 3. a failure that names another origin hangs under that origin's group (a
    group whose origin was never seen, e.g. the rank died, keeps the name);
-4. a failure with no origin (SGLang's bare `is_from_another_rank`, a
-   cross-instance echo from a log) hangs under the root that best explains it:
-   a root on the other side first, earliest first; with no root at all, under
-   a synthetic "origin unknown" group;
+4. a failure with no origin hangs under the root that best explains it. A
+   cross-instance echo from a log ("Failed to get kvcache from prefill
+   instance") looks to the other side first, earliest first. SGLang's bare
+   `is_from_another_rank` ("Failed due to an unknown reason from another
+   rank") is an echo inside its own instance: it hangs under its instance's
+   root, else under the group its instance's other failures joined, else as
+   a cross-instance echo. With no root at all, under a synthetic "origin
+   unknown" group;
 5. a room id that comes back more than `ROOM_REUSE_S` after its last failure is
-   a new room (ids are random but may repeat).
+   a new room (ids are random but may repeat);
+6. an origin inferred from a log (not named by an agent) on a prefill rank,
+   at or after a decode root of the room that timed out or aborted, is an
+   echo of that root: the decode gave up and told the prefill (DOMAIN.md,
+   "Decode to prefill").
 
 Groups are computed from the set of a room's failures sorted by time, so the
 result never depends on the order in which events arrived.
@@ -26,6 +34,8 @@ from dataclasses import dataclass, field
 
 SAME_FAILURE_S = 2.0
 ROOM_REUSE_S = 60.0
+GAVE_UP = frozenset({"timeout_bootstrap", "timeout_waiting", "timeout_transfer", "aborted"})
+"""Decode failures after which decode tells prefill (ABORT): prefill failures that follow are their echoes."""
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -42,6 +52,10 @@ class Observed:
     origin: str = ""
     """The label of the rank that observed the failure first ("" when unknown)."""
     level: str = ""
+    from_another_rank: bool = False
+    """SGLang's flag: the rank learnt of the failure from another rank of its instance."""
+    inferred: bool = False
+    """The origin was inferred from a log line, not named by an agent (rule 6 may overrule it)."""
 
     @property
     def instance(self) -> str:
@@ -102,7 +116,13 @@ def _epochs(ordered: list[Observed]) -> list[list[Observed]]:
 def _fold_room(ordered: list[Observed]) -> list[FailureGroup]:
     roots: list[FailureGroup] = []
     by_label: dict[str, FailureGroup] = {}
+    gave_up = [f for f in ordered if f.is_origin and f.role == "decode" and f.reason_class in GAVE_UP]
+    followers: list[tuple[Observed, Observed]] = []
     for failure in (f for f in ordered if f.is_origin):
+        cause = _gave_up_before(gave_up, failure)
+        if cause is not None:
+            followers.append((failure, cause))
+            continue
         same = next((g for g in roots if g.origin and _same_failure(g.origin, failure)), None)
         if same is None:
             group = FailureGroup(failure.room, failure.rank, failure)
@@ -111,6 +131,8 @@ def _fold_room(ordered: list[Observed]) -> list[FailureGroup]:
             same.echoes.append(failure)
             group = same
         by_label[failure.rank] = group
+    for failure, cause in followers:
+        by_label[cause.rank].echoes.append(failure)
     unknown: list[Observed] = []
     for failure in (f for f in ordered if not f.is_origin):
         if not failure.origin:
@@ -121,9 +143,29 @@ def _fold_room(ordered: list[Observed]) -> list[FailureGroup]:
             target = by_label[failure.origin] = FailureGroup(failure.room, failure.origin, None)
             roots.append(target)
         target.echoes.append(failure)
-    for failure in unknown:
+    for failure in (f for f in unknown if not f.from_another_rank):
         _best_root(roots, failure).echoes.append(failure)
+    for failure in (f for f in unknown if f.from_another_rank):
+        _own_instance_root(roots, failure).echoes.append(failure)
     return roots
+
+
+def _gave_up_before(gave_up: list[Observed], failure: Observed) -> Observed | None:
+    """The decode root a log-inferred prefill origin follows (rule 6), if any."""
+    if not failure.inferred or failure.role != "prefill":
+        return None
+    return next((cause for cause in gave_up if cause.ts <= failure.ts), None)
+
+
+def _own_instance_root(roots: list[FailureGroup], failure: Observed) -> FailureGroup:
+    """Where an echo from another rank of the same instance belongs: with that instance's failure."""
+    instance = failure.instance
+    own = [g for g in roots if g.origin is not None and g.origin.instance == instance]
+    if not own:
+        own = [g for g in roots if any(e.instance == instance and not e.from_another_rank for e in g.echoes)]
+    if own:
+        return min(own, key=lambda g: (g.first_ts, g.origin_label))
+    return _best_root(roots, failure)
 
 
 def _same_failure(root: Observed, other: Observed) -> bool:

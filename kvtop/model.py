@@ -48,6 +48,8 @@ class Liveness(StrEnum):
     ALIVE = "alive"
     STALE = "stale"
     GONE = "gone"
+    LOG = "log"
+    """A rank known from its server log: no heartbeat, so neither alive nor gone."""
 
 
 @dataclass
@@ -71,12 +73,16 @@ class RankView:
     echoes: int = 0
     transfers: RingBuffer = field(default_factory=lambda: RingBuffer(RANK_TRANSFERS_KEPT, 1))
     """This rank's finished transfers: (ts, bytes)."""
+    from_log: bool = False
+    """Known from a server log (kvtop.sources), not a live agent: liveness is `LOG`, origins are inferred."""
 
     def gbps(self, now: float, window_s: float) -> float:
         """Bytes this rank moved in finished transfers over the window, in GB/s."""
         return float(self.transfers.window(now - window_s)[:, 1].sum()) / window_s / 1e9
 
     def liveness(self, now: float) -> Liveness:
+        if self.from_log:
+            return Liveness.LOG
         age = now - self.last_seen
         return Liveness.ALIVE if age <= STALE_S else Liveness.STALE if age <= GONE_S else Liveness.GONE
 
@@ -197,6 +203,13 @@ class ClusterModel:
                 agent.label, agent.role, agent.instance, agent.rank, agent.host, agent.pid, agent.incarnation
             )
 
+    def log_rank(self, label: str, role: str, instance: str, rank: int) -> RankView:
+        """A rank known from its server log (incarnation 0: feed it `EventBatch`es of incarnation 0)."""
+        view = self.ranks.get(label)
+        if view is None or not view.from_log:
+            view = self.ranks[label] = RankView(label, role, instance, rank, from_log=True)
+        return view
+
     def liveness(self, now: float) -> dict[str, Liveness]:
         return {label: view.liveness(now) for label, view in self.ranks.items()}
 
@@ -274,7 +287,8 @@ class ClusterModel:
                 room.bytes_done, room.last_progress = max(room.bytes_done, event.bytes_done), event.ts
         elif isinstance(event, Failure):
             self.failures.append(Observed(event.ts, event.room, event.rank, view.role, event.reason,
-                                          event.reason_class, event.origin, event.level))  # fmt: skip
+                                          event.reason_class, event.origin, event.level,
+                                          event.is_from_another_rank, view.from_log))  # fmt: skip
             self.failures_total += 1
             if event.origin == event.rank:
                 view.origins += 1

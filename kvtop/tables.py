@@ -84,7 +84,10 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
     origins = Counter(group.title for group in groups)
     return {
         "window_s": window_s,
-        "ranks": {"total": len(liveness), **{state: liveness.count(state) for state in ("alive", "stale", "gone")}},
+        "ranks": {
+            "total": len(liveness),
+            **{state: liveness.count(state) for state in ("alive", "stale", "gone", "log")},
+        },
         "rooms_open": len(model.open_rooms(now)),
         "rooms_finished": finished,
         "rooms_per_s": round(rates.rooms_per_s, 2),
@@ -111,8 +114,10 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
 def status_text(model: ClusterModel, now: float, window_s: float) -> str:
     s = status_json(model, now, window_s)
     ranks, lat = s["ranks"], s["latency_s"]
+    from_logs = f", {ranks['log']} from logs" if ranks["log"] else ""
     lines = [
-        f"ranks   {ranks['alive']}/{ranks['total']} alive, {ranks['stale']} stale, {ranks['gone']} gone",
+        f"ranks   {ranks['alive']}/{ranks['total'] - ranks['log']} alive, {ranks['stale']} stale, {ranks['gone']} gone"
+        + from_logs,
         f"rooms   {s['rooms_open']} open, {s['rooms_finished']} finished in {window_s:g}s, "
         f"{s['rooms_per_s']:.1f}/s, {s['gbps']:.3f} GB/s",
         f"latency p50 {lat['p50'] * 1000:.0f} ms, p90 {lat['p90'] * 1000:.0f} ms, p99 {lat['p99'] * 1000:.0f} ms",

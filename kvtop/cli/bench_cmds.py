@@ -103,7 +103,7 @@ def bench_ui(
     seconds: Annotated[float, typer.Option(min=2, help="How long the dashboard runs under load.")] = 15.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON object instead of text.")] = False,
 ) -> None:
-    """The dashboard (headless) on a big synthetic model while events stream in: frame and key latency.
+    """The dashboard on a big synthetic model, in a pseudo-terminal, while events stream in: frame and key latency.
 
     frame: UI-thread time from a frame's arrival until painted (target p99 <= 50 ms); build: worker time
     to build a frame from the model; key to screen: a key press until its effect is on screen (target
@@ -123,8 +123,31 @@ def bench_ui(
     )
 
 
+def bench_sglang_log(
+    size_mb: Annotated[int, typer.Option(min=1, help="Size of the generated log in MiB.")] = 1024,
+    repeats: Annotated[int, typer.Option(min=1, help="Runs per leg; figures are medians.")] = 3,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON object instead of text.")] = False,
+) -> None:
+    """Lines/s of the SGLang log source vs plain Python line iteration of the same file, and RSS growth.
+
+    Generates a decode server log (about 1 % of lines about transfers) in a temporary folder, removed
+    afterwards, and reads it both ways, alternating. Target: ratio >= 0.3, memory flat. Progress on stderr.
+    """
+    from kvtop.bench.sglang_log import measure_sglang_log
+
+    result = measure_sglang_log(size_mb, repeats, lambda line: typer.echo(line, err=True))
+    if as_json:
+        typer.echo(json.dumps(result.as_dict(), indent=2))
+        return
+    typer.echo(
+        f"kvtop {result.lines_per_s:,.0f} lines/s, plain iteration {result.baseline_lines_per_s:,.0f} lines/s "
+        f"(ratio {result.ratio:.2f}); RSS +{result.rss_growth_mb:.1f} MiB over {result.size_mb:.0f} MiB"
+    )
+
+
 def register(bench_app: typer.Typer) -> None:
     bench_app.command("transfer")(bench_transfer)
     bench_app.command("events")(bench_events)
     bench_app.command("ingest")(bench_ingest)
     bench_app.command("ui")(bench_ui)
+    bench_app.command("sglang-log")(bench_sglang_log)

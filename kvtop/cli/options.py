@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -57,6 +58,28 @@ Connect = Annotated[
         help="An agent's event endpoint, tcp://HOST:PORT (repeatable), instead of or beside --bootstrap.",
     ),
 ]
+
+
+def _log_specs(values: list[str]) -> list[str]:
+    """`FILE`, `prefill=FILE` or `decode=FILE`, each a file that can be read."""
+    for value in values:
+        role, sep, path = value.partition("=")
+        path = path if sep and role in ("prefill", "decode") else value
+        if not Path(path).is_file():
+            raise typer.BadParameter(f"{path!r} is not a file that can be read", param_hint="--sglang-log")
+    return values
+
+
+SGLangLog = Annotated[
+    list[str],
+    typer.Option(
+        "--sglang-log",
+        callback=_log_specs,
+        help="An SGLang server log to read instead of a live cluster (repeatable, one file per instance; "
+        "prefill=FILE or decode=FILE says which server wrote it; .gz read too; --follow tails them). "
+        "Given, it is the source: --bootstrap and --connect are ignored.",
+    ),
+]
 Wait = Annotated[float, typer.Option(min=0.1, help="Seconds to wait for every agent's snapshot.")]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON (stable fields, see the README).")]
 Follow = Annotated[
@@ -71,6 +94,9 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
-def require_source(bootstrap: str, connect: list[str]) -> None:
-    if not bootstrap and not connect:
-        raise typer.BadParameter("give --bootstrap ADDR (or KVTOP_BOOTSTRAP) or at least one --connect EP")
+def require_source(bootstrap: str, connect: list[str], sglang_log: list[str] | None = None) -> None:
+    """A source: a live cluster (--bootstrap, --connect) or SGLang logs (--sglang-log, which then win)."""
+    if not bootstrap and not connect and not sglang_log:
+        raise typer.BadParameter(
+            "give --bootstrap ADDR (or KVTOP_BOOTSTRAP), at least one --connect EP, or --sglang-log FILE"
+        )

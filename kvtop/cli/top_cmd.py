@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvtop.cli.options import Bootstrap, Connect, Wait, fail, require_source
+from kvtop.cli.options import Bootstrap, Connect, SGLangLog, Wait, fail, require_source
 
 if TYPE_CHECKING:
     from kvtop.tui.app import Source
@@ -22,7 +24,9 @@ Theme = Annotated[
 ]
 
 
-def run_dashboard(source: Source, title: str, theme: str, quit_after: float | None = None) -> None:
+def run_dashboard(
+    source: Source, title: str, theme: str, quit_after: float | None = None, clock: Callable[[], float] = time.time
+) -> None:
     """Open the dashboard on `source` until the user quits (q, Ctrl-C) or the terminal goes away."""
     from kvtop.tui.app import KvtopApp
     from kvtop.tui.themes import load_themes
@@ -32,20 +36,28 @@ def run_dashboard(source: Source, title: str, theme: str, quit_after: float | No
         known = ", ".join(sorted(themes.themes))
         raise typer.BadParameter(f"no theme {theme!r} (found: {known})", param_hint="--theme")
     os.environ.setdefault("TEXTUAL_FPS", "30")
-    KvtopApp(source, title=title, themes=themes, theme=theme, quit_after=quit_after).run()
+    KvtopApp(source, title=title, themes=themes, theme=theme, quit_after=quit_after, clock=clock).run()
 
 
 def top(
     bootstrap: Bootstrap = "",
     connect: Connect = [],  # noqa: B006
+    sglang_log: SGLangLog = [],  # noqa: B006
     theme: Theme = "kvtop-dark",
     wait: Wait = 2.0,
 ) -> None:
-    """The dashboard on a live cluster: overview, rooms, failures (folded), events; `?` lists the keys."""
+    """The dashboard on a live cluster or on SGLang server logs: overview, rooms, failures (folded), events.
+
+    `?` in the dashboard lists every key. With --sglang-log the files are read from their start and
+    followed as they grow; "now" is the latest time they mention.
+    """
     from kvtop.collect import Collector
     from transport.errors import BootstrapError
 
-    require_source(bootstrap, connect)
+    require_source(bootstrap, connect, sglang_log)
+    if sglang_log:
+        _top_on_logs(sglang_log, theme)
+        return
     collector = Collector(bootstrap, connect)
     try:
         collector.start(discover_timeout_s=wait)
@@ -56,6 +68,19 @@ def top(
         run_dashboard(collector, bootstrap or ", ".join(connect), theme)
     finally:
         collector.close()
+
+
+def _top_on_logs(sglang_log: list[str], theme: str) -> None:
+    from kvtop.sources.sglang.follow import LogFollower
+
+    try:
+        follower = LogFollower(sglang_log).start()
+    except OSError as error:
+        raise fail(f"cannot read an SGLang log: {error}", 2) from None
+    try:
+        run_dashboard(follower, "sglang logs: " + ", ".join(sglang_log), theme, clock=follower.now)
+    finally:
+        follower.close()
 
 
 def register(app: typer.Typer) -> None:

@@ -2,41 +2,89 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvtop.cli.options import Bootstrap, Connect, Follow, Interval, Json, Wait, fail, require_source
+from kvtop.cli.options import Bootstrap, Connect, Follow, Interval, Json, SGLangLog, Wait, fail, require_source
 
 if TYPE_CHECKING:
     from kvtop.model import ClusterModel
+    from kvtop.sources.sglang import SGLangLogs
+    from transport.events import Event
+
+_LOG_POLL_S = 0.25
 
 check_ran = threading.Event()
 """Set once `kvtop check` got past argument parsing: its exit 2 is then CRITICAL, not a usage error."""
 
 
+def _open_logs(sglang_log: list[str]) -> SGLangLogs:
+    """The SGLang log source over the given files (exit 2 when one cannot be read)."""
+    from kvtop.sources.sglang import SGLangLogs
+
+    try:
+        return SGLangLogs(sglang_log)
+    except OSError as error:
+        raise fail(f"cannot read an SGLang log: {error}", 2) from None
+
+
+def _log_models(
+    sglang_log: list[str], follow: bool, interval: float
+) -> Iterator[tuple[ClusterModel, float, SGLangLogs | None]]:
+    """The model of the logs read to their end; with `follow`, again every `interval` with what they gained."""
+    from kvtop.model import ClusterModel
+
+    logs = _open_logs(sglang_log)
+    model = ClusterModel()
+    try:
+        logs.load(model)
+        typer.echo(logs.stats().summary(), err=True)
+        while True:
+            yield model, logs.now, logs
+            if not follow:
+                return
+            time.sleep(interval)
+            logs.poll(model)
+    except KeyboardInterrupt:
+        return
+    finally:
+        logs.close()
+
+
 def _models(
-    bootstrap: str, connect: list[str], wait: float, follow: bool = False, interval: float = 1.0
-) -> Iterator[tuple[ClusterModel, float]]:
+    bootstrap: str,
+    connect: list[str],
+    wait: float,
+    follow: bool = False,
+    interval: float = 1.0,
+    sglang_log: list[str] | None = None,
+) -> Iterator[tuple[ClusterModel, float, SGLangLogs | None]]:
     """The model once every agent's snapshot is in; with `follow`, again every `interval` until Ctrl-C.
 
-    Yields under the collector's lock, so a view reads a consistent model. Exit 1 when nobody answers.
+    Yields (model, now, the log source or None) under the collector's lock, so a view reads a consistent
+    model. Exit 1 when nobody answers. With SGLang logs, "now" is the latest time they mention.
     """
     from kvtop.collect import Collector
     from transport.errors import BootstrapError
 
-    require_source(bootstrap, connect)
+    require_source(bootstrap, connect, sglang_log)
+    if sglang_log:
+        yield from _log_models(sglang_log, follow, interval)
+        return
     collector = Collector(bootstrap, connect)
     try:
         collector.start(discover_timeout_s=wait)
         collector.wait_synced(wait)
         while True:
             with collector.lock:
-                yield collector.model, time.time()
+                yield collector.model, time.time(), None
             if not follow:
                 return
             time.sleep(interval)
@@ -46,6 +94,13 @@ def _models(
         return
     finally:
         collector.close()
+
+
+@contextlib.contextmanager
+def _until_ctrl_c() -> Iterator[None]:
+    """Ctrl-C ends a view cleanly (exit 0) wherever it lands: between frames or while one is printed."""
+    with contextlib.suppress(KeyboardInterrupt):
+        yield
 
 
 def _show(text: str, data: object, as_json: bool, follow: bool) -> None:
@@ -73,20 +128,33 @@ def check(
     window: Annotated[float, typer.Option(min=1.0, help="Seconds of finished rooms the failure rate covers.")] = 60.0,
     wait: Wait = 2.0,
     as_json: Json = False,
+    sglang_log: SGLangLog = [],  # noqa: B006
 ) -> None:
     """Health check for cron, Nagios/Icinga, Kubernetes exec probes and CI gates.
 
     Prints `KVTOP <STATUS> - <text> | <perfdata>` (or JSON) and exits 0 OK, 1 WARNING, 2 CRITICAL
     (including: cluster unreachable, a rank gone, failure rate or stuck rooms over the limit),
-    3 UNKNOWN (bad arguments, internal error).
+    3 UNKNOWN (bad arguments, internal error). With --sglang-log, ranks from logs have no liveness
+    and the window ends at the last time the logs mention.
     """
-    require_source(bootstrap, connect)
+    require_source(bootstrap, connect, sglang_log)
     check_ran.set()
     from kvtop.check import Thresholds, Verdict, evaluate, unreachable
     from kvtop.collect import Collector
     from transport.errors import BootstrapError
 
     limits = Thresholds(max_failure_rate, max_stuck, stuck_after, min_ranks, max_gaps, window)
+    if sglang_log:
+        try:
+            for model, now, _ in _log_models(sglang_log, False, 0.0):
+                result = evaluate(model, limits, now)
+        except typer.Exit:  # a log that cannot be read (said on stderr)
+            raise typer.Exit(int(Verdict.UNKNOWN)) from None
+        except Exception as error:  # a check must answer UNKNOWN, never a traceback
+            typer.echo(f"KVTOP UNKNOWN - internal error: {error!r}")
+            raise typer.Exit(int(Verdict.UNKNOWN)) from None
+        typer.echo(json.dumps(result.as_dict(), indent=2) if as_json else result.nagios(limits))
+        raise typer.Exit(int(result.verdict))
     collector = Collector(bootstrap, connect)
     try:
         collector.start(discover_timeout_s=wait)
@@ -112,12 +180,19 @@ def status(
     as_json: Json = False,
     follow: Follow = False,
     interval: Interval = 1.0,
+    sglang_log: SGLangLog = [],  # noqa: B006
 ) -> None:
     """One screen of cluster health: ranks, rooms, throughput, latency, failures, stuck rooms, links."""
     from kvtop.tables import status_json, status_text
 
-    for model, now in _models(bootstrap, connect, wait, follow, interval):
-        _show(status_text(model, now, window), status_json(model, now, window), as_json, follow)
+    with _until_ctrl_c():
+        for model, now, logs in _models(bootstrap, connect, wait, follow, interval, sglang_log):
+            text, data = status_text(model, now, window), status_json(model, now, window)
+            if logs is not None:
+                stats = logs.stats()
+                text += f"\nlogs    {stats.summary().removeprefix('sglang logs: ')}"
+                data["logs"] = dataclasses.asdict(stats)
+            _show(text, data, as_json, follow)
 
 
 def ranks(
@@ -127,12 +202,14 @@ def ranks(
     as_json: Json = False,
     follow: Follow = False,
     interval: Interval = 1.0,
+    sglang_log: SGLangLog = [],  # noqa: B006
 ) -> None:
-    """Every rank: role, instance, liveness (alive/stale/gone), host, pid, rooms in flight, origins, echoes."""
+    """Every rank: role, instance, liveness (alive/stale/gone; log), host, pid, rooms in flight, origins, echoes."""
     from kvtop.tables import ranks_json, ranks_text
 
-    for model, now in _models(bootstrap, connect, wait, follow, interval):
-        _show(ranks_text(model, now), ranks_json(model, now), as_json, follow)
+    with _until_ctrl_c():
+        for model, now, _ in _models(bootstrap, connect, wait, follow, interval, sglang_log):
+            _show(ranks_text(model, now), ranks_json(model, now), as_json, follow)
 
 
 def rooms(
@@ -142,12 +219,17 @@ def rooms(
     as_json: Json = False,
     follow: Follow = False,
     interval: Interval = 1.0,
+    sglang_log: SGLangLog = [],  # noqa: B006
 ) -> None:
-    """Rooms still open on some rank: state per rank, bytes, age, idle time, link; STUCK after 10 s idle."""
+    """Rooms still open on some rank: state per rank, bytes, age, idle time, link; STUCK after 10 s idle.
+
+    SGLang logs name no room until it fails, so from --sglang-log this view is empty.
+    """
     from kvtop.tables import rooms_json, rooms_text
 
-    for model, now in _models(bootstrap, connect, wait, follow, interval):
-        _show(rooms_text(model, now), rooms_json(model, now), as_json, follow)
+    with _until_ctrl_c():
+        for model, now, _ in _models(bootstrap, connect, wait, follow, interval, sglang_log):
+            _show(rooms_text(model, now), rooms_json(model, now), as_json, follow)
 
 
 def events(
@@ -159,8 +241,13 @@ def events(
     ] = "info",
     jsonl: Annotated[bool, typer.Option("--jsonl", help="One JSON object per line.")] = False,
     wait: Wait = 2.0,
+    sglang_log: SGLangLog = [],  # noqa: B006
 ) -> None:
-    """The event tail as log lines: what every agent remembers (its snapshot), then, with --follow, live."""
+    """The event tail as log lines: what every agent remembers (its snapshot), then, with --follow, live.
+
+    From --sglang-log: the failures (inferred echoes at debug) and batch lines' queue depths (as
+    heartbeats, debug) of the files, merged by time, then, with --follow, what they gain.
+    """
     from kvtop.event_lines import LEVELS, shown, snapshot_events, to_json, to_line
     from transport.bootstrap import BootstrapClient
     from transport.errors import BootstrapError
@@ -169,8 +256,11 @@ def events(
 
     if level not in LEVELS:
         raise typer.BadParameter(f"{level!r} is not one of {', '.join(LEVELS)}", param_hint="--level")
-    require_source(bootstrap, connect)
+    require_source(bootstrap, connect, sglang_log)
     render = to_json if jsonl else to_line
+    if sglang_log:
+        _log_events(sglang_log, follow, level, render)
+        return
     agents = []
     if bootstrap:
         try:
@@ -198,6 +288,30 @@ def events(
         subscriber.close()
 
 
+def _log_events(sglang_log: list[str], follow: bool, level: str, render: Callable[[str, Event], str]) -> None:
+    """`kvtop events --sglang-log`: the logs' events in time order, then what they gain."""
+    from kvtop.event_lines import shown
+    from kvtop.model import ClusterModel
+
+    logs = _open_logs(sglang_log)
+    model = ClusterModel()
+    try:
+        applied = logs.load(model)
+        while True:
+            for label, event in applied:
+                if shown(event, level):
+                    typer.echo(render(label, event))
+            if not follow:
+                break
+            time.sleep(_LOG_POLL_S)
+            applied = logs.poll(model)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        logs.close()
+    typer.echo(logs.stats().summary(), err=True)
+
+
 def failures(
     bootstrap: Bootstrap = "",
     connect: Connect = [],  # noqa: B006
@@ -206,19 +320,23 @@ def failures(
     wait: Wait = 2.0,
     follow: Follow = False,
     interval: Interval = 1.0,
+    sglang_log: SGLangLog = [],  # noqa: B006
 ) -> None:
-    """Recent failures of a live cluster, each origin once with its echo count (echoes folded under it).
+    """Recent failures of a live cluster or of SGLang logs, each origin once with its echo count.
 
-    Reads every agent's snapshot (its last 512 failures) and what agents publish meanwhile. JSON: a list
-    of groups {room, origin: {rank, role, instance, reason, reason_class, ts, level} or null, origin_label,
-    echo_count, echoes}. Exit 1 when the cluster does not answer.
+    Reads every agent's snapshot (its last 512 failures) and what agents publish meanwhile, or the logs
+    (origins inferred; lines near a group shown with it, transport-library lines as its likely cause).
+    JSON: a list of groups {room, origin: {rank, role, instance, reason, reason_class, ts, level} or null,
+    origin_label, echo_count, echoes, context}. Exit 1 when the cluster does not answer.
     """
     from kvtop.failures_view import render_groups, to_json
 
-    for model, _ in _models(bootstrap, connect, wait, follow, interval):
-        groups = model.groups()
-        _show(render_groups(groups, debug), to_json(groups), as_json, follow)
-        typer.echo(f"{len(groups)} failures from {len(model.ranks)} ranks", err=True)
+    with _until_ctrl_c():
+        for model, _, logs in _models(bootstrap, connect, wait, follow, interval, sglang_log):
+            groups = model.groups()
+            context = logs.context_for(groups) if logs is not None else None
+            _show(render_groups(groups, debug, context), to_json(groups, context), as_json, follow)
+            typer.echo(f"{len(groups)} failures from {len(model.ranks)} ranks", err=True)
 
 
 def register(app: typer.Typer) -> None:

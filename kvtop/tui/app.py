@@ -226,10 +226,11 @@ class KvtopApp(App[None]):
     def _draw_health(self, frame: Frame) -> None:
         h, p = frame.health, self.palette
         text = Text()
-        text.append(
-            f" {h.ranks_alive}/{h.ranks_total} ranks alive",
-            style=p.success if h.ranks_alive == h.ranks_total else p.error,
-        )
+        if h.ranks_from_logs:
+            text.append(f" {h.ranks_from_logs} ranks from logs", style=p.accent)
+        else:
+            all_alive = h.ranks_alive == h.ranks_total
+            text.append(f" {h.ranks_alive}/{h.ranks_total} ranks alive", style=p.success if all_alive else p.error)
         text.append(f"   {h.rooms_per_s:.1f} rooms/s   {rate(h.gbps)}   p99 {h.latency_p99_s * 1000:.0f} ms   ")
         text.append(f"failure rate {h.failure_rate:.1%} ({h.failures} origins)", style=p.error if h.failures else "")
         text.append(f"   {h.rooms_open} open   ")

@@ -46,6 +46,7 @@ class Health:
 
     ranks_alive: int
     ranks_total: int
+    ranks_from_logs: int
     rooms_open: int
     rooms_per_s: float
     gbps: float
@@ -140,6 +141,7 @@ class FrameBuilder:
         health = Health(
             ranks_alive=liveness.count(Liveness.ALIVE),
             ranks_total=len(liveness),
+            ranks_from_logs=liveness.count(Liveness.LOG),
             rooms_open=rooms_open,
             rooms_per_s=rates.rooms_per_s,
             gbps=rates.gbps,

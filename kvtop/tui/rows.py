@@ -51,7 +51,12 @@ class Palette:
 
 
 def rank_line(row: RankRow, palette: Palette) -> Text:
-    state_style = {Liveness.ALIVE: palette.success, Liveness.STALE: palette.warning, Liveness.GONE: palette.error}
+    state_style = {
+        Liveness.ALIVE: palette.success,
+        Liveness.STALE: palette.warning,
+        Liveness.GONE: palette.error,
+        Liveness.LOG: palette.accent,
+    }
     text = Text(f"{row.label:<18}{row.role:<9}")
     text.append(f"{row.liveness:<7}", style=state_style[row.liveness])
     text.append(f"{rate(row.gbps):>11}{row.inflight:>11}")

@@ -12,9 +12,17 @@ from kvtop.fold import ROOM_REUSE_S, SAME_FAILURE_S, FailureGroup, Observed, fol
 ROOM = 42
 
 
-def failure(ts: float, rank: str, origin: str, reason_class: str = "checksum", room: int = ROOM) -> Observed:
+def failure(
+    ts: float,
+    rank: str,
+    origin: str,
+    reason_class: str = "checksum",
+    room: int = ROOM,
+    from_another_rank: bool = False,
+    inferred: bool = False,
+) -> Observed:
     role = "prefill" if rank.startswith("prefill") else "decode"
-    return Observed(ts, room, rank, role, f"reason at {rank}", reason_class, origin)
+    return Observed(ts, room, rank, role, f"reason at {rank}", reason_class, origin, "", from_another_rank, inferred)
 
 
 def shape(groups: list[FailureGroup]) -> list[tuple[int, str, str | None, list[str]]]:
@@ -112,17 +120,65 @@ def test_a_reused_room_id_starts_a_new_room():
     assert [g.echo_count for g in fold(events)] == [0, 0]
 
 
+def test_an_echo_from_another_rank_hangs_under_its_own_instance():
+    """SGLang's bare "unknown reason from another rank" belongs to its instance's origin, not the other side's."""
+    events = [
+        failure(1.0, "prefill-0/TP1", "prefill-0/TP1", "send_failed", inferred=True),
+        failure(1.1, "decode-0/TP0", "decode-0/TP0", "checksum", inferred=True),
+        failure(1.2, "decode-0/TP1", "", "propagated", from_another_rank=True),
+        failure(1.2, "prefill-0/TP0", "", "propagated", from_another_rank=True),
+    ]
+
+    assert shape(fold(events)) == [
+        (ROOM, "prefill-0/TP1", "prefill-0/TP1", ["prefill-0/TP0"]),
+        (ROOM, "decode-0/TP0", "decode-0/TP0", ["decode-0/TP1"]),
+    ]
+
+
+def test_an_echo_from_another_rank_follows_its_instance_to_a_cross_instance_origin():
+    """With no origin in its instance, it joins the group its instance's other echo joined."""
+    events = [
+        failure(1.0, "decode-0/TP1", "decode-0/TP1", "checksum", inferred=True),
+        failure(1.1, "prefill-0/TP1", "", "propagated"),
+        failure(1.2, "prefill-0/TP0", "", "propagated", from_another_rank=True),
+    ]
+
+    assert shape(fold(events)) == [(ROOM, "decode-0/TP1", "decode-0/TP1", ["prefill-0/TP0", "prefill-0/TP1"])]
+
+
+def test_an_inferred_prefill_origin_after_a_decode_timeout_is_its_echo():
+    """The decode gave up (timeout or abort) and told the prefill: the prefill's later failure is its echo."""
+    after = [
+        failure(1.0, "decode-0/TP0", "decode-0/TP0", "timeout_waiting", inferred=True),
+        failure(2.0, "prefill-0/TP0", "prefill-0/TP0", "send_failed", inferred=True),
+    ]
+    before = [
+        failure(1.0, "prefill-0/TP0", "prefill-0/TP0", "send_failed", inferred=True),
+        failure(2.0, "decode-0/TP0", "decode-0/TP0", "timeout_waiting", inferred=True),
+    ]
+    named = [
+        failure(1.0, "decode-0/TP0", "decode-0/TP0", "timeout_waiting"),
+        failure(2.0, "prefill-0/TP0", "prefill-0/TP0", "send_failed"),
+    ]
+
+    assert shape(fold(after)) == [(ROOM, "decode-0/TP0", "decode-0/TP0", ["prefill-0/TP0"])]
+    assert [g.origin_label for g in fold(before)] == ["prefill-0/TP0", "decode-0/TP0"]
+    assert [g.origin_label for g in fold(named)] == ["decode-0/TP0", "prefill-0/TP0"], "agents' own origins stand"
+
+
 ranks = st.sampled_from(["prefill-0/TP0", "prefill-0/TP1", "decode-0/TP0", "decode-0/TP1", "decode-1/TP0"])
 observed = st.builds(
-    lambda ts, room, rank, origin_kind, origin_rank, reason_class: failure(
-        ts, rank, {"self": rank, "other": origin_rank, "none": ""}[origin_kind], reason_class, room
+    lambda ts, room, rank, origin_kind, origin_rank, reason_class, another, inferred: failure(
+        ts, rank, {"self": rank, "other": origin_rank, "none": ""}[origin_kind], reason_class, room, another, inferred
     ),
     st.floats(0, 200, allow_nan=False).map(lambda t: round(t, 2)),
     st.integers(1, 3),
     ranks,
     st.sampled_from(["self", "other", "none"]),
     ranks,
-    st.sampled_from(["checksum", "timeout_transfer", "propagated"]),
+    st.sampled_from(["checksum", "timeout_transfer", "aborted", "propagated"]),
+    st.booleans(),
+    st.booleans(),
 )
 
 

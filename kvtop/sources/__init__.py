@@ -1,0 +1,1 @@
+"""Sources other than live agents that feed the cluster model (DESIGN.md, "sources")."""

@@ -1,0 +1,53 @@
+"""SGLang logs as the dashboard's source: a thread that keeps a model current as the files grow."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+from kvtop.model import ClusterModel
+from kvtop.sources.sglang.source import LogSpec, SGLangLogs
+
+POLL_S = 0.25
+
+
+class LogFollower:
+    """`model`, `lock` and `error` as the dashboard reads them; `now()` is the latest time the logs mention.
+
+    Reads the files from their start (big files load while the dashboard already shows them) and then
+    what they gain, with rotation; raises `OSError` at once if a file cannot be opened.
+    """
+
+    def __init__(self, specs: Iterable[str | Path | LogSpec]) -> None:
+        self.logs = SGLangLogs(specs)
+        self.model = ClusterModel()
+        self.lock = threading.Lock()
+        self.error = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kvtop-sglang-logs", daemon=True)
+
+    def start(self) -> LogFollower:
+        self._thread.start()
+        return self
+
+    def now(self) -> float:
+        return self.logs.now
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self.logs.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with self.lock:  # a few MiB at a time: a big file loads while the dashboard shows it
+                    self.logs.poll(self.model, max_bytes=8 << 20)
+                    self.model.sweep(self.logs.now)
+                self.error = ""
+            except OSError as error:  # a file vanished without a rotation: say so, keep trying
+                self.error = f"sglang log: {error}"
+            if all(file.reader.at_end() for file in self.logs.files):
+                self._stop.wait(POLL_S)

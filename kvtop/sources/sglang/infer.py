@@ -1,0 +1,67 @@
+"""Origin inference: a failure line becomes a `Failure` event whose origin is itself, or unknown (an echo).
+
+SGLang logs only a boolean "from another rank", so kvtop infers from the
+reason text (DOMAIN.md, "How failures propagate"):
+
+- `Failed due to an unknown reason from another rank` is an echo inside its
+  instance (`is_from_another_rank`): the fold hangs it under its instance's
+  origin;
+- decode's `Failed to get kvcache from prefill instance, it might be dead`
+  and prefill's `Aborted by decode peer ...` are echoes of the other side's
+  origin in the same room; so is an abort on a prefill rank (the decode or
+  the router gave up);
+- every other reason is an origin of its own class; the fold still merges
+  ranks of one instance that report the same class at about the same time,
+  and makes a prefill failure that follows a decode timeout or abort an echo
+  of it (`Observed.inferred`).
+
+With nothing to explain an echo, the fold shows it under "origin unknown".
+"""
+
+from __future__ import annotations
+
+import re
+
+from kvtop.sources.sglang.lines import FailureLine
+from transport.events import Failure, Level
+
+ANOTHER_RANK = "Failed due to an unknown reason from another rank"
+
+_CLASSES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern), reason_class)
+    for pattern, reason_class in (
+        (r"timed out after [\d.]+s in KVPoll\.Bootstrapping", "timeout_bootstrap"),
+        (r"timed out after [\d.]+s in KVPoll\.WaitingForInput", "timeout_waiting"),
+        (r"timed out after [\d.]+s in KVPoll\.Transferring", "timeout_transfer"),
+        (r"^Failed to send kv chunk of ", "send_failed"),
+        (r"^Decode instance could be dead, remote (?:mooncake )?session .* is not alive", "peer_lost"),
+        (r"^Lost connection with prefill instance", "peer_lost"),
+        (r"^Lost connection with rank .* of this instance", "peer_lost"),
+        (r"^Failed to get kvcache from prefill instance", "propagated"),
+        (r"^Aborted by decode peer", "propagated"),
+        (rf"^{ANOTHER_RANK}", "propagated"),
+        (r"^Aborted by AbortReq", "aborted"),
+        (r"failed its checksum|checksum mismatch", "checksum"),
+        (r"refused the transfer request", "refused"),
+    )
+)
+
+
+def reason_class(reason: str) -> str:
+    """The closed-set class of a reason string (`other` for anything a backend reports)."""
+    for pattern, name in _CLASSES:
+        if pattern.search(reason):
+            return name
+    return "other"
+
+
+def to_failure(line: FailureLine, label: str, ts: float) -> Failure | None:
+    """The failure event a failure line stands for, with its inferred origin (None: the line has no room)."""
+    if line.room is None:
+        return None
+    name = reason_class(line.reason)
+    from_another_rank = line.reason.startswith(ANOTHER_RANK)
+    echo = name == "propagated" or (name == "aborted" and line.role == "prefill")
+    origin = "" if echo else label
+    level = Level.DEBUG if echo else Level.WARNING if line.role == "prefill" else Level.ERROR
+    return Failure(ts, line.room, label, line.reason, name, str(level), from_another_rank, origin)

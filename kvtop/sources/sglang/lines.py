@@ -1,0 +1,208 @@
+"""The line kinds kvtop understands in SGLang server logs, and what each one says.
+
+`MARKERS` are the substrings that every understood line contains: the reader
+looks for them in whole blocks of the file (C speed) and parses only the lines
+that hold one, so the other 99 % of a busy log cost almost nothing.
+
+Kinds (DOMAIN.md, "SGLang's log lines"):
+
+- `FailureLine`: the scheduler's four failure lines (decode handshake and
+  transfer, prefill transfer and bootstrap) with `KVTransferError(bootstrap_room=N):
+  reason`, a bare backend code, or another exception's text;
+- `BatchLine`: the periodic prefill and decode batch lines with queue depths
+  (`#bootstrap-req`, `#inflight-req`, `#prealloc-req`, `#transfer-req`,
+  `#retracted-req`, mid-2025 `#unbootstrapped-req`/`#transferring-req`);
+- `ContextLine`: everything else that explains failures: `Session X failed.`,
+  `Lost connection with prefill instance (...), N requests affected`, NIXL
+  transport errors, transfer worker errors and their tracebacks, context
+  corruption, one-time hints, bootstrap trouble, aborts carrying a
+  KVTransferError, and transport libraries' own lines (glog, UCX).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from kvtop.sources.sglang.prefix import Prefix, stamp_seconds
+
+MARKERS: tuple[bytes, ...] = (
+    b"bootstrap",  # failure lines with a room, lost connections, bootstrap errors, hints, corruption, client aborts
+    b" failed",  # failure lines without a room, `Session ... failed.`, transfer engines' glog failures
+    b"for room ",  # NIXL transport errors, transfer worker errors
+    b"UCX  ERROR",
+    b"Traceback (most recent call last)",
+)
+"""Every understood line but the batch lines contains one of these (the block scanner's prefilter): few and
+long, so `bytes.find` runs at GB/s; a line that holds one but is of no kind kvtop knows costs one parse."""
+
+SAMPLED_MARKERS: tuple[bytes, ...] = (b" batch",)
+"""Batch lines: periodic gauges, so the scanner looks for them only at the end of each block it reads."""
+
+ROLE_MARKERS: dict[bytes, str] = {
+    b"disaggregation_mode='prefill'": "prefill",
+    b"disaggregation_mode='decode'": "decode",
+    b"Prefill batch": "prefill",
+    b"Prefill transfer failed": "prefill",
+    b"Prefill bootstrap failed": "prefill",
+    b"Decode batch": "decode",
+    b"Decode transfer failed": "decode",
+    b"Decode handshake failed": "decode",
+    b"Lost connection with prefill instance": "decode",
+    b"pre-allocated usage": "decode",
+}
+"""Text that only one kind of server writes: it tells which server a file is."""
+
+_FAILURE = re.compile(r"(Decode handshake|Decode transfer|Prefill transfer|Prefill bootstrap) failed for request (.*)")
+_RANK = re.compile(r"\brank=(\d+)")
+_RID = re.compile(r"\brid='([^']*)'")
+_ROOM_FIELD = re.compile(r"\bbootstrap_room=(\d+|None)")
+_EXCEPTION = re.compile(r"KVTransferError\(bootstrap_room=(\d+|None)\): (.+)")
+_BATCH = re.compile(r"(Prefill|Decode) batch[.,:]? ")
+_QUEUE = re.compile(r"#([a-z-]+-req): (\d+)")
+_PREALLOC_USAGE = re.compile(r"pre-allocated usage: ([\d.]+)")
+_SESSION = re.compile(r"Session (\S+) failed\.")
+_LOST = re.compile(r"Lost connection with prefill instance \(bootstrap_addr: ([^)]*)\)(?:, (\d+) requests? affected)?")
+_ROOM_CONTEXT = (
+    re.compile(r"NIXL transport error for room (\d+)"),
+    re.compile(r"Unexpected transfer worker error for room (\d+)"),
+    re.compile(r"Context corruption detected: .*?\(bootstrap_room=(\d+)\)"),
+    re.compile(r"KVTransferError\(bootstrap_room=(\d+)\)"),
+)
+_HINTS = (
+    "Some requests fail to receive KV Cache transfer done signal",
+    "Error fetching prefill parallel info from bootstrap",
+    "Error querying dp_ranks from bootstrap",
+)
+_GLOG = re.compile(r"([EWIF])(\d\d)(\d\d) (\d\d:\d\d:\d\d)(\.\d+)? +\d+ +(\S+\.c(?:pp|c)?:\d+)\] (.*)")
+_UCX = re.compile(r"\[(\d{9,}\.\d+)\] +\[[^\]]*\] +\S+ +UCX +(ERROR|WARN\w*|DIAG) +(.*)")
+_TRANSPORT_KEYWORDS = ("Session::", "writeBody", "peer_nic", "Process failed", "transfer", "Transfer")
+
+QUEUES = ("bootstrap", "inflight", "prealloc", "transfer", "retracted", "unbootstrapped", "transferring")
+"""Queue depth fields of the batch lines, as counters `queue_<name>` (all eras)."""
+
+
+class Garbled(ValueError):
+    """A line that holds a marker but not the shape of its kind (truncated, cut, corrupted)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FailureLine:
+    """One of the scheduler's four failure lines."""
+
+    ts: float | None
+    tp: int
+    """The TP rank: from the prefix, else the line's `rank=` field."""
+    what: str
+    """`Decode handshake`, `Decode transfer`, `Prefill transfer` or `Prefill bootstrap`."""
+    rid: str
+    room: int | None
+    reason: str
+    """The KVTransferError's reason, or the whole exception text when it is something else."""
+    is_kv_error: bool
+
+    @property
+    def role(self) -> str:
+        return "prefill" if self.what.startswith("Prefill") else "decode"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLine:
+    """A periodic batch line: queue depths of one rank (`queue_<name>` counters)."""
+
+    ts: float | None
+    tp: int
+    role: str
+    queues: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ContextLine:
+    """A line that explains failures around it: about one room, or about a peer and a time."""
+
+    ts: float | None
+    tp: int | None
+    kind: str
+    """`session`, `lost_connection`, `room`, `hint`, `glog`, `ucx` or `traceback`."""
+    room: int | None
+    text: str
+
+    @property
+    def is_transport_library(self) -> bool:
+        return self.kind in ("glog", "ucx")
+
+
+Record = FailureLine | BatchLine | ContextLine
+
+
+def classify(prefix: Prefix, year: int) -> Record | None:
+    """What a line says (None: nothing kvtop uses). `year` dates glog lines, which print none.
+
+    Raises `Garbled` for a line that starts like a kind kvtop knows but does not finish like one.
+    """
+    message, ts = prefix.message, prefix.ts
+    if "failed for request" in message:
+        return _failure(prefix)
+    if " batch" in message:
+        match = _BATCH.match(message)
+        if match:
+            queues = {f"queue_{name[:-4]}": int(value) for name, value in _QUEUE.findall(message)}
+            usage = _PREALLOC_USAGE.search(message)
+            if usage:
+                queues["prealloc_usage_permille"] = round(float(usage[1]) * 1000)
+            return BatchLine(ts, prefix.tp or 0, match[1].lower(), queues)
+    match = _SESSION.search(message)
+    if match:
+        return ContextLine(ts, prefix.tp, "session", None, message)
+    match = _LOST.search(message)
+    if match:
+        return ContextLine(ts, prefix.tp, "lost_connection", None, message)
+    for pattern in _ROOM_CONTEXT:
+        match = pattern.search(message)
+        if match:
+            return ContextLine(ts, prefix.tp, "room", int(match[1]), message)
+    if any(hint in message for hint in _HINTS):
+        return ContextLine(ts, prefix.tp, "hint", None, message)
+    if message.startswith("Traceback (most recent call last)"):
+        return ContextLine(ts, prefix.tp, "traceback", None, message)
+    if ts is None:
+        return _transport_library(message, year)
+    return None
+
+
+def _failure(prefix: Prefix) -> FailureLine:
+    match = _FAILURE.search(prefix.message)
+    if match is None:
+        raise Garbled("a failure line without its kind")
+    fields, _, exception = match[2].partition(" with exception ")
+    rank = _RANK.search(fields)
+    rid = _RID.search(fields)
+    room_field = _ROOM_FIELD.search(fields)
+    if not exception or (rank is None and prefix.tp is None):
+        raise Garbled("a failure line cut before its exception")
+    kv_error = _EXCEPTION.match(exception)
+    room_text = kv_error[1] if kv_error else room_field[1] if room_field else "None"
+    if room_field and room_field[1] != "None":
+        room_text = room_field[1]
+    room = int(room_text) if room_text != "None" else None
+    tp = prefix.tp if prefix.tp is not None else int(rank[1]) if rank else 0
+    reason = kv_error[2] if kv_error else exception
+    return FailureLine(prefix.ts, tp, match[1], rid[1] if rid else "", room, reason.strip(), kv_error is not None)
+
+
+def _transport_library(message: str, year: int) -> ContextLine | None:
+    """A Mooncake/NIXL glog line or a UCX line (they carry their own time, never a room)."""
+    glog = _GLOG.match(message)
+    if glog:
+        if glog[1] == "I" and not any(word in glog[7] for word in _TRANSPORT_KEYWORDS):
+            return None
+        stamp = f"{year}-{glog[2]}-{glog[3]} {glog[4]}"
+        try:
+            ts = stamp_seconds(stamp) + float(glog[5] or 0)
+        except ValueError as error:
+            raise Garbled(f"a glog line with a bad time: {stamp}") from error
+        return ContextLine(ts, None, "glog", None, message)
+    ucx = _UCX.search(message)
+    if ucx:
+        return ContextLine(float(ucx[1]), None, "ucx", None, message)
+    return None

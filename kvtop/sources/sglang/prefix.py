@@ -1,0 +1,81 @@
+"""SGLang's line prefix: `[YYYY-MM-DD HH:MM:SS(.mmm) <rank tags>] message`, and the wrappers around it.
+
+SGLang prints no level. The rank tags are any subset, in any order, of
+`DP{n}`, `PP{n}`, `ATTN_CP{n}`, `TP{n}`, `EP{n}` (older versions print them
+without `ATTN_CP`); a scheduler without parallelism prints none. Log shippers
+wrap the line (a container runtime's `2026-01-02T03:04:05.123456789+08:00
+stderr F `, a dashboard export's `Jan 2, 2026 @ 03:04:05.123    `); people
+paste lines with no prefix at all. Times are local, as SGLang writes them.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+
+_SGLANG = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](\d{1,6}))?((?: +[A-Z_]+\d+)*) *\] ?")
+_TAG = re.compile(r"([A-Z_]+?)(\d+)")
+_WRAPPERS = (
+    re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? (?:stdout|stderr) [FP] "),
+    re.compile(r"[A-Z][a-z]{2} \d{1,2}, \d{4} @ \d\d:\d\d:\d\d(?:\.\d+)? *\t* *"),
+)
+_STAMPS_KEPT = 65_536
+
+
+@dataclass(frozen=True, slots=True)
+class Prefix:
+    """What a line's prefix says: when (None: no prefix), the rank tags, and where the message starts."""
+
+    ts: float | None
+    tags: dict[str, int]
+    message: str
+
+    @property
+    def tp(self) -> int | None:
+        return self.tags.get("TP")
+
+
+_stamps: dict[str, float] = {}
+
+
+def stamp_seconds(stamp: str) -> float:
+    """`YYYY-MM-DD HH:MM:SS` in local time as epoch seconds (cached: a log repeats each second many times)."""
+    seconds = _stamps.get(stamp)
+    if seconds is None:
+        if len(_stamps) >= _STAMPS_KEPT:
+            _stamps.clear()
+        seconds = _stamps[stamp] = time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S"))
+    return seconds
+
+
+def unwrap(line: str) -> str:
+    """The line without a log shipper's wrapper (unchanged if it has none)."""
+    if line.startswith("["):
+        return line
+    for wrapper in _WRAPPERS:
+        match = wrapper.match(line)
+        if match:
+            return line[match.end() :]
+    return line
+
+
+def parse_prefix(line: str) -> Prefix:
+    """Split a line into its prefix (time, rank tags) and message; a line with no prefix is all message.
+
+    Raises ValueError for a prefix whose date cannot be (a garbled stamp such as month 13).
+    """
+    line = unwrap(line.rstrip("\r\n"))
+    match = _SGLANG.match(line)
+    if match is None:
+        return Prefix(None, {}, line.rstrip())
+    ts = stamp_seconds(match[1])
+    if match[2]:
+        ts += int(match[2]) / 10 ** len(match[2])
+    tags = {name: int(value) for name, value in _TAG.findall(match[3])} if match[3] else {}
+    return Prefix(ts, tags, line[match.end() :].rstrip())
+
+
+def has_prefix(line: str) -> bool:
+    """Whether the line starts a new record (a traceback's continuation lines do not)."""
+    return _SGLANG.match(unwrap(line)) is not None

@@ -1,0 +1,72 @@
+"""The same failures twice: from a live cluster's events, and inferred from the SGLang-format logs its agents wrote."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kvtop_cli import kvtop
+
+from transport import FaultSpec, Timeouts, TransferConfig
+from transport.cluster import ClusterSpec
+
+TRANSFER = TransferConfig(
+    chunk_bytes=8192,
+    window_bytes=32768,
+    heartbeat_s=0.25,
+    peer_timeout_s=1.5,
+    timeouts=Timeouts(bootstrap_s=1.5, waiting_s=1.5, transfer_s=1.0),
+)
+CORRUPTED = (0x11, 0x12)
+"""Rooms from prefill-0, whose TP1 corrupts a chunk: decode-0/TP1 sees the checksum fail."""
+REFUSED = (0x21, 0x22)
+"""Rooms from prefill-1, whose TP0 refuses the transfer request."""
+ABANDONED = (0x31,)
+"""Rooms given to prefill-0 only: no decode ever asks, so prefill-0/TP0 times out in Bootstrapping."""
+
+
+def folded(groups: list[dict]) -> list[tuple[int, str, str, int]]:
+    """Each group as (room, origin rank, origin reason class, echo count)."""
+    return sorted(
+        (g["room"], g["origin_label"], g["origin"]["reason_class"] if g["origin"] else "", g["echo_count"])
+        for g in groups
+    )
+
+
+def test_failures_from_the_agents_logs_match_failures_from_their_events(make_cluster, control, tmp_path: Path):
+    """`kvtop failures` infers from the logs the origins (room, rank, class) and echo counts the events name."""
+    spec = ClusterSpec(
+        prefill=2,
+        decode=1,
+        prefill_tp=2,
+        decode_tp=2,
+        num_pages=64,
+        page_bytes=8192,
+        transfer=TRANSFER,
+        faults={"prefill-0/TP1": (FaultSpec.parse("corrupt"),), "prefill-1/TP0": (FaultSpec.parse("refuse"),)},
+        log_dir=str(tmp_path),
+        log_level="DEBUG",
+    )
+    cluster = make_cluster(spec)
+    clients = {agent.label: control(agent.control_endpoint) for agent in cluster.agents()}
+    submitted: dict[int, list[str]] = {}
+    for rooms, prefill, with_decode in ((CORRUPTED, "prefill-0", True), (REFUSED, "prefill-1", True),
+                                        (ABANDONED, "prefill-0", False)):  # fmt: skip
+        for room in rooms:
+            labels = [label for label in clients if label.startswith(prefill)]
+            labels += [label for label in clients if label.startswith("decode") and with_decode]
+            for label in labels:
+                clients[label].submit(room, 8, prefill if label.startswith("decode") else "")
+            submitted[room] = labels
+    for room, labels in submitted.items():
+        for label in labels:
+            clients[label].wait_result(room, 15)
+
+    live = kvtop("failures", "--bootstrap", cluster.endpoint, "--json")
+    logs = [str(path) for path in sorted(tmp_path.glob("*.log"))]
+    logged = kvtop("failures", "--json", *(arg for path in logs for arg in ("--sglang-log", path)))
+
+    assert (live.returncode, logged.returncode) == (0, 0), live.stderr + logged.stderr
+    expected = folded(json.loads(live.stdout))
+    assert sorted(submitted) == sorted({room for room, *_ in expected})
+    assert expected == folded(json.loads(logged.stdout))

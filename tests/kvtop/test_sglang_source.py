@@ -1,0 +1,247 @@
+"""SGLang logs into the cluster model: both log eras, every propagation path, files merged, followed, rotated."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kvtop.check import Thresholds, Verdict, evaluate
+from kvtop.fold import FailureGroup
+from kvtop.model import ClusterModel, Liveness
+from kvtop.sources.sglang import SGLangLogs, load
+from transport.events import Failure
+
+pytestmark = pytest.mark.usefixtures("utc")
+
+SGLANG_FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
+
+OLD_ERA = [SGLANG_FIXTURES / "old-era" / "prefill.log", SGLANG_FIXTURES / "old-era" / "decode.log"]
+NEW_ERA = [SGLANG_FIXTURES / "new-era" / "prefill.log", SGLANG_FIXTURES / "new-era" / "decode.log"]
+DECODE_LINE = (
+    "[2026-01-02 03:04:{s:02d} TP{tp}] Decode transfer failed for request rank={tp} decode_req.req.rid='r' "
+    "decode_req.req.bootstrap_room={room} with exception KVTransferError(bootstrap_room={room}): {reason}\n"
+)
+TIMEOUT = "Request {room} timed out after 300.0s in KVPoll.WaitingForInput"
+
+
+def shape(groups: list[FailureGroup]) -> list[tuple[int, str, str, list[str]]]:
+    """Groups as (room, origin label, origin class, sorted echo ranks)."""
+    return [
+        (g.room, g.origin_label, g.origin.reason_class if g.origin else "", sorted(e.rank for e in g.echoes))
+        for g in groups
+    ]
+
+
+def decode_line(room: int, tp: int = 0, second: int = 5, reason: str = TIMEOUT) -> str:
+    return DECODE_LINE.format(s=second, tp=tp, room=room, reason=reason.format(room=room))
+
+
+OLD_ERA_GROUPS = [
+    (1111, "prefill-0/TP1", "send_failed", ["decode-0/TP0", "decode-0/TP1", "prefill-0/TP0"]),
+    (2222, "decode-0/TP0", "timeout_waiting", ["decode-0/TP1", "prefill-0/TP0", "prefill-0/TP1"]),
+    (3333, "decode-0/TP1", "timeout_bootstrap", ["decode-0/TP0"]),
+    (4444, "prefill-0/TP0", "timeout_bootstrap", ["prefill-0/TP1"]),
+    (5555, "decode-0/TP0", "peer_lost", ["decode-0/TP1"]),
+    (6666, "prefill-0/TP0", "peer_lost", ["decode-0/TP0"]),
+    (7777, "decode-0/TP0", "aborted", ["prefill-0/TP0"]),
+    (8888, "prefill-0/TP1", "other", []),
+    (9999, "prefill-0/TP0", "send_failed", []),
+    (1313, "", "", ["decode-0/TP1"]),
+    (1212, "prefill-0/TP1", "other", []),
+    (1414, "prefill-0/TP0", "send_failed", []),
+]
+
+
+def test_an_old_era_log_folds_every_propagation_path_under_its_origin():
+    """Copies at error/warning (before PR #27534): instance echoes, both cross-instance paths, unknown origins."""
+    model = ClusterModel()
+
+    load(OLD_ERA, model)
+
+    assert shape(model.groups()) == OLD_ERA_GROUPS
+
+
+def test_a_new_era_log_without_echo_lines_gives_the_same_origins():
+    """After PR #27534 the instance echoes are at debug and absent: the same origins, fewer echoes."""
+    model = ClusterModel()
+
+    load(NEW_ERA, model)
+
+    without_instance_echoes = [
+        (room, origin, name, [e for e in echoes if (room, e) not in INSTANCE_ECHOES])
+        for room, origin, name, echoes in OLD_ERA_GROUPS
+        if room != 1313
+    ]
+    assert without_instance_echoes == shape(model.groups())
+
+
+INSTANCE_ECHOES = {
+    (1111, "prefill-0/TP0"),
+    (2222, "decode-0/TP1"),
+    (2222, "prefill-0/TP0"),
+    (4444, "prefill-0/TP1"),
+}
+
+
+def test_log_ranks_are_log_not_gone_and_check_does_not_call_them_critical():
+    """Ranks from logs have no heartbeat: state `log`, left out of the rank rules, so check is not CRITICAL."""
+    model = ClusterModel()
+    logs = load(OLD_ERA, model)
+
+    result = evaluate(model, Thresholds(), logs.now)
+
+    assert {Liveness.LOG} == set(model.liveness(logs.now).values())
+    assert (result.verdict, result.ranks_log, result.ranks_total, result.ranks_gone) == (Verdict.OK, 4, 0, [])
+
+
+def test_batch_lines_give_each_rank_its_queue_depths():
+    """The latest batch line of a rank sets its counters and its rooms in flight (inflight or transfer queue)."""
+    model = ClusterModel()
+
+    load(OLD_ERA, model)
+
+    assert (
+        model.ranks["prefill-0/TP0"].inflight,
+        model.ranks["prefill-0/TP0"].counters,
+    ) == (8, {"queue_running": 0, "queue_queue": 0, "queue_bootstrap": 7, "queue_inflight": 8})
+    assert model.ranks["decode-0/TP0"].inflight == 5
+
+
+def test_truncated_and_garbled_lines_are_counted_and_skipped():
+    """A cut failure line, an impossible date and bytes that are not text: three counted, none fatal."""
+    logs = load(OLD_ERA, ClusterModel())
+
+    stats = logs.stats()
+
+    assert (stats.garbled, stats.no_room, stats.failures, stats.batches) == (3, 1, 23, 6)
+
+
+def test_transport_library_lines_and_related_lines_are_shown_with_the_groups_near_them():
+    """The glog error beside room 1111's send failure is its likely cause; the NIXL line joins room 8888."""
+    model = ClusterModel()
+    logs = load(OLD_ERA, model)
+    groups = model.groups()
+
+    context = dict(zip([g.room for g in groups], logs.context_for(groups), strict=True))
+
+    assert sorted((c.kind, c.likely_cause) for c in context[1111]) == [("glog", True), ("session", False)]
+    assert [c.kind for c in context[8888]] == ["room"]
+
+
+def test_files_are_named_from_agent_file_names_else_by_role_in_argument_order(tmp_path: Path):
+    """`decode-3.log` keeps its name; other files are prefill-N/decode-N in order; prefill=/decode= say the role."""
+    for name in ("decode-3.log", "a.log", "b.log", "c.log"):
+        (tmp_path / name).write_text(decode_line(1))
+    model = ClusterModel()
+
+    load([tmp_path / "decode-3.log", tmp_path / "a.log", f"prefill={tmp_path / 'b.log'}", tmp_path / "c.log"], model)
+
+    assert sorted(model.ranks) == ["decode-0/TP0", "decode-1/TP0", "decode-3/TP0", "prefill-0/TP0"]
+    assert model.ranks["prefill-0/TP0"].role == "prefill"
+
+
+def test_several_files_are_merged_by_time(tmp_path: Path):
+    """Two instances' files interleave in time order whatever the argument order."""
+    (tmp_path / "decode-0.log").write_text(decode_line(1, second=1) + decode_line(3, second=3))
+    (tmp_path / "decode-1.log").write_text(decode_line(2, second=2) + decode_line(4, second=4))
+
+    applied = SGLangLogs([tmp_path / "decode-1.log", tmp_path / "decode-0.log"]).load(ClusterModel())
+
+    assert [(event.room, label) for label, event in applied if isinstance(event, Failure)] == [
+        (1, "decode-0/TP0"),
+        (2, "decode-1/TP0"),
+        (3, "decode-0/TP0"),
+        (4, "decode-1/TP0"),
+    ]
+
+
+def test_a_followed_file_gives_lines_as_they_are_completed(tmp_path: Path):
+    """`tail -f`: a line shows once its newline is written, not before; nothing is read twice."""
+    path = tmp_path / "decode-0.log"
+    path.write_text(decode_line(1))
+    model = ClusterModel()
+    logs = SGLangLogs([path])
+    logs.poll(model)
+    half = decode_line(2)
+
+    with path.open("a") as log:
+        log.write(half[:40])
+        log.flush()
+        partial = logs.poll(model)
+        log.write(half[40:])
+        log.flush()
+        completed = logs.poll(model)
+
+    assert ([e.room for _, e in partial], [e.room for _, e in completed]) == ([], [2])
+    assert [g.room for g in model.groups()] == [1, 2]
+
+
+def test_a_rotated_file_is_drained_then_read_again_from_its_start(tmp_path: Path):
+    """Rename-and-reopen rotation: the old file's last lines, then the new file from its first line."""
+    path = tmp_path / "decode-0.log"
+    path.write_text(decode_line(1))
+    model = ClusterModel()
+    logs = SGLangLogs([path])
+    logs.poll(model)
+    with path.open("a") as log:
+        log.write(decode_line(2))
+    path.rename(tmp_path / "decode-0.log.1")
+    path.write_text(decode_line(3))
+
+    logs.poll(model)
+
+    assert ([g.room for g in model.groups()], logs.stats().rotations) == ([1, 2, 3], 1)
+
+
+def test_a_file_truncated_in_place_is_read_again_from_its_start(tmp_path: Path):
+    """Copy-and-truncate rotation: a file shorter than what was read starts over."""
+    path = tmp_path / "decode-0.log"
+    path.write_text(decode_line(1) + decode_line(2))
+    model = ClusterModel()
+    logs = SGLangLogs([path])
+    logs.poll(model)
+
+    path.write_text(decode_line(3))
+    logs.poll(model)
+
+    assert [g.room for g in model.groups()] == [1, 2, 3]
+
+
+def test_gzip_files_are_read_like_plain_ones(tmp_path: Path):
+    """A rotated `.gz` log gives the same groups as the plain file."""
+    with (
+        open(OLD_ERA[1], "rb") as plain,
+        gzip.open(tmp_path / "decode.log.gz", "wb") as packed,
+    ):
+        shutil.copyfileobj(plain, packed)
+    plain_model, packed_model = ClusterModel(), ClusterModel()
+
+    load([OLD_ERA[0], OLD_ERA[1]], plain_model)
+    load([OLD_ERA[0], tmp_path / "decode.log.gz"], packed_model)
+
+    assert shape(plain_model.groups()) == shape(packed_model.groups())
+
+
+def test_a_last_line_without_a_newline_counts_when_the_file_is_read_to_its_end(tmp_path: Path):
+    """One-shot reading takes the final unterminated line (a server killed mid-write still left it)."""
+    path = tmp_path / "decode-0.log"
+    path.write_text(decode_line(1) + decode_line(2).rstrip("\n"))
+    model = ClusterModel()
+
+    load([path], model)
+
+    assert [g.room for g in model.groups()] == [1, 2]
+
+
+def test_ranks_of_one_instance_failing_the_same_way_together_are_one_failure(tmp_path: Path):
+    """Both decode ranks time out on the same room within a second: one origin (the earliest), one echo."""
+    path = tmp_path / "decode-0.log"
+    path.write_text(decode_line(7, tp=1, second=5) + decode_line(7, tp=0, second=6))
+    model = ClusterModel()
+
+    load([path], model)
+
+    assert shape(model.groups()) == [(7, "decode-0/TP1", "timeout_waiting", ["decode-0/TP0"])]
