@@ -10,6 +10,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+import numpy as np
+
 from kvtop.fold import ROOM_REUSE_S, FailureGroup, Observed, fold
 from kvtop.rolling import RingBuffer, percentiles
 from transport.events import (
@@ -35,6 +37,10 @@ FINISHED_ROOMS_KEPT = 10_000
 FAILURES_KEPT = 50_000
 TRANSFERS_KEPT = 65_536
 RANK_TRANSFERS_KEPT = 4096
+
+
+_POLLS = {int(state): state for state in KVPoll}
+"""KVPoll members by value: a dict hit instead of the enum's call in the per-event loop."""
 
 
 class Liveness(StrEnum):
@@ -149,9 +155,8 @@ class ClusterModel:
             events: list[Event] = [e for e in (item.hello, item.heartbeat) if e is not None]
             events += [*item.finished_rooms, *item.live_rooms, *item.progress, *item.failures, *item.transfers]
         else:
-            events = list(item.events)
-        for event in events:
-            self._apply_event(view, event)
+            events = item.events
+        self._apply_events(view, events)
 
     def register(self, agent: AgentInfo) -> None:
         """A rank the bootstrap service lists: known (and gone until it is heard from)."""
@@ -207,27 +212,73 @@ class ClusterModel:
             view = self.ranks[label] = RankView(label, "", instance, int(rank or 0))
         return view
 
-    def _apply_event(self, view: RankView, event: Event) -> None:
+    def _apply_events(self, view: RankView, events: list[Event]) -> None:
+        """Apply events in order; the high-volume kinds inline on locals (this loop sets the ingest rate)."""
+        rooms, label, now = self.rooms, view.label, self._now
+        decode_instance = view.instance if view.role == "decode" else ""
+        done: list[TransferDone] = []
+        for event in events:
+            if type(event) is RoomState:
+                room = rooms.get(event.room) or self._new_room(event)
+                if room is None:
+                    continue
+                room.touched_at = now
+                room.states[label] = _POLLS[event.state]
+                if decode_instance and event.peer:
+                    room.link = (event.peer, decode_instance)
+                if event.bytes_total > room.bytes_total:
+                    room.bytes_total = event.bytes_total
+                if event.ts > room.last_progress:
+                    room.last_progress = event.ts
+            elif type(event) is Progress:
+                room = rooms.get(event.room)
+                if room is not None:
+                    if event.bytes_done > room.bytes_done:
+                        room.bytes_done = event.bytes_done
+                    room.last_progress = event.ts
+            elif type(event) is TransferDone:
+                done.append(event)
+            else:
+                self._transfers_done(view, done)
+                done = []
+                self._apply_rare(view, event)
+                decode_instance = view.instance if view.role == "decode" else ""
+        self._transfers_done(view, done)
+
+    def _new_room(self, event: RoomState) -> RoomView | None:
+        """The room a state opens, or None when it is news of a retired room (which it may turn failed)."""
+        retired = self.finished.get(event.room)
+        if retired is not None and event.ts - retired.ts <= ROOM_REUSE_S:
+            retired.ok = retired.ok and event.state != KVPoll.Failed  # a late rank of a retired room
+            return None
+        room = self.rooms[event.room] = RoomView(event.room, event.ts, event.ts)
+        return room
+
+    def _transfers_done(self, view: RankView, done: list[TransferDone]) -> None:
+        """Finished transfers in bulk: one ring append per buffer; decode ranks' also feed rates and links."""
+        if not done:
+            return
+        rows = np.array([(e.ts, e.nbytes, e.seconds) for e in done], dtype=np.float64)
+        view.transfers.extend(rows[:, :2])
+        if view.role != "decode":
+            return
+        self.transfers.extend(rows)
+        for event in done:
+            key = (event.peer, view.instance)
+            link = self.links.get(key)
+            if link is None:
+                link = self.links[key] = LinkView()
+            link.transfers += 1
+            link.nbytes += event.nbytes
+
+    def _apply_rare(self, view: RankView, event: Event) -> None:
+        """The low-volume kinds: who the rank is, its heartbeat, failures (aborts only show in event logs)."""
         if isinstance(event, AgentHello):
             agent = event.agent
             view.role, view.host, view.pid, view.incarnation = agent.role, agent.host, agent.pid, agent.incarnation
         elif isinstance(event, Heartbeat):
             view.inflight, view.counters = event.inflight_rooms, event.counters
             view.cpu_percent, view.rss_bytes = event.cpu_percent, event.rss_bytes
-        elif isinstance(event, RoomState):
-            self._room_state(view, event)
-        elif isinstance(event, TransferDone):
-            view.transfers.append(event.ts, event.nbytes)
-            if view.role != "decode":
-                return
-            self.transfers.append(event.ts, event.nbytes, event.seconds)
-            link = self.links.setdefault((event.peer, view.instance), LinkView())
-            link.transfers += 1
-            link.nbytes += event.nbytes
-        elif isinstance(event, Progress):
-            room = self.rooms.get(event.room)
-            if room is not None:
-                room.bytes_done, room.last_progress = max(room.bytes_done, event.bytes_done), event.ts
         elif isinstance(event, Failure):
             self.failures.append(Observed(event.ts, event.room, event.rank, view.role, event.reason,
                                           event.reason_class, event.origin, event.level))  # fmt: skip
@@ -235,21 +286,6 @@ class ClusterModel:
                 view.origins += 1
             else:
                 view.echoes += 1
-
-    def _room_state(self, view: RankView, event: RoomState) -> None:
-        room = self.rooms.get(event.room)
-        retired = self.finished.get(event.room)
-        if room is None and retired is not None and event.ts - retired.ts <= ROOM_REUSE_S:
-            retired.ok = retired.ok and event.state != KVPoll.Failed  # a late rank of a retired room
-            return
-        if room is None:
-            room = self.rooms[event.room] = RoomView(event.room, event.ts, event.ts)
-        room.touched_at = self._now
-        room.states[view.label] = KVPoll(event.state)
-        if view.role == "decode" and event.peer:
-            room.link = (event.peer, view.instance)
-        room.bytes_total = max(room.bytes_total, event.bytes_total)
-        room.last_progress = max(room.last_progress, event.ts)
 
     def sweep(self, now: float) -> None:
         """Retire rooms that every reporting rank finished, once no rank has said more for `SETTLE_S`."""

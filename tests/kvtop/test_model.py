@@ -107,11 +107,26 @@ def test_ring_buffer_keeps_the_last_rows_and_answers_windows():
     """Fixed memory: old rows are overwritten; a window returns rows at or after its start."""
     ring = RingBuffer(4, 1)
     for i in range(6):
-        ring.append(float(i), float(i * 10))
+        ring.extend(np.array([[float(i), float(i * 10)]]))
 
     assert len(ring) == 4
     assert sorted(ring.window(4.0)[:, 1].tolist()) == [40.0, 50.0]
     assert percentiles(np.array([])) == [0.0, 0.0, 0.0]
+
+
+def test_ring_buffer_extend_keeps_what_single_appends_would_keep():
+    """Bulk rows wrap around and overflow like the same rows appended one at a time, in the same slots."""
+    rows = np.arange(22, dtype=np.float64).reshape(11, 2)
+    bulk, single = RingBuffer(4, 1), RingBuffer(4, 1)
+    single.extend(rows[:1])
+    bulk.extend(rows[:1])
+    for row in rows[1:]:
+        single.extend(row[None, :])
+    bulk.extend(rows[1:3])
+    bulk.extend(rows[3:])
+
+    assert bulk.window(0.0).tolist() == single.window(0.0).tolist()
+    assert len(bulk) == 4
 
 
 def test_a_rank_reporting_a_retired_room_late_does_not_count_it_twice():

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -55,10 +56,10 @@ class ReferenceModel(ClusterModel):
         elif isinstance(event, RoomState):
             self._one_room_state(view, event)
         elif isinstance(event, TransferDone):
-            view.transfers.append(event.ts, event.nbytes)
+            view.transfers.extend(np.array([[event.ts, event.nbytes]]))
             if view.role != "decode":
                 return
-            self.transfers.append(event.ts, event.nbytes, event.seconds)
+            self.transfers.extend(np.array([[event.ts, event.nbytes, event.seconds]]))
             link = self.links.setdefault((event.peer, view.instance), LinkView())
             link.transfers += 1
             link.nbytes += event.nbytes
