@@ -290,7 +290,7 @@ class ClusterModel:
     def sweep(self, now: float) -> None:
         """Retire rooms that every reporting rank finished, once no rank has said more for `SETTLE_S`."""
         gone = self._gone(now)
-        for room in [r for r in self.rooms.values() if r.finished(gone) and now - r.touched_at > SETTLE_S]:
+        for room in [r for r in self.rooms.values() if now - r.touched_at > SETTLE_S and r.finished(gone)]:
             outcome = self._outcome(room, gone)
             if not outcome.ok and all(room.link):
                 self.links.setdefault(room.link, LinkView()).failed_rooms += 1
