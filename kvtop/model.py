@@ -10,6 +10,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+import msgspec
 import numpy as np
 
 from kvtop.fold import ROOM_REUSE_S, FailureGroup, Observed, fold
@@ -80,14 +81,17 @@ class RankView:
         return Liveness.ALIVE if age <= STALE_S else Liveness.STALE if age <= GONE_S else Liveness.GONE
 
 
-@dataclass
-class RoomView:
-    """One room across the ranks that reported it."""
+class RoomView(msgspec.Struct, gc=False):
+    """One room across the ranks that reported it.
+
+    A Struct the garbage collector never tracks (it holds no cycles): with 100k open rooms,
+    every full collection would otherwise walk each of them again.
+    """
 
     room: int
     first_seen: float
     last_progress: float
-    states: dict[str, KVPoll] = field(default_factory=dict)
+    states: dict[str, KVPoll] = {}
     bytes_total: int = 0
     bytes_done: int = 0
     touched_at: float = 0.0
