@@ -218,8 +218,9 @@ class ClusterModel:
 
     def _apply_events(self, view: RankView, events: list[Event]) -> None:
         """Apply events in order; the high-volume kinds inline on locals (this loop sets the ingest rate)."""
-        rooms, label, now = self.rooms, view.label, self._now
+        rooms, label, now, polls = self.rooms, view.label, self._now, _POLLS
         decode_instance = view.instance if view.role == "decode" else ""
+        link = ("", "")
         done: list[TransferDone] = []
         for event in events:
             if type(event) is RoomState:
@@ -227,9 +228,11 @@ class ClusterModel:
                 if room is None:
                     continue
                 room.touched_at = now
-                room.states[label] = _POLLS[event.state]
+                room.states[label] = polls[event.state]
                 if decode_instance and event.peer:
-                    room.link = (event.peer, decode_instance)
+                    if event.peer != link[0]:
+                        link = (event.peer, decode_instance)
+                    room.link = link
                 if event.bytes_total > room.bytes_total:
                     room.bytes_total = event.bytes_total
                 if event.ts > room.last_progress:
@@ -262,7 +265,8 @@ class ClusterModel:
         """Finished transfers in bulk: one ring append per buffer; decode ranks' also feed rates and links."""
         if not done:
             return
-        rows = np.array([(e.ts, e.nbytes, e.seconds) for e in done], dtype=np.float64)
+        columns = [e.ts for e in done], [e.nbytes for e in done], [e.seconds for e in done]
+        rows = np.array(columns, dtype=np.float64).T  # columns first: numpy converts flat lists fastest
         view.transfers.extend(rows[:, :2])
         if view.role != "decode":
             return
