@@ -245,11 +245,13 @@ class ClusterModel:
                     room.last_progress = event.ts
             elif type(event) is TransferDone:
                 done.append(event)
-            else:
+            elif type(event) is AgentHello:  # may change the role: apply what came before under the old one
                 self._transfers_done(view, done)
                 done = []
                 self._apply_rare(view, event)
                 decode_instance = view.instance if view.role == "decode" else ""
+            else:
+                self._apply_rare(view, event)
         self._transfers_done(view, done)
 
     def _new_room(self, event: RoomState) -> RoomView | None:
