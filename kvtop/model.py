@@ -218,15 +218,17 @@ class ClusterModel:
 
     def _apply_events(self, view: RankView, events: list[Event]) -> None:
         """Apply events in order; the high-volume kinds inline on locals (this loop sets the ingest rate)."""
-        rooms, label, now, polls = self.rooms, view.label, self._now, _POLLS
+        rooms, retired, label, now, polls = self.rooms, self.finished, view.label, self._now, _POLLS
         decode_instance = view.instance if view.role == "decode" else ""
         link = ("", "")
         done: list[TransferDone] = []
         for event in events:
             if type(event) is RoomState:
-                room = rooms.get(event.room) or self._new_room(event)
+                room = rooms.get(event.room)
                 if room is None:
-                    continue
+                    if event.room in retired and self._late_news(event):
+                        continue
+                    room = rooms[event.room] = RoomView(event.room, event.ts, event.ts)
                 room.touched_at = now
                 room.states[label] = polls[event.state]
                 if decode_instance and event.peer:
@@ -254,14 +256,14 @@ class ClusterModel:
                 self._apply_rare(view, event)
         self._transfers_done(view, done)
 
-    def _new_room(self, event: RoomState) -> RoomView | None:
-        """The room a state opens, or None when it is news of a retired room (which it may turn failed)."""
-        retired = self.finished.get(event.room)
-        if retired is not None and event.ts - retired.ts <= ROOM_REUSE_S:
-            retired.ok = retired.ok and event.state != KVPoll.Failed  # a late rank of a retired room
-            return None
-        room = self.rooms[event.room] = RoomView(event.room, event.ts, event.ts)
-        return room
+    def _late_news(self, event: RoomState) -> bool:
+        """True when the state of a retired room is a late rank's news of it (applied to its outcome);
+        False when the id came back long after (a new room)."""
+        retired = self.finished[event.room]
+        if event.ts - retired.ts > ROOM_REUSE_S:
+            return False
+        retired.ok = retired.ok and event.state != KVPoll.Failed
+        return True
 
     def _transfers_done(self, view: RankView, done: list[TransferDone]) -> None:
         """Finished transfers in bulk: one ring append per buffer; decode ranks' also feed rates and links."""
