@@ -275,11 +275,12 @@ class ClusterModel:
         if view.role != "decode":
             return
         self.transfers.extend(rows)
+        peer = done[0].peer
+        link = self.links.setdefault((peer, view.instance), LinkView())
         for event in done:
-            key = (event.peer, view.instance)
-            link = self.links.get(key)
-            if link is None:
-                link = self.links[key] = LinkView()
+            if event.peer != peer:  # a run of transfers from one prefill instance looks its link up once
+                peer = event.peer
+                link = self.links.setdefault((peer, view.instance), LinkView())
             link.transfers += 1
             link.nbytes += event.nbytes
 
