@@ -244,7 +244,8 @@ class ClusterModel:
                 if room is not None:
                     if event.bytes_done > room.bytes_done:
                         room.bytes_done = event.bytes_done
-                    room.last_progress = event.ts
+                    if event.ts > room.last_progress:
+                        room.last_progress = event.ts
             elif type(event) is TransferDone:
                 done.append(event)
             elif type(event) is AgentHello:  # may change the role: apply what came before under the old one

@@ -79,6 +79,16 @@ def test_rooms_without_progress_are_stuck_whatever_state_they_claim():
     assert [room.room for room in model.stuck(T0 + 10, threshold_s=5)] == [5]
 
 
+def test_an_older_progress_arriving_late_does_not_make_a_room_look_stuck():
+    """A late batch from another rank with older progress leaves the room's last progress at the newest."""
+    model = ClusterModel()
+    model.apply("decode-0/TP0", batch("decode-0/TP0", 1, room_events(7, T0, KVPoll.Transferring)[:1]), T0)
+    model.apply("decode-0/TP0", batch("decode-0/TP0", 2, [Progress(T0 + 9, 7, 5, 10)]), T0 + 9)
+    model.apply("prefill-0/TP0", batch("prefill-0/TP0", 1, [Progress(T0 + 1, 7, 4, 10)]), T0 + 9)
+
+    assert (model.rooms[7].last_progress, model.stuck(T0 + 10, threshold_s=5)) == (T0 + 9, [])
+
+
 def test_rates_come_from_decode_transfers_in_the_window():
     """GB/s and latency percentiles use the decode ranks' finished transfers of the window only."""
     model = ClusterModel()

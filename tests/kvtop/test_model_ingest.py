@@ -66,7 +66,8 @@ class ReferenceModel(ClusterModel):
         elif isinstance(event, Progress):
             room = self.rooms.get(event.room)
             if room is not None:
-                room.bytes_done, room.last_progress = max(room.bytes_done, event.bytes_done), event.ts
+                room.bytes_done = max(room.bytes_done, event.bytes_done)
+                room.last_progress = max(room.last_progress, event.ts)
         elif isinstance(event, Failure):
             self.failures.append(Observed(event.ts, event.room, event.rank, view.role, event.reason,
                                           event.reason_class, event.origin, event.level))  # fmt: skip
