@@ -2,6 +2,13 @@
 
 Bounded by configuration, not run time: finished rooms and failures live in
 fixed-size windows; ranks are keyed by label (a restart replaces its rank).
+
+Ingest is one Python loop per delivery, event by event and in order (a batch
+applies exactly as its events one at a time; tests/kvtop/test_model_ingest.py
+holds the plain reference). Its cost per event is what `kvtop bench ingest`
+measures, so the loop keeps the high-volume kinds inline, finished transfers
+go to the numpy rings once per batch, and the per-room and per-failure records
+are msgspec Structs the garbage collector never walks.
 """
 
 from __future__ import annotations
