@@ -155,7 +155,8 @@ def deliveries(draw: st.DrawFn) -> list[tuple[str, Snapshot | EventBatch | None,
         instance, _, rank = label.rpartition("/TP")
         role = draw(st.sampled_from(["prefill", "decode", ""])) or ("decode" if "decode" in label else "prefill")
         incarnation = draw(st.integers(1, 2))
-        events = draw(st.lists(_event, max_size=12))
+        shift = draw(st.sampled_from([0.0, now - T0]))  # events from about now, or old news
+        events = [msgspec.structs.replace(e, ts=e.ts + shift) for e in draw(st.lists(_event, max_size=12))]
         kind = draw(st.sampled_from(["batch", "batch", "snapshot", "sweep"]))
         if kind == "sweep":
             steps.append((label, None, now))
