@@ -32,15 +32,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import msgspec
+
 SAME_FAILURE_S = 2.0
 ROOM_REUSE_S = 60.0
 GAVE_UP = frozenset({"timeout_bootstrap", "timeout_waiting", "timeout_transfer", "aborted"})
 """Decode failures after which decode tells prefill (ABORT): prefill failures that follow are their echoes."""
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class Observed:
-    """One failure as one rank recorded it."""
+class Observed(msgspec.Struct, frozen=True, order=True, gc=False):
+    """One failure as one rank recorded it (a Struct: built per failure event, 10x cheaper than a frozen
+    dataclass, and never walked by the garbage collector)."""
 
     ts: float
     room: int

@@ -14,10 +14,17 @@ class RingBuffer:
         self._next = 0
         self._size = 0
 
-    def append(self, ts: float, *values: float) -> None:
-        self._data[self._next] = (ts, *values)
-        self._next = (self._next + 1) % len(self._data)
-        self._size = min(self._size + 1, len(self._data))
+    def extend(self, rows: npt.NDArray[np.float64]) -> None:
+        """Append rows of (ts, value_0, ...) in order, as many single appends would (the oldest fall out)."""
+        capacity = len(self._data)
+        if len(rows) > capacity:
+            self._next = (self._next + len(rows) - capacity) % capacity
+            rows = rows[-capacity:]
+        head = min(len(rows), capacity - self._next)
+        self._data[self._next : self._next + head] = rows[:head]
+        self._data[: len(rows) - head] = rows[head:]
+        self._next = (self._next + len(rows)) % capacity
+        self._size = min(self._size + len(rows), capacity)
 
     def window(self, since: float) -> npt.NDArray[np.float64]:
         """Rows with ts >= `since` (any order)."""

@@ -79,6 +79,16 @@ def test_rooms_without_progress_are_stuck_whatever_state_they_claim():
     assert [room.room for room in model.stuck(T0 + 10, threshold_s=5)] == [5]
 
 
+def test_an_older_progress_arriving_late_does_not_make_a_room_look_stuck():
+    """A late batch from another rank with older progress leaves the room's last progress at the newest."""
+    model = ClusterModel()
+    model.apply("decode-0/TP0", batch("decode-0/TP0", 1, room_events(7, T0, KVPoll.Transferring)[:1]), T0)
+    model.apply("decode-0/TP0", batch("decode-0/TP0", 2, [Progress(T0 + 9, 7, 5, 10)]), T0 + 9)
+    model.apply("prefill-0/TP0", batch("prefill-0/TP0", 1, [Progress(T0 + 1, 7, 4, 10)]), T0 + 9)
+
+    assert (model.rooms[7].last_progress, model.stuck(T0 + 10, threshold_s=5)) == (T0 + 9, [])
+
+
 def test_rates_come_from_decode_transfers_in_the_window():
     """GB/s and latency percentiles use the decode ranks' finished transfers of the window only."""
     model = ClusterModel()
@@ -107,11 +117,26 @@ def test_ring_buffer_keeps_the_last_rows_and_answers_windows():
     """Fixed memory: old rows are overwritten; a window returns rows at or after its start."""
     ring = RingBuffer(4, 1)
     for i in range(6):
-        ring.append(float(i), float(i * 10))
+        ring.extend(np.array([[float(i), float(i * 10)]]))
 
     assert len(ring) == 4
     assert sorted(ring.window(4.0)[:, 1].tolist()) == [40.0, 50.0]
     assert percentiles(np.array([])) == [0.0, 0.0, 0.0]
+
+
+def test_ring_buffer_extend_keeps_what_single_appends_would_keep():
+    """Bulk rows wrap around and overflow like the same rows appended one at a time, in the same slots."""
+    rows = np.arange(22, dtype=np.float64).reshape(11, 2)
+    bulk, single = RingBuffer(4, 1), RingBuffer(4, 1)
+    single.extend(rows[:1])
+    bulk.extend(rows[:1])
+    for row in rows[1:]:
+        single.extend(row[None, :])
+    bulk.extend(rows[1:3])
+    bulk.extend(rows[3:])
+
+    assert bulk.window(0.0).tolist() == single.window(0.0).tolist()
+    assert len(bulk) == 4
 
 
 def test_a_rank_reporting_a_retired_room_late_does_not_count_it_twice():

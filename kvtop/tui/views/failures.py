@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
+import msgspec
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -179,6 +180,6 @@ def detail(node: FailureNode, palette: Palette) -> Text:
 
 
 def _fields(text: Text, failure: Observed, palette: Palette) -> None:
-    for name, value in asdict(failure).items():
+    for name, value in msgspec.structs.asdict(failure).items():
         text.append(f"  {name:<13}", style=palette.dim)
         text.append(f"{value}\n")
