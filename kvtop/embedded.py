@@ -6,6 +6,7 @@ import threading
 import time
 
 from kvtop.collect import Collector
+from kvtop.model import JOURNAL_EVENTS_KEPT, ClusterModel
 from transport.cluster import ClusterSpec, LocalCluster
 from transport.workload import Router, WorkloadSpec, WorkloadStats
 
@@ -28,7 +29,7 @@ class EmbeddedCluster:
     def __enter__(self) -> EmbeddedCluster:
         try:
             self.cluster.start()
-            self.collector = Collector(self.cluster.endpoint).start()
+            self.collector = Collector(self.cluster.endpoint, model=ClusterModel(JOURNAL_EVENTS_KEPT)).start()
             self._router.start()
         except BaseException:
             self.close()

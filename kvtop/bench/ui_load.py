@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 
 from kvtop.bench.synthetic import SyntheticCluster
-from kvtop.model import ClusterModel
+from kvtop.model import JOURNAL_EVENTS_KEPT, ClusterModel
 from transport.events import EventBatch
 
 FEED_EVERY_S = 0.05
@@ -85,7 +85,7 @@ def main() -> None:
     parser.add_argument("--events-per-s", type=float, required=True)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
-    source = BenchSource(ClusterModel(), threading.Lock())
+    source = BenchSource(ClusterModel(JOURNAL_EVENTS_KEPT), threading.Lock())
     fill(source.model, args.rooms, args.instances, args.tp, time.time())
     feeder = Feeder(source, args.instances, args.tp, args.events_per_s)
     app = KvtopApp(source, title="bench ui", themes=load_themes())

@@ -52,13 +52,14 @@ def top(
     followed as they grow; "now" is the latest time they mention.
     """
     from kvtop.collect import Collector
+    from kvtop.model import JOURNAL_EVENTS_KEPT, ClusterModel
     from transport.errors import BootstrapError
 
     require_source(bootstrap, connect, sglang_log)
     if sglang_log:
         _top_on_logs(sglang_log, theme)
         return
-    collector = Collector(bootstrap, connect)
+    collector = Collector(bootstrap, connect, ClusterModel(JOURNAL_EVENTS_KEPT))
     try:
         collector.start(discover_timeout_s=wait)
     except BootstrapError as error:

@@ -43,7 +43,8 @@ class ReferenceModel(ClusterModel):
             events += [*item.finished_rooms, *item.live_rooms, *item.progress, *item.failures, *item.transfers]
         else:
             events = list(item.events)
-        self._journal(label, events)
+        if self._journal_kept:
+            self._journal(label, events)
         for event in events:
             self._apply_one(view, event)
 

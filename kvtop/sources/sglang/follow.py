@@ -6,7 +6,7 @@ import threading
 from collections.abc import Iterable
 from pathlib import Path
 
-from kvtop.model import ClusterModel
+from kvtop.model import JOURNAL_EVENTS_KEPT, ClusterModel
 from kvtop.sources.sglang.source import LogSpec, SGLangLogs
 
 POLL_S = 0.25
@@ -21,7 +21,7 @@ class LogFollower:
 
     def __init__(self, specs: Iterable[str | Path | LogSpec]) -> None:
         self.logs = SGLangLogs(specs)
-        self.model = ClusterModel()
+        self.model = ClusterModel(JOURNAL_EVENTS_KEPT)
         self.lock = threading.Lock()
         self.error = ""
         self._stop = threading.Event()
