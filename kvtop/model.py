@@ -50,12 +50,15 @@ JOURNAL_EVENTS_KEPT = 200_000
 """Recent events the dashboard keeps (whole deliveries) for its event tail and room timelines."""
 
 
-_TERMINAL = frozenset((KVPoll.Failed, KVPoll.Success))
-_SUCCESS = frozenset((KVPoll.Success,))
+_FAILED, _SUCCEEDED = int(KVPoll.Failed), int(KVPoll.Success)
+_TERMINAL = frozenset((_FAILED, _SUCCEEDED))
+_SUCCESS = frozenset((_SUCCEEDED,))
 
 
 _POLLS = {int(state): state for state in KVPoll}
-"""KVPoll members by value: a dict hit instead of the enum's call in the per-event loop."""
+"""KVPoll members by value: a dict hit instead of the enum's call."""
+_CODES = {int(state): int(state) for state in KVPoll}
+"""Valid KVPoll values (the per-event loop checks a state with one dict hit)."""
 
 
 class Liveness(StrEnum):
@@ -111,7 +114,9 @@ class RoomView(msgspec.Struct, gc=False):
     room: int
     first_seen: float
     last_progress: float
-    states: dict[str, KVPoll] = {}
+    codes: dict[str, int] = {}
+    """KVPoll value per rank label. Plain ints, so CPython stops tracking the dict: enum members would
+    make the garbage collector walk 100k of these dicts (100+ ms pauses in the dashboard)."""
     bytes_total: int = 0
     bytes_done: int = 0
     touched_at: float = 0.0
@@ -121,15 +126,24 @@ class RoomView(msgspec.Struct, gc=False):
     outcome: bool | None = None
     """Set when the room is retired: True if it succeeded on every rank."""
 
+    @property
+    def states(self) -> dict[str, KVPoll]:
+        """The state per rank label."""
+        return {label: _POLLS[code] for label, code in self.codes.items()}
+
     def finished(self, gone: frozenset[str] | set[str] = frozenset()) -> bool:
         """Every reporting rank that is not gone has ended the room (views ask this of 100k rooms per frame)."""
-        live = [state for label, state in self.states.items() if label not in gone] if gone else self.states.values()
+        live = [code for label, code in self.codes.items() if label not in gone] if gone else self.codes.values()
         return bool(live) and _TERMINAL.issuperset(live)
 
     def succeeded(self, gone: frozenset[str] | set[str] = frozenset()) -> bool:
         """Every reporting rank that is not gone ended the room with Success."""
-        live = [state for label, state in self.states.items() if label not in gone] if gone else self.states.values()
+        live = [code for label, code in self.codes.items() if label not in gone] if gone else self.codes.values()
         return _SUCCESS.issuperset(live)
+
+    def failed_somewhere(self) -> bool:
+        """Some rank ended the room with Failed."""
+        return _FAILED in self.codes.values()
 
 
 @dataclass
@@ -156,9 +170,9 @@ class Rates:
     finished: int = 0
 
 
-@dataclass
-class Finished:
-    """A retired room; a rank that reports it late can still turn it into a failure."""
+class Finished(msgspec.Struct, gc=False):
+    """A retired room; a rank that reports it late can still turn it into a failure (untracked by the GC,
+    like `RoomView`: 10k of them would otherwise be walked by every full collection)."""
 
     ts: float
     room: int
@@ -182,6 +196,8 @@ class ClusterModel:
         """Decode-side transfers done: (ts, bytes, seconds)."""
         self.links: dict[tuple[str, str], LinkView] = {}
         self.gaps = 0
+        self.rejected = 0
+        """Events whose content made no sense (a state that is not a KVPoll value), skipped."""
         self.journal: deque[tuple[str, Sequence[Event]]] = deque()
         """Recent deliveries as (agent label, events), oldest first: the event tail reads it."""
         self.journal_total = 0
@@ -286,23 +302,27 @@ class ClusterModel:
 
     def _apply_events(self, view: RankView, events: list[Event]) -> None:
         """Apply events in order; the high-volume kinds inline on locals (this loop sets the ingest rate)."""
-        rooms, retired, label, now, polls = self.rooms, self.finished, view.label, self._now, _POLLS
+        rooms, retired, label, now, codes = self.rooms, self.finished, view.label, self._now, _CODES
         open_add, open_discard = self._open.add, self._open.discard
         decode_instance = view.instance if view.role == "decode" else ""
         link = ("", "")
         done: list[TransferDone] = []
         for event in events:
             if type(event) is RoomState:
+                state = codes.get(event.state)
+                if state is None:  # not a KVPoll value: counted, never fatal to the collector
+                    self.rejected += 1
+                    continue
                 room = rooms.get(event.room)
                 if room is None:
                     if event.room in retired and self._late_news(event):
                         continue
                     room = rooms[event.room] = RoomView(event.room, event.ts, event.ts)
                 room.touched_at = now
-                state = room.states[label] = polls[event.state]
+                room.codes[label] = state
                 if state not in _TERMINAL:
                     open_add(event.room)
-                elif _TERMINAL.issuperset(room.states.values()):
+                elif _TERMINAL.issuperset(room.codes.values()):
                     open_discard(event.room)
                 if decode_instance and event.peer:
                     if event.peer != link[0]:

@@ -97,6 +97,7 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
         "failures": len(groups),
         "stuck": len(model.stuck(now, STUCK_AFTER_S)),
         "gaps": model.gaps,
+        "rejected_events": model.rejected,
         "top_origins": [list(item) for item in origins.most_common(5)],
         "links": [
             {
@@ -122,7 +123,7 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
         f"{s['rooms_per_s']:.1f}/s, {s['gbps']:.3f} GB/s",
         f"latency p50 {lat['p50'] * 1000:.0f} ms, p90 {lat['p90'] * 1000:.0f} ms, p99 {lat['p99'] * 1000:.0f} ms",
         f"health  failure rate {s['failure_rate']:.1%} ({s['failures']} failures), {s['stuck']} stuck, "
-        f"{s['gaps']} gaps",
+        f"{s['gaps']} gaps" + (f", {s['rejected_events']} events rejected" if s["rejected_events"] else ""),
     ]
     if s["top_origins"]:
         lines.append("origins " + ", ".join(f"{name} x{count}" for name, count in s["top_origins"]))

@@ -9,16 +9,18 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
+from functools import partial
 from typing import Protocol
 
 from rich.text import Text
 from textual import events, on
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.message import Message
 from textual.reactive import reactive
+from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Footer, Input, Tab, Tabs
 
 from kvtop.event_lines import LEVELS
@@ -39,6 +41,12 @@ from kvtop.tui.widgets.row_list import RowList
 REFRESH_S = 0.5
 """How often the views redraw from the model (events arrive far faster: they are coalesced)."""
 VIEWS = ("overview", "rooms", "failures", "events")
+_VIEW_HELP = {
+    "overview": "Health, throughput, ranks, links, top origins",
+    "rooms": "Every live and recent room",
+    "failures": "Origins with their echoes folded under them",
+    "events": "The live event tail",
+}
 _FOCUS = {"overview": "#ranks-list", "rooms": "#rooms-list", "failures": "#failure-tree", "events": "#events-list"}
 """The widget that takes the keys in each view."""
 
@@ -261,6 +269,19 @@ class KvtopApp(App[None]):
     @property
     def active_view(self) -> str:
         return self.query_one("#views", ContentSwitcher).current or "overview"
+
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+        """The command palette (ctrl+p): every view and toggle, and each theme, besides Textual's own."""
+        yield from super().get_system_commands(screen)
+        for view, about in _VIEW_HELP.items():
+            yield SystemCommand(f"View: {view}", about, partial(self.action_view, view))
+        yield SystemCommand("Pause / resume", "Freeze the views (the model keeps collecting)", self.action_pause)
+        yield SystemCommand("Faults only", "Only failed or stuck rooms", self.action_faults_only)
+        yield SystemCommand("Sort rooms", "Cycle age, idle, bytes, room id", self.action_sort)
+        yield SystemCommand("Filter", "Filter rooms, failures and events by text", self.action_filter)
+        yield SystemCommand("Debug detail", "Echoes in events; the raw detail pane in failures", self.action_debug)
+        for name in sorted(self._themes.themes):
+            yield SystemCommand(f"Theme: {name}", "Switch the colours", partial(setattr, self, "theme", name))
 
     # --- actions ------------------------------------------------------------------------------------
 

@@ -171,7 +171,7 @@ class FrameBuilder:
         rooms = [f.view for f in self.model.finished.values() if f.view is not None]
         rooms += self.model.rooms.values()
         if options.faults_only:
-            rooms = [r for r in rooms if outcome(r, gone) is False or is_stuck(r, gone, now) or _has_failed(r)]
+            rooms = [r for r in rooms if outcome(r, gone) is False or is_stuck(r, gone, now) or r.failed_somewhere()]
         if options.filter:
             needle = options.filter.lower()
             rooms = [r for r in rooms if needle in haystack(r, gone, now)]
@@ -243,10 +243,6 @@ def is_stuck(room: RoomView, gone: frozenset[str], now: float) -> bool:
     return now - room.last_progress > STUCK_AFTER_S and outcome(room, gone) is None
 
 
-def _has_failed(room: RoomView) -> bool:
-    return KVPoll.Failed in room.states.values()
-
-
 _SORT_KEYS = {
     RoomSort.IDLE: lambda room: room.last_progress,
     RoomSort.BYTES: lambda room: -room.bytes_total,
@@ -256,7 +252,7 @@ _SORT_KEYS = {
 
 def haystack(room: RoomView, gone: frozenset[str], now: float) -> str:
     """The text a filter matches a room against: id, ranks and states, link, stuck/failed."""
-    states = " ".join(f"{label} {state.name}" for label, state in room.states.items())
+    states = " ".join(f"{label} {KVPoll(code).name}" for label, code in room.codes.items())
     flags = " stuck" if is_stuck(room, gone, now) else " failed" if outcome(room, gone) is False else ""
     return f"{room.room} {states} {room.link[0]} {room.link[1]}{flags}".lower()
 

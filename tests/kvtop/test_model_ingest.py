@@ -91,7 +91,7 @@ class ReferenceModel(ClusterModel):
         if room is None:
             room = self.rooms[event.room] = RoomView(event.room, event.ts, event.ts)
         room.touched_at = self._now
-        room.states[view.label] = KVPoll(event.state)
+        room.codes[view.label] = int(KVPoll(event.state))
         if room.finished():
             self._open.discard(room.room)
         else:

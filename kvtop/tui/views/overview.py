@@ -21,6 +21,7 @@ class OverviewView(Vertical):
         super().__init__(name=name, id=id, classes=classes)
         self.frame: Frame | None = None
         self._side_shown: object = None
+        self._side_shape: object = None
         """What the links and origins panels show (redrawn only when it changes: they need a layout)."""
 
     def compose(self) -> ComposeResult:
@@ -47,13 +48,19 @@ class OverviewView(Vertical):
         self.query_one("#ranks-list", RowList).set_rows(len(ranks), lambda i: rank_line(ranks[i], palette))
         if (frame.links, frame.top_origins, palette) == self._side_shown:
             return
-        self._side_shown = (frame.links, frame.top_origins, palette)
-        self.query_one("#links", Static).update(LinkHeatMap(frame.links, palette.accent, palette.error))
+        shape = (sorted(frame.links), len(frame.top_origins))
+        relayout = shape != self._side_shape  # new rows: the panels grow; new figures only: repaint in place
+        self._side_shown, self._side_shape = (frame.links, frame.top_origins, palette), shape
+        self.query_one("#links", Static).update(
+            LinkHeatMap(frame.links, palette.accent, palette.error), layout=relayout
+        )
         origins = Text()
         for title, count in frame.top_origins:
             origins.append(f"{count:>5}  ", style=palette.error)
             origins.append(f"{title}\n")
-        self.query_one("#origins", Static).update(origins or Text("no failures in the last minute", style="dim"))
+        self.query_one("#origins", Static).update(
+            origins or Text("no failures in the last minute", style="dim"), layout=relayout
+        )
 
     def selected_rank(self, index: int) -> str | None:
         return self.frame.ranks[index].label if self.frame and index < len(self.frame.ranks) else None

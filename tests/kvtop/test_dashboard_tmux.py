@@ -1,0 +1,105 @@
+"""The installed `kvtop` in a real terminal (tmux), driven by keys as a person would."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import psutil
+import pytest
+
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+
+KVTOP = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
+_EXIT_MARK = "KVTOP-EXITED"
+
+
+@dataclass
+class Pane:
+    """One tmux session on a private server: type keys, read the screen."""
+
+    server: str
+    session: str = "kvtop"
+
+    def tmux(self, *args: str) -> str:
+        result = subprocess.run(["tmux", "-L", self.server, *args], capture_output=True, text=True, check=False)
+        return result.stdout
+
+    def start(self, command: str) -> None:
+        self.tmux("new-session", "-d", "-s", self.session, "-x", "160", "-y", "45", command)
+
+    def keys(self, *keys: str) -> None:
+        self.tmux("send-keys", "-t", self.session, *keys)
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", self.session)
+
+    def shows(self, pattern: str) -> re.Match[str] | None:
+        return re.search(pattern, self.screen())
+
+
+@pytest.fixture
+def pane() -> Iterator[Pane]:
+    pane = Pane(f"kvtop-test-{uuid.uuid4().hex[:8]}")
+    yield pane
+    pane.tmux("kill-server")
+
+
+def _agents_of(bootstrap: str) -> list[psutil.Process]:
+    """Agent processes started for the cluster whose bootstrap address is `bootstrap`."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if "transport.agent" in cmdline and bootstrap in cmdline:
+            found.append(process)
+    return found
+
+
+def _start_dashboard(pane: Pane) -> str:
+    """Bare `kvtop` with a fault that fails rooms within seconds; returns the bootstrap address it shows."""
+    command = (
+        f"{KVTOP} --prefill 1 --decode 1 --tp 2 --rate 20 --fault prefill-0/TP0=corrupt:0.3; "
+        f"echo {_EXIT_MARK}=$?; sleep 60"
+    )
+    pane.start(command)
+    banner = wait_for(lambda: pane.shows(r"bootstrap (tcp://127\.0\.0\.1:\d+)"), 60, "the dashboard's banner")
+    bootstrap = banner.group(1)
+    wait_for(lambda: len(_agents_of(bootstrap)) == 4, 10, "four agents running")
+    wait_for(lambda: pane.shows(r"4/4 ranks alive"), 30, "every rank alive on the health line")
+    return bootstrap
+
+
+def test_dashboard_shows_an_origin_with_its_echoes_and_quits_without_leaving_agents(pane):
+    """Start bare kvtop, open failures, expand an origin into its echoes, quit: every agent is gone."""
+    bootstrap = _start_dashboard(pane)
+
+    pane.keys("f")
+    wait_for(lambda: pane.shows(r"▶ room \d+ +decode-0/TP\d +checksum +[1-9]\d* echoes"), 60, "a folded origin")
+    pane.keys("Home", "Enter")
+    wait_for(lambda: pane.shows(r"▼ room \d+"), 10, "the origin expanded")
+    echoes = wait_for(lambda: re.findall(r"└ echo (\S+)", pane.screen()), 10, "its echoes listed under it")
+    assert all(label.startswith(("decode-0/", "prefill-0/")) for label in echoes)
+
+    pane.keys("q")
+    wait_for(lambda: pane.shows(f"{_EXIT_MARK}=0"), 30, "kvtop exiting with status 0")
+    wait_for(lambda: not _agents_of(bootstrap), 10, "no agent left running")
+
+
+def test_a_closed_terminal_ends_kvtop_and_its_agents(pane):
+    """Killing the terminal (SIGHUP to kvtop) stops the dashboard and every agent it started."""
+    bootstrap = _start_dashboard(pane)
+    kvtop_pid = int(pane.tmux("list-panes", "-t", pane.session, "-F", "#{pane_pid}").strip())
+    shell = psutil.Process(kvtop_pid)
+    kvtop = wait_for(lambda: [p for p in shell.children() if "kvtop" in " ".join(p.cmdline())], 5, "kvtop")[0]
+
+    pane.tmux("kill-session", "-t", pane.session)
+
+    wait_for(lambda: not kvtop.is_running() or kvtop.status() == psutil.STATUS_ZOMBIE, 20, "kvtop gone")
+    wait_for(lambda: not _agents_of(bootstrap), 20, "no agent left running")
