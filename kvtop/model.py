@@ -224,6 +224,10 @@ class ClusterModel:
             self._journal(label, events)
         self._apply_events(view, events)
 
+    @property
+    def journaling(self) -> bool:
+        return self._journal_kept > 0
+
     def _journal(self, label: str, events: Sequence[Event]) -> None:
         self.journal.append((label, events))
         self.journal_total += 1

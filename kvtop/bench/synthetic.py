@@ -81,6 +81,8 @@ class SyntheticCluster:
         failed = fate < self.failure_rate
         still_open = not failed and fate < self.failure_rate + self.open_rate
         culprit = f"{decode}/TP{rng.randrange(self.tp)}"
+        if still_open and rng.random() < self.stuck_rate:
+            ts -= 600.0  # it started ten minutes ago and stopped moving
         for instance, rank, peer in ranks:
             label = f"{instance}/TP{rank}"
             events = per_rank[label]
@@ -90,8 +92,7 @@ class SyntheticCluster:
                 previous = state
             if peer:
                 done = self.room_bytes if not still_open else self.room_bytes // 3
-                stalled = still_open and rng.random() < self.stuck_rate
-                events.append(Progress(ts + (0.004 if not stalled else -600.0), room, done, self.room_bytes))
+                events.append(Progress(ts + 0.004, room, done, self.room_bytes))
             if still_open:
                 continue
             end = ts + 0.01

@@ -83,18 +83,19 @@ def _run_cluster(
 def _dashboard(
     prefill: int, decode: int, tp: int, rate: float, fault: list[str], duration: float | None, log_dir: str, theme: str
 ) -> None:
-    from kvtop.cli.top_cmd import run_dashboard
+    from kvtop.cli.top_cmd import find_theme, run_dashboard
     from kvtop.embedded import EmbeddedCluster
     from kvtop.local import demo_spec
     from transport.errors import TransportError
     from transport.workload import WorkloadSpec
 
+    themes = find_theme(theme)
     spec = demo_spec(prefill, decode, tp, _faults(fault), log_dir or tempfile.mkdtemp(prefix="kvtop-logs-"))
     typer.echo(f"starting {spec.prefill}P{spec.decode}D TP{tp} on loopback (agent logs: {spec.log_dir}) ...", err=True)
     try:
         with EmbeddedCluster(spec, WorkloadSpec(rate=rate)) as embedded:
             assert embedded.collector is not None
-            run_dashboard(embedded.collector, embedded.describe, theme, quit_after=duration)
+            run_dashboard(embedded.collector, embedded.describe, themes, theme, quit_after=duration)
     except TransportError as error:
         raise fail(str(error)) from None
 

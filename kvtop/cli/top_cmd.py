@@ -13,6 +13,7 @@ from kvtop.cli.options import Bootstrap, Connect, SGLangLog, Wait, fail, require
 
 if TYPE_CHECKING:
     from kvtop.tui.app import Source
+    from kvtop.tui.themes import ThemeSet
 
 Theme = Annotated[
     str,
@@ -24,17 +25,28 @@ Theme = Annotated[
 ]
 
 
-def run_dashboard(
-    source: Source, title: str, theme: str, quit_after: float | None = None, clock: Callable[[], float] = time.time
-) -> None:
-    """Open the dashboard on `source` until the user quits (q, Ctrl-C) or the terminal goes away."""
-    from kvtop.tui.app import KvtopApp
+def find_theme(theme: str) -> ThemeSet:
+    """Every theme found, checked to hold `theme` (a usage error otherwise, before anything starts)."""
     from kvtop.tui.themes import load_themes
 
     themes = load_themes()
     if theme not in themes.themes:
         known = ", ".join(sorted(themes.themes))
         raise typer.BadParameter(f"no theme {theme!r} (found: {known})", param_hint="--theme")
+    return themes
+
+
+def run_dashboard(
+    source: Source,
+    title: str,
+    themes: ThemeSet,
+    theme: str,
+    quit_after: float | None = None,
+    clock: Callable[[], float] = time.time,
+) -> None:
+    """Open the dashboard on `source` until the user quits (q, Ctrl-C) or the terminal goes away."""
+    from kvtop.tui.app import KvtopApp
+
     os.environ.setdefault("TEXTUAL_FPS", "30")
     KvtopApp(source, title=title, themes=themes, theme=theme, quit_after=quit_after, clock=clock).run()
 
@@ -56,8 +68,9 @@ def top(
     from transport.errors import BootstrapError
 
     require_source(bootstrap, connect, sglang_log)
+    themes = find_theme(theme)
     if sglang_log:
-        _top_on_logs(sglang_log, theme)
+        _top_on_logs(sglang_log, themes, theme)
         return
     collector = Collector(bootstrap, connect, ClusterModel(JOURNAL_EVENTS_KEPT))
     try:
@@ -66,12 +79,12 @@ def top(
         collector.close()
         raise fail(str(error)) from None
     try:
-        run_dashboard(collector, bootstrap or ", ".join(connect), theme)
+        run_dashboard(collector, bootstrap or ", ".join(connect), themes, theme)
     finally:
         collector.close()
 
 
-def _top_on_logs(sglang_log: list[str], theme: str) -> None:
+def _top_on_logs(sglang_log: list[str], themes: ThemeSet, theme: str) -> None:
     from kvtop.sources.sglang.follow import LogFollower
 
     try:
@@ -79,7 +92,7 @@ def _top_on_logs(sglang_log: list[str], theme: str) -> None:
     except OSError as error:
         raise fail(f"cannot read an SGLang log: {error}", 2) from None
     try:
-        run_dashboard(follower, "sglang logs: " + ", ".join(sglang_log), theme, clock=follower.now)
+        run_dashboard(follower, "sglang logs: " + ", ".join(sglang_log), themes, theme, clock=follower.now)
     finally:
         follower.close()
 

@@ -140,6 +140,7 @@ class KvtopApp(App[None]):
         self._refresh_s = refresh_s
         self._quit_after = quit_after
         self._building = False
+        self._stale = False
         self._last_filter = ""
         self._themes = themes or ThemeSet()
         for found in self._themes.themes.values():
@@ -151,7 +152,7 @@ class KvtopApp(App[None]):
     def compose(self) -> ComposeResult:
         yield Line(id="banner")
         yield Line(id="health")
-        yield Tabs(*(Tab(f"{name.title()} [{name[0]}]", id=name) for name in VIEWS), id="tabs")
+        yield Tabs(*(Tab(Text(f"{name.title()} [{name[0]}]"), id=name) for name in VIEWS), id="tabs")
         with ContentSwitcher(initial="overview", id="views"):
             yield OverviewView(id="overview")
             yield RoomsView(id="rooms")
@@ -189,10 +190,13 @@ class KvtopApp(App[None]):
     # --- frames -------------------------------------------------------------------------------------
 
     def request_frame(self) -> None:
-        """Build a frame in a worker thread unless paused or one is being built."""
-        if self.paused or self._building:
+        """Build a frame in a worker thread unless paused; while one is being built, build again after it."""
+        if self.paused:
             return
-        self._building = True
+        if self._building:
+            self._stale = True  # the frame being built may predate a key: another follows at once
+            return
+        self._building, self._stale = True, False
         self.run_worker(self._build_frame, thread=True, group="frame", exit_on_error=False)
 
     def _build_frame(self) -> None:
@@ -204,7 +208,9 @@ class KvtopApp(App[None]):
 
     def on_frame_ready(self, message: FrameReady) -> None:
         self._building = False
-        if self.paused:
+        if self._stale:
+            self.request_frame()
+        if self.paused or not self.query("#health"):  # paused, or shutting down
             return
         started = time.perf_counter()
         self.frame = message.frame

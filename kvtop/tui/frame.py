@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from operator import attrgetter
+from typing import Any
 
 import numpy as np
 
@@ -99,6 +102,8 @@ class Frame:
     groups: list[FailureGroup]
     events: list[tuple[str, Event]]
     gone: frozenset[str] = frozenset()
+    journaling: bool = True
+    """Whether the model keeps recent events at all (`ClusterModel(journal_events=...)`)."""
     error: str = ""
     """The source's last error (bootstrap address not answering, say)."""
     options: Options = field(default_factory=Options)
@@ -162,12 +167,13 @@ class FrameBuilder:
             groups=_select_groups(groups[-GROUPS_SHOWN:], options.filter),
             events=self._events(options),
             gone=gone,
+            journaling=model.journaling,
             error=error,
             options=options,
         )
 
     def _rooms(self, options: Options, gone: frozenset[str], now: float) -> list[RoomView]:
-        """Recently retired rooms, then live ones, newest first unless sorted otherwise, filtered."""
+        """Live and recently retired rooms, filtered and in the order the options say."""
         rooms = [f.view for f in self.model.finished.values() if f.view is not None]
         rooms += self.model.rooms.values()
         if options.faults_only:
@@ -175,9 +181,9 @@ class FrameBuilder:
         if options.filter:
             needle = options.filter.lower()
             rooms = [r for r in rooms if needle in haystack(r, gone, now)]
-        if options.sort is RoomSort.AGE:
-            return rooms[::-1]
-        return sorted(rooms, key=_SORT_KEYS[options.sort])
+        key, newest_first = _SORT_KEYS[options.sort]
+        rooms.reverse()  # arrival order is nearly age order: the sort below has little left to do
+        return sorted(rooms, key=key, reverse=newest_first)
 
     def _throughput(self, now: float) -> list[float]:
         rows = self.model.transfers.window(now - WINDOW_S)
@@ -243,11 +249,14 @@ def is_stuck(room: RoomView, gone: frozenset[str], now: float) -> bool:
     return now - room.last_progress > STUCK_AFTER_S and outcome(room, gone) is None
 
 
-_SORT_KEYS = {
-    RoomSort.IDLE: lambda room: room.last_progress,
-    RoomSort.BYTES: lambda room: -room.bytes_total,
-    RoomSort.ROOM: lambda room: room.room,
+_SORT_KEYS: dict[RoomSort, tuple[Callable[[RoomView], Any], bool]] = {
+    RoomSort.AGE: (attrgetter("first_seen"), True),
+    RoomSort.IDLE: (lambda room: (room.outcome is not None or room.finished(), room.last_progress), False),
+    RoomSort.BYTES: (attrgetter("bytes_total"), True),
+    RoomSort.ROOM: (attrgetter("room"), False),
 }
+"""Per order: the key (C-level getters where they do: 100k rooms are sorted per frame) and whether it runs
+high to low. Idle time puts open rooms first: a finished room's idle time says nothing."""
 
 
 def haystack(room: RoomView, gone: frozenset[str], now: float) -> str:

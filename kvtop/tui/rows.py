@@ -16,7 +16,9 @@ from transport.events import Event
 from transport.kvpoll import KVPoll
 
 RANK_HEADER = f"{'RANK':<18}{'ROLE':<9}{'STATE':<7}{'RATE':>11}{'IN FLIGHT':>11}{'ORIGINS':>9}{'ECHOES':>8}{'CPU %':>7}"
-ROOM_HEADER = f"{'ROOM':<21}{'AGE s':>7}{'IDLE s':>8}{'PROGRESS':>10}{'BYTES':>11}  {'LINK':<22}STATE PER RANK"
+ROOM_HEADER = (
+    f"{'ROOM':<21}{'AGE s':>7}{'IDLE s':>8}{'PROGRESS':>10}{'BYTES':>11}  {'LINK':<22}{'FLAG':<8}STATE PER RANK"
+)
 _STATE_SHORT = {
     KVPoll.Failed: "FAIL",
     KVPoll.Bootstrapping: "BOOT",
@@ -74,13 +76,17 @@ def room_line(view: RoomView, frame: Frame, palette: Palette) -> Text:
         f"{view.room:<21}{now - view.first_seen:>7.1f}{now - view.last_progress:>8.1f}{progress:>10}"
         f"{_size(view.bytes_total):>11}  {link:<22}"
     )
+    if frame.stuck(view):
+        text.append(f"{'STUCK':<8}", style=palette.warning + Style(bold=True))
+    elif frame.outcome(view) is False:
+        text.append(f"{'FAILED':<8}", style=palette.error)
+    else:
+        text.append(" " * 8)
     for label, state in sorted(view.states.items()):
         style = palette.error if state is KVPoll.Failed else palette.success if state is KVPoll.Success else ""
         text.append(f"{label}=", style=palette.dim)
         text.append(_STATE_SHORT[state], style=style)
         text.append(" ")
-    if frame.stuck(view):
-        text.append("STUCK", style=palette.warning + Style(bold=True))
     return text
 
 
@@ -91,8 +97,12 @@ def event_line(label: str, event: Event, palette: Palette) -> Text:
 
 
 def rate(gbps: float) -> str:
-    """A transfer rate in the unit that keeps three digits: `1.23 GB/s`, `45.6 MB/s`."""
-    return f"{gbps:.2f} GB/s" if gbps >= 1 else f"{gbps * 1000:.1f} MB/s" if gbps >= 0.001 else f"{gbps * 1e6:.0f} KB/s"
+    """A transfer rate in the unit that keeps three digits: `1.23 GB/s`, `45.6 MB/s`, `512 KB/s`."""
+    if round(gbps * 1000, 1) >= 1000:
+        return f"{gbps:.2f} GB/s"
+    if round(gbps * 1e6) >= 1000:
+        return f"{gbps * 1000:.1f} MB/s"
+    return f"{gbps * 1e6:.0f} KB/s"
 
 
 def clock(ts: float) -> str:

@@ -9,6 +9,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+_KEY_NAMES = {"question_mark": "?", "slash": "/"}
+
 
 def binding_table(sections: dict[str, list[BindingType]]) -> Table:
     """Key, action description per binding, grouped by where it works."""
@@ -19,7 +21,9 @@ def binding_table(sections: dict[str, list[BindingType]]) -> Table:
         table.add_row(f"[u]{section}[/u]", "")
         for binding in bindings:
             if isinstance(binding, Binding):
-                table.add_row(binding.key_display or binding.key.replace(",", " / "), binding.description)
+                table.add_row(
+                    " / ".join(_KEY_NAMES.get(key, key) for key in binding.key.split(",")), binding.description
+                )
         table.add_row("", "")
     return table
 

@@ -22,6 +22,8 @@ class EventsView(Vertical):
         options, events = frame.options, frame.events
         where = f" matching '{options.filter}'" if options.filter else ""
         hidden = "" if options.level == "debug" else ", echoes hidden (d shows them)"
+        if not frame.journaling:
+            hidden += ", but this source keeps no event journal"
         self.query_one("#events-title", Line).show(
             f"{len(events):,} events at {options.level} and above{where}{hidden}  (l: level)"
         )

@@ -82,12 +82,13 @@ class FailuresView(Vertical):
         )
         self._layout()
 
-    def _layout(self) -> None:
-        """Flatten the groups (newest first) and the expanded ones' echoes; the cursor stays on its row."""
+    def _layout(self, keep: TreeRow | None = None) -> None:
+        """Flatten the groups (newest first) and the expanded ones' echoes; the cursor stays on its row
+        (or goes to `keep`)."""
         tree, palette = self.origin_list, self._palette
         if palette is None:
             return
-        current = self.rows[tree.cursor] if tree.cursor < len(self.rows) else None
+        current = keep or (self.rows[tree.cursor] if tree.cursor < len(self.rows) else None)
         rows: list[TreeRow] = []
         for group in reversed(self._groups):
             rows.append(TreeRow(group))
@@ -105,13 +106,13 @@ class FailuresView(Vertical):
         row = self.highlighted
         if row is not None:
             self.expanded ^= {group_key(row.group)}
-            self._layout()
+            self._layout(keep=TreeRow(row.group))
 
     def action_collapse(self) -> None:
         row = self.highlighted
         if row is not None:
             self.expanded.discard(group_key(row.group))
-            self._layout()
+            self._layout(keep=TreeRow(row.group))
 
     @property
     def highlighted(self) -> TreeRow | None:
@@ -181,5 +182,5 @@ def detail(node: FailureNode, palette: Palette) -> Text:
 
 def _fields(text: Text, failure: Observed, palette: Palette) -> None:
     for name, value in msgspec.structs.asdict(failure).items():
-        text.append(f"  {name:<13}", style=palette.dim)
+        text.append(f"  {name:<19}", style=palette.dim)
         text.append(f"{value}\n")

@@ -12,10 +12,11 @@ class Line(Static):
     DEFAULT_CSS = "Line { height: 1; width: 1fr; }"
 
     def __init__(self, text: str | Text = "", *, id: str | None = None, classes: str | None = None) -> None:
-        super().__init__(text, id=id, classes=classes)
+        super().__init__(Text(text) if isinstance(text, str) else text, id=id, classes=classes)
         self._shown: str | Text = text
 
     def show(self, text: str | Text) -> None:
+        """Show `text` as it is: a string is never read as markup (titles carry the user's filter)."""
         if text != self._shown:
             self._shown = text
-            self.update(text, layout=False)
+            self.update(Text(text) if isinstance(text, str) else text, layout=False)

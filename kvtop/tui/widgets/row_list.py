@@ -83,11 +83,12 @@ class RowList(ScrollView, can_focus=True):
     def count(self) -> int:
         return self._count
 
-    def set_rows(self, count: int, render_row: RowRenderer, width: int = 0) -> None:
-        """New data: `count` rows drawn by `render_row`. Only the visible rows are rendered."""
+    def set_rows(self, count: int, render_row: RowRenderer) -> None:
+        """New data: `count` rows drawn by `render_row`. Only the visible rows are rendered; a row longer
+        than the list is cut (no sideways scrolling, so the list follows its own width when it narrows)."""
         self._count, self._render_row = count, render_row
         self._cache.clear()
-        self.virtual_size = Size(max(width, self.size.width), count)
+        self.virtual_size = Size(0, count)
         if self.cursor >= count:
             self.cursor = max(0, count - 1)
         self.refresh()

@@ -1,0 +1,190 @@
+"""Frames built from the model: what each view lists for a filter, faults only, an order or an event level."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from tui_support import CLUSTER, FIXED_NOW, ROOMS_LIVE, ROOMS_OLD, ROOMS_RETIRED, build_model
+
+from kvtop.bench.synthetic import SyntheticCluster
+from kvtop.event_lines import LEVELS, shown, to_line
+from kvtop.model import STALE_S, ClusterModel, RoomView
+from kvtop.tables import STUCK_AFTER_S
+from kvtop.tui.frame import WINDOW_S, FrameBuilder, Options, RoomSort
+from transport.kvpoll import KVPoll
+
+
+@pytest.fixture
+def model() -> ClusterModel:
+    return build_model()
+
+
+def every_room(model: ClusterModel) -> list[RoomView]:
+    """Retired rooms that kept their view, then live ones."""
+    return [f.view for f in model.finished.values() if f.view is not None] + list(model.rooms.values())
+
+
+def failed_rooms(model: ClusterModel) -> set[int]:
+    return {group.room for group in model.groups()}
+
+
+def stuck_rooms(model: ClusterModel) -> set[int]:
+    return {room.room for room in model.stuck(FIXED_NOW, STUCK_AFTER_S)}
+
+
+def listed(model: ClusterModel, **options: object) -> list[int]:
+    frame = FrameBuilder(model).build(Options(**options), FIXED_NOW)  # type: ignore[arg-type]
+    return [room.room for room in frame.rooms]
+
+
+def test_the_fixture_cluster_has_failed_stuck_open_and_retired_rooms(model: ClusterModel):
+    """The other tests need every kind of room: a few failed, a few stuck, most retired."""
+    assert len(every_room(model)) == ROOMS_RETIRED + ROOMS_LIVE + ROOMS_OLD
+    assert 0 < len(stuck_rooms(model)) < len(model.open_rooms(FIXED_NOW)) < len(model.rooms) < len(model.finished)
+    assert len(failed_rooms(model)) > 10
+    assert sum(len(events) for _, events in model.journal) > 1000
+
+
+def test_a_filter_on_a_room_id_lists_that_room(model: ClusterModel):
+    """The whole id matches its room only."""
+    room = every_room(model)[123].room
+
+    assert listed(model, filter=str(room)) == [room]
+
+
+def test_a_filter_on_a_rank_label_lists_the_rooms_that_rank_reported(model: ClusterModel):
+    """`decode-1/TP0` (any case) lists exactly the rooms in which that rank has a state."""
+    expected = {room.room for room in every_room(model) if "decode-1/TP0" in room.states}
+
+    assert set(listed(model, filter="DECODE-1/tp0")) == expected
+    assert 0 < len(expected) < len(every_room(model))
+
+
+def test_a_filter_on_an_instance_lists_the_rooms_of_its_links(model: ClusterModel):
+    """`prefill-1` lists the rooms whose link starts at that prefill instance."""
+    expected = {room.room for room in every_room(model) if room.link[0] == "prefill-1"}
+
+    assert set(listed(model, filter="prefill-1")) == expected
+
+
+def test_a_filter_on_a_state_lists_the_rooms_in_that_state(model: ClusterModel):
+    """`stuck`, `failed` and `transferring` each list the rooms in that state."""
+    transferring = {room.room for room in every_room(model) if KVPoll.Transferring in room.states.values()}
+
+    assert set(listed(model, filter="stuck")) == stuck_rooms(model)
+    assert set(listed(model, filter="failed")) == failed_rooms(model)
+    assert set(listed(model, filter="transferring")) == transferring
+
+
+def test_faults_only_lists_the_failed_and_the_stuck_rooms(model: ClusterModel):
+    """Failed rooms (retired or not) and stuck ones, nothing else; combined with a filter both apply."""
+    faults = failed_rooms(model) | stuck_rooms(model)
+    on_decode_0 = {room.room for room in every_room(model) if room.link[1] == "decode-0"}
+
+    assert sorted(listed(model, faults_only=True)) == sorted(faults)
+    assert set(listed(model, faults_only=True, filter="decode-0")) == faults & on_decode_0
+
+
+def mixed_model() -> ClusterModel:
+    """Rooms of three sizes, so the bytes order has something to sort."""
+    model = ClusterModel()
+    for index, size in enumerate((1 << 20, 8 << 20, 64 << 10)):
+        cluster = SyntheticCluster(room_bytes=size, seed=index, start=CLUSTER.start + index * 0.003)
+        for label, batch in (cluster.hello() if index == 0 else []) + cluster.rooms(40):
+            model.apply(label, batch, FIXED_NOW - 1.0)
+    return model
+
+
+def test_each_order_sorts_the_rooms_by_its_key():
+    """idle: open rooms longest without progress first, then finished ones; bytes: biggest first; room: by id;
+    age: newest first."""
+    model = mixed_model()
+    rooms = {room.room: room for room in every_room(model)}
+
+    def keys(sort: RoomSort, key) -> list[object]:
+        return [key(rooms[room]) for room in listed(model, sort=sort)]
+
+    idle = keys(RoomSort.IDLE, lambda room: (room.outcome is not None or room.finished(), room.last_progress))
+    size = keys(RoomSort.BYTES, lambda room: room.bytes_total)
+    ids = keys(RoomSort.ROOM, lambda room: room.room)
+    assert (sorted(idle), sorted(size, reverse=True), sorted(ids)) == (idle, size, ids)
+    assert len(set(size)) == 3
+    assert listed(model, sort=RoomSort.AGE)[0] == max(rooms.values(), key=lambda room: room.first_seen).room
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_the_event_tail_holds_every_event_at_or_above_the_level_in_journal_order(model: ClusterModel, level: str):
+    """The frame's events are the journal's, oldest first, minus those below the level."""
+    expected = [(label, event) for label, events in model.journal for event in events if shown(event, level)]
+
+    assert expected
+    assert FrameBuilder(model).build(Options(level=level), FIXED_NOW).events == expected
+
+
+def test_the_event_tail_follows_new_batches_and_a_changed_level_or_filter(model: ClusterModel):
+    """Built again after new batches, or with another level or filter, the tail is what a fresh builder builds."""
+    builder = FrameBuilder(model)
+    builder.build(Options(), FIXED_NOW)
+    batches = CLUSTER.rooms(50, first=ROOMS_RETIRED + ROOMS_LIVE)
+    for label, batch in batches:
+        model.apply(label, batch, FIXED_NOW - 0.5)
+    new_rooms = {event.room for _, batch in batches for event in batch.events}
+
+    for options in (Options(), Options(level="debug"), Options(level="debug", filter="decode-0/TP1"), Options()):
+        events = builder.build(options, FIXED_NOW).events
+        assert events == FrameBuilder(model).build(options, FIXED_NOW).events
+        assert any(getattr(event, "room", None) in new_rooms for _, event in events)
+
+
+def test_a_filter_narrows_the_event_tail_to_matching_lines(model: ClusterModel):
+    """Only lines that contain the filter text (any case) are kept."""
+    events = FrameBuilder(model).build(Options(filter="CHECKSUM"), FIXED_NOW).events
+
+    assert len(events) == sum(group.origin is not None for group in model.groups()) > 0
+    assert all("checksum" in to_line(label, event) for label, event in events)
+
+
+def test_the_fold_is_reused_until_a_failure_arrives(model: ClusterModel):
+    """Two frames of an unchanged model share their failure groups; new failures are folded like a full fold."""
+    builder = FrameBuilder(model)
+    first, second = builder.build(Options(), FIXED_NOW), builder.build(Options(), FIXED_NOW)
+    for label, batch in CLUSTER.rooms(200, first=ROOMS_RETIRED + ROOMS_LIVE):
+        model.apply(label, batch, FIXED_NOW - 0.5)
+    third = builder.build(Options(), FIXED_NOW)
+
+    assert [id(group) for group in first.groups] == [id(group) for group in second.groups]
+    assert len(first.groups) < len(third.groups)
+    assert model.groups() == third.groups
+
+
+def test_the_failures_filter_keeps_the_matching_origins(model: ClusterModel):
+    """A rank label as filter keeps the groups whose origin it is."""
+    groups = FrameBuilder(model).build(Options(filter="decode-0/TP0"), FIXED_NOW).groups
+
+    assert groups == [group for group in model.groups() if group.origin_label == "decode-0/TP0"]
+
+
+def test_health_counts_ranks_origins_open_and_stuck_rooms(model: ClusterModel):
+    """The health line's counts are the model's, as of the frame's time."""
+    health = FrameBuilder(model).build(Options(), FIXED_NOW).health
+
+    assert (health.ranks_alive, health.ranks_total) == (8, 8)
+    assert health.failures == len(model.groups(FIXED_NOW, WINDOW_S))
+    assert health.rooms_open == len(model.open_rooms(FIXED_NOW))
+    assert health.stuck == len(stuck_rooms(model))
+    assert health.gaps == model.gaps
+
+
+def test_ranks_turn_stale_when_their_batches_stop(model: ClusterModel):
+    """Seconds later without a batch, no rank counts as alive."""
+    health = FrameBuilder(model).build(Options(), FIXED_NOW + STALE_S).health
+
+    assert (health.ranks_alive, health.ranks_total) == (0, 8)
+
+
+def test_top_origins_count_the_groups_of_the_window_by_title(model: ClusterModel):
+    """Most frequent origin first, at most eight."""
+    frame = FrameBuilder(model).build(Options(), FIXED_NOW)
+
+    assert frame.top_origins == Counter(g.title for g in model.groups(FIXED_NOW, WINDOW_S)).most_common(8)

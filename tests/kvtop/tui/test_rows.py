@@ -1,0 +1,215 @@
+"""The Rich renderables of the dashboard as plain strings: heat map, rank, room and event lines, help table."""
+
+from __future__ import annotations
+
+import io
+
+import msgspec
+import pytest
+from rich.console import Console
+from rich.style import Style
+from rich.text import Text
+from tui_support import FIXED_NOW, build_model
+
+from kvtop.event_lines import to_line
+from kvtop.model import Liveness
+from kvtop.tables import STUCK_AFTER_S
+from kvtop.tui.app import KvtopApp
+from kvtop.tui.frame import FrameBuilder, Options, RankRow
+from kvtop.tui.renderables.heatmap import LinkHeatMap
+from kvtop.tui.rows import RANK_HEADER, ROOM_HEADER, Palette, event_line, rank_line, rate, room_line
+from kvtop.tui.screens.help import binding_table
+from kvtop.tui.themes import load_themes
+from kvtop.tui.views.failures import FailuresView, detail
+from kvtop.tui.widgets.row_list import RowList
+from transport.events import Failure, TransferDone
+from transport.kvpoll import KVPoll
+
+HOT, FAILED = Style(color="#00ffff"), Style(color="#ff0000", bold=True)
+
+
+@pytest.fixture(scope="module")
+def palette() -> Palette:
+    return Palette.from_theme(load_themes().themes["kvtop-dark"])
+
+
+def render(renderable: object, width: int = 80) -> str:
+    console = Console(width=width, record=True, color_system=None, file=io.StringIO())
+    console.print(renderable)
+    return "\n".join(line.rstrip() for line in console.export_text().splitlines())
+
+
+def styles_of(text: Text, needle: str) -> list[Style | str]:
+    """The styles of the spans that cover the first `needle` in `text` (the text's own style first)."""
+    start = text.plain.index(needle)
+    return [text.style, *(span.style for span in text.spans if span.start <= start and start + len(needle) <= span.end)]
+
+
+LINKS = {("prefill-0", "decode-0"): (2.0, 0), ("prefill-0", "decode-1"): (0.5, 3), ("prefill-1", "decode-0"): (0.0, 0)}
+
+
+def test_the_heat_map_draws_one_row_per_prefill_and_a_column_per_decode():
+    """Shade by share of the busiest link, the rate, failed rooms marked ✗, a dash where no link exists."""
+    assert render(LinkHeatMap(LINKS, HOT, FAILED)) == "\n".join(
+        [
+            "               decode-0         decode-1",
+            " prefill-0  █ 2.00 GB/s  ░ 500.0 MB/s ✗3",
+            " prefill-1       0 KB/s                -",
+        ]
+    )
+
+
+def test_the_heat_map_colours_hot_links_and_failed_rooms_from_its_styles():
+    """Links at half the peak or more take the hot style; failed-room counts the failed style."""
+    console = Console(width=80, color_system="truecolor", file=io.StringIO())
+    segments = list(console.render(LinkHeatMap(LINKS, HOT, FAILED)))
+
+    def style(needle: str) -> Style | None:
+        return next(segment.style for segment in segments if needle in segment.text)
+
+    assert (style("2.00 GB/s"), style("✗3")) == (HOT, FAILED)
+    assert style("500.0 MB/s") != HOT
+
+
+def test_the_heat_map_without_links_says_so():
+    """No transfer yet: one dim line instead of an empty table."""
+    assert render(LinkHeatMap({}, HOT, FAILED)) == "no transfers yet"
+
+
+@pytest.mark.parametrize(
+    ("gbps", "shown"),
+    [
+        (0.0, "0 KB/s"),
+        (0.0004, "400 KB/s"),
+        (0.0123, "12.3 MB/s"),
+        (0.5, "500.0 MB/s"),
+        (1.0, "1.00 GB/s"),
+        (12.345, "12.35 GB/s"),
+        (123.4, "123.40 GB/s"),
+    ],
+)
+def test_rate_picks_the_unit_by_size(gbps: float, shown: str):
+    """KB/s below 1 MB/s, MB/s below 1 GB/s, GB/s above."""
+    assert rate(gbps) == shown
+
+
+@pytest.mark.parametrize(("gbps", "shown"), [(0.99996, "1.00 GB/s"), (0.0009999, "1.0 MB/s")])
+def test_rate_just_below_a_unit_boundary_moves_to_the_bigger_unit(gbps: float, shown: str):
+    """A rate that rounds to 1000 of a unit is shown as 1 of the next one, keeping three digits."""
+    assert rate(gbps) == shown
+
+
+def test_a_rank_line_fills_the_columns_of_its_header(palette: Palette):
+    """Label, role, liveness, rate, rooms in flight, origins, echoes and CPU line up under RANK_HEADER."""
+    row = RankRow("decode-0/TP1", "decode", "decode-0", 1, Liveness.GONE, 1.5, 3, 2, 7, 12.4)
+
+    line = rank_line(row, palette)
+
+    assert RANK_HEADER == "RANK              ROLE     STATE         RATE  IN FLIGHT  ORIGINS  ECHOES  CPU %"
+    assert line.plain == "decode-0/TP1      decode   gone     1.50 GB/s          3        2       7     12"
+    assert palette.error in styles_of(line, "gone")
+    assert palette.error in styles_of(line, "       2")
+    assert palette.dim in styles_of(line, "      7")
+
+
+def test_a_rank_line_colours_liveness(palette: Palette):
+    """Alive is the success colour, stale the warning colour; no origins, no error colour."""
+    alive = RankRow("prefill-0/TP0", "prefill", "prefill-0", 0, Liveness.ALIVE, 0.0, 0, 0, 0, 0.0)
+    stale = RankRow("prefill-0/TP0", "prefill", "prefill-0", 0, Liveness.STALE, 0.0, 0, 0, 0, 0.0)
+
+    assert palette.success in styles_of(rank_line(alive, palette), "alive")
+    assert palette.warning in styles_of(rank_line(stale, palette), "stale")
+    assert palette.error not in [span.style for span in rank_line(alive, palette).spans]
+
+
+@pytest.fixture(scope="module")
+def frame():
+    """A frame of the fixture cluster: retired, failed, open and stuck rooms."""
+    return FrameBuilder(build_model()).build(Options(), FIXED_NOW)
+
+
+def test_a_room_line_shows_age_idle_progress_size_link_and_every_rank_state(frame, palette: Palette):
+    """A room that succeeded: 100 %, 1.0 MiB, its link and OK for each of its four ranks, in the success colour."""
+    room = next(room for room in frame.rooms if frame.outcome(room) is True)
+
+    line = room_line(room, frame, palette)
+
+    states = " ".join(f"{label}=OK" for label in sorted(room.states))
+    link = f"{room.link[0]}->{room.link[1]}"
+    age, idle = FIXED_NOW - room.first_seen, FIXED_NOW - room.last_progress
+    assert line.plain == f"{room.room:<21}{age:>7.1f}{idle:>8.1f}      100%    1.0 MiB  {link:<22}{'':<8}{states} "
+    assert len(ROOM_HEADER) - len("STATE PER RANK") == len(line.plain) - len(states) - 1
+    assert palette.success in styles_of(line, "OK")
+
+
+def test_a_failed_room_line_shows_fail_in_the_error_colour(frame, palette: Palette):
+    """The room is flagged FAILED and each rank that failed it reads FAIL, in the error colour."""
+    room = next(room for room in frame.rooms if frame.outcome(room) is False)
+
+    line = room_line(room, frame, palette)
+
+    failed = sorted(label for label, state in room.states.items() if state == KVPoll.Failed)
+    assert failed and all(f"{label}=FAIL" in line.plain for label in failed)
+    assert palette.error in styles_of(line, "FAIL")
+    assert line.plain[len(ROOM_HEADER) - len("STATE PER RANK") - 8 :].startswith("FAILED  ")
+    assert "STUCK" not in line.plain
+
+
+def test_a_stuck_room_line_is_flagged_stuck_before_its_states(frame, palette: Palette):
+    """An open room without progress for longer than STUCK_AFTER_S is flagged STUCK (in the FLAG column, so a
+    narrow terminal still shows it) in the warning colour."""
+    room = next(room for room in frame.rooms if frame.stuck(room))
+
+    line = room_line(room, frame, palette)
+
+    assert FIXED_NOW - room.last_progress > STUCK_AFTER_S
+    assert line.plain[len(ROOM_HEADER) - len("STATE PER RANK") - 8 :].startswith("STUCK   ")
+    assert "33%" in line.plain
+    assert any(isinstance(style, Style) and style.color == palette.warning.color for style in styles_of(line, "STUCK"))
+
+
+def test_an_open_room_that_moves_is_not_stuck(frame, palette: Palette):
+    """Open with recent progress: no flag."""
+    room = next(room for room in frame.rooms if frame.outcome(room) is None and not frame.stuck(room))
+
+    assert "STUCK" not in room_line(room, frame, palette).plain
+
+
+def test_event_lines_take_their_level_colour(palette: Palette):
+    """Origins are errors, echoes dim (debug), transfers plain; the text is the event's log line."""
+    origin = Failure(
+        FIXED_NOW, 7, "decode-0/TP1", "KV chunk 3 failed its checksum", "checksum", "error", False, "decode-0/TP1"
+    )
+    echo = Failure(FIXED_NOW, 7, "decode-0/TP0", "from another rank", "another_rank", "debug", True, "decode-0/TP1")
+    done = TransferDone(FIXED_NOW, 8, 1 << 20, 0.01, "prefill-0")
+
+    lines = [event_line("decode-0/TP1", event, palette) for event in (origin, echo, done)]
+
+    assert [line.plain for line in lines] == [to_line("decode-0/TP1", event) for event in (origin, echo, done)]
+    assert [line.style for line in lines] == [palette.error, palette.dim, ""]
+    assert lines[0].plain.startswith("2026-05-28 20:26:50.000 decode-0/TP1     ERROR   failure   room=7 checksum:")
+
+
+def test_the_help_table_lists_every_binding_with_its_key():
+    """Each app, list and failures-view binding is one row: its key as displayed, then its description."""
+    sections = {"Everywhere": KvtopApp.BINDINGS, "Lists": RowList.BINDINGS, "Failures": FailuresView.BINDINGS}
+
+    table = render(binding_table(sections), width=100).splitlines()
+
+    for section, bindings in sections.items():
+        assert section in [line.strip() for line in table]
+        for binding in bindings:
+            names = {"question_mark": "?", "slash": "/"}
+            key = " / ".join(names.get(key, key) for key in binding.key.split(","))
+            assert any(line.split() == [*key.split(), *binding.description.split()] for line in table), binding
+
+
+def test_the_failure_detail_lists_every_field_of_the_origin_apart_from_its_value(palette: Palette):
+    """`d` in the failures view: one line per recorded field, name then value, with space between them."""
+    group = next(group for group in build_model().groups() if group.origin is not None)
+
+    shown = detail(group, palette).plain.split("Raw origin event\n")[1].splitlines()
+
+    fields = msgspec.structs.asdict(group.origin)
+    assert [line.split(maxsplit=1)[0] for line in shown if line.strip()] == list(fields)
+    assert [line.split(maxsplit=1)[1] for line in shown if line.strip()] == [str(value) for value in fields.values()]

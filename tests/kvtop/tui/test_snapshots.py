@@ -1,0 +1,59 @@
+"""What each view looks like in the dark and the light theme (SVG snapshots; update only after looking at the diff).
+
+`pytest tests/kvtop/tui/test_snapshots.py --snapshot-update` rewrites them in `__snapshots__/`.
+"""
+
+from __future__ import annotations
+
+import pytest
+from tui_support import SIZE, make_app, next_frame, wait_until
+
+from kvtop.tui.views.failures import FailuresView, group_key
+
+THEMES = ["kvtop-dark", "kvtop-light"]
+
+
+async def overview(pilot) -> None:
+    await next_frame(pilot)
+
+
+async def rooms(pilot) -> None:
+    await pilot.press("r")
+    await next_frame(pilot)
+
+
+async def failures(pilot) -> None:
+    """The newest origin expanded into its echoes, its detail pane open."""
+    app = pilot.app
+    await pilot.press("f")
+    await next_frame(pilot)
+    await pilot.press("enter", "d")
+    view = app.query_one(FailuresView)
+    await wait_until(
+        pilot,
+        lambda: group_key(view.highlighted.group) in view.expanded and app.query_one("#failure-detail").display,
+        "the newest origin expanded, its detail shown",
+    )
+    await next_frame(pilot)  # the list narrowed for the pane: the next frame fits the rows to it
+
+
+async def events(pilot) -> None:
+    """Debug on: echoes and room traffic shown."""
+    await pilot.press("e", "d")
+    await next_frame(pilot)
+
+
+VIEWS = {"overview": overview, "rooms": rooms, "failures": failures, "events": events}
+
+
+@pytest.mark.parametrize("theme", THEMES)
+@pytest.mark.parametrize("view", list(VIEWS))
+def test_view_snapshot(snap_compare, view: str, theme: str):
+    """Each view of the synthetic cluster, as of its fixed clock, in each theme."""
+
+    async def run_before(pilot) -> None:
+        await wait_until(pilot, lambda: pilot.app.frames_drawn > 0, "the first frame")
+        await VIEWS[view](pilot)
+
+    app = make_app(theme=theme, refresh_s=3600)  # frames come when asked for, never while the screenshot is taken
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)

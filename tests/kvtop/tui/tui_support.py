@@ -1,0 +1,140 @@
+"""A deterministic dashboard for tests: a synthetic cluster's model, a fixed clock, and frame waits."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kvtop.bench.synthetic import SyntheticCluster
+from kvtop.model import JOURNAL_EVENTS_KEPT, ClusterModel
+from kvtop.tui.app import KvtopApp
+from kvtop.tui.themes import load_themes
+
+if TYPE_CHECKING:
+    from textual.pilot import Pilot
+
+CLUSTER = SyntheticCluster(prefill=2, decode=2, tp=2)
+"""Two prefill and two decode instances of TP2: eight ranks."""
+FIXED_NOW = CLUSTER.start + 10.0
+"""The dashboard's clock: every age, rate and liveness is computed as of this instant."""
+ROOMS_RETIRED = 300
+"""Rooms applied early enough to be retired by the sweep (they show as finished)."""
+ROOMS_LIVE = 100
+"""Rooms applied after the sweep (still in `model.rooms`; a few of them open)."""
+OLD = SyntheticCluster(prefill=2, decode=2, tp=2, start=CLUSTER.start - 600.0, open_rate=0.1, seed=11)
+"""The same cluster ten minutes earlier: its open rooms have made no progress since (stuck)."""
+ROOMS_OLD = 40
+SIZE = (140, 40)
+FRAME_TIMEOUT_S = 10.0
+
+
+@dataclass
+class FixtureSource:
+    """What the dashboard reads (the app's `Source` protocol), filled once and never written again."""
+
+    model: ClusterModel
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    error: str = ""
+
+
+def build_model() -> ClusterModel:
+    """The synthetic cluster as the collector would hold it at `FIXED_NOW`: alive, some rooms failed or stuck.
+
+    Old rooms (stuck ones among them) arrive last, as a restarted collector's first snapshot would bring them.
+    """
+    model = ClusterModel(JOURNAL_EVENTS_KEPT)  # as the dashboard's sources keep it: with an event tail
+    for label, batch in CLUSTER.hello() + CLUSTER.rooms(ROOMS_RETIRED):
+        model.apply(label, batch, FIXED_NOW - 2.0)
+    model.sweep(FIXED_NOW)
+    for label, batch in CLUSTER.rooms(ROOMS_LIVE, first=ROOMS_RETIRED) + OLD.rooms(ROOMS_OLD):
+        model.apply(label, batch, FIXED_NOW - 1.0)
+    return model
+
+
+def build_source() -> FixtureSource:
+    return FixtureSource(build_model())
+
+
+def make_app(
+    source: FixtureSource | None = None,
+    theme: str = "kvtop-dark",
+    refresh_s: float = 0.5,
+    clock: Callable[[], float] = lambda: FIXED_NOW,
+) -> KvtopApp:
+    """The dashboard over `source` (a fresh fixture model by default) with the fixed clock."""
+    return KvtopApp(
+        source or build_source(),
+        title="synthetic 2P2D TP2",
+        themes=load_themes(),
+        theme=theme,
+        clock=clock,
+        refresh_s=refresh_s,
+    )
+
+
+async def wait_until(
+    pilot: Pilot[None], predicate: Callable[[], object], what: str, timeout: float = FRAME_TIMEOUT_S
+) -> None:
+    """Let the app run until `predicate()` is true; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if not pilot.app.is_running:
+            raise AssertionError(f"the app stopped while waiting for: {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true within {timeout:.1f}s: {what}")
+        await pilot.pause(0.01)
+
+
+async def next_frame(pilot: Pilot[None], timeout: float = FRAME_TIMEOUT_S) -> None:
+    """Wait until the app drew a frame it had not drawn yet (frames are built in a worker thread)."""
+    app = pilot.app
+    assert isinstance(app, KvtopApp)
+    drawn = app.frames_drawn
+    app.request_frame()
+    await wait_until(
+        pilot,
+        lambda: app.frames_drawn > drawn and app.frame is not None and app.frame.options == app.options,
+        "a new frame drawn with the current options",
+        timeout,
+    )
+    await pilot.pause()
+
+
+async def submit_filter(pilot: Pilot[None], text: str) -> None:
+    """`/`, the box's text replaced by `text` at once (typing it key by key costs ~0.1 s a key), enter."""
+    await pilot.press("slash")
+    pilot.app.query_one("#filter").value = text
+    await pilot.press("enter")
+
+
+def lines(widget: Any) -> list[str]:
+    """What `widget` shows on screen, one string per line (trailing blanks kept)."""
+    return [widget.render_line(y).text for y in range(widget.size.height)]
+
+
+def text(app: KvtopApp, selector: str) -> str:
+    """The text of the widget `selector` on the current screen, lines joined by newlines."""
+    return "\n".join(line.rstrip() for line in lines(app.screen.query_one(selector)))
+
+
+def drive(
+    app: KvtopApp,
+    scenario: Callable[[Pilot[None]], Awaitable[None]],
+    size: tuple[int, int] = SIZE,
+    notifications: bool = False,
+) -> None:
+    """Run the app headless at `size`, wait for its first frame, then play `scenario` on it."""
+
+    async def run() -> None:
+        async with app.run_test(size=size, notifications=notifications) as pilot:
+            await next_frame(pilot)
+            await scenario(pilot)
+            if app.is_running:  # no frame may land while the test harness tears the widgets down
+                app.paused = True
+                await app.workers.wait_for_complete()
+
+    asyncio.run(run())
