@@ -93,8 +93,7 @@ def main() -> None:
     app.run()
     feeder.stop.set()
     result = {
-        "draw_s": list(app.draw_seconds),
-        "draw_views": list(app.draw_views),
+        "draws": list(app.draws),
         "build_s": list(app.build_seconds),
         "events_per_s": feeder.rate(),
         "rooms": len(source.model.rooms) + len(source.model.finished),

@@ -15,7 +15,7 @@ from functools import partial
 from typing import Protocol
 
 from rich.text import Text
-from textual import events, on
+from textual import on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.message import Message
@@ -128,13 +128,11 @@ class KvtopApp(App[None]):
         self.frame: Frame | None = None
         self.frames_drawn = 0
         """Frames on screen (drawn and painted)."""
-        self.draw_seconds: deque[float] = deque(maxlen=10_000)
-        """Per frame: UI-thread time from its arrival until it is painted (the `bench ui` figures)."""
+        self.draws: deque[tuple[float, float, str]] = deque(maxlen=10_000)
+        """Per frame (the `bench ui` figures): when it was painted (time.monotonic), the UI-thread seconds from
+        its arrival until then, and the view shown."""
         self.build_seconds: deque[float] = deque(maxlen=10_000)
         """Per frame: worker time to build it from the model, waiting for the lock included."""
-        self.draw_views: deque[str] = deque(maxlen=10_000)
-        self.key_seconds: deque[float] = deque(maxlen=10_000)
-        """Per key press: time until the screen was repainted after handling it."""
         self._builder = FrameBuilder(source.model)
         self._clock = clock
         self._refresh_s = refresh_s
@@ -181,12 +179,6 @@ class KvtopApp(App[None]):
         self.set_interval(self._refresh_s, self.request_frame)
         self.request_frame()
 
-    async def on_event(self, event: events.Event) -> None:
-        if isinstance(event, events.Key):
-            pressed = time.perf_counter()
-            self.call_after_refresh(lambda: self.key_seconds.append(time.perf_counter() - pressed))
-        await super().on_event(event)
-
     # --- frames -------------------------------------------------------------------------------------
 
     def request_frame(self) -> None:
@@ -218,8 +210,7 @@ class KvtopApp(App[None]):
         self.call_after_refresh(self._painted, started)
 
     def _painted(self, started: float) -> None:
-        self.draw_seconds.append(time.perf_counter() - started)
-        self.draw_views.append(self.active_view)
+        self.draws.append((time.monotonic(), time.perf_counter() - started, self.active_view))
         self.frames_drawn += 1
 
     def redraw(self) -> None:
