@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -51,6 +52,21 @@ def level_of(event: Event) -> str:
 
 def shown(event: Event, min_level: str) -> bool:
     return _RANK.get(level_of(event), 0) >= _RANK[min_level]
+
+
+_KIND_RANK = {kind: _RANK[level] for kind, level in _LEVEL_OF_KIND.items()}
+
+
+def at_or_above(events: Sequence[Event], min_level: str) -> list[Event]:
+    """`events` (newest first) at or above `min_level`: `shown` without a call per event (the dashboard
+    filters 50k events a second)."""
+    least = _RANK[min_level]
+    if least == 0:
+        return list(reversed(events))
+    kind_rank, ranks = _KIND_RANK, _RANK
+    return [
+        e for e in reversed(events) if (ranks.get(e.level, 0) if type(e) is Failure else kind_rank[type(e)]) >= least
+    ]
 
 
 def snapshot_events(snapshot: Snapshot) -> list[Event]:

@@ -7,6 +7,7 @@ cannot pay that per frame. Same result as `fold(model.failures)`.
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from collections.abc import Sequence
 
@@ -19,14 +20,17 @@ def group_order(group: FailureGroup) -> tuple[float, int, str]:
 
 
 class LiveFold:
-    """Mirrors a bounded deque of failures (the model's) through `sync()`."""
+    """Mirrors a bounded deque of failures (the model's) through `sync()`; groups stay sorted as they change."""
 
     def __init__(self) -> None:
         self._seen_total = 0
         self._window: deque[Observed] = deque()
         self._by_room: dict[int, list[Observed]] = {}
-        self._groups_by_room: dict[int, list[FailureGroup]] = {}
+        self._groups_by_room: dict[int, list[tuple[tuple[float, int, str], FailureGroup]]] = {}
+        self._keys: list[tuple[float, int, str]] = []
+        """`group_order` of every group, sorted (computed once per group: it walks the echoes)."""
         self._groups: list[FailureGroup] = []
+        """The groups in that order."""
 
     def sync(self, failures: Sequence[Observed], total: int) -> list[FailureGroup]:
         """Every group of `failures`, given how many failures were ever appended to it (`total`)."""
@@ -44,13 +48,22 @@ class LiveFold:
             if not room:
                 del self._by_room[dropped.room]
             changed.add(dropped.room)
-        if not changed:
-            return self._groups
         for room_id in changed:
+            for key, group in self._groups_by_room.pop(room_id, []):
+                index = bisect.bisect_left(self._keys, key)
+                while self._groups[index] is not group:  # equal keys: find this very group
+                    index += 1
+                del self._keys[index], self._groups[index]
             room_failures = self._by_room.get(room_id)
             if room_failures:
-                self._groups_by_room[room_id] = fold(room_failures)
-            else:
-                self._groups_by_room.pop(room_id, None)
-        self._groups = sorted((g for groups in self._groups_by_room.values() for g in groups), key=group_order)
+                keyed = [(group_order(group), group) for group in fold(room_failures)]
+                self._groups_by_room[room_id] = keyed
+                for key, group in keyed:
+                    index = bisect.bisect_right(self._keys, key)  # new groups are the newest: an append
+                    self._keys.insert(index, key)
+                    self._groups.insert(index, group)
         return self._groups
+
+    def since(self, ts: float) -> list[FailureGroup]:
+        """The groups that started at `ts` or later (the last ones: they are in time order)."""
+        return self._groups[bisect.bisect_left(self._keys, (ts, -1, "")) :]

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from kvtop.event_lines import shown, to_line
+from kvtop.event_lines import at_or_above, to_line
 from kvtop.fold import FailureGroup
 from kvtop.live_fold import LiveFold
 from kvtop.model import ClusterModel, Liveness, RankView, RoomView
@@ -134,7 +134,7 @@ class FrameBuilder:
         model = self.model
         gone = frozenset(label for label, view in model.ranks.items() if view.liveness(now) is Liveness.GONE)
         groups = self._fold.sync(model.failures, model.failures_total)
-        recent_groups = [g for g in groups if now - g.first_ts <= WINDOW_S]
+        recent_groups = self._fold.since(now - WINDOW_S)
         if now - self._counted_at >= SLOW_EVERY_S or now < self._counted_at:
             live = model.open_rooms(now)
             cutoff = now - STUCK_AFTER_S
@@ -210,7 +210,8 @@ class FrameBuilder:
         Only deliveries journaled since the last frame are filtered, unless the level or filter changed.
         """
         journal = self.model.journal
-        key = (options.level, options.filter.lower())
+        needle = options.filter.lower()
+        key = (options.level, needle)
         fresh = len(journal) if key != self._tail_key else min(len(journal), self.model.journal_total - self._tail_seen)
         if key != self._tail_key:
             self._tail_key = key
@@ -219,7 +220,10 @@ class FrameBuilder:
         found: list[tuple[str, Event]] = []
         for index in range(len(journal) - 1, len(journal) - 1 - fresh, -1):
             label, events = journal[index]
-            found.extend((label, e) for e in reversed(events) if _wanted(label, e, key))
+            kept = at_or_above(events, options.level)
+            if needle:
+                kept = [e for e in kept if needle in to_line(label, e).lower()]
+            found.extend((label, e) for e in kept)
             if len(found) >= EVENTS_SHOWN:
                 break
         self._tail.extend(reversed(found[:EVENTS_SHOWN]))
@@ -264,11 +268,6 @@ def haystack(room: RoomView, gone: frozenset[str], now: float) -> str:
     states = " ".join(f"{label} {KVPoll(code).name}" for label, code in room.codes.items())
     flags = " stuck" if is_stuck(room, gone, now) else " failed" if outcome(room, gone) is False else ""
     return f"{room.room} {states} {room.link[0]} {room.link[1]}{flags}".lower()
-
-
-def _wanted(label: str, event: Event, key: tuple[str, str]) -> bool:
-    level, needle = key
-    return shown(event, level) and (not needle or needle in to_line(label, event).lower())
 
 
 def _select_groups(groups: list[FailureGroup], needle: str) -> list[FailureGroup]:
