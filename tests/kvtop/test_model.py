@@ -149,3 +149,27 @@ def test_a_rank_reporting_a_retired_room_late_does_not_count_it_twice():
     model.sweep(late + SETTLE_S + 1)
 
     assert model.failure_rate(late, 60) == (1.0, 1)
+
+
+def test_a_state_that_is_no_kvpoll_value_is_counted_and_skipped_not_fatal():
+    """An agent sending state 99 gets the event rejected and counted; the rest of its batch still applies."""
+    model = ClusterModel()
+    events: list[Event] = [RoomState(T0, 7, 99, 0, "", 1000), *room_events(8, T0, KVPoll.Success)]
+
+    model.apply("prefill-0/TP0", batch("prefill-0/TP0", 1, events), T0)
+
+    assert model.rejected == 1
+    assert list(model.rooms) == [8]
+    assert model.rooms[8].states == {"prefill-0/TP0": KVPoll.Success}
+
+
+def test_the_journal_keeps_recent_deliveries_only_when_asked_and_within_its_bound():
+    """Headless models keep no journal; a dashboard's keeps whole deliveries up to its event bound."""
+    headless, dashboard = ClusterModel(), ClusterModel(journal_events=4)
+    for seq in range(1, 4):
+        for model in (headless, dashboard):
+            model.apply("prefill-0/TP0", batch("prefill-0/TP0", seq, room_events(seq, T0, KVPoll.Success)), T0)
+
+    assert (headless.journaling, list(headless.journal)) == (False, [])
+    assert [len(events) for _, events in dashboard.journal] == [2, 2]
+    assert dashboard.journal_total == 3
