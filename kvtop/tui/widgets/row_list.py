@@ -17,6 +17,19 @@ RowRenderer = Callable[[int], Text]
 """Renders row `index` (0 <= index < count) as one line of text."""
 
 
+class RowMessage(Message):
+    """Something happened to row `index` of `row_list`."""
+
+    def __init__(self, row_list: RowList, index: int) -> None:
+        super().__init__()
+        self.row_list = row_list
+        self.index = index
+
+    @property
+    def control(self) -> RowList:
+        return self.row_list
+
+
 class RowList(ScrollView, can_focus=True):
     """Millions of rows cost what the visible ones cost: the owner gives a count and a row renderer.
 
@@ -47,29 +60,11 @@ class RowList(ScrollView, can_focus=True):
     cursor: reactive[int] = reactive(0)
     """The highlighted row."""
 
-    class Highlighted(Message):
+    class Highlighted(RowMessage):
         """The cursor moved (or the rows under it changed)."""
 
-        def __init__(self, row_list: RowList, index: int) -> None:
-            super().__init__()
-            self.row_list = row_list
-            self.index = index
-
-        @property
-        def control(self) -> RowList:
-            return self.row_list
-
-    class Selected(Message):
+    class Selected(RowMessage):
         """Enter (or a click on the highlighted row) on a row."""
-
-        def __init__(self, row_list: RowList, index: int) -> None:
-            super().__init__()
-            self.row_list = row_list
-            self.index = index
-
-        @property
-        def control(self) -> RowList:
-            return self.row_list
 
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(name=name, id=id, classes=classes)
