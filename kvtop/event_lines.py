@@ -58,7 +58,7 @@ _KIND_RANK = {kind: _RANK[level] for kind, level in _LEVEL_OF_KIND.items()}
 
 
 def at_or_above(events: Sequence[Event], min_level: str) -> list[Event]:
-    """`events` (newest first) at or above `min_level`: `shown` without a call per event (the dashboard
+    """`events` at or above `min_level`, newest first: `shown` without a call per event (the dashboard
     filters 50k events a second)."""
     least = _RANK[min_level]
     if least == 0:
