@@ -46,6 +46,7 @@ FINISHED_ROOMS_KEPT = 10_000
 FAILURES_KEPT = 50_000
 TRANSFERS_KEPT = 65_536
 RANK_TRANSFERS_KEPT = 4096
+LINK_TRANSFERS_KEPT = 4096
 JOURNAL_EVENTS_KEPT = 200_000
 """Recent events the dashboard keeps (whole deliveries) for its event tail and room timelines."""
 
@@ -154,6 +155,11 @@ class LinkView:
     """Transfers done by the decode ranks of the pair (a room over TP t counts t)."""
     nbytes: int = 0
     failed_rooms: int = 0
+    recent: RingBuffer = field(default_factory=lambda: RingBuffer(LINK_TRANSFERS_KEPT, 1))
+    """The pair's latest transfers: (ts, bytes), for its rate over a window."""
+
+    def gbps(self, now: float, window_s: float) -> float:
+        return float(self.recent.window(now - window_s)[:, 1].sum()) / window_s / 1e9
 
 
 @dataclass(frozen=True)
@@ -375,14 +381,14 @@ class ClusterModel:
         if view.role != "decode":
             return
         self.transfers.extend(rows)
-        peer = done[0].peer
-        link = self.links.setdefault((peer, view.instance), LinkView())
-        for event in done:
-            if event.peer != peer:  # a run of transfers from one prefill instance looks its link up once
-                peer = event.peer
-                link = self.links.setdefault((peer, view.instance), LinkView())
-            link.transfers += 1
-            link.nbytes += event.nbytes
+        peers = [e.peer for e in done]
+        senders = set(peers)
+        for peer in senders:  # nearly always one: a batch's transfers come from one prefill instance
+            mine = rows if len(senders) == 1 else rows[np.array([p == peer for p in peers])]
+            link = self.links.setdefault((peer, view.instance), LinkView())
+            link.transfers += len(mine)
+            link.nbytes += int(mine[:, 1].sum())
+            link.recent.extend(mine[:, :2])
 
     def _apply_rare(self, view: RankView, event: Event) -> None:
         """The low-volume kinds: who the rank is, its heartbeat, failures (aborts only show in event logs)."""

@@ -26,6 +26,8 @@ from transport.events import Event
 from transport.kvpoll import KVPoll
 
 WINDOW_S = 60.0
+RATE_WINDOW_S = 10.0
+"""Seconds the per-rank and per-link rates cover (what moves now, not the last minute's average)."""
 """Seconds the rates, failure rate and top origins cover."""
 SLOW_EVERY_S = 2.0
 """Open and stuck rooms are counted over every open room: every 2 s, not every frame (stuck means 10 s idle)."""
@@ -192,17 +194,8 @@ class FrameBuilder:
         return per_second
 
     def _links(self, now: float) -> dict[tuple[str, str], tuple[float, int]]:
-        """GB/s per link over the window comes from the decode ranks' own rings."""
-        by_instance: dict[str, float] = {}
-        for view in self.model.ranks.values():
-            if view.role == "decode":
-                by_instance[view.instance] = by_instance.get(view.instance, 0.0) + view.gbps(now, WINDOW_S)
-        links = self.model.links
-        senders: dict[str, int] = Counter(decode for _, decode in links)
-        return {
-            (prefill, decode): (by_instance.get(decode, 0.0) / max(1, senders[decode]), link.failed_rooms)
-            for (prefill, decode), link in links.items()
-        }
+        """Per prefill x decode pair: GB/s over `RATE_WINDOW_S`, and failed rooms (all of them)."""
+        return {pair: (link.gbps(now, RATE_WINDOW_S), link.failed_rooms) for pair, link in self.model.links.items()}
 
     def _events(self, options: Options) -> list[tuple[str, Event]]:
         """The newest events at or above the level that match the filter, oldest first.
@@ -236,7 +229,7 @@ def _rank_order(view: RankView) -> tuple[bool, str, int]:
 
 def _rank_row(view: RankView, now: float) -> RankRow:
     return RankRow(
-        view.label, view.role, view.instance, view.rank, view.liveness(now), view.gbps(now, 10.0),
+        view.label, view.role, view.instance, view.rank, view.liveness(now), view.gbps(now, RATE_WINDOW_S),
         view.inflight, view.origins, view.echoes, view.cpu_percent,
     )  # fmt: skip
 

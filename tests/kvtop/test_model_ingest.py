@@ -63,6 +63,7 @@ class ReferenceModel(ClusterModel):
                 return
             self.transfers.extend(np.array([[event.ts, event.nbytes, event.seconds]]))
             link = self.links.setdefault((event.peer, view.instance), LinkView())
+            link.recent.extend(np.array([[event.ts, event.nbytes]]))
             link.transfers += 1
             link.nbytes += event.nbytes
         elif isinstance(event, Progress):
@@ -119,7 +120,10 @@ def observed(model: ClusterModel, now: float) -> dict[str, Any]:
         "finished": {room: (f.ts, f.ok) for room, f in model.finished.items()},
         "failures": list(model.failures),
         "transfers": rows(model.transfers),
-        "links": {key: (link.transfers, link.nbytes, link.failed_rooms) for key, link in model.links.items()},
+        "links": {
+            key: (link.transfers, link.nbytes, link.failed_rooms, rows(link.recent))
+            for key, link in model.links.items()
+        },
         "groups": [(g.title, g.echo_count) for g in model.groups()],
         "open": sorted(room.room for room in model.open_rooms(now)),
         "stuck": sorted(room.room for room in model.stuck(now, 2.0)),

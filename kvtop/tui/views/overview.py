@@ -32,7 +32,7 @@ class OverviewView(Vertical):
                 yield Static(RANK_HEADER, classes="header")
                 yield RowList(id="ranks-list")
             with Vertical(id="side-panel"):
-                yield Static("Links  60 s, ✗ failed rooms", classes="title")
+                yield Static("Links  rate over 10 s, ✗ failed rooms", classes="title")
                 yield Static(id="links")
                 yield Static("Top origins  last 60 s", classes="title")
                 yield Static(id="origins")
