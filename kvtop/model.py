@@ -273,10 +273,6 @@ class ClusterModel:
             return [self.rooms[room] for room in self._open]
         return [room for room in self.rooms.values() if not room.finished(gone)]
 
-    def open_ids(self) -> list[int]:
-        """Ids of the rooms some rank has not ended (gone ranks included: check `finished(gone)`)."""
-        return list(self._open)
-
     def _ended(self, gone: set[str]) -> list[RoomView]:
         """Rooms every live rank ended that are not retired yet (the set difference is C speed)."""
         if not gone:

@@ -289,8 +289,6 @@ class KvtopApp(App[None]):
     def _tab_activated(self, event: Tabs.TabActivated) -> None:
         self.query_one("#views", ContentSwitcher).current = event.tab.id
         self._view_shown()
-        if event.tab.id != self.options.view:
-            self._options_changed(view=event.tab.id)
 
     def _view_shown(self) -> None:
         """Draw the view now (from the last frame: no waiting for the timer) and focus its list."""

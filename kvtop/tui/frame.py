@@ -22,7 +22,6 @@ from kvtop.fold import FailureGroup
 from kvtop.live_fold import LiveFold
 from kvtop.model import ClusterModel, Liveness, RankView, RoomView
 from kvtop.tables import STUCK_AFTER_S
-from kvtop.tui.room_counts import RoomCounter
 from transport.events import Event
 from transport.kvpoll import KVPoll
 
@@ -30,6 +29,8 @@ WINDOW_S = 60.0
 RATE_WINDOW_S = 10.0
 """Seconds the per-rank and per-link rates cover (what moves now, not the last minute's average)."""
 """Seconds the rates, failure rate and top origins cover."""
+SLOW_EVERY_S = 2.0
+"""Open and stuck rooms are counted over every open room: every 2 s, not every frame (stuck means 10 s idle)."""
 GROUPS_SHOWN = 2000
 """The failures view lists the newest groups; older ones stay in `kvtop failures --json`."""
 EVENTS_SHOWN = 20_000
@@ -77,10 +78,8 @@ class RankRow:
 
 @dataclass(frozen=True)
 class Options:
-    """What the user chose: the view, filter text, faults only, room order."""
+    """What the user chose: filter text, faults only, room order."""
 
-    view: str = "overview"
-    """The rooms list (sorted and filtered over every room) is built only while the rooms view shows."""
     filter: str = ""
     faults_only: bool = False
     sort: RoomSort = RoomSort.AGE
@@ -125,8 +124,8 @@ class FrameBuilder:
     def __init__(self, model: ClusterModel) -> None:
         self.model = model
         self._fold = LiveFold()
-        self._counter = RoomCounter(model)
-        self._last_rooms: list[RoomView] = []
+        self._counts = (0, 0)
+        self._counted_at = float("-inf")
         self._tail_key: tuple[str, str] = ("", "")
         self._tail: deque[tuple[str, Event]] = deque(maxlen=EVENTS_SHOWN)
         self._tail_seen = 0
@@ -138,7 +137,12 @@ class FrameBuilder:
         gone = frozenset(label for label, view in model.ranks.items() if view.liveness(now) is Liveness.GONE)
         groups = self._fold.sync(model.failures, model.failures_total)
         recent_groups = self._fold.since(now - WINDOW_S)
-        rooms_open, stuck = self._counter.counts(now, gone)
+        if now - self._counted_at >= SLOW_EVERY_S or now < self._counted_at:
+            live = model.open_rooms(now)
+            cutoff = now - STUCK_AFTER_S
+            self._counts = (len(live), sum(1 for view in live if view.last_progress < cutoff))
+            self._counted_at = now
+        rooms_open, stuck = self._counts
         rates = model.rates(now, WINDOW_S)
         liveness = [view.liveness(now) for view in model.ranks.values()]
         health = Health(
@@ -161,7 +165,7 @@ class FrameBuilder:
             ranks=[_rank_row(view, now) for view in sorted(model.ranks.values(), key=_rank_order)],
             links=self._links(now),
             top_origins=Counter(g.title for g in recent_groups).most_common(8),
-            rooms=self._rooms(options, gone, now) if options.view == "rooms" else self._last_rooms,
+            rooms=self._rooms(options, gone, now),
             groups=_select_groups(groups[-GROUPS_SHOWN:], options.filter),
             events=self._events(options),
             gone=gone,
@@ -171,8 +175,7 @@ class FrameBuilder:
         )
 
     def _rooms(self, options: Options, gone: frozenset[str], now: float) -> list[RoomView]:
-        """Live and recently retired rooms, filtered and in the order the options say (kept for the frames
-        built while another view shows: switching back draws these at once, a fresh frame follows)."""
+        """Live and recently retired rooms, filtered and in the order the options say."""
         rooms = [f.view for f in self.model.finished.values() if f.view is not None]
         rooms += self.model.rooms.values()
         if options.faults_only:
@@ -182,8 +185,7 @@ class FrameBuilder:
             rooms = [r for r in rooms if needle in haystack(r, gone, now)]
         key, newest_first = _SORT_KEYS[options.sort]
         rooms.reverse()  # arrival order is nearly age order: the sort below has little left to do
-        self._last_rooms = sorted(rooms, key=key, reverse=newest_first)
-        return self._last_rooms
+        return sorted(rooms, key=key, reverse=newest_first)
 
     def _throughput(self, now: float) -> list[float]:
         rows = self.model.transfers.window(now - WINDOW_S)

@@ -34,7 +34,7 @@ def stuck_rooms(model: ClusterModel) -> set[int]:
 
 
 def listed(model: ClusterModel, **options: object) -> list[int]:
-    frame = FrameBuilder(model).build(Options(view="rooms", **options), FIXED_NOW)  # type: ignore[arg-type]
+    frame = FrameBuilder(model).build(Options(**options), FIXED_NOW)  # type: ignore[arg-type]
     return [room.room for room in frame.rooms]
 
 
@@ -188,14 +188,3 @@ def test_top_origins_count_the_groups_of_the_window_by_title(model: ClusterModel
     frame = FrameBuilder(model).build(Options(), FIXED_NOW)
 
     assert frame.top_origins == Counter(g.title for g in model.groups(FIXED_NOW, WINDOW_S)).most_common(8)
-
-
-def test_the_rooms_list_is_built_only_while_the_rooms_view_shows(model: ClusterModel):
-    """Other views skip sorting every room; they carry the last list, which the rooms view draws at once."""
-    builder = FrameBuilder(model)
-
-    before = builder.build(Options(view="events"), FIXED_NOW).rooms
-    rooms = builder.build(Options(view="rooms"), FIXED_NOW).rooms
-    after = builder.build(Options(view="failures"), FIXED_NOW).rooms
-
-    assert (before, len(rooms) == len(every_room(model)), after) == ([], True, rooms)

@@ -124,8 +124,8 @@ def test_a_rank_line_colours_liveness(palette: Palette):
 
 @pytest.fixture(scope="module")
 def frame():
-    """A frame of the rooms view of the fixture cluster: retired, failed, open and stuck rooms."""
-    return FrameBuilder(build_model()).build(Options(view="rooms"), FIXED_NOW)
+    """A frame of the fixture cluster: retired, failed, open and stuck rooms."""
+    return FrameBuilder(build_model()).build(Options(), FIXED_NOW)
 
 
 def test_a_room_line_shows_age_idle_progress_size_link_and_every_rank_state(frame, palette: Palette):
