@@ -241,6 +241,8 @@ class KvtopApp(App[None]):
         text.append(f"   {h.rooms_open} open   ")
         text.append(f"{h.stuck} stuck", style=p.warning if h.stuck else "")
         text.append(f"   {h.gaps} gaps", style=p.warning if h.gaps else "")
+        if h.rejected:
+            text.append(f"   {h.rejected} events rejected", style=p.warning)
         if frame.error:
             text.append(f"   source: {frame.error}", style=p.error)
         self.query_one("#health", Line).show(text)

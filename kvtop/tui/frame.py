@@ -60,6 +60,8 @@ class Health:
     failures: int
     stuck: int
     gaps: int
+    rejected: int = 0
+    """Events the model skipped as nonsense (a state that is no KVPoll value)."""
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,7 @@ class FrameBuilder:
             failures=len(recent_groups),
             stuck=stuck,
             gaps=model.gaps,
+            rejected=model.rejected,
         )
         return Frame(
             now=now,

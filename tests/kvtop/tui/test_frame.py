@@ -12,6 +12,7 @@ from kvtop.event_lines import LEVELS, shown, to_line
 from kvtop.model import STALE_S, ClusterModel, RoomView
 from kvtop.tables import STUCK_AFTER_S
 from kvtop.tui.frame import WINDOW_S, FrameBuilder, Options, RoomSort
+from transport.events import EVENT_SCHEMA, EventBatch, RoomState
 from transport.kvpoll import KVPoll
 
 
@@ -188,3 +189,13 @@ def test_top_origins_count_the_groups_of_the_window_by_title(model: ClusterModel
     frame = FrameBuilder(model).build(Options(), FIXED_NOW)
 
     assert frame.top_origins == Counter(g.title for g in model.groups(FIXED_NOW, WINDOW_S)).most_common(8)
+
+
+def test_rejected_events_reach_the_health_line_data(model: ClusterModel):
+    """A state that is no KVPoll value is skipped by the model and counted in the frame's health."""
+    nonsense = [RoomState(FIXED_NOW, 12345, 99, 0) for _ in range(3)]
+    model.apply(
+        "decode-0/TP0", EventBatch(EVENT_SCHEMA, "decode", "decode-0", 0, 1, 999, FIXED_NOW, nonsense), FIXED_NOW
+    )
+
+    assert FrameBuilder(model).build(Options(), FIXED_NOW).health.rejected == 3
