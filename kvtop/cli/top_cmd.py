@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
@@ -47,7 +46,6 @@ def run_dashboard(
     """Open the dashboard on `source` until the user quits (q, Ctrl-C) or the terminal goes away."""
     from kvtop.tui.app import KvtopApp
 
-    os.environ.setdefault("TEXTUAL_FPS", "30")
     KvtopApp(source, title=title, themes=themes, theme=theme, quit_after=quit_after, clock=clock).run()
 
 
