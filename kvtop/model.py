@@ -96,7 +96,7 @@ class RankView:
 
     def gbps(self, now: float, window_s: float) -> float:
         """Bytes this rank moved in finished transfers over the window, in GB/s."""
-        return float(self.transfers.window(now - window_s)[:, 1].sum()) / window_s / 1e9
+        return self.transfers.per_second(now, window_s) / 1e9
 
     def liveness(self, now: float) -> Liveness:
         if self.from_log:
@@ -159,7 +159,7 @@ class LinkView:
     """The pair's latest transfers: (ts, bytes), for its rate over a window."""
 
     def gbps(self, now: float, window_s: float) -> float:
-        return float(self.recent.window(now - window_s)[:, 1].sum()) / window_s / 1e9
+        return self.recent.per_second(now, window_s) / 1e9
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,10 @@ class RingBuffer:
         rows = self._data[: self._size]
         return rows[rows[:, 0] >= since]
 
+    def per_second(self, now: float, window_s: float, column: int = 1) -> float:
+        """The sum of `column` over the rows of the last `window_s` seconds, divided by `window_s`."""
+        return float(self.window(now - window_s)[:, column].sum()) / window_s
+
     def __len__(self) -> int:
         return self._size
 

@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from kvtop.rolling import percentiles
+
 VIEW_KEYS = (("r", b"rooms, by"), ("f", b"failure origins"), ("e", b"events at"), ("o", b"per second over"))
 """A key and bytes that only the view it opens writes (its title)."""
 _COLUMNS, _LINES = 160, 50
@@ -101,8 +103,8 @@ class Terminal:
         os.close(self.master)
 
 
-def _ms(values: list[float], point: float) -> float:
-    return round(float(np.percentile(np.array(values) * 1000, point)), 2) if values else 0.0
+def _ms(seconds: list[float], point: float) -> float:
+    return round(percentiles(np.array(seconds) * 1000, (point,))[0], 2)
 
 
 def measure_ui(

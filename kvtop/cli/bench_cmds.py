@@ -9,6 +9,17 @@ import typer
 
 from kvtop.cli.units import format_size, parse_size
 
+JsonObject = Annotated[bool, typer.Option("--json", help="Print a JSON object instead of text.")]
+
+
+def _progress(line: str) -> None:
+    typer.echo(line, err=True)
+
+
+def _report(data: object, as_json: bool, text: str) -> None:
+    """A benchmark's result: `text` for people, `data` as JSON for scripts."""
+    typer.echo(json.dumps(data, indent=2) if as_json else text)
+
 
 def bench_transfer(
     chunk_bytes: Annotated[
@@ -33,7 +44,7 @@ def bench_transfer(
         room = parse_size(room_bytes)
     except ValueError as error:
         raise typer.BadParameter(str(error)) from None
-    results = measure(sizes, room, rooms, repeats, lambda line: typer.echo(line, err=True))
+    results = measure(sizes, room, rooms, repeats, _progress)
     if as_json:
         typer.echo(json.dumps([r.as_dict() for r in results], indent=2))
         return
@@ -50,7 +61,7 @@ def bench_events(
     room_bytes: Annotated[str, typer.Option(help="KV bytes per room (smaller rooms: more events).")] = "4MiB",
     rooms: Annotated[int, typer.Option(min=2, help="Rooms per transfer run.")] = 256,
     repeats: Annotated[int, typer.Option(min=1, help="Runs per leg; figures are medians.")] = 5,
-    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON object instead of text.")] = False,
+    as_json: JsonObject = False,
 ) -> None:
     """What publishing events costs the transfer path, and how many events/s one publisher sustains.
 
@@ -64,20 +75,19 @@ def bench_events(
         chunk, room = parse_size(chunk_bytes), parse_size(room_bytes)
     except ValueError as error:
         raise typer.BadParameter(str(error)) from None
-    result = measure_events(chunk, room, rooms, repeats, lambda line: typer.echo(line, err=True))
-    if as_json:
-        typer.echo(json.dumps(result.as_dict(), indent=2))
-        return
-    typer.echo(
+    result = measure_events(chunk, room, rooms, repeats, _progress)
+    _report(
+        result.as_dict(),
+        as_json,
         f"events on {result.gbps_events_on:.2f} GB/s, off {result.gbps_events_off:.2f} GB/s, "
-        f"cost {result.cost:+.1%}; publisher {result.events_per_s:,.0f} events/s"
+        f"cost {result.cost:+.1%}; publisher {result.events_per_s:,.0f} events/s",
     )
 
 
 def bench_ingest(
     events: Annotated[int, typer.Option(min=1000, help="Events per run.")] = 500_000,
     repeats: Annotated[int, typer.Option(min=1, help="Runs per leg; figures are medians.")] = 5,
-    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON object instead of text.")] = False,
+    as_json: JsonObject = False,
 ) -> None:
     """Events/s applied to the cluster model vs decoding the same frames alone, and `kvtop check` wall time.
 
@@ -85,13 +95,12 @@ def bench_ingest(
     """
     from kvtop.bench.ingest import measure_ingest
 
-    result = measure_ingest(events, repeats, lambda line: typer.echo(line, err=True))
-    if as_json:
-        typer.echo(json.dumps(result.as_dict(), indent=2))
-        return
-    typer.echo(
+    result = measure_ingest(events, repeats, _progress)
+    _report(
+        result.as_dict(),
+        as_json,
         f"ingest {result.events_per_s:,.0f} events/s, decode only {result.decode_only_per_s:,.0f} "
-        f"(ratio {result.ratio:.2f}); kvtop check {result.check_wall_s:.2f} s"
+        f"(ratio {result.ratio:.2f}); kvtop check {result.check_wall_s:.2f} s",
     )
 
 
@@ -103,7 +112,7 @@ def bench_ui(
     seconds: Annotated[
         float, typer.Option(min=4, help="Seconds of watching (a quarter per view); half as long again of keys.")
     ] = 30.0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON object instead of text.")] = False,
+    as_json: JsonObject = False,
 ) -> None:
     """The dashboard on a big synthetic model, in a pseudo-terminal, while events stream in: frame and key latency.
 
@@ -113,22 +122,21 @@ def bench_ui(
     """
     from kvtop.bench.ui import measure_ui
 
-    result = measure_ui(rooms, instances, tp, events_per_s, seconds, lambda line: typer.echo(line, err=True))
-    if as_json:
-        typer.echo(json.dumps(result.as_dict(), indent=2))
-        return
-    typer.echo(
+    result = measure_ui(rooms, instances, tp, events_per_s, seconds, _progress)
+    _report(
+        result.as_dict(),
+        as_json,
         f"{result.rooms:,} rooms, {result.ranks} ranks, {result.events_per_s:,.0f} events/s: "
         f"frame p50 {result.frame_ms_p50:.1f} ms p99 {result.frame_ms_p99:.1f} ms; "
         f"build p50 {result.build_ms_p50:.1f} ms p99 {result.build_ms_p99:.1f} ms; "
-        f"key to screen {result.key_to_screen_ms:.1f} ms (p99 {result.key_to_screen_ms_p99:.1f})"
+        f"key to screen {result.key_to_screen_ms:.1f} ms (p99 {result.key_to_screen_ms_p99:.1f})",
     )
 
 
 def bench_sglang_log(
     size_mb: Annotated[int, typer.Option(min=1, help="Size of the generated log in MiB.")] = 1024,
     repeats: Annotated[int, typer.Option(min=1, help="Runs per leg; figures are medians.")] = 3,
-    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON object instead of text.")] = False,
+    as_json: JsonObject = False,
 ) -> None:
     """Lines/s of the SGLang log source vs plain Python line iteration of the same file, and RSS growth.
 
@@ -137,13 +145,12 @@ def bench_sglang_log(
     """
     from kvtop.bench.sglang_log import measure_sglang_log
 
-    result = measure_sglang_log(size_mb, repeats, lambda line: typer.echo(line, err=True))
-    if as_json:
-        typer.echo(json.dumps(result.as_dict(), indent=2))
-        return
-    typer.echo(
+    result = measure_sglang_log(size_mb, repeats, _progress)
+    _report(
+        result.as_dict(),
+        as_json,
         f"kvtop {result.lines_per_s:,.0f} lines/s, plain iteration {result.baseline_lines_per_s:,.0f} lines/s "
-        f"(ratio {result.ratio:.2f}); RSS +{result.rss_growth_mb:.1f} MiB over {result.size_mb:.0f} MiB"
+        f"(ratio {result.ratio:.2f}); RSS +{result.rss_growth_mb:.1f} MiB over {result.size_mb:.0f} MiB",
     )
 
 

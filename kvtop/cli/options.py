@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from kvtop.sources.sglang import SGLangLogs
 
 # Shared by bare `kvtop` and `kvtop cluster up`.
 Prefill = Annotated[int, typer.Option(min=1, max=8, help="Prefill instances.")]
@@ -92,6 +95,16 @@ Interval = Annotated[float, typer.Option(min=0.1, help="Seconds between frames w
 def fail(message: str, code: int = 1) -> typer.Exit:
     typer.echo(f"kvtop: {message}", err=True)
     return typer.Exit(code)
+
+
+def open_sglang_logs(sglang_log: list[str]) -> SGLangLogs:
+    """The SGLang log source over the given files (exit 2 when one cannot be read)."""
+    from kvtop.sources.sglang import SGLangLogs
+
+    try:
+        return SGLangLogs(sglang_log)
+    except OSError as error:
+        raise fail(f"cannot read an SGLang log: {error}", 2) from None
 
 
 def require_source(bootstrap: str, connect: list[str], sglang_log: list[str] | None = None) -> None:

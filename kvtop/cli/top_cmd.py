@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvtop.cli.options import Bootstrap, Connect, SGLangLog, Wait, fail, require_source
+from kvtop.cli.options import Bootstrap, Connect, SGLangLog, Wait, fail, open_sglang_logs, require_source
 
 if TYPE_CHECKING:
     from kvtop.tui.app import Source
@@ -85,10 +85,7 @@ def top(
 def _top_on_logs(sglang_log: list[str], themes: ThemeSet, theme: str) -> None:
     from kvtop.sources.sglang.follow import LogFollower
 
-    try:
-        follower = LogFollower(sglang_log).start()
-    except OSError as error:
-        raise fail(f"cannot read an SGLang log: {error}", 2) from None
+    follower = LogFollower(open_sglang_logs(sglang_log)).start()
     try:
         run_dashboard(follower, "sglang logs: " + ", ".join(sglang_log), themes, theme, clock=follower.now)
     finally:

@@ -12,7 +12,18 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvtop.cli.options import Bootstrap, Connect, Follow, Interval, Json, SGLangLog, Wait, fail, require_source
+from kvtop.cli.options import (
+    Bootstrap,
+    Connect,
+    Follow,
+    Interval,
+    Json,
+    SGLangLog,
+    Wait,
+    fail,
+    open_sglang_logs,
+    require_source,
+)
 
 if TYPE_CHECKING:
     from kvtop.model import ClusterModel
@@ -25,23 +36,13 @@ check_ran = threading.Event()
 """Set once `kvtop check` got past argument parsing: its exit 2 is then CRITICAL, not a usage error."""
 
 
-def _open_logs(sglang_log: list[str]) -> SGLangLogs:
-    """The SGLang log source over the given files (exit 2 when one cannot be read)."""
-    from kvtop.sources.sglang import SGLangLogs
-
-    try:
-        return SGLangLogs(sglang_log)
-    except OSError as error:
-        raise fail(f"cannot read an SGLang log: {error}", 2) from None
-
-
 def _log_models(
     sglang_log: list[str], follow: bool, interval: float
 ) -> Iterator[tuple[ClusterModel, float, SGLangLogs | None]]:
     """The model of the logs read to their end; with `follow`, again every `interval` with what they gained."""
     from kvtop.model import ClusterModel
 
-    logs = _open_logs(sglang_log)
+    logs = open_sglang_logs(sglang_log)
     model = ClusterModel()
     try:
         logs.load(model)
@@ -293,7 +294,7 @@ def _log_events(sglang_log: list[str], follow: bool, level: str, render: Callabl
     from kvtop.event_lines import shown
     from kvtop.model import ClusterModel
 
-    logs = _open_logs(sglang_log)
+    logs = open_sglang_logs(sglang_log)
     model = ClusterModel()
     try:
         applied = logs.load(model)

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
-from pathlib import Path
 
 from kvtop.model import JOURNAL_EVENTS_KEPT, ClusterModel
-from kvtop.sources.sglang.source import LogSpec, SGLangLogs
+from kvtop.sources.sglang.source import SGLangLogs
 
 POLL_S = 0.25
 
@@ -16,11 +14,11 @@ class LogFollower:
     """`model`, `lock` and `error` as the dashboard reads them; `now()` is the latest time the logs mention.
 
     Reads the files from their start (big files load while the dashboard already shows them) and then
-    what they gain, with rotation; raises `OSError` at once if a file cannot be opened.
+    what they gain, with rotation.
     """
 
-    def __init__(self, specs: Iterable[str | Path | LogSpec]) -> None:
-        self.logs = SGLangLogs(specs)
+    def __init__(self, logs: SGLangLogs) -> None:
+        self.logs = logs
         self.model = ClusterModel(JOURNAL_EVENTS_KEPT)
         self.lock = threading.Lock()
         self.error = ""

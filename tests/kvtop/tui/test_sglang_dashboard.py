@@ -6,6 +6,7 @@ from pathlib import Path
 
 from tui_support import drive, next_frame, text, wait_until
 
+from kvtop.sources.sglang import SGLangLogs
 from kvtop.sources.sglang.follow import LogFollower
 from kvtop.tui.app import KvtopApp
 from kvtop.tui.themes import load_themes
@@ -15,7 +16,8 @@ FIXTURES = Path(__file__).parent.parent / "fixtures" / "sglang" / "new-era"
 
 def test_the_dashboard_folds_the_failures_of_sglang_logs_and_names_the_ranks_as_from_logs():
     """Both files are read by the follower; the failures view lists the model's own fold, origin for origin."""
-    follower = LogFollower([f"prefill={FIXTURES / 'prefill.log'}", f"decode={FIXTURES / 'decode.log'}"]).start()
+    logs = SGLangLogs([f"prefill={FIXTURES / 'prefill.log'}", f"decode={FIXTURES / 'decode.log'}"])
+    follower = LogFollower(logs).start()
     app = KvtopApp(follower, title="sglang logs", themes=load_themes(), clock=follower.now)
     seen: dict[str, object] = {}
 
