@@ -33,8 +33,8 @@ MARKERS: tuple[bytes, ...] = (
     b"UCX  ERROR",
     b"Traceback (most recent call last)",
 )
-"""Every understood line but the batch lines contains one of these (the block scanner's prefilter): few and
-long, so `bytes.find` runs at GB/s; a line that holds one but is of no kind kvtop knows costs one parse."""
+"""Every understood line but the batch lines contains one of these (the block scanner's prefilter, one
+Aho-Corasick pass); a line that holds one but is of no kind kvtop knows costs one parse."""
 
 SAMPLED_MARKERS: tuple[bytes, ...] = (b" batch",)
 """Batch lines: periodic gauges, so the scanner looks for them only at the end of each block it reads."""

@@ -1,8 +1,8 @@
 """Reading one log file in blocks: only lines holding a marker come out; follow, rotation and `.gz` handled.
 
 A block is cut at its last newline (the rest waits for the next read, as
-`tail -f` does); each marker is found with `bytes.find` over the whole block,
-so lines without one are never split, decoded or parsed. Batch lines (queue
+`tail -f` does); all markers are found in one Aho-Corasick pass over the whole
+block, so lines without one are never split, decoded or parsed. Batch lines (queue
 depth gauges) are looked for only in the last `SAMPLED_BYTES` of a block: a
 large file gives one sample of them per block, a followed file all of them. A traceback comes
 out as one item: its first line and the unprefixed lines that continue it.
@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+import ahocorasick_rs
+import numpy as np
+
 from kvtop.sources.sglang.lines import MARKERS, SAMPLED_MARKERS
 
 BLOCK_BYTES = 4 << 20
@@ -30,6 +33,9 @@ MAX_LINE_BYTES = 1 << 20
 """A "line" longer than this without a newline is garbage (binary, a lost newline): cut and counted."""
 TRACEBACK = b"Traceback (most recent call last)"
 TRACEBACK_LINES = 64
+_NEWLINE = ord("\n")
+_MARKER_SCANNER = ahocorasick_rs.BytesAhoCorasick(list(MARKERS))
+"""Every marker in one pass over a block (SIMD in Rust; a `bytes.find` pass per marker cost six times more)."""
 
 
 @dataclass
@@ -56,6 +62,10 @@ class LogReader:
         self._identity: tuple[int, int] = (0, 0)
         self._offset = 0
         self._carry = b""
+        self._buffer = bytearray(block_bytes + MAX_LINE_BYTES)
+        """Blocks are read into this one buffer (a fresh 4 MiB object per block costs page faults)."""
+        self._view = memoryview(self._buffer)
+        self._newlines = np.empty(len(self._buffer), dtype=np.bool_)
         self.gz = path.name.endswith(".gz")
 
     def open(self) -> None:
@@ -90,13 +100,11 @@ class LogReader:
         out: list[str] = []
         budget = max_bytes
         while budget > 0:
-            block = self._file.read(self.block_bytes)
-            if not block:
+            size = self._fill()
+            if not size:
                 break
-            budget -= len(block)
-            self._offset += len(block)
-            self.stats.bytes += len(block)
-            self._scan(block, out)
+            budget -= size
+            self._scan(self._buffer, len(self._carry) + size, out)
         else:
             return out
         if not self.gz and self._rotated():
@@ -131,30 +139,47 @@ class LogReader:
             return True
         return False
 
+    def _count_lines(self, block: bytes | bytearray, end: int) -> int:
+        """Newlines in `block[:end]` (numpy's SIMD compare into a reused mask: five times `bytes.count`)."""
+        newlines = np.equal(np.frombuffer(block, np.uint8, count=end), _NEWLINE, out=self._newlines[:end])
+        return int(np.count_nonzero(newlines))
+
+    def _fill(self) -> int:
+        """Read the next block into the buffer, after the carried partial line; how many bytes came (0: none)."""
+        assert self._file is not None
+        kept = len(self._carry)
+        self._buffer[:kept] = self._carry
+        size = self._file.readinto(self._view[kept : kept + self.block_bytes])  # type: ignore[attr-defined]
+        self._offset += size
+        self.stats.bytes += size
+        return int(size)
+
     def _scan_rest(self, out: list[str]) -> None:
         """The last line, without a newline (the file ended or moved away)."""
         if self._carry:
             rest, self._carry = self._carry + b"\n", b""
-            self._scan(rest, out, carry=False)
+            self._scan(rest, len(rest), out, carry=False)
 
-    def _scan(self, block: bytes, out: list[str], carry: bool = True) -> None:
-        if self._carry:
-            block = self._carry + block
-            self._carry = b""
-        end = block.rfind(b"\n") + 1
+    def _scan(self, block: bytes | bytearray, size: int, out: list[str], carry: bool = True) -> None:
+        """Hand on the marked lines of `block[:size]`.
+
+        With `carry`, the last partial line, or a traceback that reaches the end, waits for the next block.
+        """
+        end = block.rfind(b"\n", 0, size) + 1
         if carry:
-            if end == 0 and len(block) < MAX_LINE_BYTES:
-                self._carry = block
+            self._carry = b""
+            if end == 0 and size < MAX_LINE_BYTES:
+                self._carry = bytes(block[:size])
                 return
             if end == 0:
                 self.stats.garbled += 1
                 self.stats.lines += 1
                 return
-            self._carry = block[end:]
-            if len(self._carry) >= MAX_LINE_BYTES:
+            if size - end >= MAX_LINE_BYTES:
                 self.stats.garbled += 1
-                self._carry = b""
-        self.stats.lines += block.count(b"\n", 0, end)
+            else:
+                self._carry = bytes(block[end:size])
+        cut = end
         covered = -1
         for start in _marked_lines(block, end):
             if start <= covered:
@@ -162,6 +187,10 @@ class LogReader:
             stop = block.find(b"\n", start, end)
             if block.startswith(TRACEBACK, start):
                 stop = covered = _traceback_end(block, stop, end)
+                if carry and stop + 1 >= end and size - start < MAX_LINE_BYTES:
+                    cut = start  # it may go on in the next block: read it whole from there
+                    self._carry = bytes(block[start:size])
+                    break
             raw = block[start:stop]
             try:
                 out.append(raw.decode("utf-8"))
@@ -169,24 +198,28 @@ class LogReader:
                 self.stats.garbled += 1
                 continue
             self.stats.matched += 1
+        self.stats.lines += self._count_lines(block, cut)
 
 
-def _marked_lines(block: bytes, end: int) -> list[int]:
+def _marked_lines(block: bytes | bytearray, end: int) -> list[int]:
     """Start offsets of the lines in `block[:end]` that hold a marker, in order."""
     starts: set[int] = set()
     find, rfind = block.find, block.rfind
+    line_end = -1
+    for _, pos, _ in _MARKER_SCANNER.find_matches_as_indexes(memoryview(block)[:end]):
+        if pos > line_end:  # the first marker of its line
+            starts.add(rfind(b"\n", 0, pos) + 1)
+            line_end = find(b"\n", pos, end)
     sampled_from = max(0, end - SAMPLED_BYTES)
-    for marker, start in [*((m, 0) for m in MARKERS), *((m, sampled_from) for m in SAMPLED_MARKERS)]:
-        pos = find(marker, start, end)
+    for marker in SAMPLED_MARKERS:
+        pos = find(marker, sampled_from, end)
         while pos >= 0:
             starts.add(rfind(b"\n", 0, pos) + 1)
             pos = find(marker, find(b"\n", pos, end) + 1, end)
-            if pos == -1:
-                break
     return sorted(starts)
 
 
-def _traceback_end(block: bytes, stop: int, end: int) -> int:
+def _traceback_end(block: bytes | bytearray, stop: int, end: int) -> int:
     """Where a traceback that starts at the line ending at `stop` ends: its unprefixed continuation lines."""
     for _ in range(TRACEBACK_LINES):
         if stop + 1 >= end:
