@@ -187,6 +187,10 @@ class Finished(msgspec.Struct, gc=False):
     """The room as it was when retired (None for a room only a late rank reported)."""
 
 
+_NO_RUN = RoomView(-1, 0.0, 0.0)
+"""Stands for the room of no run in the ingest loop (never stored, never written)."""
+
+
 class ClusterModel:
     """Apply snapshots and batches with `apply()`; read ranks, rooms, failures and rates."""
 
@@ -311,37 +315,48 @@ class ClusterModel:
         return view
 
     def _apply_events(self, view: RankView, events: list[Event]) -> None:
-        """Apply events in order; the high-volume kinds inline on locals (this loop sets the ingest rate)."""
+        """Apply events in order; the high-volume kinds inline on locals (this loop sets the ingest rate).
+
+        Consecutive states of one room (a run) look the room up once; its state for this rank and whether
+        it is open are settled when the run ends, from the run's last valid state (what one event at a
+        time would leave, since nothing reads the room in between)."""
         rooms, retired, label, now, codes = self.rooms, self.finished, view.label, self._now, _CODES
         open_add, open_discard = self._open.add, self._open.discard
         decode_instance = view.instance if view.role == "decode" else ""
         link = ("", "")
         done: list[TransferDone] = []
+        run, run_id, run_state = _NO_RUN, None, 0  # the room of the current run, its id (None: no run)
         for event in events:
             if type(event) is RoomState:
                 state = codes.get(event.state)
                 if state is None:  # not a KVPoll value: counted, never fatal to the collector
                     self.rejected += 1
                     continue
-                room = rooms.get(event.room)
-                if room is None:
-                    if event.room in retired and self._late_news(event):
-                        continue
-                    room = rooms[event.room] = RoomView(event.room, event.ts, event.ts)
-                room.touched_at = now
-                room.codes[label] = state
-                if state not in _TERMINAL:
-                    open_add(event.room)
-                elif _TERMINAL.issuperset(room.codes.values()):
-                    open_discard(event.room)
+                if event.room != run_id:
+                    if run_id is not None:  # the previous run ends: settle it
+                        run.codes[label] = run_state
+                        if run_state not in _TERMINAL:
+                            open_add(run_id)
+                        elif _TERMINAL.issuperset(run.codes.values()):
+                            open_discard(run_id)
+                    run_id = event.room
+                    room = rooms.get(run_id)
+                    if room is None:
+                        if run_id in retired and self._late_news(event):
+                            run_id = None  # no run: the next state of this id is checked again
+                            continue
+                        room = rooms[run_id] = RoomView(run_id, event.ts, event.ts)
+                    run = room
+                    run.touched_at = now
+                run_state = state
                 if decode_instance and event.peer:
                     if event.peer != link[0]:
                         link = (event.peer, decode_instance)
-                    room.link = link
-                if event.bytes_total > room.bytes_total:
-                    room.bytes_total = event.bytes_total
-                if event.ts > room.last_progress:
-                    room.last_progress = event.ts
+                    run.link = link
+                if event.bytes_total > run.bytes_total:
+                    run.bytes_total = event.bytes_total
+                if event.ts > run.last_progress:
+                    run.last_progress = event.ts
             elif type(event) is Progress:
                 room = rooms.get(event.room)
                 if room is not None:
@@ -358,6 +373,12 @@ class ClusterModel:
                 decode_instance = view.instance if view.role == "decode" else ""
             else:
                 self._apply_rare(view, event)
+        if run_id is not None:
+            run.codes[label] = run_state
+            if run_state not in _TERMINAL:
+                open_add(run_id)
+            elif _TERMINAL.issuperset(run.codes.values()):
+                open_discard(run_id)
         self._transfers_done(view, done)
 
     def _late_news(self, event: RoomState) -> bool:
@@ -385,10 +406,17 @@ class ClusterModel:
         senders = set(peers)
         for peer in senders:  # nearly always one: a batch's transfers come from one prefill instance
             mine = rows if len(senders) == 1 else rows[np.array([p == peer for p in peers])]
-            link = self.links.setdefault((peer, view.instance), LinkView())
+            link = self._link((peer, view.instance))
             link.transfers += len(mine)
             link.nbytes += int(mine[:, 1].sum())
             link.recent.extend(mine[:, :2])
+
+    def _link(self, key: tuple[str, str]) -> LinkView:
+        """The link of a (prefill, decode) instance pair, made on first use (not per call: its ring is 64 KiB)."""
+        link = self.links.get(key)
+        if link is None:
+            link = self.links[key] = LinkView()
+        return link
 
     def _apply_rare(self, view: RankView, event: Event) -> None:
         """The low-volume kinds: who the rank is, its heartbeat, failures (aborts only show in event logs)."""
@@ -415,7 +443,7 @@ class ClusterModel:
             outcome = self._outcome(room, gone)
             room.outcome = outcome.ok
             if not outcome.ok and all(room.link):
-                self.links.setdefault(room.link, LinkView()).failed_rooms += 1
+                self._link(room.link).failed_rooms += 1
             self.finished.pop(room.room, None)
             self.finished[room.room] = outcome
             if len(self.finished) > FINISHED_ROOMS_KEPT:

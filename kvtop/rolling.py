@@ -21,8 +21,11 @@ class RingBuffer:
             self._next = (self._next + len(rows) - capacity) % capacity
             rows = rows[-capacity:]
         head = min(len(rows), capacity - self._next)
-        self._data[self._next : self._next + head] = rows[:head]
-        self._data[: len(rows) - head] = rows[head:]
+        if head == len(rows):  # no wrap: one copy (a batch's few rows, nearly always)
+            self._data[self._next : self._next + head] = rows
+        else:
+            self._data[self._next : self._next + head] = rows[:head]
+            self._data[: len(rows) - head] = rows[head:]
         self._next = (self._next + len(rows)) % capacity
         self._size = min(self._size + len(rows), capacity)
 

@@ -82,6 +82,9 @@ class ReferenceModel(ClusterModel):
                 view.echoes += 1
 
     def _one_room_state(self, view: RankView, event: RoomState) -> None:
+        if event.state not in set(KVPoll):
+            self.rejected += 1
+            return
         room = self.rooms.get(event.room)
         retired = self.finished.get(event.room)
         if room is None and retired is not None and event.ts - retired.ts <= ROOM_REUSE_S:
@@ -128,6 +131,7 @@ def observed(model: ClusterModel, now: float) -> dict[str, Any]:
         "open": sorted(room.room for room in model.open_rooms(now)),
         "stuck": sorted(room.room for room in model.stuck(now, 2.0)),
         "failures_total": model.failures_total,
+        "rejected": model.rejected,
         "rates": model.rates(now, 30.0),
         "failure_rate": model.failure_rate(now, 30.0),
         "liveness": model.liveness(now),
@@ -137,7 +141,7 @@ def observed(model: ClusterModel, now: float) -> dict[str, Any]:
 _ts = st.floats(T0, T0 + 90, allow_nan=False).map(lambda x: round(x, 1))
 _room = st.integers(0, 5)
 _peer = st.sampled_from(["", "prefill-0", "prefill-1"])
-_room_state = st.builds(RoomState, _ts, _room, st.sampled_from([int(s) for s in KVPoll]), st.just(0), _peer,
+_room_state = st.builds(RoomState, _ts, _room, st.sampled_from([*(int(s) for s in KVPoll), 99]), st.just(0), _peer,
                         st.integers(0, 3).map(lambda x: x * 100))  # fmt: skip
 _progress = st.builds(Progress, _ts, _room, st.integers(0, 300), st.just(300))
 _done = st.builds(TransferDone, _ts, _room, st.integers(1, 300), st.floats(0.001, 1.0), _peer)
@@ -223,3 +227,30 @@ def test_a_batch_applies_like_its_events_one_by_one(steps):
         for events in [[event] for event in item.events] or [[]]:
             split.apply(label, msgspec.structs.replace(item, events=events), now)
     assert observed(split, now) == observed(whole, now)
+
+
+def test_runs_of_one_rooms_states_settle_like_single_events():
+    """A room's states in a row (a run), split by other rooms, a rejected state and a retired room's late news,
+    leave the model as one event at a time does: the last valid state per rank, open only while not ended."""
+    label = "decode-0/TP0"
+    transferring, success, failed = int(KVPoll.Transferring), int(KVPoll.Success), int(KVPoll.Failed)
+    first = [RoomState(T0, 9, success, 0, "prefill-0", 100)]
+    events: list[Event] = [
+        RoomState(T0 + 1, 1, transferring, 0, "prefill-0", 100),
+        RoomState(T0 + 1, 1, 99, 0, "prefill-1", 900),  # rejected: changes nothing
+        Progress(T0 + 2, 1, 50, 100),
+        RoomState(T0 + 2, 2, transferring, 0, "prefill-1", 200),
+        RoomState(T0 + 3, 9, failed, 0, "prefill-0", 100),  # late news of the retired room 9
+        RoomState(T0 + 3, 1, success, 0, "prefill-0", 100),
+        RoomState(T0 + 4, 2, success, 0, "prefill-1", 200),
+        RoomState(T0 + 4, 2, transferring, 0, "prefill-1", 300),
+    ]
+    model, reference = ClusterModel(), ReferenceModel()
+    for target in (model, reference):
+        target.apply(label, EventBatch(EVENT_SCHEMA, "decode", "decode-0", 0, 1, 1, T0, first), T0)
+        target.sweep(T0 + 2)
+        target.apply(label, EventBatch(EVENT_SCHEMA, "decode", "decode-0", 0, 1, 2, T0, events), T0 + 5)
+
+    assert observed(model, T0 + 5) == observed(reference, T0 + 5)
+    assert (model.rejected, sorted(model._open), model.finished[9].ok) == (1, [2], False)
+    assert (model.rooms[1].codes, model.rooms[2].bytes_total) == ({label: success}, 300)
