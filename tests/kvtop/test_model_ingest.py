@@ -81,6 +81,10 @@ class ReferenceModel(ClusterModel):
             else:
                 view.echoes += 1
 
+    def _ended(self, gone: set[str]) -> list[RoomView]:
+        """Every room that all live ranks ended, by walking them all (what sweep and rates look at)."""
+        return [room for room in self.rooms.values() if room.finished(gone)]
+
     def _one_room_state(self, view: RankView, event: RoomState) -> None:
         if event.state not in set(KVPoll):
             self.rejected += 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 
 from tui_support import (
@@ -769,3 +770,23 @@ def test_a_key_pressed_while_a_frame_is_built_still_reaches_the_screen(source: F
     drive(app, scenario)
 
     assert "failed or stuck rooms" in seen["title"]
+
+
+def test_no_frame_is_built_while_the_last_one_is_painted(source: FixtureSource):
+    """A frame asked for while the last one is painted is built after the paint: the two never share the GIL."""
+    builds: list[float] = []
+
+    def clock() -> float:
+        builds.append(time.monotonic())
+        return FIXED_NOW
+
+    app = make_app(source, refresh_s=0.005, clock=clock)
+
+    async def scenario(pilot):
+        await wait_until(pilot, lambda: app.frames_drawn >= 20, "20 frames")
+
+    drive(app, scenario)
+
+    paints = [(painted - seconds, painted) for painted, seconds, _ in app.draws]
+    assert len(paints) >= 20
+    assert [b for b in builds if any(start < b < end for start, end in paints)] == []
