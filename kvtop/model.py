@@ -437,12 +437,14 @@ class ClusterModel:
                 view.echoes += 1
 
     def sweep(self, now: float) -> None:
-        """Retire rooms that every reporting rank finished, once no rank has said more for `SETTLE_S`.
-
-        With every rank alive only the ended rooms are looked at, found by a set difference at C speed
-        (a walk over 100k rooms in Python took ~40 ms of the collector's lock and the GIL, twice a second)."""
+        """Retire rooms that every reporting rank finished, once no rank has said more for `SETTLE_S`."""
         gone = self._gone(now)
-        for room in [r for r in self._ended(gone) if now - r.touched_at > SETTLE_S]:
+        if gone:
+            settled = [r for r in self.rooms.values() if now - r.touched_at > SETTLE_S and r.finished(gone)]
+        else:  # every rank alive: an open-set lookup says whether a room ended (finished() took ~40 ms per 100k)
+            still_open = self._open
+            settled = [r for r in self.rooms.values() if r.room not in still_open and now - r.touched_at > SETTLE_S]
+        for room in settled:
             outcome = self._outcome(room, gone)
             room.outcome = outcome.ok
             if not outcome.ok and all(room.link):
