@@ -28,14 +28,22 @@ def bench_transfer(
     room_bytes: Annotated[str, typer.Option(help="KV bytes per room.")] = "64MiB",
     rooms: Annotated[int, typer.Option(min=2, help="Rooms per kvtop run (the first one warms up).")] = 32,
     repeats: Annotated[int, typer.Option(min=1, help="Runs per leg; figures are medians.")] = 5,
+    floor: Annotated[
+        bool,
+        typer.Option(
+            "--floor",
+            help="Add a leg of the protocol's least work in pure pyzmq (ROUTER/DEALER, header with xxh3, "
+            "zero-copy payload, credit window), to split the gap into protocol and implementation.",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead of a table.")] = False,
 ) -> None:
     """KV transfer GB/s over loopback vs raw pyzmq PUSH/PULL at the same message size, and their ratio.
 
     Each run starts a prefill rank process and a decode rank (KV pools, bootstrap, credits, checksums,
     events) and, alternating with it, a raw PUSH process sending zero-copy into a PULL that lands each
-    message with recv_into in a numpy buffer; a third leg repeats the kvtop run with checksums off.
-    Progress goes to stderr.
+    message with recv_into in a numpy buffer; a third leg repeats the kvtop run with checksums off, and
+    with --floor a fourth runs the bare protocol without kvtop. Progress goes to stderr.
     """
     from kvtop.bench.transfer import measure
 
@@ -44,15 +52,19 @@ def bench_transfer(
         room = parse_size(room_bytes)
     except ValueError as error:
         raise typer.BadParameter(str(error)) from None
-    results = measure(sizes, room, rooms, repeats, _progress)
+    results = measure(sizes, room, rooms, repeats, _progress, floor=floor)
     if as_json:
         typer.echo(json.dumps([r.as_dict() for r in results], indent=2))
         return
-    typer.echo(f"{'chunk':>8} {'raw GB/s':>9} {'kvtop GB/s':>11} {'ratio':>6} {'unchecked GB/s':>15} {'ratio':>6}")
+    typer.echo(
+        f"{'chunk':>8} {'raw GB/s':>9} {'kvtop GB/s':>11} {'ratio':>6} {'unchecked GB/s':>15} {'ratio':>6}"
+        + (f" {'floor GB/s':>11} {'ratio':>6}" if floor else "")
+    )
     for r in results:
         typer.echo(
             f"{format_size(r.chunk_bytes):>8} {r.raw_gbps:>9.2f} {r.kvtop_gbps:>11.2f} {r.ratio:>6.2f} "
             f"{r.kvtop_unchecked_gbps:>15.2f} {r.ratio_unchecked:>6.2f}"
+            + (f" {r.floor_gbps:>11.2f} {r.ratio_floor:>6.2f}" if r.floor_gbps is not None else "")
         )
 
 
