@@ -334,12 +334,12 @@ def measure(
         unchecked: list[float] = []
         floors: list[float] = []
         pool = pool_bytes(chunk_bytes, room_bytes)
+        window = _config(chunk_bytes, True).window_bytes
         for repeat in range(repeats):
             raw.append(total / run_raw(chunk_bytes, total, pool) / 1e9)
             checked.append(total / run_kvtop(chunk_bytes, room_bytes, rooms) / 1e9)
             unchecked.append(total / run_kvtop(chunk_bytes, room_bytes, rooms, checksums=False) / 1e9)
             if floor:
-                window = _config(chunk_bytes, True).window_bytes
                 floors.append(total / run_floor(chunk_bytes, total, window, pool) / 1e9)
             progress(
                 f"chunk {chunk_bytes} B, run {repeat + 1}/{repeats}: raw {raw[-1]:.2f} GB/s, "
