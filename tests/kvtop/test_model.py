@@ -66,6 +66,36 @@ def test_a_gone_rank_does_not_keep_a_room_open():
     assert model.failure_rate(later, 60) == (1.0, 1)
 
 
+def test_a_room_whose_only_rank_was_gone_at_a_sweep_is_retired_once_the_rank_is_back():
+    """A sweep while the room's every rank is gone cannot decide it; the first sweep after one returns does."""
+    model = ClusterModel()
+    model.apply("prefill-0/TP0", batch("prefill-0/TP0", 1, room_events(4, T0, KVPoll.Success)), T0)
+    while_gone = T0 + GONE_S + 1
+    model.sweep(while_gone)
+    assert 4 in model.rooms
+
+    model.apply("prefill-0/TP0", batch("prefill-0/TP0", 2, []), while_gone)
+    model.sweep(while_gone)
+
+    assert 4 not in model.rooms and model.finished[4].ok
+
+
+def test_sweeps_retire_only_rooms_ended_on_every_rank_and_quiet_for_the_settle_time():
+    """Ended and quiet: retired; ended but touched again lately, or still open: kept for a later sweep."""
+    model = ClusterModel()
+    model.apply("prefill-0/TP0", batch("prefill-0/TP0", 1, room_events(1, T0, KVPoll.Success)), T0)
+    model.apply("prefill-0/TP0", batch("prefill-0/TP0", 2, room_events(2, T0, KVPoll.Success)[:1]), T0)
+    model.apply("decode-0/TP0", batch("decode-0/TP0", 1, room_events(3, T0, KVPoll.Success)), T0)
+    model.apply("prefill-0/TP0", batch("prefill-0/TP0", 3, room_events(3, T0, KVPoll.Success)), T0 + 1)
+
+    model.sweep(T0 + SETTLE_S + 0.5)
+    assert sorted(model.rooms) == [2, 3] and sorted(model.finished) == [1]
+
+    model.apply("prefill-0/TP0", batch("prefill-0/TP0", 4, room_events(2, T0 + 2, KVPoll.Failed)[1:]), T0 + 2)
+    model.sweep(T0 + 2 + SETTLE_S + 0.5)
+    assert model.rooms == {} and {room: f.ok for room, f in model.finished.items()} == {1: True, 2: False, 3: True}
+
+
 def test_rooms_without_progress_are_stuck_whatever_state_they_claim():
     """A Transferring room whose last progress is older than the threshold is stuck; a moving one is not."""
     model = ClusterModel()

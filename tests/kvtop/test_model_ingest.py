@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvtop.fold import ROOM_REUSE_S, Observed
-from kvtop.model import GONE_S, ClusterModel, LinkView, RankView, RoomView
+from kvtop.model import GONE_S, SETTLE_S, ClusterModel, LinkView, RankView, RoomView
 from transport.events import (
     EVENT_SCHEMA,
     AbortEvent,
@@ -84,6 +84,10 @@ class ReferenceModel(ClusterModel):
     def _ended(self, gone: set[str]) -> list[RoomView]:
         """Every room that all live ranks ended, by walking them all (what sweep and rates look at)."""
         return [room for room in self.rooms.values() if room.finished(gone)]
+
+    def _settled(self, now: float, gone: set[str]) -> list[RoomView]:
+        """Every room all live ranks ended and no delivery touched for `SETTLE_S`, by walking them all."""
+        return [room for room in self.rooms.values() if now - room.touched_at > SETTLE_S and room.finished(gone)]
 
     def _one_room_state(self, view: RankView, event: RoomState) -> None:
         if event.state not in set(KVPoll):
