@@ -99,6 +99,14 @@ def bench_events(
 def bench_ingest(
     events: Annotated[int, typer.Option(min=1000, help="Events per run.")] = 500_000,
     repeats: Annotated[int, typer.Option(min=1, help="Runs per leg; figures are medians.")] = 5,
+    floor: Annotated[
+        bool,
+        typer.Option(
+            "--floor",
+            help="Add a leg that decodes and keeps only each room's state per rank in a dict: the least any "
+            "model keyed by room pays, to tell the model's own cost from the data structure's.",
+        ),
+    ] = False,
     as_json: JsonObject = False,
 ) -> None:
     """Events/s applied to the cluster model vs decoding the same frames alone, and `kvtop check` wall time.
@@ -107,13 +115,14 @@ def bench_ingest(
     """
     from kvtop.bench.ingest import measure_ingest
 
-    result = measure_ingest(events, repeats, _progress)
-    _report(
-        result.as_dict(),
-        as_json,
+    result = measure_ingest(events, repeats, _progress, floor=floor)
+    text = (
         f"ingest {result.events_per_s:,.0f} events/s, decode only {result.decode_only_per_s:,.0f} "
-        f"(ratio {result.ratio:.2f}); kvtop check {result.check_wall_s:.2f} s",
+        f"(ratio {result.ratio:.2f}); kvtop check {result.check_wall_s:.2f} s"
     )
+    if result.floor_per_s is not None:
+        text += f"; room table only {result.floor_per_s:,.0f} events/s (ratio {result.ratio_floor:.2f})"
+    _report(result.as_dict(), as_json, text)
 
 
 def bench_ui(
