@@ -25,7 +25,7 @@ from transport import (
 )
 from transport.kvpoll import advance
 from transport.mapping import Pairing, pairings_for_decode_rank
-from transport.pool import PoolExhausted, run_breaks, split_runs
+from transport.pool import PoolExhausted, is_one_run, run_breaks, split_runs
 from transport.rooms import RoomRecord
 from transport.wire import (
     MAX_CONTROL_FRAME,
@@ -286,6 +286,25 @@ def test_split_runs_covers_every_window_with_consecutive_runs(pages, data):
     for run in runs:
         assert np.array_equal(array[position : position + run], array[position] + np.arange(run))
         position += run
+
+
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=60), st.data())
+def test_is_one_run_agrees_with_split_runs(pages, data):
+    """A window is one run exactly when split_runs cuts it into a single run."""
+    breaks = run_breaks(np.asarray(pages, dtype=np.uint32))
+    start = data.draw(st.integers(0, len(pages) - 1))
+    count = data.draw(st.integers(1, len(pages) - start))
+    assert is_one_run(breaks, start, count) == (len(split_runs(breaks, start, count)) == 1)
+
+
+def test_pool_rows_is_a_writable_view_of_consecutive_pages():
+    """rows(first, count) is the flat bytes of those pages, shared with the pool (no copy)."""
+    pool = KVPool(4, 256)
+    pool.fill_pattern(np.arange(4, dtype=np.uint32), seed=3)
+    rows = pool.rows(1, 2)
+    assert len(rows) == 512 and bytes(rows) == pool.data[1:3].tobytes()
+    rows[0] ^= 0xFF
+    assert pool.data[1, 0] == rows[0]
 
 
 # --- wire --------------------------------------------------------------------------------
