@@ -82,6 +82,8 @@ class LinkPlan:
     sent: int = 0
     acked_bytes: int = 0
     total_bytes: int = 0
+    whole_rows: bool = False
+    """Whole source pages go (each payload is the pool's own rows, zero-copy)."""
     status_sent: bool = False
 
 
