@@ -314,8 +314,7 @@ class DecodeSide:
             self._credit(link, chunk)  # after the ABORT, so the prefill never sees this chunk acked first
             return
         self._credit(link, chunk)
-        self._ctx.counters.add("chunks_landed")
-        self._ctx.counters.add("bytes_landed", chunk.nbytes)
+        self._ctx.counters.add_with_bytes("chunks_landed", "bytes_landed", chunk.nbytes)
         record.bytes_done += chunk.nbytes
         record.move(KVPoll.Transferring, now)
         record.progress_at = now

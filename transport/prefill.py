@@ -362,8 +362,7 @@ class PrefillSide:
             self._lose_peer(peer, reasons.decode_peer_dead(peer.info.label), time.monotonic())
             return False
         peer.inflight += nbytes
-        self._ctx.counters.add("chunks_sent")
-        self._ctx.counters.add("bytes_sent", nbytes)
+        self._ctx.counters.add_with_bytes("chunks_sent", "bytes_sent", nbytes)
         return True
 
     def _payloads(self, record: SenderRoom, plan: LinkPlan, start: int, runs: list[int]) -> list[memoryview]:

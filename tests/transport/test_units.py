@@ -23,6 +23,7 @@ from transport import (
     TransportError,
     reasons,
 )
+from transport.counters import Counters
 from transport.kvpoll import advance
 from transport.mapping import Pairing, pairings_for_decode_rank
 from transport.pool import PoolExhausted, is_one_run, run_breaks, split_runs
@@ -173,6 +174,16 @@ def test_kv_transfer_error_renders_exactly_as_sglang():
     assert (error.bootstrap_room, error.failure_reason) == (123, "Aborted by AbortReq.")
     assert error.is_from_another_rank and error.origin == "decode-0/TP1"
     assert isinstance(error, TransportError)
+
+
+def test_counters_add_an_item_with_its_bytes():
+    """add_with_bytes counts one item and its bytes; add and reject count under their names."""
+    counters = Counters(("chunks", "bytes", "rejected_malformed"))
+    counters.add_with_bytes("chunks", "bytes", 4096)
+    counters.add_with_bytes("chunks", "bytes", 100)
+    counters.add("chunks", 2)
+    counters.reject("malformed")
+    assert counters.snapshot() == {"chunks": 4, "bytes": 4196, "rejected_malformed": 1}
 
 
 def test_frame_rejected_carries_its_counter_reason():
