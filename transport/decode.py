@@ -300,9 +300,8 @@ class DecodeSide:
             return
         if drain_message(sock):
             self._ctx.counters.reject("unexpected")
-        fault = self._ctx.faults.pick(record.room, link.info.label)
-        if chunk.index == 1 or chunk.last:
-            self._ctx.inject_die(fault)
+        if chunk.index == 1 or chunk.last:  # the only fault a decode rank acts on: die while landing the room
+            self._ctx.inject_die(self._ctx.faults.pick(record.room, link.info.label))
         expected = chunk.checksum
         if hasher is None or expected is None:
             self._ctx.counters.add("chunks_unverified")
