@@ -18,6 +18,12 @@ class Counters:
         with self._lock:
             self._values[name] += amount
 
+    def add_with_bytes(self, name: str, bytes_name: str, nbytes: int) -> None:
+        """Count one item under `name` and its `nbytes` under `bytes_name`, both in one update."""
+        with self._lock:
+            self._values[name] += 1
+            self._values[bytes_name] += nbytes
+
     def reject(self, reason: str) -> None:
         """Count one rejected frame under `rejected_<reason>`."""
         self.add(f"rejected_{reason}")

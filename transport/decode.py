@@ -19,8 +19,8 @@ from transport import reasons
 from transport.errors import ConfigError, FrameRejected
 from transport.events import AbortEvent
 from transport.kvpoll import KVPoll
-from transport.mapping import pairings_for_decode_rank
-from transport.pool import PageIndices, run_breaks, split_runs
+from transport.mapping import Pairing, pairings_for_decode_rank
+from transport.pool import PageIndices, is_one_run, run_breaks
 from transport.rooms import ReceiverRoom
 from transport.routes import RouteBook
 from transport.side import SideContext, sweep_finished
@@ -58,6 +58,16 @@ class PrefillLink:
     landed: dict[int, int] = field(default_factory=dict)
     """Bytes landed per room since the last ack."""
     unacked: int = 0
+
+
+def _described_pages(chunk: Chunk, pairing: Pairing | None) -> int:
+    """How many pages a chunk header describes; 0 when it cannot describe pages of this link."""
+    if chunk.page_start < 0 or not chunk.frame_pages or min(chunk.frame_pages) <= 0:
+        return 0
+    pages = sum(chunk.frame_pages)
+    if pairing is not None and chunk.nbytes != pages * pairing.nbytes:
+        return 0
+    return pages
 
 
 class DecodeSide:
@@ -263,14 +273,10 @@ class DecodeSide:
     def _land(self, link: PrefillLink, chunk: Chunk, now: float) -> None:
         """Receive a chunk's payload frames into the room's pages and verify them."""
         record = self.rooms.get(chunk.room)
-        pairing = next((p for p in record.pairings if p.prefill_rank == link.info.rank), None) if record else None
+        pairing = record.pairing_from(link.info.rank) if record is not None else None
         sock = link.socket
-        if (
-            chunk.page_start < 0
-            or not chunk.frame_pages
-            or min(chunk.frame_pages) <= 0
-            or (pairing is not None and chunk.nbytes != sum(chunk.frame_pages) * pairing.nbytes)
-        ):
+        pages = _described_pages(chunk, pairing)
+        if pages == 0:
             drain_message(sock)
             self._ctx.counters.reject("malformed")  # a header that cannot describe this link's pages
             return
@@ -281,47 +287,21 @@ class DecodeSide:
             if dropped != len(chunk.frame_pages):
                 self._ctx.counters.reject("truncated")
             return
-        if chunk.page_start + sum(chunk.frame_pages) > len(record.dst_pages):
+        if chunk.page_start + pages > len(record.dst_pages):
             drain_message(sock)
             self._ctx.counters.reject("malformed")  # pages past the room's end: dropped, like any bad header
             self._credit(link, chunk)
             return
-        pool = self._ctx.pool
-        width = pairing.nbytes
-        whole_rows = pairing.dst_offset == 0 and width == pool.page_bytes
         hasher = xxhash.xxh3_64() if chunk.checksum is not None else None
-        position = chunk.page_start
-        for count in chunk.frame_pages:
-            if not sock.getsockopt(zmq.RCVMORE):
-                self._ctx.counters.reject("truncated")
-                self._fail(record, reasons.layout_mismatch(record.room, "chunk ended before its pages"), now)
-                self._credit(link, chunk)
-                return
-            pages = record.dst_pages[position : position + count]
-            first = int(pages[0])
-            if whole_rows and len(split_runs(record.dst_breaks, position, count)) == 1:
-                target = pool.data[first : first + count].reshape(-1)
-                received = sock.recv_into(target.data)
-            else:
-                target = np.empty(count * width, dtype=np.uint8)
-                received = sock.recv_into(target.data)
-                pool.data[pages, pairing.dst_offset : pairing.dst_offset + width] = target.reshape(count, width)
-            if received != target.nbytes:
-                drain_message(sock)
-                self._ctx.counters.reject("oversize" if received > target.nbytes else "truncated")
-                self._fail(
-                    record, reasons.layout_mismatch(record.room, f"frame of {received} B for {target.nbytes} B"), now
-                )
-                self._credit(link, chunk)
-                return
-            if hasher is not None:
-                hasher.update(target.data)
-            position += count
+        problem = self._receive_payloads(sock, record, pairing, chunk, hasher)
+        if problem:
+            self._fail(record, reasons.layout_mismatch(record.room, problem), now)
+            self._credit(link, chunk)
+            return
         if drain_message(sock):
             self._ctx.counters.reject("unexpected")
-        fault = self._ctx.faults.pick(record.room, link.info.label)
-        if chunk.index == 1 or chunk.last:
-            self._ctx.inject_die(fault)
+        if chunk.index == 1 or chunk.last:  # the only fault a decode rank acts on: die while landing the room
+            self._ctx.inject_die(self._ctx.faults.pick(record.room, link.info.label))
         expected = chunk.checksum
         if hasher is None or expected is None:
             self._ctx.counters.add("chunks_unverified")
@@ -333,13 +313,52 @@ class DecodeSide:
             self._credit(link, chunk)  # after the ABORT, so the prefill never sees this chunk acked first
             return
         self._credit(link, chunk)
-        self._ctx.counters.add("chunks_landed")
-        self._ctx.counters.add("bytes_landed", chunk.nbytes)
+        self._ctx.counters.add_with_bytes("chunks_landed", "bytes_landed", chunk.nbytes)
         record.bytes_done += chunk.nbytes
         record.move(KVPoll.Transferring, now)
         record.progress_at = now
         self._ctx.progress(record, now)
         self._finish_if_complete(record, now)
+
+    def _receive_payloads(
+        self,
+        sock: zmq.Socket[bytes],
+        record: ReceiverRoom,
+        pairing: Pairing,
+        chunk: Chunk,
+        hasher: xxhash.xxh3_64 | None,
+    ) -> str:
+        """Receive each payload frame into its pages (hashing it); what went wrong (counted), or ''.
+
+        Consecutive whole rows are received in place; anything else through a scratch buffer.
+        """
+        assert record.dst_pages is not None
+        pool = self._ctx.pool
+        width = pairing.nbytes
+        whole_rows = pairing.dst_offset == 0 and width == pool.page_bytes
+        position = chunk.page_start
+        for count in chunk.frame_pages:
+            if not sock.getsockopt(zmq.RCVMORE):
+                self._ctx.counters.reject("truncated")
+                return "chunk ended before its pages"
+            scratch = None
+            if whole_rows and is_one_run(record.dst_breaks, position, count):
+                target = pool.rows(int(record.dst_pages[position]), count)
+            else:
+                scratch = np.empty(count * width, dtype=np.uint8)
+                target = scratch.data
+            received = sock.recv_into(target)
+            if received != len(target):
+                drain_message(sock)
+                self._ctx.counters.reject("oversize" if received > len(target) else "truncated")
+                return f"frame of {received} B for {len(target)} B"
+            if scratch is not None:
+                rows = record.dst_pages[position : position + count]
+                pool.data[rows, pairing.dst_offset : pairing.dst_offset + width] = scratch.reshape(count, width)
+            if hasher is not None:
+                hasher.update(target)
+            position += count
+        return ""
 
     def _credit(self, link: PrefillLink, chunk: Chunk) -> None:
         """Owe the prefill rank this chunk's bytes (landed or not, the credit returns).

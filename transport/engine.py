@@ -9,6 +9,7 @@ engine writes it, and a state read is one attribute load.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import socket
 import threading
@@ -397,7 +398,7 @@ class KVManager:
                     registered = current
                 now = time.monotonic()
                 deadline = min(next_tick, wake_at) if wake_at is not None else next_tick
-                timeout_ms = max(0, int((deadline - now) * 1000))
+                timeout_ms = max(0, math.ceil((deadline - now) * 1000))  # rounded up: no spinning in the last ms
                 ready = dict(poller.poll(timeout_ms))
                 now = time.monotonic()
                 if self._wake_read in ready:

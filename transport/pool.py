@@ -41,12 +41,17 @@ class KVPool:
         self.layers = layers
         self.data: npt.NDArray[np.uint8] = np.empty((num_pages, page_bytes), dtype=np.uint8)
         self.data.fill(0)  # registering touches every page, so no transfer pays for a page fault
+        self._bytes = self.data.reshape(-1).data
         self._free: list[int] = list(range(num_pages - 1, -1, -1))
 
     @property
     def free_pages(self) -> int:
         """How many pages are not allocated."""
         return len(self._free)
+
+    def rows(self, first: int, count: int) -> memoryview:
+        """Pages `first .. first+count-1` as one flat byte view (a slice, no copy): what goes on the wire."""
+        return self._bytes[first * self.page_bytes : (first + count) * self.page_bytes]
 
     def layer_view(self) -> npt.NDArray[np.uint8]:
         """The pool as (pages, layers, bytes per layer), a view without copy."""
@@ -85,6 +90,11 @@ def run_breaks(*page_lists: PageIndices) -> list[int]:
     for pages in page_lists:
         breaks |= np.diff(pages.astype(np.int64)) != 1
     return [int(i) + 1 for i in np.flatnonzero(breaks)]
+
+
+def is_one_run(breaks: list[int], start: int, count: int) -> bool:
+    """True when positions `[start, start+count)` hold consecutive pages (no break inside)."""
+    return bisect.bisect_right(breaks, start) == bisect.bisect_left(breaks, start + count)
 
 
 def split_runs(breaks: list[int], start: int, count: int) -> list[int]:

@@ -46,6 +46,8 @@ class RoomRecord:
 
     def move(self, proposed: KVPoll, now: float) -> bool:
         """Offer a state; returns True when the room changed state."""
+        if proposed is self.state:  # every chunk offers Transferring again
+            return False
         new = advance(self.state, proposed)
         if new is self.state:
             return False
@@ -80,6 +82,8 @@ class LinkPlan:
     sent: int = 0
     acked_bytes: int = 0
     total_bytes: int = 0
+    whole_rows: bool = False
+    """Whole source pages go (each payload is the pool's own rows, zero-copy)."""
     status_sent: bool = False
 
 
@@ -113,5 +117,13 @@ class ReceiverRoom(RoomRecord):
     @property
     def complete(self) -> bool:
         """All bytes landed and every expected prefill rank reported Success."""
-        expected = self.pairings[0].responses_expected if self.pairings else 1
-        return self.bytes_total > 0 and self.bytes_done >= self.bytes_total and len(self.statuses_ok) >= expected
+        if not 0 < self.bytes_total <= self.bytes_done:
+            return False
+        return len(self.statuses_ok) >= (self.pairings[0].responses_expected if self.pairings else 1)
+
+    def pairing_from(self, prefill_rank: int) -> Pairing | None:
+        """The pairing of the prefill rank `prefill_rank` in this room, if it sends here."""
+        for pairing in self.pairings:
+            if pairing.prefill_rank == prefill_rank:
+                return pairing
+        return None

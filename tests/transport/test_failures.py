@@ -91,6 +91,44 @@ def test_decode_times_out_in_transferring_when_prefill_stalls(make_manager, wait
     assert sender.failure is not None and decode.info.label == sender.failure.origin
 
 
+def test_decode_times_out_in_transferring_when_prefill_drops_a_chunk(make_manager, wait_for):
+    """A prefill that skips the middle chunk still sends the rest; decode lands them and times out in Transferring."""
+    drop = FaultInjector((FaultSpec.parse("drop"),))
+    prefill = make_manager(Role.PREFILL, "prefill-0", config=short(), faults=drop)
+    decode = make_manager(Role.DECODE, "decode-0", config=short(transfer_s=TIMEOUT_S))
+    sender = prefill.sender(48)
+    receiver = decode.receiver(48, "prefill-0")
+    receiver.init(np.arange(16, dtype=np.uint32))
+    sender.send(np.arange(16, dtype=np.uint32))
+
+    wait_for(lambda: receiver.poll() is KVPoll.Failed, timeout=TIMEOUT_S + 3, what="transfer timeout")
+
+    assert receiver.reason_class == "timeout_transfer"
+    assert receiver.bytes_done == 14 * PAGE_BYTES
+    assert prefill.counters()["fault_drop"] == 1
+    assert prefill.counters()["chunks_sent"] == decode.counters()["chunks_landed"] == 7
+
+
+def test_delayed_chunks_all_arrive(make_manager, wait_for):
+    """The delay fault holds back every chunk of the room, and the room still succeeds byte-identical."""
+    delay = FaultInjector((FaultSpec.parse("delay"),), delay_s=0.02)
+    prefill = make_manager(Role.PREFILL, "prefill-0", config=short(), faults=delay)
+    decode = make_manager(Role.DECODE, "decode-0", config=short())
+    pages = np.arange(16, dtype=np.uint32)
+    prefill.pool.fill_pattern(pages, seed=49)
+    sender = prefill.sender(49)
+    receiver = decode.receiver(49, "prefill-0")
+    receiver.init(pages)
+    started = time.monotonic()
+    sender.send(pages)
+
+    wait_for(lambda: receiver.poll() is KVPoll.Success and sender.poll() is KVPoll.Success, what="both succeed")
+
+    assert time.monotonic() - started >= 8 * 0.02
+    assert prefill.counters()["fault_delay"] == 8
+    assert prefill.pool.digest(pages) == decode.pool.digest(pages)
+
+
 @pytest.mark.parametrize("num_pages", [16, 2], ids=["middle-of-eight-chunks", "only-chunk"])
 def test_corrupted_chunk_fails_on_decode_as_origin_and_echoes_to_prefill(make_manager, wait_for, num_pages):
     """A chunk altered after checksumming is caught by the receiver, which is the origin of the failure."""

@@ -23,9 +23,10 @@ from transport import (
     TransportError,
     reasons,
 )
+from transport.counters import Counters
 from transport.kvpoll import advance
 from transport.mapping import Pairing, pairings_for_decode_rank
-from transport.pool import PoolExhausted, run_breaks, split_runs
+from transport.pool import PoolExhausted, is_one_run, run_breaks, split_runs
 from transport.rooms import RoomRecord
 from transport.wire import (
     MAX_CONTROL_FRAME,
@@ -175,6 +176,16 @@ def test_kv_transfer_error_renders_exactly_as_sglang():
     assert isinstance(error, TransportError)
 
 
+def test_counters_add_an_item_with_its_bytes():
+    """add_with_bytes counts one item and its bytes; add and reject count under their names."""
+    counters = Counters(("chunks", "bytes", "rejected_malformed"))
+    counters.add_with_bytes("chunks", "bytes", 4096)
+    counters.add_with_bytes("chunks", "bytes", 100)
+    counters.add("chunks", 2)
+    counters.reject("malformed")
+    assert counters.snapshot() == {"chunks": 4, "bytes": 4196, "rejected_malformed": 1}
+
+
 def test_frame_rejected_carries_its_counter_reason():
     """FrameRejected keeps the counter key apart from the human detail."""
     error = FrameRejected("oversize", "too big")
@@ -286,6 +297,25 @@ def test_split_runs_covers_every_window_with_consecutive_runs(pages, data):
     for run in runs:
         assert np.array_equal(array[position : position + run], array[position] + np.arange(run))
         position += run
+
+
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=60), st.data())
+def test_is_one_run_agrees_with_split_runs(pages, data):
+    """A window is one run exactly when split_runs cuts it into a single run."""
+    breaks = run_breaks(np.asarray(pages, dtype=np.uint32))
+    start = data.draw(st.integers(0, len(pages) - 1))
+    count = data.draw(st.integers(1, len(pages) - start))
+    assert is_one_run(breaks, start, count) == (len(split_runs(breaks, start, count)) == 1)
+
+
+def test_pool_rows_is_a_writable_view_of_consecutive_pages():
+    """rows(first, count) is the flat bytes of those pages, shared with the pool (no copy)."""
+    pool = KVPool(4, 256)
+    pool.fill_pattern(np.arange(4, dtype=np.uint32), seed=3)
+    rows = pool.rows(1, 2)
+    assert len(rows) == 512 and bytes(rows) == pool.data[1:3].tobytes()
+    rows[0] ^= 0xFF
+    assert pool.data[1, 0] == rows[0]
 
 
 # --- wire --------------------------------------------------------------------------------
