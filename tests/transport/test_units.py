@@ -64,6 +64,10 @@ def test_live_states_only_move_forward(current, proposed):
     assert max(current, proposed) == advance(current, proposed)
 
 
+def test_exactly_failed_and_success_are_terminal():
+    assert [state for state in KVPoll if state.is_terminal] == [KVPoll.Failed, KVPoll.Success]
+
+
 @pytest.mark.parametrize("current", LIVE)
 def test_failed_wins_over_every_live_state(current):
     """Failed replaces any state that is not terminal."""
