@@ -68,17 +68,22 @@ def test_decode_times_out_in_waiting_for_input_when_prefill_never_sends(make_man
     assert sender.reason_class == "propagated"
 
 
-def test_decode_times_out_in_transferring_when_prefill_stalls(make_manager, wait_for):
-    """A prefill that stops after half the chunks makes decode fail in Transferring, with half the bytes landed."""
-    stall = FaultInjector((FaultSpec.parse("stall"),))
-    prefill = make_manager(Role.PREFILL, "prefill-0", config=short(), faults=stall)
+def _room_that_times_out_transferring(make_manager, wait_for, fault: str, room: int):
+    """A 16-page room from a prefill with `fault` to a decode with a short transfer timeout, once decode failed."""
+    faults = FaultInjector((FaultSpec.parse(fault),))
+    prefill = make_manager(Role.PREFILL, "prefill-0", config=short(), faults=faults)
     decode = make_manager(Role.DECODE, "decode-0", config=short(transfer_s=TIMEOUT_S))
-    sender = prefill.sender(43)
-    receiver = decode.receiver(43, "prefill-0")
+    sender = prefill.sender(room)
+    receiver = decode.receiver(room, "prefill-0")
     receiver.init(np.arange(16, dtype=np.uint32))
     sender.send(np.arange(16, dtype=np.uint32))
-
     wait_for(lambda: receiver.poll() is KVPoll.Failed, timeout=TIMEOUT_S + 3, what="transfer timeout")
+    return prefill, decode, sender, receiver
+
+
+def test_decode_times_out_in_transferring_when_prefill_stalls(make_manager, wait_for):
+    """A prefill that stops after half the chunks makes decode fail in Transferring, with half the bytes landed."""
+    prefill, decode, sender, receiver = _room_that_times_out_transferring(make_manager, wait_for, "stall", 43)
 
     failure = receiver.failure
     assert failure is not None
@@ -93,15 +98,7 @@ def test_decode_times_out_in_transferring_when_prefill_stalls(make_manager, wait
 
 def test_decode_times_out_in_transferring_when_prefill_drops_a_chunk(make_manager, wait_for):
     """A prefill that skips the middle chunk still sends the rest; decode lands them and times out in Transferring."""
-    drop = FaultInjector((FaultSpec.parse("drop"),))
-    prefill = make_manager(Role.PREFILL, "prefill-0", config=short(), faults=drop)
-    decode = make_manager(Role.DECODE, "decode-0", config=short(transfer_s=TIMEOUT_S))
-    sender = prefill.sender(48)
-    receiver = decode.receiver(48, "prefill-0")
-    receiver.init(np.arange(16, dtype=np.uint32))
-    sender.send(np.arange(16, dtype=np.uint32))
-
-    wait_for(lambda: receiver.poll() is KVPoll.Failed, timeout=TIMEOUT_S + 3, what="transfer timeout")
+    prefill, decode, _, receiver = _room_that_times_out_transferring(make_manager, wait_for, "drop", 48)
 
     assert receiver.reason_class == "timeout_transfer"
     assert receiver.bytes_done == 14 * PAGE_BYTES
