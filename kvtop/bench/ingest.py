@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
-from kvtop.model import ClusterModel
+from kvtop.model.cluster import ClusterModel
 from transport.cluster import ClusterSpec, LocalCluster
 from transport.events import EVENT_SCHEMA, Event, EventBatch, Failure, Progress, RoomState, TransferDone
 from transport.kvpoll import KVPoll

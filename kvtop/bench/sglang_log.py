@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psutil
 
-from kvtop.model import ClusterModel
+from kvtop.model.cluster import ClusterModel
 from kvtop.sources.sglang import LogSpec, SGLangLogs
 
 LINES_PER_SECOND = 1000

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kvtop.rolling import percentiles
+from kvtop.model.rolling import percentiles
 
 VIEW_KEYS = (("r", b"rooms, by"), ("f", b"failure origins"), ("e", b"events at"), ("o", b"per second over"))
 """A key and bytes that only the view it opens writes (its title)."""

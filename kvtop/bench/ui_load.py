@@ -13,8 +13,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from kvtop.bench.synthetic import SyntheticCluster
-from kvtop.model import JOURNAL_EVENTS_KEPT, ClusterModel
+from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
+from kvtop.sources.synthetic import SyntheticCluster
 from transport.events import EventBatch
 
 FEED_EVERY_S = 0.05

@@ -59,7 +59,7 @@ def _run_cluster(
     timeouts: tuple[float, float, float] | None,
     print_address: bool,
 ) -> WorkloadStats:
-    from kvtop.local import DEMO_TIMEOUTS, demo_spec, run_local
+    from kvtop.cluster.local import DEMO_TIMEOUTS, demo_spec, run_local
     from transport.config import Timeouts
     from transport.errors import ConfigError, TransportError
     from transport.workload import WorkloadSpec
@@ -84,8 +84,8 @@ def _dashboard(
     prefill: int, decode: int, tp: int, rate: float, fault: list[str], duration: float | None, log_dir: str, theme: str
 ) -> None:
     from kvtop.cli.top_cmd import find_theme, run_dashboard
-    from kvtop.embedded import EmbeddedCluster
-    from kvtop.local import demo_spec
+    from kvtop.cluster.embedded import EmbeddedCluster
+    from kvtop.cluster.local import demo_spec
     from transport.errors import TransportError
     from transport.workload import WorkloadSpec
 

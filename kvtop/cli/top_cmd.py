@@ -61,8 +61,8 @@ def top(
     `?` in the dashboard lists every key. With --sglang-log the files are read from their start and
     followed as they grow; "now" is the latest time they mention.
     """
-    from kvtop.collect import Collector
-    from kvtop.model import JOURNAL_EVENTS_KEPT, ClusterModel
+    from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
+    from kvtop.sources.live import Collector
     from transport.errors import BootstrapError
 
     require_source(bootstrap, connect, sglang_log)

@@ -26,7 +26,7 @@ from kvtop.cli.options import (
 )
 
 if TYPE_CHECKING:
-    from kvtop.model import ClusterModel
+    from kvtop.model.cluster import ClusterModel
     from kvtop.sources.sglang import SGLangLogs
     from transport.events import Event
 
@@ -40,7 +40,7 @@ def _log_models(
     sglang_log: list[str], follow: bool, interval: float
 ) -> Iterator[tuple[ClusterModel, float, SGLangLogs | None]]:
     """The model of the logs read to their end; with `follow`, again every `interval` with what they gained."""
-    from kvtop.model import ClusterModel
+    from kvtop.model.cluster import ClusterModel
 
     logs = open_sglang_logs(sglang_log)
     model = ClusterModel()
@@ -72,7 +72,7 @@ def _models(
     Yields (model, now, the log source or None) under the collector's lock, so a view reads a consistent
     model. Exit 1 when nobody answers. With SGLang logs, "now" is the latest time they mention.
     """
-    from kvtop.collect import Collector
+    from kvtop.sources.live import Collector
     from transport.errors import BootstrapError
 
     require_source(bootstrap, connect, sglang_log)
@@ -140,8 +140,8 @@ def check(
     """
     require_source(bootstrap, connect, sglang_log)
     check_ran.set()
-    from kvtop.check import Thresholds, Verdict, evaluate, unreachable
-    from kvtop.collect import Collector
+    from kvtop.sources.live import Collector
+    from kvtop.views.check import Thresholds, Verdict, evaluate, unreachable
     from transport.errors import BootstrapError
 
     limits = Thresholds(max_failure_rate, max_stuck, stuck_after, min_ranks, max_gaps, window)
@@ -184,7 +184,7 @@ def status(
     sglang_log: SGLangLog = [],  # noqa: B006
 ) -> None:
     """One screen of cluster health: ranks, rooms, throughput, latency, failures, stuck rooms, links."""
-    from kvtop.tables import status_json, status_text
+    from kvtop.views.tables import status_json, status_text
 
     with _until_ctrl_c():
         for model, now, logs in _models(bootstrap, connect, wait, follow, interval, sglang_log):
@@ -206,7 +206,7 @@ def ranks(
     sglang_log: SGLangLog = [],  # noqa: B006
 ) -> None:
     """Every rank: role, instance, liveness (alive/stale/gone; log), host, pid, rooms in flight, origins, echoes."""
-    from kvtop.tables import ranks_json, ranks_text
+    from kvtop.views.tables import ranks_json, ranks_text
 
     with _until_ctrl_c():
         for model, now, _ in _models(bootstrap, connect, wait, follow, interval, sglang_log):
@@ -226,7 +226,7 @@ def rooms(
 
     SGLang logs name no room until it fails, so from --sglang-log this view is empty.
     """
-    from kvtop.tables import rooms_json, rooms_text
+    from kvtop.views.tables import rooms_json, rooms_text
 
     with _until_ctrl_c():
         for model, now, _ in _models(bootstrap, connect, wait, follow, interval, sglang_log):
@@ -249,7 +249,7 @@ def events(
     From --sglang-log: the failures (inferred echoes at debug) and batch lines' queue depths (as
     heartbeats, debug) of the files, merged by time, then, with --follow, what they gain.
     """
-    from kvtop.event_lines import LEVELS, shown, snapshot_events, to_json, to_line
+    from kvtop.views.event_lines import LEVELS, shown, snapshot_events, to_json, to_line
     from transport.bootstrap import BootstrapClient
     from transport.errors import BootstrapError
     from transport.events import Snapshot
@@ -291,8 +291,8 @@ def events(
 
 def _log_events(sglang_log: list[str], follow: bool, level: str, render: Callable[[str, Event], str]) -> None:
     """`kvtop events --sglang-log`: the logs' events in time order, then what they gain."""
-    from kvtop.event_lines import shown
-    from kvtop.model import ClusterModel
+    from kvtop.model.cluster import ClusterModel
+    from kvtop.views.event_lines import shown
 
     logs = open_sglang_logs(sglang_log)
     model = ClusterModel()
@@ -330,7 +330,7 @@ def failures(
     JSON: a list of groups {room, origin: {rank, role, instance, reason, reason_class, ts, level} or null,
     origin_label, echo_count, echoes, context}. Exit 1 when the cluster does not answer.
     """
-    from kvtop.failures_view import render_groups, to_json
+    from kvtop.views.failures import render_groups, to_json
 
     with _until_ctrl_c():
         for model, _, logs in _models(bootstrap, connect, wait, follow, interval, sglang_log):

@@ -1,1 +1,1 @@
-"""Sources other than live agents that feed the cluster model (DESIGN.md, "sources")."""
+"""What feeds the model: the live collector of agents' events, SGLang server logs, and a synthetic cluster."""

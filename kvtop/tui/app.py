@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import signal
-import sys
 import threading
 import time
 from collections import deque
@@ -24,10 +22,10 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Footer, Input, Tab, Tabs
 
-from kvtop.event_lines import LEVELS
-from kvtop.model import ClusterModel
+from kvtop.model.cluster import ClusterModel
 from kvtop.tui.details import rank_history, room_timeline
 from kvtop.tui.frame import Frame, FrameBuilder, Options, RoomSort
+from kvtop.tui.process import DashboardTuning
 from kvtop.tui.rows import Palette, rate
 from kvtop.tui.screens.detail import DetailScreen
 from kvtop.tui.screens.help import HelpScreen
@@ -38,13 +36,9 @@ from kvtop.tui.views.overview import OverviewView
 from kvtop.tui.views.rooms import RoomsView
 from kvtop.tui.widgets.line import Line
 from kvtop.tui.widgets.row_list import RowList
+from kvtop.views.event_lines import LEVELS
 
 REFRESH_S = 0.5
-GC_THRESHOLDS = (20_000, 20, 20)
-"""The dashboard's process keeps a big long-lived heap (the model, Textual's caches) and allocates fast while
-building frames: at CPython's default (700, 10, 10) a full collection (~100 ms at 100k rooms) ran several times
-a minute and set the frame p99 (`kvtop bench ui`: 148 ms); with these, young objects die before promotion and
-full collections are rare (p99 ~40 ms)."""
 """How often the views redraw from the model (events arrive far faster: they are coalesced)."""
 VIEWS = ("overview", "rooms", "failures", "events")
 _VIEW_HELP = {
@@ -143,8 +137,7 @@ class KvtopApp(App[None]):
         self._clock = clock
         self._refresh_s = refresh_s
         self._quit_after = quit_after
-        self._gc_thresholds = gc.get_threshold()
-        """Restored on exit (the thresholds are the process's, and tests run many apps in one)."""
+        self._tuning = DashboardTuning()
         self._building = False
         self._painting = False
         self._stale = False
@@ -170,10 +163,7 @@ class KvtopApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        # The collector and the frame worker are threads of this process: hand the GIL over every 1 ms
-        # instead of 5 so that keys and paints wait less behind them.
-        sys.setswitchinterval(0.001)
-        gc.set_threshold(*GC_THRESHOLDS)
+        self._tuning.apply()
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         self.query_one("#filter", Input).display = False
         self.query_one("#failure-detail").display = False
@@ -190,7 +180,7 @@ class KvtopApp(App[None]):
         self.request_frame()
 
     def on_unmount(self) -> None:
-        gc.set_threshold(*self._gc_thresholds)
+        self._tuning.restore()
 
     # --- frames -------------------------------------------------------------------------------------
 

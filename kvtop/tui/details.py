@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from kvtop.event_lines import to_line
-from kvtop.model import ClusterModel
+from kvtop.model.cluster import ClusterModel
 from kvtop.tui.rows import Palette, clock
+from kvtop.views.event_lines import to_line
 from transport.events import Event, Failure, Heartbeat
 
 _HISTORY_BUCKET_S = 10.0

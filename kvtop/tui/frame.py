@@ -17,18 +17,18 @@ from typing import Any
 
 import numpy as np
 
-from kvtop.event_lines import at_or_above, to_line
-from kvtop.fold import FailureGroup
-from kvtop.live_fold import LiveFold
-from kvtop.model import ClusterModel, Liveness, RankView, RoomView
-from kvtop.tables import STUCK_AFTER_S
+from kvtop.model.cluster import ClusterModel, Liveness, RankView, RoomView
+from kvtop.model.fold import FailureGroup
+from kvtop.model.live_fold import LiveFold
+from kvtop.views.event_lines import at_or_above, to_line
+from kvtop.views.tables import STUCK_AFTER_S
 from transport.events import Event
 from transport.kvpoll import KVPoll
 
 WINDOW_S = 60.0
+"""Seconds the rates, failure rate and top origins cover."""
 RATE_WINDOW_S = 10.0
 """Seconds the per-rank and per-link rates cover (what moves now, not the last minute's average)."""
-"""Seconds the rates, failure rate and top origins cover."""
 SLOW_EVERY_S = 2.0
 """Open and stuck rooms are counted over every open room: every 2 s, not every frame (stuck means 10 s idle)."""
 GROUPS_SHOWN = 2000

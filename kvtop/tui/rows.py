@@ -9,9 +9,9 @@ from rich.style import Style
 from rich.text import Text
 from textual.theme import Theme
 
-from kvtop.event_lines import level_of, to_line
-from kvtop.model import Liveness, RoomView
+from kvtop.model.cluster import Liveness, RoomView
 from kvtop.tui.frame import Frame, RankRow
+from kvtop.views.event_lines import level_of, to_line
 from transport.events import Event
 from transport.kvpoll import KVPoll
 

@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvtop.fold import ROOM_REUSE_S, SAME_FAILURE_S, FailureGroup, Observed, fold
+from kvtop.model.fold import ROOM_REUSE_S, SAME_FAILURE_S, FailureGroup, Observed, fold
 
 ROOM = 42
 

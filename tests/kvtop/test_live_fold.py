@@ -7,8 +7,8 @@ from collections import deque
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvtop.fold import FailureGroup, Observed, fold
-from kvtop.live_fold import LiveFold
+from kvtop.model.fold import FailureGroup, Observed, fold
+from kvtop.model.live_fold import LiveFold
 
 _RANKS = [f"{role}-{i}/TP{r}" for role in ("prefill", "decode") for i in range(2) for r in range(2)]
 
@@ -51,7 +51,7 @@ def test_only_rooms_with_new_failures_are_folded_again(monkeypatch):
     live.sync(window, 2)
     folded: list[set[int]] = []
     monkeypatch.setattr(
-        "kvtop.live_fold.fold", lambda failures: folded.append({f.room for f in failures}) or fold(failures)
+        "kvtop.model.live_fold.fold", lambda failures: folded.append({f.room for f in failures}) or fold(failures)
     )
 
     window.append(Observed(1.5, 8, "decode-0/TP1", "decode", "why", "propagated", "decode-0/TP0"))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvtop.model import GONE_S, SETTLE_S, STALE_S, ClusterModel, Liveness
-from kvtop.rolling import RingBuffer, percentiles
+from kvtop.model.cluster import GONE_S, SETTLE_S, STALE_S, ClusterModel, Liveness
+from kvtop.model.rolling import RingBuffer, percentiles
 from transport.events import EVENT_SCHEMA, Event, EventBatch, Failure, Progress, RoomState, TransferDone
 from transport.kvpoll import KVPoll
 

@@ -9,8 +9,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvtop.fold import ROOM_REUSE_S, Observed
-from kvtop.model import GONE_S, SETTLE_S, ClusterModel, LinkView, RankView, RoomView
+from kvtop.model.cluster import GONE_S, SETTLE_S, ClusterModel, LinkView, RankView, RoomView
+from kvtop.model.fold import ROOM_REUSE_S, Observed
 from transport.events import (
     EVENT_SCHEMA,
     AbortEvent,

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from kvtop.check import Thresholds, Verdict, evaluate
-from kvtop.fold import FailureGroup
-from kvtop.model import ClusterModel, Liveness
+from kvtop.model.cluster import ClusterModel, Liveness
+from kvtop.model.fold import FailureGroup
 from kvtop.sources.sglang import SGLangLogs, load
+from kvtop.views.check import Thresholds, Verdict, evaluate
 from transport.events import Failure
 
 pytestmark = pytest.mark.usefixtures("utc")

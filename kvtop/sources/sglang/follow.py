@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from kvtop.model import JOURNAL_EVENTS_KEPT, ClusterModel
+from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
 from kvtop.sources.sglang.source import SGLangLogs
 
 POLL_S = 0.25

@@ -127,10 +127,6 @@ class ContextLine:
     room: int | None
     text: str
 
-    @property
-    def is_transport_library(self) -> bool:
-        return self.kind in ("glog", "ucx")
-
 
 Record = FailureLine | BatchLine | ContextLine
 

@@ -74,8 +74,3 @@ def parse_prefix(line: str) -> Prefix:
         ts += int(match[2]) / 10 ** len(match[2])
     tags = {name: int(value) for name, value in _TAG.findall(match[3])} if match[3] else {}
     return Prefix(ts, tags, line[match.end() :].rstrip())
-
-
-def has_prefix(line: str) -> bool:
-    """Whether the line starts a new record (a traceback's continuation lines do not)."""
-    return _SGLANG.match(unwrap(line)) is not None

@@ -28,8 +28,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvtop.fold import ROOM_REUSE_S, FailureGroup
-from kvtop.model import ClusterModel
+from kvtop.model.cluster import ClusterModel
+from kvtop.model.fold import ROOM_REUSE_S, FailureGroup
 from kvtop.sources.sglang.infer import to_failure
 from kvtop.sources.sglang.lines import ROLE_MARKERS, BatchLine, ContextLine, FailureLine, Garbled, classify
 from kvtop.sources.sglang.prefix import parse_prefix

@@ -11,7 +11,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Static
 
-from kvtop.fold import FailureGroup, Observed
+from kvtop.model.fold import FailureGroup, Observed
 from kvtop.tui.frame import Frame
 from kvtop.tui.rows import Palette, clock
 from kvtop.tui.widgets.line import Line

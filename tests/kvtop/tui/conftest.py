@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,14 +20,6 @@ def utc_clock_strings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     monkeypatch.undo()
     time.tzset()
-
-
-@pytest.fixture(autouse=True)
-def switch_interval() -> Iterator[None]:
-    """The app shortens the interpreter's thread switch interval on mount; later tests get it back."""
-    interval = sys.getswitchinterval()
-    yield
-    sys.setswitchinterval(interval)
 
 
 @pytest.fixture(autouse=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import sys
 import threading
 import time
 from collections import Counter
@@ -21,15 +23,16 @@ from tui_support import (
     wait_until,
 )
 
-from kvtop.event_lines import LEVELS, shown
-from kvtop.model import ClusterModel
-from kvtop.tables import STUCK_AFTER_S
+from kvtop.model.cluster import ClusterModel
 from kvtop.tui.app import KvtopApp
 from kvtop.tui.frame import WINDOW_S
+from kvtop.tui.process import GC_THRESHOLDS, SWITCH_INTERVAL_S
 from kvtop.tui.screens.detail import DetailScreen
 from kvtop.tui.screens.help import HelpScreen
 from kvtop.tui.views.failures import FailuresView
 from kvtop.tui.widgets.row_list import RowList
+from kvtop.views.event_lines import LEVELS, shown
+from kvtop.views.tables import STUCK_AFTER_S
 from transport.events import Failure
 from transport.kvpoll import KVPoll
 
@@ -80,6 +83,20 @@ def test_the_dashboard_opens_on_the_overview_with_the_rank_list_focused(app: Kvt
         "focused": "ranks-list",
         "ranks": CLUSTER.labels("prefill") + CLUSTER.labels("decode"),
     } == seen
+
+
+def test_the_dashboard_tunes_the_interpreter_while_it_runs_and_restores_it_on_exit(app: KvtopApp):
+    """GC thresholds and the GIL switch interval are the dashboard's while mounted, the process's again after."""
+    before = (gc.get_threshold(), sys.getswitchinterval())
+    seen = {}
+
+    async def scenario(pilot):
+        seen["running"] = (gc.get_threshold(), sys.getswitchinterval())
+
+    drive(app, scenario)
+
+    assert seen["running"] == (GC_THRESHOLDS, SWITCH_INTERVAL_S)
+    assert (gc.get_threshold(), sys.getswitchinterval()) == before
 
 
 def test_each_tab_names_its_key(app: KvtopApp):

@@ -7,11 +7,11 @@ from collections import Counter
 import pytest
 from tui_support import CLUSTER, FIXED_NOW, ROOMS_LIVE, ROOMS_OLD, ROOMS_RETIRED, build_model
 
-from kvtop.bench.synthetic import SyntheticCluster
-from kvtop.event_lines import LEVELS, shown, to_line
-from kvtop.model import STALE_S, ClusterModel, RoomView
-from kvtop.tables import STUCK_AFTER_S
+from kvtop.model.cluster import STALE_S, ClusterModel, RoomView
+from kvtop.sources.synthetic import SyntheticCluster
 from kvtop.tui.frame import WINDOW_S, FrameBuilder, Options, RoomSort
+from kvtop.views.event_lines import LEVELS, shown, to_line
+from kvtop.views.tables import STUCK_AFTER_S
 from transport.events import EVENT_SCHEMA, EventBatch, RoomState
 from transport.kvpoll import KVPoll
 

@@ -11,9 +11,7 @@ from rich.style import Style
 from rich.text import Text
 from tui_support import FIXED_NOW, build_model
 
-from kvtop.event_lines import to_line
-from kvtop.model import Liveness
-from kvtop.tables import STUCK_AFTER_S
+from kvtop.model.cluster import Liveness
 from kvtop.tui.app import KvtopApp
 from kvtop.tui.frame import FrameBuilder, Options, RankRow
 from kvtop.tui.renderables.heatmap import LinkHeatMap
@@ -22,6 +20,8 @@ from kvtop.tui.screens.help import binding_table
 from kvtop.tui.themes import load_themes
 from kvtop.tui.views.failures import FailuresView, detail
 from kvtop.tui.widgets.row_list import RowList
+from kvtop.views.event_lines import to_line
+from kvtop.views.tables import STUCK_AFTER_S
 from transport.events import Failure, TransferDone
 from transport.kvpoll import KVPoll
 

@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kvtop.bench.synthetic import SyntheticCluster
-from kvtop.model import JOURNAL_EVENTS_KEPT, ClusterModel
+from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
+from kvtop.sources.synthetic import SyntheticCluster
 from kvtop.tui.app import KvtopApp
 from kvtop.tui.themes import load_themes
 

@@ -6,7 +6,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from enum import IntEnum
 
-from kvtop.model import ClusterModel, Liveness
+from kvtop.model.cluster import ClusterModel, Liveness
 
 
 class Verdict(IntEnum):

@@ -23,8 +23,8 @@ from itertools import compress
 import msgspec
 import numpy as np
 
-from kvtop.fold import ROOM_REUSE_S, FailureGroup, Observed, fold
-from kvtop.rolling import RingBuffer, percentiles
+from kvtop.model.fold import ROOM_REUSE_S, FailureGroup, Observed, fold
+from kvtop.model.rolling import RingBuffer, percentiles
 from transport.events import (
     AgentHello,
     Event,
@@ -326,7 +326,7 @@ class ClusterModel:
         it is open are settled when the run ends, from the run's last valid state (what one event at a
         time would leave, since nothing reads the room in between)."""
         rooms, retired, label, now, codes = self.rooms, self.finished, view.label, self._now, _CODES
-        open_add, open_discard = self._open.add, self._open.discard
+        settle = self._settle_run
         decode_instance = view.instance if view.role == "decode" else ""
         link = ("", "")
         done: list[TransferDone] = []
@@ -340,11 +340,7 @@ class ClusterModel:
                     continue
                 if event.room != run_id:
                     if run_id is not None:  # the previous run ends: settle it
-                        run.codes[label] = run_state
-                        if run_state not in _TERMINAL:
-                            open_add(run_id)
-                        elif _TERMINAL.issuperset(run.codes.values()):
-                            open_discard(run_id)
+                        settle(run, run_id, label, run_state)
                     run_id = event.room
                     room = rooms.get(run_id)
                     if room is None:
@@ -381,14 +377,19 @@ class ClusterModel:
             else:
                 self._apply_rare(view, event)
         if run_id is not None:
-            run.codes[label] = run_state
-            if run_state not in _TERMINAL:
-                open_add(run_id)
-            elif _TERMINAL.issuperset(run.codes.values()):
-                open_discard(run_id)
+            settle(run, run_id, label, run_state)
         if touched:
             self._touched.append((now, touched))
         self._transfers_done(view, done)
+
+    def _settle_run(self, room: RoomView, room_id: int, label: str, state: int) -> None:
+        """A run of one room's states ended: its last state is this rank's, and the room is open unless
+        every rank it has heard from is terminal."""
+        room.codes[label] = state
+        if state not in _TERMINAL:
+            self._open.add(room_id)
+        elif _TERMINAL.issuperset(room.codes.values()):
+            self._open.discard(room_id)
 
     def _late_news(self, event: RoomState) -> bool:
         """True when the state of a retired room is a late rank's news of it (applied to its outcome);

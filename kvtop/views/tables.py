@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from kvtop.model import ClusterModel
+from kvtop.model.cluster import ClusterModel
 
 STUCK_AFTER_S = 10.0
 

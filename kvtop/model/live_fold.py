@@ -11,7 +11,7 @@ import bisect
 from collections import deque
 from collections.abc import Sequence
 
-from kvtop.fold import FailureGroup, Observed, fold
+from kvtop.model.fold import FailureGroup, Observed, fold
 
 
 def group_order(group: FailureGroup) -> tuple[float, int, str]:

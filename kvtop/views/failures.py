@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from kvtop.fold import FailureGroup, Observed
+from kvtop.model.fold import FailureGroup, Observed
 
 if TYPE_CHECKING:
     from kvtop.sources.sglang import Context

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
-from kvtop.collect import Collector
-from kvtop.model import JOURNAL_EVENTS_KEPT, ClusterModel
+from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
+from kvtop.sources.live import Collector
 from transport.cluster import ClusterSpec, LocalCluster
 from transport.workload import Router, WorkloadSpec, WorkloadStats
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from kvtop.model import ClusterModel
+from kvtop.model.cluster import ClusterModel
 from transport.bootstrap import BootstrapClient
 from transport.errors import BootstrapError
 from transport.subscriber import EventSubscriber
