@@ -14,6 +14,7 @@ import itertools
 import threading
 import time
 from collections import deque
+from typing import TypeVar
 
 import zmq
 
@@ -38,6 +39,8 @@ from transport.wire import AgentInfo, FrameDecoder, encode
 FINISHED_KEPT = 512
 """Finished rooms and failures a snapshot carries (the recent past, bounded)."""
 
+_Kept = TypeVar("_Kept", RoomState, Failure, TransferDone)
+
 
 class StateMirror:
     """What a snapshot holds, kept up to date from the events as they are published."""
@@ -50,25 +53,33 @@ class StateMirror:
         self.finished: deque[RoomState] = deque(maxlen=FINISHED_KEPT)
         self.failures: deque[Failure] = deque(maxlen=FINISHED_KEPT)
         self.transfers: deque[TransferDone] = deque(maxlen=FINISHED_KEPT)
+        self.history_since = 0.0
+        """The three histories above are complete from this time on (0: none has dropped anything)."""
 
     def apply(self, event: Event) -> None:
         if isinstance(event, RoomState):
             if KVPoll(event.state).is_terminal:
                 self.live.pop(event.room, None)
                 self.progress.pop(event.room, None)
-                self.finished.append(event)
+                self._keep(self.finished, event)
             else:
                 self.live[event.room] = event
         elif isinstance(event, Failure):
-            self.failures.append(event)
+            self._keep(self.failures, event)
         elif isinstance(event, Progress) and event.room in self.live:
             self.progress[event.room] = event
         elif isinstance(event, TransferDone):
-            self.transfers.append(event)
+            self._keep(self.transfers, event)
         elif isinstance(event, Heartbeat):
             self.heartbeat = event
         elif isinstance(event, AgentHello):
             self.hello = event
+
+    def _keep(self, history: deque[_Kept], event: _Kept) -> None:
+        """Append to a bounded history; once it drops its oldest, the history starts at the next one."""
+        history.append(event)
+        if len(history) == history.maxlen and history[0].ts > self.history_since:
+            self.history_since = history[0].ts
 
 
 class EventPublisher:
@@ -172,6 +183,7 @@ class EventPublisher:
             list(mirror.failures),
             list(mirror.progress.values()),
             list(mirror.transfers),
+            mirror.history_since,
         )
         self._snapshots.send_multipart([requester, encode(snapshot)])
         self.counters.add("snapshots")

@@ -224,13 +224,15 @@ def rooms(
 ) -> None:
     """Rooms still open on some rank: state per rank, bytes, age, idle time, link; STUCK after 10 s idle.
 
-    SGLang logs name no room until it fails, so from --sglang-log this view is empty.
+    From --sglang-log: every room the logs name (a log names a room only where it failed), Failed on
+    each rank that logged its failure; ages as of the latest time the logs mention.
     """
     from kvtop.views.tables import rooms_json, rooms_text
 
     with _until_ctrl_c():
-        for model, now, _ in _models(bootstrap, connect, wait, follow, interval, sglang_log):
-            _show(rooms_text(model, now), rooms_json(model, now), as_json, follow)
+        for model, now, logs in _models(bootstrap, connect, wait, follow, interval, sglang_log):
+            ended = logs is not None
+            _show(rooms_text(model, now, ended), rooms_json(model, now, ended), as_json, follow)
 
 
 def events(
