@@ -1,0 +1,96 @@
+"""The dashboard on past SGLang logs speaks of the logs' time: health line, overview, rooms and failure times."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tui_support import build_model, drive, next_frame, text, wait_until
+
+from kvtop.model.cluster import ClusterModel
+from kvtop.sources.sglang import SGLangLogs, load
+from kvtop.sources.sglang.follow import LogFollower
+from kvtop.tui.app import KvtopApp
+from kvtop.tui.frame import FrameBuilder, Options
+from kvtop.tui.themes import load_themes
+from kvtop.views.tables import status_json
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "sglang" / "new-era"
+SPECS = [f"prefill={FIXTURES / 'prefill.log'}", f"decode={FIXTURES / 'decode.log'}"]
+
+
+def run_on_logs(specs: list[str], views: tuple[str, ...]) -> dict[str, str]:
+    """The dashboard on `specs` as `kvtop top --sglang-log` wires it; the text of each view's widgets once read."""
+    follower = LogFollower(SGLangLogs(specs)).start()
+    app = KvtopApp(follower, title="sglang logs", themes=load_themes(), clock=follower.now)
+    seen: dict[str, str] = {}
+
+    async def scenario(pilot):
+        await wait_until(pilot, lambda: all(f.reader.at_end() for f in follower.logs.files), "the logs read")
+        for view in views:
+            await pilot.press(view[0])
+            await next_frame(pilot)
+            seen["health"] = text(app, "#health")
+            for selector in {"overview": ("#origins",), "rooms": ("#rooms-title", "#rooms-list")}.get(view, ()):
+                seen[selector] = text(app, selector)
+            if view == "failures":
+                seen["#failure-tree"] = text(app, "#failure-tree")
+
+    try:
+        drive(app, scenario, size=(200, 40))  # wide enough for a room row with three ranks
+    finally:
+        follower.close()
+    return seen
+
+
+def test_the_dashboard_on_past_logs_shows_their_last_minute_in_the_health_line_and_overview():
+    """Failed rooms and origins of the minute before the logs' last line, as `kvtop status` counts them there."""
+    model = ClusterModel()
+    logs = load(SPECS, model)
+    status = status_json(model, logs.now, 60.0)
+
+    seen = run_on_logs(SPECS, ("overview",))
+
+    assert status["rooms_failed"] > 0 and status["failures"] > 0
+    assert f"{status['rooms_failed']} rooms failed ({status['failures']} origins) in the last 60 s" in seen["health"]
+    assert "as of 2026-01-02 03:05:43" in seen["health"]
+    for title, count in status["top_origins"]:
+        assert f"{count}  {title}" in seen["#origins"]
+    assert "no failures" not in seen["#origins"]
+
+
+def test_the_dashboards_rooms_view_lists_the_rooms_the_logs_name_failed_on_the_ranks_that_logged_them():
+    """Every room a log names is listed, FAILED, with FAIL on each rank that logged its failure."""
+    model = ClusterModel()
+    load(SPECS, model)
+    named = {group.room for group in model.groups()}
+
+    seen = run_on_logs(SPECS, ("rooms",))
+
+    rows = {line.split()[0]: line for line in seen["#rooms-list"].splitlines() if line.strip()}
+    assert seen["#rooms-title"].startswith(f"{len(named)} rooms")
+    assert set(rows) == {str(room) for room in named}
+    assert "FAILED" in rows["1111"] and "decode-0/TP0=FAIL" in rows["1111"] and "prefill-0/TP1=FAIL" in rows["1111"]
+
+
+def test_the_failures_view_dates_its_times_when_the_logs_span_days(tmp_path: Path):
+    """Groups two days apart show their dates; the one-day fixture shows times of day alone."""
+    log = tmp_path / "prefill.log"
+    lines = [
+        f"[{stamp} TP0] Prefill transfer failed for request rank=0 req.rid='r{room}' req.bootstrap_room={room} with "
+        f"exception KVTransferError(bootstrap_room={room}): Failed to send kv chunk of {room} to 10.0.0.7:15004\n"
+        for stamp, room in (("2026-01-01 10:00:00", 101), ("2026-01-03 09:00:00", 202))
+    ]
+    log.write_text("".join(lines))
+
+    two_days = run_on_logs([f"prefill={log}"], ("failures",))["#failure-tree"]
+    one_day = run_on_logs(SPECS, ("failures",))["#failure-tree"]
+
+    assert "2026-01-03 09:00:00.000" in two_days and "2026-01-01 10:00:00.000" in two_days
+    assert "03:04:05.250" in one_day and "2026-01-02" not in one_day
+
+
+def test_a_frame_is_as_of_the_builders_clock():
+    """Without an explicit time, a frame's now is the source's clock, not the wall clock."""
+    frame = FrameBuilder(build_model(), clock=lambda: 1_767_323_145.0).build(Options())
+
+    assert frame.now == 1_767_323_145.0
