@@ -252,6 +252,8 @@ class KvtopApp(App[None]):
                 text.append(f" {h.ranks_alive}/{h.ranks_total} ranks alive", style=p.success if all_alive else p.error)
             text.append(f"   {h.rooms_per_s:.1f} rooms/s   {rate(h.gbps)}   p99 {h.latency_p99_s * 1000:.0f} ms   ")
             failed = f"failure rate {h.failure_rate:.1%} ({h.failures} origins)"
+            if h.span_s < WINDOW_S - 0.5:  # the snapshots held less than the window: say what the figures cover
+                failed += f" over the last {h.span_s:.0f} s"
         text.append(failed, style=p.error if h.failures else "")
         text.append(f"   {h.rooms_open} open   ")
         text.append(f"{h.stuck} stuck", style=p.warning if h.stuck else "")

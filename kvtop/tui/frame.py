@@ -64,6 +64,9 @@ class Health:
     """Events the model skipped as nonsense (a state that is no KVPoll value)."""
     rooms_failed: int = 0
     """Rooms that failed in the window, those known from logs included (logs give no failure rate)."""
+    span_s: float = WINDOW_S
+    """Seconds the rates and the failure rate cover: less than the window while the agents' snapshots,
+    which hold their last few hundred rooms, are all the model has of its start."""
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,7 @@ class FrameBuilder:
             gaps=model.gaps,
             rejected=model.rejected,
             rooms_failed=model.rooms_failed(now, WINDOW_S) if liveness.count(Liveness.LOG) else 0,
+            span_s=rates.span_s,
         )
         return Frame(
             now=now,

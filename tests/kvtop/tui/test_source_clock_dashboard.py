@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tui_support import build_model, drive, next_frame, text, wait_until
+from tui_support import FixtureSource, build_model, drive, make_app, next_frame, text, wait_until
 
 from kvtop.model.cluster import ClusterModel
 from kvtop.sources.sglang import SGLangLogs, load
@@ -13,9 +13,12 @@ from kvtop.tui.app import KvtopApp
 from kvtop.tui.frame import FrameBuilder, Options
 from kvtop.tui.themes import load_themes
 from kvtop.views.tables import status_json
+from transport.events import EVENT_SCHEMA, RoomState, Snapshot
+from transport.kvpoll import KVPoll
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "sglang" / "new-era"
 SPECS = [f"prefill={FIXTURES / 'prefill.log'}", f"decode={FIXTURES / 'decode.log'}"]
+T0 = 1_000_000.0
 
 
 def run_on_logs(specs: list[str], views: tuple[str, ...]) -> dict[str, str]:
@@ -94,3 +97,20 @@ def test_a_frame_is_as_of_the_builders_clock():
     frame = FrameBuilder(build_model(), clock=lambda: 1_767_323_145.0).build(Options())
 
     assert frame.now == 1_767_323_145.0
+
+
+def test_the_health_line_names_the_span_when_the_agents_snapshots_hold_less_than_the_window():
+    """A snapshot whose history starts 30 s back: the failure rate is over the last 30 s, and says so."""
+    model = ClusterModel()
+    done = [RoomState(T0 + second, second, int(KVPoll.Success), int(KVPoll.Transferring)) for second in range(30, 60)]
+    model.apply("decode-0/TP0", Snapshot(1, EVENT_SCHEMA, 1, 1, None, None, [], done, [], history_since=T0 + 30), T0)
+    app = make_app(FixtureSource(model), clock=lambda: T0 + 60)
+    seen: dict[str, str] = {}
+
+    async def scenario(pilot):
+        seen["health"] = text(app, "#health")
+
+    drive(app, scenario)
+
+    assert FrameBuilder(model).build(Options(), T0 + 60).health.span_s == 30.0
+    assert "failure rate 0.0% (0 origins) over the last 30 s" in seen["health"]
