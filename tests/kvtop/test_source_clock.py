@@ -4,6 +4,7 @@ windows that name the span the agents' snapshots really cover."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -131,3 +132,15 @@ def test_a_one_shot_status_of_a_live_cluster_names_the_span_its_snapshots_cover(
     assert 0 < data["span_s"] < 3600 and 0 < data["rooms_finished"] <= FINISHED_KEPT
     line = next(line for line in text.stdout.splitlines() if line.startswith("rooms"))
     assert "finished in the last " in line and "s (snapshot history), " in line
+
+
+def test_a_log_of_pasted_lines_is_as_of_the_time_its_lines_take_not_the_wall_clock(tmp_path: Path):
+    """Lines without a prefix take the file's time (its mtime before any prefix): "now" is that, not today."""
+    log = tmp_path / "prefill.log"
+    log.write_text(failure_line("2026-01-01 10:00:00", 0, 101).split("] ", 1)[1])
+    os.utime(log, (T0, T0))
+    model = ClusterModel()
+
+    logs = load([f"prefill={log}"], model)
+
+    assert (logs.now, [group.first_ts for group in model.groups(logs.now, 60.0)]) == (T0, [T0])
