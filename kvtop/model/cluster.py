@@ -503,25 +503,28 @@ class ClusterModel:
     def _log_room_failed(self, view: RankView, event: Failure) -> None:
         """A log names a room only where it failed: the failure is that rank's state in the room.
 
-        A rank that logs the room after it was retired (within `ROOM_REUSE_S`) joins the retired room."""
+        Such a room has ended on arrival, so it is retired at once (bounded like every retired room); a rank
+        that logs it again within `ROOM_REUSE_S` joins it, a later one starts a new room."""
         retired = self.finished.get(event.room)
-        if event.room not in self.rooms and retired is not None and event.ts - retired.ts <= ROOM_REUSE_S:
-            retired.ok = False
-            if retired.view is not None:
-                retired.view.codes[view.label] = _FAILED
-                retired.view.outcome = False
-            return
-        room = self.rooms.get(event.room)
-        if room is None:
-            room = self.rooms[event.room] = RoomView(event.room, event.ts, event.ts, from_log=True)
+        room = retired.view if retired is not None and event.ts - retired.ts <= ROOM_REUSE_S else None
+        if retired is None or room is None:
+            room = RoomView(event.room, event.ts, event.ts, outcome=False, from_log=True)
+            retired = Finished(event.ts, event.room, False, room, from_log=True)
+            self.finished.pop(event.room, None)
+            self.finished[event.room] = retired
+            if len(self.finished) > FINISHED_ROOMS_KEPT:
+                del self.finished[next(iter(self.finished))]
+        retired.ok, room.outcome = False, False
         room.codes[view.label] = _FAILED
         room.last_progress = max(room.last_progress, event.ts)
         room.touched_at = self._now
+        linked = all(room.link)
         if view.role == "prefill":
             room.link = (view.instance, room.link[1])
         elif view.role == "decode":
             room.link = (room.link[0], view.instance)
-        self._touched.append((self._now, [event.room]))  # never open (every state is Failed): the sweep retires it
+        if all(room.link) and not linked:  # both sides named it: a failed room of that link
+            self._link(room.link).failed_rooms += 1
 
     def sweep(self, now: float) -> None:
         """Retire rooms that every reporting rank finished, once no rank has said more for `SETTLE_S`."""

@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 from kvtop_cli import kvtop
 
-from kvtop.model.cluster import ClusterModel
+from kvtop.model.cluster import FINISHED_ROOMS_KEPT, ClusterModel
+from kvtop.model.fold import ROOM_REUSE_S
 from kvtop.sources.sglang import load
 from kvtop.views.failures import render_groups
 from kvtop.views.tables import rooms_json, status_json
 from transport import TransferConfig
 from transport.cluster import ClusterSpec
-from transport.events import EVENT_SCHEMA, EventBatch, RoomState, Snapshot
+from transport.events import EVENT_SCHEMA, EventBatch, Failure, RoomState, Snapshot
 from transport.kvpoll import KVPoll
 from transport.publisher import FINISHED_KEPT, StateMirror
 from transport.workload import Router, WorkloadSpec
@@ -144,3 +145,34 @@ def test_a_log_of_pasted_lines_is_as_of_the_time_its_lines_take_not_the_wall_clo
     logs = load([f"prefill={log}"], model)
 
     assert (logs.now, [group.first_ts for group in model.groups(logs.now, 60.0)]) == (T0, [T0])
+
+
+def log_failure(model: ClusterModel, label: str, room: int, ts: float) -> None:
+    """What the log source applies for one failure line of `label` (a log rank of incarnation 0)."""
+    instance, _, tp = label.rpartition("/TP")
+    role = instance.partition("-")[0]
+    model.log_rank(label, role, instance, int(tp))
+    failure = Failure(ts, room, label, "Failed to send kv chunk", "send_failed", "warning", False, label)
+    model.apply(label, EventBatch(EVENT_SCHEMA, role, instance, int(tp), 0, 1, ts, [failure]), ts)
+
+
+def test_rooms_named_by_logs_join_across_ranks_count_once_per_link_and_stay_bounded():
+    """Both sides of room 7 join one room (one failed room on the link); 60 s later the id is a new room;
+    however many rooms a log names, the model keeps its bounded window of them."""
+    model = ClusterModel()
+    log_failure(model, "prefill-0/TP0", 7, T0)
+    log_failure(model, "decode-0/TP0", 7, T0 + 1)
+    log_failure(model, "decode-0/TP1", 7, T0 + 2)
+    joined = model.finished[7].view
+    assert joined is not None
+    assert (sorted(joined.states.values()), joined.link) == ([KVPoll.Failed] * 3, ("prefill-0", "decode-0"))
+    assert model.links[("prefill-0", "decode-0")].failed_rooms == 1
+
+    log_failure(model, "decode-0/TP0", 7, T0 + 2 + ROOM_REUSE_S + 1)
+    again = model.finished[7].view
+    assert again is not None and list(again.codes) == ["decode-0/TP0"]
+
+    for room in range(FINISHED_ROOMS_KEPT + 10):
+        log_failure(model, "prefill-0/TP0", 1000 + room, T0 + 100 + room / 1000)
+    assert (len(model.finished), len(model.rooms)) == (FINISHED_ROOMS_KEPT, 0)
+    assert model.failure_rate(T0 + 200, 1e6) == (0.0, 0)
