@@ -10,7 +10,9 @@ from kvtop.model.cluster import ClusterModel
 from kvtop.sources.sglang import SGLangLogs, load
 from kvtop.sources.sglang.follow import LogFollower
 from kvtop.tui.app import KvtopApp
+from kvtop.tui.details import rank_history
 from kvtop.tui.frame import FrameBuilder, Options
+from kvtop.tui.rows import Palette
 from kvtop.tui.themes import load_themes
 from kvtop.views.tables import status_json
 from transport.events import EVENT_SCHEMA, RoomState, Snapshot
@@ -19,6 +21,15 @@ from transport.kvpoll import KVPoll
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "sglang" / "new-era"
 SPECS = [f"prefill={FIXTURES / 'prefill.log'}", f"decode={FIXTURES / 'decode.log'}"]
 T0 = 1_000_000.0
+TWO_DAYS = (("2026-01-01 10:00:00", 101), ("2026-01-03 09:00:00", 202))
+"""(stamp, room) of two failures two days apart."""
+
+
+def failure_line(stamp: str, room: int) -> str:
+    return (
+        f"[{stamp} TP0] Prefill transfer failed for request rank=0 req.rid='r{room}' req.bootstrap_room={room} with "
+        f"exception KVTransferError(bootstrap_room={room}): Failed to send kv chunk of {room} to 10.0.0.7:15004\n"
+    )
 
 
 def run_on_logs(specs: list[str], views: tuple[str, ...]) -> dict[str, str]:
@@ -78,12 +89,7 @@ def test_the_dashboards_rooms_view_lists_the_rooms_the_logs_name_failed_on_the_r
 def test_the_failures_view_dates_its_times_when_the_logs_span_days(tmp_path: Path):
     """Groups two days apart show their dates; the one-day fixture shows times of day alone."""
     log = tmp_path / "prefill.log"
-    lines = [
-        f"[{stamp} TP0] Prefill transfer failed for request rank=0 req.rid='r{room}' req.bootstrap_room={room} with "
-        f"exception KVTransferError(bootstrap_room={room}): Failed to send kv chunk of {room} to 10.0.0.7:15004\n"
-        for stamp, room in (("2026-01-01 10:00:00", 101), ("2026-01-03 09:00:00", 202))
-    ]
-    log.write_text("".join(lines))
+    log.write_text("".join(failure_line(stamp, room) for stamp, room in TWO_DAYS))
 
     two_days = run_on_logs([f"prefill={log}"], ("failures",))["#failure-tree"]
     one_day = run_on_logs(SPECS, ("failures",))["#failure-tree"]
@@ -114,3 +120,15 @@ def test_the_health_line_names_the_span_when_the_agents_snapshots_hold_less_than
 
     assert FrameBuilder(model).build(Options(), T0 + 60).health.span_s == 30.0
     assert "failure rate 0.0% (0 origins) over the last 30 s" in seen["health"]
+
+
+def test_a_ranks_history_dates_its_failures_when_they_fall_on_several_days(tmp_path: Path):
+    """The rank history of a log rank whose failures are two days apart shows each with its date."""
+    log = tmp_path / "prefill.log"
+    log.write_text("".join(failure_line(stamp, room) for stamp, room in TWO_DAYS))
+    model = ClusterModel()
+    logs = load([f"prefill={log}"], model)
+
+    history = rank_history(model, "prefill-0/TP0", logs.now, Palette.from_theme(load_themes().themes["kvtop-dark"]))
+
+    assert "2026-01-01 10:00:00.000  room 101" in history.plain and "2026-01-03 09:00:00.000  room 202" in history.plain
