@@ -18,9 +18,11 @@ from kvtop.views.failures import render_groups
 from kvtop.views.tables import rooms_json, status_json
 from transport import TransferConfig
 from transport.cluster import ClusterSpec
+from transport.errors import FrameRejected
 from transport.events import EVENT_SCHEMA, EventBatch, Failure, RoomState, Snapshot
 from transport.kvpoll import KVPoll
 from transport.publisher import FINISHED_KEPT, StateMirror
+from transport.wire import FrameDecoder, encode
 from transport.workload import Router, WorkloadSpec
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang" / "new-era"
@@ -176,3 +178,13 @@ def test_rooms_named_by_logs_join_across_ranks_count_once_per_link_and_stay_boun
         log_failure(model, "prefill-0/TP0", 1000 + room, T0 + 100 + room / 1000)
     assert (len(model.finished), len(model.rooms)) == (FINISHED_ROOMS_KEPT, 0)
     assert model.failure_rate(T0 + 200, 1e6) == (0.0, 0)
+
+
+@pytest.mark.parametrize("since", [float("nan"), float("inf"), -1.0])
+def test_a_snapshot_whose_history_start_is_no_time_is_rejected_at_the_border(since: float):
+    """NaN, infinity or a negative history start never reaches the model: the frame is rejected as malformed."""
+    frame = encode(Snapshot(1, EVENT_SCHEMA, 1, 1, None, None, [], [], [], history_since=since))
+
+    with pytest.raises(FrameRejected) as rejected:
+        FrameDecoder(Snapshot).decode(frame)
+    assert rejected.value.reason == "malformed"
