@@ -14,7 +14,6 @@ import itertools
 import threading
 import time
 from collections import deque
-from typing import TypeVar
 
 import zmq
 
@@ -39,8 +38,6 @@ from transport.wire import AgentInfo, FrameDecoder, encode
 FINISHED_KEPT = 512
 """Finished rooms and failures a snapshot carries (the recent past, bounded)."""
 
-_Kept = TypeVar("_Kept", RoomState, Failure, TransferDone)
-
 
 class StateMirror:
     """What a snapshot holds, kept up to date from the events as they are published."""
@@ -53,33 +50,36 @@ class StateMirror:
         self.finished: deque[RoomState] = deque(maxlen=FINISHED_KEPT)
         self.failures: deque[Failure] = deque(maxlen=FINISHED_KEPT)
         self.transfers: deque[TransferDone] = deque(maxlen=FINISHED_KEPT)
-        self.history_since = 0.0
-        """The three histories above are complete from this time on (0: none has dropped anything)."""
 
     def apply(self, event: Event) -> None:
         if isinstance(event, RoomState):
             if KVPoll(event.state).is_terminal:
                 self.live.pop(event.room, None)
                 self.progress.pop(event.room, None)
-                self._keep(self.finished, event)
+                self.finished.append(event)
             else:
                 self.live[event.room] = event
         elif isinstance(event, Failure):
-            self._keep(self.failures, event)
+            self.failures.append(event)
         elif isinstance(event, Progress) and event.room in self.live:
             self.progress[event.room] = event
         elif isinstance(event, TransferDone):
-            self._keep(self.transfers, event)
+            self.transfers.append(event)
         elif isinstance(event, Heartbeat):
             self.heartbeat = event
         elif isinstance(event, AgentHello):
             self.hello = event
 
-    def _keep(self, history: deque[_Kept], event: _Kept) -> None:
-        """Append to a bounded history; once it drops its oldest, the history starts at the next one."""
-        history.append(event)
-        if len(history) == history.maxlen and history[0].ts > self.history_since:
-            self.history_since = history[0].ts
+    @property
+    def history_since(self) -> float:
+        """The three histories are complete from this time on: a full one starts at its oldest entry
+        (0: none is full, nothing was dropped). Computed per snapshot, not per event."""
+        histories: tuple[deque[RoomState] | deque[Failure] | deque[TransferDone], ...] = (
+            self.finished,
+            self.failures,
+            self.transfers,
+        )
+        return max((history[0].ts for history in histories if len(history) == history.maxlen), default=0.0)
 
 
 class EventPublisher:
