@@ -246,6 +246,8 @@ class KvtopApp(App[None]):
             text.append(f" {h.ranks_alive}/{h.ranks_total} ranks alive", style=p.success if all_alive else p.error)
         text.append(f"   {h.rooms_per_s:.1f} rooms/s   {rate(h.gbps)}   p99 {h.latency_p99_s * 1000:.0f} ms   ")
         text.append(f"failure rate {h.failure_rate:.1%} ({h.failures} origins)", style=p.error if h.failures else "")
+        if h.aborted:
+            text.append(f"   {h.aborted} client aborts", style=p.accent)
         text.append(f"   {h.rooms_open} open   ")
         text.append(f"{h.stuck} stuck", style=p.warning if h.stuck else "")
         text.append(f"   {h.gaps} gaps", style=p.warning if h.gaps else "")

@@ -34,6 +34,7 @@ def to_json(groups: list[FailureGroup], context: Sequence[Sequence[Context]] | N
             "room": group.room,
             "origin": _record(group.origin) if group.origin else None,
             "origin_label": group.origin_label,
+            "aborted": group.aborted,
             "echo_count": group.echo_count,
             "echoes": [{**_record(echo), "origin": echo.origin} for echo in group.echoes],
             "context": [line.as_dict() for line in near],

@@ -76,12 +76,14 @@ def rooms_text(model: ClusterModel, now: float) -> str:
 
 
 def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, Any]:
-    """Cluster health in one object: ranks, rates, failures, stuck rooms, gaps, links, top origins."""
+    """Cluster health in one object: ranks, rates, failures, client aborts (apart: never in the failure
+    rate), stuck rooms, gaps, links, top origins."""
     liveness = [str(state) for state in model.liveness(now).values()]
     rates = model.rates(now, window_s)
-    rate, finished = model.failure_rate(now, window_s)
+    outcomes = model.outcomes(now, window_s)
     groups = model.groups(now, window_s)
     origins = Counter(group.title for group in groups)
+    aborted = sum(group.aborted for group in groups)
     return {
         "window_s": window_s,
         "ranks": {
@@ -89,12 +91,14 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
             **{state: liveness.count(state) for state in ("alive", "stale", "gone", "log")},
         },
         "rooms_open": len(model.open_rooms(now)),
-        "rooms_finished": finished,
+        "rooms_finished": outcomes.finished,
         "rooms_per_s": round(rates.rooms_per_s, 2),
         "gbps": round(rates.gbps, 4),
         "latency_s": {"p50": rates.latency_p50, "p90": rates.latency_p90, "p99": rates.latency_p99},
-        "failure_rate": round(rate, 4),
-        "failures": len(groups),
+        "failure_rate": round(outcomes.failure_rate, 4),
+        "failures": len(groups) - aborted,
+        "aborted": aborted,
+        "abort_rate": round(outcomes.abort_rate, 4),
         "stuck": len(model.stuck(now, STUCK_AFTER_S)),
         "gaps": model.gaps,
         "rejected_events": model.rejected,
@@ -122,7 +126,8 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
         f"rooms   {s['rooms_open']} open, {s['rooms_finished']} finished in {window_s:g}s, "
         f"{s['rooms_per_s']:.1f}/s, {s['gbps']:.3f} GB/s",
         f"latency p50 {lat['p50'] * 1000:.0f} ms, p90 {lat['p90'] * 1000:.0f} ms, p99 {lat['p99'] * 1000:.0f} ms",
-        f"health  failure rate {s['failure_rate']:.1%} ({s['failures']} failures), {s['stuck']} stuck, "
+        f"health  failure rate {s['failure_rate']:.1%} ({s['failures']} failures), "
+        f"{s['aborted']} client aborts ({s['abort_rate']:.1%}), {s['stuck']} stuck, "
         f"{s['gaps']} gaps" + (f", {s['rejected_events']} events rejected" if s["rejected_events"] else ""),
     ]
     if s["top_origins"]:

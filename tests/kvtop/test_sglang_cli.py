@@ -49,17 +49,20 @@ def test_check_on_logs_is_ok_and_counts_log_ranks_apart():
 
 
 def test_status_ranks_rooms_and_events_read_logs():
-    """status shows log ranks and the parse counts; ranks says `log`; rooms is empty; events has the echoes at debug."""
+    """status shows log ranks and the parse counts; ranks says `log`; rooms is empty; events shows one failure
+    line per group, every other member at debug, the logged level kept as raw_level."""
     status = json.loads(kvtop("status", "--json", "--window", "600", *LOGS).stdout)
     ranks = json.loads(kvtop("ranks", "--json", *LOGS).stdout)
     rooms = json.loads(kvtop("rooms", "--json", *LOGS).stdout)
     events = [json.loads(line) for line in kvtop("events", "--jsonl", "--level", "debug", *LOGS).stdout.splitlines()]
+    groups = json.loads(kvtop("failures", "--json", *LOGS).stdout)
 
     assert (status["ranks"]["log"], status["logs"]["garbled"], status["logs"]["failures"]) == (4, 3, 23)
     assert {rank["state"] for rank in ranks} == {"log"}
     assert rooms == []
     failures = [e for e in events if e["kind"] == "failure"]
-    assert (len(failures), sum(e["level"] == "debug" for e in failures)) == (23, 9)
+    assert (len(failures), len(groups), sum(e["raw_level"] == "debug" for e in failures)) == (23, 12, 8)
+    assert sum(e["level"] != "debug" for e in failures) == len(groups)
     assert [e["ts"] for e in events] == sorted(e["ts"] for e in events)
 
 
