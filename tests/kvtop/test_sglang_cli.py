@@ -73,3 +73,50 @@ def test_a_log_that_is_not_there_is_a_usage_error():
 
     assert (failures.returncode, check.returncode) == (2, 3)
     assert "--sglang-log" in failures.stderr
+
+
+ABORTS = Path(__file__).parent / "fixtures" / "sglang" / "aborts"
+ABORT_LOGS = ("--sglang-log", str(ABORTS / "prefill.log"), "--sglang-log", str(ABORTS / "decode.log"))
+
+
+def failure_lines(*args: str) -> list[dict[str, object]]:
+    result = kvtop("events", "--jsonl", *args, *ABORT_LOGS)
+    assert result.returncode == 0, result.stderr
+    return [event for line in result.stdout.splitlines() if (event := json.loads(line))["kind"] == "failure"]
+
+
+def test_events_show_one_line_per_failure_group_by_default():
+    """Seven prefill ranks losing one decode peer are one WARNING line; every group shows its origin once."""
+    shown = failure_lines()
+
+    assert [(e["room"], e["rank"], e["level"], e["reason_class"]) for e in shown] == [
+        (101, "prefill-0/TP2", "warning", "aborted"),
+        (102, "decode-0/TP0", "error", "aborted"),
+        (103, "prefill-0/TP5", "warning", "aborted"),
+        (104, "prefill-0/TP4", "warning", "peer_lost"),
+        (105, "decode-0/TP0", "error", "timeout_waiting"),
+    ]
+
+
+def test_debug_events_show_every_member_at_debug_with_the_level_the_rank_logged():
+    """With --debug the other six ranks of room 104 appear, at level debug, their raw_level still warning."""
+    room = [e for e in failure_lines("--debug") if e["room"] == 104]
+
+    assert [(e["level"], e["raw_level"]) for e in room] == [("warning", "warning")] + [("debug", "warning")] * 6
+
+
+def test_client_aborts_are_counted_apart_in_failures_status_and_check():
+    """failures marks the aborted groups, status and check count 3 client aborts and 2 failures."""
+    groups = json.loads(kvtop("failures", "--json", *ABORT_LOGS).stdout)
+    status = json.loads(kvtop("status", "--json", "--window", "600", *ABORT_LOGS).stdout)
+    check = kvtop("check", "--json", "--window", "600", *ABORT_LOGS)
+
+    assert [(g["room"], g["aborted"]) for g in groups] == [
+        (101, True),
+        (102, True),
+        (103, True),
+        (104, False),
+        (105, False),
+    ]
+    assert (status["failures"], status["aborted"]) == (2, 3)
+    assert (check.returncode, json.loads(check.stdout)["aborted"]) == (0, 3)

@@ -245,3 +245,23 @@ def test_ranks_of_one_instance_failing_the_same_way_together_are_one_failure(tmp
     load([path], model)
 
     assert shape(model.groups()) == [(7, "decode-0/TP1", "timeout_waiting", ["decode-0/TP0"])]
+
+
+ABORTS = [SGLANG_FIXTURES / "aborts" / "prefill.log", SGLANG_FIXTURES / "aborts" / "decode.log"]
+
+
+def test_client_aborts_are_one_failure_each_with_the_earliest_rank_as_origin():
+    """`Aborted by AbortReq.` on prefill ranks only, decode first, or prefill first: one aborted group per room."""
+    model = ClusterModel()
+    load(ABORTS, model)
+
+    groups = model.groups()
+
+    assert shape(groups) == [
+        (101, "prefill-0/TP2", "aborted", ["prefill-0/TP0", "prefill-0/TP1", "prefill-0/TP3"]),
+        (102, "decode-0/TP0", "aborted", ["prefill-0/TP0", "prefill-0/TP1"]),
+        (103, "prefill-0/TP5", "aborted", ["decode-0/TP1"]),
+        (104, "prefill-0/TP4", "peer_lost", [f"prefill-0/TP{tp}" for tp in (1, 2, 3, 5, 6, 7)]),
+        (105, "decode-0/TP0", "timeout_waiting", ["decode-0/TP1"]),
+    ]
+    assert [group.aborted for group in groups] == [True, True, True, False, False]
