@@ -16,25 +16,29 @@ groups near it (`context`).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
+
 from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import FailureGroup
 from kvtop.sources.sglang.context import CONTEXT_KEPT, Context, context_for
 from kvtop.sources.sglang.convert import to_heartbeat
-from kvtop.sources.sglang.infer import to_failure
+from kvtop.sources.sglang.infer import reason_class, to_failure
 from kvtop.sources.sglang.lines import ContextLine, FailureLine, Garbled, classify
 from kvtop.sources.sglang.naming import InstanceNames, agent_file
 from kvtop.sources.sglang.prefix import parse_prefix
 from kvtop.sources.sglang.reader import LogReader
+from kvtop.sources.sglang.related import RelatedLines, WorkerError
 from kvtop.sources.sglang.sniff import sniff_role
 from kvtop.sources.sglang.spec import LogSpec
 from kvtop.sources.sglang.stats import LogStats
-from transport.events import EVENT_SCHEMA, Event, EventBatch
+from transport.events import EVENT_SCHEMA, Event, EventBatch, Failure, Level
 
 
 @dataclass(eq=False)
@@ -47,6 +51,7 @@ class _File:
     """Time of the last prefixed line (the file's mtime before one): lines without a prefix get it."""
     batch_key: str = ""
     seq: dict[str, int] = field(default_factory=dict)
+    related: RelatedLines = field(default_factory=RelatedLines)
 
 
 class SGLangLogs:
@@ -103,6 +108,9 @@ class SGLangLogs:
         for file in self.files:
             for text in file.reader.read(final, max_bytes):
                 self._line(file, text, pending)
+            complete = final and file.reader.at_end()
+            for error in file.related.unclaimed(None if complete else file.last_ts):
+                self._worker_error(file, error, pending)
         pending.sort(key=lambda item: (item[0], item[1]))
         applied: list[tuple[str, Event]] = []
         run: list[Event] = []
@@ -142,6 +150,7 @@ class SGLangLogs:
             self._now = max(self._now, prefix.ts)
         ts = record.ts if record.ts is not None else file.last_ts
         if isinstance(record, ContextLine):
+            file.related.context(record, ts)
             self._context += 1
             self.context.append(Context(ts, file.instance or file.spec.path.name, record.tp, record.kind,
                                         record.room, record.text))  # fmt: skip
@@ -153,17 +162,36 @@ class SGLangLogs:
         label = f"{file.instance}/TP{record.tp}"
         event: Event
         if isinstance(record, FailureLine):
-            failure = to_failure(record, label, ts)
+            room, echo = file.related.link(record, ts)
+            failure = to_failure(dataclasses.replace(record, room=room), label, ts)
             if failure is None:
                 self._no_room += 1
                 self.context.append(Context(ts, file.instance, record.tp, "no_room", None, text))
                 return
+            if echo:  # the room already failed in this instance: the same failure seen by another rank
+                failure = msgspec.structs.replace(
+                    failure, reason_class="propagated", level=str(Level.DEBUG), is_from_another_rank=True, origin=""
+                )
             self._failures += 1
             event = failure
         else:
             self._batches += 1
             event = to_heartbeat(record, ts)
         pending.append((ts, len(pending), file, label, event))
+
+    def _worker_error(
+        self, file: _File, error: WorkerError, pending: list[tuple[float, int, _File, str, Event]]
+    ) -> None:
+        """A worker error no failure line claimed: the room's failure record itself, an origin at its rank."""
+        file.role = file.role or "prefill"  # the transfer worker that raises it is the sender's
+        file.instance = file.instance or self._names.next(file.role)
+        label = f"{file.instance}/TP{error.tp or 0}"
+        level = Level.WARNING if file.role == "prefill" else Level.ERROR
+        failure = Failure(
+            error.ts, error.room, label, error.reason, reason_class(error.reason), str(level), False, label
+        )
+        self._failures += 1
+        pending.append((error.ts, len(pending), file, label, failure))
 
     def _apply(self, model: ClusterModel, file: _File, label: str, events: list[Event], ts: float) -> None:
         instance, _, tp = label.rpartition("/TP")
