@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import gzip
 from pathlib import Path
 
 from kvtop.sources.sglang.lines import ROLE_MARKERS
+from kvtop.sources.sglang.reader import read_head
 
 SNIFF_BYTES = 4 << 20
 
@@ -13,9 +13,8 @@ SNIFF_BYTES = 4 << 20
 def sniff_role(path: Path) -> str:
     """The role the file's first role-telling line names ("" when none says)."""
     try:
-        with gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb") as head:
-            text = head.read(SNIFF_BYTES)
-    except (OSError, EOFError):
+        text = read_head(path, SNIFF_BYTES)
+    except OSError:
         return ""
     found = [(pos, role) for marker, role in ROLE_MARKERS.items() if (pos := text.find(marker)) >= 0]
     return min(found)[1] if found else ""

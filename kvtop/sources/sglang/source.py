@@ -92,6 +92,8 @@ class SGLangLogs:
             stats.matched += read.matched
             stats.garbled += read.garbled
             stats.rotations += read.rotations
+            if read.damaged:
+                stats.damaged.append(f"{file.spec.path}: {read.damaged}")
         return stats
 
     def load(self, model: ClusterModel) -> list[tuple[str, Event]]:

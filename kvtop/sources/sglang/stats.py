@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -21,10 +21,15 @@ class LogStats:
     no_room: int = 0
     """Failure lines without a room (kept as context: they cannot be folded)."""
     rotations: int = 0
+    damaged: list[str] = field(default_factory=list)
+    """`FILE: what was wrong` for each `.gz` that could not be read to its end (what came before was used)."""
 
     def summary(self) -> str:
-        return (
+        text = (
             f"sglang logs: {self.files} files, {self.lines} lines, {self.failures} failure lines, "
             f"{self.batches} batch lines, {self.context} context lines, {self.garbled} garbled (skipped), "
             f"{self.no_room} without a room"
         )
+        if self.damaged:
+            text += f", {len(self.damaged)} damaged (read up to the damage): {'; '.join(self.damaged)}"
+        return text
