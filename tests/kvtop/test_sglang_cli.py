@@ -120,3 +120,12 @@ def test_client_aborts_are_counted_apart_in_failures_status_and_check():
     ]
     assert (status["failures"], status["aborted"]) == (2, 3)
     assert (check.returncode, json.loads(check.stdout)["aborted"]) == (0, 3)
+
+
+def test_max_abort_rate_is_a_check_threshold_in_its_perfdata_and_bounded():
+    """--max-abort-rate 0.2 shows as abort_rate's WARNING;CRITICAL perfdata; 1.5 is a usage error (UNKNOWN)."""
+    capped = kvtop("check", "--max-abort-rate", "0.2", *ABORT_LOGS)
+    wrong = kvtop("check", "--max-abort-rate", "1.5", *ABORT_LOGS)
+
+    assert (capped.returncode, wrong.returncode) == (0, 3)
+    assert "aborted=3 abort_rate=0.0000;0.1;0.2" in capped.stdout

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from tui_support import CLUSTER, FIXED_NOW, ROOMS_LIVE, ROOMS_OLD, ROOMS_RETIRED, build_model
 
-from kvtop.model.cluster import STALE_S, ClusterModel, RoomView
+from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, STALE_S, ClusterModel, RoomView
 from kvtop.model.fold import shown_level
+from kvtop.sources.sglang import load
 from kvtop.sources.synthetic import SyntheticCluster
 from kvtop.tui.frame import WINDOW_S, FrameBuilder, Options, RoomSort
 from kvtop.views.event_lines import LEVELS, level_of, shown, to_line
@@ -211,3 +213,18 @@ def test_rejected_events_reach_the_health_line_data(model: ClusterModel):
     )
 
     assert FrameBuilder(model).build(Options(), FIXED_NOW).health.rejected == 3
+
+
+def test_the_event_tail_of_logs_shows_one_line_per_failure_group(utc):
+    """Seven prefill ranks losing one decode peer (room 104) are one line at info; at debug all seven show."""
+    aborts = Path(__file__).parent.parent / "fixtures" / "sglang" / "aborts"
+    model = ClusterModel(JOURNAL_EVENTS_KEPT)
+    logs = load([aborts / "prefill.log", aborts / "decode.log"], model)
+    builder = FrameBuilder(model)
+
+    def room_104(level: str) -> list[str]:
+        events = builder.build(Options(level=level), logs.now).events
+        return [shown for _, event, shown in events if getattr(event, "room", None) == 104]
+
+    assert room_104("info") == ["warning"]
+    assert room_104("debug") == ["warning"] + ["debug"] * 6
