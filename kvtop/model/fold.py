@@ -114,8 +114,9 @@ class FailureGroup:
 
 def shown_level(lead: Observed) -> str:
     """The level a group's lead shows at: the level its rank logged, or, where that was debug (an echo
-    whose origin was never seen), the level of an origin of its side (warning prefill, error decode)."""
-    if lead.level and lead.level != "debug":
+    whose origin was never seen) or no level at all, the level of an origin of its side (warning prefill,
+    error decode)."""
+    if lead.level in ("info", "warning", "error"):
         return lead.level
     return "warning" if lead.role == "prefill" else "error"
 

@@ -73,14 +73,10 @@ def shown(event: Event, min_level: str, leads: Leads | None = None) -> bool:
     return _RANK.get(level_of(event, leads), 0) >= _RANK[min_level]
 
 
-_KIND_RANK = {kind: _RANK[level] for kind, level in _LEVEL_OF_KIND.items()}
-_KIND_LEVEL = dict(_LEVEL_OF_KIND)
-
-
 def at_or_above(events: Sequence[Event], min_level: str, leads: Leads) -> list[tuple[Event, str]]:
     """`events` at or above `min_level` with the level each shows at, newest first: `level_of` without a
     call per event (the dashboard filters 50k events a second)."""
-    least, ranks, kind_level = _RANK[min_level], _RANK, _KIND_LEVEL
+    least, ranks, kind_level = _RANK[min_level], _RANK, _LEVEL_OF_KIND
     found: list[tuple[Event, str]] = []
     for event in reversed(events):
         if type(event) is Failure:

@@ -5,8 +5,9 @@ source; call its `poll(model)` again to follow them (`tail -f`, rotation).
 Modules: `prefix` (the line prefix), `lines` (line kinds), `reader` (blocks,
 follow, rotation, .gz), `infer` (origins), `convert` (batch lines as heartbeats),
 `spec` (`prefill=FILE`), `sniff` (role from content), `naming` (instance names),
-`context` (lines shown beside failure groups), `stats` (counts), `source`
-(feeding the model), `related` (rooms named by the lines around a failure), `follow` (the dashboard's thread).
+`context` (lines shown beside failure groups), `related` (rooms named by the
+lines around a failure), `stats` (counts), `source` (feeding the model),
+`follow` (the dashboard's thread).
 """
 
 from kvtop.sources.sglang.context import Context
