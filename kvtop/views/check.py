@@ -118,7 +118,7 @@ def evaluate(model: ClusterModel, limits: Thresholds, now: float | None = None) 
         f"failure rate {rate:.1%}, {stuck} stuck, {model.gaps} gaps"
     )
     if aborted:
-        facts += f", {aborted} client aborts ({abort_rate:.1%} of rooms)"
+        facts += f", {aborted} client aborts" + (f" ({abort_rate:.1%} of rooms)" if rooms else "")
     if recent:
         facts += f"; origins: {', '.join(sorted(set(origins))[:3])}"
     summary = "; ".join([*critical, *warning, facts])
