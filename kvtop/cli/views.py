@@ -360,8 +360,9 @@ def failures(
     Reads every agent's snapshot (its last 512 failures) and what agents publish meanwhile, or the logs
     (origins inferred; lines near a group shown with it, transport-library lines as its likely cause).
     Client aborts are listed as groups of class `aborted` and counted apart on stderr.
-    JSON: a list of groups {room, origin: {rank, role, instance, reason, reason_class, ts, level} or null,
-    origin_label, aborted (a client's abort, not a cluster fault), echo_count, echoes, context}.
+    JSON: a list of groups {room, origin: {rank, role, instance, reason, reason_class, ts, level, raw_level}
+    or null, origin_label, aborted (a client's abort, not a cluster fault), echo_count, echoes (level debug,
+    raw_level as logged, origin), context}.
     Exit 1 when the cluster does not answer.
     """
     from kvtop.views.failures import render_groups, to_json

@@ -106,7 +106,8 @@ def test_debug_events_show_every_member_at_debug_with_the_level_the_rank_logged(
 
 
 def test_client_aborts_are_counted_apart_in_failures_status_and_check():
-    """failures marks the aborted groups, status and check count 3 client aborts and 2 failures."""
+    """failures marks the aborted groups (echoes at debug, raw_level kept), status and check count 3 client
+    aborts and 2 failures."""
     groups = json.loads(kvtop("failures", "--json", *ABORT_LOGS).stdout)
     status = json.loads(kvtop("status", "--json", "--window", "600", *ABORT_LOGS).stdout)
     check = kvtop("check", "--json", "--window", "600", *ABORT_LOGS)
@@ -118,6 +119,8 @@ def test_client_aborts_are_counted_apart_in_failures_status_and_check():
         (104, False),
         (105, False),
     ]
+    lost_peer = next(g for g in groups if g["room"] == 104)
+    assert {(e["level"], e["raw_level"]) for e in lost_peer["echoes"]} == {("debug", "warning")}
     assert (status["failures"], status["aborted"]) == (2, 3)
     assert (check.returncode, json.loads(check.stdout)["aborted"]) == (0, 3)
 
