@@ -297,3 +297,17 @@ def test_a_worker_error_no_failure_line_claims_is_the_failure_record_itself():
         group.origin.reason
         == "RuntimeError: Transfer worker crashed: CUDA error: an illegal memory access was encountered"
     )
+
+
+def test_a_nixl_transport_error_names_the_room_of_a_bare_backend_code_and_alone_is_only_context():
+    """Room 204: the NIXL error names the room of the roomless line after it; 205's alone fails nothing."""
+    model = ClusterModel()
+    logs = load(WORKER_ERRORS, model)
+
+    rooms = {group.room: group for group in model.groups()}
+
+    assert (rooms[204].origin_label, rooms[204].origin.reason if rooms[204].origin else "") == (
+        "prefill-0/TP0", "NIXL_ERR_REMOTE_DISCONNECT",
+    )  # fmt: skip
+    assert 205 not in rooms
+    assert any(line.room == 205 for line in logs.context)

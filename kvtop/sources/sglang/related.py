@@ -7,8 +7,9 @@ instance), its room is then named by:
 - the request id: every rank of an instance logs the same `rid` for a
   request, so another rank's line with that rid and a room names it;
 - a preceding `Unexpected transfer worker error for room N` line (and its
-  traceback) within `WORKER_ERROR_S`: the worker failed the room, the
-  scheduler's line is its record.
+  traceback) or `NIXL transport error for room N: CODE` within
+  `WORKER_ERROR_S`: the backend failed the room, the scheduler's line is its
+  record.
 
 A line linked to a room that its instance already failed is the same failure
 seen by another rank (an echo inside the instance); otherwise it is the
@@ -26,6 +27,7 @@ from kvtop.model.fold import ROOM_REUSE_S
 from kvtop.sources.sglang.lines import ContextLine, FailureLine
 
 WORKER_ERROR = re.compile(r"Unexpected transfer worker error for room (\d+)")
+TRANSPORT_ERROR = re.compile(r"NIXL transport error for room (\d+)")
 WORKER_ERROR_S = 5.0
 """A roomless failure line this soon after a worker error is that error's record; a worker error no line
 claimed for this long is the failure record itself."""
@@ -34,12 +36,14 @@ RIDS_KEPT = 4096
 
 @dataclass(slots=True)
 class WorkerError:
-    """An `Unexpected transfer worker error for room N` line no failure line has claimed yet."""
+    """A backend's error for a room (a worker error, a NIXL transport error) no failure line claimed yet."""
 
     ts: float
     tp: int | None
     room: int
     reason: str
+    is_record: bool = True
+    """Unclaimed, it is the room's failure record (a worker error; a transport error is only context)."""
 
 
 class RelatedLines:
@@ -53,9 +57,9 @@ class RelatedLines:
 
     def context(self, line: ContextLine, ts: float) -> None:
         """A context line: a worker error waits for its failure line; a traceback right after it gives its reason."""
-        match = WORKER_ERROR.search(line.text)
-        if match:
-            self._pending.append(WorkerError(ts, line.tp, int(match[1]), line.text))
+        found = WORKER_ERROR.search(line.text) or TRANSPORT_ERROR.search(line.text)
+        if found:
+            self._pending.append(WorkerError(ts, line.tp, int(found[1]), line.text, found.re is WORKER_ERROR))
         elif line.kind == "traceback" and self._pending and self._pending[-1].reason.startswith("Unexpected"):
             last = self._pending[-1]
             if ts - last.ts <= 1.0:
@@ -87,7 +91,7 @@ class RelatedLines:
         """Worker errors no failure line claimed by `now` (None: the file is complete, all of them); forgotten."""
         due = [p for p in self._pending if now is None or now - p.ts > WORKER_ERROR_S]
         self._pending = [p for p in self._pending if p not in due]
-        return due
+        return [p for p in due if p.is_record]
 
     def _claim(self, tp: int, ts: float) -> int | None:
         """The room of the latest worker error shortly before `ts`, on the same rank if one is."""
