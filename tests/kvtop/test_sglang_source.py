@@ -311,3 +311,17 @@ def test_a_nixl_transport_error_names_the_room_of_a_bare_backend_code_and_alone_
     )  # fmt: skip
     assert 205 not in rooms
     assert any(line.room == 205 for line in logs.context)
+
+
+def test_a_followed_worker_error_becomes_the_failure_record_once_the_file_moves_past_it(tmp_path: Path):
+    """Followed: an unclaimed worker error waits while a line could still claim it, then fails its room."""
+    path = tmp_path / "prefill-0.log"
+    path.write_text("[2026-01-02 03:04:05 TP1] Unexpected transfer worker error for room 31\n")
+    model = ClusterModel()
+    logs = SGLangLogs([path])
+    waiting = logs.poll(model)
+    with path.open("a") as log:
+        log.write("[2026-01-02 03:04:20 TP0] Session 10.0.0.7:15004 failed.\n")
+    moved_on = logs.poll(model)
+
+    assert (waiting, [(label, e.room) for label, e in moved_on]) == ([], [("prefill-0/TP1", 31)])
