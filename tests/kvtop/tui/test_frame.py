@@ -216,7 +216,8 @@ def test_rejected_events_reach_the_health_line_data(model: ClusterModel):
 
 
 def test_the_event_tail_of_logs_shows_one_line_per_failure_group(utc):
-    """Seven prefill ranks losing one decode peer (room 104) are one line at info; at debug all seven show."""
+    """Seven prefill ranks losing one decode peer (room 104) are one line at info; at debug all seven show; the
+    health line counts the three client aborts apart from the two failures."""
     aborts = Path(__file__).parent.parent / "fixtures" / "sglang" / "aborts"
     model = ClusterModel(JOURNAL_EVENTS_KEPT)
     logs = load([aborts / "prefill.log", aborts / "decode.log"], model)
@@ -228,3 +229,5 @@ def test_the_event_tail_of_logs_shows_one_line_per_failure_group(utc):
 
     assert room_104("info") == ["warning"]
     assert room_104("debug") == ["warning"] + ["debug"] * 6
+    health = builder.build(Options(), logs.now).health
+    assert (health.failures, health.aborted) == (2, 3)
