@@ -6,9 +6,10 @@ of our agents' log files (`naming`), else from the first lines that only one
 kind writes (`sniff`). Instances are named like our agents (`prefill-0`); a
 rank is `instance/TP{tp}`, so labels look like the live ones.
 
-Failure lines become `Failure` events (origins inferred, `infer`), batch
-lines `Heartbeat`s (`convert`) whose counters are the queue depths, both applied per rank
-in time order across files; the ranks are log ranks (`RankView.from_log`).
+Failure lines become `Failure` events (origins inferred, `infer`; a room the
+line leaves out taken from the lines around it, `related`), batch lines
+`Heartbeat`s (`convert`) whose counters are the queue depths, both applied per
+rank in time order across files; the ranks are log ranks (`RankView.from_log`).
 Everything else kvtop understands (sessions, lost connections, NIXL errors,
 tracebacks, transport-library lines) is kept as context for the failure
 groups near it (`context`).

@@ -19,7 +19,7 @@ class LogStats:
     garbled: int = 0
     """Lines that hold a marker but not the shape of their kind, or that are not text: counted, skipped."""
     no_room: int = 0
-    """Failure lines without a room (kept as context: they cannot be folded)."""
+    """Failure lines without a room that no related line names (kept as context: they cannot be folded)."""
     rotations: int = 0
     damaged: list[str] = field(default_factory=list)
     """`FILE: what was wrong` for each `.gz` that could not be read to its end (what came before was used)."""
