@@ -23,7 +23,7 @@ from itertools import compress
 import msgspec
 import numpy as np
 
-from kvtop.model.fold import ROOM_REUSE_S, FailureGroup, Observed, fold
+from kvtop.model.fold import ABORTED, ROOM_REUSE_S, FailureGroup, Observed, fold
 from kvtop.model.rolling import RingBuffer, percentiles
 from transport.events import (
     AgentHello,
@@ -57,6 +57,10 @@ _FAILED, _SUCCEEDED = int(KVPoll.Failed), int(KVPoll.Success)
 _TERMINAL = frozenset((_FAILED, _SUCCEEDED))
 _SUCCESS = frozenset((_SUCCEEDED,))
 
+
+_ABORT_CAUSE, _FAULT_CAUSE = 1, 2
+_CAUSES = {ABORTED: _ABORT_CAUSE, "propagated": 0}
+"""What a failure's class says started its room's failure (any other class: a cluster fault; an echo: neither)."""
 
 _POLLS = {int(state): state for state in KVPoll}
 """KVPoll members by value: a dict hit instead of the enum's call."""
@@ -181,6 +185,27 @@ class Coverage:
 
 
 @dataclass(frozen=True)
+class Outcomes:
+    """How the rooms that finished in a window ended: `failed` by a cluster fault, `aborted` by a client
+    (every failure of the room a client's abort or its echo), the rest succeeded."""
+
+    finished: int = 0
+    failed: int = 0
+    aborted: int = 0
+
+    @property
+    def failure_rate(self) -> float:
+        """Failed fraction of the rooms a client did not abort (client aborts are not cluster faults)."""
+        judged = self.finished - self.aborted
+        return self.failed / judged if judged else 0.0
+
+    @property
+    def abort_rate(self) -> float:
+        """Fraction of the finished rooms a client aborted."""
+        return self.aborted / self.finished if self.finished else 0.0
+
+
+@dataclass(frozen=True)
 class Rates:
     """What moved in a window: rooms/s, GB/s, latency percentiles (seconds) of finished transfers, and
     the failed fraction of the rooms that finished."""
@@ -244,6 +269,9 @@ class ClusterModel:
         a room only ends when a state arrives, so a sweep need not walk the rooms no delivery touched."""
         self.failures_total = 0
         """Failures ever recorded: a reader that remembers it knows which are new."""
+        self._causes: dict[int, int] = {}
+        """Per room with failures (the newest `FAILURES_KEPT`): whether a client's abort, a cluster fault or
+        both started them (bits of `_ABORT_CAUSE`, `_FAULT_CAUSE`), so aborted rooms stay out of the failure rate."""
 
     def apply(self, label: str, item: Snapshot | EventBatch, now: float) -> None:
         """One delivery from the subscriber, for the agent `label`."""
@@ -339,16 +367,24 @@ class ClusterModel:
 
     def failure_rate(self, now: float, window_s: float) -> tuple[float, int]:
         """Failed fraction of the rooms that finished in the covered part of the last `window_s`
-        (`coverage()`), and how many finished.
+        (`coverage()`; client aborts left out), and how many finished.
 
         Rooms known from logs only are left out: a log names a room only where it failed."""
+        outcomes = self.outcomes(now, window_s)
+        return outcomes.failure_rate, outcomes.finished
+
+    def outcomes(self, now: float, window_s: float) -> Outcomes:
+        """How the rooms that finished in the covered part of the last `window_s` ended (rooms known from
+        logs only left out)."""
         recent = [f for f in self._finished_since(now, window_s) if not f.from_log]
-        failed = sum(not f.ok for f in recent)
-        return (failed / len(recent) if recent else 0.0), len(recent)
+        unsuccessful = [f.room for f in recent if not f.ok]
+        aborted = sum(self._causes.get(room) == _ABORT_CAUSE for room in unsuccessful)
+        return Outcomes(len(recent), len(unsuccessful) - aborted, aborted)
 
     def rooms_failed(self, now: float, window_s: float) -> int:
-        """Rooms that failed in the last `window_s`, those known from logs included."""
-        return sum(not f.ok for f in self._finished_since(now, window_s))
+        """Rooms that failed in the last `window_s` by a cluster fault (not a client's abort), those known
+        from logs included."""
+        return sum(not f.ok and self._causes.get(f.room) != _ABORT_CAUSE for f in self._finished_since(now, window_s))
 
     def _finished_since(self, now: float, window_s: float) -> list[Finished]:
         since = self.coverage(now, window_s).since
@@ -493,6 +529,12 @@ class ClusterModel:
                                           event.reason_class, event.origin, event.level,
                                           event.is_from_another_rank, view.from_log))  # fmt: skip
             self.failures_total += 1
+            cause = _CAUSES.get(event.reason_class, _FAULT_CAUSE)
+            if cause:
+                causes = self._causes
+                causes[event.room] = causes.pop(event.room, 0) | cause
+                if len(causes) > FAILURES_KEPT:
+                    del causes[next(iter(causes))]
             if event.origin == event.rank:
                 view.origins += 1
             else:

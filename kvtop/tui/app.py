@@ -255,6 +255,8 @@ class KvtopApp(App[None]):
             if h.span_s < WINDOW_S - 0.5:  # the snapshots held less than the window: say what the figures cover
                 failed += f" over the last {h.span_s:.0f} s"
         text.append(failed, style=p.error if h.failures else "")
+        if h.aborted:
+            text.append(f"   {h.aborted} client aborts", style=p.accent)
         text.append(f"   {h.rooms_open} open   ")
         text.append(f"{h.stuck} stuck", style=p.warning if h.stuck else "")
         text.append(f"   {h.gaps} gaps", style=p.warning if h.gaps else "")

@@ -10,7 +10,7 @@ from textual.theme import Theme
 
 from kvtop.model.cluster import Liveness, RoomView
 from kvtop.tui.frame import Frame, RankRow
-from kvtop.views.event_lines import level_of, to_line
+from kvtop.views.event_lines import to_line
 from kvtop.views.times import stamp
 from transport.events import Event
 from transport.kvpoll import KVPoll
@@ -90,10 +90,10 @@ def room_line(view: RoomView, frame: Frame, palette: Palette) -> Text:
     return text
 
 
-def event_line(label: str, event: Event, palette: Palette) -> Text:
-    level = level_of(event)
+def event_line(label: str, event: Event, level: str, palette: Palette) -> Text:
+    """One event of the tail, styled by the level it shows at."""
     style = {"error": palette.error, "warning": palette.warning, "debug": palette.dim}.get(level, "")
-    return Text(to_line(label, event), style=style)
+    return Text(to_line(label, event, level), style=style)
 
 
 def rate(gbps: float) -> str:

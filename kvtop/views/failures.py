@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from kvtop.model.fold import FailureGroup, Observed
+from kvtop.model.fold import FailureGroup, Observed, shown_level
 from kvtop.views.times import spans_days, stamp
 
 if TYPE_CHECKING:
@@ -15,7 +15,8 @@ _REASON_WIDTH = 90
 _CAUSES_SHOWN = 2
 
 
-def _record(failure: Observed) -> dict[str, Any]:
+def _record(failure: Observed, level: str) -> dict[str, Any]:
+    """One member of a group; `level` as shown (levels follow the fold), `raw_level` as the rank logged it."""
     return {
         "rank": failure.rank,
         "role": failure.role,
@@ -23,7 +24,8 @@ def _record(failure: Observed) -> dict[str, Any]:
         "reason": failure.reason,
         "reason_class": failure.reason_class,
         "ts": failure.ts,
-        "level": failure.level,
+        "level": level,
+        "raw_level": failure.level,
     }
 
 
@@ -33,10 +35,11 @@ def to_json(groups: list[FailureGroup], context: Sequence[Sequence[Context]] | N
     return [
         {
             "room": group.room,
-            "origin": _record(group.origin) if group.origin else None,
+            "origin": _record(group.origin, shown_level(group.origin)) if group.origin else None,
             "origin_label": group.origin_label,
+            "aborted": group.aborted,
             "echo_count": group.echo_count,
-            "echoes": [{**_record(echo), "origin": echo.origin} for echo in group.echoes],
+            "echoes": [{**_record(echo, "debug"), "origin": echo.origin} for echo in group.echoes],
             "context": [line.as_dict() for line in near],
         }
         for group, near in zip(groups, lines, strict=True)

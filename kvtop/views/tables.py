@@ -80,12 +80,15 @@ def rooms_text(model: ClusterModel, now: float, ended: bool = False) -> str:
 
 
 def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, Any]:
-    """Cluster health in one object: ranks, rates, failures, stuck rooms, gaps, links, top origins."""
+    """Cluster health in one object: ranks, rates, failures, client aborts (apart: never in the failure
+    rate), stuck rooms, gaps, links, top origins."""
     liveness = [str(state) for state in model.liveness(now).values()]
     coverage = model.coverage(now, window_s)
     rates = model.rates(now, window_s)
+    outcomes = model.outcomes(now, window_s)
     groups = model.groups(now, coverage.span_s)
     origins = Counter(group.title for group in groups)
+    aborted = sum(group.aborted for group in groups)
     from_logs_only = bool(liveness) and liveness.count("log") == len(liveness)
     return {
         "window_s": window_s,
@@ -96,13 +99,15 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
             **{state: liveness.count(state) for state in ("alive", "stale", "gone", "log")},
         },
         "rooms_open": len(model.open_rooms(now)),
-        "rooms_finished": rates.finished,
+        "rooms_finished": outcomes.finished,
         "rooms_failed": model.rooms_failed(now, window_s),
         "rooms_per_s": round(rates.rooms_per_s, 2),
         "gbps": round(rates.gbps, 4),
         "latency_s": {"p50": rates.latency_p50, "p90": rates.latency_p90, "p99": rates.latency_p99},
-        "failure_rate": None if from_logs_only else round(rates.failure_rate, 4),
-        "failures": len(groups),
+        "failure_rate": None if from_logs_only else round(outcomes.failure_rate, 4),
+        "failures": len(groups) - aborted,
+        "aborted": aborted,
+        "abort_rate": None if from_logs_only else round(outcomes.abort_rate, 4),
         "stuck": len(model.stuck(now, STUCK_AFTER_S)),
         "gaps": model.gaps,
         "rejected_events": model.rejected,
@@ -130,13 +135,16 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
         health += "no room that succeeded)"
     else:
         health = f"failure rate {s['failure_rate']:.1%} ({s['failures']} failures)"
+    aborts = f"{s['aborted']} client aborts"
+    if s["abort_rate"] is not None:
+        aborts += f" ({s['abort_rate']:.1%})"
     lines = [
         f"ranks   {ranks['alive']}/{ranks['total'] - ranks['log']} alive, {ranks['stale']} stale, {ranks['gone']} gone"
         + from_logs,
         f"rooms   {s['rooms_open']} open, {s['rooms_finished']} finished {span}, "
         f"{s['rooms_per_s']:.1f}/s, {s['gbps']:.3f} GB/s",
         f"latency p50 {lat['p50'] * 1000:.0f} ms, p90 {lat['p90'] * 1000:.0f} ms, p99 {lat['p99'] * 1000:.0f} ms",
-        f"health  {health}, {s['stuck']} stuck, {s['gaps']} gaps"
+        f"health  {health}, {aborts}, {s['stuck']} stuck, {s['gaps']} gaps"
         + (f", {s['rejected_events']} events rejected" if s["rejected_events"] else ""),
     ]
     if s["top_origins"]:
