@@ -25,7 +25,8 @@ class Thresholds:
     max_stuck: int = 0
     stuck_after_s: float = 10.0
     min_ranks: int = 0
-    """CRITICAL when fewer ranks are alive (0: every discovered live rank must be alive; log ranks never count)."""
+    """CRITICAL when fewer ranks are alive (0: every rank listed or discovered must be alive; log ranks never
+    count). A rank is listed by `--connect` (until it answers, by its endpoint) or by the bootstrap service."""
     max_gaps: int = 0
     """WARNING when more event batches than this were lost."""
     window_s: float = 60.0
@@ -47,6 +48,12 @@ class CheckResult:
     problems: list[str] = field(default_factory=list)
     ranks_log: int = 0
     """Ranks known from server logs: no liveness, left out of the rank rules."""
+    ranks_unanswered: list[str] = field(default_factory=list)
+    """The gone ranks that never answered within the wait (the others were heard, then went silent)."""
+    lost: int = 0
+    """Open rooms retired as lost (no news for the model's bound)."""
+    rejected_events: int = 0
+    rejected_frames: int = 0
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -66,14 +73,18 @@ class CheckResult:
         return f"KVTOP {self.verdict.name} - {self.summary} | {perf}"
 
 
-def evaluate(model: ClusterModel, limits: Thresholds, now: float | None = None) -> CheckResult:
-    """Judge the model against the thresholds; the worst problem sets the verdict."""
+def evaluate(model: ClusterModel, limits: Thresholds, now: float | None = None, waited_s: float = 0.0) -> CheckResult:
+    """Judge the model against the thresholds; the worst problem sets the verdict.
+
+    A rank that never answered in the `waited_s` the check listened is gone; one that answered is judged by
+    the model's own bounds (stale after `STALE_S` of silence, gone after `GONE_S`)."""
     now = time.time() if now is None else now
     everyone = model.liveness(now)
     liveness = {label: state for label, state in everyone.items() if state is not Liveness.LOG}
     alive = sorted(label for label, state in liveness.items() if state is Liveness.ALIVE)
     stale = sorted(label for label, state in liveness.items() if state is Liveness.STALE)
     gone = sorted(label for label, state in liveness.items() if state is Liveness.GONE)
+    unanswered = [label for label in gone if not model.ranks[label].last_seen]
     rate, rooms = model.failure_rate(now, limits.window_s)
     stuck = len(model.stuck(now, limits.stuck_after_s))
     recent = model.groups(now, limits.window_s)
@@ -81,8 +92,11 @@ def evaluate(model: ClusterModel, limits: Thresholds, now: float | None = None) 
     critical: list[str] = []
     warning: list[str] = []
     need = limits.min_ranks or len(liveness)
+    if not everyone:
+        critical.append("no ranks listed or discovered")
     if gone:
-        critical.append(f"ranks gone: {', '.join(gone)}")
+        named = [f"{label} (no answer in {waited_s:g}s)" if label in unanswered else label for label in gone]
+        critical.append(f"ranks gone: {', '.join(named)}")
     if len(alive) < need:
         critical.append(f"{len(alive)} ranks alive, need {need}")
     if rate > limits.max_failure_rate:
@@ -100,12 +114,16 @@ def evaluate(model: ClusterModel, limits: Thresholds, now: float | None = None) 
         f"{len(alive)}/{len(liveness)} ranks alive, {rooms} rooms in {limits.window_s:g}s, "
         f"failure rate {rate:.1%}, {stuck} stuck, {model.gaps} gaps"
     )
+    rejected = model.rejected + model.rejected_frames
+    facts += f", {model.lost} rooms lost" if model.lost else ""
+    facts += f", {rejected} rejected" if rejected else ""
     if recent:
         facts += f"; origins: {', '.join(sorted(set(origins))[:3])}"
     summary = "; ".join([*critical, *warning, facts])
     return CheckResult(
         verdict, summary, len(alive), len(liveness), stale, gone, rooms, rate, stuck, model.gaps,
-        sorted(set(origins)), critical + warning, len(everyone) - len(liveness),
+        sorted(set(origins)), critical + warning, len(everyone) - len(liveness), unanswered, model.lost,
+        model.rejected, model.rejected_frames,
     )  # fmt: skip
 
 
