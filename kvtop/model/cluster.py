@@ -567,5 +567,5 @@ def _sensible(event: Event) -> bool:
     if not 0.0 <= event.ts <= MAX_TS:
         return False
     if isinstance(event, Heartbeat):
-        return 0.0 <= event.cpu_percent <= 1e6 and 0.0 <= event.host_memory_percent <= 100.0
+        return 0.0 <= event.cpu_percent <= 1e6 and 0.0 <= event.host_memory_percent <= 1e6
     return True

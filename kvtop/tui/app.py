@@ -250,7 +250,9 @@ class KvtopApp(App[None]):
         text.append(f"{h.stuck} stuck", style=p.warning if h.stuck else "")
         text.append(f"   {h.gaps} gaps", style=p.warning if h.gaps else "")
         if h.rejected:
-            text.append(f"   {h.rejected} events rejected", style=p.warning)
+            text.append(f"   {h.rejected} rejected", style=p.warning)
+        if h.lost:
+            text.append(f"   {h.lost} rooms lost", style=p.warning)
         if frame.error:
             text.append(f"   source: {frame.error}", style=p.error)
         self.query_one("#health", Line).show(text)

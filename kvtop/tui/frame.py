@@ -61,7 +61,9 @@ class Health:
     stuck: int
     gaps: int
     rejected: int = 0
-    """Events the model skipped as nonsense (a state that is no KVPoll value)."""
+    """Events the model skipped as nonsense (a state that is no KVPoll value) and frames the decoder refused."""
+    lost: int = 0
+    """Open rooms retired as lost (no news for the model's bound)."""
 
 
 @dataclass(frozen=True)
@@ -159,7 +161,8 @@ class FrameBuilder:
             failures=len(recent_groups),
             stuck=stuck,
             gaps=model.gaps,
-            rejected=model.rejected,
+            rejected=model.rejected + model.rejected_frames,
+            lost=model.lost,
         )
         return Frame(
             now=now,
