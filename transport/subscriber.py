@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 import zmq
@@ -71,6 +71,8 @@ class EventSubscriber:
         self._req_ids = itertools.count(1)
         self.gaps: Counter[tuple[str, int]] = Counter()
         """Missing batches per (agent label, incarnation)."""
+        self.gap_runs: deque[tuple[str, int, int]] = deque(maxlen=10_000)
+        """Each gap as it was found, (label, incarnation, missing batches), for a consumer to take."""
         self.counters = Counters(("batches", "snapshots", "snapshots_missed", "stale_batches", *rejection_names()))
         self._batch_decoder: FrameDecoder[EventBatch] = FrameDecoder(EventBatch)
         self._snapshot_decoder: FrameDecoder[Snapshot] = FrameDecoder(Snapshot)
@@ -161,7 +163,9 @@ class EventSubscriber:
             self.counters.add("stale_batches")
             return
         if stream.last_seq and batch.seq != stream.last_seq + 1:
-            self.gaps[(label, stream.incarnation)] += batch.seq - stream.last_seq - 1
+            missing = batch.seq - stream.last_seq - 1
+            self.gaps[(label, stream.incarnation)] += missing
+            self.gap_runs.append((label, stream.incarnation, missing))
         stream.last_seq = batch.seq
         out.append(Delivered(label, batch))
 

@@ -127,7 +127,8 @@ class RoomView(msgspec.Struct, gc=False):
     last_progress: float
     codes: dict[str, int] = {}
     """KVPoll value per rank label. Plain ints, so CPython stops tracking the dict: enum members would
-    make the garbage collector walk 100k of these dicts (100+ ms pauses in the dashboard)."""
+    make the garbage collector walk 100k of these dicts (100+ ms pauses in the dashboard). Replaced on
+    every change, never changed in place: the dashboard draws rooms outside the model's lock."""
     bytes_total: int = 0
     bytes_done: int = 0
     touched_at: float = 0.0

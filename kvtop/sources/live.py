@@ -63,7 +63,6 @@ class Collector:
         """The last discovery error ("" while the bootstrap address answers)."""
         self._subscriber = EventSubscriber()
         self._news = news
-        self._gaps: dict[tuple[str, int], int] = {}
         self._synced = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kvtop-collector", daemon=True)
@@ -92,7 +91,9 @@ class Collector:
         self._subscriber.close()
 
     def heard(self) -> bool:
-        """True once some agent answered (a snapshot or a batch arrived)."""
+        """True once some agent answered (a snapshot or a batch arrived, even one held for its snapshot)."""
+        if self._subscriber.counters["batches"] or self._subscriber.counters["snapshots"]:
+            return True
         with self.lock:
             return any(view.last_seen for view in self.model.ranks.values())
 
@@ -149,12 +150,9 @@ class Collector:
             model.forget_expected(endpoint)
         counters = subscriber.counters.snapshot()
         model.rejected_frames = sum(counters[name] for name in rejection_names())
-        gaps = subscriber.gaps
-        model.gaps = sum(gaps.values())
-        if len(gaps) == len(self._gaps) and all(self._gaps.get(key) == count for key, count in gaps.items()):
-            return
-        for (label, incarnation), count in gaps.items():
-            lost = count - self._gaps.get((label, incarnation), 0)
-            if lost and self._news is not None:
-                self._news.put(Lost(label, incarnation, lost, now))
-        self._gaps = dict(gaps)
+        model.gaps = sum(subscriber.gaps.values())
+        runs = subscriber.gap_runs
+        while runs:
+            label, incarnation, missing = runs.popleft()
+            if self._news is not None:
+                self._news.put(Lost(label, incarnation, missing, now))

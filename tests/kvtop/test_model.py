@@ -255,3 +255,16 @@ def test_the_journal_keeps_recent_deliveries_only_when_asked_and_within_its_boun
     assert (headless.journaling, list(headless.journal)) == (False, [])
     assert [len(events) for _, events in dashboard.journal] == [2, 2]
     assert dashboard.journal_total == 3
+
+
+def test_a_rooms_states_are_replaced_never_changed_in_place():
+    """The dict of states a frame holds stays as it was while the collector applies a new rank's state."""
+    model = ClusterModel()
+    model.apply("prefill-0/TP0", batch("prefill-0/TP0", 1, room_events(1, T0, KVPoll.Transferring)), T0)
+    held = model.rooms[1].codes
+
+    model.apply("decode-0/TP0", batch("decode-0/TP0", 1, room_events(1, T0, KVPoll.Success)), T0)
+    model.apply("prefill-0/TP0", batch("prefill-0/TP0", 2, room_events(1, T0 + 1, KVPoll.Success)), T0)
+
+    assert held == {"prefill-0/TP0": int(KVPoll.Transferring)}
+    assert model.rooms[1].codes == {"prefill-0/TP0": int(KVPoll.Success), "decode-0/TP0": int(KVPoll.Success)}
