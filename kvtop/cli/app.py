@@ -1,7 +1,8 @@
 """`kvtop`: one Typer app. Commands parse their options and hand off; heavy imports stay lazy.
 
 Exit codes: 0 success; 1 the work ran but failed (a benchmark whose rooms
-failed, a cluster that did not come up or does not answer); 2 bad usage
+failed, a cluster that did not come up, a view no agent answered, a dashboard
+that failed); 2 bad usage
 (unknown option, bad value). `kvtop check` uses Nagios codes instead: 0 OK,
 1 WARNING, 2 CRITICAL, 3 UNKNOWN (bad arguments included).
 """

@@ -53,8 +53,13 @@ def opened(
     wait: float,
     sglang_log: list[str] | None = None,
     news: queue.SimpleQueue[News] | None = None,
+    model: ClusterModel | None = None,
+    synced: bool = True,
 ) -> Iterator[Opened]:
     """The source, once every agent's snapshot is in (or `wait` passed) or the logs were read to their end.
+
+    `model`: the model to fill (a fresh one by default); `synced=False` hands a live source over as soon
+    as the agents are discovered (the dashboard shows them arriving).
 
     Raises `BootstrapError` when the bootstrap address does not answer; exit 2 (`typer.Exit`) when a log
     cannot be read. Closed on the way out, whatever happened.
@@ -65,17 +70,18 @@ def opened(
     require_source(bootstrap, connect, sglang_log)
     if sglang_log:
         logs = open_sglang_logs(sglang_log)
-        model = ClusterModel()
+        model = model or ClusterModel()
         try:
             loaded = logs.load(model)
             yield Opened(model, logs=logs, loaded=loaded)
         finally:
             logs.close()
         return
-    collector = Collector(bootstrap, connect, news=news)
+    collector = Collector(bootstrap, connect, model, news=news)
     try:
         collector.start(discover_timeout_s=wait)
-        collector.wait_synced(wait)
+        if synced:
+            collector.wait_synced(wait)
         yield Opened(collector.model, collector=collector, lock=collector.lock)
     finally:
         collector.close()

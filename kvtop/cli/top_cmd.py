@@ -68,8 +68,8 @@ def top(
     `?` in the dashboard lists every key. With --sglang-log the files are read from their start and
     followed as they grow; "now" is the latest time they mention.
     """
+    from kvtop.cli.source import opened
     from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
-    from kvtop.sources.live import Collector
     from transport.errors import BootstrapError
 
     require_source(bootstrap, connect, sglang_log)
@@ -77,16 +77,12 @@ def top(
     if sglang_log:
         _top_on_logs(sglang_log, themes, theme)
         return
-    collector = Collector(bootstrap, connect, ClusterModel(JOURNAL_EVENTS_KEPT))
     try:
-        collector.start(discover_timeout_s=wait)
+        with opened(bootstrap, connect, wait, model=ClusterModel(JOURNAL_EVENTS_KEPT), synced=False) as source:
+            assert source.collector is not None
+            run_dashboard(source.collector, bootstrap or ", ".join(connect), themes, theme)
     except BootstrapError as error:
-        collector.close()
         raise fail(str(error)) from None
-    try:
-        run_dashboard(collector, bootstrap or ", ".join(connect), themes, theme)
-    finally:
-        collector.close()
 
 
 def _top_on_logs(sglang_log: list[str], themes: ThemeSet, theme: str) -> None:

@@ -172,7 +172,10 @@ def status(
     interval: Interval = 1.0,
     sglang_log: SGLangLog = [],  # noqa: B006
 ) -> None:
-    """One screen of cluster health: ranks, rooms, throughput, latency, failures, stuck rooms, links."""
+    """One screen of cluster health: ranks, rooms, throughput, latency, failures, stuck rooms, links.
+
+    Also counts what was rejected (events, frames) and the rooms retired as lost. Exit 1 when nobody answers.
+    """
     from kvtop.views.tables import status_json, status_text
 
     with _until_ctrl_c():
@@ -194,7 +197,11 @@ def ranks(
     interval: Interval = 1.0,
     sglang_log: SGLangLog = [],  # noqa: B006
 ) -> None:
-    """Every rank: role, instance, liveness (alive/stale/gone; log), host, pid, rooms in flight, origins, echoes."""
+    """Every rank: role, instance, liveness (alive/stale/gone; log), host, pid, rooms in flight, origins, echoes.
+
+    An endpoint given by --connect that never answered is listed as a gone rank under its endpoint.
+    Exit 1 when nobody answers.
+    """
     from kvtop.views.tables import ranks_json, ranks_text
 
     with _until_ctrl_c():
@@ -213,7 +220,8 @@ def rooms(
 ) -> None:
     """Rooms still open on some rank: state per rank, bytes, age, idle time, link; STUCK after 10 s idle.
 
-    SGLang logs name no room until it fails, so from --sglang-log this view is empty.
+    A room nobody said anything of for 5 minutes is retired as lost. SGLang logs name no room until it
+    fails, so from --sglang-log this view is empty. Exit 1 when nobody answers.
     """
     from kvtop.views.tables import rooms_json, rooms_text
 
