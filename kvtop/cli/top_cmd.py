@@ -45,14 +45,14 @@ def run_dashboard(
 ) -> None:
     """Open the dashboard on `source` until the user quits (q, Ctrl-C) or the terminal goes away.
 
-    A dashboard that failed (an exception in the app, whose traceback Textual prints) exits 1 with one
-    line naming the error."""
+    A dashboard that failed (a frame that could not be built, or an exception in the app, whose traceback
+    Textual prints first) exits 1 with one line naming the error."""
     from kvtop.tui.app import KvtopApp
 
     app = KvtopApp(source, title=title, themes=themes, theme=theme, quit_after=quit_after, clock=clock)
     app.run()
     if app.return_code:
-        error = app._exception  # Textual keeps the exception that ended the app (no public accessor)
+        error = app.failure or app._exception  # Textual keeps what ended the app (no public accessor)
         raise fail(f"the dashboard failed: {error!r}" if error is not None else "the dashboard failed")
 
 

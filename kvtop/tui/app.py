@@ -21,6 +21,7 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Footer, Input, Tab, Tabs
+from textual.worker import Worker, WorkerState
 
 from kvtop.model.cluster import ClusterModel
 from kvtop.tui.details import rank_history, room_timeline
@@ -133,6 +134,8 @@ class KvtopApp(App[None]):
         its arrival until then, and the view shown."""
         self.build_seconds: deque[float] = deque(maxlen=10_000)
         """Per frame: worker time to build it from the model, waiting for the lock included."""
+        self.failure: BaseException | None = None
+        """What ended the dashboard, if something failed (the app then exits with return code 1)."""
         self._builder = FrameBuilder(source.model)
         self._clock = clock
         self._refresh_s = refresh_s
@@ -196,6 +199,12 @@ class KvtopApp(App[None]):
             return
         self._building, self._stale = True, False
         self.run_worker(self._build_frame, thread=True, group="frame", exit_on_error=False)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """A frame that failed to build ends the dashboard loudly: a frozen screen would look like health."""
+        if event.worker.group == "frame" and event.state is WorkerState.ERROR:
+            self.failure = event.worker.error
+            self.exit(return_code=1)
 
     def _build_frame(self) -> None:
         started = time.perf_counter()

@@ -833,3 +833,33 @@ def test_the_events_view_survives_hostile_events_and_counts_them(app: KvtopApp, 
     assert seen["running"]
     assert [row.split("room=")[1].split()[0] for row in seen["rows"]] == ["4242903"]
     assert "2 rejected" in seen["health"]
+
+
+class _BrokenLock:
+    """A lock whose holder fails: every frame build raises."""
+
+    def __enter__(self) -> None:
+        raise RuntimeError("the model is gone")
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+
+def test_a_dashboard_whose_frames_fail_exits_1_with_one_line(monkeypatch, capsys):
+    """A frame that cannot be built ends the dashboard (no frozen screen) with exit 1 and one stderr line."""
+    import functools
+
+    import pytest
+    import typer
+
+    from kvtop.cli.top_cmd import run_dashboard
+    from kvtop.tui.themes import load_themes
+
+    monkeypatch.setattr(KvtopApp, "run", functools.partialmethod(KvtopApp.run, headless=True))
+    source = FixtureSource(ClusterModel(), lock=_BrokenLock())  # type: ignore[arg-type]
+
+    with pytest.raises(typer.Exit) as ended:
+        run_dashboard(source, "broken", load_themes(), "kvtop-dark", quit_after=30)
+
+    assert ended.value.exit_code == 1
+    assert capsys.readouterr().err.splitlines() == ["kvtop: the dashboard failed: RuntimeError('the model is gone')"]
