@@ -161,3 +161,6 @@ class Snapshot(msgspec.Struct, tag="snapshot", array_like=True):
     """The latest progress of each live room (so a late reader can tell stuck from slow)."""
     transfers: list[TransferDone] = []
     """The most recent finished transfers (so a late reader sees rates and latencies at once)."""
+    history_since: Annotated[float, msgspec.Meta(ge=0.0, le=1e11)] = 0.0
+    """The finished rooms, failures and transfers above are complete from this time on: the time of the
+    oldest one kept once the bounded history dropped one (0: nothing dropped since the agent started)."""

@@ -165,7 +165,14 @@ def run_check(
 def status(
     bootstrap: Bootstrap = "",
     connect: Connect = [],  # noqa: B006
-    window: Annotated[float, typer.Option(min=1.0, help="Seconds the rates and failures cover.")] = 60.0,
+    window: Annotated[
+        float,
+        typer.Option(
+            min=1.0,
+            help="Seconds the rates and failures cover (less, and the output says so, where the agents' "
+            "snapshots hold less: each keeps its last 512 rooms).",
+        ),
+    ] = 60.0,
     wait: Wait = 2.0,
     as_json: Json = False,
     follow: Follow = False,
@@ -174,7 +181,11 @@ def status(
 ) -> None:
     """One screen of cluster health: ranks, rooms, throughput, latency, failures, stuck rooms, links.
 
-    Also counts what was rejected (events, frames) and the rooms retired as lost. Exit 1 when nobody answers.
+    A window the data does not fully cover is named by the span it does (`finished in the last 26s
+    (snapshot history)`; JSON `span_s`, `span_limit`). From --sglang-log the window ends at the latest
+    time the logs mention, and the logs' failed rooms stand in for a failure rate (logs name no room that
+    succeeded; JSON `failure_rate` is null, `rooms_failed` counts them). Also counts what was rejected
+    (events, frames) and the rooms retired as lost. Exit 1 when nobody answers.
     """
     from kvtop.views.tables import status_json, status_text
 
@@ -220,14 +231,16 @@ def rooms(
 ) -> None:
     """Rooms still open on some rank: state per rank, bytes, age, idle time, link; STUCK after 10 s idle.
 
-    A room nobody said anything of for 5 minutes is retired as lost. SGLang logs name no room until it
-    fails, so from --sglang-log this view is empty. Exit 1 when nobody answers.
+    A room nobody said anything of for 5 minutes is retired as lost. From --sglang-log: every room the
+    logs name (a log names a room only where it failed), Failed on each rank that logged its failure;
+    ages as of the latest time the logs mention. Exit 1 when nobody answers.
     """
     from kvtop.views.tables import rooms_json, rooms_text
 
     with _until_ctrl_c():
-        for model, now, _ in _frames(bootstrap, connect, wait, follow, interval, sglang_log):
-            _show(rooms_text(model, now), rooms_json(model, now), as_json, follow)
+        for model, now, logs in _frames(bootstrap, connect, wait, follow, interval, sglang_log):
+            ended = logs is not None
+            _show(rooms_text(model, now, ended), rooms_json(model, now, ended), as_json, follow)
 
 
 def events(
@@ -326,7 +339,8 @@ def failures(
     interval: Interval = 1.0,
     sglang_log: SGLangLog = [],  # noqa: B006
 ) -> None:
-    """Recent failures of a live cluster or of SGLang logs, each origin once with its echo count.
+    """Recent failures of a live cluster or of SGLang logs, each origin once with its echo count and the time
+    it started (with the date once the groups fall on more than one day).
 
     Reads every agent's snapshot (its last 512 failures) and what agents publish meanwhile, or the logs
     (origins inferred; lines near a group shown with it, transport-library lines as its likely cause).

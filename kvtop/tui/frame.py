@@ -64,6 +64,11 @@ class Health:
     """Events the model skipped as nonsense (a state that is no KVPoll value) and frames the decoder refused."""
     lost: int = 0
     """Open rooms retired as lost (no news for the model's bound)."""
+    rooms_failed: int = 0
+    """Rooms that failed in the window, those known from logs included (logs give no failure rate)."""
+    span_s: float = WINDOW_S
+    """Seconds the rates and the failure rate cover: less than the window while the agents' snapshots,
+    which hold their last few hundred rooms, are all the model has of its start."""
 
 
 @dataclass(frozen=True)
@@ -123,29 +128,35 @@ class Frame:
 
 
 class FrameBuilder:
-    """Builds frames from one model; keeps the last fold and the event tail so each frame does only new work."""
+    """Builds frames from one model; keeps the last fold and the event tail so each frame does only new work.
 
-    def __init__(self, model: ClusterModel) -> None:
+    `clock` is the source's: wall time for a live cluster, the latest time the logs mention for logs. Every
+    window, rate, age and liveness of a frame is as of it."""
+
+    def __init__(self, model: ClusterModel, clock: Callable[[], float] = time.time) -> None:
         self.model = model
+        self.clock = clock
         self._fold = LiveFold()
         self._counts = (0, 0)
-        self._counted_at = float("-inf")
+        self._counted = (float("-inf"), float("nan"))
+        """When the open and stuck rooms were last counted (`time.monotonic()`), and the source's now then."""
         self._tail_key: tuple[str, str] = ("", "")
         self._tail: deque[tuple[str, Event]] = deque(maxlen=EVENTS_SHOWN)
         self._tail_seen = 0
 
     def build(self, options: Options, now: float | None = None, error: str = "") -> Frame:
-        """Call with the model's lock held."""
-        now = time.time() if now is None else now
+        """Call with the model's lock held; `now` overrides the clock."""
+        now = self.clock() if now is None else now
         model = self.model
         gone = frozenset(label for label, view in model.ranks.items() if view.liveness(now) is Liveness.GONE)
         groups = self._fold.sync(model.failures, model.failures_total)
         recent_groups = self._fold.since(now - WINDOW_S)
-        if now - self._counted_at >= SLOW_EVERY_S or now < self._counted_at:
+        counted_at, counted_now = self._counted
+        if time.monotonic() - counted_at >= SLOW_EVERY_S or now < counted_now:  # a log's clock may stand still
             live = model.open_rooms(now)
             cutoff = now - STUCK_AFTER_S
             self._counts = (len(live), sum(1 for view in live if view.last_progress < cutoff))
-            self._counted_at = now
+            self._counted = (time.monotonic(), now)
         rooms_open, stuck = self._counts
         rates = model.rates(now, WINDOW_S)
         liveness = [view.liveness(now) for view in model.ranks.values()]
@@ -163,6 +174,8 @@ class FrameBuilder:
             gaps=model.gaps,
             rejected=model.rejected + model.rejected_frames,
             lost=model.lost,
+            rooms_failed=model.rooms_failed(now, WINDOW_S) if liveness.count(Liveness.LOG) else 0,
+            span_s=rates.span_s,
         )
         return Frame(
             now=now,

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from kvtop.model.fold import FailureGroup, Observed
+from kvtop.views.times import spans_days, stamp
 
 if TYPE_CHECKING:
     from kvtop.sources.sglang import Context
@@ -49,18 +50,23 @@ def _context_line(line: Context) -> str:
 
 
 def render_groups(groups: list[FailureGroup], debug: bool, context: Sequence[Sequence[Context]] | None = None) -> str:
-    """One line per origin (with its echo count); with `debug`, each echo indented below it.
+    """One line per origin (with its echo count and when it started); with `debug`, each echo indented below it.
 
-    With context (from logs): the likely causes (transport-library lines) under each origin, and with
-    `debug` every related line too.
+    Times carry their date when the groups fall on more than one day. With context (from logs): the likely
+    causes (transport-library lines) under each origin, and with `debug` every related line too.
     """
-    lines = [f"{'ROOM':<20} {'ORIGIN':<16} {'CLASS':<18} {'ECHOES':>6}  REASON"]
+    dated = spans_days([group.first_ts for group in groups])
+    width = len(stamp(0.0, dated))
+    lines = [f"{'ROOM':<20} {'TIME':<{width}} {'ORIGIN':<16} {'CLASS':<18} {'ECHOES':>6}  REASON"]
     for index, group in enumerate(groups):
         origin = group.origin
         label = group.origin_label or "origin unknown"
         reason = origin.reason if origin else "(the origin's own event was not seen)"
         reason_class = origin.reason_class if origin else "-"
-        lines.append(f"{group.room:<20} {label:<16} {reason_class:<18} {group.echo_count:>6}  {reason[:_REASON_WIDTH]}")
+        lines.append(
+            f"{group.room:<20} {stamp(group.first_ts, dated)} {label:<16} {reason_class:<18} {group.echo_count:>6}  "
+            f"{reason[:_REASON_WIDTH]}"
+        )
         if debug:
             lines.extend(
                 f"{'':<20}   echo {echo.rank:<16} {echo.reason_class:<13} {echo.reason[:_REASON_WIDTH]}"

@@ -232,8 +232,8 @@ class SGLangLogs:
             return
         if prefix.ts is not None:
             file.last_ts = prefix.ts
-            self._now = max(self._now, prefix.ts)
         ts = record.ts if record.ts is not None else file.last_ts
+        self._now = max(self._now, ts)  # lines without a prefix too: "now" is never the wall clock once read
         if isinstance(record, ContextLine):
             self._context += 1
             self.context.append(Context(ts, file.instance or file.spec.path.name, record.tp, record.kind,
