@@ -70,3 +70,21 @@ def test_hostile_events_leave_status_json_strict_with_the_rejections_counted(hos
     assert data["rejected_frames"] > 0
     assert data["ranks"]["alive"] == 1
     assert "frames rejected" in text.stdout and "Traceback" not in text.stderr
+
+
+def test_a_hello_line_keeps_the_agent_label_beside_its_agent_info():
+    """`events --jsonl` renders a hello with `agent` the label and the AgentInfo under `info`."""
+    from kvtop.views.event_lines import to_json
+    from transport.events import AgentHello
+    from transport.wire import AgentInfo
+
+    info = AgentInfo("decode", "decode-0", 1, 2, 4096, "", "", 42, "host-a", 9)
+    line = _strict(to_json("decode-0/TP1", AgentHello(1.0, info, "1.0", "tcp://e", "tcp://s")))
+
+    assert isinstance(line, dict)
+    assert (line["agent"], line["kind"], line["info"]["pid"], line["info"]["instance"]) == (
+        "decode-0/TP1",
+        "hello",
+        42,
+        "decode-0",
+    )
