@@ -25,6 +25,16 @@ EVENT_SCHEMA = 1
 """Bumped when a record changes incompatibly; new fields get defaults instead."""
 
 
+Timestamp = Annotated[float, msgspec.Meta(ge=0.0, le=1e10)]
+"""Seconds since the epoch, up to the year 2286: the decoder refuses NaN and infinity (they fail every bound)."""
+Seconds = Annotated[float, msgspec.Meta(ge=0.0, le=1e9)]
+Percent = Annotated[float, msgspec.Meta(ge=0.0, le=1e6)]
+"""A percentage (a process's CPU may exceed 100 on several cores)."""
+State = Annotated[int, msgspec.Meta(ge=0, le=4)]
+"""A `KVPoll` value, as a plain int (the model's hot loop wants ints, not enum members)."""
+Count = Annotated[int, msgspec.Meta(ge=0)]
+
+
 class Level(StrEnum):
     """SGLang's levels after PR #27534: origins at error (decode) or warning (prefill), echoes at debug."""
 
@@ -37,7 +47,7 @@ class Level(StrEnum):
 class AgentHello(msgspec.Struct, tag="hello", array_like=True, frozen=True):
     """Who the agent is; sent first by every incarnation and again with each heartbeat's snapshot."""
 
-    ts: float
+    ts: Timestamp
     agent: AgentInfo
     version: str
     event_endpoint: str
@@ -47,13 +57,13 @@ class AgentHello(msgspec.Struct, tag="hello", array_like=True, frozen=True):
 class Heartbeat(msgspec.Struct, tag="heartbeat", array_like=True, frozen=True):
     """About once a second: counters, rooms in flight, host load, events this agent dropped."""
 
-    ts: float
+    ts: Timestamp
     counters: dict[str, int]
-    inflight_rooms: int
-    events_dropped: int
-    cpu_percent: float
-    rss_bytes: int
-    host_memory_percent: float
+    inflight_rooms: Count
+    events_dropped: Count
+    cpu_percent: Percent
+    rss_bytes: Count
+    host_memory_percent: Percent
     snapshot_endpoint: str = ""
     """Where to ask for a snapshot (a subscriber given only the event endpoint learns it here)."""
 
@@ -61,37 +71,37 @@ class Heartbeat(msgspec.Struct, tag="heartbeat", array_like=True, frozen=True):
 class RoomState(msgspec.Struct, tag="room", array_like=True, frozen=True):
     """A room changed state on this rank (`peer`: the prefill instance, on decode ranks)."""
 
-    ts: float
+    ts: Timestamp
     room: int
-    state: int
-    previous: int
+    state: State
+    previous: State
     peer: str = ""
-    bytes_total: int = 0
+    bytes_total: Count = 0
 
 
 class Progress(msgspec.Struct, tag="progress", array_like=True, frozen=True):
     """Bytes moved so far in a room (at most a few per second per room)."""
 
-    ts: float
+    ts: Timestamp
     room: int
-    bytes_done: int
-    bytes_total: int
+    bytes_done: Count
+    bytes_total: Count
 
 
 class TransferDone(msgspec.Struct, tag="done", array_like=True, frozen=True):
     """A room succeeded on this rank: bytes moved and seconds since it started."""
 
-    ts: float
+    ts: Timestamp
     room: int
-    nbytes: int
-    seconds: float
+    nbytes: Count
+    seconds: Seconds
     peer: str = ""
 
 
 class Failure(msgspec.Struct, tag="failure", array_like=True, frozen=True):
     """A room failed on this rank. `origin` names the rank that observed it first."""
 
-    ts: float
+    ts: Timestamp
     room: int
     rank: str
     reason: str
@@ -104,7 +114,7 @@ class Failure(msgspec.Struct, tag="failure", array_like=True, frozen=True):
 class AbortEvent(msgspec.Struct, tag="abort", array_like=True, frozen=True):
     """An ABORT this rank sent (decode) or received (prefill) for a room."""
 
-    ts: float
+    ts: Timestamp
     room: int
     direction: str
     peer: str
@@ -123,7 +133,7 @@ class EventBatch(msgspec.Struct, tag="batch", array_like=True, frozen=True):
     rank: int
     incarnation: int
     seq: int
-    sent_at: float
+    sent_at: Timestamp
     events: list[Event]
 
     @property

@@ -5,7 +5,9 @@ bounded deque; when it is full the oldest event is dropped and counted (the
 count travels in every heartbeat). One thread owns both sockets: every
 `batch_interval_s` (or `batch_max` events) it publishes one `EventBatch` with
 the next seq, and applies the batch to a small mirror of the agent's state, so
-a `Snapshot` always matches the seq it names.
+a `Snapshot` always matches the seq it names. A live room whose terminal state
+the queue dropped would stay live in every snapshot: after `lost_after_s`
+without news the mirror drops it, counted in `counters["rooms_lost"]`.
 """
 
 from __future__ import annotations
@@ -37,12 +39,19 @@ from transport.wire import AgentInfo, FrameDecoder, encode
 
 FINISHED_KEPT = 512
 """Finished rooms and failures a snapshot carries (the recent past, bounded)."""
+LOST_AFTER_S = 300.0
+"""A live room of the mirror with no news (state or progress) for this long is dropped as lost: its terminal
+state was one of the events the queue dropped. A few minutes past the default transfer timeout (60 s)."""
+LOST_SWEEP_EVERY_S = 5.0
 
 
 class StateMirror:
     """What a snapshot holds, kept up to date from the events as they are published."""
 
-    def __init__(self) -> None:
+    def __init__(self, lost_after_s: float = LOST_AFTER_S) -> None:
+        self.lost_after_s = lost_after_s
+        self.lost = 0
+        """Live rooms dropped as lost (no news for `lost_after_s`)."""
         self.hello: AgentHello | None = None
         self.heartbeat: Heartbeat | None = None
         self.live: dict[int, RoomState] = {}
@@ -70,6 +79,21 @@ class StateMirror:
         elif isinstance(event, AgentHello):
             self.hello = event
 
+    def retire_lost(self, now: float) -> int:
+        """Drop the live rooms with no state or progress since `lost_after_s` before `now`; how many."""
+        cutoff = now - self.lost_after_s
+        progress = self.progress
+        lost = [
+            room
+            for room, state in self.live.items()
+            if state.ts < cutoff and (room not in progress or progress[room].ts < cutoff)
+        ]
+        for room in lost:
+            del self.live[room]
+            progress.pop(room, None)
+        self.lost += len(lost)
+        return len(lost)
+
     @property
     def history_since(self) -> float:
         """The three histories are complete from this time on: a full one starts at its oldest entry
@@ -94,7 +118,9 @@ class EventPublisher:
         batch_max: int = 1024,
         context: zmq.Context[zmq.Socket[bytes]] | None = None,
         sndhwm: int = 10_000,
+        lost_after_s: float = LOST_AFTER_S,
     ) -> None:
+        """`lost_after_s`: seconds without news after which a live room leaves the snapshots as lost."""
         self.info = info
         self._context = context or zmq.Context.instance()
         self._pub: zmq.Socket[bytes] = self._context.socket(zmq.PUB)
@@ -111,8 +137,8 @@ class EventPublisher:
         self.seq = 0
         """The seq of the last batch published."""
         self.dropped = 0
-        self.counters = Counters(("batches", "events", "snapshots", *rejection_names()))
-        self._mirror = StateMirror()
+        self.counters = Counters(("batches", "events", "snapshots", "rooms_lost", *rejection_names()))
+        self._mirror = StateMirror(lost_after_s)
         self._decoder: FrameDecoder[SnapshotRequest] = FrameDecoder(SnapshotRequest)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"events-{info.label}", daemon=True)
@@ -137,6 +163,8 @@ class EventPublisher:
 
     def _run(self) -> None:
         deadline = time.monotonic() + self._interval
+        every = min(LOST_SWEEP_EVERY_S, self._mirror.lost_after_s / 2)
+        next_lost_sweep = time.monotonic() + every
         while True:
             stopping = self._stop.is_set()
             wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
@@ -146,6 +174,9 @@ class EventPublisher:
                     continue
             while self._queue:
                 self._publish()
+            if time.monotonic() >= next_lost_sweep:
+                next_lost_sweep = time.monotonic() + every
+                self.counters.add("rooms_lost", self._mirror.retire_lost(time.time()))
             deadline = time.monotonic() + self._interval
             if stopping:
                 return

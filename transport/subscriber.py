@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 import zmq
@@ -50,7 +50,8 @@ class Delivered:
 
 
 class EventSubscriber:
-    """Owns one SUB socket and one snapshot DEALER per agent; `poll()` returns what is ready, in order."""
+    """Owns one SUB socket for discovered agents, one per endpoint given alone, and one snapshot DEALER per
+    agent; `poll()` returns what is ready, in order."""
 
     def __init__(self, context: zmq.Context[zmq.Socket[bytes]] | None = None, rcvhwm: int = 100_000) -> None:
         self._context = context or zmq.Context.instance()
@@ -58,14 +59,20 @@ class EventSubscriber:
         self.socket.linger = 0
         self.socket.rcvhwm = rcvhwm
         self.socket.setsockopt(zmq.SUBSCRIBE, b"")
+        self._rcvhwm = rcvhwm
         self.agents: dict[str, AgentInfo] = {}
         self._streams: dict[str, _Stream] = {}
         self._snapshot_sockets: dict[str, zmq.Socket[bytes]] = {}
         self._snapshot_endpoints: dict[str, str] = {}
-        self._endpoints: set[str] = set()
+        self._endpoints: dict[str, zmq.Socket[bytes]] = {}
+        """A SUB socket per endpoint given alone: what arrives on it tells which endpoint answered."""
+        self.answered: dict[str, str] = {}
+        """Endpoint given alone -> label of the agent heard there (absent while it never answered)."""
         self._req_ids = itertools.count(1)
         self.gaps: Counter[tuple[str, int]] = Counter()
         """Missing batches per (agent label, incarnation)."""
+        self.gap_runs: deque[tuple[str, int, int]] = deque(maxlen=10_000)
+        """Each gap as it was found, (label, incarnation, missing batches), for a consumer to take."""
         self.counters = Counters(("batches", "snapshots", "snapshots_missed", "stale_batches", *rejection_names()))
         self._batch_decoder: FrameDecoder[EventBatch] = FrameDecoder(EventBatch)
         self._snapshot_decoder: FrameDecoder[Snapshot] = FrameDecoder(Snapshot)
@@ -85,8 +92,12 @@ class EventSubscriber:
     def connect_endpoint(self, endpoint: str) -> None:
         """Subscribe to an agent known only by its event endpoint; its heartbeat names its snapshot socket."""
         if endpoint not in self._endpoints:
-            self._endpoints.add(endpoint)
-            self.socket.connect(endpoint)
+            sock = self._context.socket(zmq.SUB)
+            sock.linger = 0
+            sock.rcvhwm = self._rcvhwm
+            sock.setsockopt(zmq.SUBSCRIBE, b"")
+            sock.connect(endpoint)
+            self._endpoints[endpoint] = sock
 
     def synced(self) -> bool:
         """True once every connected agent's snapshot arrived (or its request timed out)."""
@@ -95,6 +106,8 @@ class EventSubscriber:
 
     def close(self) -> None:
         self.socket.close(linger=0)
+        for sock in self._endpoints.values():
+            sock.close(linger=0)
         for label in list(self._snapshot_sockets):
             self._close_snapshot_socket(label)
 
@@ -102,21 +115,26 @@ class EventSubscriber:
         """Deliveries ready now, after waiting up to `timeout_s` for the first input."""
         poller = zmq.Poller()
         poller.register(self.socket, zmq.POLLIN)
-        for sock in self._snapshot_sockets.values():
+        for sock in [*self._endpoints.values(), *self._snapshot_sockets.values()]:
             poller.register(sock, zmq.POLLIN)
         ready = dict(poller.poll(int(timeout_s * 1000)))
         out: list[Delivered] = []
         if self.socket in ready:
-            self._read_batches(out)
+            self._read_batches(self.socket, out)
+        for endpoint, sock in self._endpoints.items():
+            if sock in ready:
+                self._read_batches(sock, out, endpoint)
         for label, sock in list(self._snapshot_sockets.items()):
             if sock in ready:
                 self._read_snapshot(label, sock, out)
         self._expire_snapshot_requests(out)
         return out
 
-    def _read_batches(self, out: list[Delivered]) -> None:
-        for batch in decode_waiting(self.socket, self._batch_decoder, self.counters, limit=10_000):
+    def _read_batches(self, sock: zmq.Socket[bytes], out: list[Delivered], endpoint: str = "") -> None:
+        for batch in decode_waiting(sock, self._batch_decoder, self.counters, limit=10_000):
             self.counters.add("batches")
+            if endpoint:
+                self.answered[endpoint] = batch.label
             self._on_batch(batch, out)
 
     def _on_batch(self, batch: EventBatch, out: list[Delivered]) -> None:
@@ -145,7 +163,9 @@ class EventSubscriber:
             self.counters.add("stale_batches")
             return
         if stream.last_seq and batch.seq != stream.last_seq + 1:
-            self.gaps[(label, stream.incarnation)] += batch.seq - stream.last_seq - 1
+            missing = batch.seq - stream.last_seq - 1
+            self.gaps[(label, stream.incarnation)] += missing
+            self.gap_runs.append((label, stream.incarnation, missing))
         stream.last_seq = batch.seq
         out.append(Delivered(label, batch))
 

@@ -1,7 +1,8 @@
 """`kvtop`: one Typer app. Commands parse their options and hand off; heavy imports stay lazy.
 
 Exit codes: 0 success; 1 the work ran but failed (a benchmark whose rooms
-failed, a cluster that did not come up or does not answer); 2 bad usage
+failed, a cluster that did not come up, a view no agent answered, a dashboard
+that failed); 2 bad usage
 (unknown option, bad value). `kvtop check` uses Nagios codes instead: 0 OK,
 1 WARNING, 2 CRITICAL, 3 UNKNOWN (bad arguments included).
 """
@@ -12,6 +13,7 @@ import os
 import sys
 
 import typer
+from typer._click.exceptions import ClickException, UsageError  # Typer vendors Click: its errors live here
 
 from kvtop.cli import bench_cmds, local_cmds, top_cmd, views
 
@@ -34,15 +36,32 @@ top_cmd.register(app)
 bench_cmds.register(bench_app)
 
 
+NAGIOS_UNKNOWN = 3
+
+
 def main() -> None:
-    """Console entry point: usage errors exit 2, except for `kvtop check`, whose bad arguments are UNKNOWN (3)."""
+    """Console entry point: exits with the code the command returned; usage errors exit 2, except for
+    `kvtop check`, whose bad arguments are UNKNOWN (3)."""
     # kvtop does no linear algebra: idle OpenBLAS threads only compete for the cores that move KV.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    sys.exit(run(sys.argv[1:]))
+
+
+def run(args: list[str]) -> int:
+    """Run `kvtop ARGS`; returns the exit code (Click's standalone handling, with check's usage errors at 3)."""
     try:
-        app(prog_name="kvtop")
-    except SystemExit as exit_:
-        usage_error = exit_.code == 2 and sys.argv[1:2] == ["check"] and not views.check_ran.is_set()
-        sys.exit(3 if usage_error else exit_.code)
+        code = app(args, prog_name="kvtop", standalone_mode=False)
+    except UsageError as error:
+        error.show()
+        in_check = error.ctx is not None and error.ctx.command.name == "check"
+        return NAGIOS_UNKNOWN if in_check else error.exit_code
+    except ClickException as error:
+        error.show()
+        return error.exit_code
+    except typer.Abort:
+        typer.echo("Aborted!", err=True)
+        return 1
+    return int(code) if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":

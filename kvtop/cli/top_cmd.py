@@ -43,10 +43,17 @@ def run_dashboard(
     quit_after: float | None = None,
     clock: Callable[[], float] = time.time,
 ) -> None:
-    """Open the dashboard on `source` until the user quits (q, Ctrl-C) or the terminal goes away."""
+    """Open the dashboard on `source` until the user quits (q, Ctrl-C) or the terminal goes away.
+
+    A dashboard that failed (a frame that could not be built, or an exception in the app, whose traceback
+    Textual prints first) exits 1 with one line naming the error."""
     from kvtop.tui.app import KvtopApp
 
-    KvtopApp(source, title=title, themes=themes, theme=theme, quit_after=quit_after, clock=clock).run()
+    app = KvtopApp(source, title=title, themes=themes, theme=theme, quit_after=quit_after, clock=clock)
+    app.run()
+    if app.return_code:
+        error = app.failure or app._exception  # Textual keeps what ended the app (no public accessor)
+        raise fail(f"the dashboard failed: {error!r}" if error is not None else "the dashboard failed")
 
 
 def top(
@@ -61,8 +68,8 @@ def top(
     `?` in the dashboard lists every key. With --sglang-log the files are read from their start and
     followed as they grow; "now" is the latest time they mention.
     """
+    from kvtop.cli.source import opened
     from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
-    from kvtop.sources.live import Collector
     from transport.errors import BootstrapError
 
     require_source(bootstrap, connect, sglang_log)
@@ -70,16 +77,12 @@ def top(
     if sglang_log:
         _top_on_logs(sglang_log, themes, theme)
         return
-    collector = Collector(bootstrap, connect, ClusterModel(JOURNAL_EVENTS_KEPT))
     try:
-        collector.start(discover_timeout_s=wait)
+        with opened(bootstrap, connect, wait, model=ClusterModel(JOURNAL_EVENTS_KEPT), synced=False) as source:
+            assert source.collector is not None
+            run_dashboard(source.collector, bootstrap or ", ".join(connect), themes, theme)
     except BootstrapError as error:
-        collector.close()
         raise fail(str(error)) from None
-    try:
-        run_dashboard(collector, bootstrap or ", ".join(connect), themes, theme)
-    finally:
-        collector.close()
 
 
 def _top_on_logs(sglang_log: list[str], themes: ThemeSet, theme: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import threading
+import queue
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Annotated
@@ -21,45 +21,20 @@ from kvtop.cli.options import (
     SGLangLog,
     Wait,
     fail,
-    open_sglang_logs,
     require_source,
 )
+from kvtop.cli.source import Opened, nobody_answered, opened
 
 if TYPE_CHECKING:
     from kvtop.model.cluster import ClusterModel
     from kvtop.sources.sglang import SGLangLogs
+    from kvtop.views.check import Thresholds
     from transport.events import Event
 
 _LOG_POLL_S = 0.25
 
-check_ran = threading.Event()
-"""Set once `kvtop check` got past argument parsing: its exit 2 is then CRITICAL, not a usage error."""
 
-
-def _log_models(
-    sglang_log: list[str], follow: bool, interval: float
-) -> Iterator[tuple[ClusterModel, float, SGLangLogs | None]]:
-    """The model of the logs read to their end; with `follow`, again every `interval` with what they gained."""
-    from kvtop.model.cluster import ClusterModel
-
-    logs = open_sglang_logs(sglang_log)
-    model = ClusterModel()
-    try:
-        logs.load(model)
-        typer.echo(logs.stats().summary(), err=True)
-        while True:
-            yield model, logs.now, logs
-            if not follow:
-                return
-            time.sleep(interval)
-            logs.poll(model)
-    except KeyboardInterrupt:
-        return
-    finally:
-        logs.close()
-
-
-def _models(
+def _frames(
     bootstrap: str,
     connect: list[str],
     wait: float,
@@ -69,32 +44,34 @@ def _models(
 ) -> Iterator[tuple[ClusterModel, float, SGLangLogs | None]]:
     """The model once every agent's snapshot is in; with `follow`, again every `interval` until Ctrl-C.
 
-    Yields (model, now, the log source or None) under the collector's lock, so a view reads a consistent
-    model. Exit 1 when nobody answers. With SGLang logs, "now" is the latest time they mention.
+    Yields (model, now, the log source or None) under the source's lock, so a view reads a consistent
+    model. Exit 1 when the bootstrap address or every agent stays silent. With SGLang logs, "now" is the
+    latest time they mention.
     """
-    from kvtop.sources.live import Collector
     from transport.errors import BootstrapError
 
-    require_source(bootstrap, connect, sglang_log)
-    if sglang_log:
-        yield from _log_models(sglang_log, follow, interval)
-        return
-    collector = Collector(bootstrap, connect)
     try:
-        collector.start(discover_timeout_s=wait)
-        collector.wait_synced(wait)
-        while True:
-            with collector.lock:
-                yield collector.model, time.time(), None
-            if not follow:
-                return
-            time.sleep(interval)
+        with opened(bootstrap, connect, wait, sglang_log) as source:
+            _say_what_was_heard(source, bootstrap, connect, wait)
+            while True:
+                with source.lock:
+                    yield source.model, source.now(), source.logs
+                if not follow:
+                    return
+                time.sleep(interval)
+                source.refresh()
     except BootstrapError as error:
         raise fail(str(error)) from None
     except KeyboardInterrupt:
         return
-    finally:
-        collector.close()
+
+
+def _say_what_was_heard(source: Opened, bootstrap: str, connect: list[str], wait: float) -> None:
+    """The logs' summary on stderr; exit 1 with one line when no agent answered."""
+    if source.logs is not None:
+        typer.echo(source.logs.stats().summary(), err=True)
+    if not source.heard():
+        raise fail(nobody_answered(bootstrap, connect, wait))
 
 
 @contextlib.contextmanager
@@ -104,10 +81,18 @@ def _until_ctrl_c() -> Iterator[None]:
         yield
 
 
+def dumps(data: object, indent: int | None = None) -> str:
+    """Strict JSON: a number that is not finite is a bug to name, never `NaN` in a script's input."""
+    try:
+        return json.dumps(data, indent=indent, separators=None if indent else (",", ":"), allow_nan=False)
+    except ValueError as error:
+        raise fail(f"internal error: {error} (a number that is not finite reached the JSON)") from None
+
+
 def _show(text: str, data: object, as_json: bool, follow: bool) -> None:
     """One frame of a view: text for people, JSON for scripts (JSON Lines when following)."""
     if as_json:
-        typer.echo(json.dumps(data, separators=(",", ":")) if follow else json.dumps(data, indent=2))
+        typer.echo(dumps(data) if follow else dumps(data, indent=2))
     else:
         typer.echo(f"--- {time.strftime('%H:%M:%S')}\n{text}\n" if follow else text)
 
@@ -128,7 +113,10 @@ def check(
         float, typer.Option(min=0.1, help="Seconds without progress that make a room stuck.")
     ] = 10.0,
     min_ranks: Annotated[
-        int, typer.Option(min=0, help="CRITICAL below this many live ranks (0: every listed rank).")
+        int,
+        typer.Option(
+            min=0, help="CRITICAL below this many live ranks (0: every rank listed by --connect or discovered)."
+        ),
     ] = 0,
     max_gaps: Annotated[int, typer.Option(min=0, help="WARNING above this many lost event batches.")] = 0,
     window: Annotated[float, typer.Option(min=1.0, help="Seconds of finished rooms the failure rate covers.")] = 60.0,
@@ -148,43 +136,43 @@ def check(
     """Health check for cron, Nagios/Icinga, Kubernetes exec probes and CI gates.
 
     Prints `KVTOP <STATUS> - <text> | <perfdata>` (or JSON) and exits 0 OK, 1 WARNING, 2 CRITICAL
-    (including: cluster unreachable, a rank gone, failure rate, abort rate or stuck rooms over the limit),
-    3 UNKNOWN (bad arguments, internal error). With --sglang-log, ranks from logs have no liveness
-    and the window ends at the last time the logs mention.
+    (including: cluster unreachable, no agent answering, a rank gone, failure rate, abort rate or stuck
+    rooms over the limit), 3 UNKNOWN (bad arguments, internal error). A rank listed (--connect, or by the
+    bootstrap service) that does not answer within --wait is gone; one that answered is stale after 3 s
+    of silence and gone after 10 s. With --sglang-log, ranks from logs have no liveness and the window
+    ends at the last time the logs mention.
     """
+    from kvtop.views.check import Thresholds
+
     require_source(bootstrap, connect, sglang_log)
-    check_ran.set()
-    from kvtop.sources.live import Collector
-    from kvtop.views.check import Thresholds, Verdict, evaluate, unreachable
+    limits = Thresholds(max_failure_rate, max_stuck, stuck_after, min_ranks, max_gaps, window, max_abort_rate)
+    raise typer.Exit(run_check(bootstrap, connect, limits, wait, as_json, sglang_log))
+
+
+def run_check(
+    bootstrap: str, connect: list[str], limits: Thresholds, wait: float, as_json: bool, sglang_log: list[str]
+) -> int:
+    """Judge the source against `limits`, print the verdict; returns its Nagios exit code."""
+    from kvtop.views.check import Verdict, evaluate, unreachable
     from transport.errors import BootstrapError
 
-    limits = Thresholds(max_failure_rate, max_stuck, stuck_after, min_ranks, max_gaps, window, max_abort_rate)
-    if sglang_log:
-        try:
-            for model, now, _ in _log_models(sglang_log, False, 0.0):
-                result = evaluate(model, limits, now)
-        except typer.Exit:  # a log that cannot be read (said on stderr)
-            raise typer.Exit(int(Verdict.UNKNOWN)) from None
-        except Exception as error:  # a check must answer UNKNOWN, never a traceback
-            typer.echo(f"KVTOP UNKNOWN - internal error: {error!r}")
-            raise typer.Exit(int(Verdict.UNKNOWN)) from None
-        typer.echo(json.dumps(result.as_dict(), indent=2) if as_json else result.nagios(limits))
-        raise typer.Exit(int(result.verdict))
-    collector = Collector(bootstrap, connect)
     try:
-        collector.start(discover_timeout_s=wait)
-        collector.wait_synced(wait)
-        with collector.lock:
-            result = evaluate(collector.model, limits)
+        with opened(bootstrap, connect, wait, sglang_log) as source, source.lock:
+            result = evaluate(source.model, limits, source.now(), waited_s=wait)
     except BootstrapError as error:
         result = unreachable(bootstrap, str(error))
+    except typer.Exit:  # a log that cannot be read (said on stderr)
+        return int(Verdict.UNKNOWN)
     except Exception as error:  # a check must answer UNKNOWN, never a traceback
         typer.echo(f"KVTOP UNKNOWN - internal error: {error!r}")
-        raise typer.Exit(int(Verdict.UNKNOWN)) from None
-    finally:
-        collector.close()
-    typer.echo(json.dumps(result.as_dict(), indent=2) if as_json else result.nagios(limits))
-    raise typer.Exit(int(result.verdict))
+        return int(Verdict.UNKNOWN)
+    try:
+        text = json.dumps(result.as_dict(), indent=2, allow_nan=False) if as_json else result.nagios(limits)
+    except ValueError as error:
+        typer.echo(f"KVTOP UNKNOWN - internal error: {error}")
+        return int(Verdict.UNKNOWN)
+    typer.echo(text)
+    return int(result.verdict)
 
 
 def status(
@@ -209,12 +197,13 @@ def status(
     A window the data does not fully cover is named by the span it does (`finished in the last 26s
     (snapshot history)`; JSON `span_s`, `span_limit`). From --sglang-log the window ends at the latest
     time the logs mention, and the logs' failed rooms stand in for a failure rate (logs name no room that
-    succeeded; JSON `failure_rate` is null, `rooms_failed` counts them).
+    succeeded; JSON `failure_rate` is null, `rooms_failed` counts them). Also counts what was rejected
+    (events, frames) and the rooms retired as lost. Exit 1 when nobody answers.
     """
     from kvtop.views.tables import status_json, status_text
 
     with _until_ctrl_c():
-        for model, now, logs in _models(bootstrap, connect, wait, follow, interval, sglang_log):
+        for model, now, logs in _frames(bootstrap, connect, wait, follow, interval, sglang_log):
             text, data = status_text(model, now, window), status_json(model, now, window)
             if logs is not None:
                 stats = logs.stats()
@@ -232,11 +221,15 @@ def ranks(
     interval: Interval = 1.0,
     sglang_log: SGLangLog = [],  # noqa: B006
 ) -> None:
-    """Every rank: role, instance, liveness (alive/stale/gone; log), host, pid, rooms in flight, origins, echoes."""
+    """Every rank: role, instance, liveness (alive/stale/gone; log), host, pid, rooms in flight, origins, echoes.
+
+    An endpoint given by --connect that never answered is listed as a gone rank under its endpoint.
+    Exit 1 when nobody answers.
+    """
     from kvtop.views.tables import ranks_json, ranks_text
 
     with _until_ctrl_c():
-        for model, now, _ in _models(bootstrap, connect, wait, follow, interval, sglang_log):
+        for model, now, _ in _frames(bootstrap, connect, wait, follow, interval, sglang_log):
             _show(ranks_text(model, now), ranks_json(model, now), as_json, follow)
 
 
@@ -251,13 +244,14 @@ def rooms(
 ) -> None:
     """Rooms still open on some rank: state per rank, bytes, age, idle time, link; STUCK after 10 s idle.
 
-    From --sglang-log: every room the logs name (a log names a room only where it failed), Failed on
-    each rank that logged its failure; ages as of the latest time the logs mention.
+    A room nobody said anything of for 5 minutes is retired as lost. From --sglang-log: every room the
+    logs name (a log names a room only where it failed), Failed on each rank that logged its failure;
+    ages as of the latest time the logs mention. Exit 1 when nobody answers.
     """
     from kvtop.views.tables import rooms_json, rooms_text
 
     with _until_ctrl_c():
-        for model, now, logs in _models(bootstrap, connect, wait, follow, interval, sglang_log):
+        for model, now, logs in _frames(bootstrap, connect, wait, follow, interval, sglang_log):
             ended = logs is not None
             _show(rooms_text(model, now, ended), rooms_json(model, now, ended), as_json, follow)
 
@@ -265,7 +259,9 @@ def rooms(
 def events(
     bootstrap: Bootstrap = "",
     connect: Connect = [],  # noqa: B006
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new events until Ctrl-C.")] = False,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new events (and lost batches) until Ctrl-C.")
+    ] = False,
     level: Annotated[
         str,
         typer.Option(help="Lowest level shown: debug, info, warning, error (all but one line per failure are debug)."),
@@ -280,84 +276,81 @@ def events(
     Levels follow the fold: each failure group shows one line, its origin (else its earliest echo), at
     its level; every other member (the same failure seen by other ranks, propagated and cross-instance
     echoes) is debug. JSON Lines carry `level` (as shown) and `raw_level` (as the rank logged it).
-    From --sglang-log: the failures and batch lines' queue depths (as heartbeats, debug) of the files,
-    merged by time, then, with --follow, what they gain.
+    Live, agents the bootstrap address lists later are picked up; event batches that never arrived are
+    a `gap` line (warning) each; events whose values make no sense are skipped and counted on stderr.
+    Exit 1 when nobody answers. From --sglang-log: the failures and batch lines' queue depths (as
+    heartbeats, debug) of the files, merged by time, then, with --follow, what they gain.
     """
-    from kvtop.model.cluster import ClusterModel
     from kvtop.model.live_fold import LiveFold
-    from kvtop.views.event_lines import LEVELS, level_of, shown, snapshot_events, to_json, to_line
-    from transport.bootstrap import BootstrapClient
-    from transport.errors import BootstrapError
-    from transport.events import Snapshot
-    from transport.subscriber import EventSubscriber
+    from kvtop.views.event_lines import LEVELS, gap_json, gap_line, level_of, shown, snapshot_events, to_json, to_line
 
     level = "debug" if debug else level
     if level not in LEVELS:
         raise typer.BadParameter(f"{level!r} is not one of {', '.join(LEVELS)}", param_hint="--level")
     require_source(bootstrap, connect, sglang_log)
     render = to_json if jsonl else to_line
-    model, fold = ClusterModel(), LiveFold()
+    fold = LiveFold()
 
-    def emit(items: list[tuple[str, Event]]) -> None:
-        """Print what is shown of `items`, their failures' levels as the fold of everything so far says."""
+    def emit(model: ClusterModel, items: list[tuple[str, Event]]) -> None:
+        """Print what is shown of `items`, their failures' levels as the fold of the model's failures says."""
         fold.sync(model.failures, model.failures_total)
         for label, event in items:
             if shown(event, level, fold.leads):
                 typer.echo(render(label, event, level_of(event, fold.leads)))
 
     if sglang_log:
-        _log_events(sglang_log, follow, model, emit)
+        _log_events(sglang_log, follow, emit)
         return
-    agents = []
-    if bootstrap:
-        try:
-            with BootstrapClient(bootstrap, timeout_s=wait) as client:
-                agents = client.list_agents()
-        except BootstrapError as error:
-            raise fail(str(error)) from None
-    subscriber = EventSubscriber()
-    for agent in agents:
-        subscriber.connect(agent)
-    for endpoint in connect:
-        subscriber.connect_endpoint(endpoint)
-    deadline = time.monotonic() + wait
+    from kvtop.sources.live import Heard, News
+    from transport.errors import BootstrapError
+
+    news: queue.SimpleQueue[News] = queue.SimpleQueue()
     held: list[tuple[str, Event]] = []
     """One-shot: everything until every snapshot is in, so each failure's level is the whole fold's."""
     try:
-        while follow or (time.monotonic() < deadline and not subscriber.synced()):
-            for delivered in subscriber.poll(0.1):
-                item = delivered.item
-                model.apply(delivered.label, item, time.time())
-                batch = snapshot_events(item) if isinstance(item, Snapshot) else item.events
-                held.extend((delivered.label, event) for event in batch)
-            if follow:
-                emit(held)
-                held = []
+        with opened(bootstrap, connect, wait, news=news) as source:
+            _say_what_was_heard(source, bootstrap, connect, wait)
+            while True:
+                with contextlib.suppress(queue.Empty):
+                    while True:
+                        item = news.get(block=follow, timeout=0.1)
+                        if isinstance(item, Heard):
+                            events = snapshot_events(item.events) if item.snapshot else item.events
+                            held.extend((item.label, event) for event in events)
+                            if follow:
+                                with source.lock:
+                                    emit(source.model, held)
+                                held = []
+                        elif level != "error":
+                            typer.echo((gap_json if jsonl else gap_line)(item.label, item.batches, item.ts))
+                if not follow:
+                    break
+            with source.lock:
+                emit(source.model, held)
+                rejected = source.model.rejected + source.model.rejected_frames
+    except BootstrapError as error:
+        raise fail(str(error)) from None
     except KeyboardInterrupt:
-        pass
-    finally:
-        subscriber.close()
-    emit(held)
+        return
+    if rejected:
+        typer.echo(f"kvtop: {rejected} events or batches rejected (values out of range or malformed)", err=True)
 
 
 def _log_events(
-    sglang_log: list[str], follow: bool, model: ClusterModel, emit: Callable[[list[tuple[str, Event]]], None]
+    sglang_log: list[str], follow: bool, emit: Callable[[ClusterModel, list[tuple[str, Event]]], None]
 ) -> None:
     """`kvtop events --sglang-log`: the logs' events in time order, then what they gain."""
-    logs = open_sglang_logs(sglang_log)
-    try:
-        applied = logs.load(model)
-        while True:
-            emit(applied)
-            if not follow:
-                break
-            time.sleep(_LOG_POLL_S)
-            applied = logs.poll(model)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        logs.close()
-    typer.echo(logs.stats().summary(), err=True)
+    with opened("", [], 0.0, sglang_log) as source:
+        applied = source.loaded
+        with contextlib.suppress(KeyboardInterrupt):
+            while True:
+                emit(source.model, applied)
+                if not follow:
+                    break
+                time.sleep(_LOG_POLL_S)
+                applied = source.refresh()
+        assert source.logs is not None
+        typer.echo(source.logs.stats().summary(), err=True)
 
 
 def failures(
@@ -384,7 +377,7 @@ def failures(
     from kvtop.views.failures import render_groups, to_json
 
     with _until_ctrl_c():
-        for model, _, logs in _models(bootstrap, connect, wait, follow, interval, sglang_log):
+        for model, _, logs in _frames(bootstrap, connect, wait, follow, interval, sglang_log):
             groups = model.groups()
             context = logs.context_for(groups) if logs is not None else None
             _show(render_groups(groups, debug, context), to_json(groups, context), as_json, follow)

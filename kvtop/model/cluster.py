@@ -51,6 +51,14 @@ RANK_TRANSFERS_KEPT = 4096
 LINK_TRANSFERS_KEPT = 4096
 JOURNAL_EVENTS_KEPT = 200_000
 """Recent events the dashboard keeps (whole deliveries) for its event tail and room timelines."""
+LOST_AFTER_S = 300.0
+"""An open room no rank has said anything of for this long is retired as lost (its terminal news never came):
+a few minutes past the agents' default transfer timeout (60 s), after which every live room has ended."""
+LOST_SWEEP_EVERY_S = 5.0
+"""Finding lost rooms walks every open room: every few seconds, not on every sweep."""
+MAX_TS = 1e10
+"""The latest timestamp an event may carry (year 2286): NaN and infinity fail every bound."""
+MAX_SECONDS = 1e9
 
 
 _FAILED, _SUCCEEDED = int(KVPoll.Failed), int(KVPoll.Success)
@@ -125,7 +133,8 @@ class RoomView(msgspec.Struct, gc=False):
     last_progress: float
     codes: dict[str, int] = {}
     """KVPoll value per rank label. Plain ints, so CPython stops tracking the dict: enum members would
-    make the garbage collector walk 100k of these dicts (100+ ms pauses in the dashboard)."""
+    make the garbage collector walk 100k of these dicts (100+ ms pauses in the dashboard). Replaced on
+    every change, never changed in place: the dashboard draws rooms outside the model's lock."""
     bytes_total: int = 0
     bytes_done: int = 0
     touched_at: float = 0.0
@@ -241,9 +250,10 @@ _NO_RUN = RoomView(-1, 0.0, 0.0)
 class ClusterModel:
     """Apply snapshots and batches with `apply()`; read ranks, rooms, failures and rates."""
 
-    def __init__(self, journal_events: int = 0) -> None:
+    def __init__(self, journal_events: int = 0, lost_after_s: float = LOST_AFTER_S) -> None:
         """`journal_events`: how many recent events to keep for an event tail (the dashboard); 0 keeps none.
-        Keeping them costs ingest about 15 % (they stay allocated), so headless views do not."""
+        Keeping them costs ingest about 15 % (they stay allocated), so headless views do not.
+        `lost_after_s`: seconds without news after which an open room is retired as lost."""
         self.ranks: dict[str, RankView] = {}
         self.rooms: dict[int, RoomView] = {}
         self.finished: dict[int, Finished] = {}
@@ -254,7 +264,13 @@ class ClusterModel:
         self.links: dict[tuple[str, str], LinkView] = {}
         self.gaps = 0
         self.rejected = 0
-        """Events whose content made no sense (a state that is not a KVPoll value), skipped."""
+        """Events whose content made no sense (a state that is no KVPoll value, a time that is no time), skipped."""
+        self.rejected_frames = 0
+        """Frames the collector's decoder refused (malformed, or a field out of its range), set by the collector."""
+        self.lost = 0
+        """Open rooms retired as lost: no rank said anything of them for `lost_after_s`."""
+        self.lost_after_s = lost_after_s
+        self._lost_check_at = 0.0
         self.journal: deque[tuple[str, Sequence[Event]]] = deque()
         """Recent deliveries as (agent label, events), oldest first: the event tail reads it."""
         self.journal_total = 0
@@ -273,8 +289,11 @@ class ClusterModel:
         """Per room with failures (the newest `FAILURES_KEPT`): whether a client's abort, a cluster fault or
         both started them (bits of `_ABORT_CAUSE`, `_FAULT_CAUSE`), so aborted rooms stay out of the failure rate."""
 
-    def apply(self, label: str, item: Snapshot | EventBatch, now: float) -> None:
-        """One delivery from the subscriber, for the agent `label`."""
+    def apply(self, label: str, item: Snapshot | EventBatch, now: float) -> list[Event]:
+        """One delivery from the subscriber, for the agent `label`; returns the events it accepted.
+
+        An event whose values make no sense (a state that is no KVPoll value, a time or a duration that is
+        not a finite number in range) is skipped and counted in `rejected`: it never reaches a view."""
         self._now = now
         view = self._rank(label, item)
         view.last_seen = now
@@ -284,9 +303,13 @@ class ClusterModel:
             events += [*item.finished_rooms, *item.live_rooms, *item.progress, *item.failures, *item.transfers]
         else:
             events = item.events
+        bad = self._apply_events(view, events)
+        if bad:
+            self.rejected += len(bad)
+            events = [event for event in events if id(event) not in bad]
         if self._journal_kept:
             self._journal(label, events)
-        self._apply_events(view, events)
+        return events
 
     @property
     def journaling(self) -> bool:
@@ -306,6 +329,17 @@ class ClusterModel:
             self.ranks[agent.label] = RankView(
                 agent.label, agent.role, agent.instance, agent.rank, agent.host, agent.pid, agent.incarnation
             )
+
+    def expect(self, label: str) -> None:
+        """A rank that must answer (an endpoint given by the operator): known, and gone until heard from."""
+        if label not in self.ranks:
+            self.ranks[label] = RankView(label, "", label, 0)
+
+    def forget_expected(self, label: str) -> None:
+        """The endpoint `label` answered (as the rank it named): it is no longer a rank of its own."""
+        view = self.ranks.get(label)
+        if view is not None and not view.last_seen and not view.role:
+            del self.ranks[label]
 
     def log_rank(self, label: str, role: str, instance: str, rank: int) -> RankView:
         """A rank known from its server log (incarnation 0: feed it `EventBatch`es of incarnation 0)."""
@@ -403,8 +437,9 @@ class ClusterModel:
             view = self.ranks[label] = RankView(label, "", instance, int(rank or 0))
         return view
 
-    def _apply_events(self, view: RankView, events: list[Event]) -> None:
+    def _apply_events(self, view: RankView, events: list[Event]) -> set[int]:
         """Apply events in order; the high-volume kinds inline on locals (this loop sets the ingest rate).
+        Returns the ids of the events rejected as nonsense (skipped).
 
         Consecutive states of one room (a run) look the room up once; its state for this rank and whether
         it is open are settled when the run ends, from the run's last valid state (what one event at a
@@ -416,11 +451,12 @@ class ClusterModel:
         done: list[TransferDone] = []
         run, run_id, run_state = _NO_RUN, None, 0  # the room of the current run, its id (None: no run)
         touched: list[int] = []
+        bad: set[int] = set()
         for event in events:
             if type(event) is RoomState:
                 state = codes.get(event.state)
-                if state is None:  # not a KVPoll value: counted, never fatal to the collector
-                    self.rejected += 1
+                if state is None or event.previous not in codes or not 0.0 <= event.ts <= MAX_TS:
+                    bad.add(id(event))  # not a KVPoll value, or no time: counted, never fatal to the collector
                     continue
                 if event.room != run_id:
                     if run_id is not None:  # the previous run ends: settle it
@@ -445,6 +481,9 @@ class ClusterModel:
                 if event.ts > run.last_progress:
                     run.last_progress = event.ts
             elif type(event) is Progress:
+                if not 0.0 <= event.ts <= MAX_TS:
+                    bad.add(id(event))
+                    continue
                 room = run if event.room == run_id else rooms.get(event.room)
                 if room is not None:
                     if event.bytes_done > room.bytes_done:
@@ -452,7 +491,12 @@ class ClusterModel:
                     if event.ts > room.last_progress:
                         room.last_progress = event.ts
             elif type(event) is TransferDone:
-                done.append(event)
+                if 0.0 <= event.ts <= MAX_TS and 0.0 <= event.seconds <= MAX_SECONDS:
+                    done.append(event)
+                else:
+                    bad.add(id(event))
+            elif not _sensible(event):
+                bad.add(id(event))
             elif type(event) is AgentHello:  # may change the role: apply what came before under the old one
                 self._transfers_done(view, done)
                 done = []
@@ -465,14 +509,20 @@ class ClusterModel:
         if touched:
             self._touched.append((now, touched))
         self._transfers_done(view, done)
+        return bad
 
     def _settle_run(self, room: RoomView, room_id: int, label: str, state: int) -> None:
         """A run of one room's states ended: its last state is this rank's, and the room is open unless
-        every rank it has heard from is terminal."""
-        room.codes[label] = state
+        every rank it has heard from is terminal.
+
+        The codes dict is replaced, never changed in place: a view that holds the old one (the dashboard
+        draws rooms outside the model's lock) reads a dict no other thread changes."""
+        codes = room.codes
+        if codes.get(label) != state:
+            room.codes = codes = {**codes, label: state}
         if state not in _TERMINAL:
             self._open.add(room_id)
-        elif _TERMINAL.issuperset(room.codes.values()):
+        elif _TERMINAL.issuperset(codes.values()):
             self._open.discard(room_id)
 
     def _late_news(self, event: RoomState) -> bool:
@@ -569,7 +619,11 @@ class ClusterModel:
             self._link(room.link).failed_rooms += 1
 
     def sweep(self, now: float) -> None:
-        """Retire rooms that every reporting rank finished, once no rank has said more for `SETTLE_S`."""
+        """Retire rooms that every reporting rank finished, once no rank has said more for `SETTLE_S`;
+        every `LOST_SWEEP_EVERY_S`, retire as lost the open rooms nobody said anything of for `lost_after_s`."""
+        if now - self._lost_check_at >= LOST_SWEEP_EVERY_S or now < self._lost_check_at:
+            self._lost_check_at = now
+            self._retire_lost(now)
         gone = self._gone(now)
         settled = self._settled(now, gone)
         for room in settled:
@@ -583,6 +637,17 @@ class ClusterModel:
                 del self.finished[next(iter(self.finished))]
             del self.rooms[room.room]
             self._open.discard(room.room)
+
+    def _retire_lost(self, now: float) -> None:
+        """Open rooms with no news for `lost_after_s` (no state arrived, no progress made): their terminal news
+        was lost (a gap, an event the agent dropped)."""
+        cutoff = now - self.lost_after_s
+        rooms = self.rooms
+        lost = [i for i in self._open if rooms[i].touched_at < cutoff and rooms[i].last_progress < cutoff]
+        for room_id in lost:
+            del self.rooms[room_id]
+            self._open.discard(room_id)
+        self.lost += len(lost)
 
     def _settled(self, now: float, gone: set[str]) -> list[RoomView]:
         """Rooms to retire: every live rank ended them and they were last touched over `SETTLE_S` ago.
@@ -614,3 +679,12 @@ class ClusterModel:
 
     def _gone(self, now: float) -> set[str]:
         return {label for label, view in self.ranks.items() if view.liveness(now) is Liveness.GONE}
+
+
+def _sensible(event: Event) -> bool:
+    """The low-volume kinds' numbers are numbers in range (NaN fails every bound)."""
+    if not 0.0 <= event.ts <= MAX_TS:
+        return False
+    if isinstance(event, Heartbeat):
+        return 0.0 <= event.cpu_percent <= 1e6 and 0.0 <= event.host_memory_percent <= 1e6
+    return True

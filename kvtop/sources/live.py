@@ -2,24 +2,58 @@
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from kvtop.model.cluster import ClusterModel
 from transport.bootstrap import BootstrapClient
+from transport.counters import rejection_names
 from transport.errors import BootstrapError
-from transport.subscriber import EventSubscriber
+from transport.events import Event, Snapshot
+from transport.subscriber import Delivered, EventSubscriber
 
 DISCOVER_EVERY_S = 2.0
 SWEEP_EVERY_S = 0.5
 """Retiring finished rooms walks every open room: not on every poll."""
 
 
+@dataclass(frozen=True, slots=True)
+class Heard:
+    """News for an event tail: what the model accepted of one delivery (`snapshot`: an agent's memory)."""
+
+    label: str
+    events: Sequence[Event]
+    snapshot: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """News for an event tail: `batches` event batches of one agent incarnation never arrived."""
+
+    label: str
+    incarnation: int
+    batches: int
+    ts: float
+
+
+News = Heard | Lost
+
+
 class Collector:
     """Keeps `model` current from every agent the bootstrap address lists (new agents are picked up)
     and from agents given by their event endpoints."""
 
-    def __init__(self, bootstrap: str, endpoints: list[str] | None = None, model: ClusterModel | None = None) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        endpoints: list[str] | None = None,
+        model: ClusterModel | None = None,
+        news: queue.SimpleQueue[News] | None = None,
+    ) -> None:
+        """`news`: where to put each delivery's accepted events and each gap as they happen (an event tail)."""
         self.bootstrap = bootstrap
         self.endpoints = endpoints or []
         self.model = model or ClusterModel()
@@ -28,6 +62,7 @@ class Collector:
         self.error = ""
         """The last discovery error ("" while the bootstrap address answers)."""
         self._subscriber = EventSubscriber()
+        self._news = news
         self._synced = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kvtop-collector", daemon=True)
@@ -55,9 +90,20 @@ class Collector:
             self._thread.join()
         self._subscriber.close()
 
+    def heard(self) -> bool:
+        """True once some agent answered (a snapshot or a batch arrived, even one held for its snapshot)."""
+        if self._subscriber.counters["batches"] or self._subscriber.counters["snapshots"]:
+            return True
+        with self.lock:
+            return any(view.last_seen for view in self.model.ranks.values())
+
     def _discover(self, timeout_s: float) -> None:
         for endpoint in self.endpoints:
             self._subscriber.connect_endpoint(endpoint)
+        with self.lock:  # an endpoint is a rank (gone) until an agent answers there
+            for endpoint in self.endpoints:
+                if endpoint not in self._subscriber.answered:
+                    self.model.expect(endpoint)
         if not self.bootstrap:
             self._synced = self._subscriber.synced()
             return
@@ -78,8 +124,8 @@ class Collector:
             now = time.time()
             with self.lock:
                 for delivered in deliveries:
-                    self.model.apply(delivered.label, delivered.item, now)
-                self.model.gaps = sum(self._subscriber.gaps.values())
+                    self._apply(delivered, now)
+                self._account(now)
                 if now >= next_sweep:
                     self.model.sweep(now)
                     next_sweep = now + SWEEP_EVERY_S
@@ -91,3 +137,22 @@ class Collector:
                     self.error = ""
                 except BootstrapError as error:
                     self.error = str(error)
+
+    def _apply(self, delivered: Delivered, now: float) -> None:
+        accepted = self.model.apply(delivered.label, delivered.item, now)
+        if self._news is not None:
+            self._news.put(Heard(delivered.label, accepted, isinstance(delivered.item, Snapshot)))
+
+    def _account(self, now: float) -> None:
+        """What the subscriber counted, into the model: gaps (news of each), rejected frames, answered endpoints."""
+        subscriber, model = self._subscriber, self.model
+        for endpoint in subscriber.answered:
+            model.forget_expected(endpoint)
+        counters = subscriber.counters.snapshot()
+        model.rejected_frames = sum(counters[name] for name in rejection_names())
+        model.gaps = sum(subscriber.gaps.values())
+        runs = subscriber.gap_runs
+        while runs:
+            label, incarnation, missing = runs.popleft()
+            if self._news is not None:
+                self._news.put(Lost(label, incarnation, missing, now))

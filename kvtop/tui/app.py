@@ -21,6 +21,7 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Footer, Input, Tab, Tabs
+from textual.worker import Worker, WorkerState
 
 from kvtop.model.cluster import ClusterModel
 from kvtop.tui.details import rank_history, room_timeline
@@ -134,6 +135,8 @@ class KvtopApp(App[None]):
         its arrival until then, and the view shown."""
         self.build_seconds: deque[float] = deque(maxlen=10_000)
         """Per frame: worker time to build it from the model, waiting for the lock included."""
+        self.failure: BaseException | None = None
+        """What ended the dashboard, if something failed (the app then exits with return code 1)."""
         self._builder = FrameBuilder(source.model, clock)
         self._clock = clock
         self._refresh_s = refresh_s
@@ -198,6 +201,12 @@ class KvtopApp(App[None]):
         self._building, self._stale = True, False
         self.run_worker(self._build_frame, thread=True, group="frame", exit_on_error=False)
 
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """A frame that failed to build ends the dashboard loudly: a frozen screen would look like health."""
+        if event.worker.group == "frame" and event.state is WorkerState.ERROR:
+            self.failure = event.worker.error
+            self.exit(return_code=1)
+
     def _build_frame(self) -> None:
         started = time.perf_counter()
         with self.source.lock:
@@ -261,7 +270,9 @@ class KvtopApp(App[None]):
         text.append(f"{h.stuck} stuck", style=p.warning if h.stuck else "")
         text.append(f"   {h.gaps} gaps", style=p.warning if h.gaps else "")
         if h.rejected:
-            text.append(f"   {h.rejected} events rejected", style=p.warning)
+            text.append(f"   {h.rejected} rejected", style=p.warning)
+        if h.lost:
+            text.append(f"   {h.lost} rooms lost", style=p.warning)
         if frame.error:
             text.append(f"   source: {frame.error}", style=p.error)
         self.query_one("#health", Line).show(text)

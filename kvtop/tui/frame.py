@@ -61,7 +61,9 @@ class Health:
     stuck: int
     gaps: int
     rejected: int = 0
-    """Events the model skipped as nonsense (a state that is no KVPoll value)."""
+    """Events the model skipped as nonsense (a state that is no KVPoll value) and frames the decoder refused."""
+    lost: int = 0
+    """Open rooms retired as lost (no news for the model's bound)."""
     rooms_failed: int = 0
     """Rooms that failed in the window, those known from logs included (logs give no failure rate)."""
     span_s: float = WINDOW_S
@@ -174,7 +176,8 @@ class FrameBuilder:
             failures=len(recent_groups) - aborted,
             stuck=stuck,
             gaps=model.gaps,
-            rejected=model.rejected,
+            rejected=model.rejected + model.rejected_frames,
+            lost=model.lost,
             rooms_failed=model.rooms_failed(now, WINDOW_S) if liveness.count(Liveness.LOG) else 0,
             span_s=rates.span_s,
             aborted=aborted,

@@ -25,7 +25,8 @@ class Thresholds:
     max_stuck: int = 0
     stuck_after_s: float = 10.0
     min_ranks: int = 0
-    """CRITICAL when fewer ranks are alive (0: every discovered live rank must be alive; log ranks never count)."""
+    """CRITICAL when fewer ranks are alive (0: every rank listed or discovered must be alive; log ranks never
+    count). A rank is listed by `--connect` (until it answers, by its endpoint) or by the bootstrap service."""
     max_gaps: int = 0
     """WARNING when more event batches than this were lost."""
     window_s: float = 60.0
@@ -54,6 +55,12 @@ class CheckResult:
     """Client aborts (failure groups of class `aborted`) in the window: counted apart, never failures."""
     abort_rate: float = 0.0
     """Fraction of the rooms that finished in the window that a client aborted."""
+    ranks_unanswered: list[str] = field(default_factory=list)
+    """The gone ranks that never answered within the wait (the others were heard, then went silent)."""
+    lost: int = 0
+    """Open rooms retired as lost (no news for the model's bound)."""
+    rejected_events: int = 0
+    rejected_frames: int = 0
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -76,14 +83,18 @@ class CheckResult:
         return f"KVTOP {self.verdict.name} - {self.summary} | {perf}"
 
 
-def evaluate(model: ClusterModel, limits: Thresholds, now: float | None = None) -> CheckResult:
-    """Judge the model against the thresholds; the worst problem sets the verdict."""
+def evaluate(model: ClusterModel, limits: Thresholds, now: float | None = None, waited_s: float = 0.0) -> CheckResult:
+    """Judge the model against the thresholds; the worst problem sets the verdict.
+
+    A rank that never answered in the `waited_s` the check listened is gone; one that answered is judged by
+    the model's own bounds (stale after `STALE_S` of silence, gone after `GONE_S`)."""
     now = time.time() if now is None else now
     everyone = model.liveness(now)
     liveness = {label: state for label, state in everyone.items() if state is not Liveness.LOG}
     alive = sorted(label for label, state in liveness.items() if state is Liveness.ALIVE)
     stale = sorted(label for label, state in liveness.items() if state is Liveness.STALE)
     gone = sorted(label for label, state in liveness.items() if state is Liveness.GONE)
+    unanswered = [label for label in gone if not model.ranks[label].last_seen]
     outcomes = model.outcomes(now, limits.window_s)
     rate, rooms, abort_rate = outcomes.failure_rate, outcomes.finished, outcomes.abort_rate
     stuck = len(model.stuck(now, limits.stuck_after_s))
@@ -93,8 +104,11 @@ def evaluate(model: ClusterModel, limits: Thresholds, now: float | None = None) 
     critical: list[str] = []
     warning: list[str] = []
     need = limits.min_ranks or len(liveness)
+    if not everyone:
+        critical.append("no ranks listed or discovered")
     if gone:
-        critical.append(f"ranks gone: {', '.join(gone)}")
+        named = [f"{label} (no answer in {waited_s:g}s)" if label in unanswered else label for label in gone]
+        critical.append(f"ranks gone: {', '.join(named)}")
     if len(alive) < need:
         critical.append(f"{len(alive)} ranks alive, need {need}")
     if rate > limits.max_failure_rate:
@@ -113,18 +127,26 @@ def evaluate(model: ClusterModel, limits: Thresholds, now: float | None = None) 
     if model.gaps > limits.max_gaps:
         warning.append(f"{model.gaps} event batches lost")
     verdict = Verdict.CRITICAL if critical else Verdict.WARNING if warning else Verdict.OK
+    coverage = model.coverage(now, limits.window_s)
+    span = (
+        f"in {limits.window_s:g}s" if not coverage.limit else f"in the last {coverage.span_s:.0f}s ({coverage.limit})"
+    )
     facts = (
-        f"{len(alive)}/{len(liveness)} ranks alive, {rooms} rooms in {limits.window_s:g}s, "
+        f"{len(alive)}/{len(liveness)} ranks alive, {rooms} rooms {span}, "
         f"failure rate {rate:.1%}, {stuck} stuck, {model.gaps} gaps"
     )
     if aborted:
         facts += f", {aborted} client aborts" + (f" ({abort_rate:.1%} of rooms)" if rooms else "")
+    rejected = model.rejected + model.rejected_frames
+    facts += f", {model.lost} rooms lost" if model.lost else ""
+    facts += f", {rejected} rejected" if rejected else ""
     if recent:
         facts += f"; origins: {', '.join(sorted(set(origins))[:3])}"
     summary = "; ".join([*critical, *warning, facts])
     return CheckResult(
         verdict, summary, len(alive), len(liveness), stale, gone, rooms, rate, stuck, model.gaps,
-        sorted(set(origins)), critical + warning, len(everyone) - len(liveness), aborted, abort_rate,
+        sorted(set(origins)), critical + warning, len(everyone) - len(liveness), aborted, abort_rate, unanswered,
+        model.lost, model.rejected, model.rejected_frames,
     )  # fmt: skip
 
 

@@ -24,7 +24,6 @@ from transport.events import (
     Heartbeat,
     Progress,
     RoomState,
-    Snapshot,
     TransferDone,
 )
 from transport.kvpoll import KVPoll
@@ -88,28 +87,41 @@ def at_or_above(events: Sequence[Event], min_level: str, leads: Leads) -> list[t
     return found
 
 
-def snapshot_events(snapshot: Snapshot) -> list[Event]:
-    """A snapshot's contents as the events they stand for, oldest first."""
-    events: list[Event] = [*snapshot.finished_rooms, *snapshot.live_rooms, *snapshot.failures]
-    return sorted(events, key=lambda e: e.ts)
+def snapshot_events(events: Sequence[Event]) -> list[Event]:
+    """What an event tail shows of a snapshot's contents: its rooms' states and its failures, oldest first."""
+    return sorted((e for e in events if type(e) is RoomState or type(e) is Failure), key=lambda e: e.ts)
 
 
 def to_line(agent: str, event: Event, level: str = "") -> str:
     """`2026-11-30 12:01:22.123 decode-0/TP1 ERROR   failure room=... text` (`level`: the shown one, default
     the raw one)."""
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(event.ts)) + f".{int(event.ts * 1000) % 1000:03d}"
     level = level or raw_level(event)
-    return f"{stamp} {agent:<16} {level.upper():<7} {_KIND[type(event)]:<9} {_describe(event)}"
+    return f"{_stamp(event.ts)} {agent:<16} {level.upper():<7} {_KIND[type(event)]:<9} {_describe(event)}"
 
 
 def to_json(agent: str, event: Event, level: str = "") -> str:
-    """One JSON object: agent, level (shown), raw_level (as logged), kind and the event's own fields."""
+    """One JSON object: agent (the label), level (shown), raw_level (as logged), kind and the event's own fields
+    (a hello's AgentInfo as `info`)."""
     fields: dict[str, Any] = msgspec.structs.asdict(event)
     if isinstance(event, AgentHello):
-        fields["agent"] = msgspec.structs.asdict(event.agent)
+        fields["info"] = msgspec.structs.asdict(fields.pop("agent"))
     fields.pop("level", None)
     raw = raw_level(event)
-    return json.dumps({"agent": agent, "level": level or raw, "raw_level": raw, "kind": _KIND[type(event)], **fields})
+    line = {"agent": agent, "level": level or raw, "raw_level": raw, "kind": _KIND[type(event)], **fields}
+    return json.dumps(line, allow_nan=False)
+
+
+def gap_line(agent: str, batches: int, ts: float) -> str:
+    """The line of event batches that never arrived: `... decode-0/TP1 WARNING gap 3 event batches lost`."""
+    return f"{_stamp(ts)} {agent:<16} {'WARNING':<7} {'gap':<9} {batches} event batches lost"
+
+
+def gap_json(agent: str, batches: int, ts: float) -> str:
+    return json.dumps({"agent": agent, "level": "warning", "kind": "gap", "ts": ts, "batches": batches})
+
+
+def _stamp(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) + f".{int(ts * 1000) % 1000:03d}"
 
 
 def _describe(event: Event) -> str:

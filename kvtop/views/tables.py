@@ -111,6 +111,8 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
         "stuck": len(model.stuck(now, STUCK_AFTER_S)),
         "gaps": model.gaps,
         "rejected_events": model.rejected,
+        "rejected_frames": model.rejected_frames,
+        "rooms_lost": model.lost,
         "top_origins": [list(item) for item in origins.most_common(5)],
         "links": [
             {
@@ -144,8 +146,7 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
         f"rooms   {s['rooms_open']} open, {s['rooms_finished']} finished {span}, "
         f"{s['rooms_per_s']:.1f}/s, {s['gbps']:.3f} GB/s",
         f"latency p50 {lat['p50'] * 1000:.0f} ms, p90 {lat['p90'] * 1000:.0f} ms, p99 {lat['p99'] * 1000:.0f} ms",
-        f"health  {health}, {aborts}, {s['stuck']} stuck, {s['gaps']} gaps"
-        + (f", {s['rejected_events']} events rejected" if s["rejected_events"] else ""),
+        f"health  {health}, {aborts}, {s['stuck']} stuck, {s['gaps']} gaps" + _counted(s),
     ]
     if s["top_origins"]:
         lines.append("origins " + ", ".join(f"{name} x{count}" for name, count in s["top_origins"]))
@@ -155,3 +156,10 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
             f"{link['bytes'] / 1e6:.1f} MB, {link['failed_rooms']} failed"
         )
     return "\n".join(lines)
+
+
+def _counted(s: dict[str, Any]) -> str:
+    """What was skipped or retired unseen, named only when it happened."""
+    named = [(s["rejected_events"], "events rejected"), (s["rejected_frames"], "frames rejected"),
+             (s["rooms_lost"], "rooms lost")]  # fmt: skip
+    return "".join(f", {count} {what}" for count, what in named if count)

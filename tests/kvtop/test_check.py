@@ -102,3 +102,47 @@ def test_bad_arguments_are_unknown():
     assert kvtop("check", "--bootstrap", "tcp://127.0.0.1:9", "--max-failure-rate", "2").returncode == 3
     assert kvtop("check").returncode == 3
     assert kvtop("check", "--bootstrap", "not-an-address").returncode == 3
+
+
+DEAD = "tcp://127.0.0.1:1"
+"""An endpoint nobody listens on (port 1 is never an agent's)."""
+
+
+def test_an_endpoint_that_never_answers_is_a_gone_rank_and_critical():
+    """`--connect` to a dead endpoint: CRITICAL (2), the endpoint named as a rank that gave no answer."""
+    result = kvtop("check", "--connect", DEAD, "--wait", "0.5")
+
+    assert result.returncode == 2
+    assert result.stdout.startswith(f"KVTOP CRITICAL - ranks gone: {DEAD} (no answer in 0.5s)")
+    assert "0/1 ranks alive" in result.stdout
+
+
+def test_one_live_and_one_dead_endpoint_is_critical_naming_the_dead_one(make_cluster):
+    """A live agent beside a dead endpoint: CRITICAL, 1/2 alive, the dead endpoint named, the JSON says which."""
+    cluster = make_cluster(ClusterSpec(num_pages=16, page_bytes=4096))
+    live = next(agent for agent in cluster.agents() if agent.role == "prefill")
+
+    text = kvtop("check", "--connect", live.event_endpoint, "--connect", DEAD, "--wait", "3")
+    data = json.loads(kvtop("check", "--connect", live.event_endpoint, "--connect", DEAD, "--json").stdout)
+
+    assert text.returncode == 2, text.stdout + text.stderr
+    assert f"ranks gone: {DEAD} (no answer in 3s)" in text.stdout
+    assert "1/2 ranks alive" in text.stdout
+    assert (data["ranks_alive"], data["ranks_total"], data["ranks_gone"], data["ranks_unanswered"]) == (
+        1,
+        2,
+        [DEAD],
+        [DEAD],
+    )
+
+
+def test_min_ranks_defaults_to_every_listed_endpoint(make_cluster):
+    """With every listed endpoint answering the check is OK, and its perfdata asks for all of them."""
+    cluster = make_cluster(ClusterSpec(num_pages=16, page_bytes=4096))
+    connect = [arg for agent in cluster.agents() for arg in ("--connect", agent.event_endpoint)]
+
+    result = kvtop("check", *connect, "--wait", "5")
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("KVTOP OK - 2/2 ranks alive")
+    assert "ranks_alive=2;;2:" in result.stdout

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvtop.model.cluster import GONE_S, SETTLE_S, STALE_S, ClusterModel, Liveness
+from kvtop.model.cluster import GONE_S, LOST_AFTER_S, LOST_SWEEP_EVERY_S, SETTLE_S, STALE_S, ClusterModel, Liveness
 from kvtop.model.rolling import RingBuffer, percentiles
-from transport.events import EVENT_SCHEMA, Event, EventBatch, Failure, Progress, RoomState, TransferDone
+from transport.events import EVENT_SCHEMA, Event, EventBatch, Failure, Heartbeat, Progress, RoomState, TransferDone
 from transport.kvpoll import KVPoll
 
 T0 = 1_000_000.0
@@ -193,6 +193,58 @@ def test_a_state_that_is_no_kvpoll_value_is_counted_and_skipped_not_fatal():
     assert model.rooms[8].states == {"prefill-0/TP0": KVPoll.Success}
 
 
+def test_values_that_are_no_numbers_in_range_are_rejected_before_any_view_or_journal_sees_them():
+    """NaN and infinite times, a previous state of 7, a negative duration, a NaN CPU: each counted, none kept."""
+    model = ClusterModel(journal_events=100)
+    nan, inf = float("nan"), float("inf")
+    hostile: list[Event] = [
+        RoomState(nan, 1, int(KVPoll.Transferring), 2),
+        RoomState(T0, 2, int(KVPoll.Transferring), 7),
+        Progress(inf, 3, 10, 100),
+        TransferDone(T0, 4, 100, -1.0),
+        Failure(nan, 5, "decode-0/TP0", "boom", "other", "error", False, "decode-0/TP0"),
+        Heartbeat(T0, {}, 0, 0, nan, 0, 10.0),
+    ]
+    good = room_events(8, T0, KVPoll.Success)
+
+    accepted = model.apply("decode-0/TP0", batch("decode-0/TP0", 1, [*hostile, *good]), T0)
+
+    assert model.rejected == len(hostile)
+    assert accepted == good
+    assert [list(events) for _, events in model.journal] == [good]
+    assert (list(model.rooms), len(model.failures), len(model.transfers.window(0.0))) == ([8], 0, 0)
+
+
+def test_an_open_room_without_news_for_the_bound_is_retired_as_lost():
+    """A room whose terminal state never came is open and stuck, then retired as lost once the bound passed."""
+    model = ClusterModel(lost_after_s=LOST_AFTER_S)
+    model.apply("decode-0/TP0", batch("decode-0/TP0", 1, room_events(1, T0, KVPoll.Transferring)), T0)
+    model.apply("decode-0/TP0", batch("decode-0/TP0", 2, room_events(2, T0, KVPoll.Success)), T0)
+    model.sweep(T0 + SETTLE_S + 1)
+    early = T0 + LOST_AFTER_S - 1
+    model.apply("decode-0/TP0", batch("decode-0/TP0", 3, []), early)  # the rank is alive, silent on room 1
+    model.sweep(early)
+    before = (sorted(model.rooms), len(model.stuck(early, 10.0)), model.lost)
+    late = T0 + LOST_AFTER_S + LOST_SWEEP_EVERY_S + 1
+    model.apply("decode-0/TP0", batch("decode-0/TP0", 4, []), late)
+    model.sweep(late)
+
+    assert before == ([1], 1, 0)
+    assert (model.rooms, model.lost, model.open_rooms(late)) == ({}, 1, [])
+    assert [(room, f.ok) for room, f in model.finished.items()] == [(2, True)]
+
+
+def test_a_room_that_still_makes_progress_is_not_lost():
+    """Progress is news: a long transfer whose state has not changed for the bound stays open."""
+    model = ClusterModel(lost_after_s=60.0)
+    model.apply("decode-0/TP0", batch("decode-0/TP0", 1, room_events(1, T0, KVPoll.Transferring)), T0)
+    model.apply("decode-0/TP0", batch("decode-0/TP0", 2, [Progress(T0 + 100, 1, 10, 1000)]), T0 + 100)
+
+    model.sweep(T0 + 120)
+
+    assert (list(model.rooms), model.lost) == ([1], 0)
+
+
 def test_the_journal_keeps_recent_deliveries_only_when_asked_and_within_its_bound():
     """Headless models keep no journal; a dashboard's keeps whole deliveries up to its event bound."""
     headless, dashboard = ClusterModel(), ClusterModel(journal_events=4)
@@ -203,3 +255,16 @@ def test_the_journal_keeps_recent_deliveries_only_when_asked_and_within_its_boun
     assert (headless.journaling, list(headless.journal)) == (False, [])
     assert [len(events) for _, events in dashboard.journal] == [2, 2]
     assert dashboard.journal_total == 3
+
+
+def test_a_rooms_states_are_replaced_never_changed_in_place():
+    """The dict of states a frame holds stays as it was while the collector applies a new rank's state."""
+    model = ClusterModel()
+    model.apply("prefill-0/TP0", batch("prefill-0/TP0", 1, room_events(1, T0, KVPoll.Transferring)), T0)
+    held = model.rooms[1].codes
+
+    model.apply("decode-0/TP0", batch("decode-0/TP0", 1, room_events(1, T0, KVPoll.Success)), T0)
+    model.apply("prefill-0/TP0", batch("prefill-0/TP0", 2, room_events(1, T0 + 1, KVPoll.Success)), T0)
+
+    assert held == {"prefill-0/TP0": int(KVPoll.Transferring)}
+    assert model.rooms[1].codes == {"prefill-0/TP0": int(KVPoll.Success), "decode-0/TP0": int(KVPoll.Success)}

@@ -125,3 +125,27 @@ def test_events_of_a_live_cluster_show_one_line_per_failure_and_keep_the_raw_lev
     assert sorted(e["rank"] for e in failures) == ["prefill-0/TP0", "prefill-0/TP1"]
     assert sorted(e["level"] for e in failures) == ["debug", "warning"]
     assert [e["raw_level"] for e in failures if e["level"] == "warning"] == ["warning"]
+
+
+def test_views_exit_1_with_one_line_when_no_agent_answers():
+    """Each view given only a dead endpoint exits 1 with one stderr line that names it, and prints nothing."""
+    for view in ("status", "ranks", "rooms", "events", "failures"):
+        result = kvtop(view, "--connect", "tcp://127.0.0.1:1", "--wait", "0.3")
+
+        assert (view, result.returncode, result.stdout) == (view, 1, "")
+        assert result.stderr.splitlines() == ["kvtop: no agent answered within 0.3s (tcp://127.0.0.1:1)"]
+
+
+def test_ranks_lists_an_endpoint_that_never_answered_as_gone(make_cluster):
+    """`ranks` beside a live agent lists the dead endpoint as a gone rank, never heard from."""
+    cluster = make_cluster(ClusterSpec(num_pages=16, page_bytes=4096))
+    live = next(agent for agent in cluster.agents() if agent.role == "decode")
+
+    ranks = json.loads(
+        kvtop("ranks", "--connect", live.event_endpoint, "--connect", "tcp://127.0.0.1:1", "--json").stdout
+    )
+
+    assert [(r["label"], r["state"], r["last_seen_s"]) for r in ranks if r["state"] != "alive"] == [
+        ("tcp://127.0.0.1:1", "gone", None)
+    ]
+    assert [r["label"] for r in ranks if r["state"] == "alive"] == [live.label]

@@ -180,3 +180,19 @@ def test_the_heartbeat_reports_how_many_events_the_agent_dropped(make_manager, s
 
     events.wait(lambda: reported(events.heartbeat(manager.info.label)), what="a heartbeat that reports the drops")
     assert manager.publisher.dropped > 0
+
+
+def test_a_live_room_without_news_leaves_the_snapshots_as_lost(make_publisher, subscribe, wait_for):
+    """A room whose terminal state never came is dropped from the mirror after the bound, and counted."""
+    publisher = make_publisher(lost_after_s=0.5)
+    now = time.time()
+    publisher.emit(RoomState(now, 5, int(KVPoll.Transferring), int(KVPoll.WaitingForInput)))
+    publisher.emit(RoomState(now, 6, int(KVPoll.Success), int(KVPoll.Transferring)))
+
+    wait_for(lambda: publisher.counters["rooms_lost"] == 1, timeout=5, what="room 5 is dropped as lost")
+    late = subscribe([publisher.info])
+    late.wait_synced([publisher.info.label])
+    [snapshot] = late.snapshots(publisher.info.label)
+
+    assert ([s.room for s in snapshot.live_rooms], [s.room for s in snapshot.finished_rooms]) == ([], [6])
+    assert publisher.counters["rooms_lost"] == 1

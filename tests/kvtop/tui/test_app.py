@@ -807,3 +807,59 @@ def test_no_frame_is_built_while_the_last_one_is_painted(source: FixtureSource):
     paints = [(painted - seconds, painted) for painted, seconds, _ in app.draws]
     assert len(paints) >= 20
     assert [b for b in builds if any(start < b < end for start, end in paints)] == []
+
+
+def test_the_events_view_survives_hostile_events_and_counts_them(app: KvtopApp, source: FixtureSource):
+    """A state of 7 and a NaN time reach the model by a path no decoder guards: counted, skipped, still drawn."""
+    from transport.events import EVENT_SCHEMA, EventBatch, RoomState
+
+    hostile = [RoomState(float("nan"), 4242901, int(KVPoll.Transferring), 2), RoomState(FIXED_NOW, 4242902, 7, 0)]
+    sound = RoomState(FIXED_NOW, 4242903, int(KVPoll.Transferring), int(KVPoll.WaitingForInput))
+    seen = {}
+
+    async def scenario(pilot):
+        with source.lock:
+            batch = EventBatch(EVENT_SCHEMA, "decode", "decode-0", 0, 1, 10_000, FIXED_NOW, [*hostile, sound])
+            source.model.apply("decode-0/TP0", batch, FIXED_NOW)
+        await pilot.press("e", "d")
+        await submit_filter(pilot, "room=42429")
+        await next_frame(pilot)
+        seen["rows"] = [row for row in lines(app.query_one("#events-list", RowList)) if row.strip()]
+        seen["health"] = text(app, "#health")
+        seen["running"] = app.is_running
+
+    drive(app, scenario)
+
+    assert seen["running"]
+    assert [row.split("room=")[1].split()[0] for row in seen["rows"]] == ["4242903"]
+    assert "2 rejected" in seen["health"]
+
+
+class _BrokenLock:
+    """A lock whose holder fails: every frame build raises."""
+
+    def __enter__(self) -> None:
+        raise RuntimeError("the model is gone")
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+
+def test_a_dashboard_whose_frames_fail_exits_1_with_one_line(monkeypatch, capsys):
+    """A frame that cannot be built ends the dashboard (no frozen screen) with exit 1 and one stderr line."""
+    import functools
+
+    import pytest
+    import typer
+
+    from kvtop.cli.top_cmd import run_dashboard
+    from kvtop.tui.themes import load_themes
+
+    monkeypatch.setattr(KvtopApp, "run", functools.partialmethod(KvtopApp.run, headless=True))
+    source = FixtureSource(ClusterModel(), lock=_BrokenLock())  # type: ignore[arg-type]
+
+    with pytest.raises(typer.Exit) as ended:
+        run_dashboard(source, "broken", load_themes(), "kvtop-dark", quit_after=30)
+
+    assert ended.value.exit_code == 1
+    assert capsys.readouterr().err.splitlines() == ["kvtop: the dashboard failed: RuntimeError('the model is gone')"]

@@ -1,0 +1,106 @@
+"""`kvtop events --follow` as a real process: a line per lost run of batches, agents discovered later."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+import zmq
+
+from transport import Role
+from transport.events import EVENT_SCHEMA, EventBatch, Failure, RoomState
+from transport.kvpoll import KVPoll
+from transport.wire import encode
+
+
+class Follower:
+    """`kvtop events --follow --jsonl ARGS` running, its stdout lines collected by a reader thread."""
+
+    def __init__(self, *args: str) -> None:
+        command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
+        self.process = subprocess.Popen(
+            [command, "events", "--follow", "--jsonl", *args], stdout=subprocess.PIPE, text=True
+        )
+        self.lines: list[dict[str, object]] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(json.loads(line))
+
+    def stop(self) -> int:
+        """Ctrl-C, as a person would; the exit code."""
+        self.process.send_signal(signal.SIGINT)
+        code = self.process.wait(timeout=10)
+        self._reader.join(timeout=5)
+        return code
+
+
+@pytest.fixture
+def follow() -> Iterator[Callable[..., Follower]]:
+    """Start `kvtop events --follow` processes; each is interrupted (if still running) at teardown."""
+    started: list[Follower] = []
+
+    def start(*args: str) -> Follower:
+        started.append(Follower(*args))
+        return started[-1]
+
+    yield start
+    for follower in started:
+        if follower.process.poll() is None:
+            follower.stop()
+
+
+def test_follow_prints_a_gap_line_for_each_run_of_lost_batches(zmq_context, follow, wait_for):
+    """An agent whose seq skips two batches now and then: a warning `gap` line saying 2, and exit 0 on Ctrl-C."""
+    pub = zmq_context.socket(zmq.PUB)
+    pub.linger = 0
+    endpoint = f"tcp://127.0.0.1:{pub.bind_to_random_port('tcp://127.0.0.1')}"
+    follower = follow("--connect", endpoint)
+    seq = 0
+
+    def published_and_gap_seen() -> bool:
+        nonlocal seq
+        seq += 3 if seq % 10 == 9 else 1  # every tenth batch, two seqs are never sent
+        now = time.time()
+        state = RoomState(now, seq, int(KVPoll.Transferring), int(KVPoll.WaitingForInput))
+        pub.send(encode(EventBatch(EVENT_SCHEMA, "decode", "decode-3", 0, 5, seq, now, [state])))
+        return any(line["kind"] == "gap" for line in follower.lines)
+
+    wait_for(published_and_gap_seen, timeout=20, what="a gap line")
+    code = follower.stop()
+    pub.close(linger=0)
+
+    gaps = [line for line in follower.lines if line["kind"] == "gap"]
+    assert code == 0
+    assert {(line["agent"], line["level"], line["batches"]) for line in gaps} == {("decode-3/TP0", "warning", 2)}
+
+
+def failure_of(manager, room: int) -> Failure:
+    label = manager.info.label
+    return Failure(time.time(), room, label, "test", "other", "error", False, label)
+
+
+def test_follow_picks_up_an_agent_that_registers_after_it_started(make_manager, follow, wait_for, bootstrap):
+    """An agent the bootstrap service lists only after the tail began is discovered: its failure shows up."""
+    first = make_manager(Role.PREFILL, "prefill-0")
+    follower = follow("--bootstrap", bootstrap.endpoint)
+
+    def seen(manager, room: int) -> bool:
+        manager.emit(failure_of(manager, room))
+        return any(line["kind"] == "failure" and line["agent"] == manager.info.label for line in follower.lines)
+
+    wait_for(lambda: seen(first, 1), timeout=20, what="the tail follows the first agent (it listed the agents)")
+    later = make_manager(Role.DECODE, "decode-7")
+    wait_for(lambda: seen(later, 2), timeout=20, what="the late agent's failure in the tail")
+
+    assert follower.stop() == 0
