@@ -33,6 +33,7 @@ import numpy.typing as npt
 import xxhash
 import zmq
 
+from kvtop.bench import BenchFailed
 from transport import BootstrapServer, KVManager, KVPoll, KVPool, Role, TransferConfig
 from transport.pool import PageIndices
 
@@ -249,6 +250,7 @@ def _prefill_process(
     room_bytes: int,
     rooms: int,
     ready: EventType,
+    release: EventType,
     publish_events: bool,
     checksums: bool,
 ) -> None:
@@ -269,21 +271,42 @@ def _prefill_process(
             return sender
 
         _drive(range(1, rooms + 1), slots, begin)
+        release.wait(120)  # a watcher may still be reading this rank's last events: closing drops them
 
 
 def _config(chunk_bytes: int, checksums: bool) -> TransferConfig:
     return TransferConfig(chunk_bytes=chunk_bytes, window_bytes=max(32 << 20, 4 * chunk_bytes), checksums=checksums)
 
 
+class Watcher(Protocol):
+    """Something that watches a kvtop run's ranks (`bench events`: a collector in its own process)."""
+
+    def start(self, bootstrap: str) -> None:
+        """Both ranks registered at `bootstrap` and nothing moved yet: subscribe, return when ready."""
+
+    def settle(self) -> None:
+        """The timed transfers ended; the ranks stay up until this returns."""
+
+    def stop(self) -> None:
+        """End the watch (idempotent; also called when the run failed)."""
+
+
 def run_kvtop(
-    chunk_bytes: int, room_bytes: int, rooms: int, publish_events: bool = True, checksums: bool = True
+    chunk_bytes: int,
+    room_bytes: int,
+    rooms: int,
+    publish_events: bool = True,
+    checksums: bool = True,
+    watcher: Watcher | None = None,
 ) -> float:
-    """Seconds for a decode rank to receive `rooms` rooms from a prefill process (both publishing events)."""
+    """Seconds for a decode rank to receive `rooms` rooms from a prefill process (both publishing events),
+    watched by `watcher` when one is given."""
     bootstrap = BootstrapServer().start()
-    ready = mp.get_context("spawn").Event()
-    prefill = mp.get_context("spawn").Process(
+    spawn = mp.get_context("spawn")
+    ready, release = spawn.Event(), spawn.Event()
+    prefill = spawn.Process(
         target=_prefill_process,
-        args=(bootstrap.endpoint, chunk_bytes, room_bytes, rooms, ready, publish_events, checksums),
+        args=(bootstrap.endpoint, chunk_bytes, room_bytes, rooms, ready, release, publish_events, checksums),
     )
     prefill.start()
     pages = _room_pages(chunk_bytes, room_bytes)
@@ -296,7 +319,9 @@ def run_kvtop(
         ) as manager:  # fmt: skip
             manager.start()
             if not ready.wait(60):
-                raise RuntimeError("the prefill process did not start within 60 s")
+                raise BenchFailed("the prefill process did not start within 60 s")
+            if watcher is not None:
+                watcher.start(bootstrap.endpoint)
 
             def begin(room: int, slot: PageIndices) -> _Room:
                 receiver = manager.receiver(room, "bench-prefill")
@@ -308,8 +333,13 @@ def run_kvtop(
             failed += _drive(range(2, rooms + 1), slots, begin)
             elapsed = time.perf_counter() - started
             if failed:
-                raise RuntimeError(f"{failed} benchmark rooms failed")
+                raise BenchFailed(f"{failed} benchmark rooms failed")
+            if watcher is not None:
+                watcher.settle()
     finally:
+        if watcher is not None:
+            watcher.stop()
+        release.set()
         prefill.join(30)
         if prefill.is_alive():
             prefill.kill()
