@@ -1,19 +1,25 @@
 """`kvtop bench transfer`: KV transfer throughput vs raw pyzmq at the same message size.
 
-Both legs run a sender process and a receiving process on loopback and move
-the same number of bytes:
+Every leg runs a sender process and a receiving process on loopback and moves
+the same bytes in messages of the same size (`chunk_bytes`, checked by
+`check_sizes`), between buffers as big as kvtop's pools:
 
 - raw: PUSH sends zero-copy frames of `chunk_bytes` from a numpy buffer; PULL
   lands each with `recv_into` in a numpy buffer (the least work that moves
-  bytes from one pool into another); both buffers as big as kvtop's pools;
+  bytes from one pool into another);
 - kvtop: a prefill rank and a decode rank with KV pools, bootstrap, transfer
   requests, credit flow control, per-chunk xxh3 checksums and acks; rooms of
-  `room_bytes`, three in flight;
+  `room_bytes`, three in flight; and again with checksums off (unchecked);
 - floor (optional): the protocol's least work in pure pyzmq, no kvtop code:
-  ROUTER to DEALER, a header frame with the payload's xxh3 and the zero-copy
-  payload, verified after `recv_into`, a credit window acked per quarter. The
-  gap from raw to floor is what the protocol costs; from floor to kvtop, what
-  kvtop's implementation adds.
+  ROUTER to DEALER, kvtop's frames (routing id, a small header, the zero-copy
+  payload) sent frame by frame with SNDMORE, blocking, credit read only when
+  the window is full (no per-chunk poll); the receiver lands the payload with
+  `recv_into` and acks per quarter window. It verifies what kvtop verifies
+  (xxh3 of each chunk, hashed by the sender), nothing (floor unchecked), or,
+  with `e2e`, end-to-end page checksums: each page hashed when it is written
+  (before anything moves, as a forward pass would), digests carried in the
+  header, each landed page verified. Raw to floor is what the protocol costs;
+  floor to kvtop, what kvtop's implementation adds.
 
 Legs alternate, repeats give medians, and the ratio is of the medians.
 """
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import statistics
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -30,8 +37,9 @@ from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
-import xxhash
 import zmq
+from xxhash import xxh3_64_digest as xxh3_digest
+from xxhash import xxh3_64_intdigest
 
 from kvtop.bench import BenchFailed
 from transport import BootstrapServer, KVManager, KVPoll, KVPool, Role, TransferConfig
@@ -56,8 +64,16 @@ class TransferResult:
     repeats: int
     total_bytes: int
     floor_gbps: float | None = None
-    """The protocol's least work in pure pyzmq (None unless asked for)."""
+    """The protocol's least work in pure pyzmq, with kvtop's per-chunk checksums (None unless asked for)."""
     ratio_floor: float | None = None
+    floor_unchecked_gbps: float | None = None
+    """The same least work without checksums."""
+    ratio_floor_unchecked: float | None = None
+    e2e_gbps: float | None = None
+    """The least work with end-to-end page checksums (hashed when written, verified where they land)."""
+    ratio_e2e: float | None = None
+    e2e_write_hash_gbps: float | None = None
+    """GB/s of hashing pages as they are written: what end-to-end checksums cost the writer instead."""
 
     def as_dict(self) -> dict[str, float | int | None]:
         return asdict(self)
@@ -65,6 +81,21 @@ class TransferResult:
 
 def _page_bytes(chunk_bytes: int) -> int:
     return min(chunk_bytes, _PAGE_BYTES_MAX)
+
+
+def check_sizes(chunk_bytes: int, room_bytes: int) -> None:
+    """Refuse sizes that would make the legs move different messages (ValueError, saying why).
+
+    kvtop sends whole pages (of min(chunk, 64 KiB) here), so a chunk of 96 KiB would go as 64 KiB
+    while raw sends 96 KiB; a room that is no whole number of chunks ends in a shorter one."""
+    page = _page_bytes(chunk_bytes)
+    if chunk_bytes % page:
+        raise ValueError(
+            f"chunk of {chunk_bytes} B: kvtop sends whole {page} B pages, so a chunk is at most {page} B "
+            f"or a multiple of it (raw and floor would move bigger messages than kvtop)"
+        )
+    if room_bytes < chunk_bytes or room_bytes % chunk_bytes:
+        raise ValueError(f"room of {room_bytes} B is not a whole number of {chunk_bytes} B chunks")
 
 
 # --- raw pyzmq leg ---------------------------------------------------------------------
@@ -132,8 +163,35 @@ def run_raw(chunk_bytes: int, total_bytes: int, buffer_bytes: int) -> float:
 
 # --- protocol floor leg ----------------------------------------------------------------
 
+CHECKS = ("chunk", "none", "page")
+"""What the floor verifies: "chunk", kvtop's checksums (the sender hashes each chunk on the transfer path,
+the receiver verifies it where it lands); "none"; "page", end-to-end page checksums (each page hashed when
+it is written, the digests stored beside the pages; a chunk's header carries its pages' digests and the
+receiver verifies each landed page: no hash on the sender's transfer path)."""
+_HEADER = struct.Struct("<QIIQ")
+"""The floor's chunk header: room, chunk index, pages, xxh3-64 of the payload (0 when none); page digests
+follow it with check "page". kvtop's msgpack `Chunk` header carries the same and the page runs."""
 
-def _floor_sender(endpoint: str, chunk_bytes: int, total_bytes: int, window_bytes: int, buffer_bytes: int) -> None:
+
+def page_digests(buffer: npt.NDArray[np.uint8], page_bytes: int) -> bytes:
+    """xxh3-64 of each page of `buffer`, 8 bytes each in page order: what a writer stores beside its pages."""
+    view = buffer.data
+    return b"".join(xxh3_digest(view[o : o + page_bytes]) for o in range(0, len(buffer) - page_bytes + 1, page_bytes))
+
+
+def write_hash_gbps(chunk_bytes: int, buffer_bytes: int) -> float:
+    """GB/s of hashing every page as it is written (the cost end-to-end checksums move to the writer)."""
+    source = _source(chunk_bytes, buffer_bytes)
+    started = time.perf_counter()
+    page_digests(source, _page_bytes(chunk_bytes))
+    return len(source) / (time.perf_counter() - started) / 1e9
+
+
+def _floor_sender(
+    endpoint: str, chunk_bytes: int, total_bytes: int, window_bytes: int, buffer_bytes: int, check: str
+) -> None:
+    """The least work that sends kvtop's frames: [routing id, header, payload] per chunk, blocking sends,
+    zero-copy payload, credit read only when the window is full (no per-chunk poll)."""
     context = zmq.Context()
     sock = context.socket(zmq.ROUTER)
     sock.router_mandatory = True
@@ -141,23 +199,36 @@ def _floor_sender(endpoint: str, chunk_bytes: int, total_bytes: int, window_byte
     source = _source(chunk_bytes, buffer_bytes)
     view = source.data
     slots = len(source) // chunk_bytes
-    identity = sock.recv_multipart()[0]
+    pages = chunk_bytes // _page_bytes(chunk_bytes)
+    stored = page_digests(source, _page_bytes(chunk_bytes)) if check == "page" else b""  # at write time
+    identity = sock.recv()
+    sock.recv()  # the receiver's hello
+    more = zmq.SNDMORE
     inflight = 0
     for i in range(total_bytes // chunk_bytes):
-        while inflight + chunk_bytes > window_bytes or sock.poll(0):
-            inflight -= int.from_bytes(sock.recv_multipart()[1], "little")  # an ack returns credit
-        start = (i % slots) * chunk_bytes
-        payload = view[start : start + chunk_bytes]
-        digest = xxhash.xxh3_64_intdigest(payload)
-        sock.send_multipart([identity, digest.to_bytes(8, "little"), payload], copy=False)
+        while inflight + chunk_bytes > window_bytes:
+            sock.recv()
+            inflight -= int.from_bytes(sock.recv(), "little")  # an ack returns credit
+        slot = i % slots
+        payload = view[slot * chunk_bytes : (slot + 1) * chunk_bytes]
+        if check == "chunk":
+            header = _HEADER.pack(1, i, pages, xxh3_64_intdigest(payload))
+        elif check == "page":
+            header = _HEADER.pack(1, i, pages, 0) + stored[slot * pages * 8 : (slot + 1) * pages * 8]
+        else:
+            header = _HEADER.pack(1, i, pages, 0)
+        sock.send(identity, more)
+        sock.send(header, more)
+        sock.send(payload, copy=False)
         inflight += chunk_bytes
     while inflight > 0:  # every byte acked before leaving, so the receiver's last acks find this socket
-        inflight -= int.from_bytes(sock.recv_multipart()[1], "little")
+        sock.recv()
+        inflight -= int.from_bytes(sock.recv(), "little")
     sock.close(linger=-1)
     context.term()
 
 
-def run_floor(chunk_bytes: int, total_bytes: int, window_bytes: int, buffer_bytes: int) -> float:
+def run_floor(chunk_bytes: int, total_bytes: int, window_bytes: int, buffer_bytes: int, check: str = "chunk") -> float:
     """Seconds to receive `total_bytes` through the protocol's least work in pure pyzmq (module docstring)."""
     context = zmq.Context()
     sock = context.socket(zmq.DEALER)
@@ -168,9 +239,11 @@ def run_floor(chunk_bytes: int, total_bytes: int, window_bytes: int, buffer_byte
     view = target.data
     slots = len(target) // chunk_bytes
     count = total_bytes // chunk_bytes
+    page = _page_bytes(chunk_bytes)
+    offsets = range(0, chunk_bytes, page)
     sender = mp.get_context("spawn").Process(
         target=_floor_sender,
-        args=(f"tcp://127.0.0.1:{port}", chunk_bytes, total_bytes, window_bytes, buffer_bytes),
+        args=(f"tcp://127.0.0.1:{port}", chunk_bytes, total_bytes, window_bytes, buffer_bytes, check),
     )
     sender.start()
     mismatched = unacked = 0
@@ -181,10 +254,13 @@ def run_floor(chunk_bytes: int, total_bytes: int, window_bytes: int, buffer_byte
             header = sock.recv()
             if i == 1:
                 started = time.perf_counter()
-            start = (i % slots) * chunk_bytes
-            landed = view[start : start + chunk_bytes]
+            slot = i % slots
+            landed = view[slot * chunk_bytes : (slot + 1) * chunk_bytes]
             sock.recv_into(landed)
-            mismatched += xxhash.xxh3_64_intdigest(landed) != int.from_bytes(header, "little")
+            if check == "chunk":
+                mismatched += xxh3_64_intdigest(landed) != _HEADER.unpack_from(header)[3]
+            elif check == "page":
+                mismatched += b"".join([xxh3_digest(landed[o : o + page]) for o in offsets]) != header[_HEADER.size :]
             unacked += chunk_bytes
             if unacked >= window_bytes // 4:
                 sock.send(unacked.to_bytes(8, "little"))
@@ -193,7 +269,7 @@ def run_floor(chunk_bytes: int, total_bytes: int, window_bytes: int, buffer_byte
         if unacked:  # the rest of the credit: the sender waits for all of it
             sock.send(unacked.to_bytes(8, "little"))
     except zmq.Again:
-        raise RuntimeError("the floor leg's sender did not deliver within 60 s") from None
+        raise BenchFailed("the floor leg's sender did not deliver within 60 s") from None
     finally:
         sender.join(30)
         if sender.is_alive():
@@ -201,7 +277,7 @@ def run_floor(chunk_bytes: int, total_bytes: int, window_bytes: int, buffer_byte
         sock.close()
         context.term()
     if mismatched:
-        raise RuntimeError(f"{mismatched} floor-leg payloads failed their checksum")
+        raise BenchFailed(f"{mismatched} floor-leg chunks failed their checksum")
     return elapsed * count / max(1, count - 1)
 
 
@@ -347,6 +423,17 @@ def run_kvtop(
     return elapsed * rooms / (rooms - 1)
 
 
+def _gbps(total: int, seconds: float) -> float:
+    return total / seconds / 1e9
+
+
+def _figure(medians: dict[str, float], leg: str) -> tuple[float | None, float | None]:
+    """A leg's median GB/s and its ratio to raw (None, None when the leg did not run)."""
+    if leg not in medians:
+        return None, None
+    return round(medians[leg], 3), round(medians[leg] / medians["raw"], 3)
+
+
 def measure(
     chunk_sizes: list[int],
     room_bytes: int,
@@ -354,42 +441,54 @@ def measure(
     repeats: int,
     progress: Callable[[str], None],
     floor: bool = False,
+    e2e: bool = False,
 ) -> list[TransferResult]:
-    """Alternate raw, kvtop, unchecked kvtop (and floor) legs `repeats` times per chunk size; medians, ratios."""
+    """Alternate raw, kvtop, unchecked kvtop (floor, unchecked floor; e2e) legs `repeats` times per chunk size;
+    medians and ratios. Raises ValueError for sizes the legs cannot share (`check_sizes`)."""
+    for chunk_bytes in chunk_sizes:
+        check_sizes(chunk_bytes, room_bytes)
     results = []
     total = room_bytes * rooms
     for chunk_bytes in chunk_sizes:
-        raw: list[float] = []
-        checked: list[float] = []
-        unchecked: list[float] = []
-        floors: list[float] = []
+        legs: dict[str, list[float]] = {"raw": [], "kvtop": [], "unchecked": [], "floor": [], "floor_unchecked": [],
+                                        "e2e": []}  # fmt: skip
         pool = pool_bytes(chunk_bytes, room_bytes)
         window = _config(chunk_bytes, True).window_bytes
         for repeat in range(repeats):
-            raw.append(total / run_raw(chunk_bytes, total, pool) / 1e9)
-            checked.append(total / run_kvtop(chunk_bytes, room_bytes, rooms) / 1e9)
-            unchecked.append(total / run_kvtop(chunk_bytes, room_bytes, rooms, checksums=False) / 1e9)
+            legs["raw"].append(_gbps(total, run_raw(chunk_bytes, total, pool)))
+            legs["kvtop"].append(_gbps(total, run_kvtop(chunk_bytes, room_bytes, rooms)))
+            legs["unchecked"].append(_gbps(total, run_kvtop(chunk_bytes, room_bytes, rooms, checksums=False)))
             if floor:
-                floors.append(total / run_floor(chunk_bytes, total, window, pool) / 1e9)
+                legs["floor"].append(_gbps(total, run_floor(chunk_bytes, total, window, pool, "chunk")))
+                legs["floor_unchecked"].append(_gbps(total, run_floor(chunk_bytes, total, window, pool, "none")))
+            if e2e:
+                legs["e2e"].append(_gbps(total, run_floor(chunk_bytes, total, window, pool, "page")))
             progress(
-                f"chunk {chunk_bytes} B, run {repeat + 1}/{repeats}: raw {raw[-1]:.2f} GB/s, "
-                f"kvtop {checked[-1]:.2f} GB/s, without checksums {unchecked[-1]:.2f} GB/s"
-                + (f", floor {floors[-1]:.2f} GB/s" if floor else "")
+                f"chunk {chunk_bytes} B, run {repeat + 1}/{repeats}: "
+                + ", ".join(f"{name} {runs[-1]:.2f} GB/s" for name, runs in legs.items() if runs)
             )
-        base, kv, bare = statistics.median(raw), statistics.median(checked), statistics.median(unchecked)
-        least = statistics.median(floors) if floors else None
+        med = {name: statistics.median(runs) for name, runs in legs.items() if runs}
+        base = med["raw"]
+        floor_gbps, ratio_floor = _figure(med, "floor")
+        floor_unchecked, ratio_floor_unchecked = _figure(med, "floor_unchecked")
+        e2e_gbps, ratio_e2e = _figure(med, "e2e")
         results.append(
             TransferResult(
                 chunk_bytes=chunk_bytes,
-                kvtop_gbps=round(kv, 3),
+                kvtop_gbps=round(med["kvtop"], 3),
                 raw_gbps=round(base, 3),
-                ratio=round(kv / base, 3),
-                kvtop_unchecked_gbps=round(bare, 3),
-                ratio_unchecked=round(bare / base, 3),
+                ratio=round(med["kvtop"] / base, 3),
+                kvtop_unchecked_gbps=round(med["unchecked"], 3),
+                ratio_unchecked=round(med["unchecked"] / base, 3),
                 repeats=repeats,
                 total_bytes=total,
-                floor_gbps=round(least, 3) if least is not None else None,
-                ratio_floor=round(least / base, 3) if least is not None else None,
+                floor_gbps=floor_gbps,
+                ratio_floor=ratio_floor,
+                floor_unchecked_gbps=floor_unchecked,
+                ratio_floor_unchecked=ratio_floor_unchecked,
+                e2e_gbps=e2e_gbps,
+                ratio_e2e=ratio_e2e,
+                e2e_write_hash_gbps=round(write_hash_gbps(chunk_bytes, pool), 2) if e2e else None,
             )
         )
     return results

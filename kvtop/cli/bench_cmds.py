@@ -40,17 +40,31 @@ def _report(data: object, as_json: bool, text: str) -> None:
 
 def bench_transfer(
     chunk_bytes: Annotated[
-        list[str], typer.Option("--chunk-bytes", help="Chunk size to measure (repeatable): 65536, 64KiB, 1MiB.")
+        list[str],
+        typer.Option(
+            "--chunk-bytes",
+            help="Chunk size to measure (repeatable): 65536, 64KiB, 1MiB; at most 64KiB or a multiple of it "
+            "(kvtop sends whole 64 KiB pages, and every leg moves messages of this size).",
+        ),
     ] = ["64KiB", "1MiB", "4MiB"],  # noqa: B006
-    room_bytes: Annotated[str, typer.Option(help="KV bytes per room.")] = "64MiB",
+    room_bytes: Annotated[str, typer.Option(help="KV bytes per room (a whole number of chunks).")] = "64MiB",
     rooms: Annotated[int, typer.Option(min=2, help="Rooms per kvtop run (the first one warms up).")] = 32,
     repeats: Annotated[int, typer.Option(min=1, help="Runs per leg; figures are medians.")] = 5,
     floor: Annotated[
         bool,
         typer.Option(
             "--floor",
-            help="Add a leg of the protocol's least work in pure pyzmq (ROUTER/DEALER, header with xxh3, "
-            "zero-copy payload, credit window), to split the gap into protocol and implementation.",
+            help="Add two legs of the protocol's least work in pure pyzmq (kvtop's frames sent with SNDMORE, "
+            "zero-copy, no per-chunk poll, recv_into, credit window), with kvtop's per-chunk xxh3 and without "
+            "checksums, to split the gap into protocol and implementation.",
+        ),
+    ] = False,
+    e2e: Annotated[
+        bool,
+        typer.Option(
+            "--e2e",
+            help="Add a least-work leg with end-to-end page checksums: pages hashed when written, digests "
+            "in the chunk header, each landed page verified (no hash on the sender's transfer path).",
         ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead of a table.")] = False,
@@ -59,8 +73,9 @@ def bench_transfer(
 
     Each run starts a prefill rank process and a decode rank (KV pools, bootstrap, credits, checksums,
     events) and, alternating with it, a raw PUSH process sending zero-copy into a PULL that lands each
-    message with recv_into in a numpy buffer; a third leg repeats the kvtop run with checksums off, and
-    with --floor a fourth runs the bare protocol without kvtop. Progress goes to stderr.
+    message with recv_into in a numpy buffer; a third leg repeats the kvtop run with checksums off; --floor
+    and --e2e add the bare protocol without kvtop. Exits 1 when a room or a checksum failed, 2 for sizes the
+    legs cannot share. Progress goes to stderr.
     """
     from kvtop.bench.transfer import measure
 
@@ -69,20 +84,30 @@ def bench_transfer(
         room = parse_size(room_bytes)
     except ValueError as error:
         raise typer.BadParameter(str(error)) from None
-    results = measure(sizes, room, rooms, repeats, _progress, floor=floor)
+    with _loud("transfer"):
+        try:
+            results = measure(sizes, room, rooms, repeats, _progress, floor=floor, e2e=e2e)
+        except ValueError as error:
+            raise typer.BadParameter(str(error), param_hint="'--chunk-bytes' / '--room-bytes'") from None
     if as_json:
         typer.echo(json.dumps([r.as_dict() for r in results], indent=2))
         return
     typer.echo(
         f"{'chunk':>8} {'raw GB/s':>9} {'kvtop GB/s':>11} {'ratio':>6} {'unchecked GB/s':>15} {'ratio':>6}"
-        + (f" {'floor GB/s':>11} {'ratio':>6}" if floor else "")
+        + (f" {'floor GB/s':>11} {'ratio':>6} {'unchecked':>10} {'ratio':>6}" if floor else "")
+        + (f" {'e2e GB/s':>9} {'ratio':>6}" if e2e else "")
     )
     for r in results:
-        typer.echo(
+        line = (
             f"{format_size(r.chunk_bytes):>8} {r.raw_gbps:>9.2f} {r.kvtop_gbps:>11.2f} {r.ratio:>6.2f} "
             f"{r.kvtop_unchecked_gbps:>15.2f} {r.ratio_unchecked:>6.2f}"
-            + (f" {r.floor_gbps:>11.2f} {r.ratio_floor:>6.2f}" if r.floor_gbps is not None else "")
         )
+        if r.floor_gbps is not None and r.floor_unchecked_gbps is not None:
+            line += f" {r.floor_gbps:>11.2f} {r.ratio_floor:>6.2f} {r.floor_unchecked_gbps:>10.2f}"
+            line += f" {r.ratio_floor_unchecked:>6.2f}"
+        if r.e2e_gbps is not None:
+            line += f" {r.e2e_gbps:>9.2f} {r.ratio_e2e:>6.2f}"
+        typer.echo(line)
 
 
 def bench_events(
@@ -101,9 +126,11 @@ def bench_events(
     watched run's collector applied no events. Progress goes to stderr.
     """
     from kvtop.bench.events import measure_events
+    from kvtop.bench.transfer import check_sizes
 
     try:
         chunk, room = parse_size(chunk_bytes), parse_size(room_bytes)
+        check_sizes(chunk, room)
     except ValueError as error:
         raise typer.BadParameter(str(error)) from None
     with _loud("events"):
