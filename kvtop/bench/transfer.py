@@ -31,7 +31,7 @@ import statistics
 import struct
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from multiprocessing.synchronize import Event as EventType
 from typing import Protocol
 
@@ -74,8 +74,10 @@ class TransferResult:
     ratio_e2e: float | None = None
     e2e_write_hash_gbps: float | None = None
     """GB/s of hashing pages as they are written: what end-to-end checksums cost the writer instead."""
+    runs_gbps: dict[str, list[float]] = field(default_factory=dict)
+    """Every run's GB/s per leg, in the order they alternated (single runs swing on a shared machine)."""
 
-    def as_dict(self) -> dict[str, float | int | None]:
+    def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -367,6 +369,16 @@ class Watcher(Protocol):
         """End the watch (idempotent; also called when the run failed)."""
 
 
+def _wait_ready(process: mp.process.BaseProcess, ready: EventType, timeout_s: float = 60.0) -> None:
+    """Wait for the prefill process to say it is up; raise at once if it died (its traceback is above)."""
+    deadline = time.monotonic() + timeout_s
+    while not ready.wait(0.1):
+        if not process.is_alive():
+            raise BenchFailed(f"the prefill process exited with {process.exitcode} before it was up")
+        if time.monotonic() > deadline:
+            raise BenchFailed(f"the prefill process did not start within {timeout_s:g} s")
+
+
 def run_kvtop(
     chunk_bytes: int,
     room_bytes: int,
@@ -394,8 +406,7 @@ def run_kvtop(
             config=_config(chunk_bytes, checksums), publish_events=publish_events,
         ) as manager:  # fmt: skip
             manager.start()
-            if not ready.wait(60):
-                raise BenchFailed("the prefill process did not start within 60 s")
+            _wait_ready(prefill, ready)
             if watcher is not None:
                 watcher.start(bootstrap.endpoint)
 
@@ -489,6 +500,7 @@ def measure(
                 e2e_gbps=e2e_gbps,
                 ratio_e2e=ratio_e2e,
                 e2e_write_hash_gbps=round(write_hash_gbps(chunk_bytes, pool), 2) if e2e else None,
+                runs_gbps={name: [round(g, 3) for g in runs] for name, runs in legs.items() if runs},
             )
         )
     return results
