@@ -50,8 +50,14 @@ class EventsResult:
     """Batches the collector missed, over all runs."""
     catch_up_s: float
     """The longest the collector took, after a run's transfers ended, to see every room end."""
+    cpu_s_per_gb_events_on: float
+    """Median CPU seconds per GB moved with events on: both ranks and the collector (`kvtop.bench.cpu`)."""
+    cpu_s_per_gb_events_off: float
+    cpu_cost: float | None
+    """1 - off/on of CPU per GB: the share of the work that events and their collector add, whatever share
+    of a shared machine's cores the runs got."""
 
-    def as_dict(self) -> dict[str, float | int]:
+    def as_dict(self) -> dict[str, float | int | None]:
         return asdict(self)
 
 
@@ -101,17 +107,24 @@ def measure_events(
     Raises BenchFailed when a watched run's collector applied no events."""
     on: list[float] = []
     off: list[float] = []
+    cpu_on: list[float] = []
+    cpu_off: list[float] = []
     watched: list[Watched] = []
     total = room_bytes * rooms
     for repeat in range(repeats):
         collector = CollectorProcess(rooms)
-        on.append(total / run_kvtop(chunk_bytes, room_bytes, rooms, publish_events=True, watcher=collector) / 1e9)
+        watched_run = run_kvtop(chunk_bytes, room_bytes, rooms, publish_events=True, watcher=collector)
         watched.append(collector.result())
-        off.append(total / run_kvtop(chunk_bytes, room_bytes, rooms, publish_events=False) / 1e9)
+        unwatched = run_kvtop(chunk_bytes, room_bytes, rooms, publish_events=False)
+        on.append(total / watched_run.seconds / 1e9)
+        off.append(total / unwatched.seconds / 1e9)
+        cpu_on.append(watched_run.cpu_seconds / total * 1e9)
+        cpu_off.append(unwatched.cpu_seconds / total * 1e9)
         seen = watched[-1]
         progress(
             f"run {repeat + 1}/{repeats}: events on {on[-1]:.2f} GB/s (collector applied {seen.events_applied:,} "
-            f"events, saw {seen.rooms_seen}/{rooms} rooms end, {seen.gaps} gaps), off {off[-1]:.2f} GB/s"
+            f"events, saw {seen.rooms_seen}/{rooms} rooms end, {seen.gaps} gaps; {cpu_on[-1]:.2f} CPU s/GB), "
+            f"off {off[-1]:.2f} GB/s ({cpu_off[-1]:.2f} CPU s/GB)"
         )
     rate, dropped = publisher_rate()
     progress(f"publisher: {rate:,.0f} events/s reached the subscriber ({dropped:,} dropped at the queue)")
@@ -128,4 +141,7 @@ def measure_events(
         rooms_seen=min(w.rooms_seen for w in watched),
         gaps=sum(w.gaps for w in watched),
         catch_up_s=max(w.catch_up_s for w in watched),
+        cpu_s_per_gb_events_on=round(statistics.median(cpu_on), 3),
+        cpu_s_per_gb_events_off=round(statistics.median(cpu_off), 3),
+        cpu_cost=round(1 - statistics.median(cpu_off) / statistics.median(cpu_on), 4) if any(cpu_on) else None,
     )

@@ -42,6 +42,7 @@ from xxhash import xxh3_64_digest as xxh3_digest
 from xxhash import xxh3_64_intdigest
 
 from kvtop.bench import BenchFailed
+from kvtop.bench.cpu import CpuMeter, Leg
 from transport import BootstrapServer, KVManager, KVPoll, KVPool, Role, TransferConfig
 from transport.pool import PageIndices
 
@@ -76,6 +77,12 @@ class TransferResult:
     """GB/s of hashing pages as they are written: what end-to-end checksums cost the writer instead."""
     runs_gbps: dict[str, list[float]] = field(default_factory=dict)
     """Every run's GB/s per leg, in the order they alternated (single runs swing on a shared machine)."""
+    cpu_s_per_gb: dict[str, float] = field(default_factory=dict)
+    """Median CPU seconds per GB moved, per leg: both processes, every thread, user and system
+    (`kvtop.bench.cpu`); what a leg costs, whatever share of the cores it got."""
+    cpu_ratio: dict[str, float | None] = field(default_factory=dict)
+    """Raw's CPU per GB over each leg's: the GB/s ratio a machine the transfer saturates would show (None
+    for a leg too short for the CPU clock's 10 ms ticks)."""
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -136,8 +143,9 @@ def _raw_sender(endpoint: str, chunk_bytes: int, total_bytes: int, buffer_bytes:
     context.term()
 
 
-def run_raw(chunk_bytes: int, total_bytes: int, buffer_bytes: int) -> float:
-    """Seconds to receive `total_bytes` in `chunk_bytes` messages with `recv_into`, cycling through buffers."""
+def run_raw(chunk_bytes: int, total_bytes: int, buffer_bytes: int) -> Leg:
+    """Seconds (wall and CPU) to receive `total_bytes` in `chunk_bytes` messages with `recv_into`, cycling
+    through buffers."""
     context = zmq.Context()
     sock = context.socket(zmq.PULL)
     sock.linger = 0
@@ -149,18 +157,20 @@ def run_raw(chunk_bytes: int, total_bytes: int, buffer_bytes: int) -> float:
         target=_raw_sender, args=(f"tcp://127.0.0.1:{port}", chunk_bytes, total_bytes, buffer_bytes)
     )
     sender.start()
+    meter = CpuMeter(sender.pid)
     try:
         sock.recv_into(view[:chunk_bytes])
+        meter.start()
         started = time.perf_counter()
         for i in range(1, total_bytes // chunk_bytes):
             start = (i % slots) * chunk_bytes
             sock.recv_into(view[start : start + chunk_bytes])
-        elapsed = time.perf_counter() - started
+        timed = Leg(time.perf_counter() - started, meter.stop())
     finally:
         sender.join(30)
         sock.close()
         context.term()
-    return elapsed * (total_bytes // chunk_bytes) / max(1, total_bytes // chunk_bytes - 1)
+    return timed.scaled((total_bytes // chunk_bytes) / max(1, total_bytes // chunk_bytes - 1))
 
 
 # --- protocol floor leg ----------------------------------------------------------------
@@ -230,8 +240,9 @@ def _floor_sender(
     context.term()
 
 
-def run_floor(chunk_bytes: int, total_bytes: int, window_bytes: int, buffer_bytes: int, check: str = "chunk") -> float:
-    """Seconds to receive `total_bytes` through the protocol's least work in pure pyzmq (module docstring)."""
+def run_floor(chunk_bytes: int, total_bytes: int, window_bytes: int, buffer_bytes: int, check: str = "chunk") -> Leg:
+    """Seconds (wall and CPU) to receive `total_bytes` through the protocol's least work in pure pyzmq
+    (module docstring)."""
     context = zmq.Context()
     sock = context.socket(zmq.DEALER)
     sock.linger = 0
@@ -248,6 +259,7 @@ def run_floor(chunk_bytes: int, total_bytes: int, window_bytes: int, buffer_byte
         args=(f"tcp://127.0.0.1:{port}", chunk_bytes, total_bytes, window_bytes, buffer_bytes, check),
     )
     sender.start()
+    meter = CpuMeter(sender.pid)
     mismatched = unacked = 0
     started = 0.0
     try:
@@ -255,6 +267,7 @@ def run_floor(chunk_bytes: int, total_bytes: int, window_bytes: int, buffer_byte
         for i in range(count):
             header = sock.recv()
             if i == 1:
+                meter.start()
                 started = time.perf_counter()
             slot = i % slots
             landed = view[slot * chunk_bytes : (slot + 1) * chunk_bytes]
@@ -267,7 +280,7 @@ def run_floor(chunk_bytes: int, total_bytes: int, window_bytes: int, buffer_byte
             if unacked >= window_bytes // 4:
                 sock.send(unacked.to_bytes(8, "little"))
                 unacked = 0
-        elapsed = time.perf_counter() - started
+        timed = Leg(time.perf_counter() - started, meter.stop())
         if unacked:  # the rest of the credit: the sender waits for all of it
             sock.send(unacked.to_bytes(8, "little"))
     except zmq.Again:
@@ -280,7 +293,7 @@ def run_floor(chunk_bytes: int, total_bytes: int, window_bytes: int, buffer_byte
         context.term()
     if mismatched:
         raise BenchFailed(f"{mismatched} floor-leg chunks failed their checksum")
-    return elapsed * count / max(1, count - 1)
+    return timed.scaled(count / max(1, count - 1))
 
 
 # --- kvtop leg -------------------------------------------------------------------------
@@ -368,6 +381,10 @@ class Watcher(Protocol):
     def stop(self) -> None:
         """End the watch (idempotent; also called when the run failed)."""
 
+    @property
+    def pid(self) -> int | None:
+        """The watching process, whose CPU time counts in the run's (None when there is none)."""
+
 
 def _wait_ready(process: mp.process.BaseProcess, ready: EventType, timeout_s: float = 60.0) -> None:
     """Wait for the prefill process to say it is up; raise at once if it died (its traceback is above)."""
@@ -386,9 +403,9 @@ def run_kvtop(
     publish_events: bool = True,
     checksums: bool = True,
     watcher: Watcher | None = None,
-) -> float:
-    """Seconds for a decode rank to receive `rooms` rooms from a prefill process (both publishing events),
-    watched by `watcher` when one is given."""
+) -> Leg:
+    """Seconds (wall and CPU) for a decode rank to receive `rooms` rooms from a prefill process (both
+    publishing events), watched by `watcher` when one is given."""
     bootstrap = BootstrapServer().start()
     spawn = mp.get_context("spawn")
     ready, release = spawn.Event(), spawn.Event()
@@ -416,9 +433,11 @@ def run_kvtop(
                 return receiver
 
             failed = _drive(range(1, 2), slots, begin)
+            meter = CpuMeter(prefill.pid, watcher.pid if watcher is not None else None)
+            meter.start()
             started = time.perf_counter()
             failed += _drive(range(2, rooms + 1), slots, begin)
-            elapsed = time.perf_counter() - started
+            timed = Leg(time.perf_counter() - started, meter.stop())
             if failed:
                 raise BenchFailed(f"{failed} benchmark rooms failed")
             if watcher is not None:
@@ -431,11 +450,7 @@ def run_kvtop(
         if prefill.is_alive():
             prefill.kill()
         bootstrap.close()
-    return elapsed * rooms / (rooms - 1)
-
-
-def _gbps(total: int, seconds: float) -> float:
-    return total / seconds / 1e9
+    return timed.scaled(rooms / (rooms - 1))
 
 
 def _figure(medians: dict[str, float], leg: str) -> tuple[float | None, float | None]:
@@ -461,24 +476,32 @@ def measure(
     results = []
     total = room_bytes * rooms
     for chunk_bytes in chunk_sizes:
-        legs: dict[str, list[float]] = {"raw": [], "kvtop": [], "unchecked": [], "floor": [], "floor_unchecked": [],
-                                        "e2e": []}  # fmt: skip
+        legs: dict[str, list[Leg]] = {"raw": [], "kvtop": [], "unchecked": [], "floor": [], "floor_unchecked": [],
+                                      "e2e": []}  # fmt: skip
         pool = pool_bytes(chunk_bytes, room_bytes)
         window = _config(chunk_bytes, True).window_bytes
         for repeat in range(repeats):
-            legs["raw"].append(_gbps(total, run_raw(chunk_bytes, total, pool)))
-            legs["kvtop"].append(_gbps(total, run_kvtop(chunk_bytes, room_bytes, rooms)))
-            legs["unchecked"].append(_gbps(total, run_kvtop(chunk_bytes, room_bytes, rooms, checksums=False)))
+            legs["raw"].append(run_raw(chunk_bytes, total, pool))
+            legs["kvtop"].append(run_kvtop(chunk_bytes, room_bytes, rooms))
+            legs["unchecked"].append(run_kvtop(chunk_bytes, room_bytes, rooms, checksums=False))
             if floor:
-                legs["floor"].append(_gbps(total, run_floor(chunk_bytes, total, window, pool, "chunk")))
-                legs["floor_unchecked"].append(_gbps(total, run_floor(chunk_bytes, total, window, pool, "none")))
+                legs["floor"].append(run_floor(chunk_bytes, total, window, pool, "chunk"))
+                legs["floor_unchecked"].append(run_floor(chunk_bytes, total, window, pool, "none"))
             if e2e:
-                legs["e2e"].append(_gbps(total, run_floor(chunk_bytes, total, window, pool, "page")))
+                legs["e2e"].append(run_floor(chunk_bytes, total, window, pool, "page"))
             progress(
                 f"chunk {chunk_bytes} B, run {repeat + 1}/{repeats}: "
-                + ", ".join(f"{name} {runs[-1]:.2f} GB/s" for name, runs in legs.items() if runs)
+                + ", ".join(
+                    f"{name} {total / runs[-1].seconds / 1e9:.2f} GB/s ({runs[-1].cpu_seconds / total * 1e9:.2f} "
+                    "CPU s/GB)"
+                    for name, runs in legs.items()
+                    if runs
+                )
             )
-        med = {name: statistics.median(runs) for name, runs in legs.items() if runs}
+        ran = {name: runs for name, runs in legs.items() if runs}
+        gbps = {name: [total / leg.seconds / 1e9 for leg in runs] for name, runs in ran.items()}
+        med = {name: statistics.median(runs) for name, runs in gbps.items()}
+        cpu = {name: statistics.median(leg.cpu_seconds / total * 1e9 for leg in runs) for name, runs in ran.items()}
         base = med["raw"]
         floor_gbps, ratio_floor = _figure(med, "floor")
         floor_unchecked, ratio_floor_unchecked = _figure(med, "floor_unchecked")
@@ -500,7 +523,9 @@ def measure(
                 e2e_gbps=e2e_gbps,
                 ratio_e2e=ratio_e2e,
                 e2e_write_hash_gbps=round(write_hash_gbps(chunk_bytes, pool), 2) if e2e else None,
-                runs_gbps={name: [round(g, 3) for g in runs] for name, runs in legs.items() if runs},
+                runs_gbps={name: [round(g, 3) for g in runs] for name, runs in gbps.items()},
+                cpu_s_per_gb={name: round(c, 3) for name, c in cpu.items()},
+                cpu_ratio={name: round(cpu["raw"] / c, 3) if c else None for name, c in cpu.items()},
             )
         )
     return results

@@ -109,6 +109,10 @@ class CollectorProcess:
             self.stop()
             raise BenchFailed(f"the collector did not subscribe within {_SYNC_TIMEOUT_S + 30:g} s")
 
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
     def settle(self) -> None:
         """The timed transfers ended: wait until the collector saw every room end (bounded), then stop it."""
         self._settle.set()

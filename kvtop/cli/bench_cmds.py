@@ -140,7 +140,8 @@ def bench_events(
         as_json,
         f"events on {result.gbps_events_on:.2f} GB/s (watched: >= {result.events_applied:,} events applied per run, "
         f">= {result.rooms_seen}/{result.rooms} rooms seen ending, {result.gaps} gaps), "
-        f"off {result.gbps_events_off:.2f} GB/s, cost {result.cost:+.1%}; "
+        f"off {result.gbps_events_off:.2f} GB/s, cost {result.cost:+.1%} "
+        f"(CPU per GB {'unmeasured' if result.cpu_cost is None else format(result.cpu_cost, '+.1%')}); "
         f"publisher {result.events_per_s:,.0f} events/s",
     )
 

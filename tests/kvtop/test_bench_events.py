@@ -31,4 +31,5 @@ def test_events_bench_json_shows_what_the_collector_applied() -> None:
     assert result["events_applied"] >= 4 * 2 * 3
     assert result["gaps"] == 0
     assert result["gbps_events_on"] > 0 and result["gbps_events_off"] > 0
-    assert {"cost", "events_per_s", "events_dropped", "catch_up_s", "repeats"} <= result.keys()
+    assert result["cpu_s_per_gb_events_on"] >= 0 and result["cpu_s_per_gb_events_off"] >= 0
+    assert {"cost", "cpu_cost", "events_per_s", "events_dropped", "catch_up_s", "repeats"} <= result.keys()
