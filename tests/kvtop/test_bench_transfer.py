@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import xxhash
 
-from kvtop.bench.transfer import check_sizes, page_digests
+from kvtop.bench.baselines import page_digests
+from kvtop.bench.transfer import check_sizes
 from tests.kvtop.kvtop_cli import kvtop
 
 
