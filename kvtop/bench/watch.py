@@ -105,12 +105,18 @@ class CollectorProcess:
             target=_collect, args=(bootstrap, self.rooms, self._synced, self._settle, self._sender), daemon=True
         )
         self._process.start()
-        if not self._synced.wait(_SYNC_TIMEOUT_S + 30):
-            self.stop()
-            raise BenchFailed(f"the collector did not subscribe within {_SYNC_TIMEOUT_S + 30:g} s")
+        deadline = time.monotonic() + _SYNC_TIMEOUT_S + 30
+        while not self._synced.wait(0.1):
+            if not self._process.is_alive():
+                self.stop()
+                raise BenchFailed("the collector process ended before it subscribed (its traceback is above)")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise BenchFailed(f"the collector did not subscribe within {_SYNC_TIMEOUT_S + 30:g} s")
 
     @property
     def pid(self) -> int | None:
+        """The collector's process while it runs (its CPU time counts in the run's)."""
         return self._process.pid if self._process is not None else None
 
     def settle(self) -> None:
@@ -126,9 +132,10 @@ class CollectorProcess:
         self.stop()
 
     def stop(self) -> None:
-        """End the collector process (it ends by itself once it reported)."""
+        """End the collector process (it ends by itself once it reported; a failed run's is let go too)."""
         if self._process is not None:
-            self._process.join(10)
+            self._settle.set()
+            self._process.join(_CATCH_UP_S + 5)
             if self._process.is_alive():
                 self._process.kill()
                 self._process.join()
