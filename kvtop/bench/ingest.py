@@ -6,8 +6,10 @@ leg runs the same decoder over the same frames; the ratio shows what the model
 costs on top. With `floor`, a third leg decodes and keeps only a table of each
 room's state per rank (a dict of dicts): the least any model keyed by room pays,
 so its ratio bounds what a faster loop over such a model could reach. The check
-leg times the installed `kvtop check` against a small local cluster, Python
-start included.
+leg times the installed `kvtop check` against a small local cluster under load
+(the workload's Router driving rooms through it all along), Python start
+included; a check that gives no verdict (exit code not 0-2, or UNKNOWN), or a
+cluster that finished no room while the checks ran, fails the bench.
 """
 
 from __future__ import annotations
@@ -17,15 +19,18 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
+from kvtop.bench import BenchFailed
 from kvtop.model.cluster import ClusterModel
 from transport.cluster import ClusterSpec, LocalCluster
 from transport.events import EVENT_SCHEMA, Event, EventBatch, Failure, Progress, RoomState, TransferDone
 from transport.kvpoll import KVPoll
 from transport.wire import FrameDecoder, encode
+from transport.workload import Router, WorkloadSpec, WorkloadStats
 
 _AGENTS = [f"{role}-{i}/TP{r}" for role in ("prefill", "decode") for i in range(4) for r in range(2)]
 
@@ -36,13 +41,18 @@ class IngestResult:
     decode_only_per_s: float
     ratio: float
     check_wall_s: float
+    """Median wall time of `kvtop check` against a cluster under load."""
+    check_exit_codes: list[int]
+    """Each check's verdict (0 OK, 1 WARNING, 2 CRITICAL): anything else fails the bench."""
+    check_load_rooms: int
+    """Rooms the cluster finished while the checks ran (the load they were timed under)."""
     events: int
     repeats: int
     floor_per_s: float | None = None
     """Decode plus a bare room table (None unless asked for)."""
     ratio_floor: float | None = None
 
-    def as_dict(self) -> dict[str, float | int | None]:
+    def as_dict(self) -> dict[str, float | int | list[int] | None]:
         return asdict(self)
 
 
@@ -122,17 +132,96 @@ def _ingest(frames: list[tuple[str, bytes]]) -> tuple[float, int]:
     return time.perf_counter() - started, count
 
 
-def check_wall_s(repeats: int) -> float:
-    """Median wall time of the installed `kvtop check` against a fresh 1P1D TP2 local cluster."""
+LOAD = WorkloadSpec(rate=20.0, median_pages=16, max_pages=128, max_inflight=32, seed=1)
+"""The load the checks are timed under: 20 rooms/s of ~256 KiB through a 1P1D TP2 cluster."""
+
+
+class _Load(threading.Thread):
+    """The workload's Router driving rooms through the cluster until stopped (its sockets live on this thread)."""
+
+    def __init__(self, bootstrap: str, spec: WorkloadSpec) -> None:
+        super().__init__(name="bench-load", daemon=True)
+        self.bootstrap = bootstrap
+        self.spec = spec
+        self.stats = WorkloadStats()
+        self.error = ""
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        try:
+            router = Router(self.bootstrap, self.spec)
+        except Exception as error:
+            self.error = f"the workload did not start: {error}"
+            raise
+        self.stats = router.stats
+        try:
+            while not self.stop.is_set():
+                router.step()
+                time.sleep(0.002)
+        finally:
+            router.close()
+
+    def finished(self) -> int:
+        return self.stats.succeeded + self.stats.failed
+
+    def wait_rooms(self, count: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.finished() < count:
+            if not self.is_alive() or time.monotonic() > deadline:
+                raise BenchFailed(
+                    self.error or f"the loaded cluster finished {self.finished()} rooms in {timeout_s:g} s"
+                )
+            time.sleep(0.05)
+
+
+_VERDICTS = {0: "OK", 1: "WARNING", 2: "CRITICAL"}
+
+
+def verdict(returncode: int, stdout: str) -> str:
+    """Why a `kvtop check` run gave no verdict ("" when it gave one: exit 0-2 and the status line to match;
+    a crash also exits 1, but prints no `KVTOP WARNING - ...`)."""
+    shown = stdout.strip()[:300]
+    if "UNKNOWN" in stdout:
+        return f"kvtop check said UNKNOWN (exit {returncode}): {shown!r}"
+    word = _VERDICTS.get(returncode)
+    if word is None:
+        return f"kvtop check exited {returncode}: {shown!r}"
+    if not stdout.startswith(f"KVTOP {word} - "):
+        return f"kvtop check exited {returncode} without its KVTOP {word} line: {shown!r}"
+    return ""
+
+
+def check_wall_s(repeats: int, load: WorkloadSpec = LOAD) -> tuple[float, list[int], int]:
+    """Median wall time of the installed `kvtop check` against a 1P1D TP2 local cluster under `load`, each
+    check's exit code, and the rooms the cluster finished meanwhile; raises BenchFailed when a check gave
+    no verdict or no room finished while they ran."""
     command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
-    spec = ClusterSpec(prefill_tp=2, decode_tp=2, num_pages=64, page_bytes=16384, log_level="WARNING")
+    spec = ClusterSpec(prefill_tp=2, decode_tp=2, num_pages=1024, page_bytes=16384, log_level="WARNING")
     with LocalCluster(spec) as cluster:
-        walls = []
-        for _ in range(repeats):
-            started = time.perf_counter()
-            subprocess.run([command, "check", "--bootstrap", cluster.endpoint], capture_output=True, check=False)
-            walls.append(time.perf_counter() - started)
-    return statistics.median(walls)
+        driver = _Load(cluster.endpoint, load)
+        driver.start()
+        try:
+            driver.wait_rooms(10, 60.0)  # the load is flowing before the first check
+            before = driver.finished()
+            walls: list[float] = []
+            codes: list[int] = []
+            for _ in range(repeats):
+                started = time.perf_counter()
+                done = subprocess.run(
+                    [command, "check", "--bootstrap", cluster.endpoint], capture_output=True, text=True, check=False
+                )
+                walls.append(time.perf_counter() - started)
+                codes.append(done.returncode)
+                problem = verdict(done.returncode, done.stdout)
+                if problem:
+                    raise BenchFailed(problem + (f" (stderr: {done.stderr.strip()[-300:]!r})" if done.stderr else ""))
+            during = driver.finished() - before
+        finally:
+            driver.stop.set()
+            driver.join(10)
+    if during == 0:
+        raise BenchFailed("the cluster finished no room while the checks ran: they were not timed under load")
+    return statistics.median(walls), codes, during
 
 
 def measure_ingest(
@@ -154,10 +243,22 @@ def measure_ingest(
             table.append(count / seconds)
             line += f", room table only {table[-1]:,.0f}"
         progress(line)
-    wall = check_wall_s(repeats)
-    progress(f"kvtop check: {wall:.2f} s wall (median of {repeats}, Python start included)")
+    wall, codes, during = check_wall_s(repeats)
+    progress(
+        f"kvtop check: {wall:.2f} s wall (median of {repeats}, Python start included), exit codes {codes}, "
+        f"{during} rooms finished meanwhile"
+    )
     rate, base = statistics.median(ingest), statistics.median(decode)
-    result = IngestResult(round(rate), round(base), round(rate / base, 3), round(wall, 3), count, repeats)
+    result = IngestResult(
+        events_per_s=round(rate),
+        decode_only_per_s=round(base),
+        ratio=round(rate / base, 3),
+        check_wall_s=round(wall, 3),
+        check_exit_codes=codes,
+        check_load_rooms=during,
+        events=count,
+        repeats=repeats,
+    )
     if not floor:
         return result
     bare = statistics.median(table)

@@ -1,21 +1,20 @@
 """`kvtop bench transfer`: KV transfer throughput vs raw pyzmq at the same message size.
 
-Both legs run a sender process and a receiving process on loopback and move
-the same number of bytes:
+Every leg runs a sender process and a receiving process on loopback and moves
+the same bytes in messages of the same size (`chunk_bytes`, checked by
+`check_sizes`), between buffers as big as kvtop's pools:
 
-- raw: PUSH sends zero-copy frames of `chunk_bytes` from a numpy buffer; PULL
-  lands each with `recv_into` in a numpy buffer (the least work that moves
-  bytes from one pool into another); both buffers as big as kvtop's pools;
+- raw, and optionally the protocol's least work (floor: with kvtop's checksums,
+  without, or with end-to-end page checksums), in pure pyzmq: `baselines`;
 - kvtop: a prefill rank and a decode rank with KV pools, bootstrap, transfer
   requests, credit flow control, per-chunk xxh3 checksums and acks; rooms of
-  `room_bytes`, three in flight;
-- floor (optional): the protocol's least work in pure pyzmq, no kvtop code:
-  ROUTER to DEALER, a header frame with the payload's xxh3 and the zero-copy
-  payload, verified after `recv_into`, a credit window acked per quarter. The
-  gap from raw to floor is what the protocol costs; from floor to kvtop, what
-  kvtop's implementation adds.
+  `room_bytes`, three in flight; and again with checksums off (unchecked).
 
-Legs alternate, repeats give medians, and the ratio is of the medians.
+Raw to floor is what the protocol costs; floor to kvtop, what kvtop's
+implementation adds. Legs alternate, repeats give medians, and the ratio is of
+the medians. Each leg also reports the CPU seconds both of its processes spent
+per GB in its timed window (`kvtop.bench.cpu`): on a shared machine GB/s
+follows the share of the cores a run got, CPU per byte the work it did.
 """
 
 from __future__ import annotations
@@ -24,20 +23,19 @@ import multiprocessing as mp
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from multiprocessing.synchronize import Event as EventType
 from typing import Protocol
 
 import numpy as np
-import numpy.typing as npt
-import xxhash
-import zmq
 
+from kvtop.bench import BenchFailed
+from kvtop.bench.baselines import page_bytes, run_floor, run_raw, write_hash_gbps
+from kvtop.bench.cpu import CpuMeter, Leg
 from transport import BootstrapServer, KVManager, KVPoll, KVPool, Role, TransferConfig
 from transport.pool import PageIndices
 
 _ROOMS_IN_FLIGHT = 3
-_PAGE_BYTES_MAX = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -55,18 +53,42 @@ class TransferResult:
     repeats: int
     total_bytes: int
     floor_gbps: float | None = None
-    """The protocol's least work in pure pyzmq (None unless asked for)."""
+    """The protocol's least work in pure pyzmq, with kvtop's per-chunk checksums (None unless asked for)."""
     ratio_floor: float | None = None
+    floor_unchecked_gbps: float | None = None
+    """The same least work without checksums."""
+    ratio_floor_unchecked: float | None = None
+    e2e_gbps: float | None = None
+    """The least work with end-to-end page checksums (hashed when written, verified where they land)."""
+    ratio_e2e: float | None = None
+    e2e_write_hash_gbps: float | None = None
+    """GB/s of hashing pages as they are written: what end-to-end checksums cost the writer instead."""
+    runs_gbps: dict[str, list[float]] = field(default_factory=dict)
+    """Every run's GB/s per leg, in the order they alternated (single runs swing on a shared machine)."""
+    cpu_s_per_gb: dict[str, float] = field(default_factory=dict)
+    """Median CPU seconds per GB moved, per leg: both processes, every thread, user and system
+    (`kvtop.bench.cpu`); what a leg costs, whatever share of the cores it got."""
+    cpu_ratio: dict[str, float | None] = field(default_factory=dict)
+    """Raw's CPU per GB over each leg's: the GB/s ratio a machine the transfer saturates would show (None
+    for a leg too short for the CPU clock's 10 ms ticks)."""
 
-    def as_dict(self) -> dict[str, float | int | None]:
+    def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
-def _page_bytes(chunk_bytes: int) -> int:
-    return min(chunk_bytes, _PAGE_BYTES_MAX)
+def check_sizes(chunk_bytes: int, room_bytes: int) -> None:
+    """Refuse sizes that would make the legs move different messages (ValueError, saying why).
 
-
-# --- raw pyzmq leg ---------------------------------------------------------------------
+    kvtop sends whole pages (of min(chunk, 64 KiB) here), so a chunk of 96 KiB would go as 64 KiB
+    while raw sends 96 KiB; a room that is no whole number of chunks ends in a shorter one."""
+    page = page_bytes(chunk_bytes)
+    if chunk_bytes % page:
+        raise ValueError(
+            f"chunk of {chunk_bytes} B: kvtop sends whole {page} B pages, so a chunk is at most {page} B "
+            f"or a multiple of it (raw and floor would move bigger messages than kvtop)"
+        )
+    if room_bytes < chunk_bytes or room_bytes % chunk_bytes:
+        raise ValueError(f"room of {room_bytes} B is not a whole number of {chunk_bytes} B chunks")
 
 
 def pool_bytes(chunk_bytes: int, room_bytes: int) -> int:
@@ -74,141 +96,14 @@ def pool_bytes(chunk_bytes: int, room_bytes: int) -> int:
 
     Memory footprint alone moves throughput here: the floor leg ran at 3.66 GB/s through 64 MiB buffers and
     2.74 through 192 MiB ones (1 MiB chunks), so every leg sends from and lands in as much memory."""
-    return _room_pages(chunk_bytes, room_bytes) * _page_bytes(chunk_bytes) * _ROOMS_IN_FLIGHT
-
-
-def _source(chunk_bytes: int, buffer_bytes: int) -> npt.NDArray[np.uint8]:
-    return np.random.default_rng(1).integers(0, 256, size=max(chunk_bytes, buffer_bytes), dtype=np.uint8)
-
-
-def _target(chunk_bytes: int, buffer_bytes: int) -> npt.NDArray[np.uint8]:
-    """A landing buffer with every page touched, as a registered KV pool's are (no page faults when timed)."""
-    target = np.empty(max(chunk_bytes, buffer_bytes), dtype=np.uint8)
-    target.fill(0)
-    return target
-
-
-def _raw_sender(endpoint: str, chunk_bytes: int, total_bytes: int, buffer_bytes: int) -> None:
-    context = zmq.Context()
-    sock = context.socket(zmq.PUSH)
-    sock.connect(endpoint)
-    source = _source(chunk_bytes, buffer_bytes)
-    view = source.data
-    slots = len(source) // chunk_bytes
-    for i in range(total_bytes // chunk_bytes):
-        start = (i % slots) * chunk_bytes
-        sock.send(view[start : start + chunk_bytes], copy=False)
-    sock.close(linger=-1)
-    context.term()
-
-
-def run_raw(chunk_bytes: int, total_bytes: int, buffer_bytes: int) -> float:
-    """Seconds to receive `total_bytes` in `chunk_bytes` messages with `recv_into`, cycling through buffers."""
-    context = zmq.Context()
-    sock = context.socket(zmq.PULL)
-    sock.linger = 0
-    port = sock.bind_to_random_port("tcp://127.0.0.1")
-    target = _target(chunk_bytes, buffer_bytes)
-    view = target.data
-    slots = len(target) // chunk_bytes
-    sender = mp.get_context("spawn").Process(
-        target=_raw_sender, args=(f"tcp://127.0.0.1:{port}", chunk_bytes, total_bytes, buffer_bytes)
-    )
-    sender.start()
-    try:
-        sock.recv_into(view[:chunk_bytes])
-        started = time.perf_counter()
-        for i in range(1, total_bytes // chunk_bytes):
-            start = (i % slots) * chunk_bytes
-            sock.recv_into(view[start : start + chunk_bytes])
-        elapsed = time.perf_counter() - started
-    finally:
-        sender.join(30)
-        sock.close()
-        context.term()
-    return elapsed * (total_bytes // chunk_bytes) / max(1, total_bytes // chunk_bytes - 1)
-
-
-# --- protocol floor leg ----------------------------------------------------------------
-
-
-def _floor_sender(endpoint: str, chunk_bytes: int, total_bytes: int, window_bytes: int, buffer_bytes: int) -> None:
-    context = zmq.Context()
-    sock = context.socket(zmq.ROUTER)
-    sock.router_mandatory = True
-    sock.connect(endpoint)
-    source = _source(chunk_bytes, buffer_bytes)
-    view = source.data
-    slots = len(source) // chunk_bytes
-    identity = sock.recv_multipart()[0]
-    inflight = 0
-    for i in range(total_bytes // chunk_bytes):
-        while inflight + chunk_bytes > window_bytes or sock.poll(0):
-            inflight -= int.from_bytes(sock.recv_multipart()[1], "little")  # an ack returns credit
-        start = (i % slots) * chunk_bytes
-        payload = view[start : start + chunk_bytes]
-        digest = xxhash.xxh3_64_intdigest(payload)
-        sock.send_multipart([identity, digest.to_bytes(8, "little"), payload], copy=False)
-        inflight += chunk_bytes
-    while inflight > 0:  # every byte acked before leaving, so the receiver's last acks find this socket
-        inflight -= int.from_bytes(sock.recv_multipart()[1], "little")
-    sock.close(linger=-1)
-    context.term()
-
-
-def run_floor(chunk_bytes: int, total_bytes: int, window_bytes: int, buffer_bytes: int) -> float:
-    """Seconds to receive `total_bytes` through the protocol's least work in pure pyzmq (module docstring)."""
-    context = zmq.Context()
-    sock = context.socket(zmq.DEALER)
-    sock.linger = 0
-    sock.sndtimeo = sock.rcvtimeo = 60_000
-    port = sock.bind_to_random_port("tcp://127.0.0.1")
-    target = _target(chunk_bytes, buffer_bytes)
-    view = target.data
-    slots = len(target) // chunk_bytes
-    count = total_bytes // chunk_bytes
-    sender = mp.get_context("spawn").Process(
-        target=_floor_sender,
-        args=(f"tcp://127.0.0.1:{port}", chunk_bytes, total_bytes, window_bytes, buffer_bytes),
-    )
-    sender.start()
-    mismatched = unacked = 0
-    started = 0.0
-    try:
-        sock.send(b"hello")  # the sender learns this DEALER's routing id from it
-        for i in range(count):
-            header = sock.recv()
-            if i == 1:
-                started = time.perf_counter()
-            start = (i % slots) * chunk_bytes
-            landed = view[start : start + chunk_bytes]
-            sock.recv_into(landed)
-            mismatched += xxhash.xxh3_64_intdigest(landed) != int.from_bytes(header, "little")
-            unacked += chunk_bytes
-            if unacked >= window_bytes // 4:
-                sock.send(unacked.to_bytes(8, "little"))
-                unacked = 0
-        elapsed = time.perf_counter() - started
-        if unacked:  # the rest of the credit: the sender waits for all of it
-            sock.send(unacked.to_bytes(8, "little"))
-    except zmq.Again:
-        raise RuntimeError("the floor leg's sender did not deliver within 60 s") from None
-    finally:
-        sender.join(30)
-        if sender.is_alive():
-            sender.kill()
-        sock.close()
-        context.term()
-    if mismatched:
-        raise RuntimeError(f"{mismatched} floor-leg payloads failed their checksum")
-    return elapsed * count / max(1, count - 1)
+    return _room_pages(chunk_bytes, room_bytes) * page_bytes(chunk_bytes) * _ROOMS_IN_FLIGHT
 
 
 # --- kvtop leg -------------------------------------------------------------------------
 
 
 def _room_pages(chunk_bytes: int, room_bytes: int) -> int:
-    return max(1, room_bytes // _page_bytes(chunk_bytes))
+    return max(1, room_bytes // page_bytes(chunk_bytes))
 
 
 class _Room(Protocol):
@@ -249,11 +144,12 @@ def _prefill_process(
     room_bytes: int,
     rooms: int,
     ready: EventType,
+    release: EventType,
     publish_events: bool,
     checksums: bool,
 ) -> None:
     pages = _room_pages(chunk_bytes, room_bytes)
-    pool = KVPool(pages * _ROOMS_IN_FLIGHT, _page_bytes(chunk_bytes))
+    pool = KVPool(pages * _ROOMS_IN_FLIGHT, page_bytes(chunk_bytes))
     pool.data[:] = np.random.default_rng(2).integers(0, 256, size=pool.data.shape, dtype=np.uint8)
     slots = [pool.allocate(pages) for _ in range(_ROOMS_IN_FLIGHT)]
     with KVManager(
@@ -269,25 +165,60 @@ def _prefill_process(
             return sender
 
         _drive(range(1, rooms + 1), slots, begin)
+        release.wait(120)  # a watcher may still be reading this rank's last events: closing drops them
 
 
 def _config(chunk_bytes: int, checksums: bool) -> TransferConfig:
     return TransferConfig(chunk_bytes=chunk_bytes, window_bytes=max(32 << 20, 4 * chunk_bytes), checksums=checksums)
 
 
+class Watcher(Protocol):
+    """Something that watches a kvtop run's ranks (`bench events`: a collector in its own process)."""
+
+    def start(self, bootstrap: str) -> None:
+        """Both ranks registered at `bootstrap` and nothing moved yet: subscribe, return when ready."""
+
+    def settle(self) -> None:
+        """The timed transfers ended; the ranks stay up until this returns."""
+
+    def stop(self) -> None:
+        """End the watch (idempotent; also called when the run failed)."""
+
+    @property
+    def pid(self) -> int | None:
+        """The watching process, whose CPU time counts in the run's (None when there is none)."""
+
+
+def _wait_ready(process: mp.process.BaseProcess, ready: EventType, timeout_s: float = 60.0) -> None:
+    """Wait for the prefill process to say it is up; raise at once if it died (its traceback is above)."""
+    deadline = time.monotonic() + timeout_s
+    while not ready.wait(0.1):
+        if not process.is_alive():
+            raise BenchFailed(f"the prefill process exited with {process.exitcode} before it was up")
+        if time.monotonic() > deadline:
+            raise BenchFailed(f"the prefill process did not start within {timeout_s:g} s")
+
+
 def run_kvtop(
-    chunk_bytes: int, room_bytes: int, rooms: int, publish_events: bool = True, checksums: bool = True
-) -> float:
-    """Seconds for a decode rank to receive `rooms` rooms from a prefill process (both publishing events)."""
+    chunk_bytes: int,
+    room_bytes: int,
+    rooms: int,
+    publish_events: bool = True,
+    checksums: bool = True,
+    watcher: Watcher | None = None,
+) -> Leg:
+    """Seconds (wall and CPU) for a decode rank to receive `rooms` rooms from a prefill process (both
+    publishing events), watched by `watcher` when one is given."""
     bootstrap = BootstrapServer().start()
-    ready = mp.get_context("spawn").Event()
-    prefill = mp.get_context("spawn").Process(
+    spawn = mp.get_context("spawn")
+    ready, release = spawn.Event(), spawn.Event()
+    prefill = spawn.Process(
         target=_prefill_process,
-        args=(bootstrap.endpoint, chunk_bytes, room_bytes, rooms, ready, publish_events, checksums),
+        args=(bootstrap.endpoint, chunk_bytes, room_bytes, rooms, ready, release, publish_events, checksums),
     )
     prefill.start()
     pages = _room_pages(chunk_bytes, room_bytes)
-    pool = KVPool(pages * _ROOMS_IN_FLIGHT, _page_bytes(chunk_bytes))
+    pool = KVPool(pages * _ROOMS_IN_FLIGHT, page_bytes(chunk_bytes))
     slots = [pool.allocate(pages) for _ in range(_ROOMS_IN_FLIGHT)]
     try:
         with KVManager(
@@ -295,8 +226,9 @@ def run_kvtop(
             config=_config(chunk_bytes, checksums), publish_events=publish_events,
         ) as manager:  # fmt: skip
             manager.start()
-            if not ready.wait(60):
-                raise RuntimeError("the prefill process did not start within 60 s")
+            _wait_ready(prefill, ready)
+            if watcher is not None:
+                watcher.start(bootstrap.endpoint)
 
             def begin(room: int, slot: PageIndices) -> _Room:
                 receiver = manager.receiver(room, "bench-prefill")
@@ -304,17 +236,31 @@ def run_kvtop(
                 return receiver
 
             failed = _drive(range(1, 2), slots, begin)
+            meter = CpuMeter(prefill.pid, watcher.pid if watcher is not None else None)
+            meter.start()
             started = time.perf_counter()
             failed += _drive(range(2, rooms + 1), slots, begin)
-            elapsed = time.perf_counter() - started
+            timed = Leg(time.perf_counter() - started, meter.stop())
             if failed:
-                raise RuntimeError(f"{failed} benchmark rooms failed")
+                raise BenchFailed(f"{failed} benchmark rooms failed")
+            if watcher is not None:
+                watcher.settle()
     finally:
+        if watcher is not None:
+            watcher.stop()
+        release.set()
         prefill.join(30)
         if prefill.is_alive():
             prefill.kill()
         bootstrap.close()
-    return elapsed * rooms / (rooms - 1)
+    return timed.scaled(rooms / (rooms - 1))
+
+
+def _figure(medians: dict[str, float], leg: str) -> tuple[float | None, float | None]:
+    """A leg's median GB/s and its ratio to raw (None, None when the leg did not run)."""
+    if leg not in medians:
+        return None, None
+    return round(medians[leg], 3), round(medians[leg] / medians["raw"], 3)
 
 
 def measure(
@@ -324,42 +270,65 @@ def measure(
     repeats: int,
     progress: Callable[[str], None],
     floor: bool = False,
+    e2e: bool = False,
 ) -> list[TransferResult]:
-    """Alternate raw, kvtop, unchecked kvtop (and floor) legs `repeats` times per chunk size; medians, ratios."""
+    """Alternate raw, kvtop, unchecked kvtop (floor, unchecked floor; e2e) legs `repeats` times per chunk size;
+    medians and ratios. Raises ValueError for sizes the legs cannot share (`check_sizes`)."""
+    for chunk_bytes in chunk_sizes:
+        check_sizes(chunk_bytes, room_bytes)
     results = []
     total = room_bytes * rooms
     for chunk_bytes in chunk_sizes:
-        raw: list[float] = []
-        checked: list[float] = []
-        unchecked: list[float] = []
-        floors: list[float] = []
+        legs: dict[str, list[Leg]] = {"raw": [], "kvtop": [], "unchecked": [], "floor": [], "floor_unchecked": [],
+                                      "e2e": []}  # fmt: skip
         pool = pool_bytes(chunk_bytes, room_bytes)
         window = _config(chunk_bytes, True).window_bytes
         for repeat in range(repeats):
-            raw.append(total / run_raw(chunk_bytes, total, pool) / 1e9)
-            checked.append(total / run_kvtop(chunk_bytes, room_bytes, rooms) / 1e9)
-            unchecked.append(total / run_kvtop(chunk_bytes, room_bytes, rooms, checksums=False) / 1e9)
+            legs["raw"].append(run_raw(chunk_bytes, total, pool))
+            legs["kvtop"].append(run_kvtop(chunk_bytes, room_bytes, rooms))
+            legs["unchecked"].append(run_kvtop(chunk_bytes, room_bytes, rooms, checksums=False))
             if floor:
-                floors.append(total / run_floor(chunk_bytes, total, window, pool) / 1e9)
+                legs["floor"].append(run_floor(chunk_bytes, total, window, pool, "chunk"))
+                legs["floor_unchecked"].append(run_floor(chunk_bytes, total, window, pool, "none"))
+            if e2e:
+                legs["e2e"].append(run_floor(chunk_bytes, total, window, pool, "page"))
             progress(
-                f"chunk {chunk_bytes} B, run {repeat + 1}/{repeats}: raw {raw[-1]:.2f} GB/s, "
-                f"kvtop {checked[-1]:.2f} GB/s, without checksums {unchecked[-1]:.2f} GB/s"
-                + (f", floor {floors[-1]:.2f} GB/s" if floor else "")
+                f"chunk {chunk_bytes} B, run {repeat + 1}/{repeats}: "
+                + ", ".join(
+                    f"{name} {total / runs[-1].seconds / 1e9:.2f} GB/s ({runs[-1].cpu_seconds / total * 1e9:.2f} "
+                    "CPU s/GB)"
+                    for name, runs in legs.items()
+                    if runs
+                )
             )
-        base, kv, bare = statistics.median(raw), statistics.median(checked), statistics.median(unchecked)
-        least = statistics.median(floors) if floors else None
+        ran = {name: runs for name, runs in legs.items() if runs}
+        gbps = {name: [total / leg.seconds / 1e9 for leg in runs] for name, runs in ran.items()}
+        med = {name: statistics.median(runs) for name, runs in gbps.items()}
+        cpu = {name: statistics.median(leg.cpu_seconds / total * 1e9 for leg in runs) for name, runs in ran.items()}
+        base = med["raw"]
+        floor_gbps, ratio_floor = _figure(med, "floor")
+        floor_unchecked, ratio_floor_unchecked = _figure(med, "floor_unchecked")
+        e2e_gbps, ratio_e2e = _figure(med, "e2e")
         results.append(
             TransferResult(
                 chunk_bytes=chunk_bytes,
-                kvtop_gbps=round(kv, 3),
+                kvtop_gbps=round(med["kvtop"], 3),
                 raw_gbps=round(base, 3),
-                ratio=round(kv / base, 3),
-                kvtop_unchecked_gbps=round(bare, 3),
-                ratio_unchecked=round(bare / base, 3),
+                ratio=round(med["kvtop"] / base, 3),
+                kvtop_unchecked_gbps=round(med["unchecked"], 3),
+                ratio_unchecked=round(med["unchecked"] / base, 3),
                 repeats=repeats,
                 total_bytes=total,
-                floor_gbps=round(least, 3) if least is not None else None,
-                ratio_floor=round(least / base, 3) if least is not None else None,
+                floor_gbps=floor_gbps,
+                ratio_floor=ratio_floor,
+                floor_unchecked_gbps=floor_unchecked,
+                ratio_floor_unchecked=ratio_floor_unchecked,
+                e2e_gbps=e2e_gbps,
+                ratio_e2e=ratio_e2e,
+                e2e_write_hash_gbps=round(write_hash_gbps(chunk_bytes, pool), 2) if e2e else None,
+                runs_gbps={name: [round(g, 3) for g in runs] for name, runs in gbps.items()},
+                cpu_s_per_gb={name: round(c, 3) for name, c in cpu.items()},
+                cpu_ratio={name: round(cpu["raw"] / c, 3) if c else None for name, c in cpu.items()},
             )
         )
     return results

@@ -2,7 +2,8 @@
 
 Runs inside the dashboard's process (`python -m kvtop.bench.ui_load`, started by
 `kvtop bench ui` on a pseudo-terminal); writes the app's frame timings as JSON
-on exit.
+on exit, with the moments each frame's build read the model (`ReadClock`), so
+that the bench can tell how old the data on screen was.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import json
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 
 from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
@@ -38,6 +40,19 @@ def fill(model: ClusterModel, rooms: int, instances: int, tp: int, now: float) -
     for first in range(0, rooms, 5000):
         for label, batch in base.rooms(min(5000, rooms - first), first):
             model.apply(label, batch, now)
+
+
+class ReadClock:
+    """The dashboard's clock: a frame's build asks it for `now` once it holds the model's lock, so the
+    worker thread's calls mark when each frame read the model (time.monotonic, as the app's draws)."""
+
+    def __init__(self) -> None:
+        self.reads: deque[float] = deque(maxlen=10_000)
+
+    def __call__(self) -> float:
+        if threading.current_thread() is not threading.main_thread():
+            self.reads.append(time.monotonic())
+        return time.time()
 
 
 class Feeder(threading.Thread):
@@ -88,13 +103,15 @@ def main() -> None:
     source = BenchSource(ClusterModel(JOURNAL_EVENTS_KEPT), threading.Lock())
     fill(source.model, args.rooms, args.instances, args.tp, time.time())
     feeder = Feeder(source, args.instances, args.tp, args.events_per_s)
-    app = KvtopApp(source, title="bench ui", themes=load_themes())
+    clock = ReadClock()
+    app = KvtopApp(source, title="bench ui", themes=load_themes(), clock=clock)
     app.call_later(feeder.start)
     app.run()
     feeder.stop.set()
     result = {
         "draws": list(app.draws),
         "build_s": list(app.build_seconds),
+        "reads": list(clock.reads),
         "events_per_s": feeder.rate(),
         "rooms": len(source.model.rooms) + len(source.model.finished),
         "ranks": len(source.model.ranks),

@@ -1,12 +1,19 @@
-"""`kvtop bench ...`: each benchmark compares against a baseline measured in the same run."""
+"""`kvtop bench ...`: each benchmark compares against a baseline measured in the same run.
+
+A benchmark whose measured work did not happen (no events applied, no frame drawn, rooms failed, a check
+without a verdict) exits 1 with one line on stderr saying what was missing; bad sizes exit 2.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from typing import Annotated
 
 import typer
 
+from kvtop.bench import BenchFailed
 from kvtop.cli.units import format_size, parse_size
 
 JsonObject = Annotated[bool, typer.Option("--json", help="Print a JSON object instead of text.")]
@@ -16,6 +23,16 @@ def _progress(line: str) -> None:
     typer.echo(line, err=True)
 
 
+@contextlib.contextmanager
+def _loud(name: str) -> Iterator[None]:
+    """Turn a benchmark's BenchFailed into one line on stderr and exit 1."""
+    try:
+        yield
+    except BenchFailed as error:
+        typer.echo(f"kvtop bench {name}: FAILED: {error}", err=True)
+        raise typer.Exit(1) from None
+
+
 def _report(data: object, as_json: bool, text: str) -> None:
     """A benchmark's result: `text` for people, `data` as JSON for scripts."""
     typer.echo(json.dumps(data, indent=2) if as_json else text)
@@ -23,17 +40,31 @@ def _report(data: object, as_json: bool, text: str) -> None:
 
 def bench_transfer(
     chunk_bytes: Annotated[
-        list[str], typer.Option("--chunk-bytes", help="Chunk size to measure (repeatable): 65536, 64KiB, 1MiB.")
+        list[str],
+        typer.Option(
+            "--chunk-bytes",
+            help="Chunk size to measure (repeatable): 65536, 64KiB, 1MiB; at most 64KiB or a multiple of it "
+            "(kvtop sends whole 64 KiB pages, and every leg moves messages of this size).",
+        ),
     ] = ["64KiB", "1MiB", "4MiB"],  # noqa: B006
-    room_bytes: Annotated[str, typer.Option(help="KV bytes per room.")] = "64MiB",
+    room_bytes: Annotated[str, typer.Option(help="KV bytes per room (a whole number of chunks).")] = "64MiB",
     rooms: Annotated[int, typer.Option(min=2, help="Rooms per kvtop run (the first one warms up).")] = 32,
     repeats: Annotated[int, typer.Option(min=1, help="Runs per leg; figures are medians.")] = 5,
     floor: Annotated[
         bool,
         typer.Option(
             "--floor",
-            help="Add a leg of the protocol's least work in pure pyzmq (ROUTER/DEALER, header with xxh3, "
-            "zero-copy payload, credit window), to split the gap into protocol and implementation.",
+            help="Add two legs of the protocol's least work in pure pyzmq (kvtop's frames sent with SNDMORE, "
+            "zero-copy, no per-chunk poll, recv_into, credit window), with kvtop's per-chunk xxh3 and without "
+            "checksums, to split the gap into protocol and implementation.",
+        ),
+    ] = False,
+    e2e: Annotated[
+        bool,
+        typer.Option(
+            "--e2e",
+            help="Add a least-work leg with end-to-end page checksums: pages hashed when written, digests "
+            "in the chunk header, each landed page verified (no hash on the sender's transfer path).",
         ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead of a table.")] = False,
@@ -42,8 +73,9 @@ def bench_transfer(
 
     Each run starts a prefill rank process and a decode rank (KV pools, bootstrap, credits, checksums,
     events) and, alternating with it, a raw PUSH process sending zero-copy into a PULL that lands each
-    message with recv_into in a numpy buffer; a third leg repeats the kvtop run with checksums off, and
-    with --floor a fourth runs the bare protocol without kvtop. Progress goes to stderr.
+    message with recv_into in a numpy buffer; a third leg repeats the kvtop run with checksums off; --floor
+    and --e2e add the bare protocol without kvtop. Exits 1 when a room or a checksum failed, 2 for sizes the
+    legs cannot share. Progress goes to stderr.
     """
     from kvtop.bench.transfer import measure
 
@@ -52,20 +84,30 @@ def bench_transfer(
         room = parse_size(room_bytes)
     except ValueError as error:
         raise typer.BadParameter(str(error)) from None
-    results = measure(sizes, room, rooms, repeats, _progress, floor=floor)
+    with _loud("transfer"):
+        try:
+            results = measure(sizes, room, rooms, repeats, _progress, floor=floor, e2e=e2e)
+        except ValueError as error:
+            raise typer.BadParameter(str(error), param_hint="'--chunk-bytes' / '--room-bytes'") from None
     if as_json:
         typer.echo(json.dumps([r.as_dict() for r in results], indent=2))
         return
     typer.echo(
         f"{'chunk':>8} {'raw GB/s':>9} {'kvtop GB/s':>11} {'ratio':>6} {'unchecked GB/s':>15} {'ratio':>6}"
-        + (f" {'floor GB/s':>11} {'ratio':>6}" if floor else "")
+        + (f" {'floor GB/s':>11} {'ratio':>6} {'unchecked':>10} {'ratio':>6}" if floor else "")
+        + (f" {'e2e GB/s':>9} {'ratio':>6}" if e2e else "")
     )
     for r in results:
-        typer.echo(
+        line = (
             f"{format_size(r.chunk_bytes):>8} {r.raw_gbps:>9.2f} {r.kvtop_gbps:>11.2f} {r.ratio:>6.2f} "
             f"{r.kvtop_unchecked_gbps:>15.2f} {r.ratio_unchecked:>6.2f}"
-            + (f" {r.floor_gbps:>11.2f} {r.ratio_floor:>6.2f}" if r.floor_gbps is not None else "")
         )
+        if r.floor_gbps is not None and r.floor_unchecked_gbps is not None:
+            line += f" {r.floor_gbps:>11.2f} {r.ratio_floor:>6.2f} {r.floor_unchecked_gbps:>10.2f}"
+            line += f" {r.ratio_floor_unchecked:>6.2f}"
+        if r.e2e_gbps is not None:
+            line += f" {r.e2e_gbps:>9.2f} {r.ratio_e2e:>6.2f}"
+        typer.echo(line)
 
 
 def bench_events(
@@ -75,24 +117,32 @@ def bench_events(
     repeats: Annotated[int, typer.Option(min=1, help="Runs per leg; figures are medians.")] = 5,
     as_json: JsonObject = False,
 ) -> None:
-    """What publishing events costs the transfer path, and how many events/s one publisher sustains.
+    """What publishing events costs a watched cluster's transfer path, and how many events/s one publisher sustains.
 
-    Alternates transfer runs with events on and off (same rooms, same sizes) and reports the median
-    GB/s of each and the cost (1 - on/off; the target is <= 0.03). Then pushes events through one
-    publisher to a subscriber as fast as it takes them. Progress goes to stderr.
+    Alternates transfer runs with events on, watched by a collector in its own process that decodes every
+    batch into a cluster model (as `kvtop top` does), and events off (same rooms, same sizes); reports the
+    median GB/s of each and the cost (1 - on/off; the target is <= 0.03), with what the collector applied.
+    Then pushes events through one publisher to a subscriber as fast as it takes them. Exits 1 when a
+    watched run's collector applied no events. Progress goes to stderr.
     """
     from kvtop.bench.events import measure_events
+    from kvtop.bench.transfer import check_sizes
 
     try:
         chunk, room = parse_size(chunk_bytes), parse_size(room_bytes)
+        check_sizes(chunk, room)
     except ValueError as error:
         raise typer.BadParameter(str(error)) from None
-    result = measure_events(chunk, room, rooms, repeats, _progress)
+    with _loud("events"):
+        result = measure_events(chunk, room, rooms, repeats, _progress)
     _report(
         result.as_dict(),
         as_json,
-        f"events on {result.gbps_events_on:.2f} GB/s, off {result.gbps_events_off:.2f} GB/s, "
-        f"cost {result.cost:+.1%}; publisher {result.events_per_s:,.0f} events/s",
+        f"events on {result.gbps_events_on:.2f} GB/s (watched: >= {result.events_applied:,} events applied per run, "
+        f">= {result.rooms_seen}/{result.rooms} rooms seen ending, {result.gaps} gaps), "
+        f"off {result.gbps_events_off:.2f} GB/s, cost {result.cost:+.1%} "
+        f"(CPU per GB {'unmeasured' if result.cpu_cost is None else format(result.cpu_cost, '+.1%')}); "
+        f"publisher {result.events_per_s:,.0f} events/s",
     )
 
 
@@ -111,14 +161,18 @@ def bench_ingest(
 ) -> None:
     """Events/s applied to the cluster model vs decoding the same frames alone, and `kvtop check` wall time.
 
+    The check is timed against a local 1P1D TP2 cluster under load (the workload driving 20 rooms/s);
+    exits 1 when a check gives no verdict (exit code not 0-2, or UNKNOWN) or no room finished meanwhile.
     Targets (DESIGN.md): >= 300k events/s on one core and >= 0.5 x decode-only; check <= 1 s.
     """
     from kvtop.bench.ingest import measure_ingest
 
-    result = measure_ingest(events, repeats, _progress, floor=floor)
+    with _loud("ingest"):
+        result = measure_ingest(events, repeats, _progress, floor=floor)
     text = (
         f"ingest {result.events_per_s:,.0f} events/s, decode only {result.decode_only_per_s:,.0f} "
-        f"(ratio {result.ratio:.2f}); kvtop check {result.check_wall_s:.2f} s"
+        f"(ratio {result.ratio:.2f}); kvtop check {result.check_wall_s:.2f} s under load "
+        f"({result.check_load_rooms} rooms finished meanwhile, exit codes {result.check_exit_codes})"
     )
     if result.floor_per_s is not None:
         text += f"; room table only {result.floor_per_s:,.0f} events/s (ratio {result.ratio_floor:.2f})"
@@ -131,26 +185,35 @@ def bench_ui(
     tp: Annotated[int, typer.Option(min=1, help="Ranks per instance (8+8 instances of TP 4: 64 ranks).")] = 4,
     events_per_s: Annotated[float, typer.Option(min=1000, help="Events/s applied while the dashboard runs.")] = 50_000,
     seconds: Annotated[
-        float, typer.Option(min=4, help="Seconds of watching (a quarter per view); half as long again of keys.")
+        float, typer.Option(min=1, help="Seconds of watching (a quarter per view); half as long again of keys.")
     ] = 30.0,
+    key_timeout_s: Annotated[
+        float, typer.Option(min=0, help="How long a key may take to show its view; a key that takes longer fails.")
+    ] = 5.0,
     as_json: JsonObject = False,
 ) -> None:
     """The dashboard on a big synthetic model, in a pseudo-terminal, while events stream in: frame and key latency.
 
     frame: UI-thread time from a frame's arrival until painted, while each view is watched in turn (target
-    p99 <= 50 ms); build: worker time to build a frame from the model; key to screen: a view key until the
-    new view's bytes reach the terminal (target <= 100 ms). Progress goes to stderr.
+    p99 <= 40 ms); build: worker time to build a frame from the model; data age: from a frame's read of the
+    model until painted, and until the next frame replaced it (the oldest data on screen; target p99 <= 250
+    ms); key to screen: a view key until the new view's bytes reach the terminal (target <= 80 ms). Exits 1
+    when a watched view painted no frame or a key did not show its view in time. Progress goes to stderr.
     """
     from kvtop.bench.ui import measure_ui
 
-    result = measure_ui(rooms, instances, tp, events_per_s, seconds, _progress)
+    with _loud("ui"):
+        result = measure_ui(rooms, instances, tp, events_per_s, seconds, _progress, key_timeout_s)
     _report(
         result.as_dict(),
         as_json,
         f"{result.rooms:,} rooms, {result.ranks} ranks, {result.events_per_s:,.0f} events/s: "
         f"frame p50 {result.frame_ms_p50:.1f} ms p99 {result.frame_ms_p99:.1f} ms; "
         f"build p50 {result.build_ms_p50:.1f} ms p99 {result.build_ms_p99:.1f} ms; "
-        f"key to screen {result.key_to_screen_ms:.1f} ms (p99 {result.key_to_screen_ms_p99:.1f})",
+        f"data age at paint p99 {result.data_age_at_paint_ms_p99:.0f} ms, "
+        f"on screen p99 {result.data_age_on_screen_ms_p99:.0f} ms; "
+        f"key to screen {result.key_to_screen_ms:.1f} ms (p99 {result.key_to_screen_ms_p99:.1f}, "
+        f"{result.keys}/{result.keys_pressed} keys)",
     )
 
 

@@ -1,0 +1,53 @@
+"""`kvtop bench transfer`: equal message sizes in every leg, and the least-work legs' figures."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import xxhash
+
+from kvtop.bench.baselines import page_digests
+from kvtop.bench.transfer import check_sizes
+from tests.kvtop.kvtop_cli import kvtop
+
+
+def test_a_chunk_kvtop_cannot_send_as_whole_pages_is_refused() -> None:
+    """96 KiB would go as 64 KiB pages in kvtop and 96 KiB messages raw: the bench says so and exits 2."""
+    done = kvtop("bench", "transfer", "--chunk-bytes", "96KiB")
+    assert done.returncode == 2
+    assert "kvtop sends whole 65536 B pages" in done.stderr
+
+
+def test_a_room_that_is_no_whole_number_of_chunks_is_refused() -> None:
+    """A room ending in a shorter chunk would make kvtop's messages differ from the other legs'."""
+    with pytest.raises(ValueError, match="not a whole number of 1048576 B chunks"):
+        check_sizes(1 << 20, 3 << 19)
+    check_sizes(1 << 20, 64 << 20)
+    check_sizes(16 << 10, 48 << 10)
+
+
+def test_page_digests_are_each_pages_xxh3_in_order() -> None:
+    """What a writer stores beside its pages: 8 bytes of xxh3-64 per page."""
+    buffer = np.arange(4 * 1024, dtype=np.uint32).view(np.uint8)
+    pages = [buffer[i * 4096 : (i + 1) * 4096].tobytes() for i in range(4)]
+    assert page_digests(buffer, 4096) == b"".join(xxhash.xxh3_64_digest(page) for page in pages)
+
+
+def test_transfer_bench_json_has_every_legs_figures() -> None:
+    """With --floor and --e2e each leg's GB/s and ratio to raw is reported, at one message size."""
+    done = kvtop("bench", "transfer", "--chunk-bytes", "64KiB", "--room-bytes", "1MiB", "--rooms", "4",
+                 "--repeats", "1", "--floor", "--e2e", "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (result,) = json.loads(done.stdout)
+    assert result["chunk_bytes"] == 65536
+    assert result["total_bytes"] == 4 << 20
+    for leg in ("raw_gbps", "kvtop_gbps", "kvtop_unchecked_gbps", "floor_gbps", "floor_unchecked_gbps", "e2e_gbps"):
+        assert result[leg] > 0, leg
+    for ratio in ("ratio", "ratio_unchecked", "ratio_floor", "ratio_floor_unchecked", "ratio_e2e"):
+        assert result[ratio] > 0, ratio
+    assert result["e2e_write_hash_gbps"] > 0
+    legs = {"raw", "kvtop", "unchecked", "floor", "floor_unchecked", "e2e"}
+    assert set(result["runs_gbps"]) == set(result["cpu_s_per_gb"]) == set(result["cpu_ratio"]) == legs
+    assert all(cpu >= 0 for cpu in result["cpu_s_per_gb"].values())  # 4 MiB may pass within one 10 ms tick
