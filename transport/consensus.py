@@ -6,6 +6,13 @@ publishes a `Vote` each engine tick (its rooms, and recently finished ones) on
 a PUB socket, subscribes to the votes of the other ranks, and takes the MIN
 itself; unlike SGLang the value carries the failure's origin and reason, so a
 rank that learns of a failure this way knows exactly whose echo it is.
+
+Every room ends: a rank that stops voting fails the rooms of its instance
+(`peer_lost`), and a rank that keeps voting but never votes on a room (it
+refused or never got the room) fails that room once the vote timeout has
+passed since this rank took it (`timeout_consensus`). Votes are validated by
+their schema (wire.py) and by who sent them; rejections are counted in the
+consensus socket's own counters.
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ class InstanceConsensus:
     """One rank's part of the consensus; every method runs on the engine thread."""
 
     def __init__(
-        self, context: zmq.Context[zmq.Socket[bytes]], host: str, counters: Counters, vote_timeout_s: float
+        self, context: zmq.Context[zmq.Socket[bytes]], host: str, rejections: Counters, vote_timeout_s: float
     ) -> None:
         self._pub: zmq.Socket[bytes] = context.socket(zmq.PUB)
         self._pub.linger = 0
@@ -48,7 +55,7 @@ class InstanceConsensus:
         self.socket: zmq.Socket[bytes] = context.socket(zmq.SUB)
         self.socket.linger = 0
         self.socket.setsockopt(zmq.SUBSCRIBE, b"")
-        self._counters = counters
+        self._rejections = rejections
         self._vote_timeout_s = vote_timeout_s
         self._connected: dict[int, AgentInfo] = {}
         self._votes: dict[int, tuple[float, dict[int, VoteEntry]]] = {}
@@ -89,30 +96,42 @@ class InstanceConsensus:
         self._pub.send(encode(Vote(me.rank, me.incarnation, entries)))
 
     def handle(self) -> None:
-        """Read the other ranks' votes (only the latest of each counts)."""
-        for vote in decode_waiting(self.socket, self._decoder, self._counters):
+        """Read the other ranks' votes (only the latest of each counts); a vote from no rank we joined is rejected."""
+        for vote in decode_waiting(self.socket, self._decoder, self._rejections):
+            if vote.rank not in self._connected:
+                self._rejections.reject("unexpected")
+                continue
             self._votes[vote.rank] = (time.monotonic(), {entry.room: entry for entry in vote.rooms})
 
     def agree(self, record: RoomRecord, me: AgentInfo, now: float) -> Agreement:
         """MIN over the ranks of the instance; a rank that has not voted on the room counts as Bootstrapping.
 
-        A rank whose votes stopped (it died) fails the room here, with this rank as the origin.
+        Within the vote timeout of this rank taking the room, that is: after it, a rank that never voted on
+        the room (or never joined) fails it, and so does a rank whose votes stopped (it died), each with this
+        rank as the origin.
         """
         state = record.state
         failure = entry_of(record) if state is KVPoll.Failed else None
+        waited = now - record.created_at
+        overdue = waited > self._vote_timeout_s
         if len(self._connected) < me.tp - 1:
             state = min(state, KVPoll.Bootstrapping)
+            if overdue:
+                joined = f"every rank of {me.instance} to join ({len(self._connected) + 1} of {me.tp} reachable)"
+                failure = failure or _failed(record.room, me, reasons.consensus_timeout(record.room, waited, joined))
         for rank, peer in self._connected.items():
             seen, rooms = self._votes.get(rank, (None, {}))
             entry = rooms.get(record.room)
             if seen is not None and now - seen > self._vote_timeout_s:
-                reason, reason_class = reasons.rank_silent(peer.label)
-                entry = VoteEntry(record.room, int(KVPoll.Failed), me.label, reason, str(reason_class))
+                entry = _failed(record.room, me, reasons.rank_silent(peer.label))
+            elif entry is None and overdue:
+                waiting_for = f"the vote of rank {peer.label}"
+                entry = _failed(record.room, me, reasons.consensus_timeout(record.room, waited, waiting_for))
             peer_state = KVPoll(entry.state) if entry else KVPoll.Bootstrapping
             if peer_state is KVPoll.Failed and failure is None:
                 failure = entry
             state = min(state, peer_state)
-        return Agreement(state, failure)
+        return Agreement(KVPoll.Failed if failure else state, failure)
 
     def close(self) -> None:
         self._pub.close(linger=0)
@@ -124,6 +143,12 @@ def entry_of(record: RoomRecord) -> VoteEntry:
     failure = record.failure
     if record.state is KVPoll.Failed and failure is not None:
         return VoteEntry(
-            record.room, int(record.state), failure.origin or "", failure.failure_reason, str(record.reason_class)
+            record.room, int(record.state), failure.origin or "", failure.failure_reason, record.reason_class
         )
     return VoteEntry(record.room, int(record.state))
+
+
+def _failed(room: int, me: AgentInfo, reason: reasons.Reason) -> VoteEntry:
+    """A failure this rank observed in the consensus itself (this rank is its origin)."""
+    text, reason_class = reason
+    return VoteEntry(room, int(KVPoll.Failed), me.label, text, reason_class)

@@ -37,6 +37,8 @@ class RoomRecord:
     """The instance's MIN over its ranks (see consensus.py); what a scheduler acts on."""
     agreed_failure: KVTransferError | None = None
     """Set when the instance failed the room after this rank had already succeeded."""
+    agreed_reason_class: ReasonClass | None = None
+    """The class of `agreed_failure`."""
     observer: Callable[[RoomRecord, KVPoll], None] | None = None
     """Told of every state change (the event plane); set for rooms a scheduler owns."""
     progress_emitted_at: float = 0.0
