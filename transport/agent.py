@@ -248,7 +248,12 @@ class Agent:
 
 def parse_args(argv: list[str] | None = None) -> AgentOptions:
     """Read agent options from the command line (`python -m transport.agent --help`)."""
-    parser = argparse.ArgumentParser(prog="python -m transport.agent", description="Run one KV transfer rank.")
+    parser = argparse.ArgumentParser(
+        prog="python -m transport.agent",
+        description="Run one KV transfer rank.",
+        epilog="Exit status: 0 when stopped (SIGTERM/SIGINT, or its parent went away); 1 when a thread of "
+        "the rank died (logged with its traceback) or it could not start.",
+    )
     parser.add_argument("--role", choices=[r.value for r in Role], required=True)
     parser.add_argument("--instance", required=True, help="instance name, e.g. prefill-0")
     parser.add_argument("--rank", type=int, default=0, help="TP rank within the instance")
@@ -264,7 +269,13 @@ def parse_args(argv: list[str] | None = None) -> AgentOptions:
     parser.add_argument("--waiting-timeout", type=float, default=300.0)
     parser.add_argument("--transfer-timeout", type=float, default=60.0)
     parser.add_argument("--heartbeat", type=float, default=0.5)
-    parser.add_argument("--peer-timeout", type=float, default=5.0)
+    parser.add_argument(
+        "--peer-timeout",
+        type=float,
+        default=5.0,
+        help="seconds until a silent peer is lost; also how long a rank of this instance may go without "
+        "voting on a room this rank took before the room fails (timeout_consensus)",
+    )
     parser.add_argument(
         "--no-checksums", action="store_true", help="send chunks without xxh3 checksums (trust TCP's own checks)"
     )
