@@ -114,17 +114,16 @@ class InstanceConsensus:
     def agree(self, record: RoomRecord, me: AgentInfo, now: float) -> Agreement:
         """MIN over the ranks of the instance; a rank that has not voted on the room counts as Bootstrapping.
 
-        Within the vote timeout of this rank taking the room, that is: after it, a rank that never voted on
-        the room (or never joined) fails it, and so does a rank whose votes stopped (it died), each with this
-        rank as the origin.
+        Not for ever: the room fails here, this rank the origin, once a rank has gone on voting for the
+        vote timeout since this rank took the room without ever voting on it (it never took the room), or
+        has been silent that long (it died), or has not joined by then.
         """
         state = record.state
         failure = entry_of(record) if state is KVPoll.Failed else None
         waited = now - record.created_at
-        overdue = waited > self._vote_timeout_s
         if len(self._connected) < me.tp - 1:
             state = min(state, KVPoll.Bootstrapping)
-            if overdue:
+            if waited > self._vote_timeout_s:
                 joined = f"every rank of {me.instance} to join ({len(self._connected) + 1} of {me.tp} reachable)"
                 failure = failure or _failed(record.room, me, reasons.consensus_timeout(record.room, waited, joined))
         for rank, peer in self._connected.items():
@@ -132,7 +131,8 @@ class InstanceConsensus:
             entry = rooms.get(record.room)
             if seen is not None and now - seen > self._vote_timeout_s:
                 entry = _failed(record.room, me, reasons.rank_silent(peer.label))
-            elif entry is None and overdue:
+            elif entry is None and seen is not None and seen - record.created_at > self._vote_timeout_s:
+                # it kept voting for a whole vote timeout after this rank took the room, never on the room
                 waiting_for = f"the vote of rank {peer.label}"
                 entry = _failed(record.room, me, reasons.consensus_timeout(record.room, waited, waiting_for))
             peer_state = KVPoll(entry.state) if entry else KVPoll.Bootstrapping
