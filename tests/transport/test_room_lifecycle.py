@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from transport import KVPoll, Role, Timeouts, TransferConfig
 from transport.cluster import ClusterSpec, LocalCluster
-from transport.control import ControlClient
+from transport.control import ControlClient, ControlError
 
 PAGE_BYTES = 8192
 VOTE_TIMEOUT_S = 1.0
@@ -82,3 +83,18 @@ def test_a_finished_room_whose_instance_never_agreed_is_failed_before_the_sweep_
     )
     assert "waiting for its instance to agree" in failure.failure_reason
     assert KVPoll.Success is sender.poll()
+
+
+def test_a_submit_of_fewer_than_one_page_is_refused_and_the_agent_keeps_serving(make_cluster, control, wait_for):
+    """Submit with 0 or -5 pages gets a refusal that says why; a real room afterwards succeeds."""
+    cluster = make_cluster(ClusterSpec(num_pages=16, page_bytes=PAGE_BYTES))
+    prefill, decode = (control_of(cluster, control, label) for label in ("prefill-0/TP0", "decode-0/TP0"))
+
+    for pages in (0, -5):
+        with pytest.raises(ControlError, match=f"a room needs at least one page, not {pages}"):
+            prefill.submit(0x1204, pages)
+
+    prefill.submit(0x1205, 4)
+    decode.submit(0x1205, 4, prefill_instance="prefill-0")
+    assert [KVPoll.Success] * 2 == [client.wait_result(0x1205, 10).state for client in (prefill, decode)]
+    assert wait_for(lambda: (free := prefill.stats()["pool_free_pages"]) == 16 and free) == 16
