@@ -46,6 +46,11 @@ class RoomRecord:
     def __post_init__(self) -> None:
         self.entered_at = self.progress_at = self.created_at
 
+    @property
+    def peer(self) -> str:
+        """The peer its room events name: the prefill instance on a decode rank, '' on a prefill rank."""
+        return ""
+
     def move(self, proposed: KVPoll, now: float) -> bool:
         """Offer a state; returns True when the room changed state."""
         if proposed is self.state:  # every chunk offers Transferring again
@@ -115,6 +120,10 @@ class ReceiverRoom(RoomRecord):
     requests_sent: bool = False
     statuses_ok: set[int] = field(default_factory=set)
     abort_acks: set[int] = field(default_factory=set)
+
+    @property
+    def peer(self) -> str:
+        return self.prefill_instance
 
     @property
     def complete(self) -> bool:

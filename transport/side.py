@@ -113,8 +113,7 @@ class SideContext:
         if record.observer is None:
             return
         ts = time.time()
-        peer = getattr(record, "prefill_instance", "")
-        self.emit(RoomState(ts, record.room, int(KVPoll.Failed), int(previous), peer, record.bytes_total))
+        self.emit(RoomState(ts, record.room, int(KVPoll.Failed), int(previous), record.peer, record.bytes_total))
         self.emit(self.failure_event(record.room, record.agreed_failure, reason_class, ts))
 
     def progress(self, record: RoomRecord, now: float) -> None:
