@@ -102,6 +102,7 @@ class Agent:
         self._decoder: FrameDecoder[ControlRequest] = FrameDecoder(ControlRequest)
         self._rejections = Counters(rejection_names())
         self._live: dict[int, _LiveRoom] = {}
+        self._submits_refused = 0
         self._digests: dict[int, int] = {}
         self._stop = threading.Event()
 
@@ -145,12 +146,14 @@ class Agent:
             self._zmq.term()
 
     def counters(self) -> dict[str, int]:
-        """The engine's counters, the control socket's rejections (`control_rejected_*`) and the pool now."""
+        """The engine's counters, the control socket's rejections (`control_rejected_*`), the pool now and
+        the Submits this rank refused (`submits_refused`: pool full, room already live, no pages)."""
         control = {f"control_{k}": v for k, v in self._rejections.snapshot().items()}
         pool = {
             "pool_pages": self.pool.num_pages,
             "pool_free_pages": self.pool.free_pages,
             "rooms_live": len(self._live),
+            "submits_refused": self._submits_refused,
         }
         return {**self.manager.counters(), **control, **pool}
 
@@ -169,7 +172,10 @@ class Agent:
             if digest is None:
                 return Refusal(request.req_id, f"no finished room {request.room} on this rank")
             return DigestReply(request.req_id, request.room, digest)
-        return self._submit(requester, request)
+        answer = self._submit(requester, request)
+        if isinstance(answer, Refusal):
+            self._submits_refused += 1
+        return answer
 
     def _submit(self, requester: bytes, request: Submit) -> Submitted | Refusal:
         if request.room in self._live:

@@ -97,4 +97,5 @@ def test_a_submit_of_fewer_than_one_page_is_refused_and_the_agent_keeps_serving(
     prefill.submit(0x1205, 4)
     decode.submit(0x1205, 4, prefill_instance="prefill-0")
     assert [KVPoll.Success] * 2 == [client.wait_result(0x1205, 10).state for client in (prefill, decode)]
-    assert wait_for(lambda: (free := prefill.stats()["pool_free_pages"]) == 16 and free) == 16
+    stats = wait_for(lambda: (s := prefill.stats())["pool_free_pages"] == 16 and s, what="pages back")
+    assert stats["submits_refused"] == 2
