@@ -24,6 +24,8 @@ Sockets and their frames (ROUTER sockets see the peer's routing id first)::
 
     consensus  PUB (bound by each rank) -> SUB (the other ranks of its instance)
         [Vote]    every engine tick: the rank's rooms and what it knows of their failures
+                  (a vote outside its schema, or from a rank not joined, is counted as
+                  consensus_rejected_<reason> and ignored)
 
     events     PUB and snapshot ROUTER (bound by each agent): see events.py
 
