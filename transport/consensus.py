@@ -58,8 +58,6 @@ class InstanceConsensus:
         self._rejections = rejections
         self._vote_timeout_s = vote_timeout_s
         self._connected: dict[int, AgentInfo] = {}
-        self._unusable: dict[int, AgentInfo] = {}
-        """The last registration of each rank whose consensus endpoint could not be connected to."""
         self._votes: dict[int, tuple[float, dict[int, VoteEntry]]] = {}
         self._released: dict[int, tuple[float, VoteEntry]] = {}
         self._decoder: FrameDecoder[Vote] = FrameDecoder(Vote)
@@ -75,15 +73,9 @@ class InstanceConsensus:
             known = self._connected.get(peer.rank)
             if peer.rank == me.rank or not peer.consensus_endpoint or known == peer:
                 continue
-            try:
-                self.socket.connect(peer.consensus_endpoint)
-            except zmq.ZMQError:  # a registration that cannot be used: counted once, the rank stays unjoined
-                if self._unusable.get(peer.rank) != peer:
-                    self._unusable[peer.rank] = peer
-                    self._rejections.reject("malformed")
-                continue
             if known is not None:
                 self.socket.disconnect(known.consensus_endpoint)
+            self.socket.connect(peer.consensus_endpoint)
             self._connected[peer.rank] = peer
             # Its silence counts from now, so a rank that dies before its first vote arrives is caught too.
             self._votes.setdefault(peer.rank, (now, {}))

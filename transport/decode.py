@@ -194,17 +194,10 @@ class DecodeSide:
             self._fail(record, reasons.layout_mismatch(record.room, str(error)), now)
             return False
         for pairing in record.pairings:
-            peer = ranks[pairing.prefill_rank]
-            link = self._connect(peer, now)
-            if link is None:  # a registration whose endpoint cannot be connected to
-                self._routes.forget(record.prefill_instance)
-                self._fail(record, reasons.prefill_peer_lost(peer.data_endpoint.removeprefix("tcp://")), now)
-                return False
-            link.rooms.add(record.room)
+            self._connect(ranks[pairing.prefill_rank], now).rooms.add(record.room)
         return True
 
-    def _connect(self, info: AgentInfo, now: float) -> PrefillLink | None:
-        """The link to a prefill rank (a new one for a new incarnation); None, counted, for a bad endpoint."""
+    def _connect(self, info: AgentInfo, now: float) -> PrefillLink:
         key = (info.instance, info.rank)
         link = self._links.get(key)
         if link is not None and link.info.incarnation == info.incarnation:
@@ -215,12 +208,7 @@ class DecodeSide:
         sock.linger = 0
         sock.routing_id = f"{self._ctx.info.label}#{self._ctx.info.incarnation:x}".encode()
         sock.rcvhwm = 100_000
-        try:
-            sock.connect(info.data_endpoint)
-        except zmq.ZMQError:
-            sock.close(linger=0)
-            self._ctx.counters.reject("malformed")
-            return None
+        sock.connect(info.data_endpoint)
         link = PrefillLink(info, sock, last_seen=now, last_ping=now)
         self._links[key] = link
         self._by_socket[sock] = link

@@ -44,30 +44,9 @@ class RouteBook:
         """Read the bootstrap service's replies."""
         for reply in decode_waiting(self.socket, self._decoder, self._counters):
             if isinstance(reply, Route):
-                if not usable(reply):
-                    self._counters.reject("malformed")
-                    continue
-                self._routes[reply.instance] = sorted(reply.ranks, key=lambda agent: agent.rank)
+                self._routes[reply.instance] = reply.ranks
             elif not isinstance(reply, Refusal):
                 self._counters.reject("unexpected")
 
     def close(self) -> None:
         self.socket.close(linger=0)
-
-
-def usable(route: Route) -> bool:
-    """A route the engine can act on: ranks 0..tp-1 of the named instance, agreeing on tp, with real pages.
-
-    An incomplete route (ranks still registering) is usable; `lookup` waits for the rest.
-    """
-    ranks = route.ranks
-    if not ranks:
-        return True
-    tp = ranks[0].tp
-    indices = [agent.rank for agent in ranks]
-    return (
-        all(agent.instance == route.instance and agent.tp == tp and agent.page_bytes > 0 for agent in ranks)
-        and 0 < tp <= 1 << 16
-        and len(set(indices)) == len(indices)
-        and all(0 <= index < tp for index in indices)
-    )
