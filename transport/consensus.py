@@ -47,7 +47,7 @@ class InstanceConsensus:
     """One rank's part of the consensus; every method runs on the engine thread."""
 
     def __init__(
-        self, context: zmq.Context[zmq.Socket[bytes]], host: str, rejections: Counters, vote_timeout_s: float
+        self, context: zmq.Context[zmq.Socket[bytes]], host: str, counters: Counters, vote_timeout_s: float
     ) -> None:
         self._pub: zmq.Socket[bytes] = context.socket(zmq.PUB)
         self._pub.linger = 0
@@ -55,7 +55,7 @@ class InstanceConsensus:
         self.socket: zmq.Socket[bytes] = context.socket(zmq.SUB)
         self.socket.linger = 0
         self.socket.setsockopt(zmq.SUBSCRIBE, b"")
-        self._rejections = rejections
+        self._counters = counters
         self._vote_timeout_s = vote_timeout_s
         self._connected: dict[int, AgentInfo] = {}
         self._votes: dict[int, tuple[float, dict[int, VoteEntry]]] = {}
@@ -97,9 +97,9 @@ class InstanceConsensus:
 
     def handle(self) -> None:
         """Read the other ranks' votes (only the latest of each counts); a vote from no rank we joined is rejected."""
-        for vote in decode_waiting(self.socket, self._decoder, self._rejections):
+        for vote in decode_waiting(self.socket, self._decoder, self._counters):
             if vote.rank not in self._connected:
-                self._rejections.reject("unexpected")
+                self._counters.reject("unexpected")
                 continue
             self._votes[vote.rank] = (time.monotonic(), {entry.room: entry for entry in vote.rooms})
 

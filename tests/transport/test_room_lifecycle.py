@@ -99,3 +99,19 @@ def test_a_submit_of_fewer_than_one_page_is_refused_and_the_agent_keeps_serving(
     assert [KVPoll.Success] * 2 == [client.wait_result(0x1205, 10).state for client in (prefill, decode)]
     stats = wait_for(lambda: (s := prefill.stats())["pool_free_pages"] == 16 and s, what="pages back")
     assert stats["submits_refused"] == 2
+
+
+def test_a_room_of_an_instance_whose_other_rank_never_registers_fails_on_the_vote_timeout(make_manager, wait_for):
+    """prefill-0/TP1 never comes up: TP0 cannot join its instance, and fails the room one vote timeout after
+    taking it (timeout_consensus, naming how many ranks it reached), long before its bootstrap timeout."""
+    config = TransferConfig(heartbeat_s=0.1, peer_timeout_s=0.5, timeouts=Timeouts(30, 30, 30))
+    prefill = make_manager(Role.PREFILL, "prefill-0", rank=0, tp=2, config=config)
+    sender = prefill.sender(0x1206)
+    sender.send(np.arange(4, dtype=np.uint32))
+
+    wait_for(lambda: sender.agreed() is KVPoll.Failed, what="the room fails")
+
+    failure = sender.agreed_failure
+    assert failure is not None
+    assert (prefill.info.label, "timeout_consensus") == (failure.origin, sender.reason_class)
+    assert "waiting for every rank of prefill-0 to join (1 of 2 reachable)" in failure.failure_reason
