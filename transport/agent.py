@@ -13,6 +13,7 @@ import argparse
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ import zmq
 from transport.config import Role, Timeouts, TransferConfig
 from transport.counters import Counters, rejection_names
 from transport.engine import KVManager, KVReceiver, KVSender
-from transport.errors import KVTransferError, ReasonClass
+from transport.errors import KVTransferError
 from transport.faults import FaultInjector, FaultSpec
 from transport.kvpoll import KVPoll
 from transport.logs import setup_agent_logging
@@ -101,6 +102,7 @@ class Agent:
         self._decoder: FrameDecoder[ControlRequest] = FrameDecoder(ControlRequest)
         self._rejections = Counters(rejection_names())
         self._live: dict[int, _LiveRoom] = {}
+        self._submits_refused = 0
         self._digests: dict[int, int] = {}
         self._stop = threading.Event()
 
@@ -108,8 +110,13 @@ class Agent:
         """Ask the loop to end (safe from a signal handler)."""
         self._stop.set()
 
-    def run(self) -> None:
-        """Register, then serve until `stop()`; closes everything on the way out."""
+    def run(self) -> int:
+        """Register, then serve until `stop()`; closes everything on the way out.
+
+        Returns the exit status: 0 when stopped, 1 when a thread of this rank died (logged with its
+        traceback): a rank that cannot transfer ends rather than hang. An exception of this loop is
+        logged the same way, then raised.
+        """
         parent = os.getppid()
         try:
             self.manager.start()
@@ -125,13 +132,30 @@ class Agent:
                 if os.getppid() != parent:
                     self.log.warning("parent process %d is gone; stopping", parent)
                     break
+                dead = self.manager.dead_thread()
+                if dead is not None:
+                    self.log.error("thread %s died (its traceback is above); this rank exits with status 1", dead)
+                    return 1
+            return 0
+        except Exception:
+            self.log.exception("the agent loop of %s died", self.manager.info.label)
+            raise
         finally:
             self.manager.close()
             self._control.close(linger=0)
             self._zmq.term()
 
     def counters(self) -> dict[str, int]:
-        return {**self.manager.counters(), **{f"control_{k}": v for k, v in self._rejections.snapshot().items()}}
+        """The engine's counters, the control socket's rejections (`control_rejected_*`), the pool now and
+        the Submits this rank refused (`submits_refused`: pool full, room already live, no pages)."""
+        control = {f"control_{k}": v for k, v in self._rejections.snapshot().items()}
+        pool = {
+            "pool_pages": self.pool.num_pages,
+            "pool_free_pages": self.pool.free_pages,
+            "rooms_live": len(self._live),
+            "submits_refused": self._submits_refused,
+        }
+        return {**self.manager.counters(), **control, **pool}
 
     def _serve_one(self) -> None:
         routed = decode_routed(self._control.recv_multipart(), self._decoder, self._rejections)
@@ -148,11 +172,16 @@ class Agent:
             if digest is None:
                 return Refusal(request.req_id, f"no finished room {request.room} on this rank")
             return DigestReply(request.req_id, request.room, digest)
-        return self._submit(requester, request)
+        answer = self._submit(requester, request)
+        if isinstance(answer, Refusal):
+            self._submits_refused += 1
+        return answer
 
     def _submit(self, requester: bytes, request: Submit) -> Submitted | Refusal:
         if request.room in self._live:
             return Refusal(request.req_id, f"room {request.room} is already live on this rank")
+        if request.num_pages < 1:
+            return Refusal(request.req_id, f"a room needs at least one page, not {request.num_pages}")
         try:
             pages = self.pool.allocate(request.num_pages)
         except PoolExhausted as full:
@@ -188,7 +217,7 @@ class Agent:
                 handle.bytes_done,
                 time.monotonic() - live.started,
                 failure.failure_reason if failure else "",
-                handle.reason_class if handle.failure else (ReasonClass.PROPAGATED if failure else ""),
+                handle.agreed_reason_class,
                 (failure.origin or "") if failure else "",
                 failure.is_from_another_rank if failure else False,
             )
@@ -225,7 +254,12 @@ class Agent:
 
 def parse_args(argv: list[str] | None = None) -> AgentOptions:
     """Read agent options from the command line (`python -m transport.agent --help`)."""
-    parser = argparse.ArgumentParser(prog="python -m transport.agent", description="Run one KV transfer rank.")
+    parser = argparse.ArgumentParser(
+        prog="python -m transport.agent",
+        description="Run one KV transfer rank.",
+        epilog="Exit status: 0 when stopped (SIGTERM/SIGINT, or its parent went away); 1 when a thread of "
+        "the rank died (logged with its traceback) or it could not start.",
+    )
     parser.add_argument("--role", choices=[r.value for r in Role], required=True)
     parser.add_argument("--instance", required=True, help="instance name, e.g. prefill-0")
     parser.add_argument("--rank", type=int, default=0, help="TP rank within the instance")
@@ -241,7 +275,13 @@ def parse_args(argv: list[str] | None = None) -> AgentOptions:
     parser.add_argument("--waiting-timeout", type=float, default=300.0)
     parser.add_argument("--transfer-timeout", type=float, default=60.0)
     parser.add_argument("--heartbeat", type=float, default=0.5)
-    parser.add_argument("--peer-timeout", type=float, default=5.0)
+    parser.add_argument(
+        "--peer-timeout",
+        type=float,
+        default=5.0,
+        help="seconds until a silent peer is lost; also how long a rank of this instance may go without "
+        "voting on a room this rank took before the room fails (timeout_consensus)",
+    )
     parser.add_argument(
         "--no-checksums", action="store_true", help="send chunks without xxh3 checksums (trust TCP's own checks)"
     )
@@ -301,11 +341,11 @@ def to_args(options: AgentOptions) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run an agent until SIGTERM/SIGINT."""
+    """Entry point: run an agent until SIGTERM/SIGINT (exit 0), or until one of its threads dies (exit 1)."""
     agent = Agent(parse_args(argv))
     signal.signal(signal.SIGTERM, lambda *_: agent.stop())
     signal.signal(signal.SIGINT, lambda *_: agent.stop())
-    agent.run()
+    sys.exit(agent.run())
 
 
 if __name__ == "__main__":

@@ -39,7 +39,8 @@ class TransferConfig:
     """Bytes a prefill rank may have unacknowledged on one link."""
     heartbeat_s: float = 0.5
     peer_timeout_s: float = 5.0
-    """A peer silent for this long is lost: its unfinished rooms fail, once."""
+    """A peer silent for this long is lost: its unfinished rooms fail, once. Also the vote timeout: a rank
+    of the instance that has not voted on a room this long after this rank took it fails the room."""
     timeouts: Timeouts = field(default_factory=Timeouts)
     checksums: bool = True
     """Checksum every chunk (xxh3-64, verified by the receiver). Off trusts the transport's own

@@ -6,6 +6,13 @@ publishes a `Vote` each engine tick (its rooms, and recently finished ones) on
 a PUB socket, subscribes to the votes of the other ranks, and takes the MIN
 itself; unlike SGLang the value carries the failure's origin and reason, so a
 rank that learns of a failure this way knows exactly whose echo it is.
+
+Every room ends: a rank that stops voting fails the rooms of its instance
+(`peer_lost`), and a rank that keeps voting but never votes on a room (it
+refused or never got the room) fails that room once the vote timeout has
+passed since this rank took it (`timeout_consensus`). Votes are validated by
+their schema (wire.py) and by who sent them; rejections are counted in the
+consensus socket's own counters.
 """
 
 from __future__ import annotations
@@ -89,30 +96,42 @@ class InstanceConsensus:
         self._pub.send(encode(Vote(me.rank, me.incarnation, entries)))
 
     def handle(self) -> None:
-        """Read the other ranks' votes (only the latest of each counts)."""
+        """Read the other ranks' votes (only the latest of each counts); a vote from no rank we joined is rejected."""
         for vote in decode_waiting(self.socket, self._decoder, self._counters):
+            if vote.rank not in self._connected:
+                self._counters.reject("unexpected")
+                continue
             self._votes[vote.rank] = (time.monotonic(), {entry.room: entry for entry in vote.rooms})
 
     def agree(self, record: RoomRecord, me: AgentInfo, now: float) -> Agreement:
         """MIN over the ranks of the instance; a rank that has not voted on the room counts as Bootstrapping.
 
-        A rank whose votes stopped (it died) fails the room here, with this rank as the origin.
+        Not for ever: the room fails here, this rank the origin, once a rank has gone on voting for the
+        vote timeout since this rank took the room without ever voting on it (it never took the room), or
+        has been silent that long (it died), or has not joined by then.
         """
         state = record.state
         failure = entry_of(record) if state is KVPoll.Failed else None
+        waited = now - record.created_at
         if len(self._connected) < me.tp - 1:
             state = min(state, KVPoll.Bootstrapping)
+            if waited > self._vote_timeout_s:
+                joined = f"every rank of {me.instance} to join ({len(self._connected) + 1} of {me.tp} reachable)"
+                failure = failure or _failed(record.room, me, reasons.consensus_timeout(record.room, waited, joined))
         for rank, peer in self._connected.items():
             seen, rooms = self._votes.get(rank, (None, {}))
             entry = rooms.get(record.room)
             if seen is not None and now - seen > self._vote_timeout_s:
-                reason, reason_class = reasons.rank_silent(peer.label)
-                entry = VoteEntry(record.room, int(KVPoll.Failed), me.label, reason, str(reason_class))
+                entry = _failed(record.room, me, reasons.rank_silent(peer.label))
+            elif entry is None and seen is not None and seen - record.created_at > self._vote_timeout_s:
+                # it kept voting for a whole vote timeout after this rank took the room, never on the room
+                waiting_for = f"the vote of rank {peer.label}"
+                entry = _failed(record.room, me, reasons.consensus_timeout(record.room, waited, waiting_for))
             peer_state = KVPoll(entry.state) if entry else KVPoll.Bootstrapping
             if peer_state is KVPoll.Failed and failure is None:
                 failure = entry
             state = min(state, peer_state)
-        return Agreement(state, failure)
+        return Agreement(KVPoll.Failed if failure else state, failure)
 
     def close(self) -> None:
         self._pub.close(linger=0)
@@ -124,6 +143,12 @@ def entry_of(record: RoomRecord) -> VoteEntry:
     failure = record.failure
     if record.state is KVPoll.Failed and failure is not None:
         return VoteEntry(
-            record.room, int(record.state), failure.origin or "", failure.failure_reason, str(record.reason_class)
+            record.room, int(record.state), failure.origin or "", failure.failure_reason, record.reason_class
         )
     return VoteEntry(record.room, int(record.state))
+
+
+def _failed(room: int, me: AgentInfo, reason: reasons.Reason) -> VoteEntry:
+    """A failure this rank observed in the consensus itself (this rank is its origin)."""
+    text, reason_class = reason
+    return VoteEntry(room, int(KVPoll.Failed), me.label, text, reason_class)

@@ -9,6 +9,7 @@ engine writes it, and a state read is one attribute load.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import socket
@@ -43,6 +44,7 @@ from transport.version import __version__
 from transport.wire import AgentInfo, VoteEntry, replace_fields
 
 _S = TypeVar("_S")
+_log = logging.getLogger(__name__)
 _TICK_S = 0.05
 """Timeouts, heartbeats, liveness and the instance vote run this often."""
 HEARTBEAT_S = 1.0
@@ -106,6 +108,15 @@ class _Handle:
     @property
     def reason_class(self) -> str:
         return str(self._record.reason_class) if self._record.reason_class else ""
+
+    @property
+    def agreed_reason_class(self) -> str:
+        """The class of `agreed_failure` ('' when the instance did not fail the room)."""
+        record = self._record
+        if record.agreed is not KVPoll.Failed:
+            return ""
+        reason_class = record.reason_class if record.state is KVPoll.Failed else record.agreed_reason_class
+        return str(reason_class or ReasonClass.OTHER)
 
     def release(self) -> None:
         """Forget the room on this rank; late echoes for it are ignored from now on."""
@@ -182,6 +193,8 @@ class KVManager:
         self.bootstrap = bootstrap
         self._zmq = zmq.Context()
         self._counters = Counters(COUNTER_NAMES)
+        self._consensus_rejections = Counters(rejection_names())
+        """Frames rejected on the consensus SUB (reported as `consensus_rejected_<reason>`)."""
         self._commands: deque[Callable[[], None]] = deque()
         self._wake_read, self._wake_write = os.pipe()
         os.set_blocking(self._wake_read, False)
@@ -203,7 +216,9 @@ class KVManager:
         self._ctx = SideContext(info, pool, self.config, faults or FaultInjector(), self._counters, self._zmq)
         self._routes = RouteBook(self._zmq, bootstrap, self._counters)
         self._consensus = (
-            InstanceConsensus(self._zmq, host, self._counters, self.config.peer_timeout_s) if tp > 1 else None
+            InstanceConsensus(self._zmq, host, self._consensus_rejections, self.config.peer_timeout_s)
+            if tp > 1
+            else None
         )
         self._prefill: PrefillSide | None = None
         self._decode: DecodeSide | None = None
@@ -278,8 +293,17 @@ class KVManager:
         self.close()
 
     def counters(self) -> dict[str, int]:
-        """A snapshot of this rank's counters (rejections under `rejected_<reason>`)."""
-        return self._counters.snapshot()
+        """A snapshot of this rank's counters: data and bootstrap rejections under `rejected_<reason>`,
+        the consensus socket's under `consensus_rejected_<reason>`."""
+        consensus = {f"consensus_{k}": v for k, v in self._consensus_rejections.snapshot().items()}
+        return {**self._counters.snapshot(), **consensus}
+
+    def dead_thread(self) -> str | None:
+        """The name of this rank's engine or publisher thread if it died (it logged why), else None."""
+        if self._stop.is_set():
+            return None
+        threads = [self._thread, *([self.publisher.thread] if self.publisher is not None else [])]
+        return next((t.name for t in threads if t.ident is not None and not t.is_alive()), None)
 
     def sender(self, room: int) -> KVSender:
         """Start tracking `room` on this prefill rank (Bootstrapping until decode asks)."""
@@ -346,6 +370,8 @@ class KVManager:
             if consensus is None:
                 record.agreed = record.state
                 continue
+            if record.agreed.is_terminal:  # agreed once, for good
+                continue
             agreement = consensus.agree(record, info, now)
             if agreement.state is KVPoll.Failed and agreement.failure is not None and record.state is not KVPoll.Failed:
                 self._fail_by_instance(record, agreement.failure, now)
@@ -357,13 +383,12 @@ class KVManager:
     def _fail_by_instance(self, record: RoomRecord, entry: VoteEntry, now: float) -> None:
         """Another rank failed the room: fail it here as its echo (or, when already done here, record the echo)."""
         origin = entry.origin
-        reason = (entry.reason, ReasonClass(entry.reason_class)) if origin == self.info.label else from_another_rank()
+        own = origin == self.info.label
+        reason = (entry.reason, entry.reason_class or ReasonClass.OTHER) if own else from_another_rank()
         if not record.state.is_terminal:
             self._side.fail_by_instance(record, reason, origin, now)  # type: ignore[arg-type]
         elif record.agreed_failure is None:
-            record.agreed_failure = KVTransferError(record.room, reason[0], is_from_another_rank=True, origin=origin)
-            if record.observer is not None:
-                self.emit(self._ctx.failure_event(record.room, record.agreed_failure, reason[1], time.time()))
+            self._ctx.fail_agreement(record, reason, origin)
 
     def _heartbeat(self, inflight: int) -> None:
         publisher = self.publisher
@@ -379,6 +404,13 @@ class KVManager:
         )
 
     def _run(self) -> None:
+        """The engine loop; an exception that escapes it is logged with its traceback (`dead_thread()` tells)."""
+        try:
+            self._loop()
+        except Exception:
+            _log.exception("the engine thread of %s died: this rank transfers nothing more", self.info.label)
+
+    def _loop(self) -> None:
         poller = zmq.Poller()
         poller.register(self._wake_read, zmq.POLLIN)
         registered: set[zmq.Socket[bytes]] = set()

@@ -24,6 +24,8 @@ class ReasonClass(StrEnum):
     TIMEOUT_BOOTSTRAP = "timeout_bootstrap"
     TIMEOUT_WAITING = "timeout_waiting"
     TIMEOUT_TRANSFER = "timeout_transfer"
+    TIMEOUT_CONSENSUS = "timeout_consensus"
+    """The ranks of the instance did not all vote on the room in time (one never took it)."""
     PEER_LOST = "peer_lost"
     SEND_FAILED = "send_failed"
     CHECKSUM = "checksum"

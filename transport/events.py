@@ -69,7 +69,10 @@ class Heartbeat(msgspec.Struct, tag="heartbeat", array_like=True, frozen=True):
 
 
 class RoomState(msgspec.Struct, tag="room", array_like=True, frozen=True):
-    """A room changed state on this rank (`peer`: the prefill instance, on decode ranks)."""
+    """A room changed state on this rank (`peer`: the prefill instance, on decode ranks).
+
+    Failed may follow Success: the rank finished its part, then its instance failed the room.
+    """
 
     ts: Timestamp
     room: int

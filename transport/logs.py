@@ -8,7 +8,8 @@ import time
 
 
 class SGLangFormatter(logging.Formatter):
-    """SGLang prints no level; the prefix carries time and the rank tags."""
+    """SGLang prints no level; the prefix carries time and the rank tags. A traceback follows its line
+    unprefixed, as in SGLang's own logs."""
 
     def __init__(self, rank_tags: str) -> None:
         super().__init__()
@@ -16,16 +17,27 @@ class SGLangFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.created))
-        return f"[{stamp}{self._tags}] {record.getMessage()}"
+        line = f"[{stamp}{self._tags}] {record.getMessage()}"
+        if record.exc_info:
+            line = f"{line}\n{self.formatException(record.exc_info)}"
+        return line
 
 
 def setup_agent_logging(rank: int, level: str = "INFO", log_file: str = "") -> logging.Logger:
-    """The agent's logger, writing SGLang-format lines to `log_file` (appended) or stderr."""
-    logger = logging.getLogger("transport.agent")
-    logger.handlers.clear()
+    """The agent's logger, writing SGLang-format lines to `log_file` (appended) or stderr.
+
+    The handler sits on the `transport` logger, so the engine's and the publisher's records (a thread
+    that died, with its traceback) land in the same place as the agent's own lines.
+    """
+    package = logging.getLogger("transport")
+    package.handlers.clear()
     handler: logging.Handler = logging.FileHandler(log_file) if log_file else logging.StreamHandler(sys.stderr)
     handler.setFormatter(SGLangFormatter(f"TP{rank}"))
-    logger.addHandler(handler)
-    logger.setLevel(level.upper())
-    logger.propagate = False
+    package.addHandler(handler)
+    package.setLevel(level.upper())
+    package.propagate = False
+    logger = logging.getLogger("transport.agent")
+    logger.handlers.clear()
+    logger.setLevel(logging.NOTSET)
+    logger.propagate = True
     return logger

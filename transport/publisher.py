@@ -13,6 +13,7 @@ without news the mirror drops it, counted in `counters["rooms_lost"]`.
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 from collections import deque
@@ -37,6 +38,7 @@ from transport.kvpoll import KVPoll
 from transport.sockets import bind, decode_routed
 from transport.wire import AgentInfo, FrameDecoder, encode
 
+_log = logging.getLogger(__name__)
 FINISHED_KEPT = 512
 """Finished rooms and failures a snapshot carries (the recent past, bounded)."""
 LOST_AFTER_S = 300.0
@@ -147,6 +149,11 @@ class EventPublisher:
         self._thread.start()
         return self
 
+    @property
+    def thread(self) -> threading.Thread:
+        """The thread that publishes (its owner checks that it is alive)."""
+        return self._thread
+
     def emit(self, event: Event) -> None:
         """Queue an event; never blocks (drops the oldest queued event when full, and counts it)."""
         if len(self._queue) == self._queue.maxlen:
@@ -162,6 +169,13 @@ class EventPublisher:
         self._snapshots.close(linger=0)
 
     def _run(self) -> None:
+        """The publishing loop; an exception that escapes it is logged with its traceback."""
+        try:
+            self._loop()
+        except Exception:
+            _log.exception("the event publisher of %s died: its events stop here", self.info.label)
+
+    def _loop(self) -> None:
         deadline = time.monotonic() + self._interval
         every = min(LOST_SWEEP_EVERY_S, self._mirror.lost_after_s / 2)
         next_lost_sweep = time.monotonic() + every

@@ -23,6 +23,11 @@ def timed_out(room: int, seconds: float, state: KVPoll) -> Reason:
     return (f"Request {room} timed out after {seconds:.1f}s in KVPoll.{state.name}", _TIMEOUT_CLASS[state])
 
 
+def consensus_timeout(room: int, seconds: float, waiting_for: str) -> Reason:
+    """The instance could not agree on a room: a rank never voted on it (it never took the room)."""
+    return (f"Request {room} timed out after {seconds:.1f}s waiting for {waiting_for}", ReasonClass.TIMEOUT_CONSENSUS)
+
+
 def send_failed(room: int, peer: str) -> Reason:
     """Prefill could not hand a chunk to a decode peer's connection."""
     return (f"Failed to send kv chunk of {room} to {peer}", ReasonClass.SEND_FAILED)

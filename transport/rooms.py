@@ -37,12 +37,19 @@ class RoomRecord:
     """The instance's MIN over its ranks (see consensus.py); what a scheduler acts on."""
     agreed_failure: KVTransferError | None = None
     """Set when the instance failed the room after this rank had already succeeded."""
+    agreed_reason_class: ReasonClass | None = None
+    """The class of `agreed_failure`."""
     observer: Callable[[RoomRecord, KVPoll], None] | None = None
     """Told of every state change (the event plane); set for rooms a scheduler owns."""
     progress_emitted_at: float = 0.0
 
     def __post_init__(self) -> None:
         self.entered_at = self.progress_at = self.created_at
+
+    @property
+    def peer(self) -> str:
+        """The peer its room events name: the prefill instance on a decode rank, '' on a prefill rank."""
+        return ""
 
     def move(self, proposed: KVPoll, now: float) -> bool:
         """Offer a state; returns True when the room changed state."""
@@ -113,6 +120,10 @@ class ReceiverRoom(RoomRecord):
     requests_sent: bool = False
     statuses_ok: set[int] = field(default_factory=set)
     abort_acks: set[int] = field(default_factory=set)
+
+    @property
+    def peer(self) -> str:
+        return self.prefill_instance
 
     @property
     def complete(self) -> bool:

@@ -17,6 +17,7 @@ from typing import TypeVar
 
 import zmq
 
+from transport import reasons
 from transport.config import TransferConfig
 from transport.counters import Counters
 from transport.errors import KVTransferError, ReasonClass
@@ -29,7 +30,7 @@ from transport.wire import AgentInfo
 
 _Room = TypeVar("_Room", bound=RoomRecord)
 RETAIN_FINISHED_S = 60.0
-"""Finished rooms nobody released are dropped after this long."""
+"""Finished rooms nobody released are dropped after this long (failed first if their instance never agreed)."""
 CLEARED_MEMORY = 10_000
 """How many released room ids are remembered, so late echoes for them are ignored."""
 TIMEOUT_STAGGER_S = 0.2
@@ -96,6 +97,25 @@ class SideContext:
             origin,
         )
 
+    def fail_agreement(self, record: RoomRecord, reason: reasons.Reason, origin: str) -> None:
+        """The instance failed a room this rank had finished: from now on it is Failed here too.
+
+        Published as this rank's state (Failed after its own Success or Failed, so every view counts
+        the room failed) and as a failure event: an origin when `origin` is this rank, else an echo.
+        """
+        text, reason_class = reason
+        previous = record.state
+        record.agreed_failure = KVTransferError(
+            record.room, text, is_from_another_rank=origin != self.info.label, origin=origin
+        )
+        record.agreed_reason_class = reason_class
+        record.agreed = KVPoll.Failed
+        if record.observer is None:
+            return
+        ts = time.time()
+        self.emit(RoomState(ts, record.room, int(KVPoll.Failed), int(previous), record.peer, record.bytes_total))
+        self.emit(self.failure_event(record.room, record.agreed_failure, reason_class, ts))
+
     def progress(self, record: RoomRecord, now: float) -> None:
         """A rate-limited progress event for a room whose bytes moved."""
         if record.observer is not None and now - record.progress_emitted_at >= PROGRESS_INTERVAL_S:
@@ -115,8 +135,15 @@ class SideContext:
 
 
 def sweep_finished(rooms: dict[int, _Room], ctx: SideContext, now: float) -> None:
-    """Drop finished rooms older than the retention window, remembering their ids."""
+    """Drop finished rooms older than the retention window, remembering their ids.
+
+    A room its instance has not agreed on by then is failed first (`timeout_consensus`, this rank the
+    origin): whoever waits on its agreement hears, and its pages can be freed.
+    """
     stale = [r for r, rec in rooms.items() if rec.state.is_terminal and now - rec.finished_at > RETAIN_FINISHED_S]
     for room in stale:
-        del rooms[room]
+        record = rooms.pop(room)
+        if not record.agreed.is_terminal:
+            reason = reasons.consensus_timeout(room, now - record.created_at, "its instance to agree")
+            ctx.fail_agreement(record, reason, ctx.info.label)
         ctx.remember_cleared(room)

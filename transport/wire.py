@@ -24,6 +24,8 @@ Sockets and their frames (ROUTER sockets see the peer's routing id first)::
 
     consensus  PUB (bound by each rank) -> SUB (the other ranks of its instance)
         [Vote]    every engine tick: the rank's rooms and what it knows of their failures
+                  (a vote outside its schema, or from a rank not joined, is counted as
+                  consensus_rejected_<reason> and ignored)
 
     events     PUB and snapshot ROUTER (bound by each agent): see events.py
 
@@ -35,17 +37,27 @@ the window unacknowledged on a link, whatever ZeroMQ's message HWM allows.
 
 from __future__ import annotations
 
-from typing import Final, Generic, TypeVar
+from typing import Annotated, Final, Generic, TypeVar
 
 import msgspec
 
-from transport.errors import FrameRejected
+from transport.errors import FrameRejected, ReasonClass
 
 WIRE_VERSION: Final = 1
 MAX_CONTROL_FRAME: Final = 4 << 20
 """The largest control frame accepted (a request listing ~1M pages fits)."""
 
 _VERSION_PREFIX: Final = bytes([WIRE_VERSION])
+
+# Bounds checked while decoding (msgspec rejects a value outside them as malformed):
+PollValue = Annotated[int, msgspec.Meta(ge=0, le=4)]
+"""A `KVPoll` value as a plain int (the hot paths compare ints)."""
+RoomId = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
+"""A bootstrap room: a random 63-bit id."""
+RankIndex = Annotated[int, msgspec.Meta(ge=0, lt=1 << 16)]
+Incarnation = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
+RankLabel = Annotated[str, msgspec.Meta(max_length=256)]
+ReasonText = Annotated[str, msgspec.Meta(max_length=4096)]
 
 
 class AgentInfo(msgspec.Struct, frozen=True, array_like=True):
@@ -170,7 +182,7 @@ class Status(msgspec.Struct, tag="status", array_like=True):
     """A prefill rank's verdict on a room; failures carry their origin."""
 
     room: int
-    state: int
+    state: PollValue
     rank: int
     reason: str = ""
     reason_class: str = ""
@@ -197,18 +209,21 @@ LinkMessage = Hello | Welcome | Heartbeat | TransferRequest | Chunk | Ack | Stat
 
 
 class VoteEntry(msgspec.Struct, array_like=True, frozen=True):
-    """One room as a rank sees it; a failure carries its origin (SGLang's MIN, plus the origin)."""
+    """One room as a rank sees it; a failure carries its origin (SGLang's MIN, plus the origin).
 
-    room: int
-    state: int
-    origin: str = ""
-    reason: str = ""
-    reason_class: str = ""
+    Every field is bounded by its type, so an entry that decodes can be acted on as it is.
+    """
+
+    room: RoomId
+    state: PollValue
+    origin: RankLabel = ""
+    reason: ReasonText = ""
+    reason_class: ReasonClass | None = None
 
 
 class Vote(msgspec.Struct, tag="vote", array_like=True):
-    rank: int
-    incarnation: int
+    rank: RankIndex
+    incarnation: Incarnation
     rooms: list[VoteEntry]
 
 
@@ -219,8 +234,9 @@ class Submit(msgspec.Struct, tag="submit", array_like=True):
     """Start a room on this rank: prefill computes and sends, decode receives from `prefill_instance`."""
 
     req_id: int
-    room: int
+    room: RoomId
     num_pages: int
+    """Refused (not rejected) below 1, so the submitter hears why."""
     prefill_instance: str = ""
 
 

@@ -36,6 +36,7 @@ _CLASSES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"timed out after [\d.]+s in KVPoll\.Bootstrapping", "timeout_bootstrap"),
         (r"timed out after [\d.]+s in KVPoll\.WaitingForInput", "timeout_waiting"),
         (r"timed out after [\d.]+s in KVPoll\.Transferring", "timeout_transfer"),
+        (r"timed out after [\d.]+s waiting for ", "timeout_consensus"),
         (r"^Failed to send kv chunk of ", "send_failed"),
         (r"^Decode instance could be dead, remote (?:mooncake )?session .* is not alive", "peer_lost"),
         (r"^Lost connection with prefill instance", "peer_lost"),

@@ -1,0 +1,117 @@
+"""Every room an agent accepted ends, with a result for its submitter and its pages back in the pool."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from transport import KVPoll, Role, Timeouts, TransferConfig
+from transport.cluster import ClusterSpec, LocalCluster
+from transport.control import ControlClient, ControlError
+
+PAGE_BYTES = 8192
+VOTE_TIMEOUT_S = 1.0
+FAST = TransferConfig(
+    chunk_bytes=4 * PAGE_BYTES, window_bytes=16 * PAGE_BYTES, heartbeat_s=0.2, peer_timeout_s=VOTE_TIMEOUT_S
+)
+
+
+def control_of(cluster: LocalCluster, control, label: str) -> ControlClient:
+    """A control client for the agent registered as `label`."""
+    agent = next(a for a in cluster.agents() if a.label == label)
+    return control(agent.control_endpoint)
+
+
+def test_a_room_submitted_to_one_rank_of_each_instance_fails_on_the_vote_timeout_and_frees_its_pages(
+    make_cluster, control, subscribe, wait_for
+):
+    """The partial submit of issue 12: TP1 of both instances never get the room; TP0 of each fails it
+    (timeout_consensus, itself the origin) one vote timeout after taking it, answers, and frees its pages."""
+    spec = ClusterSpec(prefill_tp=2, decode_tp=2, num_pages=64, page_bytes=2 * PAGE_BYTES, transfer=FAST)
+    cluster = make_cluster(spec)
+    events = subscribe(cluster.agents())
+    labels = ["prefill-0/TP0", "decode-0/TP0"]
+    events.wait_synced(labels)
+    prefill, decode = (control_of(cluster, control, label) for label in labels)
+    room = 0x1201
+
+    prefill.submit(room, 50)
+    decode.submit(room, 50, prefill_instance="prefill-0")
+    results = [client.wait_result(room, VOTE_TIMEOUT_S + 10) for client in (prefill, decode)]
+
+    assert [(KVPoll.Failed, "timeout_consensus")] * 2 == [(r.state, r.reason_class) for r in results]
+    assert labels == [r.origin for r in results]
+    assert not any(r.is_from_another_rank for r in results)
+    assert "waiting for the vote of rank prefill-0/TP1" in results[0].reason
+    for client in (prefill, decode):
+        stats = wait_for(lambda c=client: (s := c.stats())["rooms_live"] == 0 and s, what="the room is released")
+        assert stats["pool_pages"] == stats["pool_free_pages"] == 64
+    events.wait_flushed(labels)
+    for label in labels:  # published, so kvtop counts the room failed on the ranks that took it
+        assert KVPoll.Failed == events.room_states(label)[room]
+    origins = [(f.rank, f.reason_class) for f in events.failures(room) if f.origin == f.rank]
+    assert sorted((label, "timeout_consensus") for label in labels) == sorted(origins)
+
+
+def test_a_finished_room_whose_instance_never_agreed_is_failed_before_the_sweep_forgets_it(
+    make_manager, wait_for, monkeypatch
+):
+    """prefill-0/TP1 votes the room WaitingForInput for ever (it never gets the pages): when TP0's
+    finished room is swept, its agreement is failed first, so the scheduler waiting on it hears."""
+    monkeypatch.setattr("transport.side.RETAIN_FINISHED_S", 0.5)
+    config = TransferConfig(timeouts=Timeouts(bootstrap_s=30, waiting_s=30, transfer_s=30))
+    prefills = [make_manager(Role.PREFILL, "prefill-0", rank=r, tp=2, config=config) for r in range(2)]
+    decodes = [make_manager(Role.DECODE, "decode-0", rank=r, tp=2, config=config) for r in range(2)]
+    pages = np.arange(4, dtype=np.uint32)
+    room = 0x1202
+    sender = prefills[0].sender(room)
+    prefills[1].sender(room)  # TP1 takes the room but never sends: it stays WaitingForInput
+    receivers = [decode.receiver(room, "prefill-0") for decode in decodes]
+    for receiver in receivers:
+        receiver.init(pages)
+    sender.send(pages)
+    wait_for(lambda: sender.poll() is KVPoll.Success, what="TP0's own part succeeds")
+
+    wait_for(lambda: sender.agreed() is KVPoll.Failed, timeout=10, what="the sweep fails the agreement")
+
+    failure = sender.agreed_failure
+    assert failure is not None
+    assert (prefills[0].info.label, False, "timeout_consensus") == (
+        failure.origin,
+        failure.is_from_another_rank,
+        sender.agreed_reason_class,
+    )
+    assert "waiting for its instance to agree" in failure.failure_reason
+    assert KVPoll.Success is sender.poll()
+
+
+def test_a_submit_of_fewer_than_one_page_is_refused_and_the_agent_keeps_serving(make_cluster, control, wait_for):
+    """Submit with 0 or -5 pages gets a refusal that says why; a real room afterwards succeeds."""
+    cluster = make_cluster(ClusterSpec(num_pages=16, page_bytes=PAGE_BYTES))
+    prefill, decode = (control_of(cluster, control, label) for label in ("prefill-0/TP0", "decode-0/TP0"))
+
+    for pages in (0, -5):
+        with pytest.raises(ControlError, match=f"a room needs at least one page, not {pages}"):
+            prefill.submit(0x1204, pages)
+
+    prefill.submit(0x1205, 4)
+    decode.submit(0x1205, 4, prefill_instance="prefill-0")
+    assert [KVPoll.Success] * 2 == [client.wait_result(0x1205, 10).state for client in (prefill, decode)]
+    stats = wait_for(lambda: (s := prefill.stats())["pool_free_pages"] == 16 and s, what="pages back")
+    assert stats["submits_refused"] == 2
+
+
+def test_a_room_of_an_instance_whose_other_rank_never_registers_fails_on_the_vote_timeout(make_manager, wait_for):
+    """prefill-0/TP1 never comes up: TP0 cannot join its instance, and fails the room one vote timeout after
+    taking it (timeout_consensus, naming how many ranks it reached), long before its bootstrap timeout."""
+    config = TransferConfig(heartbeat_s=0.1, peer_timeout_s=0.5, timeouts=Timeouts(30, 30, 30))
+    prefill = make_manager(Role.PREFILL, "prefill-0", rank=0, tp=2, config=config)
+    sender = prefill.sender(0x1206)
+    sender.send(np.arange(4, dtype=np.uint32))
+
+    wait_for(lambda: sender.agreed() is KVPoll.Failed, what="the room fails")
+
+    failure = sender.agreed_failure
+    assert failure is not None
+    assert (prefill.info.label, "timeout_consensus") == (failure.origin, sender.reason_class)
+    assert "waiting for every rank of prefill-0 to join (1 of 2 reachable)" in failure.failure_reason
