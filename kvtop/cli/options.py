@@ -19,8 +19,10 @@ Rate = Annotated[float, typer.Option(min=0.1, help="Rooms started per second.")]
 Faults = Annotated[
     list[str],
     typer.Option(
-        help="Inject faults: [AGENT=]KIND[:RATE], e.g. prefill-0/TP1=corrupt:0.1, decode=die:0.01 or stall:0.05 "
-        "(every agent); RATE is per room; kinds: drop, delay, corrupt, refuse, stall, die. Repeatable; "
+        help="Inject faults: [TARGET=]KIND[:RATE][@PEER], e.g. prefill-0/TP1=corrupt:0.1, decode=die:0.01, "
+        "drop:0.1@decode-1 or stall:0.05 (every agent that can act on it). TARGET and PEER are a role, an "
+        "instance (prefill-0) or a rank (prefill-0/TP1); one that matches no agent exits 2. RATE is per room; "
+        "kinds: drop, delay, corrupt, refuse, stall (act on prefill ranks), die (any rank). Repeatable; "
         "'none' for no faults. Default: corrupt:0.02 on prefill-0/TP0, stall:0.01 on prefill-1."
     ),
 ]
