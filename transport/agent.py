@@ -10,6 +10,7 @@ with `python -m transport.agent --help` (or `kvtop agent`).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import signal
@@ -349,7 +350,8 @@ def to_args(options: AgentOptions) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run an agent until SIGTERM/SIGINT."""
+    """Entry point: run an agent until SIGTERM/SIGINT (a fatal signal dumps every thread's stack to stderr)."""
+    faulthandler.enable()
     agent = Agent(parse_args(argv))
     signal.signal(signal.SIGTERM, lambda *_: agent.stop())
     signal.signal(signal.SIGINT, lambda *_: agent.stop())

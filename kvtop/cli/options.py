@@ -23,7 +23,7 @@ Faults = Annotated[
         "drop:0.1@decode-1 or stall:0.05 (every agent that can act on it). TARGET and PEER are a role, an "
         "instance (prefill-0) or a rank (prefill-0/TP1); one that matches no agent exits 2. RATE is per room; "
         "kinds: drop, delay, corrupt, refuse, stall (act on prefill ranks), die (any rank). Repeatable; "
-        "'none' for no faults. Default: corrupt:0.02 on prefill-0/TP0, stall:0.01 on prefill-1."
+        "'none' for no faults. Default: corrupt:0.02 on prefill-0/TP0, stall:0.01 on prefill-1 (if there is one)."
     ),
 ]
 Duration = Annotated[float | None, typer.Option(help="Stop after this many seconds (default: until Ctrl-C).")]

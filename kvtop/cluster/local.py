@@ -21,6 +21,7 @@ DEMO_FAULTS: dict[str, tuple[FaultSpec, ...]] = {
     "prefill-0/TP0": (FaultSpec.parse("corrupt:0.02"),),
     "prefill-1": (FaultSpec.parse("stall:0.01"),),
 }
+"""The faults of a cluster given no --fault: each on the ranks it names that the cluster has."""
 
 
 def demo_spec(
@@ -40,9 +41,13 @@ def demo_spec(
         num_pages=2048,
         page_bytes=16 << 10,
         transfer=TransferConfig(chunk_bytes=256 << 10, timeouts=timeouts, peer_timeout_s=3.0),
-        faults=DEMO_FAULTS if faults is None else faults,
+        faults=_demo_faults(prefill) if faults is None else faults,
         log_dir=log_dir,
     )
+
+
+def _demo_faults(prefill: int) -> dict[str, tuple[FaultSpec, ...]]:
+    return {target: specs for target, specs in DEMO_FAULTS.items() if target != "prefill-1" or prefill > 1}
 
 
 @dataclass

@@ -104,6 +104,15 @@ def test_cluster_up_exits_2_with_one_line_naming_the_agents_for_a_fault_that_rea
         assert "this cluster has prefill-0, decode-0 (ranks TP0, TP1)" in lines[0]
 
 
+def test_cluster_up_with_its_default_faults_runs_and_exits_0_on_a_one_prefill_cluster():
+    """The demo faults only name ranks that exist, so a 1P1D `cluster up` runs, moves rooms and exits 0."""
+    result = kvtop("cluster", "up", "--duration", "3", "--rate", "20")
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("tcp://127.0.0.1:")
+    assert re.search(r"done: [1-9]\d* rooms ok, .*0 rank exits \(0 still down\)", result.stderr), result.stderr
+
+
 @pytest.mark.parametrize("label", ["prefill-0/TP0", "decode-0/TP1"])
 def test_the_die_fault_kills_the_rank_and_cluster_up_reports_it_at_once(cluster_up, tmp_path, label):
     """die on a prefill or a decode rank ends that process with SIGKILL; stderr names it, and the run exits 1."""
