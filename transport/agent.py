@@ -287,7 +287,9 @@ def parse_args(argv: list[str] | None = None) -> AgentOptions:
     parser.add_argument(
         "--no-checksums", action="store_true", help="send chunks without xxh3 checksums (trust TCP's own checks)"
     )
-    parser.add_argument("--fault", action="append", default=[], help="KIND[:RATE][@PEER], repeatable")
+    parser.add_argument(
+        "--fault", action="append", default=[], help="KIND[:RATE][@PEER], repeatable (a decode rank takes only die)"
+    )
     parser.add_argument("--fault-seed", type=int, default=None)
     parser.add_argument("--log-file", default="")
     parser.add_argument("--log-level", default="INFO")

@@ -4,8 +4,10 @@ Like a PD router, it draws a random 63-bit bootstrap room per request, a prompt
 length (so a KV size) from a log-normal distribution, a prefill and a decode
 instance, and submits the room to every rank of both instances. A room ends
 when every rank reported a result; its outcome is the decode side's. A room
-that a rank refuses ends as refused at once; one that no decode rank reported
-(a rank died, or the results never came) ends as lost. A supervisor tells the
+that a rank refuses counts as refused at once, but still holds a place under
+`max_inflight` until the ranks that accepted it report (they hold its pages
+till then); one that no decode rank reported (a rank died, or the results
+never came) ends as lost. A supervisor tells the
 router when a rank exits (`rank_lost`: its rooms stop waiting for it, its
 instance gets no new rooms) and when it is back (`rank_back`).
 """
@@ -73,6 +75,8 @@ class _Pending:
     started: float
     waiting_for: set[str]
     decode_ranks: int
+    refused: bool = False
+    """A rank refused it: counted already, waiting only for the ranks that accepted it."""
     submits: dict[str, int] = field(default_factory=dict)
     """The req id of this room's Submit per rank label (to match a refusal)."""
     results: list[tuple[AgentInfo, RoomResult]] = field(default_factory=list)
@@ -173,11 +177,17 @@ class Router:
             self._by_submit.pop((label, req_id), None)
 
     def _on_refusal(self, agent: AgentInfo, req_id: int) -> None:
-        """A rank refused a room's Submit (pool full, say): the room cannot run, it ends as refused."""
+        """A rank refused a room's Submit (pool full, say): the room cannot succeed; it counts as refused now."""
         room = self._by_submit.get((agent.label, req_id))
-        if room is not None:
-            self._end(self._pending[room])
+        if room is None:
+            return
+        pending = self._pending[room]
+        if not pending.refused:
+            pending.refused = True
             self.stats.refused += 1
+        pending.waiting_for.discard(agent.label)
+        if not pending.waiting_for:
+            self._end(pending)
 
     def _on_result(self, agent: AgentInfo, result: RoomResult) -> None:
         pending = self._pending.get(result.room)
@@ -194,6 +204,8 @@ class Router:
         Failed when a decode rank says so; succeeded when every decode rank says so; lost otherwise.
         """
         self._end(pending)
+        if pending.refused:
+            return
         decode_results = [r for a, r in pending.results if a.role == Role.DECODE]
         failed = [r for r in decode_results if r.state == KVPoll.Failed]
         if not failed and len(decode_results) < pending.decode_ranks:
