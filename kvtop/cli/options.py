@@ -28,7 +28,11 @@ Faults = Annotated[
 ]
 Duration = Annotated[float | None, typer.Option(help="Stop after this many seconds (default: until Ctrl-C).")]
 LogDir = Annotated[
-    str, typer.Option(help="Folder for the agents' SGLang-format logs, one file per instance (default: a temp folder).")
+    str,
+    typer.Option(
+        help="Folder for the agents' SGLang-format logs, one file per instance, and each agent's stderr "
+        "(<instance>-TP<rank>.stderr, tracebacks included) (default: a temp folder)."
+    ),
 ]
 BootstrapTimeout = Annotated[float, typer.Option(min=0.1, help="Seconds a room may stay in Bootstrapping.")]
 WaitingTimeout = Annotated[float, typer.Option(min=0.1, help="Seconds a room may stay in WaitingForInput.")]
