@@ -24,7 +24,7 @@ def accounted(stats: WorkloadStats) -> bool:
     return stats.started == stats.succeeded + stats.failed + stats.refused + stats.lost + stats.inflight
 
 
-def test_a_room_a_full_pool_refuses_ends_as_refused_and_the_status_line_counts_it(make_cluster):
+def test_a_room_a_full_pool_refuses_counts_as_refused_at_once_and_the_status_line_shows_it(make_cluster):
     """Rooms of 20 pages against 32-page pools: the second concurrent room is refused, counted once, not lost."""
     cluster = make_cluster(ClusterSpec(num_pages=32, faults={"prefill-0": (FaultSpec.parse("delay"),)}))
     router = Router(cluster.endpoint, WorkloadSpec(rate=50, median_pages=20, sigma=0.0, max_pages=20, seed=1))
