@@ -10,6 +10,7 @@ with `python -m transport.agent --help` (or `kvtop agent`).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import signal
@@ -20,11 +21,12 @@ from dataclasses import dataclass, field
 
 import zmq
 
+from transport.bootstrap import BootstrapClient
 from transport.config import Role, Timeouts, TransferConfig
 from transport.counters import Counters, rejection_names
 from transport.engine import KVManager, KVReceiver, KVSender
-from transport.errors import KVTransferError
-from transport.faults import FaultInjector, FaultSpec
+from transport.errors import BootstrapError, ConfigError, KVTransferError
+from transport.faults import FaultInjector, FaultSpec, check_role
 from transport.kvpoll import KVPoll
 from transport.logs import setup_agent_logging
 from transport.pool import KVPool, PageIndices, PoolExhausted
@@ -45,6 +47,10 @@ from transport.wire import (
 
 _POLL_MS = 5
 _DIGESTS_KEPT = 4096
+_LOOKUP_TIMEOUT_S = 1.0
+"""How long a Submit naming a prefill instance not seen yet waits for the bootstrap service."""
+SUBMIT_REFUSALS = ("pages", "instance", "live", "pool_full")
+"""Why a Submit is refused, each counted as `control_refused_<why>`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +71,9 @@ class AgentOptions:
     fault_seed: int | None = None
     log_file: str = ""
     log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        check_role(self.faults, self.role)
 
 
 @dataclass(eq=False)
@@ -101,6 +110,9 @@ class Agent:
         )
         self._decoder: FrameDecoder[ControlRequest] = FrameDecoder(ControlRequest)
         self._rejections = Counters(rejection_names())
+        self._refusals = Counters(SUBMIT_REFUSALS)
+        self._prefill_instances: set[str] = set()
+        """Prefill instances the bootstrap service listed (a decode Submit must name one)."""
         self._live: dict[int, _LiveRoom] = {}
         self._submits_refused = 0
         self._digests: dict[int, int] = {}
@@ -146,16 +158,16 @@ class Agent:
             self._zmq.term()
 
     def counters(self) -> dict[str, int]:
-        """The engine's counters, the control socket's rejections (`control_rejected_*`), the pool now and
-        the Submits this rank refused (`submits_refused`: pool full, room already live, no pages)."""
-        control = {f"control_{k}": v for k, v in self._rejections.snapshot().items()}
+        """The engine's counters, the control socket's rejections (`control_rejected_*`) and refusals
+        (`control_refused_*`), the pool now and the Submits this rank refused (`submits_refused`, all reasons)."""
+        control = {**self._rejections.snapshot(), **{f"refused_{k}": v for k, v in self._refusals.snapshot().items()}}
         pool = {
             "pool_pages": self.pool.num_pages,
             "pool_free_pages": self.pool.free_pages,
             "rooms_live": len(self._live),
             "submits_refused": self._submits_refused,
         }
-        return {**self.manager.counters(), **control, **pool}
+        return {**self.manager.counters(), **{f"control_{k}": v for k, v in control.items()}, **pool}
 
     def _serve_one(self) -> None:
         routed = decode_routed(self._control.recv_multipart(), self._decoder, self._rejections)
@@ -177,15 +189,23 @@ class Agent:
             self._submits_refused += 1
         return answer
 
+    def _refuse(self, request: Submit, why: str, message: str) -> Refusal:
+        self._refusals.add(why)
+        return Refusal(request.req_id, message)
+
     def _submit(self, requester: bytes, request: Submit) -> Submitted | Refusal:
         if request.room in self._live:
-            return Refusal(request.req_id, f"room {request.room} is already live on this rank")
-        if request.num_pages < 1:
-            return Refusal(request.req_id, f"a room needs at least one page, not {request.num_pages}")
+            return self._refuse(request, "live", f"room {request.room} is already live on this rank")
+        if not 0 < request.num_pages <= self.pool.num_pages:
+            message = f"num_pages {request.num_pages} is outside 1..{self.pool.num_pages} (this rank's pool)"
+            return self._refuse(request, "pages", message)
+        unknown = self._unknown_instance(request.prefill_instance)
+        if unknown:
+            return self._refuse(request, "instance", unknown)
         try:
             pages = self.pool.allocate(request.num_pages)
         except PoolExhausted as full:
-            return Refusal(request.req_id, f"KV pool full: {full}")
+            return self._refuse(request, "pool_full", f"KV pool full: {full}")
         handle: KVSender | KVReceiver
         if self.options.role is Role.PREFILL:
             self.pool.fill_pattern(pages, seed=request.room * 1_000_003 + self.options.rank)
@@ -196,6 +216,25 @@ class Agent:
             handle.init(pages)
         self._live[request.room] = _LiveRoom(handle, pages, requester, request.req_id, time.monotonic())
         return Submitted(request.req_id, request.room)
+
+    def _unknown_instance(self, instance: str) -> str:
+        """Why `instance` cannot be this Submit's prefill instance, or "" when it can."""
+        if self.options.role is Role.PREFILL:
+            if instance in ("", self.options.instance):
+                return ""
+            return f"prefill instance {instance!r} is not this rank's ({self.options.instance})"
+        if instance in self._prefill_instances:
+            return ""
+        try:
+            with BootstrapClient(self.options.bootstrap, _LOOKUP_TIMEOUT_S, self._zmq) as client:
+                agents = client.list_agents()
+        except BootstrapError as error:
+            return f"cannot check prefill instance {instance!r}: {error}"
+        self._prefill_instances = {a.instance for a in agents if a.role == Role.PREFILL}
+        if instance in self._prefill_instances:
+            return ""
+        known = ", ".join(sorted(self._prefill_instances)) or "none"
+        return f"unknown prefill instance {instance!r}; the bootstrap service lists: {known}"
 
     def _report_finished(self) -> None:
         """Answer the submitter of every room the instance agreed on (Success or Failed), free its pages."""
@@ -285,11 +324,20 @@ def parse_args(argv: list[str] | None = None) -> AgentOptions:
     parser.add_argument(
         "--no-checksums", action="store_true", help="send chunks without xxh3 checksums (trust TCP's own checks)"
     )
-    parser.add_argument("--fault", action="append", default=[], help="KIND[:RATE][@PEER], repeatable")
+    parser.add_argument(
+        "--fault", action="append", default=[], help="KIND[:RATE][@PEER], repeatable (a decode rank takes only die)"
+    )
     parser.add_argument("--fault-seed", type=int, default=None)
     parser.add_argument("--log-file", default="")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
+    try:
+        return _options(args)
+    except ConfigError as error:
+        parser.error(str(error))
+
+
+def _options(args: argparse.Namespace) -> AgentOptions:
     return AgentOptions(
         role=Role(args.role),
         instance=args.instance,
@@ -341,7 +389,9 @@ def to_args(options: AgentOptions) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run an agent until SIGTERM/SIGINT (exit 0), or until one of its threads dies (exit 1)."""
+    """Entry point: run an agent until SIGTERM/SIGINT (exit 0), or until one of its threads dies (exit 1);
+    a fatal signal dumps every thread's stack to stderr."""
+    faulthandler.enable()
     agent = Agent(parse_args(argv))
     signal.signal(signal.SIGTERM, lambda *_: agent.stop())
     signal.signal(signal.SIGINT, lambda *_: agent.stop())

@@ -2,7 +2,12 @@
 
 `LocalCluster` owns every process it starts: `stop()` (or leaving the `with`
 block) ends them all, SIGTERM first, SIGKILL for any that linger. Agents also
-stop by themselves when this process dies, so none is ever orphaned.
+stop by themselves when this process dies, so none is ever orphaned. `exits()`
+reports each rank that ended by itself, once; `restart()` starts it again (a new
+process, so a new incarnation). Each agent's stderr goes to
+`LOG_DIR/<instance>-TP<rank>.stderr` (appended across restarts), or to this
+process's stderr when there is no log folder, so a crashing agent's traceback
+is kept.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from transport.bootstrap import BootstrapClient, BootstrapServer
 from transport.config import Role, TransferConfig
 from transport.errors import TransportError
 from transport.faults import FaultSpec
+from transport.targets import plan_faults
 from transport.wire import AgentInfo
 
 _STOP_GRACE_S = 5.0
@@ -38,9 +44,26 @@ class ClusterSpec:
     """Bytes per page on a rank of TP size 1 (a rank of TP t holds 1/t of it)."""
     transfer: TransferConfig = field(default_factory=TransferConfig)
     faults: dict[str, tuple[FaultSpec, ...]] = field(default_factory=dict)
-    """Faults per agent label prefix (e.g. "prefill-0/TP1", "decode-1", "" for every agent)."""
+    """Faults per target: "" (every agent), a role, an instance ("decode-1") or a rank ("prefill-0/TP1");
+    see `transport.targets`."""
     log_dir: str = ""
     log_level: str = "INFO"
+
+    def ranks(self) -> list[tuple[Role, str, int, int]]:
+        """(role, instance, rank, tp) of every agent, prefill first."""
+        return [
+            (role, f"{role.value}-{index}", rank, tp)
+            for role, count, tp in (
+                (Role.PREFILL, self.prefill, self.prefill_tp),
+                (Role.DECODE, self.decode, self.decode_tp),
+            )
+            for index in range(count)
+            for rank in range(tp)
+        ]
+
+    def fault_plan(self) -> dict[str, tuple[FaultSpec, ...]]:
+        """The faults of each agent label; raises `ConfigError` for a fault that would reach nobody."""
+        return plan_faults([(role, f"{instance}/TP{rank}") for role, instance, rank, _ in self.ranks()], self.faults)
 
 
 @dataclass(eq=False)
@@ -49,10 +72,27 @@ class AgentProcess:
 
     options: AgentOptions
     process: subprocess.Popen[bytes]
+    stderr_path: str = ""
+    """Where its stderr goes ("" for this process's stderr)."""
+    restarts: int = 0
+    reported: bool = False
+    """Its exit was returned by `exits()` already."""
 
     @property
     def label(self) -> str:
         return f"{self.options.instance}/TP{self.options.rank}"
+
+    def describe_exit(self) -> str:
+        """How it ended, e.g. `exited with code 1` or `killed by SIGKILL`."""
+        code = self.process.returncode
+        if code is None:
+            return "running"
+        if code < 0:
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exited with code {code}"
 
 
 class LocalCluster:
@@ -61,6 +101,7 @@ class LocalCluster:
     def __init__(self, spec: ClusterSpec, host: str = "127.0.0.1") -> None:
         self.spec = spec
         self.host = host
+        self._faults = spec.fault_plan()
         self.bootstrap = BootstrapServer(host=host)
         self.processes: list[AgentProcess] = []
 
@@ -77,20 +118,16 @@ class LocalCluster:
 
     def start(self, ready_timeout_s: float = 30.0) -> LocalCluster:
         """Start every agent and wait until all registered."""
+        if self.spec.log_dir:
+            Path(self.spec.log_dir).mkdir(parents=True, exist_ok=True)
         self.bootstrap.start()
-        for role, count, tp in (
-            (Role.PREFILL, self.spec.prefill, self.spec.prefill_tp),
-            (Role.DECODE, self.spec.decode, self.spec.decode_tp),
-        ):
-            for index in range(count):
-                for rank in range(tp):
-                    self.processes.append(self._spawn(self._options(role, f"{role.value}-{index}", rank, tp)))
+        for role, instance, rank, tp in self.spec.ranks():
+            self.processes.append(self._spawn(self._options(role, instance, rank, tp)))
         self.wait_registered(len(self.processes), ready_timeout_s)
         return self
 
     def _options(self, role: Role, instance: str, rank: int, tp: int) -> AgentOptions:
-        label = f"{instance}/TP{rank}"
-        faults = tuple(spec for prefix, specs in self.spec.faults.items() if label.startswith(prefix) for spec in specs)
+        faults = self._faults.get(f"{instance}/TP{rank}", ())
         log_file = str(Path(self.spec.log_dir) / f"{instance}.log") if self.spec.log_dir else ""
         return AgentOptions(
             role=role,
@@ -107,11 +144,15 @@ class LocalCluster:
             log_level=self.spec.log_level,
         )
 
-    def _spawn(self, options: AgentOptions) -> AgentProcess:
+    def _spawn(self, options: AgentOptions, restarts: int = 0) -> AgentProcess:
         env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
         command = [sys.executable, "-m", "transport.agent", *to_args(options)]
-        stderr = subprocess.DEVNULL if options.log_file else None
-        return AgentProcess(options, subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stderr=stderr))
+        if not self.spec.log_dir:
+            return AgentProcess(options, subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL), "", restarts)
+        path = str(Path(self.spec.log_dir) / f"{options.instance}-TP{options.rank}.stderr")
+        with open(path, "ab") as stderr:
+            process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stderr=stderr)
+        return AgentProcess(options, process, path, restarts)
 
     def agents(self) -> list[AgentInfo]:
         """Every agent registered with the bootstrap service."""
@@ -126,17 +167,39 @@ class LocalCluster:
             running = [p for p in self.processes if (p.options.instance, p.options.rank, p.process.pid) in live]
             if len(running) >= count:
                 return self.bootstrap.agents()
-            dead = [p.label for p in self.processes if p.process.poll() is not None]
+            dead = [p for p in self.processes if p.process.poll() is not None]
             if dead or time.monotonic() > deadline:
                 missing = sorted({p.label for p in self.processes} - {p.label for p in running})
-                self.stop()
-                raise TransportError(
-                    f"agents did not come up: {', '.join(missing)} (exited: {', '.join(dead) or 'none'})"
+                exited = "; ".join(
+                    f"{p.label} {p.describe_exit()}" + (f", see {p.stderr_path}" if p.stderr_path else "") for p in dead
                 )
+                self.stop()
+                raise TransportError(f"agents did not come up: {', '.join(missing)} (exited: {exited or 'none'})")
             time.sleep(0.05)
 
     def process(self, label: str) -> AgentProcess:
         return next(p for p in self.processes if p.label == label)
+
+    def exits(self) -> list[AgentProcess]:
+        """The ranks that ended since the last call (each returned once), so a supervisor can report them."""
+        ended = [p for p in self.processes if not p.reported and p.process.poll() is not None]
+        for agent in ended:
+            agent.reported = True
+        return ended
+
+    def restart(self, label: str) -> AgentProcess:
+        """Start an exited rank again with the same options: a new process, so a new incarnation."""
+        index = next(i for i, p in enumerate(self.processes) if p.label == label)
+        old = self.processes[index]
+        if old.process.poll() is None:
+            raise TransportError(f"{label} (pid {old.process.pid}) is still running")
+        self.processes[index] = self._spawn(old.options, old.restarts + 1)
+        return self.processes[index]
+
+    def registered(self, agent: AgentProcess) -> AgentInfo | None:
+        """The bootstrap entry of this very process, once it registered."""
+        key = (agent.options.instance, agent.options.rank, agent.process.pid)
+        return next((a for a in self.bootstrap.agents() if (a.instance, a.rank, a.pid) == key), None)
 
     def kill(self, label: str) -> None:
         """SIGKILL one rank, as a crash would."""

@@ -69,17 +69,23 @@ class InstanceConsensus:
         ranks = routes.lookup(me.instance, now)
         if ranks is None:
             return
+        stale = False
         for peer in ranks:
             known = self._connected.get(peer.rank)
-            if peer.rank == me.rank or not peer.consensus_endpoint or known == peer:
+            if peer.rank == me.rank or not peer.consensus_endpoint:
+                continue
+            if known == peer:
+                # A silent rank may be back as a new process: ask the bootstrap service again.
+                stale = stale or now - self._votes.get(peer.rank, (now, {}))[0] > self._vote_timeout_s
                 continue
             if known is not None:
                 self.socket.disconnect(known.consensus_endpoint)
             self.socket.connect(peer.consensus_endpoint)
             self._connected[peer.rank] = peer
-            # Its silence counts from now, so a rank that dies before its first vote arrives is caught too.
-            self._votes.setdefault(peer.rank, (now, {}))
-        if len(self._connected) < me.tp - 1:
+            # Its silence counts from now (a restarted rank's afresh), so a rank that dies before its first
+            # vote arrives is caught too.
+            self._votes[peer.rank] = (now, {})
+        if stale or len(self._connected) < me.tp - 1:
             routes.forget(me.instance)
 
     def remember_release(self, record: RoomRecord, now: float) -> None:

@@ -2,8 +2,9 @@
 
 A spec reads `KIND[:RATE][@PEER]`, e.g. `corrupt:0.05`, `stall`, `die:0.01`,
 `drop:1@decode-1`. RATE is the probability per room (default 1); PEER limits
-the fault to links whose peer label starts with it. Every fault makes the real
-code path fail; none fabricates an event.
+the fault to links whose peer is that instance (`decode-1`) or that rank
+(`decode-1/TP0`). Every fault makes the real code path fail; none fabricates
+an event.
 
 - drop:    the sender skips one chunk of the room (the receiver times out in Transferring)
 - delay:   each chunk of the room waits `delay_s` before it is sent
@@ -11,6 +12,11 @@ code path fail; none fabricates an event.
 - refuse:  the prefill rank refuses the decode's transfer request
 - stall:   the sender stops after half of the room's chunks (nobody says why)
 - die:     the process kills itself with SIGKILL while sending or landing the room
+
+Only `die` acts on a decode rank; the others are the sender's and act on prefill
+ranks (`ROLE_KINDS`); a fault given to a role that cannot act on it is refused.
+A room's decision holds until the room ends (`forget`), however many rooms
+start meanwhile.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import random
 from dataclasses import dataclass
 from enum import StrEnum
 
+from transport.config import Role
 from transport.errors import ConfigError
 
 
@@ -29,6 +36,13 @@ class FaultKind(StrEnum):
     REFUSE = "refuse"
     STALL = "stall"
     DIE = "die"
+
+
+ROLE_KINDS: dict[Role, frozenset[FaultKind]] = {
+    Role.PREFILL: frozenset(FaultKind),
+    Role.DECODE: frozenset({FaultKind.DIE}),
+}
+"""The fault kinds each role acts on: a decode rank sends no chunks, so it can only die."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,29 +74,53 @@ class FaultSpec:
     def __str__(self) -> str:
         return f"{self.kind}:{self.rate:g}" + (f"@{self.peer}" if self.peer else "")
 
+    def hits_peer(self, peer: str) -> bool:
+        """Whether this fault applies on the link to `peer` (a rank label such as `decode-1/TP0`)."""
+        return not self.peer or self.peer in (peer, peer.partition("/")[0])
+
+
+def check_role(specs: tuple[FaultSpec, ...], role: Role) -> None:
+    """Raise `ConfigError` for a fault that a rank of `role` cannot act on."""
+    for spec in specs:
+        if spec.kind not in ROLE_KINDS[role]:
+            kinds = ", ".join(sorted(ROLE_KINDS[role]))
+            raise ConfigError(
+                f"fault {spec} cannot act on a {role} rank: it acts only on {kinds} (the others act on the sender)"
+            )
+
 
 class FaultInjector:
-    """Decides once per (room, peer) which configured fault, if any, hits it."""
+    """Decides once per (room, peer) which configured fault, if any, hits it, until the room ends.
+
+    Used by one thread (the engine's). Memory is bounded by the live rooms: the engine calls
+    `forget` when a room is released, swept or expires.
+    """
 
     def __init__(self, specs: tuple[FaultSpec, ...] = (), seed: int | None = None, delay_s: float = 0.2) -> None:
         self.specs = specs
         self.delay_s = delay_s
         self._rng = random.Random(seed)
-        self._decided: dict[tuple[int, str], FaultKind | None] = {}
+        self._decided: dict[int, dict[str, FaultKind | None]] = {}
 
     def __bool__(self) -> bool:
         return bool(self.specs)
 
+    @property
+    def rooms_decided(self) -> int:
+        """How many rooms hold a decision now (the live rooms that asked)."""
+        return len(self._decided)
+
     def pick(self, room: int, peer: str = "") -> FaultKind | None:
-        """The fault for this room on the link to `peer` (the same answer every time)."""
+        """The fault for this room on the link to `peer` (the same answer every time until `forget`)."""
         if not self.specs:
             return None
-        key = (room, peer)
-        if key not in self._decided:
-            if len(self._decided) > 10_000:
-                self._decided.clear()
-            self._decided[key] = next(
-                (spec.kind for spec in self.specs if peer.startswith(spec.peer) and self._rng.random() < spec.rate),
-                None,
+        decided = self._decided.setdefault(room, {})
+        if peer not in decided:
+            decided[peer] = next(
+                (spec.kind for spec in self.specs if spec.hits_peer(peer) and self._rng.random() < spec.rate), None
             )
-        return self._decided[key]
+        return decided[peer]
+
+    def forget(self, room: int) -> None:
+        """The room ended: drop its decisions (a later room with the same id draws afresh)."""
+        self._decided.pop(room, None)

@@ -155,6 +155,7 @@ class PrefillSide:
             if not record.has_sender:
                 if now - record.created_at > max(timeouts.bootstrap_s, timeouts.waiting_s):
                     del self.rooms[record.room]
+                    self._ctx.faults.forget(record.room)
                     self._ctx.counters.add("requests_expired")
                 continue
             stagger = self._ctx.stagger_s

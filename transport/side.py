@@ -123,6 +123,8 @@ class SideContext:
             self.emit(Progress(time.time(), record.room, record.bytes_done, record.bytes_total))
 
     def remember_cleared(self, room: int) -> None:
+        """The room ended here: remember its id (late echoes are ignored) and forget its fault decision."""
+        self.faults.forget(room)
         self.cleared[room] = None
         if len(self.cleared) > CLEARED_MEMORY:
             del self.cleared[next(iter(self.cleared))]

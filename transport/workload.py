@@ -3,7 +3,13 @@
 Like a PD router, it draws a random 63-bit bootstrap room per request, a prompt
 length (so a KV size) from a log-normal distribution, a prefill and a decode
 instance, and submits the room to every rank of both instances. A room ends
-when every rank reported a result; its outcome is the decode side's.
+when every rank reported a result; its outcome is the decode side's. A room
+that a rank refuses counts as refused at once, but still holds a place under
+`max_inflight` until the ranks that accepted it report (they hold its pages
+till then); one that no decode rank reported (a rank died, or the results
+never came) ends as lost. A supervisor tells the
+router when a rank exits (`rank_lost`: its rooms stop waiting for it, its
+instance gets no new rooms) and when it is back (`rank_back`).
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ class WorkloadSpec:
     max_pages: int = 512
     max_inflight: int = 64
     result_timeout_s: float = 30.0
-    """A room without every rank's result after this long counts as lost."""
+    """A room without every rank's result after this long ends without them (lost if no decode rank answered)."""
     seed: int | None = None
 
 
@@ -50,13 +56,17 @@ class WorkloadStats:
     failed: int = 0
     refused: int = 0
     lost: int = 0
+    rank_exits: int = 0
+    """Ranks the supervisor reported gone (`Router.rank_lost`)."""
+    ranks_down: int = 0
+    """Of those, how many are not back."""
     bytes_moved: int = 0
     failures_by_class: Counter[str] = field(default_factory=Counter)
     latencies_s: list[float] = field(default_factory=list)
 
     @property
     def inflight(self) -> int:
-        return self.started - self.succeeded - self.failed - self.lost
+        return self.started - self.succeeded - self.failed - self.refused - self.lost
 
 
 @dataclass(eq=False)
@@ -64,6 +74,11 @@ class _Pending:
     room: int
     started: float
     waiting_for: set[str]
+    decode_ranks: int
+    refused: bool = False
+    """A rank refused it: counted already, waiting only for the ranks that accepted it."""
+    submits: dict[str, int] = field(default_factory=dict)
+    """The req id of this room's Submit per rank label (to match a refusal)."""
     results: list[tuple[AgentInfo, RoomResult]] = field(default_factory=list)
 
 
@@ -84,12 +99,36 @@ class Router:
             raise ValueError(f"bootstrap {bootstrap} lists no complete prefill/decode pair ({len(agents)} agents)")
         self._clients = {a.label: (a, ControlClient(a.control_endpoint, self._zmq)) for a in agents}
         self._pending: dict[int, _Pending] = {}
+        self._by_submit: dict[tuple[str, int], int] = {}
+        """(rank label, req id) of each pending room's Submits -> room."""
+        self._down: set[str] = set()
         self._next_start = time.monotonic()
 
     def close(self) -> None:
         for _, client in self._clients.values():
             client.close()
         self._zmq.term()
+
+    def rank_lost(self, label: str) -> None:
+        """A rank exited: its instance gets no new rooms, and no room waits for its result any longer."""
+        self._down.add(label)
+        self.stats.rank_exits += 1
+        self.stats.ranks_down = len(self._down)
+        for pending in list(self._pending.values()):
+            if label in pending.waiting_for:
+                pending.waiting_for.discard(label)
+                if not pending.waiting_for:
+                    self._finish(pending)
+
+    def rank_back(self, agent: AgentInfo) -> None:
+        """A rank registered again (a new process): talk to its new control socket, give it rooms again."""
+        old, client = self._clients[agent.label]
+        client.close()
+        self._clients[agent.label] = (agent, ControlClient(agent.control_endpoint, self._zmq))
+        ranks = self._instances[Role(agent.role)][agent.instance]
+        ranks[ranks.index(old)] = agent
+        self._down.discard(agent.label)
+        self.stats.ranks_down = len(self._down)
 
     def step(self, now: float | None = None) -> None:
         """Start the rooms that are due, collect results; never blocks for long."""
@@ -98,29 +137,57 @@ class Router:
             self._start_room(now)
             self._next_start += self._rng.expovariate(self.spec.rate)
         self._next_start = max(self._next_start, now - 1.0)
-        for agent, client in self._clients.values():
+        for agent, client in list(self._clients.values()):
             for result in client.results():
                 self._on_result(agent, result)
-            if client.refusals:
-                self.stats.refused += len(client.refusals)
-                client.refusals.clear()
+            for refusal in client.refusals:
+                self._on_refusal(agent, refusal.req_id)
+            client.refusals.clear()
         self._expire(now)
 
     def _draw_pages(self) -> int:
         pages = self._rng.lognormvariate(math.log(self.spec.median_pages), self.spec.sigma)
         return max(1, min(self.spec.max_pages, round(pages)))
 
+    def _up(self, role: Role) -> list[str]:
+        """The instances of `role` whose every rank is up."""
+        return [name for name, ranks in self._instances[role].items() if not {a.label for a in ranks} & self._down]
+
     def _start_room(self, now: float) -> None:
+        prefills, decodes = self._up(Role.PREFILL), self._up(Role.DECODE)
+        if not prefills or not decodes:
+            return  # no complete pair until a rank is back; starting rooms now would only lose them
         room = self._rng.getrandbits(_ROOM_BITS)
-        prefill = self._rng.choice(list(self._instances[Role.PREFILL]))
-        decode = self._rng.choice(list(self._instances[Role.DECODE]))
+        prefill = self._rng.choice(prefills)
+        decode = self._rng.choice(decodes)
         pages = self._draw_pages()
         ranks = self._instances[Role.PREFILL][prefill] + self._instances[Role.DECODE][decode]
-        self._pending[room] = _Pending(room, now, {a.label for a in ranks})
+        decode_ranks = len(self._instances[Role.DECODE][decode])
+        pending = self._pending[room] = _Pending(room, now, {a.label for a in ranks}, decode_ranks)
         self.stats.started += 1
         for agent in ranks:
             _, client = self._clients[agent.label]
-            client.submit_nowait(room, pages, prefill if agent.role == Role.DECODE else "")
+            req_id = client.submit_nowait(room, pages, prefill if agent.role == Role.DECODE else "")
+            pending.submits[agent.label] = req_id
+            self._by_submit[(agent.label, req_id)] = room
+
+    def _end(self, pending: _Pending) -> None:
+        del self._pending[pending.room]
+        for label, req_id in pending.submits.items():
+            self._by_submit.pop((label, req_id), None)
+
+    def _on_refusal(self, agent: AgentInfo, req_id: int) -> None:
+        """A rank refused a room's Submit (pool full, say): the room cannot succeed; it counts as refused now."""
+        room = self._by_submit.get((agent.label, req_id))
+        if room is None:
+            return
+        pending = self._pending[room]
+        if not pending.refused:
+            pending.refused = True
+            self.stats.refused += 1
+        pending.waiting_for.discard(agent.label)
+        if not pending.waiting_for:
+            self._end(pending)
 
     def _on_result(self, agent: AgentInfo, result: RoomResult) -> None:
         pending = self._pending.get(result.room)
@@ -128,11 +195,23 @@ class Router:
             return
         pending.results.append((agent, result))
         pending.waiting_for.discard(agent.label)
-        if pending.waiting_for:
+        if not pending.waiting_for:
+            self._finish(pending)
+
+    def _finish(self, pending: _Pending) -> None:
+        """Every rank that can still answer did: the outcome is the decode side's.
+
+        Failed when a decode rank says so; succeeded when every decode rank says so; lost otherwise.
+        """
+        self._end(pending)
+        if pending.refused:
             return
-        del self._pending[result.room]
         decode_results = [r for a, r in pending.results if a.role == Role.DECODE]
-        if all(r.state == KVPoll.Success for r in decode_results):
+        failed = [r for r in decode_results if r.state == KVPoll.Failed]
+        if not failed and len(decode_results) < pending.decode_ranks:
+            self.stats.lost += 1
+            return
+        if not failed:
             self.stats.succeeded += 1
             self.stats.bytes_moved += sum(r.nbytes for r in decode_results)
             self.stats.latencies_s.append(max(r.seconds for r in decode_results))
@@ -140,13 +219,11 @@ class Router:
             return
         self.stats.failed += 1
         origins = [r for a, r in pending.results if r.state == KVPoll.Failed and r.origin == a.label]
-        failed = [r for r in decode_results if r.state == KVPoll.Failed]
         for origin in origins or failed[:1]:
             self.stats.failures_by_class[origin.reason_class or "other"] += 1
 
     def _expire(self, now: float) -> None:
-        """Rooms some rank never reported (it died, or refused the submit) end as lost."""
-        for room, pending in list(self._pending.items()):
+        """Rooms some rank never reported end with the results they have (lost when no decode rank answered)."""
+        for pending in list(self._pending.values()):
             if now - pending.started > self.spec.result_timeout_s:
-                del self._pending[room]
-                self.stats.lost += 1
+                self._finish(pending)

@@ -17,7 +17,7 @@ from multiprocessing.synchronize import Event as EventType
 from kvtop.bench import BenchFailed
 from kvtop.model.cluster import ClusterModel
 from kvtop.sources.live import Collector
-from transport.events import EventBatch, Snapshot
+from transport.events import Event, EventBatch, Snapshot
 
 _SYNC_TIMEOUT_S = 30.0
 _CATCH_UP_S = 10.0
@@ -32,12 +32,13 @@ class CountingModel(ClusterModel):
         self.events_applied = 0
         self.snapshots_applied = 0
 
-    def apply(self, label: str, item: Snapshot | EventBatch, now: float) -> None:
-        super().apply(label, item, now)
+    def apply(self, label: str, item: Snapshot | EventBatch, now: float) -> list[Event]:
+        accepted = super().apply(label, item, now)
         if isinstance(item, EventBatch):
-            self.events_applied += len(item.events)
+            self.events_applied += len(accepted)
         else:
             self.snapshots_applied += 1
+        return accepted
 
 
 @dataclass(frozen=True)

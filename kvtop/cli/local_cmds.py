@@ -24,13 +24,14 @@ from kvtop.cli.options import (
 from kvtop.cli.top_cmd import Theme
 
 if TYPE_CHECKING:
-    from transport.cluster import LocalCluster
+    from transport.cluster import ClusterSpec, LocalCluster
+    from transport.config import Timeouts
     from transport.faults import FaultSpec
     from transport.workload import WorkloadStats
 
 
 def _faults(texts: list[str]) -> dict[str, tuple[FaultSpec, ...]] | None:
-    """`--fault [AGENT=]KIND[:RATE]` into the cluster's per-agent map; None keeps the demo faults."""
+    """`--fault [TARGET=]KIND[:RATE][@PEER]` into the cluster's per-target map; None keeps the demo faults."""
     from transport.errors import ConfigError
     from transport.faults import FaultSpec
 
@@ -44,8 +45,23 @@ def _faults(texts: list[str]) -> dict[str, tuple[FaultSpec, ...]] | None:
             target, _, spec = text.rpartition("=")
             faults[target] = (*faults.get(target, ()), FaultSpec.parse(spec))
     except ConfigError as error:
-        raise typer.BadParameter(str(error), param_hint="--fault") from None
+        raise fail(f"--fault: {error}", 2) from None
     return faults
+
+
+def _spec(
+    prefill: int, decode: int, tp: int, fault: list[str], log_dir: str, timeouts: Timeouts | None = None
+) -> ClusterSpec:
+    """The cluster to start; exit 2 with one line when a fault reaches no agent or no rank can act on it."""
+    from kvtop.cluster.local import DEMO_TIMEOUTS, demo_spec
+    from transport.errors import ConfigError
+
+    spec = demo_spec(prefill, decode, tp, _faults(fault), log_dir, timeouts or DEMO_TIMEOUTS)
+    try:
+        spec.fault_plan()
+    except ConfigError as error:
+        raise fail(f"--fault: {error}", 2) from None
+    return spec
 
 
 def _run_cluster(
@@ -58,24 +74,36 @@ def _run_cluster(
     log_dir: str,
     timeouts: tuple[float, float, float] | None,
     print_address: bool,
+    restart: bool = False,
 ) -> WorkloadStats:
-    from kvtop.cluster.local import DEMO_TIMEOUTS, demo_spec, run_local
+    from kvtop.cluster.local import run_local
     from transport.config import Timeouts
     from transport.errors import ConfigError, TransportError
     from transport.workload import WorkloadSpec
 
     try:
-        limits = Timeouts(*timeouts) if timeouts else DEMO_TIMEOUTS
+        limits = Timeouts(*timeouts) if timeouts else None
     except ConfigError as error:
         raise typer.BadParameter(str(error)) from None
-    spec = demo_spec(prefill, decode, tp, _faults(fault), log_dir or tempfile.mkdtemp(prefix="kvtop-logs-"), limits)
+    spec = _spec(prefill, decode, tp, fault, log_dir or tempfile.mkdtemp(prefix="kvtop-logs-"), limits)
 
     def announce(cluster: LocalCluster) -> None:
         typer.echo(cluster.endpoint)
 
+    def warn(line: str) -> None:
+        typer.echo(f"kvtop: {line}", err=True)
+
     emit = (lambda line: typer.echo(line, err=True)) if print_address else typer.echo
     try:
-        return run_local(spec, WorkloadSpec(rate=rate), duration, emit, on_up=announce if print_address else None)
+        return run_local(
+            spec,
+            WorkloadSpec(rate=rate),
+            duration,
+            emit,
+            on_up=announce if print_address else None,
+            report=warn,
+            restart=restart,
+        )
     except TransportError as error:
         raise fail(str(error)) from None
 
@@ -85,12 +113,11 @@ def _dashboard(
 ) -> None:
     from kvtop.cli.top_cmd import find_theme, run_dashboard
     from kvtop.cluster.embedded import EmbeddedCluster
-    from kvtop.cluster.local import demo_spec
     from transport.errors import TransportError
     from transport.workload import WorkloadSpec
 
     themes = find_theme(theme)
-    spec = demo_spec(prefill, decode, tp, _faults(fault), log_dir or tempfile.mkdtemp(prefix="kvtop-logs-"))
+    spec = _spec(prefill, decode, tp, fault, log_dir or tempfile.mkdtemp(prefix="kvtop-logs-"))
     typer.echo(f"starting {spec.prefill}P{spec.decode}D TP{tp} on loopback (agent logs: {spec.log_dir}) ...", err=True)
     try:
         with EmbeddedCluster(spec, WorkloadSpec(rate=rate)) as embedded:
@@ -124,7 +151,21 @@ def local(
         _dashboard(prefill, decode, tp, rate, fault, duration, log_dir, theme)
         return
     stats = _run_cluster(prefill, decode, tp, rate, fault, duration, log_dir, None, print_address=False)
-    typer.echo(f"done: {stats.succeeded} rooms ok, {stats.failed} failed, {stats.bytes_moved / 1e9:.2f} GB moved")
+    typer.echo(f"done: {_summary(stats)}, {stats.bytes_moved / 1e9:.2f} GB moved")
+    _exit_for(stats)
+
+
+def _summary(stats: WorkloadStats) -> str:
+    return (
+        f"{stats.succeeded} rooms ok, {stats.failed} failed, {stats.refused} refused, {stats.lost} lost, "
+        f"{stats.rank_exits} rank exits ({stats.ranks_down} still down)"
+    )
+
+
+def _exit_for(stats: WorkloadStats) -> None:
+    """Exit 1 when a rank exited and did not come back: the run did not end healthy."""
+    if stats.ranks_down:
+        raise typer.Exit(1)
 
 
 def cluster_up(
@@ -138,15 +179,25 @@ def cluster_up(
     bootstrap_timeout: BootstrapTimeout = 10.0,
     waiting_timeout: WaitingTimeout = 10.0,
     transfer_timeout: TransferTimeout = 3.0,
+    restart: Annotated[
+        bool, typer.Option(help="Start a rank that exited again (a new process, so a new incarnation).")
+    ] = False,
 ) -> None:
     """Start a bootstrap service, agents and a router on loopback; Ctrl-C or SIGTERM stops them all.
 
     The first line on stdout is the bootstrap address (tcp://127.0.0.1:PORT), the one address that lists
-    every agent; status lines go to stderr.
+    every agent; status lines go to stderr (rooms ok, failed, refused, lost, in flight), and so does one
+    line, at once, for every rank that exits (its label, pid, exit code or signal). Each agent's stderr is
+    kept in the log folder as <instance>-TP<rank>.stderr. Exit codes: 0 after --duration or Ctrl-C,
+    1 when the cluster did not come up or a rank exited and is not back, 2 for bad usage (a --fault
+    that reaches no agent included).
     """
     timeouts = (bootstrap_timeout, waiting_timeout, transfer_timeout)
-    stats = _run_cluster(prefill, decode, tp, rate, fault, duration, log_dir, timeouts, print_address=True)
-    typer.echo(f"done: {stats.succeeded} rooms ok, {stats.failed} failed", err=True)
+    stats = _run_cluster(
+        prefill, decode, tp, rate, fault, duration, log_dir, timeouts, print_address=True, restart=restart
+    )
+    typer.echo(f"done: {_summary(stats)}", err=True)
+    _exit_for(stats)
 
 
 def agent(ctx: typer.Context) -> None:

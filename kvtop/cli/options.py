@@ -19,14 +19,20 @@ Rate = Annotated[float, typer.Option(min=0.1, help="Rooms started per second.")]
 Faults = Annotated[
     list[str],
     typer.Option(
-        help="Inject faults: [AGENT=]KIND[:RATE], e.g. prefill-0/TP1=corrupt:0.1, decode=die:0.01 or stall:0.05 "
-        "(every agent); RATE is per room; kinds: drop, delay, corrupt, refuse, stall, die. Repeatable; "
-        "'none' for no faults. Default: corrupt:0.02 on prefill-0/TP0, stall:0.01 on prefill-1."
+        help="Inject faults: [TARGET=]KIND[:RATE][@PEER], e.g. prefill-0/TP1=corrupt:0.1, decode=die:0.01, "
+        "drop:0.1@decode-1 or stall:0.05 (every agent that can act on it). TARGET and PEER are a role, an "
+        "instance (prefill-0) or a rank (prefill-0/TP1); one that matches no agent exits 2. RATE is per room; "
+        "kinds: drop, delay, corrupt, refuse, stall (act on prefill ranks), die (any rank). Repeatable; "
+        "'none' for no faults. Default: corrupt:0.02 on prefill-0/TP0, stall:0.01 on prefill-1 (if there is one)."
     ),
 ]
 Duration = Annotated[float | None, typer.Option(help="Stop after this many seconds (default: until Ctrl-C).")]
 LogDir = Annotated[
-    str, typer.Option(help="Folder for the agents' SGLang-format logs, one file per instance (default: a temp folder).")
+    str,
+    typer.Option(
+        help="Folder for the agents' SGLang-format logs, one file per instance, and each agent's stderr "
+        "(<instance>-TP<rank>.stderr, tracebacks included) (default: a temp folder)."
+    ),
 ]
 BootstrapTimeout = Annotated[float, typer.Option(min=0.1, help="Seconds a room may stay in Bootstrapping.")]
 WaitingTimeout = Annotated[float, typer.Option(min=0.1, help="Seconds a room may stay in WaitingForInput.")]

@@ -1,4 +1,5 @@
-"""The embedded local cluster behind bare `kvtop`: agents, a workload, a live status line."""
+"""The local cluster behind `kvtop cluster up` and bare `kvtop --no-dashboard`: agents, a workload, a
+live status line, and a supervisor that reports (and optionally restarts) every rank that exits."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 
+from kvtop.cluster.supervisor import Supervisor
 from transport.cluster import ClusterSpec, LocalCluster
 from transport.config import Timeouts, TransferConfig
 from transport.faults import FaultSpec
@@ -19,6 +21,7 @@ DEMO_FAULTS: dict[str, tuple[FaultSpec, ...]] = {
     "prefill-0/TP0": (FaultSpec.parse("corrupt:0.02"),),
     "prefill-1": (FaultSpec.parse("stall:0.01"),),
 }
+"""The faults of a cluster given no --fault: each on the ranks it names that the cluster has."""
 
 
 def demo_spec(
@@ -38,9 +41,13 @@ def demo_spec(
         num_pages=2048,
         page_bytes=16 << 10,
         transfer=TransferConfig(chunk_bytes=256 << 10, timeouts=timeouts, peer_timeout_s=3.0),
-        faults=DEMO_FAULTS if faults is None else faults,
+        faults=_demo_faults(prefill) if faults is None else faults,
         log_dir=log_dir,
     )
+
+
+def _demo_faults(prefill: int) -> dict[str, tuple[FaultSpec, ...]]:
+    return {target: specs for target, specs in DEMO_FAULTS.items() if target != "prefill-1" or prefill > 1}
 
 
 @dataclass
@@ -63,7 +70,8 @@ class StatusLine:
         failures = ", ".join(f"{name} {count}" for name, count in stats.failures_by_class.most_common()) or "none"
         return (
             f"{time.strftime('%H:%M:%S')}  rooms ok {stats.succeeded}, failed {stats.failed}, "
-            f"in flight {stats.inflight}  |  {rate:.2f} GB/s, {latency}  |  failure origins: {failures}"
+            f"refused {stats.refused}, lost {stats.lost}, in flight {stats.inflight}  |  {rate:.2f} GB/s, {latency}"
+            f"  |  failure origins: {failures}"
         )
 
 
@@ -74,8 +82,13 @@ def run_local(
     emit: Callable[[str], None],
     on_up: Callable[[LocalCluster], None] | None = None,
     interval_s: float = 1.0,
+    report: Callable[[str], None] | None = None,
+    restart: bool = False,
 ) -> WorkloadStats:
-    """Start the cluster, drive load and emit a status line per interval until time is up, Ctrl-C or SIGTERM."""
+    """Start the cluster, drive load and emit a status line per interval until time is up, Ctrl-C or SIGTERM.
+
+    A rank that exits is told to `report` (default `emit`) at once; with `restart` it comes back.
+    """
     signal.signal(signal.SIGTERM, _interrupt)
     with LocalCluster(spec) as cluster:
         if on_up is not None:
@@ -84,6 +97,7 @@ def run_local(
         if spec.log_dir:
             emit(f"agent logs (SGLang format, one file per instance): {spec.log_dir}")
         router = Router(cluster.endpoint, workload)
+        supervisor = Supervisor(cluster, router, report or emit, restart)
         status = StatusLine(last_time=time.monotonic())
         end = None if duration_s is None else time.monotonic() + duration_s
         next_line = time.monotonic() + interval_s
@@ -91,6 +105,7 @@ def run_local(
             while end is None or time.monotonic() < end:
                 router.step()
                 now = time.monotonic()
+                supervisor.check(now)
                 if now >= next_line:
                     emit(status.render(router.stats, now))
                     next_line = now + interval_s

@@ -13,9 +13,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from transport import FaultSpec, KVPoll, Timeouts, TransferConfig
+from transport.bootstrap import BootstrapClient
 from transport.cluster import ClusterSpec, LocalCluster
 from transport.control import ControlClient
 from transport.events import Failure
@@ -124,6 +126,9 @@ class FaultCase:
     log_level: str = "INFO"
     prefill_instance: str = "prefill-0"
     """Where decode ranks fetch the room from."""
+    half_registered: bool = False
+    """Register rank 0 of 2 of `prefill_instance` (its rank 1 never comes): known, so a Submit naming it is
+    accepted, but never resolvable."""
 
 
 CASES = {
@@ -160,7 +165,7 @@ CASES = {
         wording="Prefill bootstrap failed",
         reason=re.compile(r"Request \d+ timed out after \d+\.\ds in KVPoll\.Bootstrapping"),
     ),
-    "timeout-in-bootstrapping-on-decode-for-an-unknown-prefill": FaultCase(
+    "timeout-in-bootstrapping-on-decode-for-a-prefill-whose-ranks-never-all-registered": FaultCase(
         {},
         DECODE,
         origin="decode-0/TP0",
@@ -168,6 +173,7 @@ CASES = {
         wording="Decode handshake failed",
         reason=re.compile(r"Request \d+ timed out after \d+\.\ds in KVPoll\.Bootstrapping"),
         prefill_instance="prefill-9",
+        half_registered=True,
     ),
     "timeout-in-waiting-for-input-without-prefill": FaultCase(
         {},
@@ -188,6 +194,10 @@ def test_each_failed_room_has_one_origin_and_every_other_rank_echoes_it_at_debug
     cluster = make_cluster(cluster_spec(tmp_path, case.faults, case.log_level))
     events = subscribe(cluster.agents())
     clients = clients_of(cluster, control, case.ranks)
+    if case.half_registered:
+        prefill = next(a for a in cluster.agents() if a.label == "prefill-0/TP0")
+        with BootstrapClient(cluster.endpoint) as bootstrap:
+            bootstrap.register(msgspec.structs.replace(prefill, instance=case.prefill_instance))
 
     for room in ROOMS:
         submit(clients, room, case.prefill_instance)

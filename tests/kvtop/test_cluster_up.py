@@ -1,0 +1,175 @@
+"""`kvtop cluster up` as an operator runs it: bad faults exit 2, an exiting rank is reported, --restart revives it."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kvtop_cli import kvtop
+
+from kvtop.sources.live import Collector
+from transport.bootstrap import BootstrapClient
+from transport.cluster import ClusterSpec, LocalCluster
+from transport.errors import TransportError
+
+KVTOP = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
+
+
+class Running:
+    """A `kvtop cluster up` process whose stderr lines are read by a thread, so a test can wait for one."""
+
+    def __init__(self, *args: str) -> None:
+        self.process = subprocess.Popen(
+            [KVTOP, "cluster", "up", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        assert self.process.stdout is not None
+        self.bootstrap = self.process.stdout.readline().strip()
+        self.lines: list[str] = []
+        self._cursor = 0
+        """Lines before it were looked at by an earlier `wait_line`."""
+        self._new: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self._new.put(line.rstrip("\n"))
+
+    def wait_line(self, pattern: str, timeout_s: float = 60.0) -> re.Match[str]:
+        """The first stderr line after the one the previous call matched that matches `pattern`."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            while self._cursor < len(self.lines):
+                self._cursor += 1
+                if match := re.search(pattern, self.lines[self._cursor - 1]):
+                    return match
+            left = deadline - time.monotonic()
+            try:
+                self.lines.append(self._new.get(timeout=max(0.0, left)))
+            except queue.Empty:
+                seen = self.lines[-20:]
+                raise AssertionError(f"no stderr line matched {pattern!r} in {timeout_s} s: {seen}") from None
+
+    def stop(self) -> int:
+        """SIGTERM, as an operator's Ctrl-C would; the exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(30)
+
+
+@pytest.fixture
+def cluster_up() -> Iterator[type[Running]]:
+    started: list[Running] = []
+
+    def start(*args: str) -> Running:
+        running = Running(*args)
+        started.append(running)
+        return running
+
+    yield start  # type: ignore[misc]
+    for running in started:
+        running.stop()
+
+
+@pytest.mark.parametrize(
+    ("fault", "expected"),
+    [
+        ("prefil-0=corrupt", "fault target 'prefil-0' matches no agent"),
+        ("prefill-7=corrupt", "fault target 'prefill-7' matches no agent"),
+        ("prefill-0/TP9=corrupt", "fault target 'prefill-0/TP9' matches no agent"),
+        ("corrupt@nosuch", "peer 'nosuch' matches no agent on the other side"),
+        ("decode-0=corrupt", "a decode rank acts only on die"),
+    ],
+    ids=["typo", "no-such-instance", "no-such-rank", "no-such-peer", "kind-decode-cannot-act-on"],
+)
+def test_cluster_up_exits_2_with_one_line_naming_the_agents_for_a_fault_that_reaches_none(fault, expected):
+    """A --fault that would inject nothing stops `cluster up` before any agent starts: exit 2, one stderr line."""
+    result = kvtop("cluster", "up", "--fault", fault, "--duration", "1")
+
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kvtop: --fault: ")
+    assert expected in lines[0]
+    if "matches no agent" in expected:
+        assert "this cluster has prefill-0, decode-0 (ranks TP0, TP1)" in lines[0]
+
+
+def test_cluster_up_with_its_default_faults_runs_and_exits_0_on_a_one_prefill_cluster():
+    """The demo faults only name ranks that exist, so a 1P1D `cluster up` runs, moves rooms and exits 0."""
+    result = kvtop("cluster", "up", "--duration", "3", "--rate", "20")
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("tcp://127.0.0.1:")
+    assert re.search(r"done: [1-9]\d* rooms ok, .*0 rank exits \(0 still down\)", result.stderr), result.stderr
+
+
+@pytest.mark.parametrize("label", ["prefill-0/TP0", "decode-0/TP1"])
+def test_the_die_fault_kills_the_rank_and_cluster_up_reports_it_at_once(cluster_up, tmp_path, label):
+    """die on a prefill or a decode rank ends that process with SIGKILL; stderr names it, and the run exits 1."""
+    running = cluster_up("--rate", "5", "--fault", f"{label}=die", "--log-dir", str(tmp_path))
+
+    match = running.wait_line(rf"kvtop: rank {re.escape(label)} \(pid (\d+)\) killed by SIGKILL")
+
+    pid = int(match[1])
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert f"stderr in {tmp_path / label.replace('/', '-')}.stderr" in match.string
+    running.wait_line(r"rooms ok \d+, failed [1-9]\d*, refused \d+, lost \d+, in flight")
+    assert running.stop() == 1
+    running.wait_line(r"done: .*, 1 rank exits \(1 still down\)", timeout_s=10)
+
+
+def test_restart_brings_a_killed_rank_back_as_a_new_incarnation_the_collector_sees_without_a_gap(cluster_up, tmp_path):
+    """SIGKILL of a rank under --restart: reported, started again (new pid and incarnation), rooms succeed again."""
+    running = cluster_up("--rate", "10", "--fault", "none", "--restart", "--log-dir", str(tmp_path))
+    with BootstrapClient(running.bootstrap) as client:
+        old = next(a for a in client.list_agents() if a.label == "decode-0/TP0")
+    collector = Collector(running.bootstrap).start()
+    try:
+        running.wait_line(r"rooms ok [1-9]")
+        os.kill(old.pid, signal.SIGKILL)
+
+        running.wait_line(rf"kvtop: rank decode-0/TP0 \(pid {old.pid}\) killed by SIGKILL")
+        back = running.wait_line(r"kvtop: rank decode-0/TP0 is back: pid (\d+), restart 1")
+        ok_then = int(running.wait_line(r"rooms ok (\d+)")[1])
+        running.wait_line(rf"rooms ok (?!{ok_then}\b)\d+")
+
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with collector.lock:
+                view = collector.model.ranks.get("decode-0/TP0")
+                incarnation, pid = (view.incarnation, view.pid) if view else (0, 0)
+            if incarnation not in (0, old.incarnation) and pid == int(back[1]):
+                break
+            time.sleep(0.1)
+        assert (pid, incarnation != old.incarnation) == (int(back[1]), True), running.lines[-10:]
+        with collector.lock:
+            assert collector.model.gaps == 0, running.lines[-10:]
+    finally:
+        collector.close()
+    assert running.stop() == 0, running.lines[-10:]
+    assert (tmp_path / "decode-0-TP0.stderr").exists()
+
+
+def test_an_agent_that_crashes_leaves_its_traceback_in_the_log_folder(tmp_path):
+    """An agent that cannot start (no pages for its pool) exits 1; its traceback is in LOG_DIR/<rank>.stderr."""
+    cluster = LocalCluster(ClusterSpec(num_pages=0, log_dir=str(tmp_path)))
+
+    with pytest.raises(TransportError) as raised:
+        cluster.start(ready_timeout_s=30)
+
+    assert "exited with code 1, see " in str(raised.value)
+    stderr = Path(tmp_path / "prefill-0-TP0.stderr").read_text()
+    assert "Traceback (most recent call last)" in stderr
+    assert all(p.process.poll() is not None for p in cluster.processes)
