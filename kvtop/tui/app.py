@@ -26,7 +26,7 @@ from textual.worker import Worker, WorkerState
 from kvtop.model.cluster import ClusterModel
 from kvtop.tui.details import rank_history, room_timeline
 from kvtop.tui.frame import WINDOW_S, Frame, FrameBuilder, Options, RoomSort
-from kvtop.tui.process import DashboardTuning
+from kvtop.tui.process import DashboardTuning, terminal_lost
 from kvtop.tui.rows import Palette, rate
 from kvtop.tui.screens.detail import DetailScreen
 from kvtop.tui.screens.help import HelpScreen
@@ -174,14 +174,19 @@ class KvtopApp(App[None]):
         self.query_one("#failure-detail").can_focus = False
         for warning in self._themes.warnings:
             self.notify(warning, severity="warning")
-        for lost in (signal.SIGHUP, signal.SIGTERM):  # a closed terminal or a kill: quit, stopping our agents
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                asyncio.get_running_loop().add_signal_handler(lost, self.exit)
+        for signum, quit_ in ((signal.SIGHUP, self._hang_up), (signal.SIGTERM, self.exit)):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # quit, stopping our agents
+                asyncio.get_running_loop().add_signal_handler(signum, quit_)
         if self._quit_after is not None:
             self.set_timer(self._quit_after, self.exit)
         self._draw_banner()
         self.set_interval(self._refresh_s, self.request_frame)
         self.request_frame()
+
+    def _hang_up(self) -> None:
+        """SIGHUP: the terminal closed. Quit as `q` does, writing nothing more to it."""
+        terminal_lost()
+        self.exit()
 
     def on_unmount(self) -> None:
         self._tuning.restore()

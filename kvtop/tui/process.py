@@ -1,9 +1,14 @@
-"""The interpreter settings the dashboard's process runs under, set while the app is mounted and restored after."""
+"""The dashboard's process: the interpreter settings it runs under while mounted, and what a lost terminal does."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import os
+import signal
 import sys
+import threading
+import time
 
 GC_THRESHOLDS = (20_000, 20, 20)
 """The dashboard's process keeps a big long-lived heap (the model, Textual's caches) and allocates fast while
@@ -34,3 +39,28 @@ class DashboardTuning:
             gc.set_threshold(*thresholds)
             sys.setswitchinterval(interval)
             self._saved = None
+
+
+HANG_UP_EXIT_S = 10.0
+"""After SIGHUP the dashboard quits as `q` does; a process still here this much later ends at once (the agents
+an embedded cluster started exit when their parent does)."""
+
+
+def terminal_lost() -> None:
+    """The terminal is gone (SIGHUP): point stdout and stderr at /dev/null, and arm a watchdog.
+
+    Textual writes through a thread with a bounded queue: one write to the dead terminal (EIO) ends that
+    thread, and the exit's own writes then wait on the full queue forever, leaving the dashboard and its
+    agents running. Writes to /dev/null cannot fail; the watchdog bounds whatever else may hang.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.__stdout__, sys.__stderr__):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.dup2(devnull, stream.fileno())  # type: ignore[union-attr]
+    os.close(devnull)
+    threading.Thread(target=_end_if_still_running, name="kvtop-hang-up", daemon=True).start()
+
+
+def _end_if_still_running() -> None:
+    time.sleep(HANG_UP_EXIT_S)
+    os._exit(128 + signal.SIGHUP)

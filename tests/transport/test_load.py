@@ -35,7 +35,7 @@ def test_every_room_accepted_under_overload_faults_and_a_killed_rank_ends_and_ev
         num_pages=POOL_PAGES,
         page_bytes=PAGE_BYTES,
         transfer=CONFIG,
-        faults={"prefill-": FAULTS},
+        faults={"prefill": FAULTS},
     )
     cluster = make_cluster(spec)
     agents = {a.label: a for a in cluster.agents()}
