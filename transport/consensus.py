@@ -21,7 +21,7 @@ from transport.counters import Counters
 from transport.kvpoll import KVPoll
 from transport.rooms import RoomRecord
 from transport.routes import RouteBook
-from transport.sockets import bind_ephemeral, decode_waiting
+from transport.sockets import LIST_FRAME, SMALL_FRAME, bind_ephemeral, decode_waiting, open_socket
 from transport.wire import AgentInfo, FrameDecoder, Vote, VoteEntry, encode
 
 REMEMBER_S = 10.0
@@ -42,11 +42,9 @@ class InstanceConsensus:
     def __init__(
         self, context: zmq.Context[zmq.Socket[bytes]], host: str, counters: Counters, vote_timeout_s: float
     ) -> None:
-        self._pub: zmq.Socket[bytes] = context.socket(zmq.PUB)
-        self._pub.linger = 0
+        self._pub = open_socket(context, zmq.PUB, SMALL_FRAME)
         self.endpoint = bind_ephemeral(self._pub, host)
-        self.socket: zmq.Socket[bytes] = context.socket(zmq.SUB)
-        self.socket.linger = 0
+        self.socket = open_socket(context, zmq.SUB, LIST_FRAME)
         self.socket.setsockopt(zmq.SUBSCRIBE, b"")
         self._counters = counters
         self._vote_timeout_s = vote_timeout_s

@@ -23,12 +23,12 @@ import numpy.typing as npt
 import psutil
 import zmq
 
-from transport.bootstrap import BootstrapClient
+from transport.bootstrap import REFRESH_S, BootstrapClient
 from transport.config import Role, TransferConfig
 from transport.consensus import InstanceConsensus
 from transport.counters import Counters, rejection_names
 from transport.decode import DecodeSide
-from transport.errors import ConfigError, KVTransferError, ReasonClass, TransportError
+from transport.errors import BootstrapError, ConfigError, KVTransferError, ReasonClass, TransportError
 from transport.events import AgentHello, Event, Heartbeat
 from transport.faults import FaultInjector, FaultKind
 from transport.kvpoll import KVPoll
@@ -200,11 +200,15 @@ class KVManager:
             socket.gethostname(),
             int.from_bytes(os.urandom(6), "little"),
         )
-        self._ctx = SideContext(info, pool, self.config, faults or FaultInjector(), self._counters, self._zmq)
-        self._routes = RouteBook(self._zmq, bootstrap, self._counters)
+        data_counters = self._counters.for_socket("data")
+        self._ctx = SideContext(info, pool, self.config, faults or FaultInjector(), data_counters, self._zmq)
+        self._routes = RouteBook(self._zmq, bootstrap, self._counters.for_socket("bootstrap"))
         self._consensus = (
-            InstanceConsensus(self._zmq, host, self._counters, self.config.peer_timeout_s) if tp > 1 else None
+            InstanceConsensus(self._zmq, host, self._counters.for_socket("consensus"), self.config.peer_timeout_s)
+            if tp > 1
+            else None
         )
+        self._watched: dict[str, Counters] = {}
         self._prefill: PrefillSide | None = None
         self._decode: DecodeSide | None = None
         self._side: PrefillSide | DecodeSide
@@ -225,9 +229,12 @@ class KVManager:
             )
             self.publisher.info = info
             self._ctx.emit = self.publisher.emit
+            self.watch_rejections("snapshot", self.publisher.counters)
         self._ctx.info = info
         self._process = psutil.Process()
         self._next_heartbeat = 0.0
+        self._next_refresh = 0.0
+        self._registered = False
 
     @property
     def info(self) -> AgentInfo:
@@ -245,6 +252,8 @@ class KVManager:
             )
         with BootstrapClient(self.bootstrap, timeout_s=register_timeout_s, context=self._zmq) as client:
             client.register(self.info)
+        self._registered = True
+        self._next_refresh = time.monotonic() + REFRESH_S
         self._thread.start()
         return self
 
@@ -265,6 +274,8 @@ class KVManager:
             self._routes.close()
             if self._consensus is not None:
                 self._consensus.close()
+        if self._registered:
+            self._deregister()
         if self.publisher is not None:
             self.publisher.close()
         os.close(self._wake_read)
@@ -278,8 +289,24 @@ class KVManager:
         self.close()
 
     def counters(self) -> dict[str, int]:
-        """A snapshot of this rank's counters (rejections under `rejected_<reason>`)."""
+        """A snapshot of this rank's counters (rejections under `rejected_<reason>`, summed over its sockets)."""
         return self._counters.snapshot()
+
+    def watch_rejections(self, socket: str, counters: Counters) -> None:
+        """Report the rejections counted in `counters` under `socket` in every heartbeat."""
+        self._watched[socket] = counters
+
+    def rejections(self) -> dict[str, dict[str, int]]:
+        """Rejected frames by socket (data, consensus, bootstrap, snapshot, and watched ones), then reason."""
+        return {**self._counters.rejections(), **{name: c.rejected() for name, c in self._watched.items()}}
+
+    def _deregister(self) -> None:
+        """Leave the bootstrap listing at once (best effort: an unreachable service lets the entry expire)."""
+        try:
+            with BootstrapClient(self.bootstrap, timeout_s=1.0, context=self._zmq) as client:
+                client.deregister(self.info)
+        except BootstrapError:
+            pass
 
     def sender(self, room: int) -> KVSender:
         """Start tracking `room` on this prefill rank (Bootstrapping until decode asks)."""
@@ -353,6 +380,9 @@ class KVManager:
         if now >= self._next_heartbeat:
             self._next_heartbeat = now + HEARTBEAT_S
             self._heartbeat(len(rooms))
+        if now >= self._next_refresh:
+            self._next_refresh = now + REFRESH_S
+            self._routes.register(info)
 
     def _fail_by_instance(self, record: RoomRecord, entry: VoteEntry, now: float) -> None:
         """Another rank failed the room: fail it here as its echo (or, when already done here, record the echo)."""
@@ -374,7 +404,15 @@ class KVManager:
         memory = psutil.virtual_memory().percent
         self.emit(
             Heartbeat(
-                time.time(), self.counters(), inflight, publisher.dropped, cpu, rss, memory, publisher.snapshot_endpoint
+                time.time(),
+                self.counters(),
+                inflight,
+                publisher.dropped,
+                cpu,
+                rss,
+                memory,
+                publisher.snapshot_endpoint,
+                self.rejections(),
             )
         )
 

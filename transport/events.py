@@ -55,6 +55,9 @@ class Heartbeat(msgspec.Struct, tag="heartbeat", array_like=True, frozen=True):
     host_memory_percent: float
     snapshot_endpoint: str = ""
     """Where to ask for a snapshot (a subscriber given only the event endpoint learns it here)."""
+    rejected: dict[str, dict[str, int]] = {}
+    """Frames this agent's sockets rejected, by socket (control, data, consensus, bootstrap, snapshot), then
+    reason (malformed, unknown_version, oversize, truncated, unexpected, invalid)."""
 
 
 class RoomState(msgspec.Struct, tag="room", array_like=True, frozen=True):

@@ -32,7 +32,7 @@ from transport.events import (
     TransferDone,
 )
 from transport.kvpoll import KVPoll
-from transport.sockets import bind, decode_routed
+from transport.sockets import SMALL_FRAME, bind, decode_routed, open_socket
 from transport.wire import AgentInfo, FrameDecoder, encode
 
 FINISHED_KEPT = 512
@@ -86,12 +86,10 @@ class EventPublisher:
     ) -> None:
         self.info = info
         self._context = context or zmq.Context.instance()
-        self._pub: zmq.Socket[bytes] = self._context.socket(zmq.PUB)
-        self._pub.linger = 0
+        self._pub = open_socket(self._context, zmq.PUB, SMALL_FRAME)
         self._pub.sndhwm = sndhwm
         self.endpoint = bind(self._pub, "", host)
-        self._snapshots: zmq.Socket[bytes] = self._context.socket(zmq.ROUTER)
-        self._snapshots.linger = 0
+        self._snapshots = open_socket(self._context, zmq.ROUTER, SMALL_FRAME)
         self.snapshot_endpoint = bind(self._snapshots, "", host)
         self._queue: deque[Event] = deque(maxlen=queue_size)
         self._interval = batch_interval_s

@@ -19,7 +19,7 @@ import zmq
 
 from transport.counters import Counters, rejection_names
 from transport.events import EventBatch, Heartbeat, Snapshot, SnapshotRequest
-from transport.sockets import decode_waiting
+from transport.sockets import LIST_FRAME, decode_waiting, open_socket
 from transport.wire import AgentInfo, FrameDecoder, encode
 
 SNAPSHOT_TIMEOUT_S = 2.0
@@ -54,8 +54,7 @@ class EventSubscriber:
 
     def __init__(self, context: zmq.Context[zmq.Socket[bytes]] | None = None, rcvhwm: int = 100_000) -> None:
         self._context = context or zmq.Context.instance()
-        self.socket: zmq.Socket[bytes] = self._context.socket(zmq.SUB)
-        self.socket.linger = 0
+        self.socket = open_socket(self._context, zmq.SUB, LIST_FRAME)
         self.socket.rcvhwm = rcvhwm
         self.socket.setsockopt(zmq.SUBSCRIBE, b"")
         self.agents: dict[str, AgentInfo] = {}
@@ -163,8 +162,7 @@ class EventSubscriber:
             return None
         sock = self._snapshot_sockets.get(label)
         if sock is None:
-            sock = self._context.socket(zmq.DEALER)
-            sock.linger = 0
+            sock = open_socket(self._context, zmq.DEALER, LIST_FRAME)
             sock.connect(endpoint)
             self._snapshot_sockets[label] = sock
         return sock

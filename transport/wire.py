@@ -7,8 +7,10 @@ Bulk KV bytes travel as raw frames after a `Chunk` header.
 Sockets and their frames (ROUTER sockets see the peer's routing id first)::
 
     bootstrap  ROUTER (bound by the bootstrap service) <- DEALER (every agent, kvtop)
-        request   [Register | Resolve | ListAgents]
+        request   [Register | Deregister | Resolve | ListAgents]
         reply     [Registered | Route | AgentList | Refusal]
+        An agent sends Register again every `REFRESH_S`; an entry not refreshed for the
+        service's TTL expires, and Deregister (clean exit) drops it at once.
 
     data link  ROUTER (bound by each prefill rank) <- DEALER (each decode rank, one per prefill rank)
         decode -> prefill  [Hello | Heartbeat | TransferRequest | Ack | Abort]
@@ -101,6 +103,15 @@ class Route(msgspec.Struct, tag="route", array_like=True):
     ranks: list[AgentInfo]
 
 
+class Deregister(msgspec.Struct, tag="deregister", array_like=True):
+    """An agent leaving cleanly: drop its entry (only if it is still this incarnation's)."""
+
+    req_id: int
+    instance: str
+    rank: int
+    incarnation: int
+
+
 class ListAgents(msgspec.Struct, tag="list", array_like=True):
     req_id: int
 
@@ -108,6 +119,10 @@ class ListAgents(msgspec.Struct, tag="list", array_like=True):
 class AgentList(msgspec.Struct, tag="agents", array_like=True):
     req_id: int
     agents: list[AgentInfo]
+    counters: dict[str, int] = {}
+    """The service's own counters (requests, expired and refused entries, rejected frames)."""
+    refused: list[str] = []
+    """The latest refused registrations, `name: why`, newest last."""
 
 
 class Refusal(msgspec.Struct, tag="refusal", array_like=True):
@@ -117,7 +132,7 @@ class Refusal(msgspec.Struct, tag="refusal", array_like=True):
     message: str
 
 
-BootstrapRequest = Register | Resolve | ListAgents
+BootstrapRequest = Register | Deregister | Resolve | ListAgents
 BootstrapReply = Registered | Route | AgentList | Refusal
 
 # --- data link -------------------------------------------------------------------------
