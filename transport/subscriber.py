@@ -6,6 +6,11 @@ delivers the snapshot followed by every batch with a larger seq, in order
 (ZeroMQ guide's Clone pattern). After that, a seq that jumps counts the
 missing batches as a gap; a new incarnation (the agent restarted) starts over
 and is never counted as a gap.
+
+Nothing an agent registers or sends can raise out of `connect()` or `poll()`:
+an entry, endpoint or heartbeat-named snapshot endpoint that cannot be
+connected to is counted (`bad_entries`, once per name and reason) and named
+in `refused`; every undecodable frame is counted under `rejected_<reason>`.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import zmq
 
 from transport.counters import Counters, rejection_names
 from transport.events import EventBatch, Heartbeat, Snapshot, SnapshotRequest
+from transport.registration import agent_problem, endpoint_problem, entry_name
 from transport.sockets import LIST_FRAME, decode_waiting, open_socket
 from transport.wire import AgentInfo, FrameDecoder, encode
 
@@ -65,27 +71,62 @@ class EventSubscriber:
         self._req_ids = itertools.count(1)
         self.gaps: Counter[tuple[str, int]] = Counter()
         """Missing batches per (agent label, incarnation)."""
-        self.counters = Counters(("batches", "snapshots", "snapshots_missed", "stale_batches", *rejection_names()))
+        self.counters = Counters(
+            ("batches", "snapshots", "snapshots_missed", "stale_batches", "bad_entries", *rejection_names())
+        )
+        self.refused: dict[str, str] = {}
+        """Entries and endpoints this subscriber could not use: name -> why."""
         self._batch_decoder: FrameDecoder[EventBatch] = FrameDecoder(EventBatch)
         self._snapshot_decoder: FrameDecoder[Snapshot] = FrameDecoder(Snapshot)
 
-    def connect(self, agent: AgentInfo) -> None:
-        """Subscribe to an agent's events (again, at its new endpoints, when it restarted)."""
+    def connect(self, agent: AgentInfo) -> str:
+        """Subscribe to an agent's events (again, at its new endpoints, when it restarted).
+
+        Returns why the entry cannot be used ("" when it can); such an entry is counted and named, once.
+        """
+        problem = agent_problem(agent)
+        if problem:
+            self._refuse(entry_name(agent), problem)
+            return problem
         known = self.agents.get(agent.label)
         if known == agent or not agent.event_endpoint:
-            return
+            return ""
         if known is not None and known.event_endpoint:
             self.socket.disconnect(known.event_endpoint)
             self._close_snapshot_socket(agent.label)
+        try:
+            self.socket.connect(agent.event_endpoint)
+        except zmq.ZMQError as error:
+            self._refuse(agent.label, f"event endpoint {agent.event_endpoint!r}: {error.strerror}")
+            return error.strerror
+        self.refused.pop(agent.label, None)
         self.agents[agent.label] = agent
-        self.socket.connect(agent.event_endpoint)
         self._streams[agent.label] = self._start_stream(agent.label, agent.incarnation)
+        return ""
 
-    def connect_endpoint(self, endpoint: str) -> None:
-        """Subscribe to an agent known only by its event endpoint; its heartbeat names its snapshot socket."""
-        if endpoint not in self._endpoints:
-            self._endpoints.add(endpoint)
-            self.socket.connect(endpoint)
+    def connect_endpoint(self, endpoint: str) -> str:
+        """Subscribe to an agent known only by its event endpoint; its heartbeat names its snapshot socket.
+
+        Returns why the endpoint cannot be used ("" when it can).
+        """
+        if endpoint in self._endpoints:
+            return ""
+        problem = endpoint_problem(endpoint)
+        if not problem:
+            try:
+                self.socket.connect(endpoint)
+            except zmq.ZMQError as error:
+                problem = error.strerror
+        if problem:
+            self._refuse(endpoint, problem)
+            return problem
+        self._endpoints.add(endpoint)
+        return ""
+
+    def _refuse(self, name: str, problem: str) -> None:
+        if self.refused.get(name) != problem:
+            self.counters.add("bad_entries")
+            self.refused[name] = problem
 
     def synced(self) -> bool:
         """True once every connected agent's snapshot arrived (or its request timed out)."""
@@ -133,6 +174,10 @@ class EventSubscriber:
     def _ask_when_known(self, label: str, stream: _Stream, batch: EventBatch) -> None:
         """An agent met through its event endpoint: request its snapshot once a heartbeat names the socket."""
         endpoint = next((e.snapshot_endpoint for e in batch.events if isinstance(e, Heartbeat)), "")
+        problem = endpoint_problem(endpoint) if endpoint else ""
+        if problem:
+            self._refuse(label, f"snapshot endpoint: {problem}")
+            return
         if endpoint:
             self._snapshot_endpoints[label] = endpoint
             stream.snapshot_socket = self._snapshot_socket(label)
@@ -163,7 +208,12 @@ class EventSubscriber:
         sock = self._snapshot_sockets.get(label)
         if sock is None:
             sock = open_socket(self._context, zmq.DEALER, LIST_FRAME)
-            sock.connect(endpoint)
+            try:
+                sock.connect(endpoint)
+            except zmq.ZMQError as error:
+                sock.close(linger=0)
+                self._refuse(label, f"snapshot endpoint {endpoint!r}: {error.strerror}")
+                return None
             self._snapshot_sockets[label] = sock
         return sock
 

@@ -70,7 +70,8 @@ def _models(
     """The model once every agent's snapshot is in; with `follow`, again every `interval` until Ctrl-C.
 
     Yields (model, now, the log source or None) under the collector's lock, so a view reads a consistent
-    model. Exit 1 when nobody answers. With SGLang logs, "now" is the latest time they mention.
+    model. Exit 1 when nobody answers, or when the collector stops while following (its error on stderr).
+    With SGLang logs, "now" is the latest time they mention.
     """
     from kvtop.sources.live import Collector
     from transport.errors import BootstrapError
@@ -84,6 +85,8 @@ def _models(
         collector.start(discover_timeout_s=wait)
         collector.wait_synced(wait)
         while True:
+            if collector.died:
+                raise fail(collector.error)
             with collector.lock:
                 yield collector.model, time.time(), None
             if not follow:
@@ -274,6 +277,8 @@ def events(
         subscriber.connect(agent)
     for endpoint in connect:
         subscriber.connect_endpoint(endpoint)
+    for name, why in subscriber.refused.items():
+        typer.echo(f"kvtop: skipped {name}: {why}", err=True)
     deadline = time.monotonic() + wait
     try:
         while follow or (time.monotonic() < deadline and not subscriber.synced()):
