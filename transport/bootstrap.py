@@ -6,7 +6,7 @@ of the same instance rank replaces the older one); decode ranks resolve a
 prefill instance to its ranks; anyone may list all agents.
 
 The service is a border post and forgets: a registration that fails
-`registration.agent_problem` (a bad endpoint, role, rank or size) is refused
+`registration.registration_problem` (a bad endpoint, role, rank or size) is refused
 and counted (`rejected_invalid`, its name and reason kept in `refused`); an
 agent re-registers every `REFRESH_S`, and an entry not refreshed for
 `ENTRY_TTL_S` expires (the agent died); an agent leaving cleanly deregisters.
@@ -24,7 +24,7 @@ import zmq
 
 from transport.counters import Counters, rejection_names
 from transport.errors import BootstrapError, FrameRejected
-from transport.registration import agent_problem, entry_name
+from transport.registration import entry_name, registration_problem
 from transport.sockets import LIST_FRAME, SMALL_FRAME, bind, decode_routed, open_socket
 from transport.wire import (
     AgentInfo,
@@ -136,7 +136,7 @@ class BootstrapServer:
     def _register(self, request: Register) -> Registered | Refusal:
         agent = request.agent
         key = (agent.instance, agent.rank)
-        problem = agent_problem(agent)
+        problem = registration_problem(agent)
         if not problem and key not in self._agents and len(self._agents) >= MAX_ENTRIES:
             problem = f"the service already lists {MAX_ENTRIES} agents"
         if problem:

@@ -229,7 +229,6 @@ class KVManager:
             )
             self.publisher.info = info
             self._ctx.emit = self.publisher.emit
-            self.watch_rejections("snapshot", self.publisher.counters)
         self._ctx.info = info
         self._process = psutil.Process()
         self._next_heartbeat = 0.0
@@ -297,8 +296,13 @@ class KVManager:
         self._watched[socket] = counters
 
     def rejections(self) -> dict[str, dict[str, int]]:
-        """Rejected frames by socket (data, consensus, bootstrap, snapshot, and watched ones), then reason."""
-        return {**self._counters.rejections(), **{name: c.rejected() for name, c in self._watched.items()}}
+        """Rejected frames by socket (data, consensus, bootstrap, events, snapshot, watched ones), then reason."""
+        published = self.publisher.counters.rejections() if self.publisher is not None else {}
+        return {
+            **self._counters.rejections(),
+            **published,
+            **{name: counters.rejected() for name, counters in self._watched.items()},
+        }
 
     def _deregister(self) -> None:
         """Leave the bootstrap listing at once (best effort: an unreachable service lets the entry expire)."""
@@ -349,7 +353,7 @@ class KVManager:
             os.write(self._wake_write, b"\0")
 
     def _sockets(self) -> set[zmq.Socket[bytes]]:
-        fixed = [self._routes.socket] + ([self._consensus.socket] if self._consensus else [])
+        fixed = [self._routes.socket] + ([self._consensus.socket, self._consensus.publisher] if self._consensus else [])
         return {*fixed, *self._side.sockets()}
 
     def _handle(self, sock: zmq.Socket[bytes], now: float) -> None:
@@ -357,6 +361,8 @@ class KVManager:
             self._routes.handle()
         elif self._consensus is not None and sock is self._consensus.socket:
             self._consensus.handle()
+        elif self._consensus is not None and sock is self._consensus.publisher:
+            self._consensus.serve_subscribers()
         else:
             self._side.handle(sock, now)
 

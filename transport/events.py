@@ -2,7 +2,7 @@
 
 Frames (the PUB socket of every agent; the snapshot ROUTER beside it)::
 
-    events    PUB (bound by each agent) -> SUB (kvtop, any subscriber)
+    events    PUB (bound by each agent; an XPUB serving whole-stream subscriptions only) -> SUB (kvtop, any)
         [EventBatch]        version byte + msgpack, like every control frame (see wire.py)
     snapshot  ROUTER (bound by each agent) <- DEALER (a subscriber joining late)
         request [SnapshotRequest]   reply [Snapshot]

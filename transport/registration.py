@@ -1,8 +1,8 @@
 """What a registration must be before anyone connects to it: endpoint syntax and sane identity values.
 
-The bootstrap service refuses an `AgentInfo` that fails `agent_problem`, and
-every reader of a listing (kvtop's collector, a subscriber) checks each entry
-again before connecting, so one bad entry is counted and named instead of
+The bootstrap service refuses an `AgentInfo` that fails `registration_problem`,
+and every reader of a listing (kvtop's collector, a subscriber) checks each
+entry with `agent_problem` before connecting, so one bad entry is counted and named instead of
 raising a `ZMQError` in whoever reads it.
 """
 
@@ -62,9 +62,15 @@ def agent_problem(agent: AgentInfo) -> str:
         endpoint = getattr(agent, name)
         if endpoint and (problem := endpoint_problem(endpoint)):
             return f"{name}: {problem}"
-    if agent.role == Role.PREFILL and not agent.data_endpoint:
-        return "a prefill rank without a data endpoint"
     return ""
+
+
+def registration_problem(agent: AgentInfo) -> str:
+    """Why the bootstrap service must refuse `agent`: an insane field, or a prefill rank nobody can send to."""
+    problem = agent_problem(agent)
+    if not problem and agent.role == Role.PREFILL and not agent.data_endpoint:
+        return "a prefill rank without a data endpoint"
+    return problem
 
 
 def entry_name(agent: AgentInfo) -> str:

@@ -12,7 +12,7 @@ and libzmq keeps each one in a trie).
     bootstrap DEALER (agents, kvtop)              LIST_FRAME: an AgentList or Route
     snapshot ROUTER (agent)                       SMALL_FRAME: SnapshotRequest
     snapshot DEALER (subscriber)                  LIST_FRAME: a Snapshot
-    event PUB, consensus PUB                      SMALL_FRAME: subscriptions
+    event PUB, consensus PUB (XPUB, manual)       SMALL_FRAME: subscriptions (see `serve_subscriptions`)
     event SUB (subscriber), consensus SUB         LIST_FRAME: an EventBatch, a Vote
     data ROUTER (prefill)                         LIST_FRAME: a TransferRequest (a list of pages)
     data DEALER (decode)                          `data_frame_bound`: one chunk's payload frame
@@ -49,6 +49,33 @@ def open_socket(context: zmq.Context[zmq.Socket[bytes]], kind: int, max_frame: i
     sock.linger = 0
     sock.setsockopt(zmq.MAXMSGSIZE, max_frame)
     return sock
+
+
+def open_publisher(context: zmq.Context[zmq.Socket[bytes]]) -> zmq.Socket[bytes]:
+    """A PUB that lets its owner see what subscribers send (XPUB in manual mode), bounded like a PUB."""
+    sock = open_socket(context, zmq.XPUB, SMALL_FRAME)
+    sock.setsockopt(zmq.XPUB_MANUAL, 1)
+    return sock
+
+
+def serve_subscriptions(sock: zmq.Socket[bytes], counters: Counters, limit: int = 1000) -> None:
+    """Apply what subscribers sent an `open_publisher` socket: a subscription to the whole stream is served.
+
+    A subscription to a topic is refused and counted (`unexpected`): these streams are served whole, and
+    libzmq would keep every distinct topic in memory. A frame that is no subscription is `malformed`.
+    Unsubscriptions are ignored (a SUB filters on its own side too).
+    """
+    for _ in range(limit):
+        try:
+            frame = sock.recv(zmq.NOBLOCK)
+        except zmq.Again:
+            return
+        if frame == b"\x01":
+            sock.setsockopt(zmq.SUBSCRIBE, b"")  # manual mode: applies to the pipe that sent it
+        elif frame[:1] == b"\x01":
+            counters.reject("unexpected")
+        elif frame[:1] != b"\x00":
+            counters.reject("malformed")
 
 
 def bind_ephemeral(sock: zmq.Socket[bytes], host: str) -> str:
