@@ -149,13 +149,22 @@ class BootstrapServer:
 
 
 class BootstrapClient:
-    """Blocking request/reply to a bootstrap service, with a deadline per call."""
+    """Blocking request/reply to a bootstrap service, with a deadline per call.
+
+    A reply that breaks the wire format is counted in `counters` (`rejected_<reason>`) and skipped, like
+    a reply to another request: only a refusal or the deadline ends a call with `BootstrapError`.
+    """
 
     def __init__(
-        self, endpoint: str, timeout_s: float = 5.0, context: zmq.Context[zmq.Socket[bytes]] | None = None
+        self,
+        endpoint: str,
+        timeout_s: float = 5.0,
+        context: zmq.Context[zmq.Socket[bytes]] | None = None,
+        counters: Counters | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.timeout_s = timeout_s
+        self.counters = counters or Counters(rejection_names())
         self._socket = open_socket(context or zmq.Context.instance(), zmq.DEALER, LIST_FRAME)
         try:
             self._socket.connect(endpoint)
@@ -202,7 +211,8 @@ class BootstrapClient:
             try:
                 reply = self._decoder.decode(self._socket.recv())
             except FrameRejected as rejected:
-                raise BootstrapError(f"bootstrap {self.endpoint} sent a bad reply: {rejected}") from None
+                self.counters.reject(rejected.reason)
+                continue
             if isinstance(reply, Refusal):
                 raise BootstrapError(f"bootstrap {self.endpoint} refused: {reply.message}")
             if reply.req_id == request.req_id and isinstance(reply, expected):

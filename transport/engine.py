@@ -249,7 +249,8 @@ class KVManager:
                     time.time(), self.info, __version__, self.publisher.endpoint, self.publisher.snapshot_endpoint
                 )
             )
-        with BootstrapClient(self.bootstrap, timeout_s=register_timeout_s, context=self._zmq) as client:
+        counters = self._counters.for_socket("bootstrap")
+        with BootstrapClient(self.bootstrap, register_timeout_s, self._zmq, counters) as client:
             client.register(self.info)
         self._registered = True
         self._next_refresh = time.monotonic() + REFRESH_S
