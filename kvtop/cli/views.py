@@ -186,7 +186,12 @@ def status(
     interval: Interval = 1.0,
     sglang_log: SGLangLog = [],  # noqa: B006
 ) -> None:
-    """One screen of cluster health: ranks, rooms, throughput, latency, failures, stuck rooms, links."""
+    """One screen of cluster health: ranks, rooms, throughput, latency, failures, stuck rooms, links.
+
+    Also what was refused on the way in: bootstrap entries kvtop could not use (named), frames its
+    collector rejected, registrations the bootstrap service refused. With --follow, exit 1 if the
+    collector stops (its error on stderr).
+    """
     from kvtop.views.tables import status_json, status_text
 
     with _until_ctrl_c():
@@ -208,7 +213,8 @@ def ranks(
     interval: Interval = 1.0,
     sglang_log: SGLangLog = [],  # noqa: B006
 ) -> None:
-    """Every rank: role, instance, liveness (alive/stale/gone; log), host, pid, rooms in flight, origins, echoes."""
+    """Every rank: role, instance, liveness (alive/stale/gone; log), host, pid, rooms in flight, origins, echoes,
+    and the frames each of its sockets rejected (control, data, consensus, bootstrap, events, snapshot)."""
     from kvtop.views.tables import ranks_json, ranks_text
 
     with _until_ctrl_c():
