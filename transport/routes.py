@@ -7,6 +7,7 @@ import itertools
 import zmq
 
 from transport.counters import Counters
+from transport.registration import registration_problem
 from transport.sockets import LIST_FRAME, decode_waiting, open_socket
 from transport.wire import (
     AgentInfo,
@@ -54,10 +55,14 @@ class RouteBook:
         self._routes.pop(instance, None)
 
     def handle(self) -> None:
-        """Read the bootstrap service's replies."""
+        """Read the bootstrap service's replies; a listed rank nobody can connect to is counted (`invalid`)
+        and left out, so the instance stays unresolved instead of the engine thread raising on connect."""
         for reply in decode_waiting(self.socket, self._decoder, self._counters):
             if isinstance(reply, Route):
-                self._routes[reply.instance] = reply.ranks
+                usable = [rank for rank in reply.ranks if not registration_problem(rank)]
+                for _ in range(len(reply.ranks) - len(usable)):
+                    self._counters.reject("invalid")
+                self._routes[reply.instance] = usable
             elif not isinstance(reply, Refusal | Registered):
                 self._counters.reject("unexpected")
 

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import msgspec
+import numpy as np
 import pytest
+import zmq
 
-from transport import BootstrapClient, BootstrapServer
+from transport import BootstrapClient, BootstrapServer, KVManager, KVPoll, KVPool, Role
 from transport.cluster import ClusterSpec
 from transport.errors import BootstrapError
 from transport.registration import endpoint_problem
-from transport.wire import AgentInfo
+from transport.sockets import bind_ephemeral
+from transport.wire import AgentInfo, BootstrapRequest, FrameDecoder, Registered, Resolve, Route, encode
 
 GOOD = AgentInfo("prefill", "prefill-0", 0, 1, 4096, "tcp://127.0.0.1:5000", "", os.getpid(), "host", 7)
 
@@ -107,3 +111,48 @@ def test_an_agent_that_exits_cleanly_deregisters_at_once(make_cluster, wait_for)
     assert {"prefill-0/TP0"} == listed(cluster.bootstrap)
     assert cluster.bootstrap.counters["deregistered"] == 1
     assert cluster.bootstrap.counters["expired"] == 0
+
+
+class UncheckedBootstrap:
+    """A service that registers anyone and resolves every instance to one unusable prefill rank (an older or
+    foreign service, which validates nothing)."""
+
+    def __init__(self, context: zmq.Context[zmq.Socket[bytes]]) -> None:
+        self.socket = context.socket(zmq.ROUTER)
+        self.socket.linger = 0
+        self.endpoint = bind_ephemeral(self.socket, "127.0.0.1")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        decoder: FrameDecoder[BootstrapRequest] = FrameDecoder(BootstrapRequest)
+        bad = msgspec.structs.replace(GOOD, data_endpoint="not-an-endpoint")
+        while not self._stop.is_set():
+            if self.socket.poll(50):
+                identity, frame = self.socket.recv_multipart()
+                request = decoder.decode(frame)
+                reply = Route(request.req_id, request.instance, [bad]) if isinstance(request, Resolve) else None
+                self.socket.send_multipart([identity, encode(reply or Registered(request.req_id))])
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.socket.close(linger=0)
+
+
+def test_a_resolved_rank_nobody_can_connect_to_is_counted_and_the_engine_keeps_running(zmq_context, wait_for):
+    """A route listing a prefill rank whose data endpoint is not an endpoint: counted, skipped, no crash."""
+    service = UncheckedBootstrap(zmq_context)
+    decode = KVManager(role=Role.DECODE, instance="decode-0", rank=0, tp=1, pool=KVPool(16, 4096),
+                       bootstrap=service.endpoint).start()  # fmt: skip
+    try:
+        receiver = decode.receiver(0x99, "prefill-0")
+        receiver.init(np.arange(4, dtype=np.uint32))
+
+        wait_for(lambda: decode.rejections()["bootstrap"]["invalid"] >= 2, what="the unusable rank is counted")
+        assert decode._thread.is_alive()
+        assert KVPoll.Bootstrapping == receiver.poll()
+    finally:
+        decode.close()
+        service.close()
