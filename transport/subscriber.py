@@ -29,6 +29,8 @@ from transport.sockets import LIST_FRAME, decode_waiting, open_socket
 from transport.wire import AgentInfo, FrameDecoder, encode
 
 SNAPSHOT_TIMEOUT_S = 2.0
+REFUSED_KEPT = 64
+"""Unusable entries named at most (the oldest name goes first); `bad_entries` counts them all."""
 
 
 @dataclass(eq=False)
@@ -126,7 +128,10 @@ class EventSubscriber:
     def _refuse(self, name: str, problem: str) -> None:
         if self.refused.get(name) != problem:
             self.counters.add("bad_entries")
+            self.refused.pop(name, None)
             self.refused[name] = problem
+            if len(self.refused) > REFUSED_KEPT:
+                del self.refused[next(iter(self.refused))]
 
     def synced(self) -> bool:
         """True once every connected agent's snapshot arrived (or its request timed out)."""

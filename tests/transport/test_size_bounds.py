@@ -13,6 +13,8 @@ import psutil
 import transport
 from transport import KVPoll
 from transport.cluster import ClusterSpec
+from transport.events import EventBatch, Heartbeat
+from transport.subscriber import EventSubscriber
 
 GROWTH_ALLOWED = 40 << 20
 HOSTILE = """
@@ -44,8 +46,11 @@ def test_every_transport_socket_is_opened_through_the_bounded_helper():
     assert offenders == []
 
 
-def test_a_64_mib_frame_to_the_event_pub_consensus_pub_and_routers_does_not_grow_the_agent(make_cluster, control):
-    """64 MiB frames to an agent's event PUB, consensus PUB, control and data ROUTERs: RSS flat, rooms still end."""
+def test_a_64_mib_frame_to_the_event_pub_consensus_pub_and_routers_does_not_grow_the_agent(
+    make_cluster, control, wait_for
+):
+    """64 MiB frames to an agent's event PUB, consensus PUB, control and data ROUTERs: RSS flat, its events still
+    flow, rooms still end."""
     cluster = make_cluster(ClusterSpec(prefill_tp=2, num_pages=64, page_bytes=8192))
     target = next(a for a in cluster.agents() if a.label == "prefill-0/TP0")
     agent = psutil.Process(target.pid)
@@ -63,6 +68,21 @@ def test_a_64_mib_frame_to_the_event_pub_consensus_pub_and_routers_does_not_grow
 
     growth = peak - before
     assert growth < GROWTH_ALLOWED, f"the agent grew by {growth >> 20} MiB"
+    subscriber = EventSubscriber()
+    try:
+        subscriber.connect(target)
+        since = time.time()
+        assert wait_for(
+            lambda: any(
+                isinstance(event, Heartbeat) and event.ts > since
+                for delivered in subscriber.poll(0.05)
+                if isinstance(delivered.item, EventBatch)
+                for event in delivered.item.events
+            ),
+            what="a fresh heartbeat: its events still flow",
+        )
+    finally:
+        subscriber.close()
     prefills = [
         control(a.control_endpoint) for a in sorted(cluster.agents(), key=lambda a: a.label) if a.role == "prefill"
     ]
