@@ -24,7 +24,8 @@ Sockets and their frames (ROUTER sockets see the peer's routing id first)::
         request   [Submit | GetStats | Digest]
         reply     [Submitted | RoomResult | Stats | DigestReply | Refusal]
 
-    consensus  PUB (bound by each rank) -> SUB (the other ranks of its instance)
+    consensus  PUB (bound by each rank; an XPUB serving whole-stream subscriptions only) -> SUB (the other ranks
+               of its instance)
         [Vote]    every engine tick: the rank's rooms and what it knows of their failures
 
     events     PUB and snapshot ROUTER (bound by each agent): see events.py
