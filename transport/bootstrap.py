@@ -10,6 +10,8 @@ The service is a border post and forgets: a registration that fails
 and counted (`rejected_invalid`, its name and reason kept in `refused`); an
 agent re-registers every `REFRESH_S`, and an entry not refreshed for
 `ENTRY_TTL_S` expires (the agent died); an agent leaving cleanly deregisters.
+An expired entry is still listed apart (`AgentList.expired`) for `EXPIRED_KEPT_S`, so that
+`kvtop check` run a minute after a crash still reports the rank gone instead of forgetting it.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ ENTRY_TTL_S = 5.0
 MAX_ENTRIES = 4096
 """Registrations beyond this many entries are refused (a flood of names cannot grow the service)."""
 REFUSED_KEPT = 16
+EXPIRED_KEPT_S = 600.0
+"""How long an expired entry is still listed as gone (until its rank registers again)."""
 
 
 class BootstrapServer:
@@ -72,6 +76,8 @@ class BootstrapServer:
         """The latest refused registrations, `name: why`."""
         self._agents: dict[tuple[str, int], AgentInfo] = {}
         self._refreshed: dict[tuple[str, int], float] = {}
+        self._expired: dict[tuple[str, int], tuple[float, AgentInfo]] = {}
+        """Entries that expired: when, and who (oldest first)."""
         self._decoder: FrameDecoder[BootstrapRequest] = FrameDecoder(BootstrapRequest)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="bootstrap", daemon=True)
@@ -103,8 +109,14 @@ class BootstrapServer:
 
     def _expire(self, now: float) -> None:
         for key in [key for key, at in self._refreshed.items() if now - at > self.entry_ttl_s]:
+            self._expired.pop(key, None)
+            self._expired[key] = (now, self._agents[key])
             self._forget(key)
             self.counters.add("expired")
+        while self._expired and (
+            now - next(iter(self._expired.values()))[0] > EXPIRED_KEPT_S or len(self._expired) > MAX_ENTRIES
+        ):
+            del self._expired[next(iter(self._expired))]
 
     def _forget(self, key: tuple[str, int]) -> None:
         self._agents.pop(key, None)
@@ -131,7 +143,8 @@ class BootstrapServer:
         if isinstance(request, Resolve):
             ranks = sorted((a for a in self._agents.values() if a.instance == request.instance), key=lambda a: a.rank)
             return Route(request.req_id, request.instance, ranks)
-        return AgentList(request.req_id, self.agents(), self.counters.snapshot(), list(self.refused))
+        expired = [agent for _, agent in self._expired.values()]
+        return AgentList(request.req_id, self.agents(), self.counters.snapshot(), list(self.refused), expired)
 
     def _register(self, request: Register) -> Registered | Refusal:
         agent = request.agent
@@ -145,6 +158,7 @@ class BootstrapServer:
             return Refusal(request.req_id, f"registration of {entry_name(agent)} refused: {problem}")
         self._agents[key] = agent
         self._refreshed[key] = time.monotonic()
+        self._expired.pop(key, None)
         return Registered(request.req_id)
 
 

@@ -124,6 +124,9 @@ class AgentList(msgspec.Struct, tag="agents", array_like=True):
     """The service's own counters (requests, expired and refused entries, rejected frames)."""
     refused: list[str] = []
     """The latest refused registrations, `name: why`, newest last."""
+    expired: list[AgentInfo] = []
+    """Agents whose entries expired (they stopped refreshing: died) in the last `EXPIRED_KEPT_S`, so that a
+    reader arriving later still learns they are gone. Never connected to, never resolved."""
 
 
 class Refusal(msgspec.Struct, tag="refusal", array_like=True):

@@ -17,6 +17,7 @@ import traceback
 from kvtop.model.cluster import ClusterModel
 from transport.bootstrap import BootstrapClient
 from transport.errors import BootstrapError
+from transport.registration import agent_problem
 from transport.subscriber import Delivered, EventSubscriber
 
 DISCOVER_EVERY_S = 2.0
@@ -79,7 +80,11 @@ class Collector:
         with BootstrapClient(self.bootstrap, timeout_s=timeout_s) as client:
             listing = client.listing()
         usable = [agent for agent in listing.agents if not self._subscriber.connect(agent)]
+        gone = [agent for agent in listing.expired if not agent_problem(agent)]
         with self.lock:
+            for agent in gone:
+                if agent.label not in self.model.ranks:  # known only as gone: never connected to
+                    self.model.register(agent)
             for agent in usable:
                 self.model.register(agent)
             self.model.intake.bootstrap_counters = listing.counters

@@ -98,6 +98,8 @@ def test_a_killed_agents_entry_expires_and_a_live_one_stays(make_cluster, wait_f
         assert "prefill-0/TP0" in listed(cluster.bootstrap), "a live agent's entry expired"
         time.sleep(0.2)
     assert cluster.bootstrap.counters["expired"] == 1
+    with BootstrapClient(cluster.endpoint) as client:
+        assert [agent.label for agent in client.listing().expired] == ["decode-0/TP0"]
 
 
 def test_an_agent_that_exits_cleanly_deregisters_at_once(make_cluster, wait_for):
