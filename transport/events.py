@@ -15,6 +15,7 @@ apply it, then every batch with a larger seq (ZeroMQ guide's Clone pattern).
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
 import msgspec
 
@@ -153,3 +154,6 @@ class Snapshot(msgspec.Struct, tag="snapshot", array_like=True):
     """The latest progress of each live room (so a late reader can tell stuck from slow)."""
     transfers: list[TransferDone] = []
     """The most recent finished transfers (so a late reader sees rates and latencies at once)."""
+    history_since: Annotated[float, msgspec.Meta(ge=0.0, le=1e11)] = 0.0
+    """The finished rooms, failures and transfers above are complete from this time on: the time of the
+    oldest one kept once the bounded history dropped one (0: nothing dropped since the agent started)."""

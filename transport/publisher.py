@@ -70,6 +70,17 @@ class StateMirror:
         elif isinstance(event, AgentHello):
             self.hello = event
 
+    @property
+    def history_since(self) -> float:
+        """The three histories are complete from this time on: a full one starts at its oldest entry
+        (0: none is full, nothing was dropped). Computed per snapshot, not per event."""
+        histories: tuple[deque[RoomState] | deque[Failure] | deque[TransferDone], ...] = (
+            self.finished,
+            self.failures,
+            self.transfers,
+        )
+        return max((history[0].ts for history in histories if len(history) == history.maxlen), default=0.0)
+
 
 class EventPublisher:
     """Publishes an agent's events; `emit()` from any thread, `close()` to stop."""
@@ -179,6 +190,7 @@ class EventPublisher:
             list(mirror.failures),
             list(mirror.progress.values()),
             list(mirror.transfers),
+            mirror.history_since,
         )
         self._snapshots.send_multipart([requester, encode(snapshot)])
         self.counters.add("snapshots")

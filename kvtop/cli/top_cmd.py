@@ -90,6 +90,8 @@ def _top_on_logs(sglang_log: list[str], themes: ThemeSet, theme: str) -> None:
         run_dashboard(follower, "sglang logs: " + ", ".join(sglang_log), themes, theme, clock=follower.now)
     finally:
         follower.close()
+    if follower.died is not None:
+        raise fail(follower.error)
 
 
 def register(app: typer.Typer) -> None:

@@ -119,7 +119,12 @@ def check(
     bootstrap: Bootstrap = "",
     connect: Connect = [],  # noqa: B006
     max_failure_rate: Annotated[
-        float, typer.Option(min=0.0, max=1.0, help="CRITICAL above this failed fraction of rooms (WARNING at half).")
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="CRITICAL above this failed fraction of rooms, client aborts left out (WARNING at half).",
+        ),
     ] = 0.05,
     max_stuck: Annotated[int, typer.Option(min=0, help="CRITICAL above this many stuck rooms.")] = 0,
     stuck_after: Annotated[
@@ -130,6 +135,15 @@ def check(
     ] = 0,
     max_gaps: Annotated[int, typer.Option(min=0, help="WARNING above this many lost event batches.")] = 0,
     window: Annotated[float, typer.Option(min=1.0, help="Seconds of finished rooms the failure rate covers.")] = 60.0,
+    max_abort_rate: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="CRITICAL above this fraction of rooms aborted by clients (WARNING at half; default: no limit). "
+            "Client aborts never count in the failure rate.",
+        ),
+    ] = None,
     wait: Wait = 2.0,
     as_json: Json = False,
     sglang_log: SGLangLog = [],  # noqa: B006
@@ -137,7 +151,7 @@ def check(
     """Health check for cron, Nagios/Icinga, Kubernetes exec probes and CI gates.
 
     Prints `KVTOP <STATUS> - <text> | <perfdata>` (or JSON) and exits 0 OK, 1 WARNING, 2 CRITICAL
-    (including: cluster unreachable, a rank gone, failure rate or stuck rooms over the limit),
+    (including: cluster unreachable, a rank gone, failure rate, abort rate or stuck rooms over the limit),
     3 UNKNOWN (bad arguments, internal error). With --sglang-log, ranks from logs have no liveness
     and the window ends at the last time the logs mention.
     """
@@ -147,7 +161,7 @@ def check(
     from kvtop.views.check import Thresholds, Verdict, evaluate, unreachable
     from transport.errors import BootstrapError
 
-    limits = Thresholds(max_failure_rate, max_stuck, stuck_after, min_ranks, max_gaps, window)
+    limits = Thresholds(max_failure_rate, max_stuck, stuck_after, min_ranks, max_gaps, window, max_abort_rate)
     if sglang_log:
         try:
             for model, now, _ in _log_models(sglang_log, False, 0.0):
@@ -179,7 +193,14 @@ def check(
 def status(
     bootstrap: Bootstrap = "",
     connect: Connect = [],  # noqa: B006
-    window: Annotated[float, typer.Option(min=1.0, help="Seconds the rates and failures cover.")] = 60.0,
+    window: Annotated[
+        float,
+        typer.Option(
+            min=1.0,
+            help="Seconds the rates and failures cover (less, and the output says so, where the agents' "
+            "snapshots hold less: each keeps its last 512 rooms).",
+        ),
+    ] = 60.0,
     wait: Wait = 2.0,
     as_json: Json = False,
     follow: Follow = False,
@@ -187,6 +208,11 @@ def status(
     sglang_log: SGLangLog = [],  # noqa: B006
 ) -> None:
     """One screen of cluster health: ranks, rooms, throughput, latency, failures, stuck rooms, links.
+
+    A window the data does not fully cover is named by the span it does (`finished in the last 26s
+    (snapshot history)`; JSON `span_s`, `span_limit`). From --sglang-log the window ends at the latest
+    time the logs mention, and the logs' failed rooms stand in for a failure rate (logs name no room that
+    succeeded; JSON `failure_rate` is null, `rooms_failed` counts them).
 
     Also what was refused on the way in: bootstrap entries kvtop could not use (named), frames its
     collector rejected, registrations the bootstrap service refused. With --follow, exit 1 if the
@@ -233,13 +259,15 @@ def rooms(
 ) -> None:
     """Rooms still open on some rank: state per rank, bytes, age, idle time, link; STUCK after 10 s idle.
 
-    SGLang logs name no room until it fails, so from --sglang-log this view is empty.
+    From --sglang-log: every room the logs name (a log names a room only where it failed), Failed on
+    each rank that logged its failure; ages as of the latest time the logs mention.
     """
     from kvtop.views.tables import rooms_json, rooms_text
 
     with _until_ctrl_c():
-        for model, now, _ in _models(bootstrap, connect, wait, follow, interval, sglang_log):
-            _show(rooms_text(model, now), rooms_json(model, now), as_json, follow)
+        for model, now, logs in _models(bootstrap, connect, wait, follow, interval, sglang_log):
+            ended = logs is not None
+            _show(rooms_text(model, now, ended), rooms_json(model, now, ended), as_json, follow)
 
 
 def events(
@@ -247,29 +275,46 @@ def events(
     connect: Connect = [],  # noqa: B006
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new events until Ctrl-C.")] = False,
     level: Annotated[
-        str, typer.Option(help="Lowest level shown: debug, info, warning, error (echoes are debug).")
+        str,
+        typer.Option(help="Lowest level shown: debug, info, warning, error (all but one line per failure are debug)."),
     ] = "info",
+    debug: Annotated[bool, typer.Option("--debug", help="Show everything (as --level debug).")] = False,
     jsonl: Annotated[bool, typer.Option("--jsonl", help="One JSON object per line.")] = False,
     wait: Wait = 2.0,
     sglang_log: SGLangLog = [],  # noqa: B006
 ) -> None:
     """The event tail as log lines: what every agent remembers (its snapshot), then, with --follow, live.
 
-    From --sglang-log: the failures (inferred echoes at debug) and batch lines' queue depths (as
-    heartbeats, debug) of the files, merged by time, then, with --follow, what they gain.
+    Levels follow the fold: each failure group shows one line, its origin (else its earliest echo), at
+    its level; every other member (the same failure seen by other ranks, propagated and cross-instance
+    echoes) is debug. JSON Lines carry `level` (as shown) and `raw_level` (as the rank logged it).
+    From --sglang-log: the failures and batch lines' queue depths (as heartbeats, debug) of the files,
+    merged by time, then, with --follow, what they gain.
     """
-    from kvtop.views.event_lines import LEVELS, shown, snapshot_events, to_json, to_line
+    from kvtop.model.cluster import ClusterModel
+    from kvtop.model.live_fold import LiveFold
+    from kvtop.views.event_lines import LEVELS, level_of, shown, snapshot_events, to_json, to_line
     from transport.bootstrap import BootstrapClient
     from transport.errors import BootstrapError
     from transport.events import Snapshot
     from transport.subscriber import EventSubscriber
 
+    level = "debug" if debug else level
     if level not in LEVELS:
         raise typer.BadParameter(f"{level!r} is not one of {', '.join(LEVELS)}", param_hint="--level")
     require_source(bootstrap, connect, sglang_log)
     render = to_json if jsonl else to_line
+    model, fold = ClusterModel(), LiveFold()
+
+    def emit(items: list[tuple[str, Event]]) -> None:
+        """Print what is shown of `items`, their failures' levels as the fold of everything so far says."""
+        fold.sync(model.failures, model.failures_total)
+        for label, event in items:
+            if shown(event, level, fold.leads):
+                typer.echo(render(label, event, level_of(event, fold.leads)))
+
     if sglang_log:
-        _log_events(sglang_log, follow, level, render)
+        _log_events(sglang_log, follow, model, emit)
         return
     agents = []
     if bootstrap:
@@ -286,33 +331,34 @@ def events(
     for name, why in subscriber.refused.items():
         typer.echo(f"kvtop: skipped {name}: {why}", err=True)
     deadline = time.monotonic() + wait
+    held: list[tuple[str, Event]] = []
+    """One-shot: everything until every snapshot is in, so each failure's level is the whole fold's."""
     try:
         while follow or (time.monotonic() < deadline and not subscriber.synced()):
             for delivered in subscriber.poll(0.1):
                 item = delivered.item
+                model.apply(delivered.label, item, time.time())
                 batch = snapshot_events(item) if isinstance(item, Snapshot) else item.events
-                for event in batch:
-                    if shown(event, level):
-                        typer.echo(render(delivered.label, event))
+                held.extend((delivered.label, event) for event in batch)
+            if follow:
+                emit(held)
+                held = []
     except KeyboardInterrupt:
         pass
     finally:
         subscriber.close()
+    emit(held)
 
 
-def _log_events(sglang_log: list[str], follow: bool, level: str, render: Callable[[str, Event], str]) -> None:
+def _log_events(
+    sglang_log: list[str], follow: bool, model: ClusterModel, emit: Callable[[list[tuple[str, Event]]], None]
+) -> None:
     """`kvtop events --sglang-log`: the logs' events in time order, then what they gain."""
-    from kvtop.model.cluster import ClusterModel
-    from kvtop.views.event_lines import shown
-
     logs = open_sglang_logs(sglang_log)
-    model = ClusterModel()
     try:
         applied = logs.load(model)
         while True:
-            for label, event in applied:
-                if shown(event, level):
-                    typer.echo(render(label, event))
+            emit(applied)
             if not follow:
                 break
             time.sleep(_LOG_POLL_S)
@@ -334,12 +380,16 @@ def failures(
     interval: Interval = 1.0,
     sglang_log: SGLangLog = [],  # noqa: B006
 ) -> None:
-    """Recent failures of a live cluster or of SGLang logs, each origin once with its echo count.
+    """Recent failures of a live cluster or of SGLang logs, each origin once with its echo count and the time
+    it started (with the date once the groups fall on more than one day).
 
     Reads every agent's snapshot (its last 512 failures) and what agents publish meanwhile, or the logs
     (origins inferred; lines near a group shown with it, transport-library lines as its likely cause).
-    JSON: a list of groups {room, origin: {rank, role, instance, reason, reason_class, ts, level} or null,
-    origin_label, echo_count, echoes, context}. Exit 1 when the cluster does not answer.
+    Client aborts are listed as groups of class `aborted` and counted apart on stderr.
+    JSON: a list of groups {room, origin: {rank, role, instance, reason, reason_class, ts, level, raw_level}
+    or null, origin_label, aborted (a client's abort, not a cluster fault), echo_count, echoes (level debug,
+    raw_level as logged, origin), context}.
+    Exit 1 when the cluster does not answer.
     """
     from kvtop.views.failures import render_groups, to_json
 
@@ -348,7 +398,10 @@ def failures(
             groups = model.groups()
             context = logs.context_for(groups) if logs is not None else None
             _show(render_groups(groups, debug, context), to_json(groups, context), as_json, follow)
-            typer.echo(f"{len(groups)} failures from {len(model.ranks)} ranks", err=True)
+            aborted = sum(group.aborted for group in groups)
+            typer.echo(
+                f"{len(groups) - aborted} failures, {aborted} client aborts from {len(model.ranks)} ranks", err=True
+            )
 
 
 def register(app: typer.Typer) -> None:

@@ -23,7 +23,7 @@ from itertools import compress
 import msgspec
 import numpy as np
 
-from kvtop.model.fold import ROOM_REUSE_S, FailureGroup, Observed, fold
+from kvtop.model.fold import ABORTED, ROOM_REUSE_S, FailureGroup, Observed, fold
 from kvtop.model.intake import Intake
 from kvtop.model.rolling import RingBuffer, percentiles
 from transport.events import (
@@ -58,6 +58,10 @@ _FAILED, _SUCCEEDED = int(KVPoll.Failed), int(KVPoll.Success)
 _TERMINAL = frozenset((_FAILED, _SUCCEEDED))
 _SUCCESS = frozenset((_SUCCEEDED,))
 
+
+_ABORT_CAUSE, _FAULT_CAUSE = 1, 2
+_CAUSES = {ABORTED: _ABORT_CAUSE, "propagated": 0}
+"""What a failure's class says started its room's failure (any other class: a cluster fault; an echo: neither)."""
 
 _POLLS = {int(state): state for state in KVPoll}
 """KVPoll members by value: a dict hit instead of the enum's call."""
@@ -98,6 +102,8 @@ class RankView:
     """This rank's finished transfers: (ts, bytes)."""
     from_log: bool = False
     """Known from a server log (kvtop.sources), not a live agent: liveness is `LOG`, origins are inferred."""
+    history_since: float = 0.0
+    """Its last snapshot's history (finished rooms, failures, transfers) was complete from this time on."""
 
     def gbps(self, now: float, window_s: float) -> float:
         """Bytes this rank moved in finished transfers over the window, in GB/s."""
@@ -131,6 +137,8 @@ class RoomView(msgspec.Struct, gc=False):
     """(prefill instance, decode instance), known once a decode rank reported the room."""
     outcome: bool | None = None
     """Set when the room is retired: True if it succeeded on every rank."""
+    from_log: bool = False
+    """Known from server logs, which name a room only where it failed: its outcome is no sample of a rate."""
 
     @property
     def states(self) -> dict[str, KVPoll]:
@@ -168,6 +176,39 @@ class LinkView:
 
 
 @dataclass(frozen=True)
+class Coverage:
+    """The part of a window the model's finished rooms cover completely."""
+
+    since: float
+    span_s: float
+    """Seconds from `since` to now: the window asked, or less."""
+    limit: str = ""
+    """What cut the window short: "snapshot history" (an agent's snapshot held less), "rooms kept"
+    (the model's own bound), or "" (nothing: the whole window)."""
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """How the rooms that finished in a window ended: `failed` by a cluster fault, `aborted` by a client
+    (every failure of the room a client's abort or its echo), the rest succeeded."""
+
+    finished: int = 0
+    failed: int = 0
+    aborted: int = 0
+
+    @property
+    def failure_rate(self) -> float:
+        """Failed fraction of the rooms a client did not abort (client aborts are not cluster faults)."""
+        judged = self.finished - self.aborted
+        return self.failed / judged if judged else 0.0
+
+    @property
+    def abort_rate(self) -> float:
+        """Fraction of the finished rooms a client aborted."""
+        return self.aborted / self.finished if self.finished else 0.0
+
+
+@dataclass(frozen=True)
 class Rates:
     """What moved in a window: rooms/s, GB/s, latency percentiles (seconds) of finished transfers, and
     the failed fraction of the rooms that finished."""
@@ -179,6 +220,8 @@ class Rates:
     latency_p99: float
     failure_rate: float = 0.0
     finished: int = 0
+    span_s: float = 0.0
+    """Seconds the figures cover: the window, or less where the history held less (`Coverage`)."""
 
 
 class Finished(msgspec.Struct, gc=False):
@@ -190,6 +233,8 @@ class Finished(msgspec.Struct, gc=False):
     ok: bool
     view: RoomView | None = None
     """The room as it was when retired (None for a room only a late rank reported)."""
+    from_log: bool = False
+    """A room known from logs only: left out of the failure rate (logs never name a room that succeeded)."""
 
 
 _NO_RUN = RoomView(-1, 0.0, 0.0)
@@ -229,6 +274,9 @@ class ClusterModel:
         a room only ends when a state arrives, so a sweep need not walk the rooms no delivery touched."""
         self.failures_total = 0
         """Failures ever recorded: a reader that remembers it knows which are new."""
+        self._causes: dict[int, int] = {}
+        """Per room with failures (the newest `FAILURES_KEPT`): whether a client's abort, a cluster fault or
+        both started them (bits of `_ABORT_CAUSE`, `_FAULT_CAUSE`), so aborted rooms stay out of the failure rate."""
 
     def apply(self, label: str, item: Snapshot | EventBatch, now: float) -> None:
         """One delivery from the subscriber, for the agent `label`."""
@@ -236,6 +284,7 @@ class ClusterModel:
         view = self._rank(label, item)
         view.last_seen = now
         if isinstance(item, Snapshot):
+            view.history_since = item.history_since
             events: list[Event] = [e for e in (item.hello, item.heartbeat) if e is not None]
             events += [*item.finished_rooms, *item.live_rooms, *item.progress, *item.failures, *item.transfers]
         else:
@@ -297,21 +346,56 @@ class ClusterModel:
         """Open rooms with no progress for `threshold_s`, whatever state they claim."""
         return [room for room in self.open_rooms(now) if now - room.last_progress > threshold_s]
 
+    def coverage(self, now: float, window_s: float) -> Coverage:
+        """How much of the last `window_s` the finished rooms, failures and transfers cover completely.
+
+        A late reader knows the past from each agent's snapshot, which holds its last few hundred rooms:
+        before the newest start of those histories some ranks' rooms are missing. The model's own window
+        of retired rooms is bounded too."""
+        start = now - window_s
+        snapshots = max((view.history_since for view in self.ranks.values()), default=0.0)
+        kept = next(iter(self.finished.values())).ts if len(self.finished) >= FINISHED_ROOMS_KEPT else 0.0
+        limit = "snapshot history" if snapshots > max(start, kept) else "rooms kept" if kept > start else ""
+        since = max(start, snapshots, kept)
+        return Coverage(since, max(0.0, min(window_s, now - since)), limit)
+
     def rates(self, now: float, window_s: float) -> Rates:
-        """Rooms/s, GB/s and latency over the last `window_s` (or since the first transfer, if later)."""
-        rows = self.transfers.window(now - window_s)
-        span = max(1.0, min(window_s, now - float(rows[:, 0].min()))) if len(rows) else window_s
+        """Rooms/s, GB/s and latency over the covered part of the last `window_s` (`coverage()`), or since
+        the first transfer, if later."""
+        covered = self.coverage(now, window_s).span_s
+        rows = self.transfers.window(now - covered)
+        span = max(1.0, min(covered, now - float(rows[:, 0].min()))) if len(rows) else max(1.0, covered)
         failure_rate, finished = self.failure_rate(now, window_s)
         p50, p90, p99 = percentiles(rows[:, 2])
-        return Rates(finished / span, float(rows[:, 1].sum()) / span / 1e9, p50, p90, p99, failure_rate, finished)
+        gbps = float(rows[:, 1].sum()) / span / 1e9
+        return Rates(finished / span, gbps, p50, p90, p99, failure_rate, finished, covered)
 
     def failure_rate(self, now: float, window_s: float) -> tuple[float, int]:
-        """Failed fraction of the rooms that finished in the last `window_s`, and how many finished."""
+        """Failed fraction of the rooms that finished in the covered part of the last `window_s`
+        (`coverage()`; client aborts left out), and how many finished.
+
+        Rooms known from logs only are left out: a log names a room only where it failed."""
+        outcomes = self.outcomes(now, window_s)
+        return outcomes.failure_rate, outcomes.finished
+
+    def outcomes(self, now: float, window_s: float) -> Outcomes:
+        """How the rooms that finished in the covered part of the last `window_s` ended (rooms known from
+        logs only left out)."""
+        recent = [f for f in self._finished_since(now, window_s) if not f.from_log]
+        unsuccessful = [f.room for f in recent if not f.ok]
+        aborted = sum(self._causes.get(room) == _ABORT_CAUSE for room in unsuccessful)
+        return Outcomes(len(recent), len(unsuccessful) - aborted, aborted)
+
+    def rooms_failed(self, now: float, window_s: float) -> int:
+        """Rooms that failed in the last `window_s` by a cluster fault (not a client's abort), those known
+        from logs included."""
+        return sum(not f.ok and self._causes.get(f.room) != _ABORT_CAUSE for f in self._finished_since(now, window_s))
+
+    def _finished_since(self, now: float, window_s: float) -> list[Finished]:
+        since = self.coverage(now, window_s).since
         gone = self._gone(now)
         settling = [self._outcome(room, gone) for room in self._ended(gone)]
-        recent = [f for f in [*self.finished.values(), *settling] if now - f.ts <= window_s]
-        failed = sum(not f.ok for f in recent)
-        return (failed / len(recent) if recent else 0.0), len(recent)
+        return [f for f in [*self.finished.values(), *settling] if f.ts >= since]
 
     def _rank(self, label: str, item: Snapshot | EventBatch) -> RankView:
         view = self.ranks.get(label)
@@ -450,10 +534,44 @@ class ClusterModel:
                                           event.reason_class, event.origin, event.level,
                                           event.is_from_another_rank, view.from_log))  # fmt: skip
             self.failures_total += 1
+            cause = _CAUSES.get(event.reason_class, _FAULT_CAUSE)
+            if cause:
+                causes = self._causes
+                causes[event.room] = causes.pop(event.room, 0) | cause
+                if len(causes) > FAILURES_KEPT:
+                    del causes[next(iter(causes))]
             if event.origin == event.rank:
                 view.origins += 1
             else:
                 view.echoes += 1
+            if view.from_log:
+                self._log_room_failed(view, event)
+
+    def _log_room_failed(self, view: RankView, event: Failure) -> None:
+        """A log names a room only where it failed: the failure is that rank's state in the room.
+
+        Such a room has ended on arrival, so it is retired at once (bounded like every retired room); a rank
+        that logs it again within `ROOM_REUSE_S` joins it, a later one starts a new room."""
+        retired = self.finished.get(event.room)
+        room = retired.view if retired is not None and event.ts - retired.ts <= ROOM_REUSE_S else None
+        if retired is None or room is None:
+            room = RoomView(event.room, event.ts, event.ts, outcome=False, from_log=True)
+            retired = Finished(event.ts, event.room, False, room, from_log=True)
+            self.finished.pop(event.room, None)
+            self.finished[event.room] = retired
+            if len(self.finished) > FINISHED_ROOMS_KEPT:
+                del self.finished[next(iter(self.finished))]
+        retired.ok, room.outcome = False, False
+        room.codes[view.label] = _FAILED
+        room.last_progress = max(room.last_progress, event.ts)
+        room.touched_at = self._now
+        linked = all(room.link)
+        if view.role == "prefill":
+            room.link = (view.instance, room.link[1])
+        elif view.role == "decode":
+            room.link = (room.link[0], view.instance)
+        if all(room.link) and not linked:  # both sides named it: a failed room of that link
+            self._link(room.link).failed_rooms += 1
 
     def sweep(self, now: float) -> None:
         """Retire rooms that every reporting rank finished, once no rank has said more for `SETTLE_S`."""
@@ -497,7 +615,7 @@ class ClusterModel:
         return settled
 
     def _outcome(self, room: RoomView, gone: set[str]) -> Finished:
-        return Finished(room.last_progress, room.room, room.succeeded(gone), room)
+        return Finished(room.last_progress, room.room, room.succeeded(gone), room, room.from_log)
 
     def _gone(self, now: float) -> set[str]:
         return {label for label, view in self.ranks.items() if view.liveness(now) is Liveness.GONE}

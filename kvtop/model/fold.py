@@ -21,7 +21,14 @@ Within a room (DESIGN.md, "The fold"):
 6. an origin inferred from a log (not named by an agent) on a prefill rank,
    at or after a decode root of the room that timed out or aborted, is an
    echo of that root: the decode gave up and told the prefill (DOMAIN.md,
-   "Decode to prefill").
+   "Decode to prefill");
+7. a client's abort (`aborted`) is one failure of the room on every rank that
+   recorded it, whichever side: the earliest is the origin, the others are
+   the same abort seen by other ranks (DOMAIN.md, the abort origin).
+
+Each group has a lead (`FailureGroup.lead`): its origin, else its earliest
+echo. Levels follow the fold (DESIGN.md): the lead shows at its shown level
+(`shown_level`), every other member at debug.
 
 Groups are computed from the set of a room's failures sorted by time, so the
 result never depends on the order in which events arrived.
@@ -36,6 +43,8 @@ import msgspec
 
 SAME_FAILURE_S = 2.0
 ROOM_REUSE_S = 60.0
+ABORTED = "aborted"
+"""The class of a client's abort (`Aborted by AbortReq.`): shown and counted, never a cluster fault."""
 GAVE_UP = frozenset({"timeout_bootstrap", "timeout_waiting", "timeout_transfer", "aborted"})
 """Decode failures after which decode tells prefill (ABORT): prefill failures that follow are their echoes."""
 
@@ -91,6 +100,25 @@ class FailureGroup:
     @property
     def first_ts(self) -> float:
         return min([*([self.origin.ts] if self.origin else []), *(e.ts for e in self.echoes)])
+
+    @property
+    def aborted(self) -> bool:
+        """A client's abort (its origin's class is `aborted`), not a cluster fault."""
+        return self.origin is not None and self.origin.reason_class == ABORTED
+
+    @property
+    def lead(self) -> Observed:
+        """The member the default view shows: the origin, else the earliest echo."""
+        return self.origin or min(self.echoes)
+
+
+def shown_level(lead: Observed) -> str:
+    """The level a group's lead shows at: the level its rank logged, or, where that was debug (an echo
+    whose origin was never seen) or no level at all, the level of an origin of its side (warning prefill,
+    error decode)."""
+    if lead.level in ("info", "warning", "error"):
+        return lead.level
+    return "warning" if lead.role == "prefill" else "error"
 
 
 def fold(failures: Iterable[Observed]) -> list[FailureGroup]:
@@ -171,7 +199,10 @@ def _own_instance_root(roots: list[FailureGroup], failure: Observed) -> FailureG
 
 
 def _same_failure(root: Observed, other: Observed) -> bool:
-    """Ranks of one instance seeing the same class of failure at about the same time: one failure."""
+    """Ranks of one instance seeing the same class of failure at about the same time: one failure; and a
+    client's abort of the room, on any rank of either side (rule 7)."""
+    if root.reason_class == other.reason_class == ABORTED:
+        return True
     return (
         root.instance == other.instance
         and root.reason_class == other.reason_class

@@ -11,7 +11,14 @@ import bisect
 from collections import deque
 from collections.abc import Sequence
 
-from kvtop.model.fold import FailureGroup, Observed, fold
+from kvtop.model.fold import FailureGroup, Observed, fold, shown_level
+
+LeadKey = tuple[float, int, str, str]
+"""(ts, room, rank, reason): a failure as both its event and its `Observed` name it."""
+
+
+def lead_key(failure: Observed) -> LeadKey:
+    return (failure.ts, failure.room, failure.rank, failure.reason)
 
 
 def group_order(group: FailureGroup) -> tuple[float, int, str]:
@@ -31,6 +38,9 @@ class LiveFold:
         """`group_order` of every group, sorted (computed once per group: it walks the echoes)."""
         self._groups: list[FailureGroup] = []
         """The groups in that order."""
+        self.leads: dict[LeadKey, str] = {}
+        """The lead of every group, with the level it shows at (levels follow the fold: any other member is
+        debug)."""
 
     def sync(self, failures: Sequence[Observed], total: int) -> list[FailureGroup]:
         """Every group of `failures`, given how many failures were ever appended to it (`total`)."""
@@ -54,6 +64,7 @@ class LiveFold:
                 while self._groups[index] is not group:  # equal keys: find this very group
                     index += 1
                 del self._keys[index], self._groups[index]
+                self.leads.pop(lead_key(group.lead), None)
             room_failures = self._by_room.get(room_id)
             if room_failures:
                 keyed = [(group_order(group), group) for group in fold(room_failures)]
@@ -62,6 +73,7 @@ class LiveFold:
                     index = bisect.bisect_right(self._keys, key)  # new groups are the newest: an append
                     self._keys.insert(index, key)
                     self._groups.insert(index, group)
+                    self.leads[lead_key(group.lead)] = shown_level(group.lead)
         return self._groups
 
     def since(self, ts: float) -> list[FailureGroup]:

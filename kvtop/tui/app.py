@@ -24,7 +24,7 @@ from textual.widgets import ContentSwitcher, Footer, Input, Tab, Tabs
 
 from kvtop.model.cluster import ClusterModel
 from kvtop.tui.details import rank_history, room_timeline
-from kvtop.tui.frame import Frame, FrameBuilder, Options, RoomSort
+from kvtop.tui.frame import WINDOW_S, Frame, FrameBuilder, Options, RoomSort
 from kvtop.tui.process import DashboardTuning
 from kvtop.tui.rows import Palette, rate
 from kvtop.tui.screens.detail import DetailScreen
@@ -37,6 +37,7 @@ from kvtop.tui.views.rooms import RoomsView
 from kvtop.tui.widgets.line import Line
 from kvtop.tui.widgets.row_list import RowList
 from kvtop.views.event_lines import LEVELS
+from kvtop.views.times import stamp
 
 REFRESH_S = 0.5
 """How often the views redraw from the model (events arrive far faster: they are coalesced)."""
@@ -133,7 +134,7 @@ class KvtopApp(App[None]):
         its arrival until then, and the view shown."""
         self.build_seconds: deque[float] = deque(maxlen=10_000)
         """Per frame: worker time to build it from the model, waiting for the lock included."""
-        self._builder = FrameBuilder(source.model)
+        self._builder = FrameBuilder(source.model, clock)
         self._clock = clock
         self._refresh_s = refresh_s
         self._quit_after = quit_after
@@ -200,7 +201,7 @@ class KvtopApp(App[None]):
     def _build_frame(self) -> None:
         started = time.perf_counter()
         with self.source.lock:
-            frame = self._builder.build(self.options, self._clock(), self.source.error)
+            frame = self._builder.build(self.options, error=self.source.error)
         self.build_seconds.append(time.perf_counter() - started)
         self.post_message(FrameReady(frame))
 
@@ -239,13 +240,23 @@ class KvtopApp(App[None]):
     def _draw_health(self, frame: Frame) -> None:
         h, p = frame.health, self.palette
         text = Text()
-        if h.ranks_from_logs:
-            text.append(f" {h.ranks_from_logs} ranks from logs", style=p.accent)
+        if h.ranks_from_logs == h.ranks_total and h.ranks_total:  # logs: no transfers, no room that succeeded
+            text.append(f" {h.ranks_from_logs} ranks from logs, as of {stamp(frame.now, dated=True)[:19]}   ",
+                        style=p.accent)  # fmt: skip
+            failed = f"{h.rooms_failed} rooms failed ({h.failures} origins) in the last {WINDOW_S:g} s"
         else:
-            all_alive = h.ranks_alive == h.ranks_total
-            text.append(f" {h.ranks_alive}/{h.ranks_total} ranks alive", style=p.success if all_alive else p.error)
-        text.append(f"   {h.rooms_per_s:.1f} rooms/s   {rate(h.gbps)}   p99 {h.latency_p99_s * 1000:.0f} ms   ")
-        text.append(f"failure rate {h.failure_rate:.1%} ({h.failures} origins)", style=p.error if h.failures else "")
+            if h.ranks_from_logs:
+                text.append(f" {h.ranks_from_logs} ranks from logs", style=p.accent)
+            else:
+                all_alive = h.ranks_alive == h.ranks_total
+                text.append(f" {h.ranks_alive}/{h.ranks_total} ranks alive", style=p.success if all_alive else p.error)
+            text.append(f"   {h.rooms_per_s:.1f} rooms/s   {rate(h.gbps)}   p99 {h.latency_p99_s * 1000:.0f} ms   ")
+            failed = f"failure rate {h.failure_rate:.1%} ({h.failures} origins)"
+            if h.span_s < WINDOW_S - 0.5:  # the snapshots held less than the window: say what the figures cover
+                failed += f" over the last {h.span_s:.0f} s"
+        text.append(failed, style=p.error if h.failures else "")
+        if h.aborted:
+            text.append(f"   {h.aborted} client aborts", style=p.accent)
         text.append(f"   {h.rooms_open} open   ")
         text.append(f"{h.stuck} stuck", style=p.warning if h.stuck else "")
         text.append(f"   {h.gaps} gaps", style=p.warning if h.gaps else "")

@@ -7,6 +7,7 @@ from rich.text import Text
 from kvtop.model.cluster import ClusterModel
 from kvtop.tui.rows import Palette, clock
 from kvtop.views.event_lines import to_line
+from kvtop.views.times import spans_days
 from transport.events import Event, Failure, Heartbeat
 
 _HISTORY_BUCKET_S = 10.0
@@ -73,8 +74,9 @@ def rank_history(model: ClusterModel, label: str, now: float, palette: Palette) 
         text.append(f"  {name:<28}{count:>12,}\n")
     mine = [f for f in model.failures if f.rank == label][-20:]
     text.append(f"\nFailures seen by this rank (last {len(mine)})\n", style="bold")
+    dated = spans_days([failure.ts for failure in mine])
     for failure in mine:
         kind = "origin" if failure.is_origin else f"echo of {failure.origin or 'unknown'}"
-        text.append(f"  {clock(failure.ts)}  room {failure.room}  {failure.reason_class}  ({kind})\n",
+        text.append(f"  {clock(failure.ts, dated)}  room {failure.room}  {failure.reason_class}  ({kind})\n",
                     style=palette.error if failure.is_origin else palette.dim)  # fmt: skip
     return text

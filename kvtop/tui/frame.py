@@ -62,6 +62,13 @@ class Health:
     gaps: int
     rejected: int = 0
     """Events the model skipped as nonsense (a state that is no KVPoll value)."""
+    rooms_failed: int = 0
+    """Rooms that failed in the window, those known from logs included (logs give no failure rate)."""
+    span_s: float = WINDOW_S
+    """Seconds the rates and the failure rate cover: less than the window while the agents' snapshots,
+    which hold their last few hundred rooms, are all the model has of its start."""
+    aborted: int = 0
+    """Client aborts in the window (failure groups of class `aborted`): apart from `failures`."""
 
 
 @dataclass(frozen=True)
@@ -106,7 +113,8 @@ class Frame:
     rooms: list[RoomView]
     """Live and recently retired rooms, filtered and ordered as `options` say (read when drawn)."""
     groups: list[FailureGroup]
-    events: list[tuple[str, Event]]
+    events: list[tuple[str, Event, str]]
+    """(agent label, event, the level it shows at: levels follow the fold), oldest first."""
     gone: frozenset[str] = frozenset()
     journaling: bool = True
     """Whether the model keeps recent events at all (`ClusterModel(journal_events=...)`)."""
@@ -123,29 +131,36 @@ class Frame:
 
 
 class FrameBuilder:
-    """Builds frames from one model; keeps the last fold and the event tail so each frame does only new work."""
+    """Builds frames from one model; keeps the last fold and the event tail so each frame does only new work.
 
-    def __init__(self, model: ClusterModel) -> None:
+    `clock` is the source's: wall time for a live cluster, the latest time the logs mention for logs. Every
+    window, rate, age and liveness of a frame is as of it."""
+
+    def __init__(self, model: ClusterModel, clock: Callable[[], float] = time.time) -> None:
         self.model = model
+        self.clock = clock
         self._fold = LiveFold()
         self._counts = (0, 0)
-        self._counted_at = float("-inf")
+        self._counted = (float("-inf"), float("nan"))
+        """When the open and stuck rooms were last counted (`time.monotonic()`), and the source's now then."""
         self._tail_key: tuple[str, str] = ("", "")
-        self._tail: deque[tuple[str, Event]] = deque(maxlen=EVENTS_SHOWN)
+        self._tail: deque[tuple[str, Event, str]] = deque(maxlen=EVENTS_SHOWN)
         self._tail_seen = 0
 
     def build(self, options: Options, now: float | None = None, error: str = "") -> Frame:
-        """Call with the model's lock held."""
-        now = time.time() if now is None else now
+        """Call with the model's lock held; `now` overrides the clock."""
+        now = self.clock() if now is None else now
         model = self.model
         gone = frozenset(label for label, view in model.ranks.items() if view.liveness(now) is Liveness.GONE)
         groups = self._fold.sync(model.failures, model.failures_total)
         recent_groups = self._fold.since(now - WINDOW_S)
-        if now - self._counted_at >= SLOW_EVERY_S or now < self._counted_at:
+        aborted = sum(group.aborted for group in recent_groups)
+        counted_at, counted_now = self._counted
+        if time.monotonic() - counted_at >= SLOW_EVERY_S or now < counted_now:  # a log's clock may stand still
             live = model.open_rooms(now)
             cutoff = now - STUCK_AFTER_S
             self._counts = (len(live), sum(1 for view in live if view.last_progress < cutoff))
-            self._counted_at = now
+            self._counted = (time.monotonic(), now)
         rooms_open, stuck = self._counts
         rates = model.rates(now, WINDOW_S)
         liveness = [view.liveness(now) for view in model.ranks.values()]
@@ -158,10 +173,13 @@ class FrameBuilder:
             gbps=rates.gbps,
             latency_p99_s=rates.latency_p99,
             failure_rate=rates.failure_rate,
-            failures=len(recent_groups),
+            failures=len(recent_groups) - aborted,
             stuck=stuck,
             gaps=model.gaps,
             rejected=model.rejected,
+            rooms_failed=model.rooms_failed(now, WINDOW_S) if liveness.count(Liveness.LOG) else 0,
+            span_s=rates.span_s,
+            aborted=aborted,
         )
         return Frame(
             now=now,
@@ -202,10 +220,12 @@ class FrameBuilder:
         """Per prefill x decode pair: GB/s over `RATE_WINDOW_S`, and failed rooms (all of them)."""
         return {pair: (link.gbps(now, RATE_WINDOW_S), link.failed_rooms) for pair, link in self.model.links.items()}
 
-    def _events(self, options: Options) -> list[tuple[str, Event]]:
-        """The newest events at or above the level that match the filter, oldest first.
+    def _events(self, options: Options) -> list[tuple[str, Event, str]]:
+        """The newest events at or above the level that match the filter, oldest first, each with its level.
 
-        Only deliveries journaled since the last frame are filtered, unless the level or filter changed.
+        Only deliveries journaled since the last frame are filtered, unless the level or filter changed; a
+        failure's level follows the fold as it stood when the failure was first filtered (the fold is synced
+        first, so it already holds the failure).
         """
         journal = self.model.journal
         needle = options.filter.lower()
@@ -215,13 +235,14 @@ class FrameBuilder:
             self._tail_key = key
             self._tail.clear()
         self._tail_seen = self.model.journal_total
-        found: list[tuple[str, Event]] = []
+        found: list[tuple[str, Event, str]] = []
+        leads = self._fold.leads
         for index in range(len(journal) - 1, len(journal) - 1 - fresh, -1):
             label, events = journal[index]
-            kept = at_or_above(events, options.level)
+            kept = at_or_above(events, options.level, leads)
             if needle:
-                kept = [e for e in kept if needle in to_line(label, e).lower()]
-            found.extend((label, e) for e in kept)
+                kept = [(e, level) for e, level in kept if needle in to_line(label, e, level).lower()]
+            found.extend((label, e, level) for e, level in kept)
             if len(found) >= EVENTS_SHOWN:
                 break
         self._tail.extend(reversed(found[:EVENTS_SHOWN]))

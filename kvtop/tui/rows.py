@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from rich.style import Style
@@ -11,7 +10,8 @@ from textual.theme import Theme
 
 from kvtop.model.cluster import Liveness, RoomView
 from kvtop.tui.frame import Frame, RankRow
-from kvtop.views.event_lines import level_of, to_line
+from kvtop.views.event_lines import to_line
+from kvtop.views.times import stamp
 from transport.events import Event
 from transport.kvpoll import KVPoll
 
@@ -75,7 +75,7 @@ def rank_line(row: RankRow, palette: Palette) -> Text:
 def room_line(view: RoomView, frame: Frame, palette: Palette) -> Text:
     now = frame.now
     progress = f"{view.bytes_done / view.bytes_total:.0%}" if view.bytes_total else "-"
-    link = f"{view.link[0]}->{view.link[1]}" if view.link[1] else "-"
+    link = f"{view.link[0] or '?'}->{view.link[1] or '?'}" if any(view.link) else "-"
     text = Text(
         f"{view.room:<21}{now - view.first_seen:>7.1f}{now - view.last_progress:>8.1f}{progress:>10}"
         f"{_size(view.bytes_total):>11}  {link:<22}"
@@ -94,10 +94,10 @@ def room_line(view: RoomView, frame: Frame, palette: Palette) -> Text:
     return text
 
 
-def event_line(label: str, event: Event, palette: Palette) -> Text:
-    level = level_of(event)
+def event_line(label: str, event: Event, level: str, palette: Palette) -> Text:
+    """One event of the tail, styled by the level it shows at."""
     style = {"error": palette.error, "warning": palette.warning, "debug": palette.dim}.get(level, "")
-    return Text(to_line(label, event), style=style)
+    return Text(to_line(label, event, level), style=style)
 
 
 def rate(gbps: float) -> str:
@@ -109,8 +109,9 @@ def rate(gbps: float) -> str:
     return f"{gbps * 1e6:.0f} KB/s"
 
 
-def clock(ts: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int(ts * 1000) % 1000:03d}"
+def clock(ts: float, dated: bool = False) -> str:
+    """`HH:MM:SS.mmm` (with the date before it when `dated`)."""
+    return stamp(ts, dated)
 
 
 def _size(nbytes: int) -> str:

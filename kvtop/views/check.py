@@ -29,6 +29,9 @@ class Thresholds:
     max_gaps: int = 0
     """WARNING when more event batches than this were lost."""
     window_s: float = 60.0
+    max_abort_rate: float | None = None
+    """CRITICAL above this fraction of rooms a client aborted; WARNING above half of it (None: no limit).
+    Client aborts never count in the failure rate."""
 
 
 @dataclass
@@ -47,6 +50,10 @@ class CheckResult:
     problems: list[str] = field(default_factory=list)
     ranks_log: int = 0
     """Ranks known from server logs: no liveness, left out of the rank rules."""
+    aborted: int = 0
+    """Client aborts (failure groups of class `aborted`) in the window: counted apart, never failures."""
+    abort_rate: float = 0.0
+    """Fraction of the rooms that finished in the window that a client aborted."""
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -61,8 +68,11 @@ class CheckResult:
         perf = (
             f"ranks_alive={self.ranks_alive};;{need}: rooms={self.rooms} "
             f"failure_rate={self.failure_rate:.4f};{rate_warn:g};{limits.max_failure_rate:g} "
-            f"stuck={self.stuck};;{limits.max_stuck} gaps={self.gaps};{limits.max_gaps}"
+            f"stuck={self.stuck};;{limits.max_stuck} gaps={self.gaps};{limits.max_gaps} "
+            f"aborted={self.aborted} abort_rate={self.abort_rate:.4f}"
         )
+        if limits.max_abort_rate is not None:
+            perf += f";{limits.max_abort_rate / 2:g};{limits.max_abort_rate:g}"
         return f"KVTOP {self.verdict.name} - {self.summary} | {perf}"
 
 
@@ -74,10 +84,12 @@ def evaluate(model: ClusterModel, limits: Thresholds, now: float | None = None) 
     alive = sorted(label for label, state in liveness.items() if state is Liveness.ALIVE)
     stale = sorted(label for label, state in liveness.items() if state is Liveness.STALE)
     gone = sorted(label for label, state in liveness.items() if state is Liveness.GONE)
-    rate, rooms = model.failure_rate(now, limits.window_s)
+    outcomes = model.outcomes(now, limits.window_s)
+    rate, rooms, abort_rate = outcomes.failure_rate, outcomes.finished, outcomes.abort_rate
     stuck = len(model.stuck(now, limits.stuck_after_s))
     recent = model.groups(now, limits.window_s)
     origins = [group.title for group in recent]
+    aborted = sum(group.aborted for group in recent)
     critical: list[str] = []
     warning: list[str] = []
     need = limits.min_ranks or len(liveness)
@@ -89,6 +101,11 @@ def evaluate(model: ClusterModel, limits: Thresholds, now: float | None = None) 
         critical.append(f"failure rate {rate:.1%} > {limits.max_failure_rate:.1%}")
     elif rate > limits.max_failure_rate / 2:
         warning.append(f"failure rate {rate:.1%} > {limits.max_failure_rate / 2:.1%}")
+    if limits.max_abort_rate is not None:
+        if abort_rate > limits.max_abort_rate:
+            critical.append(f"abort rate {abort_rate:.1%} > {limits.max_abort_rate:.1%}")
+        elif abort_rate > limits.max_abort_rate / 2:
+            warning.append(f"abort rate {abort_rate:.1%} > {limits.max_abort_rate / 2:.1%}")
     if stuck > limits.max_stuck:
         critical.append(f"{stuck} rooms stuck > {limits.stuck_after_s:g}s")
     if stale:
@@ -100,12 +117,14 @@ def evaluate(model: ClusterModel, limits: Thresholds, now: float | None = None) 
         f"{len(alive)}/{len(liveness)} ranks alive, {rooms} rooms in {limits.window_s:g}s, "
         f"failure rate {rate:.1%}, {stuck} stuck, {model.gaps} gaps"
     )
+    if aborted:
+        facts += f", {aborted} client aborts" + (f" ({abort_rate:.1%} of rooms)" if rooms else "")
     if recent:
         facts += f"; origins: {', '.join(sorted(set(origins))[:3])}"
     summary = "; ".join([*critical, *warning, facts])
     return CheckResult(
         verdict, summary, len(alive), len(liveness), stale, gone, rooms, rate, stuck, model.gaps,
-        sorted(set(origins)), critical + warning, len(everyone) - len(liveness),
+        sorted(set(origins)), critical + warning, len(everyone) - len(liveness), aborted, abort_rate,
     )  # fmt: skip
 
 

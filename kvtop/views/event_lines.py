@@ -1,10 +1,17 @@
-"""The event tail: each event as a log line (people) or a JSON object (scripts), with its level."""
+"""The event tail: each event as a log line (people) or a JSON object (scripts), with its level.
+
+Levels follow the fold (DESIGN.md): given the fold's leads (`LiveFold.leads`),
+a failure shows at its group's shown level when it leads the group (the
+origin, else the earliest echo) and at debug otherwise, so the default tail
+has one line per failure group; the level the rank logged stays in the JSON
+as `raw_level`. Without leads, a failure shows at the level it was logged at.
+"""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -45,28 +52,40 @@ _LEVEL_OF_KIND: dict[type, str] = {
 _RANK = {level: rank for rank, level in enumerate(LEVELS)}
 
 
-def level_of(event: Event) -> str:
-    """Failures carry their own level (echoes are debug); room traffic is debug; the rest info."""
+Leads = Mapping[tuple[float, int, str, str], str]
+"""The fold's group leads, (ts, room, rank, reason) -> shown level (`LiveFold.leads`)."""
+
+
+def raw_level(event: Event) -> str:
+    """The level the rank logged a failure at; room traffic is debug; the rest info."""
     return event.level if isinstance(event, Failure) else _LEVEL_OF_KIND[type(event)]
 
 
-def shown(event: Event, min_level: str) -> bool:
-    return _RANK.get(level_of(event), 0) >= _RANK[min_level]
+def level_of(event: Event, leads: Leads | None = None) -> str:
+    """The level an event shows at: with `leads`, a failure's follows the fold (debug unless it leads its
+    group); otherwise the raw level."""
+    if leads is not None and isinstance(event, Failure):
+        return leads.get((event.ts, event.room, event.rank, event.reason), "debug")
+    return raw_level(event)
 
 
-_KIND_RANK = {kind: _RANK[level] for kind, level in _LEVEL_OF_KIND.items()}
+def shown(event: Event, min_level: str, leads: Leads | None = None) -> bool:
+    return _RANK.get(level_of(event, leads), 0) >= _RANK[min_level]
 
 
-def at_or_above(events: Sequence[Event], min_level: str) -> list[Event]:
-    """`events` at or above `min_level`, newest first: `shown` without a call per event (the dashboard
-    filters 50k events a second)."""
-    least = _RANK[min_level]
-    if least == 0:
-        return list(reversed(events))
-    kind_rank, ranks = _KIND_RANK, _RANK
-    return [
-        e for e in reversed(events) if (ranks.get(e.level, 0) if type(e) is Failure else kind_rank[type(e)]) >= least
-    ]
+def at_or_above(events: Sequence[Event], min_level: str, leads: Leads) -> list[tuple[Event, str]]:
+    """`events` at or above `min_level` with the level each shows at, newest first: `level_of` without a
+    call per event (the dashboard filters 50k events a second)."""
+    least, ranks, kind_level = _RANK[min_level], _RANK, _LEVEL_OF_KIND
+    found: list[tuple[Event, str]] = []
+    for event in reversed(events):
+        if type(event) is Failure:
+            level = leads.get((event.ts, event.room, event.rank, event.reason), "debug")
+        else:
+            level = kind_level[type(event)]
+        if ranks.get(level, 0) >= least:
+            found.append((event, level))
+    return found
 
 
 def snapshot_events(snapshot: Snapshot) -> list[Event]:
@@ -75,18 +94,22 @@ def snapshot_events(snapshot: Snapshot) -> list[Event]:
     return sorted(events, key=lambda e: e.ts)
 
 
-def to_line(agent: str, event: Event) -> str:
-    """`2026-11-30 12:01:22.123 decode-0/TP1 ERROR   failure room=... text`."""
+def to_line(agent: str, event: Event, level: str = "") -> str:
+    """`2026-11-30 12:01:22.123 decode-0/TP1 ERROR   failure room=... text` (`level`: the shown one, default
+    the raw one)."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(event.ts)) + f".{int(event.ts * 1000) % 1000:03d}"
-    return f"{stamp} {agent:<16} {level_of(event).upper():<7} {_KIND[type(event)]:<9} {_describe(event)}"
+    level = level or raw_level(event)
+    return f"{stamp} {agent:<16} {level.upper():<7} {_KIND[type(event)]:<9} {_describe(event)}"
 
 
-def to_json(agent: str, event: Event) -> str:
-    """One JSON object: agent, level, kind and the event's own fields."""
+def to_json(agent: str, event: Event, level: str = "") -> str:
+    """One JSON object: agent, level (shown), raw_level (as logged), kind and the event's own fields."""
     fields: dict[str, Any] = msgspec.structs.asdict(event)
     if isinstance(event, AgentHello):
         fields["agent"] = msgspec.structs.asdict(event.agent)
-    return json.dumps({"agent": agent, "level": level_of(event), "kind": _KIND[type(event)], **fields})
+    fields.pop("level", None)
+    raw = raw_level(event)
+    return json.dumps({"agent": agent, "level": level or raw, "raw_level": raw, "kind": _KIND[type(event)], **fields})
 
 
 def _describe(event: Event) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from kvtop.model.fold import FailureGroup, Observed
+from kvtop.model.fold import FailureGroup, Observed, shown_level
+from kvtop.views.times import spans_days, stamp
 
 if TYPE_CHECKING:
     from kvtop.sources.sglang import Context
@@ -14,7 +15,8 @@ _REASON_WIDTH = 90
 _CAUSES_SHOWN = 2
 
 
-def _record(failure: Observed) -> dict[str, Any]:
+def _record(failure: Observed, level: str) -> dict[str, Any]:
+    """One member of a group; `level` as shown (levels follow the fold), `raw_level` as the rank logged it."""
     return {
         "rank": failure.rank,
         "role": failure.role,
@@ -22,7 +24,8 @@ def _record(failure: Observed) -> dict[str, Any]:
         "reason": failure.reason,
         "reason_class": failure.reason_class,
         "ts": failure.ts,
-        "level": failure.level,
+        "level": level,
+        "raw_level": failure.level,
     }
 
 
@@ -32,10 +35,11 @@ def to_json(groups: list[FailureGroup], context: Sequence[Sequence[Context]] | N
     return [
         {
             "room": group.room,
-            "origin": _record(group.origin) if group.origin else None,
+            "origin": _record(group.origin, shown_level(group.origin)) if group.origin else None,
             "origin_label": group.origin_label,
+            "aborted": group.aborted,
             "echo_count": group.echo_count,
-            "echoes": [{**_record(echo), "origin": echo.origin} for echo in group.echoes],
+            "echoes": [{**_record(echo, "debug"), "origin": echo.origin} for echo in group.echoes],
             "context": [line.as_dict() for line in near],
         }
         for group, near in zip(groups, lines, strict=True)
@@ -49,18 +53,23 @@ def _context_line(line: Context) -> str:
 
 
 def render_groups(groups: list[FailureGroup], debug: bool, context: Sequence[Sequence[Context]] | None = None) -> str:
-    """One line per origin (with its echo count); with `debug`, each echo indented below it.
+    """One line per origin (with its echo count and when it started); with `debug`, each echo indented below it.
 
-    With context (from logs): the likely causes (transport-library lines) under each origin, and with
-    `debug` every related line too.
+    Times carry their date when the groups fall on more than one day. With context (from logs): the likely
+    causes (transport-library lines) under each origin, and with `debug` every related line too.
     """
-    lines = [f"{'ROOM':<20} {'ORIGIN':<16} {'CLASS':<18} {'ECHOES':>6}  REASON"]
+    dated = spans_days([group.first_ts for group in groups])
+    width = len(stamp(0.0, dated))
+    lines = [f"{'ROOM':<20} {'TIME':<{width}} {'ORIGIN':<16} {'CLASS':<18} {'ECHOES':>6}  REASON"]
     for index, group in enumerate(groups):
         origin = group.origin
         label = group.origin_label or "origin unknown"
         reason = origin.reason if origin else "(the origin's own event was not seen)"
         reason_class = origin.reason_class if origin else "-"
-        lines.append(f"{group.room:<20} {label:<16} {reason_class:<18} {group.echo_count:>6}  {reason[:_REASON_WIDTH]}")
+        lines.append(
+            f"{group.room:<20} {stamp(group.first_ts, dated)} {label:<16} {reason_class:<18} {group.echo_count:>6}  "
+            f"{reason[:_REASON_WIDTH]}"
+        )
         if debug:
             lines.extend(
                 f"{'':<20}   echo {echo.rank:<16} {echo.reason_class:<13} {echo.reason[:_REASON_WIDTH]}"

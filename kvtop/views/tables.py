@@ -105,9 +105,13 @@ def intake_lines(model: ClusterModel) -> list[str]:
     return lines
 
 
-def rooms_json(model: ClusterModel, now: float) -> list[dict[str, Any]]:
-    """Rooms still open on some rank: per-rank states, bytes, age, link, and whether they are stuck."""
+def rooms_json(model: ClusterModel, now: float, ended: bool = False) -> list[dict[str, Any]]:
+    """Rooms still open on some rank (with `ended`, also the rooms that ended, retired ones the model keeps
+    included): per-rank states, bytes, age, link, and whether they are stuck."""
     stuck = {room.room for room in model.stuck(now, STUCK_AFTER_S)}
+    rooms = model.open_rooms(now)
+    if ended:
+        rooms = [f.view for f in model.finished.values() if f.view is not None] + list(model.rooms.values())
     return [
         {
             "room": room.room,
@@ -120,15 +124,15 @@ def rooms_json(model: ClusterModel, now: float) -> list[dict[str, Any]]:
             "decode": room.link[1],
             "stuck": room.room in stuck,
         }
-        for room in sorted(model.open_rooms(now), key=lambda r: r.first_seen)
+        for room in sorted(rooms, key=lambda r: r.first_seen)
     ]
 
 
-def rooms_text(model: ClusterModel, now: float) -> str:
+def rooms_text(model: ClusterModel, now: float, ended: bool = False) -> str:
     lines = [f"{'ROOM':<20} {'AGE s':>7} {'IDLE s':>7} {'BYTES':>12}  {'LINK':<22} STATES"]
-    for r in rooms_json(model, now):
+    for r in rooms_json(model, now, ended):
         states = " ".join(f"{label}={state}" for label, state in r["states"].items())
-        link = f"{r['prefill']}->{r['decode']}" if r["decode"] else "-"
+        link = f"{r['prefill'] or '?'}->{r['decode'] or '?'}" if r["prefill"] or r["decode"] else "-"
         flag = "  STUCK" if r["stuck"] else ""
         lines.append(
             f"{r['room']:<20} {r['age_s']:>7.1f} {r['idle_s']:>7.1f} {r['bytes_total']:>12}  {link:<22} {states}{flag}"
@@ -137,25 +141,34 @@ def rooms_text(model: ClusterModel, now: float) -> str:
 
 
 def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, Any]:
-    """Cluster health in one object: ranks, rates, failures, stuck rooms, gaps, links, top origins."""
+    """Cluster health in one object: ranks, rates, failures, client aborts (apart: never in the failure
+    rate), stuck rooms, gaps, links, top origins."""
     liveness = [str(state) for state in model.liveness(now).values()]
+    coverage = model.coverage(now, window_s)
     rates = model.rates(now, window_s)
-    rate, finished = model.failure_rate(now, window_s)
-    groups = model.groups(now, window_s)
+    outcomes = model.outcomes(now, window_s)
+    groups = model.groups(now, coverage.span_s)
     origins = Counter(group.title for group in groups)
+    aborted = sum(group.aborted for group in groups)
+    from_logs_only = bool(liveness) and liveness.count("log") == len(liveness)
     return {
         "window_s": window_s,
+        "span_s": round(coverage.span_s, 3),
+        "span_limit": coverage.limit,
         "ranks": {
             "total": len(liveness),
             **{state: liveness.count(state) for state in ("alive", "stale", "gone", "log")},
         },
         "rooms_open": len(model.open_rooms(now)),
-        "rooms_finished": finished,
+        "rooms_finished": outcomes.finished,
+        "rooms_failed": model.rooms_failed(now, window_s),
         "rooms_per_s": round(rates.rooms_per_s, 2),
         "gbps": round(rates.gbps, 4),
         "latency_s": {"p50": rates.latency_p50, "p90": rates.latency_p90, "p99": rates.latency_p99},
-        "failure_rate": round(rate, 4),
-        "failures": len(groups),
+        "failure_rate": None if from_logs_only else round(outcomes.failure_rate, 4),
+        "failures": len(groups) - aborted,
+        "aborted": aborted,
+        "abort_rate": None if from_logs_only else round(outcomes.abort_rate, 4),
         "stuck": len(model.stuck(now, STUCK_AFTER_S)),
         "gaps": model.gaps,
         "rejected_events": model.rejected,
@@ -178,14 +191,23 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
     s = status_json(model, now, window_s)
     ranks, lat = s["ranks"], s["latency_s"]
     from_logs = f", {ranks['log']} from logs" if ranks["log"] else ""
+    span = f"in {window_s:g}s" if not s["span_limit"] else f"in the last {s['span_s']:.0f}s ({s['span_limit']})"
+    if s["failure_rate"] is None:  # logs name a room only where it failed: the failed rooms, no rate
+        health = f"{s['rooms_failed']} rooms failed ({s['failures']} failures) {span}, no failure rate (logs name "
+        health += "no room that succeeded)"
+    else:
+        health = f"failure rate {s['failure_rate']:.1%} ({s['failures']} failures)"
+    aborts = f"{s['aborted']} client aborts"
+    if s["abort_rate"] is not None:
+        aborts += f" ({s['abort_rate']:.1%})"
     lines = [
         f"ranks   {ranks['alive']}/{ranks['total'] - ranks['log']} alive, {ranks['stale']} stale, {ranks['gone']} gone"
         + from_logs,
-        f"rooms   {s['rooms_open']} open, {s['rooms_finished']} finished in {window_s:g}s, "
+        f"rooms   {s['rooms_open']} open, {s['rooms_finished']} finished {span}, "
         f"{s['rooms_per_s']:.1f}/s, {s['gbps']:.3f} GB/s",
         f"latency p50 {lat['p50'] * 1000:.0f} ms, p90 {lat['p90'] * 1000:.0f} ms, p99 {lat['p99'] * 1000:.0f} ms",
-        f"health  failure rate {s['failure_rate']:.1%} ({s['failures']} failures), {s['stuck']} stuck, "
-        f"{s['gaps']} gaps" + (f", {s['rejected_events']} events rejected" if s["rejected_events"] else ""),
+        f"health  {health}, {aborts}, {s['stuck']} stuck, {s['gaps']} gaps"
+        + (f", {s['rejected_events']} events rejected" if s["rejected_events"] else ""),
     ]
     if s["top_origins"]:
         lines.append("origins " + ", ".join(f"{name} x{count}" for name, count in s["top_origins"]))

@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvtop.model.fold import ROOM_REUSE_S, SAME_FAILURE_S, FailureGroup, Observed, fold
+from kvtop.model.fold import ROOM_REUSE_S, SAME_FAILURE_S, FailureGroup, Observed, fold, shown_level
 
 ROOM = 42
 
@@ -194,3 +194,28 @@ def test_the_fold_does_not_depend_on_arrival_order(events, rng: random.Random):
     assert shape(fold(shuffled)) == shape(groups)
     placed = [g.origin for g in groups if g.origin] + [e for g in groups for e in g.echoes]
     assert sorted(placed) == sorted(set(events))
+
+
+def test_a_client_abort_printed_on_both_sides_is_one_failure_with_the_earliest_rank_as_origin():
+    """Prefill prints `Aborted by AbortReq.` first, decode later, another prefill rank later still: one group."""
+    events = [
+        failure(3.0, "decode-0/TP0", "decode-0/TP0", "aborted", inferred=True),
+        failure(1.0, "prefill-0/TP1", "prefill-0/TP1", "aborted", inferred=True),
+        failure(4.5, "prefill-0/TP0", "prefill-0/TP0", "aborted", inferred=True),
+    ]
+
+    groups = fold(events)
+
+    assert shape(groups) == [(ROOM, "prefill-0/TP1", "prefill-0/TP1", ["decode-0/TP0", "prefill-0/TP0"])]
+    assert groups[0].aborted
+
+
+def test_a_group_whose_origin_was_never_seen_is_led_by_its_earliest_echo_at_its_side_s_level():
+    """No origin: the earliest echo leads the group, shown at decode's origin level (error), not debug."""
+    echoes = [failure(2.0, "decode-0/TP1", "", "propagated"), failure(1.5, "decode-0/TP0", "", "propagated")]
+
+    (group,) = fold(echoes)
+
+    assert (group.origin_label, group.lead.rank, shown_level(group.lead), group.aborted) == (
+        "", "decode-0/TP0", "error", False,
+    )  # fmt: skip

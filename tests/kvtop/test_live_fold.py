@@ -7,8 +7,8 @@ from collections import deque
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvtop.model.fold import FailureGroup, Observed, fold
-from kvtop.model.live_fold import LiveFold
+from kvtop.model.fold import FailureGroup, Observed, fold, shown_level
+from kvtop.model.live_fold import LiveFold, lead_key
 
 _RANKS = [f"{role}-{i}/TP{r}" for role in ("prefill", "decode") for i in range(2) for r in range(2)]
 
@@ -20,7 +20,7 @@ _failure = st.builds(
     st.integers(0, 6),
     st.sampled_from(_RANKS),
     st.sampled_from(["self", "", *_RANKS]),
-    st.sampled_from(["checksum", "timeout_transfer", "propagated"]),
+    st.sampled_from(["checksum", "timeout_transfer", "aborted", "propagated"]),
 )
 
 
@@ -31,7 +31,8 @@ def _shape(groups: list[FailureGroup]) -> list[tuple[object, ...]]:
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.lists(_failure, max_size=8), max_size=25), st.integers(5, 40), st.floats(0, 200))
 def test_live_fold_matches_fold_after_every_delivery(deliveries, kept, since):
-    """After each delivery into a bounded deque: the same groups in the same order, and `since` the same cut."""
+    """After each delivery into a bounded deque: the same groups in the same order, `since` the same cut, and
+    the same group leads at the same levels."""
     window: deque[Observed] = deque(maxlen=kept)
     live, total = LiveFold(), 0
     for delivery in deliveries:
@@ -40,6 +41,7 @@ def test_live_fold_matches_fold_after_every_delivery(deliveries, kept, since):
         expected = fold(window)
         assert _shape(live.sync(window, total)) == _shape(expected)
         assert _shape(live.since(since)) == _shape([g for g in expected if g.first_ts >= since])
+        assert live.leads == {lead_key(g.lead): shown_level(g.lead) for g in expected}
 
 
 def test_only_rooms_with_new_failures_are_folded_again(monkeypatch):

@@ -70,7 +70,7 @@ class HostileBootstrap:
 
 def send_each(context: zmq.Context[zmq.Socket[bytes]], kind: int, endpoint: str, frames: list[bytes]) -> None:
     sock = context.socket(kind)
-    sock.linger = 1000
+    sock.linger = 10_000  # close waits until every frame is out, even on a loaded machine
     sock.connect(endpoint)
     for frame in frames:
         sock.send(frame)
@@ -109,14 +109,18 @@ def test_hostile_frames_on_every_socket_are_counted_in_kvtop_ranks_and_rooms_sti
             "consensus": NOT_SUBSCRIPTION_COUNTS,
         }
 
+        seen: list[dict] = []
+
         def counted() -> bool:
             ranks = ranks_by_label(cluster.endpoint)
-            rejected = ranks["prefill-0/TP0"]["rejected"]
-            return {socket: rejected.get(socket) for socket in expected} == expected and ranks["decode-7/TP0"][
-                "rejected"
-            ].get("bootstrap") == {"malformed": 4, "unknown_version": 2}
+            rejected = {socket: ranks["prefill-0/TP0"]["rejected"].get(socket) for socket in expected}
+            seen[:] = [rejected, ranks["decode-7/TP0"]["rejected"]]
+            return rejected == expected and seen[1].get("bootstrap") == {"malformed": 4, "unknown_version": 2}
 
-        wait_for(counted, timeout=20, what="every socket's rejections in kvtop ranks --json")
+        try:
+            wait_for(counted, timeout=30, what="every socket's rejections in kvtop ranks --json")
+        except AssertionError as missing:
+            raise AssertionError(f"{missing}; last seen: {seen}") from None
 
         prefills = [control(a.control_endpoint) for a in cluster.agents() if a.instance == "prefill-0"]
         decode = control(next(a.control_endpoint for a in cluster.agents() if a.label == "decode-7/TP0"))

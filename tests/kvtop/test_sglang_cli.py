@@ -49,17 +49,20 @@ def test_check_on_logs_is_ok_and_counts_log_ranks_apart():
 
 
 def test_status_ranks_rooms_and_events_read_logs():
-    """status shows log ranks and the parse counts; ranks says `log`; rooms is empty; events has the echoes at debug."""
+    """status shows log ranks and the parse counts; ranks says `log`; rooms lists the failed rooms; events shows
+    one failure line per group, every other member at debug, the logged level kept as raw_level."""
     status = json.loads(kvtop("status", "--json", "--window", "600", *LOGS).stdout)
     ranks = json.loads(kvtop("ranks", "--json", *LOGS).stdout)
     rooms = json.loads(kvtop("rooms", "--json", *LOGS).stdout)
     events = [json.loads(line) for line in kvtop("events", "--jsonl", "--level", "debug", *LOGS).stdout.splitlines()]
+    groups = json.loads(kvtop("failures", "--json", *LOGS).stdout)
 
-    assert (status["ranks"]["log"], status["logs"]["garbled"], status["logs"]["failures"]) == (4, 3, 23)
+    assert (status["ranks"]["log"], status["logs"]["garbled"], status["logs"]["failures"]) == (4, 3, 24)
     assert {rank["state"] for rank in ranks} == {"log"}
-    assert rooms == []
     failures = [e for e in events if e["kind"] == "failure"]
-    assert (len(failures), sum(e["level"] == "debug" for e in failures)) == (23, 9)
+    assert sorted(room["room"] for room in rooms) == sorted({e["room"] for e in failures})
+    assert (len(failures), len(groups), sum(e["raw_level"] == "debug" for e in failures)) == (24, 12, 9)
+    assert sum(e["level"] != "debug" for e in failures) == len(groups)
     assert [e["ts"] for e in events] == sorted(e["ts"] for e in events)
 
 
@@ -70,3 +73,62 @@ def test_a_log_that_is_not_there_is_a_usage_error():
 
     assert (failures.returncode, check.returncode) == (2, 3)
     assert "--sglang-log" in failures.stderr
+
+
+ABORTS = Path(__file__).parent / "fixtures" / "sglang" / "aborts"
+ABORT_LOGS = ("--sglang-log", str(ABORTS / "prefill.log"), "--sglang-log", str(ABORTS / "decode.log"))
+
+
+def failure_lines(*args: str) -> list[dict[str, object]]:
+    result = kvtop("events", "--jsonl", *args, *ABORT_LOGS)
+    assert result.returncode == 0, result.stderr
+    return [event for line in result.stdout.splitlines() if (event := json.loads(line))["kind"] == "failure"]
+
+
+def test_events_show_one_line_per_failure_group_by_default():
+    """Seven prefill ranks losing one decode peer are one WARNING line; every group shows its origin once."""
+    shown = failure_lines()
+
+    assert [(e["room"], e["rank"], e["level"], e["reason_class"]) for e in shown] == [
+        (101, "prefill-0/TP2", "warning", "aborted"),
+        (102, "decode-0/TP0", "error", "aborted"),
+        (103, "prefill-0/TP5", "warning", "aborted"),
+        (104, "prefill-0/TP4", "warning", "peer_lost"),
+        (105, "decode-0/TP0", "error", "timeout_waiting"),
+    ]
+
+
+def test_debug_events_show_every_member_at_debug_with_the_level_the_rank_logged():
+    """With --debug the other six ranks of room 104 appear, at level debug, their raw_level still warning."""
+    room = [e for e in failure_lines("--debug") if e["room"] == 104]
+
+    assert [(e["level"], e["raw_level"]) for e in room] == [("warning", "warning")] + [("debug", "warning")] * 6
+
+
+def test_client_aborts_are_counted_apart_in_failures_status_and_check():
+    """failures marks the aborted groups (echoes at debug, raw_level kept), status and check count 3 client
+    aborts and 2 failures."""
+    groups = json.loads(kvtop("failures", "--json", *ABORT_LOGS).stdout)
+    status = json.loads(kvtop("status", "--json", "--window", "600", *ABORT_LOGS).stdout)
+    check = kvtop("check", "--json", "--window", "600", *ABORT_LOGS)
+
+    assert [(g["room"], g["aborted"]) for g in groups] == [
+        (101, True),
+        (102, True),
+        (103, True),
+        (104, False),
+        (105, False),
+    ]
+    lost_peer = next(g for g in groups if g["room"] == 104)
+    assert {(e["level"], e["raw_level"]) for e in lost_peer["echoes"]} == {("debug", "warning")}
+    assert (status["failures"], status["aborted"]) == (2, 3)
+    assert (check.returncode, json.loads(check.stdout)["aborted"]) == (0, 3)
+
+
+def test_max_abort_rate_is_a_check_threshold_in_its_perfdata_and_bounded():
+    """--max-abort-rate 0.2 shows as abort_rate's WARNING;CRITICAL perfdata; 1.5 is a usage error (UNKNOWN)."""
+    capped = kvtop("check", "--max-abort-rate", "0.2", *ABORT_LOGS)
+    wrong = kvtop("check", "--max-abort-rate", "1.5", *ABORT_LOGS)
+
+    assert (capped.returncode, wrong.returncode) == (0, 3)
+    assert "aborted=3 abort_rate=0.0000;0.1;0.2" in capped.stdout

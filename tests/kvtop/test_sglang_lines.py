@@ -133,7 +133,7 @@ def test_every_reason_string_has_its_class(reason, expected):
          "with exception KVTransferError(bootstrap_room=5): Failed to get kvcache from prefill instance, it might be "
          "dead", "", False, "debug"),
         ("Prefill transfer failed for request rank=1 req.rid='r' req.bootstrap_room=5 "
-         "with exception KVTransferError(bootstrap_room=5): Aborted by AbortReq.", "", False, "debug"),
+         "with exception KVTransferError(bootstrap_room=5): Aborted by AbortReq.", "decode-0/TP1", False, "warning"),
     ],
     ids=["decode-origin", "prefill-origin", "instance-echo", "cross-echo", "prefill-abort"],
 )  # fmt: skip

@@ -48,7 +48,7 @@ OLD_ERA_GROUPS = [
     (6666, "prefill-0/TP0", "peer_lost", ["decode-0/TP0"]),
     (7777, "decode-0/TP0", "aborted", ["prefill-0/TP0"]),
     (8888, "prefill-0/TP1", "other", []),
-    (9999, "prefill-0/TP0", "send_failed", []),
+    (9999, "prefill-0/TP0", "send_failed", ["prefill-0/TP1"]),
     (1313, "", "", ["decode-0/TP1"]),
     (1212, "prefill-0/TP1", "other", []),
     (1414, "prefill-0/TP0", "send_failed", []),
@@ -116,7 +116,7 @@ def test_truncated_and_garbled_lines_are_counted_and_skipped():
 
     stats = logs.stats()
 
-    assert (stats.garbled, stats.no_room, stats.failures, stats.batches) == (3, 1, 23, 6)
+    assert (stats.garbled, stats.no_room, stats.failures, stats.batches) == (3, 0, 24, 6)
 
 
 def test_transport_library_lines_and_related_lines_are_shown_with_the_groups_near_them():
@@ -245,3 +245,83 @@ def test_ranks_of_one_instance_failing_the_same_way_together_are_one_failure(tmp
     load([path], model)
 
     assert shape(model.groups()) == [(7, "decode-0/TP1", "timeout_waiting", ["decode-0/TP0"])]
+
+
+ABORTS = [SGLANG_FIXTURES / "aborts" / "prefill.log", SGLANG_FIXTURES / "aborts" / "decode.log"]
+
+
+def test_client_aborts_are_one_failure_each_with_the_earliest_rank_as_origin():
+    """`Aborted by AbortReq.` on prefill ranks only, decode first, or prefill first: one aborted group per room."""
+    model = ClusterModel()
+    load(ABORTS, model)
+
+    groups = model.groups()
+
+    assert shape(groups) == [
+        (101, "prefill-0/TP2", "aborted", ["prefill-0/TP0", "prefill-0/TP1", "prefill-0/TP3"]),
+        (102, "decode-0/TP0", "aborted", ["prefill-0/TP0", "prefill-0/TP1"]),
+        (103, "prefill-0/TP5", "aborted", ["decode-0/TP1"]),
+        (104, "prefill-0/TP4", "peer_lost", [f"prefill-0/TP{tp}" for tp in (1, 2, 3, 5, 6, 7)]),
+        (105, "decode-0/TP0", "timeout_waiting", ["decode-0/TP1"]),
+    ]
+    assert [group.aborted for group in groups] == [True, True, True, False, False]
+
+
+WORKER_ERRORS = [SGLANG_FIXTURES / "worker-errors" / "prefill.log", SGLANG_FIXTURES / "worker-errors" / "decode.log"]
+
+
+def test_a_worker_error_names_the_room_of_the_roomless_failure_lines_after_it():
+    """Room 201: the worker error names it for TP3's RuntimeError line, the rid for the other ranks' lines."""
+    model = ClusterModel()
+    logs = load(WORKER_ERRORS, model)
+
+    group = next(g for g in model.groups() if g.room == 201)
+
+    assert shape([group]) == [
+        (201, "prefill-0/TP3", "other", ["decode-0/TP3", "prefill-0/TP0", "prefill-0/TP1", "prefill-0/TP2"])
+    ]
+    assert group.origin is not None and group.origin.reason == "RuntimeError('post xfer failed: NIXL_ERR_BACKEND')"
+    assert logs.stats().no_room == 1, "room 203's line: no worker error, no known rid"
+
+
+def test_a_worker_error_no_failure_line_claims_is_the_failure_record_itself():
+    """Room 202 is named only by its worker error: that line is the origin, its reason the traceback's last line."""
+    model = ClusterModel()
+    load(WORKER_ERRORS, model)
+
+    group = next(g for g in model.groups() if g.room == 202)
+
+    assert (group.origin_label, group.echo_count) == ("prefill-0/TP2", 0)
+    assert group.origin is not None
+    assert (
+        group.origin.reason
+        == "RuntimeError: Transfer worker crashed: CUDA error: an illegal memory access was encountered"
+    )
+
+
+def test_a_nixl_transport_error_names_the_room_of_a_bare_backend_code_and_alone_is_only_context():
+    """Room 204: the NIXL error names the room of the roomless line after it; 205's alone fails nothing."""
+    model = ClusterModel()
+    logs = load(WORKER_ERRORS, model)
+
+    rooms = {group.room: group for group in model.groups()}
+
+    assert (rooms[204].origin_label, rooms[204].origin.reason if rooms[204].origin else "") == (
+        "prefill-0/TP0", "NIXL_ERR_REMOTE_DISCONNECT",
+    )  # fmt: skip
+    assert 205 not in rooms
+    assert any(line.room == 205 for line in logs.context)
+
+
+def test_a_followed_worker_error_becomes_the_failure_record_once_the_file_moves_past_it(tmp_path: Path):
+    """Followed: an unclaimed worker error waits while a line could still claim it, then fails its room."""
+    path = tmp_path / "prefill-0.log"
+    path.write_text("[2026-01-02 03:04:05 TP1] Unexpected transfer worker error for room 31\n")
+    model = ClusterModel()
+    logs = SGLangLogs([path])
+    waiting = logs.poll(model)
+    with path.open("a") as log:
+        log.write("[2026-01-02 03:04:20 TP0] Session 10.0.0.7:15004 failed.\n")
+    moved_on = logs.poll(model)
+
+    assert (waiting, [(label, e.room) for label, e in moved_on]) == ([], [("prefill-0/TP1", 31)])

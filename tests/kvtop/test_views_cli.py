@@ -98,3 +98,30 @@ def test_status_follow_prints_json_lines_until_interrupted(make_cluster):
         assert process.wait(timeout=10) == 0
 
     assert [frame["ranks"]["alive"] for frame in frames] == [2, 2]
+
+
+def test_events_of_a_live_cluster_show_one_line_per_failure_and_keep_the_raw_level(make_cluster, control):
+    """Both ranks of prefill-0 fail room 9 (no decode ever asks): one line by default; --debug shows the other
+    rank's at debug with the level it published as raw_level."""
+    spec = ClusterSpec(
+        prefill_tp=2,
+        num_pages=16,
+        page_bytes=4096,
+        transfer=TransferConfig(timeouts=Timeouts(1, 3, 2)),
+    )
+    cluster = make_cluster(spec)
+    prefills = [control(a.control_endpoint) for a in cluster.agents() if a.role == "prefill"]
+    for client in prefills:
+        client.submit(9, 4)
+    for client in prefills:
+        client.wait_result(9, 10)
+
+    lines = kvtop("events", "--bootstrap", cluster.endpoint, "--jsonl").stdout.splitlines()
+    default = [json.loads(line) for line in lines]
+    debug = kvtop("events", "--bootstrap", cluster.endpoint, "--jsonl", "--debug").stdout.splitlines()
+    failures = [event for line in debug if (event := json.loads(line))["kind"] == "failure"]
+
+    assert [(e["room"], e["level"]) for e in default if e["kind"] == "failure"] == [(9, "warning")]
+    assert sorted(e["rank"] for e in failures) == ["prefill-0/TP0", "prefill-0/TP1"]
+    assert sorted(e["level"] for e in failures) == ["debug", "warning"]
+    assert [e["raw_level"] for e in failures if e["level"] == "warning"] == ["warning"]

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 
 from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
 from kvtop.sources.sglang.source import SGLangLogs
 
 POLL_S = 0.25
+_log = logging.getLogger(__name__)
 
 
 class LogFollower:
     """`model`, `lock` and `error` as the dashboard reads them; `now()` is the latest time the logs mention.
 
     Reads the files from their start (big files load while the dashboard already shows them) and then
-    what they gain, with rotation.
+    what they gain, with rotation. A damaged `.gz` is read up to its damage and named in `error`. Should
+    the thread die anyway, it logs the traceback, says so in `error` and keeps it in `died` (the
+    dashboard's command exits non-zero on it).
     """
 
     def __init__(self, logs: SGLangLogs) -> None:
@@ -22,6 +26,7 @@ class LogFollower:
         self.model = ClusterModel(JOURNAL_EVENTS_KEPT)
         self.lock = threading.Lock()
         self.error = ""
+        self.died: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kvtop-sglang-logs", daemon=True)
 
@@ -39,12 +44,21 @@ class LogFollower:
         self.logs.close()
 
     def _run(self) -> None:
+        try:
+            self._follow()
+        except BaseException as error:  # never silent: the traceback to the log, the news to the dashboard
+            _log.exception("the sglang log follower died")
+            self.died = error
+            self.error = f"sglang log follower died: {error!r} (see the log)"
+
+    def _follow(self) -> None:
         while not self._stop.is_set():
             try:
                 with self.lock:  # a few MiB at a time: a big file loads while the dashboard shows it
                     self.logs.poll(self.model, max_bytes=8 << 20)
                     self.model.sweep(self.logs.now)
-                self.error = ""
+                damaged = self.logs.stats().damaged
+                self.error = f"sglang log damaged, read up to the damage: {'; '.join(damaged)}" if damaged else ""
             except OSError as error:  # a file vanished without a rotation: say so, keep trying
                 self.error = f"sglang log: {error}"
             if all(file.reader.at_end() for file in self.logs.files):

@@ -8,8 +8,11 @@ reason text (DOMAIN.md, "How failures propagate"):
   origin;
 - decode's `Failed to get kvcache from prefill instance, it might be dead`
   and prefill's `Aborted by decode peer ...` are echoes of the other side's
-  origin in the same room; so is an abort on a prefill rank (the decode or
-  the router gave up);
+  origin in the same room;
+- `Aborted by AbortReq.` is the rank's own record of a client's abort, on
+  either side (DOMAIN.md, the abort origin): an origin of class `aborted`,
+  which the fold makes one failure of the room across every rank that
+  printed it;
 - every other reason is an origin of its own class; the fold still merges
   ranks of one instance that report the same class at about the same time,
   and makes a prefill failure that follows a decode timeout or abort an echo
@@ -61,7 +64,7 @@ def to_failure(line: FailureLine, label: str, ts: float) -> Failure | None:
         return None
     name = reason_class(line.reason)
     from_another_rank = line.reason.startswith(ANOTHER_RANK)
-    echo = name == "propagated" or (name == "aborted" and line.role == "prefill")
+    echo = name == "propagated"
     origin = "" if echo else label
     level = Level.DEBUG if echo else Level.WARNING if line.role == "prefill" else Level.ERROR
     return Failure(ts, line.room, label, line.reason, name, str(level), from_another_rank, origin)

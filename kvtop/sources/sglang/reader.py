@@ -11,12 +11,17 @@ Following: after reading to the end, `read()` looks at the path again. A new
 file there (rotated by rename) is opened from its start once the old one is
 drained; a file shorter than what was read (copied and truncated) is read
 again from its start. A line that is not valid UTF-8 is counted and skipped.
+
+A `.gz` is decompressed piece by piece: when it turns out damaged (cut short,
+corrupt, or not gzip at all), what came before the damage is used, the file
+ends there, and `ReadStats.damaged` says what was wrong.
 """
 
 from __future__ import annotations
 
 import gzip
 import os
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -49,6 +54,38 @@ class ReadStats:
     garbled: int = 0
     """Lines skipped: not UTF-8, or longer than `MAX_LINE_BYTES`."""
     rotations: int = 0
+    damaged: str = ""
+    """What was wrong with a `.gz` that could not be read to its end ("" while it could)."""
+
+
+GZIP_DAMAGE = (EOFError, OSError, zlib.error)
+"""What a damaged `.gz` raises: cut short (EOFError), not gzip or a bad CRC (BadGzipFile), corrupt (zlib)."""
+
+
+def damage(error: BaseException) -> str:
+    """What a gzip error says about the file, in a few words."""
+    if isinstance(error, EOFError):
+        return f"cut short ({error})"
+    if isinstance(error, zlib.error):
+        return f"corrupt ({error})"
+    return f"not gzip or corrupt ({error})"
+
+
+def read_head(path: Path, limit: int) -> bytes:
+    """Up to `limit` bytes of the file's text (decompressed for `.gz`): what could be read, damage or not."""
+    with open(path, "rb") as raw:
+        if not path.name.endswith(".gz"):
+            return raw.read(limit)
+        pieces: list[bytes] = []
+        size = 0
+        with gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
+            try:
+                while size < limit and (piece := unzipped.read1(limit - size)):
+                    pieces.append(piece)
+                    size += len(piece)
+            except GZIP_DAMAGE:
+                pass  # the reader counts the damage; the head is what came before it
+        return b"".join(pieces)
 
 
 class LogReader:
@@ -59,6 +96,8 @@ class LogReader:
         self.block_bytes = block_bytes
         self.stats = ReadStats()
         self._file: BinaryIO | None = None
+        self._raw: BinaryIO | None = None
+        """The compressed file under a `.gz`'s GzipFile (which does not close it)."""
         self._identity: tuple[int, int] = (0, 0)
         self._offset = 0
         self._carry = b""
@@ -79,6 +118,7 @@ class LogReader:
         self._identity = (status.st_dev, status.st_ino)
         self._offset = 0
         if self.gz:
+            self._raw = raw
             return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
         return raw
 
@@ -86,6 +126,9 @@ class LogReader:
         if self._file is not None:
             self._file.close()
             self._file = None
+        if self._raw is not None:
+            self._raw.close()
+            self._raw = None
 
     def read(self, final: bool = False, max_bytes: int = 64 << 20) -> list[str]:
         """Marked lines from what was added since the last call, up to about `max_bytes` of file.
@@ -115,16 +158,20 @@ class LogReader:
             if self._file is not None:
                 out += self.read(final, budget)
             return out
-        if final:
+        if final or self.stats.damaged:  # a damaged file ends where the damage starts
             self._scan_rest(out)
         return out
 
     def at_end(self) -> bool:
         """Nothing left unread in the file as it is now."""
-        if self._file is None:
+        if self._file is None or self.stats.damaged:
             return True
         if self.gz:
-            return not bool(self._file.peek(1))  # type: ignore[attr-defined]
+            try:
+                return not bool(self._file.peek(1))  # type: ignore[attr-defined]
+            except GZIP_DAMAGE as error:
+                self.stats.damaged = damage(error)
+                return True
         return os.fstat(self._file.fileno()).st_size <= self._offset
 
     def _rotated(self) -> bool:
@@ -149,10 +196,28 @@ class LogReader:
         assert self._file is not None
         kept = len(self._carry)
         self._buffer[:kept] = self._carry
-        size = self._file.readinto(self._view[kept : kept + self.block_bytes])  # type: ignore[attr-defined]
+        view = self._view[kept : kept + self.block_bytes]
+        size = self._fill_gz(view) if self.gz else self._file.readinto(view)  # type: ignore[attr-defined]
         self._offset += size
         self.stats.bytes += size
         return int(size)
+
+    def _fill_gz(self, view: memoryview) -> int:
+        """Decompress into `view` a piece at a time, so that damage loses only what follows it."""
+        assert self._file is not None
+        if self.stats.damaged:
+            return 0
+        size = 0
+        try:
+            while size < len(view):
+                piece = self._file.read1(len(view) - size)  # type: ignore[attr-defined]
+                if not piece:
+                    break
+                view[size : size + len(piece)] = piece
+                size += len(piece)
+        except GZIP_DAMAGE as error:
+            self.stats.damaged = damage(error)
+        return size
 
     def _scan_rest(self, out: list[str]) -> None:
         """The last line, without a newline (the file ended or moved away)."""

@@ -16,6 +16,7 @@ from kvtop.tui.frame import Frame
 from kvtop.tui.rows import Palette, clock
 from kvtop.tui.widgets.line import Line
 from kvtop.tui.widgets.row_list import RowList
+from kvtop.views.times import spans_days
 
 GroupKey = tuple[int, str, float]
 FailureNode = FailureGroup | Observed
@@ -59,6 +60,8 @@ class FailuresView(Vertical):
         self.expanded: set[GroupKey] = set()
         self._groups: list[FailureGroup] = []
         self._palette: Palette | None = None
+        self._dated = False
+        """The groups fall on more than one day: their times show the date."""
 
     def compose(self) -> ComposeResult:
         yield Line(id="failures-title", classes="title")
@@ -74,6 +77,7 @@ class FailuresView(Vertical):
     def show(self, frame: Frame, palette: Palette) -> None:
         self._palette = palette
         self._groups = frame.groups
+        self._dated = spans_days([frame.groups[0].first_ts, frame.groups[-1].first_ts] if frame.groups else [])
         echoes = sum(group.echo_count for group in frame.groups)
         where = f" matching '{frame.options.filter}'" if frame.options.filter else ""
         self.query_one("#failures-title", Line).show(
@@ -85,7 +89,7 @@ class FailuresView(Vertical):
     def _layout(self, keep: TreeRow | None = None) -> None:
         """Flatten the groups (newest first) and the expanded ones' echoes; the cursor stays on its row
         (or goes to `keep`)."""
-        tree, palette = self.origin_list, self._palette
+        tree, palette, dated = self.origin_list, self._palette, self._dated
         if palette is None:
             return
         current = keep or (self.rows[tree.cursor] if tree.cursor < len(self.rows) else None)
@@ -96,7 +100,8 @@ class FailuresView(Vertical):
                 rows.extend(TreeRow(group, echo) for echo in group.echoes)
         self.rows = rows
         tree.set_rows(
-            len(rows), lambda index: tree_line(rows[index], group_key(rows[index].group) in self.expanded, palette)
+            len(rows),
+            lambda index: tree_line(rows[index], group_key(rows[index].group) in self.expanded, palette, dated),
         )
         if current is not None:
             tree.cursor = next((i for i, row in enumerate(rows) if _same_row(row, current)), tree.cursor)
@@ -137,26 +142,27 @@ def _same_row(row: TreeRow, other: TreeRow) -> bool:
     return group_key(row.group) == group_key(other.group) and row.echo == other.echo
 
 
-def tree_line(row: TreeRow, expanded: bool, palette: Palette) -> Text:
+def tree_line(row: TreeRow, expanded: bool, palette: Palette, dated: bool = False) -> Text:
+    """An origin's row (or an echo's, indented); times with their date when `dated`."""
     if row.echo is not None:
-        return Text("    └ ", style=palette.dim) + echo_label(row.echo, palette)
+        return Text("    └ ", style=palette.dim) + echo_label(row.echo, palette, dated)
     marker = ("▼ " if expanded else "▶ ") if row.group.echoes else "  "
-    return Text(marker) + group_label(row.group, palette)
+    return Text(marker) + group_label(row.group, palette, dated)
 
 
-def group_label(group: FailureGroup, palette: Palette) -> Text:
+def group_label(group: FailureGroup, palette: Palette, dated: bool = False) -> Text:
     origin = group.origin
     text = Text(f"room {group.room:<20} ")
     text.append(f"{group.origin_label or 'origin unknown':<16} ", style=palette.error)
     text.append(f"{origin.reason_class if origin else '-':<18}")
     text.append(f"{group.echo_count:>3} echoes  ", style=palette.dim)
-    text.append(f"{clock(group.first_ts)}  {origin.reason if origin else '(origin not seen)'}")
+    text.append(f"{clock(group.first_ts, dated)}  {origin.reason if origin else '(origin not seen)'}")
     return text
 
 
-def echo_label(echo: Observed, palette: Palette) -> Text:
+def echo_label(echo: Observed, palette: Palette, dated: bool = False) -> Text:
     text = Text("echo ", style=palette.dim)
-    text.append(f"{echo.rank:<16} {echo.reason_class:<18} {clock(echo.ts)}  {echo.reason}")
+    text.append(f"{echo.rank:<16} {echo.reason_class:<18} {clock(echo.ts, dated)}  {echo.reason}")
     return text
 
 

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from tui_support import CLUSTER, FIXED_NOW, ROOMS_LIVE, ROOMS_OLD, ROOMS_RETIRED, build_model
 
-from kvtop.model.cluster import STALE_S, ClusterModel, RoomView
+from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, STALE_S, ClusterModel, RoomView
+from kvtop.model.fold import shown_level
+from kvtop.sources.sglang import load
 from kvtop.sources.synthetic import SyntheticCluster
 from kvtop.tui.frame import WINDOW_S, FrameBuilder, Options, RoomSort
-from kvtop.views.event_lines import LEVELS, shown, to_line
+from kvtop.views.event_lines import LEVELS, level_of, shown, to_line
 from kvtop.views.tables import STUCK_AFTER_S
 from transport.events import EVENT_SCHEMA, EventBatch, RoomState
 from transport.kvpoll import KVPoll
@@ -114,10 +117,21 @@ def test_each_order_sorts_the_rooms_by_its_key():
     assert listed(model, sort=RoomSort.AGE)[0] == max(rooms.values(), key=lambda room: room.first_seen).room
 
 
+def folded_leads(model: ClusterModel) -> dict[tuple[float, int, str, str], str]:
+    """Each group's lead with its shown level, from a fresh full fold (the reference for levels)."""
+    return {(g.lead.ts, g.lead.room, g.lead.rank, g.lead.reason): shown_level(g.lead) for g in model.groups()}
+
+
 @pytest.mark.parametrize("level", LEVELS)
 def test_the_event_tail_holds_every_event_at_or_above_the_level_in_journal_order(model: ClusterModel, level: str):
-    """The frame's events are the journal's, oldest first, minus those below the level."""
-    expected = [(label, event) for label, events in model.journal for event in events if shown(event, level)]
+    """The frame's events are the journal's, oldest first, minus those below the level, at the folded level."""
+    leads = folded_leads(model)
+    expected = [
+        (label, event, level_of(event, leads))
+        for label, events in model.journal
+        for event in events
+        if shown(event, level, leads)
+    ]
 
     assert expected
     assert FrameBuilder(model).build(Options(level=level), FIXED_NOW).events == expected
@@ -135,7 +149,7 @@ def test_the_event_tail_follows_new_batches_and_a_changed_level_or_filter(model:
     for options in (Options(), Options(level="debug"), Options(level="debug", filter="decode-0/TP1"), Options()):
         events = builder.build(options, FIXED_NOW).events
         assert events == FrameBuilder(model).build(options, FIXED_NOW).events
-        assert any(getattr(event, "room", None) in new_rooms for _, event in events)
+        assert any(getattr(event, "room", None) in new_rooms for _, event, _ in events)
 
 
 def test_a_filter_narrows_the_event_tail_to_matching_lines(model: ClusterModel):
@@ -143,7 +157,7 @@ def test_a_filter_narrows_the_event_tail_to_matching_lines(model: ClusterModel):
     events = FrameBuilder(model).build(Options(filter="CHECKSUM"), FIXED_NOW).events
 
     assert len(events) == sum(group.origin is not None for group in model.groups()) > 0
-    assert all("checksum" in to_line(label, event) for label, event in events)
+    assert all("checksum" in to_line(label, event, level) for label, event, level in events)
 
 
 def test_the_fold_is_reused_until_a_failure_arrives(model: ClusterModel):
@@ -199,3 +213,21 @@ def test_rejected_events_reach_the_health_line_data(model: ClusterModel):
     )
 
     assert FrameBuilder(model).build(Options(), FIXED_NOW).health.rejected == 3
+
+
+def test_the_event_tail_of_logs_shows_one_line_per_failure_group(utc):
+    """Seven prefill ranks losing one decode peer (room 104) are one line at info; at debug all seven show; the
+    health line counts the three client aborts apart from the two failures."""
+    aborts = Path(__file__).parent.parent / "fixtures" / "sglang" / "aborts"
+    model = ClusterModel(JOURNAL_EVENTS_KEPT)
+    logs = load([aborts / "prefill.log", aborts / "decode.log"], model)
+    builder = FrameBuilder(model)
+
+    def room_104(level: str) -> list[str]:
+        events = builder.build(Options(level=level), logs.now).events
+        return [shown for _, event, shown in events if getattr(event, "room", None) == 104]
+
+    assert room_104("info") == ["warning"]
+    assert room_104("debug") == ["warning"] + ["debug"] * 6
+    health = builder.build(Options(), logs.now).health
+    assert (health.failures, health.aborted) == (2, 3)

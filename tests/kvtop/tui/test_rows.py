@@ -178,16 +178,17 @@ def test_an_open_room_that_moves_is_not_stuck(frame, palette: Palette):
 
 
 def test_event_lines_take_their_level_colour(palette: Palette):
-    """Origins are errors, echoes dim (debug), transfers plain; the text is the event's log line."""
+    """Each line takes the colour of the level it shows at (error, debug dim, info plain), named in its text."""
     origin = Failure(
         FIXED_NOW, 7, "decode-0/TP1", "KV chunk 3 failed its checksum", "checksum", "error", False, "decode-0/TP1"
     )
     echo = Failure(FIXED_NOW, 7, "decode-0/TP0", "from another rank", "another_rank", "debug", True, "decode-0/TP1")
     done = TransferDone(FIXED_NOW, 8, 1 << 20, 0.01, "prefill-0")
 
-    lines = [event_line("decode-0/TP1", event, palette) for event in (origin, echo, done)]
+    shown = [(origin, "error"), (echo, "debug"), (done, "info")]
+    lines = [event_line("decode-0/TP1", event, level, palette) for event, level in shown]
 
-    assert [line.plain for line in lines] == [to_line("decode-0/TP1", event) for event in (origin, echo, done)]
+    assert [line.plain for line in lines] == [to_line("decode-0/TP1", event, level) for event, level in shown]
     assert [line.style for line in lines] == [palette.error, palette.dim, ""]
     assert lines[0].plain.startswith("2026-05-28 20:26:50.000 decode-0/TP1     ERROR   failure   room=7 checksum:")
 

@@ -1,0 +1,55 @@
+"""Context lines: what the logs say beside the failures (sessions, NIXL errors, tracebacks, glog, UCX), and
+which of them belong with which failure group."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from kvtop.model.fold import ROOM_REUSE_S, FailureGroup
+
+CONTEXT_KEPT = 10_000
+CONTEXT_S = 5.0
+"""Lines without a room are shown with failure groups that started this close in time."""
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """A line shown beside the failure groups it may explain."""
+
+    ts: float
+    source: str
+    """The instance whose log holds it (the file name while its kind is unknown)."""
+    tp: int | None
+    kind: str
+    room: int | None
+    text: str
+
+    @property
+    def likely_cause(self) -> bool:
+        """Transport libraries (glog, UCX) log the low-level error that failed the rooms near it."""
+        return self.kind in ("glog", "ucx")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "likely_cause": self.likely_cause}
+
+
+def context_for(context: Iterable[Context], groups: Sequence[FailureGroup]) -> list[list[Context]]:
+    """For each group: lines about its room, and lines near it in time (its instances', transport libraries')."""
+    ordered = sorted(context, key=lambda c: c.ts)
+    times = [c.ts for c in ordered]
+    by_room: dict[int, list[Context]] = {}
+    for line in ordered:
+        if line.room is not None:
+            by_room.setdefault(line.room, []).append(line)
+    found: list[list[Context]] = []
+    for group in groups:
+        start = group.first_ts
+        instances = {e.instance for e in group.echoes} | {group.origin_label.rpartition("/")[0]}
+        near = ordered[bisect.bisect_left(times, start - CONTEXT_S) : bisect.bisect_right(times, start + CONTEXT_S)]
+        lines = [c for c in by_room.get(group.room, []) if abs(c.ts - start) <= ROOM_REUSE_S]
+        lines += [c for c in near if c.room is None and (c.likely_cause or c.source in instances)]
+        found.append(sorted(set(lines), key=lambda c: (c.ts, c.source, c.text)))
+    return found

@@ -1,0 +1,102 @@
+"""Rooms a failure line leaves out, named by the lines around it (DOMAIN.md, "Related lines around a failure").
+
+A backend's failure can reach the scheduler's failure line as a bare
+RuntimeError with no `bootstrap_room=` field. Within one log file (one
+instance), its room is then named by:
+
+- the request id: every rank of an instance logs the same `rid` for a
+  request, so another rank's line with that rid and a room names it;
+- a preceding `Unexpected transfer worker error for room N` line (and its
+  traceback) or `NIXL transport error for room N: CODE` within
+  `WORKER_ERROR_S`: the backend failed the room, the scheduler's line is its
+  record.
+
+A line linked to a room that its instance already failed is the same failure
+seen by another rank (an echo inside the instance); otherwise it is the
+origin. A worker error that no failure line claims within `WORKER_ERROR_S`
+of the file's own time (or by the end of a complete file) is itself the
+room's failure record, its reason the traceback's last line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from kvtop.model.fold import ROOM_REUSE_S
+from kvtop.sources.sglang.lines import ContextLine, FailureLine
+
+WORKER_ERROR = re.compile(r"Unexpected transfer worker error for room (\d+)")
+TRANSPORT_ERROR = re.compile(r"NIXL transport error for room (\d+)")
+WORKER_ERROR_S = 5.0
+"""A roomless failure line this soon after a worker error is that error's record; a worker error no line
+claimed for this long is the failure record itself."""
+RIDS_KEPT = 4096
+
+
+@dataclass(slots=True)
+class WorkerError:
+    """A backend's error for a room (a worker error, a NIXL transport error) no failure line claimed yet."""
+
+    ts: float
+    tp: int | None
+    room: int
+    reason: str
+    is_record: bool = True
+    """Unclaimed, it is the room's failure record (a worker error; a transport error is only context)."""
+
+
+class RelatedLines:
+    """One file's memory of rooms: request ids, rooms that failed, unclaimed worker errors."""
+
+    def __init__(self) -> None:
+        self._rooms_by_rid: dict[str, int] = {}
+        self._failed: dict[int, float] = {}
+        """Rooms the instance failed (a failure line with a room), with the time of the latest."""
+        self._pending: list[WorkerError] = []
+
+    def context(self, line: ContextLine, ts: float) -> None:
+        """A context line: a worker error waits for its failure line; a traceback right after it gives its reason."""
+        found = WORKER_ERROR.search(line.text) or TRANSPORT_ERROR.search(line.text)
+        if found:
+            self._pending.append(WorkerError(ts, line.tp, int(found[1]), line.text, found.re is WORKER_ERROR))
+        elif line.kind == "traceback" and self._pending and self._pending[-1].reason.startswith("Unexpected"):
+            last = self._pending[-1]
+            if ts - last.ts <= 1.0:
+                last.reason = line.text.rstrip().splitlines()[-1].strip() or last.reason
+
+    def link(self, line: FailureLine, ts: float) -> tuple[int | None, bool]:
+        """The room of a failure line (its own, else the one related lines name) and whether it is an echo
+        inside its instance (the room already failed there). Remembers what the line says."""
+        room = line.room
+        linked = room is None
+        if room is None:
+            room = self._rooms_by_rid.get(line.rid) if line.rid else None
+        if room is None:
+            room = self._claim(line.tp, ts)
+        if room is None:
+            return None, False
+        echo = linked and ts - self._failed.get(room, -ROOM_REUSE_S * 2) <= ROOM_REUSE_S
+        self._failed[room] = ts
+        self._pending = [p for p in self._pending if p.room != room]
+        if line.rid and line.rid not in self._rooms_by_rid:
+            self._rooms_by_rid[line.rid] = room
+            if len(self._rooms_by_rid) > RIDS_KEPT:
+                del self._rooms_by_rid[next(iter(self._rooms_by_rid))]
+        if len(self._failed) > RIDS_KEPT:
+            del self._failed[next(iter(self._failed))]
+        return room, echo
+
+    def unclaimed(self, now: float | None) -> list[WorkerError]:
+        """Worker errors no failure line claimed by `now` (None: the file is complete, all of them); forgotten."""
+        due = [p for p in self._pending if now is None or now - p.ts > WORKER_ERROR_S]
+        self._pending = [p for p in self._pending if p not in due]
+        return [p for p in due if p.is_record]
+
+    def _claim(self, tp: int, ts: float) -> int | None:
+        """The room of the latest worker error shortly before `ts`, on the same rank if one is."""
+        near = [p for p in self._pending if 0 <= ts - p.ts <= WORKER_ERROR_S]
+        if not near:
+            return None
+        same_rank = [p for p in near if p.tp == tp]
+        return (same_rank or near)[-1].room

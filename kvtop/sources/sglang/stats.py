@@ -1,0 +1,35 @@
+"""What a set of log files gave: the counts behind the `sglang logs: ...` summary line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class LogStats:
+    """What the files gave: bytes and lines read, lines parsed, and what was skipped."""
+
+    files: int = 0
+    bytes: int = 0
+    lines: int = 0
+    matched: int = 0
+    failures: int = 0
+    batches: int = 0
+    context: int = 0
+    garbled: int = 0
+    """Lines that hold a marker but not the shape of their kind, or that are not text: counted, skipped."""
+    no_room: int = 0
+    """Failure lines without a room that no related line names (kept as context: they cannot be folded)."""
+    rotations: int = 0
+    damaged: list[str] = field(default_factory=list)
+    """`FILE: what was wrong` for each `.gz` that could not be read to its end (what came before was used)."""
+
+    def summary(self) -> str:
+        text = (
+            f"sglang logs: {self.files} files, {self.lines} lines, {self.failures} failure lines, "
+            f"{self.batches} batch lines, {self.context} context lines, {self.garbled} garbled (skipped), "
+            f"{self.no_room} without a room"
+        )
+        if self.damaged:
+            text += f", {len(self.damaged)} damaged (read up to the damage): {'; '.join(self.damaged)}"
+        return text

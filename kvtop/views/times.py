@@ -1,0 +1,17 @@
+"""Times for people: the time of day, with the date once the times shown fall on more than one day."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+
+def spans_days(times: Sequence[float]) -> bool:
+    """True when `times` fall on more than one local date (then each one is shown with its date)."""
+    return bool(times) and time.localtime(min(times))[:3] != time.localtime(max(times))[:3]
+
+
+def stamp(ts: float, dated: bool = False) -> str:
+    """`HH:MM:SS.mmm`, or `YYYY-MM-DD HH:MM:SS.mmm` when `dated`."""
+    clock = time.strftime("%Y-%m-%d %H:%M:%S" if dated else "%H:%M:%S", time.localtime(ts))
+    return f"{clock}.{int(ts * 1000) % 1000:03d}"

@@ -1,0 +1,122 @@
+"""Damaged `.gz` logs (cut short, corrupt, not gzip): what came before the damage is used, the damage is named."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import zlib
+from pathlib import Path
+
+import pytest
+from kvtop_cli import kvtop
+
+from kvtop.model.cluster import ClusterModel
+from kvtop.sources.sglang import SGLangLogs, load
+from kvtop.sources.sglang.follow import LogFollower
+
+pytestmark = pytest.mark.usefixtures("utc")
+
+ABORTS = Path(__file__).parent / "fixtures" / "sglang" / "aborts"
+TEXT = (ABORTS / "prefill.log").read_bytes()
+HALF = TEXT.index(b"\n", TEXT.index(b"c103")) + 1
+"""The fixture up to room 103's line: what a file cut short after it still gives."""
+
+
+def cut_short(path: Path) -> Path:
+    """The fixture gzipped with a full flush after room 103's line, then cut a few bytes past the flush."""
+    compressor = zlib.compressobj(6, zlib.DEFLATED, 31)
+    head = compressor.compress(TEXT[:HALF]) + compressor.flush(zlib.Z_FULL_FLUSH)
+    whole = head + compressor.compress(TEXT[HALF:]) + compressor.flush()
+    path.write_bytes(whole[: len(head) + 8])
+    return path
+
+
+def damaged_files(tmp_path: Path) -> dict[str, Path]:
+    """One file per kind of damage, by the words the summary uses for it."""
+    corrupt = bytearray(gzip.compress(TEXT))
+    corrupt[len(corrupt) // 2 : len(corrupt) // 2 + 8] = b"\xff" * 8
+    (tmp_path / "corrupt.log.gz").write_bytes(bytes(corrupt))
+    (tmp_path / "plain.log.gz").write_bytes(TEXT)
+    return {
+        "cut short": cut_short(tmp_path / "cut.log.gz"),
+        "corrupt": tmp_path / "corrupt.log.gz",
+        "not gzip": tmp_path / "plain.log.gz",
+    }
+
+
+def test_a_gzip_cut_short_gives_the_failures_before_the_cut_and_names_the_damage(tmp_path: Path):
+    """Rooms 101-103 come from the readable part; stats name the file and say it was cut short."""
+    model = ClusterModel()
+    logs = load([f"prefill={cut_short(tmp_path / 'cut.log.gz')}"], model)
+
+    stats = logs.stats()
+
+    assert sorted({group.room for group in model.groups()}) == [101, 102, 103]
+    assert len(stats.damaged) == 1 and stats.damaged[0].startswith(f"{tmp_path / 'cut.log.gz'}: cut short")
+    assert "1 damaged" in stats.summary()
+
+
+@pytest.mark.parametrize("kind", ["cut short", "corrupt", "not gzip"])
+def test_every_view_on_a_damaged_gzip_exits_as_on_garbled_input_and_names_the_file(tmp_path: Path, kind: str):
+    """failures, events and status exit 0 and check gives its verdict; stderr names the file; no traceback."""
+    path = damaged_files(tmp_path)[kind]
+    logs = ("--sglang-log", f"prefill={path}", "--sglang-log", f"decode={ABORTS / 'decode.log'}")
+
+    failures = kvtop("failures", "--json", *logs)
+    events = kvtop("events", *logs)
+    status = kvtop("status", "--json", *logs)
+    check = kvtop("check", "--json", *logs)
+
+    assert (failures.returncode, events.returncode, status.returncode, check.returncode) == (0, 0, 0, 0)
+    for result in (failures, events, status):
+        assert f"{path}: " in result.stderr and "Traceback" not in result.stderr and "Aborted!" not in result.stderr
+    assert {102, 103} <= {group["room"] for group in json.loads(failures.stdout)}, "the decode file is whole"
+    assert json.loads(status.stdout)["logs"]["damaged"][0].startswith(f"{path}: {kind.split()[0]}")
+    assert json.loads(check.stdout)["verdict"] == "OK"
+
+
+def test_the_follower_survives_a_damaged_gzip_and_keeps_following_the_other_files(tmp_path: Path, wait_for):
+    """A cut .gz beside a growing log: the follower names the damage and still applies the lines that come."""
+    decode = tmp_path / "decode.log"
+    decode.write_bytes((ABORTS / "decode.log").read_bytes())
+    follower = LogFollower(SGLangLogs([f"prefill={cut_short(tmp_path / 'cut.log.gz')}", f"decode={decode}"])).start()
+    try:
+        wait_for(lambda: "cut short" in follower.error, timeout=10, what="the damage named")
+        with decode.open("a") as grown:
+            grown.write(
+                "[2026-03-04 05:07:00.000 TP1] Decode transfer failed for request rank=1 decode_req.req.rid='d106' "
+                "decode_req.req.bootstrap_room=106 with exception KVTransferError(bootstrap_room=106): "
+                "Request 106 timed out after 300.0s in KVPoll.WaitingForInput\n"
+            )
+
+        def has_room_106() -> bool:
+            with follower.lock:
+                return any(group.room == 106 for group in follower.model.groups())
+
+        wait_for(has_room_106, timeout=10, what="the line added after the damage")
+    finally:
+        follower.close()
+    assert follower.died is None
+    assert str(tmp_path / "cut.log.gz") in follower.error
+
+
+def test_a_follower_thread_that_dies_anyway_is_loud(tmp_path: Path, wait_for, caplog: pytest.LogCaptureFixture):
+    """A model that raises on apply kills the thread: the traceback is logged, `died` and `error` say so."""
+    log = tmp_path / "decode.log"
+    log.write_bytes((ABORTS / "decode.log").read_bytes())
+    follower = LogFollower(SGLangLogs([f"decode={log}"]))
+
+    def broken(*_: object) -> None:
+        raise RuntimeError("model broke")
+
+    follower.model.apply = broken  # type: ignore[method-assign]
+    with caplog.at_level(logging.ERROR):
+        follower.start()
+        try:
+            wait_for(lambda: follower.died is not None, timeout=10, what="the follower thread died")
+        finally:
+            follower.close()
+
+    assert "follower died: RuntimeError('model broke')" in follower.error
+    assert any(record.exc_info and "model broke" in str(record.exc_info[1]) for record in caplog.records)
