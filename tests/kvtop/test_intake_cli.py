@@ -140,9 +140,9 @@ def test_status_follow_keeps_its_collector_across_rediscoveries_of_a_bad_entry(m
 def test_a_rank_killed_before_kvtop_started_is_still_reported_gone_after_its_entry_expired(make_cluster, wait_for):
     """The bootstrap forgets a dead agent's entry but lists it as expired: a later `check` says it is gone."""
     cluster = make_cluster(ClusterSpec(num_pages=16, page_bytes=4096))
-    cluster.bootstrap.entry_ttl_s = 1.0
+    cluster.bootstrap.entry_ttl_s = 3.0  # above the agents' refresh period (1 s), with room for a loaded machine
     cluster.kill("decode-0/TP0")
-    wait_for(lambda: cluster.bootstrap.counters["expired"] == 1, timeout=10, what="the entry expires")
+    wait_for(lambda: cluster.bootstrap.counters["expired"] >= 1, timeout=15, what="the entry expires")
 
     ranks = json.loads(kvtop("ranks", "--bootstrap", cluster.endpoint, "--json").stdout)
     check = kvtop("check", "--bootstrap", cluster.endpoint)

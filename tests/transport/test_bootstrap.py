@@ -87,12 +87,12 @@ def listed(server: BootstrapServer) -> set[str]:
 def test_a_killed_agents_entry_expires_and_a_live_one_stays(make_cluster, wait_for):
     """SIGKILL leaves no goodbye: the entry expires within its TTL, while a live agent's refreshes keep its own."""
     cluster = make_cluster(ClusterSpec())
-    cluster.bootstrap.entry_ttl_s = 2.0
+    ttl_s = cluster.bootstrap.entry_ttl_s = 3.0  # three refresh periods: a loaded machine's late refresh is fine
     cluster.kill("decode-0/TP0")
     killed_at = time.monotonic()
 
-    wait_for(lambda: listed(cluster.bootstrap) == {"prefill-0/TP0"}, timeout=10.0, what="the killed entry expires")
-    assert time.monotonic() - killed_at < 2.0 + 3.0
+    wait_for(lambda: listed(cluster.bootstrap) == {"prefill-0/TP0"}, timeout=15.0, what="the killed entry expires")
+    assert time.monotonic() - killed_at < ttl_s + 3.0
     deadline = time.monotonic() + 2 * cluster.bootstrap.entry_ttl_s
     while time.monotonic() < deadline:
         assert "prefill-0/TP0" in listed(cluster.bootstrap), "a live agent's entry expired"
