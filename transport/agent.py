@@ -30,7 +30,7 @@ from transport.faults import FaultInjector, FaultSpec, check_role
 from transport.kvpoll import KVPoll
 from transport.logs import setup_agent_logging
 from transport.pool import KVPool, PageIndices, PoolExhausted
-from transport.sockets import bind, decode_routed
+from transport.sockets import SMALL_FRAME, bind, decode_routed, open_socket
 from transport.wire import (
     ControlRequest,
     Digest,
@@ -92,8 +92,7 @@ class Agent:
         self.options = options
         self.log = setup_agent_logging(options.rank, options.log_level, options.log_file)
         self._zmq = zmq.Context()
-        self._control: zmq.Socket[bytes] = self._zmq.socket(zmq.ROUTER)
-        self._control.linger = 0
+        self._control = open_socket(self._zmq, zmq.ROUTER, SMALL_FRAME)
         self.control_endpoint = bind(self._control, options.control_endpoint, options.host)
         self.pool = KVPool(options.num_pages, options.page_bytes)
         self.manager = KVManager(
@@ -113,6 +112,7 @@ class Agent:
         self._refusals = Counters(SUBMIT_REFUSALS)
         self._prefill_instances: set[str] = set()
         """Prefill instances the bootstrap service listed (a decode Submit must name one)."""
+        self.manager.watch_rejections("control", self._rejections)
         self._live: dict[int, _LiveRoom] = {}
         self._submits_refused = 0
         self._digests: dict[int, int] = {}

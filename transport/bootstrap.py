@@ -4,6 +4,14 @@ One address lists every agent of the cluster, so one address is enough for
 kvtop to discover it. Agents register their `AgentInfo` (a newer incarnation
 of the same instance rank replaces the older one); decode ranks resolve a
 prefill instance to its ranks; anyone may list all agents.
+
+The service is a border post and forgets: a registration that fails
+`registration.registration_problem` (a bad endpoint, role, rank or size) is refused
+and counted (`rejected_invalid`, its name and reason kept in `refused`); an
+agent re-registers every `REFRESH_S`, and an entry not refreshed for
+`ENTRY_TTL_S` expires (the agent died); an agent leaving cleanly deregisters.
+An expired entry is still listed apart (`AgentList.expired`) for `EXPIRED_KEPT_S`, so that
+`kvtop check` run a minute after a crash still reports the rank gone instead of forgetting it.
 """
 
 from __future__ import annotations
@@ -11,18 +19,21 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections import deque
 from typing import TypeVar
 
 import zmq
 
 from transport.counters import Counters, rejection_names
 from transport.errors import BootstrapError, FrameRejected
-from transport.sockets import bind, decode_routed
+from transport.registration import entry_name, registration_problem
+from transport.sockets import LIST_FRAME, SMALL_FRAME, bind, decode_routed, open_socket
 from transport.wire import (
     AgentInfo,
     AgentList,
     BootstrapReply,
     BootstrapRequest,
+    Deregister,
     FrameDecoder,
     ListAgents,
     Refusal,
@@ -35,20 +46,38 @@ from transport.wire import (
 
 _POLL_MS = 100
 _R = TypeVar("_R", Registered, Route, AgentList)
+REFRESH_S = 1.0
+"""How often an agent registers again, so that the service knows it is still there."""
+ENTRY_TTL_S = 5.0
+"""An entry not refreshed for this long expires."""
+MAX_ENTRIES = 4096
+"""Registrations beyond this many entries are refused (a flood of names cannot grow the service)."""
+REFUSED_KEPT = 16
+EXPIRED_KEPT_S = 600.0
+"""How long an expired entry is still listed as gone (until its rank registers again)."""
 
 
 class BootstrapServer:
     """A ROUTER socket served by one thread until `close()`."""
 
     def __init__(
-        self, endpoint: str = "", host: str = "127.0.0.1", context: zmq.Context[zmq.Socket[bytes]] | None = None
+        self,
+        endpoint: str = "",
+        host: str = "127.0.0.1",
+        context: zmq.Context[zmq.Socket[bytes]] | None = None,
+        entry_ttl_s: float = ENTRY_TTL_S,
     ) -> None:
         self._context = context or zmq.Context.instance()
-        self._socket: zmq.Socket[bytes] = self._context.socket(zmq.ROUTER)
-        self._socket.linger = 0
+        self._socket = open_socket(self._context, zmq.ROUTER, SMALL_FRAME)
         self.endpoint = bind(self._socket, endpoint, host)
-        self.counters = Counters(("requests", *rejection_names()))
+        self.entry_ttl_s = entry_ttl_s
+        self.counters = Counters(("requests", "expired", "deregistered", *rejection_names()))
+        self.refused: deque[str] = deque(maxlen=REFUSED_KEPT)
+        """The latest refused registrations, `name: why`."""
         self._agents: dict[tuple[str, int], AgentInfo] = {}
+        self._refreshed: dict[tuple[str, int], float] = {}
+        self._expired: dict[tuple[str, int], tuple[float, AgentInfo]] = {}
+        """Entries that expired: when, and who (oldest first)."""
         self._decoder: FrameDecoder[BootstrapRequest] = FrameDecoder(BootstrapRequest)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="bootstrap", daemon=True)
@@ -74,8 +103,24 @@ class BootstrapServer:
             while not self._stop.is_set():
                 if self._socket.poll(_POLL_MS):
                     self._handle(self._socket.recv_multipart())
+                self._expire(time.monotonic())
         finally:
             self._socket.close(linger=0)
+
+    def _expire(self, now: float) -> None:
+        for key in [key for key, at in self._refreshed.items() if now - at > self.entry_ttl_s]:
+            self._expired.pop(key, None)
+            self._expired[key] = (now, self._agents[key])
+            self._forget(key)
+            self.counters.add("expired")
+        while self._expired and (
+            now - next(iter(self._expired.values()))[0] > EXPIRED_KEPT_S or len(self._expired) > MAX_ENTRIES
+        ):
+            del self._expired[next(iter(self._expired))]
+
+    def _forget(self, key: tuple[str, int]) -> None:
+        self._agents.pop(key, None)
+        self._refreshed.pop(key, None)
 
     def _handle(self, frames: list[bytes]) -> None:
         routed = decode_routed(frames, self._decoder, self.counters)
@@ -87,25 +132,54 @@ class BootstrapServer:
 
     def _answer(self, request: BootstrapRequest) -> BootstrapReply:
         if isinstance(request, Register):
-            agent = request.agent
-            self._agents[(agent.instance, agent.rank)] = agent
+            return self._register(request)
+        if isinstance(request, Deregister):
+            key = (request.instance, request.rank)
+            known = self._agents.get(key)
+            if known is not None and known.incarnation == request.incarnation:
+                self._forget(key)
+                self.counters.add("deregistered")
             return Registered(request.req_id)
         if isinstance(request, Resolve):
             ranks = sorted((a for a in self._agents.values() if a.instance == request.instance), key=lambda a: a.rank)
             return Route(request.req_id, request.instance, ranks)
-        return AgentList(request.req_id, self.agents())
+        expired = [agent for _, agent in self._expired.values()]
+        return AgentList(request.req_id, self.agents(), self.counters.snapshot(), list(self.refused), expired)
+
+    def _register(self, request: Register) -> Registered | Refusal:
+        agent = request.agent
+        key = (agent.instance, agent.rank)
+        problem = registration_problem(agent)
+        if not problem and key not in self._agents and len(self._agents) >= MAX_ENTRIES:
+            problem = f"the service already lists {MAX_ENTRIES} agents"
+        if problem:
+            self.counters.reject("invalid")
+            self.refused.append(f"{entry_name(agent)}: {problem}")
+            return Refusal(request.req_id, f"registration of {entry_name(agent)} refused: {problem}")
+        self._agents[key] = agent
+        self._refreshed[key] = time.monotonic()
+        self._expired.pop(key, None)
+        return Registered(request.req_id)
 
 
 class BootstrapClient:
-    """Blocking request/reply to a bootstrap service, with a deadline per call."""
+    """Blocking request/reply to a bootstrap service, with a deadline per call.
+
+    A reply that breaks the wire format is counted in `counters` (`rejected_<reason>`) and skipped, like
+    a reply to another request: only a refusal or the deadline ends a call with `BootstrapError`.
+    """
 
     def __init__(
-        self, endpoint: str, timeout_s: float = 5.0, context: zmq.Context[zmq.Socket[bytes]] | None = None
+        self,
+        endpoint: str,
+        timeout_s: float = 5.0,
+        context: zmq.Context[zmq.Socket[bytes]] | None = None,
+        counters: Counters | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.timeout_s = timeout_s
-        self._socket: zmq.Socket[bytes] = (context or zmq.Context.instance()).socket(zmq.DEALER)
-        self._socket.linger = 0
+        self.counters = counters or Counters(rejection_names())
+        self._socket = open_socket(context or zmq.Context.instance(), zmq.DEALER, LIST_FRAME)
         try:
             self._socket.connect(endpoint)
         except zmq.ZMQError as error:
@@ -128,13 +202,21 @@ class BootstrapClient:
     def register(self, agent: AgentInfo) -> None:
         self._call(Register(next(self._ids), agent), Registered)
 
+    def deregister(self, agent: AgentInfo) -> None:
+        """Drop `agent`'s entry (a newer incarnation's entry stays)."""
+        self._call(Deregister(next(self._ids), agent.instance, agent.rank, agent.incarnation), Registered)
+
     def resolve(self, instance: str) -> list[AgentInfo]:
         return self._call(Resolve(next(self._ids), instance), Route).ranks
 
     def list_agents(self) -> list[AgentInfo]:
-        return self._call(ListAgents(next(self._ids)), AgentList).agents
+        return self.listing().agents
 
-    def _call(self, request: Register | Resolve | ListAgents, expected: type[_R]) -> _R:
+    def listing(self) -> AgentList:
+        """Every agent, with the service's counters and its latest refused registrations."""
+        return self._call(ListAgents(next(self._ids)), AgentList)
+
+    def _call(self, request: BootstrapRequest, expected: type[_R]) -> _R:
         self._socket.send(encode(request))
         deadline = time.monotonic() + self.timeout_s
         while (left := deadline - time.monotonic()) > 0:
@@ -143,7 +225,8 @@ class BootstrapClient:
             try:
                 reply = self._decoder.decode(self._socket.recv())
             except FrameRejected as rejected:
-                raise BootstrapError(f"bootstrap {self.endpoint} sent a bad reply: {rejected}") from None
+                self.counters.reject(rejected.reason)
+                continue
             if isinstance(reply, Refusal):
                 raise BootstrapError(f"bootstrap {self.endpoint} refused: {reply.message}")
             if reply.req_id == request.req_id and isinstance(reply, expected):

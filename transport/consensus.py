@@ -28,7 +28,14 @@ from transport.counters import Counters
 from transport.kvpoll import KVPoll
 from transport.rooms import RoomRecord
 from transport.routes import RouteBook
-from transport.sockets import bind_ephemeral, decode_waiting
+from transport.sockets import (
+    LIST_FRAME,
+    bind_ephemeral,
+    decode_waiting,
+    open_publisher,
+    open_socket,
+    serve_subscriptions,
+)
 from transport.wire import AgentInfo, FrameDecoder, Vote, VoteEntry, encode
 
 REMEMBER_S = 10.0
@@ -49,11 +56,10 @@ class InstanceConsensus:
     def __init__(
         self, context: zmq.Context[zmq.Socket[bytes]], host: str, counters: Counters, vote_timeout_s: float
     ) -> None:
-        self._pub: zmq.Socket[bytes] = context.socket(zmq.PUB)
-        self._pub.linger = 0
-        self.endpoint = bind_ephemeral(self._pub, host)
-        self.socket: zmq.Socket[bytes] = context.socket(zmq.SUB)
-        self.socket.linger = 0
+        self.publisher = open_publisher(context)
+        """Where this rank's votes go out (what its subscribers send it is read by `serve_subscribers`)."""
+        self.endpoint = bind_ephemeral(self.publisher, host)
+        self.socket = open_socket(context, zmq.SUB, LIST_FRAME)
         self.socket.setsockopt(zmq.SUBSCRIBE, b"")
         self._counters = counters
         self._vote_timeout_s = vote_timeout_s
@@ -99,7 +105,11 @@ class InstanceConsensus:
                 del self._released[room]
         entries = [entry_of(record) for record in rooms]
         entries.extend(entry for _, entry in self._released.values())
-        self._pub.send(encode(Vote(me.rank, me.incarnation, entries)))
+        self.publisher.send(encode(Vote(me.rank, me.incarnation, entries)))
+
+    def serve_subscribers(self) -> None:
+        """Apply the other ranks' subscriptions to this rank's votes (anything else is counted)."""
+        serve_subscriptions(self.publisher, self._counters)
 
     def handle(self) -> None:
         """Read the other ranks' votes (only the latest of each counts); a vote from no rank we joined is rejected."""
@@ -140,7 +150,7 @@ class InstanceConsensus:
         return Agreement(KVPoll.Failed if failure else state, failure)
 
     def close(self) -> None:
-        self._pub.close(linger=0)
+        self.publisher.close(linger=0)
         self.socket.close(linger=0)
 
 

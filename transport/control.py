@@ -9,6 +9,7 @@ from typing import TypeVar
 import zmq
 
 from transport.errors import FrameRejected, TransportError
+from transport.sockets import SMALL_FRAME, open_socket
 from transport.wire import (
     ControlReply,
     Digest,
@@ -35,8 +36,7 @@ class ControlClient:
 
     def __init__(self, endpoint: str, context: zmq.Context[zmq.Socket[bytes]] | None = None) -> None:
         self.endpoint = endpoint
-        self.socket: zmq.Socket[bytes] = (context or zmq.Context.instance()).socket(zmq.DEALER)
-        self.socket.linger = 0
+        self.socket = open_socket(context or zmq.Context.instance(), zmq.DEALER, SMALL_FRAME)
         self.socket.connect(endpoint)
         self._ids = itertools.count(1)
         self._decoder: FrameDecoder[ControlReply] = FrameDecoder(ControlReply)

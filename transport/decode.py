@@ -24,7 +24,7 @@ from transport.pool import PageIndices, is_one_run, run_breaks
 from transport.rooms import ReceiverRoom
 from transport.routes import RouteBook
 from transport.side import SideContext, sweep_finished
-from transport.sockets import drain_message
+from transport.sockets import data_frame_bound, drain_message, open_socket
 from transport.wire import (
     Abort,
     AbortAck,
@@ -204,8 +204,9 @@ class DecodeSide:
             return link
         if link is not None:
             self._drop_link(link)
-        sock: zmq.Socket[bytes] = self._ctx.context.socket(zmq.DEALER)
-        sock.linger = 0
+        sock = open_socket(
+            self._ctx.context, zmq.DEALER, data_frame_bound(self._ctx.config.chunk_bytes, self._ctx.pool.page_bytes)
+        )
         sock.routing_id = f"{self._ctx.info.label}#{self._ctx.info.incarnation:x}".encode()
         sock.rcvhwm = 100_000
         sock.connect(info.data_endpoint)

@@ -24,12 +24,12 @@ import numpy.typing as npt
 import psutil
 import zmq
 
-from transport.bootstrap import BootstrapClient
+from transport.bootstrap import REFRESH_S, BootstrapClient
 from transport.config import Role, TransferConfig
 from transport.consensus import InstanceConsensus
 from transport.counters import Counters, rejection_names
 from transport.decode import DecodeSide
-from transport.errors import ConfigError, KVTransferError, ReasonClass, TransportError
+from transport.errors import BootstrapError, ConfigError, KVTransferError, ReasonClass, TransportError
 from transport.events import AgentHello, Event, Heartbeat
 from transport.faults import FaultInjector, FaultKind
 from transport.kvpoll import KVPoll
@@ -193,8 +193,6 @@ class KVManager:
         self.bootstrap = bootstrap
         self._zmq = zmq.Context()
         self._counters = Counters(COUNTER_NAMES)
-        self._consensus_rejections = Counters(rejection_names())
-        """Frames rejected on the consensus SUB (reported as `consensus_rejected_<reason>`)."""
         self._commands: deque[Callable[[], None]] = deque()
         self._wake_read, self._wake_write = os.pipe()
         os.set_blocking(self._wake_read, False)
@@ -213,13 +211,15 @@ class KVManager:
             socket.gethostname(),
             int.from_bytes(os.urandom(6), "little"),
         )
-        self._ctx = SideContext(info, pool, self.config, faults or FaultInjector(), self._counters, self._zmq)
-        self._routes = RouteBook(self._zmq, bootstrap, self._counters)
+        data_counters = self._counters.for_socket("data")
+        self._ctx = SideContext(info, pool, self.config, faults or FaultInjector(), data_counters, self._zmq)
+        self._routes = RouteBook(self._zmq, bootstrap, self._counters.for_socket("bootstrap"))
         self._consensus = (
-            InstanceConsensus(self._zmq, host, self._consensus_rejections, self.config.peer_timeout_s)
+            InstanceConsensus(self._zmq, host, self._counters.for_socket("consensus"), self.config.peer_timeout_s)
             if tp > 1
             else None
         )
+        self._watched: dict[str, Counters] = {}
         self._prefill: PrefillSide | None = None
         self._decode: DecodeSide | None = None
         self._side: PrefillSide | DecodeSide
@@ -243,6 +243,8 @@ class KVManager:
         self._ctx.info = info
         self._process = psutil.Process()
         self._next_heartbeat = 0.0
+        self._next_refresh = 0.0
+        self._registered = False
 
     @property
     def info(self) -> AgentInfo:
@@ -258,8 +260,11 @@ class KVManager:
                     time.time(), self.info, __version__, self.publisher.endpoint, self.publisher.snapshot_endpoint
                 )
             )
-        with BootstrapClient(self.bootstrap, timeout_s=register_timeout_s, context=self._zmq) as client:
+        counters = self._counters.for_socket("bootstrap")
+        with BootstrapClient(self.bootstrap, register_timeout_s, self._zmq, counters) as client:
             client.register(self.info)
+        self._registered = True
+        self._next_refresh = time.monotonic() + REFRESH_S
         self._thread.start()
         return self
 
@@ -280,6 +285,8 @@ class KVManager:
             self._routes.close()
             if self._consensus is not None:
                 self._consensus.close()
+        if self._registered:
+            self._deregister()
         if self.publisher is not None:
             self.publisher.close()
         os.close(self._wake_read)
@@ -293,10 +300,8 @@ class KVManager:
         self.close()
 
     def counters(self) -> dict[str, int]:
-        """A snapshot of this rank's counters: data and bootstrap rejections under `rejected_<reason>`,
-        the consensus socket's under `consensus_rejected_<reason>`."""
-        consensus = {f"consensus_{k}": v for k, v in self._consensus_rejections.snapshot().items()}
-        return {**self._counters.snapshot(), **consensus}
+        """A snapshot of this rank's counters (rejections under `rejected_<reason>`, summed over its sockets)."""
+        return self._counters.snapshot()
 
     def dead_thread(self) -> str | None:
         """The name of this rank's engine or publisher thread if it died (it logged why), else None."""
@@ -304,6 +309,27 @@ class KVManager:
             return None
         threads = [self._thread, *([self.publisher.thread] if self.publisher is not None else [])]
         return next((t.name for t in threads if t.ident is not None and not t.is_alive()), None)
+
+    def watch_rejections(self, socket: str, counters: Counters) -> None:
+        """Report the rejections counted in `counters` under `socket` in every heartbeat."""
+        self._watched[socket] = counters
+
+    def rejections(self) -> dict[str, dict[str, int]]:
+        """Rejected frames by socket (data, consensus, bootstrap, events, snapshot, watched ones), then reason."""
+        published = self.publisher.counters.rejections() if self.publisher is not None else {}
+        return {
+            **self._counters.rejections(),
+            **published,
+            **{name: counters.rejected() for name, counters in self._watched.items()},
+        }
+
+    def _deregister(self) -> None:
+        """Leave the bootstrap listing at once (best effort: an unreachable service lets the entry expire)."""
+        try:
+            with BootstrapClient(self.bootstrap, timeout_s=1.0, context=self._zmq) as client:
+                client.deregister(self.info)
+        except BootstrapError:
+            pass
 
     def sender(self, room: int) -> KVSender:
         """Start tracking `room` on this prefill rank (Bootstrapping until decode asks)."""
@@ -346,7 +372,7 @@ class KVManager:
             os.write(self._wake_write, b"\0")
 
     def _sockets(self) -> set[zmq.Socket[bytes]]:
-        fixed = [self._routes.socket] + ([self._consensus.socket] if self._consensus else [])
+        fixed = [self._routes.socket] + ([self._consensus.socket, self._consensus.publisher] if self._consensus else [])
         return {*fixed, *self._side.sockets()}
 
     def _handle(self, sock: zmq.Socket[bytes], now: float) -> None:
@@ -354,6 +380,8 @@ class KVManager:
             self._routes.handle()
         elif self._consensus is not None and sock is self._consensus.socket:
             self._consensus.handle()
+        elif self._consensus is not None and sock is self._consensus.publisher:
+            self._consensus.serve_subscribers()
         else:
             self._side.handle(sock, now)
 
@@ -379,6 +407,9 @@ class KVManager:
         if now >= self._next_heartbeat:
             self._next_heartbeat = now + HEARTBEAT_S
             self._heartbeat(len(rooms))
+        if now >= self._next_refresh:
+            self._next_refresh = now + REFRESH_S
+            self._routes.register(info)
 
     def _fail_by_instance(self, record: RoomRecord, entry: VoteEntry, now: float) -> None:
         """Another rank failed the room: fail it here as its echo (or, when already done here, record the echo)."""
@@ -399,7 +430,15 @@ class KVManager:
         memory = psutil.virtual_memory().percent
         self.emit(
             Heartbeat(
-                time.time(), self.counters(), inflight, publisher.dropped, cpu, rss, memory, publisher.snapshot_endpoint
+                time.time(),
+                self.counters(),
+                inflight,
+                publisher.dropped,
+                cpu,
+                rss,
+                memory,
+                publisher.snapshot_endpoint,
+                self.rejections(),
             )
         )
 

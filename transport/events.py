@@ -2,7 +2,7 @@
 
 Frames (the PUB socket of every agent; the snapshot ROUTER beside it)::
 
-    events    PUB (bound by each agent) -> SUB (kvtop, any subscriber)
+    events    PUB (bound by each agent; an XPUB serving whole-stream subscriptions only) -> SUB (kvtop, any)
         [EventBatch]        version byte + msgpack, like every control frame (see wire.py)
     snapshot  ROUTER (bound by each agent) <- DEALER (a subscriber joining late)
         request [SnapshotRequest]   reply [Snapshot]
@@ -66,6 +66,9 @@ class Heartbeat(msgspec.Struct, tag="heartbeat", array_like=True, frozen=True):
     host_memory_percent: Percent
     snapshot_endpoint: str = ""
     """Where to ask for a snapshot (a subscriber given only the event endpoint learns it here)."""
+    rejected: dict[str, dict[str, int]] = {}
+    """Frames this agent's sockets rejected, by socket (control, data, consensus, bootstrap, snapshot), then
+    reason (malformed, unknown_version, oversize, truncated, unexpected, invalid)."""
 
 
 class RoomState(msgspec.Struct, tag="room", array_like=True, frozen=True):

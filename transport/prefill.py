@@ -22,7 +22,7 @@ from transport.kvpoll import KVPoll
 from transport.pool import run_breaks, split_runs
 from transport.rooms import LinkPlan, SenderRoom
 from transport.side import SideContext, sweep_finished
-from transport.sockets import bind_ephemeral, decode_routed
+from transport.sockets import LIST_FRAME, bind_ephemeral, decode_routed, open_socket
 from transport.wire import (
     Abort,
     AbortAck,
@@ -88,8 +88,7 @@ class PrefillSide:
 
     def __init__(self, ctx: SideContext, host: str) -> None:
         self._ctx = ctx
-        self._socket: zmq.Socket[bytes] = ctx.context.socket(zmq.ROUTER)
-        self._socket.linger = 0
+        self._socket = open_socket(ctx.context, zmq.ROUTER, LIST_FRAME)
         self._socket.router_mandatory = True
         self._socket.sndhwm = 100_000
         self.endpoint = bind_ephemeral(self._socket, host)

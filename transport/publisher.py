@@ -35,7 +35,7 @@ from transport.events import (
     TransferDone,
 )
 from transport.kvpoll import KVPoll
-from transport.sockets import bind, decode_routed
+from transport.sockets import SMALL_FRAME, bind, decode_routed, open_publisher, open_socket, serve_subscriptions
 from transport.wire import AgentInfo, FrameDecoder, encode
 
 _log = logging.getLogger(__name__)
@@ -125,12 +125,13 @@ class EventPublisher:
         """`lost_after_s`: seconds without news after which a live room leaves the snapshots as lost."""
         self.info = info
         self._context = context or zmq.Context.instance()
-        self._pub: zmq.Socket[bytes] = self._context.socket(zmq.PUB)
-        self._pub.linger = 0
+        self._pub = open_publisher(self._context)
         self._pub.sndhwm = sndhwm
         self.endpoint = bind(self._pub, "", host)
-        self._snapshots: zmq.Socket[bytes] = self._context.socket(zmq.ROUTER)
-        self._snapshots.linger = 0
+        self._snapshots = open_socket(self._context, zmq.ROUTER, SMALL_FRAME)
+        self._poller = zmq.Poller()
+        self._poller.register(self._pub, zmq.POLLIN)
+        self._poller.register(self._snapshots, zmq.POLLIN)
         self.snapshot_endpoint = bind(self._snapshots, "", host)
         self._queue: deque[Event] = deque(maxlen=queue_size)
         self._interval = batch_interval_s
@@ -140,6 +141,9 @@ class EventPublisher:
         """The seq of the last batch published."""
         self.dropped = 0
         self.counters = Counters(("batches", "events", "snapshots", "rooms_lost", *rejection_names()))
+        """Rejections are kept per socket: `events` (what subscribers send the PUB), `snapshot` (requests)."""
+        self._event_counts = self.counters.for_socket("events")
+        self._snapshot_counts = self.counters.for_socket("snapshot")
         self._mirror = StateMirror(lost_after_s)
         self._decoder: FrameDecoder[SnapshotRequest] = FrameDecoder(SnapshotRequest)
         self._stop = threading.Event()
@@ -182,8 +186,11 @@ class EventPublisher:
         while True:
             stopping = self._stop.is_set()
             wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
-            if not stopping and self._snapshots.poll(wait_ms):
-                self._serve_snapshot()
+            if not stopping and (ready := dict(self._poller.poll(wait_ms))):
+                if self._pub in ready:
+                    serve_subscriptions(self._pub, self._event_counts)
+                if self._snapshots in ready:
+                    self._serve_snapshot()
                 if len(self._queue) < self._batch_max and time.monotonic() < deadline:
                     continue
             while self._queue:
@@ -211,7 +218,7 @@ class EventPublisher:
         self.counters.add("events", len(events))
 
     def _serve_snapshot(self) -> None:
-        routed = decode_routed(self._snapshots.recv_multipart(), self._decoder, self.counters)
+        routed = decode_routed(self._snapshots.recv_multipart(), self._decoder, self._snapshot_counts)
         if routed is None:
             return
         requester, request = routed

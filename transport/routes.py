@@ -1,4 +1,4 @@
-"""Asynchronous lookups of instances in the bootstrap service, for the engine thread."""
+"""The engine thread's DEALER to the bootstrap service: asynchronous lookups of instances, and refreshes."""
 
 from __future__ import annotations
 
@@ -7,8 +7,19 @@ import itertools
 import zmq
 
 from transport.counters import Counters
-from transport.sockets import decode_waiting
-from transport.wire import AgentInfo, BootstrapReply, FrameDecoder, Refusal, Resolve, Route, encode
+from transport.registration import registration_problem
+from transport.sockets import LIST_FRAME, decode_waiting, open_socket
+from transport.wire import (
+    AgentInfo,
+    BootstrapReply,
+    FrameDecoder,
+    Refusal,
+    Register,
+    Registered,
+    Resolve,
+    Route,
+    encode,
+)
 
 RESOLVE_RETRY_S = 0.25
 
@@ -17,8 +28,7 @@ class RouteBook:
     """Caches each instance's registered ranks; `lookup()` asks the bootstrap service when needed."""
 
     def __init__(self, context: zmq.Context[zmq.Socket[bytes]], bootstrap: str, counters: Counters) -> None:
-        self.socket: zmq.Socket[bytes] = context.socket(zmq.DEALER)
-        self.socket.linger = 0
+        self.socket = open_socket(context, zmq.DEALER, LIST_FRAME)
         self.socket.connect(bootstrap)
         self._counters = counters
         self._routes: dict[str, list[AgentInfo]] = {}
@@ -36,16 +46,24 @@ class RouteBook:
             self.socket.send(encode(Resolve(next(self._req_ids), instance)))
         return None
 
+    def register(self, agent: AgentInfo) -> None:
+        """Register again (the service expires entries that stop doing so); the reply needs no answer."""
+        self.socket.send(encode(Register(next(self._req_ids), agent)))
+
     def forget(self, instance: str) -> None:
         """Drop a cached route (a rank of it was lost or restarted)."""
         self._routes.pop(instance, None)
 
     def handle(self) -> None:
-        """Read the bootstrap service's replies."""
+        """Read the bootstrap service's replies; a listed rank nobody can connect to is counted (`invalid`)
+        and left out, so the instance stays unresolved instead of the engine thread raising on connect."""
         for reply in decode_waiting(self.socket, self._decoder, self._counters):
             if isinstance(reply, Route):
-                self._routes[reply.instance] = reply.ranks
-            elif not isinstance(reply, Refusal):
+                usable = [rank for rank in reply.ranks if not registration_problem(rank)]
+                for _ in range(len(reply.ranks) - len(usable)):
+                    self._counters.reject("invalid")
+                self._routes[reply.instance] = usable
+            elif not isinstance(reply, Refusal | Registered):
                 self._counters.reject("unexpected")
 
     def close(self) -> None:

@@ -1,17 +1,81 @@
-"""Small helpers shared by every socket loop: binding, routing ids, draining."""
+"""Small helpers shared by every socket loop: opening with a size bound, binding, routing ids, draining.
+
+Every socket is opened by `open_socket`, which sets `ZMQ_MAXMSGSIZE` from the
+table below: libzmq drops a connection whose next frame is larger than the
+bound, after reading only the frame's size, so no peer can make a socket
+allocate more (a PUB counts too: what a subscriber sends it are subscriptions,
+and libzmq keeps each one in a trie).
+
+    socket                                        largest inbound frame
+    control ROUTER (agent), control DEALER        SMALL_FRAME: Submit, GetStats, Digest; their replies
+    bootstrap ROUTER (service)                    SMALL_FRAME: Register, Deregister, Resolve, ListAgents
+    bootstrap DEALER (agents, kvtop)              LIST_FRAME: an AgentList or Route
+    snapshot ROUTER (agent)                       SMALL_FRAME: SnapshotRequest
+    snapshot DEALER (subscriber)                  LIST_FRAME: a Snapshot
+    event PUB, consensus PUB (XPUB, manual)       SMALL_FRAME: subscriptions (see `serve_subscriptions`)
+    event SUB (subscriber), consensus SUB         LIST_FRAME: an EventBatch, a Vote
+    data ROUTER (prefill)                         LIST_FRAME: a TransferRequest (a list of pages)
+    data DEALER (decode)                          `data_frame_bound`: one chunk's payload frame
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TypeVar
+from typing import Final, TypeVar
 
 import zmq
 
 from transport.counters import Counters
 from transport.errors import FrameRejected
-from transport.wire import FrameDecoder
+from transport.wire import MAX_CONTROL_FRAME, FrameDecoder
 
 T = TypeVar("T")
+
+HEADER_SLACK: Final = 64 << 10
+SMALL_FRAME: Final = 64 << 10
+"""Messages of a few fields (a registration, a request, a result, a subscription)."""
+LIST_FRAME: Final = MAX_CONTROL_FRAME + HEADER_SLACK
+"""Messages that carry lists (pages, agents, rooms, events): the decoders' own limit, plus slack."""
+
+
+def data_frame_bound(chunk_bytes: int, page_bytes: int) -> int:
+    """The largest frame a decode rank's data link accepts: one chunk (or one page, when pages are larger)."""
+    return max(chunk_bytes, page_bytes) + HEADER_SLACK
+
+
+def open_socket(context: zmq.Context[zmq.Socket[bytes]], kind: int, max_frame: int) -> zmq.Socket[bytes]:
+    """A socket of `kind` that closes without lingering and accepts no frame above `max_frame` bytes."""
+    sock: zmq.Socket[bytes] = context.socket(kind)
+    sock.linger = 0
+    sock.setsockopt(zmq.MAXMSGSIZE, max_frame)
+    return sock
+
+
+def open_publisher(context: zmq.Context[zmq.Socket[bytes]]) -> zmq.Socket[bytes]:
+    """A PUB that lets its owner see what subscribers send (XPUB in manual mode), bounded like a PUB."""
+    sock = open_socket(context, zmq.XPUB, SMALL_FRAME)
+    sock.setsockopt(zmq.XPUB_MANUAL, 1)
+    return sock
+
+
+def serve_subscriptions(sock: zmq.Socket[bytes], counters: Counters, limit: int = 1000) -> None:
+    """Apply what subscribers sent an `open_publisher` socket: a subscription to the whole stream is served.
+
+    A subscription to a topic is refused and counted (`unexpected`): these streams are served whole, and
+    libzmq would keep every distinct topic in memory. A frame that is no subscription is `malformed`.
+    Unsubscriptions are ignored (a SUB filters on its own side too).
+    """
+    for _ in range(limit):
+        try:
+            frame = sock.recv(zmq.NOBLOCK)
+        except zmq.Again:
+            return
+        if frame == b"\x01":
+            sock.setsockopt(zmq.SUBSCRIBE, b"")  # manual mode: applies to the pipe that sent it
+        elif frame[:1] == b"\x01":
+            counters.reject("unexpected")
+        elif frame[:1] != b"\x00":
+            counters.reject("malformed")
 
 
 def bind_ephemeral(sock: zmq.Socket[bytes], host: str) -> str:

@@ -6,6 +6,11 @@ delivers the snapshot followed by every batch with a larger seq, in order
 (ZeroMQ guide's Clone pattern). After that, a seq that jumps counts the
 missing batches as a gap; a new incarnation (the agent restarted) starts over
 and is never counted as a gap.
+
+Nothing an agent registers or sends can raise out of `connect()` or `poll()`:
+an entry, endpoint or heartbeat-named snapshot endpoint that cannot be
+connected to is counted (`bad_entries`, once per name and reason) and named
+in `refused`; every undecodable frame is counted under `rejected_<reason>`.
 """
 
 from __future__ import annotations
@@ -19,10 +24,13 @@ import zmq
 
 from transport.counters import Counters, rejection_names
 from transport.events import EventBatch, Heartbeat, Snapshot, SnapshotRequest
-from transport.sockets import decode_waiting
+from transport.registration import agent_problem, endpoint_problem, entry_name
+from transport.sockets import LIST_FRAME, decode_waiting, open_socket
 from transport.wire import AgentInfo, FrameDecoder, encode
 
 SNAPSHOT_TIMEOUT_S = 2.0
+REFUSED_KEPT = 64
+"""Unusable entries named at most (the oldest name goes first); `bad_entries` counts them all."""
 
 
 @dataclass(eq=False)
@@ -55,8 +63,7 @@ class EventSubscriber:
 
     def __init__(self, context: zmq.Context[zmq.Socket[bytes]] | None = None, rcvhwm: int = 100_000) -> None:
         self._context = context or zmq.Context.instance()
-        self.socket: zmq.Socket[bytes] = self._context.socket(zmq.SUB)
-        self.socket.linger = 0
+        self.socket = open_socket(self._context, zmq.SUB, LIST_FRAME)
         self.socket.rcvhwm = rcvhwm
         self.socket.setsockopt(zmq.SUBSCRIBE, b"")
         self._rcvhwm = rcvhwm
@@ -74,30 +81,71 @@ class EventSubscriber:
         self.gap_runs: deque[tuple[str, int, int]] = deque(maxlen=10_000)
         """Each gap as it was found, (label, incarnation, missing batches), for a consumer to take."""
         self.counters = Counters(("batches", "snapshots", "snapshots_missed", "stale_batches", *rejection_names()))
+        self.counters = Counters(
+            ("batches", "snapshots", "snapshots_missed", "stale_batches", "bad_entries", *rejection_names())
+        )
+        self.refused: dict[str, str] = {}
+        """Entries and endpoints this subscriber could not use: name -> why."""
         self._batch_decoder: FrameDecoder[EventBatch] = FrameDecoder(EventBatch)
         self._snapshot_decoder: FrameDecoder[Snapshot] = FrameDecoder(Snapshot)
 
-    def connect(self, agent: AgentInfo) -> None:
-        """Subscribe to an agent's events (again, at its new endpoints, when it restarted)."""
+    def connect(self, agent: AgentInfo) -> str:
+        """Subscribe to an agent's events (again, at its new endpoints, when it restarted).
+
+        Returns why the entry cannot be used ("" when it can); such an entry is counted and named, once.
+        """
+        problem = agent_problem(agent)
+        if problem:
+            self._refuse(entry_name(agent), problem)
+            return problem
         known = self.agents.get(agent.label)
         if known == agent or not agent.event_endpoint:
-            return
+            return ""
         if known is not None and known.event_endpoint:
             self.socket.disconnect(known.event_endpoint)
             self._close_snapshot_socket(agent.label)
+        try:
+            self.socket.connect(agent.event_endpoint)
+        except zmq.ZMQError as error:
+            self._refuse(agent.label, f"event endpoint {agent.event_endpoint!r}: {error.strerror}")
+            return error.strerror
+        self.refused.pop(agent.label, None)
         self.agents[agent.label] = agent
-        self.socket.connect(agent.event_endpoint)
         self._streams[agent.label] = self._start_stream(agent.label, agent.incarnation)
+        return ""
 
-    def connect_endpoint(self, endpoint: str) -> None:
-        """Subscribe to an agent known only by its event endpoint; its heartbeat names its snapshot socket."""
-        if endpoint not in self._endpoints:
-            sock = self._context.socket(zmq.SUB)
-            sock.linger = 0
+    def connect_endpoint(self, endpoint: str) -> str:
+        """Subscribe to an agent known only by its event endpoint, on a SUB socket of its own (what arrives
+        there tells which endpoint answered); its heartbeat names its snapshot socket.
+
+        Returns why the endpoint cannot be used ("" when it can).
+        """
+        if endpoint in self._endpoints:
+            return ""
+        problem = endpoint_problem(endpoint)
+        sock: zmq.Socket[bytes] | None = None
+        if not problem:
+            sock = open_socket(self._context, zmq.SUB, LIST_FRAME)
             sock.rcvhwm = self._rcvhwm
             sock.setsockopt(zmq.SUBSCRIBE, b"")
-            sock.connect(endpoint)
-            self._endpoints[endpoint] = sock
+            try:
+                sock.connect(endpoint)
+            except zmq.ZMQError as error:
+                problem = error.strerror
+                sock.close()
+        if problem or sock is None:
+            self._refuse(endpoint, problem)
+            return problem
+        self._endpoints[endpoint] = sock
+        return ""
+
+    def _refuse(self, name: str, problem: str) -> None:
+        if self.refused.get(name) != problem:
+            self.counters.add("bad_entries")
+            self.refused.pop(name, None)
+            self.refused[name] = problem
+            if len(self.refused) > REFUSED_KEPT:
+                del self.refused[next(iter(self.refused))]
 
     def synced(self) -> bool:
         """True once every connected agent's snapshot arrived (or its request timed out)."""
@@ -152,6 +200,10 @@ class EventSubscriber:
     def _ask_when_known(self, label: str, stream: _Stream, batch: EventBatch) -> None:
         """An agent met through its event endpoint: request its snapshot once a heartbeat names the socket."""
         endpoint = next((e.snapshot_endpoint for e in batch.events if isinstance(e, Heartbeat)), "")
+        problem = endpoint_problem(endpoint) if endpoint else ""
+        if problem:
+            self._refuse(label, f"snapshot endpoint: {problem}")
+            return
         if endpoint:
             self._snapshot_endpoints[label] = endpoint
             stream.snapshot_socket = self._snapshot_socket(label)
@@ -183,9 +235,13 @@ class EventSubscriber:
             return None
         sock = self._snapshot_sockets.get(label)
         if sock is None:
-            sock = self._context.socket(zmq.DEALER)
-            sock.linger = 0
-            sock.connect(endpoint)
+            sock = open_socket(self._context, zmq.DEALER, LIST_FRAME)
+            try:
+                sock.connect(endpoint)
+            except zmq.ZMQError as error:
+                sock.close(linger=0)
+                self._refuse(label, f"snapshot endpoint {endpoint!r}: {error.strerror}")
+                return None
             self._snapshot_sockets[label] = sock
         return sock
 

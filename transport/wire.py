@@ -7,8 +7,10 @@ Bulk KV bytes travel as raw frames after a `Chunk` header.
 Sockets and their frames (ROUTER sockets see the peer's routing id first)::
 
     bootstrap  ROUTER (bound by the bootstrap service) <- DEALER (every agent, kvtop)
-        request   [Register | Resolve | ListAgents]
+        request   [Register | Deregister | Resolve | ListAgents]
         reply     [Registered | Route | AgentList | Refusal]
+        An agent sends Register again every `REFRESH_S`; an entry not refreshed for the
+        service's TTL expires, and Deregister (clean exit) drops it at once.
 
     data link  ROUTER (bound by each prefill rank) <- DEALER (each decode rank, one per prefill rank)
         decode -> prefill  [Hello | Heartbeat | TransferRequest | Ack | Abort]
@@ -22,7 +24,8 @@ Sockets and their frames (ROUTER sockets see the peer's routing id first)::
         request   [Submit | GetStats | Digest]
         reply     [Submitted | RoomResult | Stats | DigestReply | Refusal]
 
-    consensus  PUB (bound by each rank) -> SUB (the other ranks of its instance)
+    consensus  PUB (bound by each rank; an XPUB serving whole-stream subscriptions only) -> SUB (the other ranks
+               of its instance)
         [Vote]    every engine tick: the rank's rooms and what it knows of their failures
                   (a vote outside its schema, or from a rank not joined, is counted as
                   consensus_rejected_<reason> and ignored)
@@ -113,6 +116,15 @@ class Route(msgspec.Struct, tag="route", array_like=True):
     ranks: list[AgentInfo]
 
 
+class Deregister(msgspec.Struct, tag="deregister", array_like=True):
+    """An agent leaving cleanly: drop its entry (only if it is still this incarnation's)."""
+
+    req_id: int
+    instance: str
+    rank: int
+    incarnation: int
+
+
 class ListAgents(msgspec.Struct, tag="list", array_like=True):
     req_id: int
 
@@ -120,6 +132,13 @@ class ListAgents(msgspec.Struct, tag="list", array_like=True):
 class AgentList(msgspec.Struct, tag="agents", array_like=True):
     req_id: int
     agents: list[AgentInfo]
+    counters: dict[str, int] = {}
+    """The service's own counters (requests, expired and refused entries, rejected frames)."""
+    refused: list[str] = []
+    """The latest refused registrations, `name: why`, newest last."""
+    expired: list[AgentInfo] = []
+    """Agents whose entries expired (they stopped refreshing: died) in the last `EXPIRED_KEPT_S`, so that a
+    reader arriving later still learns they are gone. Never connected to, never resolved."""
 
 
 class Refusal(msgspec.Struct, tag="refusal", array_like=True):
@@ -129,7 +148,7 @@ class Refusal(msgspec.Struct, tag="refusal", array_like=True):
     message: str
 
 
-BootstrapRequest = Register | Resolve | ListAgents
+BootstrapRequest = Register | Deregister | Resolve | ListAgents
 BootstrapReply = Registered | Route | AgentList | Refusal
 
 # --- data link -------------------------------------------------------------------------

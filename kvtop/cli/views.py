@@ -45,8 +45,8 @@ def _frames(
     """The model once every agent's snapshot is in; with `follow`, again every `interval` until Ctrl-C.
 
     Yields (model, now, the log source or None) under the source's lock, so a view reads a consistent
-    model. Exit 1 when the bootstrap address or every agent stays silent. With SGLang logs, "now" is the
-    latest time they mention.
+    model. Exit 1 when the bootstrap address or every agent stays silent, or when the collector stops
+    while following (its error on stderr). With SGLang logs, "now" is the latest time they mention.
     """
     from transport.errors import BootstrapError
 
@@ -54,6 +54,8 @@ def _frames(
         with opened(bootstrap, connect, wait, sglang_log) as source:
             _say_what_was_heard(source, bootstrap, connect, wait)
             while True:
+                if source.collector is not None and source.collector.died:
+                    raise fail(source.collector.error)
                 with source.lock:
                     yield source.model, source.now(), source.logs
                 if not follow:
@@ -199,6 +201,10 @@ def status(
     time the logs mention, and the logs' failed rooms stand in for a failure rate (logs name no room that
     succeeded; JSON `failure_rate` is null, `rooms_failed` counts them). Also counts what was rejected
     (events, frames) and the rooms retired as lost. Exit 1 when nobody answers.
+
+    Also what was refused on the way in: bootstrap entries kvtop could not use (named), frames its
+    collector rejected, registrations the bootstrap service refused. With --follow, exit 1 if the
+    collector stops (its error on stderr).
     """
     from kvtop.views.tables import status_json, status_text
 
@@ -221,7 +227,8 @@ def ranks(
     interval: Interval = 1.0,
     sglang_log: SGLangLog = [],  # noqa: B006
 ) -> None:
-    """Every rank: role, instance, liveness (alive/stale/gone; log), host, pid, rooms in flight, origins, echoes.
+    """Every rank: role, instance, liveness (alive/stale/gone; log), host, pid, rooms in flight, origins, echoes,
+    and the frames each of its sockets rejected (control, data, consensus, bootstrap, events, snapshot).
 
     An endpoint given by --connect that never answered is listed as a gone rank under its endpoint.
     Exit 1 when nobody answers.
@@ -310,6 +317,9 @@ def events(
     try:
         with opened(bootstrap, connect, wait, news=news) as source:
             _say_what_was_heard(source, bootstrap, connect, wait)
+            with source.lock:
+                for name, why in source.model.intake.bad_entries.items():
+                    typer.echo(f"kvtop: skipped {name}: {why}", err=True)
             while True:
                 with contextlib.suppress(queue.Empty):
                     while True:

@@ -24,6 +24,7 @@ import msgspec
 import numpy as np
 
 from kvtop.model.fold import ABORTED, ROOM_REUSE_S, FailureGroup, Observed, fold
+from kvtop.model.intake import Intake
 from kvtop.model.rolling import RingBuffer, percentiles
 from transport.events import (
     AgentHello,
@@ -99,6 +100,8 @@ class RankView:
     """Wall time of the last batch or snapshot from this rank."""
     inflight: int = 0
     counters: dict[str, int] = field(default_factory=dict)
+    rejected: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Frames the rank's sockets rejected, by socket then reason (from its heartbeat)."""
     cpu_percent: float = 0.0
     rss_bytes: int = 0
     origins: int = 0
@@ -263,6 +266,8 @@ class ClusterModel:
         """Decode-side transfers done: (ts, bytes, seconds)."""
         self.links: dict[tuple[str, str], LinkView] = {}
         self.gaps = 0
+        self.intake = Intake()
+        """What the collector refused on the way in (bad entries, rejected frames), and why it stopped."""
         self.rejected = 0
         """Events whose content made no sense (a state that is no KVPoll value, a time that is no time), skipped."""
         self.rejected_frames = 0
@@ -572,7 +577,7 @@ class ClusterModel:
             agent = event.agent
             view.role, view.host, view.pid, view.incarnation = agent.role, agent.host, agent.pid, agent.incarnation
         elif isinstance(event, Heartbeat):
-            view.inflight, view.counters = event.inflight_rooms, event.counters
+            view.inflight, view.counters, view.rejected = event.inflight_rooms, event.counters, event.rejected
             view.cpu_percent, view.rss_bytes = event.cpu_percent, event.rss_bytes
         elif isinstance(event, Failure):
             self.failures.append(Observed(event.ts, event.room, event.rank, view.role, event.reason,

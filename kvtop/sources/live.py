@@ -1,10 +1,19 @@
-"""The collector: one thread that owns the subscriber, discovers agents and feeds the model."""
+"""The collector: one thread that owns the subscriber, discovers agents and feeds the model.
+
+No input ends the thread: a bootstrap entry it cannot use is counted and named
+(`model.intake.bad_entries`), a frame it cannot decode is counted by reason, a
+delivery the model cannot apply is counted and logged with its traceback. If the
+thread dies anyway (a bug), that is logged with its traceback and kept in
+`error` and `model.intake.error`, which the views and the dashboard show.
+"""
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -13,11 +22,14 @@ from transport.bootstrap import BootstrapClient
 from transport.counters import rejection_names
 from transport.errors import BootstrapError
 from transport.events import Event, Snapshot
+from transport.registration import agent_problem
 from transport.subscriber import Delivered, EventSubscriber
 
 DISCOVER_EVERY_S = 2.0
 SWEEP_EVERY_S = 0.5
 """Retiring finished rooms walks every open room: not on every poll."""
+
+log = logging.getLogger("kvtop.collector")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +72,12 @@ class Collector:
         self.lock = threading.Lock()
         """Held while the model changes; views take it to read a consistent model."""
         self.error = ""
-        """The last discovery error ("" while the bootstrap address answers)."""
+        """The last discovery error ("" while the bootstrap address answers), or why the thread died."""
+        self.died = False
+        """True once the collecting thread ended by an error (the model is no longer kept current)."""
         self._subscriber = EventSubscriber()
         self._news = news
+        self._deliveries_failed = 0
         self._synced = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kvtop-collector", daemon=True)
@@ -80,7 +95,7 @@ class Collector:
     def wait_synced(self, timeout_s: float) -> bool:
         """Wait until every agent's snapshot was applied (or the timeout passed)."""
         deadline = time.monotonic() + timeout_s
-        while not self.synced() and time.monotonic() < deadline:
+        while not self.synced() and time.monotonic() < deadline and not self.died:
             time.sleep(0.02)
         return self.synced()
 
@@ -106,17 +121,39 @@ class Collector:
                     self.model.expect(endpoint)
         if not self.bootstrap:
             self._synced = self._subscriber.synced()
+            self._update_intake()
             return
         with BootstrapClient(self.bootstrap, timeout_s=timeout_s) as client:
-            agents = client.list_agents()
-        for agent in agents:
-            self._subscriber.connect(agent)
+            listing = client.listing()
+        usable = [agent for agent in listing.agents if not self._subscriber.connect(agent)]
+        gone = [agent for agent in listing.expired if not agent_problem(agent)]
         with self.lock:
-            for agent in agents:
+            for agent in gone:
+                if agent.label not in self.model.ranks:  # known only as gone: never connected to
+                    self.model.register(agent)
+            for agent in usable:
                 self.model.register(agent)
+            self.model.intake.bootstrap_counters = listing.counters
+            self.model.intake.bootstrap_refused = listing.refused
+            self._update_intake()
         self._synced = self._subscriber.synced()
 
+    def _update_intake(self) -> None:
+        intake = self.model.intake
+        intake.counters = {**self._subscriber.counters.snapshot(), "deliveries_failed": self._deliveries_failed}
+        intake.bad_entries = dict(self._subscriber.refused)
+
     def _run(self) -> None:
+        try:
+            self._collect()
+        except Exception:
+            self.error = f"the collector stopped: {traceback.format_exc(limit=1).strip().splitlines()[-1]}"
+            self.died = True
+            log.exception("the collector thread died; the model is no longer kept current")
+            with self.lock:
+                self.model.intake.error = self.error
+
+    def _collect(self) -> None:
         next_discovery = time.monotonic() + DISCOVER_EVERY_S
         next_sweep = 0.0
         while not self._stop.is_set():
@@ -126,6 +163,7 @@ class Collector:
                 for delivered in deliveries:
                     self._apply(delivered, now)
                 self._account(now)
+                self._update_intake()
                 if now >= next_sweep:
                     self.model.sweep(now)
                     next_sweep = now + SWEEP_EVERY_S
@@ -139,7 +177,13 @@ class Collector:
                     self.error = str(error)
 
     def _apply(self, delivered: Delivered, now: float) -> None:
-        accepted = self.model.apply(delivered.label, delivered.item, now)
+        """One delivery into the model; one it cannot apply is counted and logged, and the next one goes on."""
+        try:
+            accepted = self.model.apply(delivered.label, delivered.item, now)
+        except Exception:
+            self._deliveries_failed += 1
+            log.exception("a delivery from %s could not be applied (skipped)", delivered.label)
+            return
         if self._news is not None:
             self._news.put(Heard(delivered.label, accepted, isinstance(delivered.item, Snapshot)))
 

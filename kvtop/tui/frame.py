@@ -85,6 +85,8 @@ class RankRow:
     origins: int
     echoes: int
     cpu_percent: float
+    rejected: int = 0
+    """Frames the rank's sockets rejected (every socket and reason, from its heartbeat)."""
 
 
 @dataclass(frozen=True)
@@ -258,6 +260,7 @@ def _rank_row(view: RankView, now: float) -> RankRow:
     return RankRow(
         view.label, view.role, view.instance, view.rank, view.liveness(now), view.gbps(now, RATE_WINDOW_S),
         view.inflight, view.origins, view.echoes, view.cpu_percent,
+        sum(sum(reasons.values()) for reasons in view.rejected.values()),
     )  # fmt: skip
 
 

@@ -15,7 +15,10 @@ from kvtop.views.times import stamp
 from transport.events import Event
 from transport.kvpoll import KVPoll
 
-RANK_HEADER = f"{'RANK':<18}{'ROLE':<9}{'STATE':<7}{'RATE':>11}{'IN FLIGHT':>11}{'ORIGINS':>9}{'ECHOES':>8}{'CPU %':>7}"
+RANK_HEADER = (
+    f"{'RANK':<18}{'ROLE':<9}{'STATE':<7}{'RATE':>11}{'IN FLIGHT':>11}{'ORIGINS':>9}{'ECHOES':>8}{'CPU %':>7}"
+    f"{'REJECTED':>10}"
+)
 ROOM_HEADER = (
     f"{'ROOM':<21}{'AGE s':>7}{'IDLE s':>8}{'PROGRESS':>10}{'BYTES':>11}  {'LINK':<22}{'FLAG':<8}STATE PER RANK"
 )
@@ -65,6 +68,7 @@ def rank_line(row: RankRow, palette: Palette) -> Text:
     text.append(f"{row.origins:>9}", style=palette.error if row.origins else "")
     text.append(f"{row.echoes:>8}", style=palette.dim)
     text.append(f"{row.cpu_percent:>7.0f}")
+    text.append(f"{row.rejected:>10}", style=palette.warning if row.rejected else palette.dim)
     return text
 
 

@@ -6,12 +6,23 @@ from collections import Counter
 from typing import Any
 
 from kvtop.model.cluster import ClusterModel
+from transport.counters import REJECTION_REASONS
 
 STUCK_AFTER_S = 10.0
 
 
+def _nonzero(counts: dict[str, int]) -> dict[str, int]:
+    return {key: value for key, value in counts.items() if value}
+
+
+def _rejected(counters: dict[str, int]) -> dict[str, int]:
+    """The non-zero `rejected_<reason>` counters, by reason."""
+    return _nonzero({reason: counters.get(f"rejected_{reason}", 0) for reason in REJECTION_REASONS})
+
+
 def ranks_json(model: ClusterModel, now: float, window_s: float = 60.0) -> list[dict[str, Any]]:
-    """Stable fields: role, instance, rank, label, host, pid, state, gbps, inflight, origins, echoes, cpu, rss."""
+    """Stable fields: role, instance, rank, label, host, pid, state, gbps, inflight, origins, echoes, cpu, rss,
+    and `rejected` (frames each socket of the rank refused: socket -> reason -> count, non-zero reasons only)."""
     return [
         {
             "role": view.role,
@@ -28,20 +39,70 @@ def ranks_json(model: ClusterModel, now: float, window_s: float = 60.0) -> list[
             "echoes": view.echoes,
             "cpu_percent": view.cpu_percent,
             "rss_bytes": view.rss_bytes,
+            "rejected": {socket: _nonzero(reasons) for socket, reasons in sorted(view.rejected.items())},
         }
         for view in sorted(model.ranks.values(), key=lambda v: (v.role, v.instance, v.rank))
     ]
 
 
+def _rejected_text(rejected: dict[str, dict[str, int]]) -> str:
+    """`control 3, data 1` (sockets that rejected something), or `-`."""
+    totals = [(socket, sum(reasons.values())) for socket, reasons in rejected.items()]
+    return ", ".join(f"{socket} {total}" for socket, total in totals if total) or "-"
+
+
 def ranks_text(model: ClusterModel, now: float) -> str:
     header = f"{'RANK':<16} {'ROLE':<8} {'STATE':<6} {'HOST':<14} {'PID':>7} {'GB/s':>7}"
-    lines = [f"{header} {'INFLIGHT':>8} {'ORIGINS':>7} {'ECHOES':>6}"]
+    lines = [f"{header} {'INFLIGHT':>8} {'ORIGINS':>7} {'ECHOES':>6}  REJECTED"]
     lines += [
         f"{r['label']:<16} {r['role']:<8} {r['state']:<6} {r['host'][:14]:<14} {r['pid']:>7} {r['gbps']:>7.3f} "
-        f"{r['inflight']:>8} {r['origins']:>7} {r['echoes']:>6}"
+        f"{r['inflight']:>8} {r['origins']:>7} {r['echoes']:>6}  {_rejected_text(r['rejected'])}"
         for r in ranks_json(model, now)
     ]
-    return "\n".join(lines)
+    return "\n".join(lines + intake_lines(model))
+
+
+def intake_json(model: ClusterModel) -> dict[str, Any]:
+    """What kvtop could not take in: the collector's bad entries and rejected frames, the bootstrap's refusals."""
+    intake = model.intake
+    counters, service = intake.counters, intake.bootstrap_counters
+    return {
+        "collector": {
+            "bad_entries": dict(sorted(intake.bad_entries.items())),
+            "rejected": _rejected(counters),
+            "deliveries_failed": counters.get("deliveries_failed", 0),
+            "snapshots_missed": counters.get("snapshots_missed", 0),
+            "error": intake.error,
+        },
+        "bootstrap": {
+            "rejected": _rejected(service),
+            "expired": service.get("expired", 0),
+            "deregistered": service.get("deregistered", 0),
+            "refused": list(intake.bootstrap_refused),
+        }
+        if service
+        else None,
+    }
+
+
+def intake_lines(model: ClusterModel) -> list[str]:
+    """Lines for people, only when something was refused on the way in (or the collector stopped)."""
+    intake = intake_json(model)
+    collector, service = intake["collector"], intake["bootstrap"]
+    lines = [f"collector stopped: {collector['error']}"] if collector["error"] else []
+    if collector["bad_entries"]:
+        named = "; ".join(f"{name}: {why}" for name, why in collector["bad_entries"].items())
+        lines.append(f"skipped {len(collector['bad_entries'])} unusable entries: {named}")
+    if collector["rejected"] or collector["deliveries_failed"]:
+        reasons = ", ".join(f"{reason} {count}" for reason, count in collector["rejected"].items())
+        failed = collector["deliveries_failed"]
+        lines.append(
+            f"collector rejected frames: {reasons or 'none'}" + (f"; {failed} deliveries failed" if failed else "")
+        )
+    if service and (service["refused"] or service["rejected"]):
+        reasons = ", ".join(f"{reason} {count}" for reason, count in service["rejected"].items())
+        lines.append(f"bootstrap rejected: {reasons}" + "".join(f"\n  refused {line}" for line in service["refused"]))
+    return lines
 
 
 def rooms_json(model: ClusterModel, now: float, ended: bool = False) -> list[dict[str, Any]]:
@@ -113,6 +174,7 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
         "rejected_events": model.rejected,
         "rejected_frames": model.rejected_frames,
         "rooms_lost": model.lost,
+        **intake_json(model),
         "top_origins": [list(item) for item in origins.most_common(5)],
         "links": [
             {
@@ -155,7 +217,7 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
             f"link    {link['prefill']} -> {link['decode']}: {link['transfers']} transfers, "
             f"{link['bytes'] / 1e6:.1f} MB, {link['failed_rooms']} failed"
         )
-    return "\n".join(lines)
+    return "\n".join(lines + intake_lines(model))
 
 
 def _counted(s: dict[str, Any]) -> str:

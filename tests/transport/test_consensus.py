@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from transport import FaultInjector, FaultSpec, KVManager, KVPoll, Role, Timeouts, TransferConfig
+from transport import BootstrapClient, FaultInjector, FaultSpec, KVManager, KVPoll, Role, Timeouts, TransferConfig
 from transport.events import AbortEvent
 from transport.reasons import from_another_rank
 
@@ -159,11 +159,15 @@ def test_an_abort_on_one_decode_rank_is_the_one_origin_and_every_other_rank_echo
     assert {("decode-0/TP1", "sent", origin), ("prefill-0/TP1", "received", origin)} <= set(aborts)
 
 
-def test_a_rank_that_died_before_it_was_ever_heard_still_fails_the_rooms_of_its_instance(make_manager, wait_for):
+def test_a_rank_that_died_before_it_was_ever_heard_still_fails_the_rooms_of_its_instance(
+    bootstrap, make_manager, wait_for
+):
     """prefill-0/TP1 crashes before its first vote reaches TP0: TP0 counts it silent after the vote timeout."""
     config = TransferConfig(heartbeat_s=0.1, peer_timeout_s=0.5)
     crashed = make_manager(Role.PREFILL, "prefill-0", rank=1, tp=2, page_bytes=PAGE_BYTES, config=config)
-    crashed.close()  # it stays registered, as a crashed rank does
+    crashed.close()
+    with BootstrapClient(bootstrap.endpoint) as client:
+        client.register(crashed.info)  # a crashed rank stays registered (until its entry expires), a closed one not
     survivor = make_manager(Role.PREFILL, "prefill-0", rank=0, tp=2, page_bytes=PAGE_BYTES, config=config)
     decodes = instance(make_manager, Role.DECODE, "decode-0", config)
     sender = survivor.sender(0x55)

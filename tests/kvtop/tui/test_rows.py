@@ -100,16 +100,18 @@ def test_rate_just_below_a_unit_boundary_moves_to_the_bigger_unit(gbps: float, s
 
 
 def test_a_rank_line_fills_the_columns_of_its_header(palette: Palette):
-    """Label, role, liveness, rate, rooms in flight, origins, echoes and CPU line up under RANK_HEADER."""
-    row = RankRow("decode-0/TP1", "decode", "decode-0", 1, Liveness.GONE, 1.5, 3, 2, 7, 12.4)
+    """Label, role, liveness, rate, rooms in flight, origins, echoes, CPU and rejected frames line up under
+    RANK_HEADER."""
+    row = RankRow("decode-0/TP1", "decode", "decode-0", 1, Liveness.GONE, 1.5, 3, 2, 7, 12.4, 5)
 
     line = rank_line(row, palette)
 
-    assert RANK_HEADER == "RANK              ROLE     STATE         RATE  IN FLIGHT  ORIGINS  ECHOES  CPU %"
-    assert line.plain == "decode-0/TP1      decode   gone     1.50 GB/s          3        2       7     12"
+    assert RANK_HEADER == ("RANK              ROLE     STATE         RATE  IN FLIGHT  ORIGINS  ECHOES  CPU %  REJECTED")
+    assert line.plain == "decode-0/TP1      decode   gone     1.50 GB/s          3        2       7     12         5"
     assert palette.error in styles_of(line, "gone")
     assert palette.error in styles_of(line, "       2")
     assert palette.dim in styles_of(line, "      7")
+    assert palette.warning in styles_of(line, "         5")
 
 
 def test_a_rank_line_colours_liveness(palette: Palette):

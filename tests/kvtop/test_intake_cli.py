@@ -1,0 +1,152 @@
+"""One bad bootstrap entry blinds nothing: it is refused or skipped, counted and named, and views carry on."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import msgspec
+import pytest
+import zmq
+from kvtop_cli import kvtop
+
+from transport import BootstrapClient
+from transport.cluster import ClusterSpec, LocalCluster
+from transport.errors import BootstrapError
+from transport.sockets import bind_ephemeral
+from transport.wire import AgentList, BootstrapRequest, FrameDecoder, ListAgents, encode
+
+
+def not_an_endpoint(cluster: LocalCluster):
+    """A copy of the cluster's decode entry, posing as another rank, whose event endpoint is not an endpoint."""
+    decode = next(agent for agent in cluster.agents() if agent.role == "decode")
+    return msgspec.structs.replace(decode, instance="decode-9", event_endpoint="not-an-endpoint")
+
+
+class UncheckedBootstrap:
+    """A bootstrap service that lists whatever it is given (an older or foreign one): the cluster's agents plus
+    extra entries, never validated."""
+
+    def __init__(self, context: zmq.Context[zmq.Socket[bytes]], cluster: LocalCluster, extra: list) -> None:
+        self._socket = context.socket(zmq.ROUTER)
+        self._socket.linger = 0
+        self.endpoint = bind_ephemeral(self._socket, "127.0.0.1")
+        self._cluster, self._extra = cluster, extra
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        decoder: FrameDecoder[BootstrapRequest] = FrameDecoder(BootstrapRequest)
+        while not self._stop.is_set():
+            if self._socket.poll(50):
+                identity, frame = self._socket.recv_multipart()
+                request = decoder.decode(frame)
+                assert isinstance(request, ListAgents)
+                agents = [*self._cluster.bootstrap.agents(), *self._extra]
+                self._socket.send_multipart([identity, encode(AgentList(request.req_id, agents))])
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._socket.close(linger=0)
+
+
+@pytest.fixture
+def unchecked(zmq_context) -> Iterator:
+    servers: list[UncheckedBootstrap] = []
+
+    def start(cluster: LocalCluster, extra: list) -> UncheckedBootstrap:
+        servers.append(UncheckedBootstrap(zmq_context, cluster, extra))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def test_a_registration_that_is_not_an_endpoint_is_refused_and_views_still_work(make_cluster):
+    """The bootstrap refuses the entry; ranks and check see the healthy cluster and status names the refusal."""
+    cluster = make_cluster(ClusterSpec(num_pages=16, page_bytes=4096))
+    with BootstrapClient(cluster.endpoint) as client, pytest.raises(BootstrapError, match="event_endpoint"):
+        client.register(not_an_endpoint(cluster))
+
+    ranks = kvtop("ranks", "--bootstrap", cluster.endpoint, "--json")
+    status = json.loads(kvtop("status", "--bootstrap", cluster.endpoint, "--json").stdout)
+    check = kvtop("check", "--bootstrap", cluster.endpoint)
+
+    assert (ranks.returncode, ranks.stderr) == (0, "")
+    assert [(r["label"], r["state"]) for r in json.loads(ranks.stdout)] == [
+        ("decode-0/TP0", "alive"),
+        ("prefill-0/TP0", "alive"),
+    ]
+    assert status["bootstrap"]["rejected"] == {"invalid": 1}
+    assert len(status["bootstrap"]["refused"]) == 1 and "decode-9/TP0" in status["bootstrap"]["refused"][0]
+    assert check.stdout.startswith("KVTOP OK"), check.stdout
+
+
+def test_an_unusable_listed_entry_is_skipped_counted_and_named_by_every_view(make_cluster, unchecked):
+    """A listing with a not-an-endpoint entry: views exit 0 without a traceback, and name and count the entry."""
+    cluster = make_cluster(ClusterSpec(num_pages=16, page_bytes=4096))
+    fake = unchecked(cluster, [not_an_endpoint(cluster)])
+
+    ranks = kvtop("ranks", "--bootstrap", fake.endpoint)
+    status = json.loads(kvtop("status", "--bootstrap", fake.endpoint, "--json").stdout)
+    events = kvtop("events", "--bootstrap", fake.endpoint)
+    check = kvtop("check", "--bootstrap", fake.endpoint)
+
+    assert ranks.returncode == 0 and "Traceback" not in ranks.stderr
+    assert "skipped 1 unusable entries: decode-9/TP0: event_endpoint" in ranks.stdout
+    assert 2 == status["ranks"]["alive"] == status["ranks"]["total"]
+    assert list(status["collector"]["bad_entries"]) == ["decode-9/TP0"]
+    assert "not-an-endpoint" in status["collector"]["bad_entries"]["decode-9/TP0"]
+    assert events.returncode == 0 and "skipped decode-9/TP0" in events.stderr
+    assert check.stdout.startswith("KVTOP OK"), check.stdout
+
+
+def test_status_follow_keeps_its_collector_across_rediscoveries_of_a_bad_entry(make_cluster, unchecked):
+    """`status --follow` on a listing with a bad entry reports every rank alive frame after frame."""
+    cluster = make_cluster(ClusterSpec(num_pages=16, page_bytes=4096))
+    fake = unchecked(cluster, [not_an_endpoint(cluster)])
+    command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
+    follow = subprocess.Popen(
+        [command, "status", "--bootstrap", fake.endpoint, "--follow", "--json", "--interval", "0.5"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        frames = []
+        until = time.monotonic() + 5.0  # past two rediscoveries (every 2 s)
+        while time.monotonic() < until:
+            line = follow.stdout.readline()
+            assert line, f"status --follow ended: {follow.stderr.read()}"
+            frames.append(json.loads(line))
+    finally:
+        follow.terminate()
+        follow.wait(10)
+
+    assert len(frames) >= 6
+    assert [(2, 0)] * len(frames) == [(f["ranks"]["alive"], f["ranks"]["gone"]) for f in frames]
+    assert all("decode-9/TP0" in f["collector"]["bad_entries"] for f in frames)
+    assert all(f["collector"]["error"] == "" for f in frames)
+
+
+def test_a_rank_killed_before_kvtop_started_is_still_reported_gone_after_its_entry_expired(make_cluster, wait_for):
+    """The bootstrap forgets a dead agent's entry but lists it as expired: a later `check` says it is gone."""
+    cluster = make_cluster(ClusterSpec(num_pages=16, page_bytes=4096))
+    cluster.bootstrap.entry_ttl_s = 3.0  # above the agents' refresh period (1 s), with room for a loaded machine
+    cluster.kill("decode-0/TP0")
+    wait_for(lambda: cluster.bootstrap.counters["expired"] >= 1, timeout=15, what="the entry expires")
+
+    ranks = json.loads(kvtop("ranks", "--bootstrap", cluster.endpoint, "--json").stdout)
+    check = kvtop("check", "--bootstrap", cluster.endpoint)
+
+    assert [(r["label"], r["state"]) for r in ranks] == [("decode-0/TP0", "gone"), ("prefill-0/TP0", "alive")]
+    assert check.returncode == 2
+    assert check.stdout.startswith("KVTOP CRITICAL - ranks gone: decode-0/TP0"), check.stdout

@@ -1,0 +1,160 @@
+"""The bootstrap service is a border post and forgets: bad registrations are refused, dead agents expire."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import msgspec
+import numpy as np
+import pytest
+import zmq
+
+from transport import BootstrapClient, BootstrapServer, KVManager, KVPoll, KVPool, Role
+from transport.cluster import ClusterSpec
+from transport.errors import BootstrapError
+from transport.registration import endpoint_problem
+from transport.sockets import bind_ephemeral
+from transport.wire import AgentInfo, BootstrapRequest, FrameDecoder, Registered, Resolve, Route, encode
+
+GOOD = AgentInfo("prefill", "prefill-0", 0, 1, 4096, "tcp://127.0.0.1:5000", "", os.getpid(), "host", 7)
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    ["tcp://127.0.0.1:5555", "tcp://node-7.example.com:1", "tcp://[::1]:65535", "ipc:///tmp/kvtop/agent-0"],
+)
+def test_endpoint_syntax_accepts_tcp_host_port_and_ipc_paths(endpoint):
+    """A connectable tcp or ipc endpoint has no problem."""
+    assert endpoint_problem(endpoint) == ""
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "not-an-endpoint",
+        "tcp://127.0.0.1",
+        "tcp://127.0.0.1:0",
+        "tcp://127.0.0.1:65536",
+        "tcp://127.0.0.1:12ab",
+        "tcp://*:5555",
+        "tcp://:5555",
+        "udp://127.0.0.1:5555",
+        "ipc://",
+        "ipc:///" + "x" * 200,
+    ],
+)
+def test_endpoint_syntax_names_what_is_wrong(endpoint):
+    """An endpoint libzmq would refuse (or one nobody can reach) is a problem, with a reason."""
+    assert endpoint_problem(endpoint)
+
+
+@pytest.mark.parametrize(
+    ("changes", "why"),
+    [
+        ({"event_endpoint": "not-an-endpoint"}, "event_endpoint"),
+        ({"data_endpoint": "tcp://127.0.0.1:99999"}, "data_endpoint"),
+        ({"data_endpoint": ""}, "data endpoint"),
+        ({"role": "router"}, "role"),
+        ({"instance": "prefill/0"}, "instance"),
+        ({"instance": ""}, "instance"),
+        ({"rank": 2, "tp": 2}, "rank"),
+        ({"tp": 0}, "rank"),
+        ({"page_bytes": -1}, "page size"),
+        ({"host": "h" * 300}, "host"),
+    ],
+)
+def test_bootstrap_refuses_an_invalid_registration_counts_and_names_it(bootstrap, changes, why):
+    """A registration with a bad endpoint, role, name, rank or size is refused, counted and named; the rest work."""
+    bad = msgspec.structs.replace(GOOD, **changes)
+    with BootstrapClient(bootstrap.endpoint) as client:
+        with pytest.raises(BootstrapError, match=why):
+            client.register(bad)
+        client.register(GOOD)
+        listing = client.listing()
+
+    assert listing.agents == [GOOD]
+    assert listing.counters["rejected_invalid"] == 1
+    assert len(listing.refused) == 1 and why in listing.refused[0]
+
+
+def listed(server: BootstrapServer) -> set[str]:
+    with BootstrapClient(server.endpoint) as client:
+        return {agent.label for agent in client.list_agents()}
+
+
+def test_a_killed_agents_entry_expires_and_a_live_one_stays(make_cluster, wait_for):
+    """SIGKILL leaves no goodbye: the entry expires within its TTL, while a live agent's refreshes keep its own."""
+    cluster = make_cluster(ClusterSpec())
+    ttl_s = cluster.bootstrap.entry_ttl_s = 3.0  # three refresh periods: a loaded machine's late refresh is fine
+    cluster.kill("decode-0/TP0")
+    killed_at = time.monotonic()
+
+    wait_for(lambda: listed(cluster.bootstrap) == {"prefill-0/TP0"}, timeout=15.0, what="the killed entry expires")
+    assert time.monotonic() - killed_at < ttl_s + 3.0
+    deadline = time.monotonic() + 2 * cluster.bootstrap.entry_ttl_s
+    while time.monotonic() < deadline:
+        assert "prefill-0/TP0" in listed(cluster.bootstrap), "a live agent's entry expired"
+        time.sleep(0.2)
+    assert cluster.bootstrap.counters["expired"] == 1
+    with BootstrapClient(cluster.endpoint) as client:
+        assert [agent.label for agent in client.listing().expired] == ["decode-0/TP0"]
+
+
+def test_an_agent_that_exits_cleanly_deregisters_at_once(make_cluster, wait_for):
+    """SIGTERM: the agent takes its entry out on the way down, long before any TTL would."""
+    cluster = make_cluster(ClusterSpec())
+    cluster.bootstrap.entry_ttl_s = 300.0
+    process = cluster.process("decode-0/TP0").process
+    process.terminate()
+    assert process.wait(10) == 0
+
+    assert {"prefill-0/TP0"} == listed(cluster.bootstrap)
+    assert cluster.bootstrap.counters["deregistered"] == 1
+    assert cluster.bootstrap.counters["expired"] == 0
+
+
+class UncheckedBootstrap:
+    """A service that registers anyone and resolves every instance to one unusable prefill rank (an older or
+    foreign service, which validates nothing)."""
+
+    def __init__(self, context: zmq.Context[zmq.Socket[bytes]]) -> None:
+        self.socket = context.socket(zmq.ROUTER)
+        self.socket.linger = 0
+        self.endpoint = bind_ephemeral(self.socket, "127.0.0.1")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        decoder: FrameDecoder[BootstrapRequest] = FrameDecoder(BootstrapRequest)
+        bad = msgspec.structs.replace(GOOD, data_endpoint="not-an-endpoint")
+        while not self._stop.is_set():
+            if self.socket.poll(50):
+                identity, frame = self.socket.recv_multipart()
+                request = decoder.decode(frame)
+                reply = Route(request.req_id, request.instance, [bad]) if isinstance(request, Resolve) else None
+                self.socket.send_multipart([identity, encode(reply or Registered(request.req_id))])
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.socket.close(linger=0)
+
+
+def test_a_resolved_rank_nobody_can_connect_to_is_counted_and_the_engine_keeps_running(zmq_context, wait_for):
+    """A route listing a prefill rank whose data endpoint is not an endpoint: counted, skipped, no crash."""
+    service = UncheckedBootstrap(zmq_context)
+    decode = KVManager(role=Role.DECODE, instance="decode-0", rank=0, tp=1, pool=KVPool(16, 4096),
+                       bootstrap=service.endpoint).start()  # fmt: skip
+    try:
+        receiver = decode.receiver(0x99, "prefill-0")
+        receiver.init(np.arange(4, dtype=np.uint32))
+
+        wait_for(lambda: decode.rejections()["bootstrap"]["invalid"] >= 2, what="the unusable rank is counted")
+        assert decode._thread.is_alive()
+        assert KVPoll.Bootstrapping == receiver.poll()
+    finally:
+        decode.close()
+        service.close()
