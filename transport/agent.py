@@ -205,6 +205,8 @@ class Agent:
         try:
             pages = self.pool.allocate(request.num_pages)
         except PoolExhausted as full:
+            if self.options.role is Role.PREFILL:  # the decode ranks must not wait for pages never sent
+                self.manager.refuse(request.room)
             return self._refuse(request, "pool_full", f"KV pool full: {full}")
         handle: KVSender | KVReceiver
         if self.options.role is Role.PREFILL:

@@ -346,6 +346,11 @@ class KVManager:
             raise TransportError("the engine thread did not answer within 5 s")
         return KVSender(self, holder["record"], prefill)
 
+    def refuse(self, room: int) -> None:
+        """The scheduler refused `room` on this prefill rank (no pages): fail it here now (`PrefillSide.refuse`)."""
+        prefill = self._require(self._prefill, "sender")
+        self._call_soon(lambda: prefill.refuse(room, time.monotonic()))
+
     def receiver(self, room: int, prefill_instance: str) -> KVReceiver:
         """Start receiving `room` from the ranks of `prefill_instance` on this decode rank."""
         decode = self._require(self._decode, "receiver")

@@ -72,6 +72,11 @@ def refused(room: int, rank: int) -> Reason:
     return (f"Prefill rank {rank} refused the transfer request of room {room}", ReasonClass.REFUSED)
 
 
+def pool_full(room: int, rank: int) -> Reason:
+    """The scheduler refused the room on this prefill rank: no KV pages for it."""
+    return (f"Prefill rank {rank} refused room {room}: its KV pool is full", ReasonClass.REFUSED)
+
+
 def layout_mismatch(room: int, detail: str) -> Reason:
     """The two sides disagree on pages or page layout."""
     return (f"Request {room} has mismatched KV layouts: {detail}", ReasonClass.OTHER)

@@ -115,3 +115,31 @@ def test_a_room_of_an_instance_whose_other_rank_never_registers_fails_on_the_vot
     assert failure is not None
     assert (prefill.info.label, "timeout_consensus") == (failure.origin, sender.reason_class)
     assert "waiting for every rank of prefill-0 to join (1 of 2 reachable)" in failure.failure_reason
+
+
+def test_a_room_a_full_prefill_refuses_fails_on_its_decode_at_once_and_frees_the_decodes_pages(
+    make_cluster, control, subscribe, wait_for
+):
+    """prefill-0/TP0's pool is held by another room, so it refuses room 0x1301; decode-0/TP0, which took the
+    room, is told Failed (origin prefill-0/TP0, refused) long before its 30 s waiting timeout and frees its
+    pages; the refusal is published as the room's origin."""
+    waiting = Timeouts(bootstrap_s=30.0, waiting_s=30.0, transfer_s=30.0)
+    config = TransferConfig(chunk_bytes=4 * PAGE_BYTES, heartbeat_s=0.2, timeouts=waiting)
+    cluster = make_cluster(ClusterSpec(num_pages=16, page_bytes=PAGE_BYTES, transfer=config))
+    labels = ["prefill-0/TP0", "decode-0/TP0"]
+    events = subscribe(cluster.agents())
+    events.wait_synced(labels)
+    prefill, decode = (control_of(cluster, control, label) for label in labels)
+    prefill.submit(0x1300, 16)  # no decode asks for it: it holds every prefill page for 30 s
+
+    with pytest.raises(ControlError, match="KV pool full"):
+        prefill.submit(0x1301, 4)
+    decode.submit(0x1301, 4, prefill_instance="prefill-0")
+    result = decode.wait_result(0x1301, 10)
+
+    assert (result.state, result.origin) == (KVPoll.Failed, "prefill-0/TP0")
+    stats = wait_for(lambda: (s := decode.stats())["rooms_live"] == 0 and s, what="the decode releases the room")
+    assert stats["pool_free_pages"] == 16
+    events.wait_flushed(labels)
+    origins = [(f.rank, f.reason_class) for f in events.failures(0x1301) if f.origin == f.rank]
+    assert origins == [("prefill-0/TP0", "refused")]
