@@ -19,8 +19,8 @@ test: $(BIN)/.installed lint  ## set up, then lint, type-check and run the whole
 	$(BIN)/python -m pytest
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff check kvtop transport tests
-	$(BIN)/ruff format --check kvtop transport tests
+	$(BIN)/ruff check kvtop transport tests scripts
+	$(BIN)/ruff format --check kvtop transport tests scripts
 	$(BIN)/mypy
 
 bench: $(BIN)/.installed  ## the data-plane benchmark (not part of the tests)
