@@ -176,17 +176,20 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
         "rooms_lost": model.lost,
         **intake_json(model),
         "top_origins": [list(item) for item in origins.most_common(5)],
-        "links": [
-            {
-                "prefill": p,
-                "decode": d,
-                "transfers": link.transfers,
-                "bytes": link.nbytes,
-                "failed_rooms": link.failed_rooms,
-            }
-            for (p, d), link in sorted(model.links.items())
-        ],
+        "links": _links_json(model),
     }
+
+
+def _links_json(model: ClusterModel) -> list[dict[str, Any]]:
+    """Per prefill x decode link: transfers, bytes, and failed rooms (those not yet retired included)."""
+    failed = model.failed_rooms_by_link()
+    links = []
+    for pair in sorted(model.links.keys() | failed.keys()):
+        link = model.links.get(pair)
+        transfers, nbytes = (link.transfers, link.nbytes) if link is not None else (0, 0)
+        links.append({"prefill": pair[0], "decode": pair[1], "transfers": transfers, "bytes": nbytes,
+                      "failed_rooms": failed.get(pair, 0)})  # fmt: skip
+    return links
 
 
 def status_text(model: ClusterModel, now: float, window_s: float) -> str:

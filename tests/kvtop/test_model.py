@@ -6,6 +6,7 @@ import numpy as np
 
 from kvtop.model.cluster import GONE_S, LOST_AFTER_S, LOST_SWEEP_EVERY_S, SETTLE_S, STALE_S, ClusterModel, Liveness
 from kvtop.model.rolling import RingBuffer, percentiles
+from kvtop.views.tables import status_json
 from transport.events import EVENT_SCHEMA, Event, EventBatch, Failure, Heartbeat, Progress, RoomState, TransferDone
 from transport.kvpoll import KVPoll
 
@@ -52,6 +53,23 @@ def test_a_room_is_finished_when_every_rank_ended_it_and_counts_as_failed_if_one
     assert model.failure_rate(T0 + 2, 60) == (0.5, 2)
     assert model.rooms == {}
     assert model.links[("prefill-0", "decode-0")].failed_rooms == 1
+
+
+def test_a_links_failed_rooms_count_a_failed_room_before_it_settles_and_once_after():
+    """A one-shot view reads before rooms settle: status names the failed room on its link then, and once later."""
+    model = ClusterModel()
+    for label in ("prefill-0/TP0", "decode-0/TP0"):
+        peer = "prefill-0" if label.startswith("decode") else ""
+        model.apply(label, batch(label, 1, room_events(2, T0, KVPoll.Failed, peer)), T0)
+
+    before = status_json(model, T0 + 0.2, 60)["links"]
+    model.sweep(T0 + SETTLE_S + 1)
+    after = status_json(model, T0 + SETTLE_S + 1, 60)["links"]
+
+    assert [(link["prefill"], link["decode"], link["failed_rooms"]) for link in before] == [
+        ("prefill-0", "decode-0", 1)
+    ]
+    assert [link["failed_rooms"] for link in after] == [1]
 
 
 def test_a_gone_rank_does_not_keep_a_room_open():
