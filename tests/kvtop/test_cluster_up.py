@@ -170,6 +170,8 @@ def test_an_agent_that_crashes_leaves_its_traceback_in_the_log_folder(tmp_path):
         cluster.start(ready_timeout_s=30)
 
     assert "exited with code 1, see " in str(raised.value)
-    stderr = Path(tmp_path / "prefill-0-TP0.stderr").read_text()
+    named = re.search(r"exited with code 1, see (\S+?\.stderr)", str(raised.value))
+    assert named is not None and Path(named[1]).parent == tmp_path  # the rank that exited first (any of them)
+    stderr = Path(named[1]).read_text()
     assert "Traceback (most recent call last)" in stderr
     assert all(p.process.poll() is not None for p in cluster.processes)
