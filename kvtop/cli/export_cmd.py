@@ -61,7 +61,8 @@ def exporting(
     now: Callable[[], float] = time.time,
     error: Callable[[], str] = lambda: "",
 ) -> Iterator[MetricsServer | None]:
-    """Serve `model` on `listen` for the block ("" serves nothing); exit 1 with one line when it cannot bind."""
+    """Serve `model` on `listen` for the block ("" serves nothing), its URL said on stderr; exit 1 with one line
+    when it cannot bind."""
     if not listen:
         yield None
         return
@@ -75,6 +76,7 @@ def exporting(
             server = stack.enter_context(serving(model, lock, listen, now=now, source=source, error=error))
         except OSError as bind_error:
             raise fail(f"cannot serve metrics on {listen}: {bind_error}") from None
+        typer.echo(f"kvtop: Prometheus metrics at {server.url}", err=True)
         yield server
 
 
