@@ -8,7 +8,9 @@ README's table).
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import threading
 from collections import deque
 
@@ -18,6 +20,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
+from kvtop.export import GRAFANA_DASHBOARD
 from kvtop.export.carry import Carried
 from kvtop.export.metrics import ModelMetrics
 from kvtop.export.tally import FailureTally
@@ -272,3 +275,30 @@ def test_a_rank_counter_that_restarts_with_a_new_incarnation_is_carried():
     carried.update("malformed", 2, 2)
 
     assert carried.totals() == {"malformed": 7, "oversize": 4}
+
+
+def served_names(family: str, kind: str) -> set[str]:
+    """The sample names a family of the contract serves."""
+    if kind == "counter":
+        return {f"{family}_total"}
+    if kind == "histogram":
+        return {f"{family}_{part}" for part in ("bucket", "sum", "count")}
+    return {family}
+
+
+def test_the_grafana_dashboard_is_importable_json_built_on_the_contracted_names():
+    """Valid JSON with uniquely numbered panels on a datasource variable; every metric its queries name is served."""
+    dashboard = json.loads(GRAFANA_DASHBOARD.read_text())
+    names = set().union(*(served_names(family, kind) for family, (kind, _) in CONTRACT.items()))
+    panels = dashboard["panels"]
+    exprs = [target["expr"] for panel in panels for target in panel["targets"]]
+    queried = {name for expr in exprs for name in re.findall(r"kvtop_\w+", expr)}
+
+    assert dashboard["uid"] and dashboard["schemaVersion"] >= 36
+    assert len({panel["id"] for panel in panels}) == len(panels) >= 6
+    assert {"datasource", "job"} <= {variable["name"] for variable in dashboard["templating"]["list"]}
+    assert all(panel["datasource"]["uid"] == "${datasource}" and panel["targets"] for panel in panels)
+    assert queried <= names, queried - names
+    assert {"kvtop_failure_origins_total", "kvtop_failure_echoes_total", "kvtop_rooms_stuck",
+            "kvtop_link_transferred_bytes_total", "kvtop_transfer_duration_seconds_bucket",
+            "kvtop_rank_state"} <= queried  # fmt: skip

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import pytest
 from kvtop_cli import kvtop
 
+from kvtop.export import GRAFANA_DASHBOARD
 from transport import FaultSpec, Timeouts, TransferConfig
 from transport.cluster import ClusterSpec
 
@@ -128,6 +129,21 @@ def origin_labels(group: dict[str, Any]) -> tuple[str, str, str]:
     return (origin["role"], origin["instance"], origin["reason_class"])
 
 
+MAY_BE_EMPTY = {"Ranks not alive"}
+"""Dashboard panels with no series on a cluster whose ranks are all alive."""
+
+
+def assert_every_dashboard_query_answers(server: str) -> None:
+    """Each query of the Grafana dashboard (its variables as Grafana fills them) is PromQL that Prometheus
+    evaluates, to some series unless nothing can match it on this cluster."""
+    dashboard = json.loads(GRAFANA_DASHBOARD.read_text())
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            promql = target["expr"].replace("$job", ".*").replace("$__rate_interval", "10s")
+            result = query(server, promql)
+            assert result or {panel["title"], target["legendFormat"]} & MAY_BE_EMPTY, (panel["title"], promql)
+
+
 def test_prometheus_counts_the_origins_and_echoes_kvtop_failures_lists(make_cluster, control, tmp_path):
     """After rooms corrupted on prefill-0/TP1 and refused by prefill-0/TP0, PromQL's sum of origins and of
     echoes, and origins per (engine_type, pd_instance, reason_class), equal `kvtop failures --json`'s."""
@@ -170,5 +186,6 @@ def test_prometheus_counts_the_origins_and_echoes_kvtop_failures_lists(make_clus
         assert scalar(server, 'sum(kvtop_rank_state{state="alive"})') == len(agents)
         wait_until(lambda: scalar(server, 'kvtop_rooms_finished_total{outcome="failed"}') == len(failed), 10,
                    "the failed rooms retired and scraped")  # fmt: skip
+        assert_every_dashboard_query_answers(server)
         assert export.poll() is None
     assert export.returncode == 0, "kvtop export did not stop cleanly on SIGTERM"
