@@ -6,7 +6,7 @@ tally reads each failure once (the ones the model took since the last sync),
 folds the rooms they belong to (`fold()`, as `kvtop failures` does), and keeps
 per room the most it ever counted under each label set. A room quiet for
 `ROOM_REUSE_S` of event time (its id would be a new room) or pushed out by the
-`rooms_kept` bound is closed: its counts move into a closed total, its failures
+`failures_kept` bound is closed: its counts move into a closed total, its failures
 are forgotten. So a counter is the closed total plus the open rooms' counts,
 and neither part ever shrinks, even when a later failure refolds a room (an
 origin that turns out to be an echo of an earlier one stays counted once as
@@ -34,8 +34,9 @@ KINDS = (ORIGINS, ECHOES, ABORTS, ABORT_ECHOES)
 Key = tuple[str, str, str, str]
 """(kind, engine_type, pd_instance, reason_class)."""
 
-ROOMS_KEPT = 50_000
-"""Rooms with failures the tally holds open (as many as the model keeps failures: one per room at worst)."""
+FAILURES_KEPT = 50_000
+"""Failures the tally holds in its open rooms, as many as the model keeps (a room that fails forever, on a
+hostile agent's word, is closed and started again rather than held without bound)."""
 
 
 @dataclass
@@ -63,8 +64,8 @@ def group_keys(group: FailureGroup) -> Iterable[Key]:
 class FailureTally:
     """Feed it the failures the model took (`add`); read monotonic counts per key (`totals`)."""
 
-    def __init__(self, rooms_kept: int = ROOMS_KEPT, quiet_s: float = ROOM_REUSE_S) -> None:
-        self.rooms_kept = rooms_kept
+    def __init__(self, failures_kept: int = FAILURES_KEPT, quiet_s: float = ROOM_REUSE_S) -> None:
+        self.failures_kept = failures_kept
         self.quiet_s = quiet_s
         self.seen_total = 0
         """How many failures the model had ever taken when the tally last read it (`model.failures_total`)."""
@@ -75,6 +76,8 @@ class FailureTally:
         self._open: Counter[Key] = Counter()
         self._closed: Counter[Key] = Counter()
         self._latest_ts = 0.0
+        self._held = 0
+        """Failures held in the open rooms."""
 
     def unread(self, total: int, kept: int) -> int:
         """How many of the model's newest `kept` failures are new, given it ever took `total`; counts the rest
@@ -92,6 +95,7 @@ class FailureTally:
             room = self._rooms.pop(failure.room, None) or _Room()
             self._rooms[failure.room] = room  # to the end: the most recently failed
             room.failures.append(failure)
+            self._held += 1
             room.last_ts = max(room.last_ts, failure.ts)
             self._latest_ts = max(self._latest_ts, failure.ts)
             changed.add(failure.room)
@@ -122,9 +126,10 @@ class FailureTally:
         cutoff = self._latest_ts - self.quiet_s
         while self._rooms:
             room_id, room = next(iter(self._rooms.items()))
-            if room.last_ts >= cutoff and len(self._rooms) <= self.rooms_kept:
+            if room.last_ts >= cutoff and self._held <= self.failures_kept:
                 break
             del self._rooms[room_id]
+            self._held -= len(room.failures)
             for key, count in room.counted.items():
                 self._closed[key] += count
                 self._open[key] -= count

@@ -43,7 +43,6 @@ CONTRACT: dict[str, tuple[str, set[str]]] = {
     "kvtop_rooms_finished": ("counter", {"outcome"}),
     "kvtop_rooms_open": ("gauge", set()),
     "kvtop_rooms_stuck": ("gauge", set()),
-    "kvtop_room_failure_ratio": ("gauge", set()),
     "kvtop_link_transferred_bytes": ("counter", LINK),
     "kvtop_link_transfers": ("counter", LINK),
     "kvtop_link_failed_rooms": ("counter", LINK),
@@ -176,6 +175,7 @@ def test_rooms_ranks_links_and_the_histogram_read_what_the_model_holds(expositio
     assert outcomes == {**model.retired_outcomes, "lost": 0}
     assert outcomes["succeeded"] > 0 and outcomes["failed"] > 0
     assert samples(exposition, "kvtop_rooms_stuck")[()] == len(model.stuck(NOW, 10.0)) > 0
+    assert samples(exposition, "kvtop_rooms_open")[()] == len(model.open_rooms(NOW)) > 0
 
     states = samples(exposition, "kvtop_rank_state")
     per_rank: dict[tuple[str, str, str], float] = {}
@@ -197,6 +197,23 @@ def test_rooms_ranks_links_and_the_histogram_read_what_the_model_holds(expositio
 
     rejected = samples(exposition, "kvtop_rank_frames_rejected_total")
     assert sorted(rejected.values()) == [1.0, 3.0]
+
+
+def test_open_and_stuck_rooms_are_judged_as_the_views_judge_them_when_ranks_are_gone():
+    """Six of eight ranks silent past GONE_S: open and stuck rooms are counted as `kvtop status` counts them."""
+    model = fixed_model()
+    later = NOW + 30.0
+    decode = [label for label in model.ranks if label.startswith("decode-0")]
+    ts = later - 1.0
+    for label in decode:  # decode-0 is alive again; every other rank is gone
+        instance, _, rank = label.rpartition("/TP")
+        beat = Heartbeat(ts, {}, 0, 0, 1.0, 1 << 20, 10.0)
+        model.apply(label, EventBatch(EVENT_SCHEMA, "decode", instance, int(rank), 1, 60, ts, [beat]), ts)
+    served = scrape(ModelMetrics(model, threading.Lock(), lambda: later))
+
+    assert samples(served, "kvtop_rooms_open")[()] == len(model.open_rooms(later)) > 0
+    assert samples(served, "kvtop_rooms_stuck")[()] == len(model.stuck(later, 10.0))
+    assert sum(v for k, v in samples(served, "kvtop_rank_state").items() if ("state", "gone") in k) == 6
 
 
 def test_counters_never_go_down_while_the_model_forgets_failures_and_rooms():
@@ -251,12 +268,21 @@ def test_an_origin_refolded_as_an_echo_of_an_earlier_one_stays_counted():
 
 def test_a_quiet_room_is_closed_and_its_counts_kept():
     """A room quiet for the reuse window leaves the tally's memory, its counts stay; past the bound too."""
-    tally = FailureTally(rooms_kept=2)
+    tally = FailureTally(failures_kept=2)
     tally.add([_failure(float(i), i, "decode-0/TP0", "decode-0/TP0") for i in range(5)])
     tally.add([_failure(500.0, 99, "decode-0/TP0", "decode-0/TP0")])
 
     assert tally.open_rooms == 1
     assert tally.totals() == {("origins", "decode", "decode-0", "checksum"): 6}
+
+
+def test_a_room_that_fails_without_end_is_not_held_without_bound():
+    """A room with more failures than the tally holds is closed (counted), not kept growing."""
+    tally = FailureTally(failures_kept=10)
+    tally.add([_failure(float(i), 7, f"decode-0/TP{i}", f"decode-0/TP{i}", "other") for i in range(25)])
+
+    assert tally.open_rooms == 0
+    assert sum(tally.totals().values()) == 25
 
 
 def test_failures_forgotten_before_a_scrape_are_counted_as_unfolded():
