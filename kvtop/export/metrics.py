@@ -125,26 +125,32 @@ class ModelMetrics(Collector):
 
     def collect(self) -> Iterator[Metric]:
         with self._one_scrape:
-            started = time.perf_counter()
-            with self.lock:
-                locked = time.perf_counter()
-                now = self.now()
-                reading = self._read(now)
-                self.last_lock_s = time.perf_counter() - locked
-            self.tally.add(reading.failures)
-            families = list(self._families(reading, now))
-            self.last_scrape_s = time.perf_counter() - started
-            yield from families
-            yield GaugeMetricFamily(
+            families = self._scrape()
+        yield from families
+
+    def _scrape(self) -> list[Metric]:
+        started = time.perf_counter()
+        with self.lock:
+            locked = time.perf_counter()
+            now = self.now()
+            reading = self._read(now)
+            self.last_lock_s = time.perf_counter() - locked
+        self.tally.add(reading.failures)
+        families = list(self._families(reading, now))
+        self.last_scrape_s = time.perf_counter() - started
+        return [
+            *families,
+            GaugeMetricFamily(
                 "kvtop_scrape_duration_seconds",
                 "Seconds this scrape took to read the model and build every family (the exporter's own cost).",
                 value=self.last_scrape_s,
-            )
-            yield GaugeMetricFamily(
+            ),
+            GaugeMetricFamily(
                 "kvtop_scrape_lock_seconds",
                 "Seconds this scrape held the model's lock (the collector waits that long to apply events).",
                 value=self.last_lock_s,
-            )
+            ),
+        ]
 
     def _read(self, now: float) -> _Reading:
         """Copy what the families need; runs under the model's lock, so it only copies."""
