@@ -238,9 +238,36 @@ def bench_sglang_log(
     )
 
 
+def bench_export(
+    rooms: Annotated[int, typer.Option(min=1000, help="Rooms in the synthetic model.")] = 100_000,
+    instances: Annotated[int, typer.Option(min=1, help="Prefill instances, and as many decode instances.")] = 4,
+    tp: Annotated[int, typer.Option(min=1, help="Ranks per instance (4+4 instances of TP 8: 64 ranks).")] = 8,
+    repeats: Annotated[int, typer.Option(min=1, help="Later scrapes (each after 500 new rooms); medians.")] = 15,
+    as_json: JsonObject = False,
+) -> None:
+    """A Prometheus scrape of a 100k-room model vs a `kvtop status --json` frame of it, and the lock it holds.
+
+    The model is `bench ui`'s (nearly every room open, a third stalled, failures with echoes). The first
+    scrape folds every failure held; each later one follows 500 new rooms. Exits 1 when a scrape does not
+    count the origins and echoes the fold finds. Progress on stderr.
+    """
+    from kvtop.bench.export import measure_export
+
+    with _loud("export"):
+        result = measure_export(rooms, instances, tp, repeats, _progress)
+    _report(
+        result.as_dict(),
+        as_json,
+        f"{result.rooms:,} rooms, {result.ranks} ranks, {result.failures_held:,} failures: scrape "
+        f"{result.scrape_ms:.1f} ms (first {result.first_scrape_ms:.0f} ms), lock held {result.lock_ms:.1f} ms; "
+        f"kvtop status --json frame {result.status_ms:.1f} ms (ratio {result.ratio:.2f}); {result.body_bytes:,} bytes",
+    )
+
+
 def register(bench_app: typer.Typer) -> None:
     bench_app.command("transfer")(bench_transfer)
     bench_app.command("events")(bench_events)
     bench_app.command("ingest")(bench_ingest)
     bench_app.command("ui")(bench_ui)
     bench_app.command("sglang-log")(bench_sglang_log)
+    bench_app.command("export")(bench_export)

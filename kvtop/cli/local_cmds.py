@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kvtop.cli.export_cmd import Export, exporting
 from kvtop.cli.options import (
     BootstrapTimeout,
     Decode,
@@ -109,7 +110,15 @@ def _run_cluster(
 
 
 def _dashboard(
-    prefill: int, decode: int, tp: int, rate: float, fault: list[str], duration: float | None, log_dir: str, theme: str
+    prefill: int,
+    decode: int,
+    tp: int,
+    rate: float,
+    fault: list[str],
+    duration: float | None,
+    log_dir: str,
+    theme: str,
+    export: str,
 ) -> None:
     from kvtop.cli.top_cmd import find_theme, run_dashboard
     from kvtop.cluster.embedded import EmbeddedCluster
@@ -121,8 +130,10 @@ def _dashboard(
     typer.echo(f"starting {spec.prefill}P{spec.decode}D TP{tp} on loopback (agent logs: {spec.log_dir}) ...", err=True)
     try:
         with EmbeddedCluster(spec, WorkloadSpec(rate=rate)) as embedded:
-            assert embedded.collector is not None
-            run_dashboard(embedded.collector, embedded.describe, themes, theme, quit_after=duration)
+            collector = embedded.collector
+            assert collector is not None
+            with exporting(export, collector.model, collector.lock, "embedded"):
+                run_dashboard(collector, embedded.describe, themes, theme, quit_after=duration)
     except TransportError as error:
         raise fail(str(error)) from None
 
@@ -143,13 +154,20 @@ def local(
             help="Open the dashboard (default when stdout is a terminal); --no-dashboard prints status lines."
         ),
     ] = True,
+    export: Export = "",
 ) -> None:
     """Start an embedded local cluster with a workload and open the dashboard on it (quitting stops every agent)."""
     if ctx.invoked_subcommand is not None:
         return
     if dashboard and sys.stdout.isatty():
-        _dashboard(prefill, decode, tp, rate, fault, duration, log_dir, theme)
+        _dashboard(prefill, decode, tp, rate, fault, duration, log_dir, theme, export)
         return
+    if export:
+        raise typer.BadParameter(
+            "serves the dashboard's model: without the dashboard, run `kvtop cluster up` and "
+            "`kvtop export --bootstrap ADDR`",
+            param_hint="--export",
+        )
     stats = _run_cluster(prefill, decode, tp, rate, fault, duration, log_dir, None, print_address=False)
     typer.echo(f"done: {_summary(stats)}, {stats.bytes_moved / 1e9:.2f} GB moved")
     _exit_for(stats)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kvtop.cli.export_cmd import Export, exporting
 from kvtop.cli.options import Bootstrap, Connect, SGLangLog, Wait, fail, open_sglang_logs, require_source
 
 if TYPE_CHECKING:
@@ -62,11 +63,13 @@ def top(
     sglang_log: SGLangLog = [],  # noqa: B006
     theme: Theme = "kvtop-dark",
     wait: Wait = 2.0,
+    export: Export = "",
 ) -> None:
     """The dashboard on a live cluster or on SGLang server logs: overview, rooms, failures (folded), events.
 
     `?` in the dashboard lists every key. With --sglang-log the files are read from their start and
-    followed as they grow; "now" is the latest time they mention.
+    followed as they grow; "now" is the latest time they mention. With --export HOST:PORT the same model
+    is also served as Prometheus metrics while the dashboard runs (see `kvtop export`).
     """
     from kvtop.cli.source import opened
     from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
@@ -75,22 +78,31 @@ def top(
     require_source(bootstrap, connect, sglang_log)
     themes = find_theme(theme)
     if sglang_log:
-        _top_on_logs(sglang_log, themes, theme)
+        _top_on_logs(sglang_log, themes, theme, export)
         return
+    kind = "bootstrap" if bootstrap else "connect"
     try:
-        with opened(bootstrap, connect, wait, model=ClusterModel(JOURNAL_EVENTS_KEPT), synced=False) as source:
+        with (
+            opened(bootstrap, connect, wait, model=ClusterModel(JOURNAL_EVENTS_KEPT), synced=False) as source,
+            exporting(export, source.model, source.lock, kind),
+        ):
             assert source.collector is not None
             run_dashboard(source.collector, bootstrap or ", ".join(connect), themes, theme)
     except BootstrapError as error:
         raise fail(str(error)) from None
 
 
-def _top_on_logs(sglang_log: list[str], themes: ThemeSet, theme: str) -> None:
+def _top_on_logs(sglang_log: list[str], themes: ThemeSet, theme: str, export: str) -> None:
     from kvtop.sources.sglang.follow import LogFollower
 
     follower = LogFollower(open_sglang_logs(sglang_log)).start()
     try:
-        run_dashboard(follower, "sglang logs: " + ", ".join(sglang_log), themes, theme, clock=follower.now)
+
+        def stopped() -> str:
+            return follower.error if follower.died else ""
+
+        with exporting(export, follower.model, follower.lock, "sglang-log", follower.now, stopped):
+            run_dashboard(follower, "sglang logs: " + ", ".join(sglang_log), themes, theme, clock=follower.now)
     finally:
         follower.close()
     if follower.died is not None:

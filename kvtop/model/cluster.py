@@ -24,6 +24,7 @@ import msgspec
 import numpy as np
 
 from kvtop.model.fold import ABORTED, ROOM_REUSE_S, FailureGroup, Observed, fold
+from kvtop.model.histogram import DurationHistogram
 from kvtop.model.intake import Intake
 from kvtop.model.rolling import RingBuffer, percentiles
 from transport.events import (
@@ -179,6 +180,8 @@ class LinkView:
     failed_rooms: int = 0
     recent: RingBuffer = field(default_factory=lambda: RingBuffer(LINK_TRANSFERS_KEPT, 1))
     """The pair's latest transfers: (ts, bytes), for its rate over a window."""
+    durations: DurationHistogram = field(default_factory=DurationHistogram)
+    """Every transfer's duration, in buckets that only grow (the exporter's histogram)."""
 
     def gbps(self, now: float, window_s: float) -> float:
         return self.recent.per_second(now, window_s) / 1e9
@@ -274,6 +277,9 @@ class ClusterModel:
         """Frames the collector's decoder refused (malformed, or a field out of its range), set by the collector."""
         self.lost = 0
         """Open rooms retired as lost: no rank said anything of them for `lost_after_s`."""
+        self.retired_outcomes = {"succeeded": 0, "failed": 0, "aborted": 0}
+        """Rooms ever retired by `sweep`, by how they ended as they retired (a client's abort apart from a cluster
+        fault): tallies that only grow, while `finished` keeps the newest few."""
         self.lost_after_s = lost_after_s
         self._lost_check_at = 0.0
         self.journal: deque[tuple[str, Sequence[Event]]] = deque()
@@ -575,6 +581,7 @@ class ClusterModel:
             link.transfers += len(link_bytes)
             link.nbytes += sum(link_bytes)
             link.recent.extend(mine[:, :2])
+            link.durations.observe(mine[:, 2])
 
     def _link(self, key: tuple[str, str]) -> LinkView:
         """The link of a (prefill, decode) instance pair, made on first use (not per call: its ring is 64 KiB)."""
@@ -648,6 +655,8 @@ class ClusterModel:
             room.outcome = outcome.ok
             if not outcome.ok and all(room.link):
                 self._link(room.link).failed_rooms += 1
+            aborted = not outcome.ok and self._causes.get(room.room) == _ABORT_CAUSE
+            self.retired_outcomes["succeeded" if outcome.ok else "aborted" if aborted else "failed"] += 1
             self.finished.pop(room.room, None)
             self.finished[room.room] = outcome
             if len(self.finished) > FINISHED_ROOMS_KEPT:

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import re
 import shutil
+import socket
 import subprocess
 import sys
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import psutil
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from kvtop import __version__ as kvtop_version
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
@@ -62,10 +66,10 @@ def _agents_of(bootstrap: str) -> list[psutil.Process]:
     return found
 
 
-def _start_dashboard(pane: Pane) -> str:
+def _start_dashboard(pane: Pane, *options: str) -> str:
     """Bare `kvtop` with a fault that fails rooms within seconds; returns the bootstrap address it shows."""
     command = (
-        f"{KVTOP} --prefill 1 --decode 1 --tp 2 --rate 20 --fault prefill-0/TP0=corrupt:0.3; "
+        f"{KVTOP} --prefill 1 --decode 1 --tp 2 --rate 20 --fault prefill-0/TP0=corrupt:0.3 {' '.join(options)}; "
         f"echo {_EXIT_MARK}=$?; sleep 60"
     )
     pane.start(command)
@@ -76,9 +80,28 @@ def _start_dashboard(pane: Pane) -> str:
     return bootstrap
 
 
+def _scrape(url: str) -> dict[str, float]:
+    """`name{labels}` -> value of every sample /metrics serves."""
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    return {
+        sample.name + str(sorted(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
 def test_dashboard_shows_an_origin_with_its_echoes_and_quits_without_leaving_agents(pane):
-    """Start bare kvtop, open failures, expand an origin into its echoes, quit: every agent is gone."""
-    bootstrap = _start_dashboard(pane)
+    """Start bare kvtop (serving its model to Prometheus with --export), open failures, expand an origin into
+    its echoes, quit: every agent is gone, and so is the metrics server."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}/metrics"
+    bootstrap = _start_dashboard(pane, "--export", url.removeprefix("http://").removesuffix("/metrics"))
+    metrics = _scrape(url)
+    assert metrics["kvtop_exporter_info" + str([("source", "embedded"), ("version", kvtop_version)])] == 1
+    alive = [value for name, value in metrics.items() if name.startswith("kvtop_rank_state") and "'alive'" in name]
+    assert sum(alive) == 4
 
     pane.keys("f")
     wait_for(lambda: pane.shows(r"▶ room \d+ +decode-0/TP\d +checksum +[1-9]\d* echoes"), 60, "a folded origin")
@@ -90,6 +113,8 @@ def test_dashboard_shows_an_origin_with_its_echoes_and_quits_without_leaving_age
     pane.keys("q")
     wait_for(lambda: pane.shows(f"{_EXIT_MARK}=0"), 30, "kvtop exiting with status 0")
     wait_for(lambda: not _agents_of(bootstrap), 10, "no agent left running")
+    with pytest.raises(OSError):
+        _scrape(url)
 
 
 def test_a_closed_terminal_ends_kvtop_and_its_agents(pane):

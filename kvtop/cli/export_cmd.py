@@ -1,0 +1,129 @@
+"""`kvtop export`: Prometheus metrics of a live cluster or of SGLang logs; the dashboards' `--export` option."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from collections.abc import Callable, Iterator
+from types import FrameType
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from kvtop.cli.options import Bootstrap, Connect, SGLangLog, Wait, fail, require_source
+
+if TYPE_CHECKING:
+    from kvtop.export.server import MetricsServer
+    from kvtop.model.cluster import ClusterModel
+
+_POLL_S = 0.25
+
+
+def _listen(value: str) -> str:
+    """HOST:PORT, checked before anything binds ("" passes: the option was not given)."""
+    from kvtop.export.server import parse_listen
+
+    if value:
+        try:
+            parse_listen(value)
+        except ValueError as error:
+            raise typer.BadParameter(str(error)) from None
+    return value
+
+
+Listen = Annotated[
+    str,
+    typer.Option(
+        envvar="KVTOP_EXPORT_LISTEN",
+        callback=_listen,
+        help="HOST:PORT to serve /metrics on (PORT 0: a free one; the first stdout line is the URL). Loopback "
+        "by default: plain HTTP has no authentication, so a non-loopback address is allowed but said on stderr.",
+    ),
+]
+Export = Annotated[
+    str,
+    typer.Option(
+        "--export",
+        callback=_listen,
+        help="Also serve Prometheus metrics of what the dashboard shows on HOST:PORT (e.g. 127.0.0.1:9464), "
+        "as `kvtop export` does.",
+    ),
+]
+
+
+@contextlib.contextmanager
+def exporting(
+    listen: str,
+    model: ClusterModel,
+    lock: contextlib.AbstractContextManager[object],
+    source: str,
+    now: Callable[[], float] = time.time,
+    error: Callable[[], str] = lambda: "",
+) -> Iterator[MetricsServer | None]:
+    """Serve `model` on `listen` for the block ("" serves nothing), its URL said on stderr; exit 1 with one line
+    when it cannot bind."""
+    if not listen:
+        yield None
+        return
+    from kvtop.export.server import is_loopback, parse_listen, serving
+
+    host, _ = parse_listen(listen)
+    if not is_loopback(host):
+        typer.echo(f"kvtop: serving metrics on {host}, beyond loopback, over plain HTTP (no authentication)", err=True)
+    with contextlib.ExitStack() as stack:
+        try:
+            server = stack.enter_context(serving(model, lock, listen, now=now, source=source, error=error))
+        except OSError as bind_error:
+            raise fail(f"cannot serve metrics on {listen}: {bind_error}") from None
+        typer.echo(f"kvtop: Prometheus metrics at {server.url}", err=True)
+        yield server
+
+
+def export(
+    bootstrap: Bootstrap = "",
+    connect: Connect = [],  # noqa: B006
+    sglang_log: SGLangLog = [],  # noqa: B006
+    listen: Listen = "127.0.0.1:9464",
+    wait: Wait = 2.0,
+) -> None:
+    """Serve Prometheus metrics of a live cluster or of SGLang logs on /metrics until Ctrl-C or SIGTERM.
+
+    Read from the model at each scrape: failure origins and echoes as separate counters (one alert per
+    cause, not one per rank that saw it), client aborts apart, rooms finished by outcome, stuck rooms,
+    bytes per prefill-decode link, a transfer duration histogram, rank states, event gaps and rejections,
+    and the scrape's own cost. Counters never go down while kvtop runs, although the model keeps bounded
+    windows. The README lists every metric; kvtop/export/grafana/kvtop.json is a dashboard on them.
+    With --sglang-log the files are followed as they grow. The first stdout line is the /metrics URL.
+    Exit 0 on Ctrl-C or SIGTERM; 1 when the bootstrap address does not answer at start, the address cannot
+    be bound, or the collector stops (its error on stderr).
+    """
+    from kvtop.cli.source import opened
+    from transport.errors import BootstrapError
+
+    require_source(bootstrap, connect, sglang_log)
+    kind = "sglang-log" if sglang_log else "bootstrap" if bootstrap else "connect"  # --replay joins here
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with opened(bootstrap, connect, wait, sglang_log) as source:
+            collector = source.collector
+            with exporting(listen, source.model, source.lock, kind, source.now) as server:
+                assert server is not None
+                typer.echo(server.url)
+                while collector is None or not collector.died:
+                    time.sleep(_POLL_S)
+                    source.refresh()
+                raise fail(collector.error)
+    except BootstrapError as error:
+        raise fail(str(error)) from None
+    except KeyboardInterrupt:
+        return
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM stops the exporter the way Ctrl-C does."""
+    raise KeyboardInterrupt
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export")(export)

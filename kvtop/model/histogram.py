@@ -1,0 +1,41 @@
+"""A cumulative histogram of durations: fixed buckets, counts that only grow (what Prometheus scrapes)."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+TRANSFER_BUCKETS_S: tuple[float, ...] = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)  # fmt: skip
+"""Upper bounds (seconds) of a transfer's duration: a page on loopback takes a millisecond, a stalled
+room the transfer timeout (60 s by default)."""
+
+
+class DurationHistogram:
+    """Counts of observed durations per bucket (`bounds`, then +Inf) and their sum; never forgets."""
+
+    def __init__(self, bounds: tuple[float, ...] = TRANSFER_BUCKETS_S) -> None:
+        self.bounds = bounds
+        self._edges = np.asarray(bounds, dtype=np.float64)
+        self.counts: npt.NDArray[np.int64] = np.zeros(len(bounds) + 1, dtype=np.int64)
+        """Observations per bucket: `counts[i]` fell in (bounds[i-1], bounds[i]]; the last, above every bound."""
+        self.total_s = 0.0
+
+    def observe(self, seconds: npt.NDArray[np.float64]) -> None:
+        """Count a batch of durations (one vectorised pass: the model calls this once per delivery)."""
+        if not len(seconds):
+            return
+        buckets = np.searchsorted(self._edges, seconds, side="left")
+        self.counts += np.bincount(buckets, minlength=len(self.counts))
+        self.total_s += float(seconds.sum())
+
+    def read(self) -> tuple[list[tuple[str, int]], float]:
+        """(le, observations at or below it) per bound and "+Inf", as Prometheus's buckets read; and the sum."""
+        running = [int(n) for n in np.cumsum(self.counts)]
+        bounds = [f"{bound:g}" for bound in self.bounds]
+        return [*zip(bounds, running, strict=False), ("+Inf", running[-1])], self.total_s
+
+    @property
+    def count(self) -> int:
+        return int(self.counts.sum())

@@ -1,0 +1,98 @@
+"""`kvtop export` as the installed command: on SGLang logs, its usage errors, and what it says when it cannot serve."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from kvtop_cli import kvtop
+from prometheus_client.parser import text_string_to_metric_families
+
+ABORTS = Path(__file__).parent / "fixtures" / "sglang" / "aborts"
+LOGS = ("--sglang-log", str(ABORTS / "prefill.log"), "--sglang-log", str(ABORTS / "decode.log"))
+KVTOP = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
+
+
+@contextmanager
+def exporting(*args: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """`kvtop export ARGS` until the block ends (SIGTERM); yields its URL (the first stdout line) and the process."""
+    process = subprocess.Popen([KVTOP, "export", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        yield process.stdout.readline().strip(), process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+        process.wait(timeout=10)
+
+
+def totals(url: str) -> dict[str, float]:
+    """The sum of each family's samples (counters by their `_total` name)."""
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    sums: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            sums[sample.name] = sums.get(sample.name, 0.0) + sample.value
+    return sums
+
+
+def test_export_on_sglang_logs_counts_the_origins_echoes_and_aborts_kvtop_failures_lists():
+    """Origins inferred from the logs, their echoes, and client aborts apart: as `kvtop failures --json` groups
+    them; SIGTERM then ends the exporter with exit 0."""
+    listed = kvtop("failures", "--json", *LOGS)
+    groups = json.loads(listed.stdout)
+    faults = [group for group in groups if not group["aborted"]]
+    aborts = [group for group in groups if group["aborted"]]
+
+    with exporting(*LOGS, "--listen", "127.0.0.1:0") as (url, process):
+        served = totals(url)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 0
+
+    assert url.startswith("http://127.0.0.1:")
+    assert (served["kvtop_failure_origins_total"], served["kvtop_client_aborts_total"]) == (len(faults), len(aborts))
+    assert served["kvtop_failure_echoes_total"] == sum(group["echo_count"] for group in faults)
+    assert served["kvtop_client_abort_echoes_total"] == sum(group["echo_count"] for group in aborts)
+    assert faults and aborts and served["kvtop_rank_state"] > 0
+
+
+def test_export_says_so_when_its_address_is_taken():
+    """A port already bound is one line naming the address and exit 1, not a traceback."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        result = kvtop("export", *LOGS, "--listen", address)
+
+    assert result.returncode == 1
+    assert f"cannot serve metrics on {address}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_export_usage_errors_exit_2():
+    """No source, a --listen that is no HOST:PORT, and --export on bare kvtop without the dashboard are bad usage."""
+    no_source = kvtop("export")
+    bad_listen = kvtop("export", *LOGS, "--listen", "9464")
+    headless = kvtop("--no-dashboard", "--export", "127.0.0.1:0", "--duration", "1")
+
+    assert [no_source.returncode, bad_listen.returncode, headless.returncode] == [2, 2, 2]
+    assert "--bootstrap" in no_source.stderr
+    assert "is not HOST:PORT" in bad_listen.stderr
+    assert "kvtop export --bootstrap" in headless.stderr
+
+
+def test_export_says_so_when_the_cluster_does_not_answer():
+    """A bootstrap address nobody serves is a clear one-line error and exit 1, within the wait."""
+    result = kvtop("export", "--bootstrap", "tcp://127.0.0.1:9", "--wait", "0.5", "--listen", "127.0.0.1:0")
+
+    assert result.returncode == 1
+    assert "did not answer" in result.stderr

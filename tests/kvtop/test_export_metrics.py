@@ -1,0 +1,330 @@
+"""The exporter's metric contract on a fixed model, and counters that never go down while the model forgets.
+
+Like dcgm-exporter's metric contract tests: /metrics is parsed by prometheus_client's own parsers (the
+Prometheus text format and OpenMetrics, which Prometheus asks for), and every family's type, label names
+and values are checked against the table below. A family added or renamed must be added here (and to the
+README's table).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+from collections import deque
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+from prometheus_client.parser import text_string_to_metric_families
+
+from kvtop.export import GRAFANA_DASHBOARD
+from kvtop.export.carry import Carried
+from kvtop.export.metrics import ModelMetrics
+from kvtop.export.tally import FailureTally
+from kvtop.model.cluster import ClusterModel
+from kvtop.model.fold import Observed
+from kvtop.sources.synthetic import SyntheticCluster
+from transport.events import EVENT_SCHEMA, EventBatch, Failure, Heartbeat
+
+RANK = {"engine_type", "pd_instance", "tp_rank"}
+LINK = {"prefill_instance", "decode_instance"}
+FAILURE = {"engine_type", "pd_instance", "reason_class"}
+CONTRACT: dict[str, tuple[str, set[str]]] = {
+    "kvtop_exporter_info": ("gauge", {"version", "source"}),
+    "kvtop_source_up": ("gauge", set()),
+    "kvtop_failure_origins": ("counter", FAILURE),
+    "kvtop_failure_echoes": ("counter", FAILURE),
+    "kvtop_client_aborts": ("counter", {"engine_type", "pd_instance"}),
+    "kvtop_client_abort_echoes": ("counter", {"engine_type", "pd_instance"}),
+    "kvtop_failures_unfolded": ("counter", set()),
+    "kvtop_rooms_finished": ("counter", {"outcome"}),
+    "kvtop_rooms_open": ("gauge", set()),
+    "kvtop_rooms_stuck": ("gauge", set()),
+    "kvtop_link_transferred_bytes": ("counter", LINK),
+    "kvtop_link_transfers": ("counter", LINK),
+    "kvtop_link_failed_rooms": ("counter", LINK),
+    "kvtop_transfer_duration_seconds": ("histogram", LINK),
+    "kvtop_rank_info": ("gauge", RANK | {"host", "pid", "incarnation"}),
+    "kvtop_rank_state": ("gauge", RANK | {"state"}),
+    "kvtop_rank_last_seen_timestamp_seconds": ("gauge", RANK),
+    "kvtop_rank_inflight_rooms": ("gauge", RANK),
+    "kvtop_rank_frames_rejected": ("counter", RANK | {"socket", "reason"}),
+    "kvtop_event_gaps": ("counter", set()),
+    "kvtop_events_rejected": ("counter", set()),
+    "kvtop_frames_rejected": ("counter", {"reason"}),
+    "kvtop_deliveries_failed": ("counter", set()),
+    "kvtop_scrape_duration_seconds": ("gauge", set()),
+    "kvtop_scrape_lock_seconds": ("gauge", set()),
+}
+MAY_BE_EMPTY = {"kvtop_frames_rejected"}
+"""Families with no series on the fixed model (the collector refused no frame: it never ran)."""
+
+CLUSTER = SyntheticCluster(prefill=2, decode=2, tp=2, failure_rate=0.1)
+ROOMS = 400
+NOW = CLUSTER.start + ROOMS * CLUSTER.spacing_s + 2.0
+
+
+def _abort(ts: float, room: int, rank: str) -> Failure:
+    return Failure(ts, room, rank, "Aborted by AbortReq.", "aborted", "warning", False, rank)
+
+
+def fixed_model() -> ClusterModel:
+    """400 synthetic rooms (some failed, some open and stalled, most retired), a client's abort seen by two
+    ranks, and a rank whose sockets rejected frames."""
+    model = ClusterModel()
+    for label, batch in CLUSTER.hello():
+        model.apply(label, batch, CLUSTER.start)
+    for first in range(0, ROOMS, 100):
+        for label, batch in CLUSTER.rooms(100, first):
+            model.apply(label, batch, CLUSTER.start + (first + 100) * CLUSTER.spacing_s)
+    ts = NOW - 3.0
+    heartbeat = Heartbeat(ts, {}, 2, 0, 1.0, 1 << 20, 10.0, rejected={"control": {"malformed": 3, "oversize": 1}})
+    model.apply("prefill-0/TP0", EventBatch(EVENT_SCHEMA, "prefill", "prefill-0", 0, 1, 50, ts, [heartbeat]), ts)
+    for label in ("prefill-1/TP0", "prefill-1/TP1"):
+        instance, _, rank = label.rpartition("/TP")
+        batch = EventBatch(EVENT_SCHEMA, "prefill", instance, int(rank), 1, 51, ts, [_abort(ts, 77, label)])
+        model.apply(label, batch, ts)
+    model.sweep(NOW)
+    return model
+
+
+def scrape(metrics: ModelMetrics) -> str:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(metrics)
+    return generate_latest(registry).decode()
+
+
+@pytest.fixture(scope="module")
+def exposition() -> str:
+    return scrape(ModelMetrics(fixed_model(), threading.Lock(), lambda: NOW, source="bootstrap"))
+
+
+def test_every_family_has_its_contracted_type_and_label_names(exposition):
+    """Each family /metrics serves is in the contract, with its type, and each of its samples has its label names."""
+    families = {family.name: family for family in text_string_to_metric_families(exposition)}
+
+    assert set(families) == set(CONTRACT)
+    for name, family in families.items():
+        kind, labels = CONTRACT[name]
+        assert (name, family.type) == (name, kind)
+        assert family.samples or name in MAY_BE_EMPTY, f"{name} has no series on the fixed model"
+        for sample in family.samples:
+            extra = {"le"} if sample.name.endswith("_bucket") else set()
+            assert (sample.name, set(sample.labels)) == (sample.name, labels | extra)
+
+
+def test_every_value_is_a_finite_non_negative_number_and_names_follow_prometheus_rules(exposition):
+    """kvtop_ prefix, _total on every counter sample, _info on identities, ratios 0-1; no room, no `instance`."""
+    for family in text_string_to_metric_families(exposition):
+        assert family.name.startswith("kvtop_")
+        for sample in family.samples:
+            assert math.isfinite(sample.value) and sample.value >= 0, sample
+            assert not {"room", "instance", "job"} & set(sample.labels), sample
+            if family.type == "counter":
+                assert sample.name == f"{family.name}_total"
+            if family.name.endswith("_info"):
+                assert sample.value == 1
+            if family.name.endswith("_ratio"):
+                assert sample.value <= 1
+
+
+def test_the_exposition_is_valid_openmetrics(exposition):
+    """What Prometheus asks for (OpenMetrics) parses with the strict parser, into the same families."""
+    metrics = ModelMetrics(fixed_model(), threading.Lock(), lambda: NOW)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(metrics)
+
+    parsed = {family.name: family.type for family in parse_openmetrics(generate_openmetrics(registry).decode())}
+
+    assert parsed == {
+        name.removesuffix("_info"): "info" if name.endswith("_info") else kind for name, (kind, _) in CONTRACT.items()
+    }
+
+
+def samples(exposition: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    return {
+        tuple(sorted(s.labels.items())): s.value
+        for family in text_string_to_metric_families(exposition)
+        for s in family.samples
+        if s.name == name
+    }
+
+
+def test_origins_echoes_and_aborts_count_each_failure_once_as_the_fold_does(exposition):
+    """Origins are the fold's non-abort groups, echoes their members; the abort seen by two ranks is one abort."""
+    model = fixed_model()
+    groups = model.groups()
+    faults = [group for group in groups if not group.aborted]
+
+    assert sum(samples(exposition, "kvtop_failure_origins_total").values()) == len(faults)
+    assert sum(samples(exposition, "kvtop_failure_echoes_total").values()) == sum(g.echo_count for g in faults)
+    aborts = samples(exposition, "kvtop_client_aborts_total")
+    assert aborts == {(("engine_type", "prefill"), ("pd_instance", "prefill-1")): 1.0}
+    assert sum(samples(exposition, "kvtop_client_abort_echoes_total").values()) == 1
+    assert len(faults) > 10 and all(g.origin and g.origin.reason_class == "checksum" for g in faults)
+
+
+def test_rooms_ranks_links_and_the_histogram_read_what_the_model_holds(exposition):
+    """Retired rooms by outcome, one state per rank, link bytes, and cumulative buckets ending at the count."""
+    model = fixed_model()
+    finished = samples(exposition, "kvtop_rooms_finished_total")
+    outcomes = {dict(labels)["outcome"]: value for labels, value in finished.items()}
+    assert outcomes == {**model.retired_outcomes, "lost": 0}
+    assert outcomes["succeeded"] > 0 and outcomes["failed"] > 0
+    assert samples(exposition, "kvtop_rooms_stuck")[()] == len(model.stuck(NOW, 10.0)) > 0
+    assert samples(exposition, "kvtop_rooms_open")[()] == len(model.open_rooms(NOW)) > 0
+
+    states = samples(exposition, "kvtop_rank_state")
+    per_rank: dict[tuple[str, str, str], float] = {}
+    for labels, value in states.items():
+        rank = dict(labels)
+        key = (rank["engine_type"], rank["pd_instance"], rank["tp_rank"])
+        per_rank[key] = per_rank.get(key, 0.0) + value
+    assert per_rank == {key: 1.0 for key in per_rank} and len(per_rank) == 8
+
+    link_bytes = samples(exposition, "kvtop_link_transferred_bytes_total")
+    assert sum(link_bytes.values()) == sum(link.nbytes for link in model.links.values()) > 0
+    for labels, count in samples(exposition, "kvtop_transfer_duration_seconds_count").items():
+        buckets = sorted(
+            (float(dict(b)["le"]), v)
+            for b, v in samples(exposition, "kvtop_transfer_duration_seconds_bucket").items()
+            if {k: v for k, v in b if k != "le"} == dict(labels)
+        )
+        assert [v for _, v in buckets] == sorted(v for _, v in buckets) and buckets[-1] == (math.inf, count)
+
+    rejected = samples(exposition, "kvtop_rank_frames_rejected_total")
+    assert sorted(rejected.values()) == [1.0, 3.0]
+
+
+def test_open_and_stuck_rooms_are_judged_as_the_views_judge_them_when_ranks_are_gone():
+    """Six of eight ranks silent past GONE_S: open and stuck rooms are counted as `kvtop status` counts them."""
+    model = fixed_model()
+    later = NOW + 30.0
+    decode = [label for label in model.ranks if label.startswith("decode-0")]
+    ts = later - 1.0
+    for label in decode:  # decode-0 is alive again; every other rank is gone
+        instance, _, rank = label.rpartition("/TP")
+        beat = Heartbeat(ts, {}, 0, 0, 1.0, 1 << 20, 10.0)
+        model.apply(label, EventBatch(EVENT_SCHEMA, "decode", instance, int(rank), 1, 60, ts, [beat]), ts)
+    served = scrape(ModelMetrics(model, threading.Lock(), lambda: later))
+
+    assert samples(served, "kvtop_rooms_open")[()] == len(model.open_rooms(later)) > 0
+    assert samples(served, "kvtop_rooms_stuck")[()] == len(model.stuck(later, 10.0))
+    assert sum(v for k, v in samples(served, "kvtop_rank_state").items() if ("state", "gone") in k) == 6
+
+
+def test_counters_never_go_down_while_the_model_forgets_failures_and_rooms():
+    """With a 20-failure window, every counter of every scrape is at least the last one, and the origins
+    counted are every failed room ever fed (the model itself remembers 20 failures)."""
+    cluster = SyntheticCluster(prefill=1, decode=1, tp=2, failure_rate=0.5, open_rate=0.0)
+    model = ClusterModel()
+    model.failures = deque(maxlen=20)
+    metrics = ModelMetrics(model, threading.Lock(), lambda: now)
+    now = cluster.start
+    for label, batch in cluster.hello():
+        model.apply(label, batch, now)
+    last: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    origins_fed = 0
+    for first in range(0, 200, 4):
+        now = cluster.start + (first + 4) * cluster.spacing_s
+        for label, batch in cluster.rooms(4, first):
+            model.apply(label, batch, now)
+            origins_fed += sum(isinstance(e, Failure) and e.origin == e.rank for e in batch.events)
+        model.sweep(now + 2.0)
+        exposition = scrape(metrics)
+        for family in text_string_to_metric_families(exposition):
+            if family.type not in ("counter", "histogram"):
+                continue
+            for sample in family.samples:
+                key = (sample.name, tuple(sorted(sample.labels.items())))
+                assert sample.value >= last.get(key, 0.0), key
+                last[key] = sample.value
+
+    assert model.failures_total > 10 * len(model.failures)
+    assert sum(samples(exposition, "kvtop_failure_origins_total").values()) == origins_fed
+    assert samples(exposition, "kvtop_failures_unfolded_total")[()] == 0
+
+
+def _failure(ts: float, room: int, rank: str, origin: str, reason_class: str = "checksum") -> Observed:
+    role = rank.split("-")[0]
+    return Observed(ts, room, rank, role, "KV chunk 3 failed its checksum", reason_class, origin, "error")
+
+
+def test_an_origin_refolded_as_an_echo_of_an_earlier_one_stays_counted():
+    """Two ranks of one instance, same class, arriving latest first: the second arrival becomes the origin and
+    the first its echo; the origin count stays 1 (never 2, never down) and the echo is counted."""
+    tally = FailureTally()
+    tally.add([_failure(10.5, 1, "decode-0/TP1", "decode-0/TP1")])
+    before = tally.totals()
+    tally.add([_failure(10.0, 1, "decode-0/TP0", "decode-0/TP0")])
+    after = tally.totals()
+
+    assert before == {("origins", "decode", "decode-0", "checksum"): 1}
+    assert after == {("origins", "decode", "decode-0", "checksum"): 1, ("echoes", "decode", "decode-0", "checksum"): 1}
+
+
+def test_a_quiet_room_is_closed_and_its_counts_kept():
+    """A room quiet for the reuse window leaves the tally's memory, its counts stay; past the bound too."""
+    tally = FailureTally(failures_kept=2)
+    tally.add([_failure(float(i), i, "decode-0/TP0", "decode-0/TP0") for i in range(5)])
+    tally.add([_failure(500.0, 99, "decode-0/TP0", "decode-0/TP0")])
+
+    assert tally.open_rooms == 1
+    assert tally.totals() == {("origins", "decode", "decode-0", "checksum"): 6}
+
+
+def test_a_room_that_fails_without_end_is_not_held_without_bound():
+    """A room with more failures than the tally holds is closed (counted), not kept growing."""
+    tally = FailureTally(failures_kept=10)
+    tally.add([_failure(float(i), 7, f"decode-0/TP{i}", f"decode-0/TP{i}", "other") for i in range(25)])
+
+    assert tally.open_rooms == 0
+    assert sum(tally.totals().values()) == 25
+
+
+def test_failures_forgotten_before_a_scrape_are_counted_as_unfolded():
+    """More failures between two reads than the model keeps: the ones it forgot are named, not silently lost."""
+    tally = FailureTally()
+
+    assert tally.unread(total=100, kept=20) == 20
+    assert (tally.missed, tally.unread(total=105, kept=20)) == (80, 5)
+
+
+def test_a_rank_counter_that_restarts_with_a_new_incarnation_is_carried():
+    """5 rejections in one incarnation and 2 in the next are 7; a key the new one has not reported keeps its count."""
+    carried: Carried[str] = Carried()
+    carried.update("malformed", 1, 5)
+    carried.update("oversize", 1, 4)
+    carried.update("malformed", 2, 2)
+
+    assert carried.totals() == {"malformed": 7, "oversize": 4}
+
+
+def served_names(family: str, kind: str) -> set[str]:
+    """The sample names a family of the contract serves."""
+    if kind == "counter":
+        return {f"{family}_total"}
+    if kind == "histogram":
+        return {f"{family}_{part}" for part in ("bucket", "sum", "count")}
+    return {family}
+
+
+def test_the_grafana_dashboard_is_importable_json_built_on_the_contracted_names():
+    """Valid JSON with uniquely numbered panels on a datasource variable; every metric its queries name is served."""
+    dashboard = json.loads(GRAFANA_DASHBOARD.read_text())
+    names = set().union(*(served_names(family, kind) for family, (kind, _) in CONTRACT.items()))
+    panels = dashboard["panels"]
+    exprs = [target["expr"] for panel in panels for target in panel["targets"]]
+    queried = {name for expr in exprs for name in re.findall(r"kvtop_\w+", expr)}
+
+    assert dashboard["uid"] and dashboard["schemaVersion"] >= 36
+    assert len({panel["id"] for panel in panels}) == len(panels) >= 6
+    assert {"datasource", "job"} <= {variable["name"] for variable in dashboard["templating"]["list"]}
+    assert all(panel["datasource"]["uid"] == "${datasource}" and panel["targets"] for panel in panels)
+    assert queried <= names, queried - names
+    assert {"kvtop_failure_origins_total", "kvtop_failure_echoes_total", "kvtop_rooms_stuck",
+            "kvtop_link_transferred_bytes_total", "kvtop_transfer_duration_seconds_bucket",
+            "kvtop_rank_state"} <= queried  # fmt: skip
