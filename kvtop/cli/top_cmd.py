@@ -8,7 +8,16 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvtop.cli.options import Bootstrap, Connect, SGLangLog, Wait, fail, open_sglang_logs, require_source
+from kvtop.cli.options import (
+    Bootstrap,
+    Connect,
+    CurveKeysDir,
+    SGLangLog,
+    Wait,
+    fail,
+    open_sglang_logs,
+    require_source,
+)
 
 if TYPE_CHECKING:
     from kvtop.tui.app import Source
@@ -62,6 +71,7 @@ def top(
     sglang_log: SGLangLog = [],  # noqa: B006
     theme: Theme = "kvtop-dark",
     wait: Wait = 2.0,
+    curve_keys: CurveKeysDir = "",
 ) -> None:
     """The dashboard on a live cluster or on SGLang server logs: overview, rooms, failures (folded), events.
 
@@ -78,7 +88,8 @@ def top(
         _top_on_logs(sglang_log, themes, theme)
         return
     try:
-        with opened(bootstrap, connect, wait, model=ClusterModel(JOURNAL_EVENTS_KEPT), synced=False) as source:
+        model = ClusterModel(JOURNAL_EVENTS_KEPT)
+        with opened(bootstrap, connect, wait, model=model, synced=False, curve_keys=curve_keys) as source:
             assert source.collector is not None
             run_dashboard(source.collector, bootstrap or ", ".join(connect), themes, theme)
     except BootstrapError as error:
