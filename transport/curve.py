@@ -276,10 +276,10 @@ def _guard(context: zmq.Context[Any], side: CurveSide) -> None:
             guard.authenticator.configure_curve_callback(side.domain, guard.allow)
 
 
-def denied(context: zmq.Context[Any]) -> int:
-    """CURVE handshakes refused on `context`'s server sockets so far (a client key not in the allow-list)."""
-    guard = _guards.get(id(context))
-    return guard.allow.denied if guard is not None else 0
+def denied() -> int:
+    """CURVE handshakes this process refused so far (a client key not on the allow-list), every context."""
+    with _guards_lock:
+        return sum(guard.allow.denied for guard in _guards.values())
 
 
 def stop_authenticator(context: zmq.Context[Any]) -> None:

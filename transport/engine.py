@@ -28,7 +28,7 @@ from transport.bootstrap import REFRESH_S, BootstrapClient
 from transport.config import Role, TransferConfig
 from transport.consensus import InstanceConsensus
 from transport.counters import Counters, rejection_names
-from transport.curve import CurveKeys, stop_authenticator
+from transport.curve import CurveKeys, denied, stop_authenticator
 from transport.decode import DecodeSide
 from transport.errors import BootstrapError, ConfigError, KVTransferError, ReasonClass, TransportError
 from transport.events import AgentHello, Event, Heartbeat
@@ -322,12 +322,14 @@ class KVManager:
         self._watched[socket] = counters
 
     def rejections(self) -> dict[str, dict[str, int]]:
-        """Rejected frames by socket (data, consensus, bootstrap, events, snapshot, watched ones), then reason."""
+        """Rejected frames by socket (data, consensus, bootstrap, events, snapshot, watched ones), then reason;
+        with CURVE, `curve`: the handshakes of clients whose key is not on the allow-list (this process)."""
         published = self.publisher.counters.rejections() if self.publisher is not None else {}
         return {
             **self._counters.rejections(),
             **published,
             **{name: counters.rejected() for name, counters in self._watched.items()},
+            **({"curve": {"rejected_unauthorised": denied()}} if self.curve is not None else {}),
         }
 
     def _deregister(self) -> None:

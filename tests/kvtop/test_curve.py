@@ -15,6 +15,7 @@ from transport import BootstrapClient, BootstrapError, FaultSpec, KVPoll, Timeou
 from transport.cluster import ClusterSpec, LocalCluster
 from transport.control import ControlClient
 from transport.curve import CurveKeys, generate
+from transport.events import Heartbeat
 from transport.subscriber import EventSubscriber
 from transport.wire import RoomResult
 
@@ -94,6 +95,19 @@ def test_unauthorised_subscriber_gets_no_event_and_no_snapshot(
         wait_for(allowed_heard_everyone, 10.0, "the allowed subscriber's snapshots and batches")
         heard.extend(outsider.poll(0.1))
         assert (heard, outsider.counters["snapshots"], outsider.counters["batches"]) == ([], 0, 0)
+        if outsider_keys is not None:  # a handshake ZAP refused is counted in the agents' heartbeats
+            refusing: set[str] = set()
+
+            def every_agent_counted_a_refusal() -> bool:
+                for delivered in allowed.poll(0.05):
+                    for event in getattr(delivered.item, "events", ()):
+                        if isinstance(event, Heartbeat) and event.rejected.get("curve", {}).get(
+                            "rejected_unauthorised"
+                        ):
+                            refusing.add(delivered.label)
+                return len(refusing) == len(agents)
+
+            wait_for(every_agent_counted_a_refusal, 5.0, "a counted refusal in every agent's heartbeat")
     finally:
         allowed.close()
         outsider.close()
