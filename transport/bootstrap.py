@@ -236,5 +236,9 @@ class BootstrapClient:
                 raise BootstrapError(f"bootstrap {self.endpoint} refused: {reply.message}")
             if reply.req_id == request.req_id and isinstance(reply, expected):
                 return reply
-        hint = "" if self._curve else " (if it serves CURVE, pass its --curve-keys)"
+        hint = (
+            " (with CURVE: does it serve these keys?)"
+            if self._curve
+            else " (if it serves CURVE, pass its --curve-keys)"
+        )
         raise BootstrapError(f"bootstrap {self.endpoint} did not answer within {self.timeout_s:.1f}s{hint}")

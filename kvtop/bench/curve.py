@@ -4,9 +4,9 @@ Two pairs of legs, alternated `repeats` times, plain then CURVE; figures are med
 CURVE over plain:
 
 - events: one agent's `EventPublisher` fed as fast as one thread can emit room-state events, to the
-  collector's `EventSubscriber` (its own ZeroMQ context, so its own I/O thread) that decodes every batch;
-  events/s is what reached the subscriber after its first batch. The CURVE leg also runs a subscriber
-  without keys beside it, which must receive nothing (else CURVE was not on and the bench fails).
+  collector's `EventSubscriber` in another process, decoding every batch; events/s is what reached it in
+  `event_seconds` after its first batch. The CURVE leg also runs a subscriber without keys beside it,
+  which must receive nothing (else CURVE was not on and the bench fails).
 - transfer: `kvtop bench transfer`'s kvtop leg (a prefill and a decode process, events on, checksums on)
   at `chunk_bytes`; the CURVE leg serves every socket with CURVE and first checks that its bootstrap
   service ignores a client without keys.
@@ -14,6 +14,7 @@ CURVE over plain:
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import statistics
 import tempfile
@@ -21,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from multiprocessing.connection import Connection
 
 import zmq
 
@@ -62,26 +64,52 @@ class CurveResult:
         return asdict(self)
 
 
-def _agent(publisher: EventPublisher) -> AgentInfo:
+def _agent(event_endpoint: str = "", snapshot_endpoint: str = "") -> AgentInfo:
     info = AgentInfo("prefill", "bench-events", 0, 1, 1, "", "", os.getpid(), "localhost", 1)
-    return replace_fields(info, event_endpoint=publisher.endpoint, snapshot_endpoint=publisher.snapshot_endpoint)
+    return replace_fields(info, event_endpoint=event_endpoint, snapshot_endpoint=snapshot_endpoint)
 
 
 def _events_in(subscriber: EventSubscriber, timeout_s: float) -> int:
     return sum(len(d.item.events) for d in subscriber.poll(timeout_s) if isinstance(d.item, EventBatch))
 
 
-def event_rate(seconds: float, keys: CurveKeys | None) -> float:
-    """Events/s from one publisher to one decoding subscriber, with CURVE on both when `keys` are given."""
-    publisher_context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    subscriber_context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    publisher = EventPublisher(
-        AgentInfo("prefill", "bench-events", 0, 1, 1, "", "", 0, "localhost", 1), context=publisher_context, curve=keys
-    )
-    publisher.info = _agent(publisher)
+def _subscribe(endpoints: tuple[str, str], curve_keys: str, seconds: float, report: Connection) -> None:
+    """The collector's side, in its own process: count the events that arrive for `seconds` after the first
+    batch; with keys, a subscriber without any listens beside it. Sends (events, seconds, outsider heard)."""
+    keys = CurveKeys.load(curve_keys, serve=False) if curve_keys else None
+    agent = _agent(*endpoints)
+    subscriber = EventSubscriber(curve=keys)
+    outsider = EventSubscriber() if keys is not None else None
+    try:
+        for sub in (subscriber, outsider):
+            if sub is not None:
+                sub.connect(agent)
+        deadline = time.monotonic() + _FIRST_BATCH_S
+        while not _events_in(subscriber, 0.1):
+            if time.monotonic() > deadline:
+                report.send((0, 0.0, 0))
+                return
+        received = 0
+        started = time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            received += _events_in(subscriber, 0.1)
+        elapsed = time.perf_counter() - started
+        heard = _events_in(outsider, 0.0) + outsider.counters["snapshots"] if outsider is not None else 0
+        report.send((received, elapsed, heard))
+    finally:
+        subscriber.close()
+        if outsider is not None:
+            outsider.close()
+
+
+def event_rate(seconds: float, curve_keys: str) -> float:
+    """Events/s from one publisher (this process, fed by one thread) to a decoding subscriber in another
+    process, with CURVE on both when `curve_keys` names a folder."""
+    keys = CurveKeys.load(curve_keys, serve=True) if curve_keys else None
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    publisher = EventPublisher(_agent(), context=context, curve=keys)
+    publisher.info = _agent(publisher.endpoint, publisher.snapshot_endpoint)
     publisher.start()
-    subscriber = EventSubscriber(subscriber_context, curve=keys)
-    outsider = EventSubscriber(subscriber_context) if keys is not None else None
     stop = threading.Event()
 
     def produce() -> None:
@@ -93,34 +121,31 @@ def event_rate(seconds: float, keys: CurveKeys | None) -> float:
             time.sleep(0)
 
     producer = threading.Thread(target=produce, name="bench-producer", daemon=True)
+    spawn = mp.get_context("spawn")
+    receive, send = spawn.Pipe(duplex=False)
+    endpoints = (publisher.endpoint, publisher.snapshot_endpoint)
+    collector = spawn.Process(target=_subscribe, args=(endpoints, curve_keys, seconds, send), daemon=True)
     try:
-        for sub in (subscriber, outsider):
-            if sub is not None:
-                sub.connect(publisher.info)
+        collector.start()
         producer.start()
-        deadline = time.monotonic() + _FIRST_BATCH_S
-        while not _events_in(subscriber, 0.1):
-            if time.monotonic() > deadline:
-                raise BenchFailed(f"no event reached the subscriber within {_FIRST_BATCH_S:g} s")
-        received = 0
-        started = time.perf_counter()
-        while time.perf_counter() - started < seconds:
-            received += _events_in(subscriber, 0.1)
-        elapsed = time.perf_counter() - started
-        if outsider is not None and (_events_in(outsider, 0.0) or outsider.counters["snapshots"]):
-            raise BenchFailed("a subscriber without keys received events: CURVE was not on")
+        if not receive.poll(_FIRST_BATCH_S + seconds + 30):
+            raise BenchFailed(f"the subscriber process did not report (exit code {collector.exitcode})")
+        received, elapsed, outsider_heard = receive.recv()
     finally:
         stop.set()
         if producer.is_alive():
             producer.join()
+        collector.join(10)
+        if collector.is_alive():
+            collector.kill()
         publisher.close()
-        subscriber.close()
-        if outsider is not None:
-            outsider.close()
-        subscriber_context.term()
-        stop_authenticator(publisher_context)
-        publisher_context.term()
-    return received / elapsed
+        stop_authenticator(context)
+        context.term()
+    if not received:
+        raise BenchFailed(f"no event reached the subscriber within {_FIRST_BATCH_S:g} s")
+    if outsider_heard:
+        raise BenchFailed("a subscriber without keys received events or a snapshot: CURVE was not on")
+    return float(received / elapsed)
 
 
 def measure_curve(
@@ -137,13 +162,13 @@ def measure_curve(
     check_sizes(chunk_bytes, room_bytes)
     with tempfile.TemporaryDirectory(prefix="kvtop-bench-curve-") as scratch:
         folder = curve_keys or str(generate(os.path.join(scratch, "keys")).folder)
-        keys = CurveKeys.load(folder, serve=True)
+        CurveKeys.load(folder, serve=True)  # usable, or CurveError before any leg starts
         runs: dict[str, list[float]] = {"events_plain": [], "events_curve": [], "gbps_plain": [], "gbps_curve": []}
         cpu: dict[str, list[float]] = {"plain": [], "curve": []}
         total = room_bytes * rooms
         for repeat in range(repeats):
-            runs["events_plain"].append(event_rate(event_seconds, None))
-            runs["events_curve"].append(event_rate(event_seconds, keys))
+            runs["events_plain"].append(event_rate(event_seconds, ""))
+            runs["events_curve"].append(event_rate(event_seconds, folder))
             for leg, keys_folder in (("plain", ""), ("curve", folder)):
                 timed = run_kvtop(chunk_bytes, room_bytes, rooms, curve_keys=keys_folder)
                 runs[f"gbps_{leg}"].append(total / timed.seconds / 1e9)
