@@ -11,7 +11,7 @@ import typer
 
 from kvtop.cli.options import (
     BootstrapTimeout,
-    CurveKeysDir,
+    ClusterCurveKeys,
     Decode,
     Duration,
     Faults,
@@ -53,6 +53,15 @@ def _faults(texts: list[str]) -> dict[str, tuple[FaultSpec, ...]] | None:
     return faults
 
 
+@dataclasses.dataclass(frozen=True)
+class Security:
+    """Where a local cluster binds and whether with CURVE."""
+
+    curve_keys: str = ""
+    host: str = "127.0.0.1"
+    insecure: bool = False
+
+
 def _spec(
     prefill: int,
     decode: int,
@@ -80,15 +89,6 @@ def _spec(
         raise fail(problem, 2)
     load_curve(security.curve_keys, serve=True)
     return dataclasses.replace(spec, curve_keys=security.curve_keys, insecure=security.insecure)
-
-
-@dataclasses.dataclass(frozen=True)
-class Security:
-    """Where a local cluster binds and whether with CURVE."""
-
-    curve_keys: str = ""
-    host: str = "127.0.0.1"
-    insecure: bool = False
 
 
 def _run_cluster(
@@ -184,7 +184,7 @@ def local(
             help="Open the dashboard (default when stdout is a terminal); --no-dashboard prints status lines."
         ),
     ] = True,
-    curve_keys: CurveKeysDir = "",
+    curve_keys: ClusterCurveKeys = "",
 ) -> None:
     """Start an embedded local cluster with a workload and open the dashboard on it (quitting stops every agent)."""
     if ctx.invoked_subcommand is not None:
@@ -227,7 +227,7 @@ def cluster_up(
     restart: Annotated[
         bool, typer.Option(help="Start a rank that exited again (a new process, so a new incarnation).")
     ] = False,
-    curve_keys: CurveKeysDir = "",
+    curve_keys: ClusterCurveKeys = "",
     host: Annotated[
         str,
         typer.Option(

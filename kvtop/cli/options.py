@@ -108,6 +108,16 @@ CurveKeysDir = Annotated[
         "is on the agents' allow-list hears anything. A view needs server.key, client.key, client.key_secret.",
     ),
 ]
+ClusterCurveKeys = Annotated[
+    str,
+    typer.Option(
+        "--curve-keys",
+        metavar="DIR",
+        help="CURVE key folder (`kvtop keys generate DIR`) for the bootstrap service and every agent: every "
+        "socket encrypted, answering only clients whose key is in DIR/allowed.",
+    ),
+]
+"""The agents' side takes no KVTOP_CURVE_KEYS: that variable names a view's folder, which cannot serve."""
 Insecure = Annotated[
     bool,
     typer.Option("--insecure", help="Bind an address beyond loopback without --curve-keys (plain TCP, no checks)."),
