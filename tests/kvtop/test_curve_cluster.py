@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -151,3 +151,23 @@ def test_a_bad_key_folder_is_a_one_line_usage_error(tmp_path: Path) -> None:
     assert (missing.returncode, open_folder.returncode) == (2, 2)
     assert "does not exist" in missing.stderr and missing.stderr.count("\n") == 1
     assert "chmod 700" in open_folder.stderr and open_folder.stderr.count("\n") == 1
+
+
+def test_the_embedded_cluster_runs_with_curve(tmp_path: Path, wait_for: Callable[..., object]) -> None:
+    """Bare `kvtop --curve-keys`'s embedded cluster: its workload and its collector reach CURVE agents."""
+    from kvtop.cluster.embedded import EmbeddedCluster
+    from kvtop.cluster.local import demo_spec
+    from transport.workload import WorkloadSpec
+
+    keys = generate(tmp_path / "keys").folder
+    spec = replace(demo_spec(1, 1, 1, {}, str(tmp_path / "logs")), curve_keys=str(keys))
+    with EmbeddedCluster(spec, WorkloadSpec(rate=50, median_pages=4, max_pages=8)) as embedded:
+        collector = embedded.collector
+        assert collector is not None
+
+        def rooms_seen_finished() -> bool:
+            with collector.lock:
+                return len(collector.model.ranks) == 2 and len(collector.model.finished) >= 3
+
+        wait_for(rooms_seen_finished, 15.0, "the collector seeing three rooms finish")
+        assert embedded.stats.succeeded >= 1
