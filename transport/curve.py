@@ -91,17 +91,13 @@ class CurveSide:
     """The CURVE options of one socket: a server (it binds) or a client of `server_key` (it connects)."""
 
     public: bytes
-    secret: bytes
+    secret: bytes = field(repr=False)
     server_key: bytes = b""
     """The server's public key (a client's); empty for a server."""
     allowed: frozenset[bytes] = frozenset()
     """The client public keys a server lets in."""
     domain: str = ""
     """A server's ZAP domain (one per server key), so contexts can serve several key folders."""
-
-    @property
-    def is_server(self) -> bool:
-        return not self.server_key
 
     def apply(self, sock: zmq.Socket[bytes]) -> None:
         """Set `sock`'s CURVE options; a server's context gets its authenticator first (no unchecked handshake)."""
@@ -121,7 +117,7 @@ class CurveKeys:
 
     folder: str
     client: CurveSide
-    server_pair: tuple[bytes, bytes] | None = None
+    server_pair: tuple[bytes, bytes] | None = field(default=None, repr=False)
     """(public, secret) where this host serves (agents, bootstrap); None on a view's host."""
     allowed: frozenset[bytes] = field(default_factory=frozenset)
 
