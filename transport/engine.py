@@ -323,13 +323,13 @@ class KVManager:
 
     def rejections(self) -> dict[str, dict[str, int]]:
         """Rejected frames by socket (data, consensus, bootstrap, events, snapshot, watched ones), then reason;
-        with CURVE, `curve`: the handshakes of clients whose key is not on the allow-list (this process)."""
+        with CURVE, `curve` (`unauthorised`): this process's handshakes of keys not on the allow-list."""
         published = self.publisher.counters.rejections() if self.publisher is not None else {}
         return {
             **self._counters.rejections(),
             **published,
             **{name: counters.rejected() for name, counters in self._watched.items()},
-            **({"curve": {"rejected_unauthorised": denied()}} if self.curve is not None else {}),
+            **({"curve": {"unauthorised": denied()}} if self.curve is not None else {}),
         }
 
     def _deregister(self) -> None:

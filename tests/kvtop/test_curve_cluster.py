@@ -101,9 +101,7 @@ def test_unauthorised_subscriber_gets_no_event_and_no_snapshot(
             def every_agent_counted_a_refusal() -> bool:
                 for delivered in allowed.poll(0.05):
                     for event in getattr(delivered.item, "events", ()):
-                        if isinstance(event, Heartbeat) and event.rejected.get("curve", {}).get(
-                            "rejected_unauthorised"
-                        ):
+                        if isinstance(event, Heartbeat) and event.rejected.get("curve", {}).get("unauthorised"):
                             refusing.add(delivered.label)
                 return len(refusing) == len(agents)
 
@@ -118,12 +116,17 @@ def test_unauthorised_subscriber_gets_no_event_and_no_snapshot(
 def test_allowed_views_read_the_curve_cluster_and_others_are_told_why_not(curve_cluster: CurveCluster) -> None:
     """`kvtop status/failures --json --curve-keys` see the ranks, the room and the failure; without keys, exit 1."""
     endpoint, keys = curve_cluster.cluster.endpoint, curve_cluster.keys
-    status = kvtop("status", "--bootstrap", endpoint, "--curve-keys", keys, "--json")
-    failures = kvtop("failures", "--bootstrap", endpoint, "--json", env={"KVTOP_CURVE_KEYS": keys})
+    status = kvtop(
+        "status", "--bootstrap", endpoint, "--curve-keys", keys, "--json", "--wait", "10", "--window", "3600"
+    )
+    failures = kvtop("failures", "--bootstrap", endpoint, "--json", "--wait", "10", env={"KVTOP_CURVE_KEYS": keys})
     refused = kvtop("status", "--bootstrap", endpoint, "--wait", "0.5")
 
+    assert (status.returncode, failures.returncode) == (0, 0), status.stderr + failures.stderr
     status_json = json.loads(status.stdout)
-    assert (status_json["ranks"]["alive"], status_json["top_origins"]) == (4, [["decode-1/TP0 checksum", 1]])
+    ranks = status_json["ranks"]
+    assert (ranks["total"], ranks["gone"], status_json["rooms_finished"]) == (4, 0, 2)
+    assert status_json["top_origins"] == [["decode-1/TP0 checksum", 1]]
     groups = json.loads(failures.stdout)
     assert [(g["room"], g["origin"]["reason_class"], g["echo_count"]) for g in groups] == [(2, "checksum", 2)]
     assert refused.returncode == 1 and "--curve-keys" in refused.stderr
