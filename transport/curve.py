@@ -31,12 +31,13 @@ import stat
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import zmq
-import zmq.auth
-from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils import z85
+
+if TYPE_CHECKING:  # imported where used: zmq.auth.thread pulls in asyncio, which every rank and view would pay
+    from zmq.auth.thread import ThreadAuthenticator
 
 from transport.errors import CurveError
 
@@ -175,6 +176,8 @@ def _load_pair(path: Path, secret: bool) -> tuple[bytes, bytes]:
         raise CurveError(f"missing {path} (copy it from the folder `kvtop keys generate` made)")
     if secret:
         _private(path, "file", 0o600)
+    import zmq.auth
+
     try:
         public, secret_key = zmq.auth.load_certificate(path)
     except (ValueError, OSError) as error:
@@ -220,6 +223,8 @@ def generate(folder: str | os.PathLike[str]) -> Generated:
         raise CurveError(f"{root} exists and is not an empty folder: keys are never overwritten")
     root.mkdir(mode=0o700, parents=True, exist_ok=True)
     root.chmod(0o700)
+    import zmq.auth
+
     for name in (SERVER, CLIENT):
         public, secret = zmq.auth.create_certificates(root, name)
         Path(secret).chmod(0o600)
@@ -261,6 +266,8 @@ _guards_lock = threading.Lock()
 
 def _guard(context: zmq.Context[Any], side: CurveSide) -> None:
     """Make sure `context` has a running authenticator that knows `side`'s allow-list."""
+    from zmq.auth.thread import ThreadAuthenticator
+
     with _guards_lock:
         guard = _guards.get(id(context))
         if guard is None or guard.authenticator.context is not context:  # none yet, or an id reused
