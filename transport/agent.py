@@ -24,6 +24,7 @@ import zmq
 from transport.bootstrap import BootstrapClient
 from transport.config import Role, Timeouts, TransferConfig
 from transport.counters import Counters, rejection_names
+from transport.curve import CurveKeys, exposure_problem, serving, stop_authenticator
 from transport.engine import KVManager, KVReceiver, KVSender
 from transport.errors import BootstrapError, ConfigError, KVTransferError
 from transport.faults import FaultInjector, FaultSpec, check_role
@@ -71,9 +72,16 @@ class AgentOptions:
     fault_seed: int | None = None
     log_file: str = ""
     log_level: str = "INFO"
+    curve_keys: str = ""
+    """A key folder (`transport.curve`): every socket of the rank with CURVE; "" for plain TCP."""
+    insecure: bool = False
+    """Bind beyond loopback without CURVE anyway."""
 
     def __post_init__(self) -> None:
         check_role(self.faults, self.role)
+        problem = exposure_problem([self.host, self.control_endpoint], bool(self.curve_keys), self.insecure)
+        if problem:
+            raise ConfigError(problem)
 
 
 @dataclass(eq=False)
@@ -91,8 +99,9 @@ class Agent:
     def __init__(self, options: AgentOptions) -> None:
         self.options = options
         self.log = setup_agent_logging(options.rank, options.log_level, options.log_file)
+        self.curve = CurveKeys.load(options.curve_keys, serve=True) if options.curve_keys else None
         self._zmq = zmq.Context()
-        self._control = open_socket(self._zmq, zmq.ROUTER, SMALL_FRAME)
+        self._control = open_socket(self._zmq, zmq.ROUTER, SMALL_FRAME, serving(self.curve))
         self.control_endpoint = bind(self._control, options.control_endpoint, options.host)
         self.pool = KVPool(options.num_pages, options.page_bytes)
         self.manager = KVManager(
@@ -106,6 +115,7 @@ class Agent:
             faults=FaultInjector(options.faults, seed=options.fault_seed),
             host=options.host,
             control_endpoint=self.control_endpoint,
+            curve=self.curve,
         )
         self._decoder: FrameDecoder[ControlRequest] = FrameDecoder(ControlRequest)
         self._rejections = Counters(rejection_names())
@@ -155,6 +165,7 @@ class Agent:
         finally:
             self.manager.close()
             self._control.close(linger=0)
+            stop_authenticator(self._zmq)
             self._zmq.term()
 
     def counters(self) -> dict[str, int]:
@@ -228,7 +239,7 @@ class Agent:
         if instance in self._prefill_instances:
             return ""
         try:
-            with BootstrapClient(self.options.bootstrap, _LOOKUP_TIMEOUT_S, self._zmq) as client:
+            with BootstrapClient(self.options.bootstrap, _LOOKUP_TIMEOUT_S, self._zmq, curve=self.curve) as client:
                 agents = client.list_agents()
         except BootstrapError as error:
             return f"cannot check prefill instance {instance!r}: {error}"
@@ -332,9 +343,22 @@ def parse_args(argv: list[str] | None = None) -> AgentOptions:
     parser.add_argument("--fault-seed", type=int, default=None)
     parser.add_argument("--log-file", default="")
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--curve-keys",
+        default="",
+        metavar="DIR",
+        help="CURVE key folder (kvtop keys generate DIR): every socket of this rank encrypted and open only to "
+        "clients in DIR/allowed",
+    )
+    parser.add_argument(
+        "--insecure", action="store_true", help="bind a --host or --control beyond loopback without --curve-keys"
+    )
     args = parser.parse_args(argv)
     try:
-        return _options(args)
+        options = _options(args)
+        if options.curve_keys:
+            CurveKeys.load(options.curve_keys, serve=True)  # a bad key folder is a usage error, at start
+        return options
     except ConfigError as error:
         parser.error(str(error))
 
@@ -362,6 +386,8 @@ def _options(args: argparse.Namespace) -> AgentOptions:
         fault_seed=args.fault_seed,
         log_file=args.log_file,
         log_level=args.log_level,
+        curve_keys=args.curve_keys,
+        insecure=args.insecure,
     )
 
 
@@ -385,6 +411,10 @@ def to_args(options: AgentOptions) -> list[str]:
         args += ["--log-file", options.log_file]
     if not transfer.checksums:
         args.append("--no-checksums")
+    if options.curve_keys:
+        args += ["--curve-keys", options.curve_keys]
+    if options.insecure:
+        args.append("--insecure")
     for spec in options.faults:
         args += ["--fault", str(spec)]
     return args

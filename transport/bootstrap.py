@@ -25,6 +25,7 @@ from typing import TypeVar
 import zmq
 
 from transport.counters import Counters, rejection_names
+from transport.curve import CurveKeys, dialing, serving
 from transport.errors import BootstrapError, FrameRejected
 from transport.registration import entry_name, registration_problem
 from transport.sockets import LIST_FRAME, SMALL_FRAME, bind, decode_routed, open_socket
@@ -66,9 +67,11 @@ class BootstrapServer:
         host: str = "127.0.0.1",
         context: zmq.Context[zmq.Socket[bytes]] | None = None,
         entry_ttl_s: float = ENTRY_TTL_S,
+        curve: CurveKeys | None = None,
     ) -> None:
+        """`curve`: serve with CURVE (only clients on the keys' allow-list are answered)."""
         self._context = context or zmq.Context.instance()
-        self._socket = open_socket(self._context, zmq.ROUTER, SMALL_FRAME)
+        self._socket = open_socket(self._context, zmq.ROUTER, SMALL_FRAME, serving(curve))
         self.endpoint = bind(self._socket, endpoint, host)
         self.entry_ttl_s = entry_ttl_s
         self.counters = Counters(("requests", "expired", "deregistered", *rejection_names()))
@@ -175,11 +178,13 @@ class BootstrapClient:
         timeout_s: float = 5.0,
         context: zmq.Context[zmq.Socket[bytes]] | None = None,
         counters: Counters | None = None,
+        curve: CurveKeys | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.timeout_s = timeout_s
         self.counters = counters or Counters(rejection_names())
-        self._socket = open_socket(context or zmq.Context.instance(), zmq.DEALER, LIST_FRAME)
+        self._curve = curve is not None
+        self._socket = open_socket(context or zmq.Context.instance(), zmq.DEALER, LIST_FRAME, dialing(curve))
         try:
             self._socket.connect(endpoint)
         except zmq.ZMQError as error:
@@ -231,4 +236,9 @@ class BootstrapClient:
                 raise BootstrapError(f"bootstrap {self.endpoint} refused: {reply.message}")
             if reply.req_id == request.req_id and isinstance(reply, expected):
                 return reply
-        raise BootstrapError(f"bootstrap {self.endpoint} did not answer within {self.timeout_s:.1f}s")
+        hint = (
+            " (with CURVE: does it serve these keys?)"
+            if self._curve
+            else " (if it serves CURVE, pass its --curve-keys)"
+        )
+        raise BootstrapError(f"bootstrap {self.endpoint} did not answer within {self.timeout_s:.1f}s{hint}")

@@ -23,7 +23,8 @@ from pathlib import Path
 from transport.agent import AgentOptions, to_args
 from transport.bootstrap import BootstrapClient, BootstrapServer
 from transport.config import Role, TransferConfig
-from transport.errors import TransportError
+from transport.curve import CurveKeys, exposure_problem
+from transport.errors import ConfigError, TransportError
 from transport.faults import FaultSpec
 from transport.targets import plan_faults
 from transport.wire import AgentInfo
@@ -48,6 +49,10 @@ class ClusterSpec:
     see `transport.targets`."""
     log_dir: str = ""
     log_level: str = "INFO"
+    curve_keys: str = ""
+    """A CURVE key folder (`transport.curve`) for the bootstrap service and every agent; "" for plain TCP."""
+    insecure: bool = False
+    """Bind a host beyond loopback without CURVE anyway."""
 
     def ranks(self) -> list[tuple[Role, str, int, int]]:
         """(role, instance, rank, tp) of every agent, prefill first."""
@@ -99,10 +104,16 @@ class LocalCluster:
     """Start with `start()`, stop with `stop()`; `agents()` lists what registered."""
 
     def __init__(self, spec: ClusterSpec, host: str = "127.0.0.1") -> None:
+        """Raises `ConfigError` (`CurveError`) for a bind beyond loopback without CURVE or a bad key folder."""
         self.spec = spec
         self.host = host
         self._faults = spec.fault_plan()
-        self.bootstrap = BootstrapServer(host=host)
+        problem = exposure_problem([host], bool(spec.curve_keys), spec.insecure)
+        if problem:
+            raise ConfigError(problem)
+        self.curve = CurveKeys.load(spec.curve_keys, serve=True) if spec.curve_keys else None
+        """The keys every socket of the cluster uses (None: plain TCP)."""
+        self.bootstrap = BootstrapServer(host=host, curve=self.curve)
         self.processes: list[AgentProcess] = []
 
     @property
@@ -142,6 +153,8 @@ class LocalCluster:
             faults=faults,
             log_file=log_file,
             log_level=self.spec.log_level,
+            curve_keys=self.spec.curve_keys,
+            insecure=self.spec.insecure,
         )
 
     def _spawn(self, options: AgentOptions, restarts: int = 0) -> AgentProcess:
@@ -156,7 +169,7 @@ class LocalCluster:
 
     def agents(self) -> list[AgentInfo]:
         """Every agent registered with the bootstrap service."""
-        with BootstrapClient(self.endpoint) as client:
+        with BootstrapClient(self.endpoint, curve=self.curve) as client:
             return client.list_agents()
 
     def wait_registered(self, count: int, timeout_s: float) -> list[AgentInfo]:

@@ -25,6 +25,7 @@ import zmq
 
 from transport import reasons
 from transport.counters import Counters
+from transport.curve import CurveKeys, dialing, serving
 from transport.kvpoll import KVPoll
 from transport.rooms import RoomRecord
 from transport.routes import RouteBook
@@ -54,12 +55,17 @@ class InstanceConsensus:
     """One rank's part of the consensus; every method runs on the engine thread."""
 
     def __init__(
-        self, context: zmq.Context[zmq.Socket[bytes]], host: str, counters: Counters, vote_timeout_s: float
+        self,
+        context: zmq.Context[zmq.Socket[bytes]],
+        host: str,
+        counters: Counters,
+        vote_timeout_s: float,
+        curve: CurveKeys | None = None,
     ) -> None:
-        self.publisher = open_publisher(context)
+        self.publisher = open_publisher(context, serving(curve))
         """Where this rank's votes go out (what its subscribers send it is read by `serve_subscribers`)."""
         self.endpoint = bind_ephemeral(self.publisher, host)
-        self.socket = open_socket(context, zmq.SUB, LIST_FRAME)
+        self.socket = open_socket(context, zmq.SUB, LIST_FRAME, dialing(curve))
         self.socket.setsockopt(zmq.SUBSCRIBE, b"")
         self._counters = counters
         self._vote_timeout_s = vote_timeout_s

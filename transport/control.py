@@ -8,6 +8,7 @@ from typing import TypeVar
 
 import zmq
 
+from transport.curve import CurveKeys, dialing
 from transport.errors import FrameRejected, TransportError
 from transport.sockets import SMALL_FRAME, open_socket
 from transport.wire import (
@@ -34,9 +35,11 @@ class ControlError(TransportError):
 class ControlClient:
     """DEALER to an agent's control ROUTER. Room results arrive asynchronously; `results()` drains them."""
 
-    def __init__(self, endpoint: str, context: zmq.Context[zmq.Socket[bytes]] | None = None) -> None:
+    def __init__(
+        self, endpoint: str, context: zmq.Context[zmq.Socket[bytes]] | None = None, curve: CurveKeys | None = None
+    ) -> None:
         self.endpoint = endpoint
-        self.socket = open_socket(context or zmq.Context.instance(), zmq.DEALER, SMALL_FRAME)
+        self.socket = open_socket(context or zmq.Context.instance(), zmq.DEALER, SMALL_FRAME, dialing(curve))
         self.socket.connect(endpoint)
         self._ids = itertools.count(1)
         self._decoder: FrameDecoder[ControlReply] = FrameDecoder(ControlReply)

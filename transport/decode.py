@@ -16,6 +16,7 @@ import xxhash
 import zmq
 
 from transport import reasons
+from transport.curve import dialing
 from transport.errors import ConfigError, FrameRejected
 from transport.events import AbortEvent
 from transport.kvpoll import KVPoll
@@ -204,9 +205,8 @@ class DecodeSide:
             return link
         if link is not None:
             self._drop_link(link)
-        sock = open_socket(
-            self._ctx.context, zmq.DEALER, data_frame_bound(self._ctx.config.chunk_bytes, self._ctx.pool.page_bytes)
-        )
+        bound = data_frame_bound(self._ctx.config.chunk_bytes, self._ctx.pool.page_bytes)
+        sock = open_socket(self._ctx.context, zmq.DEALER, bound, dialing(self._ctx.curve))
         sock.routing_id = f"{self._ctx.info.label}#{self._ctx.info.incarnation:x}".encode()
         sock.rcvhwm = 100_000
         sock.connect(info.data_endpoint)

@@ -28,6 +28,7 @@ from transport.bootstrap import REFRESH_S, BootstrapClient
 from transport.config import Role, TransferConfig
 from transport.consensus import InstanceConsensus
 from transport.counters import Counters, rejection_names
+from transport.curve import CurveKeys, denied, stop_authenticator
 from transport.decode import DecodeSide
 from transport.errors import BootstrapError, ConfigError, KVTransferError, ReasonClass, TransportError
 from transport.events import AgentHello, Event, Heartbeat
@@ -185,12 +186,15 @@ class KVManager:
         host: str = "127.0.0.1",
         control_endpoint: str = "",
         publish_events: bool = True,
+        curve: CurveKeys | None = None,
     ) -> None:
+        """`curve`: every socket of this rank with CURVE (it binds as the server, connects as a client)."""
         if not 0 <= rank < tp:
             raise ConfigError(f"rank {rank} is outside TP size {tp}")
         self.role = role
         self.config = config or TransferConfig()
         self.bootstrap = bootstrap
+        self.curve = curve
         self._zmq = zmq.Context()
         self._counters = Counters(COUNTER_NAMES)
         self._commands: deque[Callable[[], None]] = deque()
@@ -212,10 +216,12 @@ class KVManager:
             int.from_bytes(os.urandom(6), "little"),
         )
         data_counters = self._counters.for_socket("data")
-        self._ctx = SideContext(info, pool, self.config, faults or FaultInjector(), data_counters, self._zmq)
-        self._routes = RouteBook(self._zmq, bootstrap, self._counters.for_socket("bootstrap"))
+        self._ctx = SideContext(info, pool, self.config, faults or FaultInjector(), data_counters, self._zmq, curve)
+        self._routes = RouteBook(self._zmq, bootstrap, self._counters.for_socket("bootstrap"), curve)
         self._consensus = (
-            InstanceConsensus(self._zmq, host, self._counters.for_socket("consensus"), self.config.peer_timeout_s)
+            InstanceConsensus(
+                self._zmq, host, self._counters.for_socket("consensus"), self.config.peer_timeout_s, curve
+            )
             if tp > 1
             else None
         )
@@ -234,7 +240,7 @@ class KVManager:
         )
         self.publisher: EventPublisher | None = None
         if publish_events:
-            self.publisher = EventPublisher(info, host, context=self._zmq)
+            self.publisher = EventPublisher(info, host, context=self._zmq, curve=curve)
             info = replace_fields(
                 info, event_endpoint=self.publisher.endpoint, snapshot_endpoint=self.publisher.snapshot_endpoint
             )
@@ -261,7 +267,7 @@ class KVManager:
                 )
             )
         counters = self._counters.for_socket("bootstrap")
-        with BootstrapClient(self.bootstrap, register_timeout_s, self._zmq, counters) as client:
+        with BootstrapClient(self.bootstrap, register_timeout_s, self._zmq, counters, self.curve) as client:
             client.register(self.info)
         self._registered = True
         self._next_refresh = time.monotonic() + REFRESH_S
@@ -291,6 +297,7 @@ class KVManager:
             self.publisher.close()
         os.close(self._wake_read)
         os.close(self._wake_write)
+        stop_authenticator(self._zmq)
         self._zmq.term()
 
     def __enter__(self) -> KVManager:
@@ -315,18 +322,20 @@ class KVManager:
         self._watched[socket] = counters
 
     def rejections(self) -> dict[str, dict[str, int]]:
-        """Rejected frames by socket (data, consensus, bootstrap, events, snapshot, watched ones), then reason."""
+        """Rejected frames by socket (data, consensus, bootstrap, events, snapshot, watched ones), then reason;
+        with CURVE, `curve` (`unauthorised`): this process's handshakes of keys not on the allow-list."""
         published = self.publisher.counters.rejections() if self.publisher is not None else {}
         return {
             **self._counters.rejections(),
             **published,
             **{name: counters.rejected() for name, counters in self._watched.items()},
+            **({"curve": {"unauthorised": denied()}} if self.curve is not None else {}),
         }
 
     def _deregister(self) -> None:
         """Leave the bootstrap listing at once (best effort: an unreachable service lets the entry expire)."""
         try:
-            with BootstrapClient(self.bootstrap, timeout_s=1.0, context=self._zmq) as client:
+            with BootstrapClient(self.bootstrap, timeout_s=1.0, context=self._zmq, curve=self.curve) as client:
                 client.deregister(self.info)
         except BootstrapError:
             pass

@@ -5,6 +5,7 @@ Hierarchy::
     TransportError            root of everything transport raises
     ├── KVTransferError       a room failed (SGLang's exception, plus the origin)
     ├── ConfigError           a setting or fault spec that cannot work
+    │   └── CurveError        a CURVE key folder that cannot be used, or a libzmq without CURVE
     ├── BootstrapError        the bootstrap service did not answer or refused
     └── FrameRejected         a frame on a socket that does not follow the wire format
 
@@ -41,6 +42,10 @@ class TransportError(Exception):
 
 class ConfigError(TransportError, ValueError):
     """A setting, page layout or fault spec that cannot work."""
+
+
+class CurveError(ConfigError):
+    """CURVE cannot be used: a key folder missing, open to others or holding a malformed key; no CURVE in libzmq."""
 
 
 class BootstrapError(TransportError):

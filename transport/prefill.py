@@ -16,6 +16,7 @@ import xxhash
 import zmq
 
 from transport import reasons
+from transport.curve import serving
 from transport.events import AbortEvent
 from transport.faults import FaultKind
 from transport.kvpoll import KVPoll
@@ -88,7 +89,7 @@ class PrefillSide:
 
     def __init__(self, ctx: SideContext, host: str) -> None:
         self._ctx = ctx
-        self._socket = open_socket(ctx.context, zmq.ROUTER, LIST_FRAME)
+        self._socket = open_socket(ctx.context, zmq.ROUTER, LIST_FRAME, serving(ctx.curve))
         self._socket.router_mandatory = True
         self._socket.sndhwm = 100_000
         self.endpoint = bind_ephemeral(self._socket, host)

@@ -21,6 +21,7 @@ from collections import deque
 import zmq
 
 from transport.counters import Counters, rejection_names
+from transport.curve import CurveKeys, serving
 from transport.events import (
     EVENT_SCHEMA,
     AgentHello,
@@ -121,14 +122,16 @@ class EventPublisher:
         context: zmq.Context[zmq.Socket[bytes]] | None = None,
         sndhwm: int = 10_000,
         lost_after_s: float = LOST_AFTER_S,
+        curve: CurveKeys | None = None,
     ) -> None:
-        """`lost_after_s`: seconds without news after which a live room leaves the snapshots as lost."""
+        """`lost_after_s`: seconds without news after which a live room leaves the snapshots as lost;
+        `curve`: serve both sockets with CURVE (only allowed clients get events or snapshots)."""
         self.info = info
         self._context = context or zmq.Context.instance()
-        self._pub = open_publisher(self._context)
+        self._pub = open_publisher(self._context, serving(curve))
         self._pub.sndhwm = sndhwm
         self.endpoint = bind(self._pub, "", host)
-        self._snapshots = open_socket(self._context, zmq.ROUTER, SMALL_FRAME)
+        self._snapshots = open_socket(self._context, zmq.ROUTER, SMALL_FRAME, serving(curve))
         self._poller = zmq.Poller()
         self._poller.register(self._pub, zmq.POLLIN)
         self._poller.register(self._snapshots, zmq.POLLIN)

@@ -7,6 +7,7 @@ import itertools
 import zmq
 
 from transport.counters import Counters
+from transport.curve import CurveKeys, dialing
 from transport.registration import registration_problem
 from transport.sockets import LIST_FRAME, decode_waiting, open_socket
 from transport.wire import (
@@ -27,8 +28,14 @@ RESOLVE_RETRY_S = 0.25
 class RouteBook:
     """Caches each instance's registered ranks; `lookup()` asks the bootstrap service when needed."""
 
-    def __init__(self, context: zmq.Context[zmq.Socket[bytes]], bootstrap: str, counters: Counters) -> None:
-        self.socket = open_socket(context, zmq.DEALER, LIST_FRAME)
+    def __init__(
+        self,
+        context: zmq.Context[zmq.Socket[bytes]],
+        bootstrap: str,
+        counters: Counters,
+        curve: CurveKeys | None = None,
+    ) -> None:
+        self.socket = open_socket(context, zmq.DEALER, LIST_FRAME, dialing(curve))
         self.socket.connect(bootstrap)
         self._counters = counters
         self._routes: dict[str, list[AgentInfo]] = {}

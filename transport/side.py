@@ -20,6 +20,7 @@ import zmq
 from transport import reasons
 from transport.config import TransferConfig
 from transport.counters import Counters
+from transport.curve import CurveKeys
 from transport.errors import KVTransferError, ReasonClass
 from transport.events import Event, Failure, Level, Progress, RoomState, TransferDone
 from transport.faults import FaultInjector, FaultKind
@@ -54,6 +55,8 @@ class SideContext:
     faults: FaultInjector
     counters: Counters
     context: zmq.Context[zmq.Socket[bytes]]
+    curve: CurveKeys | None = None
+    """The cluster's CURVE keys (None: plain TCP)."""
     cleared: dict[int, None] = field(default_factory=dict)
     """Recently released rooms (insertion-ordered, bounded)."""
     emit: Callable[[Event], None] = _discard

@@ -16,6 +16,9 @@ and libzmq keeps each one in a trie).
     event SUB (subscriber), consensus SUB         LIST_FRAME: an EventBatch, a Vote
     data ROUTER (prefill)                         LIST_FRAME: a TransferRequest (a list of pages)
     data DEALER (decode)                          `data_frame_bound`: one chunk's payload frame
+
+With CURVE on (`transport.curve`), every one of these sockets is opened with the keys of its side:
+the one that binds as the server, the one that connects as a client.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Final, TypeVar
 import zmq
 
 from transport.counters import Counters
+from transport.curve import CurveSide
 from transport.errors import FrameRejected
 from transport.wire import MAX_CONTROL_FRAME, FrameDecoder
 
@@ -43,17 +47,29 @@ def data_frame_bound(chunk_bytes: int, page_bytes: int) -> int:
     return max(chunk_bytes, page_bytes) + HEADER_SLACK
 
 
-def open_socket(context: zmq.Context[zmq.Socket[bytes]], kind: int, max_frame: int) -> zmq.Socket[bytes]:
-    """A socket of `kind` that closes without lingering and accepts no frame above `max_frame` bytes."""
+def open_socket(
+    context: zmq.Context[zmq.Socket[bytes]], kind: int, max_frame: int, curve: CurveSide | None = None
+) -> zmq.Socket[bytes]:
+    """A socket of `kind` that closes without lingering and accepts no frame above `max_frame` bytes.
+
+    `curve`: its CURVE side (`CurveKeys.server` for a socket that binds, `.client` for one that connects);
+    None for plain TCP.
+    """
     sock: zmq.Socket[bytes] = context.socket(kind)
     sock.linger = 0
     sock.setsockopt(zmq.MAXMSGSIZE, max_frame)
+    if curve is not None:
+        try:
+            curve.apply(sock)
+        except BaseException:
+            sock.close(linger=0)
+            raise
     return sock
 
 
-def open_publisher(context: zmq.Context[zmq.Socket[bytes]]) -> zmq.Socket[bytes]:
+def open_publisher(context: zmq.Context[zmq.Socket[bytes]], curve: CurveSide | None = None) -> zmq.Socket[bytes]:
     """A PUB that lets its owner see what subscribers send (XPUB in manual mode), bounded like a PUB."""
-    sock = open_socket(context, zmq.XPUB, SMALL_FRAME)
+    sock = open_socket(context, zmq.XPUB, SMALL_FRAME, curve)
     sock.setsockopt(zmq.XPUB_MANUAL, 1)
     return sock
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import zmq
 
 from transport.counters import Counters, rejection_names
+from transport.curve import CurveKeys, dialing
 from transport.events import EventBatch, Heartbeat, Snapshot, SnapshotRequest
 from transport.registration import agent_problem, endpoint_problem, entry_name
 from transport.sockets import LIST_FRAME, decode_waiting, open_socket
@@ -61,9 +62,16 @@ class EventSubscriber:
     """Owns one SUB socket for discovered agents, one per endpoint given alone, and one snapshot DEALER per
     agent; `poll()` returns what is ready, in order."""
 
-    def __init__(self, context: zmq.Context[zmq.Socket[bytes]] | None = None, rcvhwm: int = 100_000) -> None:
+    def __init__(
+        self,
+        context: zmq.Context[zmq.Socket[bytes]] | None = None,
+        rcvhwm: int = 100_000,
+        curve: CurveKeys | None = None,
+    ) -> None:
+        """`curve`: connect as a CURVE client of the cluster's keys (agents serving CURVE answer nobody else)."""
         self._context = context or zmq.Context.instance()
-        self.socket = open_socket(self._context, zmq.SUB, LIST_FRAME)
+        self._curve = dialing(curve)
+        self.socket = open_socket(self._context, zmq.SUB, LIST_FRAME, self._curve)
         self.socket.rcvhwm = rcvhwm
         self.socket.setsockopt(zmq.SUBSCRIBE, b"")
         self._rcvhwm = rcvhwm
@@ -125,7 +133,7 @@ class EventSubscriber:
         problem = endpoint_problem(endpoint)
         sock: zmq.Socket[bytes] | None = None
         if not problem:
-            sock = open_socket(self._context, zmq.SUB, LIST_FRAME)
+            sock = open_socket(self._context, zmq.SUB, LIST_FRAME, self._curve)
             sock.rcvhwm = self._rcvhwm
             sock.setsockopt(zmq.SUBSCRIBE, b"")
             try:
@@ -235,7 +243,7 @@ class EventSubscriber:
             return None
         sock = self._snapshot_sockets.get(label)
         if sock is None:
-            sock = open_socket(self._context, zmq.DEALER, LIST_FRAME)
+            sock = open_socket(self._context, zmq.DEALER, LIST_FRAME, self._curve)
             try:
                 sock.connect(endpoint)
             except zmq.ZMQError as error:

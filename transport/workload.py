@@ -25,6 +25,7 @@ import zmq
 from transport.bootstrap import BootstrapClient
 from transport.config import Role
 from transport.control import ControlClient
+from transport.curve import CurveKeys
 from transport.kvpoll import KVPoll
 from transport.wire import AgentInfo, RoomResult
 
@@ -85,19 +86,21 @@ class _Pending:
 class Router:
     """Submits rooms to agents found through the bootstrap service; call `step()` in a loop."""
 
-    def __init__(self, bootstrap: str, spec: WorkloadSpec | None = None) -> None:
+    def __init__(self, bootstrap: str, spec: WorkloadSpec | None = None, curve: CurveKeys | None = None) -> None:
+        """`curve`: the cluster's CURVE keys, to reach its bootstrap service and agents (None: plain TCP)."""
         self.spec = spec or WorkloadSpec()
+        self._curve = curve
         self.stats = WorkloadStats()
         self._rng = random.Random(self.spec.seed)
         self._zmq = zmq.Context()
-        with BootstrapClient(bootstrap, context=self._zmq) as client:
+        with BootstrapClient(bootstrap, context=self._zmq, curve=curve) as client:
             agents = client.list_agents()
         self._instances: dict[Role, dict[str, list[AgentInfo]]] = {Role.PREFILL: {}, Role.DECODE: {}}
         for agent in sorted(agents, key=lambda a: (a.instance, a.rank)):
             self._instances[Role(agent.role)].setdefault(agent.instance, []).append(agent)
         if not self._instances[Role.PREFILL] or not self._instances[Role.DECODE]:
             raise ValueError(f"bootstrap {bootstrap} lists no complete prefill/decode pair ({len(agents)} agents)")
-        self._clients = {a.label: (a, ControlClient(a.control_endpoint, self._zmq)) for a in agents}
+        self._clients = {a.label: (a, ControlClient(a.control_endpoint, self._zmq, curve)) for a in agents}
         self._pending: dict[int, _Pending] = {}
         self._by_submit: dict[tuple[str, int], int] = {}
         """(rank label, req id) of each pending room's Submits -> room."""
@@ -124,7 +127,7 @@ class Router:
         """A rank registered again (a new process): talk to its new control socket, give it rooms again."""
         old, client = self._clients[agent.label]
         client.close()
-        self._clients[agent.label] = (agent, ControlClient(agent.control_endpoint, self._zmq))
+        self._clients[agent.label] = (agent, ControlClient(agent.control_endpoint, self._zmq, self._curve))
         ranks = self._instances[Role(agent.role)][agent.instance]
         ranks[ranks.index(old)] = agent
         self._down.discard(agent.label)

@@ -32,7 +32,8 @@ import numpy as np
 from kvtop.bench import BenchFailed
 from kvtop.bench.baselines import page_bytes, run_floor, run_raw, write_hash_gbps
 from kvtop.bench.cpu import CpuMeter, Leg
-from transport import BootstrapServer, KVManager, KVPoll, KVPool, Role, TransferConfig
+from transport import BootstrapClient, BootstrapError, BootstrapServer, KVManager, KVPoll, KVPool, Role, TransferConfig
+from transport.curve import CurveKeys
 from transport.pool import PageIndices
 
 _ROOMS_IN_FLIGHT = 3
@@ -147,6 +148,7 @@ def _prefill_process(
     release: EventType,
     publish_events: bool,
     checksums: bool,
+    curve_keys: str = "",
 ) -> None:
     pages = _room_pages(chunk_bytes, room_bytes)
     pool = KVPool(pages * _ROOMS_IN_FLIGHT, page_bytes(chunk_bytes))
@@ -154,7 +156,7 @@ def _prefill_process(
     slots = [pool.allocate(pages) for _ in range(_ROOMS_IN_FLIGHT)]
     with KVManager(
         role=Role.PREFILL, instance="bench-prefill", rank=0, tp=1, pool=pool, bootstrap=bootstrap,
-        config=_config(chunk_bytes, checksums), publish_events=publish_events,
+        config=_config(chunk_bytes, checksums), publish_events=publish_events, curve=_keys(curve_keys),
     ) as manager:  # fmt: skip
         manager.start()
         ready.set()
@@ -166,6 +168,20 @@ def _prefill_process(
 
         _drive(range(1, rooms + 1), slots, begin)
         release.wait(120)  # a watcher may still be reading this rank's last events: closing drops them
+
+
+def _keys(curve_keys: str) -> CurveKeys | None:
+    return CurveKeys.load(curve_keys, serve=True) if curve_keys else None
+
+
+def _refuses_plain_clients(bootstrap: str) -> None:
+    """Raise BenchFailed unless the bootstrap service ignores a client without keys (CURVE really is on)."""
+    try:
+        with BootstrapClient(bootstrap, timeout_s=0.3) as client:
+            client.list_agents()
+    except BootstrapError:
+        return
+    raise BenchFailed(f"the CURVE leg's bootstrap service {bootstrap} answered a client without keys")
 
 
 def _config(chunk_bytes: int, checksums: bool) -> TransferConfig:
@@ -206,15 +222,26 @@ def run_kvtop(
     publish_events: bool = True,
     checksums: bool = True,
     watcher: Watcher | None = None,
+    curve_keys: str = "",
 ) -> Leg:
     """Seconds (wall and CPU) for a decode rank to receive `rooms` rooms from a prefill process (both
-    publishing events), watched by `watcher` when one is given."""
-    bootstrap = BootstrapServer().start()
+    publishing events), watched by `watcher` when one is given; every socket with CURVE given `curve_keys`."""
+    bootstrap = BootstrapServer(curve=_keys(curve_keys)).start()
     spawn = mp.get_context("spawn")
     ready, release = spawn.Event(), spawn.Event()
     prefill = spawn.Process(
         target=_prefill_process,
-        args=(bootstrap.endpoint, chunk_bytes, room_bytes, rooms, ready, release, publish_events, checksums),
+        args=(
+            bootstrap.endpoint,
+            chunk_bytes,
+            room_bytes,
+            rooms,
+            ready,
+            release,
+            publish_events,
+            checksums,
+            curve_keys,
+        ),
     )
     prefill.start()
     pages = _room_pages(chunk_bytes, room_bytes)
@@ -223,10 +250,12 @@ def run_kvtop(
     try:
         with KVManager(
             role=Role.DECODE, instance="bench-decode", rank=0, tp=1, pool=pool, bootstrap=bootstrap.endpoint,
-            config=_config(chunk_bytes, checksums), publish_events=publish_events,
+            config=_config(chunk_bytes, checksums), publish_events=publish_events, curve=_keys(curve_keys),
         ) as manager:  # fmt: skip
             manager.start()
             _wait_ready(prefill, ready)
+            if curve_keys:
+                _refuses_plain_clients(bootstrap.endpoint)
             if watcher is not None:
                 watcher.start(bootstrap.endpoint)
 

@@ -264,9 +264,54 @@ def bench_export(
     )
 
 
+def bench_curve(
+    chunk_bytes: Annotated[str, typer.Option(help="Chunk size of the transfer legs.")] = "1MiB",
+    room_bytes: Annotated[str, typer.Option(help="KV bytes per room (a whole number of chunks).")] = "64MiB",
+    rooms: Annotated[int, typer.Option(min=2, help="Rooms per transfer run (the first one warms up).")] = 16,
+    repeats: Annotated[int, typer.Option(min=1, help="Runs per leg; figures are medians.")] = 3,
+    event_seconds: Annotated[float, typer.Option(min=0.5, help="Seconds each event leg is timed.")] = 2.0,
+    curve_keys: Annotated[
+        str,
+        typer.Option("--curve-keys", metavar="DIR", help="Key folder to use (default: fresh keys in a temp folder)."),
+    ] = "",
+    as_json: JsonObject = False,
+) -> None:
+    """CURVE on vs off, same run: event throughput to a listening subscriber, and KV transfer GB/s.
+
+    Alternates plain and CURVE legs: one publisher emitting as fast as it can to the collector's decoding
+    subscriber (events/s), and a prefill and a decode process moving rooms with events and checksums on
+    (GB/s, CPU s/GB). Ratios are CURVE over plain, of medians. Exits 1 when what a leg measures did not
+    happen (no event arrived, a room failed, a client without keys was answered), 2 for bad sizes or keys.
+    """
+    from kvtop.bench.curve import measure_curve
+    from kvtop.cli.options import load_curve
+
+    load_curve(curve_keys, serve=True)
+    try:
+        chunk, room = parse_size(chunk_bytes), parse_size(room_bytes)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+    with _loud("curve"):
+        try:
+            result = measure_curve(chunk, room, rooms, repeats, event_seconds, _progress, curve_keys)
+        except ValueError as error:
+            raise typer.BadParameter(str(error), param_hint="'--chunk-bytes' / '--room-bytes'") from None
+    text = (
+        f"{'leg':<22} {'plain':>12} {'CURVE':>12} {'ratio':>6}\n"
+        f"{'events/s':<22} {result.events_per_s_plain:>12,.0f} {result.events_per_s_curve:>12,.0f} "
+        f"{result.events_ratio:>6.2f}\n"
+        f"{'transfer GB/s ' + format_size(chunk):<22} {result.transfer_gbps_plain:>12.2f} "
+        f"{result.transfer_gbps_curve:>12.2f} {result.transfer_ratio:>6.2f}\n"
+        f"{'transfer CPU s/GB':<22} {result.transfer_cpu_s_per_gb_plain:>12.2f} "
+        f"{result.transfer_cpu_s_per_gb_curve:>12.2f} {result.transfer_cpu_ratio:>6.2f}"
+    )
+    _report(result.as_dict(), as_json, text)
+
+
 def register(bench_app: typer.Typer) -> None:
     bench_app.command("transfer")(bench_transfer)
     bench_app.command("events")(bench_events)
+    bench_app.command("curve")(bench_curve)
     bench_app.command("ingest")(bench_ingest)
     bench_app.command("ui")(bench_ui)
     bench_app.command("sglang-log")(bench_sglang_log)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvtop.cli.options import Bootstrap, Connect, SGLangLog, Wait, fail, require_source
+from kvtop.cli.options import Bootstrap, Connect, CurveKeysDir, SGLangLog, Wait, fail, require_source
 
 if TYPE_CHECKING:
     from kvtop.export.server import MetricsServer
@@ -86,6 +86,7 @@ def export(
     sglang_log: SGLangLog = [],  # noqa: B006
     listen: Listen = "127.0.0.1:9464",
     wait: Wait = 2.0,
+    curve_keys: CurveKeysDir = "",
 ) -> None:
     """Serve Prometheus metrics of a live cluster or of SGLang logs on /metrics until Ctrl-C or SIGTERM.
 
@@ -105,7 +106,7 @@ def export(
     kind = "sglang-log" if sglang_log else "bootstrap" if bootstrap else "connect"  # --replay joins here
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        with opened(bootstrap, connect, wait, sglang_log) as source:
+        with opened(bootstrap, connect, wait, sglang_log, curve_keys=curve_keys) as source:
             collector = source.collector
             with exporting(listen, source.model, source.lock, kind, source.now) as server:
                 assert server is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import tempfile
 from typing import TYPE_CHECKING, Annotated
@@ -11,9 +12,11 @@ import typer
 from kvtop.cli.export_cmd import Export, exporting
 from kvtop.cli.options import (
     BootstrapTimeout,
+    ClusterCurveKeys,
     Decode,
     Duration,
     Faults,
+    Insecure,
     LogDir,
     Prefill,
     Rate,
@@ -21,6 +24,7 @@ from kvtop.cli.options import (
     TransferTimeout,
     WaitingTimeout,
     fail,
+    load_curve,
 )
 from kvtop.cli.top_cmd import Theme
 
@@ -50,11 +54,28 @@ def _faults(texts: list[str]) -> dict[str, tuple[FaultSpec, ...]] | None:
     return faults
 
 
+@dataclasses.dataclass(frozen=True)
+class Security:
+    """Where a local cluster binds and whether with CURVE."""
+
+    curve_keys: str = ""
+    host: str = "127.0.0.1"
+    insecure: bool = False
+
+
 def _spec(
-    prefill: int, decode: int, tp: int, fault: list[str], log_dir: str, timeouts: Timeouts | None = None
+    prefill: int,
+    decode: int,
+    tp: int,
+    fault: list[str],
+    log_dir: str,
+    timeouts: Timeouts | None = None,
+    security: Security | None = None,
 ) -> ClusterSpec:
-    """The cluster to start; exit 2 with one line when a fault reaches no agent or no rank can act on it."""
+    """The cluster to start; exit 2 with one line when a fault reaches no agent or no rank can act on it, when
+    the key folder cannot be used, or when it would bind beyond loopback without CURVE or --insecure."""
     from kvtop.cluster.local import DEMO_TIMEOUTS, demo_spec
+    from transport.curve import exposure_problem
     from transport.errors import ConfigError
 
     spec = demo_spec(prefill, decode, tp, _faults(fault), log_dir, timeouts or DEMO_TIMEOUTS)
@@ -62,7 +83,13 @@ def _spec(
         spec.fault_plan()
     except ConfigError as error:
         raise fail(f"--fault: {error}", 2) from None
-    return spec
+    if security is None:
+        return spec
+    problem = exposure_problem([security.host], bool(security.curve_keys), security.insecure)
+    if problem:
+        raise fail(problem, 2)
+    load_curve(security.curve_keys, serve=True)
+    return dataclasses.replace(spec, curve_keys=security.curve_keys, insecure=security.insecure)
 
 
 def _run_cluster(
@@ -76,6 +103,7 @@ def _run_cluster(
     timeouts: tuple[float, float, float] | None,
     print_address: bool,
     restart: bool = False,
+    security: Security | None = None,
 ) -> WorkloadStats:
     from kvtop.cluster.local import run_local
     from transport.config import Timeouts
@@ -86,7 +114,8 @@ def _run_cluster(
         limits = Timeouts(*timeouts) if timeouts else None
     except ConfigError as error:
         raise typer.BadParameter(str(error)) from None
-    spec = _spec(prefill, decode, tp, fault, log_dir or tempfile.mkdtemp(prefix="kvtop-logs-"), limits)
+    security = security or Security()
+    spec = _spec(prefill, decode, tp, fault, log_dir or tempfile.mkdtemp(prefix="kvtop-logs-"), limits, security)
 
     def announce(cluster: LocalCluster) -> None:
         typer.echo(cluster.endpoint)
@@ -104,6 +133,7 @@ def _run_cluster(
             on_up=announce if print_address else None,
             report=warn,
             restart=restart,
+            host=security.host,
         )
     except TransportError as error:
         raise fail(str(error)) from None
@@ -119,6 +149,7 @@ def _dashboard(
     log_dir: str,
     theme: str,
     export: str,
+    security: Security,
 ) -> None:
     from kvtop.cli.top_cmd import find_theme, run_dashboard
     from kvtop.cluster.embedded import EmbeddedCluster
@@ -126,8 +157,11 @@ def _dashboard(
     from transport.workload import WorkloadSpec
 
     themes = find_theme(theme)
-    spec = _spec(prefill, decode, tp, fault, log_dir or tempfile.mkdtemp(prefix="kvtop-logs-"))
-    typer.echo(f"starting {spec.prefill}P{spec.decode}D TP{tp} on loopback (agent logs: {spec.log_dir}) ...", err=True)
+    spec = _spec(prefill, decode, tp, fault, log_dir or tempfile.mkdtemp(prefix="kvtop-logs-"), None, security)
+    curve = ", CURVE" if spec.curve_keys else ""
+    typer.echo(
+        f"starting {spec.prefill}P{spec.decode}D TP{tp} on loopback{curve} (agent logs: {spec.log_dir}) ...", err=True
+    )
     try:
         with EmbeddedCluster(spec, WorkloadSpec(rate=rate)) as embedded:
             collector = embedded.collector
@@ -155,12 +189,14 @@ def local(
         ),
     ] = True,
     export: Export = "",
+    curve_keys: ClusterCurveKeys = "",
 ) -> None:
     """Start an embedded local cluster with a workload and open the dashboard on it (quitting stops every agent)."""
     if ctx.invoked_subcommand is not None:
         return
+    security = Security(curve_keys)
     if dashboard and sys.stdout.isatty():
-        _dashboard(prefill, decode, tp, rate, fault, duration, log_dir, theme, export)
+        _dashboard(prefill, decode, tp, rate, fault, duration, log_dir, theme, export, security)
         return
     if export:
         raise typer.BadParameter(
@@ -168,7 +204,9 @@ def local(
             "`kvtop export --bootstrap ADDR`",
             param_hint="--export",
         )
-    stats = _run_cluster(prefill, decode, tp, rate, fault, duration, log_dir, None, print_address=False)
+    stats = _run_cluster(
+        prefill, decode, tp, rate, fault, duration, log_dir, None, print_address=False, security=security
+    )
     typer.echo(f"done: {_summary(stats)}, {stats.bytes_moved / 1e9:.2f} GB moved")
     _exit_for(stats)
 
@@ -200,19 +238,39 @@ def cluster_up(
     restart: Annotated[
         bool, typer.Option(help="Start a rank that exited again (a new process, so a new incarnation).")
     ] = False,
+    curve_keys: ClusterCurveKeys = "",
+    host: Annotated[
+        str,
+        typer.Option(
+            help="Address the bootstrap service and the agents bind (beyond loopback: --curve-keys or --insecure)."
+        ),
+    ] = "127.0.0.1",
+    insecure: Insecure = False,
 ) -> None:
     """Start a bootstrap service, agents and a router on loopback; Ctrl-C or SIGTERM stops them all.
 
     The first line on stdout is the bootstrap address (tcp://127.0.0.1:PORT), the one address that lists
     every agent; status lines go to stderr (rooms ok, failed, refused, lost, in flight), and so does one
     line, at once, for every rank that exits (its label, pid, exit code or signal). Each agent's stderr is
-    kept in the log folder as <instance>-TP<rank>.stderr. Exit codes: 0 after --duration or Ctrl-C,
-    1 when the cluster did not come up or a rank exited and is not back, 2 for bad usage (a --fault
-    that reaches no agent included).
+    kept in the log folder as <instance>-TP<rank>.stderr. With --curve-keys every socket of the cluster is
+    CURVE-encrypted and answers only clients on the folder's allow-list. Exit codes: 0 after --duration or
+    Ctrl-C, 1 when the cluster did not come up or a rank exited and is not back, 2 for bad usage (a --fault
+    that reaches no agent, a key folder that cannot be used, a --host beyond loopback without --curve-keys
+    or --insecure).
     """
     timeouts = (bootstrap_timeout, waiting_timeout, transfer_timeout)
     stats = _run_cluster(
-        prefill, decode, tp, rate, fault, duration, log_dir, timeouts, print_address=True, restart=restart
+        prefill,
+        decode,
+        tp,
+        rate,
+        fault,
+        duration,
+        log_dir,
+        timeouts,
+        print_address=True,
+        restart=restart,
+        security=Security(curve_keys, host, insecure),
     )
     typer.echo(f"done: {_summary(stats)}", err=True)
     _exit_for(stats)

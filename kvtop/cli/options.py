@@ -10,6 +10,7 @@ import typer
 
 if TYPE_CHECKING:
     from kvtop.sources.sglang import SGLangLogs
+    from transport.curve import CurveKeys
 
 # Shared by bare `kvtop` and `kvtop cluster up`.
 Prefill = Annotated[int, typer.Option(min=1, max=8, help="Prefill instances.")]
@@ -97,6 +98,43 @@ Follow = Annotated[
     typer.Option("--follow", "-f", help="Print the view again every --interval until Ctrl-C (JSON Lines with --json)."),
 ]
 Interval = Annotated[float, typer.Option(min=0.1, help="Seconds between frames with --follow.")]
+CurveKeysDir = Annotated[
+    str,
+    typer.Option(
+        "--curve-keys",
+        envvar="KVTOP_CURVE_KEYS",
+        metavar="DIR",
+        help="CURVE key folder of the cluster (`kvtop keys generate DIR`): encrypted, and only a client whose key "
+        "is on the agents' allow-list hears anything. A view needs server.key, client.key, client.key_secret.",
+    ),
+]
+ClusterCurveKeys = Annotated[
+    str,
+    typer.Option(
+        "--curve-keys",
+        metavar="DIR",
+        help="CURVE key folder (`kvtop keys generate DIR`) for the bootstrap service and every agent: every "
+        "socket encrypted, answering only clients whose key is in DIR/allowed.",
+    ),
+]
+"""The agents' side takes no KVTOP_CURVE_KEYS: that variable names a view's folder, which cannot serve."""
+Insecure = Annotated[
+    bool,
+    typer.Option("--insecure", help="Bind an address beyond loopback without --curve-keys (plain TCP, no checks)."),
+]
+
+
+def load_curve(folder: str, serve: bool) -> CurveKeys | None:
+    """The CURVE keys in `folder` (None when it is ""); exit 2 with one line when they cannot be used."""
+    if not folder:
+        return None
+    from transport.curve import CurveKeys
+    from transport.errors import CurveError
+
+    try:
+        return CurveKeys.load(folder, serve=serve)
+    except CurveError as error:
+        raise fail(f"--curve-keys: {error}", 2) from None
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:

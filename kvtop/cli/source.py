@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kvtop.cli.options import open_sglang_logs, require_source
+from kvtop.cli.options import load_curve, open_sglang_logs, require_source
 
 if TYPE_CHECKING:
     from kvtop.model.cluster import ClusterModel
@@ -55,14 +55,15 @@ def opened(
     news: queue.SimpleQueue[News] | None = None,
     model: ClusterModel | None = None,
     synced: bool = True,
+    curve_keys: str = "",
 ) -> Iterator[Opened]:
     """The source, once every agent's snapshot is in (or `wait` passed) or the logs were read to their end.
 
     `model`: the model to fill (a fresh one by default); `synced=False` hands a live source over as soon
-    as the agents are discovered (the dashboard shows them arriving).
+    as the agents are discovered (the dashboard shows them arriving); `curve_keys`: a CURVE key folder.
 
     Raises `BootstrapError` when the bootstrap address does not answer; exit 2 (`typer.Exit`) when a log
-    cannot be read. Closed on the way out, whatever happened.
+    cannot be read or the key folder cannot be used. Closed on the way out, whatever happened.
     """
     from kvtop.model.cluster import ClusterModel
     from kvtop.sources.live import Collector
@@ -77,7 +78,7 @@ def opened(
         finally:
             logs.close()
         return
-    collector = Collector(bootstrap, connect, model, news=news)
+    collector = Collector(bootstrap, connect, model, news=news, curve=load_curve(curve_keys, serve=False))
     try:
         collector.start(discover_timeout_s=wait)
         if synced:

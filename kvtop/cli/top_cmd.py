@@ -9,7 +9,16 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from kvtop.cli.export_cmd import Export, exporting
-from kvtop.cli.options import Bootstrap, Connect, SGLangLog, Wait, fail, open_sglang_logs, require_source
+from kvtop.cli.options import (
+    Bootstrap,
+    Connect,
+    CurveKeysDir,
+    SGLangLog,
+    Wait,
+    fail,
+    open_sglang_logs,
+    require_source,
+)
 
 if TYPE_CHECKING:
     from kvtop.tui.app import Source
@@ -64,6 +73,7 @@ def top(
     theme: Theme = "kvtop-dark",
     wait: Wait = 2.0,
     export: Export = "",
+    curve_keys: CurveKeysDir = "",
 ) -> None:
     """The dashboard on a live cluster or on SGLang server logs: overview, rooms, failures (folded), events.
 
@@ -82,8 +92,9 @@ def top(
         return
     kind = "bootstrap" if bootstrap else "connect"
     try:
+        model = ClusterModel(JOURNAL_EVENTS_KEPT)
         with (
-            opened(bootstrap, connect, wait, model=ClusterModel(JOURNAL_EVENTS_KEPT), synced=False) as source,
+            opened(bootstrap, connect, wait, model=model, synced=False, curve_keys=curve_keys) as source,
             exporting(export, source.model, source.lock, kind),
         ):
             assert source.collector is not None

@@ -15,6 +15,7 @@ import typer
 from kvtop.cli.options import (
     Bootstrap,
     Connect,
+    CurveKeysDir,
     Follow,
     Interval,
     Json,
@@ -41,6 +42,7 @@ def _frames(
     follow: bool = False,
     interval: float = 1.0,
     sglang_log: list[str] | None = None,
+    curve_keys: str = "",
 ) -> Iterator[tuple[ClusterModel, float, SGLangLogs | None]]:
     """The model once every agent's snapshot is in; with `follow`, again every `interval` until Ctrl-C.
 
@@ -51,7 +53,7 @@ def _frames(
     from transport.errors import BootstrapError
 
     try:
-        with opened(bootstrap, connect, wait, sglang_log) as source:
+        with opened(bootstrap, connect, wait, sglang_log, curve_keys=curve_keys) as source:
             _say_what_was_heard(source, bootstrap, connect, wait)
             while True:
                 if source.collector is not None and source.collector.died:
@@ -134,6 +136,7 @@ def check(
     wait: Wait = 2.0,
     as_json: Json = False,
     sglang_log: SGLangLog = [],  # noqa: B006
+    curve_keys: CurveKeysDir = "",
 ) -> None:
     """Health check for cron, Nagios/Icinga, Kubernetes exec probes and CI gates.
 
@@ -148,18 +151,24 @@ def check(
 
     require_source(bootstrap, connect, sglang_log)
     limits = Thresholds(max_failure_rate, max_stuck, stuck_after, min_ranks, max_gaps, window, max_abort_rate)
-    raise typer.Exit(run_check(bootstrap, connect, limits, wait, as_json, sglang_log))
+    raise typer.Exit(run_check(bootstrap, connect, limits, wait, as_json, sglang_log, curve_keys))
 
 
 def run_check(
-    bootstrap: str, connect: list[str], limits: Thresholds, wait: float, as_json: bool, sglang_log: list[str]
+    bootstrap: str,
+    connect: list[str],
+    limits: Thresholds,
+    wait: float,
+    as_json: bool,
+    sglang_log: list[str],
+    curve_keys: str = "",
 ) -> int:
     """Judge the source against `limits`, print the verdict; returns its Nagios exit code."""
     from kvtop.views.check import Verdict, evaluate, unreachable
     from transport.errors import BootstrapError
 
     try:
-        with opened(bootstrap, connect, wait, sglang_log) as source, source.lock:
+        with opened(bootstrap, connect, wait, sglang_log, curve_keys=curve_keys) as source, source.lock:
             result = evaluate(source.model, limits, source.now(), waited_s=wait)
     except BootstrapError as error:
         result = unreachable(bootstrap, str(error))
@@ -193,6 +202,7 @@ def status(
     follow: Follow = False,
     interval: Interval = 1.0,
     sglang_log: SGLangLog = [],  # noqa: B006
+    curve_keys: CurveKeysDir = "",
 ) -> None:
     """One screen of cluster health: ranks, rooms, throughput, latency, failures, stuck rooms, links.
 
@@ -209,7 +219,7 @@ def status(
     from kvtop.views.tables import status_json, status_text
 
     with _until_ctrl_c():
-        for model, now, logs in _frames(bootstrap, connect, wait, follow, interval, sglang_log):
+        for model, now, logs in _frames(bootstrap, connect, wait, follow, interval, sglang_log, curve_keys):
             text, data = status_text(model, now, window), status_json(model, now, window)
             if logs is not None:
                 stats = logs.stats()
@@ -226,6 +236,7 @@ def ranks(
     follow: Follow = False,
     interval: Interval = 1.0,
     sglang_log: SGLangLog = [],  # noqa: B006
+    curve_keys: CurveKeysDir = "",
 ) -> None:
     """Every rank: role, instance, liveness (alive/stale/gone; log), host, pid, rooms in flight, origins, echoes,
     and the frames each of its sockets rejected (control, data, consensus, bootstrap, events, snapshot).
@@ -236,7 +247,7 @@ def ranks(
     from kvtop.views.tables import ranks_json, ranks_text
 
     with _until_ctrl_c():
-        for model, now, _ in _frames(bootstrap, connect, wait, follow, interval, sglang_log):
+        for model, now, _ in _frames(bootstrap, connect, wait, follow, interval, sglang_log, curve_keys):
             _show(ranks_text(model, now), ranks_json(model, now), as_json, follow)
 
 
@@ -248,6 +259,7 @@ def rooms(
     follow: Follow = False,
     interval: Interval = 1.0,
     sglang_log: SGLangLog = [],  # noqa: B006
+    curve_keys: CurveKeysDir = "",
 ) -> None:
     """Rooms still open on some rank: state per rank, bytes, age, idle time, link; STUCK after 10 s idle.
 
@@ -258,7 +270,7 @@ def rooms(
     from kvtop.views.tables import rooms_json, rooms_text
 
     with _until_ctrl_c():
-        for model, now, logs in _frames(bootstrap, connect, wait, follow, interval, sglang_log):
+        for model, now, logs in _frames(bootstrap, connect, wait, follow, interval, sglang_log, curve_keys):
             ended = logs is not None
             _show(rooms_text(model, now, ended), rooms_json(model, now, ended), as_json, follow)
 
@@ -277,6 +289,7 @@ def events(
     jsonl: Annotated[bool, typer.Option("--jsonl", help="One JSON object per line.")] = False,
     wait: Wait = 2.0,
     sglang_log: SGLangLog = [],  # noqa: B006
+    curve_keys: CurveKeysDir = "",
 ) -> None:
     """The event tail as log lines: what every agent remembers (its snapshot), then, with --follow, live.
 
@@ -315,7 +328,7 @@ def events(
     held: list[tuple[str, Event]] = []
     """One-shot: everything until every snapshot is in, so each failure's level is the whole fold's."""
     try:
-        with opened(bootstrap, connect, wait, news=news) as source:
+        with opened(bootstrap, connect, wait, news=news, curve_keys=curve_keys) as source:
             _say_what_was_heard(source, bootstrap, connect, wait)
             with source.lock:
                 for name, why in source.model.intake.bad_entries.items():
@@ -372,6 +385,7 @@ def failures(
     follow: Follow = False,
     interval: Interval = 1.0,
     sglang_log: SGLangLog = [],  # noqa: B006
+    curve_keys: CurveKeysDir = "",
 ) -> None:
     """Recent failures of a live cluster or of SGLang logs, each origin once with its echo count and the time
     it started (with the date once the groups fall on more than one day).
@@ -387,7 +401,7 @@ def failures(
     from kvtop.views.failures import render_groups, to_json
 
     with _until_ctrl_c():
-        for model, _, logs in _frames(bootstrap, connect, wait, follow, interval, sglang_log):
+        for model, _, logs in _frames(bootstrap, connect, wait, follow, interval, sglang_log, curve_keys):
             groups = model.groups()
             context = logs.context_for(groups) if logs is not None else None
             _show(render_groups(groups, debug, context), to_json(groups, context), as_json, follow)

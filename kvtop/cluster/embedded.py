@@ -29,7 +29,8 @@ class EmbeddedCluster:
     def __enter__(self) -> EmbeddedCluster:
         try:
             self.cluster.start()
-            self.collector = Collector(self.cluster.endpoint, model=ClusterModel(JOURNAL_EVENTS_KEPT)).start()
+            model = ClusterModel(JOURNAL_EVENTS_KEPT)
+            self.collector = Collector(self.cluster.endpoint, model=model, curve=self.cluster.curve).start()
             self._router.start()
         except BaseException:
             self.close()
@@ -58,7 +59,7 @@ class EmbeddedCluster:
 
     def _drive(self) -> None:
         """The router lives on this thread (its sockets too) and submits rooms until stopped."""
-        router = Router(self.cluster.endpoint, self.workload)
+        router = Router(self.cluster.endpoint, self.workload, self.cluster.curve)
         self.stats = router.stats
         try:
             while not self._stop.is_set():

@@ -84,19 +84,20 @@ def run_local(
     interval_s: float = 1.0,
     report: Callable[[str], None] | None = None,
     restart: bool = False,
+    host: str = "127.0.0.1",
 ) -> WorkloadStats:
     """Start the cluster, drive load and emit a status line per interval until time is up, Ctrl-C or SIGTERM.
 
     A rank that exits is told to `report` (default `emit`) at once; with `restart` it comes back.
     """
     signal.signal(signal.SIGTERM, _interrupt)
-    with LocalCluster(spec) as cluster:
+    with LocalCluster(spec, host) as cluster:
         if on_up is not None:
             on_up(cluster)
         emit(f"local cluster up: {len(cluster.processes)} agents, bootstrap {cluster.endpoint} (Ctrl-C stops)")
         if spec.log_dir:
             emit(f"agent logs (SGLang format, one file per instance): {spec.log_dir}")
-        router = Router(cluster.endpoint, workload)
+        router = Router(cluster.endpoint, workload, cluster.curve)
         supervisor = Supervisor(cluster, router, report or emit, restart)
         status = StatusLine(last_time=time.monotonic())
         end = None if duration_s is None else time.monotonic() + duration_s

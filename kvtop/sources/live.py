@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from kvtop.model.cluster import ClusterModel
 from transport.bootstrap import BootstrapClient
 from transport.counters import rejection_names
+from transport.curve import CurveKeys
 from transport.errors import BootstrapError
 from transport.events import Event, Snapshot
 from transport.registration import agent_problem
@@ -64,8 +65,10 @@ class Collector:
         endpoints: list[str] | None = None,
         model: ClusterModel | None = None,
         news: queue.SimpleQueue[News] | None = None,
+        curve: CurveKeys | None = None,
     ) -> None:
-        """`news`: where to put each delivery's accepted events and each gap as they happen (an event tail)."""
+        """`news`: where to put each delivery's accepted events and each gap as they happen (an event tail);
+        `curve`: the cluster's CURVE keys (agents serving CURVE answer only an allowed client)."""
         self.bootstrap = bootstrap
         self.endpoints = endpoints or []
         self.model = model or ClusterModel()
@@ -75,7 +78,8 @@ class Collector:
         """The last discovery error ("" while the bootstrap address answers), or why the thread died."""
         self.died = False
         """True once the collecting thread ended by an error (the model is no longer kept current)."""
-        self._subscriber = EventSubscriber()
+        self.curve = curve
+        self._subscriber = EventSubscriber(curve=curve)
         self._news = news
         self._deliveries_failed = 0
         self._synced = False
@@ -123,7 +127,7 @@ class Collector:
             self._synced = self._subscriber.synced()
             self._update_intake()
             return
-        with BootstrapClient(self.bootstrap, timeout_s=timeout_s) as client:
+        with BootstrapClient(self.bootstrap, timeout_s=timeout_s, curve=self.curve) as client:
             listing = client.listing()
         usable = [agent for agent in listing.agents if not self._subscriber.connect(agent)]
         gone = [agent for agent in listing.expired if not agent_problem(agent)]

@@ -1,0 +1,46 @@
+"""`kvtop keys generate DIR`: one cluster's CURVE keys (`transport.curve`), and what to copy where."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from kvtop.cli.options import fail
+
+keys_app = typer.Typer(help="CURVE keys for clusters whose sockets leave loopback.", no_args_is_help=True)
+
+
+def generate(
+    folder: Annotated[str, typer.Argument(metavar="DIR", help="Folder to create (it must not exist, or be empty).")],
+) -> None:
+    """Write a server key pair, a client key pair and an allow-list (DIR/allowed) holding the client's public key.
+
+    DIR is created 0700 and secret files are 0600. Copy the whole of DIR to every agent host (agents, the
+    bootstrap service, `kvtop cluster up`), and only server.key, client.key and client.key_secret (in a
+    0700 folder) to a host that runs views; then pass --curve-keys DIR everywhere. More clients: put
+    their public <name>.key in DIR/allowed on every agent host. Exit 2 when DIR is not empty or this
+    libzmq has no CURVE.
+    """
+    from transport.curve import generate as write_keys
+    from transport.errors import CurveError
+
+    try:
+        written = write_keys(folder)
+    except (CurveError, OSError) as error:
+        raise fail(f"keys generate: {error}", 2) from None
+    root = written.folder
+    typer.echo(f"wrote CURVE keys to {root}:")
+    for path in written.files:
+        typer.echo(f"  {path.relative_to(root)}")
+    typer.echo(
+        f"agent hosts (agents, bootstrap, cluster up): copy all of {root}\n"
+        f"view hosts (status, failures, top, check): copy server.key, client.key, client.key_secret into a "
+        f"0700 folder\n"
+        f"then: --curve-keys DIR (or KVTOP_CURVE_KEYS=DIR) on every command"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    keys_app.command("generate")(generate)
+    app.add_typer(keys_app, name="keys")
