@@ -107,6 +107,11 @@ class LogReader:
         self._newlines = np.empty(len(self._buffer), dtype=np.bool_)
         self.gz = path.name.endswith(".gz")
 
+    @property
+    def position(self) -> int:
+        """Bytes read of the file now open (decompressed bytes for a `.gz`)."""
+        return self._offset
+
     def open(self) -> None:
         """Open the file now (raises OSError if it cannot be read)."""
         if self._file is None:
