@@ -121,14 +121,16 @@ class RankView:
     """Known from a server log (kvtop.sources), not a live agent: liveness is `LOG`, origins are inferred."""
     history_since: float = 0.0
     """Its last snapshot's history (finished rooms, failures, transfers) was complete from this time on."""
+    sidecar: bool = False
+    """A log sidecar's rank (its registration or hello says so): it publishes what a server log says."""
     log: LogFollowed | None = None
-    """Set for a log sidecar's rank (from its heartbeat): the server log it follows."""
+    """A log sidecar's rank: the server log it follows (from its heartbeat)."""
 
     @property
     def inferred(self) -> bool:
         """Its failures come from a server log (a file read, or a sidecar): origins inferred, rooms named
         only where they failed."""
-        return self.from_log or self.log is not None
+        return self.from_log or self.sidecar or self.log is not None
 
     def gbps(self, now: float, window_s: float) -> float:
         """Bytes this rank moved in finished transfers over the window, in GB/s."""
@@ -357,7 +359,14 @@ class ClusterModel:
         view = self.ranks.get(agent.label)
         if view is None or view.incarnation != agent.incarnation:
             self.ranks[agent.label] = RankView(
-                agent.label, agent.role, agent.instance, agent.rank, agent.host, agent.pid, agent.incarnation
+                agent.label,
+                agent.role,
+                agent.instance,
+                agent.rank,
+                agent.host,
+                agent.pid,
+                agent.incarnation,
+                sidecar=agent.is_sidecar,
             )
 
     def expect(self, label: str) -> None:
@@ -547,6 +556,7 @@ class ClusterModel:
                 done = []
                 self._apply_rare(view, event)
                 decode_instance = view.instance if view.role == "decode" else ""
+                inferred = view.inferred
             elif type(event) is Heartbeat:
                 self._apply_rare(view, event)
                 inferred = view.inferred
@@ -619,6 +629,7 @@ class ClusterModel:
         if isinstance(event, AgentHello):
             agent = event.agent
             view.role, view.host, view.pid, view.incarnation = agent.role, agent.host, agent.pid, agent.incarnation
+            view.sidecar = agent.is_sidecar
         elif isinstance(event, Heartbeat):
             view.inflight, view.counters, view.rejected = event.inflight_rooms, event.counters, event.rejected
             view.cpu_percent, view.rss_bytes = event.cpu_percent, event.rss_bytes

@@ -186,14 +186,14 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
     groups = model.groups(now, coverage.span_s)
     origins = Counter(group.title for group in groups)
     aborted = sum(group.aborted for group in groups)
-    from_logs_only = bool(liveness) and liveness.count("log") == len(liveness)
+    from_logs_only = bool(model.ranks) and all(view.inferred for view in model.ranks.values())  # files, sidecars
     return {
         "window_s": window_s,
         "span_s": round(coverage.span_s, 3),
         "span_limit": coverage.limit,
         "ranks": {
             "total": len(liveness),
-            **{state: liveness.count(state) for state in ("alive", "stale", "gone", "log")},
+            **{state: liveness.count(state) for state in ("alive", "stale", "gone", "log", "idle", "down")},
         },
         "rooms_open": len(model.open_rooms(now)),
         "rooms_finished": outcomes.finished,

@@ -11,7 +11,6 @@ from kvtop_cli import kvtop
 from sidecar_support import registry, sidecars, view_json
 
 from tests.conftest import wait_for
-
 from transport import FaultSpec, Timeouts, TransferConfig
 from transport.cluster import ClusterSpec
 
