@@ -33,7 +33,7 @@ def _lines(room: int) -> tuple[str, str]:
     return prefill, decode
 
 
-def test_dashboard_on_sidecars_shows_ranks_from_logs_and_a_failure_folded_under_its_origin(pane: Pane, tmp_path):
+def test_dashboard_on_sidecars_shows_ranks_from_logs_and_a_failure_folded_under_its_origin(pane: Pane, tmp_path):  # noqa: F811
     """Two sidecars (one a container runtime's log) feed `kvtop top`: four ranks alive; the prefill's send
     failure is one origin whose two echoes, the decode ranks' lines, show when it is expanded."""
     prefill_log, decode_log = tmp_path / "sglang-p.log", tmp_path / "sglang-d.log"
