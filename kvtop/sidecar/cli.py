@@ -36,7 +36,12 @@ def sidecar(
     ] = "",
     tp: Annotated[
         int,
-        typer.Option(min=1, max=1024, help="Ranks to publish from the start (TP0..N-1); others as the log names them."),
+        typer.Option(
+            min=1,
+            max=1024,
+            help="Ranks to publish from the start (TP0..N-1); others as the log names them "
+            "(its server_args line's tp_size, or a line's TP tag).",
+        ),
     ] = 1,
     host: Annotated[
         str, typer.Option(help="Address to bind the ranks' event and snapshot sockets to (and to advertise).")

@@ -80,7 +80,7 @@ class MetricsScraper:
                 raise ValueError(f"a metrics page over {MAX_BYTES >> 20} MiB")
             found = kv_metrics(body.decode("utf-8", errors="replace"))
         except (OSError, ValueError, urllib.error.URLError) as error:
-            self.error = f"metrics {self.url}: {error}"[:300]
+            self.error = f"{self.url} unanswered: {getattr(error, 'reason', error)}"[:300]
             return
         with self._lock:
             for name, value in found.items():

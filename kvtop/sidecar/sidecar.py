@@ -37,7 +37,8 @@ class SidecarOptions:
     tail: LogTail
     bootstrap: str = ""
     tp: int = 1
-    """Ranks published from the start (TP0 to tp-1); more as the log names them."""
+    """Ranks published from the start (TP0 to tp-1); more as the server's start-up line (`tp_size=`) or
+    its lines name them."""
     host: str = "127.0.0.1"
     metrics_url: str = ""
     metrics_interval_s: float = 5.0
@@ -93,6 +94,7 @@ class Sidecar:
         next_beat = 0.0
         waiting_said = False
         while not stop.is_set():
+            beat = time.monotonic() >= next_beat
             try:
                 gained = self.tail.poll()
                 problem = ""
@@ -102,12 +104,11 @@ class Sidecar:
                 self._say(f"waiting for {self.tail.path} to appear")
                 waiting_said = True
             if self.tail.role and self.tail.instance:
-                self._declare(range(self.options.tp))
+                self._declare(range(max(self.options.tp, self.tail.find_tp() if beat else 0)))
                 if gained is not None:
                     self._publish(gained.events, gained.context)
-            now = time.monotonic()
-            if now >= next_beat:
-                next_beat = now + HEARTBEAT_S
+            if beat:
+                next_beat = time.monotonic() + HEARTBEAT_S
                 self._beat()
                 self._report(problem)
             dead = self._dead_thread()

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass
 
 from kvtop.sources.sglang import Context, LogSpec, SGLangLogs
 from kvtop.sources.sglang.naming import agent_file
+from kvtop.sources.sglang.reader import read_head
+from kvtop.sources.sglang.sniff import SNIFF_BYTES
 from transport.events import Event, LogFollowed
 
+_TP_SIZE = re.compile(rb"server_args=ServerArgs\(.*?\btp_size=(\d+)")
+"""SGLang's start-up line names the server's TP size: its ranks are published from then on."""
 READ_BYTES = 8 << 20
 """At most this much of the file per poll: a big backlog is published while the heartbeats go on."""
 
@@ -34,6 +39,9 @@ class LogTail:
         self._instance = instance
         self._grew_at = time.monotonic()
         self._bytes = 0
+        self.tp = 0
+        """The TP size the server's start-up line names (0 until one does)."""
+        self._sniffed = False
 
     @property
     def path(self) -> str:
@@ -70,6 +78,19 @@ class LogTail:
         if read != self._bytes:
             self._bytes, self._grew_at = read, time.monotonic()
         return Gained(events, context)
+
+    def find_tp(self) -> int:
+        """The TP size of the server's start-up line in the file's head (looked for until found, or until
+        the file outgrew the head)."""
+        if self.tp or self._sniffed or self.logs is None:
+            return self.tp
+        try:
+            self._sniffed = os.stat(self.spec.path).st_size > SNIFF_BYTES
+            found = _TP_SIZE.search(read_head(self.spec.path, SNIFF_BYTES))
+        except OSError:
+            return 0
+        self.tp = min(int(found[1]), 1024) if found else 0
+        return self.tp
 
     def at_end(self) -> bool:
         return self.logs is None or self.logs.files[0].reader.at_end()

@@ -93,7 +93,7 @@ def sidecar_lines(model: ClusterModel) -> list[str]:
             text += f", damaged: {log.damaged}"
         if log.metrics_url:
             values = [f"{name.removeprefix('sglang:')} {log.metrics[name]:g}" for name in sorted(log.metrics)]
-            text += f"; metrics {log.metrics_error or ', '.join(values) or NO_DATA}"
+            text += f"; metrics {log.metrics_error or ', '.join(values) or NO_DATA}"  # an error names the URL
         lines.append(text)
     return lines
 

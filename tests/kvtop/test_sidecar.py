@@ -152,3 +152,35 @@ def test_a_sidecar_waits_for_its_file_follows_rotations_counts_garbled_lines_and
         metrics_server.shutdown()
         metrics_server.server_close()
         wait_for(lambda: _rank(registry_address, "decode-7/TP0")["state"] == "down", 10, "down once metrics stop")
+
+
+FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
+
+
+def _folded(groups: list[dict[str, Any]] | None) -> list[tuple[int, str, str, int]]:
+    return sorted(
+        (g["room"], g["origin_label"], g["origin"]["reason_class"] if g["origin"] else "", g["echo_count"])
+        for g in groups or []
+    )
+
+
+@pytest.mark.parametrize("incident", sorted(path.name for path in FIXTURES.iterdir()))
+def test_sidecars_on_real_log_shapes_fold_like_the_files_read_together(registry_address, tmp_path, incident):
+    """Each fixture incident (both log eras, aborts, worker errors): a sidecar per file gives the origins and
+    echo counts that `kvtop failures --sglang-log` gives on the files."""
+    logs = sorted((FIXTURES / incident).glob("*.log"))
+    files = _folded(view_json("failures", *(arg for log in logs for arg in ("--sglang-log", str(log)))))
+    assert files
+    with sidecars(registry_address, tmp_path) as started:
+        for log in logs:
+            started.start(log)
+        published: list[tuple[int, str, str, int]] = []
+
+        def agree() -> bool:
+            published[:] = _folded(view_json("failures", "--bootstrap", registry_address))
+            return published == files
+
+        try:
+            wait_for(agree, 20, "the sidecars' fold to match the files'")
+        except AssertionError:
+            assert files == published
