@@ -124,6 +124,15 @@ def test_a_rank_line_colours_liveness(palette: Palette):
     assert palette.error not in [span.style for span in rank_line(alive, palette).spans]
 
 
+def test_a_sidecar_ranks_silent_log_shows_idle_as_a_warning_and_a_dead_server_down_as_an_error(palette: Palette):
+    """A sidecar that beats beside a silent log says so in the rank grid: idle (warning), down (error)."""
+    idle = RankRow("decode-0/TP0", "decode", "decode-0", 0, Liveness.IDLE, 0.0, 0, 0, 0, 0.0)
+    down = RankRow("decode-0/TP0", "decode", "decode-0", 0, Liveness.DOWN, 0.0, 0, 0, 0, 0.0)
+
+    assert palette.warning in styles_of(rank_line(idle, palette), "idle")
+    assert palette.error in styles_of(rank_line(down, palette), "down")
+
+
 @pytest.fixture(scope="module")
 def frame():
     """A frame of the fixture cluster: retired, failed, open and stuck rooms."""
