@@ -82,13 +82,17 @@ class LogFollowed(msgspec.Struct, array_like=True, frozen=True):
     """Why the last scrape failed ("" when it answered, or none was made)."""
 
 
+CONTEXT_TEXT_MAX = 16_384
+
+
 class LogContext(msgspec.Struct, tag="context", array_like=True, frozen=True):
     """A log line that explains failures near it (a session, a NIXL error, a traceback, a glog line)."""
 
     ts: Timestamp
-    kind: str
+    kind: Annotated[str, msgspec.Meta(max_length=32)]
     room: int | None
-    text: str
+    text: Annotated[str, msgspec.Meta(max_length=CONTEXT_TEXT_MAX)]
+    """The line (a traceback: its lines), at most `CONTEXT_TEXT_MAX` characters (a sidecar cuts it)."""
     tp: int | None = None
 
 

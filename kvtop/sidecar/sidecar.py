@@ -17,7 +17,7 @@ from kvtop.sidecar.metrics import MetricsScraper
 from kvtop.sidecar.ranks import RankPublisher, Registrar, sidecar_info
 from kvtop.sidecar.tail import LogTail
 from kvtop.sources.sglang import Context
-from transport.events import Event, Failure, Heartbeat, LogContext, RoomState
+from transport.events import CONTEXT_TEXT_MAX, Event, Failure, Heartbeat, LogContext, RoomState
 from transport.kvpoll import KVPoll
 from transport.wire import AgentInfo
 
@@ -141,7 +141,8 @@ class Sidecar:
                 rank.emit(RoomState(event.ts, event.room, int(KVPoll.Failed), int(left_state(event))))
             rank.emit(event)
         for line in context:
-            self._rank_of(line.tp or 0).emit(LogContext(line.ts, line.kind, line.room, line.text, line.tp))
+            text = line.text[:CONTEXT_TEXT_MAX]
+            self._rank_of(line.tp or 0).emit(LogContext(line.ts, line.kind[:32], line.room, text, line.tp))
 
     def _rank(self, label: str) -> RankPublisher:
         return self._rank_of(int(label.rpartition("/TP")[2]))
