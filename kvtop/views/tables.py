@@ -77,11 +77,14 @@ def ranks_text(model: ClusterModel, now: float) -> str:
     return "\n".join(lines + sidecar_lines(model) + intake_lines(model))
 
 
-def sidecar_lines(model: ClusterModel) -> list[str]:
-    """One line per log a sidecar follows: where it reads, what it skipped, how long the log is silent."""
+def sidecar_lines(model: ClusterModel, label: str = "") -> list[str]:
+    """One line per log a sidecar follows (of rank `label` only, when given): where it reads, what it skipped,
+    how long the log is silent, the metrics."""
     lines: list[str] = []
     seen: set[tuple[str, str]] = set()
     for view in sorted(model.ranks.values(), key=lambda v: (v.role, v.instance, v.rank)):
+        if label and view.label != label:
+            continue
         log = view.log
         if log is None or (view.instance, log.path) in seen:
             continue
