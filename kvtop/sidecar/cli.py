@@ -74,6 +74,8 @@ def sidecar(
     Diagnostics go to stderr. Exit codes: 0 when stopped (SIGTERM, Ctrl-C), 1 when one of its threads died,
     2 for bad usage.
     """
+    import zmq
+
     from kvtop.sidecar.ranks import identity_problem
     from kvtop.sidecar.sidecar import Sidecar, SidecarOptions
     from kvtop.sidecar.tail import LogTail
@@ -96,8 +98,8 @@ def sidecar(
         signal.signal(signum, lambda *_: stop.set())
     try:
         code = Sidecar(options, say).run(stop)
-    except OSError as error:  # a port or an address it cannot bind
-        raise fail(f"agent --sglang-log: {error}") from None
+    except zmq.ZMQError as error:  # an address it cannot bind
+        raise fail(f"agent --sglang-log: cannot bind on {host}: {error}") from None
     raise typer.Exit(code)
 
 

@@ -85,7 +85,7 @@ class Sidecar:
         for rank in self.ranks.values():
             rank.close()
         self.tail.close()
-        self._zmq.term()
+        self._zmq.destroy(linger=0)  # a socket a failed bind left open must not hold the exit
 
     def _infos(self) -> list[AgentInfo]:
         return [rank.info for rank in list(self.ranks.values())]
