@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kvtop_cli import kvtop
 from sidecar_support import registry, sidecars, view_json
 
 from kvtop.sidecar.metrics import kv_metrics
@@ -184,3 +185,15 @@ def test_sidecars_on_real_log_shapes_fold_like_the_files_read_together(registry_
             wait_for(agree, 20, "the sidecars' fold to match the files'")
         except AssertionError:
             assert files == published
+
+
+def test_a_sidecar_that_cannot_bind_exits_1_with_one_line_and_bad_usage_exits_2(tmp_path: Path):
+    """An address not on this host ends the sidecar at once (exit 1, one line); a role that is none exits 2."""
+    log = tmp_path / "decode.log"
+    log.write_text(failure_line(1))
+    unbindable = kvtop("agent", "--sglang-log", str(log), "--host", "192.0.2.1")
+    bad_role = kvtop("agent", "--sglang-log", str(log), "--role", "router")
+
+    assert (unbindable.returncode, unbindable.stderr.count("\n")) == (1, 1), unbindable.stderr
+    assert "cannot bind on 192.0.2.1" in unbindable.stderr
+    assert bad_role.returncode == 2 and "expected prefill or decode" in bad_role.stderr
