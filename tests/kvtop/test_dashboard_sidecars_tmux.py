@@ -20,12 +20,13 @@ _EXIT_MARK = "KVTOP-EXITED"
 def _lines(room: int) -> tuple[str, str]:
     """A prefill rank's send failure and the decode ranks' echoes of it, as SGLang writes them, stamped now."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    runtime = stamp.replace(" ", "T")  # a container runtime's own stamp
     prefill = (
         f"[{stamp} TP1] Prefill transfer failed for request rank=1 req.rid='p{room}' req.bootstrap_room={room} "
         f"with exception KVTransferError(bootstrap_room={room}): Failed to send kv chunk of {room} to 10.0.0.7:15004\n"
     )
     decode = "".join(
-        f"{stamp}.{tp}00000000+00:00 stderr F [{stamp} DP0 TP{tp} EP{tp}] Decode transfer failed for request "
+        f"{runtime}.{tp}00000000+00:00 stderr F [{stamp} DP0 TP{tp} EP{tp}] Decode transfer failed for request "
         f"rank={tp} decode_req.req.rid='d{room}' decode_req.req.bootstrap_room={room} with exception "
         f"KVTransferError(bootstrap_room={room}): Failed to get kvcache from prefill instance, it might be dead\n"
         for tp in (0, 1)
