@@ -16,6 +16,9 @@ from kvtop_cli import kvtop
 from sidecar_support import registry, sidecars, view_json
 
 from kvtop.sidecar.metrics import kv_metrics
+from kvtop.sources.live import Collector
+from kvtop.views.failures import to_json
+from kvtop.views.tables import ranks_json
 from tests.conftest import wait_for
 
 METRICS = """\
@@ -97,62 +100,77 @@ def test_kv_metrics_sum_label_sets_and_leave_out_buckets_and_non_finite_values()
     }
 
 
-def _rank(bootstrap: str, label: str) -> dict[str, Any] | None:
-    return next((r for r in view_json("ranks", "--bootstrap", bootstrap) or [] if r["label"] == label), None)
+class Watch:
+    """A kvtop collector subscribed to the registry's ranks: the model the views read, without a process per look."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.collector = Collector(bootstrap).start()
+
+    def rank(self, label: str) -> dict[str, Any] | None:
+        with self.collector.lock:
+            return next((r for r in ranks_json(self.collector.model, time.time()) if r["label"] == label), None)
+
+    def rooms(self) -> set[int]:
+        with self.collector.lock:
+            return {group.room for group in self.collector.model.groups()}
+
+    def read_to_end(self, path: Path) -> dict[str, Any] | None:
+        rank = self.rank("decode-7/TP0")
+        size = path.stat().st_size
+        return rank if rank and rank["log"]["exists"] and rank["log"]["position"] == size else None
 
 
-def _rooms(bootstrap: str) -> set[int]:
-    return {group["room"] for group in view_json("failures", "--bootstrap", bootstrap) or []}
-
-
-def _read_to_end(bootstrap: str, path: Path) -> dict[str, Any] | None:
-    rank = _rank(bootstrap, "decode-7/TP0")
-    size = path.stat().st_size
-    return rank if rank and rank["log"]["exists"] and rank["log"]["position"] == size else None
+@pytest.fixture
+def watch(registry_address: str) -> Iterator[Watch]:
+    watching = Watch(registry_address)
+    yield watching
+    watching.collector.close()
 
 
 def test_a_sidecar_waits_for_its_file_follows_rotations_counts_garbled_lines_and_scrapes_metrics(
-    registry_address, metrics_url, tmp_path: Path
+    registry_address, metrics_url, watch: Watch, tmp_path: Path
 ):
     """Nothing lost through rename and copytruncate rotations; garbled lines, rotations and metrics in the
-    heartbeat ("no data" for metrics that never moved); idle when the log stops, down when the server's
-    metrics stop answering too."""
+    heartbeat, as `kvtop ranks --json` shows them ("no data" for metrics that never moved); idle when the log
+    stops, down when the server's metrics stop answering too."""
     url, metrics_server = metrics_url
     log = tmp_path / "server.log"
     with sidecars(registry_address, tmp_path) as started:
         started.start(log, "--role", "decode", "--instance", "decode-7", "--idle-after", "1.5",
                       "--metrics", url, "--metrics-interval", "0.5")  # fmt: skip
-        waiting = wait_for(lambda: _rank(registry_address, "decode-7/TP0"), 20, "the rank of a file not there yet")
+        waiting = wait_for(lambda: watch.rank("decode-7/TP0"), 20, "the rank of a file not there yet")
         assert (waiting["state"], waiting["log"]["exists"]) == ("idle", False)
 
         append(log, failure_line(101) + failure_line(102))
         append(log, "[2026-12-01 12:00:00 TP0] Decode transfer failed for request rank=0 decode_req.req.rid='x'\n")
         append(log, b"[2026-12-01 12:00:00 TP0] Session 10.0.0.7:15004 \xff\xfe failed.\n")
-        wait_for(lambda: _read_to_end(registry_address, log), 20, "the new file read to its end")
+        wait_for(lambda: watch.read_to_end(log), 20, "the new file read to its end")
 
         os.rename(log, tmp_path / "server.log.1")  # rename: the server writes the old file once more, then a new one
         append(tmp_path / "server.log.1", failure_line(103))
         append(log, failure_line(104))
-        wait_for(lambda: _read_to_end(registry_address, log), 20, "the renamed file drained and the new one read")
+        wait_for(lambda: watch.read_to_end(log), 20, "the renamed file drained and the new one read")
 
         shutil.copyfile(log, tmp_path / "server.log.2")  # copytruncate
         os.truncate(log, 0)
         append(log, failure_line(105) + failure_line(106, tp=1))
 
-        wait_for(lambda: _rooms(registry_address) == {101, 102, 103, 104, 105, 106}, 20, "every failure line")
-        rank = wait_for(lambda: _read_to_end(registry_address, log), 20, "the truncated file read again")
-        assert (rank["log"]["garbled"], rank["log"]["rotations"]) == (2, 2)
-        assert _rank(registry_address, "decode-7/TP1") is not None  # a rank the log named later
-
-        metrics = wait_for(lambda: (_rank(registry_address, "decode-7/TP0") or {})["log"]["metrics"], 10, "metrics")
-        assert metrics[TRANSFER_FAILED] == 3.0
-        assert metrics["sglang:num_bootstrap_failed_reqs_total"] == "no data"  # zero since the first scrape
-        assert metrics["sglang:kv_transfer_speed_gb_s"] == "no data"  # never served
-        wait_for(lambda: _rank(registry_address, "decode-7/TP0")["state"] == "idle", 10, "idle once the log stops")
+        wait_for(lambda: watch.rooms() == {101, 102, 103, 104, 105, 106}, 20, "every failure line")
+        wait_for(lambda: watch.read_to_end(log) and watch.rank("decode-7/TP0")["log"]["metrics_error"] == "", 20,
+                 "the truncated file read again, the metrics scraped")  # fmt: skip
+        ranks = {rank["label"]: rank for rank in view_json("ranks", "--bootstrap", registry_address)}
+        assert {group["room"] for group in view_json("failures", "--bootstrap", registry_address)} == watch.rooms()
+        followed = ranks["decode-7/TP0"]["log"]
+        assert (followed["garbled"], followed["rotations"]) == (2, 2)
+        assert "decode-7/TP1" in ranks  # a rank the log named later
+        assert followed["metrics"][TRANSFER_FAILED] == 3.0
+        assert followed["metrics"]["sglang:num_bootstrap_failed_reqs_total"] == "no data"  # zero since the first
+        assert followed["metrics"]["sglang:kv_transfer_speed_gb_s"] == "no data"  # never served
+        wait_for(lambda: watch.rank("decode-7/TP0")["state"] == "idle", 10, "idle once the log stops")
 
         metrics_server.shutdown()
         metrics_server.server_close()
-        wait_for(lambda: _rank(registry_address, "decode-7/TP0")["state"] == "down", 10, "down once metrics stop")
+        wait_for(lambda: watch.rank("decode-7/TP0")["state"] == "down", 10, "down once metrics stop")
 
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
@@ -166,7 +184,7 @@ def _folded(groups: list[dict[str, Any]] | None) -> list[tuple[int, str, str, in
 
 
 @pytest.mark.parametrize("incident", sorted(path.name for path in FIXTURES.iterdir()))
-def test_sidecars_on_real_log_shapes_fold_like_the_files_read_together(registry_address, tmp_path, incident):
+def test_sidecars_on_real_log_shapes_fold_like_the_files_read_together(registry_address, watch, tmp_path, incident):
     """Each fixture incident (both log eras, aborts, worker errors): a sidecar per file gives the origins and
     echo counts that `kvtop failures --sglang-log` gives on the files."""
     logs = sorted((FIXTURES / incident).glob("*.log"))
@@ -178,7 +196,8 @@ def test_sidecars_on_real_log_shapes_fold_like_the_files_read_together(registry_
         published: list[tuple[int, str, str, int]] = []
 
         def agree() -> bool:
-            published[:] = _folded(view_json("failures", "--bootstrap", registry_address))
+            with watch.collector.lock:
+                published[:] = _folded(to_json(watch.collector.model.groups()))
             return published == files
 
         try:
