@@ -7,6 +7,10 @@ Frames (the PUB socket of every agent; the snapshot ROUTER beside it)::
     snapshot  ROUTER (bound by each agent) <- DEALER (a subscriber joining late)
         request [SnapshotRequest]   reply [Snapshot]
 
+A log sidecar (`kvtop agent --sglang-log`) publishes a server log's ranks on the same sockets: its
+`AgentInfo.kind` is `log_sidecar`, its heartbeats carry `log` (`LogFollowed`), and it sends `LogContext`
+events beside its failures.
+
 `EventBatch.seq` grows by one per batch of one incarnation; a subscriber that
 sees seq jump counts a gap. A `Snapshot` holds the agent's state as of one seq:
 apply it, then every batch with a larger seq (ZeroMQ guide's Clone pattern).
