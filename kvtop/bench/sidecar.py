@@ -38,6 +38,8 @@ from transport.bootstrap import BootstrapServer
 from transport.events import Failure
 
 TICK_S = 0.01
+REGISTER_WAIT_S = 60.0
+"""A loaded machine may take tens of seconds to start a Python process."""
 _LINES = (
     '[{stamp}] INFO:     10.0.0.{tp}:5{n:04d} - "POST /generate HTTP/1.1" 200 OK',
     "[{stamp} TP{tp}] Receive: obj=GenerateReqInput(rid='r{n}', text=None, input_ids=[...], "
@@ -162,7 +164,7 @@ def measure_sidecar(
     tailed: dict[int, float] = {}
     stop = threading.Event()
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + REGISTER_WAIT_S
         while collector is None:
             try:
                 candidate = Collector(server.endpoint, news=news).start()
@@ -174,7 +176,10 @@ def measure_sidecar(
                 candidate.close()
             if collector is None:
                 if time.monotonic() > deadline or sidecar.poll() is not None:
-                    raise BenchFailed("the sidecar's two ranks never registered with the bootstrap service")
+                    raise BenchFailed(
+                        f"the sidecar's two ranks did not register with the bootstrap service in {REGISTER_WAIT_S:g} s"
+                        + (f" (it exited {sidecar.returncode})" if sidecar.returncode is not None else "")
+                    )
                 time.sleep(0.2)
         watchers = [
             threading.Thread(target=_collect, args=(news, seen, stop), daemon=True),
