@@ -144,7 +144,8 @@ class BootstrapServer:
                 self.counters.add("deregistered")
             return Registered(request.req_id)
         if isinstance(request, Resolve):
-            ranks = sorted((a for a in self._agents.values() if a.instance == request.instance), key=lambda a: a.rank)
+            named = (a for a in self._agents.values() if a.instance == request.instance and not a.is_sidecar)
+            ranks = sorted(named, key=lambda a: a.rank)  # a log sidecar moves no KV: never a route
             return Route(request.req_id, request.instance, ranks)
         expired = [agent for _, agent in self._expired.values()]
         return AgentList(request.req_id, self.agents(), self.counters.snapshot(), list(self.refused), expired)

@@ -7,6 +7,10 @@ Frames (the PUB socket of every agent; the snapshot ROUTER beside it)::
     snapshot  ROUTER (bound by each agent) <- DEALER (a subscriber joining late)
         request [SnapshotRequest]   reply [Snapshot]
 
+A log sidecar (`kvtop agent --sglang-log`) publishes a server log's ranks on the same sockets: its
+`AgentInfo.kind` is `log_sidecar`, its heartbeats carry `log` (`LogFollowed`), and it sends `LogContext`
+events beside its failures.
+
 `EventBatch.seq` grows by one per batch of one incarnation; a subscriber that
 sees seq jump counts a gap. A `Snapshot` holds the agent's state as of one seq:
 apply it, then every batch with a larger seq (ZeroMQ guide's Clone pattern).
@@ -33,6 +37,8 @@ Percent = Annotated[float, msgspec.Meta(ge=0.0, le=1e6)]
 State = Annotated[int, msgspec.Meta(ge=0, le=4)]
 """A `KVPoll` value, as a plain int (the model's hot loop wants ints, not enum members)."""
 Count = Annotated[int, msgspec.Meta(ge=0)]
+MetricValue = Annotated[float, msgspec.Meta(ge=-1e18, le=1e18)]
+"""A scraped metric's value: a finite number (NaN and infinity fail the bounds)."""
 
 
 class Level(StrEnum):
@@ -54,6 +60,46 @@ class AgentHello(msgspec.Struct, tag="hello", array_like=True, frozen=True):
     snapshot_endpoint: str
 
 
+class LogFollowed(msgspec.Struct, array_like=True, frozen=True):
+    """What a log sidecar (`kvtop agent --sglang-log`) says of the server log it follows, in each heartbeat."""
+
+    path: str
+    exists: bool
+    """False while the file is not there (yet): the sidecar waits for it."""
+    position: Count
+    """Bytes read of the file now followed (it starts again at 0 after a rotation)."""
+    size: Count
+    lines: Count
+    garbled: Count
+    """Lines that hold a marker but not the shape of their kind, or that are not text: counted, skipped."""
+    rotations: Count
+    silent_s: Seconds
+    """Seconds since the file last grew (since the sidecar started, when it never did)."""
+    idle: bool
+    """Silent for longer than the sidecar's idle threshold: the server is idle, or died."""
+    damaged: str = ""
+    metrics_url: str = ""
+    """The server's Prometheus endpoint the sidecar scrapes ("" when none was given)."""
+    metrics: dict[str, MetricValue] = {}
+    """Scraped metrics that moved (non-zero or changed once); a metric absent here has no data."""
+    metrics_error: str = ""
+    """Why the last scrape failed ("" when it answered, or none was made)."""
+
+
+CONTEXT_TEXT_MAX = 16_384
+
+
+class LogContext(msgspec.Struct, tag="context", array_like=True, frozen=True):
+    """A log line that explains failures near it (a session, a NIXL error, a traceback, a glog line)."""
+
+    ts: Timestamp
+    kind: Annotated[str, msgspec.Meta(max_length=32)]
+    room: int | None
+    text: Annotated[str, msgspec.Meta(max_length=CONTEXT_TEXT_MAX)]
+    """The line (a traceback: its lines), at most `CONTEXT_TEXT_MAX` characters (a sidecar cuts it)."""
+    tp: int | None = None
+
+
 class Heartbeat(msgspec.Struct, tag="heartbeat", array_like=True, frozen=True):
     """About once a second: counters, rooms in flight, host load, events this agent dropped."""
 
@@ -69,6 +115,8 @@ class Heartbeat(msgspec.Struct, tag="heartbeat", array_like=True, frozen=True):
     rejected: dict[str, dict[str, int]] = {}
     """Frames this agent's sockets rejected, by socket (control, data, consensus, bootstrap, snapshot), then
     reason (malformed, unknown_version, oversize, truncated, unexpected, invalid)."""
+    log: LogFollowed | None = None
+    """Set by a log sidecar: the server log it follows (None for an agent that moves KV itself)."""
 
 
 class RoomState(msgspec.Struct, tag="room", array_like=True, frozen=True):
@@ -127,7 +175,7 @@ class AbortEvent(msgspec.Struct, tag="abort", array_like=True, frozen=True):
     origin: str
 
 
-Event = AgentHello | Heartbeat | RoomState | Progress | TransferDone | Failure | AbortEvent
+Event = AgentHello | Heartbeat | RoomState | Progress | TransferDone | Failure | AbortEvent | LogContext
 
 
 class EventBatch(msgspec.Struct, tag="batch", array_like=True, frozen=True):
@@ -170,3 +218,5 @@ class Snapshot(msgspec.Struct, tag="snapshot", array_like=True):
     history_since: Annotated[float, msgspec.Meta(ge=0.0, le=1e11)] = 0.0
     """The finished rooms, failures and transfers above are complete from this time on: the time of the
     oldest one kept once the bounded history dropped one (0: nothing dropped since the agent started)."""
+    context: list[LogContext] = []
+    """A log sidecar's latest context lines (so a late reader shows them beside the failures)."""

@@ -29,6 +29,7 @@ from transport.events import (
     EventBatch,
     Failure,
     Heartbeat,
+    LogContext,
     Progress,
     RoomState,
     Snapshot,
@@ -62,6 +63,7 @@ class StateMirror:
         self.finished: deque[RoomState] = deque(maxlen=FINISHED_KEPT)
         self.failures: deque[Failure] = deque(maxlen=FINISHED_KEPT)
         self.transfers: deque[TransferDone] = deque(maxlen=FINISHED_KEPT)
+        self.context: deque[LogContext] = deque(maxlen=FINISHED_KEPT)
 
     def apply(self, event: Event) -> None:
         if isinstance(event, RoomState):
@@ -81,6 +83,8 @@ class StateMirror:
             self.heartbeat = event
         elif isinstance(event, AgentHello):
             self.hello = event
+        elif isinstance(event, LogContext):
+            self.context.append(event)
 
     def retire_lost(self, now: float) -> int:
         """Drop the live rooms with no state or progress since `lost_after_s` before `now`; how many."""
@@ -239,6 +243,7 @@ class EventPublisher:
             list(mirror.progress.values()),
             list(mirror.transfers),
             mirror.history_since,
+            list(mirror.context),
         )
         self._snapshots.send_multipart([requester, encode(snapshot)])
         self.counters.add("snapshots")

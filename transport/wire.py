@@ -63,6 +63,10 @@ RankLabel = Annotated[str, msgspec.Meta(max_length=256)]
 ReasonText = Annotated[str, msgspec.Meta(max_length=4096)]
 
 
+LOG_SIDECAR = "log_sidecar"
+"""`AgentInfo.kind` of a log sidecar: it has no data, control or consensus endpoint, only events."""
+
+
 class AgentInfo(msgspec.Struct, frozen=True, array_like=True):
     """Who an agent is and where to reach it."""
 
@@ -79,6 +83,12 @@ class AgentInfo(msgspec.Struct, frozen=True, array_like=True):
     consensus_endpoint: str = ""
     event_endpoint: str = ""
     snapshot_endpoint: str = ""
+    kind: str = ""
+    """"" for an agent that moves KV; `LOG_SIDECAR` for a sidecar that publishes a server log's events."""
+
+    @property
+    def is_sidecar(self) -> bool:
+        return self.kind == LOG_SIDECAR
 
     @property
     def label(self) -> str:

@@ -308,7 +308,36 @@ def bench_curve(
     _report(result.as_dict(), as_json, text)
 
 
+def bench_sidecar(
+    lines_per_s: Annotated[int, typer.Option(min=1000, help="Lines per second the writer appends.")] = 50_000,
+    failures_per_s: Annotated[int, typer.Option(min=1, help="Failure lines (new rooms) per second among them.")] = 20,
+    seconds: Annotated[float, typer.Option(min=1.0, help="Seconds of the timed window.")] = 10.0,
+    as_json: JsonObject = False,
+) -> None:
+    """The log sidecar's CPU and line-to-event delay on a growing log, vs a bare tail loop on the same file.
+
+    A writer appends a busy decode server's log; the sidecar (`kvtop agent --sglang-log`, its own process)
+    publishes each failure line to a kvtop collector; a bare Python tail loop (its own process) reads the
+    same file. Reports each one's CPU, their ratio, and the delay from a failure line's write to its event
+    in the collector (the tail: to its line read), median and p99. Exits 1 when the writer fell short of
+    the rate or a failure line was not seen by both. Progress on stderr.
+    """
+    from kvtop.bench.sidecar import measure_sidecar
+
+    with _loud("sidecar"):
+        result = measure_sidecar(lines_per_s, failures_per_s, seconds, _progress)
+    _report(
+        result.as_dict(),
+        as_json,
+        f"log at {result.lines_per_s:,.0f} lines/s: sidecar CPU {result.sidecar_cpu_percent:.1f} %, bare tail "
+        f"{result.tail_cpu_percent:.1f} % (ratio {result.cpu_ratio:.2f}); line to event p50 "
+        f"{result.sidecar_delay_ms_p50:.0f} ms, p99 {result.sidecar_delay_ms_p99:.0f} ms (tail: line read p50 "
+        f"{result.tail_delay_ms_p50:.0f} ms, p99 {result.tail_delay_ms_p99:.0f} ms), {result.failures} failures",
+    )
+
+
 def register(bench_app: typer.Typer) -> None:
+    bench_app.command("sidecar")(bench_sidecar)
     bench_app.command("transfer")(bench_transfer)
     bench_app.command("events")(bench_events)
     bench_app.command("curve")(bench_curve)

@@ -277,15 +277,58 @@ def cluster_up(
 
 
 def agent(ctx: typer.Context) -> None:
-    """Run one rank (all options as `python -m transport.agent`; `kvtop agent --help` lists them)."""
+    """Run one rank (all options as `python -m transport.agent`; `kvtop agent --help` lists them), or with
+    --sglang-log FILE the log sidecar of a real SGLang server (`kvtop agent --sglang-log FILE --help`)."""
+    if any(arg == "--sglang-log" or arg.startswith("--sglang-log=") for arg in ctx.args):
+        from kvtop.sidecar.cli import main as sidecar_main
+
+        raise typer.Exit(sidecar_main(ctx.args))
     from transport.agent import main as agent_main
 
     agent_main(ctx.args)
 
 
+def bootstrap(
+    listen: Annotated[
+        str,
+        typer.Option(help="Address to bind, tcp://HOST:PORT (default: a free port on 127.0.0.1)."),
+    ] = "",
+) -> None:
+    """Run the bootstrap service alone: a registry for sidecars (`kvtop agent --sglang-log`) and agents.
+
+    The first line on stdout is its address (what --bootstrap and KVTOP_BOOTSTRAP take). Registrations are
+    checked, refreshed every second and forgotten 5 s after their last refresh. SIGTERM or Ctrl-C stops it
+    (exit 0); an address it cannot bind exits 1.
+    """
+    import signal
+    import threading
+
+    import zmq
+
+    from transport.bootstrap import BootstrapServer
+
+    if listen and not listen.startswith("tcp://"):
+        raise typer.BadParameter(f"{listen!r} is not an address like tcp://127.0.0.1:5555", param_hint="--listen")
+    try:
+        server = BootstrapServer(listen).start()
+    except zmq.ZMQError as error:
+        raise fail(f"bootstrap: cannot bind {listen}: {error}") from None
+    typer.echo(server.endpoint)
+    sys.stdout.flush()
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        server.close()
+
+
 def register(app: typer.Typer, cluster_app: typer.Typer) -> None:
     app.callback()(local)
     cluster_app.command("up")(cluster_up)
+    app.command("bootstrap")(bootstrap)
     app.command(
         "agent",
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},

@@ -398,12 +398,13 @@ def failures(
     raw_level as logged, origin), context}.
     Exit 1 when the cluster does not answer.
     """
+    from kvtop.sources.sglang.context import published_context
     from kvtop.views.failures import render_groups, to_json
 
     with _until_ctrl_c():
         for model, _, logs in _frames(bootstrap, connect, wait, follow, interval, sglang_log, curve_keys):
             groups = model.groups()
-            context = logs.context_for(groups) if logs is not None else None
+            context = logs.context_for(groups) if logs is not None else published_context(model, groups)
             _show(render_groups(groups, debug, context), to_json(groups, context), as_json, follow)
             aborted = sum(group.aborted for group in groups)
             typer.echo(

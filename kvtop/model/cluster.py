@@ -33,6 +33,8 @@ from transport.events import (
     EventBatch,
     Failure,
     Heartbeat,
+    LogContext,
+    LogFollowed,
     Progress,
     RoomState,
     Snapshot,
@@ -56,6 +58,8 @@ JOURNAL_EVENTS_KEPT = 200_000
 LOST_AFTER_S = 300.0
 """An open room no rank has said anything of for this long is retired as lost (its terminal news never came):
 a few minutes past the agents' default transfer timeout (60 s), after which every live room has ended."""
+CONTEXT_KEPT = 10_000
+"""Context lines (`LogContext`) sidecars published that the model keeps for the failure groups near them."""
 LOST_SWEEP_EVERY_S = 5.0
 """Finding lost rooms walks every open room: every few seconds, not on every sweep."""
 MAX_TS = 1e10
@@ -84,6 +88,11 @@ class Liveness(StrEnum):
     GONE = "gone"
     LOG = "log"
     """A rank known from its server log: no heartbeat, so neither alive nor gone."""
+    IDLE = "idle"
+    """A log sidecar's rank: the sidecar beats, but the server's log has not grown for a while (the
+    server is idle, or died: the log alone cannot tell) or is not there."""
+    DOWN = "down"
+    """A log sidecar's rank: the log is silent and the server's metrics endpoint does not answer."""
 
 
 @dataclass
@@ -113,6 +122,16 @@ class RankView:
     """Known from a server log (kvtop.sources), not a live agent: liveness is `LOG`, origins are inferred."""
     history_since: float = 0.0
     """Its last snapshot's history (finished rooms, failures, transfers) was complete from this time on."""
+    sidecar: bool = False
+    """A log sidecar's rank (its registration or hello says so): it publishes what a server log says."""
+    log: LogFollowed | None = None
+    """A log sidecar's rank: the server log it follows (from its heartbeat)."""
+
+    @property
+    def inferred(self) -> bool:
+        """Its failures come from a server log (a file read, or a sidecar): origins inferred, rooms named
+        only where they failed."""
+        return self.from_log or self.sidecar or self.log is not None
 
     def gbps(self, now: float, window_s: float) -> float:
         """Bytes this rank moved in finished transfers over the window, in GB/s."""
@@ -122,7 +141,12 @@ class RankView:
         if self.from_log:
             return Liveness.LOG
         age = now - self.last_seen
-        return Liveness.ALIVE if age <= STALE_S else Liveness.STALE if age <= GONE_S else Liveness.GONE
+        if age > STALE_S:
+            return Liveness.STALE if age <= GONE_S else Liveness.GONE
+        log = self.log
+        if log is not None and (log.idle or not log.exists):
+            return Liveness.DOWN if log.metrics_error else Liveness.IDLE
+        return Liveness.ALIVE
 
 
 class RoomView(msgspec.Struct, gc=False):
@@ -296,6 +320,8 @@ class ClusterModel:
         a room only ends when a state arrives, so a sweep need not walk the rooms no delivery touched."""
         self.failures_total = 0
         """Failures ever recorded: a reader that remembers it knows which are new."""
+        self.context: deque[tuple[str, LogContext]] = deque(maxlen=CONTEXT_KEPT)
+        """Context lines sidecars published, with the label of the rank that published them."""
         self._causes: dict[int, int] = {}
         """Per room with failures (the newest `FAILURES_KEPT`): whether a client's abort, a cluster fault or
         both started them (bits of `_ABORT_CAUSE`, `_FAULT_CAUSE`), so aborted rooms stay out of the failure rate."""
@@ -312,6 +338,7 @@ class ClusterModel:
             view.history_since = item.history_since
             events: list[Event] = [e for e in (item.hello, item.heartbeat) if e is not None]
             events += [*item.finished_rooms, *item.live_rooms, *item.progress, *item.failures, *item.transfers]
+            events += item.context
         else:
             events = item.events
         bad = self._apply_events(view, events)
@@ -338,7 +365,14 @@ class ClusterModel:
         view = self.ranks.get(agent.label)
         if view is None or view.incarnation != agent.incarnation:
             self.ranks[agent.label] = RankView(
-                agent.label, agent.role, agent.instance, agent.rank, agent.host, agent.pid, agent.incarnation
+                agent.label,
+                agent.role,
+                agent.instance,
+                agent.rank,
+                agent.host,
+                agent.pid,
+                agent.incarnation,
+                sidecar=agent.is_sidecar,
             )
 
     def expect(self, label: str) -> None:
@@ -470,6 +504,7 @@ class ClusterModel:
         rooms, retired, label, now, codes = self.rooms, self.finished, view.label, self._now, _CODES
         settle = self._settle_run
         decode_instance = view.instance if view.role == "decode" else ""
+        inferred = view.inferred
         link = ("", "")
         done: list[TransferDone] = []
         run, run_id, run_state = _NO_RUN, None, 0  # the room of the current run, its id (None: no run)
@@ -477,6 +512,8 @@ class ClusterModel:
         bad: set[int] = set()
         for event in events:
             if type(event) is RoomState:
+                if inferred:  # a sidecar's room states restate its failure lines: the failures make the rooms
+                    continue
                 state = codes.get(event.state)
                 if state is None or event.previous not in codes or not 0.0 <= event.ts <= MAX_TS:
                     bad.add(id(event))  # not a KVPoll value, or no time: counted, never fatal to the collector
@@ -525,6 +562,10 @@ class ClusterModel:
                 done = []
                 self._apply_rare(view, event)
                 decode_instance = view.instance if view.role == "decode" else ""
+                inferred = view.inferred
+            elif type(event) is Heartbeat:
+                self._apply_rare(view, event)
+                inferred = view.inferred
             else:
                 self._apply_rare(view, event)
         if run_id is not None:
@@ -595,13 +636,17 @@ class ClusterModel:
         if isinstance(event, AgentHello):
             agent = event.agent
             view.role, view.host, view.pid, view.incarnation = agent.role, agent.host, agent.pid, agent.incarnation
+            view.sidecar = agent.is_sidecar
         elif isinstance(event, Heartbeat):
             view.inflight, view.counters, view.rejected = event.inflight_rooms, event.counters, event.rejected
             view.cpu_percent, view.rss_bytes = event.cpu_percent, event.rss_bytes
+            view.log = event.log
+        elif isinstance(event, LogContext):
+            self.context.append((view.label, event))
         elif isinstance(event, Failure):
             self.failures.append(Observed(event.ts, event.room, event.rank, view.role, event.reason,
                                           event.reason_class, event.origin, event.level,
-                                          event.is_from_another_rank, view.from_log))  # fmt: skip
+                                          event.is_from_another_rank, view.inferred))  # fmt: skip
             self.failures_total += 1
             cause = _CAUSES.get(event.reason_class, _FAULT_CAUSE)
             if cause:
@@ -613,7 +658,7 @@ class ClusterModel:
                 view.origins += 1
             else:
                 view.echoes += 1
-            if view.from_log:
+            if view.inferred:
                 self._log_room_failed(view, event)
 
     def _log_room_failed(self, view: RankView, event: Failure) -> None:

@@ -7,6 +7,7 @@ from rich.text import Text
 from kvtop.model.cluster import ClusterModel
 from kvtop.tui.rows import Palette, clock
 from kvtop.views.event_lines import to_line
+from kvtop.views.tables import sidecar_lines
 from kvtop.views.times import spans_days
 from transport.events import Event, Failure, Heartbeat
 
@@ -58,6 +59,8 @@ def rank_history(model: ClusterModel, label: str, now: float, palette: Palette) 
     )
     text.append(f"{view.liveness(now)}, last heard {now - view.last_seen:.1f} s ago, {view.inflight} rooms in flight, ")
     text.append(f"{view.origins} origins, {view.echoes} echoes\n")
+    for line in sidecar_lines(model, label):
+        text.append(f"{line}\n", style=palette.warning if view.log is not None and view.log.idle else "")
     text.append("\nThroughput, GB/s per 10 s (newest last)\n", style="bold")
     rows = view.transfers.window(now - 12 * _HISTORY_BUCKET_S)
     buckets = [0.0] * 12

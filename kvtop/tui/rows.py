@@ -61,6 +61,8 @@ def rank_line(row: RankRow, palette: Palette) -> Text:
         Liveness.STALE: palette.warning,
         Liveness.GONE: palette.error,
         Liveness.LOG: palette.accent,
+        Liveness.IDLE: palette.warning,
+        Liveness.DOWN: palette.error,
     }
     text = Text(f"{row.label:<18}{row.role:<9}")
     text.append(f"{row.liveness:<7}", style=state_style[row.liveness])

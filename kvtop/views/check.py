@@ -91,7 +91,8 @@ def evaluate(model: ClusterModel, limits: Thresholds, now: float | None = None, 
     now = time.time() if now is None else now
     everyone = model.liveness(now)
     liveness = {label: state for label, state in everyone.items() if state is not Liveness.LOG}
-    alive = sorted(label for label, state in liveness.items() if state is Liveness.ALIVE)
+    alive = sorted(label for label, state in liveness.items() if state in (Liveness.ALIVE, Liveness.IDLE))
+    down = sorted(label for label, state in liveness.items() if state is Liveness.DOWN)
     stale = sorted(label for label, state in liveness.items() if state is Liveness.STALE)
     gone = sorted(label for label, state in liveness.items() if state is Liveness.GONE)
     unanswered = [label for label in gone if not model.ranks[label].last_seen]
@@ -109,6 +110,8 @@ def evaluate(model: ClusterModel, limits: Thresholds, now: float | None = None, 
     if gone:
         named = [f"{label} (no answer in {waited_s:g}s)" if label in unanswered else label for label in gone]
         critical.append(f"ranks gone: {', '.join(named)}")
+    if down:
+        critical.append(f"servers down (log silent, metrics unanswered): {', '.join(down)}")
     if len(alive) < need:
         critical.append(f"{len(alive)} ranks alive, need {need}")
     if rate > limits.max_failure_rate:

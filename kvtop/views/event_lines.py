@@ -22,6 +22,7 @@ from transport.events import (
     Event,
     Failure,
     Heartbeat,
+    LogContext,
     Progress,
     RoomState,
     TransferDone,
@@ -37,6 +38,7 @@ _KIND = {
     TransferDone: "done",
     Failure: "failure",
     AbortEvent: "abort",
+    LogContext: "context",
 }
 
 
@@ -47,6 +49,7 @@ _LEVEL_OF_KIND: dict[type, str] = {
     Progress: "debug",
     TransferDone: "info",
     AbortEvent: "info",
+    LogContext: "debug",
 }
 _RANK = {level: rank for rank, level in enumerate(LEVELS)}
 
@@ -136,6 +139,8 @@ def _describe(event: Event) -> str:
         return f"room={event.room} {event.bytes_done}/{event.bytes_total} B"
     if isinstance(event, AbortEvent):
         return f"room={event.room} ABORT {event.direction} {event.peer} (origin {event.origin})"
+    if isinstance(event, LogContext):
+        return f"{event.kind}{f' room={event.room}' if event.room is not None else ''}: {event.text[:300]}"
     if isinstance(event, Heartbeat):
         return f"in flight {event.inflight_rooms}, cpu {event.cpu_percent:.0f}%, dropped {event.events_dropped}"
     return f"{event.agent.role} pid {event.agent.pid} on {event.agent.host}, version {event.version}"

@@ -6,7 +6,9 @@ from collections import Counter
 from typing import Any
 
 from kvtop.model.cluster import ClusterModel
+from kvtop.sidecar.known import KNOWN_METRICS, NO_DATA
 from transport.counters import REJECTION_REASONS
+from transport.events import LogFollowed
 
 STUCK_AFTER_S = 10.0
 
@@ -40,9 +42,22 @@ def ranks_json(model: ClusterModel, now: float, window_s: float = 60.0) -> list[
             "cpu_percent": view.cpu_percent,
             "rss_bytes": view.rss_bytes,
             "rejected": {socket: _nonzero(reasons) for socket, reasons in sorted(view.rejected.items())},
+            "log": log_json(view.log) if view.log is not None else None,
         }
         for view in sorted(model.ranks.values(), key=lambda v: (v.role, v.instance, v.rank))
     ]
+
+
+def log_json(log: LogFollowed) -> dict[str, Any]:
+    """What a sidecar says of the log it follows; with metrics, each known one's value or "no data"."""
+    fields = {name: getattr(log, name) for name in log.__struct_fields__ if name != "metrics"}
+    fields["silent_s"] = round(log.silent_s, 3)
+    if log.metrics_url:
+        names = sorted({*KNOWN_METRICS, *log.metrics})
+        fields["metrics"] = {name: log.metrics.get(name, NO_DATA) for name in names}
+    else:
+        fields["metrics"] = {}
+    return fields
 
 
 def _rejected_text(rejected: dict[str, dict[str, int]]) -> str:
@@ -59,7 +74,31 @@ def ranks_text(model: ClusterModel, now: float) -> str:
         f"{r['inflight']:>8} {r['origins']:>7} {r['echoes']:>6}  {_rejected_text(r['rejected'])}"
         for r in ranks_json(model, now)
     ]
-    return "\n".join(lines + intake_lines(model))
+    return "\n".join(lines + sidecar_lines(model) + intake_lines(model))
+
+
+def sidecar_lines(model: ClusterModel, label: str = "") -> list[str]:
+    """One line per log a sidecar follows (of rank `label` only, when given): where it reads, what it skipped,
+    how long the log is silent, the metrics."""
+    lines: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    for view in sorted(model.ranks.values(), key=lambda v: (v.role, v.instance, v.rank)):
+        if label and view.label != label:
+            continue
+        log = view.log
+        if log is None or (view.instance, log.path) in seen:
+            continue
+        seen.add((view.instance, log.path))
+        where = f"at {log.position}/{log.size} B" if log.exists else "waiting for the file"
+        text = f"log {view.instance}: {log.path} {where}, {log.lines} lines, {log.garbled} garbled, "
+        text += f"{log.rotations} rotations, silent {log.silent_s:.0f}s{' (idle or server down)' if log.idle else ''}"
+        if log.damaged:
+            text += f", damaged: {log.damaged}"
+        if log.metrics_url:
+            values = [f"{name.removeprefix('sglang:')} {log.metrics[name]:g}" for name in sorted(log.metrics)]
+            text += f"; metrics {log.metrics_error or ', '.join(values) or NO_DATA}"  # an error names the URL
+        lines.append(text)
+    return lines
 
 
 def intake_json(model: ClusterModel) -> dict[str, Any]:
@@ -150,14 +189,14 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
     groups = model.groups(now, coverage.span_s)
     origins = Counter(group.title for group in groups)
     aborted = sum(group.aborted for group in groups)
-    from_logs_only = bool(liveness) and liveness.count("log") == len(liveness)
+    from_logs_only = bool(model.ranks) and all(view.inferred for view in model.ranks.values())  # files, sidecars
     return {
         "window_s": window_s,
         "span_s": round(coverage.span_s, 3),
         "span_limit": coverage.limit,
         "ranks": {
             "total": len(liveness),
-            **{state: liveness.count(state) for state in ("alive", "stale", "gone", "log")},
+            **{state: liveness.count(state) for state in ("alive", "stale", "gone", "log", "idle", "down")},
         },
         "rooms_open": len(model.open_rooms(now)),
         "rooms_finished": outcomes.finished,

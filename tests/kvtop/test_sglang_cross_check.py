@@ -1,4 +1,6 @@
-"""The same failures twice: from a live cluster's events, and inferred from the SGLang-format logs its agents wrote."""
+"""The same failures three times: from a live cluster's events, inferred from the SGLang-format logs its agents
+wrote, and from log sidecars (`kvtop agent --sglang-log`) that followed those logs live, one per file, through a
+`kvtop bootstrap` of their own."""
 
 from __future__ import annotations
 
@@ -6,7 +8,9 @@ import json
 from pathlib import Path
 
 from kvtop_cli import kvtop
+from sidecar_support import registry, sidecars, view_json
 
+from tests.conftest import wait_for
 from transport import FaultSpec, Timeouts, TransferConfig
 from transport.cluster import ClusterSpec
 
@@ -33,8 +37,11 @@ def folded(groups: list[dict]) -> list[tuple[int, str, str, int]]:
     )
 
 
-def test_failures_from_the_agents_logs_match_failures_from_their_events(make_cluster, control, tmp_path: Path):
-    """`kvtop failures` infers from the logs the origins (room, rank, class) and echo counts the events name."""
+def test_failures_from_the_agents_logs_and_their_sidecars_match_failures_from_their_events(
+    make_cluster, control, tmp_path: Path
+):
+    """`kvtop failures` infers from the logs, read together or published live by one sidecar per file, the
+    origins (room, rank, class) and echo counts the agents' events name."""
     spec = ClusterSpec(
         prefill=2,
         decode=1,
@@ -48,6 +55,14 @@ def test_failures_from_the_agents_logs_match_failures_from_their_events(make_clu
         log_level="DEBUG",
     )
     cluster = make_cluster(spec)
+    with registry() as bootstrap, sidecars(bootstrap, tmp_path) as started:
+        for log in sorted(tmp_path.glob("*.log")):
+            started.start(log, "--tp", "2")
+        wait_for(lambda: len(view_json("ranks", "--bootstrap", bootstrap) or []) == 6, 20, "six sidecar ranks")
+        _fail_rooms_and_compare(cluster, control, tmp_path, bootstrap)
+
+
+def _fail_rooms_and_compare(cluster, control, tmp_path: Path, bootstrap: str) -> None:
     clients = {agent.label: control(agent.control_endpoint) for agent in cluster.agents()}
     submitted: dict[int, list[str]] = {}
     for rooms, prefill, with_decode in ((CORRUPTED, "prefill-0", True), (REFUSED, "prefill-1", True),
@@ -70,3 +85,13 @@ def test_failures_from_the_agents_logs_match_failures_from_their_events(make_clu
     expected = folded(json.loads(live.stdout))
     assert sorted(submitted) == sorted({room for room, *_ in expected})
     assert expected == folded(json.loads(logged.stdout))
+    published: list[tuple[int, str, str, int]] = []
+
+    def sidecars_agree() -> bool:
+        published[:] = folded(view_json("failures", "--bootstrap", bootstrap) or [])
+        return published == expected
+
+    try:
+        wait_for(sidecars_agree, 15, "the sidecars' fold to match the agents'")
+    except AssertionError:
+        assert expected == published  # shows the difference

@@ -210,6 +210,21 @@ def test_a_file_truncated_in_place_is_read_again_from_its_start(tmp_path: Path):
     assert [g.room for g in model.groups()] == [1, 2, 3]
 
 
+def test_a_file_truncated_and_written_past_the_read_position_is_read_again_from_its_start(tmp_path: Path):
+    """Copy-and-truncate, then more written than was read before the next look: the file's bytes before the
+    read position changed, so it starts over instead of reading on from the middle of a line."""
+    path = tmp_path / "decode-0.log"
+    path.write_text(decode_line(1))
+    model = ClusterModel()
+    logs = SGLangLogs([path])
+    logs.poll(model)
+
+    path.write_text(decode_line(2) + decode_line(3) + decode_line(4))
+    logs.poll(model)
+
+    assert ([g.room for g in model.groups()], logs.stats().rotations, logs.stats().garbled) == ([1, 2, 3, 4], 1, 0)
+
+
 def test_gzip_files_are_read_like_plain_ones(tmp_path: Path):
     """A rotated `.gz` log gives the same groups as the plain file."""
     with (

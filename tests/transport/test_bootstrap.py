@@ -16,7 +16,7 @@ from transport.cluster import ClusterSpec
 from transport.errors import BootstrapError
 from transport.registration import endpoint_problem
 from transport.sockets import bind_ephemeral
-from transport.wire import AgentInfo, BootstrapRequest, FrameDecoder, Registered, Resolve, Route, encode
+from transport.wire import LOG_SIDECAR, AgentInfo, BootstrapRequest, FrameDecoder, Registered, Resolve, Route, encode
 
 GOOD = AgentInfo("prefill", "prefill-0", 0, 1, 4096, "tcp://127.0.0.1:5000", "", os.getpid(), "host", 7)
 
@@ -63,6 +63,7 @@ def test_endpoint_syntax_names_what_is_wrong(endpoint):
         ({"tp": 0}, "rank"),
         ({"page_bytes": -1}, "page size"),
         ({"host": "h" * 300}, "host"),
+        ({"kind": "router"}, "kind"),
     ],
 )
 def test_bootstrap_refuses_an_invalid_registration_counts_and_names_it(bootstrap, changes, why):
@@ -77,6 +78,18 @@ def test_bootstrap_refuses_an_invalid_registration_counts_and_names_it(bootstrap
     assert listing.agents == [GOOD]
     assert listing.counters["rejected_invalid"] == 1
     assert len(listing.refused) == 1 and why in listing.refused[0]
+
+
+def test_a_log_sidecars_prefill_rank_registers_without_a_data_plane_and_is_never_a_route(bootstrap):
+    """A sidecar's rank (kind log_sidecar) is listed for kvtop, but a decode rank resolving its instance
+    gets only the ranks that move KV."""
+    sidecar = msgspec.structs.replace(GOOD, kind=LOG_SIDECAR, data_endpoint="", control_endpoint="", page_bytes=0,
+                                      instance="prefill-9")  # fmt: skip
+    with BootstrapClient(bootstrap.endpoint) as client:
+        client.register(sidecar)
+        listing, route = client.listing(), client.resolve("prefill-9")
+
+    assert (listing.agents, route) == ([sidecar], [])
 
 
 def listed(server: BootstrapServer) -> set[str]:

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import ROOM_REUSE_S, FailureGroup
 
 CONTEXT_KEPT = 10_000
@@ -53,3 +54,12 @@ def context_for(context: Iterable[Context], groups: Sequence[FailureGroup]) -> l
         lines += [c for c in near if c.room is None and (c.likely_cause or c.source in instances)]
         found.append(sorted(set(lines), key=lambda c: (c.ts, c.source, c.text)))
     return found
+
+
+def published_context(model: ClusterModel, groups: Sequence[FailureGroup]) -> list[list[Context]] | None:
+    """`context_for` over the context lines log sidecars published (None when none did: agents' groups)."""
+    if not model.context:
+        return None
+    lines = [Context(line.ts, label.rpartition("/")[0], line.tp, line.kind, line.room, line.text)
+             for label, line in model.context]  # fmt: skip
+    return context_for(lines, groups)

@@ -61,6 +61,7 @@ _EXCEPTION = re.compile(r"KVTransferError\(bootstrap_room=(\d+|None)\): (.+)")
 _BATCH = re.compile(r"(Prefill|Decode) batch[.,:]? ")
 _QUEUE = re.compile(r"#([a-z-]+-req): (\d+)")
 _PREALLOC_USAGE = re.compile(r"pre-allocated usage: ([\d.]+)")
+_THROUGHPUT = re.compile(r"(gen|input) throughput \(token/s\): ([\d.]+)")
 _SESSION = re.compile(r"Session (\S+) failed\.")
 _LOST = re.compile(r"Lost connection with prefill instance \(bootstrap_addr: ([^)]*)\)(?:, (\d+) requests? affected)?")
 _ROOM_CONTEXT = (
@@ -146,6 +147,9 @@ def classify(prefix: Prefix, year: int) -> Record | None:
             usage = _PREALLOC_USAGE.search(message)
             if usage:
                 queues["prealloc_usage_permille"] = round(float(usage[1]) * 1000)
+            throughput = _THROUGHPUT.search(message)
+            if throughput:
+                queues[f"{throughput[1]}_throughput_tps"] = round(float(throughput[2]))
             return BatchLine(ts, prefix.tp or 0, match[1].lower(), queues)
     match = _SESSION.search(message)
     if match:

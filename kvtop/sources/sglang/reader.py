@@ -9,8 +9,10 @@ out as one item: its first line and the unprefixed lines that continue it.
 
 Following: after reading to the end, `read()` looks at the path again. A new
 file there (rotated by rename) is opened from its start once the old one is
-drained; a file shorter than what was read (copied and truncated) is read
-again from its start. A line that is not valid UTF-8 is counted and skipped.
+drained; a file shorter than what was read (copied and truncated), or whose
+last bytes before the read position changed (copied, truncated and written
+past that position again before the next look), is read again from its start.
+A line that is not valid UTF-8 is counted and skipped.
 
 A `.gz` is decompressed piece by piece: when it turns out damaged (cut short,
 corrupt, or not gzip at all), what came before the damage is used, the file
@@ -39,6 +41,8 @@ MAX_LINE_BYTES = 1 << 20
 TRACEBACK = b"Traceback (most recent call last)"
 TRACEBACK_LINES = 64
 _NEWLINE = ord("\n")
+TAIL_BYTES = 64
+"""The last bytes read, compared with the file's before each read: a file rewritten in place differs."""
 _MARKER_SCANNER = ahocorasick_rs.BytesAhoCorasick(list(MARKERS))
 """Every marker in one pass over a block (SIMD in Rust; a `bytes.find` pass per marker cost six times more)."""
 
@@ -100,12 +104,18 @@ class LogReader:
         """The compressed file under a `.gz`'s GzipFile (which does not close it)."""
         self._identity: tuple[int, int] = (0, 0)
         self._offset = 0
+        self._tail = b""
         self._carry = b""
         self._buffer = bytearray(block_bytes + MAX_LINE_BYTES)
         """Blocks are read into this one buffer (a fresh 4 MiB object per block costs page faults)."""
         self._view = memoryview(self._buffer)
         self._newlines = np.empty(len(self._buffer), dtype=np.bool_)
         self.gz = path.name.endswith(".gz")
+
+    @property
+    def position(self) -> int:
+        """Bytes read of the file now open (decompressed bytes for a `.gz`)."""
+        return self._offset
 
     def open(self) -> None:
         """Open the file now (raises OSError if it cannot be read)."""
@@ -117,6 +127,7 @@ class LogReader:
         status = os.fstat(raw.fileno())
         self._identity = (status.st_dev, status.st_ino)
         self._offset = 0
+        self._tail = b""
         if self.gz:
             self._raw = raw
             return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
@@ -141,6 +152,11 @@ class LogReader:
             except FileNotFoundError:
                 return []  # following a file that is not there yet
         out: list[str] = []
+        if not self.gz and self._rewritten():
+            self._scan_rest(out)
+            self._file.seek(0)
+            self._offset, self._tail = 0, b""
+            self.stats.rotations += 1
         budget = max_bytes
         while budget > 0:
             size = self._fill()
@@ -174,6 +190,16 @@ class LogReader:
                 return True
         return os.fstat(self._file.fileno()).st_size <= self._offset
 
+    def _rewritten(self) -> bool:
+        """The bytes before the read position are no longer those read: copied and truncated, then written."""
+        tail = self._tail
+        if not tail or self._file is None:
+            return False
+        try:
+            return os.pread(self._file.fileno(), len(tail), self._offset - len(tail)) != tail
+        except OSError:
+            return False
+
     def _rotated(self) -> bool:
         try:
             status = os.stat(self.path)
@@ -200,6 +226,9 @@ class LogReader:
         size = self._fill_gz(view) if self.gz else self._file.readinto(view)  # type: ignore[attr-defined]
         self._offset += size
         self.stats.bytes += size
+        if size and not self.gz:
+            end = kept + size
+            self._tail = bytes(self._buffer[max(0, end - TAIL_BYTES) : end])
         return int(size)
 
     def _fill_gz(self, view: memoryview) -> int:

@@ -62,6 +62,8 @@ class SGLangLogs:
         parsed = [s if isinstance(s, LogSpec) else LogSpec.parse(str(s)) for s in specs]
         self.files: list[_File] = []
         self.context: deque[Context] = deque(maxlen=CONTEXT_KEPT)
+        self.fresh_context: list[Context] | None = None
+        """Set it to a list to be given every context line as it is read (a sidecar publishes and empties it)."""
         self._garbled = self._failures = self._batches = self._context = self._no_room = 0
         self._now = 0.0
         self._names = InstanceNames()
@@ -105,8 +107,12 @@ class SGLangLogs:
             if all(file.reader.at_end() for file in self.files):
                 return applied
 
-    def poll(self, model: ClusterModel, final: bool = False, max_bytes: int = 64 << 20) -> list[tuple[str, Event]]:
-        """Read what the files gained (up to `max_bytes` each), apply it in time order; returns (label, event)s."""
+    def poll(
+        self, model: ClusterModel | None, final: bool = False, max_bytes: int = 64 << 20
+    ) -> list[tuple[str, Event]]:
+        """Read what the files gained (up to `max_bytes` each), apply it in time order; returns (label, event)s.
+
+        `model` None: only return them (a sidecar publishes them instead)."""
         pending: list[tuple[float, int, _File, str, Event]] = []
         for file in self.files:
             for text in file.reader.read(final, max_bytes):
@@ -122,7 +128,8 @@ class SGLangLogs:
             applied.append((label, event))
             following = pending[index + 1] if index + 1 < len(pending) else None
             if following is None or following[3] != label:
-                self._apply(model, file, label, run, ts)
+                if model is not None:
+                    self._apply(model, file, label, run, ts)
                 run = []
         return applied
 
@@ -155,8 +162,12 @@ class SGLangLogs:
         if isinstance(record, ContextLine):
             file.related.context(record, ts)
             self._context += 1
-            self.context.append(Context(ts, file.instance or file.spec.path.name, record.tp, record.kind,
-                                        record.room, record.text))  # fmt: skip
+            context = Context(
+                ts, file.instance or file.spec.path.name, record.tp, record.kind, record.room, record.text
+            )
+            self.context.append(context)
+            if self.fresh_context is not None:
+                self.fresh_context.append(context)
             return
         if not file.role:
             file.role = record.role

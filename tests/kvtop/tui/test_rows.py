@@ -11,8 +11,9 @@ from rich.style import Style
 from rich.text import Text
 from tui_support import FIXED_NOW, build_model
 
-from kvtop.model.cluster import Liveness
+from kvtop.model.cluster import ClusterModel, Liveness
 from kvtop.tui.app import KvtopApp
+from kvtop.tui.details import rank_history
 from kvtop.tui.frame import FrameBuilder, Options, RankRow
 from kvtop.tui.renderables.heatmap import LinkHeatMap
 from kvtop.tui.rows import RANK_HEADER, ROOM_HEADER, Palette, event_line, rank_line, rate, room_line
@@ -22,7 +23,7 @@ from kvtop.tui.views.failures import FailuresView, detail
 from kvtop.tui.widgets.row_list import RowList
 from kvtop.views.event_lines import to_line
 from kvtop.views.tables import STUCK_AFTER_S
-from transport.events import Failure, TransferDone
+from transport.events import EVENT_SCHEMA, EventBatch, Failure, Heartbeat, LogFollowed, TransferDone
 from transport.kvpoll import KVPoll
 
 HOT, FAILED = Style(color="#00ffff"), Style(color="#ff0000", bold=True)
@@ -122,6 +123,28 @@ def test_a_rank_line_colours_liveness(palette: Palette):
     assert palette.success in styles_of(rank_line(alive, palette), "alive")
     assert palette.warning in styles_of(rank_line(stale, palette), "stale")
     assert palette.error not in [span.style for span in rank_line(alive, palette).spans]
+
+
+def test_a_sidecar_ranks_silent_log_shows_idle_as_a_warning_and_a_dead_server_down_as_an_error(palette: Palette):
+    """A sidecar that beats beside a silent log says so in the rank grid: idle (warning), down (error)."""
+    idle = RankRow("decode-0/TP0", "decode", "decode-0", 0, Liveness.IDLE, 0.0, 0, 0, 0, 0.0)
+    down = RankRow("decode-0/TP0", "decode", "decode-0", 0, Liveness.DOWN, 0.0, 0, 0, 0, 0.0)
+
+    assert palette.warning in styles_of(rank_line(idle, palette), "idle")
+    assert palette.error in styles_of(rank_line(down, palette), "down")
+
+
+def test_a_sidecar_ranks_history_names_the_log_it_follows(palette: Palette):
+    """The rank panel of a sidecar's rank: its file, read position, garbled lines and silence."""
+    model = ClusterModel()
+    log = LogFollowed("/var/log/sglang/decode.log", True, 512, 1024, 9, 2, 1, 40.0, True)
+    beat = Heartbeat(FIXED_NOW, {}, 0, 0, 0.0, 0, 0.0, log=log)
+    model.apply("decode-0/TP0", EventBatch(EVENT_SCHEMA, "decode", "decode-0", 0, 1, 1, FIXED_NOW, [beat]), FIXED_NOW)
+
+    text = rank_history(model, "decode-0/TP0", FIXED_NOW, palette).plain
+
+    assert "idle, last heard 0.0 s ago" in text
+    assert "log decode-0: /var/log/sglang/decode.log at 512/1024 B, 9 lines, 2 garbled, 1 rotations, silent 40s" in text
 
 
 @pytest.fixture(scope="module")

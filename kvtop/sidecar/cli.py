@@ -1,0 +1,109 @@
+"""`kvtop agent --sglang-log FILE ...`: the log sidecar as a command (`kvtop agent` without it runs our agent)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kvtop.cli.options import Bootstrap, fail
+
+sidecar_app = typer.Typer(add_completion=False, rich_markup_mode=None)
+
+
+@sidecar_app.command(name="agent")
+def sidecar(
+    sglang_log: Annotated[
+        Path,
+        typer.Option(
+            "--sglang-log",
+            help="The SGLang server log to follow (tail -f; rotation by rename or copytruncate; a file that is "
+            "not there yet is waited for; container-runtime and dashboard wrappers understood).",
+        ),
+    ],
+    bootstrap: Bootstrap = "",
+    role: Annotated[str, typer.Option(help="prefill or decode (default: from the file's name or its lines).")] = "",
+    instance: Annotated[
+        str,
+        typer.Option(
+            help="The server instance's name, unique in the cluster (default: from the file's name, e.g. "
+            "prefill-0.log, else ROLE-0). Give it when several sidecars share a bootstrap."
+        ),
+    ] = "",
+    tp: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=1024,
+            help="Ranks to publish from the start (TP0..N-1); others as the log names them "
+            "(its server_args line's tp_size, or a line's TP tag).",
+        ),
+    ] = 1,
+    host: Annotated[
+        str, typer.Option(help="Address to bind the ranks' event and snapshot sockets to (and to advertise).")
+    ] = "127.0.0.1",
+    metrics: Annotated[
+        str,
+        typer.Option(
+            help="The server's Prometheus endpoint (http://HOST:PORT/metrics, SGLang's --enable-metrics): its KV "
+            "transfer metrics go into the heartbeat; one that never moved shows as 'no data'."
+        ),
+    ] = "",
+    metrics_interval: Annotated[float, typer.Option(min=0.5, help="Seconds between scrapes.")] = 5.0,
+    idle_after: Annotated[
+        float,
+        typer.Option(
+            min=0.1,
+            help="Seconds without a new line after which the rank's state is idle (or down "
+            "when --metrics does not answer either).",
+        ),
+    ] = 30.0,
+    poll_interval: Annotated[
+        float, typer.Option(min=0.005, max=5.0, help="Seconds between looks at a quiet file.")
+    ] = 0.05,
+) -> None:
+    """Follow one SGLang server's log and publish its events per rank (instance/TPn) on the event plane.
+
+    Each rank has an event (PUB) and a snapshot (ROUTER) socket, registered with --bootstrap (refreshed every
+    second; deregistered on exit); without --bootstrap, each rank's event endpoint is printed for --connect.
+    Heartbeats (every second) carry the file, the read position, the garbled lines and the scraped metrics.
+    Diagnostics go to stderr. Exit codes: 0 when stopped (SIGTERM, Ctrl-C), 1 when one of its threads died,
+    2 for bad usage.
+    """
+    import zmq
+
+    from kvtop.sidecar.ranks import identity_problem
+    from kvtop.sidecar.sidecar import Sidecar, SidecarOptions
+    from kvtop.sidecar.tail import LogTail
+    from kvtop.sources.sglang import LogSpec
+
+    if role and role not in ("prefill", "decode"):
+        raise typer.BadParameter(f"{role!r} (expected prefill or decode)", param_hint="--role")
+    if metrics and not metrics.startswith(("http://", "https://")):
+        raise typer.BadParameter(f"{metrics!r} is not an http(s) URL", param_hint="--metrics")
+    tail = LogTail(LogSpec(sglang_log, role), instance, idle_after)
+    if instance and (problem := identity_problem(tail.role or "decode", instance)):
+        raise typer.BadParameter(problem, param_hint="--instance")
+    options = SidecarOptions(tail, bootstrap, tp, host, metrics, metrics_interval, poll_interval)
+
+    def say(line: str) -> None:
+        print(f"kvtop agent: {line}", file=sys.stderr, flush=True)
+
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        code = Sidecar(options, say).run(stop)
+    except zmq.ZMQError as error:  # an address it cannot bind
+        raise fail(f"agent --sglang-log: cannot bind on {host}: {error}") from None
+    raise typer.Exit(code)
+
+
+def main(args: list[str]) -> int:
+    """Run the sidecar with `kvtop agent`'s arguments; returns the exit code."""
+    code = sidecar_app(args, prog_name="kvtop agent", standalone_mode=False)
+    return int(code) if isinstance(code, int) else 0

@@ -1,0 +1,137 @@
+"""A server's ranks on the event plane: one `EventPublisher` per `instance/TPn`, and their registrations.
+
+A rank is published as our agents publish theirs (hello, heartbeats, batches
+with sequence numbers, snapshots on request), under an `AgentInfo` of kind
+`LOG_SIDECAR`: it has an event and a snapshot endpoint, no data plane. The
+`Registrar` keeps every rank registered with the bootstrap service (again every
+`REFRESH_S`, so that the service forgets a sidecar that died) and deregisters
+them on a clean exit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+import zmq
+
+from transport.bootstrap import REFRESH_S, BootstrapClient
+from transport.errors import BootstrapError
+from transport.events import AgentHello, Event, Heartbeat, LogFollowed
+from transport.publisher import EventPublisher
+from transport.registration import registration_problem
+from transport.version import __version__
+from transport.wire import LOG_SIDECAR, AgentInfo, replace_fields
+
+BATCH_INTERVAL_S = 0.02
+"""Events leave at most this long after the line was read (a log's event rate is low: batches stay small)."""
+_log = logging.getLogger(__name__)
+
+
+def sidecar_info(role: str, instance: str, rank: int, tp: int, incarnation: int) -> AgentInfo:
+    """The identity of one rank a sidecar publishes (endpoints filled in once bound)."""
+    return AgentInfo(role, instance, rank, tp, 0, "", "", os.getpid(), socket.gethostname(), incarnation,
+                     kind=LOG_SIDECAR)  # fmt: skip
+
+
+def identity_problem(role: str, instance: str) -> str:
+    """Why a role and instance cannot name a sidecar's ranks ("" when they can)."""
+    return registration_problem(sidecar_info(role, instance, 0, 1, 1))
+
+
+class RankPublisher:
+    """One rank: its publisher (started, hello sent), the latest queue depths its batch lines gave."""
+
+    def __init__(self, info: AgentInfo, host: str, context: zmq.Context[zmq.Socket[bytes]]) -> None:
+        self.publisher = EventPublisher(info, host, context=context, batch_interval_s=BATCH_INTERVAL_S)
+        self.publisher.info = replace_fields(
+            info, event_endpoint=self.publisher.endpoint, snapshot_endpoint=self.publisher.snapshot_endpoint
+        )
+        self.batch: Heartbeat | None = None
+        """The heartbeat its latest batch line stands for (queue depths as counters, rooms in flight)."""
+        self.publisher.start()
+        self.emit(AgentHello(time.time(), self.info, __version__, self.publisher.endpoint,
+                             self.publisher.snapshot_endpoint))  # fmt: skip
+
+    @property
+    def info(self) -> AgentInfo:
+        return self.publisher.info
+
+    def set_tp(self, tp: int) -> None:
+        """The server turned out wider: the registration says so from now on."""
+        if tp > self.info.tp:
+            self.publisher.info = replace_fields(self.info, tp=tp)  # type: ignore[arg-type]
+
+    def emit(self, event: Event) -> None:
+        self.publisher.emit(event)
+
+    def heartbeat(self, log: LogFollowed, cpu: float, rss: int, memory: float) -> None:
+        batch = self.batch
+        counters = dict(batch.counters) if batch is not None else {}
+        publisher = self.publisher
+        self.emit(Heartbeat(time.time(), counters, batch.inflight_rooms if batch is not None else 0,
+                            publisher.dropped, cpu, rss, memory, publisher.snapshot_endpoint,
+                            publisher.counters.rejections(), log))  # fmt: skip
+
+    def close(self) -> None:
+        self.publisher.close()
+
+
+class Registrar:
+    """Registers the ranks `infos()` lists every `REFRESH_S` in its own thread (a registry that does not answer
+    never holds up the log); `problem` is the last error ("" while registrations succeed)."""
+
+    def __init__(
+        self, bootstrap: str, infos: Callable[[], list[AgentInfo]], context: zmq.Context[zmq.Socket[bytes]]
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.problem = ""
+        self.registered = 0
+        """Registrations the service accepted so far."""
+        self._infos = infos
+        self._context = context
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kvtop-registrar", daemon=True)
+
+    def start(self) -> Registrar:
+        self._thread.start()
+        return self
+
+    @property
+    def thread(self) -> threading.Thread:
+        return self._thread
+
+    def close(self) -> None:
+        """Stop, then take every rank off the listing (best effort: an unreachable service lets them expire)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        try:
+            with BootstrapClient(self.bootstrap, 1.0, self._context) as client:
+                for info in self._infos():
+                    client.deregister(info)
+        except BootstrapError:
+            pass
+
+    def _run(self) -> None:
+        try:
+            with BootstrapClient(self.bootstrap, REFRESH_S, self._context) as client:
+                while not self._stop.is_set():
+                    self._register(client)
+                    self._stop.wait(REFRESH_S)
+        except Exception:
+            _log.exception("the sidecar's registrar died: its ranks will expire from %s", self.bootstrap)
+            raise
+
+    def _register(self, client: BootstrapClient) -> None:
+        try:
+            for info in self._infos():
+                client.register(info)
+                self.registered += 1
+            self.problem = ""
+        except BootstrapError as error:
+            self.problem = str(error)

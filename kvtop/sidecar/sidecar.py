@@ -1,0 +1,185 @@
+"""The sidecar's loop: read what the log gained, publish it per rank, beat, until told to stop."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import msgspec
+import psutil
+import zmq
+
+from kvtop.sidecar.metrics import MetricsScraper
+from kvtop.sidecar.ranks import RankPublisher, Registrar, sidecar_info
+from kvtop.sidecar.tail import LogTail
+from kvtop.sources.sglang import Context
+from transport.events import CONTEXT_TEXT_MAX, Event, Failure, Heartbeat, LogContext, RoomState
+from transport.kvpoll import KVPoll
+from transport.wire import AgentInfo
+
+HEARTBEAT_S = 1.0
+_log = logging.getLogger(__name__)
+_LEFT_IN = {
+    "Bootstrapping": KVPoll.Bootstrapping,
+    "WaitingForInput": KVPoll.WaitingForInput,
+    "Transferring": KVPoll.Transferring,
+}
+
+
+@dataclass(frozen=True)
+class SidecarOptions:
+    """What `kvtop agent --sglang-log` was told."""
+
+    tail: LogTail
+    bootstrap: str = ""
+    tp: int = 1
+    """Ranks published from the start (TP0 to tp-1); more as the server's start-up line (`tp_size=`) or
+    its lines name them."""
+    host: str = "127.0.0.1"
+    metrics_url: str = ""
+    metrics_interval_s: float = 5.0
+    poll_s: float = 0.05
+
+
+def left_state(failure: Failure) -> KVPoll:
+    """The state a failure line's room left: the one its timeout names, else by where it failed."""
+    for name, state in _LEFT_IN.items():
+        if f"KVPoll.{name}" in failure.reason:
+            return state
+    bootstrap = failure.reason_class == "timeout_bootstrap" or "bootstrap" in failure.reason.lower()
+    return KVPoll.Bootstrapping if bootstrap else KVPoll.Transferring
+
+
+class Sidecar:
+    """Publishes one server log's events; `run(stop)` returns the exit code (1: a thread of it died)."""
+
+    def __init__(self, options: SidecarOptions, say: Callable[[str], None]) -> None:
+        self.options = options
+        self.tail = options.tail
+        self._say = say
+        self._zmq: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        self._incarnation = random.getrandbits(63)
+        self.ranks: dict[int, RankPublisher] = {}
+        self._registrar = Registrar(options.bootstrap, self._infos, self._zmq).start() if options.bootstrap else None
+        self._metrics = (
+            MetricsScraper(options.metrics_url, options.metrics_interval_s).start() if options.metrics_url else None
+        )
+        self._process = psutil.Process()
+        self._said = ""
+
+    def run(self, stop: threading.Event) -> int:
+        try:
+            return self._loop(stop)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._metrics is not None:
+            self._metrics.close()
+        if self._registrar is not None:
+            self._registrar.close()
+        for rank in self.ranks.values():
+            rank.close()
+        self.tail.close()
+        self._zmq.destroy(linger=0)  # a socket a failed bind left open must not hold the exit
+
+    def _infos(self) -> list[AgentInfo]:
+        return [rank.info for rank in list(self.ranks.values())]
+
+    def _loop(self, stop: threading.Event) -> int:
+        next_beat = 0.0
+        waiting_said = False
+        while not stop.is_set():
+            beat = time.monotonic() >= next_beat
+            try:
+                gained = self.tail.poll()
+                problem = ""
+            except OSError as error:  # unreadable now (permissions, a vanished mount): say so, keep trying
+                gained, problem = None, f"cannot read {self.tail.path}: {error}"
+            if self.tail.logs is None and not waiting_said:
+                self._say(f"waiting for {self.tail.path} to appear")
+                waiting_said = True
+            if self.tail.role and self.tail.instance:
+                self._declare(range(max(self.options.tp, self.tail.find_tp() if beat else 0)))
+                if gained is not None:
+                    self._publish(gained.events, gained.context)
+            if beat:
+                next_beat = time.monotonic() + HEARTBEAT_S
+                self._beat()
+                self._report(problem)
+            dead = self._dead_thread()
+            if dead:
+                self._say(f"the {dead} thread died (traceback above); stopping")
+                return 1
+            if self.tail.at_end():
+                stop.wait(self.options.poll_s)
+        return 0
+
+    def _declare(self, tps: range | list[int]) -> None:
+        """Ranks published from now on (each its own publisher and registration)."""
+        width = max(max(tps, default=0) + 1, max(self.ranks, default=0) + 1, self.options.tp)
+        for tp in tps:
+            if tp not in self.ranks:
+                info = sidecar_info(self.tail.role, self.tail.instance, tp, width, self._incarnation)
+                rank = self.ranks[tp] = RankPublisher(info, self.options.host, self._zmq)
+                if not self.options.bootstrap:
+                    self._say(f"{info.label} publishes on {rank.info.event_endpoint}")
+        for rank in self.ranks.values():
+            rank.set_tp(width)
+
+    def _publish(self, events: list[tuple[str, Event]], context: list[Context]) -> None:
+        for label, event in events:
+            rank = self._rank(label)
+            if isinstance(event, Heartbeat):  # a batch line: its queue depths go into the rank's heartbeats
+                rank.batch = event
+                continue
+            if isinstance(event, Failure):
+                rank.emit(RoomState(event.ts, event.room, int(KVPoll.Failed), int(left_state(event))))
+            rank.emit(event)
+        for line in context:
+            text = line.text[:CONTEXT_TEXT_MAX]
+            self._rank_of(line.tp or 0).emit(LogContext(line.ts, line.kind[:32], line.room, text, line.tp))
+
+    def _rank(self, label: str) -> RankPublisher:
+        return self._rank_of(int(label.rpartition("/TP")[2]))
+
+    def _rank_of(self, tp: int) -> RankPublisher:
+        if tp not in self.ranks:
+            self._declare([tp])
+        return self.ranks[tp]
+
+    def _beat(self) -> None:
+        if not self.ranks:
+            return
+        followed = self.tail.followed()
+        if self._metrics is not None:
+            followed = msgspec.structs.replace(
+                followed,
+                metrics_url=self._metrics.url,
+                metrics=self._metrics.moved(),
+                metrics_error=self._metrics.error,
+            )
+        with self._process.oneshot():
+            cpu, rss = self._process.cpu_percent(), self._process.memory_info().rss
+        memory = psutil.virtual_memory().percent
+        for rank in self.ranks.values():
+            rank.heartbeat(followed, cpu, rss, memory)
+
+    def _report(self, problem: str) -> None:
+        """One stderr line whenever what is wrong changes (the registry, the file, the metrics)."""
+        registrar = self._registrar
+        problems = [p for p in (problem, registrar.problem if registrar else "") if p]
+        text = "; ".join(problems)
+        if text != self._said:
+            self._say(text or "all is well again")
+            self._said = text
+
+    def _dead_thread(self) -> str:
+        threads = [rank.publisher.thread for rank in self.ranks.values()]
+        if self._registrar is not None:
+            threads.append(self._registrar.thread)
+        return next((t.name for t in threads if t.ident is not None and not t.is_alive()), "")

@@ -1,0 +1,128 @@
+"""The followed log: waits for the file, reads what it gains with the log source's parser, tracks growth."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+
+from kvtop.sources.sglang import Context, LogSpec, SGLangLogs
+from kvtop.sources.sglang.naming import agent_file
+from kvtop.sources.sglang.reader import read_head
+from kvtop.sources.sglang.sniff import SNIFF_BYTES
+from transport.events import Event, LogFollowed
+
+_TP_SIZE = re.compile(rb"server_args=ServerArgs\(.*?\btp_size=(\d+)")
+"""SGLang's start-up line names the server's TP size: its ranks are published from then on."""
+READ_BYTES = 8 << 20
+"""At most this much of the file per poll: a big backlog is published while the heartbeats go on."""
+
+
+@dataclass(frozen=True)
+class Gained:
+    """What one poll of the file gave: (rank label, event)s in time order, and context lines."""
+
+    events: list[tuple[str, Event]]
+    context: list[Context]
+
+
+class LogTail:
+    """One server's log, followed from its start. Role and instance: as given, else as the log source infers
+    them (the file's name when it is one of our agents' logs, its first lines, else the first failure or
+    batch line; the instance `ROLE-0` when nothing names it)."""
+
+    def __init__(self, spec: LogSpec, instance: str = "", idle_after_s: float = 30.0) -> None:
+        self.spec = spec
+        self.idle_after_s = idle_after_s
+        self.logs: SGLangLogs | None = None
+        self._instance = instance
+        self._grew_at = time.monotonic()
+        self._bytes = 0
+        self.tp = 0
+        """The TP size the server's start-up line names (0 until one does)."""
+        self._sniffed = False
+
+    @property
+    def path(self) -> str:
+        return str(self.spec.path)
+
+    @property
+    def role(self) -> str:
+        """ "" until given, or named by the file's name or one of its lines."""
+        if self.logs is not None:
+            return self.logs.files[0].role
+        return self.spec.role or agent_file(self.spec.path.name)[0]
+
+    @property
+    def instance(self) -> str:
+        if self._instance:
+            return self._instance
+        if self.logs is not None:
+            return self.logs.files[0].instance
+        role, instance = agent_file(self.spec.path.name)
+        if instance and (not self.spec.role or role == self.spec.role):
+            return instance
+        return f"{self.role}-0" if self.role else ""
+
+    def poll(self) -> Gained:
+        """What the file gained since the last poll (nothing while it is not there)."""
+        logs = self.logs
+        if logs is None:
+            logs = self._open()
+            if logs is None:
+                return Gained([], [])
+        events = logs.poll(None, max_bytes=READ_BYTES)
+        context, logs.fresh_context = logs.fresh_context or [], []
+        read = logs.files[0].reader.stats.bytes
+        if read != self._bytes:
+            self._bytes, self._grew_at = read, time.monotonic()
+        return Gained(events, context)
+
+    def find_tp(self) -> int:
+        """The TP size of the server's start-up line in the file's head (looked for until found, or until
+        the file outgrew the head)."""
+        if self.tp or self._sniffed or self.logs is None:
+            return self.tp
+        try:
+            self._sniffed = os.stat(self.spec.path).st_size > SNIFF_BYTES
+            found = _TP_SIZE.search(read_head(self.spec.path, SNIFF_BYTES))
+        except OSError:
+            return 0
+        self.tp = min(int(found[1]), 1024) if found else 0
+        return self.tp
+
+    def at_end(self) -> bool:
+        return self.logs is None or self.logs.files[0].reader.at_end()
+
+    def followed(self) -> LogFollowed:
+        """What the heartbeat says of the file (metrics are added by the sidecar)."""
+        silent = time.monotonic() - self._grew_at
+        try:
+            size = os.stat(self.spec.path).st_size
+        except OSError:
+            return LogFollowed(self.path, False, 0, 0, 0, 0, 0, silent, True)
+        if self.logs is None:
+            return LogFollowed(self.path, True, 0, size, 0, 0, 0, silent, silent > self.idle_after_s)
+        reader = self.logs.files[0].reader
+        stats = self.logs.stats()
+        return LogFollowed(self.path, True, reader.position, size, stats.lines, stats.garbled, stats.rotations,
+                           silent, silent > self.idle_after_s, "; ".join(stats.damaged))  # fmt: skip
+
+    def close(self) -> None:
+        if self.logs is not None:
+            self.logs.close()
+
+    def _open(self) -> SGLangLogs | None:
+        """The log source on the file, once it is there (None before)."""
+        if not self.spec.path.exists():
+            return None
+        try:
+            logs = SGLangLogs([self.spec])
+        except FileNotFoundError:  # gone again between the look and the open
+            return None
+        if self._instance:
+            logs.files[0].instance = self._instance
+        logs.fresh_context = []
+        self.logs = logs
+        return logs

@@ -1,0 +1,218 @@
+"""The log sidecar on a log a test writes: a file not there yet, rotations, garbled lines, metrics, liveness."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kvtop_cli import kvtop
+from sidecar_support import registry, sidecars, view_json
+
+from kvtop.sidecar.metrics import kv_metrics
+from kvtop.sources.live import Collector
+from kvtop.views.failures import to_json
+from kvtop.views.tables import ranks_json
+from tests.conftest import wait_for
+
+METRICS = """\
+# HELP sglang:num_transfer_failed_reqs_total Transfer failures.
+# TYPE sglang:num_transfer_failed_reqs_total counter
+sglang:num_transfer_failed_reqs_total{model_name="m",tp_rank="0"} 2.0
+sglang:num_transfer_failed_reqs_total{model_name="m",tp_rank="1"} 1.0
+# HELP sglang:num_bootstrap_failed_reqs_total Bootstrap failures.
+# TYPE sglang:num_bootstrap_failed_reqs_total counter
+sglang:num_bootstrap_failed_reqs_total{model_name="m"} 0.0
+# HELP sglang:kv_transfer_latency_ms Latency.
+# TYPE sglang:kv_transfer_latency_ms histogram
+sglang:kv_transfer_latency_ms_bucket{le="10.0"} 4.0
+sglang:kv_transfer_latency_ms_bucket{le="+Inf"} 5.0
+sglang:kv_transfer_latency_ms_sum 42.5
+sglang:kv_transfer_latency_ms_count 5.0
+# HELP sglang:num_decode_transfer_queue_reqs Queue.
+# TYPE sglang:num_decode_transfer_queue_reqs gauge
+sglang:num_decode_transfer_queue_reqs NaN
+# HELP sglang:num_running_reqs Running.
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs 7.0
+"""
+TRANSFER_FAILED = "sglang:num_transfer_failed_reqs_total"
+
+
+def failure_line(room: int, tp: int = 0) -> str:
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    return (
+        f"[{stamp} TP{tp}] Decode transfer failed for request rank={tp} decode_req.req.rid='r{room}' "
+        f"decode_req.req.bootstrap_room={room} with exception KVTransferError(bootstrap_room={room}): "
+        f"Request {room} timed out after 300.0s in KVPoll.WaitingForInput\n"
+    )
+
+
+def append(path: Path, text: str | bytes) -> None:
+    with open(path, "ab") as log:
+        log.write(text.encode() if isinstance(text, str) else text)
+
+
+@pytest.fixture(scope="module")
+def registry_address() -> Iterator[str]:
+    with registry() as address:
+        yield address
+
+
+@pytest.fixture
+def metrics_url() -> Iterator[tuple[str, ThreadingHTTPServer]]:
+    """A Prometheus endpoint serving `METRICS` (shut down by the test to play a dead server, or at teardown)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = METRICS.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/metrics", server
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+def test_kv_metrics_sum_label_sets_and_leave_out_buckets_and_non_finite_values():
+    """Counters are summed over their label sets, histograms give _sum and _count, NaN and other metrics go."""
+    assert kv_metrics(METRICS) == {
+        TRANSFER_FAILED: 3.0,
+        "sglang:num_bootstrap_failed_reqs_total": 0.0,
+        "sglang:kv_transfer_latency_ms_sum": 42.5,
+        "sglang:kv_transfer_latency_ms_count": 5.0,
+    }
+
+
+class Watch:
+    """A kvtop collector subscribed to the registry's ranks: the model the views read, without a process per look."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.collector = Collector(bootstrap).start()
+
+    def rank(self, label: str) -> dict[str, Any] | None:
+        with self.collector.lock:
+            return next((r for r in ranks_json(self.collector.model, time.time()) if r["label"] == label), None)
+
+    def rooms(self) -> set[int]:
+        with self.collector.lock:
+            return {group.room for group in self.collector.model.groups()}
+
+    def read_to_end(self, path: Path) -> dict[str, Any] | None:
+        rank = self.rank("decode-7/TP0")
+        size = path.stat().st_size
+        return rank if rank and rank["log"]["exists"] and rank["log"]["position"] == size else None
+
+
+@pytest.fixture
+def watch(registry_address: str) -> Iterator[Watch]:
+    watching = Watch(registry_address)
+    yield watching
+    watching.collector.close()
+
+
+def test_a_sidecar_waits_for_its_file_follows_rotations_counts_garbled_lines_and_scrapes_metrics(
+    registry_address, metrics_url, watch: Watch, tmp_path: Path
+):
+    """Nothing lost through rename and copytruncate rotations; garbled lines, rotations and metrics in the
+    heartbeat, as `kvtop ranks --json` shows them ("no data" for metrics that never moved); idle when the log
+    stops, down when the server's metrics stop answering too."""
+    url, metrics_server = metrics_url
+    log = tmp_path / "server.log"
+    with sidecars(registry_address, tmp_path) as started:
+        started.start(log, "--role", "decode", "--instance", "decode-7", "--idle-after", "1.5",
+                      "--metrics", url, "--metrics-interval", "0.5")  # fmt: skip
+        waiting = wait_for(lambda: watch.rank("decode-7/TP0"), 20, "the rank of a file not there yet")
+        assert (waiting["state"], waiting["log"]["exists"]) == ("idle", False)
+
+        append(log, failure_line(101) + failure_line(102))
+        append(log, "[2026-12-01 12:00:00 TP0] Decode transfer failed for request rank=0 decode_req.req.rid='x'\n")
+        append(log, b"[2026-12-01 12:00:00 TP0] Session 10.0.0.7:15004 \xff\xfe failed.\n")
+        wait_for(lambda: watch.read_to_end(log), 20, "the new file read to its end")
+
+        os.rename(log, tmp_path / "server.log.1")  # rename: the server writes the old file once more, then a new one
+        append(tmp_path / "server.log.1", failure_line(103))
+        append(log, failure_line(104))
+        wait_for(lambda: watch.read_to_end(log), 20, "the renamed file drained and the new one read")
+
+        shutil.copyfile(log, tmp_path / "server.log.2")  # copytruncate
+        os.truncate(log, 0)
+        append(log, failure_line(105) + failure_line(106, tp=1))
+
+        wait_for(lambda: watch.rooms() == {101, 102, 103, 104, 105, 106}, 20, "every failure line")
+        wait_for(lambda: watch.read_to_end(log) and watch.rank("decode-7/TP0")["log"]["metrics_error"] == "", 20,
+                 "the truncated file read again, the metrics scraped")  # fmt: skip
+        ranks = {rank["label"]: rank for rank in view_json("ranks", "--bootstrap", registry_address)}
+        assert {group["room"] for group in view_json("failures", "--bootstrap", registry_address)} == watch.rooms()
+        followed = ranks["decode-7/TP0"]["log"]
+        assert (followed["garbled"], followed["rotations"]) == (2, 2)
+        assert "decode-7/TP1" in ranks  # a rank the log named later
+        assert followed["metrics"][TRANSFER_FAILED] == 3.0
+        assert followed["metrics"]["sglang:num_bootstrap_failed_reqs_total"] == "no data"  # zero since the first
+        assert followed["metrics"]["sglang:kv_transfer_speed_gb_s"] == "no data"  # never served
+        wait_for(lambda: watch.rank("decode-7/TP0")["state"] == "idle", 10, "idle once the log stops")
+
+        metrics_server.shutdown()
+        metrics_server.server_close()
+        wait_for(lambda: watch.rank("decode-7/TP0")["state"] == "down", 10, "down once metrics stop")
+
+
+FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
+
+
+def _folded(groups: list[dict[str, Any]] | None) -> list[tuple[int, str, str, int]]:
+    return sorted(
+        (g["room"], g["origin_label"], g["origin"]["reason_class"] if g["origin"] else "", g["echo_count"])
+        for g in groups or []
+    )
+
+
+@pytest.mark.parametrize("incident", sorted(path.name for path in FIXTURES.iterdir()))
+def test_sidecars_on_real_log_shapes_fold_like_the_files_read_together(registry_address, watch, tmp_path, incident):
+    """Each fixture incident (both log eras, aborts, worker errors): a sidecar per file gives the origins and
+    echo counts that `kvtop failures --sglang-log` gives on the files."""
+    logs = sorted((FIXTURES / incident).glob("*.log"))
+    files = _folded(view_json("failures", *(arg for log in logs for arg in ("--sglang-log", str(log)))))
+    assert files
+    with sidecars(registry_address, tmp_path) as started:
+        for log in logs:
+            started.start(log)
+        published: list[tuple[int, str, str, int]] = []
+
+        def agree() -> bool:
+            with watch.collector.lock:
+                published[:] = _folded(to_json(watch.collector.model.groups()))
+            return published == files
+
+        try:
+            wait_for(agree, 20, "the sidecars' fold to match the files'")
+        except AssertionError:
+            assert files == published
+
+
+def test_a_sidecar_that_cannot_bind_exits_1_with_one_line_and_bad_usage_exits_2(tmp_path: Path):
+    """An address not on this host ends the sidecar at once (exit 1, one line); a role that is none exits 2."""
+    log = tmp_path / "decode.log"
+    log.write_text(failure_line(1))
+    unbindable = kvtop("agent", "--sglang-log", str(log), "--host", "192.0.2.1")
+    bad_role = kvtop("agent", "--sglang-log", str(log), "--role", "router")
+
+    assert (unbindable.returncode, unbindable.stderr.count("\n")) == (1, 1), unbindable.stderr
+    assert "cannot bind on 192.0.2.1" in unbindable.stderr
+    assert bad_role.returncode == 2 and "expected prefill or decode" in bad_role.stderr

@@ -1,0 +1,54 @@
+"""A log sidecar's ranks in the model: failures folded as inferred, rooms made from failures, liveness."""
+
+from __future__ import annotations
+
+from kvtop.model.cluster import ClusterModel, Liveness
+from kvtop.sidecar.ranks import sidecar_info
+from kvtop.views.tables import ranks_json, status_json
+from transport.events import EVENT_SCHEMA, AgentHello, Event, EventBatch, Failure, Heartbeat, LogFollowed, RoomState
+from transport.kvpoll import KVPoll
+
+T = 1_800_000_000.0
+
+
+def _batch(label: str, seq: int, events: list[Event]) -> EventBatch:
+    instance, _, rank = label.rpartition("/TP")
+    role = "prefill" if instance.startswith("prefill") else "decode"
+    return EventBatch(EVENT_SCHEMA, role, instance, int(rank), 7, seq, T, events)
+
+
+def _log(idle: bool = False, metrics_error: str = "") -> LogFollowed:
+    return LogFollowed("/var/log/d.log", True, 10, 10, 1, 0, 0, 0.5, idle, metrics_error=metrics_error)
+
+
+def _heartbeat(log: LogFollowed) -> Heartbeat:
+    return Heartbeat(T, {"queue_transfer": 2}, 2, 0, 1.0, 1, 1.0, log=log)
+
+
+def test_a_sidecars_failure_makes_a_failed_room_outside_the_failure_rate_and_its_room_state_opens_none():
+    """The failure is the rank's state in the room, as for a log file: no open room, no failure rate."""
+    model = ClusterModel()
+    info = sidecar_info("decode", "decode-0", 0, 1, 7)
+    failure = Failure(T, 42, "decode-0/TP0", "Request 42 timed out after 300.0s in KVPoll.WaitingForInput",
+                      "timeout_waiting", "error", False, "decode-0/TP0")  # fmt: skip
+    events: list[Event] = [AgentHello(T, info, "0", "", ""), RoomState(T, 42, int(KVPoll.Failed), 2), failure]
+    model.apply("decode-0/TP0", _batch("decode-0/TP0", 1, events), T)
+    model.sweep(T + 5)
+
+    assert (model.rooms, model.finished[42].from_log, model.finished[42].ok) == ({}, True, False)
+    assert model.failures[0].inferred
+    assert status_json(model, T + 5, 60)["failure_rate"] is None
+
+
+def test_a_sidecar_rank_is_idle_when_its_log_is_silent_and_down_when_its_metrics_stop_answering_too():
+    """Alive while the log grows, idle when silent, down when its metrics fail too, gone once it stops beating."""
+    model = ClusterModel()
+    states = []
+    for seq, log in enumerate((_log(), _log(idle=True), _log(idle=True, metrics_error="refused")), 1):
+        model.apply("decode-0/TP0", _batch("decode-0/TP0", seq, [_heartbeat(log)]), T)
+        states.append(model.ranks["decode-0/TP0"].liveness(T))
+    states.append(model.ranks["decode-0/TP0"].liveness(T + 60))
+
+    assert states == [Liveness.ALIVE, Liveness.IDLE, Liveness.DOWN, Liveness.GONE]
+    log = ranks_json(model, T)[0]["log"]
+    assert (log["path"], log["position"], log["metrics"]) == ("/var/log/d.log", 10, {})
