@@ -238,9 +238,7 @@ class EventSubscriber:
         self._expire_snapshot_requests(out)
         return out
 
-    def _read_batches(
-        self, sock: zmq.Socket[bytes], out: list[Delivered], endpoint: str = "", relay: str = ""
-    ) -> None:
+    def _read_batches(self, sock: zmq.Socket[bytes], out: list[Delivered], endpoint: str = "", relay: str = "") -> None:
         for batch in decode_waiting(sock, self._batch_decoder, self.counters, limit=10_000):
             self.counters.add("batches")
             if endpoint:
