@@ -184,7 +184,9 @@ class Relay:
 
     def snapshot(self) -> dict[str, int]:
         """The relay's counters, the proxy's traffic included."""
-        return {**self.counters.snapshot(), **self._stats.totals()}
+        with self._lock:
+            traffic = self._stats.totals()
+        return {**self.counters.snapshot(), **traffic}
 
     def status_line(self) -> str:
         """One line for people: upstreams, traffic, snapshots passed, errors."""
@@ -226,7 +228,7 @@ class Relay:
             zmq.proxy_steerable(self._xsub, self._xpub, None, self._proxy_control)
 
     def _run_broker(self) -> None:
-        broker = SnapshotBroker(self._router, lambda: self.entry, self.book, self.counters)
+        broker = SnapshotBroker(self._router, lambda: self.entry, self.book, self.counters, self.snapshot)
         try:
             while not self._stop.is_set():
                 broker.serve_once(100)
@@ -377,8 +379,9 @@ class Relay:
 
     def _read_statistics(self, finished: bool = False) -> None:
         frames = self._command(b"STATISTICS")
-        if len(frames) == 8:
-            self._stats.current = [int.from_bytes(frame, "little") for frame in frames]
-        if finished:
-            self._stats.done = [a + b for a, b in zip(self._stats.done, self._stats.current, strict=True)]
-            self._stats.current = [0] * 8
+        with self._lock:
+            if len(frames) == 8:
+                self._stats.current = [int.from_bytes(frame, "little") for frame in frames]
+            if finished:
+                self._stats.done = [a + b for a, b in zip(self._stats.done, self._stats.current, strict=True)]
+                self._stats.current = [0] * 8

@@ -5,7 +5,8 @@ The Clone pattern through a broker. A downstream DEALER (a view, a downstream re
 `SnapshotRequest(own_id)` to the agent's snapshot ROUTER (or `SnapshotRequest(own_id, agent=LABEL)` to the
 upstream relay that knows LABEL), over one DEALER per upstream snapshot endpoint; the `Snapshot` that comes
 back is decoded (nothing malformed passes), given the requester's `req_id` back, and sent to the requester.
-`ListAgents` is answered with an `AgentList`: this relay in `relays`, the agents it knows, its counters.
+`ListAgents` is answered with an `AgentList`: this relay in `relays`, the agents it knows, and the relay's
+counters (its traffic included: anyone who lists a relay reads its report).
 
 Counted: `snapshot_requests`, `snapshots_passed`, `snapshots_unroutable` (no route for the label: the
 requester's own timeout ends its wait), `snapshots_unanswered` (no reply within `PENDING_TIMEOUT_S`),
@@ -74,13 +75,16 @@ class SnapshotBroker:
         entry: Callable[[], AgentInfo],
         book: Callable[[], Book],
         counters: Counters,
+        report: Callable[[], dict[str, int]],
     ) -> None:
-        """`router`: bound; `entry`: this relay's listing entry; `book`: the current routing book."""
+        """`router`: bound; `entry`: this relay's listing entry; `book`: the current routing book; `counters`:
+        where the broker counts; `report`: the relay's counters, for its listing."""
         self._router = router
         self._context = router.context
         self._entry = entry
         self._book = book
         self._counters = counters
+        self._report = report
         self._dealers: dict[str, zmq.Socket[bytes]] = {}
         self._pending: dict[int, _Pending] = {}
         self._ids = itertools.count(1)
@@ -123,7 +127,7 @@ class SnapshotBroker:
         if isinstance(request, ListAgents):
             book = self._book()
             listing = AgentList(
-                request.req_id, book.agents, self._counters.snapshot(), book.refused, book.expired, [self._entry()]
+                request.req_id, book.agents, self._report(), book.refused, book.expired, [self._entry()]
             )
             self._router.send_multipart([requester, encode(listing)])
             return
