@@ -54,7 +54,10 @@ DISCOVER_EVERY_S = 1.0
 MAX_SOCKETS = 65_536
 """libzmq's default of 1023 sockets per context is below one snapshot DEALER per agent of a large cluster."""
 HWM = 100_000
-"""Messages queued per upstream (XSUB) and per subscriber (XPUB) before ZeroMQ drops (a gap downstream)."""
+"""Messages queued per subscriber (XPUB) before ZeroMQ drops (a gap, counted downstream)."""
+UPSTREAM_HWM = 10_000
+"""Messages queued per upstream (XSUB pipe), as an agent's own PUB queues: the relay's memory stays bounded
+by agents x this, and the proxy drains the pipes far faster than agents fill them."""
 _CONTROL_TIMEOUT_MS = 5000
 _STATS = ("received", "received_bytes", "subscriptions", "forwarded", "forwarded_bytes")
 RELAY_COUNTERS = (
@@ -123,7 +126,7 @@ class Relay:
         self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self._context.set(zmq.MAX_SOCKETS, MAX_SOCKETS)
         self._xsub = open_socket(self._context, zmq.XSUB, LIST_FRAME)
-        self._xsub.rcvhwm = HWM
+        self._xsub.rcvhwm = UPSTREAM_HWM
         self._xpub = open_socket(self._context, zmq.XPUB, SMALL_FRAME)
         self._xpub.sndhwm = HWM
         self.endpoint = bind(self._xpub, listen, host)

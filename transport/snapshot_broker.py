@@ -1,10 +1,14 @@
 """The relay's ROUTER: snapshot requests passed through to the right agent, and the relay's listing.
 
 The Clone pattern through a broker. A downstream DEALER (a view, a downstream relay) sends
-`SnapshotRequest(req_id, agent=LABEL)`; the broker looks LABEL up in the relay's routing book and sends
-`SnapshotRequest(own_id)` to the agent's snapshot ROUTER (or `SnapshotRequest(own_id, agent=LABEL)` to the
-upstream relay that knows LABEL), over one DEALER per upstream snapshot endpoint; the `Snapshot` that comes
-back is decoded (nothing malformed passes), given the requester's `req_id` back, and sent to the requester.
+`SnapshotRequest(req_id, agent=LABEL)`; the broker looks LABEL up in the relay's routing book and sends the
+same `req_id` on to the agent's snapshot ROUTER (or, with `agent=LABEL`, to the upstream relay that knows
+LABEL), over a DEALER per upstream snapshot endpoint, open while a request waits on it. The `Snapshot`
+frame that comes back goes to the requester untouched, as event batches do: the broker reads its head
+(`req_id`) only, and the requester, which checks everything it decodes, is the border post. Subscribers
+draw their request ids at random (subscriber.py), so ids of different requesters do not meet; if two did,
+each would also get the other's snapshot and drop it (its incarnation is not the one asked for).
+
 `ListAgents` is answered with an `AgentList`: this relay in `relays`, the agents it knows, and the relay's
 counters (its traffic included: anyone who lists a relay reads its report).
 
@@ -15,7 +19,6 @@ requester's own timeout ends its wait), `snapshots_unanswered` (no reply within 
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,8 +27,9 @@ import msgspec
 import zmq
 
 from transport.counters import Counters
-from transport.events import Snapshot, SnapshotRequest
-from transport.sockets import LIST_FRAME, decode_routed, decode_waiting, open_socket
+from transport.errors import FrameRejected
+from transport.events import SnapshotRequest
+from transport.sockets import LIST_FRAME, decode_routed, open_socket
 from transport.wire import AgentInfo, AgentList, FrameDecoder, ListAgents, encode
 
 PENDING_TIMEOUT_S = 5.0
@@ -38,6 +42,12 @@ BROKER_COUNTERS = (
     "snapshots_unanswered",
     "snapshots_late",
 )
+
+
+class _SnapshotHead(msgspec.Struct, tag="snapshot", array_like=True):
+    """The first field of a `Snapshot` frame (msgspec skips the rest of the array)."""
+
+    req_id: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +68,9 @@ class Book:
     refused: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Pending:
-    requester: bytes
-    req_id: int
-    endpoint: str
+    requesters: list[bytes]
     asked_at: float
 
 
@@ -86,14 +94,13 @@ class SnapshotBroker:
         self._counters = counters
         self._report = report
         self._dealers: dict[str, zmq.Socket[bytes]] = {}
-        self._pending: dict[int, _Pending] = {}
-        self._ids = itertools.count(1)
+        self._pending: dict[tuple[str, int], _Pending] = {}
+        """(upstream endpoint, req_id) -> who waits for that snapshot."""
+        self._waiting: dict[str, int] = {}
+        """Requests in flight per upstream endpoint (its DEALER closes at 0)."""
+        self._next_expiry = 0.0
         self._requests: FrameDecoder[ListAgents | SnapshotRequest] = FrameDecoder(ListAgents | SnapshotRequest)
-        self._snapshots: FrameDecoder[Snapshot] = FrameDecoder(Snapshot)
-
-    @property
-    def upstream_sockets(self) -> int:
-        return len(self._dealers)
+        self._heads: FrameDecoder[_SnapshotHead] = FrameDecoder(_SnapshotHead)
 
     def serve_once(self, timeout_ms: int) -> None:
         """Wait up to `timeout_ms` for a request or a reply, handle what is ready, expire old requests."""
@@ -109,9 +116,8 @@ class SnapshotBroker:
                 except zmq.Again:
                     break
                 self._on_request(frames)
-        for dealer in [d for d in self._dealers.values() if d in ready]:
-            for snapshot in decode_waiting(dealer, self._snapshots, self._counters):
-                self._on_snapshot(snapshot)
+        for endpoint, dealer in [(e, d) for e, d in self._dealers.items() if d in ready]:
+            self._on_replies(endpoint, dealer)
         self._expire(time.monotonic())
 
     def close(self) -> None:
@@ -133,22 +139,39 @@ class SnapshotBroker:
             return
         self._counters.add("snapshot_requests")
         route = self._book().routes.get(request.agent)
-        dealer = self._dealer(route.endpoint) if route is not None else None
-        if route is None or dealer is None or len(self._pending) >= MAX_PENDING:
+        key = (route.endpoint if route is not None else "", request.req_id)
+        if key in self._pending:  # the same request again (or another requester's with the same id)
+            self._pending[key].requesters.append(requester)
+            return
+        full = len(self._pending) >= MAX_PENDING
+        dealer = self._dealer(route.endpoint) if route is not None and not full else None
+        if route is None or dealer is None:
             self._counters.add("snapshots_unroutable")
             return
-        own_id = next(self._ids)
-        self._pending[own_id] = _Pending(requester, request.req_id, route.endpoint, time.monotonic())
-        dealer.send(encode(SnapshotRequest(own_id, request.agent if route.via_relay else "")))
+        self._pending[key] = _Pending([requester], time.monotonic())
+        self._waiting[route.endpoint] = self._waiting.get(route.endpoint, 0) + 1
+        dealer.send(encode(SnapshotRequest(request.req_id, request.agent if route.via_relay else "")))
 
-    def _on_snapshot(self, snapshot: Snapshot) -> None:
-        pending = self._pending.pop(snapshot.req_id, None)
-        if pending is None:
-            self._counters.add("snapshots_late")
-            return
-        reply = msgspec.structs.replace(snapshot, req_id=pending.req_id)
-        self._router.send_multipart([pending.requester, encode(reply)])
-        self._counters.add("snapshots_passed")
+    def _on_replies(self, endpoint: str, dealer: zmq.Socket[bytes]) -> None:
+        frames: list[bytes] = []
+        for _ in range(1000):
+            try:
+                frames.append(dealer.recv(zmq.NOBLOCK))
+            except zmq.Again:
+                break
+        for frame in frames:  # read whole first: the last reply closes the DEALER
+            try:
+                head = self._heads.decode(frame)
+            except FrameRejected as rejected:
+                self._counters.reject(rejected.reason)
+                continue
+            pending = self._forget((endpoint, head.req_id))
+            if pending is None:
+                self._counters.add("snapshots_late")
+                continue
+            for requester in pending.requesters:
+                self._router.send_multipart([requester, frame], copy=False)
+            self._counters.add("snapshots_passed", len(pending.requesters))
 
     def _dealer(self, endpoint: str) -> zmq.Socket[bytes] | None:
         dealer = self._dealers.get(endpoint)
@@ -163,10 +186,21 @@ class SnapshotBroker:
         return dealer
 
     def _expire(self, now: float) -> None:
-        for own_id in [i for i, p in self._pending.items() if now - p.asked_at > PENDING_TIMEOUT_S]:
-            del self._pending[own_id]
+        if now < self._next_expiry:
+            return
+        self._next_expiry = now + 0.5
+        for key in [key for key, pending in self._pending.items() if now - pending.asked_at > PENDING_TIMEOUT_S]:
+            self._forget(key)
             self._counters.add("snapshots_unanswered")
-        routed = {route.endpoint for route in self._book().routes.values()}
-        waiting = {pending.endpoint for pending in self._pending.values()}
-        for endpoint in [e for e in self._dealers if e not in routed and e not in waiting]:
-            self._dealers.pop(endpoint).close(linger=0)
+
+    def _forget(self, key: tuple[str, int]) -> _Pending | None:
+        """Drop a request in flight; its DEALER closes when no other request waits on it (a snapshot is asked
+        once per agent incarnation: the broker holds sockets only for requests in flight)."""
+        pending = self._pending.pop(key, None)
+        if pending is not None:
+            endpoint = key[0]
+            waiting = self._waiting[endpoint] = self._waiting[endpoint] - 1
+            if waiting <= 0:
+                del self._waiting[endpoint]
+                self._dealers.pop(endpoint).close(linger=0)
+        return pending

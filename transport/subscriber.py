@@ -20,6 +20,7 @@ in `refused`; every undecodable frame is counted under `rejected_<reason>`.
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -87,7 +88,8 @@ class EventSubscriber:
         """Snapshot request id -> label, for requests sent through a relay."""
         self._relay_expected: dict[str, float] = {}
         """Labels a relay lists, not heard yet -> since when (`synced` waits for them a while)."""
-        self._req_ids = itertools.count(1)
+        self._req_ids = itertools.count(int.from_bytes(os.urandom(7), "little") + 1)
+        """Drawn at random: a relay passes requests of many subscribers on with their own ids."""
         self.gaps: Counter[tuple[str, int]] = Counter()
         """Missing batches per (agent label, incarnation)."""
         self.gap_runs: deque[tuple[str, int, int]] = deque(maxlen=10_000)
@@ -316,8 +318,8 @@ class EventSubscriber:
         return sock
 
     def _read_snapshot(self, label: str, sock: zmq.Socket[bytes], out: list[Delivered]) -> None:
-        for snapshot in decode_waiting(sock, self._snapshot_decoder, self.counters):
-            self._accept_snapshot(label, snapshot, out)
+        for snapshot in list(decode_waiting(sock, self._snapshot_decoder, self.counters)):
+            self._accept_snapshot(label, snapshot, out)  # may close `sock`: read it whole first
 
     def _read_relayed_snapshots(self, dealer: zmq.Socket[bytes], out: list[Delivered]) -> None:
         for snapshot in decode_waiting(dealer, self._snapshot_decoder, self.counters):
@@ -334,8 +336,16 @@ class EventSubscriber:
         self.counters.add("snapshots")
         stream.synced = True
         stream.last_seq = snapshot.seq
+        self._done_asking(label, stream)
         out.append(Delivered(label, snapshot))
         self._release_held(label, stream, out)
+
+    def _done_asking(self, label: str, stream: _Stream) -> None:
+        """A stream synced: its own snapshot socket closes (a new incarnation opens one again), so a
+        subscriber to many agents polls and holds no socket per agent once synced."""
+        if stream.snapshot_socket is not None and stream.snapshot_socket is self._snapshot_sockets.get(label):
+            self._close_snapshot_socket(label)
+        stream.snapshot_socket = None
 
     def _release_held(self, label: str, stream: _Stream, out: list[Delivered]) -> None:
         held, stream.held = stream.held, []
@@ -352,6 +362,7 @@ class EventSubscriber:
                 self._relay_requests.pop(stream.req_id, None)
                 self.counters.add("snapshots_missed")
                 stream.synced = True
+                self._done_asking(label, stream)
                 self._release_held(label, stream, out)
 
     def _close_snapshot_socket(self, label: str) -> None:

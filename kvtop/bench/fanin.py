@@ -71,7 +71,8 @@ class Run:
     gaps: int
     """Batches lost in the window, counted per (agent, incarnation) by the collector."""
     sync_s: float
-    """Collector start to every agent's snapshot applied (a late joiner on the running cluster)."""
+    """Collector start to synced: every agent's snapshot applied, or its request timed out (a late joiner on the
+    running cluster); `snapshots_missed` says how many timed out."""
     snapshots_missed: int
     collector_cpu_cores: float
     collector_rss_mib: float
@@ -265,10 +266,9 @@ def _run_leg(leg: Leg, bootstrap: str, agents: _Agents, count: int, warmup_s: fl
         if not collector.wait_synced(_SYNC_TIMEOUT_S):
             raise BenchFailed(f"{leg.name}: the collector did not sync within {_SYNC_TIMEOUT_S:g} s")
         sync_s = time.monotonic() - started
-        with collector.lock:
-            heard = len([view for view in model.ranks.values() if view.last_seen])
+        heard = _wait_heard(collector, model, count)
         if heard < count:
-            raise BenchFailed(f"{leg.name}: the collector heard {heard} of {count} agents")
+            raise BenchFailed(f"{leg.name}: the collector heard {heard} of {count} agents in {_SYNC_TIMEOUT_S:g} s")
         time.sleep(warmup_s)
         relay_process = psutil.Process(relay.pid) if relay is not None else None
         cpu0, relay_cpu0 = _cpu(me), _cpu(relay_process)
@@ -312,6 +312,17 @@ def _run_leg(leg: Leg, bootstrap: str, agents: _Agents, count: int, warmup_s: fl
     return run
 
 
+def _wait_heard(collector: Collector, model: CountingModel, count: int) -> int:
+    """Wait until every agent was heard (a snapshot or a batch applied); how many were."""
+    deadline = time.monotonic() + _SYNC_TIMEOUT_S
+    while True:
+        with collector.lock:
+            heard = sum(1 for view in model.ranks.values() if view.last_seen)
+        if heard >= count or time.monotonic() > deadline:
+            return heard
+        time.sleep(0.1)
+
+
 def _cpu(process: psutil.Process | None) -> float:
     if process is None:
         return 0.0
@@ -349,7 +360,7 @@ def measure(
     window_s: float,
     repeats: int,
     progress: Callable[[str], None],
-    warmup_s: float = 2.0,
+    warmup_s: float = 3.0,
     legs: tuple[Leg, ...] = LEGS,
 ) -> dict[str, object]:
     """Every leg `repeats` times, alternating; the medians per leg, the relay/direct ratio, the file limit."""
