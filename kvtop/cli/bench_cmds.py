@@ -259,15 +259,16 @@ def bench_fanin(
     with _loud("fanin"):
         result = measure(agents, rate, processes, seconds, repeats, _progress)
     lines = [
-        f"{'leg':<8} {'offered/s':>11} {'applied/s':>11} {'ratio':>6} {'gaps':>5} {'sync s':>7} {'cores':>6} {'MiB':>7}"
+        f"{'leg':<8} {'offered/s':>11} {'applied/s':>11} {'ratio':>6} {'gaps':>5} {'behind s':>9} {'sync s':>7} "
+        f"{'cores':>6} {'MiB':>7} {'fds':>6}"
     ]
     for name in ("direct", "relay"):
         leg = result.get(name)
         if isinstance(leg, dict):
             lines.append(
                 f"{name:<8} {leg['offered_events_per_s']:>11,.0f} {leg['events_per_s']:>11,.0f} "
-                f"{leg['applied_ratio']:>6.3f} {leg['gaps']:>5} {leg['sync_s']:>7.2f} "
-                f"{leg['collector_cpu_cores']:>6.2f} {leg['collector_rss_mib']:>7.0f}"
+                f"{leg['applied_ratio']:>6.3f} {leg['gaps']:>5} {leg['behind_s']:>9.2f} {leg['sync_s']:>7.2f} "
+                f"{leg['collector_cpu_cores']:>6.2f} {leg['collector_rss_mib']:>7.0f} {leg['collector_open_files']:>6}"
             )
     _report(result, as_json, "\n".join(lines))
 
