@@ -73,6 +73,14 @@ RELAY_COUNTERS = (
 )
 
 
+def _reachable(endpoint: str, advertise: str) -> str:
+    """`endpoint` as others connect to it: a wildcard host (0.0.0.0, ::, *) becomes `advertise` or this host."""
+    for wildcard in ("tcp://0.0.0.0:", "tcp://[::]:", "tcp://*:"):
+        if endpoint.startswith(wildcard):
+            return f"tcp://{advertise or socket.gethostname()}:{endpoint[len(wildcard) :]}"
+    return endpoint
+
+
 def raise_open_files(wanted: int = MAX_SOCKETS) -> int:
     """Raise this process's soft limit of open files towards `wanted` (never above the hard limit): a relay
     or a collector holds a TCP connection per agent, and a socket per snapshot. Returns the soft limit."""
@@ -111,9 +119,11 @@ class Relay:
         name: str = "relay",
         register: bool = False,
         discover_every_s: float = DISCOVER_EVERY_S,
+        advertise: str = "",
     ) -> None:
         """`listen`/`snapshot_listen`: the XPUB and ROUTER addresses (a free port on `host` when empty);
-        `register`: list this relay with `bootstrap`, so that views given the bootstrap use the relay."""
+        `register`: list this relay with `bootstrap`, so that views given the bootstrap use the relay;
+        `advertise`: the host views reach a wildcard bind at (default: this machine's host name)."""
         self.bootstrap = bootstrap
         self.relays = relays or []
         self.connect = connect or []
@@ -129,10 +139,10 @@ class Relay:
         self._xsub.rcvhwm = UPSTREAM_HWM
         self._xpub = open_socket(self._context, zmq.XPUB, SMALL_FRAME)
         self._xpub.sndhwm = HWM
-        self.endpoint = bind(self._xpub, listen, host)
+        self.endpoint = _reachable(bind(self._xpub, listen, host), advertise)
         """Where views subscribe (the XPUB)."""
         self._router = open_socket(self._context, zmq.ROUTER, SMALL_FRAME)
-        self.address = bind(self._router, snapshot_listen, host)
+        self.address = _reachable(bind(self._router, snapshot_listen, host), advertise)
         """The relay's address (its ROUTER): where views list it and ask for snapshots (`--relay ADDR`)."""
         control = f"inproc://relay-control-{id(self)}"
         self._control = open_socket(self._context, zmq.PAIR, SMALL_FRAME)

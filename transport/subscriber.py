@@ -88,6 +88,8 @@ class EventSubscriber:
         """Snapshot request id -> label, for requests sent through a relay."""
         self._relay_expected: dict[str, float] = {}
         """Labels a relay lists, not heard yet -> since when (`synced` waits for them a while)."""
+        self._relay_listed: set[str] = set()
+        """Every label a relay listed (each is waited for once)."""
         self._req_ids = itertools.count(int.from_bytes(os.urandom(7), "little") + 1)
         """Drawn at random: a relay passes requests of many subscribers on with their own ids."""
         self.gaps: Counter[tuple[str, int]] = Counter()
@@ -161,8 +163,9 @@ class EventSubscriber:
         """
         now = time.monotonic()
         for label in agents or []:
-            if label not in self._streams:
-                self._relay_expected.setdefault(label, now)
+            if label not in self._streams and label not in self._relay_listed:
+                self._relay_listed.add(label)
+                self._relay_expected[label] = now
         if relay.event_endpoint in self._relays:
             return ""
         problem = agent_problem(relay) or ("" if relay.snapshot_endpoint else "a relay without a snapshot endpoint")

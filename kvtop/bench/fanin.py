@@ -255,7 +255,7 @@ class _Agents:
             conn.send("counts")
         total = 0
         for process, conn in self._workers:
-            if not conn.poll(5.0):
+            if not conn.poll(30.0):
                 raise BenchFailed(f"agent process {process.name} stopped answering")
             emitted, _ = conn.recv()
             total += emitted

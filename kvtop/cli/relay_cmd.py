@@ -53,6 +53,13 @@ def relay(
     snapshot_listen: _SnapshotListen = "",
     host: Annotated[str, typer.Option(help="Host of the ports chosen when --listen is not given.")] = "127.0.0.1",
     name: Annotated[str, typer.Option(help="This relay's name in listings.")] = "relay",
+    advertise: Annotated[
+        str,
+        typer.Option(
+            help="Host name views reach this relay at, when --listen binds a wildcard (0.0.0.0) "
+            "(default: this machine's host name)."
+        ),
+    ] = "",
     register: Annotated[
         bool,
         typer.Option(
@@ -73,18 +80,20 @@ def relay(
     --duration. Exit 1 when an upstream does not answer at start or a relay thread dies.
     """
     from transport.errors import BootstrapError
-    from transport.registration import MAX_NAME
+    from transport.registration import agent_problem
     from transport.relay import Relay, raise_open_files
 
     if not bootstrap and not relay and not connect:
         raise typer.BadParameter("give --bootstrap ADDR, at least one --relay ADDR, or at least one --connect EP")
-    if not 0 < len(name) <= MAX_NAME:
-        raise typer.BadParameter(f"--name of 1 to {MAX_NAME} characters")
     raise_open_files()
     try:
-        server = Relay(bootstrap, relay, connect, listen, snapshot_listen, host, name, register)
+        server = Relay(bootstrap, relay, connect, listen, snapshot_listen, host, name, register, advertise=advertise)
     except Exception as error:  # a bind that failed (address in use, bad interface): one line
         raise fail(f"cannot open the relay's sockets: {error}") from None
+    problem = agent_problem(server.entry)
+    if problem:
+        server.close()
+        raise fail(f"this relay's entry cannot be listed: {problem} (see --name, --advertise)", 2)
     try:
         server.start()
     except BootstrapError as error:

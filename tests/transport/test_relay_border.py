@@ -78,3 +78,13 @@ def test_a_relay_whose_bootstrap_does_not_answer_fails_to_start_with_the_address
             relay.start(discover_timeout_s=0.3)
     finally:
         relay.close()
+
+
+def test_a_relay_bound_to_a_wildcard_lists_the_host_views_can_reach(bootstrap: BootstrapServer):
+    """Bound to 0.0.0.0, the relay's listing names the advertised host: no view connects to 0.0.0.0."""
+    relay = Relay(bootstrap=bootstrap.endpoint, listen="tcp://0.0.0.0:*", advertise="relay.example")
+    try:
+        assert relay.entry.event_endpoint.startswith("tcp://relay.example:")
+        assert relay.address.startswith("tcp://127.0.0.1:")  # bound to the loopback default
+    finally:
+        relay.close()
