@@ -35,6 +35,7 @@ import socket
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import zmq
@@ -216,9 +217,8 @@ class Relay:
 
     # --- threads ---------------------------------------------------------------------------
 
-    def _guard(self, target: object) -> None:
+    def _guard(self, target: Callable[[], None]) -> None:
         try:
-            assert callable(target)
             target()
         except Exception:
             self.error = f"the relay stopped: {traceback.format_exc(limit=1).strip().splitlines()[-1]}"
