@@ -12,6 +12,8 @@ agent re-registers every `REFRESH_S`, and an entry not refreshed for
 `ENTRY_TTL_S` expires (the agent died); an agent leaving cleanly deregisters.
 An expired entry is still listed apart (`AgentList.expired`) for `EXPIRED_KEPT_S`, so that
 `kvtop check` run a minute after a crash still reports the rank gone instead of forgetting it.
+A relay (role `relay`) registers, refreshes and expires the same way, under a key of its own (its name
+never clashes with a rank's), and is listed apart (`AgentList.relays`); an expired relay is just dropped.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import zmq
 from transport.counters import Counters, rejection_names
 from transport.curve import CurveKeys, dialing, serving
 from transport.errors import BootstrapError, FrameRejected
-from transport.registration import entry_name, registration_problem
+from transport.registration import RELAY_ROLE, entry_name, registration_problem
 from transport.sockets import LIST_FRAME, SMALL_FRAME, bind, decode_routed, open_socket
 from transport.wire import (
     AgentInfo,
@@ -46,6 +48,8 @@ from transport.wire import (
 )
 
 _POLL_MS = 100
+_RELAY_RANK = -1
+"""The rank of a relay's key: no rank's key is a relay's."""
 _R = TypeVar("_R", Registered, Route, AgentList)
 REFRESH_S = 1.0
 """How often an agent registers again, so that the service knows it is still there."""
@@ -98,8 +102,12 @@ class BootstrapServer:
             self._socket.close(linger=0)
 
     def agents(self) -> list[AgentInfo]:
-        """Every registered agent (a copy)."""
-        return list(self._agents.values())
+        """Every registered agent (a copy), relays apart."""
+        return [agent for key, agent in self._agents.items() if key[1] != _RELAY_RANK]
+
+    def relays(self) -> list[AgentInfo]:
+        """Every registered relay."""
+        return [agent for key, agent in self._agents.items() if key[1] == _RELAY_RANK]
 
     def _serve(self) -> None:
         try:
@@ -113,7 +121,8 @@ class BootstrapServer:
     def _expire(self, now: float) -> None:
         for key in [key for key, at in self._refreshed.items() if now - at > self.entry_ttl_s]:
             self._expired.pop(key, None)
-            self._expired[key] = (now, self._agents[key])
+            if key[1] != _RELAY_RANK:
+                self._expired[key] = (now, self._agents[key])
             self._forget(key)
             self.counters.add("expired")
         while self._expired and (
@@ -137,22 +146,24 @@ class BootstrapServer:
         if isinstance(request, Register):
             return self._register(request)
         if isinstance(request, Deregister):
-            key = (request.instance, request.rank)
-            known = self._agents.get(key)
-            if known is not None and known.incarnation == request.incarnation:
-                self._forget(key)
-                self.counters.add("deregistered")
+            for key in ((request.instance, request.rank), (request.instance, _RELAY_RANK)):
+                known = self._agents.get(key)
+                if known is not None and known.incarnation == request.incarnation:
+                    self._forget(key)
+                    self.counters.add("deregistered")
             return Registered(request.req_id)
         if isinstance(request, Resolve):
-            named = (a for a in self._agents.values() if a.instance == request.instance and not a.is_sidecar)
+            named = (a for a in self.agents() if a.instance == request.instance and not a.is_sidecar)
             ranks = sorted(named, key=lambda a: a.rank)  # a log sidecar moves no KV: never a route
             return Route(request.req_id, request.instance, ranks)
         expired = [agent for _, agent in self._expired.values()]
-        return AgentList(request.req_id, self.agents(), self.counters.snapshot(), list(self.refused), expired)
+        return AgentList(
+            request.req_id, self.agents(), self.counters.snapshot(), list(self.refused), expired, self.relays()
+        )
 
     def _register(self, request: Register) -> Registered | Refusal:
         agent = request.agent
-        key = (agent.instance, agent.rank)
+        key = (agent.instance, _RELAY_RANK if agent.role == RELAY_ROLE else agent.rank)
         problem = registration_problem(agent)
         if not problem and key not in self._agents and len(self._agents) >= MAX_ENTRIES:
             problem = f"the service already lists {MAX_ENTRIES} agents"

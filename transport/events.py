@@ -6,6 +6,7 @@ Frames (the PUB socket of every agent; the snapshot ROUTER beside it)::
         [EventBatch]        version byte + msgpack, like every control frame (see wire.py)
     snapshot  ROUTER (bound by each agent) <- DEALER (a subscriber joining late)
         request [SnapshotRequest]   reply [Snapshot]
+    relay     XPUB and ROUTER (bound by a relay): the same frames, passed through untouched (see relay.py)
 
 A log sidecar (`kvtop agent --sglang-log`) publishes a server log's ranks on the same sockets: its
 `AgentInfo.kind` is `log_sidecar`, its heartbeats carry `log` (`LogFollowed`), and it sends `LogContext`
@@ -197,6 +198,8 @@ class EventBatch(msgspec.Struct, tag="batch", array_like=True, frozen=True):
 
 class SnapshotRequest(msgspec.Struct, tag="snap_req", array_like=True):
     req_id: int
+    agent: Annotated[str, msgspec.Meta(max_length=256)] = ""
+    """Whose snapshot, when the request goes to a relay (the agent's label); an agent ignores it."""
 
 
 class Snapshot(msgspec.Struct, tag="snapshot", array_like=True):

@@ -22,6 +22,8 @@ MAX_IPC_PATH = 107
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]")
+RELAY_ROLE = "relay"
+"""The role of a relay's entry (see relay.py): listed apart by the bootstrap, never resolved."""
 _ENDPOINTS = ("data_endpoint", "control_endpoint", "consensus_endpoint", "event_endpoint", "snapshot_endpoint")
 
 
@@ -46,8 +48,8 @@ def endpoint_problem(endpoint: str) -> str:
 
 def agent_problem(agent: AgentInfo) -> str:
     """Why `agent` cannot be a cluster's entry ("" when every field is sane)."""
-    if agent.role not in tuple(Role):
-        return f"role {agent.role[:16]!r} (expected prefill or decode)"
+    if agent.role not in (*Role, RELAY_ROLE):
+        return f"role {agent.role[:16]!r} (expected prefill, decode or relay)"
     if len(agent.instance) > MAX_NAME or not _NAME.fullmatch(agent.instance):
         return f"instance name {agent.instance[:80]!r} (letters, digits, '.', '_', '-'; at most {MAX_NAME})"
     if not 1 <= agent.tp <= MAX_TP or not 0 <= agent.rank < agent.tp:
@@ -72,6 +74,8 @@ def registration_problem(agent: AgentInfo) -> str:
     problem = agent_problem(agent)
     if not problem and agent.role == Role.PREFILL and not agent.data_endpoint and not agent.is_sidecar:
         return "a prefill rank without a data endpoint"
+    if not problem and agent.role == RELAY_ROLE and not (agent.event_endpoint and agent.snapshot_endpoint):
+        return "a relay without an event and a snapshot endpoint"
     return problem
 
 

@@ -7,6 +7,10 @@ delivers the snapshot followed by every batch with a larger seq, in order
 missing batches as a gap; a new incarnation (the agent restarted) starts over
 and is never counted as a gap.
 
+Through a relay (`connect_relay`) the same happens on one SUB socket and one snapshot DEALER for every
+agent behind it: each snapshot request names its agent, and the relay passes it through. The envelope is
+the agent's, so gaps are counted per (agent, incarnation) as they are directly.
+
 Nothing an agent registers or sends can raise out of `connect()` or `poll()`:
 an entry, endpoint or heartbeat-named snapshot endpoint that cannot be
 connected to is counted (`bad_entries`, once per name and reason) and named
@@ -16,6 +20,7 @@ in `refused`; every undecodable frame is counted under `rejected_<reason>`.
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -83,7 +88,18 @@ class EventSubscriber:
         """A SUB socket per endpoint given alone: what arrives on it tells which endpoint answered."""
         self.answered: dict[str, str] = {}
         """Endpoint given alone -> label of the agent heard there (absent while it never answered)."""
-        self._req_ids = itertools.count(1)
+        self._relays: dict[str, tuple[zmq.Socket[bytes], zmq.Socket[bytes]]] = {}
+        """Relay event endpoint -> (its SUB socket, a DEALER to its address)."""
+        self._relayed: dict[str, str] = {}
+        """Label of an agent heard through a relay -> that relay's event endpoint."""
+        self._relay_requests: dict[int, str] = {}
+        """Snapshot request id -> label, for requests sent through a relay."""
+        self._relay_expected: dict[str, float] = {}
+        """Labels a relay lists, not heard yet -> since when (`synced` waits for them a while)."""
+        self._relay_listed: set[str] = set()
+        """Every label a relay listed (each is waited for once)."""
+        self._req_ids = itertools.count(int.from_bytes(os.urandom(7), "little") + 1)
+        """Drawn at random: a relay passes requests of many subscribers on with their own ids."""
         self.gaps: Counter[tuple[str, int]] = Counter()
         """Missing batches per (agent label, incarnation)."""
         self.gap_runs: deque[tuple[str, int, int]] = deque(maxlen=10_000)
@@ -147,6 +163,39 @@ class EventSubscriber:
         self._endpoints[endpoint] = sock
         return ""
 
+    def connect_relay(self, relay: AgentInfo, agents: list[str] | None = None) -> str:
+        """Subscribe to every agent behind a relay (its listing entry), on a SUB socket of its own, with
+        snapshots asked of the relay; `agents`: the labels it lists (`synced` waits for them a while).
+
+        Returns why the entry cannot be used ("" when it can).
+        """
+        now = time.monotonic()
+        for label in agents or []:
+            if label not in self._streams and label not in self._relay_listed:
+                self._relay_listed.add(label)
+                self._relay_expected[label] = now
+        if relay.event_endpoint in self._relays:
+            return ""
+        problem = agent_problem(relay) or ("" if relay.snapshot_endpoint else "a relay without a snapshot endpoint")
+        sockets: list[zmq.Socket[bytes]] = []
+        if not problem:
+            sub = open_socket(self._context, zmq.SUB, LIST_FRAME)
+            sub.rcvhwm = self._rcvhwm
+            sub.setsockopt(zmq.SUBSCRIBE, b"")
+            sockets = [sub, open_socket(self._context, zmq.DEALER, LIST_FRAME)]
+            try:
+                sub.connect(relay.event_endpoint)
+                sockets[1].connect(relay.snapshot_endpoint)
+            except zmq.ZMQError as error:
+                problem = error.strerror
+                for sock in sockets:
+                    sock.close(linger=0)
+        if problem:
+            self._refuse(entry_name(relay), problem)
+            return problem
+        self._relays[relay.event_endpoint] = (sockets[0], sockets[1])
+        return ""
+
     def _refuse(self, name: str, problem: str) -> None:
         if self.refused.get(name) != problem:
             self.counters.add("bad_entries")
@@ -158,12 +207,20 @@ class EventSubscriber:
     def synced(self) -> bool:
         """True once every connected agent's snapshot arrived (or its request timed out)."""
         expected = len(self.agents) + len(self._endpoints)
+        now = time.monotonic()
+        for label in [label for label, since in self._relay_expected.items() if now - since > SNAPSHOT_TIMEOUT_S]:
+            del self._relay_expected[label]  # listed by a relay, never heard: like a snapshot that timed out
+        if any(label not in self._streams for label in self._relay_expected):
+            return False
         return len(self._streams) >= expected and all(stream.synced for stream in self._streams.values())
 
     def close(self) -> None:
         self.socket.close(linger=0)
         for sock in self._endpoints.values():
             sock.close(linger=0)
+        for sub, dealer in self._relays.values():
+            sub.close(linger=0)
+            dealer.close(linger=0)
         for label in list(self._snapshot_sockets):
             self._close_snapshot_socket(label)
 
@@ -173,6 +230,9 @@ class EventSubscriber:
         poller.register(self.socket, zmq.POLLIN)
         for sock in [*self._endpoints.values(), *self._snapshot_sockets.values()]:
             poller.register(sock, zmq.POLLIN)
+        for sub, dealer in self._relays.values():
+            poller.register(sub, zmq.POLLIN)
+            poller.register(dealer, zmq.POLLIN)
         ready = dict(poller.poll(int(timeout_s * 1000)))
         out: list[Delivered] = []
         if self.socket in ready:
@@ -183,20 +243,30 @@ class EventSubscriber:
         for label, sock in list(self._snapshot_sockets.items()):
             if sock in ready:
                 self._read_snapshot(label, sock, out)
+        for relay, (sub, dealer) in self._relays.items():
+            if sub in ready:
+                self._read_batches(sub, out, relay=relay)
+            if dealer in ready:
+                self._read_relayed_snapshots(dealer, out)
         self._expire_snapshot_requests(out)
         return out
 
-    def _read_batches(self, sock: zmq.Socket[bytes], out: list[Delivered], endpoint: str = "") -> None:
+    def _read_batches(self, sock: zmq.Socket[bytes], out: list[Delivered], endpoint: str = "", relay: str = "") -> None:
         for batch in decode_waiting(sock, self._batch_decoder, self.counters, limit=10_000):
             self.counters.add("batches")
             if endpoint:
                 self.answered[endpoint] = batch.label
+            if relay and self._relayed.get(batch.label) != relay:
+                self._relayed[batch.label] = relay
+                self._relay_expected.pop(batch.label, None)
             self._on_batch(batch, out)
 
     def _on_batch(self, batch: EventBatch, out: list[Delivered]) -> None:
         label = batch.label
         stream = self._streams.get(label)
         if stream is None or stream.incarnation != batch.incarnation:
+            if stream is not None:
+                self._relay_requests.pop(stream.req_id, None)
             stream = self._streams[label] = self._start_stream(label, batch.incarnation)
         if not stream.synced:
             stream.held.append(batch)
@@ -230,8 +300,13 @@ class EventSubscriber:
         out.append(Delivered(label, batch))
 
     def _start_stream(self, label: str, incarnation: int) -> _Stream:
-        sock = self._snapshot_socket(label)
         req_id = next(self._req_ids)
+        relay = self._relays.get(self._relayed.get(label, "")) if label not in self.agents else None
+        if relay is not None:
+            self._relay_requests[req_id] = label
+            relay[1].send(encode(SnapshotRequest(req_id, label)))
+            return _Stream(incarnation, relay[1], time.monotonic(), req_id)
+        sock = self._snapshot_socket(label)
         if sock is not None:
             sock.send(encode(SnapshotRequest(req_id)))
         return _Stream(incarnation, sock, time.monotonic(), req_id)
@@ -254,17 +329,34 @@ class EventSubscriber:
         return sock
 
     def _read_snapshot(self, label: str, sock: zmq.Socket[bytes], out: list[Delivered]) -> None:
-        for snapshot in decode_waiting(sock, self._snapshot_decoder, self.counters):
-            stream = self._streams.get(label)
-            if stream is None or stream.synced or snapshot.req_id != stream.req_id:
-                continue
-            if snapshot.incarnation != stream.incarnation:
-                continue  # the agent restarted meanwhile; its new batches start a new stream
-            self.counters.add("snapshots")
-            stream.synced = True
-            stream.last_seq = snapshot.seq
-            out.append(Delivered(label, snapshot))
-            self._release_held(label, stream, out)
+        for snapshot in list(decode_waiting(sock, self._snapshot_decoder, self.counters)):
+            self._accept_snapshot(label, snapshot, out)  # may close `sock`: read it whole first
+
+    def _read_relayed_snapshots(self, dealer: zmq.Socket[bytes], out: list[Delivered]) -> None:
+        for snapshot in decode_waiting(dealer, self._snapshot_decoder, self.counters):
+            label = self._relay_requests.pop(snapshot.req_id, None)
+            if label is not None:
+                self._accept_snapshot(label, snapshot, out)
+
+    def _accept_snapshot(self, label: str, snapshot: Snapshot, out: list[Delivered]) -> None:
+        stream = self._streams.get(label)
+        if stream is None or stream.synced or snapshot.req_id != stream.req_id:
+            return
+        if snapshot.incarnation != stream.incarnation:
+            return  # the agent restarted meanwhile; its new batches start a new stream
+        self.counters.add("snapshots")
+        stream.synced = True
+        stream.last_seq = snapshot.seq
+        self._done_asking(label, stream)
+        out.append(Delivered(label, snapshot))
+        self._release_held(label, stream, out)
+
+    def _done_asking(self, label: str, stream: _Stream) -> None:
+        """A stream synced: its own snapshot socket closes (a new incarnation opens one again), so a
+        subscriber to many agents polls and holds no socket per agent once synced."""
+        if stream.snapshot_socket is not None and stream.snapshot_socket is self._snapshot_sockets.get(label):
+            self._close_snapshot_socket(label)
+        stream.snapshot_socket = None
 
     def _release_held(self, label: str, stream: _Stream, out: list[Delivered]) -> None:
         held, stream.held = stream.held, []
@@ -278,8 +370,10 @@ class EventSubscriber:
         now = time.monotonic()
         for label, stream in self._streams.items():
             if not stream.synced and now - stream.requested_at > SNAPSHOT_TIMEOUT_S:
+                self._relay_requests.pop(stream.req_id, None)
                 self.counters.add("snapshots_missed")
                 stream.synced = True
+                self._done_asking(label, stream)
                 self._release_held(label, stream, out)
 
     def _close_snapshot_socket(self, label: str) -> None:

@@ -10,7 +10,14 @@ Sockets and their frames (ROUTER sockets see the peer's routing id first)::
         request   [Register | Deregister | Resolve | ListAgents]
         reply     [Registered | Route | AgentList | Refusal]
         An agent sends Register again every `REFRESH_S`; an entry not refreshed for the
-        service's TTL expires, and Deregister (clean exit) drops it at once.
+        service's TTL expires, and Deregister (clean exit) drops it at once. A relay registers
+        the same way (role `relay`) and is listed apart, in `AgentList.relays`.
+
+    relay      XPUB (bound by a relay) -> SUB (views, a downstream relay)
+        [EventBatch]  every upstream agent's, passed through untouched (the envelope, seq included)
+               ROUTER (bound by a relay) <- DEALER (views, a downstream relay)
+        request   [ListAgents | SnapshotRequest with `agent` naming the agent]
+        reply     [AgentList (the relay in `relays`, the agents it knows) | Snapshot (the agent's own)]
 
     data link  ROUTER (bound by each prefill rank) <- DEALER (each decode rank, one per prefill rank)
         decode -> prefill  [Hello | Heartbeat | TransferRequest | Ack | Abort]
@@ -149,6 +156,9 @@ class AgentList(msgspec.Struct, tag="agents", array_like=True):
     expired: list[AgentInfo] = []
     """Agents whose entries expired (they stopped refreshing: died) in the last `EXPIRED_KEPT_S`, so that a
     reader arriving later still learns they are gone. Never connected to, never resolved."""
+    relays: list[AgentInfo] = []
+    """Relays registered here (role `relay`; see relay.py): a view subscribes to one of them instead of to
+    every agent. Never resolved, never in `agents`."""
 
 
 class Refusal(msgspec.Struct, tag="refusal", array_like=True):

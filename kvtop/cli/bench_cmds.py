@@ -336,6 +336,41 @@ def bench_sidecar(
     )
 
 
+def bench_fanin(
+    agents: Annotated[int, typer.Option(min=1, max=4096, help="Agents publishing (the event plane only).")] = 1024,
+    rate: Annotated[
+        float, typer.Option(min=1.0, help="Events per second each agent emits (heartbeats included).")
+    ] = 200.0,
+    processes: Annotated[int, typer.Option(min=1, max=64, help="Processes the agents run in.")] = 8,
+    seconds: Annotated[float, typer.Option(min=1.0, help="Seconds of each measured window.")] = 10.0,
+    repeats: Annotated[int, typer.Option(min=1, help="Runs per leg (direct, relay, alternating); medians.")] = 3,
+    as_json: JsonObject = False,
+) -> None:
+    """Fan-in: AGENTS publishers at RATE events/s into one collector, directly and through one `kvtop relay`.
+
+    Per leg: events/s applied vs emitted, gaps, the collector's CPU (cores), RSS and open files, its snapshot
+    sync time as a late joiner, the relay's CPU. Exits 1 when a collector did not sync, heard fewer agents
+    than started, or applied nothing. Raises the soft open-files limit as far as the hard one allows.
+    """
+    from kvtop.bench.fanin import measure
+
+    with _loud("fanin"):
+        result = measure(agents, rate, processes, seconds, repeats, _progress)
+    lines = [
+        f"{'leg':<8} {'offered/s':>11} {'applied/s':>11} {'ratio':>6} {'gaps':>5} {'behind s':>9} {'sync s':>7} "
+        f"{'cores':>6} {'MiB':>7} {'fds':>6}"
+    ]
+    for name in ("direct", "relay"):
+        leg = result.get(name)
+        if isinstance(leg, dict):
+            lines.append(
+                f"{name:<8} {leg['offered_events_per_s']:>11,.0f} {leg['events_per_s']:>11,.0f} "
+                f"{leg['applied_ratio']:>6.3f} {leg['gaps']:>5} {leg['behind_s']:>9.2f} {leg['sync_s']:>7.2f} "
+                f"{leg['collector_cpu_cores']:>6.2f} {leg['collector_rss_mib']:>7.0f} {leg['collector_open_files']:>6}"
+            )
+    _report(result, as_json, "\n".join(lines))
+
+
 def register(bench_app: typer.Typer) -> None:
     bench_app.command("sidecar")(bench_sidecar)
     bench_app.command("transfer")(bench_transfer)
@@ -345,3 +380,4 @@ def register(bench_app: typer.Typer) -> None:
     bench_app.command("ui")(bench_ui)
     bench_app.command("sglang-log")(bench_sglang_log)
     bench_app.command("export")(bench_export)
+    bench_app.command("fanin")(bench_fanin)

@@ -55,9 +55,13 @@ def _endpoints(values: list[str]) -> list[str]:
 Bootstrap = Annotated[
     str,
     typer.Option(
-        envvar="KVTOP_BOOTSTRAP",
+        "--bootstrap",
+        "--relay",
+        envvar=["KVTOP_BOOTSTRAP", "KVTOP_RELAY"],
         callback=_endpoint,
-        help="Bootstrap address of the cluster, tcp://HOST:PORT (it lists every agent).",
+        help="Bootstrap address of the cluster, tcp://HOST:PORT (it lists every agent), or a relay's address "
+        "(the one `kvtop relay` prints): the view then subscribes once, to the relay, as it does when the "
+        "bootstrap lists a relay.",
     ),
 ]
 Connect = Annotated[

@@ -57,7 +57,12 @@ News = Heard | Lost
 
 class Collector:
     """Keeps `model` current from every agent the bootstrap address lists (new agents are picked up)
-    and from agents given by their event endpoints."""
+    and from agents given by their event endpoints.
+
+    `bootstrap` may be a relay's address (its ROUTER answers the bootstrap's `ListAgents`): when the listing
+    names a relay, the collector subscribes once, to the relay, and asks it for every agent's snapshot; the
+    ranks the relay lists are registered as a bootstrap's are.
+    """
 
     def __init__(
         self,
@@ -129,7 +134,13 @@ class Collector:
             return
         with BootstrapClient(self.bootstrap, timeout_s=timeout_s, curve=self.curve) as client:
             listing = client.listing()
-        usable = [agent for agent in listing.agents if not self._subscriber.connect(agent)]
+        relay = next((relay for relay in listing.relays if not agent_problem(relay)), None)
+        if relay is not None:
+            listed = [agent for agent in listing.agents if not agent_problem(agent)]
+            self._subscriber.connect_relay(relay, [agent.label for agent in listed])
+            usable = listed
+        else:
+            usable = [agent for agent in listing.agents if not self._subscriber.connect(agent)]
         gone = [agent for agent in listing.expired if not agent_problem(agent)]
         with self.lock:
             for agent in gone:

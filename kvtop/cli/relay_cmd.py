@@ -1,0 +1,127 @@
+"""`kvtop relay`: one address for a cluster's events and snapshots (transport/relay.py does the work)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from types import FrameType
+from typing import Annotated
+
+import typer
+
+from kvtop.cli.options import Connect, Duration, _endpoint, _endpoints, fail
+
+_Upstream = Annotated[
+    str,
+    typer.Option(
+        envvar="KVTOP_BOOTSTRAP",
+        callback=_endpoint,
+        help="Bootstrap address whose agents the relay subscribes to (listed again every second: agents come, "
+        "go and restart).",
+    ),
+]
+_Relays = Annotated[
+    list[str],
+    typer.Option(
+        "--relay",
+        callback=_endpoints,
+        help="An upstream relay's address (repeatable): its agents arrive through it (tiers: rack, then cluster).",
+    ),
+]
+_Listen = Annotated[
+    str,
+    typer.Option(
+        callback=_endpoint, help="Where views subscribe (the XPUB), e.g. tcp://0.0.0.0:7100 (default: a free port)."
+    ),
+]
+_SnapshotListen = Annotated[
+    str,
+    typer.Option(
+        callback=_endpoint,
+        help="The relay's address (its ROUTER: listing and snapshots), the one views take as --relay "
+        "(default: a free port).",
+    ),
+]
+
+
+def relay(
+    bootstrap: _Upstream = "",
+    relay: _Relays = [],  # noqa: B006
+    connect: Connect = [],  # noqa: B006
+    listen: _Listen = "",
+    snapshot_listen: _SnapshotListen = "",
+    host: Annotated[str, typer.Option(help="Host of the ports chosen when --listen is not given.")] = "127.0.0.1",
+    name: Annotated[str, typer.Option(help="This relay's name in listings.")] = "relay",
+    advertise: Annotated[
+        str,
+        typer.Option(
+            help="Host name views reach this relay at, when --listen binds a wildcard (0.0.0.0) "
+            "(default: this machine's host name)."
+        ),
+    ] = "",
+    register: Annotated[
+        bool,
+        typer.Option(
+            "--register",
+            help="List this relay with --bootstrap, so that views given the bootstrap subscribe to the relay.",
+        ),
+    ] = False,
+    status: Annotated[
+        bool, typer.Option("--status", help="Print the relay's counters on stderr every --interval.")
+    ] = False,
+    interval: Annotated[float, typer.Option(min=0.1, help="Seconds between --status lines.")] = 5.0,
+    duration: Duration = None,
+) -> None:
+    """Relay a cluster's events (a ZeroMQ XSUB/XPUB proxy) and pass snapshot requests through to its agents.
+
+    Views across a network boundary then need one address: `kvtop top --relay ADDR`. Batches pass untouched,
+    so gaps stay counted per agent incarnation. Prints its two addresses, then runs until Ctrl-C, SIGTERM or
+    --duration. Exit 1 when an upstream does not answer at start or a relay thread dies.
+    """
+    from transport.errors import BootstrapError
+    from transport.registration import agent_problem
+    from transport.relay import Relay, raise_open_files
+
+    if not bootstrap and not relay and not connect:
+        raise typer.BadParameter("give --bootstrap ADDR, at least one --relay ADDR, or at least one --connect EP")
+    raise_open_files()
+    try:
+        server = Relay(bootstrap, relay, connect, listen, snapshot_listen, host, name, register, advertise=advertise)
+    except Exception as error:  # a bind that failed (address in use, bad interface): one line
+        raise fail(f"cannot open the relay's sockets: {error}") from None
+    problem = agent_problem(server.entry)
+    if problem:
+        server.close()
+        raise fail(f"this relay's entry cannot be listed: {problem} (see --name, --advertise)", 2)
+    try:
+        server.start()
+    except BootstrapError as error:
+        server.close()
+        raise fail(str(error)) from None
+    typer.echo(f"kvtop relay: events at {server.endpoint}, address {server.address} (views: --relay {server.address})")
+    stop = threading.Event()
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = signal.signal(signal.SIGTERM, _stop)
+    end = None if duration is None else time.monotonic() + duration
+    try:
+        while not stop.is_set() and not server.died and (end is None or time.monotonic() < end):
+            stop.wait(min(interval, end - time.monotonic()) if end is not None else interval)
+            if status:
+                typer.echo(f"kvtop relay: {server.status_line()}", err=True)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        server.close()
+    if status:
+        typer.echo(f"kvtop relay: {server.status_line()}", err=True)
+    if server.died:
+        raise fail(server.error)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("relay")(relay)

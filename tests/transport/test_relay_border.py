@@ -1,0 +1,90 @@
+"""The relay's border posts: relay entries in the bootstrap, and what its snapshot ROUTER refuses."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import zmq
+
+from transport import BootstrapClient, BootstrapServer
+from transport.errors import BootstrapError
+from transport.events import SnapshotRequest
+from transport.relay import Relay
+from transport.wire import AgentInfo, encode, replace_fields
+
+RANK = AgentInfo("prefill", "rack-1", 0, 1, 4096, "tcp://127.0.0.1:5000", "", os.getpid(), "host", 7)
+RELAY = AgentInfo(
+    "relay", "rack-1", 0, 1, 1, "", "", os.getpid(), "host", 9, "", "tcp://127.0.0.1:5001", "tcp://127.0.0.1:5002"
+)
+
+
+def test_the_bootstrap_lists_a_relay_apart_and_its_name_never_replaces_a_rank(bootstrap: BootstrapServer):
+    """A relay named like an instance is listed in `relays`, the rank stays in `agents`, resolve skips it."""
+    with BootstrapClient(bootstrap.endpoint, timeout_s=2.0) as client:
+        client.register(RANK)
+        client.register(RELAY)
+        listing = client.listing()
+        resolved = client.resolve("rack-1")
+        client.deregister(RELAY)
+        after = client.listing()
+
+    assert (listing.agents, listing.relays) == ([RANK], [RELAY])
+    assert resolved == [RANK]
+    assert (after.agents, after.relays) == ([RANK], [])
+
+
+def test_the_bootstrap_refuses_a_relay_without_its_two_endpoints(bootstrap: BootstrapServer):
+    """A relay entry nobody could subscribe to, or ask for a snapshot, is refused with the reason."""
+    with BootstrapClient(bootstrap.endpoint, timeout_s=2.0) as client, pytest.raises(BootstrapError) as refused:
+        client.register(replace_fields(RELAY, snapshot_endpoint=""))
+
+    assert "a relay without an event and a snapshot endpoint" in str(refused.value)
+    assert bootstrap.relays() == []
+
+
+@pytest.fixture
+def relay(bootstrap: BootstrapServer) -> Relay:
+    server = Relay(bootstrap=bootstrap.endpoint).start()
+    yield server
+    server.close()
+    assert not server.died, server.error
+
+
+def test_the_relay_counts_a_snapshot_request_for_an_unknown_agent_and_a_malformed_frame(
+    relay: Relay, zmq_context: zmq.Context[zmq.Socket[bytes]], wait_for
+):
+    """Neither gets an answer or ends a thread: one is `snapshots_unroutable`, the other `rejected_malformed`."""
+    dealer = zmq_context.socket(zmq.DEALER)
+    dealer.linger = 0
+    dealer.connect(relay.address)
+    try:
+        dealer.send(encode(SnapshotRequest(1, "nobody/TP0")))
+        dealer.send(b"\x01not msgpack")
+        wait_for(lambda: relay.snapshot()["rejected_malformed"] == 1, 5.0, "the malformed frame counted")
+        wait_for(lambda: relay.snapshot()["snapshots_unroutable"] == 1, 5.0, "the unroutable request counted")
+        assert dealer.poll(100) == 0
+        with BootstrapClient(relay.address, timeout_s=2.0) as client:  # still serving
+            assert [entry.event_endpoint for entry in client.listing().relays] == [relay.endpoint]
+    finally:
+        dealer.close()
+
+
+def test_a_relay_whose_bootstrap_does_not_answer_fails_to_start_with_the_address():
+    """No upstream at start is one clear error (the command exits 1 with it), not a relay serving nothing."""
+    relay = Relay(bootstrap="tcp://127.0.0.1:9")
+    try:
+        with pytest.raises(BootstrapError, match=r"tcp://127\.0\.0\.1:9 did not answer"):
+            relay.start(discover_timeout_s=0.3)
+    finally:
+        relay.close()
+
+
+def test_a_relay_bound_to_a_wildcard_lists_the_host_views_can_reach(bootstrap: BootstrapServer):
+    """Bound to 0.0.0.0, the relay's listing names the advertised host: no view connects to 0.0.0.0."""
+    relay = Relay(bootstrap=bootstrap.endpoint, listen="tcp://0.0.0.0:*", advertise="relay.example")
+    try:
+        assert relay.entry.event_endpoint.startswith("tcp://relay.example:")
+        assert relay.address.startswith("tcp://127.0.0.1:")  # bound to the loopback default
+    finally:
+        relay.close()
