@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvtop.record.format import SEGMENT_SUFFIX, BlockKind, NotARecording, RecordingError
+from kvtop.record.format import FILE_HEADER, SEGMENT_SUFFIX, BlockKind, NotARecording, RecordingError
 from kvtop.record.segment import Entry, SegmentReader
 
 
@@ -44,6 +44,11 @@ class Block:
     @property
     def kind(self) -> BlockKind:
         return self.entry.kind
+
+    @property
+    def opens_segment(self) -> bool:
+        """The segment's first block: a keyframe there starts a model afresh (a new run into the folder)."""
+        return self.entry.offset == FILE_HEADER.size
 
 
 class Recording:

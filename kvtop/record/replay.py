@@ -68,8 +68,10 @@ class Cursor:
             if self.block >= len(recording.blocks):
                 return
             block = recording.blocks[self.block]
-            if block.kind is BlockKind.MARKS or (block.kind is BlockKind.KEYFRAME and not self.inexact):
-                self.block += 1  # nothing to apply: read neither
+            if block.kind is BlockKind.MARKS or (
+                block.kind is BlockKind.KEYFRAME and not self.inexact and not block.opens_segment
+            ):
+                self.block += 1  # nothing to apply: read neither (a segment's first keyframe may be a new run's)
                 continue
             if block.entry.t_first > until:
                 return

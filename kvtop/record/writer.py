@@ -112,10 +112,11 @@ class Recorder:
         self._want_keyframe = True
         self._last_account: Accounted | None = None
         self._segment: SegmentWriter | None = None
-        self._segments: list[tuple[Path, float]] = []
-        """(path, time it was opened) of this recording's segments, oldest first."""
+        self._segments = _existing_segments(self.folder)
+        """(path, time it was opened) of the folder's segments, oldest first (earlier runs' too: one ring)."""
         self._seq = 0
-        self._ops = self._events = self._blocks = self._keyframes = self._bytes = 0
+        self._ops = self._events = self._blocks = self._keyframes = 0
+        self._bytes = sum(_size(path) + _size(index_path(path)) for path, _ in self._segments)
         self._dropped = self._deleted = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kvtop-recorder", daemon=True)
@@ -267,6 +268,9 @@ class Recorder:
                 self._segment.close()
             self._seq += 1
             path = self.folder / _segment_name(now, self._seq)
+            while path.exists():
+                self._seq += 1
+                path = self.folder / _segment_name(now, self._seq)
             self._segment = SegmentWriter(path, now)
         except OSError as error:
             self._segment = None
@@ -295,6 +299,22 @@ class Recorder:
     def _fail(self, error: OSError) -> None:
         self.error = f"recording to {self.folder} stopped: {error.strerror or error}"
         log.error("%s", self.error)
+
+
+def cache_folder() -> Path:
+    """Where the dashboard's ring goes by default: `$XDG_CACHE_HOME/kvtop/recordings` (~/.cache/...)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "kvtop" / "recordings"
+
+
+def _existing_segments(folder: Path) -> list[tuple[Path, float]]:
+    """The segments already in `folder` with the time each was opened (from its name), oldest first."""
+    found: list[tuple[Path, float]] = []
+    for path in sorted(folder.glob(f"seg-*{SEGMENT_SUFFIX}")):
+        stamp = path.name.removeprefix("seg-").partition("-")[0]
+        if stamp.isdigit():
+            found.append((path, int(stamp) / 1e6))
+    return found
 
 
 def _size(path: Path) -> int:
