@@ -60,7 +60,7 @@ class SegmentDamage:
     bytes: int = 0
     """Bytes of the segment no readable block covers (a torn tail, damaged blocks)."""
     index_rebuilt: bool = False
-    """Its index was missing or damaged and was rebuilt by scanning the segment."""
+    """Its index was missing, damaged or short, and the scan of the segment found what it lacked."""
 
 
 def create_file(path: Path) -> int:
@@ -123,8 +123,10 @@ class SegmentReader:
         self.size = path.stat().st_size
         self._decompressor = zstandard.ZstdDecompressor()
         self.entries = self._read_index()
-        self.entries += self._scan(self.entries[-1].offset + BLOCK_HEADER.size + self.entries[-1].comp_len
-                                   if self.entries else FILE_HEADER.size)  # fmt: skip
+        last = self.entries[-1] if self.entries else None
+        missed = self._scan(last.offset + BLOCK_HEADER.size + last.comp_len if last else FILE_HEADER.size)
+        self.damage.index_rebuilt |= bool(missed)
+        self.entries += missed
         covered = sum(BLOCK_HEADER.size + entry.comp_len for entry in self.entries)
         self.damage.bytes = max(0, self.size - FILE_HEADER.size - covered)
 
