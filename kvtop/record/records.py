@@ -65,6 +65,15 @@ class Accounted(msgspec.Struct, tag="a", array_like=True, frozen=True):
     error: str = ""
 
 
+class Gapped(msgspec.Struct, tag="g", array_like=True, frozen=True):
+    """The subscriber found `batches` event batches of one agent incarnation missing (the live `Lost` news)."""
+
+    now: Time
+    label: str
+    incarnation: int
+    batches: int
+
+
 class Dropped(msgspec.Struct, tag="x", array_like=True, frozen=True):
     """The recorder lost `ops` ops here (its queue was full): the replay is inexact until the next keyframe."""
 
@@ -72,7 +81,7 @@ class Dropped(msgspec.Struct, tag="x", array_like=True, frozen=True):
     ops: int
 
 
-Op = Delivered | Swept | Registered | Expected | Forgot | Accounted | Dropped
+Op = Delivered | Swept | Registered | Expected | Forgot | Accounted | Gapped | Dropped
 
 
 class Mark(msgspec.Struct, array_like=True, frozen=True):

@@ -15,10 +15,21 @@ from kvtop.model.cluster import ClusterModel
 from kvtop.record.format import BlockKind
 from kvtop.record.keyframes import restore
 from kvtop.record.reader import Recording
-from kvtop.record.records import MARKS_DECODER, OPS_DECODER, Delivered, Dropped, Mark, Op, apply_op
-from transport.events import Event
+from kvtop.record.records import MARKS_DECODER, OPS_DECODER, Delivered, Dropped, Gapped, Mark, Op, apply_op
+from transport.events import Event, Snapshot
 
 log = logging.getLogger("kvtop.record")
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What the model accepted of one replayed delivery (the live collector's `Heard`), at arrival `now`."""
+
+    now: float
+    label: str
+    events: list[Event]
+    snapshot: bool
+    """An agent's snapshot (its memory), not a batch of new events."""
 
 
 @dataclass
@@ -39,9 +50,10 @@ class Cursor:
     failed: int = 0
     """Deliveries the model could not apply (as live: counted by the collector, skipped)."""
 
-    def advance(self, until: float) -> list[tuple[str, list[Event]]]:
-        """Apply every op up to `until` (arrival times); returns each delivery's (agent label, accepted events)."""
-        heard: list[tuple[str, list[Event]]] = []
+    def advance(self, until: float) -> list[Applied | Gapped]:
+        """Apply every op up to `until` (arrival times); returns what each delivery's model accepted, and
+        each gap found (batches that never arrived), in order: the live collector's news."""
+        heard: list[Applied | Gapped] = []
         for op in self._ops_until(until):
             self._apply(op, heard)
         self.time = max(self.time, until)
@@ -92,9 +104,12 @@ class Cursor:
                 self.replay.recording.damage.blocks += 1
                 self.inexact = True
 
-    def _apply(self, op: Op, heard: list[tuple[str, list[Event]]]) -> None:
+    def _apply(self, op: Op, heard: list[Applied | Gapped]) -> None:
         if type(op) is Dropped:
             self.inexact = True
+            return
+        if type(op) is Gapped:
+            heard.append(op)
             return
         try:
             accepted = apply_op(self.model, op)
@@ -103,7 +118,7 @@ class Cursor:
             log.debug("a recorded delivery could not be applied (skipped)", exc_info=True)
             return
         if accepted is not None and type(op) is Delivered:
-            heard.append((op.label, accepted))
+            heard.append(Applied(op.now, op.label, accepted, type(op.item) is Snapshot))
 
 
 class Replay:

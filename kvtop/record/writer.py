@@ -29,7 +29,18 @@ import msgspec
 from kvtop.model.cluster import ClusterModel
 from kvtop.record.format import DIR_MODE, SEGMENT_SUFFIX, BlockKind
 from kvtop.record.keyframes import capture
-from kvtop.record.records import Accounted, Delivered, Dropped, Expected, Forgot, Mark, Op, Registered, Swept
+from kvtop.record.records import (
+    Accounted,
+    Delivered,
+    Dropped,
+    Expected,
+    Forgot,
+    Gapped,
+    Mark,
+    Op,
+    Registered,
+    Swept,
+)
 from kvtop.record.segment import SegmentWriter, index_path
 from transport.events import EventBatch, Failure, Snapshot
 from transport.wire import AgentInfo
@@ -142,6 +153,9 @@ class Recorder:
 
     def forgot(self, label: str, now: float) -> None:
         self._pending.append(Forgot(now, label))
+
+    def gapped(self, label: str, incarnation: int, batches: int, now: float) -> None:
+        self._pending.append(Gapped(now, label, incarnation, batches))
 
     def accounted(self, model: ClusterModel, now: float) -> None:
         """The collector's account, recorded when it changed."""

@@ -229,5 +229,7 @@ class Collector:
         runs = subscriber.gap_runs
         while runs:
             label, incarnation, missing = runs.popleft()
+            if self.recorder is not None:
+                self.recorder.gapped(label, incarnation, missing, now)
             if self._news is not None:
                 self._news.put(Lost(label, incarnation, missing, now))
