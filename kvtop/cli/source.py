@@ -129,9 +129,11 @@ def _replayed(past: Past, journal: bool, news_since: bool) -> Opened:
         raise fail(f"cannot read the recording: {error}", 2) from None
     start, end = replay.start, replay.end
     at = end if past.when.at is None else past.when.at
+    span = f"{stamp(start, dated=True)} to {stamp(end, dated=True)}"
     if not start <= at <= end:
-        span = f"{stamp(start, dated=True)} to {stamp(end, dated=True)}"
         raise fail(f"--at {stamp(at, dated=True)} is outside the recording ({span})", 2)
+    if past.when.since is not None and past.when.since > at:
+        raise fail(f"--since {stamp(past.when.since, dated=True)} is after the instant read (recording: {span})", 2)
     if news_since:
         cursor = replay.at(max(start, past.when.since or start))
         heard = cursor.advance(at)
