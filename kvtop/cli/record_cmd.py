@@ -45,7 +45,7 @@ def record(
     """Record a live cluster for replay (`--replay DIR` on every view, `kvtop dump`): headless, for daemons.
 
     Records what kvtop's collector applies to its model (each agent's snapshot and event batches with
-    their arrival times, agent and incarnation) and a keyframe of the model every 100k events or minute,
+    their arrival times, agent and incarnation) and a keyframe of the model every 50k events or minute,
     into zstd-compressed, checksummed segments with a time index (a folder re-used continues it). SIGTERM
     or Ctrl-C stops it cleanly (what was received is written and synced). Exit 0 when stopped (or after
     --duration); 1 when the cluster does not answer, the collector stops, or a write fails (a full disk).

@@ -91,9 +91,14 @@ class SegmentWriter:
 
     def append(self, kind: BlockKind, t_first: float, t_last: float, ops: int, raw: bytes) -> int:
         """Compress and append one block; returns the bytes it took on disk (raises `OSError`, a full disk)."""
-        payload = self._compressor.compress(raw)
+        return self.append_compressed(kind, t_first, t_last, ops, len(raw), self._compressor.compress(raw))
+
+    def append_compressed(
+        self, kind: BlockKind, t_first: float, t_last: float, ops: int, raw_len: int, payload: bytes
+    ) -> int:
+        """Append one block whose payload is compressed already (a zstd frame of `raw_len` bytes)."""
         offset = self.size
-        self._write(self._fd, block_header(kind, t_first, t_last, ops, len(raw), payload) + payload)
+        self._write(self._fd, block_header(kind, t_first, t_last, ops, raw_len, payload) + payload)
         self.size += BLOCK_HEADER.size + len(payload)
         self._write(self._index_fd, index_entry(kind, t_first, t_last, offset, len(payload), ops))
         return BLOCK_HEADER.size + len(payload) + INDEX_ENTRY.size

@@ -48,8 +48,8 @@ from transport.wire import AgentInfo
 log = logging.getLogger("kvtop.record")
 
 FLUSH_S = 0.25
-KEYFRAME_EVENTS = 100_000
-"""A keyframe after this many events: a seek replays at most about this many (~0.1 s at 1M events/s)."""
+KEYFRAME_EVENTS = 50_000
+"""A keyframe after this many events: a seek replays at most this many (~0.1 s with decoding; `bench replay`)."""
 KEYFRAME_S = 60.0
 """A keyframe at least this often, however quiet the cluster."""
 SEGMENT_BYTES = 16 << 20
