@@ -58,6 +58,12 @@ class ReplayResult:
     gbps_not_recording: float
     transfer_cost: float
     """1 - recording/not: the share of a watched cluster's transfer throughput recording costs (target <= 0.03)."""
+    cpu_s_per_gb_recording: float
+    """Median CPU seconds per GB moved (both ranks and the collector), recording and not."""
+    cpu_s_per_gb_not_recording: float
+    cpu_cost: float
+    """1 - not/recording of CPU per GB: the share of the work recording adds, whatever share of a shared
+    machine's cores the runs got (the steadier figure where other work competes for the cores)."""
     events_recorded: int
     """Events the recording collector wrote in the run that wrote the fewest."""
     bytes_per_million_events: float
@@ -93,11 +99,22 @@ class ReplayResult:
         return asdict(self)
 
 
-def _transfer(
-    chunk: int, room: int, rooms: int, repeats: int, folder: Path, progress: Progress
-) -> tuple[float, float, int, float]:
+@dataclass(frozen=True)
+class _Transfer:
+    gbps_on: float
+    gbps_off: float
+    cpu_on: float
+    """CPU seconds per GB moved: both ranks and the collector (`kvtop.bench.cpu`)."""
+    cpu_off: float
+    events: int
+    bytes_per_million: float
+
+
+def _transfer(chunk: int, room: int, rooms: int, repeats: int, folder: Path, progress: Progress) -> _Transfer:
     recording: list[float] = []
     plain: list[float] = []
+    cpu_on: list[float] = []
+    cpu_off: list[float] = []
     recorded: list[tuple[int, int]] = []
     total = room * rooms
     for repeat in range(repeats):
@@ -111,14 +128,19 @@ def _transfer(
             raise BenchFailed("the recording collector wrote no events: the recording run measured nothing")
         recording.append(total / on.seconds / 1e9)
         plain.append(total / off.seconds / 1e9)
+        cpu_on.append(on.cpu_seconds / total * 1e9)
+        cpu_off.append(off.cpu_seconds / total * 1e9)
         recorded.append((watched.recorded_events, watched.recorded_bytes))
         progress(
             f"transfer {repeat + 1}/{repeats}: recording {recording[-1]:.2f} GB/s ({watched.recorded_events:,} events, "
-            f"{watched.recorded_bytes:,} bytes), not recording {plain[-1]:.2f} GB/s"
+            f"{watched.recorded_bytes:,} bytes; {cpu_on[-1]:.2f} CPU s/GB), not recording {plain[-1]:.2f} GB/s "
+            f"({cpu_off[-1]:.2f} CPU s/GB)"
         )
     events = sum(e for e, _ in recorded)
-    per_million = sum(b for _, b in recorded) / events * 1e6
-    return statistics.median(recording), statistics.median(plain), min(e for e, _ in recorded), per_million
+    return _Transfer(
+        statistics.median(recording), statistics.median(plain), statistics.median(cpu_on), statistics.median(cpu_off),
+        min(e for e, _ in recorded), sum(b for _, b in recorded) / events * 1e6,
+    )  # fmt: skip
 
 
 def _ingest_once(frames: list[tuple[str, bytes]], recorder: Recorder | None) -> float:
@@ -284,18 +306,21 @@ def measure_replay(
 ) -> ReplayResult:
     with tempfile.TemporaryDirectory(prefix="kvtop-bench-replay-") as tmp:
         folder = Path(tmp)
-        gbps_on, gbps_off, recorded, per_million = _transfer(chunk, room, rooms, repeats, folder, progress)
+        transfer = _transfer(chunk, room, rooms, repeats, folder, progress)
         ingest_on, ingest_off = _ingest(ingest_events, repeats, folder, progress)
         model = warm_model()
         keep_up, capture_ms, keyframe_bytes, synthetic_per_million = _keep_up(1_000_000, folder, model, progress)
         formats = _formats(300.0, model, folder / "formats", seeks, progress)
         seek = _seek(hours, seeks, model, folder, progress)
     return ReplayResult(
-        gbps_recording=round(gbps_on, 3),
-        gbps_not_recording=round(gbps_off, 3),
-        transfer_cost=round(1 - gbps_on / gbps_off, 4),
-        events_recorded=recorded,
-        bytes_per_million_events=round(per_million),
+        gbps_recording=round(transfer.gbps_on, 3),
+        gbps_not_recording=round(transfer.gbps_off, 3),
+        transfer_cost=round(1 - transfer.gbps_on / transfer.gbps_off, 4),
+        cpu_s_per_gb_recording=round(transfer.cpu_on, 3),
+        cpu_s_per_gb_not_recording=round(transfer.cpu_off, 3),
+        cpu_cost=round(1 - transfer.cpu_off / transfer.cpu_on, 4),
+        events_recorded=transfer.events,
+        bytes_per_million_events=round(transfer.bytes_per_million),
         ingest_per_s_recording=round(ingest_on),
         ingest_per_s_not_recording=round(ingest_off),
         ingest_ratio=round(ingest_on / ingest_off, 3),

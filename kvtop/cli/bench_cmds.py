@@ -269,7 +269,8 @@ def bench_replay(
     _report(
         r.as_dict(),
         as_json,
-        f"transfer: recording {r.gbps_recording:.2f} GB/s vs {r.gbps_not_recording:.2f}, cost {r.transfer_cost:+.1%}; "
+        f"transfer: recording {r.gbps_recording:.2f} GB/s vs {r.gbps_not_recording:.2f}, cost {r.transfer_cost:+.1%} "
+        f"(CPU per GB {r.cpu_cost:+.1%}); "
         f"ingest {r.ingest_per_s_recording:,.0f} vs {r.ingest_per_s_not_recording:,.0f} events/s "
         f"(x{r.ingest_ratio:.2f}); recorder alone {r.keep_up_events_per_s:,.0f} events/s on one core; "
         f"{r.bytes_per_million_events / 1e6:.1f} MB per million events (synthetic "
