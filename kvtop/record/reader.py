@@ -82,11 +82,16 @@ class Recording:
 
     @property
     def start(self) -> float:
-        return min((b.entry.t_first for b in self.blocks), default=self.segments[0].created)
+        """The first instant the recording holds (of its ops and keyframes)."""
+        return min(
+            (b.entry.t_first for b in self.blocks if b.kind is not BlockKind.MARKS), default=self.segments[0].created
+        )
 
     @property
     def end(self) -> float:
-        return max((b.entry.t_last for b in self.blocks), default=self.segments[-1].created)
+        return max(
+            (b.entry.t_last for b in self.blocks if b.kind is not BlockKind.MARKS), default=self.segments[-1].created
+        )
 
     def read(self, block: Block) -> bytes | None:
         """The block's payload, or None (counted in `damage`) when it fails its checksums."""

@@ -178,8 +178,8 @@ class Replay:
                         marks += MARKS_DECODER.decode(raw) if raw is not None else []
                     except msgspec.DecodeError:
                         self.recording.damage.blocks += 1
-            marks.sort(key=lambda mark: mark.arrived)
-            self._marks = marks
+            start, end = self.start, self.end  # the ring may have deleted what older marks point at
+            self._marks = sorted((m for m in marks if start <= m.arrived <= end), key=lambda mark: mark.arrived)
         return self._marks
 
     def next_origin(self, t: float) -> Mark | None:

@@ -15,6 +15,7 @@ full disk) stops the recording: `error` says why, and `stats()` shows it.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -42,7 +43,7 @@ from kvtop.record.records import (
     Swept,
 )
 from kvtop.record.segment import SegmentWriter, index_path
-from transport.events import EventBatch, Failure, Snapshot
+from transport.events import EventBatch, Snapshot
 from transport.wire import AgentInfo
 
 log = logging.getLogger("kvtop.record")
@@ -65,6 +66,13 @@ class _Keyframe:
 
     now: float
     state: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class _Marks:
+    """Failure origins the model took in since the last pass (for the MARKS block of the next flush)."""
+
+    marks: list[Mark]
 
 
 @dataclass(frozen=True)
@@ -116,12 +124,13 @@ class Recorder:
         self.segment_s = min(segment_s, retain_s / 4) if retain_s is not None else segment_s
         self.flush_s, self.max_pending, self._clock = flush_s, max_pending, clock
         self.error = ""
-        self._pending: deque[Op | _Keyframe] = deque()
+        self._pending: deque[Op | _Keyframe | _Marks] = deque()
         """Ops and keyframes in order (appended by the collector's thread, taken by the writer's)."""
         self._events_since_keyframe = 0
         self._keyframe_at = -1e18
         self._want_keyframe = True
         self._last_account: Accounted | None = None
+        self._failures_seen = 0
         self._segment: SegmentWriter | None = None
         self._segments = _existing_segments(self.folder)
         """(path, time it was opened) of the folder's segments, oldest first (earlier runs' too: one ring)."""
@@ -180,6 +189,7 @@ class Recorder:
     def tick(self, model: ClusterModel, now: float) -> None:
         """End of one collector pass: capture a keyframe when one is due (after `keyframe_events` events,
         `keyframe_s` seconds, a segment rotation or a drop)."""
+        self._take_marks(model, now)
         due = self._events_since_keyframe >= self.keyframe_events or now - self._keyframe_at >= self.keyframe_s
         if not (due or self._want_keyframe) or self.error:
             return
@@ -187,6 +197,19 @@ class Recorder:
         self._events_since_keyframe = 0
         self._keyframe_at = now
         self._pending.append(_Keyframe(now, capture(model)))
+
+    def _take_marks(self, model: ClusterModel, now: float) -> None:
+        """The origins among the failures the model took in since the last pass (a rank's own failure, not
+        one it learnt of), from the model's own list: no walk over the events."""
+        new = model.failures_total - self._failures_seen
+        self._failures_seen = model.failures_total
+        if new <= 0:
+            return
+        recent = itertools.islice(reversed(model.failures), min(new, len(model.failures)))
+        marks = [Mark(f.ts, now, f.room, f.rank, f.reason_class) for f in recent
+                 if not f.from_another_rank and f.origin in ("", f.rank)]  # fmt: skip
+        if marks:
+            self._pending.append(_Marks(marks[::-1]))
 
     # --- the writer's side ----------------------------------------------------------------
 
@@ -230,14 +253,24 @@ class Recorder:
             log.warning("the recorder fell behind: %d ops dropped (a keyframe follows)", len(pending))
             pending = [Dropped(self._clock(), len(pending))]
         ops: list[Op] = []
+        marks: list[Mark] = []
         for item in pending:
-            if type(item) is _Keyframe:
+            if type(item) is _Keyframe:  # may open a new segment: what came before goes in the old one
                 self._write_ops(ops)
-                ops = []
+                self._write_marks(marks)
+                ops, marks = [], []
                 self._write_keyframe(item)
+            elif type(item) is _Marks:
+                marks += item.marks
             else:
                 ops.append(item)  # type: ignore[arg-type]
         self._write_ops(ops)
+        self._write_marks(marks)
+
+    def _write_marks(self, marks: list[Mark]) -> None:
+        if marks and self._segment is not None:
+            raw = msgspec.msgpack.encode(marks)
+            self._append(BlockKind.MARKS, marks[0].arrived, marks[-1].arrived, len(marks), raw)
 
     def _write_ops(self, ops: list[Op]) -> None:
         if not ops or self.error:
@@ -248,10 +281,6 @@ class Recorder:
         self._append(BlockKind.OPS, ops[0].now, ops[-1].now, len(ops), raw)
         self._ops += len(ops)
         self._events += sum(len(op.item.events) for op in ops if type(op) is Delivered and type(op.item) is EventBatch)
-        marks = _marks(ops)
-        if marks:
-            raw = msgspec.msgpack.encode(marks)
-            self._append(BlockKind.MARKS, marks[0].arrived, marks[-1].arrived, len(marks), raw)
 
     def _write_keyframe(self, keyframe: _Keyframe) -> None:
         if self._segment is None or self._segment_full(keyframe.now):
@@ -336,17 +365,3 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return 0
-
-
-def _marks(ops: list[Op]) -> list[Mark]:
-    """The failure origins the ops delivered: a rank's own failures (not learnt from another rank)."""
-    marks: list[Mark] = []
-    for op in ops:
-        if type(op) is not Delivered:
-            continue
-        item = op.item
-        events = item.events if type(item) is EventBatch else item.failures if type(item) is Snapshot else []
-        for event in events:
-            if type(event) is Failure and not event.is_from_another_rank and event.origin in ("", event.rank):
-                marks.append(Mark(event.ts, op.now, event.room, event.rank, event.reason_class))
-    return marks
