@@ -23,7 +23,7 @@ from kvtop.bench.ingest import synthetic_frames
 from kvtop.model.cluster import ClusterModel
 from kvtop.record.format import SEGMENT_SUFFIX, BlockKind
 from kvtop.record.keyframes import capture
-from kvtop.record.segment import ZSTD_LEVEL, SegmentWriter
+from kvtop.record.segment import KEYFRAME_ZSTD_LEVEL, ZSTD_LEVEL, SegmentWriter
 from kvtop.record.writer import FLUSH_S, KEYFRAME_EVENTS, SEGMENT_BYTES, make_folder
 from transport.events import EventBatch
 from transport.wire import FrameDecoder
@@ -78,7 +78,7 @@ def synthetic_blocks(
     raw_pool = [(label, msgspec.Raw(msgspec.msgpack.encode(batch)), len(batch.events)) for label, batch in pool]
     keyframe = capture(model or warm_model())
     compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
-    keyframe_payload = compressor.compress(keyframe)
+    keyframe_payload = zstandard.ZstdCompressor(level=KEYFRAME_ZSTD_LEVEL).compress(keyframe)
     per_pass = events_per_s * PASS_S
     passes_per_block = round(FLUSH_S / PASS_S)
     since_keyframe, cursor, passes = keyframe_events, 0, 0

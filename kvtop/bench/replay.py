@@ -9,9 +9,10 @@ Legs:
 - **ingest**: the collector's loop over the `bench ingest` frames (decode, apply, sweep), with and without
   a recorder fed as the live collector feeds it (its writer thread running; the time includes writing
   everything out). Ratio = events/s recorded / events/s not.
-- **keep up**: the recorder alone on one thread: the collector's side (`delivered`) for 1M events, then
-  the writer's flush (encode, compress, write), plus the keyframes those events cost (captures of a warm
-  model, amortised): events/s against the 200k/s target.
+- **keep up**: the recorder alone on one thread: the collector's side (`delivered`, with the frames the
+  batches came in, as the live collector hands them over) for 1M events, then the writer's flush (encode,
+  compress, write), plus the keyframes those events cost (captures of a warm model, amortised): events/s
+  against the 200k/s target.
 - **formats**: the same synthetic blocks written to append-only segments and to SQLite (WAL): seconds per
   million events written, bytes per million events, and the median time to find and read the blocks a seek
   needs (no decoding).
@@ -22,6 +23,7 @@ Legs:
 
 from __future__ import annotations
 
+import bisect
 import random
 import statistics
 import tempfile
@@ -44,7 +46,7 @@ from kvtop.record.format import BlockKind
 from kvtop.record.keyframes import capture
 from kvtop.record.reader import Recording
 from kvtop.record.replay import Replay
-from kvtop.record.segment import ZSTD_LEVEL
+from kvtop.record.segment import KEYFRAME_ZSTD_LEVEL
 from kvtop.record.writer import KEYFRAME_EVENTS, Recorder
 from transport.events import EventBatch
 from transport.wire import FrameDecoder
@@ -156,7 +158,7 @@ def _ingest_once(frames: list[tuple[str, bytes]], recorder: Recorder | None) -> 
     for index, (label, frame) in enumerate(frames):
         batch = decoder.decode(frame)
         if recorder is not None:
-            recorder.delivered(label, batch, now)
+            recorder.delivered(label, batch, now, frame)
         model.apply(label, batch, now)
         events += len(batch.events)
         if index % 25 == 24:
@@ -189,7 +191,7 @@ def _ingest(events: int, repeats: int, folder: Path, progress: Progress) -> tupl
 def _keep_up(events: int, folder: Path, model: ClusterModel, progress: Progress) -> tuple[float, float, int, float]:
     """Events/s of the recorder alone on one thread; keyframe capture ms and bytes; bytes per M events."""
     decoder: FrameDecoder[EventBatch] = FrameDecoder(EventBatch)
-    batches = [(label, decoder.decode(frame)) for label, frame in synthetic_frames(events, seed=5)]
+    batches = [(label, decoder.decode(frame), frame) for label, frame in synthetic_frames(events, seed=5)]
     captures = []
     for _ in range(5):
         started = time.perf_counter()
@@ -199,18 +201,18 @@ def _keep_up(events: int, folder: Path, model: ClusterModel, progress: Progress)
     recorder = Recorder(folder / "keep-up", keyframe_events=10**12, keyframe_s=1e12)
     now = time.time()
     started = time.perf_counter()
-    for index, (label, batch) in enumerate(batches):
-        recorder.delivered(label, batch, now)
+    for index, (label, batch, frame) in enumerate(batches):
+        recorder.delivered(label, batch, now, frame)
         if index % 25 == 24:
             now += 0.05
     recorder.close()  # not started: the flush runs on this thread
     spent = time.perf_counter() - started
     stats = recorder.stats()
-    if stats.events != sum(len(b.events) for _, b in batches) or stats.error:
+    if stats.events != sum(len(b.events) for _, b, _ in batches) or stats.error:
         raise BenchFailed(f"the recorder wrote {stats.events} events ({stats.error or 'no error'})")
     keyframes = stats.events / KEYFRAME_EVENTS
     rate = stats.events / (spent + keyframes * capture_s)
-    keyframe_bytes = len(zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(state))
+    keyframe_bytes = len(zstandard.ZstdCompressor(level=KEYFRAME_ZSTD_LEVEL).compress(state))
     progress(f"keep up: {rate:,.0f} events/s on one thread (keyframe capture {capture_s * 1000:.1f} ms)")
     return rate, capture_s * 1000, keyframe_bytes, stats.bytes / stats.events * 1e6
 
@@ -227,12 +229,13 @@ def _formats(seconds: float, model: ClusterModel, folder: Path, seeks: int, prog
     store.close()
     store = SqliteBlocks(folder / "blocks.sqlite")
     recording = Recording(folder / "segments")
+    keyframes = [(b.entry.t_first, i) for i, b in enumerate(recording.blocks) if b.kind is BlockKind.KEYFRAME]
     rng = random.Random(3)
     times = [rng.uniform(recording.start, recording.end) for _ in range(seeks)]
     segment_ms, sqlite_ms = [], []
     for t in times:
         started = time.perf_counter()
-        _segment_lookup(recording, t)
+        _segment_lookup(recording, keyframes, t)
         segment_ms.append((time.perf_counter() - started) * 1000)
         started = time.perf_counter()
         store.seek(t)
@@ -251,10 +254,11 @@ def _formats(seconds: float, model: ClusterModel, folder: Path, seeks: int, prog
     return result
 
 
-def _segment_lookup(recording: Recording, t: float) -> list[bytes | None]:
-    """The payloads a seek to `t` reads from segments (the latest keyframe, then the ops blocks up to `t`)."""
+def _segment_lookup(recording: Recording, keyframes: list[tuple[float, int]], t: float) -> list[bytes | None]:
+    """The payloads a seek to `t` reads from segments (the latest keyframe, then the ops blocks up to `t`),
+    found as `Replay.at` finds them (`keyframes`: (time, block index) of each, in order)."""
     blocks = recording.blocks
-    keyframe = max((i for i, b in enumerate(blocks) if b.kind is BlockKind.KEYFRAME and b.entry.t_first <= t))
+    keyframe = keyframes[bisect.bisect_right(keyframes, (t, len(blocks))) - 1][1]
     wanted = [blocks[keyframe]]
     for block in blocks[keyframe + 1 :]:
         if block.entry.t_first > t:

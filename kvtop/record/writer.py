@@ -68,6 +68,15 @@ class _Keyframe:
     state: bytes
 
 
+class _FramedDelivery(msgspec.Struct, tag="d", array_like=True, frozen=True):
+    """A `Delivered` op whose batch is the frame it came in (encodes exactly as `Delivered`, without
+    encoding the batch again)."""
+
+    now: float
+    label: str
+    item: msgspec.Raw
+
+
 @dataclass(frozen=True, slots=True)
 class _Marks:
     """Failure origins the model took in since the last pass (for the MARKS block of the next flush)."""
@@ -78,7 +87,9 @@ class _Marks:
 @dataclass(frozen=True)
 class RecorderStats:
     ops: int
+    """Ops written."""
     events: int
+    """Events handed to the recorder (those of dropped ops included: `dropped_ops` says how many ops)."""
     blocks: int
     keyframes: int
     bytes: int
@@ -124,18 +135,19 @@ class Recorder:
         self.segment_s = min(segment_s, retain_s / 4) if retain_s is not None else segment_s
         self.flush_s, self.max_pending, self._clock = flush_s, max_pending, clock
         self.error = ""
-        self._pending: deque[Op | _Keyframe | _Marks] = deque()
+        self._pending: deque[Op | _FramedDelivery | _Keyframe | _Marks] = deque()
         """Ops and keyframes in order (appended by the collector's thread, taken by the writer's)."""
         self._events_since_keyframe = 0
         self._keyframe_at = -1e18
         self._want_keyframe = True
         self._last_account: Accounted | None = None
         self._failures_seen = 0
+        self._events_in = 0
         self._segment: SegmentWriter | None = None
         self._segments = _existing_segments(self.folder)
         """(path, time it was opened) of the folder's segments, oldest first (earlier runs' too: one ring)."""
         self._seq = 0
-        self._ops = self._events = self._blocks = self._keyframes = 0
+        self._ops = self._blocks = self._keyframes = 0
         self._bytes = sum(_size(path) + _size(index_path(path)) for path, _ in self._segments)
         self._dropped = self._deleted = 0
         self._stop = threading.Event()
@@ -147,9 +159,16 @@ class Recorder:
 
     # --- the collector's side (called under its lock) -------------------------------------
 
-    def delivered(self, label: str, item: Snapshot | EventBatch, now: float) -> None:
-        self._pending.append(Delivered(now, label, item))
-        self._events_since_keyframe += len(item.events) if type(item) is EventBatch else 1
+    def delivered(self, label: str, item: Snapshot | EventBatch, now: float, frame: bytes = b"") -> None:
+        """A delivery applied at `now`; `frame`: the frame a batch came in (written as it came, not encoded
+        again: `Delivered.frame` of the subscriber)."""
+        if frame and type(item) is EventBatch:
+            self._pending.append(_FramedDelivery(now, label, msgspec.Raw(memoryview(frame)[1:])))
+        else:
+            self._pending.append(Delivered(now, label, item))
+        count = len(item.events) if type(item) is EventBatch else 1
+        self._events_since_keyframe += count
+        self._events_in += count
 
     def swept(self, now: float) -> None:
         self._pending.append(Swept(now))
@@ -215,7 +234,7 @@ class Recorder:
 
     def stats(self) -> RecorderStats:
         return RecorderStats(
-            self._ops, self._events, self._blocks, self._keyframes, self._bytes, len(self._segments),
+            self._ops, self._events_in, self._blocks, self._keyframes, self._bytes, len(self._segments),
             self._dropped, self._deleted, self.error,
         )  # fmt: skip
 
@@ -252,7 +271,7 @@ class Recorder:
             self._want_keyframe = True
             log.warning("the recorder fell behind: %d ops dropped (a keyframe follows)", len(pending))
             pending = [Dropped(self._clock(), len(pending))]
-        ops: list[Op] = []
+        ops: list[Op | _FramedDelivery] = []
         marks: list[Mark] = []
         for item in pending:
             if type(item) is _Keyframe:  # may open a new segment: what came before goes in the old one
@@ -272,7 +291,7 @@ class Recorder:
             raw = msgspec.msgpack.encode(marks)
             self._append(BlockKind.MARKS, marks[0].arrived, marks[-1].arrived, len(marks), raw)
 
-    def _write_ops(self, ops: list[Op]) -> None:
+    def _write_ops(self, ops: list[Op | _FramedDelivery]) -> None:
         if not ops or self.error:
             return
         if self._segment is None:  # ops before any keyframe: they replay onto an empty model
@@ -280,7 +299,6 @@ class Recorder:
         raw = msgspec.msgpack.encode(ops)
         self._append(BlockKind.OPS, ops[0].now, ops[-1].now, len(ops), raw)
         self._ops += len(ops)
-        self._events += sum(len(op.item.events) for op in ops if type(op) is Delivered and type(op.item) is EventBatch)
 
     def _write_keyframe(self, keyframe: _Keyframe) -> None:
         if self._segment is None or self._segment_full(keyframe.now):
