@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import signal
 import threading
 import time
@@ -154,7 +155,7 @@ def dump(
     end = min(recording.end, when.at if when.at is not None else recording.end)
     if start > end:
         raise fail("--since/--until select nothing of the recording", 2)
-    cursor = recording.at(start)
+    cursor = recording.at(math.nextafter(start, -math.inf))  # what arrived at `start` itself is dumped
     for op in cursor.deliveries(end):
         item = op.item
         batch = type(item) is EventBatch
