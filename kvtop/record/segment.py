@@ -131,6 +131,7 @@ class SegmentReader:
             self.created = check_file_header(file.read(FILE_HEADER.size), SEGMENT_MAGIC, path.name)
         self.size = path.stat().st_size
         self._decompressor = zstandard.ZstdDecompressor()
+        self._fd: int | None = None
         self.entries = self._read_index()
         last = self.entries[-1] if self.entries else None
         missed = self._scan(last.offset + BLOCK_HEADER.size + last.comp_len if last else FILE_HEADER.size)
@@ -183,11 +184,12 @@ class SegmentReader:
         return found
 
     def read(self, entry: Entry) -> bytes | None:
-        """The block's uncompressed payload, or None (counted) when it fails its checksums."""
-        with self.path.open("rb") as file:
-            file.seek(entry.offset)
-            header = file.read(BLOCK_HEADER.size)
-            payload = file.read(entry.comp_len)
+        """The block's uncompressed payload, or None (counted) when it fails its checksums (the segment stays
+        open for the next read: `close()` it)."""
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY)
+        data = os.pread(self._fd, BLOCK_HEADER.size + entry.comp_len, entry.offset)
+        header, payload = data[: BLOCK_HEADER.size], data[BLOCK_HEADER.size :]
         parsed = _parse(header, entry.offset, self.size)
         if parsed is None or parsed[0] != entry or len(payload) != entry.comp_len:
             self.damage.blocks += 1
@@ -201,6 +203,11 @@ class SegmentReader:
         except zstandard.ZstdError:
             self.damage.blocks += 1
             return None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def _parse(header: bytes, offset: int, size: int) -> tuple[Entry, int, int] | None:

@@ -274,15 +274,15 @@ class Recorder:
         ops: list[Op | _FramedDelivery] = []
         marks: list[Mark] = []
         for item in pending:
-            if type(item) is _Keyframe:  # may open a new segment: what came before goes in the old one
+            if isinstance(item, _Keyframe):  # may open a new segment: what came before goes in the old one
                 self._write_ops(ops)
                 self._write_marks(marks)
                 ops, marks = [], []
                 self._write_keyframe(item)
-            elif type(item) is _Marks:
+            elif isinstance(item, _Marks):
                 marks += item.marks
             else:
-                ops.append(item)  # type: ignore[arg-type]
+                ops.append(item)
         self._write_ops(ops)
         self._write_marks(marks)
 
