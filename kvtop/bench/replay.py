@@ -68,6 +68,9 @@ class ReplayResult:
     machine's cores the runs got (the steadier figure where other work competes for the cores)."""
     events_recorded: int
     """Events the recording collector wrote in the run that wrote the fewest."""
+    recorder_cpu_share: float
+    """The recorder's own CPU per GB moved (the events of a GB at the keep-up rate) over the CPU per GB of the
+    runs that did not record: what recording adds, measured apart from the noise of whole transfer runs."""
     bytes_per_million_events: float
     """Of the real recordings (the transfer legs: rooms of 4 MiB, keyframes included)."""
     ingest_per_s_recording: float
@@ -94,6 +97,9 @@ class ReplayResult:
     seek_max_ms: float
     seek_peak_mib: float
     """The largest memory one seek took (tracemalloc peak, the model it builds included)."""
+    seek_from_start_s: float
+    """The baseline a seek replaces: replaying the hour from its start at this run's ingest rate (estimated
+    from the ingest leg: seek_events / ingest_per_s_not_recording)."""
     seeks: int
     repeats: int
 
@@ -328,6 +334,7 @@ def measure_replay(
         cpu_s_per_gb_not_recording=round(transfer.cpu_off, 3),
         cpu_cost=round(1 - transfer.cpu_off / transfer.cpu_on, 4),
         events_recorded=transfer.events,
+        recorder_cpu_share=round(transfer.events / (room * rooms / 1e9) / keep_up / transfer.cpu_off, 5),
         bytes_per_million_events=round(transfer.bytes_per_million),
         ingest_per_s_recording=round(ingest_on),
         ingest_per_s_not_recording=round(ingest_off),
@@ -340,6 +347,7 @@ def measure_replay(
         seek_hours=hours,
         seek_events=int(seek.pop("seek_events")),
         **{key: round(value, 2) for key, value in seek.items()},
+        seek_from_start_s=round(hours * 3600 * 50_000 / ingest_off, 1),
         seeks=seeks,
         repeats=repeats,
     )

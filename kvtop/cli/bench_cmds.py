@@ -270,7 +270,7 @@ def bench_replay(
         r.as_dict(),
         as_json,
         f"transfer: recording {r.gbps_recording:.2f} GB/s vs {r.gbps_not_recording:.2f}, cost {r.transfer_cost:+.1%} "
-        f"(CPU per GB {r.cpu_cost:+.1%}); "
+        f"(CPU per GB {r.cpu_cost:+.1%}; the recorder's own CPU {r.recorder_cpu_share:.2%} of the transfers'); "
         f"ingest {r.ingest_per_s_recording:,.0f} vs {r.ingest_per_s_not_recording:,.0f} events/s "
         f"(x{r.ingest_ratio:.2f}); recorder alone {r.keep_up_events_per_s:,.0f} events/s on one core; "
         f"{r.bytes_per_million_events / 1e6:.1f} MB per million events (synthetic "
@@ -278,7 +278,8 @@ def bench_replay(
         f"{r.segments_write_s_per_million:.3f} vs {r.sqlite_write_s_per_million:.3f} s/M events, "
         f"{r.segments_bytes_per_million / 1e6:.2f} vs {r.sqlite_bytes_per_million / 1e6:.2f} MB/M, lookup "
         f"{r.segments_lookup_ms:.2f} vs {r.sqlite_lookup_ms:.2f} ms; seek in {r.seek_hours:g} h: median "
-        f"{r.seek_median_ms:.0f} ms, max {r.seek_max_ms:.0f} ms, {r.seek_peak_mib:.0f} MiB",
+        f"{r.seek_median_ms:.0f} ms, max {r.seek_max_ms:.0f} ms, {r.seek_peak_mib:.0f} MiB (replaying from the start: "
+        f"~{r.seek_from_start_s:.0f} s)",
     )
 
 
