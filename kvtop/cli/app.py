@@ -15,7 +15,7 @@ import sys
 import typer
 from typer._click.exceptions import ClickException, UsageError  # Typer vendors Click: its errors live here
 
-from kvtop.cli import bench_cmds, export_cmd, keys_cmd, local_cmds, relay_cmd, top_cmd, views
+from kvtop.cli import bench_cmds, export_cmd, keys_cmd, local_cmds, record_cmd, relay_cmd, top_cmd, views
 
 app = typer.Typer(
     help="top for KV transfers: watch, triage and check prefill/decode disaggregated serving clusters.\n\n"
@@ -35,6 +35,7 @@ views.register(app)
 top_cmd.register(app)
 export_cmd.register(app)
 relay_cmd.register(app)
+record_cmd.register(app)
 bench_cmds.register(bench_app)
 keys_cmd.register(app)
 

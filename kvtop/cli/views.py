@@ -13,18 +13,23 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from kvtop.cli.options import (
+    At,
     Bootstrap,
     Connect,
     CurveKeysDir,
     Follow,
     Interval,
     Json,
+    ReplayPath,
     SGLangLog,
+    Since,
+    Until,
     Wait,
     fail,
     require_source,
 )
 from kvtop.cli.source import Opened, nobody_answered, opened
+from kvtop.cli.when import Past, past_of
 
 if TYPE_CHECKING:
     from kvtop.model.cluster import ClusterModel
@@ -42,24 +47,26 @@ def _frames(
     follow: bool = False,
     interval: float = 1.0,
     sglang_log: list[str] | None = None,
+    past: Past | None = None,
     curve_keys: str = "",
-) -> Iterator[tuple[ClusterModel, float, SGLangLogs | None]]:
+) -> Iterator[tuple[ClusterModel, float, SGLangLogs | None, Opened]]:
     """The model once every agent's snapshot is in; with `follow`, again every `interval` until Ctrl-C.
 
-    Yields (model, now, the log source or None) under the source's lock, so a view reads a consistent
-    model. Exit 1 when the bootstrap address or every agent stays silent, or when the collector stops
-    while following (its error on stderr). With SGLang logs, "now" is the latest time they mention.
+    Yields (model, now, the log source or None, the source) under the source's lock, so a view reads a
+    consistent model. Exit 1 when the bootstrap address or every agent stays silent, or when the collector
+    stops while following (its error on stderr). With SGLang logs, "now" is the latest time they mention
+    (or --at); with a recording (`past`), the replayed instant.
     """
     from transport.errors import BootstrapError
 
     try:
-        with opened(bootstrap, connect, wait, sglang_log, curve_keys=curve_keys) as source:
+        with opened(bootstrap, connect, wait, sglang_log, past=past, curve_keys=curve_keys) as source:
             _say_what_was_heard(source, bootstrap, connect, wait)
             while True:
                 if source.collector is not None and source.collector.died:
                     raise fail(source.collector.error)
                 with source.lock:
-                    yield source.model, source.now(), source.logs
+                    yield source.model, source.now(), source.logs, source
                 if not follow:
                     return
                 time.sleep(interval)
@@ -71,11 +78,24 @@ def _frames(
 
 
 def _say_what_was_heard(source: Opened, bootstrap: str, connect: list[str], wait: float) -> None:
-    """The logs' summary on stderr; exit 1 with one line when no agent answered."""
+    """The logs' summary (or the recording's damage) on stderr; exit 1 with one line when no agent answered."""
     if source.logs is not None:
         typer.echo(source.logs.stats().summary(), err=True)
+    if source.damage:
+        typer.echo(f"kvtop: {source.damage}", err=True)
     if not source.heard():
         raise fail(nobody_answered(bootstrap, connect, wait))
+
+
+def _past(replay: str, at: str, since: str, until: str, sglang_log: list[str], follow: bool = False) -> Past:
+    """The recording and times a view was asked to read (usage errors exit 2)."""
+    try:
+        past = past_of(replay, at, since, until, sglang_log)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+    if follow and past.given:
+        raise typer.BadParameter("--follow reads what arrives; a recording or --at/--since has no more to come")
+    return past
 
 
 @contextlib.contextmanager
@@ -137,6 +157,10 @@ def check(
     as_json: Json = False,
     sglang_log: SGLangLog = [],  # noqa: B006
     curve_keys: CurveKeysDir = "",
+    replay: ReplayPath = "",
+    at: At = "",
+    since: Since = "",
+    until: Until = "",
 ) -> None:
     """Health check for cron, Nagios/Icinga, Kubernetes exec probes and CI gates.
 
@@ -149,9 +173,10 @@ def check(
     """
     from kvtop.views.check import Thresholds
 
-    require_source(bootstrap, connect, sglang_log)
+    past = _past(replay, at, since, until, sglang_log)
+    require_source(bootstrap, connect, sglang_log, replay)
     limits = Thresholds(max_failure_rate, max_stuck, stuck_after, min_ranks, max_gaps, window, max_abort_rate)
-    raise typer.Exit(run_check(bootstrap, connect, limits, wait, as_json, sglang_log, curve_keys))
+    raise typer.Exit(run_check(bootstrap, connect, limits, wait, as_json, sglang_log, past, curve_keys))
 
 
 def run_check(
@@ -161,6 +186,7 @@ def run_check(
     wait: float,
     as_json: bool,
     sglang_log: list[str],
+    past: Past | None = None,
     curve_keys: str = "",
 ) -> int:
     """Judge the source against `limits`, print the verdict; returns its Nagios exit code."""
@@ -168,7 +194,10 @@ def run_check(
     from transport.errors import BootstrapError
 
     try:
-        with opened(bootstrap, connect, wait, sglang_log, curve_keys=curve_keys) as source, source.lock:
+        with opened(bootstrap, connect, wait, sglang_log, past=past, curve_keys=curve_keys) as source, source.lock:
+            if source.damage:
+                typer.echo(f"kvtop: {source.damage}", err=True)
+            limits = dataclasses.replace(limits, window_s=source.window(limits.window_s))
             result = evaluate(source.model, limits, source.now(), waited_s=wait)
     except BootstrapError as error:
         result = unreachable(bootstrap, str(error))
@@ -203,6 +232,10 @@ def status(
     interval: Interval = 1.0,
     sglang_log: SGLangLog = [],  # noqa: B006
     curve_keys: CurveKeysDir = "",
+    replay: ReplayPath = "",
+    at: At = "",
+    since: Since = "",
+    until: Until = "",
 ) -> None:
     """One screen of cluster health: ranks, rooms, throughput, latency, failures, stuck rooms, links.
 
@@ -218,9 +251,12 @@ def status(
     """
     from kvtop.views.tables import status_json, status_text
 
+    past = _past(replay, at, since, until, sglang_log, follow)
     with _until_ctrl_c():
-        for model, now, logs in _frames(bootstrap, connect, wait, follow, interval, sglang_log, curve_keys):
-            text, data = status_text(model, now, window), status_json(model, now, window)
+        frames = _frames(bootstrap, connect, wait, follow, interval, sglang_log, past, curve_keys)
+        for model, now, logs, source in frames:
+            span = source.window(window)
+            text, data = status_text(model, now, span), status_json(model, now, span)
             if logs is not None:
                 stats = logs.stats()
                 text += f"\nlogs    {stats.summary().removeprefix('sglang logs: ')}"
@@ -237,6 +273,10 @@ def ranks(
     interval: Interval = 1.0,
     sglang_log: SGLangLog = [],  # noqa: B006
     curve_keys: CurveKeysDir = "",
+    replay: ReplayPath = "",
+    at: At = "",
+    since: Since = "",
+    until: Until = "",
 ) -> None:
     """Every rank: role, instance, liveness (alive/stale/gone; log), host, pid, rooms in flight, origins, echoes,
     and the frames each of its sockets rejected (control, data, consensus, bootstrap, events, snapshot).
@@ -246,8 +286,9 @@ def ranks(
     """
     from kvtop.views.tables import ranks_json, ranks_text
 
+    past = _past(replay, at, since, until, sglang_log, follow)
     with _until_ctrl_c():
-        for model, now, _ in _frames(bootstrap, connect, wait, follow, interval, sglang_log, curve_keys):
+        for model, now, _, _ in _frames(bootstrap, connect, wait, follow, interval, sglang_log, past, curve_keys):
             _show(ranks_text(model, now), ranks_json(model, now), as_json, follow)
 
 
@@ -260,6 +301,10 @@ def rooms(
     interval: Interval = 1.0,
     sglang_log: SGLangLog = [],  # noqa: B006
     curve_keys: CurveKeysDir = "",
+    replay: ReplayPath = "",
+    at: At = "",
+    since: Since = "",
+    until: Until = "",
 ) -> None:
     """Rooms still open on some rank: state per rank, bytes, age, idle time, link; STUCK after 10 s idle.
 
@@ -269,8 +314,9 @@ def rooms(
     """
     from kvtop.views.tables import rooms_json, rooms_text
 
+    past = _past(replay, at, since, until, sglang_log, follow)
     with _until_ctrl_c():
-        for model, now, logs in _frames(bootstrap, connect, wait, follow, interval, sglang_log, curve_keys):
+        for model, now, logs, _ in _frames(bootstrap, connect, wait, follow, interval, sglang_log, past, curve_keys):
             ended = logs is not None
             _show(rooms_text(model, now, ended), rooms_json(model, now, ended), as_json, follow)
 
@@ -290,6 +336,10 @@ def events(
     wait: Wait = 2.0,
     sglang_log: SGLangLog = [],  # noqa: B006
     curve_keys: CurveKeysDir = "",
+    replay: ReplayPath = "",
+    at: At = "",
+    since: Since = "",
+    until: Until = "",
 ) -> None:
     """The event tail as log lines: what every agent remembers (its snapshot), then, with --follow, live.
 
@@ -307,7 +357,8 @@ def events(
     level = "debug" if debug else level
     if level not in LEVELS:
         raise typer.BadParameter(f"{level!r} is not one of {', '.join(LEVELS)}", param_hint="--level")
-    require_source(bootstrap, connect, sglang_log)
+    past = _past(replay, at, since, until, sglang_log, follow)
+    require_source(bootstrap, connect, sglang_log, replay)
     render = to_json if jsonl else to_line
     fold = LiveFold()
 
@@ -318,8 +369,11 @@ def events(
             if shown(event, level, fold.leads):
                 typer.echo(render(label, event, level_of(event, fold.leads)))
 
+    if replay:
+        _replayed_events(past, emit, gap_json if jsonl else gap_line, level)
+        return
     if sglang_log:
-        _log_events(sglang_log, follow, emit)
+        _log_events(sglang_log, follow, emit, past)
         return
     from kvtop.sources.live import Heard, News
     from transport.errors import BootstrapError
@@ -359,12 +413,43 @@ def events(
         typer.echo(f"kvtop: {rejected} events or batches rejected (values out of range or malformed)", err=True)
 
 
-def _log_events(
-    sglang_log: list[str], follow: bool, emit: Callable[[ClusterModel, list[tuple[str, Event]]], None]
+def _replayed_events(
+    past: Past,
+    emit: Callable[[ClusterModel, list[tuple[str, Event]]], None],
+    gap: Callable[[str, int, float], str],
+    level: str,
 ) -> None:
-    """`kvtop events --sglang-log`: the logs' events in time order, then what they gain."""
-    with opened("", [], 0.0, sglang_log) as source:
-        applied = source.loaded
+    """`kvtop events --replay`: what the recording's collector heard from --since (its start) to --at (its end),
+    each failure at the level the fold of the whole model at --at gives it."""
+    from kvtop.record.records import Gapped
+    from kvtop.views.event_lines import snapshot_events
+
+    with opened("", [], 0.0, past=past, news_since=True) as source:
+        if source.damage:
+            typer.echo(f"kvtop: {source.damage}", err=True)
+        held: list[tuple[str, Event]] = []
+        for item in source.replayed:
+            if isinstance(item, Gapped):
+                emit(source.model, held)
+                held = []
+                if level != "error":
+                    typer.echo(gap(item.label, item.batches, item.now))
+            else:
+                events = snapshot_events(item.events) if item.snapshot else item.events
+                held.extend((item.label, event) for event in events)
+        emit(source.model, held)
+
+
+def _log_events(
+    sglang_log: list[str],
+    follow: bool,
+    emit: Callable[[ClusterModel, list[tuple[str, Event]]], None],
+    past: Past,
+) -> None:
+    """`kvtop events --sglang-log`: the logs' events in time order (from --since to --at), then what they gain."""
+    with opened("", [], 0.0, sglang_log, past=past) as source:
+        since = past.when.since
+        applied = source.loaded if since is None else [(label, e) for label, e in source.loaded if e.ts >= since]
         with contextlib.suppress(KeyboardInterrupt):
             while True:
                 emit(source.model, applied)
@@ -386,6 +471,10 @@ def failures(
     interval: Interval = 1.0,
     sglang_log: SGLangLog = [],  # noqa: B006
     curve_keys: CurveKeysDir = "",
+    replay: ReplayPath = "",
+    at: At = "",
+    since: Since = "",
+    until: Until = "",
 ) -> None:
     """Recent failures of a live cluster or of SGLang logs, each origin once with its echo count and the time
     it started (with the date once the groups fall on more than one day).
@@ -401,9 +490,12 @@ def failures(
     from kvtop.sources.sglang.context import published_context
     from kvtop.views.failures import render_groups, to_json
 
+    past = _past(replay, at, since, until, sglang_log, follow)
     with _until_ctrl_c():
-        for model, _, logs in _frames(bootstrap, connect, wait, follow, interval, sglang_log, curve_keys):
+        for model, _, logs, source in _frames(bootstrap, connect, wait, follow, interval, sglang_log, past, curve_keys):
             groups = model.groups()
+            if source.when.since is not None:
+                groups = [group for group in groups if group.first_ts >= source.when.since]
             context = logs.context_for(groups) if logs is not None else published_context(model, groups)
             _show(render_groups(groups, debug, context), to_json(groups, context), as_json, follow)
             aborted = sum(group.aborted for group in groups)

@@ -16,6 +16,7 @@ import time
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kvtop.model.cluster import ClusterModel
 from transport.bootstrap import BootstrapClient
@@ -25,6 +26,9 @@ from transport.errors import BootstrapError
 from transport.events import Event, Snapshot
 from transport.registration import agent_problem
 from transport.subscriber import Delivered, EventSubscriber
+
+if TYPE_CHECKING:
+    from kvtop.record.writer import Recorder
 
 DISCOVER_EVERY_S = 2.0
 SWEEP_EVERY_S = 0.5
@@ -71,9 +75,12 @@ class Collector:
         model: ClusterModel | None = None,
         news: queue.SimpleQueue[News] | None = None,
         curve: CurveKeys | None = None,
+        recorder: Recorder | None = None,
     ) -> None:
         """`news`: where to put each delivery's accepted events and each gap as they happen (an event tail);
-        `curve`: the cluster's CURVE keys (agents serving CURVE answer only an allowed client)."""
+        `curve`: the cluster's CURVE keys (agents serving CURVE answer only an allowed client);
+        `recorder`: told everything the collector does to the model, in order (kvtop.record), from a
+        keyframe of the model as it is at `start()`."""
         self.bootstrap = bootstrap
         self.endpoints = endpoints or []
         self.model = model or ClusterModel()
@@ -86,6 +93,7 @@ class Collector:
         self.curve = curve
         self._subscriber = EventSubscriber(curve=curve)
         self._news = news
+        self.recorder = recorder
         self._deliveries_failed = 0
         self._synced = False
         self._stop = threading.Event()
@@ -93,6 +101,9 @@ class Collector:
 
     def start(self, discover_timeout_s: float = 2.0) -> Collector:
         """Discover the agents once (raises `BootstrapError` if nobody answers), then collect in the background."""
+        if self.recorder is not None:
+            with self.lock:
+                self.recorder.tick(self.model, time.time())
         self._discover(discover_timeout_s)
         self._thread.start()
         return self
@@ -124,13 +135,19 @@ class Collector:
     def _discover(self, timeout_s: float) -> None:
         for endpoint in self.endpoints:
             self._subscriber.connect_endpoint(endpoint)
+        recorder, now = self.recorder, time.time()
         with self.lock:  # an endpoint is a rank (gone) until an agent answers there
             for endpoint in self.endpoints:
                 if endpoint not in self._subscriber.answered:
                     self.model.expect(endpoint)
+                    if recorder is not None:
+                        recorder.expected(endpoint, now)
         if not self.bootstrap:
             self._synced = self._subscriber.synced()
-            self._update_intake()
+            with self.lock:
+                self._update_intake()
+                if recorder is not None:
+                    recorder.accounted(self.model, now)
             return
         with BootstrapClient(self.bootstrap, timeout_s=timeout_s, curve=self.curve) as client:
             listing = client.listing()
@@ -142,15 +159,18 @@ class Collector:
         else:
             usable = [agent for agent in listing.agents if not self._subscriber.connect(agent)]
         gone = [agent for agent in listing.expired if not agent_problem(agent)]
+        now = time.time()
         with self.lock:
-            for agent in gone:
-                if agent.label not in self.model.ranks:  # known only as gone: never connected to
-                    self.model.register(agent)
-            for agent in usable:
+            registered = [agent for agent in gone if agent.label not in self.model.ranks]  # never connected to
+            for agent in [*registered, *usable]:
                 self.model.register(agent)
+                if recorder is not None:
+                    recorder.registered(agent, now)
             self.model.intake.bootstrap_counters = listing.counters
             self.model.intake.bootstrap_refused = listing.refused
             self._update_intake()
+            if recorder is not None:
+                recorder.accounted(self.model, now)
         self._synced = self._subscriber.synced()
 
     def _update_intake(self) -> None:
@@ -174,14 +194,22 @@ class Collector:
         while not self._stop.is_set():
             deliveries = self._subscriber.poll(0.05)
             now = time.time()
+            recorder = self.recorder
             with self.lock:
                 for delivered in deliveries:
+                    if recorder is not None:
+                        recorder.delivered(delivered.label, delivered.item, now, delivered.frame)
                     self._apply(delivered, now)
                 self._account(now)
                 self._update_intake()
                 if now >= next_sweep:
                     self.model.sweep(now)
                     next_sweep = now + SWEEP_EVERY_S
+                    if recorder is not None:
+                        recorder.swept(now)
+                if recorder is not None:
+                    recorder.accounted(self.model, now)
+                    recorder.tick(self.model, now)
             self._synced = self._subscriber.synced()
             if time.monotonic() >= next_discovery:
                 next_discovery = time.monotonic() + DISCOVER_EVERY_S
@@ -206,12 +234,17 @@ class Collector:
         """What the subscriber counted, into the model: gaps (news of each), rejected frames, answered endpoints."""
         subscriber, model = self._subscriber, self.model
         for endpoint in subscriber.answered:
-            model.forget_expected(endpoint)
+            if endpoint in model.ranks:
+                model.forget_expected(endpoint)
+                if self.recorder is not None and endpoint not in model.ranks:
+                    self.recorder.forgot(endpoint, now)
         counters = subscriber.counters.snapshot()
         model.rejected_frames = sum(counters[name] for name in rejection_names())
         model.gaps = sum(subscriber.gaps.values())
         runs = subscriber.gap_runs
         while runs:
             label, incarnation, missing = runs.popleft()
+            if self.recorder is not None:
+                self.recorder.gapped(label, incarnation, missing, now)
             if self._news is not None:
                 self._news.put(Lost(label, incarnation, missing, now))

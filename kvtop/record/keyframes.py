@@ -1,0 +1,157 @@
+"""Keyframes: the whole state of a `ClusterModel` at one instant, as one msgpack record, and back.
+
+A seek restores the latest keyframe before its time and replays the ops after it, so the model it
+builds is the one the collector held (`STATE_FIELDS` names every attribute of the model a keyframe
+carries; a test fails when the model gains one that is not here). The dashboard's event journal is
+left out (a keyframe's model starts with an empty one; the replay after the keyframe fills it).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import msgspec
+import numpy as np
+
+from kvtop.model.cluster import ClusterModel, Finished, LinkView, RankView, RoomView
+from kvtop.model.fold import Observed
+from kvtop.model.intake import Intake
+from kvtop.model.rolling import RingBuffer
+
+JOURNAL_FIELDS = frozenset(("journal", "journal_total", "_journal_kept", "_journal_events"))
+"""The event tail of the dashboard's model: not part of a keyframe (rebuilt by the replay)."""
+STATE_FIELDS = frozenset(
+    (
+        "ranks", "rooms", "finished", "failures", "transfers", "links", "gaps", "intake", "rejected",
+        "rejected_frames", "lost", "lost_after_s", "_lost_check_at", "_now", "_open", "_touched",
+        "failures_total", "_causes",
+    )
+)  # fmt: skip
+
+
+class Ring(msgspec.Struct, array_like=True):
+    rows: int
+    columns: int
+    next: int
+    size: int
+    data: bytes
+
+
+class Rank(msgspec.Struct, array_like=True):
+    label: str
+    role: str
+    instance: str
+    rank: int
+    host: str
+    pid: int
+    incarnation: int
+    last_seen: float
+    inflight: int
+    counters: dict[str, int]
+    rejected: dict[str, dict[str, int]]
+    cpu_percent: float
+    rss_bytes: int
+    origins: int
+    echoes: int
+    transfers: Ring
+    from_log: bool
+    history_since: float
+
+
+class Link(msgspec.Struct, array_like=True):
+    prefill: str
+    decode: str
+    transfers: int
+    nbytes: int
+    failed_rooms: int
+    recent: Ring
+
+
+class ModelState(msgspec.Struct, array_like=True):
+    ranks: list[Rank]
+    rooms: list[RoomView]
+    finished: list[Finished]
+    failures: list[Observed]
+    transfers: Ring
+    links: list[Link]
+    gaps: int
+    intake: Intake
+    rejected: int
+    rejected_frames: int
+    lost: int
+    lost_after_s: float
+    lost_check_at: float
+    now: float
+    open: list[int]
+    touched: list[tuple[float, list[int]]]
+    failures_total: int
+    causes: list[tuple[int, int]]
+
+
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODER = msgspec.msgpack.Decoder(ModelState)
+
+
+def _ring(ring: RingBuffer) -> Ring:
+    data = ring._data
+    return Ring(data.shape[0], data.shape[1], ring._next, ring._size, data.tobytes())
+
+
+def _unring(state: Ring) -> RingBuffer:
+    ring = RingBuffer(state.rows, state.columns - 1)
+    ring._data = np.frombuffer(state.data, dtype=np.float64).reshape(state.rows, state.columns).copy()
+    ring._next, ring._size = state.next, state.size
+    return ring
+
+
+def _rank(view: RankView) -> Rank:
+    return Rank(
+        view.label, view.role, view.instance, view.rank, view.host, view.pid, view.incarnation, view.last_seen,
+        view.inflight, view.counters, view.rejected, view.cpu_percent, view.rss_bytes, view.origins, view.echoes,
+        _ring(view.transfers), view.from_log, view.history_since,
+    )  # fmt: skip
+
+
+def _unrank(state: Rank) -> RankView:
+    return RankView(
+        state.label, state.role, state.instance, state.rank, state.host, state.pid, state.incarnation,
+        state.last_seen, state.inflight, state.counters, state.rejected, state.cpu_percent, state.rss_bytes,
+        state.origins, state.echoes, _unring(state.transfers), state.from_log, state.history_since,
+    )  # fmt: skip
+
+
+def capture(model: ClusterModel) -> bytes:
+    """The model's state as one msgpack record (take it under the collector's lock: it reads everything)."""
+    state = ModelState(
+        [_rank(view) for view in model.ranks.values()],
+        list(model.rooms.values()),
+        list(model.finished.values()),
+        list(model.failures),
+        _ring(model.transfers),
+        [Link(p, d, v.transfers, v.nbytes, v.failed_rooms, _ring(v.recent)) for (p, d), v in model.links.items()],
+        model.gaps, model.intake, model.rejected, model.rejected_frames, model.lost, model.lost_after_s,
+        model._lost_check_at, model._now, list(model._open), list(model._touched), model.failures_total,
+        list(model._causes.items()),
+    )  # fmt: skip
+    return _ENCODER.encode(state)
+
+
+def restore(data: bytes | memoryview, journal_events: int = 0) -> ClusterModel:
+    """The model a keyframe holds (`journal_events`: the event tail to keep from here on, as the model's
+    own argument). Raises `msgspec.DecodeError` when the record is no keyframe of this schema."""
+    state = _DECODER.decode(data)
+    model = ClusterModel(journal_events, state.lost_after_s)
+    model.ranks = {rank.label: _unrank(rank) for rank in state.ranks}
+    model.rooms = {room.room: room for room in state.rooms}
+    model.finished = {f.room: f for f in state.finished}
+    model.failures.extend(state.failures)
+    model.transfers = _unring(state.transfers)
+    for link in state.links:
+        model.links[(link.prefill, link.decode)] = LinkView(
+            link.transfers, link.nbytes, link.failed_rooms, _unring(link.recent)
+        )
+    model.gaps, model.intake, model.rejected = state.gaps, state.intake, state.rejected
+    model.rejected_frames, model.lost, model._lost_check_at = state.rejected_frames, state.lost, state.lost_check_at
+    model._now, model._open, model._touched = state.now, set(state.open), deque(state.touched)
+    model.failures_total, model._causes = state.failures_total, dict(state.causes)
+    return model

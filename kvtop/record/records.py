@@ -1,0 +1,127 @@
+"""The ops of a recording: what the collector did to its model, in order, as typed msgspec records.
+
+Replaying them in order into a model (`apply_op`) rebuilds the model the collector held, exactly: the
+deliveries (an agent's snapshot or event batch, as the subscriber delivered it, with its arrival time;
+the batch's envelope carries the agent's identity, incarnation and seq), the sweeps, the ranks the
+bootstrap service listed, and the collector's own account of what it refused (`Intake`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from kvtop.model.cluster import ClusterModel
+from transport.events import Event, EventBatch, Snapshot
+from transport.wire import AgentInfo
+
+Time = Annotated[float, msgspec.Meta(ge=0.0, le=1e10)]
+
+
+class Delivered(msgspec.Struct, tag="d", array_like=True, frozen=True):
+    """A delivery applied at `now` (the collector's wall clock when it arrived)."""
+
+    now: Time
+    label: str
+    item: Snapshot | EventBatch
+
+
+class Swept(msgspec.Struct, tag="s", array_like=True, frozen=True):
+    now: Time
+
+
+class Registered(msgspec.Struct, tag="r", array_like=True, frozen=True):
+    """A rank the bootstrap service listed (`ClusterModel.register`)."""
+
+    now: Time
+    agent: AgentInfo
+
+
+class Expected(msgspec.Struct, tag="e", array_like=True, frozen=True):
+    """An endpoint given by the operator, a rank until an agent answers there (`ClusterModel.expect`)."""
+
+    now: Time
+    label: str
+
+
+class Forgot(msgspec.Struct, tag="f", array_like=True, frozen=True):
+    """An expected endpoint answered as the rank it named (`ClusterModel.forget_expected`)."""
+
+    now: Time
+    label: str
+
+
+class Accounted(msgspec.Struct, tag="a", array_like=True, frozen=True):
+    """The collector's account as it changed: its counters, what it refused, gaps, rejected frames."""
+
+    now: Time
+    counters: dict[str, int]
+    bad_entries: dict[str, str]
+    bootstrap_counters: dict[str, int]
+    bootstrap_refused: list[str]
+    gaps: int
+    rejected_frames: int
+    error: str = ""
+
+
+class Gapped(msgspec.Struct, tag="g", array_like=True, frozen=True):
+    """The subscriber found `batches` event batches of one agent incarnation missing (the live `Lost` news)."""
+
+    now: Time
+    label: str
+    incarnation: int
+    batches: int
+
+
+class Dropped(msgspec.Struct, tag="x", array_like=True, frozen=True):
+    """The recorder lost `ops` ops here (its queue was full): the replay is inexact until the next keyframe."""
+
+    now: Time
+    ops: int
+
+
+Op = Delivered | Swept | Registered | Expected | Forgot | Accounted | Gapped | Dropped
+
+
+class Mark(msgspec.Struct, array_like=True, frozen=True):
+    """A failure origin (a rank's own failure, not one it learnt of), for jump-to-origin."""
+
+    ts: Time
+    """The failure's own time (the agent's clock)."""
+    arrived: Time
+    """When the collector applied it: the replay time at which the model first shows it."""
+    room: int
+    rank: str
+    reason_class: str
+
+
+OPS_DECODER = msgspec.msgpack.Decoder(list[Op])
+MARKS_DECODER = msgspec.msgpack.Decoder(list[Mark])
+
+
+def op_time(op: Op) -> float:
+    return op.now
+
+
+def apply_op(model: ClusterModel, op: Op) -> list[Event] | None:
+    """Apply one op as the collector did; returns the events a delivery's model accepted (None otherwise).
+
+    A delivery the model cannot apply raises as it did live (the caller counts it, as the collector did)."""
+    if type(op) is Delivered:
+        return model.apply(op.label, op.item, op.now)
+    if type(op) is Swept:
+        model.sweep(op.now)
+    elif type(op) is Accounted:
+        intake = model.intake
+        intake.counters, intake.bad_entries = op.counters, op.bad_entries
+        intake.bootstrap_counters, intake.bootstrap_refused = op.bootstrap_counters, op.bootstrap_refused
+        intake.error = op.error
+        model.gaps, model.rejected_frames = op.gaps, op.rejected_frames
+    elif type(op) is Registered:
+        model.register(op.agent)
+    elif type(op) is Expected:
+        model.expect(op.label)
+    elif type(op) is Forgot:
+        model.forget_expected(op.label)
+    return None

@@ -1,0 +1,385 @@
+"""The recorder: what a live collector applies to its model, written to a recording as it happens.
+
+The collector calls the `Recorder` under its lock (`delivered`, `swept`, `registered`, `expected`,
+`forgot`, `accounted`, `tick`): each call appends a record to a list and returns (no encoding, no I/O on
+the collector's thread, except a keyframe's capture in `tick`). A writer thread takes the list every
+`flush_s`, encodes it (msgspec), compresses it (zstd) and appends it as a block; it also writes the
+failure origins of the block (MARKS) and, when `tick` captured one, a keyframe. Segments rotate at a
+keyframe once they pass `segment_bytes`, so each segment starts with a keyframe and stands alone once the
+older ones are deleted (`retain_s`, `max_bytes`: the bounded ring).
+
+A writer that cannot keep up drops whole flushes past `max_pending` ops and records that it did
+(`Dropped`; the replay is inexact until the next keyframe, which it then asks for). A write that fails (a
+full disk) stops the recording: `error` says why, and `stats()` shows it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from kvtop.model.cluster import ClusterModel
+from kvtop.record.format import DIR_MODE, SEGMENT_SUFFIX, BlockKind
+from kvtop.record.keyframes import capture
+from kvtop.record.records import (
+    Accounted,
+    Delivered,
+    Dropped,
+    Expected,
+    Forgot,
+    Gapped,
+    Mark,
+    Op,
+    Registered,
+    Swept,
+)
+from kvtop.record.segment import SegmentWriter, index_path
+from transport.events import EventBatch, Snapshot
+from transport.wire import AgentInfo
+
+log = logging.getLogger("kvtop.record")
+
+FLUSH_S = 0.25
+KEYFRAME_EVENTS = 50_000
+"""A keyframe after this many events: a seek replays at most this many (~0.1 s with decoding; `bench replay`)."""
+KEYFRAME_S = 60.0
+"""A keyframe at least this often, however quiet the cluster."""
+SEGMENT_BYTES = 16 << 20
+SEGMENT_S = 3600.0
+"""A segment is closed (at the next keyframe) past this size or age: the ring deletes whole segments."""
+MAX_PENDING = 2_000_000
+"""Ops held for the writer at most (about 10 s at 200k events/s in batches of 1)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Keyframe:
+    """A keyframe captured at `now`, in its place among the ops."""
+
+    now: float
+    state: bytes
+
+
+class _FramedDelivery(msgspec.Struct, tag="d", array_like=True, frozen=True):
+    """A `Delivered` op whose batch is the frame it came in (encodes exactly as `Delivered`, without
+    encoding the batch again)."""
+
+    now: float
+    label: str
+    item: msgspec.Raw
+
+
+@dataclass(frozen=True, slots=True)
+class _Marks:
+    """Failure origins the model took in since the last pass (for the MARKS block of the next flush)."""
+
+    marks: list[Mark]
+
+
+@dataclass(frozen=True)
+class RecorderStats:
+    ops: int
+    """Ops written."""
+    events: int
+    """Events handed to the recorder (those of dropped ops included: `dropped_ops` says how many ops)."""
+    blocks: int
+    keyframes: int
+    bytes: int
+    """Bytes of the segments on disk now (the ring's deletions taken off)."""
+    segments: int
+    dropped_ops: int
+    deleted_segments: int
+    error: str
+
+
+def _segment_name(first: float, seq: int) -> str:
+    return f"seg-{int(first * 1e6):017d}-{seq:06d}{SEGMENT_SUFFIX}"
+
+
+def make_folder(folder: Path) -> None:
+    """The recording's folder, mode 0750 (its parents too, when missing)."""
+    folder.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+    os.chmod(folder, DIR_MODE)
+
+
+class Recorder:
+    """Records a live collector's model inputs into `folder` (a new recording, or more segments of one)."""
+
+    def __init__(
+        self,
+        folder: str | Path,
+        *,
+        max_bytes: int | None = None,
+        retain_s: float | None = None,
+        keyframe_events: int = KEYFRAME_EVENTS,
+        keyframe_s: float = KEYFRAME_S,
+        segment_bytes: int = SEGMENT_BYTES,
+        segment_s: float = SEGMENT_S,
+        flush_s: float = FLUSH_S,
+        max_pending: int = MAX_PENDING,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """`max_bytes`/`retain_s`: delete the oldest segments beyond this size or age (None: keep all)."""
+        self.folder = Path(folder)
+        make_folder(self.folder)
+        self.max_bytes, self.retain_s = max_bytes, retain_s
+        self.keyframe_events, self.keyframe_s, self.segment_bytes = keyframe_events, keyframe_s, segment_bytes
+        self.segment_s = min(segment_s, retain_s / 4) if retain_s is not None else segment_s
+        self.flush_s, self.max_pending, self._clock = flush_s, max_pending, clock
+        self.error = ""
+        self._pending: deque[Op | _FramedDelivery | _Keyframe | _Marks] = deque()
+        """Ops and keyframes in order (appended by the collector's thread, taken by the writer's)."""
+        self._events_since_keyframe = 0
+        self._keyframe_at = -1e18
+        self._want_keyframe = True
+        self._last_account: Accounted | None = None
+        self._failures_seen = 0
+        self._events_in = 0
+        self._segment: SegmentWriter | None = None
+        self._segments = _existing_segments(self.folder)
+        """(path, time it was opened) of the folder's segments, oldest first (earlier runs' too: one ring)."""
+        self._seq = 0
+        self._ops = self._blocks = self._keyframes = 0
+        self._bytes = sum(_size(path) + _size(index_path(path)) for path, _ in self._segments)
+        self._dropped = self._deleted = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kvtop-recorder", daemon=True)
+
+    def start(self) -> Recorder:
+        self._thread.start()
+        return self
+
+    # --- the collector's side (called under its lock) -------------------------------------
+
+    def delivered(self, label: str, item: Snapshot | EventBatch, now: float, frame: bytes = b"") -> None:
+        """A delivery applied at `now`; `frame`: the frame a batch came in (written as it came, not encoded
+        again: `Delivered.frame` of the subscriber)."""
+        if frame and type(item) is EventBatch:
+            self._pending.append(_FramedDelivery(now, label, msgspec.Raw(memoryview(frame)[1:])))
+        else:
+            self._pending.append(Delivered(now, label, item))
+        count = len(item.events) if type(item) is EventBatch else 1
+        self._events_since_keyframe += count
+        self._events_in += count
+
+    def swept(self, now: float) -> None:
+        self._pending.append(Swept(now))
+
+    def registered(self, agent: AgentInfo, now: float) -> None:
+        self._pending.append(Registered(now, agent))
+
+    def expected(self, label: str, now: float) -> None:
+        self._pending.append(Expected(now, label))
+
+    def forgot(self, label: str, now: float) -> None:
+        self._pending.append(Forgot(now, label))
+
+    def gapped(self, label: str, incarnation: int, batches: int, now: float) -> None:
+        self._pending.append(Gapped(now, label, incarnation, batches))
+
+    def accounted(self, model: ClusterModel, now: float) -> None:
+        """The collector's account, recorded when it changed."""
+        intake = model.intake
+        last = self._last_account
+        if (
+            last is None
+            or last.counters != intake.counters
+            or last.gaps != model.gaps
+            or last.rejected_frames != model.rejected_frames
+            or last.bad_entries != intake.bad_entries
+            or last.bootstrap_counters != intake.bootstrap_counters
+            or last.bootstrap_refused != intake.bootstrap_refused
+            or last.error != intake.error
+        ):
+            self._last_account = account = Accounted(
+                now, dict(intake.counters), dict(intake.bad_entries), dict(intake.bootstrap_counters),
+                list(intake.bootstrap_refused), model.gaps, model.rejected_frames, intake.error,
+            )  # fmt: skip
+            self._pending.append(account)
+
+    def tick(self, model: ClusterModel, now: float) -> None:
+        """End of one collector pass: capture a keyframe when one is due (after `keyframe_events` events,
+        `keyframe_s` seconds, a segment rotation or a drop)."""
+        self._take_marks(model, now)
+        due = self._events_since_keyframe >= self.keyframe_events or now - self._keyframe_at >= self.keyframe_s
+        if not (due or self._want_keyframe) or self.error:
+            return
+        self._want_keyframe = False
+        self._events_since_keyframe = 0
+        self._keyframe_at = now
+        self._pending.append(_Keyframe(now, capture(model)))
+
+    def _take_marks(self, model: ClusterModel, now: float) -> None:
+        """The origins among the failures the model took in since the last pass (a rank's own failure, not
+        one it learnt of), from the model's own list: no walk over the events."""
+        new = model.failures_total - self._failures_seen
+        self._failures_seen = model.failures_total
+        if new <= 0:
+            return
+        recent = itertools.islice(reversed(model.failures), min(new, len(model.failures)))
+        marks = [Mark(f.ts, now, f.room, f.rank, f.reason_class) for f in recent
+                 if not f.from_another_rank and f.origin in ("", f.rank)]  # fmt: skip
+        if marks:
+            self._pending.append(_Marks(marks[::-1]))
+
+    # --- the writer's side ----------------------------------------------------------------
+
+    def stats(self) -> RecorderStats:
+        return RecorderStats(
+            self._ops, self._events_in, self._blocks, self._keyframes, self._bytes, len(self._segments),
+            self._dropped, self._deleted, self.error,
+        )  # fmt: skip
+
+    def close(self) -> None:
+        """Write what is pending and close the segment (fsync'd); idempotent."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        elif not self.error:
+            self._flush()
+        if self._segment is not None:
+            try:
+                self._segment.close()
+            except OSError as error:
+                self._fail(error)
+            self._segment = None
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self.flush_s):
+                self._flush()
+            self._flush()
+        except Exception as error:  # a bug: loud, and the recording stops
+            log.exception("the recorder thread died; the recording stops here")
+            self.error = f"the recorder stopped: {error!r}"
+
+    def _flush(self) -> None:
+        queued, take = self._pending, self._pending.popleft
+        pending = [take() for _ in range(len(queued))]
+        if not pending or self.error:
+            return
+        if len(pending) > self.max_pending:
+            self._dropped += len(pending)
+            self._want_keyframe = True
+            log.warning("the recorder fell behind: %d ops dropped (a keyframe follows)", len(pending))
+            pending = [Dropped(self._clock(), len(pending))]
+        ops: list[Op | _FramedDelivery] = []
+        marks: list[Mark] = []
+        for item in pending:
+            if isinstance(item, _Keyframe):  # may open a new segment: what came before goes in the old one
+                self._write_ops(ops)
+                self._write_marks(marks)
+                ops, marks = [], []
+                self._write_keyframe(item)
+            elif isinstance(item, _Marks):
+                marks += item.marks
+            else:
+                ops.append(item)
+        self._write_ops(ops)
+        self._write_marks(marks)
+
+    def _write_marks(self, marks: list[Mark]) -> None:
+        if marks and self._segment is not None:
+            raw = msgspec.msgpack.encode(marks)
+            self._append(BlockKind.MARKS, marks[0].arrived, marks[-1].arrived, len(marks), raw)
+
+    def _write_ops(self, ops: list[Op | _FramedDelivery]) -> None:
+        if not ops or self.error:
+            return
+        if self._segment is None:  # ops before any keyframe: they replay onto an empty model
+            self._rotate(ops[0].now)
+        raw = msgspec.msgpack.encode(ops)
+        self._append(BlockKind.OPS, ops[0].now, ops[-1].now, len(ops), raw)
+        self._ops += len(ops)
+
+    def _write_keyframe(self, keyframe: _Keyframe) -> None:
+        if self._segment is None or self._segment_full(keyframe.now):
+            self._rotate(keyframe.now)
+        self._append(BlockKind.KEYFRAME, keyframe.now, keyframe.now, 1, keyframe.state)
+        self._keyframes += 1
+
+    def _segment_full(self, now: float) -> bool:
+        return self._segment is not None and (
+            self._segment.size >= self.segment_bytes or now - self._segments[-1][1] >= self.segment_s
+        )
+
+    def _append(self, kind: BlockKind, t_first: float, t_last: float, count: int, raw: bytes) -> None:
+        if self._segment is None or self.error:
+            return
+        try:
+            self._bytes += self._segment.append(kind, t_first, t_last, count, raw)
+        except OSError as error:
+            self._fail(error)
+            return
+        self._blocks += 1
+        if self._segment_full(t_last):
+            self._want_keyframe = True  # the next keyframe opens a new segment
+
+    def _rotate(self, now: float) -> None:
+        try:
+            if self._segment is not None:
+                self._segment.close()
+            self._seq += 1
+            path = self.folder / _segment_name(now, self._seq)
+            while path.exists():
+                self._seq += 1
+                path = self.folder / _segment_name(now, self._seq)
+            self._segment = SegmentWriter(path, now)
+        except OSError as error:
+            self._segment = None
+            self._fail(error)
+            return
+        self._segments.append((path, now))
+        self._bytes += self._segment.size
+        self._retire(now)
+
+    def _retire(self, now: float) -> None:
+        """Delete the oldest segments (never the one being written) beyond `max_bytes` or `retain_s`."""
+        while len(self._segments) > 1:
+            path = self._segments[0][0]
+            size = _size(path) + _size(index_path(path))
+            ended = self._segments[1][1]  # the next segment opened when this one ended
+            too_old = self.retain_s is not None and now - ended > self.retain_s
+            too_big = self.max_bytes is not None and self._bytes > self.max_bytes
+            if not (too_old or too_big):
+                return
+            for doomed in (path, index_path(path)):
+                doomed.unlink(missing_ok=True)
+            self._segments.pop(0)
+            self._bytes -= size
+            self._deleted += 1
+
+    def _fail(self, error: OSError) -> None:
+        self.error = f"recording to {self.folder} stopped: {error.strerror or error}"
+        log.error("%s", self.error)
+
+
+def cache_folder() -> Path:
+    """Where the dashboard's ring goes by default: `$XDG_CACHE_HOME/kvtop/recordings` (~/.cache/...)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "kvtop" / "recordings"
+
+
+def _existing_segments(folder: Path) -> list[tuple[Path, float]]:
+    """The segments already in `folder` with the time each was opened (from its name), oldest first."""
+    found: list[tuple[Path, float]] = []
+    for path in sorted(folder.glob(f"seg-*{SEGMENT_SUFFIX}")):
+        stamp = path.name.removeprefix("seg-").partition("-")[0]
+        if stamp.isdigit():
+            found.append((path, int(stamp) / 1e6))
+    return found
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

@@ -1,0 +1,190 @@
+"""The recording format: what it reads back exactly, and what it does with damage (torn writes, bad
+checksums, a damaged segment, another schema version)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import struct
+from pathlib import Path
+
+import pytest
+
+from kvtop.model.cluster import ClusterModel
+from kvtop.record import keyframes
+from kvtop.record.format import BLOCK_HEADER, FILE_HEADER, BlockKind, RecordingError, UnknownSchema, checksum
+from kvtop.record.reader import Recording
+from kvtop.record.replay import Replay
+from kvtop.record.synthetic import feed
+from kvtop.record.writer import Recorder
+from kvtop.sources.synthetic import SyntheticCluster
+from kvtop.views.failures import to_json
+from kvtop.views.tables import status_json
+
+CLUSTER = SyntheticCluster(prefill=2, decode=2, tp=2, spacing_s=0.001, failure_rate=0.1)
+
+
+def _record(folder: Path, passes: int = 60, **options: object) -> list[tuple[float, str]]:
+    """A recording of `passes` collector passes; returns (time, status JSON) as the live model said at each."""
+    options = {"keyframe_events": 3000, "segment_bytes": 40_000, "flush_s": 3600.0, **options}
+    recorder = Recorder(folder, **options)  # type: ignore[arg-type]
+    model = ClusterModel()
+    said: list[tuple[float, str]] = []
+
+    def note(now: float) -> None:
+        said.append((now, json.dumps([status_json(model, now, 60.0), to_json(model.groups(), None)])))
+
+    feed(recorder, model, CLUSTER, passes, rooms_per_pass=20, on_pass=note)
+    recorder.close()
+    return said
+
+
+def _replayed(replay: Replay, now: float) -> str:
+    model = replay.at(now).model
+    return json.dumps([status_json(model, now, 60.0), to_json(model.groups(), None)])
+
+
+def test_replay_at_any_time_rebuilds_the_model_the_live_side_held(tmp_path: Path) -> None:
+    """At every pass, the replayed model's status and failures equal what the live model said then."""
+    said = _record(tmp_path / "rec")
+    replay = Replay(tmp_path / "rec")
+    assert len(replay.recording.segments) > 2, "the test wants keyframes in several segments"
+    assert not replay.recording.damage
+    for now, live in said[::7] + said[-1:]:
+        assert _replayed(replay, now) == live
+
+
+def test_stepping_forward_gives_the_same_models_as_seeking(tmp_path: Path) -> None:
+    """A cursor advanced pass by pass holds, at each pass, the model a fresh seek there builds."""
+    said = _record(tmp_path / "rec", passes=30)
+    replay = Replay(tmp_path / "rec")
+    cursor = replay.at(said[0][0])
+    for now, live in said[1:]:
+        heard = cursor.advance(now)
+        assert heard, "each pass delivered batches"
+        model = cursor.model
+        assert json.dumps([status_json(model, now, 60.0), to_json(model.groups(), None)]) == live
+
+
+def test_files_and_folders_are_private_to_the_owner_and_group(tmp_path: Path) -> None:
+    """Segments and indexes are 0640, the folder 0750, whatever the umask."""
+    old = os.umask(0)
+    try:
+        _record(tmp_path / "rec", passes=5)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "rec").stat().st_mode) == 0o750
+    files = list((tmp_path / "rec").iterdir())
+    assert files and {stat.S_IMODE(f.stat().st_mode) for f in files} == {0o640}
+
+
+def test_a_torn_last_block_reads_up_to_it_and_says_how_much_was_lost(tmp_path: Path) -> None:
+    """Cut mid-block (kill -9): every whole block before the cut replays; the torn bytes are counted."""
+    said = _record(tmp_path / "rec")
+    last = sorted((tmp_path / "rec").glob("*.kvr"))[-1]
+    size = last.stat().st_size
+    with last.open("r+b") as file:
+        file.truncate(size - 100)
+    recording = Recording(tmp_path / "rec")
+    assert recording.damage.bytes > 0
+    assert "bytes unreadable" in recording.damage.summary()
+    replay = Replay(recording)
+    kept = [(now, live) for now, live in said if now <= recording.end]
+    assert len(kept) >= len(said) - 3
+    assert _replayed(replay, kept[-1][0]) == kept[-1][1]
+
+
+def test_a_lost_index_is_rebuilt_from_the_segment(tmp_path: Path) -> None:
+    """Without its index (or with a torn one), a segment is scanned: the replay is the same."""
+    said = _record(tmp_path / "rec")
+    for index in (tmp_path / "rec").glob("*.idx"):
+        index.write_bytes(index.read_bytes()[: FILE_HEADER.size + 50])
+    replay = Replay(tmp_path / "rec")
+    assert replay.recording.damage.indexes_rebuilt == len(replay.recording.segments)
+    assert not replay.recording.damage
+    assert _replayed(replay, said[-1][0]) == said[-1][1]
+
+
+def test_a_block_with_a_bad_checksum_is_skipped_and_counted(tmp_path: Path) -> None:
+    """A flipped payload byte: that block is skipped (counted), the model is inexact until the next keyframe,
+    which puts it right."""
+    said = _record(tmp_path / "rec")
+    damaged = Recording(tmp_path / "rec").segments[1]
+    ops = damaged.entries[1]
+    assert ops.kind is BlockKind.OPS
+    data = bytearray(damaged.path.read_bytes())
+    data[ops.offset + BLOCK_HEADER.size + 5] ^= 0xFF
+    damaged.path.write_bytes(bytes(data))
+    replay = Replay(tmp_path / "rec")
+    cursor = replay.at(said[0][0])
+    cursor.advance(ops.t_first)  # its keyframe, then the damaged block: the ops after it are missing
+    assert cursor.inexact
+    cursor.advance(said[-1][0])
+    assert not cursor.inexact
+    assert replay.recording.damage.blocks == 1
+    model = cursor.model
+    assert json.dumps([status_json(model, said[-1][0], 60.0), to_json(model.groups(), None)]) == said[-1][1]
+
+
+def test_a_damaged_segment_in_the_middle_is_skipped_and_counted_and_the_rest_replays(tmp_path: Path) -> None:
+    """A segment whose header is garbage is skipped whole; the segments after it replay exactly."""
+    said = _record(tmp_path / "rec")
+    segments = sorted((tmp_path / "rec").glob("*.kvr"))
+    middle = segments[len(segments) // 2]
+    with middle.open("r+b") as file:
+        file.write(b"garbage!")
+    replay = Replay(tmp_path / "rec")
+    assert len(replay.recording.damage.segments_skipped) == 1
+    assert "1 segments skipped" in replay.recording.damage.summary()
+    assert _replayed(replay, said[-1][0]) == said[-1][1]
+
+
+def test_another_schema_version_is_a_clear_error(tmp_path: Path) -> None:
+    """A segment of schema 99 (another kvtop): UnknownSchema naming both versions, not damage."""
+    _record(tmp_path / "rec", passes=5)
+    segment = sorted((tmp_path / "rec").glob("*.kvr"))[0]
+    data = bytearray(segment.read_bytes())
+    struct.pack_into("<H", data, 8, 99)
+    struct.pack_into("<I", data, FILE_HEADER.size - 4, checksum(bytes(data[: FILE_HEADER.size - 4])))
+    segment.write_bytes(bytes(data))
+    with pytest.raises(UnknownSchema, match="recording schema 99, this kvtop reads schema 1"):
+        Recording(segment)
+
+
+def test_a_folder_with_no_recording_is_a_clear_error(tmp_path: Path) -> None:
+    """An empty folder, or a path that is not there: RecordingError saying so."""
+    with pytest.raises(RecordingError, match="no readable segment"):
+        Recording(tmp_path)
+    with pytest.raises(RecordingError, match="no such recording"):
+        Recording(tmp_path / "missing")
+
+
+def test_the_ring_deletes_the_oldest_segments_beyond_its_size(tmp_path: Path) -> None:
+    """With max_bytes, the oldest whole segments go; what is left starts with a keyframe and replays."""
+    said = _record(tmp_path / "rec", passes=80, max_bytes=120_000)
+    files = list((tmp_path / "rec").iterdir())
+    assert sum(f.stat().st_size for f in files) <= 120_000 + 60_000  # one segment of slack
+    replay = Replay(tmp_path / "rec")
+    assert replay.start > said[0][0]
+    assert _replayed(replay, said[-1][0]) == said[-1][1]
+
+
+def test_a_keyframe_carries_every_attribute_of_the_model() -> None:
+    """A model attribute that keyframes do not know fails here (add it to keyframes.py)."""
+    model = ClusterModel()
+    assert set(vars(model)) == keyframes.STATE_FIELDS | keyframes.JOURNAL_FIELDS
+
+
+def test_failure_origins_are_listed_without_decoding_the_events(tmp_path: Path) -> None:
+    """marks(): one per origin failure, in arrival order; next/previous find the neighbours of a time."""
+    said = _record(tmp_path / "rec", passes=20)
+    replay = Replay(tmp_path / "rec")
+    marks = replay.marks()
+    groups = json.loads(said[-1][1])[1]
+    assert len(marks) == len([group for group in groups if group["origin"]]) > 0
+    middle = marks[len(marks) // 2]
+    after = replay.next_origin(middle.arrived)
+    assert after is not None and after.arrived > middle.arrived
+    before = replay.previous_origin(middle.arrived)
+    assert before is None or before.arrived < middle.arrived
