@@ -9,7 +9,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-_KEY_NAMES = {"question_mark": "?", "slash": "/"}
+_KEY_NAMES = {"question_mark": "?", "slash": "/", "comma": ",", "full_stop": ".", "less_than_sign": "<",
+              "greater_than_sign": ">", "left_square_bracket": "[", "right_square_bracket": "]"}  # fmt: skip
 
 
 def binding_table(sections: dict[str, list[BindingType]]) -> Table:
