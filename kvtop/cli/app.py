@@ -15,7 +15,7 @@ import sys
 import typer
 from typer._click.exceptions import ClickException, UsageError  # Typer vendors Click: its errors live here
 
-from kvtop.cli import bench_cmds, local_cmds, top_cmd, views
+from kvtop.cli import bench_cmds, local_cmds, record_cmd, top_cmd, views
 
 app = typer.Typer(
     help="top for KV transfers: watch, triage and check prefill/decode disaggregated serving clusters.\n\n"
@@ -33,6 +33,7 @@ app.add_typer(cluster_app, name="cluster")
 local_cmds.register(app, cluster_app)
 views.register(app)
 top_cmd.register(app)
+record_cmd.register(app)
 bench_cmds.register(bench_app)
 
 

@@ -90,6 +90,32 @@ SGLangLog = Annotated[
         "Given, it is the source: --bootstrap and --connect are ignored.",
     ),
 ]
+ReplayPath = Annotated[
+    str,
+    typer.Option(
+        "--replay",
+        envvar="KVTOP_REPLAY",
+        help="A recording to read instead of a live cluster: the folder `kvtop record --out` wrote (or the "
+        "dashboard's ring), or one .kvr segment. Views judge 'now' at --at (default: the recording's end).",
+    ),
+]
+_TIMES = "ISO time (2026-12-01T03:00:00, local unless it names a zone), time of day (03:00), epoch seconds, or "
+At = Annotated[
+    str,
+    typer.Option(
+        "--at",
+        help=f"With --replay or --sglang-log: the instant the view shows, as it was then ({_TIMES}'5 minutes ago').",
+    ),
+]
+Since = Annotated[
+    str,
+    typer.Option(
+        "--since",
+        help="With --replay or --sglang-log: where the view's window starts (status and check: their window; "
+        "failures and events: what started from then on).",
+    ),
+]
+Until = Annotated[str, typer.Option("--until", help="With --replay or --sglang-log: the same as --at.")]
 Wait = Annotated[float, typer.Option(min=0.1, help="Seconds to wait for every agent's snapshot.")]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON (stable fields, see the README).")]
 Follow = Annotated[
@@ -114,9 +140,10 @@ def open_sglang_logs(sglang_log: list[str]) -> SGLangLogs:
         raise fail(f"cannot read an SGLang log: {error}", 2) from None
 
 
-def require_source(bootstrap: str, connect: list[str], sglang_log: list[str] | None = None) -> None:
-    """A source: a live cluster (--bootstrap, --connect) or SGLang logs (--sglang-log, which then win)."""
-    if not bootstrap and not connect and not sglang_log:
+def require_source(bootstrap: str, connect: list[str], sglang_log: list[str] | None = None, replay: str = "") -> None:
+    """A source: a live cluster (--bootstrap, --connect), SGLang logs (--sglang-log) or a recording (--replay);
+    a recording wins over logs, logs over a live cluster."""
+    if not bootstrap and not connect and not sglang_log and not replay:
         raise typer.BadParameter(
-            "give --bootstrap ADDR (or KVTOP_BOOTSTRAP), at least one --connect EP, or --sglang-log FILE"
+            "give --bootstrap ADDR (or KVTOP_BOOTSTRAP), at least one --connect EP, --sglang-log FILE or --replay DIR"
         )

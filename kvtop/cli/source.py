@@ -10,10 +10,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kvtop.cli.options import open_sglang_logs, require_source
+from kvtop.cli.options import fail, open_sglang_logs, require_source
+from kvtop.cli.when import Past, When
 
 if TYPE_CHECKING:
     from kvtop.model.cluster import ClusterModel
+    from kvtop.record.records import Gapped
+    from kvtop.record.replay import Applied, Cursor
     from kvtop.sources.live import Collector, News
     from kvtop.sources.sglang import SGLangLogs
     from transport.events import Event
@@ -29,13 +32,29 @@ class Opened:
     lock: contextlib.AbstractContextManager[object] = field(default_factory=threading.Lock)
     loaded: list[tuple[str, Event]] = field(default_factory=list)
     """What the logs held when opened, in time order (the logs' own event tail)."""
+    cursor: Cursor | None = None
+    """A recording, positioned at the instant the views read (`--replay`, `--at`)."""
+    replayed: list[Applied | Gapped] = field(default_factory=list)
+    """What the recording's collector heard from `--since` to `--at` (asked for with `news_since`)."""
+    when: When = field(default_factory=When)
+    damage: str = ""
+    """What of the recording could not be read, one line ("" when nothing)."""
 
     def now(self) -> float:
-        """The time the views judge at: the wall clock, or the latest time the logs mention."""
-        return self.logs.now if self.logs is not None else time.time()
+        """The time the views judge at: the wall clock, the latest time the logs mention (or `--at`), or the
+        replayed instant."""
+        if self.cursor is not None:
+            return self.cursor.time
+        if self.logs is not None:
+            return self.logs.now
+        return time.time()
+
+    def window(self, default_s: float) -> float:
+        """The view's window: from `--since` to now when given, else `default_s`."""
+        return self.when.window(default_s, self.now())
 
     def heard(self) -> bool:
-        """Whether the source said anything: some agent answered (logs always count as heard)."""
+        """Whether the source said anything: some agent answered (logs and recordings always count as heard)."""
         return self.collector is None or self.collector.heard()
 
     def refresh(self) -> list[tuple[str, Event]]:
@@ -55,25 +74,35 @@ def opened(
     news: queue.SimpleQueue[News] | None = None,
     model: ClusterModel | None = None,
     synced: bool = True,
+    past: Past | None = None,
+    news_since: bool = False,
 ) -> Iterator[Opened]:
-    """The source, once every agent's snapshot is in (or `wait` passed) or the logs were read to their end.
+    """The source, once every agent's snapshot is in (or `wait` passed), the logs were read to their end
+    (or to `--at`), or the recording was positioned at `--at` (its end by default).
 
     `model`: the model to fill (a fresh one by default); `synced=False` hands a live source over as soon
-    as the agents are discovered (the dashboard shows them arriving).
+    as the agents are discovered (the dashboard shows them arriving). `past`: a recording to replay, and
+    the instant and window to read (`--replay`, `--at`, `--since`); `news_since`: also collect what the
+    recording's collector heard from `--since` to `--at` (`Opened.replayed`, for an event tail).
 
     Raises `BootstrapError` when the bootstrap address does not answer; exit 2 (`typer.Exit`) when a log
-    cannot be read. Closed on the way out, whatever happened.
+    or a recording cannot be read, or `--at` lies outside the recording. Closed on the way out.
     """
     from kvtop.model.cluster import ClusterModel
     from kvtop.sources.live import Collector
 
-    require_source(bootstrap, connect, sglang_log)
+    past = past or Past()
+    require_source(bootstrap, connect, sglang_log, past.replay)
+    if past.replay:
+        yield _replayed(past, model.journaling if model is not None else False, news_since)
+        return
     if sglang_log:
         logs = open_sglang_logs(sglang_log)
+        logs.until = past.when.at
         model = model or ClusterModel()
         try:
             loaded = logs.load(model)
-            yield Opened(model, logs=logs, loaded=loaded)
+            yield Opened(model, logs=logs, loaded=loaded, when=past.when)
         finally:
             logs.close()
         return
@@ -85,6 +114,35 @@ def opened(
         yield Opened(collector.model, collector=collector, lock=collector.lock)
     finally:
         collector.close()
+
+
+def _replayed(past: Past, journal: bool, news_since: bool) -> Opened:
+    """A recording positioned at `--at` (or its end); exit 2 with one line when it cannot be read."""
+    from kvtop.model.cluster import JOURNAL_EVENTS_KEPT
+    from kvtop.record.format import RecordingError
+    from kvtop.record.replay import Replay
+    from kvtop.views.times import stamp
+
+    try:
+        replay = Replay(past.replay, JOURNAL_EVENTS_KEPT if journal else 0)
+    except (RecordingError, OSError) as error:
+        raise fail(f"cannot read the recording: {error}", 2) from None
+    start, end = replay.start, replay.end
+    at = end if past.when.at is None else past.when.at
+    span = f"{stamp(start, dated=True)} to {stamp(end, dated=True)}"
+    if not start <= at <= end:
+        raise fail(f"--at {stamp(at, dated=True)} is outside the recording ({span})", 2)
+    if past.when.since is not None and past.when.since > at:
+        raise fail(f"--since {stamp(past.when.since, dated=True)} is after the instant read (recording: {span})", 2)
+    if news_since:
+        cursor = replay.at(max(start, past.when.since or start))
+        heard = cursor.advance(at)
+    else:
+        cursor, heard = replay.at(at), []
+    damage = replay.recording.damage.summary()
+    if cursor.inexact:
+        damage = (damage + "; " if damage else "") + "ops were lost before this instant: the model may be incomplete"
+    return Opened(cursor.model, cursor=cursor, replayed=heard, when=past.when, damage=damage)
 
 
 def nobody_answered(bootstrap: str, connect: list[str], wait: float) -> str:

@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvtop.cli.options import Bootstrap, Connect, SGLangLog, Wait, fail, open_sglang_logs, require_source
+from kvtop.cli.options import (
+    At,
+    Bootstrap,
+    Connect,
+    ReplayPath,
+    SGLangLog,
+    Wait,
+    fail,
+    open_sglang_logs,
+    require_source,
+)
 
 if TYPE_CHECKING:
+    from kvtop.model.cluster import ClusterModel
     from kvtop.tui.app import Source
     from kvtop.tui.themes import ThemeSet
 
@@ -62,18 +74,27 @@ def top(
     sglang_log: SGLangLog = [],  # noqa: B006
     theme: Theme = "kvtop-dark",
     wait: Wait = 2.0,
+    replay: ReplayPath = "",
+    at: At = "",
 ) -> None:
-    """The dashboard on a live cluster or on SGLang server logs: overview, rooms, failures (folded), events.
+    """The dashboard on a live cluster, on SGLang server logs or on a recording: overview, rooms, failures
+    (folded), events.
 
     `?` in the dashboard lists every key. With --sglang-log the files are read from their start and
-    followed as they grow; "now" is the latest time they mention.
+    followed as they grow; "now" is the latest time they mention. With --replay, the model as it was at
+    --at (default: the recording's end), "now" being that instant.
     """
     from kvtop.cli.source import opened
     from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
     from transport.errors import BootstrapError
 
-    require_source(bootstrap, connect, sglang_log)
+    require_source(bootstrap, connect, sglang_log, replay)
     themes = find_theme(theme)
+    if replay:
+        _top_on_recording(replay, at, themes, theme)
+        return
+    if at:
+        raise typer.BadParameter("--at reads a recording: give --replay DIR")
     if sglang_log:
         _top_on_logs(sglang_log, themes, theme)
         return
@@ -83,6 +104,35 @@ def top(
             run_dashboard(source.collector, bootstrap or ", ".join(connect), themes, theme)
     except BootstrapError as error:
         raise fail(str(error)) from None
+
+
+def _top_on_recording(replay: str, at: str, themes: ThemeSet, theme: str) -> None:
+    """The dashboard on the model a recording held at `at` (its end by default), judged at that instant."""
+    from kvtop.cli.source import opened
+    from kvtop.cli.when import Past, pick
+    from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
+    from kvtop.views.times import stamp
+
+    try:
+        past = Past(replay, pick(at, "", ""))
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+    with opened("", [], 0.0, model=ClusterModel(JOURNAL_EVENTS_KEPT), past=past) as source:
+        if source.damage:
+            typer.echo(f"kvtop: {source.damage}", err=True)
+        held = _Still(source.model)
+        instant = source.now()
+        title = f"replay {replay} at {stamp(instant, dated=True)}"
+        run_dashboard(held, title, themes, theme, clock=lambda: instant)
+
+
+class _Still:
+    """A source that never changes: a recording's model at one instant."""
+
+    def __init__(self, model: ClusterModel) -> None:
+        self.model = model
+        self.lock = threading.Lock()
+        self.error = ""
 
 
 def _top_on_logs(sglang_log: list[str], themes: ThemeSet, theme: str) -> None:

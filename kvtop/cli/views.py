@@ -13,17 +13,22 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from kvtop.cli.options import (
+    At,
     Bootstrap,
     Connect,
     Follow,
     Interval,
     Json,
+    ReplayPath,
     SGLangLog,
+    Since,
+    Until,
     Wait,
     fail,
     require_source,
 )
 from kvtop.cli.source import Opened, nobody_answered, opened
+from kvtop.cli.when import Past, past_of
 
 if TYPE_CHECKING:
     from kvtop.model.cluster import ClusterModel
@@ -41,23 +46,25 @@ def _frames(
     follow: bool = False,
     interval: float = 1.0,
     sglang_log: list[str] | None = None,
-) -> Iterator[tuple[ClusterModel, float, SGLangLogs | None]]:
+    past: Past | None = None,
+) -> Iterator[tuple[ClusterModel, float, SGLangLogs | None, Opened]]:
     """The model once every agent's snapshot is in; with `follow`, again every `interval` until Ctrl-C.
 
-    Yields (model, now, the log source or None) under the source's lock, so a view reads a consistent
-    model. Exit 1 when the bootstrap address or every agent stays silent, or when the collector stops
-    while following (its error on stderr). With SGLang logs, "now" is the latest time they mention.
+    Yields (model, now, the log source or None, the source) under the source's lock, so a view reads a
+    consistent model. Exit 1 when the bootstrap address or every agent stays silent, or when the collector
+    stops while following (its error on stderr). With SGLang logs, "now" is the latest time they mention
+    (or --at); with a recording (`past`), the replayed instant.
     """
     from transport.errors import BootstrapError
 
     try:
-        with opened(bootstrap, connect, wait, sglang_log) as source:
+        with opened(bootstrap, connect, wait, sglang_log, past=past) as source:
             _say_what_was_heard(source, bootstrap, connect, wait)
             while True:
                 if source.collector is not None and source.collector.died:
                     raise fail(source.collector.error)
                 with source.lock:
-                    yield source.model, source.now(), source.logs
+                    yield source.model, source.now(), source.logs, source
                 if not follow:
                     return
                 time.sleep(interval)
@@ -69,11 +76,24 @@ def _frames(
 
 
 def _say_what_was_heard(source: Opened, bootstrap: str, connect: list[str], wait: float) -> None:
-    """The logs' summary on stderr; exit 1 with one line when no agent answered."""
+    """The logs' summary (or the recording's damage) on stderr; exit 1 with one line when no agent answered."""
     if source.logs is not None:
         typer.echo(source.logs.stats().summary(), err=True)
+    if source.damage:
+        typer.echo(f"kvtop: {source.damage}", err=True)
     if not source.heard():
         raise fail(nobody_answered(bootstrap, connect, wait))
+
+
+def _past(replay: str, at: str, since: str, until: str, sglang_log: list[str], follow: bool = False) -> Past:
+    """The recording and times a view was asked to read (usage errors exit 2)."""
+    try:
+        past = past_of(replay, at, since, until, sglang_log)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+    if follow and past.given:
+        raise typer.BadParameter("--follow reads what arrives; a recording or --at/--since has no more to come")
+    return past
 
 
 @contextlib.contextmanager
@@ -134,6 +154,10 @@ def check(
     wait: Wait = 2.0,
     as_json: Json = False,
     sglang_log: SGLangLog = [],  # noqa: B006
+    replay: ReplayPath = "",
+    at: At = "",
+    since: Since = "",
+    until: Until = "",
 ) -> None:
     """Health check for cron, Nagios/Icinga, Kubernetes exec probes and CI gates.
 
@@ -146,20 +170,30 @@ def check(
     """
     from kvtop.views.check import Thresholds
 
-    require_source(bootstrap, connect, sglang_log)
+    past = _past(replay, at, since, until, sglang_log)
+    require_source(bootstrap, connect, sglang_log, replay)
     limits = Thresholds(max_failure_rate, max_stuck, stuck_after, min_ranks, max_gaps, window, max_abort_rate)
-    raise typer.Exit(run_check(bootstrap, connect, limits, wait, as_json, sglang_log))
+    raise typer.Exit(run_check(bootstrap, connect, limits, wait, as_json, sglang_log, past))
 
 
 def run_check(
-    bootstrap: str, connect: list[str], limits: Thresholds, wait: float, as_json: bool, sglang_log: list[str]
+    bootstrap: str,
+    connect: list[str],
+    limits: Thresholds,
+    wait: float,
+    as_json: bool,
+    sglang_log: list[str],
+    past: Past | None = None,
 ) -> int:
     """Judge the source against `limits`, print the verdict; returns its Nagios exit code."""
     from kvtop.views.check import Verdict, evaluate, unreachable
     from transport.errors import BootstrapError
 
     try:
-        with opened(bootstrap, connect, wait, sglang_log) as source, source.lock:
+        with opened(bootstrap, connect, wait, sglang_log, past=past) as source, source.lock:
+            if source.damage:
+                typer.echo(f"kvtop: {source.damage}", err=True)
+            limits = dataclasses.replace(limits, window_s=source.window(limits.window_s))
             result = evaluate(source.model, limits, source.now(), waited_s=wait)
     except BootstrapError as error:
         result = unreachable(bootstrap, str(error))
@@ -193,6 +227,10 @@ def status(
     follow: Follow = False,
     interval: Interval = 1.0,
     sglang_log: SGLangLog = [],  # noqa: B006
+    replay: ReplayPath = "",
+    at: At = "",
+    since: Since = "",
+    until: Until = "",
 ) -> None:
     """One screen of cluster health: ranks, rooms, throughput, latency, failures, stuck rooms, links.
 
@@ -208,9 +246,11 @@ def status(
     """
     from kvtop.views.tables import status_json, status_text
 
+    past = _past(replay, at, since, until, sglang_log, follow)
     with _until_ctrl_c():
-        for model, now, logs in _frames(bootstrap, connect, wait, follow, interval, sglang_log):
-            text, data = status_text(model, now, window), status_json(model, now, window)
+        for model, now, logs, source in _frames(bootstrap, connect, wait, follow, interval, sglang_log, past):
+            span = source.window(window)
+            text, data = status_text(model, now, span), status_json(model, now, span)
             if logs is not None:
                 stats = logs.stats()
                 text += f"\nlogs    {stats.summary().removeprefix('sglang logs: ')}"
@@ -226,6 +266,10 @@ def ranks(
     follow: Follow = False,
     interval: Interval = 1.0,
     sglang_log: SGLangLog = [],  # noqa: B006
+    replay: ReplayPath = "",
+    at: At = "",
+    since: Since = "",
+    until: Until = "",
 ) -> None:
     """Every rank: role, instance, liveness (alive/stale/gone; log), host, pid, rooms in flight, origins, echoes,
     and the frames each of its sockets rejected (control, data, consensus, bootstrap, events, snapshot).
@@ -235,8 +279,9 @@ def ranks(
     """
     from kvtop.views.tables import ranks_json, ranks_text
 
+    past = _past(replay, at, since, until, sglang_log, follow)
     with _until_ctrl_c():
-        for model, now, _ in _frames(bootstrap, connect, wait, follow, interval, sglang_log):
+        for model, now, _, _ in _frames(bootstrap, connect, wait, follow, interval, sglang_log, past):
             _show(ranks_text(model, now), ranks_json(model, now), as_json, follow)
 
 
@@ -248,6 +293,10 @@ def rooms(
     follow: Follow = False,
     interval: Interval = 1.0,
     sglang_log: SGLangLog = [],  # noqa: B006
+    replay: ReplayPath = "",
+    at: At = "",
+    since: Since = "",
+    until: Until = "",
 ) -> None:
     """Rooms still open on some rank: state per rank, bytes, age, idle time, link; STUCK after 10 s idle.
 
@@ -257,8 +306,9 @@ def rooms(
     """
     from kvtop.views.tables import rooms_json, rooms_text
 
+    past = _past(replay, at, since, until, sglang_log, follow)
     with _until_ctrl_c():
-        for model, now, logs in _frames(bootstrap, connect, wait, follow, interval, sglang_log):
+        for model, now, logs, _ in _frames(bootstrap, connect, wait, follow, interval, sglang_log, past):
             ended = logs is not None
             _show(rooms_text(model, now, ended), rooms_json(model, now, ended), as_json, follow)
 
@@ -277,6 +327,10 @@ def events(
     jsonl: Annotated[bool, typer.Option("--jsonl", help="One JSON object per line.")] = False,
     wait: Wait = 2.0,
     sglang_log: SGLangLog = [],  # noqa: B006
+    replay: ReplayPath = "",
+    at: At = "",
+    since: Since = "",
+    until: Until = "",
 ) -> None:
     """The event tail as log lines: what every agent remembers (its snapshot), then, with --follow, live.
 
@@ -294,7 +348,8 @@ def events(
     level = "debug" if debug else level
     if level not in LEVELS:
         raise typer.BadParameter(f"{level!r} is not one of {', '.join(LEVELS)}", param_hint="--level")
-    require_source(bootstrap, connect, sglang_log)
+    past = _past(replay, at, since, until, sglang_log, follow)
+    require_source(bootstrap, connect, sglang_log, replay)
     render = to_json if jsonl else to_line
     fold = LiveFold()
 
@@ -305,8 +360,11 @@ def events(
             if shown(event, level, fold.leads):
                 typer.echo(render(label, event, level_of(event, fold.leads)))
 
+    if replay:
+        _replayed_events(past, emit, gap_json if jsonl else gap_line, level)
+        return
     if sglang_log:
-        _log_events(sglang_log, follow, emit)
+        _log_events(sglang_log, follow, emit, past)
         return
     from kvtop.sources.live import Heard, News
     from transport.errors import BootstrapError
@@ -346,12 +404,43 @@ def events(
         typer.echo(f"kvtop: {rejected} events or batches rejected (values out of range or malformed)", err=True)
 
 
-def _log_events(
-    sglang_log: list[str], follow: bool, emit: Callable[[ClusterModel, list[tuple[str, Event]]], None]
+def _replayed_events(
+    past: Past,
+    emit: Callable[[ClusterModel, list[tuple[str, Event]]], None],
+    gap: Callable[[str, int, float], str],
+    level: str,
 ) -> None:
-    """`kvtop events --sglang-log`: the logs' events in time order, then what they gain."""
-    with opened("", [], 0.0, sglang_log) as source:
-        applied = source.loaded
+    """`kvtop events --replay`: what the recording's collector heard from --since (its start) to --at (its end),
+    each failure at the level the fold of the whole model at --at gives it."""
+    from kvtop.record.records import Gapped
+    from kvtop.views.event_lines import snapshot_events
+
+    with opened("", [], 0.0, past=past, news_since=True) as source:
+        if source.damage:
+            typer.echo(f"kvtop: {source.damage}", err=True)
+        held: list[tuple[str, Event]] = []
+        for item in source.replayed:
+            if isinstance(item, Gapped):
+                emit(source.model, held)
+                held = []
+                if level != "error":
+                    typer.echo(gap(item.label, item.batches, item.now))
+            else:
+                events = snapshot_events(item.events) if item.snapshot else item.events
+                held.extend((item.label, event) for event in events)
+        emit(source.model, held)
+
+
+def _log_events(
+    sglang_log: list[str],
+    follow: bool,
+    emit: Callable[[ClusterModel, list[tuple[str, Event]]], None],
+    past: Past,
+) -> None:
+    """`kvtop events --sglang-log`: the logs' events in time order (from --since to --at), then what they gain."""
+    with opened("", [], 0.0, sglang_log, past=past) as source:
+        since = past.when.since
+        applied = source.loaded if since is None else [(label, e) for label, e in source.loaded if e.ts >= since]
         with contextlib.suppress(KeyboardInterrupt):
             while True:
                 emit(source.model, applied)
@@ -372,6 +461,10 @@ def failures(
     follow: Follow = False,
     interval: Interval = 1.0,
     sglang_log: SGLangLog = [],  # noqa: B006
+    replay: ReplayPath = "",
+    at: At = "",
+    since: Since = "",
+    until: Until = "",
 ) -> None:
     """Recent failures of a live cluster or of SGLang logs, each origin once with its echo count and the time
     it started (with the date once the groups fall on more than one day).
@@ -386,9 +479,12 @@ def failures(
     """
     from kvtop.views.failures import render_groups, to_json
 
+    past = _past(replay, at, since, until, sglang_log, follow)
     with _until_ctrl_c():
-        for model, _, logs in _frames(bootstrap, connect, wait, follow, interval, sglang_log):
+        for model, _, logs, source in _frames(bootstrap, connect, wait, follow, interval, sglang_log, past):
             groups = model.groups()
+            if source.when.since is not None:
+                groups = [group for group in groups if group.first_ts >= source.when.since]
             context = logs.context_for(groups) if logs is not None else None
             _show(render_groups(groups, debug, context), to_json(groups, context), as_json, follow)
             aborted = sum(group.aborted for group in groups)

@@ -64,6 +64,8 @@ class SGLangLogs:
         self.context: deque[Context] = deque(maxlen=CONTEXT_KEPT)
         self._garbled = self._failures = self._batches = self._context = self._no_room = 0
         self._now = 0.0
+        self.until: float | None = None
+        """Apply nothing the logs say after this time (`--at`), and judge "now" at it."""
         self._names = InstanceNames()
         named: list[tuple[LogSpec, str, str]] = []
         for spec in parsed:
@@ -80,8 +82,8 @@ class SGLangLogs:
 
     @property
     def now(self) -> float:
-        """The latest time the logs mention (what "now" is for a view of them)."""
-        return self._now or time.time()
+        """The latest time the logs mention, or `until` when set (what "now" is for a view of them)."""
+        return self.until if self.until is not None else self._now or time.time()
 
     def stats(self) -> LogStats:
         stats = LogStats(len(self.files), failures=self._failures, batches=self._batches, context=self._context)
@@ -114,6 +116,8 @@ class SGLangLogs:
             complete = final and file.reader.at_end()
             for error in file.related.unclaimed(None if complete else file.last_ts):
                 self._worker_error(file, error, pending)
+        if self.until is not None:
+            pending = [item for item in pending if item[0] <= self.until]
         pending.sort(key=lambda item: (item[0], item[1]))
         applied: list[tuple[str, Event]] = []
         run: list[Event] = []

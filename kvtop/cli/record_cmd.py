@@ -1,0 +1,183 @@
+"""`kvtop record` (a live cluster into a recording, headless) and `kvtop dump` (a recording as JSON Lines)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from kvtop.cli.options import Bootstrap, Connect, ReplayPath, Since, Until, Wait, fail, require_source
+from kvtop.cli.units import parse_size
+from kvtop.cli.when import parse_duration, pick
+
+if TYPE_CHECKING:
+    from kvtop.record.writer import Recorder
+    from kvtop.sources.live import Collector
+    from transport.events import Event, Snapshot
+
+STATUS_EVERY_S = 10.0
+
+
+def record(
+    bootstrap: Bootstrap = "",
+    connect: Connect = [],  # noqa: B006
+    out: Annotated[
+        str, typer.Option("--out", envvar="KVTOP_RECORD_OUT", help="Folder of the recording (made, mode 0750).")
+    ] = "kvtop-recording",
+    retain: Annotated[
+        str,
+        typer.Option(help="Delete segments older than this (24h, 90m, 2d; 'all' keeps everything)."),
+    ] = "24h",
+    max_bytes: Annotated[
+        str, typer.Option(help="Delete the oldest segments beyond this size on disk (1GiB, 512M; default: no cap).")
+    ] = "",
+    status: Annotated[
+        bool, typer.Option("--status", help="A status line on stderr every --interval (events, bytes, ranks).")
+    ] = False,
+    interval: Annotated[float, typer.Option(min=0.5, help="Seconds between status lines.")] = STATUS_EVERY_S,
+    duration: Annotated[float | None, typer.Option(min=0.1, help="Stop after this many seconds.")] = None,
+    wait: Wait = 2.0,
+) -> None:
+    """Record a live cluster for replay (`--replay DIR` on every view, `kvtop dump`): headless, for daemons.
+
+    Records what kvtop's collector applies to its model (each agent's snapshot and event batches with
+    their arrival times, agent and incarnation) and a keyframe of the model every 100k events or minute,
+    into zstd-compressed, checksummed segments with a time index (a folder re-used continues it). SIGTERM
+    or Ctrl-C stops it cleanly (what was received is written and synced). Exit 0 when stopped (or after
+    --duration); 1 when the cluster does not answer, the collector stops, or a write fails (a full disk).
+    """
+    from kvtop.record.writer import Recorder
+    from kvtop.sources.live import Collector
+    from transport.errors import BootstrapError
+
+    require_source(bootstrap, connect)
+    try:
+        retain_s = None if retain.strip().lower() in ("all", "none", "") else parse_duration(retain)
+        cap = parse_size(max_bytes) if max_bytes else None
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    recorder = Recorder(out, max_bytes=cap, retain_s=retain_s).start()
+    collector = Collector(bootstrap, connect, recorder=recorder)
+    try:
+        collector.start(discover_timeout_s=wait)
+        typer.echo(f"kvtop record: recording {bootstrap or ', '.join(connect)} to {out}", err=True)
+        problem = _run(collector, recorder, stop, status, interval, duration)
+    except BootstrapError as error:
+        problem = str(error)
+    except KeyboardInterrupt:
+        problem = ""
+    finally:
+        collector.close()
+        recorder.close()
+        signal.signal(signal.SIGTERM, previous)
+    problem = problem or recorder.error
+    typer.echo(f"kvtop record: stopped; {_status(collector, recorder)}", err=True)
+    if problem:
+        raise fail(problem)
+
+
+def _run(
+    collector: Collector,
+    recorder: Recorder,
+    stop: threading.Event,
+    status: bool,
+    interval: float,
+    duration: float | None,
+) -> str:
+    """Until stopped (SIGTERM, Ctrl-C, --duration): returns why it stopped early ("" when it was asked to)."""
+    started = time.monotonic()
+    next_status = started + interval
+    while not stop.wait(0.2):
+        if collector.died:
+            return collector.error
+        if recorder.error:
+            return recorder.error
+        if duration is not None and time.monotonic() - started >= duration:
+            return ""
+        if status and time.monotonic() >= next_status:
+            next_status += interval
+            typer.echo(f"kvtop record: {time.strftime('%H:%M:%S')} {_status(collector, recorder)}", err=True)
+    return ""
+
+
+def _status(collector: Collector, recorder: Recorder) -> str:
+    stats = recorder.stats()
+    with collector.lock:
+        states = list(collector.model.liveness(time.time()).values())
+    alive = sum(state == "alive" for state in states)
+    dropped = f", {stats.dropped_ops} ops dropped" if stats.dropped_ops else ""
+    return (
+        f"{stats.events} events, {stats.keyframes} keyframes, {stats.bytes / 1e6:.1f} MB in {stats.segments} "
+        f"segments ({stats.deleted_segments} deleted){dropped}; ranks {alive}/{len(states)} alive"
+    )
+
+
+def dump(
+    replay: ReplayPath = "",
+    since: Since = "",
+    until: Until = "",
+) -> None:
+    """A recording's events as JSON Lines, oldest first, for scripts: one object per event with `arrived`
+    (when the collector applied it), `agent`, `incarnation`, `seq` (0 for a snapshot's), `source` (batch or
+    snapshot) and the event's own fields (`kind`: hello, heartbeat, room, progress, done, failure, abort).
+
+    Exit 2 when the recording cannot be read or --since/--until lie outside it; damage is said on stderr.
+    """
+    from kvtop.record.format import RecordingError
+    from kvtop.record.replay import Replay
+    from transport.events import EventBatch
+
+    if not replay:
+        raise typer.BadParameter("give --replay DIR (a recording)")
+    try:
+        when = pick("", since, until)
+        recording = Replay(replay)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+    except (RecordingError, OSError) as error:
+        raise fail(f"cannot read the recording: {error}", 2) from None
+    start = max(recording.start, when.since if when.since is not None else recording.start)
+    end = min(recording.end, when.at if when.at is not None else recording.end)
+    if start > end:
+        raise fail("--since/--until select nothing of the recording", 2)
+    cursor = recording.at(start)
+    for op in cursor.deliveries(end):
+        item = op.item
+        batch = type(item) is EventBatch
+        envelope = {"arrived": op.now, "agent": op.label, "incarnation": item.incarnation}
+        envelope |= {"seq": item.seq if batch else 0, "source": "batch" if batch else "snapshot"}
+        for event in item.events if isinstance(item, EventBatch) else _snapshot_events(item):
+            typer.echo(json.dumps({**envelope, **_fields(event)}, separators=(",", ":"), allow_nan=False))
+    damage = recording.recording.damage.summary()
+    if damage:
+        typer.echo(f"kvtop: {damage}", err=True)
+
+
+def _snapshot_events(snapshot: Snapshot) -> list[Event]:
+    """Everything a snapshot holds, as the model applies it."""
+    first: list[Event] = [e for e in (snapshot.hello, snapshot.heartbeat) if e is not None]
+    rooms: list[Event] = [*snapshot.finished_rooms, *snapshot.live_rooms, *snapshot.progress]
+    return [*first, *rooms, *snapshot.failures, *snapshot.transfers]
+
+
+def _fields(event: Event) -> dict[str, Any]:
+    """`kind` (the event's tag) and its fields by name (a hello's AgentInfo as `info`)."""
+    import msgspec
+
+    from transport.events import AgentHello
+
+    fields: dict[str, Any] = msgspec.structs.asdict(event)
+    if isinstance(event, AgentHello):
+        fields["info"] = msgspec.structs.asdict(fields.pop("agent"))
+    return {"kind": event.__struct_config__.tag, **fields}
+
+
+def register(app: typer.Typer) -> None:
+    app.command("record")(record)
+    app.command("dump")(dump)
