@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kvtop.cli.dashboard_record import Record, RecordChoice, RecordDir, RecordMaxBytes
 from kvtop.cli.options import (
     BootstrapTimeout,
     Decode,
@@ -109,9 +110,18 @@ def _run_cluster(
 
 
 def _dashboard(
-    prefill: int, decode: int, tp: int, rate: float, fault: list[str], duration: float | None, log_dir: str, theme: str
+    prefill: int,
+    decode: int,
+    tp: int,
+    rate: float,
+    fault: list[str],
+    duration: float | None,
+    log_dir: str,
+    theme: str,
+    choice: RecordChoice,
 ) -> None:
-    from kvtop.cli.top_cmd import find_theme, run_dashboard
+    from kvtop.cli.dashboard_record import dashboard_recording
+    from kvtop.cli.top_cmd import find_theme, live_rewind, run_dashboard
     from kvtop.cluster.embedded import EmbeddedCluster
     from transport.errors import TransportError
     from transport.workload import WorkloadSpec
@@ -120,9 +130,14 @@ def _dashboard(
     spec = _spec(prefill, decode, tp, fault, log_dir or tempfile.mkdtemp(prefix="kvtop-logs-"))
     typer.echo(f"starting {spec.prefill}P{spec.decode}D TP{tp} on loopback (agent logs: {spec.log_dir}) ...", err=True)
     try:
-        with EmbeddedCluster(spec, WorkloadSpec(rate=rate)) as embedded:
+        with (
+            dashboard_recording(choice) as recording,
+            EmbeddedCluster(spec, WorkloadSpec(rate=rate), recording.recorder) as embedded,
+        ):
             assert embedded.collector is not None
-            run_dashboard(embedded.collector, embedded.describe, themes, theme, quit_after=duration)
+            warnings = (recording.warning,) if recording.warning else ()
+            run_dashboard(embedded.collector, embedded.describe, themes, theme, quit_after=duration,
+                          rewind=live_rewind(recording), warnings=warnings)  # fmt: skip
     except TransportError as error:
         raise fail(str(error)) from None
 
@@ -137,6 +152,9 @@ def local(
     duration: Duration = None,
     log_dir: LogDir = "",
     theme: Theme = "kvtop-dark",
+    record: Record = True,
+    record_dir: RecordDir = "",
+    record_max_bytes: RecordMaxBytes = "256MiB",
     dashboard: Annotated[
         bool,
         typer.Option(
@@ -148,7 +166,8 @@ def local(
     if ctx.invoked_subcommand is not None:
         return
     if dashboard and sys.stdout.isatty():
-        _dashboard(prefill, decode, tp, rate, fault, duration, log_dir, theme)
+        choice = RecordChoice(record, record_dir, record_max_bytes).checked()
+        _dashboard(prefill, decode, tp, rate, fault, duration, log_dir, theme, choice)
         return
     stats = _run_cluster(prefill, decode, tp, rate, fault, duration, log_dir, None, print_address=False)
     typer.echo(f"done: {_summary(stats)}, {stats.bytes_moved / 1e9:.2f} GB moved")

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from kvtop.model.cluster import ClusterModel
     from kvtop.record.records import Gapped
     from kvtop.record.replay import Applied, Cursor
+    from kvtop.record.writer import Recorder
     from kvtop.sources.live import Collector, News
     from kvtop.sources.sglang import SGLangLogs
     from transport.events import Event
@@ -76,6 +77,7 @@ def opened(
     synced: bool = True,
     past: Past | None = None,
     news_since: bool = False,
+    recorder: Recorder | None = None,
 ) -> Iterator[Opened]:
     """The source, once every agent's snapshot is in (or `wait` passed), the logs were read to their end
     (or to `--at`), or the recording was positioned at `--at` (its end by default).
@@ -83,7 +85,8 @@ def opened(
     `model`: the model to fill (a fresh one by default); `synced=False` hands a live source over as soon
     as the agents are discovered (the dashboard shows them arriving). `past`: a recording to replay, and
     the instant and window to read (`--replay`, `--at`, `--since`); `news_since`: also collect what the
-    recording's collector heard from `--since` to `--at` (`Opened.replayed`, for an event tail).
+    recording's collector heard from `--since` to `--at` (`Opened.replayed`, for an event tail); `recorder`:
+    told everything a live collector applies (the dashboard's ring).
 
     Raises `BootstrapError` when the bootstrap address does not answer; exit 2 (`typer.Exit`) when a log
     or a recording cannot be read, or `--at` lies outside the recording. Closed on the way out.
@@ -106,7 +109,7 @@ def opened(
         finally:
             logs.close()
         return
-    collector = Collector(bootstrap, connect, model, news=news)
+    collector = Collector(bootstrap, connect, model, news=news, recorder=recorder)
     try:
         collector.start(discover_timeout_s=wait)
         if synced:

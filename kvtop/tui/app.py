@@ -61,9 +61,14 @@ _FOCUS = {"overview": "#ranks-list", "rooms": "#rooms-list", "failures": "#failu
 class Source(Protocol):
     """What the dashboard reads: a model, the lock its writer holds, and the writer's last error."""
 
-    model: ClusterModel
-    lock: threading.Lock
-    error: str
+    @property
+    def model(self) -> ClusterModel: ...
+
+    @property
+    def lock(self) -> threading.Lock: ...
+
+    @property
+    def error(self) -> str: ...
 
 
 class FrameReady(Message):
@@ -141,11 +146,14 @@ class KvtopApp(App[None]):
         refresh_s: float = REFRESH_S,
         quit_after: float | None = None,
         rewind: Rewind | None = None,
+        warnings: tuple[str, ...] = (),
     ) -> None:
-        """`rewind`: the recording to rewind into (a live session's ring, or a recording alone)."""
+        """`rewind`: the recording to rewind into (a live session's ring, or a recording alone); `warnings`:
+        shown once the dashboard is up (why it does not record, say)."""
         super().__init__()
         self.animation_level = "none"  # a monitor switches views at once; sliding tab underlines cost 300 ms
         self.source = source
+        self._warnings = warnings
         self.rewind = rewind
         self.sub_title = title
         self.options = Options()
@@ -199,7 +207,7 @@ class KvtopApp(App[None]):
         self.query_one("#jump", Input).display = False
         self.query_one("#failure-detail").display = False
         self.query_one("#failure-detail").can_focus = False
-        for warning in self._themes.warnings:
+        for warning in (*self._themes.warnings, *self._warnings):
             self.notify(warning, severity="warning")
         for signum, quit_ in ((signal.SIGHUP, self._hang_up), (signal.SIGTERM, self.exit)):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # quit, stopping our agents
@@ -222,7 +230,7 @@ class KvtopApp(App[None]):
 
     def _tick(self) -> None:
         self.request_frame()
-        if self.frame is not None and self.frame.replay is not None:
+        if self.frame is not None and self.frame.replay is not None and self.query("#banner"):
             self._draw_banner()  # "20m ago" moves on while a replay stands still
 
     def request_frame(self) -> None:

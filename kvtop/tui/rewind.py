@@ -72,9 +72,11 @@ class Rewind:
         clock: Callable[[], float] = time.time,
         journal_events: int = JOURNAL_EVENTS_KEPT,
         error: Callable[[], str] = lambda: "",
+        cursor: Cursor | None = None,
     ) -> None:
         """`clock`: the dashboard's (a live session's "now", and what "ago" is measured from); `error`: why
-        the recording stopped, if it did (the recorder's `error`)."""
+        the recording stopped, if it did (the recorder's `error`); `cursor`: where a recording alone opens
+        (its end by default)."""
         self.path = Path(path)
         self.live = live
         self.lock = threading.Lock()
@@ -94,7 +96,9 @@ class Rewind:
         self._played_from = (0.0, 0.0)
         """(replayed time, time.monotonic()) when playing started."""
         self._note = ""
-        if not live:
+        if cursor is not None:
+            self._replay, self._cursor, self._read_at = cursor.replay, cursor, time.monotonic()
+        elif not live:
             self._moves.append(_Jump(float("inf")))  # the recording's end until told otherwise
 
     # --- the UI thread's side ---------------------------------------------------------------------
