@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tui_support import FixtureSource, SIZE, drive, next_frame, text, wait_until
+from tui_support import SIZE, FixtureSource, drive, next_frame, text, wait_until
 
 from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
 from kvtop.record.replay import Replay
@@ -114,7 +114,7 @@ def test_origin_keys_land_on_the_recorded_failure_origins(recorded):
         for key in ("right_square_bracket", "right_square_bracket", "left_square_bracket"):
             before = app.frame.replay.time
             await pilot.press(key)
-            await wait_until(pilot, lambda: app.frame.replay.time != before, f"{key} moved")
+            await wait_until(pilot, lambda before=before: app.frame.replay.time != before, f"{key} moved")
             landed.append((app.frame.replay.time, {group.room for group in app.frame.groups}))
 
     drive(app, scenario)
