@@ -115,14 +115,37 @@ class KvtopApp(App[None]):
         Binding("e,4", "view('events')", "Events", key_display="e"),
         Binding("slash", "filter", "Filter", key_display="/"),
         Binding("p", "pause", "Pause"),
-        Binding("comma", "step(-1)", "Step back 10 s", key_display=",", group=_STEP),
-        Binding("full_stop", "step(1)", "Step forward 10 s", key_display=".", group=_STEP),
+        Binding(
+            "comma",
+            "step(-1)",
+            "Rewind",
+            key_display=",",
+            group=_STEP,
+            tooltip="Step back 10 s (a live session: into its recording)",
+        ),
+        Binding("full_stop", "step(1)", "Forward", key_display=".", group=_STEP, tooltip="Step forward 10 s"),
         Binding("less_than_sign", "step(-6)", "Step back 1 minute", key_display="<", show=False),
         Binding("greater_than_sign", "step(6)", "Step forward 1 minute", key_display=">", show=False),
-        Binding("left_square_bracket", "origin(-1)", "Previous failure origin", key_display="[", group=_ORIGIN),
-        Binding("right_square_bracket", "origin(1)", "Next failure origin", key_display="]", group=_ORIGIN),
-        Binding("b", "jump", "Jump to"),
-        Binding("L", "live", "Live"),
+        Binding(
+            "left_square_bracket",
+            "origin(-1)",
+            "Previous origin",
+            key_display="[",
+            group=_ORIGIN,
+            tooltip="Previous failure origin in the recording",
+        ),
+        Binding(
+            "right_square_bracket",
+            "origin(1)",
+            "Next origin",
+            key_display="]",
+            group=_ORIGIN,
+            tooltip="Next failure origin in the recording",
+        ),
+        Binding(
+            "b", "jump", "Jump to", show=False, tooltip="Jump to a time: 03:00, 2026-12-01T03:00:00, 5 minutes ago, now"
+        ),
+        Binding("L", "live", "Live", tooltip="Back to live (a recording: its end)"),
         Binding("x", "faults_only", "Faults only"),
         Binding("s", "sort", "Sort"),
         Binding("d", "debug", "Debug"),
@@ -281,6 +304,8 @@ class KvtopApp(App[None]):
             return
         started = time.perf_counter()
         self._painting = True
+        if (message.frame.replay is None) != (self.frame is None or self.frame.replay is None):
+            self.refresh_bindings()  # the footer's rewind keys: one while live, all while rewound
         self.frame = message.frame
         self._draw_banner()
         self.redraw()
@@ -354,9 +379,13 @@ class KvtopApp(App[None]):
         """`REPLAY 03:00:12 (20m ago) - paused`, with the last move's news; the date when it is not today's."""
         now = self._clock()
         dated = time.localtime(replay.time)[:3] != time.localtime(now)[:3]
-        state = "playing (p pauses)" if replay.playing else "paused (p plays, L live)" if replay.live else "paused"
+        state = (
+            "playing (p pauses)"
+            if replay.playing
+            else f"paused (p plays, b jumps, L {'live' if replay.live else 'end'})"
+        )
         if not replay.live and replay.time >= replay.end:
-            state += ", the recording's end"
+            state = "the recording's end, " + state
         extra = "".join(f" · {part}" for part in (replay.note, "inexact: some of it was lost" * replay.inexact) if part)
         return f"REPLAY {stamp(replay.time, dated)[:-4]} ({since(now - replay.time)}) — {state}{extra}   "
 
@@ -430,8 +459,17 @@ class KvtopApp(App[None]):
             self.paused = not self.paused
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """The rewind keys exist only with a recording to rewind into."""
-        return self.rewind is not None or action not in _REWIND_ACTIONS
+        """The rewind keys exist only with a recording to rewind into. While live the footer shows `, Rewind`
+        alone: `[` then works through `key_left_square_bracket` (False hides a binding and passes its key
+        on), and `.`, `]` and `L` have nothing ahead of the present to go to."""
+        if action not in _REWIND_ACTIONS:
+            return True
+        if self.rewind is None:
+            return False
+        return self.rewind.engaged or action == "jump" or (action == "step" and int(str(parameters[0])) < 0)
+
+    def key_left_square_bracket(self) -> None:
+        self.action_origin(-1)
 
     def action_step(self, steps: int) -> None:
         if self.rewind is not None:
@@ -473,6 +511,7 @@ class KvtopApp(App[None]):
     def _moved(self) -> None:
         """A rewind move was queued: the views follow the replay (a live pause gives way to it)."""
         self.paused = False
+        self.refresh_bindings()
         self.request_frame()
 
     def watch_paused(self, paused: bool) -> None:

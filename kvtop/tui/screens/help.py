@@ -23,7 +23,8 @@ def binding_table(sections: dict[str, list[BindingType]]) -> Table:
         for binding in bindings:
             if isinstance(binding, Binding):
                 table.add_row(
-                    " / ".join(_KEY_NAMES.get(key, key) for key in binding.key.split(",")), binding.description
+                    " / ".join(_KEY_NAMES.get(key, key) for key in binding.key.split(",")),
+                    binding.tooltip or binding.description,
                 )
         table.add_row("", "")
     return table

@@ -175,7 +175,7 @@ def test_a_recording_alone_opens_at_its_end_and_live_means_its_end(recorded):
         await _replayed_at(pilot, end)
 
     drive(app, scenario, size=SIZE)
-    assert "— paused, the recording's end" in seen[0]
+    assert "— the recording's end, paused" in seen[0]
 
 
 @pytest.mark.parametrize(
