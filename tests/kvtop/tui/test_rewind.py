@@ -39,11 +39,11 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ClusterMod
     return folder, model
 
 
-def _live_app(recorded: tuple[Path, ClusterModel]) -> KvtopApp:
+def _live_app(recorded: tuple[Path, ClusterModel], theme: str = "kvtop-dark", refresh_s: float = 0.5) -> KvtopApp:
     folder, model = recorded
     rewind = Rewind(folder, live=True, clock=lambda: LIVE_NOW)
-    return KvtopApp(FixtureSource(model), title="synthetic", themes=load_themes(), clock=lambda: LIVE_NOW,
-                    rewind=rewind)  # fmt: skip
+    return KvtopApp(FixtureSource(model), title="synthetic", themes=load_themes(), theme=theme,
+                    clock=lambda: LIVE_NOW, refresh_s=refresh_s, rewind=rewind)  # fmt: skip
 
 
 def _as_of(folder: Path, at: float) -> Frame:
@@ -176,6 +176,20 @@ def test_a_recording_alone_opens_at_its_end_and_live_means_its_end(recorded):
 
     drive(app, scenario, size=SIZE)
     assert "— the recording's end, paused" in seen[0]
+
+
+@pytest.mark.parametrize("theme", ["kvtop-dark", "kvtop-light"])
+def test_replay_banner_snapshot(snap_compare, recorded, theme: str):
+    """A live session stepped back 10 s: the replay banner, the model of then, the rewound footer."""
+
+    async def run_before(pilot) -> None:
+        await wait_until(pilot, lambda: pilot.app.frames_drawn > 0, "the first frame")
+        await pilot.press("comma")
+        await _replayed_at(pilot, LIVE_NOW - 10.0)
+        await pilot.pause()
+
+    app = _live_app(recorded, theme, refresh_s=3600)  # frames come when asked for, never during the screenshot
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
 
 @pytest.mark.parametrize(
