@@ -48,8 +48,11 @@ class Pane:
 
 @pytest.fixture
 def pane(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pane]:
-    """A private tmux server; what it runs records into a private cache folder (the dashboard's default ring)."""
+    """A private tmux server; what it runs records into a private cache folder (the dashboard's default ring) and
+    is told the pane's size (the server's environment otherwise says COLUMNS=80, which Textual believes)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("COLUMNS", "160")
+    monkeypatch.setenv("LINES", "45")
     pane = Pane(f"kvtop-test-{uuid.uuid4().hex[:8]}")
     yield pane
     pane.tmux("kill-server")
