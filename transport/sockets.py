@@ -105,13 +105,21 @@ def decode_waiting(
     sock: zmq.Socket[bytes], decoder: FrameDecoder[T], counters: Counters, limit: int = 100_000
 ) -> Iterator[T]:
     """Messages waiting on a single-frame socket (at most `limit`), decoded; rejections are counted and skipped."""
+    for _, message in decode_waiting_frames(sock, decoder, counters, limit):
+        yield message
+
+
+def decode_waiting_frames(
+    sock: zmq.Socket[bytes], decoder: FrameDecoder[T], counters: Counters, limit: int = 100_000
+) -> Iterator[tuple[bytes, T]]:
+    """As `decode_waiting`, each message with the frame it came in (a recorder keeps it as it came)."""
     for _ in range(limit):
         try:
             frame = sock.recv(zmq.NOBLOCK)
         except zmq.Again:
             return
         try:
-            yield decoder.decode(frame)
+            yield frame, decoder.decode(frame)
         except FrameRejected as rejected:
             counters.reject(rejected.reason)
 

@@ -25,7 +25,7 @@ import zmq
 from transport.counters import Counters, rejection_names
 from transport.events import EventBatch, Heartbeat, Snapshot, SnapshotRequest
 from transport.registration import agent_problem, endpoint_problem, entry_name
-from transport.sockets import LIST_FRAME, decode_waiting, open_socket
+from transport.sockets import LIST_FRAME, decode_waiting, decode_waiting_frames, open_socket
 from transport.wire import AgentInfo, FrameDecoder, encode
 
 SNAPSHOT_TIMEOUT_S = 2.0
@@ -43,7 +43,7 @@ class _Stream:
     req_id: int
     last_seq: int = 0
     synced: bool = False
-    held: list[EventBatch] = field(default_factory=list)
+    held: list[tuple[EventBatch, bytes]] = field(default_factory=list)
 
 
 Delivery = Snapshot | EventBatch
@@ -55,6 +55,9 @@ class Delivered:
 
     label: str
     item: Delivery
+    frame: bytes = b""
+    """The frame a batch came in (wire version byte + msgpack), as it came: a recorder writes it without
+    encoding it again ("" for a snapshot)."""
 
 
 class EventSubscriber:
@@ -179,23 +182,23 @@ class EventSubscriber:
         return out
 
     def _read_batches(self, sock: zmq.Socket[bytes], out: list[Delivered], endpoint: str = "") -> None:
-        for batch in decode_waiting(sock, self._batch_decoder, self.counters, limit=10_000):
+        for frame, batch in decode_waiting_frames(sock, self._batch_decoder, self.counters, limit=10_000):
             self.counters.add("batches")
             if endpoint:
                 self.answered[endpoint] = batch.label
-            self._on_batch(batch, out)
+            self._on_batch(batch, out, frame)
 
-    def _on_batch(self, batch: EventBatch, out: list[Delivered]) -> None:
+    def _on_batch(self, batch: EventBatch, out: list[Delivered], frame: bytes = b"") -> None:
         label = batch.label
         stream = self._streams.get(label)
         if stream is None or stream.incarnation != batch.incarnation:
             stream = self._streams[label] = self._start_stream(label, batch.incarnation)
         if not stream.synced:
-            stream.held.append(batch)
+            stream.held.append((batch, frame))
             if stream.snapshot_socket is None:
                 self._ask_when_known(label, stream, batch)
             return
-        self._deliver(label, stream, batch, out)
+        self._deliver(label, stream, batch, out, frame)
 
     def _ask_when_known(self, label: str, stream: _Stream, batch: EventBatch) -> None:
         """An agent met through its event endpoint: request its snapshot once a heartbeat names the socket."""
@@ -210,7 +213,9 @@ class EventSubscriber:
             if stream.snapshot_socket is not None:
                 stream.snapshot_socket.send(encode(SnapshotRequest(stream.req_id)))
 
-    def _deliver(self, label: str, stream: _Stream, batch: EventBatch, out: list[Delivered]) -> None:
+    def _deliver(
+        self, label: str, stream: _Stream, batch: EventBatch, out: list[Delivered], frame: bytes = b""
+    ) -> None:
         if batch.seq <= stream.last_seq:
             self.counters.add("stale_batches")
             return
@@ -219,7 +224,7 @@ class EventSubscriber:
             self.gaps[(label, stream.incarnation)] += missing
             self.gap_runs.append((label, stream.incarnation, missing))
         stream.last_seq = batch.seq
-        out.append(Delivered(label, batch))
+        out.append(Delivered(label, batch, frame))
 
     def _start_stream(self, label: str, incarnation: int) -> _Stream:
         sock = self._snapshot_socket(label)
@@ -261,9 +266,9 @@ class EventSubscriber:
     def _release_held(self, label: str, stream: _Stream, out: list[Delivered]) -> None:
         held, stream.held = stream.held, []
         if held and stream.last_seq == 0:
-            stream.last_seq = held[0].seq - 1
-        for batch in held:
-            self._deliver(label, stream, batch, out)
+            stream.last_seq = held[0][0].seq - 1
+        for batch, frame in held:
+            self._deliver(label, stream, batch, out, frame)
 
     def _expire_snapshot_requests(self, out: list[Delivered]) -> None:
         """An agent that does not answer its snapshot request in time: deliver what was held, count it."""

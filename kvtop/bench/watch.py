@@ -52,6 +52,9 @@ class Watched:
     gaps: int
     catch_up_s: float
     """Seconds from the end of the timed transfers until the model saw every room end (or gave up)."""
+    recorded_events: int = 0
+    """Events its recorder wrote (`record_to` given), and the bytes of its recording."""
+    recorded_bytes: int = 0
 
     def as_dict(self) -> dict[str, int | float]:
         return asdict(self)
@@ -68,9 +71,14 @@ def rooms_ended(model: ClusterModel, rooms: int, ranks: int) -> int:
     return seen
 
 
-def _collect(bootstrap: str, rooms: int, synced: EventType, settle: EventType, results: Connection) -> None:
+def _collect(
+    bootstrap: str, rooms: int, synced: EventType, settle: EventType, results: Connection, record_to: str
+) -> None:
+    from kvtop.record.writer import Recorder
+
     model = CountingModel()
-    collector = Collector(bootstrap, model=model).start()
+    recorder = Recorder(record_to).start() if record_to else None
+    collector = Collector(bootstrap, model=model, recorder=recorder).start()
     collector.wait_synced(_SYNC_TIMEOUT_S)
     synced.set()
     settle.wait(600)
@@ -84,14 +92,24 @@ def _collect(bootstrap: str, rooms: int, synced: EventType, settle: EventType, r
         time.sleep(0.02)
     catch_up = time.monotonic() - started
     collector.close()
-    results.send(Watched(model.events_applied, model.snapshots_applied, seen, model.gaps, round(catch_up, 3)))
+    recorded = (0, 0)
+    if recorder is not None:
+        recorder.close()
+        stats = recorder.stats()
+        if stats.error:
+            raise RuntimeError(stats.error)
+        recorded = (stats.events, stats.bytes)
+    watched = Watched(model.events_applied, model.snapshots_applied, seen, model.gaps, round(catch_up, 3), *recorded)
+    results.send(watched)
 
 
 class CollectorProcess:
     """`start(bootstrap)` before the timed transfers, `settle()` after them, then `result()`."""
 
-    def __init__(self, rooms: int) -> None:
+    def __init__(self, rooms: int, record_to: str = "") -> None:
+        """`record_to`: a folder the collector records to (kvtop.record), as `kvtop record` would."""
         self.rooms = rooms
+        self.record_to = record_to
         context = mp.get_context("spawn")
         self._synced = context.Event()
         self._settle = context.Event()
@@ -103,7 +121,9 @@ class CollectorProcess:
     def start(self, bootstrap: str) -> None:
         """Start the collector on the run's bootstrap address; return once it has every rank's snapshot."""
         self._process = self._context.Process(
-            target=_collect, args=(bootstrap, self.rooms, self._synced, self._settle, self._sender), daemon=True
+            target=_collect,
+            args=(bootstrap, self.rooms, self._synced, self._settle, self._sender, self.record_to),
+            daemon=True,
         )
         self._process.start()
         deadline = time.monotonic() + _SYNC_TIMEOUT_S + 30

@@ -246,9 +246,55 @@ def bench_sglang_log(
     )
 
 
+def bench_replay(
+    chunk_bytes: Annotated[str, typer.Option(help="Chunk size of the transfer legs.")] = "1MiB",
+    room_bytes: Annotated[str, typer.Option(help="KV bytes per room (smaller rooms: more events).")] = "4MiB",
+    rooms: Annotated[int, typer.Option(min=2, help="Rooms per transfer run.")] = 256,
+    repeats: Annotated[int, typer.Option(min=1, help="Runs per leg; figures are medians.")] = 3,
+    ingest_events: Annotated[int, typer.Option(min=10_000, help="Events per ingest run.")] = 300_000,
+    hours: Annotated[float, typer.Option(min=0.01, help="Hours of the synthetic recording the seeks use.")] = 1.0,
+    seeks: Annotated[int, typer.Option(min=1, help="Seeks to random times (median and worst reported).")] = 20,
+    as_json: JsonObject = False,
+) -> None:
+    """What the flight recorder costs, and how fast a recording seeks, each against a baseline of the same run.
+
+    Transfer runs watched by a collector that records vs one that does not (target: <= 3 % cost); the
+    collector's ingest with and without recording; the recorder alone on one core (target: >= 200k
+    events/s); bytes per million events (real recordings, and synthetic); the same blocks in segments and in
+    SQLite (WAL); seeks to random times of a synthetic hour at 50k events/s (target: <= 200 ms), with the
+    memory one took. Exits 1 when a leg did not record what it claims. Progress goes to stderr.
+    """
+    from kvtop.bench.replay import measure_replay
+    from kvtop.bench.transfer import check_sizes
+
+    try:
+        chunk, room = parse_size(chunk_bytes), parse_size(room_bytes)
+        check_sizes(chunk, room)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+    with _loud("replay"):
+        r = measure_replay(chunk, room, rooms, repeats, ingest_events, hours, seeks, _progress)
+    _report(
+        r.as_dict(),
+        as_json,
+        f"transfer: recording {r.gbps_recording:.2f} GB/s vs {r.gbps_not_recording:.2f}, cost {r.transfer_cost:+.1%} "
+        f"(CPU per GB {r.cpu_cost:+.1%}; the recorder's own CPU {r.recorder_cpu_share:.2%} of the transfers'); "
+        f"ingest {r.ingest_per_s_recording:,.0f} vs {r.ingest_per_s_not_recording:,.0f} events/s "
+        f"(x{r.ingest_ratio:.2f}); recorder alone {r.keep_up_events_per_s:,.0f} events/s on one core; "
+        f"{r.bytes_per_million_events / 1e6:.1f} MB per million events (synthetic "
+        f"{r.synthetic_bytes_per_million_events / 1e6:.1f}); segments vs SQLite: write "
+        f"{r.segments_write_s_per_million:.3f} vs {r.sqlite_write_s_per_million:.3f} s/M events, "
+        f"{r.segments_bytes_per_million / 1e6:.2f} vs {r.sqlite_bytes_per_million / 1e6:.2f} MB/M, lookup "
+        f"{r.segments_lookup_ms:.2f} vs {r.sqlite_lookup_ms:.2f} ms; seek in {r.seek_hours:g} h: median "
+        f"{r.seek_median_ms:.0f} ms, max {r.seek_max_ms:.0f} ms, {r.seek_peak_mib:.0f} MiB (replaying from the start: "
+        f"~{r.seek_from_start_s:.0f} s)",
+    )
+
+
 def register(bench_app: typer.Typer) -> None:
     bench_app.command("transfer")(bench_transfer)
     bench_app.command("events")(bench_events)
+    bench_app.command("replay")(bench_replay)
     bench_app.command("ingest")(bench_ingest)
     bench_app.command("ui")(bench_ui)
     bench_app.command("sglang-log")(bench_sglang_log)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import signal
 import threading
 import time
@@ -40,12 +41,20 @@ def record(
     ] = False,
     interval: Annotated[float, typer.Option(min=0.5, help="Seconds between status lines.")] = STATUS_EVERY_S,
     duration: Annotated[float | None, typer.Option(min=0.1, help="Stop after this many seconds.")] = None,
+    keyframe_events: Annotated[
+        int,
+        typer.Option(
+            min=1000,
+            help="A keyframe of the model after this many events (or a minute): a seek replays at most this "
+            "many; fewer cost more CPU (a busy model's keyframe takes tens of ms to capture) and bytes.",
+        ),
+    ] = 50_000,
     wait: Wait = 2.0,
 ) -> None:
     """Record a live cluster for replay (`--replay DIR` on every view, `kvtop dump`): headless, for daemons.
 
     Records what kvtop's collector applies to its model (each agent's snapshot and event batches with
-    their arrival times, agent and incarnation) and a keyframe of the model every 100k events or minute,
+    their arrival times, agent and incarnation) and a keyframe of the model every --keyframe-events or minute,
     into zstd-compressed, checksummed segments with a time index (a folder re-used continues it). SIGTERM
     or Ctrl-C stops it cleanly (what was received is written and synced). Exit 0 when stopped (or after
     --duration); 1 when the cluster does not answer, the collector stops, or a write fails (a full disk).
@@ -62,7 +71,7 @@ def record(
         raise typer.BadParameter(str(error)) from None
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    recorder = Recorder(out, max_bytes=cap, retain_s=retain_s).start()
+    recorder = Recorder(out, max_bytes=cap, retain_s=retain_s, keyframe_events=keyframe_events).start()
     collector = Collector(bootstrap, connect, recorder=recorder)
     try:
         collector.start(discover_timeout_s=wait)
@@ -146,7 +155,7 @@ def dump(
     end = min(recording.end, when.at if when.at is not None else recording.end)
     if start > end:
         raise fail("--since/--until select nothing of the recording", 2)
-    cursor = recording.at(start)
+    cursor = recording.at(math.nextafter(start, -math.inf))  # what arrived at `start` itself is dumped
     for op in cursor.deliveries(end):
         item = op.item
         batch = type(item) is EventBatch

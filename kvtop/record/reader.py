@@ -10,6 +10,9 @@ from pathlib import Path
 from kvtop.record.format import FILE_HEADER, SEGMENT_SUFFIX, BlockKind, NotARecording, RecordingError
 from kvtop.record.segment import Entry, SegmentReader
 
+OPEN_SEGMENTS = 4
+"""Segments a reader keeps open between reads (a seek reads one or two; a 24 h ring has thousands)."""
+
 
 @dataclass
 class Damage:
@@ -75,6 +78,8 @@ class Recording:
             why = f" ({self.damage.segments_skipped[0]})" if self.damage.segments_skipped else ""
             raise RecordingError(f"{self.path}: no readable segment{why}")
         self.blocks = [Block(segment, entry) for segment in self.segments for entry in segment.entries]
+        self._open: dict[int, SegmentReader] = {}
+        """Segments with an open file, least recently read first."""
         for segment in self.segments:
             self.damage.blocks += segment.damage.blocks
             self.damage.bytes += segment.damage.bytes
@@ -82,18 +87,34 @@ class Recording:
 
     @property
     def start(self) -> float:
-        return min((b.entry.t_first for b in self.blocks), default=self.segments[0].created)
+        """The first instant the recording holds (of its ops and keyframes)."""
+        return min(
+            (b.entry.t_first for b in self.blocks if b.kind is not BlockKind.MARKS), default=self.segments[0].created
+        )
 
     @property
     def end(self) -> float:
-        return max((b.entry.t_last for b in self.blocks), default=self.segments[-1].created)
+        return max(
+            (b.entry.t_last for b in self.blocks if b.kind is not BlockKind.MARKS), default=self.segments[-1].created
+        )
 
     def read(self, block: Block) -> bytes | None:
-        """The block's payload, or None (counted in `damage`) when it fails its checksums."""
-        before = block.segment.damage.blocks
-        raw = block.segment.read(block.entry)
-        self.damage.blocks += block.segment.damage.blocks - before
+        """The block's payload, or None (counted in `damage`) when it fails its checksums. The last few
+        segments read stay open (`OPEN_SEGMENTS`)."""
+        segment = block.segment
+        self._open.pop(id(segment), None)
+        self._open[id(segment)] = segment
+        if len(self._open) > OPEN_SEGMENTS:
+            self._open.pop(next(iter(self._open))).close()
+        before = segment.damage.blocks
+        raw = segment.read(block.entry)
+        self.damage.blocks += segment.damage.blocks - before
         return raw
+
+    def close(self) -> None:
+        """Close the segments left open by `read` (reading again reopens them)."""
+        while self._open:
+            self._open.popitem()[1].close()
 
     def bytes_on_disk(self) -> int:
         return sum(s.size for s in self.segments)

@@ -8,6 +8,7 @@ import bisect
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import msgspec
 
@@ -124,7 +125,7 @@ class Cursor:
 class Replay:
     """Seeks in one recording: `at(t)` is a model at `t`; `marks()` the failure origins, in arrival order."""
 
-    def __init__(self, recording: Recording | str, journal_events: int = 0) -> None:
+    def __init__(self, recording: Recording | str | Path, journal_events: int = 0) -> None:
         """`journal_events`: the event tail the models keep (the dashboard's `JOURNAL_EVENTS_KEPT`)."""
         self.recording = recording if isinstance(recording, Recording) else Recording(recording)
         self.journal_events = journal_events
@@ -177,8 +178,8 @@ class Replay:
                         marks += MARKS_DECODER.decode(raw) if raw is not None else []
                     except msgspec.DecodeError:
                         self.recording.damage.blocks += 1
-            marks.sort(key=lambda mark: mark.arrived)
-            self._marks = marks
+            start, end = self.start, self.end  # the ring may have deleted what older marks point at
+            self._marks = sorted((m for m in marks if start <= m.arrived <= end), key=lambda mark: mark.arrived)
         return self._marks
 
     def next_origin(self, t: float) -> Mark | None:

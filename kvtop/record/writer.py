@@ -15,6 +15,7 @@ full disk) stops the recording: `error` says why, and `stats()` shows it.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -42,14 +43,14 @@ from kvtop.record.records import (
     Swept,
 )
 from kvtop.record.segment import SegmentWriter, index_path
-from transport.events import EventBatch, Failure, Snapshot
+from transport.events import EventBatch, Snapshot
 from transport.wire import AgentInfo
 
 log = logging.getLogger("kvtop.record")
 
 FLUSH_S = 0.25
-KEYFRAME_EVENTS = 100_000
-"""A keyframe after this many events: a seek replays at most about this many (~0.1 s at 1M events/s)."""
+KEYFRAME_EVENTS = 50_000
+"""A keyframe after this many events: a seek replays at most this many (~0.1 s with decoding; `bench replay`)."""
 KEYFRAME_S = 60.0
 """A keyframe at least this often, however quiet the cluster."""
 SEGMENT_BYTES = 16 << 20
@@ -67,10 +68,28 @@ class _Keyframe:
     state: bytes
 
 
+class _FramedDelivery(msgspec.Struct, tag="d", array_like=True, frozen=True):
+    """A `Delivered` op whose batch is the frame it came in (encodes exactly as `Delivered`, without
+    encoding the batch again)."""
+
+    now: float
+    label: str
+    item: msgspec.Raw
+
+
+@dataclass(frozen=True, slots=True)
+class _Marks:
+    """Failure origins the model took in since the last pass (for the MARKS block of the next flush)."""
+
+    marks: list[Mark]
+
+
 @dataclass(frozen=True)
 class RecorderStats:
     ops: int
+    """Ops written."""
     events: int
+    """Events handed to the recorder (those of dropped ops included: `dropped_ops` says how many ops)."""
     blocks: int
     keyframes: int
     bytes: int
@@ -116,17 +135,19 @@ class Recorder:
         self.segment_s = min(segment_s, retain_s / 4) if retain_s is not None else segment_s
         self.flush_s, self.max_pending, self._clock = flush_s, max_pending, clock
         self.error = ""
-        self._pending: deque[Op | _Keyframe] = deque()
+        self._pending: deque[Op | _FramedDelivery | _Keyframe | _Marks] = deque()
         """Ops and keyframes in order (appended by the collector's thread, taken by the writer's)."""
         self._events_since_keyframe = 0
         self._keyframe_at = -1e18
         self._want_keyframe = True
         self._last_account: Accounted | None = None
+        self._failures_seen = 0
+        self._events_in = 0
         self._segment: SegmentWriter | None = None
         self._segments = _existing_segments(self.folder)
         """(path, time it was opened) of the folder's segments, oldest first (earlier runs' too: one ring)."""
         self._seq = 0
-        self._ops = self._events = self._blocks = self._keyframes = 0
+        self._ops = self._blocks = self._keyframes = 0
         self._bytes = sum(_size(path) + _size(index_path(path)) for path, _ in self._segments)
         self._dropped = self._deleted = 0
         self._stop = threading.Event()
@@ -138,9 +159,16 @@ class Recorder:
 
     # --- the collector's side (called under its lock) -------------------------------------
 
-    def delivered(self, label: str, item: Snapshot | EventBatch, now: float) -> None:
-        self._pending.append(Delivered(now, label, item))
-        self._events_since_keyframe += len(item.events) if type(item) is EventBatch else 1
+    def delivered(self, label: str, item: Snapshot | EventBatch, now: float, frame: bytes = b"") -> None:
+        """A delivery applied at `now`; `frame`: the frame a batch came in (written as it came, not encoded
+        again: `Delivered.frame` of the subscriber)."""
+        if frame and type(item) is EventBatch:
+            self._pending.append(_FramedDelivery(now, label, msgspec.Raw(memoryview(frame)[1:])))
+        else:
+            self._pending.append(Delivered(now, label, item))
+        count = len(item.events) if type(item) is EventBatch else 1
+        self._events_since_keyframe += count
+        self._events_in += count
 
     def swept(self, now: float) -> None:
         self._pending.append(Swept(now))
@@ -180,6 +208,7 @@ class Recorder:
     def tick(self, model: ClusterModel, now: float) -> None:
         """End of one collector pass: capture a keyframe when one is due (after `keyframe_events` events,
         `keyframe_s` seconds, a segment rotation or a drop)."""
+        self._take_marks(model, now)
         due = self._events_since_keyframe >= self.keyframe_events or now - self._keyframe_at >= self.keyframe_s
         if not (due or self._want_keyframe) or self.error:
             return
@@ -188,11 +217,24 @@ class Recorder:
         self._keyframe_at = now
         self._pending.append(_Keyframe(now, capture(model)))
 
+    def _take_marks(self, model: ClusterModel, now: float) -> None:
+        """The origins among the failures the model took in since the last pass (a rank's own failure, not
+        one it learnt of), from the model's own list: no walk over the events."""
+        new = model.failures_total - self._failures_seen
+        self._failures_seen = model.failures_total
+        if new <= 0:
+            return
+        recent = itertools.islice(reversed(model.failures), min(new, len(model.failures)))
+        marks = [Mark(f.ts, now, f.room, f.rank, f.reason_class) for f in recent
+                 if not f.from_another_rank and f.origin in ("", f.rank)]  # fmt: skip
+        if marks:
+            self._pending.append(_Marks(marks[::-1]))
+
     # --- the writer's side ----------------------------------------------------------------
 
     def stats(self) -> RecorderStats:
         return RecorderStats(
-            self._ops, self._events, self._blocks, self._keyframes, self._bytes, len(self._segments),
+            self._ops, self._events_in, self._blocks, self._keyframes, self._bytes, len(self._segments),
             self._dropped, self._deleted, self.error,
         )  # fmt: skip
 
@@ -229,17 +271,27 @@ class Recorder:
             self._want_keyframe = True
             log.warning("the recorder fell behind: %d ops dropped (a keyframe follows)", len(pending))
             pending = [Dropped(self._clock(), len(pending))]
-        ops: list[Op] = []
+        ops: list[Op | _FramedDelivery] = []
+        marks: list[Mark] = []
         for item in pending:
-            if type(item) is _Keyframe:
+            if isinstance(item, _Keyframe):  # may open a new segment: what came before goes in the old one
                 self._write_ops(ops)
-                ops = []
+                self._write_marks(marks)
+                ops, marks = [], []
                 self._write_keyframe(item)
+            elif isinstance(item, _Marks):
+                marks += item.marks
             else:
-                ops.append(item)  # type: ignore[arg-type]
+                ops.append(item)
         self._write_ops(ops)
+        self._write_marks(marks)
 
-    def _write_ops(self, ops: list[Op]) -> None:
+    def _write_marks(self, marks: list[Mark]) -> None:
+        if marks and self._segment is not None:
+            raw = msgspec.msgpack.encode(marks)
+            self._append(BlockKind.MARKS, marks[0].arrived, marks[-1].arrived, len(marks), raw)
+
+    def _write_ops(self, ops: list[Op | _FramedDelivery]) -> None:
         if not ops or self.error:
             return
         if self._segment is None:  # ops before any keyframe: they replay onto an empty model
@@ -247,11 +299,6 @@ class Recorder:
         raw = msgspec.msgpack.encode(ops)
         self._append(BlockKind.OPS, ops[0].now, ops[-1].now, len(ops), raw)
         self._ops += len(ops)
-        self._events += sum(len(op.item.events) for op in ops if type(op) is Delivered and type(op.item) is EventBatch)
-        marks = _marks(ops)
-        if marks:
-            raw = msgspec.msgpack.encode(marks)
-            self._append(BlockKind.MARKS, marks[0].arrived, marks[-1].arrived, len(marks), raw)
 
     def _write_keyframe(self, keyframe: _Keyframe) -> None:
         if self._segment is None or self._segment_full(keyframe.now):
@@ -336,17 +383,3 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return 0
-
-
-def _marks(ops: list[Op]) -> list[Mark]:
-    """The failure origins the ops delivered: a rank's own failures (not learnt from another rank)."""
-    marks: list[Mark] = []
-    for op in ops:
-        if type(op) is not Delivered:
-            continue
-        item = op.item
-        events = item.events if type(item) is EventBatch else item.failures if type(item) is Snapshot else []
-        for event in events:
-            if type(event) is Failure and not event.is_from_another_rank and event.origin in ("", event.rank):
-                marks.append(Mark(event.ts, op.now, event.room, event.rank, event.reason_class))
-    return marks

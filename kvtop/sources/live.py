@@ -183,7 +183,7 @@ class Collector:
             with self.lock:
                 for delivered in deliveries:
                     if recorder is not None:
-                        recorder.delivered(delivered.label, delivered.item, now)
+                        recorder.delivered(delivered.label, delivered.item, now, delivered.frame)
                     self._apply(delivered, now)
                 self._account(now)
                 self._update_intake()

@@ -1,0 +1,99 @@
+"""The time options of every view: how times are written, SGLang logs cut at --at and windowed by --since,
+and what a view says of a damaged or foreign recording."""
+
+from __future__ import annotations
+
+import json
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+from kvtop.cli.when import parse_duration, parse_time, pick
+from kvtop.model.cluster import ClusterModel
+from kvtop.record.format import FILE_HEADER, checksum
+from kvtop.record.synthetic import feed
+from kvtop.record.writer import Recorder
+from kvtop.sources.synthetic import SyntheticCluster
+from tests.kvtop.kvtop_cli import kvtop
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "sglang" / "old-era"
+LOGS = ("--sglang-log", str(FIXTURES / "prefill.log"), "--sglang-log", f"decode={FIXTURES / 'decode.log'}")
+
+
+@pytest.mark.parametrize(
+    ("text", "offset"),
+    [("now", 0.0), ("5 minutes ago", -300.0), ("90s ago", -90.0), ("2 hours ago", -7200.0), ("1 day ago", -86400.0)],
+)
+def test_relative_times_count_back_from_now(text: str, offset: float) -> None:
+    """`N UNIT ago` and `now` are relative to the wall clock."""
+    assert parse_time(text, now=1_800_000_000.0) == 1_800_000_000.0 + offset
+
+
+def test_absolute_times_are_iso_epoch_or_a_time_of_day() -> None:
+    """ISO with a zone, epoch seconds, and a time of day today (local)."""
+    assert parse_time("2027-01-15T08:00:00Z") == 1_800_000_000.0
+    assert parse_time("2027-01-15T09:00:00+01:00") == 1_800_000_000.0
+    assert parse_time("1780000000.5") == 1_780_000_000.5
+    today = time.localtime()
+    assert time.localtime(parse_time("03:00"))[:5] == (*today[:3], 3, 0)
+
+
+def test_bad_times_and_durations_name_the_forms_accepted() -> None:
+    """A time or duration that is none: ValueError with examples; --since after --until is refused."""
+    with pytest.raises(ValueError, match="is not a time"):
+        parse_time("yesterday")
+    with pytest.raises(ValueError, match="is not a duration"):
+        parse_duration("forever")
+    assert parse_duration("24h") == 86400.0
+    with pytest.raises(ValueError, match="--since is after --until"):
+        pick("", "1780000010", "1780000000")
+
+
+def test_logs_read_up_to_at_and_list_failures_since(utc: None) -> None:
+    """--until cuts the logs, --since starts the list; status judges at --at."""
+    window = kvtop("failures", "--json", *LOGS, "--since", "1767323062", "--until", "1767323082")
+    assert window.returncode == 0, window.stderr
+    assert [group["room"] for group in json.loads(window.stdout)] == [3333, 4444, 5555, 6666]
+    status = kvtop("status", "--json", *LOGS, "--at", "2026-01-02T03:04:30Z")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["failures"] == 4
+
+
+def test_time_options_without_a_recording_or_logs_are_a_usage_error() -> None:
+    """--at on a live cluster means nothing: exit 2 saying what it needs."""
+    result = kvtop("status", "--bootstrap", "tcp://127.0.0.1:9", "--at", "now")
+    assert result.returncode == 2
+    assert "read a recording (--replay) or logs" in result.stderr
+
+
+def _recording(folder: Path) -> None:
+    recorder = Recorder(folder, keyframe_events=1000, segment_bytes=20_000, flush_s=3600.0)
+    feed(recorder, ClusterModel(), SyntheticCluster(spacing_s=0.001), passes=30, rooms_per_pass=20)
+    recorder.close()
+
+
+def test_a_damaged_segment_is_said_on_stderr_and_the_view_answers(tmp_path: Path) -> None:
+    """A segment with a garbage header: `recording damaged: 1 segments skipped`, and status still answers."""
+    _recording(tmp_path / "rec")
+    segments = sorted((tmp_path / "rec").glob("*.kvr"))
+    assert len(segments) >= 3
+    segments[1].write_bytes(b"garbage!" + segments[1].read_bytes()[8:])
+    result = kvtop("status", "--replay", str(tmp_path / "rec"), "--json")
+    assert result.returncode == 0, result.stderr
+    assert "recording damaged: 1 segments skipped" in result.stderr
+    assert json.loads(result.stdout)["ranks"]["total"] == 8
+
+
+def test_a_recording_of_another_schema_is_an_error_naming_both(tmp_path: Path) -> None:
+    """Exit 2, one line: the schema found and the one this kvtop reads."""
+    _recording(tmp_path / "rec")
+    for segment in (tmp_path / "rec").glob("*.kvr"):
+        data = bytearray(segment.read_bytes())
+        struct.pack_into("<H", data, 8, 7)
+        struct.pack_into("<I", data, FILE_HEADER.size - 4, checksum(bytes(data[: FILE_HEADER.size - 4])))
+        segment.write_bytes(bytes(data))
+    result = kvtop("failures", "--replay", str(tmp_path / "rec"))
+    assert result.returncode == 2
+    assert "recording schema 7, this kvtop reads schema 1" in result.stderr
