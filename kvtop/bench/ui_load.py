@@ -103,6 +103,7 @@ class Feeder(threading.Thread):
 
 
 def main() -> None:
+    from kvtop.cli.dashboard_record import DEFAULT_MAX_BYTES, KEYFRAME_EVENTS
     from kvtop.tui.app import KvtopApp
     from kvtop.tui.rewind import Rewind
     from kvtop.tui.themes import load_themes
@@ -117,7 +118,9 @@ def main() -> None:
     args = parser.parse_args()
     source = BenchSource(ClusterModel(JOURNAL_EVENTS_KEPT), threading.Lock())
     fill(source.model, args.rooms, args.instances, args.tp, time.time())
-    recorder = Recorder(args.record, max_bytes=256 << 20).start() if args.record else None
+    recorder = None
+    if args.record:  # as the dashboard records (kvtop.cli.dashboard_record)
+        recorder = Recorder(args.record, max_bytes=DEFAULT_MAX_BYTES, keyframe_events=KEYFRAME_EVENTS).start()
     feeder = Feeder(source, args.instances, args.tp, args.events_per_s, recorder)
     clock = ReadClock()
     rewind = Rewind(args.record, live=True) if args.record else None

@@ -24,6 +24,11 @@ if TYPE_CHECKING:
     from kvtop.record.writer import Recorder
 
 DEFAULT_MAX_BYTES = 256 << 20
+KEYFRAME_EVENTS = 1_000_000
+"""The dashboard's keyframes come every 1M events (or minute), not the recorder's 100k: a keyframe is captured
+under the collector's lock, and on `kvtop bench ui`'s model (100k rooms, 50k events/s) one took 0.4-0.6 s and
+47 MB before compression, every 2 s at 100k; the lock held that long stalls every frame build. A seek then
+replays at most 1M events."""
 LOCK_NAME = "dashboard.lock"
 
 Record = Annotated[
@@ -100,7 +105,8 @@ def dashboard_recording(choice: RecordChoice) -> Iterator[Recording]:
         yield Recording(None, folder, f"not recording: another kvtop dashboard records into {folder} (--record-dir)")
         return
     try:
-        recorder = Recorder(folder, max_bytes=parse_size(choice.max_bytes or str(DEFAULT_MAX_BYTES))).start()
+        max_bytes = parse_size(choice.max_bytes or str(DEFAULT_MAX_BYTES))
+        recorder = Recorder(folder, max_bytes=max_bytes, keyframe_events=KEYFRAME_EVENTS).start()
         try:
             yield Recording(recorder, folder)
         finally:
