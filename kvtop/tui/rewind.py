@@ -228,6 +228,7 @@ class Rewind:
         """Open the recording (again, on a live session, when `fresh` and the copy is old); False if it cannot be."""
         if self._replay is not None and not (self.live and fresh and time.monotonic() - self._read_at > REREAD_S):
             return True
+        old = self._replay
         try:
             self._replay = Replay(str(self.path), journal_events=self._journal_events)
         except RecordingError as error:
@@ -237,6 +238,8 @@ class Rewind:
             self._note = f"cannot rewind: {error.strerror or error}"
             return self._replay is not None
         self._read_at = time.monotonic()
+        if old is not None:
+            old.recording.close()  # its open segments (a cursor still on it reopens what it reads)
         return True
 
     def _leave(self) -> None:
