@@ -75,6 +75,9 @@ class UiResult:
     keys: int
     """Key presses whose view showed in time: all of `keys_pressed`, or the run fails."""
     keys_pressed: int
+    recording: bool = False
+    """The dashboard recorded what it was fed (its default on a live cluster), its writer thread doing the I/O."""
+    recorded_events: int = 0
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -159,10 +162,14 @@ def measure_ui(
     seconds: float,
     progress: Callable[[str], None],
     key_timeout_s: float = 5.0,
+    record: bool = False,
 ) -> UiResult:
-    out = Path(tempfile.mkdtemp(prefix="kvtop-bench-ui-")) / "timings.json"
+    """`record`: the dashboard records what it is fed into a ring in a temp folder (its live default)."""
+    folder = Path(tempfile.mkdtemp(prefix="kvtop-bench-ui-"))
+    out = folder / "timings.json"
     command = [sys.executable, "-m", "kvtop.bench.ui_load", "--rooms", str(rooms), "--instances", str(instances),
-               "--tp", str(tp), "--events-per-s", str(events_per_s), "--out", str(out)]  # fmt: skip
+               "--tp", str(tp), "--events-per-s", str(events_per_s), "--out", str(out),
+               *(["--record", str(folder / "ring")] if record else [])]  # fmt: skip
     progress(f"starting the dashboard on {rooms:,} rooms over {2 * instances * tp} ranks ...")
     terminal = Terminal(command)
     keys: list[float] = []
@@ -207,6 +214,8 @@ def measure_ui(
     by_window = {key: sum(1 for at, _, _ in draws if a <= at <= b) for a, b, key in watched}
     progress(f"{len(frames)} frames watched, {len(keys)} of {step} keys answered")
     lacking = missing(by_window, len(keys), step, key_timeout_s)
+    if record and (timings["recorder_error"] or not timings["recorded_events"]):
+        lacking = "; ".join(filter(None, [lacking, f"nothing recorded ({timings['recorder_error'] or 'no events'})"]))
     if lacking:
         raise BenchFailed(lacking)
     paints = [at for at, _, _ in draws]
@@ -234,4 +243,6 @@ def measure_ui(
         frames=len(frames),
         keys=len(keys),
         keys_pressed=step,
+        recording=record,
+        recorded_events=timings["recorded_events"],
     )

@@ -16,6 +16,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
+from kvtop.record.writer import Recorder
 from kvtop.sources.synthetic import SyntheticCluster
 from transport.events import EventBatch
 
@@ -58,9 +59,13 @@ class ReadClock:
 class Feeder(threading.Thread):
     """Applies new rooms' events at `events_per_s`, in steps of `FEED_EVERY_S`, as the collector would."""
 
-    def __init__(self, source: BenchSource, instances: int, tp: int, events_per_s: float) -> None:
+    def __init__(
+        self, source: BenchSource, instances: int, tp: int, events_per_s: float, recorder: Recorder | None = None
+    ) -> None:
+        """`recorder`: told every delivery, sweep and pass end under the lock, as the live collector tells it."""
         super().__init__(name="bench-feeder", daemon=True)
         self.source = source
+        self.recorder = recorder
         events_per_room = 2 * tp * 5 + tp
         self.rooms_per_step = max(1, round(events_per_s * FEED_EVERY_S / events_per_room))
         self.stream = SyntheticCluster(instances, instances, tp, start=time.time(),
@@ -76,13 +81,21 @@ class Feeder(threading.Thread):
         while not self.stop.wait(max(0.0, self.started + step * FEED_EVERY_S - time.monotonic())):
             batches: list[tuple[str, EventBatch]] = self.stream.rooms(self.rooms_per_step, step * self.rooms_per_step)
             now = time.time()
+            recorder, model = self.recorder, self.source.model
             with self.source.lock:
                 for label, batch in batches:
-                    self.source.model.apply(label, batch, now)
+                    if recorder is not None:
+                        recorder.delivered(label, batch, now)
+                    model.apply(label, batch, now)
                     self.applied += len(batch.events)
                 if now >= next_sweep:
-                    self.source.model.sweep(now)
+                    model.sweep(now)
                     next_sweep = now + SWEEP_EVERY_S
+                    if recorder is not None:
+                        recorder.swept(now)
+                if recorder is not None:
+                    recorder.accounted(model, now)
+                    recorder.tick(model, now)
             step += 1
 
     def rate(self) -> float:
@@ -90,7 +103,9 @@ class Feeder(threading.Thread):
 
 
 def main() -> None:
+    from kvtop.cli.dashboard_record import DEFAULT_MAX_BYTES, KEYFRAME_EVENTS
     from kvtop.tui.app import KvtopApp
+    from kvtop.tui.rewind import Rewind
     from kvtop.tui.themes import load_themes
 
     parser = argparse.ArgumentParser(description=__doc__)
@@ -99,15 +114,23 @@ def main() -> None:
     parser.add_argument("--tp", type=int, required=True)
     parser.add_argument("--events-per-s", type=float, required=True)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--record", default="", help="Record into this folder, as the dashboard does by default.")
     args = parser.parse_args()
     source = BenchSource(ClusterModel(JOURNAL_EVENTS_KEPT), threading.Lock())
     fill(source.model, args.rooms, args.instances, args.tp, time.time())
-    feeder = Feeder(source, args.instances, args.tp, args.events_per_s)
+    recorder = None
+    if args.record:  # as the dashboard records (kvtop.cli.dashboard_record)
+        recorder = Recorder(args.record, max_bytes=DEFAULT_MAX_BYTES, keyframe_events=KEYFRAME_EVENTS).start()
+    feeder = Feeder(source, args.instances, args.tp, args.events_per_s, recorder)
     clock = ReadClock()
-    app = KvtopApp(source, title="bench ui", themes=load_themes(), clock=clock)
+    rewind = Rewind(args.record, live=True) if args.record else None
+    app = KvtopApp(source, title="bench ui", themes=load_themes(), clock=clock, rewind=rewind)
     app.call_later(feeder.start)
     app.run()
     feeder.stop.set()
+    feeder.join()
+    if recorder is not None:
+        recorder.close()
     result = {
         "draws": list(app.draws),
         "build_s": list(app.build_seconds),
@@ -115,6 +138,8 @@ def main() -> None:
         "events_per_s": feeder.rate(),
         "rooms": len(source.model.rooms) + len(source.model.finished),
         "ranks": len(source.model.ranks),
+        "recorded_events": recorder.stats().events if recorder is not None else 0,
+        "recorder_error": recorder.stats().error if recorder is not None else "",
     }
     with open(args.out, "w", encoding="utf-8") as out:
         json.dump(result, out)

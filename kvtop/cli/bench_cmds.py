@@ -190,6 +190,13 @@ def bench_ui(
     key_timeout_s: Annotated[
         float, typer.Option(min=0, help="How long a key may take to show its view; a key that takes longer fails.")
     ] = 5.0,
+    record: Annotated[
+        bool,
+        typer.Option(
+            "--record/--no-record",
+            help="The dashboard records what it is fed, as it does on a live cluster by default (--no-record: not).",
+        ),
+    ] = True,
     as_json: JsonObject = False,
 ) -> None:
     """The dashboard on a big synthetic model, in a pseudo-terminal, while events stream in: frame and key latency.
@@ -203,7 +210,7 @@ def bench_ui(
     from kvtop.bench.ui import measure_ui
 
     with _loud("ui"):
-        result = measure_ui(rooms, instances, tp, events_per_s, seconds, _progress, key_timeout_s)
+        result = measure_ui(rooms, instances, tp, events_per_s, seconds, _progress, key_timeout_s, record)
     _report(
         result.as_dict(),
         as_json,
@@ -213,7 +220,8 @@ def bench_ui(
         f"data age at paint p99 {result.data_age_at_paint_ms_p99:.0f} ms, "
         f"on screen p99 {result.data_age_on_screen_ms_p99:.0f} ms; "
         f"key to screen {result.key_to_screen_ms:.1f} ms (p99 {result.key_to_screen_ms_p99:.1f}, "
-        f"{result.keys}/{result.keys_pressed} keys)",
+        f"{result.keys}/{result.keys_pressed} keys); "
+        + (f"recording ({result.recorded_events:,} events recorded)" if record else "not recording"),
     )
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kvtop.cli.dashboard_record import Record, RecordChoice, RecordDir, RecordMaxBytes
 from kvtop.cli.export_cmd import Export, exporting
 from kvtop.cli.options import (
     BootstrapTimeout,
@@ -150,8 +151,10 @@ def _dashboard(
     theme: str,
     export: str,
     security: Security,
+    choice: RecordChoice,
 ) -> None:
-    from kvtop.cli.top_cmd import find_theme, run_dashboard
+    from kvtop.cli.dashboard_record import dashboard_recording
+    from kvtop.cli.top_cmd import find_theme, live_rewind, run_dashboard
     from kvtop.cluster.embedded import EmbeddedCluster
     from transport.errors import TransportError
     from transport.workload import WorkloadSpec
@@ -163,11 +166,16 @@ def _dashboard(
         f"starting {spec.prefill}P{spec.decode}D TP{tp} on loopback{curve} (agent logs: {spec.log_dir}) ...", err=True
     )
     try:
-        with EmbeddedCluster(spec, WorkloadSpec(rate=rate)) as embedded:
+        with (
+            dashboard_recording(choice) as recording,
+            EmbeddedCluster(spec, WorkloadSpec(rate=rate), recording.recorder) as embedded,
+        ):
             collector = embedded.collector
             assert collector is not None
+            warnings = (recording.warning,) if recording.warning else ()
             with exporting(export, collector.model, collector.lock, "embedded"):
-                run_dashboard(collector, embedded.describe, themes, theme, quit_after=duration)
+                run_dashboard(collector, embedded.describe, themes, theme, quit_after=duration,
+                              rewind=live_rewind(recording), warnings=warnings)  # fmt: skip
     except TransportError as error:
         raise fail(str(error)) from None
 
@@ -182,6 +190,9 @@ def local(
     duration: Duration = None,
     log_dir: LogDir = "",
     theme: Theme = "kvtop-dark",
+    record: Record = True,
+    record_dir: RecordDir = "",
+    record_max_bytes: RecordMaxBytes = "256MiB",
     dashboard: Annotated[
         bool,
         typer.Option(
@@ -196,7 +207,8 @@ def local(
         return
     security = Security(curve_keys)
     if dashboard and sys.stdout.isatty():
-        _dashboard(prefill, decode, tp, rate, fault, duration, log_dir, theme, export, security)
+        choice = RecordChoice(record, record_dir, record_max_bytes).checked()
+        _dashboard(prefill, decode, tp, rate, fault, duration, log_dir, theme, export, security, choice)
         return
     if export:
         raise typer.BadParameter(

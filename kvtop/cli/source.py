@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from kvtop.model.cluster import ClusterModel
     from kvtop.record.records import Gapped
     from kvtop.record.replay import Applied, Cursor
+    from kvtop.record.writer import Recorder
     from kvtop.sources.live import Collector, News
     from kvtop.sources.sglang import SGLangLogs
     from transport.events import Event
@@ -77,6 +78,7 @@ def opened(
     curve_keys: str = "",
     past: Past | None = None,
     news_since: bool = False,
+    recorder: Recorder | None = None,
 ) -> Iterator[Opened]:
     """The source, once every agent's snapshot is in (or `wait` passed), the logs were read to their end
     (or to `--at`), or the recording was positioned at `--at` (its end by default).
@@ -85,7 +87,8 @@ def opened(
     as the agents are discovered (the dashboard shows them arriving); `curve_keys`: a CURVE key folder.
     `past`: a recording to replay, and the instant and window to read (`--replay`, `--at`, `--since`);
     `news_since`: also collect what the recording's collector heard from `--since` to `--at`
-    (`Opened.replayed`, for an event tail).
+    (`Opened.replayed`, for an event tail); `recorder`: told everything a live collector applies (the
+    dashboard's ring).
 
     Raises `BootstrapError` when the bootstrap address does not answer; exit 2 (`typer.Exit`) when a log
     or a recording cannot be read, `--at` lies outside the recording, or the key folder cannot be used.
@@ -109,7 +112,8 @@ def opened(
         finally:
             logs.close()
         return
-    collector = Collector(bootstrap, connect, model, news=news, curve=load_curve(curve_keys, serve=False))
+    curve = load_curve(curve_keys, serve=False)
+    collector = Collector(bootstrap, connect, model, news=news, curve=curve, recorder=recorder)
     try:
         collector.start(discover_timeout_s=wait)
         if synced:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kvtop.cli.dashboard_record import Record, RecordChoice, RecordDir, RecordMaxBytes, dashboard_recording
 from kvtop.cli.export_cmd import Export, exporting
 from kvtop.cli.options import (
     At,
@@ -24,8 +24,9 @@ from kvtop.cli.options import (
 )
 
 if TYPE_CHECKING:
-    from kvtop.model.cluster import ClusterModel
+    from kvtop.cli.dashboard_record import Recording
     from kvtop.tui.app import Source
+    from kvtop.tui.rewind import Rewind
     from kvtop.tui.themes import ThemeSet
 
 Theme = Annotated[
@@ -56,6 +57,8 @@ def run_dashboard(
     theme: str,
     quit_after: float | None = None,
     clock: Callable[[], float] = time.time,
+    rewind: Rewind | None = None,
+    warnings: tuple[str, ...] = (),
 ) -> None:
     """Open the dashboard on `source` until the user quits (q, Ctrl-C) or the terminal goes away.
 
@@ -63,11 +66,20 @@ def run_dashboard(
     Textual prints first) exits 1 with one line naming the error."""
     from kvtop.tui.app import KvtopApp
 
-    app = KvtopApp(source, title=title, themes=themes, theme=theme, quit_after=quit_after, clock=clock)
+    app = KvtopApp(source, title=title, themes=themes, theme=theme, quit_after=quit_after, clock=clock,
+                   rewind=rewind, warnings=warnings)  # fmt: skip
     app.run()
     if app.return_code:
         error = app.failure or app._exception  # Textual keeps what ended the app (no public accessor)
         raise fail(f"the dashboard failed: {error!r}" if error is not None else "the dashboard failed")
+
+
+def live_rewind(recording: Recording) -> Rewind | None:
+    """The rewind of a live session into the ring it records (None when it does not record)."""
+    from kvtop.tui.rewind import Rewind
+
+    recorder = recording.recorder
+    return None if recorder is None else Rewind(recording.folder, live=True, error=lambda: recorder.error)
 
 
 def top(
@@ -80,14 +92,22 @@ def top(
     curve_keys: CurveKeysDir = "",
     replay: ReplayPath = "",
     at: At = "",
+    record: Record = True,
+    record_dir: RecordDir = "",
+    record_max_bytes: RecordMaxBytes = "256MiB",
 ) -> None:
     """The dashboard on a live cluster, on SGLang server logs or on a recording: overview, rooms, failures
     (folded), events.
 
     `?` in the dashboard lists every key. With --sglang-log the files are read from their start and
     followed as they grow; "now" is the latest time they mention. With --replay, the model as it was at
-    --at (default: the recording's end), "now" being that instant. With --export HOST:PORT the same model
-    is also served as Prometheus metrics while the dashboard runs (see `kvtop export`).
+    --at (default: the recording's end), "now" being that instant; the rewind keys move through it. With
+    --export HOST:PORT the same model is also served as Prometheus metrics while the dashboard runs (see
+    `kvtop export`).
+
+    On a live cluster the dashboard records what it receives into a bounded ring (--record-dir,
+    --record-max-bytes; --no-record keeps nothing), so the session can be rewound: , and . step 10 s,
+    [ and ] jump to the previous and next failure origin, b jumps to a time, L goes back to live.
     """
     from kvtop.cli.source import opened
     from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
@@ -95,6 +115,7 @@ def top(
 
     require_source(bootstrap, connect, sglang_log, replay)
     themes = find_theme(theme)
+    choice = RecordChoice(record, record_dir, record_max_bytes).checked()
     if replay:
         _top_on_recording(replay, at, themes, theme)
         return
@@ -104,24 +125,30 @@ def top(
         _top_on_logs(sglang_log, themes, theme, export)
         return
     kind = "bootstrap" if bootstrap else "connect"
+    model = ClusterModel(JOURNAL_EVENTS_KEPT)
     try:
-        model = ClusterModel(JOURNAL_EVENTS_KEPT)
         with (
-            opened(bootstrap, connect, wait, model=model, synced=False, curve_keys=curve_keys) as source,
+            dashboard_recording(choice) as recording,
+            opened(
+                bootstrap, connect, wait, model=model, synced=False, curve_keys=curve_keys, recorder=recording.recorder
+            ) as source,
             exporting(export, source.model, source.lock, kind),
         ):
             assert source.collector is not None
-            run_dashboard(source.collector, bootstrap or ", ".join(connect), themes, theme)
+            warnings = (recording.warning,) if recording.warning else ()
+            title = bootstrap or ", ".join(connect)
+            run_dashboard(source.collector, title, themes, theme, rewind=live_rewind(recording), warnings=warnings)
     except BootstrapError as error:
         raise fail(str(error)) from None
 
 
 def _top_on_recording(replay: str, at: str, themes: ThemeSet, theme: str) -> None:
-    """The dashboard on the model a recording held at `at` (its end by default), judged at that instant."""
+    """The dashboard on the model a recording held at `at` (its end by default), judged at that instant; the
+    rewind keys move through the recording."""
     from kvtop.cli.source import opened
     from kvtop.cli.when import Past, pick
     from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
-    from kvtop.views.times import stamp
+    from kvtop.tui.rewind import Rewind
 
     try:
         past = Past(replay, pick(at, "", ""))
@@ -130,19 +157,9 @@ def _top_on_recording(replay: str, at: str, themes: ThemeSet, theme: str) -> Non
     with opened("", [], 0.0, model=ClusterModel(JOURNAL_EVENTS_KEPT), past=past) as source:
         if source.damage:
             typer.echo(f"kvtop: {source.damage}", err=True)
-        held = _Still(source.model)
-        instant = source.now()
-        title = f"replay {replay} at {stamp(instant, dated=True)}"
-        run_dashboard(held, title, themes, theme, clock=lambda: instant)
-
-
-class _Still:
-    """A source that never changes: a recording's model at one instant."""
-
-    def __init__(self, model: ClusterModel) -> None:
-        self.model = model
-        self.lock = threading.Lock()
-        self.error = ""
+        assert source.cursor is not None
+        rewind = Rewind(replay, live=False, cursor=source.cursor)
+        run_dashboard(rewind, f"recording {replay}", themes, theme, rewind=rewind)
 
 
 def _top_on_logs(sglang_log: list[str], themes: ThemeSet, theme: str, export: str) -> None:

@@ -4,22 +4,28 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
 from kvtop.sources.live import Collector
 from transport.cluster import ClusterSpec, LocalCluster
 from transport.workload import Router, WorkloadSpec, WorkloadStats
 
+if TYPE_CHECKING:
+    from kvtop.record.writer import Recorder
+
 
 class EmbeddedCluster:
     """Start with `with EmbeddedCluster(spec, workload) as cluster:`; leaving stops every agent it started.
 
-    `collector` (model, lock, error) is what the dashboard reads.
+    `collector` (model, lock, error) is what the dashboard reads; `recorder`, when given, is told everything
+    the collector applies (the caller closes it, after leaving).
     """
 
-    def __init__(self, spec: ClusterSpec, workload: WorkloadSpec) -> None:
+    def __init__(self, spec: ClusterSpec, workload: WorkloadSpec, recorder: Recorder | None = None) -> None:
         self.spec = spec
         self.workload = workload
+        self.recorder = recorder
         self.cluster = LocalCluster(spec)
         self.collector: Collector | None = None
         self.stats = WorkloadStats()
@@ -30,7 +36,9 @@ class EmbeddedCluster:
         try:
             self.cluster.start()
             model = ClusterModel(JOURNAL_EVENTS_KEPT)
-            self.collector = Collector(self.cluster.endpoint, model=model, curve=self.cluster.curve).start()
+            self.collector = Collector(
+                self.cluster.endpoint, model=model, curve=self.cluster.curve, recorder=self.recorder
+            ).start()
             self._router.start()
         except BaseException:
             self.close()

@@ -25,8 +25,9 @@ from textual.worker import Worker, WorkerState
 
 from kvtop.model.cluster import ClusterModel
 from kvtop.tui.details import rank_history, room_timeline
-from kvtop.tui.frame import WINDOW_S, Frame, FrameBuilder, Options, RoomSort
+from kvtop.tui.frame import WINDOW_S, Frame, FrameBuilder, Options, Replayed, RoomSort
 from kvtop.tui.process import DashboardTuning, terminal_lost
+from kvtop.tui.rewind import BIG_STEP_S, STEP_S, Rewind, since
 from kvtop.tui.rows import Palette, rate
 from kvtop.tui.screens.detail import DetailScreen
 from kvtop.tui.screens.help import HelpScreen
@@ -49,6 +50,10 @@ _VIEW_HELP = {
     "failures": "Origins with their echoes folded under them",
     "events": "The live event tail",
 }
+_REWIND_ACTIONS = frozenset({"step", "origin", "jump", "live"})
+"""Actions that need a recording (hidden, and doing nothing, without one: --no-record, SGLang logs)."""
+_STEP = Binding.Group("Step")
+_ORIGIN = Binding.Group("Origin")
 _FOCUS = {"overview": "#ranks-list", "rooms": "#rooms-list", "failures": "#failure-tree", "events": "#events-list"}
 """The widget that takes the keys in each view."""
 
@@ -56,17 +61,23 @@ _FOCUS = {"overview": "#ranks-list", "rooms": "#rooms-list", "failures": "#failu
 class Source(Protocol):
     """What the dashboard reads: a model, the lock its writer holds, and the writer's last error."""
 
-    model: ClusterModel
-    lock: threading.Lock
-    error: str
+    @property
+    def model(self) -> ClusterModel: ...
+
+    @property
+    def lock(self) -> threading.Lock: ...
+
+    @property
+    def error(self) -> str: ...
 
 
 class FrameReady(Message):
-    """A frame was built by the worker (a newer one replaces one not yet drawn)."""
+    """A frame was built by the worker (a newer one replaces one not yet drawn), with a rewind's news."""
 
-    def __init__(self, frame: Frame) -> None:
+    def __init__(self, frame: Frame, note: str = "") -> None:
         super().__init__()
         self.frame = frame
+        self.note = note
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, FrameReady)
@@ -79,7 +90,12 @@ class KvtopApp(App[None]):
     | :- | :- |
     | o 1 / r 2 / f 3 / e 4 | Overview / rooms / failures / events |
     | / | Filter (recalls the last one; empty clears it) |
-    | p | Pause (the model keeps collecting) |
+    | p | Pause (the model keeps collecting); rewound: play / pause the replay |
+    | , / . | Step back / forward 10 s (rewinds a live session into its recording) |
+    | < / > | Step back / forward 1 minute |
+    | [ / ] | Previous / next failure origin in the recording |
+    | b | Jump to a time (03:00, an ISO time, "5 minutes ago") |
+    | L | Back to live (a recording: its end) |
     | x | Faults only (failed or stuck rooms) |
     | s | Cycle the rooms' order |
     | d | Debug detail: echoes in the events view, the raw detail pane in failures |
@@ -99,6 +115,37 @@ class KvtopApp(App[None]):
         Binding("e,4", "view('events')", "Events", key_display="e"),
         Binding("slash", "filter", "Filter", key_display="/"),
         Binding("p", "pause", "Pause"),
+        Binding(
+            "comma",
+            "step(-1)",
+            "Rewind",
+            key_display=",",
+            group=_STEP,
+            tooltip="Step back 10 s (a live session: into its recording)",
+        ),
+        Binding("full_stop", "step(1)", "Forward", key_display=".", group=_STEP, tooltip="Step forward 10 s"),
+        Binding("less_than_sign", "step(-6)", "Step back 1 minute", key_display="<", show=False),
+        Binding("greater_than_sign", "step(6)", "Step forward 1 minute", key_display=">", show=False),
+        Binding(
+            "left_square_bracket",
+            "origin(-1)",
+            "Previous origin",
+            key_display="[",
+            group=_ORIGIN,
+            tooltip="Previous failure origin in the recording",
+        ),
+        Binding(
+            "right_square_bracket",
+            "origin(1)",
+            "Next origin",
+            key_display="]",
+            group=_ORIGIN,
+            tooltip="Next failure origin in the recording",
+        ),
+        Binding(
+            "b", "jump", "Jump to", show=False, tooltip="Jump to a time: 03:00, 2026-12-01T03:00:00, 5 minutes ago, now"
+        ),
+        Binding("L", "live", "Live", tooltip="Back to live (a recording: its end)"),
         Binding("x", "faults_only", "Faults only"),
         Binding("s", "sort", "Sort"),
         Binding("d", "debug", "Debug"),
@@ -121,10 +168,16 @@ class KvtopApp(App[None]):
         clock: Callable[[], float] = time.time,
         refresh_s: float = REFRESH_S,
         quit_after: float | None = None,
+        rewind: Rewind | None = None,
+        warnings: tuple[str, ...] = (),
     ) -> None:
+        """`rewind`: the recording to rewind into (a live session's ring, or a recording alone); `warnings`:
+        shown once the dashboard is up (why it does not record, say)."""
         super().__init__()
         self.animation_level = "none"  # a monitor switches views at once; sliding tab underlines cost 300 ms
         self.source = source
+        self._warnings = warnings
+        self.rewind = rewind
         self.sub_title = title
         self.options = Options()
         self.frame: Frame | None = None
@@ -146,6 +199,8 @@ class KvtopApp(App[None]):
         self._painting = False
         self._stale = False
         self._last_filter = ""
+        self._replay_built: tuple[int, Options] | None = None
+        """(rewind version, options) of the last frame built from the recording."""
         self._themes = themes or ThemeSet()
         for found in self._themes.themes.values():
             self.register_theme(found)
@@ -164,15 +219,18 @@ class KvtopApp(App[None]):
             yield EventsView(id="events")
         yield Input(placeholder="filter: room id, rank, instance, state, reason (enter applies, empty clears)",
                     id="filter")  # fmt: skip
+        yield Input(placeholder="jump to: 03:00, 2026-12-01T03:00:00, 5 minutes ago, now (enter jumps, escape cancels)",
+                    id="jump")  # fmt: skip
         yield Footer()
 
     def on_mount(self) -> None:
         self._tuning.apply()
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         self.query_one("#filter", Input).display = False
+        self.query_one("#jump", Input).display = False
         self.query_one("#failure-detail").display = False
         self.query_one("#failure-detail").can_focus = False
-        for warning in self._themes.warnings:
+        for warning in (*self._themes.warnings, *self._warnings):
             self.notify(warning, severity="warning")
         for signum, quit_ in ((signal.SIGHUP, self._hang_up), (signal.SIGTERM, self.exit)):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # quit, stopping our agents
@@ -180,7 +238,7 @@ class KvtopApp(App[None]):
         if self._quit_after is not None:
             self.set_timer(self._quit_after, self.exit)
         self._draw_banner()
-        self.set_interval(self._refresh_s, self.request_frame)
+        self.set_interval(self._refresh_s, self._tick)
         self.request_frame()
 
     def _hang_up(self) -> None:
@@ -193,12 +251,22 @@ class KvtopApp(App[None]):
 
     # --- frames -------------------------------------------------------------------------------------
 
+    def _tick(self) -> None:
+        self.request_frame()
+        if self.frame is not None and self.frame.replay is not None and self.query("#banner"):
+            self._draw_banner()  # "20m ago" moves on while a replay stands still
+
     def request_frame(self) -> None:
         """Build a frame in a worker thread unless paused; while one is being built or painted, build after it.
 
-        Building never overlaps painting: the two would share the GIL, and a paint would take twice as long.
+        A paused replay builds only after a move or a change of options. Building never overlaps painting:
+        the two would share the GIL, and a paint would take twice as long.
         """
-        if self.paused:
+        rewind = self.rewind
+        if rewind is not None and rewind.engaged:
+            if not rewind.busy and self._replay_built == (rewind.version, self.options):
+                return
+        elif self.paused:
             return
         if self._building or self._painting:
             self._stale = True  # the frame in hand may predate a key: another follows once it is painted
@@ -214,18 +282,32 @@ class KvtopApp(App[None]):
 
     def _build_frame(self) -> None:
         started = time.perf_counter()
-        with self.source.lock:
-            frame = self._builder.build(self.options, error=self.source.error)
+        options, frame, note = self.options, None, ""
+        if self.rewind is not None:
+            version = self.rewind.version
+            frame = self.rewind.build(options)
+            if frame is None:
+                note = self.rewind.live_note()
+            else:
+                self._replay_built = (version, options)
+        if frame is None:
+            with self.source.lock:
+                frame = self._builder.build(options, error=self.source.error)
         self.build_seconds.append(time.perf_counter() - started)
-        self.post_message(FrameReady(frame))
+        self.post_message(FrameReady(frame, note))
 
     def on_frame_ready(self, message: FrameReady) -> None:
         self._building = False
-        if self.paused or not self.query("#health"):  # paused, or shutting down
+        if message.note:
+            self.notify(message.note)
+        if (self.paused and message.frame.replay is None) or not self.query("#health"):  # paused, or shutting down
             return
         started = time.perf_counter()
         self._painting = True
+        if (message.frame.replay is None) != (self.frame is None or self.frame.replay is None):
+            self.refresh_bindings()  # the footer's rewind keys: one while live, all while rewound
         self.frame = message.frame
+        self._draw_banner()
         self.redraw()
         self.call_after_refresh(self._painted, started)
 
@@ -284,12 +366,28 @@ class KvtopApp(App[None]):
 
     def _draw_banner(self) -> None:
         banner = self.query_one("#banner", Line)
-        banner.set_class(self.paused, "paused")
+        replay = self.frame.replay if self.frame is not None else None
+        banner.set_class(self.paused and replay is None, "paused")
+        banner.set_class(replay is not None, "replay")
         options = self.options
         flags = [f"filter '{options.filter}'" if options.filter else "", "faults only" if options.faults_only else "",
                  f"sort {options.sort}", f"events >= {options.level}"]  # fmt: skip
-        head = "PAUSED (p resumes)  " if self.paused else ""
+        head = self._replay_head(replay) if replay is not None else "PAUSED (p resumes)  " if self.paused else ""
         banner.show(f" {head}kvtop  {self.sub_title}   [{', '.join(f for f in flags if f)}]   ? help")
+
+    def _replay_head(self, replay: Replayed) -> str:
+        """`REPLAY 03:00:12 (20m ago) - paused`, with the last move's news; the date when it is not today's."""
+        now = self._clock()
+        dated = time.localtime(replay.time)[:3] != time.localtime(now)[:3]
+        state = (
+            "playing (p pauses)"
+            if replay.playing
+            else f"paused (p plays, b jumps, L {'live' if replay.live else 'end'})"
+        )
+        if not replay.live and replay.time >= replay.end:
+            state = "the recording's end, " + state
+        extra = "".join(f" · {part}" for part in (replay.note, "inexact: some of it was lost" * replay.inexact) if part)
+        return f"REPLAY {stamp(replay.time, dated)[:-4]} ({since(now - replay.time)}) — {state}{extra}   "
 
     def _theme_changed(self, _: object) -> None:
         self.palette = Palette.from_theme(self.current_theme)
@@ -310,6 +408,12 @@ class KvtopApp(App[None]):
         for view, about in _VIEW_HELP.items():
             yield SystemCommand(f"View: {view}", about, partial(self.action_view, view))
         yield SystemCommand("Pause / resume", "Freeze the views (the model keeps collecting)", self.action_pause)
+        if self.rewind is not None:
+            yield SystemCommand("Rewind: step back", "10 s back in the recording", partial(self.action_step, -1))
+            yield SystemCommand("Rewind: jump to a time", "An ISO time, 03:00, 5 minutes ago", self.action_jump)
+            yield SystemCommand("Rewind: previous failure origin", "In the recording", partial(self.action_origin, -1))
+            yield SystemCommand("Rewind: next failure origin", "In the recording", partial(self.action_origin, 1))
+            yield SystemCommand("Rewind: back to live", "The live model (a recording: its end)", self.action_live)
         yield SystemCommand("Faults only", "Only failed or stuck rooms", self.action_faults_only)
         yield SystemCommand("Sort rooms", "Cycle age, idle, bytes, room id", self.action_sort)
         yield SystemCommand("Filter", "Filter rooms, failures and events by text", self.action_filter)
@@ -348,7 +452,67 @@ class KvtopApp(App[None]):
         self._view_shown()
 
     def action_pause(self) -> None:
-        self.paused = not self.paused
+        if self.rewind is not None and self.rewind.engaged:
+            self.rewind.play()
+            self.request_frame()
+        else:
+            self.paused = not self.paused
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The rewind keys exist only with a recording to rewind into. While live the footer shows `, Rewind`
+        alone: `[` then works through `key_left_square_bracket` (False hides a binding and passes its key
+        on), and `.`, `]` and `L` have nothing ahead of the present to go to."""
+        if action not in _REWIND_ACTIONS:
+            return True
+        if self.rewind is None:
+            return False
+        return self.rewind.engaged or action == "jump" or (action == "step" and int(str(parameters[0])) < 0)
+
+    def key_left_square_bracket(self) -> None:
+        self.action_origin(-1)
+
+    def action_step(self, steps: int) -> None:
+        if self.rewind is not None:
+            self.rewind.step(steps * (STEP_S if abs(steps) == 1 else BIG_STEP_S / 6))
+            self._moved()
+
+    def action_origin(self, direction: int) -> None:
+        if self.rewind is not None:
+            self.rewind.origin(direction)
+            self._moved()
+
+    def action_live(self) -> None:
+        if self.rewind is not None:
+            self.rewind.back_to_live()
+            self._moved()
+
+    def action_jump(self) -> None:
+        box = self.query_one("#jump", Input)
+        box.display = True
+        box.value = ""
+        box.focus()
+
+    @on(Input.Submitted, "#jump")
+    def _jump_submitted(self, event: Input.Submitted) -> None:
+        from kvtop.cli.when import parse_time
+
+        event.input.display = False
+        self._view_shown()
+        if not event.value.strip() or self.rewind is None:
+            return
+        try:
+            when = parse_time(event.value, now=self._clock())
+        except ValueError as error:
+            self.notify(str(error), severity="error")
+            return
+        self.rewind.jump(when)
+        self._moved()
+
+    def _moved(self) -> None:
+        """A rewind move was queued: the views follow the replay (a live pause gives way to it)."""
+        self.paused = False
+        self.refresh_bindings()
+        self.request_frame()
 
     def watch_paused(self, paused: bool) -> None:
         self._draw_banner()
@@ -383,21 +547,22 @@ class KvtopApp(App[None]):
         )
 
     def key_escape(self) -> None:
-        box = self.query_one("#filter", Input)
-        if box.display:
-            box.display = False
-            self._view_shown()
+        for box in self.query("#filter, #jump").results(Input):
+            if box.display:
+                box.display = False
+                self._view_shown()
 
     @on(RowList.Selected)
     def _row_selected(self, event: RowList.Selected) -> None:
-        now = self._clock()
-        with self.source.lock:
+        rewind = self.rewind if self.frame is not None and self.frame.replay is not None else None
+        with rewind.lock if rewind is not None else self.source.lock:  # the model the views show
+            model, now = (rewind.model, rewind.time) if rewind is not None else (self.source.model, self._clock())
             if event.row_list.id == "rooms-list":
                 room = self.query_one(RoomsView).selected_room(event.index)
-                body = None if room is None else room_timeline(self.source.model, room, now, self.palette)
+                body = None if room is None else room_timeline(model, room, now, self.palette)
             elif event.row_list.id == "ranks-list":
                 label = self.query_one(OverviewView).selected_rank(event.index)
-                body = None if label is None else rank_history(self.source.model, label, now, self.palette)
+                body = None if label is None else rank_history(model, label, now, self.palette)
             else:
                 body = None
         if body is not None:

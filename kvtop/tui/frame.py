@@ -101,6 +101,22 @@ class Options:
 
 
 @dataclass(frozen=True)
+class Replayed:
+    """What the banner says of a frame built from the recording."""
+
+    time: float
+    playing: bool
+    start: float
+    end: float
+    live: bool
+    """A live session rewound (the live model keeps collecting), not a recording alone."""
+    note: str = ""
+    """The last move's news ("no later failure origin", "the recording starts at ...")."""
+    inexact: bool = False
+    """Something between the keyframe and `time` was lost: the model may differ from the collector's."""
+
+
+@dataclass(frozen=True)
 class Frame:
     """Everything the views draw, consistent as of `now`."""
 
@@ -123,6 +139,8 @@ class Frame:
     error: str = ""
     """The source's last error (bootstrap address not answering, say)."""
     options: Options = field(default_factory=Options)
+    replay: Replayed | None = None
+    """Set when the frame shows a recording (the dashboard rewound), not the live model."""
 
     def outcome(self, room: RoomView) -> bool | None:
         """True/False once every live rank ended the room (succeeded or not), None while it is open."""

@@ -11,6 +11,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 import pytest
@@ -50,7 +51,12 @@ class Pane:
 
 
 @pytest.fixture
-def pane() -> Iterator[Pane]:
+def pane(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pane]:
+    """A private tmux server; what it runs records into a private cache folder (the dashboard's default ring) and
+    is told the pane's size (the server's environment otherwise says COLUMNS=80, which Textual believes)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("COLUMNS", "160")
+    monkeypatch.setenv("LINES", "45")
     pane = Pane(f"kvtop-test-{uuid.uuid4().hex[:8]}")
     yield pane
     pane.tmux("kill-server")
@@ -128,3 +134,34 @@ def test_a_closed_terminal_ends_kvtop_and_its_agents(pane):
 
     wait_for(lambda: not kvtop.is_running() or kvtop.status() == psutil.STATUS_ZOMBIE, 20, "kvtop gone")
     wait_for(lambda: not _agents_of(bootstrap), 20, "no agent left running")
+
+
+def test_rewind_keys_on_the_dashboards_own_recording_and_its_replay(pane, tmp_path):
+    """Bare kvtop records into --record-dir: `,` replays 10 s back, `[` lands on a failure origin, `L` is live
+    again; after q, `kvtop top --replay` on that folder opens at its end and steps back from there."""
+    ring = tmp_path / "ring"
+    pane.start(
+        f"{KVTOP} --prefill 1 --decode 1 --tp 2 --rate 20 --fault prefill-0/TP0=corrupt:0.3 --record-dir {ring}; "
+        f"echo {_EXIT_MARK}=$?; {KVTOP} top --replay {ring}; echo {_EXIT_MARK}-REPLAY=$?; sleep 60"
+    )
+    bootstrap = wait_for(lambda: pane.shows(r"bootstrap (tcp://127\.0\.0\.1:\d+)"), 120, "the dashboard").group(1)
+    wait_for(lambda: pane.shows(r"failure rate [\d.]+% \([1-9]\d* origins\)"), 120, "a failure origin seen live")
+
+    pane.keys(",")
+    wait_for(lambda: pane.shows(r"REPLAY \d\d:\d\d:\d\d \(1\ds ago\) — paused"), 20, "the replay banner, 10 s back")
+    pane.keys("L")
+    wait_for(lambda: not pane.shows("REPLAY") and pane.shows("ranks alive"), 20, "live again")
+    pane.keys("[")
+    wait_for(lambda: pane.shows(r"REPLAY .* · origin: room \d+ on \S+ \(checksum\)"), 20, "the last origin")
+    pane.keys("L")
+    wait_for(lambda: not pane.shows("REPLAY"), 20, "live again")
+    pane.keys("q")
+    wait_for(lambda: pane.shows(f"{_EXIT_MARK}=0"), 30, "kvtop exiting with status 0")
+    wait_for(lambda: not _agents_of(bootstrap), 10, "no agent left running")
+    assert list(ring.glob("seg-*.kvr")), "the session was recorded"
+
+    wait_for(lambda: pane.shows(r"REPLAY .* — the recording's end, paused"), 30, "the recording opened at its end")
+    pane.keys(",")
+    wait_for(lambda: pane.shows(r"REPLAY .* — paused \(p plays"), 20, "10 s before its end")
+    pane.keys("q")
+    wait_for(lambda: pane.shows(f"{_EXIT_MARK}-REPLAY=0"), 30, "the replay exiting with status 0")

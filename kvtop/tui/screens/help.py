@@ -9,7 +9,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-_KEY_NAMES = {"question_mark": "?", "slash": "/"}
+_KEY_NAMES = {"question_mark": "?", "slash": "/", "comma": ",", "full_stop": ".", "less_than_sign": "<",
+              "greater_than_sign": ">", "left_square_bracket": "[", "right_square_bracket": "]"}  # fmt: skip
 
 
 def binding_table(sections: dict[str, list[BindingType]]) -> Table:
@@ -22,7 +23,8 @@ def binding_table(sections: dict[str, list[BindingType]]) -> Table:
         for binding in bindings:
             if isinstance(binding, Binding):
                 table.add_row(
-                    " / ".join(_KEY_NAMES.get(key, key) for key in binding.key.split(",")), binding.description
+                    " / ".join(_KEY_NAMES.get(key, key) for key in binding.key.split(",")),
+                    binding.tooltip or binding.description,
                 )
         table.add_row("", "")
     return table

@@ -216,8 +216,13 @@ def test_event_lines_take_their_level_colour(palette: Palette):
     assert lines[0].plain.startswith("2026-05-28 20:26:50.000 decode-0/TP1     ERROR   failure   room=7 checksum:")
 
 
+KEYS_SHOWN = {"question_mark": "?", "slash": "/", "comma": ",", "full_stop": ".", "less_than_sign": "<",
+              "greater_than_sign": ">", "left_square_bracket": "[", "right_square_bracket": "]"}  # fmt: skip
+
+
 def test_the_help_table_lists_every_binding_with_its_key():
-    """Each app, list and failures-view binding is one row: its key as displayed, then its description."""
+    """Each app, list and failures-view binding is one row: its key as displayed, then its description (the
+    longer tooltip where one is given)."""
     sections = {"Everywhere": KvtopApp.BINDINGS, "Lists": RowList.BINDINGS, "Failures": FailuresView.BINDINGS}
 
     table = render(binding_table(sections), width=100).splitlines()
@@ -225,9 +230,9 @@ def test_the_help_table_lists_every_binding_with_its_key():
     for section, bindings in sections.items():
         assert section in [line.strip() for line in table]
         for binding in bindings:
-            names = {"question_mark": "?", "slash": "/"}
-            key = " / ".join(names.get(key, key) for key in binding.key.split(","))
-            assert any(line.split() == [*key.split(), *binding.description.split()] for line in table), binding
+            key = " / ".join(KEYS_SHOWN.get(key, key) for key in binding.key.split(","))
+            described = (binding.tooltip or binding.description).split()
+            assert any(line.split() == [*key.split(), *described] for line in table), binding
 
 
 def test_the_failure_detail_lists_every_field_of_the_origin_apart_from_its_value(palette: Palette):

@@ -1,0 +1,129 @@
+"""The dashboard's own recording: a bounded ring in the user's cache folder, so a live session can rewind.
+
+`kvtop top` on a live cluster and bare `kvtop` record by default (`--no-record` turns it off). One dashboard
+records into a folder at a time: the folder's lock file says which (a second dashboard on the same folder
+runs without recording, and says so). The recorder's writer thread does the I/O; the collector's thread
+only appends to a list.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from kvtop.cli.units import format_size, parse_size
+
+if TYPE_CHECKING:
+    from kvtop.record.writer import Recorder
+
+DEFAULT_MAX_BYTES = 256 << 20
+KEYFRAME_EVENTS = 1_000_000
+"""The dashboard's keyframes come every 1M events (or minute), not the recorder's 100k: a keyframe is captured
+under the collector's lock, and on `kvtop bench ui`'s model (100k rooms, 50k events/s) one took 0.4-0.6 s and
+47 MB before compression, every 2 s at 100k; the lock held that long stalls every frame build. A seek then
+replays at most 1M events."""
+LOCK_NAME = "dashboard.lock"
+
+Record = Annotated[
+    bool,
+    typer.Option(
+        "--record/--no-record",
+        envvar="KVTOP_RECORD",
+        help="Record what the dashboard receives into a bounded ring (rewind with , . [ ] b L; replay it later "
+        "with kvtop top --replay DIR). --no-record keeps nothing.",
+    ),
+]
+RecordDir = Annotated[
+    str,
+    typer.Option(
+        "--record-dir",
+        envvar="KVTOP_RECORD_DIR",
+        help="Folder of the dashboard's ring (default: $XDG_CACHE_HOME/kvtop/recordings, ~/.cache/... ).",
+    ),
+]
+RecordMaxBytes = Annotated[
+    str,
+    typer.Option(
+        "--record-max-bytes",
+        envvar="KVTOP_RECORD_MAX_BYTES",
+        help=f"Size of the ring: the oldest segments are deleted past it (default {format_size(DEFAULT_MAX_BYTES)};"
+        " 64MiB, 2G, ...).",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class RecordChoice:
+    """What the command line asked of the dashboard's recording."""
+
+    record: bool = True
+    folder: str = ""
+    max_bytes: str = ""
+
+    def checked(self) -> RecordChoice:
+        """Itself, once its size reads (a usage error otherwise, before anything starts)."""
+        try:
+            parse_size(self.max_bytes or str(DEFAULT_MAX_BYTES))
+        except ValueError as error:
+            raise typer.BadParameter(str(error), param_hint="--record-max-bytes") from None
+        return self
+
+
+@dataclass
+class Recording:
+    """The dashboard's recorder (None: not recording) and the folder it writes; `warning` says why not."""
+
+    recorder: Recorder | None
+    folder: Path
+    warning: str = ""
+
+
+@contextlib.contextmanager
+def dashboard_recording(choice: RecordChoice) -> Iterator[Recording]:
+    """The recorder to attach to the dashboard's collector (started; closed, its lock let go, on the way out).
+
+    Close the collector first (inside the block): the recorder then writes what is pending and fsyncs."""
+    from kvtop.record.writer import Recorder, cache_folder
+
+    folder = Path(choice.folder).expanduser() if choice.folder else cache_folder()
+    if not choice.record:
+        yield Recording(None, folder)
+        return
+    try:
+        lock = _lock(folder)
+    except OSError as error:
+        yield Recording(None, folder, f"not recording: cannot use {folder}: {error.strerror or error}")
+        return
+    if lock is None:
+        yield Recording(None, folder, f"not recording: another kvtop dashboard records into {folder} (--record-dir)")
+        return
+    try:
+        max_bytes = parse_size(choice.max_bytes or str(DEFAULT_MAX_BYTES))
+        recorder = Recorder(folder, max_bytes=max_bytes, keyframe_events=KEYFRAME_EVENTS).start()
+        try:
+            yield Recording(recorder, folder)
+        finally:
+            recorder.close()
+    finally:
+        os.close(lock)
+
+
+def _lock(folder: Path) -> int | None:
+    """The folder's lock, held (a file descriptor), or None when another process holds it."""
+    from kvtop.record.writer import make_folder
+
+    make_folder(folder)
+    descriptor = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o640)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        return None
+    return descriptor

@@ -1,0 +1,35 @@
+"""The dashboard's own recording: one ring per folder at a time, off with --no-record, its size checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvtop.cli.dashboard_record import RecordChoice, dashboard_recording
+from tests.kvtop.kvtop_cli import kvtop
+
+
+def test_a_second_dashboard_on_the_same_folder_runs_without_recording_and_says_so(tmp_path: Path) -> None:
+    """The first dashboard holds the folder's lock and records; a second one gets no recorder and a warning."""
+    choice = RecordChoice(True, str(tmp_path / "ring"), "1MiB")
+    with dashboard_recording(choice) as first, dashboard_recording(choice) as second:
+        assert first.recorder is not None and first.warning == ""
+        assert second.recorder is None
+        assert (
+            second.warning == f"not recording: another kvtop dashboard records into {tmp_path / 'ring'} (--record-dir)"
+        )
+    with dashboard_recording(choice) as again:  # the lock went with the first
+        assert again.recorder is not None
+
+
+def test_no_record_keeps_nothing(tmp_path: Path) -> None:
+    """--no-record: no recorder, and no folder made."""
+    with dashboard_recording(RecordChoice(False, str(tmp_path / "ring"))) as recording:
+        assert recording.recorder is None and recording.warning == ""
+    assert not (tmp_path / "ring").exists()
+
+
+def test_a_record_size_that_is_no_size_is_a_usage_error() -> None:
+    """`--record-max-bytes lots` exits 2 with one line, before any source is opened."""
+    done = kvtop("top", "--connect", "tcp://127.0.0.1:9", "--record-max-bytes", "lots")
+    assert done.returncode == 2
+    assert "'lots' is not a size" in done.stderr

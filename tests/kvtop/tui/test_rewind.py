@@ -1,0 +1,199 @@
+"""The rewind keys on a recording of the synthetic cluster: step back, origins, jump, play, back to live.
+
+One recording per module (30 s of collector passes with failures); the live side is the model the
+recording's collector held at its end, judged 0.5 s later.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tui_support import SIZE, FixtureSource, drive, next_frame, text, wait_until
+
+from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
+from kvtop.record.replay import Replay
+from kvtop.record.synthetic import feed
+from kvtop.record.writer import Recorder
+from kvtop.sources.synthetic import SyntheticCluster
+from kvtop.tui.app import KvtopApp
+from kvtop.tui.frame import Frame, FrameBuilder, Options
+from kvtop.tui.rewind import Rewind, since
+from kvtop.tui.themes import load_themes
+
+PASS_S = 0.5
+ROOMS_PER_PASS = 4
+PASSES = 60
+CLUSTER = SyntheticCluster(prefill=2, decode=2, tp=2, spacing_s=PASS_S / ROOMS_PER_PASS, failure_rate=0.08, seed=5)
+LIVE_NOW = CLUSTER.start + PASSES * PASS_S + 0.5
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ClusterModel]:
+    """The recording's folder, and the model its collector held at the end (the live model)."""
+    folder = tmp_path_factory.mktemp("ring")
+    recorder = Recorder(folder, keyframe_events=2000, flush_s=3600.0)
+    model = ClusterModel(JOURNAL_EVENTS_KEPT)
+    feed(recorder, model, CLUSTER, PASSES, ROOMS_PER_PASS, pass_s=PASS_S)
+    recorder.close()
+    return folder, model
+
+
+def _live_app(recorded: tuple[Path, ClusterModel], theme: str = "kvtop-dark", refresh_s: float = 0.5) -> KvtopApp:
+    folder, model = recorded
+    rewind = Rewind(folder, live=True, clock=lambda: LIVE_NOW)
+    return KvtopApp(FixtureSource(model), title="synthetic", themes=load_themes(), theme=theme,
+                    clock=lambda: LIVE_NOW, refresh_s=refresh_s, rewind=rewind)  # fmt: skip
+
+
+def _as_of(folder: Path, at: float) -> Frame:
+    """The frame a fresh seek to `at` gives (what the dashboard must show there)."""
+    model = Replay(str(folder), journal_events=JOURNAL_EVENTS_KEPT).at(at).model
+    return FrameBuilder(model).build(Options(), now=at)
+
+
+def _rooms(frame: Frame | None) -> list[int]:
+    assert frame is not None
+    return [room.room for room in frame.rooms]
+
+
+async def _replayed_at(pilot, when: float) -> Frame:
+    app = pilot.app
+    await wait_until(pilot, lambda: app.frame.replay is not None and app.frame.replay.time == when, f"replay at {when}")
+    return app.frame
+
+
+def test_step_back_shows_the_recorded_past_and_live_restores_the_present(recorded):
+    """`,` shows the model of 10 s ago (fewer rooms, as a seek there has them), `L` the live model again."""
+    folder, _ = recorded
+    app = _live_app(recorded)
+    seen: dict[str, object] = {}
+
+    async def scenario(pilot) -> None:
+        live = _rooms(app.frame)
+        await pilot.press("comma")
+        frame = await _replayed_at(pilot, LIVE_NOW - 10.0)
+        expected = _as_of(folder, LIVE_NOW - 10.0)
+        seen["rooms as a seek has them"] = _rooms(frame) == _rooms(expected)
+        seen["fewer rooms than live"] = len(frame.rooms) < len(live)
+        seen["origins as a seek has them"] = len(frame.groups) == len(expected.groups)
+        await pilot.pause()
+        seen["banner"] = text(app, "#banner").split(" — ")[0].strip()
+        seen["replay class"] = app.query_one("#banner").has_class("replay")
+        await pilot.press("L")
+        await wait_until(pilot, lambda: app.frame.replay is None, "live again")
+        seen["live rooms again"] = _rooms(app.frame) == live
+        seen["replay class after"] = app.query_one("#banner").has_class("replay")
+
+    drive(app, scenario)
+    assert seen == {
+        "rooms as a seek has them": True,
+        "fewer rooms than live": True,
+        "origins as a seek has them": True,
+        "banner": "REPLAY 20:27:00 (10s ago)",
+        "replay class": True,
+        "live rooms again": True,
+        "replay class after": False,
+    }
+
+
+def test_origin_keys_land_on_the_recorded_failure_origins(recorded):
+    """From the recording's start, `]` lands on the first origin's arrival, `]` again on the next, `[` back."""
+    folder, _ = recorded
+    marks = Replay(str(folder)).marks()
+    assert len(marks) >= 2, "the recording wants failure origins"
+    app = _live_app(recorded)
+    landed: list[tuple[float, set[int]]] = []
+
+    async def scenario(pilot) -> None:
+        await pilot.press("b")
+        app.query_one("#jump").value = str(CLUSTER.start - 100)  # before the recording: its start
+        await pilot.press("enter")
+        start = (await _replayed_at(pilot, Replay(str(folder)).start)).replay
+        assert start is not None and "the recording starts at" in start.note
+        for key in ("right_square_bracket", "right_square_bracket", "left_square_bracket"):
+            before = app.frame.replay.time
+            await pilot.press(key)
+            await wait_until(pilot, lambda before=before: app.frame.replay.time != before, f"{key} moved")
+            landed.append((app.frame.replay.time, {group.room for group in app.frame.groups}))
+
+    drive(app, scenario)
+    later = next(m for m in marks if m.arrived > marks[0].arrived)
+    assert [at for at, _ in landed] == [marks[0].arrived, later.arrived, marks[0].arrived]
+    assert later.room in landed[1][1], "the origin jumped to is in the model shown"
+    assert later.room not in landed[2][1], "an origin that arrived later is not"
+
+
+def test_jump_and_play_reach_live(recorded):
+    """`b 2s ago` replays 2 s back; `p` plays it forward until the recording's end, then the live model shows."""
+    app = _live_app(recorded)
+
+    async def scenario(pilot) -> None:
+        await pilot.press("b")
+        app.query_one("#jump").value = "2s ago"
+        await pilot.press("enter")
+        await _replayed_at(pilot, LIVE_NOW - 2.0)
+        await pilot.press("p")
+        await wait_until(pilot, lambda: app.frame.replay is None or app.frame.replay.playing, "playing")
+        await wait_until(pilot, lambda: app.frame.replay is None, "live once the recording's end is reached", 15)
+        assert not app.paused
+
+    drive(app, scenario)
+
+
+def test_a_bad_time_is_refused_and_the_view_stays_live(recorded):
+    """`b` with text that names no time: an error notice, the live view unchanged."""
+    app = _live_app(recorded)
+    notices: list[str] = []
+
+    async def scenario(pilot) -> None:
+        await pilot.press("b")
+        app.query_one("#jump").value = "yesterday-ish"
+        await pilot.press("enter")
+        await next_frame(pilot)
+        notices.extend(n.message for n in app._notifications)
+        assert app.frame.replay is None
+
+    drive(app, scenario, notifications=True)
+    assert any("is not a time" in notice for notice in notices)
+
+
+def test_a_recording_alone_opens_at_its_end_and_live_means_its_end(recorded):
+    """Without a live source the dashboard shows the recording's end; `,` steps back, `L` returns to the end."""
+    folder, _ = recorded
+    rewind = Rewind(folder, live=False, clock=lambda: LIVE_NOW)
+    app = KvtopApp(rewind, title="recording", themes=load_themes(), clock=lambda: LIVE_NOW, rewind=rewind)
+    end = Replay(str(folder)).end
+    seen: list[str] = []
+
+    async def scenario(pilot) -> None:
+        await _replayed_at(pilot, end)
+        seen.append(text(app, "#banner"))
+        await pilot.press("comma")
+        await _replayed_at(pilot, end - 10.0)
+        await pilot.press("L")
+        await _replayed_at(pilot, end)
+
+    drive(app, scenario, size=SIZE)
+    assert "— the recording's end, paused" in seen[0]
+
+
+@pytest.mark.parametrize("theme", ["kvtop-dark", "kvtop-light"])
+def test_replay_banner_snapshot(snap_compare, recorded, theme: str):
+    """A live session stepped back 10 s: the replay banner, the model of then, the rewound footer."""
+
+    async def run_before(pilot) -> None:
+        await wait_until(pilot, lambda: pilot.app.frames_drawn > 0, "the first frame")
+        await pilot.press("comma")
+        await _replayed_at(pilot, LIVE_NOW - 10.0)
+        await pilot.pause()
+
+    app = _live_app(recorded, theme, refresh_s=3600)  # frames come when asked for, never during the screenshot
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "said"), [(0.2, "now"), (12, "12s ago"), (1205, "20m 5s ago"), (11_040, "3h 4m ago"), (-5, "in 5s")]
+)
+def test_since_says_how_long_ago_for_people(seconds: float, said: str):
+    assert since(seconds) == said
