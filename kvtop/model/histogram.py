@@ -10,6 +10,9 @@ TRANSFER_BUCKETS_S: tuple[float, ...] = (
 )  # fmt: skip
 """Upper bounds (seconds) of a transfer's duration: a page on loopback takes a millisecond, a stalled
 room the transfer timeout (60 s by default)."""
+BATCHES_HELD = 256
+"""Observed batches kept aside before they are bucketed (a read buckets them too): bucketing each of the
+ingest loop's batches on arrival cost it 7 % of its rate."""
 
 
 class DurationHistogram:
@@ -21,21 +24,31 @@ class DurationHistogram:
         self.counts: npt.NDArray[np.int64] = np.zeros(len(bounds) + 1, dtype=np.int64)
         """Observations per bucket: `counts[i]` fell in (bounds[i-1], bounds[i]]; the last, above every bound."""
         self.total_s = 0.0
+        self._held: list[npt.NDArray[np.float64]] = []
 
     def observe(self, seconds: npt.NDArray[np.float64]) -> None:
-        """Count a batch of durations (one vectorised pass: the model calls this once per delivery)."""
-        if not len(seconds):
+        """Count a batch of durations (kept aside, bucketed with the next `BATCHES_HELD` in one pass)."""
+        self._held.append(seconds)
+        if len(self._held) >= BATCHES_HELD:
+            self._bucket()
+
+    def _bucket(self) -> None:
+        if not self._held:
             return
+        seconds = np.concatenate(self._held)
+        self._held = []
         buckets = np.searchsorted(self._edges, seconds, side="left")
         self.counts += np.bincount(buckets, minlength=len(self.counts))
         self.total_s += float(seconds.sum())
 
     def read(self) -> tuple[list[tuple[str, int]], float]:
         """(le, observations at or below it) per bound and "+Inf", as Prometheus's buckets read; and the sum."""
+        self._bucket()
         running = [int(n) for n in np.cumsum(self.counts)]
         bounds = [f"{bound:g}" for bound in self.bounds]
         return [*zip(bounds, running, strict=False), ("+Inf", running[-1])], self.total_s
 
     @property
     def count(self) -> int:
+        self._bucket()
         return int(self.counts.sum())

@@ -14,6 +14,7 @@ import re
 import threading
 from collections import deque
 
+import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
@@ -26,6 +27,7 @@ from kvtop.export.metrics import ModelMetrics
 from kvtop.export.tally import FailureTally
 from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import Observed
+from kvtop.model.histogram import BATCHES_HELD, DurationHistogram
 from kvtop.sources.synthetic import SyntheticCluster
 from transport.events import EVENT_SCHEMA, EventBatch, Failure, Heartbeat
 
@@ -328,3 +330,17 @@ def test_the_grafana_dashboard_is_importable_json_built_on_the_contracted_names(
     assert {"kvtop_failure_origins_total", "kvtop_failure_echoes_total", "kvtop_rooms_stuck",
             "kvtop_link_transferred_bytes_total", "kvtop_transfer_duration_seconds_bucket",
             "kvtop_rank_state"} <= queried  # fmt: skip
+
+
+def test_the_duration_histogram_counts_each_value_in_the_first_bucket_at_or_above_it():
+    """Prometheus's `le`: a value on a bound is in that bound's bucket; above every bound, only in +Inf;
+    batches held aside are counted by the next read, however many arrived."""
+    histogram = DurationHistogram((0.001, 0.01))
+    histogram.observe(np.array([0.001, 0.002]))
+    for _ in range(BATCHES_HELD + 3):
+        histogram.observe(np.array([100.0]))
+
+    buckets, total_s = histogram.read()
+
+    assert buckets == [("0.001", 1), ("0.01", 2), ("+Inf", BATCHES_HELD + 5)]
+    assert total_s == pytest.approx(0.003 + 100.0 * (BATCHES_HELD + 3))
