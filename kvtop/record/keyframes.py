@@ -15,8 +15,10 @@ import numpy as np
 
 from kvtop.model.cluster import ClusterModel, Finished, LinkView, RankView, RoomView
 from kvtop.model.fold import Observed
+from kvtop.model.histogram import DurationHistogram
 from kvtop.model.intake import Intake
 from kvtop.model.rolling import RingBuffer
+from transport.events import LogContext, LogFollowed
 
 JOURNAL_FIELDS = frozenset(("journal", "journal_total", "_journal_kept", "_journal_events"))
 """The event tail of the dashboard's model: not part of a keyframe (rebuilt by the replay)."""
@@ -24,7 +26,7 @@ STATE_FIELDS = frozenset(
     (
         "ranks", "rooms", "finished", "failures", "transfers", "links", "gaps", "intake", "rejected",
         "rejected_frames", "lost", "lost_after_s", "_lost_check_at", "_now", "_open", "_touched",
-        "failures_total", "_causes",
+        "failures_total", "_causes", "retired_outcomes", "context",
     )
 )  # fmt: skip
 
@@ -56,6 +58,8 @@ class Rank(msgspec.Struct, array_like=True):
     transfers: Ring
     from_log: bool
     history_since: float
+    sidecar: bool
+    log: LogFollowed | None
 
 
 class Link(msgspec.Struct, array_like=True):
@@ -65,6 +69,8 @@ class Link(msgspec.Struct, array_like=True):
     nbytes: int
     failed_rooms: int
     recent: Ring
+    duration_counts: list[int]
+    duration_total_s: float
 
 
 class ModelState(msgspec.Struct, array_like=True):
@@ -86,6 +92,8 @@ class ModelState(msgspec.Struct, array_like=True):
     touched: list[tuple[float, list[int]]]
     failures_total: int
     causes: list[tuple[int, int]]
+    retired_outcomes: dict[str, int]
+    context: list[tuple[str, LogContext]]
 
 
 _ENCODER = msgspec.msgpack.Encoder()
@@ -108,7 +116,7 @@ def _rank(view: RankView) -> Rank:
     return Rank(
         view.label, view.role, view.instance, view.rank, view.host, view.pid, view.incarnation, view.last_seen,
         view.inflight, view.counters, view.rejected, view.cpu_percent, view.rss_bytes, view.origins, view.echoes,
-        _ring(view.transfers), view.from_log, view.history_since,
+        _ring(view.transfers), view.from_log, view.history_since, view.sidecar, view.log,
     )  # fmt: skip
 
 
@@ -117,7 +125,22 @@ def _unrank(state: Rank) -> RankView:
         state.label, state.role, state.instance, state.rank, state.host, state.pid, state.incarnation,
         state.last_seen, state.inflight, state.counters, state.rejected, state.cpu_percent, state.rss_bytes,
         state.origins, state.echoes, _unring(state.transfers), state.from_log, state.history_since,
+        state.sidecar, state.log,
     )  # fmt: skip
+
+
+def _link(prefill: str, decode: str, view: LinkView) -> Link:
+    _, total_s = view.durations.read()  # buckets what the histogram held aside
+    counts = [int(n) for n in view.durations.counts]
+    return Link(prefill, decode, view.transfers, view.nbytes, view.failed_rooms, _ring(view.recent), counts, total_s)
+
+
+def _unlink(state: Link) -> LinkView:
+    durations = DurationHistogram()
+    if len(state.duration_counts) == len(durations.counts):
+        durations.counts[:] = state.duration_counts
+        durations.total_s = state.duration_total_s
+    return LinkView(state.transfers, state.nbytes, state.failed_rooms, _unring(state.recent), durations)
 
 
 def capture(model: ClusterModel) -> bytes:
@@ -128,10 +151,10 @@ def capture(model: ClusterModel) -> bytes:
         list(model.finished.values()),
         list(model.failures),
         _ring(model.transfers),
-        [Link(p, d, v.transfers, v.nbytes, v.failed_rooms, _ring(v.recent)) for (p, d), v in model.links.items()],
+        [_link(p, d, view) for (p, d), view in model.links.items()],
         model.gaps, model.intake, model.rejected, model.rejected_frames, model.lost, model.lost_after_s,
         model._lost_check_at, model._now, list(model._open), list(model._touched), model.failures_total,
-        list(model._causes.items()),
+        list(model._causes.items()), dict(model.retired_outcomes), list(model.context),
     )  # fmt: skip
     return _ENCODER.encode(state)
 
@@ -147,11 +170,11 @@ def restore(data: bytes | memoryview, journal_events: int = 0) -> ClusterModel:
     model.failures.extend(state.failures)
     model.transfers = _unring(state.transfers)
     for link in state.links:
-        model.links[(link.prefill, link.decode)] = LinkView(
-            link.transfers, link.nbytes, link.failed_rooms, _unring(link.recent)
-        )
+        model.links[(link.prefill, link.decode)] = _unlink(link)
     model.gaps, model.intake, model.rejected = state.gaps, state.intake, state.rejected
     model.rejected_frames, model.lost, model._lost_check_at = state.rejected_frames, state.lost, state.lost_check_at
     model._now, model._open, model._touched = state.now, set(state.open), deque(state.touched)
     model.failures_total, model._causes = state.failures_total, dict(state.causes)
+    model.retired_outcomes = dict(state.retired_outcomes)
+    model.context.extend(state.context)
     return model
