@@ -11,7 +11,17 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvtop.cli.options import Bootstrap, Connect, CurveKeysDir, SGLangLog, Wait, fail, require_source
+from kvtop.cli.options import (
+    At,
+    Bootstrap,
+    Connect,
+    CurveKeysDir,
+    ReplayPath,
+    SGLangLog,
+    Wait,
+    fail,
+    require_source,
+)
 
 if TYPE_CHECKING:
     from kvtop.export.server import MetricsServer
@@ -87,26 +97,37 @@ def export(
     listen: Listen = "127.0.0.1:9464",
     wait: Wait = 2.0,
     curve_keys: CurveKeysDir = "",
+    replay: ReplayPath = "",
+    at: At = "",
 ) -> None:
-    """Serve Prometheus metrics of a live cluster or of SGLang logs on /metrics until Ctrl-C or SIGTERM.
+    """Serve Prometheus metrics of a live cluster, of SGLang logs or of a recording on /metrics until Ctrl-C or
+    SIGTERM.
 
     Read from the model at each scrape: failure origins and echoes as separate counters (one alert per
     cause, not one per rank that saw it), client aborts apart, rooms finished by outcome, stuck rooms,
     bytes per prefill-decode link, a transfer duration histogram, rank states, event gaps and rejections,
     and the scrape's own cost. Counters never go down while kvtop runs, although the model keeps bounded
     windows. The README lists every metric; kvtop/export/grafana/kvtop.json is a dashboard on them.
-    With --sglang-log the files are followed as they grow. The first stdout line is the /metrics URL.
+    With --sglang-log the files are followed as they grow; with --replay the model is the recording's at --at
+    (default: its end), judged at that instant. The first stdout line is the /metrics URL.
     Exit 0 on Ctrl-C or SIGTERM; 1 when the bootstrap address does not answer at start, the address cannot
     be bound, or the collector stops (its error on stderr).
     """
     from kvtop.cli.source import opened
+    from kvtop.cli.when import past_of
     from transport.errors import BootstrapError
 
-    require_source(bootstrap, connect, sglang_log)
-    kind = "sglang-log" if sglang_log else "bootstrap" if bootstrap else "connect"  # --replay joins here
+    require_source(bootstrap, connect, sglang_log, replay)
+    try:
+        past = past_of(replay, at, "", "", sglang_log)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+    kind = "replay" if replay else "sglang-log" if sglang_log else "bootstrap" if bootstrap else "connect"
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        with opened(bootstrap, connect, wait, sglang_log, curve_keys=curve_keys) as source:
+        with opened(bootstrap, connect, wait, sglang_log, past=past, curve_keys=curve_keys) as source:
+            if source.damage:
+                typer.echo(f"kvtop: {source.damage}", err=True)
             collector = source.collector
             with exporting(listen, source.model, source.lock, kind, source.now) as server:
                 assert server is not None

@@ -16,6 +16,11 @@ from pathlib import Path
 from kvtop_cli import kvtop
 from prometheus_client.parser import text_string_to_metric_families
 
+from kvtop.model.cluster import ClusterModel
+from kvtop.record.synthetic import feed
+from kvtop.record.writer import Recorder
+from kvtop.sources.synthetic import SyntheticCluster
+
 ABORTS = Path(__file__).parent / "fixtures" / "sglang" / "aborts"
 LOGS = ("--sglang-log", str(ABORTS / "prefill.log"), "--sglang-log", str(ABORTS / "decode.log"))
 KVTOP = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
@@ -63,6 +68,27 @@ def test_export_on_sglang_logs_counts_the_origins_echoes_and_aborts_kvtop_failur
     assert served["kvtop_failure_echoes_total"] == sum(group["echo_count"] for group in faults)
     assert served["kvtop_client_abort_echoes_total"] == sum(group["echo_count"] for group in aborts)
     assert faults and aborts and served["kvtop_rank_state"] > 0
+
+
+def test_export_on_a_recording_counts_what_failures_lists_on_it(tmp_path: Path):
+    """`kvtop export --replay DIR --at T` serves the model the recording held at T: the origins and echoes
+    `kvtop failures --replay DIR --at T --json` lists there, fewer than at the recording's end."""
+    recorder = Recorder(tmp_path / "rec", keyframe_events=1000, flush_s=3600.0)
+    end = feed(recorder, ClusterModel(), SyntheticCluster(spacing_s=0.001), passes=40, rooms_per_pass=50)
+    recorder.close()
+    served_at: dict[str, dict[str, float]] = {}
+    listed_at: dict[str, list[dict[str, object]]] = {}
+    for at in (repr(end - 1.0), repr(end)):
+        source = ("--replay", str(tmp_path / "rec"), "--at", at)
+        listed_at[at] = json.loads(kvtop("failures", "--json", *source).stdout)
+        with exporting(*source, "--listen", "127.0.0.1:0") as (url, _):
+            served_at[at] = totals(url)
+    for at, served in served_at.items():
+        faults = [group for group in listed_at[at] if not group["aborted"]]
+        assert served["kvtop_failure_origins_total"] == len(faults), at
+        assert served["kvtop_failure_echoes_total"] == sum(group["echo_count"] for group in faults), at
+    early, late = (served["kvtop_failure_origins_total"] for served in served_at.values())
+    assert 0 < early < late
 
 
 def test_export_says_so_when_its_address_is_taken():
