@@ -138,7 +138,12 @@ def test_a_sidecar_waits_for_its_file_follows_rotations_counts_garbled_lines_and
     with sidecars(registry_address, tmp_path) as started:
         started.start(log, "--role", "decode", "--instance", "decode-7", "--idle-after", "1.5",
                       "--metrics", url, "--metrics-interval", "0.5")  # fmt: skip
-        waiting = wait_for(lambda: watch.rank("decode-7/TP0"), 20, "the rank of a file not there yet")
+
+        def heartbeat_with_log() -> dict[str, Any] | None:  # its hello may come before the first heartbeat
+            rank = watch.rank("decode-7/TP0")
+            return rank if rank and rank["log"] is not None else None
+
+        waiting = wait_for(heartbeat_with_log, 20, "the heartbeat of a file not there yet")
         assert (waiting["state"], waiting["log"]["exists"]) == ("idle", False)
 
         append(log, failure_line(101) + failure_line(102))
