@@ -179,10 +179,10 @@ class EventSubscriber:
         problem = agent_problem(relay) or ("" if relay.snapshot_endpoint else "a relay without a snapshot endpoint")
         sockets: list[zmq.Socket[bytes]] = []
         if not problem:
-            sub = open_socket(self._context, zmq.SUB, LIST_FRAME)
+            sub = open_socket(self._context, zmq.SUB, LIST_FRAME, self._curve)
             sub.rcvhwm = self._rcvhwm
             sub.setsockopt(zmq.SUBSCRIBE, b"")
-            sockets = [sub, open_socket(self._context, zmq.DEALER, LIST_FRAME)]
+            sockets = [sub, open_socket(self._context, zmq.DEALER, LIST_FRAME, self._curve)]
             try:
                 sub.connect(relay.event_endpoint)
                 sockets[1].connect(relay.snapshot_endpoint)
