@@ -8,7 +8,8 @@ missing batches as a gap; a new incarnation (the agent restarted) starts over
 and is never counted as a gap.
 
 Through a relay (`connect_relay`) the same happens on one SUB socket and one snapshot DEALER for every
-agent behind it: each snapshot request names its agent, and the relay passes it through. The envelope is
+agent behind it (dialed with the subscriber's CURVE keys, like its other sockets): each snapshot request
+names its agent, and the relay passes it through. The envelope is
 the agent's, so gaps are counted per (agent, incarnation) as they are directly.
 
 Nothing an agent registers or sends can raise out of `connect()` or `poll()`:
