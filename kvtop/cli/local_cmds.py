@@ -334,11 +334,11 @@ def bootstrap(
         stop_authenticator(context)
         context.destroy(linger=0)
         raise fail(f"bootstrap: cannot bind {listen}: {error}") from None
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # before the address: whoever reads it may stop us
+        signal.signal(signum, lambda *_: stop.set())
     typer.echo(server.endpoint)
     sys.stdout.flush()
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, lambda *_: stop.set())
     try:
         while not stop.wait(0.5):
             pass

@@ -120,16 +120,16 @@ def relay(
     except BootstrapError as error:
         server.close()
         raise fail(str(error)) from None
-    curve = ", CURVE" if keys is not None else ""
-    typer.echo(
-        f"kvtop relay: events at {server.endpoint}, address {server.address}{curve} (views: --relay {server.address})"
-    )
     stop = threading.Event()
 
     def _stop(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
-    previous = signal.signal(signal.SIGTERM, _stop)
+    previous = signal.signal(signal.SIGTERM, _stop)  # before the address: whoever reads it may stop the relay
+    curve = ", CURVE" if keys is not None else ""
+    typer.echo(
+        f"kvtop relay: events at {server.endpoint}, address {server.address}{curve} (views: --relay {server.address})"
+    )
     end = None if duration is None else time.monotonic() + duration
     try:
         while not stop.is_set() and not server.died and (end is None or time.monotonic() < end):
