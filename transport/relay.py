@@ -24,6 +24,10 @@ Threads, each owning its sockets:
   with the bootstrap (`register`), and reads the proxy's STATISTICS into the counters.
 
 A thread that dies is logged with its traceback and kept in `error`; `died` turns true.
+
+With `curve` (the cluster's keys, `transport.curve`) the relay is a CURVE client of everything upstream (its
+XSUB, the finders, the broker's DEALERs, its bootstrap calls) and a CURVE server, with the allow-list, of
+everything downstream (its XPUB and ROUTER): a view without an allowed key hears nothing through it.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ import zmq
 
 from transport.bootstrap import BootstrapClient
 from transport.counters import Counters, rejection_names
+from transport.curve import CurveKeys, dialing, serving, stop_authenticator
 from transport.errors import BootstrapError
 from transport.events import EventBatch, Heartbeat
 from transport.registration import RELAY_ROLE, agent_problem, endpoint_problem, entry_name
@@ -121,28 +126,31 @@ class Relay:
         register: bool = False,
         discover_every_s: float = DISCOVER_EVERY_S,
         advertise: str = "",
+        curve: CurveKeys | None = None,
     ) -> None:
         """`listen`/`snapshot_listen`: the XPUB and ROUTER addresses (a free port on `host` when empty);
         `register`: list this relay with `bootstrap`, so that views given the bootstrap use the relay;
-        `advertise`: the host views reach a wildcard bind at (default: this machine's host name)."""
+        `advertise`: the host views reach a wildcard bind at (default: this machine's host name);
+        `curve`: the cluster's keys, loaded to serve (dial upstream as a client, serve downstream)."""
         self.bootstrap = bootstrap
         self.relays = relays or []
         self.connect = connect or []
         self.register = register
         self.discover_every_s = discover_every_s
+        self.curve = curve
         self.counters = Counters(RELAY_COUNTERS)
         self.error = ""
         """The last discovery error ("" while every upstream answers), or why a thread died."""
         self.died = False
         self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self._context.set(zmq.MAX_SOCKETS, MAX_SOCKETS)
-        self._xsub = open_socket(self._context, zmq.XSUB, LIST_FRAME)
+        self._xsub = open_socket(self._context, zmq.XSUB, LIST_FRAME, dialing(curve))
         self._xsub.rcvhwm = UPSTREAM_HWM
-        self._xpub = open_socket(self._context, zmq.XPUB, SMALL_FRAME)
+        self._xpub = open_socket(self._context, zmq.XPUB, SMALL_FRAME, serving(curve))
         self._xpub.sndhwm = HWM
         self.endpoint = _reachable(bind(self._xpub, listen, host), advertise)
         """Where views subscribe (the XPUB)."""
-        self._router = open_socket(self._context, zmq.ROUTER, SMALL_FRAME)
+        self._router = open_socket(self._context, zmq.ROUTER, SMALL_FRAME, serving(curve))
         self.address = _reachable(bind(self._router, snapshot_listen, host), advertise)
         """The relay's address (its ROUTER): where views list it and ask for snapshots (`--relay ADDR`)."""
         control = f"inproc://relay-control-{id(self)}"
@@ -185,12 +193,13 @@ class Relay:
                 thread.join()
         if self.register and self.bootstrap:
             try:
-                with BootstrapClient(self.bootstrap, timeout_s=0.5) as client:
+                with BootstrapClient(self.bootstrap, timeout_s=0.5, context=self._context, curve=self.curve) as client:
                     client.deregister(self.entry)
             except BootstrapError:
                 pass  # the entry expires by itself
         for sock in (self._xsub, self._xpub, self._router, self._control, self._proxy_control):
             sock.close(linger=0)
+        stop_authenticator(self._context)
         self._context.term()
 
     def book(self) -> Book:
@@ -241,7 +250,9 @@ class Relay:
             zmq.proxy_steerable(self._xsub, self._xpub, None, self._proxy_control)
 
     def _run_broker(self) -> None:
-        broker = SnapshotBroker(self._router, lambda: self.entry, self.book, self.counters, self.snapshot)
+        broker = SnapshotBroker(
+            self._router, lambda: self.entry, self.book, self.counters, self.snapshot, dialing(self.curve)
+        )
         try:
             while not self._stop.is_set():
                 broker.serve_once(100)
@@ -322,7 +333,7 @@ class Relay:
 
     def _list(self, address: str, timeout_s: float, strict: bool, errors: list[str]) -> AgentList | None:
         try:
-            with BootstrapClient(address, timeout_s=timeout_s, context=self._context) as client:
+            with BootstrapClient(address, timeout_s=timeout_s, context=self._context, curve=self.curve) as client:
                 return client.listing()
         except BootstrapError as error:
             if strict:
@@ -332,7 +343,9 @@ class Relay:
 
     def _register(self, timeout_s: float, errors: list[str]) -> None:
         try:
-            with BootstrapClient(self.bootstrap, timeout_s=timeout_s, context=self._context) as client:
+            with BootstrapClient(
+                self.bootstrap, timeout_s=timeout_s, context=self._context, curve=self.curve
+            ) as client:
                 client.register(self.entry)
         except BootstrapError as error:
             errors.append(str(error))
@@ -356,7 +369,7 @@ class Relay:
     def _open_finders(self) -> list[zmq.Socket[bytes]]:
         finders = []
         for endpoint in self.connect:
-            sock = open_socket(self._context, zmq.SUB, LIST_FRAME)
+            sock = open_socket(self._context, zmq.SUB, LIST_FRAME, dialing(self.curve))
             sock.setsockopt(zmq.SUBSCRIBE, b"")
             sock.connect(endpoint)
             finders.append(sock)

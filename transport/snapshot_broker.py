@@ -27,6 +27,7 @@ import msgspec
 import zmq
 
 from transport.counters import Counters
+from transport.curve import CurveSide
 from transport.errors import FrameRejected
 from transport.events import SnapshotRequest
 from transport.sockets import LIST_FRAME, decode_routed, open_socket
@@ -84,15 +85,18 @@ class SnapshotBroker:
         book: Callable[[], Book],
         counters: Counters,
         report: Callable[[], dict[str, int]],
+        dial: CurveSide | None = None,
     ) -> None:
         """`router`: bound; `entry`: this relay's listing entry; `book`: the current routing book; `counters`:
-        where the broker counts; `report`: the relay's counters, for its listing."""
+        where the broker counts; `report`: the relay's counters, for its listing; `dial`: the CURVE side of the
+        DEALERs it opens upstream (None: plain TCP)."""
         self._router = router
         self._context = router.context
         self._entry = entry
         self._book = book
         self._counters = counters
         self._report = report
+        self._dial = dial
         self._dealers: dict[str, zmq.Socket[bytes]] = {}
         self._pending: dict[tuple[str, int], _Pending] = {}
         """(upstream endpoint, req_id) -> who waits for that snapshot."""
@@ -176,7 +180,7 @@ class SnapshotBroker:
     def _dealer(self, endpoint: str) -> zmq.Socket[bytes] | None:
         dealer = self._dealers.get(endpoint)
         if dealer is None:
-            dealer = open_socket(self._context, zmq.DEALER, LIST_FRAME)
+            dealer = open_socket(self._context, zmq.DEALER, LIST_FRAME, self._dial)
             try:
                 dealer.connect(endpoint)
             except zmq.ZMQError:

@@ -8,7 +8,8 @@ missing batches as a gap; a new incarnation (the agent restarted) starts over
 and is never counted as a gap.
 
 Through a relay (`connect_relay`) the same happens on one SUB socket and one snapshot DEALER for every
-agent behind it: each snapshot request names its agent, and the relay passes it through. The envelope is
+agent behind it (dialed with the subscriber's CURVE keys, like its other sockets): each snapshot request
+names its agent, and the relay passes it through. The envelope is
 the agent's, so gaps are counted per (agent, incarnation) as they are directly.
 
 Nothing an agent registers or sends can raise out of `connect()` or `poll()`:
@@ -182,10 +183,10 @@ class EventSubscriber:
         problem = agent_problem(relay) or ("" if relay.snapshot_endpoint else "a relay without a snapshot endpoint")
         sockets: list[zmq.Socket[bytes]] = []
         if not problem:
-            sub = open_socket(self._context, zmq.SUB, LIST_FRAME)
+            sub = open_socket(self._context, zmq.SUB, LIST_FRAME, self._curve)
             sub.rcvhwm = self._rcvhwm
             sub.setsockopt(zmq.SUBSCRIBE, b"")
-            sockets = [sub, open_socket(self._context, zmq.DEALER, LIST_FRAME)]
+            sockets = [sub, open_socket(self._context, zmq.DEALER, LIST_FRAME, self._curve)]
             try:
                 sub.connect(relay.event_endpoint)
                 sockets[1].connect(relay.snapshot_endpoint)

@@ -10,8 +10,10 @@ vs events the agents emitted, gaps, the collector's CPU, RSS and open files (the
 alternate (direct, relay, direct, ...); figures are medians.
 
 The relay leg runs `kvtop relay --bootstrap ADDR` as a user does, and the collector is given its address.
-`LEGS` names the configurations measured; a CURVE leg is one more entry there once the sockets take keys
-(`Leg.relay` says where the collector subscribes; a `curve` field would say which keys every process uses).
+`LEGS` names the configurations measured. With `curve`, `CURVE_LEGS` run too, on a second cluster whose
+publishers and bootstrap serve CURVE with fresh keys, and the relay (`--curve-keys DIR`) and the collector
+dial with them; only the cluster of the leg being measured emits (the other is paused), so every leg runs
+on the same load.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -35,6 +38,7 @@ from kvtop.bench import BenchFailed
 from kvtop.bench.watch import CountingModel
 from kvtop.sources.live import Collector
 from transport.bootstrap import BootstrapClient, BootstrapServer
+from transport.curve import CurveKeys, generate, stop_authenticator
 from transport.events import (
     AgentHello,
     Event,
@@ -61,13 +65,16 @@ _FAILED = 0.01
 
 @dataclass(frozen=True)
 class Leg:
-    """One configuration measured: `relay` puts one `kvtop relay` between the agents and the collector."""
+    """One configuration measured: `relay` puts one `kvtop relay` between the agents and the collector;
+    `curve`: every socket of the leg (agents, bootstrap, relay, collector) with CURVE."""
 
     name: str
     relay: bool
+    curve: bool = False
 
 
 LEGS = (Leg("direct", relay=False), Leg("relay", relay=True))
+CURVE_LEGS = (Leg("direct_curve", relay=False, curve=True), Leg("relay_curve", relay=True, curve=True))
 
 
 @dataclass(frozen=True)
@@ -156,12 +163,12 @@ class FaninModel(CountingModel):
 class _Agent:
     """One agent's event plane: a started publisher, and the room whose events come next."""
 
-    def __init__(self, index: int, rng: random.Random) -> None:
+    def __init__(self, index: int, rng: random.Random, curve: CurveKeys | None) -> None:
         info = AgentInfo(
             "decode", f"decode-{index // TP}", index % TP, TP, 4096, "", "", os.getpid(), "localhost",
             rng.getrandbits(63),
         )  # fmt: skip
-        self.publisher = EventPublisher(info)
+        self.publisher = EventPublisher(info, curve=curve)
         self.publisher.info = replace_fields(
             info, event_endpoint=self.publisher.endpoint, snapshot_endpoint=self.publisher.snapshot_endpoint
         )
@@ -188,13 +195,15 @@ class _Agent:
         self.emitted += count + heartbeat
 
 
-def _agents_process(first: int, count: int, rate: float, bootstrap: str, conn: Connection) -> None:
-    """Run agents `first`..`first+count-1` until told to stop; answer "counts" with (emitted, dropped)."""
+def _agents_process(first: int, count: int, rate: float, bootstrap: str, curve_keys: str, conn: Connection) -> None:
+    """Run agents `first`..`first+count-1` until told to stop; answer "counts" with (emitted, dropped);
+    "pause" stops emitting until "resume"; `curve_keys`: the folder every socket serves CURVE with ("": none)."""
     raise_open_files()
     zmq.Context.instance().set(zmq.MAX_SOCKETS, MAX_SOCKETS)
+    curve = CurveKeys.load(curve_keys, serve=True) if curve_keys else None
     rng = random.Random(first)
-    agents = [_Agent(first + i, rng) for i in range(count)]
-    with BootstrapClient(bootstrap, timeout_s=10.0) as client:
+    agents = [_Agent(first + i, rng, curve) for i in range(count)]
+    with BootstrapClient(bootstrap, timeout_s=10.0, curve=curve) as client:
         for agent in agents:
             client.register(agent.info)
     for agent in agents:
@@ -206,13 +215,21 @@ def _agents_process(first: int, count: int, rate: float, bootstrap: str, conn: C
     started = time.monotonic()
     owed_before = 0
     next_heartbeat = started + 1.0
+    paused = False
     try:
         while True:
             if conn.poll(_TICK_S):
-                if conn.recv() == "stop":
+                message = conn.recv()
+                if message == "stop":
                     return
+                if message in ("pause", "resume"):
+                    paused = message == "pause"
+                    started, owed_before, next_heartbeat = time.monotonic(), 0, time.monotonic() + 1.0
+                    continue
                 emitted = sum(agent.emitted for agent in agents)
                 conn.send((emitted, sum(agent.publisher.dropped for agent in agents)))
+            if paused:
+                continue
             now = time.monotonic()
             owed = int(rate * (now - started))
             heartbeat = now >= next_heartbeat
@@ -225,12 +242,13 @@ def _agents_process(first: int, count: int, rate: float, bootstrap: str, conn: C
     finally:
         for agent in agents:
             agent.publisher.close()
+        stop_authenticator(zmq.Context.instance())
 
 
 class _Agents:
     """The agent processes: started once for the whole bench."""
 
-    def __init__(self, agents: int, processes: int, rate: float, bootstrap: str) -> None:
+    def __init__(self, agents: int, processes: int, rate: float, bootstrap: str, curve_keys: str = "") -> None:
         context = mp.get_context("spawn")
         share, extra = divmod(agents, processes)
         self._workers: list[tuple[mp.process.BaseProcess, Connection]] = []
@@ -239,7 +257,9 @@ class _Agents:
             count = share + (index < extra)
             mine, theirs = context.Pipe()
             process = context.Process(
-                target=_agents_process, args=(first, count, rate, bootstrap, theirs), name=f"fanin-agents-{index}"
+                target=_agents_process,
+                args=(first, count, rate, bootstrap, curve_keys, theirs),
+                name=f"fanin-agents-{index}{'-curve' if curve_keys else ''}",
             )
             process.start()
             self._workers.append((process, mine))
@@ -251,6 +271,11 @@ class _Agents:
             if not conn.poll(max(0.0, deadline - time.monotonic())):
                 raise BenchFailed(f"agent process {process.name} was not up within {timeout_s:g} s")
             conn.recv()
+
+    def pause(self, paused: bool) -> None:
+        """Stop (or start again) emitting: only the cluster a leg measures loads the machine."""
+        for _, conn in self._workers:
+            conn.send("pause" if paused else "resume")
 
     def emitted(self) -> int:
         """Events every agent emitted so far (each process asked in turn)."""
@@ -275,9 +300,12 @@ class _Agents:
                 process.join()
 
 
-def _start_relay(bootstrap: str) -> tuple[subprocess.Popen[str], str]:
-    """`kvtop relay --bootstrap ADDR`, as a user runs it; returns the process and the relay's address."""
+def _start_relay(bootstrap: str, curve_keys: str) -> tuple[subprocess.Popen[str], str]:
+    """`kvtop relay --bootstrap ADDR [--curve-keys DIR]`, as a user runs it; returns the process and the relay's
+    address."""
     command = [shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop", "relay", "--bootstrap", bootstrap]
+    if curve_keys:
+        command += ["--curve-keys", curve_keys]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert process.stdout is not None
     line = process.stdout.readline()
@@ -288,14 +316,18 @@ def _start_relay(bootstrap: str) -> tuple[subprocess.Popen[str], str]:
     return process, line.rsplit("--relay ", 1)[1].rstrip(")\n")
 
 
-def _run_leg(leg: Leg, bootstrap: str, agents: _Agents, count: int, warmup_s: float, window_s: float) -> Run:
+def _run_leg(
+    leg: Leg, bootstrap: str, agents: _Agents, count: int, warmup_s: float, window_s: float, curve_keys: str
+) -> Run:
+    """`curve_keys`: the folder of a CURVE leg's cluster ("" for a plain one)."""
     relay: subprocess.Popen[str] | None = None
     address = bootstrap
     if leg.relay:
-        relay, address = _start_relay(bootstrap)
+        relay, address = _start_relay(bootstrap, curve_keys)
     me = psutil.Process()
     model = FaninModel()
-    collector = Collector(address, model=model)
+    curve = CurveKeys.load(curve_keys, serve=False) if curve_keys else None
+    collector = Collector(address, model=model, curve=curve)
     try:
         started = time.monotonic()
         collector.start(discover_timeout_s=10.0)
@@ -411,19 +443,35 @@ def measure(
     progress: Callable[[str], None],
     warmup_s: float = 3.0,
     legs: tuple[Leg, ...] = LEGS,
+    curve: bool = False,
 ) -> dict[str, object]:
-    """Every leg `repeats` times, alternating; the medians per leg, the relay/direct ratio, the file limit."""
+    """Every leg `repeats` times, alternating; the medians per leg, the relay/direct ratio, the file limit;
+    `curve`: the `CURVE_LEGS` too, and the CURVE/plain ratios (`curve_vs_plain`)."""
     open_files = raise_open_files()
     zmq.Context.instance().set(zmq.MAX_SOCKETS, MAX_SOCKETS)  # before this process opens any socket
-    bootstrap = BootstrapServer(entry_ttl_s=3600.0).start()  # agents register once: no refresh traffic
-    cluster = _Agents(agents, min(processes, agents), rate, bootstrap.endpoint)
+    legs = (*legs, *CURVE_LEGS) if curve else legs
+    folder = tempfile.TemporaryDirectory(prefix="kvtop-fanin-keys-")
+    keys_dir = str(generate(os.path.join(folder.name, "keys")).folder) if curve else ""
+    secure = CurveKeys.load(keys_dir, serve=True) if curve else None
+    processes = min(processes, agents)
+    bootstraps: dict[bool, BootstrapServer] = {}
+    clusters: dict[bool, _Agents] = {}
     runs: dict[str, list[Run]] = {leg.name: [] for leg in legs}
     try:
-        cluster.wait_ready(_START_TIMEOUT_S)
-        progress(f"{agents} agents up in {min(processes, agents)} processes, {rate:g} events/s each")
+        for on in sorted({leg.curve for leg in legs}):  # agents register once: no refresh traffic
+            bootstraps[on] = BootstrapServer(entry_ttl_s=3600.0, curve=secure if on else None).start()
+            clusters[on] = _Agents(agents, processes, rate, bootstraps[on].endpoint, keys_dir if on else "")
+        for on, cluster in clusters.items():
+            cluster.wait_ready(_START_TIMEOUT_S)
+            cluster.pause(True)
+            progress(f"{agents} agents up in {processes} processes, {rate:g} events/s each{', CURVE' if on else ''}")
         for index in range(repeats):
             for leg in legs:
-                run = _run_leg(leg, bootstrap.endpoint, cluster, agents, warmup_s, window_s)
+                for on, cluster in clusters.items():
+                    cluster.pause(on != leg.curve)
+                cluster = clusters[leg.curve]
+                endpoint = bootstraps[leg.curve].endpoint
+                run = _run_leg(leg, endpoint, cluster, agents, warmup_s, window_s, keys_dir if leg.curve else "")
                 runs[leg.name].append(run)
                 progress(
                     f"{leg.name} run {index + 1}/{repeats}: {run.events_per_s:,.0f} of {run.offered_events_per_s:,.0f}"
@@ -431,12 +479,27 @@ def measure(
                     f"{run.collector_cpu_cores:.2f} cores"
                 )
     finally:
-        cluster.stop()
-        bootstrap.close()
-    result: dict[str, object] = {leg.name: asdict(_median(runs[leg.name], agents)) for leg in legs}
-    direct, relayed = result.get("direct"), result.get("relay")
-    if isinstance(direct, dict) and isinstance(relayed, dict) and direct["events_per_s"]:
+        for cluster in clusters.values():
+            cluster.stop()
+        for bootstrap in bootstraps.values():
+            bootstrap.close()
+        stop_authenticator(zmq.Context.instance())
+        folder.cleanup()
+    medians = {leg.name: asdict(_median(runs[leg.name], agents)) for leg in legs}
+    result: dict[str, object] = dict(medians)
+    direct, relayed = medians.get("direct"), medians.get("relay")
+    if direct is not None and relayed is not None and direct["events_per_s"]:
         result["relay_vs_direct"] = round(relayed["events_per_s"] / direct["events_per_s"], 4)
+    if curve:
+        result["curve_vs_plain"] = {
+            path: {
+                field: round(medians[f"{path}_curve"][field] / medians[path][field], 4)
+                if medians[path][field]
+                else None
+                for field in ("events_per_s", "events_per_collector_cpu_s", "sync_s")
+            }
+            for path in ("direct", "relay")
+        }
     result["open_files_limit"] = open_files
     result["window_s"] = window_s
     return result

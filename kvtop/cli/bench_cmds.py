@@ -352,6 +352,14 @@ def bench_fanin(
     processes: Annotated[int, typer.Option(min=1, max=64, help="Processes the agents run in.")] = 8,
     seconds: Annotated[float, typer.Option(min=1.0, help="Seconds of each measured window.")] = 10.0,
     repeats: Annotated[int, typer.Option(min=1, help="Runs per leg (direct, relay, alternating); medians.")] = 3,
+    curve: Annotated[
+        bool,
+        typer.Option(
+            "--curve",
+            help="Also the same legs with CURVE on every socket (agents, bootstrap, relay, collector; fresh keys), "
+            "alternating with the plain ones: CURVE vs plain in one run.",
+        ),
+    ] = False,
     as_json: JsonObject = False,
 ) -> None:
     """Fan-in: AGENTS publishers at RATE events/s into one collector, directly and through one `kvtop relay`.
@@ -360,21 +368,28 @@ def bench_fanin(
     sync time as a late joiner, the relay's CPU. Exits 1 when a collector did not sync, heard fewer agents
     than started, or applied nothing. Raises the soft open-files limit as far as the hard one allows.
     """
-    from kvtop.bench.fanin import measure
+    from kvtop.bench.fanin import CURVE_LEGS, LEGS, measure
 
     with _loud("fanin"):
-        result = measure(agents, rate, processes, seconds, repeats, _progress)
+        result = measure(agents, rate, processes, seconds, repeats, _progress, curve=curve)
     lines = [
-        f"{'leg':<8} {'offered/s':>11} {'applied/s':>11} {'ratio':>6} {'gaps':>5} {'behind s':>9} {'sync s':>7} "
+        f"{'leg':<13} {'offered/s':>11} {'applied/s':>11} {'ratio':>6} {'gaps':>5} {'behind s':>9} {'sync s':>7} "
         f"{'cores':>6} {'MiB':>7} {'fds':>6}"
     ]
-    for name in ("direct", "relay"):
+    for name in [leg.name for leg in (*LEGS, *CURVE_LEGS)]:
         leg = result.get(name)
         if isinstance(leg, dict):
             lines.append(
-                f"{name:<8} {leg['offered_events_per_s']:>11,.0f} {leg['events_per_s']:>11,.0f} "
+                f"{name:<13} {leg['offered_events_per_s']:>11,.0f} {leg['events_per_s']:>11,.0f} "
                 f"{leg['applied_ratio']:>6.3f} {leg['gaps']:>5} {leg['behind_s']:>9.2f} {leg['sync_s']:>7.2f} "
                 f"{leg['collector_cpu_cores']:>6.2f} {leg['collector_rss_mib']:>7.0f} {leg['collector_open_files']:>6}"
+            )
+    ratios = result.get("curve_vs_plain")
+    if isinstance(ratios, dict):
+        for path, ratio in ratios.items():
+            lines.append(
+                f"CURVE/plain {path}: events/s {ratio['events_per_s']}, events per collector CPU s "
+                f"{ratio['events_per_collector_cpu_s']}, sync {ratio['sync_s']}"
             )
     _report(result, as_json, "\n".join(lines))
 

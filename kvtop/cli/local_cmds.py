@@ -303,14 +303,28 @@ def agent(ctx: typer.Context) -> None:
 def bootstrap(
     listen: Annotated[
         str,
-        typer.Option(help="Address to bind, tcp://HOST:PORT (default: a free port on 127.0.0.1)."),
+        typer.Option(
+            help="Address to bind, tcp://HOST:PORT (default: a free port on 127.0.0.1; beyond loopback: "
+            "--curve-keys or --insecure)."
+        ),
     ] = "",
+    curve_keys: Annotated[
+        str,
+        typer.Option(
+            "--curve-keys",
+            metavar="DIR",
+            help="The cluster's CURVE key folder (`kvtop keys generate DIR`, with the server secret and allowed/): "
+            "only clients whose key is in DIR/allowed can register or list.",
+        ),
+    ] = "",
+    insecure: Insecure = False,
 ) -> None:
     """Run the bootstrap service alone: a registry for sidecars (`kvtop agent --sglang-log`) and agents.
 
     The first line on stdout is its address (what --bootstrap and KVTOP_BOOTSTRAP take). Registrations are
     checked, refreshed every second and forgotten 5 s after their last refresh. SIGTERM or Ctrl-C stops it
-    (exit 0); an address it cannot bind exits 1.
+    (exit 0); an address it cannot bind exits 1; a key folder that cannot serve, or a --listen beyond
+    loopback without --curve-keys or --insecure, exits 2.
     """
     import signal
     import threading
@@ -318,23 +332,32 @@ def bootstrap(
     import zmq
 
     from transport.bootstrap import BootstrapServer
+    from transport.curve import exposure_problem, stop_authenticator
 
     if listen and not listen.startswith("tcp://"):
         raise typer.BadParameter(f"{listen!r} is not an address like tcp://127.0.0.1:5555", param_hint="--listen")
+    if problem := exposure_problem([listen], bool(curve_keys), insecure):
+        raise fail(problem, 2)
+    keys = load_curve(curve_keys, serve=True)
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     try:
-        server = BootstrapServer(listen).start()
+        server = BootstrapServer(listen, context=context, curve=keys).start()
     except zmq.ZMQError as error:
+        stop_authenticator(context)
+        context.destroy(linger=0)
         raise fail(f"bootstrap: cannot bind {listen}: {error}") from None
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # before the address: whoever reads it may stop us
+        signal.signal(signum, lambda *_: stop.set())
     typer.echo(server.endpoint)
     sys.stdout.flush()
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, lambda *_: stop.set())
     try:
         while not stop.wait(0.5):
             pass
     finally:
         server.close()
+        stop_authenticator(context)
+        context.term()
 
 
 def register(app: typer.Typer, cluster_app: typer.Typer) -> None:

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from kvtop.cli.options import Connect, Duration, _endpoint, _endpoints, fail
+from kvtop.cli.options import Connect, Duration, Insecure, _endpoint, _endpoints, fail, load_curve
 
 _Upstream = Annotated[
     str,
@@ -43,6 +43,16 @@ _SnapshotListen = Annotated[
         "(default: a free port).",
     ),
 ]
+_RelayCurveKeys = Annotated[
+    str,
+    typer.Option(
+        "--curve-keys",
+        metavar="DIR",
+        help="The cluster's CURVE key folder (`kvtop keys generate DIR`, with the server secret and allowed/): "
+        "the relay dials agents, relays and the bootstrap as a client, and serves views only if their key is "
+        "in DIR/allowed.",
+    ),
+]
 
 
 def relay(
@@ -72,22 +82,33 @@ def relay(
     ] = False,
     interval: Annotated[float, typer.Option(min=0.1, help="Seconds between --status lines.")] = 5.0,
     duration: Duration = None,
+    curve_keys: _RelayCurveKeys = "",
+    insecure: Insecure = False,
 ) -> None:
     """Relay a cluster's events (a ZeroMQ XSUB/XPUB proxy) and pass snapshot requests through to its agents.
 
     Views across a network boundary then need one address: `kvtop top --relay ADDR`. Batches pass untouched,
     so gaps stay counted per agent incarnation. Prints its two addresses, then runs until Ctrl-C, SIGTERM or
-    --duration. Exit 1 when an upstream does not answer at start or a relay thread dies.
+    --duration. Exit 1 when an upstream does not answer at start or a relay thread dies; exit 2 for a key
+    folder that cannot serve, or a bind beyond loopback without --curve-keys or --insecure.
     """
+    from transport.curve import exposure_problem
     from transport.errors import BootstrapError
     from transport.registration import agent_problem
     from transport.relay import Relay, raise_open_files
 
     if not bootstrap and not relay and not connect:
         raise typer.BadParameter("give --bootstrap ADDR, at least one --relay ADDR, or at least one --connect EP")
+    binds = [listen, snapshot_listen] + ([host] if not (listen and snapshot_listen) else [])
+    problem = exposure_problem(binds, bool(curve_keys), insecure)
+    if problem:
+        raise fail(problem, 2)
+    keys = load_curve(curve_keys, serve=True)
     raise_open_files()
     try:
-        server = Relay(bootstrap, relay, connect, listen, snapshot_listen, host, name, register, advertise=advertise)
+        server = Relay(
+            bootstrap, relay, connect, listen, snapshot_listen, host, name, register, advertise=advertise, curve=keys
+        )
     except Exception as error:  # a bind that failed (address in use, bad interface): one line
         raise fail(f"cannot open the relay's sockets: {error}") from None
     problem = agent_problem(server.entry)
@@ -99,13 +120,16 @@ def relay(
     except BootstrapError as error:
         server.close()
         raise fail(str(error)) from None
-    typer.echo(f"kvtop relay: events at {server.endpoint}, address {server.address} (views: --relay {server.address})")
     stop = threading.Event()
 
     def _stop(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
-    previous = signal.signal(signal.SIGTERM, _stop)
+    previous = signal.signal(signal.SIGTERM, _stop)  # before the address: whoever reads it may stop the relay
+    curve = ", CURVE" if keys is not None else ""
+    typer.echo(
+        f"kvtop relay: events at {server.endpoint}, address {server.address}{curve} (views: --relay {server.address})"
+    )
     end = None if duration is None else time.monotonic() + duration
     try:
         while not stop.is_set() and not server.died and (end is None or time.monotonic() < end):

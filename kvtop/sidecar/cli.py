@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from kvtop.cli.options import Bootstrap, fail
+from kvtop.cli.options import Bootstrap, Insecure, fail, load_curve
 
 sidecar_app = typer.Typer(add_completion=False, rich_markup_mode=None)
 
@@ -65,6 +65,16 @@ def sidecar(
     poll_interval: Annotated[
         float, typer.Option(min=0.005, max=5.0, help="Seconds between looks at a quiet file.")
     ] = 0.05,
+    curve_keys: Annotated[
+        str,
+        typer.Option(
+            "--curve-keys",
+            metavar="DIR",
+            help="The cluster's CURVE key folder (`kvtop keys generate DIR`, with the server secret and allowed/): "
+            "the ranks' sockets answer only clients in DIR/allowed; the registrations dial --bootstrap with it.",
+        ),
+    ] = "",
+    insecure: Insecure = False,
 ) -> None:
     """Follow one SGLang server's log and publish its events per rank (instance/TPn) on the event plane.
 
@@ -72,7 +82,7 @@ def sidecar(
     second; deregistered on exit); without --bootstrap, each rank's event endpoint is printed for --connect.
     Heartbeats (every second) carry the file, the read position, the garbled lines and the scraped metrics.
     Diagnostics go to stderr. Exit codes: 0 when stopped (SIGTERM, Ctrl-C), 1 when one of its threads died,
-    2 for bad usage.
+    2 for bad usage (a key folder that cannot serve, a --host beyond loopback without --curve-keys or --insecure).
     """
     import zmq
 
@@ -80,15 +90,19 @@ def sidecar(
     from kvtop.sidecar.sidecar import Sidecar, SidecarOptions
     from kvtop.sidecar.tail import LogTail
     from kvtop.sources.sglang import LogSpec
+    from transport.curve import exposure_problem
 
     if role and role not in ("prefill", "decode"):
         raise typer.BadParameter(f"{role!r} (expected prefill or decode)", param_hint="--role")
     if metrics and not metrics.startswith(("http://", "https://")):
         raise typer.BadParameter(f"{metrics!r} is not an http(s) URL", param_hint="--metrics")
+    if problem := exposure_problem([host], bool(curve_keys), insecure):
+        raise fail(problem, 2)
+    keys = load_curve(curve_keys, serve=True)
     tail = LogTail(LogSpec(sglang_log, role), instance, idle_after)
     if instance and (problem := identity_problem(tail.role or "decode", instance)):
         raise typer.BadParameter(problem, param_hint="--instance")
-    options = SidecarOptions(tail, bootstrap, tp, host, metrics, metrics_interval, poll_interval)
+    options = SidecarOptions(tail, bootstrap, tp, host, metrics, metrics_interval, poll_interval, keys)
 
     def say(line: str) -> None:
         print(f"kvtop agent: {line}", file=sys.stderr, flush=True)

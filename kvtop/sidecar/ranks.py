@@ -5,7 +5,8 @@ with sequence numbers, snapshots on request), under an `AgentInfo` of kind
 `LOG_SIDECAR`: it has an event and a snapshot endpoint, no data plane. The
 `Registrar` keeps every rank registered with the bootstrap service (again every
 `REFRESH_S`, so that the service forgets a sidecar that died) and deregisters
-them on a clean exit.
+them on a clean exit. With the cluster's CURVE keys, each rank's event and snapshot sockets serve CURVE
+(allowed clients only) and the registrations dial the bootstrap as a CURVE client.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Callable
 import zmq
 
 from transport.bootstrap import REFRESH_S, BootstrapClient
+from transport.curve import CurveKeys
 from transport.errors import BootstrapError
 from transport.events import AgentHello, Event, Heartbeat, LogFollowed
 from transport.publisher import EventPublisher
@@ -46,8 +48,10 @@ def identity_problem(role: str, instance: str) -> str:
 class RankPublisher:
     """One rank: its publisher (started, hello sent), the latest queue depths its batch lines gave."""
 
-    def __init__(self, info: AgentInfo, host: str, context: zmq.Context[zmq.Socket[bytes]]) -> None:
-        self.publisher = EventPublisher(info, host, context=context, batch_interval_s=BATCH_INTERVAL_S)
+    def __init__(
+        self, info: AgentInfo, host: str, context: zmq.Context[zmq.Socket[bytes]], curve: CurveKeys | None = None
+    ) -> None:
+        self.publisher = EventPublisher(info, host, context=context, batch_interval_s=BATCH_INTERVAL_S, curve=curve)
         self.publisher.info = replace_fields(
             info, event_endpoint=self.publisher.endpoint, snapshot_endpoint=self.publisher.snapshot_endpoint
         )
@@ -86,9 +90,14 @@ class Registrar:
     never holds up the log); `problem` is the last error ("" while registrations succeed)."""
 
     def __init__(
-        self, bootstrap: str, infos: Callable[[], list[AgentInfo]], context: zmq.Context[zmq.Socket[bytes]]
+        self,
+        bootstrap: str,
+        infos: Callable[[], list[AgentInfo]],
+        context: zmq.Context[zmq.Socket[bytes]],
+        curve: CurveKeys | None = None,
     ) -> None:
         self.bootstrap = bootstrap
+        self.curve = curve
         self.problem = ""
         self.registered = 0
         """Registrations the service accepted so far."""
@@ -111,7 +120,7 @@ class Registrar:
         if self._thread.is_alive():
             self._thread.join()
         try:
-            with BootstrapClient(self.bootstrap, 1.0, self._context) as client:
+            with BootstrapClient(self.bootstrap, 1.0, self._context, curve=self.curve) as client:
                 for info in self._infos():
                     client.deregister(info)
         except BootstrapError:
@@ -119,7 +128,7 @@ class Registrar:
 
     def _run(self) -> None:
         try:
-            with BootstrapClient(self.bootstrap, REFRESH_S, self._context) as client:
+            with BootstrapClient(self.bootstrap, REFRESH_S, self._context, curve=self.curve) as client:
                 while not self._stop.is_set():
                     self._register(client)
                     self._stop.wait(REFRESH_S)

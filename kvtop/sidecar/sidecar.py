@@ -17,6 +17,7 @@ from kvtop.sidecar.metrics import MetricsScraper
 from kvtop.sidecar.ranks import RankPublisher, Registrar, sidecar_info
 from kvtop.sidecar.tail import LogTail
 from kvtop.sources.sglang import Context
+from transport.curve import CurveKeys, stop_authenticator
 from transport.events import CONTEXT_TEXT_MAX, Event, Failure, Heartbeat, LogContext, RoomState
 from transport.kvpoll import KVPoll
 from transport.wire import AgentInfo
@@ -43,6 +44,8 @@ class SidecarOptions:
     metrics_url: str = ""
     metrics_interval_s: float = 5.0
     poll_s: float = 0.05
+    curve: CurveKeys | None = None
+    """The cluster's keys (loaded to serve): ranks serve CURVE, registrations dial with it; None: plain TCP."""
 
 
 def left_state(failure: Failure) -> KVPoll:
@@ -64,7 +67,9 @@ class Sidecar:
         self._zmq: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self._incarnation = random.getrandbits(63)
         self.ranks: dict[int, RankPublisher] = {}
-        self._registrar = Registrar(options.bootstrap, self._infos, self._zmq).start() if options.bootstrap else None
+        self._registrar = (
+            Registrar(options.bootstrap, self._infos, self._zmq, options.curve).start() if options.bootstrap else None
+        )
         self._metrics = (
             MetricsScraper(options.metrics_url, options.metrics_interval_s).start() if options.metrics_url else None
         )
@@ -85,6 +90,7 @@ class Sidecar:
         for rank in self.ranks.values():
             rank.close()
         self.tail.close()
+        stop_authenticator(self._zmq)
         self._zmq.destroy(linger=0)  # a socket a failed bind left open must not hold the exit
 
     def _infos(self) -> list[AgentInfo]:
@@ -125,7 +131,7 @@ class Sidecar:
         for tp in tps:
             if tp not in self.ranks:
                 info = sidecar_info(self.tail.role, self.tail.instance, tp, width, self._incarnation)
-                rank = self.ranks[tp] = RankPublisher(info, self.options.host, self._zmq)
+                rank = self.ranks[tp] = RankPublisher(info, self.options.host, self._zmq, self.options.curve)
                 if not self.options.bootstrap:
                     self._say(f"{info.label} publishes on {rank.info.event_endpoint}")
         for rank in self.ranks.values():

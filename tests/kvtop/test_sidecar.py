@@ -215,7 +215,7 @@ def test_a_sidecar_that_cannot_bind_exits_1_with_one_line_and_bad_usage_exits_2(
     """An address not on this host ends the sidecar at once (exit 1, one line); a role that is none exits 2."""
     log = tmp_path / "decode.log"
     log.write_text(failure_line(1))
-    unbindable = kvtop("agent", "--sglang-log", str(log), "--host", "192.0.2.1")
+    unbindable = kvtop("agent", "--sglang-log", str(log), "--host", "192.0.2.1", "--insecure")
     bad_role = kvtop("agent", "--sglang-log", str(log), "--role", "router")
 
     assert (unbindable.returncode, unbindable.stderr.count("\n")) == (1, 1), unbindable.stderr
