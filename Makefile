@@ -16,7 +16,7 @@ run: $(BIN)/.installed  ## set up, then open kvtop on an embedded local cluster
 	$(BIN)/kvtop
 
 test: $(BIN)/.installed lint  ## set up, then lint, type-check and run the whole test suite
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadfile
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check kvtop transport tests scripts
