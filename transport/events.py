@@ -24,7 +24,7 @@ from typing import Annotated
 
 import msgspec
 
-from transport.wire import AgentInfo
+from transport.wire import AgentInfo, RankLabel, ReasonText
 
 EVENT_SCHEMA = 1
 """Bumped when a record changes incompatibly; new fields get defaults instead."""
@@ -61,10 +61,14 @@ class AgentHello(msgspec.Struct, tag="hello", array_like=True, frozen=True):
     snapshot_endpoint: str
 
 
+LOG_METRICS_MAX = 64
+"""Scraped metrics one heartbeat may carry (the sidecar knows a dozen names; more is a malformed frame)."""
+
+
 class LogFollowed(msgspec.Struct, array_like=True, frozen=True):
     """What a log sidecar (`kvtop agent --sglang-log`) says of the server log it follows, in each heartbeat."""
 
-    path: str
+    path: ReasonText
     exists: bool
     """False while the file is not there (yet): the sidecar waits for it."""
     position: Count
@@ -78,12 +82,12 @@ class LogFollowed(msgspec.Struct, array_like=True, frozen=True):
     """Seconds since the file last grew (since the sidecar started, when it never did)."""
     idle: bool
     """Silent for longer than the sidecar's idle threshold: the server is idle, or died."""
-    damaged: str = ""
-    metrics_url: str = ""
+    damaged: ReasonText = ""
+    metrics_url: ReasonText = ""
     """The server's Prometheus endpoint the sidecar scrapes ("" when none was given)."""
-    metrics: dict[str, MetricValue] = {}
+    metrics: Annotated[dict[RankLabel, MetricValue], msgspec.Meta(max_length=LOG_METRICS_MAX)] = {}
     """Scraped metrics that moved (non-zero or changed once); a metric absent here has no data."""
-    metrics_error: str = ""
+    metrics_error: ReasonText = ""
     """Why the last scrape failed ("" when it answered, or none was made)."""
 
 

@@ -67,7 +67,9 @@ RoomId = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
 RankIndex = Annotated[int, msgspec.Meta(ge=0, lt=1 << 16)]
 Incarnation = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
 RankLabel = Annotated[str, msgspec.Meta(max_length=256)]
-ReasonText = Annotated[str, msgspec.Meta(max_length=4096)]
+TEXT_MAX: Final = 4096
+"""The longest reason, path or error text a frame may carry."""
+ReasonText = Annotated[str, msgspec.Meta(max_length=TEXT_MAX)]
 
 
 LOG_SIDECAR = "log_sidecar"

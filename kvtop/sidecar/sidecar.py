@@ -20,7 +20,7 @@ from kvtop.sources.sglang import Context
 from transport.curve import CurveKeys, stop_authenticator
 from transport.events import CONTEXT_TEXT_MAX, Event, Failure, Heartbeat, LogContext, RoomState
 from transport.kvpoll import KVPoll
-from transport.wire import AgentInfo
+from transport.wire import TEXT_MAX, AgentInfo
 
 HEARTBEAT_S = 1.0
 _log = logging.getLogger(__name__)
@@ -165,7 +165,7 @@ class Sidecar:
         if self._metrics is not None:
             followed = msgspec.structs.replace(
                 followed,
-                metrics_url=self._metrics.url,
+                metrics_url=self._metrics.url[:TEXT_MAX],
                 metrics=self._metrics.moved(),
                 metrics_error=self._metrics.error,
             )

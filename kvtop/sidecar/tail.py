@@ -12,6 +12,7 @@ from kvtop.sources.sglang.naming import agent_file
 from kvtop.sources.sglang.reader import read_head
 from kvtop.sources.sglang.sniff import SNIFF_BYTES
 from transport.events import Event, LogFollowed
+from transport.wire import TEXT_MAX
 
 _TP_SIZE = re.compile(rb"server_args=ServerArgs\(.*?\btp_size=(\d+)")
 """SGLang's start-up line names the server's TP size: its ranks are published from then on."""
@@ -107,7 +108,7 @@ class LogTail:
         reader = self.logs.files[0].reader
         stats = self.logs.stats()
         return LogFollowed(self.path, True, reader.position, size, stats.lines, stats.garbled, stats.rotations,
-                           silent, silent > self.idle_after_s, "; ".join(stats.damaged))  # fmt: skip
+                           silent, silent > self.idle_after_s, "; ".join(stats.damaged)[:TEXT_MAX])  # fmt: skip
 
     def close(self) -> None:
         if self.logs is not None:

@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -196,3 +197,24 @@ def test_a_live_room_without_news_leaves_the_snapshots_as_lost(make_publisher, s
 
     assert ([s.room for s in snapshot.live_rooms], [s.room for s in snapshot.finished_rooms]) == ([], [6])
     assert publisher.counters["rooms_lost"] == 1
+
+
+def test_a_heartbeat_whose_log_report_is_unbounded_is_rejected_at_the_border():
+    """A sidecar's `log` report is bounded where it enters: a path over `TEXT_MAX` or more metrics than
+    `LOG_METRICS_MAX` makes the frame malformed, while a report within bounds decodes."""
+    from transport.errors import FrameRejected
+    from transport.events import EVENT_SCHEMA, LOG_METRICS_MAX, EventBatch, LogFollowed
+    from transport.wire import TEXT_MAX, FrameDecoder, encode
+
+    def batch(log: LogFollowed) -> bytes:
+        beat = Heartbeat(1.0, {}, 0, 0, 0.0, 0, 0.0, log=log)
+        return encode(EventBatch(EVENT_SCHEMA, "decode", "decode-0", 0, 1, 1, 1.0, [beat]))
+
+    fine = LogFollowed("/var/log/sglang.log", True, 10, 10, 1, 0, 0, 0.5, False, metrics={"a": 1.0})
+    decoder: FrameDecoder[EventBatch] = FrameDecoder(EventBatch)
+    assert decoder.decode(batch(fine)).events[0].log == fine
+    too_long = msgspec.structs.replace(fine, path="/" * (TEXT_MAX + 1))
+    too_many = msgspec.structs.replace(fine, metrics={f"m{i}": 1.0 for i in range(LOG_METRICS_MAX + 1)})
+    for bad in (too_long, too_many):
+        with pytest.raises(FrameRejected):
+            decoder.decode(batch(bad))
