@@ -78,6 +78,8 @@ class UiResult:
     recording: bool = False
     """The dashboard recorded what it was fed (its default on a live cluster), its writer thread doing the I/O."""
     recorded_events: int = 0
+    in_process: bool = False
+    """The load ran in the dashboard's own process (`--in-process`), not in its model process."""
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -163,13 +165,16 @@ def measure_ui(
     progress: Callable[[str], None],
     key_timeout_s: float = 5.0,
     record: bool = False,
+    in_process: bool = False,
 ) -> UiResult:
-    """`record`: the dashboard records what it is fed into a ring in a temp folder (its live default)."""
+    """`record`: the dashboard records what it is fed into a ring in a temp folder (its live default);
+    `in_process`: the load runs in the dashboard's process, not in a model process (the design before)."""
     folder = Path(tempfile.mkdtemp(prefix="kvtop-bench-ui-"))
     out = folder / "timings.json"
     command = [sys.executable, "-m", "kvtop.bench.ui_load", "--rooms", str(rooms), "--instances", str(instances),
                "--tp", str(tp), "--events-per-s", str(events_per_s), "--out", str(out),
-               *(["--record", str(folder / "ring")] if record else [])]  # fmt: skip
+               *(["--record", str(folder / "ring")] if record else []),
+               *(["--in-process"] if in_process else [])]  # fmt: skip
     progress(f"starting the dashboard on {rooms:,} rooms over {2 * instances * tp} ranks ...")
     terminal = Terminal(command)
     keys: list[float] = []
@@ -245,4 +250,5 @@ def measure_ui(
         keys_pressed=step,
         recording=record,
         recorded_events=timings["recorded_events"],
+        in_process=in_process,
     )

@@ -1,23 +1,25 @@
 """The load behind `kvtop bench ui`: a big synthetic model and a feeder thread that streams events into it.
 
-Runs inside the dashboard's process (`python -m kvtop.bench.ui_load`, started by
-`kvtop bench ui` on a pseudo-terminal); writes the app's frame timings as JSON
-on exit, with the moments each frame's build read the model (`ReadClock`), so
-that the bench can tell how old the data on screen was.
+`python -m kvtop.bench.ui_load` (started by `kvtop bench ui` on a pseudo-terminal) is the dashboard; the
+model and the feeder live in its model process (`BenchLoad`, opened there as the live source is), or in the
+dashboard's own process with `--in-process` (the design before the split). Writes the app's frame timings as
+JSON on exit, with the moment each frame's build read the model (`Frame.read_at`), so that the bench can
+tell how old the data on screen was, and the feeder's figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass
 
 from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
 from kvtop.record.writer import Recorder
 from kvtop.sources.synthetic import SyntheticCluster
+from kvtop.tui.model_server import ServedModel
 from transport.events import EventBatch
 
 FEED_EVERY_S = 0.05
@@ -43,19 +45,6 @@ def fill(model: ClusterModel, rooms: int, instances: int, tp: int, now: float) -
             model.apply(label, batch, now)
 
 
-class ReadClock:
-    """The dashboard's clock: a frame's build asks it for `now` once it holds the model's lock, so the
-    worker thread's calls mark when each frame read the model (time.monotonic, as the app's draws)."""
-
-    def __init__(self) -> None:
-        self.reads: deque[float] = deque(maxlen=10_000)
-
-    def __call__(self) -> float:
-        if threading.current_thread() is not threading.main_thread():
-            self.reads.append(time.monotonic())
-        return time.time()
-
-
 class Feeder(threading.Thread):
     """Applies new rooms' events at `events_per_s`, in steps of `FEED_EVERY_S`, as the collector would."""
 
@@ -72,6 +61,7 @@ class Feeder(threading.Thread):
                                        spacing_s=FEED_EVERY_S / self.rooms_per_step, seed=2)  # fmt: skip
         self.applied = 0
         self.started = 0.0
+        self.ended = 0.0
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -97,14 +87,58 @@ class Feeder(threading.Thread):
                     recorder.accounted(model, now)
                     recorder.tick(model, now)
             step += 1
+        self.ended = time.monotonic()
 
     def rate(self) -> float:
-        return self.applied / max(1e-9, time.monotonic() - self.started)
+        return self.applied / max(1e-9, (self.ended or time.monotonic()) - self.started)
+
+
+@dataclass(frozen=True)
+class BenchLoad:
+    """The load as a model process opens it (`kvtop.tui.model_server`): the model filled, the feeder running,
+    recording into `record` when given, as the dashboard's live source does."""
+
+    rooms: int
+    instances: int
+    tp: int
+    events_per_s: float
+    record: str = ""
+
+    def open(self, stack: contextlib.ExitStack) -> ServedModel:
+        from kvtop.cli.dashboard_record import DEFAULT_MAX_BYTES, KEYFRAME_EVENTS
+
+        source = BenchSource(ClusterModel(JOURNAL_EVENTS_KEPT), threading.Lock())
+        fill(source.model, self.rooms, self.instances, self.tp, time.time())
+        recorder = None
+        if self.record:  # as the dashboard records (kvtop.cli.dashboard_record)
+            recorder = Recorder(self.record, max_bytes=DEFAULT_MAX_BYTES, keyframe_events=KEYFRAME_EVENTS).start()
+            stack.callback(recorder.close)
+        feeder = Feeder(source, self.instances, self.tp, self.events_per_s, recorder)
+        feeder.start()
+        stack.callback(feeder.join)
+        stack.callback(feeder.stop.set)
+
+        def stats() -> dict[str, object]:
+            return {
+                "events_per_s": feeder.rate(),
+                "rooms": len(source.model.rooms) + len(source.model.finished),
+                "ranks": len(source.model.ranks),
+                "recorded_events": recorder.stats().events if recorder is not None else 0,
+                "recorder_error": recorder.stats().error if recorder is not None else "",
+            }
+
+        return ServedModel(
+            source.model,
+            source.lock,
+            recorder_error=lambda: recorder.error if recorder is not None else "",
+            record_folder=self.record,
+            stats=stats,
+        )
 
 
 def main() -> None:
-    from kvtop.cli.dashboard_record import DEFAULT_MAX_BYTES, KEYFRAME_EVENTS
     from kvtop.tui.app import KvtopApp
+    from kvtop.tui.model_client import ModelProcess
     from kvtop.tui.rewind import Rewind
     from kvtop.tui.themes import load_themes
 
@@ -115,32 +149,22 @@ def main() -> None:
     parser.add_argument("--events-per-s", type=float, required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--record", default="", help="Record into this folder, as the dashboard does by default.")
+    parser.add_argument(
+        "--in-process", action="store_true", help="Load and dashboard in one process (the design before the split)."
+    )
     args = parser.parse_args()
-    source = BenchSource(ClusterModel(JOURNAL_EVENTS_KEPT), threading.Lock())
-    fill(source.model, args.rooms, args.instances, args.tp, time.time())
-    recorder = None
-    if args.record:  # as the dashboard records (kvtop.cli.dashboard_record)
-        recorder = Recorder(args.record, max_bytes=DEFAULT_MAX_BYTES, keyframe_events=KEYFRAME_EVENTS).start()
-    feeder = Feeder(source, args.instances, args.tp, args.events_per_s, recorder)
-    clock = ReadClock()
+    load = BenchLoad(args.rooms, args.instances, args.tp, args.events_per_s, args.record)
     rewind = Rewind(args.record, live=True) if args.record else None
-    app = KvtopApp(source, title="bench ui", themes=load_themes(), clock=clock, rewind=rewind)
-    app.call_later(feeder.start)
-    app.run()
-    feeder.stop.set()
-    feeder.join()
-    if recorder is not None:
-        recorder.close()
-    result = {
-        "draws": list(app.draws),
-        "build_s": list(app.build_seconds),
-        "reads": list(clock.reads),
-        "events_per_s": feeder.rate(),
-        "rooms": len(source.model.rooms) + len(source.model.finished),
-        "ranks": len(source.model.ranks),
-        "recorded_events": recorder.stats().events if recorder is not None else 0,
-        "recorder_error": recorder.stats().error if recorder is not None else "",
-    }
+    with contextlib.ExitStack() as stack:
+        if args.in_process:
+            served = load.open(stack)
+            source: BenchSource | ModelProcess = BenchSource(served.model, served.lock)
+        else:
+            source = stack.enter_context(ModelProcess(load))
+        app = KvtopApp(source, title="bench ui", themes=load_themes(), rewind=rewind)
+        app.run()
+    stats = source.stats if isinstance(source, ModelProcess) else served.stats()
+    result = {"draws": list(app.draws), "build_s": list(app.build_seconds), "reads": list(app.reads), **stats}
     with open(args.out, "w", encoding="utf-8") as out:
         json.dump(result, out)
 

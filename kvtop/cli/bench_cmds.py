@@ -197,6 +197,14 @@ def bench_ui(
             help="The dashboard records what it is fed, as it does on a live cluster by default (--no-record: not).",
         ),
     ] = True,
+    in_process: Annotated[
+        bool,
+        typer.Option(
+            "--in-process",
+            help="Feed the model in the dashboard's own process instead of its model process (the design before "
+            "the split, for comparison).",
+        ),
+    ] = False,
     as_json: JsonObject = False,
 ) -> None:
     """The dashboard on a big synthetic model, in a pseudo-terminal, while events stream in: frame and key latency.
@@ -210,7 +218,7 @@ def bench_ui(
     from kvtop.bench.ui import measure_ui
 
     with _loud("ui"):
-        result = measure_ui(rooms, instances, tp, events_per_s, seconds, _progress, key_timeout_s, record)
+        result = measure_ui(rooms, instances, tp, events_per_s, seconds, _progress, key_timeout_s, record, in_process)
     _report(
         result.as_dict(),
         as_json,

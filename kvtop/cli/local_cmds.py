@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from kvtop.cli.dashboard_record import Record, RecordChoice, RecordDir, RecordMaxBytes
-from kvtop.cli.export_cmd import Export, exporting
+from kvtop.cli.export_cmd import Export
 from kvtop.cli.options import (
     BootstrapTimeout,
     ClusterCurveKeys,
@@ -153,8 +153,8 @@ def _dashboard(
     security: Security,
     choice: RecordChoice,
 ) -> None:
-    from kvtop.cli.dashboard_record import dashboard_recording
-    from kvtop.cli.top_cmd import find_theme, live_rewind, run_dashboard
+    from kvtop.cli.model_spec import LiveModel
+    from kvtop.cli.top_cmd import find_theme, run_live_dashboard
     from kvtop.cluster.embedded import EmbeddedCluster
     from transport.errors import TransportError
     from transport.workload import WorkloadSpec
@@ -166,16 +166,10 @@ def _dashboard(
         f"starting {spec.prefill}P{spec.decode}D TP{tp} on loopback{curve} (agent logs: {spec.log_dir}) ...", err=True
     )
     try:
-        with (
-            dashboard_recording(choice) as recording,
-            EmbeddedCluster(spec, WorkloadSpec(rate=rate), recording.recorder) as embedded,
-        ):
-            collector = embedded.collector
-            assert collector is not None
-            warnings = (recording.warning,) if recording.warning else ()
-            with exporting(export, collector.model, collector.lock, "embedded"):
-                run_dashboard(collector, embedded.describe, themes, theme, quit_after=duration,
-                              rewind=live_rewind(recording), warnings=warnings)  # fmt: skip
+        with EmbeddedCluster(spec, WorkloadSpec(rate=rate), collect=False) as embedded:
+            model = LiveModel(embedded.cluster.endpoint, curve_keys=spec.curve_keys, record=choice, export=export,
+                              kind="embedded")  # fmt: skip
+            run_live_dashboard(model, embedded.describe, themes, theme, quit_after=duration)
     except TransportError as error:
         raise fail(str(error)) from None
 

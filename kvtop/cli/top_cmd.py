@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvtop.cli.dashboard_record import Record, RecordChoice, RecordDir, RecordMaxBytes, dashboard_recording
+from kvtop.cli.dashboard_record import Record, RecordChoice, RecordDir, RecordMaxBytes
 from kvtop.cli.export_cmd import Export, exporting
 from kvtop.cli.options import (
     At,
@@ -24,8 +24,9 @@ from kvtop.cli.options import (
 )
 
 if TYPE_CHECKING:
-    from kvtop.cli.dashboard_record import Recording
-    from kvtop.tui.app import Source
+    from kvtop.cli.model_spec import LiveModel
+    from kvtop.tui.frame_source import Source
+    from kvtop.tui.model_client import ModelProcess
     from kvtop.tui.rewind import Rewind
     from kvtop.tui.themes import ThemeSet
 
@@ -51,7 +52,7 @@ def find_theme(theme: str) -> ThemeSet:
 
 
 def run_dashboard(
-    source: Source,
+    source: Source | ModelProcess,
     title: str,
     themes: ThemeSet,
     theme: str,
@@ -74,12 +75,26 @@ def run_dashboard(
         raise fail(f"the dashboard failed: {error!r}" if error is not None else "the dashboard failed")
 
 
-def live_rewind(recording: Recording) -> Rewind | None:
-    """The rewind of a live session into the ring it records (None when it does not record)."""
+def run_live_dashboard(
+    spec: LiveModel, title: str, themes: ThemeSet, theme: str, quit_after: float | None = None
+) -> None:
+    """The dashboard on a live source opened in the model process (collector, recorder, exporter), rewinding
+    into the ring it records; exit with the source's own line and code when it cannot be opened."""
+    from kvtop.tui.model_client import ModelProcess
+    from kvtop.tui.model_server import ModelStartError
     from kvtop.tui.rewind import Rewind
 
-    recorder = recording.recorder
-    return None if recorder is None else Rewind(recording.folder, live=True, error=lambda: recorder.error)
+    model = ModelProcess(spec)
+    try:
+        model.start()
+    except ModelStartError as error:
+        raise (fail(error.message, error.code) if error.message else typer.Exit(error.code)) from None
+    try:
+        folder = model.record_folder
+        rewind = Rewind(folder, live=True, error=lambda: model.recorder_error) if folder else None
+        run_dashboard(model, title, themes, theme, quit_after=quit_after, rewind=rewind, warnings=model.warnings)
+    finally:
+        model.close()
 
 
 def top(
@@ -109,9 +124,7 @@ def top(
     --record-max-bytes; --no-record keeps nothing), so the session can be rewound: , and . step 10 s,
     [ and ] jump to the previous and next failure origin, b jumps to a time, L goes back to live.
     """
-    from kvtop.cli.source import opened
-    from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
-    from transport.errors import BootstrapError
+    from kvtop.cli.model_spec import LiveModel
 
     require_source(bootstrap, connect, sglang_log, replay)
     themes = find_theme(theme)
@@ -125,21 +138,8 @@ def top(
         _top_on_logs(sglang_log, themes, theme, export)
         return
     kind = "bootstrap" if bootstrap else "connect"
-    model = ClusterModel(JOURNAL_EVENTS_KEPT)
-    try:
-        with (
-            dashboard_recording(choice) as recording,
-            opened(
-                bootstrap, connect, wait, model=model, synced=False, curve_keys=curve_keys, recorder=recording.recorder
-            ) as source,
-            exporting(export, source.model, source.lock, kind),
-        ):
-            assert source.collector is not None
-            warnings = (recording.warning,) if recording.warning else ()
-            title = bootstrap or ", ".join(connect)
-            run_dashboard(source.collector, title, themes, theme, rewind=live_rewind(recording), warnings=warnings)
-    except BootstrapError as error:
-        raise fail(str(error)) from None
+    spec = LiveModel(bootstrap, tuple(connect), wait, curve_keys, choice, export, kind)
+    run_live_dashboard(spec, bootstrap or ", ".join(connect), themes, theme)
 
 
 def _top_on_recording(replay: str, at: str, themes: ThemeSet, theme: str) -> None:

@@ -22,8 +22,12 @@ class EmbeddedCluster:
     the collector applies (the caller closes it, after leaving).
     """
 
-    def __init__(self, spec: ClusterSpec, workload: WorkloadSpec, recorder: Recorder | None = None) -> None:
+    def __init__(
+        self, spec: ClusterSpec, workload: WorkloadSpec, recorder: Recorder | None = None, collect: bool = True
+    ) -> None:
+        """`collect=False`: no collector here (the dashboard's model process collects from the bootstrap)."""
         self.spec = spec
+        self._collect = collect
         self.workload = workload
         self.recorder = recorder
         self.cluster = LocalCluster(spec)
@@ -35,10 +39,11 @@ class EmbeddedCluster:
     def __enter__(self) -> EmbeddedCluster:
         try:
             self.cluster.start()
-            model = ClusterModel(JOURNAL_EVENTS_KEPT)
-            self.collector = Collector(
-                self.cluster.endpoint, model=model, curve=self.cluster.curve, recorder=self.recorder
-            ).start()
+            if self._collect:
+                model = ClusterModel(JOURNAL_EVENTS_KEPT)
+                self.collector = Collector(
+                    self.cluster.endpoint, model=model, curve=self.cluster.curve, recorder=self.recorder
+                ).start()
             self._router.start()
         except BaseException:
             self.close()

@@ -5,13 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from functools import partial
-from typing import Protocol
 
 from rich.text import Text
 from textual import on
@@ -23,9 +21,10 @@ from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Footer, Input, Tab, Tabs
 from textual.worker import Worker, WorkerState
 
-from kvtop.model.cluster import ClusterModel
-from kvtop.tui.details import rank_history, room_timeline
-from kvtop.tui.frame import WINDOW_S, Frame, FrameBuilder, Options, Replayed, RoomSort
+from kvtop.tui.frame import WINDOW_S, Frame, Options, Replayed, RoomSort
+from kvtop.tui.frame_source import FrameSource, LocalFrames, Source, rendered_detail
+from kvtop.tui.model_client import ModelProcess
+from kvtop.tui.pages import PageRequest
 from kvtop.tui.process import DashboardTuning, terminal_lost
 from kvtop.tui.rewind import BIG_STEP_S, STEP_S, Rewind, since
 from kvtop.tui.rows import Palette, rate
@@ -56,19 +55,6 @@ _STEP = Binding.Group("Step")
 _ORIGIN = Binding.Group("Origin")
 _FOCUS = {"overview": "#ranks-list", "rooms": "#rooms-list", "failures": "#failure-tree", "events": "#events-list"}
 """The widget that takes the keys in each view."""
-
-
-class Source(Protocol):
-    """What the dashboard reads: a model, the lock its writer holds, and the writer's last error."""
-
-    @property
-    def model(self) -> ClusterModel: ...
-
-    @property
-    def lock(self) -> threading.Lock: ...
-
-    @property
-    def error(self) -> str: ...
 
 
 class FrameReady(Message):
@@ -160,7 +146,7 @@ class KvtopApp(App[None]):
 
     def __init__(
         self,
-        source: Source,
+        source: Source | LocalFrames | ModelProcess,
         *,
         title: str = "",
         themes: ThemeSet | None = None,
@@ -171,11 +157,14 @@ class KvtopApp(App[None]):
         rewind: Rewind | None = None,
         warnings: tuple[str, ...] = (),
     ) -> None:
-        """`rewind`: the recording to rewind into (a live session's ring, or a recording alone); `warnings`:
+        """`source`: a model in this process (read under its lock), or the model process (`ModelProcess`);
+        `rewind`: the recording to rewind into (a live session's ring, or a recording alone); `warnings`:
         shown once the dashboard is up (why it does not record, say)."""
         super().__init__()
         self.animation_level = "none"  # a monitor switches views at once; sliding tab underlines cost 300 ms
-        self.source = source
+        self.frames: FrameSource = (
+            source if isinstance(source, LocalFrames | ModelProcess) else LocalFrames(source, clock)
+        )
         self._warnings = warnings
         self.rewind = rewind
         self.sub_title = title
@@ -187,10 +176,12 @@ class KvtopApp(App[None]):
         """Per frame (the `bench ui` figures): when it was painted (time.monotonic), the UI-thread seconds from
         its arrival until then, and the view shown."""
         self.build_seconds: deque[float] = deque(maxlen=10_000)
-        """Per frame: worker time to build it from the model, waiting for the lock included."""
+        """Per frame: worker time to build it from the model, waiting for the lock included (and, from the
+        model process, the question and the answer's way back)."""
+        self.reads: deque[float] = deque(maxlen=10_000)
+        """Per frame received: when its build read the model (`Frame.read_at`): how old the screen's data is."""
         self.failure: BaseException | None = None
         """What ended the dashboard, if something failed (the app then exits with return code 1)."""
-        self._builder = FrameBuilder(source.model, clock)
         self._clock = clock
         self._refresh_s = refresh_s
         self._quit_after = quit_after
@@ -272,7 +263,23 @@ class KvtopApp(App[None]):
             self._stale = True  # the frame in hand may predate a key: another follows once it is painted
             return
         self._building, self._stale = True, False
-        self.run_worker(self._build_frame, thread=True, group="frame", exit_on_error=False)
+        self.run_worker(partial(self._build_frame, self._pages()), thread=True, group="frame", exit_on_error=False)
+
+    def _pages(self) -> dict[str, PageRequest]:
+        """The rows of each long list around its scroll position (the events tail while it follows)."""
+        rooms = self.query_one("#rooms-list", RowList)
+        events = self.query_one("#events-list", RowList)
+        height = max(rooms.size.height, events.size.height, self.size.height)
+        tail = events.count == 0 or events.cursor >= events.count - 1
+        return {
+            "rooms": PageRequest.around(rooms.scroll_offset.y, height),
+            "events": PageRequest.tail(height) if tail else PageRequest.around(events.scroll_offset.y, height),
+        }
+
+    @on(RowList.Missing)
+    def _rows_missing(self) -> None:
+        """A list scrolled past the rows its frame carries: fetch a frame at its new position."""
+        self.request_frame()
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """A frame that failed to build ends the dashboard loudly: a frozen screen would look like health."""
@@ -280,7 +287,7 @@ class KvtopApp(App[None]):
             self.failure = event.worker.error
             self.exit(return_code=1)
 
-    def _build_frame(self) -> None:
+    def _build_frame(self, pages: dict[str, PageRequest]) -> None:
         started = time.perf_counter()
         options, frame, note = self.options, None, ""
         if self.rewind is not None:
@@ -291,9 +298,9 @@ class KvtopApp(App[None]):
             else:
                 self._replay_built = (version, options)
         if frame is None:
-            with self.source.lock:
-                frame = self._builder.build(options, error=self.source.error)
+            frame = self.frames.build(options, pages)
         self.build_seconds.append(time.perf_counter() - started)
+        self.reads.append(frame.read_at)
         self.post_message(FrameReady(frame, note))
 
     def on_frame_ready(self, message: FrameReady) -> None:
@@ -554,16 +561,18 @@ class KvtopApp(App[None]):
 
     @on(RowList.Selected)
     def _row_selected(self, event: RowList.Selected) -> None:
+        key: int | str | None = None
+        if event.row_list.id == "rooms-list":
+            kind, key = "room", self.query_one(RoomsView).selected_room(event.index)
+        elif event.row_list.id == "ranks-list":
+            kind, key = "rank", self.query_one(OverviewView).selected_rank(event.index)
+        if key is None:
+            return
         rewind = self.rewind if self.frame is not None and self.frame.replay is not None else None
-        with rewind.lock if rewind is not None else self.source.lock:  # the model the views show
-            model, now = (rewind.model, rewind.time) if rewind is not None else (self.source.model, self._clock())
-            if event.row_list.id == "rooms-list":
-                room = self.query_one(RoomsView).selected_room(event.index)
-                body = None if room is None else room_timeline(model, room, now, self.palette)
-            elif event.row_list.id == "ranks-list":
-                label = self.query_one(OverviewView).selected_rank(event.index)
-                body = None if label is None else rank_history(model, label, now, self.palette)
-            else:
-                body = None
+        if rewind is not None:  # the model the views show
+            with rewind.lock:
+                body = rendered_detail(rewind.model, kind, key, rewind.time, self.palette)
+        else:
+            body = self.frames.detail(kind, key, self.palette)
         if body is not None:
             self.push_screen(DetailScreen(body))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from operator import attrgetter
@@ -128,11 +128,12 @@ class Frame:
     links: dict[tuple[str, str], tuple[float, int]]
     """(prefill instance, decode instance) -> (GB/s over the window, failed rooms)."""
     top_origins: list[tuple[str, int]]
-    rooms: list[RoomView]
-    """Live and recently retired rooms, filtered and ordered as `options` say (read when drawn)."""
+    rooms: Sequence[RoomView]
+    """Live and recently retired rooms, filtered and ordered as `options` say (read when drawn; from the model
+    process: a `Page` around the list's scroll position)."""
     groups: list[FailureGroup]
-    events: list[tuple[str, Event, str]]
-    """(agent label, event, the level it shows at: levels follow the fold), oldest first."""
+    events: Sequence[tuple[str, Event, str]]
+    """(agent label, event, the level it shows at: levels follow the fold), oldest first (a `Page`, as rooms)."""
     gone: frozenset[str] = frozenset()
     journaling: bool = True
     """Whether the model keeps recent events at all (`ClusterModel(journal_events=...)`)."""
@@ -141,6 +142,8 @@ class Frame:
     options: Options = field(default_factory=Options)
     replay: Replayed | None = None
     """Set when the frame shows a recording (the dashboard rewound), not the live model."""
+    read_at: float = 0.0
+    """When the build read the model (`time.monotonic()`, the model's lock held): how old the data is."""
 
     def outcome(self, room: RoomView) -> bool | None:
         """True/False once every live rank ended the room (succeeded or not), None while it is open."""
@@ -169,6 +172,7 @@ class FrameBuilder:
 
     def build(self, options: Options, now: float | None = None, error: str = "") -> Frame:
         """Call with the model's lock held; `now` overrides the clock."""
+        read_at = time.monotonic()
         now = self.clock() if now is None else now
         model = self.model
         gone = frozenset(label for label, view in model.ranks.items() if view.liveness(now) is Liveness.GONE)
@@ -216,6 +220,7 @@ class FrameBuilder:
             journaling=model.journaling,
             error=error,
             options=options,
+            read_at=read_at,
         )
 
     def _rooms(self, options: Options, gone: frozenset[str], now: float) -> list[RoomView]:

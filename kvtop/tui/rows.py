@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.style import Style
 from rich.text import Text
-from textual.theme import Theme
 
 from kvtop.model.cluster import Liveness, RoomView
 from kvtop.tui.frame import Frame, RankRow
@@ -14,6 +14,9 @@ from kvtop.views.event_lines import to_line
 from kvtop.views.times import stamp
 from transport.events import Event
 from transport.kvpoll import KVPoll
+
+if TYPE_CHECKING:
+    from textual.theme import Theme  # the model process draws details with a Palette, and imports no Textual
 
 RANK_HEADER = (
     f"{'RANK':<18}{'ROLE':<9}{'STATE':<7}{'RATE':>11}{'IN FLIGHT':>11}{'ORIGINS':>9}{'ECHOES':>8}{'CPU %':>7}"

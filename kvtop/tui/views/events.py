@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 
 from kvtop.tui.frame import Frame
+from kvtop.tui.pages import row
 from kvtop.tui.rows import Palette, event_line
 from kvtop.tui.widgets.line import Line
 from kvtop.tui.widgets.row_list import RowList
@@ -29,6 +31,11 @@ class EventsView(Vertical):
         )
         tail = self.query_one("#events-list", RowList)
         following = tail.count == 0 or tail.cursor >= tail.count - 1
-        tail.set_rows(len(events), lambda i: event_line(*events[i], palette))
+
+        def line(index: int) -> Text | None:
+            shown = row(events, index)
+            return None if shown is None else event_line(*shown, palette)
+
+        tail.set_rows(len(events), line)
         if following:
             tail.action_jump(-1)

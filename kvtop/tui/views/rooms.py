@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
+from kvtop.model.cluster import RoomView
 from kvtop.tui.frame import Frame
+from kvtop.tui.pages import row
 from kvtop.tui.rows import ROOM_HEADER, Palette, room_line
 from kvtop.tui.widgets.line import Line
 from kvtop.tui.widgets.row_list import RowList
@@ -32,7 +35,13 @@ class RoomsView(Vertical):
         self.query_one("#rooms-title", Line).show(
             f"{len(rooms):,} {shown}{where}, by {options.sort}  (s: sort, x: faults only, /: filter, enter: timeline)"
         )
-        self.query_one("#rooms-list", RowList).set_rows(len(rooms), lambda i: room_line(rooms[i], frame, palette))
+
+        def line(index: int) -> Text | None:
+            room = row(rooms, index)
+            return None if room is None else room_line(room, frame, palette)
+
+        self.query_one("#rooms-list", RowList).set_rows(len(rooms), line)
 
     def selected_room(self, index: int) -> int | None:
-        return self.frame.rooms[index].room if self.frame and index < len(self.frame.rooms) else None
+        room: RoomView | None = row(self.frame.rooms, index) if self.frame and index < len(self.frame.rooms) else None
+        return None if room is None else room.room

@@ -13,8 +13,10 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-RowRenderer = Callable[[int], Text]
-"""Renders row `index` (0 <= index < count) as one line of text."""
+RowRenderer = Callable[[int], Text | None]
+"""Renders row `index` (0 <= index < count) as one line of text; None: the row is not at hand yet (a frame
+from the model process carries a window of the rows: `kvtop.tui.pages`)."""
+PENDING = Text("…", style="dim")
 
 
 class RowMessage(Message):
@@ -66,6 +68,9 @@ class RowList(ScrollView, can_focus=True):
     class Selected(RowMessage):
         """Enter (or a click on the highlighted row) on a row."""
 
+    class Missing(RowMessage):
+        """A visible row was not at hand (drawn as a placeholder): the owner should fetch rows around it."""
+
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self._count = 0
@@ -73,6 +78,8 @@ class RowList(ScrollView, can_focus=True):
         self._width = 0
         self._cache: dict[int, Strip] = {}
         """Rendered rows of the current data: scrolling does not render a row twice."""
+        self._missing = False
+        """A `Missing` was posted for the current data (once is enough: the next data moves the window)."""
 
     @property
     def count(self) -> int:
@@ -83,6 +90,7 @@ class RowList(ScrollView, can_focus=True):
         than the list is cut (no sideways scrolling, so the list follows its own width when it narrows)."""
         self._count, self._render_row = count, render_row
         self._cache.clear()
+        self._missing = False
         self.virtual_size = Size(0, count)
         if self.cursor >= count:
             self.cursor = max(0, count - 1)
@@ -100,8 +108,15 @@ class RowList(ScrollView, can_focus=True):
         strip = self._cache.get(index)
         if strip is None:
             text = self._render_row(index)
+            if text is None:  # not cached: the next data has it
+                text = PENDING
+                if not self._missing:
+                    self._missing = True
+                    self.post_message(self.Missing(self, index))
             text.no_wrap, text.overflow = True, "ellipsis"
-            strip = self._cache[index] = Strip(list(text.render(self.app.console)))
+            strip = Strip(list(text.render(self.app.console)))
+            if text is not PENDING:
+                self._cache[index] = strip
         style = self.get_component_rich_style("row-list--cursor") if index == self.cursor else None
         line = strip.crop_extend(self.scroll_offset.x, self.scroll_offset.x + width, self.rich_style)
         return line.apply_style(style) if style else line

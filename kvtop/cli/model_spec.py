@@ -1,0 +1,59 @@
+"""The live dashboard's source as the model process opens it: a collector, the ring it records, the exporter.
+
+`kvtop top --bootstrap/--connect` and bare `kvtop` run their collector, recorder and `--export` server in the
+model process (`kvtop.tui.model_server`), so that ingest and the dashboard's paint do not share one
+interpreter lock; the dashboard's process keeps the terminal, the embedded cluster's agents and the rewind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import typer
+
+from kvtop.cli.dashboard_record import RecordChoice, dashboard_recording
+from kvtop.cli.export_cmd import exporting
+from kvtop.tui.model_server import ModelStartError, ServedModel
+
+
+@dataclass(frozen=True)
+class LiveModel:
+    """A collector on `bootstrap` and `connect` (as `kvtop top`'s), recording as `record` says, its model also
+    served as Prometheus metrics on `export` ("" serves none; `kind` names the source there)."""
+
+    bootstrap: str
+    connect: tuple[str, ...] = ()
+    wait: float = 2.0
+    curve_keys: str = ""
+    record: RecordChoice = field(default_factory=RecordChoice)
+    export: str = ""
+    kind: str = "bootstrap"
+
+    def open(self, stack: contextlib.ExitStack) -> ServedModel:
+        from kvtop.cli.source import opened
+        from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
+        from transport.errors import BootstrapError
+
+        try:
+            recording = stack.enter_context(dashboard_recording(self.record))
+            recorder = recording.recorder
+            model = ClusterModel(JOURNAL_EVENTS_KEPT)
+            live = opened(self.bootstrap, list(self.connect), self.wait, model=model, synced=False,
+                          curve_keys=self.curve_keys, recorder=recorder)  # fmt: skip
+            source = stack.enter_context(live)
+            stack.enter_context(exporting(self.export, source.model, source.lock, self.kind))
+        except typer.Exit as said:  # its line is on stderr already
+            raise ModelStartError("", said.exit_code) from None
+        except BootstrapError as error:
+            raise ModelStartError(str(error)) from None
+        collector = source.collector
+        assert collector is not None
+        return ServedModel(
+            collector.model,
+            collector.lock,
+            error=lambda: collector.error,
+            recorder_error=lambda: recorder.error if recorder is not None else "",
+            warnings=(recording.warning,) if recording.warning else (),
+            record_folder=str(recording.folder) if recorder is not None else "",
+        )

@@ -1,0 +1,190 @@
+"""The model process: owns the source (a collector and its subscriber, the recorder, the exporter) and the
+model, and answers the dashboard's questions over a pipe (no Textual here).
+
+On two cores the dashboard's process used to share one interpreter lock between ingest (decode and apply at
+50k events/s, the sweep, keyframes), the frame builder and Textual's paint: a key waited behind all of them.
+Here ingest and the frame builder share this process's lock, and the dashboard's process only paints: each
+refresh asks for a frame (`FrameQuery`: the options and the window of each long list the views show) and
+gets plain data back (`FrameReply`: a `Frame` whose rooms and events are `Page`s).
+
+The process ignores SIGINT, SIGHUP and SIGTERM (the terminal's signals reach its whole process group): it
+ends when the dashboard says `Closing`, or when the pipe closes because the dashboard is gone. After `Ready`
+it writes nothing to the terminal: its stdout and stderr go to a log file the dashboard shows on exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from multiprocessing.connection import Connection
+from typing import Protocol
+
+from rich.text import Text
+
+from kvtop.model.cluster import ClusterModel
+from kvtop.tui.frame import Frame, FrameBuilder, Options
+from kvtop.tui.frame_source import rendered_detail
+from kvtop.tui.pages import Page, PageRequest
+from kvtop.tui.process import GC_THRESHOLDS, SWITCH_INTERVAL_S
+from kvtop.tui.rows import Palette
+
+log = logging.getLogger("kvtop.model_process")
+
+DEFAULT_PAGE = PageRequest(0, 2 * 200)
+PROTOCOL = pickle.HIGHEST_PROTOCOL
+
+
+class ModelStartError(Exception):
+    """The source could not be opened: `message` for the user ("" when it was said already), `code` to exit."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.message, self.code = message, code
+
+
+@dataclass
+class ServedModel:
+    """What a spec opened, as the model process serves it."""
+
+    model: ClusterModel
+    lock: threading.Lock
+    error: Callable[[], str] = lambda: ""
+    """The source's last error (a bootstrap that does not answer, a collector that died)."""
+    clock: Callable[[], float] = time.time
+    recorder_error: Callable[[], str] = lambda: ""
+    warnings: tuple[str, ...] = ()
+    record_folder: str = ""
+    """The ring the recorder writes ("" when it does not record): the dashboard rewinds into it."""
+    stats: Callable[[], dict[str, object]] = dict
+    """Figures for the caller, read after the source closed (a benchmark's feeder rate, say)."""
+
+
+class ModelSpec(Protocol):
+    """A picklable description of a source; `open` runs in the model process."""
+
+    def open(self, stack: contextlib.ExitStack) -> ServedModel:
+        """Open the source, its closing pushed on `stack`; raise `ModelStartError` when it cannot be."""
+        ...
+
+
+@dataclass(frozen=True)
+class FrameQuery:
+    options: Options
+    pages: dict[str, PageRequest] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DetailQuery:
+    kind: str
+    key: int | str
+    palette: Palette
+
+
+@dataclass(frozen=True)
+class Closing:
+    pass
+
+
+@dataclass(frozen=True)
+class Ready:
+    warnings: tuple[str, ...]
+    record_folder: str
+
+
+@dataclass(frozen=True)
+class Failed:
+    message: str
+    code: int = 1
+
+
+@dataclass(frozen=True)
+class FrameReply:
+    frame: Frame
+    recorder_error: str
+
+
+@dataclass(frozen=True)
+class DetailReply:
+    body: Text | None
+
+
+@dataclass(frozen=True)
+class Closed:
+    stats: dict[str, object]
+
+
+Query = FrameQuery | DetailQuery | Closing
+
+
+def serve(spec: ModelSpec, conn: Connection, log_path: str) -> None:
+    """The model process's main: open `spec`, say `Ready` (or `Failed`), answer queries until told to close."""
+    for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+    gc.set_threshold(*GC_THRESHOLDS)  # a big long-lived heap, as the dashboard's own (kvtop.tui.process)
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    served: ServedModel | None = None
+    with contextlib.ExitStack() as stack:
+        try:
+            served = spec.open(stack)
+        except ModelStartError as error:
+            conn.send(Failed(error.message, error.code))
+            return
+        except Exception as error:
+            traceback.print_exc()
+            conn.send(Failed(f"the model process could not start: {error!r}"))
+            return
+        conn.send(Ready(served.warnings, served.record_folder))
+        _to_log(log_path)
+        _answer(served, conn)
+    conn.send(Closed(served.stats()))
+
+
+def _to_log(path: str) -> None:
+    """From here on the dashboard owns the terminal: what this process prints goes to `path`."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(descriptor, 1)
+    os.dup2(descriptor, 2)
+    os.close(descriptor)
+
+
+def _answer(served: ServedModel, conn: Connection) -> None:
+    builder = FrameBuilder(served.model, served.clock)
+    while True:
+        try:
+            query: Query = conn.recv()
+        except (EOFError, OSError):
+            return  # the dashboard is gone
+        if isinstance(query, Closing):
+            return
+        try:
+            conn.send_bytes(_reply(served, builder, query))
+        except (BrokenPipeError, ConnectionResetError):
+            return
+        except Exception as error:
+            log.exception("the model process could not answer %s", type(query).__name__)
+            conn.send(Failed(f"the model process could not answer: {error!r}"))
+
+
+def _reply(served: ServedModel, builder: FrameBuilder, query: FrameQuery | DetailQuery) -> bytes:
+    """The answer, pickled under the model's lock: a frame's rooms are the model's own views, which the
+    collector changes in place."""
+    with served.lock:
+        if isinstance(query, DetailQuery):
+            body = rendered_detail(served.model, query.kind, query.key, served.clock(), query.palette)
+            return pickle.dumps(DetailReply(body), PROTOCOL)
+        frame = builder.build(query.options, error=served.error())
+        rooms = Page.of(frame.rooms, query.pages.get("rooms", DEFAULT_PAGE))
+        events = Page.of(frame.events, query.pages.get("events", PageRequest.tail(DEFAULT_PAGE.count)))
+        return pickle.dumps(FrameReply(replace(frame, rooms=rooms, events=events), served.recorder_error()), PROTOCOL)

@@ -1,0 +1,178 @@
+"""The dashboard over its model process: frames and details come over the pipe, long lists arrive as windows,
+keys stay answered while 50k events/s stream in, and a model process that fails is loud."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from tui_support import drive, lines, text, wait_until
+
+from kvtop.bench.ui_load import BenchLoad
+from kvtop.tui.app import KvtopApp
+from kvtop.tui.frame import Options
+from kvtop.tui.model_client import ModelProcess, ModelProcessError
+from kvtop.tui.model_server import ModelStartError, ServedModel
+from kvtop.tui.pages import MARGIN_ROWS, NotFetched, PageRequest
+from kvtop.tui.screens.detail import DetailScreen
+
+LOAD = BenchLoad(rooms=20_000, instances=2, tp=2, events_per_s=50_000)
+"""20k rooms over 8 ranks, fed 50k events/s in the model process (the dashboard's load, scaled to a test)."""
+KEY_BOUND_S = 1.0
+"""A view key shows its view within this, even on a loaded 2-core machine (`kvtop bench ui`'s target: 80 ms)."""
+VIEW_TITLES = {"r": ("#rooms-title", "rooms, by"), "f": ("#failures-title", "failure origins"),
+               "e": ("#events-title", "events at"), "o": ("#throughput-title", "per second over")}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RefusedSpec:
+    """A source that cannot be opened, and says why (as a bootstrap that does not answer)."""
+
+    message: str
+    code: int
+
+    def open(self, stack: contextlib.ExitStack) -> ServedModel:
+        raise ModelStartError(self.message, self.code)
+
+
+@dataclass(frozen=True)
+class BrokenSpec:
+    """A source whose opening has a bug."""
+
+    def open(self, stack: contextlib.ExitStack) -> ServedModel:
+        raise ValueError("no such thing")
+
+
+@pytest.fixture(scope="module")
+def loaded() -> Iterator[ModelProcess]:
+    with ModelProcess(LOAD) as model:
+        yield model
+
+
+def test_a_frame_from_the_model_process_carries_the_rows_asked_for_and_counts_them_all(loaded: ModelProcess):
+    """The rooms list arrives as the window asked for (its length the whole list's); a row outside it is
+    NotFetched, not silently missing; the events tail is its last rows."""
+    frame = loaded.build(Options(), {"rooms": PageRequest(1000, 50), "events": PageRequest.tail(10)})
+    assert len(frame.rooms) >= LOAD.rooms
+    assert [frame.rooms[i].room for i in (1000, 1049)]
+    with pytest.raises(NotFetched):
+        frame.rooms[999]
+    with pytest.raises(NotFetched):
+        frame.rooms[1050]
+    assert frame.events[len(frame.events) - 1] is not None
+    assert frame.read_at <= time.monotonic()
+    ages = [frame.rooms[i].first_seen for i in range(1000, 1050)]
+    assert ages == sorted(ages, reverse=True)  # newest first, as the rooms view orders them
+
+
+def test_view_keys_are_answered_within_their_bound_while_50k_events_per_s_stream_in(loaded: ModelProcess):
+    """Each view key shows its view within a second while the model process applies ~50k events/s; the
+    frames keep arriving (the data moves on) and the load really ran."""
+    app = KvtopApp(loaded, title="model process")
+    seen: dict[str, object] = {"slow": []}
+
+    async def scenario(pilot):
+        first = app.frame.now
+        for key in "rfeo" * 3:
+            selector, title = VIEW_TITLES[key]
+            pressed = time.perf_counter()
+            await pilot.press(key)
+            view = {"r": "rooms", "f": "failures", "e": "events", "o": "overview"}[key]
+            await wait_until(pilot, lambda view=view, s=selector, t=title: app.active_view == view
+                             and t in text(app, s), f"the {view} view shown", timeout=10.0)  # fmt: skip
+            took = time.perf_counter() - pressed
+            if took > KEY_BOUND_S:
+                seen["slow"].append((key, round(took, 3)))
+        await wait_until(pilot, lambda: app.frame.now > first + 1.0, "frames over more than a second")
+        seen["frames"] = app.frames_drawn
+
+    drive(app, scenario)
+    assert seen["slow"] == []
+    assert seen["frames"] >= 3
+    applied = loaded.build(Options(), {}).health
+    assert applied.rooms_per_s > 0
+
+
+def test_rows_past_the_window_show_as_pending_then_arrive(loaded: ModelProcess):
+    """End in the rooms view goes past the rows the frame carries: the list shows placeholders, fetches a
+    frame at its new position, and then shows real rooms there."""
+    app = KvtopApp(loaded, title="model process")
+    seen = {}
+
+    async def scenario(pilot):
+        await pilot.press("r")
+        await pilot.press("end")
+        rooms = app.query_one("#rooms-list")
+        seen["cursor"] = rooms.cursor
+        await wait_until(pilot, lambda: all(row.strip() and "…" not in row for row in lines(rooms)),
+                         "the rows at the end of the list drawn")  # fmt: skip
+        seen["last"] = lines(rooms)[-1]
+
+    drive(app, scenario)
+    assert seen["cursor"] > 2 * MARGIN_ROWS + 100
+    assert seen["last"].split()[0].isdigit()
+
+
+def test_enter_on_a_room_opens_its_timeline_read_in_the_model_process(loaded: ModelProcess):
+    app = KvtopApp(loaded, title="model process")
+    seen = {}
+
+    async def scenario(pilot):
+        await pilot.press("r")
+        await wait_until(pilot, lambda: app.query_one("#rooms-list").count > 0, "rooms listed")
+        room = app.query_one("#rooms-list")
+        seen["room"] = app.query_one("RoomsView").selected_room(room.cursor)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), "the room's timeline")
+        seen["body"] = str(app.screen.body)
+
+    drive(app, scenario)
+    assert seen["body"].startswith(f"Room {seen['room']}")
+
+
+def test_a_model_process_killed_under_the_dashboard_ends_it_with_exit_1_naming_it():
+    """The dashboard does not freeze on the last frame it had: it exits 1, the error naming the model
+    process and its exit code."""
+    model = ModelProcess(BenchLoad(rooms=2000, instances=1, tp=1, events_per_s=2000)).start()
+    app = KvtopApp(model, title="model process", refresh_s=0.1)
+
+    async def scenario(pilot):
+        os.kill(model._process.pid, signal.SIGKILL)
+        await wait_until(pilot, lambda: not app.is_running, "the dashboard ended", timeout=15.0)
+
+    try:
+        drive(app, scenario)
+    finally:
+        model.close()
+    assert app.return_code == 1
+    assert isinstance(app.failure, ModelProcessError)
+    assert "model process ended" in str(app.failure)
+    assert "-9" in str(app.failure)
+
+
+def test_a_source_the_model_process_cannot_open_fails_the_start_with_its_message_and_code():
+    with pytest.raises(ModelStartError) as refused:
+        ModelProcess(RefusedSpec("no agent answered", 3)).start()
+    assert (refused.value.message, refused.value.code) == ("no agent answered", 3)
+    with pytest.raises(ModelStartError) as broken:
+        ModelProcess(BrokenSpec()).start()
+    assert "ValueError('no such thing')" in broken.value.message
+    assert broken.value.code == 1
+
+
+def test_closing_stops_the_model_process_and_brings_back_its_source_figures():
+    model = ModelProcess(BenchLoad(rooms=2000, instances=1, tp=1, events_per_s=2000)).start()
+    process = model._process
+    model.build(Options(), {})
+    model.close()
+    assert not process.is_alive()
+    assert process.exitcode == 0
+    assert model.stats["rooms"] >= 2000
+    assert model.stats["events_per_s"] > 0
+    with pytest.raises(ModelProcessError):
+        model.build(Options(), {})
