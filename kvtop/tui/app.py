@@ -18,7 +18,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import Screen
-from textual.widgets import ContentSwitcher, Footer, Input, Tab, Tabs
+from textual.widgets import ContentSwitcher, Input, Tab, Tabs
 from textual.worker import Worker, WorkerState
 
 from kvtop.tui.frame import WINDOW_S, Frame, Options, Replayed, RoomSort
@@ -35,6 +35,7 @@ from kvtop.tui.views.events import EventsView
 from kvtop.tui.views.failures import FailuresView
 from kvtop.tui.views.overview import OverviewView
 from kvtop.tui.views.rooms import RoomsView
+from kvtop.tui.widgets.footer import KeyFooter
 from kvtop.tui.widgets.line import Line
 from kvtop.tui.widgets.row_list import RowList
 from kvtop.views.event_lines import LEVELS
@@ -212,7 +213,7 @@ class KvtopApp(App[None]):
                     id="filter")  # fmt: skip
         yield Input(placeholder="jump to: 03:00, 2026-12-01T03:00:00, 5 minutes ago, now (enter jumps, escape cancels)",
                     id="jump")  # fmt: skip
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self._tuning.apply()

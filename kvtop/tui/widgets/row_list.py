@@ -91,10 +91,23 @@ class RowList(ScrollView, can_focus=True):
         self._count, self._render_row = count, render_row
         self._cache.clear()
         self._missing = False
-        self.virtual_size = Size(0, count)
+        self._resize(Size(0, count))
         if self.cursor >= count:
             self.cursor = max(0, count - 1)
         self.refresh()
+
+    def _resize(self, size: Size) -> None:
+        """A new row count. `virtual_size` asks for a layout pass of the whole screen (30-50 ms at 160x50)
+        when it changes, which a growing list does every frame; while the scrollbar neither appears nor goes,
+        nothing else moves: the scrollbar is updated in place instead."""
+        if size == self.virtual_size:
+            return
+        height = self.scrollable_content_region.height
+        if self.is_mounted and height and (self.virtual_size.height > height) == (size.height > height):
+            self.set_reactive(RowList.virtual_size, size)
+            self._scroll_update(size)
+        else:
+            self.virtual_size = size
 
     def render_lines(self, crop: Region) -> list[Strip]:
         self._width = self.scrollable_content_region.width  # once per paint, not per line (it is not free)
