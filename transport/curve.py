@@ -23,6 +23,7 @@ context whose sockets served CURVE must `stop_authenticator` before `term()` (it
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import os
@@ -290,7 +291,31 @@ def stop_authenticator(context: zmq.Context[Any]) -> None:
     with _guards_lock:
         guard = _guards.pop(id(context), None)
     if guard is not None:
-        guard.authenticator.stop()
+        _stop_within(guard.authenticator, AUTHENTICATOR_STOP_S)
+
+
+AUTHENTICATOR_STOP_S = 5.0
+
+
+def _stop_within(authenticator: ThreadAuthenticator, timeout_s: float) -> None:
+    """`ThreadAuthenticator.stop()` with a bounded wait: pyzmq's joins its thread with no timeout, and a run of
+    the suite once hung there; a thread that does not stop in time is logged and left (a daemon)."""
+    from zmq.auth.base import Authenticator
+
+    pipe, thread = authenticator.pipe, authenticator.thread
+    if pipe is None:
+        return
+    with contextlib.suppress(zmq.ZMQError):
+        pipe.send(b"TERMINATE", zmq.NOBLOCK)
+    if thread is not None:
+        thread.join(timeout_s)
+        if thread.is_alive():
+            _log.error("the CURVE authenticator's thread did not stop within %g s; left running", timeout_s)
+            return
+    authenticator.thread = None  # type: ignore[assignment]
+    pipe.close(linger=0)
+    authenticator.pipe = None  # type: ignore[assignment]
+    Authenticator.stop(authenticator)
 
 
 def serving(keys: CurveKeys | None) -> CurveSide | None:

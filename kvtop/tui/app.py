@@ -267,9 +267,12 @@ class KvtopApp(App[None]):
         self.run_worker(partial(self._build_frame, self._pages()), thread=True, group="frame", exit_on_error=False)
 
     def _pages(self) -> dict[str, PageRequest]:
-        """The rows of each long list around its scroll position (the events tail while it follows)."""
-        rooms = self.query_one("#rooms-list", RowList)
-        events = self.query_one("#events-list", RowList)
+        """The rows of each long list around its scroll position (the events tail while it follows); the
+        model process's defaults while the lists are not there (the app shutting down)."""
+        lists = {row_list.id: row_list for row_list in self.query(RowList)}
+        rooms, events = lists.get("rooms-list"), lists.get("events-list")
+        if rooms is None or events is None:
+            return {}
         height = max(rooms.size.height, events.size.height, self.size.height)
         tail = events.count == 0 or events.cursor >= events.count - 1
         return {

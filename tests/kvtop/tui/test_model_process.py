@@ -176,3 +176,23 @@ def test_closing_stops_the_model_process_and_brings_back_its_source_figures():
     assert model.stats["events_per_s"] > 0
     with pytest.raises(ModelProcessError):
         model.build(Options(), {})
+
+
+def test_frames_keep_coming_while_the_help_screen_covers_the_views(loaded: ModelProcess):
+    """Help on top of the views does not stop the frames (the model process keeps answering), and the
+    views are drawn again once help closes."""
+    app = KvtopApp(loaded, title="model process", refresh_s=0.1)
+    seen = {}
+
+    async def scenario(pilot):
+        await pilot.press("question_mark")
+        built = len(app.build_seconds)
+        await wait_until(pilot, lambda: len(app.build_seconds) >= built + 3, "frames built under the help screen")
+        await pilot.press("escape")
+        drawn = app.frames_drawn
+        await wait_until(pilot, lambda: app.frames_drawn > drawn, "a frame drawn after help closed")
+        seen["running"] = app.is_running
+
+    drive(app, scenario)
+    assert seen["running"]
+    assert app.return_code in (None, 0)
