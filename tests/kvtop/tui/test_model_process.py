@@ -21,8 +21,8 @@ from kvtop.tui.model_server import ModelStartError, ServedModel
 from kvtop.tui.pages import MARGIN_ROWS, NotFetched, PageRequest
 from kvtop.tui.screens.detail import DetailScreen
 
-LOAD = BenchLoad(rooms=20_000, instances=2, tp=2, events_per_s=50_000)
-"""20k rooms over 8 ranks, fed 50k events/s in the model process (the dashboard's load, scaled to a test)."""
+LOAD = BenchLoad(rooms=10_000, instances=2, tp=2, events_per_s=50_000)
+"""10k rooms over 8 ranks, fed 50k events/s in the model process (the dashboard's load, scaled to a test)."""
 KEY_BOUND_S = 1.0
 """A view key shows its view within this, even on a loaded 2-core machine (`kvtop bench ui`'s target: 80 ms)."""
 VIEW_TITLES = {"r": ("#rooms-title", "rooms, by"), "f": ("#failures-title", "failure origins"),
@@ -70,32 +70,33 @@ def test_a_frame_from_the_model_process_carries_the_rows_asked_for_and_counts_th
     assert ages == sorted(ages, reverse=True)  # newest first, as the rooms view orders them
 
 
-def test_view_keys_are_answered_within_their_bound_while_50k_events_per_s_stream_in(loaded: ModelProcess):
+def test_view_keys_are_answered_within_their_bound_while_50k_events_per_s_stream_in():
     """Each view key shows its view within a second while the model process applies ~50k events/s; the
-    frames keep arriving (the data moves on) and the load really ran."""
-    app = KvtopApp(loaded, title="model process")
-    seen: dict[str, object] = {"slow": []}
+    frames keep arriving (the data moves on), and the feeder really applied the load meanwhile."""
+    model = ModelProcess(LOAD).start()
+    app = KvtopApp(model, title="model process")
+    seen: dict[str, list[tuple[str, float]]] = {"slow": []}
 
     async def scenario(pilot):
         first = app.frame.now
         for key in "rfeo" * 3:
             selector, title = VIEW_TITLES[key]
+            view = {"r": "rooms", "f": "failures", "e": "events", "o": "overview"}[key]
             pressed = time.perf_counter()
             await pilot.press(key)
-            view = {"r": "rooms", "f": "failures", "e": "events", "o": "overview"}[key]
             await wait_until(pilot, lambda view=view, s=selector, t=title: app.active_view == view
                              and t in text(app, s), f"the {view} view shown", timeout=10.0)  # fmt: skip
-            took = time.perf_counter() - pressed
-            if took > KEY_BOUND_S:
+            if (took := time.perf_counter() - pressed) > KEY_BOUND_S:
                 seen["slow"].append((key, round(took, 3)))
         await wait_until(pilot, lambda: app.frame.now > first + 1.0, "frames over more than a second")
-        seen["frames"] = app.frames_drawn
 
-    drive(app, scenario)
+    try:
+        drive(app, scenario)
+    finally:
+        model.close()
     assert seen["slow"] == []
-    assert seen["frames"] >= 3
-    applied = loaded.build(Options(), {}).health
-    assert applied.rooms_per_s > 0
+    assert app.frames_drawn >= 3
+    assert model.stats["events_per_s"] > LOAD.events_per_s / 2  # the load ran (at least half of it, on a busy CI)
 
 
 def test_rows_past_the_window_show_as_pending_then_arrive(loaded: ModelProcess):
