@@ -42,6 +42,7 @@ ANSWER_TIMEOUT_S = 60.0
 CLOSE_TIMEOUT_S = 30.0
 """The recorder writes what is pending and fsyncs on the way out."""
 LOG_SHOWN_CHARS = 4000
+REAP_S = 5.0
 
 
 class ModelProcessError(RuntimeError):
@@ -134,7 +135,6 @@ class ModelProcess:
             try:
                 self._conn.send(query)
             except OSError:
-                self._process.join(1.0)
                 raise ModelProcessError(f"the model process ended ({self._ended()})") from None
             reply = self._receive(ANSWER_TIMEOUT_S, type(query).__name__)
         if isinstance(reply, Failed):
@@ -156,7 +156,10 @@ class ModelProcess:
             raise ModelProcessError(f"the model process ended ({self._ended(process)})") from None
 
     def _ended(self, process: Any = None) -> str:
+        """How the process ended, once it did (a pipe closes a moment before its exit code can be read)."""
         process = process or self._process
+        if process is not None:
+            process.join(REAP_S)
         code = None if process is None else process.exitcode
         return "still running" if code is None else f"exit code {code}"
 
