@@ -121,6 +121,7 @@ def main() -> None:
     recorder = None
     if args.record:  # as the dashboard records (kvtop.cli.dashboard_record)
         recorder = Recorder(args.record, max_bytes=DEFAULT_MAX_BYTES, keyframe_events=KEYFRAME_EVENTS).start()
+        recorder.tick(source.model, time.time())  # its first keyframe, under the lock, before the dashboard runs
     feeder = Feeder(source, args.instances, args.tp, args.events_per_s, recorder)
     clock = ReadClock()
     rewind = Rewind(args.record, live=True) if args.record else None

@@ -6,6 +6,10 @@ and the child, holding a copy-on-write image of the model frozen at that instant
 once; the recorder's writer thread `collect`s the bytes in the keyframe's place among the ops, so the
 keyframe is exactly the one a capture under the lock would have taken.
 
+While the child works, the parent's garbage collector leaves alone the objects that were there at the
+fork (`gc.freeze` until the child is reaped): a full collection writes to every tracked object's header,
+which would copy most of the heap's pages (kvtop freezes nothing else, so unfreezing undoes only this).
+
 The child touches nothing but the model, a compressor of its own and its pipe: every signal is blocked
 (no handler of the parent's runs there, no signal wakes the parent's event loop), the garbage collector
 is off (a collection would copy every page it walks), the parent's descriptors are closed, and whatever
@@ -72,9 +76,11 @@ def fork_capture(model: ClusterModel, now: float) -> ForkedKeyframe:
     """Fork a child that captures `model` as it is now (call it under the lock that guards the model).
     Raises `OSError` when there is no fork (no memory, too many processes): capture under the lock then."""
     read_fd, write_fd = os.pipe()
+    gc.freeze()
     try:
         pid = os.fork()
     except OSError:
+        gc.unfreeze()
         os.close(read_fd)
         os.close(write_fd)
         raise
@@ -142,6 +148,7 @@ def collect(keyframe: ForkedKeyframe, timeout_s: float = CHILD_TIMEOUT_S) -> Cap
     finally:
         os.close(keyframe.fd)
         _, status, usage = os.wait4(keyframe.pid, 0)
+        gc.unfreeze()
     if timed_out:
         raise KeyframeFailed(f"the keyframe's child took over {timeout_s:g} s (killed)")
     code = os.waitstatus_to_exitcode(status)
@@ -163,3 +170,4 @@ def abandon(keyframe: ForkedKeyframe) -> None:
     os.close(keyframe.fd)
     os.kill(keyframe.pid, signal.SIGKILL)  # never reaped yet, so the pid is still the child's
     os.waitpid(keyframe.pid, 0)
+    gc.unfreeze()
