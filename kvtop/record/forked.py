@@ -58,6 +58,8 @@ class ForkedKeyframe:
     now: float
     pid: int
     fd: int
+    write_fd: int
+    """The pipe's other end, closed by `collect` (not under the lock: a close lets go of the GIL)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,10 +74,12 @@ class Captured:
     """Memory the child wrote to (its pages faulted: copies of the parent's, and its own buffers)."""
 
 
-def fork_capture(model: ClusterModel, now: float) -> ForkedKeyframe:
+def fork_capture(model: ClusterModel, now: float, pipe: tuple[int, int] | None = None) -> ForkedKeyframe:
     """Fork a child that captures `model` as it is now (call it under the lock that guards the model).
-    Raises `OSError` when there is no fork (no memory, too many processes): capture under the lock then."""
-    read_fd, write_fd = os.pipe()
+    `pipe`: (read, write) descriptors made beforehand (`os.pipe()`), so that no call here lets go of the
+    GIL (another thread could keep it for its switch interval, 5 ms, with the lock held). Raises `OSError`
+    when there is no fork (no memory, too many processes): capture under the lock then."""
+    read_fd, write_fd = pipe or os.pipe()
     gc.freeze()
     try:
         pid = os.fork()
@@ -86,8 +90,7 @@ def fork_capture(model: ClusterModel, now: float) -> ForkedKeyframe:
         raise
     if pid == 0:
         _child(model, write_fd)
-    os.close(write_fd)
-    return ForkedKeyframe(now, pid, read_fd)
+    return ForkedKeyframe(now, pid, read_fd, write_fd)
 
 
 def _child(model: ClusterModel, fd: int) -> NoReturn:
@@ -127,6 +130,7 @@ def _write(fd: int, data: bytes) -> None:
 def collect(keyframe: ForkedKeyframe, timeout_s: float = CHILD_TIMEOUT_S) -> Captured:
     """The keyframe the child sends (blocks until it is done, at most `timeout_s`); the child is reaped
     whatever happens. Raises `KeyframeFailed` (why, in one line) when it never came whole."""
+    os.close(keyframe.write_fd)  # the child's end, or no end of file
     chunks: list[bytes] = []
     deadline = time.monotonic() + timeout_s
     poller = select.poll()
@@ -168,6 +172,7 @@ def collect(keyframe: ForkedKeyframe, timeout_s: float = CHILD_TIMEOUT_S) -> Cap
 def abandon(keyframe: ForkedKeyframe) -> None:
     """Stop and reap a child whose keyframe is not wanted (the ops around it were dropped)."""
     os.close(keyframe.fd)
+    os.close(keyframe.write_fd)
     os.kill(keyframe.pid, signal.SIGKILL)  # never reaped yet, so the pid is still the child's
     os.waitpid(keyframe.pid, 0)
     gc.unfreeze()

@@ -22,6 +22,7 @@ full disk) stops the recording: `error` says why, and `stats()` shows it.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -165,6 +166,8 @@ class Recorder:
         """Capture the next keyframe under the lock (the first, and the one after a child failed)."""
         self._child: ForkedKeyframe | None = None
         """The forked keyframe the writer has not collected yet (one at a time)."""
+        self._pipe: tuple[int, int] | None = None
+        """The next forked keyframe's pipe, made by the writer's thread (off the collector's lock)."""
         self._last_account: Accounted | None = None
         self._failures_seen = 0
         self._events_in = 0
@@ -245,8 +248,9 @@ class Recorder:
         self._events_since_keyframe = 0
         self._keyframe_at = now
         if self.fork_keyframes and not self._in_lock_next and self._thread.is_alive():
+            pipe, self._pipe = self._pipe, None
             try:
-                self._child = fork_capture(model, now)
+                self._child = fork_capture(model, now, pipe)
             except OSError as error:
                 log.warning("no fork for a keyframe (%s): captured under the lock", error.strerror or error)
             else:
@@ -294,10 +298,15 @@ class Recorder:
             except OSError as error:
                 self._fail(error)
             self._segment = None
+        if self._pipe is not None:
+            for fd in self._pipe:
+                os.close(fd)
+            self._pipe = None
 
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
+                self._make_pipe()
                 self._wake.wait(self.flush_s)
                 self._wake.clear()
                 self._flush()
@@ -305,6 +314,16 @@ class Recorder:
         except Exception as error:  # a bug: loud, and the recording stops
             log.exception("the recorder thread died; the recording stops here")
             self.error = f"the recorder stopped: {error!r}"
+            child, self._child = self._child, None
+            if child is not None:  # no one will read it: the child would wait on its pipe for ever
+                abandon(child)
+
+    def _make_pipe(self) -> None:
+        """The next forked keyframe's pipe, made here, off the collector's lock (with no descriptors left,
+        `fork_capture` tries again, and `tick` says why it captured under the lock)."""
+        if self.fork_keyframes and self._pipe is None:
+            with contextlib.suppress(OSError):
+                self._pipe = os.pipe()
 
     def _flush(self) -> None:
         queued, take = self._pending, self._pending.popleft
