@@ -113,6 +113,8 @@ class BenchLoad:
         if self.record:  # as the dashboard records (kvtop.cli.dashboard_record)
             recorder = Recorder(self.record, max_bytes=DEFAULT_MAX_BYTES, keyframe_events=KEYFRAME_EVENTS).start()
             stack.callback(recorder.close)
+            with source.lock:  # its first keyframe, before the dashboard runs (as a collector's start)
+                recorder.tick(source.model, time.time())
         feeder = Feeder(source, self.instances, self.tp, self.events_per_s, recorder)
         feeder.start()
         stack.callback(feeder.join)

@@ -447,7 +447,41 @@ def bench_replay(
     )
 
 
+def bench_keyframe(
+    rooms: Annotated[int, typer.Option(min=1000, help="Rooms in the synthetic model.")] = 100_000,
+    instances: Annotated[int, typer.Option(min=1, help="Prefill instances, and as many decode instances.")] = 8,
+    tp: Annotated[int, typer.Option(min=1, help="Ranks per instance (8+8 instances of TP 4: 64 ranks).")] = 4,
+    events_per_s: Annotated[float, typer.Option(min=1000, help="Events/s applied while keyframes are taken.")] = 50_000,
+    seconds: Annotated[float, typer.Option(min=2, help="Seconds per leg (captured under the lock, forked).")] = 15,
+    keyframe_s: Annotated[float, typer.Option(min=0.5, help="A keyframe this often (the dashboard: a minute).")] = 2,
+    as_json: JsonObject = False,
+) -> None:
+    """How long a keyframe of a 100k-room model holds the collector's lock: forked vs captured under the lock.
+
+    The model is `bench ui`'s; each leg applies events under a lock as the collector does, with a started
+    recorder taking a keyframe every --keyframe-s. Reports the keyframe's lock time (median, worst), every
+    pass's, the passes while a child worked, the children's CPU and memory (target: <= 30 ms under the
+    lock). Exits 1 when a leg took no keyframe or a child failed. Progress on stderr.
+    """
+    from kvtop.bench.keyframe import measure_keyframe
+
+    with _loud("keyframe"):
+        r = measure_keyframe(rooms, instances, tp, events_per_s, seconds, keyframe_s, _progress)
+    lock, fork = r.in_lock, r.forked
+    _report(
+        r.as_dict(),
+        as_json,
+        f"{r.rooms:,} rooms, {r.ranks} ranks: a keyframe holds the lock {fork.keyframe_lock_ms:.1f} ms forked "
+        f"(worst {fork.keyframe_lock_max_ms:.1f}) vs {lock.keyframe_lock_ms:.0f} ms captured under it (worst "
+        f"{lock.keyframe_lock_max_ms:.0f}): x{r.ratio:g}; pass p99 {fork.pass_lock_p99_ms:.1f} vs "
+        f"{lock.pass_lock_p99_ms:.1f} ms; while a child works a pass takes {fork.pass_while_child_ms:.1f} ms "
+        f"(otherwise {fork.pass_otherwise_ms:.1f}); a child {fork.child_cpu_ms:.0f} ms CPU, "
+        f"{fork.child_written_mib:.0f} MiB written; RSS {fork.rss_mib:.0f} MiB",
+    )
+
+
 def register(bench_app: typer.Typer) -> None:
+    bench_app.command("keyframe")(bench_keyframe)
     bench_app.command("sidecar")(bench_sidecar)
     bench_app.command("transfer")(bench_transfer)
     bench_app.command("events")(bench_events)

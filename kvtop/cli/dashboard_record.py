@@ -25,10 +25,10 @@ if TYPE_CHECKING:
 
 DEFAULT_MAX_BYTES = 256 << 20
 KEYFRAME_EVENTS = 1_000_000
-"""The dashboard's keyframes come every 1M events (or minute), not the recorder's 100k: a keyframe is captured
-under the collector's lock, and on `kvtop bench ui`'s model (100k rooms, 50k events/s) one took 0.4-0.6 s and
-47 MB before compression, every 2 s at 100k; the lock held that long stalls every frame build. A seek then
-replays at most 1M events."""
+"""The dashboard's keyframes come every 1M events (or minute), not the recorder's 50k: a forked child takes
+each one (the collector's lock is held ~10-20 ms for the fork, `kvtop bench keyframe`), but on `kvtop bench
+ui`'s model (100k rooms, 50k events/s) one costs the child ~0.35 s of CPU and ~4 MB of the ring (47 MB before
+compression): every second, they would fill a 256 MiB ring in a minute. A seek then replays at most 1M events."""
 LOCK_NAME = "dashboard.lock"
 
 Record = Annotated[

@@ -134,6 +134,7 @@ def _status(collector: Collector, recorder: Recorder) -> str:
         states = list(collector.model.liveness(time.time()).values())
     alive = sum(state == "alive" for state in states)
     dropped = f", {stats.dropped_ops} ops dropped" if stats.dropped_ops else ""
+    dropped += f", {stats.keyframes_failed} keyframes failed" if stats.keyframes_failed else ""
     return (
         f"{stats.events} events, {stats.keyframes} keyframes, {stats.bytes / 1e6:.1f} MB in {stats.segments} "
         f"segments ({stats.deleted_segments} deleted){dropped}; ranks {alive}/{len(states)} alive"

@@ -2,11 +2,18 @@
 
 The collector calls the `Recorder` under its lock (`delivered`, `swept`, `registered`, `expected`,
 `forgot`, `accounted`, `tick`): each call appends a record to a list and returns (no encoding, no I/O on
-the collector's thread, except a keyframe's capture in `tick`). A writer thread takes the list every
-`flush_s`, encodes it (msgspec), compresses it (zstd) and appends it as a block; it also writes the
-failure origins of the block (MARKS) and, when `tick` captured one, a keyframe. Segments rotate at a
-keyframe once they pass `segment_bytes`, so each segment starts with a keyframe and stands alone once the
-older ones are deleted (`retain_s`, `max_bytes`: the bounded ring).
+the collector's thread). A writer thread takes the list every `flush_s`, encodes it (msgspec), compresses
+it (zstd) and appends it as a block; it also writes the failure origins of the block (MARKS) and, when
+`tick` took one, a keyframe. Segments rotate at a keyframe once they pass `segment_bytes`, so each segment
+starts with a keyframe and stands alone once the older ones are deleted (`retain_s`, `max_bytes`: the
+bounded ring).
+
+A keyframe is taken by a forked child (kvtop.record.forked: the lock is held for the fork, a few ms,
+not for the capture, hundreds of ms at 100k rooms); the writer waits for it in its place among the ops.
+Captured under the lock instead: a recorder's first keyframe (the model is new then, and a run's first
+segment must start with one), the one after a child failed (so a recording never goes two keyframes
+without one: the ring rotates at keyframes), and every one where there is no fork (`fork_keyframes`) or
+no writer thread to collect it (a recorder never started writes on `close`).
 
 A writer that cannot keep up drops whole flushes past `max_pending` ops and records that it did
 (`Dropped`; the replay is inexact until the next keyframe, which it then asks for). A write that fails (a
@@ -15,6 +22,7 @@ full disk) stops the recording: `error` says why, and `stats()` shows it.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -28,6 +36,7 @@ from pathlib import Path
 import msgspec
 
 from kvtop.model.cluster import ClusterModel
+from kvtop.record.forked import FORK_KEYFRAMES, ForkedKeyframe, KeyframeFailed, abandon, collect, fork_capture
 from kvtop.record.format import DIR_MODE, SEGMENT_SUFFIX, BlockKind
 from kvtop.record.keyframes import capture
 from kvtop.record.records import (
@@ -98,6 +107,16 @@ class RecorderStats:
     dropped_ops: int
     deleted_segments: int
     error: str
+    keyframes_failed: int = 0
+    """Forked keyframes whose child failed or died (not written; the next keyframe is taken under the lock)."""
+    keyframes_in_lock: int = 0
+    """Keyframes captured under the collector's lock (the first, those after a failure, those with no fork)."""
+    keyframes_forked: int = 0
+    """Keyframes handed to a forked child (written, or failed)."""
+    keyframe_child_cpu_s: float = 0.0
+    """CPU seconds the children spent encoding and compressing keyframes (all of them)."""
+    keyframe_child_bytes: int = 0
+    """The most memory one child wrote to (copies of the parent's pages, and its buffers)."""
 
 
 def _segment_name(first: float, seq: int) -> str:
@@ -126,20 +145,29 @@ class Recorder:
         flush_s: float = FLUSH_S,
         max_pending: int = MAX_PENDING,
         clock: Callable[[], float] = time.time,
+        fork_keyframes: bool = FORK_KEYFRAMES,
     ) -> None:
-        """`max_bytes`/`retain_s`: delete the oldest segments beyond this size or age (None: keep all)."""
+        """`max_bytes`/`retain_s`: delete the oldest segments beyond this size or age (None: keep all).
+        `fork_keyframes`: take keyframes in a forked child (False: capture them under the lock)."""
         self.folder = Path(folder)
         make_folder(self.folder)
         self.max_bytes, self.retain_s = max_bytes, retain_s
         self.keyframe_events, self.keyframe_s, self.segment_bytes = keyframe_events, keyframe_s, segment_bytes
         self.segment_s = min(segment_s, retain_s / 4) if retain_s is not None else segment_s
         self.flush_s, self.max_pending, self._clock = flush_s, max_pending, clock
+        self.fork_keyframes = fork_keyframes
         self.error = ""
-        self._pending: deque[Op | _FramedDelivery | _Keyframe | _Marks] = deque()
+        self._pending: deque[Op | _FramedDelivery | _Keyframe | ForkedKeyframe | _Marks] = deque()
         """Ops and keyframes in order (appended by the collector's thread, taken by the writer's)."""
         self._events_since_keyframe = 0
         self._keyframe_at = -1e18
         self._want_keyframe = True
+        self._in_lock_next = True
+        """Capture the next keyframe under the lock (the first, and the one after a child failed)."""
+        self._child: ForkedKeyframe | None = None
+        """The forked keyframe the writer has not collected yet (one at a time)."""
+        self._pipe: tuple[int, int] | None = None
+        """The next forked keyframe's pipe, made by the writer's thread (off the collector's lock)."""
         self._last_account: Accounted | None = None
         self._failures_seen = 0
         self._events_in = 0
@@ -150,7 +178,11 @@ class Recorder:
         self._ops = self._blocks = self._keyframes = 0
         self._bytes = sum(_size(path) + _size(index_path(path)) for path, _ in self._segments)
         self._dropped = self._deleted = 0
+        self._keyframes_failed = self._keyframes_in_lock = self._keyframes_forked = self._child_bytes = 0
+        self._child_cpu_s = 0.0
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        """Set by `tick` when a child is encoding: the writer collects it at once (the child waits on its pipe)."""
         self._thread = threading.Thread(target=self._run, name="kvtop-recorder", daemon=True)
 
     def start(self) -> Recorder:
@@ -206,15 +238,28 @@ class Recorder:
             self._pending.append(account)
 
     def tick(self, model: ClusterModel, now: float) -> None:
-        """End of one collector pass: capture a keyframe when one is due (after `keyframe_events` events,
-        `keyframe_s` seconds, a segment rotation or a drop)."""
+        """End of one collector pass: take a keyframe when one is due (after `keyframe_events` events,
+        `keyframe_s` seconds, a segment rotation or a drop) and the last one's child is done."""
         self._take_marks(model, now)
         due = self._events_since_keyframe >= self.keyframe_events or now - self._keyframe_at >= self.keyframe_s
-        if not (due or self._want_keyframe) or self.error:
+        if not (due or self._want_keyframe) or self.error or self._child is not None:
             return
         self._want_keyframe = False
         self._events_since_keyframe = 0
         self._keyframe_at = now
+        if self.fork_keyframes and not self._in_lock_next and self._thread.is_alive():
+            pipe, self._pipe = self._pipe, None
+            try:
+                self._child = fork_capture(model, now, pipe)
+            except OSError as error:
+                log.warning("no fork for a keyframe (%s): captured under the lock", error.strerror or error)
+            else:
+                self._keyframes_forked += 1
+                self._pending.append(self._child)
+                self._wake.set()
+                return
+        self._in_lock_next = False
+        self._keyframes_in_lock += 1
         self._pending.append(_Keyframe(now, capture(model)))
 
     def _take_marks(self, model: ClusterModel, now: float) -> None:
@@ -235,12 +280,14 @@ class Recorder:
     def stats(self) -> RecorderStats:
         return RecorderStats(
             self._ops, self._events_in, self._blocks, self._keyframes, self._bytes, len(self._segments),
-            self._dropped, self._deleted, self.error,
+            self._dropped, self._deleted, self.error, self._keyframes_failed, self._keyframes_in_lock,
+            self._keyframes_forked, self._child_cpu_s, self._child_bytes,
         )  # fmt: skip
 
     def close(self) -> None:
         """Write what is pending and close the segment (fsync'd); idempotent."""
         self._stop.set()
+        self._wake.set()
         if self._thread.is_alive():
             self._thread.join()
         elif not self.error:
@@ -251,15 +298,32 @@ class Recorder:
             except OSError as error:
                 self._fail(error)
             self._segment = None
+        if self._pipe is not None:
+            for fd in self._pipe:
+                os.close(fd)
+            self._pipe = None
 
     def _run(self) -> None:
         try:
-            while not self._stop.wait(self.flush_s):
+            while not self._stop.is_set():
+                self._make_pipe()
+                self._wake.wait(self.flush_s)
+                self._wake.clear()
                 self._flush()
             self._flush()
         except Exception as error:  # a bug: loud, and the recording stops
             log.exception("the recorder thread died; the recording stops here")
             self.error = f"the recorder stopped: {error!r}"
+            child, self._child = self._child, None
+            if child is not None:  # no one will read it: the child would wait on its pipe for ever
+                abandon(child)
+
+    def _make_pipe(self) -> None:
+        """The next forked keyframe's pipe, made here, off the collector's lock (with no descriptors left,
+        `fork_capture` tries again, and `tick` says why it captured under the lock)."""
+        if self.fork_keyframes and self._pipe is None:
+            with contextlib.suppress(OSError):
+                self._pipe = os.pipe()
 
     def _flush(self) -> None:
         queued, take = self._pending, self._pending.popleft
@@ -270,11 +334,14 @@ class Recorder:
             self._dropped += len(pending)
             self._want_keyframe = True
             log.warning("the recorder fell behind: %d ops dropped (a keyframe follows)", len(pending))
+            for child in (item for item in pending if isinstance(item, ForkedKeyframe)):
+                abandon(child)
+                self._child = None
             pending = [Dropped(self._clock(), len(pending))]
         ops: list[Op | _FramedDelivery] = []
         marks: list[Mark] = []
         for item in pending:
-            if isinstance(item, _Keyframe):  # may open a new segment: what came before goes in the old one
+            if isinstance(item, _Keyframe | ForkedKeyframe):  # may open a new segment: what came before goes first
                 self._write_ops(ops)
                 self._write_marks(marks)
                 ops, marks = [], []
@@ -300,10 +367,25 @@ class Recorder:
         self._append(BlockKind.OPS, ops[0].now, ops[-1].now, len(ops), raw)
         self._ops += len(ops)
 
-    def _write_keyframe(self, keyframe: _Keyframe) -> None:
+    def _write_keyframe(self, keyframe: _Keyframe | ForkedKeyframe) -> None:
+        if isinstance(keyframe, ForkedKeyframe):
+            try:
+                captured = collect(keyframe)
+            except KeyframeFailed as failure:
+                self._keyframes_failed += 1
+                self._in_lock_next = True
+                log.warning("%s: no keyframe at %.3f (the next one is captured under the lock)", failure, keyframe.now)
+                return
+            finally:
+                self._child = None
+            self._child_cpu_s += captured.cpu_s
+            self._child_bytes = max(self._child_bytes, captured.copied_bytes)
         if self._segment is None or self._segment_full(keyframe.now):
             self._rotate(keyframe.now)
-        self._append(BlockKind.KEYFRAME, keyframe.now, keyframe.now, 1, keyframe.state)
+        if isinstance(keyframe, ForkedKeyframe):
+            self._append_compressed(BlockKind.KEYFRAME, keyframe.now, captured.raw_len, captured.payload)
+        else:
+            self._append(BlockKind.KEYFRAME, keyframe.now, keyframe.now, 1, keyframe.state)
         self._keyframes += 1
 
     def _segment_full(self, now: float) -> bool:
@@ -312,10 +394,18 @@ class Recorder:
         )
 
     def _append(self, kind: BlockKind, t_first: float, t_last: float, count: int, raw: bytes) -> None:
-        if self._segment is None or self.error:
-            return
+        if self._segment is not None and not self.error:
+            self._append_block(t_last, lambda segment: segment.append(kind, t_first, t_last, count, raw))
+
+    def _append_compressed(self, kind: BlockKind, now: float, raw_len: int, payload: bytes) -> None:
+        """One block of one op at `now`, compressed already (a forked keyframe)."""
+        if self._segment is not None and not self.error:
+            self._append_block(now, lambda segment: segment.append_compressed(kind, now, now, 1, raw_len, payload))
+
+    def _append_block(self, t_last: float, append: Callable[[SegmentWriter], int]) -> None:
+        assert self._segment is not None
         try:
-            self._bytes += self._segment.append(kind, t_first, t_last, count, raw)
+            self._bytes += append(self._segment)
         except OSError as error:
             self._fail(error)
             return

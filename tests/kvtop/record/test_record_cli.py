@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from kvtop.cluster.local import demo_spec
+from kvtop.record.format import BlockKind
 from kvtop.record.reader import Recording
 from tests.conftest import wait_for
 from tests.kvtop.kvtop_cli import kvtop
@@ -87,6 +88,7 @@ def _quiet_status(endpoint: str) -> dict[str, Any]:
 
 def _recorder(endpoint: str, folder: Path) -> subprocess.Popen[str]:
     command = [sys.executable, "-m", "kvtop", "record", "--bootstrap", endpoint, "--out", str(folder)]
+    command += ["--keyframe-events", "1000"]  # keyframes forked in the bursts (the first: under the lock)
     return subprocess.Popen([*command, "--status", "--interval", "0.5"], stderr=subprocess.PIPE, text=True)
 
 
@@ -135,6 +137,14 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
                 if process.poll() is None:
                     process.kill()
                 process.communicate(timeout=10)
+
+
+def test_the_recorders_keyframes_are_forked_and_none_failed(recorded: Recorded) -> None:
+    """The recording holds keyframes beyond the first (taken by forked children of `kvtop record`, with its
+    zmq threads running), and its status never said one failed."""
+    blocks = Recording(recorded.folder).blocks
+    assert sum(block.kind is BlockKind.KEYFRAME for block in blocks) >= 2
+    assert "keyframes failed" not in recorded.recorder_stderr
 
 
 def test_the_recorder_stops_cleanly_on_sigterm(recorded: Recorded) -> None:
