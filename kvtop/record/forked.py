@@ -27,6 +27,7 @@ import signal
 import struct
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -82,7 +83,9 @@ def fork_capture(model: ClusterModel, now: float, pipe: tuple[int, int] | None =
     read_fd, write_fd = pipe or os.pipe()
     gc.freeze()
     try:
-        pid = os.fork()
+        with warnings.catch_warnings():  # 3.12+ warns of a fork beside threads: the child touches none (above)
+            warnings.filterwarnings("ignore", r".*use of fork\(\) may lead to deadlocks", DeprecationWarning)
+            pid = os.fork()
     except OSError:
         gc.unfreeze()
         os.close(read_fd)
