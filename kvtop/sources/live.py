@@ -112,6 +112,11 @@ class Collector:
         self._thread.start()
         return self
 
+    @property
+    def thread(self) -> threading.Thread:
+        """The collecting thread (a benchmark measures its CPU apart from ZeroMQ's I/O threads)."""
+        return self._thread
+
     def synced(self) -> bool:
         """True once every discovered agent's snapshot was applied (or its request timed out)."""
         return self._synced
