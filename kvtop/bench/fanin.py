@@ -269,6 +269,8 @@ def _agents_process(first: int, count: int, rate: float, bootstrap: str, curve_k
                 continue
             now = time.monotonic()
             owed = int(rate * (now - started))
+            owed_before = max(owed_before, owed - int(rate))  # a process that fell behind forgets past a second
+            # of debt (its shortfall is offered_vs_nominal), or its bursts grow until it stops answering
             heartbeat = now >= next_heartbeat
             if heartbeat:
                 next_heartbeat += 1.0
