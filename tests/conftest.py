@@ -22,7 +22,7 @@ from transport import BootstrapServer, FaultInjector, KVManager, KVPoll, KVPool,
 from transport.cluster import ClusterSpec, LocalCluster
 from transport.control import ControlClient
 from transport.events import Event, EventBatch, Failure, Heartbeat, RoomState, Snapshot
-from transport.subscriber import Delivered, EventSubscriber
+from transport.subscriber import AGENT_RCVHWM, Delivered, EventSubscriber
 from transport.wire import AgentInfo
 
 T = TypeVar("T")
@@ -265,7 +265,7 @@ def subscribe(zmq_context: zmq.Context[zmq.Socket[bytes]]) -> Iterator[EventLogF
     """`subscribe(agents, rcvhwm=...)`: an EventLog over a fresh EventSubscriber (closed at teardown)."""
     logs: list[EventLog] = []
 
-    def make(agents: Iterable[AgentInfo] = (), rcvhwm: int = 100_000) -> EventLog:
+    def make(agents: Iterable[AgentInfo] = (), rcvhwm: int = AGENT_RCVHWM) -> EventLog:
         log = EventLog(EventSubscriber(zmq_context, rcvhwm=rcvhwm))
         logs.append(log)
         return log.connect(agents)

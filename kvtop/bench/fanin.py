@@ -7,13 +7,19 @@ fed room lifecycles (state changes, progress, transfers done, 1 % failures) and 
 `Collector` on a `ClusterModel`, as `kvtop top` runs it) in this process, on the running cluster: its
 start to synced is a late joiner's snapshot sync time. After a warm-up, a window measures events applied
 vs events the agents emitted, gaps, the collector's CPU, RSS and open files (the relay's CPU too). Legs
-alternate (direct, relay, direct, ...); figures are medians.
+alternate (floor, direct, floor_relay, relay, floor, ...); figures are medians.
 
 The relay leg runs `kvtop relay --bootstrap ADDR` as a user does, and the collector is given its address.
-`LEGS` names the configurations measured. With `curve`, `CURVE_LEGS` run too, on a second cluster whose
-publishers and bootstrap serve CURVE with fresh keys, and the relay (`--curve-keys DIR`) and the collector
-dial with them; only the cluster of the leg being measured emits (the other is paused), so every leg runs
-on the same load.
+`LEGS` names the configurations measured. The **floor** legs are the baseline, in the same run: the least
+work that honestly takes the same frames from the same agents on the same machine (`_Floor`: one SUB, each
+frame received and decoded as the collector's subscriber decodes it, events counted, seqs checked for gaps,
+paced as the collector's passes; nothing applied), directly and through a relay. Each leg also measures the
+agents' own CPU: on a machine of a few cores they run beside the collector, and what they offer of
+`agents x rate` (`offered_vs_nominal`) says whether the machine could generate the load at all.
+
+With `curve`, `CURVE_LEGS` run too, on a second cluster whose publishers and bootstrap serve CURVE with fresh
+keys, and the relay (`--curve-keys DIR`) and the collector dial with them; only the cluster of the leg being
+measured emits (the other is paused), so every leg runs on the same load.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -36,8 +43,9 @@ import zmq
 
 from kvtop.bench import BenchFailed
 from kvtop.bench.watch import CountingModel
-from kvtop.sources.live import Collector
+from kvtop.sources.live import PASS_S, Collector
 from transport.bootstrap import BootstrapClient, BootstrapServer
+from transport.counters import Counters, rejection_names
 from transport.curve import CurveKeys, generate, stop_authenticator
 from transport.events import (
     AgentHello,
@@ -53,27 +61,42 @@ from transport.events import (
 from transport.kvpoll import KVPoll
 from transport.publisher import EventPublisher
 from transport.relay import MAX_SOCKETS, raise_open_files
+from transport.sockets import LIST_FRAME, decode_waiting_frames, open_socket
+from transport.subscriber import AGENT_RCVHWM, RELAY_RCVHWM
 from transport.version import __version__
-from transport.wire import AgentInfo, replace_fields
+from transport.wire import AgentInfo, FrameDecoder, replace_fields
 
 TP = 8
 _TICK_S = 0.01
 _START_TIMEOUT_S = 120.0
 _SYNC_TIMEOUT_S = 60.0
 _FAILED = 0.01
+_CATCH_UP_S = 20.0
+_CAUGHT_UP_S = 0.5
+_LOAD_MET = 0.95
+"""The agents offered at least this share of `agents x rate`: else the machine could not generate the load."""
 
 
 @dataclass(frozen=True)
 class Leg:
     """One configuration measured: `relay` puts one `kvtop relay` between the agents and the collector;
-    `curve`: every socket of the leg (agents, bootstrap, relay, collector) with CURVE."""
+    `curve`: every socket of the leg (agents, bootstrap, relay, collector) with CURVE; `floor`: `_Floor`
+    takes the collector's place (the baseline)."""
 
     name: str
     relay: bool
     curve: bool = False
+    floor: bool = False
 
 
-LEGS = (Leg("direct", relay=False), Leg("relay", relay=True))
+LEGS = (
+    Leg("floor", relay=False, floor=True),
+    Leg("direct", relay=False),
+    Leg("floor_relay", relay=True, floor=True),
+    Leg("relay", relay=True),
+)
+FLOORS = {"direct": "floor", "relay": "floor_relay"}
+"""The floor leg each collector leg is compared with (`vs_floor`)."""
 CURVE_LEGS = (Leg("direct_curve", relay=False, curve=True), Leg("relay_curve", relay=True, curve=True))
 
 
@@ -89,7 +112,7 @@ class Run:
     """Batches lost in the window, counted per (agent, incarnation) by the collector."""
     sync_s: float
     """Collector start to synced: every agent's snapshot applied, or its request timed out (a late joiner on the
-    running cluster); `snapshots_missed` says how many timed out."""
+    running cluster); `snapshots_missed` says how many timed out. A floor leg: its start to every agent heard."""
     snapshots_missed: int
     agents_heard: int
     """Agents the collector had heard from before the window (all of them, unless it fell behind)."""
@@ -98,9 +121,14 @@ class Run:
     stale_batches: int
     """Batches, since the collector started, that arrived older than the snapshot they follow (skipped)."""
     collector_cpu_cores: float
+    """The collector's process (this one): its thread, ZeroMQ's I/O threads, the bench's own idle threads."""
+    collector_thread_cpu_cores: float
+    """The collecting thread alone (the collector's, or the floor's)."""
     collector_rss_mib: float
     collector_open_files: int
     relay_cpu_cores: float | None
+    agents_cpu_cores: float
+    """Every agent process together: what the load itself cost the machine."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +136,10 @@ class LegResult:
     """Medians over a leg's runs."""
 
     agents: int
+    nominal_events_per_s: float
+    """`agents x rate`: what the agents were asked to emit."""
     offered_events_per_s: float
+    offered_vs_nominal: float
     events_per_s: float
     applied_ratio: float
     gaps: int
@@ -119,13 +150,18 @@ class LegResult:
     behind_s: float
     stale_batches: int
     collector_cpu_cores: float
+    collector_thread_cpu_cores: float
     collector_rss_mib: float
     collector_open_files: int
     relay_cpu_cores: float | None
+    agents_cpu_cores: float
     events_per_collector_cpu_s: float
     """Events applied per CPU second of the collector's process: what one core would apply, on any machine."""
+    load_met: bool
+    """The agents offered at least 0.95 of `agents x rate` (else the machine could not generate the load)."""
     target_met: bool
-    """At least 0.95 of the offered events applied, and no gap (DESIGN.md's fan-in target)."""
+    """At least 0.95 of the offered events applied, no gap, every agent heard, on the load asked (`load_met`):
+    DESIGN.md's fan-in target."""
     runs: int
 
 
@@ -196,7 +232,8 @@ class _Agent:
 
 
 def _agents_process(first: int, count: int, rate: float, bootstrap: str, curve_keys: str, conn: Connection) -> None:
-    """Run agents `first`..`first+count-1` until told to stop; answer "counts" with (emitted, dropped);
+    """Run agents `first`..`first+count-1` until told to stop; answer "counts" with (emitted, dropped, when:
+    `time.monotonic()`, one clock for every process);
     "pause" stops emitting until "resume"; `curve_keys`: the folder every socket serves CURVE with ("": none)."""
     raise_open_files()
     zmq.Context.instance().set(zmq.MAX_SOCKETS, MAX_SOCKETS)
@@ -227,11 +264,13 @@ def _agents_process(first: int, count: int, rate: float, bootstrap: str, curve_k
                     started, owed_before, next_heartbeat = time.monotonic(), 0, time.monotonic() + 1.0
                     continue
                 emitted = sum(agent.emitted for agent in agents)
-                conn.send((emitted, sum(agent.publisher.dropped for agent in agents)))
+                conn.send((emitted, sum(agent.publisher.dropped for agent in agents), time.monotonic()))
             if paused:
                 continue
             now = time.monotonic()
             owed = int(rate * (now - started))
+            owed_before = max(owed_before, owed - int(rate))  # a process that fell behind forgets past a second
+            # of debt (its shortfall is offered_vs_nominal), or its bursts grow until it stops answering
             heartbeat = now >= next_heartbeat
             if heartbeat:
                 next_heartbeat += 1.0
@@ -272,22 +311,31 @@ class _Agents:
                 raise BenchFailed(f"agent process {process.name} was not up within {timeout_s:g} s")
             conn.recv()
 
+    def cpu_s(self) -> float:
+        """CPU seconds every agent process used so far."""
+        total = 0.0
+        for process, _ in self._workers:
+            if process.pid is not None:
+                total += _cpu(psutil.Process(process.pid))
+        return total
+
     def pause(self, paused: bool) -> None:
         """Stop (or start again) emitting: only the cluster a leg measures loads the machine."""
         for _, conn in self._workers:
             conn.send("pause" if paused else "resume")
 
-    def emitted(self) -> int:
-        """Events every agent emitted so far (each process asked in turn)."""
+    def emitted(self) -> list[tuple[int, float]]:
+        """(events emitted so far, when) per agent process: each answers when its loop next looks, which on a
+        saturated machine is seconds later, so each count comes with the time it was taken."""
         for _, conn in self._workers:
             conn.send("counts")
-        total = 0
+        counts = []
         for process, conn in self._workers:
-            if not conn.poll(30.0):
+            if not conn.poll(60.0):
                 raise BenchFailed(f"agent process {process.name} stopped answering")
-            emitted, _ = conn.recv()
-            total += emitted
-        return total
+            emitted, _, when = conn.recv()
+            counts.append((emitted, when))
+        return counts
 
     def stop(self) -> None:
         for process, conn in self._workers:
@@ -298,6 +346,78 @@ class _Agents:
             if process.is_alive():
                 process.kill()
                 process.join()
+
+
+def _offered_per_s(before: list[tuple[int, float]], after: list[tuple[int, float]]) -> float:
+    """Events per second the agent processes emitted between two `emitted()` answers, each over its own span."""
+    return sum((n1 - n0) / max(t1 - t0, 1e-9) for (n0, t0), (n1, t1) in zip(before, after, strict=True))
+
+
+class _Floor:
+    """The least work that honestly takes the agents' frames: one SUB socket (a connection per agent, or the
+    relay's one, queued as the subscriber queues them), each frame received and decoded by the subscriber's
+    own decoder, events counted, each (agent, incarnation)'s seqs checked for gaps; passes paced as the
+    collector's. No snapshot, no model: what any collector must spend before it applies anything."""
+
+    def __init__(self, endpoints: list[str], rcvhwm: int) -> None:
+        self._socket = open_socket(zmq.Context.instance(), zmq.SUB, LIST_FRAME, None)
+        self._socket.rcvhwm = rcvhwm
+        self._socket.setsockopt(zmq.SUBSCRIBE, b"")
+        for endpoint in endpoints:
+            self._socket.connect(endpoint)
+        self.lock = threading.Lock()
+        self.events_applied = 0
+        """Events decoded (named as the model's count, which the window reads the same way)."""
+        self.gaps = 0
+        self.newest_sent_at = 0.0
+        self.counters = Counters(("batches", *rejection_names()))
+        self._seqs: dict[tuple[str, int, int], int] = {}
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="fanin-floor", daemon=True)
+        self.thread.start()
+
+    def heard(self) -> int:
+        with self.lock:
+            return len({(instance, rank) for instance, rank, _ in self._seqs})
+
+    def _run(self) -> None:
+        decoder: FrameDecoder[EventBatch] = FrameDecoder(EventBatch)
+        seqs, sock = self._seqs, self._socket
+        while not self._stop.is_set():
+            started = time.monotonic()
+            if not sock.poll(50):
+                continue
+            events = gaps = 0
+            newest = 0.0
+            with self.lock:  # the heard count reads the seqs
+                for _, batch in decode_waiting_frames(sock, decoder, self.counters, limit=10_000):
+                    key = (batch.instance, batch.rank, batch.incarnation)
+                    last = seqs.get(key)
+                    if last is not None and batch.seq > last + 1:
+                        gaps += batch.seq - last - 1
+                    seqs[key] = batch.seq
+                    events += len(batch.events)
+                    newest = max(newest, batch.sent_at)
+                self.events_applied += events
+                self.gaps += gaps
+                self.newest_sent_at = max(self.newest_sent_at, newest)
+            self._stop.wait(PASS_S - (time.monotonic() - started))
+
+    def close(self) -> None:
+        self._stop.set()
+        self.thread.join()
+        self._socket.close(linger=0)
+
+
+def _event_endpoints(address: str, relayed: bool) -> list[str]:
+    """The event endpoints a floor connects to: every agent the bootstrap lists, or the relay's one."""
+    with BootstrapClient(address, timeout_s=10.0) as client:
+        listing = client.listing()
+    if relayed:
+        if not listing.relays:
+            raise BenchFailed(f"the relay at {address} lists no relay entry")
+        return [listing.relays[0].event_endpoint]
+    return [agent.event_endpoint for agent in listing.agents]
 
 
 def _start_relay(bootstrap: str, curve_keys: str) -> tuple[subprocess.Popen[str], str]:
@@ -327,34 +447,56 @@ def _run_leg(
     me = psutil.Process()
     model = FaninModel()
     curve = CurveKeys.load(curve_keys, serve=False) if curve_keys else None
-    collector = Collector(address, model=model, curve=curve)
+    collector: Collector | None = None
+    floor: _Floor | None = None
     try:
         started = time.monotonic()
-        collector.start(discover_timeout_s=10.0)
-        if not collector.wait_synced(_SYNC_TIMEOUT_S):
-            raise BenchFailed(f"{leg.name}: the collector did not sync within {_SYNC_TIMEOUT_S:g} s")
-        sync_s = time.monotonic() - started
-        heard = _wait_heard(collector, model, count)
-        if not heard:
-            raise BenchFailed(f"{leg.name}: the collector heard none of {count} agents in {_SYNC_TIMEOUT_S:g} s")
+        if leg.floor:
+            floor = _Floor(_event_endpoints(address, leg.relay), RELAY_RCVHWM if leg.relay else AGENT_RCVHWM)
+            sink: FaninModel | _Floor = floor
+            lock, thread = floor.lock, floor.thread
+            heard = _wait_heard(floor.heard, count)
+            sync_s = time.monotonic() - started
+        else:
+            collector = Collector(address, model=model, curve=curve)
+            collector.start(discover_timeout_s=10.0)
+            if not collector.wait_synced(_SYNC_TIMEOUT_S):
+                raise BenchFailed(f"{leg.name}: the collector did not sync within {_SYNC_TIMEOUT_S:g} s")
+            sync_s = time.monotonic() - started
+            sink, lock, thread = model, collector.lock, collector.thread
+            heard = _wait_heard(lambda: _ranks_heard(collector, model), count)
+        if heard < count:
+            raise BenchFailed(f"{leg.name}: heard {heard} of {count} agents in {_SYNC_TIMEOUT_S:g} s")
         time.sleep(warmup_s)
+        _wait_caught_up(lock, sink)
         relay_process = psutil.Process(relay.pid) if relay is not None else None
-        cpu0, relay_cpu0 = _cpu(me), _cpu(relay_process)
-        with collector.lock:
-            applied0, gaps0 = model.events_applied, model.gaps
-        emitted0, t0 = agents.emitted(), time.monotonic()
+        emitted0 = agents.emitted()  # every figure below is taken at t0 and t1 (the agents count with their own times)
+        with lock:
+            applied0, gaps0 = sink.events_applied, sink.gaps
+            t0 = time.monotonic()
+        cpu0, relay_cpu0, agents_cpu0, thread_cpu0 = (
+            _cpu(me),
+            _cpu(relay_process),
+            agents.cpu_s(),
+            _thread_cpu(me, thread),
+        )
         time.sleep(window_s)
-        emitted1, t1 = agents.emitted(), time.monotonic()
-        with collector.lock:
-            applied1, gaps1 = model.events_applied, model.gaps
-            behind_s = time.time() - model.newest_sent_at
+        with lock:
+            applied1, gaps1 = sink.events_applied, sink.gaps
+            t1 = time.monotonic()
+            behind_s = time.time() - sink.newest_sent_at
             stale = model.intake.counters.get("stale_batches", 0)
-        cpu1, relay_cpu1 = _cpu(me), _cpu(relay_process)
-        seconds = t1 - t0
-        with collector.lock:
             missed = model.intake.counters.get("snapshots_missed", 0)
+        cpu1, relay_cpu1, agents_cpu1, thread_cpu1 = (
+            _cpu(me),
+            _cpu(relay_process),
+            agents.cpu_s(),
+            _thread_cpu(me, thread),
+        )
+        emitted1 = agents.emitted()
+        seconds = t1 - t0
         run = Run(
-            offered_events_per_s=(emitted1 - emitted0) / seconds,
+            offered_events_per_s=_offered_per_s(emitted0, emitted1),
             events_per_s=(applied1 - applied0) / seconds,
             gaps=gaps1 - gaps0,
             sync_s=sync_s,
@@ -363,12 +505,17 @@ def _run_leg(
             behind_s=behind_s,
             stale_batches=stale,
             collector_cpu_cores=(cpu1 - cpu0) / seconds,
+            collector_thread_cpu_cores=(thread_cpu1 - thread_cpu0) / seconds,
             collector_rss_mib=me.memory_info().rss / 2**20,
             collector_open_files=me.num_fds(),
             relay_cpu_cores=(relay_cpu1 - relay_cpu0) / seconds if relay_process is not None else None,
+            agents_cpu_cores=(agents_cpu1 - agents_cpu0) / seconds,
         )
     finally:
-        collector.close()
+        if collector is not None:
+            collector.close()
+        if floor is not None:
+            floor.close()
         if relay is not None:
             relay.terminate()
             try:
@@ -381,18 +528,36 @@ def _run_leg(
             f"kvtop relay exited {relay.returncode}: {(relay.stderr.read() if relay.stderr else '')[-300:]}"
         )
     if run.events_per_s <= 0 and not run.stale_batches:
-        raise BenchFailed(f"{leg.name}: no event batch reached the collector in the window")
+        raise BenchFailed(
+            f"{leg.name}: no event batch reached the {'floor' if leg.floor else 'collector'} in the window"
+        )
     return run
 
 
-def _wait_heard(collector: Collector, model: FaninModel, count: int) -> int:
-    """Wait until every agent was heard (a snapshot or a batch applied); how many were."""
+def _wait_caught_up(lock: threading.Lock, sink: FaninModel | _Floor) -> None:
+    """Wait (up to `_CATCH_UP_S`) until the newest batch taken in is under `_CAUGHT_UP_S` old: a window that
+    starts while the backlog of the sync drains counts the backlog as applied (applied > offered). One that
+    never catches up is measured anyway: how far behind it runs is `behind_s`."""
+    deadline = time.monotonic() + _CATCH_UP_S
+    while time.monotonic() < deadline:
+        with lock:
+            if time.time() - sink.newest_sent_at < _CAUGHT_UP_S:
+                return
+        time.sleep(0.1)
+
+
+def _ranks_heard(collector: Collector, model: FaninModel) -> int:
+    with collector.lock:
+        return sum(1 for view in model.ranks.values() if view.last_seen)
+
+
+def _wait_heard(heard: Callable[[], int], count: int) -> int:
+    """Wait until every agent was heard (a snapshot or a batch applied, or decoded by a floor); how many were."""
     deadline = time.monotonic() + _SYNC_TIMEOUT_S
     while True:
-        with collector.lock:
-            heard = sum(1 for view in model.ranks.values() if view.last_seen)
-        if heard >= count or time.monotonic() > deadline:
-            return heard
+        now_heard = heard()
+        if now_heard >= count or time.monotonic() > deadline:
+            return now_heard
         time.sleep(0.1)
 
 
@@ -403,16 +568,25 @@ def _cpu(process: psutil.Process | None) -> float:
     return float(times.user + times.system)
 
 
-def _median(runs: list[Run], count: int) -> LegResult:
+def _thread_cpu(process: psutil.Process, thread: threading.Thread) -> float:
+    """CPU seconds of one thread of this process (0 once it ended)."""
+    return next((t.user_time + t.system_time for t in process.threads() if t.id == thread.native_id), 0.0)
+
+
+def _median(runs: list[Run], count: int, rate: float) -> LegResult:
     def med(values: list[float]) -> float:
         return float(statistics.median(values))
 
     offered = med([r.offered_events_per_s for r in runs])
     applied = med([r.events_per_s for r in runs])
     relay_cpu = [r.relay_cpu_cores for r in runs if r.relay_cpu_cores is not None]
+    nominal = count * rate
+    load_met = offered >= _LOAD_MET * nominal
     return LegResult(
         agents=count,
+        nominal_events_per_s=round(nominal, 1),
         offered_events_per_s=round(offered, 1),
+        offered_vs_nominal=round(offered / nominal, 4),
         events_per_s=round(applied, 1),
         applied_ratio=round(applied / offered, 4) if offered else 0.0,
         gaps=max(r.gaps for r in runs),
@@ -422,11 +596,15 @@ def _median(runs: list[Run], count: int) -> LegResult:
         behind_s=round(med([r.behind_s for r in runs]), 2),
         stale_batches=max(r.stale_batches for r in runs),
         collector_cpu_cores=round(med([r.collector_cpu_cores for r in runs]), 3),
+        collector_thread_cpu_cores=round(med([r.collector_thread_cpu_cores for r in runs]), 3),
         collector_rss_mib=round(med([r.collector_rss_mib for r in runs]), 1),
         collector_open_files=max(r.collector_open_files for r in runs),
         relay_cpu_cores=round(med(relay_cpu), 3) if relay_cpu else None,
+        agents_cpu_cores=round(med([r.agents_cpu_cores for r in runs]), 3),
         events_per_collector_cpu_s=round(med([r.events_per_s / max(r.collector_cpu_cores, 1e-9) for r in runs])),
+        load_met=load_met,
         target_met=bool(offered)
+        and load_met
         and applied / offered >= 0.95
         and max(r.gaps for r in runs) == 0
         and min(r.agents_heard for r in runs) == count,
@@ -448,6 +626,7 @@ def measure(
     """Every leg `repeats` times, alternating; the medians per leg, the relay/direct ratio, the file limit;
     `curve`: the `CURVE_LEGS` too, and the CURVE/plain ratios (`curve_vs_plain`)."""
     open_files = raise_open_files()
+    load = os.getloadavg()[0]
     zmq.Context.instance().set(zmq.MAX_SOCKETS, MAX_SOCKETS)  # before this process opens any socket
     legs = (*legs, *CURVE_LEGS) if curve else legs
     folder = tempfile.TemporaryDirectory(prefix="kvtop-fanin-keys-")
@@ -485,11 +664,19 @@ def measure(
             bootstrap.close()
         stop_authenticator(zmq.Context.instance())
         folder.cleanup()
-    medians = {leg.name: asdict(_median(runs[leg.name], agents)) for leg in legs}
+    medians = {leg.name: asdict(_median(runs[leg.name], agents, rate)) for leg in legs}
     result: dict[str, object] = dict(medians)
     direct, relayed = medians.get("direct"), medians.get("relay")
     if direct is not None and relayed is not None and direct["events_per_s"]:
         result["relay_vs_direct"] = round(relayed["events_per_s"] / direct["events_per_s"], 4)
+    result["vs_floor"] = {
+        path: {
+            field: round(medians[path][field] / medians[floor][field], 4) if medians[floor][field] else None
+            for field in ("applied_ratio", "events_per_collector_cpu_s")
+        }
+        for path, floor in FLOORS.items()
+        if path in medians and floor in medians
+    }
     if curve:
         result["curve_vs_plain"] = {
             path: {
@@ -502,4 +689,5 @@ def measure(
         }
     result["open_files_limit"] = open_files
     result["window_s"] = window_s
+    result["load_average"] = {"start": round(load, 2), "end": [round(value, 2) for value in os.getloadavg()]}
     return result

@@ -373,8 +373,10 @@ def bench_fanin(
     """Fan-in: AGENTS publishers at RATE events/s into one collector, directly and through one `kvtop relay`.
 
     Per leg: events/s applied vs emitted, gaps, the collector's CPU (cores), RSS and open files, its snapshot
-    sync time as a late joiner, the relay's CPU. Exits 1 when a collector did not sync, heard fewer agents
-    than started, or applied nothing. Raises the soft open-files limit as far as the hard one allows.
+    sync time as a late joiner, the relay's CPU, the agents' own CPU. The floor legs (a bare SUB that receives
+    and decodes the same frames, nothing applied) are the baseline of the same run. Exits 1 when a collector
+    did not sync, heard fewer agents than started, or applied nothing. Raises the soft open-files limit as far
+    as the hard one allows.
     """
     from kvtop.bench.fanin import CURVE_LEGS, LEGS, measure
 
@@ -382,7 +384,7 @@ def bench_fanin(
         result = measure(agents, rate, processes, seconds, repeats, _progress, curve=curve)
     lines = [
         f"{'leg':<13} {'offered/s':>11} {'applied/s':>11} {'ratio':>6} {'gaps':>5} {'behind s':>9} {'sync s':>7} "
-        f"{'cores':>6} {'MiB':>7} {'fds':>6}"
+        f"{'cores':>6} {'agents':>6} {'MiB':>7} {'fds':>6}"
     ]
     for name in [leg.name for leg in (*LEGS, *CURVE_LEGS)]:
         leg = result.get(name)
@@ -390,7 +392,15 @@ def bench_fanin(
             lines.append(
                 f"{name:<13} {leg['offered_events_per_s']:>11,.0f} {leg['events_per_s']:>11,.0f} "
                 f"{leg['applied_ratio']:>6.3f} {leg['gaps']:>5} {leg['behind_s']:>9.2f} {leg['sync_s']:>7.2f} "
-                f"{leg['collector_cpu_cores']:>6.2f} {leg['collector_rss_mib']:>7.0f} {leg['collector_open_files']:>6}"
+                f"{leg['collector_cpu_cores']:>6.2f} {leg['agents_cpu_cores']:>6.2f} {leg['collector_rss_mib']:>7.0f} "
+                f"{leg['collector_open_files']:>6}"
+            )
+    floors = result.get("vs_floor")
+    if isinstance(floors, dict):
+        for path, ratio in floors.items():
+            lines.append(
+                f"{path} vs its floor: applied ratio {ratio['applied_ratio']}, events per CPU s "
+                f"{ratio['events_per_collector_cpu_s']}"
             )
     ratios = result.get("curve_vs_plain")
     if isinstance(ratios, dict):

@@ -16,6 +16,7 @@ from transport import KVPoll, Role
 from transport import engine as engine_module
 from transport.events import Failure, Heartbeat, Progress, RoomState, Snapshot
 from transport.publisher import EventPublisher
+from transport.subscriber import AGENT_RCVHWM
 from transport.wire import AgentInfo, replace_fields
 
 PAGES = np.arange(8, dtype=np.uint32)
@@ -117,6 +118,38 @@ def test_a_subscriber_that_falls_behind_counts_the_batches_it_lost_as_a_gap(make
     assert gap > 0
     assert batches[-1].seq - snapshot.seq == len(batches) + gap, "every batch is either delivered or counted"
     assert publisher.dropped == 0, "the publisher's own queue never overflowed: ZeroMQ dropped these"
+
+
+def test_a_stalled_subscriber_queues_its_bound_per_agent_and_counts_the_rest_as_a_gap(
+    make_publisher, subscribe, wait_for
+):
+    """A subscriber that stops reading holds at most `AGENT_RCVHWM` batches of an agent (then the kernel's
+    buffers and the agent's SNDHWM fill), not the flood: the rest the agent's PUB drops, each counted as a gap."""
+    sndhwm = 128
+    publisher = make_publisher(sndhwm=sndhwm, batch_max=1)
+    events = subscribe()  # the subscriber's own bound
+    events.subscriber.socket.rcvbuf = 4096
+    events.connect([publisher.info])
+    label, incarnation = publisher.info.label, publisher.info.incarnation
+
+    def delivered_after_emitting(room: int) -> bool:
+        publisher.emit(failure(room))
+        return any(f.room == room for f in events.failures(room))
+
+    events.wait(lambda: delivered_after_emitting(1), what="the subscriber is in sync")
+    flood = 8 * AGENT_RCVHWM
+    for first in range(100, 100 + flood, 8):  # 16 KiB per batch, steadily (no burst past SNDHWM), unread
+        for room in range(first, first + 8):
+            publisher.emit(failure(room, "x" * (16 << 10)))
+        time.sleep(0.005)
+    wait_for(lambda: publisher.counters["events"] > flood, timeout=20, what="the flood is published, unread")
+    events.wait(lambda: delivered_after_emitting(99_999), timeout=10, what="the subscriber caught up")
+
+    flooded = [b for b in events.batches(label) if any(100 <= e.room < 100 + flood for e in b.events)]
+    kernel = (4 << 20) // (16 << 10)  # the sockets' kernel buffers: a few MiB
+    assert len(flooded) <= AGENT_RCVHWM + kernel + sndhwm, "the subscriber queued more than its bound"
+    gap = events.subscriber.gaps[(label, incarnation)]
+    assert gap == flood - len(flooded), "every batch it did not queue is counted"
 
 
 def test_an_agent_restart_is_a_new_incarnation_and_not_a_gap(make_manager, subscribe):
