@@ -14,11 +14,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
 from rich.text import Text
 
+from kvtop.model.fold import FailureGroup
 from kvtop.tui.frame import Frame, Options
 from kvtop.tui.model_server import (
     Closed,
@@ -33,7 +35,7 @@ from kvtop.tui.model_server import (
     Ready,
     serve,
 )
-from kvtop.tui.pages import PageRequest
+from kvtop.tui.pages import PageRequest, Receiver
 from kvtop.tui.rows import Palette
 
 START_TIMEOUT_S = 120.0
@@ -65,6 +67,7 @@ class ModelProcess:
         self._conn: Any = None
         self._process: Any = None
         self._ask_lock = threading.Lock()
+        self._groups: Receiver[FailureGroup] = Receiver()
         handle, self.log_path = tempfile.mkstemp(prefix="kvtop-model-", suffix=".log")
         os.close(handle)
 
@@ -96,7 +99,11 @@ class ModelProcess:
         if not isinstance(reply, FrameReply):
             raise ModelProcessError(f"the model process answered {type(reply).__name__} to a frame")
         self.recorder_error = reply.recorder_error
-        return reply.frame
+        try:
+            groups = self._groups.unpack(reply.groups)
+        except KeyError:
+            raise ModelProcessError("the model process sent a failure group this side never had") from None
+        return replace(reply.frame, groups=groups)
 
     def detail(self, kind: str, key: int | str, palette: Palette) -> Text | None:
         reply = self._ask(DetailQuery(kind, key, palette))

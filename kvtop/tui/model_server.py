@@ -32,9 +32,10 @@ from typing import Protocol
 from rich.text import Text
 
 from kvtop.model.cluster import ClusterModel
+from kvtop.model.fold import FailureGroup
 from kvtop.tui.frame import Frame, FrameBuilder, Options
 from kvtop.tui.frame_source import rendered_detail
-from kvtop.tui.pages import Page, PageRequest
+from kvtop.tui.pages import Page, PageRequest, Shipped, Shipper
 from kvtop.tui.process import GC_THRESHOLDS, SWITCH_INTERVAL_S
 from kvtop.tui.rows import Palette
 
@@ -110,6 +111,8 @@ class Failed:
 @dataclass(frozen=True)
 class FrameReply:
     frame: Frame
+    """Its `groups` empty: they come in `groups`."""
+    groups: Shipped[FailureGroup]
     recorder_error: str
 
 
@@ -161,6 +164,7 @@ def _to_log(path: str) -> None:
 
 def _answer(served: ServedModel, conn: Connection) -> None:
     builder = FrameBuilder(served.model, served.clock)
+    groups: Shipper[FailureGroup] = Shipper()
     while True:
         try:
             query: Query = conn.recv()
@@ -169,7 +173,7 @@ def _answer(served: ServedModel, conn: Connection) -> None:
         if isinstance(query, Closing):
             return
         try:
-            conn.send_bytes(_reply(served, builder, query))
+            conn.send_bytes(_reply(served, builder, groups, query))
         except (BrokenPipeError, ConnectionResetError):
             return
         except Exception as error:
@@ -177,7 +181,9 @@ def _answer(served: ServedModel, conn: Connection) -> None:
             conn.send(Failed(f"the model process could not answer: {error!r}"))
 
 
-def _reply(served: ServedModel, builder: FrameBuilder, query: FrameQuery | DetailQuery) -> bytes:
+def _reply(
+    served: ServedModel, builder: FrameBuilder, groups: Shipper[FailureGroup], query: FrameQuery | DetailQuery
+) -> bytes:
     """The answer, pickled under the model's lock: a frame's rooms are the model's own views, which the
     collector changes in place."""
     with served.lock:
@@ -187,4 +193,6 @@ def _reply(served: ServedModel, builder: FrameBuilder, query: FrameQuery | Detai
         frame = builder.build(query.options, error=served.error())
         rooms = Page.of(frame.rooms, query.pages.get("rooms", DEFAULT_PAGE))
         events = Page.of(frame.events, query.pages.get("events", PageRequest.tail(DEFAULT_PAGE.count)))
-        return pickle.dumps(FrameReply(replace(frame, rooms=rooms, events=events), served.recorder_error()), PROTOCOL)
+        shipped = groups.pack(frame.groups)
+        paged = replace(frame, rooms=rooms, events=events, groups=[])
+        return pickle.dumps(FrameReply(paged, shipped, served.recorder_error()), PROTOCOL)

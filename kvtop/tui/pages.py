@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeVar, overload
+from typing import Generic, TypeVar, overload
 
 T = TypeVar("T")
 
@@ -81,3 +81,45 @@ def row(rows: Sequence[T], index: int) -> T | None:
         return rows[index]
     except NotFetched:
         return None
+
+
+Shipped = list[int | tuple[int, T]]
+"""A list as sent again: an item the other side has is its key alone, a new one comes with its key."""
+
+
+class Shipper(Generic[T]):
+    """Sends a list of immutable items that changes little between frames (the failure groups: the live fold
+    replaces a group that changes, never edits it) as keys of what was sent before plus the new items.
+    2000 groups pickled whole took ~20 ms under the model's lock and ~10-40 ms to unpickle per frame."""
+
+    def __init__(self) -> None:
+        self._sent: dict[int, T] = {}
+        """What the other side holds, by key (`id()`: the items are kept here, so no key is reused meanwhile)."""
+
+    def pack(self, items: list[T]) -> Shipped[T]:
+        sent, packed = self._sent, []
+        kept: dict[int, T] = {}
+        for item in items:
+            key = id(item)
+            packed.append(key if sent.get(key) is item else (key, item))
+            kept[key] = item
+        self._sent = kept
+        return packed
+
+
+class Receiver(Generic[T]):
+    """The other side of a `Shipper`: the list again, from the keys it holds and the items that came."""
+
+    def __init__(self) -> None:
+        self._held: dict[int, T] = {}
+
+    def unpack(self, packed: Shipped[T]) -> list[T]:
+        """Raises KeyError on a key never received (the two sides out of step)."""
+        held, items = self._held, []
+        kept: dict[int, T] = {}
+        for entry in packed:
+            key, item = (entry, held[entry]) if isinstance(entry, int) else entry
+            kept[key] = item
+            items.append(item)
+        self._held = kept
+        return items

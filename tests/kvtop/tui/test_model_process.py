@@ -68,6 +68,9 @@ def test_a_frame_from_the_model_process_carries_the_rows_asked_for_and_counts_th
     assert frame.read_at <= time.monotonic()
     ages = [frame.rooms[i].first_seen for i in range(1000, 1050)]
     assert ages == sorted(ages, reverse=True)  # newest first, as the rooms view orders them
+    again = loaded.build(Options(), {})  # the failure groups come as changes: the second frame has them too
+    assert frame.groups and again.groups
+    assert {group.room for group in frame.groups[:-50]} <= {group.room for group in again.groups}
 
 
 def test_view_keys_are_answered_within_their_bound_while_50k_events_per_s_stream_in():
