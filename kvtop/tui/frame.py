@@ -159,9 +159,15 @@ class FrameBuilder:
     `clock` is the source's: wall time for a live cluster, the latest time the logs mention for logs. Every
     window, rate, age and liveness of a frame is as of it."""
 
-    def __init__(self, model: ClusterModel, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, model: ClusterModel, clock: Callable[[], float] = time.time, count_in_build: bool = True
+    ) -> None:
+        """`count_in_build=False`: the open and stuck rooms are counted when the owner calls `count_rooms()`
+        (the model process does, after a frame went out), not by the build that falls due (a walk over every
+        open room, ~60 ms at 100k, in that frame's data age); the first build counts them."""
         self.model = model
         self.clock = clock
+        self.count_in_build = count_in_build
         self._fold = LiveFold()
         self._counts = (0, 0)
         self._counted = (float("-inf"), float("nan"))
@@ -179,12 +185,8 @@ class FrameBuilder:
         groups = self._fold.sync(model.failures, model.failures_total)
         recent_groups = self._fold.since(now - WINDOW_S)
         aborted = sum(group.aborted for group in recent_groups)
-        counted_at, counted_now = self._counted
-        if time.monotonic() - counted_at >= SLOW_EVERY_S or now < counted_now:  # a log's clock may stand still
-            live = model.open_rooms(now)
-            cutoff = now - STUCK_AFTER_S
-            self._counts = (len(live), sum(1 for view in live if view.last_progress < cutoff))
-            self._counted = (time.monotonic(), now)
+        if self._counted[0] == float("-inf") or (self.count_in_build and self.counts_due(now)):
+            self.count_rooms(now)
         rooms_open, stuck = self._counts
         rates = model.rates(now, WINDOW_S)
         liveness = [view.liveness(now) for view in model.ranks.values()]
@@ -222,6 +224,18 @@ class FrameBuilder:
             options=options,
             read_at=read_at,
         )
+
+    def counts_due(self, now: float) -> bool:
+        """The open and stuck rooms were counted `SLOW_EVERY_S` ago, or the source's clock went back."""
+        counted_at, counted_now = self._counted
+        return time.monotonic() - counted_at >= SLOW_EVERY_S or now < counted_now  # a log's clock may stand still
+
+    def count_rooms(self, now: float) -> None:
+        """Count the open and stuck rooms (call with the model's lock held)."""
+        live = self.model.open_rooms(now)
+        cutoff = now - STUCK_AFTER_S
+        self._counts = (len(live), sum(1 for view in live if view.last_progress < cutoff))
+        self._counted = (time.monotonic(), now)
 
     def _rooms(self, options: Options, gone: frozenset[str], now: float) -> list[RoomView]:
         """Live and recently retired rooms, filtered and in the order the options say."""

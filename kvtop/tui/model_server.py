@@ -163,7 +163,7 @@ def _to_log(path: str) -> None:
 
 
 def _answer(served: ServedModel, conn: Connection) -> None:
-    builder = FrameBuilder(served.model, served.clock)
+    builder = FrameBuilder(served.model, served.clock, count_in_build=False)
     groups: Shipper[FailureGroup] = Shipper()
     while True:
         try:
@@ -174,6 +174,9 @@ def _answer(served: ServedModel, conn: Connection) -> None:
             return
         try:
             conn.send_bytes(_reply(served, builder, groups, query))
+            if isinstance(query, FrameQuery) and builder.counts_due(now := served.clock()):
+                with served.lock:  # while the dashboard paints: out of every frame's way
+                    builder.count_rooms(now)
         except (BrokenPipeError, ConnectionResetError):
             return
         except Exception as error:
