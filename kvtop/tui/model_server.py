@@ -173,15 +173,26 @@ def _answer(served: ServedModel, conn: Connection) -> None:
         if isinstance(query, Closing):
             return
         try:
-            conn.send_bytes(_reply(served, builder, groups, query))
-            if isinstance(query, FrameQuery) and builder.counts_due(now := served.clock()):
-                with served.lock:  # while the dashboard paints: out of every frame's way
-                    builder.count_rooms(now)
-        except (BrokenPipeError, ConnectionResetError):
-            return
+            reply = _reply(served, builder, groups, query)
         except Exception as error:
             log.exception("the model process could not answer %s", type(query).__name__)
-            conn.send(Failed(f"the model process could not answer: {error!r}"))
+            reply = pickle.dumps(Failed(f"the model process could not answer: {error!r}"), PROTOCOL)
+        try:
+            conn.send_bytes(reply)
+        except OSError:
+            return  # the dashboard is gone
+        if isinstance(query, FrameQuery):
+            _count_when_due(served, builder)
+
+
+def _count_when_due(served: ServedModel, builder: FrameBuilder) -> None:
+    """The open and stuck rooms, counted while the dashboard paints (out of every frame's way)."""
+    try:
+        if builder.counts_due(now := served.clock()):
+            with served.lock:
+                builder.count_rooms(now)
+    except Exception:
+        log.exception("the model process could not count the open rooms (the next frames show the last count)")
 
 
 def _reply(
