@@ -128,7 +128,6 @@ class EventSubscriber:
         """Missing batches per (agent label, incarnation)."""
         self.gap_runs: deque[tuple[str, int, int]] = deque(maxlen=10_000)
         """Each gap as it was found, (label, incarnation, missing batches), for a consumer to take."""
-        self.counters = Counters(("batches", "snapshots", "snapshots_missed", "stale_batches", *rejection_names()))
         self.counters = Counters(
             ("batches", "snapshots", "snapshots_missed", "stale_batches", "bad_entries", *rejection_names())
         )

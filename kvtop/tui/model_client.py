@@ -68,8 +68,8 @@ class ModelProcess:
         self._process: Any = None
         self._ask_lock = threading.Lock()
         self._groups: Receiver[FailureGroup] = Receiver()
-        handle, self.log_path = tempfile.mkstemp(prefix="kvtop-model-", suffix=".log")
-        os.close(handle)
+        self.log_path = ""
+        """Where the process's output goes once the dashboard owns the terminal (made by `start()`)."""
 
     def __enter__(self) -> ModelProcess:
         return self.start()
@@ -78,6 +78,8 @@ class ModelProcess:
         self.close()
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> ModelProcess:
+        handle, self.log_path = tempfile.mkstemp(prefix="kvtop-model-", suffix=".log")
+        os.close(handle)
         self._conn, theirs = self._context.Pipe()
         self._process = self._context.Process(
             target=serve, args=(self.spec, theirs, self.log_path), name="kvtop-model", daemon=True

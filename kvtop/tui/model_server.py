@@ -35,13 +35,13 @@ from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import FailureGroup
 from kvtop.tui.frame import Frame, FrameBuilder, Options
 from kvtop.tui.frame_source import rendered_detail
-from kvtop.tui.pages import Page, PageRequest, Shipped, Shipper
+from kvtop.tui.pages import MARGIN_ROWS, Page, PageRequest, Shipped, Shipper
 from kvtop.tui.process import GC_THRESHOLDS, SWITCH_INTERVAL_S
 from kvtop.tui.rows import Palette
 
 log = logging.getLogger("kvtop.model_process")
 
-DEFAULT_PAGE = PageRequest(0, 2 * 200)
+DEFAULT_PAGE = PageRequest(0, 2 * MARGIN_ROWS)
 PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 

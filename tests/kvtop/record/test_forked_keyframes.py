@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -126,7 +127,7 @@ def test_without_fork_keyframes_are_captured_under_the_lock(tmp_path: Path, monk
 
 def test_a_child_that_outlasts_its_time_is_killed_and_reaped(monkeypatch: pytest.MonkeyPatch) -> None:
     """A child still at work after the timeout: KeyframeFailed saying so, and no child is left behind."""
-    monkeypatch.setattr(forked, "capture", lambda model: time.sleep(60))
+    monkeypatch.setattr(forked, "capture", lambda model: threading.Event().wait())  # never done
     child = forked.fork_capture(ClusterModel(), 1.0)
     started = time.monotonic()
     with pytest.raises(forked.KeyframeFailed, match=r"took over 0\.2 s \(killed\)"):
