@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rich.control import strip_control_codes
 from rich.style import Style
-from rich.text import Text
+from rich.text import Span, Text
 
 from kvtop.model.cluster import Liveness, RoomView
 from kvtop.tui.frame import Frame, RankRow
@@ -58,6 +59,37 @@ class Palette:
         )
 
 
+class Pieces:
+    """A line built from styled pieces in one go: `Text.append` costs ~3 µs a piece (it strips control codes
+    from each), and a room's row has ~25 pieces, 45 rows a frame."""
+
+    __slots__ = ("_length", "_parts", "_spans")
+
+    def __init__(self, first: str = "") -> None:
+        self._parts = [first]
+        self._spans: list[Span] = []
+        self._length = len(first)
+
+    def add(self, piece: str, style: Style | None = None) -> None:
+        end = self._length + len(piece)
+        if style:
+            self._spans.append(Span(self._length, end, style))
+        self._parts.append(piece)
+        self._length = end
+
+    def text(self) -> Text:
+        plain = "".join(self._parts)
+        if strip_control_codes(plain) == plain:
+            return Text(plain, spans=self._spans)
+        text = Text()  # a piece with control codes (a label an agent sent): stripped piece by piece, as Rich does
+        spans = {span.start: span.style for span in self._spans}
+        start = 0
+        for part in self._parts:
+            text.append(part, spans.get(start) if part else None)
+            start += len(part)
+        return text
+
+
 def rank_line(row: RankRow, palette: Palette) -> Text:
     state_style = {
         Liveness.ALIVE: palette.success,
@@ -67,36 +99,38 @@ def rank_line(row: RankRow, palette: Palette) -> Text:
         Liveness.IDLE: palette.warning,
         Liveness.DOWN: palette.error,
     }
-    text = Text(f"{row.label:<18}{row.role:<9}")
-    text.append(f"{row.liveness:<7}", style=state_style[row.liveness])
-    text.append(f"{rate(row.gbps):>11}{row.inflight:>11}")
-    text.append(f"{row.origins:>9}", style=palette.error if row.origins else "")
-    text.append(f"{row.echoes:>8}", style=palette.dim)
-    text.append(f"{row.cpu_percent:>7.0f}")
-    text.append(f"{row.rejected:>10}", style=palette.warning if row.rejected else palette.dim)
-    return text
+    line = Pieces(f"{row.label:<18}{row.role:<9}")
+    line.add(f"{row.liveness:<7}", state_style[row.liveness])
+    line.add(f"{rate(row.gbps):>11}{row.inflight:>11}")
+    line.add(f"{row.origins:>9}", palette.error if row.origins else None)
+    line.add(f"{row.echoes:>8}", palette.dim)
+    line.add(f"{row.cpu_percent:>7.0f}")
+    line.add(f"{row.rejected:>10}", palette.warning if row.rejected else palette.dim)
+    return line.text()
 
 
 def room_line(view: RoomView, frame: Frame, palette: Palette) -> Text:
     now = frame.now
     progress = f"{view.bytes_done / view.bytes_total:.0%}" if view.bytes_total else "-"
     link = f"{view.link[0] or '?'}->{view.link[1] or '?'}" if any(view.link) else "-"
-    text = Text(
+    line = Pieces(
         f"{view.room:<21}{now - view.first_seen:>7.1f}{now - view.last_progress:>8.1f}{progress:>10}"
         f"{_size(view.bytes_total):>11}  {link:<22}"
     )
     if frame.stuck(view):
-        text.append(f"{'STUCK':<8}", style=palette.warning + Style(bold=True))
+        line.add(f"{'STUCK':<8}", palette.warning + Style(bold=True))
     elif frame.outcome(view) is False:
-        text.append(f"{'FAILED':<8}", style=palette.error)
+        line.add(f"{'FAILED':<8}", palette.error)
     else:
-        text.append(" " * 8)
+        line.add(" " * 8)
     for label, state in sorted(view.states.items()):
-        style = palette.error if state is KVPoll.Failed else palette.success if state is KVPoll.Success else ""
-        text.append(f"{label}=", style=palette.dim)
-        text.append(_STATE_SHORT[state], style=style)
-        text.append(" ")
-    return text
+        line.add(f"{label}=", palette.dim)
+        line.add(
+            _STATE_SHORT[state],
+            palette.error if state is KVPoll.Failed else palette.success if state is KVPoll.Success else None,
+        )
+        line.add(" ")
+    return line.text()
 
 
 def event_line(label: str, event: Event, level: str, palette: Palette) -> Text:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.style import Style
 from rich.text import Text
 
-from kvtop.tui.rows import rate
+from kvtop.tui.rows import Pieces, rate
 
 SHADES = " ░▒▓█"
 """Cell fill by share of the busiest link: the map reads without colour too."""
@@ -24,42 +25,52 @@ class LinkHeatMap:
     links: dict[tuple[str, str], tuple[float, int]]
     hot: Style
     failed: Style
+    dim: Style = field(default_factory=lambda: Style(dim=True))
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield self.text()
+        yield Text("\n", no_wrap=True, overflow="crop").join(self.lines())
 
-    def text(self) -> Text:
-        """The map as lines of text laid out by hand: a Rich Table measured every cell on every frame (~17 ms
-        for 8 x 8 links, several times per paint: most of the overview's frame time). Names left, figures
-        right, a space either side of each cell, as a borderless table; a map wider than the panel is cut at
-        its right edge."""
+    def lines(self) -> list[Text]:
+        """The map's lines, laid out by hand as a borderless table: names left, figures right, a space either
+        side of each cell; a map wider than the panel is cut at its right edge. (A Rich Table measured every
+        cell on every frame, ~17 ms for 8 x 8 links; cutting one Text of ~250 spans into lines cost ~5 ms; a
+        cell's nested spans sent every line down Rich's slow path.)"""
         if not self.links:
-            return Text("no transfers yet", style="dim")
+            return [Text("no transfers yet", style="dim")]
         prefills = sorted({p for p, _ in self.links})
         decodes = sorted({d for _, d in self.links})
         peak = max(gbps for gbps, _ in self.links.values()) or 1.0
-        rows = [
-            [Text(prefill), *(self._cell(self.links.get((prefill, d)), peak) for d in decodes)] for prefill in prefills
+        bold = Style(bold=True)
+        rows: list[list[Cell]] = [
+            [((prefill, None),), *(self._cell(self.links.get((prefill, d)), peak) for d in decodes)]
+            for prefill in prefills
         ]
-        header = [Text(""), *(Text(decode, style="bold") for decode in decodes)]
-        widths = [max(row[column].cell_len for row in [header, *rows]) for column in range(len(header))]
-        text = Text(no_wrap=True, overflow="crop")
-        for line, row in enumerate([header, *rows]):
-            if line:
-                text.append("\n")
+        header: list[Cell] = [(("", None),), *(((decode, bold),) for decode in decodes)]
+        widths = [max(_width(row[column]) for row in [header, *rows]) for column in range(len(header))]
+        lines = []
+        for row in [header, *rows]:
+            line = Pieces()
             for column, cell in enumerate(row):
-                pad = " " * (widths[column] - cell.cell_len)
-                text.append(" ")
-                text.append_text(Text(pad) + cell if column else cell + Text(pad))
-                text.append(" ")
-        return text
+                pad = " " * (widths[column] - _width(cell))
+                line.add(" " if column == 0 else " " + pad)
+                for piece, style in cell:
+                    line.add(piece, style)
+                line.add(pad + " " if column == 0 else " ")
+            lines.append(line.text())
+        return lines
 
-    def _cell(self, link: tuple[float, int] | None, peak: float) -> Text:
+    def _cell(self, link: tuple[float, int] | None, peak: float) -> Cell:
         if link is None:
-            return Text("-", style="dim")
+            return (("-", self.dim),)
         gbps, failed = link
         shade = SHADES[min(len(SHADES) - 1, round(gbps / peak * (len(SHADES) - 1)))]
-        text = Text(f"{shade} {rate(gbps)}", style=self.hot if gbps >= peak / 2 and gbps > 0 else "")
-        if failed:
-            text.append(f" ✗{failed}", style=self.failed)
-        return text
+        figure = (f"{shade} {rate(gbps)}", self.hot if gbps >= peak / 2 and gbps > 0 else None)
+        return (figure, (f" ✗{failed}", self.failed)) if failed else (figure,)
+
+
+Cell = tuple[tuple[str, Style | None], ...]
+"""A cell's pieces of text and their styles."""
+
+
+def _width(cell: Cell) -> int:
+    return sum(cell_len(piece) for piece, _ in cell)

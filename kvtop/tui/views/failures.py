@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 import msgspec
@@ -15,7 +16,7 @@ from kvtop.model.fold import FailureGroup, Observed
 from kvtop.tui.frame import Frame
 from kvtop.tui.rows import Palette, clock
 from kvtop.tui.widgets.line import Line
-from kvtop.tui.widgets.row_list import RowList
+from kvtop.tui.widgets.row_list import RowList, Same
 from kvtop.views.times import spans_days
 
 GroupKey = tuple[int, str, float]
@@ -99,10 +100,17 @@ class FailuresView(Vertical):
             if group_key(group) in self.expanded:
                 rows.extend(TreeRow(group, echo) for echo in group.echoes)
         self.rows = rows
-        tree.set_rows(
-            len(rows),
-            lambda index: tree_line(rows[index], group_key(rows[index].group) in self.expanded, palette, dated),
-        )
+        expanded = self.expanded
+
+        def line(index: int) -> Text:
+            return tree_line(rows[index], group_key(rows[index].group) in expanded, palette, dated)
+
+        def key(index: int) -> Hashable:
+            """Groups are replaced, never edited, when they change: a row of the same group draws the same."""
+            row = rows[index]
+            return Same(row.group), Same(row.echo), group_key(row.group) in expanded, dated, palette
+
+        tree.set_rows(len(rows), line, key)
         if current is not None:
             tree.cursor = next((i for i, row in enumerate(rows) if _same_row(row, current)), tree.cursor)
         self.show_detail()

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
+from rich.style import Style
 from rich.text import Text
 from textual.binding import Binding
 from textual.events import Click
@@ -13,10 +14,30 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from kvtop.tui.strips import line_strip
+
 RowRenderer = Callable[[int], Text | None]
 """Renders row `index` (0 <= index < count) as one line of text; None: the row is not at hand yet (a frame
 from the model process carries a window of the rows: `kvtop.tui.pages`)."""
+RowKey = Callable[[int], Hashable]
+"""Row `index`'s identity: a row whose key is unchanged keeps the line drawn for it, across new data."""
 PENDING = Text("…", style="dim")
+
+
+class Same:
+    """A key part that matches only the very object it holds (held: its id cannot be reused meanwhile), for
+    rows drawn from objects that are replaced, never edited, when they change (the fold's failure groups)."""
+
+    __slots__ = ("item",)
+
+    def __init__(self, item: object) -> None:
+        self.item = item
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Same) and other.item is self.item
+
+    def __hash__(self) -> int:
+        return id(self.item)
 
 
 class RowMessage(Message):
@@ -76,8 +97,15 @@ class RowList(ScrollView, can_focus=True):
         self._count = 0
         self._render_row: RowRenderer = lambda index: Text()
         self._width = 0
+        self._top = self._left = 0
+        self._style = self._cursor_style = Style()
+        self._row_key: RowKey | None = None
         self._cache: dict[int, Strip] = {}
         """Rendered rows of the current data: scrolling does not render a row twice."""
+        self._keyed: dict[Hashable, Strip] = {}
+        self._keyed_before: dict[Hashable, Strip] = {}
+        """With a row key: the lines drawn for the current data, and for the data before (kept until the next)."""
+        self._shown_keys: list[Hashable] = []
         self._missing = False
         """A `Missing` was posted for the current data (once is enough: the next data moves the window)."""
 
@@ -85,16 +113,25 @@ class RowList(ScrollView, can_focus=True):
     def count(self) -> int:
         return self._count
 
-    def set_rows(self, count: int, render_row: RowRenderer) -> None:
+    def set_rows(self, count: int, render_row: RowRenderer, key: RowKey | None = None) -> None:
         """New data: `count` rows drawn by `render_row`. Only the visible rows are rendered; a row longer
-        than the list is cut (no sideways scrolling, so the list follows its own width when it narrows)."""
-        self._count, self._render_row = count, render_row
+        than the list is cut (no sideways scrolling, so the list follows its own width when it narrows).
+        With `key`, a row whose key was drawn before keeps its line, and the list is not repainted at all
+        while its visible rows' keys stay the same."""
+        unchanged = count == self._count and key is not None and self._visible_keys(key) == self._shown_keys
+        self._count, self._render_row, self._row_key = count, render_row, key
         self._cache.clear()
+        self._keyed_before, self._keyed = self._keyed, {}
         self._missing = False
         self._resize(Size(0, count))
         if self.cursor >= count:
             self.cursor = max(0, count - 1)
-        self.refresh()
+        if not unchanged:
+            self.refresh()
+
+    def _visible_keys(self, key: RowKey) -> list[Hashable]:
+        top = self.scroll_offset.y
+        return [key(index) for index in range(top, min(self._count, top + self.scrollable_content_region.height))]
 
     def _resize(self, size: Size) -> None:
         """A new row count. `virtual_size` asks for a layout pass of the whole screen (30-50 ms at 160x50)
@@ -110,29 +147,50 @@ class RowList(ScrollView, can_focus=True):
             self.virtual_size = size
 
     def render_lines(self, crop: Region) -> list[Strip]:
-        self._width = self.scrollable_content_region.width  # once per paint, not per line (it is not free)
+        """Read once per paint what every line needs (none of it is free: `rich_style` walks every ancestor)."""
+        if self.scrollable_content_region.width != self._width:  # lines are cut at the width
+            self._width = self.scrollable_content_region.width
+            self._cache.clear()
+            self._keyed.clear()
+            self._keyed_before.clear()
+        self._left, self._top = self.scroll_offset
+        self._style = self.rich_style
+        self._cursor_style = self.get_component_rich_style("row-list--cursor")
+        if self._row_key is not None:
+            self._shown_keys = self._visible_keys(self._row_key)
         return super().render_lines(crop)
 
     def render_line(self, y: int) -> Strip:
-        index = self.scroll_offset.y + y
+        index = self._top + y
         width = self._width
         if index >= self._count:
-            return Strip.blank(width, self.rich_style)
+            return Strip.blank(width, self._style)
         strip = self._cache.get(index)
         if strip is None:
+            strip = self._draw(index)
+        line = strip.crop_extend(self._left, self._left + width, self._style)
+        return line.apply_style(self._cursor_style) if index == self.cursor else line
+
+    def _draw(self, index: int) -> Strip:
+        """Row `index`'s line: the one drawn before for its key (with a row key), else rendered now."""
+        key = self._row_key(index) if self._row_key is not None else None
+        strip = None
+        if key is not None:
+            strip = self._keyed.get(key)
+            if strip is None:
+                strip = self._keyed_before.get(key)
+        if strip is None:
             text = self._render_row(index)
-            if text is None:  # not cached: the next data has it
-                text = PENDING
+            if text is None:  # not at hand: drawn as a placeholder, not kept (the next data has it)
                 if not self._missing:
                     self._missing = True
                     self.post_message(self.Missing(self, index))
-            text.no_wrap, text.overflow = True, "ellipsis"
-            strip = Strip(list(text.render(self.app.console)))
-            if text is not PENDING:
-                self._cache[index] = strip
-        style = self.get_component_rich_style("row-list--cursor") if index == self.cursor else None
-        line = strip.crop_extend(self.scroll_offset.x, self.scroll_offset.x + width, self.rich_style)
-        return line.apply_style(style) if style else line
+                return line_strip(PENDING, self.app.console)
+            strip = line_strip(text, self.app.console, self._left + self._width)
+        self._cache[index] = strip
+        if key is not None:
+            self._keyed[key] = strip
+        return strip
 
     def watch_cursor(self, old: int, new: int) -> None:
         self.refresh_lines(old - self.scroll_offset.y)

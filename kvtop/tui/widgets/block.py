@@ -1,0 +1,60 @@
+"""A few lines of Rich text drawn by the line API, cut at the widget's width."""
+
+from __future__ import annotations
+
+from rich.style import Style
+from rich.text import Text
+from textual.geometry import Region, Size
+from textual.strip import Strip
+from textual.widget import Widget
+
+from kvtop.tui.strips import line_strip
+
+
+class Block(Widget):
+    """Side panels that change every frame (the link heat map, the top origins). A `Static` turns its text
+    into Textual's content and measures it on every paint (~5 ms for the link map at 8 x 8); here each line
+    is cut into a strip once per change. A line wider than the block is cut at its right edge. Its height is
+    its line count: a change of line count asks for a layout, any other change repaints in place."""
+
+    DEFAULT_CSS = "Block { height: auto; width: 1fr; }"
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self._lines: list[Text] = []
+        self._strips: dict[int, Strip] = {}
+        self._width = 0
+        self._style = Style()
+
+    @property
+    def plain(self) -> str:
+        """What the block shows, as plain text."""
+        return "\n".join(line.plain for line in self._lines)
+
+    def show(self, lines: list[Text]) -> None:
+        """Show `lines` (each one line: no newline in them)."""
+        if [(line.plain, line.spans) for line in lines] == [(line.plain, line.spans) for line in self._lines]:
+            return
+        relayout = len(lines) != len(self._lines)
+        self._lines, self._strips = lines, {}
+        self.refresh(layout=relayout)
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return len(self._lines)
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """Read once per paint what every line needs (`rich_style` walks every ancestor)."""
+        if self.size.width != self._width:
+            self._width, self._strips = self.size.width, {}
+        self._style = self.rich_style
+        return super().render_lines(crop)
+
+    def render_line(self, y: int) -> Strip:
+        width, style = self._width, self._style
+        if y >= len(self._lines):
+            return Strip.blank(width, style)
+        strip = self._strips.get(y)
+        if strip is None:
+            strip = line_strip(self._lines[y], self.app.console, width)
+            strip = self._strips[y] = strip.crop_extend(0, width, style).apply_style(style)
+        return strip
