@@ -121,7 +121,8 @@ class RowList(ScrollView, can_focus=True):
         unchanged = count == self._count and key is not None and self._visible_keys(key) == self._shown_keys
         self._count, self._render_row, self._row_key = count, render_row, key
         self._cache.clear()
-        self._keyed_before, self._keyed = self._keyed, {}
+        if self._keyed:  # else nothing was drawn for the data before: the lines before it still stand
+            self._keyed_before, self._keyed = self._keyed, {}
         self._missing = False
         self._resize(Size(0, count))
         if self.cursor >= count:

@@ -1,0 +1,202 @@
+"""The paint's own pieces: lines cut into strips, rows kept by key, the line-API sparkline and side blocks."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from rich.console import Console
+from rich.style import Style
+from rich.text import Span, Text
+from textual.app import App, ComposeResult
+from textual.strip import Strip
+from textual.widgets import Sparkline as TextualSparkline
+
+from kvtop.tui.rows import Pieces
+from kvtop.tui.strips import line_strip
+from kvtop.tui.widgets.block import Block
+from kvtop.tui.widgets.row_list import RowList, Same
+from kvtop.tui.widgets.sparkline import Sparkline
+
+RED, BOLD, DIM = Style(color="red"), Style(bold=True), Style(dim=True)
+CONSOLE = Console(width=200, color_system="truecolor", force_terminal=True)
+
+
+def cells(strip: Strip) -> list[tuple[str, Style | None]]:
+    """Each cell's character and style (how the terminal will show it, whatever the segments' cuts)."""
+    return [(char, segment.style) for segment in strip for char in segment.text]
+
+
+def rich_cells(text: Text) -> list[tuple[str, Style | None]]:
+    """What Rich's own renderer gives each cell, the line's style under every span."""
+    segments = list(text.render(CONSOLE))
+    base = CONSOLE.get_style(text.style) if text.style else None
+    return [(char, segment.style or base) for segment in segments for char in segment.text]
+
+
+def appended() -> Text:
+    text = Text("room 12  ")
+    text.append("decode-0/TP1", style=RED)
+    text.append(" checksum ")
+    text.append("3 echoes", style="dim")
+    text.append("", style=BOLD)
+    text.append(" tail")
+    return text
+
+
+def test_a_line_becomes_the_cells_rich_would_draw():
+    text = appended()
+    assert cells(line_strip(text, CONSOLE)) == rich_cells(text)
+
+
+def test_a_lines_own_style_applies_where_no_span_is():
+    """Rich's `Text.render` drops the style of a line without spans: the events tail's error lines were
+    drawn unstyled."""
+    assert cells(line_strip(Text("boom", style=RED), CONSOLE)) == [(char, RED) for char in "boom"]
+    styled = Text("ab", style=RED)
+    styled.append("cd", style=BOLD)
+    assert cells(line_strip(styled, CONSOLE)) == [("a", RED), ("b", RED), ("c", RED + BOLD), ("d", RED + BOLD)]
+
+
+def test_overlapping_spans_combine_as_rich_combines_them():
+    text = Text("abcdef", spans=[Span(0, 4, RED), Span(2, 6, BOLD)])
+    assert cells(line_strip(text, CONSOLE)) == [
+        ("a", RED), ("b", RED), ("c", RED + BOLD), ("d", RED + BOLD), ("e", BOLD), ("f", BOLD),
+    ]  # fmt: skip
+
+
+def test_an_ascii_line_is_cut_at_the_width_and_knows_its_length():
+    strip = line_strip(appended(), CONSOLE, width=14)
+    assert strip.text == "room 12  decod"
+    assert strip.cell_length == 14
+    assert cells(strip)[-1] == ("d", RED)
+
+
+def test_a_line_with_wide_characters_is_left_for_the_crop():
+    strip = line_strip(Text("▶ 漢字 room"), CONSOLE, width=3)
+    assert strip.text == "▶ 漢字 room"
+    assert strip.crop(0, 4).text == "▶ 漢"
+
+
+def test_pieces_build_the_same_text_as_appends():
+    pieces = Pieces("room 12  ")
+    pieces.add("decode-0/TP1", RED)
+    pieces.add(" checksum ")
+    pieces.add("3 echoes", DIM)
+    text = pieces.text()
+    assert text.plain == "room 12  decode-0/TP1 checksum 3 echoes"
+    assert text.spans == [Span(9, 21, RED), Span(31, 39, DIM)]
+
+
+def test_pieces_with_control_codes_are_stripped_and_keep_their_styles():
+    """A label an agent sent may carry control codes: Rich strips them, and the styles must stay on their
+    pieces."""
+    pieces = Pieces("a\rb ")
+    pieces.add("x\x07y", RED)
+    pieces.add(" z")
+    text = pieces.text()
+    assert text.plain == "ab xy z"
+    assert [(text.plain[span.start : span.end], span.style) for span in text.spans] == [("xy", RED)]
+
+
+class ListApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield RowList(id="list")
+
+
+def test_a_row_whose_key_is_unchanged_keeps_its_line_and_the_list_is_not_repainted():
+    drawn: list[int] = []
+    groups = [object() for _ in range(30)]
+
+    def line(index: int) -> Text:
+        drawn.append(index)
+        return Text(f"group {index}")
+
+    async def scenario() -> None:
+        app = ListApp()
+        async with app.run_test(size=(40, 12)) as pilot:
+            rows = app.query_one(RowList)
+            rows.set_rows(30, line, key=lambda index: Same(groups[index]))
+            await pilot.pause()
+            first = len(drawn)
+            assert first >= rows.size.height
+            drawn.clear()
+            rows.set_rows(30, line, key=lambda index: Same(groups[index]))
+            assert not rows._repaint_required, "the same rows asked for a repaint"
+            await pilot.pause()
+            assert drawn == []
+            groups[0] = object()  # the first group was replaced: only its row is drawn again
+            rows.set_rows(30, line, key=lambda index: Same(groups[index]))
+            rows.refresh()
+            await pilot.pause()
+            assert drawn == [0]
+            assert rows.render_line(0).text.startswith("group 0")
+
+    asyncio.run(scenario())
+
+
+def test_same_matches_only_the_very_object():
+    one, other = [1], [1]
+    assert Same(one) == Same(one)
+    assert Same(one) != Same(other)
+    assert len({Same(one), Same(one), Same(other)}) == 2
+
+
+class Sparklines(App[None]):
+    CSS = "Sparkline { height: 3; }"
+
+    def __init__(self, data: list[float]) -> None:
+        super().__init__()
+        self.data = data
+
+    def compose(self) -> ComposeResult:
+        yield TextualSparkline(self.data, id="textual")
+        yield Sparkline(id="ours")
+
+
+@pytest.mark.parametrize(
+    "data",
+    [[], [5.0], [1.0, 9.0, 3.0, 3.0, 0.0, 7.5], [float(i % 17) for i in range(60)], [2.0] * 200],
+    ids=["empty", "one", "few", "a-minute", "flat-and-wider-than-the-screen"],
+)
+def test_the_sparkline_draws_what_textuals_draws(data):
+    """Cell for cell, character and colour, as Textual's own `Sparkline` with the same data and colours."""
+
+    async def scenario() -> None:
+        app = Sparklines(data)
+        async with app.run_test(size=(70, 8)) as pilot:
+            ours = app.query_one("#ours", Sparkline)
+            ours.show(data)
+            await pilot.pause()
+            textual = app.query_one("#textual", TextualSparkline)
+            for y in range(3):
+                theirs = [(c, s.color if s else None) for c, s in cells(textual.render_line(y))]
+                mine = [(c, s.color if s else None) for c, s in cells(ours.render_line(y))]
+                assert "".join(c for c, _ in mine).rstrip() == "".join(c for c, _ in theirs).rstrip(), f"line {y}"
+                assert [colour for c, colour in mine if c != " "] == [colour for c, colour in theirs if c != " "]
+
+    asyncio.run(scenario())
+
+
+class Blocks(App[None]):
+    CSS = "Block { width: 12; }"
+
+    def compose(self) -> ComposeResult:
+        yield Block(id="block")
+
+
+def test_a_block_is_as_high_as_its_lines_and_cuts_them_at_its_width():
+    async def scenario() -> None:
+        app = Blocks()
+        async with app.run_test(size=(40, 10)) as pilot:
+            block = app.query_one(Block)
+            block.show([Text("short"), Text("a line wider than the block"), Text("✗ 3 failed rooms here")])
+            await pilot.pause()
+            assert block.size.height == 3
+            assert [block.render_line(y).text for y in range(3)] == ["short       ", "a line wider", "✗ 3 failed r"]
+            block.show([Text("one")])
+            await pilot.pause()
+            assert block.size.height == 1
+            assert block.plain == "one"
+
+    asyncio.run(scenario())
