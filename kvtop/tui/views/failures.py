@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import itertools
+from bisect import bisect_right
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import msgspec
 from rich.text import Text
@@ -40,6 +43,46 @@ class TreeRow:
         return self.echo if self.echo is not None else self.group
 
 
+class TreeRows(Sequence[TreeRow]):
+    """The folded tree's rows, newest origin first, each expanded origin's echoes under it, made per index:
+    building the list of ~2000 rows on every frame cost more than painting the visible ones."""
+
+    def __init__(self, groups: list[FailureGroup], expanded: set[GroupKey]) -> None:
+        self._groups = groups  # oldest first
+        self._opened: list[tuple[int, int]] = []
+        """Each expanded origin with echoes, top down: its row and the echo rows above it."""
+        self._opened_rows: list[int] = []
+        echoes = 0
+        if expanded:
+            for position, group in enumerate(reversed(groups)):
+                if group.echoes and group_key(group) in expanded:
+                    self._opened.append((position + echoes, echoes))
+                    self._opened_rows.append(position + echoes)
+                    echoes += len(group.echoes)
+        self._count = len(groups) + echoes
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> TreeRow: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[TreeRow]: ...
+    def __getitem__(self, index: int | slice) -> TreeRow | list[TreeRow]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._count))]
+        if not 0 <= index < self._count:
+            raise IndexError(index)
+        above = bisect_right(self._opened_rows, index) - 1  # the last expanded origin at or above this row
+        if above < 0:
+            return TreeRow(self._groups[-1 - index])
+        row, echoes_above = self._opened[above]
+        group = self._groups[-1 - (row - echoes_above)]
+        if index - row <= len(group.echoes):
+            return TreeRow(group, group.echoes[index - row - 1]) if index > row else TreeRow(group)
+        return TreeRow(self._groups[-1 - (index - echoes_above - len(group.echoes))])
+
+
 class FailuresView(Vertical):
     """The folded tree on the line API: newest origin on top, each origin's echoes under it when expanded.
 
@@ -57,7 +100,7 @@ class FailuresView(Vertical):
 
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(name=name, id=id, classes=classes)
-        self.rows: list[TreeRow] = []
+        self.rows: Sequence[TreeRow] = []
         self.expanded: set[GroupKey] = set()
         self._groups: list[FailureGroup] = []
         self._palette: Palette | None = None
@@ -79,7 +122,7 @@ class FailuresView(Vertical):
         self._palette = palette
         self._groups = frame.groups
         self._dated = spans_days([frame.groups[0].first_ts, frame.groups[-1].first_ts] if frame.groups else [])
-        echoes = sum(group.echo_count for group in frame.groups)
+        echoes = sum(len(group.echoes) for group in frame.groups)
         where = f" matching '{frame.options.filter}'" if frame.options.filter else ""
         self.query_one("#failures-title", Line).show(
             f"{len(frame.groups):,} failure origins{where}, {echoes:,} echoes folded under them"
@@ -94,12 +137,7 @@ class FailuresView(Vertical):
         if palette is None:
             return
         current = keep or (self.rows[tree.cursor] if tree.cursor < len(self.rows) else None)
-        rows: list[TreeRow] = []
-        for group in reversed(self._groups):
-            rows.append(TreeRow(group))
-            if group_key(group) in self.expanded:
-                rows.extend(TreeRow(group, echo) for echo in group.echoes)
-        self.rows = rows
+        self.rows = rows = TreeRows(self._groups, self.expanded)
         expanded = self.expanded
 
         def line(index: int) -> Text:
@@ -112,7 +150,7 @@ class FailuresView(Vertical):
 
         tree.set_rows(len(rows), line, key)
         if current is not None:
-            tree.cursor = next((i for i, row in enumerate(rows) if _same_row(row, current)), tree.cursor)
+            tree.cursor = _find(rows, current, tree.cursor)
         self.show_detail()
 
     def action_expand(self) -> None:
@@ -148,6 +186,14 @@ class FailuresView(Vertical):
 
 def _same_row(row: TreeRow, other: TreeRow) -> bool:
     return group_key(row.group) == group_key(other.group) and row.echo == other.echo
+
+
+def _find(rows: TreeRows, row: TreeRow, near: int) -> int:
+    """Where `row` is now, looked for from `near` down first (new origins come in above it), then up; `near`
+    when it is gone."""
+    below = range(min(near, len(rows)), len(rows))
+    above = range(min(near, len(rows)) - 1, -1, -1)
+    return next((i for i in itertools.chain(below, above) if _same_row(rows[i], row)), near)
 
 
 def tree_line(row: TreeRow, expanded: bool, palette: Palette, dated: bool = False) -> Text:

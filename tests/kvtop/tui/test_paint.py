@@ -1,10 +1,13 @@
-"""The paint's own pieces: lines cut into strips, rows kept by key, the line-API sparkline and side blocks."""
+"""The paint's own pieces: lines cut into strips, rows kept by key, the line-API sparkline and side blocks,
+the failure tree's rows made per index."""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rich.console import Console
 from rich.style import Style
 from rich.text import Span, Text
@@ -12,8 +15,10 @@ from textual.app import App, ComposeResult
 from textual.strip import Strip
 from textual.widgets import Sparkline as TextualSparkline
 
+from kvtop.model.fold import FailureGroup, Observed
 from kvtop.tui.rows import Pieces
 from kvtop.tui.strips import line_strip
+from kvtop.tui.views.failures import TreeRow, TreeRows, group_key
 from kvtop.tui.widgets.block import Block
 from kvtop.tui.widgets.row_list import RowList, Same
 from kvtop.tui.widgets.sparkline import Sparkline
@@ -200,3 +205,29 @@ def test_a_block_is_as_high_as_its_lines_and_cuts_them_at_its_width():
             assert block.plain == "one"
 
     asyncio.run(scenario())
+
+
+def _group(room: int, echoes: int) -> FailureGroup:
+    origin = Observed(float(room), room, "decode-0/TP0", "decode", "boom", "checksum")
+    return FailureGroup(room, "decode-0/TP0", origin, [
+        Observed(room + 0.1 * (i + 1), room, f"prefill-0/TP{i}", "prefill", "echo", "propagated") for i in range(echoes)
+    ])  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.booleans()), max_size=12))
+def test_tree_rows_made_per_index_are_the_rows_a_list_would_hold(shape):
+    """Newest origin first, an expanded origin's echoes right under it, whatever is expanded."""
+    groups = [_group(room, echoes) for room, (echoes, _) in enumerate(shape)]
+    expanded = {group_key(group) for group, (_, opened) in zip(groups, shape, strict=True) if opened}
+    listed: list[TreeRow] = []
+    for group in reversed(groups):
+        listed.append(TreeRow(group))
+        if group_key(group) in expanded:
+            listed.extend(TreeRow(group, echo) for echo in group.echoes)
+    rows = TreeRows(groups, expanded)
+    assert len(rows) == len(listed)
+    assert list(rows) == listed
+    assert rows[1:4] == listed[1:4]
+    with pytest.raises(IndexError):
+        rows[len(listed)]
