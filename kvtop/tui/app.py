@@ -244,6 +244,8 @@ class KvtopApp(App[None]):
     # --- frames -------------------------------------------------------------------------------------
 
     def _tick(self) -> None:
+        if not self._painting:  # between frames (the next one is asked for now, and built elsewhere)
+            self._tuning.collect()
         self.request_frame()
         if self.frame is not None and self.frame.replay is not None and self.query("#banner"):
             self._draw_banner()  # "20m ago" moves on while a replay stands still

@@ -11,33 +11,55 @@ import threading
 import time
 
 GC_THRESHOLDS = (20_000, 20, 20)
-"""The dashboard's process keeps a big long-lived heap (the model, Textual's caches) and allocates fast while
+"""The model process keeps a big long-lived heap (the model) and allocates fast while applying events and
 building frames: at CPython's default (700, 10, 10) a full collection (~100 ms at 100k rooms) ran several times
-a minute and set the frame p99 (`kvtop bench ui`: 148 ms); with these, young objects die before promotion and
-full collections are rare (p99 ~40 ms)."""
+a minute; with these, young objects die before promotion and full collections are rare."""
 SWITCH_INTERVAL_S = 0.001
-"""The collector and the frame worker are threads of this process: hand the GIL over every 1 ms instead of
-5 so that keys and paints wait less behind them."""
+"""Threads of one process (a collector, the frame worker) hand the GIL over every 1 ms instead of 5, so that
+keys and paints wait less behind them."""
+FULL_COLLECTION_EVERY_S = 60.0
 
 
 class DashboardTuning:
-    """`apply()` sets the GC thresholds and the GIL switch interval; `restore()` puts back what was there
-    (both are the process's, and tests run many apps in one)."""
+    """The dashboard's interpreter settings while it is mounted: `apply()` sets them, `restore()` puts back what
+    was there (they are the process's, and tests run many apps in one).
+
+    The interpreter's own collections are off, and `collect()` runs them between frames instead (the app
+    calls it every refresh, before it asks for the next frame). A paint allocates tens of thousands of tracked
+    objects (strips, segments), so one or two young collections fell due inside every paint, and a middle
+    one (10-50 ms) every twentieth: those set the frame p99. Here the young generations are collected every
+    refresh and everything once a minute; what was alive when the dashboard mounted is frozen out of them.
+    """
 
     def __init__(self) -> None:
-        self._saved: tuple[tuple[int, ...], float] | None = None
+        self._saved: tuple[float, bool] | None = None
+        self._next_full = 0.0
 
     def apply(self) -> None:
         if self._saved is None:
-            self._saved = (gc.get_threshold(), sys.getswitchinterval())
-        gc.set_threshold(*GC_THRESHOLDS)
+            self._saved = (sys.getswitchinterval(), gc.isenabled())
         sys.setswitchinterval(SWITCH_INTERVAL_S)
+        gc.disable()
+        gc.freeze()
+        self._next_full = time.monotonic() + FULL_COLLECTION_EVERY_S
+
+    def collect(self) -> None:
+        """A collection of the young generations, or of everything when a minute has passed since the last."""
+        if self._saved is None:
+            return
+        if time.monotonic() < self._next_full:
+            gc.collect(1)
+            return
+        gc.collect()
+        self._next_full = time.monotonic() + FULL_COLLECTION_EVERY_S
 
     def restore(self) -> None:
         if self._saved is not None:
-            thresholds, interval = self._saved
-            gc.set_threshold(*thresholds)
+            interval, enabled = self._saved
             sys.setswitchinterval(interval)
+            gc.unfreeze()
+            if enabled:
+                gc.enable()
             self._saved = None
 
 

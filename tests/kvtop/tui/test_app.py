@@ -6,6 +6,7 @@ import gc
 import sys
 import threading
 import time
+import weakref
 from collections import Counter
 
 from tui_support import (
@@ -26,7 +27,7 @@ from tui_support import (
 from kvtop.model.cluster import ClusterModel
 from kvtop.tui.app import KvtopApp
 from kvtop.tui.frame import WINDOW_S
-from kvtop.tui.process import GC_THRESHOLDS, SWITCH_INTERVAL_S
+from kvtop.tui.process import SWITCH_INTERVAL_S
 from kvtop.tui.screens.detail import DetailScreen
 from kvtop.tui.screens.help import HelpScreen
 from kvtop.tui.views.failures import FailuresView
@@ -86,17 +87,32 @@ def test_the_dashboard_opens_on_the_overview_with_the_rank_list_focused(app: Kvt
 
 
 def test_the_dashboard_tunes_the_interpreter_while_it_runs_and_restores_it_on_exit(app: KvtopApp):
-    """GC thresholds and the GIL switch interval are the dashboard's while mounted, the process's again after."""
-    before = (gc.get_threshold(), sys.getswitchinterval())
+    """While mounted: the GIL switch interval is the dashboard's, the interpreter's own collections are off (the
+    dashboard collects between frames) and what was alive at mount is frozen; the process's settings after."""
+    before = (gc.isenabled(), sys.getswitchinterval(), gc.get_freeze_count())
     seen = {}
 
     async def scenario(pilot):
-        seen["running"] = (gc.get_threshold(), sys.getswitchinterval())
+        seen["running"] = (gc.isenabled(), sys.getswitchinterval(), gc.get_freeze_count() > 0)
+        garbage: list[object] = []
+        garbage.append(garbage)  # a cycle: only a collection frees it
+        probe = weakref.ref(_Probe(garbage))
+        del garbage
+        await wait_until(pilot, lambda: probe() is None, "a cycle collected by a refresh")
+        seen["collected"] = True
 
     drive(app, scenario)
 
-    assert seen["running"] == (GC_THRESHOLDS, SWITCH_INTERVAL_S)
-    assert (gc.get_threshold(), sys.getswitchinterval()) == before
+    assert seen["running"] == (False, SWITCH_INTERVAL_S, True)
+    assert seen["collected"]
+    assert (gc.isenabled(), sys.getswitchinterval(), gc.get_freeze_count()) == before
+
+
+class _Probe:
+    """An object in a reference cycle (through `ring`), watched by a weak reference."""
+
+    def __init__(self, ring: list[object]) -> None:
+        ring.append(self)
 
 
 def test_each_tab_names_its_key(app: KvtopApp):
