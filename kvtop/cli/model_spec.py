@@ -56,4 +56,9 @@ class LiveModel:
             recorder_error=lambda: recorder.error if recorder is not None else "",
             warnings=(recording.warning,) if recording.warning else (),
             record_folder=str(recording.folder) if recorder is not None else "",
+            heard=collector.heard,
+            synced=collector.synced,
+            source=" ".join([self.kind, *([self.bootstrap] if self.bootstrap else []), *self.connect]),
+            bootstrap=self.bootstrap,
+            connect=self.connect,
         )

@@ -156,3 +156,8 @@ def evaluate(model: ClusterModel, limits: Thresholds, now: float | None = None, 
 def unreachable(bootstrap: str, error: str) -> CheckResult:
     """The verdict when the cluster cannot be asked at all: CRITICAL."""
     return CheckResult(Verdict.CRITICAL, f"cluster unreachable at {bootstrap}: {error}", 0, 0, [], [], 0, 0.0, 0, 0)
+
+
+def model_unreachable(error: str) -> CheckResult:
+    """The verdict when no dashboard's model answers (`--model`): CRITICAL, as a cluster that does not answer."""
+    return CheckResult(Verdict.CRITICAL, error, 0, 0, [], [], 0, 0.0, 0, 0)
