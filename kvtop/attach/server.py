@@ -159,12 +159,14 @@ class ModelEndpoint:
         pipe = os.pipe() if self.fork else None  # made before the lock: nothing under it lets go of the GIL
         raw = b""
         with served.lock:
+            took = time.perf_counter()
             now = served.clock()
             child = fork_capture(model, now, pipe) if pipe is not None else None
             if child is None:
                 raw = capture(model)
             journal, total = _journal_after(model, query.journal_after)
             journaling = model.journaling
+            held = time.perf_counter() - took
         if child is not None:
             try:
                 captured = collect(child)
@@ -181,6 +183,7 @@ class ModelEndpoint:
         state = wire.State(
             os.getpid(), served.source, now, max(0.0, now - self._started), served.heard(), served.synced(),
             served.error()[:4096], raw_len, journaling, total, len(journal_raw), self.answered, dict(self.refused),
+            held,
         )  # fmt: skip
         packed = self._compressor.compress(journal_raw) if journal_raw else b""
         return [wire.VERSION, wire.ENCODER.encode(state), payload, packed]

@@ -70,6 +70,8 @@ class State(msgspec.Struct, tag="state"):
     """Asks answered so far, this one included."""
     refused: dict[Annotated[str, msgspec.Meta(max_length=64)], _Count] = {}
     """Asks refused so far, by reason."""
+    lock_held_s: _Seconds = 0.0
+    """How long this answer held the model's lock (the fork, the journal's copy): what it cost the dashboard."""
 
 
 class Journal(msgspec.Struct, array_like=True):
