@@ -8,7 +8,11 @@ import json
 import multiprocessing
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -205,3 +209,38 @@ def test_no_running_model_or_one_that_does_not_answer_is_a_finding(wait_for):
         assert "did not answer within 0.3s" in late.stdout
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_export_serves_the_dashboards_model_as_prometheus_metrics(dashboard: ModelProcess, wait_for):
+    """`kvtop export --model` counts the one origin and its echo apart, says its source is the model, asks
+    again meanwhile, and ends 0 on SIGTERM."""
+    command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
+    args = [command, "export", "--model", "--listen", "127.0.0.1:0", "--model-every", "0.5"]
+    exporter = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert exporter.stdout is not None
+        url = exporter.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), exporter.stderr.read() if exporter.stderr else ""
+        first = urllib.request.urlopen(url, timeout=10).read().decode()
+        answered = fetch_answered(dashboard)
+        wait_for(lambda: fetch_answered(dashboard) > answered + 1, 10.0, "the exporter asked the model again")
+        metrics = urllib.request.urlopen(url, timeout=10).read().decode()
+    finally:
+        exporter.send_signal(signal.SIGTERM)
+        code = exporter.wait(10)
+    assert code == 0
+    for text in (first, metrics):
+        assert (
+            'kvtop_failure_origins_total{engine_type="decode",pd_instance="decode-0",reason_class="checksum"} 1.0'
+            in text
+        )
+        assert (
+            'kvtop_failure_echoes_total{engine_type="prefill",pd_instance="prefill-0",reason_class="checksum"} 1.0'
+            in text
+        )
+        assert 'source="model"' in text
+
+
+def fetch_answered(dashboard: ModelProcess) -> int:
+    """How many asks the dashboard's model answered (this one included)."""
+    return fetch(f"ipc://{os.environ[RUNTIME_ENV]}/model-{dashboard._process.pid}.sock", 5.0).state.answered
