@@ -244,3 +244,21 @@ def test_export_serves_the_dashboards_model_as_prometheus_metrics(dashboard: Mod
 def fetch_answered(dashboard: ModelProcess) -> int:
     """How many asks the dashboard's model answered (this one included)."""
     return fetch(f"ipc://{os.environ[RUNTIME_ENV]}/model-{dashboard._process.pid}.sock", 5.0).state.answered
+
+
+def test_a_following_view_asks_the_dashboards_model_again_each_interval(dashboard: ModelProcess):
+    """`kvtop status --model --follow` prints a JSON line per ask (the model process answers each), and
+    Ctrl-C ends it 0."""
+    command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
+    args = [command, "status", "--model", "--follow", "--interval", "0.2", "--json"]
+    before = fetch_answered(dashboard)
+    view = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert view.stdout is not None
+        frames = [json.loads(view.stdout.readline()) for _ in range(3)]
+    finally:
+        view.send_signal(signal.SIGINT)
+        code = view.wait(10)
+    assert code == 0
+    assert [frame["ranks"]["alive"] for frame in frames] == [2, 2, 2]
+    assert fetch_answered(dashboard) >= before + 1 + 3
