@@ -34,6 +34,7 @@ from kvtop.cli.source import ModelChoice, Opened, journaled, model_choice, nobod
 from kvtop.cli.when import Past, past_of
 
 if TYPE_CHECKING:
+    from kvtop.attach.wire import State
     from kvtop.model.cluster import ClusterModel
     from kvtop.sources.sglang import SGLangLogs
     from kvtop.views.check import Thresholds
@@ -93,11 +94,22 @@ def _say_what_was_heard(source: Opened, bootstrap: str, connect: list[str], wait
         typer.echo(source.logs.stats().summary(), err=True)
     if source.damage:
         typer.echo(f"kvtop: {source.damage}", err=True)
+    if source.attached is not None:
+        _say_what_the_model_said(source.attached.state)
     if not source.heard():
         if source.attached is not None:
             raise fail(f"no agent answered the dashboard's model ({source.attached.state.source}) "
                        f"in its {source.attached.state.listening_s:.0f}s")  # fmt: skip
         raise fail(nobody_answered(bootstrap, connect, wait))
+
+
+def _say_what_the_model_said(state: State) -> None:
+    """On stderr: the dashboard's source's error, and the asks its model process refused (counted)."""
+    if state.error:
+        typer.echo(f"kvtop: the dashboard's source: {state.error}", err=True)
+    if state.refused:
+        counts = ", ".join(f"{reason} {count}" for reason, count in sorted(state.refused.items()))
+        typer.echo(f"kvtop: the dashboard's model refused {sum(state.refused.values())} asks ({counts})", err=True)
 
 
 def _past(replay: str, at: str, since: str, until: str, sglang_log: list[str], follow: bool = False) -> Past:
@@ -210,7 +222,7 @@ def run_check(
 ) -> int:
     """Judge the source against `limits`, print the verdict; returns its Nagios exit code."""
     from kvtop.attach.client import ModelAmbiguous, ModelUnavailable
-    from kvtop.views.check import Verdict, evaluate, model_unreachable, unreachable
+    from kvtop.views.check import Verdict, evaluate, model_unreachable, source_failing, unreachable
     from transport.errors import BootstrapError
 
     try:
@@ -222,6 +234,8 @@ def run_check(
                 typer.echo(f"kvtop: {source.damage}", err=True)
             limits = dataclasses.replace(limits, window_s=source.window(limits.window_s))
             result = evaluate(source.model, limits, source.now(), waited_s=source.waited(wait))
+            if source.attached is not None and source.attached.state.error:
+                result = source_failing(result, f"the dashboard's source: {source.attached.state.error}")
     except BootstrapError as error:
         result = unreachable(bootstrap, str(error))
     except ModelUnavailable as error:

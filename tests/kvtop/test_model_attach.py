@@ -4,6 +4,7 @@ model, a stale advert, a model that does not answer and a malformed ask each get
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -12,8 +13,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,7 +28,9 @@ from kvtop.attach.client import fetch
 from kvtop.attach.runtime import RUNTIME_ENV, Advert, publish
 from kvtop.cli.dashboard_record import RecordChoice
 from kvtop.cli.model_spec import LiveModel
+from kvtop.model.cluster import ClusterModel
 from kvtop.tui.model_client import ModelProcess
+from kvtop.tui.model_server import ServedModel
 from transport import FaultSpec, Timeouts, TransferConfig
 from transport.cluster import ClusterSpec, LocalCluster
 from transport.control import ControlClient
@@ -36,6 +41,16 @@ SPEC = ClusterSpec(
     transfer=TransferConfig(chunk_bytes=16384, timeouts=Timeouts(3, 3, 2), peer_timeout_s=2),
     faults={"prefill-0/TP0": (FaultSpec.parse("corrupt:1@decode-0"),)},
 )
+
+
+@dataclass(frozen=True)
+class FailingSource:
+    """A model process whose source says it cannot reach its cluster now (a bootstrap gone after the start)."""
+
+    def open(self, stack: contextlib.ExitStack) -> ServedModel:
+        model = ClusterModel()
+        model.expect("tcp://127.0.0.1:9")
+        return ServedModel(model, threading.Lock(), error=lambda: "the bootstrap service did not answer")
 
 
 @pytest.fixture(scope="module")
@@ -149,6 +164,7 @@ def test_a_malformed_ask_is_refused_and_counted_and_the_endpoint_keeps_answering
     attached = fetch(endpoint, 5.0)
     assert {"frames", "malformed", "version", "oversize"} <= set(attached.state.refused)
     assert attached.state.pid == pid and "decode-0/TP0" in attached.model.ranks
+    assert "the dashboard's model refused" in kvtop("ranks", "--model").stderr  # visible to every view
 
 
 def test_a_stale_advert_is_ignored_and_removed(dashboard: ModelProcess, runtime: Path):
@@ -262,3 +278,15 @@ def test_a_following_view_asks_the_dashboards_model_again_each_interval(dashboar
     assert code == 0
     assert [frame["ranks"]["alive"] for frame in frames] == [2, 2, 2]
     assert fetch_answered(dashboard) >= before + 1 + 3
+
+
+def test_a_dashboard_whose_source_fails_now_is_critical_as_the_cluster_would_be(runtime: Path):
+    """The error the dashboard's collector holds now (its bootstrap stopped answering) is the check's first
+    problem, CRITICAL, and every view says it on stderr."""
+    with ModelProcess(FailingSource()) as failing:
+        pid = str(failing._process.pid)
+        check = kvtop("check", "--model-at", pid)
+        ranks = kvtop("ranks", "--model-at", pid)
+    assert check.returncode == 2
+    assert check.stdout.startswith("KVTOP CRITICAL - the dashboard's source: the bootstrap service did not answer;")
+    assert "kvtop: the dashboard's source: the bootstrap service did not answer" in ranks.stderr
