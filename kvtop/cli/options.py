@@ -100,7 +100,8 @@ Model = Annotated[
         help="Read the model of the dashboard running on this machine (`kvtop top` or bare `kvtop`, as this "
         "user) instead of opening a source of its own: the one that runs, or the one of --bootstrap/--connect "
         "when given. --wait bounds its answer (its agents' snapshots awaited, as a source's); with --follow it "
-        "is asked again every --interval. Exit 1 (check: CRITICAL) when none answers.",
+        "is asked again every --interval (events: every second). Exit 1 (check: CRITICAL) when none answers; 2 "
+        "(check: UNKNOWN) when several run and none is named.",
     ),
 ]
 ModelAt = Annotated[
@@ -109,8 +110,8 @@ ModelAt = Annotated[
         "--model-at",
         metavar="PID|ENDPOINT",
         callback=_model_at,
-        help="As --model, naming the dashboard's model when several run: its model process's pid, or its "
-        "endpoint (ipc://...; the error that lists them says both).",
+        help="As --model, naming the dashboard's model when several run: its model process's pid (the error "
+        "that lists them names each pid and source), or its endpoint (ipc://...).",
     ),
 ]
 SGLangLog = Annotated[
