@@ -25,7 +25,7 @@ from kvtop_cli import kvtop
 
 from kvtop.attach import wire
 from kvtop.attach.client import fetch
-from kvtop.attach.runtime import RUNTIME_ENV, Advert, publish
+from kvtop.attach.runtime import RUNTIME_ENV, Advert, RuntimeDirError, publish, runtime_dir
 from kvtop.cli.dashboard_record import RecordChoice
 from kvtop.cli.model_spec import LiveModel
 from kvtop.model.cluster import ClusterModel
@@ -290,3 +290,22 @@ def test_a_dashboard_whose_source_fails_now_is_critical_as_the_cluster_would_be(
     assert check.returncode == 2
     assert check.stdout.startswith("KVTOP CRITICAL - the dashboard's source: the bootstrap service did not answer;")
     assert "kvtop: the dashboard's source: the bootstrap service did not answer" in ranks.stderr
+
+
+def test_a_runtime_folder_others_may_enter_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Anyone who can write in the runtime folder could pose as a dashboard: one open to others is refused
+    (the dashboard runs on without its endpoint, saying why), and one made by kvtop is 0700."""
+    open_folder = tmp_path / "open"
+    open_folder.mkdir(mode=0o755)
+    open_folder.chmod(0o755)
+    monkeypatch.setenv(RUNTIME_ENV, str(open_folder))
+    with pytest.raises(RuntimeDirError, match="not this user's own with mode 0700"):
+        runtime_dir()
+    with ModelProcess(FailingSource()) as refused:
+        warnings = refused.warnings
+    assert [w for w in warnings if w.startswith("other commands cannot read this dashboard's model (--model):")]
+    assert list(open_folder.iterdir()) == []
+    made = tmp_path / "made"
+    monkeypatch.setenv(RUNTIME_ENV, str(made))
+    assert runtime_dir() == made
+    assert made.stat().st_mode & 0o777 == 0o700
