@@ -490,7 +490,39 @@ def bench_keyframe(
     )
 
 
+def bench_attach(
+    rooms: Annotated[int, typer.Option(min=1000, help="Rooms in the synthetic model.")] = 100_000,
+    instances: Annotated[int, typer.Option(min=1, help="Prefill instances, and as many decode instances.")] = 8,
+    tp: Annotated[int, typer.Option(min=1, help="Ranks per instance (8+8 instances of TP 4: 64 ranks).")] = 4,
+    events_per_s: Annotated[float, typer.Option(min=1000, help="Events/s applied while the checks run.")] = 50_000,
+    runs: Annotated[int, typer.Option(min=1, help="Checks (and baselines) started.")] = 5,
+    as_json: JsonObject = False,
+) -> None:
+    """`kvtop check --model` on a dashboard's model process (`bench ui`'s load), against Python's start.
+
+    Each run starts, as a probe would, the baseline (the same check on an endpoint where nothing answers,
+    less its 0.1 s wait: Python's start and the check's imports) and `kvtop check --model-at PID`
+    (target: <= 1 s wall, Python's start included); reports their medians and ratio, how long an answer
+    takes and holds the model's lock (what the dashboard's frames wait for), and the keyframe's size.
+    Exits 1 when a check gave no verdict or the load did not run. Progress on stderr.
+    """
+    from kvtop.bench.attach import measure_attach
+
+    with _loud("attach"):
+        r = measure_attach(rooms, instances, tp, events_per_s, runs, _progress)
+    _report(
+        r.as_dict(),
+        as_json,
+        f"{r.rooms:,} rooms, {r.ranks} ranks, {r.events_per_s:,.0f} events/s: kvtop check --model {r.check_s:.2f} s "
+        f"median (worst {r.check_max_s:.2f}) vs {r.start_s:.2f} s for the same check unanswered (x{r.ratio:g}); "
+        f"an answer {r.answer_s:.2f} s, the model's lock held {r.lock_held_ms:.1f} ms "
+        f"(worst {r.lock_held_max_ms:.1f}); "
+        f"keyframe {r.keyframe_mib:.0f} MiB; {r.verdict}",
+    )
+
+
 def register(bench_app: typer.Typer) -> None:
+    bench_app.command("attach")(bench_attach)
     bench_app.command("keyframe")(bench_keyframe)
     bench_app.command("sidecar")(bench_sidecar)
     bench_app.command("transfer")(bench_transfer)

@@ -16,6 +16,8 @@ from kvtop.cli.options import (
     Bootstrap,
     Connect,
     CurveKeysDir,
+    Model,
+    ModelAt,
     ReplayPath,
     SGLangLog,
     Wait,
@@ -24,6 +26,7 @@ from kvtop.cli.options import (
 )
 
 if TYPE_CHECKING:
+    from kvtop.cli.source import Opened
     from kvtop.export.server import MetricsServer
     from kvtop.model.cluster import ClusterModel
 
@@ -31,10 +34,11 @@ _POLL_S = 0.25
 
 
 def _listen(value: str) -> str:
-    """HOST:PORT, checked before anything binds ("" passes: the option was not given)."""
-    from kvtop.export.server import parse_listen
-
+    """HOST:PORT, checked before anything binds ("" passes: the option was not given, and bare `kvtop`'s own
+    `--export` is checked before every subcommand: no import for it, or every command starts ~0.1 s later)."""
     if value:
+        from kvtop.export.server import parse_listen
+
         try:
             parse_listen(value)
         except ValueError as error:
@@ -99,9 +103,19 @@ def export(
     curve_keys: CurveKeysDir = "",
     replay: ReplayPath = "",
     at: At = "",
+    model: Model = False,
+    model_at: ModelAt = "",
+    model_every: Annotated[
+        float,
+        typer.Option(
+            min=0.5,
+            help="With --model: seconds between asks for the dashboard's model (the metrics are at most this old; "
+            "each ask costs its model process a keyframe, ~0.3 s of a core at 100k rooms).",
+        ),
+    ] = 5.0,
 ) -> None:
-    """Serve Prometheus metrics of a live cluster, of SGLang logs or of a recording on /metrics until Ctrl-C or
-    SIGTERM.
+    """Serve Prometheus metrics of a live cluster, of SGLang logs, of a recording or of a running dashboard's
+    model on /metrics until Ctrl-C or SIGTERM.
 
     Read from the model at each scrape: failure origins and echoes as separate counters (one alert per
     cause, not one per rank that saw it), client aborts apart, rooms finished by outcome, stuck rooms,
@@ -109,37 +123,60 @@ def export(
     and the scrape's own cost. Counters never go down while kvtop runs, although the model keeps bounded
     windows. The README lists every metric; kvtop/export/grafana/kvtop.json is a dashboard on them.
     With --sglang-log the files are followed as they grow; with --replay the model is the recording's at --at
-    (default: its end), judged at that instant. The first stdout line is the /metrics URL.
-    Exit 0 on Ctrl-C or SIGTERM; 1 when the bootstrap address does not answer at start, the address cannot
-    be bound, or the collector stops (its error on stderr).
+    (default: its end), judged at that instant; with --model, the dashboard's model as it was at the last
+    ask (every --model-every). The first stdout line is the /metrics URL.
+    Exit 0 on Ctrl-C or SIGTERM; 1 when the bootstrap address (or the dashboard's model) does not answer,
+    the address cannot be bound, or the collector stops (its error on stderr).
     """
-    from kvtop.cli.source import opened
+    from kvtop.attach.client import ModelAmbiguous, ModelUnavailable
+    from kvtop.cli.source import model_choice, opened
     from kvtop.cli.when import past_of
     from transport.errors import BootstrapError
 
-    require_source(bootstrap, connect, sglang_log, replay)
     try:
         past = past_of(replay, at, "", "", sglang_log)
     except ValueError as error:
         raise typer.BadParameter(str(error)) from None
+    dashboard = model_choice(model, model_at, past, sglang_log)
+    require_source(bootstrap, connect, sglang_log, replay, dashboard is not None)
     kind = "replay" if replay else "sglang-log" if sglang_log else "bootstrap" if bootstrap else "connect"
+    kind = "model" if dashboard is not None else kind
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        with opened(bootstrap, connect, wait, sglang_log, past=past, curve_keys=curve_keys) as source:
+        with opened(bootstrap, connect, wait, sglang_log, past=past, curve_keys=curve_keys,
+                    dashboard=dashboard) as source:  # fmt: skip
             if source.damage:
                 typer.echo(f"kvtop: {source.damage}", err=True)
             collector = source.collector
             with exporting(listen, source.model, source.lock, kind, source.now) as server:
                 assert server is not None
                 typer.echo(server.url)
+                if source.attached is not None:
+                    _follow_model(source, server, wait, model_every)
                 while collector is None or not collector.died:
                     time.sleep(_POLL_S)
                     source.refresh()
                 raise fail(collector.error)
-    except BootstrapError as error:
+    except (BootstrapError, ModelUnavailable) as error:
         raise fail(str(error)) from None
+    except ModelAmbiguous as error:
+        raise fail(str(error), 2) from None
     except KeyboardInterrupt:
         return
+
+
+def _follow_model(source: Opened, server: MetricsServer, wait: float, every: float) -> None:
+    """Ask the dashboard's model again every `every` seconds and serve the answer from then on (swapped
+    under the lock a scrape reads under); raises `ModelUnavailable` once it does not answer."""
+    from kvtop.attach.client import fetch
+
+    while True:
+        time.sleep(every)
+        assert source.attached is not None
+        attached = fetch(source.attached.endpoint, wait)
+        with source.lock:
+            source.attached, source.model = attached, attached.model
+            server.metrics.model = attached.model
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:

@@ -30,6 +30,11 @@ class LiveModel:
     export: str = ""
     kind: str = "bootstrap"
 
+    def _named(self) -> str:
+        """The source in a few words, for the advert other commands find the model by (`bootstrap tcp://...`)."""
+        more = f" (+{len(self.connect) - 1} more)" if len(self.connect) > 1 else ""
+        return " ".join([self.kind, self.bootstrap or (self.connect[0] + more if self.connect else "")])
+
     def open(self, stack: contextlib.ExitStack) -> ServedModel:
         from kvtop.cli.source import opened
         from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
@@ -56,4 +61,9 @@ class LiveModel:
             recorder_error=lambda: recorder.error if recorder is not None else "",
             warnings=(recording.warning,) if recording.warning else (),
             record_folder=str(recording.folder) if recorder is not None else "",
+            heard=collector.heard,
+            synced=collector.synced,
+            source=self._named(),
+            bootstrap=self.bootstrap,
+            connect=self.connect,
         )

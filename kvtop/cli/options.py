@@ -84,6 +84,36 @@ def _log_specs(values: list[str]) -> list[str]:
     return values
 
 
+def _model_at(value: str) -> str:
+    """A model process's pid or an endpoint ("" passes: the option was not given)."""
+    if value and not (value.isdigit() or re.fullmatch(r"(tcp|ipc)://\S+", value)):
+        raise typer.BadParameter(
+            f"{value!r} is neither a pid nor an endpoint like ipc:///run/user/1000/kvtop/model-1.sock"
+        )
+    return value
+
+
+Model = Annotated[
+    bool,
+    typer.Option(
+        "--model",
+        help="Read the model of the dashboard running on this machine (`kvtop top` or bare `kvtop`, as this "
+        "user) instead of opening a source of its own: the one that runs, or the one of --bootstrap/--connect "
+        "when given. --wait bounds its answer (its agents' snapshots awaited, as a source's); with --follow it "
+        "is asked again every --interval (events: every second). Exit 1 (check: CRITICAL) when none answers; 2 "
+        "(check: UNKNOWN) when several run and none is named.",
+    ),
+]
+ModelAt = Annotated[
+    str,
+    typer.Option(
+        "--model-at",
+        metavar="PID|ENDPOINT",
+        callback=_model_at,
+        help="As --model, naming the dashboard's model when several run: its model process's pid (the error "
+        "that lists them names each pid and source), or its endpoint (ipc://...).",
+    ),
+]
 SGLangLog = Annotated[
     list[str],
     typer.Option(
@@ -182,10 +212,13 @@ def open_sglang_logs(sglang_log: list[str]) -> SGLangLogs:
         raise fail(f"cannot read an SGLang log: {error}", 2) from None
 
 
-def require_source(bootstrap: str, connect: list[str], sglang_log: list[str] | None = None, replay: str = "") -> None:
-    """A source: a live cluster (--bootstrap, --connect), SGLang logs (--sglang-log) or a recording (--replay);
-    a recording wins over logs, logs over a live cluster."""
-    if not bootstrap and not connect and not sglang_log and not replay:
+def require_source(
+    bootstrap: str, connect: list[str], sglang_log: list[str] | None = None, replay: str = "", model: bool = False
+) -> None:
+    """A source: a live cluster (--bootstrap, --connect), SGLang logs (--sglang-log), a recording (--replay) or
+    a running dashboard's model (--model); a recording wins over logs, logs over a live cluster."""
+    if not bootstrap and not connect and not sglang_log and not replay and not model:
         raise typer.BadParameter(
-            "give --bootstrap ADDR (or KVTOP_BOOTSTRAP), at least one --connect EP, --sglang-log FILE or --replay DIR"
+            "give --bootstrap ADDR (or KVTOP_BOOTSTRAP), at least one --connect EP, --sglang-log FILE, --replay DIR "
+            "or --model"
         )

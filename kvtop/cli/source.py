@@ -10,10 +10,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import typer
+
 from kvtop.cli.options import fail, load_curve, open_sglang_logs, require_source
 from kvtop.cli.when import Past, When
 
 if TYPE_CHECKING:
+    from kvtop.attach.client import Attached
     from kvtop.model.cluster import ClusterModel
     from kvtop.record.records import Gapped
     from kvtop.record.replay import Applied, Cursor
@@ -21,6 +24,28 @@ if TYPE_CHECKING:
     from kvtop.sources.live import Collector, News
     from kvtop.sources.sglang import SGLangLogs
     from transport.events import Event
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """`--model`/`--model-at`: read a running dashboard's model instead of opening a source of one's own."""
+
+    which: str = ""
+    """A model process's pid or endpoint; "" for the one that runs (of --bootstrap/--connect, when given)."""
+    journal: bool = False
+    """Also bring its event journal (`kvtop events`)."""
+
+
+def model_choice(
+    model: bool, model_at: str, past: Past, sglang_log: list[str], journal: bool = False
+) -> ModelChoice | None:
+    """What `--model`/`--model-at` ask for (None: neither); a usage error beside another source's options."""
+    if not model and not model_at:
+        return None
+    if sglang_log or past.replay or past.given:
+        raise typer.BadParameter("--model reads a running dashboard's model as it is now: not with --sglang-log, "
+                                 "--replay, --at, --since or --until")  # fmt: skip
+    return ModelChoice(model_at, journal)
 
 
 @dataclass
@@ -40,12 +65,17 @@ class Opened:
     when: When = field(default_factory=When)
     damage: str = ""
     """What of the recording could not be read, one line ("" when nothing)."""
+    attached: Attached | None = None
+    """A dashboard's model, as its model process last answered (`--model`); `refresh` asks again."""
+    attach_wait: float = 0.0
 
     def now(self) -> float:
         """The time the views judge at: the wall clock, the latest time the logs mention (or `--at`), or the
         replayed instant."""
         if self.cursor is not None:
             return self.cursor.time
+        if self.attached is not None:
+            return self.attached.state.captured_at
         if self.logs is not None:
             return self.logs.now
         return time.time()
@@ -56,14 +86,37 @@ class Opened:
 
     def heard(self) -> bool:
         """Whether the source said anything: some agent answered (logs and recordings always count as heard)."""
+        if self.attached is not None:
+            return self.attached.state.heard
         return self.collector is None or self.collector.heard()
 
+    def waited(self, wait: float) -> float:
+        """How long the source listened before the views read it (a dashboard's model: since it started)."""
+        return self.attached.state.listening_s if self.attached is not None else wait
+
     def refresh(self) -> list[tuple[str, Event]]:
-        """Read what the logs gained, returned in time order (a live collector keeps the model current itself)."""
+        """Read what the logs gained, returned in time order (a live collector keeps the model current itself);
+        a dashboard's model is asked again (what its journal gained, when asked for, is returned)."""
+        if self.attached is not None:
+            return self._reattach()
         if self.logs is None:
             return []
         with self.lock:
             return self.logs.poll(self.model)
+
+    def _reattach(self) -> list[tuple[str, Event]]:
+        from kvtop.attach.client import fetch
+
+        assert self.attached is not None
+        journal = self.attached.state.journal_total if self.attached.with_journal else -1
+        self.attached = fetch(self.attached.endpoint, self.attach_wait, journal)
+        self.model = self.attached.model
+        return journaled(self.attached)
+
+
+def journaled(attached: Attached) -> list[tuple[str, Event]]:
+    """The journal's events a dashboard's model sent, oldest first, by agent label."""
+    return [(label, event) for label, batch in attached.journal for event in batch]
 
 
 @contextlib.contextmanager
@@ -79,6 +132,7 @@ def opened(
     past: Past | None = None,
     news_since: bool = False,
     recorder: Recorder | None = None,
+    dashboard: ModelChoice | None = None,
 ) -> Iterator[Opened]:
     """The source, once every agent's snapshot is in (or `wait` passed), the logs were read to their end
     (or to `--at`), or the recording was positioned at `--at` (its end by default).
@@ -88,15 +142,20 @@ def opened(
     `past`: a recording to replay, and the instant and window to read (`--replay`, `--at`, `--since`);
     `news_since`: also collect what the recording's collector heard from `--since` to `--at`
     (`Opened.replayed`, for an event tail); `recorder`: told everything a live collector applies (the
-    dashboard's ring).
+    dashboard's ring); `dashboard`: read a running dashboard's model instead (`--model`), the one of
+    `bootstrap`/`connect` when given, within `wait`.
 
-    Raises `BootstrapError` when the bootstrap address does not answer; exit 2 (`typer.Exit`) when a log
-    or a recording cannot be read, `--at` lies outside the recording, or the key folder cannot be used.
-    Closed on the way out.
+    Raises `BootstrapError` when the bootstrap address does not answer; `ModelUnavailable` or
+    `ModelAmbiguous` (kvtop.attach.client) when no dashboard's model can be read or several could; exit 2
+    (`typer.Exit`) when a log or a recording cannot be read, `--at` lies outside the recording, or the key
+    folder cannot be used. Closed on the way out.
     """
     from kvtop.model.cluster import ClusterModel
     from kvtop.sources.live import Collector
 
+    if dashboard is not None:
+        yield _attached(dashboard, bootstrap, connect, wait)
+        return
     past = past or Past()
     require_source(bootstrap, connect, sglang_log, past.replay)
     if past.replay:
@@ -121,6 +180,14 @@ def opened(
         yield Opened(collector.model, collector=collector, lock=collector.lock)
     finally:
         collector.close()
+
+
+def _attached(choice: ModelChoice, bootstrap: str, connect: list[str], wait: float) -> Opened:
+    """A running dashboard's model, as its model process answers within `wait`."""
+    from kvtop.attach.client import choose, fetch
+
+    attached = fetch(choose(choice.which, bootstrap, tuple(connect)), wait, 0 if choice.journal else -1)
+    return Opened(attached.model, attached=attached, attach_wait=wait)
 
 
 def _replayed(past: Past, journal: bool, news_since: bool) -> Opened:

@@ -20,6 +20,8 @@ from kvtop.cli.options import (
     Follow,
     Interval,
     Json,
+    Model,
+    ModelAt,
     ReplayPath,
     SGLangLog,
     Since,
@@ -28,16 +30,19 @@ from kvtop.cli.options import (
     fail,
     require_source,
 )
-from kvtop.cli.source import Opened, nobody_answered, opened
+from kvtop.cli.source import ModelChoice, Opened, journaled, model_choice, nobody_answered, opened
 from kvtop.cli.when import Past, past_of
 
 if TYPE_CHECKING:
+    from kvtop.attach.wire import State
     from kvtop.model.cluster import ClusterModel
     from kvtop.sources.sglang import SGLangLogs
     from kvtop.views.check import Thresholds
     from transport.events import Event
 
 _LOG_POLL_S = 0.25
+_MODEL_POLL_S = 1.0
+"""`kvtop events --follow --model` asks again this often (each ask costs the model process a keyframe)."""
 
 
 def _frames(
@@ -49,18 +54,22 @@ def _frames(
     sglang_log: list[str] | None = None,
     past: Past | None = None,
     curve_keys: str = "",
+    dashboard: ModelChoice | None = None,
 ) -> Iterator[tuple[ClusterModel, float, SGLangLogs | None, Opened]]:
     """The model once every agent's snapshot is in; with `follow`, again every `interval` until Ctrl-C.
 
     Yields (model, now, the log source or None, the source) under the source's lock, so a view reads a
     consistent model. Exit 1 when the bootstrap address or every agent stays silent, or when the collector
     stops while following (its error on stderr). With SGLang logs, "now" is the latest time they mention
-    (or --at); with a recording (`past`), the replayed instant.
+    (or --at); with a recording (`past`), the replayed instant; with a dashboard's model, the instant it was
+    read at (asked again each frame). Exit 1 when it does not answer, 2 when several run and none was named.
     """
+    from kvtop.attach.client import ModelAmbiguous, ModelUnavailable
     from transport.errors import BootstrapError
 
     try:
-        with opened(bootstrap, connect, wait, sglang_log, past=past, curve_keys=curve_keys) as source:
+        with opened(bootstrap, connect, wait, sglang_log, past=past, curve_keys=curve_keys,
+                    dashboard=dashboard) as source:  # fmt: skip
             _say_what_was_heard(source, bootstrap, connect, wait)
             while True:
                 if source.collector is not None and source.collector.died:
@@ -71,8 +80,10 @@ def _frames(
                     return
                 time.sleep(interval)
                 source.refresh()
-    except BootstrapError as error:
+    except (BootstrapError, ModelUnavailable) as error:
         raise fail(str(error)) from None
+    except ModelAmbiguous as error:
+        raise fail(str(error), 2) from None
     except KeyboardInterrupt:
         return
 
@@ -83,8 +94,22 @@ def _say_what_was_heard(source: Opened, bootstrap: str, connect: list[str], wait
         typer.echo(source.logs.stats().summary(), err=True)
     if source.damage:
         typer.echo(f"kvtop: {source.damage}", err=True)
+    if source.attached is not None:
+        _say_what_the_model_said(source.attached.state)
     if not source.heard():
+        if source.attached is not None:
+            raise fail(f"no agent answered the dashboard's model ({source.attached.state.source}) "
+                       f"in its {source.attached.state.listening_s:.0f}s")  # fmt: skip
         raise fail(nobody_answered(bootstrap, connect, wait))
+
+
+def _say_what_the_model_said(state: State) -> None:
+    """On stderr: the dashboard's source's error, and the asks its model process refused (counted)."""
+    if state.error:
+        typer.echo(f"kvtop: the dashboard's source: {state.error}", err=True)
+    if state.refused:
+        counts = ", ".join(f"{reason} {count}" for reason, count in sorted(state.refused.items()))
+        typer.echo(f"kvtop: the dashboard's model refused {sum(state.refused.values())} asks ({counts})", err=True)
 
 
 def _past(replay: str, at: str, since: str, until: str, sglang_log: list[str], follow: bool = False) -> Past:
@@ -161,6 +186,8 @@ def check(
     at: At = "",
     since: Since = "",
     until: Until = "",
+    model: Model = False,
+    model_at: ModelAt = "",
 ) -> None:
     """Health check for cron, Nagios/Icinga, Kubernetes exec probes and CI gates.
 
@@ -169,14 +196,17 @@ def check(
     rooms over the limit), 3 UNKNOWN (bad arguments, internal error). A rank listed (--connect, or by the
     bootstrap service) that does not answer within --wait is gone; one that answered is stale after 3 s
     of silence and gone after 10 s. With --sglang-log, ranks from logs have no liveness and the window
-    ends at the last time the logs mention.
+    ends at the last time the logs mention. With --model, the running dashboard's model is judged as it is
+    (a rank that never answered it since it started is gone); a model that does not answer within --wait is
+    CRITICAL, as a cluster that does not answer.
     """
     from kvtop.views.check import Thresholds
 
     past = _past(replay, at, since, until, sglang_log)
-    require_source(bootstrap, connect, sglang_log, replay)
+    dashboard = model_choice(model, model_at, past, sglang_log)
+    require_source(bootstrap, connect, sglang_log, replay, dashboard is not None)
     limits = Thresholds(max_failure_rate, max_stuck, stuck_after, min_ranks, max_gaps, window, max_abort_rate)
-    raise typer.Exit(run_check(bootstrap, connect, limits, wait, as_json, sglang_log, past, curve_keys))
+    raise typer.Exit(run_check(bootstrap, connect, limits, wait, as_json, sglang_log, past, curve_keys, dashboard))
 
 
 def run_check(
@@ -188,19 +218,31 @@ def run_check(
     sglang_log: list[str],
     past: Past | None = None,
     curve_keys: str = "",
+    dashboard: ModelChoice | None = None,
 ) -> int:
     """Judge the source against `limits`, print the verdict; returns its Nagios exit code."""
-    from kvtop.views.check import Verdict, evaluate, unreachable
+    from kvtop.attach.client import ModelAmbiguous, ModelUnavailable
+    from kvtop.views.check import Verdict, evaluate, model_unreachable, source_failing, unreachable
     from transport.errors import BootstrapError
 
     try:
-        with opened(bootstrap, connect, wait, sglang_log, past=past, curve_keys=curve_keys) as source, source.lock:
+        source_opened = opened(
+            bootstrap, connect, wait, sglang_log, past=past, curve_keys=curve_keys, dashboard=dashboard
+        )
+        with source_opened as source, source.lock:
             if source.damage:
                 typer.echo(f"kvtop: {source.damage}", err=True)
             limits = dataclasses.replace(limits, window_s=source.window(limits.window_s))
-            result = evaluate(source.model, limits, source.now(), waited_s=wait)
+            result = evaluate(source.model, limits, source.now(), waited_s=source.waited(wait))
+            if source.attached is not None and source.attached.state.error:
+                result = source_failing(result, f"the dashboard's source: {source.attached.state.error}")
     except BootstrapError as error:
         result = unreachable(bootstrap, str(error))
+    except ModelUnavailable as error:
+        result = model_unreachable(str(error))
+    except ModelAmbiguous as error:
+        typer.echo(f"KVTOP UNKNOWN - {error}")
+        return int(Verdict.UNKNOWN)
     except typer.Exit:  # a log that cannot be read (said on stderr)
         return int(Verdict.UNKNOWN)
     except Exception as error:  # a check must answer UNKNOWN, never a traceback
@@ -236,6 +278,8 @@ def status(
     at: At = "",
     since: Since = "",
     until: Until = "",
+    model: Model = False,
+    model_at: ModelAt = "",
 ) -> None:
     """One screen of cluster health: ranks, rooms, throughput, latency, failures, stuck rooms, links.
 
@@ -252,11 +296,12 @@ def status(
     from kvtop.views.tables import status_json, status_text
 
     past = _past(replay, at, since, until, sglang_log, follow)
+    dashboard = model_choice(model, model_at, past, sglang_log)
     with _until_ctrl_c():
-        frames = _frames(bootstrap, connect, wait, follow, interval, sglang_log, past, curve_keys)
-        for model, now, logs, source in frames:
+        frames = _frames(bootstrap, connect, wait, follow, interval, sglang_log, past, curve_keys, dashboard)
+        for read, now, logs, source in frames:
             span = source.window(window)
-            text, data = status_text(model, now, span), status_json(model, now, span)
+            text, data = status_text(read, now, span), status_json(read, now, span)
             if logs is not None:
                 stats = logs.stats()
                 text += f"\nlogs    {stats.summary().removeprefix('sglang logs: ')}"
@@ -277,6 +322,8 @@ def ranks(
     at: At = "",
     since: Since = "",
     until: Until = "",
+    model: Model = False,
+    model_at: ModelAt = "",
 ) -> None:
     """Every rank: role, instance, liveness (alive/stale/gone; log), host, pid, rooms in flight, origins, echoes,
     and the frames each of its sockets rejected (control, data, consensus, bootstrap, events, snapshot).
@@ -287,9 +334,11 @@ def ranks(
     from kvtop.views.tables import ranks_json, ranks_text
 
     past = _past(replay, at, since, until, sglang_log, follow)
+    dashboard = model_choice(model, model_at, past, sglang_log)
     with _until_ctrl_c():
-        for model, now, _, _ in _frames(bootstrap, connect, wait, follow, interval, sglang_log, past, curve_keys):
-            _show(ranks_text(model, now), ranks_json(model, now), as_json, follow)
+        for read, now, _, _ in _frames(bootstrap, connect, wait, follow, interval, sglang_log, past, curve_keys,
+                                       dashboard):  # fmt: skip
+            _show(ranks_text(read, now), ranks_json(read, now), as_json, follow)
 
 
 def rooms(
@@ -305,6 +354,8 @@ def rooms(
     at: At = "",
     since: Since = "",
     until: Until = "",
+    model: Model = False,
+    model_at: ModelAt = "",
 ) -> None:
     """Rooms still open on some rank: state per rank, bytes, age, idle time, link; STUCK after 10 s idle.
 
@@ -315,10 +366,12 @@ def rooms(
     from kvtop.views.tables import rooms_json, rooms_text
 
     past = _past(replay, at, since, until, sglang_log, follow)
+    dashboard = model_choice(model, model_at, past, sglang_log)
     with _until_ctrl_c():
-        for model, now, logs, _ in _frames(bootstrap, connect, wait, follow, interval, sglang_log, past, curve_keys):
+        for read, now, logs, _ in _frames(bootstrap, connect, wait, follow, interval, sglang_log, past, curve_keys,
+                                          dashboard):  # fmt: skip
             ended = logs is not None
-            _show(rooms_text(model, now, ended), rooms_json(model, now, ended), as_json, follow)
+            _show(rooms_text(read, now, ended), rooms_json(read, now, ended), as_json, follow)
 
 
 def events(
@@ -340,6 +393,8 @@ def events(
     at: At = "",
     since: Since = "",
     until: Until = "",
+    model: Model = False,
+    model_at: ModelAt = "",
 ) -> None:
     """The event tail as log lines: what every agent remembers (its snapshot), then, with --follow, live.
 
@@ -349,7 +404,9 @@ def events(
     Live, agents the bootstrap address lists later are picked up; event batches that never arrived are
     a `gap` line (warning) each; events whose values make no sense are skipped and counted on stderr.
     Exit 1 when nobody answers. From --sglang-log: the failures and batch lines' queue depths (as
-    heartbeats, debug) of the files, merged by time, then, with --follow, what they gain.
+    heartbeats, debug) of the files, merged by time, then, with --follow, what they gain. With --model:
+    the dashboard's own event tail (its journal), then, with --follow, what it gains, asked every second
+    (lost batches counted on stderr).
     """
     from kvtop.model.live_fold import LiveFold
     from kvtop.views.event_lines import LEVELS, gap_json, gap_line, level_of, shown, snapshot_events, to_json, to_line
@@ -358,7 +415,8 @@ def events(
     if level not in LEVELS:
         raise typer.BadParameter(f"{level!r} is not one of {', '.join(LEVELS)}", param_hint="--level")
     past = _past(replay, at, since, until, sglang_log, follow)
-    require_source(bootstrap, connect, sglang_log, replay)
+    dashboard = model_choice(model, model_at, past, sglang_log, journal=True)
+    require_source(bootstrap, connect, sglang_log, replay, dashboard is not None)
     render = to_json if jsonl else to_line
     fold = LiveFold()
 
@@ -369,6 +427,9 @@ def events(
             if shown(event, level, fold.leads):
                 typer.echo(render(label, event, level_of(event, fold.leads)))
 
+    if dashboard is not None:
+        _model_events(bootstrap, connect, wait, follow, emit, dashboard)
+        return
     if replay:
         _replayed_events(past, emit, gap_json if jsonl else gap_line, level)
         return
@@ -409,6 +470,31 @@ def events(
         raise fail(str(error)) from None
     except KeyboardInterrupt:
         return
+    if rejected:
+        typer.echo(f"kvtop: {rejected} events or batches rejected (values out of range or malformed)", err=True)
+
+
+def _model_events(
+    bootstrap: str,
+    connect: list[str],
+    wait: float,
+    follow: bool,
+    emit: Callable[[ClusterModel, list[tuple[str, Event]]], None],
+    dashboard: ModelChoice,
+) -> None:
+    """`kvtop events --model`: the dashboard's event journal, then (following) what it gains, asked every
+    `_MODEL_POLL_S`; lost batches and rejected events counted on stderr."""
+    gaps = rejected = 0
+    with _until_ctrl_c():
+        for read, _, _, source in _frames(bootstrap, connect, wait, follow, _MODEL_POLL_S, dashboard=dashboard):
+            assert source.attached is not None
+            emit(read, journaled(source.attached))
+            if read.gaps > gaps:
+                typer.echo(f"kvtop: {read.gaps - gaps} event batches lost (counted by the dashboard's model)", err=True)
+                gaps = read.gaps
+            if not source.attached.state.journaling:
+                typer.echo("kvtop: the dashboard's model keeps no event journal", err=True)
+            rejected = read.rejected + read.rejected_frames
     if rejected:
         typer.echo(f"kvtop: {rejected} events or batches rejected (values out of range or malformed)", err=True)
 
@@ -475,6 +561,8 @@ def failures(
     at: At = "",
     since: Since = "",
     until: Until = "",
+    model: Model = False,
+    model_at: ModelAt = "",
 ) -> None:
     """Recent failures of a live cluster or of SGLang logs, each origin once with its echo count and the time
     it started (with the date once the groups fall on more than one day).
@@ -491,16 +579,18 @@ def failures(
     from kvtop.views.failures import render_groups, to_json
 
     past = _past(replay, at, since, until, sglang_log, follow)
+    dashboard = model_choice(model, model_at, past, sglang_log)
     with _until_ctrl_c():
-        for model, _, logs, source in _frames(bootstrap, connect, wait, follow, interval, sglang_log, past, curve_keys):
-            groups = model.groups()
+        for read, _, logs, source in _frames(bootstrap, connect, wait, follow, interval, sglang_log, past, curve_keys,
+                                             dashboard):  # fmt: skip
+            groups = read.groups()
             if source.when.since is not None:
                 groups = [group for group in groups if group.first_ts >= source.when.since]
-            context = logs.context_for(groups) if logs is not None else published_context(model, groups)
+            context = logs.context_for(groups) if logs is not None else published_context(read, groups)
             _show(render_groups(groups, debug, context), to_json(groups, context), as_json, follow)
             aborted = sum(group.aborted for group in groups)
             typer.echo(
-                f"{len(groups) - aborted} failures, {aborted} client aborts from {len(model.ranks)} ranks", err=True
+                f"{len(groups) - aborted} failures, {aborted} client aborts from {len(read.ranks)} ranks", err=True
             )
 
 

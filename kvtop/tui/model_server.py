@@ -68,6 +68,14 @@ class ServedModel:
     """The ring the recorder writes ("" when it does not record): the dashboard rewinds into it."""
     stats: Callable[[], dict[str, object]] = dict
     """Figures for the caller, read after the source closed (a benchmark's feeder rate, say)."""
+    heard: Callable[[], bool] = lambda: True
+    """Whether some agent answered (a collector's `heard()`), for other commands reading this model."""
+    synced: Callable[[], bool] = lambda: True
+    """Whether every agent's snapshot is in (a collector's `synced()`)."""
+    source: str = ""
+    """What the model is of, in words (`bootstrap tcp://...`), in the advert other commands find it by."""
+    bootstrap: str = ""
+    connect: tuple[str, ...] = ()
 
 
 class ModelSpec(Protocol):
@@ -146,10 +154,26 @@ def serve(spec: ModelSpec, conn: Connection, log_path: str) -> None:
             traceback.print_exc()
             conn.send(Failed(f"the model process could not start: {error!r}"))
             return
-        conn.send(Ready(served.warnings, served.record_folder))
+        conn.send(Ready((*served.warnings, *_serve_endpoint(served, stack)), served.record_folder))
         _to_log(log_path)
         _answer(served, conn)
     conn.send(Closed(served.stats()))
+
+
+def _serve_endpoint(served: ServedModel, stack: contextlib.ExitStack) -> tuple[str, ...]:
+    """Serve the model to other commands (`kvtop status --model`), closed before the source is; a warning
+    when it cannot be (the dashboard runs without it)."""
+    import zmq
+
+    from kvtop.attach.runtime import RuntimeDirError
+    from kvtop.attach.server import ModelEndpoint
+
+    try:
+        endpoint = ModelEndpoint(served).start()
+    except (RuntimeDirError, OSError, zmq.ZMQError) as error:
+        return (f"other commands cannot read this dashboard's model (--model): {error}",)
+    stack.callback(endpoint.close)
+    return ()
 
 
 def _to_log(path: str) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import IntEnum
 
 from kvtop.model.cluster import ClusterModel, Liveness
@@ -156,3 +156,15 @@ def evaluate(model: ClusterModel, limits: Thresholds, now: float | None = None, 
 def unreachable(bootstrap: str, error: str) -> CheckResult:
     """The verdict when the cluster cannot be asked at all: CRITICAL."""
     return CheckResult(Verdict.CRITICAL, f"cluster unreachable at {bootstrap}: {error}", 0, 0, [], [], 0, 0.0, 0, 0)
+
+
+def model_unreachable(error: str) -> CheckResult:
+    """The verdict when no dashboard's model answers (`--model`): CRITICAL, as a cluster that does not answer."""
+    return CheckResult(Verdict.CRITICAL, error, 0, 0, [], [], 0, 0.0, 0, 0)
+
+
+def source_failing(result: CheckResult, problem: str) -> CheckResult:
+    """`result`, CRITICAL first of all for `problem` (a dashboard's source that does not answer now, as a
+    cluster that does not answer a check's own collector)."""
+    return replace(result, verdict=Verdict.CRITICAL, summary=f"{problem}; {result.summary}",
+                   problems=[problem, *result.problems])  # fmt: skip
