@@ -19,10 +19,11 @@ from textual.strip import Strip
 
 
 def line_strip(text: Text, console: Console, width: int | None = None) -> Strip:
-    """`text` (one line, no newline) as a strip of segments, styled as `Text.render` styles them; an ASCII line
-    (a cell per character) cut at `width` cells, so that cropping it to the list's width costs nothing."""
+    """`text` (one line, no newline) as a strip of segments, styled as `Text.render` styles them; a line of
+    printable ASCII (a cell per character) cut at `width` cells, so that cropping it to the list's width costs
+    nothing."""
     plain = text.plain
-    narrow = plain.isascii()
+    narrow = plain.isascii() and plain.isprintable()  # a tab or a newline is no cell
     if narrow and width is not None:
         plain = plain[:width]
     base = _style(text.style, console)

@@ -77,10 +77,14 @@ def test_an_ascii_line_is_cut_at_the_width_and_knows_its_length():
     assert cells(strip)[-1] == ("d", RED)
 
 
-def test_a_line_with_wide_characters_is_left_for_the_crop():
+def test_a_line_with_wide_characters_or_tabs_is_left_for_the_crop():
+    """Only printable ASCII is a cell per character: a wide character is two, a tab none."""
     strip = line_strip(Text("▶ 漢字 room"), CONSOLE, width=3)
     assert strip.text == "▶ 漢字 room"
     assert strip.crop(0, 4).text == "▶ 漢"
+    tabbed = line_strip(Text("a\tb c"), CONSOLE, width=3)
+    assert tabbed.text == "a\tb c"
+    assert tabbed.cell_length == 4
 
 
 def test_pieces_build_the_same_text_as_appends():
