@@ -235,3 +235,28 @@ def test_tree_rows_made_per_index_are_the_rows_a_list_would_hold(shape):
     assert rows[1:4] == listed[1:4]
     with pytest.raises(IndexError):
         rows[len(listed)]
+
+
+def test_a_growing_list_repaints_its_scrollbar_only_when_the_thumb_moves():
+    """100k rows growing by a few each frame leave the thumb where it is drawn (a scrollbar repaint cost ~2 ms
+    a frame); the scrollbar still knows the new count, and a count that moves the thumb repaints it."""
+    renders: list[int] = []
+
+    async def scenario() -> None:
+        app = ListApp()
+        async with app.run_test(size=(40, 12)) as pilot:
+            rows = app.query_one(RowList)
+            rows.set_rows(100_000, lambda index: Text(f"row {index}"))
+            await pilot.pause()
+            bar = rows.vertical_scrollbar
+            render = bar.render
+            bar.render = lambda: renders.append(1) or render()  # type: ignore[method-assign]
+            rows.set_rows(100_005, lambda index: Text(f"row {index}"))
+            await pilot.pause()
+            assert renders == []
+            assert bar.window_virtual_size == 100_005
+            rows.set_rows(30, lambda index: Text(f"row {index}"))
+            await pilot.pause()
+            assert renders, "the thumb grew and the scrollbar was not repainted"
+
+    asyncio.run(scenario())
