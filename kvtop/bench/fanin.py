@@ -165,22 +165,32 @@ class LegResult:
     runs: int
 
 
+_BOOTSTRAPPING, _WAITING, _TRANSFERRING, _SUCCESS, _FAILED_STATE = (
+    int(KVPoll.Bootstrapping), int(KVPoll.WaitingForInput), int(KVPoll.Transferring), int(KVPoll.Success),
+    int(KVPoll.Failed),
+)  # fmt: skip
+_ROOM_BYTES = 1 << 20
+
+
 def _room_events(rng: random.Random, label: str, ts: float) -> list[Event]:
-    """One room's life on a decode rank, as the engine emits it."""
+    """One room's life on a decode rank, as the engine emits it (the load generator: two draws per room)."""
     room = rng.getrandbits(63)
-    total = 1 << 20
-    events: list[Event] = [
-        RoomState(ts, room, int(KVPoll.WaitingForInput), int(KVPoll.Bootstrapping), "prefill-0", total),
-        RoomState(ts, room, int(KVPoll.Transferring), int(KVPoll.WaitingForInput), "prefill-0", total),
-        Progress(ts, room, total // 2, total),
-    ]
+    total = _ROOM_BYTES
     if rng.random() < _FAILED:
-        events.append(Failure(ts, room, label, "KV chunk failed its checksum", "checksum", "error", False, label))
-        events.append(RoomState(ts, room, int(KVPoll.Failed), int(KVPoll.Transferring), "prefill-0", total))
-    else:
-        events.append(RoomState(ts, room, int(KVPoll.Success), int(KVPoll.Transferring), "prefill-0", total))
-        events.append(TransferDone(ts, room, total, 0.01, "prefill-0"))
-    return events
+        return [
+            RoomState(ts, room, _WAITING, _BOOTSTRAPPING, "prefill-0", total),
+            RoomState(ts, room, _TRANSFERRING, _WAITING, "prefill-0", total),
+            Progress(ts, room, total // 2, total),
+            Failure(ts, room, label, "KV chunk failed its checksum", "checksum", "error", False, label),
+            RoomState(ts, room, _FAILED_STATE, _TRANSFERRING, "prefill-0", total),
+        ]
+    return [
+        RoomState(ts, room, _WAITING, _BOOTSTRAPPING, "prefill-0", total),
+        RoomState(ts, room, _TRANSFERRING, _WAITING, "prefill-0", total),
+        Progress(ts, room, total // 2, total),
+        RoomState(ts, room, _SUCCESS, _TRANSFERRING, "prefill-0", total),
+        TransferDone(ts, room, total, 0.01, "prefill-0"),
+    ]
 
 
 class FaninModel(CountingModel):
@@ -209,8 +219,10 @@ class _Agent:
             info, event_endpoint=self.publisher.endpoint, snapshot_endpoint=self.publisher.snapshot_endpoint
         )
         self.publisher.start()
+        self.label = info.label
         self.emitted = 0
         self.pending: list[Event] = []
+        """The current room's events still to emit, last first."""
         self.rng = rng
 
     @property
@@ -223,11 +235,13 @@ class _Agent:
         if heartbeat:
             publisher.emit(Heartbeat(ts, {}, 0, publisher.dropped, 0.0, 0, 0.0, publisher.snapshot_endpoint))
             count -= 1
+        emit, pending = publisher.emit, self.pending
         for _ in range(count):
-            if not self.pending:
-                self.pending = _room_events(self.rng, self.info.label, ts)
-                self.pending.reverse()
-            publisher.emit(self.pending.pop())
+            if not pending:
+                pending = _room_events(self.rng, self.label, ts)
+                pending.reverse()
+            emit(pending.pop())
+        self.pending = pending
         self.emitted += count + heartbeat
 
 
