@@ -645,45 +645,60 @@ class ClusterModel:
         done = entries[0][2] if len(entries) == 1 else [event for _, _, batch in entries for event in batch]
         nbytes = [e.nbytes for e in done]
         rows = np.array(([e.ts for e in done], nbytes, [e.seconds for e in done]), dtype=np.float64).T
-        ranks: dict[int, tuple[RingBuffer, list[slice]]] = {}
+        ranks: dict[int, tuple[RingBuffer, list[slice | npt.NDArray[np.intp]]]] = {}
         decode: list[slice] = []
         links: dict[tuple[str, str], tuple[LinkView, list[slice | npt.NDArray[np.intp]]]] = {}
         start = 0
-        for view, decoding, batch in entries:
-            part = slice(start, start + len(batch))
-            start = part.stop
+        for view, decoding, batch in entries:  # a ring's adjacent parts are joined: rows[a:b] + rows[b:c] = rows[a:c]
+            stop = start + len(batch)
+            part = slice(start, stop)
             rank = ranks.get(id(view.transfers))
             if rank is None:
                 ranks[id(view.transfers)] = (view.transfers, [part])
             else:
-                rank[1].append(part)
-            if not decoding:
-                continue
-            decode.append(part)
-            peers = [e.peer for e in batch]
-            senders = set(peers)
-            for peer in senders:  # nearly always one: a batch's transfers come from one prefill instance
-                mine: slice | npt.NDArray[np.intp]
-                if len(senders) == 1:
-                    mine, link_bytes = part, nbytes[part]
+                _add_part(rank[1], part)
+            if decoding:
+                if decode and decode[-1].stop == start:
+                    decode[-1] = slice(decode[-1].start, stop)
                 else:
-                    picked = [p == peer for p in peers]
-                    mine, link_bytes = part.start + np.flatnonzero(picked), list(compress(nbytes[part], picked))
-                key = (peer, view.instance)
-                known = links.get(key)
-                if known is None:
-                    known = links[key] = (self._link(key), [])
-                link = known[0]
-                link.transfers += len(link_bytes)
-                link.nbytes += sum(link_bytes)
-                link.durations.observe(rows[mine, 2])
-                known[1].append(mine)
+                    decode.append(part)
+                peer = batch[0].peer
+                for event in batch:  # a loop, not a comprehension: no frame per delivery
+                    if event.peer != peer:
+                        peers = [e.peer for e in batch]
+                        for sender in set(peers):
+                            picked = [p == sender for p in peers]
+                            mine = start + np.flatnonzero(picked)
+                            link_bytes = list(compress(nbytes[part], picked))
+                            self._link_done(links, (sender, view.instance), mine, link_bytes, rows)
+                        break
+                else:  # nearly always: one prefill instance sent them all
+                    self._link_done(links, (peer, view.instance), part, nbytes[start:stop], rows)
+            start = stop
         for ring, parts in ranks.values():
-            ring.extend(_rows(rows, parts)[:, :2])
+            ring.extend(rows[parts[0], :2] if len(parts) == 1 else _rows(rows, parts)[:, :2])
         if decode:
             self.transfers.extend(_rows(rows, decode))
         for link, picks in links.values():
             link.recent.extend(_rows(rows, picks)[:, :2])
+
+    def _link_done(
+        self,
+        links: dict[tuple[str, str], tuple[LinkView, list[slice | npt.NDArray[np.intp]]]],
+        key: tuple[str, str],
+        mine: slice | npt.NDArray[np.intp],
+        link_bytes: list[int],
+        rows: npt.NDArray[np.float64],
+    ) -> None:
+        """One delivery's transfers of one link (`mine`: their rows): counted, timed, and kept for its ring."""
+        known = links.get(key)
+        if known is None:
+            known = links[key] = (self._link(key), [])
+        link = known[0]
+        link.transfers += len(link_bytes)
+        link.nbytes += sum(link_bytes)
+        link.durations.observe(rows[mine, 2])
+        _add_part(known[1], mine)
 
     def _link(self, key: tuple[str, str]) -> LinkView:
         """The link of a (prefill, decode) instance pair, made on first use (not per call: its ring is 64 KiB)."""
@@ -824,6 +839,15 @@ def _rows(
 ) -> npt.NDArray[np.float64]:
     """The rows of `parts` (slices or indices of `rows`), in order."""
     return rows[parts[0]] if len(parts) == 1 else np.concatenate([rows[part] for part in parts])
+
+
+def _add_part(parts: list[slice | npt.NDArray[np.intp]], part: slice | npt.NDArray[np.intp]) -> None:
+    """Append rows `part` to `parts`, joined to the last part where both are slices and they touch."""
+    last = parts[-1] if parts else None
+    if type(part) is slice and type(last) is slice and last.stop == part.start:
+        parts[-1] = slice(last.start, part.stop)
+    else:
+        parts.append(part)
 
 
 def _sensible(event: Event) -> bool:
