@@ -14,8 +14,9 @@ The relay leg runs `kvtop relay --bootstrap ADDR` as a user does, and the collec
 work that honestly takes the same frames from the same agents on the same machine (`_Floor`: one SUB, each
 frame received and decoded as the collector's subscriber decodes it, events counted, seqs checked for gaps,
 paced as the collector's passes; nothing applied), directly and through a relay. Each leg also measures the
-agents' own CPU: on a machine of a few cores they run beside the collector, and what they offer of
-`agents x rate` (`offered_vs_nominal`) says whether the machine could generate the load at all.
+agents' own CPU: on a machine of a few cores they run beside the collector (at `AGENTS_NICE`, so that the
+load does not starve what is measured), and what they offer of `agents x rate` (`offered_vs_nominal`) says
+whether the machine could generate the load at all.
 
 With `curve`, `CURVE_LEGS` run too, on a second cluster whose publishers and bootstrap serve CURVE with fresh
 keys, and the relay (`--curve-keys DIR`) and the collector dial with them; only the cluster of the leg being
@@ -75,6 +76,11 @@ _CATCH_UP_S = 20.0
 _CAUGHT_UP_S = 0.5
 _LOAD_MET = 0.95
 """The agents offered at least this share of `agents x rate`: else the machine could not generate the load."""
+AGENTS_NICE = 10
+"""The agent processes' niceness: they are the load, not what is measured. The scheduler shares a core per
+runnable thread, and 1024 publisher threads left the collector's one thread a few percent of a core (it
+applied nothing in a 5 s window at 1024 agents): at nice 10 the collector and the relay keep their share,
+and what the agents could not offer on a machine too small for both shows in `offered_vs_nominal`."""
 
 
 @dataclass(frozen=True)
@@ -249,6 +255,7 @@ def _agents_process(first: int, count: int, rate: float, bootstrap: str, curve_k
     """Run agents `first`..`first+count-1` until told to stop; answer "counts" with (emitted, dropped, when:
     `time.monotonic()`, one clock for every process);
     "pause" stops emitting until "resume"; `curve_keys`: the folder every socket serves CURVE with ("": none)."""
+    os.nice(AGENTS_NICE)
     raise_open_files()
     zmq.Context.instance().set(zmq.MAX_SOCKETS, MAX_SOCKETS)
     curve = CurveKeys.load(curve_keys, serve=True) if curve_keys else None
