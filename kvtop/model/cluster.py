@@ -775,18 +775,23 @@ class ClusterModel:
             self._retire_lost(now)
         gone = self._gone(now)
         settled = self._settled(now, gone)
-        finished = self.finished
-        for room in settled:
-            outcome = self._outcome(room, gone)
-            room.outcome = outcome.ok
-            if not outcome.ok and all(room.link):
-                self._link(room.link).failed_rooms += 1
-            aborted = not outcome.ok and self._causes.get(room.room) == _ABORT_CAUSE
-            self.retired_outcomes["succeeded" if outcome.ok else "aborted" if aborted else "failed"] += 1
-            finished.pop(room.room, None)
-            finished[room.room] = outcome
-            del self.rooms[room.room]
-            self._open.discard(room.room)
+        finished, rooms, still_open, causes, tallies = (
+            self.finished, self.rooms, self._open, self._causes, self.retired_outcomes
+        )  # fmt: skip
+        for room in settled:  # a room per ~5 events at fan-in: `_outcome` inlined, on locals
+            room_id = room.room
+            ok = room.succeeded(gone) if gone else _SUCCESS.issuperset(room.codes.values())
+            room.outcome = ok
+            if ok:
+                tallies["succeeded"] += 1
+            else:
+                if all(room.link):
+                    self._link(room.link).failed_rooms += 1
+                tallies["aborted" if causes.get(room_id) == _ABORT_CAUSE else "failed"] += 1
+            finished.pop(room_id, None)
+            finished[room_id] = Finished(room.last_progress, room_id, ok, room, room.from_log)
+            del rooms[room_id]
+            still_open.discard(room_id)
         if len(finished) > FINISHED_ROOMS_KEPT:  # the oldest go, once per sweep: deleting the first key of a dict
             # one at a time leaves a run of dead slots each next deletion walks (12 % of a 1024-agent collector)
             self.finished = dict(islice(finished.items(), len(finished) - FINISHED_ROOMS_KEPT, None))
@@ -818,8 +823,14 @@ class ClusterModel:
         self._touched = waiting
         due = dict.fromkeys(chain.from_iterable(old))  # in order, each once
         if not gone:
-            candidates = [room for room_id in due if (room := self.rooms.get(room_id)) is not None]
-            return [r for r in candidates if r.room not in self._open and now - r.touched_at > SETTLE_S]
+            rooms, still_open = self.rooms, self._open
+            return [
+                room
+                for room_id in due
+                if room_id not in still_open
+                and (room := rooms.get(room_id)) is not None
+                and now - room.touched_at > SETTLE_S
+            ]
         settled = [r for r in self.rooms.values() if now - r.touched_at > SETTLE_S and r.finished(gone)]
         retiring = {room.room for room in settled}
         # ended on every rank, but every one of them is gone: due again as soon as one is back
