@@ -47,6 +47,7 @@ LOST_AFTER_S = 300.0
 """A live room of the mirror with no news (state or progress) for this long is dropped as lost: its terminal
 state was one of the events the queue dropped. A few minutes past the default transfer timeout (60 s)."""
 LOST_SWEEP_EVERY_S = 5.0
+_TERMINAL = frozenset((int(KVPoll.Failed), int(KVPoll.Success)))
 
 
 class StateMirror:
@@ -65,9 +66,29 @@ class StateMirror:
         self.transfers: deque[TransferDone] = deque(maxlen=FINISHED_KEPT)
         self.context: deque[LogContext] = deque(maxlen=FINISHED_KEPT)
 
+    def apply_batch(self, events: list[Event]) -> None:
+        """Apply a batch's events in order, as `apply` one at a time. The kinds a transfer emits by the
+        thousand are told apart by their exact type, on locals (the publisher's thread pays this per event)."""
+        live, progress, finished, transfers = self.live, self.progress, self.finished, self.transfers
+        for event in events:
+            if type(event) is RoomState:
+                if event.state in _TERMINAL:  # plain ints: a KVPoll member per event cost ~0.3 us
+                    live.pop(event.room, None)
+                    progress.pop(event.room, None)
+                    finished.append(event)
+                else:
+                    live[event.room] = event
+            elif type(event) is Progress:
+                if event.room in live:
+                    progress[event.room] = event
+            elif type(event) is TransferDone:
+                transfers.append(event)
+            else:
+                self.apply(event)
+
     def apply(self, event: Event) -> None:
         if isinstance(event, RoomState):
-            if KVPoll(event.state).is_terminal:
+            if event.state in _TERMINAL:
                 self.live.pop(event.room, None)
                 self.progress.pop(event.room, None)
                 self.finished.append(event)
@@ -187,34 +208,36 @@ class EventPublisher:
             _log.exception("the event publisher of %s died: its events stop here", self.info.label)
 
     def _loop(self) -> None:
-        deadline = time.monotonic() + self._interval
+        interval, queue, poll, pub = self._interval, self._queue, self._poller.poll, self._pub
         every = min(LOST_SWEEP_EVERY_S, self._mirror.lost_after_s / 2)
-        next_lost_sweep = time.monotonic() + every
+        now = time.monotonic()
+        deadline, next_lost_sweep = now + interval, now + every
         while True:
             stopping = self._stop.is_set()
             wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
-            if not stopping and (ready := dict(self._poller.poll(wait_ms))):
-                if self._pub in ready:
-                    serve_subscriptions(self._pub, self._event_counts)
-                if self._snapshots in ready:
-                    self._serve_snapshot()
-                if len(self._queue) < self._batch_max and time.monotonic() < deadline:
+            if not stopping and (ready := poll(wait_ms)):  # nearly always [] (the interval passed)
+                for sock, _ in ready:
+                    if sock is pub:
+                        serve_subscriptions(pub, self._event_counts)
+                    else:
+                        self._serve_snapshot()
+                if len(queue) < self._batch_max and time.monotonic() < deadline:
                     continue
-            while self._queue:
+            while queue:
                 self._publish()
-            if time.monotonic() >= next_lost_sweep:
-                next_lost_sweep = time.monotonic() + every
+            now = time.monotonic()
+            if now >= next_lost_sweep:
+                next_lost_sweep = now + every
                 self.counters.add("rooms_lost", self._mirror.retire_lost(time.time()))
-            deadline = time.monotonic() + self._interval
+            deadline = now + interval
             if stopping:
                 return
 
     def _publish(self) -> None:
-        events: list[Event] = []
-        while self._queue and len(events) < self._batch_max:
-            event = self._queue.popleft()
-            self._mirror.apply(event)
-            events.append(event)
+        queue = self._queue
+        popleft = queue.popleft
+        events = [popleft() for _ in range(min(len(queue), self._batch_max))]  # `emit` only adds: they are there
+        self._mirror.apply_batch(events)
         self.seq = next(self._seq)
         info = self.info
         batch = EventBatch(

@@ -14,8 +14,9 @@ The relay leg runs `kvtop relay --bootstrap ADDR` as a user does, and the collec
 work that honestly takes the same frames from the same agents on the same machine (`_Floor`: one SUB, each
 frame received and decoded as the collector's subscriber decodes it, events counted, seqs checked for gaps,
 paced as the collector's passes; nothing applied), directly and through a relay. Each leg also measures the
-agents' own CPU: on a machine of a few cores they run beside the collector, and what they offer of
-`agents x rate` (`offered_vs_nominal`) says whether the machine could generate the load at all.
+agents' own CPU: on a machine of a few cores they run beside the collector (at `AGENTS_NICE`, so that the
+load does not starve what is measured), and what they offer of `agents x rate` (`offered_vs_nominal`) says
+whether the machine could generate the load at all.
 
 With `curve`, `CURVE_LEGS` run too, on a second cluster whose publishers and bootstrap serve CURVE with fresh
 keys, and the relay (`--curve-keys DIR`) and the collector dial with them; only the cluster of the leg being
@@ -75,6 +76,11 @@ _CATCH_UP_S = 20.0
 _CAUGHT_UP_S = 0.5
 _LOAD_MET = 0.95
 """The agents offered at least this share of `agents x rate`: else the machine could not generate the load."""
+AGENTS_NICE = 10
+"""The agent processes' niceness: they are the load, not what is measured. The scheduler shares a core per
+runnable thread, and 1024 publisher threads left the collector's one thread a few percent of a core (it
+applied nothing in a 5 s window at 1024 agents): at nice 10 the collector and the relay keep their share,
+and what the agents could not offer on a machine too small for both shows in `offered_vs_nominal`."""
 
 
 @dataclass(frozen=True)
@@ -165,22 +171,32 @@ class LegResult:
     runs: int
 
 
+_BOOTSTRAPPING, _WAITING, _TRANSFERRING, _SUCCESS, _FAILED_STATE = (
+    int(KVPoll.Bootstrapping), int(KVPoll.WaitingForInput), int(KVPoll.Transferring), int(KVPoll.Success),
+    int(KVPoll.Failed),
+)  # fmt: skip
+_ROOM_BYTES = 1 << 20
+
+
 def _room_events(rng: random.Random, label: str, ts: float) -> list[Event]:
-    """One room's life on a decode rank, as the engine emits it."""
+    """One room's life on a decode rank, as the engine emits it (the load generator: two draws per room)."""
     room = rng.getrandbits(63)
-    total = 1 << 20
-    events: list[Event] = [
-        RoomState(ts, room, int(KVPoll.WaitingForInput), int(KVPoll.Bootstrapping), "prefill-0", total),
-        RoomState(ts, room, int(KVPoll.Transferring), int(KVPoll.WaitingForInput), "prefill-0", total),
-        Progress(ts, room, total // 2, total),
-    ]
+    total = _ROOM_BYTES
     if rng.random() < _FAILED:
-        events.append(Failure(ts, room, label, "KV chunk failed its checksum", "checksum", "error", False, label))
-        events.append(RoomState(ts, room, int(KVPoll.Failed), int(KVPoll.Transferring), "prefill-0", total))
-    else:
-        events.append(RoomState(ts, room, int(KVPoll.Success), int(KVPoll.Transferring), "prefill-0", total))
-        events.append(TransferDone(ts, room, total, 0.01, "prefill-0"))
-    return events
+        return [
+            RoomState(ts, room, _WAITING, _BOOTSTRAPPING, "prefill-0", total),
+            RoomState(ts, room, _TRANSFERRING, _WAITING, "prefill-0", total),
+            Progress(ts, room, total // 2, total),
+            Failure(ts, room, label, "KV chunk failed its checksum", "checksum", "error", False, label),
+            RoomState(ts, room, _FAILED_STATE, _TRANSFERRING, "prefill-0", total),
+        ]
+    return [
+        RoomState(ts, room, _WAITING, _BOOTSTRAPPING, "prefill-0", total),
+        RoomState(ts, room, _TRANSFERRING, _WAITING, "prefill-0", total),
+        Progress(ts, room, total // 2, total),
+        RoomState(ts, room, _SUCCESS, _TRANSFERRING, "prefill-0", total),
+        TransferDone(ts, room, total, 0.01, "prefill-0"),
+    ]
 
 
 class FaninModel(CountingModel):
@@ -209,8 +225,10 @@ class _Agent:
             info, event_endpoint=self.publisher.endpoint, snapshot_endpoint=self.publisher.snapshot_endpoint
         )
         self.publisher.start()
+        self.label = info.label
         self.emitted = 0
         self.pending: list[Event] = []
+        """The current room's events still to emit, last first."""
         self.rng = rng
 
     @property
@@ -223,11 +241,13 @@ class _Agent:
         if heartbeat:
             publisher.emit(Heartbeat(ts, {}, 0, publisher.dropped, 0.0, 0, 0.0, publisher.snapshot_endpoint))
             count -= 1
+        emit, pending = publisher.emit, self.pending
         for _ in range(count):
-            if not self.pending:
-                self.pending = _room_events(self.rng, self.info.label, ts)
-                self.pending.reverse()
-            publisher.emit(self.pending.pop())
+            if not pending:
+                pending = _room_events(self.rng, self.label, ts)
+                pending.reverse()
+            emit(pending.pop())
+        self.pending = pending
         self.emitted += count + heartbeat
 
 
@@ -235,6 +255,7 @@ def _agents_process(first: int, count: int, rate: float, bootstrap: str, curve_k
     """Run agents `first`..`first+count-1` until told to stop; answer "counts" with (emitted, dropped, when:
     `time.monotonic()`, one clock for every process);
     "pause" stops emitting until "resume"; `curve_keys`: the folder every socket serves CURVE with ("": none)."""
+    os.nice(AGENTS_NICE)
     raise_open_files()
     zmq.Context.instance().set(zmq.MAX_SOCKETS, MAX_SOCKETS)
     curve = CurveKeys.load(curve_keys, serve=True) if curve_keys else None

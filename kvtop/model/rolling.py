@@ -16,18 +16,20 @@ class RingBuffer:
 
     def extend(self, rows: npt.NDArray[np.float64]) -> None:
         """Append rows of (ts, value_0, ...) in order, as many single appends would (the oldest fall out)."""
-        capacity = len(self._data)
-        if len(rows) > capacity:
-            self._next = (self._next + len(rows) - capacity) % capacity
-            rows = rows[-capacity:]
-        head = min(len(rows), capacity - self._next)
-        if head == len(rows):  # no wrap: one copy (a batch's few rows, nearly always)
-            self._data[self._next : self._next + head] = rows
+        data, count, start = self._data, len(rows), self._next
+        capacity = len(data)
+        if count <= capacity - start:  # no wrap: one copy (a batch's few rows, nearly always)
+            data[start : start + count] = rows
         else:
-            self._data[self._next : self._next + head] = rows[:head]
-            self._data[: len(rows) - head] = rows[head:]
-        self._next = (self._next + len(rows)) % capacity
-        self._size = min(self._size + len(rows), capacity)
+            if count > capacity:
+                start = (start + count - capacity) % capacity
+                rows, count = rows[-capacity:], capacity
+            head = capacity - start
+            data[start:] = rows[:head]
+            data[: count - head] = rows[head:]
+        self._next = (start + count) % capacity
+        size = self._size + count
+        self._size = size if size < capacity else capacity
 
     def window(self, since: float) -> npt.NDArray[np.float64]:
         """Rows with ts >= `since` (any order)."""

@@ -89,7 +89,7 @@ class ModelState(msgspec.Struct, array_like=True):
     lost_check_at: float
     now: float
     open: list[int]
-    touched: list[tuple[float, list[int]]]
+    touched: list[tuple[float, tuple[int, ...]]]
     failures_total: int
     causes: list[tuple[int, int]]
     retired_outcomes: dict[str, int]

@@ -24,9 +24,11 @@ from transport import (
     reasons,
 )
 from transport.counters import Counters
+from transport.events import AgentHello, Event, Failure, Heartbeat, LogContext, Progress, RoomState, TransferDone
 from transport.kvpoll import advance
 from transport.mapping import Pairing, pairings_for_decode_rank
 from transport.pool import PoolExhausted, is_one_run, run_breaks, split_runs
+from transport.publisher import StateMirror
 from transport.rooms import RoomRecord
 from transport.wire import (
     MAX_CONTROL_FRAME,
@@ -42,6 +44,38 @@ from transport.wire import (
 )
 
 LIVE = [KVPoll.Bootstrapping, KVPoll.WaitingForInput, KVPoll.Transferring]
+
+
+def _mirror_event(kind: int, room: int, state: int, ts: float) -> Event:
+    info = AgentInfo("decode", "decode-0", 0, 1, 4096, "", "", 1, "h", 1)
+    return [
+        lambda: RoomState(ts, room, state, 0),
+        lambda: Progress(ts, room, 1, 2),
+        lambda: TransferDone(ts, room, 2, 0.1),
+        lambda: Failure(ts, room, "decode-0/TP0", "why", "checksum", "error", False, "decode-0/TP0"),
+        lambda: Heartbeat(ts, {}, 0, 0, 0.0, 0, 0.0),
+        lambda: AgentHello(ts, info, "1", "", ""),
+        lambda: LogContext(ts, "session", room, "text"),
+    ][kind]()
+
+
+def _mirror_state(mirror: StateMirror) -> tuple[object, ...]:
+    return (mirror.hello, mirror.heartbeat, mirror.live, mirror.progress, list(mirror.finished),
+            list(mirror.failures), list(mirror.transfers), list(mirror.context))  # fmt: skip
+
+
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 3), st.integers(0, 4)), max_size=60))
+def test_the_mirror_applies_a_batch_exactly_as_its_events_one_at_a_time(specs):
+    """The publisher's batch path (exact types on locals) leaves the snapshot state `apply` leaves."""
+    events = [_mirror_event(kind, room, state, float(i)) for i, (kind, room, state) in enumerate(specs)]
+    batched, one_by_one = StateMirror(), StateMirror()
+    batched.apply_batch(events)
+    for event in events:
+        one_by_one.apply(event)
+    assert _mirror_state(batched) == _mirror_state(one_by_one)
+    last_states = {e.room: e.state for e in events if isinstance(e, RoomState)}
+    assert set(batched.live) == {room for room, state in last_states.items() if state not in (0, 4)}
+
 
 # --- KVPoll ------------------------------------------------------------------------------
 
