@@ -8,13 +8,15 @@ keyframe is exactly the one a capture under the lock would have taken.
 
 While the child works, the parent's garbage collector leaves alone the objects that were there at the
 fork (`gc.freeze` until the child is reaped): a full collection writes to every tracked object's header,
-which would copy most of the heap's pages (kvtop freezes nothing else, so unfreezing undoes only this).
+which would copy most of the heap's pages. (The dashboard's process also freezes what was alive when it
+mounted, `kvtop.tui.process`; a keyframe taken there unfreezes that too, and later collections walk those
+objects again: time, not correctness.)
 
-The child touches nothing but the model, a compressor of its own and its pipe: every signal is blocked
-(no handler of the parent's runs there, no signal wakes the parent's event loop), the garbage collector
-is off (a collection would copy every page it walks), the parent's descriptors are closed, and whatever
-happens it ends with `os._exit` (no atexit, no finalizer, no flush of the parent's buffers). A child that
-fails, dies or outlasts `CHILD_TIMEOUT_S` (killed) is a `KeyframeFailed`.
+The child touches nothing but the model, a compressor of its own and its pipe, at a lower priority
+(`CHILD_NICE`): every signal is blocked (no handler of the parent's runs there, no signal wakes the parent's
+event loop), the garbage collector is off (a collection would copy every page it walks), the parent's
+descriptors are closed, and whatever happens it ends with `os._exit` (no atexit, no finalizer, no flush of
+the parent's buffers). A child that fails, dies or outlasts `CHILD_TIMEOUT_S` (killed) is a `KeyframeFailed`.
 """
 
 from __future__ import annotations
@@ -42,6 +44,10 @@ FORK_KEYFRAMES = sys.platform.startswith("linux")
 """Where keyframes fork by default: Linux (elsewhere fork in a threaded process is not safe enough, or
 there is none; keyframes are captured under the lock there)."""
 CHILD_TIMEOUT_S = 30.0
+CHILD_NICE = 10
+"""The child is background work: on a machine of two cores, a child encoding a 100k-room keyframe (~0.4 s of
+a core) beside the model process's ingest took the dashboard's paints' core away (frames of 40-60 ms instead
+of ~20, `kvtop bench ui`); niced, it takes what the others leave."""
 """A child that has not sent its keyframe by then is killed (100k rooms take well under 1 s)."""
 _HEADER = struct.Struct("<QQ")
 """What the child sends first: the keyframe's raw length, then its compressed length."""
@@ -100,6 +106,8 @@ def _child(model: ClusterModel, fd: int) -> NoReturn:
     code = 1
     try:
         signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        with contextlib.suppress(OSError):
+            os.nice(CHILD_NICE)
         gc.disable()
         _close_inherited(keep=fd)
         raw = capture(model)

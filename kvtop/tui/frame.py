@@ -33,6 +33,8 @@ SLOW_EVERY_S = 2.0
 """Open and stuck rooms are counted over every open room: every 2 s, not every frame (stuck means 10 s idle)."""
 GROUPS_SHOWN = 2000
 """The failures view lists the newest groups; older ones stay in `kvtop failures --json`."""
+TOP_ORIGINS = 8
+"""The overview's top origins (its panel is that many lines high, so a new one needs no layout pass)."""
 EVENTS_SHOWN = 20_000
 
 
@@ -214,7 +216,7 @@ class FrameBuilder:
             throughput=self._throughput(now),
             ranks=[_rank_row(view, now) for view in sorted(model.ranks.values(), key=_rank_order)],
             links=self._links(now),
-            top_origins=Counter(g.title for g in recent_groups).most_common(8),
+            top_origins=Counter(g.title for g in recent_groups).most_common(TOP_ORIGINS),
             rooms=self._rooms(options, gone, now),
             groups=_select_groups(groups[-GROUPS_SHOWN:], options.filter),
             events=self._events(options),

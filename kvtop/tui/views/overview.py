@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
-from kvtop.tui.frame import Frame
+from kvtop.tui.frame import TOP_ORIGINS, Frame
 from kvtop.tui.renderables.heatmap import LinkHeatMap
 from kvtop.tui.rows import RANK_HEADER, Palette, rank_line, rate
 from kvtop.tui.widgets.block import Block
@@ -36,7 +36,7 @@ class OverviewView(Vertical):
                 yield Static("Links  rate over 10 s, ✗ failed rooms", classes="title")
                 yield Block(id="links")
                 yield Static("Top origins  last 60 s", classes="title")
-                yield Block(id="origins")
+                yield Block(id="origins", lines=TOP_ORIGINS)
 
     def show(self, frame: Frame, palette: Palette) -> None:
         self.frame = frame

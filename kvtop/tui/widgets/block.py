@@ -15,12 +15,14 @@ class Block(Widget):
     """Side panels that change every frame (the link heat map, the top origins). A `Static` turns its text
     into Textual's content and measures it on every paint (~5 ms for the link map at 8 x 8); here each line
     is cut into a strip once per change. A line wider than the block is cut at its right edge. Its height is
-    its line count: a change of line count asks for a layout, any other change repaints in place."""
+    its line count (a new count asks for a layout pass, 15-50 ms of a frame), or `lines` when given (then no
+    change asks for one)."""
 
     DEFAULT_CSS = "Block { height: auto; width: 1fr; }"
 
-    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+    def __init__(self, *, lines: int | None = None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
+        self._height = lines
         self._lines: list[Text] = []
         self._strips: dict[int, Strip] = {}
         self._width = 0
@@ -35,12 +37,12 @@ class Block(Widget):
         """Show `lines` (each one line: no newline in them)."""
         if [(line.plain, line.spans) for line in lines] == [(line.plain, line.spans) for line in self._lines]:
             return
-        relayout = len(lines) != len(self._lines)
+        relayout = self._height is None and len(lines) != len(self._lines)
         self._lines, self._strips = lines, {}
         self.refresh(layout=relayout)
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        return len(self._lines)
+        return len(self._lines) if self._height is None else self._height
 
     def render_lines(self, crop: Region) -> list[Strip]:
         """Read once per paint what every line needs (`rich_style` walks every ancestor)."""

@@ -192,9 +192,10 @@ class Blocks(App[None]):
 
     def compose(self) -> ComposeResult:
         yield Block(id="block")
+        yield Block(id="fixed", lines=3)
 
 
-def test_a_block_is_as_high_as_its_lines_and_cuts_them_at_its_width():
+def test_a_block_is_as_high_as_its_lines_or_as_told_and_cuts_them_at_its_width():
     async def scenario() -> None:
         app = Blocks()
         async with app.run_test(size=(40, 10)) as pilot:
@@ -207,6 +208,12 @@ def test_a_block_is_as_high_as_its_lines_and_cuts_them_at_its_width():
             await pilot.pause()
             assert block.size.height == 1
             assert block.plain == "one"
+            fixed = app.query_one("#fixed", Block)
+            fixed.show([Text("one")])
+            assert not fixed._layout_required, "a block of fixed height asked for a layout pass"
+            await pilot.pause()
+            assert fixed.size.height == 3
+            assert [fixed.render_line(y).text.rstrip() for y in range(3)] == ["one", "", ""]
 
     asyncio.run(scenario())
 
