@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from rich.color import Color as RichColor
 from rich.segment import Segment
 from rich.style import Style
-from textual.renderables._blend_colors import blend_colors
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -80,7 +79,7 @@ def _bars(data: list[float], width: int, height: int, low: RichColor, high: Rich
     extent = maximum - minimum or 1
     levels = len(BARS) * height - 1
     ratios = [(value - minimum) / extent for value in columns]
-    colours = {ratio: blend_colors(low, high, ratio) for ratio in set(ratios)}
+    colours = {ratio: _blend(low, high, ratio) for ratio in set(ratios)}
     lines = []
     for line in reversed(range(height)):
         floor, ceiling = line * len(BARS), (line + 1) * len(BARS)
@@ -93,6 +92,14 @@ def _bars(data: list[float], width: int, height: int, low: RichColor, high: Rich
                 cells.append(("█" if level >= ceiling else BARS[level % len(BARS)], colours[ratio]))
         lines.append(cells)
     return lines
+
+
+def _blend(low: RichColor, high: RichColor, ratio: float) -> RichColor:
+    """The colour `ratio` of the way from `low` to `high` in RGB, as Textual's sparkline blends it."""
+    if low.triplet is None or high.triplet is None:
+        return high
+    (r1, g1, b1), (r2, g2, b2) = low.triplet, high.triplet
+    return RichColor.from_rgb(r1 + (r2 - r1) * ratio, g1 + (g2 - g1) * ratio, b1 + (b2 - b1) * ratio)
 
 
 def _columns(data: list[float], width: int) -> list[float]:
