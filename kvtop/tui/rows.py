@@ -71,6 +71,8 @@ class Pieces:
         self._length = len(first)
 
     def add(self, piece: str, style: Style | None = None) -> None:
+        if not piece:  # no cells; and no two pieces start at one place (the control-code path maps spans by start)
+            return
         end = self._length + len(piece)
         if style:
             self._spans.append(Span(self._length, end, style))
@@ -85,7 +87,7 @@ class Pieces:
         spans = {span.start: span.style for span in self._spans}
         start = 0
         for part in self._parts:
-            text.append(part, spans.get(start) if part else None)
+            text.append(part, spans.get(start))
             start += len(part)
         return text
 

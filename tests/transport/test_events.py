@@ -7,6 +7,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -93,6 +94,16 @@ def test_a_late_subscriber_starts_from_a_snapshot_and_then_sees_what_an_early_on
     assert Counter() == early.subscriber.gaps == late.subscriber.gaps
 
 
+def _delivered_after_emitting(publisher: EventPublisher, events: Any) -> Callable[[int], bool]:
+    """Emit a failure of `room`, then say whether the subscriber has it (polled until it does)."""
+
+    def delivered(room: int) -> bool:
+        publisher.emit(failure(room))
+        return any(f.room == room for f in events.failures(room))
+
+    return delivered
+
+
 def test_a_subscriber_that_falls_behind_counts_the_batches_it_lost_as_a_gap(make_publisher, subscribe, wait_for):
     """When a stalled subscriber's queues overflow, ZeroMQ drops batches and the subscriber counts each one."""
     publisher = make_publisher(sndhwm=1, batch_max=1)
@@ -101,10 +112,7 @@ def test_a_subscriber_that_falls_behind_counts_the_batches_it_lost_as_a_gap(make
     events.connect([publisher.info])
     label, incarnation = publisher.info.label, publisher.info.incarnation
 
-    def delivered_after_emitting(room: int) -> bool:
-        publisher.emit(failure(room))
-        return any(f.room == room for f in events.failures(room))
-
+    delivered_after_emitting = _delivered_after_emitting(publisher, events)
     events.wait(lambda: delivered_after_emitting(1), what="the subscriber is in sync")
     flood = 2_000
     for room in range(100, 100 + flood):  # 16 KiB per batch, 32 MiB in all, while nobody reads
@@ -132,10 +140,7 @@ def test_a_stalled_subscriber_queues_its_bound_per_agent_and_counts_the_rest_as_
     events.connect([publisher.info])
     label, incarnation = publisher.info.label, publisher.info.incarnation
 
-    def delivered_after_emitting(room: int) -> bool:
-        publisher.emit(failure(room))
-        return any(f.room == room for f in events.failures(room))
-
+    delivered_after_emitting = _delivered_after_emitting(publisher, events)
     events.wait(lambda: delivered_after_emitting(1), what="the subscriber is in sync")
     flood = 8 * AGENT_RCVHWM
     for first in range(100, 100 + flood, 8):  # 16 KiB per batch, steadily (no burst past SNDHWM), unread

@@ -39,8 +39,9 @@ class Sparkline(Widget):
 
     def show(self, data: Sequence[float]) -> None:
         """New data: repainted only when it differs."""
-        if list(data) != self._data:
-            self._data = list(data)
+        data = list(data)
+        if data != self._data:
+            self._data = data
             self._drawn_for = None
             self.refresh()
 
