@@ -437,17 +437,26 @@ class KvtopApp(App[None]):
     # --- actions ------------------------------------------------------------------------------------
 
     def action_view(self, view: str) -> None:
+        """Switch now, not when the tab's message comes back: a key typed right after the view's key (`f` then
+        `enter`, read from the terminal together) is queued already, and must find the new view's list."""
         self.query_one("#tabs", Tabs).active = view
+        self._switch_to(view)
 
     @on(Tabs.TabActivated, "#tabs")
     def _tab_activated(self, event: Tabs.TabActivated) -> None:
-        self.query_one("#views", ContentSwitcher).current = event.tab.id
+        view = event.tab.id or "overview"
+        if self.focused is not self.query_one(_FOCUS[view]):  # a click on the tab, or the first tab at start
+            self._switch_to(view)
+
+    def _switch_to(self, view: str) -> None:
+        self.query_one("#views", ContentSwitcher).current = view
         self._view_shown()
 
     def _view_shown(self) -> None:
-        """Draw the view now (from the last frame: no waiting for the timer) and focus its list."""
+        """Draw the view now (from the last frame: no waiting for the timer) and focus its list at once
+        (`Widget.focus` would queue the focus behind the keys queued already)."""
         self.redraw()
-        self.call_after_refresh(self.query_one(_FOCUS[self.active_view]).focus)
+        self.screen.set_focus(self.query_one(_FOCUS[self.active_view]))
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)

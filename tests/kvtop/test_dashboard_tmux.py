@@ -110,9 +110,16 @@ def test_dashboard_shows_an_origin_with_its_echoes_and_quits_without_leaving_age
     assert sum(alive) == 4
 
     pane.keys("f")
-    wait_for(lambda: pane.shows(r"▶ room \d+ +decode-0/TP\d +checksum +[1-9]\d* echoes"), 60, "a folded origin")
-    pane.keys("Home", "Enter")
-    wait_for(lambda: pane.shows(r"▼ room \d+"), 10, "the origin expanded")
+    folded = r"▶ room (\d+) +decode-0/TP\d +checksum +[1-9]\d* echoes"
+    wait_for(lambda: pane.shows(folded), 60, "a folded origin")
+    pane.keys("p")  # the newest origin may not have its echoes yet: freeze the list and go to one that has
+    wait_for(lambda: pane.shows(r"PAUSED \(p resumes\)"), 10, "the dashboard paused")
+    rows = pane.screen().splitlines()
+    first = next(i for i, line in enumerate(rows) if re.match(r"[▶▼ ] room \d+", line))
+    target = next(i for i, line in enumerate(rows) if re.match(folded, line))
+    room = re.match(folded, rows[target]).group(1)
+    pane.keys("Home", *["Down"] * (target - first), "Enter")
+    wait_for(lambda: pane.shows(rf"▼ room {room} "), 10, "the origin expanded")
     echoes = wait_for(lambda: re.findall(r"└ echo (\S+)", pane.screen()), 10, "its echoes listed under it")
     assert all(label.startswith(("decode-0/", "prefill-0/")) for label in echoes)
 

@@ -15,7 +15,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Static
 
-from kvtop.model.fold import FailureGroup, Observed
+from kvtop.model.fold import ROOM_REUSE_S, FailureGroup, Observed
 from kvtop.tui.frame import Frame
 from kvtop.tui.rows import Palette, clock
 from kvtop.tui.widgets.line import Line
@@ -27,8 +27,30 @@ FailureNode = FailureGroup | Observed
 
 
 def group_key(group: FailureGroup) -> GroupKey:
-    """Stable across refolds: the room, who the origin is and when it (or the first echo) happened."""
+    """Stable across refolds: the room, who the origin is and when it (or the first echo) happened (an
+    origin heard after its echo moves the time: `follow_keys`)."""
     return (group.room, group.origin_label, group.origin.ts if group.origin else group.first_ts)
+
+
+def follow_keys(keys: set[GroupKey], groups: list[FailureGroup]) -> dict[GroupKey, GroupKey]:
+    """Where each of `keys` that no group has now went: the group of the same room and origin within
+    `ROOM_REUSE_S` (the fold's bound on one use of a room id) whose key moved, when its origin came after
+    an echo (events of different ranks reach the collector in any order)."""
+    if not keys:
+        return {}
+    now = {group_key(group) for group in groups}
+    lost = keys - now
+    if not lost:
+        return {}
+    by_origin: dict[tuple[int, str], list[GroupKey]] = {}
+    for key in now - keys:
+        by_origin.setdefault(key[:2], []).append(key)
+    moved = {}
+    for key in lost:
+        near = [other for other in by_origin.get(key[:2], []) if abs(other[2] - key[2]) <= ROOM_REUSE_S]
+        if near:
+            moved[key] = min(near, key=lambda other: abs(other[2] - key[2]))
+    return moved
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +142,9 @@ class FailuresView(Vertical):
 
     def show(self, frame: Frame, palette: Palette) -> None:
         self._palette = palette
+        cursor = self.highlighted
+        moved = follow_keys(self.expanded | ({group_key(cursor.group)} if cursor else set()), frame.groups)
+        self.expanded = {moved.get(key, key) for key in self.expanded}
         self._groups = frame.groups
         self._dated = spans_days([frame.groups[0].first_ts, frame.groups[-1].first_ts] if frame.groups else [])
         echoes = sum(len(group.echoes) for group in frame.groups)
@@ -128,11 +153,11 @@ class FailuresView(Vertical):
             f"{len(frame.groups):,} failure origins{where}, {echoes:,} echoes folded under them"
             "  (enter: expand, d: detail)"
         )
-        self._layout()
+        self._layout(moved=moved)
 
-    def _layout(self, keep: TreeRow | None = None) -> None:
+    def _layout(self, keep: TreeRow | None = None, moved: dict[GroupKey, GroupKey] | None = None) -> None:
         """Flatten the groups (newest first) and the expanded ones' echoes; the cursor stays on its row
-        (or goes to `keep`)."""
+        (or goes to `keep`), also where its group's key `moved`."""
         tree, palette, dated = self.origin_list, self._palette, self._dated
         if palette is None:
             return
@@ -150,7 +175,8 @@ class FailuresView(Vertical):
 
         tree.set_rows(len(rows), line, key)
         if current is not None:
-            tree.cursor = _find(rows, current, tree.cursor)
+            was = group_key(current.group)
+            tree.cursor = _find(rows, (moved or {}).get(was, was), current.echo, tree.cursor)
         self.show_detail()
 
     def action_expand(self) -> None:
@@ -184,16 +210,13 @@ class FailuresView(Vertical):
             self.query_one("#failure-detail-text", Static).update(detail(row.node, self._palette))
 
 
-def _same_row(row: TreeRow, other: TreeRow) -> bool:
-    return group_key(row.group) == group_key(other.group) and row.echo == other.echo
-
-
-def _find(rows: TreeRows, row: TreeRow, near: int) -> int:
-    """Where `row` is now, looked for from `near` down first (new origins come in above it), then up; `near`
-    when it is gone."""
+def _find(rows: TreeRows, key: GroupKey, echo: Observed | None, near: int) -> int:
+    """Where the row of group `key` (its `echo`, or the origin's row) is now, looked for from `near` down
+    first (new origins come in above it), then up; `near` when it is gone."""
     below = range(min(near, len(rows)), len(rows))
     above = range(min(near, len(rows)) - 1, -1, -1)
-    return next((i for i in itertools.chain(below, above) if _same_row(rows[i], row)), near)
+    found = (i for i in itertools.chain(below, above) if rows[i].echo == echo and group_key(rows[i].group) == key)
+    return next(found, near)
 
 
 def tree_line(row: TreeRow, expanded: bool, palette: Palette, dated: bool = False) -> Text:

@@ -9,6 +9,7 @@ import time
 import weakref
 from collections import Counter
 
+from textual.events import Key
 from tui_support import (
     CLUSTER,
     FIXED_NOW,
@@ -30,7 +31,7 @@ from kvtop.tui.frame import WINDOW_S
 from kvtop.tui.process import SWITCH_INTERVAL_S
 from kvtop.tui.screens.detail import DetailScreen
 from kvtop.tui.screens.help import HelpScreen
-from kvtop.tui.views.failures import FailuresView
+from kvtop.tui.views.failures import FailuresView, group_key
 from kvtop.tui.widgets.row_list import RowList
 from kvtop.views.event_lines import LEVELS, shown
 from kvtop.views.tables import STUCK_AFTER_S
@@ -652,6 +653,67 @@ def test_enter_on_a_failure_origin_expands_its_echoes(app: KvtopApp, source: Fix
     assert seen["rows"][1 : 1 + group.echo_count] == echo_rows
     assert seen["rows folded"][0].startswith(f"▶ room {group.room} ")
     assert not any(row.startswith("└ echo ") for row in seen["rows folded"])
+
+
+def test_a_key_typed_right_after_the_view_key_goes_to_the_new_view(app: KvtopApp):
+    """`f` then `enter` at once, as a quick hand types them: the enter expands the failures view's origin (the
+    view's list has focus before the next key, not after the next refresh)."""
+    seen = {}
+
+    async def scenario(pilot):
+        view = app.query_one(FailuresView)
+        await next_frame(pilot)
+        for key, character in (("f", "f"), ("enter", "\r")):  # one read from the terminal: no wait between them
+            app.post_message(Key(key, character))
+        await pilot.pause()
+        seen["focused"] = app.focused is app.query_one("#failure-tree", RowList)
+        seen["expanded"] = set(view.expanded)
+        seen["origin"] = view.highlighted.group
+
+    drive(app, scenario)
+
+    assert seen["focused"]
+    assert seen["expanded"] == {group_key(seen["origin"])}
+
+
+def test_an_origin_heard_after_its_echo_keeps_its_group_open_under_the_cursor(app: KvtopApp, source: FixtureSource):
+    """Ranks' events reach the collector in any order: a group first seen by its echo, expanded, then joined by
+    its origin (which moves the group's time) stays expanded, with the cursor on it."""
+    from transport.events import EVENT_SCHEMA, EventBatch
+
+    room, origin = 4343001, "decode-0/TP0"
+    echo = Failure(
+        FIXED_NOW, room, "prefill-0/TP0", f"Aborted by decode peer {origin}", "propagated", "warning", False, origin
+    )
+    first = Failure(
+        FIXED_NOW - 0.001, room, origin, "KV chunk 0 failed its checksum", "checksum", "error", False, origin
+    )
+    seen = {}
+
+    def hear(failure: Failure, instance: str, role: str) -> None:
+        with source.lock:
+            batch = EventBatch(EVENT_SCHEMA, role, instance, 0, 1, 30_000, FIXED_NOW, [failure])
+            source.model.apply(failure.rank, batch, FIXED_NOW)
+
+    async def scenario(pilot):
+        view = app.query_one(FailuresView)
+        hear(echo, "prefill-0", "prefill")
+        await pilot.press("f")
+        await next_frame(pilot)
+        await pilot.press("home", "enter")
+        await pilot.pause()
+        seen["before"] = view.highlighted.group
+        hear(first, "decode-0", "decode")
+        await next_frame(pilot)
+        seen["after"] = view.highlighted.group
+        seen["rows"] = [row.strip() for row in lines(app.query_one("#failure-tree")) if row.strip()][:2]
+
+    drive(app, scenario)
+
+    assert (seen["before"].room, seen["before"].origin) == (room, None)
+    assert (seen["after"].room, seen["after"].origin_label, seen["after"].origin.ts) == (room, origin, first.ts)
+    assert seen["rows"][0].startswith(f"▼ room {room} ")
+    assert seen["rows"][1].startswith("└ echo prefill-0/TP0")
 
 
 def test_space_and_right_toggle_an_origin_and_left_folds_it(app: KvtopApp):
