@@ -16,7 +16,7 @@ import pytest
 from transport import KVPoll, Role
 from transport import engine as engine_module
 from transport.events import Failure, Heartbeat, Progress, RoomState, Snapshot
-from transport.publisher import EventPublisher
+from transport.publisher import EventPublisher, PublisherGroup
 from transport.subscriber import AGENT_RCVHWM
 from transport.wire import AgentInfo, replace_fields
 
@@ -102,6 +102,51 @@ def _delivered_after_emitting(publisher: EventPublisher, events: Any) -> Callabl
         return any(f.room == room for f in events.failures(room))
 
     return delivered
+
+
+def test_a_group_publishes_for_each_of_its_publishers_on_one_thread_and_stops_them_together(zmq_context, subscribe):
+    """Three publishers on one group's thread: each serves its own snapshot and stream (its own seqs, its own
+    events); closing one publishes what every member had queued, then stops them all."""
+    publishers = []
+    for rank in range(3):
+        info = AgentInfo("prefill", "prefill-0", rank, 3, 4096, "", "", os.getpid(), "test", 1)
+        publisher = EventPublisher(info, context=zmq_context)
+        publisher.info = replace_fields(
+            info, event_endpoint=publisher.endpoint, snapshot_endpoint=publisher.snapshot_endpoint
+        )
+        publishers.append(publisher)
+    group = PublisherGroup(publishers).start()
+    labels = [publisher.info.label for publisher in publishers]
+    events = subscribe([publisher.info for publisher in publishers])
+    events.wait_synced(labels)
+
+    for rank, publisher in enumerate(publishers):
+        label = publisher.info.label
+        publisher.emit(Failure(time.time(), 100 + rank, label, "test", "other", "warning", False, label))
+    events.wait(lambda: all(events.failures(100 + rank) for rank in range(3)), what="each member's failure")
+    for publisher in publishers:
+        publisher.emit(failure(200))  # queued as the group stops
+    publishers[0].close()
+
+    assert all(publisher.thread is group.thread for publisher in publishers)
+    assert not group.thread.is_alive()
+    assert [publisher.counters["events"] for publisher in publishers] == [2, 2, 2]
+    for rank, label in enumerate(labels):
+        [snapshot] = events.snapshots(label)
+        seqs = [batch.seq for batch in events.batches(label)]
+        assert seqs == list(range(snapshot.seq + 1, snapshot.seq + 1 + len(seqs)))
+        assert [f.rank for f in events.failures(100 + rank)] == [label]
+    for publisher in publishers[1:]:
+        publisher.close()
+
+
+def test_a_publisher_is_in_one_group_only(zmq_context):
+    info = AgentInfo("prefill", "prefill-0", 0, 1, 4096, "", "", os.getpid(), "test", 1)
+    publisher = EventPublisher(info, context=zmq_context)
+    PublisherGroup([publisher])
+    with pytest.raises(ValueError, match="one group only"):
+        PublisherGroup([publisher])
+    publisher.close()
 
 
 def test_a_subscriber_that_falls_behind_counts_the_batches_it_lost_as_a_gap(make_publisher, subscribe, wait_for):
