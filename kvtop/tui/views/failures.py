@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from bisect import bisect_right
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import overload
 
@@ -47,7 +47,7 @@ def follow_keys(keys: set[GroupKey], groups: list[FailureGroup]) -> dict[GroupKe
         by_origin.setdefault(key[:2], []).append(key)
     moved = {}
     for key in lost:
-        near = [other for other in by_origin.get(key[:2], []) if abs(other[2] - key[2]) <= ROOM_REUSE_S]
+        near = [other for other in by_origin.get(key[:2], []) if _moved_to(key, other)]
         if near:
             moved[key] = min(near, key=lambda other: abs(other[2] - key[2]))
     return moved
@@ -142,8 +142,7 @@ class FailuresView(Vertical):
 
     def show(self, frame: Frame, palette: Palette) -> None:
         self._palette = palette
-        cursor = self.highlighted
-        moved = follow_keys(self.expanded | ({group_key(cursor.group)} if cursor else set()), frame.groups)
+        moved = follow_keys(self.expanded, frame.groups)  # nothing to do (and no pass) while none is expanded
         self.expanded = {moved.get(key, key) for key in self.expanded}
         self._groups = frame.groups
         self._dated = spans_days([frame.groups[0].first_ts, frame.groups[-1].first_ts] if frame.groups else [])
@@ -153,11 +152,11 @@ class FailuresView(Vertical):
             f"{len(frame.groups):,} failure origins{where}, {echoes:,} echoes folded under them"
             "  (enter: expand, d: detail)"
         )
-        self._layout(moved=moved)
+        self._layout()
 
-    def _layout(self, keep: TreeRow | None = None, moved: dict[GroupKey, GroupKey] | None = None) -> None:
+    def _layout(self, keep: TreeRow | None = None) -> None:
         """Flatten the groups (newest first) and the expanded ones' echoes; the cursor stays on its row
-        (or goes to `keep`), also where its group's key `moved`."""
+        (or goes to `keep`)."""
         tree, palette, dated = self.origin_list, self._palette, self._dated
         if palette is None:
             return
@@ -175,8 +174,7 @@ class FailuresView(Vertical):
 
         tree.set_rows(len(rows), line, key)
         if current is not None:
-            was = group_key(current.group)
-            tree.cursor = _find(rows, (moved or {}).get(was, was), current.echo, tree.cursor)
+            tree.cursor = _find(rows, group_key(current.group), current.echo, tree.cursor)
         self.show_detail()
 
     def action_expand(self) -> None:
@@ -212,11 +210,23 @@ class FailuresView(Vertical):
 
 def _find(rows: TreeRows, key: GroupKey, echo: Observed | None, near: int) -> int:
     """Where the row of group `key` (its `echo`, or the origin's row) is now, looked for from `near` down
-    first (new origins come in above it), then up; `near` when it is gone."""
-    below = range(min(near, len(rows)), len(rows))
-    above = range(min(near, len(rows)) - 1, -1, -1)
-    found = (i for i in itertools.chain(below, above) if rows[i].echo == echo and group_key(rows[i].group) == key)
-    return next(found, near)
+    first (new origins come in above it), then up; else the row of the group its key moved to (`follow_keys`);
+    `near` when it is gone."""
+    start = min(near, len(rows))
+
+    def nearest(same: Callable[[GroupKey], bool]) -> int | None:
+        order = itertools.chain(range(start, len(rows)), range(start - 1, -1, -1))
+        return next((i for i in order if rows[i].echo == echo and same(group_key(rows[i].group))), None)
+
+    found = nearest(key.__eq__)
+    if found is None:
+        found = nearest(lambda other: _moved_to(key, other))
+    return near if found is None else found
+
+
+def _moved_to(key: GroupKey, other: GroupKey) -> bool:
+    """`other` may be where `key` went: the same room and origin, within `ROOM_REUSE_S`."""
+    return other[:2] == key[:2] and abs(other[2] - key[2]) <= ROOM_REUSE_S
 
 
 def tree_line(row: TreeRow, expanded: bool, palette: Palette, dated: bool = False) -> Text:

@@ -678,7 +678,8 @@ def test_a_key_typed_right_after_the_view_key_goes_to_the_new_view(app: KvtopApp
 
 def test_an_origin_heard_after_its_echo_keeps_its_group_open_under_the_cursor(app: KvtopApp, source: FixtureSource):
     """Ranks' events reach the collector in any order: a group first seen by its echo, expanded, then joined by
-    its origin (which moves the group's time) stays expanded, with the cursor on it."""
+    its origin (which moves the group's time) stays expanded, with the cursor on it as a newer origin comes in
+    above it."""
     from transport.events import EVENT_SCHEMA, EventBatch
 
     room, origin = 4343001, "decode-0/TP0"
@@ -688,32 +689,36 @@ def test_an_origin_heard_after_its_echo_keeps_its_group_open_under_the_cursor(ap
     first = Failure(
         FIXED_NOW - 0.001, room, origin, "KV chunk 0 failed its checksum", "checksum", "error", False, origin
     )
+    newer = Failure(
+        FIXED_NOW + 0.5, room + 1, origin, "KV chunk 0 failed its checksum", "checksum", "error", False, origin
+    )
     seen = {}
 
-    def hear(failure: Failure, instance: str, role: str) -> None:
+    def hear(instance: str, role: str, *failures: Failure) -> None:
         with source.lock:
-            batch = EventBatch(EVENT_SCHEMA, role, instance, 0, 1, 30_000, FIXED_NOW, [failure])
-            source.model.apply(failure.rank, batch, FIXED_NOW)
+            batch = EventBatch(EVENT_SCHEMA, role, instance, 0, 1, 30_000, FIXED_NOW, list(failures))
+            source.model.apply(failures[0].rank, batch, FIXED_NOW)
 
     async def scenario(pilot):
         view = app.query_one(FailuresView)
-        hear(echo, "prefill-0", "prefill")
+        hear("prefill-0", "prefill", echo)
         await pilot.press("f")
         await next_frame(pilot)
         await pilot.press("home", "enter")
         await pilot.pause()
         seen["before"] = view.highlighted.group
-        hear(first, "decode-0", "decode")
+        hear("decode-0", "decode", first, newer)
         await next_frame(pilot)
         seen["after"] = view.highlighted.group
-        seen["rows"] = [row.strip() for row in lines(app.query_one("#failure-tree")) if row.strip()][:2]
+        seen["rows"] = [row.strip() for row in lines(app.query_one("#failure-tree")) if row.strip()][:3]
 
     drive(app, scenario)
 
     assert (seen["before"].room, seen["before"].origin) == (room, None)
     assert (seen["after"].room, seen["after"].origin_label, seen["after"].origin.ts) == (room, origin, first.ts)
-    assert seen["rows"][0].startswith(f"▼ room {room} ")
-    assert seen["rows"][1].startswith("└ echo prefill-0/TP0")
+    assert seen["rows"][0].startswith(f"room {room + 1} ")  # no echoes: no marker (the row is stripped)
+    assert seen["rows"][1].startswith(f"▼ room {room} ")
+    assert seen["rows"][2].startswith("└ echo prefill-0/TP0")
 
 
 def test_space_and_right_toggle_an_origin_and_left_folds_it(app: KvtopApp):
