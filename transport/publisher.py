@@ -7,9 +7,10 @@ count travels in every heartbeat). One thread owns both sockets: every
 the next seq, and applies the batch to a small mirror of the agent's state, so
 a `Snapshot` always matches the seq it names. A `PublisherGroup` runs many
 publishers of one process on one such thread (a thread each, woken 20 times a
-second, cost ~70 us a wake with 128 of them on a 2-core machine). A live room whose terminal state
-the queue dropped would stay live in every snapshot: after `lost_after_s`
-without news the mirror drops it, counted in `counters["rooms_lost"]`.
+second, cost ~70 us a wake with 128 of them on a 2-core machine). A live room
+whose terminal state the queue dropped would stay live in every snapshot: after
+`lost_after_s` without news the mirror drops it, counted in
+`counters["rooms_lost"]`.
 """
 
 from __future__ import annotations
