@@ -75,7 +75,7 @@ def measure_attach(
     try:
         progress(f"starting a model process on {rooms:,} rooms over {2 * instances * tp} ranks ...")
         with ModelProcess(BenchLoad(rooms, instances, tp, events_per_s)) as model:
-            pid = str(model._process.pid)
+            pid = str(model.pid)
             endpoint = f"ipc://{folder}/model-{pid}.sock"
             checks, starts, answers, held = [], [], [], []
             verdict, raw_len = "", 0

@@ -17,6 +17,10 @@ from kvtop.bench import BenchFailed
 from kvtop.cli.units import format_size, parse_size
 
 JsonObject = Annotated[bool, typer.Option("--json", help="Print a JSON object instead of text.")]
+SyntheticRooms = Annotated[int, typer.Option(min=1000, help="Rooms in the synthetic model.")]
+SyntheticInstances = Annotated[int, typer.Option(min=1, help="Prefill instances, and as many decode instances.")]
+SyntheticTp = Annotated[int, typer.Option(min=1, help="Ranks per instance (8+8 instances of TP 4: 64 ranks).")]
+"""The synthetic model of the dashboard's benchmarks (`kvtop.bench.ui_load`)."""
 
 
 def _progress(line: str) -> None:
@@ -180,9 +184,9 @@ def bench_ingest(
 
 
 def bench_ui(
-    rooms: Annotated[int, typer.Option(min=1000, help="Rooms in the synthetic model.")] = 100_000,
-    instances: Annotated[int, typer.Option(min=1, help="Prefill instances, and as many decode instances.")] = 8,
-    tp: Annotated[int, typer.Option(min=1, help="Ranks per instance (8+8 instances of TP 4: 64 ranks).")] = 4,
+    rooms: SyntheticRooms = 100_000,
+    instances: SyntheticInstances = 8,
+    tp: SyntheticTp = 4,
     events_per_s: Annotated[float, typer.Option(min=1000, help="Events/s applied while the dashboard runs.")] = 50_000,
     seconds: Annotated[
         float, typer.Option(min=1, help="Seconds of watching (a quarter per view); half as long again of keys.")
@@ -255,8 +259,8 @@ def bench_sglang_log(
 
 
 def bench_export(
-    rooms: Annotated[int, typer.Option(min=1000, help="Rooms in the synthetic model.")] = 100_000,
-    instances: Annotated[int, typer.Option(min=1, help="Prefill instances, and as many decode instances.")] = 4,
+    rooms: SyntheticRooms = 100_000,
+    instances: SyntheticInstances = 4,
     tp: Annotated[int, typer.Option(min=1, help="Ranks per instance (4+4 instances of TP 8: 64 ranks).")] = 8,
     repeats: Annotated[int, typer.Option(min=1, help="Later scrapes (each after 500 new rooms); medians.")] = 15,
     as_json: JsonObject = False,
@@ -458,9 +462,9 @@ def bench_replay(
 
 
 def bench_keyframe(
-    rooms: Annotated[int, typer.Option(min=1000, help="Rooms in the synthetic model.")] = 100_000,
-    instances: Annotated[int, typer.Option(min=1, help="Prefill instances, and as many decode instances.")] = 8,
-    tp: Annotated[int, typer.Option(min=1, help="Ranks per instance (8+8 instances of TP 4: 64 ranks).")] = 4,
+    rooms: SyntheticRooms = 100_000,
+    instances: SyntheticInstances = 8,
+    tp: SyntheticTp = 4,
     events_per_s: Annotated[float, typer.Option(min=1000, help="Events/s applied while keyframes are taken.")] = 50_000,
     seconds: Annotated[float, typer.Option(min=2, help="Seconds per leg (captured under the lock, forked).")] = 15,
     keyframe_s: Annotated[float, typer.Option(min=0.5, help="A keyframe this often (the dashboard: a minute).")] = 2,
@@ -491,9 +495,9 @@ def bench_keyframe(
 
 
 def bench_attach(
-    rooms: Annotated[int, typer.Option(min=1000, help="Rooms in the synthetic model.")] = 100_000,
-    instances: Annotated[int, typer.Option(min=1, help="Prefill instances, and as many decode instances.")] = 8,
-    tp: Annotated[int, typer.Option(min=1, help="Ranks per instance (8+8 instances of TP 4: 64 ranks).")] = 4,
+    rooms: SyntheticRooms = 100_000,
+    instances: SyntheticInstances = 8,
+    tp: SyntheticTp = 4,
     events_per_s: Annotated[float, typer.Option(min=1000, help="Events/s applied while the checks run.")] = 50_000,
     runs: Annotated[int, typer.Option(min=1, help="Checks (and baselines) started.")] = 5,
     as_json: JsonObject = False,

@@ -222,7 +222,7 @@ def run_check(
 ) -> int:
     """Judge the source against `limits`, print the verdict; returns its Nagios exit code."""
     from kvtop.attach.client import ModelAmbiguous, ModelUnavailable
-    from kvtop.views.check import Verdict, evaluate, model_unreachable, source_failing, unreachable
+    from kvtop.views.check import Verdict, evaluate, source_failing, unanswered, unreachable
     from transport.errors import BootstrapError
 
     try:
@@ -239,7 +239,7 @@ def run_check(
     except BootstrapError as error:
         result = unreachable(bootstrap, str(error))
     except ModelUnavailable as error:
-        result = model_unreachable(str(error))
+        result = unanswered(str(error))
     except ModelAmbiguous as error:
         typer.echo(f"KVTOP UNKNOWN - {error}")
         return int(Verdict.UNKNOWN)

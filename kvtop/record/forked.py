@@ -44,11 +44,11 @@ FORK_KEYFRAMES = sys.platform.startswith("linux")
 """Where keyframes fork by default: Linux (elsewhere fork in a threaded process is not safe enough, or
 there is none; keyframes are captured under the lock there)."""
 CHILD_TIMEOUT_S = 30.0
+"""A child that has not sent its keyframe by then is killed (100k rooms take well under 1 s)."""
 CHILD_NICE = 10
 """The child is background work: on a machine of two cores, a child encoding a 100k-room keyframe (~0.4 s of
 a core) beside the model process's ingest took the dashboard's paints' core away (frames of 40-60 ms instead
 of ~20, `kvtop bench ui`); niced, it takes what the others leave."""
-"""A child that has not sent its keyframe by then is killed (100k rooms take well under 1 s)."""
 _HEADER = struct.Struct("<QQ")
 """What the child sends first: the keyframe's raw length, then its compressed length."""
 _READ_BYTES = 1 << 20

@@ -71,6 +71,11 @@ class ModelProcess:
         self.log_path = ""
         """Where the process's output goes once the dashboard owns the terminal (made by `start()`)."""
 
+    @property
+    def pid(self) -> int | None:
+        """The model process's pid (None before `start()` and after `close()`)."""
+        return self._process.pid if self._process is not None else None
+
     def __enter__(self) -> ModelProcess:
         return self.start()
 

@@ -155,12 +155,13 @@ def evaluate(model: ClusterModel, limits: Thresholds, now: float | None = None, 
 
 def unreachable(bootstrap: str, error: str) -> CheckResult:
     """The verdict when the cluster cannot be asked at all: CRITICAL."""
-    return CheckResult(Verdict.CRITICAL, f"cluster unreachable at {bootstrap}: {error}", 0, 0, [], [], 0, 0.0, 0, 0)
+    return unanswered(f"cluster unreachable at {bootstrap}: {error}")
 
 
-def model_unreachable(error: str) -> CheckResult:
-    """The verdict when no dashboard's model answers (`--model`): CRITICAL, as a cluster that does not answer."""
-    return CheckResult(Verdict.CRITICAL, error, 0, 0, [], [], 0, 0.0, 0, 0)
+def unanswered(summary: str) -> CheckResult:
+    """The verdict when the source does not answer (a cluster, or a dashboard's model with `--model`):
+    CRITICAL, with nothing judged."""
+    return CheckResult(Verdict.CRITICAL, summary, 0, 0, [], [], 0, 0.0, 0, 0)
 
 
 def source_failing(result: CheckResult, problem: str) -> CheckResult:

@@ -147,7 +147,7 @@ def test_events_of_the_dashboards_model_are_its_journal_with_the_fold_s_levels(d
 def test_a_malformed_ask_is_refused_and_counted_and_the_endpoint_keeps_answering(
     dashboard: ModelProcess, runtime: Path
 ):
-    pid = dashboard._process.pid
+    pid = dashboard.pid
     endpoint = f"ipc://{runtime}/model-{pid}.sock"
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     with context.socket(zmq.DEALER) as socket:
@@ -186,13 +186,13 @@ def test_several_dashboards_must_be_named_and_each_advert_goes_with_its_dashboar
     """With two models running, --model alone is a usage error naming both pids (check: UNKNOWN); --model-at
     PID reads the one named; once the second dashboard closes, its advert and socket are gone."""
     second = ModelProcess(LiveModel(cluster.endpoint, record=RecordChoice(False))).start()
-    pid = second._process.pid
+    pid = second.pid
     advert, socket_file = runtime / f"model-{pid}.json", runtime / f"model-{pid}.sock"
     try:
         assert advert.exists() and socket_file.exists()
         ambiguous = kvtop("status", "--model")
         assert ambiguous.returncode == 2
-        assert str(pid) in ambiguous.stderr and str(dashboard._process.pid) in ambiguous.stderr
+        assert str(pid) in ambiguous.stderr and str(dashboard.pid) in ambiguous.stderr
         assert kvtop("check", "--model").returncode == 3
         named = _json("status", "--model-at", str(pid), "--json")
         assert isinstance(named, dict) and named["ranks"]["alive"] == 2
@@ -259,7 +259,7 @@ def test_export_serves_the_dashboards_model_as_prometheus_metrics(dashboard: Mod
 
 def fetch_answered(dashboard: ModelProcess) -> int:
     """How many asks the dashboard's model answered (this one included)."""
-    return fetch(f"ipc://{os.environ[RUNTIME_ENV]}/model-{dashboard._process.pid}.sock", 5.0).state.answered
+    return fetch(f"ipc://{os.environ[RUNTIME_ENV]}/model-{dashboard.pid}.sock", 5.0).state.answered
 
 
 def test_a_following_view_asks_the_dashboards_model_again_each_interval(dashboard: ModelProcess):
@@ -284,7 +284,7 @@ def test_a_dashboard_whose_source_fails_now_is_critical_as_the_cluster_would_be(
     """The error the dashboard's collector holds now (its bootstrap stopped answering) is the check's first
     problem, CRITICAL, and every view says it on stderr."""
     with ModelProcess(FailingSource()) as failing:
-        pid = str(failing._process.pid)
+        pid = str(failing.pid)
         check = kvtop("check", "--model-at", pid)
         ranks = kvtop("ranks", "--model-at", pid)
     assert check.returncode == 2

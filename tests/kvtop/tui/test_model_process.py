@@ -146,7 +146,7 @@ def test_a_model_process_killed_under_the_dashboard_ends_it_with_exit_1_naming_i
     app = KvtopApp(model, title="model process", refresh_s=0.1)
 
     async def scenario(pilot):
-        os.kill(model._process.pid, signal.SIGKILL)
+        os.kill(model.pid, signal.SIGKILL)
         await wait_until(pilot, lambda: not app.is_running, "the dashboard ended", timeout=15.0)
 
     try:
