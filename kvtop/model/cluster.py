@@ -7,29 +7,27 @@ Ingest is one Python loop per delivery, event by event and in order (a batch
 applies exactly as its events one at a time; tests/kvtop/test_model_ingest.py
 holds the plain reference). Its cost per event is what `kvtop bench ingest`
 measures, so the loop keeps the high-volume kinds inline, finished transfers
-go to the numpy rings once per batch (once per collector pass inside
-`one_pass()`), and the per-room and per-failure records are msgspec Structs the
-garbage collector never walks.
+wait in their rings as events and are written to numpy in bulk
+(`TransferRing`), and the per-room and per-failure records are msgspec Structs
+the garbage collector never walks.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from itertools import chain, compress, islice
+from itertools import chain, islice
 
 import msgspec
-import numpy as np
-import numpy.typing as npt
 
 from kvtop.model.fold import ABORTED, ROOM_REUSE_S, FailureGroup, Observed, fold
 from kvtop.model.histogram import DurationHistogram
 from kvtop.model.intake import Intake
-from kvtop.model.rolling import RingBuffer, percentiles
+from kvtop.model.rolling import percentiles
+from kvtop.model.transfer_ring import TransferRing
 from transport.events import (
     AgentHello,
     Event,
@@ -119,7 +117,7 @@ class RankView:
     rss_bytes: int = 0
     origins: int = 0
     echoes: int = 0
-    transfers: RingBuffer = field(default_factory=lambda: RingBuffer(RANK_TRANSFERS_KEPT, 1))
+    transfers: TransferRing = field(default_factory=lambda: TransferRing(RANK_TRANSFERS_KEPT))
     """This rank's finished transfers: (ts, bytes)."""
     from_log: bool = False
     """Known from a server log (kvtop.sources), not a live agent: liveness is `LOG`, origins are inferred."""
@@ -205,7 +203,7 @@ class LinkView:
     """Transfers done by the decode ranks of the pair (a room over TP t counts t)."""
     nbytes: int = 0
     failed_rooms: int = 0
-    recent: RingBuffer = field(default_factory=lambda: RingBuffer(LINK_TRANSFERS_KEPT, 1))
+    recent: TransferRing = field(default_factory=lambda: TransferRing(LINK_TRANSFERS_KEPT))
     """The pair's latest transfers: (ts, bytes), for its rate over a window."""
     durations: DurationHistogram = field(default_factory=DurationHistogram)
     """Every transfer's duration, in buckets that only grow (the exporter's histogram)."""
@@ -279,16 +277,9 @@ class Finished(msgspec.Struct, gc=False):
 _NO_RUN = RoomView(-1, 0.0, 0.0)
 """Stands for the room of no run in the ingest loop (never stored, never written)."""
 
-_Done = tuple[RankView, bool, list[TransferDone]]
-"""Finished transfers of one delivery: the rank, whether it was a decode rank then, the events."""
-
 
 class ClusterModel:
     """Apply snapshots and batches with `apply()`; read ranks, rooms, failures and rates."""
-
-    _pass: list[_Done] | None = None
-    """Inside `one_pass()`: the pass's finished transfers, for the rings when it ends (an attribute of the
-    instance only then: a keyframe, taken between passes, never meets it)."""
 
     def __init__(self, journal_events: int = 0, lost_after_s: float = LOST_AFTER_S) -> None:
         """`journal_events`: how many recent events to keep for an event tail (the dashboard); 0 keeps none.
@@ -299,7 +290,7 @@ class ClusterModel:
         self.finished: dict[int, Finished] = {}
         """Retired rooms by id, oldest first, at most `FINISHED_ROOMS_KEPT`."""
         self.failures: deque[Observed] = deque(maxlen=FAILURES_KEPT)
-        self.transfers = RingBuffer(TRANSFERS_KEPT, 2)
+        self.transfers = TransferRing(TRANSFERS_KEPT, seconds=True)
         """Decode-side transfers done: (ts, bytes, seconds)."""
         self.links: dict[tuple[str, str], LinkView] = {}
         self.gaps = 0
@@ -358,24 +349,6 @@ class ClusterModel:
         if self._journal_kept:
             self._journal(label, events)
         return events
-
-    @contextmanager
-    def one_pass(self) -> Iterator[ClusterModel]:
-        """Deliveries applied inside apply as one collector pass: their finished transfers go into the rings
-        once, when the block ends (at ~2 per batch, per-batch appends were a fifth of the model's time). When
-        it ends the model is as `apply()` one delivery at a time leaves it, exactly (what a replay does);
-        inside it, only `apply()` may read it. A delivery that raises costs what it did alone."""
-        if self._pass is not None:
-            yield self  # already in a pass: it ends with the outer one
-            return
-        self._pass = []
-        try:
-            yield self
-        finally:
-            pending = self._pass
-            del self._pass
-            if pending:
-                self._transfers_done(pending)
 
     @property
     def journaling(self) -> bool:
@@ -614,10 +587,10 @@ class ClusterModel:
         draws rooms outside the model's lock) reads a dict no other thread changes."""
         codes = room.codes
         if codes.get(label) != state:
-            room.codes = codes = {**codes, label: state}
+            room.codes = codes = {**codes, label: state} if codes else {label: state}
         if state not in _TERMINAL:
             self._open.add(room_id)
-        elif _TERMINAL.issuperset(codes.values()):
+        elif room_id in self._open and _TERMINAL.issuperset(codes.values()):  # (issuperset makes a set: once open)
             self._open.discard(room_id)
 
     def _late_news(self, event: RoomState) -> bool:
@@ -632,74 +605,31 @@ class ClusterModel:
         return True
 
     def _finished_transfers(self, view: RankView, done: list[TransferDone]) -> None:
-        """A delivery's finished transfers: into the rings now, or when the pass ends (`one_pass()`)."""
-        entry = (view, view.role == "decode", done)
-        if self._pass is None:
-            self._transfers_done([entry])
-        else:
-            self._pass.append(entry)
+        """A delivery's finished transfers, into its rank's ring; a decode rank's also into the model's ring and
+        their link's (counts, ring, histogram)."""
+        view.transfers.add(done)
+        if view.role != "decode":
+            return
+        self.transfers.add(done)
+        peer = done[0].peer
+        for event in done:  # a loop, not a comprehension: no frame per delivery
+            if event.peer != peer:  # rare: more than one prefill instance sent them
+                for one in done:
+                    self._link_done(self._link((one.peer, view.instance)), [one])
+                return
+        key = (peer, view.instance)
+        self._link_done(self.links.get(key) or self._link(key), done)
 
-    def _transfers_done(self, entries: list[_Done]) -> None:
-        """Finished transfers in bulk, in order: one append per ring (each rank's, the model's, each link's), as
-        appends one delivery at a time leave them; decode ranks' also feed rates and links. A link's histogram
-        takes each delivery's durations apart, as it did one at a time (it buckets every `BATCHES_HELD`)."""
-        done = entries[0][2] if len(entries) == 1 else [event for _, _, batch in entries for event in batch]
-        nbytes = [e.nbytes for e in done]
-        rows = np.array(([e.ts for e in done], nbytes, [e.seconds for e in done]), dtype=np.float64).T
-        ranks: dict[int, tuple[RingBuffer, list[slice | npt.NDArray[np.intp]]]] = {}
-        decode: list[slice] = []
-        links: dict[tuple[str, str], tuple[LinkView, list[slice | npt.NDArray[np.intp]]]] = {}
-        start = 0
-        for view, decoding, batch in entries:  # a ring's adjacent parts are joined: rows[a:b] + rows[b:c] = rows[a:c]
-            stop = start + len(batch)
-            part = slice(start, stop)
-            rank = ranks.get(id(view.transfers))
-            if rank is None:
-                ranks[id(view.transfers)] = (view.transfers, [part])
-            else:
-                _add_part(rank[1], part)
-            if decoding:
-                if decode and decode[-1].stop == start:
-                    decode[-1] = slice(decode[-1].start, stop)
-                else:
-                    decode.append(part)
-                peer = batch[0].peer
-                for event in batch:  # a loop, not a comprehension: no frame per delivery
-                    if event.peer != peer:
-                        peers = [e.peer for e in batch]
-                        for sender in set(peers):
-                            picked = [p == sender for p in peers]
-                            mine = start + np.flatnonzero(picked)
-                            link_bytes = list(compress(nbytes[part], picked))
-                            self._link_done(links, (sender, view.instance), mine, link_bytes, rows)
-                        break
-                else:  # nearly always: one prefill instance sent them all
-                    self._link_done(links, (peer, view.instance), part, nbytes[start:stop], rows)
-            start = stop
-        for ring, parts in ranks.values():
-            ring.extend(rows[parts[0], :2] if len(parts) == 1 else _rows(rows, parts)[:, :2])
-        if decode:
-            self.transfers.extend(_rows(rows, decode))
-        for link, picks in links.values():
-            link.recent.extend(_rows(rows, picks)[:, :2])
-
-    def _link_done(
-        self,
-        links: dict[tuple[str, str], tuple[LinkView, list[slice | npt.NDArray[np.intp]]]],
-        key: tuple[str, str],
-        mine: slice | npt.NDArray[np.intp],
-        link_bytes: list[int],
-        rows: npt.NDArray[np.float64],
-    ) -> None:
-        """One delivery's transfers of one link (`mine`: their rows): counted, timed, and kept for its ring."""
-        known = links.get(key)
-        if known is None:
-            known = links[key] = (self._link(key), [])
-        link = known[0]
-        link.transfers += len(link_bytes)
-        link.nbytes += sum(link_bytes)
-        link.durations.observe(rows[mine, 2])
-        _add_part(known[1], mine)
+    @staticmethod
+    def _link_done(link: LinkView, done: list[TransferDone]) -> None:
+        """One delivery's transfers of one link: counted, into its ring and its histogram."""
+        link.transfers += len(done)
+        nbytes = link.nbytes
+        for event in done:
+            nbytes += event.nbytes
+        link.nbytes = nbytes
+        link.recent.add(done)
+        link.durations.observe([event.seconds for event in done])
 
     def _link(self, key: tuple[str, str]) -> LinkView:
         """The link of a (prefill, decode) instance pair, made on first use (not per call: its ring is 64 KiB)."""
@@ -762,9 +692,6 @@ class ClusterModel:
         elif view.role == "decode":
             room.link = (room.link[0], view.instance)
         if all(room.link) and not linked:  # both sides named it: a failed room of that link
-            if self._pass and room.link not in self.links:  # links are made in the order one at a time makes them
-                self._transfers_done(self._pass)
-                self._pass.clear()
             self._link(room.link).failed_rooms += 1
 
     def sweep(self, now: float) -> None:
@@ -775,26 +702,47 @@ class ClusterModel:
             self._retire_lost(now)
         gone = self._gone(now)
         settled = self._settled(now, gone)
-        finished, rooms, still_open, causes, tallies = (
-            self.finished, self.rooms, self._open, self._causes, self.retired_outcomes
-        )  # fmt: skip
-        for room in settled:  # a room per ~5 events at fan-in: `_outcome` inlined, on locals
+        rooms, still_open, causes = self.rooms, self._open, self._causes
+        kept_from = len(settled) - FINISHED_ROOMS_KEPT
+        if kept_from >= 0:  # the rooms retired now fill the window of finished rooms alone: every older one goes
+            finished: dict[int, Finished] = {}
+        else:
+            finished, kept_from = self.finished, 0
+        succeeded = failed = aborted = 0
+        for index, room in enumerate(settled):  # a room per ~5 events at fan-in: on locals
             room_id = room.room
-            ok = room.succeeded(gone) if gone else _SUCCESS.issuperset(room.codes.values())
+            if gone:
+                ok = room.succeeded(gone)
+            else:
+                for code in room.codes.values():  # `succeeded()` inlined: no set made per room
+                    if code != _SUCCEEDED:
+                        ok = False
+                        break
+                else:
+                    ok = True
             room.outcome = ok
             if ok:
-                tallies["succeeded"] += 1
+                succeeded += 1
             else:
                 if all(room.link):
                     self._link(room.link).failed_rooms += 1
-                tallies["aborted" if causes.get(room_id) == _ABORT_CAUSE else "failed"] += 1
-            finished.pop(room_id, None)
-            finished[room_id] = Finished(room.last_progress, room_id, ok, room, room.from_log)
+                if causes.get(room_id) == _ABORT_CAUSE:
+                    aborted += 1
+                else:
+                    failed += 1
+            if index >= kept_from:  # retired as kept (a room retired and reused since goes to the end)
+                finished.pop(room_id, None)
+                finished[room_id] = Finished(room.last_progress, room_id, ok, room, room.from_log)
             del rooms[room_id]
             still_open.discard(room_id)
+        tallies = self.retired_outcomes
+        tallies["succeeded"] += succeeded
+        tallies["failed"] += failed
+        tallies["aborted"] += aborted
         if len(finished) > FINISHED_ROOMS_KEPT:  # the oldest go, once per sweep: deleting the first key of a dict
             # one at a time leaves a run of dead slots each next deletion walks (12 % of a 1024-agent collector)
-            self.finished = dict(islice(finished.items(), len(finished) - FINISHED_ROOMS_KEPT, None))
+            finished = dict(islice(finished.items(), len(finished) - FINISHED_ROOMS_KEPT, None))
+        self.finished = finished
 
     def _retire_lost(self, now: float) -> None:
         """Open rooms with no news for `lost_after_s` (no state arrived, no progress made): their terminal news
@@ -844,22 +792,6 @@ class ClusterModel:
 
     def _gone(self, now: float) -> set[str]:
         return {label for label, view in self.ranks.items() if view.liveness(now) is Liveness.GONE}
-
-
-def _rows(
-    rows: npt.NDArray[np.float64], parts: list[slice] | list[slice | npt.NDArray[np.intp]]
-) -> npt.NDArray[np.float64]:
-    """The rows of `parts` (slices or indices of `rows`), in order."""
-    return rows[parts[0]] if len(parts) == 1 else np.concatenate([rows[part] for part in parts])
-
-
-def _add_part(parts: list[slice | npt.NDArray[np.intp]], part: slice | npt.NDArray[np.intp]) -> None:
-    """Append rows `part` to `parts`, joined to the last part where both are slices and they touch."""
-    last = parts[-1] if parts else None
-    if type(part) is slice and type(last) is slice and last.stop == part.start:
-        parts[-1] = slice(last.start, part.stop)
-    else:
-        parts.append(part)
 
 
 def _sensible(event: Event) -> bool:

@@ -10,8 +10,8 @@ TRANSFER_BUCKETS_S: tuple[float, ...] = (
 )  # fmt: skip
 """Upper bounds (seconds) of a transfer's duration: a page on loopback takes a millisecond, a stalled
 room the transfer timeout (60 s by default)."""
-BATCHES_HELD = 256
-"""Observed batches kept aside before they are bucketed (a read buckets them too): bucketing each of the
+HELD_KEPT = 512
+"""Observed durations kept aside before they are bucketed (a read buckets them too): bucketing each of the
 ingest loop's batches on arrival cost it 7 % of its rate."""
 
 
@@ -24,18 +24,19 @@ class DurationHistogram:
         self.counts: npt.NDArray[np.int64] = np.zeros(len(bounds) + 1, dtype=np.int64)
         """Observations per bucket: `counts[i]` fell in (bounds[i-1], bounds[i]]; the last, above every bound."""
         self.total_s = 0.0
-        self._held: list[npt.NDArray[np.float64]] = []
+        self._held: list[float] = []
 
-    def observe(self, seconds: npt.NDArray[np.float64]) -> None:
-        """Count a batch of durations (kept aside, bucketed with the next `BATCHES_HELD` in one pass)."""
-        self._held.append(seconds)
-        if len(self._held) >= BATCHES_HELD:
+    def observe(self, seconds: list[float]) -> None:
+        """Count these durations (kept aside, bucketed `HELD_KEPT` or more at a time in one pass)."""
+        held = self._held
+        held += seconds
+        if len(held) >= HELD_KEPT:
             self._bucket()
 
     def _bucket(self) -> None:
         if not self._held:
             return
-        seconds = np.concatenate(self._held)
+        seconds = np.array(self._held, dtype=np.float64)
         self._held = []
         buckets = np.searchsorted(self._edges, seconds, side="left")
         self.counts += np.bincount(buckets, minlength=len(self.counts))

@@ -16,6 +16,13 @@ class RingBuffer:
 
     def extend(self, rows: npt.NDArray[np.float64]) -> None:
         """Append rows of (ts, value_0, ...) in order, as many single appends would (the oldest fall out)."""
+        self.flush()
+        self._write(rows)
+
+    def flush(self) -> None:
+        """Write what waits to be written, before a read (a ring that takes its rows at once has none)."""
+
+    def _write(self, rows: npt.NDArray[np.float64]) -> None:
         data, count, start = self._data, len(rows), self._next
         capacity = len(data)
         if count <= capacity - start:  # no wrap: one copy (a batch's few rows, nearly always)
@@ -33,6 +40,7 @@ class RingBuffer:
 
     def window(self, since: float) -> npt.NDArray[np.float64]:
         """Rows with ts >= `since` (any order)."""
+        self.flush()
         rows = self._data[: self._size]
         return rows[rows[:, 0] >= since]
 
@@ -40,7 +48,17 @@ class RingBuffer:
         """The sum of `column` over the rows of the last `window_s` seconds, divided by `window_s`."""
         return float(self.window(now - window_s)[:, column].sum()) / window_s
 
+    def state(self) -> tuple[npt.NDArray[np.float64], int, int]:
+        """(every slot, the next slot written, rows held): what a keyframe keeps."""
+        self.flush()
+        return self._data, self._next, self._size
+
+    def restore(self, data: npt.NDArray[np.float64], next_slot: int, size: int) -> None:
+        """Hold what `state()` described (this ring's shape or another's)."""
+        self._data, self._next, self._size = data, next_slot, size
+
     def __len__(self) -> int:
+        self.flush()
         return self._size
 
 

@@ -13,11 +13,21 @@ from collections import deque
 import msgspec
 import numpy as np
 
-from kvtop.model.cluster import ClusterModel, Finished, LinkView, RankView, RoomView
+from kvtop.model.cluster import (
+    LINK_TRANSFERS_KEPT,
+    RANK_TRANSFERS_KEPT,
+    TRANSFERS_KEPT,
+    ClusterModel,
+    Finished,
+    LinkView,
+    RankView,
+    RoomView,
+)
 from kvtop.model.fold import Observed
 from kvtop.model.histogram import DurationHistogram
 from kvtop.model.intake import Intake
 from kvtop.model.rolling import RingBuffer
+from kvtop.model.transfer_ring import TransferRing
 from transport.events import LogContext, LogFollowed
 
 JOURNAL_FIELDS = frozenset(("journal", "journal_total", "_journal_kept", "_journal_events"))
@@ -101,14 +111,14 @@ _DECODER = msgspec.msgpack.Decoder(ModelState)
 
 
 def _ring(ring: RingBuffer) -> Ring:
-    data = ring._data
-    return Ring(data.shape[0], data.shape[1], ring._next, ring._size, data.tobytes())
+    data, next_slot, size = ring.state()
+    return Ring(data.shape[0], data.shape[1], next_slot, size, data.tobytes())
 
 
-def _unring(state: Ring) -> RingBuffer:
-    ring = RingBuffer(state.rows, state.columns - 1)
-    ring._data = np.frombuffer(state.data, dtype=np.float64).reshape(state.rows, state.columns).copy()
-    ring._next, ring._size = state.next, state.size
+def _unring(state: Ring, ring: TransferRing) -> TransferRing:
+    """`ring` (a new one, of the kind the model keeps there), holding what the keyframe kept."""
+    data = np.frombuffer(state.data, dtype=np.float64).reshape(state.rows, state.columns).copy()
+    ring.restore(data, state.next, state.size)
     return ring
 
 
@@ -124,8 +134,8 @@ def _unrank(state: Rank) -> RankView:
     return RankView(
         state.label, state.role, state.instance, state.rank, state.host, state.pid, state.incarnation,
         state.last_seen, state.inflight, state.counters, state.rejected, state.cpu_percent, state.rss_bytes,
-        state.origins, state.echoes, _unring(state.transfers), state.from_log, state.history_since,
-        state.sidecar, state.log,
+        state.origins, state.echoes, _unring(state.transfers, TransferRing(RANK_TRANSFERS_KEPT)), state.from_log,
+        state.history_since, state.sidecar, state.log,
     )  # fmt: skip
 
 
@@ -140,7 +150,8 @@ def _unlink(state: Link) -> LinkView:
     if len(state.duration_counts) == len(durations.counts):
         durations.counts[:] = state.duration_counts
         durations.total_s = state.duration_total_s
-    return LinkView(state.transfers, state.nbytes, state.failed_rooms, _unring(state.recent), durations)
+    recent = _unring(state.recent, TransferRing(LINK_TRANSFERS_KEPT))
+    return LinkView(state.transfers, state.nbytes, state.failed_rooms, recent, durations)
 
 
 def capture(model: ClusterModel) -> bytes:
@@ -168,7 +179,7 @@ def restore(data: bytes | memoryview, journal_events: int = 0) -> ClusterModel:
     model.rooms = {room.room: room for room in state.rooms}
     model.finished = {f.room: f for f in state.finished}
     model.failures.extend(state.failures)
-    model.transfers = _unring(state.transfers)
+    model.transfers = _unring(state.transfers, TransferRing(TRANSFERS_KEPT, seconds=True))
     for link in state.links:
         model.links[(link.prefill, link.decode)] = _unlink(link)
     model.gaps, model.intake, model.rejected = state.gaps, state.intake, state.rejected

@@ -206,12 +206,10 @@ class Collector:
             now = time.time()
             recorder = self.recorder
             with self.lock:
-                if deliveries:
-                    with self.model.one_pass():  # the recorder records each delivery as it is applied, in order
-                        for delivered in deliveries:
-                            if recorder is not None:
-                                recorder.delivered(delivered.label, delivered.item, now, delivered.frame)
-                            self._apply(delivered, now)
+                for delivered in deliveries:  # the recorder records each delivery as it is applied, in order
+                    if recorder is not None:
+                        recorder.delivered(delivered.label, delivered.item, now, delivered.frame)
+                    self._apply(delivered, now)
                 self._account(now)
                 self._update_intake()
                 if now >= next_sweep:

@@ -14,7 +14,6 @@ import re
 import threading
 from collections import deque
 
-import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
@@ -27,7 +26,7 @@ from kvtop.export.metrics import ModelMetrics
 from kvtop.export.tally import FailureTally
 from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import Observed
-from kvtop.model.histogram import BATCHES_HELD, DurationHistogram
+from kvtop.model.histogram import HELD_KEPT, DurationHistogram
 from kvtop.sources.synthetic import SyntheticCluster
 from transport.events import EVENT_SCHEMA, EventBatch, Failure, Heartbeat
 
@@ -334,13 +333,13 @@ def test_the_grafana_dashboard_is_importable_json_built_on_the_contracted_names(
 
 def test_the_duration_histogram_counts_each_value_in_the_first_bucket_at_or_above_it():
     """Prometheus's `le`: a value on a bound is in that bound's bucket; above every bound, only in +Inf;
-    batches held aside are counted by the next read, however many arrived."""
+    values held aside are counted by the next read, however many arrived."""
     histogram = DurationHistogram((0.001, 0.01))
-    histogram.observe(np.array([0.001, 0.002]))
-    for _ in range(BATCHES_HELD + 3):
-        histogram.observe(np.array([100.0]))
+    histogram.observe([0.001, 0.002])
+    for _ in range(HELD_KEPT + 3):
+        histogram.observe([100.0])
 
     buckets, total_s = histogram.read()
 
-    assert buckets == [("0.001", 1), ("0.01", 2), ("+Inf", BATCHES_HELD + 5)]
-    assert total_s == pytest.approx(0.003 + 100.0 * (BATCHES_HELD + 3))
+    assert buckets == [("0.001", 1), ("0.01", 2), ("+Inf", HELD_KEPT + 5)]
+    assert total_s == pytest.approx(0.003 + 100.0 * (HELD_KEPT + 3))

@@ -6,6 +6,7 @@ import numpy as np
 
 from kvtop.model.cluster import GONE_S, LOST_AFTER_S, LOST_SWEEP_EVERY_S, SETTLE_S, STALE_S, ClusterModel, Liveness
 from kvtop.model.rolling import RingBuffer, percentiles
+from kvtop.model.transfer_ring import WAITING_KEPT, TransferRing
 from kvtop.views.tables import status_json
 from transport.events import EVENT_SCHEMA, Event, EventBatch, Failure, Heartbeat, Progress, RoomState, TransferDone
 from transport.kvpoll import KVPoll
@@ -185,6 +186,27 @@ def test_ring_buffer_extend_keeps_what_single_appends_would_keep():
 
     assert bulk.window(0.0).tolist() == single.window(0.0).tolist()
     assert len(bulk) == 4
+
+
+def test_a_transfer_ring_fed_in_bulk_holds_each_row_where_single_appends_put_it():
+    """Transfers wait as events and are written in bulk (every `WAITING_KEPT`, or at a read): the slots, the
+    next slot and the size are those of one append per transfer, across a wrap and with rows appended between."""
+    transfers = [TransferDone(T0 + i, i, 100 * i, 0.01 * i, "prefill-0") for i in range(WAITING_KEPT + 7)]
+    bulk, single = TransferRing(48, seconds=True), TransferRing(48, seconds=True)
+    bulk.add(transfers[:3])
+    assert len(bulk._waiting) == 3  # not written yet
+    bulk.extend(np.array([[T0, 1.0, 0.5]]))  # a row appended meanwhile comes after them
+    bulk.add(transfers[3:])
+    for event in transfers[:3]:
+        single.extend(np.array([[event.ts, event.nbytes, event.seconds]]))
+    single.extend(np.array([[T0, 1.0, 0.5]]))
+    for event in transfers[3:]:
+        single.extend(np.array([[event.ts, event.nbytes, event.seconds]]))
+
+    data, next_slot, size = bulk.state()
+    expected = single.state()
+    assert (data.tolist(), next_slot, size) == (expected[0].tolist(), expected[1], expected[2])
+    assert size == 48 and bulk.window(T0 + WAITING_KEPT + 6)[:, 1].tolist() == [100.0 * (WAITING_KEPT + 6)]
 
 
 def test_a_rank_reporting_a_retired_room_late_does_not_count_it_twice():

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from kvtop.model.cluster import GONE_S, SETTLE_S, ClusterModel, LinkView, RankView, RoomView
 from kvtop.model.fold import ROOM_REUSE_S, Observed
-from kvtop.record import keyframes
 from transport.events import (
     EVENT_SCHEMA,
     AbortEvent,
@@ -147,6 +146,21 @@ def observed(model: ClusterModel, now: float) -> dict[str, Any]:
     }
 
 
+def slots(model: ClusterModel) -> dict[str, Any]:
+    """Every ring's rows in slot order (the fast model's rings take transfers in bulk: each row lands where the
+    reference's single appends put it, as a keyframe keeps them)."""
+
+    def held(ring: Any) -> tuple[list[list[float]], int, int]:
+        data, next_slot, size = ring.state()
+        return data[:size].tolist(), next_slot, size
+
+    return {
+        "ranks": {label: held(view.transfers) for label, view in model.ranks.items()},
+        "model": held(model.transfers),
+        "links": {key: held(link.recent) for key, link in model.links.items()},
+    }
+
+
 _ts = st.floats(T0, T0 + 90, allow_nan=False).map(lambda x: round(x, 1))
 _room = st.integers(0, 5)
 _peer = st.sampled_from(["", "prefill-0", "prefill-1"])
@@ -217,6 +231,7 @@ def test_ingest_matches_the_event_by_event_reference(steps):
             else:
                 target.apply(label, item, now)
         assert observed(reference, now) == observed(model, now)
+        assert slots(reference) == slots(model)
 
 
 @settings(max_examples=200, deadline=None)
@@ -263,67 +278,3 @@ def test_runs_of_one_rooms_states_settle_like_single_events():
     assert observed(model, T0 + 5) == observed(reference, T0 + 5)
     assert (model.rejected, sorted(model._open), model.finished[9].ok) == (1, [2], False)
     assert (model.rooms[1].codes, model.rooms[2].bytes_total) == ({label: success}, 300)
-
-
-def _passes(steps: list[tuple[str, Snapshot | EventBatch | None, float]]) -> list[list[tuple[str, Any, float]]]:
-    """The steps as collector passes: consecutive deliveries at one `now`; a sweep is a pass of its own."""
-    passes: list[list[tuple[str, Any, float]]] = []
-    for step in steps:
-        if passes and step[1] is not None and passes[-1][-1][1] is not None and passes[-1][-1][2] == step[2]:
-            passes[-1].append(step)
-        else:
-            passes.append([step])
-    return passes
-
-
-@settings(max_examples=300, deadline=None)
-@given(deliveries())
-def test_a_pass_applied_in_bulk_leaves_the_model_exactly_as_one_delivery_at_a_time(steps):
-    """`one_pass()` (what the collector does) and `apply()` one at a time (what a replay does) end each pass in
-    the same state, byte for byte in a keyframe: rings in the same order, links made in the same order."""
-    bulk, single = ClusterModel(), ClusterModel()
-    for deliveries_of_pass in _passes(steps):
-        _, item, now = deliveries_of_pass[0]
-        if item is None:
-            bulk.sweep(now)
-            single.sweep(now)
-            continue
-        with bulk.one_pass():
-            accepted = [bulk.apply(label, item, now) for label, item, now in deliveries_of_pass]
-        assert accepted == [single.apply(label, item, now) for label, item, now in deliveries_of_pass]
-        assert keyframes.capture(bulk) == keyframes.capture(single)
-        assert observed(bulk, now) == observed(single, now)
-
-
-def test_links_a_pass_makes_come_in_the_order_one_delivery_at_a_time_makes_them():
-    """A log rank's failure makes its link at once, a pass's transfers when the pass ends: the pass puts the
-    transfers that came before in first, so the links stand in the order a replay makes them."""
-
-    def feed(model: ClusterModel) -> ClusterModel:
-        model.log_rank("prefill-1/TP0", "prefill", "prefill-1", 0)
-        model.log_rank("decode-1/TP0", "decode", "decode-1", 0)
-        done = EventBatch(EVENT_SCHEMA, "decode", "decode-0", 0, 1, 1, T0, [TransferDone(T0, 5, 100, 0.1, "prefill-0")])
-        failed = [
-            EventBatch(
-                EVENT_SCHEMA,
-                role,
-                f"{role}-1",
-                0,
-                0,
-                1,
-                T0,
-                [Failure(T0, 9, f"{role}-1/TP0", "x", "checksum", "error", False, "")],
-            )
-            for role in ("prefill", "decode")
-        ]
-        model.apply("decode-0/TP0", done, T0)
-        for batch in failed:
-            model.apply(batch.label, batch, T0)
-        return model
-
-    bulk = ClusterModel()
-    with bulk.one_pass():
-        feed(bulk)
-    assert (
-        list(bulk.links) == list(feed(ClusterModel()).links) == [("prefill-0", "decode-0"), ("prefill-1", "decode-1")]
-    )

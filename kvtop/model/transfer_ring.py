@@ -1,0 +1,41 @@
+"""A ring of finished transfers that takes a delivery's `TransferDone` events as they are and writes them in bulk."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvtop.model.rolling import RingBuffer
+from transport.events import TransferDone
+
+WAITING_KEPT = 64
+"""Transfers a ring holds as events before it writes them (a read writes them at once)."""
+
+
+class TransferRing(RingBuffer):
+    """The last `capacity` transfers as rows of (ts, bytes), or (ts, bytes, seconds) with `seconds`.
+
+    At 1024 agents a delivery holds one or two transfers, and each went to three rings (its rank's, its link's,
+    the model's): a numpy copy per ring per delivery. Here a delivery is one list extend per ring, and the rows
+    are made and copied once per `WAITING_KEPT` transfers, or when the ring is read."""
+
+    def __init__(self, capacity: int, seconds: bool = False) -> None:
+        super().__init__(capacity, 2 if seconds else 1)
+        self._seconds = seconds
+        self._waiting: list[TransferDone] = []
+
+    def add(self, transfers: list[TransferDone]) -> None:
+        """Append these transfers, in order, after every row before them."""
+        waiting = self._waiting
+        waiting += transfers
+        if len(waiting) >= WAITING_KEPT:
+            self.flush()
+
+    def flush(self) -> None:
+        waiting = self._waiting
+        if not waiting:
+            return
+        self._waiting = []
+        columns = [[e.ts for e in waiting], [e.nbytes for e in waiting]]
+        if self._seconds:
+            columns.append([e.seconds for e in waiting])
+        self._write(np.array(columns, dtype=np.float64).T)
