@@ -27,6 +27,7 @@ measured emits (the other is paused), so every leg runs on the same load.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import os
 import random
@@ -46,7 +47,7 @@ import zmq
 
 from kvtop.bench import BenchFailed
 from kvtop.bench.watch import CountingModel
-from kvtop.sources.live import PASS_S, Collector
+from kvtop.sources.live import PASS_S, Collector, tune_gc
 from transport.bootstrap import BootstrapClient, BootstrapServer
 from transport.counters import Counters, rejection_names
 from transport.curve import CurveKeys, generate, stop_authenticator
@@ -650,6 +651,7 @@ def measure(
     """Every leg `repeats` times, alternating; the medians per leg, the relay/direct ratio, the file limit;
     `curve`: the `CURVE_LEGS` too, and the CURVE/plain ratios (`curve_vs_plain`)."""
     open_files = raise_open_files()
+    gc_thresholds = tune_gc()  # the collector's, as in the dashboard's model process (`kvtop top`)
     load = os.getloadavg()[0]
     zmq.Context.instance().set(zmq.MAX_SOCKETS, MAX_SOCKETS)  # before this process opens any socket
     legs = (*legs, *CURVE_LEGS) if curve else legs
@@ -688,6 +690,7 @@ def measure(
             bootstrap.close()
         stop_authenticator(zmq.Context.instance())
         folder.cleanup()
+        gc.set_threshold(*gc_thresholds)
     medians = {leg.name: asdict(_median(runs[leg.name], agents, rate)) for leg in legs}
     result: dict[str, object] = dict(medians)
     direct, relayed = medians.get("direct"), medians.get("relay")

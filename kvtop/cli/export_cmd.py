@@ -131,6 +131,7 @@ def export(
     from kvtop.attach.client import ModelAmbiguous, ModelUnavailable
     from kvtop.cli.source import model_choice, opened
     from kvtop.cli.when import past_of
+    from kvtop.sources.live import tune_gc
     from transport.errors import BootstrapError
 
     try:
@@ -142,6 +143,7 @@ def export(
     kind = "replay" if replay else "sglang-log" if sglang_log else "bootstrap" if bootstrap else "connect"
     kind = "model" if dashboard is not None else kind
     signal.signal(signal.SIGTERM, _interrupt)
+    tune_gc()  # a long-lived collecting process
     try:
         with opened(bootstrap, connect, wait, sglang_log, past=past, curve_keys=curve_keys,
                     dashboard=dashboard) as source:  # fmt: skip

@@ -72,7 +72,7 @@ def record(
     --duration); 1 when the cluster does not answer, the collector stops, or a write fails (a full disk).
     """
     from kvtop.record.writer import Recorder
-    from kvtop.sources.live import Collector
+    from kvtop.sources.live import Collector, tune_gc
     from transport.errors import BootstrapError
 
     require_source(bootstrap, connect)
@@ -83,6 +83,7 @@ def record(
     except ValueError as error:
         raise typer.BadParameter(str(error)) from None
     stop = threading.Event()
+    tune_gc()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     recorder = Recorder(out, max_bytes=cap, retain_s=retain_s, keyframe_events=keyframe_events).start()
     collector = Collector(bootstrap, connect, recorder=recorder, curve=curve)

@@ -15,7 +15,6 @@ it writes nothing to the terminal: its stdout and stderr go to a log file the da
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import os
 import pickle
@@ -36,7 +35,7 @@ from kvtop.model.fold import FailureGroup
 from kvtop.tui.frame import Frame, FrameBuilder, Options
 from kvtop.tui.frame_source import rendered_detail
 from kvtop.tui.pages import MARGIN_ROWS, Page, PageRequest, Shipped, Shipper
-from kvtop.tui.process import GC_THRESHOLDS, SWITCH_INTERVAL_S
+from kvtop.tui.process import SWITCH_INTERVAL_S
 from kvtop.tui.rows import Palette
 
 log = logging.getLogger("kvtop.model_process")
@@ -141,7 +140,9 @@ def serve(spec: ModelSpec, conn: Connection, log_path: str) -> None:
     """The model process's main: open `spec`, say `Ready` (or `Failed`), answer queries until told to close."""
     for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
-    gc.set_threshold(*GC_THRESHOLDS)  # a big long-lived heap, as the dashboard's own (kvtop.tui.process)
+    from kvtop.sources.live import tune_gc  # (zmq is for the model process, not the dashboard's)
+
+    tune_gc()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     served: ServedModel | None = None
     with contextlib.ExitStack() as stack:

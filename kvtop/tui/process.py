@@ -10,10 +10,6 @@ import sys
 import threading
 import time
 
-GC_THRESHOLDS = (20_000, 20, 20)
-"""The model process keeps a big long-lived heap (the model) and allocates fast while applying events and
-building frames: at CPython's default (700, 10, 10) a full collection (~100 ms at 100k rooms) ran several times
-a minute; with these, young objects die before promotion and full collections are rare."""
 SWITCH_INTERVAL_S = 0.001
 """Threads of one process (a collector, the frame worker) hand the GIL over every 1 ms instead of 5, so that
 keys and paints wait less behind them."""
