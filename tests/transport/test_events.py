@@ -149,6 +149,30 @@ def test_a_publisher_is_in_one_group_only(zmq_context):
     publisher.close()
 
 
+def test_a_small_batch_waits_one_more_interval_and_a_full_one_leaves_at_once(zmq_context):
+    """Fewer than `batch_min` events wait one interval for more (they leave at the next, however few); as many
+    leave at the first; closing publishes what waits."""
+    info = AgentInfo("prefill", "prefill-0", 0, 1, 4096, "", "", os.getpid(), "test", 1)
+    publisher = EventPublisher(info, context=zmq_context, batch_min=4)
+    for room in range(3):
+        publisher.emit(failure(room))
+    publisher._tick()
+    assert publisher.counters["batches"] == 0, "3 of 4 events: they wait"
+    publisher.emit(failure(3))
+    publisher._tick()
+    assert (publisher.counters["batches"], publisher.counters["events"]) == (1, 4), "4 events leave at once"
+
+    publisher.emit(failure(4))
+    publisher._tick()
+    publisher._tick()
+    assert (publisher.counters["batches"], publisher.counters["events"]) == (2, 5), "1 event leaves a tick later"
+
+    PublisherGroup([publisher]).start()
+    publisher.emit(failure(5))
+    publisher.close()
+    assert publisher.counters["events"] == 6, "closing publishes the event that waited"
+
+
 def test_a_subscriber_that_falls_behind_counts_the_batches_it_lost_as_a_gap(make_publisher, subscribe, wait_for):
     """When a stalled subscriber's queues overflow, ZeroMQ drops batches and the subscriber counts each one."""
     publisher = make_publisher(sndhwm=1, batch_max=1)
