@@ -6,10 +6,10 @@ fed room lifecycles (state changes, progress, transfers done, 1 % failures) and 
 `rate` events/s each. They run in a few processes for the whole bench, each process's publishers on one
 `PublisherGroup` thread (a thread each, 128 to a process, spent ~70 us a wake-up 20 times a second: 1.4 of
 two cores at 1024 agents, where one agent per host pays it once). Each leg starts one collector (kvtop's
-`Collector` on a `ClusterModel`, as `kvtop top` runs it) in this process, on the running cluster: its
-start to synced is a late joiner's snapshot sync time. After a warm-up, a window measures events applied
-vs events the agents emitted, gaps, the collector's CPU, RSS and open files (the relay's CPU too). Legs
-alternate (floor, direct, floor_relay, relay, floor, ...); figures are medians.
+`Collector` on a `ClusterModel`, as `kvtop top` runs it, at its GC thresholds) in this process, on the
+running cluster: its start to synced is a late joiner's snapshot sync time. After a warm-up, a window
+measures events applied vs events the agents emitted, gaps, the collector's CPU, RSS and open files (the
+relay's CPU too). Legs alternate (floor, direct, floor_relay, relay, floor, ...); figures are medians.
 
 The relay leg runs `kvtop relay --bootstrap ADDR` as a user does, and the collector is given its address.
 `LEGS` names the configurations measured. The **floor** legs are the baseline, in the same run: the least

@@ -30,7 +30,8 @@ from transport.version import __version__
 from transport.wire import LOG_SIDECAR, AgentInfo, replace_fields
 
 BATCH_INTERVAL_S = 0.02
-"""Events leave at most this long after the line was read (a log's event rate is low: batches stay small)."""
+"""Events leave within two of these after the line was read (a log's event rate is low: its small batches wait
+one more interval, the publisher's `batch_min`)."""
 _log = logging.getLogger(__name__)
 
 
