@@ -139,7 +139,8 @@ class InstanceConsensus:
             state = min(state, KVPoll.Bootstrapping)
             if waited > self._vote_timeout_s:
                 joined = f"every rank of {me.instance} to join ({len(self._connected) + 1} of {me.tp} reachable)"
-                failure = failure or _failed(record.room, me, reasons.consensus_timeout(record.room, waited, joined))
+                reason = reasons.consensus_timeout(record.room, waited, joined, me.instance)
+                failure = failure or _failed(record.room, me, reason)
         for rank, peer in self._connected.items():
             seen, rooms = self._votes.get(rank, (None, {}))
             entry = rooms.get(record.room)
@@ -148,7 +149,8 @@ class InstanceConsensus:
             elif entry is None and seen is not None and seen - record.created_at > self._vote_timeout_s:
                 # it kept voting for a whole vote timeout after this rank took the room, never on the room
                 waiting_for = f"the vote of rank {peer.label}"
-                entry = _failed(record.room, me, reasons.consensus_timeout(record.room, waited, waiting_for))
+                reason = reasons.consensus_timeout(record.room, waited, waiting_for, peer.label)
+                entry = _failed(record.room, me, reason)
             peer_state = KVPoll(entry.state) if entry else KVPoll.Bootstrapping
             if peer_state is KVPoll.Failed and failure is None:
                 failure = entry
@@ -172,5 +174,4 @@ def entry_of(record: RoomRecord) -> VoteEntry:
 
 def _failed(room: int, me: AgentInfo, reason: reasons.Reason) -> VoteEntry:
     """A failure this rank observed in the consensus itself (this rank is its origin)."""
-    text, reason_class = reason
-    return VoteEntry(room, int(KVPoll.Failed), me.label, text, reason_class)
+    return VoteEntry(room, int(KVPoll.Failed), me.label, reason.text, reason.reason_class, reason.suspect)

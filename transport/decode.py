@@ -157,12 +157,31 @@ class DecodeSide:
             if state is KVPoll.Bootstrapping:
                 self._advance(record, now)
                 if now - record.created_at > timeouts.bootstrap_s + stagger:
-                    self._fail(record, reasons.timed_out(record.room, now - record.created_at, state), now)
+                    reason = reasons.timed_out(record.room, now - record.created_at, state, self._awaited(record))
+                    self._fail(record, reason, now)
             elif state is KVPoll.WaitingForInput and now - record.entered_at > timeouts.waiting_s + stagger:
-                self._fail(record, reasons.timed_out(record.room, now - record.entered_at, state), now)
+                reason = reasons.timed_out(record.room, now - record.entered_at, state, self._awaited(record))
+                self._fail(record, reason, now)
             elif state is KVPoll.Transferring and now - record.progress_at > timeouts.transfer_s + stagger:
-                self._fail(record, reasons.timed_out(record.room, now - record.progress_at, state), now)
+                reason = reasons.timed_out(record.room, now - record.progress_at, state, self._awaited(record))
+                self._fail(record, reason, now)
         sweep_finished(self.rooms, self._ctx, now)
+
+    def _awaited(self, record: ReceiverRoom) -> str:
+        """What a room that times out waits for: the prefill rank that has not reported it (the instance when
+        several have not, or when the room never paired)."""
+        if not record.pairings:
+            return record.prefill_instance
+        return (
+            reasons.common_suspect(
+                {
+                    f"{record.prefill_instance}/TP{p.prefill_rank}"
+                    for p in record.pairings
+                    if p.prefill_rank not in record.statuses_ok
+                }
+            )
+            or record.prefill_instance
+        )
 
     def close(self) -> None:
         for link in self._links.values():
@@ -309,7 +328,9 @@ class DecodeSide:
         elif (actual := hasher.intdigest()) != expected:
             self._ctx.counters.add("checksum_failures")
             self._fail(
-                record, reasons.checksum_mismatch(record.room, chunk.index, link.info.rank, expected, actual), now
+                record,
+                reasons.checksum_mismatch(record.room, chunk.index, link.info.rank, expected, actual, link.info.label),
+                now,
             )
             self._credit(link, chunk)  # after the ABORT, so the prefill never sees this chunk acked first
             return
@@ -404,7 +425,7 @@ class DecodeSide:
         self._ctx.counters.add("rooms_failed")
         if not tell_prefill:
             return
-        text, reason_class = reason
+        text, reason_class = reason.text, reason.reason_class
         for pairing in record.pairings:
             link = self._link_for(pairing.prefill_rank, record)
             if link is not None and link.welcomed:
@@ -415,7 +436,7 @@ class DecodeSide:
     def _lose_link(self, link: PrefillLink, now: float) -> None:
         """A silent prefill rank: fail its unfinished rooms once, forget its route."""
         self._ctx.counters.add("peers_lost")
-        reason = reasons.prefill_peer_lost(link.info.data_endpoint.removeprefix("tcp://"))
+        reason = reasons.prefill_peer_lost(link.info.data_endpoint.removeprefix("tcp://"), link.info.label)
         self._drop_link(link)
         self._routes.forget(link.info.instance)
         for room in link.rooms:

@@ -37,7 +37,7 @@ from transport.kvpoll import KVPoll
 from transport.pool import KVPool
 from transport.prefill import PrefillSide
 from transport.publisher import EventPublisher
-from transport.reasons import from_another_rank
+from transport.reasons import Reason, from_another_rank
 from transport.rooms import ReceiverRoom, RoomRecord, SenderRoom
 from transport.routes import RouteBook
 from transport.side import SideContext
@@ -429,7 +429,9 @@ class KVManager:
         """Another rank failed the room: fail it here as its echo (or, when already done here, record the echo)."""
         origin = entry.origin
         own = origin == self.info.label
-        reason = (entry.reason, entry.reason_class or ReasonClass.OTHER) if own else from_another_rank()
+        reason = (
+            Reason(entry.reason, entry.reason_class or ReasonClass.OTHER, entry.suspect) if own else from_another_rank()
+        )
         if not record.state.is_terminal:
             self._side.fail_by_instance(record, reason, origin, now)  # type: ignore[arg-type]
         elif record.agreed_failure is None:

@@ -66,7 +66,9 @@ class KVTransferError(TransportError):
 
     `is_from_another_rank` is SGLang's flag for a failure learnt from a peer;
     `origin` names the rank that observed the failure first (kvtop's addition,
-    which makes the fold of echoes under their origin exact).
+    which makes the fold of echoes under their origin exact); `suspect` names
+    what the origin rank knows most likely broke ("" when it cannot tell; kvtop's
+    addition too, which makes the operator's incidents exact).
     """
 
     def __init__(
@@ -75,12 +77,14 @@ class KVTransferError(TransportError):
         failure_reason: str,
         is_from_another_rank: bool = False,
         origin: str | None = None,
+        suspect: str = "",
     ) -> None:
         super().__init__(bootstrap_room, failure_reason)
         self.bootstrap_room = bootstrap_room
         self.failure_reason = failure_reason
         self.is_from_another_rank = is_from_another_rank
         self.origin = origin
+        self.suspect = suspect
 
     def __str__(self) -> str:
         return f"KVTransferError(bootstrap_room={self.bootstrap_room}): {self.failure_reason}"

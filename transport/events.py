@@ -158,7 +158,8 @@ class TransferDone(msgspec.Struct, tag="done", array_like=True, frozen=True):
 
 
 class Failure(msgspec.Struct, tag="failure", array_like=True, frozen=True):
-    """A room failed on this rank. `origin` names the rank that observed it first."""
+    """A room failed on this rank. `origin` names the rank that observed it first; an origin's `suspect` names
+    what it knows most likely broke (a rank label, an instance, `client`; "" when it cannot tell)."""
 
     ts: Timestamp
     room: int
@@ -168,6 +169,7 @@ class Failure(msgspec.Struct, tag="failure", array_like=True, frozen=True):
     level: str
     is_from_another_rank: bool
     origin: str
+    suspect: RankLabel = ""
 
 
 class AbortEvent(msgspec.Struct, tag="abort", array_like=True, frozen=True):

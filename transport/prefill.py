@@ -127,7 +127,7 @@ class PrefillSide:
         elif record.has_sender or record.state.is_terminal:  # live here after all, or already decided
             return
         self._ctx.observe(record)
-        self._fail(record, reasons.pool_full(room, self._ctx.info.rank), now)
+        self._fail(record, reasons.pool_full(room, self._ctx.info.rank, self._ctx.info.label), now)
 
     def send(self, room: SenderRoom, pages: np.ndarray, now: float) -> None:
         room.src_pages = pages
@@ -178,11 +178,24 @@ class PrefillSide:
                 self._fail(record, reasons.timed_out(record.room, now - record.created_at, KVPoll.Bootstrapping), now)
             elif record.state is KVPoll.Transferring and now - record.progress_at > 2 * timeouts.transfer_s + stagger:
                 # A backstop: the decode side owns this timeout and normally fires first.
-                self._fail(record, reasons.timed_out(record.room, now - record.progress_at, KVPoll.Transferring), now)
+                reason = reasons.timed_out(
+                    record.room, now - record.progress_at, KVPoll.Transferring, self._unacked(record)
+                )
+                self._fail(record, reason, now)
         for peer in self._peers.values():
             if not peer.lost and now - peer.last_seen > self._ctx.config.peer_timeout_s:
                 self._lose_peer(peer, reasons.decode_peer_dead(peer.info.label), now)
         sweep_finished(self.rooms, self._ctx, now)
+
+    def _unacked(self, record: SenderRoom) -> str:
+        """The decode rank whose acknowledgements a room still waits for (its instance when several of one do,
+        "" when the room waits on several instances or none)."""
+        labels = {
+            peer.info.label
+            for identity, plan in record.plans.items()
+            if plan.acked_bytes < plan.total_bytes and (peer := self._peers.get(identity)) is not None
+        }
+        return reasons.common_suspect(labels)
 
     def close(self) -> None:
         self._socket.close(linger=0)
@@ -229,7 +242,7 @@ class PrefillSide:
             return
         if self._ctx.faults.pick(record.room, peer.info.label) is FaultKind.REFUSE:
             self._ctx.counters.add("fault_refuse")
-            self._fail(record, reasons.refused(record.room, self._ctx.info.rank), now)
+            self._fail(record, reasons.refused(record.room, self._ctx.info.rank, self._ctx.info.label), now)
             self._send_status(peer, record)
             return
         record.requests_expected = request.requests_expected

@@ -1,15 +1,28 @@
 """Failure reason strings, worded as SGLang words them where SGLang has one.
 
-Each builder returns `(reason, reason_class)`, so a reason never travels
-without its class.
+Each builder returns a `Reason`: the text, its class, and the suspect, so a reason never travels without
+its class. The suspect is what this rank knows most likely broke (DOMAIN.md, "Origins, suspects and
+incidents"): the rank that sent a corrupt chunk, the peer whose heartbeat stopped, the rank that never
+voted; "" where the rank cannot tell (the operator's side then applies the domain's rules).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from transport.errors import ReasonClass
 from transport.kvpoll import KVPoll
 
-Reason = tuple[str, ReasonClass]
+CLIENT = "client"
+"""The suspect of a client's abort."""
+
+
+class Reason(NamedTuple):
+    text: str
+    reason_class: ReasonClass
+    suspect: str = ""
+    """A rank label (`prefill-0/TP1`), an instance (`prefill-0`), `client`, or "" (this rank cannot tell)."""
+
 
 _TIMEOUT_CLASS = {
     KVPoll.Bootstrapping: ReasonClass.TIMEOUT_BOOTSTRAP,
@@ -18,75 +31,91 @@ _TIMEOUT_CLASS = {
 }
 
 
-def timed_out(room: int, seconds: float, state: KVPoll) -> Reason:
-    """A room that stayed too long in `state` (SGLang's timeout line)."""
-    return (f"Request {room} timed out after {seconds:.1f}s in KVPoll.{state.name}", _TIMEOUT_CLASS[state])
+def common_suspect(labels: set[str]) -> str:
+    """One suspect for several rank labels: the rank when there is one, their instance when they share one,
+    else "" (nothing in common to name)."""
+    if len(labels) == 1:
+        return next(iter(labels))
+    instances = {label.rpartition("/")[0] for label in labels}
+    return instances.pop() if len(instances) == 1 else ""
 
 
-def consensus_timeout(room: int, seconds: float, waiting_for: str) -> Reason:
-    """The instance could not agree on a room: a rank never voted on it (it never took the room)."""
-    return (f"Request {room} timed out after {seconds:.1f}s waiting for {waiting_for}", ReasonClass.TIMEOUT_CONSENSUS)
-
-
-def send_failed(room: int, peer: str) -> Reason:
-    """Prefill could not hand a chunk to a decode peer's connection."""
-    return (f"Failed to send kv chunk of {room} to {peer}", ReasonClass.SEND_FAILED)
-
-
-def decode_peer_dead(session: str) -> Reason:
-    """Prefill lost the heartbeat of a decode peer."""
-    return (f"Decode instance could be dead, remote session {session} is not alive", ReasonClass.PEER_LOST)
-
-
-def prefill_peer_lost(bootstrap_addr: str) -> Reason:
-    """Decode lost the heartbeat of a prefill peer."""
-    return (f"Lost connection with prefill instance (bootstrap_addr: {bootstrap_addr})", ReasonClass.PEER_LOST)
-
-
-def prefill_failed() -> Reason:
-    """Decode was told by prefill that the room failed (SGLang's wording)."""
-    return ("Failed to get kvcache from prefill instance, it might be dead", ReasonClass.PROPAGATED)
-
-
-def aborted() -> Reason:
-    """The request was aborted on this rank (SGLang's wording)."""
-    return ("Aborted by AbortReq.", ReasonClass.ABORTED)
-
-
-def aborted_by_peer(peer: str) -> Reason:
-    """Prefill received ABORT for the room from a decode peer."""
-    return (f"Aborted by decode peer {peer}", ReasonClass.PROPAGATED)
-
-
-def checksum_mismatch(room: int, chunk: int, sender_rank: int, expected: int, actual: int) -> Reason:
-    """A chunk landed with different bytes than the sender checksummed."""
-    return (
-        f"KV chunk {chunk} of room {room} from prefill rank {sender_rank} failed its checksum "
-        f"(expected {expected:016x}, got {actual:016x})",
-        ReasonClass.CHECKSUM,
+def timed_out(room: int, seconds: float, state: KVPoll, suspect: str = "") -> Reason:
+    """A room that stayed too long in `state` (SGLang's timeout line); `suspect`: the peer it waited for."""
+    return Reason(
+        f"Request {room} timed out after {seconds:.1f}s in KVPoll.{state.name}", _TIMEOUT_CLASS[state], suspect
     )
 
 
-def refused(room: int, rank: int) -> Reason:
-    """Prefill refused the decode's transfer request."""
-    return (f"Prefill rank {rank} refused the transfer request of room {room}", ReasonClass.REFUSED)
+def consensus_timeout(room: int, seconds: float, waiting_for: str, suspect: str = "") -> Reason:
+    """The instance could not agree on a room: a rank never voted on it (it never took the room)."""
+    text = f"Request {room} timed out after {seconds:.1f}s waiting for {waiting_for}"
+    return Reason(text, ReasonClass.TIMEOUT_CONSENSUS, suspect)
 
 
-def pool_full(room: int, rank: int) -> Reason:
-    """The scheduler refused the room on this prefill rank: no KV pages for it."""
-    return (f"Prefill rank {rank} refused room {room}: its KV pool is full", ReasonClass.REFUSED)
+def send_failed(room: int, peer: str) -> Reason:
+    """Prefill could not hand a chunk to a decode peer's connection (the rank `peer`)."""
+    return Reason(f"Failed to send kv chunk of {room} to {peer}", ReasonClass.SEND_FAILED, peer)
+
+
+def decode_peer_dead(session: str) -> Reason:
+    """Prefill lost the heartbeat of a decode peer (the rank `session`)."""
+    return Reason(
+        f"Decode instance could be dead, remote session {session} is not alive", ReasonClass.PEER_LOST, session
+    )
+
+
+def prefill_peer_lost(bootstrap_addr: str, peer: str) -> Reason:
+    """Decode lost the heartbeat of a prefill peer (the rank `peer`, reached at `bootstrap_addr`)."""
+    text = f"Lost connection with prefill instance (bootstrap_addr: {bootstrap_addr})"
+    return Reason(text, ReasonClass.PEER_LOST, peer)
+
+
+def prefill_failed() -> Reason:
+    """Decode was told by prefill that the room failed (SGLang's wording): an echo, the origin names the cause."""
+    return Reason("Failed to get kvcache from prefill instance, it might be dead", ReasonClass.PROPAGATED)
+
+
+def aborted() -> Reason:
+    """The request was aborted on this rank (SGLang's wording): the client's doing."""
+    return Reason("Aborted by AbortReq.", ReasonClass.ABORTED, CLIENT)
+
+
+def aborted_by_peer(peer: str) -> Reason:
+    """Prefill received ABORT for the room from a decode peer: an echo of the decode's failure."""
+    return Reason(f"Aborted by decode peer {peer}", ReasonClass.PROPAGATED)
+
+
+def checksum_mismatch(room: int, chunk: int, sender_rank: int, expected: int, actual: int, sender: str) -> Reason:
+    """A chunk landed with different bytes than the sender (the rank `sender`) checksummed."""
+    return Reason(
+        f"KV chunk {chunk} of room {room} from prefill rank {sender_rank} failed its checksum "
+        f"(expected {expected:016x}, got {actual:016x})",
+        ReasonClass.CHECKSUM,
+        sender,
+    )
+
+
+def refused(room: int, rank: int, label: str) -> Reason:
+    """Prefill (the rank `label`) refused the decode's transfer request: it is the suspect."""
+    return Reason(f"Prefill rank {rank} refused the transfer request of room {room}", ReasonClass.REFUSED, label)
+
+
+def pool_full(room: int, rank: int, label: str) -> Reason:
+    """The scheduler refused the room on this prefill rank (`label`): no KV pages for it."""
+    return Reason(f"Prefill rank {rank} refused room {room}: its KV pool is full", ReasonClass.REFUSED, label)
 
 
 def layout_mismatch(room: int, detail: str) -> Reason:
-    """The two sides disagree on pages or page layout."""
-    return (f"Request {room} has mismatched KV layouts: {detail}", ReasonClass.OTHER)
+    """The two sides disagree on pages or page layout (neither side can tell which is wrong)."""
+    return Reason(f"Request {room} has mismatched KV layouts: {detail}", ReasonClass.OTHER)
 
 
 def rank_silent(label: str) -> Reason:
-    """Another rank of this instance stopped voting in the instance consensus."""
-    return (f"Lost connection with rank {label} of this instance", ReasonClass.PEER_LOST)
+    """Another rank of this instance (`label`) stopped voting in the instance consensus."""
+    return Reason(f"Lost connection with rank {label} of this instance", ReasonClass.PEER_LOST, label)
 
 
 def from_another_rank() -> Reason:
     """SGLang's text for a failure learnt through the instance's all-reduce."""
-    return ("Failed due to an unknown reason from another rank", ReasonClass.PROPAGATED)
+    return Reason("Failed due to an unknown reason from another rank", ReasonClass.PROPAGATED)

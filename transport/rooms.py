@@ -71,9 +71,10 @@ class RoomRecord:
         """Fail the room unless it already ended; returns True when this call failed it."""
         if self.state.is_terminal:
             return False
-        text, reason_class = reason
-        self.failure = KVTransferError(self.room, text, is_from_another_rank=is_from_another_rank, origin=origin)
-        self.reason_class = reason_class
+        self.failure = KVTransferError(
+            self.room, reason.text, is_from_another_rank=is_from_another_rank, origin=origin, suspect=reason.suspect
+        )
+        self.reason_class = reason.reason_class
         self.failed_in = self.state
         return self.move(KVPoll.Failed, now)
 

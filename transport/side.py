@@ -84,7 +84,7 @@ class SideContext:
     def failure_event(
         self, room: int, failure: KVTransferError, reason_class: ReasonClass | None, ts: float
     ) -> Failure:
-        """The event of a failure on this rank: an origin at error/warning, an echo at debug."""
+        """The event of a failure on this rank: an origin at error/warning with its suspect, an echo at debug."""
         origin = failure.origin or self.info.label
         level = Level.DEBUG
         if origin == self.info.label:
@@ -98,6 +98,7 @@ class SideContext:
             str(level),
             failure.is_from_another_rank,
             origin,
+            failure.suspect if origin == self.info.label else "",
         )
 
     def fail_agreement(self, record: RoomRecord, reason: reasons.Reason, origin: str) -> None:
@@ -106,18 +107,18 @@ class SideContext:
         Published as this rank's state (Failed after its own Success or Failed, so every view counts
         the room failed) and as a failure event: an origin when `origin` is this rank, else an echo.
         """
-        text, reason_class = reason
         previous = record.state
         record.agreed_failure = KVTransferError(
-            record.room, text, is_from_another_rank=origin != self.info.label, origin=origin
-        )
-        record.agreed_reason_class = reason_class
+            record.room, reason.text, is_from_another_rank=origin != self.info.label, origin=origin,
+            suspect=reason.suspect,
+        )  # fmt: skip
+        record.agreed_reason_class = reason.reason_class
         record.agreed = KVPoll.Failed
         if record.observer is None:
             return
         ts = time.time()
         self.emit(RoomState(ts, record.room, int(KVPoll.Failed), int(previous), record.peer, record.bytes_total))
-        self.emit(self.failure_event(record.room, record.agreed_failure, reason_class, ts))
+        self.emit(self.failure_event(record.room, record.agreed_failure, reason.reason_class, ts))
 
     def progress(self, record: RoomRecord, now: float) -> None:
         """A rate-limited progress event for a room whose bytes moved."""
@@ -149,6 +150,8 @@ def sweep_finished(rooms: dict[int, _Room], ctx: SideContext, now: float) -> Non
     for room in stale:
         record = rooms.pop(room)
         if not record.agreed.is_terminal:
-            reason = reasons.consensus_timeout(room, now - record.created_at, "its instance to agree")
+            reason = reasons.consensus_timeout(
+                room, now - record.created_at, "its instance to agree", ctx.info.instance
+            )
             ctx.fail_agreement(record, reason, ctx.info.label)
         ctx.remember_cleared(room)

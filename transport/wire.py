@@ -260,6 +260,8 @@ class VoteEntry(msgspec.Struct, array_like=True, frozen=True):
     origin: RankLabel = ""
     reason: ReasonText = ""
     reason_class: ReasonClass | None = None
+    suspect: RankLabel = ""
+    """What the origin rank named as the likely cause (its own failures only; see `reasons.Reason`)."""
 
 
 class Vote(msgspec.Struct, tag="vote", array_like=True):

@@ -107,8 +107,8 @@ class SyntheticCluster:
     def _failure(ts: float, room: int, label: str, culprit: str, peer: str) -> Failure:
         if label == culprit:
             return Failure(ts, room, label, "KV chunk 3 failed its checksum", "checksum", "error", False, label)
-        reason, reason_class = from_another_rank()
-        return Failure(ts + 0.002, room, label, reason, str(reason_class), "debug", True, culprit)
+        echo = from_another_rank()
+        return Failure(ts + 0.002, room, label, echo.text, str(echo.reason_class), "debug", True, culprit)
 
 
 def _batch(label: str, seq: int, ts: float, events: list[Event]) -> EventBatch:

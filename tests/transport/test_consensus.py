@@ -12,7 +12,7 @@ from transport.reasons import from_another_rank
 PAGE_BYTES = 4096
 PAGES = np.arange(8, dtype=np.uint32)
 CONFIG = TransferConfig(chunk_bytes=2 * PAGE_BYTES, window_bytes=8 * PAGE_BYTES)
-ECHO_REASON, _ = from_another_rank()
+ECHO_REASON = from_another_rank().text
 
 
 def instance(make_manager, role: Role, name: str, config: TransferConfig = CONFIG, **faults: str) -> list[KVManager]:
