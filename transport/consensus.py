@@ -157,6 +157,13 @@ class InstanceConsensus:
             state = min(state, peer_state)
         return Agreement(KVPoll.Failed if failure else state, failure)
 
+    def silent(self, now: float, after_s: float) -> str:
+        """The rank of the instance (or the instance, when several) that has not voted for `after_s`; "" when none."""
+        labels = {
+            peer.label for rank, peer in self._connected.items() if now - self._votes.get(rank, (now, {}))[0] > after_s
+        }
+        return reasons.common_suspect(labels)
+
     def close(self) -> None:
         self.publisher.close(linger=0)
         self.socket.close(linger=0)

@@ -49,11 +49,13 @@ _log = logging.getLogger(__name__)
 _TICK_S = 0.05
 """Timeouts, heartbeats, liveness and the instance vote run this often."""
 HEARTBEAT_S = 1.0
+SILENT_VOTER_S = 0.5
+"""A rank of the instance that has not voted for this long (10 ticks) holds up every room of the instance."""
 
 COUNTER_NAMES = (
     "chunks_sent", "bytes_sent", "chunks_landed", "bytes_landed", "late_chunks", "rooms_succeeded",
     "rooms_failed", "send_failures", "peers_lost", "aborts_sent", "aborts_received", "abort_acks",
-    "checksum_failures", "chunks_unverified", "requests_expired", "late_failures",
+    "checksum_failures", "chunks_unverified", "requests_expired", "late_failures", "stalls",
     *(f"fault_{kind}" for kind in FaultKind),
     *rejection_names(),
 )  # fmt: skip
@@ -358,7 +360,12 @@ class KVManager:
     def refuse(self, room: int) -> None:
         """The scheduler refused `room` on this prefill rank (no pages): fail it here now (`PrefillSide.refuse`)."""
         prefill = self._require(self._prefill, "sender")
-        self._call_soon(lambda: prefill.refuse(room, time.monotonic()))
+        self._call_soon(lambda: prefill.refuse(room, time.monotonic(), self._holding_up(time.monotonic())))
+
+    def _holding_up(self, now: float) -> str:
+        """The rank (or ranks) of this instance whose silence holds every room up ("" when none is silent): a
+        pool that fills meanwhile fills with rooms waiting on it."""
+        return self._consensus.silent(now, SILENT_VOTER_S) if self._consensus is not None else ""
 
     def receiver(self, room: int, prefill_instance: str) -> KVReceiver:
         """Start receiving `room` from the ranks of `prefill_instance` on this decode rank."""
@@ -473,6 +480,7 @@ class KVManager:
         next_tick = 0.0
         wake_at: float | None = None
         generation = -1
+        woke = time.monotonic()
         try:
             while not self._stop.is_set():
                 if side.socket_generation != generation:
@@ -488,6 +496,10 @@ class KVManager:
                 timeout_ms = max(0, math.ceil((deadline - now) * 1000))  # rounded up: no spinning in the last ms
                 ready = dict(poller.poll(timeout_ms))
                 now = time.monotonic()
+                stood_still = now - woke - timeout_ms / 1000  # what neither the poll's wait nor a pass explains
+                if stood_still > self._ctx.config.peer_timeout_s:  # every peer would have judged this rank gone
+                    self._ctx.stalled(now)
+                woke = now
                 if self._wake_read in ready:
                     self._drain_wake()
                 while self._commands:

@@ -15,6 +15,17 @@ from transport.kvpoll import KVPoll
 
 CLIENT = "client"
 """The suspect of a client's abort."""
+SILENCE_CLASSES = frozenset(
+    (
+        ReasonClass.TIMEOUT_BOOTSTRAP,
+        ReasonClass.TIMEOUT_WAITING,
+        ReasonClass.TIMEOUT_TRANSFER,
+        ReasonClass.TIMEOUT_CONSENSUS,
+        ReasonClass.PEER_LOST,
+        ReasonClass.SEND_FAILED,
+    )
+)
+"""The classes of failure a rank's own silence causes: it heard nobody, so it judged its peers gone."""
 
 
 class Reason(NamedTuple):
@@ -101,9 +112,10 @@ def refused(room: int, rank: int, label: str) -> Reason:
     return Reason(f"Prefill rank {rank} refused the transfer request of room {room}", ReasonClass.REFUSED, label)
 
 
-def pool_full(room: int, rank: int, label: str) -> Reason:
-    """The scheduler refused the room on this prefill rank (`label`): no KV pages for it."""
-    return Reason(f"Prefill rank {rank} refused room {room}: its KV pool is full", ReasonClass.REFUSED, label)
+def pool_full(room: int, rank: int, suspect: str) -> Reason:
+    """The scheduler refused the room on this prefill rank: no KV pages for it (`suspect`: this rank, or the rank
+    whose silence filled its pool)."""
+    return Reason(f"Prefill rank {rank} refused room {room}: its KV pool is full", ReasonClass.REFUSED, suspect)
 
 
 def layout_mismatch(room: int, detail: str) -> Reason:

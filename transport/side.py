@@ -8,6 +8,7 @@ input, `pump()` to send what flow control allows, `tick()` for timeouts and live
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import time
@@ -61,10 +62,25 @@ class SideContext:
     """Recently released rooms (insertion-ordered, bounded)."""
     emit: Callable[[Event], None] = _discard
     """Where room events go (the agent's publisher); never blocks."""
+    stalled_until: float = -math.inf
+    """When this rank's engine last came back from a stall (`time.monotonic()`): see `stalled`."""
 
     @property
     def stagger_s(self) -> float:
         return self.info.rank * TIMEOUT_STAGGER_S
+
+    def stalled(self, until: float) -> None:
+        """The engine stood still for longer than a peer timeout until `until` (the process was stopped, starved
+        or swapped out): for two peer timeouts from then (its peers' votes and heartbeats are judged afresh after
+        one), the failures this rank records because it heard nobody name itself as their suspect (its peers did
+        not go away; it did)."""
+        self.counters.add("stalls")
+        self.stalled_until = until
+
+    def _own_silence(self, reason_class: ReasonClass | None) -> bool:
+        """Whether a failure of `reason_class` this rank records now is its own stall's doing."""
+        recent = time.monotonic() - self.stalled_until <= 2 * self.config.peer_timeout_s
+        return recent and reason_class in reasons.SILENCE_CLASSES
 
     def observe(self, record: RoomRecord, peer: str = "") -> None:
         """Publish the state changes of a room a scheduler owns (and its state now, if it moved already)."""
@@ -87,8 +103,10 @@ class SideContext:
         """The event of a failure on this rank: an origin at error/warning with its suspect, an echo at debug."""
         origin = failure.origin or self.info.label
         level = Level.DEBUG
+        suspect = ""
         if origin == self.info.label:
             level = Level.WARNING if self.info.role == "prefill" else Level.ERROR
+            suspect = self.info.label if self._own_silence(reason_class) else failure.suspect
         return Failure(
             ts,
             room,
@@ -98,7 +116,7 @@ class SideContext:
             str(level),
             failure.is_from_another_rank,
             origin,
-            failure.suspect if origin == self.info.label else "",
+            suspect,
         )
 
     def fail_agreement(self, record: RoomRecord, reason: reasons.Reason, origin: str) -> None:

@@ -25,8 +25,10 @@ import msgspec
 
 from kvtop.model.fold import ABORTED, ROOM_REUSE_S, FailureGroup, Observed, fold
 from kvtop.model.histogram import DurationHistogram
+from kvtop.model.incidents import IncidentTracker
 from kvtop.model.intake import Intake
 from kvtop.model.rolling import percentiles
+from kvtop.model.suspects import SILENT_BEFORE_S
 from kvtop.model.transfer_ring import TransferRing
 from transport.events import (
     AgentHello,
@@ -59,6 +61,7 @@ JOURNAL_EVENTS_KEPT = 200_000
 LOST_AFTER_S = 300.0
 """An open room no rank has said anything of for this long is retired as lost (its terminal news never came):
 a few minutes past the agents' default transfer timeout (60 s), after which every live room has ended."""
+SILENCES_KEPT = 8
 CONTEXT_KEPT = 10_000
 """Context lines (`LogContext`) sidecars published that the model keeps for the failure groups near them."""
 LOST_SWEEP_EVERY_S = 5.0
@@ -127,6 +130,11 @@ class RankView:
     """A log sidecar's rank (its registration or hello says so): it publishes what a server log says."""
     log: LogFollowed | None = None
     """A log sidecar's rank: the server log it follows (from its heartbeat)."""
+    silences: list[tuple[float, float]] = field(default_factory=list)
+    """Its latest `SILENCES_KEPT` silences of more than `STALE_S` (arrival times: since, until), an earlier
+    incarnation's included: a stopped, starved, partitioned or restarted rank (the incidents' liveness)."""
+    heard_before: float = 0.0
+    """When an earlier incarnation of this rank was last heard (a restart's silence starts there)."""
 
     @property
     def inferred(self) -> bool:
@@ -326,6 +334,8 @@ class ClusterModel:
         self._causes: dict[int, int] = {}
         """Per room with failures (the newest `FAILURES_KEPT`): whether a client's abort, a cluster fault or
         both started them (bits of `_ABORT_CAUSE`, `_FAULT_CAUSE`), so aborted rooms stay out of the failure rate."""
+        self.incidents = IncidentTracker()
+        """Failure groups joined by suspect and kind of failure: told of each failure, folded at each sweep."""
 
     def apply(self, label: str, item: Snapshot | EventBatch, now: float) -> list[Event]:
         """One delivery from the subscriber, for the agent `label`; returns the events it accepted.
@@ -334,6 +344,9 @@ class ClusterModel:
         not a finite number in range) is skipped and counted in `rejected`: it never reaches a view."""
         self._now = now
         view = self._rank(label, item)
+        heard = view.last_seen or view.heard_before
+        if heard and now - heard > STALE_S and not view.inferred:
+            view.silences = [*view.silences[1 - SILENCES_KEPT :], (heard, now)]
         view.last_seen = now
         if isinstance(item, Snapshot):
             view.history_since = item.history_since
@@ -375,6 +388,8 @@ class ClusterModel:
                 agent.incarnation,
                 sidecar=agent.is_sidecar,
             )
+            if view is not None:
+                _carry_silences(view, self.ranks[agent.label])
 
     def expect(self, label: str) -> None:
         """A rank that must answer (an endpoint given by the operator): known, and gone until heard from."""
@@ -396,6 +411,44 @@ class ClusterModel:
 
     def liveness(self, now: float) -> dict[str, Liveness]:
         return {label: view.liveness(now) for label, view in self.ranks.items()}
+
+    def update_incidents(self) -> None:
+        """Fold the failures taken since the last sweep into the incidents (a one-shot view does, before it reads)."""
+        self.incidents.update(self)
+
+    # What the incidents ask of the model around a failure group (kvtop.model.suspects.Surroundings):
+
+    def link_of(self, room: int) -> tuple[str, str]:
+        """(prefill instance, decode instance) of a room, open or retired ("" where unknown)."""
+        view = self.rooms.get(room)
+        if view is None:
+            retired = self.finished.get(room)
+            view = retired.view if retired is not None else None
+        return view.link if view is not None else ("", "")
+
+    def role_of(self, label: str) -> str:
+        """The role of a rank, or of an instance by one of its ranks ("" when the model knows neither)."""
+        view = self.ranks.get(label)
+        if view is not None:
+            return view.role
+        return next((view.role for view in self.ranks.values() if view.instance == label), "")
+
+    def silent_at(self, label: str, ts: float) -> tuple[float, float] | None:
+        """The silence of the live rank `label` that covers `ts` or ended at most `SILENT_BEFORE_S` before it
+        (since, until; `inf` while it lasts); None when there was none (or the rank is known from a log)."""
+        view = self.ranks.get(label)
+        if view is None or view.inferred:
+            return None
+        heard = view.last_seen or view.heard_before
+        if heard and self._now - heard > STALE_S and ts >= heard - SETTLE_S:
+            return (heard, math.inf)
+        for since, until in reversed(view.silences):
+            if since - SETTLE_S <= ts <= until + SILENT_BEFORE_S:
+                return (since, until)
+        return None
+
+    def ranks_of(self, instance: str) -> list[str]:
+        return [label for label, view in self.ranks.items() if view.instance == instance]
 
     def groups(self, now: float | None = None, window_s: float | None = None) -> list[FailureGroup]:
         """Every failure group, or those that started in the last `window_s` before `now`."""
@@ -487,9 +540,12 @@ class ClusterModel:
     def _rank(self, label: str, item: Snapshot | EventBatch) -> RankView:
         view = self.ranks.get(label)
         if isinstance(item, EventBatch) and (view is None or view.incarnation != item.incarnation):
+            earlier = view
             view = self.ranks[label] = RankView(
                 label, item.role, item.instance, item.rank, incarnation=item.incarnation
             )
+            if earlier is not None:
+                _carry_silences(earlier, view)
         if view is None:
             instance, _, rank = label.rpartition("/TP")
             view = self.ranks[label] = RankView(label, "", instance, int(rank or 0))
@@ -651,10 +707,12 @@ class ClusterModel:
         elif isinstance(event, LogContext):
             self.context.append((view.label, event))
         elif isinstance(event, Failure):
-            self.failures.append(Observed(event.ts, event.room, event.rank, view.role, event.reason,
-                                          event.reason_class, event.origin, event.level,
-                                          event.is_from_another_rank, view.inferred))  # fmt: skip
+            observed = Observed(event.ts, event.room, event.rank, view.role, event.reason, event.reason_class,
+                                event.origin, event.level, event.is_from_another_rank, view.inferred,
+                                event.suspect)  # fmt: skip
+            self.failures.append(observed)
             self.failures_total += 1
+            self.incidents.add(observed, self)
             cause = _CAUSES.get(event.reason_class, _FAULT_CAUSE)
             if cause:
                 causes = self._causes
@@ -696,7 +754,10 @@ class ClusterModel:
 
     def sweep(self, now: float) -> None:
         """Retire rooms that every reporting rank finished, once no rank has said more for `SETTLE_S`;
-        every `LOST_SWEEP_EVERY_S`, retire as lost the open rooms nobody said anything of for `lost_after_s`."""
+        every `LOST_SWEEP_EVERY_S`, retire as lost the open rooms nobody said anything of for `lost_after_s`;
+        fold the failures that came since into the incidents."""
+        self._now = max(self._now, now)
+        self.incidents.update(self)
         if now - self._lost_check_at >= LOST_SWEEP_EVERY_S or now < self._lost_check_at:
             self._lost_check_at = now
             self._retire_lost(now)
@@ -792,6 +853,12 @@ class ClusterModel:
 
     def _gone(self, now: float) -> set[str]:
         return {label for label, view in self.ranks.items() if view.liveness(now) is Liveness.GONE}
+
+
+def _carry_silences(earlier: RankView, view: RankView) -> None:
+    """A new incarnation of a rank keeps the earlier one's silences, and when it was last heard."""
+    view.silences = earlier.silences
+    view.heard_before = earlier.last_seen or earlier.heard_before
 
 
 def _sensible(event: Event) -> bool:

@@ -67,6 +67,8 @@ class Observed(msgspec.Struct, frozen=True, order=True, gc=False):
     """SGLang's flag: the rank learnt of the failure from another rank of its instance."""
     inferred: bool = False
     """The origin was inferred from a log line, not named by an agent (rule 6 may overrule it)."""
+    suspect: str = ""
+    """What an agent's origin named as the likely cause (`Failure.suspect`; kvtop.model.suspects)."""
 
     @property
     def instance(self) -> str:

@@ -25,6 +25,7 @@ from kvtop.model.cluster import (
 )
 from kvtop.model.fold import Observed
 from kvtop.model.histogram import DurationHistogram
+from kvtop.model.incidents import IncidentTracker, TrackerState
 from kvtop.model.intake import Intake
 from kvtop.model.rolling import RingBuffer
 from kvtop.model.transfer_ring import TransferRing
@@ -36,7 +37,7 @@ STATE_FIELDS = frozenset(
     (
         "ranks", "rooms", "finished", "failures", "transfers", "links", "gaps", "intake", "rejected",
         "rejected_frames", "lost", "lost_after_s", "_lost_check_at", "_now", "_open", "_touched",
-        "failures_total", "_causes", "retired_outcomes", "context",
+        "failures_total", "_causes", "retired_outcomes", "context", "incidents",
     )
 )  # fmt: skip
 
@@ -70,6 +71,8 @@ class Rank(msgspec.Struct, array_like=True):
     history_since: float
     sidecar: bool
     log: LogFollowed | None
+    silences: list[tuple[float, float]] = []
+    heard_before: float = 0.0
 
 
 class Link(msgspec.Struct, array_like=True):
@@ -104,6 +107,8 @@ class ModelState(msgspec.Struct, array_like=True):
     causes: list[tuple[int, int]]
     retired_outcomes: dict[str, int]
     context: list[tuple[str, LogContext]]
+    incidents: TrackerState | None = None
+    """None in keyframes older than incidents: the restored model starts with none."""
 
 
 _ENCODER = msgspec.msgpack.Encoder()
@@ -126,7 +131,8 @@ def _rank(view: RankView) -> Rank:
     return Rank(
         view.label, view.role, view.instance, view.rank, view.host, view.pid, view.incarnation, view.last_seen,
         view.inflight, view.counters, view.rejected, view.cpu_percent, view.rss_bytes, view.origins, view.echoes,
-        _ring(view.transfers), view.from_log, view.history_since, view.sidecar, view.log,
+        _ring(view.transfers), view.from_log, view.history_since, view.sidecar, view.log, view.silences,
+        view.heard_before,
     )  # fmt: skip
 
 
@@ -135,7 +141,7 @@ def _unrank(state: Rank) -> RankView:
         state.label, state.role, state.instance, state.rank, state.host, state.pid, state.incarnation,
         state.last_seen, state.inflight, state.counters, state.rejected, state.cpu_percent, state.rss_bytes,
         state.origins, state.echoes, _unring(state.transfers, TransferRing(RANK_TRANSFERS_KEPT)), state.from_log,
-        state.history_since, state.sidecar, state.log,
+        state.history_since, state.sidecar, state.log, state.silences, state.heard_before,
     )  # fmt: skip
 
 
@@ -165,7 +171,7 @@ def capture(model: ClusterModel) -> bytes:
         [_link(p, d, view) for (p, d), view in model.links.items()],
         model.gaps, model.intake, model.rejected, model.rejected_frames, model.lost, model.lost_after_s,
         model._lost_check_at, model._now, list(model._open), list(model._touched), model.failures_total,
-        list(model._causes.items()), dict(model.retired_outcomes), list(model.context),
+        list(model._causes.items()), dict(model.retired_outcomes), list(model.context), model.incidents.state(),
     )  # fmt: skip
     return _ENCODER.encode(state)
 
@@ -188,4 +194,6 @@ def restore(data: bytes | memoryview, journal_events: int = 0) -> ClusterModel:
     model.failures_total, model._causes = state.failures_total, dict(state.causes)
     model.retired_outcomes = dict(state.retired_outcomes)
     model.context.extend(state.context)
+    if state.incidents is not None:
+        model.incidents = IncidentTracker.restored(state.incidents)
     return model

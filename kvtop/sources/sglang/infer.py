@@ -39,7 +39,7 @@ _CLASSES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"timed out after [\d.]+s waiting for ", "timeout_consensus"),
         (r"^Failed to send kv chunk of ", "send_failed"),
         (r"^Decode instance could be dead, remote (?:mooncake )?session .* is not alive", "peer_lost"),
-        (r"^Lost connection with prefill instance", "peer_lost"),
+        (r"^(?:Lost|Losing) connection with prefill instance", "peer_lost"),  # 0.5.23; early-2026 versions
         (r"^Lost connection with rank .* of this instance", "peer_lost"),
         (r"^Failed to get kvcache from prefill instance", "propagated"),
         (r"^Aborted by decode peer", "propagated"),

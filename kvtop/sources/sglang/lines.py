@@ -49,6 +49,7 @@ ROLE_MARKERS: dict[bytes, str] = {
     b"Decode transfer failed": "decode",
     b"Decode handshake failed": "decode",
     b"Lost connection with prefill instance": "decode",
+    b"Losing connection with prefill instance": "decode",
     b"pre-allocated usage": "decode",
 }
 """Text that only one kind of server writes: it tells which server a file is."""
@@ -63,7 +64,7 @@ _QUEUE = re.compile(r"#([a-z-]+-req): (\d+)")
 _PREALLOC_USAGE = re.compile(r"pre-allocated usage: ([\d.]+)")
 _THROUGHPUT = re.compile(r"(gen|input) throughput \(token/s\): ([\d.]+)")
 _SESSION = re.compile(r"Session (\S+) failed\.")
-_LOST = re.compile(r"Lost connection with prefill instance \(bootstrap_addr: ([^)]*)\)(?:, (\d+) requests? affected)?")
+_LOST = re.compile(r"(?:Lost|Losing) connection with prefill instance \(bootstrap_addr: ([^)]*)\)")
 _ROOM_CONTEXT = (
     re.compile(r"NIXL transport error for room (\d+)"),
     re.compile(r"Unexpected transfer worker error for room (\d+)"),

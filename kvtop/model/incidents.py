@@ -1,0 +1,439 @@
+"""Incidents: one cause seen across rooms (DOMAIN.md, "Origins, suspects and incidents").
+
+An incident is the failure groups of one suspect and one kind of failure (`suspects.attribute`), close in
+time: a group joins the latest incident of its (kind, suspect) unless it lies more than `quiet_gap_s` from
+it, which starts a new one. One dead decode instance is one incident of 26 rooms, not 26 origins.
+
+Computed incrementally: the model hands each failure to `add()` (a list append on the ingest path) and
+`update()` (from the model's sweep) folds only the rooms those failures touched. A room's groups can change
+as its failures arrive (an echo first, its origin later): the room's earlier parts are taken back out of
+their incidents and its new groups put in, so an incident that only an early echo made is gone again
+(nothing counts it). Memory is bounded by configuration, whatever the run time:
+
+- the rooms whose groups may still change (`rooms_tracked`, the most recently failed) keep their failures;
+  an older room's parts stay in their incidents as they are;
+- each incident lists its rooms; once more than `rooms_listed` rooms are listed over every incident, a room
+  that leaves the tracked ones leaves the lists too (counted in `room_count`, `rooms_complete` False);
+- at most `incidents_kept` incidents, the oldest dropped first; their starts stay counted (`started`).
+
+`update()` is deterministic in the order of `add()` calls and its own calls, so a replay that applies the
+recorded deliveries and sweeps builds the incidents the live model had.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import msgspec
+
+from kvtop.model.fold import FailureGroup, Observed, fold
+from kvtop.model.suspects import Attribution, Kind, Surroundings, Suspect, attribute
+
+QUIET_GAP_S = 120.0
+"""An incident with no new failure group for this long has ended; a later group of its kind and suspect
+starts a new one. Long enough for timeouts that trickle in as the requests that hit a dead peer time out."""
+INCIDENTS_KEPT = 256
+ROOMS_TRACKED = 20_000
+ROOMS_LISTED = 100_000
+FAILURES_PER_ROOM = 256
+"""A room id that collects more failures than this (a hostile agent's) is folded afresh from there on."""
+LABELS_KEPT = 16
+"""Distinct classes, evidence lines and noticing ranks an incident tallies (the rest count as "other")."""
+DRAIN_S = 10.0
+"""A pool that filled while a rank stopped answering refuses rooms for a while after it is back."""
+PENDING_MAX = 50_000
+"""Failures `add()` holds before it folds them itself (a source that never sweeps stays bounded)."""
+
+IncidentKey = tuple[str, str, str]
+"""(kind, suspect kind, suspect name)."""
+
+
+class Incident(msgspec.Struct, gc=False):
+    """One cause across rooms: its suspect, the kind of failure, when, how many rooms, origins and echoes."""
+
+    id: int
+    kind: str
+    suspect: Suspect
+    first_seen: float
+    last_seen: float
+    reason_class: str
+    """The class of the failure group that started it (what first showed the cause; `classes` has them all)."""
+    origins: int = 0
+    """Failure groups (one failure of one room, however many ranks saw it)."""
+    echoes: int = 0
+    room_count: int = 0
+    classes: dict[str, int] = {}
+    """Failure groups per origin reason class."""
+    evidence: dict[str, int] = {}
+    """Why the suspect, in a few words, with how many groups say so."""
+    noticed_by: dict[str, int] = {}
+    """Failure groups per origin rank (who noticed)."""
+    rooms: dict[int, int] = {}
+    """The rooms listed, with how many of the incident's groups each holds."""
+    rooms_complete: bool = True
+    """Every room of the incident is in `rooms` (False once the listing bound dropped some)."""
+    symptom_of: str = ""
+    """Set on an incident of a capacity symptom (the instance whose pool filled): a rank's `unresponsive`
+    incident under way beside it takes it in."""
+
+    @property
+    def key(self) -> IncidentKey:
+        return (self.kind, self.suspect.kind, self.suspect.name)
+
+    @property
+    def duration_s(self) -> float:
+        return self.last_seen - self.first_seen
+
+    @property
+    def rooms_per_min(self) -> float:
+        """Rooms per minute over its span (a minute at least, so one burst does not read as a huge rate)."""
+        return self.room_count * 60.0 / max(60.0, self.duration_s)
+
+    @property
+    def client(self) -> bool:
+        """Client aborts: counted and shown, never a cluster incident."""
+        return self.suspect.kind == "client"
+
+    def ongoing(self, now: float, quiet_gap_s: float = QUIET_GAP_S) -> bool:
+        """Whether a group came in the last `quiet_gap_s` (the incident has not ended)."""
+        return now - self.last_seen <= quiet_gap_s
+
+    def headline(self) -> str:
+        """`prefill-0/TP1 sends corrupt KV (checksum)`."""
+        return f"{self.suspect.text} {Kind(self.kind).verb} ({self.reason_class})"
+
+
+class Part(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """What one failure group put into its incident (taken back out when its room is folded again)."""
+
+    incident: int
+    room: int
+    echoes: int
+    reason_class: str
+    evidence: str
+    noticed_by: str
+    lead: tuple[float, int, str, str]
+    """The group's lead (ts, room, rank, reason): a view finds a group's incident by it."""
+
+
+@dataclass
+class _Tracked:
+    failures: list[Observed] = field(default_factory=list)
+    parts: list[Part] = field(default_factory=list)
+
+
+class IncidentTracker:
+    """Incidents kept current from the failures the model takes: `add()` each, `update()` now and then."""
+
+    def __init__(
+        self,
+        quiet_gap_s: float = QUIET_GAP_S,
+        incidents_kept: int = INCIDENTS_KEPT,
+        rooms_tracked: int = ROOMS_TRACKED,
+        rooms_listed: int = ROOMS_LISTED,
+    ) -> None:
+        self.quiet_gap_s = quiet_gap_s
+        self.incidents_kept = incidents_kept
+        self.rooms_tracked = rooms_tracked
+        self.rooms_listed = rooms_listed
+        self.incidents: dict[int, Incident] = {}
+        """By id, oldest first."""
+        self.next_id = 1
+        self.started: dict[tuple[str, str], int] = {}
+        """Incidents ever started, by (kind, suspect kind): what a Prometheus counter reads."""
+        self.pending: list[Observed] = []
+        self.by_lead: dict[tuple[float, int, str, str], int] = {}
+        """The incident of each tracked group, by the group's lead."""
+        self.listed = 0
+        """Rooms listed over every incident."""
+        self._tracked: dict[int, _Tracked] = {}
+        """The rooms whose groups may still change, the least recently failed first."""
+        self._latest: dict[IncidentKey, int] = {}
+        """The newest incident of each key (the one a new group of that key may join)."""
+
+    def add(self, failure: Observed, around: Surroundings) -> None:
+        """A failure the model took (folded at the next `update`, or now when too many wait)."""
+        self.pending.append(failure)
+        if len(self.pending) >= PENDING_MAX:
+            self.update(around)
+
+    def update(self, around: Surroundings) -> None:
+        """Fold the rooms the pending failures touched; their groups join (or start) incidents."""
+        if not self.pending:
+            return
+        by_room: dict[int, list[Observed]] = {}
+        for failure in self.pending:
+            by_room.setdefault(failure.room, []).append(failure)
+        self.pending = []
+        emptied: set[int] = set()
+        for room, new in sorted(by_room.items(), key=lambda item: min(f.ts for f in item[1])):
+            tracked = self._tracked.pop(room, None)
+            if tracked is None or len(tracked.failures) + len(new) > FAILURES_PER_ROOM:
+                if tracked is not None:
+                    self._untrack(room, tracked)
+                tracked = _Tracked()
+            else:
+                for part in tracked.parts:
+                    self._take_out(part, emptied)
+            tracked.failures += new
+            tracked.parts = [self._put_in(group, around) for group in _groups(room, tracked.failures)]
+            self._tracked[room] = tracked
+        for incident_id in emptied:
+            incident = self.incidents.get(incident_id)
+            if incident is not None and incident.origins <= 0:
+                self._drop(incident, started=False)
+        while len(self._tracked) > self.rooms_tracked:
+            room = next(iter(self._tracked))
+            self._untrack(room, self._tracked.pop(room))
+        while len(self.incidents) > self.incidents_kept:
+            self._drop(next(iter(self.incidents.values())), started=True)
+
+    def incident_of(self, group: FailureGroup) -> Incident | None:
+        """The incident a group of a tracked room is in (None for an older group, or one not folded yet)."""
+        incident_id = self.by_lead.get(_lead_key(group.lead))
+        return self.incidents.get(incident_id) if incident_id is not None else None
+
+    def newest_first(self) -> list[Incident]:
+        """Every incident kept, the latest to have a new group first."""
+        return sorted(self.incidents.values(), key=lambda incident: (incident.last_seen, incident.id), reverse=True)
+
+    def state(self) -> TrackerState:
+        """Everything the tracker holds, for a keyframe."""
+        return TrackerState(
+            self.quiet_gap_s, self.incidents_kept, self.rooms_tracked, self.rooms_listed,
+            list(self.incidents.values()), self.next_id, [(*key, n) for key, n in self.started.items()],
+            list(self.pending), [(room, t.failures, t.parts) for room, t in self._tracked.items()],
+            [(*key, incident_id) for key, incident_id in self._latest.items()], self.listed,
+        )  # fmt: skip
+
+    @classmethod
+    def restored(cls, state: TrackerState) -> IncidentTracker:
+        """The tracker a keyframe's `state()` holds."""
+        tracker = cls(state.quiet_gap_s, state.incidents_kept, state.rooms_tracked, state.rooms_listed)
+        tracker.incidents = {incident.id: incident for incident in state.incidents}
+        tracker.next_id, tracker.listed, tracker.pending = state.next_id, state.listed, state.pending
+        tracker.started = {(kind, suspect): n for kind, suspect, n in state.started}
+        tracker._latest = {(kind, suspect, name): i for kind, suspect, name, i in state.latest}
+        for room, failures, parts in state.tracked:
+            tracker._tracked[room] = _Tracked(failures, parts)
+            tracker.by_lead.update((part.lead, part.incident) for part in parts)
+        return tracker
+
+    def _put_in(self, group: FailureGroup, around: Surroundings) -> Part:
+        attribution = attribute(group, around)
+        ts = group.first_ts
+        reason_class = group.origin.reason_class if group.origin else group.lead.reason_class
+        incident = self._joinable(attribution, ts, reason_class)
+        noticed_by = group.origin.rank if group.origin else group.lead.rank
+        part = Part(incident.id, group.room, group.echo_count, reason_class, attribution.evidence, noticed_by,
+                    _lead_key(group.lead))  # fmt: skip
+        incident.origins += 1
+        incident.echoes += part.echoes
+        incident.first_seen = min(incident.first_seen, ts)
+        incident.last_seen = max(incident.last_seen, ts)
+        _count(incident.classes, part.reason_class)
+        _count(incident.evidence, part.evidence)
+        _count(incident.noticed_by, part.noticed_by)
+        held = incident.rooms.get(part.room)
+        if held is None:
+            incident.room_count += 1
+            self.listed += 1
+        incident.rooms[part.room] = (held or 0) + 1
+        self.by_lead[part.lead] = incident.id
+        return part
+
+    def _joinable(self, attribution: Attribution, ts: float, reason_class: str) -> Incident:
+        """The incident a group of this attribution at `ts` joins: a rank's `unresponsive` incident under way that
+        explains it (see `_explains`), else the latest of its own key unless a quiet gap lies between them, else
+        a new one (which takes in the vaguer incidents it explains)."""
+        cause = self._explaining(attribution, ts)
+        if cause is not None:
+            return cause
+        suspect = attribution.suspect
+        key = (str(attribution.kind), suspect.kind, suspect.name)
+        latest = self._latest.get(key)
+        incident = self.incidents.get(latest) if latest is not None else None
+        gap = self.quiet_gap_s
+        if incident is not None and incident.first_seen - gap <= ts <= incident.last_seen + gap:
+            return incident
+        earlier = incident is not None and ts < incident.first_seen  # a late group from before the latest one
+        incident = Incident(
+            self.next_id, str(attribution.kind), suspect, ts, ts, reason_class, symptom_of=attribution.symptom_of
+        )
+        self.next_id += 1
+        self.incidents[incident.id] = incident
+        if not earlier:
+            self._latest[key] = incident.id
+        started = (incident.kind, suspect.kind)
+        self.started[started] = self.started.get(started, 0) + 1
+        if incident.kind == Kind.UNRESPONSIVE and suspect.kind == "rank":
+            for vaguer in [other for other in self.incidents.values() if _explains(incident, other, gap)]:
+                self._absorb(incident, vaguer)
+        return incident
+
+    def _explaining(self, attribution: Attribution, ts: float) -> Incident | None:
+        """The one rank's `unresponsive` incident under way at `ts` that explains a vaguer attribution (an
+        instance or a side that stopped answering, a pool that filled), if exactly one does; for a group whose
+        origin's record never arrived, the incident under way that its origin is the suspect of, else the one
+        it noticed most failures of then."""
+        if attribution.unseen_origin:
+            return self._of_origin(attribution.unseen_origin, ts)
+        vague = Incident(0, str(attribution.kind), attribution.suspect, ts, ts, "", symptom_of=attribution.symptom_of)
+        causes = [
+            incident
+            for (kind, suspect_kind, _), incident_id in self._latest.items()
+            if kind == Kind.UNRESPONSIVE and suspect_kind == "rank"
+            and (incident := self.incidents.get(incident_id)) is not None
+            and _explains(incident, vague, self.quiet_gap_s)
+        ]  # fmt: skip
+        own = [cause for cause in causes if _instance(cause.suspect.name) == attribution.symptom_of]
+        return (own or causes)[0] if len(own or causes) == 1 else None
+
+    def _of_origin(self, origin: str, ts: float) -> Incident | None:
+        under_way = [
+            incident
+            for incident in self.incidents.values()
+            if incident.first_seen - BEFORE_S <= ts <= incident.last_seen + DRAIN_S and not incident.client
+        ]
+        named = [incident for incident in under_way if incident.suspect.name == origin]
+        if named:
+            return max(named, key=lambda incident: incident.origins)
+        noticed = [incident for incident in under_way if incident.noticed_by.get(origin)]
+        return max(noticed, key=lambda incident: incident.noticed_by[origin]) if noticed else None
+
+    def _absorb(self, cause: Incident, vaguer: Incident) -> None:
+        """Move an incident's groups into the incident that explains them (tracked parts follow)."""
+        cause.origins += vaguer.origins
+        cause.echoes += vaguer.echoes
+        cause.first_seen = min(cause.first_seen, vaguer.first_seen)
+        cause.last_seen = max(cause.last_seen, vaguer.last_seen)
+        for mine, theirs in ((cause.classes, vaguer.classes), (cause.evidence, vaguer.evidence),
+                             (cause.noticed_by, vaguer.noticed_by)):  # fmt: skip
+            for name, count in theirs.items():
+                _count(mine, name, count)
+        for room, count in vaguer.rooms.items():
+            if room in cause.rooms:
+                self.listed -= 1
+                cause.room_count -= 1
+            cause.rooms[room] = cause.rooms.get(room, 0) + count
+        cause.room_count += vaguer.room_count
+        cause.rooms_complete = cause.rooms_complete and vaguer.rooms_complete
+        for tracked in self._tracked.values():
+            if any(part.incident == vaguer.id for part in tracked.parts):
+                tracked.parts = [
+                    msgspec.structs.replace(part, incident=cause.id) if part.incident == vaguer.id else part
+                    for part in tracked.parts
+                ]
+        for lead, incident_id in list(self.by_lead.items()):
+            if incident_id == vaguer.id:
+                self.by_lead[lead] = cause.id
+        self.listed -= len(vaguer.rooms)
+        vaguer.rooms = {}
+        self._drop(vaguer, started=False)
+
+    def _take_out(self, part: Part, emptied: set[int]) -> None:
+        self.by_lead.pop(part.lead, None)
+        incident = self.incidents.get(part.incident)
+        if incident is None:  # dropped by the bound meanwhile
+            return
+        incident.origins -= 1
+        incident.echoes -= part.echoes
+        _uncount(incident.classes, part.reason_class)
+        _uncount(incident.evidence, part.evidence)
+        _uncount(incident.noticed_by, part.noticed_by)
+        held = incident.rooms.get(part.room)
+        if held is not None:
+            if held > 1:
+                incident.rooms[part.room] = held - 1
+            else:
+                del incident.rooms[part.room]
+                incident.room_count -= 1
+                self.listed -= 1
+        emptied.add(incident.id)
+
+    def _untrack(self, room: int, tracked: _Tracked) -> None:
+        """A room whose groups no longer change: its parts stay; past the listing bound it leaves the lists."""
+        for part in tracked.parts:
+            self.by_lead.pop(part.lead, None)
+            incident = self.incidents.get(part.incident)
+            if incident is not None and self.listed > self.rooms_listed and room in incident.rooms:
+                del incident.rooms[room]
+                self.listed -= 1
+                incident.rooms_complete = False
+
+    def _drop(self, incident: Incident, started: bool) -> None:
+        """Forget an incident: past the bound (`started`: it stays counted), or emptied by a refold."""
+        del self.incidents[incident.id]
+        self.listed -= len(incident.rooms)
+        if self._latest.get(incident.key) == incident.id:
+            del self._latest[incident.key]
+        if not started:
+            key = (incident.kind, incident.suspect.kind)
+            self.started[key] -= 1
+
+
+BEFORE_S = 10.0
+"""A vaguer failure (a timeout, a full pool) this long before a rank's incident started is still its doing: the
+rank went silent before its peers could tell."""
+
+
+def _explains(cause: Incident, vague: Incident, quiet_gap_s: float) -> bool:
+    """Whether a rank's `unresponsive` incident explains a vaguer one under way beside it: the instance of that
+    rank, or the side of its role, stopped answering; or a pool filled (a symptom) while the rank was silent."""
+    if vague.id == cause.id or not cause.first_seen - BEFORE_S <= vague.first_seen:
+        return False
+    suspect, rank = vague.suspect, cause.suspect
+    if vague.symptom_of:
+        return vague.first_seen <= cause.last_seen + DRAIN_S
+    if vague.kind != Kind.UNRESPONSIVE or vague.first_seen > cause.last_seen + quiet_gap_s:
+        return False
+    if suspect.kind == "instance":
+        return _instance(rank.name) == suspect.name
+    return suspect.kind == "side" and suspect.role == rank.role
+
+
+def _instance(label: str) -> str:
+    return label.rpartition("/")[0]
+
+
+def _groups(room: int, failures: list[Observed]) -> list[FailureGroup]:
+    """The room's groups (one origin alone, the common case, without a fold)."""
+    if len(failures) == 1 and failures[0].is_origin:
+        return [FailureGroup(room, failures[0].rank, failures[0])]
+    return fold(failures)
+
+
+def _lead_key(lead: Observed) -> tuple[float, int, str, str]:
+    return (lead.ts, lead.room, lead.rank, lead.reason)
+
+
+def _count(counts: dict[str, int], name: str, count: int = 1) -> None:
+    if name not in counts and len(counts) >= LABELS_KEPT:
+        name = "other"
+    counts[name] = counts.get(name, 0) + count
+
+
+def _uncount(counts: dict[str, int], name: str) -> None:
+    if name not in counts:
+        name = "other"
+    left = counts.get(name, 0) - 1
+    if left > 0:
+        counts[name] = left
+    else:
+        counts.pop(name, None)
+
+
+class TrackerState(msgspec.Struct, array_like=True):
+    """An `IncidentTracker` as a keyframe holds it (`IncidentTracker.state`, `IncidentTracker.restored`)."""
+
+    quiet_gap_s: float
+    incidents_kept: int
+    rooms_tracked: int
+    rooms_listed: int
+    incidents: list[Incident]
+    next_id: int
+    started: list[tuple[str, str, int]]
+    pending: list[Observed]
+    tracked: list[tuple[int, list[Observed], list[Part]]]
+    latest: list[tuple[str, str, str, int]]
+    listed: int

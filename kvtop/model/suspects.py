@@ -1,0 +1,259 @@
+"""Suspects: what most likely broke behind a failure group (DOMAIN.md, "Origins, suspects and incidents").
+
+The origin of a group is who *noticed*; its suspect is what *broke*, with the evidence in a few words:
+
+1. an agent's origin names its suspect itself (`Failure.suspect`: the rank that sent the corrupt chunk, the
+   peer whose heartbeat stopped, the rank that never voted): exact;
+2. otherwise the domain's rules read the origin: a client's abort -> the client; a checksum mismatch -> the
+   sender (`from prefill rank N` on the room's prefill instance); `Lost`/`Losing connection with prefill
+   instance (bootstrap_addr: X)` -> the prefill instance at X; `remote ... session S is not alive` -> the
+   decode rank at S; `Failed to send kv chunk of R to P` -> the decode rank at P; a decode timeout -> the
+   room's prefill side; a prefill timeout -> the room's decode side (the instance when the room's link
+   names it, else "the decode side of prefill-0"); a consensus timeout -> the rank it waited for; a refusal
+   -> the refusing rank; a group whose origin was never seen -> that origin (its record never came), or,
+   with no origin named, what its echo says ("Failed to get kvcache from prefill instance" -> the prefill
+   side); anything else -> unknown, noticed by the origin's instance (the views say so, never guess);
+3. liveness corrects both (live agents only): a rank that was itself silent (stopped, starved, partitioned)
+   just before it recorded a failure of the `unresponsive` kind is the suspect of it (its peers did not go
+   away: it did); an instance suspect with exactly one of its ranks silent then is that rank.
+
+The kind of failure (`Kind`) joins the failure classes one cause produces: a rank that dies makes its peers
+lose it (`peer_lost`), time out (`timeout_*`) and fail to send to it (`send_failed`): all `unresponsive`.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Protocol
+
+import msgspec
+
+from kvtop.model.fold import ABORTED, FailureGroup, Observed
+
+
+class Kind(StrEnum):
+    """Which kind of failure an incident is: the failure classes one cause produces, joined."""
+
+    CORRUPT = "corrupt"
+    UNRESPONSIVE = "unresponsive"
+    REFUSING = "refusing"
+    FAILING = "failing"
+    ABORTED = "aborted"
+
+    @property
+    def verb(self) -> str:
+        """What the suspect does, in words (`prefill-0/TP1 sends corrupt KV`)."""
+        return _VERBS[self]
+
+
+_VERBS = {
+    Kind.CORRUPT: "sends corrupt KV",
+    Kind.UNRESPONSIVE: "stopped answering",
+    Kind.REFUSING: "refuses transfers",
+    Kind.FAILING: "fails transfers",
+    Kind.ABORTED: "aborted requests",
+}
+KIND_OF_CLASS = {
+    "checksum": Kind.CORRUPT,
+    "timeout_bootstrap": Kind.UNRESPONSIVE,
+    "timeout_waiting": Kind.UNRESPONSIVE,
+    "timeout_transfer": Kind.UNRESPONSIVE,
+    "timeout_consensus": Kind.UNRESPONSIVE,
+    "peer_lost": Kind.UNRESPONSIVE,
+    "send_failed": Kind.UNRESPONSIVE,
+    "refused": Kind.REFUSING,
+    ABORTED: Kind.ABORTED,
+}
+"""Every other class (`other`, `propagated`) is `failing`."""
+
+SILENT_BEFORE_S = 5.0
+"""A rank's own `unresponsive` failure this soon after a silence of it ended is the silence's doing."""
+
+
+class Suspect(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """What most likely broke: a `rank` or an `instance` (by label, or by address where only the logs name it),
+    the unnamed other `side` of an instance, the `client`, or `unknown` (`name`: the instance that noticed)."""
+
+    kind: str
+    name: str
+    role: str = ""
+
+    @property
+    def text(self) -> str:
+        """`prefill-0/TP1`, `prefill at 10.0.0.7:8998`, `the decode side of prefill-0`, `the client`,
+        `unknown (noticed by decode-0)`."""
+        if self.kind == "client":
+            return "the client"
+        if self.kind == "unknown":
+            return f"unknown (noticed by {self.name})" if self.name else "unknown"
+        if self.kind == "side":
+            return f"the {self.role} side of {self.name}"
+        if self.role and not self.name.startswith(self.role):
+            return f"{self.role} at {self.name}"
+        return self.name
+
+    def as_dict(self) -> dict[str, str]:
+        return {"kind": self.kind, "name": self.name, "role": self.role}
+
+
+CLIENT = Suspect("client", "client")
+
+
+class Attribution(msgspec.Struct, frozen=True, gc=False):
+    """A group's suspect, the kind of failure, and the evidence for the suspect in a few words."""
+
+    suspect: Suspect
+    kind: Kind
+    evidence: str
+    symptom_of: str = ""
+    """A capacity symptom (a rank refusing under a full pool): an instance whose `unresponsive` incident, when
+    one is under way then, explains it better than the rank itself (the pool filled with rooms waiting on it)."""
+    unseen_origin: str = ""
+    """A group whose origin's own record never arrived: that origin's label (an incident under way that it is
+    the suspect of, or that it was noticing failures of then, explains the group better)."""
+
+
+class Surroundings(Protocol):
+    """What the model knows around a group: the room's link and the ranks' liveness."""
+
+    def link_of(self, room: int) -> tuple[str, str]:
+        """(prefill instance, decode instance) of a room, "" where unknown."""
+        ...
+
+    def role_of(self, label: str) -> str:
+        """The role of a rank or instance label ("" when unknown)."""
+        ...
+
+    def silent_at(self, label: str, ts: float) -> tuple[float, float] | None:
+        """The silence of the live rank `label` (since, until; `inf` while it lasts) that covers `ts` or ended at
+        most `SILENT_BEFORE_S` before it; None when there was none."""
+        ...
+
+    def ranks_of(self, instance: str) -> list[str]:
+        """The labels of the ranks of `instance` the model knows."""
+        ...
+
+
+_FROM_PREFILL_RANK = re.compile(r"from prefill rank (\d+)")
+_BOOTSTRAP_ADDR = re.compile(r"(?:Lost|Losing) connection with prefill instance \(bootstrap_addr: ([^)]*)\)")
+_SESSION = re.compile(r"remote (?:mooncake )?session (\S+) is not alive")
+_SILENT_RANK = re.compile(r"Lost connection with rank (\S+) of this instance")
+_SEND_TO = re.compile(r"Failed to send kv chunk of \S+ to (\S+)")
+_VOTE_OF = re.compile(r"waiting for the vote of rank (\S+)")
+_JOIN = re.compile(r"waiting for every rank of (\S+) to join")
+_KVCACHE_FROM_PREFILL = "Failed to get kvcache from prefill instance"
+_POOL_FULL = "its KV pool is full"
+_TIMEOUTS = frozenset(("timeout_bootstrap", "timeout_waiting", "timeout_transfer"))
+
+
+def attribute(group: FailureGroup, around: Surroundings) -> Attribution:
+    """The suspect of one failure group, the kind of failure and the evidence (the rules of the module doc)."""
+    origin = group.origin
+    if origin is None:
+        return _unseen_origin(group, around)
+    kind = KIND_OF_CLASS.get(origin.reason_class, Kind.FAILING)
+    if kind is Kind.UNRESPONSIVE:
+        silence = around.silent_at(origin.rank, origin.ts)
+        if silence is not None:
+            evidence = f"{origin.rank} was silent {_span(silence)} itself, then recorded {origin.reason_class}"
+            return Attribution(_rank(origin.rank, origin.role), kind, evidence)
+    if origin.suspect:
+        suspect = _named(origin.suspect, around)
+        evidence = "named by the rank that noticed"
+        if kind is Kind.REFUSING and origin.suspect != origin.rank:  # its pool filled with rooms waiting on a peer
+            kind, evidence = Kind.UNRESPONSIVE, "the rooms it refused waited on it"
+        elif kind is Kind.REFUSING and _POOL_FULL in origin.reason:
+            return Attribution(suspect, kind, "its KV pool is full", symptom_of=origin.instance)
+    else:
+        suspect, evidence = _by_rules(origin, group.room, around)
+    if kind is Kind.UNRESPONSIVE and suspect.kind in ("rank", "instance"):
+        suspect, evidence = _with_liveness(suspect, evidence, origin.ts, around)
+    return Attribution(suspect, kind, evidence)
+
+
+def _unseen_origin(group: FailureGroup, around: Surroundings) -> Attribution:
+    """A group whose origin's own record never arrived (its rank named by echoes), or that names no origin."""
+    lead = group.lead
+    if group.origin_label:
+        silence = around.silent_at(group.origin_label, lead.ts)
+        suspect = _rank(group.origin_label, around.role_of(group.origin_label))
+        if silence is not None:
+            evidence = f"its own record never arrived: {group.origin_label} silent {_span(silence)}"
+            return Attribution(suspect, Kind.UNRESPONSIVE, evidence)
+        evidence = "its own record never arrived (only echoes of it did)"
+        return Attribution(suspect, Kind.FAILING, evidence, unseen_origin=group.origin_label)
+    if lead.role == "decode" and lead.reason.startswith(_KVCACHE_FROM_PREFILL):
+        prefill = around.link_of(group.room)[0]
+        suspect = Suspect("instance", prefill, "prefill") if prefill else Suspect("side", lead.instance, "prefill")
+        return Attribution(suspect, Kind.FAILING, f"{lead.rank} was told by prefill that the room failed")
+    return Attribution(Suspect("unknown", lead.instance), Kind.FAILING, "no origin seen, nothing names a cause")
+
+
+def _by_rules(origin: Observed, room: int, around: Surroundings) -> tuple[Suspect, str]:
+    """The domain's rules for an origin that names no suspect (SGLang logs; agents of older versions)."""
+    reason, name = origin.reason, origin.reason_class
+    if name == ABORTED:
+        return CLIENT, "Aborted by AbortReq. (the client or router asked)"
+    if name == "checksum":
+        prefill = around.link_of(room)[0]
+        sender = _FROM_PREFILL_RANK.search(reason)
+        if prefill and sender:
+            evidence = f"a chunk from prefill rank {sender[1]} failed its checksum"
+            return _rank(f"{prefill}/TP{sender[1]}", "prefill"), evidence
+        return _other_side(origin, room, around), "what prefill sent failed its checksum"
+    for pattern, kind, role, evidence in (
+        (_BOOTSTRAP_ADDR, "instance", "prefill", "decode lost its heartbeat"),
+        (_SESSION, "rank", "decode", "its session is not alive"),
+        (_SEND_TO, "rank", "decode", "sending to it failed"),
+        (_SILENT_RANK, "rank", origin.role, "stopped voting in its instance"),
+        (_VOTE_OF, "rank", origin.role, "never voted on the room"),
+        (_JOIN, "instance", origin.role, "not every rank joined"),
+    ):
+        found = pattern.search(reason)
+        if found:
+            return Suspect(kind, found[1], role), evidence
+    if name in _TIMEOUTS:
+        waited = "the KV never came" if origin.role == "decode" else "the transfer request never came"
+        return _other_side(origin, room, around), f"{waited} ({name})"
+    if name == "refused":
+        return _rank(origin.rank, origin.role), "it refused the transfer"
+    return Suspect("unknown", origin.instance), "nothing names a cause"
+
+
+def _other_side(origin: Observed, room: int, around: Surroundings) -> Suspect:
+    """The room's instance on the other side of the origin, or that side of the origin's instance unnamed."""
+    prefill, decode = around.link_of(room)
+    role = "prefill" if origin.role == "decode" else "decode"
+    instance = prefill if role == "prefill" else decode
+    return Suspect("instance", instance, role) if instance else Suspect("side", origin.instance, role)
+
+
+def _named(label: str, around: Surroundings) -> Suspect:
+    """An agent's named suspect: `client`, a rank label, or an instance."""
+    if label == CLIENT.name:
+        return CLIENT
+    role = around.role_of(label) or label.partition("-")[0]
+    return Suspect("rank" if "/" in label else "instance", label, role if role in ("prefill", "decode") else "")
+
+
+def _rank(label: str, role: str) -> Suspect:
+    return Suspect("rank", label, role)
+
+
+def _with_liveness(suspect: Suspect, evidence: str, ts: float, around: Surroundings) -> tuple[Suspect, str]:
+    """A rank suspect that was silent then says so; an instance suspect with one silent rank is that rank."""
+    if suspect.kind == "instance":
+        silent = [label for label in around.ranks_of(suspect.name) if around.silent_at(label, ts) is not None]
+        if len(silent) != 1:
+            return suspect, evidence
+        suspect = _rank(silent[0], suspect.role)
+    silence = around.silent_at(suspect.name, ts)
+    if silence is None:
+        return suspect, evidence
+    return suspect, f"{evidence}; {suspect.name} silent {_span(silence)}"
+
+
+def _span(silence: tuple[float, float]) -> str:
+    since, until = silence
+    return "and still is" if until == float("inf") else f"for {until - since:.1f} s"
