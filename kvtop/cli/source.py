@@ -68,6 +68,8 @@ class Opened:
     attached: Attached | None = None
     """A dashboard's model, as its model process last answered (`--model`); `refresh` asks again."""
     attach_wait: float = 0.0
+    start: float | None = None
+    """Where a span read starts: the earliest time the logs mention, or the recording's start (None: live)."""
 
     def now(self) -> float:
         """The time the views judge at: the wall clock, the latest time the logs mention (or `--at`), or the
@@ -83,6 +85,16 @@ class Opened:
     def window(self, default_s: float) -> float:
         """The view's window: from `--since` to now when given, else `default_s`."""
         return self.when.window(default_s, self.now())
+
+    @property
+    def span(self) -> bool:
+        """Whether the source is a span read whole (logs, a recording, `--since`), not a live "now"."""
+        return self.start is not None or self.when.since is not None
+
+    def span_window(self) -> float:
+        """The whole span read, in seconds: from `--since`, else from the logs' or recording's start, to now."""
+        since = self.when.since if self.when.since is not None else self.start
+        return max(1.0, self.now() - since) if since is not None else 1.0
 
     def heard(self) -> bool:
         """Whether the source said anything: some agent answered (logs and recordings always count as heard)."""
@@ -167,7 +179,7 @@ def opened(
         model = model or ClusterModel()
         try:
             loaded = logs.load(model)
-            yield Opened(model, logs=logs, loaded=loaded, when=past.when)
+            yield Opened(model, logs=logs, loaded=loaded, when=past.when, start=logs.start or logs.now)
         finally:
             logs.close()
         return
@@ -216,7 +228,7 @@ def _replayed(past: Past, journal: bool, news_since: bool) -> Opened:
     damage = replay.recording.damage.summary()
     if cursor.inexact:
         damage = (damage + "; " if damage else "") + "ops were lost before this instant: the model may be incomplete"
-    return Opened(cursor.model, cursor=cursor, replayed=heard, when=past.when, damage=damage)
+    return Opened(cursor.model, cursor=cursor, replayed=heard, when=past.when, damage=damage, start=start)
 
 
 def nobody_answered(bootstrap: str, connect: list[str], wait: float) -> str:

@@ -75,6 +75,7 @@ def _frames(
                 if source.collector is not None and source.collector.died:
                     raise fail(source.collector.error)
                 with source.lock:
+                    source.model.update_incidents()  # what came since the source's last sweep
                     yield source.model, source.now(), source.logs, source
                 if not follow:
                     return
@@ -169,6 +170,25 @@ def check(
     ] = 0,
     max_gaps: Annotated[int, typer.Option(min=0, help="WARNING above this many lost event batches.")] = 0,
     window: Annotated[float, typer.Option(min=1.0, help="Seconds of finished rooms the failure rate covers.")] = 60.0,
+    incident_rooms: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="CRITICAL while a cluster incident of at least this many rooms is ongoing (on logs, a recording "
+            "or --since: any incident in the span read); WARNING below. Client aborts are no incident.",
+        ),
+    ] = 1,
+    incident_rate: Annotated[
+        float,
+        typer.Option(min=0.0, help="... and only when it fails at least this many rooms a minute (0: any rate)."),
+    ] = 0.0,
+    incident_class: Annotated[
+        list[str],
+        typer.Option(
+            help="CLASS=ROOMS: a room threshold of its own for incidents of this class (CLASS=off: never "
+            "CRITICAL, only WARNING), e.g. timeout_bootstrap=5. Repeat for several classes."
+        ),
+    ] = [],  # noqa: B006
     max_abort_rate: Annotated[
         float | None,
         typer.Option(
@@ -192,21 +212,40 @@ def check(
     """Health check for cron, Nagios/Icinga, Kubernetes exec probes and CI gates.
 
     Prints `KVTOP <STATUS> - <text> | <perfdata>` (or JSON) and exits 0 OK, 1 WARNING, 2 CRITICAL
-    (including: cluster unreachable, no agent answering, a rank gone, failure rate, abort rate or stuck
-    rooms over the limit), 3 UNKNOWN (bad arguments, internal error). A rank listed (--connect, or by the
-    bootstrap service) that does not answer within --wait is gone; one that answered is stale after 3 s
-    of silence and gone after 10 s. With --sglang-log, ranks from logs have no liveness and the window
-    ends at the last time the logs mention. With --model, the running dashboard's model is judged as it is
-    (a rank that never answered it since it started is gone); a model that does not answer within --wait is
-    CRITICAL, as a cluster that does not answer.
+    (including: an incident ongoing, cluster unreachable, no agent answering, a rank gone, failure rate,
+    abort rate or stuck rooms over the limit), 3 UNKNOWN (bad arguments, internal error). The first problem
+    of an incident names its suspect: `KVTOP CRITICAL - incident: prefill-0/TP1 sends corrupt KV (checksum)
+    since 10:02:11, 31 rooms | ...`. A rank listed (--connect, or by the bootstrap service) that does not
+    answer within --wait is gone; one that answered is stale after 3 s of silence and gone after 10 s.
+    With --sglang-log or --replay, check judges the span it reads (--since/--until; default the whole
+    span): every incident in it counts, so logs that hold failures are never OK unless the thresholds say
+    so; ranks from logs have no liveness and logs give no failure rate (they name no room that succeeded).
+    With --model, the running dashboard's model is judged as it is (a rank that never answered it since it
+    started is gone); a model that does not answer within --wait is CRITICAL, as a cluster that does not
+    answer.
     """
     from kvtop.views.check import Thresholds
 
     past = _past(replay, at, since, until, sglang_log)
     dashboard = model_choice(model, model_at, past, sglang_log)
     require_source(bootstrap, connect, sglang_log, replay, dashboard is not None)
-    limits = Thresholds(max_failure_rate, max_stuck, stuck_after, min_ranks, max_gaps, window, max_abort_rate)
+    limits = Thresholds(
+        max_failure_rate, max_stuck, stuck_after, min_ranks, max_gaps, window, max_abort_rate, incident_rooms,
+        incident_rate, _class_thresholds(incident_class),
+    )  # fmt: skip
     raise typer.Exit(run_check(bootstrap, connect, limits, wait, as_json, sglang_log, past, curve_keys, dashboard))
+
+
+def _class_thresholds(values: list[str]) -> tuple[tuple[str, int | None], ...]:
+    """`--incident-class CLASS=ROOMS|off` into (class, rooms or None) pairs; a usage error names the bad one."""
+    found: list[tuple[str, int | None]] = []
+    for value in values:
+        name, _, rooms = value.partition("=")
+        if not name or not (rooms == "off" or (rooms.isdigit() and int(rooms) >= 1)):
+            raise typer.BadParameter(f"{value!r} is not CLASS=ROOMS (ROOMS at least 1) or CLASS=off",
+                                     param_hint="--incident-class")  # fmt: skip
+        found.append((name, None if rooms == "off" else int(rooms)))
+    return tuple(found)
 
 
 def run_check(
@@ -232,8 +271,11 @@ def run_check(
         with source_opened as source, source.lock:
             if source.damage:
                 typer.echo(f"kvtop: {source.damage}", err=True)
-            limits = dataclasses.replace(limits, window_s=source.window(limits.window_s))
-            result = evaluate(source.model, limits, source.now(), waited_s=source.waited(wait))
+            window = source.span_window() if source.span else source.window(limits.window_s)
+            limits = dataclasses.replace(limits, window_s=window)
+            result = evaluate(
+                source.model, limits, source.now(), source.waited(wait), span=source.span, since=source.when.since
+            )
             if source.attached is not None and source.attached.state.error:
                 result = source_failing(result, f"the dashboard's source: {source.attached.state.error}")
     except BootstrapError as error:
@@ -564,37 +606,92 @@ def failures(
     model: Model = False,
     model_at: ModelAt = "",
 ) -> None:
-    """Recent failures of a live cluster or of SGLang logs, each origin once with its echo count and the time
-    it started (with the date once the groups fall on more than one day).
+    """Recent failures of a live cluster or of SGLang logs, summarised by incident first (what broke: `kvtop
+    incidents`), then each origin once with its echo count and the time it started (with the date once the
+    groups fall on more than one day).
 
     Reads every agent's snapshot (its last 512 failures) and what agents publish meanwhile, or the logs
     (origins inferred; lines near a group shown with it, transport-library lines as its likely cause).
     Client aborts are listed as groups of class `aborted` and counted apart on stderr.
-    JSON: a list of groups {room, origin: {rank, role, instance, reason, reason_class, ts, level, raw_level}
-    or null, origin_label, aborted (a client's abort, not a cluster fault), echo_count, echoes (level debug,
-    raw_level as logged, origin), context}.
+    JSON: a list of groups {room, incident (its id in `kvtop incidents`, 0 for none), origin: {rank, role,
+    instance, reason, reason_class, ts, level, raw_level} or null, origin_label, aborted (a client's abort, not
+    a cluster fault), echo_count, echoes (level debug, raw_level as logged, origin), context}.
     Exit 1 when the cluster does not answer.
     """
     from kvtop.sources.sglang.context import published_context
     from kvtop.views.failures import render_groups, to_json
+    from kvtop.views.incidents import in_span, render
+    from kvtop.views.times import spans_days, stamp
 
     past = _past(replay, at, since, until, sglang_log, follow)
     dashboard = model_choice(model, model_at, past, sglang_log)
     with _until_ctrl_c():
-        for read, _, logs, source in _frames(bootstrap, connect, wait, follow, interval, sglang_log, past, curve_keys,
-                                             dashboard):  # fmt: skip
+        for read, now, logs, source in _frames(bootstrap, connect, wait, follow, interval, sglang_log, past,
+                                               curve_keys, dashboard):  # fmt: skip
             groups = read.groups()
             if source.when.since is not None:
                 groups = [group for group in groups if group.first_ts >= source.when.since]
             context = logs.context_for(groups) if logs is not None else published_context(read, groups)
-            _show(render_groups(groups, debug, context), to_json(groups, context), as_json, follow)
+            ids = [incident.id if (incident := read.incidents.incident_of(g)) else 0 for g in groups]
+            start = groups[0].first_ts if groups else now
+            summary = render(in_span(read, start, now), now, read.incidents.quiet_gap_s) + "\n\n"
+            _show(summary + render_groups(groups, debug, context), to_json(groups, context, ids), as_json, follow)
             aborted = sum(group.aborted for group in groups)
+            dated = spans_days([start, now])
             typer.echo(
-                f"{len(groups) - aborted} failures, {aborted} client aborts from {len(read.ranks)} ranks", err=True
+                f"{len(groups) - aborted} failures, {aborted} client aborts from {len(read.ranks)} ranks, "
+                f"{stamp(start, dated)[:-4]} to {stamp(now, dated)[:-4]} (what the agents' snapshots and the model "
+                "keep, or the logs hold)",
+                err=True,
             )
 
 
+def incidents(
+    bootstrap: Bootstrap = "",
+    connect: Connect = [],  # noqa: B006
+    debug: Annotated[bool, typer.Option("--debug", help="List each incident's failure groups under it.")] = False,
+    as_json: Json = False,
+    wait: Wait = 2.0,
+    follow: Follow = False,
+    interval: Interval = 1.0,
+    sglang_log: SGLangLog = [],  # noqa: B006
+    curve_keys: CurveKeysDir = "",
+    replay: ReplayPath = "",
+    at: At = "",
+    since: Since = "",
+    until: Until = "",
+    model: Model = False,
+    model_at: ModelAt = "",
+) -> None:
+    """What broke, where, since when, how bad: one line per incident, newest first.
+
+    An incident is one cause seen across rooms: the failure groups of one suspect (what most likely broke:
+    a rank, an instance, the other side of an instance, the client; `unknown` when nothing names one) and
+    one kind of failure (corrupt KV, stopped answering, refusing, failing), close in time; it has ended
+    after 120 s without a new failure group. Columns: state (ongoing/ended), suspect, what it does, the
+    class of failure that first showed it, rooms, since, for how long, origins (who noticed) / echoes,
+    and the evidence for the suspect. Client aborts are an incident of `the client`, never of the cluster.
+    JSON: {"incidents": [{id, state, kind, class, classes, headline, suspect: {kind, name, role},
+    suspect_text, evidence, client, rooms (every room id, as strings), room_count, rooms_complete, origins,
+    echoes, noticed_by, first_seen, last_seen, duration_s, rooms_per_min}], ongoing, now, since,
+    quiet_gap_s}. Exit 1 when nobody answers.
+    """
+    from kvtop.views.incidents import by_incident, counted, in_span, render, to_json
+
+    past = _past(replay, at, since, until, sglang_log, follow)
+    dashboard = model_choice(model, model_at, past, sglang_log)
+    with _until_ctrl_c():
+        for read, now, _, source in _frames(bootstrap, connect, wait, follow, interval, sglang_log, past, curve_keys,
+                                            dashboard):  # fmt: skip
+            kept = in_span(read, source.when.since, now)
+            gap = read.incidents.quiet_gap_s
+            groups = by_incident(read, read.groups()) if debug else None
+            _show(render(kept, now, gap, groups), to_json(kept, now, gap, source.when.since), as_json, follow)
+            typer.echo(counted(kept, now, gap, source.start if source.span else None), err=True)
+
+
 def register(app: typer.Typer) -> None:
+    app.command("incidents")(incidents)
     app.command("status")(status)
     app.command("ranks")(ranks)
     app.command("rooms")(rooms)

@@ -1,12 +1,25 @@
-"""`kvtop check`: thresholds in, a Nagios verdict out (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN)."""
+"""`kvtop check`: thresholds in, a Nagios verdict out (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN).
+
+Incidents come first: a cluster incident (client aborts apart) that is ongoing (live), or that the span read
+holds (logs, a recording, `--since`), is CRITICAL when it reaches its room and rate thresholds and WARNING
+below them; the first problem names its suspect. Then the ranks, the failure and abort rates, stuck rooms,
+lost event batches.
+"""
 
 from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field, replace
 from enum import IntEnum
+from typing import Any
 
 from kvtop.model.cluster import ClusterModel, Liveness
+from kvtop.model.incidents import Incident
+from kvtop.views.incidents import duration, in_span, incident_json, plural
+from kvtop.views.times import spans_days, stamp
+
+INCIDENTS_NAMED = 3
+"""Incidents a verdict's text names (the biggest); the rest are counted."""
 
 
 class Verdict(IntEnum):
@@ -33,6 +46,16 @@ class Thresholds:
     max_abort_rate: float | None = None
     """CRITICAL above this fraction of rooms a client aborted; WARNING above half of it (None: no limit).
     Client aborts never count in the failure rate."""
+    incident_rooms: int = 1
+    """CRITICAL while a cluster incident of at least this many rooms is ongoing (WARNING below)."""
+    incident_rate: float = 0.0
+    """... that also fails at least this many rooms a minute (0: at any rate)."""
+    incident_classes: tuple[tuple[str, int | None], ...] = ()
+    """Room thresholds of their own for incidents of some classes (None: never CRITICAL, only WARNING)."""
+
+    def rooms_needed(self, incident: Incident) -> int | None:
+        """The rooms an incident needs to be CRITICAL (None: it never is)."""
+        return dict(self.incident_classes).get(incident.reason_class, self.incident_rooms)
 
 
 @dataclass
@@ -44,7 +67,8 @@ class CheckResult:
     ranks_stale: list[str]
     ranks_gone: list[str]
     rooms: int
-    failure_rate: float
+    failure_rate: float | None
+    """None where the source cannot tell (logs name no room that succeeded)."""
     stuck: int
     gaps: int
     top_origins: list[str] = field(default_factory=list)
@@ -61,6 +85,13 @@ class CheckResult:
     """Open rooms retired as lost (no news for the model's bound)."""
     rejected_events: int = 0
     rejected_frames: int = 0
+    incidents: list[dict[str, Any]] = field(default_factory=list)
+    """The cluster incidents judged (ongoing ones, or every one of the span read), biggest first."""
+    judged: str = "now"
+    """What was judged: `now` (a live source: ongoing incidents, the last window) or `span` (logs, a recording,
+    `--since`: everything in the span read)."""
+    rooms_failed: int = 0
+    """Rooms that failed in the window (those known from logs included)."""
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -72,10 +103,12 @@ class CheckResult:
         """`KVTOP STATUS - text | perfdata` (one line, as monitoring systems parse it)."""
         rate_warn = limits.max_failure_rate / 2
         need = limits.min_ranks or self.ranks_total
+        rate = "U" if self.failure_rate is None else f"{self.failure_rate:.4f}"  # U: Nagios' "undetermined"
         perf = (
             f"ranks_alive={self.ranks_alive};;{need}: rooms={self.rooms} "
-            f"failure_rate={self.failure_rate:.4f};{rate_warn:g};{limits.max_failure_rate:g} "
+            f"failure_rate={rate};{rate_warn:g};{limits.max_failure_rate:g} "
             f"stuck={self.stuck};;{limits.max_stuck} gaps={self.gaps};{limits.max_gaps} "
+            f"incidents={len(self.incidents)} rooms_failed={self.rooms_failed} "
             f"aborted={self.aborted} abort_rate={self.abort_rate:.4f}"
         )
         if limits.max_abort_rate is not None:
@@ -83,12 +116,22 @@ class CheckResult:
         return f"KVTOP {self.verdict.name} - {self.summary} | {perf}"
 
 
-def evaluate(model: ClusterModel, limits: Thresholds, now: float | None = None, waited_s: float = 0.0) -> CheckResult:
-    """Judge the model against the thresholds; the worst problem sets the verdict.
+def evaluate(
+    model: ClusterModel,
+    limits: Thresholds,
+    now: float | None = None,
+    waited_s: float = 0.0,
+    span: bool = False,
+    since: float | None = None,
+) -> CheckResult:
+    """Judge the model against the thresholds; the worst problem sets the verdict, incidents first.
 
     A rank that never answered in the `waited_s` the check listened is gone; one that answered is judged by
-    the model's own bounds (stale after `STALE_S` of silence, gone after `GONE_S`)."""
+    the model's own bounds (stale after `STALE_S` of silence, gone after `GONE_S`). With `span` (logs, a
+    recording, `--since`), every incident from `since` (the whole span read when None) to `now` is judged as
+    if it were ongoing: a span that holds a broken cluster is never OK."""
     now = time.time() if now is None else now
+    model.update_incidents()
     everyone = model.liveness(now)
     liveness = {label: state for label, state in everyone.items() if state is not Liveness.LOG}
     alive = sorted(label for label, state in liveness.items() if state in (Liveness.ALIVE, Liveness.IDLE))
@@ -105,6 +148,13 @@ def evaluate(model: ClusterModel, limits: Thresholds, now: float | None = None, 
     critical: list[str] = []
     warning: list[str] = []
     need = limits.min_ranks or len(liveness)
+    judged = _judged_incidents(model, now, span, since)
+    severe = [_severe(incident, limits) for incident in judged]
+    for incident, is_severe in zip(judged[:INCIDENTS_NAMED], severe, strict=False):
+        (critical if is_severe else warning).append(_incident_problem(incident, now, model.incidents.quiet_gap_s))
+    if len(judged) > INCIDENTS_NAMED:
+        more = f"and {plural(len(judged) - INCIDENTS_NAMED, 'more incident')}"
+        (critical if any(severe[INCIDENTS_NAMED:]) else warning).append(more)
     if not everyone:
         critical.append("no ranks listed or discovered")
     if gone:
@@ -112,7 +162,7 @@ def evaluate(model: ClusterModel, limits: Thresholds, now: float | None = None, 
         critical.append(f"ranks gone: {', '.join(named)}")
     if down:
         critical.append(f"servers down (log silent, metrics unanswered): {', '.join(down)}")
-    if len(alive) < need:
+    if liveness and len(alive) < need:
         critical.append(f"{len(alive)} ranks alive, need {need}")
     if rate > limits.max_failure_rate:
         critical.append(f"failure rate {rate:.1%} > {limits.max_failure_rate:.1%}")
@@ -131,26 +181,61 @@ def evaluate(model: ClusterModel, limits: Thresholds, now: float | None = None, 
         warning.append(f"{model.gaps} event batches lost")
     verdict = Verdict.CRITICAL if critical else Verdict.WARNING if warning else Verdict.OK
     coverage = model.coverage(now, limits.window_s)
-    span = (
+    window = (
         f"in {limits.window_s:g}s" if not coverage.limit else f"in the last {coverage.span_s:.0f}s ({coverage.limit})"
     )
-    facts = (
-        f"{len(alive)}/{len(liveness)} ranks alive, {rooms} rooms {span}, "
-        f"failure rate {rate:.1%}, {stuck} stuck, {model.gaps} gaps"
-    )
+    rooms_failed = model.rooms_failed(now, limits.window_s)
+    if liveness:
+        facts = (
+            f"{len(alive)}/{len(liveness)} ranks alive, {rooms} rooms {window}, "
+            f"failure rate {rate:.1%}, {stuck} stuck, {model.gaps} gaps"
+        )
+    else:  # server logs: no liveness, and no room that succeeded
+        facts = (
+            f"{plural(len(everyone), 'rank')} from logs (no liveness in logs), {rooms_failed} rooms failed {window}, "
+            "no failure rate (logs name no room that succeeded)"
+        )
+    facts += f", {plural(len(judged), 'incident')}" + ("" if span else " ongoing")
     if aborted:
         facts += f", {aborted} client aborts" + (f" ({abort_rate:.1%} of rooms)" if rooms else "")
     rejected = model.rejected + model.rejected_frames
     facts += f", {model.lost} rooms lost" if model.lost else ""
     facts += f", {rejected} rejected" if rejected else ""
     if recent:
-        facts += f"; origins: {', '.join(sorted(set(origins))[:3])}"
+        facts += f"; origins in {limits.window_s:g}s: {', '.join(sorted(set(origins))[:3])}"
     summary = "; ".join([*critical, *warning, facts])
+    gap = model.incidents.quiet_gap_s
     return CheckResult(
-        verdict, summary, len(alive), len(liveness), stale, gone, rooms, rate, stuck, model.gaps,
-        sorted(set(origins)), critical + warning, len(everyone) - len(liveness), aborted, abort_rate, unanswered,
-        model.lost, model.rejected, model.rejected_frames,
+        verdict, summary, len(alive), len(liveness), stale, gone, rooms, rate if liveness else None, stuck,
+        model.gaps, sorted(set(origins)), critical + warning, len(everyone) - len(liveness), aborted, abort_rate,
+        unanswered, model.lost, model.rejected, model.rejected_frames,
+        [incident_json(incident, now, gap) for incident in judged], "span" if span else "now", rooms_failed,
     )  # fmt: skip
+
+
+def _judged_incidents(model: ClusterModel, now: float, span: bool, since: float | None) -> list[Incident]:
+    """The cluster incidents a check judges, biggest first: those ongoing at `now`, or (`span`) every one that
+    overlaps the span read."""
+    gap = model.incidents.quiet_gap_s
+    kept = [incident for incident in in_span(model, since, now) if not incident.client]
+    judged = kept if span else [incident for incident in kept if incident.ongoing(now, gap)]
+    return sorted(judged, key=lambda incident: (-incident.room_count, -incident.last_seen))
+
+
+def _severe(incident: Incident, limits: Thresholds) -> bool:
+    """Whether an incident reaches its room and rate thresholds (CRITICAL; WARNING below them)."""
+    needed = limits.rooms_needed(incident)
+    return needed is not None and incident.room_count >= needed and incident.rooms_per_min >= limits.incident_rate
+
+
+def _incident_problem(incident: Incident, now: float, quiet_gap_s: float) -> str:
+    """`incident: prefill-0/TP1 sends corrupt KV (checksum) since 10:02:11, 31 rooms` (and when it ended)."""
+    dated = spans_days([incident.first_seen, now])
+    since = stamp(incident.first_seen, dated)[:-4]
+    text = f"incident: {incident.headline()} since {since}, {plural(incident.room_count, 'room')}"
+    if not incident.ongoing(now, quiet_gap_s):
+        text += f", ended after {duration(incident.duration_s)}"
+    return text
 
 
 def unreachable(bootstrap: str, error: str) -> CheckResult:

@@ -29,12 +29,19 @@ def _record(failure: Observed, level: str) -> dict[str, Any]:
     }
 
 
-def to_json(groups: list[FailureGroup], context: Sequence[Sequence[Context]] | None = None) -> list[dict[str, Any]]:
-    """The stable JSON of `kvtop failures --json` (README documents the fields)."""
+def to_json(
+    groups: list[FailureGroup],
+    context: Sequence[Sequence[Context]] | None = None,
+    incidents: Sequence[int] | None = None,
+) -> list[dict[str, Any]]:
+    """The stable JSON of `kvtop failures --json` (README documents the fields); `incidents`: each group's
+    incident id (0 where it is in none the model keeps)."""
     lines = context if context is not None else [[] for _ in groups]
+    ids = incidents if incidents is not None else [0] * len(groups)
     return [
         {
             "room": group.room,
+            "incident": incident,
             "origin": _record(group.origin, shown_level(group.origin)) if group.origin else None,
             "origin_label": group.origin_label,
             "aborted": group.aborted,
@@ -42,7 +49,7 @@ def to_json(groups: list[FailureGroup], context: Sequence[Sequence[Context]] | N
             "echoes": [{**_record(echo, "debug"), "origin": echo.origin} for echo in group.echoes],
             "context": [line.as_dict() for line in near],
         }
-        for group, near in zip(groups, lines, strict=True)
+        for group, near, incident in zip(groups, lines, ids, strict=True)
     ]
 
 

@@ -7,10 +7,14 @@ from typing import Any
 
 from kvtop.model.cluster import ClusterModel
 from kvtop.sidecar.known import KNOWN_METRICS, NO_DATA
+from kvtop.views.incidents import in_span, incident_json
+from kvtop.views.times import stamp
 from transport.counters import REJECTION_REASONS
 from transport.events import LogFollowed
 
 STUCK_AFTER_S = 10.0
+INCIDENTS_SHOWN = 3
+"""Incidents the status text names (the newest); `kvtop incidents` lists them all."""
 
 
 def _nonzero(counts: dict[str, int]) -> dict[str, int]:
@@ -190,7 +194,11 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
     origins = Counter(group.title for group in groups)
     aborted = sum(group.aborted for group in groups)
     from_logs_only = bool(model.ranks) and all(view.inferred for view in model.ranks.values())  # files, sidecars
+    gap = model.incidents.quiet_gap_s
+    incidents = [incident for incident in in_span(model, now - window_s, now) if not incident.client]
     return {
+        "incidents": [incident_json(incident, now, gap) for incident in incidents],
+        "incidents_ongoing": sum(incident.ongoing(now, gap) for incident in incidents),
         "window_s": window_s,
         "span_s": round(coverage.span_s, 3),
         "span_limit": coverage.limit,
@@ -244,22 +252,40 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
     aborts = f"{s['aborted']} client aborts"
     if s["abort_rate"] is not None:
         aborts += f" ({s['abort_rate']:.1%})"
-    lines = [
-        f"ranks   {ranks['alive']}/{ranks['total'] - ranks['log']} alive, {ranks['stale']} stale, {ranks['gone']} gone"
-        + from_logs,
+    lines = [_incidents_line(s, window_s)]
+    live = ranks["total"] - ranks["log"]
+    lines += [
+        f"ranks   {ranks['alive']}/{live} alive, {ranks['stale']} stale, {ranks['gone']} gone" + from_logs
+        if live
+        else f"ranks   {ranks['log']} from logs (logs tell no liveness)",
         f"rooms   {s['rooms_open']} open, {s['rooms_finished']} finished {span}, "
         f"{s['rooms_per_s']:.1f}/s, {s['gbps']:.3f} GB/s",
         f"latency p50 {lat['p50'] * 1000:.0f} ms, p90 {lat['p90'] * 1000:.0f} ms, p99 {lat['p99'] * 1000:.0f} ms",
         f"health  {health}, {aborts}, {s['stuck']} stuck, {s['gaps']} gaps" + _counted(s),
     ]
     if s["top_origins"]:
-        lines.append("origins " + ", ".join(f"{name} x{count}" for name, count in s["top_origins"]))
+        origins = ", ".join(f"{name} x{count}" for name, count in s["top_origins"])
+        lines.append(f"origins {origins} (in {s['span_s']:.0f}s)")
     for link in s["links"]:
         lines.append(
             f"link    {link['prefill']} -> {link['decode']}: {link['transfers']} transfers, "
             f"{link['bytes'] / 1e6:.1f} MB, {link['failed_rooms']} failed"
         )
     return "\n".join(lines + intake_lines(model))
+
+
+def _incidents_line(s: dict[str, Any], window_s: float) -> str:
+    """`incidents 1 ongoing in 60s: prefill-0/TP1 sends corrupt KV (checksum), 31 rooms since 10:02:11; ...`"""
+    incidents = s["incidents"]
+    if not incidents:
+        return f"incidents none in {window_s:g}s"
+    named = "; ".join(
+        f"{item['headline']}, {item['room_count']} rooms since {stamp(item['first_seen'])[:-4]}"
+        + ("" if item["state"] == "ongoing" else " (ended)")
+        for item in incidents[:INCIDENTS_SHOWN]
+    )
+    more = f"; {len(incidents) - INCIDENTS_SHOWN} more (kvtop incidents)" if len(incidents) > INCIDENTS_SHOWN else ""
+    return f"incidents {len(incidents)} in {window_s:g}s, {s['incidents_ongoing']} ongoing: {named}{more}"
 
 
 def _counted(s: dict[str, Any]) -> str:

@@ -40,12 +40,15 @@ def test_failures_text_from_logs_shows_likely_causes_and_unknown_origins():
     assert "origin unknown" in result.stdout
 
 
-def test_check_on_logs_is_ok_and_counts_log_ranks_apart():
-    """Log ranks are neither alive nor gone: the verdict stands on failures, and they are counted as log ranks."""
+def test_check_on_logs_that_hold_failures_is_critical_and_counts_log_ranks_apart():
+    """Log ranks are neither alive nor gone and give no failure rate; the logs' incidents make the verdict, the
+    first problem names the biggest one's suspect."""
     result = kvtop("check", "--json", *LOGS)
 
     verdict = json.loads(result.stdout)
-    assert (result.returncode, verdict["verdict"], verdict["ranks_log"], verdict["ranks_gone"]) == (0, "OK", 4, [])
+    assert (result.returncode, verdict["verdict"], verdict["ranks_log"], verdict["ranks_gone"]) == (2, "CRITICAL", 4, [])
+    assert (verdict["failure_rate"], verdict["judged"]) == (None, "span")
+    assert verdict["problems"][0].startswith("incident: decode at 10.0.0.7:15004 stopped answering (send_failed)")
 
 
 def test_status_ranks_rooms_and_events_read_logs():
@@ -122,7 +125,9 @@ def test_client_aborts_are_counted_apart_in_failures_status_and_check():
     lost_peer = next(g for g in groups if g["room"] == 104)
     assert {(e["level"], e["raw_level"]) for e in lost_peer["echoes"]} == {("debug", "warning")}
     assert (status["failures"], status["aborted"]) == (2, 3)
-    assert (check.returncode, json.loads(check.stdout)["aborted"]) == (0, 3)
+    verdict = json.loads(check.stdout)
+    assert (check.returncode, verdict["aborted"]) == (2, 3)
+    assert [incident["client"] for incident in verdict["incidents"]] == [False, False]  # aborts are no incident
 
 
 def test_max_abort_rate_is_a_check_threshold_in_its_perfdata_and_bounded():
@@ -130,5 +135,5 @@ def test_max_abort_rate_is_a_check_threshold_in_its_perfdata_and_bounded():
     capped = kvtop("check", "--max-abort-rate", "0.2", *ABORT_LOGS)
     wrong = kvtop("check", "--max-abort-rate", "1.5", *ABORT_LOGS)
 
-    assert (capped.returncode, wrong.returncode) == (0, 3)
+    assert (capped.returncode, wrong.returncode) == (2, 3)  # 2: the logs' two cluster incidents
     assert "aborted=3 abort_rate=0.0000;0.1;0.2" in capped.stdout

@@ -59,7 +59,8 @@ def test_a_gzip_cut_short_gives_the_failures_before_the_cut_and_names_the_damage
 
 @pytest.mark.parametrize("kind", ["cut short", "corrupt", "not gzip"])
 def test_every_view_on_a_damaged_gzip_exits_as_on_garbled_input_and_names_the_file(tmp_path: Path, kind: str):
-    """failures, events and status exit 0 and check gives its verdict; stderr names the file; no traceback."""
+    """failures, events and status exit 0 and check gives its verdict (CRITICAL: the files hold failures); stderr
+    names the file; no traceback."""
     path = damaged_files(tmp_path)[kind]
     logs = ("--sglang-log", f"prefill={path}", "--sglang-log", f"decode={ABORTS / 'decode.log'}")
 
@@ -68,12 +69,12 @@ def test_every_view_on_a_damaged_gzip_exits_as_on_garbled_input_and_names_the_fi
     status = kvtop("status", "--json", *logs)
     check = kvtop("check", "--json", *logs)
 
-    assert (failures.returncode, events.returncode, status.returncode, check.returncode) == (0, 0, 0, 0)
+    assert (failures.returncode, events.returncode, status.returncode, check.returncode) == (0, 0, 0, 2)
     for result in (failures, events, status):
         assert f"{path}: " in result.stderr and "Traceback" not in result.stderr and "Aborted!" not in result.stderr
     assert {102, 103} <= {group["room"] for group in json.loads(failures.stdout)}, "the decode file is whole"
     assert json.loads(status.stdout)["logs"]["damaged"][0].startswith(f"{path}: {kind.split()[0]}")
-    assert json.loads(check.stdout)["verdict"] == "OK"
+    assert json.loads(check.stdout)["verdict"] == "CRITICAL"  # the readable rooms' incidents
 
 
 def test_the_follower_survives_a_damaged_gzip_and_keeps_following_the_other_files(tmp_path: Path, wait_for):

@@ -86,15 +86,17 @@ INSTANCE_ECHOES = {
 }
 
 
-def test_log_ranks_are_log_not_gone_and_check_does_not_call_them_critical():
-    """Ranks from logs have no heartbeat: state `log`, left out of the rank rules, so check is not CRITICAL."""
+def test_log_ranks_are_log_not_gone_and_check_judges_only_their_incidents():
+    """Ranks from logs have no heartbeat: state `log`, left out of the rank rules, so check's problems are the
+    logs' incidents alone."""
     model = ClusterModel()
     logs = load(OLD_ERA, model)
 
     result = evaluate(model, Thresholds(), logs.now)
 
     assert {Liveness.LOG} == set(model.liveness(logs.now).values())
-    assert (result.verdict, result.ranks_log, result.ranks_total, result.ranks_gone) == (Verdict.OK, 4, 0, [])
+    assert (result.verdict, result.ranks_log, result.ranks_total, result.ranks_gone) == (Verdict.CRITICAL, 4, 0, [])
+    assert all(problem.startswith(("incident: ", "and ")) for problem in result.problems), result.problems
 
 
 def test_batch_lines_give_each_rank_its_queue_depths():

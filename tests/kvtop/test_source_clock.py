@@ -73,7 +73,8 @@ def test_kvtop_failures_shows_dates_when_the_logs_span_days_and_times_alone_othe
     one_day = kvtop("failures", *LOGS)
 
     assert two_days.returncode == one_day.returncode == 0, two_days.stderr + one_day.stderr
-    rows = {line.split()[0]: line for line in two_days.stdout.splitlines()[1:]}
+    table = two_days.stdout.split("\nROOM ", 1)[1]  # the groups, under the incidents
+    rows = {line.split()[0]: line for line in table.splitlines()[1:]}
     assert "2026-01-01 10:00:00.000" in rows["101"] and "2026-01-03 09:00:00.000" in rows["202"]
     row = next(line for line in one_day.stdout.splitlines() if line.startswith("1111 "))
     assert " 03:04:05.250 " in row and "2026-01-02" not in row

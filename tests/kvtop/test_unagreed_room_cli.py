@@ -46,5 +46,5 @@ def test_a_room_its_instances_never_agreed_on_counts_as_failed_in_status_and_che
 def test_an_agent_log_line_of_a_consensus_timeout_is_read_back_as_timeout_consensus():
     """The log source classes the agents' missing-vote text as the agents class it."""
     for waiting_for in ("the vote of rank prefill-0/TP1", "every rank of prefill-0 to join (1 of 2 reachable)"):
-        text, cls = consensus_timeout(77, 5.04, waiting_for)
-        assert reason_class(text) == str(cls) == "timeout_consensus"
+        reason = consensus_timeout(77, 5.04, waiting_for)
+        assert reason_class(reason.text) == str(reason.reason_class) == "timeout_consensus"

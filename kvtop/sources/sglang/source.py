@@ -66,6 +66,8 @@ class SGLangLogs:
         """Set it to a list to be given every context line as it is read (a sidecar publishes and empties it)."""
         self._garbled = self._failures = self._batches = self._context = self._no_room = 0
         self._now = 0.0
+        self.start: float | None = None
+        """The earliest time the logs mention (None before one was read)."""
         self.until: float | None = None
         """Apply nothing the logs say after this time (`--at`), and judge "now" at it."""
         self._names = InstanceNames()
@@ -163,6 +165,7 @@ class SGLangLogs:
             file.last_ts = prefix.ts
         ts = record.ts if record.ts is not None else file.last_ts
         self._now = max(self._now, ts)  # lines without a prefix too: "now" is never the wall clock once read
+        self.start = ts if self.start is None else min(self.start, ts)
         if isinstance(record, ContextLine):
             file.related.context(record, ts)
             self._context += 1

@@ -1,0 +1,153 @@
+"""Incidents for people (one line each, newest first) and for scripts (JSON); no terminal library needed.
+
+An incident is one cause across rooms: its suspect (what most likely broke), the kind of failure, since when,
+how many rooms, its origins (who noticed) and echoes (DOMAIN.md, "Origins, suspects and incidents").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kvtop.model.cluster import ClusterModel
+from kvtop.model.fold import FailureGroup
+from kvtop.model.incidents import Incident
+from kvtop.model.suspects import Kind
+from kvtop.views.times import spans_days, stamp
+
+_SUSPECT_WIDTH = 30
+
+
+def state(incident: Incident, now: float, quiet_gap_s: float) -> str:
+    """`ongoing` while a group came within the quiet gap, else `ended`."""
+    return "ongoing" if incident.ongoing(now, quiet_gap_s) else "ended"
+
+
+def in_span(model: ClusterModel, since: float | None = None, until: float | None = None) -> list[Incident]:
+    """The incidents the model keeps that overlap [since, until], newest first (bring them up to date first:
+    `ClusterModel.update_incidents`)."""
+    return [
+        incident
+        for incident in model.incidents.newest_first()
+        if (since is None or incident.last_seen >= since) and (until is None or incident.first_seen <= until)
+    ]
+
+
+def by_incident(model: ClusterModel, groups: Sequence[FailureGroup]) -> dict[int, list[FailureGroup]]:
+    """The given groups under the id of their incident (0: a group too old or too new to be in one)."""
+    found: dict[int, list[FailureGroup]] = {}
+    for group in groups:
+        incident = model.incidents.incident_of(group)
+        found.setdefault(incident.id if incident is not None else 0, []).append(group)
+    return found
+
+
+def incident_json(incident: Incident, now: float, quiet_gap_s: float) -> dict[str, Any]:
+    """One incident as `kvtop incidents --json` gives it (README and docs/incidents.md document the fields)."""
+    return {
+        "id": incident.id,
+        "state": state(incident, now, quiet_gap_s),
+        "kind": incident.kind,
+        "class": incident.reason_class,
+        "classes": dict(sorted(incident.classes.items(), key=lambda item: -item[1])),
+        "headline": incident.headline(),
+        "suspect": incident.suspect.as_dict(),
+        "suspect_text": incident.suspect.text,
+        "evidence": [text for text, _ in sorted(incident.evidence.items(), key=lambda item: -item[1])],
+        "client": incident.client,
+        "rooms": [str(room) for room in incident.rooms],
+        "room_count": incident.room_count,
+        "rooms_complete": incident.rooms_complete,
+        "origins": incident.origins,
+        "echoes": incident.echoes,
+        "noticed_by": dict(sorted(incident.noticed_by.items(), key=lambda item: -item[1])),
+        "first_seen": incident.first_seen,
+        "last_seen": incident.last_seen,
+        "duration_s": round(incident.duration_s, 3),
+        "rooms_per_min": round(incident.rooms_per_min, 3),
+    }
+
+
+def to_json(incidents: Sequence[Incident], now: float, quiet_gap_s: float, since: float | None) -> dict[str, Any]:
+    """`{"incidents": [...], "ongoing", "now", "since", "quiet_gap_s"}`: every room of each incident listed
+    (`rooms_complete` False where the model's bound dropped some)."""
+    listed = [incident_json(incident, now, quiet_gap_s) for incident in incidents]
+    return {
+        "incidents": listed,
+        "ongoing": sum(item["state"] == "ongoing" for item in listed),
+        "now": now,
+        "since": since,
+        "quiet_gap_s": quiet_gap_s,
+    }
+
+
+def render(
+    incidents: Sequence[Incident],
+    now: float,
+    quiet_gap_s: float,
+    groups: dict[int, list[FailureGroup]] | None = None,
+) -> str:
+    """One line per incident, newest first; with `groups` (`--debug`), each incident's failure groups under it."""
+    dated = spans_days([incident.first_seen for incident in incidents] + [now])
+    width = len(stamp(0.0, dated)) - 4
+    lines = [
+        f"{'STATE':<8} {'SUSPECT':<{_SUSPECT_WIDTH}} {'WHAT':<18} {'CLASS':<18} {'ROOMS':>6} {'SINCE':<{width}} "
+        f"{'FOR':>8} {'ORIGINS/ECHOES':>15}  EVIDENCE"
+    ]
+    for incident in incidents:
+        evidence = max(incident.evidence.items(), key=lambda item: item[1])[0] if incident.evidence else ""
+        lines.append(
+            f"{state(incident, now, quiet_gap_s):<8} {incident.suspect.text[:_SUSPECT_WIDTH]:<{_SUSPECT_WIDTH}} "
+            f"{Kind(incident.kind).verb:<18} {incident.reason_class:<18} {incident.room_count:>6} "
+            f"{stamp(incident.first_seen, dated)[:-4]} {duration(incident.duration_s):>8} "
+            f"{f'{incident.origins}/{incident.echoes}':>15}  {evidence}"
+        )
+        for group in (groups or {}).get(incident.id, []):
+            origin = group.origin
+            reason = origin.reason if origin else "(the origin's own event was not seen)"
+            lines.append(
+                f"{'':<8}   room {group.room:<20} {stamp(group.first_ts, dated)[:-4]} "
+                f"{group.origin_label or 'origin unknown':<16} {group.echo_count:>3} echoes  {reason[:80]}"
+            )
+    return "\n".join(lines)
+
+
+def counted(incidents: Sequence[Incident], now: float, quiet_gap_s: float, start: float | None) -> str:
+    """`3 incidents from 14:15:00 to 14:27:41 (1 ongoing at 14:27:41, 1 of client aborts)`: the window named."""
+    ongoing = sum(incident.ongoing(now, quiet_gap_s) for incident in incidents)
+    clients = sum(incident.client for incident in incidents)
+    dated = spans_days([start or now, now])
+    where = f"from {stamp(start, dated)[:-4]} to" if start is not None else "kept by the model, as of"
+    return (
+        f"{plural(len(incidents), 'incident')} {where} {stamp(now, dated)[:-4]} ({ongoing} ongoing, "
+        f"{clients} of client aborts)"
+    )
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def summary(incidents: Sequence[Incident], now: float, quiet_gap_s: float) -> str:
+    """`2 incidents (1 ongoing): prefill-0/TP1 sends corrupt KV (checksum), 31 rooms since 10:02:11; ...`"""
+    cluster = [incident for incident in incidents if not incident.client]
+    if not cluster:
+        return "no incidents"
+    ongoing = sum(incident.ongoing(now, quiet_gap_s) for incident in cluster)
+    dated = spans_days([incident.first_seen for incident in cluster] + [now])
+    named = "; ".join(
+        f"{incident.headline()}, {incident.room_count} rooms since {stamp(incident.first_seen, dated)[:-4]}"
+        for incident in cluster[:3]
+    )
+    more = f"; {len(cluster) - 3} more" if len(cluster) > 3 else ""
+    return f"{len(cluster)} incidents ({ongoing} ongoing): {named}{more}"
+
+
+def duration(seconds: float) -> str:
+    """`45s`, `12m05s`, `3h02m`."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
