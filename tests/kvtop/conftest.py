@@ -1,4 +1,4 @@
-"""Fixtures of the kvtop tests: SGLang log fixtures are read in UTC."""
+"""Fixtures of the kvtop tests: SGLang log fixtures are read in UTC; `kvtop cluster up` runs that always stop."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from cluster_support import Running
 
 from kvtop.sources.sglang import prefix
 
@@ -20,3 +21,18 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.undo()
     time.tzset()
     prefix._stamps.clear()
+
+
+@pytest.fixture
+def cluster_up() -> Iterator[type[Running]]:
+    """Start `kvtop cluster up ARGS` (call it with the args); every one started is stopped after the test."""
+    started: list[Running] = []
+
+    def start(*args: str) -> Running:
+        running = Running(*args)
+        started.append(running)
+        return running
+
+    yield start  # type: ignore[misc]
+    for running in started:
+        running.stop()

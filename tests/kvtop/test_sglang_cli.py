@@ -46,7 +46,12 @@ def test_check_on_logs_that_hold_failures_is_critical_and_counts_log_ranks_apart
     result = kvtop("check", "--json", *LOGS)
 
     verdict = json.loads(result.stdout)
-    assert (result.returncode, verdict["verdict"], verdict["ranks_log"], verdict["ranks_gone"]) == (2, "CRITICAL", 4, [])
+    assert (result.returncode, verdict["verdict"], verdict["ranks_log"], verdict["ranks_gone"]) == (
+        2,
+        "CRITICAL",
+        4,
+        [],
+    )
     assert (verdict["failure_rate"], verdict["judged"]) == (None, "span")
     assert verdict["problems"][0].startswith("incident: decode at 10.0.0.7:15004 stopped answering (send_failed)")
 

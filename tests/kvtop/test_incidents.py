@@ -1,0 +1,191 @@
+"""Incidents in the model: suspects, kinds of failure, the quiet gap, aborts apart, echoes before origins,
+liveness, bounds, keyframes (DOMAIN.md, "Origins, suspects and incidents")."""
+
+from __future__ import annotations
+
+import itertools
+
+from kvtop.model.cluster import STALE_S, ClusterModel
+from kvtop.model.incidents import IncidentTracker
+from kvtop.record.keyframes import capture, restore
+from transport.events import EVENT_SCHEMA, Event, EventBatch, Failure, Heartbeat, RoomState
+from transport.kvpoll import KVPoll
+
+T0 = 1_800_000_000.0
+_seq = itertools.count(1)
+
+
+def deliver(model: ClusterModel, label: str, events: list[Event], now: float) -> None:
+    instance, _, rank = label.rpartition("/TP")
+    role = "prefill" if instance.startswith("prefill") else "decode"
+    model.apply(label, EventBatch(EVENT_SCHEMA, role, instance, int(rank), 1, next(_seq), now, events), now)
+
+
+def origin(ts: float, room: int, rank: str, reason: str, reason_class: str, suspect: str = "") -> Failure:
+    level = "warning" if rank.startswith("prefill") else "error"
+    return Failure(ts, room, rank, reason, reason_class, level, False, rank, suspect)
+
+
+def echo(ts: float, room: int, rank: str, of: str, reason: str = "Aborted by decode peer x") -> Failure:
+    return Failure(ts, room, rank, reason, "propagated", "debug", True, of)
+
+
+def checksum(ts: float, room: int, decode: str = "decode-0/TP1", sender: str = "prefill-0/TP1") -> Failure:
+    text = f"KV chunk 2 of room {room} from prefill rank {sender[-1]} failed its checksum (expected 1, got 2)"
+    return origin(ts, room, decode, text, "checksum", sender)
+
+
+def incidents(model: ClusterModel, now: float) -> list[tuple[str, str, int]]:
+    """(suspect, kind, rooms) of every incident, oldest first, after a sweep at `now`."""
+    model.sweep(now)
+    return [
+        (incident.suspect.text, incident.kind, incident.room_count)
+        for incident in sorted(model.incidents.incidents.values(), key=lambda incident: incident.first_seen)
+    ]
+
+
+def test_a_corrupting_sender_is_one_incident_over_every_room_it_broke_with_the_noticing_ranks_counted():
+    """Two decode ranks notice checksum mismatches of prefill-0/TP1's chunks; the prefill echoes them: one
+    incident, suspect prefill-0/TP1, every room listed, the decode ranks as who noticed."""
+    model = ClusterModel()
+    for room in range(1, 11):
+        decode = f"decode-{room % 2}/TP1"
+        deliver(model, decode, [checksum(T0 + room, room, decode)], T0 + room)
+        deliver(model, "prefill-0/TP1", [echo(T0 + room + 0.01, room, "prefill-0/TP1", decode)], T0 + room)
+
+    assert incidents(model, T0 + 11) == [("prefill-0/TP1", "corrupt", 10)]
+    incident = next(iter(model.incidents.incidents.values()))
+    assert (sorted(incident.rooms), incident.origins, incident.echoes) == (list(range(1, 11)), 10, 10)
+    assert incident.noticed_by == {"decode-0/TP1": 5, "decode-1/TP1": 5}
+    assert incident.headline() == "prefill-0/TP1 sends corrupt KV (checksum)"
+
+
+def test_a_quiet_gap_splits_an_incident_and_ends_the_first():
+    """The same suspect and kind 10 minutes apart: two incidents, the first ended, the second ongoing."""
+    model = ClusterModel()
+    gap = model.incidents.quiet_gap_s
+    for room, ts in ((1, T0), (2, T0 + 5), (3, T0 + 5 + gap + 1)):
+        deliver(model, "decode-0/TP1", [checksum(ts, room)], ts)
+
+    assert incidents(model, T0 + 6 + gap) == [("prefill-0/TP1", "corrupt", 2), ("prefill-0/TP1", "corrupt", 1)]
+    first, second = sorted(model.incidents.incidents.values(), key=lambda incident: incident.first_seen)
+    assert (first.ongoing(T0 + 6 + gap), second.ongoing(T0 + 6 + gap)) == (False, True)
+
+
+def test_two_suspects_at_once_stay_two_incidents_and_two_kinds_of_one_suspect_too():
+    """prefill-0/TP0 and prefill-0/TP1 corrupt in the same seconds; prefill-0/TP1 also refuses: three."""
+    model = ClusterModel()
+    for room in range(1, 7):
+        sender = f"prefill-0/TP{room % 2}"
+        deliver(model, "decode-0/TP0", [checksum(T0 + room, room, "decode-0/TP0", sender)], T0 + room)
+    refused = origin(T0 + 3.5, 99, "prefill-0/TP1", "Prefill rank 1 refused the transfer request of room 99",
+                     "refused", "prefill-0/TP1")  # fmt: skip
+    deliver(model, "prefill-0/TP1", [refused], T0 + 4)
+
+    assert sorted(incidents(model, T0 + 8)) == [
+        ("prefill-0/TP0", "corrupt", 3),
+        ("prefill-0/TP1", "corrupt", 3),
+        ("prefill-0/TP1", "refusing", 1),
+    ]
+
+
+def test_client_aborts_are_an_incident_of_the_client_apart_from_the_cluster():
+    """Aborts on both sides of three rooms: one incident whose suspect is the client, flagged as such."""
+    model = ClusterModel()
+    for room in (1, 2, 3):
+        for rank in ("decode-0/TP0", "prefill-0/TP0"):
+            deliver(model, rank, [origin(T0 + room, room, rank, "Aborted by AbortReq.", "aborted", "client")], T0)
+
+    assert incidents(model, T0 + 4) == [("the client", "aborted", 3)]
+    assert next(iter(model.incidents.incidents.values())).client
+
+
+def test_an_echo_heard_before_its_origin_leaves_no_incident_of_its_own():
+    """The prefill's echo arrives a sweep before the decode's checksum origin: once the origin is in, the room
+    is in the sender's incident alone, and nothing is left of the echo's own guess."""
+    model = ClusterModel()
+    deliver(model, "prefill-0/TP1", [echo(T0, 7, "prefill-0/TP1", "decode-0/TP1")], T0)
+    before = incidents(model, T0 + 0.5)
+    deliver(model, "decode-0/TP1", [checksum(T0 - 0.01, 7)], T0 + 0.6)
+
+    assert before == [("decode-0/TP1", "failing", 1)]  # its own record never arrived (yet)
+    assert incidents(model, T0 + 1) == [("prefill-0/TP1", "corrupt", 1)]
+    assert model.incidents.started == {("failing", "rank"): 0, ("corrupt", "rank"): 1}
+
+
+def test_a_rank_that_was_silent_itself_is_the_suspect_of_the_peers_it_then_judged_lost():
+    """decode-0/TP0 says nothing for 20 s, then records its prefill peer lost: the model saw the silence, so the
+    suspect is decode-0/TP0, not the peer it named."""
+    model = ClusterModel()
+    deliver(model, "decode-0/TP0", [Heartbeat(T0, {}, 0, 0, 0.0, 0, 0.0)], T0)
+    lost = origin(T0 + 20.1, 5, "decode-0/TP0", "Lost connection with prefill instance (bootstrap_addr: x:1)",
+                  "peer_lost", "prefill-0/TP0")  # fmt: skip
+    deliver(model, "decode-0/TP0", [lost], T0 + 20)
+
+    assert incidents(model, T0 + 21) == [("decode-0/TP0", "unresponsive", 1)]
+    evidence = next(iter(model.incidents.incidents.values())).evidence
+    assert list(evidence) == ["decode-0/TP0 was silent for 20.0 s itself, then recorded peer_lost"]
+
+
+def test_a_silent_ranks_instance_timeouts_and_full_pools_join_that_ranks_incident():
+    """decode-0/TP0 goes silent: its TP1 loses it (suspect the rank); prefill times out rooms of decode-0 (suspect
+    the instance) and refuses under a full pool (a symptom): all one incident of decode-0/TP0."""
+    model = ClusterModel()
+    for room in (1, 2, 3):
+        deliver(model, "decode-0/TP0", [RoomState(T0, room, int(KVPoll.WaitingForInput), 1, "prefill-0")], T0)
+    full = origin(T0 + 1, 9, "prefill-0/TP0", "Prefill rank 0 refused room 9: its KV pool is full", "refused",
+                  "prefill-0/TP0")  # fmt: skip
+    deliver(model, "prefill-0/TP0", [full], T0 + 1)
+    lost = origin(T0 + 5, 1, "decode-0/TP1", "Lost connection with rank decode-0/TP0 of this instance",
+                  "peer_lost", "decode-0/TP0")  # fmt: skip
+    deliver(model, "decode-0/TP1", [lost], T0 + 5)
+    for beat in (3.0, 5.0, 7.5):  # the prefill stays alive
+        deliver(model, "prefill-0/TP0", [Heartbeat(T0 + beat, {}, 0, 0, 0.0, 0, 0.0)], T0 + beat)
+    model.sweep(T0 + 5.5)
+    for room in (2, 3):
+        timeout = origin(T0 + 10, room, "prefill-0/TP0", f"Request {room} timed out after 10.0s in "
+                         "KVPoll.Bootstrapping", "timeout_bootstrap")  # fmt: skip
+        deliver(model, "prefill-0/TP0", [timeout], T0 + 10)
+
+    assert incidents(model, T0 + 11) == [("decode-0/TP0", "unresponsive", 4)]
+    assert set(next(iter(model.incidents.incidents.values())).classes) == {
+        "refused",
+        "peer_lost",
+        "timeout_bootstrap",
+    }
+
+
+def test_incidents_and_silences_survive_a_keyframe():
+    """A model restored from a keyframe holds the same incidents, and a later echo refolds its room in place."""
+    model = ClusterModel()
+    deliver(model, "decode-0/TP1", [checksum(T0, 1)], T0)
+    deliver(model, "decode-0/TP0", [Heartbeat(T0, {}, 0, 0, 0.0, 0, 0.0)], T0)
+    deliver(model, "decode-0/TP0", [Heartbeat(T0 + 9, {}, 0, 0, 0.0, 0, 0.0)], T0 + STALE_S + 6)
+    model.sweep(T0 + 10)
+
+    restored = restore(capture(model))
+    deliver(restored, "prefill-0/TP1", [echo(T0 + 0.1, 1, "prefill-0/TP1", "decode-0/TP1")], T0 + 11)
+
+    assert incidents(restored, T0 + 12) == [("prefill-0/TP1", "corrupt", 1)]
+    incident = next(iter(restored.incidents.incidents.values()))
+    assert (incident.origins, incident.echoes) == (1, 1)
+    assert restored.ranks["decode-0/TP0"].silences == [(T0, T0 + STALE_S + 6)]
+
+
+def test_memory_stays_bounded_however_many_rooms_fail():
+    """20,000 failed rooms from 16 senders in turn, over bounds of 500 tracked rooms, 2,000 listed rooms and 8
+    incidents: every bound holds, and the counts stay whole."""
+    model = ClusterModel()
+    model.incidents = IncidentTracker(incidents_kept=8, rooms_tracked=500, rooms_listed=2000)
+    for room in range(20_000):
+        sender = f"prefill-{room // 1250}/TP0"
+        deliver(model, "decode-0/TP0", [checksum(T0 + room * 0.01, room, "decode-0/TP0", sender)], T0)
+        if room % 1000 == 999:
+            model.sweep(T0 + room * 0.01)
+    model.sweep(T0 + 300)
+
+    tracker = model.incidents
+    assert (len(tracker.incidents), len(tracker._tracked), len(tracker.by_lead)) == (8, 500, 500)
+    assert tracker.listed == sum(len(incident.rooms) for incident in tracker.incidents.values()) <= 2000 + 500
+    assert {incident.room_count for incident in tracker.incidents.values()} == {1250}
+    assert sum(tracker.started.values()) == 16

@@ -1,0 +1,156 @@
+"""`kvtop incidents` and `kvtop check` name what broke: on SGLang logs of a dead decode instance and of a lost
+prefill instance, and live, on clusters of real agents with a corrupting rank, a rank that dies and a rank
+that is stopped (SIGSTOP) under load."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster_support import Running
+from kvtop_cli import kvtop
+
+pytestmark = pytest.mark.usefixtures("utc")
+
+FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
+
+
+def logs(name: str) -> list[str]:
+    return [arg for path in sorted((FIXTURES / name).glob("*.log")) for arg in ("--sglang-log", str(path))]
+
+
+def incidents(*args: str) -> list[dict[str, Any]]:
+    result = kvtop("incidents", "--json", *args)
+    assert result.returncode == 0, result.stderr
+    found: list[dict[str, Any]] = json.loads(result.stdout)["incidents"]
+    return found
+
+
+def test_a_dead_decode_instance_is_one_incident_of_the_decode_side_not_one_origin_per_room():
+    """26 Bootstrapping timeouts over five minutes on both prefill ranks: one incident, the decode side of
+    prefill-0 its suspect, every room listed; check exits 2 naming it."""
+    found = incidents(*logs("decode-gone"))
+    check = kvtop("check", *logs("decode-gone"))
+
+    assert [(i["suspect"], i["kind"], i["class"], i["room_count"]) for i in found] == [
+        ({"kind": "side", "name": "prefill-0", "role": "decode"}, "unresponsive", "timeout_bootstrap", 26)
+    ]
+    assert (len(found[0]["rooms"]), found[0]["origins"], found[0]["echoes"]) == (26, 26, 26)
+    assert check.returncode == 2
+    assert check.stdout.startswith(
+        "KVTOP CRITICAL - incident: the decode side of prefill-0 stopped answering (timeout_bootstrap) since "
+        "14:22:41, 26 rooms;"
+    )
+
+
+@pytest.mark.parametrize("name", ["lost-prefill", "losing-prefill"])
+def test_a_lost_prefill_instance_is_one_incident_of_the_prefill_at_its_bootstrap_address(name: str):
+    """`Lost` (0.5.23) or `Losing` (early 2026) connection with prefill instance (bootstrap_addr: X), then a
+    failure per affected room on both decode ranks: one incident, suspect the prefill instance at X."""
+    found = incidents(*logs(name))
+
+    assert [(i["suspect"], i["suspect_text"], i["class"], i["room_count"]) for i in found] == [
+        ({"kind": "instance", "name": "10.0.0.5:8998", "role": "prefill"}, "prefill at 10.0.0.5:8998", "peer_lost", 5)
+    ]
+
+
+def test_check_on_logs_without_failures_is_ok_and_says_what_logs_can_judge():
+    """A decode log of batch lines alone: OK, no `0/0 ranks alive`, no failure rate made up (JSON null)."""
+    text = kvtop("check", "--sglang-log", str(FIXTURES / "decode-gone" / "decode.log"))
+    verdict = json.loads(kvtop("check", "--json", "--sglang-log", str(FIXTURES / "decode-gone" / "decode.log")).stdout)
+
+    assert text.returncode == 0, text.stdout
+    assert "0/0 ranks alive" not in text.stdout and "1 rank from logs (no liveness in logs)" in text.stdout
+    assert (verdict["failure_rate"], verdict["incidents"], verdict["judged"]) == (None, [], "span")
+
+
+def test_incident_thresholds_decide_critical_or_warning_and_a_bad_one_is_unknown():
+    """26 rooms: CRITICAL by default, WARNING under --incident-rooms 30 or with its class off; a class
+    threshold that is no number exits 3."""
+    gone = logs("decode-gone")
+
+    assert kvtop("check", *gone).returncode == 2
+    assert kvtop("check", "--incident-rooms", "30", *gone).returncode == 1
+    assert kvtop("check", "--incident-class", "timeout_bootstrap=off", *gone).returncode == 1
+    assert kvtop("check", "--incident-rate", "100", *gone).returncode == 1
+    assert kvtop("check", "--incident-class", "timeout_bootstrap=0", *gone).returncode == 3
+
+
+def cluster_incidents(found: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(i["suspect"]["name"], i["kind"]) for i in found if not i["client"]]
+
+
+def test_live_a_corrupting_prefill_rank_is_one_incident_naming_it_and_check_says_so(cluster_up):
+    """prefill-0/TP1 corrupts 8 % of what it sends to two decode instances: the decode ranks notice, the incident
+    names the sender, its rooms are every failed room, and check exits 2 naming it."""
+    running = cluster_up(
+        "--prefill", "1", "--decode", "2", "--tp", "2", "--rate", "30", "--fault", "prefill-0/TP1=corrupt:0.08"
+    )
+    running.wait_line(r"failed ([5-9]|\d\d+),")
+
+    groups = json.loads(kvtop("failures", "--json", "--bootstrap", running.bootstrap).stdout)
+    found = incidents("--bootstrap", running.bootstrap)
+    check = kvtop("check", "--bootstrap", running.bootstrap)
+
+    assert cluster_incidents(found) == [("prefill-0/TP1", "corrupt")]
+    assert {str(group["room"]) for group in groups} <= set(found[0]["rooms"])
+    assert {group["origin_label"].rsplit("/", 1)[0] for group in groups} == {"decode-0", "decode-1"}
+    assert check.returncode == 2, check.stdout
+    assert check.stdout.startswith("KVTOP CRITICAL - incident: prefill-0/TP1 sends corrupt KV (checksum) since ")
+
+
+def test_live_a_rank_that_dies_is_one_incident_naming_it(cluster_up, wait_for):
+    """prefill-0/TP1 kills itself on a room: its peers lose it, its instance stops hearing its votes: one
+    incident, suspect prefill-0/TP1."""
+    running = cluster_up("--prefill", "1", "--decode", "2", "--tp", "2", "--rate", "30", "--fault",
+                         "prefill-0/TP1=die:0.1")  # fmt: skip
+    running.wait_line(r"kvtop: rank prefill-0/TP1 \(pid \d+\) killed by SIGKILL")
+
+    found = wait_for(lambda: cluster_incidents(incidents("--bootstrap", running.bootstrap)), 30, "an incident")
+
+    assert found == [("prefill-0/TP1", "unresponsive")]
+
+
+def test_live_a_rank_stopped_under_load_is_one_incident_naming_it_not_one_origin_per_room(cluster_up, wait_for):
+    """prefill-0/TP1 SIGSTOPped under load until kvtop calls it gone, then let go: its peers lost it, its
+    instance's pool filled and refused rooms, it judged its own peers lost when it woke, and the cluster works
+    again: one incident throughout, suspect prefill-0/TP1."""
+    running = cluster_up("--prefill", "1", "--decode", "2", "--tp", "2", "--rate", "30", "--fault", "none")
+    rooms_ok(running, at_least=20)
+    pid = next(rank["pid"] for rank in ranks(running.bootstrap) if rank["label"] == "prefill-0/TP1")
+
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: state(running.bootstrap, "prefill-0/TP1") == "gone", 40, "prefill-0/TP1 gone")
+        stopped = incidents("--bootstrap", running.bootstrap)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_for(lambda: state(running.bootstrap, "prefill-0/TP1") == "alive", 30, "prefill-0/TP1 alive again")
+    rooms_ok(running, at_least=rooms_ok(running) + 30)  # the cluster works again
+    after = incidents("--bootstrap", running.bootstrap)
+
+    assert cluster_incidents(stopped) == [("prefill-0/TP1", "unresponsive")]
+    assert cluster_incidents(after) == [("prefill-0/TP1", "unresponsive")]
+    assert after[0]["room_count"] >= stopped[0]["room_count"] > 1
+
+
+def ranks(bootstrap: str) -> list[dict[str, Any]]:
+    result = kvtop("ranks", "--json", "--bootstrap", bootstrap)
+    assert result.returncode == 0, result.stderr
+    found: list[dict[str, Any]] = json.loads(result.stdout)
+    return found
+
+
+def state(bootstrap: str, label: str) -> str:
+    return next((rank["state"] for rank in ranks(bootstrap) if rank["label"] == label), "")
+
+
+def rooms_ok(running: Running, at_least: int = 0) -> int:
+    """The rooms `cluster up` says succeeded, once a status line says at least `at_least`."""
+    while (ok := int(running.wait_line(r"rooms ok (\d+),", timeout_s=90)[1])) < at_least:
+        pass
+    return ok
