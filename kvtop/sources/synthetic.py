@@ -105,8 +105,9 @@ class SyntheticCluster:
 
     @staticmethod
     def _failure(ts: float, room: int, label: str, culprit: str, peer: str) -> Failure:
-        if label == culprit:
-            return Failure(ts, room, label, "KV chunk 3 failed its checksum", "checksum", "error", False, label)
+        if label == culprit:  # its prefill peer of the same rank sent the corrupt chunk: the origin names it
+            sender = f"{peer}/TP{label.rpartition('/TP')[2]}"
+            return Failure(ts, room, label, "KV chunk 3 failed its checksum", "checksum", "error", False, label, sender)
         echo = from_another_rank()
         return Failure(ts + 0.002, room, label, echo.text, str(echo.reason_class), "debug", True, culprit)
 

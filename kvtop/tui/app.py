@@ -347,10 +347,14 @@ class KvtopApp(App[None]):
             self.query_one(EventsView).show(self.frame, self.palette)
 
     def _draw_health(self, frame: Frame) -> None:
+        """Incidents first, then the ranks, rates, failures in the window they cover, open and stuck rooms;
+        gaps, rejections and lost rooms only when there are some."""
         h, p = frame.health, self.palette
         text = Text()
+        ongoing = h.incidents_ongoing
+        text.append(f" {ongoing} incident{'' if ongoing == 1 else 's'} ongoing ", style=p.error if ongoing else "")
         if h.ranks_from_logs == h.ranks_total and h.ranks_total:  # logs: no transfers, no room that succeeded
-            text.append(f" {h.ranks_from_logs} ranks from logs, as of {stamp(frame.now, dated=True)[:19]}   ",
+            text.append(f" {h.ranks_from_logs} ranks from logs, as of {stamp(frame.now, dated=True)[:19]}  ",
                         style=p.accent)  # fmt: skip
             failed = f"{h.rooms_failed} rooms failed ({h.failures} origins) in the last {WINDOW_S:g} s"
         else:
@@ -359,22 +363,21 @@ class KvtopApp(App[None]):
             else:
                 all_alive = h.ranks_alive == h.ranks_total
                 text.append(f" {h.ranks_alive}/{h.ranks_total} ranks alive", style=p.success if all_alive else p.error)
-            text.append(f"   {h.rooms_per_s:.1f} rooms/s   {rate(h.gbps)}   p99 {h.latency_p99_s * 1000:.0f} ms   ")
-            failed = f"failure rate {h.failure_rate:.1%} ({h.failures} origins)"
+            text.append(f"  {h.rooms_per_s:.1f} rooms/s  {rate(h.gbps)}  p99 {h.latency_p99_s * 1000:.0f} ms  ")
             if h.span_s < WINDOW_S - 0.5:  # the snapshots held less than the window: say what the figures cover
-                failed += f" over the last {h.span_s:.0f} s"
+                failed = f"{h.failure_rate:.1%} failed in the last {h.span_s:.0f} s ({h.failures} origins)"
+            else:
+                failed = f"{h.failure_rate:.1%} failed in {WINDOW_S:g} s ({h.failures} origins)"
         text.append(failed, style=p.error if h.failures else "")
         if h.aborted:
-            text.append(f"   {h.aborted} client aborts", style=p.accent)
-        text.append(f"   {h.rooms_open} open   ")
+            text.append(f"  {h.aborted} client aborts", style=p.accent)
+        text.append(f"  {h.rooms_open} open  ")
         text.append(f"{h.stuck} stuck", style=p.warning if h.stuck else "")
-        text.append(f"   {h.gaps} gaps", style=p.warning if h.gaps else "")
-        if h.rejected:
-            text.append(f"   {h.rejected} rejected", style=p.warning)
-        if h.lost:
-            text.append(f"   {h.lost} rooms lost", style=p.warning)
+        for count, what in ((h.gaps, "gaps"), (h.rejected, "rejected"), (h.lost, "rooms lost")):
+            if count:
+                text.append(f"  {count} {what}", style=p.warning)
         if frame.error:
-            text.append(f"   source: {frame.error}", style=p.error)
+            text.append(f"  source: {frame.error}", style=p.error)
         self.query_one("#health", Line).show(text)
 
     def _draw_banner(self) -> None:

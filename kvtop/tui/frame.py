@@ -8,7 +8,7 @@ the UI thread, and the fold is recomputed only when failures changed.
 from __future__ import annotations
 
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -19,6 +19,7 @@ import numpy as np
 
 from kvtop.model.cluster import ClusterModel, Liveness, RankView, RoomView
 from kvtop.model.fold import FailureGroup
+from kvtop.model.incidents import Incident
 from kvtop.model.live_fold import LiveFold
 from kvtop.views.event_lines import at_or_above, to_line
 from kvtop.views.tables import STUCK_AFTER_S
@@ -33,8 +34,8 @@ SLOW_EVERY_S = 2.0
 """Open and stuck rooms are counted over every open room: every 2 s, not every frame (stuck means 10 s idle)."""
 GROUPS_SHOWN = 2000
 """The failures view lists the newest groups; older ones stay in `kvtop failures --json`."""
-TOP_ORIGINS = 8
-"""The overview's top origins (its panel is that many lines high, so a new one needs no layout pass)."""
+INCIDENT_LINES = 8
+"""The overview's ongoing incidents (its panel is that many lines high, so a new one needs no layout pass)."""
 EVENTS_SHOWN = 20_000
 
 
@@ -73,6 +74,48 @@ class Health:
     which hold their last few hundred rooms, are all the model has of its start."""
     aborted: int = 0
     """Client aborts in the window (failure groups of class `aborted`): apart from `failures`."""
+    incidents_ongoing: int = 0
+    """Cluster incidents (client aborts apart) ongoing at the frame's time."""
+
+
+@dataclass(frozen=True)
+class IncidentRow:
+    """One incident as the dashboard shows it (its rooms stay in the model: a frame carries no room list)."""
+
+    id: int
+    headline: str
+    """`prefill-0/TP1 sends corrupt KV (checksum)`."""
+    suspect: str
+    kind: str
+    reason_class: str
+    rooms: int
+    origins: int
+    echoes: int
+    first_seen: float
+    last_seen: float
+    ongoing: bool
+    client: bool
+    evidence: tuple[str, ...]
+    """Why the suspect, the most said first."""
+    noticed_by: tuple[str, ...]
+    """Who noticed, the most first."""
+
+    @classmethod
+    def of(cls, incident: Incident, now: float, quiet_gap_s: float) -> IncidentRow:
+        return cls(
+            incident.id, incident.headline(), incident.suspect.text, incident.kind, incident.reason_class,
+            incident.room_count, incident.origins, incident.echoes, incident.first_seen, incident.last_seen,
+            incident.ongoing(now, quiet_gap_s), incident.client, _most_first(incident.evidence),
+            _most_first(incident.noticed_by),
+        )  # fmt: skip
+
+    def text(self) -> str:
+        """What a filter matches an incident against: its headline, suspect, evidence and who noticed."""
+        return f"{self.headline} {self.suspect} {' '.join(self.evidence)} {' '.join(self.noticed_by)}".lower()
+
+
+def _most_first(counts: dict[str, int]) -> tuple[str, ...]:
+    return tuple(name for name, _ in sorted(counts.items(), key=lambda item: -item[1]))
 
 
 @dataclass(frozen=True)
@@ -129,12 +172,15 @@ class Frame:
     ranks: list[RankRow]
     links: dict[tuple[str, str], tuple[float, int]]
     """(prefill instance, decode instance) -> (GB/s over the window, failed rooms)."""
-    top_origins: list[tuple[str, int]]
     rooms: Sequence[RoomView]
     """Live and recently retired rooms, filtered and ordered as `options` say (read when drawn; from the model
     process: a `Page` around the list's scroll position)."""
     groups: list[FailureGroup]
     events: Sequence[tuple[str, Event, str]]
+    incidents: list[IncidentRow] = field(default_factory=list)
+    """The incidents the model keeps (those the filter matches), the latest to grow first."""
+    group_incidents: list[int] = field(default_factory=list)
+    """The incident id of each of `groups` (0: in none the model keeps)."""
     """(agent label, event, the level it shows at: levels follow the fold), oldest first (a `Page`, as rooms)."""
     gone: frozenset[str] = frozenset()
     journaling: bool = True
@@ -187,6 +233,8 @@ class FrameBuilder:
         groups = self._fold.sync(model.failures, model.failures_total)
         recent_groups = self._fold.since(now - WINDOW_S)
         aborted = sum(group.aborted for group in recent_groups)
+        gap = model.incidents.quiet_gap_s
+        incidents = [IncidentRow.of(incident, now, gap) for incident in model.incidents.newest_first()]
         if self._counted[0] == float("-inf") or (self.count_in_build and self.counts_due(now)):
             self.count_rooms(now)
         rooms_open, stuck = self._counts
@@ -209,17 +257,20 @@ class FrameBuilder:
             rooms_failed=model.rooms_failed(now, WINDOW_S) if liveness.count(Liveness.LOG) else 0,
             span_s=rates.span_s,
             aborted=aborted,
+            incidents_ongoing=sum(row.ongoing and not row.client for row in incidents),
         )
+        shown, matched = _select(groups[-GROUPS_SHOWN:], incidents, model, options.filter)
         return Frame(
             now=now,
             health=health,
             throughput=self._throughput(now),
             ranks=[_rank_row(view, now) for view in sorted(model.ranks.values(), key=_rank_order)],
             links=self._links(now),
-            top_origins=Counter(g.title for g in recent_groups).most_common(TOP_ORIGINS),
             rooms=self._rooms(options, gone, now),
-            groups=_select_groups(groups[-GROUPS_SHOWN:], options.filter),
+            groups=shown,
             events=self._events(options),
+            incidents=matched,
+            group_incidents=[incident.id if (incident := model.incidents.incident_of(g)) else 0 for g in shown],
             gone=gone,
             journaling=model.journaling,
             error=error,
@@ -332,8 +383,27 @@ def haystack(room: RoomView, gone: frozenset[str], now: float) -> str:
     return f"{room.room} {states} {room.link[0]} {room.link[1]}{flags}".lower()
 
 
-def _select_groups(groups: list[FailureGroup], needle: str) -> list[FailureGroup]:
+def _select(
+    groups: list[FailureGroup], incidents: list[IncidentRow], model: ClusterModel, needle: str
+) -> tuple[list[FailureGroup], list[IncidentRow]]:
+    """The groups and incidents a filter matches: a group by its room, origin, reason and every echo (rank and
+    reason), or by its incident; an incident by its suspect, headline, evidence and who noticed, or by a group."""
     if not needle:
-        return groups
+        return groups, incidents
     needle = needle.lower()
-    return [g for g in groups if needle in f"{g.room} {g.title} {g.origin.reason if g.origin else ''}".lower()]
+    matched = {row.id for row in incidents if needle in row.text()}
+    shown = [
+        group
+        for group in groups
+        if needle in group_text(group)
+        or ((incident := model.incidents.incident_of(group)) is not None and incident.id in matched)
+    ]
+    held = {incident.id for group in shown if (incident := model.incidents.incident_of(group)) is not None}
+    return shown, [row for row in incidents if row.id in matched or row.id in held]
+
+
+def group_text(group: FailureGroup) -> str:
+    """What a filter matches a failure group against: room, origin, class, reason, and every echo's rank and
+    reason (so a filter on the rank that broke finds the groups it echoes in)."""
+    echoes = " ".join(f"{echo.rank} {echo.reason}" for echo in group.echoes)
+    return f"{group.room} {group.title} {group.origin.reason if group.origin else ''} {echoes}".lower()

@@ -36,7 +36,8 @@ def _lines(room: int) -> tuple[str, str]:
 
 def test_dashboard_on_sidecars_shows_ranks_from_logs_and_a_failure_folded_under_its_origin(pane: Pane, tmp_path):  # noqa: F811
     """Two sidecars (one a container runtime's log) feed `kvtop top`: four ranks alive; the prefill's send
-    failure is one origin whose two echoes, the decode ranks' lines, show when it is expanded."""
+    failure is one incident (the decode rank it sent to its suspect) of one origin whose two echoes, the decode
+    ranks' lines, show when it is expanded."""
     prefill_log, decode_log = tmp_path / "sglang-p.log", tmp_path / "sglang-d.log"
     prefill_log.write_text("")
     decode_log.write_text("")
@@ -54,8 +55,11 @@ def test_dashboard_on_sidecars_shows_ranks_from_logs_and_a_failure_folded_under_
         Path(decode_log).write_text(decode)
 
         pane.keys("f")
-        wait_for(lambda: pane.shows(r"▶ room 4242 +prefill-0/TP1 +send_failed +2 echoes"), 30, "the folded origin")
+        incident = r"▶ ONGOING  decode at 10\.0\.0\.7:15004 stopped answering \(send_failed\)  1 room"
+        wait_for(lambda: pane.shows(incident), 30, "the incident of the decode rank the prefill could not send to")
         pane.keys("Home", "Enter")
+        wait_for(lambda: pane.shows(r"▶ room 4242 +prefill-0/TP1 +send_failed +2 echoes"), 10, "the folded origin")
+        pane.keys("Down", "Enter")
         wait_for(lambda: pane.shows(r"▼ room 4242"), 10, "the origin expanded")
         echoes = wait_for(lambda: re.findall(r"└ echo (\S+)", pane.screen()), 10, "its echoes listed under it")
         assert sorted(echoes) == ["decode-0/TP0", "decode-0/TP1"]

@@ -98,8 +98,9 @@ def _scrape(url: str) -> dict[str, float]:
 
 
 def test_dashboard_shows_an_origin_with_its_echoes_and_quits_without_leaving_agents(pane):
-    """Start bare kvtop (serving its model to Prometheus with --export), open failures, expand an origin into
-    its echoes, quit: every agent is gone, and so is the metrics server."""
+    """Start bare kvtop (serving its model to Prometheus with --export), open failures, expand the incident of the
+    corrupting rank into its failure groups and a group into its echoes, quit: every agent is gone, and so is the
+    metrics server."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{probe.getsockname()[1]}/metrics"
@@ -110,16 +111,19 @@ def test_dashboard_shows_an_origin_with_its_echoes_and_quits_without_leaving_age
     assert sum(alive) == 4
 
     pane.keys("f")
-    folded = r"▶ room (\d+) +decode-0/TP\d +checksum +[1-9]\d* echoes"
-    wait_for(lambda: pane.shows(folded), 60, "a folded origin")
-    pane.keys("p")  # the newest origin may not have its echoes yet: freeze the list and go to one that has
+    incident = r"[▶▼] ONGOING  prefill-0/TP0 sends corrupt KV \(checksum\)"
+    wait_for(lambda: pane.shows(incident), 60, "the corrupting rank's incident, naming the sender")
+    pane.keys("p")  # freeze the tree: the newest groups may not have their echoes yet
     wait_for(lambda: pane.shows(r"PAUSED \(p resumes\)"), 10, "the dashboard paused")
     rows = pane.screen().splitlines()
-    first = next(i for i, line in enumerate(rows) if re.match(r"[▶▼ ] room \d+", line))
-    target = next(i for i, line in enumerate(rows) if re.match(folded, line))
-    room = re.match(folded, rows[target]).group(1)
-    pane.keys("Home", *["Down"] * (target - first), "Enter")
-    wait_for(lambda: pane.shows(rf"▼ room {room} "), 10, "the origin expanded")
+    pane.keys("Home", *["Down"] * next(i for i, line in enumerate(rows) if re.search(incident, line)), "Enter")
+    folded = r"▶ room (\d+) +decode-0/TP\d +checksum +[1-9]\d* echoes"
+    wait_for(lambda: pane.shows(folded), 10, "the incident expanded into its failure groups")
+    rows = pane.screen().splitlines()
+    opened = next(i for i, line in enumerate(rows) if re.search(incident, line))
+    target = next(i for i, line in enumerate(rows) if re.search(folded, line))
+    pane.keys(*["Down"] * (target - opened), "Enter")  # a frame in flight as it paused may shift the rows: any
+    wait_for(lambda: pane.shows(r"▼ room \d+ "), 10, "a group expanded")  # group then, each has echoes
     echoes = wait_for(lambda: re.findall(r"└ echo (\S+)", pane.screen()), 10, "its echoes listed under it")
     assert all(label.startswith(("decode-0/", "prefill-0/")) for label in echoes)
 
@@ -152,7 +156,7 @@ def test_rewind_keys_on_the_dashboards_own_recording_and_its_replay(pane, tmp_pa
         f"echo {_EXIT_MARK}=$?; {KVTOP} top --replay {ring}; echo {_EXIT_MARK}-REPLAY=$?; sleep 60"
     )
     bootstrap = wait_for(lambda: pane.shows(r"bootstrap (tcp://127\.0\.0\.1:\d+)"), 120, "the dashboard").group(1)
-    wait_for(lambda: pane.shows(r"failure rate [\d.]+% \([1-9]\d* origins\)"), 120, "a failure origin seen live")
+    wait_for(lambda: pane.shows(r"[\d.]+% failed in \d+ s \([1-9]\d* origins\)"), 120, "a failure origin seen live")
 
     pane.keys(",")
     wait_for(lambda: pane.shows(r"REPLAY \d\d:\d\d:\d\d \(1\ds ago\) — paused"), 20, "the replay banner, 10 s back")

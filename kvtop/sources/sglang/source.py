@@ -104,11 +104,13 @@ class SGLangLogs:
         return stats
 
     def load(self, model: ClusterModel) -> list[tuple[str, Event]]:
-        """Read every file to its end (a last line without a newline included); what was applied."""
+        """Read every file to its end (a last line without a newline included), its failures folded into the
+        model's incidents; what was applied."""
         applied: list[tuple[str, Event]] = []
         while True:
             applied += self.poll(model, final=True)
             if all(file.reader.at_end() for file in self.files):
+                model.update_incidents()
                 return applied
 
     def poll(

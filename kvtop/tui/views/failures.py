@@ -1,10 +1,10 @@
-"""The folded failures: one row per origin with its echo count; expand for the echoes, `d` for raw detail."""
+"""The failures as a tree: incidents (what broke) on top; each expands to its failure groups (one row per origin
+with its echo count), each group to its echoes; `d` for the raw detail."""
 
 from __future__ import annotations
 
 import itertools
-from bisect import bisect_right
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import overload
 
@@ -16,14 +16,15 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Static
 
 from kvtop.model.fold import ROOM_REUSE_S, FailureGroup, Observed
-from kvtop.tui.frame import Frame
+from kvtop.tui.frame import GROUPS_SHOWN, Frame, IncidentRow
 from kvtop.tui.rows import Palette, clock
 from kvtop.tui.widgets.line import Line
 from kvtop.tui.widgets.row_list import RowList, Same
+from kvtop.views.incidents import plural
 from kvtop.views.times import spans_days
 
 GroupKey = tuple[int, str, float]
-FailureNode = FailureGroup | Observed
+FailureNode = IncidentRow | FailureGroup | Observed
 
 
 def group_key(group: FailureGroup) -> GroupKey:
@@ -53,38 +54,54 @@ def follow_keys(keys: set[GroupKey], groups: list[FailureGroup]) -> dict[GroupKe
     return moved
 
 
+UNFILED = IncidentRow(0, "not in an incident the model keeps", "", "", "", 0, 0, 0, 0.0, 0.0, False, False, (), ())
+"""Where the groups of no incident kept (too old, or not folded into one yet) are listed."""
+
+
 @dataclass(frozen=True, slots=True)
 class TreeRow:
-    """One row of the folded tree: an origin (echo is None) or one of its echoes."""
+    """One row of the tree: an incident, one of its failure groups (echo None), or one of a group's echoes."""
 
-    group: FailureGroup
+    incident: IncidentRow
+    group: FailureGroup | None = None
     echo: Observed | None = None
 
     @property
     def node(self) -> FailureNode:
-        return self.echo if self.echo is not None else self.group
+        return self.echo or self.group or self.incident
+
+    @property
+    def key(self) -> tuple[int, GroupKey | None, Observed | None]:
+        """Which node it is, across frames."""
+        return (self.incident.id, group_key(self.group) if self.group else None, self.echo)
 
 
 class TreeRows(Sequence[TreeRow]):
-    """The folded tree's rows, newest origin first, each expanded origin's echoes under it, made per index:
-    building the list of ~2000 rows on every frame cost more than painting the visible ones."""
+    """The tree's rows: incidents, the latest to grow first; an expanded incident's groups under it, newest
+    first; an expanded group's echoes under it. Made per index: a frame builds only the index."""
 
-    def __init__(self, groups: list[FailureGroup], expanded: set[GroupKey]) -> None:
-        self._groups = groups  # oldest first
-        self._opened: list[tuple[int, int]] = []
-        """Each expanded origin with echoes, top down: its row and the echo rows above it."""
-        self._opened_rows: list[int] = []
-        echoes = 0
-        if expanded:
-            for position, group in enumerate(reversed(groups)):
-                if group.echoes and group_key(group) in expanded:
-                    self._opened.append((position + echoes, echoes))
-                    self._opened_rows.append(position + echoes)
-                    echoes += len(group.echoes)
-        self._count = len(groups) + echoes
+    def __init__(
+        self,
+        incidents: list[IncidentRow],
+        groups: dict[int, list[FailureGroup]],
+        open_incidents: set[int],
+        open_groups: set[GroupKey],
+    ) -> None:
+        self._incidents = incidents
+        self._groups = groups
+        self._index: list[tuple[int, int, int]] = []
+        """(incident, group or -1, echo or -1) of each row."""
+        for position, incident in enumerate(incidents):
+            self._index.append((position, -1, -1))
+            if incident.id not in open_incidents:
+                continue
+            for place, group in enumerate(groups.get(incident.id, [])):
+                self._index.append((position, place, -1))
+                if group.echoes and group_key(group) in open_groups:
+                    self._index.extend((position, place, echo) for echo in range(len(group.echoes)))
 
     def __len__(self) -> int:
-        return self._count
+        return len(self._index)
 
     @overload
     def __getitem__(self, index: int) -> TreeRow: ...
@@ -92,26 +109,34 @@ class TreeRows(Sequence[TreeRow]):
     def __getitem__(self, index: slice) -> list[TreeRow]: ...
     def __getitem__(self, index: int | slice) -> TreeRow | list[TreeRow]:
         if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(self._count))]
-        if not 0 <= index < self._count:
-            raise IndexError(index)
-        above = bisect_right(self._opened_rows, index) - 1  # the last expanded origin at or above this row
-        if above < 0:
-            return TreeRow(self._groups[-1 - index])
-        row, echoes_above = self._opened[above]
-        group = self._groups[-1 - (row - echoes_above)]
-        if index - row <= len(group.echoes):
-            return TreeRow(group, group.echoes[index - row - 1]) if index > row else TreeRow(group)
-        return TreeRow(self._groups[-1 - (index - echoes_above - len(group.echoes))])
+            return [self[i] for i in range(*index.indices(len(self)))]
+        position, place, echo = self._index[index]
+        incident = self._incidents[position]
+        if place < 0:
+            return TreeRow(incident)
+        group = self._groups[incident.id][place]
+        return TreeRow(incident, group, group.echoes[echo] if echo >= 0 else None)
+
+
+def tree_of(frame: Frame) -> tuple[list[IncidentRow], dict[int, list[FailureGroup]]]:
+    """The frame's incidents and each one's groups (newest first); groups of none under `UNFILED`, last."""
+    groups: dict[int, list[FailureGroup]] = {}
+    for group, incident in zip(reversed(frame.groups), reversed(frame.group_incidents), strict=True):
+        groups.setdefault(incident, []).append(group)
+    incidents = [row for row in frame.incidents if row.id in groups or not frame.options.filter]
+    if 0 in groups:
+        incidents.append(UNFILED)
+    return incidents, groups
 
 
 class FailuresView(Vertical):
-    """The folded tree on the line API: newest origin on top, each origin's echoes under it when expanded.
+    """The failures as a tree on the line API: incidents (what broke) on top, newest first; each expands to its
+    failure groups (one per failure: its origin, who noticed), each group to its echoes.
 
     | Key | Action |
     | :- | :- |
-    | enter / space / right | Expand (or collapse) the origin under the cursor. |
-    | left | Collapse it (from an echo: back to its origin). |
+    | enter / space / right | Expand (or collapse) the incident or group under the cursor. |
+    | left | Collapse it (from a group or an echo: back up a level). |
     | d | The raw detail of the highlighted row, in a side pane. |
     """
 
@@ -124,7 +149,10 @@ class FailuresView(Vertical):
         super().__init__(name=name, id=id, classes=classes)
         self.rows: Sequence[TreeRow] = []
         self.expanded: set[GroupKey] = set()
-        self._groups: list[FailureGroup] = []
+        """The groups whose echoes are shown."""
+        self.open_incidents: set[int] = set()
+        """The incidents whose groups are shown."""
+        self._tree: tuple[list[IncidentRow], dict[int, list[FailureGroup]]] = ([], {})
         self._palette: Palette | None = None
         self._dated = False
         """The groups fall on more than one day: their times show the date."""
@@ -144,50 +172,77 @@ class FailuresView(Vertical):
         self._palette = palette
         moved = follow_keys(self.expanded, frame.groups)  # nothing to do (and no pass) while none is expanded
         self.expanded = {moved.get(key, key) for key in self.expanded}
-        self._groups = frame.groups
+        self._tree = tree_of(frame)
+        incidents = self._tree[0]
         self._dated = spans_days([frame.groups[0].first_ts, frame.groups[-1].first_ts] if frame.groups else [])
-        echoes = sum(len(group.echoes) for group in frame.groups)
+        ongoing = sum(row.ongoing and not row.client for row in incidents)
         where = f" matching '{frame.options.filter}'" if frame.options.filter else ""
+        older = f" (the newest {GROUPS_SHOWN:,})" if len(frame.groups) >= GROUPS_SHOWN else ""
         self.query_one("#failures-title", Line).show(
-            f"{len(frame.groups):,} failure origins{where}, {echoes:,} echoes folded under them"
-            "  (enter: expand, d: detail)"
+            f"{plural(len(incidents) - (UNFILED in incidents), 'incident')}{where} ({ongoing} ongoing), "
+            f"{len(frame.groups):,} failure groups{older} under them  (enter: expand, d: detail)"
         )
         self._layout()
 
     def _layout(self, keep: TreeRow | None = None) -> None:
-        """Flatten the groups (newest first) and the expanded ones' echoes; the cursor stays on its row
-        (or goes to `keep`)."""
+        """Flatten the tree as expanded; the cursor stays on its row (or goes to `keep`)."""
         tree, palette, dated = self.origin_list, self._palette, self._dated
         if palette is None:
             return
         current = keep or (self.rows[tree.cursor] if tree.cursor < len(self.rows) else None)
-        self.rows = rows = TreeRows(self._groups, self.expanded)
-        expanded = self.expanded
+        if current is not None and current.group is not None:
+            current = self._followed(current)
+        self.rows = rows = TreeRows(*self._tree, self.open_incidents, self.expanded)
+        opened, expanded = self.open_incidents, self.expanded
 
         def line(index: int) -> Text:
-            return tree_line(rows[index], group_key(rows[index].group) in expanded, palette, dated)
+            row = rows[index]
+            return tree_line(row, _is_open(row, opened, expanded), palette, dated)
 
         def key(index: int) -> Hashable:
             """Groups are replaced, never edited, when they change: a row of the same group draws the same."""
             row = rows[index]
-            return Same(row.group), Same(row.echo), group_key(row.group) in expanded, dated, palette
+            return row.incident, Same(row.group), Same(row.echo), _is_open(row, opened, expanded), dated, palette
 
         tree.set_rows(len(rows), line, key)
         if current is not None:
-            tree.cursor = _find(rows, group_key(current.group), current.echo, tree.cursor)
+            tree.cursor = _find(rows, current, tree.cursor)
         self.show_detail()
+
+    def _followed(self, row: TreeRow) -> TreeRow:
+        """The cursor's group where it is now: in another incident (opened) when its refold moved it there, under
+        its new key when its origin came after an echo (`follow_keys`)."""
+        key = group_key(row.group) if row.group is not None else None
+        incidents, groups = self._tree
+        for incident in incidents:
+            for group in groups.get(incident.id, []):
+                if key is not None and (group_key(group) == key or _moved_to(key, group_key(group))):
+                    self.open_incidents.add(incident.id)
+                    echo = row.echo if row.echo is not None and row.echo in group.echoes else None
+                    return TreeRow(incident, group, echo)
+        return row
 
     def action_expand(self) -> None:
         row = self.highlighted
-        if row is not None:
+        if row is None:
+            return
+        if row.group is None:
+            self.open_incidents ^= {row.incident.id}
+            self._layout(keep=row)
+        else:
             self.expanded ^= {group_key(row.group)}
-            self._layout(keep=TreeRow(row.group))
+            self._layout(keep=TreeRow(row.incident, row.group))
 
     def action_collapse(self) -> None:
         row = self.highlighted
-        if row is not None:
+        if row is None:
+            return
+        if row.group is not None and (row.echo is not None or group_key(row.group) in self.expanded):
             self.expanded.discard(group_key(row.group))
-            self._layout(keep=TreeRow(row.group))
+            self._layout(keep=TreeRow(row.incident, row.group))
+        else:
+            self.open_incidents.discard(row.incident.id)
+            self._layout(keep=TreeRow(row.incident))
 
     @property
     def highlighted(self) -> TreeRow | None:
@@ -208,19 +263,21 @@ class FailuresView(Vertical):
             self.query_one("#failure-detail-text", Static).update(detail(row.node, self._palette))
 
 
-def _find(rows: TreeRows, key: GroupKey, echo: Observed | None, near: int) -> int:
-    """Where the row of group `key` (its `echo`, or the origin's row) is now, looked for from `near` down
-    first (new origins come in above it), then up; else the row of the group its key moved to (`follow_keys`);
-    `near` when it is gone."""
+def _is_open(row: TreeRow, opened: set[int], expanded: set[GroupKey]) -> bool:
+    if row.group is None:
+        return row.incident.id in opened
+    return row.echo is None and group_key(row.group) in expanded
+
+
+def _find(rows: TreeRows, current: TreeRow, near: int) -> int:
+    """Where `current`'s node is now, looked for from `near` down first (new ones come in above it), then up;
+    else its incident's row; `near` when both are gone."""
     start = min(near, len(rows))
-
-    def nearest(same: Callable[[GroupKey], bool]) -> int | None:
-        order = itertools.chain(range(start, len(rows)), range(start - 1, -1, -1))
-        return next((i for i in order if rows[i].echo == echo and same(group_key(rows[i].group))), None)
-
-    found = nearest(key.__eq__)
+    order = list(itertools.chain(range(start, len(rows)), range(start - 1, -1, -1)))
+    wanted = current.key
+    found = next((i for i in order if rows[i].key == wanted), None)
     if found is None:
-        found = nearest(lambda other: _moved_to(key, other))
+        found = next((i for i in order if rows[i].group is None and rows[i].incident.id == current.incident.id), None)
     return near if found is None else found
 
 
@@ -230,11 +287,26 @@ def _moved_to(key: GroupKey, other: GroupKey) -> bool:
 
 
 def tree_line(row: TreeRow, expanded: bool, palette: Palette, dated: bool = False) -> Text:
-    """An origin's row (or an echo's, indented); times with their date when `dated`."""
+    """An incident's row, a group's (indented once) or an echo's (twice); times with their date when `dated`."""
     if row.echo is not None:
-        return Text("    └ ", style=palette.dim) + echo_label(row.echo, palette, dated)
-    marker = ("▼ " if expanded else "▶ ") if row.group.echoes else "  "
-    return Text(marker) + group_label(row.group, palette, dated)
+        return Text("        └ ", style=palette.dim) + echo_label(row.echo, palette, dated)
+    if row.group is not None:
+        marker = ("▼ " if expanded else "▶ ") if row.group.echoes else "  "
+        return Text("    " + marker) + group_label(row.group, palette, dated)
+    return Text("▼ " if expanded else "▶ ") + incident_label(row.incident, palette, dated)
+
+
+def incident_label(incident: IncidentRow, palette: Palette, dated: bool = False) -> Text:
+    """`ONGOING  prefill-0/TP1 sends corrupt KV (checksum)  31 rooms  since 10:02:11  31/96`."""
+    if not incident.id:
+        return Text(incident.headline, style=palette.dim)
+    state = "ONGOING" if incident.ongoing else "ended"
+    text = Text(f"{state:<8} ", style=palette.error if incident.ongoing and not incident.client else palette.dim)
+    text.append(incident.headline, style=palette.accent if incident.client else palette.error)
+    text.append(f"  {incident.rooms} room{'' if incident.rooms == 1 else 's'}  since ")
+    text.append(f"{clock(incident.first_seen, dated)[:-4]}  ")
+    text.append(f"{incident.origins} origins / {incident.echoes} echoes", style=palette.dim)
+    return text
 
 
 def group_label(group: FailureGroup, palette: Palette, dated: bool = False) -> Text:
@@ -254,7 +326,9 @@ def echo_label(echo: Observed, palette: Palette, dated: bool = False) -> Text:
 
 
 def detail(node: FailureNode, palette: Palette) -> Text:
-    """The debug detail: the full reason, the raw recorded fields and, for a group, its timeline."""
+    """The debug detail: an incident's suspect and evidence; a group's reason and timeline; the raw fields."""
+    if isinstance(node, IncidentRow):
+        return _incident_detail(node, palette)
     if isinstance(node, Observed):
         text = Text("Echo\n", style="bold")
         text.append(f"{node.reason}\n\n")
@@ -276,4 +350,21 @@ def detail(node: FailureNode, palette: Palette) -> Text:
 def _fields(text: Text, failure: Observed, palette: Palette) -> None:
     for name, value in msgspec.structs.asdict(failure).items():
         text.append(f"  {name:<19}", style=palette.dim)
-        text.append(f"{value}\n")
+        text.append(f"{value if value != '' else '-'}\n")
+
+
+def _incident_detail(incident: IncidentRow, palette: Palette) -> Text:
+    text = Text(f"{incident.headline}\n", style="bold")
+    if not incident.id:
+        text.append("Groups too old to be in an incident the model keeps, or not folded into one yet.\n")
+        return text
+    span = f"{clock(incident.first_seen)} to {clock(incident.last_seen)}"
+    text.append(f"{'ongoing' if incident.ongoing else 'ended'}, {span}, {incident.rooms} rooms\n\n")
+    text.append("Suspect\n", style="bold")
+    text.append(f"  {incident.suspect}\n")
+    for line in incident.evidence:
+        text.append(f"  {line}\n", style=palette.dim)
+    text.append("\nNoticed by\n", style="bold")
+    text.append("  " + ", ".join(incident.noticed_by) + "\n")
+    text.append(f"\n{incident.origins} failure groups (origins), {incident.echoes} echoes\n", style=palette.dim)
+    return text

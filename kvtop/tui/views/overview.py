@@ -1,4 +1,4 @@
-"""The overview: throughput sparkline, rank grid, link heat map and top origins."""
+"""The overview: throughput sparkline, rank grid, link heat map and the incidents ongoing."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
-from kvtop.tui.frame import TOP_ORIGINS, Frame
+from kvtop.tui.frame import INCIDENT_LINES, Frame
 from kvtop.tui.renderables.heatmap import LinkHeatMap
-from kvtop.tui.rows import RANK_HEADER, Palette, rank_line, rate
+from kvtop.tui.rows import RANK_HEADER, Palette, clock, rank_line, rate
 from kvtop.tui.widgets.block import Block
 from kvtop.tui.widgets.line import Line
 from kvtop.tui.widgets.row_list import RowList
@@ -23,7 +23,7 @@ class OverviewView(Vertical):
         super().__init__(name=name, id=id, classes=classes)
         self.frame: Frame | None = None
         self._side_shown: object = None
-        """What the links and origins panels show (drawn again only when it changes)."""
+        """What the links and incidents panels show (drawn again only when it changes)."""
 
     def compose(self) -> ComposeResult:
         yield Line(id="throughput-title", classes="title")
@@ -35,8 +35,8 @@ class OverviewView(Vertical):
             with Vertical(id="side-panel"):
                 yield Static("Links  rate over 10 s, ✗ failed rooms", classes="title")
                 yield Block(id="links")
-                yield Static("Top origins  last 60 s", classes="title")
-                yield Block(id="origins", lines=TOP_ORIGINS)
+                yield Static("Incidents  ongoing: rooms, what broke", classes="title")
+                yield Block(id="incidents", lines=INCIDENT_LINES)
 
     def show(self, frame: Frame, palette: Palette) -> None:
         self.frame = frame
@@ -47,14 +47,22 @@ class OverviewView(Vertical):
         self.query_one("#throughput", Sparkline).show(frame.throughput)
         ranks = frame.ranks
         self.query_one("#ranks-list", RowList).set_rows(len(ranks), lambda i: rank_line(ranks[i], palette))
-        if (frame.links, frame.top_origins, palette) == self._side_shown:
+        ongoing = [row for row in frame.incidents if row.ongoing and not row.client]
+        if (frame.links, ongoing, palette) == self._side_shown:
             return
-        self._side_shown = (frame.links, frame.top_origins, palette)
+        self._side_shown = (frame.links, ongoing, palette)
         self.query_one("#links", Block).show(LinkHeatMap(frame.links, palette.accent, palette.error).lines())
-        origins = []
-        for title, count in frame.top_origins:
-            origins.append(Text.assemble((f"{count:>5}  ", palette.error), title))
-        self.query_one("#origins", Block).show(origins or [Text("no failures in the last minute", style="dim")])
+        shown = INCIDENT_LINES // 2  # two lines each: who broke, then what and since when
+        lines: list[Text] = []
+        for row in ongoing[:shown]:
+            since = f"  since {clock(row.first_seen)[:-4]}"
+            lines.append(Text.assemble((f"{row.rooms:>5}  {row.suspect}", palette.error), (since, "dim")))
+            lines.append(Text(f"       {row.headline.removeprefix(row.suspect).strip()}", style="dim"))
+        if len(ongoing) > shown:
+            lines[-1] = Text(f"       and {len(ongoing) - shown + 1} more (f: failures)", style="dim")
+        ended = sum(not row.ongoing and not row.client for row in frame.incidents)
+        idle = f"no incident ongoing ({ended} ended, f: failures)" if ended else "no incident ongoing"
+        self.query_one("#incidents", Block).show(lines or [Text(idle, style="dim")])
 
     def selected_rank(self, index: int) -> str | None:
         return self.frame.ranks[index].label if self.frame and index < len(self.frame.ranks) else None

@@ -46,7 +46,8 @@ def _replayed(replay: Replay, now: float) -> str:
 
 
 def test_replay_at_any_time_rebuilds_the_model_the_live_side_held(tmp_path: Path) -> None:
-    """At every pass, the replayed model's status and failures equal what the live model said then."""
+    """At every pass, the replayed model's status (its incidents included) and failures equal what the live model
+    said then."""
     said = _record(tmp_path / "rec")
     replay = Replay(tmp_path / "rec")
     assert len(replay.recording.segments) > 2, "the test wants keyframes in several segments"

@@ -7,7 +7,6 @@ import sys
 import threading
 import time
 import weakref
-from collections import Counter
 
 from textual.events import Key
 from tui_support import (
@@ -27,14 +26,15 @@ from tui_support import (
 
 from kvtop.model.cluster import ClusterModel
 from kvtop.tui.app import KvtopApp
-from kvtop.tui.frame import WINDOW_S
+from kvtop.tui.frame import INCIDENT_LINES, WINDOW_S
 from kvtop.tui.process import SWITCH_INTERVAL_S
 from kvtop.tui.screens.detail import DetailScreen
 from kvtop.tui.screens.help import HelpScreen
-from kvtop.tui.views.failures import FailuresView, group_key
+from kvtop.tui.views.failures import FailuresView
 from kvtop.tui.widgets.row_list import RowList
 from kvtop.views.event_lines import LEVELS, shown
 from kvtop.views.tables import STUCK_AFTER_S
+from kvtop.views.times import stamp
 from transport.events import Failure
 from transport.kvpoll import KVPoll
 
@@ -156,25 +156,34 @@ def test_the_health_line_counts_what_the_model_holds(app: KvtopApp, source: Fixt
 
     model = source.model
     origins = len(model.groups(FIXED_NOW, WINDOW_S))
+    ongoing = sum(i.ongoing(FIXED_NOW) and not i.client for i in model.incidents.incidents.values())
     health = seen["health"]
+    assert health.startswith(f" {ongoing} incident{'' if ongoing == 1 else 's'} ongoing ")
     assert f"{len(model.ranks)}/{len(model.ranks)} ranks alive" in health
-    assert f"({origins} origins)" in health
+    assert f"in {WINDOW_S:g} s ({origins} origins)" in health
     assert f"{len(model.open_rooms(FIXED_NOW))} open" in health
     assert f"{len(model.stuck(FIXED_NOW, STUCK_AFTER_S))} stuck" in health
     assert origins > 0
 
 
-def test_the_overview_lists_the_top_origins_of_the_last_minute(app: KvtopApp, source: FixtureSource):
-    """Top origins are the model's failure groups of the window, counted by title, most frequent first."""
+def test_the_overview_lists_the_ongoing_incidents_with_their_rooms_and_start(app: KvtopApp, source: FixtureSource):
+    """The overview's incidents panel is the model's ongoing cluster incidents, latest to grow first: rooms,
+    what broke, since when."""
     seen = {}
 
     async def scenario(pilot):
-        seen["origins"] = [line.strip() for line in lines(app.query_one("#origins")) if line.strip()]
+        seen["incidents"] = [line.strip() for line in lines(app.query_one("#incidents")) if line.strip()]
 
     drive(app, scenario)
 
-    top = Counter(group.title for group in source.model.groups(FIXED_NOW, WINDOW_S)).most_common(8)
-    assert seen["origins"] == [f"{count}  {title}" for title, count in top]
+    ongoing = [i for i in source.model.incidents.newest_first() if i.ongoing(FIXED_NOW) and not i.client]
+    assert 2 <= len(ongoing) <= INCIDENT_LINES // 2  # the synthetic cluster's corrupting prefill ranks
+    expected = []
+    for incident in ongoing:
+        since = stamp(incident.first_seen)[:-4]
+        what = incident.headline().removeprefix(incident.suspect.text).strip()
+        expected += [f"{incident.room_count}  {incident.suspect.text}  since {since}", what]
+    assert seen["incidents"] == expected
 
 
 def test_the_overview_draws_the_link_heat_map(app: KvtopApp, source: FixtureSource):
@@ -452,18 +461,23 @@ def test_level_key_cycles_the_lowest_event_level(app: KvtopApp, source: FixtureS
 
 
 def test_debug_in_the_failures_view_toggles_the_detail_of_the_highlighted_row(app: KvtopApp):
-    """`d` opens the detail pane on the highlighted origin (its room, origin and raw event); `d` again hides it."""
+    """`d` opens the detail pane on the highlighted incident (its suspect and evidence), then on a group (its room,
+    origin and raw event) as the cursor moves; `d` again hides it."""
     seen = {}
 
     async def scenario(pilot):
         view = app.query_one(FailuresView)
         await pilot.press("f")
         await next_frame(pilot)
-        seen["group"] = view.highlighted.group
+        seen["incident"] = view.highlighted.incident
         await pilot.press("d")
         await pilot.pause()
         seen["shown"] = app.query_one("#failure-detail").display
+        seen["incident detail"] = text(app, "#failure-detail-text")
+        await pilot.press("enter", "down")
+        await pilot.pause()
         seen["detail"] = text(app, "#failure-detail-text")
+        seen["group"] = view.highlighted.group
         await pilot.press("down")
         await pilot.pause()
         seen["next detail"] = text(app, "#failure-detail-text")
@@ -474,8 +488,10 @@ def test_debug_in_the_failures_view_toggles_the_detail_of_the_highlighted_row(ap
 
     drive(app, scenario)
 
-    group, detail = seen["group"], seen["detail"]
+    group, detail, incident = seen["group"], seen["detail"], seen["incident"]
     assert (seen["shown"], seen["shown after"]) == (True, False)
+    assert seen["incident detail"].startswith(f"{incident.headline}\nongoing, ")
+    assert f"Suspect\n  {incident.suspect}\n  {incident.evidence[0]}" in seen["incident detail"]
     assert detail.startswith(f"Room {group.room}: origin {group.origin_label}")
     assert "Raw origin event" in detail
     assert group.origin.reason in detail
@@ -625,17 +641,20 @@ def model_group(source: FixtureSource, shown):
     return next(g for g in source.model.groups() if (g.room, g.origin_label) == (shown.room, shown.origin_label))
 
 
-def test_enter_on_a_failure_origin_expands_its_echoes(app: KvtopApp, source: FixtureSource):
-    """An origin expands into exactly its group's echoes, drawn under it; enter again folds it."""
+def test_enter_expands_an_incident_into_its_groups_and_a_group_into_its_echoes(app: KvtopApp, source: FixtureSource):
+    """The failures view leads with incidents: enter on the first shows exactly its failure groups under it,
+    enter on a group its echoes under that; enter again folds the group."""
     seen = {}
 
     async def scenario(pilot):
         view = app.query_one(FailuresView)
         await pilot.press("f")
         await next_frame(pilot)
-        await pilot.press("enter")
+        seen["incident"] = view.highlighted.incident
+        await pilot.press("enter", "down", "enter")
         await pilot.pause()
         seen["group"] = view.highlighted.group
+        seen["groups"] = [row.group for row in view.rows if row.group is not None and row.echo is None]
         seen["rows"] = [row.strip() for row in lines(app.query_one("#failure-tree")) if row.strip()]
         seen["echoes"] = [row.echo for row in view.rows if row.group is seen["group"] and row.echo is not None]
         await pilot.press("enter")
@@ -644,20 +663,22 @@ def test_enter_on_a_failure_origin_expands_its_echoes(app: KvtopApp, source: Fix
 
     drive(app, scenario)
 
+    incident = source.model.incidents.incidents[seen["incident"].id]
     group = model_group(source, seen["group"])
     echo_rows = [row for row in seen["rows"] if row.startswith("└ echo ")]
-    assert group.echo_count > 0
-    assert seen["echoes"] == group.echoes
+    assert sorted(g.room for g in seen["groups"]) == sorted(incident.rooms)
+    assert group.echo_count > 0 and seen["echoes"] == group.echoes
     assert sorted(row.split()[2] for row in echo_rows) == sorted(echo.rank for echo in group.echoes)
-    assert seen["rows"][0].startswith(f"▼ room {group.room} ")
-    assert seen["rows"][1 : 1 + group.echo_count] == echo_rows
-    assert seen["rows folded"][0].startswith(f"▶ room {group.room} ")
+    assert seen["rows"][0].startswith(f"▼ ONGOING  {incident.headline()}  {incident.room_count} rooms")
+    assert seen["rows"][1].startswith(f"▼ room {group.room} ")
+    assert seen["rows"][2 : 2 + group.echo_count] == echo_rows
+    assert seen["rows folded"][1].startswith(f"▶ room {group.room} ")
     assert not any(row.startswith("└ echo ") for row in seen["rows folded"])
 
 
 def test_a_key_typed_right_after_the_view_key_goes_to_the_new_view(app: KvtopApp):
-    """`f` then `enter` at once, as a quick hand types them: the enter expands the failures view's origin (the
-    view's list has focus before the next key, not after the next refresh)."""
+    """`f` then `enter` at once, as a quick hand types them: the enter expands the failures view's first incident
+    (the view's list has focus before the next key, not after the next refresh)."""
     seen = {}
 
     async def scenario(pilot):
@@ -667,61 +688,71 @@ def test_a_key_typed_right_after_the_view_key_goes_to_the_new_view(app: KvtopApp
             app.post_message(Key(key, character))
         await pilot.pause()
         seen["focused"] = app.focused is app.query_one("#failure-tree", RowList)
-        seen["expanded"] = set(view.expanded)
-        seen["origin"] = view.highlighted.group
+        seen["opened"] = set(view.open_incidents)
+        seen["incident"] = view.highlighted.incident
 
     drive(app, scenario)
 
     assert seen["focused"]
-    assert seen["expanded"] == {group_key(seen["origin"])}
+    assert seen["opened"] == {seen["incident"].id}
 
 
-def test_an_origin_heard_after_its_echo_keeps_its_group_open_under_the_cursor(app: KvtopApp, source: FixtureSource):
+def test_a_group_whose_origin_comes_after_its_echo_stays_open_under_the_cursor(app: KvtopApp, source: FixtureSource):
     """Ranks' events reach the collector in any order: a group first seen by its echo, expanded, then joined by
-    its origin (which moves the group's time) stays expanded, with the cursor on it as a newer origin comes in
-    above it."""
+    its origin (which moves the group's time, and its incident: the origin names the rank that broke) stays
+    expanded with the cursor on it, in its new incident, opened for it."""
     from transport.events import EVENT_SCHEMA, EventBatch
 
     room, origin = 4343001, "decode-0/TP0"
     echo = Failure(
         FIXED_NOW, room, "prefill-0/TP0", f"Aborted by decode peer {origin}", "propagated", "warning", False, origin
     )
-    first = Failure(
-        FIXED_NOW - 0.001, room, origin, "KV chunk 0 failed its checksum", "checksum", "error", False, origin
-    )
-    newer = Failure(
-        FIXED_NOW + 0.5, room + 1, origin, "KV chunk 0 failed its checksum", "checksum", "error", False, origin
-    )
+    first = Failure(FIXED_NOW - 0.001, room, origin, "KV chunk 0 failed its checksum", "checksum", "error", False,
+                    origin, "prefill-1/TP1")  # fmt: skip
     seen = {}
 
     def hear(instance: str, role: str, *failures: Failure) -> None:
         with source.lock:
             batch = EventBatch(EVENT_SCHEMA, role, instance, 0, 1, 30_000, FIXED_NOW, list(failures))
             source.model.apply(failures[0].rank, batch, FIXED_NOW)
+            source.model.sweep(FIXED_NOW)
 
     async def scenario(pilot):
         view = app.query_one(FailuresView)
         hear("prefill-0", "prefill", echo)
         await pilot.press("f")
         await next_frame(pilot)
-        await pilot.press("home", "enter")
+        row = next(i for i, row in enumerate(view.rows) if row.incident.id == incident_of(source, room))
+        app.query_one("#failure-tree", RowList).cursor = row
+        await pilot.press("enter")
+        await pilot.pause()
+        row = next(i for i, row in enumerate(view.rows) if row.group is not None and row.group.room == room)
+        app.query_one("#failure-tree", RowList).cursor = row
+        await pilot.press("enter")
         await pilot.pause()
         seen["before"] = view.highlighted.group
-        hear("decode-0", "decode", first, newer)
+        hear("decode-0", "decode", first)
         await next_frame(pilot)
-        seen["after"] = view.highlighted.group
-        seen["rows"] = [row.strip() for row in lines(app.query_one("#failure-tree")) if row.strip()][:3]
+        seen["after"] = view.highlighted
+        seen["rows"] = [row.strip() for row in lines(app.query_one("#failure-tree")) if row.strip()]
 
     drive(app, scenario)
 
+    after = seen["after"]
     assert (seen["before"].room, seen["before"].origin) == (room, None)
-    assert (seen["after"].room, seen["after"].origin_label, seen["after"].origin.ts) == (room, origin, first.ts)
-    assert seen["rows"][0].startswith(f"room {room + 1} ")  # no echoes: no marker (the row is stripped)
-    assert seen["rows"][1].startswith(f"▼ room {room} ")
-    assert seen["rows"][2].startswith("└ echo prefill-0/TP0")
+    assert (after.group.room, after.group.origin_label, after.group.origin.ts) == (room, origin, first.ts)
+    assert after.incident.id == incident_of(source, room) and after.incident.suspect == "prefill-1/TP1"
+    assert any(row.startswith(f"▼ room {room} ") for row in seen["rows"])
+    assert any(row.startswith("└ echo prefill-0/TP0") for row in seen["rows"])
 
 
-def test_space_and_right_toggle_an_origin_and_left_folds_it(app: KvtopApp):
+def incident_of(source: FixtureSource, room: int) -> int:
+    with source.lock:
+        group = next(g for g in source.model.groups() if g.room == room)
+        return source.model.incidents.incident_of(group).id
+
+
+def test_space_and_right_toggle_an_incident_and_left_folds_it(app: KvtopApp):
     """The tree keys of the failures view: space and right expand (or collapse), left collapses."""
     seen = []
 
@@ -732,36 +763,42 @@ def test_space_and_right_toggle_an_origin_and_left_folds_it(app: KvtopApp):
         for key in ("space", "space", "right", "left", "left"):
             await pilot.press(key)
             await pilot.pause()
-            seen.append((key, sum(row.echo is not None for row in view.rows)))
+            seen.append((key, sum(row.group is not None for row in view.rows)))
 
     drive(app, scenario)
 
-    echoes = seen[0][1]
-    assert echoes > 0
-    assert seen == [("space", echoes), ("space", 0), ("right", echoes), ("left", 0), ("left", 0)]
+    groups = seen[0][1]
+    assert groups > 0
+    assert seen == [("space", groups), ("space", 0), ("right", groups), ("left", 0), ("left", 0)]
 
 
-def test_left_on_an_echo_goes_back_to_its_origin(app: KvtopApp):
-    """Collapsing from an echo puts the cursor on the origin it belongs to, as the view's key table says."""
+def test_left_goes_back_up_a_level_from_an_echo_and_from_a_group(app: KvtopApp):
+    """Collapsing from an echo puts the cursor on its group; from a group, on its incident, as the view's key
+    table says."""
     seen = {}
 
     async def scenario(pilot):
         view = app.query_one(FailuresView)
         await pilot.press("f")
         await next_frame(pilot)
-        seen["origin"] = view.highlighted.group
-        await pilot.press("enter", "down", "down")
+        await pilot.press("enter", "down")
+        seen["group"] = view.highlighted.group
+        await pilot.press("enter", "down")
         await pilot.pause()
         seen["on an echo"] = view.highlighted.echo is not None
         await pilot.press("left")
         await pilot.pause()
         seen["cursor"] = app.query_one("#failure-tree", RowList).cursor
         seen["after"] = view.highlighted
+        await pilot.press("left")
+        await pilot.pause()
+        seen["then"] = (app.query_one("#failure-tree", RowList).cursor, view.highlighted.group, view.open_incidents)
 
     drive(app, scenario)
 
     assert seen["on an echo"]
-    assert (seen["cursor"], seen["after"].group, seen["after"].echo) == (0, seen["origin"], None)
+    assert (seen["cursor"], seen["after"].group, seen["after"].echo) == (1, seen["group"], None)
+    assert seen["then"] == (0, None, set())
 
 
 def test_list_keys_move_the_cursor(app: KvtopApp):

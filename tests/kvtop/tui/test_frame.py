@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,8 @@ from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, STALE_S, ClusterModel, Room
 from kvtop.model.fold import shown_level
 from kvtop.sources.sglang import load
 from kvtop.sources.synthetic import SyntheticCluster
-from kvtop.tui.frame import WINDOW_S, FrameBuilder, Options, RoomSort
+from kvtop.tui.frame import WINDOW_S, FrameBuilder, IncidentRow, Options, RoomSort, group_text
+from kvtop.tui.views.failures import group_key
 from kvtop.views.event_lines import LEVELS, level_of, shown, to_line
 from kvtop.views.tables import STUCK_AFTER_S
 from transport.events import EVENT_SCHEMA, EventBatch, RoomState
@@ -173,11 +173,24 @@ def test_the_fold_is_reused_until_a_failure_arrives(model: ClusterModel):
     assert model.groups() == third.groups
 
 
-def test_the_failures_filter_keeps_the_matching_origins(model: ClusterModel):
-    """A rank label as filter keeps the groups whose origin it is."""
+def test_the_failures_filter_keeps_the_groups_an_origin_or_echo_names(model: ClusterModel):
+    """A rank label as filter keeps every group it is the origin or an echo of."""
     groups = FrameBuilder(model).build(Options(filter="decode-0/TP0"), FIXED_NOW).groups
 
-    assert groups == [group for group in model.groups() if group.origin_label == "decode-0/TP0"]
+    named = [g for g in model.groups() if "decode-0/TP0" in {g.origin_label, *(echo.rank for echo in g.echoes)}]
+    assert named and set(map(group_key, named)) <= set(map(group_key, groups))
+
+
+def test_a_filter_on_the_rank_that_broke_finds_its_incident_and_every_group_of_it(model: ClusterModel):
+    """The sender of the corrupt chunks is named by no group's origin: the filter finds it as a suspect."""
+    suspect = next(i.suspect.name for i in model.incidents.incidents.values() if i.kind == "corrupt")
+    frame = FrameBuilder(model).build(Options(filter=suspect), FIXED_NOW)
+
+    mine = {i.id for i in model.incidents.incidents.values() if i.suspect.name == suspect}
+    assert mine <= {row.id for row in frame.incidents}
+    expected = [g for g in model.groups() if model.incidents.incident_of(g).id in mine]
+    assert expected and set(map(group_key, expected)) <= set(map(group_key, frame.groups))
+    assert all(model.incidents.incident_of(g).id in mine or suspect.lower() in group_text(g) for g in frame.groups)
 
 
 def test_health_counts_ranks_origins_open_and_stuck_rooms(model: ClusterModel):
@@ -198,11 +211,14 @@ def test_ranks_turn_stale_when_their_batches_stop(model: ClusterModel):
     assert (health.ranks_alive, health.ranks_total) == (0, 8)
 
 
-def test_top_origins_count_the_groups_of_the_window_by_title(model: ClusterModel):
-    """Most frequent origin first, at most eight."""
+def test_a_frame_carries_the_models_incidents_latest_first_and_each_groups_incident(model: ClusterModel):
+    """Every incident the model keeps, as rows (no room lists), and the incident id of each group shown."""
     frame = FrameBuilder(model).build(Options(), FIXED_NOW)
 
-    assert frame.top_origins == Counter(g.title for g in model.groups(FIXED_NOW, WINDOW_S)).most_common(8)
+    gap = model.incidents.quiet_gap_s
+    assert frame.incidents == [IncidentRow.of(i, FIXED_NOW, gap) for i in model.incidents.newest_first()]
+    assert frame.group_incidents == [model.incidents.incident_of(g).id for g in frame.groups]
+    assert frame.health.incidents_ongoing == sum(row.ongoing and not row.client for row in frame.incidents) > 0
 
 
 def test_rejected_events_reach_the_health_line_data(model: ClusterModel):

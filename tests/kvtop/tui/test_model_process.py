@@ -25,7 +25,7 @@ LOAD = BenchLoad(rooms=10_000, instances=2, tp=2, events_per_s=50_000)
 """10k rooms over 8 ranks, fed 50k events/s in the model process (the dashboard's load, scaled to a test)."""
 KEY_BOUND_S = 1.0
 """A view key shows its view within this, even on a loaded 2-core machine (`kvtop bench ui`'s target: 80 ms)."""
-VIEW_TITLES = {"r": ("#rooms-title", "rooms, by"), "f": ("#failures-title", "failure origins"),
+VIEW_TITLES = {"r": ("#rooms-title", "rooms, by"), "f": ("#failures-title", "failure groups"),
                "e": ("#events-title", "events at"), "o": ("#throughput-title", "per second over")}  # fmt: skip
 
 

@@ -16,6 +16,7 @@ from textual.strip import Strip
 from textual.widgets import Sparkline as TextualSparkline
 
 from kvtop.model.fold import FailureGroup, Observed
+from kvtop.tui.frame import IncidentRow
 from kvtop.tui.rows import Pieces
 from kvtop.tui.strips import line_strip
 from kvtop.tui.views.failures import TreeRow, TreeRows, group_key
@@ -226,22 +227,35 @@ def _group(room: int, echoes: int) -> FailureGroup:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 3), st.booleans()), max_size=12))
+@given(st.lists(st.tuples(st.integers(0, 2), st.booleans(), st.booleans()), max_size=12))
 def test_tree_rows_made_per_index_are_the_rows_a_list_would_hold(shape):
-    """Newest origin first, an expanded origin's echoes right under it, whatever is expanded."""
-    groups = [_group(room, echoes) for room, (echoes, _) in enumerate(shape)]
-    expanded = {group_key(group) for group, (_, opened) in zip(groups, shape, strict=True) if opened}
+    """Incidents in order; an open incident's groups right under it, an expanded group's echoes under that,
+    whatever is open."""
+    incidents = [_incident(number) for number in range(1, 4)]
+    groups: dict[int, list[FailureGroup]] = {}
+    for room, (echoes, _, _) in enumerate(shape):
+        groups.setdefault(incidents[room % 3].id, []).append(_group(room, echoes))
+    opened = {incidents[room % 3].id for room, (_, is_open, _) in enumerate(shape) if is_open}
+    expanded = {group_key(groups[incidents[room % 3].id][room // 3]) for room, (*_, x) in enumerate(shape) if x}
     listed: list[TreeRow] = []
-    for group in reversed(groups):
-        listed.append(TreeRow(group))
-        if group_key(group) in expanded:
-            listed.extend(TreeRow(group, echo) for echo in group.echoes)
-    rows = TreeRows(groups, expanded)
+    for incident in incidents:
+        listed.append(TreeRow(incident))
+        if incident.id in opened:
+            for group in groups.get(incident.id, []):
+                listed.append(TreeRow(incident, group))
+                if group_key(group) in expanded:
+                    listed.extend(TreeRow(incident, group, echo) for echo in group.echoes)
+    rows = TreeRows(incidents, groups, opened, expanded)
     assert len(rows) == len(listed)
     assert list(rows) == listed
     assert rows[1:4] == listed[1:4]
     with pytest.raises(IndexError):
         rows[len(listed)]
+
+
+def _incident(number: int) -> IncidentRow:
+    return IncidentRow(number, f"prefill-0/TP{number} sends corrupt KV (checksum)", f"prefill-0/TP{number}",
+                       "corrupt", "checksum", 1, 1, 0, 0.0, 0.0, True, False, (), ())  # fmt: skip
 
 
 def test_a_growing_list_repaints_its_scrollbar_only_when_the_thumb_moves():

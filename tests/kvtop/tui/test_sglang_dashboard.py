@@ -15,7 +15,8 @@ FIXTURES = Path(__file__).parent.parent / "fixtures" / "sglang" / "new-era"
 
 
 def test_the_dashboard_folds_the_failures_of_sglang_logs_and_names_the_ranks_as_from_logs():
-    """Both files are read by the follower; the failures view lists the model's own fold, origin for origin."""
+    """Both files are read by the follower; the failures view leads with the model's incidents, the fold's groups
+    under them."""
     logs = SGLangLogs([f"prefill={FIXTURES / 'prefill.log'}", f"decode={FIXTURES / 'decode.log'}"])
     follower = LogFollower(logs).start()
     app = KvtopApp(follower, title="sglang logs", themes=load_themes(), clock=follower.now)
@@ -30,6 +31,7 @@ def test_the_dashboard_folds_the_failures_of_sglang_logs_and_names_the_ranks_as_
         with follower.lock:
             seen["groups"] = follower.model.groups()
             seen["ranks"] = len(follower.model.ranks)
+            seen["incidents"] = len(follower.model.incidents.incidents)
 
     try:
         drive(app, scenario)
@@ -39,5 +41,5 @@ def test_the_dashboard_folds_the_failures_of_sglang_logs_and_names_the_ranks_as_
     groups = seen["groups"]
     assert isinstance(groups, list) and groups
     assert f"{seen['ranks']} ranks from logs" in str(seen["health"])
-    echoes = sum(group.echo_count for group in groups)
-    assert str(seen["title"]).startswith(f"{len(groups)} failure origins, {echoes} echoes folded under them")
+    assert str(seen["title"]).startswith(f"{seen['incidents']} incidents (")
+    assert f", {len(groups)} failure groups under them" in str(seen["title"])

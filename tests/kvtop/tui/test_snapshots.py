@@ -23,16 +23,21 @@ async def rooms(pilot) -> None:
 
 
 async def failures(pilot) -> None:
-    """The newest origin expanded into its echoes, its detail pane open."""
+    """Three levels: the newest incident expanded into its failure groups, its first group into its echoes, the
+    group's detail pane open."""
     app = pilot.app
     await pilot.press("f")
     await next_frame(pilot)
-    await pilot.press("enter", "d")
+    await pilot.press("enter", "down", "enter", "d")
     view = app.query_one(FailuresView)
     await wait_until(
         pilot,
-        lambda: group_key(view.highlighted.group) in view.expanded and app.query_one("#failure-detail").display,
-        "the newest origin expanded, its detail shown",
+        lambda: (
+            view.highlighted.group is not None
+            and group_key(view.highlighted.group) in view.expanded
+            and app.query_one("#failure-detail").display
+        ),
+        "the newest incident and its first group expanded, the group's detail shown",
     )
     await next_frame(pilot)  # the list narrowed for the pane: the next frame fits the rows to it
 

@@ -52,6 +52,7 @@ def build_model() -> ClusterModel:
     model.sweep(FIXED_NOW)
     for label, batch in CLUSTER.rooms(ROOMS_LIVE, first=ROOMS_RETIRED) + OLD.rooms(ROOMS_OLD):
         model.apply(label, batch, FIXED_NOW - 1.0)
+    model.update_incidents()  # as the collector's next sweep would
     return model
 
 
