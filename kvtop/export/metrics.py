@@ -12,6 +12,9 @@ instance is `pd_instance`, since Prometheus itself sets `instance` on every
 series it scrapes. No metric is labelled by room (unbounded: per-room detail
 is the event stream's).
 
+Incidents (one cause across rooms) are a gauge of those ongoing, by the class that started each and its
+suspect's kind, and a counter of those started, by kind of failure and suspect kind.
+
 Counters never go down while the process lives, although the model's windows
 are bounded: failure origins and echoes are tallied as they arrive
 (`FailureTally`), rooms as the model retires them (`retired_outcomes`), link
@@ -25,6 +28,7 @@ import contextlib
 import itertools
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -48,6 +52,8 @@ from transport.kvpoll import KVPoll
 RANK = ("engine_type", "pd_instance", "tp_rank")
 LINK = ("prefill_instance", "decode_instance")
 FAILURE = ("engine_type", "pd_instance", "reason_class")
+INCIDENT = ("reason_class", "suspect_kind")
+INCIDENT_STARTED = ("kind", "suspect_kind")
 ABORT = ("engine_type", "pd_instance")
 OUTCOMES = ("succeeded", "failed", "aborted", "lost")
 _ENDED = frozenset((int(KVPoll.Failed), int(KVPoll.Success)))
@@ -92,6 +98,10 @@ class _Reading:
     frames_rejected: dict[str, int]
     deliveries_failed: int
     source_error: str
+    incidents: list[tuple[str, str, bool]]
+    """(reason class, suspect kind, ongoing) of every incident the model keeps."""
+    incidents_started: dict[tuple[str, str], int]
+    """Incidents ever started, by (kind of failure, suspect kind)."""
 
 
 class ModelMetrics(Collector):
@@ -114,6 +124,8 @@ class ModelMetrics(Collector):
         self.error = error
         self.tally = FailureTally()
         self._rejections: Carried[tuple[str, str, str, str, str]] = Carried()
+        self._started: dict[tuple[str, str], int] = {}
+        """The most incidents each (kind, suspect kind) ever counted as started."""
         self._one_scrape = threading.Lock()
         """The HTTP server answers each scrape on its own thread: the tally reads the model once per scrape."""
         self.last_lock_s = 0.0
@@ -173,6 +185,7 @@ class ModelMetrics(Collector):
             for pair, link in model.links.items()
         ]
         counters = model.intake.counters
+        gap = model.incidents.quiet_gap_s
         return _Reading(
             failures=failures,
             ranks=ranks,
@@ -186,6 +199,10 @@ class ModelMetrics(Collector):
             frames_rejected={k.removeprefix("rejected_"): v for k, v in counters.items() if k.startswith("rejected_")},
             deliveries_failed=counters.get("deliveries_failed", 0),
             source_error=model.intake.error,
+            incidents=[
+                (i.reason_class, i.suspect.kind, i.ongoing(now, gap)) for i in model.incidents.incidents.values()
+            ],
+            incidents_started=dict(model.incidents.started),
         )
 
     def _families(self, reading: _Reading, now: float) -> Iterator[Metric]:
@@ -199,6 +216,7 @@ class ModelMetrics(Collector):
             value=0.0 if error else 1.0,
         )
         yield from self._failure_families()
+        yield from self._incident_families(reading)
         yield from self._room_families(reading, now)
         yield from self._link_families(reading.links)
         yield from self._rank_families(reading)
@@ -230,6 +248,32 @@ class ModelMetrics(Collector):
             "the model keeps): not in the origin and echo counters.",
             value=self.tally.missed,
         )
+
+    def _incident_families(self, reading: _Reading) -> Iterator[Metric]:
+        """Incidents ongoing now (a gauge) and started (a counter: the most each key ever counted, so an incident
+        that a refold took back, an echo's guess before its origin came, never makes it go down)."""
+        ongoing = GaugeMetricFamily(
+            "kvtop_incidents_ongoing",
+            "Incidents ongoing (a failure group in the last quiet gap), by the class of failure that started each "
+            "and its suspect's kind (rank, instance, side, client, unknown). Client aborts are suspect_kind client.",
+            labels=INCIDENT,
+        )
+        for (reason_class, suspect_kind), count in sorted(
+            Counter((c, k) for c, k, now_on in reading.incidents if now_on).items()
+        ):
+            ongoing.add_metric([reason_class, suspect_kind], count)
+        yield ongoing
+        for key, count in reading.incidents_started.items():
+            self._started[key] = max(self._started.get(key, 0), count)
+        started = CounterMetricFamily(
+            "kvtop_incidents_started",
+            "Incidents started (one cause across rooms: one suspect, one kind of failure, close in time), by the "
+            "kind of failure (corrupt, unresponsive, refusing, failing, aborted) and the suspect's kind.",
+            labels=INCIDENT_STARTED,
+        )
+        for (kind, suspect_kind), count in sorted(self._started.items()):
+            started.add_metric([kind, suspect_kind], count)
+        yield started
 
     def _room_families(self, reading: _Reading, now: float) -> Iterator[Metric]:
         finished = CounterMetricFamily(

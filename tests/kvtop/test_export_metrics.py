@@ -41,6 +41,8 @@ CONTRACT: dict[str, tuple[str, set[str]]] = {
     "kvtop_client_aborts": ("counter", {"engine_type", "pd_instance"}),
     "kvtop_client_abort_echoes": ("counter", {"engine_type", "pd_instance"}),
     "kvtop_failures_unfolded": ("counter", set()),
+    "kvtop_incidents_ongoing": ("gauge", {"reason_class", "suspect_kind"}),
+    "kvtop_incidents_started": ("counter", {"kind", "suspect_kind"}),
     "kvtop_rooms_finished": ("counter", {"outcome"}),
     "kvtop_rooms_open": ("gauge", set()),
     "kvtop_rooms_stuck": ("gauge", set()),
@@ -130,6 +132,28 @@ def test_every_value_is_a_finite_non_negative_number_and_names_follow_prometheus
                 assert sample.value == 1
             if family.name.endswith("_ratio"):
                 assert sample.value <= 1
+
+
+def test_incidents_ongoing_and_started_are_the_models_by_class_and_suspect_kind(exposition):
+    """The synthetic cluster's corrupting senders are ongoing incidents of class checksum and suspect kind rank;
+    the client's abort one of kind client; every incident kept was started."""
+    model = fixed_model()
+    families = {family.name: family for family in text_string_to_metric_families(exposition)}
+
+    ongoing = {
+        (s.labels["reason_class"], s.labels["suspect_kind"]): s.value
+        for s in families["kvtop_incidents_ongoing"].samples
+    }
+    started = {
+        (s.labels["kind"], s.labels["suspect_kind"]): s.value for s in families["kvtop_incidents_started"].samples
+    }
+    kept = [i for i in model.incidents.incidents.values() if i.ongoing(NOW)]
+    assert ongoing == {
+        ("checksum", "rank"): sum(i.reason_class == "checksum" for i in kept),
+        ("aborted", "client"): 1,
+    }
+    assert ongoing[("checksum", "rank")] >= 2
+    assert started == {key: float(n) for key, n in model.incidents.started.items() if n}
 
 
 def test_the_exposition_is_valid_openmetrics(exposition):
@@ -328,7 +352,7 @@ def test_the_grafana_dashboard_is_importable_json_built_on_the_contracted_names(
     assert queried <= names, queried - names
     assert {"kvtop_failure_origins_total", "kvtop_failure_echoes_total", "kvtop_rooms_stuck",
             "kvtop_link_transferred_bytes_total", "kvtop_transfer_duration_seconds_bucket",
-            "kvtop_rank_state"} <= queried  # fmt: skip
+            "kvtop_rank_state", "kvtop_incidents_ongoing", "kvtop_incidents_started_total"} <= queried  # fmt: skip
 
 
 def test_the_duration_histogram_counts_each_value_in_the_first_bucket_at_or_above_it():
