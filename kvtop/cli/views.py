@@ -438,7 +438,8 @@ def events(
     model: Model = False,
     model_at: ModelAt = "",
 ) -> None:
-    """The event tail as log lines: what every agent remembers (its snapshot), then, with --follow, live.
+    """The event tail as log lines, in time order across agents: what every agent remembers (its snapshot), then,
+    with --follow, live (each batch that arrives in time order).
 
     Levels follow the fold: each failure group shows one line, its origin (else its earliest echo), at
     its level; every other member (the same failure seen by other ranks, propagated and cross-instance
@@ -463,9 +464,10 @@ def events(
     fold = LiveFold()
 
     def emit(model: ClusterModel, items: list[tuple[str, Event]]) -> None:
-        """Print what is shown of `items`, their failures' levels as the fold of the model's failures says."""
+        """Print what is shown of `items` in time order across agents (each agent's own order kept for equal
+        times), their failures' levels as the fold of the model's failures says."""
         fold.sync(model.failures, model.failures_total)
-        for label, event in items:
+        for label, event in sorted(items, key=lambda item: item[1].ts):
             if shown(event, level, fold.leads):
                 typer.echo(render(label, event, level_of(event, fold.leads)))
 

@@ -102,7 +102,7 @@ def test_status_follow_prints_json_lines_until_interrupted(make_cluster):
 
 def test_events_of_a_live_cluster_show_one_line_per_failure_and_keep_the_raw_level(make_cluster, control):
     """Both ranks of prefill-0 fail room 9 (no decode ever asks): one line by default; --debug shows the other
-    rank's at debug with the level it published as raw_level."""
+    rank's at debug with the level it published as raw_level; lines come in time order across the agents."""
     spec = ClusterSpec(
         prefill_tp=2,
         num_pages=16,
@@ -119,12 +119,15 @@ def test_events_of_a_live_cluster_show_one_line_per_failure_and_keep_the_raw_lev
     lines = kvtop("events", "--bootstrap", cluster.endpoint, "--jsonl").stdout.splitlines()
     default = [json.loads(line) for line in lines]
     debug = kvtop("events", "--bootstrap", cluster.endpoint, "--jsonl", "--debug").stdout.splitlines()
-    failures = [event for line in debug if (event := json.loads(line))["kind"] == "failure"]
+    events = [json.loads(line) for line in debug]
+    failures = [event for event in events if event["kind"] == "failure"]
 
     assert [(e["room"], e["level"]) for e in default if e["kind"] == "failure"] == [(9, "warning")]
     assert sorted(e["rank"] for e in failures) == ["prefill-0/TP0", "prefill-0/TP1"]
     assert sorted(e["level"] for e in failures) == ["debug", "warning"]
     assert [e["raw_level"] for e in failures if e["level"] == "warning"] == ["warning"]
+    assert [e["ts"] for e in events] == sorted(e["ts"] for e in events)
+    assert len({e["agent"] for e in events}) == 2  # the two prefill ranks, interleaved
 
 
 def test_views_exit_1_with_one_line_when_no_agent_answers():
