@@ -183,6 +183,35 @@ def bench_ingest(
     _report(result.as_dict(), as_json, text)
 
 
+def bench_incidents(
+    rooms: Annotated[int, typer.Option(min=1000, help="Synthetic rooms per ingest run (5 % of them fail).")] = 20_000,
+    repeats: Annotated[int, typer.Option(min=1, help="Runs per leg, back to back; figures are medians.")] = 9,
+    memory_rooms: Annotated[
+        int, typer.Option(min=10_000, help="Failed rooms fed to the model to show its memory stays bounded.")
+    ] = 1_000_000,
+    as_json: JsonObject = False,
+) -> None:
+    """What the incidents cost ingest, against the same model whose incident tracker takes nothing, and the
+    model's memory with a million failed rooms (RSS at 10 %, 50 % and 100 %).
+
+    Target (DESIGN.md): incidents <= 5 % of ingest; memory bounded with 1M failed rooms. Exits 1 when no failure
+    was taken in or no incident formed.
+    """
+    from kvtop.bench.incidents import measure_incidents
+
+    with _loud("incidents"):
+        result = measure_incidents(rooms, repeats, memory_rooms, _progress)
+    rss = " / ".join(f"{mb:,.0f}" for mb in result.rss_mb)
+    text = (
+        f"ingest {result.events_per_s_tracked:,.0f} events/s with incidents, {result.events_per_s_untracked:,.0f} "
+        f"without: incidents cost {result.cost:.1%} of ingest, {result.share:.1%} of the run inside the tracker "
+        f"({result.failures:,} failures, {result.incidents} incidents); {result.memory_rooms:,} failed rooms: RSS "
+        f"{rss} MiB at 10/50/100 %, {result.tracked_rooms:,} rooms tracked, {result.listed_rooms:,} listed, "
+        f"{result.incidents_kept} incidents kept"
+    )
+    _report(result.as_dict(), as_json, text)
+
+
 def bench_ui(
     rooms: SyntheticRooms = 100_000,
     instances: SyntheticInstances = 8,
@@ -534,6 +563,7 @@ def register(bench_app: typer.Typer) -> None:
     bench_app.command("curve")(bench_curve)
     bench_app.command("replay")(bench_replay)
     bench_app.command("ingest")(bench_ingest)
+    bench_app.command("incidents")(bench_incidents)
     bench_app.command("ui")(bench_ui)
     bench_app.command("sglang-log")(bench_sglang_log)
     bench_app.command("export")(bench_export)

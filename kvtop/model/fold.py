@@ -130,9 +130,16 @@ def fold(failures: Iterable[Observed]) -> list[FailureGroup]:
         by_room.setdefault(failure.room, []).append(failure)
     groups: list[FailureGroup] = []
     for room_failures in by_room.values():
-        for epoch in _epochs(sorted(set(room_failures))):
-            groups.extend(_fold_room(epoch))
+        groups.extend(fold_room(room_failures))
     return sorted(groups, key=lambda g: (g.first_ts, g.room, g.origin_label))
+
+
+def fold_room(failures: Iterable[Observed]) -> list[FailureGroup]:
+    """The failure groups of one room id's failures (each use of the id apart), in no particular order."""
+    groups: list[FailureGroup] = []
+    for epoch in _epochs(sorted(set(failures))):
+        groups.extend(_fold_room(epoch))
+    return groups
 
 
 def _epochs(ordered: list[Observed]) -> list[list[Observed]]:

@@ -10,8 +10,10 @@ as its failures arrive (an echo first, its origin later): the room's earlier par
 their incidents and its new groups put in, so an incident that only an early echo made is gone again
 (nothing counts it). Memory is bounded by configuration, whatever the run time:
 
-- the rooms whose groups may still change (`rooms_tracked`, the most recently failed) keep their failures;
-  an older room's parts stay in their incidents as they are;
+- the rooms whose groups may still change keep their failures: those that failed within `ROOM_REUSE_S` of
+  the newest failure (a room's ranks report it within seconds), at most `rooms_tracked`; an older room's parts
+  stay in their incidents as they are;
+- which incident each of the newest `LEADS_KEPT` failure groups is in (`incident_of`: the views' tree);
 - each incident lists its rooms; once more than `rooms_listed` rooms are listed over every incident, a room
   that leaves the tracked ones leaves the lists too (counted in `room_count`, `rooms_complete` False);
 - at most `incidents_kept` incidents, the oldest dropped first; their starts stay counted (`started`).
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from kvtop.model.fold import FailureGroup, Observed, fold
+from kvtop.model.fold import ROOM_REUSE_S, FailureGroup, Observed, fold_room
 from kvtop.model.suspects import Attribution, Kind, Surroundings, Suspect, attribute
 
 QUIET_GAP_S = 120.0
@@ -41,11 +43,15 @@ LABELS_KEPT = 16
 """Distinct classes, evidence lines and noticing ranks an incident tallies (the rest count as "other")."""
 DRAIN_S = 10.0
 """A pool that filled while a rank stopped answering refuses rooms for a while after it is back."""
+LEADS_KEPT = 50_000
+"""Groups whose incident is remembered, as many as the model keeps failures."""
 PENDING_MAX = 50_000
 """Failures `add()` holds before it folds them itself (a source that never sweeps stays bounded)."""
 
 IncidentKey = tuple[str, str, str]
 """(kind, suspect kind, suspect name)."""
+LeadKey = tuple[float, int, str]
+"""(ts, room, rank) of a group's lead: which group it is, across refolds that keep its lead."""
 
 
 class Incident(msgspec.Struct, gc=False):
@@ -112,14 +118,16 @@ class Part(msgspec.Struct, frozen=True, array_like=True, gc=False):
     reason_class: str
     evidence: str
     noticed_by: str
-    lead: tuple[float, int, str, str]
-    """The group's lead (ts, room, rank, reason): a view finds a group's incident by it."""
+    lead: LeadKey
+    """The group's lead: a view finds a group's incident by it."""
 
 
 @dataclass
 class _Tracked:
     failures: list[Observed] = field(default_factory=list)
     parts: list[Part] = field(default_factory=list)
+    last_ts: float = 0.0
+    """The latest time of its failures."""
 
 
 class IncidentTracker:
@@ -142,8 +150,10 @@ class IncidentTracker:
         self.started: dict[tuple[str, str], int] = {}
         """Incidents ever started, by (kind, suspect kind): what a Prometheus counter reads."""
         self.pending: list[Observed] = []
-        self.by_lead: dict[tuple[float, int, str, str], int] = {}
-        """The incident of each tracked group, by the group's lead."""
+        self.by_lead: dict[LeadKey, int] = {}
+        """The incident of each of the newest `LEADS_KEPT` groups, by the group's lead, oldest first."""
+        self.newest = 0.0
+        """The latest time of a failure taken in (a room this much older than it no longer changes)."""
         self.listed = 0
         """Rooms listed over every incident."""
         self._tracked: dict[int, _Tracked] = {}
@@ -166,7 +176,7 @@ class IncidentTracker:
             by_room.setdefault(failure.room, []).append(failure)
         self.pending = []
         emptied: set[int] = set()
-        for room, new in sorted(by_room.items(), key=lambda item: min(f.ts for f in item[1])):
+        for room, new in sorted(by_room.items(), key=lambda item: item[1][0].ts):  # in time order, about
             tracked = self._tracked.pop(room, None)
             if tracked is None or len(tracked.failures) + len(new) > FAILURES_PER_ROOM:
                 if tracked is not None:
@@ -176,17 +186,28 @@ class IncidentTracker:
                 for part in tracked.parts:
                     self._take_out(part, emptied)
             tracked.failures += new
+            tracked.last_ts = max(tracked.last_ts, max(failure.ts for failure in new))
+            self.newest = max(self.newest, tracked.last_ts)
             tracked.parts = [self._put_in(group, around) for group in _groups(room, tracked.failures)]
             self._tracked[room] = tracked
         for incident_id in emptied:
             incident = self.incidents.get(incident_id)
             if incident is not None and incident.origins <= 0:
                 self._drop(incident, started=False)
-        while len(self._tracked) > self.rooms_tracked:
-            room = next(iter(self._tracked))
+        while self._tracked:
+            room, oldest = next(iter(self._tracked.items()))
+            if len(self._tracked) <= self.rooms_tracked and oldest.last_ts >= self.newest - ROOM_REUSE_S:
+                break
             self._untrack(room, self._tracked.pop(room))
+        while len(self.by_lead) > LEADS_KEPT:
+            del self.by_lead[next(iter(self.by_lead))]
         while len(self.incidents) > self.incidents_kept:
             self._drop(next(iter(self.incidents.values())), started=True)
+
+    @property
+    def tracking(self) -> int:
+        """Rooms whose groups may still change, held now (at most `rooms_tracked`)."""
+        return len(self._tracked)
 
     def incident_of(self, group: FailureGroup) -> Incident | None:
         """The incident a group of a tracked room is in (None for an older group, or one not folded yet)."""
@@ -204,6 +225,7 @@ class IncidentTracker:
             list(self.incidents.values()), self.next_id, [(*key, n) for key, n in self.started.items()],
             list(self.pending), [(room, t.failures, t.parts) for room, t in self._tracked.items()],
             [(*key, incident_id) for key, incident_id in self._latest.items()], self.listed,
+            [(*lead, incident_id) for lead, incident_id in self.by_lead.items()], self.newest,
         )  # fmt: skip
 
     @classmethod
@@ -215,8 +237,9 @@ class IncidentTracker:
         tracker.started = {(kind, suspect): n for kind, suspect, n in state.started}
         tracker._latest = {(kind, suspect, name): i for kind, suspect, name, i in state.latest}
         for room, failures, parts in state.tracked:
-            tracker._tracked[room] = _Tracked(failures, parts)
-            tracker.by_lead.update((part.lead, part.incident) for part in parts)
+            tracker._tracked[room] = _Tracked(failures, parts, max(failure.ts for failure in failures))
+        tracker.by_lead = {(ts, room, rank): incident_id for ts, room, rank, incident_id in state.leads}
+        tracker.newest = state.newest
         return tracker
 
     def _put_in(self, group: FailureGroup, around: Surroundings) -> Part:
@@ -246,10 +269,12 @@ class IncidentTracker:
         """The incident a group of this attribution at `ts` joins: a rank's `unresponsive` incident under way that
         explains it (see `_explains`), else the latest of its own key unless a quiet gap lies between them, else
         a new one (which takes in the vaguer incidents it explains)."""
-        cause = self._explaining(attribution, ts)
-        if cause is not None:
-            return cause
         suspect = attribution.suspect
+        vague = attribution.kind is Kind.UNRESPONSIVE and suspect.kind in ("instance", "side")
+        if vague or attribution.symptom_of or attribution.unseen_origin:
+            cause = self._explaining(attribution, ts)
+            if cause is not None:
+                return cause
         key = (str(attribution.kind), suspect.kind, suspect.name)
         latest = self._latest.get(key)
         incident = self.incidents.get(latest) if latest is not None else None
@@ -354,7 +379,6 @@ class IncidentTracker:
     def _untrack(self, room: int, tracked: _Tracked) -> None:
         """A room whose groups no longer change: its parts stay; past the listing bound it leaves the lists."""
         for part in tracked.parts:
-            self.by_lead.pop(part.lead, None)
             incident = self.incidents.get(part.incident)
             if incident is not None and self.listed > self.rooms_listed and room in incident.rooms:
                 del incident.rooms[room]
@@ -400,11 +424,11 @@ def _groups(room: int, failures: list[Observed]) -> list[FailureGroup]:
     """The room's groups (one origin alone, the common case, without a fold)."""
     if len(failures) == 1 and failures[0].is_origin:
         return [FailureGroup(room, failures[0].rank, failures[0])]
-    return fold(failures)
+    return fold_room(failures)
 
 
-def _lead_key(lead: Observed) -> tuple[float, int, str, str]:
-    return (lead.ts, lead.room, lead.rank, lead.reason)
+def _lead_key(lead: Observed) -> LeadKey:
+    return (lead.ts, lead.room, lead.rank)
 
 
 def _count(counts: dict[str, int], name: str, count: int = 1) -> None:
@@ -437,3 +461,5 @@ class TrackerState(msgspec.Struct, array_like=True):
     tracked: list[tuple[int, list[Observed], list[Part]]]
     latest: list[tuple[str, str, str, int]]
     listed: int
+    leads: list[tuple[float, int, str, int]]
+    newest: float

@@ -1,4 +1,4 @@
-"""`kvtop bench ingest`: the check is timed under load and must give a verdict."""
+"""`kvtop bench ingest`: the check is timed under load and must give a verdict; `kvtop bench incidents` runs."""
 
 from __future__ import annotations
 
@@ -27,3 +27,13 @@ def test_ingest_bench_times_check_under_load_and_reports_its_verdicts() -> None:
     assert result["check_load_rooms"] > 0
     assert 0 < result["check_wall_s"] < 60
     assert result["events_per_s"] > 0 and result["decode_only_per_s"] > 0
+
+
+def test_incidents_bench_reports_their_cost_and_a_bounded_memory_run() -> None:
+    """Both legs took the same events, failures formed incidents, and the memory run read RSS at three marks."""
+    done = kvtop("bench", "incidents", "--rooms", "2000", "--repeats", "1", "--memory-rooms", "20000", "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["failures"] > 0 and result["incidents"] > 0
+    assert result["events_per_s_tracked"] > 0 and result["events_per_s_untracked"] > 0
+    assert len(result["rss_mb"]) == 3 and result["incidents_kept"] == 8

@@ -172,6 +172,22 @@ def test_incidents_and_silences_survive_a_keyframe():
     assert restored.ranks["decode-0/TP0"].silences == [(T0, T0 + STALE_S + 6)]
 
 
+def test_a_room_stops_being_tracked_a_minute_after_the_newest_failure_and_keeps_its_incident():
+    """A room whose last failure is more than `ROOM_REUSE_S` older than the newest one no longer changes: its
+    failures are let go, its group keeps its incident."""
+    model = ClusterModel()
+    deliver(model, "decode-0/TP1", [checksum(T0, 1)], T0)
+    deliver(model, "decode-0/TP1", [checksum(T0 + 30, 2)], T0 + 30)
+    model.sweep(T0 + 30)
+    tracked_then = model.incidents.tracking
+    deliver(model, "decode-0/TP1", [checksum(T0 + 61, 3)], T0 + 61)
+    model.sweep(T0 + 61)
+
+    assert (tracked_then, model.incidents.tracking) == (2, 2)  # room 1 let go, rooms 2 and 3 held
+    first = next(group for group in model.groups() if group.room == 1)
+    assert model.incidents.incident_of(first).room_count == 3
+
+
 def test_memory_stays_bounded_however_many_rooms_fail():
     """20,000 failed rooms from 16 senders in turn, over bounds of 500 tracked rooms, 2,000 listed rooms and 8
     incidents: every bound holds, and the counts stay whole."""
@@ -185,7 +201,7 @@ def test_memory_stays_bounded_however_many_rooms_fail():
     model.sweep(T0 + 300)
 
     tracker = model.incidents
-    assert (len(tracker.incidents), len(tracker._tracked), len(tracker.by_lead)) == (8, 500, 500)
+    assert (len(tracker.incidents), tracker.tracking, len(tracker.by_lead)) == (8, 500, 20_000)
     assert tracker.listed == sum(len(incident.rooms) for incident in tracker.incidents.values()) <= 2000 + 500
     assert {incident.room_count for incident in tracker.incidents.values()} == {1250}
     assert sum(tracker.started.values()) == 16
