@@ -4,6 +4,12 @@ An incident is the failure groups of one suspect and one kind of failure (`suspe
 time: a group joins the latest incident of its (kind, suspect) unless it lies more than `quiet_gap_s` from
 it, which starts a new one. One dead decode instance is one incident of 26 rooms, not 26 origins.
 
+A vaguer group joins the one rank's `unresponsive` incident under way that explains it (`_explains`): an
+instance or the unnamed side of one that stopped answering, a pool that filled and refused rooms (a symptom),
+a group whose origin's own record never came while that origin was the suspect, or was noticing failures, of
+an incident. A rank's new `unresponsive` incident takes in the vaguer ones under way that it explains. So a
+rank stopped under load is one incident, not one per class of failure its peers and its pool showed.
+
 Computed incrementally: the model hands each failure to `add()` (a list append on the ingest path) and
 `update()` (from the model's sweep) folds only the rooms those failures touched. A room's groups can change
 as its failures arrive (an echo first, its origin later): the room's earlier parts are taken back out of
@@ -28,7 +34,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from kvtop.model.fold import ROOM_REUSE_S, FailureGroup, Observed, fold_room
+from kvtop.model.fold import ABORTED, ROOM_REUSE_S, FailureGroup, Observed, fold_room
 from kvtop.model.suspects import Attribution, Kind, Surroundings, Suspect, attribute
 
 QUIET_GAP_S = 120.0
@@ -43,6 +49,9 @@ LABELS_KEPT = 16
 """Distinct classes, evidence lines and noticing ranks an incident tallies (the rest count as "other")."""
 DRAIN_S = 10.0
 """A pool that filled while a rank stopped answering refuses rooms for a while after it is back."""
+BEFORE_S = 10.0
+"""A vaguer failure (a timeout, a full pool) this long before a rank's incident started is still its doing: the
+rank went silent before its peers could tell."""
 LEADS_KEPT = 50_000
 """Groups whose incident is remembered, as many as the model keeps failures."""
 PENDING_MAX = 50_000
@@ -188,7 +197,7 @@ class IncidentTracker:
             tracked.failures += new
             tracked.last_ts = max(tracked.last_ts, max(failure.ts for failure in new))
             self.newest = max(self.newest, tracked.last_ts)
-            tracked.parts = [self._put_in(group, around) for group in _groups(room, tracked.failures)]
+            tracked.parts = [self._put_in(group, around) for group in room_groups(room, tracked.failures)]
             self._tracked[room] = tracked
         for incident_id in emptied:
             incident = self.incidents.get(incident_id)
@@ -396,11 +405,6 @@ class IncidentTracker:
             self.started[key] -= 1
 
 
-BEFORE_S = 10.0
-"""A vaguer failure (a timeout, a full pool) this long before a rank's incident started is still its doing: the
-rank went silent before its peers could tell."""
-
-
 def _explains(cause: Incident, vague: Incident, quiet_gap_s: float) -> bool:
     """Whether a rank's `unresponsive` incident explains a vaguer one under way beside it: the instance of that
     rank, or the side of its role, stopped answering; or a pool filled (a symptom) while the rank was silent."""
@@ -420,10 +424,20 @@ def _instance(label: str) -> str:
     return label.rpartition("/")[0]
 
 
-def _groups(room: int, failures: list[Observed]) -> list[FailureGroup]:
-    """The room's groups (one origin alone, the common case, without a fold)."""
-    if len(failures) == 1 and failures[0].is_origin:
-        return [FailureGroup(room, failures[0].rank, failures[0])]
+def room_groups(room: int, failures: list[Observed]) -> list[FailureGroup]:
+    """The room's groups. The common cases of our agents without a fold: one origin alone, or one origin and
+    echoes that each name it, all within `ROOM_REUSE_S` and no failure twice (what the fold makes of them)."""
+    origins = [failure for failure in failures if failure.is_origin]
+    if len(origins) == 1 and not origins[0].inferred and origins[0].reason_class != ABORTED:
+        origin = origins[0]
+        echoes = [failure for failure in failures if failure is not origin]
+        first, last = min(f.ts for f in failures), max(f.ts for f in failures)
+        if (
+            all(echo.origin == origin.rank for echo in echoes)
+            and last - first <= ROOM_REUSE_S
+            and len({(f.ts, f.rank) for f in failures}) == len(failures)
+        ):
+            return [FailureGroup(room, origin.rank, origin, sorted(echoes))]
     return fold_room(failures)
 
 

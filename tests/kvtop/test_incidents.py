@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import itertools
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from kvtop.model.cluster import STALE_S, ClusterModel
-from kvtop.model.incidents import IncidentTracker
+from kvtop.model.fold import Observed, fold_room
+from kvtop.model.incidents import IncidentTracker, room_groups
 from kvtop.record.keyframes import capture, restore
 from transport.events import EVENT_SCHEMA, Event, EventBatch, Failure, Heartbeat, RoomState
 from transport.kvpoll import KVPoll
@@ -205,3 +209,18 @@ def test_memory_stays_bounded_however_many_rooms_fail():
     assert tracker.listed == sum(len(incident.rooms) for incident in tracker.incidents.values()) <= 2000 + 500
     assert {incident.room_count for incident in tracker.incidents.values()} == {1250}
     assert sum(tracker.started.values()) == 16
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.floats(0, 90), st.booleans(), st.booleans()), min_size=1, max_size=6))
+def test_the_trackers_shortcut_for_an_origin_and_its_named_echoes_is_the_fold(members):
+    """One origin with echoes that name it is folded without the fold, to the same groups; anything else (two
+    origins, an unnamed echo, a span past a room id's reuse, a failure twice) takes the fold."""
+    failures = []
+    for rank, offset, is_origin, names_it in members:
+        label = f"decode-0/TP{rank}"
+        origin = label if is_origin else "decode-0/TP0" if names_it else ""
+        failures.append(Observed(T0 + offset, 7, label, "decode", "boom", "checksum", origin))
+    failures += failures[:1] if members[0][3] else []  # sometimes the same failure twice
+
+    assert room_groups(7, failures) == fold_room(failures)

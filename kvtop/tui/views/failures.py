@@ -178,9 +178,10 @@ class FailuresView(Vertical):
         ongoing = sum(row.ongoing and not row.client for row in incidents)
         where = f" matching '{frame.options.filter}'" if frame.options.filter else ""
         older = f" (the newest {GROUPS_SHOWN:,})" if len(frame.groups) >= GROUPS_SHOWN else ""
+        since = f" since {clock(frame.groups[0].first_ts, self._dated)[:-4]}" if frame.groups else ""
         self.query_one("#failures-title", Line).show(
             f"{plural(len(incidents) - (UNFILED in incidents), 'incident')}{where} ({ongoing} ongoing), "
-            f"{len(frame.groups):,} failure groups{older} under them  (enter: expand, d: detail)"
+            f"{len(frame.groups):,} failure groups{older}{since} under them  (enter: expand, d: detail)"
         )
         self._layout()
 

@@ -10,6 +10,7 @@ from kvtop.sources.sglang import SGLangLogs
 from kvtop.sources.sglang.follow import LogFollower
 from kvtop.tui.app import KvtopApp
 from kvtop.tui.themes import load_themes
+from kvtop.views.times import stamp
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "sglang" / "new-era"
 
@@ -42,4 +43,5 @@ def test_the_dashboard_folds_the_failures_of_sglang_logs_and_names_the_ranks_as_
     assert isinstance(groups, list) and groups
     assert f"{seen['ranks']} ranks from logs" in str(seen["health"])
     assert str(seen["title"]).startswith(f"{seen['incidents']} incidents (")
-    assert f", {len(groups)} failure groups under them" in str(seen["title"])
+    first = min(group.first_ts for group in groups)
+    assert f", {len(groups)} failure groups since {stamp(first)[:-4]} under them" in str(seen["title"])
