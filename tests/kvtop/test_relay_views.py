@@ -126,7 +126,8 @@ def test_a_bootstrap_that_lists_a_relay_sends_views_through_it(
 def test_the_dashboard_on_a_relay_shows_the_failures_it_shows_directly(
     relays: tuple[Relay, Relay], direct_failures: list[dict[str, object]]
 ):
-    """The dashboard fed through two tiers of relays draws one row per direct origin, with its echoes."""
+    """The dashboard fed through two tiers of relays draws one row per direct origin, with its echoes, under
+    the incidents it leads with."""
     import asyncio
 
     from kvtop.tui.app import KvtopApp
@@ -144,12 +145,12 @@ def test_the_dashboard_on_a_relay_shows_the_failures_it_shows_directly(
                 await pilot.press("f")
                 view = app.query_one(FailuresView)
                 for _ in range(200):
-                    if len(view.rows) >= len(direct_failures):
+                    view.open_incidents = {row.incident.id for row in view.rows}  # every incident expanded
+                    groups = [row.group for row in view.rows if row.group is not None and row.echo is None]
+                    if len(groups) >= len(direct_failures):
                         break
                     await pilot.pause(0.05)
-                seen["groups"] = sorted(
-                    (row.group.room, row.group.origin_label, row.group.echo_count) for row in view.rows
-                )
+                seen["groups"] = sorted((group.room, group.origin_label, group.echo_count) for group in groups)
                 tree = app.query_one("#failure-tree")
                 seen["screen"] = "\n".join(tree.render_line(y).text for y in range(tree.size.height))
                 app.paused = True
