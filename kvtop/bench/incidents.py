@@ -3,10 +3,12 @@
 Cost: real encoded frames of a synthetic cluster (every room's states on every rank of both instances; 5 % of
 rooms fail the way real ones do, a checksum origin on a decode rank naming its sender, an echo on its other
 rank and on both prefill ranks), decoded and applied to the model with a sweep every 1,000 rooms, as the
-collector applies them. Two figures: the time spent in the incident tracker (its `add` and `update`, timed
-inside the run) as a share of the run, and the A/B ratio against the same model whose tracker takes nothing,
-the legs run back to back in each repeat (in turns first), the median of the repeats' ratios (this VM's speed
-drifts by tens of percent within seconds: the in-run share is the steadier figure).
+collector applies them, at the garbage collector's thresholds of every long-lived collecting process
+(`tune_gc`: the dashboard's model process, `kvtop export`, `kvtop record`). Two figures: the time spent in
+the incident tracker (its `add` and `update`, timed inside the run) as a share of the run, and the A/B ratio
+against the same model whose tracker takes nothing, the legs run back to back in each repeat (in turns first),
+the median of the repeats' ratios (this VM's speed drifts by tens of percent within seconds: the in-run share
+is the steadier figure).
 
 Memory: a million failed rooms (an origin naming one of eight senders, and an echo), applied in deliveries
 with a sweep every 10,000 rooms; the process's RSS and the tracker's bounded structures are read at 10 %,
@@ -28,6 +30,7 @@ from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import Observed
 from kvtop.model.incidents import IncidentTracker
 from kvtop.model.suspects import Surroundings
+from kvtop.sources.live import tune_gc
 from kvtop.sources.synthetic import SyntheticCluster
 from transport.events import EVENT_SCHEMA, Event, EventBatch, Failure
 from transport.wire import FrameDecoder, encode
@@ -148,6 +151,14 @@ def _memory(rooms: int, progress: Callable[[str], None]) -> tuple[list[float], C
 
 
 def measure_incidents(rooms: int, repeats: int, memory_rooms: int, progress: Callable[[str], None]) -> IncidentsResult:
+    thresholds = tune_gc()
+    try:
+        return _measure(rooms, repeats, memory_rooms, progress)
+    finally:
+        gc.set_threshold(*thresholds)
+
+
+def _measure(rooms: int, repeats: int, memory_rooms: int, progress: Callable[[str], None]) -> IncidentsResult:
     chunks = _frames(rooms)
     tracked: list[float] = []
     untracked: list[float] = []
