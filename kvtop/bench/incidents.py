@@ -69,7 +69,7 @@ class _Untracked(IncidentTracker):
     def add(self, failure: Observed, around: Surroundings) -> None:
         pass
 
-    def update(self, around: Surroundings) -> None:
+    def update(self, around: Surroundings, final: bool = True) -> None:
         pass
 
 
@@ -83,9 +83,9 @@ class _Timed(IncidentTracker):
         super().add(failure, around)
         self.spent += time.perf_counter() - started
 
-    def update(self, around: Surroundings) -> None:
+    def update(self, around: Surroundings, final: bool = True) -> None:
         started = time.perf_counter()
-        super().update(around)
+        super().update(around, final)
         self.spent += time.perf_counter() - started
 
 

@@ -757,7 +757,7 @@ class ClusterModel:
         every `LOST_SWEEP_EVERY_S`, retire as lost the open rooms nobody said anything of for `lost_after_s`;
         fold the failures that came since into the incidents."""
         self._now = max(self._now, now)
-        self.incidents.update(self)
+        self.incidents.update(self, final=False)
         if now - self._lost_check_at >= LOST_SWEEP_EVERY_S or now < self._lost_check_at:
             self._lost_check_at = now
             self._retire_lost(now)

@@ -159,6 +159,8 @@ class IncidentTracker:
         self.started: dict[tuple[str, str], int] = {}
         """Incidents ever started, by (kind, suspect kind): what a Prometheus counter reads."""
         self.pending: list[Observed] = []
+        self.held: set[int] = set()
+        """Rooms whose echoes wait one update for their origin (see `update`)."""
         self.by_lead: dict[LeadKey, int] = {}
         """The incident of each of the newest `LEADS_KEPT` groups, by the group's lead, oldest first."""
         self.newest = 0.0
@@ -176,14 +178,24 @@ class IncidentTracker:
         if len(self.pending) >= PENDING_MAX:
             self.update(around)
 
-    def update(self, around: Surroundings) -> None:
-        """Fold the rooms the pending failures touched; their groups join (or start) incidents."""
+    def update(self, around: Surroundings, final: bool = True) -> None:
+        """Fold the rooms the pending failures touched; their groups join (or start) incidents.
+
+        Not `final` (a sweep, with more deliveries to come): a room new to the tracker whose failures are all
+        echoes naming an origin not seen yet waits for the next update, once (the origin's own record is
+        usually in another agent's next batch), so no incident is made of the echoes' guess in between."""
         if not self.pending:
             return
         by_room: dict[int, list[Observed]] = {}
         for failure in self.pending:
             by_room.setdefault(failure.room, []).append(failure)
         self.pending = []
+        held, self.held = self.held, set()
+        if not final:
+            for room, new in list(by_room.items()):
+                if room not in held and room not in self._tracked and all(f.origin and not f.is_origin for f in new):
+                    self.pending += by_room.pop(room)
+                    self.held.add(room)
         emptied: set[int] = set()
         for room, new in sorted(by_room.items(), key=lambda item: item[1][0].ts):  # in time order, about
             tracked = self._tracked.pop(room, None)
@@ -232,7 +244,7 @@ class IncidentTracker:
         return TrackerState(
             self.quiet_gap_s, self.incidents_kept, self.rooms_tracked, self.rooms_listed,
             list(self.incidents.values()), self.next_id, [(*key, n) for key, n in self.started.items()],
-            list(self.pending), [(room, t.failures, t.parts) for room, t in self._tracked.items()],
+            list(self.pending), sorted(self.held), [(room, t.failures, t.parts) for room, t in self._tracked.items()],
             [(*key, incident_id) for key, incident_id in self._latest.items()], self.listed,
             [(*lead, incident_id) for lead, incident_id in self.by_lead.items()], self.newest,
         )  # fmt: skip
@@ -243,6 +255,7 @@ class IncidentTracker:
         tracker = cls(state.quiet_gap_s, state.incidents_kept, state.rooms_tracked, state.rooms_listed)
         tracker.incidents = {incident.id: incident for incident in state.incidents}
         tracker.next_id, tracker.listed, tracker.pending = state.next_id, state.listed, state.pending
+        tracker.held = set(state.held)
         tracker.started = {(kind, suspect): n for kind, suspect, n in state.started}
         tracker._latest = {(kind, suspect, name): i for kind, suspect, name, i in state.latest}
         for room, failures, parts in state.tracked:
@@ -472,6 +485,7 @@ class TrackerState(msgspec.Struct, array_like=True):
     next_id: int
     started: list[tuple[str, str, int]]
     pending: list[Observed]
+    held: list[int]
     tracked: list[tuple[int, list[Observed], list[Part]]]
     latest: list[tuple[str, str, str, int]]
     listed: int

@@ -104,15 +104,38 @@ def test_client_aborts_are_an_incident_of_the_client_apart_from_the_cluster():
     assert next(iter(model.incidents.incidents.values())).client
 
 
-def test_an_echo_heard_before_its_origin_leaves_no_incident_of_its_own():
-    """The prefill's echo arrives a sweep before the decode's checksum origin: once the origin is in, the room
-    is in the sender's incident alone, and nothing is left of the echo's own guess."""
+def test_an_echo_heard_a_sweep_before_its_origin_waits_for_it_and_makes_no_incident_of_its_own():
+    """The prefill's echo arrives a sweep before the decode's checksum origin: the sweep holds the echo's room
+    once, and once the origin is in, the room is in the sender's incident alone (nothing counted its guess)."""
     model = ClusterModel()
     deliver(model, "prefill-0/TP1", [echo(T0, 7, "prefill-0/TP1", "decode-0/TP1")], T0)
     before = incidents(model, T0 + 0.5)
     deliver(model, "decode-0/TP1", [checksum(T0 - 0.01, 7)], T0 + 0.6)
 
-    assert before == [("decode-0/TP1", "failing", 1)]  # its own record never arrived (yet)
+    assert before == []
+    assert incidents(model, T0 + 1) == [("prefill-0/TP1", "corrupt", 1)]
+    assert model.incidents.started == {("corrupt", "rank"): 1}
+
+
+def test_echoes_whose_origin_never_comes_are_an_incident_of_that_origin_a_sweep_later():
+    """A rank that died before publishing its own record: its echoes wait one sweep, then name it."""
+    model = ClusterModel()
+    deliver(model, "prefill-0/TP1", [echo(T0, 7, "prefill-0/TP1", "decode-0/TP1")], T0)
+
+    assert incidents(model, T0 + 0.5) == []
+    assert incidents(model, T0 + 1.0) == [("decode-0/TP1", "failing", 1)]  # its own record never arrived
+
+
+def test_an_origin_that_came_after_its_echo_moves_the_room_out_of_the_echoes_incident():
+    """Read at once (a one-shot view folds what it has), the echo alone made an incident of its own guess; the
+    origin that comes later takes the room out of it, and nothing is left of the guess."""
+    model = ClusterModel()
+    deliver(model, "prefill-0/TP1", [echo(T0, 7, "prefill-0/TP1", "decode-0/TP1")], T0)
+    model.update_incidents()
+    before = [(i.suspect.text, i.kind, i.room_count) for i in model.incidents.incidents.values()]
+    deliver(model, "decode-0/TP1", [checksum(T0 - 0.01, 7)], T0 + 0.6)
+
+    assert before == [("decode-0/TP1", "failing", 1)]
     assert incidents(model, T0 + 1) == [("prefill-0/TP1", "corrupt", 1)]
     assert model.incidents.started == {("failing", "rank"): 0, ("corrupt", "rank"): 1}
 
