@@ -193,9 +193,13 @@ class IncidentTracker:
         held, self.held = self.held, set()
         if not final:
             for room, new in list(by_room.items()):
-                if room not in held and room not in self._tracked and all(f.origin and not f.is_origin for f in new):
-                    self.pending += by_room.pop(room)
-                    self.held.add(room)
+                for failure in new:
+                    if not failure.origin or failure.origin == failure.rank:  # an origin, or an echo of no name
+                        break
+                else:
+                    if room not in held and room not in self._tracked:
+                        self.pending += by_room.pop(room)
+                        self.held.add(room)
         emptied: set[int] = set()
         for room, new in sorted(by_room.items(), key=lambda item: item[1][0].ts):  # in time order, about
             tracked = self._tracked.pop(room, None)
