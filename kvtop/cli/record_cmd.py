@@ -191,15 +191,10 @@ def _snapshot_events(snapshot: Snapshot) -> list[Event]:
 
 
 def _fields(event: Event) -> dict[str, Any]:
-    """`kind` (the event's tag) and its fields by name (a hello's AgentInfo as `info`)."""
-    import msgspec
+    """`kind` (the event's tag) and its fields by name (`event_fields`)."""
+    from kvtop.views.event_lines import event_fields
 
-    from transport.events import AgentHello
-
-    fields: dict[str, Any] = msgspec.structs.asdict(event)
-    if isinstance(event, AgentHello):
-        fields["info"] = msgspec.structs.asdict(fields.pop("agent"))
-    return {"kind": event.__struct_config__.tag, **fields}
+    return {"kind": event.__struct_config__.tag, **event_fields(event)}
 
 
 def register(app: typer.Typer) -> None:

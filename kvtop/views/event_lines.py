@@ -104,14 +104,34 @@ def to_line(agent: str, event: Event, level: str = "") -> str:
 
 def to_json(agent: str, event: Event, level: str = "") -> str:
     """One JSON object: agent (the label), level (shown), raw_level (as logged), kind and the event's own fields
-    (a hello's AgentInfo as `info`)."""
-    fields: dict[str, Any] = msgspec.structs.asdict(event)
-    if isinstance(event, AgentHello):
-        fields["info"] = msgspec.structs.asdict(fields.pop("agent"))
+    (`event_fields`)."""
+    fields = event_fields(event)
     fields.pop("level", None)
     raw = raw_level(event)
     line = {"agent": agent, "level": level or raw, "raw_level": raw, "kind": _KIND[type(event)], **fields}
     return json.dumps(line, allow_nan=False)
+
+
+def event_fields(event: Event) -> dict[str, Any]:
+    """An event's fields by name, nested records as objects too (a heartbeat's `log`), a hello's AgentInfo as
+    `info`, a context line's own kind as `context_kind` (`kind` is the event's): what `json.dumps` takes for
+    every kind of event."""
+    fields: dict[str, Any] = _plain(event)
+    if isinstance(event, AgentHello):
+        fields["info"] = fields.pop("agent")
+    elif isinstance(event, LogContext):
+        fields["context_kind"] = fields.pop("kind")
+    return fields
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, msgspec.Struct):
+        return {name: _plain(item) for name, item in msgspec.structs.asdict(value).items()}
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value
 
 
 def gap_line(agent: str, batches: int, ts: float) -> str:
