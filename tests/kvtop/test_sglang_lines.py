@@ -217,6 +217,23 @@ def test_a_truncated_failure_line_is_garbled(line):
         classify(parse_prefix(line), 2026)
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[2026-01-02 03:04:05 TP2000] Decode batch, #running-req: 3, #prealloc-req: 2, #transfer-req: 1, ",
+        "[2026-01-02 03:04:05 DP0 TP99999999999999999999] Decode batch, #running-req: 3, #transfer-req: 1, ",
+        "[2026-01-02 03:04:05] Decode transfer failed for request rank=5000 decode_req.req.rid='r' "
+        "decode_req.req.bootstrap_room=7 with exception KVTransferError(bootstrap_room=7): boom",
+    ],
+    ids=["TP2000", "a tag past 64 bits", "rank=5000"],
+)
+def test_a_rank_tag_no_server_has_is_a_garbled_line(line):
+    """A rank tag past 1023 (in the prefix or a failure line's rank=) is garbled, counted and skipped: it made a
+    sidecar announce 2,001 ranks (every view refused them), and one past 64 bits killed its publisher."""
+    with pytest.raises((Garbled, ValueError)):
+        classify(parse_prefix(line), 2026)
+
+
 def test_lines_kvtop_does_not_use_are_nothing():
     """Access logs and other chatter give no record."""
     line = '[2026-01-02 03:04:05] INFO:     10.0.0.2:51234 - "POST /generate HTTP/1.1" 200 OK'

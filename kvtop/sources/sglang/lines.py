@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kvtop.sources.sglang.prefix import Prefix, stamp_seconds
+from kvtop.sources.sglang.prefix import RANK_TAG_MAX, Prefix, stamp_seconds
 
 MARKERS: tuple[bytes, ...] = (
     b"bootstrap",  # failure lines with a room, lost connections, bootstrap errors, hints, corruption, client aborts
@@ -187,6 +187,8 @@ def _failure(prefix: Prefix) -> FailureLine:
         room_text = room_field[1]
     room = int(room_text) if room_text != "None" else None
     tp = prefix.tp if prefix.tp is not None else int(rank[1]) if rank else 0
+    if tp > RANK_TAG_MAX:
+        raise Garbled(f"rank={tp} is past {RANK_TAG_MAX}")
     reason = kv_error[2] if kv_error else exception
     return FailureLine(prefix.ts, tp, match[1], rid[1] if rid else "", room, reason.strip(), kv_error is not None)
 

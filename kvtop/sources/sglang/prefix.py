@@ -21,6 +21,9 @@ _WRAPPERS = (
     re.compile(r"[A-Z][a-z]{2} \d{1,2}, \d{4} @ \d\d:\d\d:\d\d(?:\.\d+)? *\t* *"),
 )
 _STAMPS_KEPT = 65_536
+RANK_TAG_MAX = 1023
+"""The largest rank tag (`TP`, `DP`, `EP`, `PP`, `ATTN_CP`, a failure line's `rank=`) a line may carry: past it
+the line is garbled (a `TP2000` made a sidecar announce 2,001 ranks, which every view refused)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +66,8 @@ def unwrap(line: str) -> str:
 def parse_prefix(line: str) -> Prefix:
     """Split a line into its prefix (time, rank tags) and message; a line with no prefix is all message.
 
-    Raises ValueError for a prefix whose date cannot be (a garbled stamp such as month 13).
+    Raises ValueError for a prefix whose date cannot be (a garbled stamp such as month 13) or whose rank tag
+    is past `RANK_TAG_MAX`.
     """
     line = unwrap(line.rstrip("\r\n"))
     match = _SGLANG.match(line)
@@ -73,4 +77,6 @@ def parse_prefix(line: str) -> Prefix:
     if match[2]:
         ts += int(match[2]) / 10 ** len(match[2])
     tags = {name: int(value) for name, value in _TAG.findall(match[3])} if match[3] else {}
+    if any(value > RANK_TAG_MAX for value in tags.values()):
+        raise ValueError(f"a rank tag past {RANK_TAG_MAX}: {match[3].strip()[:40]}")
     return Prefix(ts, tags, line[match.end() :].rstrip())
