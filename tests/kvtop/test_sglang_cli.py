@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import calendar
 import json
 from pathlib import Path
 
@@ -142,3 +143,40 @@ def test_max_abort_rate_is_a_check_threshold_in_its_perfdata_and_bounded():
 
     assert (capped.returncode, wrong.returncode) == (2, 3)  # 2: the logs' two cluster incidents
     assert "aborted=3 abort_rate=0.0000;0.1;0.2" in capped.stdout
+
+
+FAILURE_LINE = (
+    "[2026-01-02 03:04:05 TP0] Decode transfer failed for request rank=0 decode_req.req.rid='r' "
+    "decode_req.req.bootstrap_room=7 with exception KVTransferError(bootstrap_room=7): Request 7 timed out after "
+    "300.0s in KVPoll.WaitingForInput\n"
+)
+
+
+@pytest.mark.parametrize(("encoding", "order"), [("utf-16", "LE"), ("utf-16-be", "BE"), ("utf-16-le", "LE")])
+def test_a_utf16_log_is_refused_with_one_line_not_read_as_no_failures(tmp_path: Path, encoding: str, order: str):
+    """A UTF-16 log (with a byte order mark or without) said "0 failures, 0 garbled" and exit 0; now every view
+    refuses it with one line naming its encoding (exit 2, check UNKNOWN)."""
+    log = tmp_path / "decode.log"
+    log.write_text(FAILURE_LINE * 3, encoding=encoding)
+
+    failures = kvtop("failures", "--sglang-log", str(log))
+    check = kvtop("check", "--sglang-log", str(log))
+
+    assert (failures.returncode, failures.stdout, check.returncode) == (2, "", 3)
+    assert failures.stderr.strip() == (
+        f"kvtop: cannot read an SGLang log: {log} is UTF-16 {order}, not UTF-8 text: convert it first "
+        f"(iconv -f UTF-16 -t UTF-8 {log} > log.txt)"
+    )
+
+
+def test_a_utf8_log_with_a_byte_order_mark_reads_its_first_line_too(tmp_path: Path):
+    """The mark before the first line's prefix hid the prefix: the line's time became the file's."""
+    log = tmp_path / "decode.log"
+    log.write_text(FAILURE_LINE, encoding="utf-8-sig")
+
+    groups = json.loads(kvtop("failures", "--json", "--sglang-log", str(log)).stdout)
+
+    stamp = calendar.timegm((2026, 1, 2, 3, 4, 5, 0, 0, 0))
+    assert [(g["room"], g["origin"]["reason_class"], g["origin"]["ts"]) for g in groups] == [
+        (7, "timeout_waiting", stamp)
+    ]

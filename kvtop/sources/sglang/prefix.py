@@ -53,7 +53,10 @@ def stamp_seconds(stamp: str) -> float:
 
 
 def unwrap(line: str) -> str:
-    """The line without a log shipper's wrapper (unchanged if it has none)."""
+    """The line without a log shipper's wrapper or a UTF-8 byte order mark (unchanged if it has none)."""
+    if line.startswith("["):
+        return line
+    line = line.removeprefix("\ufeff")
     if line.startswith("["):
         return line
     for wrapper in _WRAPPERS:

@@ -75,6 +75,23 @@ def damage(error: BaseException) -> str:
     return f"not gzip or corrupt ({error})"
 
 
+class LogEncodingError(OSError):
+    """A log that is not text kvtop can read (UTF-16): refused with a clear line, never read as no failures."""
+
+
+def check_encoding(head: bytes, path: Path) -> None:
+    """Raise `LogEncodingError` for a file whose first bytes are UTF-16 (a byte order mark, or ASCII with every
+    other byte NUL): its markers would match nothing, and the views would say "0 failures"."""
+    order = {b"\xff\xfe": "UTF-16 LE", b"\xfe\xff": "UTF-16 BE"}.get(head[:2], "")
+    even, odd = head[0:64:2], head[1:64:2]
+    if not order and len(head) >= 8:
+        order = "UTF-16 LE" if odd.count(0) == len(odd) else "UTF-16 BE" if even.count(0) == len(even) else ""
+    if order:
+        raise LogEncodingError(
+            f"{path} is {order}, not UTF-8 text: convert it first (iconv -f UTF-16 -t UTF-8 {path} > log.txt)"
+        )
+
+
 def read_head(path: Path, limit: int) -> bytes:
     """Up to `limit` bytes of the file's text (decompressed for `.gz`): what could be read, damage or not."""
     with open(path, "rb") as raw:
@@ -123,6 +140,8 @@ class LogReader:
             self._file = self._open()
 
     def _open(self) -> BinaryIO:
+        """The file, positioned at its start; raises `LogEncodingError` for a UTF-16 file."""
+        check_encoding(read_head(self.path, 64), self.path)
         raw = open(self.path, "rb")  # noqa: SIM115 (kept open while following)
         status = os.fstat(raw.fileno())
         self._identity = (status.st_dev, status.st_ino)
