@@ -186,7 +186,7 @@ def _unseen_origin(group: FailureGroup, around: Surroundings) -> Attribution:
     if lead.role == "decode" and lead.reason.startswith(_KVCACHE_FROM_PREFILL):
         prefill = around.link_of(group.room)[0]
         suspect = Suspect("instance", prefill, "prefill") if prefill else Suspect("side", lead.instance, "prefill")
-        return Attribution(suspect, Kind.FAILING, f"{lead.rank} was told by prefill that the room failed")
+        return Attribution(suspect, Kind.FAILING, "decode was told by prefill that the room failed")
     return Attribution(Suspect("unknown", lead.instance), Kind.FAILING, "no origin seen, nothing names a cause")
 
 
