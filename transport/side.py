@@ -71,16 +71,20 @@ class SideContext:
 
     def stalled(self, until: float) -> None:
         """The engine stood still for longer than a peer timeout until `until` (the process was stopped, starved
-        or swapped out): for two peer timeouts from then (its peers' votes and heartbeats are judged afresh after
-        one), the failures this rank records because it heard nobody name itself as their suspect (its peers did
-        not go away; it did)."""
+        or swapped out): the failures this rank then records because it heard nobody name itself as their
+        suspect (its peers did not go away; it did). See `_own_silence`."""
         self.counters.add("stalls")
         self.stalled_until = until
 
-    def _own_silence(self, reason_class: ReasonClass | None) -> bool:
-        """Whether a failure of `reason_class` this rank records now is its own stall's doing."""
-        recent = time.monotonic() - self.stalled_until <= 2 * self.config.peer_timeout_s
-        return recent and reason_class in reasons.SILENCE_CLASSES
+    def _own_silence(self, record: RoomRecord, reason_class: ReasonClass | None) -> bool:
+        """Whether a failure of `reason_class` this rank records now in `record` is its own stall's doing: a
+        silence class, in a room it took before the stall ended or in the two peer timeouts after (the backlog
+        it found when it woke: its peers' votes and heartbeats are judged afresh after one), within
+        `RETAIN_FINISHED_S` of the stall."""
+        if reason_class not in reasons.SILENCE_CLASSES:
+            return False
+        backlog = record.created_at <= self.stalled_until + 2 * self.config.peer_timeout_s
+        return backlog and time.monotonic() <= self.stalled_until + RETAIN_FINISHED_S
 
     def observe(self, record: RoomRecord, peer: str = "") -> None:
         """Publish the state changes of a room a scheduler owns (and its state now, if it moved already)."""
@@ -95,10 +99,10 @@ class SideContext:
             seconds = record.finished_at - record.created_at
             self.emit(TransferDone(ts, record.room, record.bytes_done, seconds, peer))
         elif record.state is KVPoll.Failed and record.failure is not None:
-            self.emit(self.failure_event(record.room, record.failure, record.reason_class, ts))
+            self.emit(self.failure_event(record, record.failure, record.reason_class, ts))
 
     def failure_event(
-        self, room: int, failure: KVTransferError, reason_class: ReasonClass | None, ts: float
+        self, record: RoomRecord, failure: KVTransferError, reason_class: ReasonClass | None, ts: float
     ) -> Failure:
         """The event of a failure on this rank: an origin at error/warning with its suspect, an echo at debug."""
         origin = failure.origin or self.info.label
@@ -106,10 +110,10 @@ class SideContext:
         suspect = ""
         if origin == self.info.label:
             level = Level.WARNING if self.info.role == "prefill" else Level.ERROR
-            suspect = self.info.label if self._own_silence(reason_class) else failure.suspect
+            suspect = self.info.label if self._own_silence(record, reason_class) else failure.suspect
         return Failure(
             ts,
-            room,
+            record.room,
             self.info.label,
             failure.failure_reason,
             str(reason_class or ReasonClass.OTHER),
@@ -136,7 +140,7 @@ class SideContext:
             return
         ts = time.time()
         self.emit(RoomState(ts, record.room, int(KVPoll.Failed), int(previous), record.peer, record.bytes_total))
-        self.emit(self.failure_event(record.room, record.agreed_failure, reason.reason_class, ts))
+        self.emit(self.failure_event(record, record.agreed_failure, reason.reason_class, ts))
 
     def progress(self, record: RoomRecord, now: float) -> None:
         """A rate-limited progress event for a room whose bytes moved."""

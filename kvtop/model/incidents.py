@@ -48,7 +48,7 @@ FAILURES_PER_ROOM = 256
 LABELS_KEPT = 16
 """Distinct classes, evidence lines and noticing ranks an incident tallies (the rest count as "other")."""
 DRAIN_S = 10.0
-"""A pool that filled while a rank stopped answering refuses rooms for a while after it is back."""
+"""A group whose origin never came joins an incident it was noticing failures of until this long after it."""
 BEFORE_S = 10.0
 """A vaguer failure (a timeout, a full pool) this long before a rank's incident started is still its doing: the
 rank went silent before its peers could tell."""
@@ -428,8 +428,8 @@ def _explains(cause: Incident, vague: Incident, quiet_gap_s: float) -> bool:
     if vague.id == cause.id or not cause.first_seen - BEFORE_S <= vague.first_seen:
         return False
     suspect, rank = vague.suspect, cause.suspect
-    if vague.symptom_of:
-        return vague.first_seen <= cause.last_seen + DRAIN_S
+    if vague.symptom_of:  # a pool full while the rank's incident is ongoing (or draining after it)
+        return vague.first_seen <= cause.last_seen + quiet_gap_s
     if vague.kind != Kind.UNRESPONSIVE or vague.first_seen > cause.last_seen + quiet_gap_s:
         return False
     if suspect.kind == "instance":

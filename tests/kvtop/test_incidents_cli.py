@@ -80,15 +80,24 @@ def test_incident_thresholds_decide_critical_or_warning_and_a_bad_one_is_unknown
     assert kvtop("check", "--incident-class", "timeout_bootstrap=0", *gone).returncode == 3
 
 
-def cluster_incidents(found: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    return [(i["suspect"]["name"], i["kind"]) for i in found if not i["client"]]
+def cluster_incidents(found: list[dict[str, Any]], kind: str = "") -> list[tuple[str, str]]:
+    """(suspect, kind) of each cluster incident (of `kind` only, when given)."""
+    return [(i["suspect"]["name"], i["kind"]) for i in found if not i["client"] and kind in ("", i["kind"])]
+
+
+def of_kind(found: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    """The one incident of `kind` (a test machine overloaded by other work may add others of their own kinds:
+    pools that fill, ranks starved past their timeouts)."""
+    matching = [incident for incident in found if incident["kind"] == kind]
+    assert len(matching) == 1, [incident["headline"] for incident in found]
+    return matching[0]
 
 
 def test_live_a_corrupting_prefill_rank_is_one_incident_naming_it_and_check_says_so(cluster_up):
     """prefill-0/TP1 corrupts 8 % of what it sends to two decode instances: the decode ranks notice, the incident
-    names the sender, its rooms are every failed room, and check exits 2 naming it."""
+    names the sender, its rooms are every room that failed its checksum, and check exits 2 naming it."""
     running = cluster_up(
-        "--prefill", "1", "--decode", "2", "--tp", "2", "--rate", "30", "--fault", "prefill-0/TP1=corrupt:0.08"
+        "--prefill", "1", "--decode", "2", "--tp", "2", "--rate", "15", "--fault", "prefill-0/TP1=corrupt:0.08"
     )
     running.wait_line(r"failed ([5-9]|\d\d+),")
 
@@ -96,21 +105,25 @@ def test_live_a_corrupting_prefill_rank_is_one_incident_naming_it_and_check_says
     found = incidents("--bootstrap", running.bootstrap)
     check = kvtop("check", "--bootstrap", running.bootstrap)
 
-    assert cluster_incidents(found) == [("prefill-0/TP1", "corrupt")]
-    assert {str(group["room"]) for group in groups} <= set(found[0]["rooms"])
-    assert {group["origin_label"].rsplit("/", 1)[0] for group in groups} == {"decode-0", "decode-1"}
+    checksums = [group for group in groups if group["origin"] and group["origin"]["reason_class"] == "checksum"]
+    corrupt = of_kind(found, "corrupt")
+    assert corrupt["suspect"] == {"kind": "rank", "name": "prefill-0/TP1", "role": "prefill"}
+    assert {str(group["room"]) for group in checksums} <= set(corrupt["rooms"])
+    assert {group["origin_label"].rsplit("/", 1)[0] for group in checksums} == {"decode-0", "decode-1"}
+    assert not [name for name, _ in cluster_incidents(found) if name.startswith("decode-")]  # who noticed: no suspect
     assert check.returncode == 2, check.stdout
-    assert check.stdout.startswith("KVTOP CRITICAL - incident: prefill-0/TP1 sends corrupt KV (checksum) since ")
+    assert "incident: prefill-0/TP1 sends corrupt KV (checksum) since " in check.stdout
 
 
 def test_live_a_rank_that_dies_is_one_incident_naming_it(cluster_up, wait_for):
     """prefill-0/TP1 kills itself on a room: its peers lose it, its instance stops hearing its votes: one
     incident, suspect prefill-0/TP1."""
-    running = cluster_up("--prefill", "1", "--decode", "2", "--tp", "2", "--rate", "30", "--fault",
+    running = cluster_up("--prefill", "1", "--decode", "2", "--tp", "2", "--rate", "15", "--fault",
                          "prefill-0/TP1=die:0.1")  # fmt: skip
     running.wait_line(r"kvtop: rank prefill-0/TP1 \(pid \d+\) killed by SIGKILL")
 
-    found = wait_for(lambda: cluster_incidents(incidents("--bootstrap", running.bootstrap)), 30, "an incident")
+    found = wait_for(lambda: cluster_incidents(incidents("--bootstrap", running.bootstrap), "unresponsive"), 30,
+                     "an incident")  # fmt: skip
 
     assert found == [("prefill-0/TP1", "unresponsive")]
 
@@ -119,7 +132,7 @@ def test_live_a_rank_stopped_under_load_is_one_incident_naming_it_not_one_origin
     """prefill-0/TP1 SIGSTOPped under load until kvtop calls it gone, then let go: its peers lost it, its
     instance's pool filled and refused rooms, it judged its own peers lost when it woke, and the cluster works
     again: one incident throughout, suspect prefill-0/TP1."""
-    running = cluster_up("--prefill", "1", "--decode", "2", "--tp", "2", "--rate", "30", "--fault", "none")
+    running = cluster_up("--prefill", "1", "--decode", "2", "--tp", "2", "--rate", "15", "--fault", "none")
     rooms_ok(running, at_least=20)
     pid = next(rank["pid"] for rank in ranks(running.bootstrap) if rank["label"] == "prefill-0/TP1")
 
@@ -133,9 +146,10 @@ def test_live_a_rank_stopped_under_load_is_one_incident_naming_it_not_one_origin
     rooms_ok(running, at_least=rooms_ok(running) + 30)  # the cluster works again
     after = incidents("--bootstrap", running.bootstrap)
 
-    assert cluster_incidents(stopped) == [("prefill-0/TP1", "unresponsive")]
-    assert cluster_incidents(after) == [("prefill-0/TP1", "unresponsive")]
-    assert after[0]["room_count"] >= stopped[0]["room_count"] > 1
+    during, then = of_kind(stopped, "unresponsive"), of_kind(after, "unresponsive")
+    assert (during["suspect"]["name"], then["suspect"]["name"]) == ("prefill-0/TP1", "prefill-0/TP1")
+    assert then["room_count"] >= during["room_count"] > 1
+    assert then["room_count"] >= 0.8 * sum(i["room_count"] for i in after if not i["client"]), after
 
 
 def ranks(bootstrap: str) -> list[dict[str, Any]]:
