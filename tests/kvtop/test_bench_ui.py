@@ -36,7 +36,7 @@ def test_ui_bench_exits_non_zero_when_no_key_answered() -> None:
 def test_ui_bench_json_reports_data_age_beside_frame_time() -> None:
     """A short run reports frame, build and data-age percentiles, and every key it pressed answered; the
     dashboard recorded what it was fed, as it does live by default."""
-    done = kvtop(*_SMALL, "--seconds", "4", "--json")
+    done = kvtop(*_SMALL, "--seconds", "8", "--json")  # 2 s a view: a frame each 0.5 s, a few even when loaded
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["frames"] > 0
