@@ -176,7 +176,7 @@ class IncidentTracker:
         """A failure the model took (folded at the next `update`, or now when too many wait)."""
         self.pending.append(failure)
         if len(self.pending) >= PENDING_MAX:
-            self.update(around)
+            self.update(around, final=False)  # as a sweep would: more deliveries are coming
 
     def update(self, around: Surroundings, final: bool = True) -> None:
         """Fold the rooms the pending failures touched; their groups join (or start) incidents.

@@ -128,21 +128,6 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
-def summary(incidents: Sequence[Incident], now: float, quiet_gap_s: float) -> str:
-    """`2 incidents (1 ongoing): prefill-0/TP1 sends corrupt KV (checksum), 31 rooms since 10:02:11; ...`"""
-    cluster = [incident for incident in incidents if not incident.client]
-    if not cluster:
-        return "no incidents"
-    ongoing = sum(incident.ongoing(now, quiet_gap_s) for incident in cluster)
-    dated = spans_days([incident.first_seen for incident in cluster] + [now])
-    named = "; ".join(
-        f"{incident.headline()}, {incident.room_count} rooms since {stamp(incident.first_seen, dated)[:-4]}"
-        for incident in cluster[:3]
-    )
-    more = f"; {len(cluster) - 3} more" if len(cluster) > 3 else ""
-    return f"{len(cluster)} incidents ({ongoing} ongoing): {named}{more}"
-
-
 def duration(seconds: float) -> str:
     """`45s`, `12m05s`, `3h02m`."""
     seconds = max(0, round(seconds))
