@@ -9,6 +9,7 @@ delivered, indexed by room and agent for assertions.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
@@ -22,8 +23,9 @@ from transport import BootstrapServer, FaultInjector, KVManager, KVPoll, KVPool,
 from transport.cluster import ClusterSpec, LocalCluster
 from transport.control import ControlClient
 from transport.events import Event, EventBatch, Failure, Heartbeat, RoomState, Snapshot
+from transport.publisher import EventPublisher
 from transport.subscriber import AGENT_RCVHWM, Delivered, EventSubscriber
-from transport.wire import AgentInfo
+from transport.wire import AgentInfo, replace_fields
 
 T = TypeVar("T")
 
@@ -258,6 +260,25 @@ class EventLog:
 
 
 EventLogFactory = Callable[..., EventLog]
+
+
+@pytest.fixture
+def make_publisher(zmq_context) -> Iterator[Callable[..., EventPublisher]]:
+    """Start bare event publishers for a made-up agent `prefill-0/TP0` (closed at teardown)."""
+    publishers: list[EventPublisher] = []
+
+    def make(**options: object) -> EventPublisher:
+        info = AgentInfo("prefill", "prefill-0", 0, 1, 4096, "", "", os.getpid(), "test", 1)
+        publisher = EventPublisher(info, context=zmq_context, **options)
+        publisher.info = replace_fields(
+            info, event_endpoint=publisher.endpoint, snapshot_endpoint=publisher.snapshot_endpoint
+        )
+        publishers.append(publisher)
+        return publisher.start()
+
+    yield make
+    for publisher in publishers:
+        publisher.close()
 
 
 @pytest.fixture

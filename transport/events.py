@@ -24,7 +24,7 @@ from typing import Annotated
 
 import msgspec
 
-from transport.wire import AgentInfo, RankLabel, ReasonText
+from transport.wire import AgentInfo, RankLabel, ReasonText, ShortText
 
 EVENT_SCHEMA = 1
 """Bumped when a record changes incompatibly; new fields get defaults instead."""
@@ -38,6 +38,9 @@ Percent = Annotated[float, msgspec.Meta(ge=0.0, le=1e6)]
 State = Annotated[int, msgspec.Meta(ge=0, le=4)]
 """A `KVPoll` value, as a plain int (the model's hot loop wants ints, not enum members)."""
 Count = Annotated[int, msgspec.Meta(ge=0)]
+COUNTERS_MAX = 1024
+"""Counters one heartbeat may carry (an agent has about a hundred; more is a malformed frame)."""
+CounterTable = Annotated[dict[ShortText, int], msgspec.Meta(max_length=COUNTERS_MAX)]
 MetricValue = Annotated[float, msgspec.Meta(ge=-1e18, le=1e18)]
 """A scraped metric's value: a finite number (NaN and infinity fail the bounds)."""
 
@@ -56,9 +59,9 @@ class AgentHello(msgspec.Struct, tag="hello", array_like=True, frozen=True):
 
     ts: Timestamp
     agent: AgentInfo
-    version: str
-    event_endpoint: str
-    snapshot_endpoint: str
+    version: ShortText
+    event_endpoint: ReasonText
+    snapshot_endpoint: ReasonText
 
 
 LOG_METRICS_MAX = 64
@@ -109,15 +112,15 @@ class Heartbeat(msgspec.Struct, tag="heartbeat", array_like=True, frozen=True):
     """About once a second: counters, rooms in flight, host load, events this agent dropped."""
 
     ts: Timestamp
-    counters: dict[str, int]
+    counters: CounterTable
     inflight_rooms: Count
     events_dropped: Count
     cpu_percent: Percent
     rss_bytes: Count
     host_memory_percent: Percent
-    snapshot_endpoint: str = ""
+    snapshot_endpoint: ReasonText = ""
     """Where to ask for a snapshot (a subscriber given only the event endpoint learns it here)."""
-    rejected: dict[str, dict[str, int]] = {}
+    rejected: Annotated[dict[ShortText, CounterTable], msgspec.Meta(max_length=64)] = {}
     """Frames this agent's sockets rejected, by socket (control, data, consensus, bootstrap, snapshot), then
     reason (malformed, unknown_version, oversize, truncated, unexpected, invalid)."""
     log: LogFollowed | None = None
@@ -134,7 +137,7 @@ class RoomState(msgspec.Struct, tag="room", array_like=True, frozen=True):
     room: int
     state: State
     previous: State
-    peer: str = ""
+    peer: RankLabel = ""
     bytes_total: Count = 0
 
 
@@ -154,7 +157,7 @@ class TransferDone(msgspec.Struct, tag="done", array_like=True, frozen=True):
     room: int
     nbytes: Count
     seconds: Seconds
-    peer: str = ""
+    peer: RankLabel = ""
 
 
 class Failure(msgspec.Struct, tag="failure", array_like=True, frozen=True):
@@ -163,12 +166,13 @@ class Failure(msgspec.Struct, tag="failure", array_like=True, frozen=True):
 
     ts: Timestamp
     room: int
-    rank: str
-    reason: str
-    reason_class: str
-    level: str
+    rank: RankLabel
+    reason: ReasonText
+    """At most `TEXT_MAX` characters: whoever makes a failure of longer text cuts it (`wire.cut_text`)."""
+    reason_class: ShortText
+    level: ShortText
     is_from_another_rank: bool
-    origin: str
+    origin: RankLabel
     suspect: RankLabel = ""
 
 
@@ -177,9 +181,9 @@ class AbortEvent(msgspec.Struct, tag="abort", array_like=True, frozen=True):
 
     ts: Timestamp
     room: int
-    direction: str
-    peer: str
-    origin: str
+    direction: ShortText
+    peer: RankLabel
+    origin: RankLabel
 
 
 Event = AgentHello | Heartbeat | RoomState | Progress | TransferDone | Failure | AbortEvent | LogContext
@@ -189,8 +193,8 @@ class EventBatch(msgspec.Struct, tag="batch", array_like=True, frozen=True):
     """The envelope: one agent incarnation's events `seq`, in order."""
 
     schema: int
-    role: str
-    instance: str
+    role: ShortText
+    instance: RankLabel
     rank: int
     incarnation: int
     seq: int
@@ -229,3 +233,6 @@ class Snapshot(msgspec.Struct, tag="snapshot", array_like=True):
     oldest one kept once the bounded history dropped one (0: nothing dropped since the agent started)."""
     context: list[LogContext] = []
     """A log sidecar's latest context lines (so a late reader shows them beside the failures)."""
+    cut: Count = 0
+    """Entries left out so the snapshot fits a frame (the oldest of its histories first; see frame_budget.py):
+    `history_since` then names the oldest kept."""

@@ -18,7 +18,6 @@ counted in `counters["rooms_lost"]`.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 import time
@@ -42,6 +41,7 @@ from transport.events import (
     SnapshotRequest,
     TransferDone,
 )
+from transport.frame_budget import FRAME_BUDGET, fit_snapshot
 from transport.kvpoll import KVPoll
 from transport.sockets import SMALL_FRAME, bind, decode_routed, open_publisher, open_socket, serve_subscriptions
 from transport.wire import AgentInfo, FrameDecoder, encode
@@ -172,11 +172,12 @@ class EventPublisher:
         self._batch_min = min(batch_min, batch_max)
         self._lingered = False
         """A small batch waited one interval already: the next interval publishes it, however small."""
-        self._seq = itertools.count(1)
         self.seq = 0
         """The seq of the last batch published."""
         self.dropped = 0
-        self.counters = Counters(("batches", "events", "snapshots", "rooms_lost", *rejection_names()))
+        self.counters = Counters(
+            ("batches", "events", "snapshots", "snapshot_entries_cut", "rooms_lost", *rejection_names())
+        )
         """Rejections are kept per socket: `events` (what subscribers send the PUB), `snapshot` (requests)."""
         self._event_counts = self.counters.for_socket("events")
         self._snapshot_counts = self.counters.for_socket("snapshot")
@@ -227,14 +228,24 @@ class EventPublisher:
     def _publish(self) -> None:
         queue = self._queue
         popleft = queue.popleft
-        events = [popleft() for _ in range(min(len(queue), self._batch_max))]  # `emit` only adds: they are there
-        self._mirror.apply_batch(events)
-        self.seq = next(self._seq)
+        self._send([popleft() for _ in range(min(len(queue), self._batch_max))])  # `emit` only adds: they are there
+
+    def _send(self, events: list[Event]) -> None:
+        """Publish `events` as the next batch, or as two halves when its frame would pass `FRAME_BUDGET` (every
+        event is bounded where it is made: a single one always fits, a batch of big ones may not)."""
         info = self.info
         batch = EventBatch(
-            EVENT_SCHEMA, info.role, info.instance, info.rank, info.incarnation, self.seq, time.time(), events
+            EVENT_SCHEMA, info.role, info.instance, info.rank, info.incarnation, self.seq + 1, time.time(), events
         )
-        self._pub.send(encode(batch))
+        frame = encode(batch)
+        if len(frame) > FRAME_BUDGET and len(events) > 1:
+            half = len(events) // 2
+            self._send(events[:half])
+            self._send(events[half:])
+            return
+        self._mirror.apply_batch(events)
+        self.seq += 1
+        self._pub.send(frame)
         self.counters.add("batches")
         self.counters.add("events", len(events))
 
@@ -259,8 +270,10 @@ class EventPublisher:
             mirror.history_since,
             list(mirror.context),
         )
-        self._snapshots.send_multipart([requester, encode(snapshot)])
+        frame, cut = fit_snapshot(snapshot)
+        self._snapshots.send_multipart([requester, frame])
         self.counters.add("snapshots")
+        self.counters.add("snapshot_entries_cut", cut)
 
 
 class PublisherGroup:

@@ -28,7 +28,7 @@ from transport.faults import FaultInjector, FaultKind
 from transport.kvpoll import KVPoll
 from transport.pool import KVPool
 from transport.rooms import RoomRecord
-from transport.wire import AgentInfo
+from transport.wire import AgentInfo, cut_text
 
 _Room = TypeVar("_Room", bound=RoomRecord)
 RETAIN_FINISHED_S = 60.0
@@ -115,7 +115,7 @@ class SideContext:
             ts,
             record.room,
             self.info.label,
-            failure.failure_reason,
+            cut_text(failure.failure_reason),
             str(reason_class or ReasonClass.OTHER),
             str(level),
             failure.is_from_another_rank,

@@ -67,9 +67,16 @@ RoomId = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
 RankIndex = Annotated[int, msgspec.Meta(ge=0, lt=1 << 16)]
 Incarnation = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
 RankLabel = Annotated[str, msgspec.Meta(max_length=256)]
+ShortText = Annotated[str, msgspec.Meta(max_length=64)]
+"""A name from a small vocabulary: a level, a reason class, a role, a counter."""
 TEXT_MAX: Final = 4096
 """The longest reason, path or error text a frame may carry."""
 ReasonText = Annotated[str, msgspec.Meta(max_length=TEXT_MAX)]
+
+
+def cut_text(text: str, limit: int = TEXT_MAX) -> str:
+    """`text`, or its first `limit` characters ending in an ellipsis when it is longer (so it fits a frame)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 LOG_SIDECAR = "log_sidecar"

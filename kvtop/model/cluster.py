@@ -310,6 +310,8 @@ class ClusterModel:
         """Frames the collector's decoder refused (malformed, or a field out of its range), set by the collector."""
         self.lost = 0
         """Open rooms retired as lost: no rank said anything of them for `lost_after_s`."""
+        self.snapshot_cut = 0
+        """Entries agents left out of their snapshots to fit a frame (each snapshot says how many it cut)."""
         self.retired_outcomes = {"succeeded": 0, "failed": 0, "aborted": 0}
         """Rooms ever retired by `sweep`, by how they ended as they retired (a client's abort apart from a cluster
         fault): tallies that only grow, while `finished` keeps the newest few."""
@@ -350,6 +352,7 @@ class ClusterModel:
         view.last_seen = now
         if isinstance(item, Snapshot):
             view.history_since = item.history_since
+            self.snapshot_cut += item.cut
             events: list[Event] = [e for e in (item.hello, item.heartbeat) if e is not None]
             events += [*item.finished_rooms, *item.live_rooms, *item.progress, *item.failures, *item.transfers]
             events += item.context

@@ -37,7 +37,7 @@ STATE_FIELDS = frozenset(
     (
         "ranks", "rooms", "finished", "failures", "transfers", "links", "gaps", "intake", "rejected",
         "rejected_frames", "lost", "lost_after_s", "_lost_check_at", "_now", "_open", "_touched",
-        "failures_total", "_causes", "retired_outcomes", "context", "incidents",
+        "failures_total", "_causes", "retired_outcomes", "context", "incidents", "snapshot_cut",
     )
 )  # fmt: skip
 
@@ -109,6 +109,7 @@ class ModelState(msgspec.Struct, array_like=True):
     context: list[tuple[str, LogContext]]
     incidents: TrackerState | None = None
     """None in keyframes older than incidents: the restored model starts with none."""
+    snapshot_cut: int = 0
 
 
 _ENCODER = msgspec.msgpack.Encoder()
@@ -172,6 +173,7 @@ def capture(model: ClusterModel) -> bytes:
         model.gaps, model.intake, model.rejected, model.rejected_frames, model.lost, model.lost_after_s,
         model._lost_check_at, model._now, list(model._open), list(model._touched), model.failures_total,
         list(model._causes.items()), dict(model.retired_outcomes), list(model.context), model.incidents.state(),
+        model.snapshot_cut,
     )  # fmt: skip
     return _ENCODER.encode(state)
 
@@ -194,6 +196,7 @@ def restore(data: bytes | memoryview, journal_events: int = 0) -> ClusterModel:
     model.failures_total, model._causes = state.failures_total, dict(state.causes)
     model.retired_outcomes = dict(state.retired_outcomes)
     model.context.extend(state.context)
+    model.snapshot_cut = state.snapshot_cut
     if state.incidents is not None:
         model.incidents = IncidentTracker.restored(state.incidents)
     return model

@@ -221,6 +221,7 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
         "rejected_events": model.rejected,
         "rejected_frames": model.rejected_frames,
         "rooms_lost": model.lost,
+        "snapshot_entries_cut": model.snapshot_cut,
         **intake_json(model),
         "top_origins": [list(item) for item in origins.most_common(5)],
         "links": _links_json(model),
@@ -291,5 +292,5 @@ def _incidents_line(s: dict[str, Any], window_s: float) -> str:
 def _counted(s: dict[str, Any]) -> str:
     """What was skipped or retired unseen, named only when it happened."""
     named = [(s["rejected_events"], "events rejected"), (s["rejected_frames"], "frames rejected"),
-             (s["rooms_lost"], "rooms lost")]  # fmt: skip
+             (s["rooms_lost"], "rooms lost"), (s["snapshot_entries_cut"], "snapshot entries cut to fit")]  # fmt: skip
     return "".join(f", {count} {what}" for count, what in named if count)

@@ -6,7 +6,7 @@ import functools
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -21,25 +21,6 @@ from transport.subscriber import AGENT_RCVHWM
 from transport.wire import AgentInfo, replace_fields
 
 PAGES = np.arange(8, dtype=np.uint32)
-
-
-@pytest.fixture
-def make_publisher(zmq_context) -> Iterator[Callable[..., EventPublisher]]:
-    """Start bare event publishers for a made-up agent `prefill-0/TP0` (closed at teardown)."""
-    publishers: list[EventPublisher] = []
-
-    def make(**options: object) -> EventPublisher:
-        info = AgentInfo("prefill", "prefill-0", 0, 1, 4096, "", "", os.getpid(), "test", 1)
-        publisher = EventPublisher(info, context=zmq_context, **options)
-        publisher.info = replace_fields(
-            info, event_endpoint=publisher.endpoint, snapshot_endpoint=publisher.snapshot_endpoint
-        )
-        publishers.append(publisher)
-        return publisher.start()
-
-    yield make
-    for publisher in publishers:
-        publisher.close()
 
 
 def failure(room: int, reason: str = "test") -> Failure:

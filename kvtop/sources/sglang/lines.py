@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass
 
 from kvtop.sources.sglang.prefix import RANK_TAG_MAX, Prefix, stamp_seconds
+from transport.wire import cut_text
 
 MARKERS: tuple[bytes, ...] = (
     b"bootstrap",  # failure lines with a room, lost connections, bootstrap errors, hints, corruption, client aborts
@@ -190,7 +191,8 @@ def _failure(prefix: Prefix) -> FailureLine:
     if tp > RANK_TAG_MAX:
         raise Garbled(f"rank={tp} is past {RANK_TAG_MAX}")
     reason = kv_error[2] if kv_error else exception
-    return FailureLine(prefix.ts, tp, match[1], rid[1] if rid else "", room, reason.strip(), kv_error is not None)
+    reason = cut_text(reason.strip())
+    return FailureLine(prefix.ts, tp, match[1], rid[1] if rid else "", room, reason, kv_error is not None)
 
 
 def _transport_library(message: str, year: int) -> ContextLine | None:

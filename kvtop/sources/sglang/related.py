@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from kvtop.model.fold import ROOM_REUSE_S
 from kvtop.sources.sglang.lines import ContextLine, FailureLine
+from transport.wire import cut_text
 
 WORKER_ERROR = re.compile(r"Unexpected transfer worker error for room (\d+)")
 TRANSPORT_ERROR = re.compile(r"NIXL transport error for room (\d+)")
@@ -59,11 +60,12 @@ class RelatedLines:
         """A context line: a worker error waits for its failure line; a traceback right after it gives its reason."""
         found = WORKER_ERROR.search(line.text) or TRANSPORT_ERROR.search(line.text)
         if found:
-            self._pending.append(WorkerError(ts, line.tp, int(found[1]), line.text, found.re is WORKER_ERROR))
+            reason = cut_text(line.text)
+            self._pending.append(WorkerError(ts, line.tp, int(found[1]), reason, found.re is WORKER_ERROR))
         elif line.kind == "traceback" and self._pending and self._pending[-1].reason.startswith("Unexpected"):
             last = self._pending[-1]
             if ts - last.ts <= 1.0:
-                last.reason = line.text.rstrip().splitlines()[-1].strip() or last.reason
+                last.reason = cut_text(line.text.rstrip().splitlines()[-1].strip()) or last.reason
 
     def link(self, line: FailureLine, ts: float) -> tuple[int | None, bool]:
         """The room of a failure line (its own, else the one related lines name) and whether it is an echo
