@@ -53,6 +53,9 @@ class ClusterSpec:
     """A CURVE key folder (`transport.curve`) for the bootstrap service and every agent; "" for plain TCP."""
     insecure: bool = False
     """Bind a host beyond loopback without CURVE anyway."""
+    environment: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Environment variables of some agents beyond the cluster's own, by rank label (a test runs one under
+    libfaketime to skew its clock)."""
 
     def ranks(self) -> list[tuple[Role, str, int, int]]:
         """(role, instance, rank, tp) of every agent, prefill first."""
@@ -158,7 +161,8 @@ class LocalCluster:
         )
 
     def _spawn(self, options: AgentOptions, restarts: int = 0) -> AgentProcess:
-        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+        label = f"{options.instance}/TP{options.rank}"
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", **self.spec.environment.get(label, {})}
         command = [sys.executable, "-m", "transport.agent", *to_args(options)]
         if not self.spec.log_dir:
             return AgentProcess(options, subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL), "", restarts)

@@ -233,6 +233,8 @@ class Snapshot(msgspec.Struct, tag="snapshot", array_like=True):
     oldest one kept once the bounded history dropped one (0: nothing dropped since the agent started)."""
     context: list[LogContext] = []
     """A log sidecar's latest context lines (so a late reader shows them beside the failures)."""
+    sent_at: Timestamp = 0.0
+    """When the agent sent it, by its clock (0: an agent older than this field); batches carry theirs too."""
     cut: Count = 0
     """Entries left out so the snapshot fits a frame (the oldest of its histories first; see frame_budget.py):
     `history_since` then names the oldest kept."""

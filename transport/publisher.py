@@ -269,6 +269,7 @@ class EventPublisher:
             list(mirror.transfers),
             mirror.history_since,
             list(mirror.context),
+            time.time(),
         )
         frame, cut = fit_snapshot(snapshot)
         self._snapshots.send_multipart([requester, frame])

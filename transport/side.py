@@ -35,7 +35,7 @@ RETAIN_FINISHED_S = 60.0
 """Finished rooms nobody released are dropped after this long (failed first if their instance never agreed)."""
 CLEARED_MEMORY = 10_000
 """How many released room ids are remembered, so late echoes for them are ignored."""
-TIMEOUT_STAGGER_S = 0.2
+TIMEOUT_STAGGER_S = 0.5
 """Rank r of an instance times a room out r x this later than rank 0, so when every rank would
 time out together, rank 0 does and the others learn it through consensus: one origin, not tp."""
 PROGRESS_INTERVAL_S = 0.25

@@ -23,6 +23,7 @@ from itertools import chain, islice
 
 import msgspec
 
+from kvtop.model.clock import ClockEstimate, corrected
 from kvtop.model.fold import ABORTED, ROOM_REUSE_S, FailureGroup, Observed, fold
 from kvtop.model.histogram import DurationHistogram
 from kvtop.model.incidents import IncidentTracker
@@ -135,6 +136,8 @@ class RankView:
     incarnation's included: a stopped, starved, partitioned or restarted rank (the incidents' liveness)."""
     heard_before: float = 0.0
     """When an earlier incarnation of this rank was last heard (a restart's silence starts there)."""
+    clock: ClockEstimate = field(default_factory=ClockEstimate)
+    """Its clock against the collector's, from its envelopes: past `SKEWED_S` its times are corrected."""
 
     @property
     def inferred(self) -> bool:
@@ -294,6 +297,9 @@ class ClusterModel:
         Keeping them costs ingest about 15 % (they stay allocated), so headless views do not.
         `lost_after_s`: seconds without news after which an open room is retired as lost."""
         self.ranks: dict[str, RankView] = {}
+        self.correct_clocks = False
+        """Estimate each rank's clock from its envelopes and correct its times (kvtop.model.clock): set by the
+        live collector, whose `now` is when an envelope arrived (files, and simulated timelines, have none)."""
         self.rooms: dict[int, RoomView] = {}
         self.finished: dict[int, Finished] = {}
         """Retired rooms by id, oldest first, at most `FINISHED_ROOMS_KEPT`."""
@@ -350,14 +356,19 @@ class ClusterModel:
         if heard and now - heard > STALE_S and not view.inferred:
             view.silences = [*view.silences[1 - SILENCES_KEPT :], (heard, now)]
         view.last_seen = now
+        if item.sent_at and self.correct_clocks:  # 0: a snapshot of an agent older than its stamp
+            view.clock.sample(item.sent_at, now)
+        correction = view.clock.correction_s
         if isinstance(item, Snapshot):
-            view.history_since = item.history_since
+            view.history_since = item.history_since and item.history_since - correction
             self.snapshot_cut += item.cut
             events: list[Event] = [e for e in (item.hello, item.heartbeat) if e is not None]
             events += [*item.finished_rooms, *item.live_rooms, *item.progress, *item.failures, *item.transfers]
             events += item.context
         else:
             events = item.events
+        if correction:
+            events = corrected(events, correction)
         bad = self._apply_events(view, events)
         if bad:
             self.rejected += len(bad)
@@ -414,6 +425,10 @@ class ClusterModel:
 
     def liveness(self, now: float) -> dict[str, Liveness]:
         return {label: view.liveness(now) for label, view in self.ranks.items()}
+
+    def skewed_clocks(self) -> dict[str, float]:
+        """Ranks whose clock is `SKEWED_S` or more off the collector's (their times are corrected): offsets."""
+        return {label: view.clock.offset_s for label, view in sorted(self.ranks.items()) if view.clock.correction_s}
 
     def update_incidents(self) -> None:
         """Fold the failures taken since the last sweep into the incidents (a one-shot view does, before it reads)."""

@@ -13,6 +13,7 @@ from collections import deque
 import msgspec
 import numpy as np
 
+from kvtop.model.clock import ClockEstimate
 from kvtop.model.cluster import (
     LINK_TRANSFERS_KEPT,
     RANK_TRANSFERS_KEPT,
@@ -38,6 +39,7 @@ STATE_FIELDS = frozenset(
         "ranks", "rooms", "finished", "failures", "transfers", "links", "gaps", "intake", "rejected",
         "rejected_frames", "lost", "lost_after_s", "_lost_check_at", "_now", "_open", "_touched",
         "failures_total", "_causes", "retired_outcomes", "context", "incidents", "snapshot_cut",
+        "correct_clocks",
     )
 )  # fmt: skip
 
@@ -73,6 +75,8 @@ class Rank(msgspec.Struct, array_like=True):
     log: LogFollowed | None
     silences: list[tuple[float, float]] = []
     heard_before: float = 0.0
+    clock: list[float] = []
+    """The rank's clock samples (`ClockEstimate.differences`)."""
 
 
 class Link(msgspec.Struct, array_like=True):
@@ -110,6 +114,7 @@ class ModelState(msgspec.Struct, array_like=True):
     incidents: TrackerState | None = None
     """None in keyframes older than incidents: the restored model starts with none."""
     snapshot_cut: int = 0
+    correct_clocks: bool = False
 
 
 _ENCODER = msgspec.msgpack.Encoder()
@@ -133,7 +138,7 @@ def _rank(view: RankView) -> Rank:
         view.label, view.role, view.instance, view.rank, view.host, view.pid, view.incarnation, view.last_seen,
         view.inflight, view.counters, view.rejected, view.cpu_percent, view.rss_bytes, view.origins, view.echoes,
         _ring(view.transfers), view.from_log, view.history_since, view.sidecar, view.log, view.silences,
-        view.heard_before,
+        view.heard_before, view.clock.differences(),
     )  # fmt: skip
 
 
@@ -142,7 +147,7 @@ def _unrank(state: Rank) -> RankView:
         state.label, state.role, state.instance, state.rank, state.host, state.pid, state.incarnation,
         state.last_seen, state.inflight, state.counters, state.rejected, state.cpu_percent, state.rss_bytes,
         state.origins, state.echoes, _unring(state.transfers, TransferRing(RANK_TRANSFERS_KEPT)), state.from_log,
-        state.history_since, state.sidecar, state.log, state.silences, state.heard_before,
+        state.history_since, state.sidecar, state.log, state.silences, state.heard_before, ClockEstimate(state.clock),
     )  # fmt: skip
 
 
@@ -173,7 +178,7 @@ def capture(model: ClusterModel) -> bytes:
         model.gaps, model.intake, model.rejected, model.rejected_frames, model.lost, model.lost_after_s,
         model._lost_check_at, model._now, list(model._open), list(model._touched), model.failures_total,
         list(model._causes.items()), dict(model.retired_outcomes), list(model.context), model.incidents.state(),
-        model.snapshot_cut,
+        model.snapshot_cut, model.correct_clocks,
     )  # fmt: skip
     return _ENCODER.encode(state)
 
@@ -196,7 +201,7 @@ def restore(data: bytes | memoryview, journal_events: int = 0) -> ClusterModel:
     model.failures_total, model._causes = state.failures_total, dict(state.causes)
     model.retired_outcomes = dict(state.retired_outcomes)
     model.context.extend(state.context)
-    model.snapshot_cut = state.snapshot_cut
+    model.snapshot_cut, model.correct_clocks = state.snapshot_cut, state.correct_clocks
     if state.incidents is not None:
         model.incidents = IncidentTracker.restored(state.incidents)
     return model

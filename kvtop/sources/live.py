@@ -101,6 +101,7 @@ class Collector:
         self.bootstrap = bootstrap
         self.endpoints = endpoints or []
         self.model = model or ClusterModel()
+        self.model.correct_clocks = True  # envelopes arrive now: their send times tell each agent's clock
         self.lock = threading.Lock()
         """Held while the model changes; views take it to read a consistent model."""
         self.error = ""

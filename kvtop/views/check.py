@@ -92,6 +92,8 @@ class CheckResult:
     `--since`: everything in the span read)."""
     rooms_failed: int = 0
     """Rooms that failed in the window (those known from logs included)."""
+    clocks_skewed: dict[str, float] = field(default_factory=dict)
+    """Ranks whose clock is off the collector's by `SKEWED_S` or more (seconds ahead; their times corrected)."""
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -179,6 +181,10 @@ def evaluate(
         warning.append(f"ranks stale: {', '.join(stale)}")
     if model.gaps > limits.max_gaps:
         warning.append(f"{model.gaps} event batches lost")
+    skewed = model.skewed_clocks()
+    if skewed:
+        offsets = ", ".join(f"{label} {offset:+.1f}s" for label, offset in skewed.items())
+        warning.append(f"clocks off (times corrected): {offsets}")
     verdict = Verdict.CRITICAL if critical else Verdict.WARNING if warning else Verdict.OK
     coverage = model.coverage(now, limits.window_s)
     window = (
@@ -210,6 +216,7 @@ def evaluate(
         model.gaps, sorted(set(origins)), critical + warning, len(everyone) - len(liveness), aborted, abort_rate,
         unanswered, model.lost, model.rejected, model.rejected_frames,
         [incident_json(incident, now, gap) for incident in judged], "span" if span else "now", rooms_failed,
+        {label: round(offset, 3) for label, offset in skewed.items()},
     )  # fmt: skip
 
 

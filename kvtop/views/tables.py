@@ -39,6 +39,7 @@ def ranks_json(model: ClusterModel, now: float, window_s: float = 60.0) -> list[
             "pid": view.pid,
             "state": str(view.liveness(now)),
             "last_seen_s": round(now - view.last_seen, 3) if view.last_seen else None,
+            "clock_offset_s": round(view.clock.offset_s, 3),
             "gbps": round(view.gbps(now, window_s), 4),
             "inflight": view.inflight,
             "origins": view.origins,
@@ -78,7 +79,16 @@ def ranks_text(model: ClusterModel, now: float) -> str:
         f"{r['inflight']:>8} {r['origins']:>7} {r['echoes']:>6}  {_rejected_text(r['rejected'])}"
         for r in ranks_json(model, now)
     ]
-    return "\n".join(lines + sidecar_lines(model) + intake_lines(model))
+    return "\n".join(lines + clock_lines(model) + sidecar_lines(model) + intake_lines(model))
+
+
+def clock_lines(model: ClusterModel) -> list[str]:
+    """`clock   decode-0/TP0 is 3600.0 s ahead of this collector's (its times corrected)`, per skewed rank."""
+    return [
+        f"clock   {label} is {abs(offset):.1f} s {'ahead of' if offset > 0 else 'behind'} this collector's "
+        "(its times corrected)"
+        for label, offset in model.skewed_clocks().items()
+    ]
 
 
 def sidecar_lines(model: ClusterModel, label: str = "") -> list[str]:
@@ -222,6 +232,7 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
         "rejected_frames": model.rejected_frames,
         "rooms_lost": model.lost,
         "snapshot_entries_cut": model.snapshot_cut,
+        "clocks_skewed": {label: round(offset, 3) for label, offset in model.skewed_clocks().items()},
         **intake_json(model),
         "top_origins": [list(item) for item in origins.most_common(5)],
         "links": _links_json(model),
@@ -272,7 +283,7 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
             f"link    {link['prefill']} -> {link['decode']}: {link['transfers']} transfers, "
             f"{link['bytes'] / 1e6:.1f} MB, {link['failed_rooms']} failed"
         )
-    return "\n".join(lines + intake_lines(model))
+    return "\n".join(lines + clock_lines(model) + intake_lines(model))
 
 
 def _incidents_line(s: dict[str, Any], window_s: float) -> str:

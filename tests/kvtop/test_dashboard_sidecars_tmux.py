@@ -47,8 +47,9 @@ def test_dashboard_on_sidecars_shows_ranks_from_logs_and_a_failure_folded_under_
         wait_for(lambda: len(view_json("ranks", "--bootstrap", bootstrap) or []) == 4, 20, "four sidecar ranks")
         pane.start(f"{KVTOP} top --bootstrap {bootstrap}; echo {_EXIT_MARK}=$?; sleep 60")
         wait_for(lambda: pane.shows(r"4/4 ranks alive"), 30, "every sidecar rank alive on the health line")
-        for label in ("prefill-0/TP0", "prefill-0/TP1", "decode-0/TP0", "decode-0/TP1"):
-            assert pane.shows(rf"{re.escape(label)} +(prefill|decode) +alive"), pane.screen()
+        for label in ("prefill-0/TP0", "prefill-0/TP1", "decode-0/TP0", "decode-0/TP1"):  # the grid paints apart
+            row = rf"{re.escape(label)} +(prefill|decode) +alive"
+            wait_for(lambda row=row: pane.shows(row), 10, f"{label} in the grid")
 
         prefill, decode = _lines(4242)
         Path(prefill_log).write_text(prefill)
