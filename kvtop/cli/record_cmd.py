@@ -67,10 +67,12 @@ def record(
 
     Records what kvtop's collector applies to its model (each agent's snapshot and event batches with
     their arrival times, agent and incarnation) and a keyframe of the model every --keyframe-events or minute,
-    into zstd-compressed, checksummed segments with a time index (a folder re-used continues it). SIGTERM
-    or Ctrl-C stops it cleanly (what was received is written and synced). Exit 0 when stopped (or after
-    --duration); 1 when the cluster does not answer, the collector stops, or a write fails (a full disk).
+    into zstd-compressed, checksummed segments with a time index (a folder re-used continues it; one
+    recorder writes a folder at a time). SIGTERM or Ctrl-C stops it cleanly (what was received is written
+    and synced). Exit 0 when stopped (or after --duration); 1 when another kvtop records into the folder (its
+    pid named), the cluster does not answer, the collector stops, or a write fails (a full disk).
     """
+    from kvtop.record.lock import FolderInUse
     from kvtop.record.writer import Recorder
     from kvtop.sources.live import Collector, tune_gc
     from transport.errors import BootstrapError
@@ -82,10 +84,15 @@ def record(
         cap = parse_size(max_bytes) if max_bytes else None
     except ValueError as error:
         raise typer.BadParameter(str(error)) from None
+    try:
+        recorder = Recorder(out, max_bytes=cap, retain_s=retain_s, keyframe_events=keyframe_events).start()
+    except FolderInUse as error:
+        raise fail(str(error)) from None
+    except OSError as error:
+        raise fail(f"cannot record to {out}: {error.strerror or error}") from None
     stop = threading.Event()
     tune_gc()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    recorder = Recorder(out, max_bytes=cap, retain_s=retain_s, keyframe_events=keyframe_events).start()
     collector = Collector(bootstrap, connect, recorder=recorder, curve=curve)
     try:
         collector.start(discover_timeout_s=wait)

@@ -8,7 +8,8 @@ it (zstd) and appends it as a block; it also writes the failure origins of the b
 they open with, so each segment starts with a keyframe and stands alone once the older ones are deleted
 (`retain_s`, `max_bytes`: the bounded ring). With `max_bytes`, a segment is an eighth of it, and the oldest
 segments go before a block is written, so the segments never hold more than `max_bytes` together (unless
-the one being written does alone: a keyframe about as big as the cap).
+the one being written does alone: a keyframe about as big as the cap). One recorder writes a folder at a
+time (kvtop.record.lock).
 
 A keyframe is taken by a forked child (kvtop.record.forked: the lock is held for the fork, a few ms,
 not for the capture, hundreds of ms at 100k rooms); the writer waits for it in its place among the ops.
@@ -42,6 +43,7 @@ from kvtop.model.cluster import ClusterModel
 from kvtop.record.forked import FORK_KEYFRAMES, ForkedKeyframe, KeyframeFailed, abandon, collect, fork_capture
 from kvtop.record.format import DIR_MODE, SEGMENT_SUFFIX, BlockKind
 from kvtop.record.keyframes import capture
+from kvtop.record.lock import lock_folder
 from kvtop.record.records import (
     Accounted,
     Delivered,
@@ -155,9 +157,12 @@ class Recorder:
         fork_keyframes: bool = FORK_KEYFRAMES,
     ) -> None:
         """`max_bytes`/`retain_s`: delete the oldest segments beyond this size or age (None: keep all).
-        `fork_keyframes`: take keyframes in a forked child (False: capture them under the lock)."""
+        `fork_keyframes`: take keyframes in a forked child (False: capture them under the lock).
+        Raises `FolderInUse` when another recorder writes `folder`, `OSError` when it cannot be made."""
         self.folder = Path(folder)
         make_folder(self.folder)
+        self._lock: int | None = lock_folder(self.folder)
+        """The folder's lock, held until `close`."""
         self.max_bytes, self.retain_s = max_bytes, retain_s
         self.keyframe_events, self.keyframe_s = keyframe_events, keyframe_s
         self.segment_bytes = segment_bytes
@@ -317,6 +322,9 @@ class Recorder:
             for fd in self._pipe:
                 os.close(fd)
             self._pipe = None
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     def _run(self) -> None:
         try:
