@@ -51,7 +51,7 @@ RecordMaxBytes = Annotated[
         "--record-max-bytes",
         envvar="KVTOP_RECORD_MAX_BYTES",
         help=f"Size of the ring: the oldest segments are deleted past it (default {format_size(DEFAULT_MAX_BYTES)};"
-        " 64MiB, 2G, ...).",
+        " 64MiB, 2G, ...; at least 1MiB).",
     ),
 ]
 
@@ -66,8 +66,10 @@ class RecordChoice:
 
     def checked(self) -> RecordChoice:
         """Itself, once its size reads (a usage error otherwise, before anything starts)."""
+        from kvtop.record.writer import MIN_MAX_BYTES
+
         try:
-            parse_size(self.max_bytes or str(DEFAULT_MAX_BYTES))
+            parse_size(self.max_bytes or str(DEFAULT_MAX_BYTES), minimum=MIN_MAX_BYTES)
         except ValueError as error:
             raise typer.BadParameter(str(error), param_hint="--record-max-bytes") from None
         return self

@@ -46,7 +46,11 @@ def record(
         typer.Option(help="Delete segments older than this (24h, 90m, 2d; 'all' keeps everything)."),
     ] = "24h",
     max_bytes: Annotated[
-        str, typer.Option(help="Delete the oldest segments beyond this size on disk (1GiB, 512M; default: no cap).")
+        str,
+        typer.Option(
+            help="Keep the folder within this size: the oldest segments (an eighth of it each) are deleted to "
+            "make room (1GiB, 512M; at least 1MiB; default: no cap)."
+        ),
     ] = "",
     status: Annotated[
         bool, typer.Option("--status", help="A status line on stderr every --interval (events, bytes, ranks).")
@@ -70,10 +74,11 @@ def record(
     into zstd-compressed, checksummed segments with a time index (a folder re-used continues it; one
     recorder writes a folder at a time). SIGTERM or Ctrl-C stops it cleanly (what was received is written
     and synced). Exit 0 when stopped (or after --duration); 1 when another kvtop records into the folder (its
-    pid named), the cluster does not answer, the collector stops, or a write fails (a full disk).
+    pid named), the cluster does not answer, the collector stops, or a write fails (a full disk: what could
+    not be written is counted).
     """
     from kvtop.record.lock import FolderInUse
-    from kvtop.record.writer import Recorder
+    from kvtop.record.writer import MIN_MAX_BYTES, Recorder
     from kvtop.sources.live import Collector, tune_gc
     from transport.errors import BootstrapError
 
@@ -81,7 +86,7 @@ def record(
     curve = load_curve(curve_keys, serve=False)
     try:
         retain_s = None if retain.strip().lower() in ("all", "none", "") else parse_duration(retain)
-        cap = parse_size(max_bytes) if max_bytes else None
+        cap = parse_size(max_bytes, minimum=MIN_MAX_BYTES) if max_bytes else None
     except ValueError as error:
         raise typer.BadParameter(str(error)) from None
     try:

@@ -74,6 +74,8 @@ RING_SEGMENTS = 8
 """With `max_bytes`, a segment is at most `max_bytes / RING_SEGMENTS`: the ring deletes an eighth at a time."""
 MIN_SEGMENT_BYTES = 128 << 10
 """The smallest segment a cap makes (each segment costs a keyframe)."""
+MIN_MAX_BYTES = RING_SEGMENTS * MIN_SEGMENT_BYTES
+"""The smallest cap the commands accept (1 MiB)."""
 MAX_PENDING = 2_000_000
 """Ops held for the writer at most (about 10 s at 200k events/s in batches of 1)."""
 

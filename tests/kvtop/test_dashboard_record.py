@@ -46,3 +46,10 @@ def test_a_dashboard_on_a_folder_a_recorder_writes_runs_without_recording_and_sa
             assert recording.warning.startswith(f"not recording: another kvtop (pid {os.getpid()}) records into")
     finally:
         recorder.close()
+
+
+def test_a_ring_smaller_than_the_least_cap_is_a_usage_error() -> None:
+    """`--record-max-bytes 64KiB`: exit 2 with one line naming the least size (1MiB)."""
+    done = kvtop("top", "--connect", "tcp://127.0.0.1:9", "--record-max-bytes", "64KiB")
+    assert done.returncode == 2
+    assert "'64KiB' is below 1MiB" in done.stderr
