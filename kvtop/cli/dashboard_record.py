@@ -1,16 +1,14 @@
 """The dashboard's own recording: a bounded ring in the user's cache folder, so a live session can rewind.
 
-`kvtop top` on a live cluster and bare `kvtop` record by default (`--no-record` turns it off). One dashboard
-records into a folder at a time: the folder's lock file says which (a second dashboard on the same folder
-runs without recording, and says so). The recorder's writer thread does the I/O; the collector's thread
-only appends to a list.
+`kvtop top` on a live cluster and bare `kvtop` record by default (`--no-record` turns it off). One recorder
+writes a folder at a time (kvtop.record.lock): a second dashboard on the same folder, or one on a folder that
+`kvtop record` writes, runs without recording, and says so. The recorder's writer thread does the I/O; the
+collector's thread only appends to a list.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +27,6 @@ KEYFRAME_EVENTS = 1_000_000
 each one (the collector's lock is held ~10-20 ms for the fork, `kvtop bench keyframe`), but on `kvtop bench
 ui`'s model (100k rooms, 50k events/s) one costs the child ~0.35 s of CPU and ~4 MB of the ring (47 MB before
 compression): every second, they would fill a 256 MiB ring in a minute. A seek then replays at most 1M events."""
-LOCK_NAME = "dashboard.lock"
 
 Record = Annotated[
     bool,
@@ -54,7 +51,7 @@ RecordMaxBytes = Annotated[
         "--record-max-bytes",
         envvar="KVTOP_RECORD_MAX_BYTES",
         help=f"Size of the ring: the oldest segments are deleted past it (default {format_size(DEFAULT_MAX_BYTES)};"
-        " 64MiB, 2G, ...).",
+        " 64MiB, 2G, ...; at least 1MiB).",
     ),
 ]
 
@@ -69,8 +66,10 @@ class RecordChoice:
 
     def checked(self) -> RecordChoice:
         """Itself, once its size reads (a usage error otherwise, before anything starts)."""
+        from kvtop.record.writer import MIN_MAX_BYTES
+
         try:
-            parse_size(self.max_bytes or str(DEFAULT_MAX_BYTES))
+            parse_size(self.max_bytes or str(DEFAULT_MAX_BYTES), minimum=MIN_MAX_BYTES)
         except ValueError as error:
             raise typer.BadParameter(str(error), param_hint="--record-max-bytes") from None
         return self
@@ -90,6 +89,7 @@ def dashboard_recording(choice: RecordChoice) -> Iterator[Recording]:
     """The recorder to attach to the dashboard's collector (started; closed, its lock let go, on the way out).
 
     Close the collector first (inside the block): the recorder then writes what is pending and fsyncs."""
+    from kvtop.record.lock import FolderInUse
     from kvtop.record.writer import Recorder, cache_folder
 
     folder = Path(choice.folder).expanduser() if choice.folder else cache_folder()
@@ -97,33 +97,15 @@ def dashboard_recording(choice: RecordChoice) -> Iterator[Recording]:
         yield Recording(None, folder)
         return
     try:
-        lock = _lock(folder)
+        max_bytes = parse_size(choice.max_bytes or str(DEFAULT_MAX_BYTES))
+        recorder = Recorder(folder, max_bytes=max_bytes, keyframe_events=KEYFRAME_EVENTS)
+    except FolderInUse as error:
+        yield Recording(None, folder, f"not recording: {error} (--record-dir)")
+        return
     except OSError as error:
         yield Recording(None, folder, f"not recording: cannot use {folder}: {error.strerror or error}")
         return
-    if lock is None:
-        yield Recording(None, folder, f"not recording: another kvtop dashboard records into {folder} (--record-dir)")
-        return
     try:
-        max_bytes = parse_size(choice.max_bytes or str(DEFAULT_MAX_BYTES))
-        recorder = Recorder(folder, max_bytes=max_bytes, keyframe_events=KEYFRAME_EVENTS).start()
-        try:
-            yield Recording(recorder, folder)
-        finally:
-            recorder.close()
+        yield Recording(recorder.start(), folder)
     finally:
-        os.close(lock)
-
-
-def _lock(folder: Path) -> int | None:
-    """The folder's lock, held (a file descriptor), or None when another process holds it."""
-    from kvtop.record.writer import make_folder
-
-    make_folder(folder)
-    descriptor = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o640)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(descriptor)
-        return None
-    return descriptor
+        recorder.close()

@@ -46,7 +46,11 @@ def record(
         typer.Option(help="Delete segments older than this (24h, 90m, 2d; 'all' keeps everything)."),
     ] = "24h",
     max_bytes: Annotated[
-        str, typer.Option(help="Delete the oldest segments beyond this size on disk (1GiB, 512M; default: no cap).")
+        str,
+        typer.Option(
+            help="Keep the folder within this size: the oldest segments (an eighth of it each) are deleted to "
+            "make room (1GiB, 512M; at least 1MiB; default: no cap)."
+        ),
     ] = "",
     status: Annotated[
         bool, typer.Option("--status", help="A status line on stderr every --interval (events, bytes, ranks).")
@@ -67,11 +71,14 @@ def record(
 
     Records what kvtop's collector applies to its model (each agent's snapshot and event batches with
     their arrival times, agent and incarnation) and a keyframe of the model every --keyframe-events or minute,
-    into zstd-compressed, checksummed segments with a time index (a folder re-used continues it). SIGTERM
-    or Ctrl-C stops it cleanly (what was received is written and synced). Exit 0 when stopped (or after
-    --duration); 1 when the cluster does not answer, the collector stops, or a write fails (a full disk).
+    into zstd-compressed, checksummed segments with a time index (a folder re-used continues it; one
+    recorder writes a folder at a time). SIGTERM or Ctrl-C stops it cleanly (what was received is written
+    and synced). Exit 0 when stopped (or after --duration); 1 when another kvtop records into the folder (its
+    pid named), the cluster does not answer, the collector stops, or a write fails (a full disk: what could
+    not be written is counted).
     """
-    from kvtop.record.writer import Recorder
+    from kvtop.record.lock import FolderInUse
+    from kvtop.record.writer import MIN_MAX_BYTES, Recorder
     from kvtop.sources.live import Collector, tune_gc
     from transport.errors import BootstrapError
 
@@ -79,13 +86,18 @@ def record(
     curve = load_curve(curve_keys, serve=False)
     try:
         retain_s = None if retain.strip().lower() in ("all", "none", "") else parse_duration(retain)
-        cap = parse_size(max_bytes) if max_bytes else None
+        cap = parse_size(max_bytes, minimum=MIN_MAX_BYTES) if max_bytes else None
     except ValueError as error:
         raise typer.BadParameter(str(error)) from None
+    try:
+        recorder = Recorder(out, max_bytes=cap, retain_s=retain_s, keyframe_events=keyframe_events).start()
+    except FolderInUse as error:
+        raise fail(str(error)) from None
+    except OSError as error:
+        raise fail(f"cannot record to {out}: {error.strerror or error}") from None
     stop = threading.Event()
     tune_gc()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    recorder = Recorder(out, max_bytes=cap, retain_s=retain_s, keyframe_events=keyframe_events).start()
     collector = Collector(bootstrap, connect, recorder=recorder, curve=curve)
     try:
         collector.start(discover_timeout_s=wait)

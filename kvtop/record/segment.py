@@ -72,18 +72,36 @@ def create_file(path: Path) -> int:
     return fd
 
 
+SEGMENT_HEADERS = 2 * FILE_HEADER.size
+"""The bytes of a new segment and its index, before any block."""
+
+
+def block_bytes(comp_len: int) -> int:
+    """The bytes a block of a `comp_len`-byte payload takes on disk, its index entry included."""
+    return BLOCK_HEADER.size + comp_len + INDEX_ENTRY.size
+
+
 class SegmentWriter:
     """Appends compressed blocks to a new segment and their entries to its index."""
 
     def __init__(self, path: Path, created: float) -> None:
+        """Raises `OSError` (a full disk) having removed what it made of the segment and its index."""
         self.path = path
         self.size = 0
-        self._fd = create_file(path)
-        self._index_fd = create_file(index_path(path))
         self._compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
         self._keyframe_compressor = zstandard.ZstdCompressor(level=KEYFRAME_ZSTD_LEVEL)
-        self._write(self._fd, file_header(SEGMENT_MAGIC, created))
-        self._write(self._index_fd, file_header(INDEX_MAGIC, created))
+        self._fd = self._index_fd = -1
+        try:
+            self._fd = create_file(path)
+            self._index_fd = create_file(index_path(path))
+            self._write(self._fd, file_header(SEGMENT_MAGIC, created))
+            self._write(self._index_fd, file_header(INDEX_MAGIC, created))
+        except OSError:  # a segment without its header would read as damage
+            for fd, made in ((self._fd, path), (self._index_fd, index_path(path))):
+                if fd >= 0:
+                    os.close(fd)
+                    made.unlink(missing_ok=True)
+            raise
         self.size = FILE_HEADER.size
 
     @staticmethod
@@ -92,26 +110,31 @@ class SegmentWriter:
         while view:
             view = view[os.write(fd, view) :]
 
-    def append(self, kind: BlockKind, t_first: float, t_last: float, ops: int, raw: bytes) -> int:
-        """Compress and append one block; returns the bytes it took on disk (raises `OSError`, a full disk)."""
+    def compress(self, kind: BlockKind, raw: bytes) -> bytes:
+        """The payload of a block of `raw` (a zstd frame)."""
         compressor = self._keyframe_compressor if kind is BlockKind.KEYFRAME else self._compressor
-        return self.append_compressed(kind, t_first, t_last, ops, len(raw), compressor.compress(raw))
+        return compressor.compress(raw)
 
     def append_compressed(
         self, kind: BlockKind, t_first: float, t_last: float, ops: int, raw_len: int, payload: bytes
     ) -> int:
-        """Append one block whose payload is compressed already (a zstd frame of `raw_len` bytes)."""
+        """Append one block whose payload is compressed already (a zstd frame of `raw_len` bytes); returns
+        the bytes it took on disk (`block_bytes`). Raises `OSError` (a full disk)."""
         offset = self.size
         self._write(self._fd, block_header(kind, t_first, t_last, ops, raw_len, payload) + payload)
         self.size += BLOCK_HEADER.size + len(payload)
         self._write(self._index_fd, index_entry(kind, t_first, t_last, offset, len(payload), ops))
-        return BLOCK_HEADER.size + len(payload) + INDEX_ENTRY.size
+        return block_bytes(len(payload))
 
     def close(self, sync: bool = True) -> None:
-        for fd in (self._fd, self._index_fd):
+        """Sync (`sync`) and close both files (both are closed when a sync fails, which raises `OSError`)."""
+        try:
             if sync:
-                os.fsync(fd)
-            os.close(fd)
+                os.fsync(self._fd)
+                os.fsync(self._index_fd)
+        finally:
+            os.close(self._fd)
+            os.close(self._index_fd)
 
 
 def index_path(segment: Path) -> Path:

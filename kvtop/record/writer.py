@@ -4,9 +4,12 @@ The collector calls the `Recorder` under its lock (`delivered`, `swept`, `regist
 `forgot`, `accounted`, `tick`): each call appends a record to a list and returns (no encoding, no I/O on
 the collector's thread). A writer thread takes the list every `flush_s`, encodes it (msgspec), compresses
 it (zstd) and appends it as a block; it also writes the failure origins of the block (MARKS) and, when
-`tick` took one, a keyframe. Segments rotate at a keyframe once they pass `segment_bytes`, so each segment
-starts with a keyframe and stands alone once the older ones are deleted (`retain_s`, `max_bytes`: the
-bounded ring).
+`tick` took one, a keyframe. Segments rotate at a keyframe once they hold `segment_bytes` past the keyframe
+they open with, so each segment starts with a keyframe and stands alone once the older ones are deleted
+(`retain_s`, `max_bytes`: the bounded ring). With `max_bytes`, a segment is an eighth of it, and the oldest
+segments go before a block is written, so the segments never hold more than `max_bytes` together (unless
+the one being written does alone: a keyframe about as big as the cap). One recorder writes a folder at a
+time (kvtop.record.lock).
 
 A keyframe is taken by a forked child (kvtop.record.forked: the lock is held for the fork, a few ms,
 not for the capture, hundreds of ms at 100k rooms); the writer waits for it in its place among the ops.
@@ -17,7 +20,8 @@ no writer thread to collect it (a recorder never started writes on `close`).
 
 A writer that cannot keep up drops whole flushes past `max_pending` ops and records that it did
 (`Dropped`; the replay is inexact until the next keyframe, which it then asks for). A write that fails (a
-full disk) stops the recording: `error` says why, and `stats()` shows it.
+full disk) stops the recording: `error` says why, the ops of the block that failed and every op after it
+count as dropped, and `stats()` shows both.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from kvtop.model.cluster import ClusterModel
 from kvtop.record.forked import FORK_KEYFRAMES, ForkedKeyframe, KeyframeFailed, abandon, collect, fork_capture
 from kvtop.record.format import DIR_MODE, SEGMENT_SUFFIX, BlockKind
 from kvtop.record.keyframes import capture
+from kvtop.record.lock import lock_folder
 from kvtop.record.records import (
     Accounted,
     Delivered,
@@ -51,7 +56,7 @@ from kvtop.record.records import (
     Registered,
     Swept,
 )
-from kvtop.record.segment import SegmentWriter, index_path
+from kvtop.record.segment import SEGMENT_HEADERS, SegmentWriter, block_bytes, index_path
 from transport.events import EventBatch, Snapshot
 from transport.wire import AgentInfo
 
@@ -65,6 +70,12 @@ KEYFRAME_S = 60.0
 SEGMENT_BYTES = 16 << 20
 SEGMENT_S = 3600.0
 """A segment is closed (at the next keyframe) past this size or age: the ring deletes whole segments."""
+RING_SEGMENTS = 8
+"""With `max_bytes`, a segment is at most `max_bytes / RING_SEGMENTS`: the ring deletes an eighth at a time."""
+MIN_SEGMENT_BYTES = 128 << 10
+"""The smallest segment a cap makes (each segment costs a keyframe)."""
+MIN_MAX_BYTES = RING_SEGMENTS * MIN_SEGMENT_BYTES
+"""The smallest cap the commands accept (1 MiB)."""
 MAX_PENDING = 2_000_000
 """Ops held for the writer at most (about 10 s at 200k events/s in batches of 1)."""
 
@@ -148,11 +159,17 @@ class Recorder:
         fork_keyframes: bool = FORK_KEYFRAMES,
     ) -> None:
         """`max_bytes`/`retain_s`: delete the oldest segments beyond this size or age (None: keep all).
-        `fork_keyframes`: take keyframes in a forked child (False: capture them under the lock)."""
+        `fork_keyframes`: take keyframes in a forked child (False: capture them under the lock).
+        Raises `FolderInUse` when another recorder writes `folder`, `OSError` when it cannot be made."""
         self.folder = Path(folder)
         make_folder(self.folder)
+        self._lock: int | None = lock_folder(self.folder)
+        """The folder's lock, held until `close`."""
         self.max_bytes, self.retain_s = max_bytes, retain_s
-        self.keyframe_events, self.keyframe_s, self.segment_bytes = keyframe_events, keyframe_s, segment_bytes
+        self.keyframe_events, self.keyframe_s = keyframe_events, keyframe_s
+        self.segment_bytes = segment_bytes
+        if max_bytes is not None:
+            self.segment_bytes = min(segment_bytes, max(MIN_SEGMENT_BYTES, max_bytes // RING_SEGMENTS))
         self.segment_s = min(segment_s, retain_s / 4) if retain_s is not None else segment_s
         self.flush_s, self.max_pending, self._clock = flush_s, max_pending, clock
         self.fork_keyframes = fork_keyframes
@@ -172,6 +189,11 @@ class Recorder:
         self._failures_seen = 0
         self._events_in = 0
         self._segment: SegmentWriter | None = None
+        self._opened_size = 0
+        """The size of the segment being written after its first block (the keyframe it opens with), 0 before."""
+        self._keyframe_asked = False
+        """The writer asked for a keyframe to open the next segment with, and has reached none since (the ops
+        written before it, in a full segment, ask no more: each would be one more keyframe)."""
         self._segments = _existing_segments(self.folder)
         """(path, time it was opened) of the folder's segments, oldest first (earlier runs' too: one ring)."""
         self._seq = 0
@@ -290,7 +312,7 @@ class Recorder:
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join()
-        elif not self.error:
+        else:
             self._flush()
         if self._segment is not None:
             try:
@@ -302,6 +324,9 @@ class Recorder:
             for fd in self._pipe:
                 os.close(fd)
             self._pipe = None
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     def _run(self) -> None:
         try:
@@ -328,7 +353,10 @@ class Recorder:
     def _flush(self) -> None:
         queued, take = self._pending, self._pending.popleft
         pending = [take() for _ in range(len(queued))]
-        if not pending or self.error:
+        if not pending:
+            return
+        if self.error:
+            self._drop_stopped(pending)
             return
         if len(pending) > self.max_pending:
             self._dropped += len(pending)
@@ -353,21 +381,33 @@ class Recorder:
         self._write_ops(ops)
         self._write_marks(marks)
 
+    def _drop_stopped(self, pending: list[Op | _FramedDelivery | _Keyframe | ForkedKeyframe | _Marks]) -> None:
+        """What came after the recording stopped: its ops counted as dropped, its keyframe's child stopped."""
+        for item in pending:
+            if isinstance(item, ForkedKeyframe):
+                abandon(item)
+                self._child = None
+            elif not isinstance(item, _Keyframe | _Marks):
+                self._dropped += 1
+
     def _write_marks(self, marks: list[Mark]) -> None:
         if marks and self._segment is not None:
             raw = msgspec.msgpack.encode(marks)
             self._append(BlockKind.MARKS, marks[0].arrived, marks[-1].arrived, len(marks), raw)
 
     def _write_ops(self, ops: list[Op | _FramedDelivery]) -> None:
-        if not ops or self.error:
+        if self.error:
+            self._dropped += len(ops)
+            return
+        if not ops:
             return
         if self._segment is None:  # ops before any keyframe: they replay onto an empty model
             self._rotate(ops[0].now)
         raw = msgspec.msgpack.encode(ops)
         self._append(BlockKind.OPS, ops[0].now, ops[-1].now, len(ops), raw)
-        self._ops += len(ops)
 
     def _write_keyframe(self, keyframe: _Keyframe | ForkedKeyframe) -> None:
+        self._keyframe_asked = False
         if isinstance(keyframe, ForkedKeyframe):
             try:
                 captured = collect(keyframe)
@@ -380,76 +420,98 @@ class Recorder:
                 self._child = None
             self._child_cpu_s += captured.cpu_s
             self._child_bytes = max(self._child_bytes, captured.copied_bytes)
+        if self.error:
+            return
         if self._segment is None or self._segment_full(keyframe.now):
             self._rotate(keyframe.now)
         if isinstance(keyframe, ForkedKeyframe):
-            self._append_compressed(BlockKind.KEYFRAME, keyframe.now, captured.raw_len, captured.payload)
+            self._append_compressed(
+                BlockKind.KEYFRAME, keyframe.now, keyframe.now, 1, captured.raw_len, captured.payload
+            )
         else:
             self._append(BlockKind.KEYFRAME, keyframe.now, keyframe.now, 1, keyframe.state)
-        self._keyframes += 1
+        if not self.error:
+            self._keyframes += 1
 
     def _segment_full(self, now: float) -> bool:
+        """Past `segment_bytes` after its opening keyframe (a keyframe bigger than that would otherwise fill
+        every segment alone, and ask for the next keyframe at once), or past `segment_s`."""
         return self._segment is not None and (
-            self._segment.size >= self.segment_bytes or now - self._segments[-1][1] >= self.segment_s
+            self._segment.size - self._opened_size >= self.segment_bytes
+            or now - self._segments[-1][1] >= self.segment_s
         )
 
     def _append(self, kind: BlockKind, t_first: float, t_last: float, count: int, raw: bytes) -> None:
         if self._segment is not None and not self.error:
-            self._append_block(t_last, lambda segment: segment.append(kind, t_first, t_last, count, raw))
+            payload = self._segment.compress(kind, raw)
+            self._append_compressed(kind, t_first, t_last, count, len(raw), payload)
 
-    def _append_compressed(self, kind: BlockKind, now: float, raw_len: int, payload: bytes) -> None:
-        """One block of one op at `now`, compressed already (a forked keyframe)."""
-        if self._segment is not None and not self.error:
-            self._append_block(now, lambda segment: segment.append_compressed(kind, now, now, 1, raw_len, payload))
-
-    def _append_block(self, t_last: float, append: Callable[[SegmentWriter], int]) -> None:
-        assert self._segment is not None
+    def _append_compressed(
+        self, kind: BlockKind, t_first: float, t_last: float, count: int, raw_len: int, payload: bytes
+    ) -> None:
+        """One block of `count` ops, compressed already (`raw_len` bytes before), after making room for it."""
+        if self._segment is None or self.error:
+            return
         try:
-            self._bytes += append(self._segment)
+            self._retire(t_last, block_bytes(len(payload)))
+            self._bytes += self._segment.append_compressed(kind, t_first, t_last, count, raw_len, payload)
+        except OSError as error:
+            self._fail(error, count if kind is BlockKind.OPS else 0)
+            return
+        self._blocks += 1
+        self._ops += count if kind is BlockKind.OPS else 0
+        if not self._opened_size:  # its first block: the keyframe it opens with, whatever its size
+            self._opened_size = self._segment.size
+        if not self._keyframe_asked and self._segment_full(t_last):
+            self._keyframe_asked = self._want_keyframe = True  # the next keyframe opens a new segment
+
+    def _rotate(self, now: float) -> None:
+        """Close the segment being written (if any) and open the next, once the ring has room for its headers."""
+        closing, self._segment = self._segment, None
+        try:
+            if closing is not None:
+                closing.close()
         except OSError as error:
             self._fail(error)
             return
-        self._blocks += 1
-        if self._segment_full(t_last):
-            self._want_keyframe = True  # the next keyframe opens a new segment
-
-    def _rotate(self, now: float) -> None:
-        try:
-            if self._segment is not None:
-                self._segment.close()
+        self._opened_size = 0
+        self._seq += 1
+        path = self.folder / _segment_name(now, self._seq)
+        while path.exists():
             self._seq += 1
             path = self.folder / _segment_name(now, self._seq)
-            while path.exists():
-                self._seq += 1
-                path = self.folder / _segment_name(now, self._seq)
+        try:
+            self._retire(now, SEGMENT_HEADERS)
             self._segment = SegmentWriter(path, now)
         except OSError as error:
-            self._segment = None
             self._fail(error)
             return
         self._segments.append((path, now))
         self._bytes += self._segment.size
-        self._retire(now)
 
-    def _retire(self, now: float) -> None:
-        """Delete the oldest segments (never the one being written) beyond `max_bytes` or `retain_s`."""
-        while len(self._segments) > 1:
+    def _retire(self, now: float, incoming: int) -> None:
+        """Delete the oldest segments (never the one being written) beyond `retain_s`, or until `incoming`
+        more bytes fit in `max_bytes`."""
+        writing = self._segment is not None
+        while len(self._segments) > writing:
             path = self._segments[0][0]
-            size = _size(path) + _size(index_path(path))
-            ended = self._segments[1][1]  # the next segment opened when this one ended
+            ended = self._segments[1][1] if len(self._segments) > 1 else now  # the next one opened as it ended
             too_old = self.retain_s is not None and now - ended > self.retain_s
-            too_big = self.max_bytes is not None and self._bytes > self.max_bytes
+            too_big = self.max_bytes is not None and self._bytes + incoming > self.max_bytes
             if not (too_old or too_big):
                 return
+            size = _size(path) + _size(index_path(path))
             for doomed in (path, index_path(path)):
                 doomed.unlink(missing_ok=True)
             self._segments.pop(0)
             self._bytes -= size
             self._deleted += 1
 
-    def _fail(self, error: OSError) -> None:
+    def _fail(self, error: OSError, dropped: int = 0) -> None:
+        """The recording stops (a full disk, a segment the ring could not delete); `dropped`: the ops of the
+        block that was not written."""
         self.error = f"recording to {self.folder} stopped: {error.strerror or error}"
-        log.error("%s", self.error)
+        self._dropped += dropped
 
 
 def cache_folder() -> Path:

@@ -1,10 +1,12 @@
-"""The dashboard's own recording: one ring per folder at a time, off with --no-record, its size checked."""
+"""The dashboard's own recording: one recorder per folder at a time, off with --no-record, its size checked."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from kvtop.cli.dashboard_record import RecordChoice, dashboard_recording
+from kvtop.record.writer import Recorder
 from tests.kvtop.kvtop_cli import kvtop
 
 
@@ -14,8 +16,8 @@ def test_a_second_dashboard_on_the_same_folder_runs_without_recording_and_says_s
     with dashboard_recording(choice) as first, dashboard_recording(choice) as second:
         assert first.recorder is not None and first.warning == ""
         assert second.recorder is None
-        assert (
-            second.warning == f"not recording: another kvtop dashboard records into {tmp_path / 'ring'} (--record-dir)"
+        assert second.warning == (
+            f"not recording: another kvtop (pid {os.getpid()}) records into {tmp_path / 'ring'} (--record-dir)"
         )
     with dashboard_recording(choice) as again:  # the lock went with the first
         assert again.recorder is not None
@@ -33,3 +35,21 @@ def test_a_record_size_that_is_no_size_is_a_usage_error() -> None:
     done = kvtop("top", "--connect", "tcp://127.0.0.1:9", "--record-max-bytes", "lots")
     assert done.returncode == 2
     assert "'lots' is not a size" in done.stderr
+
+
+def test_a_dashboard_on_a_folder_a_recorder_writes_runs_without_recording_and_says_so(tmp_path: Path) -> None:
+    """`kvtop record`'s recorder holds the same lock: a dashboard on its folder gets no recorder."""
+    recorder = Recorder(tmp_path / "rec")
+    try:
+        with dashboard_recording(RecordChoice(True, str(tmp_path / "rec"))) as recording:
+            assert recording.recorder is None
+            assert recording.warning.startswith(f"not recording: another kvtop (pid {os.getpid()}) records into")
+    finally:
+        recorder.close()
+
+
+def test_a_ring_smaller_than_the_least_cap_is_a_usage_error() -> None:
+    """`--record-max-bytes 64KiB`: exit 2 with one line naming the least size (1MiB)."""
+    done = kvtop("top", "--connect", "tcp://127.0.0.1:9", "--record-max-bytes", "64KiB")
+    assert done.returncode == 2
+    assert "'64KiB' is below 1MiB" in done.stderr

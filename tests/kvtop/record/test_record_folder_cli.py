@@ -1,0 +1,108 @@
+"""`kvtop record` on a real cluster where its folder is not its own: a second recorder on the folder exits 1
+naming the first (until the first dies), a write that fails stops it with one line and counts what it
+dropped, and a cap too small for a ring is a usage error."""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kvtop.cluster.local import demo_spec
+from tests.kvtop.kvtop_cli import kvtop
+from transport.cluster import LocalCluster
+from transport.config import Timeouts
+from transport.workload import Router, WorkloadSpec
+
+FILE_LIMIT = 32 << 10
+"""The largest file the recorder of the failing-write test may write (RLIMIT_FSIZE: a write past it fails
+with EFBIG, as one on a full disk fails with ENOSPC)."""
+
+
+@pytest.fixture(scope="module")
+def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A 1P1D TP1 cluster's bootstrap address."""
+    logs = tmp_path_factory.mktemp("logs")
+    spec = demo_spec(1, 1, 1, {}, str(logs), Timeouts(bootstrap_s=5.0, waiting_s=5.0, transfer_s=2.0))
+    with LocalCluster(spec) as cluster:
+        yield cluster.endpoint
+
+
+def _record(endpoint: str, folder: Path, *options: str, file_limit: int = 0) -> subprocess.Popen[str]:
+    """A `kvtop record` process (`file_limit`: its RLIMIT_FSIZE, 0 for none)."""
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_limit, file_limit))
+
+    command = [sys.executable, "-m", "kvtop", "record", "--bootstrap", endpoint, "--out", str(folder), *options]
+    return subprocess.Popen(command, stderr=subprocess.PIPE, text=True, preexec_fn=limit if file_limit else None)
+
+
+def _recording(process: subprocess.Popen[str]) -> None:
+    """Wait until the recorder says it records."""
+    assert process.stderr is not None
+    line = process.stderr.readline()
+    assert line.startswith("kvtop record: recording"), line
+
+
+def test_a_second_recorder_on_a_folder_exits_1_naming_the_first_ones_pid_until_the_first_dies(
+    endpoint: str, tmp_path: Path
+) -> None:
+    """The second `kvtop record` on a folder says one line naming the first's pid and exits 1, before it
+    connects; once the first is killed (-9: no clean exit), the folder's lock is gone and a recorder runs."""
+    folder = tmp_path / "rec"
+    first = _record(endpoint, folder)
+    try:
+        _recording(first)
+        second = kvtop("record", "--bootstrap", endpoint, "--out", str(folder), "--duration", "1")
+        assert second.returncode == 1
+        assert second.stderr == f"kvtop: another kvtop (pid {first.pid}) records into {folder}\n"
+    finally:
+        first.kill()
+        first.communicate(timeout=10)
+    third = kvtop("record", "--bootstrap", endpoint, "--out", str(folder), "--duration", "1")
+    assert third.returncode == 0, third.stderr
+
+
+def test_a_write_that_fails_stops_the_recorder_with_one_line_and_counts_the_ops_it_dropped(
+    endpoint: str, tmp_path: Path
+) -> None:
+    """Rooms recorded until the segment reaches the file size limit in a block of ops (the cluster fails no
+    room and the one keyframe is the first block): exit 1, no traceback, the reason said once, the ops that
+    were not written counted on the last status line; what was written replays."""
+    folder = tmp_path / "rec"
+    recorder = _record(endpoint, folder, file_limit=FILE_LIMIT)
+    router = Router(endpoint, WorkloadSpec(rate=100.0, median_pages=16, max_pages=64, seed=1))
+    try:
+        _recording(recorder)
+        deadline = time.monotonic() + 60
+        while recorder.poll() is None and time.monotonic() < deadline:
+            router.step()
+            time.sleep(0.002)
+        _, stderr = recorder.communicate(timeout=10)
+    finally:
+        router.close()
+        if recorder.poll() is None:
+            recorder.kill()
+            recorder.communicate(timeout=10)
+    assert recorder.returncode == 1, stderr
+    assert "Traceback" not in stderr
+    assert [line for line in stderr.splitlines() if "File too large" in line] == [
+        f"kvtop: recording to {folder} stopped: File too large"
+    ]
+    stopped = next(line for line in stderr.splitlines() if line.startswith("kvtop record: stopped;"))
+    assert " ops dropped" in stopped, stderr
+    replayed = kvtop("status", "--replay", str(folder), "--json")
+    assert replayed.returncode == 0, replayed.stderr
+
+
+def test_a_cap_below_the_smallest_ring_is_a_usage_error() -> None:
+    """`--max-bytes 64KiB`: exit 2 with one line naming the least cap, before any source is opened."""
+    done = kvtop("record", "--bootstrap", "tcp://127.0.0.1:9", "--max-bytes", "64KiB")
+    assert done.returncode == 2
+    assert "'64KiB' is below 1MiB" in done.stderr
