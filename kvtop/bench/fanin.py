@@ -48,7 +48,7 @@ import zmq
 from kvtop.bench import BenchFailed
 from kvtop.bench.watch import CountingModel
 from kvtop.sources.live import PASS_S, Collector, tune_gc
-from transport.bootstrap import BootstrapClient, BootstrapServer
+from transport.bootstrap import MAX_ENTRIES, BootstrapClient, BootstrapServer
 from transport.counters import Counters, rejection_names
 from transport.curve import CurveKeys, generate, stop_authenticator
 from transport.events import (
@@ -664,7 +664,9 @@ def measure(
     runs: dict[str, list[Run]] = {leg.name: [] for leg in legs}
     try:
         for on in sorted({leg.curve for leg in legs}):  # agents register once: no refresh traffic
-            bootstraps[on] = BootstrapServer(entry_ttl_s=3600.0, curve=secure if on else None).start()
+            bootstraps[on] = BootstrapServer(  # every agent registers from this host: one client
+                entry_ttl_s=3600.0, curve=secure if on else None, max_per_client=MAX_ENTRIES
+            ).start()
             clusters[on] = _Agents(agents, processes, rate, bootstraps[on].endpoint, keys_dir if on else "")
         for on, cluster in clusters.items():
             cluster.wait_ready(_START_TIMEOUT_S)

@@ -332,8 +332,8 @@ def status(
     (events, frames) and the rooms retired as lost. Exit 1 when nobody answers.
 
     Also what was refused on the way in: bootstrap entries kvtop could not use (named), frames its
-    collector rejected, registrations the bootstrap service refused. With --follow, exit 1 if the
-    collector stops (its error on stderr).
+    collector rejected, registrations the bootstrap service refused (each client's latest, named with its
+    address). With --follow, exit 1 if the collector stops (its error on stderr).
     """
     from kvtop.views.tables import status_json, status_text
 

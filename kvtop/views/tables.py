@@ -121,6 +121,7 @@ def intake_json(model: ClusterModel) -> dict[str, Any]:
             "rejected": _rejected(service),
             "expired": service.get("expired", 0),
             "deregistered": service.get("deregistered", 0),
+            "refused_client_limit": service.get("refused_client_limit", 0),
             "refused": list(intake.bootstrap_refused),
         }
         if service
@@ -143,7 +144,8 @@ def intake_lines(model: ClusterModel) -> list[str]:
             f"collector rejected frames: {reasons or 'none'}" + (f"; {failed} deliveries failed" if failed else "")
         )
     if service and (service["refused"] or service["rejected"]):
-        reasons = ", ".join(f"{reason} {count}" for reason, count in service["rejected"].items())
+        counts = {**service["rejected"], "over a client's share": service["refused_client_limit"]}
+        reasons = ", ".join(f"{reason} {count}" for reason, count in counts.items() if count)
         lines.append(f"bootstrap rejected: {reasons}" + "".join(f"\n  refused {line}" for line in service["refused"]))
     return lines
 
