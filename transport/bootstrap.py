@@ -36,6 +36,7 @@ import zmq
 from transport.counters import Counters, rejection_names
 from transport.curve import CurveKeys, dialing, serving
 from transport.errors import BootstrapError, FrameRejected
+from transport.limits import cannot_open
 from transport.registration import RELAY_ROLE, entry_name, registration_problem
 from transport.sockets import LIST_FRAME, SMALL_FRAME, bind, decode_routed, open_socket
 from transport.wire import (
@@ -267,7 +268,10 @@ class BootstrapClient:
         self.timeout_s = timeout_s
         self.counters = counters or Counters(rejection_names())
         self._curve = curve is not None
-        self._socket = open_socket(context or zmq.Context.instance(), zmq.DEALER, LIST_FRAME, dialing(curve))
+        try:
+            self._socket = open_socket(context or zmq.Context.instance(), zmq.DEALER, LIST_FRAME, dialing(curve))
+        except zmq.ZMQError as error:  # this process is out of files or sockets: a failed call, not a crash
+            raise BootstrapError(f"cannot open a socket to the bootstrap {endpoint}: {cannot_open(error)}") from None
         try:
             self._socket.connect(endpoint)
         except zmq.ZMQError as error:

@@ -20,6 +20,10 @@ Nothing an agent registers or sends can raise out of `connect()` or `poll()`:
 an entry, endpoint or heartbeat-named snapshot endpoint that cannot be
 connected to is counted (`bad_entries`, once per name and reason) and named
 in `refused`; every undecodable frame is counted under `rejected_<reason>`.
+Nor can a cluster larger than this process's limits: without a context given, the subscriber opens its own,
+sized for a socket per agent (`transport.limits`), and raises the open-file limit as agents come; a socket it
+still cannot open (too many open files) is counted (`sockets_unopened`) and named per agent in
+`unreachable`, and opened again at the agent's next `connect()`.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import zmq
 from transport.counters import Counters, rejection_names
 from transport.curve import CurveKeys, dialing
 from transport.events import EventBatch, Heartbeat, Snapshot, SnapshotRequest
+from transport.limits import cannot_open, files_for, raise_open_files, size_context
 from transport.registration import agent_problem, endpoint_problem, entry_name
 from transport.sockets import LIST_FRAME, decode_waiting, decode_waiting_frames, open_socket
 from transport.wire import AgentInfo, FrameDecoder, encode
@@ -57,12 +62,14 @@ class _Stream:
     """One agent incarnation as seen by this subscriber."""
 
     incarnation: int
-    snapshot_socket: zmq.Socket[bytes] | None
-    requested_at: float
-    req_id: int
+    snapshot_socket: zmq.Socket[bytes] | None = None
+    requested_at: float = 0.0
+    req_id: int = 0
     last_seq: int = 0
     synced: bool = False
     held: list[tuple[EventBatch, bytes]] = field(default_factory=list)
+    answered: bool = False
+    """The agent answered a snapshot request of this stream."""
 
 
 Delivery = Snapshot | EventBatch
@@ -90,9 +97,16 @@ class EventSubscriber:
         curve: CurveKeys | None = None,
         relay_rcvhwm: int = RELAY_RCVHWM,
     ) -> None:
-        """`rcvhwm`: batches each agent's connection queues at most; `relay_rcvhwm`: a relay's;
+        """`context`: None for one of its own, sized for a socket per agent (closed with the subscriber);
+        `rcvhwm`: batches each agent's connection queues at most; `relay_rcvhwm`: a relay's;
         `curve`: connect as a CURVE client of the cluster's keys (agents serving CURVE answer nobody else)."""
-        self._context = context or zmq.Context.instance()
+        self._owns_context = context is None
+        if context is None:
+            context = zmq.Context()
+            size_context(context, files_for(0))
+        self._context = context
+        self._files_for = 0
+        """Agents the open-file limit was last raised for."""
         self._curve = dialing(curve)
         self.socket = open_socket(self._context, zmq.SUB, LIST_FRAME, self._curve)
         self.socket.rcvhwm = rcvhwm
@@ -129,10 +143,21 @@ class EventSubscriber:
         self.gap_runs: deque[tuple[str, int, int]] = deque(maxlen=10_000)
         """Each gap as it was found, (label, incarnation, missing batches), for a consumer to take."""
         self.counters = Counters(
-            ("batches", "snapshots", "snapshots_missed", "stale_batches", "bad_entries", *rejection_names())
+            (
+                "batches",
+                "snapshots",
+                "snapshots_missed",
+                "stale_batches",
+                "bad_entries",
+                "sockets_unopened",
+                *rejection_names(),
+            )
         )
         self.refused: dict[str, str] = {}
         """Entries and endpoints this subscriber could not use: name -> why."""
+        self.unreachable: dict[str, str] = {}
+        """Agents (labels), endpoints and relays a socket could not be opened for (this process's limits, not
+        the agent's fault): name -> why. Tried again at each `connect()` of the name; gone once it opens."""
         self._batch_decoder: FrameDecoder[EventBatch] = FrameDecoder(EventBatch)
         self._snapshot_decoder: FrameDecoder[Snapshot] = FrameDecoder(Snapshot)
 
@@ -147,7 +172,10 @@ class EventSubscriber:
             return problem
         known = self.agents.get(agent.label)
         if known == agent or not agent.event_endpoint:
+            if known == agent and agent.label in self.unreachable:
+                self._ask_again(agent.label)
             return ""
+        self._make_room()
         if known is not None and known.event_endpoint:
             self.socket.disconnect(known.event_endpoint)
             self._close_snapshot_socket(agent.label)
@@ -170,19 +198,23 @@ class EventSubscriber:
         if endpoint in self._endpoints:
             return ""
         problem = endpoint_problem(endpoint)
-        sock: zmq.Socket[bytes] | None = None
-        if not problem:
-            sock = open_socket(self._context, zmq.SUB, LIST_FRAME, self._curve)
-            sock.rcvhwm = self._rcvhwm
-            sock.setsockopt(zmq.SUBSCRIBE, b"")
-            try:
-                sock.connect(endpoint)
-            except zmq.ZMQError as error:
-                problem = error.strerror
-                sock.close()
-        if problem or sock is None:
+        if problem:
             self._refuse(endpoint, problem)
             return problem
+        self._make_room()
+        try:
+            sock = open_socket(self._context, zmq.SUB, LIST_FRAME, self._curve)
+        except zmq.ZMQError as error:
+            return self._cannot_open(endpoint, "event socket", error)
+        sock.rcvhwm = self._rcvhwm
+        sock.setsockopt(zmq.SUBSCRIBE, b"")
+        try:
+            sock.connect(endpoint)
+        except zmq.ZMQError as error:
+            sock.close()
+            self._refuse(endpoint, error.strerror)
+            return error.strerror
+        self.unreachable.pop(endpoint, None)
         self._endpoints[endpoint] = sock
         self._poller = None
         return ""
@@ -201,23 +233,30 @@ class EventSubscriber:
         if relay.event_endpoint in self._relays:
             return ""
         problem = agent_problem(relay) or ("" if relay.snapshot_endpoint else "a relay without a snapshot endpoint")
-        sockets: list[zmq.Socket[bytes]] = []
-        if not problem:
-            sub = open_socket(self._context, zmq.SUB, LIST_FRAME, self._curve)
-            sub.rcvhwm = self._relay_rcvhwm
-            sub.setsockopt(zmq.SUBSCRIBE, b"")
-            sockets = [sub, open_socket(self._context, zmq.DEALER, LIST_FRAME, self._curve)]
-            try:
-                sub.connect(relay.event_endpoint)
-                sockets[1].connect(relay.snapshot_endpoint)
-            except zmq.ZMQError as error:
-                problem = error.strerror
-                for sock in sockets:
-                    sock.close(linger=0)
         if problem:
             self._refuse(entry_name(relay), problem)
             return problem
-        self._relays[relay.event_endpoint] = (sockets[0], sockets[1])
+        sockets: list[zmq.Socket[bytes]] = []
+        try:
+            sockets.append(open_socket(self._context, zmq.SUB, LIST_FRAME, self._curve))
+            sockets.append(open_socket(self._context, zmq.DEALER, LIST_FRAME, self._curve))
+        except zmq.ZMQError as error:
+            for sock in sockets:
+                sock.close(linger=0)
+            return self._cannot_open(entry_name(relay), "relay sockets", error)
+        sub, dealer = sockets
+        sub.rcvhwm = self._relay_rcvhwm
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        try:
+            sub.connect(relay.event_endpoint)
+            dealer.connect(relay.snapshot_endpoint)
+        except zmq.ZMQError as error:
+            for sock in sockets:
+                sock.close(linger=0)
+            self._refuse(entry_name(relay), error.strerror)
+            return error.strerror
+        self.unreachable.pop(entry_name(relay), None)
+        self._relays[relay.event_endpoint] = (sub, dealer)
         self._poller = None
         return ""
 
@@ -228,6 +267,21 @@ class EventSubscriber:
             self.refused[name] = problem
             if len(self.refused) > REFUSED_KEPT:
                 del self.refused[next(iter(self.refused))]
+
+    def _cannot_open(self, name: str, what: str, error: zmq.ZMQError) -> str:
+        """A socket for `name` could not be opened (this process is out of files or sockets): counted, and
+        named in `unreachable` until it opens. Returns why."""
+        why = f"{what}: {cannot_open(error)}"
+        self.counters.add("sockets_unopened")
+        self.unreachable[name] = why
+        return why
+
+    def _make_room(self) -> None:
+        """Raise the open-file limit for one more agent (in steps that double: not a call per agent)."""
+        agents = len(self.agents) + len(self._endpoints) + 1
+        if agents > self._files_for:
+            self._files_for = max(agents, 2 * self._files_for)
+            raise_open_files(files_for(self._files_for))
 
     def synced(self) -> bool:
         """True once every connected agent's snapshot arrived (or its request timed out)."""
@@ -248,6 +302,8 @@ class EventSubscriber:
             dealer.close(linger=0)
         for label in list(self._snapshot_sockets):
             self._close_snapshot_socket(label)
+        if self._owns_context:
+            self._context.term()
 
     def poll(self, timeout_s: float) -> list[Delivered]:
         """Deliveries ready now, after waiting up to `timeout_s` for the first input."""
@@ -345,17 +401,33 @@ class EventSubscriber:
         out.append(Delivered(label, batch, frame))
 
     def _start_stream(self, label: str, incarnation: int) -> _Stream:
-        req_id = next(self._req_ids)
+        stream = _Stream(incarnation)
+        self._ask_snapshot(label, stream)
+        return stream
+
+    def _ask_snapshot(self, label: str, stream: _Stream) -> None:
+        """Ask for `label`'s snapshot (a new stream's, or again): the stream's batches wait until it arrives
+        or `SNAPSHOT_TIMEOUT_S` passes."""
+        stream.req_id = req_id = next(self._req_ids)
+        stream.requested_at = time.monotonic()
+        stream.synced = False
         self._unsynced[label] = None
         relay = self._relays.get(self._relayed.get(label, "")) if label not in self.agents else None
         if relay is not None:
             self._relay_requests[req_id] = label
             relay[1].send(encode(SnapshotRequest(req_id, label)))
-            return _Stream(incarnation, relay[1], time.monotonic(), req_id)
-        sock = self._snapshot_socket(label)
+            stream.snapshot_socket = relay[1]
+            return
+        sock = stream.snapshot_socket = self._snapshot_socket(label)
         if sock is not None:
             sock.send(encode(SnapshotRequest(req_id)))
-        return _Stream(incarnation, sock, time.monotonic(), req_id)
+
+    def _ask_again(self, label: str) -> None:
+        """An agent whose snapshot socket could not be opened: once it opens, its snapshot is asked (its
+        batches wait for it)."""
+        stream = self._streams.get(label)
+        if stream is not None and not stream.answered and self._snapshot_socket(label) is not None:
+            self._ask_snapshot(label, stream)
 
     def _snapshot_socket(self, label: str) -> zmq.Socket[bytes] | None:
         agent = self.agents.get(label)
@@ -364,13 +436,18 @@ class EventSubscriber:
             return None
         sock = self._snapshot_sockets.get(label)
         if sock is None:
-            sock = open_socket(self._context, zmq.DEALER, LIST_FRAME, self._curve)
+            try:
+                sock = open_socket(self._context, zmq.DEALER, LIST_FRAME, self._curve)
+            except zmq.ZMQError as error:
+                self._cannot_open(label, "snapshot socket", error)
+                return None
             try:
                 sock.connect(endpoint)
             except zmq.ZMQError as error:
                 sock.close(linger=0)
                 self._refuse(label, f"snapshot endpoint {endpoint!r}: {error.strerror}")
                 return None
+            self.unreachable.pop(label, None)
             self._snapshot_sockets[label] = sock
             self._poller = None
         return sock
@@ -392,7 +469,7 @@ class EventSubscriber:
         if snapshot.incarnation != stream.incarnation:
             return  # the agent restarted meanwhile; its new batches start a new stream
         self.counters.add("snapshots")
-        stream.synced = True
+        stream.synced = stream.answered = True
         self._unsynced.pop(label, None)
         stream.last_seq = snapshot.seq
         self._done_asking(label, stream)

@@ -63,8 +63,8 @@ from transport.events import (
     TransferDone,
 )
 from transport.kvpoll import KVPoll
+from transport.limits import size_context
 from transport.publisher import EventPublisher, PublisherGroup
-from transport.relay import MAX_SOCKETS, raise_open_files
 from transport.sockets import LIST_FRAME, decode_waiting_frames, open_socket
 from transport.subscriber import AGENT_RCVHWM, RELAY_RCVHWM
 from transport.version import __version__
@@ -259,8 +259,7 @@ def _agents_process(first: int, count: int, rate: float, bootstrap: str, curve_k
     `time.monotonic()`, one clock for every process);
     "pause" stops emitting until "resume"; `curve_keys`: the folder every socket serves CURVE with ("": none)."""
     os.nice(AGENTS_NICE)
-    raise_open_files()
-    zmq.Context.instance().set(zmq.MAX_SOCKETS, MAX_SOCKETS)
+    size_context(zmq.Context.instance())
     curve = CurveKeys.load(curve_keys, serve=True) if curve_keys else None
     rng = random.Random(first)
     agents = [_Agent(first + i, rng, curve) for i in range(count)]
@@ -650,10 +649,9 @@ def measure(
 ) -> dict[str, object]:
     """Every leg `repeats` times, alternating; the medians per leg, the relay/direct ratio, the file limit;
     `curve`: the `CURVE_LEGS` too, and the CURVE/plain ratios (`curve_vs_plain`)."""
-    open_files = raise_open_files()
+    open_files = size_context(zmq.Context.instance())  # before this process opens any socket
     gc_thresholds = tune_gc()  # the collector's, as in the dashboard's model process (`kvtop top`)
     load = os.getloadavg()[0]
-    zmq.Context.instance().set(zmq.MAX_SOCKETS, MAX_SOCKETS)  # before this process opens any socket
     legs = (*legs, *CURVE_LEGS) if curve else legs
     folder = tempfile.TemporaryDirectory(prefix="kvtop-fanin-keys-")
     keys_dir = str(generate(os.path.join(folder.name, "keys")).folder) if curve else ""

@@ -95,7 +95,7 @@ def relay(
     from transport.curve import exposure_problem
     from transport.errors import BootstrapError
     from transport.registration import agent_problem
-    from transport.relay import Relay, raise_open_files
+    from transport.relay import Relay
 
     if not bootstrap and not relay and not connect:
         raise typer.BadParameter("give --bootstrap ADDR, at least one --relay ADDR, or at least one --connect EP")
@@ -104,7 +104,6 @@ def relay(
     if problem:
         raise fail(problem, 2)
     keys = load_curve(curve_keys, serve=True)
-    raise_open_files()
     try:
         server = Relay(
             bootstrap, relay, connect, listen, snapshot_listen, host, name, register, advertise=advertise, curve=keys
