@@ -4,8 +4,11 @@ For each agent incarnation the subscriber asks for a snapshot when it first
 hears from it, holds that agent's batches until the snapshot arrives, then
 delivers the snapshot followed by every batch with a larger seq, in order
 (ZeroMQ guide's Clone pattern). After that, a seq that jumps counts the
-missing batches as a gap; a new incarnation (the agent restarted) starts over
-and is never counted as a gap.
+missing batches as a gap, and the agent's snapshot is asked again (its batches
+wait for it as they did for the first), so what the gap held reaches the
+consumer after all (a relay that dropped the agent for a while, a consumer that
+fell behind); a new incarnation (the agent restarted) starts over and is never
+counted as a gap.
 
 Through a relay (`connect_relay`) the same happens on one SUB socket and one snapshot DEALER for every
 agent behind it (dialed with the subscriber's CURVE keys, like its other sockets): each snapshot request
@@ -69,7 +72,7 @@ class _Stream:
     synced: bool = False
     held: list[tuple[EventBatch, bytes]] = field(default_factory=list)
     answered: bool = False
-    """The agent answered a snapshot request of this stream."""
+    """The agent answered a snapshot request of this stream: after a gap, it is asked again."""
 
 
 Delivery = Snapshot | EventBatch
@@ -390,6 +393,9 @@ class EventSubscriber:
     def _deliver(
         self, label: str, stream: _Stream, batch: EventBatch, out: list[Delivered], frame: bytes = b""
     ) -> None:
+        if not stream.synced:  # its snapshot was asked again (a gap among held batches): wait for it too
+            stream.held.append((batch, frame))
+            return
         if batch.seq <= stream.last_seq:
             self.counters.add("stale_batches")
             return
@@ -397,6 +403,11 @@ class EventSubscriber:
             missing = batch.seq - stream.last_seq - 1
             self.gaps[(label, stream.incarnation)] += missing
             self.gap_runs.append((label, stream.incarnation, missing))
+            if stream.answered:  # what the gap held is in the agent's snapshot: this batch waits for it
+                stream.last_seq = batch.seq - 1
+                stream.held.append((batch, frame))
+                self._ask_snapshot(label, stream)
+                return
         stream.last_seq = batch.seq
         out.append(Delivered(label, batch, frame))
 
@@ -406,8 +417,8 @@ class EventSubscriber:
         return stream
 
     def _ask_snapshot(self, label: str, stream: _Stream) -> None:
-        """Ask for `label`'s snapshot (a new stream's, or again): the stream's batches wait until it arrives
-        or `SNAPSHOT_TIMEOUT_S` passes."""
+        """Ask for `label`'s snapshot (a new stream's, or again after a gap): the stream's batches wait until
+        it arrives or `SNAPSHOT_TIMEOUT_S` passes."""
         stream.req_id = req_id = next(self._req_ids)
         stream.requested_at = time.monotonic()
         stream.synced = False
@@ -424,7 +435,7 @@ class EventSubscriber:
 
     def _ask_again(self, label: str) -> None:
         """An agent whose snapshot socket could not be opened: once it opens, its snapshot is asked (its
-        batches wait for it)."""
+        batches wait for it, as after a gap)."""
         stream = self._streams.get(label)
         if stream is not None and not stream.answered and self._snapshot_socket(label) is not None:
             self._ask_snapshot(label, stream)

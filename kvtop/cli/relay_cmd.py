@@ -88,9 +88,10 @@ def relay(
     """Relay a cluster's events (a ZeroMQ XSUB/XPUB proxy) and pass snapshot requests through to its agents.
 
     Views across a network boundary then need one address: `kvtop top --relay ADDR`. Batches pass untouched,
-    so gaps stay counted per agent incarnation. Prints its two addresses, then runs until Ctrl-C, SIGTERM or
-    --duration. Exit 1 when an upstream does not answer at start or a relay thread dies; exit 2 for a key
-    folder that cannot serve, or a bind beyond loopback without --curve-keys or --insecure.
+    so gaps stay counted per agent incarnation (and a view asks the agent's snapshot again after one, through
+    the relay). Prints its two addresses, then runs until Ctrl-C, SIGTERM or --duration. Exit 1 when an
+    upstream does not answer at start or a relay thread dies; exit 2 for a key folder that cannot serve, or a
+    bind beyond loopback without --curve-keys or --insecure.
     """
     from transport.curve import exposure_problem
     from transport.errors import BootstrapError
