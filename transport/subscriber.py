@@ -24,9 +24,10 @@ an entry, endpoint or heartbeat-named snapshot endpoint that cannot be
 connected to is counted (`bad_entries`, once per name and reason) and named
 in `refused`; every undecodable frame is counted under `rejected_<reason>`.
 Nor can a cluster larger than this process's limits: without a context given, the subscriber opens its own,
-sized for a socket per agent (`transport.limits`), and raises the open-file limit as agents come; a socket it
-still cannot open (too many open files) is counted (`sockets_unopened`) and named per agent in
-`unreachable`, and opened again at the agent's next `connect()`.
+sized for a socket per agent (`transport.limits`), and raises the open-file limit as agents come. Where the
+hard limit is too low, a snapshot socket that would take a file its connections need is not opened; that, and
+a socket it cannot open (too many open files), is counted (`sockets_unopened`) and named per agent in
+`unreachable`; the socket is opened again at the agent's next `connect()` or heartbeat while it waits.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ import zmq
 from transport.counters import Counters, rejection_names
 from transport.curve import CurveKeys, dialing
 from transport.events import EventBatch, Heartbeat, Snapshot, SnapshotRequest
-from transport.limits import cannot_open, files_for, raise_open_files, size_context
+from transport.limits import cannot_open, files_for, out_of_files, raise_open_files, size_context, snapshot_room
 from transport.registration import agent_problem, endpoint_problem, entry_name
 from transport.sockets import LIST_FRAME, decode_waiting, decode_waiting_frames, open_socket
 from transport.wire import AgentInfo, FrameDecoder, encode
@@ -104,10 +105,11 @@ class EventSubscriber:
         `rcvhwm`: batches each agent's connection queues at most; `relay_rcvhwm`: a relay's;
         `curve`: connect as a CURVE client of the cluster's keys (agents serving CURVE answer nobody else)."""
         self._owns_context = context is None
-        if context is None:
-            context = zmq.Context()
-            size_context(context, files_for(0))
-        self._context = context
+        self._context = context or zmq.Context()
+        if self._owns_context:
+            size_context(self._context, files_for(0))  # more than libzmq's 1023 sockets, before the first one
+        self._open_files = raise_open_files(files_for(0))
+        """This process's soft limit of open files, as last raised."""
         self._files_for = 0
         """Agents the open-file limit was last raised for."""
         self._curve = dialing(curve)
@@ -208,7 +210,7 @@ class EventSubscriber:
         try:
             sock = open_socket(self._context, zmq.SUB, LIST_FRAME, self._curve)
         except zmq.ZMQError as error:
-            return self._cannot_open(endpoint, "event socket", error)
+            return self._unreachable(endpoint, f"event socket: {cannot_open(error)}")
         sock.rcvhwm = self._rcvhwm
         sock.setsockopt(zmq.SUBSCRIBE, b"")
         try:
@@ -246,7 +248,7 @@ class EventSubscriber:
         except zmq.ZMQError as error:
             for sock in sockets:
                 sock.close(linger=0)
-            return self._cannot_open(entry_name(relay), "relay sockets", error)
+            return self._unreachable(entry_name(relay), f"relay sockets: {cannot_open(error)}")
         sub, dealer = sockets
         sub.rcvhwm = self._relay_rcvhwm
         sub.setsockopt(zmq.SUBSCRIBE, b"")
@@ -271,10 +273,9 @@ class EventSubscriber:
             if len(self.refused) > REFUSED_KEPT:
                 del self.refused[next(iter(self.refused))]
 
-    def _cannot_open(self, name: str, what: str, error: zmq.ZMQError) -> str:
-        """A socket for `name` could not be opened (this process is out of files or sockets): counted, and
-        named in `unreachable` until it opens. Returns why."""
-        why = f"{what}: {cannot_open(error)}"
+    def _unreachable(self, name: str, why: str) -> str:
+        """A socket for `name` could not be opened, or was not (this process is out of files or sockets):
+        counted, and named in `unreachable` until it opens. Returns why."""
         self.counters.add("sockets_unopened")
         self.unreachable[name] = why
         return why
@@ -284,7 +285,7 @@ class EventSubscriber:
         agents = len(self.agents) + len(self._endpoints) + 1
         if agents > self._files_for:
             self._files_for = max(agents, 2 * self._files_for)
-            raise_open_files(files_for(self._files_for))
+            self._open_files = raise_open_files(files_for(self._files_for))
 
     def synced(self) -> bool:
         """True once every connected agent's snapshot arrived (or its request timed out)."""
@@ -447,10 +448,16 @@ class EventSubscriber:
             return None
         sock = self._snapshot_sockets.get(label)
         if sock is None:
+            agents = len(self.agents) + len(self._endpoints)
+            if not snapshot_room(self._open_files, agents, len(self._snapshot_sockets)):
+                self._unreachable(
+                    label, f"snapshot socket: {out_of_files('no file left beside a connection per agent')}"
+                )
+                return None
             try:
                 sock = open_socket(self._context, zmq.DEALER, LIST_FRAME, self._curve)
             except zmq.ZMQError as error:
-                self._cannot_open(label, "snapshot socket", error)
+                self._unreachable(label, f"snapshot socket: {cannot_open(error)}")
                 return None
             try:
                 sock.connect(endpoint)

@@ -101,7 +101,9 @@ def _say_what_was_heard(source: Opened, bootstrap: str, connect: list[str], wait
         if source.attached is not None:
             raise fail(f"no agent answered the dashboard's model ({source.attached.state.source}) "
                        f"in its {source.attached.state.listening_s:.0f}s")  # fmt: skip
-        raise fail(nobody_answered(bootstrap, connect, wait))
+        with source.lock:
+            unreachable = dict(source.model.intake.unreachable)
+        raise fail(nobody_answered(bootstrap, connect, wait, unreachable))
 
 
 def _say_what_the_model_said(state: State) -> None:

@@ -17,6 +17,7 @@ import sys
 import pytest
 from crowd_support import crowd
 
+from kvtop.cli.source import nobody_answered
 from transport.limits import files_for
 
 AGENTS = 1100
@@ -58,18 +59,28 @@ def test_a_view_out_of_open_files_names_the_ranks_it_could_not_reach_and_check_i
     """60 agents, a view capped at 40 open files (hard limit too): the ranks it could not open a socket for are
     listed as unreachable, with the limit and what to raise; check is CRITICAL on them; no traceback."""
     with crowd(60) as bootstrap:
-        ranks = kvtop_limited("ranks", "--bootstrap", bootstrap, "--json", open_files=40)
-        text = kvtop_limited("ranks", "--bootstrap", bootstrap, open_files=40)
+        ranks = kvtop_limited("ranks", "--bootstrap", bootstrap, "--json", "--wait", "10", open_files=40)
+        text = kvtop_limited("ranks", "--bootstrap", bootstrap, "--wait", "10", open_files=40)
         check = kvtop_limited("check", "--bootstrap", bootstrap, open_files=40)
 
     assert ranks.returncode == 0, ranks.stderr
     unreachable = [rank["unreachable"] for rank in json.loads(ranks.stdout) if rank["unreachable"]]
     assert unreachable, "no rank named unreachable"
-    assert all("Too many open files" in why and "hard limit 40" in why for why in unreachable)
+    assert all(why.startswith("snapshot socket: ") and "hard limit 40; raise `ulimit -n`" in why for why in unreachable)
     assert text.returncode == 0, text.stderr
-    assert "unreachable: snapshot socket: Too many open files" in text.stdout
+    assert "unreachable: snapshot socket: " in text.stdout
     assert "could not open a socket for" in text.stdout and "raise `ulimit -n`" in text.stdout
     assert check.returncode == 2, check.stdout + check.stderr
     assert check.stdout.startswith("KVTOP CRITICAL - kvtop could not open a socket for")
     for result in (ranks, text, check):
         assert "Traceback" not in result.stderr, result.stderr
+
+
+def test_a_view_that_heard_nobody_says_how_many_ranks_it_could_not_open_a_socket_for():
+    """Its own limit may be why nobody answered: the one line says so."""
+    line = nobody_answered("tcp://10.0.0.5:5555", [], 2.0, {"decode-0/TP0": "snapshot socket: why", "x/TP0": "why"})
+
+    assert line == (
+        "no agent answered within 2s (listed by tcp://10.0.0.5:5555); "
+        "kvtop could not open a socket for 2 of them: snapshot socket: why"
+    )

@@ -144,11 +144,38 @@ def test_a_snapshot_socket_the_process_has_no_file_for_names_the_agent_and_opens
         subscriber.close()
         publisher.close()
         """,
-        soft=128,
-        hard=128,
+        soft=512,
+        hard=512,
     )
-    why = "snapshot socket: Too many open files (open files: 128, hard limit 128; raise `ulimit -n`)"
+    why = "snapshot socket: Too many open files (open files: 512, hard limit 512; raise `ulimit -n`)"
     assert result == {"first": {"decode-0/TP0": why}, "after": {}, "unopened": 1, "snapshots": 1}
+
+
+def test_a_subscriber_whose_hard_limit_is_too_low_keeps_the_files_its_connections_need():
+    """300 open files at most, 30 agents connected one by one: snapshot sockets take only the files left beside
+    the spare and a connection per agent known then (14 of them); the other 16 agents are named unreachable,
+    with why."""
+    result = in_process(
+        """
+        import json, os
+        from transport.subscriber import EventSubscriber
+        from transport.wire import AgentInfo
+
+        subscriber = EventSubscriber()
+        for index in range(30):
+            port = 20000 + index
+            subscriber.connect(AgentInfo("decode", f"decode-{index}", 0, 1, 4096, "", "", os.getpid(), "h",
+                                         index + 1, "", f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{port}"))
+        print(json.dumps({"unreachable": sorted(set(subscriber.unreachable.values())),
+                          "named": len(subscriber.unreachable),
+                          "unopened": subscriber.counters["sockets_unopened"]}))
+        subscriber.close()
+        """,
+        soft=300,
+        hard=300,
+    )
+    why = "no file left beside a connection per agent (open files: 300, hard limit 300; raise `ulimit -n`)"
+    assert result == {"unreachable": [f"snapshot socket: {why}"], "named": 16, "unopened": 16}
 
 
 def test_a_bootstrap_client_with_no_file_left_fails_as_a_bootstrap_error_naming_the_limit():
