@@ -258,6 +258,16 @@ class EventLog:
     def snapshots(self, label: str) -> list[Snapshot]:
         return [d.item for d in self.deliveries if d.label == label and isinstance(d.item, Snapshot)]
 
+    def holes(self, label: str) -> list[tuple[int, int]]:
+        """(seq before, seq after) wherever a batch of `label` does not follow the delivery before it (a batch
+        follows a snapshot of seq S when its seq is S + 1): [] when what was delivered misses nothing."""
+        holes, last = [], None
+        for item in self.deliveries_of(label):
+            if isinstance(item, EventBatch) and last is not None and item.seq != last + 1:
+                holes.append((last, item.seq))
+            last = item.seq
+        return holes
+
 
 EventLogFactory = Callable[..., EventLog]
 

@@ -12,6 +12,13 @@ agent re-registers every `REFRESH_S`, and an entry not refreshed for
 `ENTRY_TTL_S` expires (the agent died); an agent leaving cleanly deregisters.
 An expired entry is still listed apart (`AgentList.expired`) for `EXPIRED_KEPT_S`, so that
 `kvtop check` run a minute after a crash still reports the rank gone instead of forgetting it.
+
+No client fills the service: a client is the address its registrations come from (TCP: the peer's IP;
+ZeroMQ tells the service, the client cannot choose it), and it holds at most `max_per_client` entries,
+live or expired; past that its registrations are refused (`refused_client_limit`), so a client that
+registers names by the thousand locks out no rank registering from elsewhere. Its entries expire as any
+other and give its share back. Each refusal names the client (`AgentList.refused`: the latest refusal
+of each of the last `REFUSED_KEPT` clients refused, with how many of theirs were).
 A relay (role `relay`) registers, refreshes and expires the same way, under a key of its own (its name
 never clashes with a rank's), and is listed apart (`AgentList.relays`); an expired relay is just dropped.
 """
@@ -21,7 +28,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections import deque
+from collections import Counter
 from typing import TypeVar
 
 import zmq
@@ -29,6 +36,7 @@ import zmq
 from transport.counters import Counters, rejection_names
 from transport.curve import CurveKeys, dialing, serving
 from transport.errors import BootstrapError, FrameRejected
+from transport.limits import cannot_open
 from transport.registration import RELAY_ROLE, entry_name, registration_problem
 from transport.sockets import LIST_FRAME, SMALL_FRAME, bind, decode_routed, open_socket
 from transport.wire import (
@@ -57,7 +65,11 @@ ENTRY_TTL_S = 5.0
 """An entry not refreshed for this long expires."""
 MAX_ENTRIES = 4096
 """Registrations beyond this many entries are refused (a flood of names cannot grow the service)."""
+MAX_PER_CLIENT = MAX_ENTRIES // 4
+"""Entries one client may hold (live, and expired ones apart): a flood from one address takes a quarter of
+the service at most."""
 REFUSED_KEPT = 16
+"""Clients whose latest refusal is kept (the oldest goes first)."""
 EXPIRED_KEPT_S = 600.0
 """How long an expired entry is still listed as gone (until its rank registers again)."""
 
@@ -72,19 +84,28 @@ class BootstrapServer:
         context: zmq.Context[zmq.Socket[bytes]] | None = None,
         entry_ttl_s: float = ENTRY_TTL_S,
         curve: CurveKeys | None = None,
+        max_per_client: int = MAX_PER_CLIENT,
     ) -> None:
-        """`curve`: serve with CURVE (only clients on the keys' allow-list are answered)."""
+        """`curve`: serve with CURVE (only clients on the keys' allow-list are answered); `max_per_client`:
+        entries one client address may hold (a bench whose agents all run on one host gives more)."""
         self._context = context or zmq.Context.instance()
         self._socket = open_socket(self._context, zmq.ROUTER, SMALL_FRAME, serving(curve))
         self.endpoint = bind(self._socket, endpoint, host)
         self.entry_ttl_s = entry_ttl_s
-        self.counters = Counters(("requests", "expired", "deregistered", *rejection_names()))
-        self.refused: deque[str] = deque(maxlen=REFUSED_KEPT)
-        """The latest refused registrations, `name: why`."""
+        self.max_per_client = max_per_client
+        self.counters = Counters(("requests", "expired", "deregistered", "refused_client_limit", *rejection_names()))
+        self._refusals: dict[str, tuple[int, str]] = {}
+        """Client -> (its registrations refused, the latest one's `name: why`), the newest client last."""
         self._agents: dict[tuple[str, int], AgentInfo] = {}
         self._refreshed: dict[tuple[str, int], float] = {}
-        self._expired: dict[tuple[str, int], tuple[float, AgentInfo]] = {}
-        """Entries that expired: when, and who (oldest first)."""
+        self._owners: dict[tuple[str, int], str] = {}
+        """The client each entry was registered from (the latest registration's)."""
+        self._held: Counter[str] = Counter()
+        """Live entries per client."""
+        self._expired: dict[tuple[str, int], tuple[float, AgentInfo, str]] = {}
+        """Entries that expired: when, who, and from which client (oldest first)."""
+        self._expired_held: Counter[str] = Counter()
+        """Expired entries per client."""
         self._decoder: FrameDecoder[BootstrapRequest] = FrameDecoder(BootstrapRequest)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="bootstrap", daemon=True)
@@ -109,42 +130,70 @@ class BootstrapServer:
         """Every registered relay."""
         return [agent for key, agent in self._agents.items() if key[1] == _RELAY_RANK]
 
+    @property
+    def refused(self) -> list[str]:
+        """The latest refused registration of each client refused lately, `name: why (from CLIENT...)`."""
+        return [
+            f"{line} (from {client}" + (f", {count} of its registrations refused)" if count > 1 else ")")
+            for client, (count, line) in self._refusals.items()
+        ]
+
     def _serve(self) -> None:
         try:
             while not self._stop.is_set():
                 if self._socket.poll(_POLL_MS):
-                    self._handle(self._socket.recv_multipart())
+                    self._handle(self._socket.recv_multipart(copy=False))
                 self._expire(time.monotonic())
         finally:
             self._socket.close(linger=0)
 
     def _expire(self, now: float) -> None:
         for key in [key for key, at in self._refreshed.items() if now - at > self.entry_ttl_s]:
-            self._expired.pop(key, None)
+            self._forget_expired(key)
             if key[1] != _RELAY_RANK:
-                self._expired[key] = (now, self._agents[key])
+                self._keep_expired(key, now)
             self._forget(key)
             self.counters.add("expired")
         while self._expired and (
             now - next(iter(self._expired.values()))[0] > EXPIRED_KEPT_S or len(self._expired) > MAX_ENTRIES
         ):
-            del self._expired[next(iter(self._expired))]
+            self._forget_expired(next(iter(self._expired)))
+
+    def _keep_expired(self, key: tuple[str, int], now: float) -> None:
+        """List an entry that expired as gone; a client past its share of them loses its oldest first."""
+        client = self._owners[key]
+        self._expired[key] = (now, self._agents[key], client)
+        self._expired_held[client] += 1
+        if self._expired_held[client] > self.max_per_client:
+            self._forget_expired(next(k for k, (_, _, owner) in self._expired.items() if owner == client))
+
+    def _forget_expired(self, key: tuple[str, int]) -> None:
+        expired = self._expired.pop(key, None)
+        if expired is not None:
+            self._expired_held[expired[2]] -= 1
+            if not self._expired_held[expired[2]]:
+                del self._expired_held[expired[2]]
 
     def _forget(self, key: tuple[str, int]) -> None:
         self._agents.pop(key, None)
         self._refreshed.pop(key, None)
+        owner = self._owners.pop(key, None)
+        if owner is not None:
+            self._held[owner] -= 1
+            if not self._held[owner]:
+                del self._held[owner]
 
-    def _handle(self, frames: list[bytes]) -> None:
-        routed = decode_routed(frames, self._decoder, self.counters)
+    def _handle(self, frames: list[zmq.Frame]) -> None:
+        routed = decode_routed([frame.bytes for frame in frames], self._decoder, self.counters)
         if routed is None:
             return
         identity, request = routed
         self.counters.add("requests")
-        self._socket.send_multipart([identity, encode(self._answer(request))])
+        self._socket.send_multipart([identity, encode(self._answer(request, _client(frames[0])))])
 
-    def _answer(self, request: BootstrapRequest) -> BootstrapReply:
+    def _answer(self, request: BootstrapRequest, client: str) -> BootstrapReply:
         if isinstance(request, Register):
-            return self._register(request)
+            return self._register(request, client)
         if isinstance(request, Deregister):
             for key in ((request.instance, request.rank), (request.instance, _RELAY_RANK)):
                 known = self._agents.get(key)
@@ -156,25 +205,48 @@ class BootstrapServer:
             named = (a for a in self.agents() if a.instance == request.instance and not a.is_sidecar)
             ranks = sorted(named, key=lambda a: a.rank)  # a log sidecar moves no KV: never a route
             return Route(request.req_id, request.instance, ranks)
-        expired = [agent for _, agent in self._expired.values()]
-        return AgentList(
-            request.req_id, self.agents(), self.counters.snapshot(), list(self.refused), expired, self.relays()
-        )
+        expired = [agent for _, agent, _ in self._expired.values()]
+        return AgentList(request.req_id, self.agents(), self.counters.snapshot(), self.refused, expired, self.relays())
 
-    def _register(self, request: Register) -> Registered | Refusal:
+    def _register(self, request: Register, client: str) -> Registered | Refusal:
         agent = request.agent
         key = (agent.instance, _RELAY_RANK if agent.role == RELAY_ROLE else agent.rank)
-        problem = registration_problem(agent)
-        if not problem and key not in self._agents and len(self._agents) >= MAX_ENTRIES:
-            problem = f"the service already lists {MAX_ENTRIES} agents"
-        if problem:
+        owner = self._owners.get(key)
+        if problem := registration_problem(agent):
             self.counters.reject("invalid")
-            self.refused.append(f"{entry_name(agent)}: {problem}")
+        elif owner != client and self._held[client] >= self.max_per_client:
+            problem = f"the client holds {self.max_per_client} entries already, the most one client may"
+            self.counters.add("refused_client_limit")
+        elif key not in self._agents and len(self._agents) >= MAX_ENTRIES:
+            problem = f"the service already lists {MAX_ENTRIES} agents"
+            self.counters.reject("invalid")
+        if problem:
+            self._refusal(client, f"{entry_name(agent)}: {problem}")
             return Refusal(request.req_id, f"registration of {entry_name(agent)} refused: {problem}")
+        if owner != client:
+            if owner is not None:
+                self._held[owner] -= 1
+            self._held[client] += 1
+            self._owners[key] = client
         self._agents[key] = agent
         self._refreshed[key] = time.monotonic()
-        self._expired.pop(key, None)
+        self._forget_expired(key)
         return Registered(request.req_id)
+
+    def _refusal(self, client: str, line: str) -> None:
+        """Keep `client`'s latest refusal (and count its refusals), the newest client last."""
+        count, _ = self._refusals.pop(client, (0, ""))
+        self._refusals[client] = (count + 1, line)
+        if len(self._refusals) > REFUSED_KEPT:
+            del self._refusals[next(iter(self._refusals))]
+
+
+def _client(frame: zmq.Frame) -> str:
+    """Who sent `frame`: the peer's address as ZeroMQ saw it (for TCP, its IP; for IPC, its process)."""
+    try:
+        return str(frame.get("Peer-Address"))
+    except zmq.ZMQError:
+        return "this process"  # inproc: no address
 
 
 class BootstrapClient:
@@ -196,7 +268,10 @@ class BootstrapClient:
         self.timeout_s = timeout_s
         self.counters = counters or Counters(rejection_names())
         self._curve = curve is not None
-        self._socket = open_socket(context or zmq.Context.instance(), zmq.DEALER, LIST_FRAME, dialing(curve))
+        try:
+            self._socket = open_socket(context or zmq.Context.instance(), zmq.DEALER, LIST_FRAME, dialing(curve))
+        except zmq.ZMQError as error:  # this process is out of files or sockets: a failed call, not a crash
+            raise BootstrapError(f"cannot open a socket to the bootstrap {endpoint}: {cannot_open(error)}") from None
         try:
             self._socket.connect(endpoint)
         except zmq.ZMQError as error:

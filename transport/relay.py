@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import logging
 import os
-import resource
 import socket
 import threading
 import time
@@ -49,6 +48,7 @@ from transport.counters import Counters, rejection_names
 from transport.curve import CurveKeys, dialing, serving, stop_authenticator
 from transport.errors import BootstrapError
 from transport.events import EventBatch, Heartbeat
+from transport.limits import size_context
 from transport.registration import RELAY_ROLE, agent_problem, endpoint_problem, entry_name
 from transport.snapshot_broker import BROKER_COUNTERS, Book, Route, SnapshotBroker
 from transport.sockets import LIST_FRAME, SMALL_FRAME, bind, decode_waiting, open_socket
@@ -57,8 +57,6 @@ from transport.wire import AgentInfo, AgentList, FrameDecoder
 log = logging.getLogger("transport.relay")
 
 DISCOVER_EVERY_S = 1.0
-MAX_SOCKETS = 65_536
-"""libzmq's default of 1023 sockets per context is below one snapshot DEALER per agent of a large cluster."""
 HWM = 100_000
 """Messages queued per subscriber (XPUB) before ZeroMQ drops (a gap, counted downstream)."""
 UPSTREAM_HWM = 10_000
@@ -85,17 +83,6 @@ def _reachable(endpoint: str, advertise: str) -> str:
         if endpoint.startswith(wildcard):
             return f"tcp://{advertise or socket.gethostname()}:{endpoint[len(wildcard) :]}"
     return endpoint
-
-
-def raise_open_files(wanted: int = MAX_SOCKETS) -> int:
-    """Raise this process's soft limit of open files towards `wanted` (never above the hard limit): a relay
-    or a collector holds a TCP connection per agent, and a socket per snapshot. Returns the soft limit."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-    if soft != resource.RLIM_INFINITY and soft < target:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        return target
-    return soft
 
 
 @dataclass
@@ -143,7 +130,7 @@ class Relay:
         """The last discovery error ("" while every upstream answers), or why a thread died."""
         self.died = False
         self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-        self._context.set(zmq.MAX_SOCKETS, MAX_SOCKETS)
+        size_context(self._context)  # a snapshot DEALER per agent: more than libzmq's default 1023 sockets
         self._xsub = open_socket(self._context, zmq.XSUB, LIST_FRAME, dialing(curve))
         self._xsub.rcvhwm = UPSTREAM_HWM
         self._xpub = open_socket(self._context, zmq.XPUB, SMALL_FRAME, serving(curve))

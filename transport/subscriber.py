@@ -4,8 +4,11 @@ For each agent incarnation the subscriber asks for a snapshot when it first
 hears from it, holds that agent's batches until the snapshot arrives, then
 delivers the snapshot followed by every batch with a larger seq, in order
 (ZeroMQ guide's Clone pattern). After that, a seq that jumps counts the
-missing batches as a gap; a new incarnation (the agent restarted) starts over
-and is never counted as a gap.
+missing batches as a gap, and the agent's snapshot is asked again (its batches
+wait for it as they did for the first), so what the gap held reaches the
+consumer after all (a relay that dropped the agent for a while, a consumer that
+fell behind); a new incarnation (the agent restarted) starts over and is never
+counted as a gap.
 
 Through a relay (`connect_relay`) the same happens on one SUB socket and one snapshot DEALER for every
 agent behind it (dialed with the subscriber's CURVE keys, like its other sockets): each snapshot request
@@ -20,6 +23,11 @@ Nothing an agent registers or sends can raise out of `connect()` or `poll()`:
 an entry, endpoint or heartbeat-named snapshot endpoint that cannot be
 connected to is counted (`bad_entries`, once per name and reason) and named
 in `refused`; every undecodable frame is counted under `rejected_<reason>`.
+Nor can a cluster larger than this process's limits: without a context given, the subscriber opens its own,
+sized for a socket per agent (`transport.limits`), and raises the open-file limit as agents come. Where the
+hard limit is too low, a snapshot socket that would take a file its connections need is not opened; that, and
+a socket it cannot open (too many open files), is counted (`sockets_unopened`) and named per agent in
+`unreachable`; the socket is opened again at the agent's next `connect()` or heartbeat while it waits.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ import zmq
 from transport.counters import Counters, rejection_names
 from transport.curve import CurveKeys, dialing
 from transport.events import EventBatch, Heartbeat, Snapshot, SnapshotRequest
+from transport.limits import cannot_open, files_for, out_of_files, raise_open_files, size_context, snapshot_room
 from transport.registration import agent_problem, endpoint_problem, entry_name
 from transport.sockets import LIST_FRAME, decode_waiting, decode_waiting_frames, open_socket
 from transport.wire import AgentInfo, FrameDecoder, encode
@@ -57,12 +66,14 @@ class _Stream:
     """One agent incarnation as seen by this subscriber."""
 
     incarnation: int
-    snapshot_socket: zmq.Socket[bytes] | None
-    requested_at: float
-    req_id: int
+    snapshot_socket: zmq.Socket[bytes] | None = None
+    requested_at: float = 0.0
+    req_id: int = 0
     last_seq: int = 0
     synced: bool = False
     held: list[tuple[EventBatch, bytes]] = field(default_factory=list)
+    answered: bool = False
+    """The agent answered a snapshot request of this stream: after a gap, it is asked again."""
 
 
 Delivery = Snapshot | EventBatch
@@ -90,9 +101,17 @@ class EventSubscriber:
         curve: CurveKeys | None = None,
         relay_rcvhwm: int = RELAY_RCVHWM,
     ) -> None:
-        """`rcvhwm`: batches each agent's connection queues at most; `relay_rcvhwm`: a relay's;
+        """`context`: None for one of its own, sized for a socket per agent (closed with the subscriber);
+        `rcvhwm`: batches each agent's connection queues at most; `relay_rcvhwm`: a relay's;
         `curve`: connect as a CURVE client of the cluster's keys (agents serving CURVE answer nobody else)."""
-        self._context = context or zmq.Context.instance()
+        self._owns_context = context is None
+        self._context = context or zmq.Context()
+        if self._owns_context:
+            size_context(self._context, files_for(0))  # more than libzmq's 1023 sockets, before the first one
+        self._open_files = raise_open_files(files_for(0))
+        """This process's soft limit of open files, as last raised."""
+        self._files_for = 0
+        """Agents the open-file limit was last raised for."""
         self._curve = dialing(curve)
         self.socket = open_socket(self._context, zmq.SUB, LIST_FRAME, self._curve)
         self.socket.rcvhwm = rcvhwm
@@ -129,10 +148,21 @@ class EventSubscriber:
         self.gap_runs: deque[tuple[str, int, int]] = deque(maxlen=10_000)
         """Each gap as it was found, (label, incarnation, missing batches), for a consumer to take."""
         self.counters = Counters(
-            ("batches", "snapshots", "snapshots_missed", "stale_batches", "bad_entries", *rejection_names())
+            (
+                "batches",
+                "snapshots",
+                "snapshots_missed",
+                "stale_batches",
+                "bad_entries",
+                "sockets_unopened",
+                *rejection_names(),
+            )
         )
         self.refused: dict[str, str] = {}
         """Entries and endpoints this subscriber could not use: name -> why."""
+        self.unreachable: dict[str, str] = {}
+        """Agents (labels), endpoints and relays a socket could not be opened for (this process's limits, not
+        the agent's fault): name -> why. Tried again at each `connect()` of the name; gone once it opens."""
         self._batch_decoder: FrameDecoder[EventBatch] = FrameDecoder(EventBatch)
         self._snapshot_decoder: FrameDecoder[Snapshot] = FrameDecoder(Snapshot)
 
@@ -147,7 +177,10 @@ class EventSubscriber:
             return problem
         known = self.agents.get(agent.label)
         if known == agent or not agent.event_endpoint:
+            if known == agent and agent.label in self.unreachable:
+                self._ask_again(agent.label)
             return ""
+        self._make_room()
         if known is not None and known.event_endpoint:
             self.socket.disconnect(known.event_endpoint)
             self._close_snapshot_socket(agent.label)
@@ -170,19 +203,23 @@ class EventSubscriber:
         if endpoint in self._endpoints:
             return ""
         problem = endpoint_problem(endpoint)
-        sock: zmq.Socket[bytes] | None = None
-        if not problem:
-            sock = open_socket(self._context, zmq.SUB, LIST_FRAME, self._curve)
-            sock.rcvhwm = self._rcvhwm
-            sock.setsockopt(zmq.SUBSCRIBE, b"")
-            try:
-                sock.connect(endpoint)
-            except zmq.ZMQError as error:
-                problem = error.strerror
-                sock.close()
-        if problem or sock is None:
+        if problem:
             self._refuse(endpoint, problem)
             return problem
+        self._make_room()
+        try:
+            sock = open_socket(self._context, zmq.SUB, LIST_FRAME, self._curve)
+        except zmq.ZMQError as error:
+            return self._unreachable(endpoint, f"event socket: {cannot_open(error)}")
+        sock.rcvhwm = self._rcvhwm
+        sock.setsockopt(zmq.SUBSCRIBE, b"")
+        try:
+            sock.connect(endpoint)
+        except zmq.ZMQError as error:
+            sock.close()
+            self._refuse(endpoint, error.strerror)
+            return error.strerror
+        self.unreachable.pop(endpoint, None)
         self._endpoints[endpoint] = sock
         self._poller = None
         return ""
@@ -201,23 +238,30 @@ class EventSubscriber:
         if relay.event_endpoint in self._relays:
             return ""
         problem = agent_problem(relay) or ("" if relay.snapshot_endpoint else "a relay without a snapshot endpoint")
-        sockets: list[zmq.Socket[bytes]] = []
-        if not problem:
-            sub = open_socket(self._context, zmq.SUB, LIST_FRAME, self._curve)
-            sub.rcvhwm = self._relay_rcvhwm
-            sub.setsockopt(zmq.SUBSCRIBE, b"")
-            sockets = [sub, open_socket(self._context, zmq.DEALER, LIST_FRAME, self._curve)]
-            try:
-                sub.connect(relay.event_endpoint)
-                sockets[1].connect(relay.snapshot_endpoint)
-            except zmq.ZMQError as error:
-                problem = error.strerror
-                for sock in sockets:
-                    sock.close(linger=0)
         if problem:
             self._refuse(entry_name(relay), problem)
             return problem
-        self._relays[relay.event_endpoint] = (sockets[0], sockets[1])
+        sockets: list[zmq.Socket[bytes]] = []
+        try:
+            sockets.append(open_socket(self._context, zmq.SUB, LIST_FRAME, self._curve))
+            sockets.append(open_socket(self._context, zmq.DEALER, LIST_FRAME, self._curve))
+        except zmq.ZMQError as error:
+            for sock in sockets:
+                sock.close(linger=0)
+            return self._unreachable(entry_name(relay), f"relay sockets: {cannot_open(error)}")
+        sub, dealer = sockets
+        sub.rcvhwm = self._relay_rcvhwm
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        try:
+            sub.connect(relay.event_endpoint)
+            dealer.connect(relay.snapshot_endpoint)
+        except zmq.ZMQError as error:
+            for sock in sockets:
+                sock.close(linger=0)
+            self._refuse(entry_name(relay), error.strerror)
+            return error.strerror
+        self.unreachable.pop(entry_name(relay), None)
+        self._relays[relay.event_endpoint] = (sub, dealer)
         self._poller = None
         return ""
 
@@ -228,6 +272,20 @@ class EventSubscriber:
             self.refused[name] = problem
             if len(self.refused) > REFUSED_KEPT:
                 del self.refused[next(iter(self.refused))]
+
+    def _unreachable(self, name: str, why: str) -> str:
+        """A socket for `name` could not be opened, or was not (this process is out of files or sockets):
+        counted, and named in `unreachable` until it opens. Returns why."""
+        self.counters.add("sockets_unopened")
+        self.unreachable[name] = why
+        return why
+
+    def _make_room(self) -> None:
+        """Raise the open-file limit for one more agent (in steps that double: not a call per agent)."""
+        agents = len(self.agents) + len(self._endpoints) + 1
+        if agents > self._files_for:
+            self._files_for = max(agents, 2 * self._files_for)
+            self._open_files = raise_open_files(files_for(self._files_for))
 
     def synced(self) -> bool:
         """True once every connected agent's snapshot arrived (or its request timed out)."""
@@ -248,6 +306,8 @@ class EventSubscriber:
             dealer.close(linger=0)
         for label in list(self._snapshot_sockets):
             self._close_snapshot_socket(label)
+        if self._owns_context:
+            self._context.term()
 
     def poll(self, timeout_s: float) -> list[Delivered]:
         """Deliveries ready now, after waiting up to `timeout_s` for the first input."""
@@ -334,6 +394,9 @@ class EventSubscriber:
     def _deliver(
         self, label: str, stream: _Stream, batch: EventBatch, out: list[Delivered], frame: bytes = b""
     ) -> None:
+        if not stream.synced:  # its snapshot was asked again (a gap among held batches): wait for it too
+            stream.held.append((batch, frame))
+            return
         if batch.seq <= stream.last_seq:
             self.counters.add("stale_batches")
             return
@@ -341,21 +404,42 @@ class EventSubscriber:
             missing = batch.seq - stream.last_seq - 1
             self.gaps[(label, stream.incarnation)] += missing
             self.gap_runs.append((label, stream.incarnation, missing))
+            if stream.answered:  # what the gap held is in the agent's snapshot: this batch waits for it
+                stream.last_seq = batch.seq - 1
+                stream.held.append((batch, frame))
+                self._ask_snapshot(label, stream)
+                return
         stream.last_seq = batch.seq
         out.append(Delivered(label, batch, frame))
 
     def _start_stream(self, label: str, incarnation: int) -> _Stream:
-        req_id = next(self._req_ids)
+        stream = _Stream(incarnation)
+        self._ask_snapshot(label, stream)
+        return stream
+
+    def _ask_snapshot(self, label: str, stream: _Stream) -> None:
+        """Ask for `label`'s snapshot (a new stream's, or again after a gap): the stream's batches wait until
+        it arrives or `SNAPSHOT_TIMEOUT_S` passes."""
+        stream.req_id = req_id = next(self._req_ids)
+        stream.requested_at = time.monotonic()
+        stream.synced = False
         self._unsynced[label] = None
         relay = self._relays.get(self._relayed.get(label, "")) if label not in self.agents else None
         if relay is not None:
             self._relay_requests[req_id] = label
             relay[1].send(encode(SnapshotRequest(req_id, label)))
-            return _Stream(incarnation, relay[1], time.monotonic(), req_id)
-        sock = self._snapshot_socket(label)
+            stream.snapshot_socket = relay[1]
+            return
+        sock = stream.snapshot_socket = self._snapshot_socket(label)
         if sock is not None:
             sock.send(encode(SnapshotRequest(req_id)))
-        return _Stream(incarnation, sock, time.monotonic(), req_id)
+
+    def _ask_again(self, label: str) -> None:
+        """An agent whose snapshot socket could not be opened: once it opens, its snapshot is asked (its
+        batches wait for it, as after a gap)."""
+        stream = self._streams.get(label)
+        if stream is not None and not stream.answered and self._snapshot_socket(label) is not None:
+            self._ask_snapshot(label, stream)
 
     def _snapshot_socket(self, label: str) -> zmq.Socket[bytes] | None:
         agent = self.agents.get(label)
@@ -364,13 +448,24 @@ class EventSubscriber:
             return None
         sock = self._snapshot_sockets.get(label)
         if sock is None:
-            sock = open_socket(self._context, zmq.DEALER, LIST_FRAME, self._curve)
+            agents = len(self.agents) + len(self._endpoints)
+            if not snapshot_room(self._open_files, agents, len(self._snapshot_sockets)):
+                self._unreachable(
+                    label, f"snapshot socket: {out_of_files('no file left beside a connection per agent')}"
+                )
+                return None
+            try:
+                sock = open_socket(self._context, zmq.DEALER, LIST_FRAME, self._curve)
+            except zmq.ZMQError as error:
+                self._unreachable(label, f"snapshot socket: {cannot_open(error)}")
+                return None
             try:
                 sock.connect(endpoint)
             except zmq.ZMQError as error:
                 sock.close(linger=0)
                 self._refuse(label, f"snapshot endpoint {endpoint!r}: {error.strerror}")
                 return None
+            self.unreachable.pop(label, None)
             self._snapshot_sockets[label] = sock
             self._poller = None
         return sock
@@ -392,7 +487,7 @@ class EventSubscriber:
         if snapshot.incarnation != stream.incarnation:
             return  # the agent restarted meanwhile; its new batches start a new stream
         self.counters.add("snapshots")
-        stream.synced = True
+        stream.synced = stream.answered = True
         self._unsynced.pop(label, None)
         stream.last_seq = snapshot.seq
         self._done_asking(label, stream)

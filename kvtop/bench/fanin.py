@@ -48,7 +48,7 @@ import zmq
 from kvtop.bench import BenchFailed
 from kvtop.bench.watch import CountingModel
 from kvtop.sources.live import PASS_S, Collector, tune_gc
-from transport.bootstrap import BootstrapClient, BootstrapServer
+from transport.bootstrap import MAX_ENTRIES, BootstrapClient, BootstrapServer
 from transport.counters import Counters, rejection_names
 from transport.curve import CurveKeys, generate, stop_authenticator
 from transport.events import (
@@ -63,8 +63,8 @@ from transport.events import (
     TransferDone,
 )
 from transport.kvpoll import KVPoll
+from transport.limits import size_context
 from transport.publisher import EventPublisher, PublisherGroup
-from transport.relay import MAX_SOCKETS, raise_open_files
 from transport.sockets import LIST_FRAME, decode_waiting_frames, open_socket
 from transport.subscriber import AGENT_RCVHWM, RELAY_RCVHWM
 from transport.version import __version__
@@ -259,8 +259,7 @@ def _agents_process(first: int, count: int, rate: float, bootstrap: str, curve_k
     `time.monotonic()`, one clock for every process);
     "pause" stops emitting until "resume"; `curve_keys`: the folder every socket serves CURVE with ("": none)."""
     os.nice(AGENTS_NICE)
-    raise_open_files()
-    zmq.Context.instance().set(zmq.MAX_SOCKETS, MAX_SOCKETS)
+    size_context(zmq.Context.instance())
     curve = CurveKeys.load(curve_keys, serve=True) if curve_keys else None
     rng = random.Random(first)
     agents = [_Agent(first + i, rng, curve) for i in range(count)]
@@ -650,10 +649,9 @@ def measure(
 ) -> dict[str, object]:
     """Every leg `repeats` times, alternating; the medians per leg, the relay/direct ratio, the file limit;
     `curve`: the `CURVE_LEGS` too, and the CURVE/plain ratios (`curve_vs_plain`)."""
-    open_files = raise_open_files()
+    open_files = size_context(zmq.Context.instance())  # before this process opens any socket
     gc_thresholds = tune_gc()  # the collector's, as in the dashboard's model process (`kvtop top`)
     load = os.getloadavg()[0]
-    zmq.Context.instance().set(zmq.MAX_SOCKETS, MAX_SOCKETS)  # before this process opens any socket
     legs = (*legs, *CURVE_LEGS) if curve else legs
     folder = tempfile.TemporaryDirectory(prefix="kvtop-fanin-keys-")
     keys_dir = str(generate(os.path.join(folder.name, "keys")).folder) if curve else ""
@@ -664,7 +662,9 @@ def measure(
     runs: dict[str, list[Run]] = {leg.name: [] for leg in legs}
     try:
         for on in sorted({leg.curve for leg in legs}):  # agents register once: no refresh traffic
-            bootstraps[on] = BootstrapServer(entry_ttl_s=3600.0, curve=secure if on else None).start()
+            bootstraps[on] = BootstrapServer(  # every agent registers from this host: one client
+                entry_ttl_s=3600.0, curve=secure if on else None, max_per_client=MAX_ENTRIES
+            ).start()
             clusters[on] = _Agents(agents, processes, rate, bootstraps[on].endpoint, keys_dir if on else "")
         for on, cluster in clusters.items():
             cluster.wait_ready(_START_TIMEOUT_S)

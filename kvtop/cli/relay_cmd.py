@@ -88,14 +88,15 @@ def relay(
     """Relay a cluster's events (a ZeroMQ XSUB/XPUB proxy) and pass snapshot requests through to its agents.
 
     Views across a network boundary then need one address: `kvtop top --relay ADDR`. Batches pass untouched,
-    so gaps stay counted per agent incarnation. Prints its two addresses, then runs until Ctrl-C, SIGTERM or
-    --duration. Exit 1 when an upstream does not answer at start or a relay thread dies; exit 2 for a key
-    folder that cannot serve, or a bind beyond loopback without --curve-keys or --insecure.
+    so gaps stay counted per agent incarnation (and a view asks the agent's snapshot again after one, through
+    the relay). Prints its two addresses, then runs until Ctrl-C, SIGTERM or --duration. Exit 1 when an
+    upstream does not answer at start or a relay thread dies; exit 2 for a key folder that cannot serve, or a
+    bind beyond loopback without --curve-keys or --insecure.
     """
     from transport.curve import exposure_problem
     from transport.errors import BootstrapError
     from transport.registration import agent_problem
-    from transport.relay import Relay, raise_open_files
+    from transport.relay import Relay
 
     if not bootstrap and not relay and not connect:
         raise typer.BadParameter("give --bootstrap ADDR, at least one --relay ADDR, or at least one --connect EP")
@@ -104,7 +105,6 @@ def relay(
     if problem:
         raise fail(problem, 2)
     keys = load_curve(curve_keys, serve=True)
-    raise_open_files()
     try:
         server = Relay(
             bootstrap, relay, connect, listen, snapshot_listen, host, name, register, advertise=advertise, curve=keys

@@ -231,7 +231,11 @@ def _replayed(past: Past, journal: bool, news_since: bool) -> Opened:
     return Opened(cursor.model, cursor=cursor, replayed=heard, when=past.when, damage=damage, start=start)
 
 
-def nobody_answered(bootstrap: str, connect: list[str], wait: float) -> str:
-    """The one line a view prints when no agent answered within the wait."""
+def nobody_answered(bootstrap: str, connect: list[str], wait: float, unreachable: dict[str, str]) -> str:
+    """The one line a view prints when no agent answered within the wait (and, when kvtop could not open
+    sockets for some, how many and why: its own limit may be why nobody answered)."""
     where = ", ".join([*([f"listed by {bootstrap}"] if bootstrap else []), *connect])
-    return f"no agent answered within {wait:g}s ({where})"
+    line = f"no agent answered within {wait:g}s ({where})"
+    if unreachable:
+        line += f"; kvtop could not open a socket for {len(unreachable)} of them: {next(iter(unreachable.values()))}"
+    return line

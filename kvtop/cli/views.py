@@ -101,7 +101,9 @@ def _say_what_was_heard(source: Opened, bootstrap: str, connect: list[str], wait
         if source.attached is not None:
             raise fail(f"no agent answered the dashboard's model ({source.attached.state.source}) "
                        f"in its {source.attached.state.listening_s:.0f}s")  # fmt: skip
-        raise fail(nobody_answered(bootstrap, connect, wait))
+        with source.lock:
+            unreachable = dict(source.model.intake.unreachable)
+        raise fail(nobody_answered(bootstrap, connect, wait, unreachable))
 
 
 def _say_what_the_model_said(state: State) -> None:
@@ -212,8 +214,9 @@ def check(
     """Health check for cron, Nagios/Icinga, Kubernetes exec probes and CI gates.
 
     Prints `KVTOP <STATUS> - <text> | <perfdata>` (or JSON) and exits 0 OK, 1 WARNING, 2 CRITICAL
-    (including: an incident ongoing, cluster unreachable, no agent answering, a rank gone, failure rate,
-    abort rate or stuck rooms over the limit), 3 UNKNOWN (bad arguments, internal error). The first problem
+    (including: an incident ongoing, cluster unreachable, no agent answering, a rank gone, a rank kvtop
+    could not open a socket for (its own open-files limit: named with the limit), failure rate, abort rate
+    or stuck rooms over the limit), 3 UNKNOWN (bad arguments, internal error). The first problem
     of an incident names its suspect: `KVTOP CRITICAL - incident: prefill-0/TP1 sends corrupt KV (checksum)
     since 10:02:11, 31 rooms | ...`. A rank listed (--connect, or by the bootstrap service) that does not
     answer within --wait is gone; one that answered is stale after 3 s of silence and gone after 10 s.
@@ -331,9 +334,11 @@ def status(
     succeeded; JSON `failure_rate` is null, `rooms_failed` counts them). Also counts what was rejected
     (events, frames) and the rooms retired as lost. Exit 1 when nobody answers.
 
-    Also what was refused on the way in: bootstrap entries kvtop could not use (named), frames its
-    collector rejected, registrations the bootstrap service refused. With --follow, exit 1 if the
-    collector stops (its error on stderr).
+    Also what was refused on the way in: bootstrap entries kvtop could not use (named), ranks it could not
+    open a socket for (its own open-files limit, named with the limit: JSON `ranks.unreachable`,
+    `collector.unreachable`), frames its collector rejected, registrations the bootstrap service refused
+    (each client's latest, named with its address). With --follow, exit 1 if the collector stops (its
+    error on stderr).
     """
     from kvtop.views.tables import status_json, status_text
 
@@ -370,7 +375,8 @@ def ranks(
     """Every rank: role, instance, liveness (alive/stale/gone; log), host, pid, rooms in flight, origins, echoes,
     and the frames each of its sockets rejected (control, data, consensus, bootstrap, events, snapshot).
 
-    An endpoint given by --connect that never answered is listed as a gone rank under its endpoint.
+    An endpoint given by --connect that never answered is listed as a gone rank under its endpoint. A rank
+    kvtop could not open a socket for (its own open-files limit) says so, and why (JSON `unreachable`).
     Exit 1 when nobody answers.
     """
     from kvtop.views.tables import ranks_json, ranks_text

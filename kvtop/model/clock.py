@@ -17,7 +17,7 @@ from collections import deque
 
 import msgspec
 
-from transport.events import Event
+from transport.events import Event, Snapshot
 
 SKEWED_S = 2.0
 """An agent whose clock is this far off the collector's has its times corrected, and views warn of it."""
@@ -57,3 +57,17 @@ class ClockEstimate:
 def corrected(events: list[Event], correction_s: float) -> list[Event]:
     """`events` on the collector's clock: each `ts` less `correction_s`."""
     return [msgspec.structs.replace(event, ts=event.ts - correction_s) for event in events]
+
+
+def corrected_snapshot(snapshot: Snapshot, correction_s: float) -> Snapshot:
+    """`snapshot` with every record and its history's start on the collector's clock."""
+    since = snapshot.history_since and snapshot.history_since - correction_s  # 0: nothing dropped, stays 0
+    records = {
+        name: corrected(getattr(snapshot, name), correction_s)
+        for name in ("live_rooms", "finished_rooms", "failures", "progress", "transfers", "context")
+    }
+    hello, heartbeat = (
+        record and msgspec.structs.replace(record, ts=record.ts - correction_s)
+        for record in (snapshot.hello, snapshot.heartbeat)
+    )
+    return msgspec.structs.replace(snapshot, hello=hello, heartbeat=heartbeat, history_since=since, **records)

@@ -23,11 +23,12 @@ from itertools import chain, islice
 
 import msgspec
 
-from kvtop.model.clock import ClockEstimate, corrected
+from kvtop.model.clock import ClockEstimate, corrected, corrected_snapshot
 from kvtop.model.fold import ABORTED, ROOM_REUSE_S, FailureGroup, Observed, fold
 from kvtop.model.histogram import DurationHistogram
 from kvtop.model.incidents import IncidentTracker
 from kvtop.model.intake import Intake
+from kvtop.model.resync import FailureKey, failure_key, unheld
 from kvtop.model.rolling import percentiles
 from kvtop.model.suspects import SILENT_BEFORE_S
 from kvtop.model.transfer_ring import TransferRing
@@ -337,6 +338,9 @@ class ClusterModel:
         a room only ends when a state arrives, so a sweep need not walk the rooms no delivery touched."""
         self.failures_total = 0
         """Failures ever recorded: a reader that remembers it knows which are new."""
+        self._failure_keys: set[FailureKey] | None = None
+        """The failures in `failures`, by `failure_key`: made when a snapshot is first asked again
+        (`failure_keys`), kept from then on."""
         self.context: deque[tuple[str, LogContext]] = deque(maxlen=CONTEXT_KEPT)
         """Context lines sidecars published, with the label of the rank that published them."""
         self._causes: dict[int, int] = {}
@@ -349,9 +353,12 @@ class ClusterModel:
         """One delivery from the subscriber, for the agent `label`; returns the events it accepted.
 
         An event whose values make no sense (a state that is no KVPoll value, a time or a duration that is
-        not a finite number in range) is skipped and counted in `rejected`: it never reaches a view."""
+        not a finite number in range) is skipped and counted in `rejected`: it never reaches a view.
+        A snapshot of an incarnation the model already heard from (asked again after a gap) adds only what
+        the model does not hold yet (kvtop.model.resync)."""
         self._now = now
         view = self._rank(label, item)
+        again = isinstance(item, Snapshot) and view.last_seen > 0 and view.incarnation == item.incarnation
         heard = view.last_seen or view.heard_before
         if heard and now - heard > STALE_S and not view.inferred:
             view.silences = [*view.silences[1 - SILENCES_KEPT :], (heard, now)]
@@ -360,15 +367,18 @@ class ClusterModel:
             view.clock.sample(item.sent_at, now)
         correction = view.clock.correction_s
         if isinstance(item, Snapshot):
-            view.history_since = item.history_since and item.history_since - correction
+            if correction:
+                item = corrected_snapshot(item, correction)
+            view.history_since = item.history_since
             self.snapshot_cut += item.cut
-            events: list[Event] = [e for e in (item.hello, item.heartbeat) if e is not None]
-            events += [*item.finished_rooms, *item.live_rooms, *item.progress, *item.failures, *item.transfers]
-            events += item.context
+            if again:
+                events: list[Event] = unheld(self, view, item)
+            else:
+                events = [e for e in (item.hello, item.heartbeat) if e is not None]
+                events += [*item.finished_rooms, *item.live_rooms, *item.progress, *item.failures, *item.transfers]
+                events += item.context
         else:
-            events = item.events
-        if correction:
-            events = corrected(events, correction)
+            events = corrected(item.events, correction) if correction else item.events
         bad = self._apply_events(view, events)
         if bad:
             self.rejected += len(bad)
@@ -500,10 +510,20 @@ class ClusterModel:
         of retired rooms is bounded too."""
         start = now - window_s
         snapshots = max((view.history_since for view in self.ranks.values()), default=0.0)
-        kept = next(iter(self.finished.values())).ts if len(self.finished) >= FINISHED_ROOMS_KEPT else 0.0
+        kept = self.retired_kept_since()
         limit = "snapshot history" if snapshots > max(start, kept) else "rooms kept" if kept > start else ""
         since = max(start, snapshots, kept)
         return Coverage(since, max(0.0, min(window_s, now - since)), limit)
+
+    def failure_keys(self) -> set[FailureKey]:
+        """Every failure the model keeps, by `failure_key` (made at the first call, then kept up to date)."""
+        if self._failure_keys is None:
+            self._failure_keys = {failure_key(f.ts, f.room, f.rank, f.reason) for f in self.failures}
+        return self._failure_keys
+
+    def retired_kept_since(self) -> float:
+        """When the oldest retired room the model still keeps ended, once it let older ones go (0 until then)."""
+        return next(iter(self.finished.values())).ts if len(self.finished) >= FINISHED_ROOMS_KEPT else 0.0
 
     def rates(self, now: float, window_s: float) -> Rates:
         """Rooms/s, GB/s and latency over the covered part of the last `window_s` (`coverage()`), or since
@@ -728,6 +748,12 @@ class ClusterModel:
             observed = Observed(event.ts, event.room, event.rank, view.role, event.reason, event.reason_class,
                                 event.origin, event.level, event.is_from_another_rank, view.inferred,
                                 event.suspect)  # fmt: skip
+            keys = self._failure_keys
+            if keys is not None:
+                if len(self.failures) == FAILURES_KEPT:
+                    oldest = self.failures[0]
+                    keys.discard(failure_key(oldest.ts, oldest.room, oldest.rank, oldest.reason))
+                keys.add(failure_key(event.ts, event.room, event.rank, event.reason))
             self.failures.append(observed)
             self.failures_total += 1
             self.incidents.add(observed, self)

@@ -14,6 +14,9 @@ class Intake:
     `deliveries_failed` (a delivery the model could not apply: counted and logged, never fatal)."""
     bad_entries: dict[str, str] = field(default_factory=dict)
     """Bootstrap entries and endpoints the collector could not use: name -> why."""
+    unreachable: dict[str, str] = field(default_factory=dict)
+    """Ranks (labels), endpoints and relays the collector could not open a socket for, for now (its own limits:
+    too many open files): name -> why. Not the rank's fault; tried again at every discovery."""
     bootstrap_counters: dict[str, int] = field(default_factory=dict)
     """The bootstrap service's counters (requests, expired, deregistered, `rejected_<reason>`)."""
     bootstrap_refused: list[str] = field(default_factory=list)

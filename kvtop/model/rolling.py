@@ -61,6 +61,11 @@ class RingBuffer:
         self.flush()
         return self._size
 
+    @property
+    def full(self) -> bool:
+        """Every slot holds a row: the next one pushes the oldest out."""
+        return len(self) == len(self._data)
+
 
 def percentiles(values: npt.NDArray[np.float64], points: tuple[float, ...] = (50, 90, 99)) -> list[float]:
     """The given percentiles of `values` (zeros when empty)."""

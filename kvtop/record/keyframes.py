@@ -3,7 +3,8 @@
 A seek restores the latest keyframe before its time and replays the ops after it, so the model it
 builds is the one the collector held (`STATE_FIELDS` names every attribute of the model a keyframe
 carries; a test fails when the model gains one that is not here). The dashboard's event journal is
-left out (a keyframe's model starts with an empty one; the replay after the keyframe fills it).
+left out (a keyframe's model starts with an empty one; the replay after the keyframe fills it), as is what
+the model derives from its state when asked (`DERIVED_FIELDS`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from transport.events import LogContext, LogFollowed
 
 JOURNAL_FIELDS = frozenset(("journal", "journal_total", "_journal_kept", "_journal_events"))
 """The event tail of the dashboard's model: not part of a keyframe (rebuilt by the replay)."""
+DERIVED_FIELDS = frozenset(("_failure_keys",))
+"""Made from the state when first needed (`ClusterModel.failure_keys`): not part of a keyframe."""
 STATE_FIELDS = frozenset(
     (
         "ranks", "rooms", "finished", "failures", "transfers", "links", "gaps", "intake", "rejected",

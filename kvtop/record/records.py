@@ -63,6 +63,8 @@ class Accounted(msgspec.Struct, tag="a", array_like=True, frozen=True):
     gaps: int
     rejected_frames: int
     error: str = ""
+    unreachable: dict[str, str] = {}
+    """Ranks, endpoints and relays the collector could not open a socket for (`Intake.unreachable`)."""
 
 
 class Gapped(msgspec.Struct, tag="g", array_like=True, frozen=True):
@@ -116,7 +118,7 @@ def apply_op(model: ClusterModel, op: Op) -> list[Event] | None:
         intake = model.intake
         intake.counters, intake.bad_entries = op.counters, op.bad_entries
         intake.bootstrap_counters, intake.bootstrap_refused = op.bootstrap_counters, op.bootstrap_refused
-        intake.error = op.error
+        intake.error, intake.unreachable = op.error, op.unreachable
         model.gaps, model.rejected_frames = op.gaps, op.rejected_frames
     elif type(op) is Registered:
         model.register(op.agent)

@@ -252,10 +252,12 @@ class Recorder:
             or last.bootstrap_counters != intake.bootstrap_counters
             or last.bootstrap_refused != intake.bootstrap_refused
             or last.error != intake.error
+            or last.unreachable != intake.unreachable
         ):
             self._last_account = account = Accounted(
                 now, dict(intake.counters), dict(intake.bad_entries), dict(intake.bootstrap_counters),
                 list(intake.bootstrap_refused), model.gaps, model.rejected_frames, intake.error,
+                dict(intake.unreachable),
             )  # fmt: skip
             self._pending.append(account)
 

@@ -200,6 +200,7 @@ class Collector:
         intake = self.model.intake
         intake.counters = {**self._subscriber.counters.snapshot(), "deliveries_failed": self._deliveries_failed}
         intake.bad_entries = dict(self._subscriber.refused)
+        intake.unreachable = dict(self._subscriber.unreachable)
 
     def _run(self) -> None:
         try:

@@ -20,6 +20,8 @@ from kvtop.views.times import spans_days, stamp
 
 INCIDENTS_NAMED = 3
 """Incidents a verdict's text names (the biggest); the rest are counted."""
+UNREACHABLE_NAMED = 5
+"""Ranks kvtop could not open a socket for that a verdict's text names; the rest are counted."""
 
 
 class Verdict(IntEnum):
@@ -81,6 +83,8 @@ class CheckResult:
     """Fraction of the rooms that finished in the window that a client aborted."""
     ranks_unanswered: list[str] = field(default_factory=list)
     """The gone ranks that never answered within the wait (the others were heard, then went silent)."""
+    ranks_unreachable: list[str] = field(default_factory=list)
+    """Ranks kvtop could not open a socket for (its own limits: too many open files); why is in `problems`."""
     lost: int = 0
     """Open rooms retired as lost (no news for the model's bound)."""
     rejected_events: int = 0
@@ -141,6 +145,7 @@ def evaluate(
     stale = sorted(label for label, state in liveness.items() if state is Liveness.STALE)
     gone = sorted(label for label, state in liveness.items() if state is Liveness.GONE)
     unanswered = [label for label in gone if not model.ranks[label].last_seen]
+    unreachable = sorted(label for label in model.intake.unreachable if label in everyone)
     outcomes = model.outcomes(now, limits.window_s)
     rate, rooms, abort_rate = outcomes.failure_rate, outcomes.finished, outcomes.abort_rate
     stuck = len(model.stuck(now, limits.stuck_after_s))
@@ -159,8 +164,13 @@ def evaluate(
         (critical if any(severe[INCIDENTS_NAMED:]) else warning).append(more)
     if not everyone:
         critical.append("no ranks listed or discovered")
-    if gone:
-        named = [f"{label} (no answer in {waited_s:g}s)" if label in unanswered else label for label in gone]
+    if unreachable:
+        why = model.intake.unreachable[unreachable[0]]
+        more = f" and {len(unreachable) - UNREACHABLE_NAMED} more" if len(unreachable) > UNREACHABLE_NAMED else ""
+        listed = ", ".join(unreachable[:UNREACHABLE_NAMED]) + more
+        critical.append(f"kvtop could not open a socket for {plural(len(unreachable), 'rank')} ({why}): {listed}")
+    if silent := [label for label in gone if label not in unreachable]:  # those are named above, with why
+        named = [f"{label} (no answer in {waited_s:g}s)" if label in unanswered else label for label in silent]
         critical.append(f"ranks gone: {', '.join(named)}")
     if down:
         critical.append(f"servers down (log silent, metrics unanswered): {', '.join(down)}")
@@ -214,7 +224,7 @@ def evaluate(
     return CheckResult(
         verdict, summary, len(alive), len(liveness), stale, gone, rooms, rate if liveness else None, stuck,
         model.gaps, sorted(set(origins)), critical + warning, len(everyone) - len(liveness), aborted, abort_rate,
-        unanswered, model.lost, model.rejected, model.rejected_frames,
+        unanswered, unreachable, model.lost, model.rejected, model.rejected_frames,
         [incident_json(incident, now, gap) for incident in judged], "span" if span else "now", rooms_failed,
         {label: round(offset, 3) for label, offset in skewed.items()},
     )  # fmt: skip

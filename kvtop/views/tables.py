@@ -15,6 +15,8 @@ from transport.events import LogFollowed
 STUCK_AFTER_S = 10.0
 INCIDENTS_SHOWN = 3
 """Incidents the status text names (the newest); `kvtop incidents` lists them all."""
+UNREACHABLE_NAMED = 10
+"""Names a text line gives per reason a socket could not be opened (`--json` has every one)."""
 
 
 def _nonzero(counts: dict[str, int]) -> dict[str, int]:
@@ -28,7 +30,9 @@ def _rejected(counters: dict[str, int]) -> dict[str, int]:
 
 def ranks_json(model: ClusterModel, now: float, window_s: float = 60.0) -> list[dict[str, Any]]:
     """Stable fields: role, instance, rank, label, host, pid, state, gbps, inflight, origins, echoes, cpu, rss,
-    and `rejected` (frames each socket of the rank refused: socket -> reason -> count, non-zero reasons only)."""
+    `rejected` (frames each socket of the rank refused: socket -> reason -> count, non-zero reasons only), and
+    `unreachable` (why kvtop could not open a socket for the rank, null when it could)."""
+    unreachable = model.intake.unreachable
     return [
         {
             "role": view.role,
@@ -48,6 +52,7 @@ def ranks_json(model: ClusterModel, now: float, window_s: float = 60.0) -> list[
             "rss_bytes": view.rss_bytes,
             "rejected": {socket: _nonzero(reasons) for socket, reasons in sorted(view.rejected.items())},
             "log": log_json(view.log) if view.log is not None else None,
+            "unreachable": unreachable.get(view.label),
         }
         for view in sorted(model.ranks.values(), key=lambda v: (v.role, v.instance, v.rank))
     ]
@@ -77,6 +82,7 @@ def ranks_text(model: ClusterModel, now: float) -> str:
     lines += [
         f"{r['label']:<16} {r['role']:<8} {r['state']:<6} {r['host'][:14]:<14} {r['pid']:>7} {r['gbps']:>7.3f} "
         f"{r['inflight']:>8} {r['origins']:>7} {r['echoes']:>6}  {_rejected_text(r['rejected'])}"
+        + (f"  unreachable: {r['unreachable']}" if r["unreachable"] else "")
         for r in ranks_json(model, now)
     ]
     return "\n".join(lines + clock_lines(model) + sidecar_lines(model) + intake_lines(model))
@@ -122,6 +128,7 @@ def intake_json(model: ClusterModel) -> dict[str, Any]:
     return {
         "collector": {
             "bad_entries": dict(sorted(intake.bad_entries.items())),
+            "unreachable": dict(sorted(intake.unreachable.items())),
             "rejected": _rejected(counters),
             "deliveries_failed": counters.get("deliveries_failed", 0),
             "snapshots_missed": counters.get("snapshots_missed", 0),
@@ -131,6 +138,7 @@ def intake_json(model: ClusterModel) -> dict[str, Any]:
             "rejected": _rejected(service),
             "expired": service.get("expired", 0),
             "deregistered": service.get("deregistered", 0),
+            "refused_client_limit": service.get("refused_client_limit", 0),
             "refused": list(intake.bootstrap_refused),
         }
         if service
@@ -146,6 +154,7 @@ def intake_lines(model: ClusterModel) -> list[str]:
     if collector["bad_entries"]:
         named = "; ".join(f"{name}: {why}" for name, why in collector["bad_entries"].items())
         lines.append(f"skipped {len(collector['bad_entries'])} unusable entries: {named}")
+    lines += unreachable_lines(collector["unreachable"])
     if collector["rejected"] or collector["deliveries_failed"]:
         reasons = ", ".join(f"{reason} {count}" for reason, count in collector["rejected"].items())
         failed = collector["deliveries_failed"]
@@ -153,8 +162,21 @@ def intake_lines(model: ClusterModel) -> list[str]:
             f"collector rejected frames: {reasons or 'none'}" + (f"; {failed} deliveries failed" if failed else "")
         )
     if service and (service["refused"] or service["rejected"]):
-        reasons = ", ".join(f"{reason} {count}" for reason, count in service["rejected"].items())
+        counts = {**service["rejected"], "over a client's share": service["refused_client_limit"]}
+        reasons = ", ".join(f"{reason} {count}" for reason, count in counts.items() if count)
         lines.append(f"bootstrap rejected: {reasons}" + "".join(f"\n  refused {line}" for line in service["refused"]))
+    return lines
+
+
+def unreachable_lines(unreachable: dict[str, str]) -> list[str]:
+    """One line per reason kvtop could not open a socket (its own limits, not the ranks'), naming whom."""
+    by_why: dict[str, list[str]] = {}
+    for name, why in unreachable.items():
+        by_why.setdefault(why, []).append(name)
+    lines = []
+    for why, names in by_why.items():
+        more = f" and {len(names) - UNREACHABLE_NAMED} more" if len(names) > UNREACHABLE_NAMED else ""
+        lines.append(f"could not open a socket for {len(names)}: {why}: {', '.join(names[:UNREACHABLE_NAMED])}{more}")
     return lines
 
 
@@ -215,6 +237,7 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
         "ranks": {
             "total": len(liveness),
             **{state: liveness.count(state) for state in ("alive", "stale", "gone", "log", "idle", "down")},
+            "unreachable": sum(label in model.intake.unreachable for label in model.ranks),
         },
         "rooms_open": len(model.open_rooms(now)),
         "rooms_finished": outcomes.finished,
@@ -266,6 +289,8 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
         aborts += f" ({s['abort_rate']:.1%})"
     lines = [_incidents_line(s, window_s)]
     live = ranks["total"] - ranks["log"]
+    if ranks["unreachable"]:
+        from_logs += f", {ranks['unreachable']} unreachable (kvtop could not open their sockets)"
     lines += [
         f"ranks   {ranks['alive']}/{live} alive, {ranks['stale']} stale, {ranks['gone']} gone" + from_logs
         if live

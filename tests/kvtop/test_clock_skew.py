@@ -21,7 +21,7 @@ from kvtop.views.check import Thresholds, Verdict, evaluate
 from tests.conftest import wait_for
 from tests.transport.test_cluster_faults import EVERY_RANK, clients_of, cluster_spec, results_of, submit
 from transport import KVPoll
-from transport.events import EVENT_SCHEMA, EventBatch, Failure
+from transport.events import EVENT_SCHEMA, EventBatch, Failure, Snapshot
 
 FAKETIME = next(iter(glob.glob("/usr/lib/*/faketime/libfaketime.so.1")), "")
 HOUR = 3600.0
@@ -96,3 +96,17 @@ def test_a_rank_an_hour_ahead_is_shown_warned_of_and_its_echoes_fold_under_their
         collector.close()
     ranks = kvtop("ranks", "--bootstrap", cluster.endpoint)
     assert f"clock   {SKEWED} is 3" in ranks.stdout and "s ahead of this collector's" in ranks.stdout
+
+
+def test_a_snapshot_asked_again_of_a_skewed_rank_adds_nothing_the_model_holds():
+    """After a gap the snapshot's records are put on the collector's clock before they are matched with what the
+    model holds: the failure it already took is not counted twice."""
+    model = ClusterModel()
+    model.correct_clocks = True
+    now = 1_800_000_000.0
+    echo = Failure(now - 1 + HOUR, 7, SKEWED, "from another rank", "other", "debug", True, "decode-0/TP0")
+    model.apply(SKEWED, EventBatch(EVENT_SCHEMA, "prefill", "prefill-0", 1, 1, 1, now + HOUR - 0.01, [echo]), now)
+    again = Snapshot(1, EVENT_SCHEMA, 1, 5, None, None, [], [], [echo], sent_at=now + HOUR + 0.99)
+    model.apply(SKEWED, again, now + 1)
+
+    assert [(f.rank, f.ts) for f in model.failures] == [(SKEWED, pytest.approx(now - 1, abs=0.05))]

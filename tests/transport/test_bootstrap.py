@@ -12,11 +12,24 @@ import pytest
 import zmq
 
 from transport import BootstrapClient, BootstrapServer, KVManager, KVPoll, KVPool, Role
+from transport.bootstrap import MAX_ENTRIES, MAX_PER_CLIENT
 from transport.cluster import ClusterSpec
 from transport.errors import BootstrapError
 from transport.registration import endpoint_problem
 from transport.sockets import bind_ephemeral
-from transport.wire import LOG_SIDECAR, AgentInfo, BootstrapRequest, FrameDecoder, Registered, Resolve, Route, encode
+from transport.wire import (
+    LOG_SIDECAR,
+    AgentInfo,
+    BootstrapReply,
+    BootstrapRequest,
+    FrameDecoder,
+    Refusal,
+    Register,
+    Registered,
+    Resolve,
+    Route,
+    encode,
+)
 
 GOOD = AgentInfo("prefill", "prefill-0", 0, 1, 4096, "tcp://127.0.0.1:5000", "", os.getpid(), "host", 7)
 
@@ -171,3 +184,67 @@ def test_a_resolved_rank_nobody_can_connect_to_is_counted_and_the_engine_keeps_r
     finally:
         decode.close()
         service.close()
+
+
+def flood(
+    context: zmq.Context[zmq.Socket[bytes]], endpoint: str, count: int, source: str, first_name: int = 0
+) -> tuple[int, int]:
+    """Register `count` made-up prefill ranks (`flood-N` from `first_name` on) from the address `source` (a
+    loopback one: 127.0.0.2), as fast as the service answers; returns how many it accepted and refused."""
+    dealer = context.socket(zmq.DEALER)
+    dealer.linger = 0
+    dealer.connect(f"tcp://{source}:0;{endpoint.removeprefix('tcp://')}")  # ZeroMQ's source;destination form
+    decoder: FrameDecoder[BootstrapReply] = FrameDecoder(BootstrapReply)
+    replies: list[BootstrapReply] = []
+    try:
+        for first in range(0, count, 500):  # a window at a time: past the HWM, a ROUTER drops replies
+            window = range(first, min(first + 500, count))
+            for index in window:
+                entry = msgspec.structs.replace(GOOD, instance=f"flood-{first_name + index}")
+                dealer.send(encode(Register(index + 1, entry)))
+            for _ in window:
+                assert dealer.poll(10_000), "the service stopped answering the flood"
+                replies.append(decoder.decode(dealer.recv()))
+    finally:
+        dealer.close()
+    return sum(isinstance(r, Registered) for r in replies), sum(isinstance(r, Refusal) for r in replies)
+
+
+def test_one_client_flooding_registrations_locks_out_no_agent_registering_from_elsewhere(
+    bootstrap, make_manager, zmq_context
+):
+    """More registrations than the service holds, from one address: it keeps its share, the rest are refused,
+    counted and named with that address, and a real agent registering from another address is listed."""
+    count = MAX_ENTRIES + 100
+    accepted, refused = flood(zmq_context, bootstrap.endpoint, count, "127.0.0.2")
+    agent = make_manager(Role.PREFILL, "prefill-real")  # registers from 127.0.0.1
+    with BootstrapClient(bootstrap.endpoint) as client:
+        listing = client.listing()
+
+    assert (accepted, refused) == (MAX_PER_CLIENT, count - MAX_PER_CLIENT)
+    assert agent.info.label in {entry.label for entry in listing.agents}
+    assert len(listing.agents) == MAX_PER_CLIENT + 1
+    assert listing.counters["refused_client_limit"] == refused
+    assert listing.refused == [
+        f"flood-{count - 1}/TP0: the client holds {MAX_PER_CLIENT} entries already, the most one client may "
+        f"(from 127.0.0.2, {refused} of its registrations refused)"
+    ]
+
+
+def test_a_clients_entries_that_expire_give_its_share_back_and_it_keeps_its_share_of_the_expired(zmq_context, wait_for):
+    """A client at its share registers again once its entries expired; of its expired entries (listed as gone),
+    the newest share is kept, so a flood pushes no other client's dead ranks out of the listing."""
+    server = BootstrapServer(entry_ttl_s=0.3, max_per_client=8).start()
+    try:
+        with BootstrapClient(server.endpoint) as client:
+            client.register(msgspec.structs.replace(GOOD, instance="dead-elsewhere"))
+        assert flood(zmq_context, server.endpoint, 12, "127.0.0.2") == (8, 4)
+        wait_for(lambda: server.counters["expired"] == 9, what="every entry expired")
+        assert flood(zmq_context, server.endpoint, 20, "127.0.0.2", first_name=100) == (8, 12)
+        wait_for(lambda: server.counters["expired"] == 17, what="the second flood's entries expired")
+        with BootstrapClient(server.endpoint) as client:
+            gone = sorted(entry.instance for entry in client.listing().expired)
+    finally:
+        server.close()
+
+    assert gone == ["dead-elsewhere", *sorted(f"flood-{index}" for index in range(100, 108))]

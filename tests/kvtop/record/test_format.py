@@ -174,7 +174,7 @@ def test_the_ring_deletes_the_oldest_segments_beyond_its_size(tmp_path: Path) ->
 def test_a_keyframe_carries_every_attribute_of_the_model() -> None:
     """A model attribute that keyframes do not know fails here (add it to keyframes.py)."""
     model = ClusterModel()
-    assert set(vars(model)) == keyframes.STATE_FIELDS | keyframes.JOURNAL_FIELDS
+    assert set(vars(model)) == keyframes.STATE_FIELDS | keyframes.JOURNAL_FIELDS | keyframes.DERIVED_FIELDS
 
 
 def test_failure_origins_are_listed_without_decoding_the_events(tmp_path: Path) -> None:
