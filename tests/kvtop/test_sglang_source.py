@@ -12,6 +12,7 @@ from kvtop.model.cluster import ClusterModel, Liveness
 from kvtop.model.fold import FailureGroup
 from kvtop.sources.sglang import SGLangLogs, load
 from kvtop.views.check import Thresholds, Verdict, evaluate
+from tests.conftest import wait_for
 from transport.events import Failure
 
 pytestmark = pytest.mark.usefixtures("utc")
@@ -342,3 +343,29 @@ def test_a_followed_worker_error_becomes_the_failure_record_once_the_file_moves_
     moved_on = logs.poll(model)
 
     assert (waiting, [(label, e.room) for label, e in moved_on]) == ([], [("prefill-0/TP1", 31)])
+
+
+def test_a_followed_worker_error_with_its_traceback_last_fails_its_room_once_the_file_is_quiet(tmp_path: Path):
+    """No later line: once the file gained nothing for the quiet time the worker error is its room's failure
+    record, its reason the traceback's last line; a roomless line of the room that still comes is its echo."""
+    path = tmp_path / "prefill-0.log"
+    path.write_text(
+        "[2026-01-02 03:04:05 TP3] Unexpected transfer worker error for room 31\n"
+        "Traceback (most recent call last):\n"
+        '  File "/opt/sglang/python/sglang/srt/disaggregation/nixl/conn.py", line 611, in transfer_worker\n'
+        "RuntimeError: post xfer failed: NIXL_ERR_BACKEND\n"
+    )
+    model = ClusterModel()
+    logs = SGLangLogs([path])
+    logs.files[0].reader.quiet_s = 0.2
+    published = wait_for(lambda: logs.poll(model), 10, "the worker error published once the file was quiet")
+    with path.open("a") as log:
+        log.write("[2026-01-02 03:04:07 TP3] Prefill transfer failed for request rank=3 req.rid='w31' with "
+                  "exception RuntimeError('post xfer failed: NIXL_ERR_BACKEND')\n")  # fmt: skip
+    late = logs.poll(model)
+
+    reason = "RuntimeError: post xfer failed: NIXL_ERR_BACKEND"
+    assert [(label, e.room, e.reason) for label, e in published] == [("prefill-0/TP3", 31, reason)]
+    assert [(label, e.room, e.is_from_another_rank) for label, e in late] == [("prefill-0/TP3", 31, True)]
+    assert logs.stats().no_room == 0
+    assert shape(model.groups()) == [(31, "prefill-0/TP3", "other", ["prefill-0/TP3"])]

@@ -124,7 +124,7 @@ class SGLangLogs:
             for text in file.reader.read(final, max_bytes):
                 self._line(file, text, pending)
             complete = final and file.reader.at_end()
-            for error in file.related.unclaimed(None if complete else file.last_ts):
+            for error in file.related.unclaimed(None if complete else file.last_ts, file.reader.quiet):
                 self._worker_error(file, error, pending)
         if self.until is not None:
             pending = [item for item in pending if item[0] <= self.until]
