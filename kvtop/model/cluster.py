@@ -332,8 +332,9 @@ class ClusterModel:
         self.context: deque[tuple[str, LogContext]] = deque(maxlen=CONTEXT_KEPT)
         """Context lines sidecars published, with the label of the rank that published them."""
         self._causes: dict[int, int] = {}
-        """Per room with failures (the newest `FAILURES_KEPT`): whether a client's abort, a cluster fault or
-        both started them (bits of `_ABORT_CAUSE`, `_FAULT_CAUSE`), so aborted rooms stay out of the failure rate."""
+        """Per room with failures (the newest `FAILURES_KEPT`, up to an eighth more before the oldest go together):
+        whether a client's abort, a cluster fault or both started them (bits of `_ABORT_CAUSE`, `_FAULT_CAUSE`),
+        so aborted rooms stay out of the failure rate."""
         self.incidents = IncidentTracker()
         """Failure groups joined by suspect and kind of failure: told of each failure, folded at each sweep."""
 
@@ -717,8 +718,9 @@ class ClusterModel:
             if cause:
                 causes = self._causes
                 causes[event.room] = causes.pop(event.room, 0) | cause
-                if len(causes) > FAILURES_KEPT:
-                    del causes[next(iter(causes))]
+                if len(causes) > FAILURES_KEPT + FAILURES_KEPT // 8:  # the first key deleted one at a time walks
+                    for room in list(islice(causes, len(causes) - FAILURES_KEPT)):  # the dead slots before it
+                        del causes[room]  # each time: minutes for a log of 2M failed rooms
             if event.origin == event.rank:
                 view.origins += 1
             else:
