@@ -8,9 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from kvtop.bench.sglang_log import write_failed_rooms
+from kvtop.model import cluster
 from kvtop.model.cluster import ClusterModel, Liveness
 from kvtop.model.fold import FailureGroup
+from kvtop.model.incidents import ROOMS_TRACKED
 from kvtop.sources.sglang import SGLangLogs, load
+from kvtop.sources.sglang.reader import BLOCK_BYTES
 from kvtop.views.check import Thresholds, Verdict, evaluate
 from tests.conftest import wait_for
 from transport.events import Failure
@@ -151,7 +155,8 @@ def test_several_files_are_merged_by_time(tmp_path: Path):
     (tmp_path / "decode-0.log").write_text(decode_line(1, second=1) + decode_line(3, second=3))
     (tmp_path / "decode-1.log").write_text(decode_line(2, second=2) + decode_line(4, second=4))
 
-    applied = SGLangLogs([tmp_path / "decode-1.log", tmp_path / "decode-0.log"]).load(ClusterModel())
+    logs = SGLangLogs([tmp_path / "decode-1.log", tmp_path / "decode-0.log"])
+    applied = [item for polled in logs.stream(ClusterModel()) for item in polled]
 
     assert [(event.room, label) for label, event in applied if isinstance(event, Failure)] == [
         (1, "decode-0/TP0"),
@@ -369,3 +374,22 @@ def test_a_followed_worker_error_with_its_traceback_last_fails_its_room_once_the
     assert [(label, e.room, e.is_from_another_rank) for label, e in late] == [("prefill-0/TP3", 31, True)]
     assert logs.stats().no_room == 0
     assert shape(model.groups()) == [(31, "prefill-0/TP3", "other", ["prefill-0/TP3"])]
+
+
+def test_a_log_of_many_failed_rooms_streams_into_the_model_one_block_at_a_time(tmp_path: Path, monkeypatch):
+    """60,000 failed rooms, the model keeping 5,000 failures: loading holds one read's events at a time (a block
+    of the file), never the file's; the model holds its bounds and counts every failure."""
+    monkeypatch.setattr(cluster, "FAILURES_KEPT", 5_000)
+    path = tmp_path / "decode-0.log"
+    write_failed_rooms(path, 60_000)
+    shortest = min(len(line) for line in path.open("rb"))
+    model = ClusterModel()
+    logs = SGLangLogs([path])
+
+    held = [len(applied) for applied in logs.stream(model, max_bytes=BLOCK_BYTES)]
+
+    assert sum(held) == 60_000 and len(held) > 3
+    assert max(held) <= BLOCK_BYTES // shortest + 1
+    assert (len(model.failures), model.failures_total) == (5_000, 60_000)
+    assert len(model.finished) <= cluster.FINISHED_ROOMS_KEPT
+    assert model.incidents.tracking <= ROOMS_TRACKED

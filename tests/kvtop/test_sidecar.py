@@ -167,7 +167,9 @@ def test_a_sidecar_waits_for_its_file_follows_rotations_counts_garbled_lines_and
         wait_for(lambda: watch.read_to_end(log) and watch.rank("decode-7/TP0")["log"]["metrics_error"] == "", 20,
                  "the truncated file read again, the metrics scraped")  # fmt: skip
         ranks = {rank["label"]: rank for rank in view_json("ranks", "--bootstrap", registry_address)}
-        assert {group["room"] for group in view_json("failures", "--bootstrap", registry_address)} == watch.rooms()
+        assert {
+            group["room"] for group in view_json("failures", "--bootstrap", registry_address)["groups"]
+        } == watch.rooms()
         followed = ranks["decode-7/TP0"]["log"]
         assert (followed["garbled"], followed["rotations"]) == (2, 2)
         assert "decode-7/TP1" in ranks  # a rank the log named later
@@ -196,7 +198,7 @@ def test_sidecars_on_real_log_shapes_fold_like_the_files_read_together(registry_
     """Each fixture incident (both log eras, aborts, worker errors): a sidecar per file gives the origins and
     echo counts that `kvtop failures --sglang-log` gives on the files."""
     logs = sorted((FIXTURES / incident).glob("*.log"))
-    files = _folded(view_json("failures", *(arg for log in logs for arg in ("--sglang-log", str(log)))))
+    files = _folded(view_json("failures", *(arg for log in logs for arg in ("--sglang-log", str(log))))["groups"])
     assert files
     with sidecars(registry_address, tmp_path) as started:
         for log in logs:
