@@ -175,8 +175,9 @@ def measure_failed_rooms(rooms: int, repeats: int, progress: Callable[[str], Non
             seconds.append(elapsed)
             peaks.append(peak)
             progress(f"run {run}/{repeats}: {elapsed:.1f} s, peak RSS {peak / 2**20:.0f} MiB")
-        if not_kept != max(0, rooms - FAILURES_KEPT):
-            raise BenchFailed(f"kvtop failures said {not_kept:,} failures were not kept, not {rooms - FAILURES_KEPT:,}")
+        beyond = max(0, rooms - FAILURES_KEPT)
+        if not_kept != beyond:
+            raise BenchFailed(f"kvtop failures said {not_kept:,} failures were not kept, not {beyond:,}")
         return FailedRoomsResult(
             rooms, round(path.stat().st_size / 2**20, 1), round(statistics.median(seconds), 2),
             round(statistics.median(peaks) / 2**20, 1), not_kept, repeats,

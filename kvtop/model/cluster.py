@@ -718,9 +718,9 @@ class ClusterModel:
             if cause:
                 causes = self._causes
                 causes[event.room] = causes.pop(event.room, 0) | cause
-                if len(causes) > FAILURES_KEPT + FAILURES_KEPT // 8:  # the first key deleted one at a time walks
-                    for room in list(islice(causes, len(causes) - FAILURES_KEPT)):  # the dead slots before it
-                        del causes[room]  # each time: minutes for a log of 2M failed rooms
+                if len(causes) > FAILURES_KEPT + FAILURES_KEPT // 8:  # the oldest go together: the first key
+                    for room in list(islice(causes, len(causes) - FAILURES_KEPT)):  # deleted one at a time walks
+                        del causes[room]  # the dead slots before it each time
             if event.origin == event.rank:
                 view.origins += 1
             else:
