@@ -8,12 +8,21 @@ iterates the file's lines in binary (`for line in file`), the least work that
 touches every line; the kvtop leg reads it into a fresh `ClusterModel`
 (prefilter, parse, infer, apply). Legs alternate so both see the same page
 cache; figures are medians. Peak RSS growth is sampled during the kvtop legs.
+
+With `failed_rooms`, the log is a hostile operator's instead: every line fails
+a room of its own. Each run is `kvtop failures --sglang-log` on it, its own
+process: its wall time and peak RSS (medians), and the count of failures it
+says it did not keep.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -23,7 +32,8 @@ from pathlib import Path
 
 import psutil
 
-from kvtop.model.cluster import ClusterModel
+from kvtop.bench import BenchFailed
+from kvtop.model.cluster import FAILURES_KEPT, ClusterModel
 from kvtop.sources.sglang import LogSpec, SGLangLogs
 
 LINES_PER_SECOND = 1000
@@ -57,6 +67,13 @@ _BATCH = (
     "gen throughput (token/s): 1432.11, #queue-req: 0, "
 )
 """A batch line of every rank, every 50 lines (real schedulers log one per rank every few dozen steps)."""
+_FAILED_ROOM = (
+    "[{stamp} TP{tp}] Decode transfer failed for request rank={tp} decode_req.req.rid='{room:x}' "
+    "decode_req.req.bootstrap_room={room} with exception KVTransferError(bootstrap_room={room}): "
+    "Request {room} timed out after 300.0s in KVPoll.WaitingForInput\n"
+)
+FIRST_ROOM = 10_000_000
+_NOT_KEPT = re.compile(r"\.\.\. and ([\d,]+) more failures")
 
 
 @dataclass(frozen=True)
@@ -113,6 +130,79 @@ def generate(path: Path, size_bytes: int, progress: Callable[[str], None]) -> tu
             if seconds % 2000 == 0:
                 progress(f"generated {written >> 20} of {size_bytes >> 20} MiB")
     return seconds * LINES_PER_SECOND, seconds * transfer_per_second
+
+
+def write_failed_rooms(path: Path, rooms: int) -> None:
+    """A decode server's log in which every line fails a room of its own (`FIRST_ROOM` on): `rooms` timeout lines,
+    a thousand a second of log time over 8 ranks."""
+    start = time.mktime(time.strptime("2026-01-02 00:00:00", "%Y-%m-%d %H:%M:%S"))
+    with path.open("w") as log:
+        for first in range(0, rooms, LINES_PER_SECOND):
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(start + first // LINES_PER_SECOND))
+            last = min(rooms, first + LINES_PER_SECOND)
+            log.write(
+                "".join(_FAILED_ROOM.format(stamp=stamp, tp=n % 8, room=FIRST_ROOM + n) for n in range(first, last))
+            )
+
+
+@dataclass(frozen=True)
+class FailedRoomsResult:
+    rooms: int
+    size_mb: float
+    seconds: float
+    peak_rss_mb: float
+    not_kept: int
+    """Failures `kvtop failures` said it did not keep (the rooms past the model's bound)."""
+    repeats: int
+
+    def as_dict(self) -> dict[str, float | int]:
+        return asdict(self)
+
+
+def measure_failed_rooms(rooms: int, repeats: int, progress: Callable[[str], None]) -> FailedRoomsResult:
+    """Generate the log of `rooms` failed rooms in a temporary folder (removed afterwards), then time `kvtop
+    failures` on it `repeats` times; fails when the command fails or does not say how many it did not keep."""
+    folder = Path(tempfile.mkdtemp(prefix="kvtop-bench-rooms-"))
+    try:
+        path = folder / "decode.log"
+        progress(f"generating a log of {rooms:,} failed rooms in {folder}")
+        write_failed_rooms(path, rooms)
+        seconds: list[float] = []
+        peaks: list[int] = []
+        not_kept = 0
+        for run in range(1, repeats + 1):
+            elapsed, peak, not_kept = _failures_process(path)
+            seconds.append(elapsed)
+            peaks.append(peak)
+            progress(f"run {run}/{repeats}: {elapsed:.1f} s, peak RSS {peak / 2**20:.0f} MiB")
+        beyond = max(0, rooms - FAILURES_KEPT)
+        if not_kept != beyond:
+            raise BenchFailed(f"kvtop failures said {not_kept:,} failures were not kept, not {beyond:,}")
+        return FailedRoomsResult(
+            rooms, round(path.stat().st_size / 2**20, 1), round(statistics.median(seconds), 2),
+            round(statistics.median(peaks) / 2**20, 1), not_kept, repeats,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _failures_process(path: Path) -> tuple[float, int, int]:
+    """(seconds, peak RSS in bytes, failures it did not keep) of `kvtop failures --sglang-log` on the file, its
+    own process (reaped with `wait4` for its peak RSS)."""
+    command = [sys.executable, "-m", "kvtop", "failures", "--sglang-log", f"decode={path}"]
+    out, err = path.with_suffix(".out"), path.with_suffix(".err")
+    with out.open("w") as stdout, err.open("w") as stderr:
+        started = time.perf_counter()
+        process = subprocess.Popen(command, stdout=stdout, stderr=stderr)
+        _, status, usage = os.wait4(process.pid, 0)
+        elapsed = time.perf_counter() - started
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        raise BenchFailed(f"kvtop failures exited {process.returncode}: {err.read_text().strip()[-300:]}")
+    with out.open("rb") as listed:
+        listed.seek(max(0, out.stat().st_size - 300))
+        found = _NOT_KEPT.search(listed.read().decode())
+    return elapsed, usage.ru_maxrss * 1024, int(found[1].replace(",", "")) if found else 0
 
 
 def _baseline(path: Path) -> tuple[float, int]:

@@ -269,15 +269,35 @@ def bench_ui(
 def bench_sglang_log(
     size_mb: Annotated[int, typer.Option(min=1, help="Size of the generated log in MiB.")] = 1024,
     repeats: Annotated[int, typer.Option(min=1, help="Runs per leg; figures are medians.")] = 3,
+    failed_rooms: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Instead: a log in which each of this many lines fails a room of its own; time `kvtop failures` "
+            "on it (its own process) and its peak RSS.",
+        ),
+    ] = 0,
     as_json: JsonObject = False,
 ) -> None:
     """Lines/s of the SGLang log source vs plain Python line iteration of the same file, and RSS growth.
 
     Generates a decode server log (about 1 % of lines about transfers) in a temporary folder, removed
-    afterwards, and reads it both ways, alternating. Target: ratio >= 0.3, memory flat. Progress on stderr.
+    afterwards, and reads it both ways, alternating. Target: ratio >= 0.3, memory flat. With --failed-rooms:
+    `kvtop failures --sglang-log` on a log of that many failed rooms, its wall time and peak RSS (medians);
+    exit 1 when it fails or does not say how many failures it did not keep. Progress on stderr.
     """
-    from kvtop.bench.sglang_log import measure_sglang_log
+    from kvtop.bench.sglang_log import measure_failed_rooms, measure_sglang_log
 
+    if failed_rooms:
+        with _loud("sglang-log"):
+            rooms = measure_failed_rooms(failed_rooms, repeats, _progress)
+        _report(
+            rooms.as_dict(),
+            as_json,
+            f"kvtop failures on {rooms.rooms:,} failed rooms ({rooms.size_mb:.0f} MiB): {rooms.seconds:.1f} s, "
+            f"peak RSS {rooms.peak_rss_mb:.0f} MiB; {rooms.not_kept:,} failures said not kept",
+        )
+        return
     result = measure_sglang_log(size_mb, repeats, _progress)
     _report(
         result.as_dict(),

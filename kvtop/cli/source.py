@@ -6,7 +6,7 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -57,7 +57,7 @@ class Opened:
     logs: SGLangLogs | None = None
     lock: contextlib.AbstractContextManager[object] = field(default_factory=threading.Lock)
     loaded: list[tuple[str, Event]] = field(default_factory=list)
-    """What the logs held when opened, in time order (the logs' own event tail)."""
+    """What the logs held from `--since` when opened, asked for with `log_events` (the logs' own event tail)."""
     cursor: Cursor | None = None
     """A recording, positioned at the instant the views read (`--replay`, `--at`)."""
     replayed: list[Applied | Gapped] = field(default_factory=list)
@@ -145,6 +145,7 @@ def opened(
     news_since: bool = False,
     recorder: Recorder | None = None,
     dashboard: ModelChoice | None = None,
+    log_events: bool = False,
 ) -> Iterator[Opened]:
     """The source, once every agent's snapshot is in (or `wait` passed), the logs were read to their end
     (or to `--at`), or the recording was positioned at `--at` (its end by default).
@@ -155,7 +156,8 @@ def opened(
     `news_since`: also collect what the recording's collector heard from `--since` to `--at`
     (`Opened.replayed`, for an event tail); `recorder`: told everything a live collector applies (the
     dashboard's ring); `dashboard`: read a running dashboard's model instead (`--model`), the one of
-    `bootstrap`/`connect` when given, within `wait`.
+    `bootstrap`/`connect` when given, within `wait`; `log_events`: also keep the logs' events from `--since`
+    (`Opened.loaded`: every other view reads the model alone, so a big log streams through it).
 
     Raises `BootstrapError` when the bootstrap address does not answer; `ModelUnavailable` or
     `ModelAmbiguous` (kvtop.attach.client) when no dashboard's model can be read or several could; exit 2
@@ -178,7 +180,11 @@ def opened(
         logs.until = past.when.at
         model = model or ClusterModel()
         try:
-            loaded = logs.load(model)
+            loaded: list[tuple[str, Event]] = []
+            if log_events:
+                loaded = _events_since(logs.stream(model), past.when.since)
+            else:
+                logs.load(model)
             yield Opened(model, logs=logs, loaded=loaded, when=past.when, start=logs.start or logs.now)
         finally:
             logs.close()
@@ -192,6 +198,11 @@ def opened(
         yield Opened(collector.model, collector=collector, lock=collector.lock)
     finally:
         collector.close()
+
+
+def _events_since(polls: Iterable[list[tuple[str, Event]]], since: float | None) -> list[tuple[str, Event]]:
+    """The events the polls applied from `since` on (all of them when None)."""
+    return [item for applied in polls for item in applied if since is None or item[1].ts >= since]
 
 
 def _attached(choice: ModelChoice, bootstrap: str, connect: list[str], wait: float) -> Opened:

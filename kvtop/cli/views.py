@@ -583,9 +583,8 @@ def _log_events(
     past: Past,
 ) -> None:
     """`kvtop events --sglang-log`: the logs' events in time order (from --since to --at), then what they gain."""
-    with opened("", [], 0.0, sglang_log, past=past) as source:
-        since = past.when.since
-        applied = source.loaded if since is None else [(label, e) for label, e in source.loaded if e.ts >= since]
+    with opened("", [], 0.0, sglang_log, past=past, log_events=True) as source:
+        applied = source.loaded
         with contextlib.suppress(KeyboardInterrupt):
             while True:
                 emit(source.model, applied)
@@ -621,13 +620,14 @@ def failures(
     Reads every agent's snapshot (its last 512 failures) and what agents publish meanwhile, or the logs
     (origins inferred; lines near a group shown with it, transport-library lines as its likely cause).
     Client aborts are listed as groups of class `aborted` and counted apart on stderr.
-    JSON: a list of groups {room, incident (its id in `kvtop incidents`, 0 for none), origin: {rank, role,
-    instance, reason, reason_class, ts, level, raw_level} or null, origin_label, aborted (a client's abort, not
-    a cluster fault), echo_count, echoes (level debug, raw_level as logged, origin), context}.
-    Exit 1 when the cluster does not answer.
+    The model keeps the newest 50,000 failures: a last line says how many older ones it did not keep.
+    JSON: {groups, not_kept (those older failures)}, groups a list of {room, incident (its id in `kvtop
+    incidents`, 0 for none), origin: {rank, role, instance, reason, reason_class, ts, level, raw_level} or null,
+    origin_label, aborted (a client's abort, not a cluster fault), echo_count, echoes (level debug, raw_level as
+    logged, origin), context}. Exit 1 when the cluster does not answer.
     """
     from kvtop.sources.sglang.context import published_context
-    from kvtop.views.failures import render_groups, to_json
+    from kvtop.views.failures import failures_json, not_kept, render_groups
     from kvtop.views.incidents import in_span, render
     from kvtop.views.times import spans_days, stamp
 
@@ -643,7 +643,9 @@ def failures(
             ids = [incident.id if (incident := read.incidents.incident_of(g)) else 0 for g in groups]
             start = groups[0].first_ts if groups else now
             summary = render(in_span(read, start, now), now, read.incidents.quiet_gap_s) + "\n\n"
-            _show(summary + render_groups(groups, debug, context), to_json(groups, context, ids), as_json, follow)
+            cut = not_kept(read, source.when.since)
+            text = summary + render_groups(groups, debug, context, (cut, read.failures.maxlen or 0))
+            _show(text, failures_json(groups, context, ids, cut), as_json, follow)
             aborted = sum(group.aborted for group in groups)
             dated = spans_days([start, now])
             typer.echo(

@@ -344,8 +344,9 @@ class ClusterModel:
         self.context: deque[tuple[str, LogContext]] = deque(maxlen=CONTEXT_KEPT)
         """Context lines sidecars published, with the label of the rank that published them."""
         self._causes: dict[int, int] = {}
-        """Per room with failures (the newest `FAILURES_KEPT`): whether a client's abort, a cluster fault or
-        both started them (bits of `_ABORT_CAUSE`, `_FAULT_CAUSE`), so aborted rooms stay out of the failure rate."""
+        """Per room with failures (the newest `FAILURES_KEPT`, up to an eighth more before the oldest go together):
+        whether a client's abort, a cluster fault or both started them (bits of `_ABORT_CAUSE`, `_FAULT_CAUSE`),
+        so aborted rooms stay out of the failure rate."""
         self.incidents = IncidentTracker()
         """Failure groups joined by suspect and kind of failure: told of each failure, folded at each sweep."""
 
@@ -761,8 +762,9 @@ class ClusterModel:
             if cause:
                 causes = self._causes
                 causes[event.room] = causes.pop(event.room, 0) | cause
-                if len(causes) > FAILURES_KEPT:
-                    del causes[next(iter(causes))]
+                if len(causes) > FAILURES_KEPT + FAILURES_KEPT // 8:  # the oldest go together: the first key
+                    for room in list(islice(causes, len(causes) - FAILURES_KEPT)):  # deleted one at a time walks
+                        del causes[room]  # the dead slots before it each time
             if event.origin == event.rank:
                 view.origins += 1
             else:

@@ -31,6 +31,7 @@ recorded deliveries and sweeps builds the incidents the live model had.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import islice
 
 import msgspec
 
@@ -219,15 +220,25 @@ class IncidentTracker:
             incident = self.incidents.get(incident_id)
             if incident is not None and incident.origins <= 0:
                 self._drop(incident, started=False)
-        while self._tracked:
-            room, oldest = next(iter(self._tracked.items()))
-            if len(self._tracked) <= self.rooms_tracked and oldest.last_ts >= self.newest - ROOM_REUSE_S:
-                break
-            self._untrack(room, self._tracked.pop(room))
-        while len(self.by_lead) > LEADS_KEPT:
-            del self.by_lead[next(iter(self.by_lead))]
+        self._let_go()
+        for lead in list(islice(self.by_lead, max(0, len(self.by_lead) - LEADS_KEPT))):
+            del self.by_lead[lead]
         while len(self.incidents) > self.incidents_kept:
             self._drop(next(iter(self.incidents.values())), started=True)
+
+    def _let_go(self) -> None:
+        """Stop tracking the least recently failed rooms past `rooms_tracked` or `ROOM_REUSE_S` older than the
+        newest, in one pass (deleting the first key of a dict one at a time walks the dead slots before it)."""
+        leaving: list[int] = []
+        for room, tracked in self._tracked.items():
+            if (
+                len(self._tracked) - len(leaving) <= self.rooms_tracked
+                and tracked.last_ts >= self.newest - ROOM_REUSE_S
+            ):
+                break
+            leaving.append(room)
+        for room in leaving:
+            self._untrack(room, self._tracked.pop(room))
 
     @property
     def tracking(self) -> int:

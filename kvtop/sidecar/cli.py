@@ -22,7 +22,8 @@ def sidecar(
         typer.Option(
             "--sglang-log",
             help="The SGLang server log to follow (tail -f; rotation by rename or copytruncate; a file that is "
-            "not there yet is waited for; container-runtime and dashboard wrappers understood).",
+            "not there yet is waited for; container-runtime and dashboard wrappers understood; a record at its "
+            "end, such as a traceback, is published once the file gained nothing for 1 s).",
         ),
     ],
     bootstrap: Bootstrap = "",

@@ -9,6 +9,7 @@ from kvtop.model.fold import FailureGroup, Observed, shown_level
 from kvtop.views.times import spans_days, stamp
 
 if TYPE_CHECKING:
+    from kvtop.model.cluster import ClusterModel
     from kvtop.sources.sglang import Context
 
 _REASON_WIDTH = 90
@@ -29,13 +30,29 @@ def _record(failure: Observed, level: str) -> dict[str, Any]:
     }
 
 
+def not_kept(model: ClusterModel, since: float | None = None) -> int:
+    """Failures the model took and forgot (it keeps the newest ones) that a list from `since` would hold: all it
+    forgot, none when the failures it kept reach back before `since` (it forgets the first to arrive)."""
+    if since is not None and model.failures and model.failures[0].ts < since:
+        return 0
+    return model.failures_total - len(model.failures)
+
+
+def failures_json(
+    groups: list[FailureGroup], context: Sequence[Sequence[Context]] | None, incidents: Sequence[int], cut: int
+) -> dict[str, Any]:
+    """The stable JSON of `kvtop failures --json` (README documents the fields): the groups, and `not_kept`, how
+    many failures older than theirs the model did not keep (`cut`, from `not_kept()`)."""
+    return {"groups": to_json(groups, context, incidents), "not_kept": cut}
+
+
 def to_json(
     groups: list[FailureGroup],
     context: Sequence[Sequence[Context]] | None = None,
     incidents: Sequence[int] | None = None,
 ) -> list[dict[str, Any]]:
-    """The stable JSON of `kvtop failures --json` (README documents the fields); `incidents`: each group's
-    incident id (0 where it is in none the model keeps)."""
+    """Each group as `kvtop failures --json` lists it; `incidents`: each group's incident id (0 where it is in
+    none the model keeps)."""
     lines = context if context is not None else [[] for _ in groups]
     ids = incidents if incidents is not None else [0] * len(groups)
     return [
@@ -59,11 +76,17 @@ def _context_line(line: Context) -> str:
     return f"{'':<20}   {what:<12} {line.source:<10} {text[:_REASON_WIDTH]}"
 
 
-def render_groups(groups: list[FailureGroup], debug: bool, context: Sequence[Sequence[Context]] | None = None) -> str:
+def render_groups(
+    groups: list[FailureGroup],
+    debug: bool,
+    context: Sequence[Sequence[Context]] | None = None,
+    cut: tuple[int, int] = (0, 0),
+) -> str:
     """One line per origin (with its echo count and when it started); with `debug`, each echo indented below it.
 
     Times carry their date when the groups fall on more than one day. With context (from logs): the likely
-    causes (transport-library lines) under each origin, and with `debug` every related line too.
+    causes (transport-library lines) under each origin, and with `debug` every related line too. `cut`: how
+    many older failures the model did not keep, and how many it keeps (a last line says so when any).
     """
     dated = spans_days([group.first_ts for group in groups])
     width = len(stamp(0.0, dated))
@@ -85,4 +108,7 @@ def render_groups(groups: list[FailureGroup], debug: bool, context: Sequence[Seq
         near = context[index] if context is not None else []
         shown = near if debug else [line for line in near if line.likely_cause][:_CAUSES_SHOWN]
         lines.extend(_context_line(line) for line in shown)
+    forgotten, kept = cut
+    if forgotten:
+        lines.append(f"... and {forgotten:,} more failures, older than these: the model keeps the newest {kept:,}")
     return "\n".join(lines)

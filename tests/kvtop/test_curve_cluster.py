@@ -127,7 +127,7 @@ def test_allowed_views_read_the_curve_cluster_and_others_are_told_why_not(curve_
     ranks = status_json["ranks"]
     assert (ranks["total"], ranks["gone"], status_json["rooms_finished"]) == (4, 0, 2)
     assert status_json["top_origins"] == [["decode-1/TP0 checksum", 1]]
-    groups = json.loads(failures.stdout)
+    groups = json.loads(failures.stdout)["groups"]
     assert [(g["room"], g["origin"]["reason_class"], g["echo_count"]) for g in groups] == [(2, "checksum", 2)]
     assert refused.returncode == 1 and "--curve-keys" in refused.stderr
 

@@ -54,7 +54,7 @@ def test_export_on_sglang_logs_counts_the_origins_echoes_and_aborts_kvtop_failur
     """Origins inferred from the logs, their echoes, and client aborts apart: as `kvtop failures --json` groups
     them; SIGTERM then ends the exporter with exit 0."""
     listed = kvtop("failures", "--json", *LOGS)
-    groups = json.loads(listed.stdout)
+    groups = json.loads(listed.stdout)["groups"]
     faults = [group for group in groups if not group["aborted"]]
     aborts = [group for group in groups if group["aborted"]]
 
@@ -80,7 +80,7 @@ def test_export_on_a_recording_counts_what_failures_lists_on_it(tmp_path: Path):
     listed_at: dict[str, list[dict[str, object]]] = {}
     for at in (repr(end - 1.0), repr(end)):
         source = ("--replay", str(tmp_path / "rec"), "--at", at)
-        listed_at[at] = json.loads(kvtop("failures", "--json", *source).stdout)
+        listed_at[at] = json.loads(kvtop("failures", "--json", *source).stdout)["groups"]
         with exporting(*source, "--listen", "127.0.0.1:0") as (url, _):
             served_at[at] = totals(url)
     for at, served in served_at.items():

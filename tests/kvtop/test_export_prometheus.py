@@ -168,7 +168,7 @@ def test_prometheus_counts_the_origins_and_echoes_kvtop_failures_lists(make_clus
         listed = kvtop("failures", "--bootstrap", cluster.endpoint, "--json")
         listed_at = time.time()
         assert listed.returncode == 0, listed.stderr
-        groups = [group for group in json.loads(listed.stdout) if not group["aborted"]]
+        groups = [group for group in json.loads(listed.stdout)["groups"] if not group["aborted"]]
         assert failed and len(groups) >= len(failed)
         wait_until(
             lambda: scalar(server, "timestamp(kvtop_scrape_duration_seconds)") > listed_at + 1.0,

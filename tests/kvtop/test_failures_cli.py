@@ -33,7 +33,7 @@ def test_failures_json_has_one_group_per_injected_fault_with_its_echoes(make_clu
     result = kvtop("failures", "--bootstrap", cluster.endpoint, "--json")
 
     assert result.returncode == 0, result.stderr
-    groups = json.loads(result.stdout)
+    groups = json.loads(result.stdout)["groups"]
     assert sorted(g["room"] for g in groups) == rooms
     for group in groups:
         assert (group["origin"]["rank"], group["origin"]["reason_class"], group["origin"]["level"]) == (

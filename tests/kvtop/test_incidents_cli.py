@@ -101,7 +101,7 @@ def test_live_a_corrupting_prefill_rank_is_one_incident_naming_it_and_check_says
     )
     running.wait_line(r"failed ([5-9]|\d\d+),")
 
-    groups = json.loads(kvtop("failures", "--json", "--bootstrap", running.bootstrap).stdout)
+    groups = json.loads(kvtop("failures", "--json", "--bootstrap", running.bootstrap).stdout)["groups"]
     found = incidents("--bootstrap", running.bootstrap)
     check = kvtop("check", "--bootstrap", running.bootstrap)
 

@@ -99,6 +99,13 @@ def _json(*args: str) -> object:
     return json.loads(result.stdout)
 
 
+def _groups(*source: str) -> object:
+    """The groups of `kvtop failures --json` on `source`."""
+    listed = _json("failures", *source, "--json")
+    assert isinstance(listed, dict)
+    return listed["groups"]
+
+
 def _fold(groups: object) -> list[tuple[object, ...]]:
     assert isinstance(groups, list)
     return sorted((g["room"], g["origin"]["rank"], g["origin"]["reason_class"], g["echo_count"]) for g in groups)
@@ -116,7 +123,8 @@ def test_status_failures_ranks_and_check_of_the_dashboards_model_match_the_clust
     assert (status["failure_rate"], status["top_origins"]) == (mine["failure_rate"], mine["top_origins"])
     assert status["top_origins"] == [["decode-0/TP0 checksum", 1]]
     failures = _json("failures", "--model", "--json")
-    assert _fold(failures) == _fold(_json("failures", *own, "--json")) == [(7, "decode-0/TP0", "checksum", 1)]
+    assert isinstance(failures, dict)
+    assert _fold(failures["groups"]) == _fold(_groups(*own)) == [(7, "decode-0/TP0", "checksum", 1)]
     ranks = _json("ranks", "--model", "--json")
     assert isinstance(ranks, list)
     assert [(r["label"], r["state"], r["origins"], r["echoes"]) for r in ranks] == [

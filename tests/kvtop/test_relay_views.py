@@ -69,7 +69,7 @@ def direct_failures(cluster: LocalCluster) -> list[dict[str, object]]:
     """`kvtop failures --json` on the bootstrap: the groups every relayed view must match."""
     result = kvtop("failures", "--bootstrap", cluster.endpoint, "--json")
     assert result.returncode == 0, result.stderr
-    groups: list[dict[str, object]] = json.loads(result.stdout)
+    groups: list[dict[str, object]] = json.loads(result.stdout)["groups"]
     assert sorted(group["room"] for group in groups) == list(ROOMS)  # type: ignore[type-var]
     assert {group["echo_count"] for group in groups} == {3}
     return groups
@@ -86,7 +86,7 @@ def test_failures_json_through_a_relay_is_what_it_is_directly(
     result = kvtop("failures", "--relay", relay.address, "--json")
 
     assert result.returncode == 0, result.stderr
-    relayed = json.loads(result.stdout)
+    relayed = json.loads(result.stdout)["groups"]
     assert same_incidents(relayed) == same_incidents(direct_failures)  # ids are each model's own numbers
     assert without_incident(relayed) == without_incident(direct_failures)
     assert relay.snapshot()["snapshots_passed"] - passed == 4  # one per agent: the Clone pattern, relayed
@@ -116,7 +116,7 @@ def test_a_bootstrap_that_lists_a_relay_sends_views_through_it(
         result = kvtop("failures", "--bootstrap", cluster.endpoint, "--json")
 
         assert result.returncode == 0, result.stderr
-        assert without_incident(json.loads(result.stdout)) == without_incident(direct_failures)
+        assert without_incident(json.loads(result.stdout)["groups"]) == without_incident(direct_failures)
         assert relay.snapshot()["snapshots_passed"] == 4
     finally:
         relay.close()

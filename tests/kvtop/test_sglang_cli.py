@@ -8,6 +8,11 @@ from pathlib import Path
 
 import pytest
 from kvtop_cli import kvtop
+from typer.testing import CliRunner
+
+from kvtop.bench.sglang_log import FIRST_ROOM, write_failed_rooms
+from kvtop.cli.app import app
+from kvtop.model import cluster
 
 pytestmark = pytest.mark.usefixtures("utc")
 
@@ -20,7 +25,7 @@ def test_failures_json_from_logs_has_each_origin_with_its_echoes_and_context():
     result = kvtop("failures", "--json", *LOGS)
 
     assert result.returncode == 0, result.stderr
-    group = next(g for g in json.loads(result.stdout) if g["room"] == 1111)
+    group = next(g for g in json.loads(result.stdout)["groups"] if g["room"] == 1111)
     assert (group["origin_label"], group["origin"]["reason_class"], group["origin"]["level"], group["echo_count"]) == (
         "prefill-0/TP1",
         "send_failed",
@@ -64,7 +69,7 @@ def test_status_ranks_rooms_and_events_read_logs():
     ranks = json.loads(kvtop("ranks", "--json", *LOGS).stdout)
     rooms = json.loads(kvtop("rooms", "--json", *LOGS).stdout)
     events = [json.loads(line) for line in kvtop("events", "--jsonl", "--level", "debug", *LOGS).stdout.splitlines()]
-    groups = json.loads(kvtop("failures", "--json", *LOGS).stdout)
+    groups = json.loads(kvtop("failures", "--json", *LOGS).stdout)["groups"]
 
     assert (status["ranks"]["log"], status["logs"]["garbled"], status["logs"]["failures"]) == (4, 3, 24)
     assert {rank["state"] for rank in ranks} == {"log"}
@@ -117,7 +122,7 @@ def test_debug_events_show_every_member_at_debug_with_the_level_the_rank_logged(
 def test_client_aborts_are_counted_apart_in_failures_status_and_check():
     """failures marks the aborted groups (echoes at debug, raw_level kept), status and check count 3 client
     aborts and 2 failures."""
-    groups = json.loads(kvtop("failures", "--json", *ABORT_LOGS).stdout)
+    groups = json.loads(kvtop("failures", "--json", *ABORT_LOGS).stdout)["groups"]
     status = json.loads(kvtop("status", "--json", "--window", "600", *ABORT_LOGS).stdout)
     check = kvtop("check", "--json", "--window", "600", *ABORT_LOGS)
 
@@ -174,9 +179,33 @@ def test_a_utf8_log_with_a_byte_order_mark_reads_its_first_line_too(tmp_path: Pa
     log = tmp_path / "decode.log"
     log.write_text(FAILURE_LINE, encoding="utf-8-sig")
 
-    groups = json.loads(kvtop("failures", "--json", "--sglang-log", str(log)).stdout)
+    groups = json.loads(kvtop("failures", "--json", "--sglang-log", str(log)).stdout)["groups"]
 
     stamp = calendar.timegm((2026, 1, 2, 3, 4, 5, 0, 0, 0))
     assert [(g["room"], g["origin"]["reason_class"], g["origin"]["ts"]) for g in groups] == [
         (7, "timeout_waiting", stamp)
     ]
+
+
+def test_failures_on_more_failed_rooms_than_the_model_keeps_say_how_many_more_in_text_and_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """2,000 failed rooms over two seconds, the model keeping 1,500 failures: the list ends with how many older
+    failures it did not keep, the JSON carries the count; from a --since the kept ones reach, none was cut."""
+    monkeypatch.setattr(cluster, "FAILURES_KEPT", 1_500)
+    log = tmp_path / "decode-0.log"
+    write_failed_rooms(log, 2_000)
+    second = calendar.timegm((2026, 1, 2, 0, 0, 1))
+    runner = CliRunner()
+
+    text = runner.invoke(app, ["failures", "--sglang-log", str(log)])
+    listed = runner.invoke(app, ["failures", "--json", "--sglang-log", str(log)])
+    since = runner.invoke(app, ["failures", "--json", "--sglang-log", str(log), "--since", str(second)])
+
+    assert (text.exit_code, listed.exit_code, since.exit_code) == (0, 0, 0), text.stderr
+    assert (
+        text.stdout.splitlines()[-1] == "... and 500 more failures, older than these: the model keeps the newest 1,500"
+    )
+    groups, cut = json.loads(listed.stdout)["groups"], json.loads(listed.stdout)["not_kept"]
+    assert (len(groups), cut, groups[0]["room"]) == (1_500, 500, FIRST_ROOM + 500)
+    assert (len(json.loads(since.stdout)["groups"]), json.loads(since.stdout)["not_kept"]) == (1_000, 0)

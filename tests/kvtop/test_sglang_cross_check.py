@@ -82,13 +82,13 @@ def _fail_rooms_and_compare(cluster, control, tmp_path: Path, bootstrap: str) ->
     logged = kvtop("failures", "--json", *(arg for path in logs for arg in ("--sglang-log", path)))
 
     assert (live.returncode, logged.returncode) == (0, 0), live.stderr + logged.stderr
-    expected = folded(json.loads(live.stdout))
+    expected = folded(json.loads(live.stdout)["groups"])
     assert sorted(submitted) == sorted({room for room, *_ in expected})
-    assert expected == folded(json.loads(logged.stdout))
+    assert expected == folded(json.loads(logged.stdout)["groups"])
     published: list[tuple[int, str, str, int]] = []
 
     def sidecars_agree() -> bool:
-        published[:] = folded(view_json("failures", "--bootstrap", bootstrap) or [])
+        published[:] = folded((view_json("failures", "--bootstrap", bootstrap) or {"groups": []})["groups"])
         return published == expected
 
     try:

@@ -72,7 +72,7 @@ def test_every_view_on_a_damaged_gzip_exits_as_on_garbled_input_and_names_the_fi
     assert (failures.returncode, events.returncode, status.returncode, check.returncode) == (0, 0, 0, 2)
     for result in (failures, events, status):
         assert f"{path}: " in result.stderr and "Traceback" not in result.stderr and "Aborted!" not in result.stderr
-    assert {102, 103} <= {group["room"] for group in json.loads(failures.stdout)}, "the decode file is whole"
+    assert {102, 103} <= {group["room"] for group in json.loads(failures.stdout)["groups"]}, "the decode file is whole"
     assert json.loads(status.stdout)["logs"]["damaged"][0].startswith(f"{path}: {kind.split()[0]}")
     assert json.loads(check.stdout)["verdict"] == "CRITICAL"  # the readable rooms' incidents
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from kvtop.sources.sglang.reader import MAX_LINE_BYTES, LogReader
+from tests.conftest import wait_for
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
 LOGS = sorted(FIXTURES.glob("*/*.log"))
@@ -58,4 +59,34 @@ def test_a_partial_line_waits_for_its_newline_while_following(tmp_path: Path):
         growing.write(failure[30:] + "\n")
     assert reader.read() == [failure]
     assert reader.stats.lines == 1
+    reader.close()
+
+
+WORKER_ERROR = [
+    "[2026-01-02 00:00:01 TP3] Unexpected transfer worker error for room 31",
+    "Traceback (most recent call last):",
+    '  File "/opt/sglang/python/sglang/srt/disaggregation/nixl/conn.py", line 611, in transfer_worker',
+    "    self.send_kvcache(req, chunk)",
+    "RuntimeError: post xfer failed: NIXL_ERR_BACKEND",
+]
+
+
+def test_a_traceback_at_the_end_of_a_followed_file_is_one_record_that_closes_once_the_file_was_quiet(
+    tmp_path: Path,
+):
+    """Written in two chunks closer together than the quiet time, it stays one record; once the file gained
+    nothing for the quiet time it comes out whole, with no later line."""
+    log = tmp_path / "prefill.log"
+    log.write_text("\n".join(WORKER_ERROR[:3]) + "\n")
+    reader = LogReader(log)
+    reader.quiet_s = 3600.0  # far longer than the pause between the two chunks
+    first = reader.read()
+    with log.open("a") as growing:
+        growing.write("\n".join(WORKER_ERROR[3:]) + "\n")
+    second = reader.read()
+    reader.quiet_s = 0.2
+    closed = wait_for(reader.read, 10, "the traceback out once the file was quiet")
+
+    assert (first, second, closed) == ([WORKER_ERROR[0]], [], ["\n".join(WORKER_ERROR[1:])])
+    assert (reader.read(), reader.stats.lines) == ([], 5)
     reader.close()

@@ -8,10 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from kvtop.bench.sglang_log import write_failed_rooms
+from kvtop.model import cluster
 from kvtop.model.cluster import ClusterModel, Liveness
 from kvtop.model.fold import FailureGroup
+from kvtop.model.incidents import ROOMS_TRACKED
 from kvtop.sources.sglang import SGLangLogs, load
+from kvtop.sources.sglang.reader import BLOCK_BYTES
 from kvtop.views.check import Thresholds, Verdict, evaluate
+from tests.conftest import wait_for
 from transport.events import Failure
 
 pytestmark = pytest.mark.usefixtures("utc")
@@ -150,7 +155,8 @@ def test_several_files_are_merged_by_time(tmp_path: Path):
     (tmp_path / "decode-0.log").write_text(decode_line(1, second=1) + decode_line(3, second=3))
     (tmp_path / "decode-1.log").write_text(decode_line(2, second=2) + decode_line(4, second=4))
 
-    applied = SGLangLogs([tmp_path / "decode-1.log", tmp_path / "decode-0.log"]).load(ClusterModel())
+    logs = SGLangLogs([tmp_path / "decode-1.log", tmp_path / "decode-0.log"])
+    applied = [item for polled in logs.stream(ClusterModel()) for item in polled]
 
     assert [(event.room, label) for label, event in applied if isinstance(event, Failure)] == [
         (1, "decode-0/TP0"),
@@ -342,3 +348,48 @@ def test_a_followed_worker_error_becomes_the_failure_record_once_the_file_moves_
     moved_on = logs.poll(model)
 
     assert (waiting, [(label, e.room) for label, e in moved_on]) == ([], [("prefill-0/TP1", 31)])
+
+
+def test_a_followed_worker_error_with_its_traceback_last_fails_its_room_once_the_file_is_quiet(tmp_path: Path):
+    """No later line: once the file gained nothing for the quiet time the worker error is its room's failure
+    record, its reason the traceback's last line; a roomless line of the room that still comes is its echo."""
+    path = tmp_path / "prefill-0.log"
+    path.write_text(
+        "[2026-01-02 03:04:05 TP3] Unexpected transfer worker error for room 31\n"
+        "Traceback (most recent call last):\n"
+        '  File "/opt/sglang/python/sglang/srt/disaggregation/nixl/conn.py", line 611, in transfer_worker\n'
+        "RuntimeError: post xfer failed: NIXL_ERR_BACKEND\n"
+    )
+    model = ClusterModel()
+    logs = SGLangLogs([path])
+    logs.files[0].reader.quiet_s = 0.2
+    published = wait_for(lambda: logs.poll(model), 10, "the worker error published once the file was quiet")
+    with path.open("a") as log:
+        log.write("[2026-01-02 03:04:07 TP3] Prefill transfer failed for request rank=3 req.rid='w31' with "
+                  "exception RuntimeError('post xfer failed: NIXL_ERR_BACKEND')\n")  # fmt: skip
+    late = logs.poll(model)
+
+    reason = "RuntimeError: post xfer failed: NIXL_ERR_BACKEND"
+    assert [(label, e.room, e.reason) for label, e in published] == [("prefill-0/TP3", 31, reason)]
+    assert [(label, e.room, e.is_from_another_rank) for label, e in late] == [("prefill-0/TP3", 31, True)]
+    assert logs.stats().no_room == 0
+    assert shape(model.groups()) == [(31, "prefill-0/TP3", "other", ["prefill-0/TP3"])]
+
+
+def test_a_log_of_many_failed_rooms_streams_into_the_model_one_block_at_a_time(tmp_path: Path, monkeypatch):
+    """60,000 failed rooms, the model keeping 5,000 failures: loading holds one read's events at a time (a block
+    of the file), never the file's; the model holds its bounds and counts every failure."""
+    monkeypatch.setattr(cluster, "FAILURES_KEPT", 5_000)
+    path = tmp_path / "decode-0.log"
+    write_failed_rooms(path, 60_000)
+    shortest = min(len(line) for line in path.open("rb"))
+    model = ClusterModel()
+    logs = SGLangLogs([path])
+
+    held = [len(applied) for applied in logs.stream(model, max_bytes=BLOCK_BYTES)]
+
+    assert sum(held) == 60_000 and len(held) > 3
+    assert max(held) <= BLOCK_BYTES // shortest + 1
+    assert (len(model.failures), model.failures_total) == (5_000, 60_000)
+    assert len(model.finished) <= cluster.FINISHED_ROOMS_KEPT
+    assert model.incidents.tracking <= ROOMS_TRACKED

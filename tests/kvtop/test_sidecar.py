@@ -45,12 +45,15 @@ sglang:num_running_reqs 7.0
 TRANSFER_FAILED = "sglang:num_transfer_failed_reqs_total"
 
 
+TIMEOUT = "Request {room} timed out after 300.0s in KVPoll.WaitingForInput"
+
+
 def failure_line(room: int, tp: int = 0) -> str:
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     return (
         f"[{stamp} TP{tp}] Decode transfer failed for request rank={tp} decode_req.req.rid='r{room}' "
         f"decode_req.req.bootstrap_room={room} with exception KVTransferError(bootstrap_room={room}): "
-        f"Request {room} timed out after 300.0s in KVPoll.WaitingForInput\n"
+        f"{TIMEOUT.format(room=room)}\n"
     )
 
 
@@ -164,7 +167,9 @@ def test_a_sidecar_waits_for_its_file_follows_rotations_counts_garbled_lines_and
         wait_for(lambda: watch.read_to_end(log) and watch.rank("decode-7/TP0")["log"]["metrics_error"] == "", 20,
                  "the truncated file read again, the metrics scraped")  # fmt: skip
         ranks = {rank["label"]: rank for rank in view_json("ranks", "--bootstrap", registry_address)}
-        assert {group["room"] for group in view_json("failures", "--bootstrap", registry_address)} == watch.rooms()
+        assert {
+            group["room"] for group in view_json("failures", "--bootstrap", registry_address)["groups"]
+        } == watch.rooms()
         followed = ranks["decode-7/TP0"]["log"]
         assert (followed["garbled"], followed["rotations"]) == (2, 2)
         assert "decode-7/TP1" in ranks  # a rank the log named later
@@ -193,7 +198,7 @@ def test_sidecars_on_real_log_shapes_fold_like_the_files_read_together(registry_
     """Each fixture incident (both log eras, aborts, worker errors): a sidecar per file gives the origins and
     echo counts that `kvtop failures --sglang-log` gives on the files."""
     logs = sorted((FIXTURES / incident).glob("*.log"))
-    files = _folded(view_json("failures", *(arg for log in logs for arg in ("--sglang-log", str(log)))))
+    files = _folded(view_json("failures", *(arg for log in logs for arg in ("--sglang-log", str(log))))["groups"])
     assert files
     with sidecars(registry_address, tmp_path) as started:
         for log in logs:
@@ -209,6 +214,42 @@ def test_sidecars_on_real_log_shapes_fold_like_the_files_read_together(registry_
             wait_for(agree, 20, "the sidecars' fold to match the files'")
         except AssertionError:
             assert files == published
+
+
+TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    '  File "/opt/sglang/python/sglang/srt/disaggregation/nixl/conn.py", line 611, in transfer_worker\n'
+    "    self.send_kvcache(req, chunk)\n"
+    "RuntimeError: post xfer failed: NIXL_ERR_BACKEND\n"
+)
+
+
+def test_a_sidecar_publishes_the_last_record_of_its_log_once_the_log_is_quiet(registry_address, watch, tmp_path):
+    """A server's last words, with no line after them: a worker error and its traceback fail its room (its
+    reason the traceback's last line), a failure line's traceback reaches the collector as context."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    worker_log, failure_log = tmp_path / "prefill.log", tmp_path / "decode.log"
+    worker_log.write_text(f"[{stamp} TP3] Unexpected transfer worker error for room 401\n{TRACEBACK}")
+    failure_log.write_text(failure_line(402) + TRACEBACK)
+    with sidecars(registry_address, tmp_path) as started:
+        started.start(worker_log, "--role", "prefill", "--instance", "prefill-8")
+        started.start(failure_log, "--role", "decode", "--instance", "decode-8")
+
+        def last_records() -> tuple[dict[int, str], set[str]]:
+            with watch.collector.lock:
+                model = watch.collector.model
+                origins = {g.room: g.origin.reason for g in model.groups() if g.origin and g.room in (401, 402)}
+                tracebacks = {label.partition("/")[0] for label, line in model.context if line.kind == "traceback"}
+            return origins, tracebacks
+
+        published = (
+            {401: "RuntimeError: post xfer failed: NIXL_ERR_BACKEND", 402: TIMEOUT.format(room=402)},
+            {"prefill-8", "decode-8"},
+        )
+        try:
+            wait_for(lambda: last_records() == published, 20, "the last records published")
+        except AssertionError:
+            assert last_records() == published
 
 
 def test_a_sidecar_that_cannot_bind_exits_1_with_one_line_and_bad_usage_exits_2(tmp_path: Path):

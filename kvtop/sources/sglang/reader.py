@@ -5,7 +5,9 @@ A block is cut at its last newline (the rest waits for the next read, as
 block, so lines without one are never split, decoded or parsed. Batch lines (queue
 depth gauges) are looked for only in the last `SAMPLED_BYTES` of a block: a
 large file gives one sample of them per block, a followed file all of them. A traceback comes
-out as one item: its first line and the unprefixed lines that continue it.
+out as one item: its first line and the unprefixed lines that continue it. One that reaches the
+end of what was read waits for more, until the file gained nothing for `QUIET_S` (by the
+clock): then it is complete (a server's last words before it died need no later line).
 
 Following: after reading to the end, `read()` looks at the path again. A new
 file there (rotated by rename) is opened from its start once the old one is
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +43,8 @@ MAX_LINE_BYTES = 1 << 20
 """A "line" longer than this without a newline is garbage (binary, a lost newline): cut and counted."""
 TRACEBACK = b"Traceback (most recent call last)"
 TRACEBACK_LINES = 64
+QUIET_S = 1.0
+"""A followed file that gained nothing for this long is complete for now: a traceback at its end comes out."""
 _NEWLINE = ord("\n")
 TAIL_BYTES = 64
 """The last bytes read, compared with the file's before each read: a file rewritten in place differs."""
@@ -112,9 +117,13 @@ def read_head(path: Path, limit: int) -> bytes:
 class LogReader:
     """`read()` returns the marked lines added since the last call (all of them on the first)."""
 
-    def __init__(self, path: Path, block_bytes: int = BLOCK_BYTES) -> None:
+    def __init__(self, path: Path, block_bytes: int = BLOCK_BYTES, quiet_s: float = QUIET_S) -> None:
         self.path = path
         self.block_bytes = block_bytes
+        self.quiet_s = quiet_s
+        self.quiet = False
+        """The last `read()` found the file had gained nothing for `quiet_s`: what it held at the end came out."""
+        self._grew_at = time.monotonic()
         self.stats = ReadStats()
         self._file: BinaryIO | None = None
         self._raw: BinaryIO | None = None
@@ -165,6 +174,7 @@ class LogReader:
 
         `final`: the file is complete, so a last line without a newline counts too.
         """
+        self.quiet = False
         if self._file is None:
             try:
                 self._file = self._open()
@@ -195,6 +205,9 @@ class LogReader:
             return out
         if final or self.stats.damaged:  # a damaged file ends where the damage starts
             self._scan_rest(out)
+        elif time.monotonic() - self._grew_at >= self.quiet_s:
+            self.quiet = True
+            self._close_held(out)
         return out
 
     def at_end(self) -> bool:
@@ -245,6 +258,8 @@ class LogReader:
         size = self._fill_gz(view) if self.gz else self._file.readinto(view)  # type: ignore[attr-defined]
         self._offset += size
         self.stats.bytes += size
+        if size:
+            self._grew_at = time.monotonic()
         if size and not self.gz:
             end = kept + size
             self._tail = bytes(self._buffer[max(0, end - TAIL_BYTES) : end])
@@ -273,10 +288,20 @@ class LogReader:
             rest, self._carry = self._carry + b"\n", b""
             self._scan(rest, len(rest), out, carry=False)
 
-    def _scan(self, block: bytes | bytearray, size: int, out: list[str], carry: bool = True) -> None:
+    def _close_held(self, out: list[str]) -> None:
+        """The file was quiet: a traceback held at the end of what was read is complete (a partial line still
+        waits for its newline)."""
+        if b"\n" in self._carry:  # only a traceback holds whole lines
+            held, self._carry = self._carry, b""
+            self._scan(held, len(held), out, hold_traceback=False)
+
+    def _scan(
+        self, block: bytes | bytearray, size: int, out: list[str], carry: bool = True, hold_traceback: bool = True
+    ) -> None:
         """Hand on the marked lines of `block[:size]`.
 
-        With `carry`, the last partial line, or a traceback that reaches the end, waits for the next block.
+        With `carry`, the last partial line waits for the next block, and with `hold_traceback` a traceback
+        that reaches the end too.
         """
         end = block.rfind(b"\n", 0, size) + 1
         if carry:
@@ -300,7 +325,7 @@ class LogReader:
             stop = block.find(b"\n", start, end)
             if block.startswith(TRACEBACK, start):
                 stop = covered = _traceback_end(block, stop, end)
-                if carry and stop + 1 >= end and size - start < MAX_LINE_BYTES:
+                if carry and hold_traceback and stop + 1 >= end and size - start < MAX_LINE_BYTES:
                     cut = start  # it may go on in the next block: read it whole from there
                     self._carry = bytes(block[start:size])
                     break

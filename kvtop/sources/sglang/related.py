@@ -14,8 +14,11 @@ instance), its room is then named by:
 A line linked to a room that its instance already failed is the same failure
 seen by another rank (an echo inside the instance); otherwise it is the
 origin. A worker error that no failure line claims within `WORKER_ERROR_S`
-of the file's own time (or by the end of a complete file) is itself the
-room's failure record, its reason the traceback's last line.
+of the file's own time (or by the end of a complete file, or once a followed
+file went quiet) is itself the room's failure record, its reason the
+traceback's last line. Given early because the file went quiet, it still
+names its room for a roomless line within `WORKER_ERROR_S`: that line is its
+echo.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ class WorkerError:
     reason: str
     is_record: bool = True
     """Unclaimed, it is the room's failure record (a worker error; a transport error is only context)."""
+    given: bool = False
+    """Already given as the room's failure record (its file went quiet), kept to name the room for a line."""
 
 
 class RelatedLines:
@@ -79,21 +84,33 @@ class RelatedLines:
         if room is None:
             return None, False
         echo = linked and ts - self._failed.get(room, -ROOM_REUSE_S * 2) <= ROOM_REUSE_S
-        self._failed[room] = ts
+        self._remember_failed(room, ts)
         self._pending = [p for p in self._pending if p.room != room]
         if line.rid and line.rid not in self._rooms_by_rid:
             self._rooms_by_rid[line.rid] = room
             if len(self._rooms_by_rid) > RIDS_KEPT:
                 del self._rooms_by_rid[next(iter(self._rooms_by_rid))]
-        if len(self._failed) > RIDS_KEPT:
-            del self._failed[next(iter(self._failed))]
         return room, echo
 
-    def unclaimed(self, now: float | None) -> list[WorkerError]:
-        """Worker errors no failure line claimed by `now` (None: the file is complete, all of them); forgotten."""
+    def unclaimed(self, now: float | None, quiet: bool = False) -> list[WorkerError]:
+        """Worker errors no failure line claimed by `now` (None: the file is complete, all of them), forgotten;
+        with `quiet` (the followed file gained nothing for a while), every other one too, kept until `now` is
+        past it to name its room for a roomless line that still comes (as an echo: the room failed here)."""
         due = [p for p in self._pending if now is None or now - p.ts > WORKER_ERROR_S]
         self._pending = [p for p in self._pending if p not in due]
-        return [p for p in due if p.is_record]
+        records = [p for p in due if p.is_record and not p.given]
+        if quiet:
+            for error in self._pending:
+                if error.is_record and not error.given:
+                    error.given = True
+                    self._remember_failed(error.room, error.ts)
+                    records.append(error)
+        return records
+
+    def _remember_failed(self, room: int, ts: float) -> None:
+        self._failed[room] = ts
+        if len(self._failed) > RIDS_KEPT:
+            del self._failed[next(iter(self._failed))]
 
     def _claim(self, tp: int, ts: float) -> int | None:
         """The room of the latest worker error shortly before `ts`, on the same rank if one is."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +40,9 @@ from kvtop.sources.sglang.sniff import sniff_role
 from kvtop.sources.sglang.spec import LogSpec
 from kvtop.sources.sglang.stats import LogStats
 from transport.events import EVENT_SCHEMA, Event, EventBatch, Failure, Level
+
+LOAD_BYTES = 8 << 20
+"""Bytes of each file a poll reads while loading: what is held at once is one poll's events, whatever the size."""
 
 
 @dataclass(eq=False)
@@ -103,15 +106,20 @@ class SGLangLogs:
                 stats.damaged.append(f"{file.spec.path}: {read.damaged}")
         return stats
 
-    def load(self, model: ClusterModel) -> list[tuple[str, Event]]:
-        """Read every file to its end (a last line without a newline included), its failures folded into the
-        model's incidents; what was applied."""
-        applied: list[tuple[str, Event]] = []
+    def load(self, model: ClusterModel) -> None:
+        """Read every file to its end into the model (a last line without a newline included), its failures
+        folded into the model's incidents; memory is the model's bounds and one poll's events."""
+        for _ in self.stream(model):
+            pass
+
+    def stream(self, model: ClusterModel, max_bytes: int = LOAD_BYTES) -> Iterator[list[tuple[str, Event]]]:
+        """`load`, a poll at a time (about `max_bytes` of each file): yields what each poll applied, then folds
+        the failures into the model's incidents."""
         while True:
-            applied += self.poll(model, final=True)
+            yield self.poll(model, final=True, max_bytes=max_bytes)
             if all(file.reader.at_end() for file in self.files):
                 model.update_incidents()
-                return applied
+                return
 
     def poll(
         self, model: ClusterModel | None, final: bool = False, max_bytes: int = 64 << 20
@@ -124,7 +132,7 @@ class SGLangLogs:
             for text in file.reader.read(final, max_bytes):
                 self._line(file, text, pending)
             complete = final and file.reader.at_end()
-            for error in file.related.unclaimed(None if complete else file.last_ts):
+            for error in file.related.unclaimed(None if complete else file.last_ts, file.reader.quiet):
                 self._worker_error(file, error, pending)
         if self.until is not None:
             pending = [item for item in pending if item[0] <= self.until]

@@ -55,7 +55,7 @@ def test_logs_read_up_to_at_and_list_failures_since(utc: None) -> None:
     """--until cuts the logs, --since starts the list; status judges at --at."""
     window = kvtop("failures", "--json", *LOGS, "--since", "1767323062", "--until", "1767323082")
     assert window.returncode == 0, window.stderr
-    assert [group["room"] for group in json.loads(window.stdout)] == [3333, 4444, 5555, 6666]
+    assert [group["room"] for group in json.loads(window.stdout)["groups"]] == [3333, 4444, 5555, 6666]
     status = kvtop("status", "--json", *LOGS, "--at", "2026-01-02T03:04:30Z")
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["failures"] == 4
