@@ -26,12 +26,12 @@ def test_a_late_view_of_a_sidecar_with_500_big_tracebacks_sees_every_failure(tmp
     with registry() as address, sidecars(address, tmp_path) as started:
         started.start(log, "--role", "decode", "--instance", "decode-7")
 
-        def every_failure() -> list[object] | None:
-            groups = view_json("failures", "--bootstrap", address)
-            return groups if groups and len(groups) == ROOMS else None
+        def every_failure() -> list[dict[str, object]] | None:
+            listed = view_json("failures", "--bootstrap", address)
+            return listed["groups"] if listed and len(listed["groups"]) == ROOMS else None
 
         groups = wait_for(every_failure, 60, f"{ROOMS} failures in a late one-shot view")
-        assert {group["room"] for group in groups} == set(range(1, ROOMS + 1))  # type: ignore[index]
+        assert {group["room"] for group in groups} == set(range(1, ROOMS + 1))
         status = view_json("status", "--bootstrap", address)
         assert status["snapshot_entries_cut"] > 0
         assert status["ranks"]["alive"] + status["ranks"]["idle"] == 1
