@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from kvtop.model.cluster import GONE_S, SETTLE_S, ClusterModel, LinkView, RankView, RoomView
 from kvtop.model.fold import ROOM_REUSE_S, Observed
+from kvtop.model.resync import unheld
 from transport.events import (
     EVENT_SCHEMA,
     AbortEvent,
@@ -37,9 +38,12 @@ class ReferenceModel(ClusterModel):
     def apply(self, label: str, item: Snapshot | EventBatch, now: float) -> None:
         self._now = now
         view = self._rank(label, item)
+        again = isinstance(item, Snapshot) and view.last_seen > 0 and view.incarnation == item.incarnation
         view.last_seen = now
-        if isinstance(item, Snapshot):
-            events: list[Event] = [e for e in (item.hello, item.heartbeat) if e is not None]
+        if isinstance(item, Snapshot) and again:  # asked again after a gap: only what the model lacks
+            events: list[Event] = unheld(self, view, item)
+        elif isinstance(item, Snapshot):
+            events = [e for e in (item.hello, item.heartbeat) if e is not None]
             events += [*item.finished_rooms, *item.live_rooms, *item.progress, *item.failures, *item.transfers]
         else:
             events = list(item.events)
