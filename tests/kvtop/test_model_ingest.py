@@ -41,6 +41,7 @@ class ReferenceModel(ClusterModel):
         again = isinstance(item, Snapshot) and view.last_seen > 0 and view.incarnation == item.incarnation
         view.last_seen = now
         if isinstance(item, Snapshot) and again:  # asked again after a gap: only what the model lacks
+            self._failure_keys = None  # made afresh from the failures held (the model keeps its set up to date)
             events: list[Event] = unheld(self, view, item)
         elif isinstance(item, Snapshot):
             events = [e for e in (item.hello, item.heartbeat) if e is not None]
