@@ -121,7 +121,7 @@ def export(
     cause, not one per rank that saw it), client aborts apart, rooms finished by outcome, stuck rooms,
     bytes per prefill-decode link, a transfer duration histogram, rank states, event gaps and rejections,
     and the scrape's own cost. Counters never go down while kvtop runs, although the model keeps bounded
-    windows. The README lists every metric; kvtop/export/grafana/kvtop.json is a dashboard on them.
+    windows. docs/export.md lists every metric; kvtop/export/grafana/kvtop.json is a dashboard on them.
     With --sglang-log the files are followed as they grow; with --replay the model is the recording's at --at
     (default: its end), judged at that instant; with --model, the dashboard's model as it was at the last
     ask (every --model-every). The first stdout line is the /metrics URL.

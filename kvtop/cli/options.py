@@ -152,7 +152,7 @@ Since = Annotated[
 ]
 Until = Annotated[str, typer.Option("--until", help="With --replay or --sglang-log: the same as --at.")]
 Wait = Annotated[float, typer.Option(min=0.1, help="Seconds to wait for every agent's snapshot.")]
-Json = Annotated[bool, typer.Option("--json", help="Print JSON (stable fields, see the README).")]
+Json = Annotated[bool, typer.Option("--json", help="Print JSON (stable fields, see docs/json.md).")]
 Follow = Annotated[
     bool,
     typer.Option("--follow", "-f", help="Print the view again every --interval until Ctrl-C (JSON Lines with --json)."),

@@ -41,7 +41,7 @@ def not_kept(model: ClusterModel, since: float | None = None) -> int:
 def failures_json(
     groups: list[FailureGroup], context: Sequence[Sequence[Context]] | None, incidents: Sequence[int], cut: int
 ) -> dict[str, Any]:
-    """The stable JSON of `kvtop failures --json` (README documents the fields): the groups, and `not_kept`, how
+    """The stable JSON of `kvtop failures --json` (docs/json.md documents the fields): the groups, and `not_kept`, how
     many failures older than theirs the model did not keep (`cut`, from `not_kept()`)."""
     return {"groups": to_json(groups, context, incidents), "not_kept": cut}
 

@@ -43,7 +43,7 @@ def by_incident(model: ClusterModel, groups: Sequence[FailureGroup]) -> dict[int
 
 
 def incident_json(incident: Incident, now: float, quiet_gap_s: float) -> dict[str, Any]:
-    """One incident as `kvtop incidents --json` gives it (README and docs/incidents.md document the fields)."""
+    """One incident as `kvtop incidents --json` gives it (docs/json.md and docs/incidents.md document the fields)."""
     return {
         "id": incident.id,
         "state": state(incident, now, quiet_gap_s),

@@ -3,7 +3,7 @@
 Like dcgm-exporter's metric contract tests: /metrics is parsed by prometheus_client's own parsers (the
 Prometheus text format and OpenMetrics, which Prometheus asks for), and every family's type, label names
 and values are checked against the table below. A family added or renamed must be added here (and to the
-README's table).
+docs/export.md's table).
 """
 
 from __future__ import annotations
