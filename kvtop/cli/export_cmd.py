@@ -11,22 +11,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvtop.cli.options import (
-    At,
-    Bootstrap,
-    Connect,
-    CurveKeysDir,
-    Model,
-    ModelAt,
-    ReplayPath,
-    SGLangLog,
-    Wait,
-    fail,
-    require_source,
-)
+from kvtop.cli.options import fail
+from kvtop.cli.source import reading, reads_source
+from kvtop.source.spec import SourceSpec
 
 if TYPE_CHECKING:
-    from kvtop.cli.source import Opened
     from kvtop.export.server import MetricsServer
     from kvtop.model.cluster import ClusterModel
 
@@ -94,17 +83,10 @@ def exporting(
         yield server
 
 
+@reads_source(span=False)
 def export(
-    bootstrap: Bootstrap = "",
-    connect: Connect = [],  # noqa: B006
-    sglang_log: SGLangLog = [],  # noqa: B006
+    source: SourceSpec,
     listen: Listen = "127.0.0.1:9464",
-    wait: Wait = 2.0,
-    curve_keys: CurveKeysDir = "",
-    replay: ReplayPath = "",
-    at: At = "",
-    model: Model = False,
-    model_at: ModelAt = "",
     model_every: Annotated[
         float,
         typer.Option(
@@ -128,57 +110,23 @@ def export(
     Exit 0 on Ctrl-C or SIGTERM; 1 when the bootstrap address (or the dashboard's model) does not answer,
     the address cannot be bound, or the collector stops (its error on stderr).
     """
-    from kvtop.attach.client import ModelAmbiguous, ModelUnavailable
-    from kvtop.cli.source import model_choice, opened
-    from kvtop.cli.when import past_of
     from kvtop.sources.live import tune_gc
-    from transport.errors import BootstrapError
 
-    try:
-        past = past_of(replay, at, "", "", sglang_log)
-    except ValueError as error:
-        raise typer.BadParameter(str(error)) from None
-    dashboard = model_choice(model, model_at, past, sglang_log)
-    require_source(bootstrap, connect, sglang_log, replay, dashboard is not None)
-    kind = "replay" if replay else "sglang-log" if sglang_log else "bootstrap" if bootstrap else "connect"
-    kind = "model" if dashboard is not None else kind
+    every = model_every if source.dashboard is not None else _POLL_S
     signal.signal(signal.SIGTERM, _interrupt)
     tune_gc()  # a long-lived collecting process
-    try:
-        with opened(bootstrap, connect, wait, sglang_log, past=past, curve_keys=curve_keys,
-                    dashboard=dashboard) as source:  # fmt: skip
-            if source.damage:
-                typer.echo(f"kvtop: {source.damage}", err=True)
-            collector = source.collector
-            with exporting(listen, source.model, source.lock, kind, source.now) as server:
-                assert server is not None
-                typer.echo(server.url)
-                if source.attached is not None:
-                    _follow_model(source, server, wait, model_every)
-                while collector is None or not collector.died:
-                    time.sleep(_POLL_S)
-                    source.refresh()
-                raise fail(collector.error)
-    except (BootstrapError, ModelUnavailable) as error:
-        raise fail(str(error)) from None
-    except ModelAmbiguous as error:
-        raise fail(str(error), 2) from None
-    except KeyboardInterrupt:
-        return
-
-
-def _follow_model(source: Opened, server: MetricsServer, wait: float, every: float) -> None:
-    """Ask the dashboard's model again every `every` seconds and serve the answer from then on (swapped
-    under the lock a scrape reads under); raises `ModelUnavailable` once it does not answer."""
-    from kvtop.attach.client import fetch
-
-    while True:
-        time.sleep(every)
-        assert source.attached is not None
-        attached = fetch(source.attached.endpoint, wait)
-        with source.lock:
-            source.attached, source.model = attached, attached.model
-            server.metrics.model = attached.model
+    with contextlib.suppress(KeyboardInterrupt), reading(source) as read:
+        if read.damage:
+            typer.echo(f"kvtop: {read.damage}", err=True)
+        with exporting(listen, read.model, read.lock, source.kind, read.now) as server:
+            assert server is not None
+            typer.echo(server.url)
+            while not (stopped := read.stopped()):
+                time.sleep(every)
+                read.refresh()  # a dashboard's model asked again: served from then on
+                with read.lock:
+                    server.metrics.model = read.model
+            raise fail(stopped)
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:

@@ -36,24 +36,25 @@ class LiveModel:
         return " ".join([self.kind, self.bootstrap or (self.connect[0] + more if self.connect else "")])
 
     def open(self, stack: contextlib.ExitStack) -> ServedModel:
-        from kvtop.cli.source import opened
         from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
+        from kvtop.source import SourceError, SourceSpec
+        from kvtop.source.live import LiveSource
         from transport.errors import BootstrapError
 
+        spec = SourceSpec(self.bootstrap, self.connect, wait=self.wait, curve_keys=self.curve_keys)
         try:
             recording = stack.enter_context(dashboard_recording(self.record))
             recorder = recording.recorder
-            model = ClusterModel(JOURNAL_EVENTS_KEPT)
-            live = opened(self.bootstrap, list(self.connect), self.wait, model=model, synced=False,
-                          curve_keys=self.curve_keys, recorder=recorder)  # fmt: skip
+            live = LiveSource.opened(spec, ClusterModel(JOURNAL_EVENTS_KEPT), synced=False, recorder=recorder)
             source = stack.enter_context(live)
             stack.enter_context(exporting(self.export, source.model, source.lock, self.kind))
         except typer.Exit as said:  # its line is on stderr already
             raise ModelStartError("", said.exit_code) from None
+        except SourceError as error:
+            raise ModelStartError(str(error), error.code) from None
         except BootstrapError as error:
             raise ModelStartError(str(error)) from None
         collector = source.collector
-        assert collector is not None
         return ServedModel(
             collector.model,
             collector.lock,

@@ -210,15 +210,3 @@ def open_sglang_logs(sglang_log: list[str]) -> SGLangLogs:
         return SGLangLogs(sglang_log)
     except OSError as error:
         raise fail(f"cannot read an SGLang log: {error}", 2) from None
-
-
-def require_source(
-    bootstrap: str, connect: list[str], sglang_log: list[str] | None = None, replay: str = "", model: bool = False
-) -> None:
-    """A source: a live cluster (--bootstrap, --connect), SGLang logs (--sglang-log), a recording (--replay) or
-    a running dashboard's model (--model); a recording wins over logs, logs over a live cluster."""
-    if not bootstrap and not connect and not sglang_log and not replay and not model:
-        raise typer.BadParameter(
-            "give --bootstrap ADDR (or KVTOP_BOOTSTRAP), at least one --connect EP, --sglang-log FILE, --replay DIR "
-            "or --model"
-        )

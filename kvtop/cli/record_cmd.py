@@ -20,15 +20,14 @@ from kvtop.cli.options import (
     Until,
     Wait,
     fail,
-    load_curve,
-    require_source,
 )
+from kvtop.cli.source import spec_of
 from kvtop.cli.units import parse_size
-from kvtop.cli.when import parse_duration, pick
+from kvtop.source.when import parse_duration, pick
 
 if TYPE_CHECKING:
     from kvtop.record.writer import Recorder
-    from kvtop.sources.live import Collector
+    from kvtop.source.live import LiveSource
     from transport.events import Event, Snapshot
 
 STATUS_EVERY_S = 10.0
@@ -79,11 +78,12 @@ def record(
     """
     from kvtop.record.lock import FolderInUse
     from kvtop.record.writer import MIN_MAX_BYTES, Recorder
-    from kvtop.sources.live import Collector, tune_gc
+    from kvtop.source import SourceError
+    from kvtop.source.live import LiveSource
+    from kvtop.sources.live import tune_gc
     from transport.errors import BootstrapError
 
-    require_source(bootstrap, connect)
-    curve = load_curve(curve_keys, serve=False)
+    spec = spec_of(bootstrap, connect, wait=wait, curve_keys=curve_keys)
     try:
         retain_s = None if retain.strip().lower() in ("all", "none", "") else parse_duration(retain)
         cap = parse_size(max_bytes, minimum=MIN_MAX_BYTES) if max_bytes else None
@@ -98,27 +98,28 @@ def record(
     stop = threading.Event()
     tune_gc()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    collector = Collector(bootstrap, connect, recorder=recorder, curve=curve)
+    source: LiveSource | None = None
     try:
-        collector.start(discover_timeout_s=wait)
-        typer.echo(f"kvtop record: recording {bootstrap or ', '.join(connect)} to {out}", err=True)
-        problem = _run(collector, recorder, stop, status, interval, duration)
+        with LiveSource.opened(spec, synced=False, recorder=recorder) as source:
+            typer.echo(f"kvtop record: recording {bootstrap or ', '.join(connect)} to {out}", err=True)
+            problem = _run(source, recorder, stop, status, interval, duration)
     except BootstrapError as error:
         problem = str(error)
+    except SourceError as error:  # a key folder that cannot be used: nothing was recorded
+        raise fail(str(error), error.code) from None
     except KeyboardInterrupt:
         problem = ""
     finally:
-        collector.close()
         recorder.close()
         signal.signal(signal.SIGTERM, previous)
     problem = problem or recorder.error
-    typer.echo(f"kvtop record: stopped; {_status(collector, recorder)}", err=True)
+    typer.echo(f"kvtop record: stopped; {_status(source, recorder)}", err=True)
     if problem:
         raise fail(problem)
 
 
 def _run(
-    collector: Collector,
+    source: LiveSource,
     recorder: Recorder,
     stop: threading.Event,
     status: bool,
@@ -129,22 +130,25 @@ def _run(
     started = time.monotonic()
     next_status = started + interval
     while not stop.wait(0.2):
-        if collector.died:
-            return collector.error
+        if stopped := source.stopped():
+            return stopped
         if recorder.error:
             return recorder.error
         if duration is not None and time.monotonic() - started >= duration:
             return ""
         if status and time.monotonic() >= next_status:
             next_status += interval
-            typer.echo(f"kvtop record: {time.strftime('%H:%M:%S')} {_status(collector, recorder)}", err=True)
+            typer.echo(f"kvtop record: {time.strftime('%H:%M:%S')} {_status(source, recorder)}", err=True)
     return ""
 
 
-def _status(collector: Collector, recorder: Recorder) -> str:
+def _status(source: LiveSource | None, recorder: Recorder) -> str:
+    """What was recorded, and how many ranks are alive (none when the source never opened)."""
     stats = recorder.stats()
-    with collector.lock:
-        states = list(collector.model.liveness(time.time()).values())
+    states: list[str] = []
+    if source is not None:
+        with source.lock:
+            states = list(source.model.liveness(time.time()).values())
     alive = sum(state == "alive" for state in states)
     dropped = f", {stats.dropped_ops} ops dropped" if stats.dropped_ops else ""
     dropped += f", {stats.keyframes_failed} keyframes failed" if stats.keyframes_failed else ""

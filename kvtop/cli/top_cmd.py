@@ -20,8 +20,8 @@ from kvtop.cli.options import (
     Wait,
     fail,
     open_sglang_logs,
-    require_source,
 )
+from kvtop.cli.source import spec_of
 
 if TYPE_CHECKING:
     from kvtop.cli.model_spec import LiveModel
@@ -126,7 +126,7 @@ def top(
     """
     from kvtop.cli.model_spec import LiveModel
 
-    require_source(bootstrap, connect, sglang_log, replay)
+    source = spec_of(bootstrap, connect, sglang_log, replay, wait=wait, curve_keys=curve_keys)
     themes = find_theme(theme)
     choice = RecordChoice(record, record_dir, record_max_bytes).checked()
     if replay:
@@ -137,27 +137,27 @@ def top(
     if sglang_log:
         _top_on_logs(sglang_log, themes, theme, export)
         return
-    kind = "bootstrap" if bootstrap else "connect"
-    spec = LiveModel(bootstrap, tuple(connect), wait, curve_keys, choice, export, kind)
+    spec = LiveModel(bootstrap, tuple(connect), wait, curve_keys, choice, export, source.kind)
     run_live_dashboard(spec, bootstrap or ", ".join(connect), themes, theme)
 
 
 def _top_on_recording(replay: str, at: str, themes: ThemeSet, theme: str) -> None:
     """The dashboard on the model a recording held at `at` (its end by default), judged at that instant; the
     rewind keys move through the recording."""
-    from kvtop.cli.source import opened
-    from kvtop.cli.when import Past, pick
-    from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
+    from kvtop.cli.source import reading
+    from kvtop.source import SourceSpec
+    from kvtop.source.recording import RecordingSource
+    from kvtop.source.when import pick
     from kvtop.tui.rewind import Rewind
 
     try:
-        past = Past(replay, pick(at, "", ""))
+        spec = SourceSpec(replay=replay, when=pick(at, "", ""))
     except ValueError as error:
         raise typer.BadParameter(str(error)) from None
-    with opened("", [], 0.0, model=ClusterModel(JOURNAL_EVENTS_KEPT), past=past) as source:
+    with reading(spec, journal=True) as source:
         if source.damage:
             typer.echo(f"kvtop: {source.damage}", err=True)
-        assert source.cursor is not None
+        assert isinstance(source, RecordingSource)
         rewind = Rewind(replay, live=False, cursor=source.cursor)
         run_dashboard(rewind, f"recording {replay}", themes, theme, rewind=rewind)
 

@@ -5,125 +5,41 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import queue
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvtop.cli.options import (
-    At,
-    Bootstrap,
-    Connect,
-    CurveKeysDir,
-    Follow,
-    Interval,
-    Json,
-    Model,
-    ModelAt,
-    ReplayPath,
-    SGLangLog,
-    Since,
-    Until,
-    Wait,
-    fail,
-    require_source,
-)
-from kvtop.cli.source import ModelChoice, Opened, journaled, model_choice, nobody_answered, opened
-from kvtop.cli.when import Past, past_of
+from kvtop.cli.options import Follow, Interval, Json, fail
+from kvtop.cli.source import reading, reads_source, say_what_was_heard
+from kvtop.source.spec import SourceSpec
 
 if TYPE_CHECKING:
-    from kvtop.attach.wire import State
     from kvtop.model.cluster import ClusterModel
-    from kvtop.sources.sglang import SGLangLogs
+    from kvtop.source import Source
     from kvtop.views.check import Thresholds
     from transport.events import Event
 
-_LOG_POLL_S = 0.25
-_MODEL_POLL_S = 1.0
-"""`kvtop events --follow --model` asks again this often (each ask costs the model process a keyframe)."""
 
+def _frames(spec: SourceSpec, follow: bool = False, interval: float = 1.0) -> Iterator[Source]:
+    """The source once opened; with `follow`, again every `interval` (refreshed) until Ctrl-C.
 
-def _frames(
-    bootstrap: str,
-    connect: list[str],
-    wait: float,
-    follow: bool = False,
-    interval: float = 1.0,
-    sglang_log: list[str] | None = None,
-    past: Past | None = None,
-    curve_keys: str = "",
-    dashboard: ModelChoice | None = None,
-) -> Iterator[tuple[ClusterModel, float, SGLangLogs | None, Opened]]:
-    """The model once every agent's snapshot is in; with `follow`, again every `interval` until Ctrl-C.
-
-    Yields (model, now, the log source or None, the source) under the source's lock, so a view reads a
-    consistent model. Exit 1 when the bootstrap address or every agent stays silent, or when the collector
-    stops while following (its error on stderr). With SGLang logs, "now" is the latest time they mention
-    (or --at); with a recording (`past`), the replayed instant; with a dashboard's model, the instant it was
-    read at (asked again each frame). Exit 1 when it does not answer, 2 when several run and none was named.
+    Yields under the source's lock, so a view reads a consistent model. Exit 1 when nobody answers or the
+    source stops while following (its error on stderr); the errors of opening it as `reading` says.
     """
-    from kvtop.attach.client import ModelAmbiguous, ModelUnavailable
-    from transport.errors import BootstrapError
-
-    try:
-        with opened(bootstrap, connect, wait, sglang_log, past=past, curve_keys=curve_keys,
-                    dashboard=dashboard) as source:  # fmt: skip
-            _say_what_was_heard(source, bootstrap, connect, wait)
-            while True:
-                if source.collector is not None and source.collector.died:
-                    raise fail(source.collector.error)
-                with source.lock:
-                    source.model.update_incidents()  # what came since the source's last sweep
-                    yield source.model, source.now(), source.logs, source
-                if not follow:
-                    return
-                time.sleep(interval)
-                source.refresh()
-    except (BootstrapError, ModelUnavailable) as error:
-        raise fail(str(error)) from None
-    except ModelAmbiguous as error:
-        raise fail(str(error), 2) from None
-    except KeyboardInterrupt:
-        return
-
-
-def _say_what_was_heard(source: Opened, bootstrap: str, connect: list[str], wait: float) -> None:
-    """The logs' summary (or the recording's damage) on stderr; exit 1 with one line when no agent answered."""
-    if source.logs is not None:
-        typer.echo(source.logs.stats().summary(), err=True)
-    if source.damage:
-        typer.echo(f"kvtop: {source.damage}", err=True)
-    if source.attached is not None:
-        _say_what_the_model_said(source.attached.state)
-    if not source.heard():
-        if source.attached is not None:
-            raise fail(f"no agent answered the dashboard's model ({source.attached.state.source}) "
-                       f"in its {source.attached.state.listening_s:.0f}s")  # fmt: skip
-        with source.lock:
-            unreachable = dict(source.model.intake.unreachable)
-        raise fail(nobody_answered(bootstrap, connect, wait, unreachable))
-
-
-def _say_what_the_model_said(state: State) -> None:
-    """On stderr: the dashboard's source's error, and the asks its model process refused (counted)."""
-    if state.error:
-        typer.echo(f"kvtop: the dashboard's source: {state.error}", err=True)
-    if state.refused:
-        counts = ", ".join(f"{reason} {count}" for reason, count in sorted(state.refused.items()))
-        typer.echo(f"kvtop: the dashboard's model refused {sum(state.refused.values())} asks ({counts})", err=True)
-
-
-def _past(replay: str, at: str, since: str, until: str, sglang_log: list[str], follow: bool = False) -> Past:
-    """The recording and times a view was asked to read (usage errors exit 2)."""
-    try:
-        past = past_of(replay, at, since, until, sglang_log)
-    except ValueError as error:
-        raise typer.BadParameter(str(error)) from None
-    if follow and past.given:
-        raise typer.BadParameter("--follow reads what arrives; a recording or --at/--since has no more to come")
-    return past
+    with contextlib.suppress(KeyboardInterrupt), reading(spec) as source:
+        say_what_was_heard(source)
+        while True:
+            if stopped := source.stopped():
+                raise fail(stopped)
+            with source.lock:
+                source.model.update_incidents()  # what came since the source's last sweep
+                yield source
+            if not follow:
+                return
+            time.sleep(interval)
+            source.refresh()
 
 
 @contextlib.contextmanager
@@ -149,9 +65,9 @@ def _show(text: str, data: object, as_json: bool, follow: bool) -> None:
         typer.echo(f"--- {time.strftime('%H:%M:%S')}\n{text}\n" if follow else text)
 
 
+@reads_source()
 def check(
-    bootstrap: Bootstrap = "",
-    connect: Connect = [],  # noqa: B006
+    source: SourceSpec,
     max_failure_rate: Annotated[
         float,
         typer.Option(
@@ -200,16 +116,7 @@ def check(
             "Client aborts never count in the failure rate.",
         ),
     ] = None,
-    wait: Wait = 2.0,
     as_json: Json = False,
-    sglang_log: SGLangLog = [],  # noqa: B006
-    curve_keys: CurveKeysDir = "",
-    replay: ReplayPath = "",
-    at: At = "",
-    since: Since = "",
-    until: Until = "",
-    model: Model = False,
-    model_at: ModelAt = "",
 ) -> None:
     """Health check for cron, Nagios/Icinga, Kubernetes exec probes and CI gates.
 
@@ -229,14 +136,11 @@ def check(
     """
     from kvtop.views.check import Thresholds
 
-    past = _past(replay, at, since, until, sglang_log)
-    dashboard = model_choice(model, model_at, past, sglang_log)
-    require_source(bootstrap, connect, sglang_log, replay, dashboard is not None)
     limits = Thresholds(
         max_failure_rate, max_stuck, stuck_after, min_ranks, max_gaps, window, max_abort_rate, incident_rooms,
         incident_rate, _class_thresholds(incident_class),
     )  # fmt: skip
-    raise typer.Exit(run_check(bootstrap, connect, limits, wait, as_json, sglang_log, past, curve_keys, dashboard))
+    raise typer.Exit(run_check(source, limits, as_json))
 
 
 def _class_thresholds(values: list[str]) -> tuple[tuple[str, int | None], ...]:
@@ -251,44 +155,32 @@ def _class_thresholds(values: list[str]) -> tuple[tuple[str, int | None], ...]:
     return tuple(found)
 
 
-def run_check(
-    bootstrap: str,
-    connect: list[str],
-    limits: Thresholds,
-    wait: float,
-    as_json: bool,
-    sglang_log: list[str],
-    past: Past | None = None,
-    curve_keys: str = "",
-    dashboard: ModelChoice | None = None,
-) -> int:
+def run_check(spec: SourceSpec, limits: Thresholds, as_json: bool) -> int:
     """Judge the source against `limits`, print the verdict; returns its Nagios exit code."""
     from kvtop.attach.client import ModelAmbiguous, ModelUnavailable
+    from kvtop.source import SourceError, open_source
     from kvtop.views.check import Verdict, evaluate, source_failing, unanswered, unreachable
     from transport.errors import BootstrapError
 
     try:
-        source_opened = opened(
-            bootstrap, connect, wait, sglang_log, past=past, curve_keys=curve_keys, dashboard=dashboard
-        )
-        with source_opened as source, source.lock:
+        with open_source(spec) as source, source.lock:
             if source.damage:
                 typer.echo(f"kvtop: {source.damage}", err=True)
             window = source.span_window() if source.span else source.window(limits.window_s)
             limits = dataclasses.replace(limits, window_s=window)
-            result = evaluate(
-                source.model, limits, source.now(), source.waited(wait), span=source.span, since=source.when.since
-            )
-            if source.attached is not None and source.attached.state.error:
-                result = source_failing(result, f"the dashboard's source: {source.attached.state.error}")
+            result = evaluate(source.model, limits, source.now(), source.waited(), span=source.span,
+                              since=source.when.since)  # fmt: skip
+            if feed_error := source.feed_error():
+                result = source_failing(result, feed_error)
     except BootstrapError as error:
-        result = unreachable(bootstrap, str(error))
+        result = unreachable(spec.bootstrap, str(error))
     except ModelUnavailable as error:
         result = unanswered(str(error))
     except ModelAmbiguous as error:
         typer.echo(f"KVTOP UNKNOWN - {error}")
         return int(Verdict.UNKNOWN)
-    except typer.Exit:  # a log that cannot be read (said on stderr)
+    except SourceError as error:  # a log, a recording or a key folder that cannot be used
+        typer.echo(f"kvtop: {error}", err=True)
         return int(Verdict.UNKNOWN)
     except Exception as error:  # a check must answer UNKNOWN, never a traceback
         typer.echo(f"KVTOP UNKNOWN - internal error: {error!r}")
@@ -302,9 +194,9 @@ def run_check(
     return int(result.verdict)
 
 
+@reads_source()
 def status(
-    bootstrap: Bootstrap = "",
-    connect: Connect = [],  # noqa: B006
+    source: SourceSpec,
     window: Annotated[
         float,
         typer.Option(
@@ -313,18 +205,9 @@ def status(
             "snapshots hold less: each keeps its last 512 rooms).",
         ),
     ] = 60.0,
-    wait: Wait = 2.0,
     as_json: Json = False,
     follow: Follow = False,
     interval: Interval = 1.0,
-    sglang_log: SGLangLog = [],  # noqa: B006
-    curve_keys: CurveKeysDir = "",
-    replay: ReplayPath = "",
-    at: At = "",
-    since: Since = "",
-    until: Until = "",
-    model: Model = False,
-    model_at: ModelAt = "",
 ) -> None:
     """One screen of cluster health: ranks, rooms, throughput, latency, failures, stuck rooms, links.
 
@@ -342,35 +225,23 @@ def status(
     """
     from kvtop.views.tables import status_json, status_text
 
-    past = _past(replay, at, since, until, sglang_log, follow)
-    dashboard = model_choice(model, model_at, past, sglang_log)
     with _until_ctrl_c():
-        frames = _frames(bootstrap, connect, wait, follow, interval, sglang_log, past, curve_keys, dashboard)
-        for read, now, logs, source in frames:
-            span = source.window(window)
-            text, data = status_text(read, now, span), status_json(read, now, span)
-            if logs is not None:
-                stats = logs.stats()
-                text += f"\nlogs    {stats.summary().removeprefix('sglang logs: ')}"
-                data["logs"] = dataclasses.asdict(stats)
+        for read in _frames(source, follow, interval):
+            now, span = read.now(), read.window(window)
+            text, data = status_text(read.model, now, span), status_json(read.model, now, span)
+            line, fields = read.status_extra()
+            if line:
+                text += f"\n{line}"
+                data.update(fields)
             _show(text, data, as_json, follow)
 
 
+@reads_source()
 def ranks(
-    bootstrap: Bootstrap = "",
-    connect: Connect = [],  # noqa: B006
-    wait: Wait = 2.0,
+    source: SourceSpec,
     as_json: Json = False,
     follow: Follow = False,
     interval: Interval = 1.0,
-    sglang_log: SGLangLog = [],  # noqa: B006
-    curve_keys: CurveKeysDir = "",
-    replay: ReplayPath = "",
-    at: At = "",
-    since: Since = "",
-    until: Until = "",
-    model: Model = False,
-    model_at: ModelAt = "",
 ) -> None:
     """Every rank: role, instance, liveness (alive/stale/gone; log), host, pid, rooms in flight, origins, echoes,
     and the frames each of its sockets rejected (control, data, consensus, bootstrap, events, snapshot).
@@ -381,29 +252,17 @@ def ranks(
     """
     from kvtop.views.tables import ranks_json, ranks_text
 
-    past = _past(replay, at, since, until, sglang_log, follow)
-    dashboard = model_choice(model, model_at, past, sglang_log)
     with _until_ctrl_c():
-        for read, now, _, _ in _frames(bootstrap, connect, wait, follow, interval, sglang_log, past, curve_keys,
-                                       dashboard):  # fmt: skip
-            _show(ranks_text(read, now), ranks_json(read, now), as_json, follow)
+        for read in _frames(source, follow, interval):
+            _show(ranks_text(read.model, read.now()), ranks_json(read.model, read.now()), as_json, follow)
 
 
+@reads_source()
 def rooms(
-    bootstrap: Bootstrap = "",
-    connect: Connect = [],  # noqa: B006
-    wait: Wait = 2.0,
+    source: SourceSpec,
     as_json: Json = False,
     follow: Follow = False,
     interval: Interval = 1.0,
-    sglang_log: SGLangLog = [],  # noqa: B006
-    curve_keys: CurveKeysDir = "",
-    replay: ReplayPath = "",
-    at: At = "",
-    since: Since = "",
-    until: Until = "",
-    model: Model = False,
-    model_at: ModelAt = "",
 ) -> None:
     """Rooms still open on some rank: state per rank, bytes, age, idle time, link; STUCK after 10 s idle.
 
@@ -413,18 +272,15 @@ def rooms(
     """
     from kvtop.views.tables import rooms_json, rooms_text
 
-    past = _past(replay, at, since, until, sglang_log, follow)
-    dashboard = model_choice(model, model_at, past, sglang_log)
     with _until_ctrl_c():
-        for read, now, logs, _ in _frames(bootstrap, connect, wait, follow, interval, sglang_log, past, curve_keys,
-                                          dashboard):  # fmt: skip
-            ended = logs is not None
-            _show(rooms_text(read, now, ended), rooms_json(read, now, ended), as_json, follow)
+        for read in _frames(source, follow, interval):
+            now, ended = read.now(), read.rooms_named_once_ended
+            _show(rooms_text(read.model, now, ended), rooms_json(read.model, now, ended), as_json, follow)
 
 
+@reads_source()
 def events(
-    bootstrap: Bootstrap = "",
-    connect: Connect = [],  # noqa: B006
+    source: SourceSpec,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing new events (and lost batches) until Ctrl-C.")
     ] = False,
@@ -434,15 +290,6 @@ def events(
     ] = "info",
     debug: Annotated[bool, typer.Option("--debug", help="Show everything (as --level debug).")] = False,
     jsonl: Annotated[bool, typer.Option("--jsonl", help="One JSON object per line.")] = False,
-    wait: Wait = 2.0,
-    sglang_log: SGLangLog = [],  # noqa: B006
-    curve_keys: CurveKeysDir = "",
-    replay: ReplayPath = "",
-    at: At = "",
-    since: Since = "",
-    until: Until = "",
-    model: Model = False,
-    model_at: ModelAt = "",
 ) -> None:
     """The event tail as log lines, in time order across agents: what every agent remembers (its snapshot), then,
     with --follow, live (each batch that arrives in time order).
@@ -458,15 +305,13 @@ def events(
     (lost batches counted on stderr).
     """
     from kvtop.model.live_fold import LiveFold
-    from kvtop.views.event_lines import LEVELS, gap_json, gap_line, level_of, shown, snapshot_events, to_json, to_line
+    from kvtop.source import Events, Gap
+    from kvtop.views.event_lines import LEVELS, gap_json, gap_line, level_of, shown, to_json, to_line
 
     level = "debug" if debug else level
     if level not in LEVELS:
         raise typer.BadParameter(f"{level!r} is not one of {', '.join(LEVELS)}", param_hint="--level")
-    past = _past(replay, at, since, until, sglang_log, follow)
-    dashboard = model_choice(model, model_at, past, sglang_log, journal=True)
-    require_source(bootstrap, connect, sglang_log, replay, dashboard is not None)
-    render = to_json if jsonl else to_line
+    render, gap = (to_json, gap_json) if jsonl else (to_line, gap_line)
     fold = LiveFold()
 
     def emit(model: ClusterModel, items: list[tuple[str, Event]]) -> None:
@@ -477,141 +322,41 @@ def events(
             if shown(event, level, fold.leads):
                 typer.echo(render(label, event, level_of(event, fold.leads)))
 
-    if dashboard is not None:
-        _model_events(bootstrap, connect, wait, follow, emit, dashboard)
-        return
-    if replay:
-        _replayed_events(past, emit, gap_json if jsonl else gap_line, level)
-        return
-    if sglang_log:
-        _log_events(sglang_log, follow, emit, past)
-        return
-    from kvtop.sources.live import Heard, News
-    from transport.errors import BootstrapError
-
-    news: queue.SimpleQueue[News] = queue.SimpleQueue()
-    held: list[tuple[str, Event]] = []
-    """One-shot: everything until every snapshot is in, so each failure's level is the whole fold's."""
-    try:
-        with opened(bootstrap, connect, wait, news=news, curve_keys=curve_keys) as source:
-            _say_what_was_heard(source, bootstrap, connect, wait)
-            with source.lock:
-                for name, why in source.model.intake.bad_entries.items():
-                    typer.echo(f"kvtop: skipped {name}: {why}", err=True)
-            while True:
-                with contextlib.suppress(queue.Empty):
-                    while True:
-                        item = news.get(block=follow, timeout=0.1)
-                        if isinstance(item, Heard):
-                            events = snapshot_events(item.events) if item.snapshot else item.events
-                            held.extend((item.label, event) for event in events)
-                            if follow:
-                                with source.lock:
-                                    emit(source.model, held)
-                                held = []
-                        elif level != "error":
-                            typer.echo((gap_json if jsonl else gap_line)(item.label, item.batches, item.ts))
-                if not follow:
-                    break
-            with source.lock:
-                emit(source.model, held)
-                rejected = source.model.rejected + source.model.rejected_frames
-    except BootstrapError as error:
-        raise fail(str(error)) from None
-    except KeyboardInterrupt:
-        return
-    if rejected:
-        typer.echo(f"kvtop: {rejected} events or batches rejected (values out of range or malformed)", err=True)
-
-
-def _model_events(
-    bootstrap: str,
-    connect: list[str],
-    wait: float,
-    follow: bool,
-    emit: Callable[[ClusterModel, list[tuple[str, Event]]], None],
-    dashboard: ModelChoice,
-) -> None:
-    """`kvtop events --model`: the dashboard's event journal, then (following) what it gains, asked every
-    `_MODEL_POLL_S`; lost batches and rejected events counted on stderr."""
-    gaps = rejected = 0
-    with _until_ctrl_c():
-        for read, _, _, source in _frames(bootstrap, connect, wait, follow, _MODEL_POLL_S, dashboard=dashboard):
-            assert source.attached is not None
-            emit(read, journaled(source.attached))
-            if read.gaps > gaps:
-                typer.echo(f"kvtop: {read.gaps - gaps} event batches lost (counted by the dashboard's model)", err=True)
-                gaps = read.gaps
-            if not source.attached.state.journaling:
-                typer.echo("kvtop: the dashboard's model keeps no event journal", err=True)
-            rejected = read.rejected + read.rejected_frames
-    if rejected:
-        typer.echo(f"kvtop: {rejected} events or batches rejected (values out of range or malformed)", err=True)
-
-
-def _replayed_events(
-    past: Past,
-    emit: Callable[[ClusterModel, list[tuple[str, Event]]], None],
-    gap: Callable[[str, int, float], str],
-    level: str,
-) -> None:
-    """`kvtop events --replay`: what the recording's collector heard from --since (its start) to --at (its end),
-    each failure at the level the fold of the whole model at --at gives it."""
-    from kvtop.record.records import Gapped
-    from kvtop.views.event_lines import snapshot_events
-
-    with opened("", [], 0.0, past=past, news_since=True) as source:
-        if source.damage:
-            typer.echo(f"kvtop: {source.damage}", err=True)
+    rejected = 0
+    with contextlib.suppress(KeyboardInterrupt), reading(source, tail=True) as read:
+        say_what_was_heard(read)
         held: list[tuple[str, Event]] = []
-        for item in source.replayed:
-            if isinstance(item, Gapped):
-                emit(source.model, held)
+        """Until a lost batch, or (one-shot) the end: so each failure's level is the whole fold's."""
+        for told in read.tail(follow):
+            for item in told:
+                if isinstance(item, Events):
+                    held.extend(item.items)
+                elif isinstance(item, Gap):
+                    with read.lock:
+                        emit(read.model, held)
+                    held = []
+                    if level != "error":
+                        typer.echo(gap(item.label, item.batches, item.ts))
+                else:
+                    typer.echo(item.text, err=True)
+            if follow:
+                with read.lock:
+                    emit(read.model, held)
                 held = []
-                if level != "error":
-                    typer.echo(gap(item.label, item.batches, item.now))
-            else:
-                events = snapshot_events(item.events) if item.snapshot else item.events
-                held.extend((item.label, event) for event in events)
-        emit(source.model, held)
+        with read.lock:
+            emit(read.model, held)
+            rejected = read.model.rejected + read.model.rejected_frames
+    if rejected:
+        typer.echo(f"kvtop: {rejected} events or batches rejected (values out of range or malformed)", err=True)
 
 
-def _log_events(
-    sglang_log: list[str],
-    follow: bool,
-    emit: Callable[[ClusterModel, list[tuple[str, Event]]], None],
-    past: Past,
-) -> None:
-    """`kvtop events --sglang-log`: the logs' events in time order (from --since to --at), then what they gain."""
-    with opened("", [], 0.0, sglang_log, past=past, log_events=True) as source:
-        applied = source.loaded
-        with contextlib.suppress(KeyboardInterrupt):
-            while True:
-                emit(source.model, applied)
-                if not follow:
-                    break
-                time.sleep(_LOG_POLL_S)
-                applied = source.refresh()
-        assert source.logs is not None
-        typer.echo(source.logs.stats().summary(), err=True)
-
-
+@reads_source()
 def failures(
-    bootstrap: Bootstrap = "",
-    connect: Connect = [],  # noqa: B006
+    source: SourceSpec,
     debug: Annotated[bool, typer.Option("--debug", help="List every echo under its origin.")] = False,
     as_json: Json = False,
-    wait: Wait = 2.0,
     follow: Follow = False,
     interval: Interval = 1.0,
-    sglang_log: SGLangLog = [],  # noqa: B006
-    curve_keys: CurveKeysDir = "",
-    replay: ReplayPath = "",
-    at: At = "",
-    since: Since = "",
-    until: Until = "",
-    model: Model = False,
-    model_at: ModelAt = "",
 ) -> None:
     """Recent failures of a live cluster or of SGLang logs, summarised by incident first (what broke: `kvtop
     incidents`), then each origin once with its echo count and the time it started (with the date once the
@@ -626,52 +371,40 @@ def failures(
     origin_label, aborted (a client's abort, not a cluster fault), echo_count, echoes (level debug, raw_level as
     logged, origin), context}. Exit 1 when the cluster does not answer.
     """
-    from kvtop.sources.sglang.context import published_context
     from kvtop.views.failures import failures_json, not_kept, render_groups
     from kvtop.views.incidents import in_span, render
     from kvtop.views.times import spans_days, stamp
 
-    past = _past(replay, at, since, until, sglang_log, follow)
-    dashboard = model_choice(model, model_at, past, sglang_log)
     with _until_ctrl_c():
-        for read, now, logs, source in _frames(bootstrap, connect, wait, follow, interval, sglang_log, past,
-                                               curve_keys, dashboard):  # fmt: skip
-            groups = read.groups()
-            if source.when.since is not None:
-                groups = [group for group in groups if group.first_ts >= source.when.since]
-            context = logs.context_for(groups) if logs is not None else published_context(read, groups)
-            ids = [incident.id if (incident := read.incidents.incident_of(g)) else 0 for g in groups]
+        for read in _frames(source, follow, interval):
+            model, now, since = read.model, read.now(), read.when.since
+            groups = model.groups()
+            if since is not None:
+                groups = [group for group in groups if group.first_ts >= since]
+            context = read.context_for(groups)
+            ids = [incident.id if (incident := model.incidents.incident_of(g)) else 0 for g in groups]
             start = groups[0].first_ts if groups else now
-            summary = render(in_span(read, start, now), now, read.incidents.quiet_gap_s) + "\n\n"
-            cut = not_kept(read, source.when.since)
-            text = summary + render_groups(groups, debug, context, (cut, read.failures.maxlen or 0))
+            summary = render(in_span(model, start, now), now, model.incidents.quiet_gap_s) + "\n\n"
+            cut = not_kept(model, since)
+            text = summary + render_groups(groups, debug, context, (cut, model.failures.maxlen or 0))
             _show(text, failures_json(groups, context, ids, cut), as_json, follow)
             aborted = sum(group.aborted for group in groups)
             dated = spans_days([start, now])
             typer.echo(
-                f"{len(groups) - aborted} failures, {aborted} client aborts from {len(read.ranks)} ranks, "
+                f"{len(groups) - aborted} failures, {aborted} client aborts from {len(model.ranks)} ranks, "
                 f"{stamp(start, dated)[:-4]} to {stamp(now, dated)[:-4]} (what the agents' snapshots and the model "
                 "keep, or the logs hold)",
                 err=True,
             )
 
 
+@reads_source()
 def incidents(
-    bootstrap: Bootstrap = "",
-    connect: Connect = [],  # noqa: B006
+    source: SourceSpec,
     debug: Annotated[bool, typer.Option("--debug", help="List each incident's failure groups under it.")] = False,
     as_json: Json = False,
-    wait: Wait = 2.0,
     follow: Follow = False,
     interval: Interval = 1.0,
-    sglang_log: SGLangLog = [],  # noqa: B006
-    curve_keys: CurveKeysDir = "",
-    replay: ReplayPath = "",
-    at: At = "",
-    since: Since = "",
-    until: Until = "",
-    model: Model = False,
-    model_at: ModelAt = "",
 ) -> None:
     """What broke, where, since when, how bad: one line per incident, newest first.
 
@@ -688,16 +421,14 @@ def incidents(
     """
     from kvtop.views.incidents import by_incident, counted, in_span, render, to_json
 
-    past = _past(replay, at, since, until, sglang_log, follow)
-    dashboard = model_choice(model, model_at, past, sglang_log)
     with _until_ctrl_c():
-        for read, now, _, source in _frames(bootstrap, connect, wait, follow, interval, sglang_log, past, curve_keys,
-                                            dashboard):  # fmt: skip
-            kept = in_span(read, source.when.since, now)
-            gap = read.incidents.quiet_gap_s
-            groups = by_incident(read, read.groups()) if debug else None
-            _show(render(kept, now, gap, groups), to_json(kept, now, gap, source.when.since), as_json, follow)
-            typer.echo(counted(kept, now, gap, source.start if source.span else None), err=True)
+        for read in _frames(source, follow, interval):
+            model, now, since = read.model, read.now(), read.when.since
+            kept = in_span(model, since, now)
+            gap = model.incidents.quiet_gap_s
+            groups = by_incident(model, model.groups()) if debug else None
+            _show(render(kept, now, gap, groups), to_json(kept, now, gap, since), as_json, follow)
+            typer.echo(counted(kept, now, gap, read.start if read.span else None), err=True)
 
 
 def register(app: typer.Typer) -> None:

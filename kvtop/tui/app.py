@@ -519,7 +519,7 @@ class KvtopApp(App[None]):
 
     @on(Input.Submitted, "#jump")
     def _jump_submitted(self, event: Input.Submitted) -> None:
-        from kvtop.cli.when import parse_time
+        from kvtop.source.when import parse_time
 
         event.input.display = False
         self._view_shown()

@@ -17,7 +17,7 @@ import sys
 import pytest
 from crowd_support import crowd
 
-from kvtop.cli.source import nobody_answered
+from kvtop.source.live import nobody_answered
 from transport.limits import files_for
 
 AGENTS = 1100

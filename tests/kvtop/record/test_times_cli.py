@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from kvtop.cli.when import parse_duration, parse_time, pick
 from kvtop.model.cluster import ClusterModel
 from kvtop.record.format import FILE_HEADER, checksum
 from kvtop.record.synthetic import feed
 from kvtop.record.writer import Recorder
+from kvtop.source.when import parse_duration, parse_time, pick
 from kvtop.sources.synthetic import SyntheticCluster
 from tests.kvtop.kvtop_cli import kvtop
 

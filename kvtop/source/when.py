@@ -71,23 +71,3 @@ def pick(at: str, since: str, until: str) -> When:
     if start is not None and instant is not None and start > instant:
         raise ValueError("--since is after --until")
     return When(instant, start)
-
-
-@dataclass(frozen=True)
-class Past:
-    """What a view reads of the past: a recording (`replay`, a path) or logs, at `when`."""
-
-    replay: str = ""
-    when: When = When()
-
-    @property
-    def given(self) -> bool:
-        return bool(self.replay) or self.when != When()
-
-
-def past_of(replay: str, at: str, since: str, until: str, sglang_log: list[str] | None = None) -> Past:
-    """The past a view was asked for; the time options need a recording or logs to mean anything."""
-    when = pick(at, since, until)
-    if when != When() and not replay and not sglang_log:
-        raise ValueError("--at, --since and --until read a recording (--replay) or logs (--sglang-log)")
-    return Past(replay, when)

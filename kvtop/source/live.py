@@ -1,0 +1,118 @@
+"""A live cluster: a collector on a bootstrap address (or a relay) and agent endpoints."""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from kvtop.source.base import Events, Gap, Source, Told
+from kvtop.source.errors import SourceError
+
+if TYPE_CHECKING:
+    from kvtop.model.cluster import ClusterModel
+    from kvtop.record.writer import Recorder
+    from kvtop.source.spec import SourceSpec
+    from kvtop.sources.live import Collector, News
+    from transport.curve import CurveKeys
+
+
+class LiveSource(Source):
+    """What the agents publish, as a collector applies it; `now()` is the wall clock."""
+
+    def __init__(self, spec: SourceSpec, collector: Collector, news: queue.SimpleQueue[News] | None) -> None:
+        super().__init__(spec, collector.model, collector.lock)
+        self.collector = collector
+        self._news = news
+
+    @classmethod
+    @contextlib.contextmanager
+    def opened(
+        cls,
+        spec: SourceSpec,
+        model: ClusterModel | None = None,
+        synced: bool = True,
+        recorder: Recorder | None = None,
+        tail: bool = False,
+    ) -> Iterator[LiveSource]:
+        """Once every agent's snapshot is in or `spec.wait` passed (`synced=False`: as soon as the agents are
+        discovered); `recorder` is told everything the collector applies; `tail` keeps the news for `tail()`.
+        Raises `BootstrapError` when the bootstrap address does not answer."""
+        from kvtop.sources.live import Collector
+
+        news: queue.SimpleQueue[News] | None = queue.SimpleQueue() if tail else None
+        collector = Collector(spec.bootstrap, list(spec.connect), model, news=news, curve=_curve(spec.curve_keys),
+                              recorder=recorder)  # fmt: skip
+        try:
+            collector.start(discover_timeout_s=spec.wait)
+            if synced:
+                collector.wait_synced(spec.wait)
+            yield cls(spec, collector, news)
+        finally:
+            collector.close()
+
+    def now(self) -> float:
+        return time.time()
+
+    def heard(self) -> bool:
+        return self.collector.heard()
+
+    def silence(self) -> str:
+        with self.lock:
+            unreachable = dict(self.model.intake.unreachable)
+        return nobody_answered(self.spec.bootstrap, list(self.spec.connect), self.spec.wait, unreachable)
+
+    def notes(self) -> list[str]:
+        with self.lock:
+            return [f"kvtop: skipped {name}: {why}" for name, why in self.model.intake.bad_entries.items()]
+
+    def stopped(self) -> str:
+        return self.collector.error if self.collector.died else ""
+
+    def tail(self, follow: bool) -> Iterator[list[Told]]:
+        assert self._news is not None, "opened without tail=True"
+        if not follow:
+            yield [_told(item) for item in _drained(self._news)]
+            return
+        while True:
+            with contextlib.suppress(queue.Empty):
+                yield [_told(self._news.get(timeout=0.1))]
+
+
+def _drained(news: queue.SimpleQueue[News]) -> Iterator[News]:
+    with contextlib.suppress(queue.Empty):
+        while True:
+            yield news.get_nowait()
+
+
+def _told(item: News) -> Told:
+    from kvtop.sources.live import Lost
+
+    if isinstance(item, Lost):
+        return Gap(item.label, item.batches, item.ts)
+    return Events.heard(item.label, item.events, item.snapshot)
+
+
+def _curve(folder: str) -> CurveKeys | None:
+    """The CURVE keys a view uses (None without a folder); `SourceError` when they cannot be used."""
+    if not folder:
+        return None
+    from transport.curve import CurveKeys
+    from transport.errors import CurveError
+
+    try:
+        return CurveKeys.load(folder, serve=False)
+    except CurveError as error:
+        raise SourceError(f"--curve-keys: {error}") from None
+
+
+def nobody_answered(bootstrap: str, connect: list[str], wait: float, unreachable: dict[str, str]) -> str:
+    """The one line a view prints when no agent answered within the wait (and, when kvtop could not open
+    sockets for some, how many and why: its own limit may be why nobody answered)."""
+    where = ", ".join([*([f"listed by {bootstrap}"] if bootstrap else []), *connect])
+    line = f"no agent answered within {wait:g}s ({where})"
+    if unreachable:
+        line += f"; kvtop could not open a socket for {len(unreachable)} of them: {next(iter(unreachable.values()))}"
+    return line

@@ -1,0 +1,91 @@
+"""SGLang server logs: read to their end (or to `--at`) when opened, followed as they grow."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from kvtop.source.base import Events, Source, Told
+from kvtop.source.errors import SourceError
+
+if TYPE_CHECKING:
+    from kvtop.model.cluster import ClusterModel
+    from kvtop.model.fold import FailureGroup
+    from kvtop.source.spec import SourceSpec
+    from kvtop.sources.sglang import SGLangLogs
+    from kvtop.sources.sglang.context import Context
+    from transport.events import Event
+
+POLL_S = 0.25
+"""A followed tail reads what the logs gained this often."""
+
+
+class LogSource(Source):
+    """The model the logs' lines build; `now()` is the latest time they mention (or `--at`)."""
+
+    rooms_named_once_ended = True
+
+    def __init__(
+        self, spec: SourceSpec, logs: SGLangLogs, model: ClusterModel, loaded: list[tuple[str, Event]]
+    ) -> None:
+        super().__init__(spec, model, start=logs.start or logs.now)
+        self.logs = logs
+        self._loaded = loaded
+
+    @classmethod
+    @contextlib.contextmanager
+    def opened(cls, spec: SourceSpec, model: ClusterModel | None = None, tail: bool = False) -> Iterator[LogSource]:
+        """The logs read into `model` (a fresh one by default); `tail` also keeps their events from `--since`
+        for `tail()` (every other view reads the model alone, so a big log streams through it)."""
+        from kvtop.model.cluster import ClusterModel
+        from kvtop.sources.sglang import SGLangLogs
+
+        try:
+            logs = SGLangLogs(list(spec.sglang_log))
+        except OSError as error:
+            raise SourceError(f"cannot read an SGLang log: {error}") from None
+        logs.until = spec.when.at
+        model = model or ClusterModel()
+        try:
+            loaded: list[tuple[str, Event]] = []
+            if tail:
+                loaded = _events_since(logs.stream(model), spec.when.since)
+            else:
+                logs.load(model)
+            yield cls(spec, logs, model, loaded)
+        finally:
+            logs.close()
+
+    def now(self) -> float:
+        return self.logs.now
+
+    def notes(self) -> list[str]:
+        return [self.logs.stats().summary()]
+
+    def refresh(self) -> None:
+        self._poll()
+
+    def _poll(self) -> list[tuple[str, Event]]:
+        with self.lock:
+            return self.logs.poll(self.model)
+
+    def tail(self, follow: bool) -> Iterator[list[Told]]:
+        yield [Events(self._loaded)]
+        while follow:
+            time.sleep(POLL_S)
+            yield [Events(self._poll())]
+
+    def context_for(self, groups: Sequence[FailureGroup]) -> list[list[Context]] | None:
+        return self.logs.context_for(groups)
+
+    def status_extra(self) -> tuple[str, dict[str, object]]:
+        stats = self.logs.stats()
+        return f"logs    {stats.summary().removeprefix('sglang logs: ')}", {"logs": dataclasses.asdict(stats)}
+
+
+def _events_since(polls: Iterable[list[tuple[str, Event]]], since: float | None) -> list[tuple[str, Event]]:
+    """The events the polls applied from `since` on (all of them when None)."""
+    return [item for applied in polls for item in applied if since is None or item[1].ts >= since]
