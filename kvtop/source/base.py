@@ -56,6 +56,9 @@ class Source(ABC):
     """A source, opened: its model (read it under `lock`), judged at `now()`; `start` is where a span read
     starts (the earliest time logs mention, a recording's start; None for a live source)."""
 
+    rooms_named_once_ended = False
+    """Whether it names a room only once it ended (a log names a room where it failed): views list those too."""
+
     def __init__(
         self,
         spec: SourceSpec,
@@ -69,9 +72,6 @@ class Source(ABC):
         self.start = start
         self.damage = ""
         """What of the source could not be read, one line ("" when nothing)."""
-
-    rooms_named_once_ended = False
-    """Whether it names a room only once it ended (a log names a room where it failed): views list those too."""
 
     @abstractmethod
     def now(self) -> float:

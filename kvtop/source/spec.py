@@ -43,11 +43,6 @@ class SourceSpec:
             return "sglang-log"
         return "bootstrap" if self.bootstrap else "connect"
 
-    @property
-    def live(self) -> bool:
-        """Whether it reads what arrives (a live cluster or a dashboard's model), not a span of the past."""
-        return self.kind in ("model", "bootstrap", "connect")
-
     def checked(self, follow: bool = False) -> SourceSpec:
         """This spec, when its options make sense together (`follow`: the view reads what arrives); raises
         ValueError naming the option at fault."""
@@ -63,15 +58,3 @@ class SourceSpec:
             raise ValueError("give --bootstrap ADDR (or KVTOP_BOOTSTRAP), at least one --connect EP, --sglang-log "
                              "FILE, --replay DIR or --model")  # fmt: skip
         return self
-
-    def named(self) -> str:
-        """The source in a few words (`bootstrap tcp://...`, `connect tcp://... (+2 more)`)."""
-        more = f" (+{len(self.connect) - 1} more)" if len(self.connect) > 1 else ""
-        where = {
-            "model": self.dashboard.which if self.dashboard else "",
-            "replay": self.replay,
-            "sglang-log": ", ".join(self.sglang_log),
-            "bootstrap": self.bootstrap,
-            "connect": self.connect[0] + more if self.connect else "",
-        }[self.kind]
-        return f"{self.kind} {where}".strip()
