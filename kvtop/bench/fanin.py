@@ -4,12 +4,12 @@ The agents are the event plane only: each is transport's `EventPublisher` (its P
 real `EventBatch` envelopes with seqs, a state mirror for snapshots) registered with a bootstrap service,
 fed room lifecycles (state changes, progress, transfers done, 1 % failures) and a heartbeat a second, at
 `rate` events/s each. They run in a few processes for the whole bench, each process's publishers on one
-`PublisherGroup` thread (a thread each, 128 to a process, spent ~70 us a wake-up 20 times a second: 1.4 of
-two cores at 1024 agents, where one agent per host pays it once). Each leg starts one collector (kvtop's
-`Collector` on a `ClusterModel`, as `kvtop top` runs it, at its GC thresholds) in this process, on the
-running cluster: its start to synced is a late joiner's snapshot sync time. After a warm-up, a window
-measures events applied vs events the agents emitted, gaps, the collector's CPU, RSS and open files (the
-relay's CPU too). Legs alternate (floor, direct, floor_relay, relay, floor, ...); figures are medians.
+`PublisherGroup` thread (a thread per agent would wake 20 times a second each, a cost one agent per host pays
+once). Each leg starts one collector (kvtop's `Collector` on a `ClusterModel`, as `kvtop top` runs it, at
+its GC thresholds) in this process, on the running cluster: its start to synced is a late joiner's snapshot
+sync time. After a warm-up, a window measures events applied vs events the agents emitted, gaps, the
+collector's CPU, RSS and open files (the relay's CPU too). Legs alternate (floor, direct, floor_relay, relay,
+floor, ...); figures are medians.
 
 The relay leg runs `kvtop relay --bootstrap ADDR` as a user does, and the collector is given its address.
 `LEGS` names the configurations measured. The **floor** legs are the baseline, in the same run: the least
@@ -84,9 +84,9 @@ _LOAD_MET = 0.95
 """The agents offered at least this share of `agents x rate`: else the machine could not generate the load."""
 AGENTS_NICE = 10
 """The agent processes' niceness: they are the load, not what is measured. The scheduler shares a core per
-runnable thread, and 1024 publisher threads left the collector's one thread a few percent of a core (it
-applied nothing in a 5 s window at 1024 agents): at nice 10 the collector and the relay keep their share,
-and what the agents could not offer on a machine too small for both shows in `offered_vs_nominal`."""
+runnable thread, so the agents' threads would starve the collector's one thread: at nice 10 the collector
+and the relay keep their share, and what the agents could not offer on a machine too small for both shows
+in `offered_vs_nominal`."""
 
 
 @dataclass(frozen=True)
