@@ -8,10 +8,9 @@ the next seq, and applies the batch to a small mirror of the agent's state, so
 a `Snapshot` always matches the seq it names. Fewer than `batch_min` events
 wait one more interval (Kafka's linger): every message costs its publisher, the
 I/O threads and the collector about the same whatever it holds, and at 1024
-agents of 200 events/s, 10-event batches were 20k messages a second. A
-`PublisherGroup` runs many publishers of one process on one such thread (a
-thread each, woken 20 times a second, cost ~70 us a wake with 128 of them on a
-2-core machine). A live room whose terminal state the queue dropped would stay
+agents of 200 events/s, 10-event batches would be 20k messages a second. A
+`PublisherGroup` runs many publishers of one process on one such thread, where
+a thread each would wake 20 times a second per publisher. A live room whose terminal state the queue dropped would stay
 live in every snapshot: after `lost_after_s` without news the mirror drops it,
 counted in `counters["rooms_lost"]`.
 """

@@ -53,8 +53,8 @@ SNAPSHOT_TIMEOUT_S = 2.0
 AGENT_RCVHWM = 256
 """Batches one agent's connection queues here, at most: about 13 s of an agent's batches at its default
 50 ms interval (a keyframe or a stalled view holds the consumer a second, not this), and with 1024 agents
-of 10-event batches (~0.5 KiB) about 130 MiB in all. It was 100k per connection: a collector behind on
-1024 agents grew to 7.3 GB. Past it the agent's SNDHWM (10k) queues, then its PUB drops: counted as a gap."""
+of 10-event batches (~0.5 KiB) about 130 MiB in all, which bounds a collector that falls behind. Past it the
+agent's SNDHWM (10k) queues, then its PUB drops: counted as a gap."""
 RELAY_RCVHWM = 100_000
 """Batches a relay's one connection queues (it carries every agent behind it): ~5 s of 1024 agents'."""
 REFUSED_KEPT = 64

@@ -20,8 +20,10 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import ClassVar
 
 from kvtop.bench import BenchFailed
+from kvtop.bench.report import Compare, Report, at_most
 
 Progress = Callable[[str], None]
 CHECK_WAIT_S = 30.0
@@ -48,6 +50,12 @@ class AttachResult:
     lock_held_max_ms: float
     keyframe_mib: float
     verdict: str
+
+    REPORT: ClassVar[Report] = Report(
+        setting=("rooms", "ranks", "events_per_s", "runs"),
+        compare=(Compare("check_s", "start_s", "ratio"),),
+        targets=(at_most("check_s", 1.0),),
+    )
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)

@@ -10,6 +10,7 @@ ratio of GB/s a quiet machine would show.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import psutil
@@ -34,14 +35,23 @@ class CpuMeter:
         self._started = 0.0
 
     def _now(self) -> float:
-        total = 0.0
-        for process in self._processes:
-            times = process.cpu_times()
-            total += times.user + times.system
-        return total
+        return sum(cpu_seconds(process) for process in self._processes)
 
     def start(self) -> None:
         self._started = self._now()
 
     def stop(self) -> float:
         return self._now() - self._started
+
+
+def cpu_seconds(process: psutil.Process | None) -> float:
+    """CPU seconds `process` used so far, user and system, every thread (0 for None)."""
+    if process is None:
+        return 0.0
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
+def thread_cpu_seconds(process: psutil.Process, thread: threading.Thread) -> float:
+    """CPU seconds of one thread of `process` so far (0 once it ended)."""
+    return next((t.user_time + t.system_time for t in process.threads() if t.id == thread.native_id), 0.0)

@@ -23,10 +23,12 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
+from typing import ClassVar
 
 import zmq
 
 from kvtop.bench import BenchFailed
+from kvtop.bench.report import Compare, Report
 from kvtop.bench.transfer import check_sizes, run_kvtop
 from transport.curve import CurveKeys, generate, stop_authenticator
 from transport.events import EventBatch, RoomState
@@ -59,6 +61,15 @@ class CurveResult:
     event_seconds: float
     runs: dict[str, list[float]]
     """Every run's figure per leg (events/s, GB/s), in the order they alternated."""
+
+    REPORT: ClassVar[Report] = Report(
+        setting=("chunk_bytes", "room_bytes", "rooms", "repeats", "event_seconds"),
+        compare=(
+            Compare("events_per_s_curve", "events_per_s_plain", "events_ratio"),
+            Compare("transfer_gbps_curve", "transfer_gbps_plain", "transfer_ratio"),
+            Compare("transfer_cpu_s_per_gb_curve", "transfer_cpu_s_per_gb_plain", "transfer_cpu_ratio"),
+        ),
+    )
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)

@@ -18,10 +18,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import ClassVar
 
 import zmq
 
 from kvtop.bench import BenchFailed
+from kvtop.bench.report import Compare, Report, at_most
 from kvtop.bench.transfer import run_kvtop
 from kvtop.bench.watch import CollectorProcess, Watched
 from transport.events import EventBatch, RoomState
@@ -56,6 +58,15 @@ class EventsResult:
     cpu_cost: float | None
     """1 - off/on of CPU per GB: the share of the work that events and their collector add, whatever share
     of a shared machine's cores the runs got."""
+
+    REPORT: ClassVar[Report] = Report(
+        setting=("rooms", "repeats"),
+        compare=(
+            Compare("gbps_events_on", "gbps_events_off", "cost"),
+            Compare("cpu_s_per_gb_events_on", "cpu_s_per_gb_events_off", "cpu_cost"),
+        ),
+        targets=(at_most("cost", 0.03),),
+    )
 
     def as_dict(self) -> dict[str, float | int | None]:
         return asdict(self)

@@ -19,11 +19,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import ClassVar
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kvtop.bench import BenchFailed
+from kvtop.bench.report import Compare, Report
 from kvtop.bench.ui_load import fill
 from kvtop.export.metrics import ModelMetrics
 from kvtop.model.cluster import ClusterModel
@@ -48,6 +50,11 @@ class ExportResult:
     """scrape_ms / status_ms."""
     body_bytes: int
     repeats: int
+
+    REPORT: ClassVar[Report] = Report(
+        setting=("rooms", "ranks", "failures_held", "repeats"),
+        compare=(Compare("scrape_ms", "status_ms", "ratio"),),
+    )
 
     def as_dict(self) -> dict[str, float | int]:
         return asdict(self)

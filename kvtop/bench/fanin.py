@@ -4,12 +4,12 @@ The agents are the event plane only: each is transport's `EventPublisher` (its P
 real `EventBatch` envelopes with seqs, a state mirror for snapshots) registered with a bootstrap service,
 fed room lifecycles (state changes, progress, transfers done, 1 % failures) and a heartbeat a second, at
 `rate` events/s each. They run in a few processes for the whole bench, each process's publishers on one
-`PublisherGroup` thread (a thread each, 128 to a process, spent ~70 us a wake-up 20 times a second: 1.4 of
-two cores at 1024 agents, where one agent per host pays it once). Each leg starts one collector (kvtop's
-`Collector` on a `ClusterModel`, as `kvtop top` runs it, at its GC thresholds) in this process, on the
-running cluster: its start to synced is a late joiner's snapshot sync time. After a warm-up, a window
-measures events applied vs events the agents emitted, gaps, the collector's CPU, RSS and open files (the
-relay's CPU too). Legs alternate (floor, direct, floor_relay, relay, floor, ...); figures are medians.
+`PublisherGroup` thread (a thread per agent would wake 20 times a second each, a cost one agent per host pays
+once). Each leg starts one collector (kvtop's `Collector` on a `ClusterModel`, as `kvtop top` runs it, at
+its GC thresholds) in this process, on the running cluster: its start to synced is a late joiner's snapshot
+sync time. After a warm-up, a window measures events applied vs events the agents emitted, gaps, the
+collector's CPU, RSS and open files (the relay's CPU too). Legs alternate (floor, direct, floor_relay, relay,
+floor, ...); figures are medians.
 
 The relay leg runs `kvtop relay --bootstrap ADDR` as a user does, and the collector is given its address.
 `LEGS` names the configurations measured. The **floor** legs are the baseline, in the same run: the least
@@ -39,13 +39,16 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from multiprocessing.connection import Connection
+from typing import Any
 
 import psutil
 import zmq
 
 from kvtop.bench import BenchFailed
+from kvtop.bench.cpu import cpu_seconds, thread_cpu_seconds
+from kvtop.bench.report import Compare, Report, at_least, at_most
 from kvtop.bench.watch import CountingModel
 from kvtop.sources.live import PASS_S, Collector, tune_gc
 from transport.bootstrap import MAX_ENTRIES, BootstrapClient, BootstrapServer
@@ -81,9 +84,9 @@ _LOAD_MET = 0.95
 """The agents offered at least this share of `agents x rate`: else the machine could not generate the load."""
 AGENTS_NICE = 10
 """The agent processes' niceness: they are the load, not what is measured. The scheduler shares a core per
-runnable thread, and 1024 publisher threads left the collector's one thread a few percent of a core (it
-applied nothing in a 5 s window at 1024 agents): at nice 10 the collector and the relay keep their share,
-and what the agents could not offer on a machine too small for both shows in `offered_vs_nominal`."""
+runnable thread, so the agents' threads would starve the collector's one thread: at nice 10 the collector
+and the relay keep their share, and what the agents could not offer on a machine too small for both shows
+in `offered_vs_nominal`."""
 
 
 @dataclass(frozen=True)
@@ -107,34 +110,61 @@ LEGS = (
 FLOORS = {"direct": "floor", "relay": "floor_relay"}
 """The floor leg each collector leg is compared with (`vs_floor`)."""
 CURVE_LEGS = (Leg("direct_curve", relay=False, curve=True), Leg("relay_curve", relay=True, curve=True))
+REPORT = Report(
+    setting=("window_s", "open_files_limit"),
+    compare=(
+        Compare("direct.events_per_s", "direct.offered_events_per_s", "direct.applied_ratio"),
+        Compare("relay.events_per_s", "relay.offered_events_per_s", "relay.applied_ratio"),
+        Compare("relay.events_per_s", "direct.events_per_s", "relay_vs_direct"),
+        *(
+            Compare(
+                f"{path}.events_per_collector_cpu_s",
+                f"{floor}.events_per_collector_cpu_s",
+                f"vs_floor.{path}.events_per_collector_cpu_s",
+            )
+            for path, floor in FLOORS.items()
+        ),
+        *(
+            Compare(f"{path}_curve.events_per_s", f"{path}.events_per_s", f"curve_vs_plain.{path}.events_per_s")
+            for path in FLOORS
+        ),
+    ),
+    targets=tuple(
+        target for path in FLOORS for target in (at_least(f"{path}.applied_ratio", 0.95), at_most(f"{path}.gaps", 0))
+    ),
+    table=tuple(leg.name for leg in (*LEGS, *CURVE_LEGS)),
+)
+"""How `measure`'s result reads: each collector leg against the offered load, its floor and plain, then the legs
+side by side."""
 
 
 @dataclass(frozen=True)
 class Run:
-    """One leg's window."""
+    """One leg's window. A leg's runs combine field by field (`_of_runs`): the median (3 decimals unless
+    `digits` says), or the worst run's where `combine` (max, min) says."""
 
-    offered_events_per_s: float
+    offered_events_per_s: float = field(metadata={"digits": 1})
     """Events the agents emitted per second (heartbeats included)."""
-    events_per_s: float
+    events_per_s: float = field(metadata={"digits": 1})
     """Events the collector's model applied per second."""
-    gaps: int
+    gaps: int = field(metadata={"combine": max})
     """Batches lost in the window, counted per (agent, incarnation) by the collector."""
     sync_s: float
     """Collector start to synced: every agent's snapshot applied, or its request timed out (a late joiner on the
     running cluster); `snapshots_missed` says how many timed out. A floor leg: its start to every agent heard."""
-    snapshots_missed: int
-    agents_heard: int
+    snapshots_missed: int = field(metadata={"combine": max})
+    agents_heard: int = field(metadata={"combine": min})
     """Agents the collector had heard from before the window (all of them, unless it fell behind)."""
-    behind_s: float
+    behind_s: float = field(metadata={"digits": 2})
     """At the window's end: now minus the send time of the newest batch applied (how far behind it runs)."""
-    stale_batches: int
+    stale_batches: int = field(metadata={"combine": max})
     """Batches, since the collector started, that arrived older than the snapshot they follow (skipped)."""
     collector_cpu_cores: float
     """The collector's process (this one): its thread, ZeroMQ's I/O threads, the bench's own idle threads."""
     collector_thread_cpu_cores: float
     """The collecting thread alone (the collector's, or the floor's)."""
-    collector_rss_mib: float
-    collector_open_files: int
+    collector_rss_mib: float = field(metadata={"digits": 1})
+    collector_open_files: int = field(metadata={"combine": max})
     relay_cpu_cores: float | None
     agents_cpu_cores: float
     """Every agent process together: what the load itself cost the machine."""
@@ -340,7 +370,7 @@ class _Agents:
         total = 0.0
         for process, _ in self._workers:
             if process.pid is not None:
-                total += _cpu(psutil.Process(process.pid))
+                total += cpu_seconds(psutil.Process(process.pid))
         return total
 
     def pause(self, paused: bool) -> None:
@@ -499,10 +529,10 @@ def _run_leg(
             applied0, gaps0 = sink.events_applied, sink.gaps
             t0 = time.monotonic()
         cpu0, relay_cpu0, agents_cpu0, thread_cpu0 = (
-            _cpu(me),
-            _cpu(relay_process),
+            cpu_seconds(me),
+            cpu_seconds(relay_process),
             agents.cpu_s(),
-            _thread_cpu(me, thread),
+            thread_cpu_seconds(me, thread),
         )
         time.sleep(window_s)
         with lock:
@@ -512,10 +542,10 @@ def _run_leg(
             stale = model.intake.counters.get("stale_batches", 0)
             missed = model.intake.counters.get("snapshots_missed", 0)
         cpu1, relay_cpu1, agents_cpu1, thread_cpu1 = (
-            _cpu(me),
-            _cpu(relay_process),
+            cpu_seconds(me),
+            cpu_seconds(relay_process),
             agents.cpu_s(),
-            _thread_cpu(me, thread),
+            thread_cpu_seconds(me, thread),
         )
         emitted1 = agents.emitted()
         seconds = t1 - t0
@@ -585,53 +615,41 @@ def _wait_heard(heard: Callable[[], int], count: int) -> int:
         time.sleep(0.1)
 
 
-def _cpu(process: psutil.Process | None) -> float:
-    if process is None:
-        return 0.0
-    times = process.cpu_times()
-    return float(times.user + times.system)
-
-
-def _thread_cpu(process: psutil.Process, thread: threading.Thread) -> float:
-    """CPU seconds of one thread of this process (0 once it ended)."""
-    return next((t.user_time + t.system_time for t in process.threads() if t.id == thread.native_id), 0.0)
+def _of_runs(runs: list[Run]) -> dict[str, Any]:
+    """Each field of `Run` over the runs (those that have it): the worst where the field says, else the median."""
+    combined: dict[str, Any] = {}
+    for spec in fields(Run):
+        values = [value for run in runs if (value := getattr(run, spec.name)) is not None]
+        combine = spec.metadata.get("combine")
+        if not values:
+            combined[spec.name] = None
+        elif combine is not None:
+            combined[spec.name] = combine(values)
+        else:
+            combined[spec.name] = round(float(statistics.median(values)), spec.metadata.get("digits", 3))
+    return combined
 
 
 def _median(runs: list[Run], count: int, rate: float) -> LegResult:
-    def med(values: list[float]) -> float:
-        return float(statistics.median(values))
-
-    offered = med([r.offered_events_per_s for r in runs])
-    applied = med([r.events_per_s for r in runs])
-    relay_cpu = [r.relay_cpu_cores for r in runs if r.relay_cpu_cores is not None]
+    combined = _of_runs(runs)
+    offered, applied = combined["offered_events_per_s"], combined["events_per_s"]
     nominal = count * rate
     load_met = offered >= _LOAD_MET * nominal
     return LegResult(
+        **combined,
         agents=count,
         nominal_events_per_s=round(nominal, 1),
-        offered_events_per_s=round(offered, 1),
         offered_vs_nominal=round(offered / nominal, 4),
-        events_per_s=round(applied, 1),
         applied_ratio=round(applied / offered, 4) if offered else 0.0,
-        gaps=max(r.gaps for r in runs),
-        sync_s=round(med([r.sync_s for r in runs]), 3),
-        snapshots_missed=max(r.snapshots_missed for r in runs),
-        agents_heard=min(r.agents_heard for r in runs),
-        behind_s=round(med([r.behind_s for r in runs]), 2),
-        stale_batches=max(r.stale_batches for r in runs),
-        collector_cpu_cores=round(med([r.collector_cpu_cores for r in runs]), 3),
-        collector_thread_cpu_cores=round(med([r.collector_thread_cpu_cores for r in runs]), 3),
-        collector_rss_mib=round(med([r.collector_rss_mib for r in runs]), 1),
-        collector_open_files=max(r.collector_open_files for r in runs),
-        relay_cpu_cores=round(med(relay_cpu), 3) if relay_cpu else None,
-        agents_cpu_cores=round(med([r.agents_cpu_cores for r in runs]), 3),
-        events_per_collector_cpu_s=round(med([r.events_per_s / max(r.collector_cpu_cores, 1e-9) for r in runs])),
+        events_per_collector_cpu_s=round(
+            statistics.median([r.events_per_s / max(r.collector_cpu_cores, 1e-9) for r in runs])
+        ),
         load_met=load_met,
         target_met=bool(offered)
         and load_met
         and applied / offered >= 0.95
-        and max(r.gaps for r in runs) == 0
-        and min(r.agents_heard for r in runs) == count,
+        and combined["gaps"] == 0
+        and combined["agents_heard"] == count,
         runs=len(runs),
     )
 

@@ -22,10 +22,12 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import ClassVar
 
 import psutil
 
 from kvtop.bench import BenchFailed
+from kvtop.bench.report import Compare, Report, at_most
 from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import Observed
 from kvtop.model.incidents import IncidentTracker
@@ -58,6 +60,12 @@ class IncidentsResult:
     tracked_rooms: int
     listed_rooms: int
     incidents_kept: int
+
+    REPORT: ClassVar[Report] = Report(
+        setting=("events", "repeats", "memory_rooms"),
+        compare=(Compare("events_per_s_tracked", "events_per_s_untracked", "cost"),),
+        targets=(at_most("cost", 0.05),),
+    )
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)

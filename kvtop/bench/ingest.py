@@ -23,8 +23,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
+from typing import ClassVar
 
 from kvtop.bench import BenchFailed
+from kvtop.bench.report import Compare, Report, at_least, at_most
 from kvtop.model.cluster import ClusterModel
 from transport.cluster import ClusterSpec, LocalCluster
 from transport.events import EVENT_SCHEMA, Event, EventBatch, Failure, Progress, RoomState, TransferDone
@@ -51,6 +53,15 @@ class IngestResult:
     floor_per_s: float | None = None
     """Decode plus a bare room table (None unless asked for)."""
     ratio_floor: float | None = None
+
+    REPORT: ClassVar[Report] = Report(
+        setting=("events", "repeats"),
+        compare=(
+            Compare("events_per_s", "decode_only_per_s", "ratio"),
+            Compare("floor_per_s", "decode_only_per_s", "ratio_floor"),
+        ),
+        targets=(at_least("events_per_s", 300_000), at_least("ratio", 0.5), at_most("check_wall_s", 1.0)),
+    )
 
     def as_dict(self) -> dict[str, float | int | list[int] | None]:
         return asdict(self)

@@ -20,8 +20,10 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from kvtop.bench import BenchFailed
+from kvtop.bench.report import Compare, Report, at_most
 from kvtop.bench.ui_load import FEED_EVERY_S, SWEEP_EVERY_S, fill
 from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
 from kvtop.record.writer import Recorder, RecorderStats
@@ -64,6 +66,13 @@ class KeyframeResult:
     forked: Leg
     ratio: float
     """Keyframe lock time captured under the lock / forked (medians)."""
+
+    REPORT: ClassVar[Report] = Report(
+        setting=("rooms", "ranks"),
+        compare=(Compare("forked.keyframe_lock_ms", "in_lock.keyframe_lock_ms", "ratio"),),
+        targets=(at_most("forked.keyframe_lock_ms", 30.0),),
+        table=("in_lock", "forked"),
+    )
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)

@@ -32,12 +32,14 @@ import tracemalloc
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import zstandard
 
 from kvtop.bench import BenchFailed
 from kvtop.bench.ingest import synthetic_frames
 from kvtop.bench.recordings import synthetic_blocks, warm_model, write_segments
+from kvtop.bench.report import Compare, Report, at_least, at_most
 from kvtop.bench.sqlite_store import SqliteBlocks
 from kvtop.bench.transfer import run_kvtop
 from kvtop.bench.watch import CollectorProcess
@@ -105,6 +107,20 @@ class ReplayResult:
     from the ingest leg: seek_events / ingest_per_s_not_recording)."""
     seeks: int
     repeats: int
+
+    REPORT: ClassVar[Report] = Report(
+        setting=("repeats", "seeks", "seek_hours", "seek_events"),
+        compare=(
+            Compare("gbps_recording", "gbps_not_recording", "transfer_cost"),
+            Compare("cpu_s_per_gb_recording", "cpu_s_per_gb_not_recording", "cpu_cost"),
+            Compare("ingest_per_s_recording", "ingest_per_s_not_recording", "ingest_ratio"),
+        ),
+        targets=(
+            at_most("transfer_cost", 0.03),
+            at_least("keep_up_events_per_s", 200_000),
+            at_most("seek_median_ms", 200.0),
+        ),
+    )
 
     def as_dict(self) -> dict[str, float | int]:
         return asdict(self)

@@ -29,10 +29,12 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import psutil
 
 from kvtop.bench import BenchFailed
+from kvtop.bench.report import Compare, Report, at_least
 from kvtop.model.cluster import FAILURES_KEPT, ClusterModel
 from kvtop.sources.sglang import LogSpec, SGLangLogs
 
@@ -88,6 +90,12 @@ class SGLangLogResult:
     repeats: int
     failures_parsed: int
     garbled: int
+
+    REPORT: ClassVar[Report] = Report(
+        setting=("size_mb", "lines", "repeats"),
+        compare=(Compare("lines_per_s", "baseline_lines_per_s", "ratio"),),
+        targets=(at_least("ratio", 0.3),),
+    )
 
     def as_dict(self) -> dict[str, float | int]:
         return asdict(self)
@@ -154,6 +162,8 @@ class FailedRoomsResult:
     not_kept: int
     """Failures `kvtop failures` said it did not keep (the rooms past the model's bound)."""
     repeats: int
+
+    REPORT: ClassVar[Report] = Report(setting=("rooms", "size_mb", "repeats"))
 
     def as_dict(self) -> dict[str, float | int]:
         return asdict(self)

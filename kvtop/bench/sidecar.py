@@ -28,11 +28,14 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import psutil
 
 from kvtop.bench import BenchFailed
+from kvtop.bench.cpu import cpu_seconds
+from kvtop.bench.report import Compare, Report
 from kvtop.sources.live import Collector, Heard, News
 from transport.bootstrap import BootstrapServer
 from transport.events import Failure
@@ -84,6 +87,11 @@ class SidecarResult:
     sidecar_delay_ms_p99: float
     tail_delay_ms_p50: float
     tail_delay_ms_p99: float
+
+    REPORT: ClassVar[Report] = Report(
+        setting=("lines_per_s", "seconds"),
+        compare=(Compare("sidecar_cpu_percent", "tail_cpu_percent", "cpu_ratio"),),
+    )
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -142,11 +150,6 @@ def _percentiles_ms(delays: list[float]) -> tuple[float, float]:
     return float(np.percentile(values, 50)), float(np.percentile(values, 99))
 
 
-def _cpu(process: psutil.Process) -> float:
-    times = process.cpu_times()
-    return float(times.user + times.system)
-
-
 def measure_sidecar(
     lines_per_s: int, failures_per_s: int, seconds: float, progress: Callable[[str], None]
 ) -> SidecarResult:
@@ -196,11 +199,11 @@ def measure_sidecar(
         reading.start()
         time.sleep(1.0)  # warm up: both followers caught up with a running writer
         processes = (psutil.Process(sidecar.pid), psutil.Process(tail.pid))
-        cpu_before = [_cpu(p) for p in processes]
+        cpu_before = [cpu_seconds(p) for p in processes]
         started = time.monotonic()
         progress(f"writing {lines_per_s:,} lines/s for {seconds:g} s ...")
         time.sleep(seconds)
-        cpu_after = [_cpu(p) for p in processes]
+        cpu_after = [cpu_seconds(p) for p in processes]
         wall = time.monotonic() - started
         writer.wait(seconds + 30)
         reading.join(10)

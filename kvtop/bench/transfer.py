@@ -25,13 +25,14 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from multiprocessing.synchronize import Event as EventType
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 
 from kvtop.bench import BenchFailed
 from kvtop.bench.baselines import page_bytes, run_floor, run_raw, write_hash_gbps
 from kvtop.bench.cpu import CpuMeter, Leg
+from kvtop.bench.report import Compare, Report, at_least
 from transport import BootstrapClient, BootstrapError, BootstrapServer, KVManager, KVPoll, KVPool, Role, TransferConfig
 from transport.curve import CurveKeys
 from transport.pool import PageIndices
@@ -72,6 +73,18 @@ class TransferResult:
     cpu_ratio: dict[str, float | None] = field(default_factory=dict)
     """Raw's CPU per GB over each leg's: the GB/s ratio a machine the transfer saturates would show (None
     for a leg too short for the CPU clock's 10 ms ticks)."""
+
+    REPORT: ClassVar[Report] = Report(
+        setting=("chunk_bytes", "total_bytes", "repeats"),
+        compare=(
+            Compare("kvtop_gbps", "raw_gbps", "ratio"),
+            Compare("kvtop_unchecked_gbps", "raw_gbps", "ratio_unchecked"),
+            Compare("floor_gbps", "raw_gbps", "ratio_floor"),
+            Compare("floor_unchecked_gbps", "raw_gbps", "ratio_floor_unchecked"),
+            Compare("e2e_gbps", "raw_gbps", "ratio_e2e"),
+        ),
+        targets=(at_least("ratio", 0.9),),
+    )
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)

@@ -39,10 +39,12 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
 from kvtop.bench import BenchFailed
+from kvtop.bench.report import Report, at_most
 from kvtop.model.rolling import percentiles
 
 VIEW_KEYS = (("r", b"rooms, by"), ("f", b"failure groups"), ("e", b"events at"), ("o", b"per second over"))
@@ -80,6 +82,16 @@ class UiResult:
     recorded_events: int = 0
     in_process: bool = False
     """The load ran in the dashboard's own process (`--in-process`), not in its model process."""
+
+    REPORT: ClassVar[Report] = Report(
+        setting=("rooms", "ranks", "events_per_s", "recording", "in_process"),
+        targets=(
+            at_most("frame_ms_p99", 40.0),
+            at_most("key_to_screen_ms", 80.0),
+            at_most("key_to_screen_ms_p99", 200.0),
+            at_most("data_age_at_paint_ms_p99", 250.0),
+        ),
+    )
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Annotated
 
 import typer
 
 from kvtop.bench import BenchFailed
-from kvtop.cli.units import format_size, parse_size
+from kvtop.bench.report import Report, text
+from kvtop.cli.units import parse_size
 
 JsonObject = Annotated[bool, typer.Option("--json", help="Print a JSON object instead of text.")]
 SyntheticRooms = Annotated[int, typer.Option(min=1000, help="Rooms in the synthetic model.")]
@@ -37,9 +38,9 @@ def _loud(name: str) -> Iterator[None]:
         raise typer.Exit(1) from None
 
 
-def _report(data: object, as_json: bool, text: str) -> None:
-    """A benchmark's result: `text` for people, `data` as JSON for scripts."""
-    typer.echo(json.dumps(data, indent=2) if as_json else text)
+def _report(data: Mapping[str, object], report: Report, as_json: bool) -> None:
+    """A benchmark's result: as JSON for scripts, or as `kvtop.bench.report` reads it for people."""
+    typer.echo(json.dumps(data, indent=2) if as_json else text(data, report))
 
 
 def bench_transfer(
@@ -96,22 +97,7 @@ def bench_transfer(
     if as_json:
         typer.echo(json.dumps([r.as_dict() for r in results], indent=2))
         return
-    typer.echo(
-        f"{'chunk':>8} {'raw GB/s':>9} {'kvtop GB/s':>11} {'ratio':>6} {'unchecked GB/s':>15} {'ratio':>6}"
-        + (f" {'floor GB/s':>11} {'ratio':>6} {'unchecked':>10} {'ratio':>6}" if floor else "")
-        + (f" {'e2e GB/s':>9} {'ratio':>6}" if e2e else "")
-    )
-    for r in results:
-        line = (
-            f"{format_size(r.chunk_bytes):>8} {r.raw_gbps:>9.2f} {r.kvtop_gbps:>11.2f} {r.ratio:>6.2f} "
-            f"{r.kvtop_unchecked_gbps:>15.2f} {r.ratio_unchecked:>6.2f}"
-        )
-        if r.floor_gbps is not None and r.floor_unchecked_gbps is not None:
-            line += f" {r.floor_gbps:>11.2f} {r.ratio_floor:>6.2f} {r.floor_unchecked_gbps:>10.2f}"
-            line += f" {r.ratio_floor_unchecked:>6.2f}"
-        if r.e2e_gbps is not None:
-            line += f" {r.e2e_gbps:>9.2f} {r.ratio_e2e:>6.2f}"
-        typer.echo(line)
+    typer.echo("\n\n".join(text(r.as_dict(), r.REPORT) for r in results))
 
 
 def bench_events(
@@ -139,15 +125,7 @@ def bench_events(
         raise typer.BadParameter(str(error)) from None
     with _loud("events"):
         result = measure_events(chunk, room, rooms, repeats, _progress)
-    _report(
-        result.as_dict(),
-        as_json,
-        f"events on {result.gbps_events_on:.2f} GB/s (watched: >= {result.events_applied:,} events applied per run, "
-        f">= {result.rooms_seen}/{result.rooms} rooms seen ending, {result.gaps} gaps), "
-        f"off {result.gbps_events_off:.2f} GB/s, cost {result.cost:+.1%} "
-        f"(CPU per GB {'unmeasured' if result.cpu_cost is None else format(result.cpu_cost, '+.1%')}); "
-        f"publisher {result.events_per_s:,.0f} events/s",
-    )
+    _report(result.as_dict(), result.REPORT, as_json)
 
 
 def bench_ingest(
@@ -173,14 +151,7 @@ def bench_ingest(
 
     with _loud("ingest"):
         result = measure_ingest(events, repeats, _progress, floor=floor)
-    text = (
-        f"ingest {result.events_per_s:,.0f} events/s, decode only {result.decode_only_per_s:,.0f} "
-        f"(ratio {result.ratio:.2f}); kvtop check {result.check_wall_s:.2f} s under load "
-        f"({result.check_load_rooms} rooms finished meanwhile, exit codes {result.check_exit_codes})"
-    )
-    if result.floor_per_s is not None:
-        text += f"; room table only {result.floor_per_s:,.0f} events/s (ratio {result.ratio_floor:.2f})"
-    _report(result.as_dict(), as_json, text)
+    _report(result.as_dict(), result.REPORT, as_json)
 
 
 def bench_incidents(
@@ -201,15 +172,7 @@ def bench_incidents(
 
     with _loud("incidents"):
         result = measure_incidents(rooms, repeats, memory_rooms, _progress)
-    rss = " / ".join(f"{mb:,.0f}" for mb in result.rss_mb)
-    text = (
-        f"ingest {result.events_per_s_tracked:,.0f} events/s with incidents, {result.events_per_s_untracked:,.0f} "
-        f"without: incidents cost {result.cost:.1%} of ingest, {result.share:.1%} of the run inside the tracker "
-        f"({result.failures:,} failures, {result.incidents} incidents); {result.memory_rooms:,} failed rooms: RSS "
-        f"{rss} MiB at 10/50/100 %, {result.tracked_rooms:,} rooms tracked, {result.listed_rooms:,} listed, "
-        f"{result.incidents_kept} incidents kept"
-    )
-    _report(result.as_dict(), as_json, text)
+    _report(result.as_dict(), result.REPORT, as_json)
 
 
 def bench_ui(
@@ -252,18 +215,7 @@ def bench_ui(
 
     with _loud("ui"):
         result = measure_ui(rooms, instances, tp, events_per_s, seconds, _progress, key_timeout_s, record, in_process)
-    _report(
-        result.as_dict(),
-        as_json,
-        f"{result.rooms:,} rooms, {result.ranks} ranks, {result.events_per_s:,.0f} events/s: "
-        f"frame p50 {result.frame_ms_p50:.1f} ms p99 {result.frame_ms_p99:.1f} ms; "
-        f"build p50 {result.build_ms_p50:.1f} ms p99 {result.build_ms_p99:.1f} ms; "
-        f"data age at paint p99 {result.data_age_at_paint_ms_p99:.0f} ms, "
-        f"on screen p99 {result.data_age_on_screen_ms_p99:.0f} ms; "
-        f"key to screen {result.key_to_screen_ms:.1f} ms (p99 {result.key_to_screen_ms_p99:.1f}, "
-        f"{result.keys}/{result.keys_pressed} keys); "
-        + (f"recording ({result.recorded_events:,} events recorded)" if record else "not recording"),
-    )
+    _report(result.as_dict(), result.REPORT, as_json)
 
 
 def bench_sglang_log(
@@ -291,20 +243,10 @@ def bench_sglang_log(
     if failed_rooms:
         with _loud("sglang-log"):
             rooms = measure_failed_rooms(failed_rooms, repeats, _progress)
-        _report(
-            rooms.as_dict(),
-            as_json,
-            f"kvtop failures on {rooms.rooms:,} failed rooms ({rooms.size_mb:.0f} MiB): {rooms.seconds:.1f} s, "
-            f"peak RSS {rooms.peak_rss_mb:.0f} MiB; {rooms.not_kept:,} failures said not kept",
-        )
+        _report(rooms.as_dict(), rooms.REPORT, as_json)
         return
     result = measure_sglang_log(size_mb, repeats, _progress)
-    _report(
-        result.as_dict(),
-        as_json,
-        f"kvtop {result.lines_per_s:,.0f} lines/s, plain iteration {result.baseline_lines_per_s:,.0f} lines/s "
-        f"(ratio {result.ratio:.2f}); RSS +{result.rss_growth_mb:.1f} MiB over {result.size_mb:.0f} MiB",
-    )
+    _report(result.as_dict(), result.REPORT, as_json)
 
 
 def bench_export(
@@ -324,13 +266,7 @@ def bench_export(
 
     with _loud("export"):
         result = measure_export(rooms, instances, tp, repeats, _progress)
-    _report(
-        result.as_dict(),
-        as_json,
-        f"{result.rooms:,} rooms, {result.ranks} ranks, {result.failures_held:,} failures: scrape "
-        f"{result.scrape_ms:.1f} ms (first {result.first_scrape_ms:.0f} ms), lock held {result.lock_ms:.1f} ms; "
-        f"kvtop status --json frame {result.status_ms:.1f} ms (ratio {result.ratio:.2f}); {result.body_bytes:,} bytes",
-    )
+    _report(result.as_dict(), result.REPORT, as_json)
 
 
 def bench_curve(
@@ -365,16 +301,7 @@ def bench_curve(
             result = measure_curve(chunk, room, rooms, repeats, event_seconds, _progress, curve_keys)
         except ValueError as error:
             raise typer.BadParameter(str(error), param_hint="'--chunk-bytes' / '--room-bytes'") from None
-    text = (
-        f"{'leg':<22} {'plain':>12} {'CURVE':>12} {'ratio':>6}\n"
-        f"{'events/s':<22} {result.events_per_s_plain:>12,.0f} {result.events_per_s_curve:>12,.0f} "
-        f"{result.events_ratio:>6.2f}\n"
-        f"{'transfer GB/s ' + format_size(chunk):<22} {result.transfer_gbps_plain:>12.2f} "
-        f"{result.transfer_gbps_curve:>12.2f} {result.transfer_ratio:>6.2f}\n"
-        f"{'transfer CPU s/GB':<22} {result.transfer_cpu_s_per_gb_plain:>12.2f} "
-        f"{result.transfer_cpu_s_per_gb_curve:>12.2f} {result.transfer_cpu_ratio:>6.2f}"
-    )
-    _report(result.as_dict(), as_json, text)
+    _report(result.as_dict(), result.REPORT, as_json)
 
 
 def bench_sidecar(
@@ -395,14 +322,7 @@ def bench_sidecar(
 
     with _loud("sidecar"):
         result = measure_sidecar(lines_per_s, failures_per_s, seconds, _progress)
-    _report(
-        result.as_dict(),
-        as_json,
-        f"log at {result.lines_per_s:,.0f} lines/s: sidecar CPU {result.sidecar_cpu_percent:.1f} %, bare tail "
-        f"{result.tail_cpu_percent:.1f} % (ratio {result.cpu_ratio:.2f}); line to event p50 "
-        f"{result.sidecar_delay_ms_p50:.0f} ms, p99 {result.sidecar_delay_ms_p99:.0f} ms (tail: line read p50 "
-        f"{result.tail_delay_ms_p50:.0f} ms, p99 {result.tail_delay_ms_p99:.0f} ms), {result.failures} failures",
-    )
+    _report(result.as_dict(), result.REPORT, as_json)
 
 
 def bench_fanin(
@@ -431,38 +351,11 @@ def bench_fanin(
     did not sync, heard fewer agents than started, or applied nothing. Raises the soft open-files limit as far
     as the hard one allows.
     """
-    from kvtop.bench.fanin import CURVE_LEGS, LEGS, measure
+    from kvtop.bench.fanin import REPORT, measure
 
     with _loud("fanin"):
         result = measure(agents, rate, processes, seconds, repeats, _progress, curve=curve)
-    lines = [
-        f"{'leg':<13} {'offered/s':>11} {'applied/s':>11} {'ratio':>6} {'gaps':>5} {'behind s':>9} {'sync s':>7} "
-        f"{'cores':>6} {'agents':>6} {'MiB':>7} {'fds':>6}"
-    ]
-    for name in [leg.name for leg in (*LEGS, *CURVE_LEGS)]:
-        leg = result.get(name)
-        if isinstance(leg, dict):
-            lines.append(
-                f"{name:<13} {leg['offered_events_per_s']:>11,.0f} {leg['events_per_s']:>11,.0f} "
-                f"{leg['applied_ratio']:>6.3f} {leg['gaps']:>5} {leg['behind_s']:>9.2f} {leg['sync_s']:>7.2f} "
-                f"{leg['collector_cpu_cores']:>6.2f} {leg['agents_cpu_cores']:>6.2f} {leg['collector_rss_mib']:>7.0f} "
-                f"{leg['collector_open_files']:>6}"
-            )
-    floors = result.get("vs_floor")
-    if isinstance(floors, dict):
-        for path, ratio in floors.items():
-            lines.append(
-                f"{path} vs its floor: applied ratio {ratio['applied_ratio']}, events per CPU s "
-                f"{ratio['events_per_collector_cpu_s']}"
-            )
-    ratios = result.get("curve_vs_plain")
-    if isinstance(ratios, dict):
-        for path, ratio in ratios.items():
-            lines.append(
-                f"CURVE/plain {path}: events/s {ratio['events_per_s']}, events per collector CPU s "
-                f"{ratio['events_per_collector_cpu_s']}, sync {ratio['sync_s']}"
-            )
-    _report(result, as_json, "\n".join(lines))
+    _report(result, REPORT, as_json)
 
 
 def bench_replay(
@@ -493,21 +386,7 @@ def bench_replay(
         raise typer.BadParameter(str(error)) from None
     with _loud("replay"):
         r = measure_replay(chunk, room, rooms, repeats, ingest_events, hours, seeks, _progress)
-    _report(
-        r.as_dict(),
-        as_json,
-        f"transfer: recording {r.gbps_recording:.2f} GB/s vs {r.gbps_not_recording:.2f}, cost {r.transfer_cost:+.1%} "
-        f"(CPU per GB {r.cpu_cost:+.1%}; the recorder's own CPU {r.recorder_cpu_share:.2%} of the transfers'); "
-        f"ingest {r.ingest_per_s_recording:,.0f} vs {r.ingest_per_s_not_recording:,.0f} events/s "
-        f"(x{r.ingest_ratio:.2f}); recorder alone {r.keep_up_events_per_s:,.0f} events/s on one core; "
-        f"{r.bytes_per_million_events / 1e6:.1f} MB per million events (synthetic "
-        f"{r.synthetic_bytes_per_million_events / 1e6:.1f}); segments vs SQLite: write "
-        f"{r.segments_write_s_per_million:.3f} vs {r.sqlite_write_s_per_million:.3f} s/M events, "
-        f"{r.segments_bytes_per_million / 1e6:.2f} vs {r.sqlite_bytes_per_million / 1e6:.2f} MB/M, lookup "
-        f"{r.segments_lookup_ms:.2f} vs {r.sqlite_lookup_ms:.2f} ms; seek in {r.seek_hours:g} h: median "
-        f"{r.seek_median_ms:.0f} ms, max {r.seek_max_ms:.0f} ms, {r.seek_peak_mib:.0f} MiB (replaying from the start: "
-        f"~{r.seek_from_start_s:.0f} s)",
-    )
+    _report(r.as_dict(), r.REPORT, as_json)
 
 
 def bench_keyframe(
@@ -530,17 +409,7 @@ def bench_keyframe(
 
     with _loud("keyframe"):
         r = measure_keyframe(rooms, instances, tp, events_per_s, seconds, keyframe_s, _progress)
-    lock, fork = r.in_lock, r.forked
-    _report(
-        r.as_dict(),
-        as_json,
-        f"{r.rooms:,} rooms, {r.ranks} ranks: a keyframe holds the lock {fork.keyframe_lock_ms:.1f} ms forked "
-        f"(worst {fork.keyframe_lock_max_ms:.1f}) vs {lock.keyframe_lock_ms:.0f} ms captured under it (worst "
-        f"{lock.keyframe_lock_max_ms:.0f}): x{r.ratio:g}; pass p99 {fork.pass_lock_p99_ms:.1f} vs "
-        f"{lock.pass_lock_p99_ms:.1f} ms; while a child works a pass takes {fork.pass_while_child_ms:.1f} ms "
-        f"(otherwise {fork.pass_otherwise_ms:.1f}); a child {fork.child_cpu_ms:.0f} ms CPU, "
-        f"{fork.child_written_mib:.0f} MiB written; RSS {fork.rss_mib:.0f} MiB",
-    )
+    _report(r.as_dict(), r.REPORT, as_json)
 
 
 def bench_attach(
@@ -563,15 +432,7 @@ def bench_attach(
 
     with _loud("attach"):
         r = measure_attach(rooms, instances, tp, events_per_s, runs, _progress)
-    _report(
-        r.as_dict(),
-        as_json,
-        f"{r.rooms:,} rooms, {r.ranks} ranks, {r.events_per_s:,.0f} events/s: kvtop check --model {r.check_s:.2f} s "
-        f"median (worst {r.check_max_s:.2f}) vs {r.start_s:.2f} s for the same check unanswered (x{r.ratio:g}); "
-        f"an answer {r.answer_s:.2f} s, the model's lock held {r.lock_held_ms:.1f} ms "
-        f"(worst {r.lock_held_max_ms:.1f}); "
-        f"keyframe {r.keyframe_mib:.0f} MiB; {r.verdict}",
-    )
+    _report(r.as_dict(), r.REPORT, as_json)
 
 
 def register(bench_app: typer.Typer) -> None:

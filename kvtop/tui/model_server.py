@@ -1,10 +1,9 @@
 """The model process: owns the source (a collector and its subscriber, the recorder, the exporter) and the
 model, and answers the dashboard's questions over a pipe (no Textual here).
 
-On two cores the dashboard's process used to share one interpreter lock between ingest (decode and apply at
-50k events/s, the sweep, keyframes), the frame builder and Textual's paint: a key waited behind all of them.
-Here ingest and the frame builder share this process's lock, and the dashboard's process only paints: each
-refresh asks for a frame (`FrameQuery`: the options and the window of each long list the views show) and
+Ingest (decode and apply at 50k events/s, the sweep, keyframes) and the frame builder share this process's
+interpreter lock, so that a key in the dashboard's process waits behind none of them. That process only
+paints: each refresh asks for a frame (`FrameQuery`: the options and the window of each long list the views show) and
 gets plain data back (`FrameReply`: a `Frame` whose rooms and events are `Page`s).
 
 The process ignores SIGINT, SIGHUP and SIGTERM (the terminal's signals reach its whole process group): it

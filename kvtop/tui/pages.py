@@ -89,8 +89,8 @@ Shipped = list[int | tuple[int, T]]
 
 class Shipper(Generic[T]):
     """Sends a list of immutable items that changes little between frames (the failure groups: the live fold
-    replaces a group that changes, never edits it) as keys of what was sent before plus the new items.
-    2000 groups pickled whole took ~20 ms under the model's lock and ~10-40 ms to unpickle per frame."""
+    replaces a group that changes, never edits it) as keys of what was sent before plus the new items, so
+    that a frame pickles (under the model's lock) and unpickles only what changed."""
 
     def __init__(self) -> None:
         self._sent: dict[int, T] = {}
