@@ -51,6 +51,8 @@ from transport.wire import AgentInfo
 STALE_S = 3.0
 """A rank silent this long (no batch; agents send a heartbeat every second) is stale."""
 GONE_S = 10.0
+STUCK_AFTER_S = 10.0
+"""An open room with no progress for this long is stuck, whatever state it claims (`ClusterModel.stuck`)."""
 SETTLE_S = 1.0
 """A room whose ranks all finished is retired after this long without news (late ranks still count)."""
 FINISHED_ROOMS_KEPT = 10_000
