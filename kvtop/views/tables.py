@@ -6,8 +6,8 @@ from collections import Counter
 from typing import Any
 
 from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel
-from kvtop.sidecar.known import KNOWN_METRICS, NO_DATA
 from kvtop.views.incidents import in_span, incident_json
+from kvtop.views.known import KNOWN_METRICS, NO_DATA
 from kvtop.views.times import stamp
 from transport.counters import REJECTION_REASONS
 from transport.events import LogFollowed
