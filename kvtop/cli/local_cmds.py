@@ -286,7 +286,7 @@ def agent(ctx: typer.Context) -> None:
     """Run one rank (all options as `python -m transport.agent`; `kvtop agent --help` lists them), or with
     --sglang-log FILE the log sidecar of a real SGLang server (`kvtop agent --sglang-log FILE --help`)."""
     if any(arg == "--sglang-log" or arg.startswith("--sglang-log=") for arg in ctx.args):
-        from kvtop.sidecar.cli import main as sidecar_main
+        from kvtop.cli.sidecar_cmd import main as sidecar_main
 
         raise typer.Exit(sidecar_main(ctx.args))
     from transport.agent import main as agent_main
