@@ -30,11 +30,16 @@ EVENT_SCHEMA = 1
 """Bumped when a record changes incompatibly; new fields get defaults instead."""
 
 
-Timestamp = Annotated[float, msgspec.Meta(ge=0.0, le=1e10)]
-"""Seconds since the epoch, up to the year 2286: the decoder refuses NaN and infinity (they fail every bound)."""
-Seconds = Annotated[float, msgspec.Meta(ge=0.0, le=1e9)]
-Percent = Annotated[float, msgspec.Meta(ge=0.0, le=1e6)]
-"""A percentage (a process's CPU may exceed 100 on several cores)."""
+MAX_TS = 1e10
+"""The latest timestamp an event may carry (the year 2286)."""
+MAX_SECONDS = 1e9
+"""The longest duration an event may carry."""
+Timestamp = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_TS)]
+"""Seconds since the epoch, up to `MAX_TS`: the decoder refuses NaN and infinity (they fail every bound)."""
+Seconds = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_SECONDS)]
+MAX_PERCENT = 1e6
+Percent = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_PERCENT)]
+"""A percentage, up to `MAX_PERCENT` (a process's CPU may exceed 100 on several cores)."""
 State = Annotated[int, msgspec.Meta(ge=0, le=4)]
 """A `KVPoll` value, as a plain int (the model's hot loop wants ints, not enum members)."""
 Count = Annotated[int, msgspec.Meta(ge=0)]

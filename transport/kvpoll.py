@@ -8,8 +8,13 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-_TERMINAL_VALUES = frozenset((0, 4))
-"""`Failed` and `Success`."""
+TERMINAL = frozenset((0, 4))
+"""`Failed` and `Success` as plain ints (the hot loops of the publisher's mirror and the model test ints)."""
+LOST_AFTER_S = 300.0
+"""A live room with no news (state or progress) for this long is lost: its terminal state was dropped on the
+way. A few minutes past the agents' default transfer timeout (60 s), after which every live room has ended."""
+LOST_SWEEP_EVERY_S = 5.0
+"""Finding lost rooms walks every live room: every few seconds, not on every sweep."""
 
 
 class KVPoll(IntEnum):
@@ -24,7 +29,7 @@ class KVPoll(IntEnum):
     @property
     def is_terminal(self) -> bool:
         """True for `Failed` and `Success`: the room will not change again."""
-        return self._value_ in _TERMINAL_VALUES  # the plain ints: naming the members costs ~150 ns a call
+        return self._value_ in TERMINAL  # the plain ints: naming the members costs ~150 ns a call
 
 
 def advance(current: KVPoll, proposed: KVPoll) -> KVPoll:

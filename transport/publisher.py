@@ -41,18 +41,13 @@ from transport.events import (
     TransferDone,
 )
 from transport.frame_budget import FRAME_BUDGET, fit_snapshot
-from transport.kvpoll import KVPoll
+from transport.kvpoll import LOST_AFTER_S, LOST_SWEEP_EVERY_S, TERMINAL
 from transport.sockets import SMALL_FRAME, bind, decode_routed, open_publisher, open_socket, serve_subscriptions
 from transport.wire import AgentInfo, FrameDecoder, encode
 
 _log = logging.getLogger(__name__)
 FINISHED_KEPT = 512
 """Finished rooms and failures a snapshot carries (the recent past, bounded)."""
-LOST_AFTER_S = 300.0
-"""A live room of the mirror with no news (state or progress) for this long is dropped as lost: its terminal
-state was one of the events the queue dropped. A few minutes past the default transfer timeout (60 s)."""
-LOST_SWEEP_EVERY_S = 5.0
-_TERMINAL = frozenset((int(KVPoll.Failed), int(KVPoll.Success)))
 
 
 class StateMirror:
@@ -77,7 +72,7 @@ class StateMirror:
         live, progress, finished, transfers = self.live, self.progress, self.finished, self.transfers
         for event in events:
             if type(event) is RoomState:
-                if event.state in _TERMINAL:  # plain ints: a KVPoll member per event cost ~0.3 us
+                if event.state in TERMINAL:  # plain ints: a KVPoll member per event cost ~0.3 us
                     live.pop(event.room, None)
                     progress.pop(event.room, None)
                     finished.append(event)
@@ -93,7 +88,7 @@ class StateMirror:
 
     def apply(self, event: Event) -> None:
         if isinstance(event, RoomState):
-            if event.state in _TERMINAL:
+            if event.state in TERMINAL:
                 self.live.pop(event.room, None)
                 self.progress.pop(event.room, None)
                 self.finished.append(event)

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
+from kvtop.record.dashboard import DEFAULT_MAX_BYTES, KEYFRAME_EVENTS
 from kvtop.record.writer import Recorder
 from kvtop.sources.synthetic import SyntheticCluster
 from kvtop.tui.model_server import ServedModel
@@ -105,12 +106,10 @@ class BenchLoad:
     record: str = ""
 
     def open(self, stack: contextlib.ExitStack) -> ServedModel:
-        from kvtop.cli.dashboard_record import DEFAULT_MAX_BYTES, KEYFRAME_EVENTS
-
         source = BenchSource(ClusterModel(JOURNAL_EVENTS_KEPT), threading.Lock())
         fill(source.model, self.rooms, self.instances, self.tp, time.time())
         recorder = None
-        if self.record:  # as the dashboard records (kvtop.cli.dashboard_record)
+        if self.record:  # as the dashboard records (kvtop.record.dashboard)
             recorder = Recorder(self.record, max_bytes=DEFAULT_MAX_BYTES, keyframe_events=KEYFRAME_EVENTS).start()
             stack.callback(recorder.close)
             with source.lock:  # its first keyframe, before the dashboard runs (as a collector's start)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvtop.cli.dashboard_record import Record, RecordChoice, RecordDir, RecordMaxBytes
+from kvtop.cli.dashboard_record import Record, RecordDir, RecordMaxBytes, record_choice
 from kvtop.cli.export_cmd import Export
 from kvtop.cli.options import (
     BootstrapTimeout,
@@ -28,6 +28,7 @@ from kvtop.cli.options import (
     load_curve,
 )
 from kvtop.cli.top_cmd import Theme
+from kvtop.record.dashboard import RecordChoice
 
 if TYPE_CHECKING:
     from transport.cluster import ClusterSpec, LocalCluster
@@ -201,7 +202,7 @@ def local(
         return
     security = Security(curve_keys)
     if dashboard and sys.stdout.isatty():
-        choice = RecordChoice(record, record_dir, record_max_bytes).checked()
+        choice = record_choice(record, record_dir, record_max_bytes)
         _dashboard(prefill, decode, tp, rate, fault, duration, log_dir, theme, export, security, choice)
         return
     if export:
@@ -286,7 +287,7 @@ def agent(ctx: typer.Context) -> None:
     """Run one rank (all options as `python -m transport.agent`; `kvtop agent --help` lists them), or with
     --sglang-log FILE the log sidecar of a real SGLang server (`kvtop agent --sglang-log FILE --help`)."""
     if any(arg == "--sglang-log" or arg.startswith("--sglang-log=") for arg in ctx.args):
-        from kvtop.sidecar.cli import main as sidecar_main
+        from kvtop.cli.sidecar_cmd import main as sidecar_main
 
         raise typer.Exit(sidecar_main(ctx.args))
     from transport.agent import main as agent_main

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvtop.cli.dashboard_record import Record, RecordChoice, RecordDir, RecordMaxBytes
+from kvtop.cli.dashboard_record import Record, RecordDir, RecordMaxBytes, record_choice
 from kvtop.cli.export_cmd import Export, exporting
 from kvtop.cli.options import (
     At,
@@ -128,7 +128,7 @@ def top(
 
     source = spec_of(bootstrap, connect, sglang_log, replay, wait=wait, curve_keys=curve_keys)
     themes = find_theme(theme)
-    choice = RecordChoice(record, record_dir, record_max_bytes).checked()
+    choice = record_choice(record, record_dir, record_max_bytes)
     if replay:
         _top_on_recording(replay, at, themes, theme)
         return

@@ -33,6 +33,9 @@ from kvtop.model.rolling import percentiles
 from kvtop.model.suspects import SILENT_BEFORE_S
 from kvtop.model.transfer_ring import TransferRing
 from transport.events import (
+    MAX_PERCENT,
+    MAX_SECONDS,
+    MAX_TS,
     AgentHello,
     Event,
     EventBatch,
@@ -45,12 +48,14 @@ from transport.events import (
     Snapshot,
     TransferDone,
 )
-from transport.kvpoll import KVPoll
+from transport.kvpoll import LOST_AFTER_S, LOST_SWEEP_EVERY_S, TERMINAL, KVPoll
 from transport.wire import AgentInfo
 
 STALE_S = 3.0
 """A rank silent this long (no batch; agents send a heartbeat every second) is stale."""
 GONE_S = 10.0
+STUCK_AFTER_S = 10.0
+"""An open room with no progress for this long is stuck, whatever state it claims (`ClusterModel.stuck`)."""
 SETTLE_S = 1.0
 """A room whose ranks all finished is retired after this long without news (late ranks still count)."""
 FINISHED_ROOMS_KEPT = 10_000
@@ -60,21 +65,12 @@ RANK_TRANSFERS_KEPT = 4096
 LINK_TRANSFERS_KEPT = 4096
 JOURNAL_EVENTS_KEPT = 200_000
 """Recent events the dashboard keeps (whole deliveries) for its event tail and room timelines."""
-LOST_AFTER_S = 300.0
-"""An open room no rank has said anything of for this long is retired as lost (its terminal news never came):
-a few minutes past the agents' default transfer timeout (60 s), after which every live room has ended."""
 SILENCES_KEPT = 8
 CONTEXT_KEPT = 10_000
 """Context lines (`LogContext`) sidecars published that the model keeps for the failure groups near them."""
-LOST_SWEEP_EVERY_S = 5.0
-"""Finding lost rooms walks every open room: every few seconds, not on every sweep."""
-MAX_TS = 1e10
-"""The latest timestamp an event may carry (year 2286): NaN and infinity fail every bound."""
-MAX_SECONDS = 1e9
 
 
 _FAILED, _SUCCEEDED = int(KVPoll.Failed), int(KVPoll.Success)
-_TERMINAL = frozenset((_FAILED, _SUCCEEDED))
 _SUCCESS = frozenset((_SUCCEEDED,))
 
 
@@ -195,7 +191,7 @@ class RoomView(msgspec.Struct, gc=False):
     def finished(self, gone: frozenset[str] | set[str] = frozenset()) -> bool:
         """Every reporting rank that is not gone has ended the room (views ask this of 100k rooms per frame)."""
         live = [code for label, code in self.codes.items() if label not in gone] if gone else self.codes.values()
-        return bool(live) and _TERMINAL.issuperset(live)
+        return bool(live) and TERMINAL.issuperset(live)
 
     def succeeded(self, gone: frozenset[str] | set[str] = frozenset()) -> bool:
         """Every reporting rank that is not gone ended the room with Success."""
@@ -683,9 +679,9 @@ class ClusterModel:
         codes = room.codes
         if codes.get(label) != state:
             room.codes = codes = {**codes, label: state} if codes else {label: state}
-        if state not in _TERMINAL:
+        if state not in TERMINAL:
             self._open.add(room_id)
-        elif room_id in self._open and _TERMINAL.issuperset(codes.values()):  # (issuperset makes a set: once open)
+        elif room_id in self._open and TERMINAL.issuperset(codes.values()):  # (issuperset makes a set: once open)
             self._open.discard(room_id)
 
     def _late_news(self, event: RoomState) -> bool:
@@ -912,5 +908,5 @@ def _sensible(event: Event) -> bool:
     if not 0.0 <= event.ts <= MAX_TS:
         return False
     if isinstance(event, Heartbeat):
-        return 0.0 <= event.cpu_percent <= 1e6 and 0.0 <= event.host_memory_percent <= 1e6
+        return 0.0 <= event.cpu_percent <= MAX_PERCENT and 0.0 <= event.host_memory_percent <= MAX_PERCENT
     return True

@@ -13,10 +13,10 @@ from typing import Annotated
 import msgspec
 
 from kvtop.model.cluster import ClusterModel
-from transport.events import Event, EventBatch, Snapshot
+from transport.events import MAX_TS, Event, EventBatch, Snapshot
 from transport.wire import AgentInfo
 
-Time = Annotated[float, msgspec.Meta(ge=0.0, le=1e10)]
+Time = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_TS)]
 
 
 class Delivered(msgspec.Struct, tag="d", array_like=True, frozen=True):

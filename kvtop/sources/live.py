@@ -17,9 +17,9 @@ import time
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from kvtop.model.cluster import ClusterModel
+from kvtop.sources.recorder import CollectorRecorder
 from transport.bootstrap import BootstrapClient
 from transport.counters import rejection_names
 from transport.curve import CurveKeys
@@ -27,9 +27,6 @@ from transport.errors import BootstrapError
 from transport.events import Event, Snapshot
 from transport.registration import agent_problem
 from transport.subscriber import Delivered, EventSubscriber
-
-if TYPE_CHECKING:
-    from kvtop.record.writer import Recorder
 
 DISCOVER_EVERY_S = 2.0
 PASS_S = 0.01
@@ -92,7 +89,7 @@ class Collector:
         model: ClusterModel | None = None,
         news: queue.SimpleQueue[News] | None = None,
         curve: CurveKeys | None = None,
-        recorder: Recorder | None = None,
+        recorder: CollectorRecorder | None = None,
     ) -> None:
         """`news`: where to put each delivery's accepted events and each gap as they happen (an event tail);
         `curve`: the cluster's CURVE keys (agents serving CURVE answer only an allowed client);

@@ -17,12 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from kvtop.model.cluster import ClusterModel, Liveness, RankView, RoomView
+from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel, Liveness, RankView, RoomView
 from kvtop.model.fold import FailureGroup
 from kvtop.model.incidents import Incident
 from kvtop.model.live_fold import LiveFold
 from kvtop.views.event_lines import at_or_above, to_line
-from kvtop.views.tables import STUCK_AFTER_S
 from transport.events import Event
 from transport.kvpoll import KVPoll
 

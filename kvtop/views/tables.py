@@ -5,14 +5,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from kvtop.model.cluster import ClusterModel
-from kvtop.sidecar.known import KNOWN_METRICS, NO_DATA
+from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel
 from kvtop.views.incidents import in_span, incident_json
+from kvtop.views.known import KNOWN_METRICS, NO_DATA
 from kvtop.views.times import stamp
 from transport.counters import REJECTION_REASONS
 from transport.events import LogFollowed
 
-STUCK_AFTER_S = 10.0
 INCIDENTS_SHOWN = 3
 """Incidents the status text names (the newest); `kvtop incidents` lists them all."""
 UNREACHABLE_NAMED = 10

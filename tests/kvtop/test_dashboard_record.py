@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kvtop.cli.dashboard_record import RecordChoice, dashboard_recording
+from kvtop.record.dashboard import RecordChoice, dashboard_recording
 from kvtop.record.writer import Recorder
 from tests.kvtop.kvtop_cli import kvtop
 
 
 def test_a_second_dashboard_on_the_same_folder_runs_without_recording_and_says_so(tmp_path: Path) -> None:
     """The first dashboard holds the folder's lock and records; a second one gets no recorder and a warning."""
-    choice = RecordChoice(True, str(tmp_path / "ring"), "1MiB")
+    choice = RecordChoice(True, str(tmp_path / "ring"), 1 << 20)
     with dashboard_recording(choice) as first, dashboard_recording(choice) as second:
         assert first.recorder is not None and first.warning == ""
         assert second.recorder is None

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvtop.model.cluster import GONE_S, LOST_AFTER_S, LOST_SWEEP_EVERY_S, SETTLE_S, STALE_S, ClusterModel, Liveness
+from kvtop.model.cluster import GONE_S, SETTLE_S, STALE_S, ClusterModel, Liveness
 from kvtop.model.rolling import RingBuffer, percentiles
 from kvtop.model.transfer_ring import WAITING_KEPT, TransferRing
 from kvtop.views.tables import status_json
 from transport.events import EVENT_SCHEMA, Event, EventBatch, Failure, Heartbeat, Progress, RoomState, TransferDone
-from transport.kvpoll import KVPoll
+from transport.kvpoll import LOST_AFTER_S, LOST_SWEEP_EVERY_S, KVPoll
 
 T0 = 1_000_000.0
 

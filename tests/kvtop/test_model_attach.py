@@ -26,9 +26,9 @@ from kvtop_cli import kvtop
 from kvtop.attach import wire
 from kvtop.attach.client import fetch
 from kvtop.attach.runtime import RUNTIME_ENV, Advert, RuntimeDirError, publish, runtime_dir
-from kvtop.cli.dashboard_record import RecordChoice
 from kvtop.cli.model_spec import LiveModel
 from kvtop.model.cluster import ClusterModel
+from kvtop.record.dashboard import RecordChoice
 from kvtop.tui.model_client import ModelProcess
 from kvtop.tui.model_server import ServedModel
 from transport import FaultSpec, Timeouts, TransferConfig

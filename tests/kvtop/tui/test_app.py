@@ -24,7 +24,7 @@ from tui_support import (
     wait_until,
 )
 
-from kvtop.model.cluster import ClusterModel
+from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel
 from kvtop.tui.app import KvtopApp
 from kvtop.tui.frame import INCIDENT_LINES, WINDOW_S
 from kvtop.tui.process import SWITCH_INTERVAL_S
@@ -33,7 +33,6 @@ from kvtop.tui.screens.help import HelpScreen
 from kvtop.tui.views.failures import FailuresView
 from kvtop.tui.widgets.row_list import RowList
 from kvtop.views.event_lines import LEVELS, shown
-from kvtop.views.tables import STUCK_AFTER_S
 from kvtop.views.times import stamp
 from transport.events import Failure
 from transport.kvpoll import KVPoll

@@ -7,14 +7,13 @@ from pathlib import Path
 import pytest
 from tui_support import CLUSTER, FIXED_NOW, ROOMS_LIVE, ROOMS_OLD, ROOMS_RETIRED, build_model
 
-from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, STALE_S, ClusterModel, RoomView
+from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, STALE_S, STUCK_AFTER_S, ClusterModel, RoomView
 from kvtop.model.fold import shown_level
 from kvtop.sources.sglang import load
 from kvtop.sources.synthetic import SyntheticCluster
 from kvtop.tui.frame import WINDOW_S, FrameBuilder, IncidentRow, Options, RoomSort, group_text
 from kvtop.tui.views.failures import group_key
 from kvtop.views.event_lines import LEVELS, level_of, shown, to_line
-from kvtop.views.tables import STUCK_AFTER_S
 from transport.events import EVENT_SCHEMA, EventBatch, RoomState
 from transport.kvpoll import KVPoll
 

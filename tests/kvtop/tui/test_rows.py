@@ -11,7 +11,7 @@ from rich.style import Style
 from rich.text import Text
 from tui_support import FIXED_NOW, build_model
 
-from kvtop.model.cluster import ClusterModel, Liveness
+from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel, Liveness
 from kvtop.tui.app import KvtopApp
 from kvtop.tui.details import rank_history
 from kvtop.tui.frame import FrameBuilder, Options, RankRow
@@ -22,7 +22,6 @@ from kvtop.tui.themes import load_themes
 from kvtop.tui.views.failures import FailuresView, detail
 from kvtop.tui.widgets.row_list import RowList
 from kvtop.views.event_lines import to_line
-from kvtop.views.tables import STUCK_AFTER_S
 from transport.events import EVENT_SCHEMA, EventBatch, Failure, Heartbeat, LogFollowed, TransferDone
 from transport.kvpoll import KVPoll
 
