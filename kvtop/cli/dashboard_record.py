@@ -9,8 +9,7 @@ import typer
 
 from kvtop.cli.units import format_size, parse_size
 from kvtop.record.dashboard import DEFAULT_MAX_BYTES
-from kvtop.record.dashboard import RecordChoice as RecordChoice  # re-exported: kvtop/cli/model_spec.py imports
-from kvtop.record.dashboard import dashboard_recording as dashboard_recording  # these two from here
+from kvtop.record.dashboard import RecordChoice
 
 Record = Annotated[
     bool,

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import typer
 
-from kvtop.cli.dashboard_record import RecordChoice, dashboard_recording
 from kvtop.cli.export_cmd import exporting
+from kvtop.record.dashboard import RecordChoice, dashboard_recording
 from kvtop.tui.model_server import ModelStartError, ServedModel
 
 

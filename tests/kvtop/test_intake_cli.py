@@ -121,12 +121,13 @@ def test_status_follow_keeps_its_collector_across_rediscoveries_of_a_bad_entry(m
         text=True,
     )
     try:
-        frames = []
-        until = time.monotonic() + 5.0  # past two rediscoveries (every 2 s)
-        while time.monotonic() < until:
+        frames: list[dict] = []
+        until = None  # 5 s of frames from the first one: past two rediscoveries (every 2 s)
+        while until is None or time.monotonic() < until or len(frames) < 6:
             line = follow.stdout.readline()
             assert line, f"status --follow ended: {follow.stderr.read()}"
             frames.append(json.loads(line))
+            until = until or time.monotonic() + 5.0
     finally:
         follow.terminate()
         follow.wait(10)

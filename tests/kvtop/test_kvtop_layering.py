@@ -10,8 +10,6 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[2]
 
 FLOORS = (
@@ -92,22 +90,9 @@ def upward(root: Path = REPO) -> list[str]:
     return found
 
 
-def dashboard_on_cli(line: str) -> bool:
-    """The one upward import issue 27's Source work removes: the dashboard reading `--at` with the CLI's parser."""
-    return line.startswith("kvtop/tui/") and "imports kvtop.cli." in line
-
-
 def test_no_import_points_up_the_floors() -> None:
     """Every kvtop package has a floor and imports only from its own or lower ones; transport imports no kvtop."""
-    assert [line for line in upward() if not dashboard_on_cli(line)] == []
-
-
-# Only this pair may fail, until the Source work of issue 27 moves `parse_time` out of kvtop/cli/when.py (then it
-# passes, strict xfail fails the run, and this marker goes).
-@pytest.mark.xfail(strict=True, reason="kvtop/tui/app.py imports kvtop.cli.when.parse_time (issue 27)")
-def test_the_dashboard_imports_nothing_of_the_cli() -> None:
-    """kvtop/tui (floor 7) imports nothing of kvtop/cli (floor 9)."""
-    assert [line for line in upward() if dashboard_on_cli(line)] == []
+    assert upward() == []
 
 
 def test_the_scan_sees_imports_in_functions_under_type_checking_and_relative_ones(tmp_path: Path) -> None:
