@@ -11,7 +11,8 @@ I/O threads and the collector about the same whatever it holds, and at 1024
 agents of 200 events/s, 10-event batches were 20k messages a second. A
 `PublisherGroup` runs many publishers of one process on one such thread (a
 thread each, woken 20 times a second, cost ~70 us a wake with 128 of them on a
-2-core machine). A live room whose terminal state the queue dropped would stay
+2-core machine). A rank that publishes nothing holds a `NullPublisher`: the same
+calls, no sockets, no thread. A live room whose terminal state the queue dropped would stay
 live in every snapshot: after `lost_after_s` without news the mirror drops it,
 counted in `counters["rooms_lost"]`.
 """
@@ -22,7 +23,9 @@ import logging
 import threading
 import time
 from collections import deque
+from typing import Protocol
 
+import msgspec
 import zmq
 
 from transport.counters import Counters, rejection_names
@@ -140,6 +143,47 @@ class StateMirror:
         return max((history[0].ts for history in histories if len(history) == history.maxlen), default=0.0)
 
 
+class Publisher(Protocol):
+    """What a rank asks of its event publisher: an `EventPublisher`, or a `NullPublisher`."""
+
+    info: AgentInfo
+    endpoint: str
+    snapshot_endpoint: str
+    dropped: int
+    counters: Counters
+
+    @property
+    def thread(self) -> threading.Thread: ...
+
+    def start(self) -> Publisher: ...
+
+    def emit(self, event: Event) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class NullPublisher:
+    """A publisher for a rank nobody watches: no endpoints, no thread, every event discarded."""
+
+    def __init__(self, info: AgentInfo) -> None:
+        self.info = info
+        self.endpoint = ""
+        self.snapshot_endpoint = ""
+        self.dropped = 0
+        self.counters = Counters(())
+        self.thread = threading.Thread(name=f"events-{info.label}-off")
+        """Never started, so never dead."""
+
+    def start(self) -> NullPublisher:
+        return self
+
+    def emit(self, event: Event) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class EventPublisher:
     """Publishes an agent's events; `emit()` from any thread, `close()` to stop."""
 
@@ -158,14 +202,17 @@ class EventPublisher:
     ) -> None:
         """`batch_min`: fewer queued events wait one more `batch_interval_s` (so an event leaves within two);
         `lost_after_s`: seconds without news after which a live room leaves the snapshots as lost;
-        `curve`: serve both sockets with CURVE (only allowed clients get events or snapshots)."""
-        self.info = info
+        `curve`: serve both sockets with CURVE (only allowed clients get events or snapshots). `info` is
+        kept with this publisher's two endpoints filled in."""
         self._context = context or zmq.Context.instance()
         self._pub = open_publisher(self._context, serving(curve))
         self._pub.sndhwm = sndhwm
         self.endpoint = bind(self._pub, "", host)
         self._snapshots = open_socket(self._context, zmq.ROUTER, SMALL_FRAME, serving(curve))
         self.snapshot_endpoint = bind(self._snapshots, "", host)
+        self.info = msgspec.structs.replace(
+            info, event_endpoint=self.endpoint, snapshot_endpoint=self.snapshot_endpoint
+        )
         self._queue: deque[Event] = deque(maxlen=queue_size)
         self._interval = batch_interval_s
         self._batch_max = batch_max

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
+import msgspec
 import zmq
 
 from transport.bootstrap import REFRESH_S, BootstrapClient
@@ -27,7 +28,7 @@ from transport.events import AgentHello, Event, Heartbeat, LogFollowed
 from transport.publisher import EventPublisher
 from transport.registration import registration_problem
 from transport.version import __version__
-from transport.wire import LOG_SIDECAR, AgentInfo, replace_fields
+from transport.wire import LOG_SIDECAR, AgentInfo
 
 BATCH_INTERVAL_S = 0.02
 """Events leave within two of these after the line was read (a log's event rate is low: its small batches wait
@@ -53,9 +54,6 @@ class RankPublisher:
         self, info: AgentInfo, host: str, context: zmq.Context[zmq.Socket[bytes]], curve: CurveKeys | None = None
     ) -> None:
         self.publisher = EventPublisher(info, host, context=context, batch_interval_s=BATCH_INTERVAL_S, curve=curve)
-        self.publisher.info = replace_fields(
-            info, event_endpoint=self.publisher.endpoint, snapshot_endpoint=self.publisher.snapshot_endpoint
-        )
         self.batch: Heartbeat | None = None
         """The heartbeat its latest batch line stands for (queue depths as counters, rooms in flight)."""
         self.publisher.start()
@@ -69,7 +67,7 @@ class RankPublisher:
     def set_tp(self, tp: int) -> None:
         """The server turned out wider: the registration says so from now on."""
         if tp > self.info.tp:
-            self.publisher.info = replace_fields(self.info, tp=tp)  # type: ignore[arg-type]
+            self.publisher.info = msgspec.structs.replace(self.info, tp=tp)
 
     def emit(self, event: Event) -> None:
         self.publisher.emit(event)
