@@ -17,6 +17,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import TypeVar
 
 import msgspec
@@ -335,17 +336,12 @@ class KVManager:
     def sender(self, room: int) -> KVSender:
         """Start tracking `room` on this prefill rank (Bootstrapping until decode asks)."""
         prefill = self._require(self._prefill, "sender")
-        holder: dict[str, SenderRoom] = {}
-        done = threading.Event()
-
-        def attach() -> None:
-            holder["record"] = prefill.attach_sender(SenderRoom(room, time.monotonic()))
-            done.set()
-
-        self._call_soon(attach)
-        if not done.wait(5.0):
-            raise TransportError("the engine thread did not answer within 5 s")
-        return KVSender(self, holder["record"], prefill)
+        attached: Future[SenderRoom] = Future()
+        self._call_soon(lambda: attached.set_result(prefill.attach_sender(SenderRoom(room, time.monotonic()))))
+        try:
+            return KVSender(self, attached.result(timeout=5.0), prefill)
+        except TimeoutError:
+            raise TransportError("the engine thread did not answer within 5 s") from None
 
     def refuse(self, room: int) -> None:
         """The scheduler refused `room` on this prefill rank (no pages): fail it here now (`PrefillSide.refuse`)."""
