@@ -46,6 +46,7 @@ from transport.events import (
 )
 from transport.frame_budget import FRAME_BUDGET, fit_snapshot
 from transport.kvpoll import KVPoll
+from transport.service import ServiceThread
 from transport.sockets import SMALL_FRAME, bind, decode_routed, open_publisher, open_socket, serve_subscriptions
 from transport.wire import AgentInfo, FrameDecoder, encode
 
@@ -324,43 +325,29 @@ class EventPublisher:
         self.counters.add("snapshot_entries_cut", cut)
 
 
-class PublisherGroup:
+class PublisherGroup(ServiceThread):
     """One thread that publishes for one or more publishers of a process: it polls all their sockets, and
     every batch interval (the shortest of theirs) publishes what each has queued (a small batch waits one
     more), or sooner where a queue holds `batch_max` when a socket wakes it. `EventPublisher.start` makes a
-    group of one."""
+    group of one. `close()` publishes what is queued, then stops (within one batch interval)."""
 
     def __init__(self, publishers: list[EventPublisher], name: str = "events") -> None:
         if not publishers:
             raise ValueError("a publisher group needs at least one publisher")
         if any(publisher._group is not None for publisher in publishers):
             raise ValueError("a publisher is in one group only")
+        super().__init__(name)
         self.publishers = publishers
         for publisher in publishers:
             publisher._group = self
-        self._stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
 
-    def start(self) -> PublisherGroup:
-        self.thread.start()
-        return self
+    def _died(self, error: Exception) -> None:
+        labels = ", ".join(publisher.info.label for publisher in self.publishers[:4])
+        more = f" and {len(self.publishers) - 4} more" if len(self.publishers) > 4 else ""
+        _log.exception("the event publisher of %s%s died: its events stop here", labels, more)
 
-    def close(self) -> None:
-        """Publish what is queued, then stop (within one batch interval); the publishers close their sockets."""
-        self._stop.set()
-        if self.thread.is_alive() and self.thread is not threading.current_thread():
-            self.thread.join()
-
-    def _run(self) -> None:
-        """The publishing loop; an exception that escapes it is logged with its traceback."""
-        try:
-            self._loop()
-        except Exception:
-            labels = ", ".join(publisher.info.label for publisher in self.publishers[:4])
-            more = f" and {len(self.publishers) - 4} more" if len(self.publishers) > 4 else ""
-            _log.exception("the event publisher of %s%s died: its events stop here", labels, more)
-
-    def _loop(self) -> None:
+    def _serve(self) -> None:
+        """The publishing loop."""
         publishers = self.publishers
         poller = zmq.Poller()
         owners: dict[zmq.Socket[bytes], EventPublisher] = {}

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable
 
@@ -27,6 +26,7 @@ from transport.errors import BootstrapError
 from transport.events import AgentHello, Event, Heartbeat, LogFollowed
 from transport.publisher import EventPublisher
 from transport.registration import registration_problem
+from transport.service import ServiceThread
 from transport.version import __version__
 from transport.wire import LOG_SIDECAR, AgentInfo
 
@@ -84,7 +84,7 @@ class RankPublisher:
         self.publisher.close()
 
 
-class Registrar:
+class Registrar(ServiceThread):
     """Registers the ranks `infos()` lists every `REFRESH_S` in its own thread (a registry that does not answer
     never holds up the log); `problem` is the last error ("" while registrations succeed)."""
 
@@ -95,6 +95,7 @@ class Registrar:
         context: zmq.Context[zmq.Socket[bytes]],
         curve: CurveKeys | None = None,
     ) -> None:
+        super().__init__("kvtop-registrar")
         self.bootstrap = bootstrap
         self.curve = curve
         self.problem = ""
@@ -102,22 +103,10 @@ class Registrar:
         """Registrations the service accepted so far."""
         self._infos = infos
         self._context = context
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="kvtop-registrar", daemon=True)
-
-    def start(self) -> Registrar:
-        self._thread.start()
-        return self
-
-    @property
-    def thread(self) -> threading.Thread:
-        return self._thread
 
     def close(self) -> None:
         """Stop, then take every rank off the listing (best effort: an unreachable service lets them expire)."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        super().close()
         try:
             with BootstrapClient(self.bootstrap, 1.0, self._context, curve=self.curve) as client:
                 for info in self._infos():
@@ -125,15 +114,15 @@ class Registrar:
         except BootstrapError:
             pass
 
-    def _run(self) -> None:
-        try:
-            with BootstrapClient(self.bootstrap, REFRESH_S, self._context, curve=self.curve) as client:
-                while not self._stop.is_set():
-                    self._register(client)
-                    self._stop.wait(REFRESH_S)
-        except Exception:
-            _log.exception("the sidecar's registrar died: its ranks will expire from %s", self.bootstrap)
-            raise
+    def _serve(self) -> None:
+        with BootstrapClient(self.bootstrap, REFRESH_S, self._context, curve=self.curve) as client:
+            while not self._stop.is_set():
+                self._register(client)
+                self._stop.wait(REFRESH_S)
+
+    def _died(self, error: Exception) -> None:
+        _log.exception("the sidecar's registrar died: its ranks will expire from %s", self.bootstrap)
+        raise error
 
     def _register(self, client: BootstrapClient) -> None:
         try:
