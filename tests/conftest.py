@@ -25,7 +25,7 @@ from transport.control import ControlClient
 from transport.events import Event, EventBatch, Failure, Heartbeat, RoomState, Snapshot
 from transport.publisher import EventPublisher
 from transport.subscriber import AGENT_RCVHWM, Delivered, EventSubscriber
-from transport.wire import AgentInfo, replace_fields
+from transport.wire import AgentInfo
 
 T = TypeVar("T")
 
@@ -280,9 +280,6 @@ def make_publisher(zmq_context) -> Iterator[Callable[..., EventPublisher]]:
     def make(**options: object) -> EventPublisher:
         info = AgentInfo("prefill", "prefill-0", 0, 1, 4096, "", "", os.getpid(), "test", 1)
         publisher = EventPublisher(info, context=zmq_context, **options)
-        publisher.info = replace_fields(
-            info, event_endpoint=publisher.endpoint, snapshot_endpoint=publisher.snapshot_endpoint
-        )
         publishers.append(publisher)
         return publisher.start()
 

@@ -4,7 +4,8 @@ The agent plays the serving engine's scheduler: on `Submit` a prefill rank
 "computes" the room's KV (writes a room-specific pattern into fresh pages) and
 sends it; a decode rank allocates pages and receives. When a room ends, the
 agent answers the submitter with a `RoomResult` and frees the pages. Run it
-with `python -m transport.agent --help` (or `kvtop agent`).
+with `python -m transport.agent --help` (or `kvtop agent`); a harness passes
+every option as one JSON argument instead (`child_args`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+import msgspec
 import zmq
 
 from transport.bootstrap import BootstrapClient
@@ -50,6 +52,8 @@ _POLL_MS = 5
 _DIGESTS_KEPT = 4096
 _LOOKUP_TIMEOUT_S = 1.0
 """How long a Submit naming a prefill instance not seen yet waits for the bootstrap service."""
+OPTIONS_JSON = "--options-json"
+"""Its one argument after it holds every option as JSON (`child_args`), in place of the flags."""
 SUBMIT_REFUSALS = ("pages", "instance", "live", "pool_full")
 """Why a Submit is refused, each counted as `control_refused_<why>`."""
 
@@ -305,7 +309,25 @@ class Agent:
 
 
 def parse_args(argv: list[str] | None = None) -> AgentOptions:
-    """Read agent options from the command line (`python -m transport.agent --help`)."""
+    """Read agent options from the command line (`python -m transport.agent --help`), or from the one JSON
+    object of `child_args` (decoded with its type: a bad value is a usage error, as a bad flag is)."""
+    parser = _parser()
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        if argv[:1] == [OPTIONS_JSON]:
+            if len(argv) != 2:
+                parser.error(f"{OPTIONS_JSON} takes one JSON argument and no flags")
+            options = msgspec.json.decode(argv[1], type=AgentOptions)
+        else:
+            options = _options(parser.parse_args(argv))
+        if options.curve_keys:
+            CurveKeys.load(options.curve_keys, serve=True)  # a bad key folder is a usage error, at start
+        return options
+    except (ConfigError, msgspec.MsgspecError) as error:
+        parser.error(str(error))
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m transport.agent",
         description="Run one KV transfer rank.",
@@ -353,14 +375,7 @@ def parse_args(argv: list[str] | None = None) -> AgentOptions:
     parser.add_argument(
         "--insecure", action="store_true", help="bind a --host or --control beyond loopback without --curve-keys"
     )
-    args = parser.parse_args(argv)
-    try:
-        options = _options(args)
-        if options.curve_keys:
-            CurveKeys.load(options.curve_keys, serve=True)  # a bad key folder is a usage error, at start
-        return options
-    except ConfigError as error:
-        parser.error(str(error))
+    return parser
 
 
 def _options(args: argparse.Namespace) -> AgentOptions:
@@ -391,33 +406,9 @@ def _options(args: argparse.Namespace) -> AgentOptions:
     )
 
 
-def to_args(options: AgentOptions) -> list[str]:
-    """The command-line arguments that `parse_args` turns back into `options`."""
-    transfer, timeouts = options.transfer, options.transfer.timeouts
-    args = [
-        "--role", options.role.value, "--instance", options.instance, "--rank", str(options.rank),
-        "--tp", str(options.tp), "--bootstrap", options.bootstrap, "--pages", str(options.num_pages),
-        "--page-bytes", str(options.page_bytes), "--host", options.host,
-        "--chunk-bytes", str(transfer.chunk_bytes), "--window-bytes", str(transfer.window_bytes),
-        "--bootstrap-timeout", str(timeouts.bootstrap_s), "--waiting-timeout", str(timeouts.waiting_s),
-        "--transfer-timeout", str(timeouts.transfer_s), "--heartbeat", str(transfer.heartbeat_s),
-        "--peer-timeout", str(transfer.peer_timeout_s), "--log-level", options.log_level,
-    ]  # fmt: skip
-    if options.control_endpoint:
-        args += ["--control", options.control_endpoint]
-    if options.fault_seed is not None:
-        args += ["--fault-seed", str(options.fault_seed)]
-    if options.log_file:
-        args += ["--log-file", options.log_file]
-    if not transfer.checksums:
-        args.append("--no-checksums")
-    if options.curve_keys:
-        args += ["--curve-keys", options.curve_keys]
-    if options.insecure:
-        args.append("--insecure")
-    for spec in options.faults:
-        args += ["--fault", str(spec)]
-    return args
+def child_args(options: AgentOptions) -> list[str]:
+    """The arguments that start a rank process with `options` (how a harness starts one): one JSON object."""
+    return [OPTIONS_JSON, msgspec.json.encode(options).decode()]
 
 
 def main(argv: list[str] | None = None) -> None:

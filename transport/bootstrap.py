@@ -26,7 +26,6 @@ never clashes with a rank's), and is listed apart (`AgentList.relays`); an expir
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 from collections import Counter
 from typing import TypeVar
@@ -38,6 +37,7 @@ from transport.curve import CurveKeys, dialing, serving
 from transport.errors import BootstrapError, FrameRejected
 from transport.limits import cannot_open
 from transport.registration import RELAY_ROLE, entry_name, registration_problem
+from transport.service import ServiceThread
 from transport.sockets import LIST_FRAME, SMALL_FRAME, bind, decode_routed, open_socket
 from transport.wire import (
     AgentInfo,
@@ -74,7 +74,7 @@ EXPIRED_KEPT_S = 600.0
 """How long an expired entry is still listed as gone (until its rank registers again)."""
 
 
-class BootstrapServer:
+class BootstrapServer(ServiceThread):
     """A ROUTER socket served by one thread until `close()`."""
 
     def __init__(
@@ -88,6 +88,7 @@ class BootstrapServer:
     ) -> None:
         """`curve`: serve with CURVE (only clients on the keys' allow-list are answered); `max_per_client`:
         entries one client address may hold (a bench whose agents all run on one host gives more)."""
+        super().__init__("bootstrap")
         self._context = context or zmq.Context.instance()
         self._socket = open_socket(self._context, zmq.ROUTER, SMALL_FRAME, serving(curve))
         self.endpoint = bind(self._socket, endpoint, host)
@@ -107,20 +108,11 @@ class BootstrapServer:
         self._expired_held: Counter[str] = Counter()
         """Expired entries per client."""
         self._decoder: FrameDecoder[BootstrapRequest] = FrameDecoder(BootstrapRequest)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, name="bootstrap", daemon=True)
-
-    def start(self) -> BootstrapServer:
-        self._thread.start()
-        return self
 
     def close(self) -> None:
         """Stop serving and close the socket (returns within one poll interval)."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
-        else:
-            self._socket.close(linger=0)
+        super().close()
+        self._socket.close(linger=0)
 
     def agents(self) -> list[AgentInfo]:
         """Every registered agent (a copy), relays apart."""
@@ -139,13 +131,10 @@ class BootstrapServer:
         ]
 
     def _serve(self) -> None:
-        try:
-            while not self._stop.is_set():
-                if self._socket.poll(_POLL_MS):
-                    self._handle(self._socket.recv_multipart(copy=False))
-                self._expire(time.monotonic())
-        finally:
-            self._socket.close(linger=0)
+        while not self._stop.is_set():
+            if self._socket.poll(_POLL_MS):
+                self._handle(self._socket.recv_multipart(copy=False))
+            self._expire(time.monotonic())
 
     def _expire(self, now: float) -> None:
         for key in [key for key, at in self._refreshed.items() if now - at > self.entry_ttl_s]:

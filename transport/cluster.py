@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transport.agent import AgentOptions, to_args
+from transport.agent import AgentOptions, child_args
 from transport.bootstrap import BootstrapClient, BootstrapServer
 from transport.config import Role, TransferConfig
 from transport.curve import CurveKeys, exposure_problem
@@ -163,7 +163,7 @@ class LocalCluster:
     def _spawn(self, options: AgentOptions, restarts: int = 0) -> AgentProcess:
         label = f"{options.instance}/TP{options.rank}"
         env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", **self.spec.environment.get(label, {})}
-        command = [sys.executable, "-m", "transport.agent", *to_args(options)]
+        command = [sys.executable, "-m", "transport.agent", *child_args(options)]
         if not self.spec.log_dir:
             return AgentProcess(options, subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL), "", restarts)
         path = str(Path(self.spec.log_dir) / f"{options.instance}-TP{options.rank}.stderr")

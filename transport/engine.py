@@ -17,8 +17,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import TypeVar
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 import psutil
@@ -36,13 +38,13 @@ from transport.faults import FaultInjector, FaultKind
 from transport.kvpoll import KVPoll
 from transport.pool import KVPool
 from transport.prefill import PrefillSide
-from transport.publisher import EventPublisher
+from transport.publisher import EventPublisher, NullPublisher, Publisher
 from transport.reasons import Reason, from_another_rank
 from transport.rooms import ReceiverRoom, RoomRecord, SenderRoom
 from transport.routes import RouteBook
 from transport.side import SideContext
 from transport.version import __version__
-from transport.wire import AgentInfo, VoteEntry, replace_fields
+from transport.wire import AgentInfo, VoteEntry
 
 _S = TypeVar("_S")
 _log = logging.getLogger(__name__)
@@ -205,21 +207,6 @@ class KVManager:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"kv-engine-{instance}-{rank}", daemon=True)
         self.pool = pool
-        info = AgentInfo(
-            role,
-            instance,
-            rank,
-            tp,
-            pool.page_bytes,
-            "",
-            control_endpoint,
-            os.getpid(),
-            socket.gethostname(),
-            int.from_bytes(os.urandom(6), "little"),
-        )
-        data_counters = self._counters.for_socket("data")
-        self._ctx = SideContext(info, pool, self.config, faults or FaultInjector(), data_counters, self._zmq, curve)
-        self._routes = RouteBook(self._zmq, bootstrap, self._counters.for_socket("bootstrap"), curve)
         self._consensus = (
             InstanceConsensus(
                 self._zmq, host, self._counters.for_socket("consensus"), self.config.peer_timeout_s, curve
@@ -227,6 +214,28 @@ class KVManager:
             if tp > 1
             else None
         )
+        info = AgentInfo(
+            role=role,
+            instance=instance,
+            rank=rank,
+            tp=tp,
+            page_bytes=pool.page_bytes,
+            data_endpoint="",  # a prefill rank's data socket binds below, once its side exists
+            control_endpoint=control_endpoint,
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            incarnation=int.from_bytes(os.urandom(6), "little"),
+            consensus_endpoint=self._consensus.endpoint if self._consensus else "",
+        )
+        self.publisher: Publisher = (
+            EventPublisher(info, host, context=self._zmq, curve=curve) if publish_events else NullPublisher(info)
+        )
+        data_counters = self._counters.for_socket("data")
+        faults = faults or FaultInjector()
+        self._ctx = SideContext(
+            info, pool, self.config, faults, data_counters, self._zmq, curve, emit=self.publisher.emit
+        )
+        self._routes = RouteBook(self._zmq, bootstrap, self._counters.for_socket("bootstrap"), curve)
         self._watched: dict[str, Counters] = {}
         self._prefill: PrefillSide | None = None
         self._decode: DecodeSide | None = None
@@ -235,20 +244,9 @@ class KVManager:
             self._side = self._prefill = PrefillSide(self._ctx, host)
         else:
             self._side = self._decode = DecodeSide(self._ctx, self._routes)
-        info = replace_fields(
-            info,
-            data_endpoint=self._prefill.endpoint if self._prefill else "",
-            consensus_endpoint=self._consensus.endpoint if self._consensus else "",
+        self._ctx.info = self.publisher.info = msgspec.structs.replace(
+            self.publisher.info, data_endpoint=self._prefill.endpoint if self._prefill else ""
         )
-        self.publisher: EventPublisher | None = None
-        if publish_events:
-            self.publisher = EventPublisher(info, host, context=self._zmq, curve=curve)
-            info = replace_fields(
-                info, event_endpoint=self.publisher.endpoint, snapshot_endpoint=self.publisher.snapshot_endpoint
-            )
-            self.publisher.info = info
-            self._ctx.emit = self.publisher.emit
-        self._ctx.info = info
         self._process = psutil.Process()
         self._next_heartbeat = 0.0
         self._next_refresh = 0.0
@@ -261,13 +259,8 @@ class KVManager:
 
     def start(self, register_timeout_s: float = 10.0) -> KVManager:
         """Start publishing, register with the bootstrap service and start the engine thread."""
-        if self.publisher is not None:
-            self.publisher.start()
-            self.emit(
-                AgentHello(
-                    time.time(), self.info, __version__, self.publisher.endpoint, self.publisher.snapshot_endpoint
-                )
-            )
+        publisher = self.publisher.start()
+        self.emit(AgentHello(time.time(), self.info, __version__, publisher.endpoint, publisher.snapshot_endpoint))
         counters = self._counters.for_socket("bootstrap")
         with BootstrapClient(self.bootstrap, register_timeout_s, self._zmq, counters, self.curve) as client:
             client.register(self.info)
@@ -277,7 +270,7 @@ class KVManager:
         return self
 
     def emit(self, event: Event) -> None:
-        """Publish an event from this rank (never blocks; a no-op without a publisher)."""
+        """Publish an event from this rank (never blocks; a no-op for a rank that publishes nothing)."""
         self._ctx.emit(event)
 
     def close(self) -> None:
@@ -295,8 +288,7 @@ class KVManager:
                 self._consensus.close()
         if self._registered:
             self._deregister()
-        if self.publisher is not None:
-            self.publisher.close()
+        self.publisher.close()
         os.close(self._wake_read)
         os.close(self._wake_write)
         stop_authenticator(self._zmq)
@@ -316,7 +308,7 @@ class KVManager:
         """The name of this rank's engine or publisher thread if it died (it logged why), else None."""
         if self._stop.is_set():
             return None
-        threads = [self._thread, *([self.publisher.thread] if self.publisher is not None else [])]
+        threads = [self._thread, self.publisher.thread]
         return next((t.name for t in threads if t.ident is not None and not t.is_alive()), None)
 
     def watch_rejections(self, socket: str, counters: Counters) -> None:
@@ -326,10 +318,9 @@ class KVManager:
     def rejections(self) -> dict[str, dict[str, int]]:
         """Rejected frames by socket (data, consensus, bootstrap, events, snapshot, watched ones), then reason;
         with CURVE, `curve` (`unauthorised`): this process's handshakes of keys not on the allow-list."""
-        published = self.publisher.counters.rejections() if self.publisher is not None else {}
         return {
             **self._counters.rejections(),
-            **published,
+            **self.publisher.counters.rejections(),
             **{name: counters.rejected() for name, counters in self._watched.items()},
             **({"curve": {"unauthorised": denied()}} if self.curve is not None else {}),
         }
@@ -345,17 +336,12 @@ class KVManager:
     def sender(self, room: int) -> KVSender:
         """Start tracking `room` on this prefill rank (Bootstrapping until decode asks)."""
         prefill = self._require(self._prefill, "sender")
-        holder: dict[str, SenderRoom] = {}
-        done = threading.Event()
-
-        def attach() -> None:
-            holder["record"] = prefill.attach_sender(SenderRoom(room, time.monotonic()))
-            done.set()
-
-        self._call_soon(attach)
-        if not done.wait(5.0):
-            raise TransportError("the engine thread did not answer within 5 s")
-        return KVSender(self, holder["record"], prefill)
+        attached: Future[SenderRoom] = Future()
+        self._call_soon(lambda: attached.set_result(prefill.attach_sender(SenderRoom(room, time.monotonic()))))
+        try:
+            return KVSender(self, attached.result(timeout=5.0), prefill)
+        except TimeoutError:
+            raise TransportError("the engine thread did not answer within 5 s") from None
 
     def refuse(self, room: int) -> None:
         """The scheduler refused `room` on this prefill rank (no pages): fail it here now (`PrefillSide.refuse`)."""
@@ -446,8 +432,6 @@ class KVManager:
 
     def _heartbeat(self, inflight: int) -> None:
         publisher = self.publisher
-        if publisher is None:
-            return
         with self._process.oneshot():
             cpu, rss = self._process.cpu_percent(), self._process.memory_info().rss
         memory = psutil.virtual_memory().percent

@@ -10,7 +10,9 @@ wait one more interval (Kafka's linger): every message costs its publisher, the
 I/O threads and the collector about the same whatever it holds, and at 1024
 agents of 200 events/s, 10-event batches would be 20k messages a second. A
 `PublisherGroup` runs many publishers of one process on one such thread, where
-a thread each would wake 20 times a second per publisher. A live room whose terminal state the queue dropped would stay
+a thread each would wake 20 times a second per publisher. A rank that publishes
+nothing holds a `NullPublisher`: the same calls, no sockets, no thread. A live
+room whose terminal state the queue dropped would stay
 live in every snapshot: after `lost_after_s` without news the mirror drops it,
 counted in `counters["rooms_lost"]`.
 """
@@ -21,7 +23,9 @@ import logging
 import threading
 import time
 from collections import deque
+from typing import Protocol
 
+import msgspec
 import zmq
 
 from transport.counters import Counters, rejection_names
@@ -42,6 +46,7 @@ from transport.events import (
 )
 from transport.frame_budget import FRAME_BUDGET, fit_snapshot
 from transport.kvpoll import LOST_AFTER_S, LOST_SWEEP_EVERY_S, TERMINAL
+from transport.service import ServiceThread
 from transport.sockets import SMALL_FRAME, bind, decode_routed, open_publisher, open_socket, serve_subscriptions
 from transport.wire import AgentInfo, FrameDecoder, encode
 
@@ -134,6 +139,47 @@ class StateMirror:
         return max((history[0].ts for history in histories if len(history) == history.maxlen), default=0.0)
 
 
+class Publisher(Protocol):
+    """What a rank asks of its event publisher: an `EventPublisher`, or a `NullPublisher`."""
+
+    info: AgentInfo
+    endpoint: str
+    snapshot_endpoint: str
+    dropped: int
+    counters: Counters
+
+    @property
+    def thread(self) -> threading.Thread: ...
+
+    def start(self) -> Publisher: ...
+
+    def emit(self, event: Event) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class NullPublisher:
+    """A publisher for a rank nobody watches: no endpoints, no thread, every event discarded."""
+
+    def __init__(self, info: AgentInfo) -> None:
+        self.info = info
+        self.endpoint = ""
+        self.snapshot_endpoint = ""
+        self.dropped = 0
+        self.counters = Counters(())
+        self.thread = threading.Thread(name=f"events-{info.label}-off")
+        """Never started, so never dead."""
+
+    def start(self) -> NullPublisher:
+        return self
+
+    def emit(self, event: Event) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class EventPublisher:
     """Publishes an agent's events; `emit()` from any thread, `close()` to stop."""
 
@@ -152,14 +198,17 @@ class EventPublisher:
     ) -> None:
         """`batch_min`: fewer queued events wait one more `batch_interval_s` (so an event leaves within two);
         `lost_after_s`: seconds without news after which a live room leaves the snapshots as lost;
-        `curve`: serve both sockets with CURVE (only allowed clients get events or snapshots)."""
-        self.info = info
+        `curve`: serve both sockets with CURVE (only allowed clients get events or snapshots). `info` is
+        kept with this publisher's two endpoints filled in."""
         self._context = context or zmq.Context.instance()
         self._pub = open_publisher(self._context, serving(curve))
         self._pub.sndhwm = sndhwm
         self.endpoint = bind(self._pub, "", host)
         self._snapshots = open_socket(self._context, zmq.ROUTER, SMALL_FRAME, serving(curve))
         self.snapshot_endpoint = bind(self._snapshots, "", host)
+        self.info = msgspec.structs.replace(
+            info, event_endpoint=self.endpoint, snapshot_endpoint=self.snapshot_endpoint
+        )
         self._queue: deque[Event] = deque(maxlen=queue_size)
         self._interval = batch_interval_s
         self._batch_max = batch_max
@@ -271,43 +320,29 @@ class EventPublisher:
         self.counters.add("snapshot_entries_cut", cut)
 
 
-class PublisherGroup:
+class PublisherGroup(ServiceThread):
     """One thread that publishes for one or more publishers of a process: it polls all their sockets, and
     every batch interval (the shortest of theirs) publishes what each has queued (a small batch waits one
     more), or sooner where a queue holds `batch_max` when a socket wakes it. `EventPublisher.start` makes a
-    group of one."""
+    group of one. `close()` publishes what is queued, then stops (within one batch interval)."""
 
     def __init__(self, publishers: list[EventPublisher], name: str = "events") -> None:
         if not publishers:
             raise ValueError("a publisher group needs at least one publisher")
         if any(publisher._group is not None for publisher in publishers):
             raise ValueError("a publisher is in one group only")
+        super().__init__(name)
         self.publishers = publishers
         for publisher in publishers:
             publisher._group = self
-        self._stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
 
-    def start(self) -> PublisherGroup:
-        self.thread.start()
-        return self
+    def _died(self, error: Exception) -> None:
+        labels = ", ".join(publisher.info.label for publisher in self.publishers[:4])
+        more = f" and {len(self.publishers) - 4} more" if len(self.publishers) > 4 else ""
+        _log.exception("the event publisher of %s%s died: its events stop here", labels, more)
 
-    def close(self) -> None:
-        """Publish what is queued, then stop (within one batch interval); the publishers close their sockets."""
-        self._stop.set()
-        if self.thread.is_alive() and self.thread is not threading.current_thread():
-            self.thread.join()
-
-    def _run(self) -> None:
-        """The publishing loop; an exception that escapes it is logged with its traceback."""
-        try:
-            self._loop()
-        except Exception:
-            labels = ", ".join(publisher.info.label for publisher in self.publishers[:4])
-            more = f" and {len(self.publishers) - 4} more" if len(self.publishers) > 4 else ""
-            _log.exception("the event publisher of %s%s died: its events stop here", labels, more)
-
-    def _loop(self) -> None:
+    def _serve(self) -> None:
+        """The publishing loop."""
         publishers = self.publishers
         poller = zmq.Poller()
         owners: dict[zmq.Socket[bytes], EventPublisher] = {}

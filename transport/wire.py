@@ -112,11 +112,6 @@ class AgentInfo(msgspec.Struct, frozen=True, array_like=True):
         return f"{self.instance}/TP{self.rank}"
 
 
-def replace_fields(info: AgentInfo, **changes: str) -> AgentInfo:
-    """A copy of `info` with some endpoints filled in."""
-    return msgspec.structs.replace(info, **changes)
-
-
 # --- bootstrap -------------------------------------------------------------------------
 
 

@@ -31,6 +31,7 @@ from kvtop.attach.runtime import advert_for, advertised, publish
 from kvtop.record.forked import FORK_KEYFRAMES, KeyframeFailed, collect, fork_capture
 from kvtop.record.keyframes import capture
 from kvtop.record.segment import KEYFRAME_ZSTD_LEVEL
+from transport.service import ServiceThread
 
 if TYPE_CHECKING:
     from kvtop.model.cluster import ClusterModel
@@ -65,10 +66,11 @@ class Serving(Protocol):
     def connect(self) -> tuple[str, ...]: ...
 
 
-class ModelEndpoint:
+class ModelEndpoint(ServiceThread):
     """Serves `served`'s model to other commands until `close()`; `fork`: encode keyframes in a forked child."""
 
     def __init__(self, served: Serving, fork: bool = FORK_KEYFRAMES) -> None:
+        super().__init__("kvtop-model-endpoint")
         self.served = served
         self.fork = fork
         self.endpoint = ""
@@ -78,8 +80,6 @@ class ModelEndpoint:
         self._stack = ExitStack()
         self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._socket: zmq.Socket[bytes] | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="kvtop-model-endpoint", daemon=True)
         self._compressor = zstandard.ZstdCompressor(level=JOURNAL_ZSTD_LEVEL)
 
     def start(self) -> ModelEndpoint:
@@ -100,21 +100,15 @@ class ModelEndpoint:
         except BaseException:
             self._stack.close()
             raise
-        self._thread.start()
-        return self
+        return super().start()
 
     def close(self) -> None:
         """Stop answering, then remove the advert and the socket's file."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        super().close()
         self._stack.close()
 
-    def _run(self) -> None:
-        try:
-            self._serve()
-        except Exception:
-            log.exception("the model's endpoint stopped: other commands can no longer read this model")
+    def _died(self, error: Exception) -> None:
+        log.exception("the model's endpoint stopped: other commands can no longer read this model")
 
     def _serve(self) -> None:
         socket = self._socket

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from typing import ClassVar
 
+import msgspec
 import zmq
 
 from kvtop.bench import BenchFailed
@@ -34,7 +35,7 @@ from transport.curve import CurveKeys, generate, stop_authenticator
 from transport.events import EventBatch, RoomState
 from transport.publisher import EventPublisher
 from transport.subscriber import EventSubscriber
-from transport.wire import AgentInfo, replace_fields
+from transport.wire import AgentInfo
 
 _FIRST_BATCH_S = 10.0
 
@@ -77,7 +78,7 @@ class CurveResult:
 
 def _agent(event_endpoint: str = "", snapshot_endpoint: str = "") -> AgentInfo:
     info = AgentInfo("prefill", "bench-events", 0, 1, 1, "", "", os.getpid(), "localhost", 1)
-    return replace_fields(info, event_endpoint=event_endpoint, snapshot_endpoint=snapshot_endpoint)
+    return msgspec.structs.replace(info, event_endpoint=event_endpoint, snapshot_endpoint=snapshot_endpoint)
 
 
 def _events_in(subscriber: EventSubscriber, timeout_s: float) -> int:
@@ -119,7 +120,6 @@ def event_rate(seconds: float, curve_keys: str) -> float:
     keys = CurveKeys.load(curve_keys, serve=True) if curve_keys else None
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     publisher = EventPublisher(_agent(), context=context, curve=keys)
-    publisher.info = _agent(publisher.endpoint, publisher.snapshot_endpoint)
     publisher.start()
     stop = threading.Event()
 

@@ -71,7 +71,7 @@ from transport.publisher import EventPublisher, PublisherGroup
 from transport.sockets import LIST_FRAME, decode_waiting_frames, open_socket
 from transport.subscriber import AGENT_RCVHWM, RELAY_RCVHWM
 from transport.version import __version__
-from transport.wire import AgentInfo, FrameDecoder, replace_fields
+from transport.wire import AgentInfo, FrameDecoder
 
 TP = 8
 _TICK_S = 0.01
@@ -255,9 +255,6 @@ class _Agent:
             rng.getrandbits(63),
         )  # fmt: skip
         self.publisher = EventPublisher(info, curve=curve)
-        self.publisher.info = replace_fields(
-            info, event_endpoint=self.publisher.endpoint, snapshot_endpoint=self.publisher.snapshot_endpoint
-        )
         self.label = info.label
         self.emitted = 0
         self.pending: list[Event] = []

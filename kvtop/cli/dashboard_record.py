@@ -8,8 +8,7 @@ from typing import Annotated
 import typer
 
 from kvtop.cli.units import format_size, parse_size
-from kvtop.record.dashboard import DEFAULT_MAX_BYTES
-from kvtop.record.dashboard import RecordChoice
+from kvtop.record.dashboard import DEFAULT_MAX_BYTES, RecordChoice
 
 Record = Annotated[
     bool,

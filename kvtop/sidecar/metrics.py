@@ -21,6 +21,8 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from transport.service import ServiceThread
+
 _KEPT = ("num_transfer_failed_reqs", "num_bootstrap_failed_reqs", "queue_reqs", "kv_transfer_")
 _SKIPPED = ("_bucket", "_created")
 MAX_BYTES = 16 << 20
@@ -42,10 +44,11 @@ def kv_metrics(text: str) -> dict[str, float]:
     return found
 
 
-class MetricsScraper:
+class MetricsScraper(ServiceThread):
     """Scrapes `url` every `interval_s` in its own thread; `moved()` and `error` as the heartbeat wants them."""
 
     def __init__(self, url: str, interval_s: float = 5.0, timeout_s: float = 2.0) -> None:
+        super().__init__("kvtop-metrics")
         self.url = url
         self.interval_s = interval_s
         self.timeout_s = timeout_s
@@ -54,17 +57,6 @@ class MetricsScraper:
         self._latest: dict[str, float] = {}
         self._moved: set[str] = set()
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="kvtop-metrics", daemon=True)
-
-    def start(self) -> MetricsScraper:
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
 
     def moved(self) -> dict[str, float]:
         """The metrics that were non-zero once or changed since the first scrape, at their latest value."""
@@ -90,11 +82,12 @@ class MetricsScraper:
             self._latest = found
         self.error = ""
 
-    def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                self.scrape()
-                self._stop.wait(self.interval_s)
-        except Exception:  # never silent: the heartbeat says the scraper stopped
-            _log.exception("the metrics scraper died")
-            self.error = "the metrics scraper died (see the sidecar's stderr)"
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            self.scrape()
+            self._stop.wait(self.interval_s)
+
+    def _died(self, error: Exception) -> None:
+        """Never silent: the traceback to stderr, and the heartbeat says the scraper stopped."""
+        _log.exception("the metrics scraper died")
+        self.error = "the metrics scraper died (see the sidecar's stderr)"

@@ -14,10 +14,10 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable
 
+import msgspec
 import zmq
 
 from transport.bootstrap import REFRESH_S, BootstrapClient
@@ -26,8 +26,9 @@ from transport.errors import BootstrapError
 from transport.events import AgentHello, Event, Heartbeat, LogFollowed
 from transport.publisher import EventPublisher
 from transport.registration import registration_problem
+from transport.service import ServiceThread
 from transport.version import __version__
-from transport.wire import LOG_SIDECAR, AgentInfo, replace_fields
+from transport.wire import LOG_SIDECAR, AgentInfo
 
 BATCH_INTERVAL_S = 0.02
 """Events leave within two of these after the line was read (a log's event rate is low: its small batches wait
@@ -53,9 +54,6 @@ class RankPublisher:
         self, info: AgentInfo, host: str, context: zmq.Context[zmq.Socket[bytes]], curve: CurveKeys | None = None
     ) -> None:
         self.publisher = EventPublisher(info, host, context=context, batch_interval_s=BATCH_INTERVAL_S, curve=curve)
-        self.publisher.info = replace_fields(
-            info, event_endpoint=self.publisher.endpoint, snapshot_endpoint=self.publisher.snapshot_endpoint
-        )
         self.batch: Heartbeat | None = None
         """The heartbeat its latest batch line stands for (queue depths as counters, rooms in flight)."""
         self.publisher.start()
@@ -69,7 +67,7 @@ class RankPublisher:
     def set_tp(self, tp: int) -> None:
         """The server turned out wider: the registration says so from now on."""
         if tp > self.info.tp:
-            self.publisher.info = replace_fields(self.info, tp=tp)  # type: ignore[arg-type]
+            self.publisher.info = msgspec.structs.replace(self.info, tp=tp)
 
     def emit(self, event: Event) -> None:
         self.publisher.emit(event)
@@ -86,7 +84,7 @@ class RankPublisher:
         self.publisher.close()
 
 
-class Registrar:
+class Registrar(ServiceThread):
     """Registers the ranks `infos()` lists every `REFRESH_S` in its own thread (a registry that does not answer
     never holds up the log); `problem` is the last error ("" while registrations succeed)."""
 
@@ -97,6 +95,7 @@ class Registrar:
         context: zmq.Context[zmq.Socket[bytes]],
         curve: CurveKeys | None = None,
     ) -> None:
+        super().__init__("kvtop-registrar")
         self.bootstrap = bootstrap
         self.curve = curve
         self.problem = ""
@@ -104,22 +103,10 @@ class Registrar:
         """Registrations the service accepted so far."""
         self._infos = infos
         self._context = context
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="kvtop-registrar", daemon=True)
-
-    def start(self) -> Registrar:
-        self._thread.start()
-        return self
-
-    @property
-    def thread(self) -> threading.Thread:
-        return self._thread
 
     def close(self) -> None:
         """Stop, then take every rank off the listing (best effort: an unreachable service lets them expire)."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        super().close()
         try:
             with BootstrapClient(self.bootstrap, 1.0, self._context, curve=self.curve) as client:
                 for info in self._infos():
@@ -127,15 +114,15 @@ class Registrar:
         except BootstrapError:
             pass
 
-    def _run(self) -> None:
-        try:
-            with BootstrapClient(self.bootstrap, REFRESH_S, self._context, curve=self.curve) as client:
-                while not self._stop.is_set():
-                    self._register(client)
-                    self._stop.wait(REFRESH_S)
-        except Exception:
-            _log.exception("the sidecar's registrar died: its ranks will expire from %s", self.bootstrap)
-            raise
+    def _serve(self) -> None:
+        with BootstrapClient(self.bootstrap, REFRESH_S, self._context, curve=self.curve) as client:
+            while not self._stop.is_set():
+                self._register(client)
+                self._stop.wait(REFRESH_S)
+
+    def _died(self, error: Exception) -> None:
+        _log.exception("the sidecar's registrar died: its ranks will expire from %s", self.bootstrap)
+        raise error
 
     def _register(self, client: BootstrapClient) -> None:
         try:

@@ -24,7 +24,7 @@ from transport.events import AgentHello, Heartbeat
 from transport.limits import size_context
 from transport.publisher import EventPublisher, PublisherGroup
 from transport.version import __version__
-from transport.wire import AgentInfo, replace_fields
+from transport.wire import AgentInfo
 
 TP = 8
 
@@ -37,11 +37,7 @@ def run(count: int) -> None:
         info = AgentInfo(
             "decode", f"decode-{index // TP}", index % TP, TP, 4096, "", "", os.getpid(), "localhost", index + 1
         )
-        publisher = EventPublisher(info)
-        publisher.info = replace_fields(
-            info, event_endpoint=publisher.endpoint, snapshot_endpoint=publisher.snapshot_endpoint
-        )
-        publishers.append(publisher)
+        publishers.append(EventPublisher(info))
     group = PublisherGroup(publishers, "crowd").start()
     with BootstrapClient(server.endpoint, timeout_s=30.0) as client:
         for publisher in publishers:

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from transport import BootstrapServer, KVManager, KVPoll, Role, TransferConfig
-from transport.agent import AgentOptions, to_args
+from transport.agent import AgentOptions, child_args
 from transport.wire import Vote, VoteEntry, encode
 
 PAGE_BYTES = 8192
@@ -47,7 +47,7 @@ def spawn_agent(bootstrap: BootstrapServer, tmp_path: Path) -> Iterator[AgentSpa
             log_file=str(tmp_path / f"{instance}-{rank}.log"),
         )
         entry = ["-c", script] if script else ["-m", "transport.agent"]
-        process = subprocess.Popen([sys.executable, *entry, *to_args(options)], stdin=subprocess.DEVNULL)
+        process = subprocess.Popen([sys.executable, *entry, *child_args(options)], stdin=subprocess.DEVNULL)
         processes.append(process)
         return process
 

@@ -117,11 +117,11 @@ def test_a_snapshot_socket_the_process_has_no_file_for_names_the_agent_and_opens
         import zmq
         from transport.publisher import EventPublisher
         from transport.subscriber import EventSubscriber
-        from transport.wire import AgentInfo, replace_fields
+        from transport.wire import AgentInfo
 
         info = AgentInfo("decode", "decode-0", 0, 1, 4096, "", "", os.getpid(), "h", 7)
         publisher = EventPublisher(info, context=zmq.Context())
-        info = replace_fields(info, event_endpoint=publisher.endpoint, snapshot_endpoint=publisher.snapshot_endpoint)
+        info = publisher.info
         publisher.start()
         subscriber = EventSubscriber()
         hog = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import msgspec
 import pytest
 import zmq
 
@@ -11,7 +12,7 @@ from transport import BootstrapClient, BootstrapServer
 from transport.errors import BootstrapError
 from transport.events import SnapshotRequest
 from transport.relay import Relay
-from transport.wire import AgentInfo, encode, replace_fields
+from transport.wire import AgentInfo, encode
 
 RANK = AgentInfo("prefill", "rack-1", 0, 1, 4096, "tcp://127.0.0.1:5000", "", os.getpid(), "host", 7)
 RELAY = AgentInfo(
@@ -37,7 +38,7 @@ def test_the_bootstrap_lists_a_relay_apart_and_its_name_never_replaces_a_rank(bo
 def test_the_bootstrap_refuses_a_relay_without_its_two_endpoints(bootstrap: BootstrapServer):
     """A relay entry nobody could subscribe to, or ask for a snapshot, is refused with the reason."""
     with BootstrapClient(bootstrap.endpoint, timeout_s=2.0) as client, pytest.raises(BootstrapError) as refused:
-        client.register(replace_fields(RELAY, snapshot_endpoint=""))
+        client.register(msgspec.structs.replace(RELAY, snapshot_endpoint=""))
 
     assert "a relay without an event and a snapshot endpoint" in str(refused.value)
     assert bootstrap.relays() == []

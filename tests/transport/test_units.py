@@ -23,6 +23,8 @@ from transport import (
     TransportError,
     reasons,
 )
+from transport.agent import AgentOptions, child_args, parse_args
+from transport.config import Role
 from transport.counters import Counters
 from transport.events import AgentHello, Event, Failure, Heartbeat, LogContext, Progress, RoomState, TransferDone
 from transport.kvpoll import advance
@@ -442,3 +444,31 @@ def test_mapping_refuses_layouts_that_cannot_pair(args, wording):
     """TP sizes that do not divide, different logical pages or a rank out of range are ConfigErrors."""
     with pytest.raises(ConfigError, match=wording):
         pairings_for_decode_rank(*args)
+
+
+def test_a_harness_passes_a_rank_every_option_as_one_json_argument():
+    """`child_args` gives one JSON argument that `parse_args` turns back into the very same options."""
+    options = AgentOptions(
+        role=Role.PREFILL,
+        instance="prefill-1",
+        rank=1,
+        tp=2,
+        bootstrap="tcp://127.0.0.1:9",
+        transfer=TransferConfig(chunk_bytes=4096, window_bytes=8192, timeouts=Timeouts(1.0, 2.0, 3.0)),
+        faults=(FaultSpec(FaultKind.DROP, 0.5, "decode-0"), FaultSpec(FaultKind.DIE)),
+        fault_seed=7,
+        log_file="/tmp/p.log",
+    )
+
+    assert parse_args(child_args(options)) == options
+
+
+def test_a_bad_value_in_the_json_options_is_a_usage_error(capsys: pytest.CaptureFixture[str]):
+    """A value the options refuse exits 2 naming where it is, as a bad flag would."""
+    args = child_args(AgentOptions(role=Role.DECODE, instance="decode-0", rank=0, tp=1, bootstrap="tcp://x:9"))
+
+    with pytest.raises(SystemExit) as exited:
+        parse_args([args[0], args[1].replace('"chunk_bytes":1048576', '"chunk_bytes":-1')])
+
+    assert exited.value.code == 2
+    assert "chunk_bytes must be positive, got -1 - at `$.transfer`" in capsys.readouterr().err
