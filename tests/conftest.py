@@ -20,11 +20,11 @@ import pytest
 import zmq
 
 from transport import BootstrapServer, FaultInjector, KVManager, KVPoll, KVPool, Role, TransferConfig
-from transport.cluster import ClusterSpec, LocalCluster
-from transport.control import ControlClient
-from transport.events import Event, EventBatch, Failure, Heartbeat, RoomState, Snapshot
-from transport.publisher import EventPublisher
-from transport.subscriber import AGENT_RCVHWM, Delivered, EventSubscriber
+from transport.harness.cluster import ClusterSpec, LocalCluster
+from transport.harness.control import ControlClient
+from transport.plane.events import Event, EventBatch, Failure, Heartbeat, RoomState, Snapshot
+from transport.plane.publisher import EventPublisher
+from transport.plane.subscriber import AGENT_RCVHWM, Delivered, EventSubscriber
 from transport.wire import AgentInfo
 
 T = TypeVar("T")

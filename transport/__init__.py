@@ -6,7 +6,6 @@ embed it without the dashboard.
 
 from transport.bootstrap import BootstrapClient, BootstrapServer
 from transport.config import Role, Timeouts, TransferConfig
-from transport.engine import KVManager, KVReceiver, KVSender
 from transport.errors import (
     BootstrapError,
     ConfigError,
@@ -15,9 +14,10 @@ from transport.errors import (
     ReasonClass,
     TransportError,
 )
-from transport.faults import FaultInjector, FaultKind, FaultSpec
+from transport.kv.engine import KVManager, KVReceiver, KVSender
+from transport.kv.faults import FaultInjector, FaultKind, FaultSpec
+from transport.kv.pool import KVPool
 from transport.kvpoll import KVPoll
-from transport.pool import KVPool
 
 __all__ = [
     "BootstrapClient",

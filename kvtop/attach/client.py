@@ -24,7 +24,7 @@ from kvtop.attach.runtime import RuntimeDirError, running, runtime_dir
 
 if TYPE_CHECKING:
     from kvtop.model.cluster import ClusterModel
-    from transport.events import Event
+    from transport.plane.events import Event
 
 RETRY_S = 0.05
 """An answer from a model whose agents' snapshots are not all in yet is asked again this often."""

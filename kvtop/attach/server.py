@@ -35,7 +35,7 @@ from transport.service import ServiceThread
 
 if TYPE_CHECKING:
     from kvtop.model.cluster import ClusterModel
-    from transport.events import Event
+    from transport.plane.events import Event
 
 log = logging.getLogger("kvtop.model_endpoint")
 

@@ -20,7 +20,7 @@ from typing import Annotated, Final
 
 import msgspec
 
-from transport.events import Event
+from transport.plane.events import Event
 
 VERSION: Final = b"kvtop-model/1"
 MAX_ASK_BYTES: Final = 4096

@@ -32,9 +32,9 @@ from kvtop.bench import BenchFailed
 from kvtop.bench.report import Compare, Report
 from kvtop.bench.transfer import check_sizes, run_kvtop
 from transport.curve import CurveKeys, generate, stop_authenticator
-from transport.events import EventBatch, RoomState
-from transport.publisher import EventPublisher
-from transport.subscriber import EventSubscriber
+from transport.plane.events import EventBatch, RoomState
+from transport.plane.publisher import EventPublisher
+from transport.plane.subscriber import EventSubscriber
 from transport.wire import AgentInfo
 
 _FIRST_BATCH_S = 10.0

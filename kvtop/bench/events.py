@@ -26,8 +26,8 @@ from kvtop.bench import BenchFailed
 from kvtop.bench.report import Compare, Report, at_most
 from kvtop.bench.transfer import run_kvtop
 from kvtop.bench.watch import CollectorProcess, Watched
-from transport.events import EventBatch, RoomState
-from transport.publisher import EventPublisher
+from transport.plane.events import EventBatch, RoomState
+from transport.plane.publisher import EventPublisher
 from transport.wire import AgentInfo, FrameDecoder
 
 _RATE_SECONDS = 2.0

@@ -54,7 +54,9 @@ from kvtop.sources.live import PASS_S, Collector, tune_gc
 from transport.bootstrap import MAX_ENTRIES, BootstrapClient, BootstrapServer
 from transport.counters import Counters, rejection_names
 from transport.curve import CurveKeys, generate, stop_authenticator
-from transport.events import (
+from transport.kvpoll import KVPoll
+from transport.limits import size_context
+from transport.plane.events import (
     AgentHello,
     Event,
     EventBatch,
@@ -65,11 +67,9 @@ from transport.events import (
     Snapshot,
     TransferDone,
 )
-from transport.kvpoll import KVPoll
-from transport.limits import size_context
-from transport.publisher import EventPublisher, PublisherGroup
+from transport.plane.publisher import EventPublisher, PublisherGroup
+from transport.plane.subscriber import AGENT_RCVHWM, RELAY_RCVHWM
 from transport.sockets import LIST_FRAME, decode_waiting_frames, open_socket
-from transport.subscriber import AGENT_RCVHWM, RELAY_RCVHWM
 from transport.version import __version__
 from transport.wire import AgentInfo, FrameDecoder
 

@@ -34,7 +34,7 @@ from kvtop.model.incidents import IncidentTracker
 from kvtop.model.suspects import Surroundings
 from kvtop.sources.live import tune_gc
 from kvtop.sources.synthetic import SyntheticCluster
-from transport.events import EVENT_SCHEMA, Event, EventBatch, Failure
+from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure
 from transport.wire import FrameDecoder, encode
 
 CLUSTER = SyntheticCluster(prefill=4, decode=4, tp=2, spacing_s=0.001, failure_rate=0.05)

@@ -28,11 +28,11 @@ from typing import ClassVar
 from kvtop.bench import BenchFailed
 from kvtop.bench.report import Compare, Report, at_least, at_most
 from kvtop.model.cluster import ClusterModel
-from transport.cluster import ClusterSpec, LocalCluster
-from transport.events import EVENT_SCHEMA, Event, EventBatch, Failure, Progress, RoomState, TransferDone
+from transport.harness.cluster import ClusterSpec, LocalCluster
+from transport.harness.workload import Router, WorkloadSpec, WorkloadStats
 from transport.kvpoll import KVPoll
+from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure, Progress, RoomState, TransferDone
 from transport.wire import FrameDecoder, encode
-from transport.workload import Router, WorkloadSpec, WorkloadStats
 
 _AGENTS = [f"{role}-{i}/TP{r}" for role in ("prefill", "decode") for i in range(4) for r in range(2)]
 

@@ -25,7 +25,7 @@ from kvtop.record.format import SEGMENT_SUFFIX, BlockKind
 from kvtop.record.keyframes import capture
 from kvtop.record.segment import KEYFRAME_ZSTD_LEVEL, ZSTD_LEVEL, SegmentWriter
 from kvtop.record.writer import FLUSH_S, KEYFRAME_EVENTS, SEGMENT_BYTES, make_folder
-from transport.events import EventBatch
+from transport.plane.events import EventBatch
 from transport.wire import FrameDecoder
 
 PASS_S = 0.05

@@ -50,7 +50,7 @@ from kvtop.record.reader import Recording
 from kvtop.record.replay import Replay
 from kvtop.record.segment import KEYFRAME_ZSTD_LEVEL
 from kvtop.record.writer import KEYFRAME_EVENTS, Recorder
-from transport.events import EventBatch
+from transport.plane.events import EventBatch
 from transport.wire import FrameDecoder
 
 Progress = Callable[[str], None]

@@ -38,7 +38,7 @@ from kvtop.bench.cpu import cpu_seconds
 from kvtop.bench.report import Compare, Report
 from kvtop.sources.live import Collector, Heard, News
 from transport.bootstrap import BootstrapServer
-from transport.events import Failure
+from transport.plane.events import Failure
 
 TICK_S = 0.01
 REGISTER_WAIT_S = 60.0

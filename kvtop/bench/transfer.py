@@ -35,7 +35,7 @@ from kvtop.bench.cpu import CpuMeter, Leg
 from kvtop.bench.report import Compare, Report, at_least
 from transport import BootstrapClient, BootstrapError, BootstrapServer, KVManager, KVPoll, KVPool, Role, TransferConfig
 from transport.curve import CurveKeys
-from transport.pool import PageIndices
+from transport.kv.pool import PageIndices
 
 _ROOMS_IN_FLIGHT = 3
 

@@ -21,7 +21,7 @@ from kvtop.record.dashboard import DEFAULT_MAX_BYTES, KEYFRAME_EVENTS
 from kvtop.record.writer import Recorder
 from kvtop.sources.synthetic import SyntheticCluster
 from kvtop.tui.model_server import ServedModel
-from transport.events import EventBatch
+from transport.plane.events import EventBatch
 
 FEED_EVERY_S = 0.05
 SWEEP_EVERY_S = 0.5

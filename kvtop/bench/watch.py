@@ -17,7 +17,7 @@ from multiprocessing.synchronize import Event as EventType
 from kvtop.bench import BenchFailed
 from kvtop.model.cluster import ClusterModel
 from kvtop.sources.live import Collector
-from transport.events import Event, EventBatch, Snapshot
+from transport.plane.events import Event, EventBatch, Snapshot
 
 _SYNC_TIMEOUT_S = 30.0
 _CATCH_UP_S = 10.0

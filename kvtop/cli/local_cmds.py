@@ -31,16 +31,16 @@ from kvtop.cli.top_cmd import Theme
 from kvtop.record.dashboard import RecordChoice
 
 if TYPE_CHECKING:
-    from transport.cluster import ClusterSpec, LocalCluster
     from transport.config import Timeouts
-    from transport.faults import FaultSpec
-    from transport.workload import WorkloadStats
+    from transport.harness.cluster import ClusterSpec, LocalCluster
+    from transport.harness.workload import WorkloadStats
+    from transport.kv.faults import FaultSpec
 
 
 def _faults(texts: list[str]) -> dict[str, tuple[FaultSpec, ...]] | None:
     """`--fault [TARGET=]KIND[:RATE][@PEER]` into the cluster's per-target map; None keeps the demo faults."""
     from transport.errors import ConfigError
-    from transport.faults import FaultSpec
+    from transport.kv.faults import FaultSpec
 
     if not texts:
         return None
@@ -110,7 +110,7 @@ def _run_cluster(
     from kvtop.cluster.local import run_local
     from transport.config import Timeouts
     from transport.errors import ConfigError, TransportError
-    from transport.workload import WorkloadSpec
+    from transport.harness.workload import WorkloadSpec
 
     try:
         limits = Timeouts(*timeouts) if timeouts else None
@@ -158,7 +158,7 @@ def _dashboard(
     from kvtop.cli.top_cmd import find_theme, run_live_dashboard
     from kvtop.cluster.embedded import EmbeddedCluster
     from transport.errors import TransportError
-    from transport.workload import WorkloadSpec
+    from transport.harness.workload import WorkloadSpec
 
     themes = find_theme(theme)
     spec = _spec(prefill, decode, tp, fault, log_dir or tempfile.mkdtemp(prefix="kvtop-logs-"), None, security)
@@ -284,13 +284,13 @@ def cluster_up(
 
 
 def agent(ctx: typer.Context) -> None:
-    """Run one rank (all options as `python -m transport.agent`; `kvtop agent --help` lists them), or with
+    """Run one rank (all options as `python -m transport.harness.agent`; `kvtop agent --help` lists them), or with
     --sglang-log FILE the log sidecar of a real SGLang server (`kvtop agent --sglang-log FILE --help`)."""
     if any(arg == "--sglang-log" or arg.startswith("--sglang-log=") for arg in ctx.args):
         from kvtop.cli.sidecar_cmd import main as sidecar_main
 
         raise typer.Exit(sidecar_main(ctx.args))
-    from transport.agent import main as agent_main
+    from transport.harness.agent import main as agent_main
 
     agent_main(ctx.args)
 

@@ -28,7 +28,7 @@ from kvtop.source.when import parse_duration, pick
 if TYPE_CHECKING:
     from kvtop.record.writer import Recorder
     from kvtop.source.live import LiveSource
-    from transport.events import Event, Snapshot
+    from transport.plane.events import Event, Snapshot
 
 STATUS_EVERY_S = 10.0
 
@@ -171,7 +171,7 @@ def dump(
     """
     from kvtop.record.format import RecordingError
     from kvtop.record.replay import Replay
-    from transport.events import EventBatch
+    from transport.plane.events import EventBatch
 
     if not replay:
         raise typer.BadParameter("give --replay DIR (a recording)")

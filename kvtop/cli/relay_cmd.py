@@ -1,4 +1,4 @@
-"""`kvtop relay`: one address for a cluster's events and snapshots (transport/relay.py does the work)."""
+"""`kvtop relay`: one address for a cluster's events and snapshots (transport/plane/relay.py does the work)."""
 
 from __future__ import annotations
 
@@ -95,8 +95,8 @@ def relay(
     """
     from transport.curve import exposure_problem
     from transport.errors import BootstrapError
+    from transport.plane.relay import Relay
     from transport.registration import agent_problem
-    from transport.relay import Relay
 
     if not bootstrap and not relay and not connect:
         raise typer.BadParameter("give --bootstrap ADDR, at least one --relay ADDR, or at least one --connect EP")

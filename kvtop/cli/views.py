@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from kvtop.model.cluster import ClusterModel
     from kvtop.source import Source
     from kvtop.views.check import Thresholds
-    from transport.events import Event
+    from transport.plane.events import Event
 
 
 def _frames(spec: SourceSpec, follow: bool = False, interval: float = 1.0) -> Iterator[Source]:

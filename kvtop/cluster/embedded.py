@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
 from kvtop.sources.live import Collector
-from transport.cluster import ClusterSpec, LocalCluster
-from transport.workload import Router, WorkloadSpec, WorkloadStats
+from transport.harness.cluster import ClusterSpec, LocalCluster
+from transport.harness.workload import Router, WorkloadSpec, WorkloadStats
 
 if TYPE_CHECKING:
     from kvtop.record.writer import Recorder

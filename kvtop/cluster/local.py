@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from types import FrameType
 
 from kvtop.cluster.supervisor import Supervisor
-from transport.cluster import ClusterSpec, LocalCluster
 from transport.config import Timeouts, TransferConfig
-from transport.faults import FaultSpec
-from transport.workload import Router, WorkloadSpec, WorkloadStats
+from transport.harness.cluster import ClusterSpec, LocalCluster
+from transport.harness.workload import Router, WorkloadSpec, WorkloadStats
+from transport.kv.faults import FaultSpec
 
 DEMO_TIMEOUTS = Timeouts(bootstrap_s=10.0, waiting_s=10.0, transfer_s=3.0)
 """Short enough that a local cluster shows its failures within seconds."""

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from transport.cluster import AgentProcess, LocalCluster
+from transport.harness.cluster import AgentProcess, LocalCluster
+from transport.harness.workload import Router
 from transport.wire import AgentInfo
-from transport.workload import Router
 
 RESTART_AFTER_S = 1.0
 """A rank that exited starts again this long after, so one that dies at once does not spin."""

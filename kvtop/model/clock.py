@@ -17,7 +17,7 @@ from collections import deque
 
 import msgspec
 
-from transport.events import Event, Snapshot
+from transport.plane.events import Event, Snapshot
 
 SKEWED_S = 2.0
 """An agent whose clock is this far off the collector's has its times corrected, and views warn of it."""

@@ -32,7 +32,8 @@ from kvtop.model.resync import FailureKey, failure_key, unheld
 from kvtop.model.rolling import percentiles
 from kvtop.model.suspects import SILENT_BEFORE_S
 from kvtop.model.transfer_ring import TransferRing
-from transport.events import (
+from transport.kvpoll import LOST_AFTER_S, LOST_SWEEP_EVERY_S, TERMINAL, KVPoll
+from transport.plane.events import (
     MAX_PERCENT,
     MAX_SECONDS,
     MAX_TS,
@@ -48,7 +49,6 @@ from transport.events import (
     Snapshot,
     TransferDone,
 )
-from transport.kvpoll import LOST_AFTER_S, LOST_SWEEP_EVERY_S, TERMINAL, KVPoll
 from transport.wire import AgentInfo
 
 STALE_S = 3.0

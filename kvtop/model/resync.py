@@ -1,6 +1,6 @@
 """A snapshot asked again after a gap: what of it the model does not hold yet.
 
-The subscriber asks an agent's snapshot again when batches of it went missing (transport.subscriber), so a
+The subscriber asks an agent's snapshot again when batches of it went missing (transport.plane.subscriber), so a
 view through a relay that dropped the agent for a while, or one that fell behind, ends up with what a view
 that lost nothing has. That snapshot restates the agent's recent history, most of which the model applied
 from batches already: its live rooms and their progress are states (applied again, nothing changes), but
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from transport.events import Event, Failure, LogContext, RoomState, Snapshot, TransferDone
+from transport.plane.events import Event, Failure, LogContext, RoomState, Snapshot, TransferDone
 
 if TYPE_CHECKING:
     from kvtop.model.cluster import ClusterModel, RankView

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from kvtop.model.rolling import RingBuffer
-from transport.events import TransferDone
+from transport.plane.events import TransferDone
 
 WAITING_KEPT = 64
 """Transfers a ring holds as events before it writes them (a read writes them at once)."""

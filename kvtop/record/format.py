@@ -41,7 +41,7 @@ from typing import Final
 
 import xxhash
 
-from transport.events import EVENT_SCHEMA
+from transport.plane.events import EVENT_SCHEMA
 
 SCHEMA_VERSION: Final = 1
 """Bumped when the layout or the ops change incompatibly; a reader refuses every other version."""

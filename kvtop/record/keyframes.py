@@ -31,7 +31,7 @@ from kvtop.model.incidents import IncidentTracker, TrackerState
 from kvtop.model.intake import Intake
 from kvtop.model.rolling import RingBuffer
 from kvtop.model.transfer_ring import TransferRing
-from transport.events import LogContext, LogFollowed
+from transport.plane.events import LogContext, LogFollowed
 
 JOURNAL_FIELDS = frozenset(("journal", "journal_total", "_journal_kept", "_journal_events"))
 """The event tail of the dashboard's model: not part of a keyframe (rebuilt by the replay)."""

@@ -13,7 +13,7 @@ from typing import Annotated
 import msgspec
 
 from kvtop.model.cluster import ClusterModel
-from transport.events import MAX_TS, Event, EventBatch, Snapshot
+from transport.plane.events import MAX_TS, Event, EventBatch, Snapshot
 from transport.wire import AgentInfo
 
 Time = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_TS)]

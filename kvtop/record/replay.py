@@ -17,7 +17,7 @@ from kvtop.record.format import BlockKind
 from kvtop.record.keyframes import restore
 from kvtop.record.reader import Recording
 from kvtop.record.records import MARKS_DECODER, OPS_DECODER, Delivered, Dropped, Gapped, Mark, Op, apply_op
-from transport.events import Event, Snapshot
+from transport.plane.events import Event, Snapshot
 
 log = logging.getLogger("kvtop.record")
 

@@ -57,7 +57,7 @@ from kvtop.record.records import (
     Swept,
 )
 from kvtop.record.segment import SEGMENT_HEADERS, SegmentWriter, block_bytes, index_path
-from transport.events import EventBatch, Snapshot
+from transport.plane.events import EventBatch, Snapshot
 from transport.wire import AgentInfo
 
 log = logging.getLogger("kvtop.record")

@@ -5,7 +5,7 @@ deployed). It follows the log (`tail`: `tail -f`, rotation by rename or copytrun
 a file that is not there yet), infers failures, their classes and levels exactly
 as the log source does (`kvtop.sources.sglang`), and publishes them on the event
 plane per rank (`instance/TPn`), with the envelope, sequence numbers, heartbeats
-and snapshots of our own agents (`ranks`, reusing `transport.publisher`). Each rank
+and snapshots of our own agents (`ranks`, reusing `transport.plane.publisher`). Each rank
 registers with a bootstrap service. The fold happens where the sidecars' events
 meet, in kvtop's model, so several hosts' sidecars give the groups that reading
 their files together gives. `metrics` scrapes the server's Prometheus text into

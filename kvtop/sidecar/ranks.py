@@ -23,8 +23,8 @@ import zmq
 from transport.bootstrap import REFRESH_S, BootstrapClient
 from transport.curve import CurveKeys
 from transport.errors import BootstrapError
-from transport.events import AgentHello, Event, Heartbeat, LogFollowed
-from transport.publisher import EventPublisher
+from transport.plane.events import AgentHello, Event, Heartbeat, LogFollowed
+from transport.plane.publisher import EventPublisher
 from transport.registration import registration_problem
 from transport.service import ServiceThread
 from transport.version import __version__

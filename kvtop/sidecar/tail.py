@@ -11,7 +11,7 @@ from kvtop.sources.sglang import Context, LogSpec, SGLangLogs
 from kvtop.sources.sglang.naming import agent_file
 from kvtop.sources.sglang.reader import read_head
 from kvtop.sources.sglang.sniff import SNIFF_BYTES
-from transport.events import Event, LogFollowed
+from transport.plane.events import Event, LogFollowed
 from transport.wire import TEXT_MAX
 
 _TP_SIZE = re.compile(rb"server_args=ServerArgs\(.*?\btp_size=(\d+)")

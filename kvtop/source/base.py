@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from kvtop.source.spec import SourceSpec
     from kvtop.source.when import When
     from kvtop.sources.sglang.context import Context
-    from transport.events import Event
+    from transport.plane.events import Event
 
 
 @dataclass(frozen=True, slots=True)

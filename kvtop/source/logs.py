@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from kvtop.source.spec import SourceSpec
     from kvtop.sources.sglang import SGLangLogs
     from kvtop.sources.sglang.context import Context
-    from transport.events import Event
+    from transport.plane.events import Event
 
 POLL_S = 0.25
 """A followed tail reads what the logs gained this often."""

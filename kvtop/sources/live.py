@@ -24,9 +24,9 @@ from transport.bootstrap import BootstrapClient
 from transport.counters import rejection_names
 from transport.curve import CurveKeys
 from transport.errors import BootstrapError
-from transport.events import Event, Snapshot
+from transport.plane.events import Event, Snapshot
+from transport.plane.subscriber import Delivered, EventSubscriber
 from transport.registration import agent_problem
-from transport.subscriber import Delivered, EventSubscriber
 
 DISCOVER_EVERY_S = 2.0
 PASS_S = 0.01

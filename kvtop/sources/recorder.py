@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from kvtop.model.cluster import ClusterModel
-from transport.events import EventBatch, Snapshot
+from transport.plane.events import EventBatch, Snapshot
 from transport.wire import AgentInfo
 
 

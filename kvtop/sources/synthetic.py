@@ -11,7 +11,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from transport.events import (
+from transport.kv.reasons import from_another_rank
+from transport.kvpoll import KVPoll
+from transport.plane.events import (
     EVENT_SCHEMA,
     AgentHello,
     Event,
@@ -22,8 +24,6 @@ from transport.events import (
     RoomState,
     TransferDone,
 )
-from transport.kvpoll import KVPoll
-from transport.reasons import from_another_rank
 from transport.wire import AgentInfo
 
 _FLOW = (KVPoll.Bootstrapping, KVPoll.WaitingForInput, KVPoll.Transferring)

@@ -9,7 +9,7 @@ from kvtop.tui.rows import Palette, clock
 from kvtop.views.event_lines import to_line
 from kvtop.views.tables import sidecar_lines
 from kvtop.views.times import spans_days
-from transport.events import Event, Failure, Heartbeat
+from transport.plane.events import Event, Failure, Heartbeat
 
 _HISTORY_BUCKET_S = 10.0
 

@@ -22,8 +22,8 @@ from kvtop.model.fold import FailureGroup
 from kvtop.model.incidents import Incident
 from kvtop.model.live_fold import LiveFold
 from kvtop.views.event_lines import at_or_above, to_line
-from transport.events import Event
 from transport.kvpoll import KVPoll
+from transport.plane.events import Event
 
 WINDOW_S = 60.0
 """Seconds the rates, failure rate and top origins cover."""

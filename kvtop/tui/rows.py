@@ -13,8 +13,8 @@ from kvtop.model.cluster import Liveness, RoomView
 from kvtop.tui.frame import Frame, RankRow
 from kvtop.views.event_lines import to_line
 from kvtop.views.times import stamp
-from transport.events import Event
 from transport.kvpoll import KVPoll
+from transport.plane.events import Event
 
 if TYPE_CHECKING:
     from textual.theme import Theme  # the model process draws details with a Palette, and imports no Textual

@@ -16,7 +16,8 @@ from typing import Any
 
 import msgspec
 
-from transport.events import (
+from transport.kvpoll import KVPoll
+from transport.plane.events import (
     AbortEvent,
     AgentHello,
     Event,
@@ -27,7 +28,6 @@ from transport.events import (
     RoomState,
     TransferDone,
 )
-from transport.kvpoll import KVPoll
 
 LEVELS = ("debug", "info", "warning", "error")
 _KIND = {

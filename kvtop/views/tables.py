@@ -10,7 +10,7 @@ from kvtop.views.incidents import in_span, incident_json
 from kvtop.views.known import KNOWN_METRICS, NO_DATA
 from kvtop.views.times import stamp
 from transport.counters import REJECTION_REASONS
-from transport.events import LogFollowed
+from transport.plane.events import LogFollowed
 
 INCIDENTS_SHOWN = 3
 """Incidents the status text names (the newest); `kvtop incidents` lists them all."""

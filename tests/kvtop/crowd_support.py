@@ -20,9 +20,9 @@ from contextlib import contextmanager
 import zmq
 
 from transport import BootstrapClient, BootstrapServer
-from transport.events import AgentHello, Heartbeat
 from transport.limits import size_context
-from transport.publisher import EventPublisher, PublisherGroup
+from transport.plane.events import AgentHello, Heartbeat
+from transport.plane.publisher import EventPublisher, PublisherGroup
 from transport.version import __version__
 from transport.wire import AgentInfo
 

@@ -7,7 +7,7 @@ import json
 from kvtop_cli import kvtop
 
 from transport import FaultSpec, Timeouts, TransferConfig
-from transport.cluster import ClusterSpec
+from transport.harness.cluster import ClusterSpec
 
 
 def cluster_spec(faults: dict[str, tuple[FaultSpec, ...]] | None = None, transfer_timeout: float = 2.0) -> ClusterSpec:

@@ -21,7 +21,7 @@ from kvtop.views.check import Thresholds, Verdict, evaluate
 from tests.conftest import wait_for
 from tests.transport.test_cluster_faults import EVERY_RANK, clients_of, cluster_spec, results_of, submit
 from transport import KVPoll
-from transport.events import EVENT_SCHEMA, EventBatch, Failure, Snapshot
+from transport.plane.events import EVENT_SCHEMA, EventBatch, Failure, Snapshot
 
 FAKETIME = next(iter(glob.glob("/usr/lib/*/faketime/libfaketime.so.1")), "")
 HOUR = 3600.0

@@ -13,8 +13,8 @@ from kvtop_cli import kvtop
 
 from kvtop.sources.live import Collector
 from transport.bootstrap import BootstrapClient
-from transport.cluster import ClusterSpec, LocalCluster
 from transport.errors import TransportError
+from transport.harness.cluster import ClusterSpec, LocalCluster
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from kvtop.cli.app import app
 from kvtop.model.cluster import ClusterModel
 from kvtop.sources.live import Collector
-from transport.cluster import ClusterSpec
+from transport.harness.cluster import ClusterSpec
 
 SPEC = ClusterSpec(num_pages=16, page_bytes=4096)
 

@@ -20,9 +20,9 @@ from kvtop.sources.live import Collector
 from tests.conftest import wait_for
 from transport import BootstrapClient, BootstrapError
 from transport.curve import CurveKeys, denied, generate
-from transport.events import EventBatch, Snapshot
-from transport.relay import Relay
-from transport.subscriber import Delivered, EventSubscriber
+from transport.plane.events import EventBatch, Snapshot
+from transport.plane.relay import Relay
+from transport.plane.subscriber import Delivered, EventSubscriber
 from transport.wire import AgentInfo
 
 LABEL = "decode-7/TP0"

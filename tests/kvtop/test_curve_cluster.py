@@ -12,11 +12,11 @@ import pytest
 from kvtop_cli import kvtop
 
 from transport import BootstrapClient, BootstrapError, FaultSpec, KVPoll, Timeouts, TransferConfig
-from transport.cluster import ClusterSpec, LocalCluster
-from transport.control import ControlClient
 from transport.curve import CurveKeys, generate
-from transport.events import Heartbeat
-from transport.subscriber import EventSubscriber
+from transport.harness.cluster import ClusterSpec, LocalCluster
+from transport.harness.control import ControlClient
+from transport.plane.events import Heartbeat
+from transport.plane.subscriber import EventSubscriber
 from transport.wire import RoomResult
 
 
@@ -160,7 +160,7 @@ def test_the_embedded_cluster_runs_with_curve(tmp_path: Path, wait_for: Callable
     """Bare `kvtop --curve-keys`'s embedded cluster: its workload and its collector reach CURVE agents."""
     from kvtop.cluster.embedded import EmbeddedCluster
     from kvtop.cluster.local import demo_spec
-    from transport.workload import WorkloadSpec
+    from transport.harness.workload import WorkloadSpec
 
     keys = generate(tmp_path / "keys").folder
     spec = replace(demo_spec(1, 1, 1, {}, str(tmp_path / "logs")), curve_keys=str(keys))

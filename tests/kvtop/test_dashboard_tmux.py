@@ -67,7 +67,7 @@ def _agents_of(bootstrap: str) -> list[psutil.Process]:
     found = []
     for process in psutil.process_iter(["cmdline"]):
         cmdline = process.info["cmdline"] or []
-        if "transport.agent" in cmdline and bootstrap in cmdline:
+        if "transport.harness.agent" in cmdline and bootstrap in cmdline:
             found.append(process)
     return found
 

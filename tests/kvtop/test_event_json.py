@@ -7,7 +7,7 @@ import typing
 
 from kvtop.cli.record_cmd import _fields
 from kvtop.views.event_lines import to_json
-from transport.events import (
+from transport.plane.events import (
     AbortEvent,
     AgentHello,
     Event,

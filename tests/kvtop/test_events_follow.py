@@ -15,8 +15,8 @@ import pytest
 import zmq
 
 from transport import Role
-from transport.events import EVENT_SCHEMA, EventBatch, Failure, RoomState
 from transport.kvpoll import KVPoll
+from transport.plane.events import EVENT_SCHEMA, EventBatch, Failure, RoomState
 from transport.wire import encode
 
 

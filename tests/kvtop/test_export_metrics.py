@@ -28,7 +28,7 @@ from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import Observed
 from kvtop.model.histogram import HELD_KEPT, DurationHistogram
 from kvtop.sources.synthetic import SyntheticCluster
-from transport.events import EVENT_SCHEMA, EventBatch, Failure, Heartbeat
+from transport.plane.events import EVENT_SCHEMA, EventBatch, Failure, Heartbeat
 
 RANK = {"engine_type", "pd_instance", "tp_rank"}
 LINK = {"prefill_instance", "decode_instance"}

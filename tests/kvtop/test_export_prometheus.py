@@ -27,7 +27,7 @@ from kvtop_cli import kvtop
 
 from kvtop.export import GRAFANA_DASHBOARD
 from transport import FaultSpec, Timeouts, TransferConfig
-from transport.cluster import ClusterSpec
+from transport.harness.cluster import ClusterSpec
 
 T = TypeVar("T")
 PROMETHEUS = shutil.which("prometheus")

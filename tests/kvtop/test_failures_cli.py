@@ -7,7 +7,7 @@ import json
 from kvtop_cli import kvtop
 
 from transport import FaultSpec, Timeouts, TransferConfig
-from transport.cluster import ClusterSpec
+from transport.harness.cluster import ClusterSpec
 
 
 def test_failures_json_has_one_group_per_injected_fault_with_its_echoes(make_cluster, control):

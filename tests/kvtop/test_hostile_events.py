@@ -11,8 +11,8 @@ import pytest
 import zmq
 from kvtop_cli import kvtop
 
-from transport.events import EVENT_SCHEMA, Event, EventBatch, RoomState, TransferDone
 from transport.kvpoll import KVPoll
+from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, RoomState, TransferDone
 from transport.wire import encode
 
 
@@ -75,7 +75,7 @@ def test_hostile_events_leave_status_json_strict_with_the_rejections_counted(hos
 def test_a_hello_line_keeps_the_agent_label_beside_its_agent_info():
     """`events --jsonl` renders a hello with `agent` the label and the AgentInfo under `info`."""
     from kvtop.views.event_lines import to_json
-    from transport.events import AgentHello
+    from transport.plane.events import AgentHello
     from transport.wire import AgentInfo
 
     info = AgentInfo("decode", "decode-0", 1, 2, 4096, "", "", 42, "host-a", 9)

@@ -12,8 +12,8 @@ from kvtop.model.cluster import STALE_S, ClusterModel
 from kvtop.model.fold import Observed, fold_room
 from kvtop.model.incidents import IncidentTracker, room_groups
 from kvtop.record.keyframes import capture, restore
-from transport.events import EVENT_SCHEMA, Event, EventBatch, Failure, Heartbeat, RoomState
 from transport.kvpoll import KVPoll
+from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure, Heartbeat, RoomState
 
 T0 = 1_800_000_000.0
 _seq = itertools.count(1)

@@ -16,8 +16,8 @@ import zmq
 from kvtop_cli import kvtop
 
 from transport import BootstrapClient
-from transport.cluster import ClusterSpec, LocalCluster
 from transport.errors import BootstrapError
+from transport.harness.cluster import ClusterSpec, LocalCluster
 from transport.sockets import bind_ephemeral
 from transport.wire import AgentList, BootstrapRequest, FrameDecoder, ListAgents, encode
 

@@ -8,8 +8,17 @@ from kvtop.model.cluster import GONE_S, SETTLE_S, STALE_S, ClusterModel, Livenes
 from kvtop.model.rolling import RingBuffer, percentiles
 from kvtop.model.transfer_ring import WAITING_KEPT, TransferRing
 from kvtop.views.tables import status_json
-from transport.events import EVENT_SCHEMA, Event, EventBatch, Failure, Heartbeat, Progress, RoomState, TransferDone
 from transport.kvpoll import LOST_AFTER_S, LOST_SWEEP_EVERY_S, KVPoll
+from transport.plane.events import (
+    EVENT_SCHEMA,
+    Event,
+    EventBatch,
+    Failure,
+    Heartbeat,
+    Progress,
+    RoomState,
+    TransferDone,
+)
 
 T0 = 1_000_000.0
 

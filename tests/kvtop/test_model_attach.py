@@ -32,8 +32,8 @@ from kvtop.record.dashboard import RecordChoice
 from kvtop.tui.model_client import ModelProcess
 from kvtop.tui.model_server import ServedModel
 from transport import FaultSpec, Timeouts, TransferConfig
-from transport.cluster import ClusterSpec, LocalCluster
-from transport.control import ControlClient
+from transport.harness.cluster import ClusterSpec, LocalCluster
+from transport.harness.control import ControlClient
 
 SPEC = ClusterSpec(
     num_pages=64,

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from kvtop.model.cluster import GONE_S, SETTLE_S, ClusterModel, LinkView, RankView, RoomView
 from kvtop.model.fold import ROOM_REUSE_S, Observed
 from kvtop.model.resync import unheld
-from transport.events import (
+from transport.kvpoll import KVPoll
+from transport.plane.events import (
     EVENT_SCHEMA,
     AbortEvent,
     AgentHello,
@@ -25,7 +26,6 @@ from transport.events import (
     Snapshot,
     TransferDone,
 )
-from transport.kvpoll import KVPoll
 from transport.wire import AgentInfo
 
 T0 = 1_000_000.0

@@ -10,7 +10,8 @@ import pytest
 
 import kvtop.model.cluster as cluster
 from kvtop.model.cluster import SETTLE_S, ClusterModel
-from transport.events import (
+from transport.kvpoll import KVPoll
+from transport.plane.events import (
     EVENT_SCHEMA,
     AgentHello,
     Event,
@@ -21,8 +22,7 @@ from transport.events import (
     Snapshot,
     TransferDone,
 )
-from transport.kvpoll import KVPoll
-from transport.publisher import StateMirror
+from transport.plane.publisher import StateMirror
 from transport.wire import AgentInfo
 
 T0 = 1_000_000.0

@@ -17,7 +17,7 @@ import zmq
 from kvtop_cli import kvtop
 
 from transport import KVPoll
-from transport.cluster import ClusterSpec
+from transport.harness.cluster import ClusterSpec
 from transport.sockets import bind_ephemeral
 
 PAGE_BYTES = 8192
@@ -88,7 +88,7 @@ def test_hostile_frames_on_every_socket_are_counted_in_kvtop_ranks_and_rooms_sti
     cluster = make_cluster(ClusterSpec(prefill_tp=2, num_pages=64, page_bytes=PAGE_BYTES))
     hostile = HostileBootstrap(zmq_context, cluster.endpoint)
     extra = subprocess.Popen(
-        [sys.executable, "-m", "transport.agent", "--role", "decode", "--instance", "decode-7",
+        [sys.executable, "-m", "transport.harness.agent", "--role", "decode", "--instance", "decode-7",
          "--bootstrap", hostile.endpoint, "--pages", "64", "--page-bytes", str(PAGE_BYTES)],
         stderr=subprocess.DEVNULL,
     )  # fmt: skip

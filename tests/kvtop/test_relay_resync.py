@@ -16,9 +16,9 @@ from kvtop.model.cluster import ClusterModel
 from kvtop.sources.live import Collector
 from tests.conftest import wait_for
 from transport import BootstrapClient, BootstrapServer, FaultSpec, KVPoll, Timeouts, TransferConfig
-from transport.cluster import ClusterSpec, LocalCluster
-from transport.control import ControlClient
-from transport.relay import Relay
+from transport.harness.cluster import ClusterSpec, LocalCluster
+from transport.harness.control import ControlClient
+from transport.plane.relay import Relay
 
 PARTITIONED = ("decode-0/TP0", "decode-1/TP0")
 """decode-0's rooms succeed; decode-1's fail (prefill-0 corrupts what it sends there)."""

@@ -18,9 +18,9 @@ from kvtop.model.cluster import ClusterModel
 from kvtop.sources.live import Collector
 from tests.conftest import wait_for
 from transport import FaultSpec, Timeouts, TransferConfig
-from transport.cluster import ClusterSpec, LocalCluster
-from transport.control import ControlClient
-from transport.relay import Relay
+from transport.harness.cluster import ClusterSpec, LocalCluster
+from transport.harness.control import ControlClient
+from transport.plane.relay import Relay
 
 ROOMS = (101, 202)
 

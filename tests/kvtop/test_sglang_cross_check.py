@@ -12,7 +12,7 @@ from sidecar_support import registry, sidecars, view_json
 
 from tests.conftest import wait_for
 from transport import FaultSpec, Timeouts, TransferConfig
-from transport.cluster import ClusterSpec
+from transport.harness.cluster import ClusterSpec
 
 TRANSFER = TransferConfig(
     chunk_bytes=8192,

@@ -17,7 +17,7 @@ from kvtop.sources.sglang import SGLangLogs, load
 from kvtop.sources.sglang.reader import BLOCK_BYTES
 from kvtop.views.check import Thresholds, Verdict, evaluate
 from tests.conftest import wait_for
-from transport.events import Failure
+from transport.plane.events import Failure
 
 pytestmark = pytest.mark.usefixtures("utc")
 

@@ -5,8 +5,17 @@ from __future__ import annotations
 from kvtop.model.cluster import ClusterModel, Liveness
 from kvtop.sidecar.ranks import sidecar_info
 from kvtop.views.tables import ranks_json, status_json
-from transport.events import EVENT_SCHEMA, AgentHello, Event, EventBatch, Failure, Heartbeat, LogFollowed, RoomState
 from transport.kvpoll import KVPoll
+from transport.plane.events import (
+    EVENT_SCHEMA,
+    AgentHello,
+    Event,
+    EventBatch,
+    Failure,
+    Heartbeat,
+    LogFollowed,
+    RoomState,
+)
 
 T = 1_800_000_000.0
 

@@ -17,13 +17,13 @@ from kvtop.sources.sglang import load
 from kvtop.views.failures import render_groups
 from kvtop.views.tables import rooms_json, status_json
 from transport import TransferConfig
-from transport.cluster import ClusterSpec
 from transport.errors import FrameRejected
-from transport.events import EVENT_SCHEMA, EventBatch, Failure, RoomState, Snapshot
+from transport.harness.cluster import ClusterSpec
+from transport.harness.workload import Router, WorkloadSpec
 from transport.kvpoll import KVPoll
-from transport.publisher import FINISHED_KEPT, StateMirror
+from transport.plane.events import EVENT_SCHEMA, EventBatch, Failure, RoomState, Snapshot
+from transport.plane.publisher import FINISHED_KEPT, StateMirror
 from transport.wire import FrameDecoder, encode
-from transport.workload import Router, WorkloadSpec
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang" / "new-era"
 LOGS = ("--sglang-log", f"prefill={FIXTURES / 'prefill.log'}", "--sglang-log", f"decode={FIXTURES / 'decode.log'}")

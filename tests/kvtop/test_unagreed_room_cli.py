@@ -8,8 +8,8 @@ from kvtop_cli import kvtop
 
 from kvtop.sources.sglang.infer import reason_class
 from transport import KVPoll, TransferConfig
-from transport.cluster import ClusterSpec
-from transport.reasons import consensus_timeout
+from transport.harness.cluster import ClusterSpec
+from transport.kv.reasons import consensus_timeout
 
 
 def test_a_room_its_instances_never_agreed_on_counts_as_failed_in_status_and_check(make_cluster, control):

@@ -7,7 +7,7 @@ import json
 from kvtop_cli import kvtop
 
 from transport import FaultSpec, Timeouts, TransferConfig
-from transport.cluster import ClusterSpec
+from transport.harness.cluster import ClusterSpec
 
 
 def test_views_describe_a_cluster_that_moved_rooms_and_failed_one(make_cluster, control):

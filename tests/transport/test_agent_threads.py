@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from transport import BootstrapServer, KVManager, KVPoll, Role, TransferConfig
-from transport.agent import AgentOptions, child_args
+from transport.harness.agent import AgentOptions, child_args
 from transport.wire import Vote, VoteEntry, encode
 
 PAGE_BYTES = 8192
@@ -31,7 +31,7 @@ AgentSpawner = Callable[..., subprocess.Popen[bytes]]
 
 @pytest.fixture
 def spawn_agent(bootstrap: BootstrapServer, tmp_path: Path) -> Iterator[AgentSpawner]:
-    """Start agent processes (`python -m transport.agent`, or `script` in their place); all end at teardown."""
+    """Start agent processes (`python -m transport.harness.agent`, or `script` in their place); all end at teardown."""
     processes: list[subprocess.Popen[bytes]] = []
 
     def spawn(role: Role, instance: str, *, rank: int = 0, tp: int = 1, script: str = "") -> subprocess.Popen[bytes]:
@@ -46,7 +46,7 @@ def spawn_agent(bootstrap: BootstrapServer, tmp_path: Path) -> Iterator[AgentSpa
             transfer=FAST,
             log_file=str(tmp_path / f"{instance}-{rank}.log"),
         )
-        entry = ["-c", script] if script else ["-m", "transport.agent"]
+        entry = ["-c", script] if script else ["-m", "transport.harness.agent"]
         process = subprocess.Popen([sys.executable, *entry, *child_args(options)], stdin=subprocess.DEVNULL)
         processes.append(process)
         return process
@@ -131,9 +131,9 @@ def test_hostile_consensus_votes_are_rejected_counted_and_the_agent_keeps_finish
 
 BROKEN_AGENT = """
 import sys
-from transport.agent import main
-from transport.decode import DecodeSide
-from transport.publisher import EventPublisher
+from transport.harness.agent import main
+from transport.kv.decode import DecodeSide
+from transport.plane.publisher import EventPublisher
 
 owner = {"engine": DecodeSide, "publisher": EventPublisher}[THREAD]
 method = "tick" if owner is DecodeSide else "_publish"

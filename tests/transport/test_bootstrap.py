@@ -13,8 +13,8 @@ import zmq
 
 from transport import BootstrapClient, BootstrapServer, KVManager, KVPoll, KVPool, Role
 from transport.bootstrap import MAX_ENTRIES, MAX_PER_CLIENT
-from transport.cluster import ClusterSpec
 from transport.errors import BootstrapError
+from transport.harness.cluster import ClusterSpec
 from transport.registration import endpoint_problem
 from transport.sockets import bind_ephemeral
 from transport.wire import (

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from transport import FaultSpec, KVPoll, TransferConfig
-from transport.cluster import ClusterSpec, LocalCluster
-from transport.control import ControlClient, ControlError
+from transport.harness.cluster import ClusterSpec, LocalCluster
+from transport.harness.control import ControlClient, ControlError
 from transport.wire import GetStats, Submitted, encode
 
 PAGE_BYTES = 8192

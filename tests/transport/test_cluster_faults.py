@@ -18,9 +18,9 @@ import pytest
 
 from transport import FaultSpec, KVPoll, Timeouts, TransferConfig
 from transport.bootstrap import BootstrapClient
-from transport.cluster import ClusterSpec, LocalCluster
-from transport.control import ControlClient
-from transport.events import Failure
+from transport.harness.cluster import ClusterSpec, LocalCluster
+from transport.harness.control import ControlClient
+from transport.plane.events import Failure
 from transport.wire import RoomResult
 
 PREFILL = ("prefill-0/TP0", "prefill-0/TP1")

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from transport import BootstrapClient, FaultInjector, FaultSpec, KVManager, KVPoll, Role, Timeouts, TransferConfig
-from transport.events import AbortEvent
-from transport.reasons import from_another_rank
+from transport.kv.reasons import from_another_rank
+from transport.plane.events import AbortEvent
 
 PAGE_BYTES = 4096
 PAGES = np.arange(8, dtype=np.uint32)

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import zmq
 
-from transport.agent import parse_args
 from transport.curve import CurveKeys, exposure_problem, generate, is_loopback
 from transport.errors import CurveError
+from transport.harness.agent import parse_args
 
 
 def _mode(path: Path) -> int:
@@ -105,7 +105,7 @@ def test_only_loopback_binds_go_without_keys_or_insecure() -> None:
 
 
 def test_an_agent_refuses_a_bad_key_folder_at_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """`python -m transport.agent --curve-keys` with an unusable folder is a usage error (exit 2), not a hang."""
+    """`python -m transport.harness.agent --curve-keys` with an unusable folder: a usage error (exit 2), no hang."""
     with pytest.raises(SystemExit) as exited:
         parse_args(["--role", "prefill", "--instance", "p", "--bootstrap", "tcp://127.0.0.1:9",
                     "--curve-keys", str(tmp_path / "missing")])  # fmt: skip

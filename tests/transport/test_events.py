@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from transport import KVPoll, Role
-from transport import engine as engine_module
-from transport.events import AbortEvent, Failure, Heartbeat, Progress, RoomState, Snapshot
-from transport.publisher import EventPublisher, PublisherGroup
-from transport.subscriber import AGENT_RCVHWM
+from transport.kv import engine as engine_module
+from transport.plane.events import AbortEvent, Failure, Heartbeat, Progress, RoomState, Snapshot
+from transport.plane.publisher import EventPublisher, PublisherGroup
+from transport.plane.subscriber import AGENT_RCVHWM
 from transport.wire import AgentInfo
 
 PAGES = np.arange(8, dtype=np.uint32)
@@ -296,7 +296,7 @@ def test_a_heartbeat_whose_log_report_is_unbounded_is_rejected_at_the_border():
     """A sidecar's `log` report is bounded where it enters: a path over `TEXT_MAX` or more metrics than
     `LOG_METRICS_MAX` makes the frame malformed, while a report within bounds decodes."""
     from transport.errors import FrameRejected
-    from transport.events import EVENT_SCHEMA, LOG_METRICS_MAX, EventBatch, LogFollowed
+    from transport.plane.events import EVENT_SCHEMA, LOG_METRICS_MAX, EventBatch, LogFollowed
     from transport.wire import TEXT_MAX, FrameDecoder, encode
 
     def batch(log: LogFollowed) -> bytes:

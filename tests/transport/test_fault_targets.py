@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from transport import FaultInjector, FaultKind, FaultSpec, KVPoll, Role, TransferConfig
-from transport.cluster import ClusterSpec
 from transport.errors import ConfigError
+from transport.harness.cluster import ClusterSpec
 
 PAGE_BYTES = 4096
 
@@ -72,8 +72,8 @@ def test_a_fault_that_reaches_no_rank_is_an_error_naming_what_exists(faults, exp
 
 
 def test_an_agent_process_refuses_a_fault_its_role_cannot_act_on():
-    """`python -m transport.agent --role decode --fault corrupt` exits 2 saying decode ranks act only on die."""
-    command = [sys.executable, "-m", "transport.agent", "--role", "decode", "--instance", "decode-0"]
+    """`python -m transport.harness.agent --role decode --fault corrupt` exits 2 saying decode ranks act only on die."""
+    command = [sys.executable, "-m", "transport.harness.agent", "--role", "decode", "--instance", "decode-0"]
     done = subprocess.run(
         [*command, "--bootstrap", "tcp://127.0.0.1:1", "--fault", "corrupt:0.5"],
         capture_output=True,

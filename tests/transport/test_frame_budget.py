@@ -5,9 +5,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from transport.events import Failure, LogContext, Snapshot
-from transport.frame_budget import FRAME_BUDGET, fit_snapshot
-from transport.publisher import FINISHED_KEPT
+from transport.plane.events import Failure, LogContext, Snapshot
+from transport.plane.frame_budget import FRAME_BUDGET, fit_snapshot
+from transport.plane.publisher import FINISHED_KEPT
 from transport.wire import TEXT_MAX, FrameDecoder, cut_text
 
 TRACEBACK = "Traceback (most recent call last):\n" + '  File "x.py", line 1, in f\n' * 550  # ~15 KB

@@ -52,6 +52,10 @@ def test_every_transport_module_imports_without_kvtop_textual_or_typer():
 
     assert done.returncode == 0, done.stderr
     imported = set(done.stdout.split())
-    expected = {f"transport.{path.stem}" for path in (REPO / "transport").glob("*.py") if path.stem != "__init__"}
+    expected = {
+        ".".join(path.relative_to(REPO).with_suffix("").parts)
+        for path in (REPO / "transport").rglob("*.py")
+        if path.stem != "__init__"
+    }
     assert expected <= imported
-    assert {"transport.agent", "transport.cluster", "transport.engine", "transport.wire"} <= imported
+    assert {"transport.harness.agent", "transport.harness.cluster", "transport.kv.engine", "transport.wire"} <= imported

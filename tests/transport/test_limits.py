@@ -90,7 +90,7 @@ def test_a_subscriber_raises_the_open_files_as_agents_come():
     result = in_process(
         """
         import json, os, resource
-        from transport.subscriber import EventSubscriber
+        from transport.plane.subscriber import EventSubscriber
         from transport.wire import AgentInfo
 
         subscriber = EventSubscriber()
@@ -115,8 +115,8 @@ def test_a_snapshot_socket_the_process_has_no_file_for_names_the_agent_and_opens
         """
         import json, os, time
         import zmq
-        from transport.publisher import EventPublisher
-        from transport.subscriber import EventSubscriber
+        from transport.plane.publisher import EventPublisher
+        from transport.plane.subscriber import EventSubscriber
         from transport.wire import AgentInfo
 
         info = AgentInfo("decode", "decode-0", 0, 1, 4096, "", "", os.getpid(), "h", 7)
@@ -158,7 +158,7 @@ def test_a_subscriber_whose_hard_limit_is_too_low_keeps_the_files_its_connection
     result = in_process(
         """
         import json, os
-        from transport.subscriber import EventSubscriber
+        from transport.plane.subscriber import EventSubscriber
         from transport.wire import AgentInfo
 
         subscriber = EventSubscriber()

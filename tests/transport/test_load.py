@@ -7,8 +7,8 @@ import time
 from collections import Counter
 
 from transport import FaultSpec, KVPoll, Timeouts, TransferConfig
-from transport.cluster import ClusterSpec
-from transport.control import ControlClient
+from transport.harness.cluster import ClusterSpec
+from transport.harness.control import ControlClient
 
 PAGE_BYTES = 8192
 POOL_PAGES = 64

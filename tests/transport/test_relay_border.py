@@ -10,8 +10,8 @@ import zmq
 
 from transport import BootstrapClient, BootstrapServer
 from transport.errors import BootstrapError
-from transport.events import SnapshotRequest
-from transport.relay import Relay
+from transport.plane.events import SnapshotRequest
+from transport.plane.relay import Relay
 from transport.wire import AgentInfo, encode
 
 RANK = AgentInfo("prefill", "rack-1", 0, 1, 4096, "tcp://127.0.0.1:5000", "", os.getpid(), "host", 7)

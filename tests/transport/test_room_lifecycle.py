@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from transport import KVPoll, Role, Timeouts, TransferConfig
-from transport.cluster import ClusterSpec, LocalCluster
-from transport.control import ControlClient, ControlError
+from transport.harness.cluster import ClusterSpec, LocalCluster
+from transport.harness.control import ControlClient, ControlError
 
 PAGE_BYTES = 8192
 VOTE_TIMEOUT_S = 1.0
@@ -58,7 +58,7 @@ def test_a_finished_room_whose_instance_never_agreed_is_failed_before_the_sweep_
 ):
     """prefill-0/TP1 votes the room WaitingForInput for ever (it never gets the pages): when TP0's
     finished room is swept, its agreement is failed first, so the scheduler waiting on it hears."""
-    monkeypatch.setattr("transport.side.RETAIN_FINISHED_S", 0.5)
+    monkeypatch.setattr("transport.kv.side.RETAIN_FINISHED_S", 0.5)
     config = TransferConfig(timeouts=Timeouts(bootstrap_s=30, waiting_s=30, transfer_s=30))
     prefills = [make_manager(Role.PREFILL, "prefill-0", rank=r, tp=2, config=config) for r in range(2)]
     decodes = [make_manager(Role.DECODE, "decode-0", rank=r, tp=2, config=config) for r in range(2)]

@@ -6,8 +6,8 @@ import time
 
 from kvtop.cluster.local import StatusLine
 from transport import FaultSpec, Timeouts, TransferConfig
-from transport.cluster import ClusterSpec
-from transport.workload import Router, WorkloadSpec, WorkloadStats
+from transport.harness.cluster import ClusterSpec
+from transport.harness.workload import Router, WorkloadSpec, WorkloadStats
 
 
 def drive(router: Router, until, timeout_s: float = 30.0) -> None:

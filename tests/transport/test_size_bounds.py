@@ -12,9 +12,9 @@ import psutil
 
 import transport
 from transport import KVPoll
-from transport.cluster import ClusterSpec
-from transport.events import EventBatch, Heartbeat
-from transport.subscriber import EventSubscriber
+from transport.harness.cluster import ClusterSpec
+from transport.plane.events import EventBatch, Heartbeat
+from transport.plane.subscriber import EventSubscriber
 
 GROWTH_ALLOWED = 40 << 20
 HOSTILE = """
@@ -40,7 +40,7 @@ def test_every_transport_socket_is_opened_through_the_bounded_helper():
     root = Path(transport.__file__).parent
     offenders = [
         path.name
-        for path in root.glob("*.py")
+        for path in root.rglob("*.py")
         if path.name != "sockets.py" and re.search(r"\.socket\((zmq\.|kind)", path.read_text())
     ]
     assert offenders == []

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from transport import KVPoll
-from transport.cluster import ClusterSpec, LocalCluster
-from transport.control import ControlClient, ControlError
+from transport.harness.cluster import ClusterSpec, LocalCluster
+from transport.harness.control import ControlClient, ControlError
 
 POOL_PAGES = 64
 

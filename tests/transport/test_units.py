@@ -21,17 +21,17 @@ from transport import (
     Timeouts,
     TransferConfig,
     TransportError,
-    reasons,
 )
-from transport.agent import AgentOptions, child_args, parse_args
 from transport.config import Role
 from transport.counters import Counters
-from transport.events import AgentHello, Event, Failure, Heartbeat, LogContext, Progress, RoomState, TransferDone
+from transport.harness.agent import AgentOptions, child_args, parse_args
+from transport.kv import reasons
+from transport.kv.mapping import Pairing, pairings_for_decode_rank
+from transport.kv.pool import PoolExhausted, is_one_run, run_breaks, split_runs
+from transport.kv.rooms import RoomRecord
 from transport.kvpoll import advance
-from transport.mapping import Pairing, pairings_for_decode_rank
-from transport.pool import PoolExhausted, is_one_run, run_breaks, split_runs
-from transport.publisher import StateMirror
-from transport.rooms import RoomRecord
+from transport.plane.events import AgentHello, Event, Failure, Heartbeat, LogContext, Progress, RoomState, TransferDone
+from transport.plane.publisher import StateMirror
 from transport.wire import (
     MAX_CONTROL_FRAME,
     WIRE_VERSION,

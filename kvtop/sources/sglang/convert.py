@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvtop.sources.sglang.lines import BatchLine
-from transport.events import Heartbeat
+from transport.plane.events import Heartbeat
 
 
 def to_heartbeat(line: BatchLine, ts: float) -> Heartbeat:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 
 from kvtop.sources.sglang.lines import FailureLine
-from transport.events import Failure, Level
+from transport.plane.events import Failure, Level
 
 ANOTHER_RANK = "Failed due to an unknown reason from another rank"
 

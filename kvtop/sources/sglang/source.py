@@ -39,7 +39,7 @@ from kvtop.sources.sglang.related import RelatedLines, WorkerError
 from kvtop.sources.sglang.sniff import sniff_role
 from kvtop.sources.sglang.spec import LogSpec
 from kvtop.sources.sglang.stats import LogStats
-from transport.events import EVENT_SCHEMA, Event, EventBatch, Failure, Level
+from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure, Level
 
 LOAD_BYTES = 8 << 20
 """Bytes of each file a poll reads while loading: what is held at once is one poll's events, whatever the size."""

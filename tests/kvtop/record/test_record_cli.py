@@ -21,10 +21,10 @@ from kvtop.record.format import BlockKind
 from kvtop.record.reader import Recording
 from tests.conftest import wait_for
 from tests.kvtop.kvtop_cli import kvtop
-from transport.cluster import LocalCluster
 from transport.config import Timeouts
-from transport.faults import FaultSpec
-from transport.workload import Router, WorkloadSpec
+from transport.harness.cluster import LocalCluster
+from transport.harness.workload import Router, WorkloadSpec
+from transport.kv.faults import FaultSpec
 
 STABLE = ("ranks", "rooms_open", "rooms_failed", "failures", "aborted", "stuck", "gaps", "rejected_events",
           "rejected_frames", "rooms_lost", "top_origins")  # fmt: skip

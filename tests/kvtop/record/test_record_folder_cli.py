@@ -15,9 +15,9 @@ import pytest
 
 from kvtop.cluster.local import demo_spec
 from tests.kvtop.kvtop_cli import kvtop
-from transport.cluster import LocalCluster
 from transport.config import Timeouts
-from transport.workload import Router, WorkloadSpec
+from transport.harness.cluster import LocalCluster
+from transport.harness.workload import Router, WorkloadSpec
 
 FILE_LIMIT = 32 << 10
 """The largest file the recorder of the failing-write test may write (RLIMIT_FSIZE: a write past it fails

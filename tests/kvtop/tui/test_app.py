@@ -34,8 +34,8 @@ from kvtop.tui.views.failures import FailuresView
 from kvtop.tui.widgets.row_list import RowList
 from kvtop.views.event_lines import LEVELS, shown
 from kvtop.views.times import stamp
-from transport.events import Failure
 from transport.kvpoll import KVPoll
+from transport.plane.events import Failure
 
 FOCUS = {"overview": "ranks-list", "rooms": "rooms-list", "failures": "failure-tree", "events": "events-list"}
 """The widget that takes the keys in each view."""
@@ -700,7 +700,7 @@ def test_a_group_whose_origin_comes_after_its_echo_stays_open_under_the_cursor(a
     """Ranks' events reach the collector in any order: a group first seen by its echo, expanded, then joined by
     its origin (which moves the group's time, and its incident: the origin names the rank that broke) stays
     expanded with the cursor on it, in its new incident, opened for it."""
-    from transport.events import EVENT_SCHEMA, EventBatch
+    from transport.plane.events import EVENT_SCHEMA, EventBatch
 
     room, origin = 4343001, "decode-0/TP0"
     echo = Failure(
@@ -936,7 +936,7 @@ def test_no_frame_is_built_while_the_last_one_is_painted(source: FixtureSource):
 
 def test_the_events_view_survives_hostile_events_and_counts_them(app: KvtopApp, source: FixtureSource):
     """A state of 7 and a NaN time reach the model by a path no decoder guards: counted, skipped, still drawn."""
-    from transport.events import EVENT_SCHEMA, EventBatch, RoomState
+    from transport.plane.events import EVENT_SCHEMA, EventBatch, RoomState
 
     hostile = [RoomState(float("nan"), 4242901, int(KVPoll.Transferring), 2), RoomState(FIXED_NOW, 4242902, 7, 0)]
     sound = RoomState(FIXED_NOW, 4242903, int(KVPoll.Transferring), int(KVPoll.WaitingForInput))

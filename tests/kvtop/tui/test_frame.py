@@ -14,8 +14,8 @@ from kvtop.sources.synthetic import SyntheticCluster
 from kvtop.tui.frame import WINDOW_S, FrameBuilder, IncidentRow, Options, RoomSort, group_text
 from kvtop.tui.views.failures import group_key
 from kvtop.views.event_lines import LEVELS, level_of, shown, to_line
-from transport.events import EVENT_SCHEMA, EventBatch, RoomState
 from transport.kvpoll import KVPoll
+from transport.plane.events import EVENT_SCHEMA, EventBatch, RoomState
 
 
 @pytest.fixture

@@ -22,8 +22,8 @@ from kvtop.tui.themes import load_themes
 from kvtop.tui.views.failures import FailuresView, detail
 from kvtop.tui.widgets.row_list import RowList
 from kvtop.views.event_lines import to_line
-from transport.events import EVENT_SCHEMA, EventBatch, Failure, Heartbeat, LogFollowed, TransferDone
 from transport.kvpoll import KVPoll
+from transport.plane.events import EVENT_SCHEMA, EventBatch, Failure, Heartbeat, LogFollowed, TransferDone
 
 HOT, FAILED = Style(color="#00ffff"), Style(color="#ff0000", bold=True)
 

@@ -15,8 +15,8 @@ from kvtop.tui.frame import FrameBuilder, Options
 from kvtop.tui.rows import Palette
 from kvtop.tui.themes import load_themes
 from kvtop.views.tables import status_json
-from transport.events import EVENT_SCHEMA, RoomState, Snapshot
 from transport.kvpoll import KVPoll
+from transport.plane.events import EVENT_SCHEMA, RoomState, Snapshot
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "sglang" / "new-era"
 SPECS = [f"prefill={FIXTURES / 'prefill.log'}", f"decode={FIXTURES / 'decode.log'}"]

@@ -47,14 +47,14 @@ from transport.bootstrap import BootstrapClient
 from transport.counters import Counters, rejection_names
 from transport.curve import CurveKeys, dialing, serving, stop_authenticator
 from transport.errors import BootstrapError
-from transport.events import EventBatch, Heartbeat
 from transport.limits import size_context
+from transport.plane.events import EventBatch, Heartbeat
+from transport.plane.snapshot_broker import BROKER_COUNTERS, Book, Route, SnapshotBroker
 from transport.registration import RELAY_ROLE, agent_problem, endpoint_problem, entry_name
-from transport.snapshot_broker import BROKER_COUNTERS, Book, Route, SnapshotBroker
 from transport.sockets import LIST_FRAME, SMALL_FRAME, bind, decode_waiting, open_socket
 from transport.wire import AgentInfo, AgentList, FrameDecoder
 
-log = logging.getLogger("transport.relay")
+log = logging.getLogger("transport.plane.relay")
 
 DISCOVER_EVERY_S = 1.0
 HWM = 100_000

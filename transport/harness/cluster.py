@@ -20,13 +20,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transport.agent import AgentOptions, child_args
 from transport.bootstrap import BootstrapClient, BootstrapServer
 from transport.config import Role, TransferConfig
 from transport.curve import CurveKeys, exposure_problem
 from transport.errors import ConfigError, TransportError
-from transport.faults import FaultSpec
-from transport.targets import plan_faults
+from transport.harness.agent import AgentOptions, child_args
+from transport.harness.targets import plan_faults
+from transport.kv.faults import FaultSpec
 from transport.wire import AgentInfo
 
 _STOP_GRACE_S = 5.0
@@ -46,7 +46,7 @@ class ClusterSpec:
     transfer: TransferConfig = field(default_factory=TransferConfig)
     faults: dict[str, tuple[FaultSpec, ...]] = field(default_factory=dict)
     """Faults per target: "" (every agent), a role, an instance ("decode-1") or a rank ("prefill-0/TP1");
-    see `transport.targets`."""
+    see `transport.harness.targets`."""
     log_dir: str = ""
     log_level: str = "INFO"
     curve_keys: str = ""
@@ -163,7 +163,7 @@ class LocalCluster:
     def _spawn(self, options: AgentOptions, restarts: int = 0) -> AgentProcess:
         label = f"{options.instance}/TP{options.rank}"
         env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", **self.spec.environment.get(label, {})}
-        command = [sys.executable, "-m", "transport.agent", *child_args(options)]
+        command = [sys.executable, "-m", "transport.harness.agent", *child_args(options)]
         if not self.spec.log_dir:
             return AgentProcess(options, subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL), "", restarts)
         path = str(Path(self.spec.log_dir) / f"{options.instance}-TP{options.rank}.stderr")

@@ -23,12 +23,12 @@ from dataclasses import dataclass
 
 import zmq
 
-from transport import reasons
 from transport.counters import Counters
 from transport.curve import CurveKeys, dialing, serving
+from transport.kv import reasons
+from transport.kv.rooms import RoomRecord
+from transport.kv.routes import RouteBook
 from transport.kvpoll import KVPoll
-from transport.rooms import RoomRecord
-from transport.routes import RouteBook
 from transport.sockets import (
     LIST_FRAME,
     bind_ephemeral,

@@ -29,7 +29,7 @@ import zmq
 from transport.counters import Counters
 from transport.curve import CurveSide
 from transport.errors import FrameRejected
-from transport.events import SnapshotRequest
+from transport.plane.events import SnapshotRequest
 from transport.sockets import LIST_FRAME, decode_routed, open_socket
 from transport.wire import AgentInfo, AgentList, FrameDecoder, ListAgents, encode
 

@@ -6,10 +6,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from transport.errors import KVTransferError, ReasonClass
+from transport.kv.mapping import Pairing
+from transport.kv.pool import PageIndices
+from transport.kv.reasons import Reason
 from transport.kvpoll import KVPoll, advance
-from transport.mapping import Pairing
-from transport.pool import PageIndices
-from transport.reasons import Reason
 from transport.wire import TransferRequest
 
 

@@ -28,21 +28,21 @@ import zmq
 
 from transport.bootstrap import REFRESH_S, BootstrapClient
 from transport.config import Role, TransferConfig
-from transport.consensus import InstanceConsensus
 from transport.counters import Counters, rejection_names
 from transport.curve import CurveKeys, denied, stop_authenticator
-from transport.decode import DecodeSide
 from transport.errors import BootstrapError, ConfigError, KVTransferError, ReasonClass, TransportError
-from transport.events import AgentHello, Event, Heartbeat
-from transport.faults import FaultInjector, FaultKind
+from transport.kv.consensus import InstanceConsensus
+from transport.kv.decode import DecodeSide
+from transport.kv.faults import FaultInjector, FaultKind
+from transport.kv.pool import KVPool
+from transport.kv.prefill import PrefillSide
+from transport.kv.reasons import Reason, from_another_rank
+from transport.kv.rooms import ReceiverRoom, RoomRecord, SenderRoom
+from transport.kv.routes import RouteBook
+from transport.kv.side import SideContext
 from transport.kvpoll import KVPoll
-from transport.pool import KVPool
-from transport.prefill import PrefillSide
-from transport.publisher import EventPublisher, NullPublisher, Publisher
-from transport.reasons import Reason, from_another_rank
-from transport.rooms import ReceiverRoom, RoomRecord, SenderRoom
-from transport.routes import RouteBook
-from transport.side import SideContext
+from transport.plane.events import AgentHello, Event, Heartbeat
+from transport.plane.publisher import EventPublisher, NullPublisher, Publisher
 from transport.version import __version__
 from transport.wire import AgentInfo, VoteEntry
 

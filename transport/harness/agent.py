@@ -4,7 +4,7 @@ The agent plays the serving engine's scheduler: on `Submit` a prefill rank
 "computes" the room's KV (writes a room-specific pattern into fresh pages) and
 sends it; a decode rank allocates pages and receives. When a room ends, the
 agent answers the submitter with a `RoomResult` and frees the pages. Run it
-with `python -m transport.agent --help` (or `kvtop agent`); a harness passes
+with `python -m transport.harness.agent --help` (or `kvtop agent`); a harness passes
 every option as one JSON argument instead (`child_args`).
 """
 
@@ -27,12 +27,12 @@ from transport.bootstrap import BootstrapClient
 from transport.config import Role, Timeouts, TransferConfig
 from transport.counters import Counters, rejection_names
 from transport.curve import CurveKeys, exposure_problem, serving, stop_authenticator
-from transport.engine import KVManager, KVReceiver, KVSender
 from transport.errors import BootstrapError, ConfigError, KVTransferError
-from transport.faults import FaultInjector, FaultSpec, check_role
+from transport.harness.logs import setup_agent_logging
+from transport.kv.engine import KVManager, KVReceiver, KVSender
+from transport.kv.faults import FaultInjector, FaultSpec, check_role
+from transport.kv.pool import KVPool, PageIndices, PoolExhausted
 from transport.kvpoll import KVPoll
-from transport.logs import setup_agent_logging
-from transport.pool import KVPool, PageIndices, PoolExhausted
 from transport.sockets import SMALL_FRAME, bind, decode_routed, open_socket
 from transport.wire import (
     ControlRequest,
@@ -309,7 +309,7 @@ class Agent:
 
 
 def parse_args(argv: list[str] | None = None) -> AgentOptions:
-    """Read agent options from the command line (`python -m transport.agent --help`), or from the one JSON
+    """Read agent options from the command line (`python -m transport.harness.agent --help`), or from the one JSON
     object of `child_args` (decoded with its type: a bad value is a usage error, as a bad flag is)."""
     parser = _parser()
     argv = sys.argv[1:] if argv is None else argv
@@ -329,7 +329,7 @@ def parse_args(argv: list[str] | None = None) -> AgentOptions:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m transport.agent",
+        prog="python -m transport.harness.agent",
         description="Run one KV transfer rank.",
         epilog="Exit status: 0 when stopped (SIGTERM/SIGINT, or its parent went away); 1 when a thread of "
         "the rank died (logged with its traceback) or it could not start.",

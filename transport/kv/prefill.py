@@ -15,14 +15,14 @@ import numpy as np
 import xxhash
 import zmq
 
-from transport import reasons
 from transport.curve import serving
-from transport.events import AbortEvent
-from transport.faults import FaultKind
+from transport.kv import reasons
+from transport.kv.faults import FaultKind
+from transport.kv.pool import run_breaks, split_runs
+from transport.kv.rooms import LinkPlan, SenderRoom
+from transport.kv.side import SideContext, sweep_finished
 from transport.kvpoll import KVPoll
-from transport.pool import run_breaks, split_runs
-from transport.rooms import LinkPlan, SenderRoom
-from transport.side import SideContext, sweep_finished
+from transport.plane.events import AbortEvent
 from transport.sockets import LIST_FRAME, bind_ephemeral, decode_routed, open_socket
 from transport.wire import (
     Abort,

@@ -43,8 +43,8 @@ import zmq
 
 from transport.counters import Counters, rejection_names
 from transport.curve import CurveKeys, dialing
-from transport.events import EventBatch, Heartbeat, Snapshot, SnapshotRequest
 from transport.limits import cannot_open, files_for, out_of_files, raise_open_files, size_context, snapshot_room
+from transport.plane.events import EventBatch, Heartbeat, Snapshot, SnapshotRequest
 from transport.registration import agent_problem, endpoint_problem, entry_name
 from transport.sockets import LIST_FRAME, decode_waiting, decode_waiting_frames, open_socket
 from transport.wire import AgentInfo, FrameDecoder, encode

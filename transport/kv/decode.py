@@ -15,16 +15,16 @@ import numpy as np
 import xxhash
 import zmq
 
-from transport import reasons
 from transport.curve import dialing
 from transport.errors import ConfigError, FrameRejected
-from transport.events import AbortEvent
+from transport.kv import reasons
+from transport.kv.mapping import Pairing, pairings_for_decode_rank
+from transport.kv.pool import PageIndices, is_one_run, run_breaks
+from transport.kv.rooms import ReceiverRoom
+from transport.kv.routes import RouteBook
+from transport.kv.side import SideContext, sweep_finished
 from transport.kvpoll import KVPoll
-from transport.mapping import Pairing, pairings_for_decode_rank
-from transport.pool import PageIndices, is_one_run, run_breaks
-from transport.rooms import ReceiverRoom
-from transport.routes import RouteBook
-from transport.side import SideContext, sweep_finished
+from transport.plane.events import AbortEvent
 from transport.sockets import data_frame_bound, drain_message, open_socket
 from transport.wire import (
     Abort,

@@ -13,7 +13,7 @@ from typing import Final
 
 import msgspec
 
-from transport.events import Snapshot
+from transport.plane.events import Snapshot
 from transport.wire import MAX_CONTROL_FRAME, encode
 
 FRAME_BUDGET: Final = MAX_CONTROL_FRAME - (64 << 10)

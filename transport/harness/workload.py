@@ -24,8 +24,8 @@ import zmq
 
 from transport.bootstrap import BootstrapClient
 from transport.config import Role
-from transport.control import ControlClient
 from transport.curve import CurveKeys
+from transport.harness.control import ControlClient
 from transport.kvpoll import KVPoll
 from transport.wire import AgentInfo, RoomResult
 

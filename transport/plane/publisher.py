@@ -30,7 +30,8 @@ import zmq
 
 from transport.counters import Counters, rejection_names
 from transport.curve import CurveKeys, serving
-from transport.events import (
+from transport.kvpoll import LOST_AFTER_S, LOST_SWEEP_EVERY_S, TERMINAL
+from transport.plane.events import (
     EVENT_SCHEMA,
     AgentHello,
     Event,
@@ -44,8 +45,7 @@ from transport.events import (
     SnapshotRequest,
     TransferDone,
 )
-from transport.frame_budget import FRAME_BUDGET, fit_snapshot
-from transport.kvpoll import LOST_AFTER_S, LOST_SWEEP_EVERY_S, TERMINAL
+from transport.plane.frame_budget import FRAME_BUDGET, fit_snapshot
 from transport.service import ServiceThread
 from transport.sockets import SMALL_FRAME, bind, decode_routed, open_publisher, open_socket, serve_subscriptions
 from transport.wire import AgentInfo, FrameDecoder, encode

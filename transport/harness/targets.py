@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from transport.config import Role
 from transport.errors import ConfigError
-from transport.faults import ROLE_KINDS, FaultSpec
+from transport.kv.faults import ROLE_KINDS, FaultSpec
 
 Agent = tuple[Role, str]
 """(role, label), e.g. (Role.DECODE, "decode-1/TP0")."""

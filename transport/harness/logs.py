@@ -36,7 +36,7 @@ def setup_agent_logging(rank: int, level: str = "INFO", log_file: str = "") -> l
     package.addHandler(handler)
     package.setLevel(level.upper())
     package.propagate = False
-    logger = logging.getLogger("transport.agent")
+    logger = logging.getLogger("transport.harness.agent")
     logger.handlers.clear()
     logger.setLevel(logging.NOTSET)
     logger.propagate = True

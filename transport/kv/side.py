@@ -18,16 +18,16 @@ from typing import TypeVar
 
 import zmq
 
-from transport import reasons
 from transport.config import TransferConfig
 from transport.counters import Counters
 from transport.curve import CurveKeys
 from transport.errors import KVTransferError, ReasonClass
-from transport.events import Event, Failure, Level, Progress, RoomState, TransferDone
-from transport.faults import FaultInjector, FaultKind
+from transport.kv import reasons
+from transport.kv.faults import FaultInjector, FaultKind
+from transport.kv.pool import KVPool
+from transport.kv.rooms import RoomRecord
 from transport.kvpoll import KVPoll
-from transport.pool import KVPool
-from transport.rooms import RoomRecord
+from transport.plane.events import Event, Failure, Level, Progress, RoomState, TransferDone
 from transport.wire import AgentInfo, cut_text
 
 _Room = TypeVar("_Room", bound=RoomRecord)

@@ -1,0 +1,1 @@
+"""What runs agents: the rank process, a local cluster of them, the workload that drives it."""

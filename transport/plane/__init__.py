@@ -1,0 +1,1 @@
+"""The event plane: event records, the publisher, subscriber, relay and snapshot broker."""
