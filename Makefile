@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint bench
+.PHONY: run test test-fast lint bench
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,9 @@ run: $(BIN)/.installed  ## set up, then open kvtop on an embedded local cluster
 
 test: $(BIN)/.installed lint  ## set up, then lint, type-check and run the whole test suite
 	$(BIN)/python -m pytest -n auto --dist loadfile
+
+test-fast: $(BIN)/.installed  ## the tests that start no process (no agent, cluster or kvtop command)
+	$(BIN)/python -m pytest -n 2 --no-processes
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check kvtop transport tests scripts

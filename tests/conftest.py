@@ -27,6 +27,8 @@ from transport.plane.publisher import EventPublisher
 from transport.plane.subscriber import AGENT_RCVHWM, Delivered, EventSubscriber
 from transport.wire import AgentInfo
 
+pytest_plugins = ["process_guard"]
+
 T = TypeVar("T")
 
 POLL_INTERVAL_S = 0.01

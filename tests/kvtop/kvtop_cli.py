@@ -1,4 +1,10 @@
-"""Running the installed `kvtop` command the way a person or a script would."""
+"""Running `kvtop`: the installed command the way a person or a script would, or in this process.
+
+`kvtop_here` is for argument handling (usage errors, bad values, exit codes):
+it runs `kvtop.cli.app.run` inside Typer's `CliRunner` isolation and answers
+like `kvtop`, so no process is started. Where a real process is the point (a
+cluster, a follow loop, signals, the console entry point) use `kvtop`.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +13,21 @@ import shutil
 import subprocess
 import sys
 
+from typer.testing import CliRunner
+
+from kvtop.cli.app import run
+
 
 def kvtop(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run the installed `kvtop` (this Python's entry point) and capture its output; `env` adds variables."""
     command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
     environment = {**os.environ, **env} if env else None
     return subprocess.run([command, *args], capture_output=True, text=True, timeout=60, check=False, env=environment)
+
+
+def kvtop_here(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`kvtop ARGS` run in this process, with its exit code and output as `kvtop` would give them."""
+    with CliRunner().isolation(env=env) as (stdout, stderr, _):
+        code = run(list(args))
+        out, err = stdout.getvalue().decode(), stderr.getvalue().decode()
+    return subprocess.CompletedProcess(["kvtop", *args], code, out, err)

@@ -11,6 +11,8 @@ from kvtop.bench.transfer import run_kvtop
 from kvtop.bench.watch import CollectorProcess
 from tests.kvtop.kvtop_cli import kvtop
 
+pytestmark = pytest.mark.processes
+
 
 def test_events_bench_fails_when_the_collector_applied_no_events() -> None:
     """A collector watching ranks that publish nothing applies no events, and the bench refuses the run."""

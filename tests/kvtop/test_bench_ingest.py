@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from kvtop.bench.ingest import verdict
 from tests.kvtop.kvtop_cli import kvtop
 
@@ -17,6 +19,7 @@ def test_a_check_that_exits_unknown_or_out_of_range_is_no_verdict() -> None:
     assert verdict(0, "KVTOP OK - 4/4 ranks alive | ranks=4") == ""
 
 
+@pytest.mark.processes
 def test_ingest_bench_times_check_under_load_and_reports_its_verdicts() -> None:
     """The JSON carries each check's exit code (all verdicts) and the rooms finished while they ran."""
     done = kvtop("bench", "ingest", "--events", "1000", "--repeats", "2", "--json")
@@ -29,6 +32,7 @@ def test_ingest_bench_times_check_under_load_and_reports_its_verdicts() -> None:
     assert result["events_per_s"] > 0 and result["decode_only_per_s"] > 0
 
 
+@pytest.mark.processes
 def test_incidents_bench_reports_their_cost_and_a_bounded_memory_run() -> None:
     """Both legs took the same events, failures formed incidents, and the memory run read RSS at three marks."""
     done = kvtop("bench", "incidents", "--rooms", "2000", "--repeats", "1", "--memory-rooms", "20000", "--json")

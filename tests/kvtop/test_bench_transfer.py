@@ -10,12 +10,12 @@ import xxhash
 
 from kvtop.bench.baselines import page_digests
 from kvtop.bench.transfer import check_sizes
-from tests.kvtop.kvtop_cli import kvtop
+from tests.kvtop.kvtop_cli import kvtop, kvtop_here
 
 
 def test_a_chunk_kvtop_cannot_send_as_whole_pages_is_refused() -> None:
     """96 KiB would go as 64 KiB pages in kvtop and 96 KiB messages raw: the bench says so and exits 2."""
-    done = kvtop("bench", "transfer", "--chunk-bytes", "96KiB")
+    done = kvtop_here("bench", "transfer", "--chunk-bytes", "96KiB")
     assert done.returncode == 2
     assert "kvtop sends whole 65536 B pages" in done.stderr
 
@@ -35,6 +35,7 @@ def test_page_digests_are_each_pages_xxh3_in_order() -> None:
     assert page_digests(buffer, 4096) == b"".join(xxhash.xxh3_64_digest(page) for page in pages)
 
 
+@pytest.mark.processes
 def test_transfer_bench_json_has_every_legs_figures() -> None:
     """With --floor and --e2e each leg's GB/s and ratio to raw is reported, at one message size."""
     done = kvtop("bench", "transfer", "--chunk-bytes", "64KiB", "--room-bytes", "1MiB", "--rooms", "4",

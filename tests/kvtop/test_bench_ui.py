@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from kvtop.bench.ui import data_ages, missing
 from tests.kvtop.kvtop_cli import kvtop
 
@@ -24,6 +26,7 @@ def test_a_run_without_a_views_frames_or_with_unanswered_keys_lacks_what_it_meas
     assert missing({"rooms": 3}, keys=5, pressed=5, key_timeout_s=5.0) == ""
 
 
+@pytest.mark.processes
 def test_ui_bench_exits_non_zero_when_no_key_answered() -> None:
     """With no time allowed for a key to show its view, the bench fails with one line instead of 0.0 ms."""
     done = kvtop(*_SMALL, "--seconds", "1", "--key-timeout-s", "0", "--json")
@@ -33,6 +36,7 @@ def test_ui_bench_exits_non_zero_when_no_key_answered() -> None:
     assert "keys did not show their view within 0 s" in done.stderr
 
 
+@pytest.mark.processes
 def test_ui_bench_json_reports_data_age_beside_frame_time() -> None:
     """A short run reports frame, build and data-age percentiles, and every key it pressed answered; the
     dashboard recorded what it was fed, as it does live by default."""

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from kvtop_cli import kvtop
 
 from transport import FaultSpec, Timeouts, TransferConfig
 from transport.harness.cluster import ClusterSpec
+
+pytestmark = pytest.mark.processes
 
 
 def cluster_spec(faults: dict[str, tuple[FaultSpec, ...]] | None = None, transfer_timeout: float = 2.0) -> ClusterSpec:

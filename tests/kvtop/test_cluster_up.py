@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from kvtop_cli import kvtop
+from kvtop_cli import kvtop, kvtop_here
 
 from kvtop.sources.live import Collector
 from transport.bootstrap import BootstrapClient
@@ -30,7 +30,7 @@ from transport.harness.cluster import ClusterSpec, LocalCluster
 )
 def test_cluster_up_exits_2_with_one_line_naming_the_agents_for_a_fault_that_reaches_none(fault, expected):
     """A --fault that would inject nothing stops `cluster up` before any agent starts: exit 2, one stderr line."""
-    result = kvtop("cluster", "up", "--fault", fault, "--duration", "1")
+    result = kvtop_here("cluster", "up", "--fault", fault, "--duration", "1")
 
     assert result.returncode == 2
     assert result.stdout == ""
@@ -41,6 +41,7 @@ def test_cluster_up_exits_2_with_one_line_naming_the_agents_for_a_fault_that_rea
         assert "this cluster has prefill-0, decode-0 (ranks TP0, TP1)" in lines[0]
 
 
+@pytest.mark.processes
 def test_cluster_up_with_its_default_faults_runs_and_exits_0_on_a_one_prefill_cluster():
     """The demo faults only name ranks that exist, so a 1P1D `cluster up` runs, moves rooms and exits 0."""
     result = kvtop("cluster", "up", "--duration", "3", "--rate", "20")
@@ -98,6 +99,7 @@ def test_restart_brings_a_killed_rank_back_as_a_new_incarnation_the_collector_se
     assert (tmp_path / "decode-0-TP0.stderr").exists()
 
 
+@pytest.mark.processes
 def test_an_agent_that_crashes_leaves_its_traceback_in_the_log_folder(tmp_path):
     """An agent that cannot start (no pages for its pool) exits 1; its traceback is in LOG_DIR/<rank>.stderr."""
     cluster = LocalCluster(ClusterSpec(num_pages=0, log_dir=str(tmp_path)))

@@ -35,6 +35,7 @@ def kvtop_limited(*args: str, open_files: int = 0) -> subprocess.CompletedProces
     return subprocess.run([command, *args], capture_output=True, text=True, timeout=120, preexec_fn=cap)
 
 
+@pytest.mark.processes
 def test_views_of_more_than_1023_agents_open_a_socket_for_each_and_answer():
     """1,100 agents: status lists each, none unreachable; check judges them (a loaded machine may leave some
     snapshots unanswered in time: WARNING or CRITICAL then, never UNKNOWN); neither ends in a traceback."""
@@ -55,6 +56,7 @@ def test_views_of_more_than_1023_agents_open_a_socket_for_each_and_answer():
         assert "Traceback" not in run.stderr and "ZMQError" not in run.stdout + run.stderr
 
 
+@pytest.mark.processes
 def test_a_view_out_of_open_files_names_the_ranks_it_could_not_reach_and_check_is_critical():
     """60 agents, a view capped at 40 open files (hard limit too): the ranks it could not open a socket for are
     listed as unreachable, with the limit and what to raise; check is CRITICAL on them; no traceback."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from kvtop_cli import kvtop
+from kvtop_cli import kvtop_here
 from sidecar_support import KVTOP
 
 from kvtop.sources.live import Collector
@@ -115,6 +115,7 @@ def _heard(subscriber: EventSubscriber, out: list[Delivered], seconds: float) ->
     return out
 
 
+@pytest.mark.processes
 def test_curve_relay_passes_events_and_snapshots_to_an_allowed_view_and_nothing_to_others(plane: Plane) -> None:
     """Through a CURVE relay the allowed view gets the sidecar rank's snapshot and batches; a subscriber with no
     key or with a key not on the allow-list gets nothing, and the relay counts the refused key."""
@@ -147,6 +148,7 @@ def test_curve_relay_passes_events_and_snapshots_to_an_allowed_view_and_nothing_
             subscriber.close()
 
 
+@pytest.mark.processes
 def test_curve_sidecar_is_heard_by_an_allowed_view_only(plane: Plane) -> None:
     """A sidecar serving CURVE: an allowed collector sees its rank and the failure room; a stranger's key gets
     no listing from the CURVE bootstrap and nothing from the rank's sockets."""
@@ -186,12 +188,13 @@ def test_curve_sidecar_is_heard_by_an_allowed_view_only(plane: Plane) -> None:
 def test_non_loopback_bind_without_keys_or_insecure_is_refused_in_one_line(command: list[str]) -> None:
     """`kvtop bootstrap`, `kvtop relay` and `kvtop agent --sglang-log` refuse to bind beyond loopback without
     --curve-keys or --insecure: one line naming both, exit 2, before any socket opens."""
-    done = kvtop(*command)
+    done = kvtop_here(*command)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "not loopback" in lines[0] and "--curve-keys" in lines[0] and "--insecure" in lines[0]
 
 
+@pytest.mark.processes
 def test_bootstrap_binds_beyond_loopback_with_insecure() -> None:
     """--insecure is the explicit way out: `kvtop bootstrap --listen tcp://0.0.0.0:0 --insecure` serves."""
     process = subprocess.Popen(
@@ -210,6 +213,6 @@ def test_sidecar_refuses_a_key_folder_that_cannot_serve(tmp_path: Path) -> None:
     """A sidecar serves, so a view's folder (no server secret, no allow-list) is a one-line usage error."""
     keys = generate(tmp_path / "keys").folder
     (keys / "server.key_secret").unlink()
-    done = kvtop("agent", "--sglang-log", str(tmp_path / "decode.log"), "--curve-keys", str(keys))
+    done = kvtop_here("agent", "--sglang-log", str(tmp_path / "decode.log"), "--curve-keys", str(keys))
     assert done.returncode == 2, done.stderr
     assert "server.key_secret" in done.stderr and len(done.stderr.strip().splitlines()) == 1

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
-from kvtop_cli import kvtop
+from kvtop_cli import kvtop, kvtop_here
 
 from transport import BootstrapClient, BootstrapError, FaultSpec, KVPoll, Timeouts, TransferConfig
 from transport.curve import CurveKeys, generate
@@ -64,6 +64,7 @@ def curve_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CurveClu
     assert [p.label for p in cluster.processes if p.process.poll() is None] == []
 
 
+@pytest.mark.processes
 def test_agents_of_a_curve_cluster_transfer_and_agree(curve_cluster: CurveCluster) -> None:
     """With CURVE on every socket, a room moves (checksummed, both prefill ranks agreeing) and a corrupted one fails."""
     moved, corrupted = curve_cluster.results[1], curve_cluster.results[2]
@@ -71,6 +72,7 @@ def test_agents_of_a_curve_cluster_transfer_and_agree(curve_cluster: CurveCluste
     assert (KVPoll(corrupted.state), corrupted.reason_class) == (KVPoll.Failed, "checksum")
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("who", ["no key", "key not on the allow-list"])
 def test_unauthorised_subscriber_gets_no_event_and_no_snapshot(
     curve_cluster: CurveCluster, who: str, wait_for: Callable[..., object]
@@ -113,6 +115,7 @@ def test_unauthorised_subscriber_gets_no_event_and_no_snapshot(
         client.list_agents()
 
 
+@pytest.mark.processes
 def test_allowed_views_read_the_curve_cluster_and_others_are_told_why_not(curve_cluster: CurveCluster) -> None:
     """`kvtop status/failures --json --curve-keys` see the ranks, the room and the failure; without keys, exit 1."""
     endpoint, keys = curve_cluster.cluster.endpoint, curve_cluster.keys
@@ -132,10 +135,11 @@ def test_allowed_views_read_the_curve_cluster_and_others_are_told_why_not(curve_
     assert refused.returncode == 1 and "--curve-keys" in refused.stderr
 
 
+@pytest.mark.processes
 def test_binding_beyond_loopback_without_keys_needs_insecure(tmp_path: Path) -> None:
     """`cluster up --host 0.0.0.0` and an agent's `--host 0.0.0.0` exit 2 with one line naming --insecure."""
-    cluster = kvtop("cluster", "up", "--host", "0.0.0.0", "--duration", "1")
-    agent = kvtop(
+    cluster = kvtop_here("cluster", "up", "--host", "0.0.0.0", "--duration", "1")
+    agent = kvtop(  # the agent's entry point takes the process over (faulthandler on its stderr)
         "agent", "--role", "prefill", "--instance", "p", "--bootstrap", "tcp://127.0.0.1:9", "--host", "0.0.0.0"
     )
 
@@ -148,14 +152,15 @@ def test_a_bad_key_folder_is_a_one_line_usage_error(tmp_path: Path) -> None:
     """A view or a cluster given a key folder that is missing or open to others exits 2 at once, saying which."""
     keys = generate(tmp_path / "keys").folder
     keys.chmod(0o755)
-    missing = kvtop("status", "--bootstrap", "tcp://127.0.0.1:9", "--curve-keys", str(tmp_path / "nope"))
-    open_folder = kvtop("cluster", "up", "--curve-keys", str(keys), "--duration", "1")
+    missing = kvtop_here("status", "--bootstrap", "tcp://127.0.0.1:9", "--curve-keys", str(tmp_path / "nope"))
+    open_folder = kvtop_here("cluster", "up", "--curve-keys", str(keys), "--duration", "1")
 
     assert (missing.returncode, open_folder.returncode) == (2, 2)
     assert "does not exist" in missing.stderr and missing.stderr.count("\n") == 1
     assert "chmod 700" in open_folder.stderr and open_folder.stderr.count("\n") == 1
 
 
+@pytest.mark.processes
 def test_the_embedded_cluster_runs_with_curve(tmp_path: Path, wait_for: Callable[..., object]) -> None:
     """Bare `kvtop --curve-keys`'s embedded cluster: its workload and its collector reach CURVE agents."""
     from kvtop.cluster.embedded import EmbeddedCluster

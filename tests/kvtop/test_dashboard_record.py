@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kvtop.record.dashboard import RecordChoice, dashboard_recording
 from kvtop.record.writer import Recorder
-from tests.kvtop.kvtop_cli import kvtop
+from tests.kvtop.kvtop_cli import kvtop_here
 
 
 def test_a_second_dashboard_on_the_same_folder_runs_without_recording_and_says_so(tmp_path: Path) -> None:
@@ -32,7 +32,7 @@ def test_no_record_keeps_nothing(tmp_path: Path) -> None:
 
 def test_a_record_size_that_is_no_size_is_a_usage_error() -> None:
     """`--record-max-bytes lots` exits 2 with one line, before any source is opened."""
-    done = kvtop("top", "--connect", "tcp://127.0.0.1:9", "--record-max-bytes", "lots")
+    done = kvtop_here("top", "--connect", "tcp://127.0.0.1:9", "--record-max-bytes", "lots")
     assert done.returncode == 2
     assert "'lots' is not a size" in done.stderr
 
@@ -50,6 +50,6 @@ def test_a_dashboard_on_a_folder_a_recorder_writes_runs_without_recording_and_sa
 
 def test_a_ring_smaller_than_the_least_cap_is_a_usage_error() -> None:
     """`--record-max-bytes 64KiB`: exit 2 with one line naming the least size (1MiB)."""
-    done = kvtop("top", "--connect", "tcp://127.0.0.1:9", "--record-max-bytes", "64KiB")
+    done = kvtop_here("top", "--connect", "tcp://127.0.0.1:9", "--record-max-bytes", "64KiB")
     assert done.returncode == 2
     assert "'64KiB' is below 1MiB" in done.stderr

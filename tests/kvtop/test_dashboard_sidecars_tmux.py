@@ -13,7 +13,7 @@ from test_dashboard_tmux import Pane, pane  # noqa: F401 (the fixture)
 
 from tests.conftest import wait_for
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+pytestmark = [pytest.mark.processes, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")]
 _EXIT_MARK = "KVTOP-EXITED"
 
 

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from kvtop import __version__ as kvtop_version
 from tests.conftest import wait_for
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+pytestmark = [pytest.mark.processes, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")]
 
 KVTOP = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
 _EXIT_MARK = "KVTOP-EXITED"

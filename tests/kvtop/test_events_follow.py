@@ -19,6 +19,8 @@ from transport.kvpoll import KVPoll
 from transport.plane.events import EVENT_SCHEMA, EventBatch, Failure, RoomState
 from transport.wire import encode
 
+pytestmark = pytest.mark.processes
+
 
 class Follower:
     """`kvtop events --follow --jsonl ARGS` running, its stdout lines collected by a reader thread."""

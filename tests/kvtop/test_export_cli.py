@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from kvtop_cli import kvtop
+import pytest
+from kvtop_cli import kvtop, kvtop_here
 from prometheus_client.parser import text_string_to_metric_families
 
 from kvtop.model.cluster import ClusterModel
@@ -50,6 +51,7 @@ def totals(url: str) -> dict[str, float]:
     return sums
 
 
+@pytest.mark.processes
 def test_export_on_sglang_logs_counts_the_origins_echoes_and_aborts_kvtop_failures_lists():
     """Origins inferred from the logs, their echoes, and client aborts apart: as `kvtop failures --json` groups
     them; SIGTERM then ends the exporter with exit 0."""
@@ -70,6 +72,7 @@ def test_export_on_sglang_logs_counts_the_origins_echoes_and_aborts_kvtop_failur
     assert faults and aborts and served["kvtop_rank_state"] > 0
 
 
+@pytest.mark.processes
 def test_export_on_a_recording_counts_what_failures_lists_on_it(tmp_path: Path):
     """`kvtop export --replay DIR --at T` serves the model the recording held at T: the origins and echoes
     `kvtop failures --replay DIR --at T --json` lists there, fewer than at the recording's end."""
@@ -91,6 +94,7 @@ def test_export_on_a_recording_counts_what_failures_lists_on_it(tmp_path: Path):
     assert 0 < early < late
 
 
+@pytest.mark.processes
 def test_export_says_so_when_its_address_is_taken():
     """A port already bound is one line naming the address and exit 1, not a traceback."""
     with socket.socket() as taken:
@@ -106,9 +110,9 @@ def test_export_says_so_when_its_address_is_taken():
 
 def test_export_usage_errors_exit_2():
     """No source, a --listen that is no HOST:PORT, and --export on bare kvtop without the dashboard are bad usage."""
-    no_source = kvtop("export")
-    bad_listen = kvtop("export", *LOGS, "--listen", "9464")
-    headless = kvtop("--no-dashboard", "--export", "127.0.0.1:0", "--duration", "1")
+    no_source = kvtop_here("export")
+    bad_listen = kvtop_here("export", *LOGS, "--listen", "9464")
+    headless = kvtop_here("--no-dashboard", "--export", "127.0.0.1:0", "--duration", "1")
 
     assert [no_source.returncode, bad_listen.returncode, headless.returncode] == [2, 2, 2]
     assert "--bootstrap" in no_source.stderr
@@ -116,6 +120,7 @@ def test_export_usage_errors_exit_2():
     assert "kvtop export --bootstrap" in headless.stderr
 
 
+@pytest.mark.processes
 def test_export_says_so_when_the_cluster_does_not_answer():
     """A bootstrap address nobody serves is a clear one-line error and exit 1, within the wait."""
     result = kvtop("export", "--bootstrap", "tcp://127.0.0.1:9", "--wait", "0.5", "--listen", "127.0.0.1:0")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from kvtop_cli import kvtop
+import pytest
+from kvtop_cli import kvtop, kvtop_here
 
 from transport import FaultSpec, Timeouts, TransferConfig
 from transport.harness.cluster import ClusterSpec
@@ -46,6 +47,7 @@ def test_failures_json_has_one_group_per_injected_fault_with_its_echoes(make_clu
         assert {echo["level"] for echo in group["echoes"]} == {"debug"}
 
 
+@pytest.mark.processes
 def test_failures_says_so_when_the_cluster_does_not_answer():
     """An address nobody serves is a clear one-line error and exit code 1, within the wait."""
     result = kvtop("failures", "--bootstrap", "tcp://127.0.0.1:9", "--wait", "0.5")
@@ -56,7 +58,7 @@ def test_failures_says_so_when_the_cluster_does_not_answer():
 
 def test_failures_without_an_address_is_a_usage_error():
     """No --bootstrap (and no KVTOP_BOOTSTRAP) is bad usage: exit 2 with a message naming the option."""
-    result = kvtop("failures")
+    result = kvtop_here("failures")
 
     assert result.returncode == 2
     assert "--bootstrap" in result.stderr

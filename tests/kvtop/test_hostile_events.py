@@ -48,6 +48,7 @@ def hostile_agent(zmq_context: zmq.Context[zmq.Socket[bytes]]) -> Iterator[str]:
     pub.close(linger=0)
 
 
+@pytest.mark.processes
 def test_hostile_events_are_counted_and_skipped_by_the_event_tail(hostile_agent):
     """`events --jsonl` prints only the sound events as strict JSON, says on stderr what it rejected, exits 0."""
     result = kvtop("events", "--connect", hostile_agent, "--level", "debug", "--jsonl", "--wait", "3")
@@ -61,6 +62,7 @@ def test_hostile_events_are_counted_and_skipped_by_the_event_tail(hostile_agent)
     assert {line["kind"] for line in lines} <= {"room", "gap"}
 
 
+@pytest.mark.processes
 def test_hostile_events_leave_status_json_strict_with_the_rejections_counted(hostile_agent):
     """`status --json` parses as strict JSON and counts the refused frames; the text view names them too."""
     data = _strict(kvtop("status", "--connect", hostile_agent, "--json", "--wait", "3").stdout)

@@ -14,7 +14,7 @@ import pytest
 from cluster_support import Running
 from kvtop_cli import kvtop
 
-pytestmark = pytest.mark.usefixtures("utc")
+pytestmark = [pytest.mark.processes, pytest.mark.usefixtures("utc")]
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
 

@@ -42,6 +42,8 @@ SPEC = ClusterSpec(
     faults={"prefill-0/TP0": (FaultSpec.parse("corrupt:1@decode-0"),)},
 )
 
+pytestmark = pytest.mark.processes
+
 
 @dataclass(frozen=True)
 class FailingSource:

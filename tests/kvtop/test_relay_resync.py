@@ -20,6 +20,8 @@ from transport.harness.cluster import ClusterSpec, LocalCluster
 from transport.harness.control import ControlClient
 from transport.plane.relay import Relay
 
+pytestmark = pytest.mark.processes
+
 PARTITIONED = ("decode-0/TP0", "decode-1/TP0")
 """decode-0's rooms succeed; decode-1's fail (prefill-0 corrupts what it sends there)."""
 TERMINAL = {int(KVPoll.Success), int(KVPoll.Failed)}

@@ -22,6 +22,8 @@ from transport.harness.cluster import ClusterSpec, LocalCluster
 from transport.harness.control import ControlClient
 from transport.plane.relay import Relay
 
+pytestmark = pytest.mark.processes
+
 ROOMS = (101, 202)
 
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from kvtop_cli import kvtop
+from kvtop_cli import kvtop, kvtop_here
 from typer.testing import CliRunner
 
 from kvtop.bench.sglang_log import FIRST_ROOM, write_failed_rooms
@@ -20,6 +20,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "sglang" / "old-era"
 LOGS = ("--sglang-log", str(FIXTURES / "prefill.log"), "--sglang-log", f"decode={FIXTURES / 'decode.log'}")
 
 
+@pytest.mark.processes
 def test_failures_json_from_logs_has_each_origin_with_its_echoes_and_context():
     """Room 1111: origin prefill-0/TP1 send_failed, three echoes of unknown origin, the glog line as likely cause."""
     result = kvtop("failures", "--json", *LOGS)
@@ -37,6 +38,7 @@ def test_failures_json_from_logs_has_each_origin_with_its_echoes_and_context():
     assert "3 garbled (skipped)" in result.stderr
 
 
+@pytest.mark.processes
 def test_failures_text_from_logs_shows_likely_causes_and_unknown_origins():
     """The table names each origin once, shows the transport-library line under it, and "origin unknown"."""
     result = kvtop("failures", *LOGS)
@@ -46,6 +48,7 @@ def test_failures_text_from_logs_shows_likely_causes_and_unknown_origins():
     assert "origin unknown" in result.stdout
 
 
+@pytest.mark.processes
 def test_check_on_logs_that_hold_failures_is_critical_and_counts_log_ranks_apart():
     """Log ranks are neither alive nor gone and give no failure rate; the logs' incidents make the verdict, the
     first problem names the biggest one's suspect."""
@@ -62,6 +65,7 @@ def test_check_on_logs_that_hold_failures_is_critical_and_counts_log_ranks_apart
     assert verdict["problems"][0].startswith("incident: decode at 10.0.0.7:15004 stopped answering (send_failed)")
 
 
+@pytest.mark.processes
 def test_status_ranks_rooms_and_events_read_logs():
     """status shows log ranks and the parse counts; ranks says `log`; rooms lists the failed rooms; events shows
     one failure line per group, every other member at debug, the logged level kept as raw_level."""
@@ -82,8 +86,8 @@ def test_status_ranks_rooms_and_events_read_logs():
 
 def test_a_log_that_is_not_there_is_a_usage_error():
     """A missing file: exit 2 naming the option (UNKNOWN, 3, for check)."""
-    failures = kvtop("failures", "--sglang-log", "/nonexistent/prefill.log")
-    check = kvtop("check", "--sglang-log", "/nonexistent/prefill.log")
+    failures = kvtop_here("failures", "--sglang-log", "/nonexistent/prefill.log")
+    check = kvtop_here("check", "--sglang-log", "/nonexistent/prefill.log")
 
     assert (failures.returncode, check.returncode) == (2, 3)
     assert "--sglang-log" in failures.stderr
@@ -99,6 +103,7 @@ def failure_lines(*args: str) -> list[dict[str, object]]:
     return [event for line in result.stdout.splitlines() if (event := json.loads(line))["kind"] == "failure"]
 
 
+@pytest.mark.processes
 def test_events_show_one_line_per_failure_group_by_default():
     """Seven prefill ranks losing one decode peer are one WARNING line; every group shows its origin once."""
     shown = failure_lines()
@@ -112,6 +117,7 @@ def test_events_show_one_line_per_failure_group_by_default():
     ]
 
 
+@pytest.mark.processes
 def test_debug_events_show_every_member_at_debug_with_the_level_the_rank_logged():
     """With --debug the other six ranks of room 104 appear, at level debug, their raw_level still warning."""
     room = [e for e in failure_lines("--debug") if e["room"] == 104]
@@ -119,6 +125,7 @@ def test_debug_events_show_every_member_at_debug_with_the_level_the_rank_logged(
     assert [(e["level"], e["raw_level"]) for e in room] == [("warning", "warning")] + [("debug", "warning")] * 6
 
 
+@pytest.mark.processes
 def test_client_aborts_are_counted_apart_in_failures_status_and_check():
     """failures marks the aborted groups (echoes at debug, raw_level kept), status and check count 3 client
     aborts and 2 failures."""
@@ -141,6 +148,7 @@ def test_client_aborts_are_counted_apart_in_failures_status_and_check():
     assert [incident["client"] for incident in verdict["incidents"]] == [False, False]  # aborts are no incident
 
 
+@pytest.mark.processes
 def test_max_abort_rate_is_a_check_threshold_in_its_perfdata_and_bounded():
     """--max-abort-rate 0.2 shows as abort_rate's WARNING;CRITICAL perfdata; 1.5 is a usage error (UNKNOWN)."""
     capped = kvtop("check", "--max-abort-rate", "0.2", *ABORT_LOGS)
@@ -157,6 +165,7 @@ FAILURE_LINE = (
 )
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(("encoding", "order"), [("utf-16", "LE"), ("utf-16-be", "BE"), ("utf-16-le", "LE")])
 def test_a_utf16_log_is_refused_with_one_line_not_read_as_no_failures(tmp_path: Path, encoding: str, order: str):
     """A UTF-16 log (with a byte order mark or without) said "0 failures, 0 garbled" and exit 0; now every view
@@ -174,6 +183,7 @@ def test_a_utf16_log_is_refused_with_one_line_not_read_as_no_failures(tmp_path: 
     )
 
 
+@pytest.mark.processes
 def test_a_utf8_log_with_a_byte_order_mark_reads_its_first_line_too(tmp_path: Path):
     """The mark before the first line's prefix hid the prefix: the line's time became the file's."""
     log = tmp_path / "decode.log"

@@ -57,6 +57,7 @@ def test_a_gzip_cut_short_gives_the_failures_before_the_cut_and_names_the_damage
     assert "1 damaged" in stats.summary()
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("kind", ["cut short", "corrupt", "not gzip"])
 def test_every_view_on_a_damaged_gzip_exits_as_on_garbled_input_and_names_the_file(tmp_path: Path, kind: str):
     """failures, events and status exit 0 and check gives its verdict (CRITICAL: the files hold failures); stderr

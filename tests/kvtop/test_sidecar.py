@@ -130,6 +130,7 @@ def watch(registry_address: str) -> Iterator[Watch]:
     watching.collector.close()
 
 
+@pytest.mark.processes
 def test_a_sidecar_waits_for_its_file_follows_rotations_counts_garbled_lines_and_scrapes_metrics(
     registry_address, metrics_url, watch: Watch, tmp_path: Path
 ):
@@ -193,6 +194,7 @@ def _folded(groups: list[dict[str, Any]] | None) -> list[tuple[int, str, str, in
     )
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("incident", sorted(path.name for path in FIXTURES.iterdir()))
 def test_sidecars_on_real_log_shapes_fold_like_the_files_read_together(registry_address, watch, tmp_path, incident):
     """Each fixture incident (both log eras, aborts, worker errors): a sidecar per file gives the origins and
@@ -224,6 +226,7 @@ TRACEBACK = (
 )
 
 
+@pytest.mark.processes
 def test_a_sidecar_publishes_the_last_record_of_its_log_once_the_log_is_quiet(registry_address, watch, tmp_path):
     """A server's last words, with no line after them: a worker error and its traceback fail its room (its
     reason the traceback's last line), a failure line's traceback reaches the collector as context."""
@@ -252,6 +255,7 @@ def test_a_sidecar_publishes_the_last_record_of_its_log_once_the_log_is_quiet(re
             assert last_records() == published
 
 
+@pytest.mark.processes
 def test_a_sidecar_that_cannot_bind_exits_1_with_one_line_and_bad_usage_exits_2(tmp_path: Path):
     """An address not on this host ends the sidecar at once (exit 1, one line); a role that is none exits 2."""
     log = tmp_path / "decode.log"

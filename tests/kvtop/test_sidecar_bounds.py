@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from sidecar_support import registry, sidecars, view_json
 from test_sidecar import failure_line
 
@@ -17,6 +18,8 @@ TRACEBACK = (
     + f"{FRAME} ({'x' * 130})\n" * 60  # a traceback is read up to 64 lines
     + "RuntimeError: the server's last words\n"
 )
+
+pytestmark = pytest.mark.processes
 
 
 def test_a_late_view_of_a_sidecar_with_500_big_tracebacks_sees_every_failure(tmp_path: Path):

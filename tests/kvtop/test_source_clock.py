@@ -37,6 +37,7 @@ def failure_line(stamp: str, tp: int, room: int) -> str:
     )
 
 
+@pytest.mark.processes
 @pytest.mark.usefixtures("utc")
 def test_kvtop_rooms_on_logs_lists_each_failed_room_with_the_state_each_rank_logged():
     """Room 1111 failed on prefill-0/TP1 and both decode ranks: Failed on those three, nothing invented elsewhere."""
@@ -63,6 +64,7 @@ def test_status_on_logs_counts_the_failed_rooms_of_the_logs_last_minute_and_give
     assert status["failures"] + status["aborted"] == len(model.groups(logs.now, 60.0)) > 0
 
 
+@pytest.mark.processes
 @pytest.mark.usefixtures("utc")
 def test_kvtop_failures_shows_dates_when_the_logs_span_days_and_times_alone_otherwise(tmp_path: Path):
     """Two days apart, every time carries its date; the one-day fixture shows the time of day alone."""

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from kvtop_cli import kvtop
+import pytest
+from kvtop_cli import kvtop, kvtop_here
 
 from transport import FaultSpec, Timeouts, TransferConfig
 from transport.harness.cluster import ClusterSpec
@@ -51,6 +52,7 @@ def test_views_describe_a_cluster_that_moved_rooms_and_failed_one(make_cluster, 
     ]
 
 
+@pytest.mark.processes
 def test_views_fail_clearly_when_nobody_answers():
     """Each view exits 1 with a one-line reason when the bootstrap address is dead."""
     for view in ("status", "ranks", "rooms", "events", "failures"):
@@ -61,7 +63,7 @@ def test_views_fail_clearly_when_nobody_answers():
 
 def test_views_reject_an_address_that_is_not_one():
     """A malformed --bootstrap is bad usage (exit 2) with a message that shows the expected form."""
-    result = kvtop("status", "--bootstrap", "garbage")
+    result = kvtop_here("status", "--bootstrap", "garbage")
 
     assert result.returncode == 2
     assert "tcp://127.0.0.1:5555" in result.stderr
@@ -130,6 +132,7 @@ def test_events_of_a_live_cluster_show_one_line_per_failure_and_keep_the_raw_lev
     assert len({e["agent"] for e in events}) == 2  # the two prefill ranks, interleaved
 
 
+@pytest.mark.processes
 def test_views_exit_1_with_one_line_when_no_agent_answers():
     """Each view given only a dead endpoint exits 1 with one stderr line that names it, and prints nothing."""
     for view in ("status", "ranks", "rooms", "events", "failures"):

@@ -6,7 +6,10 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
 from kvtop_cli import kvtop
+
+pytestmark = pytest.mark.processes
 
 README = Path(__file__).parents[2] / "README.md"
 

@@ -22,6 +22,8 @@ from transport import BootstrapServer, KVManager, KVPoll, Role, TransferConfig
 from transport.harness.agent import AgentOptions, child_args
 from transport.wire import Vote, VoteEntry, encode
 
+pytestmark = pytest.mark.processes
+
 PAGE_BYTES = 8192
 PAGES = 8
 FAST = TransferConfig(chunk_bytes=2 * PAGE_BYTES, window_bytes=8 * PAGE_BYTES, heartbeat_s=0.2, peer_timeout_s=2.0)

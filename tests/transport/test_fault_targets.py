@@ -71,6 +71,7 @@ def test_a_fault_that_reaches_no_rank_is_an_error_naming_what_exists(faults, exp
         assert "this cluster has prefill-0, prefill-1, decode-0 (ranks TP0, TP1)" in message
 
 
+@pytest.mark.processes
 def test_an_agent_process_refuses_a_fault_its_role_cannot_act_on():
     """`python -m transport.harness.agent --role decode --fault corrupt` exits 2 saying decode ranks act only on die."""
     command = [sys.executable, "-m", "transport.harness.agent", "--role", "decode", "--instance", "decode-0"]

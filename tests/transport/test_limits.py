@@ -16,6 +16,8 @@ import pytest
 
 from transport.limits import MAX_SOCKETS, files_for
 
+pytestmark = pytest.mark.processes
+
 
 def in_process(code: str, soft: int, hard: int | None = None) -> dict[str, object]:
     """Run `code` in a new Python whose open files are capped at `soft` (and `hard`, when given); returns the

@@ -75,6 +75,7 @@ def _slow_capture(model: ClusterModel) -> bytes:
     return keyframes.capture(model)
 
 
+@pytest.mark.processes
 def test_a_forked_keyframe_is_the_model_at_the_fork_while_the_model_keeps_changing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -99,6 +100,7 @@ def test_a_forked_keyframe_is_the_model_at_the_fork_while_the_model_keeps_changi
             assert _said(replay.at(now).model, now) == live
 
 
+@pytest.mark.processes
 def test_a_child_that_dies_is_counted_and_the_next_keyframe_is_captured_under_the_lock(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -125,6 +127,7 @@ def test_without_fork_keyframes_are_captured_under_the_lock(tmp_path: Path, monk
     assert _said(Replay(tmp_path / "rec").at(said[-1][0]).model, said[-1][0]) == said[-1][1]
 
 
+@pytest.mark.processes
 def test_a_child_that_outlasts_its_time_is_killed_and_reaped(monkeypatch: pytest.MonkeyPatch) -> None:
     """A child still at work after the timeout: KeyframeFailed saying so, and no child is left behind."""
     monkeypatch.setattr(forked, "capture", lambda model: threading.Event().wait())  # never done

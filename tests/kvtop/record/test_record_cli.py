@@ -26,6 +26,8 @@ from transport.harness.cluster import LocalCluster
 from transport.harness.workload import Router, WorkloadSpec
 from transport.kv.faults import FaultSpec
 
+pytestmark = pytest.mark.processes
+
 STABLE = ("ranks", "rooms_open", "rooms_failed", "failures", "aborted", "stuck", "gaps", "rejected_events",
           "rejected_frames", "rooms_lost", "top_origins")  # fmt: skip
 """What a one-shot live view and the recorder's model agree on once the cluster is quiet (rates and spans

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kvtop.cluster.local import demo_spec
-from tests.kvtop.kvtop_cli import kvtop
+from tests.kvtop.kvtop_cli import kvtop, kvtop_here
 from transport.config import Timeouts
 from transport.harness.cluster import LocalCluster
 from transport.harness.workload import Router, WorkloadSpec
@@ -50,6 +50,7 @@ def _recording(process: subprocess.Popen[str]) -> None:
     assert line.startswith("kvtop record: recording"), line
 
 
+@pytest.mark.processes
 def test_a_second_recorder_on_a_folder_exits_1_naming_the_first_ones_pid_until_the_first_dies(
     endpoint: str, tmp_path: Path
 ) -> None:
@@ -69,6 +70,7 @@ def test_a_second_recorder_on_a_folder_exits_1_naming_the_first_ones_pid_until_t
     assert third.returncode == 0, third.stderr
 
 
+@pytest.mark.processes
 def test_a_write_that_fails_stops_the_recorder_with_one_line_and_counts_the_ops_it_dropped(
     endpoint: str, tmp_path: Path
 ) -> None:
@@ -103,6 +105,6 @@ def test_a_write_that_fails_stops_the_recorder_with_one_line_and_counts_the_ops_
 
 def test_a_cap_below_the_smallest_ring_is_a_usage_error() -> None:
     """`--max-bytes 64KiB`: exit 2 with one line naming the least cap, before any source is opened."""
-    done = kvtop("record", "--bootstrap", "tcp://127.0.0.1:9", "--max-bytes", "64KiB")
+    done = kvtop_here("record", "--bootstrap", "tcp://127.0.0.1:9", "--max-bytes", "64KiB")
     assert done.returncode == 2
     assert "'64KiB' is below 1MiB" in done.stderr

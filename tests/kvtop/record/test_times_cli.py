@@ -16,7 +16,7 @@ from kvtop.record.synthetic import feed
 from kvtop.record.writer import Recorder
 from kvtop.source.when import parse_duration, parse_time, pick
 from kvtop.sources.synthetic import SyntheticCluster
-from tests.kvtop.kvtop_cli import kvtop
+from tests.kvtop.kvtop_cli import kvtop, kvtop_here
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "sglang" / "old-era"
 LOGS = ("--sglang-log", str(FIXTURES / "prefill.log"), "--sglang-log", f"decode={FIXTURES / 'decode.log'}")
@@ -51,6 +51,7 @@ def test_bad_times_and_durations_name_the_forms_accepted() -> None:
         pick("", "1780000010", "1780000000")
 
 
+@pytest.mark.processes
 def test_logs_read_up_to_at_and_list_failures_since(utc: None) -> None:
     """--until cuts the logs, --since starts the list; status judges at --at."""
     window = kvtop("failures", "--json", *LOGS, "--since", "1767323062", "--until", "1767323082")
@@ -63,7 +64,7 @@ def test_logs_read_up_to_at_and_list_failures_since(utc: None) -> None:
 
 def test_time_options_without_a_recording_or_logs_are_a_usage_error() -> None:
     """--at on a live cluster means nothing: exit 2 saying what it needs."""
-    result = kvtop("status", "--bootstrap", "tcp://127.0.0.1:9", "--at", "now")
+    result = kvtop_here("status", "--bootstrap", "tcp://127.0.0.1:9", "--at", "now")
     assert result.returncode == 2
     assert "read a recording (--replay) or logs" in result.stderr
 
@@ -74,6 +75,7 @@ def _recording(folder: Path) -> None:
     recorder.close()
 
 
+@pytest.mark.processes
 def test_a_damaged_segment_is_said_on_stderr_and_the_view_answers(tmp_path: Path) -> None:
     """A segment with a garbage header: `recording damaged: 1 segments skipped`, and status still answers."""
     _recording(tmp_path / "rec")
@@ -86,6 +88,7 @@ def test_a_damaged_segment_is_said_on_stderr_and_the_view_answers(tmp_path: Path
     assert json.loads(result.stdout)["ranks"]["total"] == 8
 
 
+@pytest.mark.processes
 def test_a_recording_of_another_schema_is_an_error_naming_both(tmp_path: Path) -> None:
     """Exit 2, one line: the schema found and the one this kvtop reads."""
     _recording(tmp_path / "rec")

@@ -21,6 +21,8 @@ from kvtop.tui.model_server import ModelStartError, ServedModel
 from kvtop.tui.pages import MARGIN_ROWS, NotFetched, PageRequest
 from kvtop.tui.screens.detail import DetailScreen
 
+pytestmark = pytest.mark.processes
+
 LOAD = BenchLoad(rooms=10_000, instances=2, tp=2, events_per_s=50_000)
 """10k rooms over 8 ranks, fed 50k events/s in the model process (the dashboard's load, scaled to a test)."""
 KEY_BOUND_S = 1.0

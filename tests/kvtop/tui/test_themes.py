@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from kvtop_cli import kvtop_here
 from textual.color import Color, ColorParseError
 from tui_support import drive, lines, make_app, wait_until
 
@@ -151,21 +149,15 @@ def test_the_colour_check_sees_literal_colours():
     ]
 
 
-def kvtop(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The installed `kvtop` command, as a person would run it."""
-    command = Path(sys.prefix) / "bin" / "kvtop"
-    return subprocess.run([str(command), *args], capture_output=True, text=True, timeout=20, check=False, env=env)
-
-
 @pytest.mark.parametrize("how", ["option", "environment"])
 def test_an_unknown_theme_is_a_usage_error_naming_the_themes_found(tmp_path: Path, how: str):
     """`kvtop top --theme nope` (or KVTOP_THEME=nope) exits 2, naming the theme and every theme it found."""
     log = tmp_path / "empty.log"
     log.touch()
     args = ["top", "--sglang-log", str(log)] + (["--theme", "nope"] if how == "option" else [])
-    env = {**os.environ, "COLUMNS": "200"} | ({"KVTOP_THEME": "nope"} if how == "environment" else {})
+    env = {"COLUMNS": "200"} | ({"KVTOP_THEME": "nope"} if how == "environment" else {})
 
-    done = kvtop(*args, env=env)
+    done = kvtop_here(*args, env=env)
 
     assert done.returncode == 2
     assert f"no theme 'nope' (found: {', '.join(SHIPPED)})" in done.stderr
@@ -173,7 +165,7 @@ def test_an_unknown_theme_is_a_usage_error_naming_the_themes_found(tmp_path: Pat
 
 def test_an_unknown_theme_is_a_usage_error_before_anything_connects():
     """`kvtop top --theme nope` exits 2 naming the theme and the ones found, without waiting for a cluster."""
-    done = kvtop("top", "--theme", "nope", "--bootstrap", "tcp://127.0.0.1:1", "--wait", "0.2")
+    done = kvtop_here("top", "--theme", "nope", "--bootstrap", "tcp://127.0.0.1:1", "--wait", "0.2")
 
     assert done.returncode == 2
     assert "no theme 'nope'" in done.stderr
