@@ -1,4 +1,5 @@
-"""`kvtop cluster up` run as an operator runs it, for tests that need a live cluster of real agents."""
+"""Live clusters of real agents for the kvtop tests: the small failing cluster most of them start, the rooms
+they run on it, and `kvtop cluster up` run as an operator runs it."""
 
 from __future__ import annotations
 
@@ -10,8 +11,41 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from transport import FaultSpec, Timeouts, TransferConfig
+from transport.harness.cluster import ClusterSpec, LocalCluster
+from transport.harness.control import ControlClient
 
 KVTOP = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
+
+QUICK_TRANSFER = TransferConfig(chunk_bytes=16384, timeouts=Timeouts(3, 3, 2), peer_timeout_s=2)
+"""16 KiB chunks, and transfers that give up within seconds: a room a fault broke settles fast."""
+
+
+def small_cluster(faults: Mapping[str, str] | None = None, **fields: Any) -> ClusterSpec:
+    """64 pages of 16 KiB per rank, `QUICK_TRANSFER`, one fault per target (`{"prefill-0/TP1": "corrupt"}`);
+    `fields` set or override the rest of the `ClusterSpec`."""
+    defaults: dict[str, Any] = {"num_pages": 64, "page_bytes": 16384, "transfer": QUICK_TRANSFER}
+    parsed = {target: (FaultSpec.parse(fault),) for target, fault in (faults or {}).items()}
+    return ClusterSpec(**{**defaults, **fields, "faults": parsed})
+
+
+def run_rooms(
+    cluster: LocalCluster, connect: Callable[[str], ControlClient], rooms: Iterable[int], wait_s: float | None = 10
+) -> None:
+    """Submit each room (8 pages) to every rank through `connect` (the `control` fixture), the decodes pulling
+    from prefill-0; then, unless `wait_s` is None, wait for every rank's result of every room."""
+    clients = {agent.label: connect(agent.control_endpoint) for agent in cluster.agents()}
+    rooms = list(rooms)
+    for room in rooms:
+        for label, client in clients.items():
+            client.submit(room, 8, "prefill-0" if label.startswith("decode") else "")
+    if wait_s is not None:
+        for room in rooms:
+            for client in clients.values():
+                client.wait_result(room, wait_s)
 
 
 class Running:

@@ -3,42 +3,21 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
+from cluster_support import QUICK_TRANSFER, run_rooms, small_cluster
 from kvtop_cli import kvtop
 
-from transport import FaultSpec, Timeouts, TransferConfig
+from transport import Timeouts
 from transport.harness.cluster import ClusterSpec
 
 pytestmark = pytest.mark.processes
 
 
-def cluster_spec(faults: dict[str, tuple[FaultSpec, ...]] | None = None, transfer_timeout: float = 2.0) -> ClusterSpec:
-    return ClusterSpec(
-        prefill_tp=2,
-        decode_tp=2,
-        num_pages=64,
-        page_bytes=16384,
-        transfer=TransferConfig(chunk_bytes=16384, timeouts=Timeouts(3, 3, transfer_timeout), peer_timeout_s=2),
-        faults=faults or {},
-    )
-
-
-def run_rooms(cluster, control, rooms: list[int], wait: bool = True) -> None:
-    """Submit each room to all four ranks; wait for every rank's result unless told not to."""
-    agents = {agent.label: control(agent.control_endpoint) for agent in cluster.agents()}
-    for room in rooms:
-        for label, client in agents.items():
-            client.submit(room, 8, "prefill-0" if label.startswith("decode") else "")
-    if wait:
-        for room in rooms:
-            for client in agents.values():
-                client.wait_result(room, 10)
-
-
 def test_a_healthy_cluster_is_ok(make_cluster, control):
     """Rooms that all succeed: exit 0 and a Nagios line with perfdata."""
-    cluster = make_cluster(cluster_spec())
+    cluster = make_cluster(small_cluster(prefill_tp=2, decode_tp=2))
     run_rooms(cluster, control, [1, 2, 3])
 
     result = kvtop("check", "--bootstrap", cluster.endpoint)
@@ -50,7 +29,7 @@ def test_a_healthy_cluster_is_ok(make_cluster, control):
 
 def test_failures_over_the_threshold_are_critical_and_name_their_origin(make_cluster, control):
     """Every room corrupted: exit 2, the failure rate and the origin (decode-0/TP1 checksum) in the text."""
-    cluster = make_cluster(cluster_spec({"prefill-0/TP1": (FaultSpec.parse("corrupt"),)}))
+    cluster = make_cluster(small_cluster({"prefill-0/TP1": "corrupt"}, prefill_tp=2, decode_tp=2))
     run_rooms(cluster, control, [11, 12])
 
     result = kvtop("check", "--bootstrap", cluster.endpoint, "--json")
@@ -66,7 +45,7 @@ def test_failures_over_the_threshold_are_critical_and_name_their_origin(make_clu
 
 def test_a_killed_rank_is_gone_and_critical(make_cluster, control):
     """SIGKILL one rank: check names it gone and exits 2."""
-    cluster = make_cluster(cluster_spec())
+    cluster = make_cluster(small_cluster(prefill_tp=2, decode_tp=2))
     run_rooms(cluster, control, [21])
     cluster.kill("decode-0/TP1")
 
@@ -78,8 +57,15 @@ def test_a_killed_rank_is_gone_and_critical(make_cluster, control):
 
 def test_a_stalled_room_is_stuck_before_any_failure_event(make_cluster, control, wait_for):
     """A room that stops moving is CRITICAL as stuck while no rank has reported a failure yet."""
-    cluster = make_cluster(cluster_spec({"prefill-0/TP0": (FaultSpec.parse("stall"),)}, transfer_timeout=60))
-    run_rooms(cluster, control, [31], wait=False)
+    cluster = make_cluster(
+        small_cluster(
+            {"prefill-0/TP0": "stall"},
+            prefill_tp=2,
+            decode_tp=2,
+            transfer=replace(QUICK_TRANSFER, timeouts=Timeouts(3, 3, 60)),
+        )
+    )
+    run_rooms(cluster, control, [31], wait_s=None)
     verdicts: list[dict[str, object]] = []
 
     def stuck_reported() -> bool:

@@ -5,31 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
+from cluster_support import run_rooms, small_cluster
 from kvtop_cli import kvtop, kvtop_here
-
-from transport import FaultSpec, Timeouts, TransferConfig
-from transport.harness.cluster import ClusterSpec
 
 
 def test_failures_json_has_one_group_per_injected_fault_with_its_echoes(make_cluster, control):
     """Every room corrupted on prefill-0/TP1 is one group: origin decode-0/TP1 (checksum), three echoes."""
-    spec = ClusterSpec(
-        prefill_tp=2,
-        decode_tp=2,
-        num_pages=64,
-        page_bytes=16384,
-        transfer=TransferConfig(chunk_bytes=16384, timeouts=Timeouts(3, 3, 2), peer_timeout_s=2),
-        faults={"prefill-0/TP1": (FaultSpec.parse("corrupt"),)},
-    )
-    cluster = make_cluster(spec)
-    agents = {agent.label: control(agent.control_endpoint) for agent in cluster.agents()}
+    cluster = make_cluster(small_cluster({"prefill-0/TP1": "corrupt"}, prefill_tp=2, decode_tp=2))
     rooms = [101, 202]
-    for room in rooms:
-        for label, client in agents.items():
-            client.submit(room, 8, "prefill-0" if label.startswith("decode") else "")
-    for room in rooms:
-        for client in agents.values():
-            client.wait_result(room, 10)
+    run_rooms(cluster, control, rooms)
 
     result = kvtop("failures", "--bootstrap", cluster.endpoint, "--json")
 

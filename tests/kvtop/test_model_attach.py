@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import zmq
+from cluster_support import small_cluster
 from kvtop_cli import kvtop
 
 from kvtop.attach import wire
@@ -31,16 +32,10 @@ from kvtop.model.cluster import ClusterModel
 from kvtop.record.dashboard import RecordChoice
 from kvtop.tui.model_client import ModelProcess
 from kvtop.tui.model_server import ServedModel
-from transport import FaultSpec, Timeouts, TransferConfig
-from transport.harness.cluster import ClusterSpec, LocalCluster
+from transport.harness.cluster import LocalCluster
 from transport.harness.control import ControlClient
 
-SPEC = ClusterSpec(
-    num_pages=64,
-    page_bytes=16384,
-    transfer=TransferConfig(chunk_bytes=16384, timeouts=Timeouts(3, 3, 2), peer_timeout_s=2),
-    faults={"prefill-0/TP0": (FaultSpec.parse("corrupt:1@decode-0"),)},
-)
+SPEC = small_cluster({"prefill-0/TP0": "corrupt:1@decode-0"})
 
 pytestmark = pytest.mark.processes
 

@@ -12,13 +12,13 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
+from cluster_support import small_cluster
 from kvtop_cli import kvtop
 
 from kvtop.model.cluster import ClusterModel
 from kvtop.sources.live import Collector
 from tests.conftest import wait_for
-from transport import FaultSpec, Timeouts, TransferConfig
-from transport.harness.cluster import ClusterSpec, LocalCluster
+from transport.harness.cluster import LocalCluster
 from transport.harness.control import ControlClient
 from transport.plane.relay import Relay
 
@@ -30,15 +30,9 @@ ROOMS = (101, 202)
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
     """A cluster whose rooms all failed at prefill-0/TP1's corrupt chunks, every room settled."""
-    spec = ClusterSpec(
-        prefill_tp=2,
-        decode_tp=2,
-        num_pages=64,
-        page_bytes=16384,
-        transfer=TransferConfig(chunk_bytes=16384, timeouts=Timeouts(3, 3, 2), peer_timeout_s=2),
-        faults={"prefill-0/TP1": (FaultSpec.parse("corrupt"),)},
-    )
-    with LocalCluster(spec) as cluster:  # started on entry, stopped on exit
+    with LocalCluster(
+        small_cluster({"prefill-0/TP1": "corrupt"}, prefill_tp=2, decode_tp=2)
+    ) as cluster:  # started on entry, stopped on exit
         clients = {agent.label: ControlClient(agent.control_endpoint) for agent in cluster.agents()}
         try:
             for room in ROOMS:

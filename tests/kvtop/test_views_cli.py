@@ -5,21 +5,16 @@ from __future__ import annotations
 import json
 
 import pytest
+from cluster_support import small_cluster
 from kvtop_cli import kvtop, kvtop_here
 
-from transport import FaultSpec, Timeouts, TransferConfig
+from transport import Timeouts, TransferConfig
 from transport.harness.cluster import ClusterSpec
 
 
 def test_views_describe_a_cluster_that_moved_rooms_and_failed_one(make_cluster, control):
     """After two rooms (one corrupted), every view reports the ranks, the link, and the failure at the right level."""
-    spec = ClusterSpec(
-        num_pages=64,
-        page_bytes=16384,
-        transfer=TransferConfig(chunk_bytes=16384, timeouts=Timeouts(3, 3, 2), peer_timeout_s=2),
-        faults={"prefill-0/TP0": (FaultSpec.parse("corrupt:1@decode-0"),)},
-    )
-    cluster = make_cluster(spec)
+    cluster = make_cluster(small_cluster({"prefill-0/TP0": "corrupt:1@decode-0"}))
     agents = {agent.label: control(agent.control_endpoint) for agent in cluster.agents()}
     agents["prefill-0/TP0"].submit(7, 4)
     agents["decode-0/TP0"].submit(7, 4, "prefill-0")
