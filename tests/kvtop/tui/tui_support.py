@@ -139,3 +139,23 @@ def drive(
                 await app.workers.wait_for_complete()
 
     asyncio.run(run())
+
+
+def all_rooms(source: FixtureSource) -> dict[int, object]:
+    """Every room the rooms view can list: retired ones and live ones, by id."""
+    model = source.model
+    rooms = {room: finished.view for room, finished in model.finished.items() if finished.view is not None}
+    return {**rooms, **model.rooms}
+
+
+def journal_events(source: FixtureSource) -> list[tuple[str, object]]:
+    return [(label, event) for label, events in source.model.journal for event in events]
+
+
+def room_ids(rows: list[str]) -> list[int]:
+    """The ROOM column of rendered room rows (blank rows skipped)."""
+    return [int(row.split()[0]) for row in rows if row.strip()]
+
+
+def focused_id(app: KvtopApp) -> str | None:
+    return app.focused.id if app.focused is not None else None

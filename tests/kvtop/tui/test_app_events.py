@@ -1,0 +1,104 @@
+"""The dashboard's events view: debug lines, the level key, hostile events."""
+
+from __future__ import annotations
+
+from tui_support import (
+    FIXED_NOW,
+    FixtureSource,
+    drive,
+    journal_events,
+    lines,
+    next_frame,
+    submit_filter,
+    text,
+)
+
+from kvtop.tui.app import KvtopApp
+from kvtop.tui.widgets.row_list import RowList
+from kvtop.views.event_lines import LEVELS, shown
+from transport.kvpoll import KVPoll
+from transport.plane.events import Failure
+
+
+def test_debug_in_the_events_view_shows_echoes_and_room_traffic(app: KvtopApp, source: FixtureSource):
+    """Echoes are hidden at the info level; `d` shows every event, echoes included, and `d` again hides them."""
+    seen = {}
+
+    async def scenario(pilot):
+        tail = app.query_one("#events-list", RowList)
+        await pilot.press("e")
+        await submit_filter(pilot, "echo of")
+        await next_frame(pilot)
+        seen["echoes at info"] = tail.count
+        await pilot.press("d")
+        await next_frame(pilot)
+        seen["echoes at debug"] = tail.count
+        seen["echo rows"] = [row for row in lines(tail) if row.strip()]
+        await submit_filter(pilot, "")
+        await next_frame(pilot)
+        seen["debug"] = (app.options.level, tail.count, text(app, "#events-title"))
+        await pilot.press("d")
+        await next_frame(pilot)
+        seen["info"] = (app.options.level, tail.count, text(app, "#events-title"))
+
+    drive(app, scenario)
+
+    events = journal_events(source)
+    echoes = [e for _, e in events if isinstance(e, Failure) and e.origin != e.rank]
+    at_info = sum(shown(e, "info") for _, e in events)
+    assert (seen["echoes at info"], seen["echoes at debug"]) == (0, len(echoes))
+    assert all(" DEBUG   failure " in row for row in seen["echo rows"])
+    assert seen["debug"] == ("debug", len(events), f"{len(events):,} events at debug and above  (l: level)")
+    assert seen["info"] == (
+        "info",
+        at_info,
+        f"{at_info:,} events at info and above, echoes hidden (d shows them)  (l: level)",
+    )
+    assert 0 < len(echoes) < at_info < len(events)
+
+
+def test_level_key_cycles_the_lowest_event_level(app: KvtopApp, source: FixtureSource):
+    """`l` goes info, warning, error, debug, info; the events view counts exactly the events at or above it."""
+    seen = []
+
+    async def scenario(pilot):
+        await pilot.press("e")
+        await next_frame(pilot)
+        for _ in range(5):
+            seen.append((app.options.level, app.query_one("#events-list", RowList).count, text(app, "#banner")))
+            await pilot.press("l")
+            await next_frame(pilot)
+
+    drive(app, scenario)
+
+    events = journal_events(source)
+    levels = ["info", "warning", "error", "debug", "info"]
+    assert [(level, sum(shown(e, level) for _, e in events)) for level in levels] == [(lv, n) for lv, n, _ in seen]
+    assert all(f"events >= {level}" in banner for level, _, banner in seen)
+    assert set(LEVELS) == set(levels)
+
+
+def test_the_events_view_survives_hostile_events_and_counts_them(app: KvtopApp, source: FixtureSource):
+    """A state of 7 and a NaN time reach the model by a path no decoder guards: counted, skipped, still drawn."""
+    from transport.events import EVENT_SCHEMA, EventBatch, RoomState
+
+    hostile = [RoomState(float("nan"), 4242901, int(KVPoll.Transferring), 2), RoomState(FIXED_NOW, 4242902, 7, 0)]
+    sound = RoomState(FIXED_NOW, 4242903, int(KVPoll.Transferring), int(KVPoll.WaitingForInput))
+    seen = {}
+
+    async def scenario(pilot):
+        with source.lock:
+            batch = EventBatch(EVENT_SCHEMA, "decode", "decode-0", 0, 1, 10_000, FIXED_NOW, [*hostile, sound])
+            source.model.apply("decode-0/TP0", batch, FIXED_NOW)
+        await pilot.press("e", "d")
+        await submit_filter(pilot, "room=42429")
+        await next_frame(pilot)
+        seen["rows"] = [row for row in lines(app.query_one("#events-list", RowList)) if row.strip()]
+        seen["health"] = text(app, "#health")
+        seen["running"] = app.is_running
+
+    drive(app, scenario)
+
+    assert seen["running"]
+    assert [row.split("room=")[1].split()[0] for row in seen["rows"]] == ["4242903"]
+    assert "2 rejected" in seen["health"]
