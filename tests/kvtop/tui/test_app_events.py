@@ -80,7 +80,7 @@ def test_level_key_cycles_the_lowest_event_level(app: KvtopApp, source: FixtureS
 
 def test_the_events_view_survives_hostile_events_and_counts_them(app: KvtopApp, source: FixtureSource):
     """A state of 7 and a NaN time reach the model by a path no decoder guards: counted, skipped, still drawn."""
-    from transport.events import EVENT_SCHEMA, EventBatch, RoomState
+    from transport.plane.events import EVENT_SCHEMA, EventBatch, RoomState
 
     hostile = [RoomState(float("nan"), 4242901, int(KVPoll.Transferring), 2), RoomState(FIXED_NOW, 4242902, 7, 0)]
     sound = RoomState(FIXED_NOW, 4242903, int(KVPoll.Transferring), int(KVPoll.WaitingForInput))

@@ -106,7 +106,7 @@ def test_a_group_whose_origin_comes_after_its_echo_stays_open_under_the_cursor(a
     """Ranks' events reach the collector in any order: a group first seen by its echo, expanded, then joined by
     its origin (which moves the group's time, and its incident: the origin names the rank that broke) stays
     expanded with the cursor on it, in its new incident, opened for it."""
-    from transport.events import EVENT_SCHEMA, EventBatch
+    from transport.plane.events import EVENT_SCHEMA, EventBatch
 
     room, origin = 4343001, "decode-0/TP0"
     echo = Failure(
