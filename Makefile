@@ -18,8 +18,8 @@ run: $(BIN)/.installed  ## set up, then open kvtop on an embedded local cluster
 test: $(BIN)/.installed lint  ## set up, then lint, type-check and run the whole test suite
 	$(BIN)/python -m pytest -n auto --dist loadfile
 
-test-fast: $(BIN)/.installed  ## the tests that start no process (no agent, cluster or kvtop command)
-	$(BIN)/python -m pytest -n 2 --no-processes
+test-fast: $(BIN)/.installed  ## the tests that start no process and are not slow (under a minute on 2 cores)
+	$(BIN)/python -m pytest -n 2 --no-processes -m 'not slow'
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check kvtop transport tests scripts

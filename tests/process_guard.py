@@ -40,6 +40,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "processes: the test starts a process (agent, cluster, kvtop command, fork); --no-processes skips it"
     )
+    config.addinivalue_line(
+        "markers", "slow: the test moves a lot of data in-process (seconds on two cores); make test-fast skips it"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -6,6 +6,7 @@ from typing import Any
 
 import msgspec
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -224,6 +225,7 @@ def deliveries(draw: st.DrawFn) -> list[tuple[str, Snapshot | EventBatch | None,
     return steps
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(deliveries())
 def test_ingest_matches_the_event_by_event_reference(steps):
@@ -239,6 +241,7 @@ def test_ingest_matches_the_event_by_event_reference(steps):
         assert slots(reference) == slots(model)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(deliveries())
 def test_a_batch_applies_like_its_events_one_by_one(steps):

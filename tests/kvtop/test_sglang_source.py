@@ -376,6 +376,7 @@ def test_a_followed_worker_error_with_its_traceback_last_fails_its_room_once_the
     assert shape(model.groups()) == [(31, "prefill-0/TP3", "other", ["prefill-0/TP3"])]
 
 
+@pytest.mark.slow
 def test_a_log_of_many_failed_rooms_streams_into_the_model_one_block_at_a_time(tmp_path: Path, monkeypatch):
     """60,000 failed rooms, the model keeping 5,000 failures: loading holds one read's events at a time (a block
     of the file), never the file's; the model holds its bounds and counts every failure."""

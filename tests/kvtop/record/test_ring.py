@@ -52,6 +52,7 @@ def _written_each_pass(recorder: Recorder) -> Callable[[float], None]:
     return written
 
 
+@pytest.mark.slow
 def test_a_capped_ring_stays_within_its_cap_as_it_writes_and_replays_its_tail(tmp_path: Path) -> None:
     """max_bytes 1 MiB, six times that recorded: segments of an eighth of the cap; the folder never holds more
     than the cap, the oldest segments went, and the tail replays the model the live side held at the end."""
