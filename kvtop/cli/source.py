@@ -30,8 +30,6 @@ from kvtop.source.spec import ModelChoice, SourceSpec
 from kvtop.source.when import pick
 
 if TYPE_CHECKING:
-    from kvtop.model.cluster import ClusterModel
-    from kvtop.record.writer import Recorder
     from kvtop.source.base import Source
 
 Command = TypeVar("Command", bound=Callable[..., Any])
@@ -103,23 +101,16 @@ def spec_of(
 
 
 @contextlib.contextmanager
-def reading(
-    spec: SourceSpec,
-    model: ClusterModel | None = None,
-    synced: bool = True,
-    recorder: Recorder | None = None,
-    tail: bool = False,
-    journal: bool = False,
-) -> Iterator[Source]:
-    """`open_source`, its errors one line on stderr: exit 1 when a cluster or a dashboard's model does not
-    answer, 2 when what was given cannot be used (an unreadable log, recording or key folder) or several
-    dashboards' models run and none was named."""
+def reading(spec: SourceSpec, tail: bool = False, journal: bool = False) -> Iterator[Source]:
+    """`open_source` (`tail`, `journal` as it says), its errors one line on stderr: exit 1 when a cluster or a
+    dashboard's model does not answer, 2 when what was given cannot be used (an unreadable log, recording or key
+    folder) or several dashboards' models run and none was named."""
     from kvtop.attach.client import ModelAmbiguous, ModelUnavailable
     from kvtop.source import SourceError, open_source
     from transport.errors import BootstrapError
 
     try:
-        with open_source(spec, model, synced, recorder, tail, journal) as source:
+        with open_source(spec, tail=tail, journal=journal) as source:
             yield source
     except (BootstrapError, ModelUnavailable) as error:
         raise fail(str(error)) from None

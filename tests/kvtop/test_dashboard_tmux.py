@@ -67,7 +67,8 @@ def _agents_of(bootstrap: str) -> list[psutil.Process]:
     found = []
     for process in psutil.process_iter(["cmdline"]):
         cmdline = process.info["cmdline"] or []
-        if "transport.harness.agent" in cmdline and bootstrap in cmdline:
+        named = any(arg == bootstrap or f'"{bootstrap}"' in arg for arg in cmdline)  # a flag, or in --options-json
+        if "transport.harness.agent" in cmdline and named:
             found.append(process)
     return found
 
