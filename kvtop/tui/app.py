@@ -21,6 +21,7 @@ from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Input, Tab, Tabs
 from textual.worker import Worker, WorkerState
 
+from kvtop.tui.fit import ESSENTIAL, fit, squeeze
 from kvtop.tui.frame import WINDOW_S, Frame, Options, Replayed, RoomSort
 from kvtop.tui.frame_source import FrameSource, LocalFrames, Source, rendered_detail
 from kvtop.tui.model_client import ModelProcess
@@ -96,6 +97,8 @@ class KvtopApp(App[None]):
     CSS_PATH = "kvtop.tcss"
     TITLE = "kvtop"
     BINDINGS = [
+        Binding("question_mark", "help", "Help", key_display="?"),  # first: the footer keeps them at any width
+        Binding("q", "quit", "Quit"),
         Binding("o,1", "view('overview')", "Overview", key_display="o"),
         Binding("r,2", "view('rooms')", "Rooms", key_display="r"),
         Binding("f,3", "view('failures')", "Failures", key_display="f"),
@@ -138,8 +141,6 @@ class KvtopApp(App[None]):
         Binding("d", "debug", "Debug"),
         Binding("l", "level", "Event level", show=False),
         Binding("t", "next_theme", "Next theme", show=False),
-        Binding("question_mark", "help", "Help", key_display="?"),
-        Binding("q", "quit", "Quit"),
     ]
 
     paused: reactive[bool] = reactive(False)
@@ -347,49 +348,68 @@ class KvtopApp(App[None]):
             self.query_one(EventsView).show(self.frame, self.palette)
 
     def _draw_health(self, frame: Frame) -> None:
-        """Incidents first, then the ranks, rates, failures in the window they cover, open and stuck rooms;
-        gaps, rejections and lost rooms only when there are some."""
+        """Incidents first, then the ranks, rates, failures in the window they cover, open and stuck rooms and lost
+        batches; rejections and lost rooms only when there are some. Where the line is too narrow, the rates
+        leave first: incidents, ranks, stuck, gaps and a source's error always stay."""
         h, p = frame.health, self.palette
-        text = Text()
         ongoing = h.incidents_ongoing
-        text.append(f" {ongoing} incident{'' if ongoing == 1 else 's'} ongoing ", style=p.error if ongoing else "")
+        incidents = Text(f" {ongoing} incident{'' if ongoing == 1 else 's'} ongoing ", p.error if ongoing else "")
+        parts = [(incidents, ESSENTIAL)]
         if h.ranks_from_logs == h.ranks_total and h.ranks_total:  # logs: no transfers, no room that succeeded
-            text.append(f" {h.ranks_from_logs} ranks from logs, as of {stamp(frame.now, dated=True)[:19]}  ",
-                        style=p.accent)  # fmt: skip
+            parts.append((Text(f" {h.ranks_from_logs} ranks from logs", p.accent), ESSENTIAL))
             failed = f"{h.rooms_failed} rooms failed ({h.failures} origins) in the last {WINDOW_S:g} s"
         else:
             if h.ranks_from_logs:
-                text.append(f" {h.ranks_from_logs} ranks from logs", style=p.accent)
+                parts.append((Text(f" {h.ranks_from_logs} ranks from logs", p.accent), ESSENTIAL))
             else:
                 all_alive = h.ranks_alive == h.ranks_total
-                text.append(f" {h.ranks_alive}/{h.ranks_total} ranks alive", style=p.success if all_alive else p.error)
-            text.append(f"  {h.rooms_per_s:.1f} rooms/s  {rate(h.gbps)}  p99 {h.latency_p99_s * 1000:.0f} ms  ")
+                ranks = Text(f" {h.ranks_alive}/{h.ranks_total} ranks alive", p.success if all_alive else p.error)
+                parts.append((ranks, ESSENTIAL))
+            parts += [(Text(f"  {h.rooms_per_s:.1f} rooms/s"), 3), (Text(f"  {rate(h.gbps)}"), 4),
+                      (Text(f"  p99 {h.latency_p99_s * 1000:.0f} ms"), 5)]  # fmt: skip
             if h.span_s < WINDOW_S - 0.5:  # the snapshots held less than the window: say what the figures cover
                 failed = f"{h.failure_rate:.1%} failed in the last {h.span_s:.0f} s ({h.failures} origins)"
             else:
                 failed = f"{h.failure_rate:.1%} failed in {WINDOW_S:g} s ({h.failures} origins)"
-        text.append(failed, style=p.error if h.failures else "")
+        parts.append((Text(f"  {failed}", p.error if h.failures else ""), 1))
         if h.aborted:
-            text.append(f"  {h.aborted} client aborts", style=p.accent)
-        text.append(f"  {h.rooms_open} open  ")
-        text.append(f"{h.stuck} stuck", style=p.warning if h.stuck else "")
-        for count, what in ((h.gaps, "gaps"), (h.rejected, "rejected"), (h.lost, "rooms lost")):
+            parts.append((Text(f"  {h.aborted} client aborts", p.accent), 2))
+        parts += [(Text(f"  {h.rooms_open} open"), 3),
+                  (Text(f"  {h.stuck} stuck", p.warning if h.stuck else ""), ESSENTIAL),
+                  (Text(f"  {h.gaps} gaps", p.warning if h.gaps else ""), ESSENTIAL)]  # fmt: skip
+        for count, what in ((h.rejected, "rejected"), (h.lost, "rooms lost")):
             if count:
-                text.append(f"  {count} {what}", style=p.warning)
+                parts.append((Text(f"  {count} {what}", p.warning), 2))
         if frame.error:
-            text.append(f"  source: {frame.error}", style=p.error)
-        self.query_one("#health", Line).show(text)
+            parts.append((Text(f"  source: {frame.error}", p.error), ESSENTIAL))
+        health = self.query_one("#health", Line)
+        health.show(fit(parts, health.size.width))
 
     def _draw_banner(self) -> None:
+        """The source and the view's options on the left; on the right the time the data is of (and, live, how old
+        it is) and `? help`, which stay however narrow the terminal is."""
         banner = self.query_one("#banner", Line)
-        replay = self.frame.replay if self.frame is not None else None
+        frame = self.frame
+        replay = frame.replay if frame is not None else None
         banner.set_class(self.paused and replay is None, "paused")
         banner.set_class(replay is not None, "replay")
         options = self.options
         flags = [f"filter '{options.filter}'" if options.filter else "", "faults only" if options.faults_only else "",
                  f"sort {options.sort}", f"events >= {options.level}"]  # fmt: skip
         head = self._replay_head(replay) if replay is not None else "PAUSED (p resumes)  " if self.paused else ""
-        banner.show(f" {head}kvtop  {self.sub_title}   [{', '.join(f for f in flags if f)}]   ? help")
+        right = f"   {self._data_time(frame)}   ? help " if frame is not None and replay is None else "   ? help "
+        left = f" {head}kvtop  "
+        room = banner.size.width - len(left) - len(right) if banner.size.width else 1 << 16
+        middle = squeeze(f"{self.sub_title}   [{', '.join(f for f in flags if f)}]", room)
+        banner.show(f"{left}{middle}{' ' * (room - len(middle)) if banner.size.width else ''}{right}")
+
+    def _data_time(self, frame: Frame) -> str:
+        """`as of 10:02:11, 0.2 s old` (a live source: how long ago the frame's data was read), or the time logs
+        are at."""
+        health = frame.health
+        if health.ranks_total and health.ranks_from_logs == health.ranks_total:
+            return f"logs as of {stamp(frame.now, dated=True)[:19]}"
+        return f"as of {stamp(frame.now)[:8]}, {max(0.0, self._clock() - frame.now):.1f} s old"
 
     def _replay_head(self, replay: Replayed) -> str:
         """`REPLAY 03:00:12 (20m ago) - paused`, with the last move's news; the date when it is not today's."""

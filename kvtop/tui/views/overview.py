@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
@@ -14,6 +15,9 @@ from kvtop.tui.widgets.block import Block
 from kvtop.tui.widgets.line import Line
 from kvtop.tui.widgets.row_list import RowList
 from kvtop.tui.widgets.sparkline import Sparkline
+
+NARROW_COLUMNS = 120
+"""Below this width the links and incidents go under the rank grid instead of beside it."""
 
 
 class OverviewView(Vertical):
@@ -37,6 +41,9 @@ class OverviewView(Vertical):
                 yield Block(id="links")
                 yield Static("Incidents  ongoing: rooms, what broke", classes="title")
                 yield Block(id="incidents", lines=INCIDENT_LINES)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.set_class(event.size.width < NARROW_COLUMNS, "narrow")
 
     def show(self, frame: Frame, palette: Palette) -> None:
         self.frame = frame
