@@ -1,4 +1,4 @@
-"""Commands that run agents: bare `kvtop` (embedded cluster and live status), `cluster up`, `agent`."""
+"""Commands that run a local cluster: bare `kvtop` (embedded cluster and live status), `cluster up`, `bootstrap`."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from kvtop.cli.options import (
     Rate,
     Tp,
     TransferTimeout,
+    Version,
     WaitingTimeout,
     fail,
     load_curve,
@@ -196,6 +197,7 @@ def local(
     ] = True,
     export: Export = "",
     curve_keys: ClusterCurveKeys = "",
+    version: Version = False,  # its callback prints the version and exits
 ) -> None:
     """Start an embedded local cluster with a workload and open the dashboard on it (quitting stops every agent)."""
     if ctx.invoked_subcommand is not None:
@@ -283,18 +285,6 @@ def cluster_up(
     _exit_for(stats)
 
 
-def agent(ctx: typer.Context) -> None:
-    """Run one rank (all options as `python -m transport.harness.agent`; `kvtop agent --help` lists them), or with
-    --sglang-log FILE the log sidecar of a real SGLang server (`kvtop agent --sglang-log FILE --help`)."""
-    if any(arg == "--sglang-log" or arg.startswith("--sglang-log=") for arg in ctx.args):
-        from kvtop.cli.sidecar_cmd import main as sidecar_main
-
-        raise typer.Exit(sidecar_main(ctx.args))
-    from transport.harness.agent import main as agent_main
-
-    agent_main(ctx.args)
-
-
 def bootstrap(
     listen: Annotated[
         str,
@@ -361,8 +351,3 @@ def register(app: typer.Typer, cluster_app: typer.Typer) -> None:
     app.callback()(local)
     cluster_app.command("up")(cluster_up)
     app.command("bootstrap")(bootstrap)
-    app.command(
-        "agent",
-        context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
-        add_help_option=False,
-    )(agent)

@@ -12,6 +12,19 @@ if TYPE_CHECKING:
     from kvtop.sources.sglang import SGLangLogs
     from transport.curve import CurveKeys
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        from kvtop import __version__
+
+        typer.echo(f"kvtop {__version__}")
+        raise typer.Exit()
+
+
+Version = Annotated[
+    bool, typer.Option("--version", is_eager=True, callback=_print_version, help="Print kvtop's version and exit.")
+]
+
 # Shared by bare `kvtop` and `kvtop cluster up`.
 Prefill = Annotated[int, typer.Option(min=1, max=8, help="Prefill instances.")]
 Decode = Annotated[int, typer.Option(min=1, max=8, help="Decode instances.")]

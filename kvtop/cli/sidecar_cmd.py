@@ -12,7 +12,9 @@ import typer
 
 from kvtop.cli.options import Bootstrap, Insecure, fail, load_curve
 
-sidecar_app = typer.Typer(add_completion=False, rich_markup_mode=None)
+sidecar_app = typer.Typer(
+    add_completion=False, rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]}
+)
 
 
 @sidecar_app.command(name="agent")
