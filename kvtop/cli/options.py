@@ -45,7 +45,7 @@ LogDir = Annotated[
     str,
     typer.Option(
         help="Folder for the agents' SGLang-format logs, one file per instance, and each agent's stderr "
-        "(<instance>-TP<rank>.stderr, tracebacks included) (default: a temp folder)."
+        "(<instance>-TP<rank>.stderr, tracebacks included) (default: a temporary folder, removed on exit)."
     ),
 ]
 BootstrapTimeout = Annotated[float, typer.Option(min=0.1, help="Seconds a room may stay in Bootstrapping.")]
@@ -147,12 +147,13 @@ ReplayPath = Annotated[
         "dashboard's ring), or one .kvr segment. Views judge 'now' at --at (default: the recording's end).",
     ),
 ]
-_TIMES = "ISO time (2026-12-01T03:00:00, local unless it names a zone), time of day (03:00), epoch seconds, or "
+TIMES = "ISO time (2026-12-01T03:00:00, local unless it names a zone), time of day (03:00), epoch seconds, or "
+"""The forms of time the options take, to be ended by an example of a relative time."""
 At = Annotated[
     str,
     typer.Option(
         "--at",
-        help=f"With --replay or --sglang-log: the instant the view shows, as it was then ({_TIMES}'5 minutes ago').",
+        help=f"With --replay or --sglang-log: the instant the view shows, as it was then ({TIMES}'5 minutes ago').",
     ),
 ]
 Since = Annotated[

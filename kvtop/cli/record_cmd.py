@@ -12,12 +12,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kvtop.cli.options import (
+    TIMES,
     Bootstrap,
     Connect,
     CurveKeysDir,
-    ReplayPath,
-    Since,
-    Until,
     Wait,
     fail,
 )
@@ -159,9 +157,19 @@ def _status(source: LiveSource | None, recorder: Recorder) -> str:
 
 
 def dump(
-    replay: ReplayPath = "",
-    since: Since = "",
-    until: Until = "",
+    replay: Annotated[
+        str,
+        typer.Option(
+            "--replay",
+            envvar="KVTOP_REPLAY",
+            help="The recording to dump: the folder `kvtop record --out` wrote (or the dashboard's ring), or one "
+            ".kvr segment.",
+        ),
+    ] = "",
+    since: Annotated[
+        str, typer.Option(help=f"Dump from this instant on ({TIMES}'5 minutes ago'; default: the recording's start).")
+    ] = "",
+    until: Annotated[str, typer.Option(help="Dump up to this instant (default: the recording's end).")] = "",
 ) -> None:
     """A recording's events as JSON Lines, oldest first, for scripts: one object per event with `arrived`
     (when the collector applied it), `agent`, `incarnation`, `seq` (0 for a snapshot's), `source` (batch or
