@@ -32,6 +32,7 @@ from kvtop.cli.options import (
 )
 from kvtop.cli.top_cmd import Theme
 from kvtop.record.dashboard import RecordChoice
+from kvtop.views.units import size
 
 if TYPE_CHECKING:
     from kvtop.tui.themes import ThemeSet
@@ -256,7 +257,7 @@ def local(
     stats = _run_cluster(
         prefill, decode, tp, rate, fault, duration, log_dir, None, print_address=False, security=security
     )
-    typer.echo(f"done: {_summary(stats)}, {stats.bytes_moved / 1e9:.2f} GB moved")
+    typer.echo(f"done: {_summary(stats)}, {size(stats.bytes_moved)} moved")
     _exit_for(stats)
 
 

@@ -22,6 +22,7 @@ from kvtop.cli.options import (
 from kvtop.cli.source import spec_of
 from kvtop.cli.units import parse_size
 from kvtop.source.when import parse_duration, pick
+from kvtop.views.units import size
 
 if TYPE_CHECKING:
     from kvtop.record.writer import Recorder
@@ -151,7 +152,7 @@ def _status(source: LiveSource | None, recorder: Recorder) -> str:
     dropped = f", {stats.dropped_ops} ops dropped" if stats.dropped_ops else ""
     dropped += f", {stats.keyframes_failed} keyframes failed" if stats.keyframes_failed else ""
     return (
-        f"{stats.events} events, {stats.keyframes} keyframes, {stats.bytes / 1e6:.1f} MB in {stats.segments} "
+        f"{stats.events} events, {stats.keyframes} keyframes, {size(stats.bytes)} in {stats.segments} "
         f"segments ({stats.deleted_segments} deleted){dropped}; ranks {alive}/{len(states)} alive"
     )
 

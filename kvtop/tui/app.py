@@ -27,7 +27,7 @@ from kvtop.tui.model_client import ModelProcess
 from kvtop.tui.pages import PageRequest
 from kvtop.tui.process import DashboardTuning, terminal_lost
 from kvtop.tui.rewind import BIG_STEP_S, STEP_S, Rewind, since
-from kvtop.tui.rows import Palette, rate
+from kvtop.tui.rows import Palette
 from kvtop.tui.screens.detail import DetailScreen
 from kvtop.tui.screens.help import HelpScreen
 from kvtop.tui.themes import DEFAULT_THEME, ThemeSet
@@ -38,6 +38,7 @@ from kvtop.tui.views.rooms import RoomsView
 from kvtop.tui.widgets.footer import KeyFooter
 from kvtop.tui.widgets.line import Line
 from kvtop.tui.widgets.row_list import RowList
+from kvtop.views import units
 from kvtop.views.event_lines import LEVELS
 from kvtop.views.times import stamp
 
@@ -363,7 +364,7 @@ class KvtopApp(App[None]):
             else:
                 all_alive = h.ranks_alive == h.ranks_total
                 text.append(f" {h.ranks_alive}/{h.ranks_total} ranks alive", style=p.success if all_alive else p.error)
-            text.append(f"  {h.rooms_per_s:.1f} rooms/s  {rate(h.gbps)}  p99 {h.latency_p99_s * 1000:.0f} ms  ")
+            text.append(f"  {h.rooms_per_s:.1f} rooms/s  {units.gbps(h.gbps)}  p99 {h.latency_p99_s * 1000:.0f} ms  ")
             if h.span_s < WINDOW_S - 0.5:  # the snapshots held less than the window: say what the figures cover
                 failed = f"{h.failure_rate:.1%} failed in the last {h.span_s:.0f} s ({h.failures} origins)"
             else:
