@@ -350,7 +350,7 @@ def bootstrap(
 ) -> None:
     """Run the bootstrap service alone: a registry for sidecars (`kvtop agent --sglang-log`) and agents.
 
-    The first line on stdout is its address (what --bootstrap and KVTOP_BOOTSTRAP take). Registrations are
+    The first line on stdout is its address (what a view's `--bootstrap` and KVTOP_BOOTSTRAP take). Registrations are
     checked, refreshed every second and forgotten 5 s after their last refresh. One client (the address its
     registrations come from) holds at most 1024 of the 4096 entries: past that its registrations are refused,
     counted and named with its address (`kvtop status`), and nobody else is locked out. SIGTERM or Ctrl-C stops it

@@ -112,8 +112,8 @@ Model = Annotated[
         "--model",
         help="Read the model of the dashboard running on this machine (`kvtop top` or bare `kvtop`, as this "
         "user) instead of opening a source of its own: the one that runs, or the one of --bootstrap/--connect "
-        "when given. --wait bounds its answer (its agents' snapshots awaited, as a source's); with --follow it "
-        "is asked again every --interval (events: every second). Exit 1 (check: CRITICAL) when none answers; 2 "
+        "when given. --wait bounds its answer (its agents' snapshots awaited, as a source's); a view that "
+        "follows asks it again for each frame (events: every second). Exit 1 (check: CRITICAL) when none answers; 2 "
         "(check: UNKNOWN) when several run and none is named.",
     ),
 ]
@@ -134,7 +134,7 @@ SGLangLog = Annotated[
         callback=_log_specs,
         help="An SGLang server log to read instead of a live cluster (repeatable, one file per instance; "
         "prefill=FILE or decode=FILE says which server wrote it; .gz read too, a damaged one up to its damage, "
-        "named on stderr; --follow tails them). "
+        "named on stderr; a view that follows tails them). "
         "Given, it is the source: --bootstrap and --connect are ignored.",
     ),
 ]
