@@ -7,10 +7,12 @@ BIN := $(VENV)/bin
 .PHONY: run test test-fast lint bench
 
 $(BIN)/.installed: pyproject.toml
+	@echo "setting up $(VENV): a virtual environment with kvtop and its test tools (pip, quiet; a minute or so the first time) ..."
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $@
+	@echo "$(VENV) is ready ($$($(BIN)/kvtop --version))"
 
 run: $(BIN)/.installed  ## set up, then open kvtop on an embedded local cluster
 	$(BIN)/kvtop

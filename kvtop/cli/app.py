@@ -15,7 +15,10 @@ import sys
 import typer
 from typer._click.exceptions import ClickException, UsageError  # Typer vendors Click: its errors live here
 
-from kvtop.cli import bench_cmds, export_cmd, keys_cmd, local_cmds, record_cmd, relay_cmd, top_cmd, views
+from kvtop.cli import agent_cmd, bench_cmds, export_cmd, keys_cmd, local_cmds, record_cmd, relay_cmd, top_cmd, views
+
+HELP = ["-h", "--help"]
+"""Every command's help options (subcommands inherit them from the app's context)."""
 
 app = typer.Typer(
     help="top for KV transfers: watch, triage and check prefill/decode disaggregated serving clusters.\n\n"
@@ -25,12 +28,14 @@ app = typer.Typer(
     no_args_is_help=False,
     add_completion=False,
     rich_markup_mode=None,
+    context_settings={"help_option_names": HELP},
 )
 bench_app = typer.Typer(help="Measure kvtop against a baseline measured in the same run.", no_args_is_help=True)
 cluster_app = typer.Typer(help="Run a local cluster of agents on loopback.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 app.add_typer(cluster_app, name="cluster")
 local_cmds.register(app, cluster_app)
+agent_cmd.register(app)
 views.register(app)
 top_cmd.register(app)
 export_cmd.register(app)
@@ -53,7 +58,12 @@ def main() -> None:
 
 def run(args: list[str]) -> int:
     """Run `kvtop ARGS`; returns the exit code (Click's standalone handling, with check's usage errors at 3)."""
+    sidecar = agent_cmd.sidecar_args(args)
     try:
+        if sidecar is not None:  # `kvtop agent --sglang-log FILE ...`: the log sidecar, with options of its own
+            from kvtop.cli.sidecar_cmd import main as sidecar_main
+
+            return sidecar_main(sidecar)
         code = app(args, prog_name="kvtop", standalone_mode=False)
     except UsageError as error:
         error.show()

@@ -16,7 +16,7 @@ Record = Annotated[
         "--record/--no-record",
         envvar="KVTOP_RECORD",
         help="Record what the dashboard receives into a bounded ring (rewind with , . [ ] b L; replay it later "
-        "with kvtop top --replay DIR). --no-record keeps nothing.",
+        "with `kvtop top --replay DIR`). --no-record keeps nothing.",
     ),
 ]
 RecordDir = Annotated[

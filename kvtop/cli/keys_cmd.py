@@ -18,9 +18,9 @@ def generate(
 
     DIR is created 0700 and secret files are 0600. Copy the whole of DIR to every agent host (agents, the
     bootstrap service, `kvtop cluster up`), and only server.key, client.key and client.key_secret (in a
-    0700 folder) to a host that runs views; then pass --curve-keys DIR everywhere. More clients: put
-    their public <name>.key in DIR/allowed on every agent host. Exit 2 when DIR is not empty or this
-    libzmq has no CURVE.
+    0700 folder) to a host that runs views; then give every command the folder (`kvtop top --curve-keys
+    DIR`). More clients: put their public <name>.key in DIR/allowed on every agent host. Exit 2 when DIR
+    is not empty or this libzmq has no CURVE.
     """
     from transport.curve import generate as write_keys
     from transport.errors import CurveError

@@ -1,10 +1,12 @@
-"""Commands that run agents: bare `kvtop` (embedded cluster and live status), `cluster up`, `agent`."""
+"""Commands that run a local cluster: bare `kvtop` (embedded cluster and live status), `cluster up`, `bootstrap`."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 import tempfile
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -23,14 +25,17 @@ from kvtop.cli.options import (
     Rate,
     Tp,
     TransferTimeout,
+    Version,
     WaitingTimeout,
     fail,
     load_curve,
 )
 from kvtop.cli.top_cmd import Theme
 from kvtop.record.dashboard import RecordChoice
+from kvtop.views.units import size
 
 if TYPE_CHECKING:
+    from kvtop.tui.themes import ThemeSet
     from transport.config import Timeouts
     from transport.harness.cluster import ClusterSpec, LocalCluster
     from transport.harness.workload import WorkloadStats
@@ -54,6 +59,16 @@ def _faults(texts: list[str]) -> dict[str, tuple[FaultSpec, ...]] | None:
     except ConfigError as error:
         raise fail(f"--fault: {error}", 2) from None
     return faults
+
+
+@contextlib.contextmanager
+def _log_folder(log_dir: str) -> Iterator[str]:
+    """`log_dir`, or a temporary folder removed on exit, the agents' logs with it (the cluster stopped first)."""
+    if log_dir:
+        yield log_dir
+        return
+    with tempfile.TemporaryDirectory(prefix="kvtop-logs-", ignore_cleanup_errors=True) as folder:
+        yield folder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,17 +122,27 @@ def _run_cluster(
     restart: bool = False,
     security: Security | None = None,
 ) -> WorkloadStats:
-    from kvtop.cluster.local import run_local
     from transport.config import Timeouts
-    from transport.errors import ConfigError, TransportError
-    from transport.harness.workload import WorkloadSpec
+    from transport.errors import ConfigError
 
     try:
         limits = Timeouts(*timeouts) if timeouts else None
     except ConfigError as error:
         raise typer.BadParameter(str(error)) from None
     security = security or Security()
-    spec = _spec(prefill, decode, tp, fault, log_dir or tempfile.mkdtemp(prefix="kvtop-logs-"), limits, security)
+    with _log_folder(log_dir) as folder:
+        spec = _spec(prefill, decode, tp, fault, folder, limits, security)
+        return _serve_cluster(spec, rate, duration, print_address, restart, security.host)
+
+
+def _serve_cluster(
+    spec: ClusterSpec, rate: float, duration: float | None, print_address: bool, restart: bool, host: str
+) -> WorkloadStats:
+    """Run `spec` with a workload until `duration` or Ctrl-C; status lines on stdout (stderr with
+    `print_address`, whose first stdout line is the bootstrap address)."""
+    from kvtop.cluster.local import run_local
+    from transport.errors import TransportError
+    from transport.harness.workload import WorkloadSpec
 
     def announce(cluster: LocalCluster) -> None:
         typer.echo(cluster.endpoint)
@@ -135,7 +160,7 @@ def _run_cluster(
             on_up=announce if print_address else None,
             report=warn,
             restart=restart,
-            host=security.host,
+            host=host,
         )
     except TransportError as error:
         raise fail(str(error)) from None
@@ -154,18 +179,32 @@ def _dashboard(
     security: Security,
     choice: RecordChoice,
 ) -> None:
+    from kvtop.cli.top_cmd import find_theme
+
+    themes = find_theme(theme)
+    with _log_folder(log_dir) as folder:
+        spec = _spec(prefill, decode, tp, fault, folder, None, security)
+        _dashboard_on(spec, rate, duration, theme, themes, export, choice)
+
+
+def _dashboard_on(
+    spec: ClusterSpec,
+    rate: float,
+    duration: float | None,
+    theme: str,
+    themes: ThemeSet,
+    export: str,
+    choice: RecordChoice,
+) -> None:
+    """The dashboard on an embedded cluster of `spec` (its model in a process of its own)."""
     from kvtop.cli.model_spec import LiveModel
-    from kvtop.cli.top_cmd import find_theme, run_live_dashboard
+    from kvtop.cli.top_cmd import run_live_dashboard
     from kvtop.cluster.embedded import EmbeddedCluster
     from transport.errors import TransportError
     from transport.harness.workload import WorkloadSpec
 
-    themes = find_theme(theme)
-    spec = _spec(prefill, decode, tp, fault, log_dir or tempfile.mkdtemp(prefix="kvtop-logs-"), None, security)
-    curve = ", CURVE" if spec.curve_keys else ""
-    typer.echo(
-        f"starting {spec.prefill}P{spec.decode}D TP{tp} on loopback{curve} (agent logs: {spec.log_dir}) ...", err=True
-    )
+    shape = f"{spec.prefill}P{spec.decode}D TP{spec.prefill_tp} on loopback{', CURVE' if spec.curve_keys else ''}"
+    typer.echo(f"starting {shape} (agent logs: {spec.log_dir}) ...", err=True)
     try:
         with EmbeddedCluster(spec, WorkloadSpec(rate=rate), collect=False) as embedded:
             model = LiveModel(embedded.cluster.endpoint, curve_keys=spec.curve_keys, record=choice, export=export,
@@ -196,8 +235,12 @@ def local(
     ] = True,
     export: Export = "",
     curve_keys: ClusterCurveKeys = "",
+    version: Version = False,  # its callback prints the version and exits
 ) -> None:
-    """Start an embedded local cluster with a workload and open the dashboard on it (quitting stops every agent)."""
+    """Start an embedded local cluster with a workload and open the dashboard on it (quitting stops every agent).
+
+    Its default shape is 2P2D, so the dashboard shows several links and where a fault sits among them;
+    `kvtop cluster up`, for scripts and CI, starts the smallest cluster with a link (1P1D)."""
     if ctx.invoked_subcommand is not None:
         return
     security = Security(curve_keys)
@@ -214,7 +257,7 @@ def local(
     stats = _run_cluster(
         prefill, decode, tp, rate, fault, duration, log_dir, None, print_address=False, security=security
     )
-    typer.echo(f"done: {_summary(stats)}, {stats.bytes_moved / 1e9:.2f} GB moved")
+    typer.echo(f"done: {_summary(stats)}, {size(stats.bytes_moved)} moved")
     _exit_for(stats)
 
 
@@ -256,6 +299,9 @@ def cluster_up(
 ) -> None:
     """Start a bootstrap service, agents and a router on loopback; Ctrl-C or SIGTERM stops them all.
 
+    Its default shape is the smallest cluster with a link (1P1D), light enough for scripts and CI; bare
+    `kvtop`, a demo on the dashboard, starts 2P2D (`--prefill 2 --decode 2` here gives that shape).
+
     The first line on stdout is the bootstrap address (tcp://127.0.0.1:PORT), the one address that lists
     every agent; status lines go to stderr (rooms ok, failed, refused, lost, in flight), and so does one
     line, at once, for every rank that exits (its label, pid, exit code or signal). Each agent's stderr is
@@ -283,18 +329,6 @@ def cluster_up(
     _exit_for(stats)
 
 
-def agent(ctx: typer.Context) -> None:
-    """Run one rank (all options as `python -m transport.harness.agent`; `kvtop agent --help` lists them), or with
-    --sglang-log FILE the log sidecar of a real SGLang server (`kvtop agent --sglang-log FILE --help`)."""
-    if any(arg == "--sglang-log" or arg.startswith("--sglang-log=") for arg in ctx.args):
-        from kvtop.cli.sidecar_cmd import main as sidecar_main
-
-        raise typer.Exit(sidecar_main(ctx.args))
-    from transport.harness.agent import main as agent_main
-
-    agent_main(ctx.args)
-
-
 def bootstrap(
     listen: Annotated[
         str,
@@ -316,7 +350,7 @@ def bootstrap(
 ) -> None:
     """Run the bootstrap service alone: a registry for sidecars (`kvtop agent --sglang-log`) and agents.
 
-    The first line on stdout is its address (what --bootstrap and KVTOP_BOOTSTRAP take). Registrations are
+    The first line on stdout is its address (what a view's `--bootstrap` and KVTOP_BOOTSTRAP take). Registrations are
     checked, refreshed every second and forgotten 5 s after their last refresh. One client (the address its
     registrations come from) holds at most 1024 of the 4096 entries: past that its registrations are refused,
     counted and named with its address (`kvtop status`), and nobody else is locked out. SIGTERM or Ctrl-C stops it
@@ -361,8 +395,3 @@ def register(app: typer.Typer, cluster_app: typer.Typer) -> None:
     app.callback()(local)
     cluster_app.command("up")(cluster_up)
     app.command("bootstrap")(bootstrap)
-    app.command(
-        "agent",
-        context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
-        add_help_option=False,
-    )(agent)

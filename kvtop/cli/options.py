@@ -12,6 +12,19 @@ if TYPE_CHECKING:
     from kvtop.sources.sglang import SGLangLogs
     from transport.curve import CurveKeys
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        from kvtop import __version__
+
+        typer.echo(f"kvtop {__version__}")
+        raise typer.Exit()
+
+
+Version = Annotated[
+    bool, typer.Option("--version", is_eager=True, callback=_print_version, help="Print kvtop's version and exit.")
+]
+
 # Shared by bare `kvtop` and `kvtop cluster up`.
 Prefill = Annotated[int, typer.Option(min=1, max=8, help="Prefill instances.")]
 Decode = Annotated[int, typer.Option(min=1, max=8, help="Decode instances.")]
@@ -32,7 +45,7 @@ LogDir = Annotated[
     str,
     typer.Option(
         help="Folder for the agents' SGLang-format logs, one file per instance, and each agent's stderr "
-        "(<instance>-TP<rank>.stderr, tracebacks included) (default: a temp folder)."
+        "(<instance>-TP<rank>.stderr, tracebacks included) (default: a temporary folder, removed on exit)."
     ),
 ]
 BootstrapTimeout = Annotated[float, typer.Option(min=0.1, help="Seconds a room may stay in Bootstrapping.")]
@@ -99,8 +112,8 @@ Model = Annotated[
         "--model",
         help="Read the model of the dashboard running on this machine (`kvtop top` or bare `kvtop`, as this "
         "user) instead of opening a source of its own: the one that runs, or the one of --bootstrap/--connect "
-        "when given. --wait bounds its answer (its agents' snapshots awaited, as a source's); with --follow it "
-        "is asked again every --interval (events: every second). Exit 1 (check: CRITICAL) when none answers; 2 "
+        "when given. --wait bounds its answer (its agents' snapshots awaited, as a source's); a view that "
+        "follows asks it again for each frame (events: every second). Exit 1 (check: CRITICAL) when none answers; 2 "
         "(check: UNKNOWN) when several run and none is named.",
     ),
 ]
@@ -121,7 +134,7 @@ SGLangLog = Annotated[
         callback=_log_specs,
         help="An SGLang server log to read instead of a live cluster (repeatable, one file per instance; "
         "prefill=FILE or decode=FILE says which server wrote it; .gz read too, a damaged one up to its damage, "
-        "named on stderr; --follow tails them). "
+        "named on stderr; a view that follows tails them). "
         "Given, it is the source: --bootstrap and --connect are ignored.",
     ),
 ]
@@ -134,12 +147,13 @@ ReplayPath = Annotated[
         "dashboard's ring), or one .kvr segment. Views judge 'now' at --at (default: the recording's end).",
     ),
 ]
-_TIMES = "ISO time (2026-12-01T03:00:00, local unless it names a zone), time of day (03:00), epoch seconds, or "
+TIMES = "ISO time (2026-12-01T03:00:00, local unless it names a zone), time of day (03:00), epoch seconds, or "
+"""The forms of time the options take, to be ended by an example of a relative time."""
 At = Annotated[
     str,
     typer.Option(
         "--at",
-        help=f"With --replay or --sglang-log: the instant the view shows, as it was then ({_TIMES}'5 minutes ago').",
+        help=f"With --replay or --sglang-log: the instant the view shows, as it was then ({TIMES}'5 minutes ago').",
     ),
 ]
 Since = Annotated[

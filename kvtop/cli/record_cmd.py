@@ -12,18 +12,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kvtop.cli.options import (
+    TIMES,
     Bootstrap,
     Connect,
     CurveKeysDir,
-    ReplayPath,
-    Since,
-    Until,
     Wait,
     fail,
 )
 from kvtop.cli.source import spec_of
 from kvtop.cli.units import parse_size
 from kvtop.source.when import parse_duration, pick
+from kvtop.views.units import size
 
 if TYPE_CHECKING:
     from kvtop.record.writer import Recorder
@@ -153,15 +152,25 @@ def _status(source: LiveSource | None, recorder: Recorder) -> str:
     dropped = f", {stats.dropped_ops} ops dropped" if stats.dropped_ops else ""
     dropped += f", {stats.keyframes_failed} keyframes failed" if stats.keyframes_failed else ""
     return (
-        f"{stats.events} events, {stats.keyframes} keyframes, {stats.bytes / 1e6:.1f} MB in {stats.segments} "
+        f"{stats.events} events, {stats.keyframes} keyframes, {size(stats.bytes)} in {stats.segments} "
         f"segments ({stats.deleted_segments} deleted){dropped}; ranks {alive}/{len(states)} alive"
     )
 
 
 def dump(
-    replay: ReplayPath = "",
-    since: Since = "",
-    until: Until = "",
+    replay: Annotated[
+        str,
+        typer.Option(
+            "--replay",
+            envvar="KVTOP_REPLAY",
+            help="The recording to dump: the folder `kvtop record --out` wrote (or the dashboard's ring), or one "
+            ".kvr segment.",
+        ),
+    ] = "",
+    since: Annotated[
+        str, typer.Option(help=f"Dump from this instant on ({TIMES}'5 minutes ago'; default: the recording's start).")
+    ] = "",
+    until: Annotated[str, typer.Option(help="Dump up to this instant (default: the recording's end).")] = "",
 ) -> None:
     """A recording's events as JSON Lines, oldest first, for scripts: one object per event with `arrived`
     (when the collector applied it), `agent`, `incarnation`, `seq` (0 for a snapshot's), `source` (batch or

@@ -12,7 +12,9 @@ import typer
 
 from kvtop.cli.options import Bootstrap, Insecure, fail, load_curve
 
-sidecar_app = typer.Typer(add_completion=False, rich_markup_mode=None)
+sidecar_app = typer.Typer(
+    add_completion=False, rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]}
+)
 
 
 @sidecar_app.command(name="agent")
@@ -50,7 +52,7 @@ def sidecar(
     metrics: Annotated[
         str,
         typer.Option(
-            help="The server's Prometheus endpoint (http://HOST:PORT/metrics, SGLang's --enable-metrics): its KV "
+            help="The server's Prometheus endpoint (http://HOST:PORT/metrics, SGLang's `--enable-metrics`): its KV "
             "transfer metrics go into the heartbeat; one that never moved shows as 'no data'."
         ),
     ] = "",
@@ -80,7 +82,7 @@ def sidecar(
     """Follow one SGLang server's log and publish its events per rank (instance/TPn) on the event plane.
 
     Each rank has an event (PUB) and a snapshot (ROUTER) socket, registered with --bootstrap (refreshed every
-    second; deregistered on exit); without --bootstrap, each rank's event endpoint is printed for --connect.
+    second; deregistered on exit); without --bootstrap, each rank's event endpoint is printed for a view's `--connect`.
     Heartbeats (every second) carry the file, the read position, the garbled lines and the scraped metrics.
     Diagnostics go to stderr. Exit codes: 0 when stopped (SIGTERM, Ctrl-C), 1 when one of its threads died,
     2 for bad usage (a key folder that cannot serve, a --host beyond loopback without --curve-keys or --insecure).

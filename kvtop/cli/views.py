@@ -260,11 +260,19 @@ def ranks(
 @reads_source()
 def rooms(
     source: SourceSpec,
+    recent: Annotated[
+        float,
+        typer.Option(
+            min=0.0, help="Also list the rooms that ended in this many seconds before now (0: open rooms only)."
+        ),
+    ] = 60.0,
     as_json: Json = False,
     follow: Follow = False,
     interval: Interval = 1.0,
 ) -> None:
-    """Rooms still open on some rank: state per rank, bytes, age, idle time, link; STUCK after 10 s idle.
+    """Open and recent rooms: those still open on some rank, then those that ended in the last --recent
+    seconds, oldest first: outcome (open, succeeded, failed), STUCK (open, no progress for 10 s), age, idle time,
+    bytes, link, state per rank.
 
     A room nobody said anything of for 5 minutes is retired as lost. From --sglang-log: every room the
     logs name (a log names a room only where it failed), Failed on each rank that logged its failure;
@@ -275,7 +283,8 @@ def rooms(
     with _until_ctrl_c():
         for read in _frames(source, follow, interval):
             now, ended = read.now(), read.rooms_named_once_ended
-            _show(rooms_text(read.model, now, ended), rooms_json(read.model, now, ended), as_json, follow)
+            text, data = rooms_text(read.model, now, ended, recent), rooms_json(read.model, now, ended, recent)
+            _show(text, data, as_json, follow)
 
 
 @reads_source()

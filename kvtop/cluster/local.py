@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from types import FrameType
 
 from kvtop.cluster.supervisor import Supervisor
+from kvtop.views.units import rate
 from transport.config import Timeouts, TransferConfig
 from transport.harness.cluster import ClusterSpec, LocalCluster
 from transport.harness.workload import Router, WorkloadSpec, WorkloadStats
@@ -59,7 +60,7 @@ class StatusLine:
 
     def render(self, stats: WorkloadStats, now: float) -> str:
         elapsed = max(1e-9, now - self.last_time) if self.last_time else 0.0
-        rate = (stats.bytes_moved - self.last_bytes) / elapsed / 1e9 if elapsed else 0.0
+        per_s = (stats.bytes_moved - self.last_bytes) / elapsed if elapsed else 0.0
         self.last_bytes, self.last_time = stats.bytes_moved, now
         recent = sorted(stats.latencies_s[-500:])
         latency = (
@@ -70,7 +71,7 @@ class StatusLine:
         failures = ", ".join(f"{name} {count}" for name, count in stats.failures_by_class.most_common()) or "none"
         return (
             f"{time.strftime('%H:%M:%S')}  rooms ok {stats.succeeded}, failed {stats.failed}, "
-            f"refused {stats.refused}, lost {stats.lost}, in flight {stats.inflight}  |  {rate:.2f} GB/s, {latency}"
+            f"refused {stats.refused}, lost {stats.lost}, in flight {stats.inflight}  |  {rate(per_s)}, {latency}"
             f"  |  failure origins: {failures}"
         )
 

@@ -28,7 +28,7 @@ from kvtop.tui.model_client import ModelProcess
 from kvtop.tui.pages import PageRequest
 from kvtop.tui.process import DashboardTuning, terminal_lost
 from kvtop.tui.rewind import BIG_STEP_S, STEP_S, Rewind, since
-from kvtop.tui.rows import Palette, rate
+from kvtop.tui.rows import Palette
 from kvtop.tui.screens.detail import DetailScreen
 from kvtop.tui.screens.help import HelpScreen
 from kvtop.tui.themes import DEFAULT_THEME, ThemeSet
@@ -39,6 +39,7 @@ from kvtop.tui.views.rooms import RoomsView
 from kvtop.tui.widgets.footer import KeyFooter
 from kvtop.tui.widgets.line import Line
 from kvtop.tui.widgets.row_list import RowList
+from kvtop.views import units
 from kvtop.views.event_lines import LEVELS
 from kvtop.views.times import stamp
 
@@ -365,7 +366,7 @@ class KvtopApp(App[None]):
                 all_alive = h.ranks_alive == h.ranks_total
                 ranks = Text(f" {h.ranks_alive}/{h.ranks_total} ranks alive", p.success if all_alive else p.error)
                 parts.append((ranks, ESSENTIAL))
-            parts += [(Text(f"  {h.rooms_per_s:.1f} rooms/s"), 3), (Text(f"  {rate(h.gbps)}"), 4),
+            parts += [(Text(f"  {h.rooms_per_s:.1f} rooms/s"), 3), (Text(f"  {units.gbps(h.gbps)}"), 4),
                       (Text(f"  p99 {h.latency_p99_s * 1000:.0f} ms"), 5)]  # fmt: skip
             if h.span_s < WINDOW_S - 0.5:  # the snapshots held less than the window: say what the figures cover
                 failed = f"{h.failure_rate:.1%} failed in the last {h.span_s:.0f} s ({h.failures} origins)"

@@ -6,6 +6,7 @@ from rich.text import Text
 
 from kvtop.model.cluster import ClusterModel
 from kvtop.tui.rows import Palette, clock
+from kvtop.views import units
 from kvtop.views.event_lines import to_line
 from kvtop.views.tables import sidecar_lines
 from kvtop.views.times import spans_days
@@ -61,16 +62,17 @@ def rank_history(model: ClusterModel, label: str, now: float, palette: Palette) 
     text.append(f"{view.origins} origins, {view.echoes} echoes\n")
     for line in sidecar_lines(model, label):
         text.append(f"{line}\n", style=palette.warning if view.log is not None and view.log.idle else "")
-    text.append("\nThroughput, GB/s per 10 s (newest last)\n", style="bold")
+    text.append("\nThroughput per 10 s (newest last)\n", style="bold")
     rows = view.transfers.window(now - 12 * _HISTORY_BUCKET_S)
     buckets = [0.0] * 12
     for ts, nbytes in zip(rows[:, 0].tolist(), rows[:, 1].tolist(), strict=True):
-        buckets[min(11, int(12 - (now - ts) / _HISTORY_BUCKET_S))] += nbytes / _HISTORY_BUCKET_S / 1e9
-    text.append("  " + " ".join(f"{gbps:5.2f}" for gbps in buckets) + "\n")
+        buckets[min(11, int(12 - (now - ts) / _HISTORY_BUCKET_S))] += nbytes / _HISTORY_BUCKET_S
+    text.append("  " + " ".join(f"{units.rate(per_s):>10}" for per_s in buckets[:6]) + "\n")
+    text.append("  " + " ".join(f"{units.rate(per_s):>10}" for per_s in buckets[6:]) + "\n")
     beats = [(e.ts, e) for name, batch in model.journal if name == label for e in batch if isinstance(e, Heartbeat)]
     text.append(f"\nHeartbeats ({len(beats)} in the journal)\n", style="bold")
     for ts, beat in beats[-10:]:
-        text.append(f"  {clock(ts)}  cpu {beat.cpu_percent:5.1f}%  rss {beat.rss_bytes / 2**20:7.1f} MiB  ")
+        text.append(f"  {clock(ts)}  cpu {beat.cpu_percent:5.1f}%  rss {units.size(beat.rss_bytes):>8}  ")
         text.append(f"in flight {beat.inflight_rooms:4}  events dropped {beat.events_dropped}\n")
     text.append("\nCounters\n", style="bold")
     for name, count in sorted(view.counters.items()):

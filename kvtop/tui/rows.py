@@ -11,6 +11,7 @@ from rich.text import Span, Text
 
 from kvtop.model.cluster import Liveness, RoomView
 from kvtop.tui.frame import Frame, RankRow
+from kvtop.views import units
 from kvtop.views.event_lines import to_line
 from kvtop.views.times import stamp
 from transport.kvpoll import KVPoll
@@ -103,7 +104,7 @@ def rank_line(row: RankRow, palette: Palette) -> Text:
     }
     line = Pieces(f"{row.label:<18}{row.role:<9}")
     line.add(f"{row.liveness:<7}", state_style[row.liveness])
-    line.add(f"{rate(row.gbps):>11}{row.inflight:>11}")
+    line.add(f"{units.gbps(row.gbps):>11}{row.inflight:>11}")
     line.add(f"{row.origins:>9}", palette.error if row.origins else None)
     line.add(f"{row.echoes:>8}", palette.dim)
     line.add(f"{row.cpu_percent:>7.0f}")
@@ -117,7 +118,7 @@ def room_line(view: RoomView, frame: Frame, palette: Palette) -> Text:
     link = f"{view.link[0] or '?'}->{view.link[1] or '?'}" if any(view.link) else "-"
     line = Pieces(
         f"{view.room:<21}{now - view.first_seen:>7.1f}{now - view.last_progress:>8.1f}{progress:>10}"
-        f"{_size(view.bytes_total):>11}  {link:<22}"
+        f"{units.size(view.bytes_total):>11}  {link:<22}"
     )
     if frame.stuck(view):
         line.add(f"{'STUCK':<8}", palette.warning + Style(bold=True))
@@ -141,22 +142,6 @@ def event_line(label: str, event: Event, level: str, palette: Palette) -> Text:
     return Text(to_line(label, event, level), style=style)
 
 
-def rate(gbps: float) -> str:
-    """A transfer rate in the unit that keeps three digits: `1.23 GB/s`, `45.6 MB/s`, `512 KB/s`."""
-    if round(gbps * 1000, 1) >= 1000:
-        return f"{gbps:.2f} GB/s"
-    if round(gbps * 1e6) >= 1000:
-        return f"{gbps * 1000:.1f} MB/s"
-    return f"{gbps * 1e6:.0f} KB/s"
-
-
 def clock(ts: float, dated: bool = False) -> str:
     """`HH:MM:SS.mmm` (with the date before it when `dated`)."""
     return stamp(ts, dated)
-
-
-def _size(nbytes: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.1f} {unit}"
-    return f"{nbytes} B"

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Any
 
-from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel
+from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel, Liveness, RoomView
 from kvtop.views.incidents import in_span, incident_json
 from kvtop.views.known import KNOWN_METRICS, NO_DATA
 from kvtop.views.times import stamp
+from kvtop.views.units import gbps, size
 from transport.counters import REJECTION_REASONS
 from transport.plane.events import LogFollowed
 
@@ -76,10 +78,10 @@ def _rejected_text(rejected: dict[str, dict[str, int]]) -> str:
 
 
 def ranks_text(model: ClusterModel, now: float) -> str:
-    header = f"{'RANK':<16} {'ROLE':<8} {'STATE':<6} {'HOST':<14} {'PID':>7} {'GB/s':>7}"
+    header = f"{'RANK':<16} {'ROLE':<8} {'STATE':<6} {'HOST':<14} {'PID':>7} {'RATE':>10}"
     lines = [f"{header} {'INFLIGHT':>8} {'ORIGINS':>7} {'ECHOES':>6}  REJECTED"]
     lines += [
-        f"{r['label']:<16} {r['role']:<8} {r['state']:<6} {r['host'][:14]:<14} {r['pid']:>7} {r['gbps']:>7.3f} "
+        f"{r['label']:<16} {r['role']:<8} {r['state']:<6} {r['host'][:14]:<14} {r['pid']:>7} {gbps(r['gbps']):>10} "
         f"{r['inflight']:>8} {r['origins']:>7} {r['echoes']:>6}  {_rejected_text(r['rejected'])}"
         + (f"  unreachable: {r['unreachable']}" if r["unreachable"] else "")
         for r in ranks_json(model, now)
@@ -179,16 +181,27 @@ def unreachable_lines(unreachable: dict[str, str]) -> list[str]:
     return lines
 
 
-def rooms_json(model: ClusterModel, now: float, ended: bool = False) -> list[dict[str, Any]]:
-    """Rooms still open on some rank (with `ended`, also the rooms that ended, retired ones the model keeps
-    included): per-rank states, bytes, age, link, and whether they are stuck."""
+RECENT_S = 60.0
+"""How long `kvtop rooms` lists a room after it ended (`--recent`)."""
+
+
+def rooms_json(
+    model: ClusterModel, now: float, ended: bool = False, recent_s: float = RECENT_S
+) -> list[dict[str, Any]]:
+    """Rooms still open on some rank, then those that ended in the last `recent_s` (with `ended`, every room that
+    ended the model keeps), oldest first: per-rank states, bytes, age, link, `outcome` (open, succeeded,
+    failed) and whether they are `stuck`."""
+    gone = {label for label, state in model.liveness(now).items() if state is Liveness.GONE}
     stuck = {room.room for room in model.stuck(now, STUCK_AFTER_S)}
-    rooms = model.open_rooms(now)
-    if ended:
-        rooms = [f.view for f in model.finished.values() if f.view is not None] + list(model.rooms.values())
+    since = -math.inf if ended else now - recent_s
+    shown: list[tuple[RoomView, bool | None]] = [(room, None) for room in model.open_rooms(now)]
+    shown += [(f.view, f.ok) for f in model.finished.values() if f.view is not None and f.ts >= since]
+    shown += [(room, room.succeeded(gone)) for room in model.rooms.values()
+              if room.finished(gone) and room.last_progress >= since]  # fmt: skip
     return [
         {
             "room": room.room,
+            "outcome": "open" if ok is None else "succeeded" if ok else "failed",
             "states": {label: state.name for label, state in sorted(room.states.items())},
             "bytes_total": room.bytes_total,
             "bytes_done": room.bytes_done,
@@ -198,18 +211,21 @@ def rooms_json(model: ClusterModel, now: float, ended: bool = False) -> list[dic
             "decode": room.link[1],
             "stuck": room.room in stuck,
         }
-        for room in sorted(rooms, key=lambda r: r.first_seen)
+        for room, ok in sorted(shown, key=lambda item: item[0].first_seen)
     ]
 
 
-def rooms_text(model: ClusterModel, now: float, ended: bool = False) -> str:
-    lines = [f"{'ROOM':<20} {'AGE s':>7} {'IDLE s':>7} {'BYTES':>12}  {'LINK':<22} STATES"]
-    for r in rooms_json(model, now, ended):
+def rooms_text(model: ClusterModel, now: float, ended: bool = False, recent_s: float = RECENT_S) -> str:
+    """`rooms_json` as a table, STUCK in a column of its own."""
+    header = f"{'ROOM':<20} {'OUTCOME':<9} {'STUCK':<5} {'AGE s':>7} {'IDLE s':>7} {'BYTES':>9}  {'LINK':<22} STATES"
+    lines = [header]
+    for r in rooms_json(model, now, ended, recent_s):
         states = " ".join(f"{label}={state}" for label, state in r["states"].items())
         link = f"{r['prefill'] or '?'}->{r['decode'] or '?'}" if r["prefill"] or r["decode"] else "-"
-        flag = "  STUCK" if r["stuck"] else ""
+        flag = "STUCK" if r["stuck"] else "-"
         lines.append(
-            f"{r['room']:<20} {r['age_s']:>7.1f} {r['idle_s']:>7.1f} {r['bytes_total']:>12}  {link:<22} {states}{flag}"
+            f"{r['room']:<20} {r['outcome']:<9} {flag:<5} {r['age_s']:>7.1f} {r['idle_s']:>7.1f} "
+            f"{size(r['bytes_total']):>9}  {link:<22} {states}"
         )
     return "\n".join(lines)
 
@@ -295,7 +311,7 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
         if live
         else f"ranks   {ranks['log']} from logs (logs tell no liveness)",
         f"rooms   {s['rooms_open']} open, {s['rooms_finished']} finished {span}, "
-        f"{s['rooms_per_s']:.1f}/s, {s['gbps']:.3f} GB/s",
+        f"{s['rooms_per_s']:.1f}/s, {gbps(s['gbps'])}",
         f"latency p50 {lat['p50'] * 1000:.0f} ms, p90 {lat['p90'] * 1000:.0f} ms, p99 {lat['p99'] * 1000:.0f} ms",
         f"health  {health}, {aborts}, {s['stuck']} stuck, {s['gaps']} gaps" + _counted(s),
     ]
@@ -305,7 +321,7 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
     for link in s["links"]:
         lines.append(
             f"link    {link['prefill']} -> {link['decode']}: {link['transfers']} transfers, "
-            f"{link['bytes'] / 1e6:.1f} MB, {link['failed_rooms']} failed"
+            f"{size(link['bytes'])}, {link['failed_rooms']} failed"
         )
     return "\n".join(lines + clock_lines(model) + intake_lines(model))
 

@@ -42,11 +42,13 @@ def test_cluster_up_exits_2_with_one_line_naming_the_agents_for_a_fault_that_rea
 
 
 @pytest.mark.processes
-def test_cluster_up_with_its_default_faults_runs_and_exits_0_on_a_one_prefill_cluster():
-    """The demo faults only name ranks that exist, so a 1P1D `cluster up` runs, moves rooms and exits 0."""
-    result = kvtop("cluster", "up", "--duration", "3", "--rate", "20")
+def test_cluster_up_with_its_default_faults_runs_and_exits_0_on_a_one_prefill_cluster(tmp_path):
+    """The demo faults only name ranks that exist, so a 1P1D `cluster up` runs, moves rooms and exits 0, leaving
+    no temporary log folder behind."""
+    result = kvtop("cluster", "up", "--duration", "3", "--rate", "20", env={"TMPDIR": str(tmp_path)})
 
     assert result.returncode == 0, result.stderr
+    assert list(tmp_path.glob("kvtop-logs-*")) == []
     assert result.stdout.startswith("tcp://127.0.0.1:")
     assert re.search(r"done: [1-9]\d* rooms ok, .*0 rank exits \(0 still down\)", result.stderr), result.stderr
 

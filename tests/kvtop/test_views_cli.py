@@ -37,7 +37,7 @@ def test_views_describe_a_cluster_that_moved_rooms_and_failed_one(make_cluster, 
         1.0,
         [["decode-0/TP0 checksum", 1]],
     )
-    assert rooms == []
+    assert [(room["room"], room["outcome"], room["stuck"]) for room in rooms] == [(7, "failed", False)]
     failures = [line for line in info_lines if " failure " in line]
     assert len(failures) == 1 and "decode-0/TP0" in failures[0] and "ERROR" in failures[0]
     echoes = [json.loads(line) for line in debug_lines if json.loads(line)["kind"] == "failure"]

@@ -328,54 +328,60 @@ def parse_args(argv: list[str] | None = None) -> AgentOptions:
 
 
 def _parser() -> argparse.ArgumentParser:
+    transfer, timeouts = TransferConfig(), Timeouts()
     parser = argparse.ArgumentParser(
         prog="python -m transport.harness.agent",
-        description="Run one KV transfer rank.",
+        description="Run one KV transfer rank (`kvtop agent` takes the same options). A harness passes every "
+        f"option as one JSON object instead: {OPTIONS_JSON} JSON, alone.",
         epilog="Exit status: 0 when stopped (SIGTERM/SIGINT, or its parent went away); 1 when a thread of "
-        "the rank died (logged with its traceback) or it could not start.",
+        "the rank died (logged with its traceback) or it could not start; 2 for bad usage.",
+        formatter_class=_ShownDefaults,
     )
-    parser.add_argument("--role", choices=[r.value for r in Role], required=True)
-    parser.add_argument("--instance", required=True, help="instance name, e.g. prefill-0")
-    parser.add_argument("--rank", type=int, default=0, help="TP rank within the instance")
-    parser.add_argument("--tp", type=int, default=1, help="TP size of the instance")
-    parser.add_argument("--bootstrap", required=True, help="bootstrap service endpoint, tcp://HOST:PORT")
-    parser.add_argument("--pages", type=int, default=4096, help="KV pool size in pages")
-    parser.add_argument("--page-bytes", type=int, default=16 << 10, help="bytes per page on this rank")
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind data and control sockets")
-    parser.add_argument("--control", default="", help="control endpoint to bind (default: a free port)")
-    parser.add_argument("--chunk-bytes", type=int, default=1 << 20)
-    parser.add_argument("--window-bytes", type=int, default=16 << 20)
-    parser.add_argument("--bootstrap-timeout", type=float, default=300.0)
-    parser.add_argument("--waiting-timeout", type=float, default=300.0)
-    parser.add_argument("--transfer-timeout", type=float, default=60.0)
-    parser.add_argument("--heartbeat", type=float, default=0.5)
-    parser.add_argument(
+    add = parser.add_argument
+    add("--role", choices=[r.value for r in Role], required=True, help="which side this rank serves")
+    add("--instance", required=True, help="instance name, unique in the cluster, e.g. prefill-0")
+    add("--bootstrap", required=True, help="bootstrap service endpoint, tcp://HOST:PORT")
+    add("--rank", type=int, default=0, help="TP rank within the instance")
+    add("--tp", type=int, default=1, help="TP size of the instance")
+    add("--pages", type=int, default=4096, help="KV pool size in pages")
+    add("--page-bytes", type=int, default=16 << 10, help="bytes per page on this rank")
+    add("--host", default="127.0.0.1", help="address to bind data and control sockets")
+    add("--control", default="", help="control endpoint to bind (none: a free port on --host)")
+    add("--chunk-bytes", type=int, default=transfer.chunk_bytes, help="bytes per data frame")
+    add("--window-bytes", type=int, default=transfer.window_bytes, help="unacknowledged bytes per link")
+    add("--bootstrap-timeout", type=float, default=timeouts.bootstrap_s, help="seconds a room may bootstrap")
+    add("--waiting-timeout", type=float, default=timeouts.waiting_s, help="seconds a room may wait for input")
+    add("--transfer-timeout", type=float, default=timeouts.transfer_s, help="seconds without transfer progress")
+    add("--heartbeat", type=float, default=transfer.heartbeat_s, help="seconds between heartbeats on each link")
+    add(
         "--peer-timeout",
         type=float,
-        default=5.0,
+        default=transfer.peer_timeout_s,
         help="seconds until a silent peer is lost; also how long a rank of this instance may go without "
         "voting on a room this rank took before the room fails (timeout_consensus)",
     )
-    parser.add_argument(
-        "--no-checksums", action="store_true", help="send chunks without xxh3 checksums (trust TCP's own checks)"
-    )
-    parser.add_argument(
-        "--fault", action="append", default=[], help="KIND[:RATE][@PEER], repeatable (a decode rank takes only die)"
-    )
-    parser.add_argument("--fault-seed", type=int, default=None)
-    parser.add_argument("--log-file", default="")
-    parser.add_argument("--log-level", default="INFO")
-    parser.add_argument(
+    add("--no-checksums", action="store_true", help="send chunks without xxh3 checksums (trust TCP's own checks)")
+    add("--fault", action="append", default=[], help="KIND[:RATE][@PEER], repeatable (a decode rank takes only die)")
+    add("--fault-seed", type=int, default=None, help="seed of the fault dice (none: a different run every time)")
+    add("--log-file", default="", help="file for the SGLang-format log (none: stderr)")
+    add("--log-level", default="INFO", help="lowest level logged")
+    add(
         "--curve-keys",
         default="",
         metavar="DIR",
         help="CURVE key folder (kvtop keys generate DIR): every socket of this rank encrypted and open only to "
         "clients in DIR/allowed",
     )
-    parser.add_argument(
-        "--insecure", action="store_true", help="bind a --host or --control beyond loopback without --curve-keys"
-    )
+    add("--insecure", action="store_true", help="bind a --host or --control beyond loopback without --curve-keys")
     return parser
+
+
+class _ShownDefaults(argparse.ArgumentDefaultsHelpFormatter):
+    """Defaults in the help, except the empty ones (the help says what empty means)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        empty = action.default in ("", None, False, [])
+        return action.help if empty else super()._get_help_string(action)
 
 
 def _options(args: argparse.Namespace) -> AgentOptions:
@@ -411,14 +417,19 @@ def child_args(options: AgentOptions) -> list[str]:
     return [OPTIONS_JSON, msgspec.json.encode(options).decode()]
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: run an agent until SIGTERM/SIGINT (exit 0), or until one of its threads dies (exit 1);
-    a fatal signal dumps every thread's stack to stderr."""
+def serve(options: AgentOptions) -> int:
+    """Run a rank until SIGTERM/SIGINT (returns 0), or until one of its threads dies (returns 1); a fatal
+    signal dumps every thread's stack to stderr."""
     faulthandler.enable()
-    agent = Agent(parse_args(argv))
+    agent = Agent(options)
     signal.signal(signal.SIGTERM, lambda *_: agent.stop())
     signal.signal(signal.SIGINT, lambda *_: agent.stop())
-    sys.exit(agent.run())
+    return agent.run()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: `serve` the options of the command line (`parse_args`), exit with its status."""
+    sys.exit(serve(parse_args(argv)))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.style import Style
 from rich.text import Text
 
-from kvtop.tui.rows import Pieces, rate
+from kvtop.tui.rows import Pieces
+from kvtop.views import units
 
 SHADES = " ░▒▓█"
 """Cell fill by share of the busiest link: the map reads without colour too."""
@@ -64,7 +65,7 @@ class LinkHeatMap:
             return (("-", self.dim),)
         gbps, failed = link
         shade = SHADES[min(len(SHADES) - 1, round(gbps / peak * (len(SHADES) - 1)))]
-        figure = (f"{shade} {rate(gbps)}", self.hot if gbps >= peak / 2 and gbps > 0 else None)
+        figure = (f"{shade} {units.gbps(gbps)}", self.hot if gbps >= peak / 2 and gbps > 0 else None)
         return (figure, (f" ✗{failed}", self.failed)) if failed else (figure,)
 
 

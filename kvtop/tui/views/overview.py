@@ -10,11 +10,12 @@ from textual.widgets import Static
 
 from kvtop.tui.frame import INCIDENT_LINES, Frame
 from kvtop.tui.renderables.heatmap import LinkHeatMap
-from kvtop.tui.rows import RANK_HEADER, Palette, clock, rank_line, rate
+from kvtop.tui.rows import RANK_HEADER, Palette, clock, rank_line
 from kvtop.tui.widgets.block import Block
 from kvtop.tui.widgets.line import Line
 from kvtop.tui.widgets.row_list import RowList
 from kvtop.tui.widgets.sparkline import Sparkline
+from kvtop.views import units
 
 NARROW_COLUMNS = 120
 """Below this width the links and incidents go under the rank grid instead of beside it."""
@@ -49,7 +50,7 @@ class OverviewView(Vertical):
         self.frame = frame
         peak = max(frame.throughput, default=0.0)
         self.query_one("#throughput-title", Line).show(
-            f"Throughput  per second over the last minute (peak {rate(peak)})"
+            f"Throughput  per second over the last minute (peak {units.gbps(peak)})"
         )
         self.query_one("#throughput", Sparkline).show(frame.throughput)
         ranks = frame.ranks

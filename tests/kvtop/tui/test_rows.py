@@ -16,7 +16,7 @@ from kvtop.tui.app import KvtopApp
 from kvtop.tui.details import rank_history
 from kvtop.tui.frame import FrameBuilder, Options, RankRow
 from kvtop.tui.renderables.heatmap import LinkHeatMap
-from kvtop.tui.rows import RANK_HEADER, ROOM_HEADER, Palette, event_line, rank_line, rate, room_line
+from kvtop.tui.rows import RANK_HEADER, ROOM_HEADER, Palette, event_line, rank_line, room_line
 from kvtop.tui.screens.help import binding_table
 from kvtop.tui.themes import load_themes
 from kvtop.tui.views.failures import FailuresView, detail
@@ -54,7 +54,7 @@ def test_the_heat_map_draws_one_row_per_prefill_and_a_column_per_decode():
         [
             "               decode-0         decode-1",
             " prefill-0  █ 2.00 GB/s  ░ 500.0 MB/s ✗3",
-            " prefill-1       0 KB/s                -",
+            " prefill-1        0 B/s                -",
         ]
     )
 
@@ -74,29 +74,6 @@ def test_the_heat_map_colours_hot_links_and_failed_rooms_from_its_styles():
 def test_the_heat_map_without_links_says_so():
     """No transfer yet: one dim line instead of an empty table."""
     assert render(LinkHeatMap({}, HOT, FAILED)) == "no transfers yet"
-
-
-@pytest.mark.parametrize(
-    ("gbps", "shown"),
-    [
-        (0.0, "0 KB/s"),
-        (0.0004, "400 KB/s"),
-        (0.0123, "12.3 MB/s"),
-        (0.5, "500.0 MB/s"),
-        (1.0, "1.00 GB/s"),
-        (12.345, "12.35 GB/s"),
-        (123.4, "123.40 GB/s"),
-    ],
-)
-def test_rate_picks_the_unit_by_size(gbps: float, shown: str):
-    """KB/s below 1 MB/s, MB/s below 1 GB/s, GB/s above."""
-    assert rate(gbps) == shown
-
-
-@pytest.mark.parametrize(("gbps", "shown"), [(0.99996, "1.00 GB/s"), (0.0009999, "1.0 MB/s")])
-def test_rate_just_below_a_unit_boundary_moves_to_the_bigger_unit(gbps: float, shown: str):
-    """A rate that rounds to 1000 of a unit is shown as 1 of the next one, keeping three digits."""
-    assert rate(gbps) == shown
 
 
 def test_a_rank_line_fills_the_columns_of_its_header(palette: Palette):
@@ -153,7 +130,7 @@ def frame():
 
 
 def test_a_room_line_shows_age_idle_progress_size_link_and_every_rank_state(frame, palette: Palette):
-    """A room that succeeded: 100 %, 1.0 MiB, its link and OK for each of its four ranks, in the success colour."""
+    """A room that succeeded: 100 %, 1.0 MB, its link and OK for each of its four ranks, in the success colour."""
     room = next(room for room in frame.rooms if frame.outcome(room) is True)
 
     line = room_line(room, frame, palette)
@@ -161,7 +138,7 @@ def test_a_room_line_shows_age_idle_progress_size_link_and_every_rank_state(fram
     states = " ".join(f"{label}=OK" for label in sorted(room.states))
     link = f"{room.link[0]}->{room.link[1]}"
     age, idle = FIXED_NOW - room.first_seen, FIXED_NOW - room.last_progress
-    assert line.plain == f"{room.room:<21}{age:>7.1f}{idle:>8.1f}      100%    1.0 MiB  {link:<22}{'':<8}{states} "
+    assert line.plain == f"{room.room:<21}{age:>7.1f}{idle:>8.1f}      100%     1.0 MB  {link:<22}{'':<8}{states} "
     assert len(ROOM_HEADER) - len("STATE PER RANK") == len(line.plain) - len(states) - 1
     assert palette.success in styles_of(line, "OK")
 

@@ -1,0 +1,74 @@
+"""Every command's `--help`, walked in this process: each option it names is one the command takes, and every
+option it takes has help."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+import typer
+from kvtop_cli import kvtop_here
+from typer._click.core import Command  # Typer vendors Click: its classes live here
+from typer.core import TyperGroup, TyperOption
+
+from kvtop.cli.app import app
+from kvtop.cli.sidecar_cmd import sidecar_app
+
+NAMED = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+QUOTED = re.compile(r"`[^`]*`")
+"""A command line quoted in help (`kvtop record --out`, SGLang's `--enable-metrics`) names another's options."""
+
+
+def commands(command: Command, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Command]]:
+    """`command` and every command below it, each with the words that run it."""
+    yield path, command
+    if isinstance(command, TyperGroup):
+        for name, sub in sorted(command.commands.items()):
+            yield from commands(sub, (*path, name))
+
+
+COMMANDS = [*commands(typer.main.get_command(app))]
+SIDECAR = typer.main.get_command(sidecar_app)
+
+
+def taken(command: Command) -> set[str]:
+    """Every option name the command takes (--no-x forms and -h included)."""
+    return {name for param in command.params for name in (*param.opts, *param.secondary_opts)} | {"-h", "--help"}
+
+
+def named(command: Command) -> set[str]:
+    """The options the command's help names (its text and its options' help, as written: Click's wrapping may
+    break a name at its hyphen), leaving out quoted command lines."""
+    texts = [command.help or "", *(getattr(param, "help", None) or "" for param in command.params)]
+    return set(NAMED.findall(QUOTED.sub("", "\n".join(texts))))
+
+
+@pytest.mark.parametrize(("path", "command"), COMMANDS, ids=[" ".join(path) or "kvtop" for path, _ in COMMANDS])
+def test_help_names_only_options_the_command_takes_and_every_option_has_help(
+    path: tuple[str, ...], command: Command
+) -> None:
+    """`kvtop ... --help` exits 0; every --option in it is the command's own; each of its options has help."""
+    shown = kvtop_here(*path, "--help")
+
+    assert shown.returncode == 0, shown.stderr
+    assert named(command) - taken(command) == set()
+    assert [p.name for p in command.params if isinstance(p, TyperOption) and not p.hidden and not p.help] == []
+
+
+def test_the_log_sidecars_help_names_only_its_own_options() -> None:
+    """`kvtop agent --sglang-log FILE --help` is the sidecar's help, and names only what the sidecar takes."""
+    shown = kvtop_here("agent", "--sglang-log", "x.log", "-h")
+
+    assert shown.returncode == 0, shown.stderr
+    assert "Follow one SGLang server's log" in shown.stdout
+    assert named(SIDECAR) - taken(SIDECAR) == set()
+    assert [p.name for p in SIDECAR.params if isinstance(p, TyperOption) and not p.help] == []
+
+
+def test_h_and_version_work_from_the_top() -> None:
+    """`kvtop -h` is `kvtop --help`; `kvtop --version` prints the version and exits 0."""
+    from kvtop import __version__
+
+    assert kvtop_here("-h").stdout == kvtop_here("--help").stdout
+    assert kvtop_here("--version").stdout == f"kvtop {__version__}\n"
