@@ -235,6 +235,12 @@ class KvtopApp(App[None]):
         self.set_interval(self._refresh_s, self._tick)
         self.request_frame()
 
+    def on_resize(self) -> None:
+        """The banner and health line fit the new width at once, not at the next frame."""
+        if self.frame is not None and self.query("#banner"):
+            self.call_after_refresh(self._draw_banner)
+            self.call_after_refresh(self._draw_health, self.frame)
+
     def _hang_up(self) -> None:
         """SIGHUP: the terminal closed. Quit as `q` does, writing nothing more to it."""
         terminal_lost()
@@ -405,8 +411,8 @@ class KvtopApp(App[None]):
         banner.show(f"{left}{middle}{' ' * (room - len(middle)) if banner.size.width else ''}{right}")
 
     def _data_time(self, frame: Frame) -> str:
-        """`as of 10:02:11, 0.2 s old` (a live source: how long ago the frame's data was read), or the time logs
-        are at."""
+        """`as of 10:02:11, 0.2 s old` (a live source: how long ago, by the source's clock, the frame's data was
+        read), or the time logs are at."""
         health = frame.health
         if health.ranks_total and health.ranks_from_logs == health.ranks_total:
             return f"logs as of {stamp(frame.now, dated=True)[:19]}"

@@ -20,10 +20,35 @@ from transport.plane.events import Event
 if TYPE_CHECKING:
     from textual.theme import Theme  # the model process draws details with a Palette, and imports no Textual
 
-RANK_HEADER = (
-    f"{'RANK':<18}{'ROLE':<9}{'STATE':<7}{'RATE':>11}{'IN FLIGHT':>11}{'ORIGINS':>9}{'ECHOES':>8}{'CPU %':>7}"
-    f"{'REJECTED':>10}"
-)
+RANK_COLUMNS = {"RANK": 18, "ROLE": 9, "STATE": 7, "RATE": 11, "IN FLIGHT": 11, "ORIGINS": 9, "ECHOES": 8,
+                "CPU %": 7, "REJECTED": 10}  # fmt: skip
+"""The rank grid's columns and their widths, in order."""
+RANK_DROP_ORDER = ("REJECTED", "CPU %", "ECHOES", "ROLE", "IN FLIGHT")
+"""Where the grid is narrower than its columns, these leave first (a whole column, never a number cut)."""
+
+
+def rank_columns(width: int) -> frozenset[str]:
+    """The rank grid's columns that fit `width` cells (0: all), leaving by `RANK_DROP_ORDER`."""
+    shown = dict(RANK_COLUMNS)
+    for name in RANK_DROP_ORDER:
+        if not width or sum(shown.values()) <= width:
+            break
+        del shown[name]
+    return frozenset(shown)
+
+
+def rank_header(columns: frozenset[str]) -> str:
+    """`RANK_HEADER` with only `columns`."""
+    return "".join(
+        (f"{name:<{width}}" if name in ("RANK", "ROLE", "STATE") else f"{name:>{width}}")
+        for name, width in RANK_COLUMNS.items()
+        if name in columns
+    )
+
+
+RANK_HEADER = rank_header(frozenset(RANK_COLUMNS))
+
+
 ROOM_HEADER = (
     f"{'ROOM':<21}{'AGE s':>7}{'IDLE s':>8}{'PROGRESS':>10}{'BYTES':>11}  {'LINK':<22}{'FLAG':<8}STATE PER RANK"
 )
@@ -93,7 +118,8 @@ class Pieces:
         return text
 
 
-def rank_line(row: RankRow, palette: Palette) -> Text:
+def rank_line(row: RankRow, palette: Palette, columns: frozenset[str] = frozenset(RANK_COLUMNS)) -> Text:
+    """One rank's row, with only `columns` (those of its header)."""
     state_style = {
         Liveness.ALIVE: palette.success,
         Liveness.STALE: palette.warning,
@@ -102,13 +128,20 @@ def rank_line(row: RankRow, palette: Palette) -> Text:
         Liveness.IDLE: palette.warning,
         Liveness.DOWN: palette.error,
     }
-    line = Pieces(f"{row.label:<18}{row.role:<9}")
-    line.add(f"{row.liveness:<7}", state_style[row.liveness])
-    line.add(f"{units.gbps(row.gbps):>11}{row.inflight:>11}")
-    line.add(f"{row.origins:>9}", palette.error if row.origins else None)
-    line.add(f"{row.echoes:>8}", palette.dim)
-    line.add(f"{row.cpu_percent:>7.0f}")
-    line.add(f"{row.rejected:>10}", palette.warning if row.rejected else palette.dim)
+    cells: tuple[tuple[str, str, Style | None], ...] = (
+        ("ROLE", f"{row.role:<9}", None),
+        ("STATE", f"{row.liveness:<7}", state_style[row.liveness]),
+        ("RATE", f"{units.gbps(row.gbps):>11}", None),
+        ("IN FLIGHT", f"{row.inflight:>11}", None),
+        ("ORIGINS", f"{row.origins:>9}", palette.error if row.origins else None),
+        ("ECHOES", f"{row.echoes:>8}", palette.dim),
+        ("CPU %", f"{row.cpu_percent:>7.0f}", None),
+        ("REJECTED", f"{row.rejected:>10}", palette.warning if row.rejected else palette.dim),
+    )
+    line = Pieces(f"{row.label:<18}")
+    for name, cell, style in cells:
+        if name in columns:
+            line.add(cell, style)
     return line.text()
 
 

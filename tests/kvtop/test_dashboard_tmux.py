@@ -73,9 +73,11 @@ def _agents_of(bootstrap: str) -> list[psutil.Process]:
     return found
 
 
-def _start_dashboard(pane: Pane, *options: str) -> str:
-    """Bare `kvtop` with a fault that fails rooms within seconds; returns the bootstrap address it shows."""
+def _start_dashboard(pane: Pane, *options: str, follow_resizes: bool = False) -> str:
+    """Bare `kvtop` with a fault that fails rooms within seconds; returns the bootstrap address it shows.
+    `follow_resizes`: without COLUMNS and LINES, which would fix its size whatever the window's."""
     command = (
+        f"{'env -u COLUMNS -u LINES ' if follow_resizes else ''}"
         f"{KVTOP} --prefill 1 --decode 1 --tp 2 --rate 20 --fault prefill-0/TP0=corrupt:0.3 {' '.join(options)}; "
         f"echo {_EXIT_MARK}=$?; sleep 60"
     )
@@ -133,6 +135,36 @@ def test_dashboard_shows_an_origin_with_its_echoes_and_quits_without_leaving_age
     wait_for(lambda: not _agents_of(bootstrap), 10, "no agent left running")
     with pytest.raises(OSError):
         _scrape(url)
+
+
+RANK_ROW = re.compile(r"(prefill|decode)-\d/TP\d\s")
+WHOLE_RANK_ROW = re.compile(r"\S+ +(?:(?:prefill|decode) +)?(?:alive|stale|gone) +\d[\d.]* [KMG]?B/s(?: +\d+)*")
+"""A rank row whose every cell is whole: the rate with its unit, then whole counts (a scrollbar may follow)."""
+
+
+def test_at_80x24_100x30_and_160x45_keys_health_and_numbers_stay_whole(pane):
+    """One dashboard, its window resized: at every size the banner keeps the data's time and `? help`, the health
+    line its stuck and gaps, the footer `? Help` and `q Quit`, and no rank row cuts a number (columns leave whole)."""
+    _start_dashboard(pane, follow_resizes=True)
+    for columns, rows in ((160, 45), (100, 30), (80, 24)):
+        pane.tmux("resize-window", "-t", pane.session, "-x", str(columns), "-y", str(rows))
+
+        def laid_out(columns: int = columns, rows: int = rows) -> list[str] | None:
+            lines = pane.screen().splitlines()
+            header = next((line for line in lines if line.startswith("RANK ")), "")
+            drawn = len(lines) == rows and lines[-1].strip() and lines[0].rstrip().endswith("? help")
+            return lines if drawn and header and len(header) <= columns else None
+
+        lines = wait_for(laid_out, 15, f"the dashboard laid out at {columns}x{rows}")
+        assert "? help" in lines[0] and "as of " in lines[0], lines[0]
+        assert re.search(r" \d+ stuck  \d+ gaps", lines[1]), lines[1]
+        assert "? Help" in lines[-1] and "q Quit" in lines[-1], lines[-1]
+        header = next(line for line in lines if line.startswith("RANK ")).split("▏")[0]  # the side panel beside
+        assert header.rstrip().endswith(("RATE", "IN FLIGHT", "ORIGINS", "ECHOES", "CPU %", "REJECTED")), header
+        ranks = [line.split("▏")[0].rstrip(" ▁▂▃▄▅▆▇█▔") for line in lines if RANK_ROW.match(line)]
+        assert ranks and all(WHOLE_RANK_ROW.fullmatch(row) for row in ranks), (columns, ranks)
+    pane.keys("q")
+    wait_for(lambda: pane.shows(f"{_EXIT_MARK}=0"), 30, "kvtop exiting with status 0")
 
 
 def test_a_closed_terminal_ends_kvtop_and_its_agents(pane):

@@ -10,7 +10,7 @@ from textual.widgets import Static
 
 from kvtop.tui.frame import INCIDENT_LINES, Frame
 from kvtop.tui.renderables.heatmap import LinkHeatMap
-from kvtop.tui.rows import RANK_HEADER, Palette, clock, rank_line
+from kvtop.tui.rows import RANK_COLUMNS, RANK_HEADER, Palette, clock, rank_columns, rank_header, rank_line
 from kvtop.tui.widgets.block import Block
 from kvtop.tui.widgets.line import Line
 from kvtop.tui.widgets.row_list import RowList
@@ -28,6 +28,7 @@ class OverviewView(Vertical):
         super().__init__(name=name, id=id, classes=classes)
         self.frame: Frame | None = None
         self._side_shown: object = None
+        self._columns = frozenset(RANK_COLUMNS)
         """What the links and incidents panels show (drawn again only when it changes)."""
 
     def compose(self) -> ComposeResult:
@@ -35,7 +36,7 @@ class OverviewView(Vertical):
         yield Sparkline(id="throughput")
         with Horizontal(id="overview-body"):
             with Vertical(id="ranks-panel"):
-                yield Static(RANK_HEADER, classes="header")
+                yield Static(RANK_HEADER, classes="header", id="ranks-header")
                 yield RowList(id="ranks-list")
             with Vertical(id="side-panel"):
                 yield Static("Links  rate over 10 s, ✗ failed rooms", classes="title")
@@ -53,8 +54,12 @@ class OverviewView(Vertical):
             f"Throughput  per second over the last minute (peak {units.gbps(peak)})"
         )
         self.query_one("#throughput", Sparkline).show(frame.throughput)
-        ranks = frame.ranks
-        self.query_one("#ranks-list", RowList).set_rows(len(ranks), lambda i: rank_line(ranks[i], palette))
+        ranks, rank_list = frame.ranks, self.query_one("#ranks-list", RowList)
+        columns = rank_columns(rank_list.scrollable_content_region.width)
+        if columns != self._columns:
+            self._columns = columns
+            self.query_one("#ranks-header", Static).update(rank_header(columns))
+        rank_list.set_rows(len(ranks), lambda i: rank_line(ranks[i], palette, columns))
         ongoing = [row for row in frame.incidents if row.ongoing and not row.client]
         if (frame.links, ongoing, palette) == self._side_shown:
             return

@@ -62,3 +62,16 @@ def test_view_snapshot(snap_compare, view: str, theme: str):
 
     app = make_app(theme=theme, refresh_s=3600)  # frames come when asked for, never while the screenshot is taken
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+@pytest.mark.parametrize("theme", THEMES)
+def test_overview_snapshot_at_100x30(snap_compare, theme: str):
+    """Under 120 columns the links and incidents sit below the rank grid, whose columns leave whole; the banner
+    keeps the data's time and `? help`, the health line its stuck and gaps, the footer `?` and `q`."""
+
+    async def run_before(pilot) -> None:
+        await wait_until(pilot, lambda: pilot.app.frames_drawn > 0, "the first frame")
+        await next_frame(pilot)
+
+    app = make_app(theme=theme, refresh_s=3600)
+    assert snap_compare(app, terminal_size=(100, 30), run_before=run_before)
