@@ -72,6 +72,9 @@ class FrameReady(Message):
         return isinstance(message, FrameReady)
 
 
+FILTER_HINT = "filter: room id, rank, instance, suspect, peer, echo, state, reason, class (enter applies, empty clears)"
+
+
 class KvtopApp(App[None]):
     """`top` for KV transfers.
 
@@ -211,8 +214,7 @@ class KvtopApp(App[None]):
             yield RoomsView(id="rooms")
             yield FailuresView(id="failures")
             yield EventsView(id="events")
-        yield Input(placeholder="filter: room id, rank, instance, state, reason (enter applies, empty clears)",
-                    id="filter")  # fmt: skip
+        yield Input(placeholder=FILTER_HINT, id="filter")
         yield Input(placeholder="jump to: 03:00, 2026-12-01T03:00:00, 5 minutes ago, now (enter jumps, escape cancels)",
                     id="jump")  # fmt: skip
         yield KeyFooter()
@@ -489,9 +491,12 @@ class KvtopApp(App[None]):
         self.screen.set_focus(self.query_one(_FOCUS[self.active_view]))
 
     def action_filter(self) -> None:
+        """Open the filter box: the filter in force to edit, else empty with the last one as its hint."""
         box = self.query_one("#filter", Input)
         box.display = True
-        box.value = self.options.filter or self._last_filter
+        box.value = self.options.filter
+        last = f" (last: {self._last_filter})" if self._last_filter and not self.options.filter else ""
+        box.placeholder = f"{FILTER_HINT}{last}"
         box.focus()
 
     @on(Input.Submitted, "#filter")

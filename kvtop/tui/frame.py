@@ -297,7 +297,8 @@ class FrameBuilder:
             rooms = [r for r in rooms if outcome(r, gone) is False or is_stuck(r, gone, now) or r.failed_somewhere()]
         if options.filter:
             needle = options.filter.lower()
-            rooms = [r for r in rooms if needle in haystack(r, gone, now)]
+            failed = {f.room for f in self.model.failures if needle in f"{f.reason} {f.reason_class}".lower()}
+            rooms = [r for r in rooms if r.room in failed or needle in haystack(r, gone, now)]
         key, newest_first = _SORT_KEYS[options.sort]
         rooms.reverse()  # arrival order is nearly age order: the sort below has little left to do
         return sorted(rooms, key=key, reverse=newest_first)
@@ -376,7 +377,8 @@ high to low. Idle time puts open rooms first: a finished room's idle time says n
 
 
 def haystack(room: RoomView, gone: frozenset[str], now: float) -> str:
-    """The text a filter matches a room against: id, ranks and states, link, stuck/failed."""
+    """The text a filter matches a room against: id, ranks and states, link, stuck/failed (and, beside it, the
+    reasons and classes of the room's failures)."""
     states = " ".join(f"{label} {KVPoll(code).name}" for label, code in room.codes.items())
     flags = " stuck" if is_stuck(room, gone, now) else " failed" if outcome(room, gone) is False else ""
     return f"{room.room} {states} {room.link[0]} {room.link[1]}{flags}".lower()

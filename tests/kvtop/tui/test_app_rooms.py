@@ -62,7 +62,8 @@ def test_filter_by_room_id_shows_that_room_only(app: KvtopApp, source: FixtureSo
 
 
 def test_filter_box_recalls_the_last_filter_clears_on_empty_and_closes_on_escape(app: KvtopApp, source: FixtureSource):
-    """`/` again offers the last filter; an empty enter shows every room again; escape closes the box unchanged."""
+    """`/` again offers the filter in force to edit; an empty enter shows every room again; `/` then opens empty,
+    the last filter its hint; escape closes the box unchanged."""
     total = len(all_rooms(source))
     seen = []
 
@@ -79,7 +80,7 @@ def test_filter_box_recalls_the_last_filter_clears_on_empty_and_closes_on_escape
         await next_frame(pilot)
         seen.append(("cleared", app.options.filter, app.query_one("#rooms-list", RowList).count, box.display))
         await pilot.press("slash")
-        seen.append(("recalled after clearing", box.value, box.display))
+        seen.append(("empty after clearing", box.value, box.display, "(last: decode-1/TP0)" in box.placeholder))
         await pilot.press("escape")
         await wait_until(pilot, lambda: focused_id(app) == "rooms-list", "escape hands the keys back to the list")
         seen.append(("escaped", app.options.filter, box.display))
@@ -90,7 +91,7 @@ def test_filter_box_recalls_the_last_filter_clears_on_empty_and_closes_on_escape
     assert [
         ("recalled", "decode-1/TP0", True),
         ("cleared", "", total, False),
-        ("recalled after clearing", "decode-1/TP0", True),
+        ("empty after clearing", "", True, True),
         ("escaped", "", False),
         ("some rooms matched", True),
     ] == seen
@@ -202,3 +203,20 @@ def test_sort_by_age_lists_the_newest_rooms_first(app: KvtopApp, source: Fixture
     newest = min(FIXED_NOW - room.first_seen for room in all_rooms(source).values())
     assert ages == sorted(ages)
     assert round(newest, 1) == ages[0]
+
+
+def test_a_filter_on_a_failure_class_finds_the_rooms_that_failed_so(app: KvtopApp, source: FixtureSource):
+    """`/checksum` in the rooms view lists the rooms whose failures were checksum mismatches, and only those."""
+    seen = {}
+
+    async def scenario(pilot):
+        await pilot.press("r")
+        await next_frame(pilot)
+        await submit_filter(pilot, "checksum")
+        await next_frame(pilot)
+        seen["rooms"] = set(room_ids(lines(app.query_one("#rooms-list"))))
+        seen["checksum"] = {f.room for f in source.model.failures if f.reason_class == "checksum"}
+
+    drive(app, scenario)
+
+    assert seen["rooms"] and seen["rooms"] <= seen["checksum"]
