@@ -47,7 +47,7 @@ _LEVEL_OF_KIND: dict[type, str] = {
     Heartbeat: "debug",
     RoomState: "debug",
     Progress: "debug",
-    TransferDone: "info",
+    TransferDone: "debug",  # a room that succeeded: one level down, under what an operator acts on
     AbortEvent: "info",
     LogContext: "debug",
 }
