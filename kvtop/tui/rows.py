@@ -128,14 +128,15 @@ def rank_line(row: RankRow, palette: Palette, columns: frozenset[str] = frozense
         Liveness.IDLE: palette.warning,
         Liveness.DOWN: palette.error,
     }
+    logged = row.liveness is Liveness.LOG  # logs tell no transfer and no CPU: `-`, never a made-up 0
     cells: tuple[tuple[str, str, Style | None], ...] = (
         ("ROLE", f"{row.role:<9}", None),
         ("STATE", f"{row.liveness:<7}", state_style[row.liveness]),
-        ("RATE", f"{units.gbps(row.gbps):>11}", None),
+        ("RATE", f"{'-' if logged else units.gbps(row.gbps):>11}", None),
         ("IN FLIGHT", f"{row.inflight:>11}", None),
         ("ORIGINS", f"{row.origins:>9}", palette.error if row.origins else None),
         ("ECHOES", f"{row.echoes:>8}", palette.dim),
-        ("CPU %", f"{row.cpu_percent:>7.0f}", None),
+        ("CPU %", f"{'-':>7}" if logged else f"{row.cpu_percent:>7.0f}", None),
         ("REJECTED", f"{row.rejected:>10}", palette.warning if row.rejected else palette.dim),
     )
     line = Pieces(f"{row.label:<18}")

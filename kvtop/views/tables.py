@@ -81,12 +81,17 @@ def ranks_text(model: ClusterModel, now: float) -> str:
     header = f"{'RANK':<16} {'ROLE':<8} {'STATE':<6} {'HOST':<14} {'PID':>7} {'RATE':>10}"
     lines = [f"{header} {'INFLIGHT':>8} {'ORIGINS':>7} {'ECHOES':>6}  REJECTED"]
     lines += [
-        f"{r['label']:<16} {r['role']:<8} {r['state']:<6} {r['host'][:14]:<14} {r['pid']:>7} {gbps(r['gbps']):>10} "
-        f"{r['inflight']:>8} {r['origins']:>7} {r['echoes']:>6}  {_rejected_text(r['rejected'])}"
-        + (f"  unreachable: {r['unreachable']}" if r["unreachable"] else "")
+        f"{r['label']:<16} {r['role']:<8} {r['state']:<6} {r['host'][:14]:<14} {_or_none(r, r['pid']):>7} "
+        f"{_or_none(r, gbps(r['gbps'])):>10} {r['inflight']:>8} {r['origins']:>7} {r['echoes']:>6}  "
+        f"{_rejected_text(r['rejected'])}" + (f"  unreachable: {r['unreachable']}" if r["unreachable"] else "")
         for r in ranks_json(model, now)
     ]
     return "\n".join(lines + clock_lines(model) + sidecar_lines(model) + intake_lines(model))
+
+
+def _or_none(rank: dict[str, Any], value: object) -> object:
+    """`value`, or `-` for a rank known from logs alone (they tell no pid and no transfer: never a made-up 0)."""
+    return "-" if rank["state"] == "log" else value
 
 
 def clock_lines(model: ClusterModel) -> list[str]:
@@ -311,8 +316,12 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
         if live
         else f"ranks   {ranks['log']} from logs (logs tell no liveness)",
         f"rooms   {s['rooms_open']} open, {s['rooms_finished']} finished {span}, "
-        f"{s['rooms_per_s']:.1f}/s, {gbps(s['gbps'])}",
-        f"latency p50 {lat['p50'] * 1000:.0f} ms, p90 {lat['p90'] * 1000:.0f} ms, p99 {lat['p99'] * 1000:.0f} ms",
+        f"{s['rooms_per_s']:.1f}/s, {gbps(s['gbps'])}"
+        if live
+        else f"rooms   {s['rooms_open']} open (logs name a room where it failed; no transfers, no rate)",
+        f"latency p50 {lat['p50'] * 1000:.0f} ms, p90 {lat['p90'] * 1000:.0f} ms, p99 {lat['p99'] * 1000:.0f} ms"
+        if live
+        else "latency - (logs time no transfer)",
         f"health  {health}, {aborts}, {s['stuck']} stuck, {s['gaps']} gaps" + _counted(s),
     ]
     if s["top_origins"]:

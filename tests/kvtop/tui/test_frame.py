@@ -137,7 +137,8 @@ def test_the_event_tail_holds_every_event_at_or_above_the_level_in_journal_order
 
 
 def test_the_event_tail_follows_new_batches_and_a_changed_level_or_filter(model: ClusterModel):
-    """Built again after new batches, or with another level or filter, the tail is what a fresh builder builds."""
+    """Built again after new batches, or with another level or filter, the tail is what a fresh builder builds (at
+    debug it holds the new rooms' traffic; at info only what an operator acts on, the same as a fresh build)."""
     builder = FrameBuilder(model)
     builder.build(Options(), FIXED_NOW)
     batches = CLUSTER.rooms(50, first=ROOMS_RETIRED + ROOMS_LIVE)
@@ -148,7 +149,8 @@ def test_the_event_tail_follows_new_batches_and_a_changed_level_or_filter(model:
     for options in (Options(), Options(level="debug"), Options(level="debug", filter="decode-0/TP1"), Options()):
         events = builder.build(options, FIXED_NOW).events
         assert events == FrameBuilder(model).build(options, FIXED_NOW).events
-        assert any(getattr(event, "room", None) in new_rooms for _, event, _ in events)
+        if options.level == "debug":
+            assert any(getattr(event, "room", None) in new_rooms for _, event, _ in events)
 
 
 def test_a_filter_narrows_the_event_tail_to_matching_lines(model: ClusterModel):
