@@ -41,6 +41,8 @@ class RankSpec(msgspec.Struct, frozen=True):
     exit_after_metadata: bool = False
     """Decode: exit at once after sending every room's metadata (a decode rank that dies mid-room)."""
     deadline_s: float = 40.0
+    linger_s: float = 1.0
+    """Seconds the rank stays after its rooms ended (its plugin still answers kvtop), before it exits."""
 
 
 class RoomReport(msgspec.Struct, frozen=True, tag="room"):
@@ -218,7 +220,7 @@ def main(spec: RankSpec) -> int:
                 live.remove(room)
         time.sleep(0.02)
     say(Progress("done"))
-    time.sleep(1.0)  # the plugin's last events leave (its publisher batches every few ms)
+    time.sleep(spec.linger_s)  # the plugin's last events leave, and kvtop can still ask for its snapshot
     os._exit(0)  # SGLang's threads (bootstrap server, transfer workers) are not daemons: do not wait for them
 
 
