@@ -29,11 +29,11 @@ def registry() -> Iterator[str]:
 
 
 def view(bootstrap: str, name: str, *args: str) -> Any:
-    """`kvtop NAME --bootstrap B --json`, parsed; fails with kvtop's own words when it did not answer."""
+    """`kvtop NAME --bootstrap B --json`, parsed (None: kvtop found no rank to ask, exit 1)."""
     done = subprocess.run([KVTOP, name, "--bootstrap", bootstrap, "--json", "--wait", "3", *args],
                           capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     assert done.returncode in (0, 1), done.stderr
-    return json.loads(done.stdout)
+    return json.loads(done.stdout) if done.stdout.strip() else None
 
 
 def events(bootstrap: str) -> list[dict[str, Any]]:

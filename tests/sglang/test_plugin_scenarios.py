@@ -41,8 +41,9 @@ def test_a_decode_rank_exits_mid_room(tmp_path: Path) -> None:
     env = {"KVTOP_BOOTSTRAP": ""}
     with registry() as bootstrap:
         env["KVTOP_BOOTSTRAP"] = bootstrap
-        with pair(tmp_path, rooms, env, STAY, {"linger_s": 40.0}, decode_tp1={"exit_after_metadata": True}) as ranks:
-            ranks.wait("done", ranks.of("prefill"))
+        slow = {"deadline_s": 120.0, **STAY}  # Mooncake's TCP transport takes its time to give up on a dead peer
+        with pair(tmp_path, rooms, env, slow, STAY, decode_tp1={"exit_after_metadata": True}) as ranks:
+            ranks.wait("done", ranks.of("prefill"), timeout_s=180)
             said = {rank.spec.tp_rank: rank.rooms()[2001] for rank in ranks.of("prefill")}
             origins = [tp for tp, report in said.items() if not report.is_from_another_rank]
             echoes = [tp for tp, report in said.items() if report.is_from_another_rank]
@@ -113,4 +114,4 @@ def test_without_the_plugin_kvtop_sees_nothing(tmp_path: Path) -> None:
     with registry() as bootstrap, pair(tmp_path, [6001], {"KVTOP_BOOTSTRAP": bootstrap}, off, off) as ranks:
         ranks.wait("done")
         assert all(report.poll == SUCCESS for rank in ranks.ranks for report in rank.rooms().values())
-        assert view(bootstrap, "ranks") == []
+        assert view(bootstrap, "ranks") is None  # kvtop answered that nobody is there
