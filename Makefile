@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test test-fast lint bench
+.PHONY: run test test-fast test-sglang lint bench
 
 $(BIN)/.installed: pyproject.toml
 	@echo "setting up $(VENV): a virtual environment with kvtop and its test tools (pip, quiet; a minute or so the first time) ..."
@@ -30,3 +30,24 @@ lint: $(BIN)/.installed
 
 bench: $(BIN)/.installed  ## the data-plane benchmark (not part of the tests)
 	$(BIN)/kvtop bench transfer
+
+# The SGLang interop tier: its own environment with SGLang 0.5.23, the torch it pins (pip takes it from this
+# machine's disk where it lies there), Mooncake's CPU build, and kvtop with its SGLang plugin's entry point.
+SGLANG_VENV ?= .venv-sglang
+SGLANG_BIN := $(SGLANG_VENV)/bin
+
+$(SGLANG_BIN)/.installed: pyproject.toml tests/sglang/requirements.txt
+	@ldconfig -p | grep -q libibverbs.so.1 || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq libibverbs1; } \
+		|| { echo "test-sglang: Mooncake needs libibverbs.so.1 (Debian: apt-get install libibverbs1)" >&2; exit 1; }
+	rm -rf $(SGLANG_VENV)
+	$(PYTHON) -m venv $(SGLANG_VENV)
+	$(SGLANG_BIN)/python -m pip install --quiet --upgrade pip
+	$(SGLANG_BIN)/python -m pip install --quiet -r tests/sglang/requirements.txt
+	$(SGLANG_BIN)/python -m pip install --quiet --no-deps sglang==0.5.23
+	$(SGLANG_BIN)/python -m pip install --quiet -e '.[test]'
+	$(SGLANG_BIN)/python -c "import sglang.srt.disaggregation.mooncake.conn, mooncake.engine, kvtop" 2>/dev/null \
+		|| { echo "test-sglang: the environment in $(SGLANG_VENV) does not import SGLang's Mooncake PD code" >&2; exit 1; }
+	touch $@
+
+test-sglang: $(SGLANG_BIN)/.installed  ## set up SGLang 0.5.23's environment, then run kvtop against its own KV transfer code
+	$(SGLANG_BIN)/python -m pytest -c tests/sglang/pytest.ini tests/sglang

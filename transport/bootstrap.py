@@ -191,7 +191,7 @@ class BootstrapServer(ServiceThread):
                     self.counters.add("deregistered")
             return Registered(request.req_id)
         if isinstance(request, Resolve):
-            named = (a for a in self.agents() if a.instance == request.instance and not a.is_sidecar)
+            named = (a for a in self.agents() if a.instance == request.instance and not a.events_only)
             ranks = sorted(named, key=lambda a: a.rank)  # a log sidecar moves no KV: never a route
             return Route(request.req_id, request.instance, ranks)
         expired = [agent for _, agent, _ in self._expired.values()]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from transport.config import Role
-from transport.wire import LOG_SIDECAR, AgentInfo
+from transport.wire import AGENT_KINDS, AgentInfo
 
 MAX_TP = 1024
 MAX_PAGE_BYTES = 1 << 30
@@ -54,9 +54,9 @@ def agent_problem(agent: AgentInfo) -> str:
         return f"instance name {agent.instance[:80]!r} (letters, digits, '.', '_', '-'; at most {MAX_NAME})"
     if not 1 <= agent.tp <= MAX_TP or not 0 <= agent.rank < agent.tp:
         return f"rank {agent.rank} of TP {agent.tp} (TP 1 to {MAX_TP}, 0 <= rank < TP)"
-    if agent.kind not in ("", LOG_SIDECAR):
-        return f"kind {agent.kind[:16]!r} (expected an agent or {LOG_SIDECAR})"
-    if not 0 < agent.page_bytes <= MAX_PAGE_BYTES and not agent.is_sidecar:
+    if agent.kind not in AGENT_KINDS:
+        return f"kind {agent.kind[:16]!r} (expected one of {', '.join(repr(kind) for kind in AGENT_KINDS)})"
+    if not 0 < agent.page_bytes <= MAX_PAGE_BYTES and not agent.events_only:
         return f"page size {agent.page_bytes} B (1 to {MAX_PAGE_BYTES})"
     if not 0 <= agent.pid < 1 << 32 or not 0 <= agent.incarnation < 1 << 64:
         return f"pid {agent.pid} or incarnation {agent.incarnation} out of range"
@@ -72,7 +72,7 @@ def agent_problem(agent: AgentInfo) -> str:
 def registration_problem(agent: AgentInfo) -> str:
     """Why the bootstrap service must refuse `agent`: an insane field, or a prefill rank nobody can send to."""
     problem = agent_problem(agent)
-    if not problem and agent.role == Role.PREFILL and not agent.data_endpoint and not agent.is_sidecar:
+    if not problem and agent.role == Role.PREFILL and not agent.data_endpoint and not agent.events_only:
         return "a prefill rank without a data endpoint"
     if not problem and agent.role == RELAY_ROLE and not (agent.event_endpoint and agent.snapshot_endpoint):
         return "a relay without an event and a snapshot endpoint"

@@ -81,6 +81,9 @@ def cut_text(text: str, limit: int = TEXT_MAX) -> str:
 
 LOG_SIDECAR = "log_sidecar"
 """`AgentInfo.kind` of a log sidecar: it has no data, control or consensus endpoint, only events."""
+SGLANG_PLUGIN = "sglang"
+"""`AgentInfo.kind` of a real SGLang rank, published by the kvtop plugin inside it: only events, like a sidecar."""
+AGENT_KINDS = ("", LOG_SIDECAR, SGLANG_PLUGIN)
 
 
 class AgentInfo(msgspec.Struct, frozen=True, array_like=True):
@@ -100,11 +103,17 @@ class AgentInfo(msgspec.Struct, frozen=True, array_like=True):
     event_endpoint: str = ""
     snapshot_endpoint: str = ""
     kind: str = ""
-    """"" for an agent that moves KV; `LOG_SIDECAR` for a sidecar that publishes a server log's events."""
+    """"" for an agent that moves KV; `LOG_SIDECAR` for a sidecar that publishes a server log's events;
+    `SGLANG_PLUGIN` for an SGLang rank that publishes its own events."""
 
     @property
     def is_sidecar(self) -> bool:
         return self.kind == LOG_SIDECAR
+
+    @property
+    def events_only(self) -> bool:
+        """It publishes events but moves no KV of ours (a sidecar, an SGLang rank): no data or control endpoint."""
+        return self.kind != ""
 
     @property
     def label(self) -> str:

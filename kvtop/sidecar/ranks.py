@@ -1,39 +1,31 @@
-"""A server's ranks on the event plane: one `EventPublisher` per `instance/TPn`, and their registrations.
+"""A server's ranks on the event plane: one `EventPublisher` per `instance/TPn`.
 
 A rank is published as our agents publish theirs (hello, heartbeats, batches
 with sequence numbers, snapshots on request), under an `AgentInfo` of kind
-`LOG_SIDECAR`: it has an event and a snapshot endpoint, no data plane. The
-`Registrar` keeps every rank registered with the bootstrap service (again every
-`REFRESH_S`, so that the service forgets a sidecar that died) and deregisters
-them on a clean exit. With the cluster's CURVE keys, each rank's event and snapshot sockets serve CURVE
-(allowed clients only) and the registrations dial the bootstrap as a CURVE client.
+`LOG_SIDECAR`: it has an event and a snapshot endpoint, no data plane (`transport.plane.registrar` keeps
+it registered). With the cluster's CURVE keys, each rank's event and snapshot sockets serve CURVE (allowed
+clients only).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import time
-from collections.abc import Callable
 
 import msgspec
 import zmq
 
-from transport.bootstrap import REFRESH_S, BootstrapClient
 from transport.curve import CurveKeys
-from transport.errors import BootstrapError
 from transport.plane.events import AgentHello, Event, Heartbeat, LogFollowed
 from transport.plane.publisher import EventPublisher
 from transport.registration import registration_problem
-from transport.service import ServiceThread
 from transport.version import __version__
 from transport.wire import LOG_SIDECAR, AgentInfo
 
 BATCH_INTERVAL_S = 0.02
 """Events leave within two of these after the line was read (a log's event rate is low: its small batches wait
 one more interval, the publisher's `batch_min`)."""
-_log = logging.getLogger(__name__)
 
 
 def sidecar_info(role: str, instance: str, rank: int, tp: int, incarnation: int) -> AgentInfo:
@@ -82,53 +74,3 @@ class RankPublisher:
 
     def close(self) -> None:
         self.publisher.close()
-
-
-class Registrar(ServiceThread):
-    """Registers the ranks `infos()` lists every `REFRESH_S` in its own thread (a registry that does not answer
-    never holds up the log); `problem` is the last error ("" while registrations succeed)."""
-
-    def __init__(
-        self,
-        bootstrap: str,
-        infos: Callable[[], list[AgentInfo]],
-        context: zmq.Context[zmq.Socket[bytes]],
-        curve: CurveKeys | None = None,
-    ) -> None:
-        super().__init__("kvtop-registrar")
-        self.bootstrap = bootstrap
-        self.curve = curve
-        self.problem = ""
-        self.registered = 0
-        """Registrations the service accepted so far."""
-        self._infos = infos
-        self._context = context
-
-    def close(self) -> None:
-        """Stop, then take every rank off the listing (best effort: an unreachable service lets them expire)."""
-        super().close()
-        try:
-            with BootstrapClient(self.bootstrap, 1.0, self._context, curve=self.curve) as client:
-                for info in self._infos():
-                    client.deregister(info)
-        except BootstrapError:
-            pass
-
-    def _serve(self) -> None:
-        with BootstrapClient(self.bootstrap, REFRESH_S, self._context, curve=self.curve) as client:
-            while not self._stop.is_set():
-                self._register(client)
-                self._stop.wait(REFRESH_S)
-
-    def _died(self, error: Exception) -> None:
-        _log.exception("the sidecar's registrar died: its ranks will expire from %s", self.bootstrap)
-        raise error
-
-    def _register(self, client: BootstrapClient) -> None:
-        try:
-            for info in self._infos():
-                client.register(info)
-                self.registered += 1
-            self.problem = ""
-        except BootstrapError as error:
-            self.problem = str(error)

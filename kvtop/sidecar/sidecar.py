@@ -14,12 +14,13 @@ import psutil
 import zmq
 
 from kvtop.sidecar.metrics import MetricsScraper
-from kvtop.sidecar.ranks import RankPublisher, Registrar, sidecar_info
+from kvtop.sidecar.ranks import RankPublisher, sidecar_info
 from kvtop.sidecar.tail import LogTail
 from kvtop.sources.sglang import Context
 from transport.curve import CurveKeys, stop_authenticator
 from transport.kvpoll import KVPoll
 from transport.plane.events import CONTEXT_TEXT_MAX, Event, Failure, Heartbeat, LogContext, RoomState
+from transport.plane.registrar import Registrar
 from transport.wire import TEXT_MAX, AgentInfo
 
 HEARTBEAT_S = 1.0

@@ -6,9 +6,10 @@ import calendar
 
 import pytest
 
-from kvtop.sources.sglang.infer import reason_class, to_failure
+from kvtop.sources.sglang.infer import to_failure
 from kvtop.sources.sglang.lines import BatchLine, ContextLine, FailureLine, Garbled, classify
 from kvtop.sources.sglang.prefix import parse_prefix
+from transport.sglang.reasons import reason_class
 
 pytestmark = pytest.mark.usefixtures("utc")
 

@@ -6,10 +6,10 @@ import json
 
 from kvtop_cli import kvtop
 
-from kvtop.sources.sglang.infer import reason_class
 from transport import KVPoll, TransferConfig
 from transport.harness.cluster import ClusterSpec
 from transport.kv.reasons import consensus_timeout
+from transport.sglang.reasons import reason_class
 
 
 def test_a_room_its_instances_never_agreed_on_counts_as_failed_in_status_and_check(make_cluster, control):

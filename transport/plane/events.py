@@ -59,6 +59,20 @@ class Level(StrEnum):
     ERROR = "error"
 
 
+HOOK_TARGETS_MAX = 64
+HookTargets = Annotated[list[ReasonText], msgspec.Meta(max_length=HOOK_TARGETS_MAX)]
+
+
+class PluginHooks(msgspec.Struct, array_like=True, frozen=True):
+    """What the SGLang plugin of a rank hooked, in that rank's hello."""
+
+    sglang_version: ShortText
+    hooked: HookTargets
+    """The dotted targets hooked (SGLang's classes and methods)."""
+    skipped: HookTargets = []
+    """Targets this SGLang version does not have (or that failed to import), each with why."""
+
+
 class AgentHello(msgspec.Struct, tag="hello", array_like=True, frozen=True):
     """Who the agent is; sent first by every incarnation and again with each heartbeat's snapshot."""
 
@@ -67,6 +81,8 @@ class AgentHello(msgspec.Struct, tag="hello", array_like=True, frozen=True):
     version: ShortText
     event_endpoint: ReasonText
     snapshot_endpoint: ReasonText
+    hooks: PluginHooks | None = None
+    """Set by an SGLang rank's plugin: what it hooked and skipped."""
 
 
 LOG_METRICS_MAX = 64

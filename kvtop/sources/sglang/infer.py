@@ -23,40 +23,9 @@ With nothing to explain an echo, the fold shows it under "origin unknown".
 
 from __future__ import annotations
 
-import re
-
 from kvtop.sources.sglang.lines import FailureLine
 from transport.plane.events import Failure, Level
-
-ANOTHER_RANK = "Failed due to an unknown reason from another rank"
-
-_CLASSES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
-    (re.compile(pattern), reason_class)
-    for pattern, reason_class in (
-        (r"timed out after [\d.]+s in KVPoll\.Bootstrapping", "timeout_bootstrap"),
-        (r"timed out after [\d.]+s in KVPoll\.WaitingForInput", "timeout_waiting"),
-        (r"timed out after [\d.]+s in KVPoll\.Transferring", "timeout_transfer"),
-        (r"timed out after [\d.]+s waiting for ", "timeout_consensus"),
-        (r"^Failed to send kv chunk of ", "send_failed"),
-        (r"^Decode instance could be dead, remote (?:mooncake )?session .* is not alive", "peer_lost"),
-        (r"^(?:Lost|Losing) connection with prefill instance", "peer_lost"),  # 0.5.23; early-2026 versions
-        (r"^Lost connection with rank .* of this instance", "peer_lost"),
-        (r"^Failed to get kvcache from prefill instance", "propagated"),
-        (r"^Aborted by decode peer", "propagated"),
-        (rf"^{ANOTHER_RANK}", "propagated"),
-        (r"^Aborted by AbortReq", "aborted"),
-        (r"failed its checksum|checksum mismatch", "checksum"),
-        (r"refused the transfer request", "refused"),
-    )
-)
-
-
-def reason_class(reason: str) -> str:
-    """The closed-set class of a reason string (`other` for anything a backend reports)."""
-    for pattern, name in _CLASSES:
-        if pattern.search(reason):
-            return name
-    return "other"
+from transport.sglang.reasons import ANOTHER_RANK, reason_class
 
 
 def to_failure(line: FailureLine, label: str, ts: float) -> Failure | None:

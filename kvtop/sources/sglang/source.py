@@ -30,7 +30,7 @@ from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import FailureGroup
 from kvtop.sources.sglang.context import CONTEXT_KEPT, Context, context_for
 from kvtop.sources.sglang.convert import to_heartbeat
-from kvtop.sources.sglang.infer import reason_class, to_failure
+from kvtop.sources.sglang.infer import to_failure
 from kvtop.sources.sglang.lines import ContextLine, FailureLine, Garbled, classify
 from kvtop.sources.sglang.naming import InstanceNames, agent_file
 from kvtop.sources.sglang.prefix import parse_prefix
@@ -40,6 +40,7 @@ from kvtop.sources.sglang.sniff import sniff_role
 from kvtop.sources.sglang.spec import LogSpec
 from kvtop.sources.sglang.stats import LogStats
 from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure, Level
+from transport.sglang.reasons import reason_class
 
 LOAD_BYTES = 8 << 20
 """Bytes of each file a poll reads while loading: what is held at once is one poll's events, whatever the size."""

@@ -1,0 +1,71 @@
+"""Keeps ranks that publish only events (a log sidecar's, an SGLang plugin's) registered with the bootstrap service.
+
+They register again every `REFRESH_S`, so that the service forgets a process that died, and deregister on a
+clean exit. With the cluster's CURVE keys the registrations dial the bootstrap as a CURVE client.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import zmq
+
+from transport.bootstrap import REFRESH_S, BootstrapClient
+from transport.curve import CurveKeys
+from transport.errors import BootstrapError
+from transport.service import ServiceThread
+from transport.wire import AgentInfo
+
+_log = logging.getLogger(__name__)
+
+
+class Registrar(ServiceThread):
+    """Registers the ranks `infos()` lists every `REFRESH_S` in its own thread (a registry that does not answer
+    never holds up the log); `problem` is the last error ("" while registrations succeed)."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        infos: Callable[[], list[AgentInfo]],
+        context: zmq.Context[zmq.Socket[bytes]],
+        curve: CurveKeys | None = None,
+        name: str = "kvtop-registrar",
+    ) -> None:
+        super().__init__(name)
+        self.bootstrap = bootstrap
+        self.curve = curve
+        self.problem = ""
+        self.registered = 0
+        """Registrations the service accepted so far."""
+        self._infos = infos
+        self._context = context
+
+    def close(self) -> None:
+        """Stop, then take every rank off the listing (best effort: an unreachable service lets them expire)."""
+        super().close()
+        try:
+            with BootstrapClient(self.bootstrap, 1.0, self._context, curve=self.curve) as client:
+                for info in self._infos():
+                    client.deregister(info)
+        except BootstrapError:
+            pass
+
+    def _serve(self) -> None:
+        with BootstrapClient(self.bootstrap, REFRESH_S, self._context, curve=self.curve) as client:
+            while not self._stop.is_set():
+                self._register(client)
+                self._stop.wait(REFRESH_S)
+
+    def _died(self, error: Exception) -> None:
+        _log.exception("the registrar %s died: its ranks will expire from %s", self.thread.name, self.bootstrap)
+        raise error
+
+    def _register(self, client: BootstrapClient) -> None:
+        try:
+            for info in self._infos():
+                client.register(info)
+                self.registered += 1
+            self.problem = ""
+        except BootstrapError as error:
+            self.problem = str(error)

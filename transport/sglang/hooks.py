@@ -1,0 +1,151 @@
+"""The hooks on SGLang's KV managers, senders and receivers: room states, failures with their origin flag.
+
+- a KV manager's `__init__` (AFTER) makes its process a rank (`PluginRank`), once per role: the plugin acts
+  only in processes that hold KV managers;
+- a sender's or receiver's `poll` (AFTER) publishes the room's state when it changed (the rank's own poll,
+  before its instance's all-reduce);
+- `failure_exception` (AROUND) publishes SGLang's `KVTransferError` as a failure: its reason, class, level,
+  and origin (the rank itself, unless `is_from_another_rank`: then an echo, joined to its origin by room and
+  instance on the operator's side).
+
+A hook that raises never breaks SGLang: it logs once per hook, counts `hook_errors_<hook>` in the rank's
+heartbeats, and SGLang goes on with the result it had.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from transport.curve import CurveKeys
+from transport.kvpoll import TERMINAL, KVPoll
+from transport.plane.events import Failure, Level, PluginHooks, RoomState
+from transport.sglang.rank import PluginRank
+from transport.sglang.reasons import reason_class
+from transport.wire import cut_text
+
+_log = logging.getLogger(__name__)
+_STATE = "_kvtop_state"
+"""The attribute a sender or receiver keeps its last published state in."""
+_RANK = "_kvtop_rank"
+"""The attribute a KV manager keeps its process's `PluginRank` in."""
+
+
+@dataclass
+class Plugin:
+    """What the plugin was configured with, and the ranks of this process (one per role)."""
+
+    bootstrap: str
+    hooks: PluginHooks
+    curve_keys: str = ""
+    instance: str = ""
+    ranks: dict[str, PluginRank] = field(default_factory=dict)
+    failed_hooks: set[str] = field(default_factory=set)
+
+    def rank_for(self, manager: Any, args: Any, mode: Any, server_args: Any) -> PluginRank:
+        role = str(getattr(mode, "value", mode))
+        rank = self.ranks.get(role)
+        if rank is None:
+            port = server_args.disaggregation_bootstrap_port if role == "prefill" else server_args.port
+            instance = self.instance or f"{role}-{socket.gethostname()}-{port}"
+            curve = CurveKeys.load(self.curve_keys, serve=True) if self.curve_keys else None
+            rank = PluginRank(role, instance, int(args.engine_rank), int(server_args.tp_size), self.bootstrap,
+                              self.hooks, curve).start()  # fmt: skip
+            self.ranks[role] = rank
+            _log.info("kvtop: %s publishes on %s, registered with %s", rank.label, rank.publisher.endpoint,
+                      self.bootstrap)  # fmt: skip
+        return rank
+
+    def hook_failed(self, rank: PluginRank | None, hook: str) -> None:
+        """A hook raised (being handled now): log it the first time, count it every time."""
+        if hook not in self.failed_hooks:
+            self.failed_hooks.add(hook)
+            _log.exception("kvtop: the %s hook raised; SGLang goes on (counted as hook_errors_%s)", hook, hook)
+        if rank is not None:
+            name = f"hook_errors_{hook}"
+            rank.counters[name] = rank.counters.get(name, 0) + 1
+
+
+PLUGIN: Plugin | None = None
+"""Set by the plugin's entry point when a bootstrap is configured."""
+
+
+def after_manager_init(result: None, manager: Any, args: Any, mode: Any, server_args: Any, *_: Any,
+                       **__: Any) -> None:  # fmt: skip
+    plugin = PLUGIN
+    if plugin is None:
+        return None
+    try:
+        setattr(manager, _RANK, plugin.rank_for(manager, args, mode, server_args))
+    except Exception:
+        plugin.hook_failed(None, "manager")
+    return None
+
+
+def after_poll(result: Any, poller: Any, *_: Any, **__: Any) -> None:
+    """Publish the room's state when it changed (the common case, unchanged, costs a dict lookup)."""
+    state = poller.__dict__.get(_STATE)
+    if state == result:
+        return None
+    try:
+        _publish_state(poller, int(result), state)
+    except Exception:
+        if PLUGIN is not None:
+            PLUGIN.hook_failed(getattr(poller.kv_mgr, _RANK, None), "poll")
+    return None
+
+
+def _publish_state(poller: Any, state: int, previous: int | None) -> None:
+    rank: PluginRank | None = getattr(poller.kv_mgr, _RANK, None)
+    poller.__dict__[_STATE] = state
+    if rank is None:
+        return
+    room = int(poller.bootstrap_room)
+    rank.emit(RoomState(time.time(), room, state, state if previous is None else previous))
+    if state in TERMINAL:
+        rank.live.discard(room)
+    else:
+        rank.live.add(room)
+
+
+def around_failure_exception(original: Any, poller: Any, *args: Any, **kwargs: Any) -> Any:
+    """SGLang raises the room's `KVTransferError`: publish it as a failure, then let it go on up."""
+    try:
+        return original(poller, *args, **kwargs)
+    except Exception as error:
+        try:
+            _publish_failure(poller, error)
+        except Exception:
+            if PLUGIN is not None:
+                PLUGIN.hook_failed(getattr(poller.kv_mgr, _RANK, None), "failure_exception")
+        raise
+
+
+def _publish_failure(poller: Any, error: Exception) -> None:
+    rank: PluginRank | None = getattr(poller.kv_mgr, _RANK, None)
+    if rank is None:
+        return
+    now = time.time()
+    room = int(getattr(error, "bootstrap_room", poller.bootstrap_room))
+    reason = cut_text(str(getattr(error, "failure_reason", error)))
+    echo = bool(getattr(error, "is_from_another_rank", False))
+    previous = poller.__dict__.get(_STATE)
+    poller.__dict__[_STATE] = int(KVPoll.Failed)
+    rank.live.discard(room)
+    label = rank.label
+    role = rank.publisher.info.role
+    level = Level.DEBUG if echo else Level.WARNING if role == "prefill" else Level.ERROR
+    rank.emit(RoomState(now, room, int(KVPoll.Failed), int(KVPoll.Failed) if previous is None else previous))
+    rank.emit(Failure(now, room, label, reason, reason_class(reason), str(level), echo, "" if echo else label))
+
+
+def configure(environ: os._Environ[str] | dict[str, str], hooks: PluginHooks) -> Plugin:
+    """The plugin of this process, from `KVTOP_BOOTSTRAP`, `KVTOP_CURVE_KEYS` and `KVTOP_INSTANCE`."""
+    global PLUGIN
+    PLUGIN = Plugin(environ["KVTOP_BOOTSTRAP"], hooks, environ.get("KVTOP_CURVE_KEYS", ""),
+                    environ.get("KVTOP_INSTANCE", ""))  # fmt: skip
+    return PLUGIN

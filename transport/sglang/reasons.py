@@ -1,0 +1,38 @@
+"""SGLang's failure reasons in closed classes (DOMAIN.md, "Where failures start"), for its logs and its plugin."""
+
+from __future__ import annotations
+
+import re
+
+from transport.errors import ReasonClass
+
+ANOTHER_RANK = "Failed due to an unknown reason from another rank"
+"""SGLang's reason on the ranks that learnt of a failure through their instance's all-reduce."""
+
+_CLASSES: tuple[tuple[re.Pattern[str], ReasonClass], ...] = tuple(
+    (re.compile(pattern), reason_class)
+    for pattern, reason_class in (
+        (r"timed out after [\d.]+s in KVPoll\.Bootstrapping", ReasonClass.TIMEOUT_BOOTSTRAP),
+        (r"timed out after [\d.]+s in KVPoll\.WaitingForInput", ReasonClass.TIMEOUT_WAITING),
+        (r"timed out after [\d.]+s in KVPoll\.Transferring", ReasonClass.TIMEOUT_TRANSFER),
+        (r"timed out after [\d.]+s waiting for ", ReasonClass.TIMEOUT_CONSENSUS),
+        (r"^Failed to send kv chunk of ", ReasonClass.SEND_FAILED),
+        (r"^Decode instance could be dead, remote (?:mooncake )?session .* is not alive", ReasonClass.PEER_LOST),
+        (r"^(?:Lost|Losing) connection with prefill instance", ReasonClass.PEER_LOST),  # 0.5.23; early-2026
+        (r"^Lost connection with rank .* of this instance", ReasonClass.PEER_LOST),
+        (r"^Failed to get kvcache from prefill instance", ReasonClass.PROPAGATED),
+        (r"^Aborted by decode peer", ReasonClass.PROPAGATED),
+        (rf"^{ANOTHER_RANK}", ReasonClass.PROPAGATED),
+        (r"^Aborted by AbortReq", ReasonClass.ABORTED),
+        (r"failed its checksum|checksum mismatch", ReasonClass.CHECKSUM),
+        (r"refused the transfer request", ReasonClass.REFUSED),
+    )
+)
+
+
+def reason_class(reason: str) -> str:
+    """The closed-set class of a reason string (`other` for anything a backend reports)."""
+    for pattern, name in _CLASSES:
+        if pattern.search(reason):
+            return str(name)
+    return str(ReasonClass.OTHER)
