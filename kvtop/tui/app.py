@@ -413,12 +413,13 @@ class KvtopApp(App[None]):
         banner.show(f"{left}{middle}{' ' * (room - len(middle)) if banner.size.width else ''}{right}")
 
     def _data_time(self, frame: Frame) -> str:
-        """`as of 10:02:11, 0.2 s old` (a live source: how long ago, by the source's clock, the frame's data was
-        read), or the time logs are at."""
+        """`as of 10:02:11, <1 s old` (a live source: how long ago, by the source's clock, the frame's data was
+        read, in whole seconds: the banner changes once a second, not at every frame), or the time logs are at."""
         health = frame.health
         if health.ranks_total and health.ranks_from_logs == health.ranks_total:
             return f"logs as of {stamp(frame.now, dated=True)[:19]}"
-        return f"as of {stamp(frame.now)[:8]}, {max(0.0, self._clock() - frame.now):.1f} s old"
+        age = self._clock() - frame.now
+        return f"as of {stamp(frame.now)[:8]}, {'<1' if age < 1 else f'{age:.0f}'} s old"
 
     def _replay_head(self, replay: Replayed) -> str:
         """`REPLAY 03:00:12 (20m ago) - paused`, with the last move's news; the date when it is not today's."""
