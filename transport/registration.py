@@ -46,12 +46,19 @@ def endpoint_problem(endpoint: str) -> str:
     return ""
 
 
+def instance_problem(instance: str) -> str:
+    """Why `instance` cannot name an instance ("" when it is letters, digits, '.', '_', '-', at most `MAX_NAME`)."""
+    if len(instance) > MAX_NAME or not _NAME.fullmatch(instance):
+        return f"instance name {instance[:80]!r} (letters, digits, '.', '_', '-'; at most {MAX_NAME})"
+    return ""
+
+
 def agent_problem(agent: AgentInfo) -> str:
     """Why `agent` cannot be a cluster's entry ("" when every field is sane)."""
     if agent.role not in (*Role, RELAY_ROLE):
         return f"role {agent.role[:16]!r} (expected prefill, decode or relay)"
-    if len(agent.instance) > MAX_NAME or not _NAME.fullmatch(agent.instance):
-        return f"instance name {agent.instance[:80]!r} (letters, digits, '.', '_', '-'; at most {MAX_NAME})"
+    if problem := instance_problem(agent.instance):
+        return problem
     if not 1 <= agent.tp <= MAX_TP or not 0 <= agent.rank < agent.tp:
         return f"rank {agent.rank} of TP {agent.tp} (TP 1 to {MAX_TP}, 0 <= rank < TP)"
     if agent.kind not in AGENT_KINDS:

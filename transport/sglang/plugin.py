@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 import os
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from transport.plane.events import PluginHooks
+from transport.registration import endpoint_problem, instance_problem
 from transport.sglang import hooks
 
 _log = logging.getLogger(__name__)
@@ -58,10 +59,23 @@ def _overrides() -> tuple[list[tuple[str, Callable[..., Any], str]], list[str]]:
     return found, skipped
 
 
+def config_problem(environ: Mapping[str, str]) -> str:
+    """Why the environment cannot configure the plugin ("" when `KVTOP_BOOTSTRAP` is an endpoint and
+    `KVTOP_INSTANCE`, when given, an instance name): checked here, before a scheduler builds a rank on it."""
+    if problem := endpoint_problem(environ["KVTOP_BOOTSTRAP"]):
+        return f"KVTOP_BOOTSTRAP: {problem}"
+    if (instance := environ.get("KVTOP_INSTANCE", "")) and (problem := instance_problem(instance)):
+        return f"KVTOP_INSTANCE: {problem}"
+    return ""
+
+
 def load() -> None:
     """Register the hooks (SGLang applies them after every plugin ran); nothing more without a bootstrap."""
     if not os.environ.get("KVTOP_BOOTSTRAP"):
         _log.info("kvtop plugin: KVTOP_BOOTSTRAP is not set, so this SGLang process publishes nothing")
+        return
+    if problem := config_problem(os.environ):
+        _log.error("kvtop plugin: %s, so this SGLang process publishes nothing", problem)
         return
     import sglang
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
