@@ -119,12 +119,16 @@ def test_rows_past_the_window_show_as_pending_then_arrive(loaded: ModelProcess):
 
 
 def test_enter_on_a_room_opens_its_timeline_read_in_the_model_process(loaded: ModelProcess):
+    """Newest-first rooms move under the cursor while the load runs: paused (as a person picks a room in a
+    moving list), enter opens the room the cursor shows."""
     app = KvtopApp(loaded, title="model process")
     seen = {}
 
     async def scenario(pilot):
         await pilot.press("r")
         await wait_until(pilot, lambda: app.query_one("#rooms-list").count > 0, "rooms listed")
+        await pilot.press("p")
+        await wait_until(pilot, lambda: "PAUSED" in text(app, "#banner"), "the dashboard paused")
         room = app.query_one("#rooms-list")
         seen["room"] = app.query_one("RoomsView").selected_room(room.cursor)
         await pilot.press("enter")
