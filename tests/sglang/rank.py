@@ -38,8 +38,9 @@ class RankSpec(msgspec.Struct, frozen=True):
     """Load plugins through SGLang's own `load_plugins()` (False: the kvtop plugin is not loaded)."""
     hold: bool = False
     """Prefill: never send (the rooms wait for their KV); decode: never create receivers."""
-    exit_after_metadata: bool = False
-    """Decode: exit at once after sending every room's metadata (a decode rank that dies mid-room)."""
+    release: str = ""
+    """Prefill: once every room waits for its KV (reported as `waiting`), send only after this file exists (the
+    test kills a decode rank in between: a decode rank that dies mid-room)."""
     deadline_s: float = 40.0
     linger_s: float = 1.0
     """Seconds the rank stays after its rooms ended (its plugin still answers kvtop), before it exits."""
@@ -187,16 +188,19 @@ def main(spec: RankSpec) -> int:
                 poller.init(0)
                 poller.send_metadata(pages[room], slots[room])
             say(Progress("metadata"))
-            if spec.exit_after_metadata:
-                os._exit(0)
     sent: set[int] = set()
+    waiting = False
     live = list(pollers)
     deadline = time.monotonic() + spec.deadline_s
     while live and time.monotonic() < deadline:
         polls = poll_and_all_reduce([pollers[room] for room in live], group)
+        if spec.release and not waiting and all(poll == KVPoll.WaitingForInput for poll in polls):
+            waiting = True
+            say(Progress("waiting"))
+        released = not spec.release or (waiting and Path(spec.release).exists())
         for room, poll in zip(list(live), polls, strict=True):
             poller = pollers[room]
-            if prefill and poll == KVPoll.WaitingForInput and room not in sent and not spec.hold:
+            if prefill and poll == KVPoll.WaitingForInput and room not in sent and not spec.hold and released:
                 poller.init(ROOM_PAGES, slots[room])
                 poller.send(pages[room])
                 sent.add(room)
