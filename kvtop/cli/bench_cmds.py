@@ -249,6 +249,28 @@ def bench_sglang_log(
     _report(result.as_dict(), result.REPORT, as_json)
 
 
+def bench_sglang_plugin(
+    calls: Annotated[int, typer.Option(min=100, help="Poll calls per leg and run.")] = 20_000,
+    repeats: Annotated[int, typer.Option(min=1, help="Runs per leg, alternated; figures are medians.")] = 9,
+    failed_rooms: Annotated[int, typer.Option(min=1, help="Failed rooms per leg and run (a call each).")] = 200,
+    as_json: JsonObject = False,
+) -> None:
+    """What the kvtop SGLang plugin adds to SGLang's own KV sender calls: hooked vs plain, in the same run.
+
+    A real SGLang prefill rank (a child process; SGLang loads the plugin with its own load_plugins()) times
+    MooncakeKVSender.poll on a room waiting in Bootstrapping and failure_exception on rooms aborted through
+    SGLang, plain and hooked, alternated, while a collector here receives what the plugin publishes. Target:
+    <= 2 us added per poll call (median). Needs SGLang and Mooncake in this Python (`make test-sglang` builds
+    .venv-sglang: run `.venv-sglang/bin/kvtop bench sglang-plugin`); exits 1 when they are missing, when the
+    plugin did not hook, or when the collector did not receive every hooked failure. Progress on stderr.
+    """
+    from kvtop.bench.sglang_plugin import measure_sglang_plugin
+
+    with _loud("sglang-plugin"):
+        result = measure_sglang_plugin(calls, repeats, failed_rooms, _progress)
+    _report(result.as_dict(), result.REPORT, as_json)
+
+
 def bench_export(
     rooms: SyntheticRooms = 100_000,
     instances: SyntheticInstances = 4,
@@ -447,5 +469,6 @@ def register(bench_app: typer.Typer) -> None:
     bench_app.command("incidents")(bench_incidents)
     bench_app.command("ui")(bench_ui)
     bench_app.command("sglang-log")(bench_sglang_log)
+    bench_app.command("sglang-plugin")(bench_sglang_plugin)
     bench_app.command("export")(bench_export)
     bench_app.command("fanin")(bench_fanin)

@@ -74,104 +74,42 @@ def pattern(room: int, tp_rank: int, buffer: int, page: int) -> bytes:
 
 
 def main(spec: RankSpec) -> int:
-    os.environ.update({"SGLANG_HOST_IP": "127.0.0.1", "MC_FORCE_TCP": "1", "MOONCAKE_PROTOCOL": "tcp"})
     import numpy as np
     import torch.distributed as dist
-    from sglang.srt.disaggregation.base.conn import KVArgs, KVPoll
+
+    from kvtop.bench.sglang_cpu import Pools, kv_manager, start_rank, start_transfer_engine
+
+    server_args = start_rank(spec.role, spec.tp_rank, spec.tp_size, spec.bootstrap_port, spec.http_port, spec.plugin)
+    from sglang.srt.disaggregation.base.conn import KVPoll
     from sglang.srt.disaggregation.common.conn import KVTransferError
-    from sglang.srt.disaggregation.utils import DisaggregationMode, poll_and_all_reduce
-    from sglang.srt.distributed.device_communicators.mooncake_transfer_engine import init_mooncake_transfer_engine
-    from sglang.srt.runtime_context import SpawnRanks, get_parallel, publish
-    from sglang.srt.server_args import ServerArgs
+    from sglang.srt.disaggregation.mooncake.conn import MooncakeKVReceiver, MooncakeKVSender
+    from sglang.srt.disaggregation.utils import poll_and_all_reduce
 
     out = open(spec.report, "ab", buffering=0)  # noqa: SIM115 (lines until the process ends, or is killed)
 
     def say(report: Report) -> None:
         out.write(msgspec.json.encode(report) + b"\n")
 
-    server_args = ServerArgs(
-        model_path="dummy",
-        disaggregation_mode=spec.role,
-        disaggregation_transfer_backend="mooncake",
-        disaggregation_bootstrap_port=spec.bootstrap_port,
-        host="127.0.0.1",
-        port=spec.http_port,
-        device="cpu",
-        tp_size=spec.tp_size,
-    )
-    publish(server_args, role="scheduler", ranks=SpawnRanks(world_rank=spec.tp_rank, gpu_id=0))
-    get_parallel().override_permanently(pp_group=None)
-    if spec.plugin:
-        from sglang.srt.plugins import load_plugins
-
-        load_plugins()
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{spec.gloo_port}", rank=spec.tp_rank, world_size=spec.tp_size
     )
     group = dist.group.WORLD
-    init_mooncake_transfer_engine("127.0.0.1", gpu_id=0, ib_device=None)
-
-    prefill = spec.role == "prefill"
-    if prefill:
-        from sglang.srt.disaggregation.mooncake.conn import MooncakeKVBootstrapServer, MooncakeKVManager
-        from sglang.srt.disaggregation.mooncake.conn import MooncakeKVSender as Poller
-
-        if spec.tp_rank == 0:
-            MooncakeKVBootstrapServer("127.0.0.1", spec.bootstrap_port)
-    else:
-        from sglang.srt.disaggregation.mooncake.conn import MooncakeKVManager
-        from sglang.srt.disaggregation.mooncake.conn import MooncakeKVReceiver as Poller  # type: ignore[assignment]
-
-    buffers = [np.zeros(PAGES * page_bytes(), dtype=np.uint8) for _ in range(2 * LAYERS)]
-    aux = np.zeros(PAGES * AUX_BYTES, dtype=np.uint8)
-    kv_args = KVArgs()
-    kv_args.engine_rank = spec.tp_rank
-    kv_args.pp_rank = 0
-    kv_args.system_dp_rank = 0
-    kv_args.rust_http_port = None
-    kv_args.kv_cache_dtype_str = "bfloat16"
-    kv_args.kv_layout = None
-    kv_args.prefill_start_layer = 0
-    kv_args.prefill_end_layer = LAYERS
-    kv_args.kv_data_ptrs = [b.ctypes.data for b in buffers]
-    kv_args.kv_data_lens = [b.nbytes for b in buffers]
-    kv_args.kv_item_lens = [page_bytes()] * len(buffers)
-    kv_args.num_draft_entries = 0
-    kv_args.kv_layer_ids = []
-    kv_args.kv_head_num = 1
-    kv_args.total_kv_head_num = spec.tp_size
-    kv_args.page_size = PAGE_TOKENS
-    kv_args.aux_data_ptrs, kv_args.aux_data_lens, kv_args.aux_item_lens = [aux.ctypes.data], [aux.nbytes], [AUX_BYTES]
-    kv_args.ib_device = None
-    kv_args.gpu_id = 0
-    kv_args.state_types = []
-    kv_args.state_data_ptrs = []
-    kv_args.state_data_lens = []
-    kv_args.state_item_lens = []
-    kv_args.state_dim_per_tensor = []
-    kv_args.state_slice_outer_counts = []
-    kv_args.state_layer_ids = []
-    kv_args.is_hybrid_mla_backend = False
-    kv_args.state_conv_shard_groups = []
-    kv_args.swa_kv_cache_layout = None
-    kv_args.mla_compression_ratios = None
-    kv_args.kv_buf_groups = 1
-    kv_args.hidden_kv_layers = LAYERS
-    kv_args.draft_kv_layers = 0
-    mode = DisaggregationMode.PREFILL if prefill else DisaggregationMode.DECODE
-    manager = MooncakeKVManager(kv_args, mode, server_args, False)
+    start_transfer_engine()
+    pools = Pools.make(LAYERS, PAGES, page_bytes(), AUX_BYTES)
+    manager = kv_manager(server_args, spec.tp_rank, pools, PAGE_TOKENS, LAYERS)
     say(Progress("manager"))
+    prefill = spec.role == "prefill"
+    Poller = MooncakeKVSender if prefill else MooncakeKVReceiver
 
     bootstrap_addr = f"127.0.0.1:{spec.bootstrap_port}"
     slots = {room: i % (PAGES // ROOM_PAGES) for i, room in enumerate(spec.rooms)}
     pages = {room: np.arange(ROOM_PAGES, dtype=np.int32) + slots[room] * ROOM_PAGES for room in spec.rooms}
     if prefill:
         for room in spec.rooms:
-            for b, buffer in enumerate(buffers):
+            for buffer in range(len(pools.buffers)):
                 for page in pages[room]:
-                    start = int(page) * page_bytes()
-                    buffer[start : start + page_bytes()] = np.frombuffer(
-                        pattern(room, spec.tp_rank, b, int(page)), dtype=np.uint8
+                    pools.page(buffer, int(page))[:] = np.frombuffer(
+                        pattern(room, spec.tp_rank, buffer, int(page)), dtype=np.uint8
                     )
         pollers = {room: Poller(manager, bootstrap_addr, room) for room in spec.rooms}
     else:
@@ -214,10 +152,9 @@ def main(spec: RankSpec) -> int:
                 equal = None
                 if not prefill:
                     equal = all(
-                        bytes(buffer[int(p) * page_bytes() : (int(p) + 1) * page_bytes()])
-                        == pattern(room, spec.tp_rank, b, int(p))
-                        for b, buffer in enumerate(buffers)
-                        for p in pages[room]
+                        bytes(pools.page(buffer, int(page))) == pattern(room, spec.tp_rank, buffer, int(page))
+                        for buffer in range(len(pools.buffers))
+                        for page in pages[room]
                     )
                     poller.clear()
                 say(RoomReport(room, poll, pages_equal=equal))

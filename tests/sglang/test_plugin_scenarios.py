@@ -8,10 +8,11 @@ the ranks themselves, without kvtop).
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 from cluster import pair
-from kvtop_watch import events, registry, view
+from kvtop_watch import KVTOP, events, registry, view
 
 SUCCESS, FAILED = 4, 0
 ANOTHER_RANK = "Failed due to an unknown reason from another rank"
@@ -121,3 +122,15 @@ def test_without_the_plugin_kvtop_sees_nothing(tmp_path: Path) -> None:
         ranks.wait("done")
         assert all(report.poll == SUCCESS for rank in ranks.ranks for report in rank.rooms().values())
         assert view(bootstrap, "ranks") is None  # kvtop answered that nobody is there
+
+
+def test_the_plugin_bench_times_real_hooked_calls_and_its_failures_reach_kvtop() -> None:
+    """`kvtop bench sglang-plugin` on SGLang's real sender: both legs timed, and every hooked failure collected
+    (the bench fails itself when the plugin did not hook or the failures did not arrive)."""
+    command = [KVTOP, "bench", "sglang-plugin", "--json", "--calls", "1000", "--repeats", "3", "--failed-rooms", "20"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    cost = json.loads(done.stdout)
+    assert cost["sglang_version"] == "0.5.23"
+    assert cost["failures_collected"] == 3 * 20
+    assert cost["poll_plain_us"] > 0 and cost["poll_hooked_us"] > 0
