@@ -13,6 +13,7 @@ from pathlib import Path
 
 from cluster import pair
 from kvtop_watch import KVTOP, events, registry, view
+from rank import LAYERS, ROOM_PAGES, page_bytes
 
 SUCCESS, FAILED = 4, 0
 ANOTHER_RANK = "Failed due to an unknown reason from another rank"
@@ -30,8 +31,15 @@ def test_happy_path_rooms_succeed_on_all_four_ranks(tmp_path: Path) -> None:
         assert sorted(entry["label"].split("/")[1] + entry["role"] for entry in listed) == sorted(
             f"TP{tp}{role}" for role in ("prefill", "decode") for tp in (0, 1)
         )
-        succeeded = {(event["agent"], event["room"]) for event in events(bootstrap)
+        told = events(bootstrap)
+        succeeded = {(event["agent"], event["room"]) for event in told
                      if event.get("kind") == "room" and event.get("state") == SUCCESS}  # fmt: skip
+        room_bytes = ROOM_PAGES * 2 * LAYERS * page_bytes()  # a decode rank's share: its pages of every K and V
+        prefill = f"127.0.0.1:{ranks.ranks[0].spec.bootstrap_port}"  # a decode rank's peer: its bootstrap address
+        links = view(bootstrap, "status")["links"]
+        assert [(link["prefill"], link["transfers"], link["bytes"]) for link in links] == [
+            (prefill, 2 * len(rooms), 2 * len(rooms) * room_bytes)
+        ], links
         assert len({agent for agent, _ in succeeded}) == 4, succeeded
         assert {room for _, room in succeeded} == set(rooms)
         assert view(bootstrap, "failures")["groups"] == []

@@ -3,7 +3,11 @@
 - a KV manager's `__init__` (AFTER) makes its process a rank (`PluginRank`), once per role: the plugin acts
   only in processes that hold KV managers;
 - a sender's or receiver's `poll` (AFTER) publishes the room's state when it changed (the rank's own poll,
-  before its instance's all-reduce);
+  before its instance's all-reduce), and on Success the transfer: its bytes (a sender's from SGLang's
+  `get_transfer_metric()`, a receiver's as its pages times the manager's bytes per page) and seconds (the
+  backend's transfer latency where it reports one, else since the plugin first saw the room); a decode rank's
+  peer is the prefill instance's bootstrap address;
+- a receiver's `send_metadata` (BEFORE) notes the pages its room will hold;
 - `failure_exception` (AROUND) publishes SGLang's `KVTransferError` as a failure: its reason, class, level,
   and origin (the rank itself, unless `is_from_another_rank`: then an echo, joined to its origin by room and
   instance on the operator's side).
@@ -23,7 +27,7 @@ from typing import Any
 
 from transport.curve import CurveKeys
 from transport.kvpoll import TERMINAL, KVPoll
-from transport.plane.events import Failure, Level, PluginHooks, RoomState
+from transport.plane.events import Failure, Level, PluginHooks, RoomState, TransferDone
 from transport.sglang.rank import PluginRank
 from transport.sglang.reasons import reason_class
 from transport.wire import cut_text
@@ -33,6 +37,10 @@ _STATE = "_kvtop_state"
 """The attribute a sender or receiver keeps its last published state in."""
 _RANK = "_kvtop_rank"
 """The attribute a KV manager keeps its process's `PluginRank` in."""
+_SINCE = "_kvtop_since"
+"""The attribute a sender or receiver keeps the monotonic time the plugin first saw its room in."""
+_BYTES = "_kvtop_bytes"
+"""The attribute a receiver keeps the bytes its room's pages hold in (noted when it sends its metadata)."""
 
 
 @dataclass
@@ -102,14 +110,43 @@ def after_poll(result: Any, poller: Any, *_: Any, **__: Any) -> None:
 def _publish_state(poller: Any, state: int, previous: int | None) -> None:
     rank: PluginRank | None = getattr(poller.kv_mgr, _RANK, None)
     poller.__dict__[_STATE] = state
+    since = poller.__dict__.setdefault(_SINCE, time.monotonic())
     if rank is None:
         return
-    room = int(poller.bootstrap_room)
-    rank.emit(RoomState(time.time(), room, state, state if previous is None else previous))
+    now, room = time.time(), int(poller.bootstrap_room)
+    peer = _peer(poller, rank)
+    rank.emit(RoomState(now, room, state, state if previous is None else previous, peer))
     if state in TERMINAL:
         rank.live.discard(room)
     else:
         rank.live.add(room)
+    if state == KVPoll.Success and (done := _transfer(poller, since)) is not None:
+        rank.emit(TransferDone(now, room, done[0], done[1], peer))
+
+
+def _peer(poller: Any, rank: PluginRank) -> str:
+    """A decode rank's peer: the bootstrap address of the prefill instance its room pulls from."""
+    return str(getattr(poller, "bootstrap_addr", "")) if rank.publisher.info.role == "decode" else ""
+
+
+def _transfer(poller: Any, since: float) -> tuple[int, float] | None:
+    """(bytes, seconds) of a room that succeeded on this rank; None when SGLang did not say how many bytes."""
+    metric = poller.get_transfer_metric() if hasattr(poller, "get_transfer_metric") else None
+    nbytes = getattr(metric, "transfer_total_bytes", None) if metric is not None else poller.__dict__.get(_BYTES)
+    if nbytes is None:
+        return None
+    latency = getattr(metric, "transfer_latency_s", None)
+    return int(nbytes), float(latency) if latency is not None else time.monotonic() - since
+
+
+def before_send_metadata(receiver: Any, kv_indices: Any = None, *args: Any, **kwargs: Any) -> None:
+    """Note the bytes the receiver's room will hold: its pages times the manager's bytes per page."""
+    try:
+        receiver.__dict__[_BYTES] = len(kv_indices) * int(receiver.kv_mgr.kv_item_lens_sum)
+    except Exception:
+        if PLUGIN is not None:
+            PLUGIN.hook_failed(getattr(receiver.kv_mgr, _RANK, None), "send_metadata")
+    return None
 
 
 def around_failure_exception(original: Any, poller: Any, *args: Any, **kwargs: Any) -> Any:

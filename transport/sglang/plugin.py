@@ -25,7 +25,8 @@ BACKENDS = {
     "nixl": ("NixlKVSender", "NixlKVReceiver"),
     "mori": ("MoriKVSender", "MoriKVReceiver"),
 }
-"""The backends whose senders and receivers may override `poll` or `failure_exception` (SGLang 0.5.x)."""
+"""The backends whose senders and receivers may override `poll`, `failure_exception` or (a receiver)
+`send_metadata` (SGLang 0.5.x)."""
 
 
 def targets() -> list[tuple[str, Callable[..., Any], str]]:
@@ -37,6 +38,7 @@ def targets() -> list[tuple[str, Callable[..., Any], str]]:
             (f"{_COMMON}.{cls}.failure_exception", hooks.around_failure_exception, "AROUND")
             for cls in ("CommonKVSender", "CommonKVReceiver")
         ),
+        (f"{_COMMON}.CommonKVReceiver.send_metadata", hooks.before_send_metadata, "BEFORE"),
     ]
 
 
@@ -53,7 +55,8 @@ def _overrides() -> tuple[list[tuple[str, Callable[..., Any], str]], list[str]]:
                 skipped.append(f"{module}.{cls}: {type(error).__name__}: {str(error)[:120]}")
                 continue
             for method, hook, kind in (("poll", hooks.after_poll, "AFTER"),
-                                       ("failure_exception", hooks.around_failure_exception, "AROUND")):  # fmt: skip
+                                       ("failure_exception", hooks.around_failure_exception, "AROUND"),
+                                       ("send_metadata", hooks.before_send_metadata, "BEFORE")):  # fmt: skip
                 if method in vars(resolved):
                     found.append((f"{module}.{cls}.{method}", hook, kind))
     return found, skipped
