@@ -37,6 +37,7 @@ SGLANG_VENV ?= .venv-sglang
 SGLANG_BIN := $(SGLANG_VENV)/bin
 
 $(SGLANG_BIN)/.installed: pyproject.toml tests/sglang/requirements.txt
+	@echo "setting up $(SGLANG_VENV): SGLang 0.5.23, torch 2.14.1, Mooncake's CPU build, kvtop (pip, quiet; about 3.4 GB to download where torch is not on this disk, 6.2 GB installed, 3-5 minutes) ..."
 	@ldconfig -p | grep -q libibverbs.so.1 || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq libibverbs1; } \
 		|| { echo "test-sglang: Mooncake needs libibverbs.so.1 (Debian: apt-get install libibverbs1)" >&2; exit 1; }
 	rm -rf $(SGLANG_VENV)
