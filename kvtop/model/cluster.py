@@ -49,7 +49,7 @@ from transport.plane.events import (
     Snapshot,
     TransferDone,
 )
-from transport.wire import AgentInfo
+from transport.wire import LOG_SIDECAR, SGLANG_PLUGIN, AgentInfo
 
 STALE_S = 3.0
 """A rank silent this long (no batch; agents send a heartbeat every second) is stale."""
@@ -124,8 +124,9 @@ class RankView:
     """Known from a server log (kvtop.sources), not a live agent: liveness is `LOG`, origins are inferred."""
     history_since: float = 0.0
     """Its last snapshot's history (finished rooms, failures, transfers) was complete from this time on."""
-    sidecar: bool = False
-    """A log sidecar's rank (its registration or hello says so): it publishes what a server log says."""
+    kind: str = ""
+    """What publishes it (its registration or hello says so): "" a kvtop agent, `LOG_SIDECAR` a sidecar that
+    publishes what a server log says, `SGLANG_PLUGIN` an SGLang scheduler through kvtop's plugin."""
     log: LogFollowed | None = None
     """A log sidecar's rank: the server log it follows (from its heartbeat)."""
     silences: list[tuple[float, float]] = field(default_factory=list)
@@ -135,6 +136,19 @@ class RankView:
     """When an earlier incarnation of this rank was last heard (a restart's silence starts there)."""
     clock: ClockEstimate = field(default_factory=ClockEstimate)
     """Its clock against the collector's, from its envelopes: past `SKEWED_S` its times are corrected."""
+
+    @property
+    def sidecar(self) -> bool:
+        """A log sidecar's rank."""
+        return self.kind == LOG_SIDECAR
+
+    @property
+    def source(self) -> str:
+        """What tells kvtop of it: `agent` (kvtop's own), `sglang` (an SGLang rank through kvtop's plugin) or `log`
+        (a server log, read or followed by a sidecar)."""
+        if self.kind == SGLANG_PLUGIN:
+            return "sglang"
+        return "log" if self.inferred else "agent"
 
     @property
     def inferred(self) -> bool:
@@ -407,7 +421,7 @@ class ClusterModel:
                 agent.host,
                 agent.pid,
                 agent.incarnation,
-                sidecar=agent.is_sidecar,
+                kind=agent.kind,
             )
             if view is not None:
                 _carry_silences(view, self.ranks[agent.label])
@@ -734,7 +748,7 @@ class ClusterModel:
         if isinstance(event, AgentHello):
             agent = event.agent
             view.role, view.host, view.pid, view.incarnation = agent.role, agent.host, agent.pid, agent.incarnation
-            view.sidecar = agent.is_sidecar
+            view.kind = agent.kind
         elif isinstance(event, Heartbeat):
             view.inflight, view.counters, view.rejected = event.inflight_rooms, event.counters, event.rejected
             view.cpu_percent, view.rss_bytes = event.cpu_percent, event.rss_bytes

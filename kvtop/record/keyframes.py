@@ -32,6 +32,7 @@ from kvtop.model.intake import Intake
 from kvtop.model.rolling import RingBuffer
 from kvtop.model.transfer_ring import TransferRing
 from transport.plane.events import LogContext, LogFollowed
+from transport.wire import LOG_SIDECAR
 
 JOURNAL_FIELDS = frozenset(("journal", "journal_total", "_journal_kept", "_journal_events"))
 """The event tail of the dashboard's model: not part of a keyframe (rebuilt by the replay)."""
@@ -80,6 +81,8 @@ class Rank(msgspec.Struct, array_like=True):
     heard_before: float = 0.0
     clock: list[float] = []
     """The rank's clock samples (`ClockEstimate.differences`)."""
+    kind: str = ""
+    """`RankView.kind` (keyframes older than it: `sidecar` alone says a log sidecar)."""
 
 
 class Link(msgspec.Struct, array_like=True):
@@ -141,7 +144,7 @@ def _rank(view: RankView) -> Rank:
         view.label, view.role, view.instance, view.rank, view.host, view.pid, view.incarnation, view.last_seen,
         view.inflight, view.counters, view.rejected, view.cpu_percent, view.rss_bytes, view.origins, view.echoes,
         _ring(view.transfers), view.from_log, view.history_since, view.sidecar, view.log, view.silences,
-        view.heard_before, view.clock.differences(),
+        view.heard_before, view.clock.differences(), view.kind,
     )  # fmt: skip
 
 
@@ -150,7 +153,8 @@ def _unrank(state: Rank) -> RankView:
         state.label, state.role, state.instance, state.rank, state.host, state.pid, state.incarnation,
         state.last_seen, state.inflight, state.counters, state.rejected, state.cpu_percent, state.rss_bytes,
         state.origins, state.echoes, _unring(state.transfers, TransferRing(RANK_TRANSFERS_KEPT)), state.from_log,
-        state.history_since, state.sidecar, state.log, state.silences, state.heard_before, ClockEstimate(state.clock),
+        state.history_since, state.kind or (LOG_SIDECAR if state.sidecar else ""), state.log, state.silences,
+        state.heard_before, ClockEstimate(state.clock),
     )  # fmt: skip
 
 

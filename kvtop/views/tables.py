@@ -30,7 +30,8 @@ def _rejected(counters: dict[str, int]) -> dict[str, int]:
 
 
 def ranks_json(model: ClusterModel, now: float, window_s: float = 60.0) -> list[dict[str, Any]]:
-    """Stable fields: role, instance, rank, label, host, pid, state, gbps, inflight, origins, echoes, cpu, rss,
+    """Stable fields: role, instance, rank, label, source (`agent`, `sglang`: an SGLang rank through kvtop's plugin,
+    `log`), host, pid, state, gbps, inflight, origins, echoes, cpu, rss,
     `rejected` (frames each socket of the rank refused: socket -> reason -> count, non-zero reasons only), and
     `unreachable` (why kvtop could not open a socket for the rank, null when it could)."""
     unreachable = model.intake.unreachable
@@ -40,6 +41,7 @@ def ranks_json(model: ClusterModel, now: float, window_s: float = 60.0) -> list[
             "instance": view.instance,
             "rank": view.rank,
             "label": view.label,
+            "source": view.source,
             "host": view.host,
             "pid": view.pid,
             "state": str(view.liveness(now)),
@@ -78,12 +80,13 @@ def _rejected_text(rejected: dict[str, dict[str, int]]) -> str:
 
 
 def ranks_text(model: ClusterModel, now: float) -> str:
-    header = f"{'RANK':<16} {'ROLE':<8} {'STATE':<6} {'HOST':<14} {'PID':>7} {'RATE':>10}"
+    header = f"{'RANK':<16} {'ROLE':<8} {'SOURCE':<6} {'STATE':<6} {'HOST':<14} {'PID':>7} {'RATE':>10}"
     lines = [f"{header} {'INFLIGHT':>8} {'ORIGINS':>7} {'ECHOES':>6}  REJECTED"]
     lines += [
-        f"{r['label']:<16} {r['role']:<8} {r['state']:<6} {r['host'][:14]:<14} {_or_none(r, r['pid']):>7} "
-        f"{_or_none(r, gbps(r['gbps'])):>10} {r['inflight']:>8} {r['origins']:>7} {r['echoes']:>6}  "
-        f"{_rejected_text(r['rejected'])}" + (f"  unreachable: {r['unreachable']}" if r["unreachable"] else "")
+        f"{r['label']:<16} {r['role']:<8} {r['source']:<6} {r['state']:<6} {r['host'][:14]:<14} "
+        f"{_or_none(r, r['pid']):>7} {_or_none(r, gbps(r['gbps'])):>10} {r['inflight']:>8} {r['origins']:>7} "
+        f"{r['echoes']:>6}  {_rejected_text(r['rejected'])}"
+        + (f"  unreachable: {r['unreachable']}" if r["unreachable"] else "")
         for r in ranks_json(model, now)
     ]
     return "\n".join(lines + clock_lines(model) + sidecar_lines(model) + intake_lines(model))

@@ -58,7 +58,7 @@ class Pair:
     def of(self, role: str) -> list[Rank]:
         return [rank for rank in self.ranks if rank.spec.role == role]
 
-    def wait(self, what: str, ranks: list[Rank] | None = None, timeout_s: float = 90.0) -> None:
+    def wait(self, what: str, ranks: list[Rank] | None = None, timeout_s: float = 240.0) -> None:
         """Until every rank (of `ranks`) reported `what`; fails naming the ranks that did not, with their logs."""
         ranks = self.ranks if ranks is None else ranks
         deadline = time.monotonic() + timeout_s

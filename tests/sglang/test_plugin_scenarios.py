@@ -28,6 +28,7 @@ def test_happy_path_rooms_succeed_on_all_four_ranks(tmp_path: Path) -> None:
             assert {room: report.poll for room, report in rank.rooms().items()} == dict.fromkeys(rooms, SUCCESS)
         assert all(report.pages_equal for rank in ranks.of("decode") for report in rank.rooms().values())
         listed = view(bootstrap, "ranks")
+        assert {entry["source"] for entry in listed} == {"sglang"}
         assert sorted(entry["label"].split("/")[1] + entry["role"] for entry in listed) == sorted(
             f"TP{tp}{role}" for role in ("prefill", "decode") for tp in (0, 1)
         )
