@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import islice
 from operator import attrgetter
 from typing import Any
 
@@ -222,6 +223,9 @@ class FrameBuilder:
         self._tail_key: tuple[str, str] = ("", "")
         self._tail: deque[tuple[str, Event, str]] = deque(maxlen=EVENTS_SHOWN)
         self._tail_seen = 0
+        self._matched: tuple[str, object, int, set[int]] = ("", None, 0, set())
+        """The rooms filter's rooms failed with a matching reason: (filter, the failures scanned, how many of
+        them by then, the rooms)."""
 
     def build(self, options: Options, now: float | None = None, error: str = "") -> Frame:
         """Call with the model's lock held; `now` overrides the clock."""
@@ -297,11 +301,25 @@ class FrameBuilder:
             rooms = [r for r in rooms if outcome(r, gone) is False or is_stuck(r, gone, now) or r.failed_somewhere()]
         if options.filter:
             needle = options.filter.lower()
-            failed = {f.room for f in self.model.failures if needle in f"{f.reason} {f.reason_class}".lower()}
+            failed = self._failed_matching(needle)
             rooms = [r for r in rooms if r.room in failed or needle in haystack(r, gone, now)]
         key, newest_first = _SORT_KEYS[options.sort]
         rooms.reverse()  # arrival order is nearly age order: the sort below has little left to do
         return sorted(rooms, key=key, reverse=newest_first)
+
+    def _failed_matching(self, needle: str) -> set[int]:
+        """Rooms with a failure whose reason or class holds `needle`; a frame scans only the failures new since
+        the last one (all of those kept when the filter changed or the model's failures were replaced)."""
+        failures, total = self.model.failures, self.model.failures_total
+        filtered, scanned, seen, rooms = self._matched
+        new = total - seen
+        if needle != filtered or failures is not scanned or not 0 <= new <= len(failures):
+            rooms, new = set(), len(failures)
+        for failure in islice(reversed(failures), new):
+            if needle in f"{failure.reason} {failure.reason_class}".lower():
+                rooms.add(failure.room)
+        self._matched = (needle, failures, total, rooms)
+        return rooms
 
     def _throughput(self, now: float) -> list[float]:
         rows = self.model.transfers.window(now - WINDOW_S)
@@ -376,10 +394,14 @@ _SORT_KEYS: dict[RoomSort, tuple[Callable[[RoomView], Any], bool]] = {
 high to low. Idle time puts open rooms first: a finished room's idle time says nothing."""
 
 
+_STATE_NAMES = {int(state): state.name for state in KVPoll}
+"""A KVPoll code's name without building the enum member (a filter names the states of 100k rooms' ranks)."""
+
+
 def haystack(room: RoomView, gone: frozenset[str], now: float) -> str:
     """The text a filter matches a room against: id, ranks and states, link, stuck/failed (and, beside it, the
     reasons and classes of the room's failures)."""
-    states = " ".join(f"{label} {KVPoll(code).name}" for label, code in room.codes.items())
+    states = " ".join(f"{label} {_STATE_NAMES[code]}" for label, code in room.codes.items())
     flags = " stuck" if is_stuck(room, gone, now) else " failed" if outcome(room, gone) is False else ""
     return f"{room.room} {states} {room.link[0]} {room.link[1]}{flags}".lower()
 

@@ -80,6 +80,31 @@ def test_a_filter_on_a_state_lists_the_rooms_in_that_state(model: ClusterModel):
     assert set(listed(model, filter="transferring")) == transferring
 
 
+def test_a_filter_on_a_failure_class_follows_new_failures_as_a_fresh_build_does(model: ClusterModel):
+    """The rooms filter scans only the failures new since the last frame: built again after new batches (and
+    with another filter), the rooms are what a fresh builder lists, the new failed rooms among them."""
+    builder = FrameBuilder(model)
+    batches = CLUSTER.rooms(400, first=ROOMS_RETIRED + ROOMS_LIVE)
+    new_rooms = {event.room for _, batch in batches for event in batch.events}
+    for label, batch in batches:
+        model.apply(label, batch, FIXED_NOW - 0.5)
+    classes = {f.reason_class for f in model.failures if f.room in new_rooms}
+    assert classes, "the new batches failed no room: the test would not see the filter follow them"
+    needle = sorted(classes)[0]
+    seen_before = len(model.failures)
+    builder.build(Options(filter=needle), FIXED_NOW)
+    for label, batch in CLUSTER.rooms(400, first=ROOMS_RETIRED + ROOMS_LIVE + 400):
+        model.apply(label, batch, FIXED_NOW - 0.4)
+    assert len(model.failures) > seen_before
+
+    for options in (Options(filter=needle), Options(filter=needle.upper()), Options(filter="prefill")):
+        rooms = [room.room for room in builder.build(options, FIXED_NOW).rooms]
+        assert rooms == [room.room for room in FrameBuilder(model).build(options, FIXED_NOW).rooms]
+        newly_failed = {f.room for f in list(model.failures)[seen_before:] if needle in f.reason_class}
+        if options.filter.lower() == needle:
+            assert newly_failed & set(rooms)
+
+
 def test_faults_only_lists_the_failed_and_the_stuck_rooms(model: ClusterModel):
     """Failed rooms (retired or not) and stuck ones, nothing else; combined with a filter both apply."""
     faults = failed_rooms(model) | stuck_rooms(model)
