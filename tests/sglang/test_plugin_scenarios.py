@@ -89,12 +89,13 @@ def test_a_prefill_instance_killed(tmp_path: Path) -> None:
                 rank.process.kill()
             ranks.wait("done", ranks.of("decode"))
             address = f"127.0.0.1:{ranks.ranks[0].spec.bootstrap_port}"
-            for rank in ranks.of("decode"):
-                for report in rank.rooms().values():
-                    assert report.reason.startswith(
-                        f"Lost connection with prefill instance (bootstrap_addr: {address})"
-                    )
-                    assert not report.is_from_another_rank
+            lost = f"Lost connection with prefill instance (bootstrap_addr: {address})"
+            said = [(room, report) for rank in ranks.of("decode") for room, report in rank.rooms().items()]
+            # A decode rank whose own heartbeat check had not yet fired fails the room through the MIN reduce of
+            # a rank whose had: an echo (seen on a loaded machine); every room has at least one origin.
+            for _, report in said:
+                assert report.reason == ANOTHER_RANK if report.is_from_another_rank else report.reason.startswith(lost)
+            assert {room for room, report in said if not report.is_from_another_rank} == set(rooms), said
             incidents = view(bootstrap, "incidents")["incidents"]
             assert len(incidents) == 1, json.dumps(incidents, indent=1)
             assert incidents[0]["suspect"]["name"] == address
