@@ -22,6 +22,7 @@ import multiprocessing as mp
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -35,6 +36,14 @@ _HOST = "127.0.0.1"
 _ENV = {"MC_FORCE_TCP": "1", "MOONCAKE_PROTOCOL": "tcp", "MC_LOG_LEVEL": "ERROR"}
 """TCP only; Mooncake's log lines from errors up (read when a process starts: set before spawning)."""
 _TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """What a leg's process sends its parent instead of its next message when it failed."""
+
+    where: str
+    error: str
 
 
 def require_mooncake() -> None:
@@ -90,7 +99,7 @@ def _receiver(conn: Connection, chunk_bytes: int, buffer_bytes: int) -> None:
         conn.recv()  # the sender is done
         conn.send(xxh3_64_intdigest(target.data))
     except BaseException as error:
-        conn.send(f"receiver: {error}")
+        conn.send(_Failed("receiver", str(error)))
         raise
 
 
@@ -119,7 +128,7 @@ def _sender(conn: Connection, session: str, peer: int, chunk_bytes: int, total_b
                 conn.recv()  # timed from here
         conn.send("done")
     except BaseException as error:
-        conn.send(f"sender: {error}")
+        conn.send(_Failed("sender", str(error)))
         raise
 
 
@@ -132,8 +141,8 @@ def _expect(conn: Connection, what: str, process: mp.process.BaseProcess) -> Any
         if time.monotonic() > deadline:
             raise BenchFailed(f"the Mooncake leg's process sent no {what} within {_TIMEOUT_S:g} s")
     message = conn.recv()
-    if isinstance(message, str) and ":" in message:
-        raise BenchFailed(f"the Mooncake leg failed in its {message}")
+    if isinstance(message, _Failed):
+        raise BenchFailed(f"the Mooncake leg failed in its {message.where}: {message.error}")
     return message
 
 
@@ -165,6 +174,7 @@ def run_mooncake(chunk_bytes: int, total_bytes: int, window_bytes: int, buffer_b
         to_receiver.send("done")
         landed = _expect(to_receiver, "digest", receiver)
     finally:
+        to_receiver.close()  # a receiver still waiting for "done" (the sender failed) ends at once
         for process in (sender, receiver):
             if process is not None:
                 process.join(10)
