@@ -186,29 +186,32 @@ def test_page_changed_after_sealing_fails_where_it_lands(make_manager, wait_for)
     assert decode.counters()["chunks_unverified"] == 0
 
 
-def test_sealed_pages_land_verified_page_by_page(make_manager, wait_for):
-    """Sealed pages go with their digests and are verified where they land; pages reallocated since are not
-    sealed, so their chunks carry the sender's checksum instead. Both rooms land byte-identical."""
+def test_sealed_pages_go_with_their_digests_and_rewritten_pages_with_a_chunk_checksum(make_manager, wait_for):
+    """Pages sealed as written land verified against their digests; the same pages allocated again and written by
+    a writer that does not seal (a real engine's forward pass) are unsealed, so their chunks carry the sender's
+    checksum instead of the stale digests. Both rooms land byte-identical."""
     prefill = make_manager(Role.PREFILL, "prefill-0", config=short())
     decode = make_manager(Role.DECODE, "decode-0", config=short())
-    sealed = prefill.pool.allocate(8)
-    prefill.pool.fill_pattern(sealed, seed=51)
-    prefill.pool.release(sealed)
-    again = prefill.pool.allocate(8)
-    assert again.tolist() == sealed.tolist() and not prefill.pool.sealed[again].any(), "allocating unseals"
-    assert prefill.pool.sealed_digests(again) is None
-    prefill.pool.fill_pattern(again, seed=51)
-    assert prefill.pool.sealed_digests(again) is not None
-    for room in (51, 52):
+
+    def transfer(room: int, pages: np.ndarray) -> None:
         sender = prefill.sender(room)
         receiver = decode.receiver(room, "prefill-0")
-        dst = decode.pool.allocate(8)
+        dst = decode.pool.allocate(len(pages))
         receiver.init(dst)
-        if room == 52:
-            prefill.pool.sealed[again] = False
-        sender.send(again)
-        wait_for(lambda r=receiver, s=sender: r.poll() is KVPoll.Success and s.poll() is KVPoll.Success, what="room")
-        assert prefill.pool.digest(again) == decode.pool.digest(dst)
+        sender.send(pages)
+        wait_for(lambda: receiver.poll() is KVPoll.Success and sender.poll() is KVPoll.Success, what=f"room {room}")
+        assert prefill.pool.digest(pages) == decode.pool.digest(dst)
+
+    first = prefill.pool.allocate(8)
+    prefill.pool.fill_pattern(first, seed=51)
+    assert prefill.pool.sealed_digests(first) is not None
+    transfer(51, first)
+    prefill.pool.release(first)
+    second = prefill.pool.allocate(8)
+    assert second.tolist() == first.tolist() and prefill.pool.sealed_digests(second) is None, "allocating unseals"
+    prefill.pool.data[second] = np.random.default_rng(52).integers(0, 256, (8, PAGE_BYTES), dtype=np.uint8)
+    transfer(52, second)
+
     assert decode.counters()["checksum_failures"] == decode.counters()["chunks_unverified"] == 0
     assert decode.counters()["chunks_landed"] == 8
 
