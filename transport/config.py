@@ -43,8 +43,9 @@ class TransferConfig:
     of the instance that has not voted on a room this long after this rank took it fails the room."""
     timeouts: Timeouts = field(default_factory=Timeouts)
     checksums: bool = True
-    """Checksum every chunk (xxh3-64, verified by the receiver). Off trusts the transport's own
-    integrity checks (TCP, RDMA ICRC) and saves two passes over the data; receivers count
+    """Verify what lands: each page its writer sealed against the digest taken when it was written
+    (`KVPool.seal`: one pass, on the receiver), any other chunk against the sender's xxh3-64 of it (two
+    passes). Off trusts the transport's own integrity checks (TCP, RDMA ICRC); receivers count
     `chunks_unverified`."""
 
     def __post_init__(self) -> None:

@@ -25,7 +25,9 @@ Sockets and their frames (ROUTER sockets see the peer's routing id first)::
                            [Chunk, payload_0, ..., payload_n-1]
             payload_i holds `Chunk.frame_pages[i]` consecutive pages of the
             room's page list (from `Chunk.page_start` on), `nbytes_per_page`
-            bytes of each page; `Chunk.checksum` is xxh3-64 over all payloads.
+            bytes of each page; `Chunk.checksum` is xxh3-64 over all payloads, or
+            `Chunk.page_digests` carries each whole page's digest from when it was
+            written (end-to-end page checksums, see pool.py).
 
     control    ROUTER (bound by each agent) <- DEALER (router, tests, kvtop)
         request   [Submit | GetStats | Digest]
@@ -221,7 +223,10 @@ class Chunk(msgspec.Struct, tag="chunk", array_like=True):
     frame_pages: list[int]
     nbytes: int
     checksum: int | None
-    """xxh3-64 of the payloads, or None when the sender runs without checksums."""
+    """xxh3-64 of the payloads, or None when the sender runs without checksums or sends `page_digests`."""
+    page_digests: bytes = b""
+    """The writer's xxh3-64 of each page of the chunk, 8 canonical bytes each in page order (whole source
+    pages only); empty when the pages were not sealed or checksums are off."""
 
 
 class Ack(msgspec.Struct, tag="ack", array_like=True):

@@ -7,8 +7,12 @@ the same bytes in messages of the same size (`chunk_bytes`, checked by
 - raw, and optionally the protocol's least work (floor: with kvtop's checksums,
   without, or with end-to-end page checksums), in pure pyzmq: `baselines`;
 - kvtop: a prefill rank and a decode rank with KV pools, bootstrap, transfer
-  requests, credit flow control, per-chunk xxh3 checksums and acks; rooms of
-  `room_bytes`, three in flight; and again with checksums off (unchecked).
+  requests, credit flow control, end-to-end page checksums (the prefill's pages
+  sealed when written, each verified where it lands) and acks; rooms of
+  `room_bytes`, three in flight; again with checksums off (unchecked); and with
+  `floor`, with per-chunk checksums (pages not sealed: the sender hashes each
+  chunk as it goes);
+- optionally Mooncake Transfer Engine's TCP transport (`kvtop.bench.mooncake`).
 
 Raw to floor is what the protocol costs; floor to kvtop, what kvtop's
 implementation adds. Legs alternate, repeats give medians, and the ratio is of
@@ -32,6 +36,7 @@ import numpy as np
 from kvtop.bench import BenchFailed
 from kvtop.bench.baselines import page_bytes, run_floor, run_raw, write_hash_gbps
 from kvtop.bench.cpu import CpuMeter, Leg
+from kvtop.bench.mooncake import require_mooncake, run_mooncake
 from kvtop.bench.report import Compare, Report, at_least
 from transport import BootstrapClient, BootstrapError, BootstrapServer, KVManager, KVPoll, KVPool, Role, TransferConfig
 from transport.curve import CurveKeys
@@ -46,7 +51,7 @@ class TransferResult:
 
     chunk_bytes: int
     kvtop_gbps: float
-    """With per-chunk checksums (the default)."""
+    """With checksums (the default): the bench's pages are sealed, so end-to-end page checksums."""
     raw_gbps: float
     ratio: float
     kvtop_unchecked_gbps: float
@@ -54,6 +59,9 @@ class TransferResult:
     ratio_unchecked: float
     repeats: int
     total_bytes: int
+    kvtop_chunk_gbps: float | None = None
+    """kvtop with per-chunk checksums (pages not sealed; None unless the floor legs ran)."""
+    ratio_chunk: float | None = None
     floor_gbps: float | None = None
     """The protocol's least work in pure pyzmq, with kvtop's per-chunk checksums (None unless asked for)."""
     ratio_floor: float | None = None
@@ -63,6 +71,11 @@ class TransferResult:
     e2e_gbps: float | None = None
     """The least work with end-to-end page checksums (hashed when written, verified where they land)."""
     ratio_e2e: float | None = None
+    mooncake_gbps: float | None = None
+    """Mooncake Transfer Engine's TCP transport moving the same bytes in the same transfers (None unless asked)."""
+    ratio_mooncake: float | None = None
+    kvtop_vs_mooncake: float | None = None
+    """kvtop's median GB/s over Mooncake's."""
     e2e_write_hash_gbps: float | None = None
     """GB/s of hashing pages as they are written: what end-to-end checksums cost the writer instead."""
     runs_gbps: dict[str, list[float]] = field(default_factory=dict)
@@ -79,11 +92,14 @@ class TransferResult:
         compare=(
             Compare("kvtop_gbps", "raw_gbps", "ratio"),
             Compare("kvtop_unchecked_gbps", "raw_gbps", "ratio_unchecked"),
+            Compare("kvtop_chunk_gbps", "raw_gbps", "ratio_chunk"),
             Compare("floor_gbps", "raw_gbps", "ratio_floor"),
             Compare("floor_unchecked_gbps", "raw_gbps", "ratio_floor_unchecked"),
             Compare("e2e_gbps", "raw_gbps", "ratio_e2e"),
+            Compare("mooncake_gbps", "raw_gbps", "ratio_mooncake"),
+            Compare("kvtop_gbps", "mooncake_gbps", "kvtop_vs_mooncake"),
         ),
-        targets=(at_least("ratio", 0.9),),
+        targets=(at_least("ratio", 0.9), at_least("kvtop_vs_mooncake", 2.0)),
     )
 
     def as_dict(self) -> dict[str, object]:
@@ -162,11 +178,14 @@ def _prefill_process(
     publish_events: bool,
     checksums: bool,
     curve_keys: str = "",
+    seal: bool = True,
 ) -> None:
     pages = _room_pages(chunk_bytes, room_bytes)
     pool = KVPool(pages * _ROOMS_IN_FLIGHT, page_bytes(chunk_bytes))
-    pool.data[:] = np.random.default_rng(2).integers(0, 256, size=pool.data.shape, dtype=np.uint8)
     slots = [pool.allocate(pages) for _ in range(_ROOMS_IN_FLIGHT)]
+    pool.data[:] = np.random.default_rng(2).integers(0, 256, size=pool.data.shape, dtype=np.uint8)
+    if seal:  # as a forward pass would, once its pages are written (before anything is timed)
+        pool.seal(np.arange(pool.num_pages, dtype=np.uint32))
     with KVManager(
         role=Role.PREFILL, instance="bench-prefill", rank=0, tp=1, pool=pool, bootstrap=bootstrap,
         config=_config(chunk_bytes, checksums), publish_events=publish_events, curve=_keys(curve_keys),
@@ -236,9 +255,11 @@ def run_kvtop(
     checksums: bool = True,
     watcher: Watcher | None = None,
     curve_keys: str = "",
+    seal: bool = True,
 ) -> Leg:
     """Seconds (wall and CPU) for a decode rank to receive `rooms` rooms from a prefill process (both
-    publishing events), watched by `watcher` when one is given; every socket with CURVE given `curve_keys`."""
+    publishing events), watched by `watcher` when one is given; every socket with CURVE given `curve_keys`;
+    the prefill's pages sealed (end-to-end checksums) unless `seal` is False (per-chunk checksums)."""
     bootstrap = BootstrapServer(curve=_keys(curve_keys)).start()
     spawn = mp.get_context("spawn")
     ready, release = spawn.Event(), spawn.Event()
@@ -254,6 +275,7 @@ def run_kvtop(
             publish_events,
             checksums,
             curve_keys,
+            seal,
         ),
     )
     prefill.start()
@@ -313,16 +335,20 @@ def measure(
     progress: Callable[[str], None],
     floor: bool = False,
     e2e: bool = False,
+    mooncake: bool = False,
 ) -> list[TransferResult]:
-    """Alternate raw, kvtop, unchecked kvtop (floor, unchecked floor; e2e) legs `repeats` times per chunk size;
-    medians and ratios. Raises ValueError for sizes the legs cannot share (`check_sizes`)."""
+    """Alternate raw, kvtop, unchecked kvtop (per-chunk-checksum kvtop, floor, unchecked floor; e2e; Mooncake)
+    legs `repeats` times per chunk size; medians and ratios. Raises ValueError for sizes the legs cannot share
+    (`check_sizes`), BenchFailed before any leg runs when Mooncake is asked for and missing."""
     for chunk_bytes in chunk_sizes:
         check_sizes(chunk_bytes, room_bytes)
+    if mooncake:
+        require_mooncake()
     results = []
     total = room_bytes * rooms
     for chunk_bytes in chunk_sizes:
-        legs: dict[str, list[Leg]] = {"raw": [], "kvtop": [], "unchecked": [], "floor": [], "floor_unchecked": [],
-                                      "e2e": []}  # fmt: skip
+        legs: dict[str, list[Leg]] = {"raw": [], "kvtop": [], "unchecked": [], "chunk": [], "floor": [],
+                                      "floor_unchecked": [], "e2e": [], "mooncake": []}  # fmt: skip
         pool = pool_bytes(chunk_bytes, room_bytes)
         window = _config(chunk_bytes, True).window_bytes
         for repeat in range(repeats):
@@ -330,10 +356,13 @@ def measure(
             legs["kvtop"].append(run_kvtop(chunk_bytes, room_bytes, rooms))
             legs["unchecked"].append(run_kvtop(chunk_bytes, room_bytes, rooms, checksums=False))
             if floor:
+                legs["chunk"].append(run_kvtop(chunk_bytes, room_bytes, rooms, seal=False))
                 legs["floor"].append(run_floor(chunk_bytes, total, window, pool, "chunk"))
                 legs["floor_unchecked"].append(run_floor(chunk_bytes, total, window, pool, "none"))
             if e2e:
                 legs["e2e"].append(run_floor(chunk_bytes, total, window, pool, "page"))
+            if mooncake:
+                legs["mooncake"].append(run_mooncake(chunk_bytes, total, window, pool))
             progress(
                 f"chunk {chunk_bytes} B, run {repeat + 1}/{repeats}: "
                 + ", ".join(
@@ -348,9 +377,11 @@ def measure(
         med = {name: statistics.median(runs) for name, runs in gbps.items()}
         cpu = {name: statistics.median(leg.cpu_seconds / total * 1e9 for leg in runs) for name, runs in ran.items()}
         base = med["raw"]
+        chunk_gbps, ratio_chunk = _figure(med, "chunk")
         floor_gbps, ratio_floor = _figure(med, "floor")
         floor_unchecked, ratio_floor_unchecked = _figure(med, "floor_unchecked")
         e2e_gbps, ratio_e2e = _figure(med, "e2e")
+        mooncake_gbps, ratio_mooncake = _figure(med, "mooncake")
         results.append(
             TransferResult(
                 chunk_bytes=chunk_bytes,
@@ -361,12 +392,17 @@ def measure(
                 ratio_unchecked=round(med["unchecked"] / base, 3),
                 repeats=repeats,
                 total_bytes=total,
+                kvtop_chunk_gbps=chunk_gbps,
+                ratio_chunk=ratio_chunk,
                 floor_gbps=floor_gbps,
                 ratio_floor=ratio_floor,
                 floor_unchecked_gbps=floor_unchecked,
                 ratio_floor_unchecked=ratio_floor_unchecked,
                 e2e_gbps=e2e_gbps,
                 ratio_e2e=ratio_e2e,
+                mooncake_gbps=mooncake_gbps,
+                ratio_mooncake=ratio_mooncake,
+                kvtop_vs_mooncake=round(med["kvtop"] / med["mooncake"], 3) if mooncake else None,
                 e2e_write_hash_gbps=round(write_hash_gbps(chunk_bytes, pool), 2) if e2e else None,
                 runs_gbps={name: [round(g, 3) for g in runs] for name, runs in gbps.items()},
                 cpu_s_per_gb={name: round(c, 3) for name, c in cpu.items()},

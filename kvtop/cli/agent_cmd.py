@@ -63,7 +63,11 @@ def agent(
         ),
     ] = _TRANSFER.peer_timeout_s,
     checksums: Annotated[
-        bool, typer.Option(help="Checksum every chunk (xxh3); --no-checksums trusts TCP's own checks.")
+        bool,
+        typer.Option(
+            help="Verify every page where it lands (xxh3: sealed pages against their writer's digest, others per "
+            "chunk); --no-checksums trusts TCP's own checks."
+        ),
     ] = _TRANSFER.checksums,
     fault: Annotated[
         list[str],

@@ -72,6 +72,15 @@ def bench_transfer(
             "in the chunk header, each landed page verified (no hash on the sender's transfer path).",
         ),
     ] = False,
+    vs_mooncake: Annotated[
+        bool,
+        typer.Option(
+            "--vs-mooncake",
+            help="Add a leg with Mooncake Transfer Engine's TCP transport between two processes on loopback (same "
+            "bytes, same transfer size) and kvtop's ratio to it. Needs the optional extra: pip install "
+            "'kvtop[mooncake]'; fails at once when it is missing.",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead of a table.")] = False,
 ) -> None:
     """KV transfer GB/s over loopback vs raw pyzmq PUSH/PULL at the same message size, and their ratio.
@@ -79,8 +88,9 @@ def bench_transfer(
     Each run starts a prefill rank process and a decode rank (KV pools, bootstrap, credits, checksums,
     events) and, alternating with it, a raw PUSH process sending zero-copy into a PULL that lands each
     message with recv_into in a numpy buffer; a third leg repeats the kvtop run with checksums off; --floor
-    and --e2e add the bare protocol without kvtop. Exits 1 when a room or a checksum failed, 2 for sizes the
-    legs cannot share. Progress goes to stderr.
+    and --e2e add the bare protocol without kvtop, --vs-mooncake Mooncake's TCP transport. Exits 1 when a room
+    or a checksum failed or Mooncake was asked for and is missing, 2 for sizes the legs cannot share. Progress
+    goes to stderr.
     """
     from kvtop.bench.transfer import measure
 
@@ -91,7 +101,7 @@ def bench_transfer(
         raise typer.BadParameter(str(error)) from None
     with _loud("transfer"):
         try:
-            results = measure(sizes, room, rooms, repeats, _progress, floor=floor, e2e=e2e)
+            results = measure(sizes, room, rooms, repeats, _progress, floor=floor, e2e=e2e, mooncake=vs_mooncake)
         except ValueError as error:
             raise typer.BadParameter(str(error), param_hint="'--chunk-bytes' / '--room-bytes'") from None
     if as_json:

@@ -126,14 +126,18 @@ def test_delayed_chunks_all_arrive(make_manager, wait_for):
     assert prefill.pool.digest(pages) == decode.pool.digest(pages)
 
 
+@pytest.mark.parametrize("sealed", [True, False], ids=["page-checksums", "chunk-checksums"])
 @pytest.mark.parametrize("num_pages", [16, 2], ids=["middle-of-eight-chunks", "only-chunk"])
-def test_corrupted_chunk_fails_on_decode_as_origin_and_echoes_to_prefill(make_manager, wait_for, num_pages):
-    """A chunk altered after checksumming is caught by the receiver, which is the origin of the failure."""
+def test_corrupted_chunk_fails_on_decode_as_origin_and_echoes_to_prefill(make_manager, wait_for, num_pages, sealed):
+    """A chunk altered on its way is caught by the receiver, which is the origin of the failure and names the
+    sender: against the digests the pages were sealed with when written, or the sender's chunk checksum."""
     corrupt = FaultInjector((FaultSpec.parse("corrupt"),))
     prefill = make_manager(Role.PREFILL, "prefill-0", config=short(), faults=corrupt)
     decode = make_manager(Role.DECODE, "decode-0", config=short())
     pages = np.arange(num_pages, dtype=np.uint32)
     prefill.pool.fill_pattern(pages, seed=44)
+    if not sealed:
+        prefill.pool.sealed[pages] = False
     sender = prefill.sender(44)
     receiver = decode.receiver(44, "prefill-0")
     receiver.init(pages)
@@ -145,10 +149,71 @@ def test_corrupted_chunk_fails_on_decode_as_origin_and_echoes_to_prefill(make_ma
     assert receiver.reason_class == "checksum"
     assert decode.info.label == receiver.failure.origin
     assert "failed its checksum" in receiver.failure.failure_reason
+    corrupted_page = 9 if num_pages == 16 else 1  # the corrupt fault flips the middle byte of the middle chunk
+    assert (f"(page {corrupted_page}: expected " in receiver.failure.failure_reason) is sealed
+    assert prefill.info.label == receiver.failure.suspect, "the incident names the sender"
     assert decode.counters()["checksum_failures"] == 1
     assert prefill.counters()["fault_corrupt"] == 1
     assert decode.info.label == sender.failure.origin, "the prefill room is an echo of the decode's failure"
     assert sender.reason_class == "propagated"
+
+
+def test_page_changed_after_sealing_fails_where_it_lands(make_manager, wait_for):
+    """End-to-end page checksums: a page whose bytes changed after its writer sealed it (memory damaged between
+    the forward pass and the transfer) fails the room as `checksum` on the decode rank, naming that page and the
+    sender, with no fault injected and no hash on the sender's path."""
+    prefill = make_manager(Role.PREFILL, "prefill-0", config=short())
+    decode = make_manager(Role.DECODE, "decode-0", config=short())
+    pages = np.arange(16, dtype=np.uint32)
+    prefill.pool.fill_pattern(pages, seed=50)
+    prefill.pool.data[11, 100] ^= 0x01
+    sender = prefill.sender(50)
+    receiver = decode.receiver(50, "prefill-0")
+    receiver.init(pages)
+    sender.send(pages)
+
+    wait_for(lambda: receiver.poll() is KVPoll.Failed and sender.poll() is KVPoll.Failed, what="both sides fail")
+
+    failure = receiver.failure
+    assert failure is not None
+    assert receiver.reason_class == "checksum"
+    assert re.fullmatch(
+        r"KV chunk 5 of room 50 from prefill rank 0 failed its checksum \(page 11: .+\)", failure.failure_reason
+    )
+    assert decode.info.label == failure.origin
+    assert prefill.info.label == failure.suspect
+    assert decode.counters()["checksum_failures"] == 1
+    assert decode.counters()["chunks_unverified"] == 0
+
+
+def test_sealed_pages_go_with_their_digests_and_rewritten_pages_with_a_chunk_checksum(make_manager, wait_for):
+    """Pages sealed as written land verified against their digests; the same pages allocated again and written by
+    a writer that does not seal (a real engine's forward pass) are unsealed, so their chunks carry the sender's
+    checksum instead of the stale digests. Both rooms land byte-identical."""
+    prefill = make_manager(Role.PREFILL, "prefill-0", config=short())
+    decode = make_manager(Role.DECODE, "decode-0", config=short())
+
+    def transfer(room: int, pages: np.ndarray) -> None:
+        sender = prefill.sender(room)
+        receiver = decode.receiver(room, "prefill-0")
+        dst = decode.pool.allocate(len(pages))
+        receiver.init(dst)
+        sender.send(pages)
+        wait_for(lambda: receiver.poll() is KVPoll.Success and sender.poll() is KVPoll.Success, what=f"room {room}")
+        assert prefill.pool.digest(pages) == decode.pool.digest(dst)
+
+    first = prefill.pool.allocate(8)
+    prefill.pool.fill_pattern(first, seed=51)
+    assert prefill.pool.sealed_digests(first) is not None
+    transfer(51, first)
+    prefill.pool.release(first)
+    second = prefill.pool.allocate(8)
+    assert second.tolist() == first.tolist() and prefill.pool.sealed_digests(second) is None, "allocating unseals"
+    prefill.pool.data[second] = np.random.default_rng(52).integers(0, 256, (8, PAGE_BYTES), dtype=np.uint8)
+    transfer(52, second)
+
+    assert decode.counters()["checksum_failures"] == decode.counters()["chunks_unverified"] == 0
+    assert decode.counters()["chunks_landed"] == 8
 
 
 def test_abort_is_acknowledged_and_echoed(make_manager, wait_for):

@@ -360,7 +360,11 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds until a silent peer is lost; also how long a rank of this instance may go without "
         "voting on a room this rank took before the room fails (timeout_consensus)",
     )
-    add("--no-checksums", action="store_true", help="send chunks without xxh3 checksums (trust TCP's own checks)")
+    add(
+        "--no-checksums",
+        action="store_true",
+        help="send chunks without page digests or xxh3 checksums (trust TCP's own checks)",
+    )
     add("--fault", action="append", default=[], help="KIND[:RATE][@PEER], repeatable (a decode rank takes only die)")
     add("--fault-seed", type=int, default=None, help="seed of the fault dice (none: a different run every time)")
     add("--log-file", default="", help="file for the SGLang-format log (none: stderr)")

@@ -3,7 +3,9 @@
 One DEALER socket per prefill rank this decode rank talks to. Chunk payloads
 are received straight into the destination pages (`recv_into`) whenever the
 pages are consecutive whole rows; otherwise through one scratch buffer. Every
-landed chunk is checksummed and acknowledged, which returns its bytes of credit.
+landed chunk is verified (each page against the digest its writer sealed it
+with, or the whole chunk against the sender's checksum) and acknowledged, which
+returns its bytes of credit.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import xxhash
 import zmq
+from xxhash import xxh3_64_digest
 
 from transport.curve import dialing
 from transport.errors import ConfigError, FrameRejected
@@ -43,6 +46,8 @@ from transport.wire import (
 )
 
 _BATCH = 64
+_POLLIN = int(zmq.POLLIN)
+_EVENTS = int(zmq.EVENTS)
 _RESOLVE_RETRY_S = 0.25
 
 
@@ -118,10 +123,9 @@ class DecodeSide:
     def _read_link(self, link: PrefillLink, now: float) -> None:
         sock = link.socket
         for _ in range(_BATCH):
-            try:
-                header = sock.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+            if not sock.getsockopt(_EVENTS) & _POLLIN:  # type: ignore[operator]  # an int option
+                return  # asked, not tried: the Again of an empty recv costs more than the question
+            header = sock.recv(zmq.NOBLOCK)
             try:
                 message = self._link_decoder.decode(header)
             except FrameRejected as rejected:
@@ -312,8 +316,14 @@ class DecodeSide:
             self._ctx.counters.reject("malformed")  # pages past the room's end: dropped, like any bad header
             self._credit(link, chunk)
             return
-        hasher = xxhash.xxh3_64() if chunk.checksum is not None else None
-        problem = self._receive_payloads(sock, record, pairing, chunk, hasher)
+        if chunk.page_digests and len(chunk.page_digests) != 8 * pages:
+            drain_message(sock)
+            self._ctx.counters.reject("malformed")  # digests that do not match the pages described
+            self._credit(link, chunk)
+            return
+        landed: list[bytes] | None = [] if chunk.page_digests else None
+        hasher = xxhash.xxh3_64() if chunk.checksum is not None and landed is None else None
+        problem = self._receive_payloads(sock, record, pairing, chunk, hasher, landed)
         if problem:
             self._fail(record, reasons.layout_mismatch(record.room, problem), now)
             self._credit(link, chunk)
@@ -322,16 +332,10 @@ class DecodeSide:
             self._ctx.counters.reject("unexpected")
         if chunk.index == 1 or chunk.last:  # the only fault a decode rank acts on: die while landing the room
             self._ctx.inject_die(self._ctx.faults.pick(record.room, link.info.label))
-        expected = chunk.checksum
-        if hasher is None or expected is None:
-            self._ctx.counters.add("chunks_unverified")
-        elif (actual := hasher.intdigest()) != expected:
+        mismatch = self._mismatch(link, chunk, hasher, landed)
+        if mismatch is not None:
             self._ctx.counters.add("checksum_failures")
-            self._fail(
-                record,
-                reasons.checksum_mismatch(record.room, chunk.index, link.info.rank, expected, actual, link.info.label),
-                now,
-            )
+            self._fail(record, mismatch, now)
             self._credit(link, chunk)  # after the ABORT, so the prefill never sees this chunk acked first
             return
         self._credit(link, chunk)
@@ -342,6 +346,27 @@ class DecodeSide:
         self._ctx.progress(record, now)
         self._finish_if_complete(record, now)
 
+    def _mismatch(
+        self, link: PrefillLink, chunk: Chunk, hasher: xxhash.xxh3_64 | None, landed: list[bytes] | None
+    ) -> reasons.Reason | None:
+        """Why the landed chunk is not what was sent (a checksum failure naming the sender), or None; a chunk
+        that carries no checksum counts as unverified."""
+        room, index, rank, sender = chunk.room, chunk.index, link.info.rank, link.info.label
+        if landed is not None:
+            actual = b"".join(landed)
+            if actual == chunk.page_digests:
+                return None
+            page = next(i for i in range(len(landed)) if landed[i] != chunk.page_digests[8 * i : 8 * i + 8])
+            expected = int.from_bytes(chunk.page_digests[8 * page : 8 * page + 8], "big")
+            got = int.from_bytes(landed[page], "big")
+            return reasons.checksum_mismatch(room, index, rank, expected, got, sender, chunk.page_start + page)
+        if hasher is None or chunk.checksum is None:
+            self._ctx.counters.add("chunks_unverified")
+            return None
+        if (actual_sum := hasher.intdigest()) == chunk.checksum:
+            return None
+        return reasons.checksum_mismatch(room, index, rank, chunk.checksum, actual_sum, sender)
+
     def _receive_payloads(
         self,
         sock: zmq.Socket[bytes],
@@ -349,8 +374,10 @@ class DecodeSide:
         pairing: Pairing,
         chunk: Chunk,
         hasher: xxhash.xxh3_64 | None,
+        landed: list[bytes] | None,
     ) -> str:
-        """Receive each payload frame into its pages (hashing it); what went wrong (counted), or ''.
+        """Receive each payload frame into its pages, hashing the frame (`hasher`) or each page (digests
+        appended to `landed`); what went wrong (counted), or ''.
 
         Consecutive whole rows are received in place; anything else through a scratch buffer.
         """
@@ -377,7 +404,9 @@ class DecodeSide:
             if scratch is not None:
                 rows = record.dst_pages[position : position + count]
                 pool.data[rows, pairing.dst_offset : pairing.dst_offset + width] = scratch.reshape(count, width)
-            if hasher is not None:
+            if landed is not None:
+                landed.extend([xxh3_64_digest(target[o : o + width]) for o in range(0, len(target), width)])
+            elif hasher is not None:
                 hasher.update(target)
             position += count
         return ""

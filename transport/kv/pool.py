@@ -3,6 +3,10 @@
 A page holds the KV of `page_tokens` tokens for every layer and every head this
 rank owns; it is stored as one contiguous row of `page_bytes`, so a run of
 consecutive pages is one contiguous buffer that goes on the wire zero-copy.
+
+A writer that finished a page may seal it: its xxh3-64 digest, taken while the
+page is hot, travels with the transfer and is verified where the page lands
+(end-to-end page checksums, no hash pass on the sender's transfer path).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 import xxhash
+from xxhash import xxh3_64_intdigest
 
 from transport.errors import ConfigError
 
@@ -42,6 +47,10 @@ class KVPool:
         self.data: npt.NDArray[np.uint8] = np.empty((num_pages, page_bytes), dtype=np.uint8)
         self.data.fill(0)  # registering touches every page, so no transfer pays for a page fault
         self._bytes = self.data.reshape(-1).data
+        self.digests: npt.NDArray[np.uint64] = np.zeros(num_pages, dtype=">u8")
+        """xxh3-64 of each sealed page, big-endian: `tobytes()` gives xxhash's canonical digests."""
+        self.sealed: npt.NDArray[np.bool_] = np.zeros(num_pages, dtype=bool)
+        """Which pages hold their writer's digest (allocating a page unseals it)."""
         self._free: list[int] = list(range(num_pages - 1, -1, -1))
 
     @property
@@ -61,8 +70,9 @@ class KVPool:
         """Take `count` free pages (consecutive where the free list allows)."""
         if count > len(self._free):
             raise PoolExhausted(f"{count} pages requested, {len(self._free)} free of {self.num_pages}")
-        taken = [self._free.pop() for _ in range(count)]
-        return np.asarray(taken, dtype=np.uint32)
+        taken = np.asarray([self._free.pop() for _ in range(count)], dtype=np.uint32)
+        self.sealed[taken] = False
+        return taken
 
     def release(self, pages: Sequence[int] | PageIndices) -> None:
         """Give pages back to the free list."""
@@ -76,12 +86,28 @@ class KVPool:
             hasher.update(self.data[int(page), offset : offset + width].data)
         return hasher.intdigest()
 
+    def seal(self, pages: PageIndices) -> None:
+        """The writer finished `pages`: record each one's digest (what the transfer carries and the landing
+        side verifies). A page written again after this must be sealed again, or it fails where it lands."""
+        for page in pages.tolist():
+            self.digests[page] = xxh3_64_intdigest(self._bytes[page * self.page_bytes : (page + 1) * self.page_bytes])
+        self.sealed[pages] = True
+
+    def sealed_digests(self, pages: PageIndices) -> bytes | None:
+        """The canonical digests of `pages` in order, 8 bytes each; None unless every one is sealed."""
+        if not self.sealed[pages].all():
+            return None
+        return self.digests[pages].tobytes()
+
     def fill_pattern(self, pages: PageIndices, seed: int) -> None:
-        """Write a deterministic, room-specific pattern into `pages` (a stand-in forward pass)."""
+        """Write a deterministic, room-specific pattern into `pages` and seal each one as it is written (a
+        stand-in forward pass)."""
         rng = np.random.default_rng(seed & 0xFFFFFFFFFFFFFFFF)
         row = rng.integers(0, 256, size=self.page_bytes, dtype=np.uint8)
-        for i, page in enumerate(pages):
-            self.data[int(page)] = np.roll(row, i)
+        for i, page in enumerate(pages.tolist()):
+            self.data[page] = np.roll(row, i)
+            self.digests[page] = xxh3_64_intdigest(self.data[page])
+        self.sealed[pages] = True
 
 
 def run_breaks(*page_lists: PageIndices) -> list[int]:

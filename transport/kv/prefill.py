@@ -316,6 +316,8 @@ class PrefillSide:
             ]
             plan.total_bytes = count * plan.request.nbytes_per_page
             plan.whole_rows = plan.request.src_offset == 0 and plan.request.nbytes_per_page == self._ctx.pool.page_bytes
+            if self._ctx.config.checksums and plan.whole_rows:
+                plan.digests = self._ctx.pool.sealed_digests(record.src_pages) or b""
             record.bytes_total += plan.total_bytes
             peer = self._peers[identity]
             fault = self._ctx.faults.pick(record.room, peer.info.label)
@@ -374,14 +376,15 @@ class PrefillSide:
         """Put one chunk on the wire; False when the link is full (retry later)."""
         start, count, runs = plan.chunks[index]
         payloads = self._payloads(record, plan, start, runs)
-        checksum = _checksum(payloads) if self._ctx.config.checksums else None
+        digests = plan.digests[start * 8 : (start + count) * 8]
+        checksum = _checksum(payloads) if self._ctx.config.checksums and not digests else None
         if corrupt:
             self._ctx.counters.add("fault_corrupt")
             damaged = np.array(payloads[0], dtype=np.uint8)
             damaged[len(damaged) // 2] ^= 0xFF
             payloads[0] = damaged.data
         nbytes = count * plan.request.nbytes_per_page
-        header = Chunk(record.room, index, index == len(plan.chunks) - 1, start, runs, nbytes, checksum)
+        header = Chunk(record.room, index, index == len(plan.chunks) - 1, start, runs, nbytes, checksum, digests)
         try:
             _send_frames(self._socket, peer.identity, encode(header), payloads)
         except zmq.Again:

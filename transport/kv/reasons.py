@@ -97,11 +97,15 @@ def aborted_by_peer(peer: str) -> Reason:
     return Reason(f"Aborted by decode peer {peer}", ReasonClass.PROPAGATED)
 
 
-def checksum_mismatch(room: int, chunk: int, sender_rank: int, expected: int, actual: int, sender: str) -> Reason:
-    """A chunk landed with different bytes than the sender (the rank `sender`) checksummed."""
+def checksum_mismatch(
+    room: int, chunk: int, sender_rank: int, expected: int, actual: int, sender: str, page: int | None = None
+) -> Reason:
+    """A chunk landed with different bytes than the sender (the rank `sender`) checksummed, or than its page
+    `page` (a position in the room's page list) had when it was written."""
+    where = "" if page is None else f"page {page}: "
     return Reason(
         f"KV chunk {chunk} of room {room} from prefill rank {sender_rank} failed its checksum "
-        f"(expected {expected:016x}, got {actual:016x})",
+        f"({where}expected {expected:016x}, got {actual:016x})",
         ReasonClass.CHECKSUM,
         sender,
     )

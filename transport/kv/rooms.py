@@ -92,6 +92,9 @@ class LinkPlan:
     total_bytes: int = 0
     whole_rows: bool = False
     """Whole source pages go (each payload is the pool's own rows, zero-copy)."""
+    digests: bytes = b""
+    """The sealed source pages' digests in room order, 8 bytes each (end-to-end checksums); empty when the
+    chunks carry a checksum of their own, or none."""
     status_sent: bool = False
 
 
