@@ -44,7 +44,7 @@ async def failures(pilot) -> None:
 
 async def events(pilot) -> None:
     """Debug on: echoes and room traffic shown."""
-    await pilot.press("e", "d")
+    await pilot.press("e", "l")
     await next_frame(pilot)
 
 
