@@ -46,7 +46,7 @@ REFRESH_S = 0.5
 """How often the views redraw from the model (events arrive far faster: they are coalesced)."""
 VIEWS = ("overview", "rooms", "failures", "events")
 _VIEW_HELP = {
-    "overview": "Health, throughput, ranks, links, top origins",
+    "overview": "Failures and throughput over time, ranks, links, incidents",
     "rooms": "Every live and recent room",
     "failures": "Origins with their echoes folded under them",
     "events": "The live event tail",
