@@ -188,8 +188,16 @@ def _failed_trend(line: Pieces, row: RankRow, peak: int, palette: Palette) -> No
         line.add(" " * TREND_CELLS)
         return
     totals = [o + e for o, e in zip(trend.origins, trend.echoes, strict=True)]
-    for cell, origins, total in zip(spark(totals, peak), trend.origins, totals, strict=True):
-        line.add(cell, palette.error if origins else palette.warning if total else palette.dim)
+    cells = spark(totals, peak)
+    styles = [
+        palette.error if o else palette.warning if total else palette.dim
+        for o, total in zip(trend.origins, totals, strict=True)
+    ]
+    start = 0
+    for end in range(1, TREND_CELLS + 1):  # a piece per run of one style
+        if end == TREND_CELLS or styles[end] is not styles[start]:
+            line.add(cells[start:end], styles[start])
+            start = end
 
 
 def room_line(view: RoomView, frame: Frame, palette: Palette) -> Text:

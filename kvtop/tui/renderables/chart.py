@@ -33,9 +33,10 @@ def bars(values: Sequence[float], width: int, height: int, peak: float) -> list[
 
 def spark(values: Sequence[float], peak: float) -> str:
     """One line, a cell per value: its share of `peak` in eighths, `ZERO` where it is 0."""
-    return "".join(
-        EIGHTHS[min(7, max(0, math.ceil(value / peak * 8) - 1))] if peak > 0 and value > 0 else ZERO for value in values
-    )
+    if peak <= 0:
+        return ZERO * len(values)
+    scale = 8 / peak
+    return "".join(EIGHTHS[min(7, math.ceil(value * scale) - 1)] if value > 0 else ZERO for value in values)
 
 
 def time_axis(width: int, span_s: float, every_s: float = 60.0) -> str:
