@@ -83,7 +83,10 @@ class OverviewView(Vertical):
             self.show(self.frame, self._palette)
 
     def _lay_out(self, width: int, height: int) -> None:
-        """Show the panels that fit (a layout pass: only when the layout changes)."""
+        """Show the panels that fit (a layout pass: only when the layout changes; a hidden view, of no size, keeps
+        the layout it had)."""
+        if not width or not height:
+            return
         frame = self.frame
         ranks = len(frame.ranks) if frame is not None else 0
         prefills = len({prefill for prefill, _ in frame.links}) if frame is not None else 0
