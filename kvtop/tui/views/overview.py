@@ -77,9 +77,9 @@ class OverviewView(Vertical):
         self.query_one("#links-legend", Line).show(legend())
 
     def on_resize(self, event: events.Resize) -> None:
-        self._lay_out(event.size.width, event.size.height)
-        if self.frame is not None and self._palette is not None:
-            self._charts_shown = self._side_shown = None
+        """Lay out and draw for the new size at once (what is drawn for a width is kept: a view shown again at
+        the size it had draws nothing new)."""
+        if self.frame is not None and self._palette is not None and event.size.width and event.size.height:
             self.show(self.frame, self._palette)
 
     def _lay_out(self, width: int, height: int) -> None:
