@@ -15,6 +15,8 @@ from enum import StrEnum
 from operator import attrgetter
 from typing import Any
 
+import numpy as np
+
 from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel, Liveness, RankView, RoomView
 from kvtop.model.fold import FailureGroup
 from kvtop.model.incidents import Incident
@@ -131,10 +133,11 @@ class History:
     @classmethod
     def of(cls, timeline: Timeline, now: float) -> History:
         series = timeline.series(now)
+        counts = series[:, (ORIGINS, ECHOES)].astype(np.int64).T.tolist()
         return cls(
             timeline.bucket_s,
-            tuple(int(n) for n in series[:, ORIGINS]),
-            tuple(int(n) for n in series[:, ECHOES]),
+            tuple(counts[0]),
+            tuple(counts[1]),
             tuple((series[:, BYTES] / timeline.bucket_s / 1e9).tolist()),
         )
 
@@ -155,11 +158,8 @@ class Trend:
     def of(cls, timeline: Timeline, now: float) -> Trend:
         shares = timeline.series(now).reshape(TREND_CELLS, -1, 3).sum(axis=1)
         seconds = timeline.bucket_s * len(timeline.ids) / TREND_CELLS
-        return cls(
-            tuple((shares[:, BYTES] / seconds / 1e9).tolist()),
-            tuple(int(n) for n in shares[:, ORIGINS]),
-            tuple(int(n) for n in shares[:, ECHOES]),
-        )
+        counts = shares[:, (ORIGINS, ECHOES)].astype(np.int64).T.tolist()
+        return cls(tuple((shares[:, BYTES] / seconds / 1e9).tolist()), tuple(counts[0]), tuple(counts[1]))
 
 
 @dataclass(frozen=True)

@@ -73,3 +73,14 @@ def test_a_keyframe_keeps_the_timelines():
     model.transfers.flush()
     restored.transfers.flush()
     assert np.array_equal(restored.timeline.series(START + 3.0), model.timeline.series(START + 3.0))
+
+
+def test_values_over_several_buckets_at_once_land_each_in_its_own():
+    one_bucket, spread = Timeline(), Timeline()
+    ts = np.array([START + 1.0, START + 2.0, START + 6.0, START + 12.0])
+    amounts = np.array([1.0, 2.0, 4.0, 8.0])
+    spread.add(ts, amounts, BYTES)
+    for at, amount in zip(ts, amounts, strict=True):
+        one_bucket.add(np.array([at]), np.array([amount]), BYTES)
+    assert spread.series(START + 12.0)[-3:, BYTES].tolist() == [3.0, 4.0, 8.0]
+    assert np.array_equal(spread.series(START + 12.0), one_bucket.series(START + 12.0))
