@@ -47,7 +47,7 @@ from kvtop.bench import BenchFailed
 from kvtop.bench.report import Report, at_most
 from kvtop.model.rolling import percentiles
 
-VIEW_KEYS = (("r", b"rooms, by"), ("f", b"failure groups"), ("e", b"events at"), ("o", b"per second over"))
+VIEW_KEYS = (("r", b"rooms, by"), ("f", b"failure groups"), ("e", b"events at"), ("o", b"the last 5 min"))
 """A key and bytes that only the view it opens writes (its title)."""
 _VIEW_NAMES = {"r": "rooms", "f": "failures", "e": "events", "o": "overview"}
 _COLUMNS, _LINES = 160, 50

@@ -31,6 +31,7 @@ from kvtop.model.intake import Intake
 from kvtop.model.resync import FailureKey, failure_key, unheld
 from kvtop.model.rolling import percentiles
 from kvtop.model.suspects import SILENT_BEFORE_S
+from kvtop.model.timeline import ECHOES, ORIGINS, Timeline
 from kvtop.model.transfer_ring import TransferRing
 from transport.kvpoll import LOST_AFTER_S, LOST_SWEEP_EVERY_S, TERMINAL, KVPoll
 from transport.plane.events import (
@@ -136,6 +137,11 @@ class RankView:
     """When an earlier incarnation of this rank was last heard (a restart's silence starts there)."""
     clock: ClockEstimate = field(default_factory=ClockEstimate)
     """Its clock against the collector's, from its envelopes: past `SKEWED_S` its times are corrected."""
+    timeline: Timeline = field(default_factory=Timeline)
+    """Its failures (origins, echoes) and bytes moved per bucket over the last minutes (the rank grid's trends)."""
+
+    def __post_init__(self) -> None:
+        self.transfers.feed(self.timeline)
 
     @property
     def sidecar(self) -> bool:
@@ -317,6 +323,9 @@ class ClusterModel:
         self.failures: deque[Observed] = deque(maxlen=FAILURES_KEPT)
         self.transfers = TransferRing(TRANSFERS_KEPT, seconds=True)
         """Decode-side transfers done: (ts, bytes, seconds)."""
+        self.timeline = Timeline()
+        """Failures (origins, echoes) and decode-side bytes per bucket over the last minutes (fed by `transfers`)."""
+        self.transfers.feed(self.timeline)
         self.links: dict[tuple[str, str], LinkView] = {}
         self.gaps = 0
         self.intake = Intake()
@@ -775,10 +784,13 @@ class ClusterModel:
                 if len(causes) > FAILURES_KEPT + FAILURES_KEPT // 8:  # the oldest go together: the first key
                     for room in list(islice(causes, len(causes) - FAILURES_KEPT)):  # deleted one at a time walks
                         del causes[room]  # the dead slots before it each time
-            if event.origin == event.rank:
+            column = ORIGINS if event.origin == event.rank else ECHOES
+            if column == ORIGINS:
                 view.origins += 1
             else:
                 view.echoes += 1
+            self.timeline.add_one(event.ts, column)
+            view.timeline.add_one(event.ts, column)
             if view.inferred:
                 self._log_room_failed(view, event)
 

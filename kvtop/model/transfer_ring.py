@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from kvtop.model.rolling import RingBuffer
+from kvtop.model.timeline import BYTES, Timeline
 from transport.plane.events import TransferDone
 
 WAITING_KEPT = 64
@@ -22,6 +23,11 @@ class TransferRing(RingBuffer):
         super().__init__(capacity, 2 if seconds else 1)
         self._seconds = seconds
         self._waiting: list[TransferDone] = []
+        self._timeline: Timeline | None = None
+
+    def feed(self, timeline: Timeline) -> None:
+        """Add the bytes of every transfer written from now on to `timeline` (in bulk, as rows are written)."""
+        self._timeline = timeline
 
     def add(self, transfers: list[TransferDone]) -> None:
         """Append these transfers, in order, after every row before them."""
@@ -38,4 +44,7 @@ class TransferRing(RingBuffer):
         columns = [[e.ts for e in waiting], [e.nbytes for e in waiting]]
         if self._seconds:
             columns.append([e.seconds for e in waiting])
-        self._write(np.array(columns, dtype=np.float64).T)
+        rows = np.array(columns, dtype=np.float64).T
+        self._write(rows)
+        if self._timeline is not None:
+            self._timeline.add(rows[:, 0], rows[:, 1], BYTES)

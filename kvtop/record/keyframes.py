@@ -30,6 +30,7 @@ from kvtop.model.histogram import DurationHistogram
 from kvtop.model.incidents import IncidentTracker, TrackerState
 from kvtop.model.intake import Intake
 from kvtop.model.rolling import RingBuffer
+from kvtop.model.timeline import Timeline
 from kvtop.model.transfer_ring import TransferRing
 from transport.plane.events import LogContext, LogFollowed
 from transport.wire import LOG_SIDECAR
@@ -43,7 +44,7 @@ STATE_FIELDS = frozenset(
         "ranks", "rooms", "finished", "failures", "transfers", "links", "gaps", "intake", "rejected",
         "rejected_frames", "lost", "lost_after_s", "_lost_check_at", "_now", "_open", "_touched",
         "failures_total", "_causes", "retired_outcomes", "context", "incidents", "snapshot_cut",
-        "correct_clocks",
+        "correct_clocks", "timeline",
     )
 )  # fmt: skip
 
@@ -54,6 +55,13 @@ class Ring(msgspec.Struct, array_like=True):
     next: int
     size: int
     data: bytes
+
+
+class Buckets(msgspec.Struct, array_like=True):
+    """A `Timeline`: its bucket ids and sums."""
+
+    ids: list[int]
+    sums: list[float]
 
 
 class Rank(msgspec.Struct, array_like=True):
@@ -81,6 +89,8 @@ class Rank(msgspec.Struct, array_like=True):
     heard_before: float = 0.0
     clock: list[float] = []
     """The rank's clock samples (`ClockEstimate.differences`)."""
+    timeline: Buckets | None = None
+    """None in keyframes older than timelines: the restored rank's starts empty."""
     kind: str = ""
     """`RankView.kind` (keyframes older than it: `sidecar` alone says a log sidecar)."""
 
@@ -121,6 +131,7 @@ class ModelState(msgspec.Struct, array_like=True):
     """None in keyframes older than incidents: the restored model starts with none."""
     snapshot_cut: int = 0
     correct_clocks: bool = False
+    timeline: Buckets | None = None
 
 
 _ENCODER = msgspec.msgpack.Encoder()
@@ -144,7 +155,7 @@ def _rank(view: RankView) -> Rank:
         view.label, view.role, view.instance, view.rank, view.host, view.pid, view.incarnation, view.last_seen,
         view.inflight, view.counters, view.rejected, view.cpu_percent, view.rss_bytes, view.origins, view.echoes,
         _ring(view.transfers), view.from_log, view.history_since, view.sidecar, view.log, view.silences,
-        view.heard_before, view.clock.differences(), view.kind,
+        view.heard_before, view.clock.differences(), Buckets(*view.timeline.state()), view.kind,
     )  # fmt: skip
 
 
@@ -154,8 +165,12 @@ def _unrank(state: Rank) -> RankView:
         state.last_seen, state.inflight, state.counters, state.rejected, state.cpu_percent, state.rss_bytes,
         state.origins, state.echoes, _unring(state.transfers, TransferRing(RANK_TRANSFERS_KEPT)), state.from_log,
         state.history_since, state.kind or (LOG_SIDECAR if state.sidecar else ""), state.log, state.silences,
-        state.heard_before, ClockEstimate(state.clock),
+        state.heard_before, ClockEstimate(state.clock), _untimeline(state.timeline),
     )  # fmt: skip
+
+
+def _untimeline(state: Buckets | None) -> Timeline:
+    return Timeline() if state is None else Timeline.restored(state.ids, state.sums)
 
 
 def _link(prefill: str, decode: str, view: LinkView) -> Link:
@@ -185,7 +200,7 @@ def capture(model: ClusterModel) -> bytes:
         model.gaps, model.intake, model.rejected, model.rejected_frames, model.lost, model.lost_after_s,
         model._lost_check_at, model._now, list(model._open), list(model._touched), model.failures_total,
         list(model._causes.items()), dict(model.retired_outcomes), list(model.context), model.incidents.state(),
-        model.snapshot_cut, model.correct_clocks,
+        model.snapshot_cut, model.correct_clocks, Buckets(*model.timeline.state()),
     )  # fmt: skip
     return _ENCODER.encode(state)
 
@@ -200,6 +215,8 @@ def restore(data: bytes | memoryview, journal_events: int = 0) -> ClusterModel:
     model.finished = {f.room: f for f in state.finished}
     model.failures.extend(state.failures)
     model.transfers = _unring(state.transfers, TransferRing(TRANSFERS_KEPT, seconds=True))
+    model.timeline = _untimeline(state.timeline)
+    model.transfers.feed(model.timeline)
     for link in state.links:
         model.links[(link.prefill, link.decode)] = _unlink(link)
     model.gaps, model.intake, model.rejected = state.gaps, state.intake, state.rejected

@@ -40,19 +40,22 @@ from kvtop.tui.widgets.footer import KeyFooter
 from kvtop.tui.widgets.line import Line
 from kvtop.tui.widgets.row_list import RowList
 from kvtop.views import units
-from kvtop.views.event_lines import LEVELS
 from kvtop.views.times import stamp
 
 REFRESH_S = 0.5
 """How often the views redraw from the model (events arrive far faster: they are coalesced)."""
 VIEWS = ("overview", "rooms", "failures", "events")
 _VIEW_HELP = {
-    "overview": "Health, throughput, ranks, links, top origins",
+    "overview": "Failures and throughput over time, ranks, links, incidents",
     "rooms": "Every live and recent room",
     "failures": "Origins with their echoes folded under them",
     "events": "The live event tail",
 }
 _REWIND_ACTIONS = frozenset({"step", "origin", "jump", "live"})
+_VIEW_ACTIONS = {"detail": "failures", "level": "events"}
+"""Keys of one view: shown in the footer, and acting, only there (one meaning per key)."""
+LEVEL_CYCLE = ("info", "debug", "warning", "error")
+"""The order `l` steps through: from the default, debug (echoes, room traffic) first."""
 """Actions that need a recording (hidden, and doing nothing, without one: --no-record, SGLang logs)."""
 _STEP = Binding.Group("Step")
 _ORIGIN = Binding.Group("Origin")
@@ -90,8 +93,8 @@ class KvtopApp(App[None]):
     | L | Back to live (a recording: its end) |
     | x | Faults only (failed or stuck rooms) |
     | s | Cycle the rooms' order |
-    | d | Debug detail: echoes in the events view, the raw detail pane in failures |
-    | l | Cycle the lowest event level |
+    | d | Detail pane of the highlighted failure row (failures view) |
+    | l | Lowest event level: info, debug (echoes, room traffic), warning, error (events view) |
     | enter | Room timeline / rank history / expand an origin |
     | t | Next theme |
     | ? | Help |
@@ -142,8 +145,10 @@ class KvtopApp(App[None]):
         Binding("L", "live", "Live", tooltip="Back to live (a recording: its end)"),
         Binding("x", "faults_only", "Faults only"),
         Binding("s", "sort", "Sort"),
-        Binding("d", "debug", "Debug"),
-        Binding("l", "level", "Event level", show=False),
+        Binding("d", "detail", "Detail", tooltip="The highlighted row's raw detail, in a side pane"),
+        Binding(
+            "l", "level", "Level", tooltip="Lowest event level: info, debug (echoes, room traffic), warning, error"
+        ),
         Binding("t", "next_theme", "Next theme", show=False),
     ]
 
@@ -463,7 +468,8 @@ class KvtopApp(App[None]):
         yield SystemCommand("Faults only", "Only failed or stuck rooms", self.action_faults_only)
         yield SystemCommand("Sort rooms", "Cycle age, idle, bytes, room id", self.action_sort)
         yield SystemCommand("Filter", "Filter rooms, failures and events by text", self.action_filter)
-        yield SystemCommand("Debug detail", "Echoes in events; the raw detail pane in failures", self.action_debug)
+        yield SystemCommand("Detail pane", "The highlighted failure row's raw detail", self.action_detail)
+        yield SystemCommand("Event level", "Info, debug (echoes, room traffic), warning, error", self.action_level)
         for name in sorted(self._themes.themes):
             yield SystemCommand(f"Theme: {name}", "Switch the colours", partial(setattr, self, "theme", name))
 
@@ -483,6 +489,7 @@ class KvtopApp(App[None]):
 
     def _switch_to(self, view: str) -> None:
         self.query_one("#views", ContentSwitcher).current = view
+        self.refresh_bindings()
         self._view_shown()
 
     def _view_shown(self) -> None:
@@ -519,7 +526,10 @@ class KvtopApp(App[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """The rewind keys exist only with a recording to rewind into. While live the footer shows `, Rewind`
         alone: `[` then works through `key_left_square_bracket` (False hides a binding and passes its key
-        on), and `.`, `]` and `L` have nothing ahead of the present to go to."""
+        on), and `.`, `]` and `L` have nothing ahead of the present to go to. A view's own keys (`d`, `l`)
+        work, and show, in their view only."""
+        if action in _VIEW_ACTIONS:
+            return self.active_view == _VIEW_ACTIONS[action]
         if action not in _REWIND_ACTIONS:
             return True
         if self.rewind is None:
@@ -585,24 +595,25 @@ class KvtopApp(App[None]):
         self._options_changed(sort=orders[(orders.index(self.options.sort) + 1) % len(orders)])
 
     def action_level(self) -> None:
-        self._options_changed(level=LEVELS[(LEVELS.index(self.options.level) + 1) % len(LEVELS)])
+        self._options_changed(level=LEVEL_CYCLE[(LEVEL_CYCLE.index(self.options.level) + 1) % len(LEVEL_CYCLE)])
 
-    def action_debug(self) -> None:
-        if self.active_view == "failures":
-            pane = self.query_one("#failure-detail")
-            pane.display = not pane.display
-            self.query_one(FailuresView).show_detail()
-        else:
-            self._options_changed(level="info" if self.options.level == "debug" else "debug")
+    def action_detail(self) -> None:
+        pane = self.query_one("#failure-detail")
+        pane.display = not pane.display
+        self.query_one(FailuresView).show_detail()
 
     def action_next_theme(self) -> None:
         names = sorted(self._themes.themes) or sorted(self.available_themes)
         self.theme = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names else names[0]
 
     def action_help(self) -> None:
+        of_view = {view: [b for b in self.BINDINGS if isinstance(b, Binding) and _VIEW_ACTIONS.get(b.action) == view]
+                   for view in ("failures", "events")}  # fmt: skip
+        everywhere = [b for b in self.BINDINGS if not (isinstance(b, Binding) and b.action in _VIEW_ACTIONS)]
         self.push_screen(
-            HelpScreen({"Everywhere": self.BINDINGS, "Lists": RowList.BINDINGS, "Failures": FailuresView.BINDINGS})
-        )
+            HelpScreen({"Everywhere": everywhere, "Lists": RowList.BINDINGS,
+                        "Failures": [*FailuresView.BINDINGS, *of_view["failures"]], "Events": [*of_view["events"]]})
+        )  # fmt: skip
 
     def key_escape(self) -> None:
         for box in self.query("#filter, #jump").results(Input):

@@ -22,6 +22,7 @@ from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel, Liveness, RankView,
 from kvtop.model.fold import FailureGroup
 from kvtop.model.incidents import Incident
 from kvtop.model.live_fold import LiveFold
+from kvtop.model.timeline import BYTES, ECHOES, ORIGINS, Timeline
 from kvtop.views.event_lines import at_or_above, to_line
 from transport.kvpoll import KVPoll
 from transport.plane.events import Event
@@ -37,6 +38,8 @@ GROUPS_SHOWN = 2000
 INCIDENT_LINES = 8
 """The overview's ongoing incidents (its panel is that many lines high, so a new one needs no layout pass)."""
 EVENTS_SHOWN = 20_000
+TREND_CELLS = 12
+"""The cells of a rank's trends in the rank grid: the timeline's window in that many shares."""
 
 
 class RoomSort(StrEnum):
@@ -119,6 +122,48 @@ def _most_first(counts: dict[str, int]) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class History:
+    """The last minutes in fixed buckets (the overview's graphs), oldest first, the last holding the frame's now."""
+
+    bucket_s: float
+    origins: tuple[int, ...]
+    echoes: tuple[int, ...]
+    gbps: tuple[float, ...]
+    """Decode-side GB/s over each bucket."""
+
+    @classmethod
+    def of(cls, timeline: Timeline, now: float) -> History:
+        series = timeline.series(now)
+        counts = series[:, (ORIGINS, ECHOES)].astype(np.int64).T.tolist()
+        return cls(
+            timeline.bucket_s,
+            tuple(counts[0]),
+            tuple(counts[1]),
+            tuple((series[:, BYTES] / timeline.bucket_s / 1e9).tolist()),
+        )
+
+    @property
+    def span_s(self) -> float:
+        return self.bucket_s * len(self.origins)
+
+
+@dataclass(frozen=True)
+class Trend:
+    """A rank's timeline in `TREND_CELLS` shares: GB/s (the share's mean), origins and echoes (its sums)."""
+
+    gbps: tuple[float, ...] = ()
+    origins: tuple[int, ...] = ()
+    echoes: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, timeline: Timeline, now: float) -> Trend:
+        shares = timeline.series(now).reshape(TREND_CELLS, -1, 3).sum(axis=1)
+        seconds = timeline.bucket_s * len(timeline.ids) / TREND_CELLS
+        counts = shares[:, (ORIGINS, ECHOES)].astype(np.int64).T.tolist()
+        return cls(tuple((shares[:, BYTES] / seconds / 1e9).tolist()), tuple(counts[0]), tuple(counts[1]))
+
+
+@dataclass(frozen=True)
 class RankRow:
     label: str
     role: str
@@ -132,6 +177,8 @@ class RankRow:
     cpu_percent: float
     rejected: int = 0
     """Frames the rank's sockets rejected (every socket and reason, from its heartbeat)."""
+    trend: Trend = field(default_factory=Trend)
+    """Its throughput and failures over the timeline's window."""
 
 
 @dataclass(frozen=True)
@@ -167,8 +214,8 @@ class Frame:
 
     now: float
     health: Health
-    throughput: list[float]
-    """GB/s per second over the last minute, oldest first (the sparkline)."""
+    history: History
+    """Failures and throughput over the last minutes (the overview's graphs)."""
     ranks: list[RankRow]
     links: dict[tuple[str, str], tuple[float, int]]
     """(prefill instance, decode instance) -> (GB/s over the window, failed rooms)."""
@@ -266,7 +313,7 @@ class FrameBuilder:
         return Frame(
             now=now,
             health=health,
-            throughput=self._throughput(now),
+            history=self._history(now),
             ranks=[_rank_row(view, now) for view in sorted(model.ranks.values(), key=_rank_order)],
             links=self._links(now),
             rooms=self._rooms(options, gone, now),
@@ -321,11 +368,9 @@ class FrameBuilder:
         self._matched = (needle, failures, total, rooms)
         return rooms
 
-    def _throughput(self, now: float) -> list[float]:
-        rows = self.model.transfers.window(now - WINDOW_S)
-        seconds = np.clip((WINDOW_S - (now - rows[:, 0])).astype(np.int64), 0, int(WINDOW_S) - 1)
-        per_second: list[float] = (np.bincount(seconds, weights=rows[:, 1], minlength=int(WINDOW_S)) / 1e9).tolist()
-        return per_second
+    def _history(self, now: float) -> History:
+        self.model.transfers.flush()  # its waiting transfers' bytes into the timeline
+        return History.of(self.model.timeline, now)
 
     def _links(self, now: float) -> dict[tuple[str, str], tuple[float, int]]:
         """Per prefill x decode pair: GB/s over `RATE_WINDOW_S`, and failed rooms (all of them)."""
@@ -365,10 +410,11 @@ def _rank_order(view: RankView) -> tuple[bool, str, int]:
 
 
 def _rank_row(view: RankView, now: float) -> RankRow:
+    gbps = view.gbps(now, RATE_WINDOW_S)  # (reads its ring: its waiting transfers' bytes reach its timeline)
     return RankRow(
-        view.label, view.role, view.instance, view.rank, view.liveness(now), view.gbps(now, RATE_WINDOW_S),
-        view.inflight, view.origins, view.echoes, view.cpu_percent,
-        sum(sum(reasons.values()) for reasons in view.rejected.values()),
+        view.label, view.role, view.instance, view.rank, view.liveness(now), gbps, view.inflight, view.origins,
+        view.echoes, view.cpu_percent, sum(sum(reasons.values()) for reasons in view.rejected.values()),
+        Trend.of(view.timeline, now),
     )  # fmt: skip
 
 

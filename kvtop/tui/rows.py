@@ -10,7 +10,8 @@ from rich.style import Style
 from rich.text import Span, Text
 
 from kvtop.model.cluster import Liveness, RoomView
-from kvtop.tui.frame import Frame, RankRow
+from kvtop.tui.frame import TREND_CELLS, Frame, RankRow
+from kvtop.tui.renderables.chart import spark
 from kvtop.views import units
 from kvtop.views.event_lines import to_line
 from kvtop.views.times import stamp
@@ -20,9 +21,11 @@ from transport.plane.events import Event
 if TYPE_CHECKING:
     from textual.theme import Theme  # the model process draws details with a Palette, and imports no Textual
 
-RANK_COLUMNS = {"RANK": 18, "ROLE": 9, "STATE": 7, "RATE": 11, "IN FLIGHT": 11, "ORIGINS": 9, "ECHOES": 8,
-                "CPU %": 7, "REJECTED": 10}  # fmt: skip
-"""The rank grid's columns and their widths, in order."""
+RANK_COLUMNS = {"RANK": 18, "ROLE": 9, "STATE": 7, "RATE": 11, "RATE 5m": 2 + TREND_CELLS, "IN FLIGHT": 11,
+                "ORIGINS": 9, "ECHOES": 8, "FAILED 5m": 2 + TREND_CELLS, "CPU %": 7, "REJECTED": 10}  # fmt: skip
+"""The rank grid's columns and their widths, in order (the trends: two spaces, then a cell per share)."""
+TRENDS = ("RATE 5m", "FAILED 5m")
+"""Columns of sparklines: the rank's throughput and failures over the timeline's window."""
 RANK_DROP_ORDER = ("REJECTED", "CPU %", "ECHOES", "ROLE", "IN FLIGHT")
 """Where the grid is narrower than its columns, these leave first (a whole column, never a number cut)."""
 
@@ -40,7 +43,13 @@ def rank_columns(width: int) -> frozenset[str]:
 def rank_header(columns: frozenset[str]) -> str:
     """`RANK_HEADER` with only `columns`."""
     return "".join(
-        (f"{name:<{width}}" if name in ("RANK", "ROLE", "STATE") else f"{name:>{width}}")
+        (
+            f"{name:<{width}}"
+            if name in ("RANK", "ROLE", "STATE")
+            else f"  {name:<{width - 2}}"
+            if name in TRENDS
+            else f"{name:>{width}}"
+        )
         for name, width in RANK_COLUMNS.items()
         if name in columns
     )
@@ -118,8 +127,28 @@ class Pieces:
         return text
 
 
-def rank_line(row: RankRow, palette: Palette, columns: frozenset[str] = frozenset(RANK_COLUMNS)) -> Text:
-    """One rank's row, with only `columns` (those of its header)."""
+@dataclass(frozen=True)
+class TrendPeaks:
+    """The largest share of every rank's trends: each rank's line is drawn to the same scale."""
+
+    gbps: float = 0.0
+    failed: int = 0
+
+    @classmethod
+    def of(cls, rows: list[RankRow]) -> TrendPeaks:
+        return cls(
+            max((value for row in rows for value in row.trend.gbps), default=0.0),
+            max((o + e for row in rows for o, e in zip(row.trend.origins, row.trend.echoes, strict=True)), default=0),
+        )
+
+
+def rank_line(
+    row: RankRow,
+    palette: Palette,
+    columns: frozenset[str] = frozenset(RANK_COLUMNS),
+    peaks: TrendPeaks = TrendPeaks(),
+) -> Text:
+    """One rank's row, with only `columns` (those of its header); its trends to the scale of `peaks`."""
     state_style = {
         Liveness.ALIVE: palette.success,
         Liveness.STALE: palette.warning,
@@ -143,7 +172,32 @@ def rank_line(row: RankRow, palette: Palette, columns: frozenset[str] = frozense
     for name, cell, style in cells:
         if name in columns:
             line.add(cell, style)
+        if name == "RATE" and "RATE 5m" in columns:
+            line.add("  ")
+            line.add("-" * TREND_CELLS if logged else spark(row.trend.gbps, peaks.gbps), palette.accent)
+        if name == "ECHOES" and "FAILED 5m" in columns:
+            line.add("  ")
+            _failed_trend(line, row, peaks.failed, palette)
     return line.text()
+
+
+def _failed_trend(line: Pieces, row: RankRow, peak: int, palette: Palette) -> None:
+    """A cell per share: its failures' height, red where the rank recorded an origin, dim where only echoes."""
+    trend = row.trend
+    if not trend.origins:
+        line.add(" " * TREND_CELLS)
+        return
+    totals = [o + e for o, e in zip(trend.origins, trend.echoes, strict=True)]
+    cells = spark(totals, peak)
+    styles = [
+        palette.error if o else palette.warning if total else palette.dim
+        for o, total in zip(trend.origins, totals, strict=True)
+    ]
+    start = 0
+    for end in range(1, TREND_CELLS + 1):  # a piece per run of one style
+        if end == TREND_CELLS or styles[end] is not styles[start]:
+            line.add(cells[start:end], styles[start])
+            start = end
 
 
 def room_line(view: RoomView, frame: Frame, palette: Palette) -> Text:

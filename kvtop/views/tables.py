@@ -33,7 +33,8 @@ def ranks_json(model: ClusterModel, now: float, window_s: float = 60.0) -> list[
     """Stable fields: role, instance, rank, label, source (`agent`, `sglang`: an SGLang rank through kvtop's plugin,
     `log`), host, pid, state, gbps, inflight, origins, echoes, cpu, rss,
     `rejected` (frames each socket of the rank refused: socket -> reason -> count, non-zero reasons only), and
-    `unreachable` (why kvtop could not open a socket for the rank, null when it could)."""
+    `unreachable` (why kvtop could not open a socket for the rank, null when it could). A rank known from a log
+    file has null pid, gbps, cpu and rss: a log tells none of them (never a made-up 0)."""
     unreachable = model.intake.unreachable
     return [
         {
@@ -56,9 +57,14 @@ def ranks_json(model: ClusterModel, now: float, window_s: float = 60.0) -> list[
             "rejected": {socket: _nonzero(reasons) for socket, reasons in sorted(view.rejected.items())},
             "log": log_json(view.log) if view.log is not None else None,
             "unreachable": unreachable.get(view.label),
+            **(_NOT_IN_LOGS if view.from_log else {}),
         }
         for view in sorted(model.ranks.values(), key=lambda v: (v.role, v.instance, v.rank))
     ]
+
+
+_NOT_IN_LOGS = {"pid": None, "gbps": None, "cpu_percent": None, "rss_bytes": None}
+"""What a rank's JSON holds where a server log read as a file tells nothing of it."""
 
 
 def log_json(log: LogFollowed) -> dict[str, Any]:
@@ -83,8 +89,8 @@ def ranks_text(model: ClusterModel, now: float) -> str:
     header = f"{'RANK':<16} {'ROLE':<8} {'SOURCE':<6} {'STATE':<6} {'HOST':<14} {'PID':>7} {'RATE':>10}"
     lines = [f"{header} {'INFLIGHT':>8} {'ORIGINS':>7} {'ECHOES':>6}  REJECTED"]
     lines += [
-        f"{r['label']:<16} {r['role']:<8} {r['source']:<6} {r['state']:<6} {r['host'][:14]:<14} "
-        f"{_or_none(r, r['pid']):>7} {_or_none(r, gbps(r['gbps'])):>10} {r['inflight']:>8} {r['origins']:>7} "
+        f"{r['label']:<16} {r['role']:<8} {r['source']:<6} {r['state']:<6} {r['host'][:14]:<14} {_dash(r['pid']):>7} "
+        f"{_dash(r['gbps'] if r['gbps'] is None else gbps(r['gbps'])):>10} {r['inflight']:>8} {r['origins']:>7} "
         f"{r['echoes']:>6}  {_rejected_text(r['rejected'])}"
         + (f"  unreachable: {r['unreachable']}" if r["unreachable"] else "")
         for r in ranks_json(model, now)
@@ -92,9 +98,9 @@ def ranks_text(model: ClusterModel, now: float) -> str:
     return "\n".join(lines + clock_lines(model) + sidecar_lines(model) + intake_lines(model))
 
 
-def _or_none(rank: dict[str, Any], value: object) -> object:
-    """`value`, or `-` for a rank known from logs alone (they tell no pid and no transfer: never a made-up 0)."""
-    return "-" if rank["state"] == "log" else value
+def _dash(value: object) -> object:
+    """`value`, or `-` where the source has none (null in the JSON: a log tells no pid and no transfer)."""
+    return "-" if value is None else value
 
 
 def clock_lines(model: ClusterModel) -> list[str]:
@@ -240,7 +246,8 @@ def rooms_text(model: ClusterModel, now: float, ended: bool = False, recent_s: f
 
 def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, Any]:
     """Cluster health in one object: ranks, rates, failures, client aborts (apart: never in the failure
-    rate), stuck rooms, gaps, links, top origins."""
+    rate), stuck rooms, gaps, links, top origins. Log files alone time no transfer: rooms/s, GB/s and the
+    latencies are null, and the failure and abort rates too (logs name no room that succeeded)."""
     liveness = [str(state) for state in model.liveness(now).values()]
     coverage = model.coverage(now, window_s)
     rates = model.rates(now, window_s)
@@ -249,6 +256,7 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
     origins = Counter(group.title for group in groups)
     aborted = sum(group.aborted for group in groups)
     from_logs_only = bool(model.ranks) and all(view.inferred for view in model.ranks.values())  # files, sidecars
+    no_transfers = bool(liveness) and liveness.count("log") == len(liveness)  # log files alone: no transfer timed
     gap = model.incidents.quiet_gap_s
     incidents = [incident for incident in in_span(model, now - window_s, now) if not incident.client]
     return {
@@ -265,9 +273,12 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
         "rooms_open": len(model.open_rooms(now)),
         "rooms_finished": outcomes.finished,
         "rooms_failed": model.rooms_failed(now, window_s),
-        "rooms_per_s": round(rates.rooms_per_s, 2),
-        "gbps": round(rates.gbps, 4),
-        "latency_s": {"p50": rates.latency_p50, "p90": rates.latency_p90, "p99": rates.latency_p99},
+        "rooms_per_s": None if no_transfers else round(rates.rooms_per_s, 2),
+        "gbps": None if no_transfers else round(rates.gbps, 4),
+        "latency_s": {
+            p: None if no_transfers else value
+            for p, value in (("p50", rates.latency_p50), ("p90", rates.latency_p90), ("p99", rates.latency_p99))
+        },
         "failure_rate": None if from_logs_only else round(outcomes.failure_rate, 4),
         "failures": len(groups) - aborted,
         "aborted": aborted,

@@ -138,8 +138,12 @@ def test_dashboard_shows_an_origin_with_its_echoes_and_quits_without_leaving_age
 
 
 RANK_ROW = re.compile(r"(prefill|decode)-\d/TP\d\s")
-WHOLE_RANK_ROW = re.compile(r"\S+ +(?:(?:prefill|decode) +)?(?:alive|stale|gone) +\d[\d.]* [KMG]?B/s(?: +\d+)*")
-"""A rank row whose every cell is whole: the rate with its unit, then whole counts (a scrollbar may follow)."""
+WHOLE_RANK_ROW = re.compile(
+    r"\S+ +(?:(?:prefill|decode) +)?(?:alive|stale|gone) +\d[\d.]* [KMG]?B/s(?: +(?:\d+|[·▁▂▃▄▅▆▇█]{12}))*"
+    r"(?:   +[▁▂▃▄▅▆▇█▔]{1,2})?"
+)
+"""A rank row whose every cell is whole: the rate with its unit, then whole counts and whole trends of 12 cells
+(a scrollbar may follow)."""
 
 
 def test_at_80x24_100x30_and_160x45_keys_health_and_numbers_stay_whole(pane):
@@ -160,8 +164,8 @@ def test_at_80x24_100x30_and_160x45_keys_health_and_numbers_stay_whole(pane):
         assert re.search(r" \d+ stuck  \d+ gaps", lines[1]), lines[1]
         assert "? Help" in lines[-1] and "q Quit" in lines[-1], lines[-1]
         header = next(line for line in lines if line.startswith("RANK ")).split("▏")[0]  # the side panel beside
-        assert header.rstrip().endswith(("RATE", "IN FLIGHT", "ORIGINS", "ECHOES", "CPU %", "REJECTED")), header
-        ranks = [line.split("▏")[0].rstrip(" ▁▂▃▄▅▆▇█▔") for line in lines if RANK_ROW.match(line)]
+        assert header.rstrip().endswith(("5m", "IN FLIGHT", "ORIGINS", "ECHOES", "CPU %", "REJECTED")), header
+        ranks = [line.split("▏")[0].rstrip() for line in lines if RANK_ROW.match(line)]
         assert ranks and all(WHOLE_RANK_ROW.fullmatch(row) for row in ranks), (columns, ranks)
     pane.keys("q")
     wait_for(lambda: pane.shows(f"{_EXIT_MARK}=0"), 30, "kvtop exiting with status 0")

@@ -84,6 +84,23 @@ def test_status_ranks_rooms_and_events_read_logs():
     assert [e["ts"] for e in events] == sorted(e["ts"] for e in events)
 
 
+def test_json_from_log_files_holds_null_where_a_log_tells_nothing():
+    """Logs time no transfer and tell no pid, CPU or memory: those are null in the JSON (never a made-up 0), the
+    text shows `-`; what logs do tell (failures, rooms failed) stays a number."""
+    runner = CliRunner()
+    status = json.loads(runner.invoke(app, ["status", "--json", "--window", "600", *LOGS]).stdout)
+    ranks = json.loads(runner.invoke(app, ["ranks", "--json", *LOGS]).stdout)
+    text = runner.invoke(app, ["ranks", *LOGS]).stdout
+
+    assert (status["rooms_per_s"], status["gbps"], status["failure_rate"]) == (None, None, None)
+    assert status["latency_s"] == {"p50": None, "p90": None, "p99": None}
+    assert status["failures"] > 0 and status["rooms_failed"] > 0
+    assert ranks and all((r["pid"], r["gbps"], r["cpu_percent"], r["rss_bytes"]) == (None,) * 4 for r in ranks)
+    assert all(isinstance(r["origins"], int) for r in ranks)
+    rows = [line.split() for line in text.splitlines()[1:] if "/TP" in line]
+    assert rows and all(row[3:5] == ["-", "-"] for row in rows), text  # no host in a log: PID and RATE are `-`
+
+
 def test_a_log_that_is_not_there_is_a_usage_error():
     """A missing file: exit 2 naming the option (UNKNOWN, 3, for check)."""
     failures = kvtop_here("failures", "--sglang-log", "/nonexistent/prefill.log")

@@ -69,6 +69,11 @@ class LinkHeatMap:
         return (figure, (f" ✗{failed}", self.failed)) if failed else (figure,)
 
 
+def legend() -> Text:
+    """What the shades mean (the map reads without colour too)."""
+    return Text("  shade: ░ ¼  ▒ ½  ▓ ¾  █ of the busiest link", style="dim")
+
+
 Cell = tuple[tuple[str, Style | None], ...]
 """A cell's pieces of text and their styles."""
 

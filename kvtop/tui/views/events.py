@@ -1,4 +1,4 @@
-"""The live event tail: every agent's events as log lines, debug (echoes, room traffic) hidden by default."""
+"""The live event tail: every agent's events as log lines, debug (echoes, room traffic) hidden by default (`l`)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class EventsView(Vertical):
     def show(self, frame: Frame, palette: Palette) -> None:
         options, events = frame.options, frame.events
         where = f" matching '{options.filter}'" if options.filter else ""
-        hidden = "" if options.level == "debug" else ", echoes hidden (d shows them)"
+        hidden = "" if options.level == "debug" else ", echoes hidden (l: debug shows them)"
         if not frame.journaling:
             hidden += ", but this source keeps no event journal"
         self.query_one("#events-title", Line).show(

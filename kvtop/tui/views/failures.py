@@ -137,7 +137,7 @@ class FailuresView(Vertical):
     | :- | :- |
     | enter / space / right | Expand (or collapse) the incident or group under the cursor. |
     | left | Collapse it (from a group or an echo: back up a level). |
-    | d | The raw detail of the highlighted row, in a side pane. |
+    | d | The raw detail of the highlighted row, in a side pane (the app's `detail`: this view's alone). |
     """
 
     BINDINGS = [

@@ -33,6 +33,12 @@ class Block(Widget):
         """What the block shows, as plain text."""
         return "\n".join(line.plain for line in self._lines)
 
+    def set_lines(self, lines: int) -> None:
+        """A new fixed height (a layout pass: call it when the layout changes, not per frame)."""
+        if lines != self._height:
+            self._height = lines
+            self.refresh(layout=True)
+
     def show(self, lines: list[Text]) -> None:
         """Show `lines` (each one line: no newline in them)."""
         if [(line.plain, line.spans) for line in lines] == [(line.plain, line.spans) for line in self._lines]:

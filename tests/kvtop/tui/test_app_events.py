@@ -21,7 +21,8 @@ from transport.plane.events import Failure
 
 
 def test_debug_in_the_events_view_shows_echoes_and_room_traffic(app: KvtopApp, source: FixtureSource):
-    """Echoes are hidden at the info level; `d` shows every event, echoes included, and `d` again hides them."""
+    """Echoes are hidden at the info level; `l` steps down to debug and shows every event, echoes included; round
+    the cycle (warning, error) back at info they are hidden again."""
     seen = {}
 
     async def scenario(pilot):
@@ -30,14 +31,14 @@ def test_debug_in_the_events_view_shows_echoes_and_room_traffic(app: KvtopApp, s
         await submit_filter(pilot, "echo of")
         await next_frame(pilot)
         seen["echoes at info"] = tail.count
-        await pilot.press("d")
+        await pilot.press("l")
         await next_frame(pilot)
         seen["echoes at debug"] = tail.count
         seen["echo rows"] = [row for row in lines(tail) if row.strip()]
         await submit_filter(pilot, "")
         await next_frame(pilot)
         seen["debug"] = (app.options.level, tail.count, text(app, "#events-title"))
-        await pilot.press("d")
+        await pilot.press("l", "l", "l")
         await next_frame(pilot)
         seen["info"] = (app.options.level, tail.count, text(app, "#events-title"))
 
@@ -52,13 +53,40 @@ def test_debug_in_the_events_view_shows_echoes_and_room_traffic(app: KvtopApp, s
     assert seen["info"] == (
         "info",
         at_info,
-        f"{at_info:,} events at info and above, echoes hidden (d shows them)  (l: level)",
+        f"{at_info:,} events at info and above, echoes hidden (l: debug shows them)  (l: level)",
     )
     assert echoes and 0 < at_info < len(events)
 
 
+def test_d_and_l_mean_one_thing_each_and_show_only_where_they_act(app: KvtopApp):
+    """`d` is the failures view's detail pane, `l` the events view's level: each is in the footer of its own view
+    only, and pressed elsewhere changes nothing."""
+    seen: dict[str, object] = {}
+    shown: dict[str, set[str]] = {}
+
+    async def scenario(pilot):
+        pane = app.query_one("#failure-detail")
+        for view in ("o", "r", "f", "e"):
+            await pilot.press(view)
+            await pilot.pause()
+            shown[view] = {"d", "l"} & {binding.key for _, binding, on, _ in app.active_bindings.values() if on}
+        await pilot.press("e", "d")
+        seen["d in events"] = (pane.display, app.options.level)
+        await pilot.press("f", "l")
+        seen["l in failures"] = app.options.level
+        await pilot.press("d")
+        seen["d in failures"] = pane.display
+
+    drive(app, scenario)
+
+    assert shown == {"o": set(), "r": set(), "f": {"d"}, "e": {"l"}}
+    assert seen["d in events"] == (False, "info")
+    assert seen["l in failures"] == "info"
+    assert seen["d in failures"] is True
+
+
 def test_level_key_cycles_the_lowest_event_level(app: KvtopApp, source: FixtureSource):
-    """`l` goes info, warning, error, debug, info; the events view counts exactly the events at or above it."""
+    """`l` goes info, debug, warning, error, info; the events view counts exactly the events at or above it."""
     seen = []
 
     async def scenario(pilot):
@@ -72,7 +100,7 @@ def test_level_key_cycles_the_lowest_event_level(app: KvtopApp, source: FixtureS
     drive(app, scenario)
 
     events = journal_events(source)
-    levels = ["info", "warning", "error", "debug", "info"]
+    levels = ["info", "debug", "warning", "error", "info"]
     assert [(level, sum(shown(e, level) for _, e in events)) for level in levels] == [(lv, n) for lv, n, _ in seen]
     assert all(f"events >= {level}" in banner for level, _, banner in seen)
     assert set(LEVELS) == set(levels)
@@ -90,7 +118,7 @@ def test_the_events_view_survives_hostile_events_and_counts_them(app: KvtopApp, 
         with source.lock:
             batch = EventBatch(EVENT_SCHEMA, "decode", "decode-0", 0, 1, 10_000, FIXED_NOW, [*hostile, sound])
             source.model.apply("decode-0/TP0", batch, FIXED_NOW)
-        await pilot.press("e", "d")
+        await pilot.press("e", "l")
         await submit_filter(pilot, "room=42429")
         await next_frame(pilot)
         seen["rows"] = [row for row in lines(app.query_one("#events-list", RowList)) if row.strip()]

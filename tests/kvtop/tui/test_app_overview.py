@@ -5,14 +5,19 @@ from __future__ import annotations
 from tui_support import (
     FIXED_NOW,
     FixtureSource,
+    build_history_source,
     drive,
     lines,
+    make_app,
+    next_frame,
     text,
 )
 
 from kvtop.model.cluster import STUCK_AFTER_S
+from kvtop.model.timeline import ECHOES, ORIGINS
 from kvtop.tui.app import KvtopApp
 from kvtop.tui.frame import INCIDENT_LINES, WINDOW_S
+from kvtop.tui.views.overview import OverviewView
 from kvtop.views.times import stamp
 
 
@@ -70,3 +75,34 @@ def test_the_overview_draws_the_link_heat_map(app: KvtopApp, source: FixtureSour
     for (prefill, decode), link in source.model.links.items():
         assert prefill in heat_map and decode in heat_map
         assert f"✗{link.failed_rooms}" in heat_map
+
+
+def test_the_graphs_count_the_models_buckets_and_a_view_switch_keeps_the_layout():
+    """The failures graph's scales are the largest origins and echoes of one 5 s bucket of the model's timeline;
+    switching to another view and back keeps the panels laid out as they were (the hidden overview has no size:
+    laying it out for none, then again on return, cost two layout passes per key)."""
+    source = build_history_source()
+    app = make_app(source, refresh_s=3600)
+    seen = {}
+
+    async def scenario(pilot):
+        view = app.query_one(OverviewView)
+        seen["graph"] = text(app, "#failures-graph")
+        seen["axis"] = text(app, "#time-axis")
+        layout = view.layout_shown
+        for key in "rfeo":
+            await pilot.press(key)
+            await pilot.pause()
+        await next_frame(pilot)
+        seen["kept"] = view.layout_shown is layout and layout is not None
+
+    drive(app, scenario, size=(160, 45))
+
+    series = source.model.timeline.series(FIXED_NOW)
+    origins, echoes = int(series[:, ORIGINS].max()), int(series[:, ECHOES].max())
+    graph = seen["graph"].splitlines()
+    rows = len(graph) // 2
+    assert graph[0].split("│")[0].strip() == str(origins) and graph[rows].split("│")[0].strip() == str(echoes)
+    assert graph[rows - 1].split("│")[0].strip() == "origins" and graph[-1].split("│")[0].strip() == "echoes"
+    assert seen["axis"].split() == ["-5m", "-4m", "-3m", "-2m", "-1m", "now"]
+    assert seen["kept"]

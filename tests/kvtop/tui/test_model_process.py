@@ -26,7 +26,7 @@ pytestmark = pytest.mark.processes
 LOAD = BenchLoad(rooms=10_000, instances=2, tp=2, events_per_s=50_000)
 """10k rooms over 8 ranks, fed 50k events/s in the model process (the dashboard's load, scaled to a test)."""
 VIEW_TITLES = {"r": ("#rooms-title", "rooms, by"), "f": ("#failures-title", "failure groups"),
-               "e": ("#events-title", "events at"), "o": ("#throughput-title", "per second over")}  # fmt: skip
+               "e": ("#events-title", "events at"), "o": ("#failures-graph-title", "the last 5 min")}  # fmt: skip
 
 
 @dataclass(frozen=True)

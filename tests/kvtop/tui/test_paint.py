@@ -1,4 +1,4 @@
-"""The paint's own pieces: lines cut into strips, rows kept by key, the line-API sparkline and side blocks,
+"""The paint's own pieces: lines cut into strips, rows kept by key, side blocks,
 the failure tree's rows made per index."""
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from rich.style import Style
 from rich.text import Span, Text
 from textual.app import App, ComposeResult
 from textual.strip import Strip
-from textual.widgets import Sparkline as TextualSparkline
 
 from kvtop.model.fold import FailureGroup, Observed
 from kvtop.tui.frame import IncidentRow
@@ -22,7 +21,6 @@ from kvtop.tui.strips import line_strip
 from kvtop.tui.views.failures import TreeRow, TreeRows, group_key
 from kvtop.tui.widgets.block import Block
 from kvtop.tui.widgets.row_list import RowList, Same
-from kvtop.tui.widgets.sparkline import Sparkline
 
 RED, BOLD, DIM = Style(color="red"), Style(bold=True), Style(dim=True)
 CONSOLE = Console(width=200, color_system="truecolor", force_terminal=True)
@@ -150,42 +148,6 @@ def test_same_matches_only_the_very_object():
     assert Same(one) == Same(one)
     assert Same(one) != Same(other)
     assert len({Same(one), Same(one), Same(other)}) == 2
-
-
-class Sparklines(App[None]):
-    CSS = "Sparkline { height: 3; }"
-
-    def __init__(self, data: list[float]) -> None:
-        super().__init__()
-        self.data = data
-
-    def compose(self) -> ComposeResult:
-        yield TextualSparkline(self.data, id="textual")
-        yield Sparkline(id="ours")
-
-
-@pytest.mark.parametrize(
-    "data",
-    [[], [5.0], [1.0, 9.0, 3.0, 3.0, 0.0, 7.5], [float(i % 17) for i in range(60)], [2.0] * 200],
-    ids=["empty", "one", "few", "a-minute", "flat-and-wider-than-the-screen"],
-)
-def test_the_sparkline_draws_what_textuals_draws(data):
-    """Cell for cell, character and colour, as Textual's own `Sparkline` with the same data and colours."""
-
-    async def scenario() -> None:
-        app = Sparklines(data)
-        async with app.run_test(size=(70, 8)) as pilot:
-            ours = app.query_one("#ours", Sparkline)
-            ours.show(data)
-            await pilot.pause()
-            textual = app.query_one("#textual", TextualSparkline)
-            for y in range(3):
-                theirs = [(c, s.color if s else None) for c, s in cells(textual.render_line(y))]
-                mine = [(c, s.color if s else None) for c, s in cells(ours.render_line(y))]
-                assert "".join(c for c, _ in mine).rstrip() == "".join(c for c, _ in theirs).rstrip(), f"line {y}"
-                assert [colour for c, colour in mine if c != " "] == [colour for c, colour in theirs if c != " "]
-
-    asyncio.run(scenario())
 
 
 class Blocks(App[None]):

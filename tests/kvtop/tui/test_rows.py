@@ -14,9 +14,9 @@ from tui_support import FIXED_NOW, build_model
 from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel, Liveness
 from kvtop.tui.app import KvtopApp
 from kvtop.tui.details import rank_history
-from kvtop.tui.frame import FrameBuilder, Options, RankRow
+from kvtop.tui.frame import FrameBuilder, Options, RankRow, Trend
 from kvtop.tui.renderables.heatmap import LinkHeatMap
-from kvtop.tui.rows import RANK_HEADER, ROOM_HEADER, Palette, event_line, rank_line, room_line
+from kvtop.tui.rows import RANK_HEADER, ROOM_HEADER, Palette, TrendPeaks, event_line, rank_line, room_line
 from kvtop.tui.screens.help import binding_table
 from kvtop.tui.themes import load_themes
 from kvtop.tui.views.failures import FailuresView, detail
@@ -77,18 +77,29 @@ def test_the_heat_map_without_links_says_so():
 
 
 def test_a_rank_line_fills_the_columns_of_its_header(palette: Palette):
-    """Label, role, liveness, rate, rooms in flight, origins, echoes, CPU and rejected frames line up under
-    RANK_HEADER."""
-    row = RankRow("decode-0/TP1", "decode", "decode-0", 1, Liveness.GONE, 1.5, 3, 2, 7, 12.4, 5)
+    """Label, role, liveness, rate and its trend, rooms in flight, origins, echoes, failures' trend, CPU and
+    rejected frames line up under RANK_HEADER; the trends are drawn to the scale of every rank's."""
+    trend = Trend(gbps=(0.0,) * 10 + (0.75, 1.5), origins=(0,) * 10 + (1, 0), echoes=(0,) * 10 + (0, 2))
+    row = RankRow("decode-0/TP1", "decode", "decode-0", 1, Liveness.GONE, 1.5, 3, 2, 7, 12.4, 5, trend)
 
-    line = rank_line(row, palette)
+    line = rank_line(row, palette, peaks=TrendPeaks.of([row]))
 
-    assert RANK_HEADER == ("RANK              ROLE     STATE         RATE  IN FLIGHT  ORIGINS  ECHOES  CPU %  REJECTED")
-    assert line.plain == "decode-0/TP1      decode   gone     1.50 GB/s          3        2       7     12         5"
+    assert RANK_HEADER == (
+        "RANK              ROLE     STATE         RATE  RATE 5m       IN FLIGHT  ORIGINS  ECHOES  FAILED 5m     CPU %"
+        "  REJECTED"
+    )
+    assert line.plain == (
+        "decode-0/TP1      decode   gone     1.50 GB/s  ··········▄█          3        2       7  ··········▄█"
+        "     12         5"
+    )
+    assert len(line.plain) == len(RANK_HEADER)
     assert palette.error in styles_of(line, "gone")
     assert palette.error in styles_of(line, "       2")
     assert palette.dim in styles_of(line, "      7")
     assert palette.warning in styles_of(line, "         5")
+    failed_trend = line.plain.rindex("▄█")
+    assert palette.error in [s.style for s in line.spans if s.start == failed_trend], "a share with an origin"
+    assert palette.warning in [s.style for s in line.spans if s.start == failed_trend + 1], "echoes only"
 
 
 def test_a_rank_line_colours_liveness(palette: Palette):

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import pytest
-from tui_support import SIZE, make_app, next_frame, wait_until
+from tui_support import SIZE, build_history_source, make_app, next_frame, wait_until
 
 from kvtop.tui.views.failures import FailuresView, group_key
 
@@ -44,7 +44,7 @@ async def failures(pilot) -> None:
 
 async def events(pilot) -> None:
     """Debug on: echoes and room traffic shown."""
-    await pilot.press("e", "d")
+    await pilot.press("e", "l")
     await next_frame(pilot)
 
 
@@ -75,3 +75,17 @@ def test_overview_snapshot_at_100x30(snap_compare, theme: str):
 
     app = make_app(theme=theme, refresh_s=3600)
     assert snap_compare(app, terminal_size=(100, 30), run_before=run_before)
+
+
+@pytest.mark.parametrize("theme", THEMES)
+@pytest.mark.parametrize("size", [(160, 45), (100, 30)], ids=["160x45", "100x30"])
+def test_overview_of_failures_over_time_snapshot(snap_compare, size: tuple[int, int], theme: str):
+    """Five minutes of traffic with a burst of failures three minutes ago: the failures graph (origins apart from
+    echoes) and the throughput graph over one time axis, each rank's trends; at 100x30 the links leave whole."""
+
+    async def run_before(pilot) -> None:
+        await wait_until(pilot, lambda: pilot.app.frames_drawn > 0, "the first frame")
+        await next_frame(pilot)
+
+    app = make_app(build_history_source(), theme=theme, refresh_s=3600)
+    assert snap_compare(app, terminal_size=size, run_before=run_before)

@@ -28,6 +28,14 @@ ROOMS_LIVE = 100
 OLD = SyntheticCluster(prefill=2, decode=2, tp=2, start=CLUSTER.start - 600.0, open_rate=0.1, seed=11)
 """The same cluster ten minutes earlier: its open rooms have made no progress since (stuck)."""
 ROOMS_OLD = 40
+HISTORY = (
+    SyntheticCluster(prefill=2, decode=2, tp=2, start=FIXED_NOW - 290.0, spacing_s=0.5, open_rate=0.0, seed=21),
+    SyntheticCluster(prefill=2, decode=2, tp=2, start=FIXED_NOW - 170.0, spacing_s=0.2, failure_rate=0.4,
+                     open_rate=0.0, seed=23),
+)  # fmt: skip
+"""The same cluster over the five minutes before: a room every 0.5 s, 5 % failing, and a burst of failures
+(40 % of a room every 0.2 s for 20 s) about three minutes before `FIXED_NOW`."""
+HISTORY_ROOMS = (560, 100)
 SIZE = (140, 40)
 FRAME_TIMEOUT_S = 10.0
 
@@ -58,6 +66,25 @@ def build_model() -> ClusterModel:
 
 def build_source() -> FixtureSource:
     return FixtureSource(build_model())
+
+
+def build_history_source() -> FixtureSource:
+    """`build_model()`'s cluster after five minutes of traffic and failures (`HISTORY`): the overview's graphs
+    of failures and throughput over time have something to show."""
+    model = ClusterModel(JOURNAL_EVENTS_KEPT)
+    for label, batch in CLUSTER.hello():
+        model.apply(label, batch, FIXED_NOW - 300.0)
+    for cluster, rooms in zip(HISTORY, HISTORY_ROOMS, strict=True):
+        for label, batch in cluster.rooms(rooms):
+            model.apply(label, batch, cluster.start + rooms * cluster.spacing_s)
+        model.sweep(cluster.start + rooms * cluster.spacing_s + 2.0)
+    for label, batch in CLUSTER.rooms(ROOMS_RETIRED):
+        model.apply(label, batch, FIXED_NOW - 2.0)
+    model.sweep(FIXED_NOW)
+    for label, batch in CLUSTER.rooms(ROOMS_LIVE, first=ROOMS_RETIRED) + OLD.rooms(ROOMS_OLD):
+        model.apply(label, batch, FIXED_NOW - 1.0)
+    model.update_incidents()
+    return FixtureSource(model)
 
 
 def make_app(
