@@ -179,6 +179,8 @@ class RankRow:
     """Frames the rank's sockets rejected (every socket and reason, from its heartbeat)."""
     trend: Trend = field(default_factory=Trend)
     """Its throughput and failures over the timeline's window."""
+    source: str = "agent"
+    """What tells kvtop of it: `agent`, `sglang` (an SGLang rank through kvtop's plugin) or `log`."""
 
 
 @dataclass(frozen=True)
@@ -414,7 +416,7 @@ def _rank_row(view: RankView, now: float) -> RankRow:
     return RankRow(
         view.label, view.role, view.instance, view.rank, view.liveness(now), gbps, view.inflight, view.origins,
         view.echoes, view.cpu_percent, sum(sum(reasons.values()) for reasons in view.rejected.values()),
-        Trend.of(view.timeline, now),
+        Trend.of(view.timeline, now), view.source,
     )  # fmt: skip
 
 

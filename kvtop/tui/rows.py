@@ -21,22 +21,23 @@ from transport.plane.events import Event
 if TYPE_CHECKING:
     from textual.theme import Theme  # the model process draws details with a Palette, and imports no Textual
 
-RANK_COLUMNS = {"RANK": 18, "ROLE": 9, "STATE": 7, "RATE": 11, "RATE 5m": 2 + TREND_CELLS, "IN FLIGHT": 11,
+RANK_COLUMNS = {"RANK": 18, "ROLE": 9, "SOURCE": 8, "STATE": 7, "RATE": 11, "RATE 5m": 2 + TREND_CELLS, "IN FLIGHT": 11,
                 "ORIGINS": 9, "ECHOES": 8, "FAILED 5m": 2 + TREND_CELLS, "CPU %": 7, "REJECTED": 10}  # fmt: skip
 """The rank grid's columns and their widths, in order (the trends: two spaces, then a cell per share)."""
 TRENDS = ("RATE 5m", "FAILED 5m")
 """Columns of sparklines: the rank's throughput and failures over the timeline's window."""
-RANK_DROP_ORDER = ("REJECTED", "CPU %", "ECHOES", "ROLE", "IN FLIGHT")
+RANK_DROP_ORDER = ("REJECTED", "CPU %", "SOURCE", "ECHOES", "ROLE", "IN FLIGHT")
 """Where the grid is narrower than its columns, these leave first (a whole column, never a number cut)."""
 
 
-def rank_columns(width: int) -> frozenset[str]:
-    """The rank grid's columns that fit `width` cells (0: all), leaving by `RANK_DROP_ORDER`."""
-    shown = dict(RANK_COLUMNS)
+def rank_columns(width: int, sources: bool = True) -> frozenset[str]:
+    """The rank grid's columns that fit `width` cells (0: all), leaving by `RANK_DROP_ORDER`; SOURCE only with
+    `sources` (some rank is not a kvtop agent: an SGLang rank, or a log's)."""
+    shown = {name: cells for name, cells in RANK_COLUMNS.items() if sources or name != "SOURCE"}
     for name in RANK_DROP_ORDER:
         if not width or sum(shown.values()) <= width:
             break
-        del shown[name]
+        shown.pop(name, None)
     return frozenset(shown)
 
 
@@ -45,7 +46,7 @@ def rank_header(columns: frozenset[str]) -> str:
     return "".join(
         (
             f"{name:<{width}}"
-            if name in ("RANK", "ROLE", "STATE")
+            if name in ("RANK", "ROLE", "SOURCE", "STATE")
             else f"  {name:<{width - 2}}"
             if name in TRENDS
             else f"{name:>{width}}"
@@ -142,6 +143,15 @@ class TrendPeaks:
         )
 
 
+def fit_label(label: str, width: int) -> str:
+    """`label` in `width` cells: a longer one keeps its start and its end (the rank, and the end of its instance's
+    name), with `…` between (an SGLang instance named by host and port runs past the grid's column)."""
+    if len(label) <= width:
+        return label
+    tail = width // 2
+    return f"{label[: width - tail - 1]}…{label[-tail:]}"
+
+
 def rank_line(
     row: RankRow,
     palette: Palette,
@@ -160,6 +170,7 @@ def rank_line(
     logged = row.liveness is Liveness.LOG  # logs tell no transfer and no CPU: `-`, never a made-up 0
     cells: tuple[tuple[str, str, Style | None], ...] = (
         ("ROLE", f"{row.role:<9}", None),
+        ("SOURCE", f"{row.source:<8}", palette.dim if row.source == "agent" else palette.accent),
         ("STATE", f"{row.liveness:<7}", state_style[row.liveness]),
         ("RATE", f"{'-' if logged else units.gbps(row.gbps):>11}", None),
         ("IN FLIGHT", f"{row.inflight:>11}", None),
@@ -168,7 +179,7 @@ def rank_line(
         ("CPU %", f"{'-':>7}" if logged else f"{row.cpu_percent:>7.0f}", None),
         ("REJECTED", f"{row.rejected:>10}", palette.warning if row.rejected else palette.dim),
     )
-    line = Pieces(f"{row.label:<18}")
+    line = Pieces(f"{fit_label(row.label, RANK_COLUMNS['RANK'] - 1):<18}")
     for name, cell, style in cells:
         if name in columns:
             line.add(cell, style)

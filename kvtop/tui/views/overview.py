@@ -116,7 +116,8 @@ class OverviewView(Vertical):
             self._charts_shown = (frame.history, palette, width, layout)
             self._show_charts(frame.history, palette, width, layout)
         ranks, rank_list = frame.ranks, self.query_one("#ranks-list", RowList)
-        columns = rank_columns(rank_list.scrollable_content_region.width)
+        sources = any(row.source != "agent" for row in ranks)
+        columns = rank_columns(rank_list.scrollable_content_region.width, sources)
         if columns != self._columns:
             self._columns = columns
             self.query_one("#ranks-header", Static).update(rank_header(columns))

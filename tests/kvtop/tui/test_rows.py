@@ -14,9 +14,19 @@ from tui_support import FIXED_NOW, build_model
 from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel, Liveness
 from kvtop.tui.app import KvtopApp
 from kvtop.tui.details import rank_history
-from kvtop.tui.frame import FrameBuilder, Options, RankRow, Trend
+from kvtop.tui.frame import TREND_CELLS, FrameBuilder, Options, RankRow, Trend
 from kvtop.tui.renderables.heatmap import LinkHeatMap
-from kvtop.tui.rows import RANK_HEADER, ROOM_HEADER, Palette, TrendPeaks, event_line, rank_line, room_line
+from kvtop.tui.rows import (
+    RANK_COLUMNS,
+    RANK_HEADER,
+    ROOM_HEADER,
+    Palette,
+    TrendPeaks,
+    event_line,
+    rank_columns,
+    rank_line,
+    room_line,
+)
 from kvtop.tui.screens.help import binding_table
 from kvtop.tui.themes import load_themes
 from kvtop.tui.views.failures import FailuresView, detail
@@ -85,11 +95,11 @@ def test_a_rank_line_fills_the_columns_of_its_header(palette: Palette):
     line = rank_line(row, palette, peaks=TrendPeaks.of([row]))
 
     assert RANK_HEADER == (
-        "RANK              ROLE     STATE         RATE  RATE 5m       IN FLIGHT  ORIGINS  ECHOES  FAILED 5m     CPU %"
-        "  REJECTED"
+        "RANK              ROLE     SOURCE  STATE         RATE  RATE 5m       IN FLIGHT  ORIGINS  ECHOES  FAILED 5m"
+        "     CPU %  REJECTED"
     )
     assert line.plain == (
-        "decode-0/TP1      decode   gone     1.50 GB/s  ··········▄█          3        2       7  ··········▄█"
+        "decode-0/TP1      decode   agent   gone     1.50 GB/s  ··········▄█          3        2       7  ··········▄█"
         "     12         5"
     )
     assert len(line.plain) == len(RANK_HEADER)
@@ -100,6 +110,28 @@ def test_a_rank_line_fills_the_columns_of_its_header(palette: Palette):
     failed_trend = line.plain.rindex("▄█")
     assert palette.error in [s.style for s in line.spans if s.start == failed_trend], "a share with an origin"
     assert palette.warning in [s.style for s in line.spans if s.start == failed_trend + 1], "echoes only"
+
+
+def test_an_sglang_rank_with_a_long_instance_name_keeps_the_grid_aligned(palette: Palette):
+    """An SGLang rank (named by host and port) says `sglang` in SOURCE; a label past the RANK column keeps its start
+    and its end around `…`, and every column stays under its header."""
+    row = RankRow("decode-gpu-node-17-30000/TP3", "decode", "decode-gpu-node-17-30000", 3, Liveness.ALIVE, 0.5, 1, 0,
+                  0, 3.0, 0, Trend((0.0,) * TREND_CELLS, (0,) * TREND_CELLS, (0,) * TREND_CELLS), "sglang")  # fmt: skip
+    line = rank_line(row, palette)
+    assert line.plain.startswith("decode-g…0000/TP3 decode   sglang  alive")
+    assert len(line.plain) == len(RANK_HEADER)
+    assert palette.accent in styles_of(line, "sglang")
+
+
+def test_the_source_column_shows_only_beside_ranks_that_are_not_agents_and_leaves_after_cpu():
+    """All kvtop agents: no SOURCE column (it would say `agent` on every row); with an SGLang or log rank it is
+    there, and where the grid is narrow it leaves after REJECTED and CPU %, before ECHOES."""
+    assert "SOURCE" not in rank_columns(0, sources=False)
+    assert "SOURCE" in rank_columns(0, sources=True)
+    full = sum(RANK_COLUMNS.values())
+    narrower = rank_columns(full - RANK_COLUMNS["REJECTED"] - RANK_COLUMNS["CPU %"], sources=True)
+    assert {"SOURCE", "ECHOES"} <= narrower and not {"REJECTED", "CPU %"} & narrower
+    assert "SOURCE" not in rank_columns(full - RANK_COLUMNS["REJECTED"] - RANK_COLUMNS["CPU %"] - 1, sources=True)
 
 
 def test_a_rank_line_colours_liveness(palette: Palette):
