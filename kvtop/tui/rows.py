@@ -26,7 +26,7 @@ RANK_COLUMNS = {"RANK": 18, "ROLE": 9, "SOURCE": 8, "STATE": 7, "RATE": 11, "RAT
 """The rank grid's columns and their widths, in order (the trends: two spaces, then a cell per share)."""
 TRENDS = ("RATE 5m", "FAILED 5m")
 """Columns of sparklines: the rank's throughput and failures over the timeline's window."""
-RANK_DROP_ORDER = ("REJECTED", "CPU %", "SOURCE", "ECHOES", "ROLE", "IN FLIGHT")
+RANK_DROP_ORDER = ("REJECTED", "CPU %", "ECHOES", "SOURCE", "ROLE", "IN FLIGHT")
 """Where the grid is narrower than its columns, these leave first (a whole column, never a number cut)."""
 
 

@@ -123,15 +123,18 @@ def test_an_sglang_rank_with_a_long_instance_name_keeps_the_grid_aligned(palette
     assert palette.accent in styles_of(line, "sglang")
 
 
-def test_the_source_column_shows_only_beside_ranks_that_are_not_agents_and_leaves_after_cpu():
+def test_the_source_column_shows_only_beside_ranks_that_are_not_agents_and_outlasts_echoes():
     """All kvtop agents: no SOURCE column (it would say `agent` on every row); with an SGLang or log rank it is
-    there, and where the grid is narrow it leaves after REJECTED and CPU %, before ECHOES."""
+    there, and where the grid is narrow it leaves after REJECTED, CPU % and ECHOES (the failures' trend still
+    shows echoes), before ROLE."""
     assert "SOURCE" not in rank_columns(0, sources=False)
     assert "SOURCE" in rank_columns(0, sources=True)
     full = sum(RANK_COLUMNS.values())
-    narrower = rank_columns(full - RANK_COLUMNS["REJECTED"] - RANK_COLUMNS["CPU %"], sources=True)
-    assert {"SOURCE", "ECHOES"} <= narrower and not {"REJECTED", "CPU %"} & narrower
-    assert "SOURCE" not in rank_columns(full - RANK_COLUMNS["REJECTED"] - RANK_COLUMNS["CPU %"] - 1, sources=True)
+    without_three = full - RANK_COLUMNS["REJECTED"] - RANK_COLUMNS["CPU %"] - RANK_COLUMNS["ECHOES"]
+    narrower = rank_columns(without_three, sources=True)
+    assert "SOURCE" in narrower and not {"REJECTED", "CPU %", "ECHOES"} & narrower
+    assert "SOURCE" not in rank_columns(without_three - 1, sources=True)
+    assert "ROLE" in rank_columns(without_three - 1, sources=True)
 
 
 def test_a_rank_line_colours_liveness(palette: Palette):
