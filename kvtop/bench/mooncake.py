@@ -22,7 +22,6 @@ import multiprocessing as mp
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -30,20 +29,13 @@ from xxhash import xxh3_64_intdigest
 
 from kvtop.bench import BenchFailed
 from kvtop.bench.baselines import source_buffer, target_buffer
+from kvtop.bench.child import ChildFailed, expect
 from kvtop.bench.cpu import CpuMeter, Leg
 
 _HOST = "127.0.0.1"
 _ENV = {"MC_FORCE_TCP": "1", "MOONCAKE_PROTOCOL": "tcp", "MC_LOG_LEVEL": "ERROR"}
 """TCP only; Mooncake's log lines from errors up (read when a process starts: set before spawning)."""
 _TIMEOUT_S = 120.0
-
-
-@dataclass(frozen=True)
-class _Failed:
-    """What a leg's process sends its parent instead of its next message when it failed."""
-
-    where: str
-    error: str
 
 
 def require_mooncake() -> None:
@@ -99,7 +91,7 @@ def _receiver(conn: Connection, chunk_bytes: int, buffer_bytes: int) -> None:
         conn.recv()  # the sender is done
         conn.send(xxh3_64_intdigest(target.data))
     except BaseException as error:
-        conn.send(_Failed("receiver", str(error)))
+        conn.send(ChildFailed("receiver", str(error)))
         raise
 
 
@@ -128,22 +120,12 @@ def _sender(conn: Connection, session: str, peer: int, chunk_bytes: int, total_b
                 conn.recv()  # timed from here
         conn.send("done")
     except BaseException as error:
-        conn.send(_Failed("sender", str(error)))
+        conn.send(ChildFailed("sender", str(error)))
         raise
 
 
 def _expect(conn: Connection, what: str, process: mp.process.BaseProcess) -> Any:
-    """The next message from a leg's process; BenchFailed when it reports an error, dies or says nothing."""
-    deadline = time.monotonic() + _TIMEOUT_S
-    while not conn.poll(0.1):
-        if not process.is_alive():
-            raise BenchFailed(f"the Mooncake leg's process exited with {process.exitcode} before {what}")
-        if time.monotonic() > deadline:
-            raise BenchFailed(f"the Mooncake leg's process sent no {what} within {_TIMEOUT_S:g} s")
-    message = conn.recv()
-    if isinstance(message, _Failed):
-        raise BenchFailed(f"the Mooncake leg failed in its {message.where}: {message.error}")
-    return message
+    return expect(conn, process, what, _TIMEOUT_S, "the Mooncake leg's process")
 
 
 def run_mooncake(chunk_bytes: int, total_bytes: int, window_bytes: int, buffer_bytes: int) -> Leg:

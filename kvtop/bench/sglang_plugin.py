@@ -31,6 +31,7 @@ from multiprocessing.connection import Connection
 from typing import Any, ClassVar
 
 from kvtop.bench import BenchFailed
+from kvtop.bench.child import ChildFailed, expect
 from kvtop.bench.report import Compare, Report, at_most
 
 POLLED_ROOM = 7_000_001
@@ -39,6 +40,7 @@ ABORTED = "Aborted by AbortReq."
 """SGLang's reason for a room its client aborted."""
 _CHILD_S = 120.0
 """Seconds the child may take to start (imports alone take 10-15 s on 2 cores) or to measure."""
+_RANK = "the SGLang rank"
 MISSING = (
     "needs SGLang 0.5.x and Mooncake (mooncake-transfer-engine-non-cuda) in this Python: `make test-sglang` builds "
     ".venv-sglang with both; then run `.venv-sglang/bin/kvtop bench sglang-plugin`"
@@ -92,11 +94,11 @@ def measure_sglang_plugin(
     try:
         progress("starting an SGLang prefill rank with the kvtop plugin (imports take 10-20 s)")
         child.start()
-        label, version = _receive(ours, child, "ready")
+        label, version = expect(ours, child, "registration", _CHILD_S, _RANK)
         progress(f"{label} registered (SGLang {version}); timing poll and failure_exception, plain vs hooked")
         with open_source(SourceSpec(bootstrap=server.endpoint, wait=wait_s)) as source:
             ours.send("go")
-            poll, failure = _receive(ours, child, "measured")
+            poll, failure = expect(ours, child, "timings", _CHILD_S, _RANK)
             expected = repeats * failed_rooms
             deadline = time.monotonic() + wait_s
             while (collected := _failures_of(source, label)) < expected and time.monotonic() < deadline:
@@ -128,20 +130,6 @@ def sglang_installed() -> bool:
     return importlib.util.find_spec("mooncake") is not None
 
 
-def _receive(conn: Connection, child: Any, what: str) -> Any:
-    """The child's `what` message (its payload); fails when it died, sent an error, or took too long."""
-    deadline = time.monotonic() + _CHILD_S
-    while not conn.poll(0.2):
-        if not child.is_alive():
-            raise BenchFailed(f"the SGLang rank exited (code {child.exitcode}) before it {what}")
-        if time.monotonic() > deadline:
-            raise BenchFailed(f"the SGLang rank had not {what} after {_CHILD_S:.0f} s")
-    kind, payload = conn.recv()
-    if kind == "error":
-        raise BenchFailed(payload)
-    return payload
-
-
 def _failures_of(source: Any, label: str) -> int:
     with source.lock:
         return sum(1 for failure in source.model.failures if failure.rank == label and failure.reason == ABORTED)
@@ -154,11 +142,12 @@ def _free_port() -> int:
 
 
 def _rank(conn: Connection, bootstrap: str, calls: int, repeats: int, failed_rooms: int) -> None:
-    """The child: an SGLang prefill rank with the plugin; sends ("ready", label), then on "go" the timings."""
+    """The child: an SGLang prefill rank with the plugin; sends (its label, SGLang's version), then on "go" the
+    timings."""
     try:
         _measure(conn, bootstrap, calls, repeats, failed_rooms)
     except Exception as error:  # said to the parent, which fails naming it
-        conn.send(("error", f"{type(error).__name__}: {error}"))
+        conn.send(ChildFailed("measurement", f"{type(error).__name__}: {error}"))
     conn.close()
     os._exit(0)  # SGLang's threads (bootstrap server, transfer workers) are not daemons: do not wait for them
 
@@ -186,7 +175,7 @@ def _measure(conn: Connection, bootstrap: str, calls: int, repeats: int, failed_
     address = f"127.0.0.1:{server_args.disaggregation_bootstrap_port}"
     if PLUGIN is None or "prefill" not in PLUGIN.ranks:
         raise RuntimeError("the kvtop plugin did not make this process a rank")
-    conn.send(("ready", (PLUGIN.ranks["prefill"].label, str(sglang.__version__))))
+    conn.send((PLUGIN.ranks["prefill"].label, str(sglang.__version__)))
     conn.recv()
 
     sender = MooncakeKVSender(manager, address, POLLED_ROOM)
@@ -216,5 +205,5 @@ def _measure(conn: Connection, bootstrap: str, calls: int, repeats: int, failed_
                 with contextlib.suppress(KVTransferError):
                     failure_exception(aborted)
             failures[leg].append((time.perf_counter_ns() - start) / failed_rooms / 1000)
-    conn.send(("measured", (polls, failures)))
+    conn.send((polls, failures))
     conn.recv()  # stays (its publisher sends the failures) until the parent, holding them all, ends it
