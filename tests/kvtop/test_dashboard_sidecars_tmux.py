@@ -48,7 +48,7 @@ def test_dashboard_on_sidecars_shows_ranks_from_logs_and_a_failure_folded_under_
         pane.start(f"{KVTOP} top --bootstrap {bootstrap}; echo {_EXIT_MARK}=$?; sleep 60")
         wait_for(lambda: pane.shows(r"4/4 ranks alive"), 30, "every sidecar rank alive on the health line")
         for label in ("prefill-0/TP0", "prefill-0/TP1", "decode-0/TP0", "decode-0/TP1"):  # the grid paints apart
-            row = rf"{re.escape(label)} +(prefill|decode) +alive"
+            row = rf"{re.escape(label)} +(prefill|decode) +(log +)?alive"  # SOURCE `log`, where it fits
             wait_for(lambda row=row: pane.shows(row), 10, f"{label} in the grid")
 
         prefill, decode = _lines(4242)
