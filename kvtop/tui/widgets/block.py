@@ -41,11 +41,23 @@ class Block(Widget):
 
     def show(self, lines: list[Text]) -> None:
         """Show `lines` (each one line: no newline in them)."""
-        if [(line.plain, line.spans) for line in lines] == [(line.plain, line.spans) for line in self._lines]:
+        old = self._lines
+        changed = [
+            y
+            for y, line in enumerate(lines)
+            if y >= len(old) or (line.plain, line.spans) != (old[y].plain, old[y].spans)
+        ]
+        if not changed and len(lines) == len(old):
             return
-        relayout = self._height is None and len(lines) != len(self._lines)
-        self._lines, self._strips = lines, {}
-        self.refresh(layout=relayout)
+        self._lines = lines
+        if len(lines) != len(old):
+            self._strips = {}
+            self.refresh(layout=self._height is None)
+            return
+        width = self.size.width
+        for y in changed:  # only the lines that changed are painted again (a chart moves a column at a time)
+            self._strips.pop(y, None)
+            self.refresh(Region(0, y, width, 1))
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return len(self._lines) if self._height is None else self._height

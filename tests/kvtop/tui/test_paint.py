@@ -177,6 +177,14 @@ def test_a_block_is_as_high_as_its_lines_or_as_told_and_cuts_them_at_its_width()
             await pilot.pause()
             assert fixed.size.height == 3
             assert [fixed.render_line(y).text.rstrip() for y in range(3)] == ["one", "", ""]
+            fixed.show([Text("one"), Text("two"), Text("six")])
+            await pilot.pause()
+            drawn = [fixed.render_line(y) for y in range(3)]
+            fixed.show([Text("one"), Text("TWO"), Text("six")])
+            assert not fixed._layout_required
+            again = [fixed.render_line(y) for y in range(3)]
+            assert again[0] is drawn[0] and again[2] is drawn[2], "a line that did not change keeps its strip"
+            assert again[1].text.rstrip() == "TWO"
 
     asyncio.run(scenario())
 
