@@ -34,10 +34,10 @@ class Counters:
         with self._lock:
             self._values[name] += amount
 
-    def add_with_bytes(self, name: str, bytes_name: str, nbytes: int) -> None:
-        """Count one item under `name` and its `nbytes` under `bytes_name`, both in one update."""
+    def add_with_bytes(self, name: str, bytes_name: str, nbytes: int, count: int = 1) -> None:
+        """Count `count` items under `name` and their `nbytes` under `bytes_name`, both in one update."""
         with self._lock:
-            self._values[name] += 1
+            self._values[name] += count
             self._values[bytes_name] += nbytes
 
     def reject(self, reason: str) -> None:

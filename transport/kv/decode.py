@@ -48,6 +48,7 @@ from transport.wire import (
 _BATCH = 64
 _POLLIN = int(zmq.POLLIN)
 _EVENTS = int(zmq.EVENTS)
+_RCVMORE = int(zmq.RCVMORE)
 _RESOLVE_RETRY_S = 0.25
 
 
@@ -121,26 +122,39 @@ class DecodeSide:
         self._read_link(self._by_socket[sock], now)
 
     def _read_link(self, link: PrefillLink, now: float) -> None:
+        """Read a batch of the link's messages; the bookkeeping of what landed is done once per batch."""
         sock = link.socket
+        decode = self._link_decoder.decode
+        landed: dict[int, ReceiverRoom] = {}
+        landed_chunks = landed_bytes = 0
         for _ in range(_BATCH):
             if not sock.getsockopt(_EVENTS) & _POLLIN:  # type: ignore[operator]  # an int option
-                return  # asked, not tried: the Again of an empty recv costs more than the question
+                break  # asked, not tried: the Again of an empty recv costs more than the question
             header = sock.recv(zmq.NOBLOCK)
             try:
-                message = self._link_decoder.decode(header)
+                message = decode(header)
             except FrameRejected as rejected:
                 self._ctx.counters.reject(rejected.reason)
                 drain_message(sock)
                 continue
             link.last_seen = now
-            if isinstance(message, Chunk):
-                self._land(link, message, now)
+            if type(message) is Chunk:
+                record = self._land(link, message, now)
+                if record is not None:
+                    landed[record.room] = record
+                    landed_chunks += 1
+                    landed_bytes += message.nbytes
                 continue
             if drain_message(sock):
                 self._ctx.counters.reject("unexpected")
             self._on_message(link, message, now)
             if link.socket not in self._by_socket:
-                return
+                break
+        if landed:
+            self._ctx.counters.add_with_bytes("chunks_landed", "bytes_landed", landed_bytes, landed_chunks)
+            for record in landed.values():
+                self._ctx.progress(record, now)
+                self._finish_if_complete(record, now)
 
     def pump(self, now: float) -> float | None:
         return None
@@ -294,8 +308,9 @@ class DecodeSide:
                 record, reasons.prefill_failed(), now, origin=status.origin or link.info.label, tell_prefill=False
             )
 
-    def _land(self, link: PrefillLink, chunk: Chunk, now: float) -> None:
-        """Receive a chunk's payload frames into the room's pages and verify them."""
+    def _land(self, link: PrefillLink, chunk: Chunk, now: float) -> ReceiverRoom | None:
+        """Receive a chunk's payload frames into the room's pages and verify them; the room when it landed
+        whole and verified (its counters, progress and completion are the caller's, once per batch)."""
         record = self.rooms.get(chunk.room)
         pairing = record.pairing_from(link.info.rank) if record is not None else None
         sock = link.socket
@@ -303,62 +318,56 @@ class DecodeSide:
         if pages == 0:
             drain_message(sock)
             self._ctx.counters.reject("malformed")  # a header that cannot describe this link's pages
-            return
+            return None
         if record is None or pairing is None or record.dst_pages is None or record.state.is_terminal:
             dropped = drain_message(sock)
             self._ctx.counters.add("late_chunks")
             self._credit(link, chunk)
             if dropped != len(chunk.frame_pages):
                 self._ctx.counters.reject("truncated")
-            return
-        if chunk.page_start + pages > len(record.dst_pages):
+            return None
+        digests = chunk.page_digests
+        if chunk.page_start + pages > len(record.dst_pages) or (digests and len(digests) != 8 * pages):
             drain_message(sock)
-            self._ctx.counters.reject("malformed")  # pages past the room's end: dropped, like any bad header
+            self._ctx.counters.reject("malformed")  # pages past the room's end, or digests for other pages
             self._credit(link, chunk)
-            return
-        if chunk.page_digests and len(chunk.page_digests) != 8 * pages:
-            drain_message(sock)
-            self._ctx.counters.reject("malformed")  # digests that do not match the pages described
-            self._credit(link, chunk)
-            return
-        landed: list[bytes] | None = [] if chunk.page_digests else None
-        hasher = xxhash.xxh3_64() if chunk.checksum is not None and landed is None else None
-        problem = self._receive_payloads(sock, record, pairing, chunk, hasher, landed)
+            return None
+        hasher = xxhash.xxh3_64() if chunk.checksum is not None and not digests else None
+        problem, actual = self._receive_payloads(sock, record, pairing, chunk, hasher)
         if problem:
             self._fail(record, reasons.layout_mismatch(record.room, problem), now)
             self._credit(link, chunk)
-            return
-        if drain_message(sock):
+            return None
+        if sock.getsockopt(_RCVMORE):
+            drain_message(sock)
             self._ctx.counters.reject("unexpected")
         if chunk.index == 1 or chunk.last:  # the only fault a decode rank acts on: die while landing the room
             self._ctx.inject_die(self._ctx.faults.pick(record.room, link.info.label))
-        mismatch = self._mismatch(link, chunk, hasher, landed)
-        if mismatch is not None:
-            self._ctx.counters.add("checksum_failures")
-            self._fail(record, mismatch, now)
-            self._credit(link, chunk)  # after the ABORT, so the prefill never sees this chunk acked first
-            return
+        if not digests or actual != digests:
+            mismatch = self._mismatch(link, chunk, hasher, actual)
+            if mismatch is not None:
+                self._ctx.counters.add("checksum_failures")
+                self._fail(record, mismatch, now)
+                self._credit(link, chunk)  # after the ABORT, so the prefill never sees this chunk acked first
+                return None
         self._credit(link, chunk)
-        self._ctx.counters.add_with_bytes("chunks_landed", "bytes_landed", chunk.nbytes)
         record.bytes_done += chunk.nbytes
-        record.move(KVPoll.Transferring, now)
         record.progress_at = now
-        self._ctx.progress(record, now)
-        self._finish_if_complete(record, now)
+        if record.state is not KVPoll.Transferring:
+            record.move(KVPoll.Transferring, now)
+        return record
 
     def _mismatch(
-        self, link: PrefillLink, chunk: Chunk, hasher: xxhash.xxh3_64 | None, landed: list[bytes] | None
+        self, link: PrefillLink, chunk: Chunk, hasher: xxhash.xxh3_64 | None, actual: bytes
     ) -> reasons.Reason | None:
         """Why the landed chunk is not what was sent (a checksum failure naming the sender), or None; a chunk
-        that carries no checksum counts as unverified."""
+        that carries no checksum counts as unverified. `actual`: the landed pages' digests (with `page_digests`)."""
         room, index, rank, sender = chunk.room, chunk.index, link.info.rank, link.info.label
-        if landed is not None:
-            actual = b"".join(landed)
-            if actual == chunk.page_digests:
-                return None
-            page = next(i for i in range(len(landed)) if landed[i] != chunk.page_digests[8 * i : 8 * i + 8])
-            expected = int.from_bytes(chunk.page_digests[8 * page : 8 * page + 8], "big")
-            got = int.from_bytes(landed[page], "big")
+        if chunk.page_digests:
+            expected_digests = chunk.page_digests
+            page = next(i for i in range(0, len(actual), 8) if actual[i : i + 8] != expected_digests[i : i + 8]) // 8
+            expected = int.from_bytes(expected_digests[8 * page : 8 * page + 8], "big")
+            got = int.from_bytes(actual[8 * page : 8 * page + 8], "big")
             return reasons.checksum_mismatch(room, index, rank, expected, got, sender, chunk.page_start + page)
         if hasher is None or chunk.checksum is None:
             self._ctx.counters.add("chunks_unverified")
@@ -374,10 +383,9 @@ class DecodeSide:
         pairing: Pairing,
         chunk: Chunk,
         hasher: xxhash.xxh3_64 | None,
-        landed: list[bytes] | None,
-    ) -> str:
-        """Receive each payload frame into its pages, hashing the frame (`hasher`) or each page (digests
-        appended to `landed`); what went wrong (counted), or ''.
+    ) -> tuple[str, bytes]:
+        """Receive each payload frame into its pages, hashing the frame (`hasher`) or, when the chunk carries
+        `page_digests`, each page; (what went wrong (counted) or '', the landed pages' digests or b'').
 
         Consecutive whole rows are received in place; anything else through a scratch buffer.
         """
@@ -385,13 +393,15 @@ class DecodeSide:
         pool = self._ctx.pool
         width = pairing.nbytes
         whole_rows = pairing.dst_offset == 0 and width == pool.page_bytes
+        by_page = bool(chunk.page_digests)
+        digests: list[bytes] = []
         position = chunk.page_start
         for count in chunk.frame_pages:
-            if not sock.getsockopt(zmq.RCVMORE):
+            if not sock.getsockopt(_RCVMORE):
                 self._ctx.counters.reject("truncated")
-                return "chunk ended before its pages"
+                return "chunk ended before its pages", b""
             scratch = None
-            if whole_rows and is_one_run(record.dst_breaks, position, count):
+            if whole_rows and (not record.dst_breaks or is_one_run(record.dst_breaks, position, count)):
                 target = pool.rows(int(record.dst_pages[position]), count)
             else:
                 scratch = np.empty(count * width, dtype=np.uint8)
@@ -400,16 +410,16 @@ class DecodeSide:
             if received != len(target):
                 drain_message(sock)
                 self._ctx.counters.reject("oversize" if received > len(target) else "truncated")
-                return f"frame of {received} B for {len(target)} B"
+                return f"frame of {received} B for {len(target)} B", b""
             if scratch is not None:
                 rows = record.dst_pages[position : position + count]
                 pool.data[rows, pairing.dst_offset : pairing.dst_offset + width] = scratch.reshape(count, width)
-            if landed is not None:
-                landed.extend([xxh3_64_digest(target[o : o + width]) for o in range(0, len(target), width)])
+            if by_page:
+                digests += [xxh3_64_digest(target[o : o + width]) for o in range(0, len(target), width)]
             elif hasher is not None:
                 hasher.update(target)
             position += count
-        return ""
+        return "", b"".join(digests)
 
     def _credit(self, link: PrefillLink, chunk: Chunk) -> None:
         """Owe the prefill rank this chunk's bytes (landed or not, the credit returns).

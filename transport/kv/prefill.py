@@ -44,6 +44,8 @@ _BATCH = 256
 """Messages read from the socket per wake-up, so sending is never starved."""
 _MORE = int(zmq.SNDMORE | zmq.NOBLOCK)
 _LAST = int(zmq.NOBLOCK)
+_EVENTS = int(zmq.EVENTS)
+_POLLIN = int(zmq.POLLIN)
 
 
 @dataclass(eq=False)
@@ -147,10 +149,9 @@ class PrefillSide:
 
     def handle(self, sock: zmq.Socket[bytes], now: float) -> None:
         for _ in range(_BATCH):
-            try:
-                frames = self._socket.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+            if not sock.getsockopt(_EVENTS) & _POLLIN:  # type: ignore[operator]  # an int option
+                return  # asked, not tried: the Again of an empty recv costs more than the question
+            frames = sock.recv_multipart(zmq.NOBLOCK)
             routed = decode_routed(frames, self._decoder, self._ctx.counters)
             if routed is not None:
                 self._on_message(*routed, now)
@@ -344,33 +345,43 @@ class PrefillSide:
     def _pump_room(self, peer: DecodePeer, record: SenderRoom, plan: LinkPlan, stop: int, now: float) -> bool:
         """Send the room's chunks from `plan.sent` up to `stop`; False when the window, a delay or the link stops it.
 
-        The room's fault is picked once here, not per chunk: a pick is the same for the whole room.
+        The room's fault is picked once here, not per chunk: a pick is the same for the whole room. What was
+        sent is counted once, on the way out.
         """
         fault = self._ctx.faults.pick(record.room, peer.info.label)
-        middle = len(plan.chunks) // 2
-        while plan.sent < stop:
-            index = plan.sent
-            if peer.not_before > now:
-                return False
-            nbytes = plan.chunks[index][1] * plan.request.nbytes_per_page
-            if peer.inflight and peer.inflight + nbytes > peer.window_bytes:
-                return False
-            if fault is FaultKind.DELAY and peer.not_before == 0.0:
-                peer.not_before = now + self._ctx.faults.delay_s
-                self._ctx.counters.add("fault_delay")
-                continue
-            peer.not_before = 0.0
-            if index == middle:
-                self._ctx.inject_die(fault)
-            if index == middle and fault is FaultKind.DROP:
-                self._ctx.counters.add("fault_drop")
-            elif not self._send_chunk(peer, record, plan, index, index == middle and fault is FaultKind.CORRUPT):
-                return False
-            plan.sent = index + 1
-            if plan.sent == len(plan.chunks):
-                self._send_status(peer, record, plan)
-                self._succeed_if_acked(record, now)
-        return True
+        middle = len(plan.chunks) // 2 if fault is not None else -1
+        first = plan.sent
+        sent_bytes = 0
+        try:
+            while plan.sent < stop:
+                index = plan.sent
+                if peer.not_before > now:
+                    return False
+                nbytes = plan.chunks[index][1] * plan.request.nbytes_per_page
+                if peer.inflight and peer.inflight + nbytes > peer.window_bytes:
+                    return False
+                if fault is FaultKind.DELAY and peer.not_before == 0.0:
+                    peer.not_before = now + self._ctx.faults.delay_s
+                    self._ctx.counters.add("fault_delay")
+                    continue
+                peer.not_before = 0.0
+                if index == middle:
+                    self._ctx.inject_die(fault)
+                if index == middle and fault is FaultKind.DROP:
+                    self._ctx.counters.add("fault_drop")
+                    first += 1  # dropped, not sent
+                elif self._send_chunk(peer, record, plan, index, index == middle and fault is FaultKind.CORRUPT):
+                    sent_bytes += nbytes
+                else:
+                    return False
+                plan.sent = index + 1
+                if plan.sent == len(plan.chunks):
+                    self._send_status(peer, record, plan)
+                    self._succeed_if_acked(record, now)
+            return True
+        finally:
+            if plan.sent > first:
+                self._ctx.counters.add_with_bytes("chunks_sent", "bytes_sent", sent_bytes, plan.sent - first)
 
     def _send_chunk(self, peer: DecodePeer, record: SenderRoom, plan: LinkPlan, index: int, corrupt: bool) -> bool:
         """Put one chunk on the wire; False when the link is full (retry later)."""
@@ -397,13 +408,14 @@ class PrefillSide:
             self._lose_peer(peer, reasons.decode_peer_dead(peer.info.label), time.monotonic())
             return False
         peer.inflight += nbytes
-        self._ctx.counters.add_with_bytes("chunks_sent", "bytes_sent", nbytes)
         return True
 
     def _payloads(self, record: SenderRoom, plan: LinkPlan, start: int, runs: list[int]) -> list[memoryview]:
         """One buffer per run of consecutive source pages: the pool's rows themselves when whole rows go."""
         assert record.src_pages is not None
         pool = self._ctx.pool
+        if plan.whole_rows and len(runs) == 1:
+            return [pool.rows(int(record.src_pages[start]), runs[0])]
         request = plan.request
         payloads = []
         position = start
