@@ -57,6 +57,8 @@ def test_transfer_bench_json_has_every_legs_figures() -> None:
     for ratio in ("ratio", "ratio_unchecked", "ratio_chunk", "ratio_floor", "ratio_floor_unchecked", "ratio_e2e"):
         assert result[ratio] > 0, ratio
     assert result["e2e_write_hash_gbps"] > 0
+    assert result["ratio_gap_e2e"] == pytest.approx(result["ratio_e2e"] - result["ratio"], abs=0.002)
+    assert result["e2e_vs_mooncake"] is None  # Mooncake was not asked for
     legs = {"raw", "kvtop", "unchecked", "chunk", "floor", "floor_unchecked", "e2e"}
     assert set(result["runs_gbps"]) == set(result["cpu_s_per_gb"]) == set(result["cpu_ratio"]) == legs
     assert all(cpu >= 0 for cpu in result["cpu_s_per_gb"].values())  # 4 MiB may pass within one 10 ms tick
