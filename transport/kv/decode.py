@@ -122,7 +122,8 @@ class DecodeSide:
         self._read_link(self._by_socket[sock], now)
 
     def _read_link(self, link: PrefillLink, now: float) -> None:
-        """Read a batch of the link's messages; the bookkeeping of what landed is done once per batch."""
+        """Read a batch of the link's messages. What landed is settled (counters, progress, completion) once
+        per run of chunks: before any other message is handled, and at the end of the batch."""
         sock = link.socket
         decode = self._link_decoder.decode
         landed: dict[int, ReceiverRoom] = {}
@@ -147,12 +148,20 @@ class DecodeSide:
                 continue
             if drain_message(sock):
                 self._ctx.counters.reject("unexpected")
+            if landed:
+                self._settle(landed, landed_chunks, landed_bytes, now)
+                landed, landed_chunks, landed_bytes = {}, 0, 0
             self._on_message(link, message, now)
             if link.socket not in self._by_socket:
                 break
         if landed:
-            self._ctx.counters.add_with_bytes("chunks_landed", "bytes_landed", landed_bytes, landed_chunks)
-            for record in landed.values():
+            self._settle(landed, landed_chunks, landed_bytes, now)
+
+    def _settle(self, landed: dict[int, ReceiverRoom], chunks: int, nbytes: int, now: float) -> None:
+        """Count the chunks that landed, publish their rooms' progress and finish the rooms they completed."""
+        self._ctx.counters.add_with_bytes("chunks_landed", "bytes_landed", nbytes, chunks)
+        for record in landed.values():
+            if not record.state.is_terminal:  # a room may have failed later in the run
                 self._ctx.progress(record, now)
                 self._finish_if_complete(record, now)
 
