@@ -809,7 +809,7 @@ class ClusterModel:
             if len(self.finished) > FINISHED_ROOMS_KEPT:
                 del self.finished[next(iter(self.finished))]
         retired.ok, room.outcome = False, False
-        room.codes[view.label] = _FAILED
+        room.codes = {**room.codes, view.label: _FAILED}  # replaced, never changed in place (see `RoomView.codes`)
         room.last_progress = max(room.last_progress, event.ts)
         room.touched_at = self._now
         linked = all(room.link)
