@@ -181,6 +181,8 @@ class RankRow:
     """Its throughput and failures over the timeline's window."""
     source: str = "agent"
     """What tells kvtop of it: `agent`, `sglang` (an SGLang rank through kvtop's plugin) or `log`."""
+    named_by_peers: bool = False
+    """Known only from its peers' log lines (`RankView.named_by`): its in-flight rooms and failures unknown."""
 
 
 @dataclass(frozen=True)
@@ -420,7 +422,7 @@ def _rank_row(view: RankView, now: float) -> RankRow:
     return RankRow(
         view.label, view.role, view.instance, view.rank, view.liveness(now), gbps, view.inflight, view.origins,
         view.echoes, view.cpu_percent, sum(sum(reasons.values()) for reasons in view.rejected.values()),
-        Trend.of(view.timeline, now), view.source,
+        Trend.of(view.timeline, now), view.source, bool(view.named_by),
     )  # fmt: skip
 
 
