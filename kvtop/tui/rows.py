@@ -189,7 +189,10 @@ def rank_line(
             line.add("-" * TREND_CELLS if logged else spark(row.trend.gbps, peaks.gbps), palette.accent)
         if name == "ECHOES" and "FAILED 5m" in columns:
             line.add("  ")
-            _failed_trend(line, row, peaks.failed, palette)
+            if unknown:
+                line.add("-" * TREND_CELLS)
+            else:
+                _failed_trend(line, row, peaks.failed, palette)
     return line.text()
 
 
