@@ -17,7 +17,7 @@ from transport.kvpoll import KVPoll
 STUCK, FAILED = " stuck", " failed"
 """The words a room's text ends with when it is stuck or failed (judged at each frame, never kept)."""
 PRUNE_SLACK = 4096
-"""Texts kept beyond twice the rooms a frame filtered before those of rooms gone are dropped."""
+"""The texts of rooms gone are dropped once the kept ones outnumber twice a frame's rooms by this many."""
 
 _STATE_NAMES = {int(state): state.name for state in KVPoll}
 """A KVPoll code's name without building the enum member (a filter names the states of 100k rooms' ranks)."""
