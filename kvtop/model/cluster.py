@@ -139,6 +139,9 @@ class RankView:
     """Its clock against the collector's, from its envelopes: past `SKEWED_S` its times are corrected."""
     timeline: Timeline = field(default_factory=Timeline)
     """Its failures (origins, echoes) and bytes moved per bucket over the last minutes (the rank grid's trends)."""
+    named_by: list[str] = field(default_factory=list)
+    """Known only from these ranks' log lines, which name it as their peer (no log of its own was read): a prefill
+    instance by its bootstrap address, its ranks, pid and counts unknown. Empty for every other rank."""
 
     def __post_init__(self) -> None:
         self.transfers.feed(self.timeline)
@@ -452,6 +455,22 @@ class ClusterModel:
         if view is None or not view.from_log:
             view = self.ranks[label] = RankView(label, role, instance, rank, from_log=True)
         return view
+
+    def peer_named(self, label: str, role: str, host: str, named_by: list[str]) -> None:
+        """`label` (an instance's bootstrap address) is known only from the log lines of `named_by`, which name it
+        as their peer: listed as a log rank that tells nothing of itself (`RankView.named_by`). A rank known
+        otherwise under that label is left as it is."""
+        view = self.ranks.get(label)
+        if view is None:
+            self.ranks[label] = RankView(label, role, label, 0, host=host, from_log=True, named_by=named_by)
+        elif view.named_by:
+            view.named_by = named_by
+
+    def forget_peer_named(self, label: str) -> None:
+        """`label` is no longer known only from its peers' lines (a log that may be its own was read)."""
+        view = self.ranks.get(label)
+        if view is not None and view.named_by:
+            del self.ranks[label]
 
     def liveness(self, now: float) -> dict[str, Liveness]:
         return {label: view.liveness(now) for label, view in self.ranks.items()}
@@ -809,7 +828,7 @@ class ClusterModel:
             if len(self.finished) > FINISHED_ROOMS_KEPT:
                 del self.finished[next(iter(self.finished))]
         retired.ok, room.outcome = False, False
-        room.codes[view.label] = _FAILED
+        room.codes = {**room.codes, view.label: _FAILED}  # replaced, never changed in place (see `RoomView.codes`)
         room.last_progress = max(room.last_progress, event.ts)
         room.touched_at = self._now
         linked = all(room.link)

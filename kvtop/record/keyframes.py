@@ -93,6 +93,8 @@ class Rank(msgspec.Struct, array_like=True):
     """None in keyframes older than timelines: the restored rank's starts empty."""
     kind: str = ""
     """`RankView.kind` (keyframes older than it: `sidecar` alone says a log sidecar)."""
+    named_by: list[str] = []
+    """`RankView.named_by` (keyframes older than it: none)."""
 
 
 class Link(msgspec.Struct, array_like=True):
@@ -155,7 +157,7 @@ def _rank(view: RankView) -> Rank:
         view.label, view.role, view.instance, view.rank, view.host, view.pid, view.incarnation, view.last_seen,
         view.inflight, view.counters, view.rejected, view.cpu_percent, view.rss_bytes, view.origins, view.echoes,
         _ring(view.transfers), view.from_log, view.history_since, view.sidecar, view.log, view.silences,
-        view.heard_before, view.clock.differences(), Buckets(*view.timeline.state()), view.kind,
+        view.heard_before, view.clock.differences(), Buckets(*view.timeline.state()), view.kind, view.named_by,
     )  # fmt: skip
 
 
@@ -165,7 +167,7 @@ def _unrank(state: Rank) -> RankView:
         state.last_seen, state.inflight, state.counters, state.rejected, state.cpu_percent, state.rss_bytes,
         state.origins, state.echoes, _unring(state.transfers, TransferRing(RANK_TRANSFERS_KEPT)), state.from_log,
         state.history_since, state.kind or (LOG_SIDECAR if state.sidecar else ""), state.log, state.silences,
-        state.heard_before, ClockEstimate(state.clock), _untimeline(state.timeline),
+        state.heard_before, ClockEstimate(state.clock), _untimeline(state.timeline), state.named_by,
     )  # fmt: skip
 
 

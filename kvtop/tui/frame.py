@@ -23,8 +23,8 @@ from kvtop.model.fold import FailureGroup
 from kvtop.model.incidents import Incident
 from kvtop.model.live_fold import LiveFold
 from kvtop.model.timeline import BYTES, ECHOES, ORIGINS, Timeline
+from kvtop.tui.room_filter import FAILED, STUCK, RoomTexts
 from kvtop.views.event_lines import at_or_above, to_line
-from transport.kvpoll import KVPoll
 from transport.plane.events import Event
 
 WINDOW_S = 60.0
@@ -181,6 +181,8 @@ class RankRow:
     """Its throughput and failures over the timeline's window."""
     source: str = "agent"
     """What tells kvtop of it: `agent`, `sglang` (an SGLang rank through kvtop's plugin) or `log`."""
+    named_by_peers: bool = False
+    """Known only from its peers' log lines (`RankView.named_by`): its in-flight rooms and failures unknown."""
 
 
 @dataclass(frozen=True)
@@ -272,6 +274,8 @@ class FrameBuilder:
         self._tail_key: tuple[str, str] = ("", "")
         self._tail: deque[tuple[str, Event, str]] = deque(maxlen=EVENTS_SHOWN)
         self._tail_seen = 0
+        self._texts = RoomTexts()
+        """The rooms filter's text of each room, kept while a filter is typed."""
         self._matched: tuple[str, object, int, set[int]] = ("", None, 0, set())
         """The rooms filter's rooms failed with a matching reason: (filter, the failures scanned, how many of
         them by then, the rooms)."""
@@ -346,12 +350,14 @@ class FrameBuilder:
         """Live and recently retired rooms, filtered and in the order the options say."""
         rooms = [f.view for f in self.model.finished.values() if f.view is not None]
         rooms += self.model.rooms.values()
-        if options.faults_only:
-            rooms = [r for r in rooms if outcome(r, gone) is False or is_stuck(r, gone, now) or r.failed_somewhere()]
-        if options.filter:
+        if options.filter:  # before faults only: the texts kept are then those of every room
             needle = options.filter.lower()
             failed = self._failed_matching(needle)
-            rooms = [r for r in rooms if r.room in failed or needle in haystack(r, gone, now)]
+            rooms = self._texts.matching(rooms, needle, lambda room, words: _flag(room, gone, now, words), failed)
+        else:
+            self._texts.clear()
+        if options.faults_only:
+            rooms = [r for r in rooms if outcome(r, gone) is False or is_stuck(r, gone, now) or r.failed_somewhere()]
         key, newest_first = _SORT_KEYS[options.sort]
         rooms.reverse()  # arrival order is nearly age order: the sort below has little left to do
         return sorted(rooms, key=key, reverse=newest_first)
@@ -416,7 +422,7 @@ def _rank_row(view: RankView, now: float) -> RankRow:
     return RankRow(
         view.label, view.role, view.instance, view.rank, view.liveness(now), gbps, view.inflight, view.origins,
         view.echoes, view.cpu_percent, sum(sum(reasons.values()) for reasons in view.rejected.values()),
-        Trend.of(view.timeline, now), view.source,
+        Trend.of(view.timeline, now), view.source, bool(view.named_by),
     )  # fmt: skip
 
 
@@ -442,16 +448,16 @@ _SORT_KEYS: dict[RoomSort, tuple[Callable[[RoomView], Any], bool]] = {
 high to low. Idle time puts open rooms first: a finished room's idle time says nothing."""
 
 
-_STATE_NAMES = {int(state): state.name for state in KVPoll}
-"""A KVPoll code's name without building the enum member (a filter names the states of 100k rooms' ranks)."""
-
-
-def haystack(room: RoomView, gone: frozenset[str], now: float) -> str:
-    """The text a filter matches a room against: id, ranks and states, link, stuck/failed (and, beside it, the
-    reasons and classes of the room's failures)."""
-    states = " ".join(f"{label} {_STATE_NAMES[code]}" for label, code in room.codes.items())
-    flags = " stuck" if is_stuck(room, gone, now) else " failed" if outcome(room, gone) is False else ""
-    return f"{room.room} {states} {room.link[0]} {room.link[1]}{flags}".lower()
+def _flag(room: RoomView, gone: frozenset[str], now: float, words: tuple[str, ...]) -> str:
+    """The room's word among `words` that a filter finds a stuck or failed room by ("" when none): judged at
+    each frame, as it moves with the clock (the idle time, cheap, is read before the ranks' states)."""
+    idle = STUCK in words and now - room.last_progress > STUCK_AFTER_S
+    if not idle and FAILED not in words:
+        return ""
+    ended = outcome(room, gone)
+    if ended is None:
+        return STUCK if idle else ""
+    return FAILED if ended is False and FAILED in words else ""
 
 
 def _select(

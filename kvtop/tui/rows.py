@@ -168,14 +168,15 @@ def rank_line(
         Liveness.DOWN: palette.error,
     }
     logged = row.liveness is Liveness.LOG  # logs tell no transfer and no CPU: `-`, never a made-up 0
+    unknown = row.named_by_peers  # known from its peers' lines alone: its own counts too
     cells: tuple[tuple[str, str, Style | None], ...] = (
         ("ROLE", f"{row.role:<9}", None),
         ("SOURCE", f"{row.source:<8}", palette.dim if row.source == "agent" else palette.accent),
         ("STATE", f"{row.liveness:<7}", state_style[row.liveness]),
         ("RATE", f"{'-' if logged else units.gbps(row.gbps):>11}", None),
-        ("IN FLIGHT", f"{row.inflight:>11}", None),
-        ("ORIGINS", f"{row.origins:>9}", palette.error if row.origins else None),
-        ("ECHOES", f"{row.echoes:>8}", palette.dim),
+        ("IN FLIGHT", f"{'-' if unknown else row.inflight:>11}", None),
+        ("ORIGINS", f"{'-' if unknown else row.origins:>9}", palette.error if row.origins else None),
+        ("ECHOES", f"{'-' if unknown else row.echoes:>8}", palette.dim),
         ("CPU %", f"{'-':>7}" if logged else f"{row.cpu_percent:>7.0f}", None),
         ("REJECTED", f"{row.rejected:>10}", palette.warning if row.rejected else palette.dim),
     )
@@ -188,7 +189,10 @@ def rank_line(
             line.add("-" * TREND_CELLS if logged else spark(row.trend.gbps, peaks.gbps), palette.accent)
         if name == "ECHOES" and "FAILED 5m" in columns:
             line.add("  ")
-            _failed_trend(line, row, peaks.failed, palette)
+            if unknown:
+                line.add("-" * TREND_CELLS)
+            else:
+                _failed_trend(line, row, peaks.failed, palette)
     return line.text()
 
 

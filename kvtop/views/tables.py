@@ -33,8 +33,10 @@ def ranks_json(model: ClusterModel, now: float, window_s: float = 60.0) -> list[
     """Stable fields: role, instance, rank, label, source (`agent`, `sglang`: an SGLang rank through kvtop's plugin,
     `log`), host, pid, state, gbps, inflight, origins, echoes, cpu, rss,
     `rejected` (frames each socket of the rank refused: socket -> reason -> count, non-zero reasons only), and
-    `unreachable` (why kvtop could not open a socket for the rank, null when it could). A rank known from a log
-    file has null pid, gbps, cpu and rss: a log tells none of them (never a made-up 0)."""
+    `unreachable` (why kvtop could not open a socket for the rank, null when it could), `named_by` (the ranks
+    whose log lines name it as their peer, where no log of its own was read; else empty). A rank known from a log
+    file has null pid, gbps, cpu and rss: a log tells none of them (never a made-up 0); one known only from its
+    peers' lines (a prefill instance by its bootstrap address) has a null rank, inflight, origins and echoes too."""
     unreachable = model.intake.unreachable
     return [
         {
@@ -57,7 +59,9 @@ def ranks_json(model: ClusterModel, now: float, window_s: float = 60.0) -> list[
             "rejected": {socket: _nonzero(reasons) for socket, reasons in sorted(view.rejected.items())},
             "log": log_json(view.log) if view.log is not None else None,
             "unreachable": unreachable.get(view.label),
+            "named_by": view.named_by,
             **(_NOT_IN_LOGS if view.from_log else {}),
+            **(_NOT_NAMED if view.named_by else {}),
         }
         for view in sorted(model.ranks.values(), key=lambda v: (v.role, v.instance, v.rank))
     ]
@@ -65,6 +69,8 @@ def ranks_json(model: ClusterModel, now: float, window_s: float = 60.0) -> list[
 
 _NOT_IN_LOGS = {"pid": None, "gbps": None, "cpu_percent": None, "rss_bytes": None}
 """What a rank's JSON holds where a server log read as a file tells nothing of it."""
+_NOT_NAMED = {"rank": None, "inflight": None, "origins": None, "echoes": None}
+"""What it holds besides where its peers' lines alone tell of it (its own log would say these)."""
 
 
 def log_json(log: LogFollowed) -> dict[str, Any]:
@@ -90,9 +96,10 @@ def ranks_text(model: ClusterModel, now: float) -> str:
     lines = [f"{header} {'INFLIGHT':>8} {'ORIGINS':>7} {'ECHOES':>6}  REJECTED"]
     lines += [
         f"{r['label']:<16} {r['role']:<8} {r['source']:<6} {r['state']:<6} {r['host'][:14]:<14} {_dash(r['pid']):>7} "
-        f"{_dash(r['gbps'] if r['gbps'] is None else gbps(r['gbps'])):>10} {r['inflight']:>8} {r['origins']:>7} "
-        f"{r['echoes']:>6}  {_rejected_text(r['rejected'])}"
+        f"{_dash(r['gbps'] if r['gbps'] is None else gbps(r['gbps'])):>10} {_dash(r['inflight']):>8} "
+        f"{_dash(r['origins']):>7} {_dash(r['echoes']):>6}  {_rejected_text(r['rejected'])}"
         + (f"  unreachable: {r['unreachable']}" if r["unreachable"] else "")
+        + (f"  no log of its own: named by {', '.join(r['named_by'])}" if r["named_by"] else "")
         for r in ranks_json(model, now)
     ]
     return "\n".join(lines + clock_lines(model) + sidecar_lines(model) + intake_lines(model))
@@ -269,6 +276,7 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
             "total": len(liveness),
             **{state: liveness.count(state) for state in ("alive", "stale", "gone", "log", "idle", "down")},
             "unreachable": sum(label in model.intake.unreachable for label in model.ranks),
+            "named_by_peers": sum(bool(view.named_by) for view in model.ranks.values()),
         },
         "rooms_open": len(model.open_rooms(now)),
         "rooms_finished": outcomes.finished,
@@ -311,7 +319,7 @@ def _links_json(model: ClusterModel) -> list[dict[str, Any]]:
 def status_text(model: ClusterModel, now: float, window_s: float) -> str:
     s = status_json(model, now, window_s)
     ranks, lat = s["ranks"], s["latency_s"]
-    from_logs = f", {ranks['log']} from logs" if ranks["log"] else ""
+    from_logs = f", {ranks['log']} from logs" + _peer_named(ranks) if ranks["log"] else ""
     span = f"in {window_s:g}s" if not s["span_limit"] else f"in the last {s['span_s']:.0f}s ({s['span_limit']})"
     if s["failure_rate"] is None:  # logs name a room only where it failed: the failed rooms, no rate
         health = f"{s['rooms_failed']} rooms failed ({s['failures']} failures) {span}, no failure rate (logs name "
@@ -328,7 +336,7 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
     lines += [
         f"ranks   {ranks['alive']}/{live} alive, {ranks['stale']} stale, {ranks['gone']} gone" + from_logs
         if live
-        else f"ranks   {ranks['log']} from logs (logs tell no liveness)",
+        else f"ranks   {ranks['log']} from logs (logs tell no liveness)" + _peer_named(ranks),
         f"rooms   {s['rooms_open']} open, {s['rooms_finished']} finished {span}, "
         f"{s['rooms_per_s']:.1f}/s, {gbps(s['gbps'])}"
         if live
@@ -347,6 +355,12 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
             f"{size(link['bytes'])}, {link['failed_rooms']} failed"
         )
     return "\n".join(lines + clock_lines(model) + intake_lines(model))
+
+
+def _peer_named(ranks: dict[str, int]) -> str:
+    """`, 1 known only from peers' lines (no log of its own read)`, or ""."""
+    count = ranks["named_by_peers"]
+    return f", {count} known only from peers' lines (no log of its own read)" if count else ""
 
 
 def _incidents_line(s: dict[str, Any], window_s: float) -> str:

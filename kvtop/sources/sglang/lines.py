@@ -12,6 +12,7 @@ Kinds (DOMAIN.md, "SGLang's log lines"):
 - `BatchLine`: the periodic prefill and decode batch lines with queue depths
   (`#bootstrap-req`, `#inflight-req`, `#prealloc-req`, `#transfer-req`,
   `#retracted-req`, mid-2025 `#unbootstrapped-req`/`#transferring-req`);
+- `ServerArgsLine`: the arguments a server prints as it starts (a prefill's bootstrap port);
 - `ContextLine`: everything else that explains failures: `Session X failed.`,
   `Lost connection with prefill instance (...), N requests affected`, NIXL
   transport errors, transfer worker errors and their tracebacks, context
@@ -66,6 +67,7 @@ _PREALLOC_USAGE = re.compile(r"pre-allocated usage: ([\d.]+)")
 _THROUGHPUT = re.compile(r"(gen|input) throughput \(token/s\): ([\d.]+)")
 _SESSION = re.compile(r"Session (\S+) failed\.")
 _LOST = re.compile(r"(?:Lost|Losing) connection with prefill instance \(bootstrap_addr: ([^)]*)\)")
+_BOOTSTRAP_PORT = re.compile(r"\bdisaggregation_bootstrap_port=(\d+)")
 _ROOM_CONTEXT = (
     re.compile(r"NIXL transport error for room (\d+)"),
     re.compile(r"Unexpected transfer worker error for room (\d+)"),
@@ -131,7 +133,22 @@ class ContextLine:
     text: str
 
 
-Record = FailureLine | BatchLine | ContextLine
+@dataclass(frozen=True, slots=True)
+class ServerArgsLine:
+    """The arguments a server prints as it starts (`server_args=ServerArgs(...)`)."""
+
+    bootstrap_port: int | None
+    """`disaggregation_bootstrap_port`: a prefill instance's bootstrap address ends with it."""
+
+
+Record = FailureLine | BatchLine | ContextLine | ServerArgsLine
+
+
+def lost_prefill(text: str) -> str | None:
+    """The bootstrap address (`host:port`) of the prefill instance a decode rank's line says it lost
+    (`Lost`/`Losing connection with prefill instance (bootstrap_addr: X)`), None for any other line."""
+    match = _LOST.search(text)
+    return match[1] if match else None
 
 
 def classify(prefix: Prefix, year: int) -> Record | None:
@@ -140,6 +157,9 @@ def classify(prefix: Prefix, year: int) -> Record | None:
     Raises `Garbled` for a line that starts like a kind kvtop knows but does not finish like one.
     """
     message, ts = prefix.message, prefix.ts
+    if message.startswith("server_args="):
+        port = _BOOTSTRAP_PORT.search(message)
+        return ServerArgsLine(int(port[1]) if port else None)
     if "failed for request" in message:
         return _failure(prefix)
     if " batch" in message:

@@ -31,7 +31,7 @@ from kvtop.model.fold import FailureGroup
 from kvtop.sources.sglang.context import CONTEXT_KEPT, Context, context_for
 from kvtop.sources.sglang.convert import to_heartbeat
 from kvtop.sources.sglang.infer import to_failure
-from kvtop.sources.sglang.lines import ContextLine, FailureLine, Garbled, classify
+from kvtop.sources.sglang.lines import ContextLine, FailureLine, Garbled, ServerArgsLine, classify, lost_prefill
 from kvtop.sources.sglang.naming import InstanceNames, agent_file
 from kvtop.sources.sglang.prefix import parse_prefix
 from kvtop.sources.sglang.reader import LogReader
@@ -55,6 +55,8 @@ class _File:
     last_ts: float
     """Time of the last prefixed line (the file's mtime before one): lines without a prefix get it."""
     batch_key: str = ""
+    bootstrap_port: int | None = None
+    """A prefill's bootstrap port, from its `server_args` line (None: not read)."""
     seq: dict[str, int] = field(default_factory=dict)
     related: RelatedLines = field(default_factory=RelatedLines)
 
@@ -75,6 +77,9 @@ class SGLangLogs:
         self.until: float | None = None
         """Apply nothing the logs say after this time (`--at`), and judge "now" at it."""
         self._names = InstanceNames()
+        self._peers: dict[str, dict[str, None]] = {}
+        """Bootstrap addresses of prefill instances that decode lines say were lost, each with the decode ranks
+        whose lines name it (in order)."""
         named: list[tuple[LogSpec, str, str]] = []
         for spec in parsed:
             file_role, file_instance = agent_file(spec.path.name)
@@ -148,6 +153,8 @@ class SGLangLogs:
                 if model is not None:
                     self._apply(model, file, label, run, ts)
                 run = []
+        if model is not None:
+            self._list_peers(model)
         return applied
 
     def close(self) -> None:
@@ -172,6 +179,9 @@ class SGLangLogs:
             return
         if record is None:
             return
+        if isinstance(record, ServerArgsLine):
+            file.bootstrap_port = record.bootstrap_port
+            return
         if prefix.ts is not None:
             file.last_ts = prefix.ts
         ts = record.ts if record.ts is not None else file.last_ts
@@ -186,6 +196,8 @@ class SGLangLogs:
             self.context.append(context)
             if self.fresh_context is not None:
                 self.fresh_context.append(context)
+            if record.kind == "lost_connection" and record.tp is not None and file.instance:
+                self._peer_named(record.text, f"{file.instance}/TP{record.tp}")
             return
         if not file.role:
             file.role = record.role
@@ -205,6 +217,7 @@ class SGLangLogs:
                     failure, reason_class="propagated", level=str(Level.DEBUG), is_from_another_rank=True, origin=""
                 )
             self._failures += 1
+            self._peer_named(record.reason, label)
             event = failure
         else:
             self._batches += 1
@@ -224,6 +237,27 @@ class SGLangLogs:
         )
         self._failures += 1
         pending.append((error.ts, len(pending), file, label, failure))
+
+    def _peer_named(self, text: str, label: str) -> None:
+        """Note the prefill instance a decode rank's line says it lost (by its bootstrap address)."""
+        address = lost_prefill(text)
+        if address:
+            self._peers.setdefault(address, {})[label] = None
+
+    def _list_peers(self, model: ClusterModel) -> None:
+        """List in the model each prefill instance decode lines named (`ClusterModel.peer_named`) that none of
+        the prefill logs read can be: a prefill log is ruled out only by a bootstrap port of its own that is not
+        the address's (the host a log prints is where it listens, often 0.0.0.0, not the address decode used)."""
+        for address, named_by in self._peers.items():
+            port = address.rpartition(":")[2]
+            logged = any(
+                file.role == "prefill" and (file.bootstrap_port is None or str(file.bootstrap_port) == port)
+                for file in self.files
+            )
+            if logged:
+                model.forget_peer_named(address)
+            else:
+                model.peer_named(address, "prefill", address.rpartition(":")[0], list(named_by))
 
     def _apply(self, model: ClusterModel, file: _File, label: str, events: list[Event], ts: float) -> None:
         instance, _, tp = label.rpartition("/TP")

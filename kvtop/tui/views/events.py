@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -11,6 +13,7 @@ from kvtop.tui.pages import row
 from kvtop.tui.rows import Palette, event_line
 from kvtop.tui.widgets.line import Line
 from kvtop.tui.widgets.row_list import RowList
+from kvtop.views.event_lines import to_line
 
 
 class EventsView(Vertical):
@@ -36,6 +39,12 @@ class EventsView(Vertical):
             shown = row(events, index)
             return None if shown is None else event_line(*shown, palette)
 
-        tail.set_rows(len(events), line)
+        def key(index: int) -> Hashable:
+            """What the row shows (its text and level, in the palette): a frame whose visible rows show what
+            they showed repaints nothing (events come as copies from the model process: no identity to keep)."""
+            shown = row(events, index)
+            return None if shown is None else (to_line(*shown), shown[2], palette)
+
+        tail.set_rows(len(events), line, key)
         if following:
             tail.action_jump(-1)

@@ -119,8 +119,8 @@ class RowList(ScrollView, can_focus=True):
         """New data: `count` rows drawn by `render_row`. Only the visible rows are rendered; a row longer
         than the list is cut (no sideways scrolling, so the list follows its own width when it narrows).
         With `key`, a row whose key was drawn before keeps its line, and the list is not repainted at all
-        while its visible rows' keys stay the same."""
-        unchanged = count == self._count and key is not None and self._visible_keys(key) == self._shown_keys
+        while its visible rows' keys stay the same (rows that come or go out of sight move the scrollbar only)."""
+        unchanged = key is not None and bool(self._shown_keys) and self._visible_keys(key, count) == self._shown_keys
         self._count, self._render_row, self._row_key = count, render_row, key
         self._cache.clear()
         if self._keyed:  # else nothing was drawn for the data before: the lines before it still stand
@@ -132,9 +132,9 @@ class RowList(ScrollView, can_focus=True):
         if not unchanged:
             self.refresh()
 
-    def _visible_keys(self, key: RowKey) -> list[Hashable]:
+    def _visible_keys(self, key: RowKey, count: int) -> list[Hashable]:
         top = self.scroll_offset.y
-        return [key(index) for index in range(top, min(self._count, top + self.scrollable_content_region.height))]
+        return [key(index) for index in range(top, min(count, top + self.scrollable_content_region.height))]
 
     def _resize(self, size: Size) -> None:
         """A new row count. `virtual_size` asks for a layout pass of the whole screen (30-50 ms at 160x50)
@@ -174,7 +174,7 @@ class RowList(ScrollView, can_focus=True):
         self._style = self.rich_style
         self._cursor_style = self.get_component_rich_style("row-list--cursor")
         if self._row_key is not None:
-            self._shown_keys = self._visible_keys(self._row_key)
+            self._shown_keys = self._visible_keys(self._row_key, self._count)
         return super().render_lines(crop)
 
     def render_line(self, y: int) -> Strip:

@@ -4,6 +4,8 @@ the failure tree's rows made per index."""
 from __future__ import annotations
 
 import asyncio
+import pickle
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -13,13 +15,18 @@ from rich.style import Style
 from rich.text import Span, Text
 from textual.app import App, ComposeResult
 from textual.strip import Strip
+from tui_support import FIXED_NOW, build_model
 
 from kvtop.model.fold import FailureGroup, Observed
-from kvtop.tui.frame import IncidentRow
-from kvtop.tui.rows import Pieces
+from kvtop.tui.frame import Frame, FrameBuilder, IncidentRow, Options
+from kvtop.tui.pages import Page, PageRequest
+from kvtop.tui.rows import Palette, Pieces
 from kvtop.tui.strips import line_strip
+from kvtop.tui.themes import load_themes
+from kvtop.tui.views.events import EventsView
 from kvtop.tui.views.failures import TreeRow, TreeRows, group_key
 from kvtop.tui.widgets.block import Block
+from kvtop.tui.widgets.line import Line
 from kvtop.tui.widgets.row_list import RowList, Same
 
 RED, BOLD, DIM = Style(color="red"), Style(bold=True), Style(dim=True)
@@ -143,6 +150,36 @@ def test_a_row_whose_key_is_unchanged_keeps_its_line_and_the_list_is_not_repaint
     asyncio.run(scenario())
 
 
+def test_rows_that_come_or_go_out_of_sight_repaint_nothing_but_a_changed_visible_row_does():
+    """A tail that grows below the visible rows (the events view scrolled up) keeps the list as painted; a row
+    added where the list had room, or a visible row that shows something else, repaints it."""
+    shown = [f"event {index}" for index in range(30)]
+
+    def key(index: int) -> str:
+        return shown[index]
+
+    async def scenario() -> None:
+        app = ListApp()
+        async with app.run_test(size=(40, 12)) as pilot:
+            rows = app.query_one(RowList)
+            rows.set_rows(30, lambda index: Text(shown[index]), key)
+            await pilot.pause()
+            shown.extend(f"event {index}" for index in range(30, 40))
+            rows.set_rows(40, lambda index: Text(shown[index]), key)
+            assert not rows._repaint_required, "rows below the visible ones asked for a repaint"
+            rows.set_rows(25, lambda index: Text(shown[index]), key)
+            assert not rows._repaint_required, "rows gone below the visible ones asked for a repaint"
+            shown[1] = "event one, told again"
+            rows.set_rows(25, lambda index: Text(shown[index]), key)
+            assert rows._repaint_required
+            await pilot.pause()
+            assert rows.render_line(1).text.startswith("event one, told again")
+            rows.set_rows(3, lambda index: Text(shown[index]), key)
+            assert rows._repaint_required, "visible rows went and the list kept them"
+
+    asyncio.run(scenario())
+
+
 def test_same_matches_only_the_very_object():
     one, other = [1], [1]
     assert Same(one) == Same(one)
@@ -251,5 +288,34 @@ def test_a_growing_list_repaints_its_scrollbar_only_when_the_thumb_moves():
             rows.set_rows(30, lambda index: Text(f"row {index}"))
             await pilot.pause()
             assert renders, "the thumb grew and the scrollbar was not repainted"
+
+    asyncio.run(scenario())
+
+
+class EventsApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield EventsView()
+
+
+def test_an_events_frame_that_adds_no_line_repaints_neither_the_tail_nor_its_title():
+    """The tail and its title paint once; the next frame of the same events (copies, as the model process
+    sends them) asks for no repaint, nor does one that follows with the cursor on the last line."""
+    builder = FrameBuilder(build_model())
+    palette = Palette.from_theme(load_themes().themes["kvtop-dark"])
+
+    def frame() -> Frame:
+        built = builder.build(Options(), FIXED_NOW)
+        return replace(built, events=Page.of(pickle.loads(pickle.dumps(list(built.events))), PageRequest.tail(40)))
+
+    async def scenario() -> None:
+        app = EventsApp()
+        async with app.run_test(size=(120, 20)) as pilot:
+            view = app.query_one(EventsView)
+            view.show(frame(), palette)
+            await pilot.pause()
+            tail, title = view.query_one(RowList), view.query_one("#events-title", Line)
+            assert tail.count > 20 and tail.cursor == tail.count - 1, "the tail is followed: the cursor on its end"
+            view.show(frame(), palette)
+            assert not tail._repaint_required and not title._repaint_required
 
     asyncio.run(scenario())

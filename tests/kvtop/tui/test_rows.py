@@ -123,6 +123,20 @@ def test_an_sglang_rank_with_a_long_instance_name_keeps_the_grid_aligned(palette
     assert palette.accent in styles_of(line, "sglang")
 
 
+def test_a_prefill_instance_known_only_from_its_peers_lines_shows_dashes_for_its_own_counts(palette: Palette):
+    """Named by decode lines alone (no log of its own), its rooms in flight, origins, echoes and failures over
+    time are unknown (a log rank's rate, CPU and their trends too)."""
+    empty = Trend((0.0,) * TREND_CELLS, (0,) * TREND_CELLS, (0,) * TREND_CELLS)
+    row = RankRow("10.0.0.6:8999", "prefill", "10.0.0.6:8999", 0, Liveness.LOG, 0.0, 0, 0, 0, 0.0, 0, empty, "log",
+                  named_by_peers=True)  # fmt: skip
+
+    line = rank_line(row, palette).plain
+
+    cells = ["10.0.0.6:8999", "prefill", "log", "log", "-", "-" * TREND_CELLS, "-", "-", "-", "-" * TREND_CELLS, "-"]
+    assert line.split() == [*cells, "0"]
+    assert len(line) == len(RANK_HEADER)
+
+
 def test_the_source_column_shows_only_beside_ranks_that_are_not_agents_and_outlasts_echoes():
     """All kvtop agents: no SOURCE column (it would say `agent` on every row); with an SGLang or log rank it is
     there, and where the grid is narrow it leaves after REJECTED, CPU % and ECHOES (the failures' trend still

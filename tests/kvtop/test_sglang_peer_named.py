@@ -1,0 +1,92 @@
+"""Prefill instances that wrote no log but that decode lines name as the peer they lost: listed, marked so."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kvtop_cli import kvtop_here
+
+from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel, Liveness
+from kvtop.record.keyframes import capture, restore
+from kvtop.sources.sglang import load
+from kvtop.views.tables import ranks_json
+
+FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
+PEERS = FIXTURES / "peer-named"
+"""decode-0 (TP2) loses the prefill instances at 10.0.0.6:8999 (both ranks, two rooms) and 10.0.0.5:8998 (TP0,
+one room); one more room fails with `Failed to get kvcache ...`, which names no address. The prefill log
+beside it prints bootstrap port 8998."""
+
+
+def model_of(*paths: Path) -> ClusterModel:
+    model = ClusterModel(JOURNAL_EVENTS_KEPT)
+    load(paths, model)
+    return model
+
+
+def named(model: ClusterModel) -> dict[str, list[str]]:
+    return {label: view.named_by for label, view in model.ranks.items() if view.named_by}
+
+
+def test_decode_lines_alone_list_every_prefill_address_they_name_with_the_ranks_that_named_it():
+    model = model_of(PEERS / "decode.log")
+
+    assert named(model) == {"10.0.0.6:8999": ["decode-0/TP0", "decode-0/TP1"], "10.0.0.5:8998": ["decode-0/TP0"]}
+    view = model.ranks["10.0.0.6:8999"]
+    assert (view.role, view.instance, view.host, view.source) == ("prefill", "10.0.0.6:8999", "10.0.0.6", "log")
+    assert view.liveness(0.0) is Liveness.LOG
+
+
+def test_a_prefill_log_whose_bootstrap_port_is_the_address_s_may_be_that_instance_so_it_is_not_listed():
+    """The prefill log prints port 8998: it may be 10.0.0.5:8998 (kvtop cannot tell), never 10.0.0.6:8999."""
+    model = model_of(PEERS / "decode.log", PEERS / "prefill.log")
+
+    assert named(model) == {"10.0.0.6:8999": ["decode-0/TP0", "decode-0/TP1"]}
+    assert "prefill-0/TP0" in model.ranks
+
+
+def test_a_prefill_log_that_prints_no_bootstrap_port_may_be_any_instance():
+    """lost-prefill's decode lines name 10.0.0.5:8998; its prefill log's arguments name no host: not listed."""
+    model = model_of(FIXTURES / "lost-prefill" / "decode.log", FIXTURES / "lost-prefill" / "prefill.log")
+    assert named(model) == {}
+
+    alone = model_of(FIXTURES / "lost-prefill" / "decode.log")
+    assert named(alone) == {"10.0.0.5:8998": ["decode-0/TP0", "decode-0/TP1"]}
+
+
+def test_the_json_gives_what_peers_lines_do_not_tell_as_null_and_who_named_the_instance():
+    model = model_of(PEERS / "decode.log")
+
+    rows = {row["label"]: row for row in ranks_json(model, now=0.0)}
+
+    peer = rows["10.0.0.6:8999"]
+    assert peer["named_by"] == ["decode-0/TP0", "decode-0/TP1"]
+    assert (peer["source"], peer["state"], peer["host"]) == ("log", "log", "10.0.0.6")
+    unknown = ("rank", "pid", "gbps", "inflight", "origins", "echoes", "cpu_percent", "rss_bytes", "last_seen_s")
+    assert {name: peer[name] for name in unknown} == dict.fromkeys(unknown)
+    assert rows["decode-0/TP0"]["named_by"] == []
+    assert rows["decode-0/TP0"]["origins"] == 3
+
+
+def test_ranks_and_status_text_show_dashes_and_say_the_instance_is_known_from_its_peers():
+    logs = ("--sglang-log", str(PEERS / "decode.log"), "--sglang-log", str(PEERS / "prefill.log"))
+
+    ranks = kvtop_here("ranks", *logs)
+    status = kvtop_here("status", *logs)
+    status_json = kvtop_here("status", "--json", *logs)
+
+    assert ranks.returncode == status.returncode == status_json.returncode == 0, ranks.stderr + status.stderr
+    row = next(line for line in ranks.stdout.splitlines() if line.startswith("10.0.0.6:8999"))
+    assert row.split()[:9] == ["10.0.0.6:8999", "prefill", "log", "log", "10.0.0.6", "-", "-", "-", "-"]
+    assert row.endswith("no log of its own: named by decode-0/TP0, decode-0/TP1")
+    assert "4 from logs (logs tell no liveness), 1 known only from peers' lines" in status.stdout
+    assert json.loads(status_json.stdout)["ranks"]["named_by_peers"] == 1
+
+
+def test_a_keyframe_keeps_who_named_a_rank():
+    model = model_of(PEERS / "decode.log")
+
+    restored = restore(capture(model), JOURNAL_EVENTS_KEPT)
+
+    assert named(restored) == named(model)
