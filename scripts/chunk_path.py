@@ -78,7 +78,8 @@ def _sealed_pool() -> KVPool:
 
 def _context(pool: KVPool, info: AgentInfo) -> SideContext:
     counters = Counters(COUNTER_NAMES).for_socket("data")
-    return SideContext(info, pool, TransferConfig(window_bytes=WINDOW), FaultInjector(), counters, _CONTEXT)
+    config = TransferConfig(chunk_bytes=CHUNK, window_bytes=WINDOW)
+    return SideContext(info, pool, config, FaultInjector(), counters, _CONTEXT)
 
 
 def _pair() -> tuple[zmq.Socket[bytes], zmq.Socket[bytes]]:
