@@ -10,6 +10,7 @@ from kvtop_cli import kvtop_here
 from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel, Liveness
 from kvtop.record.keyframes import capture, restore
 from kvtop.sources.sglang import load
+from kvtop.sources.sglang.lines import lost_prefill
 from kvtop.views.tables import ranks_json
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
@@ -90,3 +91,12 @@ def test_a_keyframe_keeps_who_named_a_rank():
     restored = restore(capture(model), JOURNAL_EVENTS_KEPT)
 
     assert named(restored) == named(model)
+
+
+def test_only_an_address_that_is_host_and_port_is_taken_from_a_lost_connection_line():
+    """The address a line names becomes a rank's label: anything but `host:port` (port <= 65535) names none."""
+    line = "Lost connection with prefill instance (bootstrap_addr: {}), 1 requests affected"
+    assert lost_prefill(line.format("10.0.0.6:8999")) == "10.0.0.6:8999"
+    assert lost_prefill(line.format("[fd00::1]:8998")) == "[fd00::1]:8998"
+    for bad in ("", "10.0.0.6", "10.0.0.6:99999", "host:port", "a b:1", "x" * 300 + ":1"):
+        assert lost_prefill(line.format(bad)) is None, bad

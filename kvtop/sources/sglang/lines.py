@@ -144,11 +144,19 @@ class ServerArgsLine:
 Record = FailureLine | BatchLine | ContextLine | ServerArgsLine
 
 
+_ADDRESS = re.compile(r"[^\s:]{1,253}:(\d{1,5})|\[[0-9A-Fa-f:.]{2,45}\]:(\d{1,5})")
+"""A bootstrap address as a rank label may hold it: a host (or a bracketed IPv6 address) and a port."""
+
+
 def lost_prefill(text: str) -> str | None:
     """The bootstrap address (`host:port`) of the prefill instance a decode rank's line says it lost
-    (`Lost`/`Losing connection with prefill instance (bootstrap_addr: X)`), None for any other line."""
+    (`Lost`/`Losing connection with prefill instance (bootstrap_addr: X)`); None for any other line, and for an
+    address that is no `host:port` with a port up to 65535 (it would name a rank)."""
     match = _LOST.search(text)
-    return match[1] if match else None
+    address = _ADDRESS.fullmatch(match[1].strip()) if match else None
+    if address is None or int(address[1] or address[2]) > 65535:
+        return None
+    return address[0]
 
 
 def classify(prefix: Prefix, year: int) -> Record | None:
