@@ -47,6 +47,10 @@ class TransferConfig:
     (`KVPool.seal`: one pass, on the receiver), any other chunk against the sender's xxh3-64 of it (two
     passes). Off trusts the transport's own integrity checks (TCP, RDMA ICRC); receivers count
     `chunks_unverified`."""
+    keep_receive_buffers: bool = True
+    """A decode rank raises the process's allocator thresholds so the memory its links receive chunks into
+    stays mapped (`transport.kv.memory`: about a third of the receiving I/O thread's CPU); off leaves the
+    C library's defaults to a process that manages its own (the setting is process-wide)."""
 
     def __post_init__(self) -> None:
         if self.chunk_bytes <= 0:

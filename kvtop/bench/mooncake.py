@@ -28,9 +28,11 @@ from typing import Any
 from xxhash import xxh3_64_intdigest
 
 from kvtop.bench import BenchFailed
-from kvtop.bench.baselines import source_buffer, target_buffer
+from kvtop.bench.baselines import page_bytes, source_buffer, target_buffer
 from kvtop.bench.child import ChildFailed, expect
 from kvtop.bench.cpu import CpuMeter, Leg
+from transport.kv.memory import keep_receive_buffers
+from transport.sockets import data_frame_bound
 
 _HOST = "127.0.0.1"
 _ENV = {"MC_FORCE_TCP": "1", "MOONCAKE_PROTOCOL": "tcp", "MC_LOG_LEVEL": "ERROR"}
@@ -79,9 +81,12 @@ def _engine() -> tuple[Any, str]:
     return engine, f"{_HOST}:{engine.get_rpc_port()}"
 
 
-def _receiver(conn: Connection, chunk_bytes: int, buffer_bytes: int) -> None:
-    """Register a landing buffer, tell the parent where it is, and when told, whether it holds the source."""
+def _receiver(conn: Connection, chunk_bytes: int, buffer_bytes: int, window_bytes: int) -> None:
+    """Register a landing buffer, tell the parent where it is, and when told, whether it holds the source.
+
+    Runs under the allocator setting of a kvtop decode rank (as every other leg's receiving process)."""
     try:
+        keep_receive_buffers(data_frame_bound(chunk_bytes, page_bytes(chunk_bytes)), window_bytes)
         engine, session = _engine()
         target = target_buffer(chunk_bytes, buffer_bytes)
         address = int(target.ctypes.data)
@@ -135,7 +140,7 @@ def run_mooncake(chunk_bytes: int, total_bytes: int, window_bytes: int, buffer_b
     spawn = mp.get_context("spawn")
     to_receiver, receiver_end = spawn.Pipe()
     to_sender, sender_end = spawn.Pipe()
-    receiver = spawn.Process(target=_receiver, args=(receiver_end, chunk_bytes, buffer_bytes))
+    receiver = spawn.Process(target=_receiver, args=(receiver_end, chunk_bytes, buffer_bytes, window_bytes))
     sender: mp.process.BaseProcess | None = None
     with _mooncake_env():
         receiver.start()

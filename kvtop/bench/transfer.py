@@ -15,10 +15,13 @@ the same bytes in messages of the same size (`chunk_bytes`, checked by
 - optionally Mooncake Transfer Engine's TCP transport (`kvtop.bench.mooncake`).
 
 Raw to floor is what the protocol costs; floor to kvtop, what kvtop's
-implementation adds. Legs alternate, repeats give medians, and the ratio is of
-the medians. Each leg also reports the CPU seconds both of its processes spent
-per GB in its timed window (`kvtop.bench.cpu`): on a shared machine GB/s
-follows the share of the cores a run got, CPU per byte the work it did.
+implementation adds. Every leg's receiving process runs under the allocator
+setting a kvtop decode rank applies (`transport.kv.memory`), set before the
+first leg for the largest chunk asked (its thresholds only ever rise). Legs
+alternate, repeats give medians, and the ratio is of the medians. Each leg
+also reports the CPU seconds both of its processes spent per GB in its timed
+window (`kvtop.bench.cpu`): on a shared machine GB/s follows the share of the
+cores a run got, CPU per byte the work it did.
 """
 
 from __future__ import annotations
@@ -40,7 +43,9 @@ from kvtop.bench.mooncake import require_mooncake, run_mooncake
 from kvtop.bench.report import Compare, Report, at_least, at_most
 from transport import BootstrapClient, BootstrapError, BootstrapServer, KVManager, KVPoll, KVPool, Role, TransferConfig
 from transport.curve import CurveKeys
+from transport.kv.memory import keep_receive_buffers
 from transport.kv.pool import PageIndices
+from transport.sockets import data_frame_bound
 
 _ROOMS_IN_FLIGHT = 3
 
@@ -351,6 +356,8 @@ def measure(
         check_sizes(chunk_bytes, room_bytes)
     if mooncake:
         require_mooncake()
+    largest = max(chunk_sizes)
+    keep_receive_buffers(data_frame_bound(largest, page_bytes(largest)), _config(largest, True).window_bytes)
     results = []
     total = room_bytes * rooms
     for chunk_bytes in chunk_sizes:

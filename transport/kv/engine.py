@@ -34,6 +34,7 @@ from transport.errors import BootstrapError, ConfigError, KVTransferError, Reaso
 from transport.kv.consensus import InstanceConsensus
 from transport.kv.decode import DecodeSide
 from transport.kv.faults import FaultInjector, FaultKind
+from transport.kv.memory import keep_receive_buffers
 from transport.kv.pool import KVPool
 from transport.kv.prefill import PrefillSide
 from transport.kv.reasons import Reason, from_another_rank
@@ -43,6 +44,7 @@ from transport.kv.side import SideContext
 from transport.kvpoll import KVPoll
 from transport.plane.events import AgentHello, Event, Heartbeat
 from transport.plane.publisher import EventPublisher, NullPublisher, Publisher
+from transport.sockets import data_frame_bound
 from transport.version import __version__
 from transport.wire import AgentInfo, VoteEntry
 
@@ -197,6 +199,8 @@ class KVManager:
             raise ConfigError(f"rank {rank} is outside TP size {tp}")
         self.role = role
         self.config = config or TransferConfig()
+        if role is Role.DECODE and self.config.keep_receive_buffers:
+            keep_receive_buffers(data_frame_bound(self.config.chunk_bytes, pool.page_bytes), self.config.window_bytes)
         self.bootstrap = bootstrap
         self.curve = curve
         self._zmq = zmq.Context()
