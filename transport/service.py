@@ -6,6 +6,8 @@ import logging
 import threading
 from typing import Self
 
+from transport.thread_names import name_os_thread
+
 
 class ServiceThread:
     """Serves on one daemon thread: `start()`, then `close()` stops it and waits for it (idempotent).
@@ -37,6 +39,7 @@ class ServiceThread:
         logging.getLogger(type(self).__module__).exception("the %s thread died", self.thread.name)
 
     def _run(self) -> None:
+        name_os_thread()
         try:
             self._serve()
         except Exception as error:

@@ -91,7 +91,7 @@ def run_raw(chunk_bytes: int, total_bytes: int, buffer_bytes: int) -> Leg:
         for i in range(1, total_bytes // chunk_bytes):
             start = (i % slots) * chunk_bytes
             sock.recv_into(view[start : start + chunk_bytes])
-        timed = Leg(time.perf_counter() - started, meter.stop())
+        timed = meter.stop_leg(time.perf_counter() - started)
     finally:
         sender.join(30)
         sock.close()
@@ -199,7 +199,7 @@ def run_floor(chunk_bytes: int, total_bytes: int, window_bytes: int, buffer_byte
             if unacked >= window_bytes // 4:
                 sock.send(unacked.to_bytes(8, "little"))
                 unacked = 0
-        timed = Leg(time.perf_counter() - started, meter.stop())
+        timed = meter.stop_leg(time.perf_counter() - started)
         if unacked:  # the rest of the credit: the sender waits for all of it
             sock.send(unacked.to_bytes(8, "little"))
     except zmq.Again:

@@ -6,14 +6,26 @@ ZeroMQ's I/O threads and the kernel's copies included) follows the work it
 does. On a machine whose cores the transfer saturates, throughput is about
 cores / (CPU seconds per byte), so the ratio of CPU per byte predicts the
 ratio of GB/s a quiet machine would show.
+
+Where the system tells (Linux's `/proc`), the meter also splits those seconds
+by thread, grouped by the name the kernel knows each by (`THREAD_GROUPS`;
+kvtop's threads name themselves: `transport.thread_names`): which thread of a
+leg does the work it costs more than another.
 """
 
 from __future__ import annotations
 
+import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psutil
+
+THREAD_GROUPS = (("kv-engine", "engine"), ("events-", "events"), ("ZMQbg/", "zeromq_io"), ("bootstrap", "bootstrap"))
+"""(start of a thread's kernel name, its group); a process's first thread is `main`, any other `other`. Threads
+that ended inside the timed window are `exited` (what the processes' totals hold beyond their live threads). A
+thread carries the name of the thread that started it until it names itself: pyzmq's zero-copy garbage thread,
+started by a prefill engine's first send, counts as `engine` (in the pyzmq legs, as `other`)."""
 
 
 @dataclass(frozen=True)
@@ -22,26 +34,76 @@ class Leg:
 
     seconds: float
     cpu_seconds: float
+    cpu_by_thread: dict[str, float] = field(default_factory=dict)
+    """`cpu_seconds` by thread group (`THREAD_GROUPS`); empty where the system does not tell."""
 
     def scaled(self, factor: float) -> Leg:
-        return Leg(self.seconds * factor, self.cpu_seconds * factor)
+        by_thread = {group: seconds * factor for group, seconds in self.cpu_by_thread.items()}
+        return Leg(self.seconds * factor, self.cpu_seconds * factor, by_thread)
 
 
 class CpuMeter:
-    """CPU seconds of this process and `pids` (every thread) between `start()` and `stop()`."""
+    """CPU seconds of this process and `pids` (every thread) between `start()` and `stop()`; after `stop()`,
+    `by_thread` holds them by thread group."""
 
     def __init__(self, *pids: int | None) -> None:
         self._processes = [psutil.Process()] + [psutil.Process(pid) for pid in pids if pid is not None]
         self._started = 0.0
+        self._threads: dict[tuple[int, int], tuple[str, float]] = {}
+        self.by_thread: dict[str, float] = {}
 
     def _now(self) -> float:
         return sum(cpu_seconds(process) for process in self._processes)
 
     def start(self) -> None:
+        self._threads = _thread_seconds([process.pid for process in self._processes])
         self._started = self._now()
 
     def stop(self) -> float:
-        return self._now() - self._started
+        spent = self._now() - self._started
+        ended = _thread_seconds([process.pid for process in self._processes])
+        if not ended:
+            return spent
+        by_thread: dict[str, float] = {}
+        for (pid, tid), (name, seconds) in ended.items():
+            group = _group(name, pid == tid)
+            by_thread[group] = by_thread.get(group, 0.0) + seconds - self._threads.get((pid, tid), (name, 0.0))[1]
+        by_thread["exited"] = max(0.0, spent - sum(by_thread.values()))
+        self.by_thread = by_thread
+        return spent
+
+    def stop_leg(self, seconds: float) -> Leg:
+        """`stop()`, as the leg that took `seconds` of wall time (read before this call)."""
+        return Leg(seconds, self.stop(), self.by_thread)
+
+
+def _group(name: str, first: bool) -> str:
+    if first:
+        return "main"
+    return next((group for start, group in THREAD_GROUPS if name.startswith(start)), "other")
+
+
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _thread_seconds(pids: list[int]) -> dict[tuple[int, int], tuple[str, float]]:
+    """{(pid, tid): (kernel name, CPU seconds so far)} of every live thread of `pids` ({} without `/proc`)."""
+    threads = {}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+                with open(f"/proc/{pid}/task/{tid}/comm") as comm:
+                    name = comm.read().strip()
+            except OSError:  # the thread ended meanwhile
+                continue
+            threads[(pid, int(tid))] = (name, (int(fields[11]) + int(fields[12])) / _TICKS_PER_S)
+    return threads
 
 
 def cpu_seconds(process: psutil.Process | None) -> float:

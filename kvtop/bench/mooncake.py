@@ -157,7 +157,7 @@ def run_mooncake(chunk_bytes: int, total_bytes: int, window_bytes: int, buffer_b
         started = time.perf_counter()
         to_sender.send("go")
         _expect(to_sender, "last batch", sender)
-        timed = Leg(time.perf_counter() - started, meter.stop())
+        timed = meter.stop_leg(time.perf_counter() - started)
         to_receiver.send("done")
         landed = _expect(to_receiver, "digest", receiver)
     finally:

@@ -97,6 +97,9 @@ class TransferResult:
     cpu_ratio: dict[str, float | None] = field(default_factory=dict)
     """Raw's CPU per GB over each leg's: the GB/s ratio a machine the transfer saturates would show (None
     for a leg too short for the CPU clock's 10 ms ticks)."""
+    cpu_s_per_gb_by_thread: dict[str, dict[str, float]] = field(default_factory=dict)
+    """`cpu_s_per_gb` split by thread group (`kvtop.bench.cpu.THREAD_GROUPS`: engine, events, zeromq_io, main,
+    exited, ...), medians per group: where a leg spends what it costs more than another (empty off Linux)."""
 
     REPORT: ClassVar[Report] = Report(
         setting=("chunk_bytes", "total_bytes", "repeats"),
@@ -316,7 +319,7 @@ def run_kvtop(
             meter.start()
             started = time.perf_counter()
             failed += _drive(range(2, rooms + 1), slots, begin)
-            timed = Leg(time.perf_counter() - started, meter.stop())
+            timed = meter.stop_leg(time.perf_counter() - started)
             if failed:
                 raise BenchFailed(f"{failed} benchmark rooms failed")
             if watcher is not None:
@@ -330,6 +333,15 @@ def run_kvtop(
             prefill.kill()
         bootstrap.close()
     return timed.scaled(rooms / (rooms - 1))
+
+
+def _by_thread(runs: list[Leg], total_bytes: int) -> dict[str, float]:
+    """Median CPU seconds per GB of each thread group over a leg's runs (a group absent from a run spent 0)."""
+    groups = sorted({group for leg in runs for group in leg.cpu_by_thread})
+    return {
+        group: round(statistics.median(leg.cpu_by_thread.get(group, 0.0) / total_bytes * 1e9 for leg in runs), 3)
+        for group in groups
+    }
 
 
 def _figure(medians: dict[str, float], leg: str) -> tuple[float | None, float | None]:
@@ -423,6 +435,7 @@ def measure(
                 runs_gbps={name: [round(g, 3) for g in runs] for name, runs in gbps.items()},
                 cpu_s_per_gb={name: round(c, 3) for name, c in cpu.items()},
                 cpu_ratio={name: round(cpu["raw"] / c, 3) if c else None for name, c in cpu.items()},
+                cpu_s_per_gb_by_thread={name: _by_thread(runs, total) for name, runs in ran.items()},
             )
         )
     return results

@@ -62,6 +62,10 @@ def test_transfer_bench_json_has_every_legs_figures() -> None:
     legs = {"raw", "kvtop", "unchecked", "chunk", "floor", "floor_unchecked", "e2e"}
     assert set(result["runs_gbps"]) == set(result["cpu_s_per_gb"]) == set(result["cpu_ratio"]) == legs
     assert all(cpu >= 0 for cpu in result["cpu_s_per_gb"].values())  # 4 MiB may pass within one 10 ms tick
+    by_thread = result["cpu_s_per_gb_by_thread"]
+    assert set(by_thread) == legs
+    assert {"engine", "zeromq_io", "main"} <= set(by_thread["kvtop"])  # kvtop's ranks name their threads
+    assert "engine" not in by_thread["raw"]
 
 
 @pytest.fixture

@@ -45,6 +45,7 @@ from transport.kvpoll import KVPoll
 from transport.plane.events import AgentHello, Event, Heartbeat
 from transport.plane.publisher import EventPublisher, NullPublisher, Publisher
 from transport.sockets import data_frame_bound
+from transport.thread_names import name_os_thread
 from transport.version import __version__
 from transport.wire import AgentInfo, VoteEntry
 
@@ -455,6 +456,7 @@ class KVManager:
 
     def _run(self) -> None:
         """The engine loop; an exception that escapes it is logged with its traceback (`dead_thread()` tells)."""
+        name_os_thread()
         try:
             self._loop()
         except Exception:
