@@ -10,6 +10,7 @@ from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
 from kvtop.sources.live import Collector
 from transport.harness.cluster import ClusterSpec, LocalCluster
 from transport.harness.workload import Router, WorkloadSpec, WorkloadStats
+from transport.thread_names import name_os_thread
 
 if TYPE_CHECKING:
     from kvtop.record.writer import Recorder
@@ -72,6 +73,7 @@ class EmbeddedCluster:
 
     def _drive(self) -> None:
         """The router lives on this thread (its sockets too) and submits rooms until stopped."""
+        name_os_thread()
         router = Router(self.cluster.endpoint, self.workload, self.cluster.curve)
         self.stats = router.stats
         try:

@@ -58,6 +58,7 @@ from kvtop.record.records import (
 )
 from kvtop.record.segment import SEGMENT_HEADERS, SegmentWriter, block_bytes, index_path
 from transport.plane.events import EventBatch, Snapshot
+from transport.thread_names import name_os_thread
 from transport.wire import AgentInfo
 
 log = logging.getLogger("kvtop.record")
@@ -331,6 +332,7 @@ class Recorder:
             self._lock = None
 
     def _run(self) -> None:
+        name_os_thread()
         try:
             while not self._stop.is_set():
                 self._make_pipe()

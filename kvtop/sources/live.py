@@ -27,6 +27,7 @@ from transport.errors import BootstrapError
 from transport.plane.events import Event, Snapshot
 from transport.plane.subscriber import Delivered, EventSubscriber
 from transport.registration import agent_problem
+from transport.thread_names import name_os_thread
 
 DISCOVER_EVERY_S = 2.0
 PASS_S = 0.01
@@ -200,6 +201,7 @@ class Collector:
         intake.unreachable = dict(self._subscriber.unreachable)
 
     def _run(self) -> None:
+        name_os_thread()
         try:
             self._collect()
         except Exception:

@@ -7,6 +7,7 @@ import threading
 
 from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
 from kvtop.sources.sglang.source import SGLangLogs
+from transport.thread_names import name_os_thread
 
 POLL_S = 0.25
 _log = logging.getLogger(__name__)
@@ -44,6 +45,7 @@ class LogFollower:
         self.logs.close()
 
     def _run(self) -> None:
+        name_os_thread()
         try:
             self._follow()
         except BaseException as error:  # never silent: the traceback to the log, the news to the dashboard
