@@ -56,6 +56,7 @@ class CpuMeter:
         return sum(cpu_seconds(process) for process in self._processes)
 
     def start(self) -> None:
+        self.by_thread = {}
         self._threads = _thread_seconds([process.pid for process in self._processes])
         self._started = self._now()
 

@@ -33,7 +33,7 @@ _applied = {_M_MMAP_THRESHOLD: 0, _M_TRIM_THRESHOLD: 0}
 def _mallopt() -> ctypes._NamedFuncPointer | None:
     try:
         return ctypes.CDLL(None).mallopt
-    except (AttributeError, OSError):
+    except (AttributeError, OSError, TypeError):  # no mallopt, or no C library to load by None (Windows)
         return None
 
 
