@@ -140,8 +140,9 @@ class KVSender(_Handle):
         self._side = side
 
     def send(self, pages: npt.ArrayLike) -> None:
-        """The room's KV is ready in `pages` of this rank's pool: send it once decode asked."""
-        indices = np.asarray(pages, dtype=np.uint32)
+        """The room's KV is ready in `pages` of this rank's pool: send it once decode asked (ConfigError for a
+        page outside the pool)."""
+        indices = self._manager.pool.check_pages(np.asarray(pages, dtype=np.uint32))
         record = self._record
         assert isinstance(record, SenderRoom)
         self._manager._call_soon(lambda: self._side.send(record, indices, time.monotonic()))
@@ -156,8 +157,9 @@ class KVReceiver(_Handle):
         self._side = side
 
     def init(self, pages: npt.ArrayLike) -> None:
-        """Ask the room's prefill ranks to send its KV into `pages` of this rank's pool."""
-        indices = np.asarray(pages, dtype=np.uint32)
+        """Ask the room's prefill ranks to send its KV into `pages` of this rank's pool (ConfigError for a page
+        outside the pool)."""
+        indices = self._manager.pool.check_pages(np.asarray(pages, dtype=np.uint32))
         record = self._receiver_record
         self._manager._call_soon(lambda: self._side.init(record, indices, time.monotonic()))
 

@@ -62,6 +62,13 @@ class KVPool:
         """Pages `first .. first+count-1` as one flat byte view (a slice, no copy): what goes on the wire."""
         return self._bytes[first * self.page_bytes : (first + count) * self.page_bytes]
 
+    def check_pages(self, pages: PageIndices) -> PageIndices:
+        """`pages`, once each is known to be a page of this pool (ConfigError naming the first that is not)."""
+        outside = np.flatnonzero(pages >= self.num_pages)
+        if len(outside):
+            raise ConfigError(f"page {int(pages[outside[0]])} is outside a pool of {self.num_pages} pages")
+        return pages
+
     def layer_view(self) -> npt.NDArray[np.uint8]:
         """The pool as (pages, layers, bytes per layer), a view without copy."""
         return self.data.reshape(self.num_pages, self.layers, self.page_bytes // self.layers)

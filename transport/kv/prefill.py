@@ -19,6 +19,7 @@ from transport.curve import serving
 from transport.kv import reasons
 from transport.kv.faults import FaultKind
 from transport.kv.pool import run_breaks, split_runs
+from transport.kv.registered import RegisteredMemory
 from transport.kv.rooms import LinkPlan, SenderRoom
 from transport.kv.side import SideContext, sweep_finished
 from transport.kvpoll import KVPoll
@@ -64,26 +65,31 @@ class DecodePeer:
     """A delayed chunk at the head of the queue waits until then."""
 
 
-def _checksum(payloads: list[memoryview]) -> int:
-    """xxh3-64 over the payloads, in order (what the decode rank verifies)."""
-    hasher = xxhash.xxh3_64()
-    for payload in payloads:
-        hasher.update(payload)
-    return hasher.intdigest()
+PoolSlice = tuple[int, int]
+"""(offset, nbytes) of a run of the pool's own rows: sent as registered memory, no copy, no garbage collector."""
+Payload = PoolSlice | memoryview
+"""A payload frame: the pool's rows, or bytes made for this chunk (a column slice, a corrupted copy)."""
 
 
-def _send_frames(sock: zmq.Socket[bytes], identity: bytes, header: bytes, payloads: list[memoryview]) -> None:
+def _send_frames(
+    sock: zmq.Socket[bytes], identity: bytes, header: bytes, payloads: list[Payload], pool: RegisteredMemory
+) -> None:
     """`send_multipart([identity, header, *payloads])`, NOBLOCK, payloads zero-copy.
 
     Frame by frame with the flags worked out once: send_multipart type-checks every frame
     and ORs the flag enums per frame, ~1 us a chunk. Like it, raises before the first frame
-    is queued when the peer's pipe is full (ROUTER_MANDATORY).
+    is queued when the peer's pipe is full (ROUTER_MANDATORY). The pool's rows go as
+    registered memory (`transport.kv.registered`), anything else through pyzmq.
     """
     sock.send(identity, _MORE)
     sock.send(header, _MORE)
-    for payload in payloads[:-1]:
-        sock.send(payload, _MORE, copy=False)
-    sock.send(payloads[-1], _LAST, copy=False)
+    last = len(payloads) - 1
+    for i, payload in enumerate(payloads):
+        flags = _LAST if i == last else _MORE
+        if isinstance(payload, tuple):
+            pool.send(sock, payload[0], payload[1], flags)
+        else:
+            sock.send(payload, flags, copy=False)
 
 
 class PrefillSide:
@@ -95,6 +101,7 @@ class PrefillSide:
         self._socket.router_mandatory = True
         self._socket.sndhwm = 100_000
         self.endpoint = bind_ephemeral(self._socket, host)
+        self._pool = RegisteredMemory(ctx.pool.rows(0, ctx.pool.num_pages))
         self._peers: dict[bytes, DecodePeer] = {}
         self.rooms: dict[int, SenderRoom] = {}
         self._decoder: FrameDecoder[LinkMessage] = FrameDecoder(LinkMessage)
@@ -388,16 +395,16 @@ class PrefillSide:
         start, count, runs = plan.chunks[index]
         payloads = self._payloads(record, plan, start, runs)
         digests = plan.digests[start * 8 : (start + count) * 8]
-        checksum = _checksum(payloads) if self._ctx.config.checksums and not digests else None
+        checksum = self._checksum(payloads) if self._ctx.config.checksums and not digests else None
         if corrupt:
             self._ctx.counters.add("fault_corrupt")
-            damaged = np.array(payloads[0], dtype=np.uint8)
+            damaged = np.array(self._bytes_of(payloads[0]), dtype=np.uint8)
             damaged[len(damaged) // 2] ^= 0xFF
             payloads[0] = damaged.data
         nbytes = count * plan.request.nbytes_per_page
         header = Chunk(record.room, index, index == len(plan.chunks) - 1, start, runs, nbytes, checksum, digests)
         try:
-            _send_frames(self._socket, peer.identity, encode(header), payloads)
+            _send_frames(self._socket, peer.identity, encode(header), payloads, self._pool)
         except zmq.Again:
             return False
         except zmq.ZMQError as error:
@@ -410,24 +417,35 @@ class PrefillSide:
         peer.inflight += nbytes
         return True
 
-    def _payloads(self, record: SenderRoom, plan: LinkPlan, start: int, runs: list[int]) -> list[memoryview]:
-        """One buffer per run of consecutive source pages: the pool's rows themselves when whole rows go."""
+    def _payloads(self, record: SenderRoom, plan: LinkPlan, start: int, runs: list[int]) -> list[Payload]:
+        """One payload per run of consecutive source pages: the pool's rows themselves when whole rows go."""
         assert record.src_pages is not None
         pool = self._ctx.pool
+        page_bytes = pool.page_bytes
         if plan.whole_rows and len(runs) == 1:
-            return [pool.rows(int(record.src_pages[start]), runs[0])]
+            return [(int(record.src_pages[start]) * page_bytes, runs[0] * page_bytes)]
         request = plan.request
-        payloads = []
+        payloads: list[Payload] = []
         position = start
         for run in runs:
             first = int(record.src_pages[position])
             if plan.whole_rows:
-                payloads.append(pool.rows(first, run))
+                payloads.append((first * page_bytes, run * page_bytes))
             else:
                 columns = slice(request.src_offset, request.src_offset + request.nbytes_per_page)
                 payloads.append(np.ascontiguousarray(pool.data[first : first + run, columns]).reshape(-1).data)
             position += run
         return payloads
+
+    def _bytes_of(self, payload: Payload) -> memoryview:
+        return self._pool.view(*payload) if isinstance(payload, tuple) else payload
+
+    def _checksum(self, payloads: list[Payload]) -> int:
+        """xxh3-64 over the payloads, in order (what the decode rank verifies)."""
+        hasher = xxhash.xxh3_64()
+        for payload in payloads:
+            hasher.update(self._bytes_of(payload))
+        return hasher.intdigest()
 
     def _send_status(self, peer: DecodePeer, record: SenderRoom, plan: LinkPlan | None = None) -> None:
         failure = record.failure
