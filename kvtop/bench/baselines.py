@@ -2,9 +2,11 @@
 
 - raw: PUSH sends zero-copy frames of `chunk_bytes` from a numpy buffer; PULL
   lands each with `recv_into` in a numpy buffer (the least work that moves
-  bytes from one pool into another);
+  bytes from one pool into another with pyzmq); "registered": the same, its
+  frames sent as registered memory, as a prefill rank sends its pool
+  (`transport.kv.registered`: no pyzmq garbage-collector round trip per frame);
 - floor: ROUTER to DEALER, kvtop's frames (routing id, a small header, the
-  zero-copy payload) sent frame by frame with SNDMORE, blocking, credit read
+  payload as registered memory) sent frame by frame with SNDMORE, blocking, credit read
   only when the window is full (no per-chunk poll); the receiver lands the
   payload with `recv_into` and acks per quarter window. It verifies what kvtop
   verifies ("chunk": xxh3 of each chunk, hashed by the sender), nothing
@@ -30,6 +32,7 @@ from xxhash import xxh3_64_intdigest
 
 from kvtop.bench import BenchFailed
 from kvtop.bench.cpu import CpuMeter, Leg
+from transport.kv.registered import RegisteredMemory
 
 PAGE_BYTES_MAX = 64 << 10
 """The bench's page size for chunks of 64 KiB and more (kvtop moves whole pages)."""
@@ -55,23 +58,27 @@ def target_buffer(chunk_bytes: int, buffer_bytes: int) -> npt.NDArray[np.uint8]:
     return target
 
 
-def _raw_sender(endpoint: str, chunk_bytes: int, total_bytes: int, buffer_bytes: int) -> None:
+def _raw_sender(endpoint: str, chunk_bytes: int, total_bytes: int, buffer_bytes: int, registered: bool) -> None:
     context = zmq.Context()
     sock = context.socket(zmq.PUSH)
     sock.connect(endpoint)
     source = source_buffer(chunk_bytes, buffer_bytes)
     view = source.data
+    memory = RegisteredMemory(view)
     slots = len(source) // chunk_bytes
     for i in range(total_bytes // chunk_bytes):
         start = (i % slots) * chunk_bytes
-        sock.send(view[start : start + chunk_bytes], copy=False)
+        if registered:
+            memory.send(sock, start, chunk_bytes, 0)
+        else:
+            sock.send(view[start : start + chunk_bytes], copy=False)
     sock.close(linger=-1)
     context.term()
 
 
-def run_raw(chunk_bytes: int, total_bytes: int, buffer_bytes: int) -> Leg:
+def run_raw(chunk_bytes: int, total_bytes: int, buffer_bytes: int, registered: bool = False) -> Leg:
     """Seconds (wall and CPU) to receive `total_bytes` in `chunk_bytes` messages with `recv_into`, cycling
-    through buffers."""
+    through buffers; sent with pyzmq's zero-copy send, or as registered memory."""
     context = zmq.Context()
     sock = context.socket(zmq.PULL)
     sock.linger = 0
@@ -80,7 +87,7 @@ def run_raw(chunk_bytes: int, total_bytes: int, buffer_bytes: int) -> Leg:
     view = target.data
     slots = len(target) // chunk_bytes
     sender = mp.get_context("spawn").Process(
-        target=_raw_sender, args=(f"tcp://127.0.0.1:{port}", chunk_bytes, total_bytes, buffer_bytes)
+        target=_raw_sender, args=(f"tcp://127.0.0.1:{port}", chunk_bytes, total_bytes, buffer_bytes, registered)
     )
     sender.start()
     meter = CpuMeter(sender.pid)
@@ -122,13 +129,14 @@ def _floor_sender(
     endpoint: str, chunk_bytes: int, total_bytes: int, window_bytes: int, buffer_bytes: int, check: Check
 ) -> None:
     """The least work that sends kvtop's frames: [routing id, header, payload] per chunk, blocking sends,
-    zero-copy payload, credit read only when the window is full (no per-chunk poll)."""
+    the payload as registered memory, credit read only when the window is full (no per-chunk poll)."""
     context = zmq.Context()
     sock = context.socket(zmq.ROUTER)
     sock.router_mandatory = True
     sock.connect(endpoint)
     source = source_buffer(chunk_bytes, buffer_bytes)
     view = source.data
+    memory = RegisteredMemory(view)
     slots = len(source) // chunk_bytes
     pages = chunk_bytes // page_bytes(chunk_bytes)
     stored = page_digests(source, page_bytes(chunk_bytes)) if check == "page" else b""  # at write time
@@ -150,7 +158,7 @@ def _floor_sender(
             header = _HEADER.pack(1, i, pages, 0)
         sock.send(identity, more)
         sock.send(header, more)
-        sock.send(payload, copy=False)
+        memory.send(sock, slot * chunk_bytes, chunk_bytes, 0)
         inflight += chunk_bytes
     while inflight > 0:  # every byte acked before leaving, so the receiver's last acks find this socket
         sock.recv()

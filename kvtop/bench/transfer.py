@@ -6,6 +6,9 @@ the same bytes in messages of the same size (`chunk_bytes`, checked by
 
 - raw, and optionally the protocol's least work (floor: with kvtop's checksums,
   without, or with end-to-end page checksums), in pure pyzmq: `baselines`;
+  with `floor`, raw again with its frames sent as registered memory, as kvtop's
+  prefill ranks send theirs (raw pyzmq pays a garbage-collector round trip per
+  zero-copy frame that they do not);
 - kvtop: a prefill rank and a decode rank with KV pools, bootstrap, transfer
   requests, credit flow control, end-to-end page checksums (the prefill's pages
   sealed when written, each verified where it lands) and acks; rooms of
@@ -73,6 +76,12 @@ class TransferResult:
     floor_unchecked_gbps: float | None = None
     """The same least work without checksums."""
     ratio_floor_unchecked: float | None = None
+    raw_registered_gbps: float | None = None
+    """Raw with its frames sent as registered memory (None unless the floor legs ran): raw pyzmq without the
+    per-frame garbage-collector round trip that kvtop's registered sends leave out."""
+    ratio_raw_registered: float | None = None
+    kvtop_vs_raw_registered: float | None = None
+    """kvtop's median GB/s over raw's with registered sends."""
     e2e_gbps: float | None = None
     """The least work with end-to-end page checksums (hashed when written, verified where they land)."""
     ratio_e2e: float | None = None
@@ -109,6 +118,8 @@ class TransferResult:
             Compare("kvtop_chunk_gbps", "raw_gbps", "ratio_chunk"),
             Compare("floor_gbps", "raw_gbps", "ratio_floor"),
             Compare("floor_unchecked_gbps", "raw_gbps", "ratio_floor_unchecked"),
+            Compare("raw_registered_gbps", "raw_gbps", "ratio_raw_registered"),
+            Compare("kvtop_gbps", "raw_registered_gbps", "kvtop_vs_raw_registered"),
             Compare("e2e_gbps", "raw_gbps", "ratio_e2e"),
             Compare("mooncake_gbps", "raw_gbps", "ratio_mooncake"),
             Compare("kvtop_gbps", "mooncake_gbps", "kvtop_vs_mooncake"),
@@ -361,7 +372,8 @@ def measure(
     e2e: bool = False,
     mooncake: bool = False,
 ) -> list[TransferResult]:
-    """Alternate raw, kvtop, unchecked kvtop (per-chunk-checksum kvtop, floor, unchecked floor; e2e; Mooncake)
+    """Alternate raw, kvtop, unchecked kvtop (per-chunk-checksum kvtop, floor, unchecked floor, registered raw;
+    e2e; Mooncake)
     legs `repeats` times per chunk size; medians and ratios. Raises ValueError for sizes the legs cannot share
     (`check_sizes`), BenchFailed before any leg runs when Mooncake is asked for and missing."""
     for chunk_bytes in chunk_sizes:
@@ -373,8 +385,8 @@ def measure(
     results = []
     total = room_bytes * rooms
     for chunk_bytes in chunk_sizes:
-        legs: dict[str, list[Leg]] = {"raw": [], "kvtop": [], "unchecked": [], "chunk": [], "floor": [],
-                                      "floor_unchecked": [], "e2e": [], "mooncake": []}  # fmt: skip
+        names = ("raw", "kvtop", "unchecked", "chunk", "floor", "floor_unchecked", "raw_registered", "e2e", "mooncake")
+        legs: dict[str, list[Leg]] = {name: [] for name in names}
         pool = pool_bytes(chunk_bytes, room_bytes)
         window = _config(chunk_bytes, True).window_bytes
         for repeat in range(repeats):
@@ -385,6 +397,7 @@ def measure(
                 legs["chunk"].append(run_kvtop(chunk_bytes, room_bytes, rooms, seal=False))
                 legs["floor"].append(run_floor(chunk_bytes, total, window, pool, "chunk"))
                 legs["floor_unchecked"].append(run_floor(chunk_bytes, total, window, pool, "none"))
+                legs["raw_registered"].append(run_raw(chunk_bytes, total, pool, registered=True))
             if e2e:
                 legs["e2e"].append(run_floor(chunk_bytes, total, window, pool, "page"))
             if mooncake:
@@ -406,6 +419,7 @@ def measure(
         chunk_gbps, ratio_chunk = _figure(med, "chunk")
         floor_gbps, ratio_floor = _figure(med, "floor")
         floor_unchecked, ratio_floor_unchecked = _figure(med, "floor_unchecked")
+        raw_registered, ratio_raw_registered = _figure(med, "raw_registered")
         e2e_gbps, ratio_e2e = _figure(med, "e2e")
         mooncake_gbps, ratio_mooncake = _figure(med, "mooncake")
         results.append(
@@ -424,6 +438,9 @@ def measure(
                 ratio_floor=ratio_floor,
                 floor_unchecked_gbps=floor_unchecked,
                 ratio_floor_unchecked=ratio_floor_unchecked,
+                raw_registered_gbps=raw_registered,
+                ratio_raw_registered=ratio_raw_registered,
+                kvtop_vs_raw_registered=round(med["kvtop"] / med["raw_registered"], 3) if floor else None,
                 e2e_gbps=e2e_gbps,
                 ratio_e2e=ratio_e2e,
                 ratio_gap_e2e=round(ratio_e2e - med["kvtop"] / base, 3) if ratio_e2e is not None else None,

@@ -60,8 +60,9 @@ def bench_transfer(
         typer.Option(
             "--floor",
             help="Add two legs of the protocol's least work in pure pyzmq (kvtop's frames sent with SNDMORE, "
-            "zero-copy, no per-chunk poll, recv_into, credit window), with kvtop's per-chunk xxh3 and without "
-            "checksums, to split the gap into protocol and implementation.",
+            "payloads as registered memory, no per-chunk poll, recv_into, credit window), with kvtop's per-chunk "
+            "xxh3 and without checksums, to split the gap into protocol and implementation; and raw with "
+            "registered sends (raw without pyzmq's garbage-collector round trip per frame).",
         ),
     ] = False,
     e2e: Annotated[
@@ -88,7 +89,8 @@ def bench_transfer(
     Each run starts a prefill rank process and a decode rank (KV pools, bootstrap, credits, checksums,
     events) and, alternating with it, a raw PUSH process sending zero-copy into a PULL that lands each
     message with recv_into in a numpy buffer; a third leg repeats the kvtop run with checksums off; --floor
-    and --e2e add the bare protocol without kvtop, --vs-mooncake Mooncake's TCP transport. Exits 1 when a room
+    and --e2e add the bare protocol without kvtop (--floor also raw with registered sends, as kvtop's prefill
+    ranks send), --vs-mooncake Mooncake's TCP transport. Exits 1 when a room
     or a checksum failed or Mooncake was asked for and is missing, 2 for sizes the legs cannot share. Progress
     goes to stderr.
     """

@@ -52,14 +52,15 @@ def test_transfer_bench_json_has_every_legs_figures() -> None:
     assert result["chunk_bytes"] == 65536
     assert result["total_bytes"] == 4 << 20
     for leg in ("raw_gbps", "kvtop_gbps", "kvtop_unchecked_gbps", "kvtop_chunk_gbps", "floor_gbps",
-                "floor_unchecked_gbps", "e2e_gbps"):  # fmt: skip
+                "floor_unchecked_gbps", "raw_registered_gbps", "e2e_gbps"):  # fmt: skip
         assert result[leg] > 0, leg
-    for ratio in ("ratio", "ratio_unchecked", "ratio_chunk", "ratio_floor", "ratio_floor_unchecked", "ratio_e2e"):
+    for ratio in ("ratio", "ratio_unchecked", "ratio_chunk", "ratio_floor", "ratio_floor_unchecked", "ratio_e2e",
+                  "ratio_raw_registered", "kvtop_vs_raw_registered"):  # fmt: skip
         assert result[ratio] > 0, ratio
     assert result["e2e_write_hash_gbps"] > 0
     assert result["ratio_gap_e2e"] == pytest.approx(result["ratio_e2e"] - result["ratio"], abs=0.002)
     assert result["e2e_vs_mooncake"] is None  # Mooncake was not asked for
-    legs = {"raw", "kvtop", "unchecked", "chunk", "floor", "floor_unchecked", "e2e"}
+    legs = {"raw", "kvtop", "unchecked", "chunk", "floor", "floor_unchecked", "raw_registered", "e2e"}
     assert set(result["runs_gbps"]) == set(result["cpu_s_per_gb"]) == set(result["cpu_ratio"]) == legs
     assert all(cpu >= 0 for cpu in result["cpu_s_per_gb"].values())  # 4 MiB may pass within one 10 ms tick
     by_thread = result["cpu_s_per_gb_by_thread"]
