@@ -2,7 +2,8 @@
 
 One ROUTER socket serves every decode rank that talks to this prefill rank.
 Chunks of one link go in room order, at most `window_bytes` unacknowledged;
-a room succeeds when every chunk on every link is acknowledged.
+a room succeeds when every chunk on every link is acknowledged. Whole pages go
+straight from the pool, as registered memory (`transport.kv.registered`).
 """
 
 from __future__ import annotations
@@ -438,6 +439,7 @@ class PrefillSide:
         return payloads
 
     def _bytes_of(self, payload: Payload) -> memoryview:
+        """A payload's bytes, without copy."""
         return self._pool.view(*payload) if isinstance(payload, tuple) else payload
 
     def _checksum(self, payloads: list[Payload]) -> int:
