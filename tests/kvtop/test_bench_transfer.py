@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import xxhash
 
-from kvtop.bench import BenchFailed
+from kvtop.bench import BenchFailed, transfer
 from kvtop.bench.baselines import page_digests
 from kvtop.bench.mooncake import require_mooncake
 from kvtop.bench.report import text
@@ -100,3 +100,16 @@ def test_without_vs_mooncake_the_mooncake_figures_are_absent() -> None:
     result = TransferResult(1 << 20, 2.0, 2.5, 0.8, 2.2, 0.88, 5, 1 << 30)
     assert result.mooncake_gbps is result.kvtop_vs_mooncake is None
     assert "mooncake" not in text(result.as_dict(), result.REPORT)
+
+
+@pytest.mark.processes
+def test_without_libzmq_calls_there_is_no_registered_raw_figure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where registered sends fall back to pyzmq, a `raw_registered` leg would be raw pyzmq under another name:
+    the floor legs run without it and its figures are None."""
+    monkeypatch.setattr(transfer, "registered_sends", lambda: False)
+
+    (result,) = transfer.measure([64 << 10], 1 << 20, 4, 1, lambda _: None, floor=True)
+
+    assert result.raw_registered_gbps is result.ratio_raw_registered is result.kvtop_vs_raw_registered is None
+    assert "raw_registered" not in result.runs_gbps
+    assert result.floor_gbps is not None and result.floor_gbps > 0
