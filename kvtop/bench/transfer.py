@@ -10,11 +10,12 @@ the same bytes in messages of the same size (`chunk_bytes`, checked by
   prefill ranks send theirs (raw pyzmq pays a garbage-collector round trip per
   zero-copy frame that they do not);
 - kvtop: a prefill rank and a decode rank with KV pools, bootstrap, transfer
-  requests, credit flow control, end-to-end page checksums (the prefill's pages
-  sealed when written, each verified where it lands) and acks; rooms of
-  `room_bytes`, three in flight; again with checksums off (unchecked); and with
-  `floor`, with per-chunk checksums (pages not sealed: the sender hashes each
-  chunk as it goes);
+  requests, credit flow control (a rank's default window, at least four chunks;
+  the floor and Mooncake legs get the same window), end-to-end page checksums
+  (the prefill's pages sealed when written, each verified where it lands) and
+  acks; rooms of `room_bytes`, three in flight; again with checksums off
+  (unchecked); and with `floor`, with per-chunk checksums (pages not sealed:
+  the sender hashes each chunk as it goes);
 - optionally Mooncake Transfer Engine's TCP transport (`kvtop.bench.mooncake`).
 
 Raw to floor is what the protocol costs; floor to kvtop, what kvtop's
@@ -245,7 +246,9 @@ def _refuses_plain_clients(bootstrap: str) -> None:
 
 
 def _config(chunk_bytes: int, checksums: bool) -> TransferConfig:
-    return TransferConfig(chunk_bytes=chunk_bytes, window_bytes=max(32 << 20, 4 * chunk_bytes), checksums=checksums)
+    """The settings a rank runs with by default, at this chunk size (a window of at least four chunks)."""
+    window = max(TransferConfig().window_bytes, 4 * chunk_bytes)
+    return TransferConfig(chunk_bytes=chunk_bytes, window_bytes=window, checksums=checksums)
 
 
 class Watcher(Protocol):

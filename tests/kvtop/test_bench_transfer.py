@@ -17,6 +17,7 @@ from kvtop.bench.mooncake import require_mooncake
 from kvtop.bench.report import text
 from kvtop.bench.transfer import TransferResult, check_sizes
 from tests.kvtop.kvtop_cli import kvtop, kvtop_here
+from transport import TransferConfig
 
 
 def test_a_chunk_kvtop_cannot_send_as_whole_pages_is_refused() -> None:
@@ -32,6 +33,13 @@ def test_a_room_that_is_no_whole_number_of_chunks_is_refused() -> None:
         check_sizes(1 << 20, 3 << 19)
     check_sizes(1 << 20, 64 << 20)
     check_sizes(16 << 10, 48 << 10)
+
+
+def test_the_legs_run_a_ranks_default_credit_window() -> None:
+    """The bench measures the window users run (kvtop's default), widened only to hold four chunks."""
+    default = TransferConfig().window_bytes
+    assert transfer._config(1 << 20, True).window_bytes == default
+    assert transfer._config(default, False).window_bytes == 4 * default
 
 
 def test_page_digests_are_each_pages_xxh3_in_order() -> None:
