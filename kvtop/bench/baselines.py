@@ -12,7 +12,9 @@
   verifies ("chunk": xxh3 of each chunk, hashed by the sender), nothing
   ("none"), or end-to-end page checksums ("page": each page hashed when it is
   written, before anything moves, as a forward pass would; the digests ride in
-  the header; each landed page is verified: no hash on the sender's path).
+  the header; each landed page is verified: no hash on the sender's path; a
+  chunk of more than a block is copied and hashed a block at a time, as a
+  decode rank lands it: `transport.kv.pool.land_digested`).
 
 Each returns a `Leg`: wall and CPU seconds of both processes for its bytes.
 """
@@ -32,6 +34,7 @@ from xxhash import xxh3_64_intdigest
 
 from kvtop.bench import BenchFailed
 from kvtop.bench.cpu import CpuMeter, Leg
+from transport.kv.pool import LAND_BLOCK_BYTES, land_digested
 from transport.kv.registered import RegisteredMemory
 
 PAGE_BYTES_MAX = 64 << 10
@@ -181,6 +184,7 @@ def run_floor(chunk_bytes: int, total_bytes: int, window_bytes: int, buffer_byte
     count = total_bytes // chunk_bytes
     page = page_bytes(chunk_bytes)
     offsets = range(0, chunk_bytes, page)
+    blockwise = check == "page" and chunk_bytes > LAND_BLOCK_BYTES  # copied and hashed a block at a time, as kvtop
     sender = mp.get_context("spawn").Process(
         target=_floor_sender,
         args=(f"tcp://127.0.0.1:{port}", chunk_bytes, total_bytes, window_bytes, buffer_bytes, check),
@@ -198,10 +202,13 @@ def run_floor(chunk_bytes: int, total_bytes: int, window_bytes: int, buffer_byte
                 started = time.perf_counter()
             slot = i % slots
             landed = view[slot * chunk_bytes : (slot + 1) * chunk_bytes]
-            sock.recv_into(landed)
+            if blockwise:
+                mismatched += land_digested(sock.recv(copy=False).buffer, landed, page) != header[_HEADER.size :]
+            else:
+                sock.recv_into(landed)
             if check == "chunk":
                 mismatched += xxh3_64_intdigest(landed) != _HEADER.unpack_from(header)[3]
-            elif check == "page":
+            elif check == "page" and not blockwise:
                 mismatched += b"".join([xxh3_digest(landed[o : o + page]) for o in offsets]) != header[_HEADER.size :]
             unacked += chunk_bytes
             if unacked >= window_bytes // 4:

@@ -10,6 +10,7 @@ import pytest
 import zmq
 
 from transport import FaultInjector, FaultSpec, KVPoll, Role, Timeouts, TransferConfig
+from transport.kv.pool import LAND_BLOCK_BYTES
 from transport.wire import Abort, AbortAck, FrameDecoder, Hello, LinkMessage, Welcome, encode
 
 PAGE_BYTES = 4096
@@ -158,15 +159,22 @@ def test_corrupted_chunk_fails_on_decode_as_origin_and_echoes_to_prefill(make_ma
     assert sender.reason_class == "propagated"
 
 
-def test_page_changed_after_sealing_fails_where_it_lands(make_manager, wait_for):
+@pytest.mark.parametrize(
+    ("chunk_pages", "damaged", "chunk"),
+    [(2, 11, 5), (LAND_BLOCK_BYTES // PAGE_BYTES * 2, 200, 1)],
+    ids=["small-chunks", "chunks-landed-a-block-at-a-time"],
+)
+def test_page_changed_after_sealing_fails_where_it_lands(make_manager, wait_for, chunk_pages, damaged, chunk):
     """End-to-end page checksums: a page whose bytes changed after its writer sealed it (memory damaged between
     the forward pass and the transfer) fails the room as `checksum` on the decode rank, naming that page and the
-    sender, with no fault injected and no hash on the sender's path."""
-    prefill = make_manager(Role.PREFILL, "prefill-0", config=short())
-    decode = make_manager(Role.DECODE, "decode-0", config=short())
-    pages = np.arange(16, dtype=np.uint32)
+    sender, with no fault injected and no hash on the sender's path; also where a chunk is larger than a block
+    and lands a block at a time (the damaged page in a chunk's second block)."""
+    config = TransferConfig(chunk_bytes=chunk_pages * PAGE_BYTES, window_bytes=4 * chunk_pages * PAGE_BYTES)
+    prefill = make_manager(Role.PREFILL, "prefill-0", config=config, num_pages=256)
+    decode = make_manager(Role.DECODE, "decode-0", config=config, num_pages=256)
+    pages = np.arange(256 if chunk_pages > 2 else 16, dtype=np.uint32)
     prefill.pool.fill_pattern(pages, seed=50)
-    prefill.pool.data[11, 100] ^= 0x01
+    prefill.pool.data[damaged, 100] ^= 0x01
     sender = prefill.sender(50)
     receiver = decode.receiver(50, "prefill-0")
     receiver.init(pages)
@@ -178,7 +186,8 @@ def test_page_changed_after_sealing_fails_where_it_lands(make_manager, wait_for)
     assert failure is not None
     assert receiver.reason_class == "checksum"
     assert re.fullmatch(
-        r"KV chunk 5 of room 50 from prefill rank 0 failed its checksum \(page 11: .+\)", failure.failure_reason
+        rf"KV chunk {chunk} of room 50 from prefill rank 0 failed its checksum \(page {damaged}: .+\)",
+        failure.failure_reason,
     )
     assert decode.info.label == failure.origin
     assert prefill.info.label == failure.suspect

@@ -27,7 +27,7 @@ from transport.counters import Counters
 from transport.harness.agent import AgentOptions, child_args, parse_args
 from transport.kv import reasons
 from transport.kv.mapping import Pairing, pairings_for_decode_rank
-from transport.kv.pool import PoolExhausted, is_one_run, run_breaks, split_runs
+from transport.kv.pool import LAND_BLOCK_BYTES, PoolExhausted, is_one_run, land_digested, run_breaks, split_runs
 from transport.kv.rooms import RoomRecord
 from transport.kvpoll import advance
 from transport.plane.events import AgentHello, Event, Failure, Heartbeat, LogContext, Progress, RoomState, TransferDone
@@ -356,6 +356,21 @@ def test_pool_rows_is_a_writable_view_of_consecutive_pages():
     assert len(rows) == 512 and bytes(rows) == pool.data[1:3].tobytes()
     rows[0] ^= 0xFF
     assert pool.data[1, 0] == rows[0]
+
+
+@pytest.mark.parametrize("page_bytes", [4096, LAND_BLOCK_BYTES, 3 * LAND_BLOCK_BYTES // 2])
+def test_a_frame_landed_a_block_at_a_time_is_copied_whole_with_each_pages_digest(page_bytes):
+    """`land_digested` over a frame of several blocks and a partial one (pages smaller than a block, as large,
+    larger): every byte lands, and the digests are the landed pages' xxh3-64, in order, as a writer seals them."""
+    pages = 2 * max(1, LAND_BLOCK_BYTES // page_bytes) + 1
+    sender, receiver = KVPool(pages, page_bytes), KVPool(pages, page_bytes)
+    everything = np.arange(pages, dtype=np.uint32)
+    sender.fill_pattern(everything, seed=9)
+
+    digests = land_digested(sender.rows(0, pages), receiver.rows(0, pages), page_bytes)
+
+    assert np.array_equal(receiver.data, sender.data)
+    assert digests == sender.sealed_digests(everything)
 
 
 # --- wire --------------------------------------------------------------------------------

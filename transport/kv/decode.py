@@ -22,7 +22,7 @@ from transport.curve import dialing
 from transport.errors import ConfigError, FrameRejected
 from transport.kv import reasons
 from transport.kv.mapping import Pairing, pairings_for_decode_rank
-from transport.kv.pool import PageIndices, is_one_run, run_breaks
+from transport.kv.pool import LAND_BLOCK_BYTES, PageIndices, is_one_run, land_digested, run_breaks
 from transport.kv.rooms import ReceiverRoom
 from transport.kv.routes import RouteBook
 from transport.kv.side import SideContext, sweep_finished
@@ -396,7 +396,8 @@ class DecodeSide:
         """Receive each payload frame into its pages, hashing the frame (`hasher`) or, when the chunk carries
         `page_digests`, each page; (what went wrong (counted) or '', the landed pages' digests or b'').
 
-        Consecutive whole rows are received in place; anything else through a scratch buffer.
+        Consecutive whole rows are received in place (a frame of more than a block, with page digests, is
+        copied and hashed a block at a time: `land_digested`); anything else through a scratch buffer.
         """
         assert record.dst_pages is not None
         pool = self._ctx.pool
@@ -415,18 +416,25 @@ class DecodeSide:
             else:
                 scratch = np.empty(count * width, dtype=np.uint8)
                 target = scratch.data
-            received = sock.recv_into(target)
+            frame = None
+            if by_page and scratch is None and len(target) > LAND_BLOCK_BYTES:  # landed a block at a time
+                frame = sock.recv(copy=False).buffer
+                received = len(frame)
+            else:
+                received = sock.recv_into(target)
             if received != len(target):
                 drain_message(sock)
                 self._ctx.counters.reject("oversize" if received > len(target) else "truncated")
                 return f"frame of {received} B for {len(target)} B", b""
-            if scratch is not None:
-                rows = record.dst_pages[position : position + count]
-                pool.data[rows, pairing.dst_offset : pairing.dst_offset + width] = scratch.reshape(count, width)
-            if by_page:
+            if frame is not None:
+                digests.append(land_digested(frame, target, width))
+            elif by_page:
                 digests += [xxh3_64_digest(target[o : o + width]) for o in range(0, len(target), width)]
             elif hasher is not None:
                 hasher.update(target)
+            if scratch is not None:
+                rows = record.dst_pages[position : position + count]
+                pool.data[rows, pairing.dst_offset : pairing.dst_offset + width] = scratch.reshape(count, width)
             position += count
         return "", b"".join(digests)
 
