@@ -7,7 +7,7 @@ times only the engine side of one chunk, by thread CPU time, against the least w
 
 - landing: a decode rank's `DecodeSide` reads chunks (kvtop's header, one 1 MiB payload of sealed pages)
   from an inproc socket into its pool, verifies every page's digest and acknowledges; the floor receives
-  the header, `recv_into`s the payload and compares the page digests.
+  the header, lands the payload as kvtop does (`land_digested`) and compares the page digests.
 - sending: a prefill rank's `PrefillSide` serves a DEALER thread that asks for the rooms and acknowledges
   every quarter window as a decode rank does (real TCP on loopback); the floor sends the same frames
   (routing id, header, zero-copy payload) under the same credit window.
@@ -31,7 +31,6 @@ from collections.abc import Callable
 
 import numpy as np
 import zmq
-from xxhash import xxh3_64_digest
 
 from transport.config import TransferConfig
 from transport.counters import Counters
@@ -39,7 +38,7 @@ from transport.kv.decode import DecodeSide, PrefillLink
 from transport.kv.engine import COUNTER_NAMES
 from transport.kv.faults import FaultInjector
 from transport.kv.mapping import Pairing
-from transport.kv.pool import KVPool, run_breaks
+from transport.kv.pool import KVPool, land_digested, run_breaks
 from transport.kv.prefill import PrefillSide
 from transport.kv.rooms import ReceiverRoom, SenderRoom
 from transport.kv.side import SideContext
@@ -53,7 +52,7 @@ ROOM_CHUNKS = 64
 ROOMS = 32
 CHUNKS = ROOMS * ROOM_CHUNKS
 SLOTS = 3
-WINDOW = 32 << 20
+WINDOW = TransferConfig().window_bytes
 _FLOOR_HEADER = struct.Struct("<QIIQ")
 _CONTEXT = zmq.Context()
 _DECODE = AgentInfo("decode", "bench-decode", 0, 1, PAGE, "", "", 1, "localhost", 1)
@@ -134,7 +133,8 @@ def land_kvtop(source: KVPool) -> float:
 
 
 def land_floor(source: KVPool) -> float:
-    """The least work: receive the header, `recv_into` the payload, compare each page's digest."""
+    """The least work: receive the header, land the payload a block at a time hashing each page (as kvtop
+    lands a frame larger than a block: `land_digested`), compare the pages' digests."""
     sender, receiver = _pair()
     view = KVPool(source.num_pages, PAGE).data.reshape(-1).data
     digest_bytes = 8 * PAGES_PER_CHUNK
@@ -145,8 +145,7 @@ def land_floor(source: KVPool) -> float:
         header = receiver.recv()
         first = int(_slot_pages(1 + i // ROOM_CHUNKS)[(i % ROOM_CHUNKS) * PAGES_PER_CHUNK]) * PAGE
         landed = view[first : first + CHUNK]
-        receiver.recv_into(landed)
-        digests = b"".join([xxh3_64_digest(landed[o : o + PAGE]) for o in range(0, CHUNK, PAGE)])
+        digests = land_digested(receiver.recv(copy=False).buffer, landed, PAGE)
         mismatched += digests != header[-digest_bytes:]  # kvtop's header ends with the page digests
     spent = time.thread_time() - started
     sender.close(0)
