@@ -10,8 +10,8 @@ thread wake-up and a GIL hand-off in the sending process per chunk.
 A KV pool needs none of it: it is allocated once and kept by its `KVManager`
 until the manager's ZeroMQ context has terminated, after which libzmq holds no
 frame. So slices of it go out as frames without a free function
-(`zmq_msg_init_data(..., ffn=NULL)`: libzmq's constant messages), sent on the
-pyzmq socket's own handle through ctypes. Where this process's libzmq does not
+(`zmq_send_const`: libzmq's constant messages), sent on the pyzmq socket's own
+handle through ctypes, one call a frame. Where this process's libzmq does not
 export those calls (no pyzmq Cython backend, or a libzmq older than 4.1), the
 same sends go through pyzmq's zero-copy path: slower, same bytes.
 """
@@ -20,48 +20,37 @@ from __future__ import annotations
 
 import ctypes
 import errno
-from typing import Final
+from collections.abc import Callable
 
 import numpy as np
 import zmq
 
-_MSG_BYTES: Final = 64
-"""sizeof(zmq_msg_t) since libzmq 4.1."""
+_SendConst = Callable[[int, int, int, int], int]
+"""`zmq_send_const(socket, buffer, length, flags)`: a frame of memory libzmq neither copies nor frees."""
 
 
-class _LibZmq:
-    """The three libzmq calls a registered send makes, from the libzmq pyzmq itself runs on."""
-
-    def __init__(self, library: ctypes.CDLL) -> None:
-        self.init_data = library.zmq_msg_init_data
-        self.init_data.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p]
-        self.init_data.restype = ctypes.c_int
-        self.send = library.zmq_msg_send
-        self.send.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
-        self.send.restype = ctypes.c_int
-        self.close = library.zmq_msg_close
-        self.close.argtypes = [ctypes.c_void_p]
-        self.close.restype = ctypes.c_int
-
-
-def _load() -> _LibZmq | None:
-    """libzmq's calls, resolved through pyzmq's own extension (so the very library its sockets live in)."""
+def _load() -> _SendConst | None:
+    """libzmq's `zmq_send_const`, resolved through pyzmq's own extension (so the very library its sockets live
+    in); None where it is not at hand."""
     if zmq.zmq_version_info() < (4, 1, 0):
         return None
     try:
         from zmq.backend.cython import _zmq
 
-        return _LibZmq(ctypes.CDLL(_zmq.__file__, use_errno=True))
+        send_const = ctypes.CDLL(_zmq.__file__, use_errno=True).zmq_send_const
     except (ImportError, OSError, AttributeError):
         return None
+    send_const.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    send_const.restype = ctypes.c_int
+    return send_const
 
 
-_LIBZMQ = _load()
+_SEND_CONST = _load()
 
 
 def registered_sends() -> bool:
     """Whether registered memory goes out without pyzmq's garbage collector in this process."""
-    return _LIBZMQ is not None
+    return _SEND_CONST is not None
 
 
 class RegisteredMemory:
@@ -71,7 +60,6 @@ class RegisteredMemory:
     The owner keeps the buffer alive, in place, until the ZeroMQ context of every socket that sent from it has
     terminated (a `KVManager` holds its pool until `close()` has terminated its context). The bytes are read
     when the I/O thread sends them, as with any zero-copy send: a slice rewritten meanwhile goes out rewritten.
-    One thread sends (each instance owns one message struct).
     """
 
     def __init__(self, buffer: memoryview) -> None:
@@ -79,7 +67,6 @@ class RegisteredMemory:
         self._view = flat.data
         self._size = len(flat)
         self._address: int = flat.ctypes.data
-        self._message = ctypes.create_string_buffer(_MSG_BYTES)
 
     def view(self, offset: int, nbytes: int) -> memoryview:
         """Bytes `[offset, offset+nbytes)` of the buffer, without copy."""
@@ -91,16 +78,11 @@ class RegisteredMemory:
         buffer (never read past it)."""
         if offset < 0 or nbytes < 0 or offset + nbytes > self._size:
             raise ValueError(f"bytes [{offset}, {offset + nbytes}) are outside a registered buffer of {self._size}")
-        libzmq = _LIBZMQ
-        if libzmq is None:
+        send_const = _SEND_CONST
+        if send_const is None:
             sock.send(self._view[offset : offset + nbytes], flags, copy=False)
             return
-        message = self._message
-        while True:
-            libzmq.init_data(message, self._address + offset, nbytes, None, None)
-            if libzmq.send(message, sock.underlying, flags) >= 0:
-                return
+        while send_const(sock.underlying, self._address + offset, nbytes, flags) < 0:
             error = ctypes.get_errno()
-            libzmq.close(message)  # not sent: still ours to close (a constant message frees nothing)
             if error != errno.EINTR:  # a signal: try again, as pyzmq does
                 raise zmq.Again(error) if error == errno.EAGAIN else zmq.ZMQError(error)
