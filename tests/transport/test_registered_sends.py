@@ -80,7 +80,7 @@ def test_registered_sends_file_nothing_with_pyzmq_garbage_collector(pair, monkey
 
 
 def test_without_libzmq_calls_the_same_bytes_go_through_pyzmq(pair, monkeypatch):
-    """Where libzmq's calls are not exported, a registered send is pyzmq's zero-copy send of the slice."""
+    """Where libzmq's zmq_send_const is not at hand, a registered send is pyzmq's zero-copy send of the slice."""
     monkeypatch.setattr(registered, "_SEND_CONST", None)
     client, server = pair
     buffer, memory = _memory()

@@ -26,7 +26,7 @@ PageIndices = npt.NDArray[np.uint32]
 LAND_BLOCK_BYTES = 256 << 10
 """How much of a frame `land_digested` copies before it hashes what it copied: well inside a core's L2, so the
 hash reads what the copy left in the cache (copying a 1 MiB frame whole, then hashing it, read the pages back
-from memory: ~20 us a MiB more in a transfer on two cores)."""
+from memory: 15-20 us a MiB more in a transfer on two cores)."""
 
 
 class PoolExhausted(ConfigError):

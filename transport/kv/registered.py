@@ -12,7 +12,7 @@ until the manager's ZeroMQ context has terminated, after which libzmq holds no
 frame. So slices of it go out as frames without a free function
 (`zmq_send_const`: libzmq's constant messages), sent on the pyzmq socket's own
 handle through ctypes, one call a frame. Where this process's libzmq does not
-export those calls (no pyzmq Cython backend, or a libzmq older than 4.1), the
+export that call (no pyzmq Cython backend, or a libzmq older than 4.1), the
 same sends go through pyzmq's zero-copy path: slower, same bytes.
 """
 
