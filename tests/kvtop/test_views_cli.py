@@ -99,7 +99,9 @@ def test_status_follow_prints_json_lines_until_interrupted(make_cluster):
 
 def test_events_of_a_live_cluster_show_one_line_per_failure_and_keep_the_raw_level(make_cluster, control):
     """Both ranks of prefill-0 fail room 9 (no decode ever asks): one line by default; --debug shows the other
-    rank's at debug with the level it published as raw_level; lines come in time order across the agents."""
+    rank's at debug with the level it published as raw_level; lines come in time order across the agents.
+    (CI once saw a decode rank's heartbeat in the --debug tail: one that came live while the snapshots were
+    awaited on a loaded machine.)"""
     spec = ClusterSpec(
         prefill_tp=2,
         num_pages=16,
@@ -124,7 +126,9 @@ def test_events_of_a_live_cluster_show_one_line_per_failure_and_keep_the_raw_lev
     assert sorted(e["level"] for e in failures) == ["debug", "warning"]
     assert [e["raw_level"] for e in failures if e["level"] == "warning"] == ["warning"]
     assert [e["ts"] for e in events] == sorted(e["ts"] for e in events)
-    assert len({e["agent"] for e in events}) == 2  # the two prefill ranks, interleaved
+    # the two prefill ranks' rooms and failures, interleaved; a heartbeat (any agent's) may arrive while kvtop
+    # waits for the snapshots, and shows at debug too
+    assert {e["agent"] for e in events if e["kind"] != "heartbeat"} == {"prefill-0/TP0", "prefill-0/TP1"}
 
 
 @pytest.mark.processes
