@@ -491,7 +491,7 @@ class Recorder:
             self._fail(error)
             return
         self._segments.append((path, now))
-        self._bytes += self._segment.size
+        self._bytes += SEGMENT_HEADERS
 
     def _retire(self, now: float, incoming: int) -> None:
         """Delete the oldest segments (never the one being written) beyond `retain_s`, or until `incoming`

@@ -14,6 +14,7 @@ import pytest
 
 from kvtop.model.cluster import ClusterModel
 from kvtop.record.format import BLOCK_HEADER, BlockKind
+from kvtop.record.lock import LOCK_NAME
 from kvtop.record.reader import Recording
 from kvtop.record.replay import Replay
 from kvtop.record.synthetic import feed
@@ -55,7 +56,8 @@ def _written_each_pass(recorder: Recorder) -> Callable[[float], None]:
 @pytest.mark.slow
 def test_a_capped_ring_stays_within_its_cap_as_it_writes_and_replays_its_tail(tmp_path: Path) -> None:
     """max_bytes 1 MiB, six times that recorded: segments of an eighth of the cap; the folder never holds more
-    than the cap, the oldest segments went, and the tail replays the model the live side held at the end."""
+    than the cap, the oldest segments went, and the tail replays the model the live side held at the end.
+    (The ring once counted a new segment's index header nowhere: 32 bytes a segment past the cap.)"""
     folder = tmp_path / "ring"
     recorder = Recorder(folder, max_bytes=CAP, flush_s=0.01, fork_keyframes=False).start()
     model = ClusterModel()
@@ -73,6 +75,8 @@ def test_a_capped_ring_stays_within_its_cap_as_it_writes_and_replays_its_tail(tm
     stats = recorder.stats()
     assert max(sizes) <= CAP and _folder_bytes(folder) <= CAP
     assert stats.error == "" and stats.deleted_segments > 0
+    held = _folder_bytes(folder) - (folder / LOCK_NAME).stat().st_size
+    assert stats.bytes == held  # the count the ring keeps its segments to the cap by is what they hold
     assert recorder.segment_bytes == CAP // 8
     replay = Replay(folder)
     assert not replay.recording.damage
