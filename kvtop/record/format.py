@@ -80,6 +80,10 @@ class NotARecording(RecordingError):
     """A file that is no kvtop segment or index."""
 
 
+class NothingRecorded(RecordingError):
+    """A recording's folder with no segment in it (yet: a recorder writes its first within a second)."""
+
+
 def checksum(data: bytes | memoryview) -> int:
     return int(xxhash.xxh32_intdigest(data))
 

@@ -7,7 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvtop.record.format import FILE_HEADER, SEGMENT_SUFFIX, BlockKind, NotARecording, RecordingError
+from kvtop.record.format import (
+    FILE_HEADER,
+    SEGMENT_SUFFIX,
+    BlockKind,
+    NotARecording,
+    NothingRecorded,
+    RecordingError,
+)
 from kvtop.record.segment import Entry, SegmentReader
 
 OPEN_SEGMENTS = 4
@@ -66,6 +73,8 @@ class Recording:
             files = [self.path]
         else:
             raise RecordingError(f"{self.path}: no such recording (a folder of segments or a .kvr file)")
+        if not files:
+            raise NothingRecorded(f"{self.path}: nothing recorded in it (no seg-*{SEGMENT_SUFFIX} file)")
         self.segments: list[SegmentReader] = []
         for file in files:
             try:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
-from kvtop.record.format import RecordingError
+from kvtop.record.format import NothingRecorded, RecordingError
 from kvtop.record.replay import Cursor, Replay
 from kvtop.tui.frame import Frame, FrameBuilder, Options, Replayed
 from kvtop.views.times import stamp
@@ -231,6 +231,9 @@ class Rewind:
         old = self._replay
         try:
             self._replay = Replay(str(self.path), journal_events=self._journal_events)
+        except NothingRecorded as error:
+            self._note = "nothing recorded yet: try again in a second" if self.live else str(error)
+            return self._replay is not None
         except RecordingError as error:
             self._note = f"cannot rewind: {error}"
             return self._replay is not None

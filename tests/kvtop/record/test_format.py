@@ -13,7 +13,15 @@ import pytest
 
 from kvtop.model.cluster import ClusterModel
 from kvtop.record import keyframes
-from kvtop.record.format import BLOCK_HEADER, FILE_HEADER, BlockKind, RecordingError, UnknownSchema, checksum
+from kvtop.record.format import (
+    BLOCK_HEADER,
+    FILE_HEADER,
+    BlockKind,
+    NothingRecorded,
+    RecordingError,
+    UnknownSchema,
+    checksum,
+)
 from kvtop.record.reader import Recording
 from kvtop.record.replay import Replay
 from kvtop.record.synthetic import feed
@@ -154,7 +162,11 @@ def test_another_schema_version_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_a_folder_with_no_recording_is_a_clear_error(tmp_path: Path) -> None:
-    """An empty folder, or a path that is not there: RecordingError saying so."""
+    """An empty folder (NothingRecorded), a folder of files that are no segments, or a path that is not there:
+    RecordingError saying so."""
+    with pytest.raises(NothingRecorded, match="nothing recorded in it"):
+        Recording(tmp_path)
+    (tmp_path / "seg-junk.kvr").write_bytes(b"not a segment")
     with pytest.raises(RecordingError, match="no readable segment"):
         Recording(tmp_path)
     with pytest.raises(RecordingError, match="no such recording"):

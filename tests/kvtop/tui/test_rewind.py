@@ -158,6 +158,26 @@ def test_a_bad_time_is_refused_and_the_view_stays_live(recorded):
     assert any("is not a time" in notice for notice in notices)
 
 
+def test_rewinding_before_anything_was_recorded_says_so_and_the_view_stays_live(recorded, tmp_path: Path):
+    """`,` in a live session's first second, its recording's folder still empty: a notice that nothing is
+    recorded yet (not an error about segments), the live view unchanged."""
+    _, model = recorded
+    rewind = Rewind(tmp_path, live=True, clock=lambda: LIVE_NOW)
+    app = KvtopApp(FixtureSource(model), title="synthetic", themes=load_themes(), clock=lambda: LIVE_NOW,
+                   refresh_s=0.5, rewind=rewind)  # fmt: skip
+    notices: list[str] = []
+
+    async def scenario(pilot) -> None:
+        live = _rooms(app.frame)
+        await pilot.press("comma")
+        await wait_until(pilot, lambda: bool(app._notifications), "a notice")
+        notices.extend(n.message for n in app._notifications)
+        assert app.frame.replay is None and _rooms(app.frame) == live
+
+    drive(app, scenario, notifications=True)
+    assert notices == ["nothing recorded yet: try again in a second"]
+
+
 def test_a_recording_alone_opens_at_its_end_and_live_means_its_end(recorded):
     """Without a live source the dashboard shows the recording's end; `,` steps back, `L` returns to the end."""
     folder, _ = recorded
