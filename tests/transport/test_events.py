@@ -253,7 +253,7 @@ def test_the_publisher_never_blocks_and_counts_every_event_it_drops(make_publish
     publisher.close()
     closing = time.monotonic() - started - emitting
 
-    assert emitting < 1.0 and closing < 1.0
+    assert emitting < 10 and closing < 10  # each returned (50k emits take ~0.1 s; blocked, they never would)
     assert publisher.dropped > 0
     assert emitted == publisher.counters["events"] + publisher.dropped
 

@@ -34,14 +34,15 @@ def test_prefill_times_out_in_bootstrapping_when_no_decode_asks(make_manager, wa
     sender = prefill.sender(41)
     sender.send(np.arange(4, dtype=np.uint32))
 
-    wait_for(lambda: sender.poll() is KVPoll.Failed, timeout=TIMEOUT_S + 3, what="bootstrap timeout")
+    wait_for(lambda: sender.poll() is KVPoll.Failed, timeout=10, what="bootstrap timeout")
 
     elapsed = time.monotonic() - started
     failure = sender.failure
     assert failure is not None
     match = timed_out_pattern(41, "Bootstrapping").fullmatch(failure.failure_reason)
     assert match, failure.failure_reason
-    assert float(match.group(1)) + 0.05 >= TIMEOUT_S and elapsed < TIMEOUT_S + 2
+    # the bootstrap timeout fired, not a later one (the others are 60 s and more; 10 s: a loaded machine's margin)
+    assert float(match.group(1)) + 0.05 >= TIMEOUT_S and elapsed < 10
     assert sender.reason_class == "timeout_bootstrap"
     assert prefill.info.label == failure.origin
     assert f"KVTransferError(bootstrap_room=41): {failure.failure_reason}" == str(failure)
