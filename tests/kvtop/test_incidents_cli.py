@@ -101,7 +101,7 @@ def biggest_of_kind(found: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return max(matching, key=lambda incident: incident["room_count"])
 
 
-def test_live_a_corrupting_prefill_rank_is_one_incident_naming_it_and_check_says_so(cluster_up):
+def test_live_a_corrupting_prefill_rank_is_one_incident_naming_it_and_check_says_so(cluster_up, wait_for):
     """prefill-0/TP1 corrupts 8 % of what it sends to two decode instances: the decode ranks notice, the incident
     names the sender, its rooms are every room that failed its checksum, and check exits 2 naming it."""
     running = cluster_up(
@@ -109,15 +109,25 @@ def test_live_a_corrupting_prefill_rank_is_one_incident_naming_it_and_check_says
     )
     running.wait_line(r"failed ([5-9]|\d\d+),")
 
-    groups = json.loads(kvtop("failures", "--json", "--bootstrap", running.bootstrap).stdout)["groups"]
+    def checksum_failures() -> list[dict[str, Any]]:
+        groups = json.loads(kvtop("failures", "--json", "--bootstrap", running.bootstrap).stdout)["groups"]
+        return [group for group in groups if group["origin"] and group["origin"]["reason_class"] == "checksum"]
+
+    def noticed_on_both_decode_instances() -> list[dict[str, Any]]:
+        """The checksum failures once each decode instance has one (rooms go to either: the first few may all
+        have gone to one)."""
+        groups = checksum_failures()
+        noticed = {group["origin_label"].rsplit("/", 1)[0] for group in groups}
+        assert noticed <= {"decode-0", "decode-1"}, noticed
+        return groups if len(noticed) == 2 else []
+
+    checksums = wait_for(noticed_on_both_decode_instances, 60, "a corrupt chunk noticed on each decode instance")
     found = incidents("--bootstrap", running.bootstrap)
     check = kvtop("check", "--bootstrap", running.bootstrap)
 
-    checksums = [group for group in groups if group["origin"] and group["origin"]["reason_class"] == "checksum"]
     corrupt = of_kind(found, "corrupt")
     assert corrupt["suspect"] == {"kind": "rank", "name": "prefill-0/TP1", "role": "prefill"}
     assert {str(group["room"]) for group in checksums} <= set(corrupt["rooms"])
-    assert {group["origin_label"].rsplit("/", 1)[0] for group in checksums} == {"decode-0", "decode-1"}
     assert not [name for name, _ in cluster_incidents(found) if name.startswith("decode-")]  # who noticed: no suspect
     assert check.returncode == 2, check.stdout
     assert "incident: prefill-0/TP1 sends corrupt KV (checksum) since " in check.stdout
