@@ -74,7 +74,7 @@ class Recording:
         else:
             raise RecordingError(f"{self.path}: no such recording (a folder of segments or a .kvr file)")
         if not files:
-            raise NothingRecorded(f"{self.path}: nothing recorded in it (no seg-*{SEGMENT_SUFFIX} file)")
+            raise NothingRecorded(f"{self.path}: nothing recorded in it (no *{SEGMENT_SUFFIX} segment)")
         self.segments: list[SegmentReader] = []
         for file in files:
             try:
