@@ -8,6 +8,7 @@ echoed split in two groups (one "origin never seen") and the windows misplaced i
 from __future__ import annotations
 
 import glob
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -91,7 +92,9 @@ def test_a_rank_an_hour_ahead_is_shown_warned_of_and_its_echoes_fold_under_their
         assert [room for room, _, _ in groups] == sorted(ROOMS)  # one group a room: no "origin never seen" half
         assert all(title.startswith("decode-0/") and count == 3 for _, title, count in groups)
         assert list(skewed) == [SKEWED] and abs(skewed[SKEWED] - HOUR) < 5
-        assert result.verdict is Verdict.CRITICAL and f"clocks off (times corrected): {SKEWED} +36" in result.summary
+        assert result.verdict is Verdict.CRITICAL
+        said = re.search(rf"clocks off \(times corrected\): {SKEWED} \+(\d+\.\d)s", result.summary)
+        assert said and abs(float(said[1]) - HOUR) < 5, result.summary  # +3599.8s where delivery lagged
     finally:
         collector.close()
     ranks = kvtop("ranks", "--bootstrap", cluster.endpoint)
