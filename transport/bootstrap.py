@@ -38,7 +38,7 @@ from transport.errors import BootstrapError, FrameRejected
 from transport.limits import cannot_open
 from transport.registration import RELAY_ROLE, entry_name, registration_problem
 from transport.service import ServiceThread
-from transport.sockets import LIST_FRAME, SMALL_FRAME, bind, decode_routed, open_socket
+from transport.sockets import LIST_FRAME, SMALL_FRAME, bind, decode_routed, open_socket, send_now
 from transport.wire import (
     AgentInfo,
     AgentList,
@@ -298,7 +298,8 @@ class BootstrapClient:
         return self._call(ListAgents(next(self._ids)), AgentList)
 
     def _call(self, request: BootstrapRequest, expected: type[_R]) -> _R:
-        self._socket.send(encode(request))
+        if not send_now(self._socket, encode(request)):
+            raise BootstrapError(f"bootstrap {self.endpoint} takes no request (no connection){self._hint()}")
         deadline = time.monotonic() + self.timeout_s
         while (left := deadline - time.monotonic()) > 0:
             if not self._socket.poll(int(left * 1000) + 1):
@@ -312,9 +313,11 @@ class BootstrapClient:
                 raise BootstrapError(f"bootstrap {self.endpoint} refused: {reply.message}")
             if reply.req_id == request.req_id and isinstance(reply, expected):
                 return reply
-        hint = (
+        raise BootstrapError(f"bootstrap {self.endpoint} did not answer within {self.timeout_s:.1f}s{self._hint()}")
+
+    def _hint(self) -> str:
+        return (
             " (with CURVE: does it serve these keys?)"
             if self._curve
             else " (if it serves CURVE, pass its --curve-keys)"
         )
-        raise BootstrapError(f"bootstrap {self.endpoint} did not answer within {self.timeout_s:.1f}s{hint}")

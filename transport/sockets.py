@@ -67,6 +67,17 @@ def open_socket(
     return sock
 
 
+def send_now(sock: zmq.Socket[bytes], frame: bytes) -> bool:
+    """Send `frame` if `sock` takes it at once; False where it would wait. A dialing DEALER whose peer refused
+    its CURVE key has no connection left to queue on after its first message: a blocking send there never
+    returns, so requests to a peer go this way and count on their deadline or retry instead."""
+    try:
+        sock.send(frame, zmq.NOBLOCK)
+    except zmq.Again:
+        return False
+    return True
+
+
 def open_publisher(context: zmq.Context[zmq.Socket[bytes]], curve: CurveSide | None = None) -> zmq.Socket[bytes]:
     """A PUB that lets its owner see what subscribers send (XPUB in manual mode), bounded like a PUB."""
     sock = open_socket(context, zmq.XPUB, SMALL_FRAME, curve)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -174,6 +175,28 @@ def test_curve_sidecar_is_heard_by_an_allowed_view_only(plane: Plane) -> None:
         assert _heard(outsider, [], 1.5) == []
     finally:
         outsider.close()
+
+
+@pytest.mark.processes
+def test_a_refused_key_gets_an_error_on_every_call_never_a_hang(plane: Plane) -> None:
+    """The first request queues on the connection the bootstrap then refuses, and libzmq drops that connection:
+    a blocking send of the next would never return. Each call ends in BootstrapError, within its deadline."""
+    errors: list[str] = []
+
+    def calls() -> None:
+        with BootstrapClient(plane.bootstrap, timeout_s=0.5, curve=plane.stranger) as client:
+            for _ in range(3):
+                try:
+                    client.list_agents()
+                except BootstrapError as error:
+                    errors.append(str(error))
+                time.sleep(0.2)  # the refusal reaches the client's connection meanwhile
+
+    caller = threading.Thread(target=calls, daemon=True)
+    caller.start()
+    caller.join(30)
+    assert not caller.is_alive(), "a call never returned"
+    assert len(errors) == 3 and all("does it serve these keys?" in error for error in errors), errors
 
 
 @pytest.mark.parametrize(

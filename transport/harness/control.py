@@ -10,7 +10,7 @@ import zmq
 
 from transport.curve import CurveKeys, dialing
 from transport.errors import FrameRejected, TransportError
-from transport.sockets import SMALL_FRAME, open_socket
+from transport.sockets import SMALL_FRAME, open_socket, send_now
 from transport.wire import (
     ControlReply,
     Digest,
@@ -55,7 +55,7 @@ class ControlClient:
     def submit_nowait(self, room: int, num_pages: int, prefill_instance: str = "") -> int:
         """Send a Submit; its Submitted/Refusal reply is read by `results()`. Returns the req id."""
         req_id = next(self._ids)
-        self.socket.send(encode(Submit(req_id, room, num_pages, prefill_instance)))
+        self._send(Submit(req_id, room, num_pages, prefill_instance))
         return req_id
 
     def submit(self, room: int, num_pages: int, prefill_instance: str = "", timeout_s: float = 5.0) -> None:
@@ -65,14 +65,18 @@ class ControlClient:
 
     def stats(self, timeout_s: float = 5.0) -> dict[str, int]:
         req_id = next(self._ids)
-        self.socket.send(encode(GetStats(req_id)))
+        self._send(GetStats(req_id))
         return self._call_reply(req_id, Stats, timeout_s).counters
 
     def digest(self, room: int, timeout_s: float = 5.0) -> int:
         """xxh3-64 of the pages a finished room had on that rank."""
         req_id = next(self._ids)
-        self.socket.send(encode(Digest(req_id, room)))
+        self._send(Digest(req_id, room))
         return self._call_reply(req_id, DigestReply, timeout_s).digest
+
+    def _send(self, request: Submit | GetStats | Digest) -> None:
+        if not send_now(self.socket, encode(request)):
+            raise ControlError(f"{self.endpoint} takes no request (no connection: a CURVE key it refused?)")
 
     def results(self, timeout_s: float = 0.0) -> list[RoomResult]:
         """Room results received so far (waiting up to `timeout_s` for the first one)."""

@@ -9,7 +9,7 @@ import zmq
 from transport.counters import Counters
 from transport.curve import CurveKeys, dialing
 from transport.registration import registration_problem
-from transport.sockets import LIST_FRAME, decode_waiting, open_socket
+from transport.sockets import LIST_FRAME, decode_waiting, open_socket, send_now
 from transport.wire import (
     AgentInfo,
     BootstrapReply,
@@ -50,12 +50,17 @@ class RouteBook:
             return ranks
         if now - self._asked.get(instance, -1e9) >= RESOLVE_RETRY_S:
             self._asked[instance] = now
-            self.socket.send(encode(Resolve(next(self._req_ids), instance)))
+            self._request(Resolve(next(self._req_ids), instance))
         return None
 
     def register(self, agent: AgentInfo) -> None:
         """Register again (the service expires entries that stop doing so); the reply needs no answer."""
-        self.socket.send(encode(Register(next(self._req_ids), agent)))
+        self._request(Register(next(self._req_ids), agent))
+
+    def _request(self, request: Resolve | Register) -> None:
+        """Sent now or counted (`send_failures`): lookups ask again, registrations refresh."""
+        if not send_now(self.socket, encode(request)):
+            self._counters.add("send_failures")
 
     def forget(self, instance: str) -> None:
         """Drop a cached route (a rank of it was lost or restarted)."""

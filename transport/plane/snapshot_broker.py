@@ -30,7 +30,7 @@ from transport.counters import Counters
 from transport.curve import CurveSide
 from transport.errors import FrameRejected
 from transport.plane.events import SnapshotRequest
-from transport.sockets import LIST_FRAME, decode_routed, open_socket
+from transport.sockets import LIST_FRAME, decode_routed, open_socket, send_now
 from transport.wire import AgentInfo, AgentList, FrameDecoder, ListAgents, encode
 
 PENDING_TIMEOUT_S = 5.0
@@ -152,9 +152,11 @@ class SnapshotBroker:
         if route is None or dealer is None:
             self._counters.add("snapshots_unroutable")
             return
+        if not send_now(dealer, encode(SnapshotRequest(request.req_id, request.agent if route.via_relay else ""))):
+            self._counters.add("snapshots_unroutable")  # its connection refused (a CURVE key): none to wait on
+            return
         self._pending[key] = _Pending([requester], time.monotonic())
         self._waiting[route.endpoint] = self._waiting.get(route.endpoint, 0) + 1
-        dealer.send(encode(SnapshotRequest(request.req_id, request.agent if route.via_relay else "")))
 
     def _on_replies(self, endpoint: str, dealer: zmq.Socket[bytes]) -> None:
         frames: list[bytes] = []

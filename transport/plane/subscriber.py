@@ -46,7 +46,7 @@ from transport.curve import CurveKeys, dialing
 from transport.limits import cannot_open, files_for, out_of_files, raise_open_files, size_context, snapshot_room
 from transport.plane.events import EventBatch, Heartbeat, Snapshot, SnapshotRequest
 from transport.registration import agent_problem, endpoint_problem, entry_name
-from transport.sockets import LIST_FRAME, decode_waiting, decode_waiting_frames, open_socket
+from transport.sockets import LIST_FRAME, decode_waiting, decode_waiting_frames, open_socket, send_now
 from transport.wire import AgentInfo, FrameDecoder, encode
 
 SNAPSHOT_TIMEOUT_S = 2.0
@@ -389,7 +389,7 @@ class EventSubscriber:
             self._snapshot_endpoints[label] = endpoint
             stream.snapshot_socket = self._snapshot_socket(label)
             if stream.snapshot_socket is not None:
-                stream.snapshot_socket.send(encode(SnapshotRequest(stream.req_id)))
+                send_now(stream.snapshot_socket, encode(SnapshotRequest(stream.req_id)))
 
     def _deliver(
         self, label: str, stream: _Stream, batch: EventBatch, out: list[Delivered], frame: bytes = b""
@@ -427,12 +427,12 @@ class EventSubscriber:
         relay = self._relays.get(self._relayed.get(label, "")) if label not in self.agents else None
         if relay is not None:
             self._relay_requests[req_id] = label
-            relay[1].send(encode(SnapshotRequest(req_id, label)))
+            send_now(relay[1], encode(SnapshotRequest(req_id, label)))  # unsent: the ask times out
             stream.snapshot_socket = relay[1]
             return
         sock = stream.snapshot_socket = self._snapshot_socket(label)
         if sock is not None:
-            sock.send(encode(SnapshotRequest(req_id)))
+            send_now(sock, encode(SnapshotRequest(req_id)))
 
     def _ask_again(self, label: str) -> None:
         """An agent whose snapshot socket could not be opened: once it opens, its snapshot is asked (its
