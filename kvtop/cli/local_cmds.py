@@ -364,6 +364,7 @@ def bootstrap(
 
     from transport.bootstrap import BootstrapServer
     from transport.curve import exposure_problem, stop_authenticator
+    from transport.signals import stop_on
 
     if listen and not listen.startswith("tcp://"):
         raise typer.BadParameter(f"{listen!r} is not an address like tcp://127.0.0.1:5555", param_hint="--listen")
@@ -378,13 +379,12 @@ def bootstrap(
         context.destroy(linger=0)
         raise fail(f"bootstrap: cannot bind {listen}: {error}") from None
     stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # before the address: whoever reads it may stop us
-        signal.signal(signum, lambda *_: stop.set())
-    typer.echo(server.endpoint)
-    sys.stdout.flush()
     try:
-        while not stop.wait(0.5):
-            pass
+        with stop_on(stop, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # before the address: its reader may stop us
+            typer.echo(server.endpoint)
+            sys.stdout.flush()
+            while not stop.wait(0.5):
+                pass
     finally:
         server.close()
         stop_authenticator(context)

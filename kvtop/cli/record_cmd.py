@@ -81,6 +81,7 @@ def record(
     from kvtop.source.live import LiveSource
     from kvtop.sources.live import tune_gc
     from transport.errors import BootstrapError
+    from transport.signals import stop_on
 
     spec = spec_of(bootstrap, connect, wait=wait, curve_keys=curve_keys)
     try:
@@ -96,10 +97,9 @@ def record(
         raise fail(f"cannot record to {out}: {error.strerror or error}") from None
     stop = threading.Event()
     tune_gc()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     source: LiveSource | None = None
     try:
-        with LiveSource.opened(spec, synced=False, recorder=recorder) as source:
+        with stop_on(stop, signal.SIGTERM), LiveSource.opened(spec, synced=False, recorder=recorder) as source:
             typer.echo(f"kvtop record: recording {bootstrap or ', '.join(connect)} to {out}", err=True)
             problem = _run(source, recorder, stop, status, interval, duration)
     except BootstrapError as error:
@@ -110,7 +110,6 @@ def record(
         problem = ""
     finally:
         recorder.close()
-        signal.signal(signal.SIGTERM, previous)
     problem = problem or recorder.error
     typer.echo(f"kvtop record: stopped; {_status(source, recorder)}", err=True)
     if problem:

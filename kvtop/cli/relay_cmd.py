@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from types import FrameType
 from typing import Annotated
 
 import typer
@@ -97,6 +96,7 @@ def relay(
     from transport.errors import BootstrapError
     from transport.plane.relay import Relay
     from transport.registration import agent_problem
+    from transport.signals import stop_on
 
     if not bootstrap and not relay and not connect:
         raise typer.BadParameter("give --bootstrap ADDR, at least one --relay ADDR, or at least one --connect EP")
@@ -121,25 +121,21 @@ def relay(
         server.close()
         raise fail(str(error)) from None
     stop = threading.Event()
-
-    def _stop(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = signal.signal(signal.SIGTERM, _stop)  # before the address: whoever reads it may stop the relay
     curve = ", CURVE" if keys is not None else ""
-    typer.echo(
-        f"kvtop relay: events at {server.endpoint}, address {server.address}{curve} (views: --relay {server.address})"
-    )
     end = None if duration is None else time.monotonic() + duration
     try:
-        while not stop.is_set() and not server.died and (end is None or time.monotonic() < end):
-            stop.wait(min(interval, end - time.monotonic()) if end is not None else interval)
-            if status:
-                typer.echo(f"kvtop relay: {server.status_line()}", err=True)
+        with stop_on(stop, signal.SIGTERM):  # before the address: whoever reads it may stop the relay
+            typer.echo(
+                f"kvtop relay: events at {server.endpoint}, address {server.address}{curve} "
+                f"(views: --relay {server.address})"
+            )
+            while not stop.is_set() and not server.died and (end is None or time.monotonic() < end):
+                stop.wait(min(interval, end - time.monotonic()) if end is not None else interval)
+                if status:
+                    typer.echo(f"kvtop relay: {server.status_line()}", err=True)
     except KeyboardInterrupt:
         pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
         server.close()
     if status:
         typer.echo(f"kvtop relay: {server.status_line()}", err=True)

@@ -94,6 +94,7 @@ def sidecar(
     from kvtop.sidecar.tail import LogTail
     from kvtop.sources.sglang import LogSpec
     from transport.curve import exposure_problem
+    from transport.signals import stop_on
 
     if role and role not in ("prefill", "decode"):
         raise typer.BadParameter(f"{role!r} (expected prefill or decode)", param_hint="--role")
@@ -111,10 +112,9 @@ def sidecar(
         print(f"kvtop agent: {line}", file=sys.stderr, flush=True)
 
     stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, lambda *_: stop.set())
     try:
-        code = Sidecar(options, say).run(stop)
+        with stop_on(stop, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            code = Sidecar(options, say).run(stop)
     except zmq.ZMQError as error:  # an address it cannot bind
         raise fail(f"agent --sglang-log: cannot bind on {host}: {error}") from None
     raise typer.Exit(code)
