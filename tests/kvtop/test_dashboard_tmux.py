@@ -120,9 +120,10 @@ def test_dashboard_shows_an_origin_with_its_echoes_and_quits_without_leaving_age
     pane.keys("p")  # freeze the tree: the newest groups may not have their echoes yet
     wait_for(lambda: pane.shows(r"PAUSED \(p resumes\)"), 10, "the dashboard paused")
     rows = pane.screen().splitlines()
-    pane.keys("Home", *["Down"] * next(i for i, line in enumerate(rows) if re.search(incident, line)), "Enter")
+    top = next(i for i, line in enumerate(rows) if re.match(r"\d+ incidents? \(", line)) + 1  # the tree's first row
+    pane.keys("Home", *["Down"] * (next(i for i, line in enumerate(rows) if re.search(incident, line)) - top), "Enter")
     folded = r"▶ room (\d+) +decode-0/TP\d +checksum +[1-9]\d* echoes"
-    wait_for(lambda: pane.shows(folded), 10, "the incident expanded into its failure groups")
+    wait_for(lambda: pane.shows("▼" + incident[4:]) and pane.shows(folded), 10, "the incident expanded")
     rows = pane.screen().splitlines()
     opened = next(i for i, line in enumerate(rows) if re.search(incident, line))
     target = next(i for i, line in enumerate(rows) if re.search(folded, line))
