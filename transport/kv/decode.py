@@ -28,7 +28,7 @@ from transport.kv.routes import RouteBook
 from transport.kv.side import SideContext, sweep_finished
 from transport.kvpoll import KVPoll
 from transport.plane.events import AbortEvent
-from transport.sockets import data_frame_bound, drain_message, open_socket
+from transport.sockets import data_frame_bound, drain_message, open_socket, send_now
 from transport.wire import (
     Abort,
     AbortAck,
@@ -507,7 +507,5 @@ class DecodeSide:
         link.socket.close(linger=0)
 
     def _send(self, link: PrefillLink, message: Hello | Heartbeat | TransferRequest | Ack | Abort) -> None:
-        try:
-            link.socket.send(encode(message), zmq.NOBLOCK)
-        except zmq.Again:
+        if not send_now(link.socket, encode(message)):
             self._ctx.counters.add("send_failures")
