@@ -67,8 +67,12 @@ def run(args: list[str]) -> int:
         code = app(args, prog_name="kvtop", standalone_mode=False)
     except UsageError as error:
         error.show()
-        in_check = error.ctx is not None and error.ctx.command.name == "check"
-        return NAGIOS_UNKNOWN if in_check else error.exit_code
+        if error.ctx is None or error.ctx.command.name != "check":
+            return error.exit_code
+        from kvtop.cli.views import print_verdict
+        from kvtop.views.check import Thresholds, unknown
+
+        return print_verdict(unknown(f"bad arguments: {error.format_message()}"), Thresholds(), "--json" in args)
     except ClickException as error:
         error.show()
         return error.exit_code

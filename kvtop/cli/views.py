@@ -18,7 +18,7 @@ from kvtop.source.spec import SourceSpec
 if TYPE_CHECKING:
     from kvtop.model.cluster import ClusterModel
     from kvtop.source import Source
-    from kvtop.views.check import Thresholds
+    from kvtop.views.check import CheckResult, Thresholds
     from transport.plane.events import Event
 
 
@@ -123,9 +123,9 @@ def check(
     Prints `KVTOP <STATUS> - <text> | <perfdata>` (or JSON) and exits 0 OK, 1 WARNING, 2 CRITICAL
     (including: an incident ongoing, cluster unreachable, no agent answering, a rank gone, a rank kvtop
     could not open a socket for (its own open-files limit: named with the limit), failure rate, abort rate
-    or stuck rooms over the limit), 3 UNKNOWN (bad arguments, internal error). The first problem
-    of an incident names its suspect: `KVTOP CRITICAL - incident: prefill-0/TP1 sends corrupt KV (checksum)
-    since 10:02:11, 31 rooms | ...`. A rank listed (--connect, or by the bootstrap service) that does not
+    or stuck rooms over the limit), 3 UNKNOWN (bad arguments, a log or recording that cannot be read, an
+    internal error: said on stdout, without perfdata). The first problem of an incident names its suspect:
+    `KVTOP CRITICAL - incident: prefill-0/TP1 sends corrupt KV (checksum) since 10:02:11, 31 rooms | ...`. A rank listed (--connect, or by the bootstrap service) that does not
     answer within --wait is gone; one that answered is stale after 3 s of silence and gone after 10 s.
     With --sglang-log or --replay, check judges the span it reads (--since/--until; default the whole
     span): every incident in it counts, so logs that hold failures are never OK unless the thresholds say
@@ -159,7 +159,7 @@ def run_check(spec: SourceSpec, limits: Thresholds, as_json: bool) -> int:
     """Judge the source against `limits`, print the verdict; returns its Nagios exit code."""
     from kvtop.attach.client import ModelAmbiguous, ModelUnavailable
     from kvtop.source import SourceError, open_source
-    from kvtop.views.check import Verdict, evaluate, source_failing, unanswered, unreachable
+    from kvtop.views.check import evaluate, source_failing, unanswered, unknown, unreachable
     from transport.errors import BootstrapError
 
     try:
@@ -177,14 +177,19 @@ def run_check(spec: SourceSpec, limits: Thresholds, as_json: bool) -> int:
     except ModelUnavailable as error:
         result = unanswered(str(error))
     except ModelAmbiguous as error:
-        typer.echo(f"KVTOP UNKNOWN - {error}")
-        return int(Verdict.UNKNOWN)
+        result = unknown(str(error))
     except SourceError as error:  # a log, a recording or a key folder that cannot be used
-        typer.echo(f"kvtop: {error}", err=True)
-        return int(Verdict.UNKNOWN)
+        result = unknown(str(error))
     except Exception as error:  # a check must answer UNKNOWN, never a traceback
-        typer.echo(f"KVTOP UNKNOWN - internal error: {error!r}")
-        return int(Verdict.UNKNOWN)
+        result = unknown(f"internal error: {error!r}")
+    return print_verdict(result, limits, as_json)
+
+
+def print_verdict(result: CheckResult, limits: Thresholds, as_json: bool) -> int:
+    """Print a check's verdict on stdout, where monitoring systems read it (a Nagios line, or JSON); returns
+    its exit code."""
+    from kvtop.views.check import Verdict
+
     try:
         text = json.dumps(result.as_dict(), indent=2, allow_nan=False) if as_json else result.nagios(limits)
     except ValueError as error:

@@ -106,7 +106,10 @@ class CheckResult:
         return data
 
     def nagios(self, limits: Thresholds) -> str:
-        """`KVTOP STATUS - text | perfdata` (one line, as monitoring systems parse it)."""
+        """`KVTOP STATUS - text | perfdata` (one line, as monitoring systems parse it); UNKNOWN has no perfdata
+        (nothing was measured)."""
+        if self.verdict is Verdict.UNKNOWN:
+            return f"KVTOP UNKNOWN - {self.summary}"
         rate_warn = limits.max_failure_rate / 2
         need = limits.min_ranks or self.ranks_total
         rate = "U" if self.failure_rate is None else f"{self.failure_rate:.4f}"  # U: Nagios' "undetermined"
@@ -264,6 +267,12 @@ def unanswered(summary: str) -> CheckResult:
     """The verdict when the source does not answer (a cluster, or a dashboard's model with `--model`):
     CRITICAL, with nothing judged."""
     return CheckResult(Verdict.CRITICAL, summary, 0, 0, [], [], 0, 0.0, 0, 0)
+
+
+def unknown(summary: str) -> CheckResult:
+    """The verdict when nothing could be judged (bad arguments, a source that cannot be read, an internal
+    error): UNKNOWN, saying why where a monitoring system reads it."""
+    return CheckResult(Verdict.UNKNOWN, summary, 0, 0, [], [], 0, None, 0, 0)
 
 
 def source_failing(result: CheckResult, problem: str) -> CheckResult:

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 from cluster_support import QUICK_TRANSFER, run_rooms, small_cluster
-from kvtop_cli import kvtop
+from kvtop_cli import kvtop, kvtop_here
 
 from transport import Timeouts
 from transport.harness.cluster import ClusterSpec
@@ -91,6 +91,43 @@ def test_bad_arguments_are_unknown():
     assert kvtop("check", "--bootstrap", "tcp://127.0.0.1:9", "--max-failure-rate", "2").returncode == 3
     assert kvtop("check").returncode == 3
     assert kvtop("check", "--bootstrap", "not-an-address").returncode == 3
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--bootstrap", "tcp://127.0.0.1:9", "--no-such-option"),
+        ("--bootstrap", "tcp://127.0.0.1:9", "--max-failure-rate", "2"),
+        ("--sglang-log", "/nonexistent/prefill.log"),
+    ],
+)
+def test_bad_arguments_say_unknown_on_stdout_where_monitoring_reads(args: tuple[str, ...]):
+    """Nagios and Icinga read a plugin's stdout: a usage error there said nothing ("(No output on stdout)"),
+    only Click's usage on stderr. Now stdout holds the UNKNOWN line naming the error, or with --json its JSON."""
+    line = kvtop_here("check", *args)
+    as_json = kvtop_here("check", *args, "--json")
+
+    assert line.returncode == as_json.returncode == 3
+    assert line.stdout.startswith("KVTOP UNKNOWN - bad arguments: ") and "|" not in line.stdout, line.stdout
+    verdict = json.loads(as_json.stdout)
+    assert (verdict["verdict"], verdict["exit_code"]) == ("UNKNOWN", 3)
+    assert verdict["summary"] == line.stdout.strip().removeprefix("KVTOP UNKNOWN - ")
+
+
+def test_a_recording_that_cannot_be_read_is_unknown_on_stdout(tmp_path):
+    """A damaged recording said why on stderr only; a check's verdict and its reason now go to stdout (a Nagios
+    line without perfdata, nothing was measured; or JSON), exit 3."""
+    (tmp_path / "000001.kvr").write_bytes(b"not a recording" * 100)
+
+    line = kvtop_here("check", "--replay", str(tmp_path))
+    as_json = kvtop_here("check", "--replay", str(tmp_path), "--json")
+
+    assert line.returncode == as_json.returncode == 3
+    assert line.stdout.startswith(f"KVTOP UNKNOWN - cannot read the recording: {tmp_path}"), line.stdout
+    assert "|" not in line.stdout
+    verdict = json.loads(as_json.stdout)
+    assert verdict["verdict"] == "UNKNOWN" and verdict["failure_rate"] is None
+    assert verdict["summary"] == line.stdout.strip().removeprefix("KVTOP UNKNOWN - ")
 
 
 DEAD = "tcp://127.0.0.1:1"
