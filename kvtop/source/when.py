@@ -66,8 +66,16 @@ def pick(at: str, since: str, until: str) -> When:
     """`--at`, `--since` and `--until` checked together (`--at` and `--until` are one thing: give one)."""
     if at and until:
         raise ValueError("give --at or --until, not both (both name the instant the views read)")
-    instant = parse_time(at or until) if (at or until) else None
-    start = parse_time(since) if since else None
+    instant = _option_time("--at" if at else "--until", at or until) if (at or until) else None
+    start = _option_time("--since", since) if since else None
     if start is not None and instant is not None and start > instant:
         raise ValueError("--since is after --until")
     return When(instant, start)
+
+
+def _option_time(option: str, text: str) -> float:
+    """`parse_time(text)`, its error naming the option that gave the text."""
+    try:
+        return parse_time(text)
+    except ValueError as error:
+        raise ValueError(f"{option}: {error}") from None

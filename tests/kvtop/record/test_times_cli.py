@@ -49,6 +49,16 @@ def test_bad_times_and_durations_name_the_forms_accepted() -> None:
     assert parse_duration("24h") == 86400.0
     with pytest.raises(ValueError, match="--since is after --until"):
         pick("", "1780000010", "1780000000")
+    for at, since, until, option in [("x", "", "", "--at"), ("", "x", "", "--since"), ("", "", "x", "--until")]:
+        with pytest.raises(ValueError, match=f"^{option}: 'x' is not a time"):
+            pick(at, since, until)
+
+
+def test_a_bad_time_option_is_named_in_the_usage_error() -> None:
+    """"Invalid value: 'next year' is not a time" did not say which of --since, --until and --at was wrong."""
+    result = kvtop_here("failures", *LOGS, "--since", "03:00", "--until", "next year")
+    assert result.returncode == 2
+    assert "--until: 'next year' is not a time" in result.stderr, result.stderr
 
 
 @pytest.mark.processes
