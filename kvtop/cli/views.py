@@ -125,8 +125,9 @@ def check(
     could not open a socket for (its own open-files limit: named with the limit), failure rate, abort rate
     or stuck rooms over the limit), 3 UNKNOWN (bad arguments, a log or recording that cannot be read, an
     internal error: said on stdout, without perfdata). The first problem of an incident names its suspect:
-    `KVTOP CRITICAL - incident: prefill-0/TP1 sends corrupt KV (checksum) since 10:02:11, 31 rooms | ...`. A rank listed (--connect, or by the bootstrap service) that does not
-    answer within --wait is gone; one that answered is stale after 3 s of silence and gone after 10 s.
+    `KVTOP CRITICAL - incident: prefill-0/TP1 sends corrupt KV (checksum) since 10:02:11, 31 rooms | ...`.
+    A rank listed (--connect, or by the bootstrap service) that does not answer within --wait is gone; one
+    that answered is stale after 3 s of silence and gone after 10 s.
     With --sglang-log or --replay, check judges the span it reads (--since/--until; default the whole
     span): every incident in it counts, so logs that hold failures are never OK unless the thresholds say
     so; ranks from logs have no liveness and logs give no failure rate (they name no room that succeeded).

@@ -55,7 +55,7 @@ def test_bad_times_and_durations_name_the_forms_accepted() -> None:
 
 
 def test_a_bad_time_option_is_named_in_the_usage_error() -> None:
-    """"Invalid value: 'next year' is not a time" did not say which of --since, --until and --at was wrong."""
+    """A bad time said "Invalid value: 'next year' is not a time", not which of --since, --until and --at."""
     result = kvtop_here("failures", *LOGS, "--since", "03:00", "--until", "next year")
     assert result.returncode == 2
     assert "--until: 'next year' is not a time" in result.stderr, result.stderr
