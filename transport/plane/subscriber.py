@@ -8,7 +8,10 @@ missing batches as a gap, and the agent's snapshot is asked again (its batches
 wait for it as they did for the first), so what the gap held reaches the
 consumer after all (a relay that dropped the agent for a while, a consumer that
 fell behind); a new incarnation (the agent restarted) starts over and is never
-counted as a gap.
+counted as a gap. A snapshot that does not come within `SNAPSHOT_TIMEOUT_S` is
+counted (`snapshots_missed`), the agent's batches go on meanwhile, and it is
+asked again later (its batches wait as after a gap), so an agent too busy to
+answer in time still reaches the consumer whole.
 
 Through a relay (`connect_relay`) the same happens on one SUB socket and one snapshot DEALER for every
 agent behind it (dialed with the subscriber's CURVE keys, like its other sockets): each snapshot request
@@ -50,6 +53,11 @@ from transport.sockets import LIST_FRAME, decode_waiting, decode_waiting_frames,
 from transport.wire import AgentInfo, FrameDecoder, encode
 
 SNAPSHOT_TIMEOUT_S = 2.0
+SNAPSHOT_RETRY_S = 5.0
+"""A snapshot that timed out is asked again this long after, the wait doubling at each miss up to
+`SNAPSHOT_RETRY_MAX_S` (an agent that never answers costs a request a minute, each holding its batches for at
+most `SNAPSHOT_TIMEOUT_S`)."""
+SNAPSHOT_RETRY_MAX_S = 60.0
 AGENT_RCVHWM = 256
 """Batches one agent's connection queues here, at most: about 13 s of an agent's batches at its default
 50 ms interval (a keyframe or a stalled view holds the consumer a second, not this), and with 1024 agents
@@ -123,6 +131,8 @@ class EventSubscriber:
         self._unsynced: dict[str, None] = {}
         """Labels whose stream waits for its snapshot, oldest first: what `synced()` and the expiry look at,
         not every stream."""
+        self._retries: dict[str, tuple[float, float]] = {}
+        """Labels whose snapshot timed out -> (when to ask again, the wait before that ask)."""
         self._poller: zmq.Poller | None = None
         """Every socket `poll()` waits on, made again only when one opens or closes (not on every poll)."""
         self._snapshot_sockets: dict[str, zmq.Socket[bytes]] = {}
@@ -336,6 +346,8 @@ class EventSubscriber:
             if dealer in ready:
                 self._read_relayed_snapshots(dealer, out)
         self._expire_snapshot_requests(out)
+        if self._retries:
+            self._ask_missed_again()
         return out
 
     def _read_batches(self, sock: zmq.Socket[bytes], out: list[Delivered], endpoint: str = "", relay: str = "") -> None:
@@ -414,6 +426,7 @@ class EventSubscriber:
 
     def _start_stream(self, label: str, incarnation: int) -> _Stream:
         stream = _Stream(incarnation)
+        self._retries.pop(label, None)
         self._ask_snapshot(label, stream)
         return stream
 
@@ -487,6 +500,7 @@ class EventSubscriber:
         if snapshot.incarnation != stream.incarnation:
             return  # the agent restarted meanwhile; its new batches start a new stream
         self.counters.add("snapshots")
+        self._retries.pop(label, None)
         stream.synced = stream.answered = True
         self._unsynced.pop(label, None)
         stream.last_seq = snapshot.seq
@@ -519,10 +533,24 @@ class EventSubscriber:
             stream = self._streams[label]
             self._relay_requests.pop(stream.req_id, None)
             self.counters.add("snapshots_missed")
+            wait = (
+                min(2 * self._retries[label][1], SNAPSHOT_RETRY_MAX_S) if label in self._retries else SNAPSHOT_RETRY_S
+            )
+            self._retries[label] = (now + wait, wait)
             stream.synced = True
             self._unsynced.pop(label, None)
             self._done_asking(label, stream)
             self._release_held(label, stream, out)
+
+    def _ask_missed_again(self) -> None:
+        """Ask again each snapshot that timed out, once its wait is over (`SNAPSHOT_RETRY_S`)."""
+        now = time.monotonic()
+        for label, (due, _) in list(self._retries.items()):
+            stream = self._streams.get(label)
+            if stream is None:
+                del self._retries[label]
+            elif now >= due and stream.synced:  # not asking already
+                self._ask_snapshot(label, stream)
 
     def _close_snapshot_socket(self, label: str) -> None:
         sock = self._snapshot_sockets.pop(label, None)
