@@ -298,7 +298,8 @@ class EventSubscriber:
             self._open_files = raise_open_files(files_for(self._files_for))
 
     def synced(self) -> bool:
-        """True once every connected agent's snapshot arrived (or its request timed out)."""
+        """True when no connected agent's snapshot is awaited: each arrived or its request timed out (while a
+        missed one is asked again, up to `SNAPSHOT_TIMEOUT_S`, it is awaited again)."""
         expected = len(self.agents) + len(self._endpoints)
         now = time.monotonic()
         for label in [label for label, since in self._relay_expected.items() if now - since > SNAPSHOT_TIMEOUT_S]:
