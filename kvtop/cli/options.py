@@ -64,6 +64,15 @@ def _endpoints(values: list[str]) -> list[str]:
     return [_endpoint(value) for value in values]
 
 
+def _bootstrap(value: str) -> str:
+    """`_endpoint`, its error naming the option's environment variables as words (Typer prints a list's repr)."""
+    try:
+        return _endpoint(value)
+    except typer.BadParameter as error:
+        hint = "'--bootstrap' / '--relay' (or KVTOP_BOOTSTRAP, KVTOP_RELAY)"
+        raise typer.BadParameter(error.message, param_hint=hint) from None
+
+
 # Shared by the headless views.
 Bootstrap = Annotated[
     str,
@@ -71,7 +80,7 @@ Bootstrap = Annotated[
         "--bootstrap",
         "--relay",
         envvar=["KVTOP_BOOTSTRAP", "KVTOP_RELAY"],
-        callback=_endpoint,
+        callback=_bootstrap,
         help="Bootstrap address of the cluster, tcp://HOST:PORT (it lists every agent), or a relay's address "
         "(the one `kvtop relay` prints): the view then subscribes once, to the relay, as it does when the "
         "bootstrap lists a relay.",

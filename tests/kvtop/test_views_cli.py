@@ -64,6 +64,15 @@ def test_views_reject_an_address_that_is_not_one():
     assert "tcp://127.0.0.1:5555" in result.stderr
 
 
+def test_a_bad_bootstrap_address_from_the_environment_names_its_variables_as_words():
+    """Typer named the variables of --bootstrap as a Python list: "(env var: '['KVTOP_BOOTSTRAP', ...]')"."""
+    result = kvtop_here("status", env={"KVTOP_BOOTSTRAP": "garbage"})
+
+    assert result.returncode == 2
+    assert "'--bootstrap' / '--relay' (or KVTOP_BOOTSTRAP, KVTOP_RELAY): 'garbage' is not an address" in result.stderr
+    assert "[" not in result.stderr.splitlines()[-1]
+
+
 def test_agents_given_by_event_endpoint_are_seen_like_discovered_ones(make_cluster):
     """`--connect EP` (no bootstrap) finds every rank, alive, with the identity from its snapshot."""
     cluster = make_cluster(ClusterSpec(prefill_tp=2, num_pages=16, page_bytes=4096))
