@@ -217,7 +217,8 @@ def test_rewind_keys_on_the_dashboards_own_recording_and_its_replay(pane, tmp_pa
     pane.keys("L")
     wait_for(lambda: not pane.shows("REPLAY") and pane.shows("ranks alive"), 20, "live again")
     pane.keys("[")
-    wait_for(lambda: pane.shows(r"REPLAY .* · origin: room \d+ on \S+ \(checksum\)"), 20, "the last origin")
+    # the corrupt chunks' (checksum) most of the time; on a loaded machine a timeout's may be the last
+    wait_for(lambda: pane.shows(r"REPLAY .* · origin: room \d+ on \S+ \([a-z_]+\)"), 20, "the last origin")
     pane.keys("L")
     wait_for(lambda: not pane.shows("REPLAY"), 20, "live again")
     pane.keys("q")

@@ -85,7 +85,8 @@ def test_every_view_declares_the_source_options_once(view):
     done = CliRunner().invoke(app, [view, "--help"], terminal_width=200)
 
     assert done.exit_code == 0, done.output
-    declared = [line.strip().split("  ")[0] for line in done.output.splitlines() if line.strip().startswith("-")]
+    options_part = done.output.split("Options:", 1)[1]  # the description above may wrap to a line that starts `--x`
+    declared = [line.strip().split("  ")[0] for line in options_part.splitlines() if line.strip().startswith("-")]
     options = [name.split()[0] for column in declared for name in column.split(", ")]
     for option in SOURCE_OPTIONS:
         assert options.count(option) == 1, (view, option)
