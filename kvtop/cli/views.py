@@ -121,10 +121,11 @@ def check(
     """Health check for cron, Nagios/Icinga, Kubernetes exec probes and CI gates.
 
     Prints `KVTOP <STATUS> - <text> | <perfdata>` (or JSON) and exits 0 OK, 1 WARNING, 2 CRITICAL
-    (including: an incident ongoing, cluster unreachable, no agent answering, a rank gone, a rank kvtop
-    could not open a socket for (its own open-files limit: named with the limit), failure rate, abort rate
-    or stuck rooms over the limit), 3 UNKNOWN (bad arguments, a log or recording that cannot be read, an
-    internal error: said on stdout, without perfdata). The first problem of an incident names its suspect:
+    (including: a rank's scheduler crashed (its log says so), an incident ongoing, cluster unreachable, no
+    agent answering, a rank gone, a rank kvtop could not open a socket for (its own open-files limit: named
+    with the limit), failure rate, abort rate or stuck rooms over the limit), 3 UNKNOWN (bad arguments, a log
+    or recording that cannot be read, an internal error: said on stdout, without perfdata). The first problem
+    of an incident names its suspect:
     `KVTOP CRITICAL - incident: prefill-0/TP1 sends corrupt KV (checksum) since 10:02:11, 31 rooms | ...`.
     A rank listed (--connect, or by the bootstrap service) that does not answer within --wait is gone; one
     that answered is stale after 3 s of silence and gone after 10 s.

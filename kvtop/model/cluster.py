@@ -365,6 +365,9 @@ class ClusterModel:
         (`failure_keys`), kept from then on."""
         self.context: deque[tuple[str, LogContext]] = deque(maxlen=CONTEXT_KEPT)
         """Context lines sidecars published, with the label of the rank that published them."""
+        self.crashes: dict[str, LogContext] = {}
+        """Ranks whose scheduler crashed (a server log said so, read or followed by a sidecar): the latest
+        crash of each (`kind` `crash`), kept apart from `context` so that no later line pushes it out."""
         self._causes: dict[int, int] = {}
         """Per room with failures (the newest `FAILURES_KEPT`, up to an eighth more before the oldest go together):
         whether a client's abort, a cluster fault or both started them (bits of `_ABORT_CAUSE`, `_FAULT_CAUSE`),
@@ -783,6 +786,8 @@ class ClusterModel:
             view.log = event.log
         elif isinstance(event, LogContext):
             self.context.append((view.label, event))
+            if event.kind == "crash":
+                self.crashes[view.label] = event
         elif isinstance(event, Failure):
             observed = Observed(event.ts, event.room, event.rank, view.role, event.reason, event.reason_class,
                                 event.origin, event.level, event.is_from_another_rank, view.inferred,

@@ -134,6 +134,8 @@ class ModelState(msgspec.Struct, array_like=True):
     snapshot_cut: int = 0
     correct_clocks: bool = False
     timeline: Buckets | None = None
+    crashes: list[tuple[str, LogContext]] = []
+    """`ClusterModel.crashes` (keyframes older than it: none)."""
 
 
 _ENCODER = msgspec.msgpack.Encoder()
@@ -202,7 +204,7 @@ def capture(model: ClusterModel) -> bytes:
         model.gaps, model.intake, model.rejected, model.rejected_frames, model.lost, model.lost_after_s,
         model._lost_check_at, model._now, list(model._open), list(model._touched), model.failures_total,
         list(model._causes.items()), dict(model.retired_outcomes), list(model.context), model.incidents.state(),
-        model.snapshot_cut, model.correct_clocks, Buckets(*model.timeline.state()),
+        model.snapshot_cut, model.correct_clocks, Buckets(*model.timeline.state()), list(model.crashes.items()),
     )  # fmt: skip
     return _ENCODER.encode(state)
 
@@ -227,6 +229,7 @@ def restore(data: bytes | memoryview, journal_events: int = 0) -> ClusterModel:
     model.failures_total, model._causes = state.failures_total, dict(state.causes)
     model.retired_outcomes = dict(state.retired_outcomes)
     model.context.extend(state.context)
+    model.crashes = dict(state.crashes)
     model.snapshot_cut, model.correct_clocks = state.snapshot_cut, state.correct_clocks
     if state.incidents is not None:
         model.incidents = IncidentTracker.restored(state.incidents)

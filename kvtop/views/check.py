@@ -1,9 +1,10 @@
 """`kvtop check`: thresholds in, a Nagios verdict out (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN).
 
-Incidents come first: a cluster incident (client aborts apart) that is ongoing (live), or that the span read
-holds (logs, a recording, `--since`), is CRITICAL when it reaches its room and rate thresholds and WARNING
-below them; the first problem names its suspect. Then the ranks, the failure and abort rates, stuck rooms,
-lost event batches.
+A rank whose scheduler crashed (its server log says so: read, or followed by a sidecar) comes first,
+CRITICAL, in the span read or the window. Then incidents: a cluster incident (client aborts apart) that is
+ongoing (live), or that the span read holds (logs, a recording, `--since`), is CRITICAL when it reaches its
+room and rate thresholds and WARNING below them; the first problem names its suspect. Then the ranks, the
+failure and abort rates, stuck rooms, lost event batches.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from kvtop.model.cluster import ClusterModel, Liveness
 from kvtop.model.incidents import Incident
 from kvtop.views.incidents import duration, in_span, incident_json, plural
 from kvtop.views.times import spans_days, stamp
+from transport.plane.events import LogContext
 
 INCIDENTS_NAMED = 3
 """Incidents a verdict's text names (the biggest); the rest are counted."""
@@ -98,6 +100,8 @@ class CheckResult:
     """Rooms that failed in the window (those known from logs included)."""
     clocks_skewed: dict[str, float] = field(default_factory=dict)
     """Ranks whose clock is off the collector's by `SKEWED_S` or more (seconds ahead; their times corrected)."""
+    ranks_crashed: dict[str, str] = field(default_factory=dict)
+    """Ranks whose scheduler crashed in what was judged -> what their log said (the exception, where raised)."""
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -158,6 +162,13 @@ def evaluate(
     critical: list[str] = []
     warning: list[str] = []
     need = limits.min_ranks or len(liveness)
+    crashed = _judged_crashes(model, now, since if span else now - limits.window_s)
+    if crashed:
+        dated = spans_days([crash.ts for crash in crashed.values()] + [now])
+        named = [f"{label} crashed at {stamp(crash.ts, dated)[:-4]} ({crash.text})" for label, crash in crashed.items()]
+        critical.extend(named[:INCIDENTS_NAMED])
+        if len(named) > INCIDENTS_NAMED:
+            critical.append(f"and {plural(len(named) - INCIDENTS_NAMED, 'more rank')} crashed")
     judged = _judged_incidents(model, now, span, since)
     severe = [_severe(incident, limits) for incident in judged]
     for incident, is_severe in zip(judged[:INCIDENTS_NAMED], severe, strict=False):
@@ -230,7 +241,14 @@ def evaluate(
         unanswered, unreachable, model.lost, model.rejected, model.rejected_frames,
         [incident_json(incident, now, gap) for incident in judged], "span" if span else "now", rooms_failed,
         {label: round(offset, 3) for label, offset in skewed.items()},
+        {label: crash.text for label, crash in crashed.items()},
     )  # fmt: skip
+
+
+def _judged_crashes(model: ClusterModel, now: float, start: float | None) -> dict[str, LogContext]:
+    """The ranks whose scheduler crashed from `start` (None: the whole span read) to `now`, earliest first."""
+    judged = [(label, crash) for label, crash in model.crashes.items() if (start or 0.0) <= crash.ts <= now]
+    return dict(sorted(judged, key=lambda item: item[1].ts))
 
 
 def _judged_incidents(model: ClusterModel, now: float, span: bool, since: float | None) -> list[Incident]:

@@ -59,8 +59,13 @@ Leads = Mapping[tuple[float, int, str, str], str]
 
 
 def raw_level(event: Event) -> str:
-    """The level the rank logged a failure at; room traffic is debug; the rest info."""
-    return event.level if isinstance(event, Failure) else _LEVEL_OF_KIND[type(event)]
+    """The level the rank logged a failure at; a scheduler's crash is an error; room traffic and other context
+    lines are debug; the rest info."""
+    if isinstance(event, Failure):
+        return event.level
+    if isinstance(event, LogContext) and event.kind == "crash":
+        return "error"
+    return _LEVEL_OF_KIND[type(event)]
 
 
 def level_of(event: Event, leads: Leads | None = None) -> str:

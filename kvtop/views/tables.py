@@ -9,10 +9,10 @@ from typing import Any
 from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel, Liveness, RoomView
 from kvtop.views.incidents import in_span, incident_json
 from kvtop.views.known import KNOWN_METRICS, NO_DATA
-from kvtop.views.times import stamp
+from kvtop.views.times import spans_days, stamp
 from kvtop.views.units import gbps, size
 from transport.counters import REJECTION_REASONS
-from transport.plane.events import LogFollowed
+from transport.plane.events import LogContext, LogFollowed
 
 INCIDENTS_SHOWN = 3
 """Incidents the status text names (the newest); `kvtop incidents` lists them all."""
@@ -60,6 +60,7 @@ def ranks_json(model: ClusterModel, now: float, window_s: float = 60.0) -> list[
             "log": log_json(view.log) if view.log is not None else None,
             "unreachable": unreachable.get(view.label),
             "named_by": view.named_by,
+            "crashed": _crash_json(model.crashes.get(view.label)),
             **(_NOT_IN_LOGS if view.from_log else {}),
             **(_NOT_NAMED if view.named_by else {}),
         }
@@ -71,6 +72,18 @@ _NOT_IN_LOGS = {"pid": None, "gbps": None, "cpu_percent": None, "rss_bytes": Non
 """What a rank's JSON holds where a server log read as a file tells nothing of it."""
 _NOT_NAMED = {"rank": None, "inflight": None, "origins": None, "echoes": None}
 """What it holds besides where its peers' lines alone tell of it (its own log would say these)."""
+
+
+def _crash_json(crash: LogContext | None) -> dict[str, Any] | None:
+    return None if crash is None else {"ts": crash.ts, "text": crash.text}
+
+
+def crash_lines(model: ClusterModel) -> list[str]:
+    """`crashed prefill-0/TP2 at 22:03:02: Scheduler hit an exception: KeyError: ...`, per rank whose log said its
+    scheduler crashed (earliest first)."""
+    crashes = sorted(model.crashes.items(), key=lambda item: item[1].ts)
+    dated = spans_days([crash.ts for _, crash in crashes])
+    return [f"crashed {label} at {stamp(crash.ts, dated)[:-4]}: {crash.text}" for label, crash in crashes]
 
 
 def log_json(log: LogFollowed) -> dict[str, Any]:
@@ -102,7 +115,7 @@ def ranks_text(model: ClusterModel, now: float) -> str:
         + (f"  no log of its own: named by {', '.join(r['named_by'])}" if r["named_by"] else "")
         for r in ranks_json(model, now)
     ]
-    return "\n".join(lines + clock_lines(model) + sidecar_lines(model) + intake_lines(model))
+    return "\n".join(lines + crash_lines(model) + clock_lines(model) + sidecar_lines(model) + intake_lines(model))
 
 
 def _dash(value: object) -> object:
@@ -298,6 +311,7 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
         "rooms_lost": model.lost,
         "snapshot_entries_cut": model.snapshot_cut,
         "clocks_skewed": {label: round(offset, 3) for label, offset in model.skewed_clocks().items()},
+        "ranks_crashed": {label: _crash_json(crash) for label, crash in model.crashes.items()},
         **intake_json(model),
         "top_origins": [list(item) for item in origins.most_common(5)],
         "links": _links_json(model),
@@ -354,7 +368,7 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
             f"link    {link['prefill']} -> {link['decode']}: {link['transfers']} transfers, "
             f"{size(link['bytes'])}, {link['failed_rooms']} failed"
         )
-    return "\n".join(lines + clock_lines(model) + intake_lines(model))
+    return "\n".join(lines + crash_lines(model) + clock_lines(model) + intake_lines(model))
 
 
 def _peer_named(ranks: dict[str, int]) -> str:

@@ -17,7 +17,10 @@ Kinds (DOMAIN.md, "SGLang's log lines"):
   `Lost connection with prefill instance (...), N requests affected`, NIXL
   transport errors, transfer worker errors and their tracebacks, context
   corruption, one-time hints, bootstrap trouble, aborts carrying a
-  KVTransferError, and transport libraries' own lines (glog, UCX).
+  KVTransferError, and transport libraries' own lines (glog, UCX); and a
+  scheduler's crash (`Scheduler hit an exception: Traceback ...`: the rank's
+  process ends, SGLang takes its server down), in a few words
+  (`crash_text`).
 """
 
 from __future__ import annotations
@@ -68,6 +71,9 @@ _THROUGHPUT = re.compile(r"(gen|input) throughput \(token/s\): ([\d.]+)")
 _SESSION = re.compile(r"Session (\S+) failed\.")
 _LOST = re.compile(r"(?:Lost|Losing) connection with prefill instance \(bootstrap_addr: ([^)]*)\)")
 _BOOTSTRAP_PORT = re.compile(r"\bdisaggregation_bootstrap_port=(\d+)")
+CRASH = "Scheduler hit an exception"
+"""How SGLang's scheduler process logs the exception that ends it (then it signals its server to quit)."""
+_FRAME = re.compile(r'^\s*File "([^"]*)", line (\d+), in (\S+)')
 _ROOM_CONTEXT = (
     re.compile(r"NIXL transport error for room (\d+)"),
     re.compile(r"Unexpected transfer worker error for room (\d+)"),
@@ -128,7 +134,7 @@ class ContextLine:
     ts: float | None
     tp: int | None
     kind: str
-    """`session`, `lost_connection`, `room`, `hint`, `glog`, `ucx` or `traceback`."""
+    """`session`, `lost_connection`, `room`, `hint`, `glog`, `ucx`, `traceback` or `crash`."""
     room: int | None
     text: str
 
@@ -195,9 +201,25 @@ def classify(prefix: Prefix, year: int) -> Record | None:
         return ContextLine(ts, prefix.tp, "hint", None, message)
     if message.startswith("Traceback (most recent call last)"):
         return ContextLine(ts, prefix.tp, "traceback", None, message)
+    if message.startswith(CRASH):
+        return ContextLine(ts, prefix.tp, "crash", None, crash_text(message))
     if ts is None:
         return _transport_library(message, year)
     return None
+
+
+def crash_text(record: str) -> str:
+    """A scheduler's crash in a few words: its exception and the frame that raised it (`Scheduler hit an
+    exception: KeyError: 42, in sglang/srt/disaggregation/mooncake/conn.py:950 check_status`)."""
+    lines = record.rstrip().splitlines()
+    exception = next((line.strip() for line in reversed(lines[1:]) if line[:1] not in (" ", "\t")), "")
+    frames = [frame for line in lines if (frame := _FRAME.match(line))]
+    where = ""
+    if frames:
+        path, line, function = frames[-1].groups()
+        path = path[path.rfind("sglang/") :] if "sglang/" in path else path.rpartition("/")[2]
+        where = f", in {path}:{line} {function}"
+    return cut_text(f"{CRASH}: {exception or 'its traceback was cut'}{where}")
 
 
 def _failure(prefix: Prefix) -> FailureLine:

@@ -5,7 +5,8 @@ A block is cut at its last newline (the rest waits for the next read, as
 block, so lines without one are never split, decoded or parsed. Batch lines (queue
 depth gauges) are looked for only in the last `SAMPLED_BYTES` of a block: a
 large file gives one sample of them per block, a followed file all of them. A traceback comes
-out as one item: its first line and the unprefixed lines that continue it. One that reaches the
+out as one item (a line that starts one, or a record that logs one: `Scheduler hit an exception:
+Traceback ...`): its first line and the unprefixed lines that continue it. One that reaches the
 end of what was read waits for more, until the file gained nothing for `QUIET_S` (by the
 clock): then it is complete (a server's last words before it died need no later line).
 
@@ -323,7 +324,7 @@ class LogReader:
             if start <= covered:
                 continue  # inside a traceback already handed on
             stop = block.find(b"\n", start, end)
-            if block.startswith(TRACEBACK, start):
+            if block.find(TRACEBACK, start, stop) >= 0:  # its own line, or a record that logs one (a crash)
                 stop = covered = _traceback_end(block, stop, end)
                 if carry and hold_traceback and stop + 1 >= end and size - start < MAX_LINE_BYTES:
                     cut = start  # it may go on in the next block: read it whole from there

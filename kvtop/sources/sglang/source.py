@@ -12,7 +12,9 @@ line leaves out taken from the lines around it, `related`), batch lines
 rank in time order across files; the ranks are log ranks (`RankView.from_log`).
 Everything else kvtop understands (sessions, lost connections, NIXL errors,
 tracebacks, transport-library lines) is kept as context for the failure
-groups near it (`context`).
+groups near it (`context`); a scheduler's crash is also told to the model as
+its rank's (`LogContext` of kind `crash`: `ClusterModel.crashes`), as a log
+sidecar publishes it.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from kvtop.sources.sglang.related import RelatedLines, WorkerError
 from kvtop.sources.sglang.sniff import sniff_role
 from kvtop.sources.sglang.spec import LogSpec
 from kvtop.sources.sglang.stats import LogStats
-from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure, Level
+from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure, Level, LogContext
 from transport.sglang.reasons import reason_class
 
 LOAD_BYTES = 8 << 20
@@ -194,7 +196,9 @@ class SGLangLogs:
                 ts, file.instance or file.spec.path.name, record.tp, record.kind, record.room, record.text
             )
             self.context.append(context)
-            if self.fresh_context is not None:
+            if record.kind == "crash":  # an event of its rank's (a sidecar publishes it with the rank's events)
+                self._crash(file, record, ts, pending)
+            elif self.fresh_context is not None:
                 self.fresh_context.append(context)
             if record.kind == "lost_connection" and record.tp is not None and file.instance:
                 self._peer_named(record.text, f"{file.instance}/TP{record.tp}")
@@ -223,6 +227,15 @@ class SGLangLogs:
             self._batches += 1
             event = to_heartbeat(record, ts)
         pending.append((ts, len(pending), file, label, event))
+
+    def _crash(
+        self, file: _File, line: ContextLine, ts: float, pending: list[tuple[float, int, _File, str, Event]]
+    ) -> None:
+        """A rank's scheduler crashed: its rank says so to the model (under the file's name while the file's
+        role is unknown: a crash is never dropped for want of a name)."""
+        file.instance = file.instance or self._names.next(file.role)
+        label = f"{file.instance or file.spec.path.name}/TP{line.tp or 0}"
+        pending.append((ts, len(pending), file, label, LogContext(ts, line.kind, None, line.text, line.tp)))
 
     def _worker_error(
         self, file: _File, error: WorkerError, pending: list[tuple[float, int, _File, str, Event]]

@@ -1,0 +1,117 @@
+"""A scheduler that crashed (`Scheduler hit an exception: Traceback ...`): its rank is named crashed, and a check
+of the logs is CRITICAL for it.
+
+The fixture's shape is a public report's (Mooncake issue #1400, SGLang with Mooncake on 2026-01-16: a prefill
+rank's `check_status` raised KeyError for a room it no longer knew, the scheduler died and SGLang took the server
+down); `check --sglang-log` on it said OK before (the line was no failure and no context kvtop knew)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from kvtop_cli import kvtop_here
+
+from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
+from kvtop.record.keyframes import capture, restore
+from kvtop.sources.sglang import load
+from kvtop.sources.sglang.lines import ContextLine, classify, crash_text
+from kvtop.sources.sglang.prefix import parse_prefix
+from kvtop.sources.sglang.reader import LogReader
+from kvtop.sources.sglang.source import SGLangLogs
+from transport.plane.events import LogContext
+
+CRASH = Path(__file__).parent / "fixtures" / "sglang" / "scheduler-crash"
+"""prefill-0 (TP2's scheduler crashes at 22:03:02 with KeyError, the frame that raised it in SGLang's
+`common/conn.py`) and decode-0, which loses the prefill instance 10 s later and fails two rooms."""
+LOGS = ("--sglang-log", str(CRASH / "prefill.log"), "--sglang-log", str(CRASH / "decode.log"))
+SAID = (
+    "Scheduler hit an exception: KeyError: 4793981895866140836, in sglang/srt/disaggregation/common/conn.py:311 "
+    "check_status"
+)
+
+
+def test_the_crash_comes_out_of_the_reader_as_one_record_with_its_traceback():
+    """A prefixed line that logs a traceback keeps its unprefixed lines (only a line that began with one did)."""
+    reader = LogReader(CRASH / "prefill.log")
+    records = reader.read(final=True, max_bytes=1 << 20)
+    reader.close()
+
+    [crash] = [record for record in records if "Scheduler hit an exception" in record]
+    assert crash.splitlines()[-1] == "KeyError: 4793981895866140836"
+    assert len(crash.splitlines()) == 21  # the whole traceback, the line that logged it first
+
+
+def test_a_crash_is_said_in_a_few_words_its_exception_and_where_it_was_raised():
+    record = (CRASH / "prefill.log").read_text().split("\n", 2)[2].split("\n\n")[0]
+
+    line = classify(parse_prefix(record), 2026)
+
+    assert isinstance(line, ContextLine)
+    assert (line.kind, line.tp, line.room, line.text) == ("crash", 2, None, SAID)
+
+
+@pytest.mark.parametrize(
+    ("record", "said"),
+    [
+        ("Scheduler hit an exception: Traceback (most recent call last):\n  File \"/x/y.py\", line 3, in f\n",
+         "Scheduler hit an exception: its traceback was cut, in y.py:3 f"),
+        ("Scheduler hit an exception: Traceback (most recent call last):\nRuntimeError: CUDA error: out of memory",
+         "Scheduler hit an exception: RuntimeError: CUDA error: out of memory"),
+    ],
+    ids=["cut-before-its-exception", "no-frame"],
+)  # fmt: skip
+def test_a_crash_whose_traceback_was_cut_or_names_no_frame_says_what_it_has(record: str, said: str):
+    assert crash_text(record) == said
+
+
+def test_a_check_of_the_logs_is_critical_naming_the_crash_first():
+    """The crash first (it is the cause), then the incident the decode side saw."""
+    line = kvtop_here("check", *LOGS)
+    as_json = kvtop_here("check", *LOGS, "--json")
+
+    assert line.returncode == as_json.returncode == 2
+    assert line.stdout.startswith(f"KVTOP CRITICAL - prefill-0/TP2 crashed at 22:03:02 ({SAID}); incident: ")
+    assert json.loads(as_json.stdout)["ranks_crashed"] == {"prefill-0/TP2": SAID}
+
+
+def test_a_check_from_after_the_crash_does_not_judge_it():
+    """--since after the crash: the span judged holds the decode side's failures, not the crash."""
+    result = kvtop_here("check", *LOGS, "--since", "2026-01-16 22:03:10", "--json")
+
+    assert json.loads(result.stdout)["ranks_crashed"] == {}
+
+
+def test_ranks_status_and_events_show_the_crash():
+    ranks = kvtop_here("ranks", *LOGS)
+    ranks_json = kvtop_here("ranks", *LOGS, "--json")
+    status = kvtop_here("status", *LOGS, "--json")
+    events = kvtop_here("events", *LOGS)
+
+    assert f"crashed prefill-0/TP2 at 22:03:02: {SAID}" in ranks.stdout.splitlines()
+    crashed = {rank["label"]: rank["crashed"] for rank in json.loads(ranks_json.stdout)}
+    assert crashed["prefill-0/TP2"]["text"] == SAID and crashed["prefill-0/TP0"] is None
+    assert json.loads(status.stdout)["ranks_crashed"]["prefill-0/TP2"]["text"] == SAID
+    assert any(" prefill-0/TP2    ERROR   context   crash: " in line for line in events.stdout.splitlines())
+
+
+def test_a_sidecar_publishes_the_crash_once_as_its_rank_s_event():
+    """Given to the rank's events (what a sidecar publishes and a live model keeps), not also as a context line."""
+    logs = SGLangLogs([CRASH / "prefill.log"])
+    logs.fresh_context = []
+    events = logs.poll(None, final=True)
+    logs.close()
+
+    crashes = [(label, event) for label, event in events if isinstance(event, LogContext)]
+    assert [(label, event.kind, event.text) for label, event in crashes] == [("prefill-0/TP2", "crash", SAID)]
+    assert all(context.kind != "crash" for context in logs.fresh_context)
+
+
+def test_a_keyframe_keeps_the_crash():
+    model = ClusterModel(JOURNAL_EVENTS_KEPT)
+    load([CRASH / "prefill.log"], model)
+
+    restored = restore(capture(model), JOURNAL_EVENTS_KEPT)
+
+    assert {label: crash.text for label, crash in restored.crashes.items()} == {"prefill-0/TP2": SAID}
