@@ -24,6 +24,8 @@ INCIDENTS_NAMED = 3
 """Incidents a verdict's text names (the biggest); the rest are counted."""
 UNREACHABLE_NAMED = 5
 """Ranks kvtop could not open a socket for that a verdict's text names; the rest are counted."""
+CRASHES_NAMED = 3
+"""Crashed ranks a verdict's text names (the earliest); the rest are counted."""
 
 
 class Verdict(IntEnum):
@@ -166,9 +168,9 @@ def evaluate(
     if crashed:
         dated = spans_days([crash.ts for crash in crashed.values()] + [now])
         named = [f"{label} crashed at {stamp(crash.ts, dated)[:-4]} ({crash.text})" for label, crash in crashed.items()]
-        critical.extend(named[:INCIDENTS_NAMED])
-        if len(named) > INCIDENTS_NAMED:
-            critical.append(f"and {plural(len(named) - INCIDENTS_NAMED, 'more rank')} crashed")
+        critical.extend(named[:CRASHES_NAMED])
+        if len(named) > CRASHES_NAMED:
+            critical.append(f"and {plural(len(named) - CRASHES_NAMED, 'more rank')} crashed")
     judged = _judged_incidents(model, now, span, since)
     severe = [_severe(incident, limits) for incident in judged]
     for incident, is_severe in zip(judged[:INCIDENTS_NAMED], severe, strict=False):
