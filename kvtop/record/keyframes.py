@@ -44,7 +44,7 @@ STATE_FIELDS = frozenset(
         "ranks", "rooms", "finished", "failures", "transfers", "links", "gaps", "intake", "rejected",
         "rejected_frames", "lost", "lost_after_s", "_lost_check_at", "_now", "_open", "_touched",
         "failures_total", "_causes", "retired_outcomes", "context", "incidents", "snapshot_cut",
-        "correct_clocks", "timeline",
+        "correct_clocks", "timeline", "crashes",
     )
 )  # fmt: skip
 
