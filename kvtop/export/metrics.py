@@ -67,6 +67,8 @@ class _Rank:
     state: Liveness
     last_seen: float
     inflight: int
+    crashed_at: float
+    """When its scheduler crashed, as its log said (0: it did not)."""
 
 
 @dataclass
@@ -174,7 +176,9 @@ class ModelMetrics(Collector):
         for view in model.ranks.values():
             labels = (view.role or UNKNOWN, view.instance or UNKNOWN, str(view.rank))
             liveness = view.liveness(now)
-            ranks.append(_Rank(labels, view.host, view.pid, view.incarnation, liveness, view.last_seen, view.inflight))
+            crash = model.crashes.get(view.label)
+            ranks.append(_Rank(labels, view.host, view.pid, view.incarnation, liveness, view.last_seen, view.inflight,
+                               crash.ts if crash is not None else 0.0))  # fmt: skip
             if liveness is Liveness.GONE:
                 gone.add(view.label)
             for socket, reasons in view.rejected.items():
@@ -329,6 +333,11 @@ class ModelMetrics(Collector):
             "kvtop_rank_last_seen_timestamp_seconds", "When the rank was last heard from (Unix time).", labels=RANK
         )
         inflight = GaugeMetricFamily("kvtop_rank_inflight_rooms", "Rooms in flight on the rank.", labels=RANK)
+        crashed = GaugeMetricFamily(
+            "kvtop_rank_crash_timestamp_seconds",
+            "When the rank's scheduler crashed, as its server log said (Unix time; no series for a rank that did not).",
+            labels=RANK,
+        )
         for rank in reading.ranks:
             identity = {"host": rank.host, "pid": str(rank.pid), "incarnation": str(rank.incarnation)}
             info.add_metric(rank.labels, identity)
@@ -337,7 +346,9 @@ class ModelMetrics(Collector):
             if rank.last_seen:
                 seen.add_metric(rank.labels, rank.last_seen)
             inflight.add_metric(rank.labels, rank.inflight)
-        yield from (info, state, seen, inflight)
+            if rank.crashed_at:
+                crashed.add_metric(rank.labels, rank.crashed_at)
+        yield from (info, state, seen, inflight, crashed)
         for key, incarnation, count in reading.rejected:
             self._rejections.update(key, incarnation, count)
         rejected = CounterMetricFamily(

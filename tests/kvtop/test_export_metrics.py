@@ -28,7 +28,7 @@ from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import Observed
 from kvtop.model.histogram import HELD_KEPT, DurationHistogram
 from kvtop.sources.synthetic import SyntheticCluster
-from transport.plane.events import EVENT_SCHEMA, EventBatch, Failure, Heartbeat
+from transport.plane.events import EVENT_SCHEMA, EventBatch, Failure, Heartbeat, LogContext
 
 RANK = {"engine_type", "pd_instance", "tp_rank"}
 LINK = {"prefill_instance", "decode_instance"}
@@ -54,6 +54,7 @@ CONTRACT: dict[str, tuple[str, set[str]]] = {
     "kvtop_rank_state": ("gauge", RANK | {"state"}),
     "kvtop_rank_last_seen_timestamp_seconds": ("gauge", RANK),
     "kvtop_rank_inflight_rooms": ("gauge", RANK),
+    "kvtop_rank_crash_timestamp_seconds": ("gauge", RANK),
     "kvtop_rank_frames_rejected": ("counter", RANK | {"socket", "reason"}),
     "kvtop_event_gaps": ("counter", set()),
     "kvtop_events_rejected": ("counter", set()),
@@ -68,6 +69,7 @@ MAY_BE_EMPTY = {"kvtop_frames_rejected"}
 CLUSTER = SyntheticCluster(prefill=2, decode=2, tp=2, failure_rate=0.1)
 ROOMS = 400
 NOW = CLUSTER.start + ROOMS * CLUSTER.spacing_s + 2.0
+CRASHED_AT = NOW - 2.5
 
 
 def _abort(ts: float, room: int, rank: str) -> Failure:
@@ -76,7 +78,7 @@ def _abort(ts: float, room: int, rank: str) -> Failure:
 
 def fixed_model() -> ClusterModel:
     """400 synthetic rooms (some failed, some open and stalled, most retired), a client's abort seen by two
-    ranks, and a rank whose sockets rejected frames."""
+    ranks, a rank whose sockets rejected frames, and one whose log said its scheduler crashed."""
     model = ClusterModel()
     for label, batch in CLUSTER.hello():
         model.apply(label, batch, CLUSTER.start)
@@ -90,6 +92,8 @@ def fixed_model() -> ClusterModel:
         instance, _, rank = label.rpartition("/TP")
         batch = EventBatch(EVENT_SCHEMA, "prefill", instance, int(rank), 1, 51, ts, [_abort(ts, 77, label)])
         model.apply(label, batch, ts)
+    crash = LogContext(CRASHED_AT, "crash", None, "Scheduler hit an exception: KeyError: 77, in x.py:1 f", 1)
+    model.apply("decode-1/TP1", EventBatch(EVENT_SCHEMA, "decode", "decode-1", 1, 1, 52, ts, [crash]), ts)
     model.sweep(NOW)
     return model
 
@@ -367,3 +371,12 @@ def test_the_duration_histogram_counts_each_value_in_the_first_bucket_at_or_abov
 
     assert buckets == [("0.001", 1), ("0.01", 2), ("+Inf", HELD_KEPT + 5)]
     assert total_s == pytest.approx(0.003 + 100.0 * (HELD_KEPT + 3))
+
+
+def test_a_crashed_rank_has_the_time_of_its_crash_and_the_others_no_series(exposition):
+    """`time() - kvtop_rank_crash_timestamp_seconds < 600` alerts on a scheduler that crashed in the last 10 min."""
+    [family] = [f for f in text_string_to_metric_families(exposition) if f.name == "kvtop_rank_crash_timestamp_seconds"]
+
+    assert [(sample.labels["pd_instance"], sample.labels["tp_rank"], sample.value) for sample in family.samples] == [
+        ("decode-1", "1", CRASHED_AT)
+    ]
