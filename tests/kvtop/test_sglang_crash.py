@@ -115,3 +115,19 @@ def test_a_keyframe_keeps_the_crash():
     restored = restore(capture(model), JOURNAL_EVENTS_KEPT)
 
     assert {label: crash.text for label, crash in restored.crashes.items()} == {"prefill-0/TP2": SAID}
+
+
+@pytest.mark.parametrize(
+    "wrapper",
+    ["2026-01-16T22:03:02.123456789+08:00 stderr F ", "Jan 16, 2026 @ 22:03:02.123    "],
+    ids=["container-runtime", "dashboard-export"],
+)
+def test_a_crash_wrapped_by_a_log_shipper_line_by_line_says_the_same(tmp_path: Path, wrapper: str):
+    """A shipper wraps every line of the traceback too: the record ended only at a line that began with `[`, so
+    it ran on into the next record, and its last line (the exception) was read with the wrapper on."""
+    log = tmp_path / "prefill.log"
+    log.write_text("".join(f"{wrapper}{line}\n" for line in (CRASH / "prefill.log").read_text().splitlines() if line))
+
+    result = kvtop_here("check", "--sglang-log", str(log), "--json")
+
+    assert json.loads(result.stdout)["ranks_crashed"] == {"prefill-0/TP2": SAID}

@@ -67,12 +67,15 @@ def unwrap(line: str) -> str:
 
 
 def parse_prefix(line: str) -> Prefix:
-    """Split a line into its prefix (time, rank tags) and message; a line with no prefix is all message.
+    """Split a line into its prefix (time, rank tags) and message; a line with no prefix is all message (a
+    record of several lines, a traceback's, unwrapped line by line).
 
     Raises ValueError for a prefix whose date cannot be (a garbled stamp such as month 13) or whose rank tag
     is past `RANK_TAG_MAX`.
     """
     line = unwrap(line.rstrip("\r\n"))
+    if "\n" in line:  # a record with its traceback: a shipper wraps every line of it
+        line = "\n".join(unwrap(part) for part in line.split("\n"))
     match = _SGLANG.match(line)
     if match is None:
         return Prefix(None, {}, line.rstrip())

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import time
 import zlib
 from dataclasses import dataclass
@@ -43,6 +44,10 @@ SAMPLED_BYTES = 256 << 10
 MAX_LINE_BYTES = 1 << 20
 """A "line" longer than this without a newline is garbage (binary, a lost newline): cut and counted."""
 TRACEBACK = b"Traceback (most recent call last)"
+_WRAPPED_RECORD = re.compile(
+    rb"(?:\d{4}-\d\d-\d\dT\S+ (?:stdout|stderr) [FP] |[A-Z][a-z]{2} \d{1,2}, \d{4} @ \S+[ \t]*)\[\d{4}-\d\d-\d\d "
+)
+"""A record's first line inside a log shipper's wrapper (`prefix._WRAPPERS`): where a wrapped traceback ends."""
 TRACEBACK_LINES = 64
 QUIET_S = 1.0
 """A followed file that gained nothing for this long is complete for now: a traceback at its end comes out."""
@@ -359,12 +364,13 @@ def _marked_lines(block: bytes | bytearray, end: int) -> list[int]:
 
 
 def _traceback_end(block: bytes | bytearray, stop: int, end: int) -> int:
-    """Where a traceback that starts at the line ending at `stop` ends: its unprefixed continuation lines."""
+    """Where a traceback that starts at the line ending at `stop` ends: its unprefixed continuation lines (up to
+    a blank line or the next record, wrapped by a log shipper or not)."""
     for _ in range(TRACEBACK_LINES):
         if stop + 1 >= end:
             break
         following = block[stop + 1 : stop + 2]
-        if following == b"[" or following == b"\n":
+        if following == b"[" or following == b"\n" or _WRAPPED_RECORD.match(block, stop + 1, end):
             break
         nxt = block.find(b"\n", stop + 1, end)
         if nxt < 0:
