@@ -36,6 +36,7 @@ a socket it cannot open (too many open files), is counted (`sockets_unopened`) a
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import time
 from collections import Counter, deque
@@ -132,7 +133,9 @@ class EventSubscriber:
         """Labels whose stream waits for its snapshot, oldest first: what `synced()` and the expiry look at,
         not every stream."""
         self._retries: dict[str, tuple[float, float]] = {}
-        """Labels whose snapshot timed out -> (when to ask again, the wait before that ask)."""
+        """Labels whose snapshot timed out -> (when to ask again (inf while it is asked), the wait before that ask)."""
+        self._retry_due = math.inf
+        """The earliest time in `_retries`."""
         self._poller: zmq.Poller | None = None
         """Every socket `poll()` waits on, made again only when one opens or closes (not on every poll)."""
         self._snapshot_sockets: dict[str, zmq.Socket[bytes]] = {}
@@ -538,20 +541,26 @@ class EventSubscriber:
                 min(2 * self._retries[label][1], SNAPSHOT_RETRY_MAX_S) if label in self._retries else SNAPSHOT_RETRY_S
             )
             self._retries[label] = (now + wait, wait)
+            self._retry_due = min(self._retry_due, now + wait)
             stream.synced = True
             self._unsynced.pop(label, None)
             self._done_asking(label, stream)
             self._release_held(label, stream, out)
 
     def _ask_missed_again(self) -> None:
-        """Ask again each snapshot that timed out, once its wait is over (`SNAPSHOT_RETRY_S`)."""
+        """Ask again each snapshot that timed out, once its wait is over (`SNAPSHOT_RETRY_S`); a poll before the
+        first is due looks at none of them."""
         now = time.monotonic()
-        for label, (due, _) in list(self._retries.items()):
+        if now < self._retry_due:
+            return
+        for label, (due, wait) in list(self._retries.items()):
             stream = self._streams.get(label)
             if stream is None:
                 del self._retries[label]
-            elif now >= due and stream.synced:  # not asking already
+            elif now >= due and stream.synced:  # not asking already (after a gap)
                 self._ask_snapshot(label, stream)
+                self._retries[label] = (math.inf, wait)  # due again once this ask times out too
+        self._retry_due = min((due for due, _ in self._retries.values()), default=math.inf)
 
     def _close_snapshot_socket(self, label: str) -> None:
         sock = self._snapshot_sockets.pop(label, None)
