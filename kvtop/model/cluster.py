@@ -368,6 +368,8 @@ class ClusterModel:
         self.crashes: dict[str, LogContext] = {}
         """Ranks whose scheduler crashed (a server log said so, read or followed by a sidecar): the latest
         crash of each (`kind` `crash`), kept apart from `context` so that no later line pushes it out."""
+        self.logged_after_crash: dict[str, float] = {}
+        """Crashed ranks whose log went on after the crash (their server was restarted): when it last did."""
         self._causes: dict[int, int] = {}
         """Per room with failures (the newest `FAILURES_KEPT`, up to an eighth more before the oldest go together):
         whether a client's abort, a cluster fault or both started them (bits of `_ABORT_CAUSE`, `_FAULT_CAUSE`),
@@ -409,9 +411,33 @@ class ClusterModel:
         if bad:
             self.rejected += len(bad)
             events = [event for event in events if id(event) not in bad]
+        if label in self.crashes:
+            self._note_logged_after_crash(label, events)
         if self._journal_kept:
             self._journal(label, events)
         return events
+
+    def _note_logged_after_crash(self, label: str, events: Sequence[Event]) -> None:
+        """A crashed rank's log lines from after its crash (its server runs again): any event but a hello and a
+        sidecar's own beat (which goes on whatever the server does; a batch line read from a log is a beat too)."""
+        crash = self.crashes[label]
+        later = [
+            event.ts
+            for event in events
+            if event.ts > crash.ts
+            and not isinstance(event, AgentHello)
+            and not (isinstance(event, Heartbeat) and event.log is not None)
+        ]
+        if later:
+            self.logged_after_crash[label] = max(later)
+
+    def crash_of(self, label: str, now: float) -> LogContext | None:
+        """The rank's scheduler crash while it is the rank's last word at `now` (None before it, and once the
+        rank's log went on: its server was restarted)."""
+        crash = self.crashes.get(label)
+        if crash is None or crash.ts > now or crash.ts < self.logged_after_crash.get(label, 0.0) <= now:
+            return None
+        return crash
 
     @property
     def journaling(self) -> bool:

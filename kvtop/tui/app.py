@@ -40,6 +40,7 @@ from kvtop.tui.widgets.footer import KeyFooter
 from kvtop.tui.widgets.line import Line
 from kvtop.tui.widgets.row_list import RowList
 from kvtop.views import units
+from kvtop.views.incidents import plural
 from kvtop.views.times import stamp
 
 REFRESH_S = 0.5
@@ -362,13 +363,16 @@ class KvtopApp(App[None]):
             self.query_one(EventsView).show(self.frame, self.palette)
 
     def _draw_health(self, frame: Frame) -> None:
-        """Incidents first, then the ranks, rates, failures in the window they cover, open and stuck rooms and lost
-        batches; rejections and lost rooms only when there are some. Where the line is too narrow, the rates
-        leave first: incidents, ranks, stuck, gaps and a source's error always stay."""
+        """Incidents first, then crashed ranks (only when there are some), the ranks, rates, failures in the window
+        they cover, open and stuck rooms and lost batches; rejections and lost rooms only when there are some. Where
+        the line is too narrow, the rates leave first: incidents, crashes, ranks, stuck, gaps and a source's error
+        always stay."""
         h, p = frame.health, self.palette
         ongoing = h.incidents_ongoing
         incidents = Text(f" {ongoing} incident{'' if ongoing == 1 else 's'} ongoing ", p.error if ongoing else "")
         parts = [(incidents, ESSENTIAL)]
+        if h.ranks_crashed:  # the server's own log said so: before the ranks, whatever the source
+            parts.append((Text(f" {plural(h.ranks_crashed, 'rank')} crashed ", p.error), ESSENTIAL))
         if h.ranks_from_logs == h.ranks_total and h.ranks_total:  # logs: no transfers, no room that succeeded
             parts.append((Text(f" {h.ranks_from_logs} ranks from logs", p.accent), ESSENTIAL))
             failed = f"{h.rooms_failed} rooms failed ({h.failures} origins) in the last {WINDOW_S:g} s"

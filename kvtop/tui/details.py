@@ -8,7 +8,7 @@ from kvtop.model.cluster import ClusterModel
 from kvtop.tui.rows import Palette, clock
 from kvtop.views import units
 from kvtop.views.event_lines import to_line
-from kvtop.views.tables import sidecar_lines
+from kvtop.views.tables import crash_line, sidecar_lines
 from kvtop.views.times import spans_days
 from transport.plane.events import Event, Failure, Heartbeat
 
@@ -60,6 +60,9 @@ def rank_history(model: ClusterModel, label: str, now: float, palette: Palette) 
     )
     text.append(f"{view.liveness(now)}, last heard {now - view.last_seen:.1f} s ago, {view.inflight} rooms in flight, ")
     text.append(f"{view.origins} origins, {view.echoes} echoes\n")
+    crash = model.crashes.get(label)
+    if crash is not None:
+        text.append(f"{crash_line(model, label, crash, spans_days([crash.ts, now]))}\n", style=palette.error)
     for line in sidecar_lines(model, label):
         text.append(f"{line}\n", style=palette.warning if view.log is not None and view.log.idle else "")
     text.append("\nThroughput per 10 s (newest last)\n", style="bold")

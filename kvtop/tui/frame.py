@@ -79,6 +79,8 @@ class Health:
     """Client aborts in the window (failure groups of class `aborted`): apart from `failures`."""
     incidents_ongoing: int = 0
     """Cluster incidents (client aborts apart) ongoing at the frame's time."""
+    ranks_crashed: int = 0
+    """Ranks whose scheduler crashed and that have logged nothing since (`ClusterModel.crash_of`)."""
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,8 @@ class RankRow:
     """What tells kvtop of it: `agent`, `sglang` (an SGLang rank through kvtop's plugin) or `log`."""
     named_by_peers: bool = False
     """Known only from its peers' log lines (`RankView.named_by`): its in-flight rooms and failures unknown."""
+    crashed: bool = False
+    """Its log said its scheduler crashed, and has said nothing since (`ClusterModel.crash_of`)."""
 
 
 @dataclass(frozen=True)
@@ -314,13 +318,14 @@ class FrameBuilder:
             span_s=rates.span_s,
             aborted=aborted,
             incidents_ongoing=sum(row.ongoing and not row.client for row in incidents),
+            ranks_crashed=sum(model.crash_of(label, now) is not None for label in model.crashes),
         )
         shown, matched = _select(groups[-GROUPS_SHOWN:], incidents, model, options.filter)
         return Frame(
             now=now,
             health=health,
             history=self._history(now),
-            ranks=[_rank_row(view, now) for view in sorted(model.ranks.values(), key=_rank_order)],
+            ranks=[_rank_row(model, view, now) for view in sorted(model.ranks.values(), key=_rank_order)],
             links=self._links(now),
             rooms=self._rooms(options, gone, now),
             groups=shown,
@@ -417,12 +422,12 @@ def _rank_order(view: RankView) -> tuple[bool, str, int]:
     return (view.role != "prefill", view.instance, view.rank)
 
 
-def _rank_row(view: RankView, now: float) -> RankRow:
+def _rank_row(model: ClusterModel, view: RankView, now: float) -> RankRow:
     gbps = view.gbps(now, RATE_WINDOW_S)  # (reads its ring: its waiting transfers' bytes reach its timeline)
     return RankRow(
         view.label, view.role, view.instance, view.rank, view.liveness(now), gbps, view.inflight, view.origins,
         view.echoes, view.cpu_percent, sum(sum(reasons.values()) for reasons in view.rejected.values()),
-        Trend.of(view.timeline, now), view.source, bool(view.named_by),
+        Trend.of(view.timeline, now), view.source, bool(view.named_by), model.crash_of(view.label, now) is not None,
     )  # fmt: skip
 
 

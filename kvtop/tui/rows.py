@@ -169,10 +169,11 @@ def rank_line(
     }
     logged = row.liveness is Liveness.LOG  # logs tell no transfer and no CPU: `-`, never a made-up 0
     unknown = row.named_by_peers  # known from its peers' lines alone: its own counts too
+    state = "crashed" if row.crashed else str(row.liveness)  # its log's own word outranks what kvtop infers
     cells: tuple[tuple[str, str, Style | None], ...] = (
         ("ROLE", f"{row.role:<9}", None),
         ("SOURCE", f"{row.source:<8}", palette.dim if row.source == "agent" else palette.accent),
-        ("STATE", f"{row.liveness:<7}", state_style[row.liveness]),
+        ("STATE", f"{state:<7}", palette.error if row.crashed else state_style[row.liveness]),
         ("RATE", f"{'-' if logged else units.gbps(row.gbps):>11}", None),
         ("IN FLIGHT", f"{'-' if unknown else row.inflight:>11}", None),
         ("ORIGINS", f"{'-' if unknown else row.origins:>9}", palette.error if row.origins else None),

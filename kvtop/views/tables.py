@@ -60,7 +60,7 @@ def ranks_json(model: ClusterModel, now: float, window_s: float = 60.0) -> list[
             "log": log_json(view.log) if view.log is not None else None,
             "unreachable": unreachable.get(view.label),
             "named_by": view.named_by,
-            "crashed": _crash_json(model.crashes.get(view.label)),
+            "crashed": _crash_json(model, view.label),
             **(_NOT_IN_LOGS if view.from_log else {}),
             **(_NOT_NAMED if view.named_by else {}),
         }
@@ -74,16 +74,26 @@ _NOT_NAMED = {"rank": None, "inflight": None, "origins": None, "echoes": None}
 """What it holds besides where its peers' lines alone tell of it (its own log would say these)."""
 
 
-def _crash_json(crash: LogContext | None) -> dict[str, Any] | None:
-    return None if crash is None else {"ts": crash.ts, "text": crash.text}
+def _crash_json(model: ClusterModel, label: str) -> dict[str, Any] | None:
+    crash = model.crashes.get(label)
+    if crash is None:
+        return None
+    return {"ts": crash.ts, "text": crash.text, "logged_again": model.logged_after_crash.get(label)}
+
+
+def crash_line(model: ClusterModel, label: str, crash: LogContext, dated: bool = False) -> str:
+    """`crashed prefill-0/TP2 at 22:03:02: Scheduler hit an exception: KeyError: ...`, and when the rank's log went
+    on after it (a restarted server), `; logged again at 22:10:05`."""
+    line = f"crashed {label} at {stamp(crash.ts, dated)[:-4]}: {crash.text}"
+    again = model.logged_after_crash.get(label)
+    return f"{line}; logged again at {stamp(again, dated)[:-4]}" if again is not None else line
 
 
 def crash_lines(model: ClusterModel) -> list[str]:
-    """`crashed prefill-0/TP2 at 22:03:02: Scheduler hit an exception: KeyError: ...`, per rank whose log said its
-    scheduler crashed (earliest first)."""
+    """`crash_line` per rank whose log said its scheduler crashed (earliest first)."""
     crashes = sorted(model.crashes.items(), key=lambda item: item[1].ts)
     dated = spans_days([crash.ts for _, crash in crashes])
-    return [f"crashed {label} at {stamp(crash.ts, dated)[:-4]}: {crash.text}" for label, crash in crashes]
+    return [crash_line(model, label, crash, dated) for label, crash in crashes]
 
 
 def log_json(log: LogFollowed) -> dict[str, Any]:
@@ -104,11 +114,17 @@ def _rejected_text(rejected: dict[str, dict[str, int]]) -> str:
     return ", ".join(f"{socket} {total}" for socket, total in totals if total) or "-"
 
 
+def _state(model: ClusterModel, row: dict[str, Any], now: float) -> str:
+    return "crashed" if model.crash_of(row["label"], now) is not None else str(row["state"])
+
+
 def ranks_text(model: ClusterModel, now: float) -> str:
-    header = f"{'RANK':<16} {'ROLE':<8} {'SOURCE':<6} {'STATE':<6} {'HOST':<14} {'PID':>7} {'RATE':>10}"
+    """The ranks' table; STATE says `crashed` for a rank whose log said its scheduler crashed and nothing since."""
+    header = f"{'RANK':<16} {'ROLE':<8} {'SOURCE':<6} {'STATE':<7} {'HOST':<14} {'PID':>7} {'RATE':>10}"
     lines = [f"{header} {'INFLIGHT':>8} {'ORIGINS':>7} {'ECHOES':>6}  REJECTED"]
     lines += [
-        f"{r['label']:<16} {r['role']:<8} {r['source']:<6} {r['state']:<6} {r['host'][:14]:<14} {_dash(r['pid']):>7} "
+        f"{r['label']:<16} {r['role']:<8} {r['source']:<6} {_state(model, r, now):<7} {r['host'][:14]:<14} "
+        f"{_dash(r['pid']):>7} "
         f"{_dash(r['gbps'] if r['gbps'] is None else gbps(r['gbps'])):>10} {_dash(r['inflight']):>8} "
         f"{_dash(r['origins']):>7} {_dash(r['echoes']):>6}  {_rejected_text(r['rejected'])}"
         + (f"  unreachable: {r['unreachable']}" if r["unreachable"] else "")
@@ -311,7 +327,7 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
         "rooms_lost": model.lost,
         "snapshot_entries_cut": model.snapshot_cut,
         "clocks_skewed": {label: round(offset, 3) for label, offset in model.skewed_clocks().items()},
-        "ranks_crashed": {label: _crash_json(crash) for label, crash in model.crashes.items()},
+        "ranks_crashed": {label: _crash_json(model, label) for label in model.crashes},
         **intake_json(model),
         "top_origins": [list(item) for item in origins.most_common(5)],
         "links": _links_json(model),

@@ -90,6 +90,8 @@ def test_ranks_status_and_events_show_the_crash():
     events = kvtop_here("events", *LOGS)
 
     assert f"crashed prefill-0/TP2 at 22:03:02: {SAID}" in ranks.stdout.splitlines()
+    states = {line.split()[0]: line.split()[3] for line in ranks.stdout.splitlines()[1:5]}
+    assert states == {"decode-0/TP0": "log", "decode-0/TP1": "log", "prefill-0/TP0": "log", "prefill-0/TP2": "crashed"}
     crashed = {rank["label"]: rank["crashed"] for rank in json.loads(ranks_json.stdout)}
     assert crashed["prefill-0/TP2"]["text"] == SAID and crashed["prefill-0/TP0"] is None
     assert json.loads(status.stdout)["ranks_crashed"]["prefill-0/TP2"]["text"] == SAID
@@ -108,13 +110,50 @@ def test_a_sidecar_publishes_the_crash_once_as_its_rank_s_event():
     assert all(context.kind != "crash" for context in logs.fresh_context)
 
 
-def test_a_keyframe_keeps_the_crash():
+RESTARTED = (
+    "[2026-01-16 22:10:05 TP2] Prefill batch, #new-seq: 2, #new-token: 1024, #cached-token: 0, token usage: 0.02, "
+    "#running-req: 0, #queue-req: 0, #bootstrap-req: 0, #transferring-req: 0, input throughput (token/s): 1.00\n"
+)
+"""A batch line of the crashed rank seven minutes on: its server was restarted."""
+
+
+def restarted_log(tmp_path: Path) -> Path:
+    log = tmp_path / "prefill.log"
+    log.write_text((CRASH / "prefill.log").read_text() + RESTARTED)
+    return log
+
+
+def test_a_rank_that_logs_again_after_its_crash_is_crashed_only_in_between(tmp_path: Path):
+    """The crash stays on record (check judges it in its span), but the rank is no longer in a crashed state."""
     model = ClusterModel(JOURNAL_EVENTS_KEPT)
-    load([CRASH / "prefill.log"], model)
+    logs = load([restarted_log(tmp_path)], model)
+    crash = model.crashes["prefill-0/TP2"]
+
+    assert model.crash_of("prefill-0/TP2", crash.ts - 1) is None  # not yet
+    assert model.crash_of("prefill-0/TP2", crash.ts + 60) is crash
+    assert model.crash_of("prefill-0/TP2", logs.now) is None  # logged again at 22:10:05
+    assert model.crash_of("prefill-0/TP0", logs.now) is None
+
+
+def test_ranks_says_when_a_crashed_rank_logged_again(tmp_path: Path):
+    log = str(restarted_log(tmp_path))
+    ranks = kvtop_here("ranks", "--sglang-log", log).stdout.splitlines()
+    crashed = json.loads(kvtop_here("ranks", "--sglang-log", log, "--json").stdout)[1]["crashed"]
+
+    assert [line.split()[3] for line in ranks[1:3]] == ["log", "log"]  # STATE: crashed no more
+    assert f"crashed prefill-0/TP2 at 22:03:02: {SAID}; logged again at 22:10:05" in ranks
+    assert crashed["text"] == SAID and crashed["logged_again"] == crashed["ts"] + 423
+    assert kvtop_here("check", "--sglang-log", log).returncode == 2  # the crash was in the span read
+
+
+def test_a_keyframe_keeps_the_crash_and_when_the_rank_logged_again(tmp_path: Path):
+    model = ClusterModel(JOURNAL_EVENTS_KEPT)
+    load([restarted_log(tmp_path)], model)
 
     restored = restore(capture(model), JOURNAL_EVENTS_KEPT)
 
     assert {label: crash.text for label, crash in restored.crashes.items()} == {"prefill-0/TP2": SAID}
+    assert restored.logged_after_crash == model.logged_after_crash and model.logged_after_crash
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ from tui_support import drive, next_frame, text, wait_until
 from kvtop.sources.sglang import SGLangLogs
 from kvtop.sources.sglang.follow import LogFollower
 from kvtop.tui.app import KvtopApp
+from kvtop.tui.screens.detail import DetailScreen
 from kvtop.tui.themes import load_themes
 from kvtop.views.times import stamp
 
@@ -45,3 +46,41 @@ def test_the_dashboard_folds_the_failures_of_sglang_logs_and_names_the_ranks_as_
     assert str(seen["title"]).startswith(f"{seen['incidents']} incidents (")
     first = min(group.first_ts for group in groups)
     assert f", {len(groups)} failure groups since {stamp(first)[:-4]} under them" in str(seen["title"])
+
+
+CRASH = Path(__file__).parent.parent / "fixtures" / "sglang" / "scheduler-crash"
+
+
+def test_the_dashboard_names_a_crashed_rank_in_the_health_line_its_row_and_its_history():
+    """prefill-0/TP2's scheduler crashed (its log's traceback): `1 rank crashed` in the health line, `crashed` as
+    its state in the rank grid (its peers stay `log`), and the crash in its history (enter on its row)."""
+    logs = SGLangLogs([CRASH / "prefill.log", CRASH / "decode.log"])
+    follower = LogFollower(logs).start()
+    app = KvtopApp(follower, title="sglang logs", themes=load_themes(), clock=follower.now)
+    seen: dict[str, str] = {}
+
+    async def scenario(pilot):
+        await wait_until(pilot, lambda: all(f.reader.at_end() for f in follower.logs.files), "the logs read")
+        await wait_until(pilot, lambda: "crashed" in text(app, "#ranks-list"), "the crashed rank in the grid")
+        seen["health"], seen["ranks"] = text(app, "#health"), text(app, "#ranks-list")
+        rows = [line for line in seen["ranks"].splitlines() if line.strip()]
+        row = next(i for i, line in enumerate(rows) if line.startswith("prefill-0/TP2"))
+        await pilot.press(*["down"] * row, "enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), "the rank's history")
+        seen["history"] = app.screen.body.plain
+
+    try:
+        drive(app, scenario)
+    finally:
+        follower.close()
+
+    assert " 1 rank crashed " in seen["health"]
+    rows = {line.split()[0]: line.split()[1:] for line in seen["ranks"].splitlines() if line.strip()}
+    assert {label: "crashed" in cells for label, cells in rows.items()} == {
+        "prefill-0/TP0": False, "prefill-0/TP2": True, "decode-0/TP0": False, "decode-0/TP1": False,
+    }  # fmt: skip
+    assert seen["history"].startswith("prefill-0/TP2  prefill")
+    assert (
+        "crashed prefill-0/TP2 at 22:03:02: Scheduler hit an exception: KeyError: 4793981895866140836"
+        in (seen["history"])
+    )
