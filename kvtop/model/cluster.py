@@ -53,6 +53,9 @@ from transport.plane.events import (
 from transport.wire import LOG_SIDECAR, SGLANG_PLUGIN, AgentInfo
 
 STALE_S = 3.0
+CRASH_EXPLAINS_S = 300.0
+"""A rank's crash explains its peers' `unresponsive` failures this long after it: SGLang's bootstrap and waiting
+timeouts (300 s by default) end the last rooms that waited on it."""
 """A rank silent this long (no batch; agents send a heartbeat every second) is stale."""
 GONE_S = 10.0
 STUCK_AFTER_S = 10.0
@@ -370,6 +373,9 @@ class ClusterModel:
         crash of each (`kind` `crash`), kept apart from `context` so that no later line pushes it out."""
         self.logged_after_crash: dict[str, float] = {}
         """Crashed ranks whose log went on after the crash (their server was restarted): when it last did."""
+        self.instances_at: dict[str, tuple[str, ...]] = {}
+        """Bootstrap addresses that decode ranks' log lines name, each with the prefill instances whose logs may be
+        at it (their bootstrap port is the address's, or they did not print one)."""
         self._causes: dict[int, int] = {}
         """Per room with failures (the newest `FAILURES_KEPT`, up to an eighth more before the oldest go together):
         whether a client's abort, a cluster fault or both started them (bits of `_ABORT_CAUSE`, `_FAULT_CAUSE`),
@@ -545,6 +551,22 @@ class ClusterModel:
 
     def ranks_of(self, instance: str) -> list[str]:
         return [label for label, view in self.ranks.items() if view.instance == instance]
+
+    def crashed_at(self, name: str, ts: float) -> tuple[str, LogContext] | None:
+        """The one rank of `name` (a rank, an instance, or a bootstrap address that logs read may be at) that was
+        crashed at `ts` (`crash_of`), at most `CRASH_EXPLAINS_S` after its crash; None when none or several were."""
+        if not self.crashes:
+            return None
+        if name in self.crashes:
+            labels = [name]
+        else:
+            labels = [label for instance in self.instances_at.get(name, (name,)) for label in self.ranks_of(instance)]
+        crashed = [
+            (label, crash)
+            for label in labels
+            if (crash := self.crash_of(label, ts)) is not None and ts - crash.ts <= CRASH_EXPLAINS_S
+        ]
+        return crashed[0] if len(crashed) == 1 else None
 
     def groups(self, now: float | None = None, window_s: float | None = None) -> list[FailureGroup]:
         """Every failure group, or those that started in the last `window_s` before `now`."""

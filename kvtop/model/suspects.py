@@ -15,7 +15,10 @@ The origin of a group is who *noticed*; its suspect is what *broke*, with the ev
    side); anything else -> unknown, noticed by the origin's instance (the views say so, never guess);
 3. liveness corrects both (live agents only): a rank that was itself silent (stopped, starved, partitioned)
    just before it recorded a failure of the `unresponsive` kind is the suspect of it (its peers did not go
-   away: it did); an instance suspect with exactly one of its ranks silent then is that rank.
+   away: it did); an instance suspect with exactly one of its ranks silent then is that rank;
+4. so does a crash (server logs): an `unresponsive` suspect (a rank, an instance, or the address of one whose
+   log was read) with exactly one rank whose scheduler had crashed up to `CRASH_EXPLAINS_S` before is that
+   rank.
 
 The kind of failure (`Kind`) joins the failure classes one cause produces: a rank that dies makes its peers
 lose it (`peer_lost`), time out (`timeout_*`) and fail to send to it (`send_failed`): all `unresponsive`.
@@ -30,6 +33,7 @@ from typing import Protocol
 import msgspec
 
 from kvtop.model.fold import ABORTED, FailureGroup, Observed
+from transport.plane.events import LogContext
 
 
 class Kind(StrEnum):
@@ -134,6 +138,11 @@ class Surroundings(Protocol):
         """The labels of the ranks of `instance` the model knows."""
         ...
 
+    def crashed_at(self, name: str, ts: float) -> tuple[str, LogContext] | None:
+        """The one rank of `name` (a rank, an instance, or a bootstrap address logs read may be at) whose scheduler
+        had crashed by `ts`, and its crash; None when none or several had."""
+        ...
+
 
 _FROM_PREFILL_RANK = re.compile(r"from prefill rank (\d+)")
 _BOOTSTRAP_ADDR = re.compile(r"(?:Lost|Losing) connection with prefill instance \(bootstrap_addr: ([^)]*)\)")
@@ -169,6 +178,7 @@ def attribute(group: FailureGroup, around: Surroundings) -> Attribution:
         suspect, evidence = _by_rules(origin, group.room, around)
     if kind is Kind.UNRESPONSIVE and suspect.kind in ("rank", "instance"):
         suspect, evidence = _with_liveness(suspect, evidence, origin.ts, around)
+        suspect, evidence = _with_crash(suspect, evidence, origin.ts, around)
     return Attribution(suspect, kind, evidence)
 
 
@@ -252,6 +262,15 @@ def _with_liveness(suspect: Suspect, evidence: str, ts: float, around: Surroundi
     if silence is None:
         return suspect, evidence
     return suspect, f"{evidence}; {suspect.name} silent {_span(silence)}"
+
+
+def _with_crash(suspect: Suspect, evidence: str, ts: float, around: Surroundings) -> tuple[Suspect, str]:
+    """A suspect with one rank whose scheduler had crashed (its server log said so) is that rank, and says so."""
+    crashed = around.crashed_at(suspect.name, ts)
+    if crashed is None:
+        return suspect, evidence
+    label, crash = crashed
+    return _rank(label, suspect.role), f"{evidence}; its scheduler crashed {ts - crash.ts:.0f} s before"
 
 
 def _span(silence: tuple[float, float]) -> str:

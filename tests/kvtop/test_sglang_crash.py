@@ -8,6 +8,8 @@ down); `check --sglang-log` on it said OK before (the line was no failure and no
 from __future__ import annotations
 
 import json
+import re
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -170,3 +172,58 @@ def test_a_crash_wrapped_by_a_log_shipper_line_by_line_says_the_same(tmp_path: P
     result = kvtop_here("check", "--sglang-log", str(log), "--json")
 
     assert json.loads(result.stdout)["ranks_crashed"] == {"prefill-0/TP2": SAID}
+
+
+def incident_suspects(*logs: Path) -> list[tuple[str, list[str]]]:
+    args = [arg for log in logs for arg in ("--sglang-log", str(log))]
+    incidents = json.loads(kvtop_here("incidents", *args, "--json").stdout)["incidents"]
+    return [(incident["suspect_text"], incident["evidence"]) for incident in incidents]
+
+
+def test_the_incident_its_peers_saw_names_the_crashed_rank_as_what_broke():
+    """decode-0 lost `10.0.0.1:8998`: the prefill log read there (its bootstrap port) has a rank whose scheduler
+    crashed 10 s before, so that rank is the suspect (DOMAIN.md: a rank that died -> that rank)."""
+    assert incident_suspects(CRASH / "prefill.log", CRASH / "decode.log") == [
+        ("prefill-0/TP2", ["decode lost its heartbeat; its scheduler crashed 10 s before"])
+    ]
+
+
+def shifted(log: Path, tmp_path: Path, name: str, seconds: int = 0, port: str = "8998") -> Path:
+    """`log` with every stamp `seconds` later and its bootstrap port `port`, as `tmp_path / name`."""
+    text = log.read_text().replace("disaggregation_bootstrap_port=8998", f"disaggregation_bootstrap_port={port}")
+
+    def later(stamp: re.Match[str]) -> str:
+        return f"[{datetime.fromisoformat(stamp[1]) + timedelta(seconds=seconds):%Y-%m-%d %H:%M:%S}"
+
+    out = tmp_path / name
+    out.write_text(re.sub(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", later, text, flags=re.MULTILINE))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("prefill_logs", "why"),
+    [
+        ([("prefill.log", -400, "8998")], "the crash was 410 s before: too long to explain the loss"),
+        ([("prefill.log", 0, "8999")], "the log read is another address's (its bootstrap port)"),
+        ([("a.log", 0, "8998"), ("b.log", 0, "8998")], "two logs at the port had a rank crash: which one is not known"),
+    ],
+    ids=["crash-long-before", "another-port", "two-candidates"],
+)
+def test_a_crash_that_cannot_explain_the_loss_leaves_the_address_the_suspect(
+    tmp_path: Path, prefill_logs: list[tuple[str, int, str]], why: str
+):
+    logs = [shifted(CRASH / "prefill.log", tmp_path, name, seconds, port) for name, seconds, port in prefill_logs]
+    crashed = json.loads(kvtop_here("ranks", *(f"--sglang-log={log}" for log in logs), "--json").stdout)
+    assert sum(rank["crashed"] is not None for rank in crashed) == len(logs)  # each log's crash read
+
+    [(suspect, evidence)] = incident_suspects(*logs, CRASH / "decode.log")
+
+    assert (suspect, evidence) == ("prefill at 10.0.0.1:8998", ["decode lost its heartbeat"]), why
+
+
+def test_a_restarted_rank_is_not_blamed_for_a_loss_after_its_restart(tmp_path: Path):
+    """The crashed rank logged again before decode lost the address: its crash no longer explains it."""
+    log = tmp_path / "prefill.log"
+    log.write_text((CRASH / "prefill.log").read_text() + RESTARTED.replace("22:10:05", "22:03:08"))
+
+    assert incident_suspects(log, CRASH / "decode.log") == [("prefill at 10.0.0.1:8998", ["decode lost its heartbeat"])]

@@ -260,15 +260,18 @@ class SGLangLogs:
     def _list_peers(self, model: ClusterModel) -> None:
         """List in the model each prefill instance decode lines named (`ClusterModel.peer_named`) that none of
         the prefill logs read can be: a prefill log is ruled out only by a bootstrap port of its own that is not
-        the address's (the host a log prints is where it listens, often 0.0.0.0, not the address decode used)."""
+        the address's (the host a log prints is where it listens, often 0.0.0.0, not the address decode used).
+        The instances of the logs that can be it are the model's `instances_at` the address."""
         for address, named_by in self._peers.items():
             port = address.rpartition(":")[2]
-            logged = any(
-                file.role == "prefill" and (file.bootstrap_port is None or str(file.bootstrap_port) == port)
+            logs = [
+                file
                 for file in self.files
-            )
-            if logged:
+                if file.role == "prefill" and (file.bootstrap_port is None or str(file.bootstrap_port) == port)
+            ]
+            if logs:
                 model.forget_peer_named(address)
+                model.instances_at[address] = tuple(file.instance for file in logs if file.instance)
             else:
                 model.peer_named(address, "prefill", address.rpartition(":")[0], list(named_by))
 
