@@ -39,7 +39,8 @@ class LogSource(Source):
     @contextlib.contextmanager
     def opened(cls, spec: SourceSpec, model: ClusterModel | None = None, tail: bool = False) -> Iterator[LogSource]:
         """The logs read into `model` (a fresh one by default); `tail` also keeps their events from `--since`
-        for `tail()` (every other view reads the model alone, so a big log streams through it)."""
+        for `tail()` (every other view reads the model alone, so a big log streams through it). SourceError when
+        nothing was read from any file and some file is no SGLang server log."""
         from kvtop.model.cluster import ClusterModel
         from kvtop.sources.sglang import SGLangLogs
 
@@ -55,6 +56,9 @@ class LogSource(Source):
                 loaded = _events_since(logs.stream(model), spec.when.since)
             else:
                 logs.load(model)
+            stats = logs.stats()
+            if stats.no_log:  # a wrong path: said, not shown as a cluster with nothing in it
+                raise SourceError(f"nothing to read in the logs given: {stats.unread_text()}")
             yield cls(spec, logs, model, loaded)
         finally:
             logs.close()

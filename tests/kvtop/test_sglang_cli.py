@@ -110,6 +110,52 @@ def test_a_log_that_is_not_there_is_a_usage_error():
     assert "--sglang-log" in failures.stderr
 
 
+NOT_A_LOG = "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n"
+"""A file given by mistake (here /etc/passwd's shape): no line of an SGLang server log."""
+
+
+def test_a_file_that_is_no_sglang_log_is_said_not_shown_as_a_cluster_with_nothing_in_it(tmp_path: Path):
+    """Every view said nothing was wrong (an empty table, exit 0; check CRITICAL for no ranks): now exit 2 naming
+    the file (check UNKNOWN: nothing it could judge)."""
+    passwd = tmp_path / "passwd"
+    passwd.write_text(NOT_A_LOG)
+
+    ranks = kvtop_here("ranks", "--sglang-log", str(passwd))
+    check = kvtop_here("check", "--sglang-log", str(passwd))
+
+    said = (
+        f"nothing to read in the logs given: {passwd}: not an SGLang server log (none of its 2 lines is in SGLang's "
+        "format)"
+    )
+    assert (ranks.returncode, ranks.stdout, ranks.stderr.strip()) == (2, "", f"kvtop: {said}")
+    assert (check.returncode, check.stdout.strip()) == (3, f"KVTOP UNKNOWN - {said}")
+
+
+def test_a_wrong_file_beside_logs_is_named_and_the_logs_are_read(tmp_path: Path):
+    """Beside a real log, a file that is none (or is empty) is named in the summary; the log is read as ever."""
+    passwd, empty = tmp_path / "passwd", tmp_path / "empty.log"
+    passwd.write_text(NOT_A_LOG)
+    empty.write_text("")
+
+    result = kvtop_here("ranks", "--sglang-log", str(passwd), "--sglang-log", str(empty), *LOGS)
+
+    assert result.returncode == 0 and "prefill-0/TP0" in result.stdout
+    assert result.stderr.strip().endswith(
+        f", nothing read from 2: {passwd}: not an SGLang server log (none of its 2 lines is in SGLang's format); "
+        f"{empty}: empty"
+    )
+
+
+def test_an_empty_log_alone_is_no_error(tmp_path: Path):
+    """A log its server has not written yet: nothing shown, said on stderr, exit 0 (a follow may start there)."""
+    empty = tmp_path / "server.log"
+    empty.write_text("")
+
+    result = kvtop_here("ranks", "--sglang-log", str(empty))
+
+    assert result.returncode == 0 and result.stderr.strip().endswith(f"nothing read from 1: {empty}: empty")
+
+
 ABORTS = Path(__file__).parent / "fixtures" / "sglang" / "aborts"
 ABORT_LOGS = ("--sglang-log", str(ABORTS / "prefill.log"), "--sglang-log", str(ABORTS / "decode.log"))
 

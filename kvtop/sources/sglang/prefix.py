@@ -66,6 +66,11 @@ def unwrap(line: str) -> str:
     return line
 
 
+def has_prefix(line: str) -> bool:
+    """Whether the line begins with SGLang's prefix (once unwrapped)."""
+    return _SGLANG.match(unwrap(line)) is not None
+
+
 def parse_prefix(line: str) -> Prefix:
     """Split a line into its prefix (time, rank tags) and message; a line with no prefix is all message (a
     record of several lines, a traceback's, unwrapped line by line).

@@ -38,9 +38,9 @@ from kvtop.sources.sglang.naming import InstanceNames, agent_file
 from kvtop.sources.sglang.prefix import parse_prefix
 from kvtop.sources.sglang.reader import LogReader
 from kvtop.sources.sglang.related import RelatedLines, WorkerError
-from kvtop.sources.sglang.sniff import sniff_role
+from kvtop.sources.sglang.sniff import holds_sglang_lines, sniff_role
 from kvtop.sources.sglang.spec import LogSpec
-from kvtop.sources.sglang.stats import LogStats
+from kvtop.sources.sglang.stats import EMPTY, LogStats
 from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure, Level, LogContext
 from transport.sglang.reasons import reason_class
 
@@ -61,6 +61,10 @@ class _File:
     """A prefill's bootstrap port, from its `server_args` line (None: not read)."""
     seq: dict[str, int] = field(default_factory=dict)
     related: RelatedLines = field(default_factory=RelatedLines)
+    not_a_log: bool = False
+    """No line at its head or tail is prefixed as SGLang's are (asked only of a file nothing was read from)."""
+    sniffed_lines: int = 0
+    """Its lines when `not_a_log` was last asked."""
 
 
 class SGLangLogs:
@@ -112,7 +116,18 @@ class SGLangLogs:
             stats.rotations += read.rotations
             if read.damaged:
                 stats.damaged.append(f"{file.spec.path}: {read.damaged}")
+            if not read.matched and (why := self._unread(file)):
+                stats.unread[str(file.spec.path)] = why
         return stats
+
+    def _unread(self, file: _File) -> str:
+        """Why nothing was read from a file ("" when it is a log that said nothing kvtop reads, yet)."""
+        lines = file.reader.stats.lines
+        if not lines:
+            return EMPTY
+        if file.sniffed_lines != lines:  # asked again only once the file grew
+            file.sniffed_lines, file.not_a_log = lines, not holds_sglang_lines(file.spec.path)
+        return f"not an SGLang server log (none of its {lines} lines is in SGLang's format)" if file.not_a_log else ""
 
     def load(self, model: ClusterModel) -> None:
         """Read every file to its end into the model (a last line without a newline included), its failures

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+EMPTY = "empty"
+"""Why nothing was read from a file that holds nothing (yet)."""
+
 
 @dataclass
 class LogStats:
@@ -23,6 +26,16 @@ class LogStats:
     rotations: int = 0
     damaged: list[str] = field(default_factory=list)
     """`FILE: what was wrong` for each `.gz` that could not be read to its end (what came before was used)."""
+    unread: dict[str, str] = field(default_factory=dict)
+    """Why kvtop read nothing from a file, by its path: `EMPTY`, or not an SGLang server log."""
+
+    @property
+    def no_log(self) -> bool:
+        """Nothing was read from any file, and some file is no SGLang server log (not just empty)."""
+        return len(self.unread) == self.files > 0 and any(why != EMPTY for why in self.unread.values())
+
+    def unread_text(self) -> str:
+        return "; ".join(f"{path}: {why}" for path, why in self.unread.items())
 
     def summary(self) -> str:
         text = (
@@ -32,4 +45,6 @@ class LogStats:
         )
         if self.damaged:
             text += f", {len(self.damaged)} damaged (read up to the damage): {'; '.join(self.damaged)}"
+        if self.unread:
+            text += f", nothing read from {len(self.unread)}: {self.unread_text()}"
         return text
