@@ -5,9 +5,13 @@
 
 from __future__ import annotations
 
-import pytest
-from tui_support import SIZE, build_history_source, make_app, next_frame, wait_until
+from pathlib import Path
 
+import pytest
+from tui_support import SIZE, FixtureSource, build_history_source, make_app, next_frame, wait_until
+
+from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
+from kvtop.sources.sglang import load
 from kvtop.tui.views.failures import FailuresView, group_key
 
 THEMES = ["kvtop-dark", "kvtop-light"]
@@ -89,3 +93,21 @@ def test_overview_of_failures_over_time_snapshot(snap_compare, size: tuple[int, 
 
     app = make_app(build_history_source(), theme=theme, refresh_s=3600)
     assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+CRASH_LOGS = Path(__file__).parent.parent / "fixtures" / "sglang" / "scheduler-crash"
+
+
+@pytest.mark.usefixtures("utc")
+def test_overview_of_logs_with_a_crashed_rank_snapshot(snap_compare):
+    """prefill-0/TP2's scheduler crashed: `1 rank crashed` in the health line, its row's state `crashed` in red,
+    and the incident its decode peers saw named after it."""
+    model = ClusterModel(JOURNAL_EVENTS_KEPT)
+    logs = load([CRASH_LOGS / "prefill.log", CRASH_LOGS / "decode.log"], model)
+
+    async def run_before(pilot) -> None:
+        await wait_until(pilot, lambda: pilot.app.frames_drawn > 0, "the first frame")
+        await next_frame(pilot)
+
+    app = make_app(FixtureSource(model), refresh_s=3600, clock=lambda: logs.now)
+    assert snap_compare(app, terminal_size=(160, 30), run_before=run_before)
