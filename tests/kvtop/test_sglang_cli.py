@@ -124,8 +124,8 @@ def test_a_file_that_is_no_sglang_log_is_said_not_shown_as_a_cluster_with_nothin
     check = kvtop_here("check", "--sglang-log", str(passwd))
 
     said = (
-        f"nothing to read in the logs given: {passwd}: not an SGLang server log (none of its 2 lines is in SGLang's "
-        "format)"
+        f"nothing to read in the logs given: {passwd}: not an SGLang server log (no line at its start or end is in "
+        "SGLang's format)"
     )
     assert (ranks.returncode, ranks.stdout, ranks.stderr.strip()) == (2, "", f"kvtop: {said}")
     assert (check.returncode, check.stdout.strip()) == (3, f"KVTOP UNKNOWN - {said}")
@@ -141,7 +141,8 @@ def test_a_wrong_file_beside_logs_is_named_and_the_logs_are_read(tmp_path: Path)
 
     assert result.returncode == 0 and "prefill-0/TP0" in result.stdout
     assert result.stderr.strip().endswith(
-        f", nothing read from 2: {passwd}: not an SGLang server log (none of its 2 lines is in SGLang's format); "
+        f", nothing read from 2: {passwd}: not an SGLang server log (no line at its start or end is in SGLang's "
+        f"format); "
         f"{empty}: empty"
     )
 

@@ -127,7 +127,7 @@ class SGLangLogs:
             return EMPTY
         if file.sniffed_lines != lines:  # asked again only once the file grew
             file.sniffed_lines, file.not_a_log = lines, not holds_sglang_lines(file.spec.path)
-        return f"not an SGLang server log (none of its {lines} lines is in SGLang's format)" if file.not_a_log else ""
+        return "not an SGLang server log (no line at its start or end is in SGLang's format)" if file.not_a_log else ""
 
     def load(self, model: ClusterModel) -> None:
         """Read every file to its end into the model (a last line without a newline included), its failures
