@@ -7,6 +7,7 @@ import threading
 
 from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
 from kvtop.sources.sglang.source import SGLangLogs
+from kvtop.sources.sglang.stats import EMPTY, LogStats
 from transport.thread_names import name_os_thread
 
 POLL_S = 0.25
@@ -17,7 +18,8 @@ class LogFollower:
     """`model`, `lock` and `error` as the dashboard reads them; `now()` is the latest time the logs mention.
 
     Reads the files from their start (big files load while the dashboard already shows them) and then
-    what they gain, with rotation. A damaged `.gz` is read up to its damage and named in `error`. Should
+    what they gain, with rotation. A damaged `.gz` is read up to its damage and named in `error`, as is a file
+    that is no SGLang server log. Should
     the thread die anyway, it logs the traceback, says so in `error` and keeps it in `died` (the
     dashboard's command exits non-zero on it).
     """
@@ -59,9 +61,20 @@ class LogFollower:
                 with self.lock:  # a few MiB at a time: a big file loads while the dashboard shows it
                     self.logs.poll(self.model, max_bytes=8 << 20)
                     self.model.sweep(self.logs.now)
-                damaged = self.logs.stats().damaged
-                self.error = f"sglang log damaged, read up to the damage: {'; '.join(damaged)}" if damaged else ""
+                self.error = _problems(self.logs.stats())
             except OSError as error:  # a file vanished without a rotation: say so, keep trying
                 self.error = f"sglang log: {error}"
             if all(file.reader.at_end() for file in self.logs.files):
                 self._stop.wait(POLL_S)
+
+
+def _problems(stats: LogStats) -> str:
+    """What the dashboard says of the files ("" when nothing is wrong): a `.gz` read up to its damage, a file that
+    is no SGLang server log (an empty one is not a problem: its server may not have written yet)."""
+    problems = []
+    if stats.damaged:
+        problems.append(f"sglang log damaged, read up to the damage: {'; '.join(stats.damaged)}")
+    wrong = [f"{path}: {why}" for path, why in stats.unread.items() if why != EMPTY]
+    if wrong:
+        problems.append(f"nothing read from {'; '.join(wrong)}")
+    return "; ".join(problems)

@@ -84,3 +84,23 @@ def test_the_dashboard_names_a_crashed_rank_in_the_health_line_its_row_and_its_h
         "crashed prefill-0/TP2 at 22:03:02: Scheduler hit an exception: KeyError: 4793981895866140836"
         in (seen["history"])
     )
+
+
+def test_the_dashboard_on_a_file_that_is_no_sglang_log_says_so_in_its_health_line(tmp_path: Path):
+    """A wrong path given to `kvtop top --sglang-log` showed an empty cluster with nothing wrong."""
+    passwd = tmp_path / "passwd"
+    passwd.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    follower = LogFollower(SGLangLogs([passwd])).start()
+    app = KvtopApp(follower, title="sglang logs", themes=load_themes(), clock=follower.now)
+    seen: dict[str, str] = {}
+
+    async def scenario(pilot):
+        await wait_until(pilot, lambda: "source:" in text(app, "#health"), "the source's problem on the health line")
+        seen["health"] = text(app, "#health")
+
+    try:
+        drive(app, scenario, size=(200, 40))
+    finally:
+        follower.close()
+
+    assert f"source: nothing read from {passwd}: not an SGLang server log" in seen["health"]
