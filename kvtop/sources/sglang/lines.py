@@ -36,6 +36,7 @@ MARKERS: tuple[bytes, ...] = (
     b" failed",  # failure lines without a room, `Session ... failed.`, transfer engines' glog failures
     b"for room ",  # NIXL transport errors, transfer worker errors
     b"UCX  ERROR",
+    b"_transport.cpp:",  # Mooncake's transports' glog lines (`tcp_transport.cpp:542] ... ASIO exception`)
     b"Traceback (most recent call last)",
 )
 """Every understood line but the batch lines contains one of these (the block scanner's prefilter, one

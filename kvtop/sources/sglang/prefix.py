@@ -6,6 +6,10 @@ without `ATTN_CP`); a scheduler without parallelism prints none. Log shippers
 wrap the line (a container runtime's `2026-01-02T03:04:05.123456789+08:00
 stderr F `, a dashboard export's `Jan 2, 2026 @ 03:04:05.123    `); people
 paste lines with no prefix at all. Times are local, as SGLang writes them.
+
+Some wrappers name the server a line is from, so one file holds several
+servers' lines: `docker compose logs`' `prefill-0-1  | ` and `kubectl logs
+--prefix`'s `[pod/prefill-0/sglang] ` (`split_stream`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,11 @@ _WRAPPERS = (
     re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? (?:stdout|stderr) [FP] "),
     re.compile(r"[A-Z][a-z]{2} \d{1,2}, \d{4} @ \d\d:\d\d:\d\d(?:\.\d+)? *\t* *"),
 )
+_STREAMS = (
+    re.compile(r"([A-Za-z0-9][\w.-]*) +\| "),
+    re.compile(r"\[pod/([^\]/\s]+)(?:/[^\]\s]*)?\] "),
+)
+"""Wrappers that name the server (a container, a pod) a line is from: docker compose, `kubectl logs --prefix`."""
 _STAMPS_KEPT = 65_536
 RANK_TAG_MAX = 1023
 """The largest rank tag (`TP`, `DP`, `EP`, `PP`, `ATTN_CP`, a failure line's `rank=`) a line may carry: past it
@@ -52,14 +61,23 @@ def stamp_seconds(stamp: str) -> float:
     return seconds
 
 
+def split_stream(line: str) -> tuple[str, str]:
+    """(the server a wrapper names, the line without it): ("", line) when no wrapper names one."""
+    for wrapper in _STREAMS:
+        match = wrapper.match(line)
+        if match:
+            return match[1], line[match.end() :]
+    return "", line
+
+
 def unwrap(line: str) -> str:
     """The line without a log shipper's wrapper or a UTF-8 byte order mark (unchanged if it has none)."""
-    if line.startswith("["):
+    if line.startswith("[") and not line.startswith("[pod/"):
         return line
     line = line.removeprefix("\ufeff")
-    if line.startswith("["):
+    if line.startswith("[") and not line.startswith("[pod/"):
         return line
-    for wrapper in _WRAPPERS:
+    for wrapper in _WRAPPERS + _STREAMS:
         match = wrapper.match(line)
         if match:
             return line[match.end() :]

@@ -44,10 +44,15 @@ SAMPLED_BYTES = 256 << 10
 MAX_LINE_BYTES = 1 << 20
 """A "line" longer than this without a newline is garbage (binary, a lost newline): cut and counted."""
 TRACEBACK = b"Traceback (most recent call last)"
+_POD = b"[pod/"
 _WRAPPED_RECORD = re.compile(
-    rb"(?:\d{4}-\d\d-\d\dT\S+ (?:stdout|stderr) [FP] |[A-Z][a-z]{2} \d{1,2}, \d{4} @ \S+[ \t]*)\[\d{4}-\d\d-\d\d "
+    rb"(?:\d{4}-\d\d-\d\dT\S+ (?:stdout|stderr) [FP] |[A-Z][a-z]{2} \d{1,2}, \d{4} @ \S+[ \t]*"
+    rb"|[A-Za-z0-9][\w.-]* +\| |\[pod/[^\]\s]+\] )\[\d{4}-\d\d-\d\d "
 )
-"""A record's first line inside a log shipper's wrapper (`prefix._WRAPPERS`): where a wrapped traceback ends."""
+"""A record's first line inside a log shipper's wrapper (`prefix._WRAPPERS`, `prefix._STREAMS`): where a wrapped
+traceback ends."""
+_STREAM_PREFIX = re.compile(rb"[A-Za-z0-9][\w.-]* +\| |\[pod/[^\]\s]+\] ")
+"""A wrapper that names the server a line is from (`prefix._STREAMS`): its traceback's lines are its own."""
 TRACEBACK_LINES = 64
 QUIET_S = 1.0
 """A followed file that gained nothing for this long is complete for now: a traceback at its end comes out."""
@@ -325,17 +330,26 @@ class LogReader:
                 self._carry = bytes(block[end:size])
         cut = end
         covered = -1
+        in_streams: set[int] = set()
         for start in _marked_lines(block, end):
-            if start <= covered:
+            if start <= covered or start in in_streams:
                 continue  # inside a traceback already handed on
             stop = block.find(b"\n", start, end)
+            raw: bytes | bytearray | None = None
             if block.find(TRACEBACK, start, stop) >= 0:  # its own line, or a record that logs one (a crash)
-                stop = covered = _traceback_end(block, stop, end)
-                if carry and hold_traceback and stop + 1 >= end and size - start < MAX_LINE_BYTES:
+                stream = _STREAM_PREFIX.match(block, start, stop)
+                if stream is None:
+                    last = stop = covered = _traceback_end(block, stop, end)
+                else:  # its lines may interleave with other servers': gather its own
+                    last, lines = _stream_traceback(block, stop, end, bytes(block[start : stream.end()]))
+                    in_streams.update(line_start for line_start, _ in lines)
+                    raw = b"\n".join([block[start:stop], *(block[a:b] for a, b in lines)])
+                if carry and hold_traceback and last + 1 >= end and size - start < MAX_LINE_BYTES:
                     cut = start  # it may go on in the next block: read it whole from there
                     self._carry = bytes(block[start:size])
                     break
-            raw = block[start:stop]
+            if raw is None:
+                raw = block[start:stop]
             try:
                 out.append(raw.decode("utf-8"))
             except UnicodeDecodeError:
@@ -363,6 +377,28 @@ def _marked_lines(block: bytes | bytearray, end: int) -> list[int]:
     return sorted(starts)
 
 
+def _stream_traceback(
+    block: bytes | bytearray, stop: int, end: int, stream: bytes
+) -> tuple[int, list[tuple[int, int]]]:
+    """A traceback inside a wrapper that names its server (`stream`: that wrapper), whose lines may interleave
+    with other servers': (where the scan stopped, the (start, stop) of each of its continuation lines), up to a
+    line of its server that is blank or begins a record."""
+    lines: list[tuple[int, int]] = []
+    for _ in range(4 * TRACEBACK_LINES):
+        if stop + 1 >= end or len(lines) >= TRACEBACK_LINES:
+            break
+        nxt = block.find(b"\n", stop + 1, end)
+        if nxt < 0:
+            break
+        if block.startswith(stream, stop + 1):
+            rest = stop + 1 + len(stream)
+            if rest >= nxt or block[rest : rest + 1] == b"[":  # blank, or its server's next record
+                break
+            lines.append((stop + 1, nxt))
+        stop = nxt
+    return stop, lines
+
+
 def _traceback_end(block: bytes | bytearray, stop: int, end: int) -> int:
     """Where a traceback that starts at the line ending at `stop` ends: its unprefixed continuation lines (up to
     a blank line or the next record, wrapped by a log shipper or not)."""
@@ -370,7 +406,9 @@ def _traceback_end(block: bytes | bytearray, stop: int, end: int) -> int:
         if stop + 1 >= end:
             break
         following = block[stop + 1 : stop + 2]
-        if following == b"[" or following == b"\n" or _WRAPPED_RECORD.match(block, stop + 1, end):
+        if following == b"\n" or _WRAPPED_RECORD.match(block, stop + 1, end):
+            break
+        if following == b"[" and not block.startswith(_POD, stop + 1):  # a kubectl wrapper may go on with it
             break
         nxt = block.find(b"\n", stop + 1, end)
         if nxt < 0:

@@ -20,6 +20,7 @@ sidecar publishes it.
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -35,7 +36,7 @@ from kvtop.sources.sglang.convert import to_heartbeat
 from kvtop.sources.sglang.infer import to_failure
 from kvtop.sources.sglang.lines import ContextLine, FailureLine, Garbled, ServerArgsLine, classify, lost_prefill
 from kvtop.sources.sglang.naming import InstanceNames, agent_file
-from kvtop.sources.sglang.prefix import parse_prefix
+from kvtop.sources.sglang.prefix import has_prefix, parse_prefix, split_stream
 from kvtop.sources.sglang.reader import LogReader
 from kvtop.sources.sglang.related import RelatedLines, WorkerError
 from kvtop.sources.sglang.sniff import holds_sglang_lines, sniff_role
@@ -46,6 +47,10 @@ from transport.sglang.reasons import reason_class
 
 LOAD_BYTES = 8 << 20
 """Bytes of each file a poll reads while loading: what is held at once is one poll's events, whatever the size."""
+
+
+_ROLE_IN_NAME = re.compile(r"(?<![a-z])(prefill|decode)(?![a-z])", re.IGNORECASE)
+"""A server's role in the name a wrapper gives it (`qwen3-2p2d-prefill-0-1`, `sglang-decode-5f7c`)."""
 
 
 @dataclass(eq=False)
@@ -61,6 +66,9 @@ class _File:
     """A prefill's bootstrap port, from its `server_args` line (None: not read)."""
     seq: dict[str, int] = field(default_factory=dict)
     related: RelatedLines = field(default_factory=RelatedLines)
+    streams: dict[str, _File] = field(default_factory=dict)
+    """The servers whose lines a wrapper names in this file (`docker compose logs`, `kubectl logs --prefix`), by
+    the name it gives: each its own instance, under that name."""
     not_a_log: bool = False
     """No line at its head or tail is prefixed as SGLang's are (asked only of a file nothing was read from)."""
     sniffed_lines: int = 0
@@ -155,8 +163,9 @@ class SGLangLogs:
             for text in file.reader.read(final, max_bytes):
                 self._line(file, text, pending)
             complete = final and file.reader.at_end()
-            for error in file.related.unclaimed(None if complete else file.last_ts, file.reader.quiet):
-                self._worker_error(file, error, pending)
+            for server in (file, *file.streams.values()):
+                for error in server.related.unclaimed(None if complete else server.last_ts, file.reader.quiet):
+                    self._worker_error(server, error, pending)
         if self.until is not None:
             pending = [item for item in pending if item[0] <= self.until]
         pending.sort(key=lambda item: (item[0], item[1]))
@@ -182,7 +191,28 @@ class SGLangLogs:
         """For each group: lines about its room, and lines near it in time (its instances', transport libraries')."""
         return context_for(self.context, groups)
 
+    def _servers(self) -> list[_File]:
+        """Every server the files hold: each file's own lines, and the servers a wrapper names in it."""
+        return [server for file in self.files for server in (file, *file.streams.values())]
+
+    def _stream(self, file: _File, text: str) -> tuple[_File, str]:
+        """The server a line is from (a wrapper may name one, `split_stream`), and the line without the wrapper.
+
+        A docker compose wrapper counts before SGLang's prefix, or once its server is known: `name | ` is
+        common enough in other lines."""
+        name, rest = split_stream(text)
+        if not name or (name not in file.streams and not text.startswith("[pod/") and not has_prefix(rest)):
+            return file, text
+        server = file.streams.get(name)
+        if server is None:
+            role = _ROLE_IN_NAME.search(name)
+            self._names.take(name)
+            role_named = role[1].lower() if role else file.spec.role  # else its lines will say
+            server = file.streams[name] = _File(file.spec, file.reader, role_named, name, file.last_ts)
+        return server, rest
+
     def _line(self, file: _File, text: str, pending: list[tuple[float, int, _File, str, Event]]) -> None:
+        file, text = self._stream(file, text)
         if " batch" in text:
             key = text[: text.find("]") + 1]
             if key and key == file.batch_key:
@@ -280,9 +310,9 @@ class SGLangLogs:
         for address, named_by in self._peers.items():
             port = address.rpartition(":")[2]
             logs = [
-                file
-                for file in self.files
-                if file.role == "prefill" and (file.bootstrap_port is None or str(file.bootstrap_port) == port)
+                server
+                for server in self._servers()
+                if server.role == "prefill" and (server.bootstrap_port is None or str(server.bootstrap_port) == port)
             ]
             if logs:
                 model.forget_peer_named(address)
