@@ -30,7 +30,7 @@ from kvtop.model.incidents import IncidentTracker
 from kvtop.model.intake import Intake
 from kvtop.model.resync import FailureKey, failure_key, unheld
 from kvtop.model.rolling import percentiles
-from kvtop.model.suspects import SILENT_BEFORE_S
+from kvtop.model.suspects import BOOTSTRAP_ERROR, SILENT_BEFORE_S, bootstrap_unreachable
 from kvtop.model.timeline import ECHOES, ORIGINS, Timeline
 from kvtop.model.transfer_ring import TransferRing
 from transport.kvpoll import LOST_AFTER_S, LOST_SWEEP_EVERY_S, TERMINAL, KVPoll
@@ -836,6 +836,9 @@ class ClusterModel:
             self.context.append((view.label, event))
             if event.kind == "crash":
                 self.crashes[view.label] = event
+            elif event.kind == BOOTSTRAP_ERROR:
+                attribution = bootstrap_unreachable(view.instance, event.text, event.ts, self)
+                self.incidents.add_roomless(event.ts, view.label, attribution, BOOTSTRAP_ERROR)
         elif isinstance(event, Failure):
             observed = Observed(event.ts, event.room, event.rank, view.role, event.reason, event.reason_class,
                                 event.origin, event.level, event.is_from_another_rank, view.inferred,

@@ -86,6 +86,8 @@ class Incident(msgspec.Struct, gc=False):
     """Failure groups per origin rank (who noticed)."""
     rooms: dict[int, int] = {}
     """The rooms listed, with how many of the incident's groups each holds."""
+    roomless: int = 0
+    """Failures that named no room (a bootstrap server a rank could not reach), among `origins`."""
     rooms_complete: bool = True
     """Every room of the incident is in `rooms` (False once the listing bound dropped some)."""
     symptom_of: str = ""
@@ -178,6 +180,20 @@ class IncidentTracker:
         self.pending.append(failure)
         if len(self.pending) >= PENDING_MAX:
             self.update(around, final=False)  # as a sweep would: more deliveries are coming
+
+    def add_roomless(self, ts: float, rank: str, attribution: Attribution, reason_class: str) -> None:
+        """A failure that names no room (DOMAIN.md: an incident of its address, never a made-up room): it joins,
+        or starts, its incident now and stays there (no room's fold takes it back out)."""
+        incident = self._joinable(attribution, ts, reason_class)
+        incident.origins += 1
+        incident.roomless += 1
+        incident.first_seen = min(incident.first_seen, ts)
+        incident.last_seen = max(incident.last_seen, ts)
+        _count(incident.classes, reason_class)
+        _count(incident.evidence, attribution.evidence)
+        _count(incident.noticed_by, rank)
+        while len(self.incidents) > self.incidents_kept:
+            self._drop(next(iter(self.incidents.values())), started=True)
 
     def update(self, around: Surroundings, final: bool = True) -> None:
         """Fold the rooms the pending failures touched; their groups join (or start) incidents.

@@ -66,10 +66,16 @@ KIND_OF_CLASS = {
     "timeout_consensus": Kind.UNRESPONSIVE,
     "peer_lost": Kind.UNRESPONSIVE,
     "send_failed": Kind.UNRESPONSIVE,
+    "bootstrap_error": Kind.UNRESPONSIVE,
     "refused": Kind.REFUSING,
     ABORTED: Kind.ABORTED,
 }
 """Every other class (`other`, `propagated`) is `failing`."""
+
+BOOTSTRAP_ERROR = "bootstrap_error"
+"""A rank could not reach a prefill instance's bootstrap server (a failure that names no room: DOMAIN.md, an
+incident of its address); the context kind of such a log line and its incidents' class."""
+_BOOTSTRAP_SERVER = re.compile(r"host='([^']+)', port=(\d+)")
 
 SILENT_BEFORE_S = 5.0
 """A rank's own `unresponsive` failure this soon after a silence of it ended is the silence's doing."""
@@ -180,6 +186,17 @@ def attribute(group: FailureGroup, around: Surroundings) -> Attribution:
         suspect, evidence = _with_liveness(suspect, evidence, origin.ts, around)
         suspect, evidence = _with_crash(suspect, evidence, origin.ts, around)
     return Attribution(suspect, kind, evidence)
+
+
+def bootstrap_unreachable(instance: str, text: str, ts: float, around: Surroundings) -> Attribution:
+    """The suspect of a bootstrap server that a rank of `instance` could not reach: the prefill instance at the
+    address the error names (`HTTPConnectionPool(host='X', port=P)`), else the prefill side of `instance`."""
+    found = _BOOTSTRAP_SERVER.search(text)
+    suspect = (
+        Suspect("instance", f"{found[1]}:{found[2]}", "prefill") if found else Suspect("side", instance, "prefill")
+    )
+    suspect, evidence = _with_crash(suspect, "its bootstrap server did not answer", ts, around)
+    return Attribution(suspect, Kind.UNRESPONSIVE, evidence)
 
 
 def _unseen_origin(group: FailureGroup, around: Surroundings) -> Attribution:

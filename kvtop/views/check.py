@@ -265,14 +265,19 @@ def _judged_incidents(model: ClusterModel, now: float, span: bool, since: float 
 def _severe(incident: Incident, limits: Thresholds) -> bool:
     """Whether an incident reaches its room and rate thresholds (CRITICAL; WARNING below them)."""
     needed = limits.rooms_needed(incident)
-    return needed is not None and incident.room_count >= needed and incident.rooms_per_min >= limits.incident_rate
+    rooms = incident.room_count + incident.roomless  # a failure that named no room stands for one
+    return needed is not None and rooms >= needed and incident.rooms_per_min >= limits.incident_rate
 
 
 def _incident_problem(incident: Incident, now: float, quiet_gap_s: float) -> str:
     """`incident: prefill-0/TP1 sends corrupt KV (checksum) since 10:02:11, 31 rooms` (and when it ended)."""
     dated = spans_days([incident.first_seen, now])
     since = stamp(incident.first_seen, dated)[:-4]
-    text = f"incident: {incident.headline()} since {since}, {plural(incident.room_count, 'room')}"
+    size = plural(incident.room_count, "room")
+    if incident.roomless:  # failures that named no room (a bootstrap server not reached)
+        roomless = plural(incident.roomless, "failure")
+        size = f"{size} and {roomless} naming none" if incident.room_count else f"{roomless} naming no room"
+    text = f"incident: {incident.headline()} since {since}, {size}"
     if not incident.ongoing(now, quiet_gap_s):
         text += f", ended after {duration(incident.duration_s)}"
     return text

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from kvtop.model.suspects import BOOTSTRAP_ERROR
 from transport.kvpoll import KVPoll
 from transport.plane.events import (
     AbortEvent,
@@ -59,12 +60,14 @@ Leads = Mapping[tuple[float, int, str, str], str]
 
 
 def raw_level(event: Event) -> str:
-    """The level the rank logged a failure at; a scheduler's crash is an error; room traffic and other context
-    lines are debug; the rest info."""
+    """The level the rank logged a failure at; a scheduler's crash is an error, a bootstrap server not reached a
+    warning; room traffic and other context lines are debug; the rest info."""
     if isinstance(event, Failure):
         return event.level
     if isinstance(event, LogContext) and event.kind == "crash":
         return "error"
+    if isinstance(event, LogContext) and event.kind == BOOTSTRAP_ERROR:  # a failure that names no room
+        return "warning"
     return _LEVEL_OF_KIND[type(event)]
 
 

@@ -57,6 +57,7 @@ def incident_json(incident: Incident, now: float, quiet_gap_s: float) -> dict[st
         "client": incident.client,
         "rooms": [str(room) for room in incident.rooms],
         "room_count": incident.room_count,
+        "roomless": incident.roomless,
         "rooms_complete": incident.rooms_complete,
         "origins": incident.origins,
         "echoes": incident.echoes,

@@ -184,8 +184,9 @@ def test_batch_lines_of_every_era_give_queue_depths(message, role, queues):
          'Aborted by AbortReq."}}', "room", 18, T),
         ("[2026-01-02 03:04:05 TP0] Some requests fail to receive KV Cache transfer done signal after bootstrapping.",
          "hint", None, T),
-        ("[2026-01-02 03:04:05 TP0] Error fetching prefill parallel info from bootstrap: timed out", "hint", None, T),
-        ("[2026-01-02 03:04:05 TP0] Error querying dp_ranks from bootstrap: refused", "hint", None, T),
+        ("[2026-01-02 03:04:05 TP0] Error fetching prefill parallel info from bootstrap: timed out", "bootstrap_error",
+         None, T),
+        ("[2026-01-02 03:04:05 TP0] Error querying dp_ranks from bootstrap: refused", "bootstrap_error", None, T),
         ("E0102 03:04:05.500000  4242 worker_pool.cpp:294] Worker: Process failed for slice (peer_nic: "
          "10.0.0.7:15004@mlx5_7): local protection error", "glog", None, T + 0.5),
         ("E0102 03:04:05.000000  4242 tcp_transport.cpp:120] Session::writeBody failed. Error: Broken pipe", "glog",

@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kvtop.model.suspects import BOOTSTRAP_ERROR
 from kvtop.sources.sglang.prefix import RANK_TAG_MAX, Prefix, stamp_seconds
 from transport.wire import cut_text
 
@@ -81,11 +82,9 @@ _ROOM_CONTEXT = (
     re.compile(r"Context corruption detected: .*?\(bootstrap_room=(\d+)\)"),
     re.compile(r"KVTransferError\(bootstrap_room=(\d+)\)"),
 )
-_HINTS = (
-    "Some requests fail to receive KV Cache transfer done signal",
-    "Error fetching prefill parallel info from bootstrap",
-    "Error querying dp_ranks from bootstrap",
-)
+_HINTS = ("Some requests fail to receive KV Cache transfer done signal",)
+_BOOTSTRAP_ERRORS = ("Error fetching prefill parallel info from bootstrap", "Error querying dp_ranks from bootstrap")
+"""A decode rank could not reach a prefill instance's bootstrap server: a failure that names no room."""
 _GLOG = re.compile(r"([EWIF])(\d\d)(\d\d) (\d\d:\d\d:\d\d)(\.\d+)? +\d+ +(\S+\.c(?:pp|c)?:\d+)\] (.*)")
 _UCX = re.compile(r"\[(\d{9,}\.\d+)\] +\[[^\]]*\] +\S+ +UCX +(ERROR|WARN\w*|DIAG) +(.*)")
 _TRANSPORT_KEYWORDS = ("Session::", "writeBody", "peer_nic", "Process failed", "transfer", "Transfer")
@@ -135,7 +134,7 @@ class ContextLine:
     ts: float | None
     tp: int | None
     kind: str
-    """`session`, `lost_connection`, `room`, `hint`, `glog`, `ucx`, `traceback` or `crash`."""
+    """`session`, `lost_connection`, `room`, `hint`, `bootstrap_error`, `glog`, `ucx`, `traceback` or `crash`."""
     room: int | None
     text: str
 
@@ -200,6 +199,8 @@ def classify(prefix: Prefix, year: int) -> Record | None:
             return ContextLine(ts, prefix.tp, "room", int(match[1]), message)
     if any(hint in message for hint in _HINTS):
         return ContextLine(ts, prefix.tp, "hint", None, message)
+    if any(error in message for error in _BOOTSTRAP_ERRORS):
+        return ContextLine(ts, prefix.tp, BOOTSTRAP_ERROR, None, message)
     if message.startswith("Traceback (most recent call last)"):
         return ContextLine(ts, prefix.tp, "traceback", None, message)
     if message.startswith(CRASH):

@@ -294,9 +294,11 @@ class LogReader:
         return size
 
     def _scan_rest(self, out: list[str]) -> None:
-        """The last line, without a newline (the file ended or moved away)."""
+        """The last line, without a newline (the file ended or moved away), or a traceback held at the end (whole
+        lines: no newline added, so no line is counted twice)."""
         if self._carry:
-            rest, self._carry = self._carry + b"\n", b""
+            rest = self._carry if self._carry.endswith(b"\n") else self._carry + b"\n"
+            self._carry = b""
             self._scan(rest, len(rest), out, carry=False)
 
     def _close_held(self, out: list[str]) -> None:

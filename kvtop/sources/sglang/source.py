@@ -31,6 +31,7 @@ import msgspec
 
 from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import FailureGroup
+from kvtop.model.suspects import BOOTSTRAP_ERROR
 from kvtop.sources.sglang.context import CONTEXT_KEPT, Context, context_for
 from kvtop.sources.sglang.convert import to_heartbeat
 from kvtop.sources.sglang.infer import to_failure
@@ -49,6 +50,8 @@ LOAD_BYTES = 8 << 20
 """Bytes of each file a poll reads while loading: what is held at once is one poll's events, whatever the size."""
 
 
+RANK_EVENT_KINDS = ("crash", BOOTSTRAP_ERROR)
+"""Context lines that are their rank's events in the model (`ClusterModel.crashes`, incidents of an address)."""
 _ROLE_IN_NAME = re.compile(r"(?<![a-z])(prefill|decode)(?![a-z])", re.IGNORECASE)
 """A server's role in the name a wrapper gives it (`qwen3-2p2d-prefill-0-1`, `sglang-decode-5f7c`)."""
 
@@ -241,8 +244,8 @@ class SGLangLogs:
                 ts, file.instance or file.spec.path.name, record.tp, record.kind, record.room, record.text
             )
             self.context.append(context)
-            if record.kind == "crash":  # an event of its rank's (a sidecar publishes it with the rank's events)
-                self._crash(file, record, ts, pending)
+            if record.kind in RANK_EVENT_KINDS:  # an event of its rank's (a sidecar publishes it with the rank's)
+                self._rank_event(file, record, ts, pending)
             elif self.fresh_context is not None:
                 self.fresh_context.append(context)
             if record.kind == "lost_connection" and record.tp is not None and file.instance:
@@ -273,11 +276,13 @@ class SGLangLogs:
             event = to_heartbeat(record, ts)
         pending.append((ts, len(pending), file, label, event))
 
-    def _crash(
+    def _rank_event(
         self, file: _File, line: ContextLine, ts: float, pending: list[tuple[float, int, _File, str, Event]]
     ) -> None:
-        """A rank's scheduler crashed: its rank says so to the model (under the file's name while the file's
-        role is unknown: a crash is never dropped for want of a name)."""
+        """A rank's scheduler crashed, or it could not reach a bootstrap server: its rank says so to the model
+        (under the file's name while the file's role is unknown: never dropped for want of a name)."""
+        if line.kind == BOOTSTRAP_ERROR:  # a decode rank asks a prefill instance's bootstrap server
+            file.role = file.role or "decode"
         file.instance = file.instance or self._names.next(file.role)
         label = f"{file.instance or file.spec.path.name}/TP{line.tp or 0}"
         pending.append((ts, len(pending), file, label, LogContext(ts, line.kind, None, line.text, line.tp)))
