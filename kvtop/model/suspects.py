@@ -152,7 +152,8 @@ class Surroundings(Protocol):
 
 _FROM_PREFILL_RANK = re.compile(r"from prefill rank (\d+)")
 _BOOTSTRAP_ADDR = re.compile(r"(?:Lost|Losing) connection with prefill instance \(bootstrap_addr: ([^)]*)\)")
-_SESSION = re.compile(r"remote (?:mooncake )?session (\S+) is not alive")
+_SESSION = re.compile(r"remote (?:\w+ )?session (\S+) is not alive")
+"""`mooncake`, `Mooncake` (since early 2026) or `p2p` before `session`, or no word."""
 _SILENT_RANK = re.compile(r"Lost connection with rank (\S+) of this instance")
 _SEND_TO = re.compile(r"Failed to send kv chunk of \S+ to (\S+)")
 _VOTE_OF = re.compile(r"waiting for the vote of rank (\S+)")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import calendar
+import json
 
 import pytest
+from kvtop_cli import kvtop_here
 
 from kvtop.sources.sglang.infer import to_failure
 from kvtop.sources.sglang.lines import BatchLine, ContextLine, FailureLine, Garbled, classify
@@ -102,6 +104,8 @@ def test_exceptions_that_are_not_kv_transfer_errors_and_missing_room_fields():
         ("Failed to send kv chunk of 5 to 10.0.0.7:15004", "send_failed"),
         ("Decode instance could be dead, remote mooncake session 10.0.0.7:15004 is not alive", "peer_lost"),
         ("Decode instance could be dead, remote session decode-0/TP1 is not alive", "peer_lost"),
+        ("Decode instance could be dead, remote Mooncake session 10.0.0.7:15004 is not alive", "peer_lost"),
+        ("Decode instance could be dead, remote p2p session 10.0.0.7:15004_4738 is not alive;code=0", "peer_lost"),
         ("Failed to get kvcache from prefill instance, it might be dead", "propagated"),
         ("Lost connection with prefill instance (bootstrap_addr: 10.0.0.5:8998)", "peer_lost"),
         ("Lost connection with rank decode-0/TP1 of this instance", "peer_lost"),
@@ -241,3 +245,19 @@ def test_lines_kvtop_does_not_use_are_nothing():
     line = '[2026-01-02 03:04:05] INFO:     10.0.0.2:51234 - "POST /generate HTTP/1.1" 200 OK'
 
     assert classify(parse_prefix(line), 2026) is None
+
+
+@pytest.mark.parametrize("transport", ["mooncake", "Mooncake", "p2p"])
+def test_a_dead_session_names_the_decode_rank_at_it_whatever_the_transport_s_word(transport: str, tmp_path):
+    """SGLang writes `remote mooncake session`, since early 2026 `remote Mooncake session`, and for its p2p
+    backend `remote p2p session`: each names the decode rank at the session (the suspect was unknown)."""
+    log = tmp_path / "prefill.log"
+    log.write_text(
+        "[2026-02-26 12:53:08 TP4] Prefill transfer failed for request rank=4 req.rid='af2f' req.bootstrap_room=7 "
+        f"with exception KVTransferError(bootstrap_room=7): Decode instance could be dead, remote {transport} "
+        "session 10.82.101.249:16324 is not alive\n"
+    )
+
+    [incident] = json.loads(kvtop_here("incidents", "--sglang-log", str(log), "--json").stdout)["incidents"]
+
+    assert (incident["class"], incident["suspect_text"]) == ("peer_lost", "decode at 10.82.101.249:16324")

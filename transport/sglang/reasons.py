@@ -17,7 +17,10 @@ _CLASSES: tuple[tuple[re.Pattern[str], ReasonClass], ...] = tuple(
         (r"timed out after [\d.]+s in KVPoll\.Transferring", ReasonClass.TIMEOUT_TRANSFER),
         (r"timed out after [\d.]+s waiting for ", ReasonClass.TIMEOUT_CONSENSUS),
         (r"^Failed to send kv chunk of ", ReasonClass.SEND_FAILED),
-        (r"^Decode instance could be dead, remote (?:mooncake )?session .* is not alive", ReasonClass.PEER_LOST),
+        (
+            r"^Decode instance could be dead, remote (?:\w+ )?session .* is not alive",
+            ReasonClass.PEER_LOST,
+        ),  # mooncake, Mooncake, p2p
         (r"^(?:Lost|Losing) connection with prefill instance", ReasonClass.PEER_LOST),  # 0.5.23; early-2026
         (r"^Lost connection with rank .* of this instance", ReasonClass.PEER_LOST),
         (r"^Failed to get kvcache from prefill instance", ReasonClass.PROPAGATED),
