@@ -227,3 +227,14 @@ def test_a_restarted_rank_is_not_blamed_for_a_loss_after_its_restart(tmp_path: P
     log.write_text((CRASH / "prefill.log").read_text() + RESTARTED.replace("22:10:05", "22:03:08"))
 
     assert incident_suspects(log, CRASH / "decode.log") == [("prefill at 10.0.0.1:8998", ["decode lost its heartbeat"])]
+
+
+def test_a_log_whose_lines_name_no_role_takes_it_from_its_file_name(tmp_path: Path):
+    """A decode server's crash alone (no batch line, no failure line tells its side) in `decode.log`: the rank is
+    decode-0's, not `decode.log`'s with no role."""
+    log = tmp_path / "decode.log"
+    log.write_text("".join(line for line in (CRASH / "prefill.log").read_text().splitlines(True)[2:]))
+
+    [rank] = json.loads(kvtop_here("ranks", "--sglang-log", str(log), "--json").stdout)
+
+    assert (rank["label"], rank["role"], rank["crashed"]["text"]) == ("decode-0/TP2", "decode", SAID)

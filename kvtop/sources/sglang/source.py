@@ -53,7 +53,14 @@ LOAD_BYTES = 8 << 20
 RANK_EVENT_KINDS = ("crash", BOOTSTRAP_ERROR)
 """Context lines that are their rank's events in the model (`ClusterModel.crashes`, incidents of an address)."""
 _ROLE_IN_NAME = re.compile(r"(?<![a-z])(prefill|decode)(?![a-z])", re.IGNORECASE)
-"""A server's role in the name a wrapper gives it (`qwen3-2p2d-prefill-0-1`, `sglang-decode-5f7c`)."""
+"""A server's role in the name a wrapper gives it (`qwen3-2p2d-prefill-0-1`, `sglang-decode-5f7c`), or a file's
+when nothing in it says (`decode.log`)."""
+
+
+def _role_named(name: str) -> str:
+    """The role a name says (`prefill` or `decode` as a word of it), "" when none does."""
+    found = _ROLE_IN_NAME.search(name)
+    return found[1].lower() if found else ""
 
 
 @dataclass(eq=False)
@@ -100,7 +107,7 @@ class SGLangLogs:
         named: list[tuple[LogSpec, str, str]] = []
         for spec in parsed:
             file_role, file_instance = agent_file(spec.path.name)
-            role = spec.role or file_role or sniff_role(spec.path)
+            role = spec.role or file_role or sniff_role(spec.path) or _role_named(spec.path.name)
             instance = file_instance if file_role == role else ""
             self._names.take(instance)
             named.append((spec, role, instance))
@@ -208,10 +215,9 @@ class SGLangLogs:
             return file, text
         server = file.streams.get(name)
         if server is None:
-            role = _ROLE_IN_NAME.search(name)
             self._names.take(name)
-            role_named = role[1].lower() if role else file.spec.role  # else its lines will say
-            server = file.streams[name] = _File(file.spec, file.reader, role_named, name, file.last_ts)
+            role = _role_named(name) or file.spec.role  # else its lines will say
+            server = file.streams[name] = _File(file.spec, file.reader, role, name, file.last_ts)
         return server, rest
 
     def _line(self, file: _File, text: str, pending: list[tuple[float, int, _File, str, Event]]) -> None:
