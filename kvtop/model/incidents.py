@@ -73,7 +73,7 @@ class Incident(msgspec.Struct, gc=False):
     first_seen: float
     last_seen: float
     reason_class: str
-    """The class of the failure group that started it (what first showed the cause; `classes` has them all)."""
+    """The class of its earliest failure (what first showed the cause; `classes` has them all)."""
     origins: int = 0
     """Failure groups (one failure of one room, however many ranks saw it)."""
     echoes: int = 0
@@ -187,7 +187,7 @@ class IncidentTracker:
         incident = self._joinable(attribution, ts, reason_class)
         incident.origins += 1
         incident.roomless += 1
-        incident.first_seen = min(incident.first_seen, ts)
+        _started_by(incident, ts, reason_class)
         incident.last_seen = max(incident.last_seen, ts)
         _count(incident.classes, reason_class)
         _count(incident.evidence, attribution.evidence)
@@ -305,7 +305,7 @@ class IncidentTracker:
                     _lead_key(group.lead))  # fmt: skip
         incident.origins += 1
         incident.echoes += part.echoes
-        incident.first_seen = min(incident.first_seen, ts)
+        _started_by(incident, ts, reason_class)
         incident.last_seen = max(incident.last_seen, ts)
         _count(incident.classes, part.reason_class)
         _count(incident.evidence, part.evidence)
@@ -487,6 +487,12 @@ def room_groups(room: int, failures: list[Observed]) -> list[FailureGroup]:
 
 def _lead_key(lead: Observed) -> LeadKey:
     return (lead.ts, lead.room, lead.rank)
+
+
+def _started_by(incident: Incident, ts: float, reason_class: str) -> None:
+    """A failure at `ts` joined the incident: one earlier than its start starts it (its class is the incident's)."""
+    if ts < incident.first_seen:
+        incident.first_seen, incident.reason_class = ts, reason_class
 
 
 def _count(counts: dict[str, int], name: str, count: int = 1) -> None:

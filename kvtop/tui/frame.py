@@ -25,6 +25,7 @@ from kvtop.model.live_fold import LiveFold
 from kvtop.model.timeline import BYTES, ECHOES, ORIGINS, Timeline
 from kvtop.tui.room_filter import FAILED, STUCK, RoomTexts
 from kvtop.views.event_lines import at_or_above, to_line
+from kvtop.views.incidents import incident_size
 from transport.plane.events import Event
 
 WINDOW_S = 60.0
@@ -104,6 +105,8 @@ class IncidentRow:
     """Why the suspect, the most said first."""
     noticed_by: tuple[str, ...]
     """Who noticed, the most first."""
+    roomless: int = 0
+    """Failures that named no room (a bootstrap server not reached): each stands for a room in the counts."""
 
     @classmethod
     def of(cls, incident: Incident, now: float, quiet_gap_s: float) -> IncidentRow:
@@ -111,8 +114,13 @@ class IncidentRow:
             incident.id, incident.headline(), incident.suspect.text, incident.kind, incident.reason_class,
             incident.room_count, incident.origins, incident.echoes, incident.first_seen, incident.last_seen,
             incident.ongoing(now, quiet_gap_s), incident.client, _most_first(incident.evidence),
-            _most_first(incident.noticed_by),
+            _most_first(incident.noticed_by), incident.roomless,
         )  # fmt: skip
+
+    @property
+    def size(self) -> str:
+        """`31 rooms`, `2 rooms and 3 failures naming none` (`views.incidents.incident_size`)."""
+        return incident_size(self.rooms, self.roomless)
 
     def text(self) -> str:
         """What a filter matches an incident against: its headline, suspect, evidence and who noticed."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from kvtop.model.cluster import ClusterModel, Liveness
 from kvtop.model.incidents import Incident
-from kvtop.views.incidents import duration, in_span, incident_json, plural
+from kvtop.views.incidents import duration, in_span, incident_json, incident_size, plural
 from kvtop.views.times import spans_days, stamp
 from transport.plane.events import LogContext
 
@@ -273,11 +273,7 @@ def _incident_problem(incident: Incident, now: float, quiet_gap_s: float) -> str
     """`incident: prefill-0/TP1 sends corrupt KV (checksum) since 10:02:11, 31 rooms` (and when it ended)."""
     dated = spans_days([incident.first_seen, now])
     since = stamp(incident.first_seen, dated)[:-4]
-    size = plural(incident.room_count, "room")
-    if incident.roomless:  # failures that named no room (a bootstrap server not reached)
-        roomless = plural(incident.roomless, "failure")
-        size = f"{size} and {roomless} naming none" if incident.room_count else f"{roomless} naming no room"
-    text = f"incident: {incident.headline()} since {since}, {size}"
+    text = f"incident: {incident.headline()} since {since}, {incident_size(incident.room_count, incident.roomless)}"
     if not incident.ongoing(now, quiet_gap_s):
         text += f", ended after {duration(incident.duration_s)}"
     return text

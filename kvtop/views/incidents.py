@@ -99,7 +99,7 @@ def render(
         evidence = max(incident.evidence.items(), key=lambda item: item[1])[0] if incident.evidence else ""
         lines.append(
             f"{state(incident, now, quiet_gap_s):<8} {incident.suspect.text[:_SUSPECT_WIDTH]:<{_SUSPECT_WIDTH}} "
-            f"{Kind(incident.kind).verb:<18} {incident.reason_class:<18} {incident.room_count:>6} "
+            f"{Kind(incident.kind).verb:<18} {incident.reason_class:<18} {_rooms_cell(incident):>6} "
             f"{stamp(incident.first_seen, dated)[:-4]} {duration(incident.duration_s):>8} "
             f"{f'{incident.origins}/{incident.echoes}':>15}  {evidence}"
         )
@@ -111,6 +111,11 @@ def render(
                 f"{group.origin_label or 'origin unknown':<16} {group.echo_count:>3} echoes  {reason[:80]}"
             )
     return "\n".join(lines)
+
+
+def _rooms_cell(incident: Incident) -> str:
+    """`31`, or `2+3` with failures that named no room."""
+    return f"{incident.room_count}+{incident.roomless}" if incident.roomless else str(incident.room_count)
 
 
 def counted(incidents: Sequence[Incident], now: float, quiet_gap_s: float, start: float | None) -> str:
@@ -127,6 +132,15 @@ def counted(incidents: Sequence[Incident], now: float, quiet_gap_s: float, start
 
 def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def incident_size(rooms: int, roomless: int) -> str:
+    """`31 rooms`; with failures that named no room, `2 rooms and 3 failures naming none` or `3 failures naming no
+    room`."""
+    if not roomless:
+        return plural(rooms, "room")
+    failures = plural(roomless, "failure")
+    return f"{plural(rooms, 'room')} and {failures} naming none" if rooms else f"{failures} naming no room"
 
 
 def duration(seconds: float) -> str:

@@ -304,7 +304,7 @@ def incident_label(incident: IncidentRow, palette: Palette, dated: bool = False)
     state = "ONGOING" if incident.ongoing else "ended"
     text = Text(f"{state:<8} ", style=palette.error if incident.ongoing and not incident.client else palette.dim)
     text.append(incident.headline, style=palette.accent if incident.client else palette.error)
-    text.append(f"  {incident.rooms} room{'' if incident.rooms == 1 else 's'}  since ")
+    text.append(f"  {incident.size}  since ")
     text.append(f"{clock(incident.first_seen, dated)[:-4]}  ")
     text.append(f"{incident.origins} origins / {incident.echoes} echoes", style=palette.dim)
     return text
@@ -360,7 +360,7 @@ def _incident_detail(incident: IncidentRow, palette: Palette) -> Text:
         text.append("Groups too old to be in an incident the model keeps, or not folded into one yet.\n")
         return text
     span = f"{clock(incident.first_seen)} to {clock(incident.last_seen)}"
-    text.append(f"{'ongoing' if incident.ongoing else 'ended'}, {span}, {incident.rooms} rooms\n\n")
+    text.append(f"{'ongoing' if incident.ongoing else 'ended'}, {span}, {incident.size}\n\n")
     text.append("Suspect\n", style="bold")
     text.append(f"  {incident.suspect}\n")
     for line in incident.evidence:

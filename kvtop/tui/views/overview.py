@@ -208,7 +208,7 @@ def _incident_lines(ongoing: list[IncidentRow], palette: Palette) -> list[Text]:
     lines: list[Text] = []
     for row in ongoing[:shown]:
         since = f"  since {clock(row.first_seen)[:-4]}"
-        lines.append(Text.assemble((f"{row.rooms:>5}  {row.suspect}", palette.error), (since, "dim")))
+        lines.append(Text.assemble((f"{row.rooms + row.roomless:>5}  {row.suspect}", palette.error), (since, "dim")))
         lines.append(Text(f"       {row.headline.removeprefix(row.suspect).strip()}", style="dim"))
     if len(ongoing) > shown:
         lines[-1] = Text(f"       and {len(ongoing) - shown + 1} more (f: failures)", style="dim")
@@ -220,7 +220,7 @@ def _incident_one_liners(ongoing: list[IncidentRow], palette: Palette, width: in
     lines = [
         fit(
             [
-                (Text(f"{row.rooms:>5}  {row.suspect}", palette.error), ESSENTIAL),
+                (Text(f"{row.rooms + row.roomless:>5}  {row.suspect}", palette.error), ESSENTIAL),
                 (Text(f"  {row.headline.removeprefix(row.suspect).strip()}", style="dim"), 2),
                 (Text(f"  since {clock(row.first_seen)[:-4]}", style="dim"), 1),
             ],

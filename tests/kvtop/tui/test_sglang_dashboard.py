@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from tui_support import drive, next_frame, text, wait_until
 
 from kvtop.sources.sglang import SGLangLogs
@@ -104,3 +105,28 @@ def test_the_dashboard_on_a_file_that_is_no_sglang_log_says_so_in_its_health_lin
         follower.close()
 
     assert f"source: nothing read from {passwd}: not an SGLang server log" in seen["health"]
+
+
+@pytest.mark.usefixtures("utc")
+def test_an_incident_with_failures_that_named_no_room_counts_them_on_the_dashboard():
+    """A bootstrap server decode could not reach (3 failures naming no room), then 2 rooms lost at its address:
+    the failures tree says both, the overview's incidents panel counts 5."""
+    fixture = Path(__file__).parent.parent / "fixtures" / "sglang" / "bootstrap-unreachable" / "decode.log"
+    follower = LogFollower(SGLangLogs([fixture])).start()
+    app = KvtopApp(follower, title="sglang logs", themes=load_themes(), clock=follower.now)
+    seen: dict[str, str] = {}
+
+    async def scenario(pilot):
+        await wait_until(pilot, lambda: "bootstrap_error" in text(app, "#incidents"), "the incident on the overview")
+        seen["panel"] = text(app, "#incidents")
+        await pilot.press("f")
+        await wait_until(pilot, lambda: "naming none" in text(app, "#failure-tree"), "the incident in the tree")
+        seen["tree"] = text(app, "#failure-tree")
+
+    try:
+        drive(app, scenario, size=(200, 40))
+    finally:
+        follower.close()
+
+    assert "    5  prefill at sglang-deploy-glm-4-5-prefill:30089" in seen["panel"]
+    assert "stopped answering (bootstrap_error)  2 rooms and 3 failures naming none  since 11:56:51" in seen["tree"]
