@@ -83,8 +83,9 @@ class CheckResult:
     """Ranks known from server logs: no liveness, left out of the rank rules."""
     aborted: int = 0
     """Client aborts (failure groups of class `aborted`) in the window: counted apart, never failures."""
-    abort_rate: float = 0.0
-    """Fraction of the rooms that finished in the window that a client aborted."""
+    abort_rate: float | None = 0.0
+    """Fraction of the rooms that finished in the window that a client aborted (None on logs: they name no room
+    that succeeded, as for `failure_rate`)."""
     ranks_unanswered: list[str] = field(default_factory=list)
     """The gone ranks that never answered within the wait (the others were heard, then went silent)."""
     ranks_unreachable: list[str] = field(default_factory=list)
@@ -124,7 +125,7 @@ class CheckResult:
             f"failure_rate={rate};{rate_warn:g};{limits.max_failure_rate:g} "
             f"stuck={self.stuck};;{limits.max_stuck} gaps={self.gaps};{limits.max_gaps} "
             f"incidents={len(self.incidents)} rooms_failed={self.rooms_failed} "
-            f"aborted={self.aborted} abort_rate={self.abort_rate:.4f}"
+            f"aborted={self.aborted} abort_rate={'U' if self.abort_rate is None else f'{self.abort_rate:.4f}'}"
         )
         if limits.max_abort_rate is not None:
             perf += f";{limits.max_abort_rate / 2:g};{limits.max_abort_rate:g}"
@@ -239,7 +240,8 @@ def evaluate(
     gap = model.incidents.quiet_gap_s
     return CheckResult(
         verdict, summary, len(alive), len(liveness), stale, gone, rooms, rate if liveness else None, stuck,
-        model.gaps, sorted(set(origins)), critical + warning, len(everyone) - len(liveness), aborted, abort_rate,
+        model.gaps, sorted(set(origins)), critical + warning, len(everyone) - len(liveness), aborted,
+        abort_rate if liveness else None,
         unanswered, unreachable, model.lost, model.rejected, model.rejected_frames,
         [incident_json(incident, now, gap) for incident in judged], "span" if span else "now", rooms_failed,
         {label: round(offset, 3) for label, offset in skewed.items()},

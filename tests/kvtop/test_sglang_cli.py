@@ -214,12 +214,16 @@ def test_client_aborts_are_counted_apart_in_failures_status_and_check():
 
 @pytest.mark.processes
 def test_max_abort_rate_is_a_check_threshold_in_its_perfdata_and_bounded():
-    """--max-abort-rate 0.2 shows as abort_rate's WARNING;CRITICAL perfdata; 1.5 is a usage error (UNKNOWN)."""
+    """--max-abort-rate 0.2 shows as abort_rate's WARNING;CRITICAL perfdata; 1.5 is a usage error (UNKNOWN). On
+    logs the rate is undetermined (`U`, JSON null), as the failure rate: they name no room that succeeded (it
+    said 0.0000 with every room the logs name aborted)."""
     capped = kvtop("check", "--max-abort-rate", "0.2", *ABORT_LOGS)
     wrong = kvtop("check", "--max-abort-rate", "1.5", *ABORT_LOGS)
+    as_json = json.loads(kvtop("check", "--json", *ABORT_LOGS).stdout)
 
     assert (capped.returncode, wrong.returncode) == (2, 3)  # 2: the logs' two cluster incidents
-    assert "aborted=3 abort_rate=0.0000;0.1;0.2" in capped.stdout
+    assert "aborted=3 abort_rate=U;0.1;0.2" in capped.stdout
+    assert (as_json["failure_rate"], as_json["abort_rate"]) == (None, None)
 
 
 FAILURE_LINE = (

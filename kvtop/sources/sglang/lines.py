@@ -39,6 +39,8 @@ MARKERS: tuple[bytes, ...] = (
     b"UCX  ERROR",
     b"_transport.cpp:",  # Mooncake's transports' glog lines (`tcp_transport.cpp:542] ... ASIO exception`)
     b"Traceback (most recent call last)",
+    b"Scheduler hit an exception",  # a crash whose traceback's first line was cut when pasted
+    b"nixl_agent.cpp:",  # NIXL's glog lines (`nixl_agent.cpp:866] createXferReq: metadata ... not found`)
 )
 """Every understood line but the batch lines contains one of these (the block scanner's prefilter, one
 Aho-Corasick pass); a line that holds one but is of no kind kvtop knows costs one parse."""
@@ -76,6 +78,9 @@ _BOOTSTRAP_PORT = re.compile(r"\bdisaggregation_bootstrap_port=(\d+)")
 CRASH = "Scheduler hit an exception"
 """How SGLang's scheduler process logs the exception that ends it (then it signals its server to quit)."""
 _FRAME = re.compile(r'^\s*File "([^"]*)", line (\d+), in (\S+)')
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?:: .*)?$")
+"""A traceback's exception line: `KeyError: 42`, `torch.OutOfMemoryError: CUDA out of memory.`, `NIXL_ERR_NOT_FOUND`
+(never a frame, a line of code or the `^~~~` marks under one)."""
 _ROOM_CONTEXT = (
     re.compile(r"NIXL transport error for room (\d+)"),
     re.compile(r"Unexpected transfer worker error for room (\d+)"),
@@ -214,7 +219,10 @@ def crash_text(record: str) -> str:
     """A scheduler's crash in a few words: its exception and the frame that raised it (`Scheduler hit an
     exception: KeyError: 42, in sglang/srt/disaggregation/mooncake/conn.py:950 check_status`)."""
     lines = record.rstrip().splitlines()
-    exception = next((line.strip() for line in reversed(lines[1:]) if line[:1] not in (" ", "\t")), "")
+    exception = next(  # the last unindented line shaped as one (a shipper may strip the indents of code lines)
+        (line.strip() for line in reversed(lines[1:]) if line[:1] not in (" ", "\t") and _EXCEPTION_LINE.match(line)),
+        "",
+    )
     frames = [frame for line in lines if (frame := _FRAME.match(line))]
     where = ""
     if frames:

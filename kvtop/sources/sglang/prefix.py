@@ -4,8 +4,12 @@ SGLang prints no level. The rank tags are any subset, in any order, of
 `DP{n}`, `PP{n}`, `ATTN_CP{n}`, `TP{n}`, `EP{n}` (older versions print them
 without `ATTN_CP`); a scheduler without parallelism prints none. Log shippers
 wrap the line (a container runtime's `2026-01-02T03:04:05.123456789+08:00
-stderr F `, a dashboard export's `Jan 2, 2026 @ 03:04:05.123    `); people
-paste lines with no prefix at all. Times are local, as SGLang writes them.
+stderr F `, a dashboard export's `Jan 2, 2026 @ 03:04:05.123    `, syslog's
+and journalctl's `Mar  3 10:00:00 host python3[123]: `, `kubectl logs
+--timestamps`' `2026-01-02T03:04:05.123456789Z `, Cloud Logging's `ERROR
+2026-01-02T03:04:05.123Z [severity: ERROR] `); people paste lines with no
+prefix at all, or with the time taken out of it (`[DP5 TP5 EP5 PP1] `).
+Times are local, as SGLang writes them.
 
 Some wrappers name the server a line is from, so one file holds several
 servers' lines: `docker compose logs`' `prefill-0-1  | ` and `kubectl logs
@@ -19,10 +23,15 @@ import time
 from dataclasses import dataclass
 
 _SGLANG = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](\d{1,6}))?((?: +[A-Z_]+\d+)*) *\] ?")
+_TAGS_ONLY = re.compile(r"\[((?:DP|PP|ATTN_CP|TP|EP)\d+(?: +(?:DP|PP|ATTN_CP|TP|EP)\d+)*) *\] ?")
+"""SGLang's prefix with its time taken out (people paste `[DP5 TP5 EP5 PP1] Scheduler hit an exception`)."""
 _TAG = re.compile(r"([A-Z_]+?)(\d+)")
+_ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
 _WRAPPERS = (
-    re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? (?:stdout|stderr) [FP] "),
-    re.compile(r"[A-Z][a-z]{2} \d{1,2}, \d{4} @ \d\d:\d\d:\d\d(?:\.\d+)? *\t* *"),
+    re.compile(rf"{_ISO} (?:stdout|stderr) [FP] "),  # a container runtime's (containerd, CRI-O)
+    re.compile(r"[A-Z][a-z]{2} \d{1,2}, \d{4} @ \d\d:\d\d:\d\d(?:\.\d+)? *\t* *"),  # a dashboard export's
+    re.compile(rf"(?:{_ISO}|[A-Z][a-z]{{2}} [ \d]\d \d\d:\d\d:\d\d) \S+ [\w.@/-]+(?:\[\d+\])?: "),  # syslog, journalctl
+    re.compile(rf"(?:[A-Z]+ +)?{_ISO} +(?:\[severity: \w+\] +)?"),  # `kubectl logs --timestamps`, Cloud Logging
 )
 _STREAMS = (
     re.compile(r"([A-Za-z0-9][\w.-]*) +\| "),
@@ -101,11 +110,19 @@ def parse_prefix(line: str) -> Prefix:
         line = "\n".join(unwrap(part) for part in line.split("\n"))
     match = _SGLANG.match(line)
     if match is None:
-        return Prefix(None, {}, line.rstrip())
+        tags_only = _TAGS_ONLY.match(line)
+        if tags_only is None:
+            return Prefix(None, {}, line.rstrip())
+        return Prefix(None, _tags(tags_only[1]), line[tags_only.end() :].rstrip())
     ts = stamp_seconds(match[1])
     if match[2]:
         ts += int(match[2]) / 10 ** len(match[2])
-    tags = {name: int(value) for name, value in _TAG.findall(match[3])} if match[3] else {}
+    return Prefix(ts, _tags(match[3]) if match[3] else {}, line[match.end() :].rstrip())
+
+
+def _tags(text: str) -> dict[str, int]:
+    """`DP1 TP1 EP1` as {"DP": 1, "TP": 1, "EP": 1}; ValueError for a tag past `RANK_TAG_MAX`."""
+    tags = {name: int(value) for name, value in _TAG.findall(text)}
     if any(value > RANK_TAG_MAX for value in tags.values()):
-        raise ValueError(f"a rank tag past {RANK_TAG_MAX}: {match[3].strip()[:40]}")
-    return Prefix(ts, tags, line[match.end() :].rstrip())
+        raise ValueError(f"a rank tag past {RANK_TAG_MAX}: {text.strip()[:40]}")
+    return tags
