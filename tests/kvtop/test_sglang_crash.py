@@ -160,8 +160,14 @@ def test_a_keyframe_keeps_the_crash_and_when_the_rank_logged_again(tmp_path: Pat
 
 @pytest.mark.parametrize(
     "wrapper",
-    ["2026-01-16T22:03:02.123456789+08:00 stderr F ", "Jan 16, 2026 @ 22:03:02.123    "],
-    ids=["container-runtime", "dashboard-export"],
+    [
+        "2026-01-16T22:03:02.123456789+08:00 stderr F ",
+        "Jan 16, 2026 @ 22:03:02.123    ",
+        "Jan 16 22:03:02 gpu-node-3 python3[4242]: ",
+        "2026-01-16T22:03:02.123456789Z ",
+        "ERROR 2026-01-16T22:03:02.821451064Z [severity: ERROR] ",
+    ],
+    ids=["container-runtime", "dashboard-export", "journalctl", "kubectl-timestamps", "cloud-logging"],
 )
 def test_a_crash_wrapped_by_a_log_shipper_line_by_line_says_the_same(tmp_path: Path, wrapper: str):
     """A shipper wraps every line of the traceback too: the record ended only at a line that began with `[`, so
@@ -238,3 +244,35 @@ def test_a_log_whose_lines_name_no_role_takes_it_from_its_file_name(tmp_path: Pa
     [rank] = json.loads(kvtop_here("ranks", "--sglang-log", str(log), "--json").stdout)
 
     assert (rank["label"], rank["role"], rank["crashed"]["text"]) == ("decode-0/TP2", "decode", SAID)
+
+
+def test_a_crash_whose_shipper_stripped_the_indents_still_says_its_exception(tmp_path: Path):
+    """Cloud Logging keeps each line's text without its leading blanks (SGLang issue #18980's log): the code lines
+    and the `^^^^` marks under them look like the exception line; the exception is the line shaped as one."""
+    wrapper = "ERROR 2026-01-16T22:03:02.821451064Z [severity: ERROR] "
+    log = tmp_path / "prefill.log"
+    log.write_text("".join(f"{wrapper}{line.lstrip()}\n" for line in (CRASH / "prefill.log").read_text().splitlines()))
+    cut = tmp_path / "cut.log"  # the same, cut before its exception (as a report's excerpt is)
+    cut.write_text("".join(log.read_text().splitlines(keepends=True)[:-3]))
+
+    crashed = json.loads(kvtop_here("check", "--sglang-log", str(log), "--json").stdout)["ranks_crashed"]
+    cut_short = json.loads(kvtop_here("check", "--sglang-log", str(cut), "--json").stdout)["ranks_crashed"]
+
+    assert crashed == {"prefill-0/TP2": SAID}
+    assert cut_short == {
+        "prefill-0/TP2": "Scheduler hit an exception: its traceback was cut, in sglang/srt/disaggregation/common/"
+        "conn.py:311 check_status"
+    }
+
+
+def test_a_crash_pasted_without_its_time_and_its_traceback_line_is_read(tmp_path: Path):
+    """People take the time out of SGLang's prefix and the `Traceback ...` line out of a crash when they paste
+    it (SGLang issue #20485): `[DP5 TP5 EP5 PP1] Scheduler hit an exception:` still names rank 5's crash."""
+    log = tmp_path / "prefill.log"
+    log.write_text('[DP5 TP5 EP5 PP1] Scheduler hit an exception:\n  File "sglang/srt/managers/scheduler.py"\n')
+
+    ranks = json.loads(kvtop_here("ranks", "--sglang-log", str(log), "--json").stdout)
+
+    assert [(rank["label"], rank["crashed"]["text"]) for rank in ranks] == [
+        ("prefill-0/TP5", "Scheduler hit an exception: its traceback was cut")
+    ]

@@ -47,6 +47,8 @@ TRACEBACK = b"Traceback (most recent call last)"
 _POD = b"[pod/"
 _WRAPPED_RECORD = re.compile(
     rb"(?:\d{4}-\d\d-\d\dT\S+ (?:stdout|stderr) [FP] |[A-Z][a-z]{2} \d{1,2}, \d{4} @ \S+[ \t]*"
+    rb"|(?:\d{4}-\d\d-\d\dT\S+|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d) \S+ [\w.@/-]+(?:\[\d+\])?: "
+    rb"|(?:[A-Z]+ +)?\d{4}-\d\d-\d\dT\S+ +(?:\[severity: \w+\] +)?"
     rb"|[A-Za-z0-9][\w.-]* +\| |\[pod/[^\]\s]+\] )\[\d{4}-\d\d-\d\d "
 )
 """A record's first line inside a log shipper's wrapper (`prefix._WRAPPERS`, `prefix._STREAMS`): where a wrapped
