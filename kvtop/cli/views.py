@@ -388,7 +388,7 @@ def failures(
     logged, origin), context}. Exit 1 when the cluster does not answer.
     """
     from kvtop.views.failures import failures_json, not_kept, render_groups
-    from kvtop.views.incidents import in_span, render
+    from kvtop.views.incidents import in_span, plural, render
     from kvtop.views.times import spans_days, stamp
 
     with _until_ctrl_c():
@@ -405,9 +405,12 @@ def failures(
             text = summary + render_groups(groups, debug, context, (cut, model.failures.maxlen or 0))
             _show(text, failures_json(groups, context, ids, cut), as_json, follow)
             aborted = sum(group.aborted for group in groups)
+            roomless = sum(incident.roomless for incident in in_span(model, start, now))
             dated = spans_days([start, now])
             typer.echo(
-                f"{len(groups) - aborted} failures, {aborted} client aborts from {len(model.ranks)} ranks, "
+                f"{len(groups) - aborted} failures, {aborted} client aborts"
+                + (f", {plural(roomless, 'failure')} naming no room (in the incidents above)" if roomless else "")
+                + f" from {len(model.ranks)} ranks, "
                 f"{stamp(start, dated)[:-4]} to {stamp(now, dated)[:-4]} (what the agents' snapshots and the model "
                 "keep, or the logs hold)",
                 err=True,

@@ -53,6 +53,13 @@ def test_one_incident_holds_the_failures_that_named_no_room_and_the_rooms_lost_a
     assert incident["evidence"][0] == "its bootstrap server did not answer"
 
 
+def test_failures_says_how_many_failures_named_no_room():
+    """`failures` lists rooms' failure groups: the failures without one are counted in its last line."""
+    result = kvtop_here("failures", "--sglang-log", str(DECODE))
+
+    assert "2 failures, 0 client aborts, 3 failures naming no room (in the incidents above)" in result.stderr
+
+
 def test_the_error_alone_is_critical_too(tmp_path: Path):
     """Before any room failed (it said OK): each failure that named no room counts as a room against
     --incident-rooms."""
