@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from textual.pilot import Pilot
 from tui_support import drive, next_frame, text, wait_until
 
 from kvtop.sources.sglang import SGLangLogs
@@ -15,6 +17,20 @@ from kvtop.tui.themes import load_themes
 from kvtop.views.times import stamp
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "sglang" / "new-era"
+
+
+def on_logs(logs: list[Path], play: Callable[[KvtopApp, Pilot[None]], Awaitable[None]]) -> None:
+    """The dashboard on `logs` as `kvtop top --sglang-log` wires it (200x40), `play` run on it."""
+    follower = LogFollower(SGLangLogs(logs)).start()
+    app = KvtopApp(follower, title="sglang logs", themes=load_themes(), clock=follower.now)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await play(app, pilot)
+
+    try:
+        drive(app, scenario, size=(200, 40))
+    finally:
+        follower.close()
 
 
 def test_the_dashboard_folds_the_failures_of_sglang_logs_and_names_the_ranks_as_from_logs():
@@ -55,13 +71,9 @@ CRASH = Path(__file__).parent.parent / "fixtures" / "sglang" / "scheduler-crash"
 def test_the_dashboard_names_a_crashed_rank_in_the_health_line_its_row_and_its_history():
     """prefill-0/TP2's scheduler crashed (its log's traceback): `1 rank crashed` in the health line, `crashed` as
     its state in the rank grid (its peers stay `log`), and the crash in its history (enter on its row)."""
-    logs = SGLangLogs([CRASH / "prefill.log", CRASH / "decode.log"])
-    follower = LogFollower(logs).start()
-    app = KvtopApp(follower, title="sglang logs", themes=load_themes(), clock=follower.now)
     seen: dict[str, str] = {}
 
-    async def scenario(pilot):
-        await wait_until(pilot, lambda: all(f.reader.at_end() for f in follower.logs.files), "the logs read")
+    async def play(app: KvtopApp, pilot: Pilot[None]) -> None:
         await wait_until(pilot, lambda: "crashed" in text(app, "#ranks-list"), "the crashed rank in the grid")
         seen["health"], seen["ranks"] = text(app, "#health"), text(app, "#ranks-list")
         rows = [line for line in seen["ranks"].splitlines() if line.strip()]
@@ -70,10 +82,7 @@ def test_the_dashboard_names_a_crashed_rank_in_the_health_line_its_row_and_its_h
         await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), "the rank's history")
         seen["history"] = app.screen.body.plain
 
-    try:
-        drive(app, scenario)
-    finally:
-        follower.close()
+    on_logs([CRASH / "prefill.log", CRASH / "decode.log"], play)
 
     assert " 1 rank crashed " in seen["health"]
     rows = {line.split()[0]: line.split()[1:] for line in seen["ranks"].splitlines() if line.strip()}
@@ -91,18 +100,13 @@ def test_the_dashboard_on_a_file_that_is_no_sglang_log_says_so_in_its_health_lin
     """A wrong path given to `kvtop top --sglang-log` showed an empty cluster with nothing wrong."""
     passwd = tmp_path / "passwd"
     passwd.write_text("root:x:0:0:root:/root:/bin/bash\n")
-    follower = LogFollower(SGLangLogs([passwd])).start()
-    app = KvtopApp(follower, title="sglang logs", themes=load_themes(), clock=follower.now)
     seen: dict[str, str] = {}
 
-    async def scenario(pilot):
+    async def play(app: KvtopApp, pilot: Pilot[None]) -> None:
         await wait_until(pilot, lambda: "source:" in text(app, "#health"), "the source's problem on the health line")
         seen["health"] = text(app, "#health")
 
-    try:
-        drive(app, scenario, size=(200, 40))
-    finally:
-        follower.close()
+    on_logs([passwd], play)
 
     assert f"source: nothing read from {passwd}: not an SGLang server log" in seen["health"]
 
@@ -112,21 +116,16 @@ def test_an_incident_with_failures_that_named_no_room_counts_them_on_the_dashboa
     """A bootstrap server decode could not reach (3 failures naming no room), then 2 rooms lost at its address:
     the failures tree says both, the overview's incidents panel counts 5."""
     fixture = Path(__file__).parent.parent / "fixtures" / "sglang" / "bootstrap-unreachable" / "decode.log"
-    follower = LogFollower(SGLangLogs([fixture])).start()
-    app = KvtopApp(follower, title="sglang logs", themes=load_themes(), clock=follower.now)
     seen: dict[str, str] = {}
 
-    async def scenario(pilot):
+    async def play(app: KvtopApp, pilot: Pilot[None]) -> None:
         await wait_until(pilot, lambda: "bootstrap_error" in text(app, "#incidents"), "the incident on the overview")
         seen["panel"] = text(app, "#incidents")
         await pilot.press("f")
         await wait_until(pilot, lambda: "naming none" in text(app, "#failure-tree"), "the incident in the tree")
         seen["tree"] = text(app, "#failure-tree")
 
-    try:
-        drive(app, scenario, size=(200, 40))
-    finally:
-        follower.close()
+    on_logs([fixture], play)
 
     assert "    5  prefill at sglang-deploy-glm-4-5-prefill:30089" in seen["panel"]
     assert "stopped answering (bootstrap_error)  2 rooms and 3 failures naming none  since 11:56:51" in seen["tree"]
