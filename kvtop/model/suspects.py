@@ -76,6 +76,8 @@ BOOTSTRAP_ERROR = "bootstrap_error"
 """A rank could not reach a prefill instance's bootstrap server (a failure that names no room: DOMAIN.md, an
 incident of its address); the context kind of such a log line and its incidents' class."""
 _BOOTSTRAP_SERVER = re.compile(r"host='([^']+)', port=(\d+)")
+_UNPARSED_ADDRESS = "Failed to parse: "
+"""The bootstrap address a request named did not parse (SGLang issue #6017: `http://192.168.80.184:None/route`)."""
 
 SILENT_BEFORE_S = 5.0
 """A rank's own `unresponsive` failure this soon after a silence of it ended is the silence's doing."""
@@ -191,7 +193,10 @@ def attribute(group: FailureGroup, around: Surroundings) -> Attribution:
 
 def bootstrap_unreachable(instance: str, text: str, ts: float, around: Surroundings) -> Attribution:
     """The suspect of a bootstrap server that a rank of `instance` could not reach: the prefill instance at the
-    address the error names (`HTTPConnectionPool(host='X', port=P)`), else the prefill side of `instance`."""
+    address the error names (`HTTPConnectionPool(host='X', port=P)`), else the prefill side of `instance`; an
+    address that did not parse asked nothing (unknown, noticed by `instance`)."""
+    if _UNPARSED_ADDRESS in text:  # `http://10.0.0.5:None/route`: nothing was asked, the address had no port
+        return Attribution(Suspect("unknown", instance), Kind.FAILING, "its bootstrap address did not parse")
     found = _BOOTSTRAP_SERVER.search(text)
     suspect = (
         Suspect("instance", f"{found[1]}:{found[2]}", "prefill") if found else Suspect("side", instance, "prefill")

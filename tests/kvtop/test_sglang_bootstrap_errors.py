@@ -94,3 +94,18 @@ def test_a_sidecar_publishes_it_once_as_its_rank_s_event_and_a_keyframe_keeps_th
     assert published == [(f"decode-0/TP{tp}", "bootstrap_error") for tp in (0, 1, 0)]
     assert all(context.kind != "bootstrap_error" for context in logs.fresh_context)
     assert [incident.roomless for incident in restored.incidents.incidents.values()] == [3]
+
+
+def test_a_bootstrap_address_that_did_not_parse_is_no_server_that_stopped_answering(tmp_path: Path):
+    """SGLang issue #6017's line: the request's bootstrap port was None, so nothing was asked; the suspect is
+    unknown (DOMAIN.md: say so rather than guess), not the prefill side."""
+    log = tmp_path / "decode.log"
+    log.write_text(
+        "[2025-05-12 06:55:21 DP1 TP1] Error fetching prefill parallel info from bootstrap: Failed to parse: "
+        "http://192.168.80.184:None/route?engine_rank=-1&target_dp_group=-1\n"
+    )
+
+    [incident] = incidents(log)
+
+    assert (incident["suspect_text"], incident["kind"]) == ("unknown (noticed by decode-0)", "failing")
+    assert incident["evidence"] == ["its bootstrap address did not parse"]
