@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import calendar
 import gzip
+import json
 import shutil
 from pathlib import Path
 
 import pytest
+from kvtop_cli import kvtop_here
 
 from kvtop.bench.sglang_log import write_failed_rooms
 from kvtop.model import cluster
@@ -394,3 +397,20 @@ def test_a_log_of_many_failed_rooms_streams_into_the_model_one_block_at_a_time(t
     assert (len(model.failures), model.failures_total) == (5_000, 60_000)
     assert len(model.finished) <= cluster.FINISHED_ROOMS_KEPT
     assert model.incidents.tracking <= ROOMS_TRACKED
+
+
+@pytest.mark.usefixtures("utc")
+def test_a_transport_line_before_any_sglang_line_takes_the_year_of_the_first_one(tmp_path: Path):
+    """A glog line prints no year (sglang issue #7118's log opens with one): it took the file's modification
+    year, a year off for a log copied later, and the span judged became a year long."""
+    log = tmp_path / "prefill.log"
+    log.write_text(
+        "E0612 14:05:26.176716 391 tcp_transport.cpp:136] Session::writeBody failed. Error: Connection reset\n"
+        "[2025-06-12 14:05:27 TP0] Prefill transfer failed for request rank=0 req.rid='a' req.bootstrap_room=7 "
+        "with exception KVTransferError(bootstrap_room=7): Failed to send kv chunk of 7 to 10.0.0.7:15004\n"
+    )
+
+    [group] = json.loads(kvtop_here("failures", "--sglang-log", str(log), "--json").stdout)["groups"]
+
+    [glog] = [context for context in group["context"] if context["kind"] == "glog"]
+    assert glog["ts"] == calendar.timegm((2025, 6, 12, 14, 5, 26)) + 0.176716

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from kvtop.sources.sglang.lines import ROLE_MARKERS
-from kvtop.sources.sglang.prefix import has_prefix
+from kvtop.sources.sglang.prefix import has_prefix, parse_prefix
 from kvtop.sources.sglang.reader import read_head
 
 SNIFF_BYTES = 4 << 20
@@ -24,6 +24,22 @@ def sniff_role(path: Path) -> str:
 
 
 PREFIX_SNIFF_BYTES = 64 << 10
+
+
+def first_stamp(path: Path) -> float | None:
+    """The time of the first line at the file's head that SGLang's prefix dates (None: none there, or unreadable):
+    what a line with no time of its own before it is taken to be, and a glog line's year."""
+    try:
+        head = read_head(path, PREFIX_SNIFF_BYTES)
+    except OSError:
+        return None
+    for line in head.decode("utf-8", "replace").splitlines():
+        if has_prefix(line):
+            try:
+                return parse_prefix(line).ts
+            except ValueError:  # a garbled stamp: the next one may do
+                continue
+    return None
 
 
 def holds_sglang_lines(path: Path) -> bool:

@@ -40,7 +40,7 @@ from kvtop.sources.sglang.naming import InstanceNames, agent_file
 from kvtop.sources.sglang.prefix import has_prefix, parse_prefix, split_stream
 from kvtop.sources.sglang.reader import LogReader
 from kvtop.sources.sglang.related import RelatedLines, WorkerError
-from kvtop.sources.sglang.sniff import holds_sglang_lines, sniff_role
+from kvtop.sources.sglang.sniff import first_stamp, holds_sglang_lines, sniff_role
 from kvtop.sources.sglang.spec import LogSpec
 from kvtop.sources.sglang.stats import EMPTY, LogStats
 from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure, Level, LogContext
@@ -70,7 +70,8 @@ class _File:
     role: str
     instance: str
     last_ts: float
-    """Time of the last prefixed line (the file's mtime before one): lines without a prefix get it."""
+    """Time of the last prefixed line (before one: the first at the file's head, else the file's mtime): lines
+    without a prefix get it, glog lines its year."""
     batch_key: str = ""
     bootstrap_port: int | None = None
     """A prefill's bootstrap port, from its `server_args` line (None: not read)."""
@@ -114,8 +115,8 @@ class SGLangLogs:
         for spec, role, instance in named:
             reader = LogReader(spec.path)
             reader.open()
-            mtime = spec.path.stat().st_mtime
-            self.files.append(_File(spec, reader, role, instance or self._names.next(role), mtime))
+            start = first_stamp(spec.path) or spec.path.stat().st_mtime
+            self.files.append(_File(spec, reader, role, instance or self._names.next(role), start))
 
     @property
     def now(self) -> float:
