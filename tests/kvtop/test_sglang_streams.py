@@ -17,6 +17,7 @@ import pytest
 from kvtop_cli import kvtop_here
 
 from kvtop.sources.sglang.prefix import split_stream
+from kvtop.sources.sglang.source import STREAM_NAME_MAX, STREAMS_MAX
 
 pytestmark = pytest.mark.usefixtures("utc")
 
@@ -94,3 +95,17 @@ def test_a_line_that_looks_like_a_wrapper_before_other_text_is_left_as_it_is(tmp
     ranks = json.loads(kvtop_here("ranks", "--sglang-log", str(log), "--json").stdout)
 
     assert [rank["label"] for rank in ranks] == ["prefill-0/TP0"]
+
+
+def test_a_file_that_names_servers_without_end_holds_a_bounded_number_of_them(tmp_path: Path):
+    """A hostile or broken file naming a new server on every line: the first `STREAMS_MAX` are servers, the lines
+    of the rest and of a name too long for a label are counted as garbled, never made ranks."""
+    batch = "[2026-04-30 16:02:25] Decode batch, #running-req: 1, #token: 2, token usage: 0.1, #queue-req: 0\n"
+    log = tmp_path / "all.log"
+    names = [f"decode-{index}" for index in range(STREAMS_MAX + 10)] + ["d" * (STREAM_NAME_MAX + 1)]
+    log.write_text("".join(f"{name}  | {batch}" for name in names))
+
+    result = kvtop_here("ranks", "--sglang-log", str(log), "--json")
+
+    assert len(json.loads(result.stdout)) == STREAMS_MAX
+    assert ", 11 garbled (skipped)," in result.stderr

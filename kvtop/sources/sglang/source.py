@@ -50,6 +50,10 @@ LOAD_BYTES = 8 << 20
 """Bytes of each file a poll reads while loading: what is held at once is one poll's events, whatever the size."""
 
 
+STREAMS_MAX = 256
+"""Servers one file may name (`docker compose logs` of a deployment); lines of more are garbled."""
+STREAM_NAME_MAX = 200
+"""The longest server name a wrapper may give: its ranks' labels (`NAME/TPn`) stay inside an event's 256."""
 RANK_EVENT_KINDS = ("crash", BOOTSTRAP_ERROR)
 """Context lines that are their rank's events in the model (`ClusterModel.crashes`, incidents of an address)."""
 _ROLE_IN_NAME = re.compile(r"(?<![a-z])(prefill|decode)(?![a-z])", re.IGNORECASE)
@@ -206,8 +210,10 @@ class SGLangLogs:
         """Every server the files hold: each file's own lines, and the servers a wrapper names in it."""
         return [server for file in self.files for server in (file, *file.streams.values())]
 
-    def _stream(self, file: _File, text: str) -> tuple[_File, str]:
-        """The server a line is from (a wrapper may name one, `split_stream`), and the line without the wrapper.
+    def _stream(self, file: _File, text: str) -> tuple[_File | None, str]:
+        """The server a line is from (a wrapper may name one, `split_stream`), and the line without the wrapper;
+        None for a line of a server past the file's `STREAMS_MAX` or named longer than `STREAM_NAME_MAX` (a file
+        that names servers without end: counted as garbled).
 
         A docker compose wrapper counts before SGLang's prefix, or once its server is known: `name | ` is
         common enough in other lines."""
@@ -216,13 +222,19 @@ class SGLangLogs:
             return file, text
         server = file.streams.get(name)
         if server is None:
+            if len(file.streams) >= STREAMS_MAX or len(name) > STREAM_NAME_MAX:
+                return None, rest
             self._names.take(name)
             role = _role_named(name) or file.spec.role  # else its lines will say
             server = file.streams[name] = _File(file.spec, file.reader, role, name, file.last_ts)
         return server, rest
 
     def _line(self, file: _File, text: str, pending: list[tuple[float, int, _File, str, Event]]) -> None:
-        file, text = self._stream(file, text)
+        server, text = self._stream(file, text)
+        if server is None:
+            self._garbled += 1
+            return
+        file = server
         if " batch" in text:
             key = text[: text.find("]") + 1]
             if key and key == file.batch_key:
