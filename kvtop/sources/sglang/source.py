@@ -89,6 +89,11 @@ class _File:
     sniffed_lines: int = 0
     """Its lines when `not_a_log` was last asked."""
 
+    @property
+    def servers(self) -> tuple[_File, ...]:
+        """This file's own lines' server, and the servers a wrapper names in it."""
+        return (self, *self.streams.values())
+
 
 class SGLangLogs:
     """Several log files read together: `poll(model)` applies what is new; `load(model)` reads to the end."""
@@ -178,7 +183,7 @@ class SGLangLogs:
             for text in file.reader.read(final, max_bytes):
                 self._line(file, text, pending)
             complete = final and file.reader.at_end()
-            for server in (file, *file.streams.values()):
+            for server in file.servers:
                 for error in server.related.unclaimed(None if complete else server.last_ts, file.reader.quiet):
                     self._worker_error(server, error, pending)
         if self.until is not None:
@@ -208,7 +213,7 @@ class SGLangLogs:
 
     def _servers(self) -> list[_File]:
         """Every server the files hold: each file's own lines, and the servers a wrapper names in it."""
-        return [server for file in self.files for server in (file, *file.streams.values())]
+        return [server for file in self.files for server in file.servers]
 
     def _stream(self, file: _File, text: str) -> tuple[_File | None, str]:
         """The server a line is from (a wrapper may name one, `split_stream`), and the line without the wrapper;
