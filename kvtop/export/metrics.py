@@ -44,8 +44,9 @@ from prometheus_client.registry import Collector
 from kvtop import __version__
 from kvtop.export.carry import Carried
 from kvtop.export.tally import ABORT_ECHOES, ABORTS, ECHOES, ORIGINS, UNKNOWN, FailureTally
-from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel, Liveness, RoomView
+from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel
 from kvtop.model.fold import Observed
+from kvtop.model.shapes import Liveness, RoomView
 from transport.kvpoll import KVPoll
 
 RANK = ("engine_type", "pd_instance", "tp_rank")

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 from transport.plane.events import Event, Failure, LogContext, RoomState, Snapshot, TransferDone
 
 if TYPE_CHECKING:
-    from kvtop.model.cluster import ClusterModel, RankView
+    from kvtop.model.cluster import ClusterModel
+    from kvtop.model.shapes import RankView
 
 FailureKey = tuple[float, int, str, str]
 

@@ -15,21 +15,13 @@ import msgspec
 import numpy as np
 
 from kvtop.model.clock import ClockEstimate
-from kvtop.model.cluster import (
-    LINK_TRANSFERS_KEPT,
-    RANK_TRANSFERS_KEPT,
-    TRANSFERS_KEPT,
-    ClusterModel,
-    Finished,
-    LinkView,
-    RankView,
-    RoomView,
-)
+from kvtop.model.cluster import TRANSFERS_KEPT, ClusterModel
 from kvtop.model.fold import Observed
 from kvtop.model.histogram import DurationHistogram
 from kvtop.model.incidents import IncidentTracker, TrackerState
 from kvtop.model.intake import Intake
 from kvtop.model.rolling import RingBuffer
+from kvtop.model.shapes import LINK_TRANSFERS_KEPT, RANK_TRANSFERS_KEPT, Finished, LinkView, RankView, RoomView
 from kvtop.model.timeline import Timeline
 from kvtop.model.transfer_ring import TransferRing
 from transport.plane.events import LogContext, LogFollowed

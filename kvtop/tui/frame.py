@@ -18,10 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel, Liveness, RankView, RoomView
+from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel
 from kvtop.model.fold import FailureGroup
 from kvtop.model.incidents import Incident
 from kvtop.model.live_fold import LiveFold
+from kvtop.model.shapes import Liveness, RankView, RoomView
 from kvtop.model.timeline import BYTES, ECHOES, ORIGINS, Timeline
 from kvtop.tui.room_filter import FAILED, STUCK, RoomTexts
 from kvtop.views.event_lines import at_or_above, to_line

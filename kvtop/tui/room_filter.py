@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from kvtop.model.cluster import RoomView
+from kvtop.model.shapes import RoomView
 from transport.kvpoll import KVPoll
 
 STUCK, FAILED = " stuck", " failed"

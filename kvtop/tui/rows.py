@@ -9,7 +9,7 @@ from rich.control import strip_control_codes
 from rich.style import Style
 from rich.text import Span, Text
 
-from kvtop.model.cluster import Liveness, RoomView
+from kvtop.model.shapes import Liveness, RoomView
 from kvtop.tui.frame import TREND_CELLS, Frame, RankRow
 from kvtop.tui.renderables.chart import spark
 from kvtop.views import units

@@ -14,8 +14,9 @@ from dataclasses import asdict, dataclass, field, replace
 from enum import IntEnum
 from typing import Any
 
-from kvtop.model.cluster import ClusterModel, Liveness
+from kvtop.model.cluster import ClusterModel
 from kvtop.model.incidents import Incident
+from kvtop.model.shapes import Liveness
 from kvtop.views.incidents import duration, in_span, incident_json, incident_size, plural
 from kvtop.views.times import spans_days, stamp
 from transport.plane.events import LogContext

@@ -6,7 +6,8 @@ import math
 from collections import Counter
 from typing import Any
 
-from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel, Liveness, RoomView
+from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel
+from kvtop.model.shapes import Liveness, RoomView
 from kvtop.views.incidents import in_span, incident_json
 from kvtop.views.known import KNOWN_METRICS, NO_DATA
 from kvtop.views.times import spans_days, stamp

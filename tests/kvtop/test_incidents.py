@@ -8,9 +8,10 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvtop.model.cluster import STALE_S, ClusterModel
+from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import Observed, fold_room
 from kvtop.model.incidents import IncidentTracker, room_groups
+from kvtop.model.shapes import STALE_S
 from kvtop.record.keyframes import capture, restore
 from transport.kvpoll import KVPoll
 from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure, Heartbeat, RoomState

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvtop.model.cluster import GONE_S, SETTLE_S, STALE_S, ClusterModel, Liveness
+from kvtop.model.cluster import SETTLE_S, ClusterModel
 from kvtop.model.rolling import RingBuffer, percentiles
+from kvtop.model.shapes import GONE_S, STALE_S, Liveness
 from kvtop.model.transfer_ring import WAITING_KEPT, TransferRing
 from kvtop.views.tables import status_json
 from transport.kvpoll import LOST_AFTER_S, LOST_SWEEP_EVERY_S, KVPoll

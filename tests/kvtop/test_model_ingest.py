@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvtop.model.cluster import GONE_S, SETTLE_S, ClusterModel, LinkView, RankView, RoomView
+from kvtop.model.cluster import SETTLE_S, ClusterModel
 from kvtop.model.fold import ROOM_REUSE_S, Observed
 from kvtop.model.resync import unheld
+from kvtop.model.shapes import GONE_S, LinkView, RankView, RoomView
 from transport.kvpoll import KVPoll
 from transport.plane.events import (
     EVENT_SCHEMA,

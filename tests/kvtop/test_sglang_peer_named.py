@@ -7,7 +7,8 @@ from pathlib import Path
 
 from kvtop_cli import kvtop_here
 
-from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel, Liveness
+from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
+from kvtop.model.shapes import Liveness
 from kvtop.record.keyframes import capture, restore
 from kvtop.sources.sglang import load
 from kvtop.sources.sglang.lines import lost_prefill

@@ -13,9 +13,10 @@ from kvtop_cli import kvtop_here
 
 from kvtop.bench.sglang_log import write_failed_rooms
 from kvtop.model import cluster
-from kvtop.model.cluster import ClusterModel, Liveness
+from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import FailureGroup
 from kvtop.model.incidents import ROOMS_TRACKED
+from kvtop.model.shapes import Liveness
 from kvtop.sources.sglang import SGLangLogs, load
 from kvtop.sources.sglang.reader import BLOCK_BYTES
 from kvtop.views.check import Thresholds, Verdict, evaluate

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from kvtop.model.cluster import ClusterModel, Liveness
+from kvtop.model.cluster import ClusterModel
+from kvtop.model.shapes import Liveness
 from kvtop.sidecar.ranks import sidecar_info
 from kvtop.views.tables import ranks_json, status_json
 from transport.kvpoll import KVPoll

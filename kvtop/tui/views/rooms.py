@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from kvtop.model.cluster import RoomView
+from kvtop.model.shapes import RoomView
 from kvtop.tui.frame import Frame
 from kvtop.tui.pages import row
 from kvtop.tui.rows import ROOM_HEADER, Palette, room_line

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 from tui_support import CLUSTER, FIXED_NOW, ROOMS_LIVE, ROOMS_OLD, ROOMS_RETIRED, build_model
 
-from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, STALE_S, STUCK_AFTER_S, ClusterModel, RoomView
+from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, STUCK_AFTER_S, ClusterModel
 from kvtop.model.fold import shown_level
+from kvtop.model.shapes import STALE_S, RoomView
 from kvtop.sources.sglang import load
 from kvtop.sources.synthetic import SyntheticCluster
 from kvtop.tui.frame import WINDOW_S, FrameBuilder, IncidentRow, Options, RoomSort, group_text

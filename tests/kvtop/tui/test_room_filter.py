@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from tui_support import FIXED_NOW, build_model
 
-from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel, RoomView
+from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
+from kvtop.model.shapes import RoomView
 from kvtop.tui.frame import FrameBuilder, Options, is_stuck, outcome
 from kvtop.tui.room_filter import FAILED, STUCK, RoomTexts, flag_words, room_text
 from transport.kvpoll import KVPoll

@@ -11,7 +11,8 @@ from rich.style import Style
 from rich.text import Text
 from tui_support import FIXED_NOW, build_model
 
-from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel, Liveness
+from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel
+from kvtop.model.shapes import Liveness
 from kvtop.tui.app import KvtopApp
 from kvtop.tui.details import rank_history
 from kvtop.tui.frame import TREND_CELLS, FrameBuilder, Options, RankRow, Trend
