@@ -13,9 +13,12 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.skipif(
-    not hasattr(ctypes.CDLL(None), "mallinfo2"), reason="glibc's allocator counters (mallinfo2) are not here"
-)
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.skipif(
+        not hasattr(ctypes.CDLL(None), "mallinfo2"), reason="glibc's allocator counters (mallinfo2) are not here"
+    ),
+]
 
 _PROBE = """
 import ctypes
