@@ -399,7 +399,15 @@ def failures(
                 groups = [group for group in groups if group.first_ts >= since]
             context = read.context_for(groups)
             ids = [incident.id if (incident := model.incidents.incident_of(g)) else 0 for g in groups]
-            start = groups[0].first_ts if groups else now
+            start = (
+                since
+                if since is not None
+                else read.start
+                if read.start is not None
+                else groups[0].first_ts
+                if groups
+                else now
+            )
             summary = render(in_span(model, start, now), now, model.incidents.quiet_gap_s) + "\n\n"
             cut = not_kept(model, since)
             text = summary + render_groups(groups, debug, context, (cut, model.failures.maxlen or 0))
@@ -433,12 +441,14 @@ def incidents(
     after 120 s without a new failure group. Columns: state (ongoing/ended), suspect, what it does, the
     class of failure that first showed it, rooms, since, for how long, origins (who noticed) / echoes,
     and the evidence for the suspect. Client aborts are an incident of `the client`, never of the cluster.
+    Ranks that crashed (a log said so) are listed under the table.
     JSON: {"incidents": [{id, state, kind, class, classes, headline, suspect: {kind, name, role},
     suspect_text, evidence, client, rooms (every room id, as strings), room_count, rooms_complete, origins,
     echoes, noticed_by, first_seen, last_seen, duration_s, rooms_per_min}], ongoing, now, since,
     quiet_gap_s}. Exit 1 when nobody answers.
     """
     from kvtop.views.incidents import by_incident, counted, in_span, render, to_json
+    from kvtop.views.tables import crash_lines
 
     with _until_ctrl_c():
         for read in _frames(source, follow, interval):
@@ -446,7 +456,8 @@ def incidents(
             kept = in_span(model, since, now)
             gap = model.incidents.quiet_gap_s
             groups = by_incident(model, model.groups()) if debug else None
-            _show(render(kept, now, gap, groups), to_json(kept, now, gap, since), as_json, follow)
+            text = "\n".join([render(kept, now, gap, groups), *crash_lines(model, since)])
+            _show(text, to_json(kept, now, gap, since), as_json, follow)
             typer.echo(counted(kept, now, gap, read.start if read.span else None), err=True)
 
 

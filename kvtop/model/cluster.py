@@ -38,7 +38,14 @@ from kvtop.model.shapes import (
     Rates,
     RoomView,
 )
-from kvtop.model.suspects import BOOTSTRAP_ERROR, SILENT_BEFORE_S, bootstrap_unreachable
+from kvtop.model.suspects import (
+    BOOTSTRAP_ERROR,
+    CRASH_KINDS,
+    CRASHED,
+    SILENT_BEFORE_S,
+    THREAD_DIED,
+    bootstrap_unreachable,
+)
 from kvtop.model.timeline import ECHOES, ORIGINS, Timeline
 from kvtop.model.transfer_ring import TransferRing
 from transport.kvpoll import LOST_AFTER_S, LOST_SWEEP_EVERY_S, TERMINAL, KVPoll
@@ -145,8 +152,9 @@ class ClusterModel:
         self.context: deque[tuple[str, LogContext]] = deque(maxlen=CONTEXT_KEPT)
         """Context lines sidecars published, with the label of the rank that published them."""
         self.crashes: dict[str, LogContext] = {}
-        """Ranks whose scheduler crashed (a server log said so, read or followed by a sidecar): the latest
-        crash of each (`kind` `crash`), kept apart from `context` so that no later line pushes it out."""
+        """Ranks that crashed (a server log said so, read or followed by a sidecar): the latest crash of each
+        (`kind` `crash`: its process died; `thread_died`: one of its KV transfer threads), kept apart from
+        `context` so that no later line pushes it out."""
         self.logged_after_crash: dict[str, float] = {}
         """Crashed ranks whose log went on after the crash (their server was restarted): when it last did."""
         self.instances_at: dict[str, tuple[str, ...]] = {}
@@ -193,15 +201,16 @@ class ClusterModel:
         if bad:
             self.rejected += len(bad)
             events = [event for event in events if id(event) not in bad]
-        if label in self.crashes:
+        if label in self.crashes and self.crashes[label].kind == CRASHED:
             self._note_logged_after_crash(label, events)
         if self._journal_kept:
             self._journal(label, events)
         return events
 
     def _note_logged_after_crash(self, label: str, events: Sequence[Event]) -> None:
-        """A crashed rank's log lines from after its crash (its server runs again): any event but a hello and a
-        sidecar's own beat (which goes on whatever the server does; a batch line read from a log is a beat too)."""
+        """A crashed rank's log lines from after its process died (its server runs again): any event but a hello
+        and a sidecar's own beat (which goes on whatever the server does; a batch line read from a log is a beat
+        too). A dead transfer thread is not undone by the lines its process goes on logging."""
         crash = self.crashes[label]
         later = [
             event.ts
@@ -214,7 +223,7 @@ class ClusterModel:
             self.logged_after_crash[label] = max(later)
 
     def crash_of(self, label: str, now: float) -> LogContext | None:
-        """The rank's scheduler crash while it is the rank's last word at `now` (None before it, and once the
+        """The rank's crash while it stands at `now` (None before it; for a process that died, None once the
         rank's log went on: its server was restarted)."""
         crash = self.crashes.get(label)
         if crash is None or crash.ts > now or crash.ts < self.logged_after_crash.get(label, 0.0) <= now:
@@ -329,18 +338,23 @@ class ClusterModel:
         return [label for label, view in self.ranks.items() if view.instance == instance]
 
     def crashed_at(self, name: str, ts: float) -> tuple[str, LogContext] | None:
-        """The one rank of `name` (a rank, an instance, or a bootstrap address that logs read may be at) that was
-        crashed at `ts` (`crash_of`), at most `CRASH_EXPLAINS_S` after its crash; None when none or several were."""
+        """The one rank of `name` (a rank, an instance, a bootstrap address that logs read may be at, or a role:
+        every rank of it) that was crashed at `ts` (`crash_of`): at most `CRASH_EXPLAINS_S` after its process died,
+        or any time after a transfer thread of it died (the rooms that thread's queue takes wait on it until they
+        time out, for as long as the process runs); None when none or several were."""
         if not self.crashes:
             return None
         if name in self.crashes:
             labels = [name]
+        elif name in ("prefill", "decode"):
+            labels = [label for label, view in self.ranks.items() if view.role == name]
         else:
             labels = [label for instance in self.instances_at.get(name, (name,)) for label in self.ranks_of(instance)]
         crashed = [
             (label, crash)
             for label in labels
-            if (crash := self.crash_of(label, ts)) is not None and ts - crash.ts <= CRASH_EXPLAINS_S
+            if (crash := self.crash_of(label, ts)) is not None
+            and (ts - crash.ts <= CRASH_EXPLAINS_S or crash.kind == THREAD_DIED)
         ]
         return crashed[0] if len(crashed) == 1 else None
 
@@ -610,7 +624,7 @@ class ClusterModel:
             view.log = event.log
         elif isinstance(event, LogContext):
             self.context.append((view.label, event))
-            if event.kind == "crash":
+            if event.kind in CRASH_KINDS:
                 self.crashes[view.label] = event
             elif event.kind == BOOTSTRAP_ERROR:
                 attribution = bootstrap_unreachable(view.instance, event.text, event.ts, self)

@@ -72,6 +72,12 @@ KIND_OF_CLASS = {
 }
 """Every other class (`other`, `propagated`) is `failing`."""
 
+CRASHED = "crash"
+"""A rank's process died (its scheduler's exception, a fatal signal): the context kind of its log line."""
+THREAD_DIED = "thread_died"
+"""One of a rank's KV transfer threads died (its process goes on, the rooms the thread served never finish)."""
+CRASH_KINDS = (CRASHED, THREAD_DIED)
+"""A rank's crashes (`ClusterModel.crashes`)."""
 BOOTSTRAP_ERROR = "bootstrap_error"
 """A rank could not reach a prefill instance's bootstrap server (a failure that names no room: DOMAIN.md, an
 incident of its address); the context kind of such a log line and its incidents' class."""
@@ -147,8 +153,8 @@ class Surroundings(Protocol):
         ...
 
     def crashed_at(self, name: str, ts: float) -> tuple[str, LogContext] | None:
-        """The one rank of `name` (a rank, an instance, or a bootstrap address logs read may be at) whose scheduler
-        had crashed by `ts`, and its crash; None when none or several had."""
+        """The one rank of `name` (a rank, an instance, a bootstrap address logs read may be at, or a role: every
+        rank of it) that had crashed by `ts`, and its crash; None when none or several had."""
         ...
 
 
@@ -187,6 +193,7 @@ def attribute(group: FailureGroup, around: Surroundings) -> Attribution:
         suspect, evidence = _by_rules(origin, group.room, around)
     if kind is Kind.UNRESPONSIVE and suspect.kind in ("rank", "instance"):
         suspect, evidence = _with_liveness(suspect, evidence, origin.ts, around)
+    if kind is Kind.UNRESPONSIVE and suspect.kind in ("rank", "instance", "side"):
         suspect, evidence = _with_crash(suspect, evidence, origin.ts, around)
     return Attribution(suspect, kind, evidence)
 
@@ -288,12 +295,17 @@ def _with_liveness(suspect: Suspect, evidence: str, ts: float, around: Surroundi
 
 
 def _with_crash(suspect: Suspect, evidence: str, ts: float, around: Surroundings) -> tuple[Suspect, str]:
-    """A suspect with one rank whose scheduler had crashed (its server log said so) is that rank, and says so."""
-    crashed = around.crashed_at(suspect.name, ts)
+    """A suspect with one rank that had crashed (its server log said so) is that rank, and says so (the side of an
+    instance: one rank of that role, whichever instance)."""
+    crashed = around.crashed_at(suspect.role if suspect.kind == "side" else suspect.name, ts)
     if crashed is None:
         return suspect, evidence
     label, crash = crashed
-    return _rank(label, suspect.role), f"{evidence}; its scheduler crashed {ts - crash.ts:.0f} s before"
+    if crash.kind == THREAD_DIED:
+        what = "a transfer thread of it died"
+    else:  # its scheduler's exception, or a fatal signal
+        what = "its scheduler crashed" if crash.text.startswith("Scheduler") else "its process died"
+    return _rank(label, suspect.role), f"{evidence}; {what} {ts - crash.ts:.0f} s before"
 
 
 def _span(silence: tuple[float, float]) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from kvtop.model.suspects import BOOTSTRAP_ERROR
+from kvtop.model.suspects import BOOTSTRAP_ERROR, CRASH_KINDS
 from transport.kvpoll import KVPoll
 from transport.plane.events import (
     AbortEvent,
@@ -64,7 +64,7 @@ def raw_level(event: Event) -> str:
     warning; room traffic and other context lines are debug; the rest info."""
     if isinstance(event, Failure):
         return event.level
-    if isinstance(event, LogContext) and event.kind == "crash":
+    if isinstance(event, LogContext) and event.kind in CRASH_KINDS:
         return "error"
     if isinstance(event, LogContext) and event.kind == BOOTSTRAP_ERROR:  # a failure that names no room
         return "warning"

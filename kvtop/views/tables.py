@@ -90,9 +90,12 @@ def crash_line(model: ClusterModel, label: str, crash: LogContext, dated: bool =
     return f"{line}; logged again at {stamp(again, dated)[:-4]}" if again is not None else line
 
 
-def crash_lines(model: ClusterModel) -> list[str]:
-    """`crash_line` per rank whose log said its scheduler crashed (earliest first)."""
-    crashes = sorted(model.crashes.items(), key=lambda item: item[1].ts)
+def crash_lines(model: ClusterModel, since: float | None = None) -> list[str]:
+    """`crash_line` per rank whose log said it crashed (from `since`; earliest first)."""
+    crashes = sorted(
+        ((label, crash) for label, crash in model.crashes.items() if since is None or crash.ts >= since),
+        key=lambda item: item[1].ts,
+    )
     dated = spans_days([crash.ts for _, crash in crashes])
     return [crash_line(model, label, crash, dated) for label, crash in crashes]
 

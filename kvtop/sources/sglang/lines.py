@@ -18,9 +18,12 @@ Kinds (DOMAIN.md, "SGLang's log lines"):
   transport errors, transfer worker errors and their tracebacks, context
   corruption, one-time hints, bootstrap trouble, aborts carrying a
   KVTransferError, and transport libraries' own lines (glog, UCX); and a
-  scheduler's crash (`Scheduler hit an exception: Traceback ...`: the rank's
-  process ends, SGLang takes its server down), in a few words
-  (`crash_text`).
+  rank's crash, in a few words: its scheduler's (`Scheduler hit an exception:
+  Traceback ...`: the rank's process ends, SGLang takes its server down, `crash_text`),
+  a fatal signal (`Caught signal 11 (Segmentation fault ...`, `Fatal Python error:
+  Segmentation fault`), or one of its KV transfer threads dying (`Exception in thread
+  Thread-5 (transfer_worker):` and its traceback: the process goes on, the rooms that
+  thread served never finish).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kvtop.model.suspects import BOOTSTRAP_ERROR
+from kvtop.model.suspects import BOOTSTRAP_ERROR, CRASHED, THREAD_DIED
 from kvtop.sources.sglang.prefix import RANK_TAG_MAX, Prefix, stamp_seconds
 from transport.wire import cut_text
 
@@ -41,6 +44,9 @@ MARKERS: tuple[bytes, ...] = (
     b"Traceback (most recent call last)",
     b"Scheduler hit an exception",  # a crash whose traceback's first line was cut when pasted
     b"nixl_agent.cpp:",  # NIXL's glog lines (`nixl_agent.cpp:866] createXferReq: metadata ... not found`)
+    b"Exception in thread ",  # a thread's death (Python's `threading.excepthook`), its traceback on the next lines
+    b"Caught signal ",  # UCX's handler of a fatal signal (`Caught signal 11 (Segmentation fault: ...)`)
+    b"Fatal Python error: ",  # Python's `faulthandler` (`Fatal Python error: Segmentation fault`)
 )
 """Every understood line but the batch lines contains one of these (the block scanner's prefilter, one
 Aho-Corasick pass); a line that holds one but is of no kind kvtop knows costs one parse."""
@@ -76,6 +82,16 @@ _SESSION = re.compile(r"Session (\S+) failed\.")
 _LOST = re.compile(r"(?:Lost|Losing) connection with prefill instance \(bootstrap_addr: ([^)]*)\)")
 _BOOTSTRAP_PORT = re.compile(r"\bdisaggregation_bootstrap_port=(\d+)")
 CRASH = "Scheduler hit an exception"
+THREAD_DEATH = "Exception in thread "
+_THREAD = re.compile(r"Exception in thread (.+?)(?: \(([\w.]+)\))?:\s*$", re.MULTILINE)
+"""`Exception in thread Thread-5 (transfer_worker):` (its target's name since Python 3.10)."""
+_KV_THREAD = re.compile(r"transfer|bootstrap|heartbeat|kv", re.IGNORECASE)
+"""A thread of the KV transfer by its target's name (or its frames are under `disaggregation/`)."""
+_FATAL = re.compile(
+    r"Caught signal \d+ \([^)]*\)?|Fatal Python error: (?:Segmentation fault|Aborted|Bus error|Floating point exception"
+    r"|Illegal instruction)"
+)
+"""A fatal signal, as UCX's handler or Python's `faulthandler` report it: the process dies."""
 """How SGLang's scheduler process logs the exception that ends it (then it signals its server to quit)."""
 _FRAME = re.compile(r'^\s*File "([^"]*)", line (\d+), in (\S+)')
 _EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?:: .*)?$")
@@ -139,7 +155,8 @@ class ContextLine:
     ts: float | None
     tp: int | None
     kind: str
-    """`session`, `lost_connection`, `room`, `hint`, `bootstrap_error`, `glog`, `ucx`, `traceback` or `crash`."""
+    """`session`, `lost_connection`, `room`, `hint`, `bootstrap_error`, `glog`, `ucx`, `traceback`, `crash` (the
+    rank's process died) or `thread_died` (one of its KV transfer threads)."""
     room: int | None
     text: str
 
@@ -209,7 +226,12 @@ def classify(prefix: Prefix, year: int) -> Record | None:
     if message.startswith("Traceback (most recent call last)"):
         return ContextLine(ts, prefix.tp, "traceback", None, message)
     if message.startswith(CRASH):
-        return ContextLine(ts, prefix.tp, "crash", None, crash_text(message))
+        return ContextLine(ts, prefix.tp, CRASHED, None, crash_text(message))
+    if message.startswith(THREAD_DEATH):
+        return _thread_died(prefix)
+    fatal = _FATAL.search(message)
+    if fatal:
+        return ContextLine(ts, prefix.tp, CRASHED, None, cut_text(message[fatal.start() :].strip()))
     if ts is None:
         return _transport_library(message, year)
     return None
@@ -218,7 +240,12 @@ def classify(prefix: Prefix, year: int) -> Record | None:
 def crash_text(record: str) -> str:
     """A scheduler's crash in a few words: its exception and the frame that raised it (`Scheduler hit an
     exception: KeyError: 42, in sglang/srt/disaggregation/mooncake/conn.py:950 check_status`)."""
-    lines = record.rstrip().splitlines()
+    return cut_text(f"{CRASH}: {_raised(record.rstrip().splitlines())}")
+
+
+def _raised(lines: list[str]) -> str:
+    """What a traceback (`lines`, its first the record that logs it) says was raised, and where: `KeyError: 42, in
+    sglang/srt/disaggregation/mooncake/conn.py:950 check_status`."""
     exception = next(  # the last unindented line shaped as one (a shipper may strip the indents of code lines)
         (line.strip() for line in reversed(lines[1:]) if line[:1] not in (" ", "\t") and _EXCEPTION_LINE.match(line)),
         "",
@@ -229,7 +256,21 @@ def crash_text(record: str) -> str:
         path, line, function = frames[-1].groups()
         path = path[path.rfind("sglang/") :] if "sglang/" in path else path.rpartition("/")[2]
         where = f", in {path}:{line} {function}"
-    return cut_text(f"{CRASH}: {exception or 'its traceback was cut'}{where}")
+    return f"{exception or 'its traceback was cut'}{where}"
+
+
+def _thread_died(prefix: Prefix) -> ContextLine | None:
+    """A thread's death with its traceback: one of the rank's KV transfer threads (`thread_died`: `thread Thread-5
+    (transfer_worker) died: ValueError: ..., in ...`), or a traceback like any other (context) for another thread."""
+    lines = prefix.message.rstrip().splitlines()
+    match = _THREAD.match(lines[0])
+    if match is None:
+        raise Garbled("a thread's death without its name")
+    name, target = match[1], match[2] or ""
+    if not (_KV_THREAD.search(target or name) or "/disaggregation/" in prefix.message):
+        return ContextLine(prefix.ts, prefix.tp, "traceback", None, prefix.message)
+    thread = f"{name} ({target})" if target else name
+    return ContextLine(prefix.ts, prefix.tp, THREAD_DIED, None, cut_text(f"thread {thread} died: {_raised(lines)}"))
 
 
 def _failure(prefix: Prefix) -> FailureLine:

@@ -9,6 +9,9 @@ out as one item (a line that starts one, or a record that logs one: `Scheduler h
 Traceback ...`): its first line and the unprefixed lines that continue it. One that reaches the
 end of what was read waits for more, until the file gained nothing for `QUIET_S` (by the
 clock): then it is complete (a server's last words before it died need no later line).
+A marked line with no time of its own (a thread's death, a fatal signal) comes out after the
+dated line before it (its time and rank), and `last_dated` is the last dated line read (how far
+the file's time goes), whatever was marked.
 
 Following: after reading to the end, `read()` looks at the path again. A new
 file there (rotated by rename) is opened from its start once the old one is
@@ -44,6 +47,8 @@ SAMPLED_BYTES = 256 << 10
 MAX_LINE_BYTES = 1 << 20
 """A "line" longer than this without a newline is garbage (binary, a lost newline): cut and counted."""
 TRACEBACK = b"Traceback (most recent call last)"
+THREAD_DEATH = b"Exception in thread "
+"""Python's report of a thread's death: its traceback follows on the next lines."""
 _POD = b"[pod/"
 _WRAPPED_RECORD = re.compile(
     rb"(?:\d{4}-\d\d-\d\dT\S+ (?:stdout|stderr) [FP] |[A-Z][a-z]{2} \d{1,2}, \d{4} @ \S+[ \t]*"
@@ -53,6 +58,10 @@ _WRAPPED_RECORD = re.compile(
 )
 """A record's first line inside a log shipper's wrapper (`prefix._WRAPPERS`, `prefix._STREAMS`): where a wrapped
 traceback ends."""
+_DATED_RECORD = re.compile(rb"\[\d{4}-\d\d-\d\d |" + _WRAPPED_RECORD.pattern)
+"""A line that SGLang's prefix dates, wrapped or not."""
+_DATE_START = b"[20"
+"""Where a dated line's prefix starts (found by `rfind` at C speed before a line is matched)."""
 _STREAM_PREFIX = re.compile(rb"[A-Za-z0-9][\w.-]* +\| |\[pod/[^\]\s]+\] ")
 """A wrapper that names the server a line is from (`prefix._STREAMS`): its traceback's lines are its own."""
 TRACEBACK_LINES = 64
@@ -145,6 +154,10 @@ class LogReader:
         self._offset = 0
         self._tail = b""
         self._carry = b""
+        self.last_dated = ""
+        """The last line read that SGLang's prefix dates ("" before one)."""
+        self._dated_handed = False
+        """`last_dated` came out already (a marked line, or one that dated a marked line after it)."""
         self._buffer = bytearray(block_bytes + MAX_LINE_BYTES)
         """Blocks are read into this one buffer (a fresh 4 MiB object per block costs page faults)."""
         self._view = memoryview(self._buffer)
@@ -333,14 +346,18 @@ class LogReader:
             else:
                 self._carry = bytes(block[end:size])
         cut = end
-        covered = -1
+        covered = handed = -1
         in_streams: set[int] = set()
         for start in _marked_lines(block, end):
             if start <= covered or start in in_streams:
                 continue  # inside a traceback already handed on
+            dated = bool(_DATED_RECORD.match(block, start))
+            if not dated:  # the dated line before it tells its time and rank
+                self._hand_on_dated(block, start, max(handed, covered) + 1, out)
             stop = block.find(b"\n", start, end)
             raw: bytes | bytearray | None = None
-            if block.find(TRACEBACK, start, stop) >= 0:  # its own line, or a record that logs one (a crash)
+            if block.find(TRACEBACK, start, stop) >= 0 or block.find(THREAD_DEATH, start, stop) >= 0:
+                # a traceback's own line, a record that logs one (a crash), or a thread's death before one
                 stream = _STREAM_PREFIX.match(block, start, stop)
                 if stream is None:
                     last = stop = covered = _traceback_end(block, stop, end)
@@ -354,13 +371,49 @@ class LogReader:
                     break
             if raw is None:
                 raw = block[start:stop]
+            handed = max(stop, covered)
             try:
-                out.append(raw.decode("utf-8"))
+                text = raw.decode("utf-8")
             except UnicodeDecodeError:
                 self.stats.garbled += 1
                 continue
+            out.append(text)
             self.stats.matched += 1
+            if dated:
+                self.last_dated, self._dated_handed = text.partition("\n")[0], True
+        last = _dated_before(block, cut, max(handed, covered) + 1)
+        if last >= 0:
+            self.last_dated, self._dated_handed = _text(block, last), False
         self.stats.lines += self._count_lines(block, cut)
+
+    def _hand_on_dated(self, block: bytes | bytearray, before: int, floor: int, out: list[str]) -> None:
+        """Hand on the nearest dated line before offset `before` (a line start) that did not come out yet: in
+        `block` from `floor` on (what came out before it), else `last_dated` of the blocks before."""
+        start = _dated_before(block, before, floor)
+        if start >= 0:
+            self.last_dated = _text(block, start)
+        elif floor > 0 or not self.last_dated or self._dated_handed:
+            return
+        out.append(self.last_dated)
+        self._dated_handed = True
+
+
+def _dated_before(block: bytes | bytearray, before: int, floor: int) -> int:
+    """Start of the last line in `block[floor:before]` (`before` a line start) that SGLang's prefix dates; -1: none."""
+    position = before
+    while (position := block.rfind(_DATE_START, floor, position)) >= 0:
+        line_start = block.rfind(b"\n", 0, position) + 1
+        if line_start < floor:
+            return -1
+        if _DATED_RECORD.match(block, line_start):
+            return line_start
+        position = line_start
+    return -1
+
+
+def _text(block: bytes | bytearray, start: int) -> str:
+    """The line at `start`, as text (bytes that are not UTF-8 replaced: it only tells a time)."""
+    return bytes(block[start : block.find(b"\n", start)]).decode("utf-8", "replace")
 
 
 def _marked_lines(block: bytes | bytearray, end: int) -> list[int]:

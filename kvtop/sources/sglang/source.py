@@ -31,7 +31,7 @@ import msgspec
 
 from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import FailureGroup
-from kvtop.model.suspects import BOOTSTRAP_ERROR
+from kvtop.model.suspects import BOOTSTRAP_ERROR, CRASH_KINDS
 from kvtop.sources.sglang.context import CONTEXT_KEPT, Context, context_for
 from kvtop.sources.sglang.convert import to_heartbeat
 from kvtop.sources.sglang.infer import to_failure
@@ -54,7 +54,7 @@ STREAMS_MAX = 256
 """Servers one file may name (`docker compose logs` of a deployment); lines of more are garbled."""
 STREAM_NAME_MAX = 200
 """The longest server name a wrapper may give: its ranks' labels (`NAME/TPn`) stay inside an event's 256."""
-RANK_EVENT_KINDS = ("crash", BOOTSTRAP_ERROR)
+RANK_EVENT_KINDS = (*CRASH_KINDS, BOOTSTRAP_ERROR)
 """Context lines that are their rank's events in the model (`ClusterModel.crashes`, incidents of an address)."""
 _ROLE_IN_NAME = re.compile(r"(?<![a-z])(prefill|decode)(?![a-z])", re.IGNORECASE)
 """A server's role in the name a wrapper gives it (`qwen3-2p2d-prefill-0-1`, `sglang-decode-5f7c`), or a file's
@@ -76,6 +76,8 @@ class _File:
     last_ts: float
     """Time of the last prefixed line (before one: the first at the file's head, else the file's mtime): lines
     without a prefix get it, glog lines its year."""
+    last_tp: int | None = None
+    """The TP rank of the last prefixed line that names one: a crash its line does not date is that rank's."""
     batch_key: str = ""
     bootstrap_port: int | None = None
     """A prefill's bootstrap port, from its `server_args` line (None: not read)."""
@@ -124,7 +126,10 @@ class SGLangLogs:
         for spec, role, instance in named:
             reader = LogReader(spec.path)
             reader.open()
-            start = first_stamp(spec.path) or spec.path.stat().st_mtime
+            first = first_stamp(spec.path)
+            if first is not None:
+                self._saw(first)
+            start = first if first is not None else spec.path.stat().st_mtime
             self.files.append(_File(spec, reader, role, instance or self._names.next(role), start))
 
     @property
@@ -182,6 +187,7 @@ class SGLangLogs:
         for file in self.files:
             for text in file.reader.read(final, max_bytes):
                 self._line(file, text, pending)
+            self._saw_dated(file.reader.last_dated)
             complete = final and file.reader.at_end()
             for server in file.servers:
                 for error in server.related.unclaimed(None if complete else server.last_ts, file.reader.quiet):
@@ -251,16 +257,17 @@ class SGLangLogs:
         except (Garbled, ValueError):
             self._garbled += 1
             return
-        if record is None:
-            return
-        if isinstance(record, ServerArgsLine):
-            file.bootstrap_port = record.bootstrap_port
-            return
         if prefix.ts is not None:
             file.last_ts = prefix.ts
+            file.last_tp = prefix.tp if prefix.tp is not None else file.last_tp
+        if record is None or isinstance(record, ServerArgsLine):
+            if record is not None:
+                file.bootstrap_port = record.bootstrap_port
+            if prefix.ts is not None:  # a line that only dates: the span the logs cover
+                self._saw(prefix.ts)
+            return
         ts = record.ts if record.ts is not None else file.last_ts
-        self._now = max(self._now, ts)  # lines without a prefix too: "now" is never the wall clock once read
-        self.start = ts if self.start is None else min(self.start, ts)
+        self._saw(ts)  # lines without a prefix too: "now" is never the wall clock once read
         if isinstance(record, ContextLine):
             file.related.context(record, ts)
             self._context += 1
@@ -300,16 +307,33 @@ class SGLangLogs:
             event = to_heartbeat(record, ts)
         pending.append((ts, len(pending), file, label, event))
 
+    def _saw_dated(self, line: str) -> None:
+        """The last dated line a file gave (marked or not): how far the span the logs cover goes."""
+        name, rest = split_stream(line)
+        try:
+            ts = parse_prefix(rest if name else line).ts
+        except ValueError:
+            return
+        if ts is not None:
+            self._saw(ts)
+
+    def _saw(self, ts: float) -> None:
+        """The logs mention this time: the span they cover reaches it."""
+        self._now = max(self._now, ts)
+        self.start = ts if self.start is None else min(self.start, ts)
+
     def _rank_event(
         self, file: _File, line: ContextLine, ts: float, pending: list[tuple[float, int, _File, str, Event]]
     ) -> None:
-        """A rank's scheduler crashed, or it could not reach a bootstrap server: its rank says so to the model
-        (under the file's name while the file's role is unknown: never dropped for want of a name)."""
+        """A rank crashed, or it could not reach a bootstrap server: its rank says so to the model (under the
+        file's name while the file's role is unknown: never dropped for want of a name). A line that names no
+        rank (a thread's death, a fatal signal) is the rank of the dated line before it, else TP0."""
         if line.kind == BOOTSTRAP_ERROR:  # a decode rank asks a prefill instance's bootstrap server
             file.role = file.role or "decode"
         file.instance = file.instance or self._names.next(file.role)
-        label = f"{file.instance or file.spec.path.name}/TP{line.tp or 0}"
-        pending.append((ts, len(pending), file, label, LogContext(ts, line.kind, None, line.text, line.tp)))
+        tp = line.tp if line.tp is not None else file.last_tp
+        label = f"{file.instance or file.spec.path.name}/TP{tp or 0}"
+        pending.append((ts, len(pending), file, label, LogContext(ts, line.kind, None, line.text, tp)))
 
     def _worker_error(
         self, file: _File, error: WorkerError, pending: list[tuple[float, int, _File, str, Event]]

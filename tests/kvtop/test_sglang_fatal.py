@@ -1,0 +1,162 @@
+"""A rank that died without `Scheduler hit an exception`: a KV transfer thread's death, a fatal signal.
+
+The shapes are public reports': sglang #23444 (2026-04: a prefill rank's Mooncake `transfer_worker` thread died
+on a ValueError; the scheduler went on, the rooms that thread served never finished), sglang #6694 (2025-05:
+the prefill process died in UCX's TCP transport, `Caught signal 11 (Segmentation fault ...)`) and a NIXL
+deployment's `Fatal Python error: Segmentation fault`. Each had `check --sglang-log` say "no ranks listed or
+discovered" (or OK beside other logs) before: none of the lines was one kvtop read, and none had a time of its
+own. The fixtures are made up in the same shapes (the reports' excerpts were cut).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from kvtop_cli import kvtop_here
+
+from kvtop.model.cluster import ClusterModel
+from kvtop.sources.sglang import load
+from kvtop.sources.sglang.lines import ContextLine, classify
+from kvtop.sources.sglang.prefix import parse_prefix
+
+FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
+THREAD = FIXTURES / "thread-death"
+"""prefill-0: TP1's `transfer_worker` thread dies at 14:31:38 (the line before its death is TP1's), its batch lines
+go on; decode-0: two rooms time out in WaitingForInput 300 s later."""
+THREAD_LOGS = ("--sglang-log", str(THREAD / "prefill.log"), "--sglang-log", str(THREAD / "decode.log"))
+THREAD_SAID = (
+    "thread Thread-5 (transfer_worker) died: ValueError: operands could not be broadcast together with shapes "
+    "(0,) (390,), in sglang/srt/disaggregation/common/utils.py:85 group_concurrent_contiguous"
+)
+SIGNAL = FIXTURES / "fatal-signal"
+"""prefill-0 dies of SIGSEGV in UCX at 09:43:43 (its bootstrap server's access line before it dates it), and
+decode-0 loses it 10 s later; decode-1 dies of `Fatal Python error: Segmentation fault` after its batch line of
+09:43:41."""
+SIGNAL_LOGS = tuple(arg for log in sorted(SIGNAL.glob("*.log")) for arg in ("--sglang-log", str(log)))
+TRACE = (
+    'Traceback (most recent call last):\n  File "/usr/lib/python3.12/threading.py", line 1075, in _bootstrap_inner\n'
+    '    self.run()\n  File "{path}", line 12, in {function}\n    raise ValueError("x")\nValueError: x'
+)
+
+
+@pytest.mark.parametrize(
+    ("first", "path", "function", "kind", "said"),
+    [
+        (
+            "Exception in thread Thread-5 (transfer_worker):",
+            "/sgl/python/sglang/srt/disaggregation/mooncake/conn.py",
+            "transfer_worker",
+            "thread_died",
+            "thread Thread-5 (transfer_worker) died: ValueError: x, in sglang/srt/disaggregation/mooncake/conn.py:12 "
+            "transfer_worker",
+        ),
+        (  # before Python 3.10 no target is named: its frames say it is the KV transfer's
+            "Exception in thread Thread-3:",
+            "/sgl/python/sglang/srt/disaggregation/nixl/conn.py",
+            "bootstrap_thread",
+            "thread_died",
+            "thread Thread-3 died: ValueError: x, in sglang/srt/disaggregation/nixl/conn.py:12 bootstrap_thread",
+        ),
+        (  # another thread's death is a traceback like any other: context, no crash
+            "Exception in thread Thread-2 (_watchdog):",
+            "/sgl/python/sglang/srt/utils/watchdog.py",
+            "_watchdog",
+            "traceback",
+            "",
+        ),
+    ],
+)
+def test_a_thread_s_death_is_a_crash_only_when_the_thread_is_the_kv_transfer_s(
+    first: str, path: str, function: str, kind: str, said: str
+):
+    record = f"{first}\n{TRACE.format(path=path, function=function)}"
+
+    line = classify(parse_prefix(record), 2026)
+
+    assert isinstance(line, ContextLine)
+    assert line.kind == kind
+    assert line.text == (said or record)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[gpu-7:12796:1:13303] Caught signal 11 (Segmentation fault: invalid permissions for mapped object at 0x7f)",
+        "Fatal Python error: Segmentation fault",
+        "Fatal Python error: Aborted",
+    ],
+)
+def test_a_fatal_signal_is_a_crash_said_from_its_words_on(text: str):
+    line = classify(parse_prefix(text), 2026)
+
+    assert isinstance(line, ContextLine)
+    assert (line.kind, line.text) == ("crash", text[text.find("C") if text.startswith("[") else 0 :])
+
+
+def test_a_thread_death_names_the_rank_and_time_of_the_line_before_it_and_check_is_critical():
+    result = kvtop_here("check", *THREAD_LOGS, "--json")
+
+    assert result.returncode == 2
+    assert json.loads(result.stdout)["ranks_crashed"] == {"prefill-0/TP1": THREAD_SAID}
+    assert kvtop_here("check", *THREAD_LOGS).stdout.startswith(
+        f"KVTOP CRITICAL - prefill-0/TP1 crashed at 14:31:38 ({THREAD_SAID})"
+    )
+
+
+def test_a_rank_whose_transfer_thread_died_stays_crashed_while_its_scheduler_logs_on():
+    """Its batch lines after the death are no restart: the thread is still dead."""
+    ranks = kvtop_here("ranks", *THREAD_LOGS)
+
+    states = {line.split()[0]: line.split()[3] for line in ranks.stdout.splitlines()[1:3]}
+    assert states["prefill-0/TP1"] == "crashed"
+    assert f"crashed prefill-0/TP1 at 14:31:38: {THREAD_SAID}" in ranks.stdout.splitlines()
+
+
+def test_the_rooms_that_waited_on_the_dead_thread_name_its_rank_as_what_broke():
+    """decode's WaitingForInput timeouts name no prefill instance (the prefill side of decode-0); the one prefill
+    rank read that crashed is what broke, 300 s before (a dead thread explains them past `CRASH_EXPLAINS_S`)."""
+    incidents = json.loads(kvtop_here("incidents", *THREAD_LOGS, "--json").stdout)["incidents"]
+
+    assert [(incident["suspect_text"], incident["evidence"]) for incident in incidents] == [
+        (
+            "prefill-0/TP1",
+            [f"the KV never came (timeout_waiting); a transfer thread of it died {s} s before" for s in (300, 302)],
+        )
+    ]
+
+
+def test_a_process_killed_by_a_signal_is_what_broke_for_the_peer_that_lost_it():
+    incidents = json.loads(kvtop_here("incidents", *SIGNAL_LOGS, "--json").stdout)["incidents"]
+
+    assert [(incident["suspect_text"], incident["evidence"]) for incident in incidents] == [
+        ("prefill-0/TP0", ["decode lost its heartbeat; its process died 10 s before"])
+    ]
+
+
+def test_incidents_lists_the_crashed_ranks_under_its_table():
+    result = kvtop_here("incidents", *SIGNAL_LOGS)
+
+    assert result.stdout.splitlines()[2:] == [
+        "crashed decode-1/TP0 at 09:43:41: Fatal Python error: Segmentation fault",
+        "crashed prefill-0/TP0 at 09:43:43: Caught signal 11 (Segmentation fault: invalid permissions for mapped "
+        "object at address 0x7fbd60001400)",
+    ]
+
+
+def test_the_span_read_runs_from_the_first_dated_line_to_the_last_marked_or_not():
+    """prefill's last dated line is its bootstrap server's access line (no line kvtop reads): the span ends there,
+    and `now` is never the wall clock for logs with a dated line."""
+    model = ClusterModel()
+    logs = load([SIGNAL / "prefill.log"], model)
+    logs.close()
+
+    assert (logs.start, logs.now) == (_at("2025-05-28 09:43:00"), _at("2025-05-28 09:43:43"))
+    assert (
+        kvtop_here("incidents", *THREAD_LOGS).stderr.splitlines()[-1].startswith("1 incident from 14:30:00 to 14:36:41")
+    )
+
+
+def _at(stamp: str) -> float:
+    return parse_prefix(f"[{stamp}] x").ts or 0.0
