@@ -9,9 +9,9 @@ out as one item (a line that starts one, or a record that logs one: `Scheduler h
 Traceback ...`): its first line and the unprefixed lines that continue it. One that reaches the
 end of what was read waits for more, until the file gained nothing for `QUIET_S` (by the
 clock): then it is complete (a server's last words before it died need no later line).
-A marked line with no time of its own (a thread's death, a fatal signal) comes out after the
-dated line before it (its time and rank), and `last_dated` is the last dated line read (how far
-the file's time goes), whatever was marked.
+A crash with no time of its own (a thread's death, a fatal signal) comes out after the dated
+line before it (its time and rank), and `last_dated` is the last dated line read (how far the
+file's time goes), whatever was marked.
 
 Following: after reading to the end, `read()` looks at the path again. A new
 file there (rotated by rename) is opened from its start once the old one is
@@ -61,6 +61,9 @@ traceback ends."""
 _DATED_RECORD = re.compile(rb"\[\d{4}-\d\d-\d\d |" + _WRAPPED_RECORD.pattern)
 """A line that SGLang's prefix dates, wrapped or not."""
 _DATE_START = b"[20"
+_UNDATED_CRASH = re.compile(rb"(?:\[[^\]\s]*\] )?(?:Exception in thread |Fatal Python error: |Caught signal )")
+"""A rank's crash that names neither time nor rank (a thread's death, a fatal signal: `lines.py`), UCX's
+`[host:pid:tid:thread]` before it or not."""
 """Where a dated line's prefix starts (found by `rfind` at C speed before a line is matched)."""
 _STREAM_PREFIX = re.compile(rb"[A-Za-z0-9][\w.-]* +\| |\[pod/[^\]\s]+\] ")
 """A wrapper that names the server a line is from (`prefix._STREAMS`): its traceback's lines are its own."""
@@ -157,7 +160,7 @@ class LogReader:
         self.last_dated = ""
         """The last line read that SGLang's prefix dates ("" before one)."""
         self._dated_handed = False
-        """`last_dated` came out already (a marked line, or one that dated a marked line after it)."""
+        """`last_dated` is no line to hand on: it came out already, or lies before a line that did."""
         self._buffer = bytearray(block_bytes + MAX_LINE_BYTES)
         """Blocks are read into this one buffer (a fresh 4 MiB object per block costs page faults)."""
         self._view = memoryview(self._buffer)
@@ -351,8 +354,7 @@ class LogReader:
         for start in _marked_lines(block, end):
             if start <= covered or start in in_streams:
                 continue  # inside a traceback already handed on
-            dated = bool(_DATED_RECORD.match(block, start))
-            if not dated:  # the dated line before it tells its time and rank
+            if _UNDATED_CRASH.match(block, start):  # the dated line before it tells its time and rank
                 self._hand_on_dated(block, start, max(handed, covered) + 1, out)
             stop = block.find(b"\n", start, end)
             raw: bytes | bytearray | None = None
@@ -379,16 +381,14 @@ class LogReader:
                 continue
             out.append(text)
             self.stats.matched += 1
-            if dated:
-                self.last_dated, self._dated_handed = text.partition("\n")[0], True
-        last = _dated_before(block, cut, max(handed, covered) + 1)
+        last = _dated_before(block, cut, 0)
         if last >= 0:
-            self.last_dated, self._dated_handed = _text(block, last), False
+            self.last_dated, self._dated_handed = _text(block, last), last <= max(handed, covered)
         self.stats.lines += self._count_lines(block, cut)
 
     def _hand_on_dated(self, block: bytes | bytearray, before: int, floor: int, out: list[str]) -> None:
-        """Hand on the nearest dated line before offset `before` (a line start) that did not come out yet: in
-        `block` from `floor` on (what came out before it), else `last_dated` of the blocks before."""
+        """Hand on the nearest dated line before offset `before` (a line start), unless a line that came out lies
+        between them: in `block` from `floor` on (what came out before it), else `last_dated` of the blocks before."""
         start = _dated_before(block, before, floor)
         if start >= 0:
             self.last_dated = _text(block, start)
