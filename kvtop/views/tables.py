@@ -295,7 +295,7 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
     groups = model.groups(now, coverage.span_s)
     origins = Counter(group.title for group in groups)
     aborted = sum(group.aborted for group in groups)
-    from_logs_only = bool(model.ranks) and all(view.inferred for view in model.ranks.values())  # files, sidecars
+    from_logs_only = all(view.inferred for view in model.ranks.values())  # files, sidecars (or no rank: no rate)
     no_transfers = bool(liveness) and liveness.count("log") == len(liveness)  # log files alone: no transfer timed
     gap = model.incidents.quiet_gap_s
     incidents = [incident for incident in in_span(model, now - window_s, now) if not incident.client]
@@ -356,8 +356,8 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
     from_logs = f", {ranks['log']} from logs" + _peer_named(ranks) if ranks["log"] else ""
     span = f"in {window_s:g}s" if not s["span_limit"] else f"in the last {s['span_s']:.0f}s ({s['span_limit']})"
     if s["failure_rate"] is None:  # logs name a room only where it failed: the failed rooms, no rate
-        health = f"{s['rooms_failed']} rooms failed ({s['failures']} failures) {span}, no failure rate (logs name "
-        health += "no room that succeeded)"
+        why = "logs name no room that succeeded" if ranks["total"] else "no rank"
+        health = f"{s['rooms_failed']} rooms failed ({s['failures']} failures) {span}, no failure rate ({why})"
     else:
         health = f"failure rate {s['failure_rate']:.1%} ({s['failures']} failures)"
     aborts = f"{s['aborted']} client aborts"

@@ -160,3 +160,19 @@ def test_the_span_read_runs_from_the_first_dated_line_to_the_last_marked_or_not(
 
 def _at(stamp: str) -> float:
     return parse_prefix(f"[{stamp}] x").ts or 0.0
+
+
+def test_status_of_logs_that_name_no_rank_gives_no_failure_rate(tmp_path: Path):
+    """sglang #6854's paste: the transfer engine's glog errors alone. No rank, so no rate, as `check` says (it said
+    `failure rate 0.0%`)."""
+    log = tmp_path / "prefill.log"
+    log.write_text(
+        "E0603 20:16:59.104586 27322 worker_pool.cpp:271] Worker: Process failed for slice (opcode: 1, "
+        "peer_nic: 10.93.81.13:15729@mlx5_0, retry_cnt: 0): transport retry counter exceeded\n"
+    )
+
+    status = kvtop_here("status", "--sglang-log", str(log))
+    as_json = json.loads(kvtop_here("status", "--sglang-log", str(log), "--json").stdout)
+
+    assert "no failure rate (no rank)" in status.stdout
+    assert (as_json["failure_rate"], as_json["abort_rate"]) == (None, None)

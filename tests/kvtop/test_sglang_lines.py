@@ -215,10 +215,12 @@ def test_related_and_transport_library_lines_are_context(line, kind, room, ts):
     [
         "[2026-01-02 03:04:05 TP1] Prefill transfer failed for request rank=1 req.rid='tr",
         "[2026-01-02 03:04:05 TP1] Decode transfer failed for request rank=1 decode_req.req.rid='r' decode_re",
+        "Prefill transfer failed ... Failed to send kv chunk of ... to 10.244.x.x:37233",  # edited for a note
     ],
 )
 def test_a_truncated_failure_line_is_garbled(line):
-    """A failure line cut before its exception cannot be read: it is reported as garbled, not guessed."""
+    """A failure line cut before its exception, or whose request was cut out, cannot be read: it is reported as
+    garbled, not guessed (the last was read as nothing, not even garbled)."""
     with pytest.raises(Garbled):
         classify(parse_prefix(line), 2026)
 

@@ -70,6 +70,7 @@ ROLE_MARKERS: dict[bytes, str] = {
 """Text that only one kind of server writes: it tells which server a file is."""
 
 _FAILURE = re.compile(r"(Decode handshake|Decode transfer|Prefill transfer|Prefill bootstrap) failed for request (.*)")
+_FAILURE_KIND = re.compile(r"\b(?:Decode handshake|Decode transfer|Prefill transfer|Prefill bootstrap) failed\b")
 _RANK = re.compile(r"\brank=(\d+)")
 _RID = re.compile(r"\brid='([^']*)'")
 _ROOM_FIELD = re.compile(r"\bbootstrap_room=(\d+|None)")
@@ -198,6 +199,8 @@ def classify(prefix: Prefix, year: int) -> Record | None:
         return ServerArgsLine(int(port[1]) if port else None)
     if "failed for request" in message:
         return _failure(prefix)
+    if _FAILURE_KIND.search(message):
+        raise Garbled("a failure line without its request")
     if " batch" in message:
         match = _BATCH.match(message)
         if match:
