@@ -170,8 +170,9 @@ def run_check(spec: SourceSpec, limits: Thresholds, as_json: bool) -> int:
                 typer.echo(f"kvtop: {source.damage}", err=True)
             window = source.span_window() if source.span else source.window(limits.window_s)
             limits = dataclasses.replace(limits, window_s=window)
-            result = evaluate(source.model, limits, source.now(), source.waited(), span=source.span,
-                              since=source.when.since)  # fmt: skip
+            now = source.now()
+            result = evaluate(source.model, limits, now, source.waited(), span=source.span, since=source.when.since,
+                              transport_errors=source.transport_errors(0.0, now))  # fmt: skip
             if feed_error := source.feed_error():
                 result = source_failing(result, feed_error)
     except BootstrapError as error:

@@ -122,6 +122,15 @@ class Source(ABC):
         """A line and JSON fields `kvtop status` adds for this source (logs: what they held)."""
         return "", {}
 
+    def transport_errors(self, since: float, until: float) -> list[Context]:
+        """The transfer's own errors its logs hold from `since` to `until` (`is_transport_error`): those log
+        sidecars published, earliest first."""
+        if not self.model.context:  # no sidecar published a line (and nothing more to import: a check out of files)
+            return []
+        from kvtop.sources.sglang.context import published_errors
+
+        return sorted(published_errors(self.model, since, until), key=lambda line: line.ts)
+
     @property
     def when(self) -> When:
         return self.spec.when

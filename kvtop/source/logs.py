@@ -85,6 +85,12 @@ class LogSource(Source):
     def context_for(self, groups: Sequence[FailureGroup]) -> list[list[Context]] | None:
         return self.logs.context_for(groups)
 
+    def transport_errors(self, since: float, until: float) -> list[Context]:
+        return sorted(
+            (line for line in self.logs.context if since <= line.ts <= until and line.transport_error),
+            key=lambda line: line.ts,
+        )
+
     def status_extra(self) -> tuple[str, dict[str, object]]:
         stats = self.logs.stats()
         return f"logs    {stats.summary().removeprefix('sglang logs: ')}", {"logs": dataclasses.asdict(stats)}

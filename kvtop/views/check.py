@@ -10,9 +10,10 @@ failure and abort rates, stuck rooms, lost event batches.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from enum import IntEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvtop.model.cluster import ClusterModel
 from kvtop.model.incidents import Incident
@@ -21,12 +22,18 @@ from kvtop.views.incidents import duration, in_span, incident_json, incident_siz
 from kvtop.views.times import spans_days, stamp
 from transport.plane.events import LogContext
 
+if TYPE_CHECKING:
+    from kvtop.sources.sglang.context import Context
+
 INCIDENTS_NAMED = 3
 """Incidents a verdict's text names (the biggest); the rest are counted."""
 UNREACHABLE_NAMED = 5
 """Ranks kvtop could not open a socket for that a verdict's text names; the rest are counted."""
 CRASHES_NAMED = 3
 """Crashed ranks a verdict's text names (the earliest); the rest are counted."""
+ERROR_ENDS = (90, 110)
+"""Characters of a long transport error a verdict's text shows: its start (who logged it) and its end (what went
+wrong, after the details: `... peer_nic: 10.0.0.7:15729@mlx5_0 ...): transport retry counter exceeded`)."""
 
 
 class Verdict(IntEnum):
@@ -105,7 +112,9 @@ class CheckResult:
     clocks_skewed: dict[str, float] = field(default_factory=dict)
     """Ranks whose clock is off the collector's by `SKEWED_S` or more (seconds ahead; their times corrected)."""
     ranks_crashed: dict[str, str] = field(default_factory=dict)
-    """Ranks whose scheduler crashed in what was judged -> what their log said (the exception, where raised)."""
+    """Ranks that crashed in what was judged -> what their log said (the exception, where raised)."""
+    transport_errors: int = 0
+    """Errors the transfer's own layers logged in what was judged (glog, UCX, `Session ... failed.`)."""
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -140,6 +149,7 @@ def evaluate(
     waited_s: float = 0.0,
     span: bool = False,
     since: float | None = None,
+    transport_errors: Sequence[Context] = (),
 ) -> CheckResult:
     """Judge the model against the thresholds; the worst problem sets the verdict, incidents first.
 
@@ -166,7 +176,8 @@ def evaluate(
     critical: list[str] = []
     warning: list[str] = []
     need = limits.min_ranks or len(liveness)
-    crashed = _judged_crashes(model, now, since if span else now - limits.window_s)
+    judged_from = (since or 0.0) if span else now - limits.window_s
+    crashed = _judged_crashes(model, now, judged_from)
     if crashed:
         dated = spans_days([crash.ts for crash in crashed.values()] + [now])
         named = [f"{label} crashed at {stamp(crash.ts, dated)[:-4]} ({crash.text})" for label, crash in crashed.items()]
@@ -213,6 +224,13 @@ def evaluate(
     if skewed:
         offsets = ", ".join(f"{label} {offset:+.1f}s" for label, offset in skewed.items())
         warning.append(f"clocks off (times corrected): {offsets}")
+    errors = [line for line in transport_errors if judged_from <= line.ts <= now]
+    if errors:
+        last = errors[-1]
+        warning.append(
+            f"{plural(len(errors), 'transport error')} in the logs, the last at {stamp(last.ts)[:-4]}: "
+            + _ends(last.text.strip().partition("\n")[0])
+        )
     verdict = Verdict.CRITICAL if critical else Verdict.WARNING if warning else Verdict.OK
     coverage = model.coverage(now, limits.window_s)
     window = (
@@ -246,13 +264,19 @@ def evaluate(
         unanswered, unreachable, model.lost, model.rejected, model.rejected_frames,
         [incident_json(incident, now, gap) for incident in judged], "span" if span else "now", rooms_failed,
         {label: round(offset, 3) for label, offset in skewed.items()},
-        {label: crash.text for label, crash in crashed.items()},
+        {label: crash.text for label, crash in crashed.items()}, len(errors),
     )  # fmt: skip
 
 
-def _judged_crashes(model: ClusterModel, now: float, start: float | None) -> dict[str, LogContext]:
-    """The ranks whose scheduler crashed from `start` (None: the whole span read) to `now`, earliest first."""
-    judged = [(label, crash) for label, crash in model.crashes.items() if (start or 0.0) <= crash.ts <= now]
+def _ends(text: str) -> str:
+    """`text`, or its start and its end around ` … ` when it is longer than `ERROR_ENDS` allows."""
+    head, tail = ERROR_ENDS
+    return text if len(text) <= head + tail + 3 else f"{text[:head]} … {text[-tail:]}"
+
+
+def _judged_crashes(model: ClusterModel, now: float, start: float) -> dict[str, LogContext]:
+    """The ranks that crashed from `start` to `now`, earliest first."""
+    judged = [(label, crash) for label, crash in model.crashes.items() if start <= crash.ts <= now]
     return dict(sorted(judged, key=lambda item: item[1].ts))
 
 

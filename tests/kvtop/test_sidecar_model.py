@@ -5,6 +5,8 @@ from __future__ import annotations
 from kvtop.model.cluster import ClusterModel
 from kvtop.model.shapes import Liveness
 from kvtop.sidecar.ranks import sidecar_info
+from kvtop.sources.sglang.context import published_errors
+from kvtop.views.check import Thresholds, evaluate
 from kvtop.views.tables import ranks_json, status_json
 from transport.kvpoll import KVPoll
 from transport.plane.events import (
@@ -14,6 +16,7 @@ from transport.plane.events import (
     EventBatch,
     Failure,
     Heartbeat,
+    LogContext,
     LogFollowed,
     RoomState,
 )
@@ -62,3 +65,23 @@ def test_a_sidecar_rank_is_idle_when_its_log_is_silent_and_down_when_its_metrics
     assert states == [Liveness.ALIVE, Liveness.IDLE, Liveness.DOWN, Liveness.GONE]
     log = ranks_json(model, T)[0]["log"]
     assert (log["path"], log["position"], log["metrics"]) == ("/var/log/d.log", 10, {})
+
+
+def test_the_transport_errors_sidecars_published_are_a_check_s_finding():
+    """A glog error and a failed session in the window count; a glog info line and one from before it do not."""
+    model = ClusterModel()
+    glog = "E0603 20:16:59.104586 27322 worker_pool.cpp:271] Worker: Process failed for slice (...): retry exceeded"
+    events: list[Event] = [
+        LogContext(T - 120, "glog", None, glog),
+        LogContext(T - 5, "glog", None, glog),
+        LogContext(T - 4, "glog", None, "I0603 20:16:59.1 27322 transfer_engine.cpp:120] uses rdma"),
+        LogContext(T - 3, "session", None, "Session 10.0.0.7:15292 failed.", 0),
+    ]
+    model.apply("prefill-0/TP0", _batch("prefill-0/TP0", 1, events), T)
+
+    errors = published_errors(model, T - 60, T)
+    result = evaluate(model, Thresholds(window_s=60), T, transport_errors=errors)
+
+    assert [(line.ts, line.kind) for line in errors] == [(T - 5, "glog"), (T - 3, "session")]
+    assert result.transport_errors == 2
+    assert "2 transport errors in the logs, the last at" in result.summary

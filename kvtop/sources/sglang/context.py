@@ -33,8 +33,30 @@ class Context:
         """Transport libraries (glog, UCX) log the low-level error that failed the rooms near it."""
         return self.kind in ("glog", "ucx")
 
+    @property
+    def transport_error(self) -> bool:
+        """An error the transfer's own layers logged (`is_transport_error`)."""
+        return is_transport_error(self.kind, self.text)
+
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "likely_cause": self.likely_cause}
+
+
+def is_transport_error(kind: str, text: str) -> bool:
+    """A context line that is an error of the transfer itself, whatever failed or not near it: a transport
+    library's (a glog error or fatal line, UCX's ERROR) or a session SGLang gave up on (`Session X failed.`)."""
+    if kind == "glog":
+        return text.lstrip()[:1] in ("E", "F")
+    return kind == "session" or (kind == "ucx" and "UCX  ERROR" in text)
+
+
+def published_errors(model: ClusterModel, since: float, until: float) -> list[Context]:
+    """The transport errors (`is_transport_error`) log sidecars published from `since` to `until`."""
+    return [
+        Context(line.ts, label.rpartition("/")[0], line.tp, line.kind, line.room, line.text)
+        for label, line in model.context
+        if since <= line.ts <= until and is_transport_error(line.kind, line.text)
+    ]
 
 
 def context_for(context: Iterable[Context], groups: Sequence[FailureGroup]) -> list[list[Context]]:
