@@ -150,8 +150,14 @@ def evaluate(
     span: bool = False,
     since: float | None = None,
     transport_errors: Sequence[Context] = (),
+    whole_cluster: bool = False,
 ) -> CheckResult:
     """Judge the model against the thresholds; the worst problem sets the verdict, incidents first.
+
+    `whole_cluster`: the ranks are a cluster's (a bootstrap service or a relay listed them), so a role none of
+    whose ranks is alive while the other's are is CRITICAL: prefill ranks alone move no KV, and a rank the
+    bootstrap service forgot (it keeps a dead one listed for 10 minutes; a restarted service knows none) would
+    otherwise leave a check green on half a cluster.
 
     A rank that never answered in the `waited_s` the check listened is gone; one that answered is judged by
     the model's own bounds (stale after `STALE_S` of silence, gone after `GONE_S`). With `span` (logs, a
@@ -193,6 +199,9 @@ def evaluate(
         (critical if any(severe[INCIDENTS_NAMED:]) else warning).append(more)
     if not everyone:
         critical.append("no ranks listed or discovered")
+    if whole_cluster and alive:
+        roles = {model.ranks[label].role for label in alive}
+        critical.extend(f"no {role} rank alive" for role in ("prefill", "decode") if role not in roles)
     if unreachable:
         why = model.intake.unreachable[unreachable[0]]
         more = f" and {len(unreachable) - UNREACHABLE_NAMED} more" if len(unreachable) > UNREACHABLE_NAMED else ""

@@ -55,6 +55,24 @@ def test_a_killed_rank_is_gone_and_critical(make_cluster, control):
     assert "ranks gone: decode-0/TP1" in result.stdout
 
 
+def test_a_cluster_whose_decode_ranks_all_left_is_critical_though_every_listed_rank_is_alive(make_cluster, wait_for):
+    """The decode rank stopped cleanly (SIGTERM: it deregistered, as a scaled-down instance does, and a restarted
+    bootstrap service or one past its 10 minutes would list it no more): the prefill rank alone is alive and
+    listed, and moves no KV. The check said OK 1/1 before."""
+    cluster = make_cluster(ClusterSpec(num_pages=16, page_bytes=4096))
+    decode = cluster.process("decode-0/TP0").process
+    decode.terminate()
+    decode.wait(10)
+    wait_for(lambda: [agent.role for agent in cluster.bootstrap.agents()] == ["prefill"], 10, "decode to deregister")
+
+    result = kvtop("check", "--bootstrap", cluster.endpoint, "--json")
+
+    verdict = json.loads(result.stdout)
+    assert result.returncode == 2, result.stdout
+    assert (verdict["ranks_alive"], verdict["ranks_total"]) == (1, 1)
+    assert "no decode rank alive" in verdict["problems"]
+
+
 def test_a_stalled_room_is_stuck_before_any_failure_event(make_cluster, control, wait_for):
     """A room that stops moving is CRITICAL as stuck while no rank has reported a failure yet."""
     cluster = make_cluster(
