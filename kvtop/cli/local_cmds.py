@@ -7,6 +7,7 @@ import dataclasses
 import sys
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -37,7 +38,7 @@ from kvtop.views.units import size
 if TYPE_CHECKING:
     from kvtop.tui.themes import ThemeSet
     from transport.config import Timeouts
-    from transport.harness.cluster import ClusterSpec, LocalCluster
+    from transport.harness.cluster import AgentProcess, ClusterSpec, LocalCluster
     from transport.harness.workload import WorkloadStats
     from transport.kv.faults import FaultSpec
 
@@ -184,7 +185,11 @@ def _dashboard(
     themes = find_theme(theme)
     with _log_folder(log_dir) as folder:
         spec = _spec(prefill, decode, tp, fault, folder, None, security)
-        _dashboard_on(spec, rate, duration, theme, themes, export, choice)
+        lost = _dashboard_on(spec, rate, duration, theme, themes, export, choice, kept=bool(log_dir))
+    for line in lost:
+        typer.echo(f"kvtop: {line}", err=True)
+    if lost:
+        raise typer.Exit(1)  # as without the dashboard: the cluster lost a rank
 
 
 def _dashboard_on(
@@ -195,8 +200,10 @@ def _dashboard_on(
     themes: ThemeSet,
     export: str,
     choice: RecordChoice,
-) -> None:
-    """The dashboard on an embedded cluster of `spec` (its model in a process of its own)."""
+    kept: bool,
+) -> list[str]:
+    """The dashboard on an embedded cluster of `spec` (its model in a process of its own); what each rank that
+    exited while it ran said (its stderr's last lines, unless `kept`: its log folder outlives the cluster)."""
     from kvtop.cli.model_spec import LiveModel
     from kvtop.cli.top_cmd import run_live_dashboard
     from kvtop.cluster.embedded import EmbeddedCluster
@@ -210,8 +217,28 @@ def _dashboard_on(
             model = LiveModel(embedded.cluster.endpoint, curve_keys=spec.curve_keys, record=choice, export=export,
                               kind="embedded")  # fmt: skip
             run_live_dashboard(model, embedded.describe, themes, theme, quit_after=duration)
+            return [_exit_said(agent, kept) for agent in embedded.cluster.exits()]
     except TransportError as error:
         raise fail(str(error)) from None
+
+
+STDERR_TAIL_LINES = 5
+"""Lines of a lost rank's stderr said after the dashboard, when its temporary log folder is removed."""
+
+
+def _exit_said(agent: AgentProcess, kept: bool) -> str:
+    """`rank decode-1/TP0 (pid 4242) killed by SIGKILL; stderr in PATH`, or its stderr's last lines when the log
+    folder is about to be removed."""
+    said = f"rank {agent.label} (pid {agent.process.pid}) {agent.describe_exit()}"
+    if not agent.stderr_path:
+        return said
+    if kept:
+        return f"{said}; stderr in {agent.stderr_path}"
+    try:
+        tail = Path(agent.stderr_path).read_text(errors="replace").splitlines()[-STDERR_TAIL_LINES:]
+    except OSError:
+        tail = []
+    return f"{said}; its stderr ended: " + " | ".join(tail) if tail else f"{said}; its stderr was empty"
 
 
 def local(

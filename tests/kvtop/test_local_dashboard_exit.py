@@ -1,0 +1,78 @@
+"""Bare `kvtop` on a terminal: a rank lost while the dashboard ran makes it exit 1 and say which, as without it.
+
+It exited 0 and said nothing (`--no-dashboard` exited 1 naming the rank, and its stderr file, in a folder
+removed on exit).
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import wait_for
+
+pytestmark = [pytest.mark.processes, pytest.mark.slow]
+
+
+def _decode_agent(parent: psutil.Process) -> psutil.Process | None:
+    """The decode rank among the dashboard's descendants (its command line names its instance)."""
+    for child in parent.children(recursive=True):
+        try:
+            if '"instance":"decode-0"' in " ".join(child.cmdline()):
+                return child
+        except psutil.Error:
+            continue
+    return None
+
+
+def _ready(tmp_path: Path) -> bool:
+    """The decode rank said it is ready in its log (in the temporary log folder kvtop made under `tmp_path`)."""
+    return any("ready" in log.read_text() for log in tmp_path.glob("kvtop-logs-*/decode-0.log"))
+
+
+def test_a_rank_killed_under_the_dashboard_makes_it_exit_1_naming_it_and_what_its_stderr_said(tmp_path: Path):
+    main, terminal = pty.openpty()
+    args = [sys.executable, "-m", "kvtop", "--prefill", "1", "--decode", "1", "--tp", "1", "--fault", "none"]
+    kvtop = subprocess.Popen(
+        [*args, "--no-record", "--duration", "12"],
+        stdin=terminal,
+        stdout=terminal,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    os.close(terminal)
+    drained = threading.Thread(target=_drain, args=(main,), daemon=True)
+    drained.start()
+    try:
+        parent = psutil.Process(kvtop.pid)
+        wait_for(lambda: _ready(tmp_path), 30, "the decode rank to be ready")
+        decode = _decode_agent(parent)
+        assert decode is not None
+        decode.send_signal(signal.SIGKILL)
+        _, stderr = kvtop.communicate(timeout=60)
+    finally:
+        if kvtop.poll() is None:
+            kvtop.kill()
+            kvtop.wait()
+        os.close(main)
+
+    said = stderr.decode(errors="replace")
+    assert kvtop.returncode == 1, said
+    assert f"kvtop: rank decode-0/TP0 (pid {decode.pid}) killed by SIGKILL; its stderr " in said
+
+
+def _drain(fd: int) -> None:
+    """Read what the dashboard draws, so it never blocks on a full terminal."""
+    try:
+        while os.read(fd, 65536):
+            pass
+    except OSError:
+        pass
