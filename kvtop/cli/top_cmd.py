@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
@@ -129,6 +130,13 @@ def top(
     source = spec_of(bootstrap, connect, sglang_log, replay, wait=wait, curve_keys=curve_keys)
     themes = find_theme(theme)
     choice = record_choice(record, record_dir, record_max_bytes)
+    if not sys.stdout.isatty():  # Textual would draw into a file or a pipe until killed
+        typer.echo(
+            "kvtop top: the dashboard needs a terminal on stdout; for lines: kvtop status --follow (or events, "
+            "failures, incidents --follow)",
+            err=True,
+        )
+        raise typer.Exit(2)
     if replay:
         _top_on_recording(replay, at, themes, theme)
         return
