@@ -87,11 +87,13 @@ def run_local(
     restart: bool = False,
     host: str = "127.0.0.1",
 ) -> WorkloadStats:
-    """Start the cluster, drive load and emit a status line per interval until time is up, Ctrl-C or SIGTERM.
+    """Start the cluster, drive load and emit a status line per interval until time is up, Ctrl-C, SIGTERM or
+    SIGHUP (its terminal closed).
 
     A rank that exits is told to `report` (default `emit`) at once; with `restart` it comes back.
     """
-    signal.signal(signal.SIGTERM, _interrupt)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
     with LocalCluster(spec, host) as cluster:
         if on_up is not None:
             on_up(cluster)
@@ -120,5 +122,5 @@ def run_local(
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM stops the local cluster the way Ctrl-C does."""
+    """SIGTERM and SIGHUP stop the local cluster the way Ctrl-C does (its agents, its log folder)."""
     raise KeyboardInterrupt

@@ -3,6 +3,7 @@ they run on it, and `kvtop cluster up` run as an operator runs it."""
 
 from __future__ import annotations
 
+import os
 import queue
 import re
 import shutil
@@ -51,9 +52,14 @@ def run_rooms(
 class Running:
     """A `kvtop cluster up` process whose stderr lines are read by a thread, so a test can wait for one."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        """`env`: variables set for it beside the environment's."""
         self.process = subprocess.Popen(
-            [KVTOP, "cluster", "up", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [KVTOP, "cluster", "up", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **env} if env else None,
         )
         assert self.process.stdout is not None
         self.bootstrap = self.process.stdout.readline().strip()

@@ -28,8 +28,8 @@ def cluster_up() -> Iterator[type[Running]]:
     """Start `kvtop cluster up ARGS` (call it with the args); every one started is stopped after the test."""
     started: list[Running] = []
 
-    def start(*args: str) -> Running:
-        running = Running(*args)
+    def start(*args: str, env: dict[str, str] | None = None) -> Running:
+        running = Running(*args, env=env)
         started.append(running)
         return running
 

@@ -8,6 +8,7 @@ import signal
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from kvtop_cli import kvtop, kvtop_here
 
@@ -115,3 +116,19 @@ def test_an_agent_that_crashes_leaves_its_traceback_in_the_log_folder(tmp_path):
     stderr = Path(named[1]).read_text()
     assert "Traceback (most recent call last)" in stderr
     assert all(p.process.poll() is not None for p in cluster.processes)
+
+
+@pytest.mark.processes
+def test_a_closed_terminal_sighup_stops_the_cluster_cleanly_as_ctrl_c_does(cluster_up, tmp_path):
+    """SIGHUP killed it at once (exit 129): no `done:` line, its agents left for their parent-death check and its
+    temporary log folder behind."""
+    running = cluster_up("--duration", "60", env={"TMPDIR": str(tmp_path)})
+    running.wait_line("local cluster up")
+    agents = psutil.Process(running.process.pid).children(recursive=True)
+
+    running.process.send_signal(signal.SIGHUP)
+
+    assert running.process.wait(30) == 0
+    assert running.wait_line(r"^done: ")
+    assert not any(agent.is_running() and agent.status() != psutil.STATUS_ZOMBIE for agent in agents)
+    assert not list(tmp_path.glob("kvtop-logs-*"))
