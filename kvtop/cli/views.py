@@ -146,12 +146,20 @@ def check(
 
 
 def _class_thresholds(values: list[str]) -> tuple[tuple[str, int | None], ...]:
-    """`--incident-class CLASS=ROOMS|off` into (class, rooms or None) pairs; a usage error names the bad one."""
+    """`--incident-class CLASS=ROOMS|off` into (class, rooms or None) pairs; a usage error names the bad one (a
+    misspelt class would never take effect)."""
+    from kvtop.model.suspects import BOOTSTRAP_ERROR
+    from transport.errors import ReasonClass
+
+    classes = [*(str(reason) for reason in ReasonClass), BOOTSTRAP_ERROR]
     found: list[tuple[str, int | None]] = []
     for value in values:
         name, _, rooms = value.partition("=")
         if not name or not (rooms == "off" or (rooms.isdigit() and int(rooms) >= 1)):
             raise typer.BadParameter(f"{value!r} is not CLASS=ROOMS (ROOMS at least 1) or CLASS=off",
+                                     param_hint="--incident-class")  # fmt: skip
+        if name not in classes:
+            raise typer.BadParameter(f"{name!r} is no class of failure (one of: {', '.join(classes)})",
                                      param_hint="--incident-class")  # fmt: skip
         found.append((name, None if rooms == "off" else int(rooms)))
     return tuple(found)

@@ -70,7 +70,7 @@ def test_check_on_logs_without_failures_is_ok_and_says_what_logs_can_judge():
 
 def test_incident_thresholds_decide_critical_or_warning_and_a_bad_one_is_unknown():
     """26 rooms: CRITICAL by default, WARNING under --incident-rooms 30 or with its class off; a class
-    threshold that is no number exits 3."""
+    threshold that is no number, or for a class no failure has (a typo that would never take effect), exits 3."""
     gone = logs("decode-gone")
 
     assert kvtop("check", *gone).returncode == 2
@@ -78,6 +78,9 @@ def test_incident_thresholds_decide_critical_or_warning_and_a_bad_one_is_unknown
     assert kvtop("check", "--incident-class", "timeout_bootstrap=off", *gone).returncode == 1
     assert kvtop("check", "--incident-rate", "100", *gone).returncode == 1
     assert kvtop("check", "--incident-class", "timeout_bootstrap=0", *gone).returncode == 3
+    typo = kvtop("check", "--incident-class", "timeout_bootsrap=off", *gone)
+    assert typo.returncode == 3
+    assert "'timeout_bootsrap' is no class of failure (one of: timeout_bootstrap, " in typo.stdout
 
 
 def cluster_incidents(found: list[dict[str, Any]], kind: str = "") -> list[tuple[str, str]]:
