@@ -176,6 +176,8 @@ def run_check(spec: SourceSpec, limits: Thresholds, as_json: bool) -> int:
         with open_source(spec) as source, source.lock:
             if source.damage:
                 typer.echo(f"kvtop: {source.damage}", err=True)
+            if nothing := source.nothing_to_judge():
+                raise SourceError(nothing)
             window = source.span_window() if source.span else source.window(limits.window_s)
             limits = dataclasses.replace(limits, window_s=window)
             now = source.now()

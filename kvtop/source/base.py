@@ -122,6 +122,10 @@ class Source(ABC):
         """A line and JSON fields `kvtop status` adds for this source (logs: what they held)."""
         return "", {}
 
+    def nothing_to_judge(self) -> str:
+        """Why a check has nothing to judge in what the source read ("" when it has: every live source)."""
+        return ""
+
     def transport_errors(self, since: float, until: float) -> list[Context]:
         """The transfer's own errors its logs hold from `since` to `until` (`is_transport_error`): those log
         sidecars published, earliest first."""

@@ -85,6 +85,12 @@ class LogSource(Source):
     def context_for(self, groups: Sequence[FailureGroup]) -> list[list[Context]] | None:
         return self.logs.context_for(groups)
 
+    def nothing_to_judge(self) -> str:
+        """Every log given was empty: a check has nothing to judge (a view shows the empty cluster, and a
+        followed log may grow)."""
+        stats = self.logs.stats()
+        return f"nothing to read in the logs given: {stats.unread_text()}" if stats.nothing_read else ""
+
     def transport_errors(self, since: float, until: float) -> list[Context]:
         return sorted(
             (line for line in self.logs.context if since <= line.ts <= until and line.transport_error),

@@ -147,14 +147,18 @@ def test_a_wrong_file_beside_logs_is_named_and_the_logs_are_read(tmp_path: Path)
     )
 
 
-def test_an_empty_log_alone_is_no_error(tmp_path: Path):
-    """A log its server has not written yet: nothing shown, said on stderr, exit 0 (a follow may start there)."""
+def test_an_empty_log_alone_is_no_error_to_a_view_and_nothing_to_judge_for_a_check(tmp_path: Path):
+    """A log its server has not written yet: nothing shown, said on stderr, exit 0 (a follow may start there);
+    `check` has nothing to judge, UNKNOWN (it said CRITICAL for no ranks, as for a cluster that lost them all)."""
     empty = tmp_path / "server.log"
     empty.write_text("")
 
     result = kvtop_here("ranks", "--sglang-log", str(empty))
+    check = kvtop_here("check", "--sglang-log", str(empty))
 
     assert result.returncode == 0 and result.stderr.strip().endswith(f"nothing read from 1: {empty}: empty")
+    assert check.returncode == 3
+    assert check.stdout == f"KVTOP UNKNOWN - nothing to read in the logs given: {empty}: empty\n"
 
 
 ABORTS = Path(__file__).parent / "fixtures" / "sglang" / "aborts"

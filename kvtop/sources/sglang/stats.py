@@ -34,6 +34,11 @@ class LogStats:
         """Nothing was read from any file, and some file is no SGLang server log (not just empty)."""
         return len(self.unread) == self.files > 0 and any(why != EMPTY for why in self.unread.values())
 
+    @property
+    def nothing_read(self) -> bool:
+        """Nothing was read from any file given (each empty, or no SGLang server log)."""
+        return len(self.unread) == self.files > 0
+
     def unread_text(self) -> str:
         return "; ".join(f"{path}: {why}" for path, why in self.unread.items())
 
