@@ -157,6 +157,8 @@ class LogReader:
         self._offset = 0
         self._tail = b""
         self._carry = b""
+        self._in_long_line = False
+        """Skipping the rest of a line past `MAX_LINE_BYTES` (counted once, as one garbled line)."""
         self.last_dated = ""
         """The last line read that SGLang's prefix dates ("" before one)."""
         self._dated_handed = False
@@ -185,6 +187,7 @@ class LogReader:
         self._identity = (status.st_dev, status.st_ino)
         self._offset = 0
         self._tail = b""
+        self._in_long_line = False
         if self.gz:
             self._raw = raw
             return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
@@ -213,7 +216,7 @@ class LogReader:
         if not self.gz and self._rewritten():
             self._scan_rest(out)
             self._file.seek(0)
-            self._offset, self._tail = 0, b""
+            self._offset, self._tail, self._in_long_line = 0, b"", False
             self.stats.rotations += 1
         budget = max_bytes
         while budget > 0:
@@ -334,6 +337,15 @@ class LogReader:
         With `carry`, the last partial line waits for the next block, and with `hold_traceback` a traceback
         that reaches the end too.
         """
+        if self._in_long_line:  # the rest of a line too long to read, up to its newline
+            first = block.find(b"\n", 0, size)
+            if first < 0:
+                self._in_long_line = carry
+                return
+            self._in_long_line = False
+            rest = bytes(block[first + 1 : size])
+            self._scan(rest, len(rest), out, carry, hold_traceback)
+            return
         end = block.rfind(b"\n", 0, size) + 1
         if carry:
             self._carry = b""
@@ -343,9 +355,12 @@ class LogReader:
             if end == 0:
                 self.stats.garbled += 1
                 self.stats.lines += 1
+                self._in_long_line = True
                 return
             if size - end >= MAX_LINE_BYTES:
                 self.stats.garbled += 1
+                self.stats.lines += 1
+                self._in_long_line = True
             else:
                 self._carry = bytes(block[end:size])
         cut = end
