@@ -19,7 +19,7 @@ from kvtop.model.cluster import ClusterModel
 from kvtop.model.incidents import Incident
 from kvtop.model.shapes import Liveness
 from kvtop.views.incidents import duration, in_span, incident_json, incident_size, plural
-from kvtop.views.times import spans_days, stamp
+from kvtop.views.times import seconds, spans_days, stamp
 from transport.plane.events import LogContext
 
 if TYPE_CHECKING:
@@ -242,9 +242,9 @@ def evaluate(
         )
     verdict = Verdict.CRITICAL if critical else Verdict.WARNING if warning else Verdict.OK
     coverage = model.coverage(now, limits.window_s)
-    window = (
-        f"in {limits.window_s:g}s" if not coverage.limit else f"in the last {coverage.span_s:.0f}s ({coverage.limit})"
-    )
+    window = f"in {seconds(limits.window_s)}"
+    if coverage.limit:
+        window = f"in the last {seconds(coverage.span_s)} ({coverage.limit})"
     rooms_failed = model.rooms_failed(now, limits.window_s)
     if liveness:
         facts = (
@@ -263,7 +263,7 @@ def evaluate(
     facts += f", {model.lost} rooms lost" if model.lost else ""
     facts += f", {rejected} rejected" if rejected else ""
     if recent:
-        facts += f"; origins in {limits.window_s:g}s: {', '.join(sorted(set(origins))[:3])}"
+        facts += f"; origins in {seconds(limits.window_s)}: {', '.join(sorted(set(origins))[:3])}"
     summary = "; ".join([*critical, *warning, facts])
     gap = model.incidents.quiet_gap_s
     return CheckResult(

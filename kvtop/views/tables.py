@@ -10,7 +10,7 @@ from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel
 from kvtop.model.shapes import Liveness, RoomView
 from kvtop.views.incidents import in_span, incident_json
 from kvtop.views.known import KNOWN_METRICS, NO_DATA
-from kvtop.views.times import spans_days, stamp
+from kvtop.views.times import seconds, spans_days, stamp
 from kvtop.views.units import gbps, size
 from transport.counters import REJECTION_REASONS
 from transport.plane.events import LogContext, LogFollowed
@@ -354,7 +354,7 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
     s = status_json(model, now, window_s)
     ranks, lat = s["ranks"], s["latency_s"]
     from_logs = f", {ranks['log']} from logs" + _peer_named(ranks) if ranks["log"] else ""
-    span = f"in {window_s:g}s" if not s["span_limit"] else f"in the last {s['span_s']:.0f}s ({s['span_limit']})"
+    span = f"in {seconds(window_s)}" if not s["span_limit"] else f"in the last {s['span_s']:.0f}s ({s['span_limit']})"
     if s["failure_rate"] is None:  # logs name a room only where it failed: the failed rooms, no rate
         why = "logs name no room that succeeded" if ranks["total"] else "no rank"
         health = f"{s['rooms_failed']} rooms failed ({s['failures']} failures) {span}, no failure rate ({why})"
@@ -401,14 +401,14 @@ def _incidents_line(s: dict[str, Any], window_s: float) -> str:
     """`incidents 1 ongoing in 60s: prefill-0/TP1 sends corrupt KV (checksum), 31 rooms since 10:02:11; ...`"""
     incidents = s["incidents"]
     if not incidents:
-        return f"incidents none in {window_s:g}s"
+        return f"incidents none in {seconds(window_s)}"
     named = "; ".join(
         f"{item['headline']}, {item['room_count']} rooms since {stamp(item['first_seen'])[:-4]}"
         + ("" if item["state"] == "ongoing" else " (ended)")
         for item in incidents[:INCIDENTS_SHOWN]
     )
     more = f"; {len(incidents) - INCIDENTS_SHOWN} more (kvtop incidents)" if len(incidents) > INCIDENTS_SHOWN else ""
-    return f"incidents {len(incidents)} in {window_s:g}s, {s['incidents_ongoing']} ongoing: {named}{more}"
+    return f"incidents {len(incidents)} in {seconds(window_s)}, {s['incidents_ongoing']} ongoing: {named}{more}"
 
 
 def _counted(s: dict[str, Any]) -> str:

@@ -20,6 +20,7 @@ from kvtop.model.cluster import ClusterModel
 from kvtop.sources.sglang import load
 from kvtop.sources.sglang.lines import ContextLine, classify
 from kvtop.sources.sglang.prefix import parse_prefix
+from kvtop.views.times import seconds
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
 THREAD = FIXTURES / "thread-death"
@@ -176,3 +177,11 @@ def test_status_of_logs_that_name_no_rank_gives_no_failure_rate(tmp_path: Path):
 
     assert "no failure rate (no rank)" in status.stdout
     assert (as_json["failure_rate"], as_json["abort_rate"]) == (None, None)
+
+
+def test_a_check_says_the_span_it_judged_in_whole_seconds_or_hours():
+    """A recording's 15.0311 s read `15.0311s`, and a log a year long `3.1536e+07s`."""
+    result = kvtop_here("check", *SIGNAL_LOGS)
+
+    assert "1 rooms failed in 53s," in result.stdout
+    assert [seconds(s) for s in (2.5, 15.0311, 60.0, 3599.6, 3.1536e7)] == ["2.5s", "15s", "60s", "3600s", "8760h00m"]
