@@ -52,6 +52,8 @@ def _faults(texts: list[str]) -> dict[str, tuple[FaultSpec, ...]] | None:
         return None
     if texts == ["none"]:
         return {}
+    if "none" in texts:
+        raise fail("--fault: 'none' means no faults: give it alone, or only the faults to inject", 2)
     faults: dict[str, tuple[FaultSpec, ...]] = {}
     try:
         for text in texts:

@@ -132,3 +132,11 @@ def test_a_closed_terminal_sighup_stops_the_cluster_cleanly_as_ctrl_c_does(clust
     assert running.wait_line(r"^done: ")
     assert not any(agent.is_running() and agent.status() != psutil.STATUS_ZOMBIE for agent in agents)
     assert not list(tmp_path.glob("kvtop-logs-*"))
+
+
+def test_none_beside_a_fault_is_a_usage_error_saying_what_none_means():
+    """`--fault none --fault drop` said `unknown fault kind 'none'`, though `none` is documented."""
+    result = kvtop_here("cluster", "up", "--fault", "none", "--fault", "drop", "--duration", "1")
+
+    assert result.returncode == 2
+    assert result.stderr == "kvtop: --fault: 'none' means no faults: give it alone, or only the faults to inject\n"
