@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import socket
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -66,8 +67,14 @@ def _faults(texts: list[str]) -> dict[str, tuple[FaultSpec, ...]] | None:
 
 @contextlib.contextmanager
 def _log_folder(log_dir: str) -> Iterator[str]:
-    """`log_dir`, or a temporary folder removed on exit, the agents' logs with it (the cluster stopped first)."""
+    """`log_dir` (made if missing; exit 2 when it cannot be), or a temporary folder removed on exit, the agents'
+    logs with it (the cluster stopped first)."""
     if log_dir:
+        try:
+            Path(log_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            why = "not a folder" if isinstance(error, FileExistsError) else error.strerror or str(error)
+            raise fail(f"--log-dir {log_dir}: {why}", 2) from None
         yield log_dir
         return
     with tempfile.TemporaryDirectory(prefix="kvtop-logs-", ignore_cleanup_errors=True) as folder:
@@ -105,11 +112,24 @@ def _spec(
         raise fail(f"--fault: {error}", 2) from None
     if security is None:
         return spec
-    problem = exposure_problem([security.host], bool(security.curve_keys), security.insecure)
+    problem = _host_problem(security.host) or exposure_problem(
+        [security.host], bool(security.curve_keys), security.insecure
+    )
     if problem:
         raise fail(problem, 2)
     load_curve(security.curve_keys, serve=True)
     return dataclasses.replace(spec, curve_keys=security.curve_keys, insecure=security.insecure)
+
+
+def _host_problem(host: str) -> str:
+    """Why the cluster cannot bind `host` ("" when it can): it binds IPv4, so the host must have an IPv4 address."""
+    try:
+        socket.getaddrinfo(host, None, socket.AF_INET)
+    except (socket.gaierror, UnicodeError) as error:
+        if ":" in host:
+            return f"--host {host}: an IPv6 address; a local cluster binds IPv4 (127.0.0.1, or a host's address)"
+        return f"--host {host}: no IPv4 address for it ({getattr(error, 'strerror', None) or error})"
+    return ""
 
 
 def _run_cluster(

@@ -140,3 +140,21 @@ def test_none_beside_a_fault_is_a_usage_error_saying_what_none_means():
 
     assert result.returncode == 2
     assert result.stderr == "kvtop: --fault: 'none' means no faults: give it alone, or only the faults to inject\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("--log-dir", "/etc/passwd"), "kvtop: --log-dir /etc/passwd: not a folder\n"),
+        (("--host", "::1"), "kvtop: --host ::1: an IPv6 address; a local cluster binds IPv4 (127.0.0.1, or a host's "
+         "address)\n"),
+        (("--host", "nosuchhost.invalid", "--insecure"), "kvtop: --host nosuchhost.invalid: no IPv4 address for it ("),
+    ],
+    ids=["log-dir-a-file", "ipv6", "unresolvable"],
+)  # fmt: skip
+def test_a_log_folder_or_host_the_cluster_cannot_use_is_one_line_and_exit_2(args: tuple[str, ...], said: str):
+    """They ended in a FileExistsError or a ZMQError ('No such device') traceback once agents were starting."""
+    result = kvtop_here("cluster", "up", *args, "--duration", "1")
+
+    assert result.returncode == 2
+    assert result.stderr.startswith(said)
