@@ -9,6 +9,8 @@ that failed); 2 bad usage
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import sys
 
@@ -79,7 +81,25 @@ def run(args: list[str]) -> int:
     except typer.Abort:
         typer.echo("Aborted!", err=True)
         return 1
+    except OSError as error:
+        if error.errno not in _OUTPUT_LOST:
+            raise
+        return _output_lost(error, 3 if args[:1] == ["check"] else 1)
     return int(code) if isinstance(code, int) else 0
+
+
+_OUTPUT_LOST = (errno.ENOSPC, errno.EIO, errno.EDQUOT)
+"""What writing the output raises when it cannot go on: a full disk or quota, a terminal that went away."""
+
+
+def _output_lost(error: OSError, code: int) -> int:
+    """Say that the output could not be written (on stderr, if it can take it), keep the interpreter's last flush
+    of stdout from raising again; returns `code` (1, or a check's UNKNOWN: never a verdict it did not give)."""
+    with contextlib.suppress(OSError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    with contextlib.suppress(OSError):
+        typer.echo(f"kvtop: cannot write its output: {error.strerror}", err=True)
+    return code
 
 
 if __name__ == "__main__":
