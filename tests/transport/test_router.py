@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 
 from kvtop.cluster.local import StatusLine
@@ -65,4 +66,27 @@ def test_rooms_waiting_on_a_rank_that_exited_end_as_lost_and_its_instance_gets_n
         assert (stats.lost, stats.started, stats.rank_exits, stats.ranks_down) == (inflight, started, 1, 1)
         assert accounted(router.stats)
     finally:
+        router.close()
+
+
+def test_a_frozen_prefill_instance_holds_only_its_share_of_the_rooms_in_flight(make_cluster):
+    """prefill-1 stopped (SIGSTOP): its rooms wait on it, but only up to its half of `max_inflight`; prefill-0's
+    rooms go on succeeding. Every place filled with the frozen instance's rooms and the whole workload stopped
+    (the demo's status line froze at 0 B/s) until they timed out."""
+    cluster = make_cluster(ClusterSpec(prefill=2, num_pages=1024))
+    spec = WorkloadSpec(rate=100, median_pages=4, sigma=0.0, result_timeout_s=600, seed=3)
+    router = Router(cluster.endpoint, spec)
+    frozen = cluster.process("prefill-1/TP0").process
+    try:
+        drive(router, lambda: router.stats.succeeded >= 20)
+        frozen.send_signal(signal.SIGSTOP)
+        drive(router, lambda: router.stats.inflight >= spec.max_inflight // 2)
+        succeeded = router.stats.succeeded
+
+        drive(router, lambda: router.stats.succeeded >= succeeded + 100)
+
+        assert router.stats.inflight < spec.max_inflight
+        assert accounted(router.stats)
+    finally:
+        frozen.send_signal(signal.SIGCONT)
         router.close()

@@ -2,7 +2,9 @@
 
 Like a PD router, it draws a random 63-bit bootstrap room per request, a prompt
 length (so a KV size) from a log-normal distribution, a prefill and a decode
-instance, and submits the room to every rank of both instances. A room ends
+instance (among those under their share of `max_inflight`, so one instance
+that stops answering holds only its share), and submits the room to every rank
+of both instances. A room ends
 when every rank reported a result; its outcome is the decode side's. A room
 that a rank refuses counts as refused at once, but still holds a place under
 `max_inflight` until the ranks that accepted it report (they hold its pages
@@ -76,6 +78,8 @@ class _Pending:
     started: float
     waiting_for: set[str]
     decode_ranks: int
+    instances: tuple[str, str]
+    """Its prefill and decode instance."""
     refused: bool = False
     """A rank refused it: counted already, waiting only for the ranks that accepted it."""
     submits: dict[str, int] = field(default_factory=dict)
@@ -102,6 +106,8 @@ class Router:
             raise ValueError(f"bootstrap {bootstrap} lists no complete prefill/decode pair ({len(agents)} agents)")
         self._clients = {a.label: (a, ControlClient(a.control_endpoint, self._zmq, curve)) for a in agents}
         self._pending: dict[int, _Pending] = {}
+        self._inflight: Counter[str] = Counter()
+        """Rooms in flight per instance."""
         self._by_submit: dict[tuple[str, int], int] = {}
         """(rank label, req id) of each pending room's Submits -> room."""
         self._down: set[str] = set()
@@ -156,17 +162,24 @@ class Router:
         """The instances of `role` whose every rank is up."""
         return [name for name, ranks in self._instances[role].items() if not {a.label for a in ranks} & self._down]
 
+    def _open(self, role: Role) -> list[str]:
+        """The instances of `role` that are up and under their share of `max_inflight` (a frozen instance fills its
+        share and holds no more: the others go on)."""
+        share = math.ceil(self.spec.max_inflight / max(1, len(self._instances[role])))
+        return [name for name in self._up(role) if self._inflight[name] < share]
+
     def _start_room(self, now: float) -> None:
-        prefills, decodes = self._up(Role.PREFILL), self._up(Role.DECODE)
+        prefills, decodes = self._open(Role.PREFILL), self._open(Role.DECODE)
         if not prefills or not decodes:
-            return  # no complete pair until a rank is back; starting rooms now would only lose them
+            return  # no pair to take it (a rank down, or every instance at its share): the arrival is dropped
         room = self._rng.getrandbits(_ROOM_BITS)
         prefill = self._rng.choice(prefills)
         decode = self._rng.choice(decodes)
         pages = self._draw_pages()
         ranks = self._instances[Role.PREFILL][prefill] + self._instances[Role.DECODE][decode]
         decode_ranks = len(self._instances[Role.DECODE][decode])
-        pending = self._pending[room] = _Pending(room, now, {a.label for a in ranks}, decode_ranks)
+        pending = self._pending[room] = _Pending(room, now, {a.label for a in ranks}, decode_ranks, (prefill, decode))
+        self._inflight.update(pending.instances)
         self.stats.started += 1
         for agent in ranks:
             _, client = self._clients[agent.label]
@@ -176,6 +189,7 @@ class Router:
 
     def _end(self, pending: _Pending) -> None:
         del self._pending[pending.room]
+        self._inflight.subtract(pending.instances)
         for label, req_id in pending.submits.items():
             self._by_submit.pop((label, req_id), None)
 
