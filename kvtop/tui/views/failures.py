@@ -258,10 +258,13 @@ class FailuresView(Vertical):
         self.show_detail()
 
     def show_detail(self) -> None:
-        """Fill the detail pane from the highlighted row (only while the pane is shown)."""
+        """Fill the detail pane from the highlighted row (only while the pane is shown); with no row (a filter that
+        matches nothing) it says so, never the detail of a row no longer listed."""
         row, pane = self.highlighted, self.query_one("#failure-detail")
-        if self._palette is not None and row is not None and pane.display:
-            self.query_one("#failure-detail-text", Static).update(detail(row.node, self._palette))
+        if self._palette is None or not pane.display:
+            return
+        text = detail(row.node, self._palette) if row is not None else Text("nothing highlighted", style="dim")
+        self.query_one("#failure-detail-text", Static).update(text)
 
 
 def _is_open(row: TreeRow, opened: set[int], expanded: set[GroupKey]) -> bool:

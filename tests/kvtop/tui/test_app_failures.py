@@ -8,6 +8,7 @@ from tui_support import (
     drive,
     lines,
     next_frame,
+    submit_filter,
     text,
 )
 
@@ -65,6 +66,26 @@ def test_debug_in_the_failures_view_toggles_the_detail_of_the_highlighted_row(ap
     assert group.origin.reason in detail
     assert seen["next group"] is not group
     assert seen["next detail"].startswith(f"Room {seen['next group'].room}: origin {seen['next group'].origin_label}")
+
+
+def test_a_filter_that_matches_nothing_leaves_no_detail_of_a_row_no_longer_listed(app: KvtopApp):
+    """The detail pane showed the incident highlighted before the filter emptied the list."""
+    seen = {}
+
+    async def scenario(pilot):
+        await pilot.press("f")
+        await next_frame(pilot)
+        await pilot.press("d")
+        await pilot.pause()
+        seen["before"] = text(app, "#failure-detail-text")
+        await submit_filter(pilot, "no-such-rank-anywhere")
+        await next_frame(pilot)
+        seen["after"] = text(app, "#failure-detail-text")
+
+    drive(app, scenario)
+
+    assert seen["before"] != "nothing highlighted"
+    assert seen["after"] == "nothing highlighted"
 
 
 def test_enter_expands_an_incident_into_its_groups_and_a_group_into_its_echoes(app: KvtopApp, source: FixtureSource):
