@@ -52,12 +52,12 @@ _VIEW_HELP = {
     "failures": "Origins with their echoes folded under them",
     "events": "The live event tail",
 }
-_REWIND_ACTIONS = frozenset({"step", "origin", "jump", "live"})
+REWIND_ACTIONS = frozenset({"step", "origin", "jump", "live"})
+"""Actions that need a recording (hidden, and doing nothing, without one: --no-record, SGLang logs)."""
 _VIEW_ACTIONS = {"detail": "failures", "level": "events"}
 """Keys of one view: shown in the footer, and acting, only there (one meaning per key)."""
 LEVEL_CYCLE = ("info", "debug", "warning", "error")
 """The order `l` steps through: from the default, debug (echoes, room traffic) first."""
-"""Actions that need a recording (hidden, and doing nothing, without one: --no-record, SGLang logs)."""
 _STEP = Binding.Group("Step")
 _ORIGIN = Binding.Group("Origin")
 _FOCUS = {"overview": "#ranks-list", "rooms": "#rooms-list", "failures": "#failure-tree", "events": "#events-list"}
@@ -534,7 +534,7 @@ class KvtopApp(App[None]):
         work, and show, in their view only."""
         if action in _VIEW_ACTIONS:
             return self.active_view == _VIEW_ACTIONS[action]
-        if action not in _REWIND_ACTIONS:
+        if action not in REWIND_ACTIONS:
             return True
         if self.rewind is None:
             return False
@@ -613,11 +613,15 @@ class KvtopApp(App[None]):
     def action_help(self) -> None:
         of_view = {view: [b for b in self.BINDINGS if isinstance(b, Binding) and _VIEW_ACTIONS.get(b.action) == view]
                    for view in ("failures", "events")}  # fmt: skip
-        everywhere = [b for b in self.BINDINGS if not (isinstance(b, Binding) and b.action in _VIEW_ACTIONS)]
+        everywhere = [b for b in self.BINDINGS if not isinstance(b, Binding) or self._works_everywhere(b.action)]
         self.push_screen(
             HelpScreen({"Everywhere": everywhere, "Lists": RowList.BINDINGS,
                         "Failures": [*FailuresView.BINDINGS, *of_view["failures"]], "Events": [*of_view["events"]]})
         )  # fmt: skip
+
+    def _works_everywhere(self, action: str) -> bool:
+        """`?` lists it under "Everywhere": not a view's own key, nor a rewind key with nothing to rewind into."""
+        return action not in _VIEW_ACTIONS and (self.rewind is not None or action not in REWIND_ACTIONS)
 
     def key_escape(self) -> None:
         for box in self.query("#filter, #jump").results(Input):

@@ -9,16 +9,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tui_support import SIZE, FixtureSource, drive, next_frame, text, wait_until
+from tui_support import SIZE, FixtureSource, binding_keys, drive, lines, next_frame, text, wait_until
 
 from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
 from kvtop.record.replay import Replay
 from kvtop.record.synthetic import feed
 from kvtop.record.writer import Recorder
 from kvtop.sources.synthetic import SyntheticCluster
-from kvtop.tui.app import KvtopApp
+from kvtop.tui.app import REWIND_ACTIONS, KvtopApp
 from kvtop.tui.frame import Frame, FrameBuilder, Options
 from kvtop.tui.rewind import Rewind, since
+from kvtop.tui.screens.help import HelpScreen
 from kvtop.tui.themes import load_themes
 
 PASS_S = 0.5
@@ -217,3 +218,20 @@ def test_replay_banner_snapshot(snap_compare, recorded, theme: str):
 )
 def test_since_says_how_long_ago_for_people(seconds: float, said: str):
     assert since(seconds) == said
+
+
+def test_help_lists_the_rewind_keys_when_there_is_a_recording_to_rewind_into(recorded):
+    app = _live_app(recorded)
+    seen: list[str] = []
+
+    async def scenario(pilot) -> None:
+        await pilot.press("question_mark")
+        await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), "the help screen")
+        await pilot.pause()
+        seen.extend(line.strip() for static in app.screen.query("Static") for line in lines(static))
+
+    drive(app, scenario, size=SIZE)
+    rows = {tuple(line.split()) for line in seen}
+    rewinds = [binding for binding in KvtopApp.BINDINGS if binding.action in REWIND_ACTIONS]
+    assert rewinds
+    assert all((*binding_keys(b).split(), *(b.tooltip or b.description).split()) in rows for b in rewinds)

@@ -186,3 +186,10 @@ def room_ids(rows: list[str]) -> list[int]:
 
 def focused_id(app: KvtopApp) -> str | None:
     return app.focused.id if app.focused is not None else None
+
+
+def binding_keys(binding: Any) -> str:
+    """A binding's keys as the help screen names them (`, / .`)."""
+    names = {"question_mark": "?", "slash": "/", "comma": ",", "full_stop": ".", "less_than_sign": "<",
+             "greater_than_sign": ">", "left_square_bracket": "[", "right_square_bracket": "]"}  # fmt: skip
+    return " / ".join(names.get(key, key) for key in binding.key.split(","))
