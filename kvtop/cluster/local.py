@@ -95,17 +95,18 @@ def run_local(
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _interrupt)
     with LocalCluster(spec, host) as cluster:
-        if on_up is not None:
-            on_up(cluster)
-        emit(f"local cluster up: {len(cluster.processes)} agents, bootstrap {cluster.endpoint} (Ctrl-C stops)")
-        if spec.log_dir:
-            emit(f"agent logs (SGLang format, one file per instance): {spec.log_dir}")
-        router = Router(cluster.endpoint, workload, cluster.curve)
-        supervisor = Supervisor(cluster, router, report or emit, restart)
-        status = StatusLine(last_time=time.monotonic())
-        end = None if duration_s is None else time.monotonic() + duration_s
-        next_line = time.monotonic() + interval_s
-        try:
+        router: Router | None = None
+        try:  # from here a stop (Ctrl-C, SIGTERM, SIGHUP) is a clean one, however early it comes
+            if on_up is not None:
+                on_up(cluster)
+            emit(f"local cluster up: {len(cluster.processes)} agents, bootstrap {cluster.endpoint} (Ctrl-C stops)")
+            if spec.log_dir:
+                emit(f"agent logs (SGLang format, one file per instance): {spec.log_dir}")
+            router = Router(cluster.endpoint, workload, cluster.curve)
+            supervisor = Supervisor(cluster, router, report or emit, restart)
+            status = StatusLine(last_time=time.monotonic())
+            end = None if duration_s is None else time.monotonic() + duration_s
+            next_line = time.monotonic() + interval_s
             while end is None or time.monotonic() < end:
                 router.step()
                 now = time.monotonic()
@@ -117,8 +118,9 @@ def run_local(
         except KeyboardInterrupt:
             emit("stopping the local cluster")
         finally:
-            router.close()
-        return router.stats
+            if router is not None:
+                router.close()
+        return router.stats if router is not None else WorkloadStats()
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
