@@ -199,9 +199,6 @@ def evaluate(
         (critical if any(severe[INCIDENTS_NAMED:]) else warning).append(more)
     if not everyone:
         critical.append("no ranks listed or discovered")
-    if whole_cluster and alive:
-        roles = {model.ranks[label].role for label in alive}
-        critical.extend(f"no {role} rank alive" for role in ("prefill", "decode") if role not in roles)
     if unreachable:
         why = model.intake.unreachable[unreachable[0]]
         more = f" and {len(unreachable) - UNREACHABLE_NAMED} more" if len(unreachable) > UNREACHABLE_NAMED else ""
@@ -214,6 +211,9 @@ def evaluate(
         critical.append(f"servers down (log silent, metrics unanswered): {', '.join(down)}")
     if liveness and len(alive) < need:
         critical.append(f"{len(alive)} ranks alive, need {need}")
+    if whole_cluster and alive:  # after the ranks that went: they say why, where the service still lists them
+        roles = {model.ranks[label].role for label in alive}
+        critical.extend(f"no {role} rank alive" for role in ("prefill", "decode") if role not in roles)
     if rate > limits.max_failure_rate:
         critical.append(f"failure rate {rate:.1%} > {limits.max_failure_rate:.1%}")
     elif rate > limits.max_failure_rate / 2:
