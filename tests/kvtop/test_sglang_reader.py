@@ -92,3 +92,16 @@ def test_a_traceback_at_the_end_of_a_followed_file_is_one_record_that_closes_onc
     assert (first, second, closed) == ([WORKER_ERROR[0]], [], ["\n".join(WORKER_ERROR[1:])])
     assert (reader.read(), reader.stats.lines) == ([], 5)
     reader.close()
+
+
+def test_a_log_whose_head_is_a_hole_of_nul_bytes_is_read_past_it(tmp_path: Path):
+    """copytruncate with a writer that does not append leaves the file's head a hole of NULs up to where the writer
+    went on: it was refused as UTF-16 LE; the hole is one garbled line and the lines after it are read."""
+    log = tmp_path / "decode.log"
+    failure = "[2026-01-02 00:00:01 TP0] Session 10.0.0.1:1234 failed."
+    log.write_bytes(b"\0" * 4096 + b"\n" + failure.encode() + b"\n")
+    reader = LogReader(log)
+    reader.open()
+
+    assert reader.read(final=True) == [failure]
+    reader.close()

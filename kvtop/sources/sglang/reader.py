@@ -114,7 +114,7 @@ def check_encoding(head: bytes, path: Path) -> None:
     other byte NUL): its markers would match nothing, and the views would say "0 failures"."""
     order = {b"\xff\xfe": "UTF-16 LE", b"\xfe\xff": "UTF-16 BE"}.get(head[:2], "")
     even, odd = head[0:64:2], head[1:64:2]
-    if not order and len(head) >= 8:
+    if not order and len(head) >= 8 and head[:64].count(0) < len(head[:64]):  # all NUL: a hole (copytruncate), no text
         order = "UTF-16 LE" if odd.count(0) == len(odd) else "UTF-16 BE" if even.count(0) == len(even) else ""
     if order:
         raise LogEncodingError(
