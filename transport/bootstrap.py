@@ -252,21 +252,24 @@ class BootstrapClient:
         context: zmq.Context[zmq.Socket[bytes]] | None = None,
         counters: Counters | None = None,
         curve: CurveKeys | None = None,
+        service: str = "bootstrap",
     ) -> None:
+        """`service`: what the errors call the other end (a relay answers listings too)."""
         self.endpoint = endpoint
+        self.service = service
         self.timeout_s = timeout_s
         self.counters = counters or Counters(rejection_names())
         self._curve = curve is not None
         try:
             self._socket = open_socket(context or zmq.Context.instance(), zmq.DEALER, LIST_FRAME, dialing(curve))
         except zmq.ZMQError as error:  # this process is out of files or sockets: a failed call, not a crash
-            raise BootstrapError(f"cannot open a socket to the bootstrap {endpoint}: {cannot_open(error)}") from None
+            raise BootstrapError(f"cannot open a socket to the {service} {endpoint}: {cannot_open(error)}") from None
         try:
             self._socket.connect(endpoint)
         except zmq.ZMQError as error:
             self._socket.close(linger=0)
             raise BootstrapError(
-                f"bad bootstrap address {endpoint!r} ({error.strerror}); expected tcp://HOST:PORT"
+                f"bad {service} address {endpoint!r} ({error.strerror}); expected tcp://HOST:PORT"
             ) from None
         self._ids = itertools.count(1)
         self._decoder: FrameDecoder[BootstrapReply] = FrameDecoder(BootstrapReply)
@@ -299,7 +302,7 @@ class BootstrapClient:
 
     def _call(self, request: BootstrapRequest, expected: type[_R]) -> _R:
         if not send_now(self._socket, encode(request)):
-            raise BootstrapError(f"bootstrap {self.endpoint} takes no request (no connection){self._hint()}")
+            raise BootstrapError(f"{self.service} {self.endpoint} takes no request (no connection){self._hint()}")
         deadline = time.monotonic() + self.timeout_s
         while (left := deadline - time.monotonic()) > 0:
             if not self._socket.poll(int(left * 1000) + 1):
@@ -310,10 +313,12 @@ class BootstrapClient:
                 self.counters.reject(rejected.reason)
                 continue
             if isinstance(reply, Refusal):
-                raise BootstrapError(f"bootstrap {self.endpoint} refused: {reply.message}")
+                raise BootstrapError(f"{self.service} {self.endpoint} refused: {reply.message}")
             if reply.req_id == request.req_id and isinstance(reply, expected):
                 return reply
-        raise BootstrapError(f"bootstrap {self.endpoint} did not answer within {self.timeout_s:.1f}s{self._hint()}")
+        raise BootstrapError(
+            f"{self.service} {self.endpoint} did not answer within {self.timeout_s:.1f}s{self._hint()}"
+        )
 
     def _hint(self) -> str:
         return (

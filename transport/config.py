@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Literal, get_args
 
 from transport.errors import ConfigError
+
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+"""The lowest level a rank may log at (the `logging` levels a rank logs)."""
+LOG_LEVELS: tuple[str, ...] = get_args(LogLevel)
 
 
 class Role(StrEnum):

@@ -23,6 +23,7 @@ the one that binds as the server, the one that connects as a client.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Iterator
 from typing import Final, TypeVar
 
@@ -111,10 +112,23 @@ def bind_ephemeral(sock: zmq.Socket[bytes], host: str) -> str:
     return f"tcp://{host}:{port}"
 
 
+def bind_problem(endpoint: str) -> str:
+    """Why `endpoint` cannot be bound, where libzmq would not say so ("" otherwise): a TCP port that is not
+    0..65535 or `*` (libzmq binds port 99999 as 34463, and -1 as 65535)."""
+    scheme, _, rest = endpoint.partition("://")
+    port = rest.rpartition(":")[2]
+    if scheme != "tcp" or port == "*" or (port.isdecimal() and port.isascii() and int(port) < 65536):
+        return ""
+    return f"{endpoint[:80]!r} has no valid port (0 to 65535; 0 or * for a free one)"
+
+
 def bind(sock: zmq.Socket[bytes], endpoint: str, host: str) -> str:
-    """Bind to `endpoint`, or to a free port on `host` when it is empty; returns the endpoint."""
+    """Bind to `endpoint`, or to a free port on `host` when it is empty; returns the endpoint. An endpoint
+    that fails `bind_problem` raises `zmq.ZMQError` (EINVAL), as libzmq does for one it cannot parse."""
     if not endpoint:
         return bind_ephemeral(sock, host)
+    if problem := bind_problem(endpoint):
+        raise zmq.ZMQError(errno.EINVAL, problem)
     sock.bind(endpoint)
     return str(sock.getsockopt_string(zmq.LAST_ENDPOINT))
 

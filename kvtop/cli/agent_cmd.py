@@ -6,8 +6,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvtop.cli.options import Insecure, fail
-from transport.config import Role, Timeouts, TransferConfig
+from kvtop.cli.options import Insecure, bind_endpoint, fail, key_folder
+from transport.config import LogLevel, Role, Timeouts, TransferConfig
+from transport.registration import MAX_PAGE_BYTES, MAX_TP
 
 if TYPE_CHECKING:
     from transport.harness.agent import AgentOptions
@@ -27,16 +28,27 @@ def agent(
     bootstrap: Annotated[
         str, typer.Option(help="The bootstrap service's address, tcp://HOST:PORT (`kvtop bootstrap`).")
     ],
-    rank: Annotated[int, typer.Option(min=0, help="TP rank within the instance.")] = 0,
-    tp: Annotated[int, typer.Option(min=1, help="TP size of the instance (its ranks).")] = 1,
-    pages: Annotated[int, typer.Option(min=1, help="KV pool size in pages.")] = 4096,
-    page_bytes: Annotated[int, typer.Option(min=1, help="Bytes per page on this rank.")] = 16 << 10,
+    rank: Annotated[int, typer.Option(min=0, help="TP rank within the instance (below --tp).")] = 0,
+    tp: Annotated[int, typer.Option(min=1, max=MAX_TP, help="TP size of the instance (its ranks).")] = 1,
+    pages: Annotated[
+        int,
+        typer.Option(
+            min=1, help="KV pool size in pages (the pool, --pages x --page-bytes, within this machine's memory)."
+        ),
+    ] = 4096,
+    page_bytes: Annotated[
+        int, typer.Option(min=1, max=MAX_PAGE_BYTES, help="Bytes per page on this rank (at most 1 GiB).")
+    ] = 16 << 10,
     host: Annotated[
         str,
         typer.Option(help="Address the data and control sockets bind (beyond loopback: --curve-keys or --insecure)."),
     ] = "127.0.0.1",
     control: Annotated[
-        str, typer.Option(help="Control endpoint to bind, tcp://HOST:PORT (default: a free port on --host).")
+        str,
+        typer.Option(
+            callback=bind_endpoint,
+            help="Control endpoint to bind, tcp://HOST:PORT, PORT 0 to 65535 (default: a free port on --host).",
+        ),
     ] = "",
     chunk_bytes: Annotated[int, typer.Option(min=1, help="Bytes per data frame.")] = _TRANSFER.chunk_bytes,
     window_bytes: Annotated[
@@ -80,13 +92,17 @@ def agent(
     fault_seed: Annotated[
         int | None, typer.Option(help="Seed of the fault dice (default: a different run every time).")
     ] = None,
-    log_file: Annotated[str, typer.Option(help="File for the rank's SGLang-format log (default: stderr).")] = "",
-    log_level: Annotated[str, typer.Option(help="Lowest level logged: DEBUG, INFO, WARNING, ERROR.")] = "INFO",
+    log_file: Annotated[
+        str,
+        typer.Option(help="File the rank appends its SGLang-format log to, in a folder that exists (default: stderr)."),
+    ] = "",
+    log_level: Annotated[LogLevel, typer.Option(case_sensitive=False, help="Lowest level logged.")] = "INFO",
     curve_keys: Annotated[
         str,
         typer.Option(
             "--curve-keys",
             metavar="DIR",
+            callback=key_folder,
             help="CURVE key folder (`kvtop keys generate DIR`): every socket of this rank encrypted and open only "
             "to clients in DIR/allowed.",
         ),
@@ -108,7 +124,8 @@ def agent(
     With --sglang-log FILE, the log sidecar of a real SGLang server instead (`kvtop agent --sglang-log FILE
     --help`). Exit codes: 0 when stopped (SIGTERM, Ctrl-C, its parent gone), 1 when a thread of the rank died
     (logged with its traceback), 2 for bad usage (a fault this role cannot act on, a key folder that cannot
-    serve, a --host beyond loopback without --curve-keys or --insecure).
+    serve, a --host beyond loopback without --curve-keys or --insecure, an --instance, --rank or --page-bytes
+    the bootstrap would refuse, a --log-file that cannot be written, a pool larger than this machine's memory).
     """
     from transport.errors import ConfigError
     from transport.harness.agent import AgentOptions
@@ -132,7 +149,7 @@ def agent(
         options = AgentOptions(role=role, instance=instance, rank=rank, tp=tp, bootstrap=bootstrap,
                                num_pages=pages, page_bytes=page_bytes, host=host, control_endpoint=control,
                                transfer=transfer, faults=faults, fault_seed=fault_seed, log_file=log_file,
-                               log_level=log_level.upper(), curve_keys=curve_keys, insecure=insecure)  # fmt: skip
+                               log_level=log_level, curve_keys=curve_keys, insecure=insecure)  # fmt: skip
     except ConfigError as error:
         raise fail(str(error), 2) from None
     raise typer.Exit(run_rank(options))

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvtop.cli.options import fail
+from kvtop.cli.options import MAX_INTERVAL_S, fail
 from kvtop.cli.source import reading, reads_source
 from kvtop.source.spec import SourceSpec
 
@@ -35,11 +35,18 @@ def _listen(value: str) -> str:
     return value
 
 
+def _given_listen(value: str) -> str:
+    """`_listen` for `kvtop export`, where the address is always given: "" is no address."""
+    if not value:
+        raise typer.BadParameter("'' is not HOST:PORT (e.g. 127.0.0.1:9464, or 127.0.0.1:0 for a free port)")
+    return _listen(value)
+
+
 Listen = Annotated[
     str,
     typer.Option(
         envvar="KVTOP_EXPORT_LISTEN",
-        callback=_listen,
+        callback=_given_listen,
         help="HOST:PORT to serve /metrics on (PORT 0: a free one; the first stdout line is the URL). Loopback "
         "by default: plain HTTP has no authentication, so a non-loopback address is allowed but said on stderr.",
     ),
@@ -91,6 +98,7 @@ def export(
         float,
         typer.Option(
             min=0.5,
+            max=MAX_INTERVAL_S,
             help="With --model: seconds between asks for the dashboard's model (the metrics are at most this old; "
             "each ask costs its model process a keyframe, ~0.3 s of a core at 100k rooms).",
         ),

@@ -29,6 +29,7 @@ from kvtop.cli.options import (
     TransferTimeout,
     Version,
     WaitingTimeout,
+    bind_endpoint,
     fail,
     load_curve,
 )
@@ -382,8 +383,9 @@ def bootstrap(
     listen: Annotated[
         str,
         typer.Option(
+            callback=bind_endpoint,
             help="Address to bind, tcp://HOST:PORT (default: a free port on 127.0.0.1; beyond loopback: "
-            "--curve-keys or --insecure)."
+            "--curve-keys or --insecure).",
         ),
     ] = "",
     curve_keys: Annotated[

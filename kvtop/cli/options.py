@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -40,7 +41,7 @@ Faults = Annotated[
         "'none' for no faults. Default: corrupt:0.02 on prefill-0/TP0, stall:0.01 on prefill-1 (if there is one)."
     ),
 ]
-Duration = Annotated[float | None, typer.Option(help="Stop after this many seconds (default: until Ctrl-C).")]
+Duration = Annotated[float | None, typer.Option(min=0.1, help="Stop after this many seconds (default: until Ctrl-C).")]
 LogDir = Annotated[
     str,
     typer.Option(
@@ -53,10 +54,35 @@ WaitingTimeout = Annotated[float, typer.Option(min=0.1, help="Seconds a room may
 TransferTimeout = Annotated[float, typer.Option(min=0.1, help="Seconds a Transferring room may make no progress.")]
 
 
+MAX_WAIT_S = 86_400.0
+"""The longest --wait: a day (an answer awaited longer is no answer; a poll cannot wait forever)."""
+MAX_INTERVAL_S = 3_600.0
+"""The longest pause between frames or status lines: an hour."""
+
+
 def _endpoint(value: str) -> str:
-    """A ZeroMQ address, checked before any socket sees it ("" passes: the option was not given)."""
-    if value and not re.fullmatch(r"(tcp|ipc)://\S+", value):
+    """A ZeroMQ address to connect to, checked before any socket sees it ("" passes: the option was not given):
+    `transport.registration.endpoint_problem`, a TCP port in 1..65535 (libzmq would wrap 99999 silently)."""
+    from transport.registration import endpoint_problem
+
+    return _address(value, endpoint_problem)
+
+
+def bind_endpoint(value: str) -> str:
+    """A ZeroMQ address to bind, checked before any socket sees it ("" passes: a free port is picked)."""
+    from transport.sockets import bind_problem
+
+    return _address(value, bind_problem)
+
+
+def _address(value: str, problem_of: Callable[[str], str]) -> str:
+    """`value` when it is "" or an address `problem_of` finds nothing wrong with; else a usage error saying why."""
+    if not value:
+        return value
+    if not re.fullmatch(r"(tcp|ipc)://\S+", value):
         raise typer.BadParameter(f"{value!r} is not an address like tcp://127.0.0.1:5555")
+    if problem := problem_of(value):
+        raise typer.BadParameter(problem)
     return value
 
 
@@ -174,19 +200,33 @@ Since = Annotated[
     ),
 ]
 Until = Annotated[str, typer.Option("--until", help="With --replay or --sglang-log: the same as --at.")]
-Wait = Annotated[float, typer.Option(min=0.1, help="Seconds to wait for every agent's snapshot.")]
+Wait = Annotated[
+    float, typer.Option(min=0.1, max=MAX_WAIT_S, help="Seconds to wait for every agent's snapshot (at most a day).")
+]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON (stable fields, see docs/json.md).")]
 Follow = Annotated[
     bool,
     typer.Option("--follow", "-f", help="Print the view again every --interval until Ctrl-C (JSON Lines with --json)."),
 ]
-Interval = Annotated[float, typer.Option(min=0.1, help="Seconds between frames with --follow.")]
+Interval = Annotated[
+    float, typer.Option(min=0.1, max=MAX_INTERVAL_S, help="Seconds between frames with --follow (at most an hour).")
+]
+
+
+def key_folder(value: str) -> str:
+    """A CURVE key folder, refused when the path is there but is no folder ("" passes: no CURVE)."""
+    if value and Path(value).exists() and not Path(value).is_dir():
+        raise typer.BadParameter(f"{value!r} is not a folder (`kvtop keys generate DIR` makes the key folder)")
+    return value
+
+
 CurveKeysDir = Annotated[
     str,
     typer.Option(
         "--curve-keys",
         envvar="KVTOP_CURVE_KEYS",
         metavar="DIR",
+        callback=key_folder,
         help="CURVE key folder of the cluster (`kvtop keys generate DIR`): encrypted, and only a client whose key "
         "is on the agents' allow-list hears anything. A view needs server.key, client.key, client.key_secret.",
     ),
@@ -196,6 +236,7 @@ ClusterCurveKeys = Annotated[
     typer.Option(
         "--curve-keys",
         metavar="DIR",
+        callback=key_folder,
         help="CURVE key folder (`kvtop keys generate DIR`) for the bootstrap service and every agent: every "
         "socket encrypted, answering only clients whose key is in DIR/allowed.",
     ),

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kvtop.cli.options import (
+    MAX_INTERVAL_S,
     TIMES,
     Bootstrap,
     Connect,
@@ -32,12 +33,22 @@ if TYPE_CHECKING:
 STATUS_EVERY_S = 10.0
 
 
+def _folder(value: str) -> str:
+    """--out: a path, never "" (which would record into the current folder)."""
+    if not value.strip():
+        raise typer.BadParameter("give a folder (an empty path would record into the current folder)")
+    return value
+
+
 def record(
     bootstrap: Bootstrap = "",
     connect: Connect = [],  # noqa: B006
     curve_keys: CurveKeysDir = "",
     out: Annotated[
-        str, typer.Option("--out", envvar="KVTOP_RECORD_OUT", help="Folder of the recording (made, mode 0750).")
+        str,
+        typer.Option(
+            "--out", envvar="KVTOP_RECORD_OUT", callback=_folder, help="Folder of the recording (made, mode 0750)."
+        ),
     ] = "kvtop-recording",
     retain: Annotated[
         str,
@@ -53,7 +64,9 @@ def record(
     status: Annotated[
         bool, typer.Option("--status", help="A status line on stderr every --interval (events, bytes, ranks).")
     ] = False,
-    interval: Annotated[float, typer.Option(min=0.5, help="Seconds between status lines.")] = STATUS_EVERY_S,
+    interval: Annotated[
+        float, typer.Option(min=0.5, max=MAX_INTERVAL_S, help="Seconds between status lines (at most an hour).")
+    ] = STATUS_EVERY_S,
     duration: Annotated[float | None, typer.Option(min=0.1, help="Stop after this many seconds.")] = None,
     keyframe_events: Annotated[
         int,

@@ -5,11 +5,30 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvtop.cli.options import Connect, Duration, Insecure, _endpoint, _endpoints, fail, load_curve
+from kvtop.cli.options import (
+    MAX_INTERVAL_S,
+    Connect,
+    Duration,
+    Insecure,
+    _endpoint,
+    _endpoints,
+    bind_endpoint,
+    fail,
+    key_folder,
+    load_curve,
+)
+
+if TYPE_CHECKING:
+    from transport.curve import CurveKeys
+
+_ANSWER_WITHIN_S = 2.0
+"""How long an upstream relay may take to list at start (the relay's own discovery waits as long)."""
+_HEARD_WITHIN_S = 3.0
+"""How long an agent given by --connect may take to publish at start (agents beat every second)."""
 
 _Upstream = Annotated[
     str,
@@ -31,13 +50,13 @@ _Relays = Annotated[
 _Listen = Annotated[
     str,
     typer.Option(
-        callback=_endpoint, help="Where views subscribe (the XPUB), e.g. tcp://0.0.0.0:7100 (default: a free port)."
+        callback=bind_endpoint, help="Where views subscribe (the XPUB), e.g. tcp://0.0.0.0:7100 (default: a free port)."
     ),
 ]
 _SnapshotListen = Annotated[
     str,
     typer.Option(
-        callback=_endpoint,
+        callback=bind_endpoint,
         help="The relay's address (its ROUTER: listing and snapshots), the one views take as --relay "
         "(default: a free port).",
     ),
@@ -47,6 +66,7 @@ _RelayCurveKeys = Annotated[
     typer.Option(
         "--curve-keys",
         metavar="DIR",
+        callback=key_folder,
         help="The cluster's CURVE key folder (`kvtop keys generate DIR`, with the server secret and allowed/): "
         "the relay dials agents, relays and the bootstrap as a client, and serves views only if their key is "
         "in DIR/allowed.",
@@ -79,7 +99,9 @@ def relay(
     status: Annotated[
         bool, typer.Option("--status", help="Print the relay's counters on stderr every --interval.")
     ] = False,
-    interval: Annotated[float, typer.Option(min=0.1, help="Seconds between --status lines.")] = 5.0,
+    interval: Annotated[
+        float, typer.Option(min=0.1, max=MAX_INTERVAL_S, help="Seconds between --status lines (at most an hour).")
+    ] = 5.0,
     duration: Duration = None,
     curve_keys: _RelayCurveKeys = "",
     insecure: Insecure = False,
@@ -89,8 +111,9 @@ def relay(
     Views across a network boundary then need one address: `kvtop top --relay ADDR`. Batches pass untouched,
     so gaps stay counted per agent incarnation (and a view asks the agent's snapshot again after one, through
     the relay). Prints its two addresses, then runs until Ctrl-C, SIGTERM or --duration. Exit 1 when an
-    upstream does not answer at start or a relay thread dies; exit 2 for a key folder that cannot serve, or a
-    bind beyond loopback without --curve-keys or --insecure.
+    upstream does not answer at start (the bootstrap or a relay lists nothing within 2 s, an agent given by
+    --connect publishes nothing within 3 s) or a relay thread dies; exit 2 for a key folder that cannot serve, or
+    a bind beyond loopback without --curve-keys or --insecure.
     """
     from transport.curve import exposure_problem
     from transport.errors import BootstrapError
@@ -105,6 +128,9 @@ def relay(
     if problem:
         raise fail(problem, 2)
     keys = load_curve(curve_keys, serve=True)
+    problem = _unlisted(relay, keys) or _silent(connect, keys)
+    if problem:
+        raise fail(problem)
     try:
         server = Relay(
             bootstrap, relay, connect, listen, snapshot_listen, host, name, register, advertise=advertise, curve=keys
@@ -141,6 +167,51 @@ def relay(
         typer.echo(f"kvtop relay: {server.status_line()}", err=True)
     if server.died:
         raise fail(server.error)
+
+
+def _unlisted(relays: list[str], keys: CurveKeys | None) -> str:
+    """Why an upstream relay cannot be used at start: the first that does not list ("" when every one does)."""
+    from transport.bootstrap import BootstrapClient
+    from transport.errors import BootstrapError
+
+    for address in relays:
+        try:
+            with BootstrapClient(address, _ANSWER_WITHIN_S, curve=keys, service="relay") as client:
+                client.listing()
+        except BootstrapError as error:
+            return str(error)
+    return ""
+
+
+def _silent(endpoints: list[str], keys: CurveKeys | None) -> str:
+    """Why an agent given by its event endpoint cannot be used at start: the first that publishes nothing
+    within `_HEARD_WITHIN_S` ("" when every one does)."""
+    import zmq
+
+    from transport.curve import dialing
+    from transport.sockets import LIST_FRAME, open_socket
+
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    poller = zmq.Poller()
+    waiting: dict[zmq.Socket[bytes], str] = {}
+    try:
+        for endpoint in endpoints:
+            sock = open_socket(context, zmq.SUB, LIST_FRAME, dialing(keys))
+            waiting[sock] = endpoint
+            sock.setsockopt(zmq.SUBSCRIBE, b"")
+            sock.connect(endpoint)
+            poller.register(sock, zmq.POLLIN)
+        deadline = time.monotonic() + _HEARD_WITHIN_S
+        while waiting and (left := deadline - time.monotonic()) > 0:
+            for sock, _ in poller.poll(int(left * 1000) + 1):
+                poller.unregister(sock)
+                del waiting[sock]
+    finally:
+        context.destroy(linger=0)
+    if not waiting:
+        return ""
+    hint = "does it serve these keys?" if keys is not None else "if it serves CURVE, pass its --curve-keys"
+    return f"agent {next(iter(waiting.values()))} published nothing within {_HEARD_WITHIN_S:.1f}s ({hint})"
 
 
 def register(app: typer.Typer) -> None:

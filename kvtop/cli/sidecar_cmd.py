@@ -10,11 +10,22 @@ from typing import Annotated
 
 import typer
 
-from kvtop.cli.options import Bootstrap, Insecure, fail, load_curve
+from kvtop.cli.options import MAX_INTERVAL_S, Bootstrap, Insecure, fail, key_folder, load_curve
 
 sidecar_app = typer.Typer(
     add_completion=False, rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]}
 )
+
+
+def _log_file(path: Path) -> Path:
+    """--sglang-log: a file, or a path not there yet (waited for); a folder or a device is refused at start."""
+    if path.is_dir():
+        raise typer.BadParameter(f"{str(path)!r} is a folder: give the server's log file in it")
+    if path.exists() and not path.is_file():
+        raise typer.BadParameter(
+            f"{str(path)!r} is not a regular file (a device or a pipe): give the server's log file"
+        )
+    return path
 
 
 @sidecar_app.command(name="agent")
@@ -23,9 +34,11 @@ def sidecar(
         Path,
         typer.Option(
             "--sglang-log",
+            callback=_log_file,
             help="The SGLang server log to follow (tail -f; rotation by rename or copytruncate; a file that is "
-            "not there yet is waited for; container-runtime and dashboard wrappers understood; a record at its "
-            "end, such as a traceback, is published once the file gained nothing for 1 s).",
+            "not there yet is waited for, a folder or a device refused; container-runtime and dashboard wrappers "
+            "understood; a record at its end, such as a traceback, is published once the file gained nothing for "
+            "1 s).",
         ),
     ],
     bootstrap: Bootstrap = "",
@@ -56,7 +69,9 @@ def sidecar(
             "transfer metrics go into the heartbeat; one that never moved shows as 'no data'."
         ),
     ] = "",
-    metrics_interval: Annotated[float, typer.Option(min=0.5, help="Seconds between scrapes.")] = 5.0,
+    metrics_interval: Annotated[
+        float, typer.Option(min=0.5, max=MAX_INTERVAL_S, help="Seconds between scrapes (at most an hour).")
+    ] = 5.0,
     idle_after: Annotated[
         float,
         typer.Option(
@@ -73,6 +88,7 @@ def sidecar(
         typer.Option(
             "--curve-keys",
             metavar="DIR",
+            callback=key_folder,
             help="The cluster's CURVE key folder (`kvtop keys generate DIR`, with the server secret and allowed/): "
             "the ranks' sockets answer only clients in DIR/allowed; the registrations dial --bootstrap with it.",
         ),
@@ -85,7 +101,8 @@ def sidecar(
     second; deregistered on exit); without --bootstrap, each rank's event endpoint is printed for a view's `--connect`.
     Heartbeats (every second) carry the file, the read position, the garbled lines and the scraped metrics.
     Diagnostics go to stderr. Exit codes: 0 when stopped (SIGTERM, Ctrl-C), 1 when one of its threads died,
-    2 for bad usage (a key folder that cannot serve, a --host beyond loopback without --curve-keys or --insecure).
+    2 for bad usage (a key folder that cannot serve, a --host beyond loopback without --curve-keys or --insecure,
+    a --sglang-log that is a folder or a device).
     """
     import zmq
 

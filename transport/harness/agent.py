@@ -19,12 +19,13 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import msgspec
 import zmq
 
 from transport.bootstrap import BootstrapClient
-from transport.config import Role, Timeouts, TransferConfig
+from transport.config import LOG_LEVELS, Role, Timeouts, TransferConfig
 from transport.counters import Counters, rejection_names
 from transport.curve import CurveKeys, exposure_problem, serving, stop_authenticator
 from transport.errors import BootstrapError, ConfigError, KVTransferError
@@ -33,7 +34,8 @@ from transport.kv.engine import KVManager, KVReceiver, KVSender
 from transport.kv.faults import FaultInjector, FaultSpec, check_role
 from transport.kv.pool import KVPool, PageIndices, PoolExhausted
 from transport.kvpoll import KVPoll
-from transport.sockets import SMALL_FRAME, bind, decode_routed, open_socket
+from transport.registration import MAX_PAGE_BYTES, MAX_TP, endpoint_problem, instance_problem
+from transport.sockets import SMALL_FRAME, bind, bind_problem, decode_routed, open_socket
 from transport.wire import (
     ControlRequest,
     Digest,
@@ -84,8 +86,60 @@ class AgentOptions:
     def __post_init__(self) -> None:
         check_role(self.faults, self.role)
         problem = exposure_problem([self.host, self.control_endpoint], bool(self.curve_keys), self.insecure)
+        problem = problem or _identity_problem(self) or _start_problem(self)
         if problem:
             raise ConfigError(problem)
+
+
+def _identity_problem(options: AgentOptions) -> str:
+    """What the bootstrap service would refuse of this rank's entry (`registration.agent_problem`), in its
+    words, before the rank starts ("" when nothing)."""
+    if problem := instance_problem(options.instance):
+        return f"--instance: {problem}"
+    if not 1 <= options.tp <= MAX_TP or not 0 <= options.rank < options.tp:
+        return f"--rank/--tp: rank {options.rank} of TP {options.tp} (TP 1 to {MAX_TP}, 0 <= rank < TP)"
+    if not 0 < options.page_bytes <= MAX_PAGE_BYTES:
+        return f"--page-bytes: page size {options.page_bytes} B (1 to {MAX_PAGE_BYTES})"
+    return ""
+
+
+def _start_problem(options: AgentOptions) -> str:
+    """Why the rank could not start with these options ("" when it can): an address, level or log file
+    that cannot be used, or a KV pool this machine cannot hold."""
+    if problem := endpoint_problem(options.bootstrap):
+        return f"--bootstrap: {problem}"
+    if options.control_endpoint and (problem := bind_problem(options.control_endpoint)):
+        return f"--control: {problem}"
+    if options.log_level.upper() not in LOG_LEVELS:
+        return f"--log-level {options.log_level!r} (expected one of {', '.join(LOG_LEVELS)})"
+    return _log_file_problem(options.log_file) or _pool_problem(options.num_pages, options.page_bytes)
+
+
+def _log_file_problem(path: str) -> str:
+    """Why the rank cannot append its log to `path` ("" when it can, or when it logs to stderr)."""
+    if not path:
+        return ""
+    file = Path(path)
+    if file.is_dir():
+        return f"--log-file {path} is a folder (give a file in it)"
+    if not file.parent.is_dir():
+        return f"--log-file {path}: no folder {file.parent}"
+    if not os.access(file if file.exists() else file.parent, os.W_OK):
+        return f"--log-file {path} cannot be written"
+    return ""
+
+
+def _pool_problem(num_pages: int, page_bytes: int) -> str:
+    """Why a KV pool of `num_pages` pages of `page_bytes` cannot be allocated: more bytes than this machine's
+    memory ("" otherwise, or where the system does not say how much it has)."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return ""
+    if 0 < memory < num_pages * page_bytes:
+        pool = f"{num_pages} pages of {page_bytes} B ({num_pages * page_bytes / (1 << 30):.1f} GiB)"
+        return f"--pages/--page-bytes: a KV pool of {pool} is more than this machine's memory ({memory >> 30} GiB)"
+    return ""
 
 
 @dataclass(eq=False)
@@ -368,7 +422,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--fault", action="append", default=[], help="KIND[:RATE][@PEER], repeatable (a decode rank takes only die)")
     add("--fault-seed", type=int, default=None, help="seed of the fault dice (none: a different run every time)")
     add("--log-file", default="", help="file for the SGLang-format log (none: stderr)")
-    add("--log-level", default="INFO", help="lowest level logged")
+    add("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="lowest level logged")
     add(
         "--curve-keys",
         default="",

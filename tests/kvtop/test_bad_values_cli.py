@@ -1,0 +1,139 @@
+"""Values no command can work with are usage errors before anything opens: exit 2 with the option named (`kvtop
+check`: UNKNOWN, exit 3), never a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from kvtop_cli import kvtop_here
+
+DEAD = ("--bootstrap", "tcp://127.0.0.1:9")
+LOG = "tests/kvtop/fixtures/sglang/lost-prefill/decode.log"
+
+
+def _usage_error(done: subprocess.CompletedProcess[str], option: str) -> None:
+    """Exit 2, the option named on Typer's error line, no traceback."""
+    assert done.returncode == 2, done.stderr
+    assert f"Invalid value for '{option}'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("value", ["inf", "1e10", "nan", "86401"])
+@pytest.mark.parametrize("view", ["status", "ranks", "rooms", "events", "failures", "incidents", "export", "top"])
+def test_wait_beyond_a_day_or_not_a_number_is_refused(view: str, value: str) -> None:
+    """--wait is bounded to a day: infinity, 1e10 and NaN reached the bootstrap client's poll (OverflowError)."""
+    _usage_error(kvtop_here(view, *DEAD, "--wait", value), "--wait")
+
+
+@pytest.mark.parametrize("value", ["inf", "nan"])
+def test_check_calls_a_wait_beyond_a_day_unknown(value: str) -> None:
+    """`check --wait inf` said 'UNKNOWN - internal error: OverflowError'; now its bad arguments are UNKNOWN."""
+    done = kvtop_here("check", *DEAD, "--wait", value)
+
+    assert done.returncode == 3
+    assert done.stdout.startswith("KVTOP UNKNOWN - bad arguments: Invalid value for '--wait'")
+
+
+@pytest.mark.parametrize("value", ["inf", "3601", "nan"])
+def test_interval_beyond_an_hour_or_not_a_number_is_refused(value: str) -> None:
+    """`status --follow --interval inf` slept forever past its first frame (OverflowError: timestamp out of range)."""
+    _usage_error(kvtop_here("status", "--sglang-log", LOG, "--follow", "--interval", value), "--interval")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["relay", *DEAD, "--interval"],
+        ["record", *DEAD, "--interval"],
+        ["export", "--model", "--model-every"],
+        ["agent", "--sglang-log", "/nonexistent/decode.log", "--metrics-interval"],
+    ],
+    ids=["relay", "record", "export", "sidecar"],
+)
+def test_other_pauses_beyond_an_hour_are_refused(command: list[str]) -> None:
+    """Each pause a command waits in one go (status lines, asks) ended in OverflowError when infinite."""
+    _usage_error(kvtop_here(*command, "inf"), command[-1])
+
+
+def test_export_refuses_an_empty_listen_address() -> None:
+    """`export --listen ''` ended in a bare AssertionError; '' is no address for it to serve on."""
+    done = kvtop_here("export", "--sglang-log", LOG, "--listen", "")
+
+    _usage_error(done, "--listen")
+    assert "'' is not HOST:PORT" in done.stderr
+
+
+@pytest.mark.parametrize("option", ["--bootstrap", "--connect"])
+@pytest.mark.parametrize("port", ["99999", "65536", "0"])
+def test_views_refuse_a_port_outside_1_to_65535(option: str, port: str) -> None:
+    """libzmq connects to port 99999 as 34463: the address is refused as bad, not reported as silent."""
+    done = kvtop_here("status", option, f"tcp://127.0.0.1:{port}")
+
+    assert done.returncode == 2
+    assert f"'tcp://127.0.0.1:{port}' has no valid port (1 to 65535)" in done.stderr
+
+
+def test_check_calls_a_port_past_65535_unknown() -> None:
+    """`check --bootstrap tcp://127.0.0.1:99999` said CRITICAL (did not answer): it is a bad argument."""
+    done = kvtop_here("check", "--bootstrap", "tcp://127.0.0.1:99999")
+
+    assert done.returncode == 3
+    assert done.stdout.startswith("KVTOP UNKNOWN - bad arguments:")
+    assert "'tcp://127.0.0.1:99999' has no valid port (1 to 65535)" in done.stdout
+
+
+@pytest.mark.parametrize("value", ["", " "])
+def test_record_refuses_an_empty_out_folder(value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`record --out ''` recorded into the current folder: refused, and nothing written there."""
+    monkeypatch.chdir(tmp_path)
+    done = kvtop_here("record", *DEAD, "--out", value)
+
+    _usage_error(done, "--out")
+    assert "give a folder" in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", [["record", *DEAD], ["status", *DEAD], ["relay", *DEAD]])
+def test_a_key_folder_that_is_a_file_is_said_to_be_no_folder(command: list[str], tmp_path: Path) -> None:
+    """--curve-keys naming a file said it 'does not exist': it says the path is not a folder."""
+    file = tmp_path / "passwd"
+    file.write_text("root:x:0:0::/root:/bin/sh\n")
+
+    done = kvtop_here(*command, "--curve-keys", str(file))
+
+    _usage_error(done, "--curve-keys")
+    assert f"'{file}' is not a folder" in done.stderr
+
+
+def test_check_calls_a_key_folder_that_is_a_file_unknown(tmp_path: Path) -> None:
+    """The same for `check`: UNKNOWN, exit 3, the reason on stdout."""
+    file = tmp_path / "keys"
+    file.write_text("")
+
+    done = kvtop_here("check", *DEAD, "--curve-keys", str(file))
+
+    assert done.returncode == 3
+    assert f"'{file}' is not a folder" in done.stdout
+
+
+def test_log_sidecar_refuses_a_folder_at_start(tmp_path: Path) -> None:
+    """`agent --sglang-log DIR` waited for DIR 'to appear', then said 'Is a directory' and kept running."""
+    done = kvtop_here("agent", "--sglang-log", str(tmp_path))
+
+    _usage_error(done, "--sglang-log")
+    assert f"'{tmp_path}' is a folder" in done.stderr
+
+
+def test_log_sidecar_refuses_a_device_or_a_pipe_at_start(tmp_path: Path) -> None:
+    """/dev/zero was called UTF-16 text; a named pipe would block the open: neither is a log file to tail."""
+    pipe = tmp_path / "decode.log"
+    os.mkfifo(pipe)
+
+    for path in (str(pipe), "/dev/zero"):
+        done = kvtop_here("agent", "--sglang-log", path)
+
+        _usage_error(done, "--sglang-log")
+        assert f"'{path}' is not a regular file" in done.stderr
