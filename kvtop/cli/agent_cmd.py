@@ -156,12 +156,17 @@ def agent(
 
 
 def run_rank(options: AgentOptions) -> int:
-    """Run the rank until it stops; returns its exit status (a key folder that cannot serve exits 2 first)."""
-    from kvtop.cli.options import load_curve
+    """Run the rank until it stops; returns its exit status (a key folder that cannot serve exits 2 first, a
+    bootstrap service that does not answer or refuses the rank exits 1 with its one line)."""
+    from kvtop.cli.options import fail, load_curve
+    from transport.errors import BootstrapError
     from transport.harness.agent import serve
 
     load_curve(options.curve_keys, serve=True)
-    return serve(options)
+    try:
+        return serve(options)
+    except BootstrapError as error:
+        raise fail(str(error)) from None
 
 
 def sidecar_args(args: list[str]) -> list[str] | None:

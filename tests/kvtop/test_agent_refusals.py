@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from kvtop_cli import kvtop_here
+from kvtop_cli import kvtop, kvtop_here
 
 from kvtop.cli import agent_cmd
 from transport.config import Role
@@ -123,3 +123,16 @@ def test_agent_options_from_json_are_checked_as_well(capsys: pytest.CaptureFixtu
 
     assert exited.value.code == 2
     assert f"--log-file {tmp_path / 'gone' / 'p.log'}: no folder {tmp_path / 'gone'}" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.processes
+def test_an_agent_whose_bootstrap_does_not_answer_exits_1_with_one_line_and_no_traceback():
+    """The registration's 10 s go by; it ended in a BootstrapError traceback (logged, then raised again)."""
+    done = kvtop("agent", "--role", "prefill", "--instance", "prefill-0", "--bootstrap", "tcp://127.0.0.1:1")
+
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "kvtop: bootstrap tcp://127.0.0.1:1 did not answer within 10.0s (if it serves CURVE, pass its --curve-keys)"
+    )

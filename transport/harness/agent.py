@@ -217,6 +217,9 @@ class Agent:
                     self.log.error("thread %s died (its traceback is above); this rank exits with status 1", dead)
                     return 1
             return 0
+        except BootstrapError as error:  # an answer (none, or a refusal), not a bug: its line, no traceback
+            self.log.error("%s cannot register: %s", self.manager.info.label, error)
+            raise
         except Exception:
             self.log.exception("the agent loop of %s died", self.manager.info.label)
             raise
