@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal, get_args
@@ -31,8 +32,8 @@ class Timeouts:
 
     def __post_init__(self) -> None:
         for name in ("bootstrap_s", "waiting_s", "transfer_s"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"timeout {name} must be positive, got {getattr(self, name)}")
+            if not 0 < getattr(self, name) < math.inf:  # NaN too: it compares false, and would never time out
+                raise ConfigError(f"timeout {name} must be positive and finite, got {getattr(self, name)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +63,8 @@ class TransferConfig:
             raise ConfigError(f"chunk_bytes must be positive, got {self.chunk_bytes}")
         if self.window_bytes < self.chunk_bytes:
             raise ConfigError(f"window_bytes={self.window_bytes} is below one chunk ({self.chunk_bytes})")
-        if not 0 < self.heartbeat_s < self.peer_timeout_s:
+        if not 0 < self.heartbeat_s < self.peer_timeout_s < math.inf:
             raise ConfigError(
-                f"heartbeat_s={self.heartbeat_s} must be positive and below peer_timeout_s={self.peer_timeout_s}"
+                f"heartbeat_s={self.heartbeat_s} must be positive and below peer_timeout_s={self.peer_timeout_s}, "
+                "which must be finite"
             )

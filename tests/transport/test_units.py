@@ -240,9 +240,13 @@ def test_frame_rejected_carries_its_counter_reason():
         lambda: TransferConfig(chunk_bytes=0),
         lambda: TransferConfig(chunk_bytes=2 << 20, window_bytes=1 << 20),
         lambda: TransferConfig(heartbeat_s=5.0, peer_timeout_s=5.0),
+        lambda: Timeouts(waiting_s=float("inf")),
+        lambda: Timeouts(bootstrap_s=float("nan")),
+        lambda: TransferConfig(peer_timeout_s=float("inf")),
     ],
-    ids=["zero-timeout", "negative-timeout", "zero-chunk", "window-below-chunk", "heartbeat-not-below-peer-timeout"],
-)
+    ids=["zero-timeout", "negative-timeout", "zero-chunk", "window-below-chunk", "heartbeat-not-below-peer-timeout",
+         "infinite-timeout", "nan-timeout", "infinite-peer-timeout"],
+)  # fmt: skip
 def test_settings_that_cannot_work_are_config_errors(make):
     """Impossible timeouts, chunk sizes, windows and heartbeats are refused up front."""
     with pytest.raises(ConfigError):
