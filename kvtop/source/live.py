@@ -71,6 +71,16 @@ class LiveSource(Source):
     def stopped(self) -> str:
         return self.collector.error if self.collector.died else ""
 
+    def status_extra(self) -> tuple[str, dict[str, object]]:
+        """While the bootstrap service (or relay) does not answer its discovery: said, not left to look like
+        ranks that went quiet on their own."""
+        from kvtop.sources.live import DISCOVER_EVERY_S
+
+        error = "" if self.collector.died else self.collector.error
+        if not error:
+            return "", {}
+        return f"source  {error}; asked again every {DISCOVER_EVERY_S:g} s", {"source_error": error}
+
     def tail(self, follow: bool) -> Iterator[list[Told]]:
         assert self._news is not None, "opened without tail=True"
         if not follow:

@@ -106,6 +106,31 @@ def test_status_follow_prints_json_lines_until_interrupted(make_cluster):
     assert [frame["ranks"]["alive"] for frame in frames] == [2, 2]
 
 
+def test_status_follow_says_when_the_bootstrap_service_stops_answering(make_cluster):
+    """It printed its ranks going gone and nothing of the service: silence looked like ranks that went quiet."""
+    import shutil
+    import subprocess
+    import sys
+
+    cluster = make_cluster(ClusterSpec(num_pages=16, page_bytes=4096))
+    command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
+    args = [command, "status", "--bootstrap", cluster.endpoint, "--follow", "--json", "--interval", "0.2"]
+    with subprocess.Popen(args, stdout=subprocess.PIPE, text=True) as process:
+        assert process.stdout is not None
+        try:
+            assert json.loads(process.stdout.readline()).get("source_error") is None
+            cluster.bootstrap.close()
+            said = ""
+            for _, line in zip(range(150), process.stdout, strict=False):  # a frame each 0.2 s, an ask each 2 s
+                if said := json.loads(line).get("source_error", ""):
+                    break
+        finally:
+            process.terminate()
+            process.wait(timeout=10)
+
+    assert said.startswith(f"bootstrap {cluster.endpoint} did not answer within")
+
+
 def test_events_of_a_live_cluster_show_one_line_per_failure_and_keep_the_raw_level(make_cluster, control):
     """Both ranks of prefill-0 fail room 9 (no decode ever asks): one line by default; --debug shows the other
     rank's at debug with the level it published as raw_level; lines come in time order across the agents.
