@@ -414,7 +414,7 @@ class ClusterModel:
         failure_rate, finished = self.failure_rate(now, window_s)
         p50, p90, p99 = percentiles(rows[:, 2])
         gbps = float(rows[:, 1].sum()) / span / 1e9
-        return Rates(finished / span, gbps, p50, p90, p99, failure_rate, finished, covered)
+        return Rates(finished / span, gbps, p50, p90, p99, failure_rate, finished, covered, span)
 
     def failure_rate(self, now: float, window_s: float) -> tuple[float, int]:
         """Failed fraction of the rooms that finished in the covered part of the last `window_s`

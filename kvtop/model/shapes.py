@@ -235,6 +235,9 @@ class Rates:
     finished: int = 0
     span_s: float = 0.0
     """Seconds the figures cover: the window, or less where the history held less (`Coverage`)."""
+    per_s_over: float = 0.0
+    """Seconds the per-second rates divide by: `span_s`, or less when the first transfer heard came later (a
+    recording, a collector that just started)."""
 
 
 class Finished(msgspec.Struct, gc=False):

@@ -315,6 +315,7 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
         "rooms_finished": outcomes.finished,
         "rooms_failed": model.rooms_failed(now, window_s),
         "rooms_per_s": None if no_transfers else round(rates.rooms_per_s, 2),
+        "per_s_over": None if no_transfers else round(rates.per_s_over, 3),
         "gbps": None if no_transfers else round(rates.gbps, 4),
         "latency_s": {
             p: None if no_transfers else value
@@ -372,7 +373,7 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
         if live
         else f"ranks   {ranks['log']} from logs (logs tell no liveness)" + _peer_named(ranks),
         f"rooms   {s['rooms_open']} open, {s['rooms_finished']} finished {span}, "
-        f"{s['rooms_per_s']:.1f}/s, {gbps(s['gbps'])}"
+        f"{s['rooms_per_s']:.1f}/s, {gbps(s['gbps'])}{_heard_over(s)}"
         if live
         else f"rooms   {s['rooms_open']} open (logs name a room where it failed; no transfers, no rate)",
         f"latency p50 {lat['p50'] * 1000:.0f} ms, p90 {lat['p90'] * 1000:.0f} ms, p99 {lat['p99'] * 1000:.0f} ms"
@@ -395,6 +396,14 @@ def _peer_named(ranks: dict[str, int]) -> str:
     """`, 1 known only from peers' lines (no log of its own read)`, or ""."""
     count = ranks["named_by_peers"]
     return f", {count} known only from peers' lines (no log of its own read)" if count else ""
+
+
+def _heard_over(s: dict[str, Any]) -> str:
+    """` (per second over the 19s heard)` when the rates divide by less than the window said before them."""
+    over = s["per_s_over"]
+    if over is None or over >= s["span_s"] - 0.5:
+        return ""
+    return f" (per second over the {seconds(over)} heard)"
 
 
 def _incidents_line(s: dict[str, Any], window_s: float) -> str:

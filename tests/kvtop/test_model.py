@@ -8,7 +8,7 @@ from kvtop.model.cluster import SETTLE_S, ClusterModel
 from kvtop.model.rolling import RingBuffer, percentiles
 from kvtop.model.shapes import GONE_S, STALE_S, Liveness
 from kvtop.model.transfer_ring import WAITING_KEPT, TransferRing
-from kvtop.views.tables import status_json
+from kvtop.views.tables import status_json, status_text
 from transport.kvpoll import LOST_AFTER_S, LOST_SWEEP_EVERY_S, KVPoll
 from transport.plane.events import (
     EVENT_SCHEMA,
@@ -158,6 +158,20 @@ def test_rates_come_from_decode_transfers_in_the_window():
 
     assert round(rates.gbps, 3) == round(5e9 / 5 / 1e9, 3)
     assert model.links[("prefill-0", "decode-0")].transfers == 10
+
+
+def test_status_says_when_its_rates_divide_by_less_than_its_window():
+    """Transfers heard for 10 s of a 60 s window (a recording, a collector that just started): the rates are per
+    second of those 10 s, and status says so (it said `finished in 60s, 1.0/s` of rooms that finished in 10 s)."""
+    model = ClusterModel()
+    done: list[Event] = [TransferDone(T0 + i, 100 + i, 1e9, 0.01, "prefill-0") for i in range(10)]
+    model.apply("decode-0/TP0", batch("decode-0/TP0", 1, done), T0 + 10)
+
+    rates = model.rates(T0 + 10, window_s=60)
+    rooms = next(line for line in status_text(model, T0 + 10, 60).splitlines() if line.startswith("rooms"))
+
+    assert (rates.span_s, rates.per_s_over) == (60, 10)
+    assert rooms.endswith("(per second over the 10s heard)")
 
 
 def test_failures_feed_the_fold_and_rank_counts():
