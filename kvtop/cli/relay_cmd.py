@@ -25,8 +25,6 @@ from kvtop.cli.options import (
 if TYPE_CHECKING:
     from transport.curve import CurveKeys
 
-_ANSWER_WITHIN_S = 2.0
-"""How long an upstream relay may take to list at start (the relay's own discovery waits as long)."""
 _HEARD_WITHIN_S = 3.0
 """How long an agent given by --connect may take to publish at start (agents beat every second)."""
 
@@ -128,7 +126,7 @@ def relay(
     if problem:
         raise fail(problem, 2)
     keys = load_curve(curve_keys, serve=True)
-    problem = _unlisted(relay, keys) or _silent(connect, keys)
+    problem = _silent(connect, keys)
     if problem:
         raise fail(problem)
     try:
@@ -167,20 +165,6 @@ def relay(
         typer.echo(f"kvtop relay: {server.status_line()}", err=True)
     if server.died:
         raise fail(server.error)
-
-
-def _unlisted(relays: list[str], keys: CurveKeys | None) -> str:
-    """Why an upstream relay cannot be used at start: the first that does not list ("" when every one does)."""
-    from transport.bootstrap import BootstrapClient
-    from transport.errors import BootstrapError
-
-    for address in relays:
-        try:
-            with BootstrapClient(address, _ANSWER_WITHIN_S, curve=keys, service="relay") as client:
-                client.listing()
-        except BootstrapError as error:
-            return str(error)
-    return ""
 
 
 def _silent(endpoints: list[str], keys: CurveKeys | None) -> str:

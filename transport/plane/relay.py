@@ -273,7 +273,7 @@ class Relay:
         relays = 0
         errors: list[str] = []
         for address in self.relays:
-            listing = self._list(address, timeout_s, strict, errors)
+            listing = self._list(address, timeout_s, strict, errors, "relay")
             relays_listed = listing.relays if listing is not None else []
             relay = next((r for r in relays_listed if not agent_problem(r) and r != self.entry), None)
             if listing is None or relay is None:
@@ -287,7 +287,7 @@ class Relay:
                 routes[agent.label] = Route(relay.snapshot_endpoint, via_relay=True)
             expired.update((a.label, a) for a in listing.expired)
         if self.bootstrap:
-            listing = self._list(self.bootstrap, timeout_s, strict, errors)
+            listing = self._list(self.bootstrap, timeout_s, strict, errors, "bootstrap")
             if listing is not None:
                 if self.register:
                     self._register(timeout_s, errors)
@@ -318,9 +318,13 @@ class Relay:
             self._command(b"TERMINATE")
             self.counters.add("proxy_restarts")
 
-    def _list(self, address: str, timeout_s: float, strict: bool, errors: list[str]) -> AgentList | None:
+    def _list(self, address: str, timeout_s: float, strict: bool, errors: list[str], service: str) -> AgentList | None:
+        """`address`'s listing (`service`: what its errors call it); None, its error in `errors`, when it does not
+        answer (raised when `strict`)."""
         try:
-            with BootstrapClient(address, timeout_s=timeout_s, context=self._context, curve=self.curve) as client:
+            with BootstrapClient(
+                address, timeout_s=timeout_s, context=self._context, curve=self.curve, service=service
+            ) as client:
                 return client.listing()
         except BootstrapError as error:
             if strict:
