@@ -61,10 +61,10 @@ traceback ends."""
 _DATED_RECORD = re.compile(rb"\[\d{4}-\d\d-\d\d |" + _WRAPPED_RECORD.pattern)
 """A line that SGLang's prefix dates, wrapped or not."""
 _DATE_START = b"[20"
+"""Where a dated line's prefix starts (found by `rfind` at C speed before a line is matched)."""
 _UNDATED_CRASH = re.compile(rb"(?:\[[^\]\s]*\] )?(?:Exception in thread |Fatal Python error: |Caught signal )")
 """A rank's crash that names neither time nor rank (a thread's death, a fatal signal: `lines.py`), UCX's
 `[host:pid:tid:thread]` before it or not."""
-"""Where a dated line's prefix starts (found by `rfind` at C speed before a line is matched)."""
 _STREAM_PREFIX = re.compile(rb"[A-Za-z0-9][\w.-]* +\| |\[pod/[^\]\s]+\] ")
 """A wrapper that names the server a line is from (`prefix._STREAMS`): its traceback's lines are its own."""
 TRACEBACK_LINES = 64
