@@ -162,7 +162,7 @@ class LogReader:
         self.last_dated = ""
         """The last line read that SGLang's prefix dates ("" before one)."""
         self._dated_handed = False
-        """`last_dated` is no line to hand on: it came out already, or lies before a line that did."""
+        """`last_dated` came out already (a marked line, or handed on to date a crash after it)."""
         self._buffer = bytearray(block_bytes + MAX_LINE_BYTES)
         """Blocks are read into this one buffer (a fresh 4 MiB object per block costs page faults)."""
         self._view = memoryview(self._buffer)
@@ -364,13 +364,13 @@ class LogReader:
             else:
                 self._carry = bytes(block[end:size])
         cut = end
-        covered = handed = -1
+        covered = -1
         in_streams: set[int] = set()
+        came_out: set[int] = set()
+        """Where the lines handed on from this block start."""
         for start in _marked_lines(block, end):
             if start <= covered or start in in_streams:
                 continue  # inside a traceback already handed on
-            if _UNDATED_CRASH.match(block, start):  # the dated line before it tells its time and rank
-                self._hand_on_dated(block, start, max(handed, covered) + 1, out)
             stop = block.find(b"\n", start, end)
             raw: bytes | bytearray | None = None
             if block.find(TRACEBACK, start, stop) >= 0 or block.find(THREAD_DEATH, start, stop) >= 0:
@@ -388,29 +388,32 @@ class LogReader:
                     break
             if raw is None:
                 raw = block[start:stop]
-            handed = max(stop, covered)
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError:
                 self.stats.garbled += 1
                 continue
+            if _UNDATED_CRASH.match(block, start):  # the dated line before it tells its time and rank
+                self._hand_on_dated(block, start, came_out, out)
             out.append(text)
+            came_out.add(start)
             self.stats.matched += 1
         last = _dated_before(block, cut, 0)
         if last >= 0:
-            self.last_dated, self._dated_handed = _text(block, last), last <= max(handed, covered)
+            self.last_dated, self._dated_handed = _text(block, last), last in came_out
         self.stats.lines += self._count_lines(block, cut)
 
-    def _hand_on_dated(self, block: bytes | bytearray, before: int, floor: int, out: list[str]) -> None:
-        """Hand on the nearest dated line before offset `before` (a line start), unless a line that came out lies
-        between them: in `block` from `floor` on (what came out before it), else `last_dated` of the blocks before."""
-        start = _dated_before(block, before, floor)
+    def _hand_on_dated(self, block: bytes | bytearray, before: int, came_out: set[int], out: list[str]) -> None:
+        """Hand on the nearest dated line before offset `before` (a line start) unless it came out already: in
+        `block` (`came_out`: the lines of it handed on), else `last_dated`, the blocks before's."""
+        start = _dated_before(block, before, 0)
         if start >= 0:
-            self.last_dated = _text(block, start)
-        elif floor > 0 or not self.last_dated or self._dated_handed:
-            return
-        out.append(self.last_dated)
-        self._dated_handed = True
+            if start not in came_out:
+                out.append(_text(block, start))
+                came_out.add(start)
+        elif self.last_dated and not self._dated_handed:
+            out.append(self.last_dated)
+            self._dated_handed = True
 
 
 def _dated_before(block: bytes | bytearray, before: int, floor: int) -> int:
