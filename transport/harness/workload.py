@@ -163,10 +163,11 @@ class Router:
         return [name for name, ranks in self._instances[role].items() if not {a.label for a in ranks} & self._down]
 
     def _open(self, role: Role) -> list[str]:
-        """The instances of `role` that are up and under their share of `max_inflight` (a frozen instance fills its
-        share and holds no more: the others go on)."""
-        share = math.ceil(self.spec.max_inflight / max(1, len(self._instances[role])))
-        return [name for name in self._up(role) if self._inflight[name] < share]
+        """The instances of `role` that are up and under their share of `max_inflight` among those up (a frozen
+        instance fills its share and holds no more: the others go on)."""
+        up = self._up(role)
+        share = math.ceil(self.spec.max_inflight / max(1, len(up)))
+        return [name for name in up if self._inflight[name] < share]
 
     def _start_room(self, now: float) -> None:
         prefills, decodes = self._open(Role.PREFILL), self._open(Role.DECODE)

@@ -199,7 +199,7 @@ def classify(prefix: Prefix, year: int) -> Record | None:
         return ServerArgsLine(int(port[1]) if port else None)
     if "failed for request" in message:
         return _failure(prefix)
-    if _FAILURE_KIND.search(message):
+    if " failed" in message and _FAILURE_KIND.search(message):  # the substring first: this runs on every marked line
         raise Garbled("a failure line without its request")
     if " batch" in message:
         match = _BATCH.match(message)
