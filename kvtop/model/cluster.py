@@ -45,6 +45,7 @@ from kvtop.model.suspects import (
     SILENT_BEFORE_S,
     THREAD_DIED,
     bootstrap_unreachable,
+    is_transport_error,
 )
 from kvtop.model.timeline import ECHOES, ORIGINS, Timeline
 from kvtop.model.transfer_ring import TransferRing
@@ -151,6 +152,9 @@ class ClusterModel:
         (`failure_keys`), kept from then on."""
         self.context: deque[tuple[str, LogContext]] = deque(maxlen=CONTEXT_KEPT)
         """Context lines sidecars published, with the label of the rank that published them."""
+        self.transport_errors: deque[tuple[str, LogContext]] = deque(maxlen=CONTEXT_KEPT)
+        """Those of them that are the transfer's own errors (`is_transport_error`), kept apart so that no other
+        line pushes one out (a check's finding)."""
         self.crashes: dict[str, LogContext] = {}
         """Ranks that crashed (a server log said so, read or followed by a sidecar): the latest crash of each
         (`kind` `crash`: its process died; `thread_died`: one of its KV transfer threads), kept apart from
@@ -624,6 +628,8 @@ class ClusterModel:
             view.log = event.log
         elif isinstance(event, LogContext):
             self.context.append((view.label, event))
+            if is_transport_error(event.kind, event.text):
+                self.transport_errors.append((view.label, event))
             if event.kind in CRASH_KINDS:
                 self.crashes[view.label] = event
             elif event.kind == BOOTSTRAP_ERROR:

@@ -78,6 +78,16 @@ THREAD_DIED = "thread_died"
 """One of a rank's KV transfer threads died (its process goes on, the rooms the thread served never finish)."""
 CRASH_KINDS = (CRASHED, THREAD_DIED)
 """A rank's crashes (`ClusterModel.crashes`)."""
+
+
+def is_transport_error(kind: str, text: str) -> bool:
+    """A context line that is an error of the transfer itself, whatever failed or not near it: a transport
+    library's (a glog error or fatal line, UCX's ERROR) or a session SGLang gave up on (`Session X failed.`)."""
+    if kind == "glog":
+        return text.lstrip()[:1] in ("E", "F")
+    return kind == "session" or (kind == "ucx" and "UCX  ERROR" in text)
+
+
 BOOTSTRAP_ERROR = "bootstrap_error"
 """A rank could not reach a prefill instance's bootstrap server (a failure that names no room: DOMAIN.md, an
 incident of its address); the context kind of such a log line and its incidents' class."""

@@ -36,7 +36,7 @@ STATE_FIELDS = frozenset(
         "ranks", "rooms", "finished", "failures", "transfers", "links", "gaps", "intake", "rejected",
         "rejected_frames", "lost", "lost_after_s", "_lost_check_at", "_now", "_open", "_touched",
         "failures_total", "_causes", "retired_outcomes", "context", "incidents", "snapshot_cut",
-        "correct_clocks", "timeline", "crashes", "logged_after_crash", "instances_at",
+        "correct_clocks", "timeline", "crashes", "logged_after_crash", "instances_at", "transport_errors",
     )
 )  # fmt: skip
 
@@ -132,6 +132,8 @@ class ModelState(msgspec.Struct, array_like=True):
     """`ClusterModel.logged_after_crash`."""
     instances_at: dict[str, tuple[str, ...]] = {}
     """`ClusterModel.instances_at`."""
+    transport_errors: list[tuple[str, LogContext]] = []
+    """`ClusterModel.transport_errors` (keyframes older than it: none)."""
 
 
 _ENCODER = msgspec.msgpack.Encoder()
@@ -201,7 +203,7 @@ def capture(model: ClusterModel) -> bytes:
         model._lost_check_at, model._now, list(model._open), list(model._touched), model.failures_total,
         list(model._causes.items()), dict(model.retired_outcomes), list(model.context), model.incidents.state(),
         model.snapshot_cut, model.correct_clocks, Buckets(*model.timeline.state()), list(model.crashes.items()),
-        dict(model.logged_after_crash), dict(model.instances_at),
+        dict(model.logged_after_crash), dict(model.instances_at), list(model.transport_errors),
     )  # fmt: skip
     return _ENCODER.encode(state)
 
@@ -229,6 +231,7 @@ def restore(data: bytes | memoryview, journal_events: int = 0) -> ClusterModel:
     model.crashes = dict(state.crashes)
     model.logged_after_crash = dict(state.logged_after_crash)
     model.instances_at = dict(state.instances_at)
+    model.transport_errors.extend(state.transport_errors)
     model.snapshot_cut, model.correct_clocks = state.snapshot_cut, state.correct_clocks
     if state.incidents is not None:
         model.incidents = IncidentTracker.restored(state.incidents)

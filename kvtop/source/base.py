@@ -129,7 +129,7 @@ class Source(ABC):
     def transport_errors(self, since: float, until: float) -> list[Context]:
         """The transfer's own errors its logs hold from `since` to `until` (`is_transport_error`): those log
         sidecars published, earliest first."""
-        if not self.model.context:  # no sidecar published a line (and nothing more to import: a check out of files)
+        if not self.model.transport_errors:  # none published (and nothing more to import: a check out of files)
             return []
         from kvtop.sources.sglang.context import published_errors
 

@@ -92,10 +92,7 @@ class LogSource(Source):
         return f"nothing to read in the logs given: {stats.unread_text()}" if stats.nothing_read else ""
 
     def transport_errors(self, since: float, until: float) -> list[Context]:
-        return sorted(
-            (line for line in self.logs.context if since <= line.ts <= until and line.transport_error),
-            key=lambda line: line.ts,
-        )
+        return sorted((line for line in self.logs.errors if since <= line.ts <= until), key=lambda line: line.ts)
 
     def status_extra(self) -> tuple[str, dict[str, object]]:
         stats = self.logs.stats()

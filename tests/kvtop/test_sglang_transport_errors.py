@@ -13,6 +13,8 @@ from pathlib import Path
 
 from kvtop_cli import kvtop_here
 
+from kvtop.sources.sglang.context import CONTEXT_KEPT
+
 BATCH = (
     "[2025-06-03 20:16:58 TP0] Prefill batch. #new-seq: 1, #new-token: 512, #cached-token: 0, token usage: 0.01, "
     "#running-req: 0, #unbootstrapped-req: 0, #queue-req: 0, #transferring-req: 1, input throughput (token/s): 9.8, \n"
@@ -59,3 +61,13 @@ def test_a_check_from_after_the_errors_does_not_judge_them(tmp_path: Path):
     result = kvtop_here("check", *logs, "--since", "2025-06-03 20:17:00", "--json")
 
     assert (result.returncode, json.loads(result.stdout)["transport_errors"]) == (0, 0)
+
+
+def test_an_error_pushed_out_of_the_context_kept_is_still_judged(tmp_path: Path):
+    """10,001 tracebacks after it filled the 10,000 context lines kept: the check said OK."""
+    traceback = 'Traceback (most recent call last):\n  File "/x.py", line 1, in f\nKeyError: 1\n'
+    logs = _log(tmp_path, BATCH + RETRY.format(us="104586") + traceback * (CONTEXT_KEPT + 1))
+
+    result = kvtop_here("check", *logs, "--json")
+
+    assert (result.returncode, json.loads(result.stdout)["transport_errors"]) == (1, 1)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvtop.model.cluster import ClusterModel
+from kvtop.model.cluster import CONTEXT_KEPT, ClusterModel
 from kvtop.model.shapes import Liveness
 from kvtop.sidecar.ranks import sidecar_info
 from kvtop.sources.sglang.context import published_errors
@@ -68,7 +68,8 @@ def test_a_sidecar_rank_is_idle_when_its_log_is_silent_and_down_when_its_metrics
 
 
 def test_the_transport_errors_sidecars_published_are_a_check_s_finding():
-    """A glog error and a failed session in the window count; a glog info line and one from before it do not."""
+    """A glog error and a failed session in the window count, however many other lines came after them; a glog
+    info line and one from before the window do not."""
     model = ClusterModel()
     glog = "E0603 20:16:59.104586 27322 worker_pool.cpp:271] Worker: Process failed for slice (...): retry exceeded"
     events: list[Event] = [
@@ -78,6 +79,8 @@ def test_the_transport_errors_sidecars_published_are_a_check_s_finding():
         LogContext(T - 3, "session", None, "Session 10.0.0.7:15292 failed.", 0),
     ]
     model.apply("prefill-0/TP0", _batch("prefill-0/TP0", 1, events), T)
+    others: list[Event] = [LogContext(T - 2, "traceback", None, "KeyError: 1")] * (CONTEXT_KEPT + 1)
+    model.apply("prefill-0/TP0", _batch("prefill-0/TP0", 2, others), T)  # the context kept is full of others
 
     errors = published_errors(model, T - 60, T)
     result = evaluate(model, Thresholds(window_s=60), T, transport_errors=errors)

@@ -10,6 +10,7 @@ from typing import Any
 
 from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import ROOM_REUSE_S, FailureGroup
+from kvtop.model.suspects import is_transport_error
 
 CONTEXT_KEPT = 10_000
 CONTEXT_S = 5.0
@@ -42,20 +43,12 @@ class Context:
         return {**asdict(self), "likely_cause": self.likely_cause}
 
 
-def is_transport_error(kind: str, text: str) -> bool:
-    """A context line that is an error of the transfer itself, whatever failed or not near it: a transport
-    library's (a glog error or fatal line, UCX's ERROR) or a session SGLang gave up on (`Session X failed.`)."""
-    if kind == "glog":
-        return text.lstrip()[:1] in ("E", "F")
-    return kind == "session" or (kind == "ucx" and "UCX  ERROR" in text)
-
-
 def published_errors(model: ClusterModel, since: float, until: float) -> list[Context]:
     """The transport errors (`is_transport_error`) log sidecars published from `since` to `until`."""
     return [
         Context(line.ts, label.rpartition("/")[0], line.tp, line.kind, line.room, line.text)
-        for label, line in model.context
-        if since <= line.ts <= until and is_transport_error(line.kind, line.text)
+        for label, line in model.transport_errors
+        if since <= line.ts <= until
     ]
 
 

@@ -104,6 +104,9 @@ class SGLangLogs:
         parsed = [s if isinstance(s, LogSpec) else LogSpec.parse(str(s)) for s in specs]
         self.files: list[_File] = []
         self.context: deque[Context] = deque(maxlen=CONTEXT_KEPT)
+        self.errors: deque[Context] = deque(maxlen=CONTEXT_KEPT)
+        """The transfer's own errors read (`Context.transport_error`), apart from `context` so that no other line
+        pushes one out."""
         self.fresh_context: list[Context] | None = None
         """Set it to a list to be given every context line as it is read (a sidecar publishes and empties it)."""
         self._garbled = self._failures = self._batches = self._context = self._no_room = 0
@@ -275,6 +278,8 @@ class SGLangLogs:
                 ts, file.instance or file.spec.path.name, record.tp, record.kind, record.room, record.text
             )
             self.context.append(context)
+            if context.transport_error:
+                self.errors.append(context)
             if record.kind in RANK_EVENT_KINDS:  # an event of its rank's (a sidecar publishes it with the rank's)
                 self._rank_event(file, record, ts, pending)
             elif self.fresh_context is not None:
