@@ -197,8 +197,8 @@ def evaluate(
     if len(judged) > INCIDENTS_NAMED:
         more = f"and {plural(len(judged) - INCIDENTS_NAMED, 'more incident')}"
         (critical if any(severe[INCIDENTS_NAMED:]) else warning).append(more)
-    if not everyone:
-        critical.append("no ranks listed or discovered")
+    if not everyone:  # logs or a recording name none: no line in them named a rank
+        critical.append("no rank named in what was read" if span else "no ranks listed or discovered")
     if unreachable:
         why = model.intake.unreachable[unreachable[0]]
         more = f" and {len(unreachable) - UNREACHABLE_NAMED} more" if len(unreachable) > UNREACHABLE_NAMED else ""

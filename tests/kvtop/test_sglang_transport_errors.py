@@ -71,3 +71,12 @@ def test_an_error_pushed_out_of_the_context_kept_is_still_judged(tmp_path: Path)
     result = kvtop_here("check", *logs, "--json")
 
     assert (result.returncode, json.loads(result.stdout)["transport_errors"]) == (1, 1)
+
+
+def test_logs_that_name_no_rank_say_so_beside_their_errors(tmp_path: Path):
+    """sglang #6854's paste, glog lines alone: CRITICAL as before, in words that fit logs (it said `no ranks listed
+    or discovered`, a live cluster's words)."""
+    result = kvtop_here("check", *_log(tmp_path, RETRY.format(us="104586")))
+
+    assert result.returncode == 2
+    assert result.stdout.startswith("KVTOP CRITICAL - no rank named in what was read; 1 transport error in the logs")
