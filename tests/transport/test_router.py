@@ -90,3 +90,23 @@ def test_a_frozen_prefill_instance_holds_only_its_share_of_the_rooms_in_flight(m
     finally:
         frozen.send_signal(signal.SIGCONT)
         router.close()
+
+
+def test_an_instance_s_share_is_of_the_instances_up(make_cluster):
+    """prefill-1 gone (`rank_lost`), prefill-0 stopped: prefill-0 takes every place in flight, not half (a share of
+    both instances, one of them down, halved a run that lost a rank)."""
+    cluster = make_cluster(ClusterSpec(prefill=2, num_pages=1024))
+    spec = WorkloadSpec(rate=200, median_pages=4, sigma=0.0, result_timeout_s=600, seed=4)
+    router = Router(cluster.endpoint, spec)
+    frozen = cluster.process("prefill-0/TP0").process
+    try:
+        cluster.kill("prefill-1/TP0")
+        router.rank_lost("prefill-1/TP0")
+        frozen.send_signal(signal.SIGSTOP)
+
+        drive(router, lambda: router.stats.inflight == spec.max_inflight)
+
+        assert accounted(router.stats)
+    finally:
+        frozen.send_signal(signal.SIGCONT)
+        router.close()
