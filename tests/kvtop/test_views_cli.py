@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 
 import pytest
 from cluster_support import small_cluster
@@ -87,17 +90,19 @@ def test_agents_given_by_event_endpoint_are_seen_like_discovered_ones(make_clust
     ]
 
 
+def _status_following(bootstrap: str) -> subprocess.Popen[str]:
+    """`kvtop status --follow --json` on `bootstrap`, a frame every 0.2 s on its stdout."""
+    command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
+    args = [command, "status", "--bootstrap", bootstrap, "--follow", "--json", "--interval", "0.2"]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+
+
 def test_status_follow_prints_json_lines_until_interrupted(make_cluster):
     """`status --follow --json` prints one JSON object per interval and ends cleanly on Ctrl-C."""
-    import shutil
     import signal
-    import subprocess
-    import sys
 
     cluster = make_cluster(ClusterSpec(num_pages=16, page_bytes=4096))
-    command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
-    args = [command, "status", "--bootstrap", cluster.endpoint, "--follow", "--json", "--interval", "0.2"]
-    with subprocess.Popen(args, stdout=subprocess.PIPE, text=True) as process:
+    with _status_following(cluster.endpoint) as process:
         assert process.stdout is not None
         frames = [json.loads(process.stdout.readline()) for _ in range(2)]
         process.send_signal(signal.SIGINT)
@@ -108,14 +113,8 @@ def test_status_follow_prints_json_lines_until_interrupted(make_cluster):
 
 def test_status_follow_says_when_the_bootstrap_service_stops_answering(make_cluster):
     """It printed its ranks going gone and nothing of the service: silence looked like ranks that went quiet."""
-    import shutil
-    import subprocess
-    import sys
-
     cluster = make_cluster(ClusterSpec(num_pages=16, page_bytes=4096))
-    command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
-    args = [command, "status", "--bootstrap", cluster.endpoint, "--follow", "--json", "--interval", "0.2"]
-    with subprocess.Popen(args, stdout=subprocess.PIPE, text=True) as process:
+    with _status_following(cluster.endpoint) as process:
         assert process.stdout is not None
         try:
             assert json.loads(process.stdout.readline()).get("source_error") is None
