@@ -197,8 +197,12 @@ def evaluate(
     if len(judged) > INCIDENTS_NAMED:
         more = f"and {plural(len(judged) - INCIDENTS_NAMED, 'more incident')}"
         (critical if any(severe[INCIDENTS_NAMED:]) else warning).append(more)
-    if not everyone:  # logs or a recording name none: no line in them named a rank
-        critical.append("no rank named in what was read" if span else "no ranks listed or discovered")
+    unnamed = ""  # logs or a recording that name no rank: nothing to judge, unless what they hold says more
+    if not everyone:
+        if span:
+            unnamed = "no rank named in what was read"
+        else:
+            critical.append("no ranks listed or discovered")
     if unreachable:
         why = model.intake.unreachable[unreachable[0]]
         more = f" and {len(unreachable) - UNREACHABLE_NAMED} more" if len(unreachable) > UNREACHABLE_NAMED else ""
@@ -240,7 +244,10 @@ def evaluate(
             f"{plural(len(errors), 'transport error')} in the logs, the last at {stamp(last.ts)[:-4]}: "
             + _ends(last.text.strip().partition("\n")[0])
         )
-    verdict = Verdict.CRITICAL if critical else Verdict.WARNING if warning else Verdict.OK
+    verdict = (
+        Verdict.CRITICAL if critical else Verdict.WARNING if warning else Verdict.UNKNOWN if unnamed else Verdict.OK
+    )
+    problems = [*critical, *warning, *([unnamed] if unnamed else [])]
     coverage = model.coverage(now, limits.window_s)
     window = f"in {seconds(limits.window_s)}"
     if coverage.limit:
@@ -264,11 +271,11 @@ def evaluate(
     facts += f", {rejected} rejected" if rejected else ""
     if recent:
         facts += f"; origins in {seconds(limits.window_s)}: {', '.join(sorted(set(origins))[:3])}"
-    summary = "; ".join([*critical, *warning, facts])
+    summary = "; ".join([*problems, facts])
     gap = model.incidents.quiet_gap_s
     return CheckResult(
         verdict, summary, len(alive), len(liveness), stale, gone, rooms, rate if liveness else None, stuck,
-        model.gaps, sorted(set(origins)), critical + warning, len(everyone) - len(liveness), aborted,
+        model.gaps, sorted(set(origins)), problems, len(everyone) - len(liveness), aborted,
         abort_rate if liveness else None,
         unanswered, unreachable, model.lost, model.rejected, model.rejected_frames,
         [incident_json(incident, now, gap) for incident in judged], "span" if span else "now", rooms_failed,

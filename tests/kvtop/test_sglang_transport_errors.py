@@ -74,9 +74,23 @@ def test_an_error_pushed_out_of_the_context_kept_is_still_judged(tmp_path: Path)
 
 
 def test_logs_that_name_no_rank_say_so_beside_their_errors(tmp_path: Path):
-    """sglang #6854's paste, glog lines alone: CRITICAL as before, in words that fit logs (it said `no ranks listed
-    or discovered`, a live cluster's words)."""
+    """sglang #6854's paste, glog lines alone: WARNING for the errors, and the logs named no rank (it said CRITICAL
+    `no ranks listed or discovered`, a live cluster's words)."""
     result = kvtop_here("check", *_log(tmp_path, RETRY.format(us="104586")))
 
-    assert result.returncode == 2
-    assert result.stdout.startswith("KVTOP CRITICAL - no rank named in what was read; 1 transport error in the logs")
+    assert result.returncode == 1
+    assert result.stdout.startswith("KVTOP WARNING - 1 transport error in the logs")
+    assert "; no rank named in what was read;" in result.stdout
+
+
+def test_logs_that_name_no_rank_and_hold_nothing_worse_are_unknown(tmp_path: Path):
+    """Mooncake #1207's prefill start-up lines (a TP=1 server names no rank until it logs a batch): nothing to judge
+    is UNKNOWN, never OK (it said CRITICAL)."""
+    started = (
+        '[2025-12-12 12:06:32] INFO:     127.0.0.1:34920 - "POST /generate HTTP/1.1" 200 OK\n'
+        "[2025-12-12 12:06:32] The server is fired up and ready to roll!\n"
+    )
+    result = kvtop_here("check", *_log(tmp_path, started))
+
+    assert (result.returncode, result.stdout.split(" - ")[0]) == (3, "KVTOP UNKNOWN")
+    assert "no rank named in what was read" in result.stdout
