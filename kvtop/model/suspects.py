@@ -5,7 +5,8 @@ The origin of a group is who *noticed*; its suspect is what *broke*, with the ev
 1. an agent's origin names its suspect itself (`Failure.suspect`: the rank that sent the corrupt chunk, the
    peer whose heartbeat stopped, the rank that never voted): exact;
 2. otherwise the domain's rules read the origin: a client's abort -> the client; a checksum mismatch -> the
-   sender (`from prefill rank N` on the room's prefill instance); `Lost`/`Losing connection with prefill
+   sender (`from prefill rank N` on the room's prefill instance; for another room's metadata, that room's
+   prefill instance, or the prefill side); `Lost`/`Losing connection with prefill
    instance (bootstrap_addr: X)` -> the prefill instance at X; `remote ... session S is not alive` -> the
    decode rank at S; `Failed to send kv chunk of R to P` -> the decode rank at P; a decode timeout -> the
    room's prefill side; a prefill timeout -> the room's decode side (the instance when the room's link
@@ -169,6 +170,8 @@ class Surroundings(Protocol):
 
 
 _FROM_PREFILL_RANK = re.compile(r"from prefill rank (\d+)")
+_METADATA_OF = re.compile(r"received metadata from bootstrap_room=(\d+)")
+"""A decode's `Context corruption detected`: another room's metadata landed in the room's buffer."""
 _BOOTSTRAP_ADDR = re.compile(r"(?:Lost|Losing) connection with prefill instance \(bootstrap_addr: ([^)]*)\)")
 _SESSION = re.compile(r"remote (?:\w+ )?session (\S+) is not alive")
 """`mooncake`, `Mooncake` (since early 2026) or `p2p` before `session`, or no word."""
@@ -245,6 +248,10 @@ def _by_rules(origin: Observed, room: int, around: Surroundings) -> tuple[Suspec
     reason, name = origin.reason, origin.reason_class
     if name == ABORTED:
         return CLIENT, "Aborted by AbortReq. (the client or router asked)"
+    if name == "checksum" and (other := _METADATA_OF.search(reason)):  # written by the other room's prefill
+        prefill = around.link_of(int(other[1]))[0]
+        suspect = Suspect("instance", prefill, "prefill") if prefill else _other_side(origin, room, around)
+        return suspect, f"room {other[1]}'s metadata landed in its buffer (metadata buffer index collision)"
     if name == "checksum":
         prefill = around.link_of(room)[0]
         sender = _FROM_PREFILL_RANK.search(reason)

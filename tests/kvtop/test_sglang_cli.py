@@ -75,11 +75,11 @@ def test_status_ranks_rooms_and_events_read_logs():
     events = [json.loads(line) for line in kvtop("events", "--jsonl", "--level", "debug", *LOGS).stdout.splitlines()]
     groups = json.loads(kvtop("failures", "--json", *LOGS).stdout)["groups"]
 
-    assert (status["ranks"]["log"], status["logs"]["garbled"], status["logs"]["failures"]) == (4, 3, 24)
+    assert (status["ranks"]["log"], status["logs"]["garbled"], status["logs"]["failures"]) == (4, 3, 25)
     assert {rank["state"] for rank in ranks} == {"log"}
     failures = [e for e in events if e["kind"] == "failure"]
     assert sorted(room["room"] for room in rooms) == sorted({e["room"] for e in failures})
-    assert (len(failures), len(groups), sum(e["raw_level"] == "debug" for e in failures)) == (24, 12, 9)
+    assert (len(failures), len(groups), sum(e["raw_level"] == "debug" for e in failures)) == (25, 13, 9)
     assert sum(e["level"] != "debug" for e in failures) == len(groups)
     assert [e["ts"] for e in events] == sorted(e["ts"] for e in events)
 

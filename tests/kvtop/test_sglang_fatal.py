@@ -185,3 +185,66 @@ def test_a_check_says_the_span_it_judged_in_whole_seconds_or_hours():
 
     assert "1 rooms failed in 53s," in result.stdout
     assert [seconds(s) for s in (2.5, 15.0311, 60.0, 3599.6, 3.1536e7)] == ["2.5s", "15s", "60s", "3600s", "8760h00m"]
+
+
+MOONCAKE_QP = (  # Mooncake #691 (2025-07): the RDMA endpoint's error, then the process dies
+    "E0729 05:04:30.527725 14093 rdma_endpoint.cpp:70] Failed to create QP: Cannot allocate memory [12]\n"
+    "Fatal Python error: Segmentation fault\n"
+    "\n"
+    "Thread 0x00007f2a53fff640 (most recent call first):\n"
+    '  File "/sgl-workspace/sglang/python/sglang/srt/disaggregation/mooncake/conn.py", line 697 in heartbeat_checker\n'
+)
+
+
+def test_a_crash_after_a_transfer_engine_s_glog_lines_takes_their_time_not_the_file_s(tmp_path: Path):
+    """Mooncake #691 and PR #535 pasted stderr: glog lines, then a fatal signal, no SGLang line. The crash took the
+    file's mtime (`crashed at 01:27:23` for a 05:04:30 paste) and the span stretched to it (`in 4016h10m`); the
+    RDMA error (`Failed`, capital F, from `rdma_endpoint.cpp`) was not read at all."""
+    log = tmp_path / "decode.log"
+    log.write_text(MOONCAKE_QP)
+
+    result = json.loads(kvtop_here("check", "--sglang-log", f"decode={log}", "--json").stdout)
+
+    assert result["ranks_crashed"] == {"decode-0/TP0": "Fatal Python error: Segmentation fault"}
+    assert result["summary"].startswith("decode-0/TP0 crashed at 05:04:30 (Fatal Python error: Segmentation fault)")
+    assert result["transport_errors"] == 1
+    assert "0 rooms failed in 1s" in result["summary"]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "E0620 17:20:15.656373   293 rdma_context.cpp:116] Failed to create completion queue: Cannot allocate "
+        "memory [12]",
+        "E0523 06:18:19.069025  2716 rdma_endpoint.cpp:408] [Handshake] Failed to modify QP to RTR, check mtu, gid, "
+        "peer lid, peer qp num: Connection timed out [110]",
+        "E0529 23:23:04.136060 67574 rdma_context.cpp:203] Failed to register memory 0x7b3616000000: Bad address [14]",
+    ],
+)
+def test_a_transfer_engine_s_error_from_any_of_its_sources_makes_a_check_warn(tmp_path: Path, line: str):
+    """Mooncake's RDMA lines (PR #535, sglang #6548, #6753) beside a batch line: the check said OK."""
+    log = tmp_path / "prefill.log"
+    log.write_text(
+        "[2025-06-20 17:20:14 TP0] Prefill batch. #new-seq: 1, #new-token: 4, #cached-token: 0, token usage: 0.00, "
+        f"#running-req: 0, #queue-req: 0, \n{line}\n"
+    )
+
+    result = kvtop_here("check", "--sglang-log", str(log))
+
+    assert (result.returncode, result.stdout.split(" - ")[0]) == (1, "KVTOP WARNING")
+    assert "1 transport error in the logs" in result.stdout
+
+
+def test_a_line_that_tells_no_time_does_not_stretch_the_span_to_its_file_s_mtime(tmp_path: Path):
+    """Mooncake #1207: a bare KVTransferError line (no prefix) beside a dated log took its file's mtime, and the
+    check judged `0 rooms failed in 8581h20m` for lines one second apart."""
+    dated, bare = tmp_path / "prefill.log", tmp_path / "proxy.log"
+    dated.write_text("[2025-12-12 12:06:32] The server is fired up and ready to roll!\n")
+    bare.write_text(
+        "KVTransferError(bootstrap_room=6677116944225248479): Could not fetch prefill parallel info from "
+        "bootstrap_addr: sglang-prefill-svc:30000\n"
+    )
+
+    result = kvtop_here("check", "--sglang-log", str(dated), "--sglang-log", str(bare))
+
+    assert " in 1s," in result.stdout

@@ -182,8 +182,6 @@ def test_batch_lines_of_every_era_give_queue_depths(message, role, queues):
          "3 requests affected", "lost_connection", None, T),
         ("[2026-01-02 03:04:05 TP1] NIXL transport error for room 88: NIXL_ERR_REMOTE_DISCONNECT", "room", 88, T),
         ("[2026-01-02 03:04:05 TP1] Unexpected transfer worker error for room 99", "room", 99, T),
-        ("[2026-01-02 03:04:05 TP0] Context corruption detected: Request c (bootstrap_room=16) received metadata "
-         "from bootstrap_room=17. This indicates a bug.", "room", 16, T),
         ('[2026-01-02 03:04:05] {"finish_reason": {"type": "abort", "message": "KVTransferError(bootstrap_room=18): '
          'Aborted by AbortReq."}}', "room", 18, T),
         ("[2026-01-02 03:04:05 TP0] Some requests fail to receive KV Cache transfer done signal after bootstrapping.",
@@ -199,7 +197,7 @@ def test_batch_lines_of_every_era_give_queue_depths(message, role, queues):
          None, T + 0.25),
         ("Traceback (most recent call last):", "traceback", None, None),
     ],
-    ids=["session", "lost", "nixl", "worker", "corruption", "client-abort", "hint", "parallel-info", "dp-ranks",
+    ids=["session", "lost", "nixl", "worker", "client-abort", "hint", "parallel-info", "dp-ranks",
          "glog", "glog-tcp", "ucx", "traceback"],
 )  # fmt: skip
 def test_related_and_transport_library_lines_are_context(line, kind, room, ts):

@@ -27,7 +27,7 @@ _CLASSES: tuple[tuple[re.Pattern[str], ReasonClass], ...] = tuple(
         (r"^Aborted by decode peer", ReasonClass.PROPAGATED),
         (rf"^{ANOTHER_RANK}", ReasonClass.PROPAGATED),
         (r"^Aborted by AbortReq", ReasonClass.ABORTED),
-        (r"failed its checksum|checksum mismatch", ReasonClass.CHECKSUM),
+        (r"failed its checksum|checksum mismatch|^Context corruption detected", ReasonClass.CHECKSUM),
         (r"refused the transfer request", ReasonClass.REFUSED),
     )
 )

@@ -8,15 +8,16 @@ Kinds (DOMAIN.md, "SGLang's log lines"):
 
 - `FailureLine`: the scheduler's four failure lines (decode handshake and
   transfer, prefill transfer and bootstrap) with `KVTransferError(bootstrap_room=N):
-  reason`, a bare backend code, or another exception's text;
+  reason`, a bare backend code, or another exception's text; and a decode's
+  metadata check, which aborts the request (HTTP 500) when the metadata that
+  landed is another room's (`Context corruption detected: ...`) or missing;
 - `BatchLine`: the periodic prefill and decode batch lines with queue depths
   (`#bootstrap-req`, `#inflight-req`, `#prealloc-req`, `#transfer-req`,
   `#retracted-req`, mid-2025 `#unbootstrapped-req`/`#transferring-req`);
 - `ServerArgsLine`: the arguments a server prints as it starts (a prefill's bootstrap port);
 - `ContextLine`: everything else that explains failures: `Session X failed.`,
   `Lost connection with prefill instance (...), N requests affected`, NIXL
-  transport errors, transfer worker errors and their tracebacks, context
-  corruption, one-time hints, bootstrap trouble, aborts carrying a
+  transport errors, transfer worker errors and their tracebacks, one-time hints, bootstrap trouble, aborts carrying a
   KVTransferError, and transport libraries' own lines (glog, UCX); and a
   rank's crash, in a few words: its scheduler's (`Scheduler hit an exception:
   Traceback ...`: the rank's process ends, SGLang takes its server down, `crash_text`),
@@ -40,10 +41,11 @@ MARKERS: tuple[bytes, ...] = (
     b" failed",  # failure lines without a room, `Session ... failed.`, transfer engines' glog failures
     b"for room ",  # NIXL transport errors, transfer worker errors
     b"UCX  ERROR",
-    b"_transport.cpp:",  # Mooncake's transports' glog lines (`tcp_transport.cpp:542] ... ASIO exception`)
+    b".cpp:",  # transfer engines' glog lines (Mooncake's `tcp_transport.cpp:542] ... ASIO exception`,
+    # `rdma_endpoint.cpp:70] Failed to create QP`; NIXL's `nixl_agent.cpp:866] createXferReq: ...`)
+    b".cc:",
     b"Traceback (most recent call last)",
     b"Scheduler hit an exception",  # a crash whose traceback's first line was cut when pasted
-    b"nixl_agent.cpp:",  # NIXL's glog lines (`nixl_agent.cpp:866] createXferReq: metadata ... not found`)
     b"Exception in thread ",  # a thread's death (Python's `threading.excepthook`), its traceback on the next lines
     b"Caught signal ",  # UCX's handler of a fatal signal (`Caught signal 11 (Segmentation fault: ...)`)
     b"Fatal Python error: ",  # Python's `faulthandler` (`Fatal Python error: Segmentation fault`)
@@ -101,9 +103,15 @@ _EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?:: .*)?$")
 _ROOM_CONTEXT = (
     re.compile(r"NIXL transport error for room (\d+)"),
     re.compile(r"Unexpected transfer worker error for room (\d+)"),
-    re.compile(r"Context corruption detected: .*?\(bootstrap_room=(\d+)\)"),
     re.compile(r"KVTransferError\(bootstrap_room=(\d+)\)"),
 )
+_METADATA_FAILURES = (
+    re.compile(r"Context corruption detected: Request (\S*) \(bootstrap_room=(\d+)\) received metadata from "),
+    re.compile(r"Metadata unexpectedly not ready after readiness gate: request (\S*), bootstrap_room=(\d+)"),
+)
+"""A decode's check of the metadata that landed for a request, which aborts it: its rid, its room."""
+METADATA_CHECK = "Decode metadata"
+"""The `FailureLine.what` of a failed metadata check."""
 _HINTS = ("Some requests fail to receive KV Cache transfer done signal",)
 _BOOTSTRAP_ERRORS = ("Error fetching prefill parallel info from bootstrap", "Error querying dp_ranks from bootstrap")
 """A decode rank could not reach a prefill instance's bootstrap server: a failure that names no room."""
@@ -127,7 +135,7 @@ class FailureLine:
     tp: int
     """The TP rank: from the prefix, else the line's `rank=` field."""
     what: str
-    """`Decode handshake`, `Decode transfer`, `Prefill transfer` or `Prefill bootstrap`."""
+    """`Decode handshake`, `Decode transfer`, `Prefill transfer`, `Prefill bootstrap` or `METADATA_CHECK`."""
     rid: str
     room: int | None
     reason: str
@@ -218,6 +226,10 @@ def classify(prefix: Prefix, year: int) -> Record | None:
     match = _LOST.search(message)
     if match:
         return ContextLine(ts, prefix.tp, "lost_connection", None, message)
+    for pattern in _METADATA_FAILURES:
+        match = pattern.search(message)
+        if match:
+            return FailureLine(ts, prefix.tp or 0, METADATA_CHECK, match[1], int(match[2]), cut_text(message), False)
     for pattern in _ROOM_CONTEXT:
         match = pattern.search(message)
         if match:

@@ -74,8 +74,10 @@ class _File:
     role: str
     instance: str
     last_ts: float
-    """Time of the last prefixed line (before one: the first at the file's head, else the file's mtime): lines
-    without a prefix get it, glog lines its year."""
+    """Time of the last line that tells one (before one: the first prefixed line at the file's head, else the
+    file's mtime): lines that tell none get it, glog lines its year."""
+    dated: bool = True
+    """Whether `last_ts` is a time a line told (False: the file's mtime, a guess)."""
     last_tp: int | None = None
     """The TP rank of the last prefixed line that names one: a crash its line does not date is that rank's."""
     batch_key: str = ""
@@ -111,6 +113,8 @@ class SGLangLogs:
         """Set it to a list to be given every context line as it is read (a sidecar publishes and empties it)."""
         self._garbled = self._failures = self._batches = self._context = self._no_room = 0
         self._now = 0.0
+        self._told = False
+        """Whether some line told a time (until then the span is what mtimes guess)."""
         self.start: float | None = None
         """The earliest time the logs mention (None before one was read)."""
         self.until: float | None = None
@@ -133,7 +137,7 @@ class SGLangLogs:
             if first is not None:
                 self._saw(first)
             start = first if first is not None else spec.path.stat().st_mtime
-            self.files.append(_File(spec, reader, role, instance or self._names.next(role), start))
+            self.files.append(_File(spec, reader, role, instance or self._names.next(role), start, first is not None))
 
     @property
     def now(self) -> float:
@@ -240,7 +244,7 @@ class SGLangLogs:
                 return None, rest
             self._names.take(name)
             role = _role_named(name) or file.spec.role  # else its lines will say
-            server = file.streams[name] = _File(file.spec, file.reader, role, name, file.last_ts)
+            server = file.streams[name] = _File(file.spec, file.reader, role, name, file.last_ts, file.dated)
         return server, rest
 
     def _line(self, file: _File, text: str, pending: list[tuple[float, int, _File, str, Event]]) -> None:
@@ -261,8 +265,10 @@ class SGLangLogs:
             self._garbled += 1
             return
         if prefix.ts is not None:
-            file.last_ts = prefix.ts
+            file.last_ts, file.dated = prefix.ts, True
             file.last_tp = prefix.tp if prefix.tp is not None else file.last_tp
+        elif record is not None and not isinstance(record, ServerArgsLine) and record.ts is not None:
+            file.last_ts, file.dated = record.ts, True  # a glog or UCX line tells its time, never its rank
         if record is None or isinstance(record, ServerArgsLine):
             if record is not None:
                 file.bootstrap_port = record.bootstrap_port
@@ -270,7 +276,7 @@ class SGLangLogs:
                 self._saw(prefix.ts)
             return
         ts = record.ts if record.ts is not None else file.last_ts
-        self._saw(ts)  # lines without a prefix too: "now" is never the wall clock once read
+        self._saw(ts, guessed=not file.dated)  # lines that tell no time too: "now" is never the wall clock once read
         if isinstance(record, ContextLine):
             file.related.context(record, ts)
             self._context += 1
@@ -322,8 +328,14 @@ class SGLangLogs:
         if ts is not None:
             self._saw(ts)
 
-    def _saw(self, ts: float) -> None:
-        """The logs mention this time: the span they cover reaches it."""
+    def _saw(self, ts: float, guessed: bool = False) -> None:
+        """The logs mention this time: the span they cover reaches it. A `guessed` time (a file's mtime, for a line
+        of a file that told none yet) stands for the span only while no line told one."""
+        if guessed and self._told:
+            return
+        if not guessed and not self._told:
+            self._told = True
+            self._now, self.start = 0.0, None  # the guesses stood for the span until a line told a time
         self._now = max(self._now, ts)
         self.start = ts if self.start is None else min(self.start, ts)
 
