@@ -109,3 +109,20 @@ def test_a_file_that_names_servers_without_end_holds_a_bounded_number_of_them(tm
 
     assert len(json.loads(result.stdout)) == STREAMS_MAX
     assert ", 11 garbled (skipped)," in result.stderr
+
+
+def test_a_server_s_glog_lines_before_its_first_sglang_line_are_its_own(tmp_path: Path):
+    """sglang #15665's prefill lines under `docker compose logs`: its transfer engine's errors come before its first
+    SGLang line, and were put under the file's own name (`likely cause prefill-0`, a server that is not there)."""
+    log = tmp_path / "all.log"
+    log.write_text(
+        "sglang-prefill-1  | E1219 10:38:57.898806 14747 tcp_transport.cpp:480] TcpTransport::startTransfer "
+        "encountered an ASIO exception. Exception: connect: Cannot assign requested address\n"
+        "sglang-prefill-1  | [2025-12-19 10:38:57 TP0] Prefill transfer failed for request rank=0 req.rid='80bd' "
+        "req.bootstrap_room=8528272782182837149 with exception KVTransferError(bootstrap_room=8528272782182837149): "
+        "Failed to send kv chunk of 8528272782182837149 to 10.0.0.7:15004\n"
+    )
+
+    [group] = json.loads(kvtop_here("failures", "--sglang-log", str(log), "--json").stdout)["groups"]
+
+    assert {context["source"] for context in group["context"]} == {"sglang-prefill-1"}

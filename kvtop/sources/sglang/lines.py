@@ -196,6 +196,11 @@ def lost_prefill(text: str) -> str | None:
     return address[0]
 
 
+def is_glog(text: str) -> bool:
+    """Whether a line (unwrapped) is a glog line: `E0102 03:04:05.123456 4242 file.cpp:294] message`."""
+    return _GLOG.match(text) is not None
+
+
 def classify(prefix: Prefix, year: int) -> Record | None:
     """What a line says (None: nothing kvtop uses). `year` dates glog lines, which print none.
 

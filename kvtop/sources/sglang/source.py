@@ -35,7 +35,15 @@ from kvtop.model.suspects import BOOTSTRAP_ERROR, CRASH_KINDS
 from kvtop.sources.sglang.context import CONTEXT_KEPT, Context, context_for
 from kvtop.sources.sglang.convert import to_heartbeat
 from kvtop.sources.sglang.infer import to_failure
-from kvtop.sources.sglang.lines import ContextLine, FailureLine, Garbled, ServerArgsLine, classify, lost_prefill
+from kvtop.sources.sglang.lines import (
+    ContextLine,
+    FailureLine,
+    Garbled,
+    ServerArgsLine,
+    classify,
+    is_glog,
+    lost_prefill,
+)
 from kvtop.sources.sglang.naming import InstanceNames, agent_file
 from kvtop.sources.sglang.prefix import has_prefix, parse_prefix, split_stream
 from kvtop.sources.sglang.reader import LogReader
@@ -233,10 +241,12 @@ class SGLangLogs:
         None for a line of a server past the file's `STREAMS_MAX` or named longer than `STREAM_NAME_MAX` (a file
         that names servers without end: counted as garbled).
 
-        A docker compose wrapper counts before SGLang's prefix, or once its server is known: `name | ` is
-        common enough in other lines."""
+        A docker compose wrapper counts before SGLang's prefix or a glog line, or once its server is known:
+        `name | ` is common enough in other lines."""
         name, rest = split_stream(text)
-        if not name or (name not in file.streams and not text.startswith("[pod/") and not has_prefix(rest)):
+        if not name or (
+            name not in file.streams and not text.startswith("[pod/") and not has_prefix(rest) and not is_glog(rest)
+        ):
             return file, text
         server = file.streams.get(name)
         if server is None:
