@@ -44,6 +44,9 @@ from kvtop.views.incidents import plural
 from kvtop.views.times import stamp
 
 REFRESH_S = 0.5
+STALE_AFTER_S = 3.0
+"""A live frame this old by the clock, not paused: no newer one came (the model process stopped or hangs), and
+the banner says so."""
 """How often the views redraw from the model (events arrive far faster: they are coalesced)."""
 VIEWS = ("overview", "rooms", "failures", "events")
 _VIEW_HELP = {
@@ -107,6 +110,7 @@ class KvtopApp(App[None]):
     BINDINGS = [
         Binding("question_mark", "help", "Help", key_display="?"),  # first: the footer keeps them at any width
         Binding("q", "quit", "Quit"),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),  # a terminal's quit key (Textual: copy)
         Binding("o,1", "view('overview')", "Overview", key_display="o"),
         Binding("r,2", "view('rooms')", "Rooms", key_display="r"),
         Binding("f,3", "view('failures')", "Failures", key_display="f"),
@@ -263,8 +267,8 @@ class KvtopApp(App[None]):
         if not self._painting:  # between frames (the next one is asked for now, and built elsewhere)
             self._tuning.collect()
         self.request_frame()
-        if self.frame is not None and self.frame.replay is not None and self.query("#banner"):
-            self._draw_banner()  # "20m ago" moves on while a replay stands still
+        if self.frame is not None and self.query("#banner"):
+            self._draw_banner()  # a frame's age and a replay's "20m ago" move on while no frame comes
 
     def request_frame(self) -> None:
         """Build a frame in a worker thread unless paused; while one is being built or painted, build after it.
@@ -411,6 +415,7 @@ class KvtopApp(App[None]):
         replay = frame.replay if frame is not None else None
         banner.set_class(self.paused and replay is None, "paused")
         banner.set_class(replay is not None, "replay")
+        banner.set_class(frame is not None and replay is None and self._stale_for(frame) is not None, "stale")
         options = self.options
         flags = [f"filter '{options.filter}'" if options.filter else "", "faults only" if options.faults_only else "",
                  f"sort {options.sort}", f"events >= {options.level}"]  # fmt: skip
@@ -428,7 +433,17 @@ class KvtopApp(App[None]):
         if health.ranks_total and health.ranks_from_logs == health.ranks_total:
             return f"logs as of {stamp(frame.now, dated=True)[:19]}"
         age = self._clock() - frame.now
-        return f"as of {stamp(frame.now)[:8]}, {'<1' if age < 1 else f'{age:.0f}'} s old"
+        no_news = ", no new data" if self._stale_for(frame) is not None else ""
+        return f"as of {stamp(frame.now)[:8]}, {'<1' if age < 1 else f'{age:.0f}'} s old{no_news}"
+
+    def _stale_for(self, frame: Frame) -> float | None:
+        """How old a live frame is when no newer one came in `STALE_AFTER_S` while not paused (None: fresh, paused,
+        or logs)."""
+        health = frame.health
+        if self.paused or (health.ranks_total and health.ranks_from_logs == health.ranks_total):
+            return None
+        age = self._clock() - frame.now
+        return age if age >= STALE_AFTER_S else None
 
     def _replay_head(self, replay: Replayed) -> str:
         """`REPLAY 03:00:12 (20m ago) - paused`, with the last move's news; the date when it is not today's."""

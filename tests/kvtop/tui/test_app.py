@@ -8,6 +8,7 @@ import threading
 import time
 import weakref
 
+import pytest
 from tui_support import (
     CLUSTER,
     FIXED_NOW,
@@ -83,12 +84,13 @@ def test_the_dashboard_tunes_the_interpreter_while_it_runs_and_restores_it_on_ex
     assert (gc.isenabled(), sys.getswitchinterval(), gc.get_freeze_count()) == before
 
 
-def test_q_quits(app: KvtopApp):
-    """`q` ends the app."""
+@pytest.mark.parametrize("key", ["q", "ctrl+c"])
+def test_q_and_ctrl_c_quit(app: KvtopApp, key: str):
+    """`q` ends the app, and Ctrl-C as the README says (Textual only told how to quit)."""
     seen = {}
 
     async def scenario(pilot):
-        await pilot.press("q")
+        await pilot.press(key)
         await wait_until(pilot, lambda: not app.is_running, "the app quits")
         seen["running"] = app.is_running
 
@@ -128,6 +130,29 @@ def test_a_key_pressed_while_a_frame_is_built_still_reaches_the_screen(source: F
     drive(app, scenario)
 
     assert "failed or stuck rooms" in seen["title"]
+
+
+def test_a_live_frame_no_newer_one_follows_is_said_to_be_stale(source: FixtureSource):
+    """The model stops answering (its process stopped, its lock held): the banner said `<1 s old` over the last
+    frame for as long as it lasted; now its age grows with the clock and, past `STALE_AFTER_S`, it says `no new
+    data` on the error colour."""
+    now = [FIXED_NOW]
+    app = make_app(source, refresh_s=0.05, clock=lambda: now[0])
+    seen = {}
+
+    async def scenario(pilot):
+        await next_frame(pilot)
+        seen["fresh"] = text(app, "#banner")
+        with source.lock:  # every frame's build waits on it from now on
+            now[0] += 10.0
+            await wait_until(pilot, lambda: "10 s old" in text(app, "#banner"), "the banner to age")
+            seen["stale"] = (text(app, "#banner"), app.query_one("#banner").has_class("stale"))
+
+    drive(app, scenario)
+
+    assert "<1 s old" in seen["fresh"] and "no new data" not in seen["fresh"]
+    assert "10 s old, no new data" in seen["stale"][0]
+    assert seen["stale"][1]
 
 
 def test_no_frame_is_built_while_the_last_one_is_painted(source: FixtureSource):
