@@ -21,6 +21,8 @@ from transport.wire import LOG_SIDECAR, SGLANG_PLUGIN
 STALE_S = 3.0
 """A rank silent this long (no batch; agents send a heartbeat every second) is stale."""
 GONE_S = 10.0
+RATE_WINDOW_S = 10.0
+"""Seconds a rank's and a link's rate cover (what moves now, not the last minute's average: a rank gone has none)."""
 RANK_TRANSFERS_KEPT = 4096
 LINK_TRANSFERS_KEPT = 4096
 

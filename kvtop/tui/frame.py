@@ -22,7 +22,7 @@ from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel
 from kvtop.model.fold import FailureGroup
 from kvtop.model.incidents import Incident
 from kvtop.model.live_fold import LiveFold
-from kvtop.model.shapes import Liveness, RankView, RoomView
+from kvtop.model.shapes import RATE_WINDOW_S, Liveness, RankView, RoomView
 from kvtop.model.timeline import BYTES, ECHOES, ORIGINS, Timeline
 from kvtop.tui.room_filter import FAILED, STUCK, RoomTexts
 from kvtop.views.event_lines import at_or_above, to_line
@@ -31,8 +31,6 @@ from transport.plane.events import Event
 
 WINDOW_S = 60.0
 """Seconds the rates, failure rate and top origins cover."""
-RATE_WINDOW_S = 10.0
-"""Seconds the per-rank and per-link rates cover (what moves now, not the last minute's average)."""
 SLOW_EVERY_S = 2.0
 """Open and stuck rooms are counted over every open room: every 2 s, not every frame (stuck means 10 s idle)."""
 GROUPS_SHOWN = 2000

@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Any
 
 from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel
-from kvtop.model.shapes import Liveness, RoomView
+from kvtop.model.shapes import RATE_WINDOW_S, Liveness, RoomView
 from kvtop.views.incidents import in_span, incident_json
 from kvtop.views.known import KNOWN_METRICS, NO_DATA
 from kvtop.views.times import seconds, spans_days, stamp
@@ -30,10 +30,10 @@ def _rejected(counters: dict[str, int]) -> dict[str, int]:
     return _nonzero({reason: counters.get(f"rejected_{reason}", 0) for reason in REJECTION_REASONS})
 
 
-def ranks_json(model: ClusterModel, now: float, window_s: float = 60.0) -> list[dict[str, Any]]:
+def ranks_json(model: ClusterModel, now: float) -> list[dict[str, Any]]:
     """Stable fields: role, instance, rank, label, source (`agent`, `sglang`: an SGLang rank through kvtop's plugin,
-    `log`), host, pid, state, gbps, inflight, origins, echoes, cpu, rss,
-    `rejected` (frames each socket of the rank refused: socket -> reason -> count, non-zero reasons only), and
+    `log`), host, pid, state, gbps (over the last `RATE_WINDOW_S`, as the dashboard's), inflight, origins, echoes,
+    cpu, rss, `rejected` (frames each socket of the rank refused: socket -> reason -> count, non-zero reasons only), and
     `unreachable` (why kvtop could not open a socket for the rank, null when it could), `named_by` (the ranks
     whose log lines name it as their peer, where no log of its own was read; else empty). A rank known from a log
     file has null pid, gbps, cpu and rss: a log tells none of them (never a made-up 0); one known only from its
@@ -51,7 +51,7 @@ def ranks_json(model: ClusterModel, now: float, window_s: float = 60.0) -> list[
             "state": str(view.liveness(now)),
             "last_seen_s": round(now - view.last_seen, 3) if view.last_seen else None,
             "clock_offset_s": round(view.clock.offset_s, 3),
-            "gbps": round(view.gbps(now, window_s), 4),
+            "gbps": round(view.gbps(now, RATE_WINDOW_S), 4),
             "inflight": view.inflight,
             "origins": view.origins,
             "echoes": view.echoes,

@@ -8,7 +8,7 @@ from kvtop.model.cluster import SETTLE_S, ClusterModel
 from kvtop.model.rolling import RingBuffer, percentiles
 from kvtop.model.shapes import GONE_S, STALE_S, Liveness
 from kvtop.model.transfer_ring import WAITING_KEPT, TransferRing
-from kvtop.views.tables import status_json, status_text
+from kvtop.views.tables import ranks_json, status_json, status_text
 from transport.kvpoll import LOST_AFTER_S, LOST_SWEEP_EVERY_S, KVPoll
 from transport.plane.events import (
     EVENT_SCHEMA,
@@ -158,6 +158,19 @@ def test_rates_come_from_decode_transfers_in_the_window():
 
     assert round(rates.gbps, 3) == round(5e9 / 5 / 1e9, 3)
     assert model.links[("prefill-0", "decode-0")].transfers == 10
+
+
+def test_a_rank_s_rate_is_what_it_moves_now_and_none_once_it_is_gone():
+    """`kvtop ranks` averaged a rank's bytes over a minute: a rank gone 20 s showed `11.5 MB/s` beside `gone`
+    (the dashboard, over 10 s, said 0 B/s)."""
+    model = ClusterModel()
+    done: list[Event] = [TransferDone(T0 + i, 100 + i, 1e9, 0.01, "prefill-0") for i in range(10)]
+    model.apply("decode-0/TP0", batch("decode-0/TP0", 1, done), T0 + 10)
+
+    moving, gone = (ranks_json(model, T0 + age)[0] for age in (10, 30))
+
+    assert (moving["state"], moving["gbps"]) == ("alive", 1.0)
+    assert (gone["state"], gone["gbps"]) == ("gone", 0.0)
 
 
 def test_status_says_when_its_rates_divide_by_less_than_its_window():
