@@ -140,11 +140,11 @@ def top(
     if replay:
         _top_on_recording(replay, at, themes, theme)
         return
-    if at:
-        raise typer.BadParameter("--at reads a recording: give --replay DIR")
     if sglang_log:
-        _top_on_logs(sglang_log, themes, theme, export)
+        _top_on_logs(sglang_log, _instant(at), themes, theme, export)
         return
+    if at:
+        raise typer.BadParameter("--at reads a recording or logs: give --replay DIR or --sglang-log FILE")
     spec = LiveModel(bootstrap, tuple(connect), wait, curve_keys, choice, export, source.kind)
     run_live_dashboard(spec, bootstrap or ", ".join(connect), themes, theme)
 
@@ -170,10 +170,23 @@ def _top_on_recording(replay: str, at: str, themes: ThemeSet, theme: str) -> Non
         run_dashboard(rewind, f"recording {replay}", themes, theme, rewind=rewind)
 
 
-def _top_on_logs(sglang_log: list[str], themes: ThemeSet, theme: str, export: str) -> None:
+def _instant(at: str) -> float | None:
+    """`--at` as epoch seconds (None when not given); a usage error for a time that is none."""
+    from kvtop.source.when import pick
+
+    try:
+        return pick(at, "", "").at
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+
+
+def _top_on_logs(sglang_log: list[str], at: float | None, themes: ThemeSet, theme: str, export: str) -> None:
+    """The dashboard on SGLang logs followed as they grow; with `at`, on what they said up to that instant."""
     from kvtop.sources.sglang.follow import LogFollower
 
-    follower = LogFollower(open_sglang_logs(sglang_log)).start()
+    logs = open_sglang_logs(sglang_log)
+    logs.until = at
+    follower = LogFollower(logs).start()
     try:
 
         def stopped() -> str:

@@ -231,3 +231,16 @@ def test_rewind_keys_on_the_dashboards_own_recording_and_its_replay(pane, tmp_pa
     wait_for(lambda: pane.shows(r"REPLAY .* — paused \(p plays"), 20, "10 s before its end")
     pane.keys("q")
     wait_for(lambda: pane.shows(f"{_EXIT_MARK}-REPLAY=0"), 30, "the replay exiting with status 0")
+
+
+def test_the_dashboard_on_sglang_logs_shows_them_as_they_were_at_the_instant_given(pane):
+    """`kvtop top --sglang-log ... --at`: its help says it works, and it exited 2 (`--at reads a recording`)."""
+    logs = Path(__file__).parent / "fixtures" / "sglang" / "lost-prefill"
+    pane.start(
+        f"{KVTOP} top --sglang-log decode={logs / 'decode.log'} --sglang-log prefill={logs / 'prefill.log'} "
+        f"--at '2026-03-05 09:00:20'; echo {_EXIT_MARK}=$?; sleep 60"
+    )
+
+    wait_for(lambda: pane.shows(r"logs as of 2026-03-05 09:00:20"), 30, "the logs as of the instant given")
+    pane.keys("q")
+    wait_for(lambda: pane.shows(f"{_EXIT_MARK}=0"), 30, "kvtop exiting with status 0")
