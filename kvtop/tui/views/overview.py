@@ -205,13 +205,15 @@ def _count(value: float) -> str:
 def _incident_lines(ongoing: list[IncidentRow], palette: Palette) -> list[Text]:
     """Two lines each: who broke, then what and since when."""
     shown = INCIDENT_LINES // 2
+    if len(ongoing) > shown:  # the last place says how many more: each incident listed is listed whole
+        shown -= 1
     lines: list[Text] = []
     for row in ongoing[:shown]:
         since = f"  since {clock(row.first_seen)[:-4]}"
         lines.append(Text.assemble((f"{row.rooms + row.roomless:>5}  {row.suspect}", palette.error), (since, "dim")))
         lines.append(Text(f"       {row.headline.removeprefix(row.suspect).strip()}", style="dim"))
     if len(ongoing) > shown:
-        lines[-1] = Text(f"       and {len(ongoing) - shown + 1} more (f: failures)", style="dim")
+        lines.append(Text(f"       and {len(ongoing) - shown} more (f: failures)", style="dim"))
     return lines
 
 

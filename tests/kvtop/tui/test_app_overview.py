@@ -16,8 +16,10 @@ from tui_support import (
 from kvtop.model.cluster import STUCK_AFTER_S
 from kvtop.model.timeline import ECHOES, ORIGINS
 from kvtop.tui.app import KvtopApp
-from kvtop.tui.frame import INCIDENT_LINES, WINDOW_S
-from kvtop.tui.views.overview import OverviewView
+from kvtop.tui.frame import INCIDENT_LINES, WINDOW_S, IncidentRow
+from kvtop.tui.rows import Palette
+from kvtop.tui.themes import load_themes
+from kvtop.tui.views.overview import OverviewView, _incident_lines
 from kvtop.views.times import stamp
 
 
@@ -106,3 +108,23 @@ def test_the_graphs_count_the_models_buckets_and_a_view_switch_keeps_the_layout(
     assert graph[rows - 1].split("│")[0].strip() == "origins" and graph[-1].split("│")[0].strip() == "echoes"
     assert seen["axis"].split() == ["-5m", "-4m", "-3m", "-2m", "-1m", "now"]
     assert seen["kept"]
+
+
+def test_more_incidents_than_the_panel_holds_are_listed_whole_and_counted_once():
+    """Five ongoing in four places: it listed four and `and 2 more` (the fourth's description cut, the fourth
+    counted twice)."""
+    rows = [
+        IncidentRow(i, f"prefill-{i}/TP0 stopped answering (peer_lost)", f"prefill-{i}/TP0", "unresponsive",
+                    "peer_lost", 1, 1, 0, FIXED_NOW, FIXED_NOW, True, False, (), ())
+        for i in range(INCIDENT_LINES // 2 + 1)
+    ]  # fmt: skip
+
+    palette = Palette.from_theme(load_themes().themes["kvtop-dark"])
+
+    shown = [line.plain.strip() for line in _incident_lines(rows, palette)]
+
+    suspects = [line for line in shown if "/TP0" in line]
+    descriptions = [line for line in shown if line == "stopped answering (peer_lost)"]
+    assert len(suspects) == len(descriptions) == len(rows) - 2
+    assert shown[-1] == "and 2 more (f: failures)"
+    assert len(shown) <= INCIDENT_LINES
