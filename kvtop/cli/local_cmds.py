@@ -239,8 +239,15 @@ def _dashboard_on(
         with EmbeddedCluster(spec, WorkloadSpec(rate=rate), collect=False) as embedded:
             model = LiveModel(embedded.cluster.endpoint, curve_keys=spec.curve_keys, record=choice, export=export,
                               kind="embedded")  # fmt: skip
-            run_live_dashboard(model, embedded.describe, themes, theme, quit_after=duration)
-            return [_exit_said(agent, kept) for agent in embedded.cluster.exits()]
+            said: list[str] = []
+
+            def exited() -> list[str]:  # shown on the dashboard as they happen, and again after it
+                news = [_exit_said(agent, kept) for agent in embedded.cluster.exits()]
+                said.extend(news)
+                return news
+
+            run_live_dashboard(model, embedded.describe, themes, theme, quit_after=duration, alerts=exited)
+            return said + exited()
     except TransportError as error:
         raise fail(str(error)) from None
 

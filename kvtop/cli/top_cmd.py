@@ -61,15 +61,17 @@ def run_dashboard(
     clock: Callable[[], float] = time.time,
     rewind: Rewind | None = None,
     warnings: tuple[str, ...] = (),
+    alerts: Callable[[], list[str]] | None = None,
 ) -> None:
-    """Open the dashboard on `source` until the user quits (q, Ctrl-C) or the terminal goes away.
+    """Open the dashboard on `source` until the user quits (q, Ctrl-C) or the terminal goes away (`alerts`:
+    `KvtopApp`'s).
 
     A dashboard that failed (a frame that could not be built, or an exception in the app, whose traceback
     Textual prints first) exits 1 with one line naming the error."""
     from kvtop.tui.app import KvtopApp
 
     app = KvtopApp(source, title=title, themes=themes, theme=theme, quit_after=quit_after, clock=clock,
-                   rewind=rewind, warnings=warnings)  # fmt: skip
+                   rewind=rewind, warnings=warnings, alerts=alerts)  # fmt: skip
     app.run()
     if app.return_code:
         error = app.failure or app._exception  # Textual keeps what ended the app (no public accessor)
@@ -77,7 +79,12 @@ def run_dashboard(
 
 
 def run_live_dashboard(
-    spec: LiveModel, title: str, themes: ThemeSet, theme: str, quit_after: float | None = None
+    spec: LiveModel,
+    title: str,
+    themes: ThemeSet,
+    theme: str,
+    quit_after: float | None = None,
+    alerts: Callable[[], list[str]] | None = None,
 ) -> None:
     """The dashboard on a live source opened in the model process (collector, recorder, exporter), rewinding
     into the ring it records; exit with the source's own line and code when it cannot be opened."""
@@ -93,7 +100,9 @@ def run_live_dashboard(
     try:
         folder = model.record_folder
         rewind = Rewind(folder, live=True, error=lambda: model.recorder_error) if folder else None
-        run_dashboard(model, title, themes, theme, quit_after=quit_after, rewind=rewind, warnings=model.warnings)
+        run_dashboard(
+            model, title, themes, theme, quit_after=quit_after, rewind=rewind, warnings=model.warnings, alerts=alerts
+        )
     finally:
         model.close()
 

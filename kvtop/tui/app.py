@@ -44,6 +44,8 @@ from kvtop.views.incidents import plural
 from kvtop.views.times import stamp
 
 REFRESH_S = 0.5
+ALERT_S = 3600.0
+"""An alert (a rank of the embedded cluster exited) stays on screen this long, or until clicked away."""
 STALE_AFTER_S = 3.0
 """A live frame this old by the clock, not paused: no newer one came (the model process stopped or hangs), and
 the banner says so."""
@@ -172,16 +174,19 @@ class KvtopApp(App[None]):
         quit_after: float | None = None,
         rewind: Rewind | None = None,
         warnings: tuple[str, ...] = (),
+        alerts: Callable[[], list[str]] | None = None,
     ) -> None:
         """`source`: a model in this process (read under its lock), or the model process (`ModelProcess`);
         `rewind`: the recording to rewind into (a live session's ring, or a recording alone); `warnings`:
-        shown once the dashboard is up (why it does not record, say)."""
+        shown once the dashboard is up (why it does not record, say); `alerts`: asked at every refresh for what
+        happened since (an embedded cluster's rank that exited), each shown as an error until dismissed."""
         super().__init__()
         self.animation_level = "none"  # a monitor switches views at once; sliding tab underlines cost 300 ms
         self.frames: FrameSource = (
             source if isinstance(source, LocalFrames | ModelProcess) else LocalFrames(source, clock)
         )
         self._warnings = warnings
+        self._alerts = alerts
         self.rewind = rewind
         self.sub_title = title
         self.options = Options()
@@ -266,6 +271,8 @@ class KvtopApp(App[None]):
     def _tick(self) -> None:
         if not self._painting:  # between frames (the next one is asked for now, and built elsewhere)
             self._tuning.collect()
+        for alert in self._alerts() if self._alerts is not None else ():
+            self.notify(alert, severity="error", timeout=ALERT_S)
         self.request_frame()
         if self.frame is not None and self.query("#banner"):
             self._draw_banner()  # a frame's age and a replay's "20m ago" move on while no frame comes

@@ -26,6 +26,7 @@ from tui_support import (
 from kvtop.model.cluster import ClusterModel
 from kvtop.tui.app import KvtopApp
 from kvtop.tui.process import SWITCH_INTERVAL_S
+from kvtop.tui.themes import load_themes
 
 
 class _Probe:
@@ -105,7 +106,8 @@ def test_a_key_pressed_while_a_frame_is_built_still_reaches_the_screen(source: F
     hold = []
 
     def clock() -> float:
-        if hold:  # the worker has read the options; it now stalls as it would on a big model
+        if hold and threading.current_thread() is not threading.main_thread():  # the worker (the app asks the
+            # clock too, for the banner): it has read the options, and now stalls as it would on a big model
             building.set()
             release.wait(FRAME_TIMEOUT_S)
         return FIXED_NOW
@@ -155,6 +157,23 @@ def test_a_live_frame_no_newer_one_follows_is_said_to_be_stale(source: FixtureSo
     assert seen["stale"][1]
 
 
+def test_an_alert_is_shown_when_it_happens(source: FixtureSource):
+    """An embedded cluster's rank killed under the dashboard was said only once the user quit; the dashboard
+    showed it `gone`, as a network loss."""
+    pending = ["rank decode-0/TP0 (pid 4242) killed by SIGKILL; its stderr was empty"]
+    app = KvtopApp(source, title="t", themes=load_themes(), clock=lambda: FIXED_NOW, refresh_s=0.05,
+                   alerts=lambda: [pending.pop()] if pending else [])  # fmt: skip
+    seen = {}
+
+    async def scenario(pilot):
+        await wait_until(pilot, lambda: app._notifications, "the alert shown")
+        seen["shown"] = [(n.message, n.severity) for n in app._notifications]
+
+    drive(app, scenario)
+
+    assert seen["shown"] == [("rank decode-0/TP0 (pid 4242) killed by SIGKILL; its stderr was empty", "error")]
+
+
 def test_no_frame_is_built_while_the_last_one_is_painted(source: FixtureSource):
     """A frame asked for while the last one is painted is built after the paint: the two never share the GIL."""
     builds: list[float] = []
@@ -185,7 +204,6 @@ def test_a_dashboard_whose_frames_fail_exits_1_with_one_line(monkeypatch, capsys
     import typer
 
     from kvtop.cli.top_cmd import run_dashboard
-    from kvtop.tui.themes import load_themes
 
     monkeypatch.setattr(KvtopApp, "run", functools.partialmethod(KvtopApp.run, headless=True))
     source = FixtureSource(ClusterModel(), lock=_BrokenLock())  # type: ignore[arg-type]
