@@ -185,3 +185,33 @@ def test_a_rank_that_died_before_it_was_ever_heard_still_fails_the_rooms_of_its_
         failure.origin,
     )
     wait_for(lambda: all(r.agreed() is KVPoll.Failed for r in receivers), what="decode-0 agrees too")
+
+
+def test_a_decode_instance_that_fails_a_room_its_rank_finished_tells_prefill_before_a_prefill_rank_times_out(
+    make_manager, wait_for
+):
+    """decode-0/TP1 goes before it ever takes the room; decode-0/TP0 and prefill-0/TP0 moved their part. decode-0
+    fails the room (TP0 the origin: its peer rank is gone), and prefill-0/TP1, whose request never comes, fails as
+    its echo at once. It waited out its own bootstrap timeout and became a second origin of the room (a frozen
+    decode rank under the dashboard: 187 origins for 91 rooms)."""
+    config = TransferConfig(
+        chunk_bytes=2 * PAGE_BYTES, window_bytes=8 * PAGE_BYTES, heartbeat_s=0.1, peer_timeout_s=0.5,
+        timeouts=Timeouts(bootstrap_s=60.0, waiting_s=60.0),
+    )  # fmt: skip
+    prefills = instance(make_manager, Role.PREFILL, "prefill-0", config)
+    decodes = instance(make_manager, Role.DECODE, "decode-0", config)
+    room = 0x56
+    senders = [prefill.sender(room) for prefill in prefills]
+    for sender in senders:
+        sender.send(PAGES)
+    receiver = decodes[0].receiver(room, "prefill-0")
+    receiver.init(PAGES)
+    wait_for(lambda: senders[0].poll() is KVPoll.Success and receiver.poll() is KVPoll.Success, what="TP0s done")
+
+    decodes[1].close()
+
+    wait_for(lambda: all(s.agreed() is KVPoll.Failed for s in senders), timeout=10, what="prefill-0 fails the room")
+    origin = decodes[0].info.label
+    assert [origin, origin] == [s.agreed_failure.origin for s in senders if s.agreed_failure is not None]
+    assert senders[1].poll() is KVPoll.Failed and senders[1].failure is not None
+    assert (senders[1].failure.is_from_another_rank, senders[1].reason_class) == (True, "propagated")

@@ -170,12 +170,13 @@ class InstanceConsensus:
 
 
 def entry_of(record: RoomRecord) -> VoteEntry:
-    """A room as this rank votes it (a failure with its origin, reason and class)."""
-    failure = record.failure
-    if record.state is KVPoll.Failed and failure is not None:
-        return VoteEntry(
-            record.room, int(record.state), failure.origin or "", failure.failure_reason, record.reason_class
-        )
+    """A room as this rank votes it (a failure with its origin, reason and class): a room it finished but the
+    instance failed since (an ABORT its decode peer sent) votes that failure."""
+    failure, reason_class = record.failure, record.reason_class
+    if record.state is not KVPoll.Failed and record.agreed is KVPoll.Failed:
+        failure, reason_class = record.agreed_failure, record.agreed_reason_class
+    if failure is not None and (record.state is KVPoll.Failed or record.agreed is KVPoll.Failed):
+        return VoteEntry(record.room, int(KVPoll.Failed), failure.origin or "", failure.failure_reason, reason_class)
     return VoteEntry(record.room, int(record.state))
 
 

@@ -479,8 +479,18 @@ class DecodeSide:
         if not record.fail(reason, now, origin, is_from_another_rank=from_another_rank):
             return
         self._ctx.counters.add("rooms_failed")
-        if not tell_prefill:
-            return
+        if tell_prefill:
+            self._tell_prefill(record, reason, origin)
+
+    def fail_agreed(self, record: ReceiverRoom, reason: reasons.Reason, origin: str) -> None:
+        """The instance failed a room this rank had finished: Failed here too, and its prefill ranks are told (those
+        of the instance's other ranks may still wait for a request that never comes, and would time out as origins
+        of their own)."""
+        self._ctx.fail_agreement(record, reason, origin)
+        self._tell_prefill(record, reason, origin)
+
+    def _tell_prefill(self, record: ReceiverRoom, reason: reasons.Reason, origin: str) -> None:
+        """ABORT, carrying the origin, to each prefill rank of the room."""
         text, reason_class = reason.text, reason.reason_class
         for pairing in record.pairings:
             link = self._link_for(pairing.prefill_rank, record)

@@ -435,7 +435,7 @@ class KVManager:
         if not record.state.is_terminal:
             self._side.fail_by_instance(record, reason, origin, now)  # type: ignore[arg-type]
         elif record.agreed_failure is None:
-            self._ctx.fail_agreement(record, reason, origin)
+            self._side.fail_agreed(record, reason, origin)  # type: ignore[arg-type]
 
     def _heartbeat(self, inflight: int) -> None:
         publisher = self.publisher

@@ -302,7 +302,13 @@ class PrefillSide:
         record = self.rooms.get(abort.room)
         if record is None:
             record = self.rooms[abort.room] = SenderRoom(abort.room, now)
-        self._fail(record, reasons.aborted_by_peer(peer.info.label), now, origin=abort.origin, told_by=peer.identity)
+        reason = reasons.aborted_by_peer(peer.info.label)
+        if record.state is KVPoll.Success and self._ctx.info.tp > 1 and not record.agreed.is_terminal:
+            # sent in full here, not yet by every rank of the instance: the instance fails it, an echo of the
+            # abort's origin (SGLang's Failed overrides Success), before the other ranks time out on their own
+            self.fail_agreed(record, reason, abort.origin)
+            return
+        self._fail(record, reason, now, origin=abort.origin, told_by=peer.identity)
 
     # --- sending --------------------------------------------------------------------
 
@@ -477,6 +483,11 @@ class PrefillSide:
     def fail_by_instance(self, record: SenderRoom, reason: reasons.Reason, origin: str, now: float) -> None:
         """The instance agreed the room failed elsewhere (consensus); fail it here as an echo."""
         self._fail(record, reason, now, origin=origin, from_another_rank=origin != self._ctx.info.label)
+
+    def fail_agreed(self, record: SenderRoom, reason: reasons.Reason, origin: str) -> None:
+        """The instance failed a room this rank had finished: Failed here too (its decode peers learn it from the
+        rank that failed it)."""
+        self._ctx.fail_agreement(record, reason, origin)
 
     def _fail(
         self,
