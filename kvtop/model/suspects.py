@@ -201,7 +201,8 @@ def attribute(group: FailureGroup, around: Surroundings) -> Attribution:
         if kind is Kind.REFUSING and origin.suspect != origin.rank:  # its pool filled with rooms waiting on a peer
             kind, evidence = Kind.UNRESPONSIVE, "the rooms it refused waited on it"
         elif kind is Kind.REFUSING and _POOL_FULL in origin.reason:
-            return Attribution(suspect, kind, "its KV pool is full", symptom_of=origin.instance)
+            evidence = f"the KV pool of {origin.instance} is full"  # whose: it may join another rank's incident
+            return Attribution(suspect, kind, evidence, symptom_of=origin.instance)
     else:
         suspect, evidence = _by_rules(origin, group.room, around)
     if kind is Kind.UNRESPONSIVE and suspect.kind in ("rank", "instance"):

@@ -176,11 +176,9 @@ def test_a_silent_ranks_instance_timeouts_and_full_pools_join_that_ranks_inciden
         deliver(model, "prefill-0/TP0", [timeout], T0 + 10)
 
     assert incidents(model, T0 + 11) == [("decode-0/TP0", "unresponsive", 4)]
-    assert set(next(iter(model.incidents.incidents.values())).classes) == {
-        "refused",
-        "peer_lost",
-        "timeout_bootstrap",
-    }
+    incident = next(iter(model.incidents.incidents.values()))
+    assert set(incident.classes) == {"refused", "peer_lost", "timeout_bootstrap"}
+    assert "the KV pool of prefill-0 is full" in incident.evidence  # it said `its KV pool is full`: whose?
 
 
 def test_incidents_and_silences_survive_a_keyframe():
