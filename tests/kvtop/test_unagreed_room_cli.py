@@ -14,7 +14,7 @@ from transport.sglang.reasons import reason_class
 
 def test_a_room_its_instances_never_agreed_on_counts_as_failed_in_status_and_check(make_cluster, control):
     """Submitted to TP0 of each TP=2 instance only, the room succeeds there but never agrees: `status --json`
-    counts it failed with two timeout_consensus origins, and `check` says CRITICAL (exit 2)."""
+    counts it failed with timeout_consensus origins, and `check` says CRITICAL (exit 2)."""
     spec = ClusterSpec(
         prefill_tp=2,
         decode_tp=2,
@@ -35,10 +35,9 @@ def test_a_room_its_instances_never_agreed_on_counts_as_failed_in_status_and_che
     assert status.returncode == 0, status.stderr
     report = json.loads(status.stdout)
     assert (report["rooms_finished"], report["failure_rate"]) == (1, 1.0)
-    assert sorted(report["top_origins"]) == [
-        ["decode-0/TP0 timeout_consensus", 1],
-        ["prefill-0/TP0 timeout_consensus", 1],
-    ]
+    origins = {origin for origin, _ in report["top_origins"]}  # each instance's TP0 times out; whichever does first
+    assert origins <= {"decode-0/TP0 timeout_consensus", "prefill-0/TP0 timeout_consensus"} and origins  # may
+    # tell the other instance (decode ABORTs, prefill echoes): one origin or two
     assert check.returncode == 2, check.stdout
     assert check.stdout.startswith("KVTOP CRITICAL")
 
