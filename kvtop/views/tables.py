@@ -298,7 +298,11 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
     from_logs_only = all(view.inferred for view in model.ranks.values())  # files, sidecars (or no rank: no rate)
     no_transfers = bool(liveness) and liveness.count("log") == len(liveness)  # log files alone: no transfer timed
     gap = model.incidents.quiet_gap_s
-    incidents = [incident for incident in in_span(model, now - window_s, now) if not incident.client]
+    incidents = [  # those of the window, and those still under way from before it (quiet less than the gap)
+        incident
+        for incident in in_span(model, None, now)
+        if not incident.client and (incident.last_seen >= now - window_s or incident.ongoing(now, gap))
+    ]
     return {
         "incidents": [incident_json(incident, now, gap) for incident in incidents],
         "incidents_ongoing": sum(incident.ongoing(now, gap) for incident in incidents),

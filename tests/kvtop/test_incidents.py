@@ -13,6 +13,7 @@ from kvtop.model.fold import Observed, fold_room
 from kvtop.model.incidents import IncidentTracker, room_groups
 from kvtop.model.shapes import STALE_S
 from kvtop.record.keyframes import capture, restore
+from kvtop.views.tables import status_json
 from transport.kvpoll import KVPoll
 from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure, Heartbeat, RoomState
 
@@ -246,3 +247,15 @@ def test_the_trackers_shortcut_for_an_origin_and_its_named_echoes_is_the_fold(me
     failures += failures[:1] if members[0][3] else []  # sometimes the same failure twice
 
     assert room_groups(7, failures) == fold_room(failures)
+
+
+def test_status_names_an_incident_still_under_way_whose_last_room_failed_before_its_window():
+    """A group 90 s ago, none since: the incident is ongoing for 120 s of quiet, as the dashboard and `incidents`
+    say, and status said `incidents none in 60s`."""
+    model = ClusterModel()
+    deliver(model, "decode-0/TP1", [checksum(T0, 1)], T0)
+    model.update_incidents()
+
+    status = status_json(model, T0 + 90, 60.0)
+
+    assert (len(status["incidents"]), status["incidents_ongoing"]) == (1, 1)
