@@ -44,12 +44,12 @@ from kvtop.views.incidents import plural
 from kvtop.views.times import stamp
 
 REFRESH_S = 0.5
+"""How often the views redraw from the model (events arrive far faster: they are coalesced)."""
 ALERT_S = 3600.0
 """An alert (a rank of the embedded cluster exited) stays on screen this long, or until clicked away."""
 STALE_AFTER_S = 3.0
 """A live frame this old by the clock, not paused: no newer one came (the model process stopped or hangs), and
 the banner says so."""
-"""How often the views redraw from the model (events arrive far faster: they are coalesced)."""
 VIEWS = ("overview", "rooms", "failures", "events")
 _VIEW_HELP = {
     "overview": "Failures and throughput over time, ranks, links, incidents",

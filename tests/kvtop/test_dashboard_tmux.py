@@ -159,7 +159,8 @@ def test_at_80x24_100x30_and_160x45_keys_health_and_numbers_stay_whole(pane):
             lines = pane.screen().splitlines()
             header = next((line for line in lines if line.startswith("RANK ")), "")
             drawn = len(lines) == rows and lines[-1].strip() and lines[0].rstrip().endswith("? help")
-            return lines if drawn and header and len(header) <= columns else None
+            health = len(lines) > 1 and lines[1].rstrip().endswith("gaps")  # redrawn at this width too (the
+            return lines if drawn and health and header and len(header) <= columns else None  # banner, every tick)
 
         lines = wait_for(laid_out, 15, f"the dashboard laid out at {columns}x{rows}")
         assert "? help" in lines[0] and "as of " in lines[0], lines[0]

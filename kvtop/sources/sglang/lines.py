@@ -17,8 +17,8 @@ Kinds (DOMAIN.md, "SGLang's log lines"):
 - `ServerArgsLine`: the arguments a server prints as it starts (a prefill's bootstrap port);
 - `ContextLine`: everything else that explains failures: `Session X failed.`,
   `Lost connection with prefill instance (...), N requests affected`, NIXL
-  transport errors, transfer worker errors and their tracebacks, one-time hints, bootstrap trouble, aborts carrying a
-  KVTransferError, and transport libraries' own lines (glog, UCX); and a
+  transport errors, transfer worker errors and their tracebacks, one-time
+  hints, bootstrap trouble, aborts carrying a KVTransferError, and transport libraries' own lines (glog, UCX); and a
   rank's crash, in a few words: its scheduler's (`Scheduler hit an exception:
   Traceback ...`: the rank's process ends, SGLang takes its server down, `crash_text`),
   a fatal signal (`Caught signal 11 (Segmentation fault ...`, `Fatal Python error:
