@@ -66,6 +66,8 @@ PollValue = Annotated[int, msgspec.Meta(ge=0, le=4)]
 """A `KVPoll` value as a plain int (the hot paths compare ints)."""
 RoomId = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
 """A bootstrap room: a random 63-bit id."""
+ByteCount = Annotated[int, msgspec.Meta(ge=0, le=1 << 53)]
+"""Bytes a peer says moved (an ack): no room moves more, and sums of them stay encodable."""
 RankIndex = Annotated[int, msgspec.Meta(ge=0, lt=1 << 16)]
 Incarnation = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
 RankLabel = Annotated[str, msgspec.Meta(max_length=256)]
@@ -232,7 +234,7 @@ class Chunk(msgspec.Struct, tag="chunk", array_like=True):
 class Ack(msgspec.Struct, tag="ack", array_like=True):
     """Bytes landed since the last ack, per room: `[(room, nbytes), ...]`."""
 
-    landed: list[tuple[int, int]]
+    landed: list[tuple[RoomId, ByteCount]]
 
 
 class Status(msgspec.Struct, tag="status", array_like=True):

@@ -76,6 +76,8 @@ SETTLE_S = 1.0
 """A room whose ranks all finished is retired after this long without news (late ranks still count)."""
 FINISHED_ROOMS_KEPT = 10_000
 FAILURES_KEPT = 50_000
+LINK_BYTES_MAX = (1 << 63) - 1
+"""A link's byte total stops here (every event's count is bounded; a total of years of them stays encodable)."""
 TRANSFERS_KEPT = 65_536
 JOURNAL_EVENTS_KEPT = 200_000
 """Recent events the dashboard keeps (whole deliveries) for its event tail and room timelines."""
@@ -605,7 +607,7 @@ class ClusterModel:
         nbytes = link.nbytes
         for event in done:
             nbytes += event.nbytes
-        link.nbytes = nbytes
+        link.nbytes = min(nbytes, LINK_BYTES_MAX)
         link.recent.add(done)
         link.durations.observe([event.seconds for event in done])
 

@@ -240,6 +240,21 @@ def test_a_rank_tag_no_server_has_is_a_garbled_line(line):
         classify(parse_prefix(line), 2026)
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[2026-01-02 03:04:05 TP0] Decode transfer failed for request rank=0 decode_req.req.rid='r' "
+        f"decode_req.req.bootstrap_room={2**70} with exception KVTransferError(bootstrap_room={2**70}): boom",
+        f"[2026-01-02 03:04:05 TP1] Unexpected transfer worker error for room {2**64}",
+    ],
+    ids=["failure", "context"],
+)
+def test_a_room_past_63_bits_is_a_garbled_line(line):
+    """SGLang draws rooms from 63 bits; a room of 2**70 in one line ended a sidecar's event publisher."""
+    with pytest.raises(Garbled):
+        classify(parse_prefix(line), 2026)
+
+
 def test_lines_kvtop_does_not_use_are_nothing():
     """Access logs and other chatter give no record."""
     line = '[2026-01-02 03:04:05] INFO:     10.0.0.2:51234 - "POST /generate HTTP/1.1" 200 OK'

@@ -20,6 +20,7 @@ from transport import BootstrapClient, KVPoll, Role, TransferConfig
 from transport.sockets import bind_ephemeral
 from transport.wire import (
     MAX_CONTROL_FRAME,
+    Ack,
     AgentInfo,
     Chunk,
     FrameDecoder,
@@ -135,6 +136,26 @@ def test_prefill_data_socket_rejects_bad_frames_counts_them_and_keeps_serving(ma
     assert sock.poll(50) == 0, "the prefill answered a rejected frame"
     decode = make_manager(Role.DECODE, "decode-0", config=config)
     check_transfer(prefill, decode, wait_for, room=72)
+
+
+def test_an_ack_of_more_bytes_than_any_room_moves_is_malformed_and_the_rank_serves_on(
+    make_manager, zmq_context, wait_for
+):
+    """A decode peer acked 2**64-1 bytes of a room: the prefill rank's progress event could not be encoded and its
+    event publisher died (the rank exited). Acks are bounded where they enter, and a rank credits no more than it
+    sent."""
+    config = TransferConfig(chunk_bytes=4 * PAGE_BYTES, window_bytes=8 * PAGE_BYTES)
+    prefill = make_manager(Role.PREFILL, "prefill-0", config=config)
+    sock = dealer(zmq_context, prefill.info.data_endpoint)
+    sock.send(encode(Hello(fake_agent("decode", "decode-9"), 1 << 20)))
+    assert sock.poll(5000), "the prefill welcomes the peer"
+    sock.recv()
+
+    sock.send(encode(Ack([(5, 2**64 - 1), (5, 2**64 - 1)])))
+
+    wait_for(lambda: prefill.counters()["rejected_malformed"] == 1, what="the ack counted malformed")
+    assert prefill.dead_thread() is None
+    check_transfer(prefill, make_manager(Role.DECODE, "decode-0", config=config), wait_for, room=73)
 
 
 @pytest.mark.parametrize(

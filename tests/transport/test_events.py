@@ -17,7 +17,7 @@ import zmq
 from transport import KVPoll, Role
 from transport.kv import engine as engine_module
 from transport.plane import subscriber as subscriber_module
-from transport.plane.events import AbortEvent, Failure, Heartbeat, Progress, RoomState, Snapshot
+from transport.plane.events import AbortEvent, Event, Failure, Heartbeat, Progress, RoomState, Snapshot, TransferDone
 from transport.plane.publisher import EventPublisher, PublisherGroup
 from transport.plane.subscriber import AGENT_RCVHWM
 from transport.wire import AgentInfo
@@ -353,3 +353,24 @@ def test_a_heartbeat_whose_log_report_is_unbounded_is_rejected_at_the_border():
     for bad in (too_long, too_many):
         with pytest.raises(FrameRejected):
             decoder.decode(batch(bad))
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        TransferDone(1.0, 7, 2**64 - 1, 0.1),  # two on one link made its total unencodable: a recorder stopped
+        TransferDone(1.0, 2**63, 10, 0.1),
+        Failure(1.0, 2**63, "decode-0/TP0", "x", "other", "error", False, "decode-0/TP0"),
+    ],
+    ids=["bytes", "room", "failure-room"],
+)
+def test_counts_and_rooms_past_their_bounds_make_a_batch_malformed(hostile: Event):
+    """Bytes past any room's (2**53) and rooms past 63 bits are rejected where they enter."""
+    from transport.errors import FrameRejected
+    from transport.plane.events import EVENT_SCHEMA, EventBatch
+    from transport.wire import FrameDecoder, encode
+
+    frame = encode(EventBatch(EVENT_SCHEMA, "decode", "decode-0", 0, 1, 1, 1.0, [hostile]))
+
+    with pytest.raises(FrameRejected):
+        FrameDecoder(EventBatch).decode(frame)

@@ -281,6 +281,7 @@ class PrefillSide:
             record = self.rooms.get(room)
             plan = record.plans.get(peer.identity) if record else None
             if record is not None and plan is not None and not record.state.is_terminal:
+                nbytes = min(nbytes, plan.total_bytes - plan.acked_bytes)  # a peer acks no more than was sent
                 plan.acked_bytes += nbytes
                 record.bytes_done += nbytes
                 record.progress_at = now

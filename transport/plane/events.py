@@ -24,7 +24,7 @@ from typing import Annotated
 
 import msgspec
 
-from transport.wire import AgentInfo, RankLabel, ReasonText, ShortText
+from transport.wire import AgentInfo, RankLabel, ReasonText, RoomId, ShortText
 
 EVENT_SCHEMA = 1
 """Bumped when a record changes incompatibly; new fields get defaults instead."""
@@ -42,7 +42,11 @@ Percent = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_PERCENT)]
 """A percentage, up to `MAX_PERCENT` (a process's CPU may exceed 100 on several cores)."""
 State = Annotated[int, msgspec.Meta(ge=0, le=4)]
 """A `KVPoll` value, as a plain int (the model's hot loop wants ints, not enum members)."""
-Count = Annotated[int, msgspec.Meta(ge=0)]
+MAX_COUNT = 1 << 53
+"""The largest count or byte count an event may carry: exact as a float, and sums of millions of them stay within
+what msgpack encodes (a transfer of 2**64-1 bytes made a link's total unencodable, and a recorder's keyframe
+failed)."""
+Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
 COUNTERS_MAX = 1024
 """Counters one heartbeat may carry (an agent has about a hundred; more is a malformed frame)."""
 CounterTable = Annotated[dict[ShortText, int], msgspec.Meta(max_length=COUNTERS_MAX)]
@@ -123,7 +127,7 @@ class LogContext(msgspec.Struct, tag="context", array_like=True, frozen=True):
 
     ts: Timestamp
     kind: Annotated[str, msgspec.Meta(max_length=32)]
-    room: int | None
+    room: RoomId | None
     text: Annotated[str, msgspec.Meta(max_length=CONTEXT_TEXT_MAX)]
     """The line (a traceback: its lines), at most `CONTEXT_TEXT_MAX` characters (a sidecar cuts it)."""
     tp: int | None = None
@@ -155,7 +159,7 @@ class RoomState(msgspec.Struct, tag="room", array_like=True, frozen=True):
     """
 
     ts: Timestamp
-    room: int
+    room: RoomId
     state: State
     previous: State
     peer: RankLabel = ""
@@ -166,7 +170,7 @@ class Progress(msgspec.Struct, tag="progress", array_like=True, frozen=True):
     """Bytes moved so far in a room (at most a few per second per room)."""
 
     ts: Timestamp
-    room: int
+    room: RoomId
     bytes_done: Count
     bytes_total: Count
 
@@ -175,7 +179,7 @@ class TransferDone(msgspec.Struct, tag="done", array_like=True, frozen=True):
     """A room succeeded on this rank: bytes moved and seconds since it started."""
 
     ts: Timestamp
-    room: int
+    room: RoomId
     nbytes: Count
     seconds: Seconds
     peer: RankLabel = ""
@@ -186,7 +190,7 @@ class Failure(msgspec.Struct, tag="failure", array_like=True, frozen=True):
     what it knows most likely broke (a rank label, an instance, `client`; "" when it cannot tell)."""
 
     ts: Timestamp
-    room: int
+    room: RoomId
     rank: RankLabel
     reason: ReasonText
     """At most `TEXT_MAX` characters: whoever makes a failure of longer text cuts it (`wire.cut_text`)."""
@@ -201,7 +205,7 @@ class AbortEvent(msgspec.Struct, tag="abort", array_like=True, frozen=True):
     """An ABORT this rank sent (decode) or received (prefill) for a room."""
 
     ts: Timestamp
-    room: int
+    room: RoomId
     direction: ShortText
     peer: RankLabel
     origin: RankLabel

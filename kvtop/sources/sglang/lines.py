@@ -119,6 +119,8 @@ _GLOG = re.compile(r"([EWIF])(\d\d)(\d\d) (\d\d:\d\d:\d\d)(\.\d+)? +\d+ +(\S+\.c
 _UCX = re.compile(r"\[(\d{9,}\.\d+)\] +\[[^\]]*\] +\S+ +UCX +(ERROR|WARN\w*|DIAG) +(.*)")
 _TRANSPORT_KEYWORDS = ("Session::", "writeBody", "peer_nic", "Process failed", "transfer", "Transfer")
 
+ROOM_MAX = (1 << 63) - 1
+"""The largest bootstrap room (SGLang draws them from 63 bits; the event plane carries no larger)."""
 QUEUES = ("bootstrap", "inflight", "prealloc", "transfer", "retracted", "unbootstrapped", "transferring")
 """Queue depth fields of the batch lines, as counters `queue_<name>` (all eras)."""
 
@@ -234,11 +236,11 @@ def classify(prefix: Prefix, year: int) -> Record | None:
     for pattern in _METADATA_FAILURES:
         match = pattern.search(message)
         if match:
-            return FailureLine(ts, prefix.tp or 0, METADATA_CHECK, match[1], int(match[2]), cut_text(message), False)
+            return FailureLine(ts, prefix.tp or 0, METADATA_CHECK, match[1], _room(match[2]), cut_text(message), False)
     for pattern in _ROOM_CONTEXT:
         match = pattern.search(message)
         if match:
-            return ContextLine(ts, prefix.tp, "room", int(match[1]), message)
+            return ContextLine(ts, prefix.tp, "room", _room(match[1]), message)
     if any(hint in message for hint in _HINTS):
         return ContextLine(ts, prefix.tp, "hint", None, message)
     if any(error in message for error in _BOOTSTRAP_ERRORS):
@@ -307,13 +309,21 @@ def _failure(prefix: Prefix) -> FailureLine:
     room_text = kv_error[1] if kv_error else room_field[1] if room_field else "None"
     if room_field and room_field[1] != "None":
         room_text = room_field[1]
-    room = int(room_text) if room_text != "None" else None
+    room = _room(room_text) if room_text != "None" else None
     tp = prefix.tp if prefix.tp is not None else int(rank[1]) if rank else 0
     if tp > RANK_TAG_MAX:
         raise Garbled(f"rank={tp} is past {RANK_TAG_MAX}")
     reason = kv_error[2] if kv_error else exception
     reason = cut_text(reason.strip())
     return FailureLine(prefix.ts, tp, match[1], rid[1] if rid else "", room, reason, kv_error is not None)
+
+
+def _room(digits: str) -> int:
+    """A bootstrap room (a 63-bit id); Garbled past it (a room of 2**70 ended a sidecar's event publisher)."""
+    room = int(digits)
+    if room > ROOM_MAX:
+        raise Garbled(f"room {digits[:24]}... is past a 63-bit id")
+    return room
 
 
 def _transport_library(message: str, year: int) -> ContextLine | None:
