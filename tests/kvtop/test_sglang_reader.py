@@ -65,6 +65,29 @@ def test_a_partial_line_waits_for_its_newline_while_following(tmp_path: Path):
     reader.close()
 
 
+@pytest.mark.parametrize("replacement", ["fifo", "folder"])
+def test_a_followed_log_replaced_by_no_regular_file_is_waited_for_as_one_not_there(tmp_path: Path, replacement):
+    """A fifo in its place blocked the open for ever (a sidecar that never stopped); a folder ended the view that
+    followed it (IsADirectoryError). Both are waited for, and a log back in its place is read."""
+    import os
+
+    log = tmp_path / "decode.log"
+    failure = "[2026-01-02 00:00:01 TP0] Session 10.0.0.1:1234 failed."
+    log.write_text(failure + "\n")
+    reader = LogReader(log)
+    assert reader.read() == [failure]
+    log.rename(tmp_path / "decode.log.1")
+    os.mkfifo(log) if replacement == "fifo" else log.mkdir()
+
+    assert reader.read() == []
+    assert reader.read() == []
+
+    os.remove(log) if replacement == "fifo" else log.rmdir()
+    log.write_text(failure.replace("10.0.0.1", "10.0.0.2") + "\n")
+    assert reader.read() == [failure.replace("10.0.0.1", "10.0.0.2")]
+    reader.close()
+
+
 WORKER_ERROR = [
     "[2026-01-02 00:00:01 TP3] Unexpected transfer worker error for room 31",
     "Traceback (most recent call last):",

@@ -30,6 +30,7 @@ from __future__ import annotations
 import gzip
 import os
 import re
+import stat
 import time
 import zlib
 from dataclasses import dataclass
@@ -123,7 +124,10 @@ def check_encoding(head: bytes, path: Path) -> None:
 
 
 def read_head(path: Path, limit: int) -> bytes:
-    """Up to `limit` bytes of the file's text (decompressed for `.gz`): what could be read, damage or not."""
+    """Up to `limit` bytes of the file's text (decompressed for `.gz`): what could be read, damage or not.
+    FileNotFoundError when the path is no regular file (a fifo would block the open for ever, a folder fail it)."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise FileNotFoundError(f"{path} is no regular file")
     with open(path, "rb") as raw:
         if not path.name.endswith(".gz"):
             return raw.read(limit)
@@ -180,7 +184,9 @@ class LogReader:
             self._file = self._open()
 
     def _open(self) -> BinaryIO:
-        """The file, positioned at its start; raises `LogEncodingError` for a UTF-16 file."""
+        """The file, positioned at its start; raises `LogEncodingError` for a UTF-16 file, FileNotFoundError while
+        the path is no regular file (`read_head`: a followed log replaced by one is waited for as one not there
+        yet)."""
         check_encoding(read_head(self.path, 64), self.path)
         raw = open(self.path, "rb")  # noqa: SIM115 (kept open while following)
         status = os.fstat(raw.fileno())
@@ -231,7 +237,10 @@ class LogReader:
             self._scan_rest(out)
             self.close()
             self.stats.rotations += 1
-            self._file = self._open() if self.path.exists() else None
+            try:
+                self._file = self._open()
+            except FileNotFoundError:  # gone, or no regular file: waited for
+                self._file = None
             if self._file is not None:
                 out += self.read(final, budget)
             return out
