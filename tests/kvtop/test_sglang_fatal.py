@@ -248,3 +248,19 @@ def test_a_line_that_tells_no_time_does_not_stretch_the_span_to_its_file_s_mtime
     result = kvtop_here("check", "--sglang-log", str(dated), "--sglang-log", str(bare))
 
     assert " in 1s," in result.stdout
+
+
+def test_a_line_dated_past_any_event_s_time_does_not_move_the_span(tmp_path: Path):
+    """One line dated 9999-12-31 (its event rejected, counted) made the logs' "now" 8000 years on: status said no
+    failure in its window."""
+    failure = (
+        "[2026-01-02 03:04:{s}.250 TP0] Decode transfer failed for request rank=0 decode_req.req.rid='r' "
+        "decode_req.req.bootstrap_room={room} with exception KVTransferError(bootstrap_room={room}): Request {room} "
+        "timed out after 300.0s in KVPoll.WaitingForInput\n"
+    )
+    log = tmp_path / "decode.log"
+    log.write_text(failure.format(s=10, room=1) + failure.format(s=11, room=2).replace("2026-01-02", "9999-12-31"))
+
+    status = json.loads(kvtop_here("status", "--sglang-log", str(log), "--json").stdout)
+
+    assert (status["rooms_failed"], status["rejected_events"]) == (1, 1)

@@ -51,7 +51,7 @@ from kvtop.sources.sglang.related import RelatedLines, WorkerError
 from kvtop.sources.sglang.sniff import first_stamp, holds_sglang_lines, sniff_role
 from kvtop.sources.sglang.spec import LogSpec
 from kvtop.sources.sglang.stats import EMPTY, LogStats
-from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure, Level, LogContext
+from transport.plane.events import EVENT_SCHEMA, MAX_TS, Event, EventBatch, Failure, Level, LogContext
 from transport.sglang.reasons import reason_class
 
 LOAD_BYTES = 8 << 20
@@ -340,8 +340,9 @@ class SGLangLogs:
 
     def _saw(self, ts: float, guessed: bool = False) -> None:
         """The logs mention this time: the span they cover reaches it. A `guessed` time (a file's mtime, for a line
-        of a file that told none yet) stands for the span only while no line told one."""
-        if guessed and self._told:
+        of a file that told none yet) stands for the span only while no line told one; a time past `MAX_TS` (a line
+        dated 9999: its event is rejected) never does (it made "now" 8000 years on, and every failure old)."""
+        if (guessed and self._told) or not 0.0 <= ts <= MAX_TS:
             return
         if not guessed and not self._told:
             self._told = True
