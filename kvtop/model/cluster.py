@@ -193,7 +193,7 @@ class ClusterModel:
         if isinstance(item, Snapshot):
             if correction:
                 item = corrected_snapshot(item, correction)
-            view.history_since = item.history_since
+            view.history_since = _history_since(item)
             self.snapshot_cut += item.cut
             if again:
                 events: list[Event] = unheld(self, view, item)
@@ -809,3 +809,12 @@ def _sensible(event: Event) -> bool:
     if isinstance(event, Heartbeat):
         return 0.0 <= event.cpu_percent <= MAX_PERCENT and 0.0 <= event.host_memory_percent <= MAX_PERCENT
     return True
+
+
+def _history_since(snapshot: Snapshot) -> float:
+    """When a snapshot's histories are complete from: what it says, but never after its oldest entry (the time of
+    the oldest one kept once one was dropped, 0 with none: a snapshot saying its history starts a day on made
+    every window 0 s long)."""
+    times = [entry.ts for entry in snapshot.finished_rooms] + [entry.ts for entry in snapshot.failures]
+    times += [entry.ts for entry in snapshot.transfers]
+    return min(snapshot.history_since, min(times, default=0.0))

@@ -191,3 +191,16 @@ def test_a_snapshot_whose_history_start_is_no_time_is_rejected_at_the_border(sin
     with pytest.raises(FrameRejected) as rejected:
         FrameDecoder(Snapshot).decode(frame)
     assert rejected.value.reason == "malformed"
+
+
+def test_a_snapshot_whose_history_starts_after_its_oldest_entry_cuts_no_window():
+    """One snapshot saying its history starts a day on made every window 0 s long: 0 rooms, failure rate 0.0%."""
+    model = ClusterModel()
+    done = [RoomState(T0 + second, second, int(KVPoll.Success), int(KVPoll.Transferring)) for second in range(60)]
+    model.apply("prefill-0/TP0", EventBatch(EVENT_SCHEMA, "prefill", "prefill-0", 0, 1, 1, T0, done), T0 + 60)
+    hostile = Snapshot(1, EVENT_SCHEMA, 1, 1, None, None, [], [], [], history_since=T0 + 86_400)
+
+    model.apply("decode-0/TP0", hostile, T0 + 60)
+
+    coverage = model.coverage(T0 + 60, 60.0)
+    assert (coverage.since, coverage.span_s, coverage.limit) == (T0, 60.0, "")  # it holds no entry: none dropped
