@@ -28,6 +28,7 @@ from kvtop.cli.options import (
 )
 from kvtop.source.spec import ModelChoice, SourceSpec
 from kvtop.source.when import pick
+from kvtop.views.safe import terminal_safe
 
 if TYPE_CHECKING:
     from kvtop.source.base import Source
@@ -123,6 +124,6 @@ def reading(spec: SourceSpec, tail: bool = False, journal: bool = False) -> Iter
 def say_what_was_heard(source: Source) -> None:
     """The source's notes on stderr; exit 1 with one line when nobody answered."""
     for line in source.notes():
-        typer.echo(line, err=True)
+        typer.echo(terminal_safe(line), err=True)
     if not source.heard():
         raise fail(source.silence())

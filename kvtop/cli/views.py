@@ -14,6 +14,7 @@ import typer
 from kvtop.cli.options import Follow, Interval, Json, fail
 from kvtop.cli.source import reading, reads_source, say_what_was_heard
 from kvtop.source.spec import SourceSpec
+from kvtop.views.safe import terminal_safe
 
 if TYPE_CHECKING:
     from kvtop.model.cluster import ClusterModel
@@ -62,7 +63,7 @@ def _show(text: str, data: object, as_json: bool, follow: bool) -> None:
     if as_json:
         typer.echo(dumps(data) if follow else dumps(data, indent=2))
     else:
-        typer.echo(f"--- {time.strftime('%H:%M:%S')}\n{text}\n" if follow else text)
+        typer.echo(terminal_safe(f"--- {time.strftime('%H:%M:%S')}\n{text}\n" if follow else text))
 
 
 @reads_source()
@@ -348,7 +349,7 @@ def events(
         fold.sync(model.failures, model.failures_total)
         for label, event in sorted(items, key=lambda item: item[1].ts):
             if shown(event, level, fold.leads):
-                typer.echo(render(label, event, level_of(event, fold.leads)))
+                typer.echo(terminal_safe(render(label, event, level_of(event, fold.leads))))
 
     rejected = 0
     with contextlib.suppress(KeyboardInterrupt), reading(source, tail=True) as read:
@@ -364,9 +365,9 @@ def events(
                         emit(read.model, held)
                     held = []
                     if level != "error":
-                        typer.echo(gap(item.label, item.batches, item.ts))
+                        typer.echo(terminal_safe(gap(item.label, item.batches, item.ts)))
                 else:
-                    typer.echo(item.text, err=True)
+                    typer.echo(terminal_safe(item.text), err=True)
             if follow:
                 with read.lock:
                     emit(read.model, held)
@@ -470,7 +471,7 @@ def incidents(
             groups = by_incident(model, model.groups()) if debug else None
             text = "\n".join([render(kept, now, gap, groups), *crash_lines(model, since)])
             _show(text, to_json(kept, now, gap, since), as_json, follow)
-            typer.echo(counted(kept, now, gap, read.start if read.span else None), err=True)
+            typer.echo(terminal_safe(counted(kept, now, gap, read.start if read.span else None)), err=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -17,11 +17,26 @@ from rich.style import Style
 from rich.text import Text
 from textual.strip import Strip
 
+from kvtop.views.safe import in_place
+
+
+def shown_safely(text: Text) -> Text:
+    """`text` with its control characters as `?` (`kvtop.views.safe.in_place`): a peer's label or reason never
+    reaches the terminal as a command (Rich lets ESC through)."""
+    plain = text.plain
+    safe = in_place(plain)
+    if safe is plain:
+        return text
+    copy = text.copy()
+    copy.plain = safe
+    return copy
+
 
 def line_strip(text: Text, console: Console, width: int | None = None) -> Strip:
-    """`text` (one line, no newline) as a strip of segments, styled as `Text.render` styles them; a line of
-    printable ASCII (a cell per character) cut at `width` cells, so that cropping it to the list's width costs
-    nothing."""
+    """`text` (one line, no newline) as a strip of segments, styled as `Text.render` styles them (control
+    characters shown safely); a line of printable ASCII (a cell per character) cut at `width` cells, so that
+    cropping it to the list's width costs nothing."""
+    text = shown_safely(text)
     plain = text.plain
     narrow = plain.isascii() and plain.isprintable()  # a tab or a newline is no cell
     if narrow and width is not None:

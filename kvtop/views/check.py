@@ -19,6 +19,7 @@ from kvtop.model.cluster import ClusterModel
 from kvtop.model.incidents import Incident
 from kvtop.model.shapes import Liveness
 from kvtop.views.incidents import duration, in_span, incident_json, incident_size, plural
+from kvtop.views.safe import one_line
 from kvtop.views.times import seconds, spans_days, stamp
 from transport.plane.events import LogContext
 
@@ -124,9 +125,11 @@ class CheckResult:
 
     def nagios(self, limits: Thresholds) -> str:
         """`KVTOP STATUS - text | perfdata` (one line, as monitoring systems parse it); UNKNOWN has no perfdata
-        (nothing was measured)."""
+        (nothing was measured). The summary's text is the cluster's (names, reasons): control characters are
+        written as escapes and `|` as `/`, so a peer cannot add a line or perfdata."""
+        summary = one_line(self.summary).replace("|", "/")  # any peer's text: one line, and no perfdata of its own
         if self.verdict is Verdict.UNKNOWN:
-            return f"KVTOP UNKNOWN - {self.summary}"
+            return f"KVTOP UNKNOWN - {summary}"
         rate_warn = limits.max_failure_rate / 2
         need = limits.min_ranks or self.ranks_total
         rate = "U" if self.failure_rate is None else f"{self.failure_rate:.4f}"  # U: Nagios' "undetermined"
@@ -139,7 +142,7 @@ class CheckResult:
         )
         if limits.max_abort_rate is not None:
             perf += f";{limits.max_abort_rate / 2:g};{limits.max_abort_rate:g}"
-        return f"KVTOP {self.verdict.name} - {self.summary} | {perf}"
+        return f"KVTOP {self.verdict.name} - {summary} | {perf}"
 
 
 def evaluate(

@@ -9,6 +9,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from kvtop.tui.strips import shown_safely
+
 
 class DetailScreen(ModalScreen[None]):
     """Escape (or q) closes it; the text scrolls."""
@@ -21,4 +23,4 @@ class DetailScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="detail"):
-            yield Static(self.body)
+            yield Static(shown_safely(self.body))

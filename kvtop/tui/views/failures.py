@@ -18,6 +18,7 @@ from textual.widgets import Static
 from kvtop.model.fold import ROOM_REUSE_S, FailureGroup, Observed
 from kvtop.tui.frame import GROUPS_SHOWN, Frame, IncidentRow
 from kvtop.tui.rows import Palette, clock
+from kvtop.tui.strips import shown_safely
 from kvtop.tui.widgets.line import Line
 from kvtop.tui.widgets.row_list import RowList, Same
 from kvtop.views.incidents import plural
@@ -264,7 +265,7 @@ class FailuresView(Vertical):
         if self._palette is None or not pane.display:
             return
         text = detail(row.node, self._palette) if row is not None else Text("nothing highlighted", style="dim")
-        self.query_one("#failure-detail-text", Static).update(text)
+        self.query_one("#failure-detail-text", Static).update(shown_safely(text))
 
 
 def _is_open(row: TreeRow, opened: set[int], expanded: set[GroupKey]) -> bool:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from kvtop.tui.strips import shown_safely
+
 
 class Line(Static):
     """Banners, health and titles: updated every frame, one row high (a layout pass costs ~50 ms)."""
@@ -19,4 +21,4 @@ class Line(Static):
         """Show `text` as it is: a string is never read as markup (titles carry the user's filter)."""
         if text != self._shown:
             self._shown = text
-            self.update(Text(text) if isinstance(text, str) else text, layout=False)
+            self.update(shown_safely(Text(text) if isinstance(text, str) else text), layout=False)
