@@ -9,6 +9,7 @@ the model derives from its state when asked (`DERIVED_FIELDS`).
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 import msgspec
@@ -146,8 +147,11 @@ def _ring(ring: RingBuffer) -> Ring:
 
 
 def _unring(state: Ring, ring: TransferRing) -> TransferRing:
-    """`ring` (a new one, of the kind the model keeps there), holding what the keyframe kept."""
+    """`ring` (a new one, of the kind the model keeps there), holding what the keyframe kept (ValueError for
+    rows that are not finite numbers)."""
     data = np.frombuffer(state.data, dtype=np.float64).reshape(state.rows, state.columns).copy()
+    if not np.isfinite(data).all():
+        raise ValueError("a ring of a keyframe holds numbers that are not finite")
     ring.restore(data, state.next, state.size)
     return ring
 
@@ -210,8 +214,12 @@ def capture(model: ClusterModel) -> bytes:
 
 def restore(data: bytes | memoryview, journal_events: int = 0) -> ClusterModel:
     """The model a keyframe holds (`journal_events`: the event tail to keep from here on, as the model's
-    own argument). Raises `msgspec.DecodeError` when the record is no keyframe of this schema."""
+    own argument). Raises `msgspec.DecodeError` when the record is no keyframe of this schema, ValueError when
+    what it holds does not hang together (a forged or damaged one: a replay skips it)."""
     state = _DECODER.decode(data)
+    rooms = {room.room for room in state.rooms}
+    if not rooms.issuperset(state.open) or not all(math.isfinite(rank.last_seen) for rank in state.ranks):
+        raise ValueError("a keyframe's open rooms or ranks' times do not hang together")
     model = ClusterModel(journal_events, state.lost_after_s)
     model.ranks = {rank.label: _unrank(rank) for rank in state.ranks}
     model.rooms = {room.room: room for room in state.rooms}

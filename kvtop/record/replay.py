@@ -96,7 +96,13 @@ class Cursor:
         if raw is None:
             self.inexact = True
         elif kind is BlockKind.KEYFRAME:  # back in step with the collector's model
-            self.model = restore(raw, self.replay.journal_events)
+            try:
+                self.model = restore(raw, self.replay.journal_events)
+            except ValueError:  # no model's state (a damaged or a forged block, its checksum right): skipped
+                self.replay.recording.damage.blocks += 1
+                self.inexact = True
+                log.debug("a keyframe could not be restored (skipped)", exc_info=True)
+                return
             self.inexact = False
         else:
             try:
@@ -156,7 +162,7 @@ class Replay:
             if raw is not None:
                 try:
                     model = restore(raw, self.journal_events)
-                except msgspec.DecodeError:
+                except ValueError:  # no keyframe of this schema, or one that does not hang together
                     self.recording.damage.blocks += 1
                 else:
                     cursor = Cursor(self, model, blocks[index].entry.t_first, index + 1)
