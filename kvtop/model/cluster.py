@@ -49,6 +49,7 @@ from kvtop.model.suspects import (
 )
 from kvtop.model.timeline import ECHOES, ORIGINS, Timeline
 from kvtop.model.transfer_ring import TransferRing
+from transport.errors import ReasonClass
 from transport.kvpoll import LOST_AFTER_S, LOST_SWEEP_EVERY_S, TERMINAL, KVPoll
 from transport.plane.events import (
     MAX_PERCENT,
@@ -59,6 +60,7 @@ from transport.plane.events import (
     EventBatch,
     Failure,
     Heartbeat,
+    Level,
     LogContext,
     Progress,
     RoomState,
@@ -87,6 +89,8 @@ CONTEXT_KEPT = 10_000
 
 
 _ABORT_CAUSE, _FAULT_CAUSE = 1, 2
+_REASON_CLASSES = frozenset(map(str, ReasonClass))
+_LEVELS = frozenset(map(str, Level))
 _CAUSES = {ABORTED: _ABORT_CAUSE, "propagated": 0}
 """What a failure's class says started its room's failure (any other class: a cluster fault; an echo: neither)."""
 
@@ -808,6 +812,8 @@ def _sensible(event: Event) -> bool:
         return False
     if isinstance(event, Heartbeat):
         return 0.0 <= event.cpu_percent <= MAX_PERCENT and 0.0 <= event.host_memory_percent <= MAX_PERCENT
+    if isinstance(event, Failure):  # closed sets: every view counts and filters by them, the exporter labels them
+        return event.reason_class in _REASON_CLASSES and event.level in _LEVELS
     return True
 
 

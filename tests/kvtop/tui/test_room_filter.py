@@ -65,7 +65,7 @@ def test_a_room_a_second_log_rank_fails_is_found_by_that_rank_after_a_filtered_f
     def log_failure(rank: int, ts: float) -> None:
         label = f"decode-0/TP{rank}"
         model.log_rank(label, "decode", "decode-0", rank)
-        failure = Failure(ts, NEW_ROOM, label, "KVTransferError: timed out", "timeout", "error", False, label)
+        failure = Failure(ts, NEW_ROOM, label, "KVTransferError: timed out", "timeout_waiting", "error", False, label)
         model.apply(label, EventBatch(EVENT_SCHEMA, "decode", "decode-0", rank, 0, 1, ts, [failure]), ts)
 
     log_failure(0, FIXED_NOW - 2.0)
