@@ -157,10 +157,12 @@ def test_an_agent_whose_thread_dies_logs_the_traceback_and_exits_1(
     bootstrap, spawn_agent, wait_for, tmp_path, thread, name
 ):
     """A RuntimeError on the engine (or publisher) thread of a real agent: the log holds the traceback and
-    which thread died, and the process exits with status 1 instead of hanging."""
+    which thread died, and the process exits with status 1 instead of hanging; it stays listed, so views name it
+    gone (it deregistered on its way out, and `check` said every rank alive)."""
     process = spawn_agent(Role.DECODE, "decode-0", script=BROKEN_AGENT.replace("THREAD", repr(thread)))
 
     assert process.wait(20) == 1
+    assert [agent.label for agent in bootstrap.agents()] == ["decode-0/TP0"]
 
     log = (tmp_path / "decode-0-0.log").read_text()
     assert "Traceback (most recent call last)" in log

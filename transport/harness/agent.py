@@ -195,9 +195,11 @@ class Agent:
 
         Returns the exit status: 0 when stopped, 1 when a thread of this rank died (logged with its
         traceback): a rank that cannot transfer ends rather than hang. An exception of this loop is
-        logged the same way, then raised.
+        logged the same way, then raised. Only a rank that stops cleanly leaves the bootstrap listing: one that
+        failed stays listed until its entry expires, so every view names it gone.
         """
         parent = os.getppid()
+        clean = False
         try:
             self.manager.start()
             self.log.info(
@@ -216,6 +218,7 @@ class Agent:
                 if dead is not None:
                     self.log.error("thread %s died (its traceback is above); this rank exits with status 1", dead)
                     return 1
+            clean = True
             return 0
         except BootstrapError as error:  # an answer (none, or a refusal), not a bug: its line, no traceback
             self.log.error("%s cannot register: %s", self.manager.info.label, error)
@@ -224,7 +227,7 @@ class Agent:
             self.log.exception("the agent loop of %s died", self.manager.info.label)
             raise
         finally:
-            self.manager.close()
+            self.manager.close(deregister=clean)
             self._control.close(linger=0)
             stop_authenticator(self._zmq)
             self._zmq.term()

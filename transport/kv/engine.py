@@ -280,8 +280,9 @@ class KVManager:
         """Publish an event from this rank (never blocks; a no-op for a rank that publishes nothing)."""
         self._ctx.emit(event)
 
-    def close(self) -> None:
-        """Stop the engine thread, flush and stop the publisher, close every socket (idempotent)."""
+    def close(self, deregister: bool = True) -> None:
+        """Stop the engine thread, flush and stop the publisher, close every socket (idempotent); `deregister`:
+        leave the bootstrap listing (a rank that failed stays listed, so views name it gone)."""
         if self._stop.is_set():
             return
         self._stop.set()
@@ -293,7 +294,7 @@ class KVManager:
             self._routes.close()
             if self._consensus is not None:
                 self._consensus.close()
-        if self._registered:
+        if self._registered and deregister:
             self._deregister()
         self.publisher.close()
         os.close(self._wake_read)
