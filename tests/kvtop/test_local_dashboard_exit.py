@@ -24,18 +24,26 @@ pytestmark = [pytest.mark.processes, pytest.mark.slow]
 
 def _decode_agent(parent: psutil.Process) -> psutil.Process | None:
     """The decode rank among the dashboard's descendants (its command line names its instance)."""
-    for child in parent.children(recursive=True):
-        try:
-            if '"instance":"decode-0"' in " ".join(child.cmdline()):
-                return child
-        except psutil.Error:
-            continue
-    return None
+    return next(
+        (child for child in parent.children(recursive=True) if _cmdline_has(child, '"instance":"decode-0"')), None
+    )
 
 
-def _ready(tmp_path: Path) -> bool:
-    """The decode rank said it is ready in its log (in the temporary log folder kvtop made under `tmp_path`)."""
-    return any("ready" in log.read_text() for log in tmp_path.glob("kvtop-logs-*/decode-0.log"))
+def _ready(tmp_path: Path, parent: psutil.Process) -> bool:
+    """The cluster is up and the dashboard's model runs: both ranks said they are ready in their logs (in the
+    temporary log folder kvtop made under `tmp_path`) and the model's process started (after the cluster came up:
+    a rank killed before that is a cluster that did not come up, another exit)."""
+    logs = [log for name in ("prefill-0", "decode-0") for log in tmp_path.glob(f"kvtop-logs-*/{name}.log")]
+    if len(logs) < 2 or not all("ready" in log.read_text() for log in logs):
+        return False
+    return any(_cmdline_has(child, "spawn_main") for child in parent.children(recursive=True))
+
+
+def _cmdline_has(process: psutil.Process, text: str) -> bool:
+    try:
+        return text in " ".join(process.cmdline())
+    except psutil.Error:
+        return False
 
 
 def test_a_rank_killed_under_the_dashboard_makes_it_exit_1_naming_it_and_what_its_stderr_said(tmp_path: Path):
@@ -53,7 +61,7 @@ def test_a_rank_killed_under_the_dashboard_makes_it_exit_1_naming_it_and_what_it
     drained.start()
     try:
         parent = psutil.Process(kvtop.pid)
-        wait_for(lambda: _ready(tmp_path), 30, "the decode rank to be ready")
+        wait_for(lambda: _ready(tmp_path, parent), 30, "the cluster up and the dashboard's model running")
         decode = _decode_agent(parent)
         assert decode is not None
         decode.send_signal(signal.SIGKILL)
