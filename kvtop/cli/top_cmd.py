@@ -75,7 +75,8 @@ def run_dashboard(
     app.run()
     if app.return_code:
         error = app.failure or app._exception  # Textual keeps what ended the app (no public accessor)
-        raise fail(f"the dashboard failed: {error!r}" if error is not None else "the dashboard failed")
+        what = f": {type(error).__name__}: {error}" if error is not None else ""  # a message, not a repr
+        raise fail(f"the dashboard failed{what}")
 
 
 def run_live_dashboard(

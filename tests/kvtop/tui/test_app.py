@@ -212,4 +212,4 @@ def test_a_dashboard_whose_frames_fail_exits_1_with_one_line(monkeypatch, capsys
         run_dashboard(source, "broken", load_themes(), "kvtop-dark", quit_after=30)
 
     assert ended.value.exit_code == 1
-    assert capsys.readouterr().err.splitlines() == ["kvtop: the dashboard failed: RuntimeError('the model is gone')"]
+    assert capsys.readouterr().err.splitlines() == ["kvtop: the dashboard failed: RuntimeError: the model is gone"]
