@@ -422,7 +422,7 @@ class KvtopApp(App[None]):
         replay = frame.replay if frame is not None else None
         banner.set_class(self.paused and replay is None, "paused")
         banner.set_class(replay is not None, "replay")
-        banner.set_class(frame is not None and replay is None and self._stale_for(frame) is not None, "stale")
+        banner.set_class(frame is not None and replay is None and self._is_stale(frame), "stale")
         options = self.options
         flags = [f"filter '{options.filter}'" if options.filter else "", "faults only" if options.faults_only else "",
                  f"sort {options.sort}", f"events >= {options.level}"]  # fmt: skip
@@ -436,21 +436,15 @@ class KvtopApp(App[None]):
     def _data_time(self, frame: Frame) -> str:
         """`as of 10:02:11, <1 s old` (a live source: how long ago, by the source's clock, the frame's data was
         read, in whole seconds: the banner changes once a second, not at every frame), or the time logs are at."""
-        health = frame.health
-        if health.ranks_total and health.ranks_from_logs == health.ranks_total:
+        if _of_logs(frame):
             return f"logs as of {stamp(frame.now, dated=True)[:19]}"
         age = self._clock() - frame.now
-        no_news = ", no new data" if self._stale_for(frame) is not None else ""
+        no_news = ", no new data" if self._is_stale(frame) else ""
         return f"as of {stamp(frame.now)[:8]}, {'<1' if age < 1 else f'{age:.0f}'} s old{no_news}"
 
-    def _stale_for(self, frame: Frame) -> float | None:
-        """How old a live frame is when no newer one came in `STALE_AFTER_S` while not paused (None: fresh, paused,
-        or logs)."""
-        health = frame.health
-        if self.paused or (health.ranks_total and health.ranks_from_logs == health.ranks_total):
-            return None
-        age = self._clock() - frame.now
-        return age if age >= STALE_AFTER_S else None
+    def _is_stale(self, frame: Frame) -> bool:
+        """A live frame no newer one followed in `STALE_AFTER_S` while not paused (logs never are)."""
+        return not self.paused and not _of_logs(frame) and self._clock() - frame.now >= STALE_AFTER_S
 
     def _replay_head(self, replay: Replayed) -> str:
         """`REPLAY 03:00:12 (20m ago) - paused`, with the last move's news; the date when it is not today's."""
@@ -668,3 +662,9 @@ class KvtopApp(App[None]):
             body = self.frames.detail(kind, key, self.palette)
         if body is not None:
             self.push_screen(DetailScreen(body))
+
+
+def _of_logs(frame: Frame) -> bool:
+    """Every rank of the frame is known from server logs (their time is the logs', never the clock's)."""
+    health = frame.health
+    return bool(health.ranks_total) and health.ranks_from_logs == health.ranks_total
