@@ -49,7 +49,7 @@ ALERT_S = 3600.0
 """An alert (a rank of the embedded cluster exited) stays on screen this long, or until clicked away."""
 STALE_AFTER_S = 3.0
 """A live frame this old by the clock, not paused: no newer one came (the model process stopped or hangs), and
-the banner says so."""
+the health line says so first, the banner on the error colour."""
 VIEWS = ("overview", "rooms", "failures", "events")
 _VIEW_HELP = {
     "overview": "Failures and throughput over time, ranks, links, incidents",
@@ -276,6 +276,7 @@ class KvtopApp(App[None]):
         self.request_frame()
         if self.frame is not None and self.query("#banner"):
             self._draw_banner()  # a frame's age and a replay's "20m ago" move on while no frame comes
+            self._draw_health(self.frame)  # and whether it is stale
 
     def request_frame(self) -> None:
         """Build a frame in a worker thread unless paused; while one is being built or painted, build after it.
@@ -382,6 +383,8 @@ class KvtopApp(App[None]):
         ongoing = h.incidents_ongoing
         incidents = Text(f" {ongoing} incident{'' if ongoing == 1 else 's'} ongoing ", p.error if ongoing else "")
         parts = [(incidents, ESSENTIAL)]
+        if self._is_stale(frame):  # what follows is as of the last frame: the model stopped answering
+            parts.insert(0, (Text(f" no new data for {self._clock() - frame.now:.0f} s ", p.error), ESSENTIAL))
         if h.ranks_crashed:  # the server's own log said so: before the ranks, whatever the source
             parts.append((Text(f" {plural(h.ranks_crashed, 'rank')} crashed ", p.error), ESSENTIAL))
         if h.ranks_from_logs == h.ranks_total and h.ranks_total:  # logs: no transfers, no room that succeeded
@@ -422,7 +425,7 @@ class KvtopApp(App[None]):
         replay = frame.replay if frame is not None else None
         banner.set_class(self.paused and replay is None, "paused")
         banner.set_class(replay is not None, "replay")
-        banner.set_class(frame is not None and replay is None and self._is_stale(frame), "stale")
+        banner.set_class(frame is not None and self._is_stale(frame), "stale")
         options = self.options
         flags = [f"filter '{options.filter}'" if options.filter else "", "faults only" if options.faults_only else "",
                  f"sort {options.sort}", f"events >= {options.level}"]  # fmt: skip
@@ -439,12 +442,12 @@ class KvtopApp(App[None]):
         if _of_logs(frame):
             return f"logs as of {stamp(frame.now, dated=True)[:19]}"
         age = self._clock() - frame.now
-        no_news = ", no new data" if self._is_stale(frame) else ""
-        return f"as of {stamp(frame.now)[:8]}, {'<1' if age < 1 else f'{age:.0f}'} s old{no_news}"
+        return f"as of {stamp(frame.now)[:8]}, {'<1' if age < 1 else f'{age:.0f}'} s old"
 
     def _is_stale(self, frame: Frame) -> bool:
-        """A live frame no newer one followed in `STALE_AFTER_S` while not paused (logs never are)."""
-        return not self.paused and not _of_logs(frame) and self._clock() - frame.now >= STALE_AFTER_S
+        """A live frame no newer one followed in `STALE_AFTER_S` while not paused (logs and replays never are)."""
+        live = frame.replay is None and not _of_logs(frame)
+        return live and not self.paused and self._clock() - frame.now >= STALE_AFTER_S
 
     def _replay_head(self, replay: Replayed) -> str:
         """`REPLAY 03:00:12 (20m ago) - paused`, with the last move's news; the date when it is not today's."""
