@@ -39,6 +39,10 @@ T = TypeVar("T")
 HEADER_SLACK: Final = 64 << 10
 SMALL_FRAME: Final = 64 << 10
 """Messages of a few fields (a registration, a request, a result, a subscription)."""
+SUBSCRIPTION_FRAME: Final = 1024
+"""What a subscriber sends a publisher that forwards subscriptions as they come (a relay's XPUB): kvtop's are one
+byte (the whole stream), and a CURVE handshake's commands a few hundred; libzmq keeps every distinct topic, so a
+peer's 60 KB topics took a relay to gigabytes."""
 LIST_FRAME: Final = MAX_CONTROL_FRAME + HEADER_SLACK
 """Messages that carry lists (pages, agents, rooms, events): the decoders' own limit, plus slack."""
 

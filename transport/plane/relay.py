@@ -51,7 +51,7 @@ from transport.limits import size_context
 from transport.plane.events import EventBatch, Heartbeat
 from transport.plane.snapshot_broker import BROKER_COUNTERS, Book, Route, SnapshotBroker
 from transport.registration import RELAY_ROLE, agent_problem, endpoint_problem, entry_name
-from transport.sockets import LIST_FRAME, SMALL_FRAME, bind, decode_waiting, open_socket
+from transport.sockets import LIST_FRAME, SMALL_FRAME, SUBSCRIPTION_FRAME, bind, decode_waiting, open_socket
 from transport.wire import AgentInfo, AgentList, FrameDecoder
 
 log = logging.getLogger("transport.plane.relay")
@@ -133,7 +133,7 @@ class Relay:
         size_context(self._context)  # a snapshot DEALER per agent: more than libzmq's default 1023 sockets
         self._xsub = open_socket(self._context, zmq.XSUB, LIST_FRAME, dialing(curve))
         self._xsub.rcvhwm = UPSTREAM_HWM
-        self._xpub = open_socket(self._context, zmq.XPUB, SMALL_FRAME, serving(curve))
+        self._xpub = open_socket(self._context, zmq.XPUB, SUBSCRIPTION_FRAME, serving(curve))
         self._xpub.sndhwm = HWM
         self.endpoint = _reachable(bind(self._xpub, listen, host), advertise)
         """Where views subscribe (the XPUB)."""
