@@ -66,8 +66,12 @@ PollValue = Annotated[int, msgspec.Meta(ge=0, le=4)]
 """A `KVPoll` value as a plain int (the hot paths compare ints)."""
 RoomId = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
 """A bootstrap room: a random 63-bit id."""
-ByteCount = Annotated[int, msgspec.Meta(ge=0, le=1 << 53)]
-"""Bytes a peer says moved (an ack): no room moves more, and sums of them stay encodable."""
+MAX_COUNT: Final = 1 << 53
+"""The largest count or byte count a frame may carry: exact as a float, and sums of millions of them stay within
+what msgpack encodes (a transfer of 2**64-1 bytes made a link's total unencodable, and a recorder's keyframe
+failed; an ack of as many ended a prefill rank's event publisher)."""
+ByteCount = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
+"""Bytes a peer says moved (an ack, a transfer): no room moves more."""
 RankIndex = Annotated[int, msgspec.Meta(ge=0, lt=1 << 16)]
 Incarnation = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
 RankLabel = Annotated[str, msgspec.Meta(max_length=256)]

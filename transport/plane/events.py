@@ -24,7 +24,7 @@ from typing import Annotated
 
 import msgspec
 
-from transport.wire import AgentInfo, RankLabel, ReasonText, RoomId, ShortText
+from transport.wire import MAX_COUNT, AgentInfo, RankLabel, ReasonText, RoomId, ShortText
 
 EVENT_SCHEMA = 1
 """Bumped when a record changes incompatibly; new fields get defaults instead."""
@@ -42,10 +42,6 @@ Percent = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_PERCENT)]
 """A percentage, up to `MAX_PERCENT` (a process's CPU may exceed 100 on several cores)."""
 State = Annotated[int, msgspec.Meta(ge=0, le=4)]
 """A `KVPoll` value, as a plain int (the model's hot loop wants ints, not enum members)."""
-MAX_COUNT = 1 << 53
-"""The largest count or byte count an event may carry: exact as a float, and sums of millions of them stay within
-what msgpack encodes (a transfer of 2**64-1 bytes made a link's total unencodable, and a recorder's keyframe
-failed)."""
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
 COUNTERS_MAX = 1024
 """Counters one heartbeat may carry (an agent has about a hundred; more is a malformed frame)."""
