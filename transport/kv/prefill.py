@@ -303,13 +303,13 @@ class PrefillSide:
         record = self.rooms.get(abort.room)
         if record is None:
             record = self.rooms[abort.room] = SenderRoom(abort.room, now)
-        reason = reasons.aborted_by_peer(peer.info.label)
         if record.state is KVPoll.Success and self._ctx.info.tp > 1 and not record.agreed.is_terminal:
             # sent in full here, not yet by every rank of the instance: the instance fails it, an echo of the
-            # abort's origin (SGLang's Failed overrides Success), before the other ranks time out on their own
-            self.fail_agreed(record, reason, abort.origin)
+            # abort's origin (SGLang's Failed overrides Success, with no record of its own: its generic text),
+            # before the other ranks time out on their own
+            self.fail_agreed(record, reasons.from_another_rank(), abort.origin)
             return
-        self._fail(record, reason, now, origin=abort.origin, told_by=peer.identity)
+        self._fail(record, reasons.aborted_by_peer(peer.info.label), now, origin=abort.origin, told_by=peer.identity)
 
     # --- sending --------------------------------------------------------------------
 
