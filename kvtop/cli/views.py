@@ -333,7 +333,6 @@ def events(
     the dashboard's own event tail (its journal), then, with --follow, what it gains, asked every second
     (lost batches counted on stderr).
     """
-    from kvtop.model.live_fold import LiveFold
     from kvtop.source import Events, Gap
     from kvtop.views.event_lines import LEVELS, gap_json, gap_line, level_of, shown, to_json, to_line
 
@@ -341,15 +340,15 @@ def events(
     if level not in LEVELS:
         raise typer.BadParameter(f"{level!r} is not one of {', '.join(LEVELS)}", param_hint="--level")
     render, gap = (to_json, gap_json) if jsonl else (to_line, gap_line)
-    fold = LiveFold()
 
     def emit(model: ClusterModel, items: list[tuple[str, Event]]) -> None:
         """Print what is shown of `items` in time order across agents (each agent's own order kept for equal
         times), their failures' levels as the fold of the model's failures says."""
-        fold.sync(model.failures, model.failures_total)
+        model.refold()
+        leads = model.fold.leads
         for label, event in sorted(items, key=lambda item: item[1].ts):
-            if shown(event, level, fold.leads):
-                typer.echo(terminal_safe(render(label, event, level_of(event, fold.leads))))
+            if shown(event, level, leads):
+                typer.echo(terminal_safe(render(label, event, level_of(event, leads))))
 
     rejected = 0
     with contextlib.suppress(KeyboardInterrupt), reading(source, tail=True) as read:

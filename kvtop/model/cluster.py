@@ -20,9 +20,10 @@ from collections.abc import Sequence
 from itertools import chain, islice
 
 from kvtop.model.clock import corrected, corrected_snapshot
-from kvtop.model.fold import ABORTED, ROOM_REUSE_S, FailureGroup, Observed, fold
+from kvtop.model.fold import ABORTED, ROOM_REUSE_S, FailureGroup, Observed
 from kvtop.model.incidents import IncidentTracker
 from kvtop.model.intake import Intake
+from kvtop.model.live_fold import LiveFold
 from kvtop.model.resync import FailureKey, failure_key, unheld
 from kvtop.model.rolling import percentiles
 from kvtop.model.shapes import (
@@ -117,6 +118,8 @@ class ClusterModel:
         self.finished: dict[int, Finished] = {}
         """Retired rooms by id, oldest first, at most `FINISHED_ROOMS_KEPT`."""
         self.failures: deque[Observed] = deque(maxlen=FAILURES_KEPT)
+        self.fold = LiveFold()
+        """The fold of `failures`, brought up to date by `refold()` (which moves the origin counts after it)."""
         self.transfers = TransferRing(TRANSFERS_KEPT, seconds=True)
         """Decode-side transfers done: (ts, bytes, seconds)."""
         self.timeline = Timeline()
@@ -370,10 +373,27 @@ class ClusterModel:
 
     def groups(self, now: float | None = None, window_s: float | None = None) -> list[FailureGroup]:
         """Every failure group, or those that started in the last `window_s` before `now`."""
-        groups = fold(self.failures)
+        groups = self.refold()
         if now is None or window_s is None:
-            return groups
+            return list(groups)
         return [group for group in groups if now - group.first_ts <= window_s]
+
+    def refold(self) -> list[FailureGroup]:
+        """The fold of the failures held, brought up to date (in `fold()`'s order; not to be changed).
+
+        A failure that names its own rank was counted as an origin when it arrived (its rank's counts and the
+        timelines); where the fold made it an echo, it is counted as one from now on."""
+        groups = self.fold.sync(self.failures, self.failures_total)
+        for failure, to_echo in self.fold.take_moved():
+            source, target = (ORIGINS, ECHOES) if to_echo else (ECHOES, ORIGINS)
+            self.timeline.move(failure.ts, source, target)
+            view = self.ranks.get(failure.rank)
+            if view is not None:
+                view.timeline.move(failure.ts, source, target)
+                step = 1 if to_echo else -1
+                view.origins -= step
+                view.echoes += step
+        return groups
 
     def open_rooms(self, now: float) -> list[RoomView]:
         """Rooms some live rank has not ended yet."""

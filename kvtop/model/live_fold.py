@@ -3,6 +3,11 @@
 `fold()` over every failure the model holds (up to 50k) costs hundreds of
 milliseconds; a dashboard refreshing twice a second while failures stream in
 cannot pay that per frame. Same result as `fold(model.failures)`.
+
+A failure that names its own rank is counted as an origin where it arrives (the ranks' counts, the
+timelines); the fold may find it an echo (the same failure seen first by another rank of its instance, a
+prefill rank's log line after its decode gave up, a client's abort seen by another rank). `take_moved()`
+tells which failures the fold moved, so those counts can follow it.
 """
 
 from __future__ import annotations
@@ -41,6 +46,10 @@ class LiveFold:
         self.leads: dict[LeadKey, str] = {}
         """The lead of every group, with the level it shows at (levels follow the fold: any other member is
         debug)."""
+        self._demoted: dict[int, dict[LeadKey, Observed]] = {}
+        """Per room, its failures that name their own rank and that the fold holds as echoes."""
+        self._moved: list[tuple[Observed, bool]] = []
+        """Failures the fold moved since `take_moved()`: (failure, True when it became an echo)."""
 
     def sync(self, failures: Sequence[Observed], total: int) -> list[FailureGroup]:
         """Every group of `failures`, given how many failures were ever appended to it (`total`)."""
@@ -74,7 +83,25 @@ class LiveFold:
                     self._keys.insert(index, key)
                     self._groups.insert(index, group)
                     self.leads[lead_key(group.lead)] = shown_level(group.lead)
+            self._note_demoted(room_id, self._groups_by_room.get(room_id, []))
         return self._groups
+
+    def _note_demoted(self, room_id: int, keyed: list[tuple[tuple[float, int, str], FailureGroup]]) -> None:
+        """Tell the moves of a refolded room's own-rank failures between origin and echo. A failure the window
+        forgot keeps what it was counted as (a count never goes back for what is no longer held)."""
+        demoted = {lead_key(f): f for _, group in keyed for f in group.echoes if f.is_origin}
+        before = self._demoted.pop(room_id, {})
+        self._moved += [(failure, True) for key, failure in demoted.items() if key not in before]
+        held = {lead_key(f) for f in self._by_room.get(room_id, ())}
+        self._moved += [(failure, False) for key, failure in before.items() if key not in demoted and key in held]
+        if demoted:
+            self._demoted[room_id] = demoted
+
+    def take_moved(self) -> list[tuple[Observed, bool]]:
+        """The failures the fold moved since the last call: (failure, True when the fold made the own-rank
+        failure an echo; False when a later failure made it an origin again)."""
+        moved, self._moved = self._moved, []
+        return moved
 
     def since(self, ts: float) -> list[FailureGroup]:
         """The groups that started at `ts` or later (the last ones: they are in time order)."""

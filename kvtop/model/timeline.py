@@ -38,6 +38,14 @@ class Timeline:
             self.sums[slot] = 0.0
         self.sums[slot, column] += amount
 
+    def move(self, ts: float, source: int, target: int) -> None:
+        """One value at `ts` counted in `source` that belongs in `target` (nothing once `ts` left the window)."""
+        bucket = int(ts // self.bucket_s)
+        slot = bucket % len(self.ids)
+        if int(self.ids[slot]) == bucket:
+            self.sums[slot, source] -= 1.0
+            self.sums[slot, target] += 1.0
+
     def add(self, ts: npt.NDArray[np.float64], amounts: npt.NDArray[np.float64], column: int) -> None:
         """Many values at once (a ring's finished transfers as it writes them)."""
         if not len(ts):

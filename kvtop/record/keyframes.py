@@ -30,8 +30,9 @@ from transport.wire import LOG_SIDECAR
 
 JOURNAL_FIELDS = frozenset(("journal", "journal_total", "_journal_kept", "_journal_events"))
 """The event tail of the dashboard's model: not part of a keyframe (rebuilt by the replay)."""
-DERIVED_FIELDS = frozenset(("_failure_keys",))
-"""Made from the state when first needed (`ClusterModel.failure_keys`): not part of a keyframe."""
+DERIVED_FIELDS = frozenset(("_failure_keys", "fold"))
+"""Made from the state (`ClusterModel.failure_keys`; the fold, from the failures when restored): not part of a
+keyframe."""
 STATE_FIELDS = frozenset(
     (
         "ranks", "rooms", "finished", "failures", "transfers", "links", "gaps", "intake", "rejected",
@@ -196,6 +197,7 @@ def _unlink(state: Link) -> LinkView:
 
 def capture(model: ClusterModel) -> bytes:
     """The model's state as one msgpack record (take it under the collector's lock: it reads everything)."""
+    model.refold()  # the origin and echo counts kept follow the fold of the failures kept
     state = ModelState(
         [_rank(view) for view in model.ranks.values()],
         list(model.rooms.values()),
@@ -225,6 +227,9 @@ def restore(data: bytes | memoryview, journal_events: int = 0) -> ClusterModel:
     model.rooms = {room.room: room for room in state.rooms}
     model.finished = {f.room: f for f in state.finished}
     model.failures.extend(state.failures)
+    model.failures_total = state.failures_total
+    model.fold.sync(model.failures, model.failures_total)
+    model.fold.take_moved()  # the counts captured follow this fold already (`capture` refolds)
     model.transfers = _unring(state.transfers, TransferRing(TRANSFERS_KEPT, seconds=True))
     model.timeline = _untimeline(state.timeline)
     model.transfers.feed(model.timeline)

@@ -21,7 +21,6 @@ import numpy as np
 from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel
 from kvtop.model.fold import FailureGroup
 from kvtop.model.incidents import Incident
-from kvtop.model.live_fold import LiveFold
 from kvtop.model.shapes import RATE_WINDOW_S, Liveness, RankView, RoomView
 from kvtop.model.timeline import BYTES, ECHOES, ORIGINS, Timeline
 from kvtop.tui.room_filter import FAILED, STUCK, RoomTexts
@@ -278,7 +277,6 @@ class FrameBuilder:
         self.model = model
         self.clock = clock
         self.count_in_build = count_in_build
-        self._fold = LiveFold()
         self._counts = (0, 0)
         self._counted = (float("-inf"), float("nan"))
         """When the open and stuck rooms were last counted (`time.monotonic()`), and the source's now then."""
@@ -297,8 +295,8 @@ class FrameBuilder:
         now = self.clock() if now is None else now
         model = self.model
         gone = frozenset(label for label, view in model.ranks.items() if view.liveness(now) is Liveness.GONE)
-        groups = self._fold.sync(model.failures, model.failures_total)
-        recent_groups = self._fold.since(now - WINDOW_S)
+        groups = model.refold()
+        recent_groups = model.fold.since(now - WINDOW_S)
         aborted = sum(group.aborted for group in recent_groups)
         gap = model.incidents.quiet_gap_s
         incidents = [IncidentRow.of(incident, now, gap) for incident in model.incidents.newest_first()]
@@ -412,7 +410,7 @@ class FrameBuilder:
             self._tail.clear()
         self._tail_seen = self.model.journal_total
         found: list[tuple[str, Event, str]] = []
-        leads = self._fold.leads
+        leads = self.model.fold.leads
         for index in range(len(journal) - 1, len(journal) - 1 - fresh, -1):
             label, events = journal[index]
             kept = at_or_above(events, options.level, leads)

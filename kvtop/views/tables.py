@@ -39,6 +39,7 @@ def ranks_json(model: ClusterModel, now: float) -> list[dict[str, Any]]:
     file has null pid, gbps, cpu and rss: a log tells none of them (never a made-up 0); one known only from its
     peers' lines (a prefill instance by its bootstrap address) has a null rank, inflight, origins and echoes too."""
     unreachable = model.intake.unreachable
+    model.refold()  # its origin and echo counts follow the fold
     return [
         {
             "role": view.role,

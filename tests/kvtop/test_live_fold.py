@@ -44,6 +44,27 @@ def test_live_fold_matches_fold_after_every_delivery(deliveries, kept, since):
         assert live.leads == {lead_key(g.lead): shown_level(g.lead) for g in expected}
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(_failure, max_size=8), max_size=25), st.integers(5, 40))
+def test_the_moves_it_tells_keep_counts_of_the_held_failures_as_the_fold_has_them(deliveries, kept):
+    """A failure is counted where it arrives (an origin when it names its own rank); applying the moves
+    `take_moved()` tells after each delivery, every failure still held is counted as the fold holds it."""
+    window: deque[Observed] = deque(maxlen=kept)
+    live, total = LiveFold(), 0
+    counted_origin: dict[Observed, bool] = {}
+    for delivery in deliveries:
+        for failure in delivery:
+            counted_origin.setdefault(failure, failure.is_origin)
+        window.extend(delivery)
+        total += len(delivery)
+        groups = live.sync(window, total)
+        for failure, to_echo in live.take_moved():
+            assert counted_origin[failure] is to_echo  # a move starts from what it was counted as
+            counted_origin[failure] = not to_echo
+        origins = {g.origin for g in groups if g.origin is not None}
+        assert {f: counted_origin[f] for f in window} == {f: f in origins for f in window}
+
+
 def test_only_rooms_with_new_failures_are_folded_again(monkeypatch):
     """A delivery touching room 8 folds room 8 alone; one with nothing new folds nothing."""
     window = deque(

@@ -8,6 +8,8 @@ from kvtop.model.cluster import ClusterModel
 from kvtop.model.timeline import BUCKET_S, BUCKETS, BYTES, ECHOES, ORIGINS, Timeline
 from kvtop.record import keyframes
 from kvtop.sources.synthetic import SyntheticCluster
+from kvtop.views.tables import ranks_json
+from transport.plane.events import EVENT_SCHEMA, EventBatch, Failure
 
 START = 1_780_000_000.0
 
@@ -84,3 +86,23 @@ def test_values_over_several_buckets_at_once_land_each_in_its_own():
         one_bucket.add(np.array([at]), np.array([amount]), BYTES)
     assert spread.series(START + 12.0)[-3:, BYTES].tolist() == [3.0, 4.0, 8.0]
     assert np.array_equal(spread.series(START + 12.0), one_bucket.series(START + 12.0))
+
+
+def test_a_failure_the_fold_makes_an_echo_is_counted_as_one_by_its_rank_and_the_timelines():
+    """Two ranks of one decode instance time out on one room half a second apart, each naming itself: one
+    failure (the fold's rule 2). The ranks' counts, the table and the charts say one origin, as the failures
+    view does; a keyframe keeps that, and the restored model does not move the count twice."""
+    model = ClusterModel()
+    for seq, (label, ts) in enumerate((("decode-0/TP0", START), ("decode-0/TP1", START + 0.5)), start=1):
+        failure = Failure(ts, 9, label, "timed out", "timeout_transfer", "error", False, label)
+        model.apply(label, EventBatch(EVENT_SCHEMA, "decode", "decode-0", seq - 1, 1, 1, START, [failure]), START + 1)
+
+    assert [(g.origin_label, g.echo_count) for g in model.groups()] == [("decode-0/TP0", 1)]
+    for counted in (model, keyframes.restore(keyframes.capture(model))):
+        counted.refold()
+        rows = {row["label"]: (row["origins"], row["echoes"]) for row in ranks_json(counted, START + 1)}
+        assert rows == {"decode-0/TP0": (1, 0), "decode-0/TP1": (0, 1)}
+        series = counted.timeline.series(START + 1)
+        assert (series[:, ORIGINS].sum(), series[:, ECHOES].sum()) == (1, 1)
+        tp1 = counted.ranks["decode-0/TP1"].timeline.series(START + 1)
+        assert (tp1[:, ORIGINS].sum(), tp1[:, ECHOES].sum()) == (0, 1)
