@@ -45,8 +45,10 @@ from kvtop.views.times import stamp
 
 REFRESH_S = 0.5
 """How often the views redraw from the model (events arrive far faster: they are coalesced)."""
-ALERT_S = 3600.0
-"""An alert (a rank of the embedded cluster exited) stays on screen this long, or until clicked away."""
+ALERT_S = 20.0
+"""An alert (a rank of the embedded cluster exited) stays on screen this long, or until clicked away: long enough
+to be read, not so long that stacked alerts hide the incidents (the rank's row says gone, the incident names it,
+and the alert is printed again on exit)."""
 STALE_AFTER_S = 3.0
 """A live frame this old by the clock, not paused: no newer one came (the model process stopped or hangs), and
 the health line says so first, the banner on the error colour."""
@@ -388,11 +390,13 @@ class KvtopApp(App[None]):
         if h.ranks_crashed:  # the server's own log said so: before the ranks, whatever the source
             parts.append((Text(f" {plural(h.ranks_crashed, 'rank')} crashed ", p.error), ESSENTIAL))
         if h.ranks_from_logs == h.ranks_total and h.ranks_total:  # logs: no transfers, no room that succeeded
-            parts.append((Text(f" {h.ranks_from_logs} ranks from logs", p.accent), ESSENTIAL))
-            failed = f"{h.rooms_failed} rooms failed ({h.failures} origins) in the last {WINDOW_S:g} s"
+            parts.append((Text(f" {plural(h.ranks_from_logs, 'rank')} from logs", p.accent), ESSENTIAL))
+            failed = (
+                f"{plural(h.rooms_failed, 'room')} failed ({plural(h.failures, 'origin')}) in the last {WINDOW_S:g} s"
+            )
         else:
             if h.ranks_from_logs:
-                parts.append((Text(f" {h.ranks_from_logs} ranks from logs", p.accent), ESSENTIAL))
+                parts.append((Text(f" {plural(h.ranks_from_logs, 'rank')} from logs", p.accent), ESSENTIAL))
             else:
                 all_alive = h.ranks_alive == h.ranks_total
                 ranks = Text(f" {h.ranks_alive}/{h.ranks_total} ranks alive", p.success if all_alive else p.error)
@@ -400,12 +404,12 @@ class KvtopApp(App[None]):
             parts += [(Text(f"  {h.rooms_per_s:.1f} rooms/s"), 3), (Text(f"  {units.gbps(h.gbps)}"), 4),
                       (Text(f"  p99 {h.latency_p99_s * 1000:.0f} ms"), 5)]  # fmt: skip
             if h.span_s < WINDOW_S - 0.5:  # the snapshots held less than the window: say what the figures cover
-                failed = f"{h.failure_rate:.1%} failed in the last {h.span_s:.0f} s ({h.failures} origins)"
+                failed = f"{h.failure_rate:.1%} failed in the last {h.span_s:.0f} s ({plural(h.failures, 'origin')})"
             else:
-                failed = f"{h.failure_rate:.1%} failed in {WINDOW_S:g} s ({h.failures} origins)"
+                failed = f"{h.failure_rate:.1%} failed in {WINDOW_S:g} s ({plural(h.failures, 'origin')})"
         parts.append((Text(f"  {failed}", p.error if h.failures else ""), 1))
         if h.aborted:
-            parts.append((Text(f"  {h.aborted} client aborts", p.accent), 2))
+            parts.append((Text(f"  {plural(h.aborted, 'client abort')}", p.accent), 2))
         parts += [(Text(f"  {h.rooms_open} open"), 3),
                   (Text(f"  {h.stuck} stuck", p.warning if h.stuck else ""), ESSENTIAL),
                   (Text(f"  {h.gaps} gaps", p.warning if h.gaps else ""), ESSENTIAL)]  # fmt: skip

@@ -8,6 +8,7 @@ from kvtop.model.cluster import ClusterModel
 from kvtop.tui.rows import Palette, clock
 from kvtop.views import units
 from kvtop.views.event_lines import to_line
+from kvtop.views.incidents import plural
 from kvtop.views.tables import crash_line, sidecar_lines
 from kvtop.views.times import spans_days
 from transport.plane.events import Event, Failure, Heartbeat
@@ -59,7 +60,7 @@ def rank_history(model: ClusterModel, label: str, now: float, palette: Palette) 
         f"{label}  {view.role}, pid {view.pid} on {view.host or '?'}, incarnation {view.incarnation}\n", style="bold"
     )
     text.append(f"{view.liveness(now)}, last heard {now - view.last_seen:.1f} s ago, {view.inflight} rooms in flight, ")
-    text.append(f"{view.origins} origins, {view.echoes} echoes\n")
+    text.append(f"{plural(view.origins, 'origin')}, {plural(view.echoes, 'echo', 'echoes')}\n")
     crash = model.crashes.get(label)
     if crash is not None:
         text.append(f"{crash_line(model, label, crash, spans_days([crash.ts, now]))}\n", style=palette.error)

@@ -263,7 +263,8 @@ def evaluate(
         )
     else:  # server logs: no liveness, and no room that succeeded
         facts = (
-            f"{plural(len(everyone), 'rank')} from logs (no liveness in logs), {rooms_failed} rooms failed {window}, "
+            f"{plural(len(everyone), 'rank')} from logs (no liveness in logs), "
+            f"{plural(rooms_failed, 'room')} failed {window}, "
             "no failure rate (logs name no room that succeeded)"
         )
     facts += f", {plural(len(judged), 'incident')}" + ("" if span else " ongoing")

@@ -130,8 +130,9 @@ def counted(incidents: Sequence[Incident], now: float, quiet_gap_s: float, start
     )
 
 
-def plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+def plural(count: int, noun: str, nouns: str = "") -> str:
+    """`1 room`, `2 rooms`; `nouns` where adding an s is wrong (`echoes`)."""
+    return f"{count} {noun}" if count == 1 else f"{count} {nouns or noun + 's'}"
 
 
 def incident_size(rooms: int, roomless: int) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel
 from kvtop.model.shapes import RATE_WINDOW_S, Liveness, RoomView
-from kvtop.views.incidents import in_span, incident_json
+from kvtop.views.incidents import in_span, incident_json, plural
 from kvtop.views.known import KNOWN_METRICS, NO_DATA
 from kvtop.views.times import seconds, spans_days, stamp
 from kvtop.views.units import gbps, size
@@ -363,9 +363,10 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
     span = f"in {seconds(window_s)}" if not s["span_limit"] else f"in the last {s['span_s']:.0f}s ({s['span_limit']})"
     if s["failure_rate"] is None:  # logs name a room only where it failed: the failed rooms, no rate
         why = "logs name no room that succeeded" if ranks["total"] else "no rank"
-        health = f"{s['rooms_failed']} rooms failed ({s['failures']} failures) {span}, no failure rate ({why})"
+        failed = f"{plural(s['rooms_failed'], 'room')} failed ({plural(s['failures'], 'failure')})"
+        health = f"{failed} {span}, no failure rate ({why})"
     else:
-        health = f"failure rate {s['failure_rate']:.1%} ({s['failures']} failures)"
+        health = f"failure rate {s['failure_rate']:.1%} ({plural(s['failures'], 'failure')})"
     aborts = f"{s['aborted']} client aborts"
     if s["abort_rate"] is not None:
         aborts += f" ({s['abort_rate']:.1%})"

@@ -183,7 +183,7 @@ def test_a_check_says_the_span_it_judged_in_whole_seconds_or_hours():
     """A recording's 15.0311 s read `15.0311s`, and a log a year long `3.1536e+07s`."""
     result = kvtop_here("check", *SIGNAL_LOGS)
 
-    assert "1 rooms failed in 53s," in result.stdout
+    assert "1 room failed in 53s," in result.stdout
     assert [seconds(s) for s in (2.5, 15.0311, 60.0, 3599.6, 3.1536e7)] == ["2.5s", "15s", "60s", "3600s", "8760h00m"]
 
 

@@ -182,7 +182,7 @@ class FailuresView(Vertical):
         since = f" since {clock(frame.groups[0].first_ts, self._dated)[:-4]}" if frame.groups else ""
         self.query_one("#failures-title", Line).show(
             f"{plural(len(incidents) - (UNFILED in incidents), 'incident')}{where} ({ongoing} ongoing), "
-            f"{len(frame.groups):,} failure groups{older}{since} under them  (enter: expand, d: detail)"
+            f"{plural(len(frame.groups), 'failure group')}{older}{since} under them  (enter: expand, d: detail)"
         )
         self._layout()
 
@@ -305,12 +305,14 @@ def incident_label(incident: IncidentRow, palette: Palette, dated: bool = False)
     """`ONGOING  prefill-0/TP1 sends corrupt KV (checksum)  31 rooms  since 10:02:11  31/96`."""
     if not incident.id:
         return Text(incident.headline, style=palette.dim)
-    state = "ONGOING" if incident.ongoing else "ended"
+    state = "aborts" if incident.client else "ONGOING" if incident.ongoing else "ended"  # aborts are no fault
     text = Text(f"{state:<8} ", style=palette.error if incident.ongoing and not incident.client else palette.dim)
     text.append(incident.headline, style=palette.accent if incident.client else palette.error)
     text.append(f"  {incident.size}  since ")
     text.append(f"{clock(incident.first_seen, dated)[:-4]}  ")
-    text.append(f"{incident.origins} origins / {incident.echoes} echoes", style=palette.dim)
+    text.append(
+        f"{plural(incident.origins, 'origin')} / {plural(incident.echoes, 'echo', 'echoes')}", style=palette.dim
+    )
     return text
 
 
@@ -371,5 +373,8 @@ def _incident_detail(incident: IncidentRow, palette: Palette) -> Text:
         text.append(f"  {line}\n", style=palette.dim)
     text.append("\nNoticed by\n", style="bold")
     text.append("  " + ", ".join(incident.noticed_by) + "\n")
-    text.append(f"\n{incident.origins} failure groups (origins), {incident.echoes} echoes\n", style=palette.dim)
+    text.append(
+        f"\n{plural(incident.origins, 'failure group')} (origins), {plural(incident.echoes, 'echo', 'echoes')}\n",
+        style=palette.dim,
+    )
     return text

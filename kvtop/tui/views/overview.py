@@ -199,7 +199,8 @@ def _chart(
 
 
 def _count(value: float) -> str:
-    return f"{value:.0f}"
+    """A count chart's scale: `max 5` (a bare 5 above `origins` read as one axis with the 15 above `echoes`)."""
+    return f"max {value:.0f}"
 
 
 def _incident_lines(ongoing: list[IncidentRow], palette: Palette) -> list[Text]:

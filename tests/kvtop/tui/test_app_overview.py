@@ -104,7 +104,7 @@ def test_the_graphs_count_the_models_buckets_and_a_view_switch_keeps_the_layout(
     origins, echoes = int(series[:, ORIGINS].max()), int(series[:, ECHOES].max())
     graph = seen["graph"].splitlines()
     rows = len(graph) // 2
-    assert graph[0].split("│")[0].strip() == str(origins) and graph[rows].split("│")[0].strip() == str(echoes)
+    assert graph[0].split("│")[0].strip() == f"max {origins}" and graph[rows].split("│")[0].strip() == f"max {echoes}"
     assert graph[rows - 1].split("│")[0].strip() == "origins" and graph[-1].split("│")[0].strip() == "echoes"
     assert seen["axis"].split() == ["-5m", "-4m", "-3m", "-2m", "-1m", "now"]
     assert seen["kept"]
