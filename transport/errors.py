@@ -28,6 +28,9 @@ class ReasonClass(StrEnum):
     TIMEOUT_CONSENSUS = "timeout_consensus"
     """The ranks of the instance did not all vote on the room in time (one never took it)."""
     PEER_LOST = "peer_lost"
+    BOOTSTRAP_ERROR = "bootstrap_error"
+    """The decode rank could not reach the prefill instance's bootstrap server (SGLang: `Could not fetch prefill
+    parallel info from bootstrap_addr: X`)."""
     SEND_FAILED = "send_failed"
     CHECKSUM = "checksum"
     REFUSED = "refused"

@@ -93,6 +93,7 @@ BOOTSTRAP_ERROR = "bootstrap_error"
 """A rank could not reach a prefill instance's bootstrap server (a failure that names no room: DOMAIN.md, an
 incident of its address); the context kind of such a log line and its incidents' class."""
 _BOOTSTRAP_SERVER = re.compile(r"host='([^']+)', port=(\d+)")
+BOOTSTRAP_UNANSWERED = "its bootstrap server did not answer"
 _UNPARSED_ADDRESS = "Failed to parse: "
 """The bootstrap address a request named did not parse (SGLang issue #6017: `http://192.168.80.184:None/route`)."""
 
@@ -176,6 +177,10 @@ _BOOTSTRAP_ADDR = re.compile(r"(?:Lost|Losing) connection with prefill instance 
 _SESSION = re.compile(r"remote (?:\w+ )?session (\S+) is not alive")
 """`mooncake`, `Mooncake` (since early 2026) or `p2p` before `session`, or no word."""
 _SILENT_RANK = re.compile(r"Lost connection with rank (\S+) of this instance")
+_FETCH_FROM = re.compile(
+    r"Could not fetch prefill (?:parallel|server) info (?:from|for) (?:bootstrap_addr: )?([^\s,)]+)"
+)
+"""A room a decode rank failed because the prefill's bootstrap server did not answer: that server's address."""
 _SEND_TO = re.compile(r"Failed to send kv chunk of \S+ to (\S+)")
 _VOTE_OF = re.compile(r"waiting for the vote of rank (\S+)")
 _JOIN = re.compile(r"waiting for every rank of (\S+) to join")
@@ -222,7 +227,7 @@ def bootstrap_unreachable(instance: str, text: str, ts: float, around: Surroundi
     suspect = (
         Suspect("instance", f"{found[1]}:{found[2]}", "prefill") if found else Suspect("side", instance, "prefill")
     )
-    suspect, evidence = _with_crash(suspect, "its bootstrap server did not answer", ts, around)
+    suspect, evidence = _with_crash(suspect, BOOTSTRAP_UNANSWERED, ts, around)
     return Attribution(suspect, Kind.UNRESPONSIVE, evidence)
 
 
@@ -262,6 +267,7 @@ def _by_rules(origin: Observed, room: int, around: Surroundings) -> tuple[Suspec
         return _other_side(origin, room, around), "what prefill sent failed its checksum"
     for pattern, kind, role, evidence in (
         (_BOOTSTRAP_ADDR, "instance", "prefill", "decode lost its heartbeat"),
+        (_FETCH_FROM, "instance", "prefill", BOOTSTRAP_UNANSWERED),
         (_SESSION, "rank", "decode", "its session is not alive"),
         (_SEND_TO, "rank", "decode", "sending to it failed"),
         (_SILENT_RANK, "rank", origin.role, "stopped voting in its instance"),

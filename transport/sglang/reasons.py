@@ -23,6 +23,7 @@ _CLASSES: tuple[tuple[re.Pattern[str], ReasonClass], ...] = tuple(
         ),  # mooncake, Mooncake, p2p
         (r"^(?:Lost|Losing) connection with prefill instance", ReasonClass.PEER_LOST),  # 0.5.23; early-2026
         (r"^Lost connection with rank .* of this instance", ReasonClass.PEER_LOST),
+        (r"^Could not fetch prefill (?:parallel|server) info", ReasonClass.BOOTSTRAP_ERROR),
         (r"^Failed to get kvcache from prefill instance", ReasonClass.PROPAGATED),
         (r"^Aborted by decode peer", ReasonClass.PROPAGATED),
         (rf"^{ANOTHER_RANK}", ReasonClass.PROPAGATED),

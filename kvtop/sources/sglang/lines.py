@@ -30,6 +30,7 @@ Kinds (DOMAIN.md, "SGLang's log lines"):
 from __future__ import annotations
 
 import re
+import signal
 from dataclasses import dataclass
 
 from kvtop.model.suspects import BOOTSTRAP_ERROR, CRASHED, THREAD_DIED
@@ -45,7 +46,9 @@ MARKERS: tuple[bytes, ...] = (
     # `rdma_endpoint.cpp:70] Failed to create QP`; NIXL's `nixl_agent.cpp:866] createXferReq: ...`)
     b".cc:",
     b"Traceback (most recent call last)",
-    b"Scheduler hit an exception",  # a crash whose traceback's first line was cut when pasted
+    b" hit an exception",  # a scheduler's (or its worker thread's) crash whose traceback's first line was cut
+    b"crashed with exit code",  # SGLang's watchdog of its scheduler processes (`Subprocess scheduler_0 ...`)
+    b"Segfault encountered",
     b"Exception in thread ",  # a thread's death (Python's `threading.excepthook`), its traceback on the next lines
     b"Caught signal ",  # UCX's handler of a fatal signal (`Caught signal 11 (Segmentation fault: ...)`)
     b"Fatal Python error: ",  # Python's `faulthandler` (`Fatal Python error: Segmentation fault`)
@@ -85,6 +88,12 @@ _SESSION = re.compile(r"Session (\S+) failed\.")
 _LOST = re.compile(r"(?:Lost|Losing) connection with prefill instance \(bootstrap_addr: ([^)]*)\)")
 _BOOTSTRAP_PORT = re.compile(r"\bdisaggregation_bootstrap_port=(\d+)")
 CRASH = "Scheduler hit an exception"
+CRASHES = (CRASH, "TpModelWorkerClient hit an exception")
+"""How a scheduler process logs the exception that ends it: its own, or its overlap thread's (which sends the
+server SIGQUIT)."""
+_SUBPROCESS_CRASH = re.compile(r"Subprocess (?:scheduler_(\d+)|detokenizer) \(pid=\d+\) crashed with exit code (-?\d+)")
+"""SGLang's watchdog of its scheduler processes (since early 2026): one died without a word of its own (a
+signal, C++'s std::terminate); the server is taken down."""
 THREAD_DEATH = "Exception in thread "
 _THREAD = re.compile(r"Exception in thread (.+?)(?: \(([\w.]+)\))?:\s*$", re.MULTILINE)
 """`Exception in thread Thread-5 (transfer_worker):` (its target's name since Python 3.10)."""
@@ -92,7 +101,7 @@ _KV_THREAD = re.compile(r"transfer|bootstrap|heartbeat|kv", re.IGNORECASE)
 """A thread of the KV transfer by its target's name (or its frames are under `disaggregation/`)."""
 _FATAL = re.compile(
     r"Caught signal \d+ \([^)]*\)?|Fatal Python error: (?:Segmentation fault|Aborted|Bus error|Floating point exception"
-    r"|Illegal instruction)"
+    r"|Illegal instruction)|Segfault encountered"
 )
 """A fatal signal, as UCX's handler or Python's `faulthandler` report it: the process dies."""
 """How SGLang's scheduler process logs the exception that ends it (then it signals its server to quit)."""
@@ -113,7 +122,11 @@ _METADATA_FAILURES = (
 METADATA_CHECK = "Decode metadata"
 """The `FailureLine.what` of a failed metadata check."""
 _HINTS = ("Some requests fail to receive KV Cache transfer done signal",)
-_BOOTSTRAP_ERRORS = ("Error fetching prefill parallel info from bootstrap", "Error querying dp_ranks from bootstrap")
+_BOOTSTRAP_ERRORS = (
+    "Error fetching prefill parallel info from bootstrap",
+    "Error fetching prefill server info from bootstrap",  # SGLang 0.5.9
+    "Error querying dp_ranks from bootstrap",
+)
 """A decode rank could not reach a prefill instance's bootstrap server: a failure that names no room."""
 _GLOG = re.compile(r"([EWIF])(\d\d)(\d\d) (\d\d:\d\d:\d\d)(\.\d+)? +\d+ +(\S+\.c(?:pp|c)?:\d+)\] (.*)")
 _UCX = re.compile(r"\[(\d{9,}\.\d+)\] +\[[^\]]*\] +\S+ +UCX +(ERROR|WARN\w*|DIAG) +(.*)")
@@ -247,8 +260,10 @@ def classify(prefix: Prefix, year: int) -> Record | None:
         return ContextLine(ts, prefix.tp, BOOTSTRAP_ERROR, None, message)
     if message.startswith("Traceback (most recent call last)"):
         return ContextLine(ts, prefix.tp, "traceback", None, message)
-    if message.startswith(CRASH):
+    if message.startswith(CRASHES):
         return ContextLine(ts, prefix.tp, CRASHED, None, crash_text(message))
+    if "crashed with exit code" in message and (died := _SUBPROCESS_CRASH.search(message)):
+        return _subprocess_crash(prefix, died)
     if message.startswith(THREAD_DEATH):
         return _thread_died(prefix)
     fatal = _FATAL.search(message)
@@ -262,7 +277,27 @@ def classify(prefix: Prefix, year: int) -> Record | None:
 def crash_text(record: str) -> str:
     """A scheduler's crash in a few words: its exception and the frame that raised it (`Scheduler hit an
     exception: KeyError: 42, in sglang/srt/disaggregation/mooncake/conn.py:950 check_status`)."""
-    return cut_text(f"{CRASH}: {_raised(record.rstrip().splitlines())}")
+    header = next((crash for crash in CRASHES if record.startswith(crash)), CRASH)
+    return cut_text(f"{header}: {_raised(record.rstrip().splitlines())}")
+
+
+def _subprocess_crash(prefix: Prefix, died: re.Match[str]) -> ContextLine:
+    """`Subprocess scheduler_0 (pid=922727) crashed with exit code -11.`: that scheduler's rank crashed (its index
+    is its TP rank on a one-node server), by a signal when the code is negative."""
+    tp = int(died[1]) if died[1] is not None else prefix.tp
+    if tp is not None and tp > RANK_TAG_MAX:
+        raise Garbled(f"scheduler_{tp} is past {RANK_TAG_MAX}")
+    code = int(died[2])
+    how = f"killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
+    process = f"scheduler_{died[1]}" if died[1] is not None else "detokenizer"
+    return ContextLine(prefix.ts, tp, CRASHED, None, f"its {process} process {how}")
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _raised(lines: list[str]) -> str:

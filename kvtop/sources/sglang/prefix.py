@@ -3,9 +3,10 @@
 SGLang prints no level. The rank tags are any subset, in any order, of
 `DP{n}`, `PP{n}`, `ATTN_CP{n}`, `TP{n}`, `EP{n}` (older versions print them
 without `ATTN_CP`); a scheduler without parallelism prints none. Log shippers
-wrap the line (a container runtime's `2026-01-02T03:04:05.123456789+08:00
-stderr F `, a dashboard export's `Jan 2, 2026 @ 03:04:05.123    `, syslog's
-and journalctl's `Mar  3 10:00:00 host python3[123]: `, `kubectl logs
+wrap the line (a service's name in brackets, a launcher's `[time] [tag]: `, a
+container runtime's `2026-01-02T03:04:05.123456789+08:00 stderr F `, a
+dashboard export's `Jan 2, 2026 @ 03:04:05.123    `, syslog's and
+journalctl's `Mar  3 10:00:00 host python3[123]: `, `kubectl logs
 --timestamps`' `2026-01-02T03:04:05.123456789Z `, Cloud Logging's `ERROR
 2026-01-02T03:04:05.123Z [severity: ERROR] `); people paste lines with no
 prefix at all, or with the time taken out of it (`[DP5 TP5 EP5 PP1] `).
@@ -33,6 +34,14 @@ _WRAPPERS = (
     re.compile(rf"(?:{_ISO}|[A-Z][a-z]{{2}} [ \d]\d \d\d:\d\d:\d\d) \S+ [\w.@/-]+(?:\[\d+\])?: "),  # syslog, journalctl
     re.compile(rf"(?:[A-Z]+ +)?{_ISO} +(?:\[severity: \w+\] +)?"),  # `kubectl logs --timestamps`, Cloud Logging
 )
+_BRACKETED = (
+    re.compile(r"\[[^\[\]\s]{1,128}\](?=\[\d{4}-\d\d-\d\d )"),  # a service's name: `[svc][2026-03-12 14:27:49]...`
+    re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] \[[^\]]{1,128}\]: (?=\[\d{4}-\d\d-\d\d )"),  # a launcher's
+    re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] \[[^\]\s]{1,128}@<\d+,\d+>\]: "),  # its process tag: any line
+)
+"""Wrappers in brackets before SGLang's own: a service's name (sglang #20252), a launcher's time and tag
+(`[2025-11-25 16:01:47] [/bin/sh@<0,0>]: [2025-11-25 08:01:47] Scheduler hit ...`, sglang #13912: the lines of
+a traceback under it carry the launcher's wrapper alone, and are SGLang's record all the same)."""
 _STREAMS = (
     re.compile(r"([A-Za-z0-9][\w.-]*) +\| "),
     re.compile(r"\[pod/([^\]/\s]+)(?:/[^\]\s]*)?\] "),
@@ -81,12 +90,19 @@ def split_stream(line: str) -> tuple[str, str]:
 
 def unwrap(line: str) -> str:
     """The line without a log shipper's wrapper or a UTF-8 byte order mark (unchanged if it has none)."""
-    if line.startswith("[") and not line.startswith("[pod/"):
-        return line
     line = line.removeprefix("\ufeff")
     if line.startswith("[") and not line.startswith("[pod/"):
-        return line
+        return _unbracketed(line)
     for wrapper in _WRAPPERS + _STREAMS:
+        match = wrapper.match(line)
+        if match:
+            return line[match.end() :]
+    return line
+
+
+def _unbracketed(line: str) -> str:
+    """A line that starts with a bracket without the wrapper in brackets before SGLang's (`_BRACKETED`)."""
+    for wrapper in _BRACKETED:
         match = wrapper.match(line)
         if match:
             return line[match.end() :]

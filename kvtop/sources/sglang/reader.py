@@ -63,11 +63,17 @@ _DATED_RECORD = re.compile(rb"\[\d{4}-\d\d-\d\d |" + _WRAPPED_RECORD.pattern)
 """A line that SGLang's prefix dates, wrapped or not."""
 _DATE_START = b"[20"
 """Where a dated line's prefix starts (found by `rfind` at C speed before a line is matched)."""
-_UNDATED_CRASH = re.compile(rb"(?:\[[^\]\s]*\] )?(?:Exception in thread |Fatal Python error: |Caught signal )")
+_UNDATED_CRASH = re.compile(
+    rb"(?:\[[^\]\s]*\] )?(?:Exception in thread |Fatal Python error: |Caught signal |!+ Segfault encountered)"
+)
 """A rank's crash that names neither time nor rank (a thread's death, a fatal signal: `lines.py`), UCX's
 `[host:pid:tid:thread]` before it or not."""
-_STREAM_PREFIX = re.compile(rb"[A-Za-z0-9][\w.-]* +\| |\[pod/[^\]\s]+\] ")
-"""A wrapper that names the server a line is from (`prefix._STREAMS`): its traceback's lines are its own."""
+_STREAM_PREFIX = re.compile(
+    rb"(?P<who>[A-Za-z0-9][\w.-]* +\| |\[pod/[^\]\s]+\] )"
+    rb"|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] (?P<tag>\[[^\]\s]+@<\d+,\d+>\]: )"
+)
+"""A wrapper on every line of a server's output (`prefix._STREAMS`, a launcher's `[time] [/bin/sh@<0,0>]: `): its
+traceback's lines are its own, told apart by the server it names (the launcher's tag, whatever its time)."""
 TRACEBACK_LINES = 64
 QUIET_S = 1.0
 """A followed file that gained nothing for this long is complete for now: a traceback at its end comes out."""
@@ -388,7 +394,7 @@ class LogReader:
                 if stream is None:
                     last = stop = covered = _traceback_end(block, stop, end)
                 else:  # its lines may interleave with other servers': gather its own
-                    last, lines = _stream_traceback(block, stop, end, bytes(block[start : stream.end()]))
+                    last, lines = _stream_traceback(block, stop, end, _stream_name(stream))
                     in_streams.update(line_start for line_start, _ in lines)
                     raw = b"\n".join([block[start:stop], *(block[a:b] for a, b in lines)])
                 if carry and hold_traceback and last + 1 >= end and size - start < MAX_LINE_BYTES:
@@ -461,10 +467,13 @@ def _marked_lines(block: bytes | bytearray, end: int) -> list[int]:
     return sorted(starts)
 
 
-def _stream_traceback(
-    block: bytes | bytearray, stop: int, end: int, stream: bytes
-) -> tuple[int, list[tuple[int, int]]]:
-    """A traceback inside a wrapper that names its server (`stream`: that wrapper), whose lines may interleave
+def _stream_name(stream: re.Match[bytes]) -> bytes:
+    """Which server a `_STREAM_PREFIX` wrapper names (its name, or the launcher's tag)."""
+    return stream["who"] or stream["tag"]
+
+
+def _stream_traceback(block: bytes | bytearray, stop: int, end: int, name: bytes) -> tuple[int, list[tuple[int, int]]]:
+    """A traceback inside a wrapper that names its server (`name`: `_stream_name`), whose lines may interleave
     with other servers': (where the scan stopped, the (start, stop) of each of its continuation lines), up to a
     line of its server that is blank or begins a record."""
     lines: list[tuple[int, int]] = []
@@ -474,8 +483,9 @@ def _stream_traceback(
         nxt = block.find(b"\n", stop + 1, end)
         if nxt < 0:
             break
-        if block.startswith(stream, stop + 1):
-            rest = stop + 1 + len(stream)
+        stream = _STREAM_PREFIX.match(block, stop + 1, nxt)
+        if stream is not None and _stream_name(stream) == name:
+            rest = stream.end()
             if rest >= nxt or block[rest : rest + 1] == b"[":  # blank, or its server's next record
                 break
             lines.append((stop + 1, nxt))

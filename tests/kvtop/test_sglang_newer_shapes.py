@@ -1,0 +1,136 @@
+"""Line shapes of SGLang 0.5.9 and later, and of launchers around it, that kvtop read as nothing.
+
+Found in public reports (sglang #20252, #13912, #11016, PR #25172; a slurm deployment's repository): the lines
+below are written in their shapes (times, rooms and addresses of my own). Before, `check` said UNKNOWN beside
+each of them, or dated a log by its file's time.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kvtop_cli import kvtop_here
+
+from kvtop.sources.sglang.lines import ContextLine, classify
+from kvtop.sources.sglang.prefix import parse_prefix, stamp_seconds
+
+SERVICE_TAGGED = (
+    "[qwen3-prefill][2026-03-12 14:27:49][prefill.py:290][ERROR]: Prefill bootstrap failed for request rank=0 "
+    "req.rid='32dfaf43' req.bootstrap_room=8383451044827823303 with exception "
+    "KVTransferError(bootstrap_room=8383451044827823303): Request 8383451044827823303 timed out after 300.0s in "
+    "KVPoll.Bootstrapping\n"
+    "[qwen3-prefill][2026-03-12 14:27:53][prefill.py:290][ERROR]: Prefill bootstrap failed for request rank=0 "
+    "req.rid='5c1d0e2a' req.bootstrap_room=2647732071407238990 with exception "
+    "KVTransferError(bootstrap_room=2647732071407238990): Request 2647732071407238990 timed out after 300.0s in "
+    "KVPoll.Bootstrapping\n"
+)
+SERVER_INFO_UNREACHABLE = (
+    "[2026-03-11 21:03:04][conn.py:179][INFO]: Prefill server info not available from 10.0.0.7:8998, retrying "
+    "(2/20)...\n"
+    "[2026-03-11 21:03:05][conn.py:225][ERROR]: Error fetching prefill server info from bootstrap: "
+    "HTTPConnectionPool(host='10.0.0.7', port=8998): Max retries exceeded with url: /route?engine_rank=-1 (Caused by "
+    "NewConnectionError(\"HTTPConnection(host='10.0.0.7', port=8998): Failed to establish a new connection: "
+    '[Errno 111] Connection refused"))\n'
+)
+ROOM_LOST_TO_BOOTSTRAP = (
+    "[2026-02-19 16:32:42 TP0] Error fetching prefill parallel info from bootstrap: HTTPConnectionPool("
+    "host='10.0.0.9', port=8998): Max retries exceeded with url: /route?engine_rank=-1 (Caused by "
+    'NewConnectionError("Failed to establish a new connection: [Errno 111] Connection refused"))\n'
+    "[2026-02-19 16:32:42 TP0] Decode transfer failed for request rank=0 decode_req.req.rid='c7287ad8' "
+    "decode_req.req.bootstrap_room=4751139391711345681 with exception KVTransferError("
+    "bootstrap_room=4751139391711345681): Could not fetch prefill parallel info from bootstrap_addr: 10.0.0.9:8998\n"
+)
+LAUNCHER_WRAPPED_CRASH = (
+    "[2025-11-25 16:01:47] [/bin/sh@<0,0>]: [2025-11-25 08:01:47] Scheduler hit an exception: Traceback (most "
+    "recent call last):\n"
+    '[2025-11-25 16:01:47] [/bin/sh@<0,0>]:   File "/sgl/python/sglang/srt/managers/scheduler.py", line 2741, in '
+    "run_scheduler_process\n"
+    "[2025-11-25 16:01:47] [/bin/sh@<0,0>]:     scheduler.event_loop_overlap_disagg_prefill()\n"
+    "[2025-11-25 16:01:47] [/bin/sh@<0,0>]: RuntimeError: CUDA error: an illegal memory access was encountered\n"
+)
+WATCHDOG = (
+    "!!!!!!! Segfault encountered !!!!!!!\n"
+    '  File "<unknown>", line 0, in mooncake::WorkerPool::transferWorker(int)\n'
+    "[2026-05-14 16:49:46] Subprocess scheduler_1 (pid=922727) crashed with exit code -11. Triggering cleanup...\n"
+)
+WORKER_THREAD_CRASH = (
+    "[2025-09-28 08:33:56 TP1] TpModelWorkerClient hit an exception: Traceback (most recent call last):\n"
+    '  File "/sgl/python/sglang/srt/managers/tp_worker_overlap_thread.py", line 132, in forward_thread_func\n'
+    "    self.forward_thread_func_()\n"
+    "RuntimeError: NCCL error\n"
+)
+
+
+def _log(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_service_name_before_the_time_is_a_wrapper_and_the_lines_keep_their_times(tmp_path: Path):
+    log = _log(tmp_path, "prefill.log", SERVICE_TAGGED)
+
+    groups = json.loads(kvtop_here("failures", "--sglang-log", log, "--json").stdout)["groups"]
+
+    assert parse_prefix(SERVICE_TAGGED.splitlines()[0]).ts == stamp_seconds("2026-03-12 14:27:49")
+    assert sorted(g["origin"]["ts"] for g in groups) == [
+        stamp_seconds("2026-03-12 14:27:49"),
+        stamp_seconds("2026-03-12 14:27:53"),
+    ]
+
+
+def test_sglang_0_5_9_s_unreachable_bootstrap_is_an_incident_of_its_address(tmp_path: Path):
+    log = _log(tmp_path, "decode.log", SERVER_INFO_UNREACHABLE)
+
+    check = kvtop_here("check", "--sglang-log", log)
+
+    assert check.returncode == 2, check.stdout
+    assert "prefill at 10.0.0.7:8998 stopped answering (bootstrap_error)" in check.stdout
+
+
+def test_a_room_failed_for_want_of_the_bootstrap_joins_that_bootstrap_s_incident(tmp_path: Path):
+    log = _log(tmp_path, "decode.log", ROOM_LOST_TO_BOOTSTRAP)
+
+    incidents = json.loads(kvtop_here("incidents", "--sglang-log", log, "--json").stdout)["incidents"]
+
+    assert [(i["suspect_text"], i["rooms"], i["roomless"]) for i in incidents] == [
+        ("prefill at 10.0.0.9:8998", ["4751139391711345681"], 1)
+    ]
+
+
+def test_a_crash_under_a_launcher_s_wrapper_is_the_rank_s_crash_at_sglang_s_time(tmp_path: Path):
+    log = _log(tmp_path, "prefill.log", LAUNCHER_WRAPPED_CRASH)
+
+    check = kvtop_here("check", "--sglang-log", log)
+
+    assert check.returncode == 2, check.stdout
+    assert "prefill-0/TP0 crashed at 08:01:47 (Scheduler hit an exception: RuntimeError: CUDA error" in check.stdout
+
+
+def test_sglang_s_watchdog_names_the_scheduler_that_died_and_the_signal():
+    line = classify(parse_prefix(WATCHDOG.splitlines()[2]), 2026)
+
+    assert line == ContextLine(
+        stamp_seconds("2026-05-14 16:49:46"), 1, "crash", None, "its scheduler_1 process killed by SIGSEGV"
+    )
+
+
+def test_a_crash_after_a_segfault_dump_makes_check_critical(tmp_path: Path):
+    log = _log(tmp_path, "decode.log", WATCHDOG)
+
+    check = kvtop_here("check", "--sglang-log", log)
+
+    assert check.returncode == 2, check.stdout
+    assert "decode-0/TP1 crashed at 16:49:46 (its scheduler_1 process killed by SIGSEGV)" in check.stdout
+
+
+def test_the_overlap_thread_s_exception_ends_the_rank_as_the_scheduler_s_does(tmp_path: Path):
+    log = _log(tmp_path, "decode.log", WORKER_THREAD_CRASH)
+
+    check = kvtop_here("check", "--sglang-log", log)
+
+    assert check.returncode == 2, check.stdout
+    assert "decode-0/TP1 crashed at 08:33:56 (TpModelWorkerClient hit an exception: RuntimeError: NCCL error" in (
+        check.stdout
+    )
