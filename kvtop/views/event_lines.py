@@ -91,6 +91,8 @@ def at_or_above(events: Sequence[Event], min_level: str, leads: Leads) -> list[t
     for event in reversed(events):
         if type(event) is Failure:
             level = leads.get((event.ts, event.room, event.rank, event.reason), "debug")
+        elif type(event) is LogContext:  # a crash is an error, as `events` prints it
+            level = raw_level(event)
         else:
             level = kind_level[type(event)]
         if ranks.get(level, 0) >= least:

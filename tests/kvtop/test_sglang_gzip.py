@@ -122,3 +122,19 @@ def test_a_follower_thread_that_dies_anyway_is_loud(tmp_path: Path, wait_for, ca
 
     assert "follower died: RuntimeError('model broke')" in follower.error
     assert any(record.exc_info and "model broke" in str(record.exc_info[1]) for record in caplog.records)
+
+
+def test_the_follower_says_when_its_lines_named_no_rank_rather_than_show_an_empty_healthy_cluster(
+    tmp_path: Path, wait_for
+):
+    """Lines kvtop could not read (a failure line cut before its exception) showed `0/0 ranks alive` and nothing
+    wrong; the health line now says no rank was named in what was read, and how much was garbled."""
+    log = tmp_path / "decode.log"
+    log.write_text("[2026-03-11 21:03:05 TP0] Decode transfer failed for request rank=0 rid='a' with\nplain text\n")
+    follower = LogFollower(SGLangLogs([str(log)])).start()
+    try:
+        wait_for(lambda: "no rank named" in follower.error, timeout=10, what="the logs said to name no rank")
+    finally:
+        follower.close()
+
+    assert follower.error == "no rank named in 2 lines read, 1 garbled"

@@ -61,20 +61,25 @@ class LogFollower:
                 with self.lock:  # a few MiB at a time: a big file loads while the dashboard shows it
                     self.logs.poll(self.model, max_bytes=8 << 20)
                     self.model.sweep(self.logs.now)
-                self.error = _problems(self.logs.stats())
+                    named = len(self.model.ranks)
+                self.error = _problems(self.logs.stats(), named)
             except OSError as error:  # a file vanished without a rotation: say so, keep trying
                 self.error = f"sglang log: {error}"
             if all(file.reader.at_end() for file in self.logs.files):
                 self._stop.wait(POLL_S)
 
 
-def _problems(stats: LogStats) -> str:
+def _problems(stats: LogStats, ranks: int) -> str:
     """What the dashboard says of the files ("" when nothing is wrong): a `.gz` read up to its damage, a file that
-    is no SGLang server log (an empty one is not a problem: its server may not have written yet)."""
+    is no SGLang server log (an empty one is not a problem: its server may not have written yet), lines of which
+    no rank came (`ranks` named so far: none is no empty healthy cluster)."""
     problems = []
     if stats.damaged:
         problems.append(f"sglang log damaged, read up to the damage: {'; '.join(stats.damaged)}")
     wrong = [f"{path}: {why}" for path, why in stats.unread.items() if why != EMPTY]
     if wrong:
         problems.append(f"nothing read from {'; '.join(wrong)}")
+    elif not ranks and stats.lines:
+        garbled = f", {stats.garbled} garbled" if stats.garbled else ""
+        problems.append(f"no rank named in {stats.lines} line{'s' if stats.lines > 1 else ''} read{garbled}")
     return "; ".join(problems)

@@ -16,7 +16,7 @@ from kvtop.tui.frame import WINDOW_S, FrameBuilder, IncidentRow, Options, RoomSo
 from kvtop.tui.views.failures import group_key
 from kvtop.views.event_lines import LEVELS, level_of, shown, to_line
 from transport.kvpoll import KVPoll
-from transport.plane.events import EVENT_SCHEMA, EventBatch, RoomState
+from transport.plane.events import EVENT_SCHEMA, EventBatch, LogContext, RoomState
 
 
 @pytest.fixture
@@ -274,3 +274,17 @@ def test_the_event_tail_of_logs_shows_one_line_per_failure_group(utc):
     assert room_104("debug") == ["warning"] + ["debug"] * 6
     health = builder.build(Options(), logs.now).health
     assert (health.failures, health.aborted) == (2, 3)
+
+
+def test_a_crash_in_the_event_tail_shows_at_error_as_kvtop_events_prints_it():
+    """A rank's crash (a log's context line) was filtered out of the dashboard's events at info, and shown at debug
+    when asked; `kvtop events` prints it at error."""
+    model = ClusterModel(journal_events=JOURNAL_EVENTS_KEPT)
+    crash = LogContext(FIXED_NOW - 5, "crash", None, "Fatal Python error: Segmentation fault", 0)
+    model.apply(
+        "decode-0/TP0", EventBatch(EVENT_SCHEMA, "decode", "decode-0", 0, 1, 1, FIXED_NOW - 5, [crash]), FIXED_NOW
+    )
+
+    events = FrameBuilder(model).build(Options(level="error"), FIXED_NOW).events
+
+    assert events == [("decode-0/TP0", crash, "error")]
