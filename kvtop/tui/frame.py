@@ -25,7 +25,7 @@ from kvtop.model.shapes import RATE_WINDOW_S, Liveness, RankView, RoomView
 from kvtop.model.timeline import BYTES, ECHOES, ORIGINS, Timeline
 from kvtop.tui.room_filter import FAILED, STUCK, RoomTexts
 from kvtop.views.event_lines import at_or_above, to_line
-from kvtop.views.incidents import incident_size
+from kvtop.views.incidents import incident_size, suspected_ranks
 from transport.plane.events import Event
 
 WINDOW_S = 60.0
@@ -193,6 +193,8 @@ class RankRow:
     """Known only from its peers' log lines (`RankView.named_by`): its in-flight rooms and failures unknown."""
     crashed: bool = False
     """Its log said its scheduler crashed, and has said nothing since (`ClusterModel.crash_of`)."""
+    suspected: bool = False
+    """An ongoing incident suspects it (as a rank, or its instance): what broke, where its ORIGINS say who noticed."""
 
 
 @dataclass(frozen=True)
@@ -300,6 +302,7 @@ class FrameBuilder:
         aborted = sum(group.aborted for group in recent_groups)
         gap = model.incidents.quiet_gap_s
         incidents = [IncidentRow.of(incident, now, gap) for incident in model.incidents.newest_first()]
+        suspected = suspected_ranks(model, now)
         if self._counted[0] == float("-inf") or (self.count_in_build and self.counts_due(now)):
             self.count_rooms(now)
         rooms_open, stuck = self._counts
@@ -330,7 +333,10 @@ class FrameBuilder:
             now=now,
             health=health,
             history=self._history(now),
-            ranks=[_rank_row(model, view, now) for view in sorted(model.ranks.values(), key=_rank_order)],
+            ranks=[
+                _rank_row(model, view, now, view.label in suspected)
+                for view in sorted(model.ranks.values(), key=_rank_order)
+            ],
             links=self._links(now),
             rooms=self._rooms(options, gone, now),
             groups=shown,
@@ -427,12 +433,13 @@ def _rank_order(view: RankView) -> tuple[bool, str, int]:
     return (view.role != "prefill", view.instance, view.rank)
 
 
-def _rank_row(model: ClusterModel, view: RankView, now: float) -> RankRow:
+def _rank_row(model: ClusterModel, view: RankView, now: float, suspected: bool = False) -> RankRow:
     gbps = view.gbps(now, RATE_WINDOW_S)  # (reads its ring: its waiting transfers' bytes reach its timeline)
     return RankRow(
         view.label, view.role, view.instance, view.rank, view.liveness(now), gbps, view.inflight, view.origins,
         view.echoes, view.cpu_percent, sum(sum(reasons.values()) for reasons in view.rejected.values()),
         Trend.of(view.timeline, now), view.source, bool(view.named_by), model.crash_of(view.label, now) is not None,
+        suspected,
     )  # fmt: skip
 
 

@@ -170,10 +170,13 @@ def rank_line(
     logged = row.liveness is Liveness.LOG  # logs tell no transfer and no CPU: `-`, never a made-up 0
     unknown = row.named_by_peers  # known from its peers' lines alone: its own counts too
     state = "crashed" if row.crashed else str(row.liveness)  # its log's own word outranks what kvtop infers
+    suspect = row.suspected and not row.crashed and row.liveness in (Liveness.ALIVE, Liveness.LOG, Liveness.IDLE)
+    if suspect:  # what broke, at a glance: its ORIGINS may be 0, the ranks that noticed hold them
+        state = "suspect"
     cells: tuple[tuple[str, str, Style | None], ...] = (
         ("ROLE", f"{row.role:<9}", None),
         ("SOURCE", f"{row.source:<8}", palette.dim if row.source == "agent" else palette.accent),
-        ("STATE", f"{state:<7}", palette.error if row.crashed else state_style[row.liveness]),
+        ("STATE", f"{state:<7}", palette.error if row.crashed or suspect else state_style[row.liveness]),
         ("RATE", f"{'-' if logged else units.gbps(row.gbps):>11}", None),
         ("IN FLIGHT", f"{'-' if unknown else row.inflight:>11}", None),
         ("ORIGINS", f"{'-' if unknown else row.origins:>9}", palette.error if row.origins else None),

@@ -33,6 +33,18 @@ def in_span(model: ClusterModel, since: float | None = None, until: float | None
     ]
 
 
+def suspected_ranks(model: ClusterModel, now: float) -> set[str]:
+    """The ranks an ongoing incident (client aborts apart) suspects: a rank by its label, an instance's every rank
+    (what broke, where a rank's origins say who noticed)."""
+    gap = model.incidents.quiet_gap_s
+    suspects = [i.suspect for i in model.incidents.incidents.values() if not i.client and i.ongoing(now, gap)]
+    ranks = {s.name for s in suspects if s.kind == "rank"}
+    instances = {s.name for s in suspects if s.kind == "instance"}
+    if instances:
+        ranks.update(label for label, view in model.ranks.items() if view.instance in instances)
+    return ranks
+
+
 def by_incident(model: ClusterModel, groups: Sequence[FailureGroup]) -> dict[int, list[FailureGroup]]:
     """The given groups under the id of their incident (0: a group too old or too new to be in one)."""
     found: dict[int, list[FailureGroup]] = {}

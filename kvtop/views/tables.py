@@ -8,7 +8,7 @@ from typing import Any
 
 from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel
 from kvtop.model.shapes import RATE_WINDOW_S, Liveness, RoomView
-from kvtop.views.incidents import in_span, incident_json, plural
+from kvtop.views.incidents import in_span, incident_json, plural, suspected_ranks
 from kvtop.views.known import KNOWN_METRICS, NO_DATA
 from kvtop.views.times import seconds, spans_days, stamp
 from kvtop.views.units import gbps, size
@@ -35,11 +35,13 @@ def ranks_json(model: ClusterModel, now: float) -> list[dict[str, Any]]:
     `log`), host, pid, state, gbps (over the last `RATE_WINDOW_S`, as the dashboard's), inflight, origins, echoes,
     cpu, rss, `rejected` (frames each socket of the rank refused: socket -> reason -> count, non-zero reasons only), and
     `unreachable` (why kvtop could not open a socket for the rank, null when it could), `named_by` (the ranks
-    whose log lines name it as their peer, where no log of its own was read; else empty). A rank known from a log
+    whose log lines name it as their peer, where no log of its own was read; else empty), `suspected` (an ongoing
+    incident suspects it, or its instance). A rank known from a log
     file has null pid, gbps, cpu and rss: a log tells none of them (never a made-up 0); one known only from its
     peers' lines (a prefill instance by its bootstrap address) has a null rank, inflight, origins and echoes too."""
     unreachable = model.intake.unreachable
     model.refold()  # its origin and echo counts follow the fold
+    suspected = suspected_ranks(model, now)
     return [
         {
             "role": view.role,
@@ -63,6 +65,7 @@ def ranks_json(model: ClusterModel, now: float) -> list[dict[str, Any]]:
             "unreachable": unreachable.get(view.label),
             "named_by": view.named_by,
             "crashed": _crash_json(model, view.label),
+            "suspected": view.label in suspected,
             **(_NOT_IN_LOGS if view.from_log else {}),
             **(_NOT_NAMED if view.named_by else {}),
         }
@@ -119,16 +122,24 @@ def _rejected_text(rejected: dict[str, dict[str, int]]) -> str:
     return ", ".join(f"{socket} {total}" for socket, total in totals if total) or "-"
 
 
-def _state(model: ClusterModel, row: dict[str, Any], now: float) -> str:
-    return "crashed" if model.crash_of(row["label"], now) is not None else str(row["state"])
+def _state(model: ClusterModel, row: dict[str, Any], now: float, suspected: set[str]) -> str:
+    """`crashed` (its log said so), else `suspect` for a live (or logged) rank an ongoing incident suspects, else
+    its liveness."""
+    if model.crash_of(row["label"], now) is not None:
+        return "crashed"
+    if row["label"] in suspected and row["state"] in ("alive", "log", "idle"):
+        return "suspect"
+    return str(row["state"])
 
 
 def ranks_text(model: ClusterModel, now: float) -> str:
-    """The ranks' table; STATE says `crashed` for a rank whose log said its scheduler crashed and nothing since."""
+    """The ranks' table; STATE says `crashed` for a rank whose log said its scheduler crashed and nothing since,
+    `suspect` for a rank an ongoing incident suspects."""
+    suspected = suspected_ranks(model, now)
     header = f"{'RANK':<16} {'ROLE':<8} {'SOURCE':<6} {'STATE':<7} {'HOST':<14} {'PID':>7} {'RATE':>10}"
     lines = [f"{header} {'INFLIGHT':>8} {'ORIGINS':>7} {'ECHOES':>6}  REJECTED"]
     lines += [
-        f"{r['label']:<16} {r['role']:<8} {r['source']:<6} {_state(model, r, now):<7} {r['host'][:14]:<14} "
+        f"{r['label']:<16} {r['role']:<8} {r['source']:<6} {_state(model, r, now, suspected):<7} {r['host'][:14]:<14} "
         f"{_dash(r['pid']):>7} "
         f"{_dash(r['gbps'] if r['gbps'] is None else gbps(r['gbps'])):>10} {_dash(r['inflight']):>8} "
         f"{_dash(r['origins']):>7} {_dash(r['echoes']):>6}  {_rejected_text(r['rejected'])}"

@@ -141,7 +141,7 @@ def test_dashboard_shows_an_origin_with_its_echoes_and_quits_without_leaving_age
 
 RANK_ROW = re.compile(r"(prefill|decode)-\d/TP\d\s")
 WHOLE_RANK_ROW = re.compile(
-    r"\S+ +(?:(?:prefill|decode) +)?(?:alive|stale|gone) +\d[\d.]* [KMG]?B/s(?: +(?:\d+|[·▁▂▃▄▅▆▇█]{12}))*"
+    r"\S+ +(?:(?:prefill|decode) +)?(?:alive|suspect|stale|gone) +\d[\d.]* [KMG]?B/s(?: +(?:\d+|[·▁▂▃▄▅▆▇█]{12}))*"
     r"(?:   +[▁▂▃▄▅▆▇█▔]{1,2})?"
 )
 """A rank row whose every cell is whole: the rate with its unit, then whole counts and whole trends of 12 cells

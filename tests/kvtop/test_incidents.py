@@ -13,7 +13,7 @@ from kvtop.model.fold import Observed, fold_room
 from kvtop.model.incidents import IncidentTracker, room_groups
 from kvtop.model.shapes import STALE_S
 from kvtop.record.keyframes import capture, restore
-from kvtop.views.tables import status_json
+from kvtop.views.tables import ranks_json, ranks_text, status_json
 from transport.kvpoll import KVPoll
 from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure, Heartbeat, RoomState
 
@@ -259,3 +259,24 @@ def test_status_names_an_incident_still_under_way_whose_last_room_failed_before_
     status = status_json(model, T0 + 90, 60.0)
 
     assert (len(status["incidents"]), status["incidents_ongoing"]) == (1, 1)
+
+
+def test_the_rank_an_ongoing_incident_suspects_reads_suspect_in_the_ranks_table_and_not_once_it_ended():
+    """prefill-0/TP1 corrupts what it sends: decode-0/TP1 holds the origins, and the ranks table named no one
+    else; prefill-0/TP1's STATE is `suspect` (and `suspected` in JSON) while the incident goes on, then alive."""
+    model = ClusterModel()
+    for label in ("prefill-0/TP1", "decode-0/TP1"):
+        deliver(model, label, [Heartbeat(T0, {}, 0, 0, 0.0, 0, 0.0)], T0)
+    deliver(model, "decode-0/TP1", [checksum(T0 + 1, 7)], T0 + 1)
+    model.sweep(T0 + 2)
+
+    states = {line.split()[0]: line.split()[3] for line in ranks_text(model, T0 + 2).splitlines()[1:]}
+    suspected = {row["label"]: row["suspected"] for row in ranks_json(model, T0 + 2)}
+    assert (states, suspected) == (
+        {"decode-0/TP1": "alive", "prefill-0/TP1": "suspect"},
+        {"decode-0/TP1": False, "prefill-0/TP1": True},
+    )
+    later = T0 + 1 + model.incidents.quiet_gap_s + 1
+    for label in ("prefill-0/TP1", "decode-0/TP1"):
+        deliver(model, label, [Heartbeat(later, {}, 0, 0, 0.0, 0, 0.0)], later)
+    assert "suspect" not in ranks_text(model, later)

@@ -98,7 +98,9 @@ def test_json_from_log_files_holds_null_where_a_log_tells_nothing():
     assert ranks and all((r["pid"], r["gbps"], r["cpu_percent"], r["rss_bytes"]) == (None,) * 4 for r in ranks)
     assert all(isinstance(r["origins"], int) for r in ranks)
     rows = [line.split() for line in text.splitlines()[1:] if "/TP" in line]
-    assert rows and all(row[2:6] == ["log", "log", "-", "-"] for row in rows), text  # no host: PID, RATE `-`
+    assert rows and all(row[2] == "log" and row[3] in ("log", "suspect") and row[4:6] == ["-", "-"] for row in rows), (
+        text
+    )
 
 
 def test_a_log_that_is_not_there_is_a_usage_error():

@@ -80,7 +80,7 @@ def test_ranks_and_status_text_show_dashes_and_say_the_instance_is_known_from_it
 
     assert ranks.returncode == status.returncode == status_json.returncode == 0, ranks.stderr + status.stderr
     row = next(line for line in ranks.stdout.splitlines() if line.startswith("10.0.0.6:8999"))
-    assert row.split()[:9] == ["10.0.0.6:8999", "prefill", "log", "log", "10.0.0.6", "-", "-", "-", "-"]
+    assert row.split()[:9] == ["10.0.0.6:8999", "prefill", "log", "suspect", "10.0.0.6", "-", "-", "-", "-"]
     assert row.endswith("no log of its own: named by decode-0/TP0, decode-0/TP1")
     assert "4 from logs (logs tell no liveness), 1 known only from peers' lines" in status.stdout
     assert json.loads(status_json.stdout)["ranks"]["named_by_peers"] == 1
