@@ -15,7 +15,7 @@ import os
 import sys
 
 import typer
-from typer._click.exceptions import ClickException, UsageError  # Typer vendors Click: its errors live here
+from typer._click.exceptions import ClickException, NoSuchOption, UsageError  # Typer vendors Click
 
 from kvtop.cli import agent_cmd, bench_cmds, export_cmd, keys_cmd, local_cmds, record_cmd, relay_cmd, top_cmd, views
 
@@ -48,6 +48,24 @@ keys_cmd.register(app)
 
 
 NAGIOS_UNKNOWN = 3
+_SOURCE_OPTIONS = ("--sglang-log", "--bootstrap", "--connect", "--replay")
+"""What the views read from; bare `kvtop` starts a cluster of its own and takes none of them."""
+
+
+def usage_hint(error: UsageError, args: list[str]) -> str:
+    """What the user most likely meant, for two mistakes Click's words do not explain ("" for any other)."""
+    if (
+        isinstance(error, NoSuchOption)
+        and error.option_name in _SOURCE_OPTIONS
+        and not (error.ctx and error.ctx.parent)
+    ):
+        return (
+            f"Hint: {error.option_name} is a view's: kvtop top {error.option_name} ... opens the dashboard on it "
+            f"(kvtop status, failures, incidents, check ... too); kvtop alone starts a local cluster."
+        )
+    if "unexpected extra argument" in error.message and "--sglang-log" in args:
+        return "Hint: one file per --sglang-log: --sglang-log a.log --sglang-log b.log (a shell glob gives several)."
+    return ""
 
 
 def main() -> None:
@@ -69,6 +87,8 @@ def run(args: list[str]) -> int:
         code = app(args, prog_name="kvtop", standalone_mode=False)
     except UsageError as error:
         error.show()
+        if hint := usage_hint(error, args):
+            typer.echo(hint, err=True)
         if error.ctx is None or error.ctx.command.name != "check":
             return error.exit_code
         from kvtop.cli.views import print_verdict

@@ -137,3 +137,19 @@ def test_log_sidecar_refuses_a_device_or_a_pipe_at_start(tmp_path: Path) -> None
 
         _usage_error(done, "--sglang-log")
         assert f"'{path}' is not a regular file" in done.stderr
+
+
+def test_a_source_given_to_bare_kvtop_hints_at_the_view_that_takes_it() -> None:
+    """`kvtop --sglang-log FILE` (bare kvtop is the dashboard) said only `No such option`."""
+    done = kvtop_here("--sglang-log", LOG)
+
+    assert done.returncode == 2
+    assert "Hint: --sglang-log is a view's: kvtop top --sglang-log ... opens the dashboard on it" in done.stderr
+
+
+def test_several_files_after_one_sglang_log_hint_at_one_flag_each() -> None:
+    """A shell glob after --sglang-log gave `Got unexpected extra argument(s)`, and nothing on what to type."""
+    done = kvtop_here("status", "--sglang-log", LOG, LOG)
+
+    assert done.returncode == 2
+    assert "Hint: one file per --sglang-log: --sglang-log a.log --sglang-log b.log" in done.stderr
