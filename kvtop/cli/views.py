@@ -428,9 +428,9 @@ def failures(
             roomless = sum(incident.roomless for incident in in_span(model, start, now))
             dated = spans_days([start, now])
             typer.echo(
-                f"{len(groups) - aborted} failures, {aborted} client aborts"
+                f"{plural(len(groups) - aborted, 'failure')}, {plural(aborted, 'client abort')}"
                 + (f", {plural(roomless, 'failure')} naming no room (in the incidents above)" if roomless else "")
-                + f" from {len(model.ranks)} ranks, "
+                + f" from {plural(len(model.ranks), 'rank')}, "
                 f"{stamp(start, dated)[:-4]} to {stamp(now, dated)[:-4]} (what the agents' snapshots and the model "
                 "keep, or the logs hold)",
                 err=True,
