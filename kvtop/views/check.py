@@ -194,6 +194,7 @@ def evaluate(
         if len(named) > CRASHES_NAMED:
             critical.append(f"and {plural(len(named) - CRASHES_NAMED, 'more rank')} crashed")
     judged = _judged_incidents(model, now, span, since)
+    judged.sort(key=lambda incident: not _severe(incident, limits))  # the ones that make it CRITICAL are named
     severe = [_severe(incident, limits) for incident in judged]
     for incident, is_severe in zip(judged[:INCIDENTS_NAMED], severe, strict=False):
         (critical if is_severe else warning).append(_incident_problem(incident, now, model.incidents.quiet_gap_s))
@@ -269,7 +270,7 @@ def evaluate(
         )
     facts += f", {plural(len(judged), 'incident')}" + ("" if span else " ongoing")
     if aborted:
-        facts += f", {aborted} client aborts" + (f" ({abort_rate:.1%} of rooms)" if rooms else "")
+        facts += f", {plural(aborted, 'client abort')}" + (f" ({abort_rate:.1%} of rooms)" if rooms else "")
     rejected = model.rejected + model.rejected_frames
     facts += f", {model.lost} rooms lost" if model.lost else ""
     facts += f", {rejected} rejected" if rejected else ""

@@ -378,7 +378,7 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
         health = f"{failed} {span}, no failure rate ({why})"
     else:
         health = f"failure rate {s['failure_rate']:.1%} ({plural(s['failures'], 'failure')})"
-    aborts = f"{s['aborted']} client aborts"
+    aborts = plural(s["aborted"], "client abort")
     if s["abort_rate"] is not None:
         aborts += f" ({s['abort_rate']:.1%})"
     lines = [_incidents_line(s, window_s)]

@@ -83,6 +83,19 @@ def test_incident_thresholds_decide_critical_or_warning_and_a_bad_one_is_unknown
     assert "'timeout_bootsrap' is no class of failure (one of: timeout_bootstrap, " in typo.stdout
 
 
+def test_check_names_the_incidents_that_made_it_critical_before_those_switched_off():
+    """With three classes off, check named the three biggest incidents (all of them off) after `and 5 more
+    incidents`, and never the ones that made it CRITICAL."""
+    off = ("send_failed", "other", "peer_lost")
+    args = [arg for name in off for arg in ("--incident-class", f"{name}=off")]
+
+    check = kvtop("check", *args, *logs("new-era"))
+
+    assert check.returncode == 2
+    first = check.stdout.removeprefix("KVTOP CRITICAL - ").split("; ")[0]
+    assert first.startswith("incident: ") and not any(f"({name})" in first for name in off), first
+
+
 def cluster_incidents(found: list[dict[str, Any]], kind: str = "") -> list[tuple[str, str]]:
     """(suspect, kind) of each cluster incident (of `kind` only, when given)."""
     return [(i["suspect"]["name"], i["kind"]) for i in found if not i["client"] and kind in ("", i["kind"])]
