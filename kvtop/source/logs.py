@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from kvtop.model.cluster import ClusterModel
     from kvtop.model.fold import FailureGroup
     from kvtop.source.spec import SourceSpec
+    from kvtop.source.when import When
     from kvtop.sources.sglang import SGLangLogs
     from kvtop.sources.sglang.context import Context
     from transport.plane.events import Event
@@ -59,6 +60,7 @@ class LogSource(Source):
             stats = logs.stats()
             if stats.no_log:  # a wrong path: said, not shown as a cluster with nothing in it
                 raise SourceError(f"nothing to read in the logs given: {stats.unread_text()}")
+            _within(spec.when, logs.told_span)
             yield cls(spec, logs, model, loaded)
         finally:
             logs.close()
@@ -97,6 +99,21 @@ class LogSource(Source):
     def status_extra(self) -> tuple[str, dict[str, object]]:
         stats = self.logs.stats()
         return f"logs    {stats.summary().removeprefix('sglang logs: ')}", {"logs": dataclasses.asdict(stats)}
+
+
+def _within(when: When, span: tuple[float, float] | None) -> None:
+    """SourceError when `--at` lies outside the span the logs' lines tell, or `--since` after what is read: a view
+    of a window the logs do not cover would judge nothing (a check said OK on logs full of failures)."""
+    from kvtop.views.times import stamp
+
+    if span is None or (when.at is None and when.since is None):
+        return
+    start, end = span
+    told = f"the logs' lines run from {stamp(start, dated=True)} to {stamp(end, dated=True)}"
+    if when.at is not None and not start <= when.at <= end:
+        raise SourceError(f"--at {stamp(when.at, dated=True)} is outside what the logs tell: {told}")
+    if when.since is not None and when.since > (end if when.at is None else when.at):
+        raise SourceError(f"--since {stamp(when.since, dated=True)} is after what the logs tell: {told}")
 
 
 def _events_since(polls: Iterable[list[tuple[str, Event]]], since: float | None) -> list[tuple[str, Event]]:

@@ -20,6 +20,18 @@ FIXTURES = Path(__file__).parent / "fixtures" / "sglang" / "old-era"
 LOGS = ("--sglang-log", str(FIXTURES / "prefill.log"), "--sglang-log", f"decode={FIXTURES / 'decode.log'}")
 
 
+@pytest.mark.parametrize("times", [("--since", "2099-01-01T00:00:00"), ("--at", "2020-01-01T00:00:00")])
+def test_a_time_outside_what_the_logs_tell_is_refused_not_judged_ok(times: tuple[str, str]):
+    """`check --since` past the logs' last line (a time of day is today's: the logs were older) said OK, exit 0,
+    on logs that hold failures; views printed an empty cluster. Both say the span the logs' lines tell."""
+    check = kvtop("check", *LOGS, *times)
+    status = kvtop("status", *LOGS, *times)
+
+    assert (check.returncode, status.returncode) == (3, 2)
+    assert check.stdout.startswith(f"KVTOP UNKNOWN - {times[0]} ")
+    assert "the logs' lines run from " in check.stdout and "the logs' lines run from " in status.stderr
+
+
 @pytest.mark.processes
 def test_failures_json_from_logs_has_each_origin_with_its_echoes_and_context():
     """Room 1111: origin prefill-0/TP1 send_failed, three echoes of unknown origin, the glog line as likely cause."""

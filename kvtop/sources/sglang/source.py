@@ -152,6 +152,12 @@ class SGLangLogs:
         """The latest time the logs mention, or `until` when set (what "now" is for a view of them)."""
         return self.until if self.until is not None else self._now or time.time()
 
+    @property
+    def told_span(self) -> tuple[float, float] | None:
+        """The earliest and the latest time a line of the logs told (None while none did: a file's time is no
+        line's)."""
+        return (self.start, self._now) if self._told and self.start is not None else None
+
     def stats(self) -> LogStats:
         stats = LogStats(len(self.files), failures=self._failures, batches=self._batches, context=self._context)
         stats.garbled, stats.no_room = self._garbled, self._no_room
