@@ -23,24 +23,36 @@ if TYPE_CHECKING:
     from transport.plane.events import Event
 
 
+INTERRUPTED = 130
+"""The exit code of a view stopped by Ctrl-C before it showed anything (a shell's, for SIGINT)."""
+
+
 def _frames(spec: SourceSpec, follow: bool = False, interval: float = 1.0) -> Iterator[Source]:
     """The source once opened; with `follow`, again every `interval` (refreshed) until Ctrl-C.
 
     Yields under the source's lock, so a view reads a consistent model. Exit 1 when nobody answers or the
-    source stops while following (its error on stderr); the errors of opening it as `reading` says.
+    source stops while following (its error on stderr); the errors of opening it as `reading` says. Ctrl-C
+    after a followed frame ends it cleanly (exit 0); before any frame, it exits 130, saying so (a view that
+    printed nothing exited 0, as if it had shown something).
     """
-    with contextlib.suppress(KeyboardInterrupt), reading(spec) as source:
-        say_what_was_heard(source)
-        while True:
-            if stopped := source.stopped():
-                raise fail(stopped)
-            with source.lock:
-                source.model.update_incidents()  # what came since the source's last sweep
-                yield source
-            if not follow:
-                return
-            time.sleep(interval)
-            source.refresh()
+    shown = False
+    try:
+        with reading(spec) as source:
+            say_what_was_heard(source)
+            while True:
+                if stopped := source.stopped():
+                    raise fail(stopped)
+                with source.lock:
+                    source.model.update_incidents()  # what came since the source's last sweep
+                    yield source
+                shown = True
+                if not follow:
+                    return
+                time.sleep(interval)
+                source.refresh()
+    except KeyboardInterrupt:
+        if not shown:
+            raise fail("interrupted before the source answered", INTERRUPTED) from None
 
 
 @contextlib.contextmanager
@@ -195,6 +207,8 @@ def run_check(spec: SourceSpec, limits: Thresholds, as_json: bool) -> int:
         result = unknown(str(error))
     except SourceError as error:  # a log, a recording or a key folder that cannot be used
         result = unknown(str(error))
+    except KeyboardInterrupt:  # stdout still says why, where monitoring reads it
+        result = unknown("interrupted before the source was judged")
     except Exception as error:  # a check must answer UNKNOWN, never a traceback
         result = unknown(f"internal error: {error!r}")
     return print_verdict(result, limits, as_json)
@@ -351,29 +365,35 @@ def events(
                 typer.echo(terminal_safe(render(label, event, level_of(event, leads))))
 
     rejected = 0
-    with contextlib.suppress(KeyboardInterrupt), reading(source, tail=True) as read:
-        say_what_was_heard(read)
-        held: list[tuple[str, Event]] = []
-        """Until a lost batch, or (one-shot) the end: so each failure's level is the whole fold's."""
-        for told in read.tail(follow):
-            for item in told:
-                if isinstance(item, Events):
-                    held.extend(item.items)
-                elif isinstance(item, Gap):
+    heard = False
+    try:
+        with reading(source, tail=True) as read:
+            say_what_was_heard(read)
+            heard = True
+            held: list[tuple[str, Event]] = []
+            """Until a lost batch, or (one-shot) the end: so each failure's level is the whole fold's."""
+            for told in read.tail(follow):
+                for item in told:
+                    if isinstance(item, Events):
+                        held.extend(item.items)
+                    elif isinstance(item, Gap):
+                        with read.lock:
+                            emit(read.model, held)
+                        held = []
+                        if level != "error":
+                            typer.echo(terminal_safe(gap(item.label, item.batches, item.ts)))
+                    else:
+                        typer.echo(terminal_safe(item.text), err=True)
+                if follow:
                     with read.lock:
                         emit(read.model, held)
                     held = []
-                    if level != "error":
-                        typer.echo(terminal_safe(gap(item.label, item.batches, item.ts)))
-                else:
-                    typer.echo(terminal_safe(item.text), err=True)
-            if follow:
-                with read.lock:
-                    emit(read.model, held)
-                held = []
-        with read.lock:
-            emit(read.model, held)
-            rejected = read.model.rejected + read.model.rejected_frames
+            with read.lock:
+                emit(read.model, held)
+                rejected = read.model.rejected + read.model.rejected_frames
+    except KeyboardInterrupt:
+        if not heard:
+            raise fail("interrupted before the source answered", INTERRUPTED) from None
     if rejected:
         typer.echo(f"kvtop: {rejected} events or batches rejected (values out of range or malformed)", err=True)
 

@@ -187,3 +187,36 @@ def test_ranks_lists_an_endpoint_that_never_answered_as_gone(make_cluster):
         ("tcp://127.0.0.1:1", "gone", None)
     ]
     assert [r["label"] for r in ranks if r["state"] == "alive"] == [live.label]
+
+
+def _interrupted_while_waiting(view: str, wait_for) -> subprocess.CompletedProcess[str]:
+    """`kvtop VIEW` waiting 30 s on an endpoint that never answers, Ctrl-C once its sockets are up."""
+    import signal
+
+    import psutil
+
+    command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
+    args = [command, view, "--connect", "tcp://127.0.0.1:1", "--wait", "30"]
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        waiting = psutil.Process(process.pid)
+        wait_for(lambda: waiting.num_threads() >= 3, timeout=30, what="its ZeroMQ threads up (it waits)")
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=20)
+    return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
+
+
+def test_ctrl_c_before_a_view_showed_anything_exits_130_saying_so(wait_for):
+    """Ctrl-C while `status` waited exited 0 with no output, as if it had shown a healthy cluster."""
+    done = _interrupted_while_waiting("status", wait_for)
+
+    assert (done.returncode, done.stdout) == (130, "")
+    assert "kvtop: interrupted before the source answered" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_ctrl_c_before_a_check_judged_is_unknown_on_stdout(wait_for):
+    """`check` exited 130 with nothing on stdout, where monitoring reads why."""
+    done = _interrupted_while_waiting("check", wait_for)
+
+    assert done.returncode == 3
+    assert done.stdout.startswith("KVTOP UNKNOWN - interrupted before the source was judged")
