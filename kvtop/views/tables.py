@@ -277,7 +277,7 @@ def rooms_json(
             "decode": room.link[1],
             "stuck": room.room in stuck,
         }
-        for room, ok in sorted(shown, key=lambda item: item[0].first_seen)
+        for room, ok in sorted(shown, key=lambda item: (item[1] is not None, item[0].first_seen))
     ]
 
 

@@ -348,3 +348,17 @@ def test_a_rooms_states_are_replaced_never_changed_in_place():
 
     assert held == {"prefill-0/TP0": int(KVPoll.Transferring)}
     assert model.rooms[1].codes == {"prefill-0/TP0": int(KVPoll.Success), "decode-0/TP0": int(KVPoll.Success)}
+
+
+def test_the_rooms_table_lists_the_open_rooms_then_those_that_ended_each_oldest_first():
+    """`kvtop rooms` interleaved open and ended rooms by age (its help and docs say open ones first)."""
+    from kvtop.views.tables import rooms_json
+
+    model = ClusterModel()
+    model.apply("decode-0/TP0", batch("decode-0/TP0", 1, room_events(1, T0, KVPoll.Success)), T0 + 1)
+    model.apply("decode-0/TP0", batch("decode-0/TP0", 2, room_events(2, T0 + 1, KVPoll.Failed)), T0 + 2)
+    model.apply("decode-0/TP0", batch("decode-0/TP0", 3, room_events(3, T0 + 2, KVPoll.Transferring)[:1]), T0 + 3)
+
+    listed = [(r["room"], r["outcome"]) for r in rooms_json(model, T0 + 3)]
+
+    assert listed == [(3, "open"), (1, "succeeded"), (2, "failed")]
