@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from kvtop_cli import kvtop_here
 
 from kvtop.sources.sglang.lines import ContextLine, classify
@@ -80,15 +81,6 @@ def test_a_service_name_before_the_time_is_a_wrapper_and_the_lines_keep_their_ti
     ]
 
 
-def test_sglang_0_5_9_s_unreachable_bootstrap_is_an_incident_of_its_address(tmp_path: Path):
-    log = _log(tmp_path, "decode.log", SERVER_INFO_UNREACHABLE)
-
-    check = kvtop_here("check", "--sglang-log", log)
-
-    assert check.returncode == 2, check.stdout
-    assert "prefill at 10.0.0.7:8998 stopped answering (bootstrap_error)" in check.stdout
-
-
 def test_a_room_failed_for_want_of_the_bootstrap_joins_that_bootstrap_s_incident(tmp_path: Path):
     log = _log(tmp_path, "decode.log", ROOM_LOST_TO_BOOTSTRAP)
 
@@ -99,15 +91,6 @@ def test_a_room_failed_for_want_of_the_bootstrap_joins_that_bootstrap_s_incident
     ]
 
 
-def test_a_crash_under_a_launcher_s_wrapper_is_the_rank_s_crash_at_sglang_s_time(tmp_path: Path):
-    log = _log(tmp_path, "prefill.log", LAUNCHER_WRAPPED_CRASH)
-
-    check = kvtop_here("check", "--sglang-log", log)
-
-    assert check.returncode == 2, check.stdout
-    assert "prefill-0/TP0 crashed at 08:01:47 (Scheduler hit an exception: RuntimeError: CUDA error" in check.stdout
-
-
 def test_sglang_s_watchdog_names_the_scheduler_that_died_and_the_signal():
     line = classify(parse_prefix(WATCHDOG.splitlines()[2]), 2026)
 
@@ -116,21 +99,25 @@ def test_sglang_s_watchdog_names_the_scheduler_that_died_and_the_signal():
     )
 
 
-def test_a_crash_after_a_segfault_dump_makes_check_critical(tmp_path: Path):
-    log = _log(tmp_path, "decode.log", WATCHDOG)
-
-    check = kvtop_here("check", "--sglang-log", log)
+@pytest.mark.parametrize(
+    ("server", "text", "said"),
+    [
+        pytest.param("decode", SERVER_INFO_UNREACHABLE, "prefill at 10.0.0.7:8998 stopped answering (bootstrap_error)",
+                     id="sglang-0.5.9-unreachable-bootstrap"),
+        pytest.param("prefill", LAUNCHER_WRAPPED_CRASH,
+                     "prefill-0/TP0 crashed at 08:01:47 (Scheduler hit an exception: RuntimeError: CUDA error",
+                     id="crash-under-a-launcher-wrapper"),
+        pytest.param("decode", WATCHDOG, "decode-0/TP1 crashed at 16:49:46 (its scheduler_1 process killed by SIGSEGV)",
+                     id="watchdog-after-a-segfault-dump"),
+        pytest.param("decode", WORKER_THREAD_CRASH,
+                     "decode-0/TP1 crashed at 08:33:56 (TpModelWorkerClient hit an exception: RuntimeError: NCCL error",
+                     id="overlap-thread-exception"),
+    ],
+)  # fmt: skip
+def test_check_is_critical_naming_what_broke(tmp_path: Path, server: str, text: str, said: str):
+    """Each was UNKNOWN (`no rank named`) before: the bootstrap a dead prefill left unanswered is an incident of
+    its address; a scheduler's crash is the rank's, at SGLang's own time, whatever wraps or follows it."""
+    check = kvtop_here("check", "--sglang-log", _log(tmp_path, f"{server}.log", text))
 
     assert check.returncode == 2, check.stdout
-    assert "decode-0/TP1 crashed at 16:49:46 (its scheduler_1 process killed by SIGSEGV)" in check.stdout
-
-
-def test_the_overlap_thread_s_exception_ends_the_rank_as_the_scheduler_s_does(tmp_path: Path):
-    log = _log(tmp_path, "decode.log", WORKER_THREAD_CRASH)
-
-    check = kvtop_here("check", "--sglang-log", log)
-
-    assert check.returncode == 2, check.stdout
-    assert "decode-0/TP1 crashed at 08:33:56 (TpModelWorkerClient hit an exception: RuntimeError: NCCL error" in (
-        check.stdout
-    )
+    assert said in check.stdout
