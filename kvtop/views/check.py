@@ -262,6 +262,8 @@ def evaluate(
             f"{len(alive)}/{len(liveness)} ranks alive, {rooms} rooms {window}, "
             f"failure rate {rate:.1%}, {stuck} stuck, {model.gaps} gaps"
         )
+    elif not everyone:  # a recording (or logs) that named none: nothing is said of logs it did not read
+        facts = f"no rank, {plural(rooms_failed, 'room')} failed {window}"
     else:  # server logs: no liveness, and no room that succeeded
         facts = (
             f"{plural(len(everyone), 'rank')} from logs (no liveness in logs), "

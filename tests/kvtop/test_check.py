@@ -190,3 +190,14 @@ def test_min_ranks_defaults_to_every_listed_endpoint(make_cluster):
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("KVTOP OK - 2/2 ranks alive")
     assert "ranks_alive=2;;2:" in result.stdout
+
+
+def test_a_recording_that_named_no_rank_is_unknown_without_words_about_logs(tmp_path):
+    """A recording made while the bootstrap never answered was judged `0 ranks from logs (no liveness in logs)`."""
+    recording = tmp_path / "rec"
+    kvtop_here("record", "--bootstrap", "tcp://127.0.0.1:9", "--wait", "0.5", "--out", str(recording))
+
+    check = kvtop_here("check", "--replay", str(recording))
+
+    assert check.returncode == 3, check.stdout
+    assert "no rank named in what was read" in check.stdout and "from logs" not in check.stdout
