@@ -191,9 +191,11 @@ class ClusterModel:
         view = self._rank(label, item)
         again = isinstance(item, Snapshot) and view.last_seen > 0 and view.incarnation == item.incarnation
         heard = view.last_seen or view.heard_before
-        if heard and now - heard > STALE_S and not view.inferred:
+        sent_gap = item.sent_at - view.last_sent if item.sent_at and view.last_sent else math.inf
+        if heard and now - heard > STALE_S and sent_gap > STALE_S and not view.inferred:
             view.silences = [*view.silences[1 - SILENCES_KEPT :], (heard, now)]
         view.last_seen = now
+        view.last_sent = max(view.last_sent, item.sent_at)
         if item.sent_at and self.correct_clocks:  # 0: a snapshot of an agent older than its stamp
             view.clock.sample(item.sent_at, now)
         correction = view.clock.correction_s

@@ -280,3 +280,20 @@ def test_the_rank_an_ongoing_incident_suspects_reads_suspect_in_the_ranks_table_
     for label in ("prefill-0/TP1", "decode-0/TP1"):
         deliver(model, label, [Heartbeat(later, {}, 0, 0, 0.0, 0, 0.0)], later)
     assert "suspect" not in ranks_text(model, later)
+
+
+def test_a_pause_of_kvtop_itself_is_no_silence_of_the_ranks_it_then_hears_from():
+    """kvtop's model process stopped 20 s (SIGSTOP): every rank's batches arrived at once, each was judged `silent
+    for 20 s itself` and made the suspect of the peers it named lost. The rank sent on all along (its envelopes'
+    `sent_at` show no gap): the suspect is the peer it named."""
+    model = ClusterModel()
+    deliver(model, "decode-0/TP0", [Heartbeat(T0, {}, 0, 0, 0.0, 0, 0.0)], T0)
+    lost = origin(T0 + 20.1, 5, "decode-0/TP0", "Lost connection with prefill instance (bootstrap_addr: x:1)",
+                  "peer_lost", "prefill-0/TP0")  # fmt: skip
+    for second in range(1, 21):  # sent every second, all received once kvtop ran again
+        events: list[Event] = [Heartbeat(T0 + second, {}, 0, 0, 0.0, 0, 0.0)] + ([lost] if second == 20 else [])
+        batch = EventBatch(EVENT_SCHEMA, "decode", "decode-0", 0, 1, next(_seq), T0 + second, events)
+        model.apply("decode-0/TP0", batch, T0 + 20.2)
+
+    assert model.silent_at("decode-0/TP0", T0 + 20.1) is None
+    assert incidents(model, T0 + 21) == [("prefill-0/TP0", "unresponsive", 1)]
