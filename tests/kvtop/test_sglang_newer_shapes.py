@@ -121,3 +121,12 @@ def test_check_is_critical_naming_what_broke(tmp_path: Path, server: str, text: 
 
     assert check.returncode == 2, check.stdout
     assert said in check.stdout
+
+
+def test_a_glog_line_pasted_without_its_thread_id_is_a_transport_library_s_line():
+    """`E0713 23:29:03.494601 nixl_agent.cpp:631] ...` (sglang #31295: NIXL's line with the thread id left out)
+    was read as nothing: `check` said UNKNOWN beside it."""
+    line = classify(parse_prefix("E0713 23:29:03.494601 nixl_agent.cpp:631] prepXferDlist: failed to prepare"), 2026)
+
+    assert isinstance(line, ContextLine)
+    assert (line.kind, line.ts) == ("glog", stamp_seconds("2026-07-13 23:29:03") + 0.494601)

@@ -128,7 +128,8 @@ _BOOTSTRAP_ERRORS = (
     "Error querying dp_ranks from bootstrap",
 )
 """A decode rank could not reach a prefill instance's bootstrap server: a failure that names no room."""
-_GLOG = re.compile(r"([EWIF])(\d\d)(\d\d) (\d\d:\d\d:\d\d)(\.\d+)? +\d+ +(\S+\.c(?:pp|c)?:\d+)\] (.*)")
+_GLOG = re.compile(r"([EWIF])(\d\d)(\d\d) (\d\d:\d\d:\d\d)(\.\d+)? +(?:\d+ +)?(\S+\.c(?:pp|c)?:\d+)\] (.*)")
+"""`E0102 03:04:05.123456 4242 file.cpp:294] message` (the thread id left out in some pastes)."""
 _UCX = re.compile(r"\[(\d{9,}\.\d+)\] +\[[^\]]*\] +\S+ +UCX +(ERROR|WARN\w*|DIAG) +(.*)")
 _TRANSPORT_KEYWORDS = ("Session::", "writeBody", "peer_nic", "Process failed", "transfer", "Transfer")
 
