@@ -32,7 +32,7 @@ class Layout:
 def overview_layout(width: int, height: int, ranks: int, link_rows: int) -> Layout:
     """The panels that fit `height` rows with the rank grid (its header and up to `GRID_ROWS` ranks), taken in
     `PANELS` order; a panel too tall for what is left leaves whole. Rows to spare go to the incidents under the
-    grid, then make the charts taller.
+    grid, then make the charts taller, then (wide) to the incidents beside the grid.
 
     Under `NARROW_COLUMNS` the links (`link_rows` lines) and incidents stack under the grid; wider, they sit
     beside it, and the grid is as tall as they are."""
@@ -67,4 +67,6 @@ def overview_layout(width: int, height: int, ranks: int, link_rows: int) -> Layo
     if "throughput" in shown:
         grow = min(high - low, room)
         throughput_rows, room = low + grow, room - grow
+    if not narrow:  # beside the grid: what is left lists more incidents (3 of 8 were shown above 12 blank rows)
+        incident_rows += room
     return Layout(frozenset(shown), failure_rows, throughput_rows, incident_rows, narrow)

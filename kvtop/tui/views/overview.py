@@ -124,15 +124,15 @@ class OverviewView(Vertical):
         peaks = TrendPeaks.of(ranks)
         rank_list.set_rows(len(ranks), lambda i: rank_line(ranks[i], palette, columns, peaks))
         ongoing = [row for row in frame.incidents if row.ongoing and not row.client]
-        if (frame.links, ongoing, palette, width) == self._side_shown:
+        if (frame.links, ongoing, palette, width, layout.incident_rows) == self._side_shown:
             return
-        self._side_shown = (frame.links, ongoing, palette, width)
+        self._side_shown = (frame.links, ongoing, palette, width, layout.incident_rows)
         self.query_one("#links", Block).show(LinkHeatMap(frame.links, palette.accent, palette.error).lines())
         ended = sum(not row.ongoing and not row.client for row in frame.incidents)
         if layout.narrow:
             lines = _incident_one_liners(ongoing, palette, width, layout.incident_rows)
         else:
-            lines = _incident_lines(ongoing, palette)
+            lines = _incident_lines(ongoing, palette, layout.incident_rows)
         idle = f"no incident ongoing ({ended} ended, f: failures)" if ended else "no incident ongoing"
         self.query_one("#incidents", Block).show(lines or [Text(idle, style="dim")])
 
@@ -203,9 +203,9 @@ def _count(value: float) -> str:
     return f"max {value:.0f}"
 
 
-def _incident_lines(ongoing: list[IncidentRow], palette: Palette) -> list[Text]:
-    """Two lines each: who broke, then what and since when."""
-    shown = INCIDENT_LINES // 2
+def _incident_lines(ongoing: list[IncidentRow], palette: Palette, rows: int) -> list[Text]:
+    """Two lines each, in `rows`: who broke, then what and since when."""
+    shown = rows // 2
     if len(ongoing) > shown:  # the last place says how many more: each incident listed is listed whole
         shown -= 1
     lines: list[Text] = []

@@ -60,3 +60,15 @@ def test_the_time_axis_labels_each_minute_and_now():
     assert [axis.index(label) for label in ("-5m", "-4m", "-3m", "-2m", "-1m")] == [0, 12, 24, 36, 48]
     assert "-1m" not in time_axis(10, 300.0), "a label that would touch `now` leaves"
     assert len(time_axis(33, 300.0)) == 33
+
+
+def test_rows_to_spare_beside_the_grid_list_more_incidents():
+    """At 250x70 the charts were at their tallest and the incidents panel listed 3 of 8 above 12 blank rows."""
+    from kvtop.tui.frame import INCIDENT_LINES
+
+    layout = overview_layout(250, 65, ranks=8, link_rows=3)
+
+    assert (layout.failure_rows, layout.throughput_rows) == (CHART_ROWS[1], CHART_ROWS[1])
+    side = 1 + layout.incident_rows + (1 + 3 + 1 + 1)  # the incidents' title and rows, the links' panel
+    charts = 1 + (1 + 2 * layout.failure_rows) + (1 + layout.throughput_rows)  # the time axis, the charts
+    assert layout.incident_rows > INCIDENT_LINES and charts + side == 65
