@@ -124,9 +124,12 @@ class OverviewView(Vertical):
         peaks = TrendPeaks.of(ranks)
         rank_list.set_rows(len(ranks), lambda i: rank_line(ranks[i], palette, columns, peaks))
         ongoing = [row for row in frame.incidents if row.ongoing and not row.client]
-        if (frame.links, ongoing, palette, width, layout.incident_rows) == self._side_shown:
+        where = frame.options.filter
+        if (frame.links, ongoing, palette, width, layout.incident_rows, where) == self._side_shown:
             return
-        self._side_shown = (frame.links, ongoing, palette, width, layout.incident_rows)
+        self._side_shown = (frame.links, ongoing, palette, width, layout.incident_rows, where)
+        title = f"Incidents  ongoing matching '{where}'" if where else "Incidents  ongoing: rooms, what broke"
+        self.query_one("#incidents-title", Static).update(Text(title))  # the health line counts them all
         self.query_one("#links", Block).show(LinkHeatMap(frame.links, palette.accent, palette.error).lines())
         ended = sum(not row.ongoing and not row.client for row in frame.incidents)
         if layout.narrow:
@@ -203,6 +206,11 @@ def _count(value: float) -> str:
     return f"max {value:.0f}"
 
 
+def _rooms(row: IncidentRow) -> str:
+    """`31`, or `1+15` with failures that named no room (as `kvtop incidents`' ROOMS): no made-up rooms."""
+    return f"{row.rooms}+{row.roomless}" if row.roomless else str(row.rooms)
+
+
 def _incident_lines(ongoing: list[IncidentRow], palette: Palette, rows: int) -> list[Text]:
     """Two lines each, in `rows`: who broke, then what and since when."""
     shown = rows // 2
@@ -211,7 +219,7 @@ def _incident_lines(ongoing: list[IncidentRow], palette: Palette, rows: int) -> 
     lines: list[Text] = []
     for row in ongoing[:shown]:
         since = f"  since {clock(row.first_seen)[:-4]}"
-        lines.append(Text.assemble((f"{row.rooms + row.roomless:>5}  {row.suspect}", palette.error), (since, "dim")))
+        lines.append(Text.assemble((f"{_rooms(row):>5}  {row.suspect}", palette.error), (since, "dim")))
         lines.append(Text(f"       {row.headline.removeprefix(row.suspect).strip()}", style="dim"))
     if len(ongoing) > shown:
         lines.append(Text(f"       and {len(ongoing) - shown} more (f: failures)", style="dim"))
@@ -223,7 +231,7 @@ def _incident_one_liners(ongoing: list[IncidentRow], palette: Palette, width: in
     lines = [
         fit(
             [
-                (Text(f"{row.rooms + row.roomless:>5}  {row.suspect}", palette.error), ESSENTIAL),
+                (Text(f"{_rooms(row):>5}  {row.suspect}", palette.error), ESSENTIAL),
                 (Text(f"  {row.headline.removeprefix(row.suspect).strip()}", style="dim"), 2),
                 (Text(f"  since {clock(row.first_seen)[:-4]}", style="dim"), 1),
             ],

@@ -10,6 +10,7 @@ from tui_support import (
     lines,
     make_app,
     next_frame,
+    submit_filter,
     text,
 )
 
@@ -128,3 +129,21 @@ def test_more_incidents_than_the_panel_holds_are_listed_whole_and_counted_once()
     assert len(suspects) == len(descriptions) == len(rows) - 2
     assert shown[-1] == "and 2 more (f: failures)"
     assert len(shown) <= INCIDENT_LINES
+
+
+def test_a_filter_names_itself_on_the_overview_s_incidents_panel(app: KvtopApp):
+    """A filter typed in another view trimmed the overview's incidents panel with nothing saying so beside a
+    health line counting them all."""
+    seen = {}
+
+    async def scenario(pilot):
+        seen["before"] = text(app, "#incidents-title")
+        await submit_filter(pilot, "prefill-0/TP1")
+        await pilot.press("o")
+        await next_frame(pilot)
+        seen["after"] = text(app, "#incidents-title")
+
+    drive(app, scenario)
+
+    assert seen["before"].startswith("Incidents  ongoing: rooms, what broke")
+    assert seen["after"].startswith("Incidents  ongoing matching 'prefill-0/TP1'")

@@ -71,7 +71,8 @@ def test_the_dashboard_on_past_logs_shows_their_last_minute_in_the_health_line_a
     ongoing = [incident for incident in status["incidents"] if incident["state"] == "ongoing"]
     assert ongoing and "no incident" not in seen["#incidents"]
     for incident in ongoing[:3]:  # two lines each: four fit, three when a line says how many more
-        rooms = incident["room_count"] + incident["roomless"]  # a failure that named no room counts as one
+        roomless = incident["roomless"]  # failures that named no room, after a `+` (as `kvtop incidents`)
+        rooms = f"{incident['room_count']}+{roomless}" if roomless else incident["room_count"]
         assert f"{rooms}  {incident['suspect_text']}  since " in seen["#incidents"]
 
 
