@@ -49,7 +49,7 @@ _LEVEL_OF_KIND: dict[type, str] = {
     RoomState: "debug",
     Progress: "debug",
     TransferDone: "debug",  # a room that succeeded: one level down, under what an operator acts on
-    AbortEvent: "info",
+    AbortEvent: "debug",  # the ABORT a failure reached the room's other side by: detail of its group (4 a failure)
     LogContext: "debug",
 }
 _RANK = {level: rank for rank, level in enumerate(LEVELS)}

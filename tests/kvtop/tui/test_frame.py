@@ -16,7 +16,7 @@ from kvtop.tui.frame import WINDOW_S, FrameBuilder, IncidentRow, Options, RoomSo
 from kvtop.tui.views.failures import group_key
 from kvtop.views.event_lines import LEVELS, level_of, shown, to_line
 from transport.kvpoll import KVPoll
-from transport.plane.events import EVENT_SCHEMA, EventBatch, LogContext, RoomState
+from transport.plane.events import EVENT_SCHEMA, AbortEvent, EventBatch, LogContext, RoomState
 
 
 @pytest.fixture
@@ -288,3 +288,16 @@ def test_a_crash_in_the_event_tail_shows_at_error_as_kvtop_events_prints_it():
     events = FrameBuilder(model).build(Options(level="error"), FIXED_NOW).events
 
     assert events == [("decode-0/TP0", crash, "error")]
+
+
+def test_the_aborts_a_failure_travels_by_are_debug_detail_not_info():
+    """Each failure brought about four `abort ... ABORT sent/received` lines at info: errors were 1 line in 5."""
+    model = ClusterModel(journal_events=JOURNAL_EVENTS_KEPT)
+    sent = AbortEvent(FIXED_NOW - 5, 7, "sent", "prefill-0/TP0", "decode-0/TP0")
+    model.apply(
+        "decode-0/TP0", EventBatch(EVENT_SCHEMA, "decode", "decode-0", 0, 1, 1, FIXED_NOW - 5, [sent]), FIXED_NOW
+    )
+    builder = FrameBuilder(model)
+
+    assert builder.build(Options(level="info"), FIXED_NOW).events == []
+    assert builder.build(Options(level="debug"), FIXED_NOW).events == [("decode-0/TP0", sent, "debug")]
