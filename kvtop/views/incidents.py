@@ -35,11 +35,13 @@ def in_span(model: ClusterModel, since: float | None = None, until: float | None
 
 def suspected_ranks(model: ClusterModel, now: float) -> set[str]:
     """The ranks an ongoing incident (client aborts apart) suspects: a rank by its label, an instance's every rank
-    (what broke, where a rank's origins say who noticed)."""
+    (by its name, or the bootstrap address logs name it by: what broke, where a rank's origins say who noticed)."""
     gap = model.incidents.quiet_gap_s
     suspects = [i.suspect for i in model.incidents.incidents.values() if not i.client and i.ongoing(now, gap)]
     ranks = {s.name for s in suspects if s.kind == "rank"}
-    instances = {s.name for s in suspects if s.kind == "instance"}
+    named = [s.name for s in suspects if s.kind == "instance"]
+    at = model.instances_at
+    instances = {at[name][0] if len(at.get(name, ())) == 1 else name for name in named}  # one log may be there
     if instances:
         ranks.update(label for label, view in model.ranks.items() if view.instance in instances)
     return ranks

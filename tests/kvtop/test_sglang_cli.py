@@ -305,3 +305,13 @@ def test_failures_on_more_failed_rooms_than_the_model_keeps_say_how_many_more_in
     groups, cut = json.loads(listed.stdout)["groups"], json.loads(listed.stdout)["not_kept"]
     assert (len(groups), cut, groups[0]["room"]) == (1_500, 500, FIRST_ROOM + 500)
     assert (len(json.loads(since.stdout)["groups"]), json.loads(since.stdout)["not_kept"]) == (1_000, 0)
+
+
+def test_the_prefill_whose_log_is_at_the_lost_address_reads_suspect():
+    """Decode lost the prefill at 10.0.0.5:8998, whose own log was read as prefill-0: the incident names the
+    address, and prefill-0/TP0 read `log` beside the decode ranks that noticed."""
+    lost = Path(__file__).parent / "fixtures" / "sglang" / "lost-prefill"
+    ranks = kvtop("ranks", "--sglang-log", str(lost / "decode.log"), "--sglang-log", str(lost / "prefill.log"))
+
+    states = {line.split()[0]: line.split()[3] for line in ranks.stdout.splitlines()[1:]}
+    assert states == {"decode-0/TP0": "log", "decode-0/TP1": "log", "prefill-0/TP0": "suspect"}
