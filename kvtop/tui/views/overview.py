@@ -31,6 +31,7 @@ from kvtop.tui.widgets.block import Block
 from kvtop.tui.widgets.line import Line
 from kvtop.tui.widgets.row_list import RowList
 from kvtop.views import units
+from kvtop.views.safe import one_line
 
 GUTTER = 12
 """Cells left of a chart: its scale (the value of a full bar) and its name."""
@@ -128,7 +129,7 @@ class OverviewView(Vertical):
         if (frame.links, ongoing, palette, width, layout.incident_rows, where) == self._side_shown:
             return
         self._side_shown = (frame.links, ongoing, palette, width, layout.incident_rows, where)
-        title = f"Incidents  ongoing matching '{where}'" if where else "Incidents  ongoing: rooms, what broke"
+        title = f"Incidents  ongoing matching '{one_line(where)}'" if where else "Incidents  ongoing: rooms, what broke"
         self.query_one("#incidents-title", Static).update(Text(title))  # the health line counts them all
         self.query_one("#links", Block).show(LinkHeatMap(frame.links, palette.accent, palette.error).lines())
         ended = sum(not row.ongoing and not row.client for row in frame.incidents)
