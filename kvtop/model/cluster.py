@@ -195,7 +195,8 @@ class ClusterModel:
         if heard and now - heard > STALE_S and sent_gap > STALE_S and not view.inferred:
             view.silences = [*view.silences[1 - SILENCES_KEPT :], (heard, now)]
         view.last_seen = now
-        view.last_sent = max(view.last_sent, item.sent_at)
+        if item.sent_at:  # the latest, not the largest: one stamp from the future hides no later silence
+            view.last_sent = item.sent_at
         if item.sent_at and self.correct_clocks:  # 0: a snapshot of an agent older than its stamp
             view.clock.sample(item.sent_at, now)
         correction = view.clock.correction_s

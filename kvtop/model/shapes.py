@@ -90,7 +90,7 @@ class RankView:
     """Known only from these ranks' log lines, which name it as their peer (no log of its own was read): a prefill
     instance by its bootstrap address, its ranks, pid and counts unknown. Empty for every other rank."""
     last_sent: float = 0.0
-    """The latest `sent_at` of its envelopes (its own clock): a gap in arrivals that its sending shows no gap in
+    """The `sent_at` of its latest envelope (its own clock): a gap in arrivals that its sending shows no gap in
     was the collector's (frozen, starved), not its silence. Not kept by keyframes (after a restore, arrivals
     alone tell)."""
 

@@ -297,3 +297,15 @@ def test_a_pause_of_kvtop_itself_is_no_silence_of_the_ranks_it_then_hears_from()
 
     assert model.silent_at("decode-0/TP0", T0 + 20.1) is None
     assert incidents(model, T0 + 21) == [("prefill-0/TP0", "unresponsive", 1)]
+
+
+def test_one_envelope_stamped_in_the_future_hides_no_later_silence_of_its_rank():
+    """`sent_at` comes off the socket: a batch stamped a year on, then a rank that really went quiet for 20 s."""
+    model = ClusterModel()
+    deliver(model, "decode-0/TP0", [Heartbeat(T0, {}, 0, 0, 0.0, 0, 0.0)], T0)
+    future = EventBatch(EVENT_SCHEMA, "decode", "decode-0", 0, 1, next(_seq), T0 + 3e7, [])
+    model.apply("decode-0/TP0", future, T0 + 1)
+    deliver(model, "decode-0/TP0", [Heartbeat(T0 + 2, {}, 0, 0, 0.0, 0, 0.0)], T0 + 2)
+    deliver(model, "decode-0/TP0", [Heartbeat(T0 + 22, {}, 0, 0, 0.0, 0, 0.0)], T0 + 22)
+
+    assert model.silent_at("decode-0/TP0", T0 + 21) == (T0 + 2, T0 + 22)
