@@ -122,12 +122,12 @@ def _rejected_text(rejected: dict[str, dict[str, int]]) -> str:
     return ", ".join(f"{socket} {total}" for socket, total in totals if total) or "-"
 
 
-def _state(model: ClusterModel, row: dict[str, Any], now: float, suspected: set[str]) -> str:
+def _state(model: ClusterModel, row: dict[str, Any], now: float) -> str:
     """`crashed` (its log said so), else `suspect` for a live (or logged) rank an ongoing incident suspects, else
     its liveness."""
     if model.crash_of(row["label"], now) is not None:
         return "crashed"
-    if row["label"] in suspected and row["state"] in ("alive", "log", "idle"):
+    if row["suspected"] and row["state"] in ("alive", "log", "idle"):
         return "suspect"
     return str(row["state"])
 
@@ -135,11 +135,10 @@ def _state(model: ClusterModel, row: dict[str, Any], now: float, suspected: set[
 def ranks_text(model: ClusterModel, now: float) -> str:
     """The ranks' table; STATE says `crashed` for a rank whose log said its scheduler crashed and nothing since,
     `suspect` for a rank an ongoing incident suspects."""
-    suspected = suspected_ranks(model, now)
     header = f"{'RANK':<16} {'ROLE':<8} {'SOURCE':<6} {'STATE':<7} {'HOST':<14} {'PID':>7} {'RATE':>10}"
     lines = [f"{header} {'INFLIGHT':>8} {'ORIGINS':>7} {'ECHOES':>6}  REJECTED"]
     lines += [
-        f"{r['label']:<16} {r['role']:<8} {r['source']:<6} {_state(model, r, now, suspected):<7} {r['host'][:14]:<14} "
+        f"{r['label']:<16} {r['role']:<8} {r['source']:<6} {_state(model, r, now):<7} {r['host'][:14]:<14} "
         f"{_dash(r['pid']):>7} "
         f"{_dash(r['gbps'] if r['gbps'] is None else gbps(r['gbps'])):>10} {_dash(r['inflight']):>8} "
         f"{_dash(r['origins']):>7} {_dash(r['echoes']):>6}  {_rejected_text(r['rejected'])}"
