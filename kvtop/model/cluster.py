@@ -45,8 +45,10 @@ from kvtop.model.suspects import (
     CRASHED,
     SILENT_BEFORE_S,
     THREAD_DIED,
+    WAITING_TIMED_OUT,
     bootstrap_unreachable,
     is_transport_error,
+    waited_in_vain,
 )
 from kvtop.model.timeline import ECHOES, ORIGINS, Timeline
 from kvtop.model.transfer_ring import TransferRing
@@ -664,6 +666,9 @@ class ClusterModel:
             elif event.kind == BOOTSTRAP_ERROR:
                 attribution = bootstrap_unreachable(view.instance, event.text, event.ts, self)
                 self.incidents.add_roomless(event.ts, view.label, attribution, BOOTSTRAP_ERROR)
+            elif event.kind == WAITING_TIMED_OUT:
+                attribution = waited_in_vain(view.instance, event.ts, self)
+                self.incidents.add_roomless(event.ts, view.label, attribution, ReasonClass.TIMEOUT_WAITING)
         elif isinstance(event, Failure):
             observed = Observed(event.ts, event.room, event.rank, view.role, event.reason, event.reason_class,
                                 event.origin, event.level, event.is_from_another_rank, view.inferred,

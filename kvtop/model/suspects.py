@@ -97,6 +97,12 @@ BOOTSTRAP_UNANSWERED = "its bootstrap server did not answer"
 _UNPARSED_ADDRESS = "Failed to parse: "
 """The bootstrap address a request named did not parse (SGLang issue #6017: `http://192.168.80.184:None/route`)."""
 
+WAITING_TIMED_OUT = "waiting_timeout"
+"""A decode rank timed out a room waiting for its KV and the line that records it was not read (SGLang's hint
+before it, `Some requests fail to receive KV Cache transfer done signal`, was): a failure that names no room, of
+class `timeout_waiting`; the context kind of such a rank event."""
+HINTED = "a room timed out waiting for KV (SGLang's hint; the room's own line was not read)"
+
 SILENT_BEFORE_S = 5.0
 """A rank's own `unresponsive` failure this soon after a silence of it ended is the silence's doing."""
 
@@ -228,6 +234,13 @@ def bootstrap_unreachable(instance: str, text: str, ts: float, around: Surroundi
         Suspect("instance", f"{found[1]}:{found[2]}", "prefill") if found else Suspect("side", instance, "prefill")
     )
     suspect, evidence = _with_crash(suspect, BOOTSTRAP_UNANSWERED, ts, around)
+    return Attribution(suspect, Kind.UNRESPONSIVE, evidence)
+
+
+def waited_in_vain(instance: str, ts: float, around: Surroundings) -> Attribution:
+    """The suspect of a decode rank's roomless timeout in WaitingForInput (`WAITING_TIMED_OUT`): the prefill side
+    of its instance (the KV never came), a prefill rank whose log said it crashed shortly before."""
+    suspect, evidence = _with_crash(Suspect("side", instance, "prefill"), HINTED, ts, around)
     return Attribution(suspect, Kind.UNRESPONSIVE, evidence)
 
 

@@ -19,6 +19,12 @@ file went quiet) is itself the room's failure record, its reason the
 traceback's last line. Given early because the file went quiet, it still
 names its room for a roomless line within `WORKER_ERROR_S`: that line is its
 echo.
+
+SGLang's hint `Some requests fail to receive KV Cache transfer done signal`
+(once per process) comes just before a decode rank records a room's timeout in
+WaitingForInput; the rank's failure line for it claims the hint the same way.
+An unclaimed hint (an excerpt cut after it) is itself the record of a timeout
+that names no room (`unclaimed_hints`).
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ WORKER_ERROR_S = 5.0
 """A roomless failure line this soon after a worker error is that error's record; a worker error no line
 claimed for this long is the failure record itself."""
 RIDS_KEPT = 4096
+WAITING_TIMEOUT = "in KVPoll.WaitingForInput"
+"""The end of a decode rank's record of a room that timed out waiting for its KV (the hint's claim)."""
 
 
 @dataclass(slots=True)
@@ -60,9 +68,15 @@ class RelatedLines:
         self._failed: dict[int, float] = {}
         """Rooms the instance failed (a failure line with a room), with the time of the latest."""
         self._pending: list[WorkerError] = []
+        self._hints: list[tuple[float, int | None, str]] = []
+        """Timeout hints no failure line claimed yet: (time, TP rank, text)."""
 
     def context(self, line: ContextLine, ts: float) -> None:
-        """A context line: a worker error waits for its failure line; a traceback right after it gives its reason."""
+        """A context line: a worker error or a timeout hint waits for its failure line; a traceback right after a
+        worker error gives its reason."""
+        if line.kind == "hint":
+            self._hints.append((ts, line.tp, line.text))
+            return
         found = WORKER_ERROR.search(line.text) or TRANSPORT_ERROR.search(line.text)
         if found:
             reason = cut_text(line.text)
@@ -75,6 +89,8 @@ class RelatedLines:
     def link(self, line: FailureLine, ts: float) -> tuple[int | None, bool]:
         """The room of a failure line (its own, else the one related lines name) and whether it is an echo
         inside its instance (the room already failed there). Remembers what the line says."""
+        if self._hints and WAITING_TIMEOUT in line.reason:
+            self._hints = [hint for hint in self._hints if not _claims(line.tp, ts, hint)]
         room = line.room
         linked = room is None
         if room is None:
@@ -107,6 +123,13 @@ class RelatedLines:
                     records.append(error)
         return records
 
+    def unclaimed_hints(self, now: float | None, quiet: bool = False) -> list[tuple[float, int | None, str]]:
+        """Timeout hints no failure line claimed by `now` (None: the file is complete; `quiet`: the followed file
+        went quiet: all of them), forgotten: each a timeout of its rank that names no room."""
+        due = [hint for hint in self._hints if now is None or quiet or now - hint[0] > WORKER_ERROR_S]
+        self._hints = [hint for hint in self._hints if hint not in due]
+        return due
+
     def _remember_failed(self, room: int, ts: float) -> None:
         self._failed[room] = ts
         if len(self._failed) > RIDS_KEPT:
@@ -119,3 +142,10 @@ class RelatedLines:
             return None
         same_rank = [p for p in near if p.tp == tp]
         return (same_rank or near)[-1].room
+
+
+def _claims(tp: int, ts: float, hint: tuple[float, int | None, str]) -> bool:
+    """A failure line of rank `tp` at `ts` is the record a hint came before (the same rank, or a hint that names
+    none, up to `WORKER_ERROR_S` after it)."""
+    hint_ts, hint_tp, _ = hint
+    return (hint_tp is None or hint_tp == tp) and 0 <= ts - hint_ts <= WORKER_ERROR_S

@@ -31,7 +31,7 @@ import msgspec
 
 from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import FailureGroup
-from kvtop.model.suspects import BOOTSTRAP_ERROR, CRASH_KINDS
+from kvtop.model.suspects import BOOTSTRAP_ERROR, CRASH_KINDS, WAITING_TIMED_OUT
 from kvtop.sources.sglang.context import CONTEXT_KEPT, Context, context_for
 from kvtop.sources.sglang.convert import to_heartbeat
 from kvtop.sources.sglang.infer import to_failure
@@ -211,8 +211,11 @@ class SGLangLogs:
             self._saw_dated(file.reader.last_dated)
             complete = final and file.reader.at_end()
             for server in file.servers:
-                for error in server.related.unclaimed(None if complete else server.last_ts, file.reader.quiet):
+                now, quiet = None if complete else server.last_ts, file.reader.quiet
+                for error in server.related.unclaimed(now, quiet):
                     self._worker_error(server, error, pending)
+                for ts, tp, text in server.related.unclaimed_hints(now, quiet):
+                    self._rank_event(server, ContextLine(ts, tp, WAITING_TIMED_OUT, None, text), ts, pending)
         if self.until is not None:
             pending = [item for item in pending if item[0] <= self.until]
         pending.sort(key=lambda item: (item[0], item[1]))
@@ -359,10 +362,11 @@ class SGLangLogs:
     def _rank_event(
         self, file: _File, line: ContextLine, ts: float, pending: list[tuple[float, int, _File, str, Event]]
     ) -> None:
-        """A rank crashed, or it could not reach a bootstrap server: its rank says so to the model (under the
-        file's name while the file's role is unknown: never dropped for want of a name). A line that names no
-        rank (a thread's death, a fatal signal) is the rank of the dated line before it, else TP0."""
-        if line.kind == BOOTSTRAP_ERROR:  # a decode rank asks a prefill instance's bootstrap server
+        """A rank crashed, it could not reach a bootstrap server, or it timed out a room its line for which was not
+        read: its rank says so to the model (under the file's name while the file's role is unknown: never dropped
+        for want of a name). A line that names no rank (a thread's death, a fatal signal) is the rank of the dated
+        line before it, else TP0."""
+        if line.kind in (BOOTSTRAP_ERROR, WAITING_TIMED_OUT):  # only a decode rank asks a bootstrap server, or waits
             file.role = file.role or "decode"
         file.instance = file.instance or self._names.next(file.role)
         tp = line.tp if line.tp is not None else file.last_tp

@@ -1,0 +1,104 @@
+"""SGLang's timeout hint: the line a decode rank logs (once per process) just before it records a room's timeout in
+WaitingForInput (`common/conn.py`, `_check_waiting_timeout`: `logger.warning_once(...)`, then `record_failure`).
+
+A public report (SGLang issue #9926, 2025-08-31) pasted five ranks' hints and no failure line: `check` said
+UNKNOWN, "no rank named in what was read", where the lines tell five ranks timing out rooms. The hint names no
+room, so an unclaimed one is a failure that names none (DOMAIN.md), of class `timeout_waiting`; the rank's own
+failure line a moment later claims it (no failure counted twice). The lines below are in the report's shape,
+times and rooms of my own.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from kvtop_cli import kvtop_here
+
+from kvtop.model.cluster import ClusterModel
+from kvtop.sources.sglang import SGLangLogs
+
+pytestmark = pytest.mark.usefixtures("utc")
+
+HINT = (
+    "Some requests fail to receive KV Cache transfer done signal after bootstrapping. If a greater mean TTFT is "
+    "acceptable, you can 'export SGLANG_DISAGGREGATION_WAITING_TIMEOUT=600' (10 minutes) to relax the timeout "
+    "condition. "
+)
+
+
+def timeout_line(ts: str, tp: int, room: int) -> str:
+    return (
+        f"[{ts} TP{tp} EP{tp}] Decode transfer failed for request rank={tp} decode_req.req.rid='r{room}' "
+        f"decode_req.req.bootstrap_room={room} with exception KVTransferError(bootstrap_room={room}): "
+        f"Request {room} timed out after 300.0s in KVPoll.WaitingForInput\n"
+    )
+
+
+def write(tmp_path: Path, *lines: str) -> Path:
+    log = tmp_path / "decode.log"
+    log.write_text("".join(lines))
+    return log
+
+
+def incidents(log: Path) -> list[dict[str, object]]:
+    return json.loads(kvtop_here("incidents", "--sglang-log", str(log), "--json").stdout)["incidents"]
+
+
+def test_hints_alone_are_the_timeouts_of_their_ranks_naming_no_room(tmp_path: Path):
+    log = write(tmp_path, *(f"[2026-11-30 07:32:08 TP{tp} EP{tp}] {HINT}\n" for tp in (6, 1, 4)))
+
+    result = kvtop_here("check", "--sglang-log", str(log))
+    [incident] = incidents(log)
+    ranks = json.loads(kvtop_here("ranks", "--sglang-log", str(log), "--json").stdout)
+
+    assert result.returncode == 2
+    assert result.stdout.startswith(
+        "KVTOP CRITICAL - incident: the prefill side of decode-0 stopped answering (timeout_waiting) since "
+        "07:32:08, 3 failures naming no room; "
+    )
+    assert (incident["room_count"], incident["roomless"], incident["classes"]) == (0, 3, {"timeout_waiting": 3})
+    assert incident["noticed_by"] == {"decode-0/TP1": 1, "decode-0/TP4": 1, "decode-0/TP6": 1}
+    assert [rank["label"] for rank in ranks] == ["decode-0/TP1", "decode-0/TP4", "decode-0/TP6"]
+
+
+def test_the_ranks_own_timeout_line_claims_its_hint(tmp_path: Path):
+    log = write(
+        tmp_path,
+        f"[2026-11-30 07:32:08 TP0 EP0] {HINT}\n",
+        timeout_line("2026-11-30 07:32:08", 0, 1234),
+        f"[2026-11-30 07:32:09 TP1 EP1] {HINT}\n",
+        timeout_line("2026-11-30 07:32:09", 1, 1234),
+    )
+
+    [incident] = incidents(log)
+
+    assert (incident["room_count"], incident["roomless"]) == (1, 0)
+    assert incident["suspect_text"] == "the prefill side of decode-0"
+
+
+def test_a_hint_another_ranks_line_follows_is_still_its_own_ranks_timeout(tmp_path: Path):
+    """Each rank waits for its own KV: TP1's line records TP1's room, not the one TP0's hint came before."""
+    log = write(tmp_path, f"[2026-11-30 07:32:08 TP0 EP0] {HINT}\n", timeout_line("2026-11-30 07:32:08", 1, 1234))
+
+    [incident] = incidents(log)
+
+    assert (incident["room_count"], incident["roomless"]) == (1, 1)
+    assert incident["noticed_by"] == {"decode-0/TP0": 1, "decode-0/TP1": 1}
+
+
+def test_a_followed_log_waits_for_the_line_that_claims_a_hint(tmp_path: Path):
+    """Read while it is written: a hint whose line comes in the next read is claimed, never counted alone."""
+    log = write(tmp_path, f"[2026-11-30 07:32:08 TP0 EP0] {HINT}\n")
+    model = ClusterModel()
+    logs = SGLangLogs([log])
+    logs.poll(model)
+    with log.open("a") as out:
+        out.write(timeout_line("2026-11-30 07:32:09", 0, 1234))
+        out.write("[2026-11-30 07:32:20 TP0 EP0] Decode batch, #running-req: 0, #prealloc-req: 0\n")
+    logs.poll(model, final=True)
+    model.update_incidents()
+
+    [incident] = model.incidents.incidents.values()
+    assert (incident.room_count, incident.roomless) == (1, 0)
