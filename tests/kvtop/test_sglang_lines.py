@@ -55,6 +55,22 @@ def test_a_failure_line_gives_its_rank_room_rid_and_reason():
                        "Request 51 timed out after 300.0s in KVPoll.WaitingForInput", True) == record  # fmt: skip
 
 
+def test_a_failure_quoted_in_a_clients_json_response_ends_where_its_string_ends():
+    """SGLang issue #7338 pasted the response a client got (`finish_reason.message`): the reason kept the rest of
+    the JSON and the shell prompt after it. The string is read as JSON (its escapes undone) up to its quote."""
+    response = (
+        '{"text":"","meta_info":{"id":"4753a5","finish_reason":{"type":"abort","message":"'
+        + DECODE.replace("300.0s", 'a \\"300.0s\\"')
+        + '","status_code":500,"err_type":null},"prompt_tokens":8}}root@host:/# tail -f prefill.log'
+    )
+
+    record = classify(parse_prefix(response), 2026)
+
+    assert isinstance(record, FailureLine)
+    assert (record.what, record.tp, record.room) == ("Decode transfer", 1, 51)
+    assert record.reason == 'Request 51 timed out after a "300.0s" in KVPoll.WaitingForInput'
+
+
 @pytest.mark.parametrize(
     ("message", "what", "role"),
     [

@@ -29,6 +29,7 @@ Kinds (DOMAIN.md, "SGLang's log lines"):
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 from dataclasses import dataclass
@@ -76,6 +77,8 @@ ROLE_MARKERS: dict[bytes, str] = {
 
 _FAILURE = re.compile(r"(Decode handshake|Decode transfer|Prefill transfer|Prefill bootstrap) failed for request (.*)")
 _FAILURE_KIND = re.compile(r"\b(?:Decode handshake|Decode transfer|Prefill transfer|Prefill bootstrap) failed\b")
+_JSON_STRING_BODY = re.compile(r'(?:[^"\\]|\\.)*')
+"""A JSON string's characters up to its closing quote (escapes kept)."""
 _RANK = re.compile(r"\brank=(\d+)")
 _RID = re.compile(r"\brid='([^']*)'")
 _ROOM_FIELD = re.compile(r"\bbootstrap_room=(\d+|None)")
@@ -335,6 +338,10 @@ def _failure(prefix: Prefix) -> FailureLine:
     match = _FAILURE.search(prefix.message)
     if match is None:
         raise Garbled("a failure line without its kind")
+    if match.start() and prefix.message[match.start() - 1] == '"':  # a JSON string: a response's `finish_reason`
+        match = _FAILURE.match(_json_string_at(prefix.message, match.start()))
+        if match is None:
+            raise Garbled("a failure line without its kind")
     fields, _, exception = match[2].partition(" with exception ")
     rank = _RANK.search(fields)
     rid = _RID.search(fields)
@@ -352,6 +359,16 @@ def _failure(prefix: Prefix) -> FailureLine:
     reason = kv_error[2] if kv_error else exception
     reason = cut_text(reason.strip())
     return FailureLine(prefix.ts, tp, match[1], rid[1] if rid else "", room, reason, kv_error is not None)
+
+
+def _json_string_at(text: str, start: int) -> str:
+    """The JSON string that goes on from `start` (after its opening quote), up to its closing quote, unescaped:
+    what a client's response quotes of a failure (`"message":"Decode transfer failed ...","status_code":500`)."""
+    body = _JSON_STRING_BODY.match(text, start)[0]  # type: ignore[index]  # matches any text, the empty string too
+    try:
+        return str(json.loads(f'"{body}"'))
+    except ValueError:  # an escape cut short
+        return body
 
 
 def _room(digits: str) -> int:
