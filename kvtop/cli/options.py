@@ -168,8 +168,8 @@ SGLangLog = Annotated[
         "--sglang-log",
         callback=_log_specs,
         help="An SGLang server log to read instead of a live cluster (repeatable, one file per instance; "
-        "prefill=FILE or decode=FILE says which server wrote it; .gz read too, a damaged one up to its damage, "
-        "named on stderr; a view that follows tails them). "
+        "prefill=FILE or decode=FILE says which server wrote it where its lines do not; .gz read too, a damaged "
+        "one up to its damage, named on stderr; a view that follows tails them). "
         "Given, it is the source: --bootstrap and --connect are ignored.",
     ),
 ]

@@ -144,15 +144,32 @@ def test_transport_library_lines_and_related_lines_are_shown_with_the_groups_nea
 
 
 def test_files_are_named_from_agent_file_names_else_by_role_in_argument_order(tmp_path: Path):
-    """`decode-3.log` keeps its name; other files are prefill-N/decode-N in order; prefill=/decode= say the role."""
-    for name in ("decode-3.log", "a.log", "b.log", "c.log"):
+    """`decode-3.log` keeps its name; other files are prefill-N/decode-N in order; prefill=/decode= say the role
+    where no line does."""
+    for name in ("decode-3.log", "a.log", "c.log"):
         (tmp_path / name).write_text(decode_line(1))
+    (tmp_path / "b.log").write_text(
+        "[2026-01-02 03:04:05 TP0] Scheduler hit an exception: Traceback (most recent call last):\nKeyError: 7\n"
+    )
     model = ClusterModel()
 
     load([tmp_path / "decode-3.log", tmp_path / "a.log", f"prefill={tmp_path / 'b.log'}", tmp_path / "c.log"], model)
 
     assert sorted(model.ranks) == ["decode-0/TP0", "decode-1/TP0", "decode-3/TP0", "prefill-0/TP0"]
     assert model.ranks["prefill-0/TP0"].role == "prefill"
+
+
+def test_a_files_lines_win_over_its_label_and_the_summary_says_so(tmp_path: Path):
+    """DOMAIN.md: which side logged a line is in its text, and the text wins over a file's label (SGLang issue
+    #7338: a decode failure pasted into `prefill.log`, labelled prefill, was a prefill rank's echo)."""
+    log = tmp_path / "prefill.log"
+    log.write_text(decode_line(1))
+    model = ClusterModel()
+
+    logs = load([f"prefill={log}"], model)
+
+    assert sorted(model.ranks) == ["decode-0/TP0"]
+    assert f"1 read as their lines say: {log}: labelled prefill, its lines are decode's" in logs.stats().summary()
 
 
 def test_several_files_are_merged_by_time(tmp_path: Path):

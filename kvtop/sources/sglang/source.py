@@ -131,10 +131,15 @@ class SGLangLogs:
         self._peers: dict[str, dict[str, None]] = {}
         """Bootstrap addresses of prefill instances that decode lines say were lost, each with the decode ranks
         whose lines name it (in order)."""
+        self.relabelled: list[str] = []
+        """`FILE: labelled prefill, its lines are decode's` for each file whose lines say otherwise than its label."""
         named: list[tuple[LogSpec, str, str]] = []
         for spec in parsed:
             file_role, file_instance = agent_file(spec.path.name)
-            role = spec.role or file_role or sniff_role(spec.path) or _role_named(spec.path.name)
+            told = sniff_role(spec.path)  # the text wins over a label (DOMAIN.md): a pasted line names its side
+            if told and spec.role and told != spec.role:
+                self.relabelled.append(f"{spec.path}: labelled {spec.role}, its lines are {told}'s")
+            role = told or spec.role or file_role or _role_named(spec.path.name)
             instance = file_instance if file_role == role else ""
             self._names.take(instance)
             named.append((spec, role, instance))
@@ -172,6 +177,7 @@ class SGLangLogs:
                 stats.damaged.append(f"{file.spec.path}: {read.damaged}")
             if not read.matched and (why := self._unread(file)):
                 stats.unread[str(file.spec.path)] = why
+        stats.relabelled = self.relabelled
         return stats
 
     def _unread(self, file: _File) -> str:

@@ -26,6 +26,8 @@ class LogStats:
     rotations: int = 0
     damaged: list[str] = field(default_factory=list)
     """`FILE: what was wrong` for each `.gz` that could not be read to its end (what came before was used)."""
+    relabelled: list[str] = field(default_factory=list)
+    """`FILE: labelled prefill, its lines are decode's` for each file read as its lines say, not as labelled."""
     unread: dict[str, str] = field(default_factory=dict)
     """Why kvtop read nothing from a file, by its path: `EMPTY`, or not an SGLang server log."""
 
@@ -50,6 +52,8 @@ class LogStats:
         )
         if self.damaged:
             text += f", {len(self.damaged)} damaged (read up to the damage): {'; '.join(self.damaged)}"
+        if self.relabelled:
+            text += f", {len(self.relabelled)} read as their lines say: {'; '.join(self.relabelled)}"
         if self.unread:
             text += f", nothing read from {len(self.unread)}: {self.unread_text()}"
         return text
