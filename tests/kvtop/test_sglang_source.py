@@ -433,3 +433,16 @@ def test_a_transport_line_before_any_sglang_line_takes_the_year_of_the_first_one
 
     [glog] = [context for context in group["context"] if context["kind"] == "glog"]
     assert glog["ts"] == calendar.timegm((2025, 6, 12, 14, 5, 26)) + 0.176716
+
+
+def test_lines_dated_only_by_their_files_time_are_counted_in_the_summary(tmp_path: Path):
+    """Pasted with no prefix (SGLang issue #10110), a failure's time is the file's mtime: the summary says how many
+    lines that dates, so a `since` and an order across files are not read as the logs' own."""
+    log = tmp_path / "decode.log"
+    log.write_text(decode_line(1).partition("] ")[2] + decode_line(2).partition("] ")[2])
+    dated = tmp_path / "prefill.log"
+    dated.write_text(decode_line(3).partition("] ")[2] + decode_line(4).replace("Decode", "Prefill"))
+
+    logs = load([log, dated], ClusterModel())
+
+    assert "2 dated by their file's time (no line before them told one)" in logs.stats().summary()

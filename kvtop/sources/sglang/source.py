@@ -119,7 +119,7 @@ class SGLangLogs:
         pushes one out."""
         self.fresh_context: list[Context] | None = None
         """Set it to a list to be given every context line as it is read (a sidecar publishes and empties it)."""
-        self._garbled = self._failures = self._batches = self._context = self._no_room = 0
+        self._garbled = self._failures = self._batches = self._context = self._no_room = self._undated = 0
         self._now = 0.0
         self._told = False
         """Whether some line told a time (until then the span is what mtimes guess)."""
@@ -165,7 +165,7 @@ class SGLangLogs:
 
     def stats(self) -> LogStats:
         stats = LogStats(len(self.files), failures=self._failures, batches=self._batches, context=self._context)
-        stats.garbled, stats.no_room = self._garbled, self._no_room
+        stats.garbled, stats.no_room, stats.undated = self._garbled, self._no_room, self._undated
         for file in self.files:
             read = file.reader.stats
             stats.bytes += read.bytes
@@ -301,6 +301,7 @@ class SGLangLogs:
                 self._saw(prefix.ts)
             return
         ts = record.ts if record.ts is not None else file.last_ts
+        self._undated += record.ts is None and not file.dated
         self._saw(ts, guessed=not file.dated)  # lines that tell no time too: "now" is never the wall clock once read
         if isinstance(record, ContextLine):
             file.related.context(record, ts)

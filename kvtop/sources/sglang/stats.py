@@ -23,6 +23,8 @@ class LogStats:
     """Lines that hold a marker but not the shape of their kind, or that are not text: counted, skipped."""
     no_room: int = 0
     """Failure lines without a room that no related line names (kept as context: they cannot be folded)."""
+    undated: int = 0
+    """Lines used that told no time, with no dated line before them in their file: the file's mtime dates them."""
     rotations: int = 0
     damaged: list[str] = field(default_factory=list)
     """`FILE: what was wrong` for each `.gz` that could not be read to its end (what came before was used)."""
@@ -50,6 +52,8 @@ class LogStats:
             f"{self.batches} batch lines, {self.context} context lines, {self.garbled} garbled (skipped), "
             f"{self.no_room} without a room"
         )
+        if self.undated:
+            text += f", {self.undated} dated by their file's time (no line before them told one)"
         if self.damaged:
             text += f", {len(self.damaged)} damaged (read up to the damage): {'; '.join(self.damaged)}"
         if self.relabelled:
