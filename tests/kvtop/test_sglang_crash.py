@@ -61,8 +61,16 @@ def test_a_crash_is_said_in_a_few_words_its_exception_and_where_it_was_raised():
          "Scheduler hit an exception: its traceback was cut, in y.py:3 f"),
         ("Scheduler hit an exception: Traceback (most recent call last):\nRuntimeError: CUDA error: out of memory",
          "Scheduler hit an exception: RuntimeError: CUDA error: out of memory"),
+        # SGLang issue #21292: another thread's faulthandler dump interleaved after the C++ frames
+        ("Scheduler hit an exception: Traceback (most recent call last):\nframe #41: _PyObject_Call_Prepend + 0xc2\n"
+         " (most recent call first):\ntransfer_worker791\n\n  in Thread 0x  File transfer_worker\"\n",
+         "Scheduler hit an exception: its traceback was cut"),
+        ("Scheduler hit an exception: Traceback (most recent call last):\nsocket.gaierror: [Errno -2] Name unknown",
+         "Scheduler hit an exception: socket.gaierror: [Errno -2] Name unknown"),
+        ("Scheduler hit an exception: Traceback (most recent call last):\nNIXL_ERR_NOT_FOUND",
+         "Scheduler hit an exception: NIXL_ERR_NOT_FOUND"),
     ],
-    ids=["cut-before-its-exception", "no-frame"],
+    ids=["cut-before-its-exception", "no-frame", "another-threads-dump-after-it", "lower-case-module", "bare-code"],
 )  # fmt: skip
 def test_a_crash_whose_traceback_was_cut_or_names_no_frame_says_what_it_has(record: str, said: str):
     assert crash_text(record) == said

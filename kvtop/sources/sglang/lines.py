@@ -109,9 +109,10 @@ _FATAL = re.compile(
 """A fatal signal, as UCX's handler or Python's `faulthandler` report it: the process dies."""
 """How SGLang's scheduler process logs the exception that ends it (then it signals its server to quit)."""
 _FRAME = re.compile(r'^\s*File "([^"]*)", line (\d+), in (\S+)')
-_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?:: .*)?$")
-"""A traceback's exception line: `KeyError: 42`, `torch.OutOfMemoryError: CUDA out of memory.`, `NIXL_ERR_NOT_FOUND`
-(never a frame, a line of code or the `^~~~` marks under one)."""
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*: .*$|(?:[A-Za-z_]\w*\.)*[A-Z]\w*$")
+"""A traceback's exception line: `KeyError: 42`, `torch.OutOfMemoryError: CUDA out of memory.`, `socket.gaierror:
+...`, a bare `NIXL_ERR_NOT_FOUND` or `KeyboardInterrupt` (never a frame, a line of code, the `^~~~` marks under one,
+or a bare lower-case word of another thread's dump interleaved with it: `transfer_worker791`)."""
 _ROOM_CONTEXT = (
     re.compile(r"NIXL transport error for room (\d+)"),
     re.compile(r"Unexpected transfer worker error for room (\d+)"),
