@@ -10,10 +10,12 @@ The origin of a group is who *noticed*; its suspect is what *broke*, with the ev
    instance (bootstrap_addr: X)` -> the prefill instance at X; `remote ... session S is not alive` -> the
    decode rank at S; `Failed to send kv chunk of R to P` -> the decode rank at P; a decode timeout -> the
    room's prefill side; a prefill timeout -> the room's decode side (the instance when the room's link
-   names it, else "the decode side of prefill-0"); a consensus timeout -> the rank it waited for; a refusal
-   -> the refusing rank; a group whose origin was never seen -> that origin (its record never came), or,
-   with no origin named, what its echo says ("Failed to get kvcache from prefill instance" -> the prefill
-   side); anything else -> unknown, noticed by the origin's instance (the views say so, never guess);
+   names it, else "the decode side of prefill-0"); a peer lost that the reason does not name (NIXL's
+   `NIXL_ERR_REMOTE_DISCONNECT`) -> the room's other side; a consensus timeout -> the rank it waited for; a
+   refusal -> the refusing rank; a group whose origin was never seen -> that origin (its record never came),
+   or, with no origin named, what its echo says ("Failed to get kvcache from prefill instance" -> the prefill
+   side, "Aborted by decode-side abort notification." -> the decode side); anything else -> unknown, noticed by
+   the origin's instance (the views say so, never guess);
 3. liveness corrects both (live agents only): a rank that was itself silent (stopped, starved, partitioned)
    just before it recorded a failure of the `unresponsive` kind is the suspect of it (its peers did not go
    away: it did); an instance suspect with exactly one of its ranks silent then is that rank;
@@ -190,7 +192,11 @@ _FETCH_FROM = re.compile(
 _SEND_TO = re.compile(r"Failed to send kv chunk of \S+ to (\S+)")
 _VOTE_OF = re.compile(r"waiting for the vote of rank (\S+)")
 _JOIN = re.compile(r"waiting for every rank of (\S+) to join")
-_KVCACHE_FROM_PREFILL = "Failed to get kvcache from prefill instance"
+_TOLD_BY = {
+    "decode": ("Failed to get kvcache from prefill instance", "prefill"),
+    "prefill": ("Aborted by decode", "decode"),  # `Aborted by decode peer`, `... decode-side abort notification.`
+}
+"""A rank's record of a room the other side failed (role -> (the reason's start, that side))."""
 _POOL_FULL = "its KV pool is full"
 _TIMEOUTS = frozenset(("timeout_bootstrap", "timeout_waiting", "timeout_transfer"))
 
@@ -255,10 +261,12 @@ def _unseen_origin(group: FailureGroup, around: Surroundings) -> Attribution:
             return Attribution(suspect, Kind.UNRESPONSIVE, evidence)
         evidence = "its own record never arrived (only echoes of it did)"
         return Attribution(suspect, Kind.FAILING, evidence, unseen_origin=group.origin_label)
-    if lead.role == "decode" and lead.reason.startswith(_KVCACHE_FROM_PREFILL):
-        prefill = around.link_of(group.room)[0]
-        suspect = Suspect("instance", prefill, "prefill") if prefill else Suspect("side", lead.instance, "prefill")
-        return Attribution(suspect, Kind.FAILING, "decode was told by prefill that the room failed")
+    told = _TOLD_BY.get(lead.role)
+    if told is not None and lead.reason.startswith(told[0]):
+        other = told[1]
+        instance = around.link_of(group.room)[0 if other == "prefill" else 1]
+        suspect = Suspect("instance", instance, other) if instance else Suspect("side", lead.instance, other)
+        return Attribution(suspect, Kind.FAILING, f"{lead.role} was told by {other} that the room failed")
     return Attribution(Suspect("unknown", lead.instance), Kind.FAILING, "no origin seen, nothing names a cause")
 
 
@@ -293,6 +301,8 @@ def _by_rules(origin: Observed, room: int, around: Surroundings) -> tuple[Suspec
     if name in _TIMEOUTS:
         waited = "the KV never came" if origin.role == "decode" else "the transfer request never came"
         return _other_side(origin, room, around), f"{waited} ({name})"
+    if name == "peer_lost":  # a backend's code that names no peer (NIXL_ERR_REMOTE_DISCONNECT): the room's other side
+        return _other_side(origin, room, around), "the room's peer disconnected"
     if name == "refused":
         return _rank(origin.rank, origin.role), "it refused the transfer"
     return Suspect("unknown", origin.instance), "nothing names a cause"

@@ -127,10 +127,12 @@ def test_exceptions_that_are_not_kv_transfer_errors_and_missing_room_fields():
         ("Lost connection with rank decode-0/TP1 of this instance", "peer_lost"),
         ("Aborted by AbortReq.", "aborted"),
         ("Aborted by decode peer decode-0/TP1", "propagated"),
+        ("Aborted by decode-side abort notification.", "propagated"),  # SGLang 0.5.23's NIXL backend
         ("Failed due to an unknown reason from another rank", "propagated"),
         ("KV chunk 1 of room 5 from prefill rank 1 failed its checksum (expected 1, got 2)", "checksum"),
         ("Prefill rank 0 refused the transfer request of room 5", "refused"),
-        ("NIXL_ERR_REMOTE_DISCONNECT", "other"),
+        ("NIXL_ERR_REMOTE_DISCONNECT", "peer_lost"),  # NIXL: "remote agent disconnected"
+        ("NIXL_ERR_NOT_FOUND", "other"),
     ],
 )
 def test_every_reason_string_has_its_class(reason, expected):

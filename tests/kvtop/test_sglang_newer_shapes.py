@@ -130,3 +130,44 @@ def test_a_glog_line_pasted_without_its_thread_id_is_a_transport_library_s_line(
 
     assert isinstance(line, ContextLine)
     assert (line.kind, line.ts) == ("glog", stamp_seconds("2026-07-13 23:29:03") + 0.494601)
+
+
+NIXL_REMOTE_DISCONNECT = "".join(
+    f"[2026-07-21 08:04:41 TP{tp} EP{tp}] NIXL transport error for room 6555093254675405189: "
+    f"NIXL_ERR_REMOTE_DISCONNECT\n"
+    for tp in (1, 2)
+) + "".join(
+    f"[2026-07-21 08:04:41 TP{tp} EP{tp}] Prefill transfer failed for request rank={tp} req.rid='a04107cc' "
+    f"req.bootstrap_room=6555093254675405189 with exception NIXL_ERR_REMOTE_DISCONNECT\n"
+    for tp in (2, 1)
+)
+"""nixl #1983 (SGLang's NIXL backend, 2026-07): every prefill rank's transfer to a room's decode peer ended with
+NIXL's `NIXL_ERR_REMOTE_DISCONNECT`, "remote agent disconnected": it was `unknown (noticed by prefill-0)`."""
+DECODE_SIDE_ABORT = (
+    "[2026-07-22 10:00:05 TP0] Prefill transfer failed for request rank=0 req.rid='b1' req.bootstrap_room=4242 "
+    "with exception KVTransferError(bootstrap_room=4242): Aborted by decode-side abort notification.\n"
+    "[2026-07-22 10:00:05 TP1] Prefill transfer failed for request rank=1 req.rid='b1' req.bootstrap_room=4242 "
+    "with exception KVTransferError(bootstrap_room=4242): Aborted by decode-side abort notification.\n"
+)
+"""SGLang 0.5.23's NIXL backend records a room its decode peer aborted with this reason (`nixl/conn.py`,
+`_handle_abort_notification`): the decode side's failure reaching prefill (DOMAIN.md, "Decode to prefill")."""
+
+
+@pytest.mark.parametrize(
+    ("text", "suspect", "what", "origins_echoes"),
+    [
+        (NIXL_REMOTE_DISCONNECT, "the decode side of prefill-0", "unresponsive", (1, 1)),
+        (DECODE_SIDE_ABORT, "the decode side of prefill-0", "failing", (1, 2)),
+    ],
+    ids=["nixl-remote-disconnect", "decode-side-abort"],
+)
+def test_a_prefill_log_alone_names_the_decode_side_for_what_decode_did(
+    tmp_path: Path, text: str, suspect: str, what: str, origins_echoes: tuple[int, int]
+):
+    log = tmp_path / "prefill.log"
+    log.write_text(text)
+
+    [incident] = json.loads(kvtop_here("incidents", "--sglang-log", str(log), "--json").stdout)["incidents"]
+
+    assert (incident["suspect_text"], incident["kind"]) == (suspect, what)
+    assert (incident["origins"], incident["echoes"]) == origins_echoes

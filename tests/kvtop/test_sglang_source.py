@@ -56,7 +56,7 @@ OLD_ERA_GROUPS = [
     (5555, "decode-0/TP0", "peer_lost", ["decode-0/TP1"]),
     (6666, "prefill-0/TP0", "peer_lost", ["decode-0/TP0"]),
     (7777, "decode-0/TP0", "aborted", ["prefill-0/TP0"]),
-    (8888, "prefill-0/TP1", "other", []),
+    (8888, "prefill-0/TP1", "peer_lost", []),  # NIXL_ERR_REMOTE_DISCONNECT
     (9999, "prefill-0/TP0", "send_failed", ["prefill-0/TP1"]),
     (1313, "", "", ["decode-0/TP1"]),
     (1616, "decode-0/TP0", "checksum", []),  # another room's metadata landed (`Context corruption detected`)

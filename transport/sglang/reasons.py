@@ -23,9 +23,10 @@ _CLASSES: tuple[tuple[re.Pattern[str], ReasonClass], ...] = tuple(
         ),  # mooncake, Mooncake, p2p
         (r"^(?:Lost|Losing) connection with prefill instance", ReasonClass.PEER_LOST),  # 0.5.23; early-2026
         (r"^Lost connection with rank .* of this instance", ReasonClass.PEER_LOST),
+        (r"\bNIXL_ERR_REMOTE_DISCONNECT\b", ReasonClass.PEER_LOST),  # NIXL: the room's peer agent went away
         (r"^Could not fetch prefill (?:parallel|server) info", ReasonClass.BOOTSTRAP_ERROR),
         (r"^Failed to get kvcache from prefill instance", ReasonClass.PROPAGATED),
-        (r"^Aborted by decode peer", ReasonClass.PROPAGATED),
+        (r"^Aborted by decode(?: peer|-side abort notification)", ReasonClass.PROPAGATED),  # 0.5.23 NIXL: the latter
         (rf"^{ANOTHER_RANK}", ReasonClass.PROPAGATED),
         (r"^Aborted by AbortReq", ReasonClass.ABORTED),
         (r"failed its checksum|checksum mismatch|^Context corruption detected", ReasonClass.CHECKSUM),
