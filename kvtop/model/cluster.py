@@ -43,11 +43,13 @@ from kvtop.model.suspects import (
     BOOTSTRAP_ERROR,
     CRASH_KINDS,
     CRASHED,
+    PREFILL_LOST,
     SILENT_BEFORE_S,
     THREAD_DIED,
     WAITING_TIMED_OUT,
     bootstrap_unreachable,
     is_transport_error,
+    prefill_lost,
     waited_in_vain,
 )
 from kvtop.model.timeline import ECHOES, ORIGINS, Timeline
@@ -669,6 +671,9 @@ class ClusterModel:
             elif event.kind == WAITING_TIMED_OUT:
                 attribution = waited_in_vain(view.instance, event.ts, self)
                 self.incidents.add_roomless(event.ts, view.label, attribution, ReasonClass.TIMEOUT_WAITING)
+            elif event.kind == PREFILL_LOST:
+                attribution = prefill_lost(view.instance, event.text, event.ts, self)
+                self.incidents.add_roomless(event.ts, view.label, attribution, ReasonClass.PEER_LOST)
         elif isinstance(event, Failure):
             observed = Observed(event.ts, event.room, event.rank, view.role, event.reason, event.reason_class,
                                 event.origin, event.level, event.is_from_another_rank, view.inferred,

@@ -104,6 +104,11 @@ WAITING_TIMED_OUT = "waiting_timeout"
 before it, `Some requests fail to receive KV Cache transfer done signal`, was): a failure that names no room, of
 class `timeout_waiting`; the context kind of such a rank event."""
 HINTED = "a room timed out waiting for KV (SGLang's hint; the room's own line was not read)"
+PREFILL_LOST = "prefill_lost"
+"""A decode rank lost a prefill instance's heartbeat (`Lost connection with prefill instance (bootstrap_addr: X), N
+requests affected`) and no room's line for it was read: a failure that names no room, of class `peer_lost`; the
+context kind of such a rank event."""
+HEARTBEAT_LOST = "decode lost its heartbeat"
 
 SILENT_BEFORE_S = 5.0
 """A rank's own `unresponsive` failure this soon after a silence of it ended is the silence's doing."""
@@ -250,6 +255,17 @@ def waited_in_vain(instance: str, ts: float, around: Surroundings) -> Attributio
     return Attribution(suspect, Kind.UNRESPONSIVE, evidence)
 
 
+def prefill_lost(instance: str, text: str, ts: float, around: Surroundings) -> Attribution:
+    """The suspect of a prefill instance's heartbeat a decode rank of `instance` lost (`PREFILL_LOST`): the prefill
+    instance at the address the line names (else the prefill side of `instance`), a rank of it whose log said it
+    crashed shortly before."""
+    found = _BOOTSTRAP_ADDR.search(text)
+    address = found[1].strip() if found else ""
+    suspect = Suspect("instance", address, "prefill") if address else Suspect("side", instance, "prefill")
+    suspect, evidence = _with_crash(suspect, HEARTBEAT_LOST, ts, around)
+    return Attribution(suspect, Kind.UNRESPONSIVE, evidence)
+
+
 def _unseen_origin(group: FailureGroup, around: Surroundings) -> Attribution:
     """A group whose origin's own record never arrived (its rank named by echoes), or that names no origin."""
     lead = group.lead
@@ -287,7 +303,7 @@ def _by_rules(origin: Observed, room: int, around: Surroundings) -> tuple[Suspec
             return _rank(f"{prefill}/TP{sender[1]}", "prefill"), evidence
         return _other_side(origin, room, around), "what prefill sent failed its checksum"
     for pattern, kind, role, evidence in (
-        (_BOOTSTRAP_ADDR, "instance", "prefill", "decode lost its heartbeat"),
+        (_BOOTSTRAP_ADDR, "instance", "prefill", HEARTBEAT_LOST),
         (_FETCH_FROM, "instance", "prefill", BOOTSTRAP_UNANSWERED),
         (_SESSION, "rank", "decode", "its session is not alive"),
         (_SEND_TO, "rank", "decode", "sending to it failed"),

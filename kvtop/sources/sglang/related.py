@@ -20,20 +20,26 @@ traceback's last line. Given early because the file went quiet, it still
 names its room for a roomless line within `WORKER_ERROR_S`: that line is its
 echo.
 
-SGLang's hint `Some requests fail to receive KV Cache transfer done signal`
-(once per process) comes just before a decode rank records a room's timeout in
-WaitingForInput; the rank's failure line for it claims the hint the same way.
-An unclaimed hint (an excerpt cut after it) is itself the record of a timeout
-that names no room (`unclaimed_hints`).
+Two lines of a decode rank announce failures whose own lines come next
+(`Announcement`): SGLang's hint `Some requests fail to receive KV Cache transfer
+done signal` (once per process, just before the rank records a room's timeout
+in WaitingForInput), and its heartbeat checker's `Lost connection with prefill
+instance (bootstrap_addr: X), N requests affected` (after it failed each
+affected room). A failure line of the rank with that reason within
+`WORKER_ERROR_S` of it, before or after, claims it; an unclaimed one (an
+excerpt cut after it, no room affected) is itself the record of a failure that
+names no room (`unclaimed_announcements`).
 """
 
 from __future__ import annotations
 
 import re
+from collections import deque
 from dataclasses import dataclass
 
 from kvtop.model.fold import ROOM_REUSE_S
-from kvtop.sources.sglang.lines import ContextLine, FailureLine
+from kvtop.model.suspects import PREFILL_LOST, WAITING_TIMED_OUT
+from kvtop.sources.sglang.lines import ContextLine, FailureLine, lost_prefill
 from transport.wire import cut_text
 
 WORKER_ERROR = re.compile(r"Unexpected transfer worker error for room (\d+)")
@@ -42,8 +48,33 @@ WORKER_ERROR_S = 5.0
 """A roomless failure line this soon after a worker error is that error's record; a worker error no line
 claimed for this long is the failure record itself."""
 RIDS_KEPT = 4096
-WAITING_TIMEOUT = "in KVPoll.WaitingForInput"
-"""The end of a decode rank's record of a room that timed out waiting for its KV (the hint's claim)."""
+RECENT_FAILURES_KEPT = 256
+"""Failure lines remembered to claim an announcement that comes after them."""
+
+
+@dataclass(frozen=True, slots=True)
+class Announcement:
+    """A decode rank's line that says failures are being recorded (`kind`: the rank event it is unclaimed); a
+    failure line of its rank whose reason holds `claimed_by` claims it."""
+
+    ts: float
+    tp: int | None
+    kind: str
+    claimed_by: str
+    text: str
+
+    def claimed(self, tp: int, ts: float, reason: str) -> bool:
+        return (self.tp is None or self.tp == tp) and abs(ts - self.ts) <= WORKER_ERROR_S and self.claimed_by in reason
+
+
+def announcement(line: ContextLine, ts: float) -> Announcement | None:
+    """What a context line announces: a timeout hint, the loss of a prefill instance; None for any other line."""
+    if line.kind == "hint":
+        return Announcement(ts, line.tp, WAITING_TIMED_OUT, "in KVPoll.WaitingForInput", line.text)
+    if line.kind == "lost_connection" and (address := lost_prefill(line.text)):
+        return Announcement(ts, line.tp, PREFILL_LOST, f"connection with prefill instance (bootstrap_addr: {address})",
+                            line.text)  # fmt: skip
+    return None
 
 
 @dataclass(slots=True)
@@ -68,14 +99,18 @@ class RelatedLines:
         self._failed: dict[int, float] = {}
         """Rooms the instance failed (a failure line with a room), with the time of the latest."""
         self._pending: list[WorkerError] = []
-        self._hints: list[tuple[float, int | None, str]] = []
-        """Timeout hints no failure line claimed yet: (time, TP rank, text)."""
+        self._announced: list[Announcement] = []
+        """Announcements no failure line claimed yet."""
+        self._recent: deque[tuple[float, int, str]] = deque(maxlen=RECENT_FAILURES_KEPT)
+        """The latest failure lines: (time, TP rank, reason)."""
 
     def context(self, line: ContextLine, ts: float) -> None:
-        """A context line: a worker error or a timeout hint waits for its failure line; a traceback right after a
-        worker error gives its reason."""
-        if line.kind == "hint":
-            self._hints.append((ts, line.tp, line.text))
+        """A context line: a worker error or an announcement waits for its failure line (an announcement's may have
+        come already); a traceback right after a worker error gives its reason."""
+        announced = announcement(line, ts)
+        if announced is not None:
+            if not any(announced.claimed(tp, when, reason) for when, tp, reason in self._recent):
+                self._announced.append(announced)
             return
         found = WORKER_ERROR.search(line.text) or TRANSPORT_ERROR.search(line.text)
         if found:
@@ -89,8 +124,9 @@ class RelatedLines:
     def link(self, line: FailureLine, ts: float) -> tuple[int | None, bool]:
         """The room of a failure line (its own, else the one related lines name) and whether it is an echo
         inside its instance (the room already failed there). Remembers what the line says."""
-        if self._hints and WAITING_TIMEOUT in line.reason:
-            self._hints = [hint for hint in self._hints if not _claims(line.tp, ts, hint)]
+        self._recent.append((ts, line.tp, line.reason))
+        if self._announced:
+            self._announced = [a for a in self._announced if not a.claimed(line.tp, ts, line.reason)]
         room = line.room
         linked = room is None
         if room is None:
@@ -123,11 +159,11 @@ class RelatedLines:
                     records.append(error)
         return records
 
-    def unclaimed_hints(self, now: float | None, quiet: bool = False) -> list[tuple[float, int | None, str]]:
-        """Timeout hints no failure line claimed by `now` (None: the file is complete; `quiet`: the followed file
-        went quiet: all of them), forgotten: each a timeout of its rank that names no room."""
-        due = [hint for hint in self._hints if now is None or quiet or now - hint[0] > WORKER_ERROR_S]
-        self._hints = [hint for hint in self._hints if hint not in due]
+    def unclaimed_announcements(self, now: float | None, quiet: bool = False) -> list[Announcement]:
+        """Announcements no failure line claimed by `now` (None: the file is complete; `quiet`: the followed file
+        went quiet: all of them), forgotten: each a failure of its rank that names no room."""
+        due = [a for a in self._announced if now is None or quiet or now - a.ts > WORKER_ERROR_S]
+        self._announced = [a for a in self._announced if a not in due]
         return due
 
     def _remember_failed(self, room: int, ts: float) -> None:
@@ -142,10 +178,3 @@ class RelatedLines:
             return None
         same_rank = [p for p in near if p.tp == tp]
         return (same_rank or near)[-1].room
-
-
-def _claims(tp: int, ts: float, hint: tuple[float, int | None, str]) -> bool:
-    """A failure line of rank `tp` at `ts` is the record a hint came before (the same rank, or a hint that names
-    none, up to `WORKER_ERROR_S` after it)."""
-    hint_ts, hint_tp, _ = hint
-    return (hint_tp is None or hint_tp == tp) and 0 <= ts - hint_ts <= WORKER_ERROR_S

@@ -31,7 +31,7 @@ import msgspec
 
 from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import FailureGroup
-from kvtop.model.suspects import BOOTSTRAP_ERROR, CRASH_KINDS, WAITING_TIMED_OUT
+from kvtop.model.suspects import BOOTSTRAP_ERROR, CRASH_KINDS, PREFILL_LOST, WAITING_TIMED_OUT
 from kvtop.sources.sglang.context import CONTEXT_KEPT, Context, context_for
 from kvtop.sources.sglang.convert import to_heartbeat
 from kvtop.sources.sglang.infer import to_failure
@@ -62,6 +62,8 @@ STREAMS_MAX = 256
 """Servers one file may name (`docker compose logs` of a deployment); lines of more are garbled."""
 STREAM_NAME_MAX = 200
 """The longest server name a wrapper may give: its ranks' labels (`NAME/TPn`) stay inside an event's 256."""
+ROOMLESS_KINDS = (BOOTSTRAP_ERROR, WAITING_TIMED_OUT, PREFILL_LOST)
+"""A decode rank's failures that name no room (incidents of an address, or of its prefill side)."""
 RANK_EVENT_KINDS = (*CRASH_KINDS, BOOTSTRAP_ERROR)
 """Context lines that are their rank's events in the model (`ClusterModel.crashes`, incidents of an address)."""
 _ROLE_IN_NAME = re.compile(r"(?<![a-z])(prefill|decode)(?![a-z])", re.IGNORECASE)
@@ -220,8 +222,10 @@ class SGLangLogs:
                 now, quiet = None if complete else server.last_ts, file.reader.quiet
                 for error in server.related.unclaimed(now, quiet):
                     self._worker_error(server, error, pending)
-                for ts, tp, text in server.related.unclaimed_hints(now, quiet):
-                    self._rank_event(server, ContextLine(ts, tp, WAITING_TIMED_OUT, None, text), ts, pending)
+                for said in server.related.unclaimed_announcements(now, quiet):
+                    self._rank_event(
+                        server, ContextLine(said.ts, said.tp, said.kind, None, said.text), said.ts, pending
+                    )
         if self.until is not None:
             pending = [item for item in pending if item[0] <= self.until]
         pending.sort(key=lambda item: (item[0], item[1]))
@@ -373,7 +377,7 @@ class SGLangLogs:
         read: its rank says so to the model (under the file's name while the file's role is unknown: never dropped
         for want of a name). A line that names no rank (a thread's death, a fatal signal) is the rank of the dated
         line before it, else TP0."""
-        if line.kind in (BOOTSTRAP_ERROR, WAITING_TIMED_OUT):  # only a decode rank asks a bootstrap server, or waits
+        if line.kind in ROOMLESS_KINDS:  # only a decode rank asks a bootstrap server, waits for KV, or loses a prefill
             file.role = file.role or "decode"
         file.instance = file.instance or self._names.next(file.role)
         tp = line.tp if line.tp is not None else file.last_tp

@@ -1,11 +1,15 @@
-"""SGLang's timeout hint: the line a decode rank logs (once per process) just before it records a room's timeout in
-WaitingForInput (`common/conn.py`, `_check_waiting_timeout`: `logger.warning_once(...)`, then `record_failure`).
+"""A decode rank's lines that announce failures whose own lines come next: read alone, each is a failure that names
+no room (DOMAIN.md); beside the failure lines it announces, it counts nothing twice.
 
-A public report (SGLang issue #9926, 2025-08-31) pasted five ranks' hints and no failure line: `check` said
-UNKNOWN, "no rank named in what was read", where the lines tell five ranks timing out rooms. The hint names no
-room, so an unclaimed one is a failure that names none (DOMAIN.md), of class `timeout_waiting`; the rank's own
-failure line a moment later claims it (no failure counted twice). The lines below are in the report's shape,
-times and rooms of my own.
+- SGLang's timeout hint, logged once per process just before a decode rank records a room's timeout in
+  WaitingForInput (`common/conn.py`, `_check_waiting_timeout`: `logger.warning_once(...)`, then `record_failure`).
+  A public report (SGLang issue #9926, 2025-08-31) pasted five ranks' hints and no failure line: `check` said
+  UNKNOWN, "no rank named in what was read", where the lines tell five ranks timing out rooms.
+- The heartbeat checker's `Lost connection with prefill instance (bootstrap_addr: X), N requests affected`, logged
+  after it failed each affected room (`_handle_node_failure`): alone (an excerpt cut after it, or no room in
+  flight) `check` said OK while a prefill instance was gone.
+
+The lines below are in the reports' and SGLang 0.5.23's shapes, times, rooms and addresses of my own.
 """
 
 from __future__ import annotations
@@ -102,3 +106,47 @@ def test_a_followed_log_waits_for_the_line_that_claims_a_hint(tmp_path: Path):
 
     [incident] = model.incidents.incidents.values()
     assert (incident.room_count, incident.roomless) == (1, 0)
+
+
+def lost_line(ts: str, affected: int) -> str:
+    return (
+        f"[{ts} TP0] Lost connection with prefill instance (bootstrap_addr: 10.0.0.6:8998), {affected} requests "
+        "affected\n"
+    )
+
+
+def lost_room_line(ts: str, room: int) -> str:
+    return (
+        f"[{ts} TP0] Decode transfer failed for request rank=0 decode_req.req.rid='r{room}' "
+        f"decode_req.req.bootstrap_room={room} with exception KVTransferError(bootstrap_room={room}): "
+        "Lost connection with prefill instance (bootstrap_addr: 10.0.0.6:8998)\n"
+    )
+
+
+@pytest.mark.parametrize("affected", [2, 0])
+def test_a_lost_prefill_instance_alone_is_an_incident_of_its_address(tmp_path: Path, affected: int):
+    """With its rooms' lines cut, or with no room in flight: the instance at that address is gone either way."""
+    log = write(tmp_path, lost_line("2026-11-30 10:00:10", affected))
+
+    result = kvtop_here("check", "--sglang-log", str(log))
+    [incident] = incidents(log)
+
+    assert result.returncode == 2
+    assert result.stdout.startswith(
+        "KVTOP CRITICAL - incident: prefill at 10.0.0.6:8998 stopped answering (peer_lost) since 10:00:10, "
+        "1 failure naming no room; "
+    )
+    assert (incident["room_count"], incident["roomless"], incident["evidence"]) == (0, 1, ["decode lost its heartbeat"])
+
+
+@pytest.mark.parametrize("order", ["rooms-first", "rooms-after"])
+def test_the_rooms_lines_claim_the_loss_before_or_after_it(tmp_path: Path, order: str):
+    """SGLang fails the rooms, then logs the loss; its scheduler logs each room's line when it polls them."""
+    rooms = [lost_room_line("2026-11-30 10:00:10", room) for room in (1111, 2222)]
+    lost = lost_line("2026-11-30 10:00:10", 2)
+    log = write(tmp_path, *([*rooms, lost] if order == "rooms-first" else [lost, *rooms]))
+
+    [incident] = incidents(log)
+
+    assert (incident["room_count"], incident["roomless"]) == (2, 0)
+    assert incident["suspect_text"] == "prefill at 10.0.0.6:8998"
