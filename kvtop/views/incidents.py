@@ -89,7 +89,7 @@ def to_json(incidents: Sequence[Incident], now: float, quiet_gap_s: float, since
     listed = [incident_json(incident, now, quiet_gap_s) for incident in incidents]
     return {
         "incidents": listed,
-        "ongoing": sum(item["state"] == "ongoing" for item in listed),
+        "ongoing": sum(item["state"] == "ongoing" and not item["client"] for item in listed),
         "now": now,
         "since": since,
         "quiet_gap_s": quiet_gap_s,
@@ -112,7 +112,7 @@ def render(
     for incident in incidents:
         evidence = max(incident.evidence.items(), key=lambda item: item[1])[0] if incident.evidence else ""
         lines.append(
-            f"{state(incident, now, quiet_gap_s):<8} {incident.suspect.text[:_SUSPECT_WIDTH]:<{_SUSPECT_WIDTH}} "
+            f"{_state_cell(incident, now, quiet_gap_s):<8} {incident.suspect.text[:_SUSPECT_WIDTH]:<{_SUSPECT_WIDTH}} "
             f"{Kind(incident.kind).verb:<18} {incident.reason_class:<18} {_rooms_cell(incident):>6} "
             f"{stamp(incident.first_seen, dated)[:-4]} {duration(incident.duration_s):>8} "
             f"{f'{incident.origins}/{incident.echoes}':>15}  {evidence}"
@@ -127,14 +127,21 @@ def render(
     return "\n".join(lines)
 
 
+def _state_cell(incident: Incident, now: float, quiet_gap_s: float) -> str:
+    """`ongoing` or `ended`; `aborts` for the client's (no fault: `check` judges them by their rate, as the
+    dashboard's incidents panel says)."""
+    return "aborts" if incident.client else state(incident, now, quiet_gap_s)
+
+
 def _rooms_cell(incident: Incident) -> str:
     """`31`, or `2+3` with failures that named no room."""
     return f"{incident.room_count}+{incident.roomless}" if incident.roomless else str(incident.room_count)
 
 
 def counted(incidents: Sequence[Incident], now: float, quiet_gap_s: float, start: float | None) -> str:
-    """`3 incidents from 14:15:00 to 14:27:41 (1 ongoing at 14:27:41, 1 of client aborts)`: the window named."""
-    ongoing = sum(incident.ongoing(now, quiet_gap_s) for incident in incidents)
+    """`3 incidents from 14:15:00 to 14:27:41 (1 ongoing, 1 of client aborts)`: the window named (client aborts
+    are never counted ongoing: no fault, as `check` and the dashboard say)."""
+    ongoing = sum(not incident.client and incident.ongoing(now, quiet_gap_s) for incident in incidents)
     clients = sum(incident.client for incident in incidents)
     dated = spans_days([start or now, now])
     where = f"from {stamp(start, dated)[:-4]} to" if start is not None else "kept by the model, as of"

@@ -316,7 +316,7 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
     ]
     return {
         "incidents": [incident_json(incident, now, gap) for incident in incidents],
-        "incidents_ongoing": sum(incident.ongoing(now, gap) for incident in incidents),
+        "incidents_ongoing": sum(not incident.client and incident.ongoing(now, gap) for incident in incidents),
         "window_s": window_s,
         "span_s": round(coverage.span_s, 3),
         "span_limit": coverage.limit,

@@ -58,6 +58,27 @@ def test_a_lost_prefill_instance_is_one_incident_of_the_prefill_at_its_bootstrap
     ]
 
 
+def test_client_aborts_are_listed_as_aborts_and_never_counted_ongoing(tmp_path: Path):
+    """`check` calls them no incident (SGLang issue #23342: a request each side aborted): `incidents` lists them
+    under STATE `aborts` and counts none ongoing, as the dashboard does."""
+    log = tmp_path / "decode.log"
+    log.write_text(
+        "[2026-03-01 12:00:00 TP0] Decode transfer failed for request rank=0 decode_req.req.rid='a' "
+        "decode_req.req.bootstrap_room=653 with exception KVTransferError(bootstrap_room=653): Aborted by AbortReq.\n"
+    )
+
+    text = kvtop("incidents", "--sglang-log", str(log))
+    listed = json.loads(kvtop("incidents", "--json", "--sglang-log", str(log)).stdout)
+
+    assert text.stdout.splitlines()[1].startswith("aborts   the client ")
+    assert "1 incident from 12:00:00 to 12:00:00 (0 ongoing, 1 of client aborts)" in text.stderr
+    assert (listed["ongoing"], listed["incidents"][0]["state"], listed["incidents"][0]["client"]) == (
+        0,
+        "ongoing",
+        True,
+    )
+
+
 def test_check_on_logs_without_failures_is_ok_and_says_what_logs_can_judge():
     """A decode log of batch lines alone: OK, no `0/0 ranks alive`, no failure rate made up (JSON null)."""
     text = kvtop("check", "--sglang-log", str(FIXTURES / "decode-gone" / "decode.log"))
