@@ -148,3 +148,33 @@ def test_a_room_a_full_prefill_refuses_fails_on_its_decode_at_once_and_frees_the
     events.wait_flushed(labels)
     origins = [(f.rank, f.reason_class) for f in events.failures(0x1301) if f.origin == f.rank]
     assert origins == [("prefill-0/TP0", "refused")]
+
+
+def test_a_room_a_full_decode_rank_refuses_fails_on_its_instance_at_once_naming_the_refusal(
+    make_cluster, control, subscribe, wait_for
+):
+    """decode-0/TP1's pool is held by another room, so it refuses room 0x1401; decode-0/TP0 and prefill-0/TP0, which
+    took the room, fail it long before the 30 s vote timeout, the refusal its origin. Before, the refusal was only a
+    control counter: decode-0/TP0 waited for decode-0/TP1's vote, and its consensus timeout named a rank that
+    was voting all along as one that stopped answering (a live cluster at load, no fault injected)."""
+    waiting = Timeouts(bootstrap_s=30.0, waiting_s=30.0, transfer_s=30.0)
+    config = TransferConfig(chunk_bytes=4 * PAGE_BYTES, heartbeat_s=0.2, peer_timeout_s=30.0, timeouts=waiting)
+    cluster = make_cluster(ClusterSpec(decode_tp=2, num_pages=16, page_bytes=PAGE_BYTES, transfer=config))
+    labels = ["prefill-0/TP0", "decode-0/TP0", "decode-0/TP1"]
+    events = subscribe(cluster.agents())
+    events.wait_synced(labels)
+    prefill, decode, full = (control_of(cluster, control, label) for label in labels)
+    full.submit(0x1400, 16, prefill_instance="prefill-0")  # only this rank has it: it holds every page for 30 s
+
+    prefill.submit(0x1401, 4)
+    decode.submit(0x1401, 4, prefill_instance="prefill-0")
+    with pytest.raises(ControlError, match="KV pool full"):
+        full.submit(0x1401, 4, prefill_instance="prefill-0")
+    results = [client.wait_result(0x1401, 10) for client in (prefill, decode)]
+
+    assert [(r.state, r.origin) for r in results] == [(KVPoll.Failed, "decode-0/TP1")] * 2
+    events.wait_flushed(labels)
+    origins = [(f.rank, f.reason_class, f.suspect, f.reason) for f in events.failures(0x1401) if f.origin == f.rank]
+    assert origins == [
+        ("decode-0/TP1", "refused", "decode-0/TP1", "Decode rank 1 refused room 5121: its KV pool is full")
+    ]

@@ -279,9 +279,8 @@ class Agent:
             return self._refuse(request, "instance", unknown)
         try:
             pages = self.pool.allocate(request.num_pages)
-        except PoolExhausted as full:
-            if self.options.role is Role.PREFILL:  # the decode ranks must not wait for pages never sent
-                self.manager.refuse(request.room)
+        except PoolExhausted as full:  # the room fails here: the ranks that took it must not wait for this one
+            self.manager.refuse(request.room, request.prefill_instance)
             return self._refuse(request, "pool_full", f"KV pool full: {full}")
         handle: KVSender | KVReceiver
         if self.options.role is Role.PREFILL:

@@ -98,6 +98,19 @@ class DecodeSide:
         self._ctx.observe(record, peer=record.prefill_instance)
         self._advance(record, now)
 
+    def refuse(self, room: int, prefill_instance: str, now: float, holding_up: str = "") -> None:
+        """The scheduler refused `room` here (no pages for it): the room fails on this rank now, its origin. This
+        instance's other ranks learn it by consensus and tell the room's prefill ranks (this rank never paired with
+        them), so no rank holds the room's pages until a timeout. `holding_up`: a rank of this instance that
+        stopped voting, whose rooms filled the pool (the refusal's suspect; else this rank is)."""
+        record = self.rooms.get(room)
+        if record is None:
+            record = self.rooms[room] = ReceiverRoom(room, now, prefill_instance=prefill_instance)
+        elif record.dst_pages is not None or record.state.is_terminal:  # live here after all, or already decided
+            return
+        self._ctx.observe(record, peer=prefill_instance)
+        self._fail(record, reasons.pool_full(room, self._ctx.info, holding_up), now)
+
     def init(self, record: ReceiverRoom, pages: PageIndices, now: float) -> None:
         record.dst_pages = pages
         record.dst_breaks = run_breaks(pages)
@@ -291,7 +304,9 @@ class DecodeSide:
             link.welcomed = True
             for room in list(link.rooms):
                 record = self.rooms.get(room)
-                if record is not None:
+                if record is not None and record.abort is not None:  # it failed while the link came up
+                    self._send_abort(link, record.abort)
+                elif record is not None:
                     self._advance(record, now)
         elif isinstance(message, Status):
             self._on_status(link, message, now)
@@ -490,14 +505,21 @@ class DecodeSide:
         self._tell_prefill(record, reason, origin)
 
     def _tell_prefill(self, record: ReceiverRoom, reason: reasons.Reason, origin: str) -> None:
-        """ABORT, carrying the origin, to each prefill rank of the room."""
-        text, reason_class = reason.text, reason.reason_class
+        """ABORT, carrying the origin, to each prefill rank of the room: now where its link is up, else once it is.
+        A room that fails before its handshake (refused, or failed by its instance meanwhile) pairs first: its
+        prefill ranks would otherwise wait for its requests until their own timeout, and name this side for it."""
+        record.abort = abort = Abort(record.room, reason.text, str(reason.reason_class), origin)
+        if not record.pairings and record.prefill_instance:
+            self._pair(record, time.monotonic())
         for pairing in record.pairings:
             link = self._link_for(pairing.prefill_rank, record)
             if link is not None and link.welcomed:
-                self._send(link, Abort(record.room, text, str(reason_class), origin))
-                self._ctx.counters.add("aborts_sent")
-                self._ctx.emit(AbortEvent(time.time(), record.room, "sent", link.info.label, origin))
+                self._send_abort(link, abort)
+
+    def _send_abort(self, link: PrefillLink, abort: Abort) -> None:
+        self._send(link, abort)
+        self._ctx.counters.add("aborts_sent")
+        self._ctx.emit(AbortEvent(time.time(), abort.room, "sent", link.info.label, abort.origin))
 
     def _lose_link(self, link: PrefillLink, now: float) -> None:
         """A silent prefill rank: fail its unfinished rooms once, forget its route."""

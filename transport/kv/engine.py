@@ -351,10 +351,15 @@ class KVManager:
         except TimeoutError:
             raise TransportError("the engine thread did not answer within 5 s") from None
 
-    def refuse(self, room: int) -> None:
-        """The scheduler refused `room` on this prefill rank (no pages): fail it here now (`PrefillSide.refuse`)."""
-        prefill = self._require(self._prefill, "sender")
-        self._call_soon(lambda: prefill.refuse(room, time.monotonic(), self._holding_up(time.monotonic())))
+    def refuse(self, room: int, prefill_instance: str = "") -> None:
+        """The scheduler refused `room` on this rank (no pages): fail it here now, this rank its origin, so that the
+        ranks that took it hear at once (`PrefillSide.refuse`, `DecodeSide.refuse`; a decode rank names the room's
+        `prefill_instance`). Left alone, a decode rank that refused had its instance wait for its vote on the room
+        for the vote timeout, and the consensus timeout named it a rank that stopped answering."""
+        side = self._prefill if self._prefill is not None else self._require(self._decode, "receiver")
+        self._call_soon(
+            lambda: side.refuse(room, prefill_instance, time.monotonic(), self._holding_up(time.monotonic()))
+        )
 
     def _holding_up(self, now: float) -> str:
         """The rank (or ranks) of this instance whose silence holds every room up ("" when none is silent): a

@@ -124,7 +124,7 @@ class PrefillSide:
         self._ctx.observe(room)
         return room
 
-    def refuse(self, room: int, now: float, holding_up: str = "") -> None:
+    def refuse(self, room: int, prefill_instance: str, now: float, holding_up: str = "") -> None:
         """The scheduler refused `room` here (no pages for it): the room fails on this rank now, its origin.
 
         The decode ranks' requests for it are answered Failed (at once, or when they come), and this
@@ -140,7 +140,7 @@ class PrefillSide:
         elif record.has_sender or record.state.is_terminal:  # live here after all, or already decided
             return
         self._ctx.observe(record)
-        self._fail(record, reasons.pool_full(room, self._ctx.info.rank, holding_up or self._ctx.info.label), now)
+        self._fail(record, reasons.pool_full(room, self._ctx.info, holding_up), now)
 
     def send(self, room: SenderRoom, pages: np.ndarray, now: float) -> None:
         room.src_pages = pages

@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from transport.errors import ReasonClass
 from transport.kvpoll import KVPoll
+from transport.wire import AgentInfo
 
 CLIENT = "client"
 """The suspect of a client's abort."""
@@ -116,10 +117,11 @@ def refused(room: int, rank: int, label: str) -> Reason:
     return Reason(f"Prefill rank {rank} refused the transfer request of room {room}", ReasonClass.REFUSED, label)
 
 
-def pool_full(room: int, rank: int, suspect: str) -> Reason:
-    """The scheduler refused the room on this prefill rank: no KV pages for it (`suspect`: this rank, or the rank
-    whose silence filled its pool)."""
-    return Reason(f"Prefill rank {rank} refused room {room}: its KV pool is full", ReasonClass.REFUSED, suspect)
+def pool_full(room: int, me: AgentInfo, holding_up: str = "") -> Reason:
+    """The scheduler refused the room on this rank: no KV pages for it (the suspect: this rank, or `holding_up`,
+    the rank of its instance whose silence filled its pool)."""
+    text = f"{me.role.capitalize()} rank {me.rank} refused room {room}: its KV pool is full"
+    return Reason(text, ReasonClass.REFUSED, holding_up or me.label)
 
 
 def layout_mismatch(room: int, detail: str) -> Reason:

@@ -10,7 +10,7 @@ from transport.kv.mapping import Pairing
 from transport.kv.pool import PageIndices
 from transport.kv.reasons import Reason
 from transport.kvpoll import KVPoll, advance
-from transport.wire import TransferRequest
+from transport.wire import Abort, TransferRequest
 
 
 @dataclass(eq=False)
@@ -124,6 +124,8 @@ class ReceiverRoom(RoomRecord):
     requests_sent: bool = False
     statuses_ok: set[int] = field(default_factory=set)
     abort_acks: set[int] = field(default_factory=set)
+    abort: Abort | None = None
+    """The ABORT its prefill ranks are told once their link is up (the room failed before its handshake)."""
 
     @property
     def peer(self) -> str:
