@@ -323,6 +323,8 @@ class IncidentTracker:
         explains it (see `_explains`), else the latest of its own key unless a quiet gap lies between them, else
         a new one (which takes in the vaguer incidents it explains)."""
         suspect = attribution.suspect
+        if attribution.echoed and (named := self._of_suspect(suspect, ts)) is not None:
+            return named
         vague = attribution.kind is Kind.UNRESPONSIVE and suspect.kind in ("instance", "side")
         if vague or attribution.symptom_of or attribution.unseen_origin:
             cause = self._explaining(attribution, ts)
@@ -366,6 +368,15 @@ class IncidentTracker:
         ]  # fmt: skip
         own = [cause for cause in causes if _instance(cause.suspect.name) == attribution.symptom_of]
         return (own or causes)[0] if len(own or causes) == 1 else None
+
+    def _of_suspect(self, suspect: Suspect, ts: float) -> Incident | None:
+        """The incident of `suspect` under way at `ts` with the most origins, whatever its kind (None: none)."""
+        under_way = [
+            incident
+            for incident in self.incidents.values()
+            if incident.suspect == suspect and incident.first_seen - BEFORE_S <= ts <= incident.last_seen + DRAIN_S
+        ]
+        return max(under_way, key=lambda incident: incident.origins) if under_way else None
 
     def _of_origin(self, origin: str, ts: float) -> Incident | None:
         under_way = [

@@ -12,8 +12,9 @@ The origin of a group is who *noticed*; its suspect is what *broke*, with the ev
    room's prefill side; a prefill timeout -> the room's decode side (the instance when the room's link
    names it, else "the decode side of prefill-0"); a peer lost that the reason does not name (NIXL's
    `NIXL_ERR_REMOTE_DISCONNECT`) -> the room's other side; a consensus timeout -> the rank it waited for; a
-   refusal -> the refusing rank; a group whose origin was never seen -> that origin (its record never came),
-   or, with no origin named, what its echo says ("Failed to get kvcache from prefill instance" -> the prefill
+   refusal -> the refusing rank; a group whose origin was never seen -> what an agent's echo of it carries
+   from the origin's own suspect (learnt through the instance's vote), else that origin (its record never
+   came), or, with no origin named, what its echo says ("Failed to get kvcache from prefill instance" -> the prefill
    side, "Aborted by decode-side abort notification." -> the decode side); anything else -> unknown, noticed by
    the origin's instance (the views say so, never guess);
 3. liveness corrects both (live agents only): a rank that was itself silent (stopped, starved, partitioned)
@@ -155,6 +156,9 @@ class Attribution(msgspec.Struct, frozen=True, gc=False):
     unseen_origin: str = ""
     """A group whose origin's own record never arrived: that origin's label (an incident under way that it is
     the suspect of, or that it was noticing failures of then, explains the group better)."""
+    echoed: bool = False
+    """The suspect an echo carried for an origin whose own record never arrived: the kind of failure is unknown,
+    so an incident of that suspect under way, whatever its kind, takes the group."""
 
 
 class Surroundings(Protocol):
@@ -269,6 +273,10 @@ def prefill_lost(instance: str, text: str, ts: float, around: Surroundings) -> A
 def _unseen_origin(group: FailureGroup, around: Surroundings) -> Attribution:
     """A group whose origin's own record never arrived (its rank named by echoes), or that names no origin."""
     lead = group.lead
+    named = next((echo.suspect for echo in group.echoes if echo.suspect), "")
+    if named:  # an agent's echo carries what its origin named (learnt through its instance's vote)
+        evidence = "named by the rank that noticed (its own record never arrived; an echo carried it)"
+        return Attribution(_named(named, around), Kind.FAILING, evidence, echoed=True)
     if group.origin_label:
         silence = around.silent_at(group.origin_label, lead.ts)
         suspect = _rank(group.origin_label, around.role_of(group.origin_label))

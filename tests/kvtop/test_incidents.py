@@ -128,6 +128,24 @@ def test_echoes_whose_origin_never_comes_are_an_incident_of_that_origin_a_sweep_
     assert incidents(model, T0 + 1.0) == [("decode-0/TP1", "failing", 1)]  # its own record never arrived
 
 
+def test_an_echo_that_carries_its_origins_suspect_names_what_broke_not_the_rank_that_never_published():
+    """A decode rank killed after its checksum records reached its instance's vote but not a view (a one-shot
+    view after the kill): its peer's echoes carry what it named, prefill-0/TP1; rooms of an incident of that
+    suspect under way join it, whatever its kind; with none under way they start one of their own. Before, each
+    was `decode-0/TP1 fails transfers (propagated)`: the dead rank that only noticed."""
+    model = ClusterModel()
+    deliver(model, "decode-0/TP0", [checksum(T0, 1, "decode-0/TP0")], T0)
+    carried = Failure(T0 + 1, 2, "decode-0/TP0", "Failed due to an unknown reason from another rank", "propagated",
+                      "debug", True, "decode-0/TP1", "prefill-0/TP1")  # fmt: skip
+    deliver(model, "decode-0/TP0", [carried], T0 + 1)
+    alone = Failure(T0 + 1, 3, "decode-1/TP0", "Failed due to an unknown reason from another rank", "propagated",
+                    "debug", True, "decode-1/TP1", "prefill-1/TP0")  # fmt: skip
+    deliver(model, "decode-1/TP0", [alone], T0 + 1)
+    model.sweep(T0 + 1.5)  # echoes of an origin not seen wait a sweep for it
+
+    assert incidents(model, T0 + 2) == [("prefill-0/TP1", "corrupt", 2), ("prefill-1/TP0", "failing", 1)]
+
+
 def test_an_origin_that_came_after_its_echo_moves_the_room_out_of_the_echoes_incident():
     """Read at once (a one-shot view folds what it has), the echo alone made an incident of its own guess; the
     origin that comes later takes the room out of it, and nothing is left of the guess."""

@@ -176,7 +176,9 @@ def entry_of(record: RoomRecord) -> VoteEntry:
     if record.state is not KVPoll.Failed and record.agreed is KVPoll.Failed:
         failure, reason_class = record.agreed_failure, record.agreed_reason_class
     if failure is not None and (record.state is KVPoll.Failed or record.agreed is KVPoll.Failed):
-        return VoteEntry(record.room, int(KVPoll.Failed), failure.origin or "", failure.failure_reason, reason_class)
+        return VoteEntry(
+            record.room, int(KVPoll.Failed), failure.origin or "", failure.failure_reason, reason_class, failure.suspect
+        )
     return VoteEntry(record.room, int(record.state))
 
 

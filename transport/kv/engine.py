@@ -436,7 +436,9 @@ class KVManager:
         origin = entry.origin
         own = origin == self.info.label
         reason = (
-            Reason(entry.reason, entry.reason_class or ReasonClass.OTHER, entry.suspect) if own else from_another_rank()
+            Reason(entry.reason, entry.reason_class or ReasonClass.OTHER, entry.suspect)
+            if own
+            else from_another_rank(entry.suspect)
         )
         if not record.state.is_terminal:
             self._side.fail_by_instance(record, reason, origin, now)  # type: ignore[arg-type]

@@ -134,6 +134,6 @@ def rank_silent(label: str) -> Reason:
     return Reason(f"Lost connection with rank {label} of this instance", ReasonClass.PEER_LOST, label)
 
 
-def from_another_rank() -> Reason:
-    """SGLang's text for a failure learnt through the instance's all-reduce."""
-    return Reason("Failed due to an unknown reason from another rank", ReasonClass.PROPAGATED)
+def from_another_rank(suspect: str = "") -> Reason:
+    """SGLang's text for a failure learnt through the instance's all-reduce (`suspect`: what its origin named)."""
+    return Reason("Failed due to an unknown reason from another rank", ReasonClass.PROPAGATED, suspect)

@@ -104,10 +104,12 @@ class SideContext:
     def failure_event(
         self, record: RoomRecord, failure: KVTransferError, reason_class: ReasonClass | None, ts: float
     ) -> Failure:
-        """The event of a failure on this rank: an origin at error/warning with its suspect, an echo at debug."""
+        """The event of a failure on this rank: an origin at error/warning with its suspect, an echo at debug with
+        what its origin named (when it learnt that through its instance's vote): a view that never gets the origin's
+        own record (its rank died) still knows what broke."""
         origin = failure.origin or self.info.label
         level = Level.DEBUG
-        suspect = ""
+        suspect = failure.suspect
         if origin == self.info.label:
             level = Level.WARNING if self.info.role == "prefill" else Level.ERROR
             suspect = self.info.label if self._own_silence(record, reason_class) else failure.suspect
