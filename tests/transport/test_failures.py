@@ -106,6 +106,29 @@ def test_decode_times_out_in_transferring_when_prefill_drops_a_chunk(make_manage
     assert receiver.bytes_done == 14 * PAGE_BYTES
     assert prefill.counters()["fault_drop"] == 1
     assert prefill.counters()["chunks_sent"] == decode.counters()["chunks_landed"] == 7
+    assert receiver.failure is not None  # the sender said it sent all: the bytes it owes are what is missing
+    assert prefill.info.label == receiver.failure.suspect
+
+
+def test_a_lost_first_chunk_fails_on_decode_naming_the_sender_not_on_the_prefill_backstop(make_manager, wait_for):
+    """The room's only chunk is dropped: decode waits in WaitingForInput for its waiting timeout, longer than
+    twice the transfer timeout the prefill's backstop waited. The backstop named the decode (alive, answering
+    heartbeats) "whose acknowledgements never came" for a chunk prefill never delivered; now decode fails first,
+    naming the sender, and prefill echoes it."""
+    config = short(transfer_s=TIMEOUT_S, waiting_s=4 * TIMEOUT_S)
+    prefill = make_manager(Role.PREFILL, "prefill-0", config=config, faults=FaultInjector((FaultSpec.parse("drop"),)))
+    decode = make_manager(Role.DECODE, "decode-0", config=config)
+    sender = prefill.sender(49)
+    receiver = decode.receiver(49, "prefill-0")
+    receiver.init(np.arange(2, dtype=np.uint32))
+    sender.send(np.arange(2, dtype=np.uint32))
+
+    wait_for(lambda: sender.poll() is KVPoll.Failed, timeout=4 * TIMEOUT_S + 5, what="the room fails")
+
+    assert (receiver.poll(), receiver.reason_class) == (KVPoll.Failed, "timeout_waiting")
+    assert receiver.failure is not None and prefill.info.label == receiver.failure.suspect
+    assert sender.failure is not None and decode.info.label == sender.failure.origin
+    assert sender.reason_class == "propagated"
 
 
 def test_delayed_chunks_all_arrive(make_manager, wait_for):

@@ -209,19 +209,14 @@ class DecodeSide:
 
     def _awaited(self, record: ReceiverRoom) -> str:
         """What a room that times out waits for: the prefill rank that has not reported it (the instance when
-        several have not, or when the room never paired)."""
+        several have not, or when the room never paired); when every one reported it sent all, the bytes are what
+        is missing: its senders (a chunk lost on the way named the whole instance before)."""
         if not record.pairings:
             return record.prefill_instance
-        return (
-            reasons.common_suspect(
-                {
-                    f"{record.prefill_instance}/TP{p.prefill_rank}"
-                    for p in record.pairings
-                    if p.prefill_rank not in record.statuses_ok
-                }
-            )
-            or record.prefill_instance
-        )
+        senders = {p.prefill_rank for p in record.pairings}
+        pending = senders - record.statuses_ok or senders
+        labels = {f"{record.prefill_instance}/TP{rank}" for rank in pending}
+        return reasons.common_suspect(labels) or record.prefill_instance
 
     def close(self) -> None:
         for link in self._links.values():

@@ -188,8 +188,7 @@ class PrefillSide:
             stagger = self._ctx.stagger_s
             if record.state is KVPoll.Bootstrapping and now - record.created_at > timeouts.bootstrap_s + stagger:
                 self._fail(record, reasons.timed_out(record.room, now - record.created_at, KVPoll.Bootstrapping), now)
-            elif record.state is KVPoll.Transferring and now - record.progress_at > 2 * timeouts.transfer_s + stagger:
-                # A backstop: the decode side owns this timeout and normally fires first.
+            elif record.state is KVPoll.Transferring and now - record.progress_at > self._backstop_s(record) + stagger:
                 reason = reasons.timed_out(
                     record.room, now - record.progress_at, KVPoll.Transferring, self._unacked(record)
                 )
@@ -198,6 +197,16 @@ class PrefillSide:
             if not peer.lost and now - peer.last_seen > self._ctx.config.peer_timeout_s:
                 self._lose_peer(peer, reasons.decode_peer_dead(peer.info.label), now)
         sweep_finished(self.rooms, self._ctx, now)
+
+    def _backstop_s(self, record: SenderRoom) -> float:
+        """How long a room may go without progress here: the decode side owns this timeout and fires first, in
+        Transferring (its transfer timeout), or in WaitingForInput while no chunk of the room reached it (its
+        waiting timeout: a first chunk lost). Before, the backstop beat a decode waiting for its first chunk and
+        named it, alive and answering heartbeats, for a chunk this side never delivered."""
+        timeouts = self._ctx.config.timeouts
+        if any(plan.acked_bytes for plan in record.plans.values()):
+            return 2 * timeouts.transfer_s
+        return max(2 * timeouts.transfer_s, timeouts.waiting_s + timeouts.transfer_s)
 
     def _unacked(self, record: SenderRoom) -> str:
         """The decode rank whose acknowledgements a room still waits for (its instance when several of one do,
