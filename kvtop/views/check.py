@@ -223,14 +223,14 @@ def evaluate(
         roles = {model.ranks[label].role for label in alive}
         critical.extend(f"no {role} rank alive" for role in ("prefill", "decode") if role not in roles)
     if rate > limits.max_failure_rate:
-        critical.append(f"failure rate {rate:.1%} > {limits.max_failure_rate:.1%}")
+        critical.append(f"failure rate {rate_above(rate, limits.max_failure_rate)}")
     elif rate > limits.max_failure_rate / 2:
-        warning.append(f"failure rate {rate:.1%} > {limits.max_failure_rate / 2:.1%}")
+        warning.append(f"failure rate {rate_above(rate, limits.max_failure_rate / 2)}")
     if limits.max_abort_rate is not None:
         if abort_rate > limits.max_abort_rate:
-            critical.append(f"abort rate {abort_rate:.1%} > {limits.max_abort_rate:.1%}")
+            critical.append(f"abort rate {rate_above(abort_rate, limits.max_abort_rate)}")
         elif abort_rate > limits.max_abort_rate / 2:
-            warning.append(f"abort rate {abort_rate:.1%} > {limits.max_abort_rate / 2:.1%}")
+            warning.append(f"abort rate {rate_above(abort_rate, limits.max_abort_rate / 2)}")
     if stuck > limits.max_stuck:
         critical.append(f"{stuck} rooms stuck > {limits.stuck_after_s:g}s")
     if stale:
@@ -257,10 +257,12 @@ def evaluate(
     if coverage.limit:
         window = f"in the last {seconds(coverage.span_s)} ({coverage.limit})"
     rooms_failed = model.rooms_failed(now, limits.window_s)
+    measured = bool(liveness) and rooms > 0  # a rate of no room is none (perfdata U, JSON null), never 0
     if liveness:
         facts = (
-            f"{len(alive)}/{len(liveness)} ranks alive, {rooms} rooms {window}, "
-            f"failure rate {rate:.1%}, {stuck} stuck, {model.gaps} gaps"
+            f"{len(alive)}/{len(liveness)} ranks alive, {plural(rooms, 'room')} {window}, "
+            + (f"failure rate {rate:.1%}" if measured else "no failure rate (no room finished)")
+            + f", {stuck} stuck, {model.gaps} gaps"
         )
     elif not everyone:  # a recording (or logs) that named none: nothing is said of logs it did not read
         facts = f"no rank, {plural(rooms_failed, 'room')} failed {window}"
@@ -281,14 +283,22 @@ def evaluate(
     summary = "; ".join([*problems, facts])
     gap = model.incidents.quiet_gap_s
     return CheckResult(
-        verdict, summary, len(alive), len(liveness), stale, gone, rooms, rate if liveness else None, stuck,
+        verdict, summary, len(alive), len(liveness), stale, gone, rooms, rate if measured else None, stuck,
         model.gaps, sorted(set(origins)), problems, len(everyone) - len(liveness), aborted,
-        abort_rate if liveness else None,
+        abort_rate if measured else None,
         unanswered, unreachable, model.lost, model.rejected, model.rejected_frames,
         [incident_json(incident, now, gap) for incident in judged], "span" if span else "now", rooms_failed,
         {label: round(offset, 3) for label, offset in skewed.items()},
         {label: crash.text for label, crash in crashed.items()}, len(errors),
     )  # fmt: skip
+
+
+def rate_above(rate: float, limit: float) -> str:
+    """`7.3% > 5.0%`, with the digits that tell them apart (`5.02% > 5.00%`, never `5.0% > 5.0%`)."""
+    digits = 1
+    while f"{rate:.{digits}%}" == f"{limit:.{digits}%}" and digits < 4:
+        digits += 1
+    return f"{rate:.{digits}%} > {limit:.{digits}%}"
 
 
 def _ends(text: str) -> str:

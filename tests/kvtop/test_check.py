@@ -9,6 +9,7 @@ import pytest
 from cluster_support import QUICK_TRANSFER, run_rooms, small_cluster
 from kvtop_cli import kvtop, kvtop_here
 
+from kvtop.views.check import rate_above
 from transport import Timeouts
 from transport.harness.cluster import ClusterSpec
 
@@ -201,3 +202,19 @@ def test_a_recording_that_named_no_rank_is_unknown_without_words_about_logs(tmp_
 
     assert check.returncode == 3, check.stdout
     assert "no rank named in what was read" in check.stdout and "from logs" not in check.stdout
+
+
+def test_a_rate_just_over_its_limit_is_said_with_the_digits_that_tell_them_apart():
+    """0.0502 against 0.05 read `failure rate 5.0% > 5.0%`."""
+    assert rate_above(0.0502, 0.05) == "5.02% > 5.00%"
+    assert rate_above(0.099, 0.05) == "9.9% > 5.0%"
+
+
+def test_no_room_finished_is_no_failure_rate_not_a_rate_of_zero():
+    """A dead endpoint: nothing finished, so the perfdata's rates are U and the JSON's null (it said 0.0000)."""
+    result = kvtop("check", "--connect", DEAD, "--wait", "0.5")
+    verdict = json.loads(kvtop("check", "--json", "--connect", DEAD, "--wait", "0.5").stdout)
+
+    assert "0 rooms in 60s, no failure rate (no room finished)" in result.stdout
+    assert " failure_rate=U;" in result.stdout and result.stdout.rstrip().endswith("abort_rate=U")
+    assert (verdict["failure_rate"], verdict["abort_rate"]) == (None, None)
