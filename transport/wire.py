@@ -250,15 +250,18 @@ class Status(msgspec.Struct, tag="status", array_like=True):
     reason: str = ""
     reason_class: str = ""
     origin: str = ""
+    suspect: RankLabel = ""
+    """What the failure's origin named as the likely cause (the decode's echo carries it)."""
 
 
 class Abort(msgspec.Struct, tag="abort", array_like=True):
-    """Decode gives up on a room; prefill fails it as an echo of `origin`."""
+    """Decode gives up on a room; prefill fails it as an echo of `origin`, carrying what `origin` named."""
 
     room: int
     reason: str
     reason_class: str
     origin: str
+    suspect: RankLabel = ""
 
 
 class AbortAck(msgspec.Struct, tag="abort_ack", array_like=True):

@@ -181,6 +181,7 @@ def test_corrupted_chunk_fails_on_decode_as_origin_and_echoes_to_prefill(make_ma
     assert prefill.counters()["fault_corrupt"] == 1
     assert decode.info.label == sender.failure.origin, "the prefill room is an echo of the decode's failure"
     assert sender.reason_class == "propagated"
+    assert prefill.info.label == sender.failure.suspect, "the ABORT carries what its origin named"
 
 
 @pytest.mark.parametrize(
@@ -308,6 +309,7 @@ def test_prefill_refusal_is_the_origin_and_decode_reports_the_sglang_echo(make_m
     assert receiver.failure.failure_reason == "Failed to get kvcache from prefill instance, it might be dead"
     assert receiver.reason_class == "propagated"
     assert prefill.info.label == receiver.failure.origin
+    assert prefill.info.label == receiver.failure.suspect, "the status carries what its origin named"
 
 
 def test_decode_loses_a_prefill_that_goes_silent(make_manager, wait_for):

@@ -316,9 +316,10 @@ class PrefillSide:
             # sent in full here, not yet by every rank of the instance: the instance fails it, an echo of the
             # abort's origin (SGLang's Failed overrides Success, with no record of its own: its generic text),
             # before the other ranks time out on their own
-            self.fail_agreed(record, reasons.from_another_rank(), abort.origin)
+            self.fail_agreed(record, reasons.from_another_rank(abort.suspect), abort.origin)
             return
-        self._fail(record, reasons.aborted_by_peer(peer.info.label), now, origin=abort.origin, told_by=peer.identity)
+        reason = reasons.aborted_by_peer(peer.info.label, abort.suspect)
+        self._fail(record, reason, now, origin=abort.origin, told_by=peer.identity)
 
     # --- sending --------------------------------------------------------------------
 
@@ -479,6 +480,7 @@ class PrefillSide:
                 failure.failure_reason,
                 str(record.reason_class),
                 failure.origin or self._ctx.info.label,
+                failure.suspect,
             )
         self._reply(peer.identity, status)
 

@@ -83,9 +83,10 @@ def prefill_peer_lost(bootstrap_addr: str, peer: str) -> Reason:
     return Reason(text, ReasonClass.PEER_LOST, peer)
 
 
-def prefill_failed() -> Reason:
-    """Decode was told by prefill that the room failed (SGLang's wording): an echo, the origin names the cause."""
-    return Reason("Failed to get kvcache from prefill instance, it might be dead", ReasonClass.PROPAGATED)
+def prefill_failed(suspect: str = "") -> Reason:
+    """Decode was told by prefill that the room failed (SGLang's wording): an echo, the origin names the cause
+    (`suspect`: what it named)."""
+    return Reason("Failed to get kvcache from prefill instance, it might be dead", ReasonClass.PROPAGATED, suspect)
 
 
 def aborted() -> Reason:
@@ -93,9 +94,10 @@ def aborted() -> Reason:
     return Reason("Aborted by AbortReq.", ReasonClass.ABORTED, CLIENT)
 
 
-def aborted_by_peer(peer: str) -> Reason:
-    """Prefill received ABORT for the room from a decode peer: an echo of the decode's failure."""
-    return Reason(f"Aborted by decode peer {peer}", ReasonClass.PROPAGATED)
+def aborted_by_peer(peer: str, suspect: str = "") -> Reason:
+    """Prefill received ABORT for the room from a decode peer: an echo of the decode's failure (`suspect`: what its
+    origin named)."""
+    return Reason(f"Aborted by decode peer {peer}", ReasonClass.PROPAGATED, suspect)
 
 
 def checksum_mismatch(
