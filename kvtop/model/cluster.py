@@ -730,12 +730,15 @@ class ClusterModel:
         if all(room.link) and not linked:  # both sides named it: a failed room of that link
             self._link(room.link).failed_rooms += 1
 
-    def sweep(self, now: float) -> None:
+    def sweep(self, now: float, hold_incidents: bool = False) -> None:
         """Retire rooms that every reporting rank finished, once no rank has said more for `SETTLE_S`;
         every `LOST_SWEEP_EVERY_S`, retire as lost the open rooms nobody said anything of for `lost_after_s`;
-        fold the failures that came since into the incidents."""
+        fold the failures that came since into the incidents, unless `hold_incidents` (the collector while the
+        agents' snapshots come in: folded later in one go, in time order, the incidents do not depend on which
+        snapshot came first; they did, so much that back-to-back one-shot views named different suspects)."""
         self._now = max(self._now, now)
-        self.incidents.update(self, final=False)
+        if not hold_incidents:
+            self.incidents.update(self, final=False)
         if now - self._lost_check_at >= LOST_SWEEP_EVERY_S or now < self._lost_check_at:
             self._lost_check_at = now
             self._retire_lost(now)

@@ -29,6 +29,8 @@ class Delivered(msgspec.Struct, tag="d", array_like=True, frozen=True):
 
 class Swept(msgspec.Struct, tag="s", array_like=True, frozen=True):
     now: Time
+    held: bool = False
+    """The sweep left the incidents alone (the collector before every snapshot was in)."""
 
 
 class Registered(msgspec.Struct, tag="r", array_like=True, frozen=True):
@@ -113,7 +115,7 @@ def apply_op(model: ClusterModel, op: Op) -> list[Event] | None:
     if type(op) is Delivered:
         return model.apply(op.label, op.item, op.now)
     if type(op) is Swept:
-        model.sweep(op.now)
+        model.sweep(op.now, op.held)
     elif type(op) is Accounted:
         intake = model.intake
         intake.counters, intake.bad_entries = op.counters, op.bad_entries

@@ -225,8 +225,8 @@ class Recorder:
         self._events_since_keyframe += count
         self._events_in += count
 
-    def swept(self, now: float) -> None:
-        self._pending.append(Swept(now))
+    def swept(self, now: float, held: bool = False) -> None:
+        self._pending.append(Swept(now, held))
 
     def registered(self, agent: AgentInfo, now: float) -> None:
         self._pending.append(Registered(now, agent))

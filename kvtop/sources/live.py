@@ -227,10 +227,11 @@ class Collector:
                 self._account(now)
                 self._update_intake()
                 if now >= next_sweep:
-                    self.model.sweep(now)
+                    held = not self._synced  # the incidents wait for every agent's snapshot
+                    self.model.sweep(now, hold_incidents=held)
                     next_sweep = now + SWEEP_EVERY_S
                     if recorder is not None:
-                        recorder.swept(now)
+                        recorder.swept(now, held)
                 if recorder is not None:
                     recorder.accounted(self.model, now)
                     recorder.tick(self.model, now)

@@ -15,8 +15,8 @@ class CollectorRecorder(Protocol):
     def delivered(self, label: str, item: Snapshot | EventBatch, now: float, frame: bytes = b"") -> None:
         """A delivery applied at `now`; `frame`: the frame a batch came in, or empty."""
 
-    def swept(self, now: float) -> None:
-        """The model retired its finished rooms at `now`."""
+    def swept(self, now: float, held: bool = False) -> None:
+        """The model retired its finished rooms at `now` (`held`: and left the incidents alone)."""
 
     def registered(self, agent: AgentInfo, now: float) -> None:
         """An agent the bootstrap named was added to the model."""

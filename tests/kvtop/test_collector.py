@@ -51,7 +51,7 @@ def test_a_collector_thread_that_dies_logs_its_traceback_and_status_follow_exits
     """A bug that ends the collecting thread is an error with its traceback, and `status --follow` exits 1 with it."""
     cluster = make_cluster(SPEC)
 
-    def broken_sweep(self, now) -> None:
+    def broken_sweep(self, now, hold_incidents=False) -> None:
         raise RuntimeError("a bug in sweep")
 
     monkeypatch.setattr(ClusterModel, "sweep", broken_sweep)
