@@ -188,7 +188,11 @@ class PrefillSide:
             stagger = self._ctx.stagger_s
             if record.state is KVPoll.Bootstrapping and now - record.created_at > timeouts.bootstrap_s + stagger:
                 self._fail(record, reasons.timed_out(record.room, now - record.created_at, KVPoll.Bootstrapping), now)
-            elif record.state is KVPoll.Transferring and now - record.progress_at > self._backstop_s(record) + stagger:
+            elif (
+                record.state is KVPoll.Transferring
+                and (idle := now - record.progress_at) > 2 * timeouts.transfer_s + stagger
+                and idle > self._backstop_s(record) + stagger
+            ):
                 reason = reasons.timed_out(
                     record.room, now - record.progress_at, KVPoll.Transferring, self._unacked(record)
                 )
