@@ -347,7 +347,8 @@ class IncidentTracker:
         started = (incident.kind, suspect.kind)
         self.started[started] = self.started.get(started, 0) + 1
         if incident.kind == Kind.UNRESPONSIVE and suspect.kind == "rank":
-            for vaguer in [other for other in self.incidents.values() if _explains(incident, other, gap)]:
+            explained = [other for other in self.incidents.values() if _explains(incident, other, gap)]
+            for vaguer in [other for other in explained if self._alone_explains(incident, other)]:
                 self._absorb(incident, vaguer)
         return incident
 
@@ -368,6 +369,19 @@ class IncidentTracker:
         ]  # fmt: skip
         own = [cause for cause in causes if _instance(cause.suspect.name) == attribution.symptom_of]
         return (own or causes)[0] if len(own or causes) == 1 else None
+
+    def _alone_explains(self, cause: Incident, vague: Incident) -> bool:
+        """Whether a new rank incident takes in a vaguer one it explains: always, but for a pool that filled of
+        another instance than the rank's while another rank's incident under way explains it too (as `_explaining`
+        asks of a new group: a killed decode rank's incident took in the refusals of a prefill instance whose two
+        stalled ranks filled its pool)."""
+        if not vague.symptom_of or _instance(cause.suspect.name) == vague.symptom_of:
+            return True
+        return not any(
+            other is not cause and other.kind == Kind.UNRESPONSIVE and other.suspect.kind == "rank"
+            and _explains(other, vague, self.quiet_gap_s)
+            for other in self.incidents.values()
+        )  # fmt: skip
 
     def _of_suspect(self, suspect: Suspect, ts: float) -> Incident | None:
         """The incident of `suspect` under way at `ts` with the most origins, whatever its kind (None: none)."""

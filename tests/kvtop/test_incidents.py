@@ -203,6 +203,31 @@ def test_a_silent_ranks_instance_timeouts_and_full_pools_join_that_ranks_inciden
     assert "the KV pool of prefill-0 is full" in incident.evidence  # it said `its KV pool is full`: whose?
 
 
+def test_a_rank_incident_leaves_another_instances_full_pool_to_the_ranks_that_filled_it():
+    """Both ranks of prefill-1 stop answering; its pool fills and refuses (two causes of its own: no one joins);
+    then decode-0/TP0 loses decode-0/TP1. That new incident took in prefill-1's refusals, rooms decode-0 never
+    touched; they stay prefill-1's own."""
+    model = ClusterModel()
+    for room, rank in ((1, "prefill-1/TP0"), (2, "prefill-1/TP1")):
+        timeout = origin(T0 + room, room, "decode-1/TP0", f"Request {room} timed out after 3.0s in "
+                         "KVPoll.Transferring", "timeout_transfer", rank)  # fmt: skip
+        deliver(model, "decode-1/TP0", [timeout], T0 + room)
+    full = origin(T0 + 3, 9, "prefill-1/TP0", "Prefill rank 0 refused room 9: its KV pool is full", "refused",
+                  "prefill-1/TP0")  # fmt: skip
+    deliver(model, "prefill-1/TP0", [full], T0 + 3)
+    model.sweep(T0 + 3.5)
+    lost = origin(T0 + 5, 4, "decode-0/TP0", "Lost connection with rank decode-0/TP1 of this instance",
+                  "peer_lost", "decode-0/TP1")  # fmt: skip
+    deliver(model, "decode-0/TP0", [lost], T0 + 5)
+
+    assert sorted(incidents(model, T0 + 6)) == [
+        ("decode-0/TP1", "unresponsive", 1),
+        ("prefill-1/TP0", "refusing", 1),
+        ("prefill-1/TP0", "unresponsive", 1),
+        ("prefill-1/TP1", "unresponsive", 1),
+    ]
+
+
 def test_incidents_and_silences_survive_a_keyframe():
     """A model restored from a keyframe holds the same incidents, and a later echo refolds its room in place."""
     model = ClusterModel()
