@@ -384,13 +384,14 @@ class IncidentTracker:
         )  # fmt: skip
 
     def _of_suspect(self, suspect: Suspect, ts: float) -> Incident | None:
-        """The incident of `suspect` under way at `ts` with the most origins, whatever its kind (None: none)."""
+        """The one incident of `suspect` under way at `ts`, whatever its kind (None: none, or several: the echo does
+        not tell which kind of failure its origin recorded, and kvtop does not guess)."""
         under_way = [
             incident
             for incident in self.incidents.values()
             if incident.suspect == suspect and incident.first_seen - BEFORE_S <= ts <= incident.last_seen + DRAIN_S
         ]
-        return max(under_way, key=lambda incident: incident.origins) if under_way else None
+        return under_way[0] if len(under_way) == 1 else None
 
     def _of_origin(self, origin: str, ts: float) -> Incident | None:
         under_way = [

@@ -149,6 +149,26 @@ def test_an_echo_that_carries_its_origins_suspect_names_what_broke_not_the_rank_
     assert incidents(model, T0 + 2) == [("prefill-0/TP1", "corrupt", 2), ("prefill-1/TP0", "failing", 1)]
 
 
+def test_an_echo_that_carries_a_suspect_with_two_kinds_of_incident_under_way_joins_neither():
+    """The echo tells what its origin named, not which kind of failure it recorded: with prefill-0/TP1 both
+    corrupting and stalling, a timeout's echo was filed as corrupt KV; it is `fails transfers`, no guess."""
+    model = ClusterModel()
+    deliver(model, "decode-0/TP0", [checksum(T0, 1, "decode-0/TP0")], T0)
+    stalled = origin(T0, 2, "decode-0/TP0", "Request 2 timed out after 3.0s in KVPoll.Transferring",
+                     "timeout_transfer", "prefill-0/TP1")  # fmt: skip
+    deliver(model, "decode-0/TP0", [stalled], T0)
+    carried = Failure(T0 + 1, 3, "decode-0/TP0", "Failed due to an unknown reason from another rank", "propagated",
+                      "debug", True, "decode-0/TP1", "prefill-0/TP1")  # fmt: skip
+    deliver(model, "decode-0/TP0", [carried], T0 + 1)
+    model.sweep(T0 + 1.5)
+
+    assert sorted(incidents(model, T0 + 2)) == [
+        ("prefill-0/TP1", "corrupt", 1),
+        ("prefill-0/TP1", "failing", 1),
+        ("prefill-0/TP1", "unresponsive", 1),
+    ]
+
+
 def test_an_origin_that_came_after_its_echo_moves_the_room_out_of_the_echoes_incident():
     """Read at once (a one-shot view folds what it has), the echo alone made an incident of its own guess; the
     origin that comes later takes the room out of it, and nothing is left of the guess."""
@@ -394,6 +414,6 @@ def test_a_one_shot_view_folds_the_synced_snapshots_once_whatever_order_they_cam
     forward, backward = _one_shot(labels, held=True), _one_shot(labels[::-1], held=True)
 
     assert forward == backward
-    assert ("prefill-0/TP1", "corrupt", 9, 9) in forward
+    assert ("prefill-0/TP1", "corrupt", 7, 7) in forward
     assert all(origins == rooms for suspect, _, rooms, origins in forward if suspect != "decode-0/TP1")
     assert _one_shot(labels, held=False) != _one_shot(labels[::-1], held=False)  # what the hold is for
