@@ -356,10 +356,14 @@ class KVManager:
         ranks that took it hear at once (`PrefillSide.refuse`, `DecodeSide.refuse`; a decode rank names the room's
         `prefill_instance`). Left alone, a decode rank that refused had its instance wait for its vote on the room
         for the vote timeout, and the consensus timeout named it a rank that stopped answering."""
-        side = self._prefill if self._prefill is not None else self._require(self._decode, "receiver")
-        self._call_soon(
-            lambda: side.refuse(room, prefill_instance, time.monotonic(), self._holding_up(time.monotonic()))
-        )
+        prefill, decode = self._prefill, self._decode
+        if prefill is not None:
+            self._call_soon(lambda: prefill.refuse(room, time.monotonic(), self._holding_up(time.monotonic())))
+        else:
+            receiver = self._require(decode, "receiver")
+            self._call_soon(
+                lambda: receiver.refuse(room, prefill_instance, time.monotonic(), self._holding_up(time.monotonic()))
+            )
 
     def _holding_up(self, now: float) -> str:
         """The rank (or ranks) of this instance whose silence holds every room up ("" when none is silent): a

@@ -124,7 +124,7 @@ class PrefillSide:
         self._ctx.observe(room)
         return room
 
-    def refuse(self, room: int, prefill_instance: str, now: float, holding_up: str = "") -> None:
+    def refuse(self, room: int, now: float, holding_up: str = "") -> None:
         """The scheduler refused `room` here (no pages for it): the room fails on this rank now, its origin.
 
         The decode ranks' requests for it are answered Failed (at once, or when they come), and this
