@@ -71,7 +71,8 @@ class KVTransferError(TransportError):
     `origin` names the rank that observed the failure first (kvtop's addition,
     which makes the fold of echoes under their origin exact); `suspect` names
     what the origin rank knows most likely broke ("" when it cannot tell; kvtop's
-    addition too, which makes the operator's incidents exact).
+    addition too, which makes the operator's incidents exact); `origin_class` is the
+    class the origin recorded (None when this rank does not know it).
     """
 
     def __init__(
@@ -81,6 +82,7 @@ class KVTransferError(TransportError):
         is_from_another_rank: bool = False,
         origin: str | None = None,
         suspect: str = "",
+        origin_class: ReasonClass | None = None,
     ) -> None:
         super().__init__(bootstrap_room, failure_reason)
         self.bootstrap_room = bootstrap_room
@@ -88,6 +90,7 @@ class KVTransferError(TransportError):
         self.is_from_another_rank = is_from_another_rank
         self.origin = origin
         self.suspect = suspect
+        self.origin_class = origin_class
 
     def __str__(self) -> str:
         return f"KVTransferError(bootstrap_room={self.bootstrap_room}): {self.failure_reason}"

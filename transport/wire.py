@@ -252,6 +252,8 @@ class Status(msgspec.Struct, tag="status", array_like=True):
     origin: str = ""
     suspect: RankLabel = ""
     """What the failure's origin named as the likely cause (the decode's echo carries it)."""
+    origin_class: ReasonClass | None = None
+    """The class the failure's origin recorded, when this rank knows it (the decode's echo carries it)."""
 
 
 class Abort(msgspec.Struct, tag="abort", array_like=True):
@@ -262,6 +264,8 @@ class Abort(msgspec.Struct, tag="abort", array_like=True):
     reason_class: str
     origin: str
     suspect: RankLabel = ""
+    origin_class: ReasonClass | None = None
+    """The class `origin` recorded, when this rank knows it."""
 
 
 class AbortAck(msgspec.Struct, tag="abort_ack", array_like=True):
@@ -287,6 +291,8 @@ class VoteEntry(msgspec.Struct, array_like=True, frozen=True):
     reason_class: ReasonClass | None = None
     suspect: RankLabel = ""
     """What the origin rank named as the likely cause (its own failures only; see `reasons.Reason`)."""
+    origin_class: ReasonClass | None = None
+    """The class the origin rank recorded (its own `reason_class`; an echo's vote carries what it learnt)."""
 
 
 class Vote(msgspec.Struct, tag="vote", array_like=True):

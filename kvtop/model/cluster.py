@@ -677,7 +677,7 @@ class ClusterModel:
         elif isinstance(event, Failure):
             observed = Observed(event.ts, event.room, event.rank, view.role, event.reason, event.reason_class,
                                 event.origin, event.level, event.is_from_another_rank, view.inferred,
-                                event.suspect)  # fmt: skip
+                                event.suspect, event.origin_class)  # fmt: skip
             keys = self._failure_keys
             if keys is not None:
                 if len(self.failures) == FAILURES_KEPT:
@@ -849,7 +849,8 @@ def _sensible(event: Event) -> bool:
     if isinstance(event, Heartbeat):
         return 0.0 <= event.cpu_percent <= MAX_PERCENT and 0.0 <= event.host_memory_percent <= MAX_PERCENT
     if isinstance(event, Failure):  # closed sets: every view counts and filters by them, the exporter labels them
-        return event.reason_class in _REASON_CLASSES and event.level in _LEVELS
+        known = event.reason_class in _REASON_CLASSES and event.level in _LEVELS
+        return known and (not event.origin_class or event.origin_class in _REASON_CLASSES)
     return True
 
 

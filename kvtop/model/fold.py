@@ -69,6 +69,8 @@ class Observed(msgspec.Struct, frozen=True, order=True, gc=False):
     """The origin was inferred from a log line, not named by an agent (rule 6 may overrule it)."""
     suspect: str = ""
     """What an agent's origin named as the likely cause (`Failure.suspect`; kvtop.model.suspects)."""
+    origin_class: str = ""
+    """An agent's echo: the class its origin recorded (`Failure.origin_class`; "" when unknown)."""
 
     @property
     def instance(self) -> str:

@@ -36,7 +36,7 @@ from itertools import islice
 import msgspec
 
 from kvtop.model.fold import ABORTED, ROOM_REUSE_S, FailureGroup, Observed, fold_room
-from kvtop.model.suspects import Attribution, Kind, Surroundings, Suspect, attribute
+from kvtop.model.suspects import Attribution, Kind, Surroundings, Suspect, attribute, carrying_echo
 
 QUIET_GAP_S = 120.0
 """An incident with no new failure group for this long has ended; a later group of its kind and suspect
@@ -298,7 +298,7 @@ class IncidentTracker:
     def _put_in(self, group: FailureGroup, around: Surroundings) -> Part:
         attribution = attribute(group, around)
         ts = group.first_ts
-        reason_class = group.origin.reason_class if group.origin else group.lead.reason_class
+        reason_class = group.origin.reason_class if group.origin else _unseen_class(group)
         incident = self._joinable(attribution, ts, reason_class)
         noticed_by = group.origin.rank if group.origin else group.lead.rank
         part = Part(incident.id, group.room, group.echo_count, reason_class, attribution.evidence, noticed_by,
@@ -513,6 +513,12 @@ def room_groups(room: int, failures: list[Observed]) -> list[FailureGroup]:
 
 def _lead_key(lead: Observed) -> LeadKey:
     return (lead.ts, lead.room, lead.rank)
+
+
+def _unseen_class(group: FailureGroup) -> str:
+    """The class of a group whose origin's record never arrived: what an echo carried of it, else its lead's."""
+    carrier = carrying_echo(group)
+    return carrier.origin_class if carrier is not None and carrier.origin_class else group.lead.reason_class
 
 
 def _started_by(incident: Incident, ts: float, reason_class: str) -> None:

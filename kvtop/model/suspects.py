@@ -273,10 +273,17 @@ def prefill_lost(instance: str, text: str, ts: float, around: Surroundings) -> A
 def _unseen_origin(group: FailureGroup, around: Surroundings) -> Attribution:
     """A group whose origin's own record never arrived (its rank named by echoes), or that names no origin."""
     lead = group.lead
-    named = next((echo.suspect for echo in group.echoes if echo.suspect), "")
-    if named:  # an agent's echo carries what its origin named (learnt through its instance's vote)
-        evidence = "named by the rank that noticed (its own record never arrived; an echo carried it)"
-        return Attribution(_named(named, around), Kind.FAILING, evidence, echoed=True)
+    carrier = carrying_echo(group)
+    if carrier is not None:  # an agent's echo carries what its origin named (its vote, an ABORT, a status)
+        suspect = _named(carrier.suspect, around)
+        if not carrier.origin_class:  # an agent that does not carry the class: the kind is unknown
+            evidence = "named by the rank that noticed (its own record never arrived; an echo carried it)"
+            return Attribution(suspect, Kind.FAILING, evidence, echoed=True)
+        kind = KIND_OF_CLASS.get(carrier.origin_class, Kind.FAILING)
+        if kind is Kind.REFUSING and carrier.suspect != group.origin_label:
+            kind = Kind.UNRESPONSIVE  # its pool filled with rooms waiting on the suspect
+        evidence = "named and classed by the rank that noticed (its own record never arrived; an echo carried both)"
+        return Attribution(suspect, kind, evidence)
     if group.origin_label:
         silence = around.silent_at(group.origin_label, lead.ts)
         suspect = _rank(group.origin_label, around.role_of(group.origin_label))
@@ -292,6 +299,11 @@ def _unseen_origin(group: FailureGroup, around: Surroundings) -> Attribution:
         suspect = Suspect("instance", instance, other) if instance else Suspect("side", lead.instance, other)
         return Attribution(suspect, Kind.FAILING, f"{lead.role} was told by {other} that the room failed")
     return Attribution(Suspect("unknown", lead.instance), Kind.FAILING, "no origin seen, nothing names a cause")
+
+
+def carrying_echo(group: FailureGroup) -> Observed | None:
+    """The echo that carries what the group's origin named (an agent's echo of an origin in another rank)."""
+    return next((echo for echo in group.echoes if echo.suspect), None)
 
 
 def _by_rules(origin: Observed, room: int, around: Surroundings) -> tuple[Suspect, str]:

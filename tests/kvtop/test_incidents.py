@@ -169,6 +169,28 @@ def test_an_echo_that_carries_a_suspect_with_two_kinds_of_incident_under_way_joi
     ]
 
 
+def test_an_echo_that_carries_its_origins_class_too_joins_the_incident_of_that_kind():
+    """An agent that carries the class its origin recorded makes the kind exact: with prefill-0/TP1 both
+    corrupting and stalling, a timeout's echo (its origin's rank died before a view got its record) joins the
+    stall, and a checksum's echo the corruption; neither is the vaguer `fails transfers`."""
+    model = ClusterModel()
+    deliver(model, "decode-0/TP0", [checksum(T0, 1, "decode-0/TP0")], T0)
+    stalled = origin(T0, 2, "decode-0/TP0", "Request 2 timed out after 3.0s in KVPoll.Transferring",
+                     "timeout_transfer", "prefill-0/TP1")  # fmt: skip
+    deliver(model, "decode-0/TP0", [stalled], T0)
+    carried = [
+        Failure(T0 + 1, room, "decode-0/TP0", "Failed due to an unknown reason from another rank", "propagated",
+                "debug", True, "decode-0/TP1", "prefill-0/TP1", origin_class)
+        for room, origin_class in ((3, "timeout_transfer"), (4, "checksum"), (5, "timeout_transfer"))
+    ]  # fmt: skip
+    deliver(model, "decode-0/TP0", carried, T0 + 1)
+    model.sweep(T0 + 1.5)
+
+    assert sorted(incidents(model, T0 + 2)) == [("prefill-0/TP1", "corrupt", 2), ("prefill-0/TP1", "unresponsive", 3)]
+    by_kind = {incident.kind: incident for incident in model.incidents.incidents.values()}
+    assert by_kind["unresponsive"].classes == {"timeout_transfer": 3}
+
+
 def test_an_origin_that_came_after_its_echo_moves_the_room_out_of_the_echoes_incident():
     """Read at once (a one-shot view folds what it has), the echo alone made an incident of its own guess; the
     origin that comes later takes the room out of it, and nothing is left of the guess."""

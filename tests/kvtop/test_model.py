@@ -271,8 +271,9 @@ def test_a_state_that_is_no_kvpoll_value_is_counted_and_skipped_not_fatal():
 
 
 def test_values_that_are_no_numbers_in_range_are_rejected_before_any_view_or_journal_sees_them():
-    """NaN and infinite times, a previous state of 7, a negative duration, a class or a level of no closed set
-    (each a series of the exporter's), a NaN CPU: each counted, none kept."""
+    """NaN and infinite times, a previous state of 7, a negative duration, a class (its own or its origin's) or a
+    level of no closed set (each a series of the exporter's, or an incident's kind), a NaN CPU: each counted, none
+    kept."""
     model = ClusterModel(journal_events=100)
     nan, inf = float("nan"), float("inf")
     hostile: list[Event] = [
@@ -283,6 +284,7 @@ def test_values_that_are_no_numbers_in_range_are_rejected_before_any_view_or_jou
         Failure(nan, 5, "decode-0/TP0", "boom", "other", "error", False, "decode-0/TP0"),
         Failure(T0, 6, "decode-0/TP0", "boom", "made-up-20000", "error", False, "decode-0/TP0"),  # exporter series
         Failure(T0, 7, "decode-0/TP0", "boom", "other", "loud", False, "decode-0/TP0"),
+        Failure(T0, 9, "decode-0/TP0", "echo", "propagated", "debug", True, "decode-0/TP1", "x", "made-up"),
         Heartbeat(T0, {}, 0, 0, nan, 0, 10.0),
     ]
     good = room_events(8, T0, KVPoll.Success)

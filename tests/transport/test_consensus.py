@@ -61,6 +61,7 @@ def test_a_failure_on_one_rank_reaches_the_other_rank_as_an_echo_naming_its_orig
         handles[1].reason_class,
     )
     assert echo.suspect == origin.suspect  # what the origin named travels with the vote to its echoes
+    assert echo.origin_class == "timeout_bootstrap"  # and the class it recorded
     assert role is Role.PREFILL or origin.suspect == "prefill-9"
     assert f"KVTransferError(bootstrap_room={0x51}): {ECHO_REASON}" == str(echo)
     wait_for(lambda: all(h.agreed() is KVPoll.Failed for h in handles), what="the instance agrees")

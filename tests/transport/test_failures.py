@@ -182,6 +182,7 @@ def test_corrupted_chunk_fails_on_decode_as_origin_and_echoes_to_prefill(make_ma
     assert decode.info.label == sender.failure.origin, "the prefill room is an echo of the decode's failure"
     assert sender.reason_class == "propagated"
     assert prefill.info.label == sender.failure.suspect, "the ABORT carries what its origin named"
+    assert sender.failure.origin_class == "checksum", "and the class it recorded"
 
 
 @pytest.mark.parametrize(
@@ -310,6 +311,7 @@ def test_prefill_refusal_is_the_origin_and_decode_reports_the_sglang_echo(make_m
     assert receiver.reason_class == "propagated"
     assert prefill.info.label == receiver.failure.origin
     assert prefill.info.label == receiver.failure.suspect, "the status carries what its origin named"
+    assert receiver.failure.origin_class == "refused", "and the class it recorded"
 
 
 def test_decode_loses_a_prefill_that_goes_silent(make_manager, wait_for):

@@ -178,3 +178,5 @@ def test_a_room_a_full_decode_rank_refuses_fails_on_its_instance_at_once_naming_
     assert origins == [
         ("decode-0/TP1", "refused", "decode-0/TP1", "Decode rank 1 refused room 5121: its KV pool is full")
     ]
+    echoes = {(f.rank, f.suspect, f.origin_class) for f in events.failures(0x1401) if f.origin != f.rank}
+    assert echoes == {("prefill-0/TP0", "decode-0/TP1", "refused"), ("decode-0/TP0", "decode-0/TP1", "refused")}

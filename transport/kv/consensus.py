@@ -176,12 +176,16 @@ def entry_of(record: RoomRecord) -> VoteEntry:
     if record.state is not KVPoll.Failed and record.agreed is KVPoll.Failed:
         failure, reason_class = record.agreed_failure, record.agreed_reason_class
     if failure is not None and (record.state is KVPoll.Failed or record.agreed is KVPoll.Failed):
+        origin = failure.origin or ""
         return VoteEntry(
-            record.room, int(KVPoll.Failed), failure.origin or "", failure.failure_reason, reason_class, failure.suspect
-        )
+            record.room, int(KVPoll.Failed), origin, failure.failure_reason, reason_class, failure.suspect,
+            failure.origin_class,
+        )  # fmt: skip
     return VoteEntry(record.room, int(record.state))
 
 
 def _failed(room: int, me: AgentInfo, reason: reasons.Reason) -> VoteEntry:
     """A failure this rank observed in the consensus itself (this rank is its origin)."""
-    return VoteEntry(room, int(KVPoll.Failed), me.label, reason.text, reason.reason_class, reason.suspect)
+    return VoteEntry(
+        room, int(KVPoll.Failed), me.label, reason.text, reason.reason_class, reason.suspect, reason.origin_class
+    )

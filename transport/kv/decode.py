@@ -325,7 +325,7 @@ class DecodeSide:
         elif status.state == KVPoll.Failed:
             self._fail(
                 record,
-                reasons.prefill_failed(status.suspect),
+                reasons.prefill_failed(status.suspect, status.origin_class),
                 now,
                 origin=status.origin or link.info.label,
                 tell_prefill=False,
@@ -507,7 +507,9 @@ class DecodeSide:
         """ABORT, carrying the origin, to each prefill rank of the room: now where its link is up, else once it is.
         A room that fails before its handshake (refused, or failed by its instance meanwhile) pairs first: its
         prefill ranks would otherwise wait for its requests until their own timeout, and name this side for it."""
-        record.abort = abort = Abort(record.room, reason.text, str(reason.reason_class), origin, reason.suspect)
+        record.abort = abort = Abort(
+            record.room, reason.text, str(reason.reason_class), origin, reason.suspect, reason.origin_class
+        )
         if not record.pairings and record.prefill_instance:
             self._pair(record, time.monotonic())
         for pairing in record.pairings:

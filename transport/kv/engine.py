@@ -442,7 +442,7 @@ class KVManager:
         reason = (
             Reason(entry.reason, entry.reason_class or ReasonClass.OTHER, entry.suspect)
             if own
-            else from_another_rank(entry.suspect)
+            else from_another_rank(entry.suspect, entry.origin_class)
         )
         if not record.state.is_terminal:
             self._side.fail_by_instance(record, reason, origin, now)  # type: ignore[arg-type]

@@ -320,9 +320,9 @@ class PrefillSide:
             # sent in full here, not yet by every rank of the instance: the instance fails it, an echo of the
             # abort's origin (SGLang's Failed overrides Success, with no record of its own: its generic text),
             # before the other ranks time out on their own
-            self.fail_agreed(record, reasons.from_another_rank(abort.suspect), abort.origin)
+            self.fail_agreed(record, reasons.from_another_rank(abort.suspect, abort.origin_class), abort.origin)
             return
-        reason = reasons.aborted_by_peer(peer.info.label, abort.suspect)
+        reason = reasons.aborted_by_peer(peer.info.label, abort.suspect, abort.origin_class)
         self._fail(record, reason, now, origin=abort.origin, told_by=peer.identity)
 
     # --- sending --------------------------------------------------------------------
@@ -485,6 +485,7 @@ class PrefillSide:
                 str(record.reason_class),
                 failure.origin or self._ctx.info.label,
                 failure.suspect,
+                failure.origin_class,
             )
         self._reply(peer.identity, status)
 

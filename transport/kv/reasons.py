@@ -34,6 +34,13 @@ class Reason(NamedTuple):
     reason_class: ReasonClass
     suspect: str = ""
     """A rank label (`prefill-0/TP1`), an instance (`prefill-0`), `client`, or "" (this rank cannot tell)."""
+    learnt_class: ReasonClass | None = None
+    """An echo's (`propagated`): the class its origin recorded, when this rank learnt it (None otherwise)."""
+
+    @property
+    def origin_class(self) -> ReasonClass | None:
+        """The class the failure's origin recorded: this reason's own, or for an echo what it learnt."""
+        return self.learnt_class if self.reason_class is ReasonClass.PROPAGATED else self.reason_class
 
 
 _TIMEOUT_CLASS = {
@@ -83,10 +90,11 @@ def prefill_peer_lost(bootstrap_addr: str, peer: str) -> Reason:
     return Reason(text, ReasonClass.PEER_LOST, peer)
 
 
-def prefill_failed(suspect: str = "") -> Reason:
+def prefill_failed(suspect: str = "", origin_class: ReasonClass | None = None) -> Reason:
     """Decode was told by prefill that the room failed (SGLang's wording): an echo, the origin names the cause
-    (`suspect`: what it named)."""
-    return Reason("Failed to get kvcache from prefill instance, it might be dead", ReasonClass.PROPAGATED, suspect)
+    (`suspect`: what it named; `origin_class`: the class it recorded)."""
+    text = "Failed to get kvcache from prefill instance, it might be dead"
+    return Reason(text, ReasonClass.PROPAGATED, suspect, origin_class)
 
 
 def aborted() -> Reason:
@@ -94,10 +102,10 @@ def aborted() -> Reason:
     return Reason("Aborted by AbortReq.", ReasonClass.ABORTED, CLIENT)
 
 
-def aborted_by_peer(peer: str, suspect: str = "") -> Reason:
+def aborted_by_peer(peer: str, suspect: str = "", origin_class: ReasonClass | None = None) -> Reason:
     """Prefill received ABORT for the room from a decode peer: an echo of the decode's failure (`suspect`: what its
-    origin named)."""
-    return Reason(f"Aborted by decode peer {peer}", ReasonClass.PROPAGATED, suspect)
+    origin named; `origin_class`: the class it recorded)."""
+    return Reason(f"Aborted by decode peer {peer}", ReasonClass.PROPAGATED, suspect, origin_class)
 
 
 def checksum_mismatch(
@@ -136,6 +144,7 @@ def rank_silent(label: str) -> Reason:
     return Reason(f"Lost connection with rank {label} of this instance", ReasonClass.PEER_LOST, label)
 
 
-def from_another_rank(suspect: str = "") -> Reason:
-    """SGLang's text for a failure learnt through the instance's all-reduce (`suspect`: what its origin named)."""
-    return Reason("Failed due to an unknown reason from another rank", ReasonClass.PROPAGATED, suspect)
+def from_another_rank(suspect: str = "", origin_class: ReasonClass | None = None) -> Reason:
+    """SGLang's text for a failure learnt through the instance's all-reduce (`suspect`: what its origin named;
+    `origin_class`: the class it recorded)."""
+    return Reason("Failed due to an unknown reason from another rank", ReasonClass.PROPAGATED, suspect, origin_class)

@@ -72,8 +72,9 @@ class RoomRecord:
         if self.state.is_terminal:
             return False
         self.failure = KVTransferError(
-            self.room, reason.text, is_from_another_rank=is_from_another_rank, origin=origin, suspect=reason.suspect
-        )
+            self.room, reason.text, is_from_another_rank=is_from_another_rank, origin=origin, suspect=reason.suspect,
+            origin_class=reason.origin_class,
+        )  # fmt: skip
         self.reason_class = reason.reason_class
         self.failed_in = self.state
         return self.move(KVPoll.Failed, now)

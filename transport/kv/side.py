@@ -105,14 +105,17 @@ class SideContext:
         self, record: RoomRecord, failure: KVTransferError, reason_class: ReasonClass | None, ts: float
     ) -> Failure:
         """The event of a failure on this rank: an origin at error/warning with its suspect, an echo at debug with
-        what its origin named (when it learnt that through its instance's vote): a view that never gets the origin's
-        own record (its rank died) still knows what broke."""
+        what its origin named and the class it recorded (when it learnt them through its instance's vote, an ABORT
+        or a status): a view that never gets the origin's own record (its rank died) still knows what broke, and
+        how."""
         origin = failure.origin or self.info.label
         level = Level.DEBUG
         suspect = failure.suspect
+        origin_class = str(failure.origin_class or "")
         if origin == self.info.label:
             level = Level.WARNING if self.info.role == "prefill" else Level.ERROR
             suspect = self.info.label if self._own_silence(record, reason_class) else failure.suspect
+            origin_class = ""  # its own: `reason_class`
         return Failure(
             ts,
             record.room,
@@ -123,6 +126,7 @@ class SideContext:
             failure.is_from_another_rank,
             origin,
             suspect,
+            origin_class,
         )
 
     def fail_agreement(self, record: RoomRecord, reason: reasons.Reason, origin: str) -> None:
@@ -134,7 +138,7 @@ class SideContext:
         previous = record.state
         record.agreed_failure = KVTransferError(
             record.room, reason.text, is_from_another_rank=origin != self.info.label, origin=origin,
-            suspect=reason.suspect,
+            suspect=reason.suspect, origin_class=reason.origin_class,
         )  # fmt: skip
         record.agreed_reason_class = reason.reason_class
         record.agreed = KVPoll.Failed

@@ -183,7 +183,8 @@ class TransferDone(msgspec.Struct, tag="done", array_like=True, frozen=True):
 
 class Failure(msgspec.Struct, tag="failure", array_like=True, frozen=True):
     """A room failed on this rank. `origin` names the rank that observed it first; an origin's `suspect` names
-    what it knows most likely broke (a rank label, an instance, `client`; "" when it cannot tell)."""
+    what it knows most likely broke (a rank label, an instance, `client`; "" when it cannot tell); an echo carries
+    what its origin named and, in `origin_class`, the `reason_class` its origin recorded, when it learnt them."""
 
     ts: Timestamp
     room: RoomId
@@ -195,6 +196,8 @@ class Failure(msgspec.Struct, tag="failure", array_like=True, frozen=True):
     is_from_another_rank: bool
     origin: RankLabel
     suspect: RankLabel = ""
+    origin_class: ShortText = ""
+    """An echo's: the class its origin recorded ("" when unknown, and on an origin: its `reason_class`)."""
 
 
 class AbortEvent(msgspec.Struct, tag="abort", array_like=True, frozen=True):
