@@ -43,12 +43,14 @@ from kvtop.model.suspects import (
     BOOTSTRAP_ERROR,
     CRASH_KINDS,
     CRASHED,
+    LOCAL_FAULT_BEFORE_S,
     PREFILL_LOST,
     SILENT_BEFORE_S,
     THREAD_DIED,
     WAITING_TIMED_OUT,
     bootstrap_unreachable,
     is_transport_error,
+    local_fault,
     prefill_lost,
     waited_in_vain,
 )
@@ -90,6 +92,7 @@ JOURNAL_EVENTS_KEPT = 200_000
 """Recent events the dashboard keeps (whole deliveries) for its event tail and room timelines."""
 SILENCES_KEPT = 8
 CONTEXT_KEPT = 10_000
+LOCAL_FAULTS_KEPT = 64
 """Context lines (`LogContext`) sidecars published that the model keeps for the failure groups near them."""
 
 
@@ -168,6 +171,8 @@ class ClusterModel:
         self.transport_errors: deque[tuple[str, LogContext]] = deque(maxlen=CONTEXT_KEPT)
         """Those of them that are the transfer's own errors (`is_transport_error`), kept apart so that no other
         line pushes one out (a check's finding)."""
+        self.local_faults: dict[str, deque[tuple[float, str]]] = {}
+        """The local faults (`local_fault`) each instance's transport libraries logged, the latest few: when, what."""
         self.crashes: dict[str, LogContext] = {}
         """Ranks that crashed (a server log said so, read or followed by a sidecar): the latest crash of each
         (`kind` `crash`: its process died; `thread_died`: one of its KV transfer threads), kept apart from
@@ -377,6 +382,16 @@ class ClusterModel:
             and (ts - crash.ts <= CRASH_EXPLAINS_S or crash.kind == THREAD_DIED)
         ]
         return crashed[0] if len(crashed) == 1 else None
+
+    def keep_local_fault(self, label: str, line: LogContext) -> None:
+        """Keep a transport error of rank `label` that tells a local fault (`local_fault`) under its instance."""
+        if fault := local_fault(line.text):
+            kept = self.local_faults.setdefault(label.rpartition("/")[0], deque(maxlen=LOCAL_FAULTS_KEPT))
+            kept.append((line.ts, fault))
+
+    def own_transport_fault(self, instance: str, ts: float) -> str:
+        faults = self.local_faults.get(instance, ())
+        return next((fault for at, fault in faults if ts - LOCAL_FAULT_BEFORE_S <= at < ts + 1.0), "")
 
     def groups(self, now: float | None = None, window_s: float | None = None) -> list[FailureGroup]:
         """Every failure group, or those that started in the last `window_s` before `now`."""
@@ -663,6 +678,7 @@ class ClusterModel:
             self.context.append((view.label, event))
             if is_transport_error(event.kind, event.text):
                 self.transport_errors.append((view.label, event))
+                self.keep_local_fault(view.label, event)
             if event.kind in CRASH_KINDS:
                 self.crashes[view.label] = event
             elif event.kind == BOOTSTRAP_ERROR:

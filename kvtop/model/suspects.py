@@ -92,6 +92,23 @@ def is_transport_error(kind: str, text: str) -> bool:
     return kind == "session" or (kind == "ucx" and "UCX  ERROR" in text)
 
 
+_LOCAL_FAULTS = (
+    "Memory region not registered",  # Mooncake's RDMA transport: the buffer to send is in no registered region
+    "local protection error",  # ibverbs completion codes of the local side (ibv_wc_status_str)
+    "local length error",
+    "local QP operation error",
+    "local access error",
+)
+"""What a transport library logs of a fault of its own side (its memory registration, its queue pair), never of
+its peer: the sender's own transport broke, whatever it then says of the peer it could not send to."""
+LOCAL_FAULT_BEFORE_S = 5.0
+
+
+def local_fault(text: str) -> str:
+    """The local fault a transport-library line tells (one of `_LOCAL_FAULTS`), "" when it tells none."""
+    return next((fault for fault in _LOCAL_FAULTS if fault in text), "")
+
+
 BOOTSTRAP_ERROR = "bootstrap_error"
 """A rank could not reach a prefill instance's bootstrap server (a failure that names no room: DOMAIN.md, an
 incident of its address); the context kind of such a log line and its incidents' class."""
@@ -186,6 +203,11 @@ class Surroundings(Protocol):
         rank of it) that had crashed by `ts`, and its crash; None when none or several had."""
         ...
 
+    def own_transport_fault(self, instance: str, ts: float) -> str:
+        """The local fault a transport library of `instance` logged at most `LOCAL_FAULT_BEFORE_S` before `ts` or
+        in its second (SGLang's lines tell whole seconds, glog's microseconds), "" when none did."""
+        ...
+
 
 _FROM_PREFILL_RANK = re.compile(r"from prefill rank (\d+)")
 _METADATA_OF = re.compile(r"received metadata from bootstrap_room=(\d+)")
@@ -231,6 +253,9 @@ def attribute(group: FailureGroup, around: Surroundings) -> Attribution:
             return Attribution(suspect, kind, evidence, symptom_of=origin.instance)
     else:
         suspect, evidence = _by_rules(origin, group.room, around)
+        if origin.reason_class == "send_failed" and (fault := around.own_transport_fault(origin.instance, origin.ts)):
+            evidence = f"its own transport logged '{fault}' just before"  # the peer was not the one that failed
+            return Attribution(Suspect("instance", origin.instance, origin.role), Kind.FAILING, evidence)
     if kind is Kind.UNRESPONSIVE and suspect.kind in ("rank", "instance"):
         suspect, evidence = _with_liveness(suspect, evidence, origin.ts, around)
     if kind is Kind.UNRESPONSIVE and suspect.kind in ("rank", "instance", "side"):

@@ -74,7 +74,7 @@ def test_check_on_logs_that_hold_failures_is_critical_and_counts_log_ranks_apart
         [],
     )
     assert (verdict["failure_rate"], verdict["judged"]) == (None, "span")
-    assert verdict["problems"][0].startswith("incident: decode at 10.0.0.7:15004 stopped answering (send_failed)")
+    assert verdict["problems"][0].startswith("incident: decode at 10.0.0.8:15005 stopped answering (peer_lost)")
 
 
 @pytest.mark.processes

@@ -31,7 +31,7 @@ import msgspec
 
 from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import FailureGroup
-from kvtop.model.suspects import BOOTSTRAP_ERROR, CRASH_KINDS, PREFILL_LOST, WAITING_TIMED_OUT
+from kvtop.model.suspects import BOOTSTRAP_ERROR, CRASH_KINDS, PREFILL_LOST, WAITING_TIMED_OUT, local_fault
 from kvtop.sources.sglang.context import CONTEXT_KEPT, Context, context_for
 from kvtop.sources.sglang.convert import to_heartbeat
 from kvtop.sources.sglang.infer import to_failure
@@ -316,8 +316,8 @@ class SGLangLogs:
             self.context.append(context)
             if context.transport_error:
                 self.errors.append(context)
-            if record.kind in RANK_EVENT_KINDS:  # an event of its rank's (a sidecar publishes it with the rank's)
-                self._rank_event(file, record, ts, pending)
+            if record.kind in RANK_EVENT_KINDS or (context.transport_error and local_fault(record.text)):
+                self._rank_event(file, record, ts, pending)  # its rank's (a sidecar publishes it with the rank's)
             elif self.fresh_context is not None:
                 self.fresh_context.append(context)
             if record.kind == "lost_connection" and record.tp is not None and file.instance:
@@ -373,10 +373,10 @@ class SGLangLogs:
     def _rank_event(
         self, file: _File, line: ContextLine, ts: float, pending: list[tuple[float, int, _File, str, Event]]
     ) -> None:
-        """A rank crashed, it could not reach a bootstrap server, or it timed out a room its line for which was not
-        read: its rank says so to the model (under the file's name while the file's role is unknown: never dropped
-        for want of a name). A line that names no rank (a thread's death, a fatal signal) is the rank of the dated
-        line before it, else TP0."""
+        """A rank crashed, it could not reach a bootstrap server, it timed out a room its line for which was not
+        read, or its transport library logged a fault of its own side: its rank says so to the model (under the
+        file's name while the file's role is unknown: never dropped for want of a name). A line that names no rank
+        (a thread's death, a fatal signal, a glog line) is the rank of the dated line before it, else TP0."""
         if line.kind in ROOMLESS_KINDS:  # only a decode rank asks a bootstrap server, waits for KV, or loses a prefill
             file.role = file.role or "decode"
         file.instance = file.instance or self._names.next(file.role)

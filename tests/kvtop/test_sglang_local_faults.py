@@ -1,0 +1,82 @@
+"""A sender whose own transport library logged a fault of its own side just before its send failed is what broke,
+not the decode it could not send to (DOMAIN.md: transport-library lines are the likely cause of failures near them).
+
+A public report (an operator's notes of a 1P1D Mooncake RDMA run, 2026-02-19) pasted every prefill rank's
+`rdma_transport.cpp:529] Memory region not registered by any active device(s)` in the same millisecond as its
+`Session ... failed.` and `Failed to send kv chunk of R to H:P`, while every decode rank, alive, logged the prefill's
+`Failed to get kvcache from prefill instance`: the memory registration of the sending side was wrong, and kvtop
+named "decode at H:P stopped answering". ibverbs' local completion errors (`local protection error`, ...) tell the
+same of the side that logs them. A send failure with no such line near it still names the decode at its address.
+
+The lines below are in the report's and SGLang's shapes, with times, rooms and addresses of my own.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from kvtop_cli import kvtop_here
+
+pytestmark = pytest.mark.usefixtures("utc")
+
+ROOM, LATER = 5550001, 5550002
+
+
+def send_failure(ts: str, tp: int, room: int, to: str) -> str:
+    return (
+        f"[{ts} TP{tp}] Prefill transfer failed for request rank={tp} req.rid='p{room}' req.bootstrap_room={room} "
+        f"with exception KVTransferError(bootstrap_room={room}): Failed to send kv chunk of {room} to {to}\n"
+    )
+
+
+def prefill_log(tmp_path: Path) -> Path:
+    log = tmp_path / "prefill.log"
+    log.write_text(
+        "".join(
+            [
+                "[2026-03-02 10:00:00 TP0] Prefill batch, #new-seq: 1, #new-token: 11, #cached-token: 1, "
+                "token usage: 0.00, #running-req: 0, #queue-req: 0, #prealloc-req: 0, #inflight-req: 0\n",
+                *(
+                    f"E0302 10:00:01.9406{tp} 5721{tp} rdma_transport.cpp:529] Memory region not registered by any "
+                    f"active device(s): 0x7f4e0200168{tp}\n"
+                    for tp in range(2)
+                ),
+                *(f"[2026-03-02 10:00:01 TP{tp}] Session 10.9.0.7:1620{tp} failed.\n" for tp in range(2)),
+                *(send_failure("2026-03-02 10:00:01", tp, ROOM, f"10.9.0.7:4099{tp}") for tp in range(2)),
+                send_failure("2026-03-02 10:01:30", 0, LATER, "10.9.0.8:40991"),  # 89 s later, no fault of its own
+            ]
+        )
+    )
+    return log
+
+
+def decode_log(tmp_path: Path) -> Path:
+    log = tmp_path / "decode.log"
+    log.write_text(
+        "".join(
+            f"[2026-03-02 10:00:01 TP{tp}] Decode transfer failed for request rank={tp} "
+            f"decode_req.req.rid='d{ROOM}' decode_req.req.bootstrap_room={ROOM} with exception "
+            f"KVTransferError(bootstrap_room={ROOM}): Failed to get kvcache from prefill instance, it might be dead\n"
+            for tp in range(2)
+        )
+    )
+    return log
+
+
+def test_a_send_failure_after_the_senders_own_transport_fault_names_the_sender(tmp_path: Path):
+    logs = ["--sglang-log", str(prefill_log(tmp_path)), "--sglang-log", str(decode_log(tmp_path))]
+
+    incidents = json.loads(kvtop_here("incidents", *logs, "--json").stdout)["incidents"]
+    check = kvtop_here("check", *logs)
+
+    by_room = {int(room): incident for incident in incidents for room in incident["rooms"]}  # ids as strings
+    sender = by_room[ROOM]
+    assert (sender["suspect"]["name"], sender["kind"], sender["room_count"]) == ("prefill-0", "failing", 1)
+    assert "Memory region not registered" in " ".join(sender["evidence"])
+    later = by_room[LATER]  # no fault of its own near it: the decode at the address it could not send to
+    assert (later["suspect"]["name"], later["kind"]) == ("10.9.0.8:40991", "unresponsive")
+    assert check.returncode == 2
+    assert "prefill-0 fails transfers (send_failed)" in check.stdout
+    assert "10.9.0.7" not in check.stdout.split(" | ")[0].split("transport errors")[0]  # no decode at 10.9.0.7 named
