@@ -220,7 +220,10 @@ _FETCH_FROM = re.compile(
     r"Could not fetch prefill (?:parallel|server) info (?:from|for) (?:bootstrap_addr: )?([^\s,)]+)"
 )
 """A room a decode rank failed because the prefill's bootstrap server did not answer: that server's address."""
-_SEND_TO = re.compile(r"Failed to send kv chunk of \S+ to (\S+)")
+_SEND_TO = re.compile(r"Failed to send (?:kv chunk|state components) of \S+ to (\S+)")
+_SEND_TO_PREFILL = re.compile(r"(?:send_metadata|_register_kv_args) to prefill (\S+) failed")
+_DOWN_AT = re.compile(r"Prefill server with bootstrap_addr: (\S+) is healthy before, but now it is down")
+"""A room created after the decode's health check marked its prefill down (SGLang 0.5.23's `init`)."""
 _VOTE_OF = re.compile(r"waiting for the vote of rank (\S+)")
 _JOIN = re.compile(r"waiting for every rank of (\S+) to join")
 _TOLD_BY = {
@@ -349,9 +352,11 @@ def _by_rules(origin: Observed, room: int, around: Surroundings) -> tuple[Suspec
         return _other_side(origin, room, around), "what prefill sent failed its checksum"
     for pattern, kind, role, evidence in (
         (_BOOTSTRAP_ADDR, "instance", "prefill", HEARTBEAT_LOST),
+        (_DOWN_AT, "instance", "prefill", HEARTBEAT_LOST),
         (_FETCH_FROM, "instance", "prefill", BOOTSTRAP_UNANSWERED),
         (_SESSION, "rank", "decode", "its session is not alive"),
         (_SEND_TO, "rank", "decode", "sending to it failed"),
+        (_SEND_TO_PREFILL, "rank", "prefill", "sending to it failed"),
         (_SILENT_RANK, "rank", origin.role, "stopped voting in its instance"),
         (_VOTE_OF, "rank", origin.role, "never voted on the room"),
         (_JOIN, "instance", origin.role, "not every rank joined"),
@@ -364,6 +369,10 @@ def _by_rules(origin: Observed, room: int, around: Surroundings) -> tuple[Suspec
         return _other_side(origin, room, around), f"{waited} ({name})"
     if name == "peer_lost":  # a backend's code that names no peer (NIXL_ERR_REMOTE_DISCONNECT): the room's other side
         return _other_side(origin, room, around), "the room's peer disconnected"
+    if name == "send_failed":  # a send that names no peer (Mooncake's `Failed to send aux data of R`)
+        return _other_side(origin, room, around), "sending to the room's peer failed"
+    if name == "bootstrap_error":  # a query that names no address (`Could not fetch bootstrap info for: ...`)
+        return _other_side(origin, room, around), BOOTSTRAP_UNANSWERED
     if name == "refused":
         return _rank(origin.rank, origin.role), "it refused the transfer"
     return Suspect("unknown", origin.instance), "nothing names a cause"

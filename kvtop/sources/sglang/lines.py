@@ -53,6 +53,7 @@ MARKERS: tuple[bytes, ...] = (
     b"Exception in thread ",  # a thread's death (Python's `threading.excepthook`), its traceback on the next lines
     b"Caught signal ",  # UCX's handler of a fatal signal (`Caught signal 11 (Segmentation fault: ...)`)
     b"Fatal Python error: ",  # Python's `faulthandler` (`Fatal Python error: Segmentation fault`)
+    b"terminate called after throwing",  # C++ std::terminate (PyTorch NCCL watchdog exceptions): the process aborts
 )
 """Every understood line but the batch lines contains one of these (the block scanner's prefilter, one
 Aho-Corasick pass); a line that holds one but is of no kind kvtop knows costs one parse."""
@@ -72,6 +73,7 @@ ROLE_MARKERS: dict[bytes, str] = {
     b"Lost connection with prefill instance": "decode",
     b"Losing connection with prefill instance": "decode",
     b"pre-allocated usage": "decode",
+    b"KV checksum mismatch": "decode",
 }
 """Text that only one kind of server writes: it tells which server a file is."""
 
@@ -104,7 +106,7 @@ _KV_THREAD = re.compile(r"transfer|bootstrap|heartbeat|kv", re.IGNORECASE)
 """A thread of the KV transfer by its target's name (or its frames are under `disaggregation/`)."""
 _FATAL = re.compile(
     r"Caught signal \d+ \([^)]*\)?|Fatal Python error: (?:Segmentation fault|Aborted|Bus error|Floating point exception"
-    r"|Illegal instruction)|Segfault encountered"
+    r"|Illegal instruction)|Segfault encountered|terminate called after throwing an instance of '[^']*'"
 )
 """A fatal signal, as UCX's handler or Python's `faulthandler` report it: the process dies."""
 """How SGLang's scheduler process logs the exception that ends it (then it signals its server to quit)."""
@@ -121,10 +123,12 @@ _ROOM_CONTEXT = (
 _METADATA_FAILURES = (
     re.compile(r"Context corruption detected: Request (\S*) \(bootstrap_room=(\d+)\) received metadata from "),
     re.compile(r"Metadata unexpectedly not ready after readiness gate: request (\S*), bootstrap_room=(\d+)"),
+    re.compile(r"KV checksum mismatch (?:on a peer rank )?req=(\S*) bootstrap_room=(\d+)"),
 )
-"""A decode's check of the metadata that landed for a request, which aborts it: its rid, its room."""
+"""A decode's check of what landed for a request, which aborts it: its rid, its room (the metadata; SGLang 0.5.23's
+KV checksums, `expected=... got=...` on the rank that found it, `on a peer rank` on the others, its only record)."""
 METADATA_CHECK = "Decode metadata"
-"""The `FailureLine.what` of a failed metadata check."""
+"""The `FailureLine.what` of a failed check of what landed."""
 _HINTS = ("Some requests fail to receive KV Cache transfer done signal",)
 _BOOTSTRAP_ERRORS = (
     "Error fetching prefill parallel info from bootstrap",
@@ -133,6 +137,11 @@ _BOOTSTRAP_ERRORS = (
 )
 """A decode rank could not reach a prefill instance's bootstrap server: a failure that names no room."""
 _GLOG = re.compile(r"([EWIF])(\d\d)(\d\d) (\d\d:\d\d:\d\d)(\.\d+)? +(?:\d+ +)?(\S+\.c(?:pp|c)?:\d+)\] (.*)")
+_TORCH_RANK = re.compile(r"\[rank(\d+)\]:\[(?=[EWIF]\d{4} )")
+"""PyTorch's C++ log prefix before a glog-like line: `[rank3]:[E1117 21:22:11.441603074 ProcessGroupNCCL.cpp:2068] `
+(the process's rank in its process group: on a server of one node and TP only, its TP rank)."""
+_TORCH_FATAL = ("Process group watchdog thread terminated with exception",)
+"""What PyTorch's NCCL watchdog logs as it takes its process down (a collective failed or hung: the rank dies)."""
 """`E0102 03:04:05.123456 4242 file.cpp:294] message` (the thread id left out in some pastes)."""
 _UCX = re.compile(r"\[(\d{9,}\.\d+)\] +\[[^\]]*\] +\S+ +UCX +(ERROR|WARN\w*|DIAG) +(.*)")
 _TRANSPORT_KEYWORDS = ("Session::", "writeBody", "peer_nic", "Process failed", "transfer", "Transfer")
@@ -196,6 +205,15 @@ class ServerArgsLine:
 
     bootstrap_port: int | None
     """`disaggregation_bootstrap_port`: a prefill instance's bootstrap address ends with it."""
+
+
+def _glog_seconds(glog: re.Match[str], year: int) -> float:
+    """The time a glog line tells (it prints no year: `year`'s)."""
+    stamp = f"{year}-{glog[2]}-{glog[3]} {glog[4]}"
+    try:
+        return stamp_seconds(stamp) + float(glog[5] or 0)
+    except ValueError as error:
+        raise Garbled(f"a glog line with a bad time: {stamp}") from error
 
 
 Record = FailureLine | BatchLine | ContextLine | ServerArgsLine
@@ -381,17 +399,19 @@ def _room(digits: str) -> int:
 
 
 def _transport_library(message: str, year: int) -> ContextLine | None:
-    """A Mooncake/NIXL glog line or a UCX line (they carry their own time, never a room)."""
-    glog = _GLOG.match(message)
+    """A Mooncake/NIXL glog line or a UCX line (they carry their own time, never a room); a PyTorch C++ line whose
+    process dies with it (its NCCL watchdog's), its rank's crash."""
+    torch = _TORCH_RANK.match(message)
+    glog = _GLOG.match(message, torch.end() if torch else 0)
+    if glog and torch and any(fatal in glog[7] for fatal in _TORCH_FATAL):
+        tp = int(torch[1])
+        if tp > RANK_TAG_MAX:
+            raise Garbled(f"rank {tp} is past {RANK_TAG_MAX}")
+        return ContextLine(_glog_seconds(glog, year), tp, CRASHED, None, cut_text(glog[7].strip()))
     if glog:
         if glog[1] == "I" and not any(word in glog[7] for word in _TRANSPORT_KEYWORDS):
             return None
-        stamp = f"{year}-{glog[2]}-{glog[3]} {glog[4]}"
-        try:
-            ts = stamp_seconds(stamp) + float(glog[5] or 0)
-        except ValueError as error:
-            raise Garbled(f"a glog line with a bad time: {stamp}") from error
-        return ContextLine(ts, None, "glog", None, message)
+        return ContextLine(_glog_seconds(glog, year), None, "glog", None, message)
     ucx = _UCX.search(message)
     if ucx:
         return ContextLine(float(ucx[1]), None, "ucx", None, message)

@@ -64,7 +64,8 @@ _DATED_RECORD = re.compile(rb"\[\d{4}-\d\d-\d\d |" + _WRAPPED_RECORD.pattern)
 _DATE_START = b"[20"
 """Where a dated line's prefix starts (found by `rfind` at C speed before a line is matched)."""
 _UNDATED_CRASH = re.compile(
-    rb"(?:\[[^\]\s]*\] )?(?:Exception in thread |Fatal Python error: |Caught signal |!+ Segfault encountered)"
+    rb"(?:\[[^\]\s]*\] )?(?:Exception in thread |Fatal Python error: |Caught signal |!+ Segfault encountered"
+    rb"|terminate called after throwing )"
 )
 """A rank's crash that names neither time nor rank (a thread's death, a fatal signal: `lines.py`), UCX's
 `[host:pid:tid:thread]` before it or not."""

@@ -1,0 +1,153 @@
+"""SGLang 0.5.23's failure strings kvtop read wrong or not at all, found by reading its PD code
+(`sglang/srt/disaggregation/`) string by string, and a real report's crash line.
+
+- `KV checksum mismatch req=R bootstrap_room=N expected=0x.. got=0x..` (decode.py, `logger.error`) on the rank
+  that found it and `KV checksum mismatch on a peer rank req=R bootstrap_room=N` on the others: the request is
+  aborted with no other record, and `check` said OK.
+- Reasons whose text names the cause, read as `other`, `unknown`: a prefill marked down by the health check
+  before the room started, sends of state or metadata that failed, MoRI's transfer SLA, a decode's wait for
+  prefill completion, a bootstrap query of a rank.
+- PyTorch's `[rank3]:[E1117 21:22:11.441603074 ProcessGroupNCCL.cpp:2068] ... Process group watchdog thread
+  terminated with exception: CUDA error: device-side assert triggered` (SGLang issue #13435: the last line of a
+  decode server that died with 9 rooms in flight) and C++'s `terminate called after throwing an instance of ...`:
+  each takes its process down, and `check` said OK.
+
+The lines below are in SGLang's and PyTorch's shapes, with times, rooms and addresses of my own.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from kvtop_cli import kvtop_here
+
+pytestmark = pytest.mark.usefixtures("utc")
+
+BATCH = (
+    "[2026-03-02 10:00:00 TP{tp}] Decode batch, #running-req: 9, #token: 82048, token usage: 0.23, pre-allocated "
+    "usage: 0.07, #prealloc-req: 0, #transfer-req: 4, #retracted-req: 0\n"
+)
+
+
+def decode_failure(ts: str, room: int, reason: str) -> str:
+    return (
+        f"[{ts} TP0] Decode transfer failed for request rank=0 decode_req.req.rid='d{room}' "
+        f"decode_req.req.bootstrap_room={room} with exception KVTransferError(bootstrap_room={room}): {reason}\n"
+    )
+
+
+def write(tmp_path: Path, name: str, *lines: str) -> Path:
+    log = tmp_path / name
+    log.write_text("".join(lines))
+    return log
+
+
+def incidents(*logs: Path) -> list[dict]:
+    args = [arg for log in logs for arg in ("--sglang-log", str(log))]
+    return json.loads(kvtop_here("incidents", *args, "--json").stdout)["incidents"]
+
+
+def test_a_kv_checksum_mismatch_is_the_finding_ranks_origin_and_the_peer_ranks_line_its_echo(tmp_path: Path):
+    log = write(
+        tmp_path,
+        "decode.log",
+        BATCH.format(tp=0),
+        "[2026-03-02 10:00:05 TP1] KV checksum mismatch on a peer rank req=d1 bootstrap_room=7001\n",
+        "[2026-03-02 10:00:05 TP0] KV checksum mismatch req=d1 bootstrap_room=7001 expected=0x1a2b3c got=0x1a2b3d\n",
+    )
+
+    check = kvtop_here("check", "--sglang-log", str(log))
+    groups = json.loads(kvtop_here("failures", "--sglang-log", str(log), "--json").stdout)["groups"]
+    [incident] = incidents(log)
+
+    assert check.returncode == 2, check.stdout
+    assert (incident["kind"], incident["class"], incident["suspect_text"]) == (
+        "corrupt",
+        "checksum",
+        "the prefill side of decode-0",
+    )
+    [group] = groups
+    assert (group["origin"]["rank"], [echo["rank"] for echo in group["echoes"]]) == ("decode-0/TP0", ["decode-0/TP1"])
+
+
+@pytest.mark.parametrize(
+    ("reason", "kind", "failure_class", "suspect"),
+    [
+        (
+            "Prefill server with bootstrap_addr: 10.2.0.5:8998 is healthy before, but now it is down. Request "
+            "(bootstrap_room: 7002) has been marked as failed.",
+            "unresponsive",
+            "peer_lost",
+            "prefill at 10.2.0.5:8998",
+        ),
+        ("send_metadata to prefill 10.2.0.6:17001 failed", "unresponsive", "send_failed", "prefill at 10.2.0.6:17001"),
+        (
+            "_register_kv_args to prefill 10.2.0.6:17001 failed",
+            "unresponsive",
+            "send_failed",
+            "prefill at 10.2.0.6:17001",
+        ),
+        ("Timed out waiting for prefill completion", "unresponsive", "timeout_waiting", "the prefill side of decode-0"),
+        ("KV transfer exceeded SLA 5000ms", "unresponsive", "timeout_transfer", "the prefill side of decode-0"),
+        (
+            "Could not fetch bootstrap info for: prefill_dp_rank: 0 prefill_cp_rank: 0 target_tp_rank: 1 and "
+            "target_pp_rank 0",
+            "unresponsive",
+            "bootstrap_error",
+            "the prefill side of decode-0",
+        ),
+    ],
+)
+def test_a_reason_that_names_its_cause_is_read_as_such(tmp_path: Path, reason, kind, failure_class, suspect):
+    log = write(tmp_path, "decode.log", BATCH.format(tp=0), decode_failure("2026-03-02 10:00:05", 7002, reason))
+
+    [incident] = incidents(log)
+
+    assert (incident["kind"], incident["class"], incident["suspect_text"]) == (kind, failure_class, suspect)
+
+
+def test_a_prefill_send_of_state_names_the_decode_it_could_not_reach(tmp_path: Path):
+    line = (
+        "[2026-03-02 10:00:05 TP0] Prefill transfer failed for request rank=0 req.rid='p7003' "
+        "req.bootstrap_room=7003 with exception KVTransferError(bootstrap_room=7003): Failed to send state "
+        "components of 7003 to 10.2.0.9:40001\n"
+    )
+    [incident] = incidents(write(tmp_path, "prefill.log", line))
+
+    assert (incident["kind"], incident["class"], incident["suspect_text"]) == (
+        "unresponsive",
+        "send_failed",
+        "decode at 10.2.0.9:40001",
+    )
+
+
+@pytest.mark.parametrize(
+    ("lines", "said"),
+    [
+        (
+            [
+                "[rank3]:[E1117 21:22:11.441603074 ProcessGroupNCCL.cpp:2068] [PG ID 2 PG GUID 3 Rank 3] Process "
+                "group watchdog thread terminated with exception: CUDA error: device-side assert triggered\n"
+            ],
+            "decode-0/TP3 crashed at 21:22:11 ([PG ID 2 PG GUID 3 Rank 3] Process group watchdog thread terminated",
+        ),
+        (
+            [
+                "terminate called after throwing an instance of 'c10::DistBackendError'\n",
+                "  what():  [PG ID 2 PG GUID 3 Rank 3] Process group watchdog thread terminated with exception\n",
+            ],
+            "decode-0/TP3 crashed at 21:22:10 (terminate called after throwing an instance of 'c10::DistBackendError')",
+        ),
+    ],
+    ids=["nccl-watchdog", "std-terminate"],
+)
+def test_a_pytorch_rank_that_dies_is_its_ranks_crash(tmp_path: Path, lines: list[str], said: str):
+    batch = BATCH.format(tp=3).replace("2026-03-02 10:00:00", "2025-11-17 21:22:10")
+    log = write(tmp_path, "decode.log", batch, *lines)
+
+    check = kvtop_here("check", "--sglang-log", str(log))
+
+    assert check.returncode == 2, check.stdout
+    assert said in check.stdout
