@@ -112,7 +112,13 @@ def local_fault(text: str) -> str:
 BOOTSTRAP_ERROR = "bootstrap_error"
 """A rank could not reach a prefill instance's bootstrap server (a failure that names no room: DOMAIN.md, an
 incident of its address); the context kind of such a log line and its incidents' class."""
-_BOOTSTRAP_SERVER = re.compile(r"host='([^']+)', port=(\d+)")
+_BOOTSTRAP_SERVER = re.compile(
+    r"host='([^']+)', port=(\d+)|(?:parallel|server) info (?:from|not available from) (?:bootstrap server )?"
+    r"([^\s,)']+):(\d+)"
+)
+"""Where a bootstrap error says it asked: `HTTPConnectionPool(host='X', port=P)`, or SGLang's own words for the
+server it gave up on (`Could not fetch prefill parallel info from X:P after 15 attempts`, `... from bootstrap server
+X:P`, 0.5.9's `Prefill server info not available from X:P, retrying (1/20)...`)."""
 BOOTSTRAP_UNANSWERED = "its bootstrap server did not answer"
 _UNPARSED_ADDRESS = "Failed to parse: "
 """The bootstrap address a request named did not parse (SGLang issue #6017: `http://192.168.80.184:None/route`)."""
@@ -272,12 +278,18 @@ def bootstrap_unreachable(instance: str, text: str, ts: float, around: Surroundi
     address that did not parse asked nothing (unknown, noticed by `instance`)."""
     if _UNPARSED_ADDRESS in text:  # `http://10.0.0.5:None/route`: nothing was asked, the address had no port
         return Attribution(Suspect("unknown", instance), Kind.FAILING, "its bootstrap address did not parse")
-    found = _BOOTSTRAP_SERVER.search(text)
-    suspect = (
-        Suspect("instance", f"{found[1]}:{found[2]}", "prefill") if found else Suspect("side", instance, "prefill")
-    )
+    address = bootstrap_address(text)
+    suspect = Suspect("instance", address, "prefill") if address else Suspect("side", instance, "prefill")
     suspect, evidence = _with_crash(suspect, BOOTSTRAP_UNANSWERED, ts, around)
     return Attribution(suspect, Kind.UNRESPONSIVE, evidence)
+
+
+def bootstrap_address(text: str) -> str:
+    """The `host:port` of the bootstrap server a bootstrap error says it asked ("" when it names none)."""
+    found = _BOOTSTRAP_SERVER.search(text)
+    if found is None:
+        return ""
+    return f"{found[1]}:{found[2]}" if found[1] is not None else f"{found[3]}:{found[4]}"
 
 
 def waited_in_vain(instance: str, ts: float, around: Surroundings) -> Attribution:

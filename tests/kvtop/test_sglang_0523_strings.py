@@ -151,3 +151,43 @@ def test_a_pytorch_rank_that_dies_is_its_ranks_crash(tmp_path: Path, lines: list
 
     assert check.returncode == 2, check.stdout
     assert said in check.stdout
+
+
+def test_a_bootstrap_server_not_registered_yet_is_one_failure_of_its_address_after_every_attempt(tmp_path: Path):
+    """SGLang 0.5.23 asks a prefill's bootstrap server 15 times 1 s apart (`Failed to get prefill server info:
+    503, ...` each time, naming no address), gives up naming it, and aborts the rooms that waited (their lines say
+    `Aborted by AbortReq.`): `check` said OK. Now one failure of the address, however many attempts."""
+    attempts = [
+        f"[2026-03-02 10:00:{second:02d} TP0] Failed to get prefill server info: 503, Prefill server not fully "
+        "registered yet (1 workers registered).\n"
+        for second in range(1, 16)
+    ]
+    gave_up = "[2026-03-02 10:00:15 TP0] Could not fetch prefill parallel info from 10.2.0.5:8998 after 15 attempts\n"
+    log = write(tmp_path, "decode.log", BATCH.format(tp=0), *attempts, gave_up)
+
+    check = kvtop_here("check", "--sglang-log", str(log))
+    [incident] = incidents(log)
+
+    assert check.returncode == 2, check.stdout
+    assert "(bootstrap_error) since 10:00:01, 1 failure naming no room" in check.stdout  # since its first attempt
+    assert (incident["suspect_text"], incident["class"], incident["roomless"]) == (
+        "prefill at 10.2.0.5:8998",
+        "bootstrap_error",
+        1,
+    )
+
+
+def test_a_ranks_attempts_at_a_bootstrap_server_are_one_failure_a_later_one_another(tmp_path: Path):
+    """SGLang 0.5.9 logs `Error fetching prefill server info from bootstrap: ...` at each of its 20 attempts, 3 s
+    apart (a public report, sglang #20252, pasted twenty): twenty failures naming no room before. Attempts at most
+    `RETRY_S` apart are one; an error a minute later is another failure."""
+    error = (
+        "[2026-03-10 14:{minute:02d}:{second:02d} TP0] Error fetching prefill server info from bootstrap: "
+        "HTTPConnectionPool(host='10.2.0.6', port=8998): Max retries exceeded with url: /route?engine_rank=-1\n"
+    )
+    attempts = [error.format(minute=48, second=second) for second in range(0, 60, 3)]
+    log = write(tmp_path, "decode.log", *attempts, error.format(minute=50, second=0))
+
+    [incident] = incidents(log)
+
+    assert (incident["suspect_text"], incident["roomless"]) == ("prefill at 10.2.0.6:8998", 2)

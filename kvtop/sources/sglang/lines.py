@@ -40,6 +40,8 @@ from transport.wire import cut_text
 
 MARKERS: tuple[bytes, ...] = (
     b"bootstrap",  # failure lines with a room, lost connections, bootstrap errors, hints, corruption, client aborts
+    b"server info",  # bootstrap attempts that name no bootstrap (`Failed to get prefill server info: 503, ...`)
+    b"parallel info from ",  # the give-up after them (`Could not fetch prefill parallel info from X after 15 attempts`)
     b" failed",  # failure lines without a room, `Session ... failed.`, transfer engines' glog failures
     b"for room ",  # NIXL transport errors, transfer worker errors
     b"UCX  ERROR",
@@ -132,7 +134,11 @@ METADATA_CHECK = "Decode metadata"
 _HINTS = ("Some requests fail to receive KV Cache transfer done signal",)
 _BOOTSTRAP_ERRORS = (
     "Error fetching prefill parallel info from bootstrap",
-    "Error fetching prefill server info from bootstrap",  # SGLang 0.5.9
+    "Error fetching prefill server info from bootstrap",  # SGLang 0.5.9, 0.5.23
+    "Error fetching prefill info from bootstrap",  # 0.5.23 (its bootstrap query's exception)
+    "Failed to get prefill server info: ",  # 0.5.23 (an answer that is no 200: `503, Prefill server not fully ...`)
+    "Prefill server info not available from ",  # 0.5.9's attempts (`..., retrying (1/20)...`)
+    "Could not fetch prefill parallel info from ",  # the give-up after the last attempt (then its rooms are aborted)
     "Error querying dp_ranks from bootstrap",
 )
 """A decode rank could not reach a prefill instance's bootstrap server: a failure that names no room."""

@@ -20,15 +20,20 @@ traceback's last line. Given early because the file went quiet, it still
 names its room for a roomless line within `WORKER_ERROR_S`: that line is its
 echo.
 
-Two lines of a decode rank announce failures whose own lines come next
+Lines of a decode rank announce failures whose own lines come next
 (`Announcement`): SGLang's hint `Some requests fail to receive KV Cache transfer
 done signal` (once per process, just before the rank records a room's timeout
-in WaitingForInput), and its heartbeat checker's `Lost connection with prefill
+in WaitingForInput), its heartbeat checker's `Lost connection with prefill
 instance (bootstrap_addr: X), N requests affected` (after it failed each
-affected room). A failure line of the rank with that reason within
-`WORKER_ERROR_S` of it, before or after, claims it; an unclaimed one (an
-excerpt cut after it, no room affected) is itself the record of a failure that
-names no room (`unclaimed_announcements`).
+affected room), and a bootstrap server that did not answer (`Error fetching
+prefill ... info from bootstrap: ...`, once per attempt, and the give-up after
+the last: `Could not fetch prefill parallel info from X after N attempts`). A
+failure line of the rank with that reason within `WORKER_ERROR_S` of it,
+before or after, claims it; an unclaimed one (an excerpt cut after it, no room
+affected, rooms SGLang aborted after it gave up) is itself the record of a
+failure that names no room (`unclaimed_announcements`). A rank's bootstrap
+errors at most `RETRY_S` apart are one failure, its attempts (twenty of them
+were twenty failures).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from kvtop.model.fold import ROOM_REUSE_S
-from kvtop.model.suspects import PREFILL_LOST, WAITING_TIMED_OUT
+from kvtop.model.suspects import BOOTSTRAP_ERROR, PREFILL_LOST, WAITING_TIMED_OUT, bootstrap_address
 from kvtop.sources.sglang.lines import ContextLine, FailureLine, lost_prefill
 from transport.wire import cut_text
 
@@ -47,21 +52,30 @@ TRANSPORT_ERROR = re.compile(r"NIXL transport error for room (\d+)")
 WORKER_ERROR_S = 5.0
 """A roomless failure line this soon after a worker error is that error's record; a worker error no line
 claimed for this long is the failure record itself."""
+RETRY_S = 10.0
+"""A rank's bootstrap error this soon after its previous one is another attempt of the same failure (SGLang 0.5.23
+tries 15 times 1 s apart, 0.5.9 20 times 3 s apart, before it gives up)."""
 RIDS_KEPT = 4096
 RECENT_FAILURES_KEPT = 256
 """Failure lines remembered to claim an announcement that comes after them."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Announcement:
     """A decode rank's line that says failures are being recorded (`kind`: the rank event it is unclaimed); a
     failure line of its rank whose reason holds `claimed_by` claims it."""
 
     ts: float
+    """When it was said (the latest attempt of a bootstrap error)."""
     tp: int | None
     kind: str
     claimed_by: str
     text: str
+    since: float = 0.0
+    """When its failure began (the first attempt of a bootstrap error; else `ts`)."""
+
+    def __post_init__(self) -> None:
+        self.since = self.since or self.ts
 
     def claimed(self, tp: int, ts: float, reason: str) -> bool:
         return (self.tp is None or self.tp == tp) and abs(ts - self.ts) <= WORKER_ERROR_S and self.claimed_by in reason
@@ -74,6 +88,8 @@ def announcement(line: ContextLine, ts: float) -> Announcement | None:
     if line.kind == "lost_connection" and (address := lost_prefill(line.text)):
         return Announcement(ts, line.tp, PREFILL_LOST, f"connection with prefill instance (bootstrap_addr: {address})",
                             line.text)  # fmt: skip
+    if line.kind == BOOTSTRAP_ERROR:
+        return Announcement(ts, line.tp, BOOTSTRAP_ERROR, "Could not fetch ", line.text)
     return None
 
 
@@ -110,7 +126,7 @@ class RelatedLines:
         announced = announcement(line, ts)
         if announced is not None:
             if not any(announced.claimed(tp, when, reason) for when, tp, reason in self._recent):
-                self._announced.append(announced)
+                self._announce(announced)
             return
         found = WORKER_ERROR.search(line.text) or TRANSPORT_ERROR.search(line.text)
         if found:
@@ -165,6 +181,22 @@ class RelatedLines:
         due = [a for a in self._announced if now is None or quiet or now - a.ts > WORKER_ERROR_S]
         self._announced = [a for a in self._announced if a not in due]
         return due
+
+    def _announce(self, announced: Announcement) -> None:
+        """Wait for the line that claims `announced`; another attempt of a bootstrap error waiting already is that
+        one, later (with the text that names the address, when only one does)."""
+        if announced.kind == BOOTSTRAP_ERROR:
+            for earlier in self._announced:
+                if (
+                    earlier.kind == BOOTSTRAP_ERROR
+                    and earlier.tp == announced.tp
+                    and 0 <= announced.ts - earlier.ts <= RETRY_S
+                ):
+                    earlier.ts = announced.ts
+                    if bootstrap_address(announced.text) or not bootstrap_address(earlier.text):
+                        earlier.text = announced.text
+                    return
+        self._announced.append(announced)
 
     def _remember_failed(self, room: int, ts: float) -> None:
         self._failed[room] = ts

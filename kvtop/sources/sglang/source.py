@@ -64,8 +64,9 @@ STREAM_NAME_MAX = 200
 """The longest server name a wrapper may give: its ranks' labels (`NAME/TPn`) stay inside an event's 256."""
 ROOMLESS_KINDS = (BOOTSTRAP_ERROR, WAITING_TIMED_OUT, PREFILL_LOST)
 """A decode rank's failures that name no room (incidents of an address, or of its prefill side)."""
-RANK_EVENT_KINDS = (*CRASH_KINDS, BOOTSTRAP_ERROR)
-"""Context lines that are their rank's events in the model (`ClusterModel.crashes`, incidents of an address)."""
+RANK_EVENT_KINDS = CRASH_KINDS
+"""Context lines that are their rank's events in the model (`ClusterModel.crashes`); a bootstrap error is one once
+no failure line claimed it (`related.Announcement`)."""
 _ROLE_IN_NAME = re.compile(r"(?<![a-z])(prefill|decode)(?![a-z])", re.IGNORECASE)
 """A server's role in the name a wrapper gives it (`qwen3-2p2d-prefill-0-1`, `sglang-decode-5f7c`), or a file's
 when nothing in it says (`decode.log`)."""
@@ -223,9 +224,8 @@ class SGLangLogs:
                 for error in server.related.unclaimed(now, quiet):
                     self._worker_error(server, error, pending)
                 for said in server.related.unclaimed_announcements(now, quiet):
-                    self._rank_event(
-                        server, ContextLine(said.ts, said.tp, said.kind, None, said.text), said.ts, pending
-                    )
+                    line = ContextLine(said.since, said.tp, said.kind, None, said.text)
+                    self._rank_event(server, line, said.since, pending)
         if self.until is not None:
             pending = [item for item in pending if item[0] <= self.until]
         pending.sort(key=lambda item: (item[0], item[1]))
@@ -318,7 +318,7 @@ class SGLangLogs:
                 self.errors.append(context)
             if record.kind in RANK_EVENT_KINDS or (context.transport_error and local_fault(record.text)):
                 self._rank_event(file, record, ts, pending)  # its rank's (a sidecar publishes it with the rank's)
-            elif self.fresh_context is not None:
+            elif self.fresh_context is not None and record.kind != BOOTSTRAP_ERROR:  # that one: once unclaimed
                 self.fresh_context.append(context)
             if record.kind == "lost_connection" and record.tp is not None and file.instance:
                 self._peer_named(record.text, f"{file.instance}/TP{record.tp}")
