@@ -24,7 +24,12 @@ Within a room (DESIGN.md, "The fold"):
    "Decode to prefill");
 7. a client's abort (`aborted`) is one failure of the room on every rank that
    recorded it, whichever side: the earliest is the origin, the others are
-   the same abort seen by other ranks (DOMAIN.md, the abort origin).
+   the same abort seen by other ranks (DOMAIN.md, the abort origin);
+8. an origin inferred from a log on a decode rank whose reason is, word for
+   word, that of a prefill origin of the room not later than it (within
+   `SAME_FAILURE_S`) is an echo of that origin: the prefill told it (SGLang
+   0.5.23's NIXL and MoRI backends send the prefill's reason with its Failed
+   status, and the decode records it as its own).
 
 Each group has a lead (`FailureGroup.lead`): its origin, else its earliest
 echo. Levels follow the fold (DESIGN.md): the lead shows at its shown level
@@ -158,9 +163,13 @@ def _fold_room(ordered: list[Observed]) -> list[FailureGroup]:
     roots: list[FailureGroup] = []
     by_label: dict[str, FailureGroup] = {}
     gave_up = [f for f in ordered if f.is_origin and f.role == "decode" and f.reason_class in GAVE_UP]
+    told = [
+        f for f in ordered
+        if f.is_origin and f.role == "prefill" and f.reason_class != ABORTED and _gave_up_before(gave_up, f) is None
+    ]  # fmt: skip
     followers: list[tuple[Observed, Observed]] = []
     for failure in (f for f in ordered if f.is_origin):
-        cause = _gave_up_before(gave_up, failure)
+        cause = _gave_up_before(gave_up, failure) or _told_by(told, failure)
         if cause is not None:
             followers.append((failure, cause))
             continue
@@ -196,6 +205,15 @@ def _gave_up_before(gave_up: list[Observed], failure: Observed) -> Observed | No
     if not failure.inferred or failure.role != "prefill":
         return None
     return next((cause for cause in gave_up if cause.ts <= failure.ts), None)
+
+
+def _told_by(told: list[Observed], failure: Observed) -> Observed | None:
+    """The prefill origin whose reason a log-inferred decode origin records word for word (rule 8), if any."""
+    if not failure.inferred or failure.role != "decode":
+        return None
+    return next(
+        (cause for cause in told if cause.reason == failure.reason and cause.ts <= failure.ts + SAME_FAILURE_S), None
+    )
 
 
 def _own_instance_root(roots: list[FailureGroup], failure: Observed) -> FailureGroup:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -164,6 +165,21 @@ def test_an_inferred_prefill_origin_after_a_decode_timeout_is_its_echo():
     assert shape(fold(after)) == [(ROOM, "decode-0/TP0", "decode-0/TP0", ["prefill-0/TP0"])]
     assert [g.origin_label for g in fold(before)] == ["prefill-0/TP0", "decode-0/TP0"]
     assert [g.origin_label for g in fold(named)] == ["decode-0/TP0", "prefill-0/TP0"], "agents' own origins stand"
+
+
+def test_an_inferred_decode_origin_that_records_the_prefills_reason_word_for_word_is_its_echo():
+    """SGLang 0.5.23's NIXL and MoRI backends send the prefill's reason with its Failed status; the decode records it
+    as its own (`NIXL_ERR_REMOTE_DISCONNECT` on both sides): one failure, the prefill's (two incidents before). The
+    same words on a decode before the prefill said them, or other words, are the decode's own."""
+    code = "NIXL_ERR_REMOTE_DISCONNECT"
+    prefill = Observed(1.0, ROOM, "prefill-0/TP1", "prefill", code, "peer_lost", "prefill-0/TP1", inferred=True)
+    told = Observed(1.0, ROOM, "decode-0/TP1", "decode", code, "peer_lost", "decode-0/TP1", inferred=True)
+    other_words = msgspec.structs.replace(told, reason="KVSender failed to create transfer: x", reason_class="other")
+    earlier = msgspec.structs.replace(told, ts=0.0 - SAME_FAILURE_S)
+
+    assert shape(fold([told, prefill])) == [(ROOM, "prefill-0/TP1", "prefill-0/TP1", ["decode-0/TP1"])]
+    assert sorted(g.origin_label for g in fold([prefill, other_words])) == ["decode-0/TP1", "prefill-0/TP1"]
+    assert [g.origin_label for g in fold([prefill, earlier])] == ["decode-0/TP1", "prefill-0/TP1"]
 
 
 ranks = st.sampled_from(["prefill-0/TP0", "prefill-0/TP1", "decode-0/TP0", "decode-0/TP1", "decode-1/TP0"])
