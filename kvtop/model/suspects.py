@@ -252,6 +252,12 @@ def attribute(group: FailureGroup, around: Surroundings) -> Attribution:
         if silence is not None:
             evidence = f"{origin.rank} was silent {_span(silence)} itself, then recorded {origin.reason_class}"
             return Attribution(_rank(origin.rank, origin.role), kind, evidence)
+        own = around.crashed_at(origin.rank, origin.ts)
+        if own is not None and own[1].kind == THREAD_DIED:  # what it waited for, a thread of its own did not do
+            evidence = (
+                f"a transfer thread of it died {origin.ts - own[1].ts:.0f} s before it recorded {origin.reason_class}"
+            )
+            return Attribution(_rank(origin.rank, origin.role), kind, evidence)
     if origin.suspect:
         suspect = _named(origin.suspect, around)
         evidence = "named by the rank that noticed"

@@ -191,3 +191,31 @@ def test_a_ranks_attempts_at_a_bootstrap_server_are_one_failure_a_later_one_anot
     [incident] = incidents(log)
 
     assert (incident["suspect_text"], incident["roomless"]) == ("prefill at 10.2.0.6:8998", 2)
+
+
+def test_a_rank_whose_own_bootstrap_thread_died_is_the_suspect_of_its_bootstrapping_timeouts(tmp_path: Path):
+    """SGLang 0.5.23's NIXL prefill logs `prefill bootstrap_thread died on engine_rank=1; requests to this rank will
+    time out in KVPoll.Bootstrapping`: its requests then time out waiting for the decode's, which named "the decode
+    side of prefill-0" (a prefill timeout's rule). The rank whose thread died is what broke."""
+    traceback = (
+        "Traceback (most recent call last):\n"
+        '  File "/sgl/python/sglang/srt/disaggregation/nixl/conn.py", line 3380, in bootstrap_thread\n'
+        "    self.agent.add_remote_agent(decode_kv_args.agent_metadata)\n"
+        "nixl._bindings.nixlBackendError: NIXL_ERR_BACKEND\n"
+    )
+    log = write(
+        tmp_path,
+        "prefill.log",
+        "[2026-03-01 10:20:00 TP1] prefill bootstrap_thread died on engine_rank=1; requests to this rank will time "
+        "out in KVPoll.Bootstrapping\n",
+        "[2026-03-01 10:20:00 TP1] Exception in thread Thread-4 (bootstrap_thread_guarded):\n",
+        traceback,
+        "[2026-03-01 10:25:00 TP1] Prefill bootstrap failed for request rank=1 req.rid='p47' req.bootstrap_room=7004 "
+        "with exception KVTransferError(bootstrap_room=7004): Request 7004 timed out after 300.0s in "
+        "KVPoll.Bootstrapping\n",
+    )
+
+    [incident] = incidents(log)
+
+    assert (incident["suspect_text"], incident["class"]) == ("prefill-0/TP1", "timeout_bootstrap")
+    assert incident["evidence"] == ["a transfer thread of it died 300 s before it recorded timeout_bootstrap"]
