@@ -81,6 +81,23 @@ def test_a_service_name_before_the_time_is_a_wrapper_and_the_lines_keep_their_ti
     ]
 
 
+def test_a_logging_configurations_source_and_level_after_the_time_leave_the_message_as_sglang_wrote_it(tmp_path: Path):
+    """`[svc][time][scheduler_metrics_mixin.py:242][INFO]: Prefill batch, ...` (sglang #20252): the batch lines were
+    not read (their queue depths, `#inflight-req` among them, lost), and only the first of each file was looked at."""
+    batches = "".join(
+        f"[qwen3-prefill][2026-03-12 14:27:{second}][scheduler_metrics_mixin.py:242][INFO]: Prefill batch, #new-seq: "
+        "1, #new-token: 1, #cached-token: 0, token usage: 0.00, #running-req: 0, #queue-req: 0, #prealloc-req: 109, "
+        "#inflight-req: 3, \n"
+        for second in (50, 51)
+    )
+    log = _log(tmp_path, "prefill.log", batches + SERVICE_TAGGED)
+
+    status = json.loads(kvtop_here("status", "--json", "--sglang-log", log).stdout)
+    [rank] = json.loads(kvtop_here("ranks", "--json", "--sglang-log", log).stdout)
+
+    assert (status["logs"]["batches"], status["logs"]["failures"], rank["inflight"]) == (2, 2, 3)
+
+
 def test_a_room_failed_for_want_of_the_bootstrap_joins_that_bootstrap_s_incident(tmp_path: Path):
     log = _log(tmp_path, "decode.log", ROOM_LOST_TO_BOOTSTRAP)
 

@@ -27,6 +27,9 @@ _SGLANG = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](\d{1,6}))?((?: 
 _TAGS_ONLY = re.compile(r"\[((?:DP|PP|ATTN_CP|TP|EP)\d+(?: +(?:DP|PP|ATTN_CP|TP|EP)\d+)*) *\] ?")
 """SGLang's prefix with its time taken out (people paste `[DP5 TP5 EP5 PP1] Scheduler hit an exception`)."""
 _TAG = re.compile(r"([A-Z_]+?)(\d+)")
+_SOURCE_AND_LEVEL = re.compile(r"\[[\w.-]{1,128}\.py:\d{1,6}\]\[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\]: ")
+"""A logging configuration's source and level after SGLang's time (`[2026-03-12 14:27:52][prefill.py:290][ERROR]:
+Prefill bootstrap failed ...`, sglang #20252): the message starts after it."""
 _ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
 _WRAPPERS = (
     re.compile(rf"{_ISO} (?:stdout|stderr) [FP] "),  # a container runtime's (containerd, CRI-O)
@@ -133,7 +136,10 @@ def parse_prefix(line: str) -> Prefix:
     ts = stamp_seconds(match[1])
     if match[2]:
         ts += int(match[2]) / 10 ** len(match[2])
-    return Prefix(ts, _tags(match[3]) if match[3] else {}, line[match.end() :].rstrip())
+    start = match.end()
+    if line.startswith("[", start) and (source := _SOURCE_AND_LEVEL.match(line, start)):
+        start = source.end()
+    return Prefix(ts, _tags(match[3]) if match[3] else {}, line[start:].rstrip())
 
 
 def _tags(text: str) -> dict[str, int]:

@@ -283,7 +283,7 @@ class SGLangLogs:
             return
         file = server
         if " batch" in text:
-            key = text[: text.find("]") + 1]
+            key = text[: text.find(" batch")]  # the prefix, its time and rank (a service's name may come first)
             if key and key == file.batch_key:
                 return  # queue depths once per second and rank are enough
             file.batch_key = key
