@@ -126,6 +126,10 @@ class Source(ABC):
         """Why a check has nothing to judge in what the source read ("" when it has: every live source)."""
         return ""
 
+    def partly_read(self) -> str:
+        """What of the source a check could not read although the rest it judges ("" when nothing: live sources)."""
+        return ""
+
     def transport_errors(self, since: float, until: float) -> list[Context]:
         """The transfer's own errors its logs hold from `since` to `until` (`is_transport_error`): those log
         sidecars published, earliest first."""

@@ -93,6 +93,13 @@ class LogSource(Source):
         stats = self.logs.stats()
         return f"nothing to read in the logs given: {stats.unread_text()}" if stats.nothing_read else ""
 
+    def partly_read(self) -> str:
+        """Some logs given held nothing kvtop reads (an empty file, no SGLang server log): silence is no health."""
+        stats = self.logs.stats()
+        if not stats.unread or stats.nothing_read:
+            return ""
+        return f"nothing read from {len(stats.unread)} of the {stats.files} logs given: {stats.unread_text()}"
+
     def transport_errors(self, since: float, until: float) -> list[Context]:
         return sorted((line for line in self.logs.errors if since <= line.ts <= until), key=lambda line: line.ts)
 

@@ -154,13 +154,15 @@ def evaluate(
     since: float | None = None,
     transport_errors: Sequence[Context] = (),
     whole_cluster: bool = False,
+    unread: str = "",
 ) -> CheckResult:
     """Judge the model against the thresholds; the worst problem sets the verdict, incidents first.
 
     `whole_cluster`: the ranks are a cluster's (a bootstrap service or a relay listed them), so a role none of
     whose ranks is alive while the other's are is CRITICAL: prefill ranks alone move no KV, and a rank the
     bootstrap service forgot (it keeps a dead one listed for 10 minutes; a restarted service knows none) would
-    otherwise leave a check green on half a cluster.
+    otherwise leave a check green on half a cluster. `unread`: what of the source could not be read (a log given
+    that held nothing), a WARNING.
 
     A rank that never answered in the `waited_s` the check listened is gone; one that answered is judged by
     the model's own bounds (stale after `STALE_S` of silence, gone after `GONE_S`). With `span` (logs, a
@@ -241,6 +243,8 @@ def evaluate(
     if skewed:
         offsets = ", ".join(f"{label} {offset:+.1f}s" for label, offset in skewed.items())
         warning.append(f"clocks off (times corrected): {offsets}")
+    if unread:
+        warning.append(unread)
     errors = [line for line in transport_errors if judged_from <= line.ts <= now]
     if errors:
         last = errors[-1]

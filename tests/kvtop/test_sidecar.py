@@ -152,7 +152,8 @@ def test_a_sidecar_waits_for_its_file_follows_rotations_counts_garbled_lines_and
 
         append(log, failure_line(101) + failure_line(102))
         append(log, "[2026-12-01 12:00:00 TP0] Decode transfer failed for request rank=0 decode_req.req.rid='x'\n")
-        append(log, b"[2026-12-01 12:00:00 TP0] Session 10.0.0.7:15004 \xff\xfe failed.\n")
+        append(log, b"[2026-12-01 12:00:00 TP0] Session 10.0.0.7:15004 \xff\xfe failed.\n")  # read, not garbled
+        append(log, b"[2026-12-01 12:00:00 TP0] Decode transfer failed for request\n")  # cut before its rank
         wait_for(lambda: watch.read_to_end(log), 20, "the new file read to its end")
 
         os.rename(log, tmp_path / "server.log.1")  # rename: the server writes the old file once more, then a new one

@@ -92,8 +92,9 @@ def split_stream(line: str) -> tuple[str, str]:
 
 
 def unwrap(line: str) -> str:
-    """The line without a log shipper's wrapper or a UTF-8 byte order mark (unchanged if it has none)."""
-    line = line.removeprefix("\ufeff")
+    """The line without a log shipper's wrapper, a UTF-8 byte order mark or the NULs before it (the hole
+    logrotate's `copytruncate` leaves at the head of a file still written to), unchanged if it has none."""
+    line = line.removeprefix("\ufeff").lstrip("\x00")
     if line.startswith("[") and not line.startswith("[pod/"):
         return _unbracketed(line)
     for wrapper in _WRAPPERS + _STREAMS:

@@ -51,20 +51,22 @@ TRACEBACK = b"Traceback (most recent call last)"
 THREAD_DEATH = b"Exception in thread "
 """Python's report of a thread's death: its traceback follows on the next lines."""
 _POD = b"[pod/"
-_WRAPPED_RECORD = re.compile(
+_WRAPPER = (
     rb"(?:\d{4}-\d\d-\d\dT\S+ (?:stdout|stderr) [FP] |[A-Z][a-z]{2} \d{1,2}, \d{4} @ \S+[ \t]*"
     rb"|(?:\d{4}-\d\d-\d\dT\S+|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d) \S+ [\w.@/-]+(?:\[\d+\])?: "
     rb"|(?:[A-Z]+ +)?\d{4}-\d\d-\d\dT\S+ +(?:\[severity: \w+\] +)?"
-    rb"|[A-Za-z0-9][\w.-]* +\| |\[pod/[^\]\s]+\] )\[\d{4}-\d\d-\d\d "
+    rb"|[A-Za-z0-9][\w.-]* +\| |\[pod/[^\]\s]+\] )"
 )
-"""A record's first line inside a log shipper's wrapper (`prefix._WRAPPERS`, `prefix._STREAMS`): where a wrapped
-traceback ends."""
+"""A log shipper's wrapper (`prefix._WRAPPERS`, `prefix._STREAMS`)."""
+_WRAPPED_RECORD = re.compile(_WRAPPER + rb"\[\d{4}-\d\d-\d\d ")
+"""A record's first line inside a log shipper's wrapper: where a wrapped traceback ends."""
 _DATED_RECORD = re.compile(rb"\[\d{4}-\d\d-\d\d |" + _WRAPPED_RECORD.pattern)
 """A line that SGLang's prefix dates, wrapped or not."""
 _DATE_START = b"[20"
 """Where a dated line's prefix starts (found by `rfind` at C speed before a line is matched)."""
 _UNDATED_CRASH = re.compile(
-    rb"(?:\[[^\]\s]*\] )?(?:Exception in thread |Fatal Python error: |Caught signal |!+ Segfault encountered"
+    _WRAPPER
+    + rb"?(?:\[[^\]\s]*\] )?(?:Exception in thread |Fatal Python error: |Caught signal |!+ Segfault encountered"
     rb"|terminate called after throwing )"
 )
 """A rank's crash that names neither time nor rank (a thread's death, a fatal signal: `lines.py`), UCX's
@@ -130,13 +132,28 @@ def check_encoding(head: bytes, path: Path) -> None:
         )
 
 
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def is_gzip(path: Path) -> bool:
+    """Whether the file is gzip: by its name (`.gz`), else by its first two bytes (a `.log` that was gzipped)."""
+    if path.name.endswith(".gz"):
+        return True
+    try:
+        with open(path, "rb") as raw:
+            return raw.read(2) == _GZIP_MAGIC
+    except OSError:  # not there yet (a followed log): its name tells
+        return False
+
+
 def read_head(path: Path, limit: int) -> bytes:
     """Up to `limit` bytes of the file's text (decompressed for `.gz`): what could be read, damage or not.
     FileNotFoundError when the path is no regular file (a fifo would block the open for ever, a folder fail it)."""
     if not stat.S_ISREG(os.stat(path).st_mode):
         raise FileNotFoundError(f"{path} is no regular file")
+    gz = is_gzip(path)
     with open(path, "rb") as raw:
-        if not path.name.endswith(".gz"):
+        if not gz:
             return raw.read(limit)
         pieces: list[bytes] = []
         size = 0
@@ -178,7 +195,7 @@ class LogReader:
         """Blocks are read into this one buffer (a fresh 4 MiB object per block costs page faults)."""
         self._view = memoryview(self._buffer)
         self._newlines = np.empty(len(self._buffer), dtype=np.bool_)
-        self.gz = path.name.endswith(".gz")
+        self.gz = is_gzip(path)
 
     @property
     def position(self) -> int:
@@ -404,11 +421,7 @@ class LogReader:
                     break
             if raw is None:
                 raw = block[start:stop]
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                self.stats.garbled += 1
-                continue
+            text = bytes(raw).decode("utf-8", "replace")  # a byte of another encoding costs its character, not the line
             if _UNDATED_CRASH.match(block, start):  # the dated line before it tells its time and rank
                 self._hand_on_dated(block, start, came_out, out)
             out.append(text)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kvtop.sources.sglang.lines import ROLE_MARKERS
 from kvtop.sources.sglang.prefix import has_prefix, parse_prefix
-from kvtop.sources.sglang.reader import read_head
+from kvtop.sources.sglang.reader import is_gzip, read_head
 
 SNIFF_BYTES = 4 << 20
 
@@ -47,7 +47,7 @@ def holds_sglang_lines(path: Path) -> bool:
     it cannot be read)."""
     try:
         text = read_head(path, PREFIX_SNIFF_BYTES)
-        if not path.name.endswith(".gz"):
+        if not is_gzip(path):
             with open(path, "rb") as raw:
                 raw.seek(max(0, raw.seek(0, os.SEEK_END) - PREFIX_SNIFF_BYTES))
                 text += b"\n" + raw.read(PREFIX_SNIFF_BYTES)

@@ -1,0 +1,103 @@
+"""Logs in the shapes operators hand them over (a helper transformed the fixtures into ~58 shapes real platforms
+produce and compared every view with the plain file's): where the reading changed, `check` said OK or dated a
+crash wrong. Each test names the shape; the lines are the fixtures' own.
+
+- a byte that is not UTF-8 in a failure line (a latin-1 name in a request) cost the whole line: `check` OK on ten
+  failure lines;
+- one of the logs given empty: `check` judged the rest and said OK, naming nothing it could not read;
+- a gzip saved under a `.log` name beside a readable log: read as no log at all;
+- a crash line that tells no time of its own inside a shipper's wrapper (`kubectl logs --timestamps`): dated by
+  the last line parsed, hours before, so `check --since` missed it;
+- the NUL hole logrotate's `copytruncate` leaves at the head of a file: the first line lost its prefix.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from kvtop_cli import kvtop_here
+
+pytestmark = pytest.mark.usefixtures("utc")
+
+FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
+LOST_PREFILL = FIXTURES / "lost-prefill"
+
+
+def check(*logs: Path, extra: tuple[str, ...] = ()) -> tuple[int, str]:
+    args = [arg for log in logs for arg in ("--sglang-log", str(log))]
+    result = kvtop_here("check", *args, *extra)
+    return result.returncode, result.stdout
+
+
+def failure_lines(path: Path) -> bytes:
+    return b"".join(line for line in path.read_bytes().splitlines(keepends=True) if b"failed for request" in line)
+
+
+def rooms_failed(log: Path) -> int:
+    return len(json.loads(kvtop_here("failures", "--sglang-log", str(log), "--json").stdout)["groups"])
+
+
+def test_a_byte_that_is_not_utf8_costs_its_character_not_the_failure_line(tmp_path: Path):
+    decode = tmp_path / "decode.log"
+    decode.write_bytes(failure_lines(LOST_PREFILL / "decode.log").replace(b"rid='", b"rid='\xe9"))
+
+    code, said = check(decode)
+
+    assert (code, rooms_failed(decode)) == (2, rooms_failed(LOST_PREFILL / "decode.log")), said
+    assert "prefill at 10.0.0.5:8998 stopped answering (peer_lost)" in said
+
+
+def test_a_log_given_that_held_nothing_is_a_warning_that_names_it(tmp_path: Path):
+    empty = tmp_path / "decode.log"
+    empty.write_text("")
+
+    code, said = check(empty, LOST_PREFILL / "prefill.log")
+
+    assert code == 1, said
+    assert said.startswith(f"KVTOP WARNING - nothing read from 1 of the 2 logs given: {empty}: empty")
+
+
+def test_a_gzip_under_a_log_name_is_read_as_gzip(tmp_path: Path):
+    zipped = tmp_path / "decode.log"
+    zipped.write_bytes(gzip.compress((LOST_PREFILL / "decode.log").read_bytes()))
+
+    code, said = check(zipped, LOST_PREFILL / "prefill.log")
+
+    assert code == 2, said
+    assert "prefill-0/TP0 stopped answering (peer_lost)" in said or "10.0.0.5:8998" in said
+
+
+def test_a_wrapped_crash_line_that_tells_no_time_takes_the_dated_line_before_it(tmp_path: Path):
+    """`kubectl logs --timestamps`: the segfault, the file's last line, an hour after the last failure."""
+    lines = (FIXTURES / "fatal-signal" / "prefill.log").read_text().splitlines(keepends=True)
+    crash = next(i for i, line in enumerate(lines) if "Caught signal 11" in line)
+    quiet = '[2026-05-01 10:59:00] INFO:     10.0.0.2:51240 - "GET /health HTTP/1.1" 200 OK\n'
+    reshaped = [
+        "[2026-05-01 08:00:05 TP0] Prefill batch, #new-seq: 1, #new-token: 12, #cached-token: 0, token usage: 0.00, "
+        "#running-req: 0, #queue-req: 0, #bootstrap-req: 0, #inflight-req: 1\n",
+        quiet,
+        *lines[crash:],
+    ]
+    wrapped = tmp_path / "prefill.log"
+    wrapped.write_text("".join(f"2026-05-01T10:59:00.000000000Z {line}" for line in reshaped))
+
+    code, said = check(wrapped, extra=("--since", "2026-05-01 10:30"))
+
+    assert code == 2, said
+    assert said.startswith("KVTOP CRITICAL - prefill-0/TP0 crashed at 10:59:00 (Caught signal 11")
+
+
+def test_the_nul_hole_of_a_copytruncate_rotation_does_not_hide_the_first_line(tmp_path: Path):
+    plain, holed = tmp_path / "plain.log", tmp_path / "decode.log"
+    first = failure_lines(LOST_PREFILL / "decode.log").splitlines(keepends=True)[0]
+    plain.write_bytes(first)
+    holed.write_bytes(b"\0" * 4096 + first)
+
+    def origin_times(log: Path) -> list[float]:
+        groups = json.loads(kvtop_here("failures", "--sglang-log", str(log), "--json").stdout)["groups"]
+        return [group["origin"]["ts"] for group in groups]
+
+    assert origin_times(holed) == origin_times(plain)  # its own time, not the file's
