@@ -101,3 +101,19 @@ def test_the_nul_hole_of_a_copytruncate_rotation_does_not_hide_the_first_line(tm
         return [group["origin"]["ts"] for group in groups]
 
     assert origin_times(holed) == origin_times(plain)  # its own time, not the file's
+
+
+@pytest.mark.parametrize("coloured", ["whole-line", "prefix"])
+def test_a_terminals_colour_codes_change_nothing(tmp_path: Path, coloured: str):
+    """A log captured from a terminal: every failure was dated by the line before it that had no colour, the
+    incident `ended` and its suspect changed; with the prefix coloured, the thread's death took an earlier time."""
+    logs = sorted((FIXTURES / "thread-death").iterdir())
+    for log in logs:
+        lines = log.read_text().splitlines(keepends=True)
+        if coloured == "whole-line":
+            lines = [f"\x1b[31m{line.rstrip()}\x1b[0m\n" if line.startswith("[20") else line for line in lines]
+        else:
+            lines = [f"\x1b[32m{line[:21]}\x1b[0m{line[21:]}" if line.startswith("[20") else line for line in lines]
+        (tmp_path / log.name).write_text("".join(lines))
+
+    assert check(*(tmp_path / log.name for log in logs)) == check(*logs)

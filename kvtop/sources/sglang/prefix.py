@@ -50,6 +50,8 @@ _STREAMS = (
     re.compile(r"\[pod/([^\]/\s]+)(?:/[^\]\s]*)?\] "),
 )
 """Wrappers that name the server (a container, a pod) a line is from: docker compose, `kubectl logs --prefix`."""
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+"""A terminal's colour and cursor codes (a log captured from a TTY, `docker compose logs` in colour)."""
 _STAMPS_KEPT = 65_536
 RANK_TAG_MAX = 1023
 """The largest rank tag (`TP`, `DP`, `EP`, `PP`, `ATTN_CP`, a failure line's `rank=`) a line may carry: past it
@@ -92,9 +94,12 @@ def split_stream(line: str) -> tuple[str, str]:
 
 
 def unwrap(line: str) -> str:
-    """The line without a log shipper's wrapper, a UTF-8 byte order mark or the NULs before it (the hole
-    logrotate's `copytruncate` leaves at the head of a file still written to), unchanged if it has none."""
+    """The line without a log shipper's wrapper, a UTF-8 byte order mark, the NULs before it (the hole
+    logrotate's `copytruncate` leaves at the head of a file still written to) or a terminal's colour codes,
+    unchanged if it has none."""
     line = line.removeprefix("\ufeff").lstrip("\x00")
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
     if line.startswith("[") and not line.startswith("[pod/"):
         return _unbracketed(line)
     for wrapper in _WRAPPERS + _STREAMS:

@@ -60,12 +60,15 @@ _WRAPPER = (
 """A log shipper's wrapper (`prefix._WRAPPERS`, `prefix._STREAMS`)."""
 _WRAPPED_RECORD = re.compile(_WRAPPER + rb"\[\d{4}-\d\d-\d\d ")
 """A record's first line inside a log shipper's wrapper: where a wrapped traceback ends."""
-_DATED_RECORD = re.compile(rb"\[\d{4}-\d\d-\d\d |" + _WRAPPED_RECORD.pattern)
+_COLOURED = rb"(?:\x1b\[[0-9;]*[A-Za-z])*"
+"""A terminal's colour codes before a line (a log captured from a TTY)."""
+_DATED_RECORD = re.compile(_COLOURED + rb"(?:\[\d{4}-\d\d-\d\d |" + _WRAPPED_RECORD.pattern + rb")")
 """A line that SGLang's prefix dates, wrapped or not."""
 _DATE_START = b"[20"
 """Where a dated line's prefix starts (found by `rfind` at C speed before a line is matched)."""
 _UNDATED_CRASH = re.compile(
-    _WRAPPER
+    _COLOURED
+    + _WRAPPER
     + rb"?(?:\[[^\]\s]*\] )?(?:Exception in thread |Fatal Python error: |Caught signal |!+ Segfault encountered"
     rb"|terminate called after throwing )"
 )
