@@ -117,3 +117,22 @@ def test_a_terminals_colour_codes_change_nothing(tmp_path: Path, coloured: str):
         (tmp_path / log.name).write_text("".join(lines))
 
     assert check(*(tmp_path / log.name for log in logs)) == check(*logs)
+
+
+def test_a_rotated_log_given_in_pieces_is_one_server_and_a_log_given_twice_is_read_once(tmp_path: Path):
+    """`--sglang-log decode.log.1 --sglang-log decode.log` read as two decode instances (a second incident of a
+    prefill whose log was given); the same file twice doubled every rank's origins and echoes."""
+    lines = (FIXTURES / "scheduler-crash" / "decode.log").read_text().splitlines(keepends=True)
+    half = len(lines) // 2
+    (tmp_path / "decode.log.1").write_text("".join(lines[:half]))
+    (tmp_path / "decode.log").write_text("".join(lines[half:]))
+    prefill = FIXTURES / "scheduler-crash" / "prefill.log"
+    twice = FIXTURES / "lost-prefill" / "decode.log"
+
+    rotated = check(tmp_path / "decode.log.1", tmp_path / "decode.log", prefill)
+    repeated = kvtop_here("ranks", "--sglang-log", str(twice), "--sglang-log", str(twice), "--json")
+    once = kvtop_here("ranks", "--sglang-log", str(twice), "--json")
+
+    assert rotated == check(FIXTURES / "scheduler-crash" / "decode.log", prefill)
+    assert json.loads(repeated.stdout) == json.loads(once.stdout)
+    assert f"1 given again (read once): {twice}" in repeated.stderr

@@ -72,6 +72,26 @@ _ROLE_IN_NAME = re.compile(r"(?<![a-z])(prefill|decode)(?![a-z])", re.IGNORECASE
 when nothing in it says (`decode.log`)."""
 
 
+_ROTATED = re.compile(r"(.+\.(?:log|txt|out))(?:[.-]\d{1,8})?(?:\.gz)?")
+"""A log's name and a rotation's suffix (logrotate's `.1`, `.2.gz`, `-20260301`)."""
+
+
+def _rotated_server(path: Path, role: str) -> tuple[str, str, str] | None:
+    """Which server a file is a piece of, when its name is a log's with or without a rotation's suffix: the pieces
+    of one server's rotated log (in one folder, of one role) are read as one instance."""
+    name = _ROTATED.fullmatch(path.name)
+    return (str(path.resolve().parent), name[1], role) if name else None
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """The file a path names (device, inode); None while there is none (a followed log not written yet)."""
+    try:
+        status = path.stat()
+    except OSError:
+        return None
+    return (status.st_dev, status.st_ino)
+
+
 def _role_named(name: str) -> str:
     """The role a name says (`prefill` or `decode` as a word of it), "" when none does."""
     found = _ROLE_IN_NAME.search(name)
@@ -136,8 +156,17 @@ class SGLangLogs:
         whose lines name it (in order)."""
         self.relabelled: list[str] = []
         """`FILE: labelled prefill, its lines are decode's` for each file whose lines say otherwise than its label."""
+        self.repeated: list[str] = []
+        """Files given again: read once."""
         named: list[tuple[LogSpec, str, str]] = []
+        seen: set[tuple[int, int]] = set()
         for spec in parsed:
+            identity = _identity(spec.path)
+            if identity in seen:
+                self.repeated.append(str(spec.path))
+                continue
+            if identity is not None:
+                seen.add(identity)
             file_role, file_instance = agent_file(spec.path.name)
             told = sniff_role(spec.path)  # the text wins over a label (DOMAIN.md): a pasted line names its side
             if told and spec.role and told != spec.role:
@@ -146,14 +175,26 @@ class SGLangLogs:
             instance = file_instance if file_role == role else ""
             self._names.take(instance)
             named.append((spec, role, instance))
+        rotated: dict[tuple[str, str, str], _File] = {}
+        """The first piece of each server whose log was given in rotated pieces (`decode.log.1`, `decode.log`):
+        the others are its instance, and their lines relate to its (a failure's line in one, its cause in the
+        other)."""
         for spec, role, instance in named:
+            server = _rotated_server(spec.path, role) if not instance else None
+            piece = rotated.get(server) if server is not None else None
             reader = LogReader(spec.path)
             reader.open()
             first = first_stamp(spec.path)
             if first is not None:
                 self._saw(first)
             start = first if first is not None else spec.path.stat().st_mtime
-            self.files.append(_File(spec, reader, role, instance or self._names.next(role), start, first is not None))
+            if piece is not None:
+                file = _File(spec, reader, role, piece.instance, start, first is not None, related=piece.related)
+            else:
+                file = _File(spec, reader, role, instance or self._names.next(role), start, first is not None)
+            if server is not None:
+                rotated.setdefault(server, file)
+            self.files.append(file)
 
     @property
     def now(self) -> float:
@@ -180,7 +221,7 @@ class SGLangLogs:
                 stats.damaged.append(f"{file.spec.path}: {read.damaged}")
             if not read.matched and (why := self._unread(file)):
                 stats.unread[str(file.spec.path)] = why
-        stats.relabelled = self.relabelled
+        stats.relabelled, stats.repeated = self.relabelled, self.repeated
         return stats
 
     def _unread(self, file: _File) -> str:
@@ -218,6 +259,10 @@ class SGLangLogs:
             for text in file.reader.read(final, max_bytes):
                 self._line(file, text, pending)
             self._saw_dated(file.reader.last_dated)
+        last_pieces = {id(file.related): file for file in self.files}
+        for file in self.files:
+            if last_pieces[id(file.related)] is not file:
+                continue  # an earlier piece of a rotated log: what it left unclaimed, the pieces after may claim
             complete = final and file.reader.at_end()
             for server in file.servers:
                 now, quiet = None if complete else server.last_ts, file.reader.quiet
