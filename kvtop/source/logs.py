@@ -94,11 +94,15 @@ class LogSource(Source):
         return f"nothing to read in the logs given: {stats.unread_text()}" if stats.nothing_read else ""
 
     def partly_read(self) -> str:
-        """Some logs given held nothing kvtop reads (an empty file, no SGLang server log): silence is no health."""
+        """Some logs given held nothing kvtop reads (an empty file, no SGLang server log: silence is no health), or
+        one holds two servers' lines (read as one)."""
         stats = self.logs.stats()
-        if not stats.unread or stats.nothing_read:
-            return ""
-        return f"nothing read from {len(stats.unread)} of the {stats.files} logs given: {stats.unread_text()}"
+        found = [f"a log holds both servers' lines: {mixed}" for mixed in stats.mixed]
+        if stats.unread and not stats.nothing_read:
+            found.insert(
+                0, f"nothing read from {len(stats.unread)} of the {stats.files} logs given: {stats.unread_text()}"
+            )
+        return "; ".join(found)
 
     def transport_errors(self, since: float, until: float) -> list[Context]:
         return sorted((line for line in self.logs.errors if since <= line.ts <= until), key=lambda line: line.ts)

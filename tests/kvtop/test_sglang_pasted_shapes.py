@@ -136,3 +136,18 @@ def test_a_rotated_log_given_in_pieces_is_one_server_and_a_log_given_twice_is_re
     assert rotated == check(FIXTURES / "scheduler-crash" / "decode.log", prefill)
     assert json.loads(repeated.stdout) == json.loads(once.stdout)
     assert f"1 given again (read once): {twice}" in repeated.stderr
+
+
+def test_a_file_that_holds_both_servers_lines_is_said_to(tmp_path: Path):
+    """A single-node launch's `nohup.out` (a prefill and a decode server writing to one file), or logs
+    concatenated: read as the server its first lines are, and `check` named that server for the other's crash
+    without a word. Now the summary and `check` say what was read as one server's (WARNING at least)."""
+    both = tmp_path / "nohup.out"
+    both.write_text((LOST_PREFILL / "prefill.log").read_text() + (LOST_PREFILL / "decode.log").read_text())
+
+    result = kvtop_here("check", "--sglang-log", str(both))
+    summary = kvtop_here("status", "--sglang-log", str(both)).stderr
+
+    assert result.returncode == 2, result.stdout
+    assert f"a log holds both servers' lines: {both}: " in result.stdout
+    assert "of its lines are decode's, read as prefill-0's (give each server's log apart)" in summary

@@ -72,6 +72,7 @@ _ROLE_IN_NAME = re.compile(r"(?<![a-z])(prefill|decode)(?![a-z])", re.IGNORECASE
 when nothing in it says (`decode.log`)."""
 
 
+_OTHER_ROLE = {"prefill": "decode", "decode": "prefill"}
 _ROTATED = re.compile(r"(.+\.(?:log|txt|out))(?:[.-]\d{1,8})?(?:\.gz)?")
 """A log's name and a rotation's suffix (logrotate's `.1`, `.2.gz`, `-20260301`)."""
 
@@ -123,6 +124,9 @@ class _File:
     """No line at its head or tail is prefixed as SGLang's are (asked only of a file nothing was read from)."""
     sniffed_lines: int = 0
     """Its lines when `not_a_log` was last asked."""
+    other_role_lines: int = 0
+    """Failure and batch lines of the other role than its own (`nohup.out` of a prefill and a decode server, logs
+    concatenated): read as this one server's, and said so."""
 
     @property
     def servers(self) -> tuple[_File, ...]:
@@ -222,6 +226,12 @@ class SGLangLogs:
             if not read.matched and (why := self._unread(file)):
                 stats.unread[str(file.spec.path)] = why
         stats.relabelled, stats.repeated = self.relabelled, self.repeated
+        stats.mixed = [
+            f"{file.spec.path}: {file.other_role_lines} of its lines are {_OTHER_ROLE.get(file.role, '?')}'s, read as "
+            f"{file.instance}'s (give each server's log apart)"
+            for file in self.files
+            if file.other_role_lines
+        ]
         return stats
 
     def _unread(self, file: _File) -> str:
@@ -370,6 +380,8 @@ class SGLangLogs:
             return
         if not file.role:
             file.role = record.role
+        elif record.role != file.role:
+            file.other_role_lines += 1
         if not file.instance:
             file.instance = self._names.next(file.role)
         label = f"{file.instance}/TP{record.tp}"

@@ -30,6 +30,8 @@ class LogStats:
     """`FILE: what was wrong` for each `.gz` that could not be read to its end (what came before was used)."""
     relabelled: list[str] = field(default_factory=list)
     """`FILE: labelled prefill, its lines are decode's` for each file read as its lines say, not as labelled."""
+    mixed: list[str] = field(default_factory=list)
+    """`FILE: N of its lines are decode's, read as prefill-0's` for each file that holds both servers' lines."""
     repeated: list[str] = field(default_factory=list)
     """Files given again (the same file by another path, or twice): read once."""
     unread: dict[str, str] = field(default_factory=dict)
@@ -60,6 +62,8 @@ class LogStats:
             text += f", {len(self.damaged)} damaged (read up to the damage): {'; '.join(self.damaged)}"
         if self.relabelled:
             text += f", {len(self.relabelled)} read as their lines say: {'; '.join(self.relabelled)}"
+        if self.mixed:
+            text += f", {len(self.mixed)} holding both servers' lines: {'; '.join(self.mixed)}"
         if self.repeated:
             text += f", {len(self.repeated)} given again (read once): {'; '.join(self.repeated)}"
         if self.unread:
