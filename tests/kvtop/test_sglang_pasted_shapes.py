@@ -151,3 +151,23 @@ def test_a_file_that_holds_both_servers_lines_is_said_to(tmp_path: Path):
     assert result.returncode == 2, result.stdout
     assert f"a log holds both servers' lines: {both}: " in result.stdout
     assert "of its lines are decode's, read as prefill-0's (give each server's log apart)" in summary
+
+
+def test_a_traceback_inside_two_wrappers_ends_at_its_servers_next_record(tmp_path: Path):
+    """`docker compose logs -t` (a server's name, then the time the runtime stamped): a worker error's traceback
+    took its server's next records as its own lines, and 5 of 7 failure lines were lost without a count."""
+    logs = sorted((FIXTURES / "worker-errors").iterdir())
+    wrapped = tmp_path / "all.log"
+    wrapped.write_text(
+        "".join(
+            f"sglang-{log.stem}-1   | 2026-04-05T06:07:10.000000000Z {line}"
+            for log in logs
+            for line in log.read_text().splitlines(keepends=True)
+        )
+    )
+
+    def failures(*files: Path) -> int:
+        args = [arg for file in files for arg in ("--sglang-log", str(file))]
+        return json.loads(kvtop_here("status", "--json", *args).stdout)["logs"]["failures"]
+
+    assert failures(wrapped) == failures(*logs) == 7

@@ -503,8 +503,8 @@ def _stream_traceback(block: bytes | bytearray, stop: int, end: int, name: bytes
         stream = _STREAM_PREFIX.match(block, stop + 1, nxt)
         if stream is not None and _stream_name(stream) == name:
             rest = stream.end()
-            if rest >= nxt or block[rest : rest + 1] == b"[":  # blank, or its server's next record
-                break
+            if rest >= nxt or block[rest : rest + 1] == b"[" or _WRAPPED_RECORD.match(block, rest, nxt):
+                break  # blank, or its server's next record (in a second wrapper: `docker compose logs -t`)
             lines.append((stop + 1, nxt))
         stop = nxt
     return stop, lines
