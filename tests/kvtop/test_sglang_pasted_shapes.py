@@ -171,3 +171,20 @@ def test_a_traceback_inside_two_wrappers_ends_at_its_servers_next_record(tmp_pat
         return json.loads(kvtop_here("status", "--json", *args).stdout)["logs"]["failures"]
 
     assert failures(wrapped) == failures(*logs) == 7
+
+
+@pytest.mark.parametrize(
+    "wrapper", ["(pid=2961) ", "0: ", "sglang-decode-0 sglang ", "2026-03-05T09:00:00.000Z abc/12 "]
+)
+def test_a_wrapper_kvtop_does_not_know_by_name_leaves_the_lines_their_times(tmp_path: Path, wrapper: str):
+    """Ray's `(pid=N) `, `srun --label`'s `0: `, stern's `pod container `, a log service's time and stream: every
+    line was dated by the file's modification time (the incident's "since" was when the file was copied)."""
+    log = LOST_PREFILL / "decode.log"
+    wrapped = tmp_path / "decode.log"
+    wrapped.write_text("".join(wrapper + line for line in log.read_text().splitlines(keepends=True)))
+
+    def incidents(path: Path) -> list[tuple[str, float, int]]:
+        found = json.loads(kvtop_here("incidents", "--sglang-log", str(path), "--json").stdout)["incidents"]
+        return [(incident["headline"], incident["first_seen"], incident["room_count"]) for incident in found]
+
+    assert incidents(wrapped) == incidents(log)

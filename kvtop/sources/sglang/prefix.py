@@ -52,6 +52,9 @@ _STREAMS = (
 """Wrappers that name the server (a container, a pod) a line is from: docker compose, `kubectl logs --prefix`."""
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 """A terminal's colour and cursor codes (a log captured from a TTY, `docker compose logs` in colour)."""
+UNKNOWN_WRAPPER_MAX = 256
+"""How far into a line SGLang's prefix may start behind a wrapper kvtop does not know by name (Ray's `(pid=N) `,
+stern's `pod container `, `srun --label`'s `0: `, a log service's time and stream): what precedes it is dropped."""
 _STAMPS_KEPT = 65_536
 RANK_TAG_MAX = 1023
 """The largest rank tag (`TP`, `DP`, `EP`, `PP`, `ATTN_CP`, a failure line's `rank=`) a line may carry: past it
@@ -136,9 +139,11 @@ def parse_prefix(line: str) -> Prefix:
     match = _SGLANG.match(line)
     if match is None:
         tags_only = _TAGS_ONLY.match(line)
-        if tags_only is None:
+        if tags_only is not None:
+            return Prefix(None, _tags(tags_only[1]), line[tags_only.end() :].rstrip())
+        match = _SGLANG.search(line[:UNKNOWN_WRAPPER_MAX]) if "[20" in line[:UNKNOWN_WRAPPER_MAX] else None
+        if match is None or "\n" in line[: match.start()]:
             return Prefix(None, {}, line.rstrip())
-        return Prefix(None, _tags(tags_only[1]), line[tags_only.end() :].rstrip())
     ts = stamp_seconds(match[1])
     if match[2]:
         ts += int(match[2]) / 10 ** len(match[2])
