@@ -41,6 +41,7 @@ from kvtop.model.shapes import (
 )
 from kvtop.model.suspects import (
     BOOTSTRAP_ERROR,
+    BOOTSTRAP_TIMED_OUT,
     CRASH_KINDS,
     CRASHED,
     LOCAL_FAULT_BEFORE_S,
@@ -48,6 +49,7 @@ from kvtop.model.suspects import (
     SILENT_BEFORE_S,
     THREAD_DIED,
     WAITING_TIMED_OUT,
+    asked_in_vain,
     bootstrap_unreachable,
     is_transport_error,
     local_fault,
@@ -684,6 +686,9 @@ class ClusterModel:
             elif event.kind == BOOTSTRAP_ERROR:
                 attribution = bootstrap_unreachable(view.instance, event.text, event.ts, self)
                 self.incidents.add_roomless(event.ts, view.label, attribution, BOOTSTRAP_ERROR)
+            elif event.kind == BOOTSTRAP_TIMED_OUT:
+                attribution = asked_in_vain(view.instance, event.ts, self)
+                self.incidents.add_roomless(event.ts, view.label, attribution, ReasonClass.TIMEOUT_BOOTSTRAP)
             elif event.kind == WAITING_TIMED_OUT:
                 attribution = waited_in_vain(view.instance, event.ts, self)
                 self.incidents.add_roomless(event.ts, view.label, attribution, ReasonClass.TIMEOUT_WAITING)

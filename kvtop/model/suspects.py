@@ -128,6 +128,11 @@ WAITING_TIMED_OUT = "waiting_timeout"
 before it, `Some requests fail to receive KV Cache transfer done signal`, was): a failure that names no room, of
 class `timeout_waiting`; the context kind of such a rank event."""
 HINTED = "a room timed out waiting for KV (SGLang's hint; the room's own line was not read)"
+BOOTSTRAP_TIMED_OUT = "bootstrap_timeout"
+"""A prefill rank timed out a room waiting for the decode's transfer request and the line that records it was not
+read (SGLang's hint before it, `Some requests timed out when bootstrapping`, was): a failure that names no room, of
+class `timeout_bootstrap`; the context kind of such a rank event."""
+BOOTSTRAP_HINTED = "a room timed out waiting for the decode's request (SGLang's hint; the room's own line was not read)"
 PREFILL_LOST = "prefill_lost"
 """A decode rank lost a prefill instance's heartbeat (`Lost connection with prefill instance (bootstrap_addr: X), N
 requests affected`) and no room's line for it was read: a failure that names no room, of class `peer_lost`; the
@@ -296,6 +301,13 @@ def bootstrap_address(text: str) -> str:
     if found is None:
         return ""
     return f"{found[1]}:{found[2]}" if found[1] is not None else f"{found[3]}:{found[4]}"
+
+
+def asked_in_vain(instance: str, ts: float, around: Surroundings) -> Attribution:
+    """The suspect of a prefill rank's roomless timeout in Bootstrapping (`BOOTSTRAP_TIMED_OUT`): the decode side of
+    its instance (the request never came), a decode rank whose log said it crashed shortly before."""
+    suspect, evidence = _with_crash(Suspect("side", instance, "decode"), BOOTSTRAP_HINTED, ts, around)
+    return Attribution(suspect, Kind.UNRESPONSIVE, evidence)
 
 
 def waited_in_vain(instance: str, ts: float, around: Surroundings) -> Attribution:

@@ -150,3 +150,40 @@ def test_the_rooms_lines_claim_the_loss_before_or_after_it(tmp_path: Path, order
 
     assert (incident["room_count"], incident["roomless"]) == (2, 0)
     assert incident["suspect_text"] == "prefill at 10.0.0.6:8998"
+
+
+PREFILL_HINT = (
+    "Some requests timed out when bootstrapping, which means prefill instances fail to receive the KV indices from "
+    "the decode instance of this request. If a greater mean TTFT is acceptable, you can 'export "
+    "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT=600' (10 minutes) to relax the timeout condition. "
+)
+
+
+def test_a_prefill_ranks_hint_alone_is_a_bootstrapping_timeout_of_the_decode_side(tmp_path: Path):
+    """The prefill's hint (SGLang 0.5.23 `common/conn.py`, once per process before it records a room's timeout in
+    Bootstrapping): sglang #20485's abridged paste holds it and a failure line cut from its room; kvtop named only
+    the crash that followed. The decode never sent the room's request: its side is the suspect."""
+    log = tmp_path / "prefill.log"
+    log.write_text(f"[2026-03-13 09:47:58 DP3 TP3 EP3 PP1] {PREFILL_HINT}\n")
+
+    [incident] = incidents(log)
+
+    assert (incident["suspect_text"], incident["class"], incident["roomless"]) == (
+        "the decode side of prefill-0",
+        "timeout_bootstrap",
+        1,
+    )
+
+
+def test_a_prefill_ranks_hint_is_claimed_by_its_rooms_bootstrapping_timeout(tmp_path: Path):
+    log = tmp_path / "prefill.log"
+    log.write_text(
+        f"[2026-03-13 09:47:58 TP3] {PREFILL_HINT}\n"
+        "[2026-03-13 09:47:58 TP3] Prefill bootstrap failed for request rank=3 req.rid='p1' req.bootstrap_room=9001 "
+        "with exception KVTransferError(bootstrap_room=9001): Request 9001 timed out after 600.0s in "
+        "KVPoll.Bootstrapping\n"
+    )
+
+    [incident] = incidents(log)
+
+    assert (incident["class"], incident["room_count"], incident["roomless"]) == ("timeout_bootstrap", 1, 0)

@@ -131,7 +131,9 @@ _METADATA_FAILURES = (
 KV checksums, `expected=... got=...` on the rank that found it, `on a peer rank` on the others, its only record)."""
 METADATA_CHECK = "Decode metadata"
 """The `FailureLine.what` of a failed check of what landed."""
-_HINTS = ("Some requests fail to receive KV Cache transfer done signal",)
+BOOTSTRAP_HINT = "Some requests timed out when bootstrapping"
+"""A prefill rank's hint, once per process, just before it records a room's timeout in Bootstrapping."""
+_HINTS = ("Some requests fail to receive KV Cache transfer done signal", BOOTSTRAP_HINT)
 _BOOTSTRAP_ERRORS = (
     "Error fetching prefill parallel info from bootstrap",
     "Error fetching prefill server info from bootstrap",  # SGLang 0.5.9, 0.5.23

@@ -43,8 +43,14 @@ from collections import deque
 from dataclasses import dataclass
 
 from kvtop.model.fold import ROOM_REUSE_S
-from kvtop.model.suspects import BOOTSTRAP_ERROR, PREFILL_LOST, WAITING_TIMED_OUT, bootstrap_address
-from kvtop.sources.sglang.lines import ContextLine, FailureLine, lost_prefill
+from kvtop.model.suspects import (
+    BOOTSTRAP_ERROR,
+    BOOTSTRAP_TIMED_OUT,
+    PREFILL_LOST,
+    WAITING_TIMED_OUT,
+    bootstrap_address,
+)
+from kvtop.sources.sglang.lines import BOOTSTRAP_HINT, ContextLine, FailureLine, lost_prefill
 from transport.wire import cut_text
 
 WORKER_ERROR = re.compile(r"Unexpected transfer worker error for room (\d+)")
@@ -83,6 +89,8 @@ class Announcement:
 
 def announcement(line: ContextLine, ts: float) -> Announcement | None:
     """What a context line announces: a timeout hint, the loss of a prefill instance; None for any other line."""
+    if line.kind == "hint" and line.text.startswith(BOOTSTRAP_HINT):
+        return Announcement(ts, line.tp, BOOTSTRAP_TIMED_OUT, "in KVPoll.Bootstrapping", line.text)
     if line.kind == "hint":
         return Announcement(ts, line.tp, WAITING_TIMED_OUT, "in KVPoll.WaitingForInput", line.text)
     if line.kind == "lost_connection" and (address := lost_prefill(line.text)):

@@ -31,7 +31,14 @@ import msgspec
 
 from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import FailureGroup
-from kvtop.model.suspects import BOOTSTRAP_ERROR, CRASH_KINDS, PREFILL_LOST, WAITING_TIMED_OUT, local_fault
+from kvtop.model.suspects import (
+    BOOTSTRAP_ERROR,
+    BOOTSTRAP_TIMED_OUT,
+    CRASH_KINDS,
+    PREFILL_LOST,
+    WAITING_TIMED_OUT,
+    local_fault,
+)
 from kvtop.sources.sglang.context import CONTEXT_KEPT, Context, context_for
 from kvtop.sources.sglang.convert import to_heartbeat
 from kvtop.sources.sglang.infer import to_failure
@@ -63,7 +70,8 @@ STREAMS_MAX = 256
 STREAM_NAME_MAX = 200
 """The longest server name a wrapper may give: its ranks' labels (`NAME/TPn`) stay inside an event's 256."""
 ROOMLESS_KINDS = (BOOTSTRAP_ERROR, WAITING_TIMED_OUT, PREFILL_LOST)
-"""A decode rank's failures that name no room (incidents of an address, or of its prefill side)."""
+"""A decode rank's failures that name no room (incidents of an address, or of its prefill side); a prefill rank's
+is `BOOTSTRAP_TIMED_OUT` (of its decode side)."""
 RANK_EVENT_KINDS = CRASH_KINDS
 """Context lines that are their rank's events in the model (`ClusterModel.crashes`); a bootstrap error is one once
 no failure line claimed it (`related.Announcement`)."""
@@ -436,6 +444,8 @@ class SGLangLogs:
         (a thread's death, a fatal signal, a glog line) is the rank of the dated line before it, else TP0."""
         if line.kind in ROOMLESS_KINDS:  # only a decode rank asks a bootstrap server, waits for KV, or loses a prefill
             file.role = file.role or "decode"
+        elif line.kind == BOOTSTRAP_TIMED_OUT:  # only a prefill rank waits for a decode's request
+            file.role = file.role or "prefill"
         file.instance = file.instance or self._names.next(file.role)
         tp = line.tp if line.tp is not None else file.last_tp
         label = f"{file.instance or file.spec.path.name}/TP{tp or 0}"
