@@ -219,3 +219,30 @@ def test_a_rank_whose_own_bootstrap_thread_died_is_the_suspect_of_its_bootstrapp
 
     assert (incident["suspect_text"], incident["class"]) == ("prefill-0/TP1", "timeout_bootstrap")
     assert incident["evidence"] == ["a transfer thread of it died 300 s before it recorded timeout_bootstrap"]
+
+
+def test_the_rooms_sglang_aborts_after_it_gave_up_on_a_bootstrap_server_are_that_servers_not_the_clients(
+    tmp_path: Path,
+):
+    """After its last attempt SGLang 0.5.23 aborts the rooms that waited (`receiver.abort()`), and their lines say
+    `Aborted by AbortReq.`, the client's words: read as client aborts, apart from the incident, and never counted
+    as failures. A decode rank's abort within 2 s after its own give-up is a room of that give-up."""
+    lines = [BATCH.format(tp=0)]
+    for tp in (0, 1):
+        lines.append(f"[2026-03-02 10:00:15 TP{tp}] Could not fetch prefill parallel info from 10.2.0.5:8998 after 15 "
+                     "attempts\n")  # fmt: skip
+        lines += [
+            f"[2026-03-02 10:00:15 TP{tp}] Decode handshake failed for request rank={tp} decode_req.req.rid='d{room}' "
+            f"decode_req.req.bootstrap_room={room} with exception KVTransferError(bootstrap_room={room}): Aborted by "
+            "AbortReq.\n"
+            for room in (801, 802)
+        ]
+    lines.append(
+        "[2026-03-02 10:01:00 TP0] Decode handshake failed for request rank=0 decode_req.req.rid='d803' "
+        "decode_req.req.bootstrap_room=803 with exception KVTransferError(bootstrap_room=803): Aborted by AbortReq.\n"
+    )  # a client's, 45 s later
+    log = write(tmp_path, "decode.log", *lines)
+
+    found = sorted((i["suspect_text"], i["class"], i["room_count"], i["roomless"]) for i in incidents(log))
+
+    assert found == [("prefill at 10.2.0.5:8998", "bootstrap_error", 2, 0), ("the client", "aborted", 1, 0)]

@@ -58,6 +58,8 @@ TRANSPORT_ERROR = re.compile(r"NIXL transport error for room (\d+)")
 WORKER_ERROR_S = 5.0
 """A roomless failure line this soon after a worker error is that error's record; a worker error no line
 claimed for this long is the failure record itself."""
+GAVE_UP_S = 2.0
+"""A room a decode rank aborts this soon after it gave up on a bootstrap server is one it gave up on."""
 RETRY_S = 10.0
 """A rank's bootstrap error this soon after its previous one is another attempt of the same failure (SGLang 0.5.23
 tries 15 times 1 s apart, 0.5.9 20 times 3 s apart, before it gives up)."""
@@ -127,11 +129,15 @@ class RelatedLines:
         """Announcements no failure line claimed yet."""
         self._recent: deque[tuple[float, int, str]] = deque(maxlen=RECENT_FAILURES_KEPT)
         """The latest failure lines: (time, TP rank, reason)."""
+        self._gave_up: deque[tuple[float, int | None, str]] = deque(maxlen=RECENT_FAILURES_KEPT)
+        """The latest give-ups of a bootstrap server: (time, TP rank, text)."""
 
     def context(self, line: ContextLine, ts: float) -> None:
         """A context line: a worker error or an announcement waits for its failure line (an announcement's may have
         come already); a traceback right after a worker error gives its reason."""
         announced = announcement(line, ts)
+        if announced is not None and announced.kind == BOOTSTRAP_ERROR and announced.claimed_by in line.text:
+            self._gave_up.append((ts, line.tp, line.text))
         if announced is not None:
             if not any(announced.claimed(tp, when, reason) for when, tp, reason in self._recent):
                 self._announce(announced)
@@ -189,6 +195,13 @@ class RelatedLines:
         due = [a for a in self._announced if now is None or quiet or now - a.ts > WORKER_ERROR_S]
         self._announced = [a for a in self._announced if a not in due]
         return due
+
+    def gave_up(self, tp: int, ts: float) -> str:
+        """The give-up of a bootstrap server this rank logged at most `GAVE_UP_S` before `ts` (`Could not fetch prefill
+        parallel info from X after 15 attempts`): what a room it aborts then failed of; "" when there is none."""
+        return next(
+            (text for when, on, text in reversed(self._gave_up) if on in (None, tp) and 0 <= ts - when <= GAVE_UP_S), ""
+        )
 
     def _announce(self, announced: Announcement) -> None:
         """Wait for the line that claims `announced`; another attempt of a bootstrap error waiting already is that

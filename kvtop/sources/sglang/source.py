@@ -60,6 +60,7 @@ from kvtop.sources.sglang.spec import LogSpec
 from kvtop.sources.sglang.stats import EMPTY, LogStats
 from transport.plane.events import EVENT_SCHEMA, MAX_TS, Event, EventBatch, Failure, Level, LogContext
 from transport.sglang.reasons import reason_class
+from transport.wire import cut_text
 
 LOAD_BYTES = 8 << 20
 """Bytes of each file a poll reads while loading: what is held at once is one poll's events, whatever the size."""
@@ -69,6 +70,9 @@ STREAMS_MAX = 256
 """Servers one file may name (`docker compose logs` of a deployment); lines of more are garbled."""
 STREAM_NAME_MAX = 200
 """The longest server name a wrapper may give: its ranks' labels (`NAME/TPn`) stay inside an event's 256."""
+ABORTED_BY_REQUEST = "Aborted by AbortReq."
+"""The client's words, which SGLang 0.5.23 also records for the rooms it aborts once it gave up on a prefill's
+bootstrap server (`Could not fetch prefill parallel info from X after 15 attempts`): read as that failure's rooms."""
 ROOMLESS_KINDS = (BOOTSTRAP_ERROR, WAITING_TIMED_OUT, PREFILL_LOST)
 """A decode rank's failures that name no room (incidents of an address, or of its prefill side); a prefill rank's
 is `BOOTSTRAP_TIMED_OUT` (of its decode side)."""
@@ -395,6 +399,8 @@ class SGLangLogs:
         label = f"{file.instance}/TP{record.tp}"
         event: Event
         if isinstance(record, FailureLine):
+            if record.reason.startswith(ABORTED_BY_REQUEST) and (gave_up := file.related.gave_up(record.tp, ts)):
+                record = dataclasses.replace(record, reason=cut_text(f"{gave_up} (then SGLang: {record.reason})"))
             room, echo = file.related.link(record, ts)
             failure = to_failure(dataclasses.replace(record, room=room), label, ts)
             if failure is None:
