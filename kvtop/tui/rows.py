@@ -14,6 +14,7 @@ from kvtop.tui.frame import TREND_CELLS, Frame, RankRow
 from kvtop.tui.renderables.chart import spark
 from kvtop.views import units
 from kvtop.views.event_lines import to_line
+from kvtop.views.text import fit_label
 from kvtop.views.times import stamp
 from transport.kvpoll import KVPoll
 from transport.plane.events import Event
@@ -141,15 +142,6 @@ class TrendPeaks:
             max((value for row in rows for value in row.trend.gbps), default=0.0),
             max((o + e for row in rows for o, e in zip(row.trend.origins, row.trend.echoes, strict=True)), default=0),
         )
-
-
-def fit_label(label: str, width: int) -> str:
-    """`label` in `width` cells: a longer one keeps its start and its end (the rank, and the end of its instance's
-    name), with `…` between (an SGLang instance named by host and port runs past the grid's column)."""
-    if len(label) <= width:
-        return label
-    tail = width // 2
-    return f"{label[: width - tail - 1]}…{label[-tail:]}"
 
 
 def rank_line(

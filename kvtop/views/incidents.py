@@ -13,6 +13,7 @@ from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import FailureGroup
 from kvtop.model.incidents import Incident
 from kvtop.model.suspects import Kind
+from kvtop.views.text import fit_label
 from kvtop.views.times import spans_days, stamp
 
 _SUSPECT_WIDTH = 30
@@ -111,8 +112,9 @@ def render(
     ]
     for incident in incidents:
         evidence = max(incident.evidence.items(), key=lambda item: item[1])[0] if incident.evidence else ""
+        suspect = fit_label(incident.suspect.text, _SUSPECT_WIDTH)  # an address keeps its port
         lines.append(
-            f"{_state_cell(incident, now, quiet_gap_s):<8} {incident.suspect.text[:_SUSPECT_WIDTH]:<{_SUSPECT_WIDTH}} "
+            f"{_state_cell(incident, now, quiet_gap_s):<8} {suspect:<{_SUSPECT_WIDTH}} "
             f"{Kind(incident.kind).verb:<18} {incident.reason_class:<18} {_rooms_cell(incident):>6} "
             f"{stamp(incident.first_seen, dated)[:-4]} {duration(incident.duration_s):>8} "
             f"{f'{incident.origins}/{incident.echoes}':>15}  {evidence}"

@@ -58,6 +58,14 @@ def test_a_lost_prefill_instance_is_one_incident_of_the_prefill_at_its_bootstrap
     ]
 
 
+def test_a_suspect_longer_than_its_column_keeps_its_end_an_address_its_port():
+    """`prefill at sglang-deploy-glm-4-5-prefill:30089` was cut to `prefill at sglang-deploy-glm-4`: the port, what
+    tells one prefill server from another on a host, was the part lost."""
+    table = kvtop("incidents", *logs("bootstrap-unreachable")).stdout
+
+    assert "prefill at sgl…5-prefill:30089 stopped answering" in table
+
+
 def test_client_aborts_are_listed_as_aborts_and_never_counted_ongoing(tmp_path: Path):
     """`check` calls them no incident (SGLang issue #23342: a request each side aborted): `incidents` lists them
     under STATE `aborts` and counts none ongoing, as the dashboard does."""
