@@ -27,7 +27,8 @@ in WaitingForInput), its heartbeat checker's `Lost connection with prefill
 instance (bootstrap_addr: X), N requests affected` (after it failed each
 affected room), and a bootstrap server that did not answer (`Error fetching
 prefill ... info from bootstrap: ...`, once per attempt, and the give-up after
-the last: `Could not fetch prefill parallel info from X after N attempts`). A
+the last: `Could not fetch prefill parallel info from X after N attempts`); a
+prefill rank's hint `Some requests timed out when bootstrapping` likewise. A
 failure line of the rank with that reason within `WORKER_ERROR_S` of it,
 before or after, claims it; an unclaimed one (an excerpt cut after it, no room
 affected, rooms SGLang aborted after it gave up) is itself the record of a
@@ -70,8 +71,8 @@ RECENT_FAILURES_KEPT = 256
 
 @dataclass(slots=True)
 class Announcement:
-    """A decode rank's line that says failures are being recorded (`kind`: the rank event it is unclaimed); a
-    failure line of its rank whose reason holds `claimed_by` claims it."""
+    """A rank's line that says failures are being recorded (`kind`: the rank event it is unclaimed); a failure line
+    of its rank whose reason holds `claimed_by` claims it."""
 
     ts: float
     """When it was said (the latest attempt of a bootstrap error)."""
@@ -90,7 +91,8 @@ class Announcement:
 
 
 def announcement(line: ContextLine, ts: float) -> Announcement | None:
-    """What a context line announces: a timeout hint, the loss of a prefill instance; None for any other line."""
+    """What a context line announces: a timeout hint (a decode's, a prefill's), the loss of a prefill instance, a
+    bootstrap server that did not answer; None for any other line."""
     if line.kind == "hint" and line.text.startswith(BOOTSTRAP_HINT):
         return Announcement(ts, line.tp, BOOTSTRAP_TIMED_OUT, "in KVPoll.Bootstrapping", line.text)
     if line.kind == "hint":
