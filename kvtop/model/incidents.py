@@ -300,7 +300,7 @@ class IncidentTracker:
         ts = group.first_ts
         reason_class = group.origin.reason_class if group.origin else _unseen_class(group)
         incident = self._joinable(attribution, ts, reason_class)
-        noticed_by = group.origin.rank if group.origin else group.lead.rank
+        noticed_by = group.origin.rank if group.origin else group.origin_label or group.lead.rank  # its echoes name it
         part = Part(incident.id, group.room, group.echo_count, reason_class, attribution.evidence, noticed_by,
                     _lead_key(group.lead))  # fmt: skip
         incident.origins += 1

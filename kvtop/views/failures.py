@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from kvtop.model.fold import FailureGroup, Observed, shown_level
+from kvtop.model.suspects import carrying_echo
 from kvtop.views.times import spans_days, stamp
 
 if TYPE_CHECKING:
@@ -17,7 +18,9 @@ _CAUSES_SHOWN = 2
 
 
 def _record(failure: Observed, level: str) -> dict[str, Any]:
-    """One member of a group; `level` as shown (levels follow the fold), `raw_level` as the rank logged it."""
+    """One member of a group; `level` as shown (levels follow the fold), `raw_level` as the rank logged it,
+    `suspect` what it named (an echo: what its origin named), `origin_class` the class its origin recorded (an
+    echo's, "" when it did not learn it)."""
     return {
         "rank": failure.rank,
         "role": failure.role,
@@ -27,6 +30,8 @@ def _record(failure: Observed, level: str) -> dict[str, Any]:
         "ts": failure.ts,
         "level": level,
         "raw_level": failure.level,
+        "suspect": failure.suspect,
+        "origin_class": failure.origin_class,
     }
 
 
@@ -94,8 +99,12 @@ def render_groups(
     for index, group in enumerate(groups):
         origin = group.origin
         label = group.origin_label or "origin unknown"
+        carried = carrying_echo(group) if origin is None else None
         reason = origin.reason if origin else "(the origin's own event was not seen)"
         reason_class = origin.reason_class if origin else "-"
+        if carried is not None and carried.origin_class:
+            reason_class = carried.origin_class
+            reason = f"(its own event was not seen; an echo carried its class and suspect, {carried.suspect})"
         lines.append(
             f"{group.room:<20} {stamp(group.first_ts, dated)} {label:<16} {reason_class:<18} {group.echo_count:>6}  "
             f"{reason[:_REASON_WIDTH]}"

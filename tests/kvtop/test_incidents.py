@@ -16,6 +16,7 @@ from kvtop.model.fold import Observed, fold_room
 from kvtop.model.incidents import IncidentTracker, room_groups
 from kvtop.model.shapes import STALE_S
 from kvtop.record.keyframes import capture, restore
+from kvtop.views.failures import render_groups
 from kvtop.views.tables import ranks_json, ranks_text, status_json
 from transport.kvpoll import KVPoll
 from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure, Heartbeat, RoomState
@@ -189,6 +190,9 @@ def test_an_echo_that_carries_its_origins_class_too_joins_the_incident_of_that_k
     assert sorted(incidents(model, T0 + 2)) == [("prefill-0/TP1", "corrupt", 2), ("prefill-0/TP1", "unresponsive", 3)]
     by_kind = {incident.kind: incident for incident in model.incidents.incidents.values()}
     assert by_kind["unresponsive"].classes == {"timeout_transfer": 3}
+    assert by_kind["unresponsive"].noticed_by == {"decode-0/TP0": 1, "decode-0/TP1": 2}  # not the echoing rank
+    table = render_groups(model.groups(), debug=False)
+    assert "decode-0/TP1     checksum" in table and "an echo carried its class and suspect, prefill-0/TP1" in table
 
 
 def test_an_origin_that_came_after_its_echo_moves_the_room_out_of_the_echoes_incident():
