@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from kvtop_cli import kvtop_here
+from sglang_lines import decode_failure
 
 pytestmark = pytest.mark.usefixtures("utc")
 
@@ -29,13 +30,6 @@ BATCH = (
     "[2026-03-02 10:00:00 TP{tp}] Decode batch, #running-req: 9, #token: 82048, token usage: 0.23, pre-allocated "
     "usage: 0.07, #prealloc-req: 0, #transfer-req: 4, #retracted-req: 0\n"
 )
-
-
-def decode_failure(ts: str, room: int, reason: str) -> str:
-    return (
-        f"[{ts} TP0] Decode transfer failed for request rank=0 decode_req.req.rid='d{room}' "
-        f"decode_req.req.bootstrap_room={room} with exception KVTransferError(bootstrap_room={room}): {reason}\n"
-    )
 
 
 def write(tmp_path: Path, name: str, *lines: str) -> Path:

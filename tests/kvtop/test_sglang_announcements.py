@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from kvtop_cli import kvtop_here
+from sglang_lines import decode_failure
 
 from kvtop.model.cluster import ClusterModel
 from kvtop.sources.sglang import SGLangLogs
@@ -33,11 +34,7 @@ HINT = (
 
 
 def timeout_line(ts: str, tp: int, room: int) -> str:
-    return (
-        f"[{ts} TP{tp} EP{tp}] Decode transfer failed for request rank={tp} decode_req.req.rid='r{room}' "
-        f"decode_req.req.bootstrap_room={room} with exception KVTransferError(bootstrap_room={room}): "
-        f"Request {room} timed out after 300.0s in KVPoll.WaitingForInput\n"
-    )
+    return decode_failure(ts, room, f"Request {room} timed out after 300.0s in KVPoll.WaitingForInput", tp, f" EP{tp}")
 
 
 def write(tmp_path: Path, *lines: str) -> Path:
@@ -116,11 +113,7 @@ def lost_line(ts: str, affected: int) -> str:
 
 
 def lost_room_line(ts: str, room: int) -> str:
-    return (
-        f"[{ts} TP0] Decode transfer failed for request rank=0 decode_req.req.rid='r{room}' "
-        f"decode_req.req.bootstrap_room={room} with exception KVTransferError(bootstrap_room={room}): "
-        "Lost connection with prefill instance (bootstrap_addr: 10.0.0.6:8998)\n"
-    )
+    return decode_failure(ts, room, "Lost connection with prefill instance (bootstrap_addr: 10.0.0.6:8998)")
 
 
 @pytest.mark.parametrize("affected", [2, 0])
