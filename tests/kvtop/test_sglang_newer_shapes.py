@@ -95,7 +95,10 @@ def test_a_logging_configurations_source_and_level_after_the_time_leave_the_mess
     status = json.loads(kvtop_here("status", "--json", "--sglang-log", log).stdout)
     [rank] = json.loads(kvtop_here("ranks", "--json", "--sglang-log", log).stdout)
 
+    events = [json.loads(line) for line in kvtop_here("events", "--jsonl", "--sglang-log", log).stdout.splitlines()]
+
     assert (status["logs"]["batches"], status["logs"]["failures"], rank["inflight"]) == (2, 2, 3)
+    assert {event["raw_level"] for event in events if event["kind"] == "failure"} == {"error"}  # as the lines say
 
 
 def test_a_room_failed_for_want_of_the_bootstrap_joins_that_bootstrap_s_incident(tmp_path: Path):

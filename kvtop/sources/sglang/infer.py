@@ -36,5 +36,6 @@ def to_failure(line: FailureLine, label: str, ts: float) -> Failure | None:
     from_another_rank = line.reason.startswith(ANOTHER_RANK)
     echo = name == "propagated"
     origin = "" if echo else label
-    level = Level.DEBUG if echo else Level.WARNING if line.role == "prefill" else Level.ERROR
-    return Failure(ts, line.room, label, line.reason, name, str(level), from_another_rank, origin)
+    inferred = Level.DEBUG if echo else Level.WARNING if line.role == "prefill" else Level.ERROR
+    level = line.level or str(inferred)  # a line that states its level was logged at it (DOMAIN.md)
+    return Failure(ts, line.room, label, line.reason, name, level, from_another_rank, origin)

@@ -178,6 +178,8 @@ class FailureLine:
     reason: str
     """The KVTransferError's reason, or the whole exception text when it is something else."""
     is_kv_error: bool
+    level: str = ""
+    """The level the line states (`Prefix.level`), "" when it states none."""
 
     @property
     def role(self) -> str:
@@ -385,7 +387,7 @@ def _failure(prefix: Prefix) -> FailureLine:
         raise Garbled(f"rank={tp} is past {RANK_TAG_MAX}")
     reason = kv_error[2] if kv_error else exception
     reason = cut_text(reason.strip())
-    return FailureLine(prefix.ts, tp, match[1], rid[1] if rid else "", room, reason, kv_error is not None)
+    return FailureLine(prefix.ts, tp, match[1], rid[1] if rid else "", room, reason, kv_error is not None, prefix.level)
 
 
 def _json_string_at(text: str, start: int) -> str:

@@ -27,7 +27,7 @@ _SGLANG = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](\d{1,6}))?((?: 
 _TAGS_ONLY = re.compile(r"\[((?:DP|PP|ATTN_CP|TP|EP)\d+(?: +(?:DP|PP|ATTN_CP|TP|EP)\d+)*) *\] ?")
 """SGLang's prefix with its time taken out (people paste `[DP5 TP5 EP5 PP1] Scheduler hit an exception`)."""
 _TAG = re.compile(r"([A-Z_]+?)(\d+)")
-_SOURCE_AND_LEVEL = re.compile(r"\[[\w.-]{1,128}\.py:\d{1,6}\]\[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\]: ")
+_SOURCE_AND_LEVEL = re.compile(r"\[[\w.-]{1,128}\.py:\d{1,6}\]\[(DEBUG|INFO|WARNING|ERROR|CRITICAL)\]: ")
 """A logging configuration's source and level after SGLang's time (`[2026-03-12 14:27:52][prefill.py:290][ERROR]:
 Prefill bootstrap failed ...`, sglang #20252): the message starts after it."""
 _ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
@@ -68,6 +68,9 @@ class Prefix:
     ts: float | None
     tags: dict[str, int]
     message: str
+    level: str = ""
+    """The level the line states (a logging configuration's `[ERROR]`, lower case; `critical` is `error`), "" when it
+    states none (SGLang's own format)."""
 
     @property
     def tp(self) -> int | None:
@@ -147,10 +150,10 @@ def parse_prefix(line: str) -> Prefix:
     ts = stamp_seconds(match[1])
     if match[2]:
         ts += int(match[2]) / 10 ** len(match[2])
-    start = match.end()
+    start, level = match.end(), ""
     if line.startswith("[", start) and (source := _SOURCE_AND_LEVEL.match(line, start)):
-        start = source.end()
-    return Prefix(ts, _tags(match[3]) if match[3] else {}, line[start:].rstrip())
+        start, level = source.end(), "error" if source[1] == "CRITICAL" else source[1].lower()
+    return Prefix(ts, _tags(match[3]) if match[3] else {}, line[start:].rstrip(), level)
 
 
 def _tags(text: str) -> dict[str, int]:
