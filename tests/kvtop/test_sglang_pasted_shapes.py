@@ -188,3 +188,21 @@ def test_a_wrapper_kvtop_does_not_know_by_name_leaves_the_lines_their_times(tmp_
         return [(incident["headline"], incident["first_seen"], incident["room_count"]) for incident in found]
 
     assert incidents(wrapped) == incidents(log)
+
+
+@pytest.mark.parametrize("name", ["lost-prefill", "peer-named"])
+def test_logs_a_wrapper_names_the_pods_of_read_as_those_pods_alone(tmp_path: Path, name: str):
+    """`kubectl logs --prefix` (`[pod/NAME/CONTAINER] ` on every line): besides its pods, each file counted as a
+    server of the role its name says, with no line of its own, that the decode's lost bootstrap address could be;
+    so the lost prefill read no rank `suspect`. A prefill with no log of its own keeps its row."""
+    logs = sorted((FIXTURES / name).glob("*.log"))
+    for log in logs:
+        lines = log.read_text().splitlines(keepends=True)
+        (tmp_path / log.name).write_text("".join(f"[pod/sglang-{log.stem}-0/sglang] {line}" for line in lines))
+
+    def states(*files: Path) -> list[tuple[str, str, object]]:
+        args = [arg for file in files for arg in ("--sglang-log", str(file))]
+        ranks = json.loads(kvtop_here("ranks", "--json", *args).stdout)
+        return sorted((rank["role"], rank["state"], str(rank["origins"])) for rank in ranks)
+
+    assert states(*(tmp_path / log.name for log in logs)) == states(*logs)

@@ -319,8 +319,14 @@ class SGLangLogs:
         return context_for(self.context, groups)
 
     def _servers(self) -> list[_File]:
-        """Every server the files hold: each file's own lines, and the servers a wrapper names in it."""
-        return [server for file in self.files for server in file.servers]
+        """Every server the files hold: each file's own lines (none when a wrapper names the server of each line: its
+        role from the file's name is no server's), and the servers a wrapper names in it."""
+        return [
+            server
+            for file in self.files
+            for server in file.servers
+            if server is not file or not file.streams or file.seq
+        ]
 
     def _stream(self, file: _File, text: str) -> tuple[_File | None, str]:
         """The server a line is from (a wrapper may name one, `split_stream`), and the line without the wrapper;
