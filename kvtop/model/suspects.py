@@ -161,7 +161,7 @@ class Suspect(msgspec.Struct, frozen=True, array_like=True, gc=False):
             return f"unknown (noticed by {self.name})" if self.name else "unknown"
         if self.kind == "side":
             return f"the {self.role} side of {self.name}"
-        if self.role and not self.name.startswith(self.role):
+        if self.role and _ADDRESS_NAME.fullmatch(self.name):
             return f"{self.role} at {self.name}"
         return self.name
 
@@ -170,6 +170,9 @@ class Suspect(msgspec.Struct, frozen=True, array_like=True, gc=False):
 
 
 CLIENT = Suspect("client", "client")
+_ADDRESS_NAME = re.compile(r"[^/\s]+:\d{1,5}")
+"""A suspect named by an address (`10.0.0.7:8998`, a bootstrap server's host and port), not by a rank or an instance
+label, whatever a wrapper named those (`sglang-prefill-0/TP2`): said with its role (`prefill at 10.0.0.7:8998`)."""
 
 
 class Attribution(msgspec.Struct, frozen=True, gc=False):

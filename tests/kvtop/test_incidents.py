@@ -15,6 +15,7 @@ from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import Observed, fold_room
 from kvtop.model.incidents import IncidentTracker, room_groups
 from kvtop.model.shapes import STALE_S
+from kvtop.model.suspects import Suspect
 from kvtop.record.keyframes import capture, restore
 from kvtop.views.failures import render_groups
 from kvtop.views.tables import ranks_json, ranks_text, status_json
@@ -443,3 +444,23 @@ def test_a_one_shot_view_folds_the_synced_snapshots_once_whatever_order_they_cam
     assert ("prefill-0/TP1", "corrupt", 7, 7) in forward
     assert all(origins == rooms for suspect, _, rooms, origins in forward if suspect != "decode-0/TP1")
     assert _one_shot(labels, held=False) != _one_shot(labels[::-1], held=False)  # what the hold is for
+
+
+def test_a_suspect_is_said_with_its_role_only_when_an_address_names_it():
+    """A pod's rank (`kubectl logs --prefix` names instances after their pods) read `prefill at sglang-prefill-0/TP2`,
+    as if it were an address."""
+    said = [
+        Suspect("rank", "sglang-prefill-0/TP2", "prefill").text,
+        Suspect("instance", "sglang-prefill-0", "prefill").text,
+        Suspect("rank", "10.0.0.7:15004", "decode").text,
+        Suspect("instance", "sglang-deploy-glm-4-5-prefill:30089", "prefill").text,
+        Suspect("rank", "prefill-0/TP1", "prefill").text,
+    ]
+
+    assert said == [
+        "sglang-prefill-0/TP2",
+        "sglang-prefill-0",
+        "decode at 10.0.0.7:15004",
+        "prefill at sglang-deploy-glm-4-5-prefill:30089",
+        "prefill-0/TP1",
+    ]
