@@ -22,7 +22,9 @@ The origin of a group is who *noticed*; its suspect is what *broke*, with the ev
    away: it did); an instance suspect with exactly one of its ranks silent then is that rank;
 4. so does a crash (server logs): an `unresponsive` suspect (a rank, an instance, or the address of one whose
    log was read) with exactly one rank whose scheduler had crashed up to `CRASH_EXPLAINS_S` before is that
-   rank.
+   rank; a rank whose own KV transfer thread died is the suspect of the `unresponsive` failures it records after;
+5. a sender's own transport fault (`local_fault`: `Memory region not registered`, ibverbs' local errors) logged
+   just before its send failure makes its instance the suspect, not the peer it could not send to.
 
 The kind of failure (`Kind`) joins the failure classes one cause produces: a rank that dies makes its peers
 lose it (`peer_lost`), time out (`timeout_*`) and fail to send to it (`send_failed`): all `unresponsive`.

@@ -110,7 +110,8 @@ _FATAL = re.compile(
     r"Caught signal \d+ \([^)]*\)?|Fatal Python error: (?:Segmentation fault|Aborted|Bus error|Floating point exception"
     r"|Illegal instruction)|Segfault encountered|terminate called after throwing an instance of '[^']*'"
 )
-"""A fatal signal, as UCX's handler or Python's `faulthandler` report it: the process dies."""
+"""A fatal signal, as UCX's handler or Python's `faulthandler` report it, or C++'s `std::terminate`: the process
+dies."""
 """How SGLang's scheduler process logs the exception that ends it (then it signals its server to quit)."""
 _FRAME = re.compile(r'^\s*File "([^"]*)", line (\d+), in (\S+)')
 _EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*: .*$|(?:[A-Za-z_]\w*\.)*[A-Z]\w*$")
@@ -145,12 +146,12 @@ _BOOTSTRAP_ERRORS = (
 )
 """A decode rank could not reach a prefill instance's bootstrap server: a failure that names no room."""
 _GLOG = re.compile(r"([EWIF])(\d\d)(\d\d) (\d\d:\d\d:\d\d)(\.\d+)? +(?:\d+ +)?(\S+\.c(?:pp|c)?:\d+)\] (.*)")
+"""`E0102 03:04:05.123456 4242 file.cpp:294] message` (the thread id left out in some pastes)."""
 _TORCH_RANK = re.compile(r"\[rank(\d+)\]:\[(?=[EWIF]\d{4} )")
 """PyTorch's C++ log prefix before a glog-like line: `[rank3]:[E1117 21:22:11.441603074 ProcessGroupNCCL.cpp:2068] `
 (the process's rank in its process group: on a server of one node and TP only, its TP rank)."""
 _TORCH_FATAL = ("Process group watchdog thread terminated with exception",)
 """What PyTorch's NCCL watchdog logs as it takes its process down (a collective failed or hung: the rank dies)."""
-"""`E0102 03:04:05.123456 4242 file.cpp:294] message` (the thread id left out in some pastes)."""
 _UCX = re.compile(r"\[(\d{9,}\.\d+)\] +\[[^\]]*\] +\S+ +UCX +(ERROR|WARN\w*|DIAG) +(.*)")
 _TRANSPORT_KEYWORDS = ("Session::", "writeBody", "peer_nic", "Process failed", "transfer", "Transfer")
 
