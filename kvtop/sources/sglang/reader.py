@@ -99,7 +99,7 @@ class ReadStats:
     matched: int = 0
     """Lines holding a marker (handed on to be parsed)."""
     garbled: int = 0
-    """Lines skipped: not UTF-8, or longer than `MAX_LINE_BYTES`."""
+    """Lines skipped: longer than `MAX_LINE_BYTES` (a byte that is not UTF-8 costs its character, not the line)."""
     rotations: int = 0
     damaged: str = ""
     """What was wrong with a `.gz` that could not be read to its end ("" while it could)."""

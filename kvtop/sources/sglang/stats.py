@@ -20,7 +20,7 @@ class LogStats:
     batches: int = 0
     context: int = 0
     garbled: int = 0
-    """Lines that hold a marker but not the shape of their kind, or that are not text: counted, skipped."""
+    """Lines that hold a marker but not the shape of their kind, or past the longest line: counted, skipped."""
     no_room: int = 0
     """Failure lines without a room that no related line names (kept as context: they cannot be folded)."""
     undated: int = 0
