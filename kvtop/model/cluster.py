@@ -46,11 +46,13 @@ from kvtop.model.suspects import (
     CRASHED,
     LOCAL_FAULT_BEFORE_S,
     PREFILL_LOST,
+    SESSION_TIE_S,
     SILENT_BEFORE_S,
     THREAD_DIED,
     WAITING_TIMED_OUT,
     asked_in_vain,
     bootstrap_unreachable,
+    failed_session,
     is_transport_error,
     local_fault,
     prefill_lost,
@@ -175,6 +177,8 @@ class ClusterModel:
         line pushes one out (a check's finding)."""
         self.local_faults: dict[str, deque[tuple[float, str]]] = {}
         """The local faults (`local_fault`) each instance's transport libraries logged, the latest few: when, what."""
+        self.failed_sessions: dict[str, deque[tuple[float, str]]] = {}
+        """The sessions each instance said failed (`failed_session`), the latest few: when, which."""
         self.crashes: dict[str, LogContext] = {}
         """Ranks that crashed (a server log said so, read or followed by a sidecar): the latest crash of each
         (`kind` `crash`: its process died; `thread_died`: one of its KV transfer threads), kept apart from
@@ -385,15 +389,28 @@ class ClusterModel:
         ]
         return crashed[0] if len(crashed) == 1 else None
 
-    def keep_local_fault(self, label: str, line: LogContext) -> None:
-        """Keep a transport error of rank `label` that tells a local fault (`local_fault`) under its instance."""
-        if fault := local_fault(line.text):
-            kept = self.local_faults.setdefault(label.rpartition("/")[0], deque(maxlen=LOCAL_FAULTS_KEPT))
-            kept.append((line.ts, fault))
+    def keep_transport_error(self, label: str, line: LogContext) -> None:
+        """Keep what a transport error of rank `label` tells the suspects under its instance: a local fault
+        (`local_fault`), a session given up on (`failed_session`)."""
+        for kept, found in (
+            (self.local_faults, local_fault(line.text)),
+            (self.failed_sessions, failed_session(line.text)),
+        ):
+            if found:
+                kept.setdefault(label.rpartition("/")[0], deque(maxlen=LOCAL_FAULTS_KEPT)).append((line.ts, found))
 
     def own_transport_fault(self, instance: str, ts: float) -> str:
         faults = self.local_faults.get(instance, ())
         return next((fault for at, fault in faults if ts - LOCAL_FAULT_BEFORE_S <= at < ts + 1.0), "")
+
+    def session_failed_with(self, instance: str, address: str, ts: float) -> str:
+        host = address.rpartition(":")[0]
+        sessions = {
+            session
+            for at, session in self.failed_sessions.get(instance, ())
+            if abs(at - ts) <= SESSION_TIE_S and session.rpartition(":")[0] == host
+        }
+        return sessions.pop() if len(sessions) == 1 else ""
 
     def groups(self, now: float | None = None, window_s: float | None = None) -> list[FailureGroup]:
         """Every failure group, or those that started in the last `window_s` before `now`."""
@@ -680,7 +697,7 @@ class ClusterModel:
             self.context.append((view.label, event))
             if is_transport_error(event.kind, event.text):
                 self.transport_errors.append((view.label, event))
-                self.keep_local_fault(view.label, event)
+                self.keep_transport_error(view.label, event)
             if event.kind in CRASH_KINDS:
                 self.crashes[view.label] = event
             elif event.kind == BOOTSTRAP_ERROR:

@@ -8,7 +8,8 @@ The origin of a group is who *noticed*; its suspect is what *broke*, with the ev
    sender (`from prefill rank N` on the room's prefill instance; for another room's metadata, that room's
    prefill instance, or the prefill side); `Lost`/`Losing connection with prefill
    instance (bootstrap_addr: X)` -> the prefill instance at X; `remote ... session S is not alive` -> the
-   decode rank at S; `Failed to send kv chunk of R to P` -> the decode rank at P; a decode timeout -> the
+   decode rank at S; `Failed to send kv chunk of R to P` -> the decode rank at P (named S when its sender said
+   `Session S failed.` with it: Mooncake's two addresses of one decode rank); a decode timeout -> the
    room's prefill side; a prefill timeout -> the room's decode side (the instance when the room's link
    names it, else "the decode side of prefill-0"); a peer lost that the reason does not name (NIXL's
    `NIXL_ERR_REMOTE_DISCONNECT`) -> the room's other side; a consensus timeout -> the rank it waited for; a
@@ -100,6 +101,7 @@ _LOCAL_FAULTS = (
     "local length error",
     "local QP operation error",
     "local access error",
+    "Bad address",  # EFAULT: memory the sender may not read (GPU memory given to Mooncake's TCP transport)
 )
 """What a transport library logs of a fault of its own side (its memory registration, its queue pair), never of
 its peer: the sender's own transport broke, whatever it then says of the peer it could not send to."""
@@ -109,6 +111,19 @@ LOCAL_FAULT_BEFORE_S = 5.0
 def local_fault(text: str) -> str:
     """The local fault a transport-library line tells (one of `_LOCAL_FAULTS`), "" when it tells none."""
     return next((fault for fault in _LOCAL_FAULTS if fault in text), "")
+
+
+_FAILED_SESSION = re.compile(r"Session (\S+:\d{1,5}) failed\.")
+"""Mooncake's `Session S failed.`, logged by a prefill rank just before its `Failed to send kv chunk of R to P`:
+S is the decode rank's transfer engine (`host:rpc_port`), P the same rank's ZeroMQ port, and later rooms name S
+(`remote mooncake session S is not alive`). SGLang's mooncake/conn.py."""
+SESSION_TIE_S = 1.0
+
+
+def failed_session(text: str) -> str:
+    """The session a `Session S failed.` line gave up on, "" for any other line."""
+    found = _FAILED_SESSION.search(text)
+    return found[1] if found else ""
 
 
 BOOTSTRAP_ERROR = "bootstrap_error"
@@ -222,6 +237,11 @@ class Surroundings(Protocol):
     def own_transport_fault(self, instance: str, ts: float) -> str:
         """The local fault a transport library of `instance` logged at most `LOCAL_FAULT_BEFORE_S` before `ts` or
         in its second (SGLang's lines tell whole seconds, glog's microseconds), "" when none did."""
+        ...
+
+    def session_failed_with(self, instance: str, address: str, ts: float) -> str:
+        """The session on `address`'s host that `instance` said failed (`failed_session`) within `SESSION_TIE_S` of
+        `ts`, "" when none did (or several did)."""
         ...
 
 
@@ -390,13 +410,15 @@ def _by_rules(origin: Observed, room: int, around: Surroundings) -> tuple[Suspec
         (_DOWN_AT, "instance", "prefill", HEARTBEAT_LOST),
         (_FETCH_FROM, "instance", "prefill", BOOTSTRAP_UNANSWERED),
         (_SESSION, "rank", "decode", "its session is not alive"),
-        (_SEND_TO, "rank", "decode", "sending to it failed"),
+        (_SEND_TO, "rank", "decode", "sending to it failed"),  # `_decode_rank_at` names it by its session
         (_SEND_TO_PREFILL, "rank", "prefill", "sending to it failed"),
         (_SILENT_RANK, "rank", origin.role, "stopped voting in its instance"),
         (_VOTE_OF, "rank", origin.role, "never voted on the room"),
         (_JOIN, "instance", origin.role, "not every rank joined"),
     ):
         found = pattern.search(reason)
+        if found and pattern is _SEND_TO:
+            return Suspect(kind, _decode_rank_at(found[1], origin, around), role), evidence
         if found:
             return Suspect(kind, found[1], role), evidence
     if name in _TIMEOUTS:
@@ -411,6 +433,12 @@ def _by_rules(origin: Observed, room: int, around: Surroundings) -> tuple[Suspec
     if name == "refused":
         return _rank(origin.rank, origin.role), "it refused the transfer"
     return Suspect("unknown", origin.instance), "nothing names a cause"
+
+
+def _decode_rank_at(address: str, origin: Observed, around: Surroundings) -> str:
+    """The name of the decode rank a send failed to: the session its sender said failed with it (on the address's
+    host, in the same second), which later rooms name, else the address itself."""
+    return around.session_failed_with(origin.instance, address, origin.ts) or address
 
 
 def _other_side(origin: Observed, room: int, around: Surroundings) -> Suspect:

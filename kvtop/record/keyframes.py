@@ -30,7 +30,7 @@ from transport.wire import LOG_SIDECAR
 
 JOURNAL_FIELDS = frozenset(("journal", "journal_total", "_journal_kept", "_journal_events"))
 """The event tail of the dashboard's model: not part of a keyframe (rebuilt by the replay)."""
-DERIVED_FIELDS = frozenset(("_failure_keys", "fold", "local_faults"))
+DERIVED_FIELDS = frozenset(("_failure_keys", "fold", "local_faults", "failed_sessions"))
 """Made from the state (`ClusterModel.failure_keys`; the fold, from the failures when restored; the local faults,
 from the transport errors): not part of a keyframe."""
 STATE_FIELDS = frozenset(
@@ -246,7 +246,7 @@ def restore(data: bytes | memoryview, journal_events: int = 0) -> ClusterModel:
     model.instances_at = dict(state.instances_at)
     model.transport_errors.extend(state.transport_errors)
     for label, line in state.transport_errors:
-        model.keep_local_fault(label, line)
+        model.keep_transport_error(label, line)
     model.snapshot_cut, model.correct_clocks = state.snapshot_cut, state.correct_clocks
     if state.incidents is not None:
         model.incidents = IncidentTracker.restored(state.incidents)

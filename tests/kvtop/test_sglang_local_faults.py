@@ -80,3 +80,20 @@ def test_a_send_failure_after_the_senders_own_transport_fault_names_the_sender(t
     assert check.returncode == 2
     assert "prefill-0 fails transfers (send_failed)" in check.stdout
     assert "10.9.0.7" not in check.stdout.split(" | ")[0].split("transport errors")[0]  # no decode at 10.9.0.7 named
+
+
+def test_a_send_of_memory_the_sender_cannot_read_names_the_sender(tmp_path: Path):
+    """Mooncake's TCP transport given GPU memory (sglang #7118, Mooncake #917: `TCP cannot transmit data located on
+    the GPU`): its `Session::writeBody failed. Error: Bad address` is the sender's own fault (EFAULT)."""
+    log = tmp_path / "prefill.log"
+    log.write_text(
+        "E0612 14:05:26.176716 1192408 tcp_transport.cpp:136] Session::writeBody failed. Error: Bad address "
+        "(value: 14), total_transferred_bytes_: 0, current transferred_bytes: 0\n"
+        "[2025-06-12 14:05:26] Session 77.1.2.78:15659 failed.\n"
+        + send_failure("2025-06-12 14:05:26", 0, ROOM, "77.1.2.78:41001")
+    )
+
+    check = kvtop_here("check", "--sglang-log", str(log))
+
+    assert check.returncode == 2
+    assert "incident: prefill-0 fails transfers (send_failed)" in check.stdout

@@ -369,7 +369,8 @@ def test_a_followed_worker_error_becomes_the_failure_record_once_the_file_moves_
         log.write("[2026-01-02 03:04:20 TP0] Session 10.0.0.7:15004 failed.\n")
     moved_on = logs.poll(model)
 
-    assert (waiting, [(label, e.room) for label, e in moved_on]) == ([], [("prefill-0/TP1", 31)])
+    failures = [(label, e.room) for label, e in moved_on if isinstance(e, Failure)]  # the session: its rank's event
+    assert (waiting, failures) == ([], [("prefill-0/TP1", 31)])
 
 
 def test_a_followed_worker_error_with_its_traceback_last_fails_its_room_once_the_file_is_quiet(tmp_path: Path):

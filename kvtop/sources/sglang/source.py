@@ -37,6 +37,7 @@ from kvtop.model.suspects import (
     CRASH_KINDS,
     PREFILL_LOST,
     WAITING_TIMED_OUT,
+    failed_session,
     local_fault,
 )
 from kvtop.sources.sglang.context import CONTEXT_KEPT, Context, context_for
@@ -87,6 +88,11 @@ when nothing in it says (`decode.log`)."""
 _OTHER_ROLE = {"prefill": "decode", "decode": "prefill"}
 _ROTATED = re.compile(r"(.+\.(?:log|txt|out))(?:[.-]\d{1,8})?(?:\.gz)?")
 """A log's name and a rotation's suffix (logrotate's `.1`, `.2.gz`, `-20260301`)."""
+
+
+def _tells_suspects(text: str) -> bool:
+    """A transport error the suspects read under its rank: a local fault, a session given up on."""
+    return bool(local_fault(text) or failed_session(text))
 
 
 def _rotated_server(path: Path, role: str) -> tuple[str, str, str] | None:
@@ -389,7 +395,7 @@ class SGLangLogs:
             self.context.append(context)
             if context.transport_error:
                 self.errors.append(context)
-            if record.kind in RANK_EVENT_KINDS or (context.transport_error and local_fault(record.text)):
+            if record.kind in RANK_EVENT_KINDS or (context.transport_error and _tells_suspects(record.text)):
                 self._rank_event(file, record, ts, pending)  # its rank's (a sidecar publishes it with the rank's)
             elif self.fresh_context is not None and record.kind != BOOTSTRAP_ERROR:  # that one: once unclaimed
                 self.fresh_context.append(context)
