@@ -17,7 +17,8 @@ Within a room (DESIGN.md, "The fold"):
    a cross-instance echo. With no root at all, under a synthetic "origin
    unknown" group;
 5. a room id that comes back more than `ROOM_REUSE_S` after its last failure is
-   a new room (ids are random but may repeat);
+   a new room (ids are random but may repeat), unless its failure says it timed
+   out after as long (`timed out after 300.0s`: the room was open all along);
 6. an origin inferred from a log (not named by an agent) on a prefill rank,
    at or after a decode root of the room that timed out or aborted, is an
    echo of that root: the decode gave up and told the prefill (DOMAIN.md,
@@ -29,7 +30,11 @@ Within a room (DESIGN.md, "The fold"):
    word, that of a prefill origin of the room not later than it (within
    `SAME_FAILURE_S`) is an echo of that origin: the prefill told it (SGLang
    0.5.23's NIXL and MoRI backends send the prefill's reason with its Failed
-   status, and the decode records it as its own).
+   status, and the decode records it as its own);
+9. an origin inferred from a log on a decode rank that timed out waiting for
+   the KV, after a client's abort of the room on a prefill rank, is an echo of
+   that abort: SGLang's prefill stops a room the client aborted without telling
+   the decode, which waits out its timeout (sglang PR #28651).
 
 Each group has a lead (`FailureGroup.lead`): its origin, else its earliest
 echo. Levels follow the fold (DESIGN.md): the lead shows at its shown level
@@ -41,6 +46,7 @@ result never depends on the order in which events arrived.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -52,6 +58,8 @@ ABORTED = "aborted"
 """The class of a client's abort (`Aborted by AbortReq.`): shown and counted, never a cluster fault."""
 GAVE_UP = frozenset({"timeout_bootstrap", "timeout_waiting", "timeout_transfer", "aborted"})
 """Decode failures after which decode tells prefill (ABORT): prefill failures that follow are their echoes."""
+_TIMED_OUT_AFTER = re.compile(r"timed out after (\d{1,9}(?:\.\d+)?) ?s")
+"""SGLang's timeouts say how long the room waited (`Request R timed out after 300.0s in KVPoll.WaitingForInput`)."""
 
 
 class Observed(msgspec.Struct, frozen=True, order=True, gc=False):
@@ -150,13 +158,21 @@ def fold_room(failures: Iterable[Observed]) -> list[FailureGroup]:
 
 
 def _epochs(ordered: list[Observed]) -> list[list[Observed]]:
-    """Split one room id's failures where it was quiet for longer than `ROOM_REUSE_S` (a reused id)."""
+    """Split one room id's failures where it was quiet for longer than `ROOM_REUSE_S` (a reused id), unless the
+    failure after the quiet timed out after waiting as long."""
     epochs: list[list[Observed]] = [[]]
     for failure in ordered:
-        if epochs[-1] and failure.ts - epochs[-1][-1].ts > ROOM_REUSE_S:
+        quiet = failure.ts - epochs[-1][-1].ts if epochs[-1] else 0.0
+        if quiet > ROOM_REUSE_S and quiet > _waited(failure) + SAME_FAILURE_S:
             epochs.append([])
         epochs[-1].append(failure)
     return epochs
+
+
+def _waited(failure: Observed) -> float:
+    """How long the room waited before the failure, where its reason says (a timeout's), else 0."""
+    found = _TIMED_OUT_AFTER.search(failure.reason) if failure.reason_class.startswith("timeout") else None
+    return float(found[1]) if found else 0.0
 
 
 def _fold_room(ordered: list[Observed]) -> list[FailureGroup]:
@@ -167,9 +183,10 @@ def _fold_room(ordered: list[Observed]) -> list[FailureGroup]:
         f for f in ordered
         if f.is_origin and f.role == "prefill" and f.reason_class != ABORTED and _gave_up_before(gave_up, f) is None
     ]  # fmt: skip
+    aborted = [f for f in ordered if f.is_origin and f.role == "prefill" and f.reason_class == ABORTED]
     followers: list[tuple[Observed, Observed]] = []
     for failure in (f for f in ordered if f.is_origin):
-        cause = _gave_up_before(gave_up, failure) or _told_by(told, failure)
+        cause = _gave_up_before(gave_up, failure) or _told_by(told, failure) or _waited_on_abort(aborted, failure)
         if cause is not None:
             followers.append((failure, cause))
             continue
@@ -214,6 +231,13 @@ def _told_by(told: list[Observed], failure: Observed) -> Observed | None:
     return next(
         (cause for cause in told if cause.reason == failure.reason and cause.ts <= failure.ts + SAME_FAILURE_S), None
     )
+
+
+def _waited_on_abort(aborted: list[Observed], failure: Observed) -> Observed | None:
+    """The prefill's client abort a log-inferred decode timeout in WaitingForInput follows (rule 9), if any."""
+    if not failure.inferred or failure.role != "decode" or failure.reason_class != "timeout_waiting":
+        return None
+    return next((cause for cause in aborted if cause.ts <= failure.ts), None)
 
 
 def _own_instance_root(roots: list[FailureGroup], failure: Observed) -> FailureGroup:

@@ -226,6 +226,43 @@ def test_a_client_abort_printed_on_both_sides_is_one_failure_with_the_earliest_r
     assert groups[0].aborted
 
 
+def waited_out(ts: float, rank: str, waited_s: float = 300.0) -> Observed:
+    """A decode rank's own record that the room timed out in WaitingForInput after `waited_s`, read from its log."""
+    reason = f"Request {ROOM} timed out after {waited_s:.1f}s in KVPoll.WaitingForInput"
+    return Observed(ts, ROOM, rank, "decode", reason, "timeout_waiting", rank, "", False, True)
+
+
+def test_a_decode_that_waited_out_a_room_the_client_aborted_on_prefill_echoes_the_abort():
+    """sglang PR #28651: the prefill stops a room the client aborted without telling the decode, whose ranks wait out
+    their 300 s; their timeouts are the abort's echoes, the room one client abort (not a new room 300 s later)."""
+    events = [
+        failure(10.0, "prefill-0/TP0", "prefill-0/TP0", "aborted", inferred=True),
+        failure(10.0, "prefill-0/TP1", "prefill-0/TP1", "aborted", inferred=True),
+        waited_out(310.0, "decode-0/TP0"),
+        waited_out(310.0, "decode-0/TP1"),
+    ]
+
+    groups = fold(events)
+
+    assert shape(groups) == [
+        (ROOM, "prefill-0/TP0", "prefill-0/TP0", ["decode-0/TP0", "decode-0/TP1", "prefill-0/TP1"])
+    ]
+    assert groups[0].aborted
+
+
+def test_a_decode_timeout_before_the_client_aborted_or_too_long_after_is_its_own_failure():
+    """The abort explains only a wait it ended: a decode that timed out before it, or a room id failing again longer
+    after than its timeout says it waited (a reused id), is a failure of its own, the origin of its group."""
+    abort = failure(100.0, "prefill-0/TP0", "prefill-0/TP0", "aborted", inferred=True)
+
+    before = fold([abort, waited_out(99.0, "decode-0/TP0")])
+    reused = fold([abort, waited_out(100.0 + 30.0 + ROOM_REUSE_S + SAME_FAILURE_S + 1, "decode-0/TP0", waited_s=30.0)])
+
+    assert [g.origin_label for g in before] == ["decode-0/TP0"]  # the abort after it: its echo (rule 6)
+    assert [g.origin_label for g in reused] == ["prefill-0/TP0", "decode-0/TP0"]
+    assert [g.echo_count for g in reused] == [0, 0]
+
+
 def test_a_group_whose_origin_was_never_seen_is_led_by_its_earliest_echo_at_its_side_s_level():
     """No origin: the earliest echo leads the group, shown at decode's origin level (error), not debug."""
     echoes = [failure(2.0, "decode-0/TP1", "", "propagated"), failure(1.5, "decode-0/TP0", "", "propagated")]
