@@ -264,3 +264,26 @@ def test_a_line_dated_past_any_event_s_time_does_not_move_the_span(tmp_path: Pat
     status = json.loads(kvtop_here("status", "--sglang-log", str(log), "--json").stdout)
 
     assert (status["rooms_failed"], status["rejected_events"]) == (1, 1)
+
+
+def test_a_thread_s_death_is_said_where_its_exception_was_raised_not_at_a_frame_printed_after_it():
+    """Several processes' tracebacks interleaved in one stream (sglang PR #6720, NIXL, every prefill rank's
+    bootstrap thread dying at once): the frame that raised the exception is the last one above its line."""
+    record = (
+        "Exception in thread Thread-5 (bootstrap_thread):\n"
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3.10/threading.py", line 953, in run\n'
+        "    self._target(*self._args, **self._kwargs)\n"
+        '  File "/sgl/python/sglang/srt/disaggregation/nixl/conn.py", line 351, in bootstrap_thread\n'
+        '    required_dst_info_num = int(waiting_req_bytes[10].decode("ascii"))\n'
+        "IndexError: list index out of range\n"
+        '  File "/usr/lib/python3.10/threading.py", line 953, in run'
+    )
+
+    line = classify(parse_prefix(record), 2026)
+
+    assert isinstance(line, ContextLine)
+    assert line.text == (
+        "thread Thread-5 (bootstrap_thread) died: IndexError: list index out of range, in "
+        "sglang/srt/disaggregation/nixl/conn.py:351 bootstrap_thread"
+    )

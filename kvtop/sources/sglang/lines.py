@@ -337,11 +337,16 @@ def _signal_name(number: int) -> str:
 def _raised(lines: list[str]) -> str:
     """What a traceback (`lines`, its first the record that logs it) says was raised, and where: `KeyError: 42, in
     sglang/srt/disaggregation/mooncake/conn.py:950 check_status`."""
-    exception = next(  # the last unindented line shaped as one (a shipper may strip the indents of code lines)
-        (line.strip() for line in reversed(lines[1:]) if line[:1] not in (" ", "\t") and _EXCEPTION_LINE.match(line)),
-        "",
+    at = next(  # the last unindented line shaped as one (a shipper may strip the indents of code lines)
+        (
+            i
+            for i in range(len(lines) - 1, 0, -1)
+            if lines[i][:1] not in (" ", "\t") and _EXCEPTION_LINE.match(lines[i])
+        ),
+        None,
     )
-    frames = [frame for line in lines if (frame := _FRAME.match(line))]
+    exception = lines[at].strip() if at is not None else ""
+    frames = [frame for line in lines[:at] if (frame := _FRAME.match(line))]  # the frame that raised it is above it
     where = ""
     if frames:
         path, line, function = frames[-1].groups()
