@@ -268,6 +268,8 @@ _TOLD_BY = {
 }
 """A rank's record of a room the other side failed (role -> (the reason's start, that side))."""
 _POOL_FULL = "its KV pool is full"
+_OWN_RESTORE = "(HiCache local restore failed on this rank)"
+"""A decode rank's own HiCache restore of the room failed (SGLang 0.5.23 says so after the reason)."""
 _TIMEOUTS = frozenset(("timeout_bootstrap", "timeout_waiting", "timeout_transfer"))
 
 
@@ -432,6 +434,8 @@ def _by_rules(origin: Observed, room: int, around: Surroundings) -> tuple[Suspec
         return _other_side(origin, room, around), BOOTSTRAP_UNANSWERED
     if name == "refused":
         return _rank(origin.rank, origin.role), "it refused the transfer"
+    if reason.endswith(_OWN_RESTORE):
+        return _rank(origin.rank, origin.role), "its own HiCache restore of the room failed"
     return Suspect("unknown", origin.instance), "nothing names a cause"
 
 

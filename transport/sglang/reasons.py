@@ -12,6 +12,7 @@ ANOTHER_RANK = "Failed due to an unknown reason from another rank"
 _CLASSES: tuple[tuple[re.Pattern[str], ReasonClass], ...] = tuple(
     (re.compile(pattern), reason_class)
     for pattern, reason_class in (
+        (r"\(HiCache local restore failed on this rank\)$", ReasonClass.OTHER),  # 0.5.23: the rank's own, an origin
         (r"timed out after [\d.]+s in KVPoll\.Bootstrapping", ReasonClass.TIMEOUT_BOOTSTRAP),
         (r"timed out after [\d.]+s in KVPoll\.WaitingForInput", ReasonClass.TIMEOUT_WAITING),
         (r"timed out after [\d.]+s in KVPoll\.Transferring", ReasonClass.TIMEOUT_TRANSFER),

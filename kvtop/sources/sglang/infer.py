@@ -33,8 +33,8 @@ def to_failure(line: FailureLine, label: str, ts: float) -> Failure | None:
     if line.room is None:
         return None
     name = reason_class(line.reason)
-    from_another_rank = line.reason.startswith(ANOTHER_RANK)
     echo = name == "propagated"
+    from_another_rank = echo and line.reason.startswith(ANOTHER_RANK)  # not a rank's own HiCache restore failure
     origin = "" if echo else label
     inferred = Level.DEBUG if echo else Level.WARNING if line.role == "prefill" else Level.ERROR
     level = line.level or str(inferred)  # a line that states its level was logged at it (DOMAIN.md)

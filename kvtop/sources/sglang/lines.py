@@ -83,6 +83,11 @@ _FAILURE = re.compile(r"(Decode handshake|Decode transfer|Prefill transfer|Prefi
 _FAILURE_KIND = re.compile(r"\b(?:Decode handshake|Decode transfer|Prefill transfer|Prefill bootstrap) failed\b")
 _JSON_STRING_BODY = re.compile(r'(?:[^"\\]|\\.)*')
 """A JSON string's characters up to its closing quote (escapes kept)."""
+OWN_RESTORE_FAILED = " (HiCache local restore failed on this rank)"
+"""What SGLang (0.5.23) appends to a decode's failure line when the rank's own HiCache restore of the room failed: the
+rank is the origin, whatever reason the exception before it gave (`... from another rank`, none at all)."""
+NO_REASON = "KV transfer failed (no reason recorded)"
+"""The reason of a failure line that ends at its room: the rank raised nothing (SGLang's `KV transfer failed`)."""
 _RANK = re.compile(r"\brank=(\d+)")
 _RID = re.compile(r"\brid='([^']*)'")
 _ROOM_FIELD = re.compile(r"\bbootstrap_room=(\d+|None)")
@@ -377,10 +382,14 @@ def _failure(prefix: Prefix) -> FailureLine:
         match = _FAILURE.match(_json_string_at(prefix.message, match.start()))
         if match is None:
             raise Garbled("a failure line without its kind")
-    fields, _, exception = match[2].partition(" with exception ")
+    rest = match[2].rstrip()
+    own_restore = rest.endswith(OWN_RESTORE_FAILED)
+    fields, _, exception = rest.removesuffix(OWN_RESTORE_FAILED).partition(" with exception ")
     rank = _RANK.search(fields)
     rid = _RID.search(fields)
     room_field = _ROOM_FIELD.search(fields)
+    if not exception and room_field and room_field[1] != "None" and room_field.end() == len(fields):
+        exception = NO_REASON  # nothing raised: the rank failed the room without a record (a HiCache restore, <0.5.23)
     if not exception or (rank is None and prefix.tp is None):
         raise Garbled("a failure line cut before its exception")
     kv_error = _EXCEPTION.match(exception)
@@ -392,7 +401,7 @@ def _failure(prefix: Prefix) -> FailureLine:
     if tp > RANK_TAG_MAX:
         raise Garbled(f"rank={tp} is past {RANK_TAG_MAX}")
     reason = kv_error[2] if kv_error else exception
-    reason = cut_text(reason.strip())
+    reason = cut_text(reason.strip() + (OWN_RESTORE_FAILED if own_restore else ""))
     return FailureLine(prefix.ts, tp, match[1], rid[1] if rid else "", room, reason, kv_error is not None, prefix.level)
 
 
