@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvtop.cli.options import Insecure, bind_endpoint, fail, key_folder
+from kvtop.cli.options import MAX_WAIT_S, Insecure, bind_endpoint, fail, key_folder
 from transport.config import LogLevel, Role, Timeouts, TransferConfig
 from transport.registration import MAX_PAGE_BYTES, MAX_TP
 
@@ -55,21 +55,23 @@ def agent(
         int, typer.Option(min=1, help="Bytes a prefill rank may have unacknowledged on one link (at least a chunk).")
     ] = _TRANSFER.window_bytes,
     bootstrap_timeout: Annotated[
-        float, typer.Option(min=0.001, help="Seconds a room may stay in Bootstrapping.")
+        float, typer.Option(min=0.001, max=MAX_WAIT_S, help="Seconds a room may stay in Bootstrapping.")
     ] = _TIMEOUTS.bootstrap_s,
     waiting_timeout: Annotated[
-        float, typer.Option(min=0.001, help="Seconds a room may stay in WaitingForInput.")
+        float, typer.Option(min=0.001, max=MAX_WAIT_S, help="Seconds a room may stay in WaitingForInput.")
     ] = _TIMEOUTS.waiting_s,
     transfer_timeout: Annotated[
-        float, typer.Option(min=0.001, help="Seconds a Transferring room may make no progress.")
+        float, typer.Option(min=0.001, max=MAX_WAIT_S, help="Seconds a Transferring room may make no progress.")
     ] = _TIMEOUTS.transfer_s,
     heartbeat: Annotated[
-        float, typer.Option(min=0.001, help="Seconds between heartbeats on each link (below --peer-timeout).")
+        float,
+        typer.Option(min=0.001, max=MAX_WAIT_S, help="Seconds between heartbeats on each link (below --peer-timeout)."),
     ] = _TRANSFER.heartbeat_s,
     peer_timeout: Annotated[
         float,
         typer.Option(
             min=0.001,
+            max=MAX_WAIT_S,
             help="Seconds until a silent peer is lost; also how long a rank of this instance may go without voting "
             "on a room this rank took before the room fails (timeout_consensus).",
         ),

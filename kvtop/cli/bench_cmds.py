@@ -15,6 +15,7 @@ import typer
 
 from kvtop.bench import BenchFailed
 from kvtop.bench.report import Report, text
+from kvtop.cli.options import MAX_INTERVAL_S
 from kvtop.cli.units import parse_size
 
 JsonObject = Annotated[bool, typer.Option("--json", help="Print a JSON object instead of text.")]
@@ -191,12 +192,20 @@ def bench_ui(
     rooms: SyntheticRooms = 100_000,
     instances: SyntheticInstances = 8,
     tp: SyntheticTp = 4,
-    events_per_s: Annotated[float, typer.Option(min=1000, help="Events/s applied while the dashboard runs.")] = 50_000,
+    events_per_s: Annotated[
+        float, typer.Option(min=1000, max=10_000_000, help="Events/s applied while the dashboard runs.")
+    ] = 50_000,
     seconds: Annotated[
-        float, typer.Option(min=1, help="Seconds of watching (a quarter per view); half as long again of keys.")
+        float,
+        typer.Option(
+            min=1, max=MAX_INTERVAL_S, help="Seconds of watching (a quarter per view); half as long again of keys."
+        ),
     ] = 30.0,
     key_timeout_s: Annotated[
-        float, typer.Option(min=0, help="How long a key may take to show its view; a key that takes longer fails.")
+        float,
+        typer.Option(
+            min=0, max=MAX_INTERVAL_S, help="How long a key may take to show its view; a key that takes longer fails."
+        ),
     ] = 5.0,
     record: Annotated[
         bool,
@@ -308,7 +317,9 @@ def bench_curve(
     room_bytes: Annotated[str, typer.Option(help="KV bytes per room (a whole number of chunks).")] = "64MiB",
     rooms: Annotated[int, typer.Option(min=2, help="Rooms per transfer run (the first one warms up).")] = 16,
     repeats: Annotated[int, typer.Option(min=1, help="Runs per leg; figures are medians.")] = 3,
-    event_seconds: Annotated[float, typer.Option(min=0.5, help="Seconds each event leg is timed.")] = 2.0,
+    event_seconds: Annotated[
+        float, typer.Option(min=0.5, max=MAX_INTERVAL_S, help="Seconds each event leg is timed.")
+    ] = 2.0,
     curve_keys: Annotated[
         str,
         typer.Option("--curve-keys", metavar="DIR", help="Key folder to use (default: fresh keys in a temp folder)."),
@@ -341,7 +352,7 @@ def bench_curve(
 def bench_sidecar(
     lines_per_s: Annotated[int, typer.Option(min=1000, help="Lines per second the writer appends.")] = 50_000,
     failures_per_s: Annotated[int, typer.Option(min=1, help="Failure lines (new rooms) per second among them.")] = 20,
-    seconds: Annotated[float, typer.Option(min=1.0, help="Seconds of the timed window.")] = 10.0,
+    seconds: Annotated[float, typer.Option(min=1.0, max=MAX_INTERVAL_S, help="Seconds of the timed window.")] = 10.0,
     as_json: JsonObject = False,
 ) -> None:
     """The log sidecar's CPU and line-to-event delay on a growing log, vs a bare tail loop on the same file.
@@ -362,10 +373,12 @@ def bench_sidecar(
 def bench_fanin(
     agents: Annotated[int, typer.Option(min=1, max=4096, help="Agents publishing (the event plane only).")] = 1024,
     rate: Annotated[
-        float, typer.Option(min=1.0, help="Events per second each agent emits (heartbeats included).")
+        float, typer.Option(min=1.0, max=1e6, help="Events per second each agent emits (heartbeats included).")
     ] = 200.0,
     processes: Annotated[int, typer.Option(min=1, max=64, help="Processes the agents run in.")] = 8,
-    seconds: Annotated[float, typer.Option(min=1.0, help="Seconds of each measured window.")] = 10.0,
+    seconds: Annotated[
+        float, typer.Option(min=1.0, max=MAX_INTERVAL_S, help="Seconds of each measured window.")
+    ] = 10.0,
     repeats: Annotated[int, typer.Option(min=1, help="Runs per leg (direct, relay, alternating); medians.")] = 3,
     curve: Annotated[
         bool,
@@ -398,7 +411,9 @@ def bench_replay(
     rooms: Annotated[int, typer.Option(min=2, help="Rooms per transfer run.")] = 256,
     repeats: Annotated[int, typer.Option(min=1, help="Runs per leg; figures are medians.")] = 3,
     ingest_events: Annotated[int, typer.Option(min=10_000, help="Events per ingest run.")] = 300_000,
-    hours: Annotated[float, typer.Option(min=0.01, help="Hours of the synthetic recording the seeks use.")] = 1.0,
+    hours: Annotated[
+        float, typer.Option(min=0.01, max=24, help="Hours of the synthetic recording the seeks use.")
+    ] = 1.0,
     seeks: Annotated[int, typer.Option(min=1, help="Seeks to random times (median and worst reported).")] = 20,
     as_json: JsonObject = False,
 ) -> None:
@@ -427,9 +442,15 @@ def bench_keyframe(
     rooms: SyntheticRooms = 100_000,
     instances: SyntheticInstances = 8,
     tp: SyntheticTp = 4,
-    events_per_s: Annotated[float, typer.Option(min=1000, help="Events/s applied while keyframes are taken.")] = 50_000,
-    seconds: Annotated[float, typer.Option(min=2, help="Seconds per leg (captured under the lock, forked).")] = 15,
-    keyframe_s: Annotated[float, typer.Option(min=0.5, help="A keyframe this often (the dashboard: a minute).")] = 2,
+    events_per_s: Annotated[
+        float, typer.Option(min=1000, max=10_000_000, help="Events/s applied while keyframes are taken.")
+    ] = 50_000,
+    seconds: Annotated[
+        float, typer.Option(min=2, max=MAX_INTERVAL_S, help="Seconds per leg (captured under the lock, forked).")
+    ] = 15,
+    keyframe_s: Annotated[
+        float, typer.Option(min=0.5, max=MAX_INTERVAL_S, help="A keyframe this often (the dashboard: a minute).")
+    ] = 2,
     as_json: JsonObject = False,
 ) -> None:
     """How long a keyframe of a 100k-room model holds the collector's lock: forked vs captured under the lock.
@@ -450,7 +471,9 @@ def bench_attach(
     rooms: SyntheticRooms = 100_000,
     instances: SyntheticInstances = 8,
     tp: SyntheticTp = 4,
-    events_per_s: Annotated[float, typer.Option(min=1000, help="Events/s applied while the checks run.")] = 50_000,
+    events_per_s: Annotated[
+        float, typer.Option(min=1000, max=10_000_000, help="Events/s applied while the checks run.")
+    ] = 50_000,
     runs: Annotated[int, typer.Option(min=1, help="Checks (and baselines) started.")] = 5,
     as_json: JsonObject = False,
 ) -> None:

@@ -30,7 +30,14 @@ Version = Annotated[
 Prefill = Annotated[int, typer.Option(min=1, max=8, help="Prefill instances.")]
 Decode = Annotated[int, typer.Option(min=1, max=8, help="Decode instances.")]
 Tp = Annotated[int, typer.Option(min=1, max=8, help="TP size of every instance (ranks per instance).")]
-Rate = Annotated[float, typer.Option(min=0.1, help="Rooms started per second.")]
+MAX_WAIT_S = 86_400.0
+"""The longest --wait: a day (an answer awaited longer is no answer; a poll cannot wait forever)."""
+MAX_INTERVAL_S = 3_600.0
+"""The longest pause between frames or status lines: an hour."""
+MAX_SPAN_S = 366 * 86_400.0
+"""The longest span an option names (a window, a duration, how long a room may sit): a year, a log's longest."""
+
+Rate = Annotated[float, typer.Option(min=0.1, max=1e6, help="Rooms started per second.")]
 Faults = Annotated[
     list[str],
     typer.Option(
@@ -41,7 +48,9 @@ Faults = Annotated[
         "'none' for no faults. Default: corrupt:0.02 on prefill-0/TP0, stall:0.01 on prefill-1 (if there is one)."
     ),
 ]
-Duration = Annotated[float | None, typer.Option(min=0.1, help="Stop after this many seconds (default: until Ctrl-C).")]
+Duration = Annotated[
+    float | None, typer.Option(min=0.1, max=MAX_SPAN_S, help="Stop after this many seconds (default: until Ctrl-C).")
+]
 LogDir = Annotated[
     str,
     typer.Option(
@@ -49,15 +58,15 @@ LogDir = Annotated[
         "(<instance>-TP<rank>.stderr, tracebacks included) (default: a temporary folder, removed on exit)."
     ),
 ]
-BootstrapTimeout = Annotated[float, typer.Option(min=0.1, help="Seconds a room may stay in Bootstrapping.")]
-WaitingTimeout = Annotated[float, typer.Option(min=0.1, help="Seconds a room may stay in WaitingForInput.")]
-TransferTimeout = Annotated[float, typer.Option(min=0.1, help="Seconds a Transferring room may make no progress.")]
-
-
-MAX_WAIT_S = 86_400.0
-"""The longest --wait: a day (an answer awaited longer is no answer; a poll cannot wait forever)."""
-MAX_INTERVAL_S = 3_600.0
-"""The longest pause between frames or status lines: an hour."""
+BootstrapTimeout = Annotated[
+    float, typer.Option(min=0.1, max=MAX_WAIT_S, help="Seconds a room may stay in Bootstrapping.")
+]
+WaitingTimeout = Annotated[
+    float, typer.Option(min=0.1, max=MAX_WAIT_S, help="Seconds a room may stay in WaitingForInput.")
+]
+TransferTimeout = Annotated[
+    float, typer.Option(min=0.1, max=MAX_WAIT_S, help="Seconds a Transferring room may make no progress.")
+]
 
 
 def _endpoint(value: str) -> str:

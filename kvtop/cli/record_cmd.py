@@ -13,6 +13,7 @@ import typer
 
 from kvtop.cli.options import (
     MAX_INTERVAL_S,
+    MAX_SPAN_S,
     TIMES,
     Bootstrap,
     Connect,
@@ -67,7 +68,9 @@ def record(
     interval: Annotated[
         float, typer.Option(min=0.5, max=MAX_INTERVAL_S, help="Seconds between status lines (at most an hour).")
     ] = STATUS_EVERY_S,
-    duration: Annotated[float | None, typer.Option(min=0.1, help="Stop after this many seconds.")] = None,
+    duration: Annotated[
+        float | None, typer.Option(min=0.1, max=MAX_SPAN_S, help="Stop after this many seconds.")
+    ] = None,
     keyframe_events: Annotated[
         int,
         typer.Option(

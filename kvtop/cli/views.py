@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvtop.cli.options import Follow, Interval, Json, fail
+from kvtop.cli.options import MAX_SPAN_S, Follow, Interval, Json, fail
 from kvtop.cli.source import reading, reads_source, say_what_was_heard
 from kvtop.source.spec import SourceSpec
 from kvtop.views.safe import terminal_safe
@@ -91,7 +91,7 @@ def check(
     ] = 0.05,
     max_stuck: Annotated[int, typer.Option(min=0, help="CRITICAL above this many stuck rooms.")] = 0,
     stuck_after: Annotated[
-        float, typer.Option(min=0.1, help="Seconds without progress that make a room stuck.")
+        float, typer.Option(min=0.1, max=MAX_SPAN_S, help="Seconds without progress that make a room stuck.")
     ] = 10.0,
     min_ranks: Annotated[
         int,
@@ -100,7 +100,9 @@ def check(
         ),
     ] = 0,
     max_gaps: Annotated[int, typer.Option(min=0, help="WARNING above this many lost event batches.")] = 0,
-    window: Annotated[float, typer.Option(min=1.0, help="Seconds of finished rooms the failure rate covers.")] = 60.0,
+    window: Annotated[
+        float, typer.Option(min=1.0, max=MAX_SPAN_S, help="Seconds of finished rooms the failure rate covers.")
+    ] = 60.0,
     incident_rooms: Annotated[
         int,
         typer.Option(
@@ -111,7 +113,9 @@ def check(
     ] = 1,
     incident_rate: Annotated[
         float,
-        typer.Option(min=0.0, help="... and only when it fails at least this many rooms a minute (0: any rate)."),
+        typer.Option(
+            min=0.0, max=1e9, help="... and only when it fails at least this many rooms a minute (0: any rate)."
+        ),
     ] = 0.0,
     incident_class: Annotated[
         list[str],
@@ -235,6 +239,7 @@ def status(
         float,
         typer.Option(
             min=1.0,
+            max=MAX_SPAN_S,
             help="Seconds the rates and failures cover (less, and the output says so, where the agents' "
             "snapshots hold less: each keeps its last 512 rooms).",
         ),
@@ -297,7 +302,9 @@ def rooms(
     recent: Annotated[
         float,
         typer.Option(
-            min=0.0, help="Also list the rooms that ended in this many seconds before now (0: open rooms only)."
+            min=0.0,
+            max=MAX_SPAN_S,
+            help="Also list the rooms that ended in this many seconds before now (0: open rooms only).",
         ),
     ] = 60.0,
     as_json: Json = False,

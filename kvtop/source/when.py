@@ -19,9 +19,21 @@ _CLOCK = re.compile(r"^\s*\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?\s*$")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
 
 
+_LATEST = 253_402_300_799.0
+"""9999-12-31 23:59:59 UTC: a time past it names no instant the platform's clock can show."""
+_LONGEST = 100 * 366 * 86_400.0
+"""A century: a duration past it is a typo, not a retention."""
+
+
 def parse_time(text: str, now: float | None = None) -> float:
     """Seconds since the epoch that `text` names; raises ValueError naming the accepted forms."""
-    now = time.time() if now is None else now
+    ts = _parse_time(text, time.time() if now is None else now)
+    if not 0.0 <= ts <= _LATEST:
+        raise ValueError(f"{text!r} is not a time between 1970 and 9999")
+    return ts
+
+
+def _parse_time(text: str, now: float) -> float:
     value = text.strip()
     if value.lower() == "now":
         return now
@@ -35,7 +47,7 @@ def parse_time(text: str, now: float | None = None) -> float:
             today = dt.datetime.fromtimestamp(now).date().isoformat()
             return dt.datetime.fromisoformat(f"{today}T{value}").timestamp()
         return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
+    except (ValueError, OverflowError):  # a date past what the platform's clock can show
         pass
     raise ValueError(f"{text!r} is not a time (examples: 2026-12-01T03:00:00, 03:00, '5 minutes ago', 1780000000, now)")
 
@@ -45,8 +57,8 @@ def parse_duration(text: str) -> float:
     match = _DURATION.match(text)
     unit = match.group(2).lower().removesuffix("s") if match else ""
     factor = 1 if unit == "" else _UNITS.get(unit)
-    if not match or factor is None or float(match.group(1)) <= 0:
-        raise ValueError(f"{text!r} is not a duration (examples: 24h, 90m, 3600, 2d)")
+    if not match or factor is None or not 0 < float(match.group(1)) * factor <= _LONGEST:
+        raise ValueError(f"{text!r} is not a duration of at most a century (examples: 24h, 90m, 3600, 2d)")
     return float(match.group(1)) * factor
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+import typing
 from pathlib import Path
 
 import pytest
+import typer
 from kvtop_cli import kvtop_here
 
 DEAD = ("--bootstrap", "tcp://127.0.0.1:9")
@@ -153,3 +155,48 @@ def test_several_files_after_one_sglang_log_hint_at_one_flag_each() -> None:
 
     assert done.returncode == 2
     assert "Hint: one file per --sglang-log: --sglang-log a.log --sglang-log b.log" in done.stderr
+
+
+def test_every_number_of_seconds_or_rate_an_option_takes_has_a_bound() -> None:
+    """`status --window inf`, `rooms --recent inf`, `check --stuck-after inf` ended in an OverflowError traceback
+    (a span said in hours): every float option has a largest value, so `inf` is a usage error."""
+    from typer.models import OptionInfo
+
+    from kvtop.cli.app import app
+
+    def commands(group: typer.Typer, path: str):
+        for command in group.registered_commands:
+            yield f"{path} {command.name or command.callback.__name__}", command.callback
+        for sub in group.registered_groups:
+            yield from commands(sub.typer_instance, f"{path} {sub.name}")
+        if group.registered_callback is not None:  # bare `kvtop`: the embedded cluster's options
+            yield path, group.registered_callback.callback
+
+    unbounded = []
+    for name, callback in commands(app, "kvtop"):
+        for option, hint in typing.get_type_hints(callback, include_extras=True).items():
+            if typing.get_origin(hint) is not typing.Annotated:
+                continue
+            base, *extras = typing.get_args(hint)
+            info = next((extra for extra in extras if isinstance(extra, OptionInfo)), None)
+            if info is not None and float in (typing.get_args(base) or (base,)) and info.max is None:
+                unbounded.append(f"{name} --{option.replace('_', '-')}")
+    assert unbounded == []
+
+
+@pytest.mark.parametrize(("view", "option"), [("status", "--window"), ("rooms", "--recent"), ("check", "--window")])
+def test_an_infinite_span_is_a_usage_error(view: str, option: str) -> None:
+    done = kvtop_here(view, "--sglang-log", LOG, option, "inf")
+
+    assert done.returncode == (3 if view == "check" else 2)
+    assert "Traceback" not in done.stderr and "internal error" not in done.stdout
+
+
+@pytest.mark.parametrize("value", ["99999999999999999999", "99999999 days ago"])
+def test_a_time_past_what_a_clock_can_show_is_a_usage_error(value: str) -> None:
+    """`status --at 99999999999999999999` ended in `OverflowError: timestamp out of range for platform time_t`."""
+    done = kvtop_here("status", "--sglang-log", LOG, "--at", value)
+
+    assert done.returncode == 2
+    assert "is not a time between 1970 and 9999" in done.stderr
+    assert "Traceback" not in done.stderr
