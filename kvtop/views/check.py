@@ -350,14 +350,14 @@ def unreachable(bootstrap: str, error: str) -> CheckResult:
 
 def unanswered(summary: str) -> CheckResult:
     """The verdict when the source does not answer (a cluster, or a dashboard's model with `--model`):
-    CRITICAL, with nothing judged."""
-    return CheckResult(Verdict.CRITICAL, summary, 0, 0, [], [], 0, 0.0, 0, 0)
+    CRITICAL, with nothing judged: no rate (a rate of nothing is no 0), the summary its one problem."""
+    return CheckResult(Verdict.CRITICAL, summary, 0, 0, [], [], 0, None, 0, 0, problems=[summary], abort_rate=None)
 
 
 def unknown(summary: str) -> CheckResult:
     """The verdict when nothing could be judged (bad arguments, a source that cannot be read, an internal
     error): UNKNOWN, saying why where a monitoring system reads it."""
-    return CheckResult(Verdict.UNKNOWN, summary, 0, 0, [], [], 0, None, 0, 0)
+    return CheckResult(Verdict.UNKNOWN, summary, 0, 0, [], [], 0, None, 0, 0, problems=[summary], abort_rate=None)
 
 
 def source_failing(result: CheckResult, problem: str) -> CheckResult:

@@ -104,6 +104,17 @@ def test_an_unreachable_cluster_is_critical():
     assert result.stdout.startswith("KVTOP CRITICAL - cluster unreachable at tcp://127.0.0.1:9")
 
 
+def test_an_unreachable_cluster_has_no_rates_and_names_its_problem():
+    """A cluster never reached gave `failure_rate=0.0000` (graphs drew 0 % failed through an outage) and an empty
+    `problems` list beside its CRITICAL verdict: its rates are unknown (`U`, null), its problem is said."""
+    text = kvtop("check", "--bootstrap", "tcp://127.0.0.1:9", "--wait", "0.5")
+    data = json.loads(kvtop("check", "--bootstrap", "tcp://127.0.0.1:9", "--wait", "0.5", "--json").stdout)
+
+    assert "failure_rate=U;" in text.stdout and "abort_rate=U" in text.stdout
+    assert (data["failure_rate"], data["abort_rate"]) == (None, None)
+    assert data["problems"] == [data["summary"]]
+
+
 def test_bad_arguments_are_unknown():
     """Unknown options and impossible thresholds exit 3 (UNKNOWN), as monitoring systems expect."""
     assert kvtop("check", "--bootstrap", "tcp://127.0.0.1:9", "--no-such-option").returncode == 3
