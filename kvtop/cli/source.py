@@ -121,9 +121,13 @@ def reading(spec: SourceSpec, tail: bool = False, journal: bool = False) -> Iter
         raise fail(str(error), error.code) from None
 
 
-def say_what_was_heard(source: Source) -> None:
-    """The source's notes on stderr; exit 1 with one line when nobody answered."""
+def say_what_was_heard(source: Source, follow: bool = False) -> None:
+    """The source's notes on stderr; exit 1 with one line when nobody answered, 2 when a view read once finds
+    nothing to show in what was given (empty logs, a recording of no agent: silence is no empty cluster; a
+    followed log may still grow)."""
     for line in source.notes():
         typer.echo(terminal_safe(line), err=True)
     if not source.heard():
         raise fail(source.silence())
+    if not follow and (nothing := source.nothing_to_judge()):
+        raise fail(nothing, 2)

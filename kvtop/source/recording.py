@@ -62,6 +62,10 @@ class RecordingSource(Source):
     def now(self) -> float:
         return self.cursor.time
 
+    def nothing_to_judge(self) -> str:
+        """A recording that holds no agent at the instant read (its recorder heard none, or not yet)."""
+        return "" if self.model.ranks else "the recording holds no agent at the instant read (its recorder heard none)"
+
     def tail(self, follow: bool) -> Iterator[list[Told]]:
         from kvtop.record.records import Gapped
 

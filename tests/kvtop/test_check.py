@@ -212,7 +212,7 @@ def test_a_recording_that_named_no_rank_is_unknown_without_words_about_logs(tmp_
     check = kvtop_here("check", "--replay", str(recording))
 
     assert check.returncode == 3, check.stdout
-    assert "no rank named in what was read" in check.stdout and "from logs" not in check.stdout
+    assert "the recording holds no agent" in check.stdout and "from logs" not in check.stdout
 
 
 def test_a_rate_just_over_its_limit_is_said_with_the_digits_that_tell_them_apart():

@@ -161,16 +161,20 @@ def test_a_wrong_file_beside_logs_is_named_and_the_logs_are_read(tmp_path: Path)
     )
 
 
-def test_an_empty_log_alone_is_no_error_to_a_view_and_nothing_to_judge_for_a_check(tmp_path: Path):
-    """A log its server has not written yet: nothing shown, said on stderr, exit 0 (a follow may start there);
-    `check` has nothing to judge, UNKNOWN (it said CRITICAL for no ranks, as for a cluster that lost them all)."""
+def test_an_empty_log_alone_is_nothing_to_show_and_nothing_to_judge(tmp_path: Path):
+    """A log its server has not written yet: a view read once said nothing was wrong (an empty table, exit 0: silence
+    shown as health); now exit 2 naming it, as for a file that is no log (`--follow` waits for it to grow); `check`
+    has nothing to judge, UNKNOWN (it said CRITICAL for no ranks, as for a cluster that lost them all)."""
     empty = tmp_path / "server.log"
     empty.write_text("")
 
-    result = kvtop_here("ranks", "--sglang-log", str(empty))
+    views = {view: kvtop_here(view, "--sglang-log", str(empty)) for view in ("status", "ranks", "failures", "events")}
     check = kvtop_here("check", "--sglang-log", str(empty))
 
-    assert result.returncode == 0 and result.stderr.strip().endswith(f"nothing read from 1: {empty}: empty")
+    said = f"kvtop: nothing to read in the logs given: {empty}: empty"
+    assert {view: (r.returncode, r.stdout, r.stderr.splitlines()[-1]) for view, r in views.items()} == {
+        view: (2, "", said) for view in views
+    }
     assert check.returncode == 3
     assert check.stdout == f"KVTOP UNKNOWN - nothing to read in the logs given: {empty}: empty\n"
 

@@ -108,3 +108,16 @@ def test_a_cap_below_the_smallest_ring_is_a_usage_error() -> None:
     done = kvtop_here("record", "--bootstrap", "tcp://127.0.0.1:9", "--max-bytes", "64KiB")
     assert done.returncode == 2
     assert "'64KiB' is below 1MiB" in done.stderr
+
+
+def test_a_recording_of_no_agent_is_nothing_to_show_and_nothing_to_judge(tmp_path: Path):
+    """`record` against a dead bootstrap exits 1 but leaves a recording; `status --replay` of it said `ranks 0 from
+    logs`, exit 0 (silence shown as health): now exit 2 saying it holds no agent (`check`: test_check.py)."""
+    out = tmp_path / "rec"
+    assert kvtop_here("record", "--bootstrap", "tcp://127.0.0.1:9", "--wait", "0.5", "--out", str(out)).returncode == 1
+
+    status = kvtop_here("status", "--replay", str(out))
+    failures = kvtop_here("failures", "--replay", str(out))
+
+    assert [(r.returncode, r.stdout) for r in (status, failures)] == [(2, ""), (2, "")]
+    assert "the recording holds no agent" in status.stderr
