@@ -1,5 +1,5 @@
 """`python -m kvtop` is the `kvtop` command."""
 
-from kvtop.cli.app import main
+from kvtop.cli.entry import main
 
 main()

@@ -18,6 +18,7 @@ import typer
 from typer._click.exceptions import ClickException, NoSuchOption, UsageError  # Typer vendors Click
 
 from kvtop.cli import agent_cmd, bench_cmds, export_cmd, keys_cmd, local_cmds, record_cmd, relay_cmd, top_cmd, views
+from kvtop.cli.views import INTERRUPTED
 
 HELP = ["-h", "--help"]
 """Every command's help options (subcommands inherit them from the app's context)."""
@@ -101,11 +102,29 @@ def run(args: list[str]) -> int:
     except typer.Abort:
         typer.echo("Aborted!", err=True)
         return 1
+    except KeyboardInterrupt:  # before Typer ran the command (the sidecar's, its modules imported)
+        return _interrupted(args)
     except OSError as error:
         if error.errno not in _OUTPUT_LOST:
             raise
         return _output_lost(error, 3 if args[:1] == ["check"] else 1)
-    return int(code) if isinstance(code, int) else 0
+    code = int(code) if isinstance(code, int) else 0
+    if code == INTERRUPTED and args[:1] == ["check"]:  # Typer's exit for a Ctrl-C outside the check's own judging
+        return _interrupted(args)
+    return code
+
+
+def _interrupted(args: list[str]) -> int:
+    """Ctrl-C before the command began its work: one line (`check`: its UNKNOWN verdict, where monitoring reads
+    it), no traceback; exit 130 (`check`: 3)."""
+    from kvtop.cli.views import print_verdict
+
+    if args[:1] != ["check"]:
+        typer.echo("kvtop: interrupted before it began", err=True)
+        return INTERRUPTED
+    from kvtop.views.check import Thresholds, unknown
+
+    return print_verdict(unknown("interrupted before the source was judged"), Thresholds(), "--json" in args)
 
 
 _OUTPUT_LOST = (errno.ENOSPC, errno.EIO, errno.EDQUOT)

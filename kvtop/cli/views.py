@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated
@@ -38,7 +40,7 @@ def _frames(spec: SourceSpec, follow: bool = False, interval: float = 1.0) -> It
     shown = False
     try:
         with reading(spec) as source:
-            say_what_was_heard(source)
+            say_what_was_heard(source, follow)
             while True:
                 if stopped := source.stopped():
                     raise fail(stopped)
@@ -215,6 +217,8 @@ def run_check(spec: SourceSpec, limits: Thresholds, as_json: bool) -> int:
         result = unknown("interrupted before the source was judged")
     except Exception as error:  # a check must answer UNKNOWN, never a traceback
         result = unknown(f"internal error: {error!r}")
+    if threading.current_thread() is threading.main_thread():  # judged: a Ctrl-C cannot part the code from the line
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     return print_verdict(result, limits, as_json)
 
 
@@ -375,7 +379,7 @@ def events(
     heard = False
     try:
         with reading(source, tail=True) as read:
-            say_what_was_heard(read)
+            say_what_was_heard(read, follow)
             heard = True
             held: list[tuple[str, Event]] = []
             """Until a lost batch, or (one-shot) the end: so each failure's level is the whole fold's."""

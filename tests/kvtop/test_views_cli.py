@@ -220,3 +220,25 @@ def test_ctrl_c_before_a_check_judged_is_unknown_on_stdout(wait_for):
 
     assert done.returncode == 3
     assert done.stdout.startswith("KVTOP UNKNOWN - interrupted before the source was judged")
+
+
+@pytest.mark.parametrize("after_s", [0.2, 0.3, 0.45, 0.6])
+def test_ctrl_c_at_any_moment_before_a_check_judged_is_unknown_on_stdout(after_s: float):
+    """A Ctrl-C while kvtop's modules loaded printed a traceback and exited 130, one while Typer ran the command
+    exited 130 with stdout empty: wherever it lands before the verdict (a bootstrap that never answers: no verdict
+    for 30 s), `check` says UNKNOWN on stdout, exit 3, no traceback."""
+    import signal
+    import time
+
+    command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
+    args = [command, "check", "--bootstrap", "tcp://127.0.0.1:9", "--wait", "30"]
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        time.sleep(
+            after_s
+        )  # where the signal lands (past the interpreter's own start-up), not a wait: any moment must do
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=20)
+
+    assert process.returncode == 3, (stdout, stderr)
+    assert stdout.startswith("KVTOP UNKNOWN - interrupted before the source was judged")
+    assert "Traceback" not in stderr
