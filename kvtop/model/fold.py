@@ -34,7 +34,11 @@ Within a room (DESIGN.md, "The fold"):
 9. an origin inferred from a log on a decode rank that timed out waiting for
    the KV, after a client's abort of the room on a prefill rank, is an echo of
    that abort: SGLang's prefill stops a room the client aborted without telling
-   the decode, which waits out its timeout (sglang PR #28651).
+   the decode, which waits out its timeout (sglang PR #28651);
+10. origins of the room named by agents that name the same suspect are one
+   failure, noticed on both sides (a decode rank killed: its prefill peer's
+   send fails and its own instance loses it, each before the other's word
+   arrives): the earliest is the origin.
 
 Each group has a lead (`FailureGroup.lead`): its origin, else its earliest
 echo. Levels follow the fold (DESIGN.md): the lead shows at its shown level
@@ -252,9 +256,12 @@ def _own_instance_root(roots: list[FailureGroup], failure: Observed) -> FailureG
 
 
 def _same_failure(root: Observed, other: Observed) -> bool:
-    """Ranks of one instance seeing the same class of failure at about the same time: one failure; and a
-    client's abort of the room, on any rank of either side (rule 7)."""
+    """Ranks of one instance seeing the same class of failure at about the same time: one failure; a client's
+    abort of the room, on any rank of either side (rule 7); and agents' origins that name the same suspect (rule
+    10)."""
     if root.reason_class == other.reason_class == ABORTED:
+        return True
+    if root.suspect and root.suspect == other.suspect and not (root.inferred or other.inferred):
         return True
     return (
         root.instance == other.instance

@@ -263,6 +263,28 @@ def test_a_decode_timeout_before_the_client_aborted_or_too_long_after_is_its_own
     assert [g.echo_count for g in reused] == [0, 0]
 
 
+def named(ts: float, rank: str, reason_class: str, suspect: str) -> Observed:
+    """An agent's origin of the room, naming what it suspects."""
+    role = "prefill" if rank.startswith("prefill") else "decode"
+    return Observed(ts, ROOM, rank, role, f"reason at {rank}", reason_class, rank, suspect=suspect)
+
+
+def test_agents_origins_on_both_sides_that_name_one_suspect_are_one_failure():
+    """A decode rank killed mid-transfer: its prefill peer's send fails and its own instance loses it, each before
+    the other's word arrives; the room was listed twice, under two origins (a hostile walkthrough's cluster)."""
+    send = named(5.0, "prefill-0/TP1", "send_failed", "decode-0/TP1")
+    lost = named(6.5, "decode-0/TP0", "peer_lost", "decode-0/TP1")
+
+    assert shape(fold([lost, send])) == [(ROOM, "prefill-0/TP1", "prefill-0/TP1", ["decode-0/TP0"])]
+
+
+def test_agents_origins_that_name_different_suspects_stay_apart():
+    corrupt = named(5.0, "decode-0/TP0", "checksum", "prefill-0/TP0")
+    lost = named(5.5, "prefill-0/TP1", "peer_lost", "decode-0/TP1")
+
+    assert [g.origin_label for g in fold([corrupt, lost])] == ["decode-0/TP0", "prefill-0/TP1"]
+
+
 def test_a_group_whose_origin_was_never_seen_is_led_by_its_earliest_echo_at_its_side_s_level():
     """No origin: the earliest echo leads the group, shown at decode's origin level (error), not debug."""
     echoes = [failure(2.0, "decode-0/TP1", "", "propagated"), failure(1.5, "decode-0/TP0", "", "propagated")]
