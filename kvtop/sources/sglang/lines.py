@@ -66,6 +66,8 @@ SAMPLED_MARKERS: tuple[bytes, ...] = (b" batch",)
 ROLE_MARKERS: dict[bytes, str] = {
     b"disaggregation_mode='prefill'": "prefill",
     b"disaggregation_mode='decode'": "decode",
+    b"'disaggregation_mode': 'prefill'": "prefill",  # SGLang 0.5.23 prints its arguments as a dict
+    b"'disaggregation_mode': 'decode'": "decode",
     b"Prefill batch": "prefill",
     b"Prefill transfer failed": "prefill",
     b"Prefill bootstrap failed": "prefill",
@@ -93,7 +95,6 @@ _PREALLOC_USAGE = re.compile(r"pre-allocated usage: ([\d.]+)")
 _THROUGHPUT = re.compile(r"(gen|input) throughput \(token/s\): ([\d.]+)")
 _SESSION = re.compile(r"Session (\S+) failed\.")
 _LOST = re.compile(r"(?:Lost|Losing) connection with prefill instance \(bootstrap_addr: ([^)]*)\)")
-_BOOTSTRAP_PORT = re.compile(r"\bdisaggregation_bootstrap_port=(\d+)")
 CRASH = "Scheduler hit an exception"
 CRASHES = (CRASH, "TpModelWorkerClient hit an exception")
 """How a scheduler process logs the exception that ends it: its own, or its overlap thread's (which sends the
@@ -218,6 +219,13 @@ class ServerArgsLine:
     """`disaggregation_bootstrap_port`: a prefill instance's bootstrap address ends with it."""
 
 
+def server_arg(message: str, name: str) -> str | None:
+    """The value a `server_args` line gives an argument, unquoted: `name=V` in `ServerArgs(...)`, `'name': V` in
+    SGLang 0.5.23's dict; None when the line gives none."""
+    found = re.search(rf"(?:\b{name}=|'{name}': )('[^']*'|[^,)}}\s]+)", message)
+    return found[1].strip("'") if found else None
+
+
 def _glog_seconds(glog: re.Match[str], year: int) -> float:
     """The time a glog line tells (it prints no year: `year`'s)."""
     stamp = f"{year}-{glog[2]}-{glog[3]} {glog[4]}"
@@ -257,8 +265,8 @@ def classify(prefix: Prefix, year: int) -> Record | None:
     """
     message, ts = prefix.message, prefix.ts
     if message.startswith("server_args="):
-        port = _BOOTSTRAP_PORT.search(message)
-        return ServerArgsLine(int(port[1]) if port else None)
+        port = server_arg(message, "disaggregation_bootstrap_port") or ""
+        return ServerArgsLine(int(port) if port.isdigit() else None)
     if "failed for request" in message:
         return _failure(prefix)
     if " failed" in message and _FAILURE_KIND.search(message):  # the substring first: this runs on every marked line
