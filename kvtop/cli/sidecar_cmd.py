@@ -56,7 +56,8 @@ def sidecar(
             min=1,
             max=1024,
             help="Ranks to publish from the start (TP0..N-1); others as the log names them "
-            "(its server_args line's tp_size, or a line's TP tag).",
+            "(its server_args line's tp_size, or a line's TP tag). A later node's log of a server over several "
+            "nodes publishes its node's ranks alone.",
         ),
     ] = 1,
     host: Annotated[

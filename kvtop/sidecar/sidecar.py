@@ -111,7 +111,7 @@ class Sidecar:
                 self._say(f"waiting for {self.tail.path} to appear")
                 waiting_said = True
             if self.tail.role and self.tail.instance:
-                self._declare(range(max(self.options.tp, self.tail.find_tp() if beat else 0)))
+                self._declare(self._ranks(beat))
                 if gained is not None:
                     self._publish(gained.events, gained.context)
             if beat:
@@ -126,9 +126,15 @@ class Sidecar:
                 stop.wait(self.options.poll_s)
         return 0
 
-    def _declare(self, tps: range | list[int]) -> None:
+    def _ranks(self, beat: bool) -> list[int]:
+        """The ranks to publish: `--tp`'s TP0..N-1 and those the log's start-up line gives it (looked for at a beat);
+        a log of a later node of a server over several nodes, its node's alone (TP0 is node 0's)."""
+        found = self.tail.find_tp() if beat else self.tail.ranks
+        return sorted({*(range(self.options.tp) if not found.start else ()), *found})
+
+    def _declare(self, tps: list[int]) -> None:
         """Ranks published from now on (each its own publisher and registration)."""
-        width = max(max(tps, default=0) + 1, max(self.ranks, default=0) + 1, self.options.tp)
+        width = max(max(tps, default=0) + 1, max(self.ranks, default=0) + 1, self.options.tp, self.tail.tp)
         for tp in tps:
             if tp not in self.ranks:
                 info = sidecar_info(self.tail.role, self.tail.instance, tp, width, self._incarnation)

@@ -8,14 +8,16 @@ import time
 from dataclasses import dataclass
 
 from kvtop.sources.sglang import Context, LogSpec, SGLangLogs
+from kvtop.sources.sglang.lines import node_of, server_arg
 from kvtop.sources.sglang.naming import agent_file
 from kvtop.sources.sglang.reader import read_head
 from kvtop.sources.sglang.sniff import SNIFF_BYTES
 from transport.plane.events import Event, LogFollowed
 from transport.wire import TEXT_MAX
 
-_TP_SIZE = re.compile(rb"server_args=ServerArgs\(.*?\btp_size=(\d+)")
-"""SGLang's start-up line names the server's TP size: its ranks are published from then on."""
+_SERVER_ARGS = re.compile(rb"server_args=(?:ServerArgs\(|\{)[^\n]*")
+"""SGLang's start-up line names the server's TP size (and the node, of a server over several): its ranks are
+published from then on."""
 READ_BYTES = 8 << 20
 """At most this much of the file per poll: a big backlog is published while the heartbeats go on."""
 
@@ -42,6 +44,9 @@ class LogTail:
         self._bytes = 0
         self.tp = 0
         """The TP size the server's start-up line names (0 until one does)."""
+        self.ranks = range(0)
+        """The TP ranks that line gives this log: all `tp`, or its node's of a server over several nodes (node 1 of
+        TP16 over two: TP8..TP15)."""
         self._sniffed = False
 
     @property
@@ -80,18 +85,22 @@ class LogTail:
             self._bytes, self._grew_at = read, time.monotonic()
         return Gained(events, context)
 
-    def find_tp(self) -> int:
-        """The TP size of the server's start-up line in the file's head (looked for until found, or until
-        the file outgrew the head)."""
+    def find_tp(self) -> range:
+        """`ranks`, from the server's start-up line in the file's head (looked for until found, or until the file
+        outgrew the head)."""
         if self.tp or self._sniffed or self.logs is None:
-            return self.tp
+            return self.ranks
         try:
             self._sniffed = os.stat(self.spec.path).st_size > SNIFF_BYTES
-            found = _TP_SIZE.search(read_head(self.spec.path, SNIFF_BYTES))
+            found = _SERVER_ARGS.search(read_head(self.spec.path, SNIFF_BYTES))
         except OSError:
-            return 0
-        self.tp = min(int(found[1]), 1024) if found else 0
-        return self.tp
+            return self.ranks
+        line = found[0].decode("utf-8", "replace") if found else ""
+        size = server_arg(line, "tp_size") or ""
+        self.tp = min(int(size), 1024) if size.isdigit() else 0
+        node = node_of(line)
+        self.ranks = node.tp_ranks if node is not None and node.tp_size == self.tp else range(self.tp)
+        return self.ranks
 
     def at_end(self) -> bool:
         return self.logs is None or self.logs.files[0].reader.at_end()

@@ -57,6 +57,22 @@ def test_a_prefill_log_that_prints_no_bootstrap_port_may_be_any_instance():
     assert named(alone) == {"10.0.0.5:8998": ["decode-0/TP0", "decode-0/TP1"]}
 
 
+def test_sglang_0523s_arguments_printed_as_a_dict_say_the_prefill_and_its_bootstrap_port(tmp_path: Path):
+    """SGLang 0.5.23 prints `server_args={'model_path': ..., 'disaggregation_bootstrap_port': 8998, ...}`: read as no
+    server's, a log of nothing else was no prefill, so both addresses the decode lost were listed as logless."""
+    server = tmp_path / "server.log"
+    server.write_text(
+        "[2026-03-05 09:00:00] server_args={'model_path': 'Qwen/Qwen3-32B', 'host': '0.0.0.0', 'port': 30000, "
+        "'tp_size': 2, 'disaggregation_mode': 'prefill', 'disaggregation_transfer_backend': 'mooncake', "
+        "'disaggregation_bootstrap_port': 8998}\n"
+    )
+
+    model = model_of(PEERS / "decode.log", server)
+
+    assert named(model) == {"10.0.0.6:8999": ["decode-0/TP0", "decode-0/TP1"]}
+    assert model.instances_at["10.0.0.5:8998"] == ("prefill-0",)
+
+
 def test_the_json_gives_what_peers_lines_do_not_tell_as_null_and_who_named_the_instance():
     model = model_of(PEERS / "decode.log")
 

@@ -14,7 +14,8 @@ Kinds (DOMAIN.md, "SGLang's log lines"):
 - `BatchLine`: the periodic prefill and decode batch lines with queue depths
   (`#bootstrap-req`, `#inflight-req`, `#prealloc-req`, `#transfer-req`,
   `#retracted-req`, mid-2025 `#unbootstrapped-req`/`#transferring-req`);
-- `ServerArgsLine`: the arguments a server prints as it starts (a prefill's bootstrap port);
+- `ServerArgsLine`: the arguments a server prints as it starts (a prefill's bootstrap port; `node_of`: which node
+  of a server that spans several it is);
 - `ContextLine`: everything else that explains failures: `Session X failed.`,
   `Lost connection with prefill instance (...), N requests affected`, NIXL
   transport errors, transfer worker errors and their tracebacks, one-time
@@ -66,6 +67,8 @@ SAMPLED_MARKERS: tuple[bytes, ...] = (b" batch",)
 ROLE_MARKERS: dict[bytes, str] = {
     b"disaggregation_mode='prefill'": "prefill",
     b"disaggregation_mode='decode'": "decode",
+    b"'disaggregation_mode': 'prefill'": "prefill",  # SGLang 0.5.23 prints its arguments as a dict
+    b"'disaggregation_mode': 'decode'": "decode",
     b"Prefill batch": "prefill",
     b"Prefill transfer failed": "prefill",
     b"Prefill bootstrap failed": "prefill",
@@ -98,7 +101,6 @@ _PREALLOC_USAGE = re.compile(r"pre-allocated usage: ([\d.]+)")
 _THROUGHPUT = re.compile(r"(gen|input) throughput \(token/s\): ([\d.]+)")
 _SESSION = re.compile(r"Session (\S+) failed\.")
 _LOST = re.compile(r"(?:Lost|Losing) connection with prefill instance \(bootstrap_addr: ([^)]*)\)")
-_BOOTSTRAP_PORT = re.compile(r"\bdisaggregation_bootstrap_port=(\d+)")
 CRASH = "Scheduler hit an exception"
 CRASHES = (CRASH, "TpModelWorkerClient hit an exception")
 """How a scheduler process logs the exception that ends it: its own, or its overlap thread's (which sends the
@@ -223,6 +225,54 @@ class ServerArgsLine:
     """`disaggregation_bootstrap_port`: a prefill instance's bootstrap address ends with it."""
 
 
+@dataclass(frozen=True, slots=True)
+class NodeOf:
+    """A node of a server that spans several (`--nnodes N --node-rank R --dist-init-addr H:P`): each node logs to its
+    own file, with the same arguments but its `node_rank` and host, and its own TP ranks (node 1 of TP16 over two:
+    TP8..TP15); only node 0 runs the HTTP server and a prefill's bootstrap server."""
+
+    mode: str
+    """`disaggregation_mode`."""
+    address: str
+    """`dist_init_addr`: where the nodes meet."""
+    nnodes: int
+    tp_size: int
+    rank: int
+    """`node_rank`."""
+
+    @property
+    def server(self) -> tuple[str, str, int, int]:
+        """What every node of the server prints alike."""
+        return (self.mode, self.address, self.nnodes, self.tp_size)
+
+    @property
+    def tp_ranks(self) -> range:
+        """The TP ranks of the server on this node."""
+        width = self.tp_size // self.nnodes
+        return range(width * self.rank, width * (self.rank + 1))
+
+
+def server_arg(message: str, name: str) -> str | None:
+    """The value a `server_args` line gives an argument, unquoted: `name=V` in `ServerArgs(...)`, `'name': V` in
+    SGLang 0.5.23's dict; None when the line gives none."""
+    found = re.search(rf"(?:\b{name}=|'{name}': )('[^']*'|[^,)}}\s]+)", message)
+    return found[1].strip("'") if found else None
+
+
+def node_of(message: str) -> NodeOf | None:
+    """The node of a multi-node server a `server_args` line says it is; None for a server on one node, one that
+    names no rendezvous address, and one whose TP ranks would not tell its nodes apart (pipeline stages over the
+    nodes: each stage logs TP0...)."""
+    nnodes, rank, tp_size = (server_arg(message, name) or "" for name in ("nnodes", "node_rank", "tp_size"))
+    address = server_arg(message, "dist_init_addr") or "None"
+    if not (nnodes.isdigit() and rank.isdigit() and tp_size.isdigit()) or address == "None":
+        return None
+    node = NodeOf(server_arg(message, "disaggregation_mode") or "", address, int(nnodes), int(tp_size), int(rank))
+    if node.nnodes < 2 or node.rank >= node.nnodes or not node.tp_ranks or node.tp_size % node.nnodes:
+        return None
+    return node if server_arg(message, "pp_size") in (None, "1") else None
+
+
 def _glog_seconds(glog: re.Match[str], year: int) -> float:
     """The time a glog line tells (it prints no year: `year`'s)."""
     stamp = f"{year}-{glog[2]}-{glog[3]} {glog[4]}"
@@ -262,8 +312,8 @@ def classify(prefix: Prefix, year: int) -> Record | None:
     """
     message, ts = prefix.message, prefix.ts
     if message.startswith("server_args="):
-        port = _BOOTSTRAP_PORT.search(message)
-        return ServerArgsLine(int(port[1]) if port else None)
+        port = server_arg(message, "disaggregation_bootstrap_port") or ""
+        return ServerArgsLine(int(port) if port.isdigit() else None)
     if "failed for request" in message:
         return _failure(prefix)
     if " failed" in message and _FAILURE_KIND.search(message):  # the substring first: this runs on every marked line

@@ -1,13 +1,14 @@
-"""Which kind of server (prefill or decode) wrote a log file, from the first line only one kind writes; and
-whether a file kvtop read nothing from is an SGLang server log at all."""
+"""Which kind of server (prefill or decode) wrote a log file, from the first line only one kind writes; which node
+of a multi-node server it is, from its `server_args` lines; and whether a file kvtop read nothing from is an SGLang
+server log at all."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from kvtop.sources.sglang.lines import ROLE_MARKERS
-from kvtop.sources.sglang.prefix import has_prefix, parse_prefix
+from kvtop.sources.sglang.lines import ROLE_MARKERS, NodeOf, node_of
+from kvtop.sources.sglang.prefix import has_prefix, parse_prefix, split_stream
 from kvtop.sources.sglang.reader import is_gzip, read_head
 
 SNIFF_BYTES = 4 << 20
@@ -21,6 +22,31 @@ def sniff_role(path: Path) -> str:
         return ""
     found = [(pos, role) for marker, role in ROLE_MARKERS.items() if (pos := text.find(marker)) >= 0]
     return min(found)[1] if found else ""
+
+
+def sniff_node(path: Path) -> NodeOf | None:
+    """The node of a multi-node server the `server_args` lines at the file's head say it is (None: none does, they
+    name different servers or nodes (a file of several servers), a wrapper names their servers, or it is unreadable)."""
+    try:
+        head = read_head(path, SNIFF_BYTES)
+    except OSError:
+        return None
+    said: set[NodeOf | None] = set()
+    at = head.find(b"server_args=")
+    while at >= 0:
+        end = head.find(b"\n", at)
+        end = len(head) if end < 0 else end
+        line = head[head.rfind(b"\n", 0, at) + 1 : end].decode("utf-8", "replace")
+        at = head.find(b"server_args=", end)
+        if split_stream(line)[0]:
+            return None
+        try:
+            message = parse_prefix(line).message
+        except ValueError:
+            continue
+        if message.startswith("server_args="):
+            said.add(node_of(message))
+    return said.pop() if len(said) == 1 else None
 
 
 PREFIX_SNIFF_BYTES = 64 << 10

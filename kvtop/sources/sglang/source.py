@@ -1,6 +1,7 @@
 """SGLang server logs as a source: files in, `ClusterModel.apply()` out, like the live collector.
 
-Each file is one server instance. Which kind (prefill or decode) it is comes
+Each file is one server instance; the pieces of one server's rotated log are one, and so are the logs of the nodes
+of one multi-node server (`sniff_node`). Which kind (prefill or decode) it is comes
 from `prefill=FILE` / `decode=FILE` (`spec`), else from its name when it is one
 of our agents' log files (`naming`), else from the first lines that only one
 kind writes (`sniff`). Instances are named like our agents (`prefill-0`); a
@@ -47,6 +48,7 @@ from kvtop.sources.sglang.lines import (
     ContextLine,
     FailureLine,
     Garbled,
+    NodeOf,
     ServerArgsLine,
     classify,
     is_glog,
@@ -56,7 +58,7 @@ from kvtop.sources.sglang.naming import InstanceNames, agent_file
 from kvtop.sources.sglang.prefix import has_prefix, parse_prefix, split_stream
 from kvtop.sources.sglang.reader import LogReader
 from kvtop.sources.sglang.related import RelatedLines, WorkerError
-from kvtop.sources.sglang.sniff import first_stamp, holds_sglang_lines, sniff_role
+from kvtop.sources.sglang.sniff import first_stamp, holds_sglang_lines, sniff_node, sniff_role
 from kvtop.sources.sglang.spec import LogSpec
 from kvtop.sources.sglang.stats import EMPTY, LogStats
 from transport.plane.events import EVENT_SCHEMA, MAX_TS, Event, EventBatch, Failure, Level, LogContext
@@ -100,6 +102,32 @@ def _rotated_server(path: Path, role: str) -> tuple[str, str, str] | None:
     of one server's rotated log (in one folder, of one role) are read as one instance."""
     name = _ROTATED.fullmatch(path.name)
     return (str(path.resolve().parent), name[1], role) if name else None
+
+
+_Log = tuple[str, str, str] | int
+"""A server's log: its rotated server (`_rotated_server`: its pieces are one log), else its file's index."""
+
+
+def _node_peers(named: Sequence[tuple[LogSpec, str, str]]) -> dict[_Log, int]:
+    """The logs that are nodes of one multi-node server (their `server_args` lines name the same mode, rendezvous
+    address, node count and TP size), each mapped to the index of the first file of any of them: one instance, where
+    the lines leave no doubt (two or more nodes, each one log). Our agents' logs are their own instances."""
+    first: dict[_Log, int] = {}
+    nodes: dict[_Log, NodeOf] = {}
+    for index, (spec, role, instance) in enumerate(named):
+        log = (_rotated_server(spec.path, role) if not instance else None) or index
+        first.setdefault(log, index)
+        if len(named) > 1 and not instance and log not in nodes and (node := sniff_node(spec.path)) is not None:
+            nodes[log] = node
+    servers: dict[tuple[str, str, int, int], dict[int, list[_Log]]] = {}
+    for log, node in nodes.items():
+        servers.setdefault(node.server, {}).setdefault(node.rank, []).append(log)
+    peers: dict[_Log, int] = {}
+    for ranks in servers.values():
+        if len(ranks) > 1 and all(len(logs) == 1 for logs in ranks.values()):
+            logs = [log for (log,) in ranks.values()]
+            peers.update(dict.fromkeys(logs, min(first[log] for log in logs)))
+    return peers
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -201,9 +229,11 @@ class SGLangLogs:
         """The first piece of each server whose log was given in rotated pieces (`decode.log.1`, `decode.log`):
         the others are its instance, and their lines relate to its (a failure's line in one, its cause in the
         other)."""
-        for spec, role, instance in named:
+        peers = _node_peers(named)
+        for index, (spec, role, instance) in enumerate(named):
             server = _rotated_server(spec.path, role) if not instance else None
             piece = rotated.get(server) if server is not None else None
+            peer = peers.get(server or index, index)
             reader = LogReader(spec.path)
             reader.open()
             first = first_stamp(spec.path)
@@ -212,6 +242,8 @@ class SGLangLogs:
             start = first if first is not None else spec.path.stat().st_mtime
             if piece is not None:
                 file = _File(spec, reader, role, piece.instance, start, first is not None, related=piece.related)
+            elif peer < index:  # a node of the server whose first node's log came before
+                file = _File(spec, reader, role, self.files[peer].instance, start, first is not None)
             else:
                 file = _File(spec, reader, role, instance or self._names.next(role), start, first is not None)
             if server is not None:
@@ -503,7 +535,7 @@ class SGLangLogs:
             ]
             if logs:
                 model.forget_peer_named(address)
-                model.instances_at[address] = tuple(file.instance for file in logs if file.instance)
+                model.instances_at[address] = tuple(dict.fromkeys(file.instance for file in logs if file.instance))
             else:
                 model.peer_named(address, "prefill", address.rpartition(":")[0], list(named_by))
 

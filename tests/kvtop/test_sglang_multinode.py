@@ -1,0 +1,148 @@
+"""One server whose TP ranks span several nodes (`--nnodes 2 --node-rank 0|1 --dist-init-addr H:P`: DeepSeek-R1 at
+TP16 over two 8-GPU nodes) writes one log per node. kvtop read the two as two instances (`prefill-0` TP0..TP7,
+`prefill-1` TP8..TP15): each room failed twice over (an origin in each, naming its own node's session: two
+incidents for one broken decode), and a prefill lost by its bootstrap address was "prefill-0 or prefill-1". Each
+node's `server_args` line says which server it is a node of; logs are merged only where those lines leave no
+doubt."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from kvtop_cli import kvtop_here
+
+from kvtop.model.cluster import ClusterModel
+from kvtop.sidecar.tail import LogTail
+from kvtop.sources.sglang import LogSpec, load
+
+pytestmark = pytest.mark.usefixtures("utc")
+
+NODES = Path(__file__).parent / "fixtures" / "sglang" / "multinode"
+"""DeepSeek-R1 in 1P1D, each side TP16 over two nodes (the shapes, hosts and rooms of a public deployment's logs,
+SGLang 0.5.8.post1): prefill on aihub1 (node 0: the HTTP server, the batch lines, TP0..TP7) and aihub2 (node 1:
+TP8..TP15), decode on aihub3 and aihub6. Two rooms fail on all 32 ranks at 16:00:13 and 16:00:14: the prefill
+ranks say the decode's mooncake sessions are not alive, the decode ranks that the prefill might be dead."""
+LOGS = sorted(NODES.glob("*.log"))
+PREFILL_NODES = (NODES / "prefill-aihub1.log", NODES / "prefill-aihub2.log")
+ROOMS = (887504041590801090, 4073374190146881990)
+
+
+def model_of(*paths: Path) -> ClusterModel:
+    model = ClusterModel()
+    load(paths, model)
+    return model
+
+
+def instances(model: ClusterModel) -> dict[str, list[int]]:
+    """Each instance's TP ranks."""
+    found: dict[str, list[int]] = {}
+    for view in model.ranks.values():
+        found.setdefault(view.instance, []).append(view.rank)
+    return {instance: sorted(ranks) for instance, ranks in sorted(found.items())}
+
+
+def copy(tmp_path: Path, log: Path, name: str = "", old: str = "", new: str = "") -> Path:
+    """`log` under `name` in `tmp_path`, its text with `old` replaced by `new`."""
+    copied = tmp_path / (name or log.name)
+    copied.write_text(log.read_text().replace(old, new))
+    return copied
+
+
+def test_the_logs_of_a_servers_nodes_are_one_instance_with_every_rank():
+    assert instances(model_of(*LOGS)) == {"decode-0": list(range(16)), "prefill-0": list(range(16))}
+
+
+def test_each_room_fails_once_and_its_incident_is_one():
+    """One origin per room (the prefill's first rank to notice), the other 31 ranks of both sides its echoes."""
+    model = model_of(*LOGS)
+    args = [arg for log in LOGS for arg in ("--sglang-log", str(log))]
+    found = json.loads(kvtop_here("incidents", "--json", *args).stdout)["incidents"]
+
+    groups = [(group.room, group.origin_label, len(group.echoes)) for group in model.groups()]
+    assert sorted(groups) == sorted((room, "prefill-0/TP0", 31) for room in ROOMS)
+    assert [(incident["room_count"], incident["origins"], incident["noticed_by"]) for incident in found] == [
+        (2, 2, {"prefill-0/TP0": 2})
+    ]
+
+
+def test_a_prefill_lost_by_its_bootstrap_address_is_the_one_instance(tmp_path: Path):
+    """Both nodes print the bootstrap port (only node 0 serves it): the address named two instances."""
+    decode = tmp_path / "decode.log"
+    decode.write_text(
+        "[2026-02-26 16:01:30 TP0] Lost connection with prefill instance (bootstrap_addr: 10.99.91.39:8998), "
+        "1 requests affected\n"
+    )
+
+    model = model_of(*PREFILL_NODES, decode)
+
+    assert model.instances_at["10.99.91.39:8998"] == ("prefill-0",)
+
+
+def test_a_sidecar_on_a_nodes_log_publishes_that_nodes_ranks():
+    """Each node's sidecar published all 16 under the same labels: one node's ranks hid the other's events."""
+    tail = LogTail(LogSpec(PREFILL_NODES[1]))
+    tail.poll()
+    ranks = tail.find_tp()
+    tail.close()
+
+    assert (ranks, tail.tp) == (range(8, 16), 16)
+
+
+def test_two_servers_each_on_two_nodes_are_two_instances(tmp_path: Path):
+    other = [
+        copy(
+            tmp_path, log, f"other-{log.name}", "dist_init_addr='10.99.91.39:5000'", "dist_init_addr='10.99.91.51:5000'"
+        )
+        for log in PREFILL_NODES
+    ]
+
+    assert instances(model_of(*PREFILL_NODES, *other)) == {"prefill-0": list(range(16)), "prefill-1": list(range(16))}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "both"),
+    [
+        ("dist_init_addr='10.99.91.39:5000'", "dist_init_addr='10.99.91.41:5000'", False),  # another server's node
+        ("tp_size=16", "tp_size=8", False),  # another server's node
+        ("node_rank=1", "node_rank=0", False),  # node 0 twice: a log of a restart, or of another server
+        ("nnodes=2, node_rank=1", "nnodes=1, node_rank=0", False),  # a server on one node
+        ("dist_init_addr='10.99.91.39:5000'", "dist_init_addr=None", True),  # no rendezvous address: no nodes
+        ("pp_size=1", "pp_size=2", True),  # pipeline stages over the nodes: each logs TP0..: ranks would collide
+    ],
+)
+def test_logs_whose_arguments_leave_a_doubt_are_their_own_instances(tmp_path: Path, old: str, new: str, both: bool):
+    first, second = PREFILL_NODES
+    logs = (copy(tmp_path, first, "", old, new) if both else first, copy(tmp_path, second, "", old, new))
+
+    assert sorted(instances(model_of(*logs))) == ["prefill-0", "prefill-1"]
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2), (0, 2, 1), (2, 0, 1)])
+def test_a_node_whose_log_was_rotated_joins_in_its_pieces(tmp_path: Path, order: tuple[int, ...]):
+    """`prefill.log*` in a shell gives the live piece, whose head no longer holds the arguments, first."""
+    lines = PREFILL_NODES[1].read_text().splitlines(keepends=True)
+    (tmp_path / "node1").mkdir()
+    (tmp_path / "node1" / "prefill.log.1").write_text("".join(lines[:20]))
+    (tmp_path / "node1" / "prefill.log").write_text("".join(lines[20:]))
+    logs = (tmp_path / "node1" / "prefill.log", tmp_path / "node1" / "prefill.log.1", PREFILL_NODES[0])
+
+    assert instances(model_of(*(logs[index] for index in order))) == {"prefill-0": list(range(16))}
+
+
+def test_sglang_0523s_arguments_printed_as_a_dict_tell_the_nodes_too(tmp_path: Path):
+    """`server_args={'model_path': ..., 'nnodes': 2, 'node_rank': 1, ...}` (SGLang 0.5.23)."""
+
+    def as_dict(line: str) -> str:
+        pairs = re.findall(r"(\w+)=('[^']*'|[^,)]+)", line.partition("server_args=ServerArgs(")[2])
+        return line.partition("server_args=")[0] + "server_args={" + ", ".join(f"'{k}': {v}" for k, v in pairs) + "}\n"
+
+    logs = []
+    for log in PREFILL_NODES:
+        first, *rest = log.read_text().splitlines(keepends=True)
+        logs.append(tmp_path / log.name)
+        logs[-1].write_text(as_dict(first) + "".join(rest))
+
+    assert instances(model_of(*logs)) == {"prefill-0": list(range(16))}
