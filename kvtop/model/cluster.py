@@ -83,6 +83,8 @@ from transport.wire import AgentInfo
 CRASH_EXPLAINS_S = 300.0
 """A rank's crash explains its peers' `unresponsive` failures this long after it: SGLang's bootstrap and waiting
 timeouts (300 s by default) end the last rooms that waited on it."""
+CRASH_AFTERMATH_S = 60.0
+"""A rank's second process death this soon after its crash, nothing logged between, is the same death's aftermath."""
 STUCK_AFTER_S = 10.0
 """An open room with no progress for this long is stuck, whatever state it claims (`ClusterModel.stuck`)."""
 SETTLE_S = 1.0
@@ -238,6 +240,17 @@ class ClusterModel:
             self._journal(label, events)
         return events
 
+    def _aftermath(self, label: str, crash: LogContext) -> bool:
+        """A process death the rank's log tells after its scheduler's crash, with nothing else logged between (the
+        server's watchdog taking its other processes down): the crash it follows says why, so it is kept."""
+        first = self.crashes.get(label)
+        return (
+            first is not None
+            and first.kind == crash.kind == CRASHED
+            and 0.0 <= crash.ts - first.ts <= CRASH_AFTERMATH_S
+            and self.logged_after_crash.get(label, 0.0) <= first.ts
+        )
+
     def _note_logged_after_crash(self, label: str, events: Sequence[Event]) -> None:
         """A crashed rank's log lines from after its process died (its server runs again): any event but a hello
         and a sidecar's own beat (which goes on whatever the server does; a batch line read from a log is a beat
@@ -249,6 +262,7 @@ class ClusterModel:
             if event.ts > crash.ts
             and not isinstance(event, AgentHello)
             and not (isinstance(event, Heartbeat) and event.log is not None)
+            and not (isinstance(event, LogContext) and event.kind in CRASH_KINDS)  # its aftermath (`_aftermath`)
         ]
         if later:
             self.logged_after_crash[label] = max(later)
@@ -699,7 +713,8 @@ class ClusterModel:
                 self.transport_errors.append((view.label, event))
                 self.keep_transport_error(view.label, event)
             if event.kind in CRASH_KINDS:
-                self.crashes[view.label] = event
+                if not self._aftermath(view.label, event):
+                    self.crashes[view.label] = event
             elif event.kind == BOOTSTRAP_ERROR:
                 attribution = bootstrap_unreachable(view.instance, event.text, event.ts, self)
                 self.incidents.add_roomless(event.ts, view.label, attribution, BOOTSTRAP_ERROR)

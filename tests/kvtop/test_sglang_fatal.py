@@ -287,3 +287,39 @@ def test_a_thread_s_death_is_said_where_its_exception_was_raised_not_at_a_frame_
         "thread Thread-5 (bootstrap_thread) died: IndexError: list index out of range, in "
         "sglang/srt/disaggregation/nixl/conn.py:351 bootstrap_thread"
     )
+
+
+WATCHDOG = "".join(
+    f"[2025-05-08 17:44:2{5 + i // 3}] Child process unexpectedly failed with an exit code 9. pid={147 + i}\n"
+    for i in range(7)
+)
+"""SGLang's watchdog of its child processes before early 2026, once per child as it takes the server down (sglang
+#6017, verbatim but for the order of the pids)."""
+
+
+def test_a_child_process_sglang_s_watchdog_saw_die_is_a_crash(tmp_path: Path):
+    """The watchdog's lines alone read `UNKNOWN - no rank named`: the server died."""
+    log = tmp_path / "prefill.log"
+    log.write_text(WATCHDOG)
+
+    check = kvtop_here("check", "--sglang-log", str(log))
+
+    assert check.returncode == 2
+    assert "crashed at 17:44:25 (its child process pid=147 exited with code 9)" in check.stdout  # the first death
+
+
+def test_the_watchdog_s_lines_after_a_scheduler_s_crash_leave_its_reason_in_place(tmp_path: Path):
+    """The rank whose overlap thread raised is the crash; the children the watchdog then saw die are its aftermath
+    (they named the last of them instead, hiding the exception)."""
+    log = tmp_path / "prefill.log"
+    log.write_text(
+        "[2025-05-08 17:44:22 DP8 TP8] TpModelWorkerClient hit an exception: Traceback (most recent call last):\n"
+        '  File "/sgl/python/sglang/srt/managers/tp_worker.py", line 181, in forward_batch_generation\n'
+        "    logits_output = self.model_runner.forward(forward_batch)\n"
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n" + WATCHDOG
+    )
+
+    check = kvtop_here("check", "--sglang-log", str(log))
+
+    assert check.returncode == 2
+    assert "prefill-0/TP8 crashed at 17:44:22 (TpModelWorkerClient hit an exception: RuntimeError: CUDA" in check.stdout

@@ -105,6 +105,9 @@ CRASH = "Scheduler hit an exception"
 CRASHES = (CRASH, "TpModelWorkerClient hit an exception")
 """How a scheduler process logs the exception that ends it: its own, or its overlap thread's (which sends the
 server SIGQUIT)."""
+_CHILD_FAILED = re.compile(r"Child process unexpectedly failed with (?:an exit code |exitcode=)(-?\d+)\. ?pid=(\d+)")
+"""SGLang's watchdog of its child processes before early 2026 (sglang #6017: `Child process unexpectedly failed with
+an exit code 9. pid=149`): one of the server's processes died, which names no rank; the server is taken down."""
 _SUBPROCESS_CRASH = re.compile(r"Subprocess (?:scheduler_(\d+)|detokenizer) \(pid=\d+\) crashed with exit code (-?\d+)")
 """SGLang's watchdog of its scheduler processes (since early 2026): one died without a word of its own (a
 signal, C++'s std::terminate); the server is taken down."""
@@ -353,6 +356,8 @@ def classify(prefix: Prefix, year: int) -> Record | None:
         return ContextLine(ts, prefix.tp, CRASHED, None, crash_text(message))
     if "crashed with exit code" in message and (died := _SUBPROCESS_CRASH.search(message)):
         return _subprocess_crash(prefix, died)
+    if "unexpectedly failed with" in message and (died := _CHILD_FAILED.search(message)):
+        return ContextLine(ts, prefix.tp, CRASHED, None, f"its child process pid={died[2]} {_how(int(died[1]))}")
     if message.startswith(THREAD_DEATH):
         return _thread_died(prefix)
     fatal = _FATAL.search(message)
@@ -376,10 +381,13 @@ def _subprocess_crash(prefix: Prefix, died: re.Match[str]) -> ContextLine:
     tp = int(died[1]) if died[1] is not None else prefix.tp
     if tp is not None and tp > RANK_TAG_MAX:
         raise Garbled(f"scheduler_{tp} is past {RANK_TAG_MAX}")
-    code = int(died[2])
-    how = f"killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
     process = f"scheduler_{died[1]}" if died[1] is not None else "detokenizer"
-    return ContextLine(prefix.ts, tp, CRASHED, None, f"its {process} process {how}")
+    return ContextLine(prefix.ts, tp, CRASHED, None, f"its {process} process {_how(int(died[2]))}")
+
+
+def _how(code: int) -> str:
+    """How a process ended, from the exit code its parent saw (negative: the signal that killed it)."""
+    return f"killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
 
 
 def _signal_name(number: int) -> str:
