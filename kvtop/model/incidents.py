@@ -336,6 +336,8 @@ class IncidentTracker:
         gap = self.quiet_gap_s
         if incident is not None and incident.first_seen - gap <= ts <= incident.last_seen + gap:
             return incident
+        if incident is not None and attribution.standing and ts >= incident.first_seen:
+            return incident  # the sender still refuses the peer it gave up on: no quiet gap ends that
         earlier = incident is not None and ts < incident.first_seen  # a late group from before the latest one
         incident = Incident(
             self.next_id, str(attribution.kind), suspect, ts, ts, reason_class, symptom_of=attribution.symptom_of

@@ -207,6 +207,10 @@ class Attribution(msgspec.Struct, frozen=True, gc=False):
     echoed: bool = False
     """The suspect an echo carried for an origin whose own record never arrived: the kind of failure is unknown,
     so an incident of that suspect under way, whatever its kind, takes the group."""
+    standing: bool = False
+    """A sender's standing refusal of a peer it gave up on (`remote mooncake session S is not alive`: SGLang
+    blacklists the session at its first failed send and fails every later room to it at once): one cause however
+    long the quiet between its rooms."""
 
 
 class Surroundings(Protocol):
@@ -251,6 +255,7 @@ _METADATA_OF = re.compile(r"received metadata from bootstrap_room=(\d+)")
 _BOOTSTRAP_ADDR = re.compile(r"(?:Lost|Losing) connection with prefill instance \(bootstrap_addr: ([^)]*)\)")
 _SESSION = re.compile(r"remote (?:\w+ )?session (\S+) is not alive")
 """`mooncake`, `Mooncake` (since early 2026) or `p2p` before `session`, or no word."""
+SESSION_NOT_ALIVE = "its session is not alive"
 _SILENT_RANK = re.compile(r"Lost connection with rank (\S+) of this instance")
 _FETCH_FROM = re.compile(
     r"Could not fetch prefill (?:parallel|server) info (?:from|for) (?:bootstrap_addr: )?([^\s,)]+)"
@@ -305,9 +310,10 @@ def attribute(group: FailureGroup, around: Surroundings) -> Attribution:
             return Attribution(Suspect("instance", origin.instance, origin.role), Kind.FAILING, evidence)
     if kind is Kind.UNRESPONSIVE and suspect.kind in ("rank", "instance"):
         suspect, evidence = _with_liveness(suspect, evidence, origin.ts, around)
+    standing = evidence == SESSION_NOT_ALIVE
     if kind is Kind.UNRESPONSIVE and suspect.kind in ("rank", "instance", "side"):
         suspect, evidence = _with_crash(suspect, evidence, origin.ts, around)
-    return Attribution(suspect, kind, evidence)
+    return Attribution(suspect, kind, evidence, standing=standing)
 
 
 def bootstrap_unreachable(instance: str, text: str, ts: float, around: Surroundings) -> Attribution:
@@ -411,7 +417,7 @@ def _by_rules(origin: Observed, room: int, around: Surroundings) -> tuple[Suspec
         (_BOOTSTRAP_ADDR, "instance", "prefill", HEARTBEAT_LOST),
         (_DOWN_AT, "instance", "prefill", HEARTBEAT_LOST),
         (_FETCH_FROM, "instance", "prefill", BOOTSTRAP_UNANSWERED),
-        (_SESSION, "rank", "decode", "its session is not alive"),
+        (_SESSION, "rank", "decode", SESSION_NOT_ALIVE),
         (_SEND_TO, "rank", "decode", "sending to it failed"),  # `_decode_rank_at` names it by its session
         (_SEND_TO_PREFILL, "rank", "prefill", "sending to it failed"),
         (_SILENT_RANK, "rank", origin.role, "stopped voting in its instance"),

@@ -82,3 +82,20 @@ def test_a_session_on_another_host_does_not_name_the_rank_a_send_failed_to(tmp_p
         ("10.0.3.17:15502", 2),
         ("10.0.3.17:41233", 1),
     ]
+
+
+def test_rooms_a_blacklisted_session_fails_minutes_apart_are_one_incident(tmp_path: Path):
+    """SGLang blacklists a session at its first failed send and fails every later room to it at once (sglang #13054,
+    #37022: `... is not alive` for an hour, the decode healthy): one room every 3 minutes made 21 incidents, each
+    past the quiet gap. It is one cause: the sender's standing refusal."""
+    not_alive = "Decode instance could be dead, remote mooncake session 10.0.3.17:15502 is not alive"
+    prefill = tmp_path / "prefill.log"
+    prefill.write_text(
+        "[2026-07-10 22:00:00 TP0] Session 10.0.3.17:15502 failed.\n"
+        + prefill_failure("2026-07-10 22:00:00", 0, FIRST, f"Failed to send kv chunk of {FIRST} to 10.0.3.17:41233")
+        + "".join(prefill_failure(f"2026-07-10 22:{3 * i:02d}:00", 0, FIRST + i, not_alive) for i in range(1, 11))
+    )
+
+    found = incidents(["--sglang-log", str(prefill)])
+
+    assert [(i["suspect"]["name"], i["room_count"]) for i in found] == [("10.0.3.17:15502", 11)]
