@@ -451,6 +451,8 @@ def _failure(prefix: Prefix) -> FailureLine:
     if not exception or (rank is None and prefix.tp is None):
         raise Garbled("a failure line cut before its exception")
     kv_error = _EXCEPTION.match(exception)
+    if kv_error is None and exception.startswith("KVTransferError("):
+        raise Garbled("a failure line cut in its exception")  # a log cut mid-line: no reason to read
     room_text = kv_error[1] if kv_error else room_field[1] if room_field else "None"
     if room_field and room_field[1] != "None":
         room_text = room_field[1]
