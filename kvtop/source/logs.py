@@ -94,10 +94,13 @@ class LogSource(Source):
         return f"nothing to read in the logs given: {stats.unread_text()}" if stats.nothing_read else ""
 
     def partly_read(self) -> str:
-        """Some logs given held nothing kvtop reads (an empty file, no SGLang server log: silence is no health), or
-        one holds two servers' lines (read as one)."""
+        """Some logs given held nothing kvtop reads (an empty file, no SGLang server log: silence is no health), some
+        were read only up to damage (a gzip cut short: what came after is unknown), or one holds two servers' lines
+        (read as one)."""
         stats = self.logs.stats()
         found = [f"a log holds both servers' lines: {mixed}" for mixed in stats.mixed]
+        if stats.damaged:
+            found.insert(0, f"{len(stats.damaged)} of the logs read only up to damage: {'; '.join(stats.damaged)}")
         if stats.unread and not stats.nothing_read:
             found.insert(
                 0, f"nothing read from {len(stats.unread)} of the {stats.files} logs given: {stats.unread_text()}"

@@ -62,6 +62,11 @@ class RecordingSource(Source):
     def now(self) -> float:
         return self.cursor.time
 
+    def partly_read(self) -> str:
+        """The recording's damage (records lost to bad bytes, ops lost before the instant read): what it shows may
+        be incomplete, so a check says so on its line, not only on stderr."""
+        return self.damage
+
     def nothing_to_judge(self) -> str:
         """A recording that holds no agent at the instant read (its recorder heard none, or not yet)."""
         return "" if self.model.ranks else "the recording holds no agent at the instant read (its recorder heard none)"

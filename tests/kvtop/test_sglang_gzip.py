@@ -9,7 +9,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from kvtop_cli import kvtop
+from kvtop_cli import kvtop, kvtop_here
 
 from kvtop.model.cluster import ClusterModel
 from kvtop.sources.sglang import SGLangLogs, load
@@ -138,3 +138,18 @@ def test_the_follower_says_when_its_lines_named_no_rank_rather_than_show_an_empt
         follower.close()
 
     assert follower.error == "no rank named in 2 lines read, 1 garbled"
+
+
+def test_a_check_names_a_log_read_only_up_to_its_damage_on_its_line(tmp_path: Path):
+    """A gzip cut short whose readable part held no failure was `KVTOP OK`, exit 0: what came after the cut is
+    unknown, so the check is at least WARNING, the damage on its line (it was said on stderr only)."""
+    text = b"[2026-03-04 05:06:00 TP0] Prefill batch, #new-seq: 1, #new-token: 4, #queue-req: 0\n" * 50
+    compressor = zlib.compressobj(6, zlib.DEFLATED, 31)
+    head = compressor.compress(text) + compressor.flush(zlib.Z_FULL_FLUSH)
+    cut = tmp_path / "prefill.log.gz"
+    cut.write_bytes(head + compressor.compress(text) + compressor.flush()[:4])
+
+    check = kvtop_here("check", "--sglang-log", str(cut))
+
+    assert check.returncode == 1, check.stdout
+    assert check.stdout.startswith(f"KVTOP WARNING - 1 of the logs read only up to damage: {cut}: cut short")

@@ -96,6 +96,8 @@ def test_a_damaged_segment_is_said_on_stderr_and_the_view_answers(tmp_path: Path
     assert result.returncode == 0, result.stderr
     assert "recording damaged: 1 segments skipped" in result.stderr
     assert json.loads(result.stdout)["ranks"]["total"] == 8
+    check = kvtop("check", "--replay", str(tmp_path / "rec"))  # the damage on its line too, where monitoring reads
+    assert check.returncode in (1, 2) and "recording damaged: 1 segments skipped" in check.stdout.partition(" | ")[0]
 
 
 @pytest.mark.processes
