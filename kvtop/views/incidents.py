@@ -25,12 +25,13 @@ def state(incident: Incident, now: float, quiet_gap_s: float) -> str:
 
 
 def in_span(model: ClusterModel, since: float | None = None, until: float | None = None) -> list[Incident]:
-    """The incidents the model keeps that overlap [since, until], newest first (bring them up to date first:
-    `ClusterModel.update_incidents`)."""
+    """The incidents the model keeps that overlap [since, until], newest first, one still under way at `since` (its
+    last room less than a quiet gap before) included (bring them up to date first: `ClusterModel.update_incidents`)."""
+    start = None if since is None else since - model.incidents.quiet_gap_s
     return [
         incident
         for incident in model.incidents.newest_first()
-        if (since is None or incident.last_seen >= since) and (until is None or incident.first_seen <= until)
+        if (start is None or incident.last_seen >= start) and (until is None or incident.first_seen <= until)
     ]
 
 

@@ -58,6 +58,15 @@ def test_a_lost_prefill_instance_is_one_incident_of_the_prefill_at_its_bootstrap
     ]
 
 
+def test_a_check_from_just_after_an_incident_s_last_room_still_judges_it_under_way():
+    """The prefill at 10.0.0.5:8998 stops answering at 09:00:32 and never comes back: `check --since 09:00:33` said
+    OK (no room failed in its window), though the incident was under way; one within a quiet gap of `--since` counts."""
+    check = kvtop("check", *logs("lost-prefill"), "--since", "2026-03-05 09:00:33")
+
+    assert check.returncode == 2
+    assert check.stdout.startswith("KVTOP CRITICAL - incident: prefill at 10.0.0.5:8998 stopped answering")
+
+
 def test_a_suspect_longer_than_its_column_keeps_its_end_an_address_its_port():
     """`prefill at sglang-deploy-glm-4-5-prefill:30089` was cut to `prefill at sglang-deploy-glm-4`: the port, what
     tells one prefill server from another on a host, was the part lost."""
