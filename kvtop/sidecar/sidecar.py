@@ -99,7 +99,7 @@ class Sidecar:
 
     def _loop(self, stop: threading.Event) -> int:
         next_beat = 0.0
-        waiting_said = False
+        waiting_said = role_said = False
         while not stop.is_set():
             beat = time.monotonic() >= next_beat
             try:
@@ -114,6 +114,9 @@ class Sidecar:
                 self._declare(self._ranks(beat))
                 if gained is not None:
                     self._publish(gained.events, gained.context)
+            elif self.tail.logs is not None and not role_said:  # registers nothing until its ranks' role is known
+                self._say(f"waiting for {self.tail.path}'s lines to tell prefill or decode (--role says it now)")
+                role_said = True
             if beat:
                 next_beat = time.monotonic() + HEARTBEAT_S
                 self._beat()

@@ -267,3 +267,23 @@ def test_a_sidecar_that_cannot_bind_exits_1_with_one_line_and_bad_usage_exits_2(
     assert (unbindable.returncode, unbindable.stderr.count("\n")) == (1, 1), unbindable.stderr
     assert "cannot bind on 192.0.2.1" in unbindable.stderr
     assert bad_role.returncode == 2 and "expected prefill or decode" in bad_role.stderr
+
+
+@pytest.mark.processes
+def test_a_sidecar_on_a_log_that_tells_no_role_yet_says_what_it_waits_for(tmp_path: Path):
+    """On an empty `server.log` it registered nothing and said nothing (a dead bootstrap unreported too): it says
+    it waits for the log's lines to tell prefill or decode."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "server.log"
+    log.write_text("")
+    command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
+    args = [command, "agent", "--sglang-log", str(log), "--bootstrap", "tcp://127.0.0.1:9"]
+    with subprocess.Popen(args, stderr=subprocess.PIPE, text=True) as process:
+        assert process.stderr is not None
+        said = process.stderr.readline()  # blocks until the first line: the test's timeout bounds it
+        process.terminate()
+        process.wait(timeout=20)
+
+    assert said.strip() == f"kvtop agent: waiting for {log}'s lines to tell prefill or decode (--role says it now)"
