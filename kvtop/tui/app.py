@@ -390,7 +390,7 @@ class KvtopApp(App[None]):
             parts.insert(0, (Text(f" no new data for {self._clock() - frame.now:.0f} s ", p.error), ESSENTIAL))
         if h.ranks_crashed:  # the server's own log said so: before the ranks, whatever the source
             parts.append((Text(f" {plural(h.ranks_crashed, 'rank')} crashed ", p.error), ESSENTIAL))
-        if h.ranks_from_logs == h.ranks_total and h.ranks_total:  # logs: no transfers, no room that succeeded
+        if h.of_logs:  # no transfers, no room that succeeded
             parts.append((Text(f" {plural(h.ranks_from_logs, 'rank')} from logs", p.accent), ESSENTIAL))
             failed = (
                 f"{plural(h.rooms_failed, 'room')} failed ({plural(h.failures, 'origin')}) in the last {WINDOW_S:g} s"
@@ -444,14 +444,14 @@ class KvtopApp(App[None]):
     def _data_time(self, frame: Frame) -> str:
         """`as of 10:02:11, <1 s old` (a live source: how long ago, by the source's clock, the frame's data was
         read, in whole seconds: the banner changes once a second, not at every frame), or the time logs are at."""
-        if _of_logs(frame):
+        if frame.health.of_logs:
             return f"logs as of {stamp(frame.now, dated=True)[:19]}"
         age = self._clock() - frame.now
         return f"as of {stamp(frame.now)[:8]}, {'<1' if age < 1 else f'{age:.0f}'} s old"
 
     def _is_stale(self, frame: Frame) -> bool:
         """A live frame no newer one followed in `STALE_AFTER_S` while not paused (logs and replays never are)."""
-        live = frame.replay is None and not _of_logs(frame)
+        live = frame.replay is None and not frame.health.of_logs
         return live and not self.paused and self._clock() - frame.now >= STALE_AFTER_S
 
     def _replay_head(self, replay: Replayed) -> str:
@@ -681,9 +681,3 @@ class KvtopApp(App[None]):
             body = self.frames.detail(kind, key, self.palette)
         if body is not None:
             self.push_screen(DetailScreen(body))
-
-
-def _of_logs(frame: Frame) -> bool:
-    """Every rank of the frame is known from server logs (their time is the logs', never the clock's)."""
-    health = frame.health
-    return bool(health.ranks_total) and health.ranks_from_logs == health.ranks_total
