@@ -154,7 +154,7 @@ class FailuresView(Vertical):
             "collapse",
             "Collapse",
             show=False,
-            tooltip="Collapse the row under the cursor; from an echo or a collapsed group, back up a level",
+            tooltip="Collapse; from an echo or a collapsed group, back up a level",
         ),
     ]
 
