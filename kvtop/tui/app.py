@@ -59,7 +59,7 @@ _VIEW_HELP = {
     "failures": "Origins with their echoes folded under them",
     "events": "The live event tail",
 }
-REWIND_ACTIONS = frozenset({"step", "origin", "jump", "live"})
+REWIND_ACTIONS = frozenset({"step", "origin", "jump", "live", "end"})
 """Actions that need a recording (hidden, and doing nothing, without one: --no-record, SGLang logs)."""
 _VIEW_ACTIONS = {"detail": "failures", "level": "events"}
 """Keys of one view: shown in the footer, and acting, only there (one meaning per key)."""
@@ -151,7 +151,8 @@ class KvtopApp(App[None]):
         Binding(
             "b", "jump", "Jump to", show=False, tooltip="Jump to a time: 03:00, 2026-12-01T03:00:00, 5 minutes ago, now"
         ),
-        Binding("L", "live", "Live", tooltip="Back to live (a recording: its end)"),
+        Binding("L", "live", "Live", tooltip="Back to live"),
+        Binding("L", "end", "End", tooltip="The recording's end (a recording alone: no live to go back to)"),
         Binding("x", "faults_only", "Faults only"),
         Binding("s", "sort", "Sort"),
         Binding("d", "detail", "Detail", tooltip="The highlighted row's raw detail, in a side pane"),
@@ -389,7 +390,7 @@ class KvtopApp(App[None]):
             parts.insert(0, (Text(f" no new data for {self._clock() - frame.now:.0f} s ", p.error), ESSENTIAL))
         if h.ranks_crashed:  # the server's own log said so: before the ranks, whatever the source
             parts.append((Text(f" {plural(h.ranks_crashed, 'rank')} crashed ", p.error), ESSENTIAL))
-        if h.ranks_from_logs == h.ranks_total and h.ranks_total:  # logs: no transfers, no room that succeeded
+        if h.of_logs:  # no transfers, no room that succeeded
             parts.append((Text(f" {plural(h.ranks_from_logs, 'rank')} from logs", p.accent), ESSENTIAL))
             failed = (
                 f"{plural(h.rooms_failed, 'room')} failed ({plural(h.failures, 'origin')}) in the last {WINDOW_S:g} s"
@@ -443,14 +444,14 @@ class KvtopApp(App[None]):
     def _data_time(self, frame: Frame) -> str:
         """`as of 10:02:11, <1 s old` (a live source: how long ago, by the source's clock, the frame's data was
         read, in whole seconds: the banner changes once a second, not at every frame), or the time logs are at."""
-        if _of_logs(frame):
+        if frame.health.of_logs:
             return f"logs as of {stamp(frame.now, dated=True)[:19]}"
         age = self._clock() - frame.now
         return f"as of {stamp(frame.now)[:8]}, {'<1' if age < 1 else f'{age:.0f}'} s old"
 
     def _is_stale(self, frame: Frame) -> bool:
         """A live frame no newer one followed in `STALE_AFTER_S` while not paused (logs and replays never are)."""
-        live = frame.replay is None and not _of_logs(frame)
+        live = frame.replay is None and not frame.health.of_logs
         return live and not self.paused and self._clock() - frame.now >= STALE_AFTER_S
 
     def _replay_head(self, replay: Replayed) -> str:
@@ -553,13 +554,13 @@ class KvtopApp(App[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """The rewind keys exist only with a recording to rewind into. While live the footer shows `, Rewind`
         alone: `[` then works through `key_left_square_bracket` (False hides a binding and passes its key
-        on), and `.`, `]` and `L` have nothing ahead of the present to go to. A view's own keys (`d`, `l`)
-        work, and show, in their view only."""
+        on), and `.`, `]` and `L` have nothing ahead of the present to go to. `L` is `live`, or on a recording
+        alone `end`. A view's own keys (`d`, `l`) work, and show, in their view only."""
         if action in _VIEW_ACTIONS:
             return self.active_view == _VIEW_ACTIONS[action]
         if action not in REWIND_ACTIONS:
             return True
-        if self.rewind is None:
+        if self.rewind is None or self._not_this_l(action):
             return False
         return self.rewind.engaged or action == "jump" or (action == "step" and int(str(parameters[0])) < 0)
 
@@ -580,6 +581,15 @@ class KvtopApp(App[None]):
         if self.rewind is not None:
             self.rewind.back_to_live()
             self._moved()
+
+    def action_end(self) -> None:
+        """`L` on a recording alone: its end (what going back to live means there)."""
+        self.action_live()
+
+    def _not_this_l(self, action: str) -> bool:
+        """`L` is `live` on a live session and `end` on a recording alone: the other one is not this source's."""
+        alone = self.rewind is not None and not self.rewind.live
+        return action == ("live" if alone else "end")
 
     def action_jump(self) -> None:
         box = self.query_one("#jump", Input)
@@ -643,8 +653,10 @@ class KvtopApp(App[None]):
         )  # fmt: skip
 
     def _works_everywhere(self, action: str) -> bool:
-        """`?` lists it under "Everywhere": not a view's own key, nor a rewind key with nothing to rewind into."""
-        return action not in _VIEW_ACTIONS and (self.rewind is not None or action not in REWIND_ACTIONS)
+        """`?` lists it under "Everywhere": not a view's own key, nor a rewind key with nothing to rewind into, nor
+        the other meaning of `L`."""
+        rewinds = self.rewind is not None and not self._not_this_l(action)
+        return action not in _VIEW_ACTIONS and (rewinds or action not in REWIND_ACTIONS)
 
     def key_escape(self) -> None:
         for box in self.query("#filter, #jump").results(Input):
@@ -669,9 +681,3 @@ class KvtopApp(App[None]):
             body = self.frames.detail(kind, key, self.palette)
         if body is not None:
             self.push_screen(DetailScreen(body))
-
-
-def _of_logs(frame: Frame) -> bool:
-    """Every rank of the frame is known from server logs (their time is the logs', never the clock's)."""
-    health = frame.health
-    return bool(health.ranks_total) and health.ranks_from_logs == health.ranks_total

@@ -81,6 +81,11 @@ class Health:
     ranks_crashed: int = 0
     """Ranks whose scheduler crashed and that have logged nothing since (`ClusterModel.crash_of`)."""
 
+    @property
+    def of_logs(self) -> bool:
+        """Every rank is known from server logs: their time is the logs', and no transfer is timed (no rates)."""
+        return bool(self.ranks_total) and self.ranks_from_logs == self.ranks_total
+
 
 @dataclass(frozen=True)
 class IncidentRow:

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from typing import Protocol
@@ -229,8 +229,14 @@ def _reply(
             body = rendered_detail(served.model, query.kind, query.key, served.clock(), query.palette)
             return pickle.dumps(DetailReply(body), PROTOCOL)
         frame = builder.build(query.options, error=served.error())
-        rooms = Page.of(frame.rooms, query.pages.get("rooms", DEFAULT_PAGE))
-        events = Page.of(frame.events, query.pages.get("events", PageRequest.tail(DEFAULT_PAGE.count)))
         shipped = groups.pack(frame.groups)
-        paged = replace(frame, rooms=rooms, events=events, groups=[])
-        return pickle.dumps(FrameReply(paged, shipped, served.recorder_error()), PROTOCOL)
+        window = replace(paged(frame, query.pages), groups=[])
+        return pickle.dumps(FrameReply(window, shipped, served.recorder_error()), PROTOCOL)
+
+
+def paged(frame: Frame, pages: Mapping[str, PageRequest]) -> Frame:
+    """`frame` with its long lists cut to the windows asked for (the rooms' first rows, the events' tail by
+    default): what a frame from the model process carries of them."""
+    rooms = Page.of(frame.rooms, pages.get("rooms", DEFAULT_PAGE))
+    events = Page.of(frame.events, pages.get("events", PageRequest.tail(DEFAULT_PAGE.count)))
+    return replace(frame, rooms=rooms, events=events)

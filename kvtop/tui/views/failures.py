@@ -142,8 +142,20 @@ class FailuresView(Vertical):
     """
 
     BINDINGS = [
-        Binding("space,right", "expand", "Expand or collapse", show=False),
-        Binding("left", "collapse", "Collapse", show=False),
+        Binding(
+            "space,right",
+            "expand",
+            "Expand or collapse",
+            show=False,
+            tooltip="Expand or collapse the incident or group under the cursor (as enter)",
+        ),
+        Binding(
+            "left",
+            "collapse",
+            "Collapse",
+            show=False,
+            tooltip="Collapse; from an echo or a collapsed group, back up a level",
+        ),
     ]
 
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:

@@ -113,9 +113,10 @@ class OverviewView(Vertical):
         if layout is None:
             return
         width = self.size.width
-        if (frame.history, palette, width, layout) != self._charts_shown:
-            self._charts_shown = (frame.history, palette, width, layout)
-            self._show_charts(frame.history, palette, width, layout)
+        charts = (frame.history, frame.health.of_logs, palette, width, layout)
+        if charts != self._charts_shown:
+            self._charts_shown = charts
+            self._show_charts(*charts)
         ranks, rank_list = frame.ranks, self.query_one("#ranks-list", RowList)
         sources = any(row.source != "agent" for row in ranks)
         columns = rank_columns(rank_list.scrollable_content_region.width, sources)
@@ -140,7 +141,7 @@ class OverviewView(Vertical):
         idle = f"no incident ongoing ({ended} ended, f: failures)" if ended else "no incident ongoing"
         self.query_one("#incidents", Block).show(lines or [Text(idle, style="dim")])
 
-    def _show_charts(self, history: History, palette: Palette, width: int, layout: Layout) -> None:
+    def _show_charts(self, history: History, of_logs: bool, palette: Palette, width: int, layout: Layout) -> None:
         chart = max(width - GUTTER, 0)
         minutes = f"{history.span_s / 60:g} min"
         self.query_one("#failures-graph-title", Line).show(
@@ -163,23 +164,21 @@ class OverviewView(Vertical):
             lines[rows - 1] = Text(f"{'':>{GUTTER}}no failure in the last {minutes}", style="dim")
         self.query_one("#failures-graph", Block).show(lines)
         peak = max(history.gbps, default=0.0)
+        about = (
+            "  none: server logs time no transfer"
+            if of_logs
+            else f"  transfers done, mean per {history.bucket_s:g} s (scale: the peak, {units.gbps(peak)})"
+        )
         self.query_one("#throughput-title", Line).show(
-            fit(
-                [
-                    (Text("Throughput", palette.accent + Style(bold=True)), ESSENTIAL),
-                    (
-                        Text(
-                            f"  transfers done, mean per {history.bucket_s:g} s (scale: the peak, {units.gbps(peak)})"
-                        ),
-                        2,
-                    ),
-                ],
-                width,
-            )
+            fit([(Text("Throughput", palette.accent + Style(bold=True)), ESSENTIAL), (Text(about), 2)], width)
         )
-        self.query_one("#throughput-graph", Block).show(
-            _chart(history.gbps, "0", layout.throughput_rows, chart, palette.success, units.gbps)
-        )
+        rows = layout.throughput_rows
+        if of_logs:  # no scale: a peak of 0 B/s would read as transfers that moved nothing
+            lines = [Text(f"{'':>{GUTTER - 1}}│", style="dim")] * (rows - 1)
+            lines.append(Text(f"{'':>{GUTTER}}server logs tell no throughput", style="dim"))
+        else:
+            lines = _chart(history.gbps, "0", rows, chart, palette.success, units.gbps)
+        self.query_one("#throughput-graph", Block).show(lines)
         self.query_one("#time-axis", Line).show(Text(" " * GUTTER + time_axis(chart, history.span_s), style="dim"))
 
     def selected_rank(self, index: int) -> str | None:

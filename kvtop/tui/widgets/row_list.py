@@ -155,6 +155,13 @@ class RowList(ScrollView, can_focus=True):
             self.scroll_y = self.validate_scroll_y(self.scroll_y)
         else:
             self.virtual_size = size
+            self.call_after_refresh(self._show_cursor)
+
+    def _show_cursor(self) -> None:
+        """Scroll to the cursor once a new row count is laid out: a scrollbar that appears with the rows shows
+        only then, and until it does the list cannot scroll (a cursor moved to a row below meanwhile, the
+        newest of a tail that then stops growing, would stay out of sight, its rows never fetched)."""
+        self.scroll_to_region_of(self.cursor)
 
     def _thumb(self, rows: int) -> list[Segment]:
         """The scrollbar as Textual's own renderer draws it over `rows` rows (repainting a scrollbar costs ~2 ms

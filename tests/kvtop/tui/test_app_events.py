@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tui_support import (
+    CLUSTER,
     FIXED_NOW,
     FixtureSource,
+    PagedFrames,
     drive,
     journal_events,
     lines,
+    make_app,
     next_frame,
     submit_filter,
     text,
 )
 
+from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
 from kvtop.tui.app import KvtopApp
+from kvtop.tui.frame import EVENTS_SHOWN
 from kvtop.tui.widgets.row_list import RowList
 from kvtop.views.event_lines import LEVELS, shown
 from transport.kvpoll import KVPoll
@@ -130,3 +137,31 @@ def test_the_events_view_survives_hostile_events_and_counts_them(app: KvtopApp, 
     assert seen["running"]
     assert [row.split("room=")[1].split()[0] for row in seen["rows"]] == ["4242903"]
     assert "2 rejected" in seen["health"]
+
+
+def test_a_full_event_tail_shows_its_rows_after_the_level_steps_down():
+    """Eight hellos at info fit the screen; `l` to debug brings a tail at its cap, whose row count then never
+    changes: the list follows it to its newest row at once (its scrollbar appears with it), and the rows
+    there arrive in the next frames, not `…` for good."""
+    model = ClusterModel(JOURNAL_EVENTS_KEPT)
+    quiet = replace(CLUSTER, failure_rate=0.0, open_rate=0.0)
+    for label, batch in quiet.hello() + quiet.rooms(1500):
+        model.apply(label, batch, FIXED_NOW - 1.0)
+    app = make_app(PagedFrames(FixtureSource(model), lambda: FIXED_NOW))
+    seen = {}
+
+    async def scenario(pilot):
+        rows = app.query_one("#events-list", RowList)
+        await pilot.press("e")
+        await next_frame(pilot)
+        seen["info"] = rows.count
+        await pilot.press("l")
+        for _ in range(3):
+            await next_frame(pilot)
+        seen["debug"] = (rows.count, rows.cursor, rows.scroll_offset.y + rows.size.height, lines(rows))
+
+    drive(app, scenario)
+
+    count, cursor, below, shown = seen["debug"]
+    assert all(" DEBUG " in row or " INFO " in row for row in shown), shown
+    assert (seen["info"], count, cursor, below) == (8, EVENTS_SHOWN, EVENTS_SHOWN - 1, EVENTS_SHOWN)

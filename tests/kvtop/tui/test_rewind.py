@@ -180,23 +180,34 @@ def test_rewinding_before_anything_was_recorded_says_so_and_the_view_stays_live(
 
 
 def test_a_recording_alone_opens_at_its_end_and_live_means_its_end(recorded):
-    """Without a live source the dashboard shows the recording's end; `,` steps back, `L` returns to the end."""
+    """Without a live source the dashboard shows the recording's end; `,` steps back, `L` returns to the end,
+    and the footer and the help call it what the banner does (`L end`), not `Live`."""
     folder, _ = recorded
     rewind = Rewind(folder, live=False, clock=lambda: LIVE_NOW)
     app = KvtopApp(rewind, title="recording", themes=load_themes(), clock=lambda: LIVE_NOW, rewind=rewind)
     end = Replay(str(folder)).end
-    seen: list[str] = []
+    seen: dict[str, object] = {}
 
     async def scenario(pilot) -> None:
         await _replayed_at(pilot, end)
-        seen.append(text(app, "#banner"))
+        seen["banner"] = text(app, "#banner")
+        seen["footer"] = [
+            b.description for key, (_, b, on, _) in app.screen.active_bindings.items() if key == "L" and on
+        ]
         await pilot.press("comma")
         await _replayed_at(pilot, end - 10.0)
         await pilot.press("L")
         await _replayed_at(pilot, end)
+        await pilot.press("question_mark")
+        await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), "the help screen")
+        await pilot.pause()
+        seen["help"] = [" ".join(line.split()) for static in app.screen.query("Static") for line in lines(static)
+                        if line.split()[:1] == ["L"]]  # fmt: skip
 
     drive(app, scenario, size=SIZE)
-    assert "— the recording's end, paused" in seen[0]
+    assert "— the recording's end, paused (p plays, b jumps, L end)" in str(seen["banner"])
+    assert seen["footer"] == ["End"]
+    assert seen["help"] == ["L The recording's end (a recording alone: no live to go back to)"]
 
 
 @pytest.mark.parametrize("theme", ["kvtop-dark", "kvtop-light"])
@@ -232,6 +243,7 @@ def test_help_lists_the_rewind_keys_when_there_is_a_recording_to_rewind_into(rec
 
     drive(app, scenario, size=SIZE)
     rows = {tuple(line.split()) for line in seen}
-    rewinds = [binding for binding in KvtopApp.BINDINGS if binding.action in REWIND_ACTIONS]
+    rewinds = [binding for binding in KvtopApp.BINDINGS if binding.action in REWIND_ACTIONS - {"end"}]
     assert rewinds
+    assert ("L", "Back", "to", "live") in rows and not any(row[:3] == ("L", "The", "recording's") for row in rows)
     assert all((*binding_keys(b).split(), *(b.tooltip or b.description).split()) in rows for b in rewinds)

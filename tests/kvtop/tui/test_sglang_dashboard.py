@@ -129,3 +129,19 @@ def test_an_incident_with_failures_that_named_no_room_counts_them_on_the_dashboa
 
     assert "  2+3  prefill at sglang-deploy-glm-4-5-prefill:30089" in seen["panel"]
     assert "stopped answering (bootstrap_error)  2 rooms and 3 failures naming none  since 11:56:51" in seen["tree"]
+
+
+def test_the_overview_of_logs_says_they_tell_no_throughput_instead_of_a_0_scale():
+    """Server logs time no transfer: the throughput chart says so, and shows no `0 B/s` peak to read as idle."""
+    lost = Path(__file__).parent.parent / "fixtures" / "sglang" / "lost-prefill"
+    seen: dict[str, str] = {}
+
+    async def play(app: KvtopApp, pilot: Pilot[None]) -> None:
+        await wait_until(pilot, lambda: "ranks from logs" in text(app, "#health"), "the logs read")
+        seen["title"], seen["graph"] = text(app, "#throughput-title"), text(app, "#throughput-graph")
+
+    on_logs([lost / "decode.log", lost / "prefill.log"], play)
+
+    assert seen["title"] == "Throughput  none: server logs time no transfer"
+    assert seen["graph"].splitlines()[-1].strip() == "server logs tell no throughput"
+    assert "B/s" not in seen["graph"]

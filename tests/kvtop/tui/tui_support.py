@@ -5,13 +5,17 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
 from kvtop.sources.synthetic import SyntheticCluster
 from kvtop.tui.app import KvtopApp
+from kvtop.tui.frame import Frame, Options
+from kvtop.tui.frame_source import LocalFrames
+from kvtop.tui.model_server import paged
+from kvtop.tui.pages import PageRequest
 from kvtop.tui.themes import load_themes
 
 if TYPE_CHECKING:
@@ -87,13 +91,21 @@ def build_history_source() -> FixtureSource:
     return FixtureSource(model)
 
 
+class PagedFrames(LocalFrames):
+    """Frames of a model in this process cut to the windows the app asks for, as the model process sends
+    them: a row scrolled to outside its frame's window is not at hand (`…`) until a frame carries it."""
+
+    def build(self, options: Options, pages: Mapping[str, PageRequest]) -> Frame:
+        return paged(super().build(options, pages), pages)
+
+
 def make_app(
-    source: FixtureSource | None = None,
+    source: FixtureSource | LocalFrames | None = None,
     theme: str = "kvtop-dark",
     refresh_s: float = 0.5,
     clock: Callable[[], float] = lambda: FIXED_NOW,
 ) -> KvtopApp:
-    """The dashboard over `source` (a fresh fixture model by default) with the fixed clock."""
+    """The dashboard over `source` (a fresh fixture model by default, or frames of one) with the fixed clock."""
     return KvtopApp(
         source or build_source(),
         title="synthetic 2P2D TP2",
