@@ -101,6 +101,7 @@ _LOCAL_FAULTS = (
     "local length error",
     "local QP operation error",
     "local access error",
+    "hipIpcOpenMemHandle failed",  # Mooncake's HIP transport chose GPU IPC for a peer on another host
     "Bad address",  # EFAULT: memory the sender may not read (GPU memory given to Mooncake's TCP transport)
 )
 """What a transport library logs of a fault of its own side (its memory registration, its queue pair), never of

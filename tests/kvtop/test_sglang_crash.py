@@ -244,10 +244,11 @@ def test_a_restarted_rank_is_not_blamed_for_a_loss_after_its_restart(tmp_path: P
 
 
 def test_a_log_whose_lines_name_no_role_takes_it_from_its_file_name(tmp_path: Path):
-    """A decode server's crash alone (no batch line, no failure line tells its side) in `decode.log`: the rank is
-    decode-0's, not `decode.log`'s with no role."""
+    """A crash alone (no batch line, no failure line, no scheduler loop in its traceback tells its side) in
+    `decode.log`: the rank is decode-0's, not `decode.log`'s with no role."""
     log = tmp_path / "decode.log"
-    log.write_text("".join(line for line in (CRASH / "prefill.log").read_text().splitlines(True)[2:]))
+    lines = (CRASH / "prefill.log").read_text().splitlines(True)[2:]
+    log.write_text("".join(line for line in lines if "disagg_prefill" not in line))
 
     [rank] = json.loads(kvtop_here("ranks", "--sglang-log", str(log), "--json").stdout)
 

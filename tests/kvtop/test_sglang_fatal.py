@@ -323,3 +323,23 @@ def test_the_watchdog_s_lines_after_a_scheduler_s_crash_leave_its_reason_in_plac
 
     assert check.returncode == 2
     assert "prefill-0/TP8 crashed at 17:44:22 (TpModelWorkerClient hit an exception: RuntimeError: CUDA" in check.stdout
+
+
+@pytest.mark.parametrize(
+    ("loop", "role"), [("event_loop_overlap_disagg_decode", "decode"), ("event_loop_normal_disagg_prefill", "prefill")]
+)
+def test_a_crash_excerpt_tells_its_server_s_role_by_its_scheduler_loop(tmp_path: Path, loop: str, role: str):
+    """A crash pasted without the server's start-up lines, in a file named for neither role (sglang #30242's decode),
+    was a rank of no role (`server/TP1`): its traceback's scheduler loop tells which server it is."""
+    log = tmp_path / "server.log"
+    log.write_text(
+        "[2026-07-06 19:49:44 TP1] Scheduler hit an exception: Traceback (most recent call last):\n"
+        f'  File "/sgl/python/sglang/srt/managers/scheduler.py", line 3120, in run_scheduler_process\n'
+        f"    scheduler.{loop}()\n"
+        '  File "/sgl/python/sglang/srt/layers/sampler.py", line 128, in forward\n'
+        "torch.AcceleratorError: CUDA error: an illegal memory access was encountered\n"
+    )
+
+    check = kvtop_here("check", "--sglang-log", str(log))
+
+    assert f"{role}-0/TP1 crashed at 19:49:44" in check.stdout

@@ -97,3 +97,19 @@ def test_a_send_of_memory_the_sender_cannot_read_names_the_sender(tmp_path: Path
 
     assert check.returncode == 2
     assert "incident: prefill-0 fails transfers (send_failed)" in check.stdout
+
+
+def test_gpu_ipc_chosen_for_a_peer_on_another_host_is_the_sender_s_own_fault(tmp_path: Path):
+    """Mooncake's HIP transport on MI325X (a GLM-5.2 operator's notes, SGLang 0.5.16): `hipIpcOpenMemHandle failed`
+    as it sent to a decode on another host; the sender chose GPU IPC, its own fault, not the decode's."""
+    log = tmp_path / "prefill.log"
+    log.write_text(
+        "E0728 12:41:38.101000 5151 hip_transport.cpp:70] HipTransport: hipIpcOpenMemHandle failed (Error code: 17 - "
+        "invalid device pointer)\n"
+        "[2026-07-28 12:41:38 TP0] Session 10.32.17.209:16680 failed.\n"
+        + send_failure("2026-07-28 12:41:38", 0, ROOM, "10.32.17.209:41001")
+    )
+
+    check = kvtop_here("check", "--sglang-log", str(log))
+
+    assert "incident: prefill-0 fails transfers (send_failed)" in check.stdout

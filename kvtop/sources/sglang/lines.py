@@ -79,6 +79,10 @@ ROLE_MARKERS: dict[bytes, str] = {
     b"Losing connection with prefill instance": "decode",
     b"pre-allocated usage": "decode",
     b"KV checksum mismatch": "decode",
+    b"_disagg_prefill": "prefill",  # a traceback's scheduler loop (`event_loop_overlap_disagg_prefill`)
+    b"_disagg_decode": "decode",
+    b"--disaggregation-mode prefill": "prefill",  # the launch command a log echoes
+    b"--disaggregation-mode decode": "decode",
 }
 """Text that only one kind of server writes: it tells which server a file is."""
 
