@@ -392,7 +392,8 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
         f"{s['rooms_per_s']:.1f}/s, {gbps(s['gbps'])}{_heard_over(s)}"
         if live
         else f"rooms   {s['rooms_open']} open (logs name a room where it failed; no transfers, no rate)",
-        f"latency p50 {lat['p50'] * 1000:.0f} ms, p90 {lat['p90'] * 1000:.0f} ms, p99 {lat['p99'] * 1000:.0f} ms"
+        f"latency transfer p50 {lat['p50'] * 1000:.0f} ms, p90 {lat['p90'] * 1000:.0f} ms, "
+        f"p99 {lat['p99'] * 1000:.0f} ms (a decode rank's, room taken to its KV in)"
         if live
         else "latency - (logs time no transfer)",
         f"health  {health}, {aborts}, {s['stuck']} stuck, {s['gaps']} gaps" + _counted(s),
