@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvtop.cli.options import MAX_SPAN_S, Follow, Interval, Json, fail
+from kvtop.cli.options import MAX_SPAN_S, Follow, Interval, Json, fail, quiet_stdout
 from kvtop.cli.source import reading, reads_source, say_what_was_heard
 from kvtop.source.spec import SourceSpec
 from kvtop.views.safe import terminal_safe
@@ -230,7 +230,10 @@ def print_verdict(result: CheckResult, limits: Thresholds, as_json: bool) -> int
     except ValueError as error:
         typer.echo(f"KVTOP UNKNOWN - internal error: {error}")
         return int(Verdict.UNKNOWN)
-    typer.echo(text)
+    try:
+        typer.echo(text)
+    except BrokenPipeError:  # its reader went away: the verdict stands, and its code
+        quiet_stdout()
     return int(result.verdict)
 
 
