@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import os
 import sys
 
 import typer
-from typer._click.exceptions import ClickException, NoSuchOption, UsageError  # Typer vendors Click
+from typer._click.exceptions import BadParameter, ClickException, NoSuchOption, UsageError  # Typer vendors Click
 
 from kvtop.cli import agent_cmd, bench_cmds, export_cmd, keys_cmd, local_cmds, record_cmd, relay_cmd, top_cmd, views
 from kvtop.cli.options import quiet_stdout
@@ -71,6 +72,22 @@ def usage_hint(error: UsageError, args: list[str]) -> str:
     return ""
 
 
+def say_not_a_number(error: UsageError) -> None:
+    """`--wait nan` is no number, not one past a bound: Typer's check of bounds said `Input should be less than or
+    equal to 86400` (NaN fails every comparison)."""
+    errors = getattr(error.__cause__, "errors", None)  # Typer's BadParameter is raised from Pydantic's error
+    given = errors()[0].get("input") if callable(errors) else None
+    if isinstance(error, BadParameter) and isinstance(given, str) and _is_nan(given):
+        error.message = f"{given!r} is not a number"
+
+
+def _is_nan(text: str) -> bool:
+    try:
+        return math.isnan(float(text))
+    except ValueError:
+        return False
+
+
 def main() -> None:
     """Console entry point: exits with the code the command returned; usage errors exit 2, except for
     `kvtop check`, whose bad arguments are UNKNOWN (3)."""
@@ -93,6 +110,7 @@ def run(args: list[str]) -> int:
             raise
         return _reader_gone(args)
     except UsageError as error:
+        say_not_a_number(error)
         error.show()
         if hint := usage_hint(error, args):
             typer.echo(hint, err=True)

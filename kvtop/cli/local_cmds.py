@@ -301,8 +301,8 @@ def local(
     if ctx.invoked_subcommand is not None:
         return
     security = Security(curve_keys)
+    choice = record_choice(record, record_dir, record_max_bytes)  # a size that does not read is bad usage either way
     if dashboard and sys.stdout.isatty():
-        choice = record_choice(record, record_dir, record_max_bytes)
         _dashboard(prefill, decode, tp, rate, fault, duration, log_dir, theme, export, security, choice)
         return
     if export:

@@ -168,7 +168,7 @@ def _class_thresholds(values: list[str]) -> tuple[tuple[str, int | None], ...]:
     from kvtop.model.suspects import BOOTSTRAP_ERROR
     from transport.errors import ReasonClass
 
-    classes = [*(str(reason) for reason in ReasonClass), BOOTSTRAP_ERROR]
+    classes = list(dict.fromkeys([*(str(reason) for reason in ReasonClass), BOOTSTRAP_ERROR]))
     found: list[tuple[str, int | None]] = []
     for value in values:
         name, _, rooms = value.partition("=")
