@@ -373,6 +373,8 @@ def events(
     def emit(read: Source, items: list[Item]) -> None:
         """Print what is shown of `items` (in time order), their failures' levels as the fold of the model's
         failures says."""
+        if not items:
+            return
         with read.lock:
             read.model.refold()
             leads = read.model.fold.leads
