@@ -159,7 +159,8 @@ def agent(
 
 def run_rank(options: AgentOptions) -> int:
     """Run the rank until it stops; returns its exit status (a key folder that cannot serve exits 2 first, a
-    bootstrap service that does not answer or refuses the rank exits 1 with its one line)."""
+    bootstrap service that does not answer or refuses the rank exits 1 with its one line: the rank's own log
+    line, or, when it logs to a file, kvtop's on stderr)."""
     from kvtop.cli.options import fail, load_curve
     from transport.errors import BootstrapError
     from transport.harness.agent import serve
@@ -168,6 +169,8 @@ def run_rank(options: AgentOptions) -> int:
     try:
         return serve(options)
     except BootstrapError as error:
+        if not options.log_file:  # the rank logged it on stderr already (`... cannot register: ...`)
+            raise typer.Exit(1) from None
         raise fail(str(error)) from None
 
 

@@ -1,6 +1,7 @@
 """`kvtop`: one Typer app. Commands parse their options and hand off; heavy imports stay lazy.
 
-Exit codes: 0 success; 1 the work ran but failed (a benchmark whose rooms
+Exit codes: 0 success (a reader of stdout that stopped reading, `| head -1`,
+included); 1 the work ran but failed (a benchmark whose rooms
 failed, a cluster that did not come up, a view no agent answered, a dashboard
 that failed); 2 bad usage
 (unknown option, bad value). `kvtop check` uses Nagios codes instead: 0 OK,
@@ -11,13 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import os
 import sys
 
 import typer
-from typer._click.exceptions import ClickException, NoSuchOption, UsageError  # Typer vendors Click
+from typer._click.exceptions import BadParameter, ClickException, NoSuchOption, UsageError  # Typer vendors Click
 
 from kvtop.cli import agent_cmd, bench_cmds, export_cmd, keys_cmd, local_cmds, record_cmd, relay_cmd, top_cmd, views
+from kvtop.cli.options import quiet_stdout
 from kvtop.cli.views import INTERRUPTED
 
 HELP = ["-h", "--help"]
@@ -69,6 +72,22 @@ def usage_hint(error: UsageError, args: list[str]) -> str:
     return ""
 
 
+def say_not_a_number(error: UsageError) -> None:
+    """`--wait nan` is no number, not one past a bound: Typer's check of bounds said `Input should be less than or
+    equal to 86400` (NaN fails every comparison)."""
+    errors = getattr(error.__cause__, "errors", None)  # Typer's BadParameter is raised from Pydantic's error
+    given = errors()[0].get("input") if callable(errors) else None
+    if isinstance(error, BadParameter) and isinstance(given, str) and _is_nan(given):
+        error.message = f"{given!r} is not a number"
+
+
+def _is_nan(text: str) -> bool:
+    try:
+        return math.isnan(float(text))
+    except ValueError:
+        return False
+
+
 def main() -> None:
     """Console entry point: exits with the code the command returned; usage errors exit 2, except for
     `kvtop check`, whose bad arguments are UNKNOWN (3)."""
@@ -86,7 +105,12 @@ def run(args: list[str]) -> int:
 
             return sidecar_main(sidecar)
         code = app(args, prog_name="kvtop", standalone_mode=False)
+    except SystemExit as stop:
+        if not _reader_went_away(stop.__context__):  # Typer's exit 1 when stdout's reader went away
+            raise
+        return _reader_gone(args)
     except UsageError as error:
+        say_not_a_number(error)
         error.show()
         if hint := usage_hint(error, args):
             typer.echo(hint, err=True)
@@ -105,6 +129,8 @@ def run(args: list[str]) -> int:
     except KeyboardInterrupt:  # before Typer ran the command (the sidecar's, its modules imported)
         return _interrupted(args)
     except OSError as error:
+        if _reader_went_away(error):  # the sidecar's output
+            return _reader_gone(args)
         if error.errno not in _OUTPUT_LOST:
             raise
         return _output_lost(error, 3 if args[:1] == ["check"] else 1)
@@ -131,11 +157,22 @@ _OUTPUT_LOST = (errno.ENOSPC, errno.EIO, errno.EDQUOT)
 """What writing the output raises when it cannot go on: a full disk or quota, a terminal that went away."""
 
 
+def _reader_went_away(error: BaseException | None) -> bool:
+    """Whether `error` is stdout's reader gone (`kvtop events | head -1`: a broken pipe)."""
+    return isinstance(error, OSError) and error.errno == errno.EPIPE
+
+
+def _reader_gone(args: list[str]) -> int:
+    """stdout's reader had what it wanted: not kvtop's failure, so 0, silently (`check`: UNKNOWN when it goes
+    before the verdict was written; `print_verdict` keeps the verdict's code once it was judged)."""
+    quiet_stdout()
+    return 3 if args[:1] == ["check"] else 0
+
+
 def _output_lost(error: OSError, code: int) -> int:
     """Say that the output could not be written (on stderr, if it can take it), keep the interpreter's last flush
     of stdout from raising again; returns `code` (1, or a check's UNKNOWN: never a verdict it did not give)."""
-    with contextlib.suppress(OSError):
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    quiet_stdout()
     with contextlib.suppress(OSError):
         typer.echo(f"kvtop: cannot write its output: {error.strerror}", err=True)
     return code

@@ -301,8 +301,8 @@ def local(
     if ctx.invoked_subcommand is not None:
         return
     security = Security(curve_keys)
+    choice = record_choice(record, record_dir, record_max_bytes)  # a size that does not read is bad usage either way
     if dashboard and sys.stdout.isatty():
-        choice = record_choice(record, record_dir, record_max_bytes)
         _dashboard(prefill, decode, tp, rate, fault, duration, log_dir, theme, export, security, choice)
         return
     if export:
@@ -360,13 +360,14 @@ def cluster_up(
     `kvtop`, a demo on the dashboard, starts 2P2D (`--prefill 2 --decode 2` here gives that shape).
 
     The first line on stdout is the bootstrap address (tcp://127.0.0.1:PORT), the one address that lists
-    every agent; status lines go to stderr (rooms ok, failed, refused, lost, in flight), and so does one
-    line, at once, for every rank that exits (its label, pid, exit code or signal). Each agent's stderr is
-    kept in the log folder as <instance>-TP<rank>.stderr. With --curve-keys every socket of the cluster is
-    CURVE-encrypted and answers only clients on the folder's allow-list. Exit codes: 0 after --duration or
-    Ctrl-C, 1 when the cluster did not come up or a rank exited and is not back, 2 for bad usage (a --fault
-    that reaches no agent, a key folder that cannot be used, a --host beyond loopback without --curve-keys
-    or --insecure).
+    every agent; status lines go to stderr (rooms ok, failed, refused, lost, in flight; MB/s; the room end to
+    end p50 and p99, from a decode rank taking it to its instance's answer: longer than `kvtop status`' transfer
+    time), and so does one line, at once, for every rank that exits (its label, pid, exit code or signal).
+    Each agent's stderr is kept in the log folder as <instance>-TP<rank>.stderr. With --curve-keys every
+    socket of the cluster is CURVE-encrypted and answers only clients on the folder's allow-list. Exit codes:
+    0 after --duration or Ctrl-C, 1 when the cluster did not come up or a rank exited and is not back, 2 for
+    bad usage (a --fault that reaches no agent, a key folder that cannot be used, a --host beyond loopback
+    without --curve-keys or --insecure).
     """
     timeouts = (bootstrap_timeout, waiting_timeout, transfer_timeout)
     stats = _run_cluster(

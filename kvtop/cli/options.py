@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -273,6 +276,13 @@ def load_curve(folder: str, serve: bool) -> CurveKeys | None:
 def fail(message: str, code: int = 1) -> typer.Exit:
     typer.echo(f"kvtop: {message}", err=True)
     return typer.Exit(code)
+
+
+def quiet_stdout() -> None:
+    """Point stdout at /dev/null once it cannot be written (its reader went away, a full disk), so nothing written
+    later, the interpreter's last flush included, raises again."""
+    with contextlib.suppress(OSError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def open_sglang_logs(sglang_log: list[str]) -> SGLangLogs:

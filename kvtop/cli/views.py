@@ -13,16 +13,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvtop.cli.options import MAX_SPAN_S, Follow, Interval, Json, fail
+from kvtop.cli.options import MAX_SPAN_S, Follow, Interval, Json, fail, quiet_stdout
 from kvtop.cli.source import reading, reads_source, say_what_was_heard
 from kvtop.source.spec import SourceSpec
 from kvtop.views.safe import terminal_safe
 
 if TYPE_CHECKING:
-    from kvtop.model.cluster import ClusterModel
     from kvtop.source import Source
     from kvtop.views.check import CheckResult, Thresholds
-    from transport.plane.events import Event
 
 
 INTERRUPTED = 130
@@ -170,7 +168,7 @@ def _class_thresholds(values: list[str]) -> tuple[tuple[str, int | None], ...]:
     from kvtop.model.suspects import BOOTSTRAP_ERROR
     from transport.errors import ReasonClass
 
-    classes = [*(str(reason) for reason in ReasonClass), BOOTSTRAP_ERROR]
+    classes = list(dict.fromkeys([*(str(reason) for reason in ReasonClass), BOOTSTRAP_ERROR]))
     found: list[tuple[str, int | None]] = []
     for value in values:
         name, _, rooms = value.partition("=")
@@ -232,7 +230,10 @@ def print_verdict(result: CheckResult, limits: Thresholds, as_json: bool) -> int
     except ValueError as error:
         typer.echo(f"KVTOP UNKNOWN - internal error: {error}")
         return int(Verdict.UNKNOWN)
-    typer.echo(text)
+    try:
+        typer.echo(text)
+    except BrokenPipeError:  # its reader went away: the verdict stands, and its code
+        quiet_stdout()
     return int(result.verdict)
 
 
@@ -346,7 +347,9 @@ def events(
     jsonl: Annotated[bool, typer.Option("--jsonl", help="One JSON object per line.")] = False,
 ) -> None:
     """The event tail as log lines, in time order across agents: what every agent remembers (its snapshot), then,
-    with --follow, live (each batch that arrives in time order).
+    with --follow, live: each event half a second after it arrived, in time order with what other agents
+    published meanwhile (an echo's origin, in another rank's later batch, is in before the echo's level is
+    decided).
 
     Levels follow the fold: each failure group shows one line, its origin (else its earliest echo), at
     its level; every other member (the same failure seen by other ranks, propagated and cross-instance
@@ -360,20 +363,24 @@ def events(
     """
     from kvtop.source import Events, Gap
     from kvtop.views.event_lines import LEVELS, gap_json, gap_line, level_of, shown, to_json, to_line
+    from kvtop.views.settling import Item, Settling
 
     level = "debug" if debug else level
     if level not in LEVELS:
         raise typer.BadParameter(f"{level!r} is not one of {', '.join(LEVELS)}", param_hint="--level")
     render, gap = (to_json, gap_json) if jsonl else (to_line, gap_line)
 
-    def emit(model: ClusterModel, items: list[tuple[str, Event]]) -> None:
-        """Print what is shown of `items` in time order across agents (each agent's own order kept for equal
-        times), their failures' levels as the fold of the model's failures says."""
-        model.refold()
-        leads = model.fold.leads
-        for label, event in sorted(items, key=lambda item: item[1].ts):
-            if shown(event, level, leads):
-                typer.echo(terminal_safe(render(label, event, level_of(event, leads))))
+    def emit(read: Source, items: list[Item]) -> None:
+        """Print what is shown of `items` (in time order), their failures' levels as the fold of the model's
+        failures says."""
+        if not items:
+            return
+        with read.lock:
+            read.model.refold()
+            leads = read.model.fold.leads
+            for label, event in items:
+                if shown(event, level, leads):
+                    typer.echo(terminal_safe(render(label, event, level_of(event, leads))))
 
     rejected = 0
     heard = False
@@ -381,26 +388,24 @@ def events(
         with reading(source, tail=True) as read:
             say_what_was_heard(read, follow)
             heard = True
-            held: list[tuple[str, Event]] = []
-            """Until a lost batch, or (one-shot) the end: so each failure's level is the whole fold's."""
-            for told in read.tail(follow):
-                for item in told:
-                    if isinstance(item, Events):
-                        held.extend(item.items)
-                    elif isinstance(item, Gap):
-                        with read.lock:
-                            emit(read.model, held)
-                        held = []
-                        if level != "error":
-                            typer.echo(terminal_safe(gap(item.label, item.batches, item.ts)))
-                    else:
-                        typer.echo(terminal_safe(item.text), err=True)
-                if follow:
-                    with read.lock:
-                        emit(read.model, held)
-                    held = []
+            held = Settling()
+            """Until it settled (following), a lost batch, or the end: so each failure's level is the whole
+            fold's, its origin in (HOLD_S)."""
+            with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C while following: what is held goes out first
+                for told in read.tail(follow):
+                    for item in told:
+                        if isinstance(item, Events):
+                            held.add(item.items)
+                        elif isinstance(item, Gap):
+                            emit(read, held.all())
+                            if level != "error":
+                                typer.echo(terminal_safe(gap(item.label, item.batches, item.ts)))
+                        else:
+                            typer.echo(terminal_safe(item.text), err=True)
+                    if follow:
+                        emit(read, held.settled())
+            emit(read, held.all())
             with read.lock:
-                emit(read.model, held)
                 rejected = read.model.rejected + read.model.rejected_frames
     except KeyboardInterrupt:
         if not heard:

@@ -63,8 +63,9 @@ class StatusLine:
         per_s = (stats.bytes_moved - self.last_bytes) / elapsed if elapsed else 0.0
         self.last_bytes, self.last_time = stats.bytes_moved, now
         recent = sorted(stats.latencies_s[-500:])
-        latency = (
-            f"p50 {recent[len(recent) // 2] * 1000:.0f} ms, p99 {recent[int(len(recent) * 0.99)] * 1000:.0f} ms"
+        latency = (  # the room end to end, as the router saw it: not `kvtop status`' transfer time on a rank
+            f"room end to end p50 {recent[len(recent) // 2] * 1000:.0f} ms, "
+            f"p99 {recent[int(len(recent) * 0.99)] * 1000:.0f} ms"
             if recent
             else "no rooms yet"
         )

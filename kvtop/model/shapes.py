@@ -117,8 +117,10 @@ class RankView:
         return self.from_log or self.sidecar or self.log is not None
 
     def gbps(self, now: float, window_s: float) -> float:
-        """Bytes this rank moved in finished transfers over the window, in GB/s."""
-        return self.transfers.per_second(now, window_s) / 1e9
+        """Bytes this rank moved in finished transfers over the window, in GB/s: what moves now, so none for a rank
+        not heard from for `STALE_S` (its silence tells nothing of what it moves)."""
+        moved = self.transfers.per_second(now, window_s) / 1e9  # (read even so: it feeds the rank's timeline)
+        return moved if now - self.last_seen <= STALE_S else 0.0
 
     def liveness(self, now: float) -> Liveness:
         if self.from_log:

@@ -82,19 +82,44 @@ class LiveSource(Source):
         return f"source  {error}; asked again every {DISCOVER_EVERY_S:g} s", {"source_error": error}
 
     def tail(self, follow: bool) -> Iterator[list[Told]]:
+        """Read once: what arrived until now, and what happened until now that was still on its way (an echo's
+        origin in another rank's later batch: `HOLD_S`). Following: each arrival, and nothing every 0.1 s of
+        quiet (a view's held events settle meanwhile)."""
+        from kvtop.views.settling import HOLD_S
+
         assert self._news is not None, "opened without tail=True"
         if not follow:
-            yield [_told(item) for item in _drained(self._news)]
+            asked = time.time()
+            told = [_told(item) for item in _drained(self._news)]
+            yield told + [_happened_by(asked, _told(item)) for item in _arriving(self._news, HOLD_S)]
             return
         while True:
-            with contextlib.suppress(queue.Empty):
-                yield [_told(self._news.get(timeout=0.1))]
+            try:
+                news = [_told(self._news.get(timeout=0.1))]
+            except queue.Empty:
+                news = []
+            yield news
 
 
 def _drained(news: queue.SimpleQueue[News]) -> Iterator[News]:
     with contextlib.suppress(queue.Empty):
         while True:
             yield news.get_nowait()
+
+
+def _arriving(news: queue.SimpleQueue[News], within_s: float) -> Iterator[News]:
+    """What arrives within the next `within_s` seconds."""
+    deadline = time.monotonic() + within_s
+    with contextlib.suppress(queue.Empty):
+        while (left := deadline - time.monotonic()) > 0:
+            yield news.get(timeout=left)
+
+
+def _happened_by(ts: float, told: Told) -> Told:
+    """`told` without the events after `ts` (a view read once shows the cluster until it was asked)."""
+    if isinstance(told, Events):
+        return Events([(label, event) for label, event in told.items if event.ts <= ts])
+    return told
 
 
 def _told(item: News) -> Told:

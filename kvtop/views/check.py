@@ -116,9 +116,12 @@ class CheckResult:
     """Ranks that crashed in what was judged -> what their log said (the exception, where raised)."""
     transport_errors: int = 0
     """Errors the transfer's own layers logged in what was judged (glog, UCX, `Session ... failed.`)."""
+    facts: str = ""
+    """What the summary says after its problems (not in the JSON: the summary holds it)."""
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
+        del data["facts"]
         data["verdict"] = self.verdict.name
         data["exit_code"] = int(self.verdict)
         return data
@@ -227,12 +230,12 @@ def evaluate(
     if rate > limits.max_failure_rate:
         critical.append(f"failure rate {rate_above(rate, limits.max_failure_rate)}")
     elif rate > limits.max_failure_rate / 2:
-        warning.append(f"failure rate {rate_above(rate, limits.max_failure_rate / 2)}")
+        warning.append(f"failure rate {rate_above_half(rate, limits.max_failure_rate)}")
     if limits.max_abort_rate is not None:
         if abort_rate > limits.max_abort_rate:
             critical.append(f"abort rate {rate_above(abort_rate, limits.max_abort_rate)}")
         elif abort_rate > limits.max_abort_rate / 2:
-            warning.append(f"abort rate {rate_above(abort_rate, limits.max_abort_rate / 2)}")
+            warning.append(f"abort rate {rate_above_half(abort_rate, limits.max_abort_rate)}")
     if stuck > limits.max_stuck:
         critical.append(f"{stuck} rooms stuck > {limits.stuck_after_s:g}s")
     if stale:
@@ -255,7 +258,7 @@ def evaluate(
     verdict = (
         Verdict.CRITICAL if critical else Verdict.WARNING if warning else Verdict.UNKNOWN if unnamed else Verdict.OK
     )
-    problems = [*critical, *warning, *([unnamed] if unnamed else [])]
+    problems = [*critical, *(marked(warning) if critical else warning), *([unnamed] if unnamed else [])]
     coverage = model.coverage(now, limits.window_s)
     window = f"in {seconds(limits.window_s)}"
     if coverage.limit:
@@ -293,16 +296,33 @@ def evaluate(
         unanswered, unreachable, model.lost, model.rejected, model.rejected_frames,
         [incident_json(incident, now, gap) for incident in judged], "span" if span else "now", rooms_failed,
         {label: round(offset, 3) for label, offset in skewed.items()},
-        {label: crash.text for label, crash in crashed.items()}, len(errors),
+        {label: crash.text for label, crash in crashed.items()}, len(errors), facts,
     )  # fmt: skip
+
+
+def marked(warnings: list[str]) -> list[str]:
+    """Warnings said beside CRITICAL problems, each marked as one (`warning: ranks stale: decode-0/TP1`)."""
+    return [f"warning: {text}" for text in warnings]
 
 
 def rate_above(rate: float, limit: float) -> str:
     """`7.3% > 5.0%`, with the digits that tell them apart (`5.02% > 5.00%`, never `5.0% > 5.0%`)."""
+    digits = _digits(rate, limit)
+    return f"{rate:.{digits}%} > {limit:.{digits}%}"
+
+
+def rate_above_half(rate: float, limit: float) -> str:
+    """`2.53% > 2.50% (half of the 5.00% limit)`: a rate over half its limit, which is a WARNING."""
+    digits = _digits(rate, limit / 2)
+    return f"{rate:.{digits}%} > {limit / 2:.{digits}%} (half of the {limit:.{digits}%} limit)"
+
+
+def _digits(rate: float, limit: float) -> int:
+    """The fewest digits after the point (1 to 4) that write `rate` and `limit` as percentages apart."""
     digits = 1
     while f"{rate:.{digits}%}" == f"{limit:.{digits}%}" and digits < 4:
         digits += 1
-    return f"{rate:.{digits}%} > {limit:.{digits}%}"
+    return digits
 
 
 def _ends(text: str) -> str:
@@ -362,6 +382,7 @@ def unknown(summary: str) -> CheckResult:
 
 def source_failing(result: CheckResult, problem: str) -> CheckResult:
     """`result`, CRITICAL first of all for `problem` (a dashboard's source that does not answer now, as a
-    cluster that does not answer a check's own collector)."""
-    return replace(result, verdict=Verdict.CRITICAL, summary=f"{problem}; {result.summary}",
-                   problems=[problem, *result.problems])  # fmt: skip
+    cluster that does not answer a check's own collector); a WARNING's problems are now said as warnings."""
+    problems = [problem, *(marked(result.problems) if result.verdict is Verdict.WARNING else result.problems)]
+    return replace(result, verdict=Verdict.CRITICAL, summary="; ".join([*problems, result.facts]),
+                   problems=problems)  # fmt: skip

@@ -32,7 +32,8 @@ def _rejected(counters: dict[str, int]) -> dict[str, int]:
 
 def ranks_json(model: ClusterModel, now: float) -> list[dict[str, Any]]:
     """Stable fields: role, instance, rank, label, source (`agent`, `sglang`: an SGLang rank through kvtop's plugin,
-    `log`), host, pid, state, gbps (over the last `RATE_WINDOW_S`, as the dashboard's), inflight, origins, echoes,
+    `log`), host, pid, state, gbps (over the last `RATE_WINDOW_S`, as the dashboard's; 0 for a rank not heard
+    from), inflight (the rooms it has not ended, as its last heartbeat said; null once it is gone), origins, echoes,
     cpu, rss, `rejected` (frames each socket of the rank refused: socket -> reason -> count, non-zero reasons only), and
     `unreachable` (why kvtop could not open a socket for the rank, null when it could), `named_by` (the ranks
     whose log lines name it as their peer, where no log of its own was read; else empty), `suspected` (an ongoing
@@ -55,7 +56,7 @@ def ranks_json(model: ClusterModel, now: float) -> list[dict[str, Any]]:
             "last_seen_s": round(now - view.last_seen, 3) if view.last_seen else None,
             "clock_offset_s": round(view.clock.offset_s, 3),
             "gbps": round(view.gbps(now, RATE_WINDOW_S), 4),
-            "inflight": view.inflight,
+            "inflight": None if view.liveness(now) is Liveness.GONE else view.inflight,  # (as `status`' open rooms)
             "origins": view.origins,
             "echoes": view.echoes,
             "cpu_percent": view.cpu_percent,
@@ -392,7 +393,8 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
         f"{s['rooms_per_s']:.1f}/s, {gbps(s['gbps'])}{_heard_over(s)}"
         if live
         else f"rooms   {s['rooms_open']} open (logs name a room where it failed; no transfers, no rate)",
-        f"latency p50 {lat['p50'] * 1000:.0f} ms, p90 {lat['p90'] * 1000:.0f} ms, p99 {lat['p99'] * 1000:.0f} ms"
+        f"latency transfer p50 {lat['p50'] * 1000:.0f} ms, p90 {lat['p90'] * 1000:.0f} ms, "
+        f"p99 {lat['p99'] * 1000:.0f} ms (a decode rank's, room taken to its KV in)"
         if live
         else "latency - (logs time no transfer)",
         f"health  {health}, {aborts}, {s['stuck']} stuck, {s['gaps']} gaps" + _counted(s),

@@ -127,12 +127,17 @@ def test_agent_options_from_json_are_checked_as_well(capsys: pytest.CaptureFixtu
 
 @pytest.mark.slow
 @pytest.mark.processes
-def test_an_agent_whose_bootstrap_does_not_answer_exits_1_with_one_line_and_no_traceback():
-    """The registration's 10 s go by; it ended in a BootstrapError traceback (logged, then raised again)."""
-    done = kvtop("agent", "--role", "prefill", "--instance", "prefill-0", "--bootstrap", "tcp://127.0.0.1:1")
+@pytest.mark.parametrize("log_file", [False, True], ids=["log-on-stderr", "log-file"])
+def test_an_agent_whose_bootstrap_does_not_answer_exits_1_with_one_line_and_no_traceback(tmp_path, log_file):
+    """The registration's 10 s go by; it ended in a BootstrapError traceback (logged, then raised again), then
+    said the error twice on stderr (the rank's log line, then kvtop's): once, kvtop's where the log is a file."""
+    logged = ("--log-file", str(tmp_path / "rank.log")) if log_file else ()
+    done = kvtop("agent", "--role", "prefill", "--instance", "prefill-0", "--bootstrap", "tcp://127.0.0.1:1", *logged)
 
+    said = "bootstrap tcp://127.0.0.1:1 did not answer within 10.0s (if it serves CURVE, pass its --curve-keys)"
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
-    assert done.stderr.splitlines()[-1] == (
-        "kvtop: bootstrap tcp://127.0.0.1:1 did not answer within 10.0s (if it serves CURVE, pass its --curve-keys)"
-    )
+    assert [line for line in done.stderr.splitlines() if said in line] == [
+        f"kvtop: {said}" if log_file else done.stderr.splitlines()[-1]
+    ]
+    assert done.stderr.splitlines()[-1].endswith(f"prefill-0/TP0 cannot register: {said}") or log_file

@@ -200,3 +200,37 @@ def test_a_time_past_what_a_clock_can_show_is_a_usage_error(value: str) -> None:
     assert done.returncode == 2
     assert "is not a time between 1970 and 9999" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (("status", *DEAD, "--wait", "nan"), "--wait"),
+        (("status", "--sglang-log", LOG, "--follow", "--interval", "NaN"), "--interval"),
+        (("check", *DEAD, "--max-failure-rate", "nan"), "--max-failure-rate"),
+    ],
+    ids=["wait", "interval", "check"],
+)
+def test_a_value_that_is_no_number_is_said_to_be_none(args: tuple[str, ...], option: str) -> None:
+    """`--wait nan` said `Input should be less than or equal to 86400` (NaN fails every bound)."""
+    done = kvtop_here(*args)
+
+    said = done.stdout if args[0] == "check" else done.stderr
+    assert f"Invalid value for '{option}': '{args[-1]}' is not a number" in said, said
+
+
+def test_check_names_each_class_of_failure_once() -> None:
+    """`--incident-class foo=1` listed `bootstrap_error` twice among the classes it takes."""
+    done = kvtop_here("check", *DEAD, "--incident-class", "foo=1")
+
+    classes = done.stdout.partition("(one of: ")[2].rstrip().removesuffix(")").split(", ")
+    assert done.returncode == 3
+    assert "bootstrap_error" in classes and len(classes) == len(set(classes))
+
+
+def test_a_record_size_that_is_no_size_is_refused_without_the_dashboard_too() -> None:
+    """`kvtop --record-max-bytes 10 --no-dashboard` ran the cluster, its bad size unsaid (the dashboard: exit 2)."""
+    done = kvtop_here("--record-max-bytes", "10", "--no-dashboard", "--duration", "0.1")
+
+    assert done.returncode == 2
+    assert "'10' is below 1MiB" in done.stderr

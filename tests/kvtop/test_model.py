@@ -173,6 +173,21 @@ def test_a_rank_s_rate_is_what_it_moves_now_and_none_once_it_is_gone():
     assert (gone["state"], gone["gbps"]) == ("gone", 0.0)
 
 
+def test_a_rank_not_heard_from_shows_no_rate_and_once_gone_no_rooms_in_flight():
+    """After a `kill -9` the rank showed `stale 1.4 MB/s` for 10 s, then `gone` with 1 room in flight: a silent rank
+    moves nothing kvtop hears of, and a gone rank's rooms are no longer counted open (`status` leaves them out)."""
+    model = ClusterModel()
+    done: list[Event] = [TransferDone(T0 + i, 100 + i, 1e7, 0.01, "prefill-0") for i in range(10)]
+    beat = Heartbeat(T0 + 9, {}, 1, 0, 0.0, 0, 0.0)
+    model.apply("decode-0/TP0", batch("decode-0/TP0", 1, [*done, beat]), T0 + 10)
+
+    alive, stale, gone = (ranks_json(model, T0 + 10 + age)[0] for age in (0, STALE_S + 1, GONE_S + 1))
+
+    assert (alive["state"], alive["gbps"], alive["inflight"]) == ("alive", 0.01, 1)
+    assert (stale["state"], stale["gbps"], stale["inflight"]) == ("stale", 0.0, 1)
+    assert (gone["state"], gone["gbps"], gone["inflight"]) == ("gone", 0.0, None)
+
+
 def test_status_says_when_its_rates_divide_by_less_than_its_window():
     """Transfers heard for 10 s of a 60 s window (a recording, a collector that just started): the rates are per
     second of those 10 s, and status says so (it said `finished in 60s, 1.0/s` of rooms that finished in 10 s)."""

@@ -9,6 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from kvtop.model.cluster import ClusterModel
+from kvtop.record.synthetic import feed
+from kvtop.record.writer import Recorder
+from kvtop.sources.synthetic import SyntheticCluster
+
 ABORTS = Path(__file__).parent / "fixtures" / "sglang" / "aborts" / "decode.log"
 
 pytestmark = [
@@ -30,4 +35,36 @@ def test_a_full_disk_under_stdout_is_one_line_and_exit_1_or_unknown_for_a_check(
 
     assert done.returncode == code
     assert done.stderr.splitlines()[-1] == "kvtop: cannot write its output: No space left on device"
+    assert "Traceback" not in done.stderr
+
+
+def _recording(folder: Path) -> Path:
+    recorder = Recorder(folder, keyframe_events=1000, flush_s=3600.0)
+    feed(recorder, ClusterModel(), SyntheticCluster(spacing_s=0.001), passes=2, rooms_per_pass=20)
+    recorder.close()
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (("events", "--debug", "--sglang-log", str(ABORTS)), 0),
+        (("rooms", "--sglang-log", str(ABORTS)), 0),
+        (("failures", "--debug", "--json", "--sglang-log", str(ABORTS)), 0),
+        (("dump", "--replay", "REC"), 0),
+        (("check", "--sglang-log", str(ABORTS)), 2),
+    ],
+    ids=["events", "rooms", "failures", "dump", "check"],
+)
+def test_a_reader_that_stopped_reading_is_no_failure(tmp_path: Path, args: tuple[str, ...], code: int):
+    """`kvtop events --debug --replay DIR | head -1` exited 1, silently, where `kvtop rooms ... | head -1` exited 0:
+    stdout's reader gone (its pipe closed before the first line) is exit 0, silently; a check's, its verdict."""
+    args = tuple(str(_recording(tmp_path / "rec")) if arg == "REC" else arg for arg in args)
+    read, write = os.pipe()
+    os.close(read)  # the reader had enough before kvtop wrote anything
+    with os.fdopen(write, "w") as stdout:
+        done = subprocess.run([sys.executable, "-m", "kvtop", *args], stdout=stdout, stderr=subprocess.PIPE, text=True,
+                              timeout=60)  # fmt: skip
+
+    assert (done.returncode, [line for line in done.stderr.splitlines() if "Broken pipe" in line]) == (code, [])
     assert "Traceback" not in done.stderr

@@ -374,3 +374,22 @@ def test_counts_and_rooms_past_their_bounds_make_a_batch_malformed(hostile: Even
 
     with pytest.raises(FrameRejected):
         FrameDecoder(EventBatch).decode(frame)
+
+
+def test_the_heartbeat_counts_in_flight_only_the_rooms_the_rank_has_not_ended(make_manager, subscribe, wait_for):
+    """A room that succeeded is held until its submitter releases it (or 60 s): it is no longer in flight (ranks
+    showed up to 23 in flight while `kvtop status` said 0 open)."""
+    prefill = make_manager(Role.PREFILL, "prefill-0")
+    decode = make_manager(Role.DECODE, "decode-0")
+    events = subscribe([prefill.info, decode.info])
+    run_room(prefill, decode, 1, wait_for)
+    prefill.sender(2)
+    decode.receiver(2, "prefill-0").init(PAGES)  # the prefill never sends: room 2 stays open on both ranks
+    since = time.time()
+
+    def beats() -> list[int] | None:
+        got = [events.heartbeat(label) for label in (prefill.info.label, decode.info.label)]
+        return [beat.inflight_rooms for beat in got if beat is not None and beat.ts > since] or None
+
+    events.wait(lambda: len(beats() or []) == 2, what="a heartbeat of each rank after it")
+    assert beats() == [1, 1]

@@ -66,6 +66,8 @@ class WorkloadStats:
     bytes_moved: int = 0
     failures_by_class: Counter[str] = field(default_factory=Counter)
     latencies_s: list[float] = field(default_factory=list)
+    """Per room that succeeded, end to end: the slowest decode rank's seconds from taking it to its instance's
+    agreed answer (a rank's transfer alone, what `kvtop status` times, is shorter)."""
 
     @property
     def inflight(self) -> int:

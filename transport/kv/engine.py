@@ -430,7 +430,7 @@ class KVManager:
             record.agreed = agreement.state
         if now >= self._next_heartbeat:
             self._next_heartbeat = now + HEARTBEAT_S
-            self._heartbeat(len(rooms))
+            self._heartbeat(sum(not record.state.is_terminal for record in rooms))
         if now >= self._next_refresh:
             self._next_refresh = now + REFRESH_S
             self._routes.register(info)
@@ -450,6 +450,8 @@ class KVManager:
             self._side.fail_agreed(record, reason, origin)  # type: ignore[arg-type]
 
     def _heartbeat(self, inflight: int) -> None:
+        """`inflight`: the rooms this rank has not ended (those it ended stay held until released or swept: not
+        in flight)."""
         publisher = self.publisher
         with self._process.oneshot():
             cpu, rss = self._process.cpu_percent(), self._process.memory_info().rss

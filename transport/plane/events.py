@@ -130,7 +130,8 @@ class LogContext(msgspec.Struct, tag="context", array_like=True, frozen=True):
 
 
 class Heartbeat(msgspec.Struct, tag="heartbeat", array_like=True, frozen=True):
-    """About once a second: counters, rooms in flight, host load, events this agent dropped."""
+    """About once a second: counters, rooms in flight (not ended on this rank), host load, events this agent
+    dropped."""
 
     ts: Timestamp
     counters: CounterTable
