@@ -340,14 +340,21 @@ def bootstrap_address(text: str) -> str:
 def asked_in_vain(instance: str, ts: float, around: Surroundings) -> Attribution:
     """The suspect of a prefill rank's roomless timeout in Bootstrapping (`BOOTSTRAP_TIMED_OUT`): the decode side of
     its instance (the request never came), a decode rank whose log said it crashed shortly before."""
-    suspect, evidence = _with_crash(Suspect("side", instance, "decode"), BOOTSTRAP_HINTED, ts, around)
-    return Attribution(suspect, Kind.UNRESPONSIVE, evidence)
+    return _hinted_side(instance, "decode", BOOTSTRAP_HINTED, ts, around)
 
 
 def waited_in_vain(instance: str, ts: float, around: Surroundings) -> Attribution:
     """The suspect of a decode rank's roomless timeout in WaitingForInput (`WAITING_TIMED_OUT`): the prefill side
     of its instance (the KV never came), a prefill rank whose log said it crashed shortly before."""
-    suspect, evidence = _with_crash(Suspect("side", instance, "prefill"), HINTED, ts, around)
+    return _hinted_side(instance, "prefill", HINTED, ts, around)
+
+
+def _hinted_side(instance: str, other: str, evidence: str, ts: float, around: Surroundings) -> Attribution:
+    """The `other` side of the instance whose log held a hint; unknown when that instance is of the `other` role
+    itself (one log of both servers read as one: "the prefill side of prefill-0" names nothing)."""
+    if around.role_of(instance) == other:
+        return Attribution(Suspect("unknown", instance), Kind.UNRESPONSIVE, f"{evidence}, in a log of the other role")
+    suspect, evidence = _with_crash(Suspect("side", instance, other), evidence, ts, around)
     return Attribution(suspect, Kind.UNRESPONSIVE, evidence)
 
 

@@ -180,3 +180,18 @@ def test_a_prefill_ranks_hint_is_claimed_by_its_rooms_bootstrapping_timeout(tmp_
     [incident] = incidents(log)
 
     assert (incident["class"], incident["room_count"], incident["roomless"]) == ("timeout_bootstrap", 1, 0)
+
+
+def test_a_decode_s_hint_in_a_prefill_s_log_names_no_side_of_it(tmp_path: Path):
+    """The hint in a log whose lines are a prefill's (one log of both servers, read as one): it named "the prefill
+    side of prefill-0", which is no server; the suspect is unknown, noticed by that log's instance."""
+    log = tmp_path / "prefill.log"
+    log.write_text(
+        "[2026-01-02 03:04:30.250 TP0] Prefill bootstrap failed for request rank=0 req.rid='d4p' "
+        "req.bootstrap_room=4444 with exception KVTransferError(bootstrap_room=4444): Request 4444 timed out after "
+        f"300.0s in KVPoll.Bootstrapping\n[2026-01-02 03:05:30.250 TP0] {HINT}\n"
+    )
+
+    suspects = {incident["suspect_text"] for incident in incidents(log)}
+
+    assert suspects == {"the decode side of prefill-0", "unknown (noticed by prefill-0)"}
