@@ -180,3 +180,26 @@ def test_a_crash_after_an_undated_error_takes_the_dated_line_before_both(tmp_pat
         "Fatal Python error: Segmentation fault",
     ]
     reader.close()
+
+
+def test_a_followed_log_copied_and_truncated_then_written_alike_loses_no_line(tmp_path: Path):
+    """logrotate's copytruncate, then lines as long as the old ones: the bytes before the read position matched the
+    old (SGLang's failure lines end alike), the rotation went unseen and the new lines before it were lost."""
+
+    def failure(second: int, room: int) -> str:
+        return (
+            f"[2026-03-05 09:01:0{second} TP0] Decode transfer failed for request rank=0 decode_req.req.rid='r{room}' "
+            f"decode_req.req.bootstrap_room={room} with exception KVTransferError(bootstrap_room={room}): Failed to "
+            "get kvcache from prefill instance, it might be dead\n"
+        )
+
+    log = tmp_path / "decode.log"
+    log.write_text(failure(1, 1001) + failure(2, 1002))
+    reader = LogReader(log)
+    first = reader.read()
+    log.write_text(failure(3, 1003) + failure(4, 1004) + failure(5, 1005))  # truncated in place, written again
+
+    again = reader.read()
+
+    assert [line.split("bootstrap_room=")[1][:4] for line in first + again] == ["1001", "1002", "1003", "1004", "1005"]
+    assert reader.stats.rotations == 1

@@ -85,6 +85,9 @@ QUIET_S = 1.0
 """A followed file that gained nothing for this long is complete for now: a traceback at its end comes out."""
 _NEWLINE = ord("\n")
 TAIL_BYTES = 64
+HEAD_BYTES = 256
+"""The file's first bytes, compared before each read too: after a `copytruncate` and new lines the bytes before the
+read position can match the old ones (SGLang's lines of one kind end alike); the head is the new lines'."""
 """The last bytes read, compared with the file's before each read: a file rewritten in place differs."""
 _MARKER_SCANNER = ahocorasick_rs.BytesAhoCorasick(list(MARKERS))
 """Every marker in one pass over a block (SIMD in Rust; a `bytes.find` pass per marker cost six times more)."""
@@ -186,7 +189,7 @@ class LogReader:
         """The compressed file under a `.gz`'s GzipFile (which does not close it)."""
         self._identity: tuple[int, int] = (0, 0)
         self._offset = 0
-        self._tail = b""
+        self._tail = self._head = b""
         self._carry = b""
         self._in_long_line = False
         """Skipping the rest of a line past `MAX_LINE_BYTES` (counted once, as one garbled line)."""
@@ -219,7 +222,7 @@ class LogReader:
         status = os.fstat(raw.fileno())
         self._identity = (status.st_dev, status.st_ino)
         self._offset = 0
-        self._tail = b""
+        self._tail = self._head = b""
         self._in_long_line = False
         if self.gz:
             self._raw = raw
@@ -249,7 +252,7 @@ class LogReader:
         if not self.gz and self._rewritten():
             self._scan_rest(out)
             self._file.seek(0)
-            self._offset, self._tail, self._in_long_line = 0, b"", False
+            self._offset, self._tail, self._head, self._in_long_line = 0, b"", b"", False
             self.stats.rotations += 1
         budget = max_bytes
         while budget > 0:
@@ -291,12 +294,14 @@ class LogReader:
         return os.fstat(self._file.fileno()).st_size <= self._offset
 
     def _rewritten(self) -> bool:
-        """The bytes before the read position are no longer those read: copied and truncated, then written."""
-        tail = self._tail
+        """The bytes before the read position, or the file's first ones, are no longer those read: copied and
+        truncated, then written."""
+        tail, head = self._tail, self._head
         if not tail or self._file is None:
             return False
         try:
-            return os.pread(self._file.fileno(), len(tail), self._offset - len(tail)) != tail
+            fd = self._file.fileno()
+            return os.pread(fd, len(tail), self._offset - len(tail)) != tail or os.pread(fd, len(head), 0) != head
         except OSError:
             return False
 
@@ -331,6 +336,8 @@ class LogReader:
         if size and not self.gz:
             end = kept + size
             self._tail = bytes(self._buffer[max(0, end - TAIL_BYTES) : end])
+            if self._offset == size:  # the file's start
+                self._head = bytes(self._buffer[: min(size, HEAD_BYTES)])
         return int(size)
 
     def _fill_gz(self, view: memoryview) -> int:
