@@ -5,6 +5,7 @@ new `at`. The failure origins (`marks`) come from the MARKS blocks alone, withou
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,6 +21,10 @@ from kvtop.record.records import MARKS_DECODER, OPS_DECODER, Delivered, Dropped,
 from transport.plane.events import Event, Snapshot
 
 log = logging.getLogger("kvtop.record")
+
+RUNS_APART_S = 5.0
+"""A segment that opens this long after the block before it is another run of the recorder (a run writes a block
+every `writer.FLUSH_S` while it hears anything, and rolls segments over without a pause)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +177,16 @@ class Replay:
         cursor = Cursor(self, ClusterModel(self.journal_events), self.start, 0, inexact=bool(self._keyframes))
         cursor.advance(t)
         return cursor
+
+    def unrecorded(self, t: float) -> tuple[float, float] | None:
+        """The stretch around `t` that no run of the recorder recorded (from one run's last block to the next run's
+        first: the recorder was not running), None when `t` lies in what was recorded."""
+        blocks = [b for b in self.recording.blocks if b.kind is not BlockKind.MARKS]
+        for before, after in itertools.pairwise(blocks):
+            stopped, started = before.entry.t_last, after.entry.t_first
+            if stopped < t < started and after.opens_segment and started - stopped > RUNS_APART_S:
+                return stopped, started
+        return None
 
     def marks(self) -> list[Mark]:
         """Every failure origin of the recording (a rank's own failure), by arrival time."""

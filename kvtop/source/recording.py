@@ -43,6 +43,11 @@ class RecordingSource(Source):
         span = f"{stamp(start, dated=True)} to {stamp(end, dated=True)}"
         if not start <= at <= end:
             raise SourceError(f"--at {stamp(at, dated=True)} is outside the recording ({span})")
+        if gap := replay.unrecorded(at):
+            raise SourceError(
+                f"--at {stamp(at, dated=True)} is where the recorder did not run (nothing recorded from "
+                f"{stamp(gap[0], dated=True)} to {stamp(gap[1], dated=True)})"
+            )
         if when.since is not None and when.since > at:
             raise SourceError(f"--since {stamp(when.since, dated=True)} is after the instant read (recording: {span})")
         if tail:

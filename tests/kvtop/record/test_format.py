@@ -201,3 +201,30 @@ def test_failure_origins_are_listed_without_decoding_the_events(tmp_path: Path) 
     assert after is not None and after.arrived > middle.arrived
     before = replay.previous_origin(middle.arrived)
     assert before is None or before.arrived < middle.arrived
+
+
+def test_an_instant_between_two_runs_of_the_recorder_is_where_nothing_was_recorded(tmp_path: Path) -> None:
+    """A folder recorded into twice, 100 s apart: at an instant between the runs the replayed model showed every
+    rank gone (their last news before the pause), and `check` paged for a cluster that was healthy throughout."""
+    from kvtop.source.errors import SourceError
+    from kvtop.source.recording import RecordingSource
+    from kvtop.source.spec import SourceSpec
+    from kvtop.source.when import When
+
+    folder = tmp_path / "rec"
+    first = Recorder(folder, keyframe_events=3000, flush_s=3600.0)
+    model = ClusterModel()
+    stopped = feed(first, model, CLUSTER, 20, rooms_per_pass=5)
+    first.close()
+    second = Recorder(folder, keyframe_events=3000, flush_s=3600.0)
+    started = stopped + 100.0
+    second.tick(model, started)
+    feed(second, model, CLUSTER, 20, rooms_per_pass=5, start=started)
+    second.close()
+    replay = Replay(folder)
+
+    assert replay.unrecorded(stopped + 50.0) == pytest.approx((stopped, started), abs=1.0)
+    assert replay.unrecorded(stopped - 0.5) is None and replay.unrecorded(started + 0.5) is None
+    spec = SourceSpec(replay=str(folder), when=When(at=stopped + 50.0))
+    with pytest.raises(SourceError, match="where the recorder did not run"), RecordingSource.opened(spec):
+        pass
