@@ -82,34 +82,33 @@ def test_a_send_failure_after_the_senders_own_transport_fault_names_the_sender(t
     assert "10.9.0.7" not in check.stdout.split(" | ")[0].split("transport errors")[0]  # no decode at 10.9.0.7 named
 
 
-def test_a_send_of_memory_the_sender_cannot_read_names_the_sender(tmp_path: Path):
-    """Mooncake's TCP transport given GPU memory (sglang #7118, Mooncake #917: `TCP cannot transmit data located on
-    the GPU`): its `Session::writeBody failed. Error: Bad address` is the sender's own fault (EFAULT)."""
+@pytest.mark.parametrize(
+    ("fault", "second"),
+    [
+        pytest.param(  # sglang #7118, Mooncake #917: `TCP cannot transmit data located on the GPU` (EFAULT)
+            "E0612 14:05:26.176716 1192408 tcp_transport.cpp:136] Session::writeBody failed. Error: Bad address "
+            "(value: 14), total_transferred_bytes_: 0, current transferred_bytes: 0",
+            "2025-06-12 14:05:26",
+            id="gpu-memory-to-the-tcp-transport",
+        ),
+        pytest.param(  # a GLM-5.2 operator's MI325X notes (SGLang 0.5.16): GPU IPC chosen for a peer on another host
+            "E0728 12:41:38.101000 5151 hip_transport.cpp:70] HipTransport: hipIpcOpenMemHandle failed (Error code: "
+            "17 - invalid device pointer)",
+            "2026-07-28 12:41:38",
+            id="gpu-ipc-to-another-host",
+        ),
+    ],
+)
+def test_a_send_its_own_transport_could_not_make_names_the_sender(tmp_path: Path, fault: str, second: str):
+    """Mooncake's TCP transport given GPU memory (`Bad address`), its HIP transport opening a remote peer's memory
+    by IPC (`hipIpcOpenMemHandle failed`): the sender's own fault, not the decode's it could not send to."""
     log = tmp_path / "prefill.log"
     log.write_text(
-        "E0612 14:05:26.176716 1192408 tcp_transport.cpp:136] Session::writeBody failed. Error: Bad address "
-        "(value: 14), total_transferred_bytes_: 0, current transferred_bytes: 0\n"
-        "[2025-06-12 14:05:26] Session 77.1.2.78:15659 failed.\n"
-        + send_failure("2025-06-12 14:05:26", 0, ROOM, "77.1.2.78:41001")
+        f"{fault}\n[{second}] Session 10.32.17.209:16680 failed.\n"
+        + send_failure(second, 0, ROOM, "10.32.17.209:41001")
     )
 
     check = kvtop_here("check", "--sglang-log", str(log))
 
     assert check.returncode == 2
-    assert "incident: prefill-0 fails transfers (send_failed)" in check.stdout
-
-
-def test_gpu_ipc_chosen_for_a_peer_on_another_host_is_the_sender_s_own_fault(tmp_path: Path):
-    """Mooncake's HIP transport on MI325X (a GLM-5.2 operator's notes, SGLang 0.5.16): `hipIpcOpenMemHandle failed`
-    as it sent to a decode on another host; the sender chose GPU IPC, its own fault, not the decode's."""
-    log = tmp_path / "prefill.log"
-    log.write_text(
-        "E0728 12:41:38.101000 5151 hip_transport.cpp:70] HipTransport: hipIpcOpenMemHandle failed (Error code: 17 - "
-        "invalid device pointer)\n"
-        "[2026-07-28 12:41:38 TP0] Session 10.32.17.209:16680 failed.\n"
-        + send_failure("2026-07-28 12:41:38", 0, ROOM, "10.32.17.209:41001")
-    )
-
-    check = kvtop_here("check", "--sglang-log", str(log))
-
     assert "incident: prefill-0 fails transfers (send_failed)" in check.stdout
