@@ -52,7 +52,9 @@ class MetricsScraper(ServiceThread):
         self.url = url
         self.interval_s = interval_s
         self.timeout_s = timeout_s
-        self.error = "not scraped yet"
+        self.error = ""
+        """What went wrong at the last scrape ("" before the first: not yet asked is no sign the server is down; a
+        sidecar started beside a busy server said `down` until its first scrape came back)."""
         self._first: dict[str, float] = {}
         self._latest: dict[str, float] = {}
         self._moved: set[str] = set()

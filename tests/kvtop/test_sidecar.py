@@ -287,3 +287,16 @@ def test_a_sidecar_on_a_log_that_tells_no_role_yet_says_what_it_waits_for(tmp_pa
         process.wait(timeout=20)
 
     assert said.strip() == f"kvtop agent: waiting for {log}'s lines to tell prefill or decode (--role says it now)"
+
+
+def test_metrics_not_yet_scraped_are_no_sign_the_server_is_down():
+    """A sidecar's first heartbeat can leave before its first scrape (a loaded machine): `not scraped yet` read as an
+    error made the rank `down` beside a server that answers; only a scrape that went wrong is one."""
+    from kvtop.sidecar.metrics import MetricsScraper
+
+    scraper = MetricsScraper("http://127.0.0.1:9/metrics", timeout_s=0.5)
+    before = scraper.error
+    scraper.scrape()
+
+    assert before == ""
+    assert scraper.error.startswith("http://127.0.0.1:9/metrics unanswered")
