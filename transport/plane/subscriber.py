@@ -320,8 +320,8 @@ class EventSubscriber:
             dealer.close(linger=0)
         for label in list(self._snapshot_sockets):
             self._close_snapshot_socket(label)
-        if self._owns_context:
-            self._context.term()
+        if self._owns_context:  # every socket of it, one a Ctrl-C left half made too (`term` waited on it forever)
+            self._context.destroy(linger=0)
 
     def poll(self, timeout_s: float) -> list[Delivered]:
         """Deliveries ready now, after waiting up to `timeout_s` for the first input."""
