@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 
 from kvtop.sources.sglang import Context, LogSpec, SGLangLogs
-from kvtop.sources.sglang.lines import node_of, server_arg
+from kvtop.sources.sglang.lines import node_of, server_count
 from kvtop.sources.sglang.naming import agent_file
 from kvtop.sources.sglang.reader import read_head
 from kvtop.sources.sglang.sniff import SNIFF_BYTES
@@ -96,8 +96,7 @@ class LogTail:
         except OSError:
             return self.ranks
         line = found[0].decode("utf-8", "replace") if found else ""
-        size = server_arg(line, "tp_size") or ""
-        self.tp = min(int(size), 1024) if size.isdigit() else 0
+        self.tp = min(server_count(line, "tp_size") or 0, 1024)
         node = node_of(line)
         self.ranks = node.tp_ranks if node is not None and node.tp_size == self.tp else range(self.tp)
         return self.ranks

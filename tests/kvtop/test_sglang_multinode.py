@@ -146,3 +146,21 @@ def test_sglang_0523s_arguments_printed_as_a_dict_tell_the_nodes_too(tmp_path: P
         logs[-1].write_text(as_dict(first) + "".join(rest))
 
     assert instances(model_of(*logs)) == {"prefill-0": list(range(16))}
+
+
+def test_a_server_args_count_of_thousands_of_digits_is_no_count(tmp_path: Path):
+    """`tp_size=999...` (5000 digits) in two logs' start-up lines made `check` UNKNOWN, `internal error: ValueError(
+    'Exceeds the limit (4300 digits) for integer string conversion')`: a count past 6 digits is none."""
+    line = (
+        f"[2026-01-02 03:04:05] server_args=ServerArgs(tp_size={'9' * 5000}, nnodes=2, node_rank={{rank}}, "
+        "dist_init_addr='10.0.0.1:5000', disaggregation_mode='prefill')\n"
+        "[2026-01-02 03:04:06 TP0] Prefill batch, #new-seq: 1, #new-token: 4, #queue-req: 0\n"
+    )
+    logs = []
+    for rank in (0, 1):
+        (tmp_path / f"node{rank}.log").write_text(line.format(rank=rank))
+        logs += ["--sglang-log", str(tmp_path / f"node{rank}.log")]
+
+    check = kvtop_here("check", *logs)
+
+    assert check.returncode == 0 and "internal error" not in check.stdout

@@ -266,15 +266,22 @@ def server_arg(message: str, name: str) -> str | None:
     return found[1].strip("'") if found else None
 
 
+def server_count(message: str, name: str) -> int | None:
+    """An argument of a `server_args` line that counts something (a size, a rank, a port): None when the line gives
+    none, or more than 6 digits (a log's text: `int()` of thousands of digits raised, and no count is that large)."""
+    value = server_arg(message, name) or ""
+    return int(value) if re.fullmatch(r"\d{1,6}", value) else None
+
+
 def node_of(message: str) -> NodeOf | None:
     """The node of a multi-node server a `server_args` line says it is; None for a server on one node, one that
     names no rendezvous address, and one whose TP ranks would not tell its nodes apart (pipeline stages over the
     nodes: each stage logs TP0...)."""
-    nnodes, rank, tp_size = (server_arg(message, name) or "" for name in ("nnodes", "node_rank", "tp_size"))
+    nnodes, rank, tp_size = (server_count(message, name) for name in ("nnodes", "node_rank", "tp_size"))
     address = server_arg(message, "dist_init_addr") or "None"
-    if not (nnodes.isdigit() and rank.isdigit() and tp_size.isdigit()) or address == "None":
+    if nnodes is None or rank is None or tp_size is None or address == "None":
         return None
-    node = NodeOf(server_arg(message, "disaggregation_mode") or "", address, int(nnodes), int(tp_size), int(rank))
+    node = NodeOf(server_arg(message, "disaggregation_mode") or "", address, nnodes, tp_size, rank)
     if node.nnodes < 2 or node.rank >= node.nnodes or not node.tp_ranks or node.tp_size % node.nnodes:
         return None
     return node if server_arg(message, "pp_size") in (None, "1") else None
@@ -319,8 +326,7 @@ def classify(prefix: Prefix, year: int) -> Record | None:
     """
     message, ts = prefix.message, prefix.ts
     if message.startswith("server_args="):
-        port = server_arg(message, "disaggregation_bootstrap_port") or ""
-        return ServerArgsLine(int(port) if port.isdigit() else None)
+        return ServerArgsLine(server_count(message, "disaggregation_bootstrap_port"))
     if "failed for request" in message:
         return _failure(prefix)
     if " failed" in message and _FAILURE_KIND.search(message):  # the substring first: this runs on every marked line
