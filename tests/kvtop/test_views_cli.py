@@ -222,7 +222,7 @@ def test_ctrl_c_before_a_check_judged_is_unknown_on_stdout(wait_for):
     assert done.stdout.startswith("KVTOP UNKNOWN - interrupted before the source was judged")
 
 
-@pytest.mark.parametrize("after_s", [0.2, 0.3, 0.45, 0.6])
+@pytest.mark.parametrize("after_s", [0.2, 0.3])
 def test_ctrl_c_at_any_moment_before_a_check_judged_is_unknown_on_stdout(after_s: float):
     """A Ctrl-C while kvtop's modules loaded printed a traceback and exited 130, one while Typer ran the command
     exited 130 with stdout empty: wherever it lands before the verdict (a bootstrap that never answers: no verdict
