@@ -48,6 +48,7 @@ from kvtop.model.suspects import (
     PREFILL_LOST,
     SESSION_TIE_S,
     SILENT_BEFORE_S,
+    STARTUP_DEATH,
     THREAD_DIED,
     WAITING_TIMED_OUT,
     asked_in_vain,
@@ -242,7 +243,15 @@ class ClusterModel:
 
     def _aftermath(self, label: str, crash: LogContext) -> bool:
         """A process death the rank's log tells after its scheduler's crash, with nothing else logged between (the
-        server's watchdog taking its other processes down): the crash it follows says why, so it is kept."""
+        server's watchdog taking its other processes down): the crash it follows says why, so it is kept. SGLang's
+        launcher's word that a scheduler died at start-up follows a crash of any rank of the instance so."""
+        if crash.kind == CRASHED and crash.text.startswith(STARTUP_DEATH):
+            instance = label.rpartition("/")[0]
+            return any(self._aftermath_of(other, crash) for other in self.crashes if other.startswith(f"{instance}/"))
+        return self._aftermath_of(label, crash)
+
+    def _aftermath_of(self, label: str, crash: LogContext) -> bool:
+        """Whether `crash` follows the rank's crash at `label` soon, nothing logged between."""
         first = self.crashes.get(label)
         return (
             first is not None

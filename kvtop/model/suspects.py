@@ -85,6 +85,10 @@ THREAD_DIED = "thread_died"
 """One of a rank's KV transfer threads died (its process goes on, the rooms the thread served never finish)."""
 CRASH_KINDS = (CRASHED, THREAD_DIED)
 """A rank's crashes (`ClusterModel.crashes`)."""
+STARTUP_DEATH = "its scheduler died at start-up"
+"""How a crash reads that only SGLang's launcher told (`Rank 0 scheduler is dead.`, `Rank 0 scheduler died during
+initialization (exit code: -3)`): right after another rank of its instance crashed it is that crash's aftermath (the
+launcher names the first scheduler it waits on that is gone, once the server is being taken down)."""
 
 
 def is_transport_error(kind: str, text: str) -> bool:

@@ -21,7 +21,8 @@ Kinds (DOMAIN.md, "SGLang's log lines"):
   transport errors, transfer worker errors and their tracebacks, one-time
   hints, bootstrap trouble, aborts carrying a KVTransferError, and transport libraries' own lines (glog, UCX); and a
   rank's crash, in a few words: its scheduler's (`Scheduler hit an exception:
-  Traceback ...`: the rank's process ends, SGLang takes its server down, `crash_text`),
+  Traceback ...`: the rank's process ends, SGLang takes its server down, `crash_text`), its launcher's word
+  that a scheduler died at start-up (`Rank 0 scheduler is dead.`),
   a fatal signal (`Caught signal 11 (Segmentation fault ...`, `Fatal Python error:
   Segmentation fault`), or one of its KV transfer threads dying (`Exception in thread
   Thread-5 (transfer_worker):` and its traceback: the process goes on, the rooms that
@@ -35,7 +36,7 @@ import re
 import signal
 from dataclasses import dataclass
 
-from kvtop.model.suspects import BOOTSTRAP_ERROR, CRASHED, THREAD_DIED
+from kvtop.model.suspects import BOOTSTRAP_ERROR, CRASHED, STARTUP_DEATH, THREAD_DIED
 from kvtop.sources.sglang.prefix import RANK_TAG_MAX, Prefix, stamp_seconds
 from transport.wire import cut_text
 
@@ -52,6 +53,8 @@ MARKERS: tuple[bytes, ...] = (
     b"Traceback (most recent call last)",
     b" hit an exception",  # a scheduler's (or its worker thread's) crash whose traceback's first line was cut
     b"crashed with exit code",  # SGLang's watchdog of its scheduler processes (`Subprocess scheduler_0 ...`)
+    b"scheduler is dead",  # its launcher, of a scheduler that died at start-up (`Rank 0 scheduler is dead. ...`)
+    b"scheduler died during initialization",  # the same since 2026-03 (`... (exit code: -3)`)
     b"Segfault encountered",
     b"Exception in thread ",  # a thread's death (Python's `threading.excepthook`), its traceback on the next lines
     b"Caught signal ",  # UCX's handler of a fatal signal (`Caught signal 11 (Segmentation fault: ...)`)
@@ -115,6 +118,11 @@ an exit code 9. pid=149`): one of the server's processes died, which names no ra
 _SUBPROCESS_CRASH = re.compile(r"Subprocess (?:scheduler_(\d+)|detokenizer) \(pid=\d+\) crashed with exit code (-?\d+)")
 """SGLang's watchdog of its scheduler processes (since early 2026): one died without a word of its own (a
 signal, C++'s std::terminate); the server is taken down."""
+_STARTUP_DEATH = re.compile(r"Rank (\d+) scheduler (?:is dead\.|died during initialization \(exit code: (-?\d+)\))")
+"""SGLang's launcher, of a scheduler process that died before it was ready: `Rank 0 scheduler is dead. Please check
+if there are relevant logs.` (its exit code on the next line, `Exit code: -3`), since 2026-03 a RuntimeError at the end
+of the launcher's traceback, `Rank 0 scheduler died during initialization (exit code: -3). ...`. The rank is the
+index of the first scheduler the launcher found gone (its TP rank on a one-node server)."""
 THREAD_DEATH = "Exception in thread "
 _THREAD = re.compile(r"Exception in thread (.+?)(?: \(([\w.]+)\))?:\s*$", re.MULTILINE)
 """`Exception in thread Thread-5 (transfer_worker):` (its target's name since Python 3.10)."""
@@ -360,6 +368,8 @@ def classify(prefix: Prefix, year: int) -> Record | None:
         return ContextLine(ts, prefix.tp, "hint", None, message)
     if any(error in message for error in _BOOTSTRAP_ERRORS):
         return ContextLine(ts, prefix.tp, BOOTSTRAP_ERROR, None, message)
+    if "scheduler " in message and not message.startswith(CRASHES) and (dead := _STARTUP_DEATH.search(message)):
+        return _startup_death(prefix, dead)
     if message.startswith("Traceback (most recent call last)"):
         return ContextLine(ts, prefix.tp, "traceback", None, message)
     if message.startswith(CRASHES):
@@ -393,6 +403,19 @@ def _subprocess_crash(prefix: Prefix, died: re.Match[str]) -> ContextLine:
         raise Garbled(f"scheduler_{tp} is past {RANK_TAG_MAX}")
     process = f"scheduler_{died[1]}" if died[1] is not None else "detokenizer"
     return ContextLine(prefix.ts, tp, CRASHED, None, f"its {process} process {_how(int(died[2]))}")
+
+
+def _startup_death(prefix: Prefix, dead: re.Match[str]) -> ContextLine:
+    """`Rank 2 scheduler died during initialization (exit code: -9)`: rank 2's scheduler died before its server was
+    ready; killed by SIGQUIT (-3), it was taken down with its server after another of its processes failed."""
+    tp = int(dead[1])
+    if tp > RANK_TAG_MAX:
+        raise Garbled(f"rank {tp} is past {RANK_TAG_MAX}")
+    code = int(dead[2]) if dead[2] is not None else None
+    how = "" if code is None else f", {_how(code)}"
+    if code == -signal.SIGQUIT:
+        how += " (its server was taken down after another of its processes failed)"
+    return ContextLine(prefix.ts, tp, CRASHED, None, f"{STARTUP_DEATH}{how}")
 
 
 def _how(code: int) -> str:
