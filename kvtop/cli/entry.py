@@ -1,9 +1,19 @@
 """The `kvtop` command's entry point: a Ctrl-C while kvtop's modules load (about half a second) is one line and
-the exit code a Ctrl-C gets later (130; `kvtop check`: its UNKNOWN verdict, 3), not a traceback."""
+the exit code a Ctrl-C gets later (130), not a traceback; `kvtop check` says UNKNOWN (exit 3) wherever a Ctrl-C
+lands before its verdict.
+
+Those handlers write and exit at once instead of raising: an exception raised from a signal handler lands in
+whatever code runs then, which may turn it into another (a class body's `__set_name__` makes any exception a
+RuntimeError: a traceback, exit 1) or swallow it (a library's `except BaseException` around an import: the check
+then waited out its `--wait`, seen in 1 of 400 tries under load). Nothing needs closing before kvtop's modules
+are loaded, nor before a check's verdict (it reads, and writes nothing but the verdict).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import sys
 from types import FrameType
@@ -11,22 +21,34 @@ from types import FrameType
 _SAID = "interrupted before the source was judged"
 
 
+def _write_and_exit(fd: int, text: str, code: int) -> None:
+    """Write `text` straight to `fd` (not through `sys.stdout`, whose buffer the interrupted code may be writing)
+    and end the process with `code` now."""
+    with contextlib.suppress(OSError):  # the reader went away: the exit code still tells
+        os.write(fd, text.encode())
+    os._exit(code)
+
+
 def _interrupted_while_loading(signum: int, frame: FrameType | None) -> None:
-    args = sys.argv[1:]
-    if args[:1] != ["check"]:
-        print("kvtop: interrupted before it began", file=sys.stderr)
-        raise SystemExit(130)
-    if "--json" in args:
-        print(json.dumps({"verdict": "UNKNOWN", "summary": _SAID, "problems": [_SAID], "exit_code": 3}, indent=2))
-    else:
-        print(f"KVTOP UNKNOWN - {_SAID}")
-    raise SystemExit(3)
+    _write_and_exit(2, "kvtop: interrupted before it began\n", 130)
+
+
+def _check_interrupted(signum: int, frame: FrameType | None) -> None:
+    """`kvtop check` before its verdict: UNKNOWN on stdout, where monitoring reads it."""
+    if "--json" in sys.argv[1:]:
+        verdict = {"verdict": "UNKNOWN", "summary": _SAID, "problems": [_SAID], "exit_code": 3}
+        _write_and_exit(1, json.dumps(verdict, indent=2) + "\n", 3)
+    _write_and_exit(1, f"KVTOP UNKNOWN - {_SAID}\n", 3)
 
 
 def main() -> None:
-    """Load the command line with Ctrl-C said plainly, then run it (`kvtop.cli.app.main`)."""
-    signal.signal(signal.SIGINT, _interrupted_while_loading)
+    """Load the command line with Ctrl-C said plainly, then run it (`kvtop.cli.app.main`). `check` keeps its
+    handler until its verdict (`kvtop.cli.views.run_check` then ignores SIGINT); every other command gets Python's
+    KeyboardInterrupt once loaded (a view ends cleanly on it)."""
+    judging = sys.argv[1:2] == ["check"]
+    signal.signal(signal.SIGINT, _check_interrupted if judging else _interrupted_while_loading)
     from kvtop.cli.app import main as run_command
 
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if not judging:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     run_command()
