@@ -17,7 +17,8 @@ Sockets and their frames (ROUTER sockets see the peer's routing id first)::
         [EventBatch]  every upstream agent's, passed through untouched (the envelope, seq included)
                ROUTER (bound by a relay) <- DEALER (views, a downstream relay)
         request   [ListAgents | SnapshotRequest with `agent` naming the agent]
-        reply     [AgentList (the relay in `relays`, the agents it knows) | Snapshot (the agent's own)]
+        reply     [AgentList (the relay in `relays`, the agents it knows, its upstreams that stopped answering)
+                   | Snapshot (the agent's own)]
 
     data link  ROUTER (bound by each prefill rank) <- DEALER (each decode rank, one per prefill rank)
         decode -> prefill  [Hello | Heartbeat | TransferRequest | Ack | Abort]
@@ -180,6 +181,12 @@ class AgentList(msgspec.Struct, tag="agents", array_like=True):
     relays: list[AgentInfo] = []
     """Relays registered here (role `relay`; see relay.py): a view subscribes to one of them instead of to
     every agent. Never resolved, never in `agents`."""
+    upstream_errors: list[ReasonText] = []
+    """A relay's upstreams that did not answer its latest discovery round, each error naming the upstream's
+    address (those an upstream relay reports, as `via ADDR: ...`): a view says so rather than blame the ranks."""
+    kept: list[RankLabel] = []
+    """Agents a relay lists from the last answer of an upstream that no longer answers (`upstream_errors`): their
+    silence is the upstream's, not known to be theirs."""
 
 
 class Refusal(msgspec.Struct, tag="refusal", array_like=True):

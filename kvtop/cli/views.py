@@ -198,9 +198,11 @@ def run_check(spec: SourceSpec, limits: Thresholds, as_json: bool) -> int:
             window = source.span_window() if source.span else source.window(limits.window_s)
             limits = dataclasses.replace(limits, window_s=window)
             now = source.now()
+            upstream_down, kept = source.upstream_down()
             result = evaluate(source.model, limits, now, source.waited(), span=source.span, since=source.when.since,
                               transport_errors=source.transport_errors(0.0, now),
-                              whole_cluster=spec.kind == "bootstrap", unread=source.partly_read())  # fmt: skip
+                              whole_cluster=spec.kind == "bootstrap", unread=source.partly_read(),
+                              upstream_down=upstream_down, kept=kept)  # fmt: skip
             if feed_error := source.feed_error():
                 result = source_failing(result, feed_error)
     except BootstrapError as error:

@@ -106,6 +106,10 @@ class Collector:
         """The last discovery error ("" while the bootstrap address answers), or why the thread died."""
         self.died = False
         """True once the collecting thread ended by an error (the model is no longer kept current)."""
+        self.upstream_errors: list[str] = []
+        """The relay's upstreams that stopped answering it, as its latest listing says ([] when none, or no relay)."""
+        self.kept: list[str] = []
+        """Ranks that relay lists from the last answer of such an upstream: silent because of it, maybe alive."""
         self.curve = curve
         self._subscriber = EventSubscriber(curve=curve)
         self._news = news
@@ -179,6 +183,7 @@ class Collector:
             usable = listed
         else:
             usable = [agent for agent in listing.agents if not self._subscriber.connect(agent)]
+        self.upstream_errors, self.kept = (listing.upstream_errors, listing.kept) if relay is not None else ([], [])
         gone = [agent for agent in listing.expired if not agent_problem(agent)]
         now = time.time()
         with self.lock:
@@ -193,6 +198,12 @@ class Collector:
             if recorder is not None:
                 recorder.accounted(self.model, now)
         self._synced = self._subscriber.synced()
+
+    def upstream_down(self) -> str:
+        """One line while the relay this collector lists says an upstream stopped answering it ("" otherwise)."""
+        if not self.upstream_errors:
+            return ""
+        return f"upstream stopped answering the relay at {self.bootstrap}: {'; '.join(self.upstream_errors)}"
 
     def _update_intake(self) -> None:
         intake = self.model.intake

@@ -388,6 +388,8 @@ class KvtopApp(App[None]):
         parts = [(incidents, ESSENTIAL)]
         if self._is_stale(frame):  # what follows is as of the last frame: the model stopped answering
             parts.insert(0, (Text(f" no new data for {self._clock() - frame.now:.0f} s ", p.error), ESSENTIAL))
+        if frame.replay is not None and frame.replay.unrecorded:  # what follows is as the recorder last saw it
+            parts.insert(0, (Text(f" not recorded: as of {stamp(frame.now)[:-4]} ", p.warning), ESSENTIAL))
         if h.ranks_crashed:  # the server's own log said so: before the ranks, whatever the source
             parts.append((Text(f" {plural(h.ranks_crashed, 'rank')} crashed ", p.error), ESSENTIAL))
         if h.of_logs:  # no transfers, no room that succeeded
@@ -465,7 +467,12 @@ class KvtopApp(App[None]):
         )
         if not replay.live and replay.time >= replay.end:
             state = "the recording's end, " + state
-        extra = "".join(f" · {part}" for part in (replay.note, "inexact: some of it was lost" * replay.inexact) if part)
+        gap = ""
+        if replay.unrecorded:
+            stopped, started = (stamp(t, dated)[:-4] for t in replay.unrecorded)
+            gap = f"not recorded (the recorder did not run from {stopped} to {started}): shown as of {stopped}"
+        notes = (gap, replay.note, "inexact: some of it was lost" * replay.inexact)
+        extra = "".join(f" · {part}" for part in notes if part)
         return f"REPLAY {stamp(replay.time, dated)[:-4]} ({since(now - replay.time)}) — {state}{extra}   "
 
     def _theme_changed(self, _: object) -> None:

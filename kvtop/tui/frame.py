@@ -227,6 +227,9 @@ class Replayed:
     """The last move's news ("no later failure origin", "the recording starts at ...")."""
     inexact: bool = False
     """Something between the keyframe and `time` was lost: the model may differ from the collector's."""
+    unrecorded: tuple[float, float] | None = None
+    """The recorder did not run around `time` (from, to): the frame is the model as of `from`, its last instant
+    recorded before, not ranks gone for the recorder's absence."""
 
 
 @dataclass(frozen=True)

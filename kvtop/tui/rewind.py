@@ -5,6 +5,9 @@ resolves them in order and builds the frame (`build`), so a seek (a keyframe res
 replayed: tens of ms) never runs on the UI thread. One lock (`lock`) guards the cursor: held while moving
 it and while a frame or a detail panel reads its model.
 
+An instant between two runs of the recorder (`Replay.unrecorded`) was not recorded: its frame is the model as the
+first run left it, and says so (`Replayed.unrecorded`), as the one-shot views refuse that instant.
+
 On a live session the recording is the ring the dashboard writes; it is re-read when a move needs what was
 written since, and a move that reaches its end goes back to live. On a recording alone (`live=False`) the
 end is as far as it goes: "live" then means the recording's end.
@@ -155,10 +158,11 @@ class Rewind:
                 return None
             if self._builder is None or self._builder.model is not cursor.model:  # a seek, or a new run
                 self._builder = FrameBuilder(cursor.model, lambda: cursor.time)
-            frame = self._builder.build(options, now=cursor.time, error=self.error)
             replay = self._replay
+            gap = replay.unrecorded(cursor.time)  # between two runs: as the first left it, not aged by the gap
+            frame = self._builder.build(options, now=cursor.time if gap is None else gap[0], error=self.error)
             replayed = Replayed(cursor.time, self.playing, replay.start, replay.end, self.live, self._note,
-                                cursor.inexact)  # fmt: skip
+                                cursor.inexact, gap)  # fmt: skip
             return replace(frame, replay=replayed)
 
     def live_note(self) -> str:

@@ -10,7 +10,7 @@ failure and abort rates, stuck rooms, lost event batches.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
@@ -116,6 +116,9 @@ class CheckResult:
     """Ranks that crashed in what was judged -> what their log said (the exception, where raised)."""
     transport_errors: int = 0
     """Errors the transfer's own layers logged in what was judged (glog, UCX, `Session ... failed.`)."""
+    ranks_unheard: list[str] = field(default_factory=list)
+    """Silent ranks a relay lists from the last answer of an upstream that stopped answering it (not in
+    `ranks_gone` or `ranks_stale`: their silence is the upstream's); the upstream is in `problems`."""
     facts: str = ""
     """What the summary says after its problems (not in the JSON: the summary holds it)."""
 
@@ -158,6 +161,8 @@ def evaluate(
     transport_errors: Sequence[Context] = (),
     whole_cluster: bool = False,
     unread: str = "",
+    upstream_down: str = "",
+    kept: Collection[str] = (),
 ) -> CheckResult:
     """Judge the model against the thresholds; the worst problem sets the verdict, incidents first.
 
@@ -165,7 +170,9 @@ def evaluate(
     whose ranks is alive while the other's are is CRITICAL: prefill ranks alone move no KV, and a rank the
     bootstrap service forgot (it keeps a dead one listed for 10 minutes; a restarted service knows none) would
     otherwise leave a check green on half a cluster. `unread`: what of the source could not be read (a log given
-    that held nothing), a WARNING.
+    that held nothing), a WARNING. `upstream_down`: a relay's upstream stopped answering it, the CRITICAL finding;
+    the ranks it lists from that upstream's last answer (`kept`) that went silent are named with it, unheard,
+    not gone or stale.
 
     A rank that never answered in the `waited_s` the check listened is gone; one that answered is judged by
     the model's own bounds (stale after `STALE_S` of silence, gone after `GONE_S`). With `span` (logs, a
@@ -177,8 +184,10 @@ def evaluate(
     liveness = {label: state for label, state in everyone.items() if state is not Liveness.LOG}
     alive = sorted(label for label, state in liveness.items() if state in (Liveness.ALIVE, Liveness.IDLE))
     down = sorted(label for label, state in liveness.items() if state is Liveness.DOWN)
-    stale = sorted(label for label, state in liveness.items() if state is Liveness.STALE)
-    gone = sorted(label for label, state in liveness.items() if state is Liveness.GONE)
+    silent_states = (Liveness.STALE, Liveness.GONE)
+    unheard = sorted(label for label in kept if liveness.get(label) in silent_states) if upstream_down else []
+    stale = sorted(label for label, state in liveness.items() if state is Liveness.STALE and label not in unheard)
+    gone = sorted(label for label, state in liveness.items() if state is Liveness.GONE and label not in unheard)
     unanswered = [label for label in gone if not model.ranks[label].last_seen]
     unreachable = sorted(label for label in model.intake.unreachable if label in everyone)
     outcomes = model.outcomes(now, limits.window_s)
@@ -191,6 +200,8 @@ def evaluate(
     warning: list[str] = []
     need = limits.min_ranks or len(liveness)
     judged_from = (since or 0.0) if span else now - limits.window_s
+    if upstream_down:  # the ranks behind it are unheard, not known gone: one finding, not one per rank
+        critical.append(upstream_down + (f"; ranks behind it unheard: {', '.join(unheard)}" if unheard else ""))
     crashed = _judged_crashes(model, now, judged_from)
     if crashed:
         dated = spans_days([crash.ts for crash in crashed.values()] + [now])
@@ -296,7 +307,7 @@ def evaluate(
         unanswered, unreachable, model.lost, model.rejected, model.rejected_frames,
         [incident_json(incident, now, gap) for incident in judged], "span" if span else "now", rooms_failed,
         {label: round(offset, 3) for label, offset in skewed.items()},
-        {label: crash.text for label, crash in crashed.items()}, len(errors), facts,
+        {label: crash.text for label, crash in crashed.items()}, len(errors), unheard, facts,
     )  # fmt: skip
 
 

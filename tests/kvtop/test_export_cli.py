@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -92,6 +93,33 @@ def test_export_on_a_recording_counts_what_failures_lists_on_it(tmp_path: Path):
         assert served["kvtop_failure_echoes_total"] == sum(group["echo_count"] for group in faults), at
     early, late = (served["kvtop_failure_origins_total"] for served in served_at.values())
     assert 0 < early < late
+
+
+def http_get(url: str) -> tuple[int, str]:
+    """The status and body of GET `url` (an HTTP error's too)."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code, error.read().decode()
+
+
+@pytest.mark.processes
+def test_export_answers_on_metrics_only_and_404_names_it_elsewhere():
+    """Every path answered with the metrics, so a scrape aimed at `/` or `/metric` looked right; now only
+    `/metrics` (its query parameters too) answers, and any other path is 404 naming `/metrics`."""
+    with exporting(*LOGS, "--listen", "127.0.0.1:0") as (url, _):
+        root = url.removesuffix("/metrics")
+        metrics = http_get(url)
+        queried = http_get(f"{url}?scrape=1")
+        elsewhere = {
+            path: http_get(root + path) for path in ("/", "/metric", "/metrics/", "/favicon.ico", "/x/metrics")
+        }
+
+    assert metrics[0] == 200 and "kvtop_failure_origins_total" in metrics[1]
+    assert queried[0] == 200 and "kvtop_failure_origins_total" in queried[1]
+    assert elsewhere == dict.fromkeys(elsewhere, (404, "404 not found: kvtop's metrics are at /metrics\n"))
 
 
 @pytest.mark.processes

@@ -21,7 +21,9 @@ Threads, each owning its sockets:
   the proxy again. Messages queued in the sockets meanwhile are kept.
 - broker: the ROUTER (snapshot_broker.py).
 - discovery: lists the bootstrap and each upstream relay, builds the routing `Book`, registers this relay
-  with the bootstrap (`register`), and reads the proxy's STATISTICS into the counters.
+  with the bootstrap (`register`), and reads the proxy's STATISTICS into the counters. An upstream that does
+  not answer keeps its agents listed, and the listing says so (`AgentList.upstream_errors`, `kept`: its own,
+  and those its upstream relays report), so that a view blames the upstream, not the ranks behind it.
 
 A thread that dies is logged with its traceback and kept in `error`; `died` turns true.
 
@@ -52,7 +54,7 @@ from transport.plane.events import EventBatch, Heartbeat
 from transport.plane.snapshot_broker import BROKER_COUNTERS, Book, Route, SnapshotBroker
 from transport.registration import RELAY_ROLE, agent_problem, endpoint_problem, entry_name
 from transport.sockets import LIST_FRAME, SMALL_FRAME, SUBSCRIPTION_FRAME, bind, decode_waiting, open_socket
-from transport.wire import AgentInfo, AgentList, FrameDecoder
+from transport.wire import AgentInfo, AgentList, FrameDecoder, cut_text
 
 log = logging.getLogger("transport.plane.relay")
 
@@ -272,6 +274,8 @@ class Relay:
         endpoints = set(self.connect)
         relays = 0
         errors: list[str] = []
+        reported: list[str] = []  # upstream relays' own upstreams that did not answer
+        kept: set[str] = set()
         for address in self.relays:
             listing = self._list(address, timeout_s, strict, errors, "relay")
             relays_listed = listing.relays if listing is not None else []
@@ -282,6 +286,8 @@ class Relay:
                 continue
             relays += 1
             endpoints.add(relay.event_endpoint)
+            reported.extend(cut_text(f"via {address}: {error}") for error in listing.upstream_errors)
+            kept.update(listing.kept)
             for agent in self._usable(listing.agents, refused):
                 agents[agent.label] = agent
                 routes[agent.label] = Route(relay.snapshot_endpoint, via_relay=True)
@@ -301,10 +307,12 @@ class Relay:
         if errors:  # an upstream did not answer: keep what it gave last time
             endpoints |= self._wanted
             routes = {**self._book.routes, **routes}
+            kept.update(agent.label for agent in self._book.agents if agent.label not in agents)
             agents = {agent.label: agent for agent in self._book.agents} | agents
         for label in agents:
             expired.pop(label, None)
-        self._book = Book(routes, list(agents.values()), list(expired.values()), refused)
+        down = [cut_text(error) for error in errors] + reported
+        self._book = Book(routes, list(agents.values()), list(expired.values()), refused, down, sorted(kept))
         self.error = "; ".join(errors)
         self.counters.add("discovery_errors", len(errors))
         self._set_counter("upstream_agents", len(agents))

@@ -9,8 +9,9 @@ frame that comes back goes to the requester untouched, as event batches do: the 
 draw their request ids at random (subscriber.py), so ids of different requesters do not meet; if two did,
 each would also get the other's snapshot and drop it (its incarnation is not the one asked for).
 
-`ListAgents` is answered with an `AgentList`: this relay in `relays`, the agents it knows, and the relay's
-counters (its traffic included: anyone who lists a relay reads its report).
+`ListAgents` is answered with an `AgentList`: this relay in `relays`, the agents it knows, the relay's
+counters (its traffic included: anyone who lists a relay reads its report), and its upstreams that did not
+answer its latest discovery round with the agents it keeps from their last answer.
 
 Counted: `snapshot_requests`, `snapshots_passed`, `snapshots_unroutable` (no route for the label: the
 requester's own timeout ends its wait), `snapshots_unanswered` (no reply within `PENDING_TIMEOUT_S`),
@@ -67,6 +68,10 @@ class Book:
     agents: list[AgentInfo] = field(default_factory=list)
     expired: list[AgentInfo] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
+    upstream_errors: list[str] = field(default_factory=list)
+    """Upstreams that did not answer the latest round (`AgentList.upstream_errors`)."""
+    kept: list[str] = field(default_factory=list)
+    """Agents listed from the last answer of an upstream that did not answer (`AgentList.kept`)."""
 
 
 @dataclass(slots=True)
@@ -137,8 +142,9 @@ class SnapshotBroker:
         if isinstance(request, ListAgents):
             book = self._book()
             listing = AgentList(
-                request.req_id, book.agents, self._report(), book.refused, book.expired, [self._entry()]
-            )
+                request.req_id, book.agents, self._report(), book.refused, book.expired, [self._entry()],
+                book.upstream_errors, book.kept,
+            )  # fmt: skip
             self._router.send_multipart([requester, encode(listing)])
             return
         self._counters.add("snapshot_requests")

@@ -21,6 +21,7 @@ from kvtop.tui.frame import Frame, FrameBuilder, Options
 from kvtop.tui.rewind import Rewind, since
 from kvtop.tui.screens.help import HelpScreen
 from kvtop.tui.themes import load_themes
+from kvtop.views.times import stamp
 
 PASS_S = 0.5
 ROOMS_PER_PASS = 4
@@ -208,6 +209,41 @@ def test_a_recording_alone_opens_at_its_end_and_live_means_its_end(recorded):
     assert "— the recording's end, paused (p plays, b jumps, L end)" in str(seen["banner"])
     assert seen["footer"] == ["End"]
     assert seen["help"] == ["L The recording's end (a recording alone: no live to go back to)"]
+
+
+def test_a_rewind_between_two_recorder_runs_says_it_was_not_recorded_not_ranks_gone(tmp_path: Path):
+    """A folder recorded into twice, 100 s apart: at an instant between the runs the dashboard showed every rank
+    gone (their last news before the pause), where the one-shot views refuse that instant. Now the banner and
+    the status bar say it was not recorded, and the ranks are as the first run left them."""
+    folder = tmp_path / "rec"
+    model = ClusterModel(JOURNAL_EVENTS_KEPT)
+    first = Recorder(folder, keyframe_events=2000, flush_s=3600.0)
+    stopped = feed(first, model, CLUSTER, 20, ROOMS_PER_PASS, pass_s=PASS_S)
+    first.close()
+    second = Recorder(folder, keyframe_events=2000, flush_s=3600.0)
+    started = stopped + 100.0
+    second.tick(model, started)
+    feed(second, model, CLUSTER, 20, ROOMS_PER_PASS, pass_s=PASS_S, start=started)
+    second.close()
+    replay = Replay(str(folder), journal_events=JOURNAL_EVENTS_KEPT)
+    gap = replay.unrecorded(stopped + 50.0)
+    assert gap is not None
+    rewind = Rewind(folder, live=False, clock=lambda: started + 60.0, cursor=replay.at(stopped + 50.0))
+    app = KvtopApp(rewind, title="recording", themes=load_themes(), clock=lambda: started + 60.0, rewind=rewind)
+    seen: dict[str, object] = {}
+
+    async def scenario(pilot) -> None:
+        frame = await _replayed_at(pilot, stopped + 50.0)
+        await pilot.pause()
+        seen["ranks alive"] = (frame.health.ranks_alive, frame.health.ranks_total)
+        seen["banner"] = text(app, "#banner")
+        seen["health"] = text(app, "#health").strip()
+
+    drive(app, scenario, size=SIZE)
+    first_stopped, next_started = (stamp(t)[:-4] for t in gap)
+    assert seen["ranks alive"] == (8, 8)
+    assert f"not recorded (the recorder did not run from {first_stopped} to {next_started})" in str(seen["banner"])
+    assert str(seen["health"]).startswith(f"not recorded: as of {first_stopped}  ")
 
 
 @pytest.mark.parametrize("theme", ["kvtop-dark", "kvtop-light"])

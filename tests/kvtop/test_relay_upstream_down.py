@@ -1,0 +1,118 @@
+"""A view through a relay whose upstream relay died names that relay, not the ranks behind it.
+
+Real processes: a cluster's agents, `kvtop relay` on its bootstrap (the rack relay), a second `kvtop relay` on the
+first, and the views on the second; the rack relay is killed.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from cluster_support import KVTOP, small_cluster
+from kvtop_cli import kvtop
+
+from tests.conftest import wait_for
+from transport.bootstrap import BootstrapClient
+from transport.plane.relay import Relay
+
+pytestmark = pytest.mark.processes
+
+
+@contextmanager
+def relay_process(*upstream: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """`kvtop relay UPSTREAM...` running, and its address (the one views take as --relay)."""
+    process = subprocess.Popen([KVTOP, "relay", *upstream], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert "--relay " in line, (line, process.stderr.read() if process.poll() is not None else "")
+        yield process, line.rsplit("--relay ", 1)[1].rstrip(")\n")
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=30)
+
+
+def discovery_errors(address: str) -> int:
+    with BootstrapClient(address, timeout_s=2.0, service="relay") as client:
+        return client.listing().counters["discovery_errors"]
+
+
+def test_a_view_through_a_relay_whose_upstream_relay_died_names_it_not_the_ranks(make_cluster) -> None:
+    """The cluster relay kept listing the four ranks it had from the dead rack relay; `check` called each one gone
+    (no answer) and `status` said no agent answered, with no word of why. Now both say the upstream relay stopped
+    answering, by its address, and `check` names that as the finding, the ranks behind it unheard, not gone."""
+    cluster = make_cluster(small_cluster(prefill_tp=2, decode_tp=2))
+    ranks = sorted(agent.label for agent in cluster.agents())
+    with (
+        relay_process("--bootstrap", cluster.endpoint) as (rack, rack_address),
+        relay_process("--relay", rack_address) as (_, address),
+    ):
+        rack.kill()
+        rack.wait(30)
+        wait_for(lambda: discovery_errors(address) > 0, 10, "the cluster relay noticed its upstream is down")
+        lost = f"upstream stopped answering the relay at {address}: relay {rack_address} did not answer within 1.0s"
+
+        check = kvtop("check", "--relay", address, "--wait", "2", "--json")
+        status = kvtop("status", "--relay", address, "--wait", "2")
+
+    result = json.loads(check.stdout)
+    assert (check.returncode, result["verdict"]) == (2, "CRITICAL"), check.stdout
+    assert result["problems"][0] == f"{lost} (if it serves CURVE, pass its --curve-keys); ranks behind it unheard: " + (
+        ", ".join(ranks)
+    )
+    assert (result["ranks_gone"], result["ranks_unheard"]) == ([], ranks)
+    assert not any("ranks gone" in problem for problem in result["problems"]), result["problems"]
+    assert (status.returncode, status.stdout) == (1, "")
+    assert status.stderr.startswith(f"kvtop: {lost}"), status.stderr
+    assert status.stderr.endswith(f"; no agent answered within 2s (listed by {address})\n"), status.stderr
+
+
+def test_a_status_following_through_the_relay_says_when_its_upstream_relay_dies(make_cluster) -> None:
+    """`kvtop status --follow` connected before the rack relay died: its ranks went silent with no word of why;
+    now a `source` line names the upstream relay that stopped answering."""
+    cluster = make_cluster(small_cluster())
+    with (
+        relay_process("--bootstrap", cluster.endpoint) as (rack, rack_address),
+        relay_process("--relay", rack_address) as (_, address),
+    ):
+        command = [KVTOP, "status", "--relay", address, "--follow", "--interval", "0.2"]
+        view = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        lines: queue.SimpleQueue[str] = queue.SimpleQueue()
+        assert view.stdout is not None
+        threading.Thread(target=lambda: [lines.put(line) for line in view.stdout or ()], daemon=True).start()
+        try:
+            wait_for(lambda: "2/2 alive" in lines.get(timeout=10), 10, "the view heard both ranks")
+            rack.kill()
+            said = f"source  upstream stopped answering the relay at {address}: relay {rack_address} did not answer"
+            wait_for(lambda: said in lines.get(timeout=15), 15, "the view named the dead upstream relay")
+        finally:
+            view.send_signal(signal.SIGINT)
+            view.wait(30)
+
+
+def test_a_relay_passes_on_what_its_upstream_relay_says_of_its_own_upstream(make_cluster) -> None:
+    """Three tiers: the rack relay's upstream (a relay on the bootstrap) dies; the top relay's listing says so,
+    through the rack relay, and keeps the ranks listed as unheard."""
+    cluster = make_cluster(small_cluster())
+    ranks = sorted(agent.label for agent in cluster.agents())
+    bottom = Relay(bootstrap=cluster.endpoint, name="bottom").start()
+    rack = Relay(relays=[bottom.address], name="rack").start()
+    top = Relay(relays=[rack.address], name="top").start()
+    try:
+        bottom.close()
+        with BootstrapClient(top.address, timeout_s=2.0, service="relay") as client:
+            listing = wait_for(lambda: (found := client.listing()).upstream_errors and found, 10, "the top relay")
+    finally:
+        top.close()
+        rack.close()
+    assert listing.upstream_errors == [f"via {rack.address}: relay {bottom.address} did not answer within 1.0s "
+                                       "(if it serves CURVE, pass its --curve-keys)"]  # fmt: skip
+    assert listing.kept == ranks
