@@ -11,22 +11,26 @@ are loaded, nor before a check's verdict (it reads, and writes nothing but the v
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
+import os  # os, signal and sys only: the interpreter has them loaded, so the handlers are in place at once
 import signal
 import sys
 from types import FrameType
 
 _SAID = "interrupted before the source was judged"
+_SAID_JSON = (
+    f'{{\n  "verdict": "UNKNOWN",\n  "summary": "{_SAID}",\n'
+    f'  "problems": [\n    "{_SAID}"\n  ],\n  "exit_code": 3\n}}\n'
+)
+"""The JSON of that verdict, as `kvtop check --json` prints it (json is not loaded yet when it may be needed)."""
 
 
 def _write_and_exit(fd: int, text: str, code: int) -> None:
     """Write `text` straight to `fd` (not through `sys.stdout`, whose buffer the interrupted code may be writing)
     and end the process with `code` now."""
-    with contextlib.suppress(OSError):  # the reader went away: the exit code still tells
+    try:
         os.write(fd, text.encode())
-    os._exit(code)
+    finally:  # also when the reader went away: the exit code still tells
+        os._exit(code)
 
 
 def _interrupted_while_loading(signum: int, frame: FrameType | None) -> None:
@@ -35,10 +39,7 @@ def _interrupted_while_loading(signum: int, frame: FrameType | None) -> None:
 
 def _check_interrupted(signum: int, frame: FrameType | None) -> None:
     """`kvtop check` before its verdict: UNKNOWN on stdout, where monitoring reads it."""
-    if "--json" in sys.argv[1:]:
-        verdict = {"verdict": "UNKNOWN", "summary": _SAID, "problems": [_SAID], "exit_code": 3}
-        _write_and_exit(1, json.dumps(verdict, indent=2) + "\n", 3)
-    _write_and_exit(1, f"KVTOP UNKNOWN - {_SAID}\n", 3)
+    _write_and_exit(1, _SAID_JSON if "--json" in sys.argv[1:] else f"KVTOP UNKNOWN - {_SAID}\n", 3)
 
 
 def main() -> None:

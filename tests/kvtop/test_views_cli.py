@@ -265,11 +265,13 @@ RuntimeError (a dataclass's field; seen: a traceback and exit 1), and an import 
 (the check then waited out its --wait)."""
 
 
+@pytest.mark.parametrize("as_json", [False, True], ids=["nagios", "json"])
 @pytest.mark.parametrize("code", list(_LANDS_IN.values()), ids=list(_LANDS_IN))
-def test_ctrl_c_landing_in_code_that_would_hide_it_is_still_unknown(code: str):
+def test_ctrl_c_landing_in_code_that_would_hide_it_is_still_unknown(code: str, as_json: bool):
     """The console entry point runs a command whose code stands in for what a check runs while it loads, then
     carries on (prints `carried on`): the Ctrl-C must end the check UNKNOWN wherever it lands."""
     body = "\n".join(f"    {line}" for line in code.splitlines())
+    argv = ["kvtop", "check", "--bootstrap", "tcp://127.0.0.1:9"] + ["--json"] * as_json
     script = (
         "import os, signal, sys\n"
         "import kvtop.cli.app as app\n"
@@ -277,11 +279,16 @@ def test_ctrl_c_landing_in_code_that_would_hide_it_is_still_unknown(code: str):
         f"{body}\n"
         "    print('carried on')\n"
         "app.main = command\n"
-        "sys.argv = ['kvtop', 'check', '--bootstrap', 'tcp://127.0.0.1:9']\n"
+        f"sys.argv = {argv!r}\n"
         "from kvtop.cli.entry import main\n"
         "main()\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
 
-    assert (done.returncode, done.stdout) == (3, "KVTOP UNKNOWN - interrupted before the source was judged\n"), done
+    said = "interrupted before the source was judged"
+    assert done.returncode == 3, done
+    if as_json:
+        assert json.loads(done.stdout) == {"verdict": "UNKNOWN", "summary": said, "problems": [said], "exit_code": 3}
+    else:
+        assert done.stdout == f"KVTOP UNKNOWN - {said}\n"
     assert "Traceback" not in done.stderr
