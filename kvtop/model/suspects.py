@@ -464,17 +464,26 @@ def _by_rules(origin: Observed, room: int, around: Surroundings) -> tuple[Suspec
     return Suspect("unknown", origin.instance), "nothing names a cause"
 
 
-def _decode_hosts(group: FailureGroup) -> list[str]:
+def _decode_hosts(group: FailureGroup, host: str) -> list[str]:
     """The hosts of the decode ranks a room's prefill ranks said they failed to reach (`remote ... session S is not
     alive`, `Failed to send kv chunk of R to P`), each once, in the order of the lowest rank that named it (a
-    multi-node decode's node 0 first: each prefill rank names the session of its own peer)."""
+    multi-node decode's node 0 first: each prefill rank names the session of its own peer); just `host`, the one its
+    origin named, when no rank named another (checked first, with no regex for a rank that names `host`)."""
     members = [member for member in (group.origin, *group.echoes) if member is not None and member.role == "prefill"]
+    named = f" {host}:"
+    if all(named in member.reason or _peer_host(member.reason) in ("", host) for member in members):
+        return [host]
     hosts: dict[str, None] = {}
     for member in sorted(members, key=lambda member: _rank_order(member.rank)):
-        found = _SESSION.search(member.reason) or _SEND_TO.search(member.reason)
-        if found:
-            hosts[found[1].rpartition(":")[0]] = None
+        if peer := _peer_host(member.reason):
+            hosts[peer] = None
     return list(hosts)
+
+
+def _peer_host(reason: str) -> str:
+    """The host of the decode rank a prefill's failure names (its session, or the address a send went to), or ""."""
+    found = _SESSION.search(reason) or _SEND_TO.search(reason)
+    return found[1].rpartition(":")[0] if found else ""
 
 
 _SESSIONS_ON = "its sessions on "
@@ -486,7 +495,7 @@ def _across_hosts(group: FailureGroup, suspect: Suspect, evidence: str, around: 
     """A decode rank named by one sender where the room's senders named decode ranks on several hosts: one decode
     instance over several nodes, dead as a whole (its nodes, not the session the first sender named), so the room's
     decode instance when its log was read, else the decode side at every host named."""
-    hosts = _decode_hosts(group)
+    hosts = _decode_hosts(group, suspect.name.rpartition(":")[0])
     if len(hosts) < 2:
         return suspect, evidence
     more = len(hosts) - HOSTS_SHOWN
