@@ -9,7 +9,9 @@ The origin of a group is who *noticed*; its suspect is what *broke*, with the ev
    prefill instance, or the prefill side); `Lost`/`Losing connection with prefill
    instance (bootstrap_addr: X)` -> the prefill instance at X; `remote ... session S is not alive` -> the
    decode rank at S; `Failed to send kv chunk of R to P` -> the decode rank at P (named S when its sender said
-   `Session S failed.` with it: Mooncake's two addresses of one decode rank); a decode timeout -> the
+   `Session S failed.` with it: Mooncake's two addresses of one decode rank); either, where the room's prefill
+   ranks name decode ranks on several hosts (one decode instance over several nodes) -> the room's decode
+   instance, else the decode side at every host named (`_decode_hosts`); a decode timeout -> the
    room's prefill side; a prefill timeout -> the room's decode side (the instance when the room's link
    names it, else "the decode side of prefill-0"); a peer lost that the reason does not name (NIXL's
    `NIXL_ERR_REMOTE_DISCONNECT`) -> the room's other side; a consensus timeout -> the rank it waited for; a
@@ -175,15 +177,15 @@ class Suspect(msgspec.Struct, frozen=True, array_like=True, gc=False):
 
     @property
     def text(self) -> str:
-        """`prefill-0/TP1`, `prefill at 10.0.0.7:8998`, `the decode side of prefill-0`, `the client`,
-        `unknown (noticed by decode-0)`."""
+        """`prefill-0/TP1`, `prefill at 10.0.0.7:8998`, `decode at 10.0.0.7, 10.0.0.8`, `the decode side of
+        prefill-0`, `the client`, `unknown (noticed by decode-0)`."""
         if self.kind == "client":
             return "the client"
         if self.kind == "unknown":
             return f"unknown (noticed by {self.name})" if self.name else "unknown"
         if self.kind == "side":
             return f"the {self.role} side of {self.name}"
-        if self.role and _ADDRESS_NAME.fullmatch(self.name):
+        if self.role and (_ADDRESS_NAME.fullmatch(self.name) or _HOSTS_NAME.fullmatch(self.name)):
             return f"{self.role} at {self.name}"
         return self.name
 
@@ -195,6 +197,9 @@ CLIENT = Suspect("client", "client")
 _ADDRESS_NAME = re.compile(r"[^/\s]+:\d{1,5}")
 """A suspect named by an address (`10.0.0.7:8998`, a bootstrap server's host and port), not by a rank or an instance
 label, whatever a wrapper named those (`sglang-prefill-0/TP2`): said with its role (`prefill at 10.0.0.7:8998`)."""
+_HOSTS_NAME = re.compile(r"[^/\s,]+(?:, [^/\s,]+)+(?: and \d+ more)?")
+"""An instance named by the hosts its ranks are on (`10.0.0.7, 10.0.0.8`: a multi-node decode whose log was not
+read), said with its role (`decode at 10.0.0.7, 10.0.0.8`)."""
 
 
 class Attribution(msgspec.Struct, frozen=True, gc=False):
@@ -313,9 +318,11 @@ def attribute(group: FailureGroup, around: Surroundings) -> Attribution:
         if origin.reason_class == "send_failed" and (fault := around.own_transport_fault(origin.instance, origin.ts)):
             evidence = f"its own transport logged '{fault}' just before"  # the peer was not the one that failed
             return Attribution(Suspect("instance", origin.instance, origin.role), Kind.FAILING, evidence)
+        if suspect.kind == "rank" and suspect.role == "decode" and origin.role == "prefill":  # the peer it named
+            suspect, evidence = _across_hosts(group, suspect, evidence, around)
     if kind is Kind.UNRESPONSIVE and suspect.kind in ("rank", "instance"):
         suspect, evidence = _with_liveness(suspect, evidence, origin.ts, around)
-    standing = evidence == SESSION_NOT_ALIVE
+    standing = evidence == SESSION_NOT_ALIVE or evidence.startswith(_SESSIONS_ON)
     if kind is Kind.UNRESPONSIVE and suspect.kind in ("rank", "instance", "side"):
         suspect, evidence = _with_crash(suspect, evidence, origin.ts, around)
     return Attribution(suspect, kind, evidence, standing=standing)
@@ -455,6 +462,57 @@ def _by_rules(origin: Observed, room: int, around: Surroundings) -> tuple[Suspec
     if reason.endswith(_OWN_RESTORE):
         return _rank(origin.rank, origin.role), "its own HiCache restore of the room failed"
     return Suspect("unknown", origin.instance), "nothing names a cause"
+
+
+def _decode_hosts(group: FailureGroup, host: str) -> list[str]:
+    """The hosts of the decode ranks a room's prefill ranks said they failed to reach (`remote ... session S is not
+    alive`, `Failed to send kv chunk of R to P`), each once, in the order of the lowest rank that named it (a
+    multi-node decode's node 0 first: each prefill rank names the session of its own peer); just `host`, the one its
+    origin named, when no rank named another (checked first, with no regex for a rank that names `host`)."""
+    members = [member for member in (group.origin, *group.echoes) if member is not None and member.role == "prefill"]
+    named = f" {host}:"
+    if all(named in member.reason or _peer_host(member.reason) in ("", host) for member in members):
+        return [host]
+    hosts: dict[str, None] = {}
+    for member in sorted(members, key=lambda member: _rank_order(member.rank)):
+        if peer := _peer_host(member.reason):
+            hosts[peer] = None
+    return list(hosts)
+
+
+def _peer_host(reason: str) -> str:
+    """The host of the decode rank a prefill's failure names (its session, or the address a send went to), or ""."""
+    found = _SESSION.search(reason) or _SEND_TO.search(reason)
+    return found[1].rpartition(":")[0] if found else ""
+
+
+_SESSIONS_ON = "its sessions on "
+HOSTS_SHOWN = 8
+"""The hosts a suspect named by its hosts lists (the rest counted: `... and 3 more`)."""
+
+
+def _across_hosts(group: FailureGroup, suspect: Suspect, evidence: str, around: Surroundings) -> tuple[Suspect, str]:
+    """A decode rank named by one sender where the room's senders named decode ranks on several hosts: one decode
+    instance over several nodes, dead as a whole (its nodes, not the session the first sender named), so the room's
+    decode instance when its log was read, else the decode side at every host named."""
+    hosts = _decode_hosts(group, suspect.name.rpartition(":")[0])
+    if len(hosts) < 2:
+        return suspect, evidence
+    more = len(hosts) - HOSTS_SHOWN
+    named = ", ".join(hosts[:HOSTS_SHOWN]) + (f" and {more} more" if more > 0 else "")
+    if evidence == SESSION_NOT_ALIVE:
+        evidence = f"{_SESSIONS_ON}{named} are not alive"
+    else:
+        evidence = f"sending to its ranks on {named} failed"
+    decode = around.link_of(group.room)[1]
+    return Suspect("instance", decode or named, "decode"), evidence
+
+
+def _rank_order(label: str) -> tuple[str, int]:
+    """A rank label's instance and number (`prefill-0/TP12` after `prefill-0/TP2`)."""
+    instance, _, rank = label.rpartition("/")
+    digits = re.search(r"\d+$", rank)
+    return instance, int(digits[0]) if digits else -1
 
 
 def _decode_rank_at(address: str, origin: Observed, around: Surroundings) -> str:

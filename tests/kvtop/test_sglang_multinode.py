@@ -66,6 +66,7 @@ def test_each_room_fails_once_and_its_incident_is_one():
     assert [(incident["room_count"], incident["origins"], incident["noticed_by"]) for incident in found] == [
         (2, 2, {"prefill-0/TP0": 2})
     ]
+    assert found[0]["suspect_text"] == "decode-0"  # the sessions named are on both decode nodes: the instance
 
 
 def test_a_prefill_lost_by_its_bootstrap_address_is_the_one_instance(tmp_path: Path):
