@@ -253,11 +253,15 @@ class BootstrapClient:
         counters: Counters | None = None,
         curve: CurveKeys | None = None,
         service: str = "bootstrap",
+        answered_before: bool = False,
     ) -> None:
-        """`service`: what the errors call the other end (a relay answers listings too)."""
+        """`service`: what the errors call the other end (a relay answers listings too); `answered_before`: it
+        answered this caller with these keys before, so a call it leaves unanswered says it stopped answering,
+        with no hint about CURVE keys."""
         self.endpoint = endpoint
         self.service = service
         self.timeout_s = timeout_s
+        self._answered_before = answered_before
         self.counters = counters or Counters(rejection_names())
         self._curve = curve is not None
         try:
@@ -316,11 +320,18 @@ class BootstrapClient:
                 raise BootstrapError(f"{self.service} {self.endpoint} refused: {reply.message}")
             if reply.req_id == request.req_id and isinstance(reply, expected):
                 return reply
+        if self._answered_before:
+            raise BootstrapError(
+                f"{self.service} {self.endpoint} stopped answering (none within {self.timeout_s:.1f}s)"
+            )
         raise BootstrapError(
             f"{self.service} {self.endpoint} did not answer within {self.timeout_s:.1f}s{self._hint()}"
         )
 
     def _hint(self) -> str:
+        """Why a service may not answer at all: its CURVE keys (not when it answered these keys before)."""
+        if self._answered_before:
+            return ""
         return (
             " (with CURVE: does it serve these keys?)"
             if self._curve

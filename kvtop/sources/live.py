@@ -116,6 +116,8 @@ class Collector:
         self.recorder = recorder
         self._deliveries_failed = 0
         self._synced = False
+        self._listed = False
+        """Whether the bootstrap (or relay) answered a listing: one that stops is then said to stop answering."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kvtop-collector", daemon=True)
 
@@ -174,8 +176,11 @@ class Collector:
                 if recorder is not None:
                     recorder.accounted(self.model, now)
             return
-        with BootstrapClient(self.bootstrap, timeout_s=timeout_s, curve=self.curve) as client:
+        with BootstrapClient(
+            self.bootstrap, timeout_s=timeout_s, curve=self.curve, answered_before=self._listed
+        ) as client:
             listing = client.listing()
+        self._listed = True
         relay = next((relay for relay in listing.relays if not agent_problem(relay)), None)
         if relay is not None:
             listed = [agent for agent in listing.agents if not agent_problem(agent)]

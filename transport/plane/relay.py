@@ -154,6 +154,9 @@ class Relay:
         """This relay's listing entry (role `relay`): what the bootstrap and its own ROUTER list."""
         self._book = Book()
         self._wanted: set[str] = set()
+        self._answered: set[str] = set()
+        """Upstreams (the bootstrap, relays) that answered a listing: one that stops is said to, without a hint
+        about CURVE keys that served before."""
         self._applied: set[str] = set()
         self._lock = threading.Lock()
         self._stats = _Stats()
@@ -329,11 +332,15 @@ class Relay:
     def _list(self, address: str, timeout_s: float, strict: bool, errors: list[str], service: str) -> AgentList | None:
         """`address`'s listing (`service`: what its errors call it); None, its error in `errors`, when it does not
         answer (raised when `strict`)."""
+        answered = address in self._answered
         try:
             with BootstrapClient(
-                address, timeout_s=timeout_s, context=self._context, curve=self.curve, service=service
-            ) as client:
-                return client.listing()
+                address, timeout_s=timeout_s, context=self._context, curve=self.curve, service=service,
+                answered_before=answered,
+            ) as client:  # fmt: skip
+                listing = client.listing()
+            self._answered.add(address)
+            return listing
         except BootstrapError as error:
             if strict:
                 raise
