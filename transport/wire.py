@@ -180,6 +180,8 @@ class Deregister(msgspec.Struct, tag="deregister", array_like=True):
     instance: str
     rank: int
     incarnation: int
+    pp: int | None = None
+    """The agent's pipeline stage past the first (`AgentInfo.pp`)."""
 
 
 class ListAgents(msgspec.Struct, tag="list", array_like=True):
