@@ -30,6 +30,7 @@ Kinds (DOMAIN.md, "SGLang's log lines"):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import signal
@@ -195,6 +196,8 @@ class FailureLine:
     is_kv_error: bool
     level: str = ""
     """The level the line states (`Prefix.level`), "" when it states none."""
+    pp: int | None = None
+    """The pipeline stage past the first (`Prefix.pp`); None for the first, and for a line that names none."""
 
     @property
     def role(self) -> str:
@@ -209,6 +212,8 @@ class BatchLine:
     tp: int
     role: str
     queues: dict[str, int]
+    pp: int | None = None
+    """The pipeline stage past the first (`Prefix.pp`); None for the first, and for a line that names none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +227,8 @@ class ContextLine:
     rank's process died) or `thread_died` (one of its KV transfer threads)."""
     room: int | None
     text: str
+    pp: int | None = None
+    """The pipeline stage past the first (`Prefix.pp`); None for the first, and for a line that names none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,10 +327,18 @@ def is_glog(text: str) -> bool:
 
 
 def classify(prefix: Prefix, year: int) -> Record | None:
-    """What a line says (None: nothing kvtop uses). `year` dates glog lines, which print none.
+    """What a line says (None: nothing kvtop uses), of the pipeline stage its prefix names. `year` dates glog
+    lines, which print none.
 
     Raises `Garbled` for a line that starts like a kind kvtop knows but does not finish like one.
     """
+    record = _classify(prefix, year)
+    if prefix.pp is None or record is None or isinstance(record, ServerArgsLine):
+        return record
+    return dataclasses.replace(record, pp=prefix.pp)
+
+
+def _classify(prefix: Prefix, year: int) -> Record | None:
     message, ts = prefix.message, prefix.ts
     if message.startswith("server_args="):
         return ServerArgsLine(server_count(message, "disaggregation_bootstrap_port"))
