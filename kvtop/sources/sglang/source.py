@@ -120,7 +120,7 @@ def _node_peers(named: Sequence[tuple[LogSpec, str, str]]) -> dict[_Log, int]:
         first.setdefault(log, index)
         if len(named) > 1 and not instance and log not in nodes and (node := sniff_node(spec.path)) is not None:
             nodes[log] = node
-    servers: dict[tuple[str, str, int, int], dict[int, list[_Log]]] = {}
+    servers: dict[tuple[str, str, int, int, int], dict[int, list[_Log]]] = {}
     for log, node in nodes.items():
         servers.setdefault(node.server, {}).setdefault(node.rank, []).append(log)
     peers: dict[_Log, int] = {}
