@@ -58,6 +58,9 @@ from transport.wire import (
 _POLL_MS = 100
 _RELAY_RANK = -1
 """The rank of a relay's key: no rank's key is a relay's."""
+_Key = tuple[str, int, int | None]
+"""An entry's key: its instance, its rank (`_RELAY_RANK` for a relay) and its pipeline stage past the first (None for
+the first and for a server without stages: two stages' TP3 are two entries)."""
 _R = TypeVar("_R", Registered, Route, AgentList)
 REFRESH_S = 1.0
 """How often an agent registers again, so that the service knows it is still there."""
@@ -97,13 +100,13 @@ class BootstrapServer(ServiceThread):
         self.counters = Counters(("requests", "expired", "deregistered", "refused_client_limit", *rejection_names()))
         self._refusals: dict[str, tuple[int, str]] = {}
         """Client -> (its registrations refused, the latest one's `name: why`), the newest client last."""
-        self._agents: dict[tuple[str, int], AgentInfo] = {}
-        self._refreshed: dict[tuple[str, int], float] = {}
-        self._owners: dict[tuple[str, int], str] = {}
+        self._agents: dict[_Key, AgentInfo] = {}
+        self._refreshed: dict[_Key, float] = {}
+        self._owners: dict[_Key, str] = {}
         """The client each entry was registered from (the latest registration's)."""
         self._held: Counter[str] = Counter()
         """Live entries per client."""
-        self._expired: dict[tuple[str, int], tuple[float, AgentInfo, str]] = {}
+        self._expired: dict[_Key, tuple[float, AgentInfo, str]] = {}
         """Entries that expired: when, who, and from which client (oldest first)."""
         self._expired_held: Counter[str] = Counter()
         """Expired entries per client."""
@@ -148,7 +151,7 @@ class BootstrapServer(ServiceThread):
         ):
             self._forget_expired(next(iter(self._expired)))
 
-    def _keep_expired(self, key: tuple[str, int], now: float) -> None:
+    def _keep_expired(self, key: _Key, now: float) -> None:
         """List an entry that expired as gone; a client past its share of them loses its oldest first."""
         client = self._owners[key]
         self._expired[key] = (now, self._agents[key], client)
@@ -156,14 +159,14 @@ class BootstrapServer(ServiceThread):
         if self._expired_held[client] > self.max_per_client:
             self._forget_expired(next(k for k, (_, _, owner) in self._expired.items() if owner == client))
 
-    def _forget_expired(self, key: tuple[str, int]) -> None:
+    def _forget_expired(self, key: _Key) -> None:
         expired = self._expired.pop(key, None)
         if expired is not None:
             self._expired_held[expired[2]] -= 1
             if not self._expired_held[expired[2]]:
                 del self._expired_held[expired[2]]
 
-    def _forget(self, key: tuple[str, int]) -> None:
+    def _forget(self, key: _Key) -> None:
         self._agents.pop(key, None)
         self._refreshed.pop(key, None)
         owner = self._owners.pop(key, None)
@@ -184,7 +187,7 @@ class BootstrapServer(ServiceThread):
         if isinstance(request, Register):
             return self._register(request, client)
         if isinstance(request, Deregister):
-            for key in ((request.instance, request.rank), (request.instance, _RELAY_RANK)):
+            for key in ((request.instance, request.rank, request.pp), (request.instance, _RELAY_RANK, None)):
                 known = self._agents.get(key)
                 if known is not None and known.incarnation == request.incarnation:
                     self._forget(key)
@@ -199,7 +202,9 @@ class BootstrapServer(ServiceThread):
 
     def _register(self, request: Register, client: str) -> Registered | Refusal:
         agent = request.agent
-        key = (agent.instance, _RELAY_RANK if agent.role == RELAY_ROLE else agent.rank)
+        key = (
+            (agent.instance, _RELAY_RANK, None) if agent.role == RELAY_ROLE else (agent.instance, agent.rank, agent.pp)
+        )
         owner = self._owners.get(key)
         if problem := registration_problem(agent):
             self.counters.reject("invalid")
@@ -292,7 +297,7 @@ class BootstrapClient:
 
     def deregister(self, agent: AgentInfo) -> None:
         """Drop `agent`'s entry (a newer incarnation's entry stays)."""
-        self._call(Deregister(next(self._ids), agent.instance, agent.rank, agent.incarnation), Registered)
+        self._call(Deregister(next(self._ids), agent.instance, agent.rank, agent.incarnation, agent.pp), Registered)
 
     def resolve(self, instance: str) -> list[AgentInfo]:
         return self._call(Resolve(next(self._ids), instance), Route).ranks

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from transport.config import Role
-from transport.wire import AGENT_KINDS, AgentInfo
+from transport.wire import AGENT_KINDS, AgentInfo, rank_label
 
 MAX_TP = 1024
 MAX_PAGE_BYTES = 1 << 30
@@ -61,6 +61,8 @@ def agent_problem(agent: AgentInfo) -> str:
         return problem
     if not 1 <= agent.tp <= MAX_TP or not 0 <= agent.rank < agent.tp:
         return f"rank {agent.rank} of TP {agent.tp} (TP 1 to {MAX_TP}, 0 <= rank < TP)"
+    if agent.pp is not None and not 0 <= agent.pp < MAX_TP:
+        return f"pipeline stage {agent.pp} (0 to {MAX_TP - 1})"
     if agent.kind not in AGENT_KINDS:
         return f"kind {agent.kind[:16]!r} (expected one of {', '.join(repr(kind) for kind in AGENT_KINDS)})"
     if not 0 < agent.page_bytes <= MAX_PAGE_BYTES and not agent.events_only:
@@ -88,4 +90,4 @@ def registration_problem(agent: AgentInfo) -> str:
 
 def entry_name(agent: AgentInfo) -> str:
     """A printable name for an entry, even one whose fields are garbage."""
-    return f"{agent.instance[:MAX_NAME]!r}"[1:-1] + f"/TP{agent.rank}"
+    return rank_label(f"{agent.instance[:MAX_NAME]!r}"[1:-1], agent.rank, agent.pp)

@@ -50,6 +50,7 @@ the window unacknowledged on a link, whatever ZeroMQ's message HWM allows.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Final, Generic, TypeVar
 
 import msgspec
@@ -114,6 +115,9 @@ class AgentInfo(msgspec.Struct, frozen=True, array_like=True):
     kind: str = ""
     """"" for an agent that moves KV; `LOG_SIDECAR` for a sidecar that publishes a server log's events;
     `SGLANG_PLUGIN` for an SGLang rank that publishes its own events."""
+    pp: int | None = None
+    """The rank's pipeline stage past the first (a server log's `PP` tag); None for the first, as for a server
+    without stages."""
 
     @property
     def is_sidecar(self) -> bool:
@@ -126,8 +130,23 @@ class AgentInfo(msgspec.Struct, frozen=True, array_like=True):
 
     @property
     def label(self) -> str:
-        """The rank's short name, e.g. `prefill-0/TP1` (also the origin label)."""
-        return f"{self.instance}/TP{self.rank}"
+        """The rank's short name, e.g. `prefill-0/TP1`, `prefill-0/PP1-TP1` (also the origin label)."""
+        return rank_label(self.instance, self.rank, self.pp)
+
+
+_LABEL = re.compile(r"(.*)/(?:PP(\d+)-)?TP(\d+)")
+
+
+def rank_label(instance: str, tp: int, pp: int | None = None) -> str:
+    """A rank's label: `prefill-0/TP1`; a rank of a pipeline stage past the first `prefill-0/PP1-TP1` (the first
+    stage's ranks are labelled as a server's without stages; one `/`: the instance is what comes before it)."""
+    return f"{instance}/PP{pp}-TP{tp}" if pp else f"{instance}/TP{tp}"
+
+
+def label_parts(label: str) -> tuple[str, int | None, int] | None:
+    """(instance, pipeline stage past the first or None, TP rank) of a `rank_label`; None for a label of no rank."""
+    match = _LABEL.fullmatch(label)
+    return (match[1], int(match[2]) or None if match[2] else None, int(match[3])) if match else None
 
 
 # --- bootstrap -------------------------------------------------------------------------
@@ -162,6 +181,8 @@ class Deregister(msgspec.Struct, tag="deregister", array_like=True):
     instance: str
     rank: int
     incarnation: int
+    pp: int | None = None
+    """The agent's pipeline stage past the first (`AgentInfo.pp`)."""
 
 
 class ListAgents(msgspec.Struct, tag="list", array_like=True):

@@ -7,7 +7,7 @@ than changes where it matters); folding, judging which rooms are stuck,
 carrying and formatting happen after it lets go.
 Names follow Prometheus's rules: one `kvtop_` prefix, base units (bytes,
 seconds), `_total` on counters, ratios 0-1, `_info` for identity. Labels are
-SGLang's where it has one (`engine_type` for the role, `tp_rank`); the
+SGLang's where it has one (`engine_type` for the role, `tp_rank`, `pp_rank`); the
 instance is `pd_instance`, since Prometheus itself sets `instance` on every
 series it scrapes. No metric is labelled by room (unbounded: per-room detail
 is the event stream's).
@@ -49,7 +49,7 @@ from kvtop.model.fold import Observed
 from kvtop.model.shapes import Liveness, RoomView
 from transport.kvpoll import KVPoll
 
-RANK = ("engine_type", "pd_instance", "tp_rank")
+RANK = ("engine_type", "pd_instance", "tp_rank", "pp_rank")
 LINK = ("prefill_instance", "decode_instance")
 FAILURE = ("engine_type", "pd_instance", "reason_class")
 INCIDENT = ("reason_class", "suspect_kind")
@@ -61,7 +61,7 @@ _ENDED = frozenset((int(KVPoll.Failed), int(KVPoll.Success)))
 
 @dataclass
 class _Rank:
-    labels: tuple[str, str, str]
+    labels: tuple[str, str, str, str]
     host: str
     pid: int
     incarnation: int
@@ -88,8 +88,9 @@ class _Reading:
 
     failures: list[Observed]
     ranks: list[_Rank]
-    rejected: list[tuple[tuple[str, str, str, str, str], int, int]]
-    """((engine_type, pd_instance, tp_rank, socket, reason), incarnation, count) per rank's socket counter."""
+    rejected: list[tuple[tuple[str, str, str, str, str, str], int, int]]
+    """((engine_type, pd_instance, tp_rank, pp_rank, socket, reason), incarnation, count) per rank's socket
+    counter."""
     links: list[_Link]
     outcomes: dict[str, int]
     rooms: list[RoomView]
@@ -125,7 +126,7 @@ class ModelMetrics(Collector):
         self.source = source
         self.error = error
         self.tally = FailureTally()
-        self._rejections: Carried[tuple[str, str, str, str, str]] = Carried()
+        self._rejections: Carried[tuple[str, str, str, str, str, str]] = Carried()
         self._started: dict[tuple[str, str], int] = {}
         """The most incidents each (kind, suspect kind) ever counted as started."""
         self._one_scrape = threading.Lock()
@@ -173,9 +174,9 @@ class ModelMetrics(Collector):
         failures = list(itertools.islice(reversed(model.failures), new))[::-1]
         ranks: list[_Rank] = []
         gone: set[str] = set()
-        rejected: list[tuple[tuple[str, str, str, str, str], int, int]] = []
+        rejected: list[tuple[tuple[str, str, str, str, str, str], int, int]] = []
         for view in model.ranks.values():
-            labels = (view.role or UNKNOWN, view.instance or UNKNOWN, str(view.rank))
+            labels = (view.role or UNKNOWN, view.instance or UNKNOWN, str(view.rank), str(view.stage))
             liveness = view.liveness(now)
             crash = model.crashes.get(view.label)
             ranks.append(_Rank(labels, view.host, view.pid, view.incarnation, liveness, view.last_seen, view.inflight,

@@ -79,7 +79,7 @@ from transport.plane.events import (
     Snapshot,
     TransferDone,
 )
-from transport.wire import AgentInfo
+from transport.wire import AgentInfo, label_parts
 
 CRASH_EXPLAINS_S = 300.0
 """A rank's crash explains its peers' `unresponsive` failures this long after it: SGLang's bootstrap and waiting
@@ -559,8 +559,8 @@ class ClusterModel:
             if earlier is not None:
                 _carry_silences(earlier, view)
         if view is None:
-            instance, _, rank = label.rpartition("/TP")
-            view = self.ranks[label] = RankView(label, "", instance, int(rank or 0))
+            instance, _, tp = label_parts(label) or ("", None, 0)
+            view = self.ranks[label] = RankView(label, "", instance, tp)
         return view
 
     def _apply_events(self, view: RankView, events: list[Event]) -> set[int]:

@@ -16,7 +16,7 @@ from kvtop.model.timeline import Timeline
 from kvtop.model.transfer_ring import TransferRing
 from transport.kvpoll import TERMINAL, KVPoll
 from transport.plane.events import LogFollowed
-from transport.wire import LOG_SIDECAR, SGLANG_PLUGIN
+from transport.wire import LOG_SIDECAR, SGLANG_PLUGIN, label_parts
 
 STALE_S = 3.0
 """A rank silent this long (no batch; agents send a heartbeat every second) is stale."""
@@ -94,13 +94,23 @@ class RankView:
     was the collector's (frozen, starved), not its silence. Not kept by keyframes (after a restore, arrivals
     alone tell)."""
 
+    stage: int = field(init=False, default=0)
+    """Its pipeline stage, as its label names it (0: the first, or a server without stages)."""
+
     def __post_init__(self) -> None:
         self.transfers.feed(self.timeline)
+        parts = label_parts(self.label)
+        self.stage = (parts[1] or 0) if parts else 0
 
     @property
     def sidecar(self) -> bool:
         """A log sidecar's rank."""
         return self.kind == LOG_SIDECAR
+
+    @property
+    def order(self) -> tuple[str, str, int, int]:
+        """Where the views list it: by role, instance, pipeline stage, TP rank."""
+        return (self.role, self.instance, self.stage, self.rank)
 
     @property
     def source(self) -> str:

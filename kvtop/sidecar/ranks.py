@@ -1,4 +1,5 @@
-"""A server's ranks on the event plane: one `EventPublisher` per `instance/TPn`.
+"""A server's ranks on the event plane: one `EventPublisher` per `instance/TPn` (`instance/PPn-TPn` of a server
+with pipeline stages).
 
 A rank is published as our agents publish theirs (hello, heartbeats, batches
 with sequence numbers, snapshots on request), under an `AgentInfo` of kind
@@ -28,10 +29,10 @@ BATCH_INTERVAL_S = 0.02
 one more interval, the publisher's `batch_min`)."""
 
 
-def sidecar_info(role: str, instance: str, rank: int, tp: int, incarnation: int) -> AgentInfo:
-    """The identity of one rank a sidecar publishes (endpoints filled in once bound)."""
+def sidecar_info(role: str, instance: str, rank: int, tp: int, incarnation: int, pp: int | None = None) -> AgentInfo:
+    """The identity of one rank a sidecar publishes (endpoints filled in once bound; `pp`: its pipeline stage)."""
     return AgentInfo(role, instance, rank, tp, 0, "", "", os.getpid(), socket.gethostname(), incarnation,
-                     kind=LOG_SIDECAR)  # fmt: skip
+                     kind=LOG_SIDECAR, pp=pp)  # fmt: skip
 
 
 def identity_problem(role: str, instance: str) -> str:

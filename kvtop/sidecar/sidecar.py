@@ -21,9 +21,11 @@ from transport.curve import CurveKeys, stop_authenticator
 from transport.kvpoll import KVPoll
 from transport.plane.events import CONTEXT_TEXT_MAX, Event, Failure, Heartbeat, LogContext, RoomState
 from transport.plane.registrar import Registrar
-from transport.wire import TEXT_MAX, AgentInfo
+from transport.wire import TEXT_MAX, AgentInfo, label_parts
 
 HEARTBEAT_S = 1.0
+RankKey = tuple[int | None, int]
+"""A published rank: (pipeline stage past the first, None for the first and without stages; TP rank)."""
 _log = logging.getLogger(__name__)
 _LEFT_IN = {
     "Bootstrapping": KVPoll.Bootstrapping,
@@ -67,7 +69,7 @@ class Sidecar:
         self._say = say
         self._zmq: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self._incarnation = random.getrandbits(63)
-        self.ranks: dict[int, RankPublisher] = {}
+        self.ranks: dict[RankKey, RankPublisher] = {}
         self._registrar = (
             Registrar(options.bootstrap, self._infos, self._zmq, options.curve).start() if options.bootstrap else None
         )
@@ -129,19 +131,23 @@ class Sidecar:
                 stop.wait(self.options.poll_s)
         return 0
 
-    def _ranks(self, beat: bool) -> list[int]:
-        """The ranks to publish: `--tp`'s TP0..N-1 and those the log's start-up line gives it (looked for at a beat);
-        a log of a later node of a server over several nodes, its node's alone (TP0 is node 0's)."""
+    def _ranks(self, beat: bool) -> list[RankKey]:
+        """The ranks to publish: `--tp`'s TP0..N-1 and those the log's start-up line gives it (looked for at a beat),
+        of each pipeline stage it gives; a log of a later node of a server over several nodes, its node's alone (TP0
+        is node 0's, PP0 too)."""
         found = self.tail.find_tp() if beat else self.tail.ranks
-        return sorted({*(range(self.options.tp) if not found.start else ()), *found})
+        tps = sorted({*(range(self.options.tp) if not found.start else ()), *found})
+        return [(pp or None, tp) for pp in self.tail.stages or (None,) for tp in tps]
 
-    def _declare(self, tps: list[int]) -> None:
+    def _declare(self, keys: list[RankKey]) -> None:
         """Ranks published from now on (each its own publisher and registration)."""
-        width = max(max(tps, default=0) + 1, max(self.ranks, default=0) + 1, self.options.tp, self.tail.tp)
-        for tp in tps:
-            if tp not in self.ranks:
-                info = sidecar_info(self.tail.role, self.tail.instance, tp, width, self._incarnation)
-                rank = self.ranks[tp] = RankPublisher(info, self.options.host, self._zmq, self.options.curve)
+        tps = [tp for _, tp in (*keys, *self.ranks)]
+        width = max(max(tps, default=0) + 1, self.options.tp, self.tail.tp)
+        for key in keys:
+            if key not in self.ranks:
+                pp, tp = key
+                info = sidecar_info(self.tail.role, self.tail.instance, tp, width, self._incarnation, pp)
+                rank = self.ranks[key] = RankPublisher(info, self.options.host, self._zmq, self.options.curve)
                 if not self.options.bootstrap:
                     self._say(f"{info.label} publishes on {rank.info.event_endpoint}")
         for rank in self.ranks.values():
@@ -158,15 +164,16 @@ class Sidecar:
             rank.emit(event)
         for line in context:
             text = line.text[:CONTEXT_TEXT_MAX]
-            self._rank_of(line.tp or 0).emit(LogContext(line.ts, line.kind[:32], line.room, text, line.tp))
+            self._rank_of((line.pp, line.tp or 0)).emit(LogContext(line.ts, line.kind[:32], line.room, text, line.tp))
 
     def _rank(self, label: str) -> RankPublisher:
-        return self._rank_of(int(label.rpartition("/TP")[2]))
+        _, pp, tp = label_parts(label) or ("", None, 0)
+        return self._rank_of((pp, tp))
 
-    def _rank_of(self, tp: int) -> RankPublisher:
-        if tp not in self.ranks:
-            self._declare([tp])
-        return self.ranks[tp]
+    def _rank_of(self, key: RankKey) -> RankPublisher:
+        if key not in self.ranks:
+            self._declare([key])
+        return self.ranks[key]
 
     def _beat(self) -> None:
         if not self.ranks:

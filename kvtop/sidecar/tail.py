@@ -47,6 +47,9 @@ class LogTail:
         self.ranks = range(0)
         """The TP ranks that line gives this log: all `tp`, or its node's of a server over several nodes (node 1 of
         TP16 over two: TP8..TP15)."""
+        self.stages = range(0)
+        """The pipeline stages that line gives this log (each holds `ranks`): the server's, or its node's of a server
+        over several nodes (node 1 of PP2 over two: PP1); none for a server without stages (its lines name none)."""
         self._sniffed = False
 
     @property
@@ -97,8 +100,11 @@ class LogTail:
             return self.ranks
         line = found[0].decode("utf-8", "replace") if found else ""
         self.tp = min(server_count(line, "tp_size") or 0, 1024)
+        stages = min(server_count(line, "pp_size") or 1, 1024)
         node = node_of(line)
-        self.ranks = node.tp_ranks if node is not None and node.tp_size == self.tp else range(self.tp)
+        node = node if node is not None and node.tp_size == self.tp else None
+        self.ranks = node.tp_ranks if node is not None else range(self.tp)
+        self.stages = range(0) if stages < 2 else node.pp_ranks if node is not None else range(stages)
         return self.ranks
 
     def at_end(self) -> bool:

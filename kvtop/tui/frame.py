@@ -437,8 +437,8 @@ class FrameBuilder:
         return list(self._tail)
 
 
-def _rank_order(view: RankView) -> tuple[bool, str, int]:
-    return (view.role != "prefill", view.instance, view.rank)
+def _rank_order(view: RankView) -> tuple[bool, str, int, int]:
+    return (view.role != "prefill", *view.order[1:])
 
 
 def _rank_row(model: ClusterModel, view: RankView, now: float, suspected: bool = False) -> RankRow:

@@ -70,7 +70,7 @@ def ranks_json(model: ClusterModel, now: float) -> list[dict[str, Any]]:
             **(_NOT_IN_LOGS if view.from_log else {}),
             **(_NOT_NAMED if view.named_by else {}),
         }
-        for view in sorted(model.ranks.values(), key=lambda v: (v.role, v.instance, v.rank))
+        for view in sorted(model.ranks.values(), key=lambda v: v.order)
     ]
 
 
@@ -136,18 +136,24 @@ def _state(model: ClusterModel, row: dict[str, Any], now: float) -> str:
 def ranks_text(model: ClusterModel, now: float) -> str:
     """The ranks' table; STATE says `crashed` for a rank whose log said its scheduler crashed and nothing since,
     `suspect` for a rank an ongoing incident suspects."""
-    header = f"{'RANK':<16} {'ROLE':<8} {'SOURCE':<6} {'STATE':<7} {'HOST':<14} {'PID':>7} {'RATE':>10}"
+    ranks = ranks_json(model, now)
+    width = max([16, *(len(r["label"]) for r in ranks if len(r["label"]) <= _RANK_WIDTH_MAX)])
+    header = f"{'RANK':<{width}} {'ROLE':<8} {'SOURCE':<6} {'STATE':<7} {'HOST':<14} {'PID':>7} {'RATE':>10}"
     lines = [f"{header} {'INFLIGHT':>8} {'ORIGINS':>7} {'ECHOES':>6}  REJECTED"]
     lines += [
-        f"{r['label']:<16} {r['role']:<8} {r['source']:<6} {_state(model, r, now):<7} {r['host'][:14]:<14} "
+        f"{r['label']:<{width}} {r['role']:<8} {r['source']:<6} {_state(model, r, now):<7} {r['host'][:14]:<14} "
         f"{_dash(r['pid']):>7} "
         f"{_dash(r['gbps'] if r['gbps'] is None else gbps(r['gbps'])):>10} {_dash(r['inflight']):>8} "
         f"{_dash(r['origins']):>7} {_dash(r['echoes']):>6}  {_rejected_text(r['rejected'])}"
         + (f"  unreachable: {r['unreachable']}" if r["unreachable"] else "")
         + (f"  no log of its own: named by {', '.join(r['named_by'])}" if r["named_by"] else "")
-        for r in ranks_json(model, now)
+        for r in ranks
     ]
     return "\n".join(lines + crash_lines(model) + clock_lines(model) + sidecar_lines(model) + intake_lines(model))
+
+
+_RANK_WIDTH_MAX = 24
+"""The widest the RANK column grows to fit a label (`prefill-0/PP1-TP3`); a longer one overflows it."""
 
 
 def _dash(value: object) -> object:
@@ -169,7 +175,7 @@ def sidecar_lines(model: ClusterModel, label: str = "") -> list[str]:
     how long the log is silent, the metrics."""
     lines: list[str] = []
     seen: set[tuple[str, str]] = set()
-    for view in sorted(model.ranks.values(), key=lambda v: (v.role, v.instance, v.rank)):
+    for view in sorted(model.ranks.values(), key=lambda v: v.order):
         if label and view.label != label:
             continue
         log = view.log

@@ -30,7 +30,7 @@ from kvtop.model.histogram import HELD_KEPT, DurationHistogram
 from kvtop.sources.synthetic import SyntheticCluster
 from transport.plane.events import EVENT_SCHEMA, EventBatch, Failure, Heartbeat, LogContext
 
-RANK = {"engine_type", "pd_instance", "tp_rank"}
+RANK = {"engine_type", "pd_instance", "tp_rank", "pp_rank"}
 LINK = {"prefill_instance", "decode_instance"}
 FAILURE = {"engine_type", "pd_instance", "reason_class"}
 CONTRACT: dict[str, tuple[str, set[str]]] = {
@@ -371,6 +371,24 @@ def test_the_duration_histogram_counts_each_value_in_the_first_bucket_at_or_abov
 
     assert buckets == [("0.001", 1), ("0.01", 2), ("+Inf", HELD_KEPT + 5)]
     assert total_s == pytest.approx(0.003 + 100.0 * (HELD_KEPT + 3))
+
+
+def test_the_two_stages_of_a_tp_rank_are_two_series():
+    """A server log's PP0 TP3 and PP1 TP3 had the same labels: two samples of one series, which a scrape refuses."""
+    model = ClusterModel()
+    for label, stage in (("prefill-0/TP3", None), ("prefill-0/PP1-TP3", 1)):
+        model.log_rank(label, "prefill", "prefill-0", 3)
+        batch = EventBatch(
+            EVENT_SCHEMA, "prefill", "prefill-0", 3, 0, 1, NOW, [Heartbeat(NOW, {}, 2 + (stage or 0), 0, 0.0, 0, 0.0)]
+        )
+        model.apply(label, batch, NOW)
+
+    inflight = samples(scrape(ModelMetrics(model, threading.Lock(), lambda: NOW)), "kvtop_rank_inflight_rooms")
+
+    assert {(dict(labels)["pp_rank"], dict(labels)["tp_rank"]): value for labels, value in inflight.items()} == {
+        ("0", "3"): 2.0,
+        ("1", "3"): 3.0,
+    }
 
 
 def test_a_crashed_rank_has_the_time_of_its_crash_and_the_others_no_series(exposition):

@@ -276,12 +276,13 @@ def test_a_crash_whose_shipper_stripped_the_indents_still_says_its_exception(tmp
 
 def test_a_crash_pasted_without_its_time_and_its_traceback_line_is_read(tmp_path: Path):
     """People take the time out of SGLang's prefix and the `Traceback ...` line out of a crash when they paste
-    it (SGLang issue #20485): `[DP5 TP5 EP5 PP1] Scheduler hit an exception:` still names rank 5's crash."""
+    it (SGLang issue #20485): `[DP5 TP5 EP5 PP1] Scheduler hit an exception:` still names the crash of rank 5 of
+    the second pipeline stage."""
     log = tmp_path / "prefill.log"
     log.write_text('[DP5 TP5 EP5 PP1] Scheduler hit an exception:\n  File "sglang/srt/managers/scheduler.py"\n')
 
     ranks = json.loads(kvtop_here("ranks", "--sglang-log", str(log), "--json").stdout)
 
     assert [(rank["label"], rank["crashed"]["text"]) for rank in ranks] == [
-        ("prefill-0/TP5", "Scheduler hit an exception: its traceback was cut")
+        ("prefill-0/PP1-TP5", "Scheduler hit an exception: its traceback was cut")
     ]

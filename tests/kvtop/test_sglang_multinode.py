@@ -17,6 +17,7 @@ from kvtop_cli import kvtop_here
 from kvtop.model.cluster import ClusterModel
 from kvtop.sidecar.tail import LogTail
 from kvtop.sources.sglang import LogSpec, load
+from kvtop.sources.sglang.lines import node_of
 
 pytestmark = pytest.mark.usefixtures("utc")
 
@@ -111,7 +112,7 @@ def test_two_servers_each_on_two_nodes_are_two_instances(tmp_path: Path):
         ("node_rank=1", "node_rank=0", False),  # node 0 twice: a log of a restart, or of another server
         ("nnodes=2, node_rank=1", "nnodes=1, node_rank=0", False),  # a server on one node
         ("dist_init_addr='10.99.91.39:5000'", "dist_init_addr=None", True),  # no rendezvous address: no nodes
-        ("pp_size=1", "pp_size=2", True),  # pipeline stages over the nodes: each logs TP0..: ranks would collide
+        ("pp_size=1", "pp_size=2", False),  # another server's node
     ],
 )
 def test_logs_whose_arguments_leave_a_doubt_are_their_own_instances(tmp_path: Path, old: str, new: str, both: bool):
@@ -165,3 +166,51 @@ def test_a_server_args_count_of_thousands_of_digits_is_no_count(tmp_path: Path):
     check = kvtop_here("check", *logs)
 
     assert check.returncode == 0 and "internal error" not in check.stdout
+
+
+STAGES = tuple(sorted((NODES.parent / "pipeline-nodes").glob("*.log")))
+"""A prefill server over two nodes, a pipeline stage on each (`--tp-size 4 --pp-size 2 --nnodes 2`): node 0 logs
+PP0 TP0..TP3, node 1 PP1 TP0..TP3; a room fails on all eight ranks (its decode's mooncake sessions are gone)."""
+
+
+def test_pipeline_stages_over_two_nodes_are_one_instance_with_each_stages_ranks():
+    """Read apart as two instances before (their TP ranks were the same): the room failed once in each."""
+    model = model_of(*STAGES)
+
+    assert sorted(model.ranks) == sorted(f"prefill-0/{stage}TP{tp}" for stage in ("", "PP1-") for tp in range(4))
+    [group] = model.groups()
+    assert (group.origin_label, len(group.echoes)) == ("prefill-0/PP1-TP0", 7)
+
+
+def test_a_sidecar_on_a_later_stages_node_publishes_that_stage():
+    tail = LogTail(LogSpec(STAGES[1]))
+    tail.poll()
+    ranks = tail.find_tp()
+    tail.close()
+
+    assert (ranks, tail.stages) == (range(4), range(1, 2))
+
+
+@pytest.mark.parametrize(
+    ("nnodes", "node_rank", "tp_size", "pp_size", "stages", "tps"),
+    [
+        (2, 1, 16, 1, range(1), range(8, 16)),  # TP over the nodes
+        (2, 1, 8, 2, range(1, 2), range(8)),  # a stage on each node
+        (4, 3, 16, 2, range(1, 2), range(8, 16)),  # each stage over two nodes
+        (2, 1, 8, 4, range(2, 4), range(8)),  # two stages on each node
+    ],
+)
+def test_a_nodes_ranks_are_laid_out_as_sglangs_launcher_does(
+    nnodes: int, node_rank: int, tp_size: int, pp_size: int, stages: range, tps: range
+):
+    line = (
+        f"server_args=ServerArgs(tp_size={tp_size}, pp_size={pp_size}, dist_init_addr='10.0.0.1:5000', "
+        f"nnodes={nnodes}, node_rank={node_rank}, disaggregation_mode='prefill')"
+    )
+    node = node_of(line)
+
+    assert node is not None and (node.pp_ranks, node.tp_ranks) == (stages, tps)
+
+
+def test_stages_the_nodes_cannot_share_evenly_leave_a_doubt():
+    assert node_of("server_args=ServerArgs(tp_size=8, pp_size=2, dist_init_addr='h:1', nnodes=3, node_rank=1)") is None

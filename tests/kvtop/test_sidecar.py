@@ -219,6 +219,28 @@ def test_sidecars_on_real_log_shapes_fold_like_the_files_read_together(registry_
             assert files == published
 
 
+@pytest.mark.processes
+def test_a_sidecar_publishes_each_pipeline_stage_s_ranks_and_crashes(registry_address, watch, tmp_path):
+    """sglang #30158's shape (`pipeline-crash`: TP4 PP2, PP1 TP3's scheduler crashes, then PP0 TP3's): a rank per TP
+    tag published four ranks, and PP0 TP3's crash as PP1 TP3's aftermath."""
+    with sidecars(registry_address, tmp_path) as started:
+        started.start(FIXTURES / "pipeline-crash" / "prefill.log")
+
+        def published() -> tuple[list[str], list[str]]:
+            with watch.collector.lock:
+                model = watch.collector.model
+                return sorted(model.ranks), sorted(model.crashes)
+
+        expected = (
+            sorted(f"prefill-0/{stage}TP{tp}" for stage in ("", "PP1-") for tp in range(4)),
+            ["prefill-0/PP1-TP3", "prefill-0/TP3"],
+        )
+        try:
+            wait_for(lambda: published() == expected, 20, "every stage's ranks and crashes published")
+        except AssertionError:
+            assert published() == expected
+
+
 TRACEBACK = (
     "Traceback (most recent call last):\n"
     '  File "/opt/sglang/python/sglang/srt/disaggregation/nixl/conn.py", line 611, in transfer_worker\n'

@@ -105,6 +105,21 @@ def test_a_log_sidecars_prefill_rank_registers_without_a_data_plane_and_is_never
     assert (listing.agents, route) == ([sidecar], [])
 
 
+def test_two_pipeline_stages_of_one_tp_rank_are_two_entries_each_deregistered_alone(bootstrap):
+    """A sidecar of a PP2 server registers PP0's TP3 and PP1's TP3: keyed by instance and rank, the second replaced
+    the first, and the collector heard one stage only."""
+    first = msgspec.structs.replace(GOOD, kind=LOG_SIDECAR, data_endpoint="", page_bytes=0, rank=3, tp=4)
+    second = msgspec.structs.replace(first, pp=1)
+    with BootstrapClient(bootstrap.endpoint) as client:
+        client.register(first)
+        client.register(second)
+        both = {agent.label for agent in client.list_agents()}
+        client.deregister(second)
+        left = {agent.label for agent in client.list_agents()}
+
+    assert (both, left) == ({"prefill-0/TP3", "prefill-0/PP1-TP3"}, {"prefill-0/TP3"})
+
+
 def listed(server: BootstrapServer) -> set[str]:
     with BootstrapClient(server.endpoint) as client:
         return {agent.label for agent in client.list_agents()}

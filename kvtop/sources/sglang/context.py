@@ -11,6 +11,8 @@ from typing import Any
 from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import ROOM_REUSE_S, FailureGroup
 from kvtop.model.suspects import is_transport_error
+from transport.plane.events import LogContext
+from transport.wire import label_parts
 
 CONTEXT_KEPT = 10_000
 CONTEXT_S = 5.0
@@ -28,6 +30,8 @@ class Context:
     kind: str
     room: int | None
     text: str
+    pp: int | None = None
+    """The pipeline stage the line names (None: none)."""
 
     @property
     def likely_cause(self) -> bool:
@@ -45,11 +49,15 @@ class Context:
 
 def published_errors(model: ClusterModel, since: float, until: float) -> list[Context]:
     """The transport errors (`is_transport_error`) log sidecars published from `since` to `until`."""
-    return [
-        Context(line.ts, label.rpartition("/")[0], line.tp, line.kind, line.room, line.text)
-        for label, line in model.transport_errors
-        if since <= line.ts <= until
-    ]
+    return [_published(label, line) for label, line in model.transport_errors if since <= line.ts <= until]
+
+
+def _published(label: str, line: LogContext) -> Context:
+    """A context line a log sidecar published under the rank `label` (its stage is the rank's)."""
+    parts = label_parts(label)
+    return Context(
+        line.ts, label.rpartition("/")[0], line.tp, line.kind, line.room, line.text, parts[1] if parts else None
+    )
 
 
 def context_for(context: Iterable[Context], groups: Sequence[FailureGroup]) -> list[list[Context]]:
@@ -75,6 +83,4 @@ def published_context(model: ClusterModel, groups: Sequence[FailureGroup]) -> li
     """`context_for` over the context lines log sidecars published (None when none did: agents' groups)."""
     if not model.context:
         return None
-    lines = [Context(line.ts, label.rpartition("/")[0], line.tp, line.kind, line.room, line.text)
-             for label, line in model.context]  # fmt: skip
-    return context_for(lines, groups)
+    return context_for([_published(label, line) for label, line in model.context], groups)

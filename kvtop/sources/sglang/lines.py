@@ -31,6 +31,7 @@ Kinds (DOMAIN.md, "SGLang's log lines"):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import signal
@@ -203,6 +204,8 @@ class FailureLine:
     is_kv_error: bool
     level: str = ""
     """The level the line states (`Prefix.level`), "" when it states none."""
+    pp: int | None = None
+    """The pipeline stage past the first (`Prefix.pp`); None for the first, and for a line that names none."""
 
     @property
     def role(self) -> str:
@@ -217,6 +220,8 @@ class BatchLine:
     tp: int
     role: str
     queues: dict[str, int]
+    pp: int | None = None
+    """The pipeline stage past the first (`Prefix.pp`); None for the first, and for a line that names none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +235,8 @@ class ContextLine:
     rank's process died) or `thread_died` (one of its KV transfer threads)."""
     room: int | None
     text: str
+    pp: int | None = None
+    """The pipeline stage past the first (`Prefix.pp`); None for the first, and for a line that names none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,8 +250,9 @@ class ServerArgsLine:
 @dataclass(frozen=True, slots=True)
 class NodeOf:
     """A node of a server that spans several (`--nnodes N --node-rank R --dist-init-addr H:P`): each node logs to its
-    own file, with the same arguments but its `node_rank` and host, and its own TP ranks (node 1 of TP16 over two:
-    TP8..TP15); only node 0 runs the HTTP server and a prefill's bootstrap server."""
+    own file, with the same arguments but its `node_rank` and host, and its own ranks (node 1 of TP16 over two:
+    TP8..TP15; of TP8 PP2 over two: PP1 TP0..TP7); only node 0 runs the HTTP server and a prefill's bootstrap
+    server."""
 
     mode: str
     """`disaggregation_mode`."""
@@ -254,17 +262,29 @@ class NodeOf:
     tp_size: int
     rank: int
     """`node_rank`."""
+    pp_size: int = 1
 
     @property
-    def server(self) -> tuple[str, str, int, int]:
+    def server(self) -> tuple[str, str, int, int, int]:
         """What every node of the server prints alike."""
-        return (self.mode, self.address, self.nnodes, self.tp_size)
+        return (self.mode, self.address, self.nnodes, self.tp_size, self.pp_size)
+
+    @property
+    def _nodes_per_stage(self) -> int:
+        return max(self.nnodes // self.pp_size, 1)
 
     @property
     def tp_ranks(self) -> range:
-        """The TP ranks of the server on this node."""
-        width = self.tp_size // self.nnodes
-        return range(width * self.rank, width * (self.rank + 1))
+        """The TP ranks of the server on this node (of each of its pipeline stages), laid out as SGLang's launcher
+        does."""
+        width = self.tp_size // self._nodes_per_stage
+        return range(width * (self.rank % self._nodes_per_stage), width * (self.rank % self._nodes_per_stage + 1))
+
+    @property
+    def pp_ranks(self) -> range:
+        """The pipeline stages of the server on this node (`range(1)` without stages)."""
+        width = max(self.pp_size // self.nnodes, 1)
+        return range(width * (self.rank // self._nodes_per_stage), width * (self.rank // self._nodes_per_stage + 1))
 
 
 def server_arg(message: str, name: str) -> str | None:
@@ -283,16 +303,18 @@ def server_count(message: str, name: str) -> int | None:
 
 def node_of(message: str) -> NodeOf | None:
     """The node of a multi-node server a `server_args` line says it is; None for a server on one node, one that
-    names no rendezvous address, and one whose TP ranks would not tell its nodes apart (pipeline stages over the
-    nodes: each stage logs TP0...)."""
+    names no rendezvous address, and one whose nodes' ranks SGLang's launcher would not lay out evenly. Pipeline
+    stages over the nodes are told apart by their `PP` tags (node 1 of TP8 PP2 over two logs `PP1 TP0`..)."""
     nnodes, rank, tp_size = (server_count(message, name) for name in ("nnodes", "node_rank", "tp_size"))
+    pp_size = server_count(message, "pp_size") or 1
     address = server_arg(message, "dist_init_addr") or "None"
     if nnodes is None or rank is None or tp_size is None or address == "None":
         return None
-    node = NodeOf(server_arg(message, "disaggregation_mode") or "", address, nnodes, tp_size, rank)
-    if node.nnodes < 2 or node.rank >= node.nnodes or not node.tp_ranks or node.tp_size % node.nnodes:
+    node = NodeOf(server_arg(message, "disaggregation_mode") or "", address, nnodes, tp_size, rank, pp_size)
+    stages_even = pp_size % nnodes == 0 if pp_size >= nnodes else nnodes % pp_size == 0
+    if node.nnodes < 2 or node.rank >= node.nnodes or not stages_even or tp_size % node._nodes_per_stage:
         return None
-    return node if server_arg(message, "pp_size") in (None, "1") else None
+    return node if node.tp_ranks else None
 
 
 def _glog_seconds(glog: re.Match[str], year: int) -> float:
@@ -328,10 +350,18 @@ def is_glog(text: str) -> bool:
 
 
 def classify(prefix: Prefix, year: int) -> Record | None:
-    """What a line says (None: nothing kvtop uses). `year` dates glog lines, which print none.
+    """What a line says (None: nothing kvtop uses), of the pipeline stage its prefix names. `year` dates glog
+    lines, which print none.
 
     Raises `Garbled` for a line that starts like a kind kvtop knows but does not finish like one.
     """
+    record = _classify(prefix, year)
+    if prefix.pp is None or record is None or isinstance(record, ServerArgsLine):
+        return record
+    return dataclasses.replace(record, pp=prefix.pp)
+
+
+def _classify(prefix: Prefix, year: int) -> Record | None:
     message, ts = prefix.message, prefix.ts
     if message.startswith("server_args="):
         return ServerArgsLine(server_count(message, "disaggregation_bootstrap_port"))

@@ -76,6 +76,13 @@ class Prefix:
     def tp(self) -> int | None:
         return self.tags.get("TP")
 
+    @property
+    def pp(self) -> int | None:
+        """The pipeline stage past the first (`PP1`); None for the first (`PP0`, which SGLang prints only when there
+        are several stages, and people's pastes leave out) and for a line that names none: one rank with a line of
+        no stages."""
+        return self.tags.get("PP") or None
+
 
 _stamps: dict[str, float] = {}
 

@@ -82,26 +82,36 @@ class Announcement:
     text: str
     since: float = 0.0
     """When its failure began (the first attempt of a bootstrap error; else `ts`)."""
+    pp: int | None = None
+    """The rank's pipeline stage (None: its line named none)."""
 
     def __post_init__(self) -> None:
         self.since = self.since or self.ts
 
-    def claimed(self, tp: int, ts: float, reason: str) -> bool:
-        return (self.tp is None or self.tp == tp) and abs(ts - self.ts) <= WORKER_ERROR_S and self.claimed_by in reason
+    def claimed(self, pp: int | None, tp: int, ts: float, reason: str) -> bool:
+        return (
+            _same_rank(self.pp, self.tp, pp, tp) and abs(ts - self.ts) <= WORKER_ERROR_S and self.claimed_by in reason
+        )
+
+
+def _same_rank(pp: int | None, tp: int | None, other_pp: int | None, other_tp: int) -> bool:
+    """Whether a line of stage `pp` and TP rank `tp` (each None where it named none: any) is of another line's
+    rank."""
+    return (tp is None or tp == other_tp) and (pp is None or pp == other_pp)
 
 
 def announcement(line: ContextLine, ts: float) -> Announcement | None:
     """What a context line announces: a timeout hint (a decode's, a prefill's), the loss of a prefill instance, a
     bootstrap server that did not answer; None for any other line."""
     if line.kind == "hint" and line.text.startswith(BOOTSTRAP_HINT):
-        return Announcement(ts, line.tp, BOOTSTRAP_TIMED_OUT, "in KVPoll.Bootstrapping", line.text)
+        return Announcement(ts, line.tp, BOOTSTRAP_TIMED_OUT, "in KVPoll.Bootstrapping", line.text, pp=line.pp)
     if line.kind == "hint":
-        return Announcement(ts, line.tp, WAITING_TIMED_OUT, "in KVPoll.WaitingForInput", line.text)
+        return Announcement(ts, line.tp, WAITING_TIMED_OUT, "in KVPoll.WaitingForInput", line.text, pp=line.pp)
     if line.kind == "lost_connection" and (address := lost_prefill(line.text)):
         return Announcement(ts, line.tp, PREFILL_LOST, f"connection with prefill instance (bootstrap_addr: {address})",
-                            line.text)  # fmt: skip
+                            line.text, pp=line.pp)  # fmt: skip
     if line.kind == BOOTSTRAP_ERROR:
-        return Announcement(ts, line.tp, BOOTSTRAP_ERROR, "Could not fetch ", line.text)
+        return Announcement(ts, line.tp, BOOTSTRAP_ERROR, "Could not fetch ", line.text, pp=line.pp)
     return None
 
 
@@ -117,6 +127,8 @@ class WorkerError:
     """Unclaimed, it is the room's failure record (a worker error; a transport error is only context)."""
     given: bool = False
     """Already given as the room's failure record (its file went quiet), kept to name the room for a line."""
+    pp: int | None = None
+    """The rank's pipeline stage (None: its line named none)."""
 
 
 class RelatedLines:
@@ -129,25 +141,25 @@ class RelatedLines:
         self._pending: list[WorkerError] = []
         self._announced: list[Announcement] = []
         """Announcements no failure line claimed yet."""
-        self._recent: deque[tuple[float, int, str]] = deque(maxlen=RECENT_FAILURES_KEPT)
-        """The latest failure lines: (time, TP rank, reason)."""
-        self._gave_up: deque[tuple[float, int | None, str]] = deque(maxlen=RECENT_FAILURES_KEPT)
-        """The latest give-ups of a bootstrap server: (time, TP rank, text)."""
+        self._recent: deque[tuple[float, int | None, int, str]] = deque(maxlen=RECENT_FAILURES_KEPT)
+        """The latest failure lines: (time, pipeline stage, TP rank, reason)."""
+        self._gave_up: deque[tuple[float, int | None, int | None, str]] = deque(maxlen=RECENT_FAILURES_KEPT)
+        """The latest give-ups of a bootstrap server: (time, pipeline stage, TP rank, text)."""
 
     def context(self, line: ContextLine, ts: float) -> None:
         """A context line: a worker error or an announcement waits for its failure line (an announcement's may have
         come already); a traceback right after a worker error gives its reason."""
         announced = announcement(line, ts)
         if announced is not None and announced.kind == BOOTSTRAP_ERROR and announced.claimed_by in line.text:
-            self._gave_up.append((ts, line.tp, line.text))
+            self._gave_up.append((ts, line.pp, line.tp, line.text))
         if announced is not None:
-            if not any(announced.claimed(tp, when, reason) for when, tp, reason in self._recent):
+            if not any(announced.claimed(pp, tp, when, reason) for when, pp, tp, reason in self._recent):
                 self._announce(announced)
             return
         found = WORKER_ERROR.search(line.text) or TRANSPORT_ERROR.search(line.text)
         if found:
             reason = cut_text(line.text)
-            self._pending.append(WorkerError(ts, line.tp, int(found[1]), reason, found.re is WORKER_ERROR))
+            self._pending.append(WorkerError(ts, line.tp, int(found[1]), reason, found.re is WORKER_ERROR, pp=line.pp))
         elif line.kind == "traceback" and self._pending and self._pending[-1].reason.startswith("Unexpected"):
             last = self._pending[-1]
             if ts - last.ts <= 1.0:
@@ -156,15 +168,15 @@ class RelatedLines:
     def link(self, line: FailureLine, ts: float) -> tuple[int | None, bool]:
         """The room of a failure line (its own, else the one related lines name) and whether it is an echo
         inside its instance (the room already failed there). Remembers what the line says."""
-        self._recent.append((ts, line.tp, line.reason))
+        self._recent.append((ts, line.pp, line.tp, line.reason))
         if self._announced:
-            self._announced = [a for a in self._announced if not a.claimed(line.tp, ts, line.reason)]
+            self._announced = [a for a in self._announced if not a.claimed(line.pp, line.tp, ts, line.reason)]
         room = line.room
         linked = room is None
         if room is None:
             room = self._rooms_by_rid.get(line.rid) if line.rid else None
         if room is None:
-            room = self._claim(line.tp, ts)
+            room = self._claim(line.pp, line.tp, ts)
         if room is None:
             return None, False
         echo = linked and ts - self._failed.get(room, -ROOM_REUSE_S * 2) <= ROOM_REUSE_S
@@ -198,11 +210,16 @@ class RelatedLines:
         self._announced = [a for a in self._announced if a not in due]
         return due
 
-    def gave_up(self, tp: int, ts: float) -> str:
+    def gave_up(self, pp: int | None, tp: int, ts: float) -> str:
         """The give-up of a bootstrap server this rank logged at most `GAVE_UP_S` before `ts` (`Could not fetch prefill
         parallel info from X after 15 attempts`): what a room it aborts then failed of; "" when there is none."""
         return next(
-            (text for when, on, text in reversed(self._gave_up) if on in (None, tp) and 0 <= ts - when <= GAVE_UP_S), ""
+            (
+                text
+                for when, on_pp, on_tp, text in reversed(self._gave_up)
+                if _same_rank(on_pp, on_tp, pp, tp) and 0 <= ts - when <= GAVE_UP_S
+            ),
+            "",
         )
 
     def _announce(self, announced: Announcement) -> None:
@@ -212,7 +229,7 @@ class RelatedLines:
             for earlier in self._announced:
                 if (
                     earlier.kind == BOOTSTRAP_ERROR
-                    and earlier.tp == announced.tp
+                    and (earlier.pp, earlier.tp) == (announced.pp, announced.tp)
                     and 0 <= announced.ts - earlier.ts <= RETRY_S
                 ):
                     earlier.ts = announced.ts
@@ -226,10 +243,10 @@ class RelatedLines:
         if len(self._failed) > RIDS_KEPT:
             del self._failed[next(iter(self._failed))]
 
-    def _claim(self, tp: int, ts: float) -> int | None:
+    def _claim(self, pp: int | None, tp: int, ts: float) -> int | None:
         """The room of the latest worker error shortly before `ts`, on the same rank if one is."""
         near = [p for p in self._pending if 0 <= ts - p.ts <= WORKER_ERROR_S]
         if not near:
             return None
-        same_rank = [p for p in near if p.tp == tp]
+        same_rank = [p for p in near if (p.pp, p.tp) == (pp, tp)]
         return (same_rank or near)[-1].room

@@ -5,7 +5,8 @@ of one multi-node server (`sniff_node`). Which kind (prefill or decode) it is co
 from `prefill=FILE` / `decode=FILE` (`spec`), else from its name when it is one
 of our agents' log files (`naming`), else from the first lines that only one
 kind writes (`sniff`). Instances are named like our agents (`prefill-0`); a
-rank is `instance/TP{tp}`, so labels look like the live ones.
+rank is `instance/TP{tp}`, so labels look like the live ones, and a pipeline
+stage's rank `instance/PP{pp}-TP{tp}` where the lines name their stage.
 
 Failure lines become `Failure` events (origins inferred, `infer`; a room the
 line leaves out taken from the lines around it, `related`), batch lines
@@ -63,7 +64,7 @@ from kvtop.sources.sglang.spec import LogSpec
 from kvtop.sources.sglang.stats import EMPTY, LogStats
 from transport.plane.events import EVENT_SCHEMA, MAX_TS, Event, EventBatch, Failure, Level, LogContext
 from transport.sglang.reasons import reason_class
-from transport.wire import cut_text
+from transport.wire import cut_text, label_parts, rank_label
 
 LOAD_BYTES = 8 << 20
 """Bytes of each file a poll reads while loading: what is held at once is one poll's events, whatever the size."""
@@ -72,7 +73,7 @@ LOAD_BYTES = 8 << 20
 STREAMS_MAX = 256
 """Servers one file may name (`docker compose logs` of a deployment); lines of more are garbled."""
 STREAM_NAME_MAX = 200
-"""The longest server name a wrapper may give: its ranks' labels (`NAME/TPn`) stay inside an event's 256."""
+"""The longest server name a wrapper may give: its ranks' labels (`NAME/PPn-TPn`) stay inside an event's 256."""
 ABORTED_BY_REQUEST = "Aborted by AbortReq."
 """The client's words, which SGLang 0.5.23 also records for the rooms it aborts once it gave up on a prefill's
 bootstrap server (`Could not fetch prefill parallel info from X after 15 attempts`): read as that failure's rooms."""
@@ -119,7 +120,7 @@ def _node_peers(named: Sequence[tuple[LogSpec, str, str]]) -> dict[_Log, int]:
         first.setdefault(log, index)
         if len(named) > 1 and not instance and log not in nodes and (node := sniff_node(spec.path)) is not None:
             nodes[log] = node
-    servers: dict[tuple[str, str, int, int], dict[int, list[_Log]]] = {}
+    servers: dict[tuple[str, str, int, int, int], dict[int, list[_Log]]] = {}
     for log, node in nodes.items():
         servers.setdefault(node.server, {}).setdefault(node.rank, []).append(log)
     peers: dict[_Log, int] = {}
@@ -157,7 +158,9 @@ class _File:
     dated: bool = True
     """Whether `last_ts` is a time a line told (False: the file's mtime, a guess)."""
     last_tp: int | None = None
-    """The TP rank of the last prefixed line that names one: a crash its line does not date is that rank's."""
+    """The TP rank of the last prefixed line that names a rank: a crash its line does not date is that rank's."""
+    last_pp: int | None = None
+    """The pipeline stage of that line (None: it named none)."""
     batch_key: str = ""
     bootstrap_port: int | None = None
     """A prefill's bootstrap port, from its `server_args` line (None: not read)."""
@@ -329,7 +332,7 @@ class SGLangLogs:
                 for error in server.related.unclaimed(now, quiet):
                     self._worker_error(server, error, pending)
                 for said in server.related.unclaimed_announcements(now, quiet):
-                    line = ContextLine(said.since, said.tp, said.kind, None, said.text)
+                    line = ContextLine(said.since, said.tp, said.kind, None, said.text, said.pp)
                     self._rank_event(server, line, said.since, pending)
         if self.until is not None:
             pending = [item for item in pending if item[0] <= self.until]
@@ -406,7 +409,8 @@ class SGLangLogs:
             return
         if prefix.ts is not None:
             file.last_ts, file.dated = prefix.ts, True
-            file.last_tp = prefix.tp if prefix.tp is not None else file.last_tp
+            if "TP" in prefix.tags or "PP" in prefix.tags:
+                file.last_tp, file.last_pp = prefix.tp, prefix.pp
         elif record is not None and not isinstance(record, ServerArgsLine) and record.ts is not None:
             file.last_ts, file.dated = record.ts, True  # a glog or UCX line tells its time, never its rank
         if record is None or isinstance(record, ServerArgsLine):
@@ -422,7 +426,7 @@ class SGLangLogs:
             file.related.context(record, ts)
             self._context += 1
             context = Context(
-                ts, file.instance or file.spec.path.name, record.tp, record.kind, record.room, record.text
+                ts, file.instance or file.spec.path.name, record.tp, record.kind, record.room, record.text, record.pp
             )
             self.context.append(context)
             if context.transport_error:
@@ -432,7 +436,7 @@ class SGLangLogs:
             elif self.fresh_context is not None and record.kind != BOOTSTRAP_ERROR:  # that one: once unclaimed
                 self.fresh_context.append(context)
             if record.kind == "lost_connection" and record.tp is not None and file.instance:
-                self._peer_named(record.text, f"{file.instance}/TP{record.tp}")
+                self._peer_named(record.text, rank_label(file.instance, record.tp, record.pp))
             return
         if not file.role:
             file.role = record.role
@@ -440,16 +444,18 @@ class SGLangLogs:
             file.other_role_lines += 1
         if not file.instance:
             file.instance = self._names.next(file.role)
-        label = f"{file.instance}/TP{record.tp}"
+        label = rank_label(file.instance, record.tp, record.pp)
         event: Event
         if isinstance(record, FailureLine):
-            if record.reason.startswith(ABORTED_BY_REQUEST) and (gave_up := file.related.gave_up(record.tp, ts)):
+            if record.reason.startswith(ABORTED_BY_REQUEST) and (
+                gave_up := file.related.gave_up(record.pp, record.tp, ts)
+            ):
                 record = dataclasses.replace(record, reason=cut_text(f"{gave_up} (then SGLang: {record.reason})"))
             room, echo = file.related.link(record, ts)
             failure = to_failure(dataclasses.replace(record, room=room), label, ts)
             if failure is None:
                 self._no_room += 1
-                self.context.append(Context(ts, file.instance, record.tp, "no_room", None, text))
+                self.context.append(Context(ts, file.instance, record.tp, "no_room", None, text, record.pp))
                 return
             if echo:  # the room already failed in this instance: the same failure seen by another rank
                 failure = msgspec.structs.replace(
@@ -497,8 +503,9 @@ class SGLangLogs:
         elif line.kind == BOOTSTRAP_TIMED_OUT:  # only a prefill rank waits for a decode's request
             file.role = file.role or "prefill"
         file.instance = file.instance or self._names.next(file.role)
-        tp = line.tp if line.tp is not None else file.last_tp
-        label = f"{file.instance or file.spec.path.name}/TP{tp or 0}"
+        named = line.tp is not None or line.pp is not None
+        tp, pp = (line.tp, line.pp) if named else (file.last_tp, file.last_pp)
+        label = rank_label(file.instance or file.spec.path.name, tp or 0, pp)
         pending.append((ts, len(pending), file, label, LogContext(ts, line.kind, None, line.text, tp)))
 
     def _worker_error(
@@ -507,7 +514,7 @@ class SGLangLogs:
         """A worker error no failure line claimed: the room's failure record itself, an origin at its rank."""
         file.role = file.role or "prefill"  # the transfer worker that raises it is the sender's
         file.instance = file.instance or self._names.next(file.role)
-        label = f"{file.instance}/TP{error.tp or 0}"
+        label = rank_label(file.instance, error.tp or 0, error.pp)
         level = Level.WARNING if file.role == "prefill" else Level.ERROR
         failure = Failure(
             error.ts, error.room, label, error.reason, reason_class(error.reason), str(level), False, label
@@ -540,10 +547,10 @@ class SGLangLogs:
                 model.peer_named(address, "prefill", address.rpartition(":")[0], list(named_by))
 
     def _apply(self, model: ClusterModel, file: _File, label: str, events: list[Event], ts: float) -> None:
-        instance, _, tp = label.rpartition("/TP")
-        model.log_rank(label, file.role, instance, int(tp))
+        instance, _, tp = label_parts(label) or (label, None, 0)
+        model.log_rank(label, file.role, instance, tp)
         seq = file.seq[label] = file.seq.get(label, 0) + 1
-        model.apply(label, EventBatch(EVENT_SCHEMA, file.role, instance, int(tp), 0, seq, ts, events), ts)
+        model.apply(label, EventBatch(EVENT_SCHEMA, file.role, instance, tp, 0, seq, ts, events), ts)
 
 
 def load(paths: Iterable[str | Path | LogSpec], model: ClusterModel) -> SGLangLogs:

@@ -1,0 +1,127 @@
+"""Pipeline-parallel stages (`--pp-size 2`): SGLang prefixes each stage's lines with its `PP` tag (`[... PP1 TP3]`,
+`[... PP1 ATTN_CP0 TP0]`), so PP0's TP3 and PP1's TP3 are two processes. kvtop keyed a rank by its TP tag alone: the
+two were one rank, a crashed PP1 stage "logged again" as soon as PP0 of its TP logged, the other stage's crash was read
+as the first one's aftermath, and counts of ranks were short.
+
+The fixtures are in the shapes of public reports: `pipeline-crash` of sglang #30158 (a PP2 TP4 prefill with HiCache:
+PP1 TP3's scheduler dies of an IndexError in HiCache's write check, PP0 TP3's a second later as its send to the dead
+stage is reset; decode loses the prefill 12 s on), `pipeline-hicache` of sglang #29054 (PP disaggregated prefill with
+HiCache under `kubectl logs --timestamps`: PP1's RoPE reshape fails, PP0 goes on scheduling and fails a room)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from kvtop_cli import kvtop_here
+
+from kvtop.model.cluster import ClusterModel
+from kvtop.sources.sglang import load
+
+pytestmark = pytest.mark.usefixtures("utc")
+
+FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
+CRASH = FIXTURES / "pipeline-crash"
+HICACHE = FIXTURES / "pipeline-hicache"
+PP1_CRASH = (
+    "Scheduler hit an exception: IndexError: list index out of range, in sglang/srt/mem_cache/hiradix_cache.py:392 "
+    "writing_check"
+)
+PP0_CRASH = (
+    "Scheduler hit an exception: RuntimeError: [PG ID 4 PG GUID 9 Rank 3] Connection reset by peer, in "
+    "distributed_c10d.py:2419 isend"
+)
+ROPE = (
+    "Scheduler hit an exception: RuntimeError: shape '[48, -1, 64]' is invalid for input of size 540672, in "
+    "sglang/srt/layers/rotary_embedding/base.py:352 forward_cuda"
+)
+
+
+def args(folder: Path) -> list[str]:
+    return [arg for log in sorted(folder.glob("*.log")) for arg in ("--sglang-log", str(log))]
+
+
+def test_each_stage_of_a_tp_rank_is_a_rank_of_its_own_in_the_ranks_view():
+    """PP0's ranks keep the labels of a server without stages; PP1's are named by their stage, listed after them."""
+    ranks = json.loads(kvtop_here("ranks", *args(CRASH), "--json").stdout)
+    text = kvtop_here("ranks", *args(CRASH)).stdout.splitlines()
+
+    assert [(rank["label"], rank["rank"]) for rank in ranks if rank["role"] == "prefill"] == [
+        ("prefill-0/TP0", 0),
+        ("prefill-0/TP3", 3),
+        ("prefill-0/PP1-TP0", 0),
+        ("prefill-0/PP1-TP3", 3),
+    ]
+    header, row = text[0], next(line for line in text if line.startswith("prefill-0/PP1-TP3 "))
+    assert row.index(" prefill ") + 1 == header.index("ROLE")  # the column fits the longer label
+
+
+def test_both_stages_crashes_are_said_each_under_its_rank():
+    """PP0 TP3's crash a second after PP1 TP3's was taken for the same rank's aftermath, and dropped."""
+    verdict = json.loads(kvtop_here("check", *args(CRASH), "--json").stdout)
+
+    assert verdict["ranks_crashed"] == {"prefill-0/PP1-TP3": PP1_CRASH, "prefill-0/TP3": PP0_CRASH}
+
+
+def test_a_crashed_stage_is_not_logged_again_by_the_other_stage_of_its_tp_rank():
+    """PP0 TP0 goes on scheduling after PP1 TP0 died: PP1 TP0 stays crashed, PP0 TP0 was never crashed."""
+    model = ClusterModel()
+    logs = load(sorted(HICACHE.glob("*.log")), model)
+    ranks = {rank["label"]: rank for rank in json.loads(kvtop_here("ranks", *args(HICACHE), "--json").stdout)}
+
+    assert model.crash_of("prefill-0/PP1-TP0", logs.now) is model.crashes["prefill-0/PP1-TP0"]
+    assert "prefill-0/TP0" not in model.crashes
+    assert ranks["prefill-0/PP1-TP0"]["crashed"]["text"] == ROPE
+    assert ranks["prefill-0/PP1-TP0"]["crashed"]["logged_again"] is None
+    assert ranks["prefill-0/TP0"]["crashed"] is None and ranks["prefill-0/TP0"]["origins"] == 1
+
+
+def test_status_counts_every_stage_s_ranks():
+    status = json.loads(kvtop_here("status", *args(CRASH), "--json").stdout)
+
+    assert sorted(status["ranks_crashed"]) == ["prefill-0/PP1-TP3", "prefill-0/TP3"]
+    assert (status["ranks"]["total"], status["ranks"]["log"]) == (8, 8)
+
+
+@pytest.mark.parametrize(
+    ("prefix", "label"),
+    [
+        ("[2026-06-29 09:44:04 TP3]", "prefill-0/TP3"),
+        ("[2026-06-29 09:44:04 PP0 TP3]", "prefill-0/TP3"),  # the first stage: a log with or without stages alike
+        ("[2026-06-29 09:44:04 PP1 TP3]", "prefill-0/PP1-TP3"),
+        ("[2026-06-29 09:44:04 DP1 PP1 ATTN_CP0 TP3 EP3]", "prefill-0/PP1-TP3"),
+        ("[PP1 ATTN_CP0 TP3]", "prefill-0/PP1-TP3"),  # the time taken out, as people paste it
+        ("[2026-06-29 09:44:04 PP1]", "prefill-0/PP1-TP0"),  # TP1: SGLang prints no TP tag
+    ],
+)
+def test_a_failure_line_s_rank_is_its_stage_s(tmp_path: Path, prefix: str, label: str):
+    log = tmp_path / "prefill.log"
+    log.write_text(
+        f"{prefix} Prefill transfer failed for request rank=0 req.rid='r1' req.bootstrap_room=42 with exception "
+        "KVTransferError(bootstrap_room=42): Decode instance could be dead, remote mooncake session 10.0.0.9:1 is not "
+        "alive\n"
+    )
+    model = ClusterModel()
+    load([log], model)
+
+    assert [failure.rank for failure in model.failures] == [label]
+    assert list(model.ranks) == [label]
+
+
+def test_a_roomless_failure_line_takes_the_room_of_its_own_stage_s_worker_error(tmp_path: Path):
+    """The worker error of the same rank (stage and TP) names the room, not the latest of any stage's TP1."""
+    log = tmp_path / "prefill.log"
+    log.write_text(
+        "[2026-06-29 09:44:04 PP0 TP1] Unexpected transfer worker error for room 501\n"
+        "[2026-06-29 09:44:04 PP1 TP1] Unexpected transfer worker error for room 502\n"
+        "[2026-06-29 09:44:05 PP0 TP1] Prefill transfer failed for request rank=1 req.rid='r9' with exception "
+        "RuntimeError: Failed to send kv chunk\n"
+    )
+    model = ClusterModel()
+    load([log], model)
+
+    assert {(failure.rank, failure.room) for failure in model.failures} == {
+        ("prefill-0/TP1", 501),
+        ("prefill-0/PP1-TP1", 502),
+    }
