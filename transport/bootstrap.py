@@ -60,7 +60,7 @@ _RELAY_RANK = -1
 """The rank of a relay's key: no rank's key is a relay's."""
 _Key = tuple[str, int, int | None]
 """An entry's key: its instance, its rank (`_RELAY_RANK` for a relay) and its pipeline stage past the first (None for
-the first and for a server without stages: two stages' TP3 are two entries)."""
+the first, sent as 0 or None, and for a server without stages: two stages' TP3 are two entries, one label one)."""
 _R = TypeVar("_R", Registered, Route, AgentList)
 REFRESH_S = 1.0
 """How often an agent registers again, so that the service knows it is still there."""
@@ -187,7 +187,7 @@ class BootstrapServer(ServiceThread):
         if isinstance(request, Register):
             return self._register(request, client)
         if isinstance(request, Deregister):
-            for key in ((request.instance, request.rank, request.pp), (request.instance, _RELAY_RANK, None)):
+            for key in ((request.instance, request.rank, request.pp or None), (request.instance, _RELAY_RANK, None)):
                 known = self._agents.get(key)
                 if known is not None and known.incarnation == request.incarnation:
                     self._forget(key)
@@ -203,7 +203,9 @@ class BootstrapServer(ServiceThread):
     def _register(self, request: Register, client: str) -> Registered | Refusal:
         agent = request.agent
         key = (
-            (agent.instance, _RELAY_RANK, None) if agent.role == RELAY_ROLE else (agent.instance, agent.rank, agent.pp)
+            (agent.instance, _RELAY_RANK, None)
+            if agent.role == RELAY_ROLE
+            else (agent.instance, agent.rank, agent.pp or None)
         )
         owner = self._owners.get(key)
         if problem := registration_problem(agent):

@@ -120,6 +120,17 @@ def test_two_pipeline_stages_of_one_tp_rank_are_two_entries_each_deregistered_al
     assert (both, left) == ({"prefill-0/TP3", "prefill-0/PP1-TP3"}, {"prefill-0/TP3"})
 
 
+def test_a_first_stage_sent_as_stage_0_is_the_entry_of_its_label(bootstrap):
+    """`pp` 0 and None both mean the first stage (one label, `prefill-0/TP3`): two keys made one label two entries."""
+    first = msgspec.structs.replace(GOOD, kind=LOG_SIDECAR, data_endpoint="", page_bytes=0, rank=3, tp=4)
+    with BootstrapClient(bootstrap.endpoint) as client:
+        client.register(first)
+        client.register(msgspec.structs.replace(first, pp=0, incarnation=first.incarnation + 1))
+        labels = [agent.label for agent in client.list_agents()]
+
+    assert labels == ["prefill-0/TP3"]
+
+
 def listed(server: BootstrapServer) -> set[str]:
     with BootstrapClient(server.endpoint) as client:
         return {agent.label for agent in client.list_agents()}
