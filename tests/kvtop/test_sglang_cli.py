@@ -20,6 +20,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "sglang" / "old-era"
 LOGS = ("--sglang-log", str(FIXTURES / "prefill.log"), "--sglang-log", f"decode={FIXTURES / 'decode.log'}")
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("times", [("--since", "2099-01-01T00:00:00"), ("--at", "2020-01-01T00:00:00")])
 def test_a_time_outside_what_the_logs_tell_is_refused_not_judged_ok(times: tuple[str, str]):
     """`check --since` past the logs' last line (a time of day is today's: the logs were older) said OK, exit 0,
@@ -311,6 +312,7 @@ def test_failures_on_more_failed_rooms_than_the_model_keeps_say_how_many_more_in
     assert (len(json.loads(since.stdout)["groups"]), json.loads(since.stdout)["not_kept"]) == (1_000, 0)
 
 
+@pytest.mark.processes
 def test_the_prefill_whose_log_is_at_the_lost_address_reads_suspect():
     """Decode lost the prefill at 10.0.0.5:8998, whose own log was read as prefill-0: the incident names the
     address, and prefill-0/TP0 read `log` beside the decode ranks that noticed."""

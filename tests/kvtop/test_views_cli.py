@@ -207,6 +207,7 @@ def _interrupted_while_waiting(view: str, wait_for) -> subprocess.CompletedProce
     return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
 
 
+@pytest.mark.processes
 def test_ctrl_c_before_a_view_showed_anything_exits_130_saying_so(wait_for):
     """Ctrl-C while `status` waited exited 0 with no output, as if it had shown a healthy cluster."""
     done = _interrupted_while_waiting("status", wait_for)
@@ -216,6 +217,7 @@ def test_ctrl_c_before_a_view_showed_anything_exits_130_saying_so(wait_for):
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.processes
 def test_ctrl_c_before_a_check_judged_is_unknown_on_stdout(wait_for):
     """`check` exited 130 with nothing on stdout, where monitoring reads why."""
     done = _interrupted_while_waiting("check", wait_for)
@@ -224,6 +226,7 @@ def test_ctrl_c_before_a_check_judged_is_unknown_on_stdout(wait_for):
     assert done.stdout.startswith("KVTOP UNKNOWN - interrupted before the source was judged")
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     "library",
     ["numpy/_core/_multiarray_umath", "pydantic_core"],
@@ -267,6 +270,7 @@ RuntimeError (a dataclass's field; seen: a traceback and exit 1), and an import 
 (the check then waited out its --wait)."""
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("as_json", [False, True], ids=["nagios", "json"])
 @pytest.mark.parametrize("code", list(_LANDS_IN.values()), ids=list(_LANDS_IN))
 def test_ctrl_c_landing_in_code_that_would_hide_it_is_still_unknown(code: str, as_json: bool):
