@@ -3,9 +3,12 @@ estimated from the rooms both sides name, said, and corrected onto the first log
 
 from __future__ import annotations
 
+import calendar
+import json
 from pathlib import Path
 
 import pytest
+from kvtop_cli import kvtop_here
 from sglang_lines import decode_failure, prefill_failure, shifted
 
 from kvtop.model.cluster import ClusterModel
@@ -71,6 +74,29 @@ def test_a_decode_log_an_hour_behind_folds_its_echoes_under_the_prefill_origins_
     assert logs.stats().clocks == {"decode-0": ClockOffset(-HOUR, "prefill-0", True)}
 
 
+def test_a_decode_in_utc_and_a_prefill_in_local_time_make_one_incident_and_status_and_check_say_so(tmp_path: Path):
+    """A prefill whose sends fail logged at UTC+8, its decode's echoes logged in UTC: one incident (the echoes under
+    their origins), and `status` and `check` (WARNING at least) say the decode's clock is 8 hours behind and its
+    times corrected, in text and JSON."""
+    logs = a_dead_peer(tmp_path, -8 * HOUR)
+
+    found = json.loads(kvtop_here("incidents", "--json", *logs).stdout)["incidents"]
+    status = kvtop_here("status", *logs)
+    status_json = json.loads(kvtop_here("status", "--json", *logs).stdout)
+    check = kvtop_here("check", "--json", *logs)
+    verdict = json.loads(check.stdout)
+
+    said = "decode-0 is 28800 s behind prefill-0 (times corrected; whole hours: one logs UTC, the other local time?)"
+    assert [(i["room_count"], i["origins"], i["echoes"]) for i in found] == [(6, 6, 6)]
+    assert f"clock   {said}" in status.stdout.splitlines()
+    assert status_json["logs"]["clocks"] == {
+        "decode-0": {"offset_s": -28800.0, "against": "prefill-0", "whole_hours": True}
+    }
+    assert check.returncode >= 1
+    assert f"clocks of the logs differ: {said}" in [p.removeprefix("warning: ") for p in verdict["problems"]]
+    assert verdict["log_clocks"] == {"decode-0": -28800.0}
+
+
 @pytest.mark.parametrize(
     ("off_s", "found"),
     [
@@ -133,3 +159,24 @@ def test_one_node_of_a_multinode_decode_an_hour_ahead_is_named_by_its_log_and_co
         "decode-0 (decode-aihub6.log)": ClockOffset(HOUR, "decode-0 (decode-aihub3.log)", True)
     }
     assert shape(ahead.groups()) == shape(in_step.groups())
+
+
+def test_a_log_whose_clock_steps_back_is_said_by_check_and_read_as_written(tmp_path: Path):
+    """A decode whose clock is set back an hour mid-log (NTP stepping a clock that ran fast): `check` warns with
+    when and how far; its lines keep the times they were written with."""
+    decode = tmp_path / "decode.log"
+    decode.write_text(
+        decode_failure("2026-03-04 12:00:00.000", 1, ECHO)
+        + decode_failure("2026-03-04 12:10:00.000", 2, ECHO)
+        + decode_failure("2026-03-04 11:10:30.000", 3, ECHO)
+        + decode_failure("2026-03-04 11:10:40.000", 4, ECHO)
+    )
+    model = ClusterModel()
+    logs = load([decode], model)
+    check = json.loads(kvtop_here("check", "--json", "--sglang-log", str(decode)).stdout)
+
+    said = "decode-0's times step back 3570 s at 2026-03-04 11:10:30 (its clock was set back: read as written)"
+    assert logs.stats().clock_lines() == [said]
+    assert f"a log's clock stepped back: {said}" in [p.removeprefix("warning: ") for p in check["problems"]]
+    noon = calendar.timegm((2026, 3, 4, 12, 0, 0))
+    assert {f.room: f.ts - noon for f in model.failures} == {1: 0.0, 2: 600.0, 3: -2970.0, 4: -2960.0}
