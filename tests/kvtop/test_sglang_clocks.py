@@ -4,6 +4,7 @@ estimated from the rooms both sides name, said, and corrected onto the first log
 from __future__ import annotations
 
 import calendar
+import gzip
 import json
 from pathlib import Path
 
@@ -180,3 +181,16 @@ def test_a_log_whose_clock_steps_back_is_said_by_check_and_read_as_written(tmp_p
     assert f"a log's clock stepped back: {said}" in [p.removeprefix("warning: ") for p in check["problems"]]
     noon = calendar.timegm((2026, 3, 4, 12, 0, 0))
     assert {f.room: f.ts - noon for f in model.failures} == {1: 0.0, 2: 600.0, 3: -2970.0, 4: -2960.0}
+
+
+def test_a_gzipped_decode_log_behind_is_compared_and_corrected_too(tmp_path: Path):
+    """A rotated decode log kept as `.gz`, an hour behind: its rooms are read for the comparison as its lines are."""
+    prefill, decode = new_era(tmp_path, -HOUR)
+    zipped = decode.with_name("decode.log.1.gz")
+    zipped.write_bytes(gzip.compress(decode.read_bytes()))
+    in_step, behind = ClusterModel(), ClusterModel()
+    load(new_era(tmp_path / "in-step", 0.0), in_step)
+    logs = load([prefill, f"decode={zipped}"], behind)
+
+    assert logs.stats().clocks == {"decode-0": ClockOffset(-HOUR, "prefill-0", True)}
+    assert shape(behind.groups()) == shape(in_step.groups())
