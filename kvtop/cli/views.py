@@ -202,6 +202,7 @@ def run_check(spec: SourceSpec, limits: Thresholds, as_json: bool) -> int:
             result = evaluate(source.model, limits, now, source.waited(), span=source.span, since=source.when.since,
                               transport_errors=source.transport_errors(0.0, now),
                               whole_cluster=spec.kind == "bootstrap", unread=source.partly_read(),
+                              clocks=source.clocks_differ(),
                               upstream_down=upstream_down, kept=kept)  # fmt: skip
             if feed_error := source.feed_error():
                 result = source_failing(result, feed_error)

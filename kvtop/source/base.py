@@ -135,6 +135,11 @@ class Source(ABC):
         """What of the source a check could not read although the rest it judges ("" when nothing: live sources)."""
         return ""
 
+    def clocks_differ(self) -> tuple[str, dict[str, float]]:
+        """What a check says of the source's clocks (logs whose servers' clocks differ: their times corrected), and
+        each such server's offset in seconds ("" and none for live sources: `kvtop.model.clock` corrects ranks)."""
+        return "", {}
+
     def transport_errors(self, since: float, until: float) -> list[Context]:
         """The transfer's own errors its logs hold from `since` to `until` (`is_transport_error`): those log
         sidecars published, earliest first."""

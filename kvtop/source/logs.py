@@ -107,12 +107,19 @@ class LogSource(Source):
             )
         return "; ".join(found)
 
+    def clocks_differ(self) -> tuple[str, dict[str, float]]:
+        """The logs' servers whose clocks differ (times corrected) or stepped back, and the offsets corrected."""
+        stats = self.logs.stats()
+        return "; ".join(stats.clock_findings()), {name: clock.offset_s for name, clock in stats.clocks.items()}
+
     def transport_errors(self, since: float, until: float) -> list[Context]:
         return sorted((line for line in self.logs.errors if since <= line.ts <= until), key=lambda line: line.ts)
 
     def status_extra(self) -> tuple[str, dict[str, object]]:
         stats = self.logs.stats()
-        return f"logs    {stats.summary().removeprefix('sglang logs: ')}", {"logs": dataclasses.asdict(stats)}
+        clocks = [f"\nclock   {line}" for line in stats.clock_lines()]
+        line = f"logs    {stats.summary(clocks=False).removeprefix('sglang logs: ')}" + "".join(clocks)
+        return line, {"logs": dataclasses.asdict(stats)}
 
 
 def _within(when: When, span: tuple[float, float] | None) -> None:

@@ -112,6 +112,8 @@ class CheckResult:
     """Rooms that failed in the window (those known from logs included)."""
     clocks_skewed: dict[str, float] = field(default_factory=dict)
     """Ranks whose clock is off the collector's by `SKEWED_S` or more (seconds ahead; their times corrected)."""
+    log_clocks: dict[str, float] = field(default_factory=dict)
+    """Servers whose log's clock is off the first log's of their group (seconds ahead; their times corrected)."""
     ranks_crashed: dict[str, str] = field(default_factory=dict)
     """Ranks that crashed in what was judged -> what their log said (the exception, where raised)."""
     transport_errors: int = 0
@@ -161,6 +163,7 @@ def evaluate(
     transport_errors: Sequence[Context] = (),
     whole_cluster: bool = False,
     unread: str = "",
+    clocks: tuple[str, dict[str, float]] = ("", {}),
     upstream_down: str = "",
     kept: Collection[str] = (),
 ) -> CheckResult:
@@ -170,9 +173,9 @@ def evaluate(
     whose ranks is alive while the other's are is CRITICAL: prefill ranks alone move no KV, and a rank the
     bootstrap service forgot (it keeps a dead one listed for 10 minutes; a restarted service knows none) would
     otherwise leave a check green on half a cluster. `unread`: what of the source could not be read (a log given
-    that held nothing), a WARNING. `upstream_down`: a relay's upstream stopped answering it, the CRITICAL finding;
-    the ranks it lists from that upstream's last answer (`kept`) that went silent are named with it, unheard,
-    not gone or stale.
+    that held nothing), a WARNING; so is `clocks`' finding (logs whose clocks differ, with each offset).
+    `upstream_down`: a relay's upstream stopped answering it, the CRITICAL finding; the ranks it lists from that
+    upstream's last answer (`kept`) that went silent are named with it, unheard, not gone or stale.
 
     A rank that never answered in the `waited_s` the check listened is gone; one that answered is judged by
     the model's own bounds (stale after `STALE_S` of silence, gone after `GONE_S`). With `span` (logs, a
@@ -257,6 +260,8 @@ def evaluate(
     if skewed:
         offsets = ", ".join(f"{label} {offset:+.1f}s" for label, offset in skewed.items())
         warning.append(f"clocks off (times corrected): {offsets}")
+    if clocks[0]:
+        warning.append(clocks[0])
     if unread:
         warning.append(unread)
     errors = [line for line in transport_errors if judged_from <= line.ts <= now]
@@ -307,6 +312,7 @@ def evaluate(
         unanswered, unreachable, model.lost, model.rejected, model.rejected_frames,
         [incident_json(incident, now, gap) for incident in judged], "span" if span else "now", rooms_failed,
         {label: round(offset, 3) for label, offset in skewed.items()},
+        {name: round(offset, 3) for name, offset in clocks[1].items()},
         {label: crash.text for label, crash in crashed.items()}, len(errors), unheard, facts,
     )  # fmt: skip
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import datetime
+import re
+
 
 def decode_failure(ts: str, room: int, reason: str, tp: int = 0, tags: str = "") -> str:
     """A decode scheduler's failure line for `room` on rank `tp` (`tags`: more rank tags after its TP, ` EP0`)."""
@@ -9,3 +12,28 @@ def decode_failure(ts: str, room: int, reason: str, tp: int = 0, tags: str = "")
         f"[{ts} TP{tp}{tags}] Decode transfer failed for request rank={tp} decode_req.req.rid='d{room}' "
         f"decode_req.req.bootstrap_room={room} with exception KVTransferError(bootstrap_room={room}): {reason}\n"
     )
+
+
+def prefill_failure(ts: str, room: int, reason: str, tp: int = 0) -> str:
+    """A prefill scheduler's failure line for `room` on rank `tp`."""
+    return (
+        f"[{ts} TP{tp}] Prefill transfer failed for request rank={tp} req.rid='p{room}' req.bootstrap_room={room} "
+        f"with exception KVTransferError(bootstrap_room={room}): {reason}\n"
+    )
+
+
+def shifted(text: str, seconds: float) -> str:
+    """`text` with every SGLang stamp (`[2026-01-02 03:04:05.250`) moved by `seconds`: a log whose server's clock
+    is that far off (its other stamps, glog's and UCX's, as they were)."""
+
+    def move(stamp: re.Match[str]) -> str:
+        try:
+            moved = datetime.datetime.strptime(stamp[1], "%Y-%m-%d %H:%M:%S") + datetime.timedelta(seconds=seconds)
+        except ValueError:  # a garbled stamp (month 13) stays garbled
+            return stamp[0]
+        return f"[{moved:%Y-%m-%d %H:%M:%S}"
+
+    return _STAMP.sub(move, text)
+
+
+_STAMP = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")

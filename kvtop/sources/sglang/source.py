@@ -42,6 +42,7 @@ from kvtop.model.suspects import (
     failed_session,
     local_fault,
 )
+from kvtop.sources.sglang.clocks import STEP_BACK_S, Offset, Server, read_room_times
 from kvtop.sources.sglang.context import CONTEXT_KEPT, Context, context_for
 from kvtop.sources.sglang.convert import to_heartbeat
 from kvtop.sources.sglang.infer import to_failure
@@ -50,6 +51,7 @@ from kvtop.sources.sglang.lines import (
     FailureLine,
     Garbled,
     NodeOf,
+    Record,
     ServerArgsLine,
     classify,
     is_glog,
@@ -61,7 +63,7 @@ from kvtop.sources.sglang.reader import LogReader
 from kvtop.sources.sglang.related import RelatedLines, WorkerError
 from kvtop.sources.sglang.sniff import first_stamp, holds_sglang_lines, sniff_node, sniff_role
 from kvtop.sources.sglang.spec import LogSpec
-from kvtop.sources.sglang.stats import EMPTY, LogStats
+from kvtop.sources.sglang.stats import EMPTY, ClockOffset, ClockStep, LogStats
 from transport.plane.events import EVENT_SCHEMA, MAX_TS, Event, EventBatch, Failure, Level, LogContext
 from transport.sglang.reasons import reason_class
 from transport.wire import cut_text, label_parts, rank_label
@@ -146,6 +148,12 @@ def _role_named(name: str) -> str:
     return found[1].lower() if found else ""
 
 
+def _moved(file: _File, record: Record) -> float:
+    """What to take off the time a record tells: its server's correction, but for the epoch seconds of a UCX line
+    where that is a timezone's (no timezone moves them)."""
+    return 0.0 if file.zone and isinstance(record, ContextLine) and record.kind == "ucx" else file.correction
+
+
 @dataclass(eq=False)
 class _File:
     spec: LogSpec
@@ -176,6 +184,16 @@ class _File:
     other_role_lines: int = 0
     """Failure and batch lines of the other role than its own (`nohup.out` of a prefill and a decode server, logs
     concatenated): read as this one server's, and said so."""
+    clock: Server = (0, "")
+    """Whose clock its lines' times are on (`clocks.Server`)."""
+    correction: float = 0.0
+    """What its times are ahead of its group's first server's (`clocks`): taken off each time its lines tell."""
+    zone: bool = False
+    """`correction` is a timezone's (whole hours): the epoch seconds UCX writes are not moved."""
+    latest: float = 0.0
+    """The latest time its prefixes told, as written."""
+    stepped: ClockStep | None = None
+    """The largest step back its prefixes' times took past `STEP_BACK_S` (its clock was set back)."""
 
     @property
     def servers(self) -> tuple[_File, ...]:
@@ -204,6 +222,8 @@ class SGLangLogs:
         self.until: float | None = None
         """Apply nothing the logs say after this time (`--at`), and judge "now" at it."""
         self._names = InstanceNames()
+        self.offsets: dict[Server, Offset] | None = None
+        """The servers' clocks that differ (`clocks`), read before the first poll applies anything."""
         self._peers: dict[str, dict[str, None]] = {}
         """Bootstrap addresses of prefill instances that decode lines say were lost, each with the decode ranks
         whose lines name it (in order)."""
@@ -243,12 +263,14 @@ class SGLangLogs:
             if first is not None:
                 self._saw(first)
             start = first if first is not None else spec.path.stat().st_mtime
+            clock = piece.clock if piece is not None else (index, "")  # a node of a server has its own host's
             if piece is not None:
                 file = _File(spec, reader, role, piece.instance, start, first is not None, related=piece.related)
             elif peer < index:  # a node of the server whose first node's log came before
                 file = _File(spec, reader, role, self.files[peer].instance, start, first is not None)
             else:
                 file = _File(spec, reader, role, instance or self._names.next(role), start, first is not None)
+            file.clock = clock
             if server is not None:
                 rotated.setdefault(server, file)
             self.files.append(file)
@@ -279,6 +301,7 @@ class SGLangLogs:
             if not read.matched and (why := self._unread(file)):
                 stats.unread[str(file.spec.path)] = why
         stats.relabelled, stats.repeated = self.relabelled, self.repeated
+        stats.clocks, stats.clock_steps = self._clocks()
         stats.mixed = [
             f"{file.spec.path}: {file.other_role_lines} of its lines are {_OTHER_ROLE.get(file.role, '?')}'s, read as "
             f"{file.instance}'s (give each server's log apart)"
@@ -286,6 +309,30 @@ class SGLangLogs:
             if file.other_role_lines
         ]
         return stats
+
+    def _clocks(self) -> tuple[dict[str, ClockOffset], dict[str, ClockStep]]:
+        """The servers whose clock differs from their group's first server's (its times corrected), and those whose
+        clock stepped back, by name (the log's too where a server's nodes each have their own)."""
+        servers = self._servers()
+        clocks_of: dict[str, set[Server]] = {}
+        for server in servers:
+            clocks_of.setdefault(server.instance, set()).add(server.clock)
+
+        def name(server: _File) -> str:
+            return (
+                f"{server.instance} ({server.spec.path.name})"
+                if len(clocks_of[server.instance]) > 1
+                else server.instance
+            )
+
+        names = {server.clock: name(server) for server in reversed(servers)}  # a clock's first server names it
+        offsets = {
+            names[clock]: ClockOffset(offset.seconds, names.get(offset.reference, "?"), offset.hours)
+            for clock, offset in (self.offsets or {}).items()
+            if clock in names
+        }
+        steps = {name(server): server.stepped for server in servers if server.stepped is not None}
+        return offsets, steps
 
     def _unread(self, file: _File) -> str:
         """Why nothing was read from a file ("" when it is a log that said nothing kvtop reads, yet)."""
@@ -317,11 +364,13 @@ class SGLangLogs:
         """Read what the files gained (up to `max_bytes` each), apply it in time order; returns (label, event)s.
 
         `model` None: only return them (a sidecar publishes them instead)."""
+        if self.offsets is None:
+            self._read_clocks()
         pending: list[tuple[float, int, _File, str, Event]] = []
         for file in self.files:
             for text in file.reader.read(final, max_bytes):
                 self._line(file, text, pending)
-            self._saw_dated(file.reader.last_dated)
+            self._saw_dated(file, file.reader.last_dated)
         last_pieces = {id(file.related): file for file in self.files}
         for file in self.files:
             if last_pieces[id(file.related)] is not file:
@@ -354,6 +403,28 @@ class SGLangLogs:
     def close(self) -> None:
         for file in self.files:
             file.reader.close()
+
+    def _read_clocks(self) -> None:
+        """Compare the servers' clocks from the rooms their logs both name (`clocks`) and set each file's
+        correction, before any line is applied: the times the logs' first lines told are moved with them."""
+        clocks = {file.clock: file.spec.path for file in self.files}
+        if len(clocks) < 2:  # one server's log (or a rotated one's pieces): no other clock to compare with
+            self.offsets = {}
+            return
+        self.offsets = read_room_times([(file.clock[0], file.spec.path) for file in self.files]).offsets()
+        for file in self.files:
+            file.correction, file.zone = self._correction(file.clock)
+        if any(file.correction for file in self.files):
+            self._told, self._now, self.start = False, 0.0, None
+            for file in self.files:
+                if file.dated:  # the first stamp each file told: on the first server's clock now
+                    file.last_ts -= file.correction
+                    self._saw(file.last_ts)
+
+    def _correction(self, clock: Server) -> tuple[float, bool]:
+        """What to take off the times of the server with `clock`, and whether it is a timezone's."""
+        offset = self.offsets.get(clock) if self.offsets else None
+        return (offset.seconds, offset.hours) if offset is not None else (0.0, False)
 
     def context_for(self, groups: Sequence[FailureGroup]) -> list[list[Context]]:
         """For each group: lines about its room, and lines near it in time (its instances', transport libraries')."""
@@ -388,6 +459,8 @@ class SGLangLogs:
             self._names.take(name)
             role = _role_named(name) or file.spec.role  # else its lines will say
             server = file.streams[name] = _File(file.spec, file.reader, role, name, file.last_ts, file.dated)
+            server.clock = (file.clock[0], name)
+            server.correction, server.zone = self._correction(server.clock)
         return server, rest
 
     def _line(self, file: _File, text: str, pending: list[tuple[float, int, _File, str, Event]]) -> None:
@@ -408,18 +481,21 @@ class SGLangLogs:
             self._garbled += 1
             return
         if prefix.ts is not None:
-            file.last_ts, file.dated = prefix.ts, True
+            if prefix.ts < file.latest - STEP_BACK_S:
+                self._stepped_back(file, prefix.ts)
+            file.latest = max(file.latest, prefix.ts)
+            file.last_ts, file.dated = prefix.ts - file.correction, True
             if "TP" in prefix.tags or "PP" in prefix.tags:
                 file.last_tp, file.last_pp = prefix.tp, prefix.pp
         elif record is not None and not isinstance(record, ServerArgsLine) and record.ts is not None:
-            file.last_ts, file.dated = record.ts, True  # a glog or UCX line tells its time, never its rank
+            file.last_ts, file.dated = record.ts - _moved(file, record), True  # a glog or UCX line: a time, no rank
         if record is None or isinstance(record, ServerArgsLine):
             if record is not None:
                 file.bootstrap_port = record.bootstrap_port
             if prefix.ts is not None:  # a line that only dates: the span the logs cover
-                self._saw(prefix.ts)
+                self._saw(file.last_ts)
             return
-        ts = record.ts if record.ts is not None else file.last_ts
+        ts = record.ts - _moved(file, record) if record.ts is not None else file.last_ts
         self._undated += record.ts is None and not file.dated
         self._saw(ts, guessed=not file.dated)  # lines that tell no time too: "now" is never the wall clock once read
         if isinstance(record, ContextLine):
@@ -469,7 +545,7 @@ class SGLangLogs:
             event = to_heartbeat(record, ts)
         pending.append((ts, len(pending), file, label, event))
 
-    def _saw_dated(self, line: str) -> None:
+    def _saw_dated(self, file: _File, line: str) -> None:
         """The last dated line a file gave (marked or not): how far the span the logs cover goes."""
         name, rest = split_stream(line)
         try:
@@ -477,7 +553,14 @@ class SGLangLogs:
         except ValueError:
             return
         if ts is not None:
-            self._saw(ts)
+            self._saw(ts - file.streams.get(name, file).correction)
+
+    def _stepped_back(self, file: _File, ts: float) -> None:
+        """A line of `file` dated `ts` (as written), more than `STEP_BACK_S` before the latest one it dated: its
+        clock was set back (the largest step is kept)."""
+        back = file.latest - ts
+        if file.stepped is None or back > file.stepped.back_s:
+            file.stepped = ClockStep(round(back, 3), ts - file.correction)
 
     def _saw(self, ts: float, guessed: bool = False) -> None:
         """The logs mention this time: the span they cover reaches it. A `guessed` time (a file's mtime, for a line

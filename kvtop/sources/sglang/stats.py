@@ -2,10 +2,41 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 EMPTY = "empty"
 """Why nothing was read from a file that holds nothing (yet)."""
+
+
+@dataclass(frozen=True)
+class ClockOffset:
+    """A server's clock against another's, from the rooms their logs both name (`clocks`)."""
+
+    offset_s: float
+    """Its clock less `against`'s (negative: behind): taken off its times."""
+    against: str
+    whole_hours: bool
+    """A whole number of hours: one server logs UTC, the other local time."""
+
+    def text(self, name: str) -> str:
+        way = "ahead of" if self.offset_s > 0 else "behind"
+        zone = "; whole hours: one logs UTC, the other local time?" if self.whole_hours else ""
+        return f"{name} is {abs(self.offset_s):.0f} s {way} {self.against} (times corrected{zone})"
+
+
+@dataclass(frozen=True)
+class ClockStep:
+    """A log's times going back: its server's clock was set back."""
+
+    back_s: float
+    """The largest step back."""
+    at: float
+    """The time it stepped back to."""
+
+    def text(self, name: str) -> str:
+        at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.at))
+        return f"{name}'s times step back {self.back_s:.0f} s at {at} (its clock was set back: read as written)"
 
 
 @dataclass
@@ -36,6 +67,11 @@ class LogStats:
     """Files given again (the same file by another path, or twice): read once."""
     unread: dict[str, str] = field(default_factory=dict)
     """Why kvtop read nothing from a file, by its path: `EMPTY`, or not an SGLang server log."""
+    clocks: dict[str, ClockOffset] = field(default_factory=dict)
+    """Servers whose clock differs from their group's first server's by `clocks.DIFFER_S` or more, by name: their
+    times were corrected onto that one's."""
+    clock_steps: dict[str, ClockStep] = field(default_factory=dict)
+    """Servers whose log's times step back by more than `clocks.STEP_BACK_S`, by name: read as written."""
 
     @property
     def no_log(self) -> bool:
@@ -50,7 +86,24 @@ class LogStats:
     def unread_text(self) -> str:
         return "; ".join(f"{path}: {why}" for path, why in self.unread.items())
 
-    def summary(self) -> str:
+    def clock_lines(self) -> list[str]:
+        """Each server whose clock differs from another's, then each whose clock stepped back."""
+        return [clock.text(name) for name, clock in self.clocks.items()] + [
+            step.text(name) for name, step in self.clock_steps.items()
+        ]
+
+    def clock_findings(self) -> list[str]:
+        """What the logs' clocks did: `clocks of the logs differ: ...`, `a log's clock stepped back: ...`."""
+        found = []
+        if self.clocks:
+            found.append("clocks of the logs differ: " + "; ".join(c.text(name) for name, c in self.clocks.items()))
+        if self.clock_steps:
+            steps = "; ".join(step.text(name) for name, step in self.clock_steps.items())
+            found.append(f"a log's clock stepped back: {steps}")
+        return found
+
+    def summary(self, clocks: bool = True) -> str:
+        """The counts, and what was wrong; with `clocks`, what the logs' clocks did (`clock_findings`)."""
         text = (
             f"sglang logs: {self.files} files, {self.lines} lines, {self.failures} failure lines, "
             f"{self.batches} batch lines, {self.context} context lines, {self.garbled} garbled (skipped), "
@@ -68,4 +121,4 @@ class LogStats:
             text += f", {len(self.repeated)} given again (read once): {'; '.join(self.repeated)}"
         if self.unread:
             text += f", nothing read from {len(self.unread)}: {self.unread_text()}"
-        return text
+        return "; ".join([text, *(self.clock_findings() if clocks else [])])
