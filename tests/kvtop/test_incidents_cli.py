@@ -260,3 +260,18 @@ def rooms_ok(running: Running, at_least: int = 0) -> int:
     while (ok := int(running.wait_line(r"rooms ok (\d+),", timeout_s=90)[1])) < at_least:
         pass
     return ok
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("fatal-signal", "prefill-0/TP0 stopped answering (peer_lost), 1 room since 09:43:53"),
+        ("bootstrap-unreachable", "(bootstrap_error), 2 rooms and 3 failures naming none since 11:56:51"),
+    ],
+)
+def test_status_counts_an_incident_s_rooms_as_check_does(name: str, said: str):
+    """`status` said `1 rooms since`, and `2 rooms` where three failures named no room: check's words now."""
+    status = kvtop("status", *logs(name))
+
+    assert status.returncode == 0, status.stderr
+    assert said in status.stdout, status.stdout
