@@ -125,6 +125,7 @@ class LogSource(Source):
 def _within(when: When, span: tuple[float, float] | None) -> None:
     """SourceError when `--at` lies outside the span the logs' lines tell, or `--since` after what is read: a view
     of a window the logs do not cover would judge nothing (a check said OK on logs full of failures)."""
+    from kvtop.source.when import on_their_day
     from kvtop.views.times import stamp
 
     if span is None or (when.at is None and when.since is None):
@@ -132,9 +133,11 @@ def _within(when: When, span: tuple[float, float] | None) -> None:
     start, end = span
     told = f"the logs' lines run from {stamp(start, dated=True)} to {stamp(end, dated=True)}"
     if when.at is not None and not start <= when.at <= end:
-        raise SourceError(f"--at {stamp(when.at, dated=True)} is outside what the logs tell: {told}")
+        hint = on_their_day("--at", when.at, start, end)
+        raise SourceError(f"--at {stamp(when.at, dated=True)} is outside what the logs tell: {told}{hint}")
     if when.since is not None and when.since > (end if when.at is None else when.at):
-        raise SourceError(f"--since {stamp(when.since, dated=True)} is after what the logs tell: {told}")
+        hint = on_their_day("--since", when.since, start, end if when.at is None else when.at)
+        raise SourceError(f"--since {stamp(when.since, dated=True)} is after what the logs tell: {told}{hint}")
 
 
 def _events_since(polls: Iterable[list[tuple[str, Event]]], since: float | None) -> list[tuple[str, Event]]:

@@ -32,6 +32,7 @@ class RecordingSource(Source):
         from kvtop.model.cluster import JOURNAL_EVENTS_KEPT
         from kvtop.record.format import RecordingError
         from kvtop.record.replay import Replay
+        from kvtop.source.when import on_their_day
         from kvtop.views.times import stamp
 
         try:
@@ -42,7 +43,9 @@ class RecordingSource(Source):
         at = end if when.at is None else when.at
         span = f"{stamp(start, dated=True)} to {stamp(end, dated=True)}"
         if not start <= at <= end:
-            raise SourceError(f"--at {stamp(at, dated=True)} is outside the recording ({span})")
+            raise SourceError(
+                f"--at {stamp(at, dated=True)} is outside the recording ({span}){on_their_day('--at', at, start, end)}"
+            )
         if gap := replay.unrecorded(at):
             raise SourceError(
                 f"--at {stamp(at, dated=True)} is where the recorder did not run (nothing recorded from "

@@ -52,6 +52,19 @@ def _parse_time(text: str, now: float) -> float:
     raise ValueError(f"{text!r} is not a time (examples: 2026-12-01T03:00:00, 03:00, '5 minutes ago', 1780000000, now)")
 
 
+def on_their_day(option: str, ts: float, start: float, end: float) -> str:
+    """` (a time of day is today's: --at 2026-03-05T09:00:20 is within them)` where `ts`'s time of day on the first
+    or last day of [start, end] falls within it: what a time of day typed for logs or a recording of another day
+    meant; '' where no such instant is in the span."""
+    clock = dt.datetime.fromtimestamp(ts).time()
+    for edge in (start, end):
+        moved = dt.datetime.combine(dt.datetime.fromtimestamp(edge).date(), clock)
+        if moved.timestamp() != ts and start <= moved.timestamp() <= end:
+            shown = moved.isoformat(timespec="milliseconds" if moved.microsecond else "seconds")
+            return f" (a time of day is today's: {option} {shown} is within them)"
+    return ""
+
+
 def parse_duration(text: str) -> float:
     """Seconds in `24h`, `90m`, `3600`, `2 days`; raises ValueError."""
     match = _DURATION.match(text)

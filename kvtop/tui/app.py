@@ -662,8 +662,9 @@ class KvtopApp(App[None]):
     def _works_everywhere(self, action: str) -> bool:
         """`?` lists it under "Everywhere": not a view's own key, nor a rewind key with nothing to rewind into, nor
         the other meaning of `L`."""
-        rewinds = self.rewind is not None and not self._not_this_l(action)
-        return action not in _VIEW_ACTIONS and (rewinds or action not in REWIND_ACTIONS)
+        name = action.partition("(")[0]  # `step(-1)`: the action, not its call
+        rewinds = self.rewind is not None and not self._not_this_l(name)
+        return name not in _VIEW_ACTIONS and (rewinds or name not in REWIND_ACTIONS)
 
     def key_escape(self) -> None:
         for box in self.query("#filter, #jump").results(Input):

@@ -7,6 +7,7 @@ the UI thread, and the fold is recomputed only when failures changed.
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -409,7 +410,7 @@ class FrameBuilder:
         return {pair: (link.gbps(now, RATE_WINDOW_S), link.failed_rooms) for pair, link in self.model.links.items()}
 
     def _events(self, options: Options) -> list[tuple[str, Event, str]]:
-        """The newest events at or above the level that match the filter, oldest first, each with its level.
+        """The newest events at or above the level that match the filter, in time order, each with its level.
 
         Only deliveries journaled since the last frame are filtered, unless the level or filter changed; a
         failure's level follows the fold as it stood when the failure was first filtered (the fold is synced
@@ -433,8 +434,23 @@ class FrameBuilder:
             found.extend((label, e, level) for e, level in kept)
             if len(found) >= EVENTS_SHOWN:
                 break
-        self._tail.extend(reversed(found[:EVENTS_SHOWN]))
+        self._merge(sorted(reversed(found[:EVENTS_SHOWN]), key=_event_ts))
         return list(self._tail)
+
+    def _merge(self, events: list[tuple[str, Event, str]]) -> None:
+        """`events` (in time order) into the tail in time order: deliveries arrive in no time order across agents
+        (a snapshot brings an agent's past after the others' live batches), so the tail's events later than the
+        first new one are taken off and merged back (the newest `EVENTS_SHOWN` kept)."""
+        tail = self._tail
+        later: list[tuple[str, Event, str]] = []
+        while tail and events and tail[-1][1].ts > events[0][1].ts:
+            later.append(tail.pop())
+        later.reverse()
+        tail.extend(heapq.merge(later, events, key=_event_ts))
+
+
+def _event_ts(item: tuple[str, Event, str]) -> float:
+    return item[1].ts
 
 
 def _rank_order(view: RankView) -> tuple[bool, str, int, int]:

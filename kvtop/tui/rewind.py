@@ -158,6 +158,7 @@ class Rewind:
                 return None
             if self._builder is None or self._builder.model is not cursor.model:  # a seek, or a new run
                 self._builder = FrameBuilder(cursor.model, lambda: cursor.time)
+            cursor.model.update_incidents()  # what came since the recorded collector's last sweep, as views do
             replay = self._replay
             gap = replay.unrecorded(cursor.time)  # between two runs: as the first left it, not aged by the gap
             frame = self._builder.build(options, now=cursor.time if gap is None else gap[0], error=self.error)

@@ -76,9 +76,11 @@ def to_json(
 
 
 def _context_line(line: Context) -> str:
+    """`lost_connection decode-0/TP1 ...`: its rank where its line named one (two ranks' same words are two lines)."""
     text = line.text.splitlines()[-1].strip() if line.kind == "traceback" else line.text
     what = "likely cause" if line.likely_cause else line.kind
-    return f"{'':<20}   {what:<12} {line.source:<10} {text[:_REASON_WIDTH]}"
+    where = line.source if line.tp is None else f"{line.source}/TP{line.tp}"
+    return f"{'':<20}   {what:<12} {where:<16} {text[:_REASON_WIDTH]}"
 
 
 def render_groups(

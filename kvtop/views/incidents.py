@@ -17,6 +17,8 @@ from kvtop.views.text import fit_label
 from kvtop.views.times import spans_days, stamp
 
 _SUSPECT_WIDTH = 30
+"""The SUSPECT column's least width: it widens to the longest suspect listed, up to `_SUSPECT_MAX`."""
+_SUSPECT_MAX = 64
 
 
 def state(incident: Incident, now: float, quiet_gap_s: float) -> str:
@@ -104,18 +106,20 @@ def render(
     quiet_gap_s: float,
     groups: dict[int, list[FailureGroup]] | None = None,
 ) -> str:
-    """One line per incident, newest first; with `groups` (`--debug`), each incident's failure groups under it."""
+    """One line per incident, newest first, each suspect whole (a host name tells one server from another) up to a
+    column of `_SUSPECT_MAX`; with `groups` (`--debug`), each incident's failure groups under it."""
     dated = spans_days([incident.first_seen for incident in incidents] + [now])
     width = len(stamp(0.0, dated)) - 4
+    named = min(_SUSPECT_MAX, max([_SUSPECT_WIDTH, *(len(incident.suspect.text) for incident in incidents)]))
     lines = [
-        f"{'STATE':<8} {'SUSPECT':<{_SUSPECT_WIDTH}} {'WHAT':<18} {'CLASS':<18} {'ROOMS':>6} {'SINCE':<{width}} "
+        f"{'STATE':<8} {'SUSPECT':<{named}} {'WHAT':<18} {'CLASS':<18} {'ROOMS':>6} {'SINCE':<{width}} "
         f"{'FOR':>8} {'ORIGINS/ECHOES':>15}  EVIDENCE"
     ]
     for incident in incidents:
         evidence = max(incident.evidence.items(), key=lambda item: item[1])[0] if incident.evidence else ""
-        suspect = fit_label(incident.suspect.text, _SUSPECT_WIDTH)  # an address keeps its port
+        suspect = fit_label(incident.suspect.text, named)  # past the widest column, an address keeps its port
         lines.append(
-            f"{_state_cell(incident, now, quiet_gap_s):<8} {suspect:<{_SUSPECT_WIDTH}} "
+            f"{_state_cell(incident, now, quiet_gap_s):<8} {suspect:<{named}} "
             f"{Kind(incident.kind).verb:<18} {incident.reason_class:<18} {_rooms_cell(incident):>6} "
             f"{stamp(incident.first_seen, dated)[:-4]} {duration(incident.duration_s):>8} "
             f"{f'{incident.origins}/{incident.echoes}':>15}  {evidence}"

@@ -8,7 +8,7 @@ from typing import Any
 
 from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel
 from kvtop.model.shapes import RATE_WINDOW_S, Liveness, RoomView
-from kvtop.views.incidents import in_span, incident_json, plural, suspected_ranks
+from kvtop.views.incidents import in_span, incident_json, incident_size, plural, suspected_ranks
 from kvtop.views.known import KNOWN_METRICS, NO_DATA
 from kvtop.views.times import seconds, spans_days, stamp
 from kvtop.views.units import gbps, size
@@ -436,8 +436,8 @@ def _incidents_line(s: dict[str, Any], window_s: float) -> str:
     if not incidents:
         return f"incidents none in {seconds(window_s)}"
     named = "; ".join(
-        f"{item['headline']}, {item['room_count']} rooms since {stamp(item['first_seen'])[:-4]}"
-        + ("" if item["state"] == "ongoing" else " (ended)")
+        f"{item['headline']}, {incident_size(item['room_count'], item['roomless'])} "
+        f"since {stamp(item['first_seen'])[:-4]}" + ("" if item["state"] == "ongoing" else " (ended)")
         for item in incidents[:INCIDENTS_SHOWN]
     )
     more = f"; {len(incidents) - INCIDENTS_SHOWN} more (kvtop incidents)" if len(incidents) > INCIDENTS_SHOWN else ""

@@ -67,12 +67,32 @@ def test_a_check_from_just_after_an_incident_s_last_room_still_judges_it_under_w
     assert check.stdout.startswith("KVTOP CRITICAL - incident: prefill at 10.0.0.5:8998 stopped answering")
 
 
-def test_a_suspect_longer_than_its_column_keeps_its_end_an_address_its_port():
-    """`prefill at sglang-deploy-glm-4-5-prefill:30089` was cut to `prefill at sglang-deploy-glm-4`: the port, what
-    tells one prefill server from another on a host, was the part lost."""
-    table = kvtop("incidents", *logs("bootstrap-unreachable")).stdout
+def test_a_long_suspect_is_shown_whole_its_column_as_wide_as_it():
+    """`prefill at sglang-deploy-glm-4-5-prefill:30089` (SGLang issue #9266's host) was cut to `prefill at
+    sgl…5-prefill:30089`: the host name, what tells one prefill server from another, was the part lost. The column
+    widens to the suspect; the header's columns stay over the row's."""
+    header, row = kvtop("incidents", *logs("bootstrap-unreachable")).stdout.splitlines()
 
-    assert "prefill at sgl…5-prefill:30089 stopped answering" in table
+    assert row.startswith("ongoing  prefill at sglang-deploy-glm-4-5-prefill:30089 stopped answering ")
+    assert header.index("WHAT") == row.index("stopped answering")
+    assert header.index("EVIDENCE") == row.index("its bootstrap server")
+
+
+def test_a_suspect_past_the_widest_column_keeps_its_end_an_address_its_port(tmp_path: Path):
+    """A host name longer than any column keeps its start and its end: the port, what tells one prefill server from
+    another on a host, is never the part lost."""
+    host = "prefill-" + "x" * 80 + "-7.svc.cluster.local"
+    log = tmp_path / "decode.log"
+    log.write_text(
+        f"[2026-03-05 09:00:32 TP0] Lost connection with prefill instance (bootstrap_addr: {host}:30089), 1 requests "
+        "affected\n"
+    )
+
+    header, row = kvtop("incidents", "--sglang-log", str(log)).stdout.splitlines()
+
+    suspect = row[header.index("SUSPECT") : header.index("WHAT") - 1]
+    assert len(suspect) == 64 and "…" in suspect
+    assert suspect.startswith("prefill at prefill-xxx") and suspect.endswith("-7.svc.cluster.local:30089")
 
 
 def test_client_aborts_are_listed_as_aborts_and_never_counted_ongoing(tmp_path: Path):
@@ -240,3 +260,18 @@ def rooms_ok(running: Running, at_least: int = 0) -> int:
     while (ok := int(running.wait_line(r"rooms ok (\d+),", timeout_s=90)[1])) < at_least:
         pass
     return ok
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("fatal-signal", "prefill-0/TP0 stopped answering (peer_lost), 1 room since 09:43:53"),
+        ("bootstrap-unreachable", "(bootstrap_error), 2 rooms and 3 failures naming none since 11:56:51"),
+    ],
+)
+def test_status_counts_an_incident_s_rooms_as_check_does(name: str, said: str):
+    """`status` said `1 rooms since`, and `2 rooms` where three failures named no room: check's words now."""
+    status = kvtop("status", *logs(name))
+
+    assert status.returncode == 0, status.stderr
+    assert said in status.stdout, status.stdout

@@ -321,3 +321,13 @@ def test_the_prefill_whose_log_is_at_the_lost_address_reads_suspect():
 
     states = {line.split()[0]: line.split()[3] for line in ranks.stdout.splitlines()[1:]}
     assert states == {"decode-0/TP0": "log", "decode-0/TP1": "log", "prefill-0/TP0": "suspect"}
+
+
+def test_failures_debug_names_the_rank_of_each_context_line():
+    """Both decode ranks log `Lost connection with prefill instance ..., 5 requests affected`: under each room the two
+    lines read `lost_connection decode-0`, twice the same to the eye; each names its rank, TP0 first."""
+    lost = Path(__file__).parent / "fixtures" / "sglang" / "lost-prefill"
+    result = kvtop_here("failures", "--debug", "--sglang-log", str(lost / "decode.log"))
+
+    context = [line.split()[:2] for line in result.stdout.splitlines() if " lost_connection " in line]
+    assert context == [["lost_connection", "decode-0/TP0"], ["lost_connection", "decode-0/TP1"]] * 5

@@ -32,6 +32,7 @@ from kvtop.tui.widgets.line import Line
 from kvtop.tui.widgets.row_list import RowList
 from kvtop.views import units
 from kvtop.views.safe import one_line
+from kvtop.views.text import fit_label
 
 GUTTER = 12
 """Cells left of a chart: its scale (the value of a full bar) and its name."""
@@ -137,7 +138,7 @@ class OverviewView(Vertical):
         if layout.narrow:
             lines = _incident_one_liners(ongoing, palette, width, layout.incident_rows)
         else:
-            lines = _incident_lines(ongoing, palette, layout.incident_rows)
+            lines = _incident_lines(ongoing, palette, layout.incident_rows, self.query_one("#incidents").size.width)
         idle = f"no incident ongoing ({ended} ended, f: failures)" if ended else "no incident ongoing"
         self.query_one("#incidents", Block).show(lines or [Text(idle, style="dim")])
 
@@ -211,16 +212,24 @@ def _rooms(row: IncidentRow) -> str:
     return f"{row.rooms}+{row.roomless}" if row.roomless else str(row.rooms)
 
 
-def _incident_lines(ongoing: list[IncidentRow], palette: Palette, rows: int) -> list[Text]:
-    """Two lines each, in `rows`: who broke, then what and since when."""
+def _incident_lines(ongoing: list[IncidentRow], palette: Palette, rows: int, width: int) -> list[Text]:
+    """Two lines each, in `rows`: who broke, then what; since when beside who broke where the panel's `width` has
+    room, else beside what where it has room there. A suspect wider than the panel keeps its start and its end (an
+    address its port)."""
     shown = rows // 2
     if len(ongoing) > shown:  # the last place says how many more: each incident listed is listed whole
         shown -= 1
     lines: list[Text] = []
     for row in ongoing[:shown]:
-        since = f"  since {clock(row.first_seen)[:-4]}"
-        lines.append(Text.assemble((f"{_rooms(row):>5}  {row.suspect}", palette.error), (since, "dim")))
-        lines.append(Text(f"       {row.headline.removeprefix(row.suspect).strip()}", style="dim"))
+        rooms = f"{_rooms(row):>5}  "
+        suspect = fit_label(row.suspect, width - len(rooms)) if width > len(rooms) else row.suspect
+        who = Text.assemble((f"{rooms}{suspect}", palette.error))  # a span: since when, appended, is not red
+        what = Text(f"       {row.headline.removeprefix(row.suspect).strip()}", style="dim")
+        since = Text(f"  since {clock(row.first_seen)[:-4]}", style="dim")
+        if not width or who.cell_len + since.cell_len <= width:
+            lines += [who.append_text(since), what]
+        else:
+            lines += [who, fit([(what, ESSENTIAL), (since, 1)], width)]  # whole, or not at all
     if len(ongoing) > shown:
         lines.append(Text(f"       and {len(ongoing) - shown} more (f: failures)", style="dim"))
     return lines

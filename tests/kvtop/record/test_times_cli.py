@@ -12,6 +12,7 @@ import pytest
 
 from kvtop.model.cluster import ClusterModel
 from kvtop.record.format import FILE_HEADER, checksum
+from kvtop.record.reader import Recording
 from kvtop.record.synthetic import feed
 from kvtop.record.writer import Recorder
 from kvtop.source.when import parse_duration, parse_time, pick
@@ -112,3 +113,38 @@ def test_a_recording_of_another_schema_is_an_error_naming_both(tmp_path: Path) -
     result = kvtop("failures", "--replay", str(tmp_path / "rec"))
     assert result.returncode == 2
     assert "recording schema 7, this kvtop reads schema 1" in result.stderr
+
+
+@pytest.mark.parametrize(("option", "clock"), [("--at", "09:00:20"), ("--since", "09:00:35")])
+def test_a_time_of_day_for_logs_of_another_day_is_refused_saying_the_time_to_give(
+    utc: None, tmp_path: Path, option: str, clock: str
+) -> None:
+    """`--at 09:00:20` on logs of 2021-03-05 is today's 09:00:20: refused with the span the logs tell, and now the
+    time meant, written to be typed again (an operator at 03:00 was left to work the date out from the span)."""
+    lost = Path(__file__).parents[1] / "fixtures" / "sglang" / "lost-prefill" / "decode.log"
+    log = tmp_path / "decode.log"
+    log.write_text(lost.read_text().replace("[2026-03-05 ", "[2021-03-05 "))
+
+    view = kvtop_here("incidents", "--sglang-log", str(log), option, clock)
+    check = kvtop_here("check", "--sglang-log", str(log), option, clock)
+    elsewhere = kvtop_here("incidents", "--sglang-log", str(log), option, "11:00")  # no instant of the logs
+
+    hint = f"(a time of day is today's: {option} 2021-03-05T{clock} is within them)"
+    assert (view.returncode, check.returncode) == (2, 3)
+    assert view.stderr.rstrip().endswith(hint) and check.stdout.rstrip().endswith(hint)
+    assert elsewhere.returncode == 2 and "a time of day is today's" not in elsewhere.stderr
+
+
+@pytest.mark.processes
+def test_a_time_of_day_outside_a_recording_of_another_day_says_the_time_to_give(utc: None, tmp_path: Path) -> None:
+    """The same on a recording: `--at HH:MM:SS` of an instant it holds, on its own day."""
+    _recording(tmp_path / "rec")
+    recording = Recording(tmp_path / "rec")
+    middle = time.gmtime((recording.start + recording.end) / 2)
+    clock, day = time.strftime("%H:%M:%S", middle), time.strftime("%Y-%m-%d", middle)
+    assert time.strftime("%Y-%m-%d", time.gmtime()) != day
+
+    result = kvtop("status", "--replay", str(tmp_path / "rec"), "--at", clock)
+
+    assert result.returncode == 2
+    assert result.stderr.rstrip().endswith(f"(a time of day is today's: --at {day}T{clock} is within them)")

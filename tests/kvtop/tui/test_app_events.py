@@ -22,9 +22,9 @@ from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
 from kvtop.tui.app import KvtopApp
 from kvtop.tui.frame import EVENTS_SHOWN
 from kvtop.tui.widgets.row_list import RowList
-from kvtop.views.event_lines import LEVELS, shown
+from kvtop.views.event_lines import LEVELS, shown, to_line
 from transport.kvpoll import KVPoll
-from transport.plane.events import Failure
+from transport.plane.events import EVENT_SCHEMA, EventBatch, Failure, RoomState
 
 
 def test_debug_in_the_events_view_shows_echoes_and_room_traffic(app: KvtopApp, source: FixtureSource):
@@ -165,3 +165,38 @@ def test_a_full_event_tail_shows_its_rows_after_the_level_steps_down():
     count, cursor, below, shown = seen["debug"]
     assert all(" DEBUG " in row or " INFO " in row for row in shown), shown
     assert (seen["info"], count, cursor, below) == (8, EVENTS_SHOWN, EVENTS_SHOWN - 1, EVENTS_SHOWN)
+
+
+def test_the_events_view_lists_events_in_time_order_not_in_the_order_they_arrived(app: KvtopApp, source: FixtureSource):
+    """The fixture's ten-minute-old rooms arrive last, as a restarted collector's first snapshot brings an agent's
+    past after the others' live batches: they were listed below newer events, times jumping back and forth. Every
+    row is at or after the one above it, at info and at debug, and a batch older than the tail's newest event lands
+    in its place."""
+    late = RoomState(CLUSTER.start + 1.0, 4242904, int(KVPoll.Transferring), int(KVPoll.WaitingForInput))
+    seen: dict[str, list[str]] = {}
+
+    def stamps(rows: list[str]) -> list[str]:
+        return [row[:23] for row in rows if row.strip()]
+
+    async def scenario(pilot):
+        tail = app.query_one("#events-list", RowList)
+        await pilot.press("e")
+        await next_frame(pilot)
+        seen["info"] = [to_line(*shown) for shown in app.frame.events]
+        seen["info rows"] = stamps(lines(tail))
+        await pilot.press("l")
+        await next_frame(pilot)
+        with source.lock:
+            batch = EventBatch(EVENT_SCHEMA, "decode", "decode-0", 0, 1, 10_000, FIXED_NOW, [late])
+            source.model.apply("decode-0/TP0", batch, FIXED_NOW)
+        await next_frame(pilot)
+        seen["debug"] = [to_line(*shown) for shown in app.frame.events]
+        seen["debug rows"] = stamps(lines(tail))
+
+    drive(app, scenario)
+
+    events = journal_events(source)
+    assert len(seen["info"]) == sum(shown(e, "info") for _, e in events) and len(seen["debug"]) == len(events)
+    for name, lines_seen in seen.items():
+        assert lines_seen == sorted(lines_seen, key=lambda line: line[:23]), name
+    assert any("room=4242904" in line for line in seen["debug"][:-1])  # not at the end, where it arrived

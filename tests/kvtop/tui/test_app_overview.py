@@ -122,7 +122,7 @@ def test_more_incidents_than_the_panel_holds_are_listed_whole_and_counted_once()
 
     palette = Palette.from_theme(load_themes().themes["kvtop-dark"])
 
-    shown = [line.plain.strip() for line in _incident_lines(rows, palette, INCIDENT_LINES)]
+    shown = [line.plain.strip() for line in _incident_lines(rows, palette, INCIDENT_LINES, 0)]
 
     suspects = [line for line in shown if "/TP0" in line]
     descriptions = [line for line in shown if line == "stopped answering (peer_lost)"]

@@ -279,7 +279,37 @@ def test_help_lists_the_rewind_keys_when_there_is_a_recording_to_rewind_into(rec
 
     drive(app, scenario, size=SIZE)
     rows = {tuple(line.split()) for line in seen}
-    rewinds = [binding for binding in KvtopApp.BINDINGS if binding.action in REWIND_ACTIONS - {"end"}]
-    assert rewinds
+    rewinds = [binding for binding in KvtopApp.BINDINGS if binding.action.partition("(")[0] in REWIND_ACTIONS - {"end"}]
+    assert {binding_keys(b) for b in rewinds} == {",", ".", "<", ">", "[", "]", "b", "L"}
     assert ("L", "Back", "to", "live") in rows and not any(row[:3] == ("L", "The", "recording's") for row in rows)
     assert all((*binding_keys(b).split(), *(b.tooltip or b.description).split()) in rows for b in rewinds)
+
+
+def test_a_rewound_instant_folds_the_failures_it_shows_into_incidents(tmp_path: Path):
+    """A collector folds failures into incidents at its sweep, every half second (at a session's start only once
+    every agent's snapshot is in): rewound to an instant between two sweeps, the failures view put the newest groups
+    under `not in an incident` and the header counted too few incidents ongoing (none, at a recording's start, over
+    a hundred origins). A rewound instant folds what it holds, as `kvtop incidents --replay DIR --at T` does."""
+    cluster = SyntheticCluster(prefill=1, decode=1, tp=2, spacing_s=0.01, failure_rate=0.5, seed=7)
+    recorder = Recorder(tmp_path, keyframe_events=100_000, flush_s=3600.0)
+    feed(recorder, ClusterModel(JOURNAL_EVENTS_KEPT), cluster, passes=8, rooms_per_pass=5)  # swept at pass 1 only
+    recorder.close()
+    replay = Replay(str(tmp_path))
+    when = replay.marks()[-1].arrived
+    unfolded, folded = replay.at(when).model, replay.at(when).model
+    folded.update_incidents()
+    gap = folded.incidents.quiet_gap_s
+    ongoing = sum(i.ongoing(when, gap) and not i.client for i in folded.incidents.incidents.values())
+    assert len(unfolded.incidents.incidents) < len(folded.incidents.incidents) and ongoing
+    rewind = Rewind(tmp_path, live=False, clock=lambda: when + 1.0, cursor=replay.at(when))
+    app = KvtopApp(rewind, title="recording", themes=load_themes(), clock=lambda: when + 1.0, rewind=rewind)
+    seen: dict[str, object] = {}
+
+    async def scenario(pilot) -> None:
+        frame = await _replayed_at(pilot, when)
+        seen["ongoing"] = frame.health.incidents_ongoing
+        seen["groups outside an incident"] = sum(not incident for incident in frame.group_incidents)
+        seen["groups"] = len(frame.groups)
+
+    drive(app, scenario, size=SIZE)
+    assert (seen["ongoing"], seen["groups outside an incident"]) == (ongoing, 0) and seen["groups"]

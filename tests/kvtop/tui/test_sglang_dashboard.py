@@ -17,9 +17,12 @@ from kvtop.tui.themes import load_themes
 from kvtop.views.times import stamp
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "sglang" / "new-era"
+ADDRESS = "sglang-deploy-glm-4-5-prefill:30089"
 
 
-def on_logs(logs: list[Path], play: Callable[[KvtopApp, Pilot[None]], Awaitable[None]]) -> None:
+def on_logs(
+    logs: list[Path], play: Callable[[KvtopApp, Pilot[None]], Awaitable[None]], size: tuple[int, int] = (200, 40)
+) -> None:
     """The dashboard on `logs` as `kvtop top --sglang-log` wires it (200x40), `play` run on it."""
     follower = LogFollower(SGLangLogs(logs)).start()
     app = KvtopApp(follower, title="sglang logs", themes=load_themes(), clock=follower.now)
@@ -28,7 +31,7 @@ def on_logs(logs: list[Path], play: Callable[[KvtopApp, Pilot[None]], Awaitable[
         await play(app, pilot)
 
     try:
-        drive(app, scenario, size=(200, 40))
+        drive(app, scenario, size=size)
     finally:
         follower.close()
 
@@ -129,6 +132,31 @@ def test_an_incident_with_failures_that_named_no_room_counts_them_on_the_dashboa
 
     assert "  2+3  prefill at sglang-deploy-glm-4-5-prefill:30089" in seen["panel"]
     assert "stopped answering (bootstrap_error)  2 rooms and 3 failures naming none  since 11:56:51" in seen["tree"]
+
+
+@pytest.mark.parametrize(
+    ("width", "who", "what"),
+    [
+        (160, "  2+3  prefill at sglang-depl…-glm-4-5-prefill:30089", "       stopped answering (bootstrap_error)"),
+        (200, f"  2+3  prefill at {ADDRESS}", "       stopped answering (bootstrap_error)  since 11:56:51"),
+        (220, f"  2+3  prefill at {ADDRESS}  since 11:56:51", "       stopped answering (bootstrap_error)"),
+    ],
+)
+def test_a_suspect_wider_than_the_incidents_panel_keeps_its_port_and_since_moves_down(width: int, who: str, what: str):
+    """At 160x45 (the README's screenshot size) the panel cut `prefill at sglang-deploy-glm-4-5-prefill:30089  since
+    11:56:51` at its right edge, to `...-prefill:30`: the port, what tells one prefill server from another, and the
+    start were lost, and at 200 the start was cut to `since 11`. The suspect keeps its start and its port; since when
+    sits beside it where the panel has room, else on the line below where it fits there, whole or not at all."""
+    fixture = Path(__file__).parent.parent / "fixtures" / "sglang" / "bootstrap-unreachable" / "decode.log"
+    seen: list[str] = []
+
+    async def play(app: KvtopApp, pilot: Pilot[None]) -> None:
+        await wait_until(pilot, lambda: "bootstrap_error" in text(app, "#incidents"), "the incident on the overview")
+        seen.extend(text(app, "#incidents").splitlines()[:2])
+
+    on_logs([fixture], play, size=(width, 45))
+
+    assert seen == [who, what]
 
 
 def test_the_overview_of_logs_says_they_tell_no_throughput_instead_of_a_0_scale():
