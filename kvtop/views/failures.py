@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from kvtop.model.fold import FailureGroup, Observed, shown_level
 from kvtop.model.suspects import carrying_echo
 from kvtop.views.times import spans_days, stamp
+from transport.wire import rank_label
 
 if TYPE_CHECKING:
     from kvtop.model.cluster import ClusterModel
@@ -76,10 +77,11 @@ def to_json(
 
 
 def _context_line(line: Context) -> str:
-    """`lost_connection decode-0/TP1 ...`: its rank where its line named one (two ranks' same words are two lines)."""
+    """`lost_connection decode-0/TP1 ...`: its rank where its line named one (two ranks' same words are two lines;
+    a pipeline stage's `decode-0/PP1-TP1`)."""
     text = line.text.splitlines()[-1].strip() if line.kind == "traceback" else line.text
     what = "likely cause" if line.likely_cause else line.kind
-    where = line.source if line.tp is None else f"{line.source}/TP{line.tp}"
+    where = line.source if line.tp is None else rank_label(line.source, line.tp, line.pp)
     return f"{'':<20}   {what:<12} {where:<16} {text[:_REASON_WIDTH]}"
 
 

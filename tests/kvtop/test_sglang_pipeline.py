@@ -125,3 +125,12 @@ def test_a_roomless_failure_line_takes_the_room_of_its_own_stage_s_worker_error(
         ("prefill-0/TP1", 501),
         ("prefill-0/PP1-TP1", 502),
     }
+
+
+def test_failures_debug_names_a_context_line_s_stage():
+    """A context line under a room names its rank (two ranks' same words are two lines): a later stage's by its
+    stage too, `prefill-0/PP1-TP0`, not the first stage's `prefill-0/TP0` that logged the room's failure."""
+    result = kvtop_here("failures", "--debug", *args(HICACHE))
+
+    crash = [line.split()[:2] for line in result.stdout.splitlines() if "Scheduler hit an exception" in line]
+    assert crash == [["crash", "prefill-0/PP1-TP0"]]
