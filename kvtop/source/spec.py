@@ -55,6 +55,6 @@ class SourceSpec:
             raise ValueError("--model reads a running dashboard's model as it is now: not with --sglang-log, "
                              "--replay, --at, --since or --until")  # fmt: skip
         if not (self.bootstrap or self.connect or self.sglang_log or self.replay or self.dashboard):
-            raise ValueError("give --bootstrap ADDR (or KVTOP_BOOTSTRAP), at least one --connect EP, --sglang-log "
-                             "FILE, --replay DIR or --model")  # fmt: skip
+            raise ValueError("give --bootstrap ADDR (or KVTOP_BOOTSTRAP), --relay ADDR, at least one --connect EP, "
+                             "--sglang-log FILE, --replay DIR or --model")  # fmt: skip
         return self
