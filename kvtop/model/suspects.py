@@ -5,7 +5,8 @@ The origin of a group is who *noticed*; its suspect is what *broke*, with the ev
 1. an agent's origin names its suspect itself (`Failure.suspect`: the rank that sent the corrupt chunk, the
    peer whose heartbeat stopped, the rank that never voted): exact;
 2. otherwise the domain's rules read the origin: a client's abort -> the client; a checksum mismatch -> the
-   sender (`from prefill rank N` on the room's prefill instance; for another room's metadata, that room's
+   sender (`from prefill rank N` on the room's prefill instance, else the label a kvtop agent's line gives it,
+   `from prefill rank 1 (prefill-0/TP1)`; for another room's metadata, that room's
    prefill instance, or the prefill side); `Lost`/`Losing connection with prefill
    instance (bootstrap_addr: X)` -> the prefill instance at X; `remote ... session S is not alive` -> the
    decode rank at S; `Failed to send kv chunk of R to P` -> the decode rank at P (named S when its sender said
@@ -259,7 +260,8 @@ class Surroundings(Protocol):
         ...
 
 
-_FROM_PREFILL_RANK = re.compile(r"from prefill rank (\d+)")
+_FROM_PREFILL_RANK = re.compile(r"from prefill rank (\d{1,4})(?: \(([\w.-]{1,128}/(?:PP\d{1,4}-)?TP\d{1,4})\))?")
+"""A checksum failure's sender: its rank, and its label where a kvtop agent's line names it (`(prefill-0/TP1)`)."""
 _METADATA_OF = re.compile(r"received metadata from bootstrap_room=(\d+)")
 """A decode's `Context corruption detected`: another room's metadata landed in the room's buffer."""
 _BOOTSTRAP_ADDR = re.compile(r"(?:Lost|Losing) connection with prefill instance \(bootstrap_addr: ([^)]*)\)")
@@ -428,9 +430,9 @@ def _by_rules(origin: Observed, room: int, around: Surroundings) -> tuple[Suspec
     if name == "checksum":
         prefill = around.link_of(room)[0]
         sender = _FROM_PREFILL_RANK.search(reason)
-        if prefill and sender:
+        if sender and (prefill or sender[2]):  # the room's prefill instance, else the label the line names
             evidence = f"a chunk from prefill rank {sender[1]} failed its checksum"
-            return _rank(f"{prefill}/TP{sender[1]}", "prefill"), evidence
+            return _rank(f"{prefill}/TP{sender[1]}" if prefill else sender[2], "prefill"), evidence
         return _other_side(origin, room, around), "what prefill sent failed its checksum"
     for pattern, kind, role, evidence in (
         (_BOOTSTRAP_ADDR, "instance", "prefill", HEARTBEAT_LOST),

@@ -331,3 +331,23 @@ def test_failures_debug_names_the_rank_of_each_context_line():
 
     context = [line.split()[:2] for line in result.stdout.splitlines() if " lost_connection " in line]
     assert context == [["lost_connection", "decode-0/TP0"], ["lost_connection", "decode-0/TP1"]] * 5
+
+
+def test_an_agent_s_own_decode_log_read_alone_names_the_rank_that_sent_corrupt_kv(tmp_path: Path):
+    """`kvtop cluster up --log-dir D` with a corrupting prefill rank: its prefill log holds no line of the rooms, so
+    the room's prefill instance was unknown and `incidents --sglang-log D/*.log` blamed `the prefill side of
+    decode-0`. The agent's checksum line names its sender's label; that rank is the suspect."""
+    log = tmp_path / "decode-0.log"
+    log.write_text(
+        "".join(
+            f"[2026-12-05 16:05:5{i} TP1] Decode transfer failed for request rank=1 decode_req.req.rid='r{i}' "
+            f"decode_req.req.bootstrap_room={room} with exception KVTransferError(bootstrap_room={room}): KV chunk 1 "
+            f"of room {room} from prefill rank 1 (prefill-0/TP1) failed its checksum (page 4{i}: expected "
+            f"afdbc2c87661f2d3, got 8246a4b32ca7511b)\n"
+            for i, room in enumerate((1379139310825798417, 8227124511058525432))
+        )
+    )
+
+    incidents = json.loads(kvtop_here("incidents", "--sglang-log", str(log), "--json").stdout)["incidents"]
+
+    assert [(incident["suspect_text"], incident["room_count"]) for incident in incidents] == [("prefill-0/TP1", 2)]

@@ -138,7 +138,7 @@ CASES = {
         origin="decode-0/TP1",
         reason_class="checksum",
         wording="Decode transfer failed",
-        reason=re.compile(r"KV chunk 2 of room \d+ from prefill rank 1 failed its checksum .+"),
+        reason=re.compile(r"KV chunk 2 of room \d+ from prefill rank 1 \(prefill-0/TP1\) failed its checksum .+"),
     ),
     "refuse-on-prefill-TP0-with-debug-log": FaultCase(
         {"prefill-0/TP0": "refuse"},

@@ -212,7 +212,8 @@ def test_page_changed_after_sealing_fails_where_it_lands(make_manager, wait_for,
     assert failure is not None
     assert receiver.reason_class == "checksum"
     assert re.fullmatch(
-        rf"KV chunk {chunk} of room 50 from prefill rank 0 failed its checksum \(page {damaged}: .+\)",
+        rf"KV chunk {chunk} of room 50 from prefill rank 0 \(prefill-0/TP0\) failed its checksum "
+        rf"\(page {damaged}: .+\)",
         failure.failure_reason,
     )
     assert decode.info.label == failure.origin

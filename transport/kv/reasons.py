@@ -112,10 +112,11 @@ def checksum_mismatch(
     room: int, chunk: int, sender_rank: int, expected: int, actual: int, sender: str, page: int | None = None
 ) -> Reason:
     """A chunk landed with different bytes than the sender (the rank `sender`) checksummed, or than its page
-    `page` (a position in the room's page list) had when it was written."""
+    `page` (a position in the room's page list) had when it was written. The text names the sender's label too: a
+    log of it read alone (`kvtop ... --sglang-log` on an agent's log) tells who sent it."""
     where = "" if page is None else f"page {page}: "
     return Reason(
-        f"KV chunk {chunk} of room {room} from prefill rank {sender_rank} failed its checksum "
+        f"KV chunk {chunk} of room {room} from prefill rank {sender_rank} ({sender}) failed its checksum "
         f"({where}expected {expected:016x}, got {actual:016x})",
         ReasonClass.CHECKSUM,
         sender,
