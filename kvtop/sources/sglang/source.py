@@ -327,7 +327,7 @@ class SGLangLogs:
 
         names = {server.clock: name(server) for server in reversed(servers)}  # a clock's first server names it
         offsets = {
-            names[clock]: ClockOffset(offset.seconds, names.get(offset.reference, "?"), offset.hours)
+            names[clock]: ClockOffset(offset.seconds, names.get(offset.reference, "?"), offset.hours, offset.corrected)
             for clock, offset in (self.offsets or {}).items()
             if clock in names
         }
@@ -424,7 +424,7 @@ class SGLangLogs:
     def _correction(self, clock: Server) -> tuple[float, bool]:
         """What to take off the times of the server with `clock`, and whether it is a timezone's."""
         offset = self.offsets.get(clock) if self.offsets else None
-        return (offset.seconds, offset.hours) if offset is not None else (0.0, False)
+        return (offset.seconds, offset.hours) if offset is not None and offset.corrected else (0.0, False)
 
     def context_for(self, groups: Sequence[FailureGroup]) -> list[list[Context]]:
         """For each group: lines about its room, and lines near it in time (its instances', transport libraries')."""
