@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import threading
@@ -24,6 +25,10 @@ from transport.plane.registrar import Registrar
 from transport.wire import TEXT_MAX, AgentInfo, label_parts
 
 HEARTBEAT_S = 1.0
+RANKS_MAX = 256
+"""Ranks one sidecar publishes at most (a server's log holds a node's: a few dozen). Each is a publisher, two
+sockets and a thread: a `server_args` line of `tp_size=16, pp_size=1024` asked for 16,384, and the sidecar died
+out of sockets at the 511th. The ranks past it are said once, their lines not published."""
 RankKey = tuple[int | None, int]
 """A published rank: (pipeline stage past the first, None for the first and without stages; TP rank)."""
 _log = logging.getLogger(__name__)
@@ -78,6 +83,7 @@ class Sidecar:
         )
         self._process = psutil.Process()
         self._said = ""
+        self._cut_said = False
 
     def run(self, stop: threading.Event) -> int:
         try:
@@ -137,25 +143,33 @@ class Sidecar:
         is node 0's, PP0 too)."""
         found = self.tail.find_tp() if beat else self.tail.ranks
         tps = sorted({*(range(self.options.tp) if not found.start else ()), *found})
-        return [(pp or None, tp) for pp in self.tail.stages or (None,) for tp in tps]
+        keys = ((pp or None, tp) for pp in self.tail.stages or (None,) for tp in tps)
+        return list(itertools.islice(keys, RANKS_MAX + 1))  # one past it: `_declare` says the rest are cut
 
     def _declare(self, keys: list[RankKey]) -> None:
-        """Ranks published from now on (each its own publisher and registration)."""
-        tps = [tp for _, tp in (*keys, *self.ranks)]
+        """Ranks published from now on (each its own publisher and registration), up to `RANKS_MAX`."""
+        new = [key for key in dict.fromkeys(keys) if key not in self.ranks]
+        if len(self.ranks) + len(new) > RANKS_MAX:
+            new = new[: RANKS_MAX - len(self.ranks)]
+            if not self._cut_said:
+                self._say(f"the log names more than {RANKS_MAX} ranks: the lines of those past them are not published")
+                self._cut_said = True
+        tps = [tp for _, tp in (*new, *self.ranks)]
         width = max(max(tps, default=0) + 1, self.options.tp, self.tail.tp)
-        for key in keys:
-            if key not in self.ranks:
-                pp, tp = key
-                info = sidecar_info(self.tail.role, self.tail.instance, tp, width, self._incarnation, pp)
-                rank = self.ranks[key] = RankPublisher(info, self.options.host, self._zmq, self.options.curve)
-                if not self.options.bootstrap:
-                    self._say(f"{info.label} publishes on {rank.info.event_endpoint}")
+        for pp, tp in new:
+            info = sidecar_info(self.tail.role, self.tail.instance, tp, width, self._incarnation, pp)
+            rank = self.ranks[pp, tp] = RankPublisher(info, self.options.host, self._zmq, self.options.curve)
+            if not self.options.bootstrap:
+                self._say(f"{info.label} publishes on {rank.info.event_endpoint}")
         for rank in self.ranks.values():
             rank.set_tp(width)
 
     def _publish(self, events: list[tuple[str, Event]], context: list[Context]) -> None:
         for label, event in events:
-            rank = self._rank(label)
+            _, pp, tp = label_parts(label) or ("", None, 0)
+            rank = self._rank_of((pp, tp))
+            if rank is None:
+                continue
             if isinstance(event, Heartbeat):  # a batch line: its queue depths go into the rank's heartbeats
                 rank.batch = event
                 continue
@@ -164,16 +178,14 @@ class Sidecar:
             rank.emit(event)
         for line in context:
             text = line.text[:CONTEXT_TEXT_MAX]
-            self._rank_of((line.pp, line.tp or 0)).emit(LogContext(line.ts, line.kind[:32], line.room, text, line.tp))
+            if rank := self._rank_of((line.pp, line.tp or 0)):
+                rank.emit(LogContext(line.ts, line.kind[:32], line.room, text, line.tp))
 
-    def _rank(self, label: str) -> RankPublisher:
-        _, pp, tp = label_parts(label) or ("", None, 0)
-        return self._rank_of((pp, tp))
-
-    def _rank_of(self, key: RankKey) -> RankPublisher:
+    def _rank_of(self, key: RankKey) -> RankPublisher | None:
+        """The rank publishing `key`'s lines (declared now if new); None past `RANKS_MAX`."""
         if key not in self.ranks:
             self._declare([key])
-        return self.ranks[key]
+        return self.ranks.get(key)
 
     def _beat(self) -> None:
         if not self.ranks:

@@ -110,7 +110,8 @@ class LogSource(Source):
     def clocks_differ(self) -> tuple[str, dict[str, float]]:
         """The logs' servers whose clocks differ (times corrected) or stepped back, and the offsets corrected."""
         stats = self.logs.stats()
-        return "; ".join(stats.clock_findings()), {name: clock.offset_s for name, clock in stats.clocks.items()}
+        corrected = {name: clock.offset_s for name, clock in stats.clocks.items() if clock.corrected}
+        return "; ".join(stats.clock_findings()), corrected
 
     def transport_errors(self, since: float, until: float) -> list[Context]:
         return sorted((line for line in self.logs.errors if since <= line.ts <= until), key=lambda line: line.ts)

@@ -91,7 +91,7 @@ def test_a_decode_in_utc_and_a_prefill_in_local_time_make_one_incident_and_statu
     assert [(i["room_count"], i["origins"], i["echoes"]) for i in found] == [(6, 6, 6)]
     assert f"clock   {said}" in status.stdout.splitlines()
     assert status_json["logs"]["clocks"] == {
-        "decode-0": {"offset_s": -28800.0, "against": "prefill-0", "whole_hours": True}
+        "decode-0": {"offset_s": -28800.0, "against": "prefill-0", "whole_hours": True, "corrected": True}
     }
     assert check.returncode >= 1
     assert f"clocks of the logs differ: {said}" in [p.removeprefix("warning: ") for p in verdict["problems"]]
@@ -104,6 +104,7 @@ def test_a_decode_in_utc_and_a_prefill_in_local_time_make_one_incident_and_statu
         (437.0, {"decode-0": ClockOffset(437.5, "prefill-0", False)}),  # NTP stopped: the median, not whole hours
         (-HOUR - 20, {"decode-0": ClockOffset(-HOUR, "prefill-0", True)}),  # a timezone, each echo's lag its own
         (90.0, {}),  # under two minutes: left as written
+        (20 * HOUR, {"decode-0": ClockOffset(20 * HOUR + 0.5, "prefill-0", False)}),  # whole hours past any zone's
     ],
 )
 def test_a_decode_clock_off_is_estimated_from_the_rooms_both_sides_name(
@@ -194,3 +195,27 @@ def test_a_gzipped_decode_log_behind_is_compared_and_corrected_too(tmp_path: Pat
 
     assert logs.stats().clocks == {"decode-0": ClockOffset(-HOUR, "prefill-0", True)}
     assert shape(behind.groups()) == shape(in_step.groups())
+
+
+def test_rooms_a_client_numbered_and_another_cluster_reused_days_later_move_no_clock(tmp_path: Path):
+    """A benchmark that numbers its rooms 1..50 itself, run on one cluster and, three days later, on another whose
+    decode fails the same rooms a little slower: the rooms agree on three days, which no clock explains. It is said
+    (left as written, not corrected), `check` lists no corrected offset, and each log keeps its own times."""
+    prefill, decode = tmp_path / "prefill.log", tmp_path / "decode.log"
+    noon = calendar.timegm((2026, 3, 4, 12, 0, 0))
+
+    def stamp(day: int, seconds: int) -> str:
+        return f"2026-03-{day:02d} 12:{seconds // 60:02d}:{seconds % 60:02d}.000"
+
+    prefill.write_text("".join(prefill_failure(stamp(4, 5 * n), n, "Failed to send kv chunk") for n in range(1, 51)))
+    decode.write_text("".join(decode_failure(stamp(7, 6 * n), n, ECHO) for n in range(1, 51)))
+    model = ClusterModel()
+    logs = load([f"prefill={prefill}", f"decode={decode}"], model)
+    check = json.loads(kvtop_here("check", "--json", "--sglang-log", str(prefill), "--sglang-log", str(decode)).stdout)
+
+    offset = logs.stats().clocks["decode-0"]
+    assert (offset.against, offset.whole_hours, offset.corrected) == ("prefill-0", False, False)
+    assert offset.offset_s == pytest.approx(3 * 24 * HOUR + 25.5, abs=1.0)
+    assert min(f.ts for f in model.failures if f.rank.startswith("decode")) == noon + 3 * 24 * HOUR + 6
+    assert check["log_clocks"] == {}
+    assert any("(left as written: more than a day is no clock's" in p for p in check["problems"])

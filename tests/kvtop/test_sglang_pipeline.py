@@ -134,3 +134,26 @@ def test_failures_debug_names_a_context_line_s_stage():
 
     crash = [line.split()[:2] for line in result.stdout.splitlines() if "Scheduler hit an exception" in line]
     assert crash == [["crash", "prefill-0/PP1-TP0"]]
+
+
+def test_a_log_naming_more_ranks_than_a_cluster_lists_keeps_that_many_and_counts_the_rest_garbled(tmp_path: Path):
+    """Each rank tag is at most 1023, but a log naming `PP0..4` of `TP0..1023` made 5,120 ranks, each a view of its
+    own (a million from `PP0..1023`: a 270 MB log asked for tens of GB). The logs name `RANKS_MAX` at most: a line of
+    one more is counted as garbled, and the ranks read are those first named."""
+    from sglang_lines import decode_failure
+
+    from kvtop.sources.sglang.source import RANKS_MAX
+
+    log = tmp_path / "decode.log"
+    lines = [
+        decode_failure("2026-03-04 12:00:00.000", 1 + tp + 1024 * pp, "Failed to get kvcache", tp, f" PP{pp}")
+        for pp in range(5)
+        for tp in range(1024)
+    ]
+    log.write_text("".join(lines))
+    model = ClusterModel()
+    stats = load([log], model).stats()
+
+    assert len(model.ranks) == RANKS_MAX == 4096
+    assert (stats.failures, stats.garbled) == (4096, 1024)
+    assert "decode-0/PP3-TP1023" in model.ranks and "decode-0/PP4-TP0" not in model.ranks

@@ -322,3 +322,37 @@ def test_metrics_not_yet_scraped_are_no_sign_the_server_is_down():
 
     assert before == ""
     assert scraper.error.startswith("http://127.0.0.1:9/metrics unanswered")
+
+
+@pytest.mark.processes
+def test_a_sidecar_on_a_server_of_huge_pipeline_and_tp_sizes_publishes_a_bounded_number_of_ranks(tmp_path: Path):
+    """A `server_args` line of `tp_size=16, pp_size=1024` asked for 16,384 ranks, a publisher each: the sidecar died
+    out of sockets at the 511th (exit 1). It publishes `RANKS_MAX`, says the rest are cut, and stops cleanly."""
+    import subprocess
+    import sys
+
+    from kvtop.sidecar.sidecar import RANKS_MAX
+
+    log = tmp_path / "prefill.log"
+    log.write_text(
+        "[2026-06-23 15:10:00] server_args=ServerArgs(model_path='/m', tp_size=16, pp_size=1024, nnodes=1, "
+        "node_rank=0, dist_init_addr=None, disaggregation_mode='prefill')\n"
+    )
+    command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
+    with subprocess.Popen([command, "agent", "--sglang-log", str(log)], stderr=subprocess.PIPE, text=True) as process:
+        assert process.stderr is not None
+        said: list[str] = []
+        while not said or "ranks: the lines of those past them" not in said[-1]:
+            line = process.stderr.readline()  # blocks until a line or the end: the test's timeout bounds it
+            if not line:
+                break
+            said.append(line)
+        published = [process.stderr.readline() for _ in range(RANKS_MAX)] if process.poll() is None else []
+        process.terminate()
+        code = process.wait(timeout=20)
+
+    assert said[-1].strip() == (
+        f"kvtop agent: the log names more than {RANKS_MAX} ranks: the lines of those past them are not published"
+    ), said[-3:]
+    assert len(published) == RANKS_MAX and all(" publishes on " in line for line in published)
+    assert code == 0

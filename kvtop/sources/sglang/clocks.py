@@ -6,8 +6,9 @@ times out 300 s after the prefill's abort). For each pair of servers, each room'
 side gives one difference (the later server's time less the first's); the pair's offset is the median of those
 of their first `SAMPLES_KEPT` rooms, taken with `SHARED_MIN` rooms or more of which more than half lie within
 `AGREE_S` of it. Offsets chain through the pairs (a prefill against a decode against another prefill) onto each
-group's first server in the order the logs were given. Within `AGREE_S` of a whole number of hours an offset is
-that number of hours (one server logs UTC, the other local time); under `DIFFER_S` it is left alone.
+group's first server in the order the logs were given. Within `AGREE_S` of a whole number of hours, up to
+`ZONE_HOURS`, an offset is that number of hours (one server logs UTC, the other local time); under `DIFFER_S` it is
+left alone, and so is one past `CORRECTED_MAX_S` (said, not corrected).
 
 The estimate reads the logs once before anything is applied (`read_room_times`): a plain search for the room's
 field in each block, only the lines that hold it split out and parsed; what is held is bounded (a block, and
@@ -36,6 +37,11 @@ AGREE_S = 60.0
 """How far a room's difference may lie from its pair's median and still agree; how far from whole hours an offset
 may be and still be a timezone's."""
 HOUR_S = 3600.0
+ZONE_HOURS = 14
+"""The furthest a local time is from UTC (UTC+14): whole hours past it are no timezone's."""
+CORRECTED_MAX_S = 86400.0
+"""The largest offset corrected. Past a day, the rooms both logs name are likelier ids a client numbered itself and
+used again (another day, another cluster) than one clock: the offset is said, the times left as written."""
 SHARED_MIN = 2
 """Rooms two servers must both name before their clocks are compared."""
 STEP_BACK_S = 180.0
@@ -67,6 +73,8 @@ class Offset:
     reference: Server
     hours: bool
     """A whole number of hours: one server logs UTC, the other local time (`seconds` is exact)."""
+    corrected: bool = True
+    """Within `CORRECTED_MAX_S`: its times are moved (else only said)."""
 
 
 class RoomTimes:
@@ -106,7 +114,8 @@ class RoomTimes:
         return len(servers) > 1 and all(groups.get(server, (0.0, None))[1] == servers[0] for server in servers)
 
     def offsets(self) -> dict[Server, Offset]:
-        """The servers whose clock is `DIFFER_S` or more off their group's first server's."""
+        """The servers whose clock is `DIFFER_S` or more off their group's first server's (those past
+        `CORRECTED_MAX_S` not to be corrected)."""
         pairs = {
             pair: offset
             for pair, differences in self._differences.items()
@@ -115,9 +124,10 @@ class RoomTimes:
         found: dict[Server, Offset] = {}
         for server, (seconds, reference) in _groups(sorted(self._rooms), pairs).items():
             hours = round(seconds / HOUR_S)
-            whole = hours != 0 and abs(seconds - hours * HOUR_S) <= AGREE_S
+            whole = 0 < abs(hours) <= ZONE_HOURS and abs(seconds - hours * HOUR_S) <= AGREE_S
             if abs(seconds) >= DIFFER_S:
-                found[server] = Offset(hours * HOUR_S if whole else seconds, reference, whole)
+                corrected = abs(seconds) <= CORRECTED_MAX_S
+                found[server] = Offset(hours * HOUR_S if whole else seconds, reference, whole, corrected)
         return found
 
 

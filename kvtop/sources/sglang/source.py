@@ -72,6 +72,9 @@ LOAD_BYTES = 8 << 20
 """Bytes of each file a poll reads while loading: what is held at once is one poll's events, whatever the size."""
 
 
+RANKS_MAX = 4096
+"""Ranks the logs read together may name (as many as a bootstrap service lists): a line of one more is counted as
+garbled. Each is a view of its own (~70 KB): lines naming `PP0..1023` of `TP0..1023` made a million of them."""
 STREAMS_MAX = 256
 """Servers one file may name (`docker compose logs` of a deployment); lines of more are garbled."""
 STREAM_NAME_MAX = 200
@@ -222,6 +225,8 @@ class SGLangLogs:
         self.until: float | None = None
         """Apply nothing the logs say after this time (`--at`), and judge "now" at it."""
         self._names = InstanceNames()
+        self._labels: set[str] = set()
+        """The ranks the lines named (`RANKS_MAX` at most)."""
         self.offsets: dict[Server, Offset] | None = None
         """The servers' clocks that differ (`clocks`), read before the first poll applies anything."""
         self._peers: dict[str, dict[str, None]] = {}
@@ -327,7 +332,7 @@ class SGLangLogs:
 
         names = {server.clock: name(server) for server in reversed(servers)}  # a clock's first server names it
         offsets = {
-            names[clock]: ClockOffset(offset.seconds, names.get(offset.reference, "?"), offset.hours)
+            names[clock]: ClockOffset(offset.seconds, names.get(offset.reference, "?"), offset.hours, offset.corrected)
             for clock, offset in (self.offsets or {}).items()
             if clock in names
         }
@@ -424,7 +429,7 @@ class SGLangLogs:
     def _correction(self, clock: Server) -> tuple[float, bool]:
         """What to take off the times of the server with `clock`, and whether it is a timezone's."""
         offset = self.offsets.get(clock) if self.offsets else None
-        return (offset.seconds, offset.hours) if offset is not None else (0.0, False)
+        return (offset.seconds, offset.hours) if offset is not None and offset.corrected else (0.0, False)
 
     def context_for(self, groups: Sequence[FailureGroup]) -> list[list[Context]]:
         """For each group: lines about its room, and lines near it in time (its instances', transport libraries')."""
@@ -520,7 +525,9 @@ class SGLangLogs:
             file.other_role_lines += 1
         if not file.instance:
             file.instance = self._names.next(file.role)
-        label = rank_label(file.instance, record.tp, record.pp)
+        label = self._label(file.instance, record.tp, record.pp)
+        if label is None:
+            return
         event: Event
         if isinstance(record, FailureLine):
             if record.reason.startswith(ABORTED_BY_REQUEST) and (
@@ -588,7 +595,9 @@ class SGLangLogs:
         file.instance = file.instance or self._names.next(file.role)
         named = line.tp is not None or line.pp is not None
         tp, pp = (line.tp, line.pp) if named else (file.last_tp, file.last_pp)
-        label = rank_label(file.instance or file.spec.path.name, tp or 0, pp)
+        label = self._label(file.instance or file.spec.path.name, tp or 0, pp)
+        if label is None:
+            return
         pending.append((ts, len(pending), file, label, LogContext(ts, line.kind, None, line.text, tp)))
 
     def _worker_error(
@@ -597,13 +606,25 @@ class SGLangLogs:
         """A worker error no failure line claimed: the room's failure record itself, an origin at its rank."""
         file.role = file.role or "prefill"  # the transfer worker that raises it is the sender's
         file.instance = file.instance or self._names.next(file.role)
-        label = rank_label(file.instance, error.tp or 0, error.pp)
+        label = self._label(file.instance, error.tp or 0, error.pp)
+        if label is None:
+            return
         level = Level.WARNING if file.role == "prefill" else Level.ERROR
         failure = Failure(
             error.ts, error.room, label, error.reason, reason_class(error.reason), str(level), False, label
         )
         self._failures += 1
         pending.append((error.ts, len(pending), file, label, failure))
+
+    def _label(self, instance: str, tp: int, pp: int | None) -> str | None:
+        """The rank's label; None for one more than `RANKS_MAX` (its line counted as garbled)."""
+        label = rank_label(instance, tp, pp)
+        if label not in self._labels:
+            if len(self._labels) >= RANKS_MAX:
+                self._garbled += 1
+                return None
+            self._labels.add(label)
+        return label
 
     def _peer_named(self, text: str, label: str) -> None:
         """Note the prefill instance a decode rank's line says it lost (by its bootstrap address)."""

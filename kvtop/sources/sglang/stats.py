@@ -18,9 +18,16 @@ class ClockOffset:
     against: str
     whole_hours: bool
     """A whole number of hours: one server logs UTC, the other local time."""
+    corrected: bool = True
+    """Its times were corrected (False: more than a day off, left as written: `clocks.CORRECTED_MAX_S`)."""
 
     def text(self, name: str) -> str:
         way = "ahead of" if self.offset_s > 0 else "behind"
+        if not self.corrected:
+            return (
+                f"{name} is {abs(self.offset_s):.0f} s {way} {self.against} (left as written: more than a day is "
+                "no clock's; logs of other days, or room ids a client reused?)"
+            )
         zone = "; whole hours: one logs UTC, the other local time?" if self.whole_hours else ""
         return f"{name} is {abs(self.offset_s):.0f} s {way} {self.against} (times corrected{zone})"
 
@@ -69,7 +76,7 @@ class LogStats:
     """Why kvtop read nothing from a file, by its path: `EMPTY`, or not an SGLang server log."""
     clocks: dict[str, ClockOffset] = field(default_factory=dict)
     """Servers whose clock differs from their group's first server's by `clocks.DIFFER_S` or more, by name: their
-    times were corrected onto that one's."""
+    times were corrected onto that one's (but where `corrected` is False)."""
     clock_steps: dict[str, ClockStep] = field(default_factory=dict)
     """Servers whose log's times step back by more than `clocks.STEP_BACK_S`, by name: read as written."""
 
