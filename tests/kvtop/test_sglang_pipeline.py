@@ -134,3 +134,16 @@ def test_failures_debug_names_a_context_line_s_stage():
 
     crash = [line.split()[:2] for line in result.stdout.splitlines() if "Scheduler hit an exception" in line]
     assert crash == [["crash", "prefill-0/PP1-TP0"]]
+
+
+def test_a_launcher_that_names_only_its_command_on_every_line_leaves_each_crash_its_exception(tmp_path: Path):
+    """sglang #30158's lines came as `[<launcher's time>] [/bin/sh]: <SGLang's line>`, a traceback's lines and the
+    blank after it too: the crash line was unwrapped, the traceback's lines were not gathered under it ("its
+    traceback was cut")."""
+    for log in sorted(CRASH.glob("*.log")):
+        lines = log.read_text().splitlines()
+        (tmp_path / log.name).write_text("".join(f"[2026-06-29 17:44:04] [/bin/sh]: {line}\n" for line in lines))
+
+    verdict = json.loads(kvtop_here("check", *args(tmp_path), "--json").stdout)
+
+    assert verdict["ranks_crashed"] == {"prefill-0/PP1-TP3": PP1_CRASH, "prefill-0/TP3": PP0_CRASH}
