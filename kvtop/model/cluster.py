@@ -51,11 +51,13 @@ from kvtop.model.suspects import (
     STARTUP_DEATH,
     THREAD_DIED,
     WAITING_TIMED_OUT,
+    Crashed,
     asked_in_vain,
     bootstrap_unreachable,
     failed_session,
     is_transport_error,
     local_fault,
+    lost_a_peer,
     prefill_lost,
     waited_in_vain,
 )
@@ -85,7 +87,8 @@ CRASH_EXPLAINS_S = 300.0
 """A rank's crash explains its peers' `unresponsive` failures this long after it: SGLang's bootstrap and waiting
 timeouts (300 s by default) end the last rooms that waited on it."""
 CRASH_AFTERMATH_S = 60.0
-"""A rank's second process death this soon after its crash, nothing logged between, is the same death's aftermath."""
+"""A rank's second process death this soon after its crash, nothing logged between, is the same death's aftermath;
+so is another rank's of its instance this soon after, that says the peer it talked to went away (`_first_of`)."""
 STUCK_AFTER_S = 10.0
 """An open room with no progress for this long is stuck, whatever state it claims (`ClusterModel.stuck`)."""
 SETTLE_S = 1.0
@@ -391,11 +394,12 @@ class ClusterModel:
     def ranks_of(self, instance: str) -> list[str]:
         return [label for label, view in self.ranks.items() if view.instance == instance]
 
-    def crashed_at(self, name: str, ts: float) -> tuple[str, LogContext] | None:
+    def crashed_at(self, name: str, ts: float) -> Crashed | None:
         """The one rank of `name` (a rank, an instance, a bootstrap address that logs read may be at, or a role:
         every rank of it) that was crashed at `ts` (`crash_of`): at most `CRASH_EXPLAINS_S` after its process died,
         or any time after a transfer thread of it died (the rooms that thread's queue takes wait on it until they
-        time out, for as long as the process runs); None when none or several were."""
+        time out, for as long as the process runs); None when none were, or several and none of them the one
+        whose crash the others followed (`_first_of`)."""
         if not self.crashes:
             return None
         if name in self.crashes:
@@ -410,7 +414,7 @@ class ClusterModel:
             if (crash := self.crash_of(label, ts)) is not None
             and (ts - crash.ts <= CRASH_EXPLAINS_S or crash.kind == THREAD_DIED)
         ]
-        return crashed[0] if len(crashed) == 1 else None
+        return Crashed(*crashed[0]) if len(crashed) == 1 else _first_of(crashed)
 
     def keep_transport_error(self, label: str, line: LogContext) -> None:
         """Keep what a transport error of rank `label` tells the suspects under its instance: a local fault
@@ -896,6 +900,27 @@ class ClusterModel:
 
     def _gone(self, now: float) -> set[str]:
         return {label for label, view in self.ranks.items() if view.liveness(now) is Liveness.GONE}
+
+
+def _first_of(crashed: list[tuple[str, LogContext]]) -> Crashed | None:
+    """Of several ranks crashed, the one whose crash the others followed: the only process death that does not say
+    its peer went away, each other one a rank of its instance that died at most `CRASH_AFTERMATH_S` after it saying
+    so (sglang #30158: PP1 TP3 dies of an IndexError, PP0 TP3's send to it is reset a second later). None when no
+    crash is the one (two that name no peer gone: which broke is not known)."""
+    causes = [(label, crash) for label, crash in crashed if not lost_a_peer(crash.text)]
+    if len(causes) != 1 or causes[0][1].kind != CRASHED:
+        return None
+    label, crash = causes[0]
+    instance = label.rpartition("/")[0]
+    after = [(other, later) for other, later in crashed if other != label]
+    if all(
+        later.kind == CRASHED
+        and other.rpartition("/")[0] == instance
+        and 0.0 <= later.ts - crash.ts <= CRASH_AFTERMATH_S
+        for other, later in after
+    ):
+        return Crashed(label, crash, tuple(other for other, _ in after))
+    return None
 
 
 def _carry_silences(earlier: RankView, view: RankView) -> None:

@@ -26,7 +26,9 @@ The origin of a group is who *noticed*; its suspect is what *broke*, with the ev
    away: it did); an instance suspect with exactly one of its ranks silent then is that rank;
 4. so does a crash (server logs): an `unresponsive` suspect (a rank, an instance, or the address of one whose
    log was read) with exactly one rank whose scheduler had crashed up to `CRASH_EXPLAINS_S` before is that
-   rank; a rank whose own KV transfer thread died is the suspect of the `unresponsive` failures it records after;
+   rank (of several, the one whose crash the others of its instance followed, saying their peer went away:
+   `lost_a_peer`); a rank whose own KV transfer thread died is the suspect of the `unresponsive` failures it
+   records after;
 5. a sender's own transport fault (`local_fault`: `Memory region not registered`, ibverbs' local errors) logged
    just before its send failure makes its instance the suspect, not the peer it could not send to.
 
@@ -38,7 +40,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import msgspec
 
@@ -92,6 +94,17 @@ STARTUP_DEATH = "its scheduler died at start-up"
 """How a crash reads that only SGLang's launcher told (`Rank 0 scheduler is dead.`, `Rank 0 scheduler died during
 initialization (exit code: -3)`): right after another rank of its instance crashed it is that crash's aftermath (the
 launcher names the first scheduler it waits on that is gone, once the server is being taken down)."""
+
+_PEER_GONE = re.compile(
+    r"Connection (?:reset|closed) by (?:remote )?peer|Broken pipe|remote process exited or there was a network error"
+)
+"""What a crash says of a process it sent to or waited on that went away: the socket's and gloo's words, NCCL's
+`ncclRemoteError` (a pipeline stage's `isend` to the next stage that died: sglang #30158)."""
+
+
+def lost_a_peer(text: str) -> bool:
+    """Whether a crash's text says the process it talked to went away (its crash is another's aftermath)."""
+    return _PEER_GONE.search(text) is not None
 
 
 def is_transport_error(kind: str, text: str) -> bool:
@@ -224,6 +237,14 @@ class Attribution(msgspec.Struct, frozen=True, gc=False):
     long the quiet between its rooms."""
 
 
+class Crashed(NamedTuple):
+    """The rank that had crashed, its crash, and the ranks whose crashes after it were its aftermath."""
+
+    label: str
+    crash: LogContext
+    aftermath: tuple[str, ...] = ()
+
+
 class Surroundings(Protocol):
     """What the model knows around a group: the room's link and the ranks' liveness."""
 
@@ -244,9 +265,10 @@ class Surroundings(Protocol):
         """The labels of the ranks of `instance` the model knows."""
         ...
 
-    def crashed_at(self, name: str, ts: float) -> tuple[str, LogContext] | None:
+    def crashed_at(self, name: str, ts: float) -> Crashed | None:
         """The one rank of `name` (a rank, an instance, a bootstrap address logs read may be at, or a role: every
-        rank of it) that had crashed by `ts`, and its crash; None when none or several had."""
+        rank of it) that had crashed by `ts`, its crash and the crashes that were its aftermath; None when none had,
+        or several whose crashes none explains."""
         ...
 
     def own_transport_fault(self, instance: str, ts: float) -> str:
@@ -302,10 +324,9 @@ def attribute(group: FailureGroup, around: Surroundings) -> Attribution:
             evidence = f"{origin.rank} was silent {_span(silence)} itself, then recorded {origin.reason_class}"
             return Attribution(_rank(origin.rank, origin.role), kind, evidence)
         own = around.crashed_at(origin.rank, origin.ts)
-        if own is not None and own[1].kind == THREAD_DIED:  # what it waited for, a thread of its own did not do
-            evidence = (
-                f"a transfer thread of it died {origin.ts - own[1].ts:.0f} s before it recorded {origin.reason_class}"
-            )
+        if own is not None and own.crash.kind == THREAD_DIED:  # what it waited for, a thread of its own did not do
+            died = origin.ts - own.crash.ts
+            evidence = f"a transfer thread of it died {died:.0f} s before it recorded {origin.reason_class}"
             return Attribution(_rank(origin.rank, origin.role), kind, evidence)
     if origin.suspect:
         suspect = _named(origin.suspect, around)
@@ -562,12 +583,15 @@ def _with_crash(suspect: Suspect, evidence: str, ts: float, around: Surroundings
     crashed = around.crashed_at(suspect.role if suspect.kind == "side" else suspect.name, ts)
     if crashed is None:
         return suspect, evidence
-    label, crash = crashed
+    label, crash, aftermath = crashed
     if crash.kind == THREAD_DIED:
         what = "a transfer thread of it died"
     else:  # its scheduler's exception, or a fatal signal
         what = "its scheduler crashed" if crash.text.startswith("Scheduler") else "its process died"
-    return _rank(label, suspect.role), f"{evidence}; {what} {ts - crash.ts:.0f} s before"
+    evidence = f"{evidence}; {what} {ts - crash.ts:.0f} s before"
+    if aftermath:
+        evidence += f" ({', '.join(aftermath)} crashed after it, losing it)"
+    return _rank(label, suspect.role), evidence
 
 
 def _span(silence: tuple[float, float]) -> str:

@@ -64,6 +64,53 @@ def test_both_stages_crashes_are_said_each_under_its_rank():
     assert verdict["ranks_crashed"] == {"prefill-0/PP1-TP3": PP1_CRASH, "prefill-0/TP3": PP0_CRASH}
 
 
+def incident_suspects(folder: Path) -> list[tuple[str, list[str]]]:
+    incidents = json.loads(kvtop_here("incidents", *args(folder), "--json").stdout)["incidents"]
+    return [(incident["suspect_text"], incident["evidence"]) for incident in incidents]
+
+
+def test_the_stage_that_broke_is_the_suspect_and_the_one_that_lost_it_its_aftermath():
+    """Decode lost the prefill at 10.0.1.5:8998, where two ranks had crashed: no single rank was named. PP0 TP3's
+    crash says its send to the next stage was reset (`Connection reset by peer`) a second after PP1 TP3 died:
+    it noticed, PP1 TP3 broke (DOMAIN.md: the suspect is what broke)."""
+    check = kvtop_here("check", *args(CRASH)).stdout
+
+    [(suspect, [evidence])] = incident_suspects(CRASH)
+
+    assert suspect == "prefill-0/PP1-TP3"
+    assert (
+        evidence == "decode lost its heartbeat; its scheduler crashed 12 s before (prefill-0/TP3 crashed after it, "
+        "losing it)"
+    )
+    assert "incident: prefill-0/PP1-TP3 stopped answering (peer_lost)" in check
+
+
+@pytest.mark.parametrize(
+    "lost",
+    [
+        "Connection closed by peer [10.0.1.5]:41202",  # gloo
+        "NCCL error in: ProcessGroupNCCL.cpp:3356, remote process exited or there was a network error",
+        "[Errno 32] Broken pipe",
+    ],
+    ids=["gloo", "nccl", "socket"],
+)
+def test_each_library_s_word_for_a_peer_gone_makes_a_crash_the_aftermath(tmp_path: Path, lost: str):
+    for log in CRASH.glob("*.log"):
+        (tmp_path / log.name).write_text(log.read_text().replace("Connection reset by peer", lost))
+
+    assert [suspect for suspect, _ in incident_suspects(tmp_path)] == ["prefill-0/PP1-TP3"]
+
+
+def test_two_crashes_that_name_no_peer_gone_leave_the_address_the_suspect(tmp_path: Path):
+    """Had PP0 TP3 died of its own error, which of the two broke the prefill is not known."""
+    for log in CRASH.glob("*.log"):
+        (tmp_path / log.name).write_text(
+            log.read_text().replace("Connection reset by peer", "CUDA error: out of memory")
+        )
+
+    assert incident_suspects(tmp_path) == [("prefill at 10.0.1.5:8998", ["decode lost its heartbeat"])]
+
+
 def test_a_crashed_stage_is_not_logged_again_by_the_other_stage_of_its_tp_rank():
     """PP0 TP0 goes on scheduling after PP1 TP0 died: PP1 TP0 stays crashed, PP0 TP0 was never crashed."""
     model = ClusterModel()
@@ -157,3 +204,16 @@ def test_a_log_naming_more_ranks_than_a_cluster_lists_keeps_that_many_and_counts
     assert len(model.ranks) == RANKS_MAX == 4096
     assert (stats.failures, stats.garbled) == (4096, 1024)
     assert "decode-0/PP3-TP1023" in model.ranks and "decode-0/PP4-TP0" not in model.ranks
+
+
+def test_a_launcher_that_names_only_its_command_on_every_line_leaves_each_crash_its_exception(tmp_path: Path):
+    """sglang #30158's lines came as `[<launcher's time>] [/bin/sh]: <SGLang's line>`, a traceback's lines and the
+    blank after it too: the crash line was unwrapped, the traceback's lines were not gathered under it ("its
+    traceback was cut")."""
+    for log in sorted(CRASH.glob("*.log")):
+        lines = log.read_text().splitlines()
+        (tmp_path / log.name).write_text("".join(f"[2026-06-29 17:44:04] [/bin/sh]: {line}\n" for line in lines))
+
+    verdict = json.loads(kvtop_here("check", *args(tmp_path), "--json").stdout)
+
+    assert verdict["ranks_crashed"] == {"prefill-0/PP1-TP3": PP1_CRASH, "prefill-0/TP3": PP0_CRASH}

@@ -199,24 +199,28 @@ def _folded(groups: list[dict[str, Any]] | None) -> list[tuple[int, str, str, in
 @pytest.mark.parametrize("incident", sorted(path.name for path in FIXTURES.iterdir()))
 def test_sidecars_on_real_log_shapes_fold_like_the_files_read_together(registry_address, watch, tmp_path, incident):
     """Each fixture incident (both log eras, aborts, worker errors): a sidecar per file gives the origins and
-    echo counts that `kvtop failures --sglang-log` gives on the files."""
+    echo counts that `kvtop failures --sglang-log` gives on the files.
+
+    It waits for every sidecar to be heard from, not only for the fold: a log with no failure of its own
+    (`fatal-signal`'s prefill) adds nothing to it, and a sidecar still loading when the fold agreed (under load)
+    died of the SIGTERM that stops it (exit -15) before it could take it as a stop."""
     logs = sorted((FIXTURES / incident).glob("*.log"))
     files = _folded(view_json("failures", *(arg for log in logs for arg in ("--sglang-log", str(log))))["groups"])
     assert files
     with sidecars(registry_address, tmp_path) as started:
-        for log in logs:
-            started.start(log)
+        unheard = {started.start(log).pid for log in logs}
         published: list[tuple[int, str, str, int]] = []
 
         def agree() -> bool:
             with watch.collector.lock:
                 published[:] = _folded(to_json(watch.collector.model.groups()))
-            return published == files
+                unheard.difference_update(view.pid for view in watch.collector.model.ranks.values() if view.last_seen)
+            return not unheard and published == files
 
         try:
-            wait_for(agree, 20, "the sidecars' fold to match the files'")
+            wait_for(agree, 20, "every sidecar heard from, their fold matching the files'")
         except AssertionError:
-            assert files == published
+            assert (files, unheard) == (published, set())
 
 
 @pytest.mark.processes

@@ -37,14 +37,18 @@ _WRAPPERS = (
     re.compile(rf"(?:{_ISO}|[A-Z][a-z]{{2}} [ \d]\d \d\d:\d\d:\d\d) \S+ [\w.@/-]+(?:\[\d+\])?: "),  # syslog, journalctl
     re.compile(rf"(?:[A-Z]+ +)?{_ISO} +(?:\[severity: \w+\] +)?"),  # `kubectl logs --timestamps`, Cloud Logging
 )
+_LAUNCHED = r"(?:/[^\]\s]{0,127}|[^\]\s]{1,128}@<\d+,\d+>)"
+"""A launcher's tag of what it runs, on every line of it: the command's path (`/bin/sh`) or its process tag
+(`/bin/sh@<0,0>`). A bare word is left alone: SGLang's own message may start with one in brackets."""
 _BRACKETED = (
     re.compile(r"\[[^\[\]\s]{1,128}\](?=\[\d{4}-\d\d-\d\d )"),  # a service's name: `[svc][2026-03-12 14:27:49]...`
     re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] \[[^\]]{1,128}\]: (?=\[\d{4}-\d\d-\d\d )"),  # a launcher's
-    re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] \[[^\]\s]{1,128}@<\d+,\d+>\]: "),  # its process tag: any line
+    re.compile(rf"\[\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d\] \[{_LAUNCHED}\]: "),  # its command or process tag: any line
 )
 """Wrappers in brackets before SGLang's own: a service's name (sglang #20252), a launcher's time and tag
-(`[2025-11-25 16:01:47] [/bin/sh@<0,0>]: [2025-11-25 08:01:47] Scheduler hit ...`, sglang #13912: the lines of
-a traceback under it carry the launcher's wrapper alone, and are SGLang's record all the same)."""
+(`[2025-11-25 16:01:47] [/bin/sh@<0,0>]: [2025-11-25 08:01:47] Scheduler hit ...`, sglang #13912, or the command
+alone, `[2026-06-29 17:44:04] [/bin/sh]: `, sglang #30158: the lines of a traceback under it carry the launcher's
+wrapper alone, and are SGLang's record all the same)."""
 _STREAMS = (
     re.compile(r"([A-Za-z0-9][\w.-]*) +\| "),
     re.compile(r"\[pod/([^\]/\s]+)(?:/[^\]\s]*)?\] "),

@@ -76,10 +76,11 @@ _UNDATED_CRASH = re.compile(
 `[host:pid:tid:thread]` before it or not."""
 _STREAM_PREFIX = re.compile(
     rb"(?P<who>[A-Za-z0-9][\w.-]* +\| |\[pod/[^\]\s]+\] )"
-    rb"|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] (?P<tag>\[[^\]\s]+@<\d+,\d+>\]: )"
+    rb"|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] (?P<tag>\[(?:/[^\]\s]*|[^\]\s]+@<\d+,\d+>)\]: )"
 )
-"""A wrapper on every line of a server's output (`prefix._STREAMS`, a launcher's `[time] [/bin/sh@<0,0>]: `): its
-traceback's lines are its own, told apart by the server it names (the launcher's tag, whatever its time)."""
+"""A wrapper on every line of a server's output (`prefix._STREAMS`, a launcher's `[time] [/bin/sh@<0,0>]: ` or
+`[time] [/bin/sh]: `: `prefix._LAUNCHED`): its traceback's lines are its own, told apart by the server it names
+(the launcher's tag, whatever its time)."""
 TRACEBACK_LINES = 64
 QUIET_S = 1.0
 """A followed file that gained nothing for this long is complete for now: a traceback at its end comes out."""
