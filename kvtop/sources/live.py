@@ -28,6 +28,7 @@ from transport.plane.events import Event, Snapshot
 from transport.plane.subscriber import Delivered, EventSubscriber
 from transport.registration import agent_problem
 from transport.thread_names import name_os_thread
+from transport.wire import AgentList
 
 DISCOVER_EVERY_S = 2.0
 PASS_S = 0.01
@@ -106,10 +107,6 @@ class Collector:
         """The last discovery error ("" while the bootstrap address answers), or why the thread died."""
         self.died = False
         """True once the collecting thread ended by an error (the model is no longer kept current)."""
-        self.upstream_errors: list[str] = []
-        """The relay's upstreams that stopped answering it, as its latest listing says ([] when none, or no relay)."""
-        self.kept: list[str] = []
-        """Ranks that relay lists from the last answer of such an upstream: silent because of it, maybe alive."""
         self.curve = curve
         self._subscriber = EventSubscriber(curve=curve)
         self._news = news
@@ -188,10 +185,10 @@ class Collector:
             usable = listed
         else:
             usable = [agent for agent in listing.agents if not self._subscriber.connect(agent)]
-        self.upstream_errors, self.kept = (listing.upstream_errors, listing.kept) if relay is not None else ([], [])
         gone = [agent for agent in listing.expired if not agent_problem(agent)]
         now = time.time()
         with self.lock:
+            self._upstream(self.bootstrap, listing if relay is not None else None)
             registered = [agent for agent in gone if agent.label not in self.model.ranks]  # never connected to
             for agent in [*registered, *usable]:
                 self.model.register(agent)
@@ -204,11 +201,14 @@ class Collector:
                 recorder.accounted(self.model, now)
         self._synced = self._subscriber.synced()
 
-    def upstream_down(self) -> str:
-        """One line while the relay this collector lists says an upstream stopped answering it ("" otherwise)."""
-        if not self.upstream_errors:
-            return ""
-        return f"upstream stopped answering the relay at {self.bootstrap}: {'; '.join(self.upstream_errors)}"
+    def _upstream(self, relay: str, said: AgentList | None) -> None:
+        """What the relay at `relay` subscribed through (`said`: its listing; None: no relay) says of its upstreams
+        that stopped answering it, into the model's intake (every view, and a recording, read it there)."""
+        intake = self.model.intake
+        errors = list(said.upstream_errors) if said is not None else []
+        intake.upstream_relay = relay if errors else ""
+        intake.upstream_errors = errors
+        intake.upstream_kept = list(said.kept) if said is not None and errors else []
 
     def _update_intake(self) -> None:
         intake = self.model.intake
