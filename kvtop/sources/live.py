@@ -25,10 +25,11 @@ from transport.counters import rejection_names
 from transport.curve import CurveKeys
 from transport.errors import BootstrapError
 from transport.plane.events import Event, Snapshot
+from transport.plane.relay import listed_by_relay
 from transport.plane.subscriber import Delivered, EventSubscriber
 from transport.registration import agent_problem
 from transport.thread_names import name_os_thread
-from transport.wire import AgentList
+from transport.wire import AgentInfo, AgentList
 
 DISCOVER_EVERY_S = 2.0
 PASS_S = 0.01
@@ -115,6 +116,8 @@ class Collector:
         self._synced = False
         self._listed = False
         """Whether the bootstrap (or relay) answered a listing: one that stops is then said to stop answering."""
+        self._relays_answered: set[str] = set()
+        """The relays a bootstrap lists that answered a listing of their own (`_relay_said`)."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kvtop-collector", daemon=True)
 
@@ -185,10 +188,12 @@ class Collector:
             usable = listed
         else:
             usable = [agent for agent in listing.agents if not self._subscriber.connect(agent)]
+        where, said, unanswered = self._relay_said(relay, listing, timeout_s) if relay is not None else ("", None, "")
         gone = [agent for agent in listing.expired if not agent_problem(agent)]
         now = time.time()
         with self.lock:
-            self._upstream(self.bootstrap, listing if relay is not None else None)
+            if relay is None or said is not None:
+                self._upstream(where, said)
             registered = [agent for agent in gone if agent.label not in self.model.ranks]  # never connected to
             for agent in [*registered, *usable]:
                 self.model.register(agent)
@@ -200,6 +205,24 @@ class Collector:
             if recorder is not None:
                 recorder.accounted(self.model, now)
         self._synced = self._subscriber.synced()
+        if unanswered:
+            raise BootstrapError(unanswered)
+
+    def _relay_said(self, relay: AgentInfo, listing: AgentList, timeout_s: float) -> tuple[str, AgentList | None, str]:
+        """The address and listing of the relay this collector subscribes through, which says what of its upstreams
+        stopped answering it: `listing` when the address listed is the relay's, else the relay's own, asked of it (a
+        bootstrap service knows nothing of a relay's upstreams). None and why when the relay does not answer."""
+        if listed_by_relay(listing):
+            return self.bootstrap, listing, ""
+        address = relay.snapshot_endpoint
+        try:
+            with BootstrapClient(address, timeout_s=timeout_s, curve=self.curve, service="relay",
+                                 answered_before=address in self._relays_answered) as client:  # fmt: skip
+                said = client.listing()
+        except BootstrapError as error:
+            return address, None, f"{error} (the relay the bootstrap {self.bootstrap} lists: its ranks are heard there)"
+        self._relays_answered.add(address)
+        return address, said, ""
 
     def _upstream(self, relay: str, said: AgentList | None) -> None:
         """What the relay at `relay` subscribed through (`said`: its listing; None: no relay) says of its upstreams

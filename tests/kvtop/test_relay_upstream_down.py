@@ -12,6 +12,7 @@ import queue
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,11 +23,13 @@ from kvtop_cli import kvtop
 
 from kvtop.attach.runtime import RUNTIME_ENV
 from kvtop.cli.model_spec import LiveModel
-from kvtop.model.shapes import GONE_S
+from kvtop.model.cluster import ClusterModel
+from kvtop.model.shapes import GONE_S, Liveness
 from kvtop.record.dashboard import RecordChoice
+from kvtop.sources.live import Collector
 from kvtop.tui.model_client import ModelProcess
 from tests.conftest import wait_for
-from transport.bootstrap import BootstrapClient
+from transport.bootstrap import BootstrapClient, BootstrapServer
 from transport.plane.relay import Relay
 
 pytestmark = pytest.mark.processes
@@ -181,3 +184,33 @@ def test_a_dashboard_and_its_recording_call_the_ranks_behind_a_dead_upstream_unh
     said = json.loads(status.stdout)
     assert (said["ranks"]["unheard"], said["ranks"]["gone"]) == (len(ranks), 0)
     assert (said["upstream_errors"], said["ranks_kept"]) == ([stopped], ranks)
+
+
+def test_a_view_given_the_bootstrap_that_lists_the_relay_hears_of_the_relays_dead_upstream(make_cluster) -> None:
+    """A view given only a bootstrap service that lists a relay (registered there) subscribes through the relay but
+    never read the relay's own listing: when the relay's upstream relay died, the ranks behind it went stale then
+    gone, with no word of why. Now the view asks the relay itself, names the dead upstream and calls them unheard."""
+    cluster = make_cluster(small_cluster())
+    ranks = sorted(agent.label for agent in cluster.agents())
+    views = BootstrapServer().start()  # where views find the relay: it lists no agent of its own
+    rack = Relay(bootstrap=cluster.endpoint, name="rack").start()
+    top = Relay(relays=[rack.address], bootstrap=views.endpoint, register=True, name="top").start()
+    collector = Collector(views.endpoint, model=ClusterModel()).start()
+
+    def states() -> dict[str, Liveness]:
+        with collector.lock:
+            return collector.model.liveness(time.time())
+
+    try:
+        wait_for(lambda: states() == dict.fromkeys(ranks, Liveness.ALIVE), 15, "the view heard every rank")
+        rack.close()
+        wait_for(lambda: states() == dict.fromkeys(ranks, Liveness.UNHEARD), 20, "the ranks unheard behind the relay")
+        with collector.lock:
+            down = collector.model.intake.upstream_down()
+    finally:
+        collector.close()
+        top.close()
+        rack.close()
+        views.close()
+    stopped = f"relay {rack.address} stopped answering (none within 1.0s)"
+    assert down == f"upstream stopped answering the relay at {top.address}: {stopped}"
