@@ -58,7 +58,7 @@ class LiveModel:
         return ServedModel(
             collector.model,
             collector.lock,
-            error=lambda: collector.error or collector.upstream_down(),
+            error=lambda: collector.error,
             recorder_error=lambda: recorder.error if recorder is not None else "",
             warnings=(recording.warning,) if recording.warning else (),
             record_folder=str(recording.folder) if recorder is not None else "",

@@ -198,12 +198,10 @@ def run_check(spec: SourceSpec, limits: Thresholds, as_json: bool) -> int:
             window = source.span_window() if source.span else source.window(limits.window_s)
             limits = dataclasses.replace(limits, window_s=window)
             now = source.now()
-            upstream_down, kept = source.upstream_down()
             result = evaluate(source.model, limits, now, source.waited(), span=source.span, since=source.when.since,
                               transport_errors=source.transport_errors(0.0, now),
                               whole_cluster=spec.kind == "bootstrap", unread=source.partly_read(),
-                              clocks=source.clocks_differ(),
-                              upstream_down=upstream_down, kept=kept)  # fmt: skip
+                              clocks=source.clocks_differ())  # fmt: skip
             if feed_error := source.feed_error():
                 result = source_failing(result, feed_error)
     except BootstrapError as error:
@@ -290,8 +288,9 @@ def ranks(
     follow: Follow = False,
     interval: Interval = 1.0,
 ) -> None:
-    """Every rank: role, instance, liveness (alive/stale/gone; log), host, pid, rooms in flight, origins, echoes,
-    and the frames each of its sockets rejected (control, data, consensus, bootstrap, events, snapshot).
+    """Every rank: role, instance, liveness (alive/stale/gone, unheard behind a relay's dead upstream; log), host,
+    pid, rooms in flight, origins, echoes, and the frames each of its sockets rejected (control, data, consensus,
+    bootstrap, events, snapshot).
 
     An endpoint given by --connect that never answered is listed as a gone rank under its endpoint. A rank
     kvtop could not open a socket for (its own open-files limit) says so, and why (JSON `unreachable`).

@@ -173,16 +173,14 @@ class ModelMetrics(Collector):
         new = self.tally.unread(model.failures_total, len(model.failures))
         failures = list(itertools.islice(reversed(model.failures), new))[::-1]
         ranks: list[_Rank] = []
-        gone: set[str] = set()
+        gone = model.gone(now)  # as `model.open_rooms()` judges the rooms
+        states = model.liveness(now)
         rejected: list[tuple[tuple[str, str, str, str, str, str], int, int]] = []
         for view in model.ranks.values():
             labels = (view.role or UNKNOWN, view.instance or UNKNOWN, str(view.rank), str(view.stage))
-            liveness = view.liveness(now)
             crash = model.crashes.get(view.label)
-            ranks.append(_Rank(labels, view.host, view.pid, view.incarnation, liveness, view.last_seen, view.inflight,
-                               crash.ts if crash is not None else 0.0))  # fmt: skip
-            if liveness is Liveness.GONE:
-                gone.add(view.label)
+            ranks.append(_Rank(labels, view.host, view.pid, view.incarnation, states[view.label], view.last_seen,
+                               view.inflight, crash.ts if crash is not None else 0.0))  # fmt: skip
             for socket, reasons in view.rejected.items():
                 rejected.extend(((*labels, socket, reason), view.incarnation, n) for reason, n in reasons.items())
         links = [
@@ -328,7 +326,8 @@ class ModelMetrics(Collector):
         state = GaugeMetricFamily(
             "kvtop_rank_state",
             "1 for the rank's state, 0 for the others: alive (heard within 3 s), stale, gone (silent 10 s, or "
-            "listed and never heard), log (known from a server log: no liveness).",
+            "listed and never heard), log (known from a server log: no liveness), unheard (silent behind a relay's "
+            "upstream that stopped answering it).",
             labels=[*RANK, "state"],
         )
         seen = GaugeMetricFamily(

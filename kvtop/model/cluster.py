@@ -120,6 +120,10 @@ _NO_RUN = RoomView(-1, 0.0, 0.0)
 """Stands for the room of no run in the ingest loop (never stored, never written)."""
 
 
+_SILENT = frozenset((Liveness.STALE, Liveness.GONE))
+"""The states of a rank not heard from lately, which a relay's dead upstream explains (`Liveness.UNHEARD`)."""
+
+
 class ClusterModel:
     """Apply snapshots and batches with `apply()`; read ranks, rooms, failures and rates."""
 
@@ -350,7 +354,21 @@ class ClusterModel:
             del self.ranks[label]
 
     def liveness(self, now: float) -> dict[str, Liveness]:
-        return {label: view.liveness(now) for label, view in self.ranks.items()}
+        """Each rank's liveness as the views say it (`liveness_of`)."""
+        states = {label: view.liveness(now) for label, view in self.ranks.items()}
+        for label in self.intake.unheard_behind() & states.keys():
+            if states[label] in _SILENT:
+                states[label] = Liveness.UNHEARD
+        return states
+
+    def liveness_of(self, view: RankView, now: float) -> Liveness:
+        """`view.liveness(now)`, but `UNHEARD` for a silent rank (stale or gone) that a relay lists from the last
+        answer of an upstream that stopped answering it: that upstream's silence, not known to be the rank's."""
+        state = view.liveness(now)
+        intake = self.intake
+        if state in _SILENT and intake.upstream_errors and view.label in intake.upstream_kept:
+            return Liveness.UNHEARD
+        return state
 
     def skewed_clocks(self) -> dict[str, float]:
         """Ranks whose clock is `SKEWED_S` or more off the collector's (their times are corrected): offsets."""
@@ -465,7 +483,7 @@ class ClusterModel:
 
     def open_rooms(self, now: float) -> list[RoomView]:
         """Rooms some live rank has not ended yet."""
-        gone = self._gone(now)
+        gone = self.gone(now)
         if not gone:
             return [self.rooms[room] for room in self._open]
         return [room for room in self.rooms.values() if not room.finished(gone)]
@@ -549,7 +567,7 @@ class ClusterModel:
 
     def _finished_since(self, now: float, window_s: float) -> list[Finished]:
         since = self.coverage(now, window_s).since
-        gone = self._gone(now)
+        gone = self.gone(now)
         settling = [self._outcome(room, gone) for room in self._ended(gone)]
         return [f for f in [*self.finished.values(), *settling] if f.ts >= since]
 
@@ -808,7 +826,7 @@ class ClusterModel:
         if now - self._lost_check_at >= LOST_SWEEP_EVERY_S or now < self._lost_check_at:
             self._lost_check_at = now
             self._retire_lost(now)
-        gone = self._gone(now)
+        gone = self.gone(now)
         settled = self._settled(now, gone)
         rooms, still_open, causes = self.rooms, self._open, self._causes
         kept_from = len(settled) - FINISHED_ROOMS_KEPT
@@ -898,7 +916,9 @@ class ClusterModel:
     def _outcome(self, room: RoomView, gone: set[str]) -> Finished:
         return Finished(room.last_progress, room.room, room.succeeded(gone), room, room.from_log)
 
-    def _gone(self, now: float) -> set[str]:
+    def gone(self, now: float) -> set[str]:
+        """The ranks silent past `GONE_S` (or listed and never heard), whose rooms wait for them no longer: those
+        unheard behind a relay's dead upstream too (the rooms settle as they would without the relay's word)."""
         return {label for label, view in self.ranks.items() if view.liveness(now) is Liveness.GONE}
 
 

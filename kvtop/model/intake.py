@@ -23,3 +23,20 @@ class Intake:
     """The service's latest refused registrations, `name: why`."""
     error: str = ""
     """Why the collector stopped, if it did (it never should: this is loud, never silence)."""
+    upstream_relay: str = ""
+    """The relay whose listing named `upstream_errors` ("" when none did)."""
+    upstream_errors: list[str] = field(default_factory=list)
+    """That relay's upstreams that stopped answering it (`AgentList.upstream_errors`), as its latest listing says."""
+    upstream_kept: list[str] = field(default_factory=list)
+    """The ranks it lists from the last answer of such an upstream (`AgentList.kept`): silent because of it, maybe
+    alive (the views say `unheard`, not gone)."""
+
+    def upstream_down(self) -> str:
+        """One line while a relay's upstream does not answer it ("" otherwise)."""
+        if not self.upstream_errors:
+            return ""
+        return f"upstream stopped answering the relay at {self.upstream_relay}: {'; '.join(self.upstream_errors)}"
+
+    def unheard_behind(self) -> frozenset[str]:
+        """The ranks a relay keeps from an upstream that does not answer it (none while every upstream answers)."""
+        return frozenset(self.upstream_kept) if self.upstream_errors else frozenset()

@@ -43,6 +43,9 @@ class Liveness(StrEnum):
     server is idle, or died: the log alone cannot tell) or is not there."""
     DOWN = "down"
     """A log sidecar's rank: the log is silent and the server's metrics endpoint does not answer."""
+    UNHEARD = "unheard"
+    """A rank a relay lists from the last answer of an upstream that stopped answering it, silent since (it would be
+    stale or gone): the upstream's silence, not known to be the rank's (`ClusterModel.liveness` says it)."""
 
 
 @dataclass

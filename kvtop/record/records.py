@@ -67,6 +67,11 @@ class Accounted(msgspec.Struct, tag="a", array_like=True, frozen=True):
     error: str = ""
     unreachable: dict[str, str] = {}
     """Ranks, endpoints and relays the collector could not open a socket for (`Intake.unreachable`)."""
+    upstream_relay: str = ""
+    upstream_errors: list[str] = []
+    upstream_kept: list[str] = []
+    """What the relay the collector subscribed through said of its upstreams that stopped answering it
+    (`Intake.upstream_relay`, `upstream_errors`, `upstream_kept`; none in recordings older than them)."""
 
 
 class Gapped(msgspec.Struct, tag="g", array_like=True, frozen=True):
@@ -121,6 +126,8 @@ def apply_op(model: ClusterModel, op: Op) -> list[Event] | None:
         intake.counters, intake.bad_entries = op.counters, op.bad_entries
         intake.bootstrap_counters, intake.bootstrap_refused = op.bootstrap_counters, op.bootstrap_refused
         intake.error, intake.unreachable = op.error, op.unreachable
+        intake.upstream_relay, intake.upstream_errors = op.upstream_relay, op.upstream_errors
+        intake.upstream_kept = op.upstream_kept
         model.gaps, model.rejected_frames = op.gaps, op.rejected_frames
     elif type(op) is Registered:
         model.register(op.agent)

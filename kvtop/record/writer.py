@@ -254,11 +254,15 @@ class Recorder:
             or last.bootstrap_refused != intake.bootstrap_refused
             or last.error != intake.error
             or last.unreachable != intake.unreachable
+            or last.upstream_errors != intake.upstream_errors
+            or last.upstream_kept != intake.upstream_kept
+            or last.upstream_relay != intake.upstream_relay
         ):
             self._last_account = account = Accounted(
                 now, dict(intake.counters), dict(intake.bad_entries), dict(intake.bootstrap_counters),
                 list(intake.bootstrap_refused), model.gaps, model.rejected_frames, intake.error,
-                dict(intake.unreachable),
+                dict(intake.unreachable), intake.upstream_relay, list(intake.upstream_errors),
+                list(intake.upstream_kept),
             )  # fmt: skip
             self._pending.append(account)
 

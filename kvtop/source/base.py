@@ -122,11 +122,6 @@ class Source(ABC):
         """A line and JSON fields `kvtop status` adds for this source (logs: what they held)."""
         return "", {}
 
-    def upstream_down(self) -> tuple[str, list[str]]:
-        """What the relay a live source lists says of its upstreams that stopped answering it ("" when none), and
-        the ranks it lists from their last answer (silent because of it, maybe alive)."""
-        return "", []
-
     def nothing_to_judge(self) -> str:
         """Why a check has nothing to judge in what the source read ("" when it has: every live source)."""
         return ""

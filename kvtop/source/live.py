@@ -62,8 +62,8 @@ class LiveSource(Source):
     def silence(self) -> str:
         with self.lock:
             unreachable = dict(self.model.intake.unreachable)
+            upstream = self.model.intake.upstream_down()  # why nobody did: said first
         line = nobody_answered(self.spec.bootstrap, list(self.spec.connect), self.spec.wait, unreachable)
-        upstream = self.collector.upstream_down()  # why nobody did: said first
         return f"{upstream}; {line}" if upstream else line
 
     def notes(self) -> list[str]:
@@ -74,24 +74,14 @@ class LiveSource(Source):
         return self.collector.error if self.collector.died else ""
 
     def status_extra(self) -> tuple[str, dict[str, object]]:
-        """While the bootstrap service (or relay) does not answer its discovery, or a relay's upstream does not
-        answer the relay: said, not left to look like ranks that went quiet on their own."""
+        """While the bootstrap service (or relay) does not answer its discovery: said, not left to look like ranks
+        that went quiet on their own (a relay's upstream that does not answer it is the model's: `status_text`)."""
         from kvtop.sources.live import DISCOVER_EVERY_S
 
         error = "" if self.collector.died else self.collector.error
-        lines: list[str] = []
-        fields: dict[str, object] = {}
-        if error:
-            lines.append(f"source  {error}; asked again every {DISCOVER_EVERY_S:g} s")
-            fields["source_error"] = error
-        problem, kept = self.upstream_down()
-        if problem:
-            lines.append(f"source  {problem}" + (f"; ranks behind it unheard: {', '.join(kept)}" if kept else ""))
-            fields.update(upstream_errors=list(self.collector.upstream_errors), ranks_kept=kept)
-        return "\n".join(lines), fields
-
-    def upstream_down(self) -> tuple[str, list[str]]:
-        return self.collector.upstream_down(), list(self.collector.kept)
+        if not error:
+            return "", {}
+        return f"source  {error}; asked again every {DISCOVER_EVERY_S:g} s", {"source_error": error}
 
     def tail(self, follow: bool) -> Iterator[list[Told]]:
         """Read once: what arrived until now, and what happened until now that was still on its way (an echo's

@@ -25,9 +25,11 @@ from transport.counters import rejection_names
 from transport.curve import CurveKeys
 from transport.errors import BootstrapError
 from transport.plane.events import Event, Snapshot
+from transport.plane.relay import listed_by_relay
 from transport.plane.subscriber import Delivered, EventSubscriber
 from transport.registration import agent_problem
 from transport.thread_names import name_os_thread
+from transport.wire import AgentInfo, AgentList
 
 DISCOVER_EVERY_S = 2.0
 PASS_S = 0.01
@@ -106,10 +108,6 @@ class Collector:
         """The last discovery error ("" while the bootstrap address answers), or why the thread died."""
         self.died = False
         """True once the collecting thread ended by an error (the model is no longer kept current)."""
-        self.upstream_errors: list[str] = []
-        """The relay's upstreams that stopped answering it, as its latest listing says ([] when none, or no relay)."""
-        self.kept: list[str] = []
-        """Ranks that relay lists from the last answer of such an upstream: silent because of it, maybe alive."""
         self.curve = curve
         self._subscriber = EventSubscriber(curve=curve)
         self._news = news
@@ -118,6 +116,8 @@ class Collector:
         self._synced = False
         self._listed = False
         """Whether the bootstrap (or relay) answered a listing: one that stops is then said to stop answering."""
+        self._relays_answered: set[str] = set()
+        """The relays a bootstrap lists that answered a listing of their own (`_relay_said`)."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kvtop-collector", daemon=True)
 
@@ -188,10 +188,12 @@ class Collector:
             usable = listed
         else:
             usable = [agent for agent in listing.agents if not self._subscriber.connect(agent)]
-        self.upstream_errors, self.kept = (listing.upstream_errors, listing.kept) if relay is not None else ([], [])
+        where, said, unanswered = self._relay_said(relay, listing, timeout_s) if relay is not None else ("", None, "")
         gone = [agent for agent in listing.expired if not agent_problem(agent)]
         now = time.time()
         with self.lock:
+            if relay is None or said is not None:
+                self._upstream(where, said)
             registered = [agent for agent in gone if agent.label not in self.model.ranks]  # never connected to
             for agent in [*registered, *usable]:
                 self.model.register(agent)
@@ -203,12 +205,33 @@ class Collector:
             if recorder is not None:
                 recorder.accounted(self.model, now)
         self._synced = self._subscriber.synced()
+        if unanswered:
+            raise BootstrapError(unanswered)
 
-    def upstream_down(self) -> str:
-        """One line while the relay this collector lists says an upstream stopped answering it ("" otherwise)."""
-        if not self.upstream_errors:
-            return ""
-        return f"upstream stopped answering the relay at {self.bootstrap}: {'; '.join(self.upstream_errors)}"
+    def _relay_said(self, relay: AgentInfo, listing: AgentList, timeout_s: float) -> tuple[str, AgentList | None, str]:
+        """The address and listing of the relay this collector subscribes through, which says what of its upstreams
+        stopped answering it: `listing` when the address listed is the relay's, else the relay's own, asked of it (a
+        bootstrap service knows nothing of a relay's upstreams). None and why when the relay does not answer."""
+        if listed_by_relay(listing):
+            return self.bootstrap, listing, ""
+        address = relay.snapshot_endpoint
+        try:
+            with BootstrapClient(address, timeout_s=timeout_s, curve=self.curve, service="relay",
+                                 answered_before=address in self._relays_answered) as client:  # fmt: skip
+                said = client.listing()
+        except BootstrapError as error:
+            return address, None, f"{error} (the relay the bootstrap {self.bootstrap} lists: its ranks are heard there)"
+        self._relays_answered.add(address)
+        return address, said, ""
+
+    def _upstream(self, relay: str, said: AgentList | None) -> None:
+        """What the relay at `relay` subscribed through (`said`: its listing; None: no relay) says of its upstreams
+        that stopped answering it, into the model's intake (every view, and a recording, read it there)."""
+        intake = self.model.intake
+        errors = list(said.upstream_errors) if said is not None else []
+        intake.upstream_relay = relay if errors else ""
+        intake.upstream_errors = errors
+        intake.upstream_kept = list(said.kept) if said is not None and errors else []
 
     def _update_intake(self) -> None:
         intake = self.model.intake

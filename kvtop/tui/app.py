@@ -404,6 +404,8 @@ class KvtopApp(App[None]):
                 all_alive = h.ranks_alive == h.ranks_total
                 ranks = Text(f" {h.ranks_alive}/{h.ranks_total} ranks alive", p.success if all_alive else p.error)
                 parts.append((ranks, ESSENTIAL))
+                if h.ranks_unheard:  # silent behind a relay's dead upstream (the source's error says which)
+                    parts.append((Text(f", {h.ranks_unheard} unheard", p.warning), ESSENTIAL))
             parts += [(Text(f"  {h.rooms_per_s:.1f} rooms/s"), 3), (Text(f"  {units.gbps(h.gbps)}"), 4),
                       (Text(f"  p99 {h.latency_p99_s * 1000:.0f} ms"), 5)]  # fmt: skip
             if h.span_s < WINDOW_S - 0.5:  # the snapshots held less than the window: say what the figures cover

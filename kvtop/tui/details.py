@@ -59,7 +59,8 @@ def rank_history(model: ClusterModel, label: str, now: float, palette: Palette) 
     text = Text(
         f"{label}  {view.role}, pid {view.pid} on {view.host or '?'}, incarnation {view.incarnation}\n", style="bold"
     )
-    text.append(f"{view.liveness(now)}, last heard {now - view.last_seen:.1f} s ago, {view.inflight} rooms in flight, ")
+    state = model.liveness_of(view, now)
+    text.append(f"{state}, last heard {now - view.last_seen:.1f} s ago, {view.inflight} rooms in flight, ")
     text.append(f"{plural(view.origins, 'origin')}, {plural(view.echoes, 'echo', 'echoes')}\n")
     crash = model.crashes.get(label)
     if crash is not None:

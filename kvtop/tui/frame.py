@@ -81,6 +81,8 @@ class Health:
     """Cluster incidents (client aborts apart) ongoing at the frame's time."""
     ranks_crashed: int = 0
     """Ranks whose scheduler crashed and that have logged nothing since (`ClusterModel.crash_of`)."""
+    ranks_unheard: int = 0
+    """Silent ranks a relay keeps from an upstream that stopped answering it (`Liveness.UNHEARD`)."""
 
     @property
     def of_logs(self) -> bool:
@@ -258,7 +260,8 @@ class Frame:
     journaling: bool = True
     """Whether the model keeps recent events at all (`ClusterModel(journal_events=...)`)."""
     error: str = ""
-    """The source's last error (bootstrap address not answering, say)."""
+    """The source's last error (bootstrap address not answering, say), or what the relay it subscribes through says
+    of its upstreams that stopped answering it (`Intake.upstream_down`)."""
     options: Options = field(default_factory=Options)
     replay: Replayed | None = None
     """Set when the frame shows a recording (the dashboard rewound), not the live model."""
@@ -305,7 +308,8 @@ class FrameBuilder:
         read_at = time.monotonic()
         now = self.clock() if now is None else now
         model = self.model
-        gone = frozenset(label for label, view in model.ranks.items() if view.liveness(now) is Liveness.GONE)
+        gone = frozenset(model.gone(now))
+        states = model.liveness(now)
         groups = model.refold()
         recent_groups = model.fold.since(now - WINDOW_S)
         aborted = sum(group.aborted for group in recent_groups)
@@ -316,7 +320,7 @@ class FrameBuilder:
             self.count_rooms(now)
         rooms_open, stuck = self._counts
         rates = model.rates(now, WINDOW_S)
-        liveness = [view.liveness(now) for view in model.ranks.values()]
+        liveness = list(states.values())
         health = Health(
             ranks_alive=liveness.count(Liveness.ALIVE),
             ranks_total=len(liveness),
@@ -336,6 +340,7 @@ class FrameBuilder:
             aborted=aborted,
             incidents_ongoing=sum(row.ongoing and not row.client for row in incidents),
             ranks_crashed=sum(model.crash_of(label, now) is not None for label in model.crashes),
+            ranks_unheard=liveness.count(Liveness.UNHEARD),
         )
         shown, matched = _select(groups[-GROUPS_SHOWN:], incidents, model, options.filter)
         return Frame(
@@ -343,7 +348,7 @@ class FrameBuilder:
             health=health,
             history=self._history(now),
             ranks=[
-                _rank_row(model, view, now, view.label in suspected)
+                _rank_row(model, view, states[view.label], now, view.label in suspected)
                 for view in sorted(model.ranks.values(), key=_rank_order)
             ],
             links=self._links(now),
@@ -354,7 +359,7 @@ class FrameBuilder:
             group_incidents=[incident.id if (incident := model.incidents.incident_of(g)) else 0 for g in shown],
             gone=gone,
             journaling=model.journaling,
-            error=error,
+            error=error or model.intake.upstream_down(),
             options=options,
             read_at=read_at,
         )
@@ -457,10 +462,10 @@ def _rank_order(view: RankView) -> tuple[bool, str, int, int]:
     return (view.role != "prefill", *view.order[1:])
 
 
-def _rank_row(model: ClusterModel, view: RankView, now: float, suspected: bool = False) -> RankRow:
+def _rank_row(model: ClusterModel, view: RankView, state: Liveness, now: float, suspected: bool = False) -> RankRow:
     gbps = view.gbps(now, RATE_WINDOW_S)  # (reads its ring: its waiting transfers' bytes reach its timeline)
     return RankRow(
-        view.label, view.role, view.instance, view.rank, view.liveness(now), gbps, view.inflight, view.origins,
+        view.label, view.role, view.instance, view.rank, state, gbps, view.inflight, view.origins,
         view.echoes, view.cpu_percent, sum(sum(reasons.values()) for reasons in view.rejected.values()),
         Trend.of(view.timeline, now), view.source, bool(view.named_by), model.crash_of(view.label, now) is not None,
         suspected,

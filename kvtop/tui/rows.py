@@ -158,6 +158,7 @@ def rank_line(
         Liveness.LOG: palette.accent,
         Liveness.IDLE: palette.warning,
         Liveness.DOWN: palette.error,
+        Liveness.UNHEARD: palette.warning,
     }
     logged = row.liveness is Liveness.LOG  # logs tell no transfer and no CPU: `-`, never a made-up 0
     unknown = row.named_by_peers  # known from its peers' lines alone: its own counts too

@@ -10,7 +10,7 @@ failure and abort rates, stuck rooms, lost event batches.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
@@ -164,8 +164,6 @@ def evaluate(
     whole_cluster: bool = False,
     unread: str = "",
     clocks: tuple[str, dict[str, float]] = ("", {}),
-    upstream_down: str = "",
-    kept: Collection[str] = (),
 ) -> CheckResult:
     """Judge the model against the thresholds; the worst problem sets the verdict, incidents first.
 
@@ -174,8 +172,8 @@ def evaluate(
     bootstrap service forgot (it keeps a dead one listed for 10 minutes; a restarted service knows none) would
     otherwise leave a check green on half a cluster. `unread`: what of the source could not be read (a log given
     that held nothing), a WARNING; so is `clocks`' finding (logs whose clocks differ, with each offset).
-    `upstream_down`: a relay's upstream stopped answering it, the CRITICAL finding; the ranks it lists from that
-    upstream's last answer (`kept`) that went silent are named with it, unheard, not gone or stale.
+    A relay's upstream that stopped answering it (`Intake.upstream_down`) is the CRITICAL finding; the ranks it
+    lists from that upstream's last answer that went silent are named with it, unheard, not gone or stale.
 
     A rank that never answered in the `waited_s` the check listened is gone; one that answered is judged by
     the model's own bounds (stale after `STALE_S` of silence, gone after `GONE_S`). With `span` (logs, a
@@ -187,10 +185,9 @@ def evaluate(
     liveness = {label: state for label, state in everyone.items() if state is not Liveness.LOG}
     alive = sorted(label for label, state in liveness.items() if state in (Liveness.ALIVE, Liveness.IDLE))
     down = sorted(label for label, state in liveness.items() if state is Liveness.DOWN)
-    silent_states = (Liveness.STALE, Liveness.GONE)
-    unheard = sorted(label for label in kept if liveness.get(label) in silent_states) if upstream_down else []
-    stale = sorted(label for label, state in liveness.items() if state is Liveness.STALE and label not in unheard)
-    gone = sorted(label for label, state in liveness.items() if state is Liveness.GONE and label not in unheard)
+    unheard = sorted(label for label, state in liveness.items() if state is Liveness.UNHEARD)
+    stale = sorted(label for label, state in liveness.items() if state is Liveness.STALE)
+    gone = sorted(label for label, state in liveness.items() if state is Liveness.GONE)
     unanswered = [label for label in gone if not model.ranks[label].last_seen]
     unreachable = sorted(label for label in model.intake.unreachable if label in everyone)
     outcomes = model.outcomes(now, limits.window_s)
@@ -203,6 +200,7 @@ def evaluate(
     warning: list[str] = []
     need = limits.min_ranks or len(liveness)
     judged_from = (since or 0.0) if span else now - limits.window_s
+    upstream_down = model.intake.upstream_down()
     if upstream_down:  # the ranks behind it are unheard, not known gone: one finding, not one per rank
         critical.append(upstream_down + (f"; ranks behind it unheard: {', '.join(unheard)}" if unheard else ""))
     crashed = _judged_crashes(model, now, judged_from)

@@ -43,6 +43,7 @@ def ranks_json(model: ClusterModel, now: float) -> list[dict[str, Any]]:
     unreachable = model.intake.unreachable
     model.refold()  # its origin and echo counts follow the fold
     suspected = suspected_ranks(model, now)
+    states = model.liveness(now)
     return [
         {
             "role": view.role,
@@ -52,7 +53,7 @@ def ranks_json(model: ClusterModel, now: float) -> list[dict[str, Any]]:
             "source": view.source,
             "host": view.host,
             "pid": view.pid,
-            "state": str(view.liveness(now)),
+            "state": str(states[view.label]),
             "last_seen_s": round(now - view.last_seen, 3) if view.last_seen else None,
             "clock_offset_s": round(view.clock.offset_s, 3),
             "gbps": round(view.gbps(now, RATE_WINDOW_S), 4),
@@ -263,7 +264,7 @@ def rooms_json(
     """Rooms still open on some rank, then those that ended in the last `recent_s` (with `ended`, every room that
     ended the model keeps), oldest first: per-rank states, bytes, age, link, `outcome` (open, succeeded,
     failed) and whether they are `stuck`."""
-    gone = {label for label, state in model.liveness(now).items() if state is Liveness.GONE}
+    gone = model.gone(now)
     stuck = {room.room for room in model.stuck(now, STUCK_AFTER_S)}
     since = -math.inf if ended else now - recent_s
     shown: list[tuple[RoomView, bool | None]] = [(room, None) for room in model.open_rooms(now)]
@@ -329,7 +330,7 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
         "span_limit": coverage.limit,
         "ranks": {
             "total": len(liveness),
-            **{state: liveness.count(state) for state in ("alive", "stale", "gone", "log", "idle", "down")},
+            **{str(state): liveness.count(state) for state in Liveness},
             "unreachable": sum(label in model.intake.unreachable for label in model.ranks),
             "named_by_peers": sum(bool(view.named_by) for view in model.ranks.values()),
         },
@@ -356,6 +357,7 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
         "clocks_skewed": {label: round(offset, 3) for label, offset in model.skewed_clocks().items()},
         "ranks_crashed": {label: _crash_json(model, label) for label in model.crashes},
         **intake_json(model),
+        **upstream_json(model),
         "top_origins": [list(item) for item in origins.most_common(5)],
         "links": _links_json(model),
     }
@@ -391,6 +393,8 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
     live = ranks["total"] - ranks["log"]
     if ranks["unreachable"]:
         from_logs += f", {ranks['unreachable']} unreachable (kvtop could not open their sockets)"
+    if ranks["unheard"]:
+        from_logs = f", {ranks['unheard']} unheard (behind a relay's upstream that stopped answering)" + from_logs
     lines += [
         f"ranks   {ranks['alive']}/{live} alive, {ranks['stale']} stale, {ranks['gone']} gone" + from_logs
         if live
@@ -413,7 +417,23 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
             f"link    {link['prefill']} -> {link['decode']}: {link['transfers']} transfers, "
             f"{size(link['bytes'])}, {link['failed_rooms']} failed"
         )
-    return "\n".join(lines + crash_lines(model) + clock_lines(model) + intake_lines(model))
+    return "\n".join(lines + crash_lines(model) + clock_lines(model) + intake_lines(model) + upstream_lines(model))
+
+
+def upstream_json(model: ClusterModel) -> dict[str, list[str]]:
+    """What the relay a live source subscribes through said of its upstreams that stopped answering it: their errors
+    (`upstream_errors`, each naming the upstream) and the ranks it lists from their last answer (`ranks_kept`)."""
+    intake = model.intake
+    return {"upstream_errors": list(intake.upstream_errors), "ranks_kept": sorted(intake.unheard_behind())}
+
+
+def upstream_lines(model: ClusterModel) -> list[str]:
+    """`source  upstream stopped answering the relay at ADDR: ...; ranks behind it unheard: ...`, while one does."""
+    down = model.intake.upstream_down()
+    if not down:
+        return []
+    kept = sorted(model.intake.unheard_behind())
+    return [f"source  {down}" + (f"; ranks behind it unheard: {', '.join(kept)}" if kept else "")]
 
 
 def _peer_named(ranks: dict[str, int]) -> str:

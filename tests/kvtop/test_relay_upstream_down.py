@@ -1,7 +1,8 @@
-"""A view through a relay whose upstream relay died names that relay, not the ranks behind it.
+"""A view through a relay whose upstream relay died names that relay, not the ranks behind it, and calls those ranks
+unheard (not gone) in every view: the ranks table, `status`, `check`, a dashboard's model, its recording.
 
 Real processes: a cluster's agents, `kvtop relay` on its bootstrap (the rack relay), a second `kvtop relay` on the
-first, and the views on the second; the rack relay is killed.
+first, and the views on the second (a dashboard's model process among them); the rack relay is killed.
 """
 
 from __future__ import annotations
@@ -11,15 +12,24 @@ import queue
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from cluster_support import KVTOP, small_cluster
 from kvtop_cli import kvtop
 
+from kvtop.attach.runtime import RUNTIME_ENV
+from kvtop.cli.model_spec import LiveModel
+from kvtop.model.cluster import ClusterModel
+from kvtop.model.shapes import GONE_S, Liveness
+from kvtop.record.dashboard import RecordChoice
+from kvtop.sources.live import Collector
+from kvtop.tui.model_client import ModelProcess
 from tests.conftest import wait_for
-from transport.bootstrap import BootstrapClient
+from transport.bootstrap import BootstrapClient, BootstrapServer
 from transport.plane.relay import Relay
 
 pytestmark = pytest.mark.processes
@@ -43,6 +53,21 @@ def relay_process(*upstream: str) -> Iterator[tuple[subprocess.Popen[str], str]]
 def discovery_errors(address: str) -> int:
     with BootstrapClient(address, timeout_s=2.0, service="relay") as client:
         return client.listing().counters["discovery_errors"]
+
+
+def ranks_table(*source: str) -> list[dict[str, object]]:
+    """`kvtop ranks SOURCE --json`."""
+    listed = kvtop("ranks", *source, "--json")
+    assert listed.returncode == 0, listed.stderr
+    ranks = json.loads(listed.stdout)
+    assert isinstance(ranks, list)
+    return ranks
+
+
+def silent_past_gone(*source: str) -> list[dict[str, object]] | None:
+    """The ranks table once every rank was silent past `GONE_S` (it would be gone but for the relay's word)."""
+    ranks = ranks_table(*source)
+    return ranks if all(float(str(rank["last_seen_s"])) > GONE_S for rank in ranks) else None
 
 
 def test_a_view_through_a_relay_whose_upstream_relay_died_names_it_not_the_ranks(make_cluster) -> None:
@@ -116,3 +141,76 @@ def test_a_relay_passes_on_what_its_upstream_relay_says_of_its_own_upstream(make
         f"via {rack.address}: relay {bottom.address} stopped answering (none within 1.0s)"
     ]
     assert listing.kept == ranks
+
+
+def test_a_dashboard_and_its_recording_call_the_ranks_behind_a_dead_upstream_unheard_not_gone(
+    make_cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dashboard's model (as `kvtop top --relay` runs it, recording) heard both ranks through the cluster relay, then
+    the rack relay under it was SIGKILLed. Past `GONE_S` its ranks table said `gone`, `check --model` named them gone
+    and said nothing of the relay, and its recording replayed them gone. Now each says `unheard`, and `check` (on the
+    model or the recording) names the dead upstream first."""
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv(RUNTIME_ENV, str(runtime))
+    cluster = make_cluster(small_cluster())
+    ranks = sorted(agent.label for agent in cluster.agents())
+    ring = tmp_path / "ring"
+    with (
+        relay_process("--bootstrap", cluster.endpoint) as (rack, rack_address),
+        relay_process("--relay", rack_address) as (_, address),
+        ModelProcess(LiveModel(address, record=RecordChoice(True, str(ring)), kind="relay")) as dashboard,
+    ):
+        model = ("--model-at", str(dashboard.pid))
+        alive = ["alive"] * len(ranks)
+        wait_for(lambda: [rank["state"] for rank in ranks_table(*model)] == alive, 15, "the dashboard heard every rank")
+        rack.kill()
+        rack.wait(30)
+        table = wait_for(lambda: silent_past_gone(*model), 30, "every rank silent past GONE_S")
+        check = kvtop("check", *model, "--json")
+        status = kvtop("status", *model, "--json")
+    replayed = ranks_table("--replay", str(ring))
+    replay_check = kvtop("check", "--replay", str(ring), "--json")
+
+    stopped = f"relay {rack_address} stopped answering (none within 1.0s)"
+    down = f"upstream stopped answering the relay at {address}: {stopped}"
+    unheard = f"{down}; ranks behind it unheard: {', '.join(ranks)}"
+    assert {str(rank["label"]): rank["state"] for rank in table} == dict.fromkeys(ranks, "unheard")
+    assert {str(rank["label"]): rank["state"] for rank in replayed} == dict.fromkeys(ranks, "unheard")
+    for judged in (check, replay_check):
+        result = json.loads(judged.stdout)
+        assert (judged.returncode, result["problems"][0]) == (2, unheard), judged.stdout
+        assert (result["ranks_gone"], result["ranks_stale"], result["ranks_unheard"]) == ([], [], ranks)
+    said = json.loads(status.stdout)
+    assert (said["ranks"]["unheard"], said["ranks"]["gone"]) == (len(ranks), 0)
+    assert (said["upstream_errors"], said["ranks_kept"]) == ([stopped], ranks)
+
+
+def test_a_view_given_the_bootstrap_that_lists_the_relay_hears_of_the_relays_dead_upstream(make_cluster) -> None:
+    """A view given only a bootstrap service that lists a relay (registered there) subscribes through the relay but
+    never read the relay's own listing: when the relay's upstream relay died, the ranks behind it went stale then
+    gone, with no word of why. Now the view asks the relay itself, names the dead upstream and calls them unheard."""
+    cluster = make_cluster(small_cluster())
+    ranks = sorted(agent.label for agent in cluster.agents())
+    views = BootstrapServer().start()  # where views find the relay: it lists no agent of its own
+    rack = Relay(bootstrap=cluster.endpoint, name="rack").start()
+    top = Relay(relays=[rack.address], bootstrap=views.endpoint, register=True, name="top").start()
+    collector = Collector(views.endpoint, model=ClusterModel()).start()
+
+    def states() -> dict[str, Liveness]:
+        with collector.lock:
+            return collector.model.liveness(time.time())
+
+    try:
+        wait_for(lambda: states() == dict.fromkeys(ranks, Liveness.ALIVE), 15, "the view heard every rank")
+        rack.close()
+        wait_for(lambda: states() == dict.fromkeys(ranks, Liveness.UNHEARD), 20, "the ranks unheard behind the relay")
+        with collector.lock:
+            down = collector.model.intake.upstream_down()
+    finally:
+        collector.close()
+        top.close()
+        rack.close()
+        views.close()
+    stopped = f"relay {rack.address} stopped answering (none within 1.0s)"
+    assert down == f"upstream stopped answering the relay at {top.address}: {stopped}"

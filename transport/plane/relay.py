@@ -79,6 +79,12 @@ RELAY_COUNTERS = (
 )
 
 
+def listed_by_relay(listing: AgentList) -> bool:
+    """Whether `listing` is a relay's own answer (its counters are a relay's), which says what of its upstreams
+    stopped answering it; a bootstrap service's names the relays registered with it, not what they hear."""
+    return "upstream_agents" in listing.counters
+
+
 def _reachable(endpoint: str, advertise: str) -> str:
     """`endpoint` as others connect to it: a wildcard host (0.0.0.0, ::, *) becomes `advertise` or this host."""
     for wildcard in ("tcp://0.0.0.0:", "tcp://[::]:", "tcp://*:"):

@@ -9,9 +9,11 @@ import stat
 import struct
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from kvtop.model.cluster import ClusterModel
+from kvtop.model.shapes import GONE_S, Liveness
 from kvtop.record import keyframes
 from kvtop.record.format import (
     BLOCK_HEADER,
@@ -23,6 +25,7 @@ from kvtop.record.format import (
     checksum,
 )
 from kvtop.record.reader import Recording
+from kvtop.record.records import OPS_DECODER, Accounted, apply_op
 from kvtop.record.replay import Replay
 from kvtop.record.synthetic import feed
 from kvtop.record.writer import Recorder
@@ -228,3 +231,23 @@ def test_an_instant_between_two_runs_of_the_recorder_is_where_nothing_was_record
     spec = SourceSpec(replay=str(folder), when=When(at=stopped + 50.0))
     with pytest.raises(SourceError, match="where the recorder did not run"), RecordingSource.opened(spec):
         pass
+
+
+def test_a_relays_dead_upstream_replays_and_an_older_account_without_it_still_reads() -> None:
+    """The collector's account carries what the relay it subscribed through said of its dead upstream, so a replay
+    calls the ranks kept from there unheard, as the live views did (they replayed gone); an account recorded before
+    (ten fields) still decodes, with no upstream said."""
+    old = msgspec.msgpack.encode([["a", 5.0, {"batches": 3}, {}, {}, [], 0, 0, "", {}]])
+    (account,) = OPS_DECODER.decode(old)
+    assert isinstance(account, Accounted)
+    assert (account.counters, account.upstream_errors, account.upstream_kept) == ({"batches": 3}, [], [])
+    model = ClusterModel()
+    for label, batch in CLUSTER.hello():
+        model.apply(label, batch, 10.0)
+    stopped = "relay tcp://rack-1:7101 stopped answering (none within 1.0s)"
+    said = Accounted(11.0, {}, {}, {}, [], 0, 0, "", {}, "tcp://relay:7101", [stopped], ["decode-0/TP0"])
+    (replayed,) = OPS_DECODER.decode(msgspec.msgpack.encode([said]))
+    apply_op(model, replayed)
+    states = model.liveness(11.0 + GONE_S + 1)
+    assert (states["decode-0/TP0"], states["decode-0/TP1"]) == (Liveness.UNHEARD, Liveness.GONE)
+    assert model.intake.upstream_down() == f"upstream stopped answering the relay at tcp://relay:7101: {stopped}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tui_support import (
+    CLUSTER,
     FIXED_NOW,
     FixtureSource,
     build_history_source,
@@ -147,3 +148,31 @@ def test_a_filter_names_itself_on_the_overview_s_incidents_panel(app: KvtopApp):
 
     assert seen["before"].startswith("Incidents  ongoing: rooms, what broke")
     assert seen["after"].startswith("Incidents  ongoing matching 'prefill-0/TP1'")
+
+
+def test_ranks_a_relay_keeps_from_its_dead_upstream_read_unheard_not_gone(source: FixtureSource):
+    """The relay the dashboard subscribes through says its upstream stopped answering it and keeps the decode ranks
+    it had from there; a minute on, every rank is silent. Those read `gone` in the rank list, as the prefill ranks
+    nothing explains, and the health line said nothing of the relay. Now they read `unheard`, the health line counts
+    them and names the upstream."""
+    intake = source.model.intake
+    intake.upstream_relay = "tcp://relay:7101"
+    intake.upstream_errors = ["relay tcp://rack-1:7101 stopped answering (none within 1.0s)"]
+    intake.upstream_kept = CLUSTER.labels("decode")
+    app = make_app(source, clock=lambda: FIXED_NOW + 60.0)
+    seen = {}
+
+    async def scenario(pilot):
+        seen["health"], seen["ranks"] = text(app, "#health"), text(app, "#ranks-list")
+
+    drive(app, scenario, size=(220, 40))
+
+    rows = [line.split() for line in seen["ranks"].splitlines() if line.strip()]
+    states = {row[0]: next(cell for cell in row if cell in ("alive", "stale", "gone", "unheard")) for row in rows}
+    prefill, decode = CLUSTER.labels("prefill"), CLUSTER.labels("decode")
+    assert states == dict.fromkeys(prefill, "gone") | dict.fromkeys(decode, "unheard")
+    assert f" 0/{len(rows)} ranks alive, {len(decode)} unheard " in seen["health"]
+    assert seen["health"].endswith(
+        "source: upstream stopped answering the relay at tcp://relay:7101: relay tcp://rack-1:7101 stopped answering "
+        "(none within 1.0s)"
+    )
