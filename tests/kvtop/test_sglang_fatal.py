@@ -251,8 +251,8 @@ def test_a_line_that_tells_no_time_does_not_stretch_the_span_to_its_file_s_mtime
 
 
 def test_a_line_dated_past_any_event_s_time_does_not_move_the_span(tmp_path: Path):
-    """One line dated 9999-12-31 (its event rejected, counted) made the logs' "now" 8000 years on: status said no
-    failure in its window."""
+    """One line dated 9999-12-31 made the logs' "now" 8000 years on: status said no failure in its window. Its time
+    is set aside (said), its failure read at the time of the line before it."""
     failure = (
         "[2026-01-02 03:04:{s}.250 TP0] Decode transfer failed for request rank=0 decode_req.req.rid='r' "
         "decode_req.req.bootstrap_room={room} with exception KVTransferError(bootstrap_room={room}): Request {room} "
@@ -263,7 +263,8 @@ def test_a_line_dated_past_any_event_s_time_does_not_move_the_span(tmp_path: Pat
 
     status = json.loads(kvtop_here("status", "--sglang-log", str(log), "--json").stdout)
 
-    assert (status["rooms_failed"], status["rejected_events"]) == (1, 1)
+    assert (status["rooms_failed"], status["rejected_events"]) == (2, 0)
+    assert status["logs"]["misdated"]["decode-0"]["lines"] == 1
 
 
 def test_a_thread_s_death_is_said_where_its_exception_was_raised_not_at_a_frame_printed_after_it():

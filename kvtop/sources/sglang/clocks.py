@@ -14,6 +14,9 @@ The estimate reads the logs once before anything is applied (`read_room_times`):
 field in each block, only the lines that hold it split out and parsed; what is held is bounded (a block, and
 `ROOMS_KEPT` per server), and reading stops once every server met is joined to the first by pairs of `SETTLED`
 rooms or more.
+
+A time a line tells is believed from `EARLIEST_TS` to `AHEAD_MAX_S` past this machine's clock (`believable`): one
+outside is no log's (a garbled stamp, a line of 2099 or 1970), and never the logs' "now" or their span's start.
 """
 
 from __future__ import annotations
@@ -46,6 +49,13 @@ SHARED_MIN = 2
 """Rooms two servers must both name before their clocks are compared."""
 STEP_BACK_S = 180.0
 """A log whose times go back by more than this had its clock set back (a few lines out of order never do)."""
+AHEAD_MAX_S = 2 * 86400.0
+"""How far past this machine's clock a line's time may be: a server's clock a day ahead, and the 26 hours between
+the furthest timezones (SGLang writes local time with no zone, read here in this machine's). Past it no log's line
+can be (a garbled or made-up stamp): it would be "now" for every view of the logs."""
+EARLIEST_TS = 1577836800.0
+"""2020-01-01 UTC: no SGLang server logged before (its first release was in 2024). A line dated earlier (1970: a
+zeroed stamp) would be where the span of the logs starts."""
 ROOMS_KEPT = 1 << 16
 """Rooms each server's first failure time is held for (the oldest go first)."""
 SAMPLES_KEPT = 1024
@@ -129,6 +139,12 @@ class RoomTimes:
                 corrected = abs(seconds) <= CORRECTED_MAX_S
                 found[server] = Offset(hours * HOUR_S if whole else seconds, reference, whole, corrected)
         return found
+
+
+def believable(ts: float) -> bool:
+    """Whether a time a line tells can be a log's: from `EARLIEST_TS` to `AHEAD_MAX_S` past this machine's clock
+    (a log of years ago reads as it did)."""
+    return EARLIEST_TS <= ts <= time.time() + AHEAD_MAX_S
 
 
 def _agreed(differences: list[float]) -> float | None:
@@ -234,6 +250,7 @@ def _room_line(times: RoomTimes, index: int, text: str, year: int) -> None:
         isinstance(record, FailureLine)
         and record.room is not None
         and prefix.ts is not None
+        and believable(prefix.ts)
         and not reason_class(record.reason).startswith("timeout")
     ):
         times.saw((index, name if stream else ""), record.room, prefix.ts)

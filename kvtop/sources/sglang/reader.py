@@ -205,6 +205,11 @@ class LogReader:
         self.gz = is_gzip(path)
 
     @property
+    def last_dated_handed(self) -> bool:
+        """`last_dated` came out of `read()` already (as a marked line, or to date a crash after it)."""
+        return self._dated_handed
+
+    @property
     def position(self) -> int:
         """Bytes read of the file now open (decompressed bytes for a `.gz`)."""
         return self._offset

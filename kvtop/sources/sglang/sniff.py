@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from kvtop.sources.sglang.clocks import believable
 from kvtop.sources.sglang.lines import ROLE_MARKERS, NodeOf, node_of
 from kvtop.sources.sglang.prefix import has_prefix, parse_prefix, split_stream
 from kvtop.sources.sglang.reader import is_gzip, read_head
@@ -53,8 +54,9 @@ PREFIX_SNIFF_BYTES = 64 << 10
 
 
 def first_stamp(path: Path) -> float | None:
-    """The time of the first line at the file's head that SGLang's prefix dates (None: none there, or unreadable):
-    what a line with no time of its own before it is taken to be, and a glog line's year."""
+    """The time of the first line at the file's head that SGLang's prefix dates believably (`clocks.believable`;
+    None: none there, or unreadable): what a line with no time of its own before it is taken to be, and a glog
+    line's year."""
     try:
         head = read_head(path, PREFIX_SNIFF_BYTES)
     except OSError:
@@ -62,9 +64,11 @@ def first_stamp(path: Path) -> float | None:
     for line in head.decode("utf-8", "replace").splitlines():
         if has_prefix(line):
             try:
-                return parse_prefix(line).ts
+                ts = parse_prefix(line).ts
             except ValueError:  # a garbled stamp: the next one may do
                 continue
+            if ts is not None and believable(ts):
+                return ts
     return None
 
 

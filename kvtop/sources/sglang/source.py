@@ -42,11 +42,12 @@ from kvtop.model.suspects import (
     failed_session,
     local_fault,
 )
-from kvtop.sources.sglang.clocks import STEP_BACK_S, Offset, Server, read_room_times
+from kvtop.sources.sglang.clocks import STEP_BACK_S, Offset, Server, believable, read_room_times
 from kvtop.sources.sglang.context import CONTEXT_KEPT, Context, context_for
 from kvtop.sources.sglang.convert import to_heartbeat
 from kvtop.sources.sglang.infer import to_failure
 from kvtop.sources.sglang.lines import (
+    BatchLine,
     ContextLine,
     FailureLine,
     Garbled,
@@ -63,8 +64,8 @@ from kvtop.sources.sglang.reader import LogReader
 from kvtop.sources.sglang.related import RelatedLines, WorkerError
 from kvtop.sources.sglang.sniff import first_stamp, holds_sglang_lines, sniff_node, sniff_role
 from kvtop.sources.sglang.spec import LogSpec
-from kvtop.sources.sglang.stats import EMPTY, ClockOffset, ClockStep, LogStats
-from transport.plane.events import EVENT_SCHEMA, MAX_TS, Event, EventBatch, Failure, Level, LogContext
+from kvtop.sources.sglang.stats import EMPTY, ClockOffset, ClockStep, LogStats, Misdated
+from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure, Level, LogContext
 from transport.sglang.reasons import reason_class
 from transport.wire import cut_text, label_parts, rank_label
 
@@ -151,6 +152,20 @@ def _role_named(name: str) -> str:
     return found[1].lower() if found else ""
 
 
+def _unbelievable(told: float | None, record: Record | None) -> float | None:
+    """The time a line tells (its prefix's, or a glog or UCX line's own) where it cannot be a log's
+    (`clocks.believable`); None when it can, or tells none."""
+    for ts in (told, None if record is None or isinstance(record, ServerArgsLine) else record.ts):
+        if ts is not None and not believable(ts):
+            return ts
+    return None
+
+
+def _undated(record: FailureLine | BatchLine | ContextLine) -> FailureLine | BatchLine | ContextLine:
+    """The record as a line that tells no time."""
+    return dataclasses.replace(record, ts=None)
+
+
 def _moved(file: _File, record: Record) -> float:
     """What to take off the time a record tells: its server's correction, but for the epoch seconds of a UCX line
     where that is a timezone's (no timezone moves them)."""
@@ -197,6 +212,14 @@ class _File:
     """The latest time its prefixes told, as written."""
     stepped: ClockStep | None = None
     """The largest step back its prefixes' times took past `STEP_BACK_S` (its clock was set back)."""
+    misdated: Misdated | None = None
+    """Its lines dated where no log's can be (`clocks.believable`): read as lines that tell no time."""
+    last_dated: str = ""
+    """The reader's last dated line when it was last looked at (`SGLangLogs._saw_dated`)."""
+
+    def misdate(self, ts: float) -> None:
+        """One more of its lines told `ts`, a time no log's line can be."""
+        self.misdated = Misdated(1, ts) if self.misdated is None else self.misdated.another()
 
     @property
     def servers(self) -> tuple[_File, ...]:
@@ -267,7 +290,7 @@ class SGLangLogs:
             first = first_stamp(spec.path)
             if first is not None:
                 self._saw(first)
-            start = first if first is not None else spec.path.stat().st_mtime
+            start = first if first is not None else min(spec.path.stat().st_mtime, time.time())  # none written later
             clock = piece.clock if piece is not None else (index, "")  # a node of a server has its own host's
             if piece is not None:
                 file = _File(spec, reader, role, piece.instance, start, first is not None, related=piece.related)
@@ -306,7 +329,7 @@ class SGLangLogs:
             if not read.matched and (why := self._unread(file)):
                 stats.unread[str(file.spec.path)] = why
         stats.relabelled, stats.repeated = self.relabelled, self.repeated
-        stats.clocks, stats.clock_steps = self._clocks()
+        stats.clocks, stats.clock_steps, stats.misdated = self._clocks()
         stats.mixed = [
             f"{file.spec.path}: {file.other_role_lines} of its lines are {_OTHER_ROLE.get(file.role, '?')}'s, read as "
             f"{file.instance}'s (give each server's log apart)"
@@ -315,9 +338,10 @@ class SGLangLogs:
         ]
         return stats
 
-    def _clocks(self) -> tuple[dict[str, ClockOffset], dict[str, ClockStep]]:
-        """The servers whose clock differs from their group's first server's (its times corrected), and those whose
-        clock stepped back, by name (the log's too where a server's nodes each have their own)."""
+    def _clocks(self) -> tuple[dict[str, ClockOffset], dict[str, ClockStep], dict[str, Misdated]]:
+        """The servers whose clock differs from their group's first server's (its times corrected), those whose
+        clock stepped back, and those with lines dated where no log's can be, by name (the log's too where a
+        server's nodes each have their own)."""
         servers = self._servers()
         clocks_of: dict[str, set[Server]] = {}
         for server in servers:
@@ -337,7 +361,8 @@ class SGLangLogs:
             if clock in names
         }
         steps = {name(server): server.stepped for server in servers if server.stepped is not None}
-        return offsets, steps
+        misdated = {name(server): server.misdated for server in servers if server.misdated is not None}
+        return offsets, steps, misdated
 
     def _unread(self, file: _File) -> str:
         """Why nothing was read from a file ("" when it is a log that said nothing kvtop reads, yet)."""
@@ -375,7 +400,7 @@ class SGLangLogs:
         for file in self.files:
             for text in file.reader.read(final, max_bytes):
                 self._line(file, text, pending)
-            self._saw_dated(file, file.reader.last_dated)
+            self._saw_dated(file, file.reader.last_dated, file.reader.last_dated_handed)
         last_pieces = {id(file.related): file for file in self.files}
         for file in self.files:
             if last_pieces[id(file.related)] is not file:
@@ -485,6 +510,10 @@ class SGLangLogs:
         except (Garbled, ValueError):
             self._garbled += 1
             return
+        if (bad := _unbelievable(prefix.ts, record)) is not None:  # its time is the line's before, as an undated one's
+            file.misdate(bad)
+            prefix = dataclasses.replace(prefix, ts=None)
+            record = record if record is None or isinstance(record, ServerArgsLine) else _undated(record)
         if prefix.ts is not None:
             if prefix.ts < file.latest - STEP_BACK_S:
                 self._stepped_back(file, prefix.ts)
@@ -552,15 +581,24 @@ class SGLangLogs:
             event = to_heartbeat(record, ts)
         pending.append((ts, len(pending), file, label, event))
 
-    def _saw_dated(self, file: _File, line: str) -> None:
-        """The last dated line a file gave (marked or not): how far the span the logs cover goes."""
+    def _saw_dated(self, file: _File, line: str, handed: bool) -> None:
+        """The last dated line a file gave (marked or not; `handed`: `_line` read it): how far the span the logs
+        cover goes, unless its time is no log's (counted here when no marker brought it to `_line`)."""
+        if line == file.last_dated:
+            return  # seen at the poll before
+        file.last_dated = line
         name, rest = split_stream(line)
         try:
             ts = parse_prefix(rest if name else line).ts
         except ValueError:
             return
-        if ts is not None:
-            self._saw(ts - file.streams.get(name, file).correction)
+        if ts is None:
+            return
+        server = file.streams.get(name, file)
+        if believable(ts):
+            self._saw(ts - server.correction)
+        elif not handed:
+            server.misdate(ts)
 
     def _stepped_back(self, file: _File, ts: float) -> None:
         """A line of `file` dated `ts` (as written), more than `STEP_BACK_S` before the latest one it dated: its
@@ -571,9 +609,9 @@ class SGLangLogs:
 
     def _saw(self, ts: float, guessed: bool = False) -> None:
         """The logs mention this time: the span they cover reaches it. A `guessed` time (a file's mtime, for a line
-        of a file that told none yet) stands for the span only while no line told one; a time past `MAX_TS` (a line
-        dated 9999: its event is rejected) never does (it made "now" 8000 years on, and every failure old)."""
-        if (guessed and self._told) or not 0.0 <= ts <= MAX_TS:
+        of a file that told none yet) stands for the span only while no line told one. Every time here is
+        `clocks.believable` (a line dated 2099 made "now" 2099 for every view, and every failure old)."""
+        if guessed and self._told:
             return
         if not guessed and not self._told:
             self._told = True

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from kvtop.sources.sglang.clocks import AHEAD_MAX_S, EARLIEST_TS
+
 EMPTY = "empty"
 """Why nothing was read from a file that holds nothing (yet)."""
 
@@ -46,6 +48,39 @@ class ClockStep:
         return f"{name}'s times step back {self.back_s:.0f} s at {at} (its clock was set back: read as written)"
 
 
+@dataclass(frozen=True)
+class Misdated:
+    """A log's lines dated where no log's can be (`clocks.believable`): each read at the time of the line before
+    it, as a line that tells no time is."""
+
+    lines: int
+    first: float
+    """The time the first of them told."""
+
+    def another(self) -> Misdated:
+        return Misdated(self.lines + 1, self.first)
+
+    def text(self, name: str) -> str:
+        try:
+            at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.first))
+        except (OverflowError, OSError, ValueError):  # a UCX line's epoch seconds of 30 digits
+            at = f"{self.first:.0f} s after 1970"
+        where = (
+            f"before {time.gmtime(EARLIEST_TS).tm_year}"
+            if self.first < EARLIEST_TS
+            else f"past this machine's clock by more than {AHEAD_MAX_S / 86400:.0f} days"
+        )
+        if self.lines == 1:
+            return (
+                f"{name}'s line dated {at} tells a time no log's can ({where}): set aside, the line dated by the one "
+                "before it"
+            )
+        return (
+            f"{self.lines} of {name}'s lines tell a time no log's can (the first {at}, {where}): set aside, each line "
+            "dated by the one before it"
+        )
+
+
 @dataclass
 class LogStats:
     """What the files gave: bytes and lines read, lines parsed, and what was skipped."""
@@ -79,6 +114,8 @@ class LogStats:
     times were corrected onto that one's (but where `corrected` is False)."""
     clock_steps: dict[str, ClockStep] = field(default_factory=dict)
     """Servers whose log's times step back by more than `clocks.STEP_BACK_S`, by name: read as written."""
+    misdated: dict[str, Misdated] = field(default_factory=dict)
+    """Servers whose log holds lines dated where no log's can be, by name: their times are not the logs' "now"."""
 
     @property
     def no_log(self) -> bool:
@@ -94,19 +131,26 @@ class LogStats:
         return "; ".join(f"{path}: {why}" for path, why in self.unread.items())
 
     def clock_lines(self) -> list[str]:
-        """Each server whose clock differs from another's, then each whose clock stepped back."""
-        return [clock.text(name) for name, clock in self.clocks.items()] + [
-            step.text(name) for name, step in self.clock_steps.items()
+        """Each server whose clock differs from another's, each whose clock stepped back, each whose lines were
+        dated where no log's can be."""
+        return [
+            *(clock.text(name) for name, clock in self.clocks.items()),
+            *(step.text(name) for name, step in self.clock_steps.items()),
+            *(misdated.text(name) for name, misdated in self.misdated.items()),
         ]
 
     def clock_findings(self) -> list[str]:
-        """What the logs' clocks did: `clocks of the logs differ: ...`, `a log's clock stepped back: ...`."""
+        """What the logs' clocks did: `clocks of the logs differ: ...`, `a log's clock stepped back: ...`, `a log's
+        lines tell impossible times: ...`."""
         found = []
         if self.clocks:
             found.append("clocks of the logs differ: " + "; ".join(c.text(name) for name, c in self.clocks.items()))
         if self.clock_steps:
             steps = "; ".join(step.text(name) for name, step in self.clock_steps.items())
             found.append(f"a log's clock stepped back: {steps}")
+        if self.misdated:
+            dates = "; ".join(misdated.text(name) for name, misdated in self.misdated.items())
+            found.append(f"a log's lines tell impossible times: {dates}")
         return found
 
     def summary(self, clocks: bool = True) -> str:
