@@ -15,14 +15,16 @@ Kinds (DOMAIN.md, "SGLang's log lines"):
   (`#bootstrap-req`, `#inflight-req`, `#prealloc-req`, `#transfer-req`,
   `#retracted-req`, mid-2025 `#unbootstrapped-req`/`#transferring-req`);
 - `ServerArgsLine`: the arguments a server prints as it starts (a prefill's bootstrap port; `node_of`: which node
-  of a server that spans several it is);
+  of a server that spans several it is; `launch_of`: how its launcher laid out the node's schedulers);
+- `LauncherLine`: SGLang's launcher's word that a scheduler died at start-up (`Rank 0 scheduler is dead.`, its
+  `Exit code: -3` on the next line; `... died during initialization (exit code: -3)`), of the scheduler's index on
+  its node: the source reads it as its rank's crash (`startup_death`);
 - `ContextLine`: everything else that explains failures: `Session X failed.`,
   `Lost connection with prefill instance (...), N requests affected`, NIXL
   transport errors, transfer worker errors and their tracebacks, one-time
   hints, bootstrap trouble, aborts carrying a KVTransferError, and transport libraries' own lines (glog, UCX); and a
   rank's crash, in a few words: its scheduler's (`Scheduler hit an exception:
-  Traceback ...`: the rank's process ends, SGLang takes its server down, `crash_text`), its launcher's word
-  that a scheduler died at start-up (`Rank 0 scheduler is dead.`),
+  Traceback ...`: the rank's process ends, SGLang takes its server down, `crash_text`),
   a fatal signal (`Caught signal 11 (Segmentation fault ...`, `Fatal Python error:
   Segmentation fault`), or one of its KV transfer threads dying (`Exception in thread
   Thread-5 (transfer_worker):` and its traceback: the process goes on, the rooms that
@@ -42,6 +44,7 @@ from kvtop.sources.sglang.prefix import RANK_TAG_MAX, Prefix, stamp_seconds
 from transport.wire import cut_text
 
 MARKERS: tuple[bytes, ...] = (
+    b"server_args=",  # the arguments a server starts with (its bootstrap port, its node's layout)
     b"bootstrap",  # failure lines with a room, lost connections, bootstrap errors, hints, corruption, client aborts
     b"server info",  # bootstrap attempts that name no bootstrap (`Failed to get prefill server info: 503, ...`)
     b"parallel info from ",  # the give-up after them (`Could not fetch prefill parallel info from X after 15 attempts`)
@@ -56,6 +59,7 @@ MARKERS: tuple[bytes, ...] = (
     b"crashed with exit code",  # SGLang's watchdog of its scheduler processes (`Subprocess scheduler_0 ...`)
     b"scheduler is dead",  # its launcher, of a scheduler that died at start-up (`Rank 0 scheduler is dead. ...`)
     b"scheduler died during initialization",  # the same since 2026-03 (`... (exit code: -3)`)
+    b"Exit code: ",  # the launcher's next line after `... scheduler is dead.` (SGLang <= 0.5.9: `Exit code: -3`)
     b"Segfault encountered",
     b"Exception in thread ",  # a thread's death (Python's `threading.excepthook`), its traceback on the next lines
     b"Caught signal ",  # UCX's handler of a fatal signal (`Caught signal 11 (Segmentation fault: ...)`)
@@ -119,11 +123,14 @@ an exit code 9. pid=149`): one of the server's processes died, which names no ra
 _SUBPROCESS_CRASH = re.compile(r"Subprocess (?:scheduler_(\d+)|detokenizer) \(pid=\d+\) crashed with exit code (-?\d+)")
 """SGLang's watchdog of its scheduler processes (since early 2026): one died without a word of its own (a
 signal, C++'s std::terminate); the server is taken down."""
-_STARTUP_DEATH = re.compile(r"Rank (\d+) scheduler (?:is dead\.|died during initialization \(exit code: (-?\d+)\))")
+_STARTUP_DEATH = re.compile(r"Rank (\d+) scheduler (?:is dead\.|died during initialization \(exit code: (-?\d{1,4})\))")
 """SGLang's launcher, of a scheduler process that died before it was ready: `Rank 0 scheduler is dead. Please check
 if there are relevant logs.` (its exit code on the next line, `Exit code: -3`), since 2026-03 a RuntimeError at the end
 of the launcher's traceback, `Rank 0 scheduler died during initialization (exit code: -3). ...`. The rank is the
-index of the first scheduler the launcher found gone (its TP rank on a one-node server)."""
+index of the first scheduler the launcher found gone among those it started on its node (`NodeOf.scheduler`)."""
+_EXIT_CODE = re.compile(r"Exit code: (-?\d{1,4})\s*")
+"""The launcher's line after `Rank N scheduler is dead.` (SGLang <= 0.5.9): the dead scheduler's exit code, once it
+joined its process (`logger.error(f"Exit code: {scheduler_procs[i].exitcode}")`)."""
 THREAD_DEATH = "Exception in thread "
 _THREAD = re.compile(r"Exception in thread (.+?)(?: \(([\w.]+)\))?:\s*$", re.MULTILINE)
 """`Exception in thread Thread-5 (transfer_worker):` (its target's name since Python 3.10)."""
@@ -245,6 +252,22 @@ class ServerArgsLine:
 
     bootstrap_port: int | None
     """`disaggregation_bootstrap_port`: a prefill instance's bootstrap address ends with it."""
+    launch: NodeOf | None = None
+    """How the launcher laid out the schedulers of its node (`launch_of`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LauncherLine:
+    """SGLang's launcher, of a scheduler process that died before it was ready (`Rank 2 scheduler is dead. ...`, since
+    2026-03 `Rank 2 scheduler died during initialization (exit code: -9)`), or the exit code it logs on the line after
+    the first (`Exit code: -9`, SGLang <= 0.5.9)."""
+
+    ts: float | None
+    index: int | None
+    """The scheduler's index among those the launcher started on its node (`NodeOf.scheduler`); None: an exit code's
+    line."""
+    code: int | None
+    """The exit code (negative: the signal that killed it); None where the line gives none (its next line does)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +309,15 @@ class NodeOf:
         width = max(self.pp_size // self.nnodes, 1)
         return range(width * (self.rank // self._nodes_per_stage), width * (self.rank // self._nodes_per_stage + 1))
 
+    def scheduler(self, index: int) -> tuple[int | None, int] | None:
+        """The rank (pipeline stage past the first or None, TP rank) of the scheduler SGLang's launcher started
+        `index`th on this node, looping over `pp_ranks`, then `tp_ranks` (the index its `Rank N scheduler ...` lines
+        name: TP 8+N on node 1 of a TP16 server over two); None past the node's schedulers."""
+        width = len(self.tp_ranks)
+        if index >= width * len(self.pp_ranks):
+            return None
+        return self.pp_ranks[index // width] or None, self.tp_ranks[index % width]
+
 
 def server_arg(message: str, name: str) -> str | None:
     """The value a `server_args` line gives an argument, unquoted: `name=V` in `ServerArgs(...)`, `'name': V` in
@@ -305,14 +337,39 @@ def node_of(message: str) -> NodeOf | None:
     """The node of a multi-node server a `server_args` line says it is; None for a server on one node, one that
     names no rendezvous address, and one whose nodes' ranks SGLang's launcher would not lay out evenly. Pipeline
     stages over the nodes are told apart by their `PP` tags (node 1 of TP8 PP2 over two logs `PP1 TP0`..)."""
-    nnodes, rank, tp_size = (server_count(message, name) for name in ("nnodes", "node_rank", "tp_size"))
+    node = _layout(message)
+    if node is None or node.nnodes < 2 or server_count(message, "node_rank") is None or node.address == "None":
+        return None
+    return node
+
+
+def launch_of(message: str) -> NodeOf | None:
+    """How SGLang's launcher laid out the schedulers of the node a `server_args` line is of (one on a server of one
+    node, whatever its address); None for a line without `tp_size`, sizes past `RANK_TAG_MAX` ranks, a layout the
+    launcher would not make evenly, and a server with a DP controller (`dp_size` past 1): the launcher then starts
+    that one process, which its `Rank 0` names, and the controller the schedulers."""
+    node = _layout(message)
+    if (
+        node is None
+        or (server_count(message, "dp_size") or 1) > 1
+        or max(node.tp_size, node.pp_size) > RANK_TAG_MAX + 1
+    ):
+        return None
+    return node
+
+
+def _layout(message: str) -> NodeOf | None:
+    """The node a `server_args` line says it is (`nnodes`, `node_rank` and `pp_size` left out: SGLang's defaults);
+    None without `tp_size`, and where SGLang's launcher would not share the ranks among the nodes evenly."""
+    tp_size = server_count(message, "tp_size")
+    if tp_size is None:
+        return None
+    nnodes, rank = server_count(message, "nnodes") or 1, server_count(message, "node_rank") or 0
     pp_size = server_count(message, "pp_size") or 1
     address = server_arg(message, "dist_init_addr") or "None"
-    if nnodes is None or rank is None or tp_size is None or address == "None":
-        return None
     node = NodeOf(server_arg(message, "disaggregation_mode") or "", address, nnodes, tp_size, rank, pp_size)
     stages_even = pp_size % nnodes == 0 if pp_size >= nnodes else nnodes % pp_size == 0
-    if node.nnodes < 2 or node.rank >= node.nnodes or not stages_even or tp_size % node._nodes_per_stage:
+    if node.rank >= node.nnodes or not stages_even or tp_size % node._nodes_per_stage:
         return None
     return node if node.tp_ranks else None
 
@@ -326,7 +383,7 @@ def _glog_seconds(glog: re.Match[str], year: int) -> float:
         raise Garbled(f"a glog line with a bad time: {stamp}") from error
 
 
-Record = FailureLine | BatchLine | ContextLine | ServerArgsLine
+Record = FailureLine | BatchLine | ContextLine | ServerArgsLine | LauncherLine
 
 
 _ADDRESS = re.compile(r"[^\s:]{1,253}:(\d{1,5})|\[[0-9A-Fa-f:.]{2,45}\]:(\d{1,5})")
@@ -356,7 +413,7 @@ def classify(prefix: Prefix, year: int) -> Record | None:
     Raises `Garbled` for a line that starts like a kind kvtop knows but does not finish like one.
     """
     record = _classify(prefix, year)
-    if prefix.pp is None or record is None or isinstance(record, ServerArgsLine):
+    if prefix.pp is None or record is None or isinstance(record, (ServerArgsLine, LauncherLine)):
         return record
     return dataclasses.replace(record, pp=prefix.pp)
 
@@ -364,7 +421,7 @@ def classify(prefix: Prefix, year: int) -> Record | None:
 def _classify(prefix: Prefix, year: int) -> Record | None:
     message, ts = prefix.message, prefix.ts
     if message.startswith("server_args="):
-        return ServerArgsLine(server_count(message, "disaggregation_bootstrap_port"))
+        return ServerArgsLine(server_count(message, "disaggregation_bootstrap_port"), launch_of(message))
     if "failed for request" in message:
         return _failure(prefix)
     if " failed" in message and _FAILURE_KIND.search(message):  # the substring first: this runs on every marked line
@@ -399,7 +456,9 @@ def _classify(prefix: Prefix, year: int) -> Record | None:
     if any(error in message for error in _BOOTSTRAP_ERRORS):
         return ContextLine(ts, prefix.tp, BOOTSTRAP_ERROR, None, message)
     if "scheduler " in message and not message.startswith(CRASHES) and (dead := _STARTUP_DEATH.search(message)):
-        return _startup_death(prefix, dead)
+        return _launcher(prefix, dead)
+    if message.startswith("Exit code: ") and (code := _EXIT_CODE.fullmatch(message)):
+        return LauncherLine(ts, None, int(code[1]))
     if message.startswith("Traceback (most recent call last)"):
         return ContextLine(ts, prefix.tp, "traceback", None, message)
     if message.startswith(CRASHES):
@@ -435,17 +494,30 @@ def _subprocess_crash(prefix: Prefix, died: re.Match[str]) -> ContextLine:
     return ContextLine(prefix.ts, tp, CRASHED, None, f"its {process} process {_how(int(died[2]))}")
 
 
-def _startup_death(prefix: Prefix, dead: re.Match[str]) -> ContextLine:
-    """`Rank 2 scheduler died during initialization (exit code: -9)`: rank 2's scheduler died before its server was
-    ready; killed by SIGQUIT (-3), it was taken down with its server after another of its processes failed."""
-    tp = int(dead[1])
-    if tp > RANK_TAG_MAX:
-        raise Garbled(f"rank {tp} is past {RANK_TAG_MAX}")
-    code = int(dead[2]) if dead[2] is not None else None
+def _launcher(prefix: Prefix, dead: re.Match[str]) -> LauncherLine:
+    """`Rank 2 scheduler died during initialization (exit code: -9)`: the scheduler the launcher started third on its
+    node died before its server was ready."""
+    index = int(dead[1])
+    if index > RANK_TAG_MAX:
+        raise Garbled(f"rank {index} is past {RANK_TAG_MAX}")
+    return LauncherLine(prefix.ts, index, int(dead[2]) if dead[2] is not None else None)
+
+
+def startup_death(line: LauncherLine, launch: NodeOf | None, code: int | None = None) -> ContextLine:
+    """The crash a launcher's line tells, with `code` where the line gives none (its next line's), of the scheduler
+    its index names on the node `launch` lays out; `launch` None (not known): the index read as the TP rank (right on
+    a server's first node without pipeline stages). Killed by SIGQUIT (-3), the scheduler was taken down with its
+    server after another of its processes failed. Raises `Garbled` for an index past the node's schedulers."""
+    assert line.index is not None  # an exit code's line tells no crash of its own
+    rank = launch.scheduler(line.index) if launch is not None else (None, line.index)
+    if rank is None:
+        started = len(launch.tp_ranks) * len(launch.pp_ranks) if launch is not None else 0
+        raise Garbled(f"rank {line.index} of a node whose launcher started {started} schedulers")
+    code = line.code if line.code is not None else code
     how = "" if code is None else f", {_how(code)}"
     if code == -signal.SIGQUIT:
         how += " (its server was taken down after another of its processes failed)"
-    return ContextLine(prefix.ts, tp, CRASHED, None, f"{STARTUP_DEATH}{how}")
+    return ContextLine(line.ts, rank[1], CRASHED, None, f"{STARTUP_DEATH}{how}", rank[0])
 
 
 def _how(code: int) -> str:

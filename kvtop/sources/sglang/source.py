@@ -51,12 +51,14 @@ from kvtop.sources.sglang.lines import (
     ContextLine,
     FailureLine,
     Garbled,
+    LauncherLine,
     NodeOf,
     Record,
     ServerArgsLine,
     classify,
     is_glog,
     lost_prefill,
+    startup_death,
 )
 from kvtop.sources.sglang.naming import InstanceNames, agent_file
 from kvtop.sources.sglang.prefix import has_prefix, parse_prefix, split_stream
@@ -92,6 +94,29 @@ no failure line claimed it (`related.Announcement`)."""
 _ROLE_IN_NAME = re.compile(r"(?<![a-z])(prefill|decode)(?![a-z])", re.IGNORECASE)
 """A server's role in the name a wrapper gives it (`qwen3-2p2d-prefill-0-1`, `sglang-decode-5f7c`), or a file's
 when nothing in it says (`decode.log`)."""
+
+
+EXIT_CODE_S = 10.0
+"""How long a launcher's `Rank N scheduler is dead.` waits for its `Exit code: C` (SGLang <= 0.5.9 logs it once it
+joined the dead process: 1-2 s later in public reports), by the log's time or, while a followed log is quiet, the
+clock: then its crash is told without it."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Dying:
+    """A launcher's word that a scheduler died, waiting for the exit code its next line gives."""
+
+    line: LauncherLine
+    ts: float
+    held_at: float
+    """When it began to wait (`time.monotonic()`)."""
+
+    def given_up(self, now: float | None, quiet: bool) -> bool:
+        """No exit code is coming: the file is complete (`now` None), its time went on past `EXIT_CODE_S`, or it went
+        quiet and as long passed by the clock."""
+        if now is None or now - self.ts > EXIT_CODE_S:
+            return True
+        return quiet and time.monotonic() - self.held_at > EXIT_CODE_S
 
 
 _OTHER_ROLE = {"prefill": "decode", "decode": "prefill"}
@@ -161,7 +186,11 @@ def _unbelievable(told: float | None, record: Record | None) -> float | None:
     return None
 
 
-def _undated(record: FailureLine | BatchLine | ContextLine) -> FailureLine | BatchLine | ContextLine:
+_Dated = FailureLine | BatchLine | ContextLine | LauncherLine
+"""A record whose line tells a time of its own."""
+
+
+def _undated(record: _Dated) -> _Dated:
     """The record as a line that tells no time."""
     return dataclasses.replace(record, ts=None)
 
@@ -190,6 +219,11 @@ class _File:
     batch_key: str = ""
     bootstrap_port: int | None = None
     """A prefill's bootstrap port, from its `server_args` line (None: not read)."""
+    launch: NodeOf | None = None
+    """How SGLang's launcher laid out the server's schedulers on its node, from its `server_args` line (None: not read,
+    or its launcher's index names no scheduler: `lines.launch_of`)."""
+    dying: _Dying | None = None
+    """A launcher's `Rank N scheduler is dead.` waiting for its `Exit code: C`."""
     seq: dict[str, int] = field(default_factory=dict)
     related: RelatedLines = field(default_factory=RelatedLines)
     streams: dict[str, _File] = field(default_factory=dict)
@@ -401,6 +435,13 @@ class SGLangLogs:
             for text in file.reader.read(final, max_bytes):
                 self._line(file, text, pending)
             self._saw_dated(file, file.reader.last_dated, file.reader.last_dated_handed)
+        for file in self.files:
+            complete = final and file.reader.at_end()
+            for server in file.servers:
+                dying = server.dying
+                if dying is not None and dying.given_up(None if complete else server.last_ts, file.reader.quiet):
+                    server.dying = None
+                    self._startup_death(server, dying.line, dying.ts, None, pending)
         last_pieces = {id(file.related): file for file in self.files}
         for file in self.files:
             if last_pieces[id(file.related)] is not file:
@@ -525,28 +566,18 @@ class SGLangLogs:
             file.last_ts, file.dated = record.ts - _moved(file, record), True  # a glog or UCX line: a time, no rank
         if record is None or isinstance(record, ServerArgsLine):
             if record is not None:
-                file.bootstrap_port = record.bootstrap_port
+                file.bootstrap_port, file.launch = record.bootstrap_port, record.launch
             if prefix.ts is not None:  # a line that only dates: the span the logs cover
                 self._saw(file.last_ts)
             return
         ts = record.ts - _moved(file, record) if record.ts is not None else file.last_ts
         self._undated += record.ts is None and not file.dated
         self._saw(ts, guessed=not file.dated)  # lines that tell no time too: "now" is never the wall clock once read
+        if isinstance(record, LauncherLine):
+            self._launcher(file, record, ts, pending)
+            return
         if isinstance(record, ContextLine):
-            file.related.context(record, ts)
-            self._context += 1
-            context = Context(
-                ts, file.instance or file.spec.path.name, record.tp, record.kind, record.room, record.text, record.pp
-            )
-            self.context.append(context)
-            if context.transport_error:
-                self.errors.append(context)
-            if record.kind in RANK_EVENT_KINDS or (context.transport_error and _tells_suspects(record.text)):
-                self._rank_event(file, record, ts, pending)  # its rank's (a sidecar publishes it with the rank's)
-            elif self.fresh_context is not None and record.kind != BOOTSTRAP_ERROR:  # that one: once unclaimed
-                self.fresh_context.append(context)
-            if record.kind == "lost_connection" and record.tp is not None and file.instance:
-                self._peer_named(record.text, rank_label(file.instance, record.tp, record.pp))
+            self._context_line(file, record, ts, pending)
             return
         if not file.role:
             file.role = record.role
@@ -580,6 +611,58 @@ class SGLangLogs:
             self._batches += 1
             event = to_heartbeat(record, ts)
         pending.append((ts, len(pending), file, label, event))
+
+    def _context_line(
+        self, file: _File, record: ContextLine, ts: float, pending: list[tuple[float, int, _File, str, Event]]
+    ) -> None:
+        """A line that explains failures: kept as context; a crash, or a transport error the suspects read, is also
+        its rank's event."""
+        file.related.context(record, ts)
+        self._context += 1
+        context = Context(
+            ts, file.instance or file.spec.path.name, record.tp, record.kind, record.room, record.text, record.pp
+        )
+        self.context.append(context)
+        if context.transport_error:
+            self.errors.append(context)
+        if record.kind in RANK_EVENT_KINDS or (context.transport_error and _tells_suspects(record.text)):
+            self._rank_event(file, record, ts, pending)  # its rank's (a sidecar publishes it with the rank's)
+        elif self.fresh_context is not None and record.kind != BOOTSTRAP_ERROR:  # that one: once unclaimed
+            self.fresh_context.append(context)
+        if record.kind == "lost_connection" and record.tp is not None and file.instance:
+            self._peer_named(record.text, rank_label(file.instance, record.tp, record.pp))
+
+    def _launcher(
+        self, file: _File, line: LauncherLine, ts: float, pending: list[tuple[float, int, _File, str, Event]]
+    ) -> None:
+        """A launcher's word that a scheduler died: its crash, once its exit code is known (`Rank N scheduler is
+        dead.` waits for its next line, `Exit code: C`: `_Dying`); an exit code's line that none waits for says
+        nothing."""
+        dying, file.dying = file.dying, None
+        if dying is not None:  # its exit code, else another launch's word: the one waiting gets none
+            code = line.code if line.index is None and ts - dying.ts <= EXIT_CODE_S else None
+            self._startup_death(file, dying.line, dying.ts, code, pending)
+        if line.index is not None and line.code is None:
+            file.dying = _Dying(line, ts, time.monotonic())
+        elif line.index is not None:
+            self._startup_death(file, line, ts, None, pending)
+
+    def _startup_death(
+        self,
+        file: _File,
+        line: LauncherLine,
+        ts: float,
+        code: int | None,
+        pending: list[tuple[float, int, _File, str, Event]],
+    ) -> None:
+        """The crash of the scheduler a launcher's line names, on its node (`file.launch`), with `code` where the line
+        gives none; a rank past the node's schedulers is garbled."""
+        try:
+            record = startup_death(line, file.launch, code)
+        except Garbled:
+            self._garbled += 1
+            return
+        self._context_line(file, record, ts, pending)
 
     def _saw_dated(self, file: _File, line: str, handed: bool) -> None:
         """The last dated line a file gave (marked or not; `handed`: `_line` read it): how far the span the logs
