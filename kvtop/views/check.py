@@ -281,7 +281,12 @@ def evaluate(
         window = f"in the last {seconds(coverage.span_s)} ({coverage.limit})"
     rooms_failed = model.rooms_failed(now, limits.window_s)
     measured = bool(liveness) and rooms > 0  # a rate of no room is none (perfdata U, JSON null), never 0
-    if liveness:
+    if liveness and all(model.ranks[label].inferred for label in liveness):  # sidecars: logs, live
+        facts = (
+            f"{len(alive)}/{len(liveness)} ranks alive, {plural(rooms_failed, 'room')} failed {window}, "
+            f"no failure rate (logs name no room that succeeded), {stuck} stuck, {model.gaps} gaps"
+        )
+    elif liveness:
         facts = (
             f"{len(alive)}/{len(liveness)} ranks alive, {plural(rooms, 'room')} {window}, "
             + (f"failure rate {rate:.1%}" if measured else "no failure rate (no room finished)")
