@@ -195,6 +195,7 @@ def dump(
     """
     from kvtop.record.format import RecordingError
     from kvtop.record.replay import Replay
+    from kvtop.views.times import stamp
     from transport.plane.events import EventBatch
 
     if not replay:
@@ -209,7 +210,8 @@ def dump(
     start = max(recording.start, when.since if when.since is not None else recording.start)
     end = min(recording.end, when.at if when.at is not None else recording.end)
     if start > end:
-        raise fail("--since/--until select nothing of the recording", 2)
+        span = f"{stamp(recording.start, dated=True)} to {stamp(recording.end, dated=True)}"
+        raise fail(f"--since/--until select nothing of the recording: it runs from {span}", 2)
     cursor = recording.at(math.nextafter(start, -math.inf))  # what arrived at `start` itself is dumped
     for op in cursor.deliveries(end):
         item = op.item
