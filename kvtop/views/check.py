@@ -10,6 +10,7 @@ failure and abort rates, stuck rooms, lost event batches.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from enum import IntEnum
@@ -307,7 +308,8 @@ def evaluate(
     facts += f", {model.lost} rooms lost" if model.lost else ""
     facts += f", {rejected} rejected" if rejected else ""
     if recent:
-        facts += f"; origins in {seconds(limits.window_s)}: {', '.join(sorted(set(origins))[:3])}"
+        counted = sorted(Counter(origins).items(), key=lambda item: (-item[1], item[0]))  # the most rooms first
+        facts += f"; origins in {seconds(limits.window_s)}: {', '.join(title for title, _ in counted[:3])}"
     summary = "; ".join([*problems, facts])
     gap = model.incidents.quiet_gap_s
     return CheckResult(

@@ -89,6 +89,24 @@ def test_check_on_sidecars_counts_their_failed_rooms_not_rooms_that_finished():
     )
 
 
+def test_check_names_the_origins_of_the_most_rooms_first():
+    """Check named the first three origins in alphabetical order: the one of most rooms, `timeout_waiting` here, was
+    left out of the line. The three of the most rooms now, the most first."""
+    model = ClusterModel()
+    classes = ["checksum", "peer_lost", "send_failed", "timeout_waiting", "timeout_waiting", "timeout_waiting"]
+    failures: list[Event] = [
+        Failure(T, room, "decode-0/TP0", f"{kind} in room {room}", kind, "error", False, "decode-0/TP0")
+        for room, kind in enumerate(classes, 1)
+    ]
+    hello = AgentHello(T, sidecar_info("decode", "decode-0", 0, 1, 7), "0", "", "")
+    model.apply("decode-0/TP0", _batch("decode-0/TP0", 1, [hello, _heartbeat(_log()), *failures]), T)
+
+    result = evaluate(model, Thresholds(window_s=60), T + 1)
+
+    origins = "origins in 60s: decode-0/TP0 timeout_waiting, decode-0/TP0 checksum, decode-0/TP0 peer_lost"
+    assert result.summary.endswith(origins), result.summary
+
+
 def test_a_sidecar_rank_is_idle_when_its_log_is_silent_and_down_when_its_metrics_stop_answering_too():
     """Alive while the log grows, idle when silent, down when its metrics fail too, gone once it stops beating."""
     model = ClusterModel()
