@@ -125,6 +125,20 @@ def test_a_log_that_is_not_there_is_a_usage_error():
     assert "--sglang-log" in failures.stderr
 
 
+def test_a_folder_of_logs_is_a_usage_error_naming_the_files_in_it(tmp_path: Path):
+    """`--sglang-log DIR` said `'DIR' is not a file that can be read`, as for a typo: it says it is a folder and names
+    the logs in it to give one by one."""
+    for name in ("prefill.log", "decode.log"):
+        (tmp_path / name).write_text("")
+
+    view = kvtop_here("status", "--sglang-log", str(tmp_path))
+    check = kvtop_here("check", "--sglang-log", str(tmp_path))
+
+    said = f"'{tmp_path}' is a folder: give --sglang-log once per server's log file (in it: decode.log, prefill.log)"
+    assert (view.returncode, check.returncode) == (2, 3)
+    assert view.stderr.rstrip().endswith(said) and check.stdout.rstrip().endswith(said), (view.stderr, check.stdout)
+
+
 NOT_A_LOG = "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n"
 """A file given by mistake (here /etc/passwd's shape): no line of an SGLang server log."""
 
