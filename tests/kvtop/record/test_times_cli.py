@@ -49,8 +49,10 @@ def test_bad_times_and_durations_name_the_forms_accepted() -> None:
     with pytest.raises(ValueError, match="is not a duration"):
         parse_duration("forever")
     assert parse_duration("24h") == 86400.0
-    with pytest.raises(ValueError, match="--since is after --until"):
+    with pytest.raises(ValueError, match=r"^--since is after --until \(--since 1780000010, --until 1780000000\)$"):
         pick("", "1780000010", "1780000000")
+    with pytest.raises(ValueError, match=r"^--since is after --at \(--since 10:00, --at 09:00\)$"):
+        pick("09:00", "10:00", "")  # it said --until, an option not given
     for at, since, until, option in [("x", "", "", "--at"), ("", "x", "", "--since"), ("", "", "x", "--until")]:
         with pytest.raises(ValueError, match=f"^{option}: 'x' is not a time"):
             pick(at, since, until)
