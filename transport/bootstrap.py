@@ -26,6 +26,7 @@ never clashes with a rank's), and is listed apart (`AgentList.relays`); an expir
 from __future__ import annotations
 
 import itertools
+import socket
 import time
 from collections import Counter
 from typing import TypeVar
@@ -245,6 +246,21 @@ def _client(frame: zmq.Frame) -> str:
         return "this process"  # inproc: no address
 
 
+def _unresolved(endpoint: str) -> str:
+    """`HOST does not resolve (why)` for a tcp:// endpoint whose host name has no address (ZeroMQ retries such a
+    connect in silence: unanswered, as if the service were down), else ""."""
+    host = endpoint.removeprefix("tcp://").rpartition(":")[0].strip("[]")
+    if not endpoint.startswith("tcp://") or not host or host == "*":
+        return ""
+    try:
+        socket.getaddrinfo(host, None)
+    except socket.gaierror as error:
+        return f"{host} does not resolve: {error.strerror}"
+    except (OSError, UnicodeError):
+        return ""
+    return ""
+
+
 class BootstrapClient:
     """Blocking request/reply to a bootstrap service, with a deadline per call.
 
@@ -336,9 +352,12 @@ class BootstrapClient:
         )
 
     def _hint(self) -> str:
-        """Why a service may not answer at all: its CURVE keys (not when it answered these keys before)."""
+        """Why a service may not answer at all: a host name that resolves to no address, else its CURVE keys (not
+        when it answered these keys before)."""
         if self._answered_before:
             return ""
+        if unresolved := _unresolved(self.endpoint):
+            return f" ({unresolved})"
         return (
             " (with CURVE: does it serve these keys?)"
             if self._curve

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import sys
@@ -140,8 +141,22 @@ def _log_specs(values: list[str]) -> list[str]:
         role, sep, path = value.partition("=")
         path = path if sep and role in ("prefill", "decode") else value
         if not Path(path).is_file():
-            raise typer.BadParameter(f"{path!r} is not a file that can be read", param_hint="--sglang-log")
+            raise typer.BadParameter(f"{path!r} {_not_a_file(Path(path))}", param_hint="--sglang-log")
     return values
+
+
+def _not_a_file(path: Path) -> str:
+    """Why `path` is no log file to read: not there, a folder (a few of the files in it named), or no regular file."""
+    if not path.exists():
+        return "does not exist"
+    if not path.is_dir():
+        return "is not a regular file (a device or a pipe): give a server's log file"
+    try:
+        names = sorted(entry.name for entry in itertools.islice(path.iterdir(), 64) if entry.is_file())
+    except OSError:
+        names = []
+    shown = f" (in it: {', '.join(names[:4])}{', ...' if len(names) > 4 else ''})" if names else ""
+    return f"is a folder: give --sglang-log once per server's log file{shown}"
 
 
 def _model_at(value: str) -> str:

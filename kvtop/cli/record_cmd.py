@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import threading
 import time
@@ -102,9 +103,14 @@ def record(
     spec = spec_of(bootstrap, connect, wait=wait, curve_keys=curve_keys)
     try:
         retain_s = None if retain.strip().lower() in ("all", "none", "") else parse_duration(retain)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--retain") from None
+    try:
         cap = parse_size(max_bytes, minimum=MIN_MAX_BYTES) if max_bytes else None
     except ValueError as error:
-        raise typer.BadParameter(str(error)) from None
+        raise typer.BadParameter(str(error), param_hint="--max-bytes") from None
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise typer.BadParameter(f"{out!r} is a file: a recording is a folder (made if absent)", param_hint="--out")
     try:
         recorder = Recorder(out, max_bytes=cap, retain_s=retain_s, keyframe_events=keyframe_events).start()
     except FolderInUse as error:
@@ -195,6 +201,7 @@ def dump(
     """
     from kvtop.record.format import RecordingError
     from kvtop.record.replay import Replay
+    from kvtop.views.times import stamp
     from transport.plane.events import EventBatch
 
     if not replay:
@@ -209,7 +216,8 @@ def dump(
     start = max(recording.start, when.since if when.since is not None else recording.start)
     end = min(recording.end, when.at if when.at is not None else recording.end)
     if start > end:
-        raise fail("--since/--until select nothing of the recording", 2)
+        span = f"{stamp(recording.start, dated=True)} to {stamp(recording.end, dated=True)}"
+        raise fail(f"--since/--until select nothing of the recording: it runs from {span}", 2)
     cursor = recording.at(math.nextafter(start, -math.inf))  # what arrived at `start` itself is dumped
     for op in cursor.deliveries(end):
         item = op.item

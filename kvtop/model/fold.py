@@ -110,9 +110,15 @@ class FailureGroup:
 
     @property
     def title(self) -> str:
-        """`origin-label reason-class`, e.g. `decode-0/TP1 checksum` (what summaries count)."""
+        """`origin-label reason-class`, e.g. `decode-0/TP1 checksum` (what summaries count): the class the origin
+        recorded, as its echoes tell it while its own event is not seen (an agent's echo carries it)."""
         label = self.origin_label or "origin unknown"
-        return f"{label} {self.origin.reason_class}" if self.origin else label
+        told = (
+            self.origin.reason_class
+            if self.origin
+            else next((e.origin_class for e in self.echoes if e.origin_class), "")
+        )
+        return f"{label} {told}" if told else label
 
     @property
     def echo_count(self) -> int:

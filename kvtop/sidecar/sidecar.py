@@ -128,7 +128,7 @@ class Sidecar:
             if beat:
                 next_beat = time.monotonic() + HEARTBEAT_S
                 self._beat()
-                self._report(problem)
+                self._report(problem or self.tail.not_a_log())
             dead = self._dead_thread()
             if dead:
                 self._say(f"the {dead} thread died (traceback above); stopping")
@@ -205,7 +205,7 @@ class Sidecar:
             rank.heartbeat(followed, cpu, rss, memory)
 
     def _report(self, problem: str) -> None:
-        """One stderr line whenever what is wrong changes (the registry, the file, the metrics)."""
+        """One stderr line whenever what is wrong changes (the registry, the file or what it holds, the metrics)."""
         registrar = self._registrar
         problems = [p for p in (problem, registrar.problem if registrar else "") if p]
         text = "; ".join(problems)

@@ -12,6 +12,7 @@ from kvtop.sources.sglang.lines import node_of, server_count
 from kvtop.sources.sglang.naming import agent_file
 from kvtop.sources.sglang.reader import read_head
 from kvtop.sources.sglang.sniff import SNIFF_BYTES
+from kvtop.sources.sglang.stats import EMPTY
 from transport.plane.events import Event, LogFollowed
 from transport.wire import TEXT_MAX
 
@@ -123,6 +124,12 @@ class LogTail:
         stats = self.logs.stats()
         return LogFollowed(self.path, True, reader.position, size, stats.lines, stats.garbled, stats.rotations,
                            silent, silent > self.idle_after_s, "; ".join(stats.damaged)[:TEXT_MAX])  # fmt: skip
+
+    def not_a_log(self) -> str:
+        """`FILE: not an SGLang server log (...)` while nothing of the file was read and it is none (a wrong path),
+        else "" (an empty log is its server not writing yet)."""
+        why = self.logs.stats().unread.get(self.path, "") if self.logs is not None else ""
+        return f"{self.path}: {why}: nothing of it is published" if why and why != EMPTY else ""
 
     def close(self) -> None:
         if self.logs is not None:

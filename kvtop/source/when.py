@@ -91,10 +91,11 @@ def pick(at: str, since: str, until: str) -> When:
     """`--at`, `--since` and `--until` checked together (`--at` and `--until` are one thing: give one)."""
     if at and until:
         raise ValueError("give --at or --until, not both (both name the instant the views read)")
-    instant = _option_time("--at" if at else "--until", at or until) if (at or until) else None
+    option = "--at" if at else "--until"
+    instant = _option_time(option, at or until) if (at or until) else None
     start = _option_time("--since", since) if since else None
     if start is not None and instant is not None and start > instant:
-        raise ValueError("--since is after --until")
+        raise ValueError(f"--since is after {option} (--since {since}, {option} {at or until})")
     return When(instant, start)
 
 

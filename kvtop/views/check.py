@@ -10,6 +10,7 @@ failure and abort rates, stuck rooms, lost event batches.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from enum import IntEnum
@@ -279,7 +280,12 @@ def evaluate(
         window = f"in the last {seconds(coverage.span_s)} ({coverage.limit})"
     rooms_failed = model.rooms_failed(now, limits.window_s)
     measured = bool(liveness) and rooms > 0  # a rate of no room is none (perfdata U, JSON null), never 0
-    if liveness:
+    if liveness and all(model.ranks[label].inferred for label in liveness):  # sidecars: logs, live
+        facts = (
+            f"{len(alive)}/{len(liveness)} ranks alive, {plural(rooms_failed, 'room')} failed {window}, "
+            f"no failure rate (logs name no room that succeeded), {stuck} stuck, {model.gaps} gaps"
+        )
+    elif liveness:
         facts = (
             f"{len(alive)}/{len(liveness)} ranks alive, {plural(rooms, 'room')} {window}, "
             + (f"failure rate {rate:.1%}" if measured else "no failure rate (no room finished)")
@@ -300,7 +306,8 @@ def evaluate(
     facts += f", {model.lost} rooms lost" if model.lost else ""
     facts += f", {rejected} rejected" if rejected else ""
     if recent:
-        facts += f"; origins in {seconds(limits.window_s)}: {', '.join(sorted(set(origins))[:3])}"
+        counted = sorted(Counter(origins).items(), key=lambda item: (-item[1], item[0]))  # the most rooms first
+        facts += f"; origins in {seconds(limits.window_s)}: {', '.join(title for title, _ in counted[:3])}"
     summary = "; ".join([*problems, facts])
     gap = model.incidents.quiet_gap_s
     return CheckResult(

@@ -305,8 +305,8 @@ def rooms_text(model: ClusterModel, now: float, ended: bool = False, recent_s: f
 
 def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, Any]:
     """Cluster health in one object: ranks, rates, failures, client aborts (apart: never in the failure
-    rate), stuck rooms, gaps, links, top origins. Log files alone time no transfer: rooms/s, GB/s and the
-    latencies are null, and the failure and abort rates too (logs name no room that succeeded)."""
+    rate), stuck rooms, gaps, links, top origins. Logs alone (files, sidecars) time no transfer: rooms/s, GB/s and
+    the latencies are null, and the failure and abort rates too (logs name no room that succeeded)."""
     liveness = [str(state) for state in model.liveness(now).values()]
     coverage = model.coverage(now, window_s)
     rates = model.rates(now, window_s)
@@ -315,7 +315,7 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
     origins = Counter(group.title for group in groups)
     aborted = sum(group.aborted for group in groups)
     from_logs_only = all(view.inferred for view in model.ranks.values())  # files, sidecars (or no rank: no rate)
-    no_transfers = bool(liveness) and liveness.count("log") == len(liveness)  # log files alone: no transfer timed
+    no_transfers = bool(liveness) and from_logs_only  # logs alone (files, sidecars): no transfer timed
     gap = model.incidents.quiet_gap_s
     incidents = [  # those of the window, and those still under way from before it (quiet less than the gap)
         incident
@@ -390,22 +390,24 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
     if s["abort_rate"] is not None:
         aborts += f" ({s['abort_rate']:.1%})"
     lines = [_incidents_line(s, window_s)]
-    live = ranks["total"] - ranks["log"]
+    live, timed = ranks["total"] - ranks["log"], s["gbps"] is not None
     if ranks["unreachable"]:
         from_logs += f", {ranks['unreachable']} unreachable (kvtop could not open their sockets)"
     if ranks["unheard"]:
         from_logs = f", {ranks['unheard']} unheard (behind a relay's upstream that stopped answering)" + from_logs
     lines += [
-        f"ranks   {ranks['alive']}/{live} alive, {ranks['stale']} stale, {ranks['gone']} gone" + from_logs
+        f"ranks   {ranks['alive']}/{live} alive, {ranks['stale']} stale, {ranks['gone']} gone"
+        + _silent(ranks)
+        + from_logs
         if live
         else f"ranks   {ranks['log']} from logs (logs tell no liveness)" + _peer_named(ranks),
         f"rooms   {s['rooms_open']} open, {s['rooms_finished']} finished {span}, "
         f"{s['rooms_per_s']:.1f}/s, {gbps(s['gbps'])}{_heard_over(s)}"
-        if live
+        if timed
         else f"rooms   {s['rooms_open']} open (logs name a room where it failed; no transfers, no rate)",
         f"latency transfer p50 {lat['p50'] * 1000:.0f} ms, p90 {lat['p90'] * 1000:.0f} ms, "
         f"p99 {lat['p99'] * 1000:.0f} ms (a decode rank's, room taken to its KV in)"
-        if live
+        if timed
         else "latency - (logs time no transfer)",
         f"health  {health}, {aborts}, {s['stuck']} stuck, {s['gaps']} gaps" + _counted(s),
     ]
@@ -434,6 +436,12 @@ def upstream_lines(model: ClusterModel) -> list[str]:
         return []
     kept = sorted(model.intake.unheard_behind())
     return [f"source  {down}" + (f"; ranks behind it unheard: {', '.join(kept)}" if kept else "")]
+
+
+def _silent(ranks: dict[str, int]) -> str:
+    """`, 2 idle (their log silent: the server idle, or dead), 1 down (log and metrics silent)`, or ""."""
+    said = f", {ranks['idle']} idle (their log silent: the server idle, or dead)" if ranks["idle"] else ""
+    return said + (f", {ranks['down']} down (log and metrics silent)" if ranks["down"] else "")
 
 
 def _peer_named(ranks: dict[str, int]) -> str:

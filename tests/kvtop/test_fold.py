@@ -33,6 +33,18 @@ def shape(groups: list[FailureGroup]) -> list[tuple[int, str, str | None, list[s
     ]
 
 
+def test_a_group_whose_origin_is_not_seen_is_titled_with_the_class_its_echoes_tell():
+    """`check` listed `origins in 60s: ..., decode-0/TP1` (read as a line cut short) and status counted it apart from
+    the same origin's other rooms: an agent's echo carries its origin's class, and the title now says it."""
+    echo = msgspec.structs.replace(
+        failure(1.1, "prefill-0/TP1", "decode-0/TP1", "propagated"), origin_class="timeout_transfer"
+    )
+    unseen = FailureGroup(ROOM, "decode-0/TP1", None, [echo])
+    from_logs = FailureGroup(ROOM, "decode-0/TP1", None, [failure(1.1, "prefill-0/TP1", "decode-0/TP1", "propagated")])
+
+    assert (unseen.title, from_logs.title) == ("decode-0/TP1 timeout_transfer", "decode-0/TP1")
+
+
 def test_one_origin_and_its_echoes_make_one_group():
     """An origin and the echoes that name it are one group with the right echo count."""
     events = [

@@ -125,6 +125,20 @@ def test_a_log_that_is_not_there_is_a_usage_error():
     assert "--sglang-log" in failures.stderr
 
 
+def test_a_folder_of_logs_is_a_usage_error_naming_the_files_in_it(tmp_path: Path):
+    """`--sglang-log DIR` said `'DIR' is not a file that can be read`, as for a typo: it says it is a folder and names
+    the logs in it to give one by one."""
+    for name in ("prefill.log", "decode.log"):
+        (tmp_path / name).write_text("")
+
+    view = kvtop_here("status", "--sglang-log", str(tmp_path))
+    check = kvtop_here("check", "--sglang-log", str(tmp_path))
+
+    said = f"'{tmp_path}' is a folder: give --sglang-log once per server's log file (in it: decode.log, prefill.log)"
+    assert (view.returncode, check.returncode) == (2, 3)
+    assert view.stderr.rstrip().endswith(said) and check.stdout.rstrip().endswith(said), (view.stderr, check.stdout)
+
+
 NOT_A_LOG = "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n"
 """A file given by mistake (here /etc/passwd's shape): no line of an SGLang server log."""
 
@@ -144,6 +158,28 @@ def test_a_file_that_is_no_sglang_log_is_said_not_shown_as_a_cluster_with_nothin
     )
     assert (ranks.returncode, ranks.stdout, ranks.stderr.strip()) == (2, "", f"kvtop: {said}")
     assert (check.returncode, check.stdout.strip()) == (3, f"KVTOP UNKNOWN - {said}")
+
+
+RUNBOOK = """# On-call runbook: KV transfers
+If decode logs `Lost connection with prefill instance`, the prefill server failed: check its bootstrap port.
+A `KVTransferError` with `failed its checksum` means corrupt KV; a Traceback (most recent call last) means a crash.
+"""
+"""A file given by mistake that quotes SGLang's words (`bootstrap`, ` failed`, `Traceback`) without its lines."""
+
+
+def test_a_file_that_only_quotes_sglang_words_is_no_log_either(tmp_path: Path):
+    """A runbook or a README whose lines hold the words kvtop looks for was read as an empty healthy cluster (exit 0,
+    empty tables: silence shown as health; only check said UNKNOWN); now refused as a file that is no log."""
+    runbook = tmp_path / "runbook.md"
+    runbook.write_text(RUNBOOK)
+
+    views = {view: kvtop_here(view, "--sglang-log", str(runbook)) for view in ("status", "failures", "incidents")}
+    check = kvtop_here("check", "--sglang-log", str(runbook))
+
+    said = f"nothing to read in the logs given: {runbook}: not an SGLang server log"
+    assert {view: (r.returncode, r.stdout) for view, r in views.items()} == {view: (2, "") for view in views}
+    assert all(r.stderr.startswith(f"kvtop: {said}") for r in views.values()), views
+    assert (check.returncode, check.stdout.startswith(f"KVTOP UNKNOWN - {said}")) == (3, True), check.stdout
 
 
 def test_a_wrong_file_beside_logs_is_named_and_the_logs_are_read(tmp_path: Path):

@@ -338,6 +338,32 @@ def test_a_sidecar_on_a_log_that_tells_no_role_yet_says_what_it_waits_for(tmp_pa
     assert said.strip() == f"kvtop agent: waiting for {log}'s lines to tell prefill or decode (--role says it now)"
 
 
+@pytest.mark.processes
+def test_a_sidecar_on_a_file_that_is_no_sglang_log_says_so(tmp_path: Path):
+    """A sidecar pointed at a wrong file (a runbook that quotes SGLang's words) published nothing and said nothing:
+    its rank alive, `check` OK. It says on stderr that the file is no SGLang server log."""
+    import subprocess
+    import sys
+
+    runbook, stderr = tmp_path / "runbook.md", tmp_path / "stderr"
+    runbook.write_text("If decode says `Lost connection with prefill instance`, check the bootstrap port.\n")
+    command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
+    args = [command, "agent", "--sglang-log", str(runbook), "--role", "decode"]
+    said = (
+        f"kvtop agent: {runbook}: not an SGLang server log (no line at its start or end is in SGLang's format): "
+        "nothing of it is published\n"
+    )
+    with stderr.open("w") as out, subprocess.Popen(args, stderr=out) as process:
+        try:
+            wait_for(lambda: "nothing of it is published" in stderr.read_text(), 20, "the file said to be no log")
+        finally:
+            process.terminate()
+            process.wait(timeout=20)
+
+    lines = stderr.read_text().splitlines(keepends=True)
+    assert lines[0].startswith("kvtop agent: decode-0/TP0 publishes on tcp://") and said in lines, lines
+
+
 def test_metrics_not_yet_scraped_are_no_sign_the_server_is_down():
     """A sidecar's first heartbeat can leave before its first scrape (a loaded machine): `not scraped yet` read as an
     error made the rank `down` beside a server that answers; only a scrape that went wrong is one."""

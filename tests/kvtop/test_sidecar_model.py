@@ -7,7 +7,7 @@ from kvtop.model.shapes import Liveness
 from kvtop.sidecar.ranks import sidecar_info
 from kvtop.sources.sglang.context import published_errors
 from kvtop.views.check import Thresholds, evaluate
-from kvtop.views.tables import ranks_json, status_json
+from kvtop.views.tables import ranks_json, status_json, status_text
 from transport.kvpoll import KVPoll
 from transport.plane.events import (
     EVENT_SCHEMA,
@@ -51,6 +51,60 @@ def test_a_sidecars_failure_makes_a_failed_room_outside_the_failure_rate_and_its
     assert (model.rooms, model.finished[42].from_log, model.finished[42].ok) == ({}, True, False)
     assert model.failures[0].inferred
     assert status_json(model, T + 5, 60)["failure_rate"] is None
+
+
+def test_sidecars_alone_time_no_transfer_and_their_silent_ranks_are_counted():
+    """Status on sidecars said `0.0/s, 0 B/s` and `latency transfer p50 0 ms` (no transfer is in a log: no rate, not
+    a rate of 0), and `0/2 alive, 0 stale, 0 gone` with the idle rank unnamed; now as on log files, the idle counted."""
+    model = ClusterModel()
+    for seq, (label, idle) in enumerate((("decode-0/TP0", False), ("prefill-0/TP0", True)), 1):
+        role, instance = label.split("-")[0], label.partition("/")[0]
+        hello = AgentHello(T, sidecar_info(role, instance, 0, 1, 7), "0", "", "")
+        model.apply(label, _batch(label, seq, [hello, _heartbeat(_log(idle=idle))]), T)
+
+    status = status_json(model, T + 1, 60)
+    text = status_text(model, T + 1, 60).splitlines()
+
+    assert (status["rooms_per_s"], status["gbps"], set(status["latency_s"].values())) == (None, None, {None})
+    assert text[1:4] == [
+        "ranks   1/2 alive, 0 stale, 0 gone, 1 idle (their log silent: the server idle, or dead)",
+        "rooms   0 open (logs name a room where it failed; no transfers, no rate)",
+        "latency - (logs time no transfer)",
+    ]
+
+
+def test_check_on_sidecars_counts_their_failed_rooms_not_rooms_that_finished():
+    """Check said `1/1 ranks alive, 0 rooms in 60s, no failure rate (no room finished)` beside an incident of a
+    failed room: as on log files, it counts the failed rooms and says why there is no rate."""
+    model = ClusterModel()
+    failure = Failure(T, 42, "decode-0/TP0", "Request 42 timed out after 300.0s in KVPoll.WaitingForInput",
+                      "timeout_waiting", "error", False, "decode-0/TP0")  # fmt: skip
+    hello = AgentHello(T, sidecar_info("decode", "decode-0", 0, 1, 7), "0", "", "")
+    model.apply("decode-0/TP0", _batch("decode-0/TP0", 1, [hello, _heartbeat(_log()), failure]), T)
+
+    result = evaluate(model, Thresholds(window_s=60), T + 1)
+
+    assert "1/1 ranks alive, 1 room failed in 60s, no failure rate (logs name no room that succeeded)" in (
+        result.summary
+    )
+
+
+def test_check_names_the_origins_of_the_most_rooms_first():
+    """Check named the first three origins in alphabetical order: the one of most rooms, `timeout_waiting` here, was
+    left out of the line. The three of the most rooms now, the most first."""
+    model = ClusterModel()
+    classes = ["checksum", "peer_lost", "send_failed", "timeout_waiting", "timeout_waiting", "timeout_waiting"]
+    failures: list[Event] = [
+        Failure(T, room, "decode-0/TP0", f"{kind} in room {room}", kind, "error", False, "decode-0/TP0")
+        for room, kind in enumerate(classes, 1)
+    ]
+    hello = AgentHello(T, sidecar_info("decode", "decode-0", 0, 1, 7), "0", "", "")
+    model.apply("decode-0/TP0", _batch("decode-0/TP0", 1, [hello, _heartbeat(_log()), *failures]), T)
+
+    result = evaluate(model, Thresholds(window_s=60), T + 1)
+
+    origins = "origins in 60s: decode-0/TP0 timeout_waiting, decode-0/TP0 checksum, decode-0/TP0 peer_lost"
+    assert result.summary.endswith(origins), result.summary
 
 
 def test_a_sidecar_rank_is_idle_when_its_log_is_silent_and_down_when_its_metrics_stop_answering_too():

@@ -63,6 +63,28 @@ def test_endpoint_syntax_names_what_is_wrong(endpoint):
     assert endpoint_problem(endpoint)
 
 
+def test_a_bootstrap_host_that_does_not_resolve_is_said_not_blamed_on_curve_keys():
+    """A mistyped host name (ZeroMQ retries its connect in silence) said `did not answer within 0.5s (if it serves
+    CURVE, pass its --curve-keys)`: a hint away from the typo. It names the host that does not resolve."""
+    with (
+        BootstrapClient("tcp://no-such-host.invalid:5555", timeout_s=0.5) as client,
+        pytest.raises(BootstrapError) as raised,
+    ):
+        client.list_agents()
+
+    said = str(raised.value)
+    assert said.startswith("bootstrap tcp://no-such-host.invalid:5555 did not answer within 0.5s (")
+    assert "no-such-host.invalid does not resolve: " in said and "CURVE" not in said
+
+
+@pytest.mark.parametrize("endpoint", ["tcp://127.0.0.1:9", "tcp://[::1]:9", "ipc:///tmp/nothing-here"])
+def test_an_address_that_resolves_still_hints_at_curve_keys(endpoint):
+    """An address (or a socket path) no name lookup can fail keeps the CURVE hint."""
+    hint = r"\(if it serves CURVE, pass its --curve-keys\)$"
+    with BootstrapClient(endpoint, timeout_s=0.2) as client, pytest.raises(BootstrapError, match=hint):
+        client.list_agents()
+
+
 @pytest.mark.parametrize(
     ("changes", "why"),
     [

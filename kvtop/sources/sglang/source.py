@@ -229,6 +229,8 @@ class _File:
     streams: dict[str, _File] = field(default_factory=dict)
     """The servers whose lines a wrapper names in this file (`docker compose logs`, `kubectl logs --prefix`), by
     the name it gives: each its own instance, under that name."""
+    used: int = 0
+    """Its lines in SGLang's shape (a prefix's time, or a line kvtop reads): none, and it is asked `not_a_log`."""
     not_a_log: bool = False
     """No line at its head or tail is prefixed as SGLang's are (asked only of a file nothing was read from)."""
     sniffed_lines: int = 0
@@ -360,7 +362,7 @@ class SGLangLogs:
             stats.rotations += read.rotations
             if read.damaged:
                 stats.damaged.append(f"{file.spec.path}: {read.damaged}")
-            if not read.matched and (why := self._unread(file)):
+            if not file.used and (why := self._unread(file)):  # marker words alone (a runbook quoting them): none
                 stats.unread[str(file.spec.path)] = why
         stats.relabelled, stats.repeated = self.relabelled, self.repeated
         stats.clocks, stats.clock_steps, stats.misdated = self._clocks()
@@ -535,6 +537,7 @@ class SGLangLogs:
         return server, rest
 
     def _line(self, file: _File, text: str, pending: list[tuple[float, int, _File, str, Event]]) -> None:
+        given = file
         server, text = self._stream(file, text)
         if server is None:
             self._garbled += 1
@@ -551,6 +554,7 @@ class SGLangLogs:
         except (Garbled, ValueError):
             self._garbled += 1
             return
+        given.used += prefix.ts is not None or record is not None
         if (bad := _unbelievable(prefix.ts, record)) is not None:  # its time is the line's before, as an undated one's
             file.misdate(bad)
             prefix = dataclasses.replace(prefix, ts=None)

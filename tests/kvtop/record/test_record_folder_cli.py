@@ -110,6 +110,24 @@ def test_a_cap_below_the_smallest_ring_is_a_usage_error() -> None:
     assert "'64KiB' is below 1MiB" in done.stderr
 
 
+def test_a_bad_out_retain_or_cap_is_a_usage_error_naming_its_option(tmp_path: Path) -> None:
+    """`--out` a file said `cannot record to FILE: File exists`, exit 1 (the work failed, not the usage); `--retain
+    forever` said `Invalid value: 'forever' ...` without naming the option. Each is now exit 2 naming it."""
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("not a recording\n")
+    bootstrap = ("record", "--bootstrap", "tcp://127.0.0.1:9")
+
+    out = kvtop_here(*bootstrap, "--out", str(a_file))
+    retain = kvtop_here(*bootstrap, "--out", str(tmp_path / "rec"), "--retain", "forever")
+    cap = kvtop_here(*bootstrap, "--out", str(tmp_path / "rec"), "--max-bytes", "lots")
+
+    assert (out.returncode, retain.returncode, cap.returncode) == (2, 2, 2)
+    assert f"Invalid value for --out: '{a_file}' is a file: a recording is a folder" in out.stderr, out.stderr
+    assert "Invalid value for --retain: 'forever' is not a duration" in retain.stderr, retain.stderr
+    assert "Invalid value for --max-bytes: 'lots' is not a size" in cap.stderr, cap.stderr
+    assert not (tmp_path / "rec").exists()
+
+
 def test_a_recording_of_no_agent_is_nothing_to_show_and_nothing_to_judge(tmp_path: Path):
     """`record` against a dead bootstrap exits 1 but leaves a recording; `status --replay` of it said `ranks 0 from
     logs`, exit 0 (silence shown as health): now exit 2 saying it holds no agent (`check`: test_check.py)."""

@@ -17,6 +17,7 @@ from kvtop.record.synthetic import feed
 from kvtop.record.writer import Recorder
 from kvtop.source.when import parse_duration, parse_time, pick
 from kvtop.sources.synthetic import SyntheticCluster
+from kvtop.views.times import stamp
 from tests.kvtop.kvtop_cli import kvtop, kvtop_here
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "sglang" / "old-era"
@@ -48,8 +49,10 @@ def test_bad_times_and_durations_name_the_forms_accepted() -> None:
     with pytest.raises(ValueError, match="is not a duration"):
         parse_duration("forever")
     assert parse_duration("24h") == 86400.0
-    with pytest.raises(ValueError, match="--since is after --until"):
+    with pytest.raises(ValueError, match=r"^--since is after --until \(--since 1780000010, --until 1780000000\)$"):
         pick("", "1780000010", "1780000000")
+    with pytest.raises(ValueError, match=r"^--since is after --at \(--since 10:00, --at 09:00\)$"):
+        pick("09:00", "10:00", "")  # it said --until, an option not given
     for at, since, until, option in [("x", "", "", "--at"), ("", "x", "", "--since"), ("", "", "x", "--until")]:
         with pytest.raises(ValueError, match=f"^{option}: 'x' is not a time"):
             pick(at, since, until)
@@ -148,3 +151,16 @@ def test_a_time_of_day_outside_a_recording_of_another_day_says_the_time_to_give(
 
     assert result.returncode == 2
     assert result.stderr.rstrip().endswith(f"(a time of day is today's: --at {day}T{clock} is within them)")
+
+
+def test_dump_of_times_outside_the_recording_names_the_span_it_holds(tmp_path: Path) -> None:
+    """`kvtop dump --since 17:00 --until 17:01` said only that they select nothing; the views say the recording's
+    span (to type a time within it again), and so does dump now."""
+    _recording(tmp_path / "rec")
+    recording = Recording(tmp_path / "rec")
+
+    result = kvtop_here("dump", "--replay", str(tmp_path / "rec"), "--since", "1000000000", "--until", "1000000060")
+
+    span = f"{stamp(recording.start, dated=True)} to {stamp(recording.end, dated=True)}"
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.strip() == f"kvtop: --since/--until select nothing of the recording: it runs from {span}"
