@@ -47,7 +47,8 @@ def sidecar(
         str,
         typer.Option(
             help="The server instance's name, unique in the cluster (default: from the file's name, e.g. "
-            "prefill-0.log, else ROLE-0). Give it when several sidecars share a bootstrap."
+            "prefill-0.log, else the container a docker compose wrapper names, else ROLE-0). Give it when several "
+            "sidecars share a bootstrap."
         ),
     ] = "",
     tp: Annotated[
@@ -103,7 +104,8 @@ def sidecar(
     Heartbeats (every second) carry the file, the read position, the garbled lines and the scraped metrics.
     Diagnostics go to stderr. Exit codes: 0 when stopped (SIGTERM, Ctrl-C), 1 when one of its threads died,
     2 for bad usage (a key folder that cannot serve, a --host beyond loopback without --curve-keys or --insecure,
-    a --sglang-log that is a folder or a device).
+    a --sglang-log that is a folder or a device, or whose wrapper names several servers: docker compose logs of
+    more than one).
     """
     import zmq
 

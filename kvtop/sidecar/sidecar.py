@@ -65,8 +65,19 @@ def left_state(failure: Failure) -> KVPoll:
     return KVPoll.Bootstrapping if bootstrap else KVPoll.Transferring
 
 
+def several_servers(path: str, servers: list[str]) -> str:
+    """Why a sidecar stops on a file whose wrapper names several servers' lines (`docker compose logs` of them)."""
+    names = ", ".join(servers[:4]) + (f" and {len(servers) - 4} more" if len(servers) > 4 else "")
+    return (
+        f"{path} holds the lines of several servers ({names}): a sidecar follows one server's log, its ranks "
+        "alive while that log grows; follow each server's own (`docker compose logs -f SERVICE`), or read the "
+        "file with a view's --sglang-log; stopping"
+    )
+
+
 class Sidecar:
-    """Publishes one server log's events; `run(stop)` returns the exit code (1: a thread of it died)."""
+    """Publishes one server log's events; `run(stop)` returns the exit code (1: a thread of it died; 2: its log
+    holds several servers' lines, `several_servers`)."""
 
     def __init__(self, options: SidecarOptions, say: Callable[[str], None]) -> None:
         self.options = options
@@ -115,6 +126,9 @@ class Sidecar:
                 problem = ""
             except OSError as error:  # unreadable now (permissions, a vanished mount): say so, keep trying
                 gained, problem = None, f"cannot read {self.tail.path}: {error}"
+            if len(servers := self.tail.servers) > 1:
+                self._say(several_servers(self.tail.path, servers))
+                return 2
             if self.tail.logs is None and not waiting_said:
                 self._say(f"waiting for {self.tail.path} to appear")
                 waiting_said = True

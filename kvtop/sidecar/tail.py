@@ -11,7 +11,7 @@ from kvtop.sources.sglang import Context, LogSpec, SGLangLogs
 from kvtop.sources.sglang.lines import node_of, server_count
 from kvtop.sources.sglang.naming import agent_file
 from kvtop.sources.sglang.reader import read_head
-from kvtop.sources.sglang.sniff import SNIFF_BYTES
+from kvtop.sources.sglang.sniff import PREFIX_SNIFF_BYTES, SNIFF_BYTES, sniff_server
 from kvtop.sources.sglang.stats import EMPTY
 from transport.plane.events import Event, LogFollowed
 from transport.wire import TEXT_MAX
@@ -32,7 +32,8 @@ class Gained:
 
 
 class LogTail:
-    """One server's log, followed from its start. Role and instance: as given, else as the log source infers
+    """One server's log, followed from its start (a file of several servers' lines is the sidecar's to refuse:
+    `servers`). Role and instance: as given, else as the log source infers
     them (the file's name when it is one of our agents' logs, its first lines, else the first failure or
     batch line; the instance `ROLE-0` when nothing names it)."""
 
@@ -52,24 +53,37 @@ class LogTail:
         """The pipeline stages that line gives this log (each holds `ranks`): the server's, or its node's of a server
         over several nodes (node 1 of PP2 over two: PP1); none for a server without stages (its lines name none)."""
         self._sniffed = False
+        self._server: str | None = None
+        """The server a wrapper names on the file's first SGLang line ("" none; None: not read yet): the log source
+        names its server so only once it read that line's record, which may wait for the next."""
 
     @property
     def path(self) -> str:
         return str(self.spec.path)
 
     @property
+    def servers(self) -> list[str]:
+        """The servers a wrapper names in the file (`docker compose logs`' `NAME  | `, `kubectl logs --prefix`'s
+        `[pod/NAME/...] `), as it names them: none for a log of lines no wrapper names."""
+        return list(self.logs.files[0].streams) if self.logs is not None else []
+
+    @property
     def role(self) -> str:
-        """ "" until given, or named by the file's name or one of its lines."""
+        """ "" until given, or named by the file's name, its wrapper's name for its server or one of its lines."""
         if self.logs is not None:
-            return self.logs.files[0].role
+            file = self.logs.files[0]
+            server = next(iter(file.streams.values()), file)
+            return server.role or file.role
         return self.spec.role or agent_file(self.spec.path.name)[0]
 
     @property
     def instance(self) -> str:
+        """As given, else the name a wrapper gives the file's server, else as the log source infers it."""
         if self._instance:
             return self._instance
         if self.logs is not None:
-            return self.logs.files[0].instance
+            file = self.logs.files[0]
+            return next(iter(file.streams.values()), file).instance if file.streams else self._server or file.instance
         role, instance = agent_file(self.spec.path.name)
         if instance and (not self.spec.role or role == self.spec.role):
             return instance
@@ -82,6 +96,10 @@ class LogTail:
             logs = self._open()
             if logs is None:
                 return Gained([], [])
+        if self._server is None:  # looked for while the file's head may gain its first SGLang line
+            self._server = sniff_server(self.spec.path)
+            if self._server is None and self._bytes >= PREFIX_SNIFF_BYTES:
+                self._server = ""
         events = logs.poll(None, max_bytes=READ_BYTES)
         context, logs.fresh_context = logs.fresh_context or [], []
         read = logs.files[0].reader.stats.bytes
@@ -144,7 +162,7 @@ class LogTail:
         except FileNotFoundError:  # gone again between the look and the open
             return None
         if self._instance:
-            logs.files[0].instance = self._instance
+            logs.files[0].instance = logs.instance = self._instance
         logs.fresh_context = []
         self.logs = logs
         return logs

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -13,10 +14,13 @@ from typing import Any
 
 import pytest
 from kvtop_cli import kvtop
-from sidecar_support import registry, sidecars, view_json
+from sidecar_support import KVTOP, registry, sidecars, view_json
 
 from kvtop.sidecar.metrics import kv_metrics
+from kvtop.sidecar.tail import LogTail
 from kvtop.sources.live import Collector
+from kvtop.sources.sglang import LogSpec
+from kvtop.sources.sglang.prefix import split_stream
 from kvtop.views.failures import to_json
 from kvtop.views.tables import ranks_json
 from tests.conftest import wait_for
@@ -195,6 +199,28 @@ def _folded(groups: list[dict[str, Any]] | None) -> list[tuple[int, str, str, in
     )
 
 
+def _each_server_s_log(incident: Path, folder: Path) -> list[Path]:
+    """The incident's logs, one per server: a file of several servers' lines (`compose`) split by the wrapper's
+    name for each, the wrapper kept."""
+    logs: list[Path] = []
+    for log in sorted(incident.glob("*.log")):
+        lines: dict[str, list[bytes]] = {}
+        for line in log.read_bytes().splitlines(keepends=True):
+            lines.setdefault(split_stream(line.decode("utf-8", "replace"))[0], []).append(line)
+        if len(lines) < 2:
+            logs.append(log)
+            continue
+        for name, text in lines.items():
+            logs.append(folder / f"{name}.log")
+            logs[-1].write_bytes(b"".join(text))
+    return logs
+
+
+def _crashed(ranks: list[dict[str, Any]]) -> dict[str, str]:
+    """The crashed ranks `kvtop ranks --json` lists, with what their crash says."""
+    return {rank["label"]: rank["crashed"]["text"] for rank in ranks if rank["crashed"]}
+
+
 NEVER_STARTED = ("launcher-death",)
 """Fixtures of a server that died at start-up: no failure to fold (`test_a_sidecar_on_a_later_node_s_log_...`)."""
 
@@ -202,29 +228,90 @@ NEVER_STARTED = ("launcher-death",)
 @pytest.mark.processes
 @pytest.mark.parametrize("incident", sorted(path.name for path in FIXTURES.iterdir() if path.name not in NEVER_STARTED))
 def test_sidecars_on_real_log_shapes_fold_like_the_files_read_together(registry_address, watch, tmp_path, incident):
-    """Each fixture incident (both log eras, aborts, worker errors): a sidecar per file gives the origins and
-    echo counts that `kvtop failures --sglang-log` gives on the files.
+    """Each fixture incident (both log eras, aborts, worker errors, crashes): a sidecar per server's log gives the
+    origins and echo counts that `kvtop failures --sglang-log` gives on the files, and the crashed ranks that
+    `kvtop ranks` names (a `docker compose logs` file of several servers: a sidecar on each server's own lines, as
+    `docker compose logs -f SERVICE` writes them, names each by its container).
 
     It waits for every sidecar to be heard from, not only for the fold: a log with no failure of its own
     (`fatal-signal`'s prefill) adds nothing to it, and a sidecar still loading when the fold agreed (under load)
     died of the SIGTERM that stops it (exit -15) before it could take it as a stop."""
-    logs = sorted((FIXTURES / incident).glob("*.log"))
-    files = _folded(view_json("failures", *(arg for log in logs for arg in ("--sglang-log", str(log))))["groups"])
-    assert files
+    given = [arg for log in sorted((FIXTURES / incident).glob("*.log")) for arg in ("--sglang-log", str(log))]
+    logs = _each_server_s_log(FIXTURES / incident, tmp_path)
+    files = _folded(view_json("failures", *given)["groups"]), _crashed(view_json("ranks", *given))
+    assert files[0]
     with sidecars(registry_address, tmp_path) as started:
         unheard = {started.start(log).pid for log in logs}
-        published: list[tuple[int, str, str, int]] = []
+        published: list[tuple[list[tuple[int, str, str, int]], dict[str, str]]] = []
 
         def agree() -> bool:
             with watch.collector.lock:
-                published[:] = _folded(to_json(watch.collector.model.groups()))
-                unheard.difference_update(view.pid for view in watch.collector.model.ranks.values() if view.last_seen)
-            return not unheard and published == files
+                model = watch.collector.model
+                published[:] = [(_folded(to_json(model.groups())), {k: c.text for k, c in model.crashes.items()})]
+                unheard.difference_update(view.pid for view in model.ranks.values() if view.last_seen)
+            return not unheard and published[0] == files
 
         try:
-            wait_for(agree, 20, "every sidecar heard from, their fold matching the files'")
+            wait_for(agree, 20, "every sidecar heard from, their fold and crashed ranks matching the files'")
         except AssertionError:
-            assert (files, unheard) == (published, set())
+            assert (files, unheard) == (published[0] if published else None, set())
+
+
+COMPOSE = FIXTURES / "compose" / "all.log"
+CRASHED = "qwen3-32b-sglang-2p2d-decode-1-1"
+"""The server of `compose` whose scheduler crashed."""
+
+
+@pytest.mark.processes
+def test_a_sidecar_on_a_file_of_several_servers_stops_with_exit_2_and_says_why(registry_address, watch, tmp_path):
+    """A sidecar follows one server's log: on `docker compose logs` of several servers it published decode-1-1's
+    crash as its first server's (`prefill-0/TP0`). On one server's lines it names the crash by the container; once
+    the file gains another server's lines it stops (exit 2), naming them; on the whole file it publishes nothing."""
+    lines = COMPOSE.read_text().splitlines(keepends=True)
+    log = tmp_path / "compose.log"
+    log.write_text("".join(line for line in lines if line.startswith(CRASHED)))
+    command = [KVTOP, "agent", "--sglang-log", str(log), "--bootstrap", registry_address]
+    with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as process:
+        try:
+
+            def crashes() -> dict[str, str]:
+                with watch.collector.lock:
+                    return {label: crash.text for label, crash in watch.collector.model.crashes.items()}
+
+            crashed = wait_for(crashes, 20, "the crash of the file's one server published")
+            append(log, "".join(line for line in lines if not line.startswith(CRASHED)))
+            _, said = process.communicate(timeout=20)
+        finally:
+            process.kill()
+    whole = kvtop("agent", "--sglang-log", str(COMPOSE))  # with no --bootstrap, each rank it publishes is said
+
+    assert list(crashed) == [f"{CRASHED}/TP0"]
+    assert crashed[f"{CRASHED}/TP0"].startswith("Scheduler hit an exception: RuntimeError: CUDA error")
+    several = "holds the lines of several servers (qwen3-32b-sglang-2p2d-decode-1-1, qwen3-32b-sglang-2p2d-prefill-0-1"
+    assert process.returncode == 2 and several in said, said
+    assert (whole.returncode, whole.stderr.count("\n")) == (2, 1), whole.stderr
+    assert "publishes" not in whole.stderr and "follows one server's log" in whole.stderr
+
+
+def test_a_sidecar_names_a_wrapped_log_s_server_as_its_wrapper_does_unless_instance_names_it(tmp_path: Path):
+    """`docker compose logs -f decode-7` of one server: its failures and its ranks are `decode-7-1`'s, as a view's
+    --sglang-log names them; with --instance, both are the instance's (its failures were the container's). A log
+    whose one record is still held (a traceback, read once the log is quiet) names its server from its first line:
+    the sidecar's ranks were `decode-0`'s, its crash published as theirs."""
+    log, traceback = tmp_path / "decode.log", tmp_path / "crashed.log"
+    log.write_text(f"decode-7-1  | {failure_line(11, tp=1)}")
+    traceback.write_text("".join(line for line in COMPOSE.read_text().splitlines(True) if line.startswith(CRASHED)))
+    tails = LogTail(LogSpec(log)), LogTail(LogSpec(log), "decode-9"), LogTail(LogSpec(traceback))
+    labels = [sorted({label for label, _ in tail.poll().events}) for tail in tails]
+    told = [(tail.instance, tail.role, named) for tail, named in zip(tails, labels, strict=True)]
+    for tail in tails:
+        tail.close()
+
+    assert told == [
+        ("decode-7-1", "decode", ["decode-7-1/TP1"]),
+        ("decode-9", "decode", ["decode-9/TP1"]),
+        (CRASHED, "decode", []),
+    ]
 
 
 @pytest.mark.processes

@@ -72,6 +72,20 @@ def first_stamp(path: Path) -> float | None:
     return None
 
 
+def sniff_server(path: Path) -> str | None:
+    """The server a wrapper names on the first SGLang line at the file's head (`docker compose logs`' `NAME  | `;
+    "": that line's wrapper names none; None: no SGLang line there yet, or unreadable)."""
+    try:
+        head = read_head(path, PREFIX_SNIFF_BYTES)
+    except OSError:
+        return None
+    for line in head.decode("utf-8", "replace").splitlines():
+        if has_prefix(line):
+            name, rest = split_stream(line)
+            return name if has_prefix(rest) else ""
+    return None
+
+
 def holds_sglang_lines(path: Path) -> bool:
     """Whether a line at the file's head or tail (a `.gz`'s head) begins with SGLang's prefix (False also when
     it cannot be read)."""

@@ -273,6 +273,9 @@ class SGLangLogs:
         self.errors: deque[Context] = deque(maxlen=CONTEXT_KEPT)
         """The transfer's own errors read (`Context.transport_error`), apart from `context` so that no other line
         pushes one out."""
+        self.instance = ""
+        """The name of every server the files hold when set (a sidecar's --instance), the servers a wrapper names
+        too: the lines of one server's log are its."""
         self.fresh_context: list[Context] | None = None
         """Set it to a list to be given every context line as it is read (a sidecar publishes and empties it)."""
         self._garbled = self._failures = self._batches = self._context = self._no_room = self._undated = 0
@@ -531,7 +534,8 @@ class SGLangLogs:
                 return None, rest
             self._names.take(name)
             role = _role_named(name) or file.spec.role  # else its lines will say
-            server = file.streams[name] = _File(file.spec, file.reader, role, name, file.last_ts, file.dated)
+            instance = self.instance or name
+            server = file.streams[name] = _File(file.spec, file.reader, role, instance, file.last_ts, file.dated)
             server.clock = (file.clock[0], name)
             server.correction, server.zone = self._correction(server.clock)
         return server, rest
