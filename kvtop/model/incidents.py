@@ -13,7 +13,8 @@ rank stopped under load is one incident, not one per class of failure its peers 
 A multi-node decode instance's incident (its rooms named decode sessions on several hosts) remembers the sessions
 they named: a room that names sessions on one host only, suspecting one of those, joins it when it would join an
 incident of that session (in time, or a standing refusal), unless that session's own incident started later (the
-session failed afresh). So one dead decode instance is one incident whichever of its hosts a later room names.
+session failed afresh); such an incident of one of its sessions under way as it starts it takes in. So one dead
+decode instance is one incident whichever of its hosts a room names, first or later.
 
 Computed incrementally: the model hands each failure to `add()` (a list append on the ingest path) and
 `update()` (from the model's sweep) folds only the rooms those failures touched. A room's groups can change
@@ -327,7 +328,11 @@ class IncidentTracker:
             self.listed += 1
         incident.rooms[part.room] = (held or 0) + 1
         self.by_lead[part.lead] = incident.id
-        _remember(incident.sessions, attribution.sessions)
+        if attribution.sessions:
+            _remember(incident.sessions, attribution.sessions)
+            gap = self.quiet_gap_s
+            for single in [other for other in self.incidents.values() if _one_of_its_sessions(other, incident, gap)]:
+                self._absorb(incident, single)
         return part
 
     def _joinable(self, attribution: Attribution, ts: float, reason_class: str) -> Incident:
@@ -522,6 +527,17 @@ def _explains(cause: Incident, vague: Incident, quiet_gap_s: float) -> bool:
     if suspect.kind == "instance":
         return _instance(rank.name) == suspect.name
     return suspect.kind == "side" and suspect.role == rank.role
+
+
+def _one_of_its_sessions(single: Incident, instance: Incident, quiet_gap_s: float) -> bool:
+    """Whether an incident is of one session that a multi-node decode's incident of its kind named, under way when
+    that one started (a room that named sessions on that host only came first): its groups are the instance's. One
+    that started later is the session failing afresh (`IncidentTracker._joinable`)."""
+    return (
+        single is not instance and single.suspect.kind == "rank" and single.suspect.name in instance.sessions
+        and single.kind == instance.kind
+        and instance.first_seen - quiet_gap_s <= single.last_seen and single.first_seen <= instance.first_seen
+    )  # fmt: skip
 
 
 def _instance(label: str) -> str:

@@ -242,3 +242,17 @@ def test_a_fresh_send_failure_to_one_host_after_the_instance_went_quiet_is_its_o
         (f"decode at {node1}", 2, {"peer_lost": 1, "send_failed": 1}),
         (f"decode at {NODE0}, {NODE1}", 3, {"peer_lost": 3}),
     ]
+
+
+def test_an_earlier_room_naming_one_host_of_the_decode_joins_its_incident(tmp_path: Path):
+    """Node 0's ranks alone fail a room a minute before the rooms that name both hosts: the same dead decode
+    instance, whose incident takes in the one its session had started."""
+    args = pasted(tmp_path)
+    log = Path(args[1])
+    log.write_text(room_lines("2026-07-11 08:59:05", LATER_ROOM, range(1, 5)) + log.read_text())
+
+    found = incidents(args)
+
+    assert [(i["suspect_text"], i["room_count"], i["origins"], i["duration_s"]) for i in found] == [
+        (f"decode at {NODE0}, {NODE1}", 4, 4, 420.0)
+    ]
