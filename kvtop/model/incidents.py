@@ -54,9 +54,9 @@ ROOMS_LISTED = 100_000
 FAILURES_PER_ROOM = 256
 """A room id that collects more failures than this (a hostile agent's) is folded afresh from there on."""
 LABELS_KEPT = 16
+"""Distinct classes, evidence lines and noticing ranks an incident tallies (the rest count as "other")."""
 SESSIONS_KEPT = 64
 """Decode sessions a multi-node decode's incident remembers (one per rank: eight nodes of eight GPUs)."""
-"""Distinct classes, evidence lines and noticing ranks an incident tallies (the rest count as "other")."""
 DRAIN_S = 10.0
 """A group whose origin never came joins an incident it was noticing failures of until this long after it."""
 BEFORE_S = 10.0
