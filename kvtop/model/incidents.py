@@ -10,6 +10,12 @@ a group whose origin's own record never came while that origin was the suspect, 
 an incident. A rank's new `unresponsive` incident takes in the vaguer ones under way that it explains. So a
 rank stopped under load is one incident, not one per class of failure its peers and its pool showed.
 
+A multi-node decode instance's incident (its rooms named decode sessions on several hosts) remembers the sessions
+they named: a room that names sessions on one host only, suspecting one of those, joins it when it would join an
+incident of that session (in time, or a standing refusal), unless that session's own incident started later (the
+session failed afresh); such an incident of one of its sessions under way as it starts it takes in. So one dead
+decode instance is one incident whichever of its hosts a room names, first or later.
+
 Computed incrementally: the model hands each failure to `add()` (a list append on the ingest path) and
 `update()` (from the model's sweep) folds only the rooms those failures touched. A room's groups can change
 as its failures arrive (an echo first, its origin later): the room's earlier parts are taken back out of
@@ -30,6 +36,7 @@ recorded deliveries and sweeps builds the incidents the live model had.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import islice
 
@@ -48,6 +55,8 @@ FAILURES_PER_ROOM = 256
 """A room id that collects more failures than this (a hostile agent's) is folded afresh from there on."""
 LABELS_KEPT = 16
 """Distinct classes, evidence lines and noticing ranks an incident tallies (the rest count as "other")."""
+SESSIONS_KEPT = 64
+"""Decode sessions a multi-node decode's incident remembers (one per rank: eight nodes of eight GPUs)."""
 DRAIN_S = 10.0
 """A group whose origin never came joins an incident it was noticing failures of until this long after it."""
 BEFORE_S = 10.0
@@ -93,6 +102,9 @@ class Incident(msgspec.Struct, gc=False):
     symptom_of: str = ""
     """Set on an incident of a capacity symptom (the instance whose pool filled): a rank's `unresponsive`
     incident under way beside it takes it in."""
+    sessions: list[str] = []
+    """The decode sessions (`host:port`) its rooms named on several hosts (a multi-node decode instance's, at most
+    `SESSIONS_KEPT`): a later room that names one of them on one host only joins it (`Attribution.session`)."""
 
     @property
     def key(self) -> IncidentKey:
@@ -316,12 +328,18 @@ class IncidentTracker:
             self.listed += 1
         incident.rooms[part.room] = (held or 0) + 1
         self.by_lead[part.lead] = incident.id
+        if attribution.sessions:
+            _remember(incident.sessions, attribution.sessions)
+            gap = self.quiet_gap_s
+            for single in [other for other in self.incidents.values() if _one_of_its_sessions(other, incident, gap)]:
+                self._absorb(incident, single)
         return part
 
     def _joinable(self, attribution: Attribution, ts: float, reason_class: str) -> Incident:
         """The incident a group of this attribution at `ts` joins: a rank's `unresponsive` incident under way that
-        explains it (see `_explains`), else the latest of its own key unless a quiet gap lies between them, else
-        a new one (which takes in the vaguer incidents it explains)."""
+        explains it (see `_explains`), else a multi-node decode's that named its session (`_of_session`) unless the
+        session's own started later, else the latest of its own key unless a quiet gap lies between them, else a
+        new one (which takes in the vaguer incidents it explains)."""
         suspect = attribution.suspect
         if attribution.echoed and (named := self._of_suspect(suspect, ts)) is not None:
             return named
@@ -333,11 +351,12 @@ class IncidentTracker:
         key = (str(attribution.kind), suspect.kind, suspect.name)
         latest = self._latest.get(key)
         incident = self.incidents.get(latest) if latest is not None else None
-        gap = self.quiet_gap_s
-        if incident is not None and incident.first_seen - gap <= ts <= incident.last_seen + gap:
-            return incident
-        if incident is not None and attribution.standing and ts >= incident.first_seen:
-            return incident  # the sender still refuses the peer it gave up on: no quiet gap ends that
+        own = incident if incident is not None and self._takes(incident, ts, attribution.standing) else None
+        instance = self._of_session(attribution, ts) if attribution.session else None
+        if instance is not None and (own is None or instance.first_seen >= own.first_seen):
+            return instance  # a multi-node decode's session, unless it failed afresh since
+        if own is not None:
+            return own
         earlier = incident is not None and ts < incident.first_seen  # a late group from before the latest one
         incident = Incident(
             self.next_id, str(attribution.kind), suspect, ts, ts, reason_class, symptom_of=attribution.symptom_of
@@ -349,10 +368,27 @@ class IncidentTracker:
         started = (incident.kind, suspect.kind)
         self.started[started] = self.started.get(started, 0) + 1
         if incident.kind == Kind.UNRESPONSIVE and suspect.kind == "rank":
-            explained = [other for other in self.incidents.values() if _explains(incident, other, gap)]
+            explained = [other for other in self.incidents.values() if _explains(incident, other, self.quiet_gap_s)]
             for vaguer in [other for other in explained if self._alone_explains(incident, other)]:
                 self._absorb(incident, vaguer)
         return incident
+
+    def _takes(self, incident: Incident, ts: float, standing: bool) -> bool:
+        """Whether a group at `ts` joins an incident it may join: no quiet gap lies between them, or it is a sender's
+        standing refusal of a peer it gave up on, at or after the incident's start (no quiet gap ends that)."""
+        gap = self.quiet_gap_s
+        return incident.first_seen - gap <= ts <= incident.last_seen + gap or (standing and ts >= incident.first_seen)
+
+    def _of_session(self, attribution: Attribution, ts: float) -> Incident | None:
+        """The incident of its kind, of a multi-node decode instance whose rooms named the session a group suspects,
+        that takes the group at `ts` (`_takes`), the latest to start of several."""
+        named = [
+            incident
+            for incident in self.incidents.values()
+            if attribution.session in incident.sessions and incident.kind == attribution.kind
+            and self._takes(incident, ts, attribution.standing)
+        ]  # fmt: skip
+        return max(named, key=lambda incident: incident.first_seen, default=None)
 
     def _explaining(self, attribution: Attribution, ts: float) -> Incident | None:
         """The one rank's `unresponsive` incident under way at `ts` that explains a vaguer attribution (an
@@ -424,6 +460,7 @@ class IncidentTracker:
             cause.rooms[room] = cause.rooms.get(room, 0) + count
         cause.room_count += vaguer.room_count
         cause.rooms_complete = cause.rooms_complete and vaguer.rooms_complete
+        _remember(cause.sessions, vaguer.sessions)
         for tracked in self._tracked.values():
             if any(part.incident == vaguer.id for part in tracked.parts):
                 tracked.parts = [
@@ -492,6 +529,17 @@ def _explains(cause: Incident, vague: Incident, quiet_gap_s: float) -> bool:
     return suspect.kind == "side" and suspect.role == rank.role
 
 
+def _one_of_its_sessions(single: Incident, instance: Incident, quiet_gap_s: float) -> bool:
+    """Whether an incident is of one session that a multi-node decode's incident of its kind named, under way when
+    that one started (a room that named sessions on that host only came first): its groups are the instance's. One
+    that started later is the session failing afresh (`IncidentTracker._joinable`)."""
+    return (
+        single is not instance and single.suspect.kind == "rank" and single.suspect.name in instance.sessions
+        and single.kind == instance.kind
+        and instance.first_seen - quiet_gap_s <= single.last_seen and single.first_seen <= instance.first_seen
+    )  # fmt: skip
+
+
 def _instance(label: str) -> str:
     return label.rpartition("/")[0]
 
@@ -527,6 +575,15 @@ def _started_by(incident: Incident, ts: float, reason_class: str) -> None:
     """A failure at `ts` joined the incident: one earlier than its start starts it (its class is the incident's)."""
     if ts < incident.first_seen:
         incident.first_seen, incident.reason_class = ts, reason_class
+
+
+def _remember(kept: list[str], sessions: Iterable[str]) -> None:
+    """Keep the sessions not kept yet, up to `SESSIONS_KEPT`."""
+    for session in sessions:
+        if len(kept) >= SESSIONS_KEPT:
+            return
+        if session not in kept:
+            kept.append(session)
 
 
 def _count(counts: dict[str, int], name: str, count: int = 1) -> None:

@@ -235,6 +235,12 @@ class Attribution(msgspec.Struct, frozen=True, gc=False):
     """A sender's standing refusal of a peer it gave up on (`remote mooncake session S is not alive`: SGLang
     blacklists the session at its first failed send and fails every later room to it at once): one cause however
     long the quiet between its rooms."""
+    sessions: tuple[str, ...] = ()
+    """The decode sessions (`host:port`, each prefill rank's peer) a room named on several hosts: a multi-node decode
+    instance's, which its incident remembers (`Incident.sessions`)."""
+    session: str = ""
+    """The decode session (`host:port`) suspected by a room that named sessions on one host only: an incident of a
+    multi-node decode instance whose rooms named it may take the group (`IncidentTracker._joinable`)."""
 
 
 class Crashed(NamedTuple):
@@ -328,6 +334,7 @@ def attribute(group: FailureGroup, around: Surroundings) -> Attribution:
             died = origin.ts - own.crash.ts
             evidence = f"a transfer thread of it died {died:.0f} s before it recorded {origin.reason_class}"
             return Attribution(_rank(origin.rank, origin.role), kind, evidence)
+    session, sessions = "", tuple[str, ...]()
     if origin.suspect:
         suspect = _named(origin.suspect, around)
         evidence = "named by the rank that noticed"
@@ -342,13 +349,15 @@ def attribute(group: FailureGroup, around: Surroundings) -> Attribution:
             evidence = f"its own transport logged '{fault}' just before"  # the peer was not the one that failed
             return Attribution(Suspect("instance", origin.instance, origin.role), Kind.FAILING, evidence)
         if suspect.kind == "rank" and suspect.role == "decode" and origin.role == "prefill":  # the peer it named
-            suspect, evidence = _across_hosts(group, suspect, evidence, around)
+            session = suspect.name
+            suspect, evidence, sessions = _across_hosts(group, suspect, evidence, around)
     if kind is Kind.UNRESPONSIVE and suspect.kind in ("rank", "instance"):
         suspect, evidence = _with_liveness(suspect, evidence, origin.ts, around)
     standing = evidence == SESSION_NOT_ALIVE or evidence.startswith(_SESSIONS_ON)
     if kind is Kind.UNRESPONSIVE and suspect.kind in ("rank", "instance", "side"):
         suspect, evidence = _with_crash(suspect, evidence, origin.ts, around)
-    return Attribution(suspect, kind, evidence, standing=standing)
+    session = session if suspect.name == session else ""  # still the one session it named (no crash named a rank)
+    return Attribution(suspect, kind, evidence, standing=standing, sessions=sessions, session=session)
 
 
 def bootstrap_unreachable(instance: str, text: str, ts: float, around: Surroundings) -> Attribution:
@@ -514,13 +523,15 @@ HOSTS_SHOWN = 8
 """The hosts a suspect named by its hosts lists (the rest counted: `... and 3 more`)."""
 
 
-def _across_hosts(group: FailureGroup, suspect: Suspect, evidence: str, around: Surroundings) -> tuple[Suspect, str]:
+def _across_hosts(
+    group: FailureGroup, suspect: Suspect, evidence: str, around: Surroundings
+) -> tuple[Suspect, str, tuple[str, ...]]:
     """A decode rank named by one sender where the room's senders named decode ranks on several hosts: one decode
     instance over several nodes, dead as a whole (its nodes, not the session the first sender named), so the room's
-    decode instance when its log was read, else the decode side at every host named."""
+    decode instance when its log was read, else the decode side at every host named; with the sessions named."""
     hosts = _decode_hosts(group, suspect.name.rpartition(":")[0])
     if len(hosts) < 2:
-        return suspect, evidence
+        return suspect, evidence, ()
     more = len(hosts) - HOSTS_SHOWN
     named = ", ".join(hosts[:HOSTS_SHOWN]) + (f" and {more} more" if more > 0 else "")
     if evidence == SESSION_NOT_ALIVE:
@@ -528,7 +539,20 @@ def _across_hosts(group: FailureGroup, suspect: Suspect, evidence: str, around: 
     else:
         evidence = f"sending to its ranks on {named} failed"
     decode = around.link_of(group.room)[1]
-    return Suspect("instance", decode or named, "decode"), evidence
+    return Suspect("instance", decode or named, "decode"), evidence, _decode_sessions(group, around)
+
+
+def _decode_sessions(group: FailureGroup, around: Surroundings) -> tuple[str, ...]:
+    """The decode ranks a room's prefill ranks named (a session, or the address a send went to: the session its
+    sender said failed with it), each once, in rank order."""
+    sessions: dict[str, None] = {}
+    members = (member for member in (group.origin, *group.echoes) if member is not None and member.role == "prefill")
+    for member in sorted(members, key=lambda member: _rank_order(member.rank)):
+        if found := _SESSION.search(member.reason):
+            sessions[found[1]] = None
+        elif found := _SEND_TO.search(member.reason):
+            sessions[_decode_rank_at(found[1], member, around)] = None
+    return tuple(sessions)
 
 
 def _rank_order(label: str) -> tuple[str, int]:

@@ -292,6 +292,22 @@ def test_incidents_and_silences_survive_a_keyframe():
     assert restored.ranks["decode-0/TP0"].silences == [(T0, T0 + STALE_S + 6)]
 
 
+def test_the_sessions_a_multi_node_decodes_incident_remembers_survive_a_keyframe():
+    """A room whose prefill ranks name decode sessions on two hosts is that decode instance's incident; restored
+    from a keyframe, a later room that names one of those sessions alone joins it."""
+    not_alive = "Decode instance could be dead, remote mooncake session {} is not alive"
+    model = ClusterModel()
+    for rank, session in (("prefill-0/TP1", "10.7.0.31:15097"), ("prefill-0/TP9", "10.7.0.12:15873")):
+        deliver(model, rank, [origin(T0, 1, rank, not_alive.format(session), "peer_lost")], T0)
+    model.sweep(T0 + 1)
+
+    restored = restore(capture(model))
+    later = origin(T0 + 2, 2, "prefill-0/TP1", not_alive.format("10.7.0.31:15097"), "peer_lost")
+    deliver(restored, "prefill-0/TP1", [later], T0 + 2)
+
+    assert incidents(restored, T0 + 3) == [("decode at 10.7.0.31, 10.7.0.12", "unresponsive", 2)]
+
+
 def test_a_room_stops_being_tracked_a_minute_after_the_newest_failure_and_keeps_its_incident():
     """A room whose last failure is more than `ROOM_REUSE_S` older than the newest one no longer changes: its
     failures are let go, its group keeps its incident."""

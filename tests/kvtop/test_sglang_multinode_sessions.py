@@ -166,3 +166,93 @@ def test_a_suspect_named_by_many_hosts_lists_the_first_eight(tmp_path: Path):
     assert [(i["suspect_text"], i["room_count"]) for i in found] == [
         (f"decode at {', '.join(hosts[:8])} and 2 more", 3)
     ]
+
+
+LATER_ROOM = 5120004
+LATER = "2026-07-11 09:09:05"
+"""Three minutes after the last room that named both hosts (past the quiet gap: the standing refusal carries it)."""
+
+
+def one_host_later(log: Path, ranks: range = range(1, 5)) -> None:
+    """A later room that only node 0's prefill ranks (`ranks`) fail: it names sessions on one decode host."""
+    with log.open("a") as out:
+        out.write(room_lines(LATER, LATER_ROOM, ranks))
+
+
+def test_a_later_room_naming_one_host_of_the_decode_joins_its_incident(tmp_path: Path):
+    """Node 0's ranks alone fail a later room, naming sessions the instance's rooms named: the same dead decode
+    instance, one incident (two before: the instance's, and one of the session its first sender named)."""
+    args = pasted(tmp_path)
+    one_host_later(Path(args[1]))
+
+    found = incidents(args)
+
+    assert [(i["suspect_text"], i["room_count"], i["origins"]) for i in found] == [
+        (f"decode at {NODE0}, {NODE1}", 4, 4)
+    ]
+    assert str(LATER_ROOM) in found[0]["rooms"]
+    assert sorted(found[0]["evidence"]) == [
+        "its session is not alive",
+        f"its sessions on {NODE0}, {NODE1} are not alive",
+    ]
+
+
+def test_with_the_decode_nodes_logs_a_later_room_on_one_host_joins_the_decode_instance(tmp_path: Path):
+    args = nodes(tmp_path)
+    one_host_later(Path(args[1]), range(8))  # prefill-node0.log: node 0's prefill ranks, peers of decode node 0
+
+    found = incidents(args)
+
+    assert [(i["suspect_text"], i["room_count"]) for i in found] == [("decode-0", 4)]
+
+
+def test_a_session_the_instance_never_named_on_one_of_its_hosts_is_its_own_incident(tmp_path: Path):
+    """A host may hold another decode instance: a session on it that the instance's rooms never named is not its."""
+    args = pasted(tmp_path)
+    other = f"{NODE0}:17001"
+    with Path(args[1]).open("a") as out:
+        out.write(prefill_failure(LATER, 1, LATER_ROOM, NOT_ALIVE.format(other)))
+
+    found = incidents(args)
+
+    assert sorted((i["suspect_text"], i["room_count"]) for i in found) == [
+        (f"decode at {NODE0}, {NODE1}", 3),
+        (f"decode at {other}", 1),
+    ]
+
+
+def test_a_fresh_send_failure_to_one_host_after_the_instance_went_quiet_is_its_own_incident(tmp_path: Path):
+    """Ten minutes on (the decode restarted on its ports), a prefill rank sends to node 1's rank again and fails
+    (`Session S failed.`): not the standing refusal, a new failure of that rank; the rooms that session fails after
+    join that new incident, not the instance's."""
+    args = pasted(tmp_path)
+    node1 = session(8)
+    with Path(args[1]).open("a") as out:
+        out.write(f"[2026-07-11 09:16:05 TP8] Session {node1} failed.\n")
+        out.write(
+            prefill_failure(
+                "2026-07-11 09:16:05", 8, LATER_ROOM, f"Failed to send kv chunk of {LATER_ROOM} to {NODE1}:41008"
+            )
+        )
+        out.write(prefill_failure("2026-07-11 09:19:05", 8, LATER_ROOM + 1, NOT_ALIVE.format(node1)))
+
+    found = incidents(args)
+
+    assert sorted((i["suspect_text"], i["room_count"], i["classes"]) for i in found) == [
+        (f"decode at {node1}", 2, {"peer_lost": 1, "send_failed": 1}),
+        (f"decode at {NODE0}, {NODE1}", 3, {"peer_lost": 3}),
+    ]
+
+
+def test_an_earlier_room_naming_one_host_of_the_decode_joins_its_incident(tmp_path: Path):
+    """Node 0's ranks alone fail a room a minute before the rooms that name both hosts: the same dead decode
+    instance, whose incident takes in the one its session had started."""
+    args = pasted(tmp_path)
+    log = Path(args[1])
+    log.write_text(room_lines("2026-07-11 08:59:05", LATER_ROOM, range(1, 5)) + log.read_text())
+
+    found = incidents(args)
+
+    assert [(i["suspect_text"], i["room_count"], i["origins"], i["duration_s"]) for i in found] == [
+        (f"decode at {NODE0}, {NODE1}", 4, 4, 420.0)
+    ]
