@@ -165,14 +165,18 @@ def test_an_abort_on_one_decode_rank_is_the_one_origin_and_every_other_rank_echo
 def test_a_rank_that_died_before_it_was_ever_heard_still_fails_the_rooms_of_its_instance(
     bootstrap, make_manager, wait_for
 ):
-    """prefill-0/TP1 crashes before its first vote reaches TP0: TP0 counts it silent after the vote timeout."""
+    """prefill-0/TP1 crashes before its first vote reaches TP0: TP0 counts it silent after the vote timeout.
+
+    decode-0/TP1, which dials the dead rank, loses that link after its own peer timeout: at the prefill ranks' 0.5 s
+    it raced TP0's vote timeout, and under load it won (the room's origin was decode-0/TP1); at 2 s it comes after."""
     config = TransferConfig(heartbeat_s=0.1, peer_timeout_s=0.5)
+    decode_config = TransferConfig(heartbeat_s=0.1, peer_timeout_s=2.0)
     crashed = make_manager(Role.PREFILL, "prefill-0", rank=1, tp=2, page_bytes=PAGE_BYTES, config=config)
     crashed.close()
     with BootstrapClient(bootstrap.endpoint) as client:
         client.register(crashed.info)  # a crashed rank stays registered (until its entry expires), a closed one not
     survivor = make_manager(Role.PREFILL, "prefill-0", rank=0, tp=2, page_bytes=PAGE_BYTES, config=config)
-    decodes = instance(make_manager, Role.DECODE, "decode-0", config)
+    decodes = instance(make_manager, Role.DECODE, "decode-0", decode_config)
     sender = survivor.sender(0x55)
     receivers = [decode.receiver(0x55, "prefill-0") for decode in decodes]
     for receiver in receivers:
@@ -187,7 +191,7 @@ def test_a_rank_that_died_before_it_was_ever_heard_still_fails_the_rooms_of_its_
         failure.failure_reason,
         failure.origin,
     )
-    wait_for(lambda: all(r.agreed() is KVPoll.Failed for r in receivers), what="decode-0 agrees too")
+    wait_for(lambda: all(r.agreed() is KVPoll.Failed for r in receivers), timeout=10, what="decode-0 agrees too")
 
 
 def test_a_decode_instance_that_fails_a_room_its_rank_finished_tells_prefill_before_a_prefill_rank_times_out(
