@@ -71,6 +71,8 @@ class Recording:
             files = sorted(p for p in self.path.iterdir() if p.name.endswith(SEGMENT_SUFFIX))
         elif self.path.is_file():
             files = [self.path]
+        elif self.path.exists():
+            raise RecordingError(f"{self.path}: neither a folder nor a regular file (a .kvr file)")
         else:
             raise RecordingError(f"{self.path}: no such recording (a folder of segments or a .kvr file)")
         if not files:
