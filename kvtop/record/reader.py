@@ -32,15 +32,20 @@ class Damage:
     bytes: int = 0
     """Bytes no readable block covers."""
     indexes_rebuilt: int = 0
+    segments_gone: set[str] = field(default_factory=set)
+    """Segments that could not be read once the recording was open: deleted since (a recorder's ring, as it
+    records into the folder), or no longer readable."""
 
     def __bool__(self) -> bool:
-        return bool(self.segments_skipped or self.blocks or self.bytes)
+        return bool(self.segments_skipped or self.blocks or self.bytes or self.segments_gone)
 
     def summary(self) -> str:
         """One line for stderr ("" when nothing was lost)."""
         parts = [f"{len(self.segments_skipped)} segments skipped"] if self.segments_skipped else []
         parts += [f"{self.blocks} damaged blocks"] if self.blocks else []
         parts += [f"{self.bytes} bytes unreadable"] if self.bytes else []
+        gone = len(self.segments_gone)
+        parts += [f"{gone} segments gone since it was opened (a recorder's ring?)"] if gone else []
         return "recording damaged: " + ", ".join(parts) + " (the rest replays)" if parts else ""
 
 
@@ -110,15 +115,21 @@ class Recording:
         )
 
     def read(self, block: Block) -> bytes | None:
-        """The block's payload, or None (counted in `damage`) when it fails its checksums. The last few
-        segments read stay open (`OPEN_SEGMENTS`)."""
+        """The block's payload, or None (counted in `damage`) when it fails its checksums or its segment is
+        gone (a view on a folder a recorder still writes: its ring deletes the oldest segments; a seek there
+        raised FileNotFoundError). The last few segments read stay open (`OPEN_SEGMENTS`)."""
         segment = block.segment
         self._open.pop(id(segment), None)
         self._open[id(segment)] = segment
         if len(self._open) > OPEN_SEGMENTS:
             self._open.pop(next(iter(self._open))).close()
         before = segment.damage.blocks
-        raw = segment.read(block.entry)
+        try:
+            raw = segment.read(block.entry)
+        except OSError as error:
+            self._open.pop(id(segment), None)
+            self.damage.segments_gone.add(f"{segment.path.name}: {error.strerror or error}")
+            return None
         self.damage.blocks += segment.damage.blocks - before
         return raw
 

@@ -228,3 +228,19 @@ def test_an_instant_between_two_runs_of_the_recorder_is_where_nothing_was_record
     spec = SourceSpec(replay=str(folder), when=When(at=stopped + 50.0))
     with pytest.raises(SourceError, match="where the recorder did not run"), RecordingSource.opened(spec):
         pass
+
+
+def test_a_segment_deleted_after_the_recording_was_opened_is_said_not_raised(tmp_path: Path) -> None:
+    """A view open on a folder a recorder still writes: its ring deletes the oldest segment, and a seek there
+    raised FileNotFoundError (a dashboard rewinding to the start died). The model is inexact and it is said."""
+    _record(tmp_path / "rec")
+    replay = Replay(tmp_path / "rec")
+    oldest = min((tmp_path / "rec").glob("*.kvr"))
+    oldest.unlink()
+    oldest.with_name(oldest.name + ".idx").unlink()
+
+    cursor = replay.at(replay.start + 0.1)
+
+    assert cursor.inexact
+    assert "1 segments gone since it was opened" in replay.recording.damage.summary()
+    assert replay.at(replay.end).model.liveness(replay.end)  # the rest still replays
