@@ -22,7 +22,7 @@ from kvtop.record.format import (
     UnknownSchema,
     checksum,
 )
-from kvtop.record.reader import Recording
+from kvtop.record.reader import Recording, missing_segments
 from kvtop.record.replay import Replay
 from kvtop.record.synthetic import feed
 from kvtop.record.writer import Recorder
@@ -244,3 +244,20 @@ def test_a_segment_deleted_after_the_recording_was_opened_is_said_not_raised(tmp
     assert cursor.inexact
     assert "1 segments gone since it was opened" in replay.recording.damage.summary()
     assert replay.at(replay.end).model.liveness(replay.end)  # the rest still replays
+
+
+def test_a_segment_missing_between_others_is_said(tmp_path: Path) -> None:
+    """A segment deleted by hand or never copied: the replay went from the one before to the one after with
+    nothing said, its events lost in silence. The ring's deletions (the oldest first) and a new run (numbered
+    from 1 again) are no loss."""
+    _record(tmp_path / "rec")
+    segments = sorted((tmp_path / "rec").glob("*.kvr"))
+    assert len(segments) >= 4
+    for path in (segments[2], segments[2].with_name(segments[2].name + ".idx")):
+        path.unlink()
+
+    assert "1 segments missing between others" in Recording(tmp_path / "rec").damage.summary()
+    ring_then_a_new_run = ["seg-0000000000000003-000003.kvr", "seg-0000000000000004-000004.kvr",
+                           "seg-0000000000000009-000001.kvr", "seg-0000000000000010-000002.kvr"]  # fmt: skip
+    assert missing_segments(ring_then_a_new_run) == 0
+    assert missing_segments(["seg-1-000001.kvr", "seg-2-000004.kvr", "seg-3-000001.kvr", "seg-4-000003.kvr"]) == 3
