@@ -8,7 +8,6 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -52,23 +51,24 @@ def _answering_nothing(zmq_context: zmq.Context[zmq.Socket[bytes]]) -> tuple[zmq
     return silent, f"tcp://127.0.0.1:{port}"
 
 
+_WAITING = {
+    "agent-registering": ("agent", "--role", "decode", "--instance", "decode-0", "--bootstrap", "{bootstrap}"),
+    "relay-discovering": ("relay", "--bootstrap", "{bootstrap}"),
+    "record-discovering": ("record", "--bootstrap", "{bootstrap}", "--wait", "60", "--out", "{tmp}/rec"),
+}
+
+
 @pytest.mark.processes
-@pytest.mark.parametrize(
-    "command",
-    [
-        lambda bootstrap: ("agent", "--role", "decode", "--instance", "decode-0", "--bootstrap", bootstrap),
-        lambda bootstrap: ("relay", "--bootstrap", bootstrap),
-    ],
-    ids=["agent-registering", "relay-discovering"],
-)
+@pytest.mark.parametrize("args", list(_WAITING.values()), ids=list(_WAITING))
 def test_a_service_stopped_while_its_bootstrap_keeps_it_waiting_exits_0(
-    command: Callable[[str], tuple[str, ...]], zmq_context: zmq.Context[zmq.Socket[bytes]], wait_for
+    args: tuple[str, ...], tmp_path: Path, zmq_context: zmq.Context[zmq.Socket[bytes]], wait_for
 ) -> None:
     """SIGTERM once the bootstrap holds the service's first request: it stops (exit 0) instead of waiting the
-    answer out (the agent: exit 1 "cannot register" after 10 s; the relay: killed by the signal)."""
+    answer out (the agent: exit 1 "cannot register" after 10 s; the recorder: exit 1 after its --wait; the
+    relay: killed by the signal)."""
     silent, bootstrap = _answering_nothing(zmq_context)
     try:
-        with _kvtop(*command(bootstrap)) as process:
+        with _kvtop(*(arg.format(bootstrap=bootstrap, tmp=tmp_path) for arg in args)) as process:
             wait_for(lambda: silent.poll(10), timeout=30, what="the service's request")
             process.send_signal(signal.SIGTERM)
             stdout, stderr = process.communicate(timeout=30)
