@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import socket
+import threading
 import time
 from collections import Counter
 from typing import TypeVar
@@ -35,7 +36,7 @@ import zmq
 
 from transport.counters import Counters, rejection_names
 from transport.curve import CurveKeys, dialing, serving
-from transport.errors import BootstrapError, FrameRejected
+from transport.errors import BootstrapError, CallAbandoned, FrameRejected
 from transport.limits import cannot_open
 from transport.registration import RELAY_ROLE, entry_name, registration_problem
 from transport.service import ServiceThread
@@ -57,6 +58,8 @@ from transport.wire import (
 )
 
 _POLL_MS = 100
+_STOP_POLL_S = 0.1
+"""How often a client call waiting for its answer looks at its `stop` event."""
 _RELAY_RANK = -1
 """The rank of a relay's key: no rank's key is a relay's."""
 _Key = tuple[str, int, int | None]
@@ -277,10 +280,13 @@ class BootstrapClient:
         curve: CurveKeys | None = None,
         service: str = "bootstrap",
         answered_before: bool = False,
+        stop: threading.Event | None = None,
     ) -> None:
         """`service`: what the errors call the other end (a relay answers listings too); `answered_before`: it
         answered this caller with these keys before, so a call it leaves unanswered says it stopped answering,
-        with no hint about CURVE keys."""
+        with no hint about CURVE keys; `stop`: once set, a call waiting for its answer gives up within
+        `_STOP_POLL_S` (`CallAbandoned`)."""
+        self._stop = stop
         self.endpoint = endpoint
         self.service = service
         self.timeout_s = timeout_s
@@ -332,8 +338,10 @@ class BootstrapClient:
             raise BootstrapError(f"{self.service} {self.endpoint} takes no request (no connection){self._hint()}")
         deadline = time.monotonic() + self.timeout_s
         while (left := deadline - time.monotonic()) > 0:
-            if not self._socket.poll(int(left * 1000) + 1):
-                break
+            if self._stop is not None and self._stop.is_set():
+                raise CallAbandoned(f"{self.service} {self.endpoint}: call abandoned, this process is stopping")
+            if not self._socket.poll(int(min(left, _STOP_POLL_S) * 1000) + 1):
+                continue
             try:
                 reply = self._decoder.decode(self._socket.recv())
             except FrameRejected as rejected:

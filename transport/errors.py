@@ -55,6 +55,10 @@ class BootstrapError(TransportError):
     """The bootstrap service did not answer in time or refused a request."""
 
 
+class CallAbandoned(BootstrapError):
+    """A call to the bootstrap service given up before its deadline: the caller was asked to stop."""
+
+
 class FrameRejected(TransportError):
     """A received frame that does not follow the wire format; `reason` is its counter key."""
 

@@ -57,7 +57,7 @@ _SOURCE_OPTIONS = ("--sglang-log", "--bootstrap", "--connect", "--replay")
 
 
 def usage_hint(error: UsageError, args: list[str]) -> str:
-    """What the user most likely meant, for two mistakes Click's words do not explain ("" for any other)."""
+    """What the user most likely meant, for three mistakes Click's words do not explain ("" for any other)."""
     if (
         isinstance(error, NoSuchOption)
         and error.option_name in _SOURCE_OPTIONS
@@ -69,6 +69,8 @@ def usage_hint(error: UsageError, args: list[str]) -> str:
         )
     if "unexpected extra argument" in error.message and "--sglang-log" in args:
         return "Hint: one file per --sglang-log: --sglang-log a.log --sglang-log b.log (a shell glob gives several)."
+    if error.message == "No such command 'sidecar'.":
+        return "Hint: the log sidecar is kvtop agent --sglang-log FILE (its options: add --help)."
     return ""
 
 

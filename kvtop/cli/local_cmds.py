@@ -365,9 +365,9 @@ def cluster_up(
     time), and so does one line, at once, for every rank that exits (its label, pid, exit code or signal).
     Each agent's stderr is kept in the log folder as <instance>-TP<rank>.stderr. With --curve-keys every
     socket of the cluster is CURVE-encrypted and answers only clients on the folder's allow-list. Exit codes:
-    0 after --duration or Ctrl-C, 1 when the cluster did not come up or a rank exited and is not back, 2 for
-    bad usage (a --fault that reaches no agent, a key folder that cannot be used, a --host beyond loopback
-    without --curve-keys or --insecure).
+    0 after --duration, Ctrl-C or SIGTERM (also while the agents come up), 1 when the cluster did not come up
+    or a rank exited and is not back, 2 for bad usage (a --fault that reaches no agent, a key folder that
+    cannot be used, a --host beyond loopback without --curve-keys or --insecure).
     """
     timeouts = (bootstrap_timeout, waiting_timeout, transfer_timeout)
     stats = _run_cluster(

@@ -97,7 +97,7 @@ def record(
     from kvtop.source import SourceError
     from kvtop.source.live import LiveSource
     from kvtop.sources.live import tune_gc
-    from transport.errors import BootstrapError
+    from transport.errors import BootstrapError, CallAbandoned
     from transport.signals import stop_on
 
     spec = spec_of(bootstrap, connect, wait=wait, curve_keys=curve_keys)
@@ -121,9 +121,12 @@ def record(
     tune_gc()
     source: LiveSource | None = None
     try:
-        with stop_on(stop, signal.SIGTERM), LiveSource.opened(spec, synced=False, recorder=recorder) as source:
+        opened = LiveSource.opened(spec, synced=False, recorder=recorder, stop=stop)
+        with stop_on(stop, signal.SIGTERM), opened as source:
             typer.echo(f"kvtop record: recording {bootstrap or ', '.join(connect)} to {out}", err=True)
             problem = _run(source, recorder, stop, status, interval, duration)
+    except CallAbandoned:  # stopped while the bootstrap kept it waiting
+        problem = ""
     except BootstrapError as error:
         problem = str(error)
     except SourceError as error:  # a key folder that cannot be used: nothing was recorded

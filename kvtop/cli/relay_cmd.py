@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -24,6 +25,7 @@ from kvtop.cli.options import (
 
 if TYPE_CHECKING:
     from transport.curve import CurveKeys
+    from transport.plane.relay import Relay
 
 _HEARD_WITHIN_S = 3.0
 """How long an agent given by --connect may take to publish at start (agents beat every second)."""
@@ -114,9 +116,7 @@ def relay(
     a bind beyond loopback without --curve-keys or --insecure.
     """
     from transport.curve import exposure_problem
-    from transport.errors import BootstrapError
     from transport.plane.relay import Relay
-    from transport.registration import agent_problem
     from transport.signals import stop_on
 
     if not bootstrap and not relay and not connect:
@@ -129,10 +129,44 @@ def relay(
     problem = _silent(connect, keys)
     if problem:
         raise fail(problem)
-    try:
-        server = Relay(
-            bootstrap, relay, connect, listen, snapshot_listen, host, name, register, advertise=advertise, curve=keys
+    stop = threading.Event()
+    with stop_on(stop, signal.SIGTERM):  # from the start: a SIGTERM while it discovers stops it cleanly too
+        upstreams = (bootstrap, relay, connect)
+        server = _started(
+            lambda: Relay(*upstreams, listen, snapshot_listen, host, name, register, advertise=advertise, curve=keys),
+            stop,
         )
+        if server is None:
+            return
+        curve = ", CURVE" if keys is not None else ""
+        end = None if duration is None else time.monotonic() + duration
+        try:  # the address once stopping works: whoever reads it may stop the relay
+            typer.echo(
+                f"kvtop relay: events at {server.endpoint}, address {server.address}{curve} "
+                f"(views: --relay {server.address})"
+            )
+            while not stop.is_set() and not server.died and (end is None or time.monotonic() < end):
+                stop.wait(min(interval, end - time.monotonic()) if end is not None else interval)
+                if status:
+                    typer.echo(f"kvtop relay: {server.status_line()}", err=True)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.close()
+    if status:
+        typer.echo(f"kvtop relay: {server.status_line()}", err=True)
+    if server.died:
+        raise fail(server.error)
+
+
+def _started(make: Callable[[], Relay], stop: threading.Event) -> Relay | None:
+    """The relay `make` opens, its upstreams discovered (exit 1 when its sockets cannot be bound or an upstream
+    does not answer); None when `stop` was set meanwhile and the discovery failed (it is closed)."""
+    from transport.errors import BootstrapError
+    from transport.registration import agent_problem
+
+    try:
+        server = make()
     except Exception as error:  # a bind that failed (address in use, bad interface): one line
         raise fail(f"cannot open the relay's sockets: {error}") from None
     problem = agent_problem(server.entry)
@@ -143,28 +177,10 @@ def relay(
         server.start()
     except BootstrapError as error:
         server.close()
+        if stop.is_set():
+            return None
         raise fail(str(error)) from None
-    stop = threading.Event()
-    curve = ", CURVE" if keys is not None else ""
-    end = None if duration is None else time.monotonic() + duration
-    try:
-        with stop_on(stop, signal.SIGTERM):  # before the address: whoever reads it may stop the relay
-            typer.echo(
-                f"kvtop relay: events at {server.endpoint}, address {server.address}{curve} "
-                f"(views: --relay {server.address})"
-            )
-            while not stop.is_set() and not server.died and (end is None or time.monotonic() < end):
-                stop.wait(min(interval, end - time.monotonic()) if end is not None else interval)
-                if status:
-                    typer.echo(f"kvtop relay: {server.status_line()}", err=True)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.close()
-    if status:
-        typer.echo(f"kvtop relay: {server.status_line()}", err=True)
-    if server.died:
-        raise fail(server.error)
+    return server
 
 
 def _silent(endpoints: list[str], keys: CurveKeys | None) -> str:

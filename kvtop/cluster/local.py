@@ -95,7 +95,12 @@ def run_local(
     """
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _interrupt)
-    with LocalCluster(spec, host) as cluster:
+    try:
+        cluster = LocalCluster(spec, host).start()
+    except KeyboardInterrupt:  # while it came up (it stopped what it had started): as clean a stop as later
+        emit("stopping the local cluster")
+        return WorkloadStats()
+    try:
         router: Router | None = None
         try:  # from here a stop (Ctrl-C, SIGTERM, SIGHUP) is a clean one, however early it comes
             if on_up is not None:
@@ -122,6 +127,8 @@ def run_local(
             if router is not None:
                 router.close()
         return router.stats if router is not None else WorkloadStats()
+    finally:
+        cluster.stop()
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:

@@ -1,5 +1,10 @@
 """The HTTP side of the exporter: `/metrics` on HOST:PORT, prometheus_client's WSGI app on a threading WSGI server;
-any other path is 404."""
+any other path is 404.
+
+A client cannot hold the exporter: a connection quiet for `CONNECTION_TIMEOUT_S` (a request never finished,
+an answer never read) is closed, past `MAX_CONNECTIONS` at once a connection is answered 503 and closed, and
+a burst of connections waits in the kernel's queue (`_Server.request_queue_size`). Each of those is counted
+(`kvtop_export_connections_dropped_total`, by reason), never a traceback on stderr."""
 
 from __future__ import annotations
 
@@ -7,14 +12,17 @@ import contextlib
 import ipaddress
 import re
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from socketserver import ThreadingMixIn
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from kvtop.export.metrics import ModelMetrics
 from kvtop.model.cluster import ClusterModel
@@ -66,19 +74,121 @@ def only_metrics(app: _App) -> _App:
     return answer
 
 
+MAX_CONNECTIONS = 64
+"""Connections served at once (a thread each); Prometheus holds one per target and scrape."""
+CONNECTION_TIMEOUT_S = 10.0
+"""How long a connection may stay quiet, sending its request or taking the answer (Prometheus' default
+scrape timeout): an idle connection held a thread for as long as its client kept it open."""
+_BUSY = (
+    b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
+    b"kvtop export: too many connections at once\n"
+)
+DROPPED = ("busy", "timeout", "reset")
+"""Why a connection was dropped: over `MAX_CONNECTIONS`, quiet past `CONNECTION_TIMEOUT_S`, reset by its
+client before it had the answer."""
+
+
 class _Server(ThreadingMixIn, WSGIServer):
-    """A thread per request (a slow scraper holds no other up); the threads do not outlive the process."""
+    """A thread per connection (a slow scraper holds no other up), `MAX_CONNECTIONS` at most; the threads do
+    not outlive the process."""
 
     daemon_threads = True
+    request_queue_size = 128
+    """The listen backlog (socketserver's is 5: of 200 scrapes at once, 29 waited out their 30 s timeout)."""
+
+    def __init__(self, address: tuple[str, int], handler: type[WSGIRequestHandler]) -> None:
+        super().__init__(address, handler)
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._lock = threading.Lock()
+        self.dropped = dict.fromkeys(DROPPED, 0)
+
+    def drop(self, reason: str) -> None:
+        with self._lock:
+            self.dropped[reason] += 1
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.drop("busy")
+            with contextlib.suppress(OSError):
+                request.setblocking(False)  # a 503 if it fits the socket's buffer, never a wait
+                request.send(_BUSY)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread to give the slot back
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went quiet or away is counted; anything else is a bug, its traceback on stderr."""
+        error = sys.exc_info()[1]
+        if isinstance(error, TimeoutError):
+            self.drop("timeout")
+        elif isinstance(error, ConnectionError):
+            self.drop("reset")
+        else:
+            super().handle_error(request, client_address)
 
 
 class _Server6(_Server):
     address_family = socket.AF_INET6
 
 
+class _Answer(ServerHandler):
+    def handle_error(self) -> None:
+        """A client that went quiet or away mid-answer: raised to the server, which counts it (wsgiref printed
+        its traceback and tried to answer it an error page)."""
+        if isinstance(sys.exc_info()[1], OSError):
+            raise
+        super().handle_error()
+
+
 class _Quiet(WSGIRequestHandler):
+    timeout = CONNECTION_TIMEOUT_S
+
     def log_message(self, format: str, *args: object) -> None:
         """Log nothing: scrapes are not news."""
+
+    def handle(self) -> None:
+        """`WSGIRequestHandler.handle`, answered by `_Answer`."""
+        self.raw_requestline = self.rfile.readline(65537)
+        if len(self.raw_requestline) > 65536:
+            self.requestline, self.request_version, self.command = "", "", ""
+            self.send_error(414)
+            return
+        if not self.parse_request():  # an error answered already
+            return
+        wfile: Any = self.wfile  # a socket's file, which typeshed does not take for wsgiref's IO[bytes]
+        handler = _Answer(self.rfile, wfile, self.get_stderr(), self.get_environ(), multithread=False)
+        handler.request_handler = self  # type: ignore[attr-defined]  # wsgiref's back pointer, for its logging
+        handler.run(self.server.get_app())  # type: ignore[attr-defined]
+
+
+class _Connections(Collector):
+    """`kvtop_export_connections_dropped_total` of one server."""
+
+    def __init__(self, server: _Server) -> None:
+        self._server = server
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "kvtop_export_connections_dropped",
+            "Connections the exporter dropped: busy (over its limit at once), timeout (quiet past its limit), "
+            "reset (by the client).",
+            labels=["reason"],
+        )
+        with self._server._lock:
+            counts = dict(self._server.dropped)
+        for reason in DROPPED:
+            family.add_metric([reason], counts[reason])
+        yield family
 
 
 class MetricsServer:
@@ -92,6 +202,8 @@ class MetricsServer:
         server_class = _Server6 if family == socket.AF_INET6 else _Server
         app = only_metrics(make_wsgi_app(self.registry))
         self._server = make_server(str(address[0]), port, app, server_class, handler_class=_Quiet)
+        assert isinstance(self._server, _Server)
+        self.registry.register(_Connections(self._server))
         self._thread = threading.Thread(target=self._server.serve_forever, name="kvtop-metrics", daemon=True)
         self._thread.start()
         self.host, self.port = host, int(self._server.server_port)

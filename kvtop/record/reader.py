@@ -4,6 +4,7 @@ clear error (`UnknownSchema`): it was written by another kvtop, and reading it a
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,15 +33,23 @@ class Damage:
     bytes: int = 0
     """Bytes no readable block covers."""
     indexes_rebuilt: int = 0
+    segments_missing: int = 0
+    """Segments missing between two of a run's (`missing_segments`): deleted by hand, never copied."""
+    segments_gone: set[str] = field(default_factory=set)
+    """Segments that could not be read once the recording was open: deleted since (a recorder's ring, as it
+    records into the folder), or no longer readable."""
 
     def __bool__(self) -> bool:
-        return bool(self.segments_skipped or self.blocks or self.bytes)
+        return bool(self.segments_skipped or self.blocks or self.bytes or self.segments_missing or self.segments_gone)
 
     def summary(self) -> str:
         """One line for stderr ("" when nothing was lost)."""
         parts = [f"{len(self.segments_skipped)} segments skipped"] if self.segments_skipped else []
+        parts += [f"{self.segments_missing} segments missing between others"] if self.segments_missing else []
         parts += [f"{self.blocks} damaged blocks"] if self.blocks else []
         parts += [f"{self.bytes} bytes unreadable"] if self.bytes else []
+        gone = len(self.segments_gone)
+        parts += [f"{gone} segments gone since it was opened (a recorder's ring?)"] if gone else []
         return "recording damaged: " + ", ".join(parts) + " (the rest replays)" if parts else ""
 
 
@@ -61,6 +70,19 @@ class Block:
         return self.entry.offset == FILE_HEADER.size
 
 
+def missing_segments(names: list[str]) -> int:
+    """How many segments are missing between two of `names` (sorted): each run of the recorder numbers its
+    segments 1, 2, 3... (`seg-<first µs>-<seq>.kvr`) and a ring deletes the oldest first, so only the first
+    segment of all may be numbered past the one before it plus one; a run that starts again numbers from 1."""
+    numbers = [int(seq) if (seq := name.removesuffix(SEGMENT_SUFFIX).rpartition("-")[2]).isdigit() else None
+               for name in names]  # fmt: skip
+    missing = 0
+    for before, after in itertools.pairwise(numbers):
+        if before is not None and after is not None and after > 1:
+            missing += after - before - 1 if after > before else after - 1
+    return missing
+
+
 class Recording:
     """The blocks of every readable segment at `path`, oldest first (read the payloads with `read`)."""
 
@@ -71,10 +93,13 @@ class Recording:
             files = sorted(p for p in self.path.iterdir() if p.name.endswith(SEGMENT_SUFFIX))
         elif self.path.is_file():
             files = [self.path]
+        elif self.path.exists():
+            raise RecordingError(f"{self.path}: neither a folder nor a regular file (a .kvr file)")
         else:
             raise RecordingError(f"{self.path}: no such recording (a folder of segments or a .kvr file)")
         if not files:
             raise NothingRecorded(f"{self.path}: nothing recorded in it (no *{SEGMENT_SUFFIX} segment)")
+        self.damage.segments_missing = missing_segments([file.name for file in files])
         self.segments: list[SegmentReader] = []
         for file in files:
             try:
@@ -108,15 +133,21 @@ class Recording:
         )
 
     def read(self, block: Block) -> bytes | None:
-        """The block's payload, or None (counted in `damage`) when it fails its checksums. The last few
-        segments read stay open (`OPEN_SEGMENTS`)."""
+        """The block's payload, or None (counted in `damage`) when it fails its checksums or its segment is
+        gone (a view on a folder a recorder still writes: its ring deletes the oldest segments; a seek there
+        raised FileNotFoundError). The last few segments read stay open (`OPEN_SEGMENTS`)."""
         segment = block.segment
         self._open.pop(id(segment), None)
         self._open[id(segment)] = segment
         if len(self._open) > OPEN_SEGMENTS:
             self._open.pop(next(iter(self._open))).close()
         before = segment.damage.blocks
-        raw = segment.read(block.entry)
+        try:
+            raw = segment.read(block.entry)
+        except OSError as error:
+            self._open.pop(id(segment), None)
+            self.damage.segments_gone.add(f"{segment.path.name}: {error.strerror or error}")
+            return None
         self.damage.blocks += segment.damage.blocks - before
         return raw
 

@@ -9,6 +9,7 @@ checksums hold. What could not be read is counted in `SegmentDamage`, never rais
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -26,6 +27,7 @@ from kvtop.record.format import (
     MAX_BLOCK_BYTES,
     SEGMENT_MAGIC,
     BlockKind,
+    NotARecording,
     RecordingError,
     block_header,
     check_file_header,
@@ -137,6 +139,16 @@ class SegmentWriter:
             os.close(self._index_fd)
 
 
+def open_regular(path: Path) -> BinaryIO:
+    """`path` opened for reading; `NotARecording` when it is no regular file (opening a FIFO named like a
+    segment waited for a writer: the view hung)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise NotARecording(f"{path.name}: not a regular file")
+    return os.fdopen(fd, "rb")
+
+
 def index_path(segment: Path) -> Path:
     return segment.with_name(segment.name + ".idx")
 
@@ -150,9 +162,9 @@ class SegmentReader:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.damage = SegmentDamage()
-        with path.open("rb") as file:
+        with open_regular(path) as file:
             self.created = check_file_header(file.read(FILE_HEADER.size), SEGMENT_MAGIC, path.name)
-        self.size = path.stat().st_size
+            self.size = os.fstat(file.fileno()).st_size
         self._decompressor = zstandard.ZstdDecompressor()
         self._fd: int | None = None
         self.entries = self._read_index()
@@ -168,7 +180,8 @@ class SegmentReader:
         does not (a torn or damaged index: the scan after it finds the rest)."""
         path = index_path(self.path)
         try:
-            data = path.read_bytes()
+            with open_regular(path) as file:
+                data = file.read()
             check_file_header(data, INDEX_MAGIC, path.name)
         except (OSError, RecordingError):  # an index that cannot be read is rebuilt by the scan
             self.damage.index_rebuilt = True
@@ -190,7 +203,7 @@ class SegmentReader:
     def _scan(self, offset: int) -> list[Entry]:
         """Blocks from `offset` on, by their headers; past a damaged header, the next header that checks."""
         found: list[Entry] = []
-        with self.path.open("rb") as file:
+        with open_regular(self.path) as file:
             while offset + BLOCK_HEADER.size <= self.size:
                 file.seek(offset)
                 header = file.read(BLOCK_HEADER.size)

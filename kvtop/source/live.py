@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import threading
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -36,17 +37,19 @@ class LiveSource(Source):
         synced: bool = True,
         recorder: Recorder | None = None,
         tail: bool = False,
+        stop: threading.Event | None = None,
     ) -> Iterator[LiveSource]:
         """Once every agent's snapshot is in or `spec.wait` passed (`synced=False`: as soon as the agents are
         discovered); `recorder` is told everything the collector applies; `tail` keeps the news for `tail()`.
-        Raises `BootstrapError` when the bootstrap address does not answer."""
+        Raises `BootstrapError` when the bootstrap address does not answer (`CallAbandoned` once `stop` is set
+        while it waits)."""
         from kvtop.sources.live import Collector
 
         news: queue.SimpleQueue[News] | None = queue.SimpleQueue() if tail else None
         collector = Collector(spec.bootstrap, list(spec.connect), model, news=news, curve=_curve(spec.curve_keys),
                               recorder=recorder)  # fmt: skip
         try:
-            collector.start(discover_timeout_s=spec.wait)
+            collector.start(discover_timeout_s=spec.wait, stop=stop)
             if synced:
                 collector.wait_synced(spec.wait)
             yield cls(spec, collector, news)

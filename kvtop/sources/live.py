@@ -121,12 +121,13 @@ class Collector:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kvtop-collector", daemon=True)
 
-    def start(self, discover_timeout_s: float = 2.0) -> Collector:
-        """Discover the agents once (raises `BootstrapError` if nobody answers), then collect in the background."""
+    def start(self, discover_timeout_s: float = 2.0, stop: threading.Event | None = None) -> Collector:
+        """Discover the agents once (raises `BootstrapError` if nobody answers, `CallAbandoned` once `stop` is
+        set while it waits for the answer), then collect in the background."""
         if self.recorder is not None:
             with self.lock:
                 self.recorder.tick(self.model, time.time())
-        self._discover(discover_timeout_s)
+        self._discover(discover_timeout_s, stop)
         self._thread.start()
         return self
 
@@ -159,7 +160,7 @@ class Collector:
         with self.lock:
             return any(view.last_seen for view in self.model.ranks.values())
 
-    def _discover(self, timeout_s: float) -> None:
+    def _discover(self, timeout_s: float, stop: threading.Event | None = None) -> None:
         for endpoint in self.endpoints:
             self._subscriber.connect_endpoint(endpoint)
         recorder, now = self.recorder, time.time()
@@ -177,7 +178,7 @@ class Collector:
                     recorder.accounted(self.model, now)
             return
         with BootstrapClient(
-            self.bootstrap, timeout_s=timeout_s, curve=self.curve, answered_before=self._listed
+            self.bootstrap, timeout_s=timeout_s, curve=self.curve, answered_before=self._listed, stop=stop
         ) as client:
             listing = client.listing()
         self._listed = True

@@ -157,6 +157,14 @@ def test_several_files_after_one_sglang_log_hint_at_one_flag_each() -> None:
     assert "Hint: one file per --sglang-log: --sglang-log a.log --sglang-log b.log" in done.stderr
 
 
+def test_kvtop_sidecar_names_the_command_the_sidecar_is() -> None:
+    """The log sidecar is `kvtop agent --sglang-log`: `kvtop sidecar` said only `No such command`."""
+    done = kvtop_here("sidecar", "--sglang-log", LOG)
+
+    assert done.returncode == 2
+    assert "Hint: the log sidecar is kvtop agent --sglang-log FILE" in done.stderr
+
+
 def test_every_number_of_seconds_or_rate_an_option_takes_has_a_bound() -> None:
     """`status --window inf`, `rooms --recent inf`, `check --stuck-after inf` ended in an OverflowError traceback
     (a span said in hours): every float option has a largest value, so `inf` is a usage error."""

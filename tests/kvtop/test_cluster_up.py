@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import psutil
 import pytest
+from cluster_support import KVTOP
 from kvtop_cli import kvtop, kvtop_here
 
 from kvtop.sources.live import Collector
@@ -130,6 +132,24 @@ def test_a_closed_terminal_sighup_stops_the_cluster_cleanly_as_ctrl_c_does(clust
 
     assert running.process.wait(30) == 0
     assert running.wait_line(r"^done: ")
+    assert not any(agent.is_running() and agent.status() != psutil.STATUS_ZOMBIE for agent in agents)
+    assert not list(tmp_path.glob("kvtop-logs-*"))
+
+
+@pytest.mark.processes
+def test_a_sigterm_while_the_agents_come_up_stops_the_cluster_cleanly(tmp_path, wait_for):
+    """Stopped once its agents are started and before they all registered: it exited 130 with no line, its
+    agents left for their parent-death check and its temporary log folder behind."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    command = [KVTOP, "cluster", "up", "--duration", "60"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as process:
+        cluster = psutil.Process(process.pid)
+        agents = wait_for(lambda: cluster.children(recursive=True), timeout=30, what="agents started")
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=60)
+
+    assert process.returncode == 0, (stdout, stderr)
+    assert "stopping the local cluster" in stderr and "done: " in stderr
     assert not any(agent.is_running() and agent.status() != psutil.STATUS_ZOMBIE for agent in agents)
     assert not list(tmp_path.glob("kvtop-logs-*"))
 

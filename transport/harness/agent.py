@@ -28,7 +28,7 @@ from transport.bootstrap import BootstrapClient
 from transport.config import LOG_LEVELS, Role, Timeouts, TransferConfig
 from transport.counters import Counters, rejection_names
 from transport.curve import CurveKeys, exposure_problem, serving, stop_authenticator
-from transport.errors import BootstrapError, ConfigError, KVTransferError
+from transport.errors import BootstrapError, CallAbandoned, ConfigError, KVTransferError
 from transport.harness.logs import setup_agent_logging
 from transport.kv.engine import KVManager, KVReceiver, KVSender
 from transport.kv.faults import FaultInjector, FaultSpec, check_role
@@ -201,7 +201,7 @@ class Agent:
         parent = os.getppid()
         clean = False
         try:
-            self.manager.start()
+            self.manager.start(stop=self._stop)
             self.log.info(
                 "%s rank %d of %s ready: data %s, control %s",
                 self.options.role, self.options.rank, self.options.instance,
@@ -219,6 +219,8 @@ class Agent:
                     self.log.error("thread %s died (its traceback is above); this rank exits with status 1", dead)
                     return 1
             clean = True
+            return 0
+        except CallAbandoned:  # stopped while registering: nothing to deregister
             return 0
         except BootstrapError as error:  # an answer (none, or a refusal), not a bug: its line, no traceback
             self.log.error("%s cannot register: %s", self.manager.info.label, error)

@@ -131,13 +131,18 @@ class LocalCluster:
         self.stop()
 
     def start(self, ready_timeout_s: float = 30.0) -> LocalCluster:
-        """Start every agent and wait until all registered."""
-        if self.spec.log_dir:
-            Path(self.spec.log_dir).mkdir(parents=True, exist_ok=True)
-        self.bootstrap.start()
-        for role, instance, rank, tp in self.spec.ranks():
-            self.processes.append(self._spawn(self._options(role, instance, rank, tp)))
-        self.wait_registered(len(self.processes), ready_timeout_s)
+        """Start every agent and wait until all registered; whatever ends the start early (a timeout, a Ctrl-C)
+        stops what it started first (a `with` block's exit never runs when its start raised)."""
+        try:
+            if self.spec.log_dir:
+                Path(self.spec.log_dir).mkdir(parents=True, exist_ok=True)
+            self.bootstrap.start()
+            for role, instance, rank, tp in self.spec.ranks():
+                self.processes.append(self._spawn(self._options(role, instance, rank, tp)))
+            self.wait_registered(len(self.processes), ready_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def _options(self, role: Role, instance: str, rank: int, tp: int) -> AgentOptions:

@@ -264,12 +264,13 @@ class KVManager:
         """This rank's identity and endpoints, as registered."""
         return self._ctx.info
 
-    def start(self, register_timeout_s: float = 10.0) -> KVManager:
-        """Start publishing, register with the bootstrap service and start the engine thread."""
+    def start(self, register_timeout_s: float = 10.0, stop: threading.Event | None = None) -> KVManager:
+        """Start publishing, register with the bootstrap service and start the engine thread; `stop` set
+        gives up waiting for the registration (`CallAbandoned`)."""
         publisher = self.publisher.start()
         self.emit(AgentHello(time.time(), self.info, __version__, publisher.endpoint, publisher.snapshot_endpoint))
         counters = self._counters.for_socket("bootstrap")
-        with BootstrapClient(self.bootstrap, register_timeout_s, self._zmq, counters, self.curve) as client:
+        with BootstrapClient(self.bootstrap, register_timeout_s, self._zmq, counters, self.curve, stop=stop) as client:
             client.register(self.info)
         self._registered = True
         self._next_refresh = time.monotonic() + REFRESH_S

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from kvtop.sources.sglang.lines import FailureLine, Garbled, classify
 from kvtop.sources.sglang.prefix import has_prefix, parse_prefix, split_stream
-from kvtop.sources.sglang.reader import GZIP_DAMAGE, MAX_LINE_BYTES, is_gzip
+from kvtop.sources.sglang.reader import GZIP_DAMAGE, MAX_LINE_BYTES, is_gzip, open_regular
 from transport.sglang.reasons import reason_class
 
 DIFFER_S = 120.0
@@ -202,7 +202,7 @@ def _room_lines(path: Path) -> Generator[list[str]]:
     """The lines of a log that name a room, `READ_BYTES` of it at a time (the marked lines alone are split out and
     decoded: a few bytes in a thousand); a `.gz` up to its damage, a file that cannot be opened none."""
     try:
-        raw = open(path, "rb")  # noqa: SIM115 (closed with the generator)
+        raw = open_regular(path)  # closed with the generator
     except OSError:
         return
     with raw, gzip.GzipFile(fileobj=raw, mode="rb") if is_gzip(path) else raw as text:

@@ -142,12 +142,22 @@ def check_encoding(head: bytes, path: Path) -> None:
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
+def open_regular(path: Path) -> BinaryIO:
+    """`path` opened for reading; FileNotFoundError when it is no regular file, found in the same open (a FIFO
+    that replaced a followed log between a look and an open blocked the open for ever: a sidecar deaf to SIGTERM)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise FileNotFoundError(f"{path} is no regular file")
+    return os.fdopen(fd, "rb")
+
+
 def is_gzip(path: Path) -> bool:
     """Whether the file is gzip: by its name (`.gz`), else by its first two bytes (a `.log` that was gzipped)."""
     if path.name.endswith(".gz"):
         return True
     try:
-        with open(path, "rb") as raw:
+        with open_regular(path) as raw:
             return raw.read(2) == _GZIP_MAGIC
     except OSError:  # not there yet (a followed log): its name tells
         return False
@@ -156,10 +166,8 @@ def is_gzip(path: Path) -> bool:
 def read_head(path: Path, limit: int) -> bytes:
     """Up to `limit` bytes of the file's text (decompressed for `.gz`): what could be read, damage or not.
     FileNotFoundError when the path is no regular file (a fifo would block the open for ever, a folder fail it)."""
-    if not stat.S_ISREG(os.stat(path).st_mode):
-        raise FileNotFoundError(f"{path} is no regular file")
     gz = is_gzip(path)
-    with open(path, "rb") as raw:
+    with open_regular(path) as raw:
         if not gz:
             return raw.read(limit)
         pieces: list[bytes] = []
@@ -224,7 +232,7 @@ class LogReader:
         the path is no regular file (`read_head`: a followed log replaced by one is waited for as one not there
         yet)."""
         check_encoding(read_head(self.path, 64), self.path)
-        raw = open(self.path, "rb")  # noqa: SIM115 (kept open while following)
+        raw = open_regular(self.path)  # kept open while following
         status = os.fstat(raw.fileno())
         self._identity = (status.st_dev, status.st_ino)
         self._offset = 0

@@ -10,7 +10,7 @@ from pathlib import Path
 from kvtop.sources.sglang.clocks import believable
 from kvtop.sources.sglang.lines import ROLE_MARKERS, NodeOf, node_of
 from kvtop.sources.sglang.prefix import has_prefix, parse_prefix, split_stream
-from kvtop.sources.sglang.reader import is_gzip, read_head
+from kvtop.sources.sglang.reader import is_gzip, open_regular, read_head
 
 SNIFF_BYTES = 4 << 20
 
@@ -92,7 +92,7 @@ def holds_sglang_lines(path: Path) -> bool:
     try:
         text = read_head(path, PREFIX_SNIFF_BYTES)
         if not is_gzip(path):
-            with open(path, "rb") as raw:
+            with open_regular(path) as raw:
                 raw.seek(max(0, raw.seek(0, os.SEEK_END) - PREFIX_SNIFF_BYTES))
                 text += b"\n" + raw.read(PREFIX_SNIFF_BYTES)
     except OSError:

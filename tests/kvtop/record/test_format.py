@@ -24,7 +24,7 @@ from kvtop.record.format import (
     UnknownSchema,
     checksum,
 )
-from kvtop.record.reader import Recording
+from kvtop.record.reader import Recording, missing_segments
 from kvtop.record.records import OPS_DECODER, Accounted, apply_op
 from kvtop.record.replay import Replay
 from kvtop.record.synthetic import feed
@@ -251,3 +251,36 @@ def test_a_relays_dead_upstream_replays_and_an_older_account_without_it_still_re
     states = model.liveness(11.0 + GONE_S + 1)
     assert (states["decode-0/TP0"], states["decode-0/TP1"]) == (Liveness.UNHEARD, Liveness.GONE)
     assert model.intake.upstream_down() == f"upstream stopped answering the relay at tcp://relay:7101: {stopped}"
+
+
+def test_a_segment_deleted_after_the_recording_was_opened_is_said_not_raised(tmp_path: Path) -> None:
+    """A view open on a folder a recorder still writes: its ring deletes the oldest segment, and a seek there
+    raised FileNotFoundError (a dashboard rewinding to the start died). The model is inexact and it is said."""
+    _record(tmp_path / "rec")
+    replay = Replay(tmp_path / "rec")
+    oldest = min((tmp_path / "rec").glob("*.kvr"))
+    oldest.unlink()
+    oldest.with_name(oldest.name + ".idx").unlink()
+
+    cursor = replay.at(replay.start + 0.1)
+
+    assert cursor.inexact
+    assert "1 segments gone since it was opened" in replay.recording.damage.summary()
+    assert replay.at(replay.end).model.liveness(replay.end)  # the rest still replays
+
+
+def test_a_segment_missing_between_others_is_said(tmp_path: Path) -> None:
+    """A segment deleted by hand or never copied: the replay went from the one before to the one after with
+    nothing said, its events lost in silence. The ring's deletions (the oldest first) and a new run (numbered
+    from 1 again) are no loss."""
+    _record(tmp_path / "rec")
+    segments = sorted((tmp_path / "rec").glob("*.kvr"))
+    assert len(segments) >= 4
+    for path in (segments[2], segments[2].with_name(segments[2].name + ".idx")):
+        path.unlink()
+
+    assert "1 segments missing between others" in Recording(tmp_path / "rec").damage.summary()
+    ring_then_a_new_run = ["seg-0000000000000003-000003.kvr", "seg-0000000000000004-000004.kvr",
+                           "seg-0000000000000009-000001.kvr", "seg-0000000000000010-000002.kvr"]  # fmt: skip
+    assert missing_segments(ring_then_a_new_run) == 0
+    assert missing_segments(["seg-1-000001.kvr", "seg-2-000004.kvr", "seg-3-000001.kvr", "seg-4-000003.kvr"]) == 3

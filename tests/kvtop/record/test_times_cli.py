@@ -4,6 +4,7 @@ and what a view says of a damaged or foreign recording."""
 from __future__ import annotations
 
 import json
+import os
 import struct
 import time
 from pathlib import Path
@@ -102,6 +103,24 @@ def test_a_damaged_segment_is_said_on_stderr_and_the_view_answers(tmp_path: Path
     assert json.loads(result.stdout)["ranks"]["total"] == 8
     check = kvtop("check", "--replay", str(tmp_path / "rec"))  # the damage on its line too, where monitoring reads
     assert check.returncode in (1, 2) and "recording damaged: 1 segments skipped" in check.stdout.partition(" | ")[0]
+
+
+@pytest.mark.processes
+def test_a_fifo_named_like_a_segment_or_an_index_is_skipped_not_waited_on(tmp_path: Path) -> None:
+    """Opening a FIFO waits for a writer: a view of a folder holding one named like a segment (or an index)
+    hung. It is skipped and counted like any segment that is none; given as the recording, a clear error."""
+    _recording(tmp_path / "rec")
+    os.mkfifo(tmp_path / "rec" / "seg-01780000009999999-000099.kvr")
+    index = sorted((tmp_path / "rec").glob("*.kvr.idx"))[0]
+    index.unlink()
+    os.mkfifo(index)
+    result = kvtop("status", "--replay", str(tmp_path / "rec"), "--json")
+    assert result.returncode == 0, result.stderr
+    assert "recording damaged: 1 segments skipped" in result.stderr
+    assert json.loads(result.stdout)["ranks"]["total"] == 8
+    alone = kvtop("status", "--replay", str(tmp_path / "rec" / "seg-01780000009999999-000099.kvr"))
+    assert alone.returncode == 2
+    assert "neither a folder nor a regular file" in alone.stderr
 
 
 @pytest.mark.processes

@@ -1,0 +1,57 @@
+"""The exporter's HTTP side against clients that misbehave: one that connects and sends nothing held a thread
+for as long as it kept the connection open, and thousands of them held thousands; now a quiet connection is
+closed, connections past the limit are answered 503, and both are counted on /metrics."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import urllib.error
+import urllib.request
+
+from kvtop.export import server
+from kvtop.export.server import MetricsServer, serving
+from kvtop.model.cluster import ClusterModel
+
+
+def _connect(metrics: MetricsServer) -> socket.socket:
+    return socket.create_connection((metrics.host, metrics.port), timeout=30)
+
+
+def _dropped(metrics: MetricsServer, reason: str, wait_for) -> str:
+    """The dropped counter's sample line, from a scrape as soon as one is served (a slot may still be held by a
+    connection closed a moment ago)."""
+    prefix = f'kvtop_export_connections_dropped_total{{reason="{reason}"}} '
+
+    def scraped() -> str:
+        try:
+            with urllib.request.urlopen(metrics.url, timeout=30) as answer:
+                text: str = answer.read().decode()
+        except urllib.error.HTTPError as error:
+            assert error.code == 503, error
+            return ""
+        return next(line for line in text.splitlines() if line.startswith(prefix))
+
+    return wait_for(scraped, timeout=30, what="a scrape served")
+
+
+def test_a_connection_that_sends_nothing_is_closed_and_counted(monkeypatch, capfd, wait_for) -> None:
+    monkeypatch.setattr(server._Quiet, "timeout", 0.2)
+    with serving(ClusterModel(), contextlib.nullcontext(), "127.0.0.1:0") as metrics:
+        with _connect(metrics) as idle:
+            assert idle.recv(1) == b""  # the exporter closed it (before: it waited for the client)
+        assert _dropped(metrics, "timeout", wait_for).endswith(" 1.0")
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_connections_past_the_limit_are_answered_503_and_counted(monkeypatch, wait_for) -> None:
+    monkeypatch.setattr(server, "MAX_CONNECTIONS", 2)
+    with serving(ClusterModel(), contextlib.nullcontext(), "127.0.0.1:0") as metrics:
+        idle = [_connect(metrics) for _ in range(2)]
+        with _connect(metrics) as third:
+            answer = b"".join(iter(lambda: third.recv(4096), b""))
+        assert answer.startswith(b"HTTP/1.0 503 ")
+        assert b"too many connections at once" in answer
+        for client in idle:
+            client.close()
+        assert float(_dropped(metrics, "busy", wait_for).split()[-1]) >= 1  # a scrape refused meanwhile counts too
