@@ -136,7 +136,8 @@ class Sidecar:
                 self._declare(self._ranks(beat))
                 if gained is not None:
                     self._publish(gained.events, gained.context)
-            elif self.tail.logs is not None and not role_said:  # registers nothing until its ranks' role is known
+            elif self.tail.logs is not None and not role_said and beat and not self.tail.not_a_log():
+                # registers nothing until its ranks' role is known (a file that is no log: `_report` says so)
                 self._say(f"waiting for {self.tail.path}'s lines to tell prefill or decode (--role says it now)")
                 role_said = True
             if beat:

@@ -392,20 +392,23 @@ class KvtopApp(App[None]):
             parts.insert(0, (Text(f" not recorded: as of {stamp(frame.now)[:-4]} ", p.warning), ESSENTIAL))
         if h.ranks_crashed:  # the server's own log said so: before the ranks, whatever the source
             parts.append((Text(f" {plural(h.ranks_crashed, 'rank')} crashed ", p.error), ESSENTIAL))
-        if h.of_logs:  # no transfers, no room that succeeded
+        if h.ranks_from_logs:  # log files tell no liveness
             parts.append((Text(f" {plural(h.ranks_from_logs, 'rank')} from logs", p.accent), ESSENTIAL))
+        else:
+            all_alive = h.ranks_alive == h.ranks_total
+            ranks = Text(f" {h.ranks_alive}/{h.ranks_total} ranks alive", p.success if all_alive else p.error)
+            parts.append((ranks, ESSENTIAL))
+            if h.ranks_unheard:  # silent behind a relay's dead upstream (the source's error says which)
+                parts.append((Text(f", {h.ranks_unheard} unheard", p.warning), ESSENTIAL))
+            if h.ranks_idle:  # a sidecar's log silent: the server idle, or dead (`status` says it whole)
+                parts.append((Text(f", {h.ranks_idle} idle", p.warning), ESSENTIAL))
+            if h.ranks_down:
+                parts.append((Text(f", {h.ranks_down} down", p.error), ESSENTIAL))
+        if not h.timed:  # logs alone (files, sidecars): no transfers, no room that succeeded
             failed = (
                 f"{plural(h.rooms_failed, 'room')} failed ({plural(h.failures, 'origin')}) in the last {WINDOW_S:g} s"
             )
         else:
-            if h.ranks_from_logs:
-                parts.append((Text(f" {plural(h.ranks_from_logs, 'rank')} from logs", p.accent), ESSENTIAL))
-            else:
-                all_alive = h.ranks_alive == h.ranks_total
-                ranks = Text(f" {h.ranks_alive}/{h.ranks_total} ranks alive", p.success if all_alive else p.error)
-                parts.append((ranks, ESSENTIAL))
-                if h.ranks_unheard:  # silent behind a relay's dead upstream (the source's error says which)
-                    parts.append((Text(f", {h.ranks_unheard} unheard", p.warning), ESSENTIAL))
             parts += [(Text(f"  {h.rooms_per_s:.1f} rooms/s"), 3), (Text(f"  {units.gbps(h.gbps)}"), 4),
                       (Text(f"  p99 {h.latency_p99_s * 1000:.0f} ms"), 5)]  # fmt: skip
             if h.span_s < WINDOW_S - 0.5:  # the snapshots held less than the window: say what the figures cover

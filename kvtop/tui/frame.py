@@ -83,10 +83,17 @@ class Health:
     """Ranks whose scheduler crashed and that have logged nothing since (`ClusterModel.crash_of`)."""
     ranks_unheard: int = 0
     """Silent ranks a relay keeps from an upstream that stopped answering it (`Liveness.UNHEARD`)."""
+    ranks_idle: int = 0
+    """Log sidecars' ranks whose log is silent (`Liveness.IDLE`: the server idle, or dead)."""
+    ranks_down: int = 0
+    """Log sidecars' ranks whose log and metrics are both silent (`Liveness.DOWN`)."""
+    timed: bool = True
+    """Some rank times its transfers (an agent's, an SGLang plugin rank's): False when every rank is known from
+    server logs, files or sidecars (no rooms/s, throughput or latency: logs time no transfer)."""
 
     @property
     def of_logs(self) -> bool:
-        """Every rank is known from server logs: their time is the logs', and no transfer is timed (no rates)."""
+        """Every rank is read from server log files: their time is the logs', and no transfer is timed (no rates)."""
         return bool(self.ranks_total) and self.ranks_from_logs == self.ranks_total
 
 
@@ -321,6 +328,7 @@ class FrameBuilder:
         rooms_open, stuck = self._counts
         rates = model.rates(now, WINDOW_S)
         liveness = list(states.values())
+        timed = not model.ranks or not all(view.inferred for view in model.ranks.values())  # logs alone time none
         health = Health(
             ranks_alive=liveness.count(Liveness.ALIVE),
             ranks_total=len(liveness),
@@ -335,12 +343,15 @@ class FrameBuilder:
             gaps=model.gaps,
             rejected=model.rejected + model.rejected_frames,
             lost=model.lost,
-            rooms_failed=model.rooms_failed(now, WINDOW_S) if liveness.count(Liveness.LOG) else 0,
+            rooms_failed=model.rooms_failed(now, WINDOW_S) if not timed or Liveness.LOG in liveness else 0,
             span_s=rates.span_s,
             aborted=aborted,
             incidents_ongoing=sum(row.ongoing and not row.client for row in incidents),
             ranks_crashed=sum(model.crash_of(label, now) is not None for label in model.crashes),
             ranks_unheard=liveness.count(Liveness.UNHEARD),
+            ranks_idle=liveness.count(Liveness.IDLE),
+            ranks_down=liveness.count(Liveness.DOWN),
+            timed=timed,
         )
         shown, matched = _select(groups[-GROUPS_SHOWN:], incidents, model, options.filter)
         return Frame(

@@ -160,7 +160,8 @@ def rank_line(
         Liveness.DOWN: palette.error,
         Liveness.UNHEARD: palette.warning,
     }
-    logged = row.liveness is Liveness.LOG  # logs tell no transfer and no CPU: `-`, never a made-up 0
+    logged = row.liveness is Liveness.LOG  # a log file tells no CPU: `-`, never a made-up 0
+    untimed = row.source == "log"  # a log (a file, a sidecar's) times no transfer: no rate, never a made-up 0
     unknown = row.named_by_peers  # known from its peers' lines alone: its own counts too
     state = "crashed" if row.crashed else str(row.liveness)  # its log's own word outranks what kvtop infers
     suspect = row.suspected and not row.crashed and row.liveness in (Liveness.ALIVE, Liveness.LOG, Liveness.IDLE)
@@ -170,7 +171,7 @@ def rank_line(
         ("ROLE", f"{row.role:<9}", None),
         ("SOURCE", f"{row.source:<8}", palette.dim if row.source == "agent" else palette.accent),
         ("STATE", f"{state:<7}", palette.error if row.crashed or suspect else state_style[row.liveness]),
-        ("RATE", f"{'-' if logged else units.gbps(row.gbps):>11}", None),
+        ("RATE", f"{'-' if untimed else units.gbps(row.gbps):>11}", None),
         ("IN FLIGHT", f"{'-' if unknown else row.inflight:>11}", None),
         ("ORIGINS", f"{'-' if unknown else row.origins:>9}", palette.error if row.origins else None),
         ("ECHOES", f"{'-' if unknown else row.echoes:>8}", palette.dim),
@@ -183,7 +184,7 @@ def rank_line(
             line.add(cell, style)
         if name == "RATE" and "RATE 5m" in columns:
             line.add("  ")
-            line.add("-" * TREND_CELLS if logged else spark(row.trend.gbps, peaks.gbps), palette.accent)
+            line.add("-" * TREND_CELLS if untimed else spark(row.trend.gbps, peaks.gbps), palette.accent)
         if name == "ECHOES" and "FAILED 5m" in columns:
             line.add("  ")
             if unknown:

@@ -38,7 +38,8 @@ def ranks_json(model: ClusterModel, now: float) -> list[dict[str, Any]]:
     `unreachable` (why kvtop could not open a socket for the rank, null when it could), `named_by` (the ranks
     whose log lines name it as their peer, where no log of its own was read; else empty), `suspected` (an ongoing
     incident suspects it, or its instance). A rank known from a log
-    file has null pid, gbps, cpu and rss: a log tells none of them (never a made-up 0); one known only from its
+    file has null pid, gbps, cpu and rss: a log tells none of them (never a made-up 0); a sidecar's, null gbps (its
+    pid, cpu and rss are the sidecar's); one known only from its
     peers' lines (a prefill instance by its bootstrap address) has a null rank, inflight, origins and echoes too."""
     unreachable = model.intake.unreachable
     model.refold()  # its origin and echo counts follow the fold
@@ -56,7 +57,7 @@ def ranks_json(model: ClusterModel, now: float) -> list[dict[str, Any]]:
             "state": str(states[view.label]),
             "last_seen_s": round(now - view.last_seen, 3) if view.last_seen else None,
             "clock_offset_s": round(view.clock.offset_s, 3),
-            "gbps": round(view.gbps(now, RATE_WINDOW_S), 4),
+            "gbps": None if view.inferred else round(view.gbps(now, RATE_WINDOW_S), 4),  # logs time no transfer
             "inflight": None if view.liveness(now) is Liveness.GONE else view.inflight,  # (as `status`' open rooms)
             "origins": view.origins,
             "echoes": view.echoes,

@@ -496,3 +496,26 @@ def test_a_sidecar_on_a_server_of_huge_pipeline_and_tp_sizes_publishes_a_bounded
     ), said[-3:]
     assert len(published) == RANKS_MAX and all(" publishes on " in line for line in published)
     assert code == 0
+
+
+@pytest.mark.processes
+def test_a_sidecar_on_a_file_that_is_no_sglang_log_and_no_role_says_only_that_it_is_no_log(tmp_path: Path):
+    """With no --role, a sidecar on a wrong file (a router's log) said first that it waited for the file's lines to
+    tell prefill or decode, `--role says it now`: no line of it ever will, and --role publishes nothing of it either.
+    It says the file is no SGLang server log, and nothing of a role."""
+    import subprocess
+    import sys
+
+    router = tmp_path / "router.log"
+    router.write_text("Starting the router on 0.0.0.0:8000 with 2 workers\n")
+    command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
+    with subprocess.Popen([command, "agent", "--sglang-log", str(router)], stderr=subprocess.PIPE, text=True) as ran:
+        assert ran.stderr is not None
+        said = ran.stderr.readline()  # blocks until the first line: the test's timeout bounds it
+        ran.terminate()
+        ran.wait(timeout=20)
+
+    assert said.strip() == (
+        f"kvtop agent: {router}: not an SGLang server log (no line at its start or end is in SGLang's format): "
+        "nothing of it is published"
+    )

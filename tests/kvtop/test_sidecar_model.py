@@ -7,7 +7,7 @@ from kvtop.model.shapes import Liveness
 from kvtop.sidecar.ranks import sidecar_info
 from kvtop.sources.sglang.context import published_errors
 from kvtop.views.check import Thresholds, evaluate
-from kvtop.views.tables import ranks_json, status_json, status_text
+from kvtop.views.tables import ranks_json, ranks_text, status_json, status_text
 from transport.kvpoll import KVPoll
 from transport.plane.events import (
     EVENT_SCHEMA,
@@ -142,3 +142,17 @@ def test_the_transport_errors_sidecars_published_are_a_check_s_finding():
     assert [(line.ts, line.kind) for line in errors] == [(T - 5, "glog"), (T - 3, "session")]
     assert result.transport_errors == 2
     assert "2 transport errors in the logs, the last at" in result.summary
+
+
+def test_ranks_of_sidecars_show_no_rate_a_log_times_no_transfer():
+    """`kvtop ranks` said RATE `0 B/s` (JSON gbps 0.0) for a sidecar's rank: a log tells no bytes moved, so no rate
+    (`-`, null), as for a rank read from a log file; its pid is the sidecar's, still shown."""
+    model = ClusterModel()
+    info = sidecar_info("decode", "decode-0", 0, 1, 7)
+    model.apply("decode-0/TP0", _batch("decode-0/TP0", 1, [AgentHello(T, info, "0", "", ""), _heartbeat(_log())]), T)
+
+    [rank] = ranks_json(model, T + 1)
+    header, row = ranks_text(model, T + 1).splitlines()[:2]
+
+    assert (rank["source"], rank["gbps"], rank["pid"]) == ("log", None, info.pid)
+    assert row[header.index("RATE") - 6 : header.index("RATE") + 4].split() == ["-"], row

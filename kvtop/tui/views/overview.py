@@ -114,7 +114,7 @@ class OverviewView(Vertical):
         if layout is None:
             return
         width = self.size.width
-        charts = (frame.history, frame.health.of_logs, palette, width, layout)
+        charts = (frame.history, not frame.health.timed, palette, width, layout)
         if charts != self._charts_shown:
             self._charts_shown = charts
             self._show_charts(*charts)
@@ -142,7 +142,7 @@ class OverviewView(Vertical):
         idle = f"no incident ongoing ({ended} ended, f: failures)" if ended else "no incident ongoing"
         self.query_one("#incidents", Block).show(lines or [Text(idle, style="dim")])
 
-    def _show_charts(self, history: History, of_logs: bool, palette: Palette, width: int, layout: Layout) -> None:
+    def _show_charts(self, history: History, untimed: bool, palette: Palette, width: int, layout: Layout) -> None:
         chart = max(width - GUTTER, 0)
         minutes = f"{history.span_s / 60:g} min"
         self.query_one("#failures-graph-title", Line).show(
@@ -167,14 +167,14 @@ class OverviewView(Vertical):
         peak = max(history.gbps, default=0.0)
         about = (
             "  none: server logs time no transfer"
-            if of_logs
+            if untimed
             else f"  transfers done, mean per {history.bucket_s:g} s (scale: the peak, {units.gbps(peak)})"
         )
         self.query_one("#throughput-title", Line).show(
             fit([(Text("Throughput", palette.accent + Style(bold=True)), ESSENTIAL), (Text(about), 2)], width)
         )
         rows = layout.throughput_rows
-        if of_logs:  # no scale: a peak of 0 B/s would read as transfers that moved nothing
+        if untimed:  # no scale: a peak of 0 B/s would read as transfers that moved nothing
             lines = [Text(f"{'':>{GUTTER - 1}}│", style="dim")] * (rows - 1)
             lines.append(Text(f"{'':>{GUTTER}}server logs tell no throughput", style="dim"))
         else:
