@@ -5,6 +5,7 @@ server log at all."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from kvtop.sources.sglang.clocks import believable
@@ -57,33 +58,32 @@ def first_stamp(path: Path) -> float | None:
     """The time of the first line at the file's head that SGLang's prefix dates believably (`clocks.believable`;
     None: none there, or unreadable): what a line with no time of its own before it is taken to be, and a glog
     line's year."""
-    try:
-        head = read_head(path, PREFIX_SNIFF_BYTES)
-    except OSError:
-        return None
-    for line in head.decode("utf-8", "replace").splitlines():
-        if has_prefix(line):
-            try:
-                ts = parse_prefix(line).ts
-            except ValueError:  # a garbled stamp: the next one may do
-                continue
-            if ts is not None and believable(ts):
-                return ts
+    for line in _prefixed_head(path):
+        try:
+            ts = parse_prefix(line).ts
+        except ValueError:  # a garbled stamp: the next one may do
+            continue
+        if ts is not None and believable(ts):
+            return ts
     return None
 
 
 def sniff_server(path: Path) -> str | None:
     """The server a wrapper names on the first SGLang line at the file's head (`docker compose logs`' `NAME  | `;
     "": that line's wrapper names none; None: no SGLang line there yet, or unreadable)."""
+    for line in _prefixed_head(path):
+        name, rest = split_stream(line)
+        return name if has_prefix(rest) else ""
+    return None
+
+
+def _prefixed_head(path: Path) -> Iterator[str]:
+    """The lines at the file's head that begin with SGLang's prefix, a wrapper's or not (none when unreadable)."""
     try:
         head = read_head(path, PREFIX_SNIFF_BYTES)
     except OSError:
-        return None
-    for line in head.decode("utf-8", "replace").splitlines():
-        if has_prefix(line):
-            name, rest = split_stream(line)
-            return name if has_prefix(rest) else ""
-    return None
+        return
+    yield from (line for line in head.decode("utf-8", "replace").splitlines() if has_prefix(line))
 
 
 def holds_sglang_lines(path: Path) -> bool:
