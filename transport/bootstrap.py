@@ -340,7 +340,7 @@ class BootstrapClient:
         while (left := deadline - time.monotonic()) > 0:
             if self._stop is not None and self._stop.is_set():
                 raise CallAbandoned(f"{self.service} {self.endpoint}: call abandoned, this process is stopping")
-            if not self._socket.poll(int(min(left, _STOP_POLL_S) * 1000) + 1):
+            if not self._socket.poll(int((left if self._stop is None else min(left, _STOP_POLL_S)) * 1000) + 1):
                 continue
             try:
                 reply = self._decoder.decode(self._socket.recv())
