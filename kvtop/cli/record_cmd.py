@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -93,7 +94,7 @@ def record(
     not be written is counted).
     """
     from kvtop.record.lock import FolderInUse
-    from kvtop.record.writer import MIN_MAX_BYTES, Recorder
+    from kvtop.record.writer import MIN_MAX_BYTES, Recorder, unrelated_files
     from kvtop.source import SourceError
     from kvtop.source.live import LiveSource
     from kvtop.sources.live import tune_gc
@@ -111,6 +112,12 @@ def record(
         raise typer.BadParameter(str(error), param_hint="--max-bytes") from None
     if os.path.exists(out) and not os.path.isdir(out):
         raise typer.BadParameter(f"{out!r} is a file: a recording is a folder (made if absent)", param_hint="--out")
+    if others := unrelated_files(Path(out)):
+        shown = ", ".join(others[:4]) + (", ..." if len(others) > 4 else "")
+        raise typer.BadParameter(
+            f"{out!r} holds other files ({shown}) and no recording: give an empty or new folder, or a recording's",
+            param_hint="--out",
+        )
     try:
         recorder = Recorder(out, max_bytes=cap, retain_s=retain_s, keyframe_events=keyframe_events).start()
     except FolderInUse as error:
@@ -134,9 +141,15 @@ def record(
     except KeyboardInterrupt:
         problem = ""
     finally:
-        recorder.close()
+        if source is None:  # it never reached the cluster: nothing of it is left behind
+            recorder.discard()
+        else:
+            recorder.close()
     problem = problem or recorder.error
-    typer.echo(f"kvtop record: stopped; {_status(source, recorder)}", err=True)
+    if source is None:
+        typer.echo(f"kvtop record: stopped before it recorded; what it made in {out} is removed", err=True)
+    else:
+        typer.echo(f"kvtop record: stopped; {_status(source, recorder)}", err=True)
     if problem:
         raise fail(problem)
 

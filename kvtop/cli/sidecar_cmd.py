@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import signal
 import sys
 import threading
@@ -21,11 +22,22 @@ def _log_file(path: Path) -> Path:
     """--sglang-log: a file, or a path not there yet (waited for); a folder or a device is refused at start."""
     if path.is_dir():
         raise typer.BadParameter(f"{str(path)!r} is a folder: give the server's log file in it")
+    if path.is_symlink() and not path.exists() and _loops(path):
+        raise typer.BadParameter(f"{str(path)!r} is a symlink loop: give the server's log file")
     if path.exists() and not path.is_file():
         raise typer.BadParameter(
             f"{str(path)!r} is not a regular file (a device or a pipe): give the server's log file"
         )
     return path
+
+
+def _loops(path: Path) -> bool:
+    """Whether resolving `path` goes round a loop of links (a link to a file not there yet is waited for)."""
+    try:
+        path.stat()
+    except OSError as error:
+        return error.errno == errno.ELOOP
+    return False
 
 
 @sidecar_app.command(name="agent")
@@ -36,9 +48,9 @@ def sidecar(
             "--sglang-log",
             callback=_log_file,
             help="The SGLang server log to follow (tail -f; rotation by rename or copytruncate; a file that is "
-            "not there yet is waited for, a folder or a device refused; container-runtime and dashboard wrappers "
-            "understood; a record at its end, such as a traceback, is published once the file gained nothing for "
-            "1 s).",
+            "not there yet is waited for, a folder, a device or a symlink loop refused; container-runtime and "
+            "dashboard wrappers understood; a record at its end, such as a traceback, is published once the file "
+            "gained nothing for 1 s).",
         ),
     ],
     bootstrap: Bootstrap = "",
@@ -104,8 +116,8 @@ def sidecar(
     Heartbeats (every second) carry the file, the read position, the garbled lines and the scraped metrics.
     Diagnostics go to stderr. Exit codes: 0 when stopped (SIGTERM, Ctrl-C), 1 when one of its threads died,
     2 for bad usage (a key folder that cannot serve, a --host beyond loopback without --curve-keys or --insecure,
-    a --sglang-log that is a folder or a device, or whose wrapper names several servers: docker compose logs of
-    more than one).
+    a --sglang-log that is a folder, a device or a symlink loop, or whose wrapper names several servers: docker
+    compose logs of more than one).
     """
     import zmq
 

@@ -1,5 +1,5 @@
 """The HTTP side of the exporter: `/metrics` on HOST:PORT, prometheus_client's WSGI app on a threading WSGI server;
-any other path is 404.
+any other path is 404, HEAD is answered as GET without the body, an HTTP/0.9 request (no version) 400 at once.
 
 A client cannot hold the exporter: a connection quiet for `CONNECTION_TIMEOUT_S` (a request never finished,
 an answer never read) is closed, past `MAX_CONNECTIONS` at once a connection is answered 503 and closed, and
@@ -70,6 +70,25 @@ def only_metrics(app: _App) -> _App:
             "404 Not Found", [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))]
         )
         return [body]
+
+    return answer
+
+
+def head_as_get(app: _App) -> _App:
+    """`app` answering HEAD as GET without the body (its Content-Length kept), as Prometheus-compatible servers
+    do: prometheus_client answers HEAD 405, so an uptime probe or `curl -I` read the exporter as broken."""
+
+    def answer(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("REQUEST_METHOD") != "HEAD":
+            return app(environ, start_response)
+        started: list[tuple[str, list[tuple[str, str]]]] = []
+        body = b"".join(
+            app({**environ, "REQUEST_METHOD": "GET"}, lambda status, headers, *_: started.append((status, headers)))
+        )
+        status, headers = started[0]
+        kept = [(name, value) for name, value in headers if name.lower() != "content-length"]
+        start_response(status, [*kept, ("Content-Length", str(len(body)))])
+        return []
 
     return answer
 
@@ -163,6 +182,10 @@ class _Quiet(WSGIRequestHandler):
             self.requestline, self.request_version, self.command = "", "", ""
             self.send_error(414)
             return
+        if len(self.raw_requestline.split()) == 2:  # parse_request would wait for headers HTTP/0.9 never sends
+            self.requestline, self.request_version, self.command = "", "", ""
+            self.send_error(400, "HTTP/0.9 request (no version): send HTTP/1.0 or later")
+            return
         if not self.parse_request():  # an error answered already
             return
         wfile: Any = self.wfile  # a socket's file, which typeshed does not take for wsgiref's IO[bytes]
@@ -200,7 +223,7 @@ class MetricsServer:
         self.registry.register(metrics)
         family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
         server_class = _Server6 if family == socket.AF_INET6 else _Server
-        app = only_metrics(make_wsgi_app(self.registry))
+        app = head_as_get(only_metrics(make_wsgi_app(self.registry)))
         self._server = make_server(str(address[0]), port, app, server_class, handler_class=_Quiet)
         assert isinstance(self._server, _Server)
         self.registry.register(_Connections(self._server))

@@ -41,9 +41,9 @@ import msgspec
 
 from kvtop.model.cluster import ClusterModel
 from kvtop.record.forked import FORK_KEYFRAMES, ForkedKeyframe, KeyframeFailed, abandon, collect, fork_capture
-from kvtop.record.format import DIR_MODE, SEGMENT_SUFFIX, BlockKind
+from kvtop.record.format import DIR_MODE, INDEX_SUFFIX, SEGMENT_SUFFIX, BlockKind
 from kvtop.record.keyframes import capture
-from kvtop.record.lock import lock_folder
+from kvtop.record.lock import LOCK_NAME, lock_folder
 from kvtop.record.records import (
     Accounted,
     Delivered,
@@ -163,6 +163,8 @@ class Recorder:
         `fork_keyframes`: take keyframes in a forked child (False: capture them under the lock).
         Raises `FolderInUse` when another recorder writes `folder`, `OSError` when it cannot be made."""
         self.folder = Path(folder)
+        self._made = (not self.folder.exists(), not (self.folder / LOCK_NAME).exists())
+        """Whether this recorder made the folder, and its lock file (`discard` removes them)."""
         make_folder(self.folder)
         self._lock: int | None = lock_folder(self.folder)
         """The folder's lock, held until `close`."""
@@ -197,6 +199,8 @@ class Recorder:
         written before it, in a full segment, ask no more: each would be one more keyframe)."""
         self._segments = _existing_segments(self.folder)
         """(path, time it was opened) of the folder's segments, oldest first (earlier runs' too: one ring)."""
+        self._written: list[Path] = []
+        """The segments this recorder opened (`discard` removes them)."""
         self._seq = 0
         self._ops = self._blocks = self._keyframes = 0
         self._bytes = sum(_size(path) + _size(index_path(path)) for path, _ in self._segments)
@@ -334,6 +338,20 @@ class Recorder:
         if self._lock is not None:
             os.close(self._lock)
             self._lock = None
+
+    def discard(self) -> None:
+        """Close, and remove what this recorder made (a start that failed leaves nothing behind): its segments and
+        their indexes, the lock file and the folder when it made them (the folder only when empty then)."""
+        made_folder, made_lock = self._made
+        if made_lock and self._lock is not None:  # unlinked while held: no other recorder locks the doomed file
+            (self.folder / LOCK_NAME).unlink(missing_ok=True)
+        self.close()
+        for path in self._written:
+            for doomed in (path, index_path(path)):
+                doomed.unlink(missing_ok=True)
+        if made_folder:
+            with contextlib.suppress(OSError):
+                self.folder.rmdir()
 
     def _run(self) -> None:
         name_os_thread()
@@ -495,6 +513,7 @@ class Recorder:
             self._fail(error)
             return
         self._segments.append((path, now))
+        self._written.append(path)
         self._bytes += SEGMENT_HEADERS
 
     def _retire(self, now: float, incoming: int) -> None:
@@ -526,6 +545,19 @@ def cache_folder() -> Path:
     """Where the dashboard's ring goes by default: `$XDG_CACHE_HOME/kvtop/recordings` (~/.cache/...)."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "kvtop" / "recordings"
+
+
+def unrelated_files(folder: Path) -> list[str]:
+    """The names in `folder` that are no recorder's (segments, their indexes, the lock) when it holds no segment: a
+    folder of other files, no recording to continue. [] for a folder absent, empty, or a recording (one segment:
+    what a replay asks of a recording folder)."""
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:  # absent (made), or not readable (the recorder says why)
+        return []
+    if any(name.endswith(SEGMENT_SUFFIX) for name in names):
+        return []
+    return [name for name in names if name != LOCK_NAME and not name.endswith(INDEX_SUFFIX)]
 
 
 def _existing_segments(folder: Path) -> list[tuple[Path, float]]:

@@ -129,7 +129,8 @@ class Sidecar:
             if len(servers := self.tail.servers) > 1:
                 self._say(several_servers(self.tail.path, servers))
                 return 2
-            if self.tail.logs is None and not waiting_said:
+            not_a_file = self.tail.not_a_file() if beat else ""
+            if self.tail.logs is None and not waiting_said and not not_a_file:
                 self._say(f"waiting for {self.tail.path} to appear")
                 waiting_said = True
             if self.tail.role and self.tail.instance:
@@ -143,7 +144,7 @@ class Sidecar:
             if beat:
                 next_beat = time.monotonic() + HEARTBEAT_S
                 self._beat()
-                self._report(problem or self.tail.not_a_log())
+                self._report(problem or not_a_file or self.tail.not_a_log())
             dead = self._dead_thread()
             if dead:
                 self._say(f"the {dead} thread died (traceback above); stopping")

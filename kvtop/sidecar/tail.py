@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 import time
 from dataclasses import dataclass
 
@@ -130,18 +132,42 @@ class LogTail:
         return self.logs is None or self.logs.files[0].reader.at_end()
 
     def followed(self) -> LogFollowed:
-        """What the heartbeat says of the file (metrics are added by the sidecar)."""
+        """What the heartbeat says of the file (metrics are added by the sidecar): not there while the path holds
+        no regular file (a folder or a pipe made there is waited on, not read)."""
         silent = time.monotonic() - self._grew_at
         try:
-            size = os.stat(self.spec.path).st_size
+            status = os.stat(self.spec.path)
         except OSError:
+            status = None
+        if status is None or (self.logs is None and not stat.S_ISREG(status.st_mode)):
             return LogFollowed(self.path, False, 0, 0, 0, 0, 0, silent, True)
+        size = status.st_size
         if self.logs is None:
             return LogFollowed(self.path, True, 0, size, 0, 0, 0, silent, silent > self.idle_after_s)
         reader = self.logs.files[0].reader
         stats = self.logs.stats()
         return LogFollowed(self.path, True, reader.position, size, stats.lines, stats.garbled, stats.rotations,
                            silent, silent > self.idle_after_s, "; ".join(stats.damaged)[:TEXT_MAX])  # fmt: skip
+
+    def not_a_file(self) -> str:
+        """`FILE is a folder...` while the file awaited is not there because something else took its path (a folder,
+        a pipe or device, a symlink loop, a path that cannot be looked at), else "" (not there at all, or followed)."""
+        if self.logs is not None:
+            return ""
+        try:
+            mode = os.stat(self.spec.path).st_mode
+        except FileNotFoundError:  # not there yet (a link to a file not there yet too)
+            return ""
+        except OSError as error:
+            what = "is a symlink loop" if error.errno == errno.ELOOP else f"cannot be looked at ({error.strerror})"
+        else:
+            what = (
+                "" if stat.S_ISREG(mode)
+                else "is a folder" if stat.S_ISDIR(mode)
+                else "is a pipe" if stat.S_ISFIFO(mode)
+                else "is no regular file (a device or a socket)"
+            )  # fmt: skip
+        return f"{self.path} {what}, not a log file: waiting for a log file to take its place" if what else ""
 
     def not_a_log(self) -> str:
         """`FILE: not an SGLang server log (...)` while nothing of the file was read and it is none (a wrong path),

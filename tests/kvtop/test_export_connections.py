@@ -55,3 +55,37 @@ def test_connections_past_the_limit_are_answered_503_and_counted(monkeypatch, wa
         for client in idle:
             client.close()
         assert float(_dropped(metrics, "busy", wait_for).split()[-1]) >= 1  # a scrape refused meanwhile counts too
+
+
+def _answer(metrics: MetricsServer, request: bytes) -> tuple[bytes, bytes]:
+    """The exporter's answer to `request` on a connection of its own: (status line and headers, body)."""
+    with _connect(metrics) as client:
+        client.sendall(request)
+        answer = b"".join(iter(lambda: client.recv(4096), b""))
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return head, body
+
+
+def test_head_of_metrics_is_answered_as_get_without_a_body() -> None:
+    """HEAD /metrics was 405 (prometheus_client takes GET alone): an uptime probe or `curl -I` read it as broken."""
+    with serving(ClusterModel(), contextlib.nullcontext(), "127.0.0.1:0") as metrics:
+        head, body = _answer(metrics, b"HEAD /metrics HTTP/1.0\r\n\r\n")
+        missing, missing_body = _answer(metrics, b"HEAD /metric HTTP/1.0\r\n\r\n")
+
+    lines = head.decode().split("\r\n")
+    assert lines[0].startswith("HTTP/1.0 200 "), head
+    assert "Content-Type: text/plain; version=0.0.4; charset=utf-8" in lines
+    assert int(next(line for line in lines if line.startswith("Content-Length:")).split()[1]) > 0
+    assert body == b""
+    assert missing.startswith(b"HTTP/1.0 404 ") and missing_body == b""
+
+
+def test_an_http_0_9_request_line_is_answered_400_at_once() -> None:
+    """`GET /metrics` with no version: no headers follow, and the exporter waited for them until its 10 s
+    idle timeout; it is answered 400 at once (the client here would wait 30 s)."""
+    with serving(ClusterModel(), contextlib.nullcontext(), "127.0.0.1:0") as metrics, _connect(metrics) as client:
+        client.sendall(b"GET /metrics\r\n")
+        status = client.recv(4096)  # before: nothing until the exporter's timeout closed the connection
+
+    assert status.startswith(b"HTTP/1.0 400 "), status
+    assert b"HTTP/0.9" in status

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from kvtop.cluster.local import demo_spec
+from kvtop.model.cluster import ClusterModel
+from kvtop.record.writer import Recorder
 from tests.kvtop.kvtop_cli import kvtop, kvtop_here
 from transport.config import Timeouts
 from transport.harness.cluster import LocalCluster
@@ -128,14 +130,52 @@ def test_a_bad_out_retain_or_cap_is_a_usage_error_naming_its_option(tmp_path: Pa
     assert not (tmp_path / "rec").exists()
 
 
+def _empty_recording(out: Path) -> None:
+    """A recording of a cluster with no agent: one keyframe of an empty model."""
+    recorder = Recorder(out, flush_s=3600.0)
+    recorder.tick(ClusterModel(), time.time())
+    recorder.close()
+
+
 def test_a_recording_of_no_agent_is_nothing_to_show_and_nothing_to_judge(tmp_path: Path):
-    """`record` against a dead bootstrap exits 1 but leaves a recording; `status --replay` of it said `ranks 0 from
-    logs`, exit 0 (silence shown as health): now exit 2 saying it holds no agent (`check`: test_check.py)."""
+    """`status --replay` of a recording that holds no agent said `ranks 0 from logs`, exit 0 (silence shown as
+    health): now exit 2 saying it holds no agent (`check`: test_check.py)."""
     out = tmp_path / "rec"
-    assert kvtop_here("record", "--bootstrap", "tcp://127.0.0.1:9", "--wait", "0.5", "--out", str(out)).returncode == 1
+    _empty_recording(out)
 
     status = kvtop_here("status", "--replay", str(out))
     failures = kvtop_here("failures", "--replay", str(out))
 
     assert [(r.returncode, r.stdout) for r in (status, failures)] == [(2, ""), (2, "")]
     assert "the recording holds no agent" in status.stderr
+
+
+def test_a_record_that_never_reached_its_cluster_leaves_nothing_behind(tmp_path: Path) -> None:
+    """A dead bootstrap: exit 1, and the folder it made (lock file, a ~400-byte segment of an empty keyframe) is
+    removed; a folder it was given keeps what it held, a recording its segments."""
+    made, given, recording = tmp_path / "made", tmp_path / "given", tmp_path / "recording"
+    given.mkdir()
+    _empty_recording(recording)
+    held = sorted(recording.iterdir())
+    dead = ("record", "--bootstrap", "tcp://127.0.0.1:9", "--wait", "0.5", "--out")
+
+    codes = [kvtop_here(*dead, str(out)).returncode for out in (made, given, recording)]
+
+    assert codes == [1, 1, 1]
+    assert not made.exists()
+    assert list(given.iterdir()) == []
+    assert sorted(recording.iterdir()) == held
+
+
+def test_an_out_folder_of_other_files_is_refused_naming_it(tmp_path: Path) -> None:
+    """A folder that holds files and no recording (a home folder, a project's): exit 2 naming it and what it holds,
+    before anything is written in it; it was recorded into in silence."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine\n")
+
+    done = kvtop_here("record", "--bootstrap", "tcp://127.0.0.1:9", "--wait", "0.5", "--out", str(folder))
+
+    assert done.returncode == 2, done.stderr
+    assert f"Invalid value for --out: '{folder}' holds other files (notes.txt) and no recording" in done.stderr
+    assert [p.name for p in folder.iterdir()] == ["notes.txt"]
