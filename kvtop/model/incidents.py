@@ -30,6 +30,9 @@ their incidents and its new groups put in, so an incident that only an early ech
   that leaves the tracked ones leaves the lists too (counted in `room_count`, `rooms_complete` False);
 - at most `incidents_kept` incidents, the oldest dropped first; their starts stay counted (`started`).
 
+An incident that takes in another starts at the earlier of their starts, with its class; `started` counts them
+once, under the start it counted first (so a scrape between the two sees no count go down).
+
 `update()` is deterministic in the order of `add()` calls and its own calls, so a replay that applies the
 recorded deliveries and sweeps builds the incidents the live model had.
 """
@@ -105,6 +108,9 @@ class Incident(msgspec.Struct, gc=False):
     sessions: list[str] = []
     """The decode sessions (`host:port`) its rooms named on several hosts (a multi-node decode instance's, at most
     `SESSIONS_KEPT`): a later room that names one of them on one host only joins it (`Attribution.session`)."""
+    counted: tuple[int, str, str] = (0, "", "")
+    """(id, kind, suspect kind) of the start `started` counts for it: its own, or that of the incident counted first
+    that it took in (one cause counted once, where it was counted first: a counter never goes down)."""
 
     @property
     def key(self) -> IncidentKey:
@@ -444,10 +450,14 @@ class IncidentTracker:
         return max(noticed, key=lambda incident: incident.noticed_by[origin]) if noticed else None
 
     def _absorb(self, cause: Incident, vaguer: Incident) -> None:
-        """Move an incident's groups into the incident that explains them (tracked parts follow)."""
+        """Move an incident's groups into the incident that explains them (tracked parts follow): the earlier start
+        is the incident's, with its class; of the two starts counted, the one counted first stays."""
         cause.origins += vaguer.origins
         cause.echoes += vaguer.echoes
-        cause.first_seen = min(cause.first_seen, vaguer.first_seen)
+        _started_by(cause, vaguer.first_seen, vaguer.reason_class)
+        kept, taken_back = sorted((_counted(cause), _counted(vaguer)))
+        cause.counted = kept
+        self.started[taken_back[1:]] -= 1
         cause.last_seen = max(cause.last_seen, vaguer.last_seen)
         for mine, theirs in ((cause.classes, vaguer.classes), (cause.evidence, vaguer.evidence),
                              (cause.noticed_by, vaguer.noticed_by)):  # fmt: skip
@@ -472,7 +482,7 @@ class IncidentTracker:
                 self.by_lead[lead] = cause.id
         self.listed -= len(vaguer.rooms)
         vaguer.rooms = {}
-        self._drop(vaguer, started=False)
+        self._drop(vaguer, started=True)
 
     def _take_out(self, part: Part, emptied: set[int]) -> None:
         self.by_lead.pop(part.lead, None)
@@ -504,14 +514,14 @@ class IncidentTracker:
                 incident.rooms_complete = False
 
     def _drop(self, incident: Incident, started: bool) -> None:
-        """Forget an incident: past the bound (`started`: it stays counted), or emptied by a refold."""
+        """Forget an incident: past the bound or taken in by another (`started`: its count stands, or went to the
+        other), or emptied by a refold (its start is taken back)."""
         del self.incidents[incident.id]
         self.listed -= len(incident.rooms)
         if self._latest.get(incident.key) == incident.id:
             del self._latest[incident.key]
         if not started:
-            key = (incident.kind, incident.suspect.kind)
-            self.started[key] -= 1
+            self.started[_counted(incident)[1:]] -= 1
 
 
 def _explains(cause: Incident, vague: Incident, quiet_gap_s: float) -> bool:
@@ -575,6 +585,11 @@ def _started_by(incident: Incident, ts: float, reason_class: str) -> None:
     """A failure at `ts` joined the incident: one earlier than its start starts it (its class is the incident's)."""
     if ts < incident.first_seen:
         incident.first_seen, incident.reason_class = ts, reason_class
+
+
+def _counted(incident: Incident) -> tuple[int, str, str]:
+    """The start `started` counts for an incident (`Incident.counted`; its own unless it took in an earlier one)."""
+    return incident.counted if incident.counted[0] else (incident.id, incident.kind, incident.suspect.kind)
 
 
 def _remember(kept: list[str], sessions: Iterable[str]) -> None:

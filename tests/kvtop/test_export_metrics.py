@@ -28,7 +28,8 @@ from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import Observed
 from kvtop.model.histogram import HELD_KEPT, DurationHistogram
 from kvtop.sources.synthetic import SyntheticCluster
-from transport.plane.events import EVENT_SCHEMA, EventBatch, Failure, Heartbeat, LogContext
+from transport.kvpoll import KVPoll
+from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure, Heartbeat, LogContext, RoomState
 
 RANK = {"engine_type", "pd_instance", "tp_rank", "pp_rank"}
 LINK = {"prefill_instance", "decode_instance"}
@@ -275,6 +276,37 @@ def test_counters_never_go_down_while_the_model_forgets_failures_and_rooms():
     assert model.failures_total > 10 * len(model.failures)
     assert sum(samples(exposition, "kvtop_failure_origins_total").values()) == origins_fed
     assert samples(exposition, "kvtop_failures_unfolded_total")[()] == 0
+
+
+def test_an_incident_taken_in_by_its_ranks_incident_is_one_start_before_and_after():
+    """A scrape counts decode-0's incident (prefill timed out its room); then decode-0/TP1 loses decode-0/TP0, whose
+    incident takes that one in: still one incident started, the same series, never two and never down."""
+    model = ClusterModel()
+    now = 100.0
+    metrics = ModelMetrics(model, threading.Lock(), lambda: now)
+
+    def deliver(label: str, events: list[Event], ts: float) -> None:
+        instance, _, rank = label.rpartition("/TP")
+        model.apply(label, EventBatch(EVENT_SCHEMA, label.split("-")[0], instance, int(rank), 1, ts, ts, events), ts)
+
+    deliver("decode-0/TP0", [RoomState(now, 1, int(KVPoll.WaitingForInput), 1, "prefill-0")], now)
+    deliver("prefill-0/TP0", [Heartbeat(now, {}, 0, 0, 0.0, 0, 0.0)], now)
+    timeout = Failure(now + 2, 1, "prefill-0/TP0", "Request 1 timed out after 10.0s in KVPoll.Bootstrapping",
+                      "timeout_bootstrap", "warning", False, "prefill-0/TP0")  # fmt: skip
+    deliver("prefill-0/TP0", [timeout], now + 2)
+    model.sweep(now + 2.5)
+    before = samples(scrape(metrics), "kvtop_incidents_started_total")
+    lost = Failure(now + 5, 2, "decode-0/TP1", "Lost connection with rank decode-0/TP0 of this instance", "peer_lost",
+                   "error", False, "decode-0/TP1", "decode-0/TP0")  # fmt: skip
+    deliver("decode-0/TP1", [lost], now + 5)
+    deliver("prefill-0/TP0", [Heartbeat(now + 5, {}, 0, 0, 0.0, 0, 0.0)], now + 5)
+    now += 6
+    model.sweep(now)
+    after = samples(scrape(metrics), "kvtop_incidents_started_total")
+
+    assert [i.suspect.text for i in model.incidents.incidents.values()] == ["decode-0/TP0"]
+    assert before == {(("kind", "unresponsive"), ("suspect_kind", "instance")): 1.0}
+    assert {labels: n for labels, n in after.items() if n} == before
 
 
 def _failure(ts: float, room: int, rank: str, origin: str, reason_class: str = "checksum") -> Observed:

@@ -13,11 +13,12 @@ from hypothesis import strategies as st
 
 from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import Observed, fold_room
-from kvtop.model.incidents import IncidentTracker, room_groups
+from kvtop.model.incidents import QUIET_GAP_S, IncidentTracker, room_groups
 from kvtop.model.shapes import STALE_S
 from kvtop.model.suspects import Suspect
 from kvtop.record.keyframes import capture, restore
 from kvtop.views.failures import render_groups
+from kvtop.views.incidents import incident_json
 from kvtop.views.tables import ranks_json, ranks_text, status_json
 from transport.kvpoll import KVPoll
 from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure, Heartbeat, RoomState
@@ -250,6 +251,49 @@ def test_a_silent_ranks_instance_timeouts_and_full_pools_join_that_ranks_inciden
     assert "the KV pool of prefill-0 is full" in incident.evidence  # it said `its KV pool is full`: whose?
 
 
+def _instance_timeout_then_its_rank_lost(model: ClusterModel) -> tuple[list[tuple[str, str, int]], dict[str, int]]:
+    """prefill-0/TP0 times out a room of decode-0 (suspect the instance, a sweep shows it), then decode-0/TP1 loses
+    decode-0/TP0: what the first sweep showed (incidents, started by suspect kind)."""
+    for room in (1, 2):
+        deliver(model, "decode-0/TP0", [RoomState(T0, room, int(KVPoll.WaitingForInput), 1, "prefill-0")], T0)
+    for beat in (0.5, 2.0, 3.0, 5.0):  # the prefill stays alive
+        deliver(model, "prefill-0/TP0", [Heartbeat(T0 + beat, {}, 0, 0, 0.0, 0, 0.0)], T0 + beat)
+    timeout = origin(T0 + 2, 2, "prefill-0/TP0", "Request 2 timed out after 10.0s in KVPoll.Bootstrapping",
+                     "timeout_bootstrap")  # fmt: skip
+    deliver(model, "prefill-0/TP0", [timeout], T0 + 2)
+    first = incidents(model, T0 + 2.5)
+    started = {suspect_kind: n for (_, suspect_kind), n in model.incidents.started.items() if n}
+    lost = origin(T0 + 5, 1, "decode-0/TP1", "Lost connection with rank decode-0/TP0 of this instance",
+                  "peer_lost", "decode-0/TP0")  # fmt: skip
+    deliver(model, "decode-0/TP1", [lost], T0 + 5)
+    return first, started
+
+
+def test_a_rank_incident_that_takes_in_an_earlier_one_starts_at_its_start_with_its_class():
+    """The instance's timeout came first: the rank's incident that takes it in started then, shown by its class
+    (an incident's start is its earliest failure), in `kvtop incidents` and `status` alike."""
+    model = ClusterModel()
+    _instance_timeout_then_its_rank_lost(model)
+
+    assert incidents(model, T0 + 6) == [("decode-0/TP0", "unresponsive", 2)]
+    incident = next(iter(model.incidents.incidents.values()))
+    shown = incident_json(incident, T0 + 6, QUIET_GAP_S)
+    assert (shown["first_seen"], shown["class"]) == (T0 + 2, "timeout_bootstrap")
+    assert shown["headline"] == "decode-0/TP0 stopped answering (timeout_bootstrap)"
+
+
+def test_incidents_started_count_one_cause_once_and_never_go_down_when_one_takes_in_another():
+    """A sweep counted the instance's incident started; the rank's incident that takes it in is that cause, not a
+    second one: one start counted, where it was first counted (a Prometheus counter must not go down)."""
+    model = ClusterModel()
+    first, started = _instance_timeout_then_its_rank_lost(model)
+    incidents(model, T0 + 6)
+
+    assert (first, started) == ([("decode-0", "unresponsive", 1)], {"instance": 1})
+    assert {key: n for key, n in model.incidents.started.items() if n} == {("unresponsive", "instance"): 1}
+    assert sum(model.incidents.started.values()) == len(model.incidents.incidents)
+
+
 def test_a_rank_incident_leaves_another_instances_full_pool_to_the_ranks_that_filled_it():
     """Both ranks of prefill-1 stop answering; its pool fills and refuses (two causes of its own: no one joins);
     then decode-0/TP0 loses decode-0/TP1. That new incident took in prefill-1's refusals, rooms decode-0 never
@@ -306,6 +350,22 @@ def test_the_sessions_a_multi_node_decodes_incident_remembers_survive_a_keyframe
     deliver(restored, "prefill-0/TP1", [later], T0 + 2)
 
     assert incidents(restored, T0 + 3) == [("decode at 10.7.0.31, 10.7.0.12", "unresponsive", 2)]
+
+
+def test_a_multi_node_decodes_incident_that_takes_in_one_sessions_counts_that_start_once():
+    """A room named one session of a decode alone (an incident of that session, counted by a sweep); a room naming
+    two hosts' sessions makes it the multi-node decode's incident, which started then: one start counted, as it was."""
+    not_alive = "Decode instance could be dead, remote mooncake session {} is not alive"
+    model = ClusterModel()
+    deliver(model, "prefill-0/TP1", [origin(T0, 1, "prefill-0/TP1", not_alive.format("10.7.0.31:15097"),
+                                            "peer_lost")], T0)  # fmt: skip
+    model.sweep(T0 + 0.5)
+    for rank, session in (("prefill-0/TP1", "10.7.0.31:15097"), ("prefill-0/TP9", "10.7.0.12:15873")):
+        deliver(model, rank, [origin(T0 + 3, 2, rank, not_alive.format(session), "peer_lost")], T0 + 3)
+
+    assert incidents(model, T0 + 4) == [("decode at 10.7.0.31, 10.7.0.12", "unresponsive", 2)]
+    assert next(iter(model.incidents.incidents.values())).first_seen == T0
+    assert {key: n for key, n in model.incidents.started.items() if n} == {("unresponsive", "rank"): 1}
 
 
 def test_a_room_stops_being_tracked_a_minute_after_the_newest_failure_and_keeps_its_incident():

@@ -20,13 +20,15 @@ SHADES = " ░▒▓█"
 class LinkHeatMap:
     """Rows are prefill instances, columns decode instances; a cell shows GB/s and failed rooms.
 
-    `hot` colours the busiest links, `failed` any link with failed rooms; both come from the theme.
+    `hot` colours the busiest links, `failed` any link with failed rooms; both come from the theme. `untimed`:
+    every rank is known from server logs, which time no transfer (none is to come): cells show failed rooms only.
     """
 
     links: dict[tuple[str, str], tuple[float, int]]
     hot: Style
     failed: Style
     dim: Style = field(default_factory=lambda: Style(dim=True))
+    untimed: bool = False
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         yield Text("\n", no_wrap=True, overflow="crop").join(self.lines())
@@ -37,7 +39,7 @@ class LinkHeatMap:
         cell on every frame, ~17 ms for 8 x 8 links; cutting one Text of ~250 spans into lines cost ~5 ms; a
         cell's nested spans sent every line down Rich's slow path.)"""
         if not self.links:
-            return [Text("no transfers yet", style="dim")]
+            return [Text("none: server logs time no transfer" if self.untimed else "no transfers yet", style="dim")]
         prefills = sorted({p for p, _ in self.links})
         decodes = sorted({d for _, d in self.links})
         peak = max(gbps for gbps, _ in self.links.values()) or 1.0
@@ -64,6 +66,8 @@ class LinkHeatMap:
         if link is None:
             return (("-", self.dim),)
         gbps, failed = link
+        if self.untimed:  # the failed rooms alone: a `0 B/s` would read as a link measured idle
+            return ((f"✗{failed}", self.failed),) if failed else (("-", self.dim),)
         shade = SHADES[min(len(SHADES) - 1, round(gbps / peak * (len(SHADES) - 1)))]
         figure = (f"{shade} {units.gbps(gbps)}", self.hot if gbps >= peak / 2 and gbps > 0 else None)
         return (figure, (f" ✗{failed}", self.failed)) if failed else (figure,)

@@ -128,12 +128,14 @@ class OverviewView(Vertical):
         rank_list.set_rows(len(ranks), lambda i: rank_line(ranks[i], palette, columns, peaks))
         ongoing = [row for row in frame.incidents if row.ongoing and not row.client]
         where = frame.options.filter
-        if (frame.links, ongoing, palette, width, layout.incident_rows, where) == self._side_shown:
+        side = (frame.links, not frame.health.timed, ongoing, palette, width, layout.incident_rows, where)
+        if side == self._side_shown:
             return
-        self._side_shown = (frame.links, ongoing, palette, width, layout.incident_rows, where)
+        self._side_shown = side
         title = f"Incidents  ongoing matching '{one_line(where)}'" if where else "Incidents  ongoing: rooms, what broke"
         self.query_one("#incidents-title", Static).update(Text(title))  # the health line counts them all
-        self.query_one("#links", Block).show(LinkHeatMap(frame.links, palette.accent, palette.error).lines())
+        heat = LinkHeatMap(frame.links, palette.accent, palette.error, untimed=not frame.health.timed)
+        self.query_one("#links", Block).show(heat.lines())
         ended = sum(not row.ongoing and not row.client for row in frame.incidents)
         if layout.narrow:
             lines = _incident_one_liners(ongoing, palette, width, layout.incident_rows)

@@ -173,3 +173,20 @@ def test_the_overview_of_logs_says_they_tell_no_throughput_instead_of_a_0_scale(
     assert seen["title"] == "Throughput  none: server logs time no transfer"
     assert seen["graph"].splitlines()[-1].strip() == "server logs tell no throughput"
     assert "B/s" not in seen["graph"]
+
+
+def test_the_links_panel_on_logs_shows_the_failed_rooms_of_each_link_and_no_rate():
+    """Both sides of rooms that failed name their link; logs time no transfer, so its cell is its failed rooms
+    alone: no `0 B/s` that reads as a link measured idle."""
+    seen: dict[str, str] = {}
+
+    async def play(app: KvtopApp, pilot: Pilot[None]) -> None:
+        await wait_until(pilot, lambda: "✗" in text(app, "#links"), "a link's failed rooms shown")
+        seen["links"] = text(app, "#links")
+
+    on_logs([FIXTURES / "prefill.log", FIXTURES / "decode.log"], play)
+
+    header, row = seen["links"].splitlines()
+    assert header.split() == ["decode-0"]
+    assert row.split()[0] == "prefill-0" and row.split()[1].startswith("✗")
+    assert "B/s" not in seen["links"]

@@ -50,3 +50,19 @@ def test_the_dashboard_on_sidecars_alone_counts_their_idle_ranks_and_shows_no_ra
     assert seen["throughput-title"] == "Throughput  none: server logs time no transfer"
     assert seen["throughput-graph"].splitlines()[-1].strip() == "server logs tell no throughput"
     assert "B/s" not in seen["ranks-list"], seen["ranks-list"]
+
+
+def test_the_links_panel_on_sidecars_alone_says_logs_time_no_transfer_not_that_transfers_are_to_come():
+    """The Links panel said `no transfers yet` on sidecars alone, as if transfers were to come; their logs time
+    none: it says so, as the throughput chart does."""
+    app = make_app(FixtureSource(_sidecars()), clock=lambda: T + 1)
+    seen: dict[str, str] = {}
+
+    async def play(pilot: Pilot[None]) -> None:
+        await next_frame(pilot)
+        seen["links"], seen["throughput"] = text(app, "#links"), text(app, "#throughput-title")
+
+    drive(app, play, size=(200, 40))
+
+    assert seen["links"].strip() == "none: server logs time no transfer"
+    assert seen["throughput"].endswith("none: server logs time no transfer")
