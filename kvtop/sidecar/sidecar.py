@@ -119,6 +119,7 @@ class Sidecar:
     def _loop(self, stop: threading.Event) -> int:
         next_beat = 0.0
         waiting_said = role_said = False
+        not_a_file = ""  # looked at on each heartbeat, kept between them
         while not stop.is_set():
             beat = time.monotonic() >= next_beat
             try:
@@ -129,7 +130,8 @@ class Sidecar:
             if len(servers := self.tail.servers) > 1:
                 self._say(several_servers(self.tail.path, servers))
                 return 2
-            not_a_file = self.tail.not_a_file() if beat else ""
+            if beat:
+                not_a_file = self.tail.not_a_file()
             if self.tail.logs is None and not waiting_said and not not_a_file:
                 self._say(f"waiting for {self.tail.path} to appear")
                 waiting_said = True

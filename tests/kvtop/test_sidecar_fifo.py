@@ -14,7 +14,7 @@ import pytest
 from kvtop_cli import kvtop_here
 
 from kvtop.sidecar.sidecar import Sidecar, SidecarOptions
-from kvtop.sidecar.tail import LogTail
+from kvtop.sidecar.tail import Gained, LogTail
 from kvtop.sources.sglang import LogSpec
 from tests.conftest import wait_for
 
@@ -42,17 +42,29 @@ def test_a_fifo_where_the_log_is_awaited_is_waited_on_as_no_file(tmp_path: Path)
 
 
 def _said_by_a_sidecar_while(path: Path, change: Callable[[], None], expect: str) -> list[str]:
-    """The stderr lines of a sidecar on `path` (role given, no bootstrap) until one holds `expect`, `change` made once
-    it said its first; its heartbeat then says no file was found."""
+    """The stderr lines of a sidecar on `path` (role given, no bootstrap) until one holds `expect` and it polled the
+    file a few times more (passes between its heartbeats too), `change` made once it said its first; its heartbeat
+    then says no file was found."""
     said: list[str] = []
     stop = threading.Event()
-    sidecar = Sidecar(SidecarOptions(LogTail(LogSpec(path, "prefill")), poll_s=0.01), said.append)
+    tail = LogTail(LogSpec(path, "prefill"))
+    polls = [0]
+    poll = tail.poll
+
+    def counted_poll() -> Gained:
+        polls[0] += 1
+        return poll()
+
+    tail.poll = counted_poll  # type: ignore[method-assign]
+    sidecar = Sidecar(SidecarOptions(tail, poll_s=0.01), said.append)
     thread = threading.Thread(target=sidecar.run, args=(stop,), daemon=True)
     thread.start()
     try:
         wait_for(lambda: said, 20, "the sidecar's first line")
         change()
         wait_for(lambda: any(expect in line for line in said), 20, repr(expect))
+        after = polls[0]
+        wait_for(lambda: polls[0] >= after + 5, 20, "five more passes of the sidecar's loop")
         assert sidecar.tail.followed().exists is False  # the heartbeat: no file found
     finally:
         stop.set()
