@@ -1,4 +1,4 @@
-"""Stopping a command on a signal, with no lock taken in the signal handler.
+"""Stopping a command on a signal, with no lock taken in the signal handler; holding a signal for a moment.
 
 A handler runs in the main thread, between two of its bytecodes. `threading.Event.set` takes the event's
 lock; when the signal lands while the main thread is inside `stop.wait()`, which holds that same lock for a
@@ -14,6 +14,7 @@ import queue
 import signal
 import threading
 from collections.abc import Iterator
+from types import FrameType
 
 _DONE = 0
 """What the relay thread is told when the command ends without a signal (no signal is numbered 0)."""
@@ -38,3 +39,28 @@ def stop_on(stop: threading.Event, *signums: int) -> Iterator[None]:
             signal.signal(signum, handler)
         told.put(_DONE)
         thread.join()
+
+
+@contextlib.contextmanager
+def held(*signums: int) -> Iterator[None]:
+    """Hold `signums` while inside and deliver the first that came on the way out, to the handler before.
+
+    For a step that a handler raising mid-way would leave half done: a child forked and not yet on the list of
+    those to stop. Only the main thread takes signals, so in any other thread this holds nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[tuple[int, FrameType | None]] = []
+    previous = {signum: signal.signal(signum, lambda signum, frame: came.append((signum, frame))) for signum in signums}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum, frame in came[:1]:
+            handler = previous[signum]
+            if callable(handler):
+                handler(signum, frame)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(signum)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -155,3 +157,35 @@ def test_agent_refuses_the_digest_of_a_room_it_never_finished(make_cluster, cont
 
     with pytest.raises(ControlError, match="no finished room 12345"):
         prefill.digest(12345, timeout_s=3)
+
+
+def test_a_stop_landing_while_an_agent_is_forked_still_ends_that_agent(monkeypatch):
+    """SIGTERM raised in `Popen` (or before the cluster listed what it returned) lost that child: `stop()`
+    never ended it, and `kvtop cluster up` stopped that way left an agent running (CI saw it). The signal here
+    lands right after the second agent's fork; every child forked must have ended when `start` gives up."""
+    forked: list[subprocess.Popen[bytes]] = []
+    real_popen = subprocess.Popen
+
+    def popen_then_sigterm(*args, **kwargs):
+        forked.append(real_popen(*args, **kwargs))
+        if len(forked) == 2:
+            signal.raise_signal(signal.SIGTERM)
+        return forked[-1]
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(subprocess, "Popen", popen_then_sigterm)
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    cluster = LocalCluster(ClusterSpec(prefill=1, decode=2, num_pages=16, page_bytes=4096))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            cluster.start()
+        assert len(forked) == 2, "the stop came before the third agent"
+        assert [child.poll() is not None for child in forked] == [True, True]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for child in forked:
+            if child.poll() is None:
+                child.kill()
+                child.wait()

@@ -27,6 +27,7 @@ from transport.errors import ConfigError, TransportError
 from transport.harness.agent import AgentOptions, child_args
 from transport.harness.targets import plan_faults
 from transport.kv.faults import FaultSpec
+from transport.signals import held
 from transport.wire import AgentInfo
 
 _STOP_GRACE_S = 5.0
@@ -138,7 +139,8 @@ class LocalCluster:
                 Path(self.spec.log_dir).mkdir(parents=True, exist_ok=True)
             self.bootstrap.start()
             for role, instance, rank, tp in self.spec.ranks():
-                self.processes.append(self._spawn(self._options(role, instance, rank, tp)))
+                with held(signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                    self.processes.append(self._spawn(self._options(role, instance, rank, tp)))
             self.wait_registered(len(self.processes), ready_timeout_s)
         except BaseException:
             self.stop()
@@ -215,7 +217,8 @@ class LocalCluster:
         old = self.processes[index]
         if old.process.poll() is None:
             raise TransportError(f"{label} (pid {old.process.pid}) is still running")
-        self.processes[index] = self._spawn(old.options, old.restarts + 1)
+        with held(signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            self.processes[index] = self._spawn(old.options, old.restarts + 1)
         return self.processes[index]
 
     def registered(self, agent: AgentProcess) -> AgentInfo | None:
