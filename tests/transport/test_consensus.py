@@ -194,6 +194,67 @@ def test_a_rank_that_died_before_it_was_ever_heard_still_fails_the_rooms_of_its_
     wait_for(lambda: all(r.agreed() is KVPoll.Failed for r in receivers), timeout=10, what="decode-0 agrees too")
 
 
+def test_a_decode_rank_still_bootstrapping_learns_at_once_of_a_room_its_prefill_instance_failed_by_agreement(
+    bootstrap, make_manager, subscribe, wait_for
+):
+    """prefill-0/TP1 dies before it is heard; prefill-0/TP0 sends its part to decode-0/TP0, then fails the room
+    when its dead peer's votes never come (the origin). decode-0/TP1, which waits for the dead rank's welcome, hears
+    of it at once as an echo of prefill-0/TP0 (prefill-0/TP0 tells decode-0/TP0, whose vote carries it): before, the
+    rank that failed the room by agreement told no decode rank, and decode-0/TP1 waited out its own peer timeout
+    (30 s here), to fail as an origin of its own."""
+    config = TransferConfig(heartbeat_s=0.1, peer_timeout_s=1.5)
+    decode_config = TransferConfig(heartbeat_s=0.1, peer_timeout_s=30.0)
+    crashed = make_manager(Role.PREFILL, "prefill-0", rank=1, tp=2, page_bytes=PAGE_BYTES, config=config)
+    crashed.close()
+    with BootstrapClient(bootstrap.endpoint) as client:
+        client.register(crashed.info)  # a crashed rank stays registered (until its entry expires)
+    survivor = make_manager(Role.PREFILL, "prefill-0", rank=0, tp=2, page_bytes=PAGE_BYTES, config=config)
+    decodes = instance(make_manager, Role.DECODE, "decode-0", decode_config)
+    live = [survivor.info.label, *(decode.info.label for decode in decodes)]
+    events = subscribe([survivor.info, *(decode.info for decode in decodes)])
+    room = 0x57
+    sender = survivor.sender(room)
+    receivers = [decode.receiver(room, "prefill-0") for decode in decodes]
+    for receiver in receivers:
+        receiver.init(PAGES)
+    sender.send(PAGES)
+    wait_for(lambda: receivers[0].poll() is KVPoll.Success, what="decode-0/TP0 has its part")
+
+    wait_for(lambda: receivers[1].poll() is KVPoll.Failed, timeout=10, what="decode-0/TP1 hears of the failure")
+
+    origin = survivor.info.label
+    assert sender.poll() is KVPoll.Success  # its own part went: the room failed by agreement alone
+    agreed = sender.agreed_failure
+    assert agreed is not None and (origin, False, "peer_lost") == (
+        agreed.origin,
+        agreed.is_from_another_rank,
+        sender.agreed_reason_class,
+    )
+    echo = receivers[1].failure
+    assert echo is not None
+    assert (origin, True, ECHO_REASON, "propagated", "peer_lost", crashed.info.label) == (
+        echo.origin,
+        echo.is_from_another_rank,
+        echo.failure_reason,
+        receivers[1].reason_class,
+        echo.origin_class,
+        echo.suspect,
+    )
+    wait_for(lambda: receivers[0].agreed() is KVPoll.Failed, what="decode-0/TP0 agrees")
+    told = receivers[0].agreed_failure
+    assert told is not None and (origin, True, "propagated") == (
+        told.origin,
+        told.is_from_another_rank,
+        receivers[0].agreed_reason_class,
+    )
+    events.wait_flushed(live)
+    failures = events.failures(room)
+    origins = [(f.rank, f.level, f.reason_class) for f in failures if f.origin == f.rank]
+    assert [(origin, "warning", "peer_lost")] == origins  # one origin; decode-0/TP1 is no second one
+    echoes = sorted((f.rank, f.origin, f.level) for f in failures if f.rank != origin)
+    assert sorted((label, origin, "debug") for label in live[1:]) == echoes
+
+
 def test_a_decode_instance_that_fails_a_room_its_rank_finished_tells_prefill_before_a_prefill_rank_times_out(
     make_manager, wait_for
 ):

@@ -322,6 +322,8 @@ class DecodeSide:
         if status.state == KVPoll.Success:
             record.statuses_ok.add(status.rank)
             self._finish_if_complete(record, now)
+        elif status.state == KVPoll.Failed and record.state is KVPoll.Success:
+            self._fail_finished(link, record, status)
         elif status.state == KVPoll.Failed:
             self._fail(
                 record,
@@ -330,6 +332,18 @@ class DecodeSide:
                 origin=status.origin or link.info.label,
                 tell_prefill=False,
             )
+
+    def _fail_finished(self, link: PrefillLink, record: ReceiverRoom, status: Status) -> None:
+        """The prefill instance failed a room this rank had received (it agreed after its rank sent all): Failed
+        here too, an echo of its origin, unless this instance agreed first (on Success: counted, a late failure).
+        This rank's votes carry it, so a rank of this instance still waiting on another prefill rank of the room
+        (a dead one) hears it at once."""
+        if record.agreed is KVPoll.Success:
+            self._ctx.counters.add("late_failures")
+        if record.agreed.is_terminal:
+            return
+        reason = reasons.prefill_failed(status.suspect, status.origin_class)
+        self._ctx.fail_agreement(record, reason, status.origin or link.info.label)
 
     def _land(self, link: PrefillLink, chunk: Chunk, now: float) -> ReceiverRoom | None:
         """Receive a chunk's payload frames into the room's pages and verify them; the room when it landed

@@ -471,7 +471,10 @@ class PrefillSide:
         return hasher.intdigest()
 
     def _send_status(self, peer: DecodePeer, record: SenderRoom, plan: LinkPlan | None = None) -> None:
-        failure = record.failure
+        """The room's verdict here: its own failure, or the failure its instance agreed on after it succeeded."""
+        failure, reason_class = record.failure, record.reason_class
+        if record.state is not KVPoll.Failed and record.agreed is KVPoll.Failed:
+            failure, reason_class = record.agreed_failure, record.agreed_reason_class
         if plan is not None:
             plan.status_sent = True
         if failure is None:
@@ -482,7 +485,7 @@ class PrefillSide:
                 int(KVPoll.Failed),
                 self._ctx.info.rank,
                 failure.failure_reason,
-                str(record.reason_class),
+                str(reason_class),
                 failure.origin or self._ctx.info.label,
                 failure.suspect,
                 failure.origin_class,
@@ -502,9 +505,17 @@ class PrefillSide:
         self._fail(record, reason, now, origin=origin, from_another_rank=origin != self._ctx.info.label)
 
     def fail_agreed(self, record: SenderRoom, reason: reasons.Reason, origin: str) -> None:
-        """The instance failed a room this rank had finished: Failed here too (its decode peers learn it from the
-        rank that failed it)."""
+        """The instance failed a room this rank had finished: Failed here too. Its decode peers learn it from the
+        rank that failed it: this one, when it is the origin (a rank of the instance went silent or never took the
+        room), tells them now (Status Failed). Before, nobody did: a decode rank of theirs still waiting for the
+        silent rank heard only at its own peer timeout, and failed as an origin of its own."""
         self._ctx.fail_agreement(record, reason, origin)
+        if origin != self._ctx.info.label:
+            return
+        for identity in record.plans:
+            peer = self._peers.get(identity)
+            if peer is not None and not peer.lost:
+                self._send_status(peer, record)
 
     def _fail(
         self,
