@@ -37,6 +37,7 @@ import dataclasses
 import json
 import re
 import signal
+import time
 from dataclasses import dataclass
 
 from kvtop.model.suspects import BOOTSTRAP_ERROR, CRASHED, STARTUP_DEATH, THREAD_DIED
@@ -372,6 +373,27 @@ def _layout(message: str) -> NodeOf | None:
     if node.rank >= node.nnodes or not stages_even or tp_size % node._nodes_per_stage:
         return None
     return node if node.tp_ranks else None
+
+
+def glog_year(message: str, near: float, latest: bool = False) -> int:
+    """The year to date a glog line (a PyTorch C++ one too) in `message` by, for it prints none: of `near`'s year
+    (the time its log last told) and those either side, the one that puts the line nearest `near`, so that an
+    `E1231` line after SGLang's `[2026-01-01 ...` is of 2025; `latest` (`near` is its file's time, which no line of
+    it is after): the latest year not past it. `near`'s year for any other line, and where no year dates the line."""
+    year = time.localtime(near).tm_year
+    torch = _TORCH_RANK.match(message)
+    glog = _GLOG.match(message, torch.end() if torch else 0)
+    if glog is None:
+        return year
+    dated: dict[int, float] = {}
+    for candidate in (year - 1, year, year + 1):
+        try:
+            dated[candidate] = _glog_seconds(glog, candidate)
+        except Garbled:  # 29 February of a year without one, or no date at all
+            continue
+    if latest:
+        return max((candidate for candidate, ts in dated.items() if ts <= near), default=year)
+    return min(dated, key=lambda candidate: abs(dated[candidate] - near), default=year)
 
 
 def _glog_seconds(glog: re.Match[str], year: int) -> float:
