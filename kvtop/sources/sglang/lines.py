@@ -184,6 +184,12 @@ _TORCH_RANK = re.compile(r"\[rank(\d+)\]:\[(?=[EWIF]\d{4} )")
 _TORCH_FATAL = ("Process group watchdog thread terminated with exception",)
 """What PyTorch's NCCL watchdog logs as it takes its process down (a collective failed or hung: the rank dies)."""
 _UCX = re.compile(r"\[(\d{9,}\.\d+)\] +\[[^\]]*\] +\S+ +UCX +(ERROR|WARN\w*|DIAG) +(.*)")
+_MEMFABRIC = re.compile(
+    r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(\.\d{1,6}) (?:ERROR|FATAL) \[\d+-\d+\]\[[A-Z]+ \S+\.c(?:pp|c)?:\d+[^\]]*\] "
+)
+"""Ascend MemFabric's error line (SGLang's `ascend` transfer backend; `mf_out_logger.h`'s console format):
+`2026-06-11 10:00:05.123456 ERROR [737690-737712][SMEM smem_trans_entry.cpp:236 BatchSyncTransfer] session:(...) not
+found.` (its levels below ERROR are left out, as glog's `I` lines are)."""
 _TRANSPORT_KEYWORDS = ("Session::", "writeBody", "peer_nic", "Process failed", "transfer", "Transfer")
 
 ROOM_MAX = (1 << 63) - 1
@@ -641,8 +647,8 @@ def _room(digits: str) -> int:
 
 
 def _transport_library(message: str, year: int) -> ContextLine | None:
-    """A Mooncake/NIXL glog line or a UCX line (they carry their own time, never a room); a PyTorch C++ line whose
-    process dies with it (its NCCL watchdog's), its rank's crash."""
+    """A Mooncake/NIXL glog line, a UCX line or an Ascend MemFabric error line (they carry their own time, never a
+    room); a PyTorch C++ line whose process dies with it (its NCCL watchdog's), its rank's crash."""
     torch = _TORCH_RANK.match(message)
     glog = _GLOG.match(message, torch.end() if torch else 0)
     if glog and torch and any(fatal in glog[7] for fatal in _TORCH_FATAL):
@@ -657,4 +663,11 @@ def _transport_library(message: str, year: int) -> ContextLine | None:
     ucx = _UCX.search(message)
     if ucx:
         return ContextLine(float(ucx[1]), None, "ucx", None, message)
+    memfabric = _MEMFABRIC.match(message)
+    if memfabric:
+        try:
+            ts = stamp_seconds(memfabric[1]) + float(memfabric[2])
+        except ValueError as error:
+            raise Garbled(f"a MemFabric line with a bad time: {memfabric[1]}") from error
+        return ContextLine(ts, None, "memfabric", None, message)
     return None
