@@ -109,10 +109,11 @@ def lost_a_peer(text: str) -> bool:
 
 def is_transport_error(kind: str, text: str) -> bool:
     """A context line that is an error of the transfer itself, whatever failed or not near it: a transport
-    library's (a glog error or fatal line, UCX's ERROR) or a session SGLang gave up on (`Session X failed.`)."""
+    library's (a glog error or fatal line, UCX's ERROR, Ascend MemFabric's ERROR or FATAL: the only lines of it read)
+    or a session SGLang gave up on (`Session X failed.`)."""
     if kind == "glog":
         return text.lstrip()[:1] in ("E", "F")
-    return kind == "session" or (kind == "ucx" and "UCX  ERROR" in text)
+    return kind in ("session", "memfabric") or (kind == "ucx" and "UCX  ERROR" in text)
 
 
 _LOCAL_FAULTS = (

@@ -35,8 +35,8 @@ class Context:
 
     @property
     def likely_cause(self) -> bool:
-        """Transport libraries (glog, UCX) log the low-level error that failed the rooms near it."""
-        return self.kind in ("glog", "ucx")
+        """Transport libraries (glog, UCX, Ascend MemFabric) log the low-level error that failed the rooms near it."""
+        return self.kind in ("glog", "ucx", "memfabric")
 
     @property
     def transport_error(self) -> bool:

@@ -37,6 +37,7 @@ import dataclasses
 import json
 import re
 import signal
+import time
 from dataclasses import dataclass
 
 from kvtop.model.suspects import BOOTSTRAP_ERROR, CRASHED, STARTUP_DEATH, THREAD_DIED
@@ -183,6 +184,12 @@ _TORCH_RANK = re.compile(r"\[rank(\d+)\]:\[(?=[EWIF]\d{4} )")
 _TORCH_FATAL = ("Process group watchdog thread terminated with exception",)
 """What PyTorch's NCCL watchdog logs as it takes its process down (a collective failed or hung: the rank dies)."""
 _UCX = re.compile(r"\[(\d{9,}\.\d+)\] +\[[^\]]*\] +\S+ +UCX +(ERROR|WARN\w*|DIAG) +(.*)")
+_MEMFABRIC = re.compile(
+    r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(\.\d{1,6}) (?:ERROR|FATAL) \[\d+-\d+\]\[[A-Z]+ \S+\.c(?:pp|c)?:\d+[^\]]*\] "
+)
+"""Ascend MemFabric's error line (SGLang's `ascend` transfer backend; `mf_out_logger.h`'s console format):
+`2026-06-11 10:00:05.123456 ERROR [737690-737712][SMEM smem_trans_entry.cpp:236 BatchSyncTransfer] session:(...) not
+found.` (its levels below ERROR are left out, as glog's `I` lines are)."""
 _TRANSPORT_KEYWORDS = ("Session::", "writeBody", "peer_nic", "Process failed", "transfer", "Transfer")
 
 ROOM_MAX = (1 << 63) - 1
@@ -372,6 +379,27 @@ def _layout(message: str) -> NodeOf | None:
     if node.rank >= node.nnodes or not stages_even or tp_size % node._nodes_per_stage:
         return None
     return node if node.tp_ranks else None
+
+
+def glog_year(message: str, near: float, latest: bool = False) -> int:
+    """The year to date a glog line (a PyTorch C++ one too) in `message` by, for it prints none: of `near`'s year
+    (the time its log last told) and those either side, the one that puts the line nearest `near`, so that an
+    `E1231` line after SGLang's `[2026-01-01 ...` is of 2025; `latest` (`near` is its file's time, which no line of
+    it is after): the latest year not past it. `near`'s year for any other line, and where no year dates the line."""
+    year = time.localtime(near).tm_year
+    torch = _TORCH_RANK.match(message)
+    glog = _GLOG.match(message, torch.end() if torch else 0)
+    if glog is None:
+        return year
+    dated: dict[int, float] = {}
+    for candidate in (year - 1, year, year + 1):
+        try:
+            dated[candidate] = _glog_seconds(glog, candidate)
+        except Garbled:  # 29 February of a year without one, or no date at all
+            continue
+    if latest:
+        return max((candidate for candidate, ts in dated.items() if ts <= near), default=year)
+    return min(dated, key=lambda candidate: abs(dated[candidate] - near), default=year)
 
 
 def _glog_seconds(glog: re.Match[str], year: int) -> float:
@@ -619,8 +647,8 @@ def _room(digits: str) -> int:
 
 
 def _transport_library(message: str, year: int) -> ContextLine | None:
-    """A Mooncake/NIXL glog line or a UCX line (they carry their own time, never a room); a PyTorch C++ line whose
-    process dies with it (its NCCL watchdog's), its rank's crash."""
+    """A Mooncake/NIXL glog line, a UCX line or an Ascend MemFabric error line (they carry their own time, never a
+    room); a PyTorch C++ line whose process dies with it (its NCCL watchdog's), its rank's crash."""
     torch = _TORCH_RANK.match(message)
     glog = _GLOG.match(message, torch.end() if torch else 0)
     if glog and torch and any(fatal in glog[7] for fatal in _TORCH_FATAL):
@@ -635,4 +663,11 @@ def _transport_library(message: str, year: int) -> ContextLine | None:
     ucx = _UCX.search(message)
     if ucx:
         return ContextLine(float(ucx[1]), None, "ucx", None, message)
+    memfabric = _MEMFABRIC.match(message)
+    if memfabric:
+        try:
+            ts = stamp_seconds(memfabric[1]) + float(memfabric[2])
+        except ValueError as error:
+            raise Garbled(f"a MemFabric line with a bad time: {memfabric[1]}") from error
+        return ContextLine(ts, None, "memfabric", None, message)
     return None

@@ -56,6 +56,7 @@ from kvtop.sources.sglang.lines import (
     Record,
     ServerArgsLine,
     classify,
+    glog_year,
     is_glog,
     lost_prefill,
     startup_death,
@@ -387,6 +388,8 @@ class SGLangLogs:
             clocks_of.setdefault(server.instance, set()).add(server.clock)
 
         def name(server: _File) -> str:
+            if not server.instance:  # no role known yet (no line of one read): its file names it
+                return server.spec.path.name
             return (
                 f"{server.instance} ({server.spec.path.name})"
                 if len(clocks_of[server.instance]) > 1
@@ -554,7 +557,7 @@ class SGLangLogs:
             file.batch_key = key
         try:
             prefix = parse_prefix(text)
-            record = classify(prefix, time.localtime(file.last_ts).tm_year)
+            record = classify(prefix, glog_year(prefix.message, file.last_ts, latest=not file.dated))
         except (Garbled, ValueError):
             self._garbled += 1
             return
