@@ -42,6 +42,7 @@ from transport.registration import RELAY_ROLE, entry_name, registration_problem
 from transport.service import ServiceThread
 from transport.sockets import LIST_FRAME, SMALL_FRAME, bind, decode_routed, open_socket, send_now
 from transport.wire import (
+    LISTED_BY_BOOTSTRAP,
     AgentInfo,
     AgentList,
     BootstrapReply,
@@ -202,7 +203,8 @@ class BootstrapServer(ServiceThread):
             ranks = sorted(named, key=lambda a: a.rank)  # a log sidecar moves no KV: never a route
             return Route(request.req_id, request.instance, ranks)
         expired = [agent for _, agent, _ in self._expired.values()]
-        return AgentList(request.req_id, self.agents(), self.counters.snapshot(), self.refused, expired, self.relays())
+        return AgentList(request.req_id, self.agents(), self.counters.snapshot(), self.refused, expired, self.relays(),
+                         lister=LISTED_BY_BOOTSTRAP)  # fmt: skip
 
     def _register(self, request: Register, client: str) -> Registered | Refusal:
         agent = request.agent

@@ -17,8 +17,8 @@ Sockets and their frames (ROUTER sockets see the peer's routing id first)::
         [EventBatch]  every upstream agent's, passed through untouched (the envelope, seq included)
                ROUTER (bound by a relay) <- DEALER (views, a downstream relay)
         request   [ListAgents | SnapshotRequest with `agent` naming the agent]
-        reply     [AgentList (the relay in `relays`, the agents it knows, its upstreams that stopped answering)
-                   | Snapshot (the agent's own)]
+        reply     [AgentList (the relay in `relays`, the agents it knows, its upstreams that stopped answering;
+                   `lister` says a relay's from a bootstrap service's) | Snapshot (the agent's own)]
 
     data link  ROUTER (bound by each prefill rank) <- DEALER (each decode rank, one per prefill rank)
         decode -> prefill  [Hello | Heartbeat | TransferRequest | Ack | Abort]
@@ -189,6 +189,10 @@ class ListAgents(msgspec.Struct, tag="list", array_like=True):
     req_id: int
 
 
+LISTED_BY_BOOTSTRAP: Final = "bootstrap"
+LISTED_BY_RELAY: Final = "relay"
+
+
 class AgentList(msgspec.Struct, tag="agents", array_like=True):
     req_id: int
     agents: list[AgentInfo]
@@ -208,6 +212,9 @@ class AgentList(msgspec.Struct, tag="agents", array_like=True):
     kept: list[RankLabel] = []
     """Agents a relay lists from the last answer of an upstream that no longer answers (`upstream_errors`): their
     silence is the upstream's, not known to be theirs."""
+    lister: ShortText = ""
+    """What answered: `LISTED_BY_BOOTSTRAP` or `LISTED_BY_RELAY` ("" from a peer that predates the field; a field
+    past the end, as every one added is, is ignored by older readers, so the wire version stays)."""
 
 
 class Refusal(msgspec.Struct, tag="refusal", array_like=True):

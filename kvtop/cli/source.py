@@ -121,13 +121,22 @@ def reading(spec: SourceSpec, tail: bool = False, journal: bool = False) -> Iter
         raise fail(str(error), error.code) from None
 
 
-def say_what_was_heard(source: Source, follow: bool = False) -> None:
+def say_what_was_heard(source: Source, follow: bool = False) -> str:
     """The source's notes on stderr; exit 1 with one line when nobody answered, 2 when a view read once finds
     nothing to show in what was given (empty logs, a recording of no agent: silence is no empty cluster; a
-    followed log may still grow)."""
+    followed log may still grow).
+
+    Nobody answered, but the relay the source subscribes through said why (its upstream stopped answering it; the
+    ranks it keeps from it are unheard): the view shows them. Returns the line a view read once exits 1 with after
+    showing them; a followed view says it on stderr now and goes on, as one that heard them before ("" otherwise)."""
     for line in source.notes():
         typer.echo(terminal_safe(line), err=True)
     if not source.heard():
-        raise fail(source.silence())
-    if not follow and (nothing := source.nothing_to_judge()):
+        if not source.unheard_why():
+            raise fail(source.silence())
+        if not follow:
+            return source.silence()
+        typer.echo(terminal_safe(f"kvtop: {source.silence()}"), err=True)
+    elif not follow and (nothing := source.nothing_to_judge()):
         raise fail(nothing, 2)
+    return ""

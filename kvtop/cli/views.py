@@ -30,15 +30,16 @@ INTERRUPTED = 130
 def _frames(spec: SourceSpec, follow: bool = False, interval: float = 1.0) -> Iterator[Source]:
     """The source once opened; with `follow`, again every `interval` (refreshed) until Ctrl-C.
 
-    Yields under the source's lock, so a view reads a consistent model. Exit 1 when nobody answers or the
-    source stops while following (its error on stderr); the errors of opening it as `reading` says. Ctrl-C
+    Yields under the source's lock, so a view reads a consistent model. Exit 1 when nobody answers (read once
+    through a relay that says why, after the one frame: `say_what_was_heard`) or the source stops while following
+    (its error on stderr); the errors of opening it as `reading` says. Ctrl-C
     after a followed frame ends it cleanly (exit 0); before any frame, it exits 130, saying so (a view that
     printed nothing exited 0, as if it had shown something).
     """
     shown = False
     try:
         with reading(spec) as source:
-            say_what_was_heard(source, follow)
+            unheard = say_what_was_heard(source, follow)
             while True:
                 if stopped := source.stopped():
                     raise fail(stopped)
@@ -47,6 +48,8 @@ def _frames(spec: SourceSpec, follow: bool = False, interval: float = 1.0) -> It
                     yield source
                 shown = True
                 if not follow:
+                    if unheard:  # shown (the ranks unheard, the relay's upstream named), yet no agent answered
+                        raise fail(unheard)
                     return
                 time.sleep(interval)
                 source.refresh()
@@ -388,7 +391,8 @@ def events(
     heard = False
     try:
         with reading(source, tail=True) as read:
-            say_what_was_heard(read, follow)
+            if unheard := say_what_was_heard(read, follow):  # no event to show, read once
+                raise fail(unheard)
             heard = True
             held = Settling()
             """Until it settled (following), a lost batch, or the end: so each failure's level is the whole

@@ -86,6 +86,15 @@ class Source(ABC):
         """The one line a view prints when nobody answered (`heard()` is False)."""
         return ""
 
+    def unheard_why(self) -> str:
+        """Why no rank is heard, when the relay the source subscribes through says it: its upstream that stopped
+        answering it (`Intake.upstream_down`), while ranks it keeps from that upstream are unheard ("" otherwise)."""
+        from kvtop.model.shapes import Liveness
+
+        with self.lock:
+            unheard = Liveness.UNHEARD in self.model.liveness(self.now()).values()
+            return self.model.intake.upstream_down() if unheard else ""
+
     def waited(self) -> float:
         """How long the source listened before the views read it."""
         return self.spec.wait

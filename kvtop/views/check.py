@@ -235,11 +235,15 @@ def evaluate(
         critical.append(f"ranks gone: {', '.join(named)}")
     if down:
         critical.append(f"servers down (log silent, metrics unanswered): {', '.join(down)}")
-    if liveness and len(alive) < need:
-        critical.append(f"{len(alive)} ranks alive, need {need}")
+    if liveness and len(alive) < need:  # unheard ranks are not alive (silence is never health), nor theirs to blame
+        critical.append(f"{len(alive)} ranks alive, need {need}" + _behind(model, unheard))
     if whole_cluster and alive:  # after the ranks that went: they say why, where the service still lists them
         roles = {model.ranks[label].role for label in alive}
-        critical.extend(f"no {role} rank alive" for role in ("prefill", "decode") if role not in roles)
+        critical.extend(
+            f"no {role} rank alive" + _behind(model, [label for label in unheard if model.ranks[label].role == role])
+            for role in ("prefill", "decode")
+            if role not in roles
+        )
     if rate > limits.max_failure_rate:
         critical.append(f"failure rate {rate_above(rate, limits.max_failure_rate)}")
     elif rate > limits.max_failure_rate / 2:
@@ -320,6 +324,16 @@ def evaluate(
         {name: round(offset, 3) for name, offset in clocks[1].items()},
         {label: crash.text for label, crash in crashed.items()}, len(errors), unheard, facts,
     )  # fmt: skip
+
+
+def _behind(model: ClusterModel, unheard: list[str]) -> str:
+    """` (2 unheard behind the relay at ADDR, whose upstream stopped answering)`: what a shortfall of live ranks
+    owes to the relay's dead upstream, said of the relay, not of the ranks ("" when no rank is unheard)."""
+    if not unheard:
+        return ""
+    return (
+        f" ({len(unheard)} unheard behind the relay at {model.intake.upstream_relay}, whose upstream stopped answering)"
+    )
 
 
 def marked(warnings: list[str]) -> list[str]:

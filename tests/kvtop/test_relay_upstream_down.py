@@ -73,7 +73,11 @@ def silent_past_gone(*source: str) -> list[dict[str, object]] | None:
 def test_a_view_through_a_relay_whose_upstream_relay_died_names_it_not_the_ranks(make_cluster) -> None:
     """The cluster relay kept listing the four ranks it had from the dead rack relay; `check` called each one gone
     (no answer) and `status` said no agent answered, with no word of why. Now both say the upstream relay stopped
-    answering, by its address, and `check` names that as the finding, the ranks behind it unheard, not gone."""
+    answering, by its address, and `check` names that as the finding, the ranks behind it unheard, not gone.
+
+    `check` also said `0 ranks alive, need 4` as if the ranks were dead: it now says they are unheard behind the
+    relay. `status` and `ranks` printed nothing (exit 1): they now show the ranks unheard and the dead upstream
+    (still exit 1: no agent answered), and `status --follow` exited 1 at once: it goes on, saying so."""
     cluster = make_cluster(small_cluster(prefill_tp=2, decode_tp=2))
     ranks = sorted(agent.label for agent in cluster.agents())
     with (
@@ -88,15 +92,52 @@ def test_a_view_through_a_relay_whose_upstream_relay_died_names_it_not_the_ranks
 
         check = kvtop("check", "--relay", address, "--wait", "2", "--json")
         status = kvtop("status", "--relay", address, "--wait", "2")
+        status_json = kvtop("status", "--relay", address, "--wait", "2", "--json")
+        listed = kvtop("ranks", "--relay", address, "--wait", "2", "--json")
+        followed = following_status(address, f"source  {lost}")
 
     result = json.loads(check.stdout)
     assert (check.returncode, result["verdict"]) == (2, "CRITICAL"), check.stdout
     assert result["problems"][0] == f"{lost}; ranks behind it unheard: {', '.join(ranks)}"  # no hint of CURVE keys
     assert (result["ranks_gone"], result["ranks_unheard"]) == ([], ranks)
     assert not any("ranks gone" in problem for problem in result["problems"]), result["problems"]
-    assert (status.returncode, status.stdout) == (1, "")
+    behind = f"({len(ranks)} unheard behind the relay at {address}, whose upstream stopped answering)"
+    assert result["problems"][1:] == [f"0 ranks alive, need {len(ranks)} {behind}"], result["problems"]
+    assert status.returncode == 1, status.stderr
+    unheard = f"{len(ranks)} unheard (behind a relay's upstream that stopped answering)"
+    assert f"ranks   0/{len(ranks)} alive, 0 stale, 0 gone, {unheard}" in status.stdout, status.stdout
+    assert f"source  {lost}; ranks behind it unheard: {', '.join(ranks)}" in status.stdout, status.stdout
     assert status.stderr.startswith(f"kvtop: {lost}"), status.stderr
     assert status.stderr.endswith(f"; no agent answered within 2s (listed by {address})\n"), status.stderr
+    said = json.loads(status_json.stdout)
+    assert (status_json.returncode, said["upstream_errors"], said["ranks_kept"]) == (1, [stopped], ranks)
+    assert listed.returncode == 1, listed.stderr
+    assert {str(rank["label"]): rank["state"] for rank in json.loads(listed.stdout)} == dict.fromkeys(ranks, "unheard")
+    assert followed == 0
+
+
+def following_status(address: str, said: str) -> int:
+    """`kvtop status --relay ADDRESS --follow` until a frame says `said`, then Ctrl-C: its exit code."""
+    command = [KVTOP, "status", "--relay", address, "--follow", "--interval", "0.2"]
+    view = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()  # None: its stdout ended
+    assert view.stdout is not None
+    threading.Thread(target=lambda: [*map(lines.put, view.stdout or ()), lines.put(None)], daemon=True).start()
+
+    def saying() -> bool:
+        try:
+            line = lines.get(timeout=0.1)
+        except queue.Empty:
+            return False
+        assert line is not None, f"the followed view ended (exit {view.wait(30)}) before saying {said!r}"
+        return said in line
+
+    try:
+        wait_for(saying, 15, f"the followed view said {said!r}")
+    finally:
+        view.send_signal(signal.SIGINT)
+        view.wait(30)
+    return view.returncode
 
 
 def test_a_status_following_through_the_relay_says_when_its_upstream_relay_dies(make_cluster) -> None:

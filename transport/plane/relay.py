@@ -54,7 +54,7 @@ from transport.plane.events import EventBatch, Heartbeat
 from transport.plane.snapshot_broker import BROKER_COUNTERS, Book, Route, SnapshotBroker
 from transport.registration import RELAY_ROLE, agent_problem, endpoint_problem, entry_name
 from transport.sockets import LIST_FRAME, SMALL_FRAME, SUBSCRIPTION_FRAME, bind, decode_waiting, open_socket
-from transport.wire import AgentInfo, AgentList, FrameDecoder, cut_text
+from transport.wire import LISTED_BY_RELAY, AgentInfo, AgentList, FrameDecoder, cut_text
 
 log = logging.getLogger("transport.plane.relay")
 
@@ -80,8 +80,11 @@ RELAY_COUNTERS = (
 
 
 def listed_by_relay(listing: AgentList) -> bool:
-    """Whether `listing` is a relay's own answer (its counters are a relay's), which says what of its upstreams
-    stopped answering it; a bootstrap service's names the relays registered with it, not what they hear."""
+    """Whether `listing` is a relay's own answer, which says what of its upstreams stopped answering it; a bootstrap
+    service's names the relays registered with it, not what they hear. A listing that does not say (`lister`: a
+    peer older than the field) is a relay's when its counters are."""
+    if listing.lister:
+        return listing.lister == LISTED_BY_RELAY
     return "upstream_agents" in listing.counters
 
 

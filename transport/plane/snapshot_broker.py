@@ -32,7 +32,7 @@ from transport.curve import CurveSide
 from transport.errors import FrameRejected
 from transport.plane.events import SnapshotRequest
 from transport.sockets import LIST_FRAME, decode_routed, open_socket, send_now
-from transport.wire import AgentInfo, AgentList, FrameDecoder, ListAgents, encode
+from transport.wire import LISTED_BY_RELAY, AgentInfo, AgentList, FrameDecoder, ListAgents, encode
 
 PENDING_TIMEOUT_S = 5.0
 MAX_PENDING = 65_536
@@ -143,7 +143,7 @@ class SnapshotBroker:
             book = self._book()
             listing = AgentList(
                 request.req_id, book.agents, self._report(), book.refused, book.expired, [self._entry()],
-                book.upstream_errors, book.kept,
+                book.upstream_errors, book.kept, LISTED_BY_RELAY,
             )  # fmt: skip
             self._router.send_multipart([requester, encode(listing)])
             return

@@ -1,0 +1,41 @@
+"""A check through a relay whose upstream stopped answering says the live ranks it lacks are unheard behind that
+relay, not merely missing: the count and the role rules name the relay, never the ranks one by one."""
+
+from __future__ import annotations
+
+import time
+
+from kvtop.model.cluster import ClusterModel
+from kvtop.model.shapes import GONE_S
+from kvtop.views.check import Thresholds, Verdict, evaluate
+from transport.plane.events import EVENT_SCHEMA, EventBatch
+
+RELAY = "tcp://cluster-relay:7101"
+STOPPED = "relay tcp://rack-2:7101 stopped answering (none within 1.0s)"
+
+
+def model_behind_a_dead_rack(now: float) -> ClusterModel:
+    """prefill-0/TP0 heard now; decode-0/TP0 last heard past `GONE_S` ago, kept by the relay from its dead rack."""
+    model = ClusterModel()
+    for role, instance, heard in (("prefill", "prefill-0", now), ("decode", "decode-0", now - GONE_S - 5)):
+        model.apply(f"{instance}/TP0", EventBatch(EVENT_SCHEMA, role, instance, 0, 1, 1, heard, []), heard)
+    model.intake.upstream_relay = RELAY
+    model.intake.upstream_errors = [STOPPED]
+    model.intake.upstream_kept = ["decode-0/TP0"]
+    return model
+
+
+def test_the_ranks_a_check_lacks_are_said_unheard_behind_the_relay_whose_upstream_stopped_answering() -> None:
+    """`1 ranks alive, need 2` and `no decode rank alive` read as if the decode rank were dead; its silence is the
+    relay's upstream's: both now say how many are unheard behind which relay. Still CRITICAL: silence is no health."""
+    now = time.time()
+    result = evaluate(model_behind_a_dead_rack(now), Thresholds(), now, whole_cluster=True)
+
+    behind = f"(1 unheard behind the relay at {RELAY}, whose upstream stopped answering)"
+    assert result.verdict is Verdict.CRITICAL
+    assert result.problems == [
+        f"upstream stopped answering the relay at {RELAY}: {STOPPED}; ranks behind it unheard: decode-0/TP0",
+        f"1 ranks alive, need 2 {behind}",
+        f"no decode rank alive {behind}",
+    ]
+    assert (result.ranks_unheard, result.ranks_gone, result.ranks_alive) == (["decode-0/TP0"], [], 1)
