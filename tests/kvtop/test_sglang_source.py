@@ -165,6 +165,27 @@ def test_failures_debug_lines_each_echo_and_context_line_up_under_the_headers_co
     assert lost[column["REASON"] :].startswith("Lost connection with prefill instance")
 
 
+def test_incidents_debug_lines_each_room_up_under_the_headers_columns_and_counts_its_echoes():
+    """`kvtop incidents --debug` put its rooms' lines in columns of their own (`1 echoes` under WHAT): a room's line
+    now names who noticed under WHAT, its class, time, origin/echoes and reason where the header says."""
+    from kvtop.views.incidents import by_incident, in_span, render
+
+    model = ClusterModel()
+    logs = load(OLD_ERA, model)
+    now, gap = logs.now, model.incidents.quiet_gap_s
+    lines = render(in_span(model, None, now), now, gap, by_incident(model, model.groups())).splitlines()
+    column = {name: lines[0].index(name) for name in ("SUSPECT", "WHAT", "CLASS", "SINCE", "EVIDENCE")}
+    room = next(line for line in lines if line.split()[:2] == ["room", "5555"])
+    end = column["EVIDENCE"] - 2
+
+    assert room[column["SUSPECT"] :].startswith("5555 ")
+    assert room[column["WHAT"] :].startswith("decode-0/TP0 ")
+    assert room[column["CLASS"] :].startswith("peer_lost ")
+    assert room[column["SINCE"] :].startswith("03:04:35 ")
+    assert room[:end].endswith(" 1/1")
+    assert room[column["EVIDENCE"] :].startswith("Lost connection with prefill instance")
+
+
 def test_files_are_named_from_agent_file_names_else_by_role_in_argument_order(tmp_path: Path):
     """`decode-3.log` keeps its name; other files are prefill-N/decode-N in order; prefill=/decode= say the role
     where no line does."""
