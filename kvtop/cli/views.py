@@ -317,13 +317,21 @@ def rooms(
             help="Also list the rooms that ended in this many seconds before now (0: open rooms only).",
         ),
     ] = 60.0,
+    limit: Annotated[
+        int,
+        typer.Option(
+            min=0, help="List this many rooms, those that want a look first (0: every one); --json lists every one."
+        ),
+    ] = 50,
     as_json: Json = False,
     follow: Follow = False,
     interval: Interval = 1.0,
 ) -> None:
-    """Open and recent rooms: those still open on some rank, then those that ended in the last --recent
-    seconds, oldest first: outcome (open, succeeded, failed), STUCK (open, no progress for 10 s), age, idle time,
-    bytes, link, state per rank.
+    """Open and recent rooms: those still open on some rank and those that ended in the last --recent seconds,
+    the ones that want a look first: STUCK (open, no progress for 10 s), failed, open, succeeded; open rooms
+    slowest first, ended ones newest first. Columns: outcome (open, succeeded, failed), STUCK, age, idle time,
+    bytes, link, state per rank. Past --limit rooms a last line counts those left out. --json lists every room,
+    open ones first, each oldest first.
 
     A room nobody said anything of for 5 minutes is retired as lost. From --sglang-log: every room the
     logs name (a log names a room only where it failed), Failed on each rank that logged its failure;
@@ -333,9 +341,8 @@ def rooms(
 
     with _until_ctrl_c():
         for read in _frames(source, follow, interval):
-            now, ended = read.now(), read.rooms_named_once_ended
-            text, data = rooms_text(read.model, now, ended, recent), rooms_json(read.model, now, ended, recent)
-            _show(text, data, as_json, follow)
+            data = rooms_json(read.model, read.now(), read.rooms_named_once_ended, recent)
+            _show(rooms_text(data, limit), data, as_json, follow)
 
 
 @reads_source()

@@ -119,7 +119,7 @@ class Sidecar:
     def _loop(self, stop: threading.Event) -> int:
         next_beat = 0.0
         waiting_said = role_said = False
-        not_a_file = ""  # looked at on each heartbeat, kept between them
+        not_a_file = no_log = ""  # looked at on each heartbeat, kept between them
         while not stop.is_set():
             beat = time.monotonic() >= next_beat
             try:
@@ -131,22 +131,22 @@ class Sidecar:
                 self._say(several_servers(self.tail.path, servers))
                 return 2
             if beat:
-                not_a_file = self.tail.not_a_file()
+                not_a_file, no_log = self.tail.not_a_file(), self.tail.not_a_log()
             if self.tail.logs is None and not waiting_said and not not_a_file:
                 self._say(f"waiting for {self.tail.path} to appear")
                 waiting_said = True
-            if self.tail.role and self.tail.instance:
+            if self.tail.role and self.tail.instance and (self.ranks or not self._guessed_role_of_no_log(no_log)):
                 self._declare(self._ranks(beat))
                 if gained is not None:
                     self._publish(gained.events, gained.context)
-            elif self.tail.logs is not None and not role_said and beat and not self.tail.not_a_log():
+            elif self.tail.logs is not None and not role_said and beat and not no_log:
                 # registers nothing until its ranks' role is known (a file that is no log: `_report` says so)
                 self._say(f"waiting for {self.tail.path}'s lines to tell prefill or decode (--role says it now)")
                 role_said = True
             if beat:
                 next_beat = time.monotonic() + HEARTBEAT_S
                 self._beat()
-                self._report(problem or not_a_file or self.tail.not_a_log())
+                self._report(problem or not_a_file or no_log)
             dead = self._dead_thread()
             if dead:
                 self._say(f"the {dead} thread died (traceback above); stopping")
@@ -154,6 +154,12 @@ class Sidecar:
             if self.tail.at_end():
                 stop.wait(self.options.poll_s)
         return 0
+
+    def _guessed_role_of_no_log(self, no_log: str) -> bool:
+        """The file is no SGLang log (`no_log`) and its role was not given (`--role`): what its name or a quoted line
+        says (`decode-notes.log`, a runbook that quotes `Lost connection with prefill instance`) is no server's, and
+        a rank registered on it would be listed alive while it publishes nothing."""
+        return bool(no_log) and not self.tail.spec.role
 
     def _ranks(self, beat: bool) -> list[RankKey]:
         """The ranks to publish: `--tp`'s TP0..N-1 and those the log's start-up line gives it (looked for at a beat),

@@ -76,13 +76,19 @@ def to_json(
     ]
 
 
-def _context_line(line: Context) -> str:
-    """`lost_connection decode-0/TP1 ...`: its rank where its line named one (two ranks' same words are two lines;
-    a pipeline stage's `decode-0/PP1-TP1`)."""
+def _member_line(what: str, ts: float, dated: bool, where: str, reason_class: str, text: str) -> str:
+    """A line under a group's, in its columns: what it is under ROOM (indented), then its time, rank, class and
+    words under TIME, ORIGIN, CLASS and REASON."""
+    return f"  {what:<18} {stamp(ts, dated)} {where:<16} {reason_class:<18} {'':>6}  {text[:_REASON_WIDTH]}"
+
+
+def _context_line(line: Context, dated: bool) -> str:
+    """`  lost_connection ... decode-0/TP1 ...`: its rank where its line named one (two ranks' same words are two
+    lines; a pipeline stage's `decode-0/PP1-TP1`), its instance where not."""
     text = line.text.splitlines()[-1].strip() if line.kind == "traceback" else line.text
     what = "likely cause" if line.likely_cause else line.kind
     where = line.source if line.tp is None else rank_label(line.source, line.tp, line.pp)
-    return f"{'':<20}   {what:<12} {where:<16} {text[:_REASON_WIDTH]}"
+    return _member_line(what, line.ts, dated, where, "", text)
 
 
 def render_groups(
@@ -91,7 +97,8 @@ def render_groups(
     context: Sequence[Sequence[Context]] | None = None,
     cut: tuple[int, int] = (0, 0),
 ) -> str:
-    """One line per origin (with its echo count and when it started); with `debug`, each echo indented below it.
+    """One line per origin (with its echo count and when it started); with `debug`, each echo below it in time order, in
+    the same columns (its own time, rank, class and reason).
 
     Times carry their date when the groups fall on more than one day. With context (from logs): the likely
     causes (transport-library lines) under each origin, and with `debug` every related line too. `cut`: how
@@ -115,12 +122,12 @@ def render_groups(
         )
         if debug:
             lines.extend(
-                f"{'':<20}   echo {echo.rank:<16} {echo.reason_class:<13} {echo.reason[:_REASON_WIDTH]}"
-                for echo in group.echoes
+                _member_line("echo", echo.ts, dated, echo.rank, echo.reason_class, echo.reason)
+                for echo in sorted(group.echoes, key=lambda echo: echo.ts)
             )
         near = context[index] if context is not None else []
         shown = near if debug else [line for line in near if line.likely_cause][:_CAUSES_SHOWN]
-        lines.extend(_context_line(line) for line in shown)
+        lines.extend(_context_line(line, dated) for line in shown)
     forgotten, kept = cut
     if forgotten:
         lines.append(f"... and {forgotten:,} more failures, older than these: the model keeps the newest {kept:,}")

@@ -107,7 +107,8 @@ def render(
     groups: dict[int, list[FailureGroup]] | None = None,
 ) -> str:
     """One line per incident, newest first, each suspect whole (a host name tells one server from another) up to a
-    column of `_SUSPECT_MAX`; with `groups` (`--debug`), each incident's failure groups under it."""
+    column of `_SUSPECT_MAX`; with `groups` (`--debug`), each incident's failure groups under it in its columns
+    (the room under SUSPECT, the rank that noticed under WHAT, its class, time, origin/echoes and reason)."""
     dated = spans_days([incident.first_seen for incident in incidents] + [now])
     width = len(stamp(0.0, dated)) - 4
     named = min(_SUSPECT_MAX, max([_SUSPECT_WIDTH, *(len(incident.suspect.text) for incident in incidents)]))
@@ -124,12 +125,13 @@ def render(
             f"{stamp(incident.first_seen, dated)[:-4]} {duration(incident.duration_s):>8} "
             f"{f'{incident.origins}/{incident.echoes}':>15}  {evidence}"
         )
-        for group in (groups or {}).get(incident.id, []):
+        for group in (groups or {}).get(incident.id, []):  # a room of it in the same columns: who noticed, as what
             origin = group.origin
             reason = origin.reason if origin else "(the origin's own event was not seen)"
+            noticed = fit_label(group.origin_label or "origin unknown", 18)
             lines.append(
-                f"{'':<8}   room {group.room:<20} {stamp(group.first_ts, dated)[:-4]} "
-                f"{group.origin_label or 'origin unknown':<16} {group.echo_count:>3} echoes  {reason[:80]}"
+                f"{'  room':<8} {group.room:<{named}} {noticed:<18} {origin.reason_class if origin else '-':<18} "
+                f"{'':>6} {stamp(group.first_ts, dated)[:-4]} {'':>8} {f'1/{group.echo_count}':>15}  {reason[:80]}"
             )
     return "\n".join(lines)
 

@@ -289,11 +289,24 @@ def rooms_json(
     ]
 
 
-def rooms_text(model: ClusterModel, now: float, ended: bool = False, recent_s: float = RECENT_S) -> str:
-    """`rooms_json` as a table, STUCK in a column of its own."""
-    header = f"{'ROOM':<20} {'OUTCOME':<9} {'STUCK':<5} {'AGE s':>7} {'IDLE s':>7} {'BYTES':>9}  {'LINK':<22} STATES"
-    lines = [header]
-    for r in rooms_json(model, now, ended, recent_s):
+ROOMS_SHOWN = 50
+"""How many rooms `kvtop rooms` lists for people by default (`--limit`); `--json` lists every one."""
+
+
+def _attention(room: dict[str, Any]) -> tuple[int, float]:
+    """Where a room goes in the table: stuck, failed, open, succeeded; open rooms slowest first, ended newest first."""
+    outcome = room["outcome"]
+    tier = 0 if room["stuck"] else 1 if outcome == "failed" else 2 if outcome == "open" else 3
+    return tier, -room["age_s"] if outcome == "open" else room["age_s"]
+
+
+def rooms_text(listed: list[dict[str, Any]], limit: int = ROOMS_SHOWN) -> str:
+    """`rooms_json`'s rooms as a table for people, those that want a look first (`_attention`), STUCK in a column of
+    its own; past `limit` (0: no limit), a last line counts the rooms left out by outcome."""
+    rooms = sorted(listed, key=_attention)
+    shown = rooms[:limit] if limit else rooms
+    lines = [f"{'ROOM':<20} {'OUTCOME':<9} {'STUCK':<5} {'AGE s':>7} {'IDLE s':>7} {'BYTES':>9}  {'LINK':<22} STATES"]
+    for r in shown:
         states = " ".join(f"{label}={state}" for label, state in r["states"].items())
         link = f"{r['prefill'] or '?'}->{r['decode'] or '?'}" if r["prefill"] or r["decode"] else "-"
         flag = "STUCK" if r["stuck"] else "-"
@@ -301,6 +314,10 @@ def rooms_text(model: ClusterModel, now: float, ended: bool = False, recent_s: f
             f"{r['room']:<20} {r['outcome']:<9} {flag:<5} {r['age_s']:>7.1f} {r['idle_s']:>7.1f} "
             f"{size(r['bytes_total']):>9}  {link:<22} {states}"
         )
+    if left := rooms[len(shown) :]:
+        outcomes = Counter(r["outcome"] for r in left)
+        counts = ", ".join(f"{outcomes[o]:,} {o}" for o in ("failed", "open", "succeeded") if outcomes[o])
+        lines.append(f"... and {len(left):,} more rooms ({counts}): --limit 0 lists all {len(rooms):,}, --json too")
     return "\n".join(lines)
 
 

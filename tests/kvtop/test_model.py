@@ -367,8 +367,8 @@ def test_a_rooms_states_are_replaced_never_changed_in_place():
     assert model.rooms[1].codes == {"prefill-0/TP0": int(KVPoll.Success), "decode-0/TP0": int(KVPoll.Success)}
 
 
-def test_the_rooms_table_lists_the_open_rooms_then_those_that_ended_each_oldest_first():
-    """`kvtop rooms` interleaved open and ended rooms by age (its help and docs say open ones first)."""
+def test_the_rooms_json_lists_the_open_rooms_then_those_that_ended_each_oldest_first():
+    """`kvtop rooms --json` interleaved open and ended rooms by age (its help and docs say open ones first)."""
     from kvtop.views.tables import rooms_json
 
     model = ClusterModel()
@@ -379,3 +379,28 @@ def test_the_rooms_table_lists_the_open_rooms_then_those_that_ended_each_oldest_
     listed = [(r["room"], r["outcome"]) for r in rooms_json(model, T0 + 3)]
 
     assert listed == [(3, "open"), (1, "succeeded"), (2, "failed")]
+
+
+def test_the_rooms_table_lists_stuck_then_failed_then_open_then_succeeded_and_counts_what_it_leaves_out():
+    """`kvtop rooms` printed ~1000 rooms oldest first, its failed ones lost among them: the table lists those that
+    want a look first (stuck, failed newest first, open slowest first, then succeeded newest first), up to its limit,
+    and a last line counts the rest by outcome; the JSON keeps every room."""
+    from kvtop.views.tables import rooms_json, rooms_text
+
+    model, label = ClusterModel(), "decode-0/TP0"
+    finals = {1: KVPoll.Transferring, 2: KVPoll.Success, 3: KVPoll.Failed, 4: KVPoll.Failed}
+    finals |= {5: KVPoll.Transferring, 6: KVPoll.Transferring, 7: KVPoll.Success}
+    starts = {1: 0, 2: 1, 3: 2, 4: 5, 5: 8, 6: 12, 7: 13}
+    for seq, (room, final) in enumerate(finals.items(), 1):
+        events = room_events(room, T0 + starts[room], final)
+        model.apply(label, batch(label, seq, events if final != KVPoll.Transferring else events[:1]), T0 + starts[room])
+    model.apply(label, batch(label, 8, []), T0 + 14)  # the rank beats on: room 1, open, is stuck
+
+    rooms = rooms_json(model, T0 + 15)
+    table = rooms_text(rooms, limit=4).splitlines()
+
+    assert [int(line.split()[0]) for line in table[1:-1]] == [1, 4, 3, 5]
+    assert table[1].split()[1:3] == ["open", "STUCK"]
+    assert table[-1] == "... and 3 more rooms (1 open, 2 succeeded): --limit 0 lists all 7, --json too"
+    assert [int(line.split()[0]) for line in rooms_text(rooms, limit=0).splitlines()[1:]] == [1, 4, 3, 5, 6, 7, 2]
+    assert len(rooms) == 7

@@ -368,7 +368,7 @@ def test_failures_debug_names_the_rank_of_each_context_line():
     lost = Path(__file__).parent / "fixtures" / "sglang" / "lost-prefill"
     result = kvtop_here("failures", "--debug", "--sglang-log", str(lost / "decode.log"))
 
-    context = [line.split()[:2] for line in result.stdout.splitlines() if " lost_connection " in line]
+    context = [line.split()[:3:2] for line in result.stdout.splitlines() if line.startswith("  lost_connection ")]
     assert context == [["lost_connection", "decode-0/TP0"], ["lost_connection", "decode-0/TP1"]] * 5
 
 

@@ -179,7 +179,7 @@ def test_failures_debug_names_a_context_line_s_stage():
     stage too, `prefill-0/PP1-TP0`, not the first stage's `prefill-0/TP0` that logged the room's failure."""
     result = kvtop_here("failures", "--debug", *args(HICACHE))
 
-    crash = [line.split()[:2] for line in result.stdout.splitlines() if "Scheduler hit an exception" in line]
+    crash = [line.split()[:3:2] for line in result.stdout.splitlines() if "Scheduler hit an exception" in line]
     assert crash == [["crash", "prefill-0/PP1-TP0"]]
 
 

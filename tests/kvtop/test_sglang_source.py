@@ -143,6 +143,49 @@ def test_transport_library_lines_and_related_lines_are_shown_with_the_groups_nea
     assert [c.kind for c in context[8888]] == ["room"]
 
 
+def test_failures_debug_lines_each_echo_and_context_line_up_under_the_headers_columns():
+    """`kvtop failures --debug` began an echo's rank under TIME and its reason under CLASS: each member now puts its
+    time, rank, class and words where the header says, whatever the kind's length (`lost_connection`)."""
+    from kvtop.views.failures import render_groups
+
+    model = ClusterModel()
+    logs = load(OLD_ERA, model)
+    groups = model.groups()
+    lines = render_groups(groups, debug=True, context=logs.context_for(groups)).splitlines()
+    header = lines[0]
+    column = {name: header.index(name) for name in ("TIME", "ORIGIN", "CLASS", "REASON")}
+    echo = next(line for line in lines if line.lstrip().startswith("echo") and "decode-0/TP1" in line)
+    lost = next(line for line in lines if line.lstrip().startswith("lost_connection"))
+
+    assert echo[column["TIME"] :].startswith("03:04:06.000 ")
+    assert echo[column["ORIGIN"] :].startswith("decode-0/TP1 ")
+    assert echo[column["CLASS"] :].startswith("propagated ")
+    assert echo[column["REASON"] :].startswith("Failed to get kvcache from prefill instance")
+    assert lost[column["ORIGIN"] :].startswith("decode-0/TP0 ")
+    assert lost[column["REASON"] :].startswith("Lost connection with prefill instance")
+
+
+def test_incidents_debug_lines_each_room_up_under_the_headers_columns_and_counts_its_echoes():
+    """`kvtop incidents --debug` put its rooms' lines in columns of their own (`1 echoes` under WHAT): a room's line
+    now names who noticed under WHAT, its class, time, origin/echoes and reason where the header says."""
+    from kvtop.views.incidents import by_incident, in_span, render
+
+    model = ClusterModel()
+    logs = load(OLD_ERA, model)
+    now, gap = logs.now, model.incidents.quiet_gap_s
+    lines = render(in_span(model, None, now), now, gap, by_incident(model, model.groups())).splitlines()
+    column = {name: lines[0].index(name) for name in ("SUSPECT", "WHAT", "CLASS", "SINCE", "EVIDENCE")}
+    room = next(line for line in lines if line.split()[:2] == ["room", "5555"])
+    end = column["EVIDENCE"] - 2
+
+    assert room[column["SUSPECT"] :].startswith("5555 ")
+    assert room[column["WHAT"] :].startswith("decode-0/TP0 ")
+    assert room[column["CLASS"] :].startswith("peer_lost ")
+    assert room[column["SINCE"] :].startswith("03:04:35 ")
+    assert room[:end].endswith(" 1/1")
+    assert room[column["EVIDENCE"] :].startswith("Lost connection with prefill instance")
+
+
 def test_files_are_named_from_agent_file_names_else_by_role_in_argument_order(tmp_path: Path):
     """`decode-3.log` keeps its name; other files are prefill-N/decode-N in order; prefill=/decode= say the role
     where no line does."""

@@ -519,3 +519,26 @@ def test_a_sidecar_on_a_file_that_is_no_sglang_log_and_no_role_says_only_that_it
         f"kvtop agent: {router}: not an SGLang server log (no line at its start or end is in SGLang's format): "
         "nothing of it is published"
     )
+
+
+@pytest.mark.processes
+def test_a_sidecar_with_no_role_on_a_file_that_only_mentions_one_publishes_no_rank(tmp_path: Path):
+    """With no --role, a runbook that quotes a decode's words (`Lost connection with prefill instance`) was taken for a
+    decode server's log: the sidecar published decode-0/TP0, listed alive by every view, while it said nothing of the
+    file is published. A role only a file that is no SGLang log suggests (its text, its name) publishes no rank."""
+    import subprocess
+    import sys
+
+    runbook = tmp_path / "decode-runbook.md"
+    runbook.write_text("If decode says `Lost connection with prefill instance`, check the bootstrap port.\n")
+    command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
+    with subprocess.Popen([command, "agent", "--sglang-log", str(runbook)], stderr=subprocess.PIPE, text=True) as ran:
+        assert ran.stderr is not None
+        said = ran.stderr.readline()  # blocks until the first line: the test's timeout bounds it
+        ran.terminate()
+        ran.wait(timeout=20)
+
+    assert said.strip() == (
+        f"kvtop agent: {runbook}: not an SGLang server log (no line at its start or end is in SGLang's format): "
+        "nothing of it is published"
+    )

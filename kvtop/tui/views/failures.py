@@ -333,7 +333,7 @@ def group_label(group: FailureGroup, palette: Palette, dated: bool = False) -> T
     text = Text(f"room {group.room:<20} ")
     text.append(f"{group.origin_label or 'origin unknown':<16} ", style=palette.error)
     text.append(f"{origin.reason_class if origin else '-':<18}")
-    text.append(f"{group.echo_count:>3} echoes  ", style=palette.dim)
+    text.append(f"{group.echo_count:>3} {'echo' if group.echo_count == 1 else 'echoes':<6}  ", style=palette.dim)
     text.append(f"{clock(group.first_ts, dated)}  {origin.reason if origin else '(origin not seen)'}")
     return text
 

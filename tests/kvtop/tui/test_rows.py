@@ -30,7 +30,7 @@ from kvtop.tui.rows import (
 )
 from kvtop.tui.screens.help import binding_table
 from kvtop.tui.themes import load_themes
-from kvtop.tui.views.failures import FailuresView, detail
+from kvtop.tui.views.failures import FailuresView, detail, group_label
 from kvtop.tui.widgets.row_list import RowList
 from kvtop.views.event_lines import to_line
 from transport.kvpoll import KVPoll
@@ -281,3 +281,23 @@ def test_the_failure_detail_lists_every_field_of_the_origin_apart_from_its_value
     fields = msgspec.structs.asdict(group.origin)
     assert [line.split(maxsplit=1)[0] for line in shown if line.strip()] == list(fields)
     assert [line.split(maxsplit=1)[1] for line in shown if line.strip()] == [str(v) or "-" for v in fields.values()]
+
+
+def test_a_failure_groups_row_says_1_echo_and_keeps_its_columns(palette: Palette):
+    """The failures tree read `1 echoes` under every lost prefill's rooms; one echo is `1 echo`, and the time after
+    it stays in the column of the rows with more."""
+    model = ClusterModel()
+    for seq, (room, echoing) in enumerate(((7, ["decode-0/TP0"]), (8, ["decode-0/TP0", "prefill-0/TP0"])), 1):
+        events = [Failure(FIXED_NOW, room, "decode-0/TP1", "lost it", "peer_lost", "error", False, "decode-0/TP1")]
+        model.apply("decode-0/TP1", EventBatch(EVENT_SCHEMA, "decode", "decode-0", 1, 1, seq, FIXED_NOW, events), 0.0)
+        for label in echoing:
+            instance, _, rank = label.rpartition("/TP")
+            echo = Failure(FIXED_NOW, room, label, "from another rank", "propagated", "debug", True, "decode-0/TP1")
+            batch = EventBatch(EVENT_SCHEMA, instance.split("-")[0], instance, int(rank), 1, seq, FIXED_NOW, [echo])
+            model.apply(label, batch, 0.0)
+
+    rows = {group.room: group_label(group, palette).plain for group in model.groups()}
+
+    assert "  1 echo " in rows[7] and "echoes" not in rows[7]
+    assert "  2 echoes  " in rows[8]
+    assert rows[7].index(":") == rows[8].index(":")
