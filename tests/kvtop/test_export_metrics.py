@@ -13,7 +13,9 @@ import math
 import re
 import threading
 from collections import deque
+from pathlib import Path
 
+import msgspec
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
@@ -27,6 +29,7 @@ from kvtop.export.tally import FailureTally
 from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import Observed
 from kvtop.model.histogram import HELD_KEPT, DurationHistogram
+from kvtop.sources.sglang import load
 from kvtop.sources.synthetic import SyntheticCluster
 from transport.kvpoll import KVPoll
 from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure, Heartbeat, LogContext, RoomState
@@ -67,6 +70,7 @@ CONTRACT: dict[str, tuple[str, set[str]]] = {
 MAY_BE_EMPTY = {"kvtop_frames_rejected"}
 """Families with no series on the fixed model (the collector refused no frame: it never ran)."""
 
+ABORTS = Path(__file__).parent / "fixtures" / "sglang" / "aborts"
 CLUSTER = SyntheticCluster(prefill=2, decode=2, tp=2, failure_rate=0.1)
 ROOMS = 400
 NOW = CLUSTER.start + ROOMS * CLUSTER.spacing_s + 2.0
@@ -430,3 +434,40 @@ def test_a_crashed_rank_has_the_time_of_its_crash_and_the_others_no_series(expos
     assert [(sample.labels["pd_instance"], sample.labels["tp_rank"], sample.value) for sample in family.samples] == [
         ("decode-1", "1", CRASHED_AT)
     ]
+
+
+def outcomes_of(exposition: str) -> dict[str, float]:
+    return {
+        dict(labels)["outcome"]: value for labels, value in samples(exposition, "kvtop_rooms_finished_total").items()
+    }
+
+
+def test_rooms_failed_and_aborted_in_logs_are_counted_and_succeeded_has_no_series():
+    """On logs the failed rooms were 0 while `kvtop status` listed them; now they count as the views count them,
+    and `succeeded` has no series (logs name no room that succeeded), so a failure rate is no data, not 100 %."""
+    model = ClusterModel()
+    load([ABORTS / "prefill.log", ABORTS / "decode.log"], model)
+    now = max(failure.ts for failure in model.failures) + 1.0
+    aborted_rooms = {group.room for group in model.groups() if group.aborted}
+
+    served = outcomes_of(scrape(ModelMetrics(model, threading.Lock(), lambda: now, source="sglang-log")))
+
+    assert served == {"failed": model.rooms_failed(now, 3600.0), "aborted": len(aborted_rooms), "lost": 0}
+    assert served["failed"] > 0 and served["aborted"] > 0
+
+
+def test_a_logged_room_a_client_aborted_and_a_fault_then_failed_counts_failed_too():
+    """A log rank's abort of a room, then a fault in it: counted aborted, then failed too (a counter never goes
+    down); a fault then an abort stays failed alone."""
+    model = ClusterModel()
+    model.log_rank("decode-0/TP0", "decode", "decode-0", 0)
+    fault = Failure(NOW, 0, "decode-0/TP0", "KV transfer failed", "other", "error", False, "decode-0/TP0")
+    events = [_abort(NOW, 1, "decode-0/TP0"), msgspec.structs.replace(fault, room=1, ts=NOW + 1), fault,
+              msgspec.structs.replace(_abort(NOW, 0, "decode-0/TP0"), ts=NOW + 1)]  # fmt: skip
+    model.apply("decode-0/TP0", EventBatch(EVENT_SCHEMA, "decode", "decode-0", 0, 0, 1, NOW, events), NOW)
+
+    assert outcomes_of(scrape(ModelMetrics(model, threading.Lock(), lambda: NOW + 2))) == {
+        "failed": 2,
+        "aborted": 1,
+        "lost": 0,
+    }
