@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
+import subprocess
 import threading
 from collections import deque
 from pathlib import Path
@@ -471,3 +473,37 @@ def test_a_logged_room_a_client_aborted_and_a_fault_then_failed_counts_failed_to
         "aborted": 1,
         "lost": 0,
     }
+
+
+PROMTOOL = shutil.which("promtool")
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="no `promtool` (Debian's prometheus package, as .ci/run installs)")
+def test_grafana_s_failure_rate_counts_the_targets_that_see_successes_and_is_no_data_on_logs_alone(tmp_path):
+    """The panel's query, run by promtool on a live target (9 rooms succeed for each that fails) beside a logs
+    target (failed rooms, no succeeded series): the live target's 10 %, and no data for the logs target alone."""
+    dashboard = json.loads(GRAFANA_DASHBOARD.read_text())
+    [expr] = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"] if "failed / finished" in str(t)]
+    rate = expr.replace("$__rate_interval", "5m")
+    series = [("live", "succeeded", 90), ("live", "failed", 10), ("logs", "failed", 50)]
+    test = {
+        "rule_files": [],
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                {"series": f'kvtop_rooms_finished_total{{job="{job}",instance="{job}:9464",outcome="{outcome}"}}',
+                 "values": f"0+{per_minute}x10"}
+                for job, outcome, per_minute in series
+            ],
+            "promql_expr_test": [
+                {"expr": rate.replace("$job", ".*"), "eval_time": "10m", "exp_samples": [{"labels": "{}",
+                                                                                          "value": 0.1}]},
+                {"expr": rate.replace("$job", "logs"), "eval_time": "10m", "exp_samples": []},
+            ],
+        }],
+    }  # fmt: skip
+    (tmp_path / "test.yml").write_text(json.dumps(test))  # JSON is YAML
+
+    done = subprocess.run([PROMTOOL, "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True)
+
+    assert done.returncode == 0, done.stdout + done.stderr
