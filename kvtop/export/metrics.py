@@ -130,9 +130,9 @@ class ModelMetrics(Collector):
         self.tally = FailureTally()
         self._rejections: Carried[tuple[str, str, str, str, str, str]] = Carried()
         self._started: dict[tuple[str, str], int] = {}
+        """The most incidents each (kind, suspect kind) ever counted as started."""
         self._sees_successes = False
         """A rank that reports its transfers was heard once: `succeeded` has a series from then on."""
-        """The most incidents each (kind, suspect kind) ever counted as started."""
         self._one_scrape = threading.Lock()
         """The HTTP server answers each scrape on its own thread: the tally reads the model once per scrape."""
         self.last_lock_s = 0.0
