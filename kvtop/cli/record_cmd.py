@@ -89,9 +89,10 @@ def record(
     their arrival times, agent and incarnation) and a keyframe of the model every --keyframe-events or minute,
     into zstd-compressed, checksummed segments with a time index (a folder re-used continues it; one
     recorder writes a folder at a time). SIGTERM or Ctrl-C stops it cleanly (what was received is written
-    and synced). Exit 0 when stopped (or after --duration); 1 when another kvtop records into the folder (its
-    pid named), the cluster does not answer, the collector stops, or a write fails (a full disk: what could
-    not be written is counted).
+    and synced). A cluster with no agent yet is recorded as its agents come (said on stderr). Exit 0 when
+    stopped (or after --duration); 1 when another kvtop records into the folder (its pid named), the cluster
+    does not answer (its bootstrap at start, or every agent for the whole run), the collector stops, or a write
+    fails (a full disk: what could not be written is counted).
     """
     from kvtop.record.lock import FolderInUse
     from kvtop.record.writer import MIN_MAX_BYTES, Recorder, unrelated_files
@@ -131,7 +132,7 @@ def record(
         opened = LiveSource.opened(spec, synced=False, recorder=recorder, stop=stop)
         with stop_on(stop, signal.SIGTERM), opened as source:
             typer.echo(f"kvtop record: recording {bootstrap or ', '.join(connect)} to {out}", err=True)
-            problem = _run(source, recorder, stop, status, interval, duration)
+            problem = _run(source, recorder, stop, status, interval, duration, wait)
     except CallAbandoned:  # stopped while the bootstrap kept it waiting
         problem = ""
     except BootstrapError as error:
@@ -150,6 +151,9 @@ def record(
         typer.echo(f"kvtop record: stopped before it recorded; what it made in {out} is removed", err=True)
     else:
         typer.echo(f"kvtop record: stopped; {_status(source, recorder)}", err=True)
+        if not problem and not source.heard():  # the cluster never answered: a recording of nothing is no success
+            where = ", ".join([*([f"listed by {bootstrap}"] if bootstrap else []), *connect])
+            problem = f"no agent answered while it recorded ({where}): the recording holds none"
     if problem:
         raise fail(problem)
 
@@ -161,13 +165,24 @@ def _run(
     status: bool,
     interval: float,
     duration: float | None,
+    wait: float,
 ) -> str:
-    """Until stopped (SIGTERM, Ctrl-C, --duration): returns why it stopped early ("" when it was asked to)."""
+    """Until stopped (SIGTERM, Ctrl-C, --duration): returns why it stopped early ("" when it was asked to).
+
+    A cluster with no agent yet (a bootstrap that lists none, an endpoint nobody serves) is recorded on, since a
+    recorder may well start before its cluster; that no agent answered within `wait` is said, and so is the
+    first that does."""
     started = time.monotonic()
     next_status = started + interval
+    heard, silence_said = False, False
     while not stop.wait(0.2):
         if stopped := source.stopped():
             return stopped
+        if not heard and (heard := source.heard()) and silence_said:
+            typer.echo(f"kvtop record: an agent answered after {time.monotonic() - started:.1f}s", err=True)
+        elif not heard and not silence_said and time.monotonic() - started >= wait:
+            silence_said = True
+            typer.echo(f"kvtop record: {source.silence()}; recording on: agents are recorded as they answer", err=True)
         if recorder.error:
             return recorder.error
         if duration is not None and time.monotonic() - started >= duration:

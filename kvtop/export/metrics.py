@@ -93,6 +93,8 @@ class _Reading:
     counter."""
     links: list[_Link]
     outcomes: dict[str, int]
+    sees_successes: bool
+    """Some rank reports its transfers (an agent, SGLang's plugin): logs name no room that succeeded."""
     rooms: list[RoomView]
     """Every room the model holds (a list copy of its records): judged open or stuck after the lock."""
     gone: set[str]
@@ -129,6 +131,8 @@ class ModelMetrics(Collector):
         self._rejections: Carried[tuple[str, str, str, str, str, str]] = Carried()
         self._started: dict[tuple[str, str], int] = {}
         """The most incidents each (kind, suspect kind) ever counted as started."""
+        self._sees_successes = False
+        """A rank that reports its transfers was heard once: `succeeded` has a series from then on."""
         self._one_scrape = threading.Lock()
         """The HTTP server answers each scrape on its own thread: the tally reads the model once per scrape."""
         self.last_lock_s = 0.0
@@ -195,6 +199,7 @@ class ModelMetrics(Collector):
             rejected=rejected,
             links=links,
             outcomes={**model.retired_outcomes, "lost": model.lost},
+            sees_successes=any(not view.inferred for view in model.ranks.values()),
             rooms=list(model.rooms.values()),  # in memory order: 100k in 2 ms (by id, from the open set: 25 ms)
             gone=gone,
             gaps=model.gaps,
@@ -282,11 +287,14 @@ class ModelMetrics(Collector):
         finished = CounterMetricFamily(
             "kvtop_rooms_finished",
             "Rooms retired, by outcome: succeeded on every rank, failed by a cluster fault, aborted by a client, "
-            "or lost (no rank said anything of it for 300 s). Rooms known only from logs are not counted.",
+            "or lost (no rank said anything of it for 300 s). No succeeded series while only logs tell of the rooms "
+            "(they name none that succeeded).",
             labels=["outcome"],
         )
+        self._sees_successes = self._sees_successes or reading.sees_successes
         for outcome in OUTCOMES:
-            finished.add_metric([outcome], reading.outcomes[outcome])
+            if outcome != "succeeded" or self._sees_successes:
+                finished.add_metric([outcome], reading.outcomes[outcome])
         yield finished
         cutoff, gone, ended = now - STUCK_AFTER_S, reading.gone, _ENDED.issuperset
         if gone:  # as `model.open_rooms()` judges them

@@ -1,5 +1,6 @@
 """The HTTP side of the exporter: `/metrics` on HOST:PORT, prometheus_client's WSGI app on a threading WSGI server;
-any other path is 404, HEAD is answered as GET without the body, an HTTP/0.9 request (no version) 400 at once.
+any other path is 404, HEAD is answered as GET without the body, an HTTP/0.9 request (no version) 400 at once,
+`?name[]=NAME` (prometheus_client's filter) serves the families so named, an unknown name 400.
 
 A client cannot hold the exporter: a connection quiet for `CONNECTION_TIMEOUT_S` (a request never finished,
 an answer never read) is closed, past `MAX_CONNECTIONS` at once a connection is answered 503 and closed, and
@@ -18,10 +19,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from socketserver import ThreadingMixIn
 from typing import Any
+from urllib.parse import parse_qs, urlencode
 from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from kvtop.export.metrics import ModelMetrics
@@ -70,6 +72,72 @@ def only_metrics(app: _App) -> _App:
             "404 Not Found", [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))]
         )
         return [body]
+
+    return answer
+
+
+NAME_PARAMETER = "name[]"
+"""prometheus_client's filter: `/metrics?name[]=A&name[]=B` serves the samples named A or B."""
+_SUFFIXES = {
+    "counter": ("_total", "_created"),
+    "histogram": ("_bucket", "_sum", "_count", "_created"),
+    "info": ("_info",),
+}
+"""The sample names of a family by type, past its own name (as prometheus_client's registry names them)."""
+
+
+class _Picked:
+    """Families already collected, as the registry `make_wsgi_app` reads."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
+
+
+def _own_names(family: Metric) -> set[str]:
+    """The family's name and those its samples can have."""
+    return {family.name, *(family.name + suffix for suffix in _SUFFIXES.get(family.type, ()))}
+
+
+def _named(family: Metric, names: set[str]) -> Metric | None:
+    """`family` as `names` pick it: whole when its own name is among them, else the samples so named (its HELP
+    and TYPE even with none: the family exists, it has no series now); None when no name is one of its."""
+    if family.name in names:
+        return family
+    if not _own_names(family) & names:
+        return None
+    picked = Metric(family.name, family.documentation, family.type)
+    picked.samples = [sample for sample in family.samples if sample.name in names]
+    return picked
+
+
+def by_name(registry: CollectorRegistry) -> _App:
+    """prometheus_client's app on `registry`, `?name[]=NAME` (repeatable) serving the families and samples so
+    named: a family's name (`kvtop_failure_origins`) or a sample's (`kvtop_failure_origins_total`). Its own filter
+    looks up collectors by the names they describe, and kvtop's describe none (registering must not read the
+    model): every such query was an empty 200. A name that is none of kvtop's is 400 naming it, not an empty
+    answer a scrape would read as no series."""
+    every: _App = make_wsgi_app(registry)
+
+    def answer(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
+        wanted = query.pop(NAME_PARAMETER, None)
+        if wanted is None:
+            return every(environ, start_response)
+        names = set(wanted)
+        picked = [named for family in registry.collect() if (named := _named(family, names)) is not None]
+        unknown = sorted(names.difference(*map(_own_names, picked)))
+        if unknown:
+            body = f"400 bad request: kvtop serves no metric named {', '.join(map(repr, unknown))}\n".encode()
+            start_response(
+                "400 Bad Request", [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))]
+            )
+            return [body]
+        rest = {**environ, "QUERY_STRING": urlencode(query, doseq=True)}
+        served: _App = make_wsgi_app(_Picked(picked))
+        return served(rest, start_response)
 
     return answer
 
@@ -223,7 +291,7 @@ class MetricsServer:
         self.registry.register(metrics)
         family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
         server_class = _Server6 if family == socket.AF_INET6 else _Server
-        app = head_as_get(only_metrics(make_wsgi_app(self.registry)))
+        app = head_as_get(only_metrics(by_name(self.registry)))
         self._server = make_server(str(address[0]), port, app, server_class, handler_class=_Quiet)
         assert isinstance(self._server, _Server)
         self.registry.register(_Connections(self._server))

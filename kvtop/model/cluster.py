@@ -159,8 +159,9 @@ class ClusterModel:
         self.snapshot_cut = 0
         """Entries agents left out of their snapshots to fit a frame (each snapshot says how many it cut)."""
         self.retired_outcomes = {"succeeded": 0, "failed": 0, "aborted": 0}
-        """Rooms ever retired by `sweep`, by how they ended as they retired (a client's abort apart from a cluster
-        fault): tallies that only grow, while `finished` keeps the newest few."""
+        """Rooms ever retired (by `sweep`, or on arrival for a room a log named), by how they ended as they retired
+        (a client's abort apart from a cluster fault): tallies that only grow, while `finished` keeps the newest
+        few. Logs name no room that succeeded: their rooms are failed or aborted."""
         self.lost_after_s = lost_after_s
         self._lost_check_at = 0.0
         self.journal: deque[tuple[str, Sequence[Event]]] = deque()
@@ -772,8 +773,9 @@ class ClusterModel:
             self.failures_total += 1
             self.incidents.add(observed, self)
             cause = _CAUSES.get(event.reason_class, _FAULT_CAUSE)
+            causes = self._causes
+            was = causes.get(event.room)
             if cause:
-                causes = self._causes
                 causes[event.room] = causes.pop(event.room, 0) | cause
                 if len(causes) > FAILURES_KEPT + FAILURES_KEPT // 8:  # the oldest go together: the first key
                     for room in list(islice(causes, len(causes) - FAILURES_KEPT)):  # deleted one at a time walks
@@ -786,15 +788,20 @@ class ClusterModel:
             self.timeline.add_one(event.ts, column)
             view.timeline.add_one(event.ts, column)
             if view.inferred:
-                self._log_room_failed(view, event)
+                self._log_room_failed(view, event, was == _ABORT_CAUSE)
 
-    def _log_room_failed(self, view: RankView, event: Failure) -> None:
+    def _log_room_failed(self, view: RankView, event: Failure, was_aborted: bool) -> None:
         """A log names a room only where it failed: the failure is that rank's state in the room.
 
-        Such a room has ended on arrival, so it is retired at once (bounded like every retired room); a rank
-        that logs it again within `ROOM_REUSE_S` joins it, a later one starts a new room."""
+        Such a room has ended on arrival, so it is retired at once (bounded like every retired room) and counted
+        in `retired_outcomes`, failed or aborted as `rooms_failed` judges it; a rank that logs it again within
+        `ROOM_REUSE_S` joins it (a room a client aborted that a fault then failed is counted failed too: a tally
+        never goes down), a later one starts a new room."""
         retired = self.finished.get(event.room)
         room = retired.view if retired is not None and event.ts - retired.ts <= ROOM_REUSE_S else None
+        aborted = self._causes.get(event.room) == _ABORT_CAUSE
+        if room is None or (was_aborted and not aborted):
+            self.retired_outcomes["aborted" if aborted else "failed"] += 1
         if retired is None or room is None:
             room = RoomView(event.room, event.ts, event.ts, outcome=False, from_log=True)
             retired = Finished(event.ts, event.room, False, room, from_log=True)

@@ -89,3 +89,31 @@ def test_an_http_0_9_request_line_is_answered_400_at_once() -> None:
 
     assert status.startswith(b"HTTP/1.0 400 "), status
     assert b"HTTP/0.9" in status
+
+
+def _get(metrics: MetricsServer, query: str) -> tuple[int, str]:
+    """The status and body of GET /metrics?`query` (an HTTP error's too)."""
+    try:
+        with urllib.request.urlopen(f"{metrics.url}?{query}", timeout=30) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code, error.read().decode()
+
+
+def _families(body: str) -> list[str]:
+    return [line.split()[2] for line in body.splitlines() if line.startswith("# TYPE ")]
+
+
+def test_name_parameters_serve_the_families_so_named_and_an_unknown_name_is_400() -> None:
+    """`?name[]=` (prometheus_client's filter) answered an empty 200 (kvtop's collectors describe no names, so
+    its filter found none); now a sample's or a family's name picks that family, and a name kvtop serves none of
+    is 400 naming it."""
+    with serving(ClusterModel(), contextlib.nullcontext(), "127.0.0.1:0") as metrics:
+        up = _get(metrics, "name[]=kvtop_source_up")
+        two = _get(metrics, "name%5B%5D=kvtop_failure_origins_total&name[]=kvtop_transfer_duration_seconds")
+        unknown = _get(metrics, "name[]=kvtop_source_up&name[]=kvtop_no_such")
+
+    assert up == (200, up[1]) and _families(up[1]) == ["kvtop_source_up"] and "\nkvtop_source_up 1.0\n" in up[1]
+    assert two[0] == 200 and _families(two[1]) == ["kvtop_failure_origins_total", "kvtop_transfer_duration_seconds"]
+    assert unknown == (400, "400 bad request: kvtop serves no metric named 'kvtop_no_such'\n")

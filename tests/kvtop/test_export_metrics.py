@@ -11,9 +11,13 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
+import subprocess
 import threading
 from collections import deque
+from pathlib import Path
 
+import msgspec
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
@@ -27,6 +31,7 @@ from kvtop.export.tally import FailureTally
 from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import Observed
 from kvtop.model.histogram import HELD_KEPT, DurationHistogram
+from kvtop.sources.sglang import load
 from kvtop.sources.synthetic import SyntheticCluster
 from transport.kvpoll import KVPoll
 from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure, Heartbeat, LogContext, RoomState
@@ -67,6 +72,7 @@ CONTRACT: dict[str, tuple[str, set[str]]] = {
 MAY_BE_EMPTY = {"kvtop_frames_rejected"}
 """Families with no series on the fixed model (the collector refused no frame: it never ran)."""
 
+ABORTS = Path(__file__).parent / "fixtures" / "sglang" / "aborts"
 CLUSTER = SyntheticCluster(prefill=2, decode=2, tp=2, failure_rate=0.1)
 ROOMS = 400
 NOW = CLUSTER.start + ROOMS * CLUSTER.spacing_s + 2.0
@@ -430,3 +436,74 @@ def test_a_crashed_rank_has_the_time_of_its_crash_and_the_others_no_series(expos
     assert [(sample.labels["pd_instance"], sample.labels["tp_rank"], sample.value) for sample in family.samples] == [
         ("decode-1", "1", CRASHED_AT)
     ]
+
+
+def outcomes_of(exposition: str) -> dict[str, float]:
+    return {
+        dict(labels)["outcome"]: value for labels, value in samples(exposition, "kvtop_rooms_finished_total").items()
+    }
+
+
+def test_rooms_failed_and_aborted_in_logs_are_counted_and_succeeded_has_no_series():
+    """On logs the failed rooms were 0 while `kvtop status` listed them; now they count as the views count them,
+    and `succeeded` has no series (logs name no room that succeeded), so a failure rate is no data, not 100 %."""
+    model = ClusterModel()
+    load([ABORTS / "prefill.log", ABORTS / "decode.log"], model)
+    now = max(failure.ts for failure in model.failures) + 1.0
+    aborted_rooms = {group.room for group in model.groups() if group.aborted}
+
+    served = outcomes_of(scrape(ModelMetrics(model, threading.Lock(), lambda: now, source="sglang-log")))
+
+    assert served == {"failed": model.rooms_failed(now, 3600.0), "aborted": len(aborted_rooms), "lost": 0}
+    assert served["failed"] > 0 and served["aborted"] > 0
+
+
+def test_a_logged_room_a_client_aborted_and_a_fault_then_failed_counts_failed_too():
+    """A log rank's abort of a room, then a fault in it: counted aborted, then failed too (a counter never goes
+    down); a fault then an abort stays failed alone."""
+    model = ClusterModel()
+    model.log_rank("decode-0/TP0", "decode", "decode-0", 0)
+    fault = Failure(NOW, 0, "decode-0/TP0", "KV transfer failed", "other", "error", False, "decode-0/TP0")
+    events = [_abort(NOW, 1, "decode-0/TP0"), msgspec.structs.replace(fault, room=1, ts=NOW + 1), fault,
+              msgspec.structs.replace(_abort(NOW, 0, "decode-0/TP0"), ts=NOW + 1)]  # fmt: skip
+    model.apply("decode-0/TP0", EventBatch(EVENT_SCHEMA, "decode", "decode-0", 0, 0, 1, NOW, events), NOW)
+
+    assert outcomes_of(scrape(ModelMetrics(model, threading.Lock(), lambda: NOW + 2))) == {
+        "failed": 2,
+        "aborted": 1,
+        "lost": 0,
+    }
+
+
+PROMTOOL = shutil.which("promtool")
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="no `promtool` (Debian's prometheus package, as .ci/run installs)")
+def test_grafana_s_failure_rate_counts_the_targets_that_see_successes_and_is_no_data_on_logs_alone(tmp_path):
+    """The panel's query, run by promtool on a live target (9 rooms succeed for each that fails) beside a logs
+    target (failed rooms, no succeeded series): the live target's 10 %, and no data for the logs target alone."""
+    dashboard = json.loads(GRAFANA_DASHBOARD.read_text())
+    [expr] = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"] if "failed / finished" in str(t)]
+    rate = expr.replace("$__rate_interval", "5m")
+    series = [("live", "succeeded", 90), ("live", "failed", 10), ("logs", "failed", 50)]
+    test = {
+        "rule_files": [],
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                {"series": f'kvtop_rooms_finished_total{{job="{job}",instance="{job}:9464",outcome="{outcome}"}}',
+                 "values": f"0+{per_minute}x10"}
+                for job, outcome, per_minute in series
+            ],
+            "promql_expr_test": [
+                {"expr": rate.replace("$job", ".*"), "eval_time": "10m", "exp_samples": [{"labels": "{}",
+                                                                                          "value": 0.1}]},
+                {"expr": rate.replace("$job", "logs"), "eval_time": "10m", "exp_samples": []},
+            ],
+        }],
+    }  # fmt: skip
+    (tmp_path / "test.yml").write_text(json.dumps(test))  # JSON is YAML
+
+    done = subprocess.run([PROMTOOL, "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True)
+
+    assert done.returncode == 0, done.stdout + done.stderr

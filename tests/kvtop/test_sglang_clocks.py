@@ -15,7 +15,7 @@ from sglang_lines import decode_failure, prefill_failure, shifted
 from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import FailureGroup
 from kvtop.sources.sglang import SGLangLogs, load
-from kvtop.sources.sglang.stats import ClockOffset
+from kvtop.sources.sglang.clocks import ClockOffset
 
 pytestmark = pytest.mark.usefixtures("utc")
 

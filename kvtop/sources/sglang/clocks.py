@@ -28,6 +28,7 @@ import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from kvtop.sources.sglang.lines import FailureLine, Garbled, classify
 from kvtop.sources.sglang.prefix import has_prefix, parse_prefix, split_stream
@@ -74,17 +75,36 @@ Server = tuple[int, str]
 gives it in a file that holds several servers ("" for the file's own lines)."""
 
 
-@dataclass(frozen=True)
-class Offset:
-    """One server's clock against its group's first server's."""
+Against = TypeVar("Against", Server, str)
+"""What an offset is against: a server as the estimate keys it, or its name in the summary."""
 
-    seconds: float
-    """Its clock less the reference's: take it off its times to put them on the reference's clock."""
-    reference: Server
-    hours: bool
-    """A whole number of hours: one server logs UTC, the other local time (`seconds` is exact)."""
+
+@dataclass(frozen=True)
+class ClockOffset(Generic[Against]):
+    """One server's clock against its group's first server's (`against`: that server, as the estimate keys it or
+    by the name the summary gives it)."""
+
+    offset_s: float
+    """Its clock less `against`'s (negative: behind): take it off its times to put them on `against`'s clock."""
+    against: Against
+    whole_hours: bool
+    """A whole number of hours: one server logs UTC, the other local time (`offset_s` is exact)."""
     corrected: bool = True
     """Within `CORRECTED_MAX_S`: its times are moved (else only said)."""
+
+    def named(self, against: str) -> ClockOffset[str]:
+        """The same offset against the server so named."""
+        return ClockOffset(self.offset_s, against, self.whole_hours, self.corrected)
+
+    def text(self: ClockOffset[str], name: str) -> str:
+        way = "ahead of" if self.offset_s > 0 else "behind"
+        if not self.corrected:
+            return (
+                f"{name} is {abs(self.offset_s):.0f} s {way} {self.against} (left as written: more than a day is "
+                "no clock's; logs of other days, or room ids a client reused?)"
+            )
+        zone = "; whole hours: one logs UTC, the other local time?" if self.whole_hours else ""
+        return f"{name} is {abs(self.offset_s):.0f} s {way} {self.against} (times corrected{zone})"
 
 
 class RoomTimes:
@@ -123,7 +143,7 @@ class RoomTimes:
         groups = _groups(servers, joined)
         return len(servers) > 1 and all(groups.get(server, (0.0, None))[1] == servers[0] for server in servers)
 
-    def offsets(self) -> dict[Server, Offset]:
+    def offsets(self) -> dict[Server, ClockOffset[Server]]:
         """The servers whose clock is `DIFFER_S` or more off their group's first server's (those past
         `CORRECTED_MAX_S` not to be corrected)."""
         pairs = {
@@ -131,13 +151,13 @@ class RoomTimes:
             for pair, differences in self._differences.items()
             if (offset := _agreed(differences)) is not None
         }
-        found: dict[Server, Offset] = {}
+        found: dict[Server, ClockOffset[Server]] = {}
         for server, (seconds, reference) in _groups(sorted(self._rooms), pairs).items():
             hours = round(seconds / HOUR_S)
             whole = 0 < abs(hours) <= ZONE_HOURS and abs(seconds - hours * HOUR_S) <= AGREE_S
             if abs(seconds) >= DIFFER_S:
                 corrected = abs(seconds) <= CORRECTED_MAX_S
-                found[server] = Offset(hours * HOUR_S if whole else seconds, reference, whole, corrected)
+                found[server] = ClockOffset(hours * HOUR_S if whole else seconds, reference, whole, corrected)
         return found
 
 

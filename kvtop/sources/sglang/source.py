@@ -42,7 +42,7 @@ from kvtop.model.suspects import (
     failed_session,
     local_fault,
 )
-from kvtop.sources.sglang.clocks import STEP_BACK_S, Offset, Server, believable, read_room_times
+from kvtop.sources.sglang.clocks import STEP_BACK_S, ClockOffset, Server, believable, read_room_times
 from kvtop.sources.sglang.context import CONTEXT_KEPT, Context, context_for
 from kvtop.sources.sglang.convert import to_heartbeat
 from kvtop.sources.sglang.infer import to_failure
@@ -67,7 +67,7 @@ from kvtop.sources.sglang.reader import LogReader
 from kvtop.sources.sglang.related import RelatedLines, WorkerError
 from kvtop.sources.sglang.sniff import first_stamp, holds_sglang_lines, sniff_node, sniff_role
 from kvtop.sources.sglang.spec import LogSpec
-from kvtop.sources.sglang.stats import EMPTY, ClockOffset, ClockStep, LogStats, Misdated
+from kvtop.sources.sglang.stats import EMPTY, ClockStep, LogStats, Misdated
 from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure, Level, LogContext
 from transport.sglang.reasons import reason_class
 from transport.wire import cut_text, label_parts, rank_label
@@ -290,7 +290,7 @@ class SGLangLogs:
         self._names = InstanceNames()
         self._labels: set[str] = set()
         """The ranks the lines named (`RANKS_MAX` at most)."""
-        self.offsets: dict[Server, Offset] | None = None
+        self.offsets: dict[Server, ClockOffset[Server]] | None = None
         """The servers' clocks that differ (`clocks`), read before the first poll applies anything."""
         self._peers: dict[str, dict[str, None]] = {}
         """Bootstrap addresses of prefill instances that decode lines say were lost, each with the decode ranks
@@ -378,7 +378,7 @@ class SGLangLogs:
         ]
         return stats
 
-    def _clocks(self) -> tuple[dict[str, ClockOffset], dict[str, ClockStep], dict[str, Misdated]]:
+    def _clocks(self) -> tuple[dict[str, ClockOffset[str]], dict[str, ClockStep], dict[str, Misdated]]:
         """The servers whose clock differs from their group's first server's (its times corrected), those whose
         clock stepped back, and those with lines dated where no log's can be, by name (the log's too where a
         server's nodes each have their own)."""
@@ -398,7 +398,7 @@ class SGLangLogs:
 
         names = {server.clock: name(server) for server in reversed(servers)}  # a clock's first server names it
         offsets = {
-            names[clock]: ClockOffset(offset.seconds, names.get(offset.reference, "?"), offset.hours, offset.corrected)
+            names[clock]: offset.named(names.get(offset.against, "?"))
             for clock, offset in (self.offsets or {}).items()
             if clock in names
         }
@@ -503,7 +503,7 @@ class SGLangLogs:
     def _correction(self, clock: Server) -> tuple[float, bool]:
         """What to take off the times of the server with `clock`, and whether it is a timezone's."""
         offset = self.offsets.get(clock) if self.offsets else None
-        return (offset.seconds, offset.hours) if offset is not None and offset.corrected else (0.0, False)
+        return (offset.offset_s, offset.whole_hours) if offset is not None and offset.corrected else (0.0, False)
 
     def context_for(self, groups: Sequence[FailureGroup]) -> list[list[Context]]:
         """For each group: lines about its room, and lines near it in time (its instances', transport libraries')."""

@@ -5,33 +5,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from kvtop.sources.sglang.clocks import AHEAD_MAX_S, EARLIEST_TS
+from kvtop.sources.sglang.clocks import AHEAD_MAX_S, EARLIEST_TS, ClockOffset
 
 EMPTY = "empty"
 """Why nothing was read from a file that holds nothing (yet)."""
-
-
-@dataclass(frozen=True)
-class ClockOffset:
-    """A server's clock against another's, from the rooms their logs both name (`clocks`)."""
-
-    offset_s: float
-    """Its clock less `against`'s (negative: behind): taken off its times."""
-    against: str
-    whole_hours: bool
-    """A whole number of hours: one server logs UTC, the other local time."""
-    corrected: bool = True
-    """Its times were corrected (False: more than a day off, left as written: `clocks.CORRECTED_MAX_S`)."""
-
-    def text(self, name: str) -> str:
-        way = "ahead of" if self.offset_s > 0 else "behind"
-        if not self.corrected:
-            return (
-                f"{name} is {abs(self.offset_s):.0f} s {way} {self.against} (left as written: more than a day is "
-                "no clock's; logs of other days, or room ids a client reused?)"
-            )
-        zone = "; whole hours: one logs UTC, the other local time?" if self.whole_hours else ""
-        return f"{name} is {abs(self.offset_s):.0f} s {way} {self.against} (times corrected{zone})"
 
 
 @dataclass(frozen=True)
@@ -109,7 +86,7 @@ class LogStats:
     """Files given again (the same file by another path, or twice): read once."""
     unread: dict[str, str] = field(default_factory=dict)
     """Why kvtop read nothing from a file, by its path: `EMPTY`, or not an SGLang server log."""
-    clocks: dict[str, ClockOffset] = field(default_factory=dict)
+    clocks: dict[str, ClockOffset[str]] = field(default_factory=dict)
     """Servers whose clock differs from their group's first server's by `clocks.DIFFER_S` or more, by name: their
     times were corrected onto that one's (but where `corrected` is False)."""
     clock_steps: dict[str, ClockStep] = field(default_factory=dict)

@@ -4,7 +4,9 @@ dropped, and a cap too small for a ring is a usage error."""
 
 from __future__ import annotations
 
+import json
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -17,6 +19,8 @@ from kvtop.cluster.local import demo_spec
 from kvtop.model.cluster import ClusterModel
 from kvtop.record.writer import Recorder
 from tests.kvtop.kvtop_cli import kvtop, kvtop_here
+from transport import Role
+from transport.bootstrap import BootstrapServer
 from transport.config import Timeouts
 from transport.harness.cluster import LocalCluster
 from transport.harness.workload import Router, WorkloadSpec
@@ -179,3 +183,51 @@ def test_an_out_folder_of_other_files_is_refused_naming_it(tmp_path: Path) -> No
     assert done.returncode == 2, done.stderr
     assert f"Invalid value for --out: '{folder}' holds other files (notes.txt) and no recording" in done.stderr
     assert [p.name for p in folder.iterdir()] == ["notes.txt"]
+
+
+@pytest.mark.processes
+def test_a_record_started_before_any_agent_says_so_and_records_the_first_that_registers(
+    tmp_path: Path, bootstrap: BootstrapServer, make_manager, wait_for
+) -> None:
+    """A bootstrap that lists no agent yet: the recorder went on in silence (`ranks 0/0 alive` only with
+    --status); now it says no agent answered, records on, says when one does, and that one is in the recording."""
+    out = tmp_path / "rec"
+    command = [
+        sys.executable,
+        "-m",
+        "kvtop",
+        "record",
+        "--bootstrap",
+        bootstrap.endpoint,
+        "--wait",
+        "0.5",
+        "--duration",
+        "60",
+    ]
+    process = subprocess.Popen([*command, "--out", str(out)], stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        said = [process.stderr.readline() for _ in range(2)]
+        make_manager(Role.PREFILL, "prefill-7")
+        said.append(wait_for(process.stderr.readline, timeout=30, what="the recorder's next line"))
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, rest = process.communicate(timeout=30)
+
+    assert process.returncode == 0, rest
+    assert said[1].startswith(f"kvtop record: no agent answered within 0.5s (listed by {bootstrap.endpoint}); ")
+    assert said[2].startswith("kvtop record: an agent answered after ")
+    ranks = kvtop_here("ranks", "--replay", str(out), "--json")
+    assert [rank["label"] for rank in json.loads(ranks.stdout)] == ["prefill-7/TP0"], ranks.stderr
+
+
+def test_a_record_no_agent_ever_answered_exits_1_saying_the_recording_holds_none(tmp_path: Path) -> None:
+    """An endpoint nobody serves for the whole run: exit 0 and an empty recording, as if it had recorded; now
+    exit 1 with one line (the recording, of nothing, is kept)."""
+    done = kvtop_here("record", "--connect", "tcp://127.0.0.1:9", "--wait", "0.5", "--duration", "1", "--out",
+                      str(tmp_path / "rec"))  # fmt: skip
+
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        "kvtop: no agent answered while it recorded (tcp://127.0.0.1:9): the recording holds none"
+    )
