@@ -5,6 +5,7 @@ dropped, and a cap too small for a ring is a usage error."""
 from __future__ import annotations
 
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -179,3 +180,24 @@ def test_an_out_folder_of_other_files_is_refused_naming_it(tmp_path: Path) -> No
     assert done.returncode == 2, done.stderr
     assert f"Invalid value for --out: '{folder}' holds other files (notes.txt) and no recording" in done.stderr
     assert [p.name for p in folder.iterdir()] == ["notes.txt"]
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGINT], ids=["sighup", "ctrl-c"])
+def test_a_closed_terminal_or_ctrl_c_stops_the_recorder_as_cleanly_as_sigterm(
+    endpoint: str, tmp_path: Path, signum: signal.Signals
+) -> None:
+    """SIGHUP (an ssh session that dropped) killed the recorder at once (-1): no last flush, no `stopped` line;
+    a second signal right behind the first cut the last flush short (-2, or exit 0 saying it never began)."""
+    folder = tmp_path / "rec"
+    process = _record(endpoint, folder)
+    try:
+        _recording(process)
+        process.send_signal(signum)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 0, stderr
+    assert stderr.startswith("kvtop record: stopped; ") and "before it began" not in stderr, stderr
+    assert kvtop("dump", "--replay", str(folder)).stderr == ""
