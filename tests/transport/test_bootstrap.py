@@ -98,6 +98,8 @@ def test_an_address_that_resolves_still_hints_at_curve_keys(endpoint):
         ({"tp": 0}, "rank"),
         ({"page_bytes": -1}, "page size"),
         ({"host": "h" * 300}, "host"),
+        ({"host": "node-1\x1b]0;owned\x07\nfake line"}, "host name 'node-1"),
+        ({"event_endpoint": "ipc:///tmp/\x1b[2Jagent"}, "event_endpoint: ipc path '/tmp/"),
         ({"kind": "router"}, "kind"),
     ],
 )
