@@ -9,6 +9,8 @@ import socket
 import urllib.error
 import urllib.request
 
+import pytest
+
 from kvtop.export import server
 from kvtop.export.server import MetricsServer, serving
 from kvtop.model.cluster import ClusterModel
@@ -89,3 +91,16 @@ def test_an_http_0_9_request_line_is_answered_400_at_once() -> None:
 
     assert status.startswith(b"HTTP/1.0 400 "), status
     assert b"HTTP/0.9" in status
+
+
+@pytest.mark.parametrize(("method", "status"), [("POST", 405), ("DELETE", 405), ("TRACE", 405), ("OPTIONS", 200)])
+def test_a_method_metrics_does_not_take_is_405_and_allow_names_every_method_it_does(method: str, status: int) -> None:
+    """`Allow: OPTIONS,GET` (prometheus_client's) left out HEAD, which /metrics answers."""
+    with serving(ClusterModel(), contextlib.nullcontext(), "127.0.0.1:0") as metrics:
+        head, body = _answer(metrics, f"{method} /metrics HTTP/1.0\r\nContent-Length: 0\r\n\r\n".encode())
+
+    lines = head.decode().split("\r\n")
+    assert lines[0].startswith(f"HTTP/1.0 {status} "), head
+    assert "Allow: GET, HEAD, OPTIONS" in lines, head
+    said = f"405 method not allowed: {method}; use GET, HEAD, OPTIONS\n"
+    assert body == (b"" if method == "OPTIONS" else said.encode())
