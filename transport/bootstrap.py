@@ -26,7 +26,6 @@ never clashes with a rank's), and is listed apart (`AgentList.relays`); an expir
 from __future__ import annotations
 
 import itertools
-import socket
 import threading
 import time
 from collections import Counter
@@ -38,6 +37,7 @@ from transport.counters import Counters, rejection_names
 from transport.curve import CurveKeys, dialing, serving
 from transport.errors import BootstrapError, CallAbandoned, FrameRejected
 from transport.limits import cannot_open
+from transport.reach import why_silent
 from transport.registration import RELAY_ROLE, entry_name, registration_problem
 from transport.service import ServiceThread
 from transport.sockets import LIST_FRAME, SMALL_FRAME, bind, decode_routed, open_socket, send_now
@@ -249,21 +249,6 @@ def _client(frame: zmq.Frame) -> str:
         return "this process"  # inproc: no address
 
 
-def _unresolved(endpoint: str) -> str:
-    """`HOST does not resolve (why)` for a tcp:// endpoint whose host name has no address (ZeroMQ retries such a
-    connect in silence: unanswered, as if the service were down), else ""."""
-    host = endpoint.removeprefix("tcp://").rpartition(":")[0].strip("[]")
-    if not endpoint.startswith("tcp://") or not host or host == "*":
-        return ""
-    try:
-        socket.getaddrinfo(host, None)
-    except socket.gaierror as error:
-        return f"{host} does not resolve: {error.strerror}"
-    except (OSError, UnicodeError):
-        return ""
-    return ""
-
-
 class BootstrapClient:
     """Blocking request/reply to a bootstrap service, with a deadline per call.
 
@@ -360,12 +345,12 @@ class BootstrapClient:
         )
 
     def _hint(self) -> str:
-        """Why a service may not answer at all: a host name that resolves to no address, else its CURVE keys (not
-        when it answered these keys before)."""
+        """Why a service may not answer at all (`reach.why_silent`: no address, nothing listening, no connection),
+        else, as it takes connections, its CURVE keys (not when it answered these keys before)."""
         if self._answered_before:
             return ""
-        if unresolved := _unresolved(self.endpoint):
-            return f" ({unresolved})"
+        if why := why_silent(self.endpoint):
+            return f" ({why})"
         return (
             " (with CURVE: does it serve these keys?)"
             if self._curve

@@ -186,6 +186,7 @@ def _silent(endpoints: list[str], keys: CurveKeys | None) -> str:
     import zmq
 
     from transport.curve import dialing
+    from transport.reach import why_silent
     from transport.sockets import LIST_FRAME, open_socket
 
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
@@ -207,8 +208,11 @@ def _silent(endpoints: list[str], keys: CurveKeys | None) -> str:
         context.destroy(linger=0)
     if not waiting:
         return ""
-    hint = "does it serve these keys?" if keys is not None else "if it serves CURVE, pass its --curve-keys"
-    return f"agent {next(iter(waiting.values()))} published nothing within {_HEARD_WITHIN_S:.1f}s ({hint})"
+    silent = next(iter(waiting.values()))
+    hint = why_silent(silent) or (
+        "does it serve these keys?" if keys is not None else "if it serves CURVE, pass its --curve-keys"
+    )
+    return f"agent {silent} published nothing within {_HEARD_WITHIN_S:.1f}s ({hint})"
 
 
 def register(app: typer.Typer) -> None:

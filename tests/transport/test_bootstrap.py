@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 import zmq
 
-from transport import BootstrapClient, BootstrapServer, KVManager, KVPoll, KVPool, Role
+from transport import BootstrapClient, BootstrapServer, KVManager, KVPoll, KVPool, Role, reach
 from transport.bootstrap import MAX_ENTRIES, MAX_PER_CLIENT
 from transport.errors import BootstrapError
 from transport.harness.cluster import ClusterSpec
@@ -77,12 +78,59 @@ def test_a_bootstrap_host_that_does_not_resolve_is_said_not_blamed_on_curve_keys
     assert "no-such-host.invalid does not resolve: " in said and "CURVE" not in said
 
 
-@pytest.mark.parametrize("endpoint", ["tcp://127.0.0.1:9", "tcp://[::1]:9", "ipc:///tmp/nothing-here"])
-def test_an_address_that_resolves_still_hints_at_curve_keys(endpoint):
-    """An address (or a socket path) no name lookup can fail keeps the CURVE hint."""
-    hint = r"\(if it serves CURVE, pass its --curve-keys\)$"
-    with BootstrapClient(endpoint, timeout_s=0.2) as client, pytest.raises(BootstrapError, match=hint):
+@pytest.mark.parametrize(
+    ("endpoint", "why"),
+    [
+        ("tcp://127.0.0.1:{port}", "(nothing listens on 127.0.0.1:{port}: the connection was refused)"),
+        ("tcp://[::1]:{port}", "(::1 has only IPv6 addresses, and kvtop dials IPv4)"),
+        ("ipc://{tmp}/nothing-here", "(no socket at {tmp}/nothing-here)"),
+    ],
+    ids=["refused", "ipv6", "no-socket"],
+)
+def test_an_address_nothing_can_answer_at_is_said_not_blamed_on_curve_keys(endpoint, why, tmp_path):
+    """They said `(if it serves CURVE, pass its --curve-keys)`, as for a service that takes the connection: a port
+    nobody listens on, an IPv6 address ZeroMQ does not dial here, a socket path that does not exist."""
+    with socket.socket() as probe:  # a port free now: nobody listens on it
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    endpoint, why = (text.format(port=port, tmp=tmp_path) for text in (endpoint, why))
+    with BootstrapClient(endpoint, timeout_s=0.2) as client, pytest.raises(BootstrapError) as raised:
         client.list_agents()
+
+    assert str(raised.value) == f"bootstrap {endpoint} did not answer within 0.2s {why}"
+
+
+def test_a_name_lookup_that_hangs_is_said_not_waited_out_after_the_deadline(monkeypatch):
+    """The hint looked the host up after the call's deadline with no bound of its own: a name server that does
+    not answer added its own timeouts (seconds) to the caller's."""
+    release = threading.Event()
+
+    def hanging(*_: object) -> None:
+        release.wait(60)
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(reach.socket, "getaddrinfo", hanging)
+    try:
+        with BootstrapClient("tcp://slow.example:5555", timeout_s=0.2) as client, pytest.raises(BootstrapError) as e:
+            client.list_agents()
+    finally:
+        release.set()
+
+    assert str(e.value).endswith("(slow.example did not resolve or take a connection within 0.5s)")
+
+
+def test_a_service_that_takes_the_connection_and_says_nothing_keeps_the_curve_hint(zmq_context):
+    """A port that takes the connection and never answers (a CURVE service, to a client without its keys): the
+    CURVE hint, the one cause left."""
+    silent = zmq_context.socket(zmq.ROUTER)
+    endpoint = f"tcp://127.0.0.1:{silent.bind_to_random_port('tcp://127.0.0.1')}"
+    try:
+        with BootstrapClient(endpoint, timeout_s=0.2) as client, pytest.raises(BootstrapError) as raised:
+            client.list_agents()
+    finally:
+        silent.close(linger=0)
+
+    assert str(raised.value).endswith("did not answer within 0.2s (if it serves CURVE, pass its --curve-keys)")
 
 
 @pytest.mark.parametrize(
