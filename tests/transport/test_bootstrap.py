@@ -20,6 +20,7 @@ from transport.registration import endpoint_problem
 from transport.sockets import bind_ephemeral
 from transport.wire import (
     LOG_SIDECAR,
+    MAX_CONTROL_FRAME,
     AgentInfo,
     BootstrapReply,
     BootstrapRequest,
@@ -285,10 +286,16 @@ def test_a_resolved_rank_nobody_can_connect_to_is_counted_and_the_engine_keeps_r
 
 
 def flood(
-    context: zmq.Context[zmq.Socket[bytes]], endpoint: str, count: int, source: str, first_name: int = 0
+    context: zmq.Context[zmq.Socket[bytes]],
+    endpoint: str,
+    count: int,
+    source: str,
+    first_name: int = 0,
+    entry: AgentInfo = GOOD,
 ) -> tuple[int, int]:
-    """Register `count` made-up prefill ranks (`flood-N` from `first_name` on) from the address `source` (a
-    loopback one: 127.0.0.2), as fast as the service answers; returns how many it accepted and refused."""
+    """Register `count` made-up prefill ranks (`entry` named `flood-N` from `first_name` on) from the address
+    `source` (a loopback one: 127.0.0.2), as fast as the service answers; returns how many it accepted and
+    refused."""
     dealer = context.socket(zmq.DEALER)
     dealer.linger = 0
     dealer.connect(f"tcp://{source}:0;{endpoint.removeprefix('tcp://')}")  # ZeroMQ's source;destination form
@@ -298,8 +305,8 @@ def flood(
         for first in range(0, count, 500):  # a window at a time: past the HWM, a ROUTER drops replies
             window = range(first, min(first + 500, count))
             for index in window:
-                entry = msgspec.structs.replace(GOOD, instance=f"flood-{first_name + index}")
-                dealer.send(encode(Register(index + 1, entry)))
+                named = msgspec.structs.replace(entry, instance=f"flood-{first_name + index}")
+                dealer.send(encode(Register(index + 1, named)))
             for _ in window:
                 assert dealer.poll(10_000), "the service stopped answering the flood"
                 replies.append(decoder.decode(dealer.recv()))
@@ -346,3 +353,27 @@ def test_a_clients_entries_that_expire_give_its_share_back_and_it_keeps_its_shar
         server.close()
 
     assert gone == ["dead-elsewhere", *sorted(f"flood-{index}" for index in range(100, 108))]
+
+
+def test_a_flood_of_the_longest_entries_leaves_a_listing_every_reader_takes(bootstrap, zmq_context):
+    """Entries of 1.7 KB (every field as long as allowed) from three addresses: 3072 of them made a 5 MB listing,
+    past the 4 MiB frame every reader takes, so every listing 'did not answer' and the cluster listed nobody.
+    Past a client's share of the listing's bytes its registrations are refused, counted and named."""
+    host = "a" * 250 + ".b"
+    endpoint = f"tcp://{host}:65535"
+    longest = msgspec.structs.replace(
+        GOOD, host="h" * 255, data_endpoint=endpoint, control_endpoint=endpoint, event_endpoint=endpoint,
+        snapshot_endpoint=endpoint, consensus_endpoint=endpoint,
+    )  # fmt: skip
+    refused = sum(
+        flood(zmq_context, bootstrap.endpoint, 1024, f"127.0.0.{2 + i}", 2000 * i, longest)[1] for i in range(3)
+    )
+
+    with BootstrapClient(bootstrap.endpoint) as client:
+        client.register(GOOD)  # a rank registering from elsewhere
+        listing = client.listing()
+
+    assert GOOD in listing.agents
+    assert len(encode(listing)) <= MAX_CONTROL_FRAME
+    assert listing.counters["refused_client_limit"] == refused > 0
+    assert "B already, of " in listing.refused[-1]
