@@ -19,6 +19,9 @@ live or expired; past that its registrations are refused (`refused_client_limit`
 registers names by the thousand locks out no rank registering from elsewhere. Its entries expire as any
 other and give its share back. Each refusal names the client (`AgentList.refused`: the latest refusal
 of each of the last `REFUSED_KEPT` clients refused, with how many of theirs were).
+A listing must reach its readers in one frame (`MAX_CONTROL_FRAME`): the entries it holds, encoded, take at most
+`MAX_LISTING_BYTES`, half for live entries (a client its `max_per_client` share of that half) and half for expired
+ones (the oldest go first); a registration past the live half is refused the same way.
 A relay (role `relay`) registers, refreshes and expires the same way, under a key of its own (its name
 never clashes with a rank's), and is listed apart (`AgentList.relays`); an expired relay is just dropped.
 """
@@ -26,7 +29,6 @@ never clashes with a rank's), and is listed apart (`AgentList.relays`); an expir
 from __future__ import annotations
 
 import itertools
-import socket
 import threading
 import time
 from collections import Counter
@@ -38,11 +40,13 @@ from transport.counters import Counters, rejection_names
 from transport.curve import CurveKeys, dialing, serving
 from transport.errors import BootstrapError, CallAbandoned, FrameRejected
 from transport.limits import cannot_open
+from transport.reach import why_silent
 from transport.registration import RELAY_ROLE, entry_name, registration_problem
 from transport.service import ServiceThread
 from transport.sockets import LIST_FRAME, SMALL_FRAME, bind, decode_routed, open_socket, send_now
 from transport.wire import (
     LISTED_BY_BOOTSTRAP,
+    MAX_CONTROL_FRAME,
     AgentInfo,
     AgentList,
     BootstrapReply,
@@ -80,6 +84,12 @@ REFUSED_KEPT = 16
 """Clients whose latest refusal is kept (the oldest goes first)."""
 EXPIRED_KEPT_S = 600.0
 """How long an expired entry is still listed as gone (until its rank registers again)."""
+MAX_LISTING_BYTES = MAX_CONTROL_FRAME - (256 << 10)
+"""The encoded entries a listing holds, at most (the rest of the frame: counters, refusals). Entries of 1.7 KB
+each (the longest fields allowed) made a listing of 4096 of them 6.4 MB, which every reader dropped unread:
+a cluster no view could list."""
+LIVE_BYTES = MAX_LISTING_BYTES // 2
+"""Of those, the live entries' (the expired ones take the other half)."""
 
 
 class BootstrapServer(ServiceThread):
@@ -111,6 +121,14 @@ class BootstrapServer(ServiceThread):
         """The client each entry was registered from (the latest registration's)."""
         self._held: Counter[str] = Counter()
         """Live entries per client."""
+        self._sizes: dict[_Key, int] = {}
+        """Each live entry's encoded size."""
+        self._bytes: Counter[str] = Counter()
+        """Live entries' encoded bytes per client."""
+        self._live_bytes = 0
+        self._expired_bytes = 0
+        self._client_bytes = LIVE_BYTES * max_per_client // MAX_ENTRIES
+        """The live entries' bytes one client may hold: its share of `LIVE_BYTES` as of the entries."""
         self._expired: dict[_Key, tuple[float, AgentInfo, str]] = {}
         """Entries that expired: when, who, and from which client (oldest first)."""
         self._expired_held: Counter[str] = Counter()
@@ -161,12 +179,16 @@ class BootstrapServer(ServiceThread):
         client = self._owners[key]
         self._expired[key] = (now, self._agents[key], client)
         self._expired_held[client] += 1
+        self._expired_bytes += self._sizes[key]
         if self._expired_held[client] > self.max_per_client:
             self._forget_expired(next(k for k, (_, _, owner) in self._expired.items() if owner == client))
+        while self._expired_bytes > MAX_LISTING_BYTES - LIVE_BYTES:
+            self._forget_expired(next(iter(self._expired)))
 
     def _forget_expired(self, key: _Key) -> None:
         expired = self._expired.pop(key, None)
         if expired is not None:
+            self._expired_bytes -= _size(expired[1])
             self._expired_held[expired[2]] -= 1
             if not self._expired_held[expired[2]]:
                 del self._expired_held[expired[2]]
@@ -175,10 +197,11 @@ class BootstrapServer(ServiceThread):
         self._agents.pop(key, None)
         self._refreshed.pop(key, None)
         owner = self._owners.pop(key, None)
+        size = self._sizes.pop(key, 0)
+        self._live_bytes -= size
         if owner is not None:
-            self._held[owner] -= 1
-            if not self._held[owner]:
-                del self._held[owner]
+            _take(self._bytes, owner, size)
+            _take(self._held, owner, 1)
 
     def _handle(self, frames: list[zmq.Frame]) -> None:
         routed = decode_routed([frame.bytes for frame in frames], self._decoder, self.counters)
@@ -214,22 +237,34 @@ class BootstrapServer(ServiceThread):
             else (agent.instance, agent.rank, agent.pp or None)
         )
         owner = self._owners.get(key)
+        size, old = _size(agent), self._sizes.get(key, 0)
         if problem := registration_problem(agent):
             self.counters.reject("invalid")
         elif owner != client and self._held[client] >= self.max_per_client:
             problem = f"the client holds {self.max_per_client} entries already, the most one client may"
             self.counters.add("refused_client_limit")
+        elif self._bytes[client] - (old if owner == client else 0) + size > self._client_bytes:
+            problem = f"the client's entries take {self._bytes[client]} B already, of {self._client_bytes} B it may"
+            self.counters.add("refused_client_limit")
         elif key not in self._agents and len(self._agents) >= MAX_ENTRIES:
             problem = f"the service already lists {MAX_ENTRIES} agents"
+            self.counters.reject("invalid")
+        elif self._live_bytes - old + size > LIVE_BYTES:
+            problem = f"the service's entries take {self._live_bytes} B already, of {LIVE_BYTES} B a listing holds"
             self.counters.reject("invalid")
         if problem:
             self._refusal(client, f"{entry_name(agent)}: {problem}")
             return Refusal(request.req_id, f"registration of {entry_name(agent)} refused: {problem}")
+        if owner is not None:
+            _take(self._bytes, owner, old)
         if owner != client:
             if owner is not None:
-                self._held[owner] -= 1
+                _take(self._held, owner, 1)
             self._held[client] += 1
             self._owners[key] = client
+        self._bytes[client] += size
+        self._live_bytes += size - old
+        self._sizes[key] = size
         self._agents[key] = agent
         self._refreshed[key] = time.monotonic()
         self._forget_expired(key)
@@ -243,27 +278,24 @@ class BootstrapServer(ServiceThread):
             del self._refusals[next(iter(self._refusals))]
 
 
+def _size(agent: AgentInfo) -> int:
+    """What `agent` takes in a listing, encoded."""
+    return len(encode(agent))
+
+
+def _take(counter: Counter[str], client: str, count: int) -> None:
+    """`count` less for `client`, which is dropped at none (a client gone costs nothing)."""
+    counter[client] -= count
+    if counter[client] <= 0:
+        del counter[client]
+
+
 def _client(frame: zmq.Frame) -> str:
     """Who sent `frame`: the peer's address as ZeroMQ saw it (for TCP, its IP; for IPC, its process)."""
     try:
         return str(frame.get("Peer-Address"))
     except zmq.ZMQError:
         return "this process"  # inproc: no address
-
-
-def _unresolved(endpoint: str) -> str:
-    """`HOST does not resolve (why)` for a tcp:// endpoint whose host name has no address (ZeroMQ retries such a
-    connect in silence: unanswered, as if the service were down), else ""."""
-    host = endpoint.removeprefix("tcp://").rpartition(":")[0].strip("[]")
-    if not endpoint.startswith("tcp://") or not host or host == "*":
-        return ""
-    try:
-        socket.getaddrinfo(host, None)
-    except socket.gaierror as error:
-        return f"{host} does not resolve: {error.strerror}"
-    except (OSError, UnicodeError):
-        return ""
-    return ""
 
 
 class BootstrapClient:
@@ -362,12 +394,12 @@ class BootstrapClient:
         )
 
     def _hint(self) -> str:
-        """Why a service may not answer at all: a host name that resolves to no address, else its CURVE keys (not
-        when it answered these keys before)."""
+        """Why a service may not answer at all (`reach.why_silent`: no address, nothing listening, no connection),
+        else, as it takes connections, its CURVE keys (not when it answered these keys before)."""
         if self._answered_before:
             return ""
-        if unresolved := _unresolved(self.endpoint):
-            return f" ({unresolved})"
+        if why := why_silent(self.endpoint):
+            return f" ({why})"
         return (
             " (with CURVE: does it serve these keys?)"
             if self._curve

@@ -35,6 +35,8 @@ def endpoint_problem(endpoint: str) -> str:
     if scheme == "ipc":
         if not 0 < len(rest.encode()) <= MAX_IPC_PATH or "\0" in rest:
             return f"ipc path of {len(rest.encode())} bytes (1 to {MAX_IPC_PATH})"
+        if not rest.isprintable():
+            return f"ipc path {rest[:80]!r} holds control characters"
         return ""
     if scheme != "tcp":
         return f"transport {scheme[:16]!r} (expected tcp or ipc)"
@@ -71,6 +73,8 @@ def agent_problem(agent: AgentInfo) -> str:
         return f"pid {agent.pid} or incarnation {agent.incarnation} out of range"
     if len(agent.host) > MAX_HOST:
         return f"host name of {len(agent.host)} characters (at most {MAX_HOST})"
+    if not agent.host.isprintable():  # shown beside the rank: an escape sequence would reach a terminal
+        return f"host name {agent.host[:80]!r} holds control characters"
     for name in _ENDPOINTS:
         endpoint = getattr(agent, name)
         if endpoint and (problem := endpoint_problem(endpoint)):

@@ -124,7 +124,7 @@ def agent(
     router drives and publishes its events (the way `kvtop cluster up` starts each of its ranks).
 
     With --sglang-log FILE, the log sidecar of a real SGLang server instead (`kvtop agent --sglang-log FILE
-    --help`). Exit codes: 0 when stopped (SIGTERM, Ctrl-C, its parent gone), 1 when a thread of the rank died
+    --help`). Exit codes: 0 when stopped (SIGTERM, Ctrl-C, SIGHUP, its parent gone), 1 when a thread of the rank died
     (logged with its traceback), 2 for bad usage (a fault this role cannot act on, a key folder that cannot
     serve, a --host beyond loopback without --curve-keys or --insecure, an --instance, --rank or --page-bytes
     the bootstrap would refuse, a --log-file that cannot be written, a pool larger than this machine's memory).

@@ -6,7 +6,6 @@ import contextlib
 import signal
 import time
 from collections.abc import Callable, Iterator
-from types import FrameType
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -115,31 +114,31 @@ def export(
     With --sglang-log the files are followed as they grow; with --replay the model is the recording's at --at
     (default: its end), judged at that instant; with --model, the dashboard's model as it was at the last
     ask (every --model-every). The first stdout line is the /metrics URL.
-    Exit 0 on Ctrl-C or SIGTERM; 1 when the bootstrap address (or the dashboard's model) does not answer,
+    Exit 0 on Ctrl-C, SIGTERM or SIGHUP; 1 when the bootstrap address (or the dashboard's model) does not answer,
     the address cannot be bound, or the collector stops (its error on stderr).
     """
     from kvtop.sources.live import tune_gc
+    from transport.signals import STOP_SIGNALS, ignore, interrupt
 
     every = model_every if source.dashboard is not None else _POLL_S
-    signal.signal(signal.SIGTERM, _interrupt)
+    for signum in STOP_SIGNALS:  # once: a second one does not cut the stop short
+        signal.signal(signum, interrupt)
     tune_gc()  # a long-lived collecting process
-    with contextlib.suppress(KeyboardInterrupt), reading(source) as read:
-        if read.damage:
-            typer.echo(f"kvtop: {read.damage}", err=True)
-        with exporting(listen, read.model, read.lock, source.kind, read.now) as server:
-            assert server is not None
-            typer.echo(server.url)
-            while not (stopped := read.stopped()):
-                time.sleep(every)
-                read.refresh()  # a dashboard's model asked again: served from then on
-                with read.lock:
-                    server.metrics.model = read.model
-            raise fail(stopped)
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM stops the exporter the way Ctrl-C does."""
-    raise KeyboardInterrupt
+    try:
+        with contextlib.suppress(KeyboardInterrupt), reading(source) as read:
+            if read.damage:
+                typer.echo(f"kvtop: {read.damage}", err=True)
+            with exporting(listen, read.model, read.lock, source.kind, read.now) as server:
+                assert server is not None
+                typer.echo(server.url)
+                while not (stopped := read.stopped()):
+                    time.sleep(every)
+                    read.refresh()  # a dashboard's model asked again: served from then on
+                    with read.lock:
+                        server.metrics.model = read.model
+                raise fail(stopped)
+    finally:
+        ignore(*STOP_SIGNALS)  # stopped: a late one must not kill the interpreter's exit (-15)
 
 
 def register(app: typer.Typer) -> None:

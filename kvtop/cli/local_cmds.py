@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import signal
 import socket
 import sys
 import tempfile
@@ -204,8 +205,11 @@ def _dashboard(
     choice: RecordChoice,
 ) -> None:
     from kvtop.cli.top_cmd import find_theme
+    from transport.signals import interrupt
 
     themes = find_theme(theme)
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # until the dashboard takes them: they killed kvtop, its
+        signal.signal(signum, interrupt)  # agents left to their parent-death check and its log folder behind
     with _log_folder(log_dir) as folder:
         spec = _spec(prefill, decode, tp, fault, folder, None, security)
         lost = _dashboard_on(spec, rate, duration, theme, themes, export, choice, kept=bool(log_dir))
@@ -232,6 +236,7 @@ def _dashboard_on(
     from kvtop.cluster.embedded import EmbeddedCluster
     from transport.errors import TransportError
     from transport.harness.workload import WorkloadSpec
+    from transport.signals import STOP_SIGNALS, ignore
 
     shape = f"{spec.prefill}P{spec.decode}D TP{spec.prefill_tp} on loopback{', CURVE' if spec.curve_keys else ''}"
     typer.echo(f"starting {shape} (agent logs: {spec.log_dir}) ...", err=True)
@@ -246,7 +251,10 @@ def _dashboard_on(
                 said.extend(news)
                 return news
 
-            run_live_dashboard(model, embedded.describe, themes, theme, quit_after=duration, alerts=exited)
+            try:
+                run_live_dashboard(model, embedded.describe, themes, theme, quit_after=duration, alerts=exited)
+            finally:  # its event loop put SIGTERM and SIGHUP back to the default: the stop below is not cut short
+                ignore(*STOP_SIGNALS)
             return said + exited()
     except TransportError as error:
         raise fail(str(error)) from None
@@ -416,7 +424,6 @@ def bootstrap(
     (exit 0); an address it cannot bind exits 1; a key folder that cannot serve, or a --listen beyond
     loopback without --curve-keys or --insecure, exits 2.
     """
-    import signal
     import threading
 
     import zmq

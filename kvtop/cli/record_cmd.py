@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import threading
 import time
 from pathlib import Path
@@ -88,11 +87,11 @@ def record(
     Records what kvtop's collector applies to its model (each agent's snapshot and event batches with
     their arrival times, agent and incarnation) and a keyframe of the model every --keyframe-events or minute,
     into zstd-compressed, checksummed segments with a time index (a folder re-used continues it; one
-    recorder writes a folder at a time). SIGTERM or Ctrl-C stops it cleanly (what was received is written
-    and synced). A cluster with no agent yet is recorded as its agents come (said on stderr). Exit 0 when
-    stopped (or after --duration); 1 when another kvtop records into the folder (its pid named), the cluster
-    does not answer (its bootstrap at start, or every agent for the whole run), the collector stops, or a write
-    fails (a full disk: what could not be written is counted).
+    recorder writes a folder at a time). SIGTERM, Ctrl-C or SIGHUP stops it cleanly (what was received is
+    written and synced; a second one while it does is ignored). A cluster with no agent yet is recorded as its
+    agents come (said on stderr). Exit 0 when stopped (or after --duration); 1 when another kvtop records into
+    the folder (its pid named), the cluster does not answer (its bootstrap at start, or every agent for the whole
+    run), the collector stops, or a write fails (a full disk: what could not be written is counted).
     """
     from kvtop.record.lock import FolderInUse
     from kvtop.record.writer import MIN_MAX_BYTES, Recorder, unrelated_files
@@ -100,7 +99,7 @@ def record(
     from kvtop.source.live import LiveSource
     from kvtop.sources.live import tune_gc
     from transport.errors import BootstrapError, CallAbandoned
-    from transport.signals import stop_on
+    from transport.signals import STOP_SIGNALS, stop_on
 
     spec = spec_of(bootstrap, connect, wait=wait, curve_keys=curve_keys)
     try:
@@ -119,33 +118,31 @@ def record(
             f"{out!r} holds other files ({shown}) and no recording: give an empty or new folder, or a recording's",
             param_hint="--out",
         )
-    try:
-        recorder = Recorder(out, max_bytes=cap, retain_s=retain_s, keyframe_events=keyframe_events).start()
-    except FolderInUse as error:
-        raise fail(str(error)) from None
-    except OSError as error:
-        raise fail(f"cannot record to {out}: {error.strerror or error}") from None
     stop = threading.Event()
-    tune_gc()
-    source: LiveSource | None = None
-    try:
-        opened = LiveSource.opened(spec, synced=False, recorder=recorder, stop=stop)
-        with stop_on(stop, signal.SIGTERM), opened as source:
-            typer.echo(f"kvtop record: recording {bootstrap or ', '.join(connect)} to {out}", err=True)
-            problem = _run(source, recorder, stop, status, interval, duration, wait)
-    except CallAbandoned:  # stopped while the bootstrap kept it waiting
-        problem = ""
-    except BootstrapError as error:
-        problem = str(error)
-    except SourceError as error:  # a key folder that cannot be used: nothing was recorded
-        raise fail(str(error), error.code) from None
-    except KeyboardInterrupt:
-        problem = ""
-    finally:
-        if source is None:  # it never reached the cluster: nothing of it is left behind
-            recorder.discard()
-        else:
-            recorder.close()
+    with stop_on(stop, *STOP_SIGNALS):  # to the last flush: a second signal cannot cut the recording's end short
+        try:
+            recorder = Recorder(out, max_bytes=cap, retain_s=retain_s, keyframe_events=keyframe_events).start()
+        except FolderInUse as error:
+            raise fail(str(error)) from None
+        except OSError as error:
+            raise fail(f"cannot record to {out}: {error.strerror or error}") from None
+        tune_gc()
+        source: LiveSource | None = None
+        try:
+            with LiveSource.opened(spec, synced=False, recorder=recorder, stop=stop) as source:
+                typer.echo(f"kvtop record: recording {bootstrap or ', '.join(connect)} to {out}", err=True)
+                problem = _run(source, recorder, stop, status, interval, duration, wait)
+        except CallAbandoned:  # stopped while the bootstrap kept it waiting
+            problem = ""
+        except BootstrapError as error:
+            problem = str(error)
+        except SourceError as error:  # a key folder that cannot be used: nothing was recorded
+            raise fail(str(error), error.code) from None
+        finally:
+            if source is None:  # it never reached the cluster: nothing of it is left behind
+                recorder.discard()
+            else:
+                recorder.close()
     problem = problem or recorder.error
     if source is None:
         typer.echo(f"kvtop record: stopped before it recorded; what it made in {out} is removed", err=True)

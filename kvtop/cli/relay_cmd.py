@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -110,14 +109,14 @@ def relay(
 
     Views across a network boundary then need one address: `kvtop top --relay ADDR`. Batches pass untouched,
     so gaps stay counted per agent incarnation (and a view asks the agent's snapshot again after one, through
-    the relay). Prints its two addresses, then runs until Ctrl-C, SIGTERM or --duration. Exit 1 when an
+    the relay). Prints its two addresses, then runs until Ctrl-C, SIGTERM, SIGHUP or --duration (exit 0). Exit 1 when an
     upstream does not answer at start (the bootstrap or a relay lists nothing within 2 s, an agent given by
     --connect publishes nothing within 3 s) or a relay thread dies; exit 2 for a key folder that cannot serve, or
     a bind beyond loopback without --curve-keys or --insecure.
     """
     from transport.curve import exposure_problem
     from transport.plane.relay import Relay
-    from transport.signals import stop_on
+    from transport.signals import STOP_SIGNALS, stop_on
 
     if not bootstrap and not relay and not connect:
         raise typer.BadParameter("give --bootstrap ADDR, at least one --relay ADDR, or at least one --connect EP")
@@ -130,7 +129,7 @@ def relay(
     if problem:
         raise fail(problem)
     stop = threading.Event()
-    with stop_on(stop, signal.SIGTERM):  # from the start: a SIGTERM while it discovers stops it cleanly too
+    with stop_on(stop, *STOP_SIGNALS):  # from the start: a stop while it discovers is a clean one too
         upstreams = (bootstrap, relay, connect)
         server = _started(
             lambda: Relay(*upstreams, listen, snapshot_listen, host, name, register, advertise=advertise, curve=keys),
@@ -149,8 +148,6 @@ def relay(
                 stop.wait(min(interval, end - time.monotonic()) if end is not None else interval)
                 if status:
                     typer.echo(f"kvtop relay: {server.status_line()}", err=True)
-        except KeyboardInterrupt:
-            pass
         finally:
             server.close()
     if status:
@@ -189,6 +186,7 @@ def _silent(endpoints: list[str], keys: CurveKeys | None) -> str:
     import zmq
 
     from transport.curve import dialing
+    from transport.reach import why_silent
     from transport.sockets import LIST_FRAME, open_socket
 
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
@@ -210,8 +208,11 @@ def _silent(endpoints: list[str], keys: CurveKeys | None) -> str:
         context.destroy(linger=0)
     if not waiting:
         return ""
-    hint = "does it serve these keys?" if keys is not None else "if it serves CURVE, pass its --curve-keys"
-    return f"agent {next(iter(waiting.values()))} published nothing within {_HEARD_WITHIN_S:.1f}s ({hint})"
+    silent = next(iter(waiting.values()))
+    hint = why_silent(silent) or (
+        "does it serve these keys?" if keys is not None else "if it serves CURVE, pass its --curve-keys"
+    )
+    return f"agent {silent} published nothing within {_HEARD_WITHIN_S:.1f}s ({hint})"
 
 
 def register(app: typer.Typer) -> None:

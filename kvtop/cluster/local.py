@@ -7,7 +7,6 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import FrameType
 
 from kvtop.cluster.supervisor import Supervisor
 from kvtop.views.units import rate
@@ -15,6 +14,7 @@ from transport.config import Timeouts, TransferConfig
 from transport.harness.cluster import ClusterSpec, LocalCluster
 from transport.harness.workload import Router, WorkloadSpec, WorkloadStats
 from transport.kv.faults import FaultSpec
+from transport.signals import STOP_SIGNALS, ignore, interrupt
 
 DEMO_TIMEOUTS = Timeouts(bootstrap_s=10.0, waiting_s=10.0, transfer_s=3.0)
 """Short enough that a local cluster shows its failures within seconds."""
@@ -89,12 +89,13 @@ def run_local(
     host: str = "127.0.0.1",
 ) -> WorkloadStats:
     """Start the cluster, drive load and emit a status line per interval until time is up, Ctrl-C, SIGTERM or
-    SIGHUP (its terminal closed).
+    SIGHUP (its terminal closed); once one came, the stop signals are ignored (`transport.signals.interrupt`):
+    a second one does not cut short the stop of the agents, nor the removal of the log folder after it.
 
     A rank that exits is told to `report` (default `emit`) at once; with `restart` it comes back.
     """
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _interrupt)
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, interrupt)
     try:
         cluster = LocalCluster(spec, host).start()
     except KeyboardInterrupt:  # while it came up (it stopped what it had started): as clean a stop as later
@@ -128,9 +129,5 @@ def run_local(
                 router.close()
         return router.stats if router is not None else WorkloadStats()
     finally:
+        ignore(*STOP_SIGNALS)  # stopping, however it came to it (--duration too)
         cluster.stop()
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM and SIGHUP stop the local cluster the way Ctrl-C does (its agents, its log folder)."""
-    raise KeyboardInterrupt

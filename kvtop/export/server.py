@@ -1,6 +1,7 @@
 """The HTTP side of the exporter: `/metrics` on HOST:PORT, prometheus_client's WSGI app on a threading WSGI server;
-any other path is 404, HEAD is answered as GET without the body, an HTTP/0.9 request (no version) 400 at once,
-`?name[]=NAME` (prometheus_client's filter) serves the families so named, an unknown name 400.
+any other path is 404, HEAD is answered as GET without the body, a method but GET, HEAD and OPTIONS 405 (`Allow`
+says those three), an HTTP/0.9 request (no version) 400 at once, `?name[]=NAME` (prometheus_client's filter)
+serves the families so named, an unknown name 400.
 
 A client cannot hold the exporter: a connection quiet for `CONNECTION_TIMEOUT_S` (a request never finished,
 an answer never read) is closed, past `MAX_CONNECTIONS` at once a connection is answered 503 and closed, and
@@ -138,6 +139,27 @@ def by_name(registry: CollectorRegistry) -> _App:
         rest = {**environ, "QUERY_STRING": urlencode(query, doseq=True)}
         served: _App = make_wsgi_app(_Picked(picked))
         return served(rest, start_response)
+
+    return answer
+
+
+ALLOW = "GET, HEAD, OPTIONS"
+"""The methods `/metrics` answers (HEAD as GET, see `head_as_get`)."""
+
+
+def allowed_methods(app: _App) -> _App:
+    """`app` for GET; OPTIONS answered 200 and any other method 405, both with `Allow: GET, HEAD, OPTIONS`
+    (prometheus_client's said `OPTIONS,GET`: HEAD, served, was missing, and a client going by it never tried)."""
+
+    def answer(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        method = environ.get("REQUEST_METHOD")
+        if method == "GET":
+            return app(environ, start_response)
+        body = b"" if method == "OPTIONS" else f"405 method not allowed: {method}; use {ALLOW}\n".encode()
+        status = "200 OK" if method == "OPTIONS" else "405 Method Not Allowed"
+        text = [("Content-Type", "text/plain; charset=utf-8")] if body else []
+        start_response(status, [("Allow", ALLOW), *text, ("Content-Length", str(len(body)))])
+        return [body]
 
     return answer
 
@@ -291,7 +313,7 @@ class MetricsServer:
         self.registry.register(metrics)
         family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
         server_class = _Server6 if family == socket.AF_INET6 else _Server
-        app = head_as_get(only_metrics(by_name(self.registry)))
+        app = head_as_get(only_metrics(allowed_methods(by_name(self.registry))))
         self._server = make_server(str(address[0]), port, app, server_class, handler_class=_Quiet)
         assert isinstance(self._server, _Server)
         self.registry.register(_Connections(self._server))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -26,8 +27,14 @@ def kvtop(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
 
 
 def kvtop_here(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`kvtop ARGS` run in this process, with its exit code and output as `kvtop` would give them."""
-    with CliRunner().isolation(env=env) as (stdout, stderr, _):
-        code = run(list(args))
-        out, err = stdout.getvalue().decode(), stderr.getvalue().decode()
+    """`kvtop ARGS` run in this process, with its exit code and output as `kvtop` would give them; the signal
+    handlers are put back after it (a service that stopped ignores the stop signals: its process is ending)."""
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        with CliRunner().isolation(env=env) as (stdout, stderr, _):
+            code = run(list(args))
+            out, err = stdout.getvalue().decode(), stderr.getvalue().decode()
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
     return subprocess.CompletedProcess(["kvtop", *args], code, out, err)

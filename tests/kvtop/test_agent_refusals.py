@@ -134,7 +134,10 @@ def test_an_agent_whose_bootstrap_does_not_answer_exits_1_with_one_line_and_no_t
     logged = ("--log-file", str(tmp_path / "rank.log")) if log_file else ()
     done = kvtop("agent", "--role", "prefill", "--instance", "prefill-0", "--bootstrap", "tcp://127.0.0.1:1", *logged)
 
-    said = "bootstrap tcp://127.0.0.1:1 did not answer within 10.0s (if it serves CURVE, pass its --curve-keys)"
+    said = (
+        "bootstrap tcp://127.0.0.1:1 did not answer within 10.0s "
+        "(nothing listens on 127.0.0.1:1: the connection was refused)"
+    )
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     assert [line for line in done.stderr.splitlines() if said in line] == [

@@ -178,3 +178,22 @@ def test_a_log_folder_or_host_the_cluster_cannot_use_is_one_line_and_exit_2(args
 
     assert result.returncode == 2
     assert result.stderr.startswith(said)
+
+
+@pytest.mark.processes
+def test_a_second_signal_while_the_cluster_stops_is_ignored_and_the_stop_ends_clean(cluster_up, tmp_path):
+    """A Ctrl-C or SIGTERM landing in the stop of the agents cut it short: exit 130, no `done:` line, the agents
+    left to their parent-death check."""
+    running = cluster_up("--duration", "60", env={"TMPDIR": str(tmp_path)})
+    running.wait_line("local cluster up")
+    agents = psutil.Process(running.process.pid).children(recursive=True)
+
+    running.process.send_signal(signal.SIGTERM)
+    running.wait_line("stopping the local cluster")
+    running.process.send_signal(signal.SIGINT)
+    running.process.send_signal(signal.SIGTERM)
+
+    assert running.process.wait(30) == 0, running.lines[-10:]
+    assert running.wait_line(r"^done: ")
+    assert not any(agent.is_running() and agent.status() != psutil.STATUS_ZOMBIE for agent in agents)
+    assert not list(tmp_path.glob("kvtop-logs-*"))

@@ -9,6 +9,8 @@ import socket
 import urllib.error
 import urllib.request
 
+import pytest
+
 from kvtop.export import server
 from kvtop.export.server import MetricsServer, serving
 from kvtop.model.cluster import ClusterModel
@@ -117,3 +119,16 @@ def test_name_parameters_serve_the_families_so_named_and_an_unknown_name_is_400(
     assert up == (200, up[1]) and _families(up[1]) == ["kvtop_source_up"] and "\nkvtop_source_up 1.0\n" in up[1]
     assert two[0] == 200 and _families(two[1]) == ["kvtop_failure_origins_total", "kvtop_transfer_duration_seconds"]
     assert unknown == (400, "400 bad request: kvtop serves no metric named 'kvtop_no_such'\n")
+
+
+@pytest.mark.parametrize(("method", "status"), [("POST", 405), ("DELETE", 405), ("TRACE", 405), ("OPTIONS", 200)])
+def test_a_method_metrics_does_not_take_is_405_and_allow_names_every_method_it_does(method: str, status: int) -> None:
+    """`Allow: OPTIONS,GET` (prometheus_client's) left out HEAD, which /metrics answers."""
+    with serving(ClusterModel(), contextlib.nullcontext(), "127.0.0.1:0") as metrics:
+        head, body = _answer(metrics, f"{method} /metrics HTTP/1.0\r\nContent-Length: 0\r\n\r\n".encode())
+
+    lines = head.decode().split("\r\n")
+    assert lines[0].startswith(f"HTTP/1.0 {status} "), head
+    assert "Allow: GET, HEAD, OPTIONS" in lines, head
+    said = f"405 method not allowed: {method}; use GET, HEAD, OPTIONS\n"
+    assert body == (b"" if method == "OPTIONS" else said.encode())

@@ -84,3 +84,35 @@ def _drain(fd: int) -> None:
             pass
     except OSError:
         pass
+
+
+def test_a_sigterm_while_the_dashboards_cluster_comes_up_stops_its_agents_and_removes_its_log_folder(tmp_path: Path):
+    """Before the dashboard took SIGTERM it killed kvtop: the temporary log folder stayed behind, and the agents
+    lived on until their parent-death check (then waited out a deregistration nobody answered)."""
+    main, terminal = pty.openpty()
+    args = [sys.executable, "-m", "kvtop", "--prefill", "1", "--decode", "1", "--tp", "1", "--fault", "none"]
+    kvtop = subprocess.Popen(
+        [*args, "--no-record", "--duration", "60"],
+        stdin=terminal,
+        stdout=terminal,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    os.close(terminal)
+    threading.Thread(target=_drain, args=(main,), daemon=True).start()
+    try:
+        parent = psutil.Process(kvtop.pid)
+        agents = wait_for(lambda: parent.children(recursive=True), 30, "an agent started")
+        kvtop.send_signal(signal.SIGTERM)
+        kvtop.send_signal(signal.SIGTERM)
+        _, stderr = kvtop.communicate(timeout=60)
+    finally:
+        if kvtop.poll() is None:
+            kvtop.kill()
+            kvtop.wait()
+        os.close(main)
+
+    said = stderr.decode(errors="replace")
+    assert kvtop.returncode == 130 and "Traceback" not in said, said
+    assert not any(agent.is_running() and agent.status() != psutil.STATUS_ZOMBIE for agent in agents)
+    assert not list(tmp_path.glob("kvtop-logs-*"))

@@ -7,7 +7,7 @@ import pytest
 from cluster_support import small_cluster
 from kvtop_cli import kvtop_here
 
-HINT = "(if it serves CURVE, pass its --curve-keys)"
+HINT = "(nothing listens on 127.0.0.1:1: the connection was refused)"
 
 
 def test_relay_exits_1_when_an_agent_given_by_connect_publishes_nothing() -> None:

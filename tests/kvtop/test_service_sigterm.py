@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import zmq
 
+from transport.bootstrap import BootstrapServer
+
 _SILENT = "tcp://127.0.0.1:9"
 """A bootstrap address nothing answers on."""
 
@@ -78,3 +80,31 @@ def test_a_service_stopped_while_its_bootstrap_keeps_it_waiting_exits_0(
     assert process.returncode == 0, (stdout, stderr)
     assert "cannot register" not in stderr and "did not answer" not in stderr
     assert "Traceback" not in stderr
+
+
+@pytest.mark.processes
+def test_a_closed_terminal_stops_a_running_agent_relay_and_exporter_cleanly_and_a_second_signal_is_ignored(
+    bootstrap: BootstrapServer, wait_for
+) -> None:
+    """SIGHUP (the terminal closed), a SIGTERM right behind it: each exits 0, the agent and the relay deregistered.
+    SIGHUP killed all three at once (-1): the agent and the relay stayed listed until their entries expired."""
+    address = bootstrap.endpoint
+    services = [_kvtop("agent", "--role", "decode", "--instance", "decode-0", "--bootstrap", address)]
+    try:
+        wait_for(lambda: bootstrap.agents(), timeout=30, what="the agent registered")
+        services.append(_kvtop("relay", "--bootstrap", address, "--register"))
+        services.append(_kvtop("export", "--bootstrap", address, "--listen", "127.0.0.1:0"))
+        wait_for(lambda: bootstrap.relays(), timeout=30, what="the relay registered")
+        for process in services[1:]:
+            assert process.stdout is not None and process.stdout.readline(), "no address printed"
+        for process in services:
+            process.send_signal(signal.SIGHUP)
+            process.send_signal(signal.SIGTERM)
+        ended = [(process.wait(30), process.communicate()[1]) for process in services]
+    finally:
+        for process in services:
+            process.kill()
+
+    assert [code for code, _ in ended] == [0, 0, 0], ended
+    assert not any("Traceback" in stderr or "before it began" in stderr for _, stderr in ended), ended
+    assert (bootstrap.agents(), bootstrap.relays(), bootstrap.counters.snapshot()["deregistered"]) == ([], [], 2)

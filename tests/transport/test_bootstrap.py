@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 import zmq
 
-from transport import BootstrapClient, BootstrapServer, KVManager, KVPoll, KVPool, Role
+from transport import BootstrapClient, BootstrapServer, KVManager, KVPoll, KVPool, Role, reach
 from transport.bootstrap import MAX_ENTRIES, MAX_PER_CLIENT
 from transport.errors import BootstrapError
 from transport.harness.cluster import ClusterSpec
@@ -19,6 +20,7 @@ from transport.registration import endpoint_problem
 from transport.sockets import bind_ephemeral
 from transport.wire import (
     LOG_SIDECAR,
+    MAX_CONTROL_FRAME,
     AgentInfo,
     BootstrapReply,
     BootstrapRequest,
@@ -77,12 +79,59 @@ def test_a_bootstrap_host_that_does_not_resolve_is_said_not_blamed_on_curve_keys
     assert "no-such-host.invalid does not resolve: " in said and "CURVE" not in said
 
 
-@pytest.mark.parametrize("endpoint", ["tcp://127.0.0.1:9", "tcp://[::1]:9", "ipc:///tmp/nothing-here"])
-def test_an_address_that_resolves_still_hints_at_curve_keys(endpoint):
-    """An address (or a socket path) no name lookup can fail keeps the CURVE hint."""
-    hint = r"\(if it serves CURVE, pass its --curve-keys\)$"
-    with BootstrapClient(endpoint, timeout_s=0.2) as client, pytest.raises(BootstrapError, match=hint):
+@pytest.mark.parametrize(
+    ("endpoint", "why"),
+    [
+        ("tcp://127.0.0.1:{port}", "(nothing listens on 127.0.0.1:{port}: the connection was refused)"),
+        ("tcp://[::1]:{port}", "(::1 has only IPv6 addresses, and kvtop dials IPv4)"),
+        ("ipc://{tmp}/nothing-here", "(no socket at {tmp}/nothing-here)"),
+    ],
+    ids=["refused", "ipv6", "no-socket"],
+)
+def test_an_address_nothing_can_answer_at_is_said_not_blamed_on_curve_keys(endpoint, why, tmp_path):
+    """They said `(if it serves CURVE, pass its --curve-keys)`, as for a service that takes the connection: a port
+    nobody listens on, an IPv6 address ZeroMQ does not dial here, a socket path that does not exist."""
+    with socket.socket() as probe:  # a port free now: nobody listens on it
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    endpoint, why = (text.format(port=port, tmp=tmp_path) for text in (endpoint, why))
+    with BootstrapClient(endpoint, timeout_s=0.2) as client, pytest.raises(BootstrapError) as raised:
         client.list_agents()
+
+    assert str(raised.value) == f"bootstrap {endpoint} did not answer within 0.2s {why}"
+
+
+def test_a_name_lookup_that_hangs_is_said_not_waited_out_after_the_deadline(monkeypatch):
+    """The hint looked the host up after the call's deadline with no bound of its own: a name server that does
+    not answer added its own timeouts (seconds) to the caller's."""
+    release = threading.Event()
+
+    def hanging(*_: object) -> None:
+        release.wait(60)
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(reach.socket, "getaddrinfo", hanging)
+    try:
+        with BootstrapClient("tcp://slow.example:5555", timeout_s=0.2) as client, pytest.raises(BootstrapError) as e:
+            client.list_agents()
+    finally:
+        release.set()
+
+    assert str(e.value).endswith("(slow.example did not resolve or take a connection within 0.5s)")
+
+
+def test_a_service_that_takes_the_connection_and_says_nothing_keeps_the_curve_hint(zmq_context):
+    """A port that takes the connection and never answers (a CURVE service, to a client without its keys): the
+    CURVE hint, the one cause left."""
+    silent = zmq_context.socket(zmq.ROUTER)
+    endpoint = f"tcp://127.0.0.1:{silent.bind_to_random_port('tcp://127.0.0.1')}"
+    try:
+        with BootstrapClient(endpoint, timeout_s=0.2) as client, pytest.raises(BootstrapError) as raised:
+            client.list_agents()
+    finally:
+        silent.close(linger=0)
+
+    assert str(raised.value).endswith("did not answer within 0.2s (if it serves CURVE, pass its --curve-keys)")
 
 
 @pytest.mark.parametrize(
@@ -98,6 +147,8 @@ def test_an_address_that_resolves_still_hints_at_curve_keys(endpoint):
         ({"tp": 0}, "rank"),
         ({"page_bytes": -1}, "page size"),
         ({"host": "h" * 300}, "host"),
+        ({"host": "node-1\x1b]0;owned\x07\nfake line"}, "host name 'node-1"),
+        ({"event_endpoint": "ipc:///tmp/\x1b[2Jagent"}, "event_endpoint: ipc path '/tmp/"),
         ({"kind": "router"}, "kind"),
     ],
 )
@@ -235,10 +286,16 @@ def test_a_resolved_rank_nobody_can_connect_to_is_counted_and_the_engine_keeps_r
 
 
 def flood(
-    context: zmq.Context[zmq.Socket[bytes]], endpoint: str, count: int, source: str, first_name: int = 0
+    context: zmq.Context[zmq.Socket[bytes]],
+    endpoint: str,
+    count: int,
+    source: str,
+    first_name: int = 0,
+    entry: AgentInfo = GOOD,
 ) -> tuple[int, int]:
-    """Register `count` made-up prefill ranks (`flood-N` from `first_name` on) from the address `source` (a
-    loopback one: 127.0.0.2), as fast as the service answers; returns how many it accepted and refused."""
+    """Register `count` made-up prefill ranks (`entry` named `flood-N` from `first_name` on) from the address
+    `source` (a loopback one: 127.0.0.2), as fast as the service answers; returns how many it accepted and
+    refused."""
     dealer = context.socket(zmq.DEALER)
     dealer.linger = 0
     dealer.connect(f"tcp://{source}:0;{endpoint.removeprefix('tcp://')}")  # ZeroMQ's source;destination form
@@ -248,8 +305,8 @@ def flood(
         for first in range(0, count, 500):  # a window at a time: past the HWM, a ROUTER drops replies
             window = range(first, min(first + 500, count))
             for index in window:
-                entry = msgspec.structs.replace(GOOD, instance=f"flood-{first_name + index}")
-                dealer.send(encode(Register(index + 1, entry)))
+                named = msgspec.structs.replace(entry, instance=f"flood-{first_name + index}")
+                dealer.send(encode(Register(index + 1, named)))
             for _ in window:
                 assert dealer.poll(10_000), "the service stopped answering the flood"
                 replies.append(decoder.decode(dealer.recv()))
@@ -296,3 +353,27 @@ def test_a_clients_entries_that_expire_give_its_share_back_and_it_keeps_its_shar
         server.close()
 
     assert gone == ["dead-elsewhere", *sorted(f"flood-{index}" for index in range(100, 108))]
+
+
+def test_a_flood_of_the_longest_entries_leaves_a_listing_every_reader_takes(bootstrap, zmq_context):
+    """Entries of 1.7 KB (every field as long as allowed) from three addresses: 3072 of them made a 5 MB listing,
+    past the 4 MiB frame every reader takes, so every listing 'did not answer' and the cluster listed nobody.
+    Past a client's share of the listing's bytes its registrations are refused, counted and named."""
+    host = "a" * 250 + ".b"
+    endpoint = f"tcp://{host}:65535"
+    longest = msgspec.structs.replace(
+        GOOD, host="h" * 255, data_endpoint=endpoint, control_endpoint=endpoint, event_endpoint=endpoint,
+        snapshot_endpoint=endpoint, consensus_endpoint=endpoint,
+    )  # fmt: skip
+    refused = sum(
+        flood(zmq_context, bootstrap.endpoint, 1024, f"127.0.0.{2 + i}", 2000 * i, longest)[1] for i in range(3)
+    )
+
+    with BootstrapClient(bootstrap.endpoint) as client:
+        client.register(GOOD)  # a rank registering from elsewhere
+        listing = client.listing()
+
+    assert GOOD in listing.agents
+    assert len(encode(listing)) <= MAX_CONTROL_FRAME
+    assert listing.counters["refused_client_limit"] == refused > 0
+    assert "B already, of " in listing.refused[-1]

@@ -35,6 +35,7 @@ from transport.kv.faults import FaultInjector, FaultSpec, check_role
 from transport.kv.pool import KVPool, PageIndices, PoolExhausted
 from transport.kvpoll import KVPoll
 from transport.registration import MAX_PAGE_BYTES, MAX_TP, endpoint_problem, instance_problem
+from transport.signals import STOP_SIGNALS, ignore
 from transport.sockets import SMALL_FRAME, bind, bind_problem, decode_routed, open_socket
 from transport.wire import (
     ControlRequest,
@@ -394,7 +395,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m transport.harness.agent",
         description="Run one KV transfer rank (`kvtop agent` takes the same options). A harness passes every "
         f"option as one JSON object instead: {OPTIONS_JSON} JSON, alone.",
-        epilog="Exit status: 0 when stopped (SIGTERM/SIGINT, or its parent went away); 1 when a thread of "
+        epilog="Exit status: 0 when stopped (SIGTERM, SIGINT, SIGHUP, or its parent went away); 1 when a thread of "
         "the rank died (logged with its traceback) or it could not start; 2 for bad usage.",
         formatter_class=_ShownDefaults,
     )
@@ -483,13 +484,16 @@ def child_args(options: AgentOptions) -> list[str]:
 
 
 def serve(options: AgentOptions) -> int:
-    """Run a rank until SIGTERM/SIGINT (returns 0), or until one of its threads dies (returns 1); a fatal
+    """Run a rank until SIGTERM, SIGINT or SIGHUP (returns 0), or until one of its threads dies (returns 1); a fatal
     signal dumps every thread's stack to stderr."""
     faulthandler.enable()
     agent = Agent(options)
-    signal.signal(signal.SIGTERM, lambda *_: agent.stop())
-    signal.signal(signal.SIGINT, lambda *_: agent.stop())
-    return agent.run()
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, lambda *_: agent.stop())
+    try:
+        return agent.run()
+    finally:
+        ignore(*STOP_SIGNALS)  # stopped: a late signal must not kill the interpreter's exit (-15)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -231,3 +231,24 @@ def test_a_record_no_agent_ever_answered_exits_1_saying_the_recording_holds_none
     assert done.stderr.splitlines()[-1] == (
         "kvtop: no agent answered while it recorded (tcp://127.0.0.1:9): the recording holds none"
     )
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGINT], ids=["sighup", "ctrl-c"])
+def test_a_closed_terminal_or_ctrl_c_stops_the_recorder_as_cleanly_as_sigterm(
+    endpoint: str, tmp_path: Path, signum: signal.Signals
+) -> None:
+    """SIGHUP (an ssh session that dropped) killed the recorder at once (-1): no last flush, no `stopped` line;
+    a second signal right behind the first cut the last flush short (-2, or exit 0 saying it never began)."""
+    folder = tmp_path / "rec"
+    process = _record(endpoint, folder)
+    try:
+        _recording(process)
+        process.send_signal(signum)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 0, stderr
+    assert stderr.startswith("kvtop record: stopped; ") and "before it began" not in stderr, stderr
+    assert kvtop("dump", "--replay", str(folder)).stderr == ""

@@ -1,0 +1,66 @@
+"""Why an endpoint may have answered nothing: ZeroMQ retries a connect in silence, so a call unanswered reads the
+same whether the host name has no address, nothing listens on the port, a firewall drops the packets, or the
+service takes the connection and says nothing (with CURVE: keys it does not serve).
+
+`why_silent` finds out the first three the way ZeroMQ dials (IPv4, as kvtop's sockets do), in a bounded time: a
+name lookup or a connection that hangs is said so, never waited out after the caller's own deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+
+PROBE_S = 0.5
+"""How long the look at an endpoint may take, name lookup and connection together."""
+
+
+def why_silent(endpoint: str, timeout_s: float = PROBE_S) -> str:
+    """Why nobody may answer at `endpoint` ("" when it takes connections, or when it is no tcp:// or ipc://
+    endpoint): `HOST does not resolve: WHY`, `nothing listens on HOST:PORT: the connection was refused`, ..."""
+    found: list[str] = []
+    thread = threading.Thread(target=lambda: found.append(_look(endpoint, timeout_s)), daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if not found:
+        return f"{_host(endpoint)} did not resolve or take a connection within {timeout_s:g}s"
+    return found[0]
+
+
+def _host(endpoint: str) -> str:
+    return endpoint.removeprefix("tcp://").rpartition(":")[0].strip("[]") or endpoint
+
+
+def _look(endpoint: str, timeout_s: float) -> str:
+    if endpoint.startswith("ipc://"):
+        path = endpoint.removeprefix("ipc://")
+        return "" if os.path.exists(path) else f"no socket at {path}"
+    host, _, port = endpoint.removeprefix("tcp://").rpartition(":")
+    host = host.strip("[]")
+    if not endpoint.startswith("tcp://") or not host or host == "*" or not port.isdecimal():
+        return ""
+    try:
+        address = str(socket.getaddrinfo(host, int(port), socket.AF_INET, socket.SOCK_STREAM)[0][4][0])
+    except socket.gaierror as error:
+        return _no_ipv4(host) or f"{host} does not resolve: {error.strerror}"
+    except (OSError, UnicodeError, ValueError):
+        return ""
+    try:
+        socket.create_connection((address, int(port)), timeout_s).close()
+    except ConnectionRefusedError:
+        return f"nothing listens on {host}:{port}: the connection was refused"
+    except TimeoutError:
+        return f"{host}:{port} took no connection within {timeout_s:g}s: a firewall drops it, or the host is down"
+    except OSError as error:
+        return f"{host}:{port} takes no connection: {error.strerror or error}"
+    return ""
+
+
+def _no_ipv4(host: str) -> str:
+    """`HOST has only IPv6 addresses ...` when it has those (kvtop dials IPv4), else ""."""
+    try:
+        socket.getaddrinfo(host, None, socket.AF_INET6)
+    except (OSError, UnicodeError):
+        return ""
+    return f"{host} has only IPv6 addresses, and kvtop dials IPv4"
