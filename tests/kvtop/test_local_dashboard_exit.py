@@ -46,19 +46,25 @@ def _cmdline_has(process: psutil.Process, text: str) -> bool:
         return False
 
 
-def test_a_rank_killed_under_the_dashboard_makes_it_exit_1_naming_it_and_what_its_stderr_said(tmp_path: Path):
+def _dashboard(tmp_path: Path, duration_s: int) -> tuple[subprocess.Popen[bytes], int]:
+    """Bare `kvtop` on a 1P1D cluster with no fault, on a pseudo-terminal read in the background (so it never
+    blocks on a full terminal), its temporary log folder under `tmp_path`: the process and the terminal's end."""
     main, terminal = pty.openpty()
     args = [sys.executable, "-m", "kvtop", "--prefill", "1", "--decode", "1", "--tp", "1", "--fault", "none"]
     kvtop = subprocess.Popen(
-        [*args, "--no-record", "--duration", "12"],
+        [*args, "--no-record", "--duration", str(duration_s)],
         stdin=terminal,
         stdout=terminal,
         stderr=subprocess.PIPE,
         env={**os.environ, "TMPDIR": str(tmp_path)},
     )
     os.close(terminal)
-    drained = threading.Thread(target=_drain, args=(main,), daemon=True)
-    drained.start()
+    threading.Thread(target=_drain, args=(main,), daemon=True).start()
+    return kvtop, main
+
+
+def test_a_rank_killed_under_the_dashboard_makes_it_exit_1_naming_it_and_what_its_stderr_said(tmp_path: Path):
+    kvtop, main = _dashboard(tmp_path, 12)
     try:
         parent = psutil.Process(kvtop.pid)
         wait_for(lambda: _ready(tmp_path, parent), 30, "the cluster up and the dashboard's model running")
@@ -89,17 +95,7 @@ def _drain(fd: int) -> None:
 def test_a_sigterm_while_the_dashboards_cluster_comes_up_stops_its_agents_and_removes_its_log_folder(tmp_path: Path):
     """Before the dashboard took SIGTERM it killed kvtop: the temporary log folder stayed behind, and the agents
     lived on until their parent-death check (then waited out a deregistration nobody answered)."""
-    main, terminal = pty.openpty()
-    args = [sys.executable, "-m", "kvtop", "--prefill", "1", "--decode", "1", "--tp", "1", "--fault", "none"]
-    kvtop = subprocess.Popen(
-        [*args, "--no-record", "--duration", "60"],
-        stdin=terminal,
-        stdout=terminal,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "TMPDIR": str(tmp_path)},
-    )
-    os.close(terminal)
-    threading.Thread(target=_drain, args=(main,), daemon=True).start()
+    kvtop, main = _dashboard(tmp_path, 60)
     try:
         parent = psutil.Process(kvtop.pid)
         agents = wait_for(lambda: parent.children(recursive=True), 30, "an agent started")

@@ -499,46 +499,35 @@ def test_a_sidecar_on_a_server_of_huge_pipeline_and_tp_sizes_publishes_a_bounded
 
 
 @pytest.mark.processes
-def test_a_sidecar_on_a_file_that_is_no_sglang_log_and_no_role_says_only_that_it_is_no_log(tmp_path: Path):
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("router.log", "Starting the router on 0.0.0.0:8000 with 2 workers\n"),
+        ("decode-runbook.md", "If decode says `Lost connection with prefill instance`, check the bootstrap port.\n"),
+    ],
+    ids=["a-router-log", "a-runbook-quoting-decode"],
+)
+def test_a_sidecar_with_no_role_on_a_file_that_is_no_sglang_log_says_only_that_and_publishes_no_rank(
+    tmp_path: Path, name: str, text: str
+):
     """With no --role, a sidecar on a wrong file (a router's log) said first that it waited for the file's lines to
-    tell prefill or decode, `--role says it now`: no line of it ever will, and --role publishes nothing of it either.
-    It says the file is no SGLang server log, and nothing of a role."""
+    tell prefill or decode, `--role says it now`: no line of it ever will. A runbook that quotes a decode's words
+    (`Lost connection with prefill instance`) was taken for a decode server's log: the sidecar published
+    decode-0/TP0, listed alive by every view, while it said nothing of the file is published. Either says the file
+    is no SGLang server log, and nothing of a role."""
     import subprocess
     import sys
 
-    router = tmp_path / "router.log"
-    router.write_text("Starting the router on 0.0.0.0:8000 with 2 workers\n")
+    path = tmp_path / name
+    path.write_text(text)
     command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
-    with subprocess.Popen([command, "agent", "--sglang-log", str(router)], stderr=subprocess.PIPE, text=True) as ran:
+    with subprocess.Popen([command, "agent", "--sglang-log", str(path)], stderr=subprocess.PIPE, text=True) as ran:
         assert ran.stderr is not None
         said = ran.stderr.readline()  # blocks until the first line: the test's timeout bounds it
         ran.terminate()
         ran.wait(timeout=20)
 
     assert said.strip() == (
-        f"kvtop agent: {router}: not an SGLang server log (no line at its start or end is in SGLang's format): "
-        "nothing of it is published"
-    )
-
-
-@pytest.mark.processes
-def test_a_sidecar_with_no_role_on_a_file_that_only_mentions_one_publishes_no_rank(tmp_path: Path):
-    """With no --role, a runbook that quotes a decode's words (`Lost connection with prefill instance`) was taken for a
-    decode server's log: the sidecar published decode-0/TP0, listed alive by every view, while it said nothing of the
-    file is published. A role only a file that is no SGLang log suggests (its text, its name) publishes no rank."""
-    import subprocess
-    import sys
-
-    runbook = tmp_path / "decode-runbook.md"
-    runbook.write_text("If decode says `Lost connection with prefill instance`, check the bootstrap port.\n")
-    command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
-    with subprocess.Popen([command, "agent", "--sglang-log", str(runbook)], stderr=subprocess.PIPE, text=True) as ran:
-        assert ran.stderr is not None
-        said = ran.stderr.readline()  # blocks until the first line: the test's timeout bounds it
-        ran.terminate()
-        ran.wait(timeout=20)
-
-    assert said.strip() == (
-        f"kvtop agent: {runbook}: not an SGLang server log (no line at its start or end is in SGLang's format): "
+        f"kvtop agent: {path}: not an SGLang server log (no line at its start or end is in SGLang's format): "
         "nothing of it is published"
     )
