@@ -494,7 +494,7 @@ def incidents(
     follow: Follow = False,
     interval: Interval = 1.0,
 ) -> None:
-    """What broke, where, since when, how bad: one line per incident, newest first.
+    """What broke, where, since when, how bad: one line per incident, the ongoing first (the earliest on top).
 
     An incident is one cause seen across rooms: the failure groups of one suspect (what most likely broke:
     a rank, an instance, the other side of an instance, the client; `unknown` when nothing names one) and

@@ -51,6 +51,10 @@ def _demo_faults(prefill: int) -> dict[str, tuple[FaultSpec, ...]]:
     return {target: specs for target, specs in DEMO_FAULTS.items() if target != "prefill-1" or prefill > 1}
 
 
+LATENCIES_SHOWN = 500
+"""The latest rooms the status line's end-to-end percentiles cover."""
+
+
 @dataclass
 class StatusLine:
     """Turns cumulative router stats into one line per interval."""
@@ -59,21 +63,24 @@ class StatusLine:
     last_time: float = 0.0
 
     def render(self, stats: WorkloadStats, now: float) -> str:
+        """Each figure says its window: the room counts since start (in flight: now), the rate over the interval,
+        the latency over the latest rooms, the failure origins since start."""
         elapsed = max(1e-9, now - self.last_time) if self.last_time else 0.0
         per_s = (stats.bytes_moved - self.last_bytes) / elapsed if elapsed else 0.0
         self.last_bytes, self.last_time = stats.bytes_moved, now
-        recent = sorted(stats.latencies_s[-500:])
+        recent = sorted(stats.latencies_s[-LATENCIES_SHOWN:])
         latency = (  # the room end to end, as the router saw it: not `kvtop status`' transfer time on a rank
             f"room end to end p50 {recent[len(recent) // 2] * 1000:.0f} ms, "
-            f"p99 {recent[int(len(recent) * 0.99)] * 1000:.0f} ms"
+            f"p99 {recent[int(len(recent) * 0.99)] * 1000:.0f} ms (last {len(recent)} rooms)"
             if recent
             else "no rooms yet"
         )
+        over = f" (last {elapsed:.1f}s)" if elapsed else ""
         failures = ", ".join(f"{name} {count}" for name, count in stats.failures_by_class.most_common()) or "none"
         return (
             f"{time.strftime('%H:%M:%S')}  rooms ok {stats.succeeded}, failed {stats.failed}, "
-            f"refused {stats.refused}, lost {stats.lost}, in flight {stats.inflight}  |  {rate(per_s)}, {latency}"
-            f"  |  failure origins: {failures}"
+            f"refused {stats.refused}, lost {stats.lost}, in flight {stats.inflight} (since start; in flight now)  |  "
+            f"{rate(per_s)}{over}, {latency}  |  failure origins since start: {failures}"
         )
 
 

@@ -523,15 +523,18 @@ class ClusterModel:
         return next(iter(self.finished.values())).ts if len(self.finished) >= FINISHED_ROOMS_KEPT else 0.0
 
     def rates(self, now: float, window_s: float) -> Rates:
-        """Rooms/s, GB/s and latency over the covered part of the last `window_s` (`coverage()`), or since
-        the first transfer, if later."""
+        """Rooms/s over the covered part of the last `window_s` (`coverage()`), or since the first room heard to
+        finish in it, if later; GB/s and latency over it, or since the first transfer heard, if later. Each rate
+        divides by the time its own count covers (a snapshot's rooms reach further back than its transfers)."""
         covered = self.coverage(now, window_s).span_s
         rows = self.transfers.window(now - covered)
         span = max(1.0, min(covered, now - float(rows[:, 0].min()))) if len(rows) else max(1.0, covered)
-        failure_rate, finished = self.failure_rate(now, window_s)
+        outcomes = self.outcomes(now, window_s)
+        rooms_span = max(1.0, min(covered, now - outcomes.first_ts)) if outcomes.finished else max(1.0, covered)
         p50, p90, p99 = percentiles(rows[:, 2])
         gbps = float(rows[:, 1].sum()) / span / 1e9
-        return Rates(finished / span, gbps, p50, p90, p99, failure_rate, finished, covered, span)
+        finished, rate = outcomes.finished, outcomes.failure_rate
+        return Rates(finished / rooms_span, gbps, p50, p90, p99, rate, finished, covered, span, rooms_span)
 
     def failure_rate(self, now: float, window_s: float) -> tuple[float, int]:
         """Failed fraction of the rooms that finished in the covered part of the last `window_s`
@@ -547,7 +550,8 @@ class ClusterModel:
         recent = [f for f in self._finished_since(now, window_s) if not f.from_log]
         unsuccessful = [f.room for f in recent if not f.ok]
         aborted = sum(self._causes.get(room) == _ABORT_CAUSE for room in unsuccessful)
-        return Outcomes(len(recent), len(unsuccessful) - aborted, aborted)
+        first = min((f.ts for f in recent), default=now)
+        return Outcomes(len(recent), len(unsuccessful) - aborted, aborted, first)
 
     def failed_rooms_by_link(self) -> dict[tuple[str, str], int]:
         """Failed rooms per (prefill, decode) link: those retired, and those failed but not yet retired.

@@ -284,9 +284,17 @@ class IncidentTracker:
         incident_id = self.by_lead.get(_lead_key(group.lead))
         return self.incidents.get(incident_id) if incident_id is not None else None
 
-    def newest_first(self) -> list[Incident]:
-        """Every incident kept, the latest to have a new group first."""
-        return sorted(self.incidents.values(), key=lambda incident: (incident.last_seen, incident.id), reverse=True)
+    def in_order(self, now: float) -> list[Incident]:
+        """Every incident kept, in the order every view lists them (docs/incidents.md, "Order"): the ongoing first,
+        the cluster's before the client's aborts, each by start, the earliest on top (a new one joins below them);
+        then the ended, the latest to end on top. A new failure moves no row; an incident moves when it ends."""
+
+        def place(incident: Incident) -> tuple[int, float, int]:
+            if incident.ongoing(now, self.quiet_gap_s):
+                return (int(incident.client), incident.first_seen, incident.id)
+            return (2, -incident.last_seen, -incident.id)
+
+        return sorted(self.incidents.values(), key=place)
 
     def state(self) -> TrackerState:
         """Everything the tracker holds, for a keyframe."""

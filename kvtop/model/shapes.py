@@ -229,6 +229,8 @@ class Outcomes:
     finished: int = 0
     failed: int = 0
     aborted: int = 0
+    first_ts: float = 0.0
+    """When the first of them finished (the window's end when none did)."""
 
     @property
     def failure_rate(self) -> float:
@@ -257,8 +259,11 @@ class Rates:
     span_s: float = 0.0
     """Seconds the figures cover: the window, or less where the history held less (`Coverage`)."""
     per_s_over: float = 0.0
-    """Seconds the per-second rates divide by: `span_s`, or less when the first transfer heard came later (a
+    """Seconds GB/s divides by (and latency covers): `span_s`, or less when the first transfer heard came later (a
     recording, a collector that just started)."""
+    rooms_over: float = 0.0
+    """Seconds `finished` covers and rooms/s divides by: `span_s`, or less when the first room heard to finish came
+    later (a snapshot's rooms may reach further back than its transfers)."""
 
 
 class Finished(msgspec.Struct, gc=False):

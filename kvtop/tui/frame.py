@@ -259,7 +259,7 @@ class Frame:
     groups: list[FailureGroup]
     events: Sequence[tuple[str, Event, str]]
     incidents: list[IncidentRow] = field(default_factory=list)
-    """The incidents the model keeps (those the filter matches), the latest to grow first."""
+    """The incidents the model keeps (those the filter matches), in `IncidentTracker.in_order`: ongoing first."""
     group_incidents: list[int] = field(default_factory=list)
     """The incident id of each of `groups` (0: in none the model keeps)."""
     """(agent label, event, the level it shows at: levels follow the fold), oldest first (a `Page`, as rooms)."""
@@ -321,7 +321,7 @@ class FrameBuilder:
         recent_groups = model.fold.since(now - WINDOW_S)
         aborted = sum(group.aborted for group in recent_groups)
         gap = model.incidents.quiet_gap_s
-        incidents = [IncidentRow.of(incident, now, gap) for incident in model.incidents.newest_first()]
+        incidents = [IncidentRow.of(incident, now, gap) for incident in model.incidents.in_order(now)]
         suspected = suspected_ranks(model, now)
         if self._counted[0] == float("-inf") or (self.count_in_build and self.counts_due(now)):
             self.count_rooms(now)

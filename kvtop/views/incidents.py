@@ -1,4 +1,4 @@
-"""Incidents for people (one line each, newest first) and for scripts (JSON); no terminal library needed.
+"""Incidents for people (one line each, ongoing first) and for scripts (JSON); no terminal library needed.
 
 An incident is one cause across rooms: its suspect (what most likely broke), the kind of failure, since when,
 how many rooms, its origins (who noticed) and echoes (DOMAIN.md, "Origins, suspects and incidents").
@@ -26,14 +26,15 @@ def state(incident: Incident, now: float, quiet_gap_s: float) -> str:
     return "ongoing" if incident.ongoing(now, quiet_gap_s) else "ended"
 
 
-def in_span(model: ClusterModel, since: float | None = None, until: float | None = None) -> list[Incident]:
-    """The incidents the model keeps that overlap [since, until], newest first, one still under way at `since` (its
+def in_span(model: ClusterModel, since: float | None, now: float) -> list[Incident]:
+    """The incidents the model keeps that overlap [since, now], in the views' order (`IncidentTracker.in_order`: the
+    ongoing first, earliest start on top; then the ended, latest end on top), one still under way at `since` (its
     last room less than a quiet gap before) included (bring them up to date first: `ClusterModel.update_incidents`)."""
     start = None if since is None else since - model.incidents.quiet_gap_s
     return [
         incident
-        for incident in model.incidents.newest_first()
-        if (start is None or incident.last_seen >= start) and (until is None or incident.first_seen <= until)
+        for incident in model.incidents.in_order(now)
+        if (start is None or incident.last_seen >= start) and incident.first_seen <= now
     ]
 
 
@@ -106,9 +107,10 @@ def render(
     quiet_gap_s: float,
     groups: dict[int, list[FailureGroup]] | None = None,
 ) -> str:
-    """One line per incident, newest first, each suspect whole (a host name tells one server from another) up to a
-    column of `_SUSPECT_MAX`; with `groups` (`--debug`), each incident's failure groups under it in its columns
-    (the room under SUSPECT, the rank that noticed under WHAT, its class, time, origin/echoes and reason)."""
+    """One line per incident, in the order given (`in_span`'s), each suspect whole (a host name tells one server
+    from another) up to a column of `_SUSPECT_MAX`; with `groups` (`--debug`), each incident's failure groups under
+    it in its columns (the room under SUSPECT, the rank that noticed under WHAT, its class, time, origin/echoes and
+    reason)."""
     dated = spans_days([incident.first_seen for incident in incidents] + [now])
     width = len(stamp(0.0, dated)) - 4
     named = min(_SUSPECT_MAX, max([_SUSPECT_WIDTH, *(len(incident.suspect.text) for incident in incidents)]))

@@ -357,6 +357,7 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
         "rooms_failed": model.rooms_failed(now, window_s),
         "rooms_per_s": None if no_transfers else round(rates.rooms_per_s, 2),
         "per_s_over": None if no_transfers else round(rates.per_s_over, 3),
+        "rooms_over_s": None if no_transfers else round(rates.rooms_over, 3),
         "gbps": None if no_transfers else round(rates.gbps, 4),
         "latency_s": {
             p: None if no_transfers else value
@@ -419,7 +420,7 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
         + from_logs
         if live
         else f"ranks   {ranks['log']} from logs (logs tell no liveness)" + _peer_named(ranks),
-        f"rooms   {s['rooms_open']} open, {s['rooms_finished']} finished {span}, "
+        f"rooms   {s['rooms_open']} open, {s['rooms_finished']} finished {_finished_over(s, span)}, "
         f"{s['rooms_per_s']:.1f}/s, {gbps(s['gbps'])}{_heard_over(s)}"
         if timed
         else f"rooms   {s['rooms_open']} open (logs name a room where it failed; no transfers, no rate)",
@@ -468,12 +469,19 @@ def _peer_named(ranks: dict[str, int]) -> str:
     return f", {count} known only from peers' lines (no log of its own read)" if count else ""
 
 
+def _finished_over(s: dict[str, Any], span: str) -> str:
+    """`in 60s` (the window, or `span` as covered), or `in the 25s heard` when the first room heard to finish came
+    later: the seconds the count covers, which rooms/s beside it divides by (one window for both)."""
+    over = s["rooms_over_s"]
+    return span if over is None or over >= s["span_s"] - 0.5 else f"in the {seconds(over)} heard"
+
+
 def _heard_over(s: dict[str, Any]) -> str:
-    """` (per second over the 19s heard)` when the rates divide by less than the window said before them."""
-    over = s["per_s_over"]
-    if over is None or over >= s["span_s"] - 0.5:
+    """` (transfers per second over the 13s heard)` when GB/s divides by other seconds than the rooms beside it."""
+    over, rooms_over = s["per_s_over"], s["rooms_over_s"]
+    if over is None or abs(over - min(rooms_over, s["span_s"])) < 0.5:
         return ""
-    return f" (per second over the {seconds(over)} heard)"
+    return f" (transfers per second over the {seconds(over)} heard)"
 
 
 def _incidents_line(s: dict[str, Any], window_s: float) -> str:

@@ -18,7 +18,7 @@ from kvtop.model.shapes import STALE_S
 from kvtop.model.suspects import Suspect
 from kvtop.record.keyframes import capture, restore
 from kvtop.views.failures import render_groups
-from kvtop.views.incidents import incident_json
+from kvtop.views.incidents import in_span, incident_json
 from kvtop.views.tables import ranks_json, ranks_text, status_json
 from transport.kvpoll import KVPoll
 from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure, Heartbeat, RoomState
@@ -110,6 +110,29 @@ def test_client_aborts_are_an_incident_of_the_client_apart_from_the_cluster():
 
     assert incidents(model, T0 + 4) == [("the client", "aborted", 3)]
     assert next(iter(model.incidents.incidents.values())).client
+
+
+def test_incidents_list_the_ongoing_by_start_then_the_ended_and_a_new_failure_moves_none():
+    """Every view's order (`in_order`, `in_span`): the cluster's ongoing incidents, earliest start on top, then the
+    client's aborts, then the ended; more failures of the later ongoing incident leave every row where it was."""
+    model = ClusterModel()
+    gap = model.incidents.quiet_gap_s
+    refused = origin(T0 - gap - 30, 99, "prefill-1/TP0", "Prefill rank 0 refused the transfer request of room 99",
+                     "refused", "prefill-1/TP0")  # fmt: skip
+    deliver(model, "prefill-1/TP0", [refused], T0 - gap - 30)
+    deliver(model, "decode-0/TP0", [checksum(T0 + 1, 1, "decode-0/TP0", "prefill-0/TP0")], T0 + 1)
+    abort = origin(T0 + 2, 2, "decode-0/TP1", "Aborted by AbortReq.", "aborted", "client")
+    deliver(model, "decode-0/TP1", [abort], T0 + 2)
+    deliver(model, "decode-1/TP0", [checksum(T0 + 3, 3, "decode-1/TP0", "prefill-0/TP1")], T0 + 3)
+    order = ["prefill-0/TP0", "prefill-0/TP1", "the client", "prefill-1/TP0"]
+
+    model.sweep(T0 + 4)
+    assert [incident.suspect.text for incident in model.incidents.in_order(T0 + 4)] == order
+    for room in range(4, 10):  # the second incident grows, the first stays quiet
+        deliver(model, "decode-1/TP0", [checksum(T0 + room, room, "decode-1/TP0", "prefill-0/TP1")], T0 + room)
+        model.sweep(T0 + room + 0.5)
+        assert [incident.suspect.text for incident in in_span(model, None, T0 + room + 0.5)] == order
+    assert [incident.room_count for incident in model.incidents.in_order(T0 + 10)][:2] == [1, 7]
 
 
 def test_an_echo_heard_a_sweep_before_its_origin_waits_for_it_and_makes_no_incident_of_its_own():

@@ -199,7 +199,26 @@ def test_status_says_when_its_rates_divide_by_less_than_its_window():
     rooms = next(line for line in status_text(model, T0 + 10, 60).splitlines() if line.startswith("rooms"))
 
     assert (rates.span_s, rates.per_s_over) == (60, 10)
-    assert rooms.endswith("(per second over the 10s heard)")
+    assert rooms.endswith("(transfers per second over the 10s heard)")
+
+
+def test_rooms_per_second_divides_by_the_seconds_its_finished_rooms_cover_and_status_says_one_window_for_both():
+    """Rooms finished over 30 s (a snapshot's rooms) but transfers heard for the last 10 s: rooms/s is the finished
+    rooms over their 30 s, not over the transfers' 10 s (it read 3.0/s, and `30 finished in 60s` beside
+    `per second over the 10s heard`); the line names each count's window once."""
+    model = ClusterModel()
+    for room in range(30):
+        for label, peer in (("prefill-0/TP0", "decode-0"), ("decode-0/TP0", "prefill-0")):
+            model.apply(label, batch(label, room + 1, room_events(room, T0 + room, KVPoll.Success, peer)), T0 + room)
+    done: list[Event] = [TransferDone(T0 + i, i, 1e9, 0.01, "prefill-0") for i in range(20, 30)]
+    model.apply("decode-0/TP0", batch("decode-0/TP0", 99, done), T0 + 30)
+
+    rates = model.rates(T0 + 30, window_s=60)
+    rooms = next(line for line in status_text(model, T0 + 30, 60).splitlines() if line.startswith("rooms"))
+
+    assert (rates.finished, round(rates.rooms_over), round(rates.per_s_over)) == (30, 30, 10)
+    assert round(rates.rooms_per_s, 1) == 1.0
+    assert "30 finished in the 30s heard, 1.0/s, 1.00 GB/s (transfers per second over the 10s heard)" in rooms
 
 
 def test_failures_feed_the_fold_and_rank_counts():

@@ -78,8 +78,8 @@ class TreeRow:
 
 
 class TreeRows(Sequence[TreeRow]):
-    """The tree's rows: incidents, the latest to grow first; an expanded incident's groups under it, newest
-    first; an expanded group's echoes under it. Made per index: a frame builds only the index."""
+    """The tree's rows: incidents, the ongoing first (`IncidentTracker.in_order`); an expanded incident's groups
+    under it, newest first; an expanded group's echoes under it. Made per index: a frame builds only the index."""
 
     def __init__(
         self,
@@ -131,7 +131,7 @@ def tree_of(frame: Frame) -> tuple[list[IncidentRow], dict[int, list[FailureGrou
 
 
 class FailuresView(Vertical):
-    """The failures as a tree on the line API: incidents (what broke) on top, newest first; each expands to its
+    """The failures as a tree on the line API: incidents (what broke) on top, the ongoing first; each expands to its
     failure groups (one per failure: its origin, who noticed), each group to its echoes.
 
     | Key | Action |

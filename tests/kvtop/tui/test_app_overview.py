@@ -47,7 +47,7 @@ def test_the_health_line_counts_what_the_model_holds(app: KvtopApp, source: Fixt
 
 
 def test_the_overview_lists_the_ongoing_incidents_with_their_rooms_and_start(app: KvtopApp, source: FixtureSource):
-    """The overview's incidents panel is the model's ongoing cluster incidents, latest to grow first: rooms,
+    """The overview's incidents panel is the model's ongoing cluster incidents, earliest start first: rooms,
     what broke, since when."""
     seen = {}
 
@@ -56,7 +56,7 @@ def test_the_overview_lists_the_ongoing_incidents_with_their_rooms_and_start(app
 
     drive(app, scenario)
 
-    ongoing = [i for i in source.model.incidents.newest_first() if i.ongoing(FIXED_NOW) and not i.client]
+    ongoing = [i for i in source.model.incidents.in_order(FIXED_NOW) if i.ongoing(FIXED_NOW) and not i.client]
     assert 2 <= len(ongoing) <= INCIDENT_LINES // 2  # the synthetic cluster's corrupting prefill ranks
     expected = []
     for incident in ongoing:

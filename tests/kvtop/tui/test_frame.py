@@ -240,12 +240,13 @@ def test_ranks_turn_stale_when_their_batches_stop(model: ClusterModel):
     assert (health.ranks_alive, health.ranks_total) == (0, 8)
 
 
-def test_a_frame_carries_the_models_incidents_latest_first_and_each_groups_incident(model: ClusterModel):
-    """Every incident the model keeps, as rows (no room lists), and the incident id of each group shown."""
+def test_a_frame_carries_the_models_incidents_in_the_views_order_and_each_groups_incident(model: ClusterModel):
+    """Every incident the model keeps, as rows (no room lists), in `in_order` (the CLI's), and the incident id of
+    each group shown."""
     frame = FrameBuilder(model).build(Options(), FIXED_NOW)
 
     gap = model.incidents.quiet_gap_s
-    assert frame.incidents == [IncidentRow.of(i, FIXED_NOW, gap) for i in model.incidents.newest_first()]
+    assert frame.incidents == [IncidentRow.of(i, FIXED_NOW, gap) for i in model.incidents.in_order(FIXED_NOW)]
     assert frame.group_incidents == [model.incidents.incident_of(g).id for g in frame.groups]
     assert frame.health.incidents_ongoing == sum(row.ongoing and not row.client for row in frame.incidents) > 0
 
