@@ -25,10 +25,10 @@ def control_of(cluster: LocalCluster, control, label: str) -> ControlClient:
 def test_a_room_submitted_to_one_rank_of_each_instance_fails_on_the_vote_timeout_and_frees_its_pages(
     make_cluster, control, subscribe, wait_for
 ):
-    """The partial submit of issue 12: TP1 of both instances never get the room; decode-0/TP0 fails it
-    (timeout_consensus, itself the origin) one vote timeout after taking it and tells prefill-0/TP0, which fails
-    it as that echo, or as an origin of its own when its own vote timeout came first; each answers and frees its
-    pages."""
+    """The partial submit of issue 12: TP1 of both instances never get the room; each TP0 fails it one vote
+    timeout after taking it (timeout_consensus, itself the origin) and tells the other (decode-0/TP0 its ABORT,
+    prefill-0/TP0, whose part was sent, a Failed status), which fails it as that echo when its own vote timeout
+    had not come yet; each answers and frees its pages."""
     spec = ClusterSpec(prefill_tp=2, decode_tp=2, num_pages=64, page_bytes=2 * PAGE_BYTES, transfer=FAST)
     cluster = make_cluster(spec)
     events = subscribe(cluster.agents())
@@ -41,13 +41,15 @@ def test_a_room_submitted_to_one_rank_of_each_instance_fails_on_the_vote_timeout
     decode.submit(room, 50, prefill_instance="prefill-0")
     results = [client.wait_result(room, VOTE_TIMEOUT_S + 10) for client in (prefill, decode)]
 
-    told = results[0].origin == "decode-0/TP0"  # the decode's ABORT came before prefill's own timeout
+    echoes = [result.origin != label for result, label in zip(results, labels, strict=True)]
+    assert echoes != [True, True], "one of them timed out first"
     assert [(r.state, r.reason_class, r.origin) for r in results] == [
-        (KVPoll.Failed, "propagated", "decode-0/TP0") if told else (KVPoll.Failed, "timeout_consensus", labels[0]),
-        (KVPoll.Failed, "timeout_consensus", "decode-0/TP0"),
+        (KVPoll.Failed, "propagated", other) if echo else (KVPoll.Failed, "timeout_consensus", label)
+        for echo, label, other in zip(echoes, labels, labels[::-1], strict=True)
     ]
-    assert not results[1].is_from_another_rank
-    assert told or "waiting for the vote of rank prefill-0/TP1" in results[0].reason
+    for result, label, echo in zip(results, labels, echoes, strict=True):
+        own_silent_rank = label.replace("TP0", "TP1")
+        assert echo or f"waiting for the vote of rank {own_silent_rank}" in result.reason
     for client in (prefill, decode):
         stats = wait_for(lambda c=client: (s := c.stats())["rooms_live"] == 0 and s, what="the room is released")
         assert stats["pool_pages"] == stats["pool_free_pages"] == 64
@@ -55,7 +57,9 @@ def test_a_room_submitted_to_one_rank_of_each_instance_fails_on_the_vote_timeout
     for label in labels:  # published, so kvtop counts the room failed on the ranks that took it
         assert KVPoll.Failed == events.room_states(label)[room]
     origins = [(f.rank, f.reason_class) for f in events.failures(room) if f.origin == f.rank]
-    assert sorted((label, "timeout_consensus") for label in labels[told:]) == sorted(origins)
+    assert sorted(
+        (label, "timeout_consensus") for label, echo in zip(labels, echoes, strict=True) if not echo
+    ) == sorted(origins)
 
 
 def test_a_finished_room_whose_instance_never_agreed_is_failed_before_the_sweep_forgets_it(
