@@ -18,6 +18,7 @@ from kvtop.source.spec import SourceSpec
 if TYPE_CHECKING:
     from kvtop.export.server import MetricsServer
     from kvtop.model.cluster import ClusterModel
+    from kvtop.source.base import Source
 
 _POLL_S = 0.25
 
@@ -114,7 +115,8 @@ def export(
     windows. docs/export.md lists every metric; kvtop/export/grafana/kvtop.json is a dashboard on them.
     With --sglang-log the files are followed as they grow; with --replay the model is the recording's at --at
     (default: its end), judged at that instant; with --model, the dashboard's model as it was at the last
-    ask (every --model-every). The first stdout line is the /metrics URL.
+    ask (every --model-every). The first stdout line is the /metrics URL. No agent answered within --wait (a
+    bootstrap that lists none): said on stderr once, and when the first does; kvtop_ranks is 0 meanwhile.
     Exit 0 on Ctrl-C or SIGTERM; 1 when the bootstrap address (or the dashboard's model) does not answer,
     the address cannot be bound, or the collector stops (its error on stderr).
     """
@@ -129,12 +131,40 @@ def export(
         with exporting(listen, read.model, read.lock, source.kind, read.now) as server:
             assert server is not None
             typer.echo(server.url)
+            silence = _Silence(read, source.wait)
             while not (stopped := read.stopped()):
                 time.sleep(every)
+                silence.check()
                 read.refresh()  # a dashboard's model asked again: served from then on
                 with read.lock:
                     server.metrics.model = read.model
             raise fail(stopped)
+
+
+class _Silence:
+    """Says on stderr, once, that no agent answered within the wait (served on: `kvtop_ranks` is 0, never health),
+    and when the first one does."""
+
+    def __init__(self, source: Source, wait: float) -> None:
+        self.source = source
+        self.wait = wait
+        self.started = time.monotonic()
+        self.heard = False
+        self.said = False
+
+    def check(self) -> None:
+        if self.heard:
+            return
+        waited = time.monotonic() - self.started
+        if self.source.heard():
+            self.heard = True
+            if self.said:
+                typer.echo(f"kvtop: an agent answered after {waited:.1f}s", err=True)
+        elif not self.said and waited >= self.wait:
+            self.said = True
+            typer.echo(
+                f"kvtop: {self.source.silence()}; serving on: kvtop_ranks says 0 until an agent answers", err=True
+            )
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:

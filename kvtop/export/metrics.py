@@ -347,6 +347,16 @@ class ModelMetrics(Collector):
             "When the rank's scheduler crashed, as its server log said (Unix time; no series for a rank that did not).",
             labels=RANK,
         )
+        counts = Counter(rank.state for rank in reading.ranks)
+        ranks = GaugeMetricFamily(
+            "kvtop_ranks",
+            "Ranks the model knows, by state (every state, 0 included: 0 in all while no agent answered, which an "
+            "alert on the per-rank series, absent then, would not see).",
+            labels=["state"],
+        )
+        for liveness in Liveness:
+            ranks.add_metric([str(liveness)], counts[liveness])
+        yield ranks
         for rank in reading.ranks:
             identity = {"host": rank.host, "pid": str(rank.pid), "incarnation": str(rank.incarnation)}
             info.add_metric(rank.labels, identity)
