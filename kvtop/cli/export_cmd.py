@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from kvtop.cli.options import MAX_INTERVAL_S, fail
-from kvtop.cli.source import reading, reads_source
+from kvtop.cli.source import SilenceSaid, reading, reads_source
 from kvtop.source.spec import SourceSpec
 
 if TYPE_CHECKING:
@@ -113,7 +113,8 @@ def export(
     windows. docs/export.md lists every metric; kvtop/export/grafana/kvtop.json is a dashboard on them.
     With --sglang-log the files are followed as they grow; with --replay the model is the recording's at --at
     (default: its end), judged at that instant; with --model, the dashboard's model as it was at the last
-    ask (every --model-every). The first stdout line is the /metrics URL.
+    ask (every --model-every). The first stdout line is the /metrics URL. No agent answered within --wait (a
+    bootstrap that lists none): said on stderr once, and when the first does; kvtop_ranks is 0 meanwhile.
     Exit 0 on Ctrl-C, SIGTERM or SIGHUP; 1 when the bootstrap address (or the dashboard's model) does not answer,
     the address cannot be bound, or the collector stops (its error on stderr).
     """
@@ -131,14 +132,20 @@ def export(
             with exporting(listen, read.model, read.lock, source.kind, read.now) as server:
                 assert server is not None
                 typer.echo(server.url)
+                silence = SilenceSaid(read, source.wait, "kvtop", f"serving on: {_UNTIL_ONE_ANSWERS}")
                 while not (stopped := read.stopped()):
                     time.sleep(every)
+                    silence.check()
                     read.refresh()  # a dashboard's model asked again: served from then on
                     with read.lock:
                         server.metrics.model = read.model
                 raise fail(stopped)
     finally:
         ignore(*STOP_SIGNALS)  # stopped: a late one must not kill the interpreter's exit (-15)
+
+
+_UNTIL_ONE_ANSWERS = "kvtop_ranks says 0 until an agent answers"
+"""What the exporter says it does while no agent answered: it serves on (a cluster may start after it)."""
 
 
 def register(app: typer.Typer) -> None:

@@ -22,7 +22,7 @@ from kvtop.cli.options import (
     Wait,
     fail,
 )
-from kvtop.cli.source import spec_of
+from kvtop.cli.source import SilenceSaid, spec_of
 from kvtop.cli.units import parse_size
 from kvtop.source.when import parse_duration, pick
 from kvtop.views.units import size
@@ -171,15 +171,11 @@ def _run(
     first that does."""
     started = time.monotonic()
     next_status = started + interval
-    heard, silence_said = False, False
+    silence = SilenceSaid(source, wait, "kvtop record", "recording on: agents are recorded as they answer")
     while not stop.wait(0.2):
         if stopped := source.stopped():
             return stopped
-        if not heard and (heard := source.heard()) and silence_said:
-            typer.echo(f"kvtop record: an agent answered after {time.monotonic() - started:.1f}s", err=True)
-        elif not heard and not silence_said and time.monotonic() - started >= wait:
-            silence_said = True
-            typer.echo(f"kvtop record: {source.silence()}; recording on: agents are recorded as they answer", err=True)
+        silence.check()
         if recorder.error:
             return recorder.error
         if duration is not None and time.monotonic() - started >= duration:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import time
 import typing
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -140,3 +141,27 @@ def say_what_was_heard(source: Source, follow: bool = False) -> str:
     elif not follow and (nothing := source.nothing_to_judge()):
         raise fail(nothing, 2)
     return ""
+
+
+class SilenceSaid:
+    """Says on stderr, once, that no agent answered within `wait` and what the command does meanwhile (`going_on`:
+    a recorder or an exporter started before its cluster goes on; silence is said, never taken for health), and
+    when the first agent does."""
+
+    def __init__(self, source: Source, wait: float, command: str, going_on: str) -> None:
+        self.source, self.wait, self.command, self.going_on = source, wait, command, going_on
+        self.started = time.monotonic()
+        self.heard = False
+        self.said = False
+
+    def check(self) -> None:
+        if self.heard:
+            return
+        waited = time.monotonic() - self.started
+        if self.source.heard():
+            self.heard = True
+            if self.said:
+                typer.echo(f"{self.command}: an agent answered after {waited:.1f}s", err=True)
+        elif not self.said and waited >= self.wait:
+            self.said = True
+            typer.echo(f"{self.command}: {self.source.silence()}; {self.going_on}", err=True)

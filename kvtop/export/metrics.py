@@ -131,6 +131,9 @@ class ModelMetrics(Collector):
         self._rejections: Carried[tuple[str, str, str, str, str, str]] = Carried()
         self._started: dict[tuple[str, str], int] = {}
         """The most incidents each (kind, suspect kind) ever counted as started."""
+        self._link_failed: dict[tuple[str, str], int] = {}
+        """The most failed rooms each link ever counted: a log's room a peer's line linked by address moves to the
+        link its own log names (`ClusterModel._relink`), and a counter must not go down."""
         self._sees_successes = False
         """A rank that reports its transfers was heard once: `succeeded` has a series from then on."""
         self._one_scrape = threading.Lock()
@@ -324,8 +327,10 @@ class ModelMetrics(Collector):
         for link in links:
             nbytes.add_metric(link.labels, link.nbytes)
             transfers.add_metric(link.labels, link.transfers)
-            failed.add_metric(link.labels, link.failed_rooms)
             durations.add_metric(link.labels, link.buckets, link.total_s)
+            self._link_failed[link.labels] = max(self._link_failed.get(link.labels, 0), link.failed_rooms)
+        for labels, rooms in self._link_failed.items():
+            failed.add_metric(labels, rooms)
         yield from (nbytes, transfers, failed, durations)
 
     def _rank_families(self, reading: _Reading) -> Iterator[Metric]:
@@ -347,6 +352,16 @@ class ModelMetrics(Collector):
             "When the rank's scheduler crashed, as its server log said (Unix time; no series for a rank that did not).",
             labels=RANK,
         )
+        counts = Counter(rank.state for rank in reading.ranks)
+        ranks = GaugeMetricFamily(
+            "kvtop_ranks",
+            "Ranks the model knows, by state (every state, 0 included: 0 in all while no agent answered, which an "
+            "alert on the per-rank series, absent then, would not see).",
+            labels=["state"],
+        )
+        for liveness in Liveness:
+            ranks.add_metric([str(liveness)], counts[liveness])
+        yield ranks
         for rank in reading.ranks:
             identity = {"host": rank.host, "pid": str(rank.pid), "incarnation": str(rank.incarnation)}
             info.add_metric(rank.labels, identity)

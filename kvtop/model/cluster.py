@@ -59,6 +59,7 @@ from kvtop.model.suspects import (
     local_fault,
     lost_a_peer,
     prefill_lost,
+    room_peer,
     waited_in_vain,
 )
 from kvtop.model.timeline import ECHOES, ORIGINS, Timeline
@@ -817,13 +818,27 @@ class ClusterModel:
         room.codes = {**room.codes, view.label: FAILED}  # replaced, never changed in place (see `RoomView.codes`)
         room.last_progress = max(room.last_progress, event.ts)
         room.touched_at = self._now
-        linked = all(room.link)
+        prefill, decode = room.link
+        peer = "" if prefill and decode else room_peer(view.role, view.instance, event.reason, event.ts, self)
         if view.role == "prefill":
-            room.link = (view.instance, room.link[1])
+            self._relink(room, (view.instance, decode or peer))
         elif view.role == "decode":
-            room.link = (room.link[0], view.instance)
-        if all(room.link) and not linked:  # both sides named it: a failed room of that link
-            self._link(room.link).failed_rooms += 1
+            self._relink(room, (prefill or peer, view.instance))
+
+    def _relink(self, room: RoomView, link: tuple[str, str]) -> None:
+        """A log's room linked as its lines name it now: a failed room of its link once both sides are named (a
+        side a peer's line named by address is taken over by the instance its own log names: the room moves)."""
+        before = room.link
+        if link == before:
+            return
+        room.link = link
+        moved = self.links.get(before)
+        if moved is not None:
+            moved.failed_rooms = max(0, moved.failed_rooms - 1)
+            if not (moved.failed_rooms or moved.transfers):  # no link of its own: only this room named it so
+                del self.links[before]
+        if all(link):
+            self._link(link).failed_rooms += 1
 
     def sweep(self, now: float, hold_incidents: bool = False) -> None:
         """Retire rooms that every reporting rank finished, once no rank has said more for `SETTLE_S`;

@@ -438,7 +438,7 @@ def _unseen_origin(group: FailureGroup, around: Surroundings) -> Attribution:
     told = _TOLD_BY.get(lead.role)
     if told is not None and lead.reason.startswith(told[0]):
         other = told[1]
-        instance = around.link_of(group.room)[0 if other == "prefill" else 1]
+        instance = _link_of(around, group.room)[0 if other == "prefill" else 1]
         suspect = Suspect("instance", instance, other) if instance else Suspect("side", lead.instance, other)
         return Attribution(suspect, Kind.FAILING, f"{lead.role} was told by {other} that the room failed")
     return Attribution(Suspect("unknown", lead.instance), Kind.FAILING, "no origin seen, nothing names a cause")
@@ -455,11 +455,12 @@ def _by_rules(origin: Observed, room: int, around: Surroundings) -> tuple[Suspec
     if name == ABORTED:
         return CLIENT, "Aborted by AbortReq. (the client or router asked)"
     if name == "checksum" and (other := _METADATA_OF.search(reason)):  # written by the other room's prefill
-        prefill = around.link_of(int(other[1]))[0]
+        prefill = _link_of(around, int(other[1]))[0]
         suspect = Suspect("instance", prefill, "prefill") if prefill else _other_side(origin, room, around)
         return suspect, f"room {other[1]}'s metadata landed in its buffer (metadata buffer index collision)"
     if name == "checksum":
-        prefill = around.link_of(room)[0]
+        prefill = _link_of(around, room)[0]
+        prefill = "" if _ADDRESS_NAME.fullmatch(prefill) else prefill  # a bootstrap address names no rank of it
         sender = _FROM_PREFILL_RANK.search(reason)
         if sender and (prefill or sender[2]):  # the room's prefill instance, else the label the line names
             evidence = f"a chunk from prefill rank {sender[1]} failed its checksum"
@@ -495,6 +496,36 @@ def _by_rules(origin: Observed, room: int, around: Surroundings) -> tuple[Suspec
     if reason.endswith(_OWN_RESTORE):
         return _rank(origin.rank, origin.role), "its own HiCache restore of the room failed"
     return Suspect("unknown", origin.instance), "nothing names a cause"
+
+
+_PEER_ADDRESS = re.compile(r"(?:[^\s/:\[\]]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]):(\d{1,5})")
+"""A peer's address as a link may name it: a host (or a bracketed IPv6 address) and a port."""
+_PEERS_NAMED = {
+    "decode": (_BOOTSTRAP_ADDR, _DOWN_AT, _FETCH_FROM),  # a prefill instance, by its bootstrap address
+    "prefill": (_SESSION, _SEND_TO),  # the decode rank it sent to, by its session (or the address it sent to)
+}
+
+
+def room_peer(role: str, instance: str, reason: str, ts: float, around: Surroundings) -> str:
+    """The other side of a room that a failure of a rank of `role` names by address: a decode rank's prefill
+    instance by its bootstrap address, a prefill rank's decode rank by its session (a send's address: the session
+    its sender said failed with it, as `_decode_rank_at`); "" where it names none, or no `host:port`."""
+    for pattern in _PEERS_NAMED.get(role, ()):
+        found = pattern.search(reason)
+        address = _PEER_ADDRESS.fullmatch(found[1].strip()) if found else None
+        if address is None or int(address[1]) > 65535:
+            continue
+        if pattern is _SEND_TO:
+            return around.session_failed_with(instance, address[0], ts) or address[0]
+        return address[0]
+    return ""
+
+
+def _link_of(around: Surroundings, room: int) -> tuple[str, str]:
+    """The room's (prefill, decode) instances: a decode side the link names by a session (`room_peer`) is one rank
+    of an instance, none of them named, so ""."""
+    prefill, decode = around.link_of(room)
+    return prefill, "" if _ADDRESS_NAME.fullmatch(decode) else decode
 
 
 def _decode_hosts(group: FailureGroup, host: str) -> list[str]:
@@ -539,7 +570,7 @@ def _across_hosts(
         evidence = f"{_SESSIONS_ON}{named} are not alive"
     else:
         evidence = f"sending to its ranks on {named} failed"
-    decode = around.link_of(group.room)[1]
+    decode = _link_of(around, group.room)[1]
     return Suspect("instance", decode or named, "decode"), evidence, _decode_sessions(group, around)
 
 
@@ -571,7 +602,7 @@ def _decode_rank_at(address: str, origin: Observed, around: Surroundings) -> str
 
 def _other_side(origin: Observed, room: int, around: Surroundings) -> Suspect:
     """The room's instance on the other side of the origin, or that side of the origin's instance unnamed."""
-    prefill, decode = around.link_of(room)
+    prefill, decode = _link_of(around, room)
     role = "prefill" if origin.role == "decode" else "decode"
     instance = prefill if role == "prefill" else decode
     return Suspect("instance", instance, role) if instance else Suspect("side", origin.instance, role)

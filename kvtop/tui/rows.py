@@ -219,7 +219,7 @@ def room_line(view: RoomView, frame: Frame, palette: Palette) -> Text:
     link = f"{view.link[0] or '?'}->{view.link[1] or '?'}" if any(view.link) else "-"
     line = Pieces(
         f"{view.room:<21}{now - view.first_seen:>7.1f}{now - view.last_progress:>8.1f}{progress:>10}"
-        f"{units.size(view.bytes_total):>11}  {link:<22}"
+        f"{units.size(view.bytes_total):>11}  {link:<21} "  # a longer link (an address) pushes the rest on
     )
     if frame.stuck(view):
         line.add(f"{'STUCK':<8}", palette.warning + Style(bold=True))

@@ -305,14 +305,16 @@ def rooms_text(listed: list[dict[str, Any]], limit: int = ROOMS_SHOWN) -> str:
     its own; past `limit` (0: no limit), a last line counts the rooms left out by outcome."""
     rooms = sorted(listed, key=_attention)
     shown = rooms[:limit] if limit else rooms
-    lines = [f"{'ROOM':<20} {'OUTCOME':<9} {'STUCK':<5} {'AGE s':>7} {'IDLE s':>7} {'BYTES':>9}  {'LINK':<22} STATES"]
-    for r in shown:
+    links = [f"{r['prefill'] or '?'}->{r['decode'] or '?'}" if r["prefill"] or r["decode"] else "-" for r in shown]
+    wide = max([22, *map(len, links)])  # a side named by its address (`10.0.0.5:8998->decode-0`) widens it
+    head = f"{'ROOM':<20} {'OUTCOME':<9} {'STUCK':<5} {'AGE s':>7} {'IDLE s':>7} {'BYTES':>9}"
+    lines = [f"{head}  {'LINK':<{wide}} STATES"]
+    for r, link in zip(shown, links, strict=True):
         states = " ".join(f"{label}={state}" for label, state in r["states"].items())
-        link = f"{r['prefill'] or '?'}->{r['decode'] or '?'}" if r["prefill"] or r["decode"] else "-"
         flag = "STUCK" if r["stuck"] else "-"
         lines.append(
             f"{r['room']:<20} {r['outcome']:<9} {flag:<5} {r['age_s']:>7.1f} {r['idle_s']:>7.1f} "
-            f"{size(r['bytes_total']):>9}  {link:<22} {states}"
+            f"{size(r['bytes_total']):>9}  {link:<{wide}} {states}"
         )
     if left := rooms[len(shown) :]:
         outcomes = Counter(r["outcome"] for r in left)

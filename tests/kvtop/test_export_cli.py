@@ -22,6 +22,8 @@ from kvtop.model.cluster import ClusterModel
 from kvtop.record.synthetic import feed
 from kvtop.record.writer import Recorder
 from kvtop.sources.synthetic import SyntheticCluster
+from transport import Role
+from transport.bootstrap import BootstrapServer
 
 ABORTS = Path(__file__).parent / "fixtures" / "sglang" / "aborts"
 LOGS = ("--sglang-log", str(ABORTS / "prefill.log"), "--sglang-log", str(ABORTS / "decode.log"))
@@ -155,3 +157,36 @@ def test_export_says_so_when_the_cluster_does_not_answer():
 
     assert result.returncode == 1
     assert "did not answer" in result.stderr
+
+
+def ranks_by_state(url: str) -> dict[str, float]:
+    """`kvtop_ranks` per state, as served."""
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    families = {family.name: family for family in text_string_to_metric_families(text)}
+    return {sample.labels["state"]: sample.value for sample in families["kvtop_ranks"].samples}
+
+
+@pytest.mark.processes
+def test_export_on_a_bootstrap_that_lists_no_agent_says_so_and_serves_ranks_0_until_one_answers(
+    bootstrap: BootstrapServer, make_manager, wait_for
+):
+    """A bootstrap listing no agent: the exporter served in silence, no rank series at all, which no alert on them
+    sees; now `kvtop_ranks` is 0 in every state (an alert can tell it from health), stderr says so once, and says
+    when the first agent answers, counted alive from then on."""
+    with exporting("--bootstrap", bootstrap.endpoint, "--wait", "0.5", "--listen", "127.0.0.1:0") as (url, process):
+        assert process.stderr is not None
+        said = [process.stderr.readline() for _ in range(2)]
+        silent = ranks_by_state(url)
+        make_manager(Role.PREFILL, "prefill-7")
+        said.append(wait_for(process.stderr.readline, timeout=30, what="the exporter's next line"))
+        alive = wait_for(lambda: ranks_by_state(url)["alive"], timeout=30, what="the agent counted alive")
+
+    assert said[0].startswith("kvtop: Prometheus metrics at ")
+    assert said[1] == (
+        f"kvtop: no agent answered within 0.5s (listed by {bootstrap.endpoint}); serving on: kvtop_ranks says 0 "
+        "until an agent answers\n"
+    )
+    assert said[2].startswith("kvtop: an agent answered after ")
+    assert set(silent.values()) == {0.0} and "alive" in silent
+    assert alive == 1.0

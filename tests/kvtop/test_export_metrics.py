@@ -31,6 +31,7 @@ from kvtop.export.tally import FailureTally
 from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import Observed
 from kvtop.model.histogram import HELD_KEPT, DurationHistogram
+from kvtop.model.shapes import Liveness
 from kvtop.sources.sglang import load
 from kvtop.sources.synthetic import SyntheticCluster
 from transport.kvpoll import KVPoll
@@ -56,6 +57,7 @@ CONTRACT: dict[str, tuple[str, set[str]]] = {
     "kvtop_link_transfers": ("counter", LINK),
     "kvtop_link_failed_rooms": ("counter", LINK),
     "kvtop_transfer_duration_seconds": ("histogram", LINK),
+    "kvtop_ranks": ("gauge", {"state"}),
     "kvtop_rank_info": ("gauge", RANK | {"host", "pid", "incarnation"}),
     "kvtop_rank_state": ("gauge", RANK | {"state"}),
     "kvtop_rank_last_seen_timestamp_seconds": ("gauge", RANK),
@@ -507,3 +509,16 @@ def test_grafana_s_failure_rate_counts_the_targets_that_see_successes_and_is_no_
     done = subprocess.run([PROMTOOL, "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True)
 
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_model_with_no_rank_serves_kvtop_ranks_0_in_every_state_not_nothing():
+    """No rank known (a bootstrap that lists none): every per-rank family is empty, so `kvtop_ranks` is what an alert
+    tells that by; the fixed model's ranks are counted by state."""
+    empty = scrape(ModelMetrics(ClusterModel(), threading.Lock(), lambda: NOW, source="bootstrap"))
+    model = fixed_model()
+    served = scrape(ModelMetrics(model, threading.Lock(), lambda: NOW, source="bootstrap"))
+
+    assert samples(empty, "kvtop_ranks") == {(("state", str(state)),): 0.0 for state in Liveness}
+    assert "kvtop_rank_state{" not in empty
+    by_state = {dict(key)["state"]: value for key, value in samples(served, "kvtop_ranks").items()}
+    assert sum(by_state.values()) == len(model.ranks) > 0

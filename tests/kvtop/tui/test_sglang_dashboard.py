@@ -186,7 +186,24 @@ def test_the_links_panel_on_logs_shows_the_failed_rooms_of_each_link_and_no_rate
 
     on_logs([FIXTURES / "prefill.log", FIXTURES / "decode.log"], play)
 
+    header, *rows = seen["links"].splitlines()
+    assert header.split() == ["10.0.0.7:15004", "10.0.0.9:15006", "decode-0"]  # sessions prefill-0 sent to
+    assert [row.split() for row in rows] == [["10.0.0.5:8998", "-", "-", "✗1"], ["prefill-0", "✗1", "✗1", "✗4"]]
+    assert "B/s" not in seen["links"]
+
+
+def test_the_links_panel_names_the_prefill_a_decode_lost_by_its_bootstrap_address():
+    """lost-prefill's rooms failed on decode-0 alone, whose lines name the prefill at 10.0.0.5:8998: the panel said
+    `none: server logs time no transfer` (no link had both sides); now its row is the address, with 5 failed."""
+    seen: dict[str, str] = {}
+
+    async def play(app: KvtopApp, pilot: Pilot[None]) -> None:
+        await wait_until(pilot, lambda: "✗" in text(app, "#links"), "a link's failed rooms shown")
+        seen["links"] = text(app, "#links")
+
+    lost = FIXTURES.parent / "lost-prefill"
+    on_logs([lost / "decode.log", lost / "prefill.log"], play)
+
     header, row = seen["links"].splitlines()
     assert header.split() == ["decode-0"]
-    assert row.split()[0] == "prefill-0" and row.split()[1].startswith("✗")
-    assert "B/s" not in seen["links"]
+    assert row.split() == ["10.0.0.5:8998", "✗5"]
