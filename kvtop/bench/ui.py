@@ -28,6 +28,7 @@ import json
 import os
 import pty
 import select
+import shutil
 import statistics
 import struct
 import subprocess
@@ -221,9 +222,13 @@ def measure_ui(
             raise BenchFailed("the dashboard did not quit on q within 30 s")
     finally:
         terminal.close()
+        written = out.read_text() if out.exists() else ""
+        shutil.rmtree(folder, ignore_errors=True)  # the ring it recorded: ~18 MiB a run
     if terminal.process.returncode != 0:
         raise BenchFailed(f"the dashboard exited with {terminal.process.returncode}: {terminal.seen[-2000:]!r}")
-    timings = json.loads(out.read_text())
+    if not written:
+        raise BenchFailed("the dashboard exited 0 and wrote no timings")
+    timings = json.loads(written)
     draws = timings["draws"]
     steady = [(seconds, view) for at, seconds, view in draws if any(a <= at <= b for a, b, _ in watched)]
     frames = [seconds for seconds, _ in steady]

@@ -192,6 +192,8 @@ class IncidentTracker:
         """The rooms whose groups may still change, the least recently failed first."""
         self._latest: dict[IncidentKey, int] = {}
         """The newest incident of each key (the one a new group of that key may join)."""
+        self._naming: set[int] = set()
+        """The incidents kept that remember sessions (`Incident.sessions`): the few a group suspecting one looks at."""
 
     def add(self, failure: Observed, around: Surroundings) -> None:
         """A failure the model took (folded at the next `update`, or now when too many wait)."""
@@ -311,6 +313,7 @@ class IncidentTracker:
         """The tracker a keyframe's `state()` holds."""
         tracker = cls(state.quiet_gap_s, state.incidents_kept, state.rooms_tracked, state.rooms_listed)
         tracker.incidents = {incident.id: incident for incident in state.incidents}
+        tracker._naming = {incident.id for incident in state.incidents if incident.sessions}
         tracker.next_id, tracker.listed, tracker.pending = state.next_id, state.listed, state.pending
         tracker.held = set(state.held)
         tracker.started = {(kind, suspect): n for kind, suspect, n in state.started}
@@ -344,6 +347,7 @@ class IncidentTracker:
         self.by_lead[part.lead] = incident.id
         if attribution.sessions:
             _remember(incident.sessions, attribution.sessions)
+            self._naming.add(incident.id)
             gap = self.quiet_gap_s
             for single in [other for other in self.incidents.values() if _one_of_its_sessions(other, incident, gap)]:
                 self._absorb(incident, single)
@@ -398,7 +402,7 @@ class IncidentTracker:
         that takes the group at `ts` (`_takes`), the latest to start of several."""
         named = [
             incident
-            for incident in self.incidents.values()
+            for incident in (self.incidents[naming] for naming in sorted(self._naming))  # by id: the dict's order
             if attribution.session in incident.sessions and incident.kind == attribution.kind
             and self._takes(incident, ts, attribution.standing)
         ]  # fmt: skip
@@ -479,6 +483,8 @@ class IncidentTracker:
         cause.room_count += vaguer.room_count
         cause.rooms_complete = cause.rooms_complete and vaguer.rooms_complete
         _remember(cause.sessions, vaguer.sessions)
+        if cause.sessions:
+            self._naming.add(cause.id)
         for tracked in self._tracked.values():
             if any(part.incident == vaguer.id for part in tracked.parts):
                 tracked.parts = [
@@ -525,6 +531,7 @@ class IncidentTracker:
         """Forget an incident: past the bound or taken in by another (`started`: its count stands, or went to the
         other), or emptied by a refold (its start is taken back)."""
         del self.incidents[incident.id]
+        self._naming.discard(incident.id)
         self.listed -= len(incident.rooms)
         if self._latest.get(incident.key) == incident.id:
             del self._latest[incident.key]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -27,9 +28,11 @@ def test_a_run_without_a_views_frames_or_with_unanswered_keys_lacks_what_it_meas
 
 
 @pytest.mark.processes
-def test_ui_bench_exits_non_zero_when_no_key_answered() -> None:
-    """With no time allowed for a key to show its view, the bench fails with one line instead of 0.0 ms."""
-    done = kvtop(*_SMALL, "--seconds", "1", "--key-timeout-s", "0", "--json")
+def test_ui_bench_exits_non_zero_when_no_key_answered(tmp_path: Path) -> None:
+    """With no time allowed for a key to show its view, the bench fails with one line instead of 0.0 ms, and
+    leaves no temporary folder behind."""
+    done = kvtop(*_SMALL, "--seconds", "1", "--key-timeout-s", "0", "--json", env={"TMPDIR": str(tmp_path)})
+    assert not list(tmp_path.glob("kvtop-bench-ui-*"))
     assert done.returncode == 1
     assert done.stdout == ""
     assert "kvtop bench ui: FAILED:" in done.stderr
@@ -37,11 +40,12 @@ def test_ui_bench_exits_non_zero_when_no_key_answered() -> None:
 
 
 @pytest.mark.processes
-def test_ui_bench_json_reports_data_age_beside_frame_time() -> None:
+def test_ui_bench_json_reports_data_age_beside_frame_time(tmp_path: Path) -> None:
     """A short run reports frame, build and data-age percentiles, and every key it pressed answered; the
-    dashboard recorded what it was fed, as it does live by default."""
-    done = kvtop(*_SMALL, "--seconds", "8", "--json")  # 2 s a view: a frame each 0.5 s, a few even when loaded
+    dashboard recorded what it was fed, as it does live by default, in a temporary folder it removes."""
+    done = kvtop(*_SMALL, "--seconds", "8", "--json", env={"TMPDIR": str(tmp_path)})  # 2 s a view: a frame each 0.5 s
     assert done.returncode == 0, done.stderr
+    assert not list(tmp_path.glob("kvtop-bench-ui-*"))  # its ring of ~18 MiB a run stayed behind in every run
     result = json.loads(done.stdout)
     assert result["frames"] > 0
     assert result["keys"] == result["keys_pressed"] > 0

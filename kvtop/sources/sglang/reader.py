@@ -90,8 +90,11 @@ HEAD_BYTES = 256
 """The file's first bytes, compared before each read too: after a `copytruncate` and new lines the bytes before the
 read position can match the old ones (SGLang's lines of one kind end alike); the head is the new lines'."""
 """The last bytes read, compared with the file's before each read: a file rewritten in place differs."""
-_MARKER_SCANNER = ahocorasick_rs.BytesAhoCorasick(list(MARKERS))
-"""Every marker in one pass over a block (SIMD in Rust; a `bytes.find` pass per marker cost six times more)."""
+_MARKER_SCANNER = ahocorasick_rs.BytesAhoCorasick(list(MARKERS), matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_FIRST)
+"""Every marker in one pass over a block (a `bytes.find` pass per marker cost six times more). Leftmost-first: the
+crate's SIMD searcher serves only the leftmost kinds; with the standard kind the 20 markers took 11 x as long (a
+50 MiB log: 90 against 8 ms, more than plain line iteration's 57). The lines marked are the same: a match never
+spans a newline, and `_marked_lines` reads only the first of each line."""
 
 
 @dataclass

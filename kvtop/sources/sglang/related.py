@@ -90,7 +90,7 @@ class Announcement:
 
     def claimed(self, pp: int | None, tp: int, ts: float, reason: str) -> bool:
         return (
-            _same_rank(self.pp, self.tp, pp, tp) and abs(ts - self.ts) <= WORKER_ERROR_S and self.claimed_by in reason
+            self.claimed_by in reason and abs(ts - self.ts) <= WORKER_ERROR_S and _same_rank(self.pp, self.tp, pp, tp)
         )
 
 
@@ -141,6 +141,8 @@ class RelatedLines:
         self._pending: list[WorkerError] = []
         self._announced: list[Announcement] = []
         """Announcements no failure line claimed yet."""
+        self._claims: set[str] = set()
+        """Their `claimed_by`: a failure line that holds none of them claims none (the list is not scanned)."""
         self._recent: deque[tuple[float, int | None, int, str]] = deque(maxlen=RECENT_FAILURES_KEPT)
         """The latest failure lines: (time, pipeline stage, TP rank, reason)."""
         self._gave_up: deque[tuple[float, int | None, int | None, str]] = deque(maxlen=RECENT_FAILURES_KEPT)
@@ -153,7 +155,9 @@ class RelatedLines:
         if announced is not None and announced.kind == BOOTSTRAP_ERROR and announced.claimed_by in line.text:
             self._gave_up.append((ts, line.pp, line.tp, line.text))
         if announced is not None:
-            if not any(announced.claimed(pp, tp, when, reason) for when, pp, tp, reason in self._recent):
+            claim = announced.claimed_by  # looked for first: each announcement walks the latest failure lines
+            recent = (line for line in self._recent if claim in line[3])
+            if not any(announced.claimed(pp, tp, when, reason) for when, pp, tp, reason in recent):
                 self._announce(announced)
             return
         found = WORKER_ERROR.search(line.text) or TRANSPORT_ERROR.search(line.text)
@@ -169,8 +173,10 @@ class RelatedLines:
         """The room of a failure line (its own, else the one related lines name) and whether it is an echo
         inside its instance (the room already failed there). Remembers what the line says."""
         self._recent.append((ts, line.pp, line.tp, line.reason))
-        if self._announced:
-            self._announced = [a for a in self._announced if not a.claimed(line.pp, line.tp, ts, line.reason)]
+        if any(claim in line.reason for claim in self._claims):
+            unclaimed = [a for a in self._announced if not a.claimed(line.pp, line.tp, ts, line.reason)]
+            if len(unclaimed) < len(self._announced):
+                self._set_announced(unclaimed)
         room = line.room
         linked = room is None
         if room is None:
@@ -192,8 +198,11 @@ class RelatedLines:
         """Worker errors no failure line claimed by `now` (None: the file is complete, all of them), forgotten;
         with `quiet` (the followed file gained nothing for a while), every other one too, kept until `now` is
         past it to name its room for a roomless line that still comes (as an echo: the room failed here)."""
-        due = [p for p in self._pending if now is None or now - p.ts > WORKER_ERROR_S]
-        self._pending = [p for p in self._pending if p not in due]
+        due: list[WorkerError] = []
+        waiting: list[WorkerError] = []
+        for error in self._pending:
+            (due if now is None or now - error.ts > WORKER_ERROR_S else waiting).append(error)
+        self._pending = waiting
         records = [p for p in due if p.is_record and not p.given]
         if quiet:
             for error in self._pending:
@@ -206,8 +215,12 @@ class RelatedLines:
     def unclaimed_announcements(self, now: float | None, quiet: bool = False) -> list[Announcement]:
         """Announcements no failure line claimed by `now` (None: the file is complete; `quiet`: the followed file
         went quiet: all of them), forgotten: each a failure of its rank that names no room."""
-        due = [a for a in self._announced if now is None or quiet or now - a.ts > WORKER_ERROR_S]
-        self._announced = [a for a in self._announced if a not in due]
+        due: list[Announcement] = []
+        waiting: list[Announcement] = []
+        for said in self._announced:
+            (due if now is None or quiet or now - said.ts > WORKER_ERROR_S else waiting).append(said)
+        if due:
+            self._set_announced(waiting)
         return due
 
     def gave_up(self, pp: int | None, tp: int, ts: float) -> str:
@@ -237,6 +250,11 @@ class RelatedLines:
                         earlier.text = announced.text
                     return
         self._announced.append(announced)
+        self._claims.add(announced.claimed_by)
+
+    def _set_announced(self, announced: list[Announcement]) -> None:
+        self._announced = announced
+        self._claims = {said.claimed_by for said in announced}
 
     def _remember_failed(self, room: int, ts: float) -> None:
         self._failed[room] = ts
