@@ -6,12 +6,14 @@ removed on exit).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pty
 import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -46,9 +48,10 @@ def _cmdline_has(process: psutil.Process, text: str) -> bool:
         return False
 
 
-def _dashboard(tmp_path: Path, duration_s: int) -> tuple[subprocess.Popen[bytes], int]:
+@contextlib.contextmanager
+def _dashboard(tmp_path: Path, duration_s: int) -> Iterator[subprocess.Popen[bytes]]:
     """Bare `kvtop` on a 1P1D cluster with no fault, on a pseudo-terminal read in the background (so it never
-    blocks on a full terminal), its temporary log folder under `tmp_path`: the process and the terminal's end."""
+    blocks on a full terminal), its temporary log folder under `tmp_path`; killed on the way out if it still runs."""
     main, terminal = pty.openpty()
     args = [sys.executable, "-m", "kvtop", "--prefill", "1", "--decode", "1", "--tp", "1", "--fault", "none"]
     kvtop = subprocess.Popen(
@@ -60,23 +63,23 @@ def _dashboard(tmp_path: Path, duration_s: int) -> tuple[subprocess.Popen[bytes]
     )
     os.close(terminal)
     threading.Thread(target=_drain, args=(main,), daemon=True).start()
-    return kvtop, main
+    try:
+        yield kvtop
+    finally:
+        if kvtop.poll() is None:
+            kvtop.kill()
+            kvtop.wait()
+        os.close(main)
 
 
 def test_a_rank_killed_under_the_dashboard_makes_it_exit_1_naming_it_and_what_its_stderr_said(tmp_path: Path):
-    kvtop, main = _dashboard(tmp_path, 12)
-    try:
+    with _dashboard(tmp_path, 12) as kvtop:
         parent = psutil.Process(kvtop.pid)
         wait_for(lambda: _ready(tmp_path, parent), 30, "the cluster up and the dashboard's model running")
         decode = _decode_agent(parent)
         assert decode is not None
         decode.send_signal(signal.SIGKILL)
         _, stderr = kvtop.communicate(timeout=60)
-    finally:
-        if kvtop.poll() is None:
-            kvtop.kill()
-            kvtop.wait()
-        os.close(main)
 
     said = stderr.decode(errors="replace")
     assert kvtop.returncode == 1, said
@@ -95,18 +98,12 @@ def _drain(fd: int) -> None:
 def test_a_sigterm_while_the_dashboards_cluster_comes_up_stops_its_agents_and_removes_its_log_folder(tmp_path: Path):
     """Before the dashboard took SIGTERM it killed kvtop: the temporary log folder stayed behind, and the agents
     lived on until their parent-death check (then waited out a deregistration nobody answered)."""
-    kvtop, main = _dashboard(tmp_path, 60)
-    try:
+    with _dashboard(tmp_path, 60) as kvtop:
         parent = psutil.Process(kvtop.pid)
         agents = wait_for(lambda: parent.children(recursive=True), 30, "an agent started")
         kvtop.send_signal(signal.SIGTERM)
         kvtop.send_signal(signal.SIGTERM)
         _, stderr = kvtop.communicate(timeout=60)
-    finally:
-        if kvtop.poll() is None:
-            kvtop.kill()
-            kvtop.wait()
-        os.close(main)
 
     said = stderr.decode(errors="replace")
     assert kvtop.returncode == 130 and "Traceback" not in said, said

@@ -54,9 +54,9 @@ def test_a_prefill_alone_links_its_room_to_the_decode_session_it_gave_up_on(tmp_
     assert [(room["prefill"], room["decode"]) for room in rooms] == [("prefill-0", "10.0.3.17:15502")]
 
 
-def test_the_decode_log_of_the_room_takes_the_sessions_place_and_its_failed_room_moves_with_it(tmp_path: Path):
-    """The prefill's line names the session first; the decode's own line then names decode-0: the link is
-    prefill-0->decode-0, counted once, and no link of the session is left."""
+def _a_send_then_the_decodes_failure(tmp_path: Path) -> tuple[Path, Path]:
+    """A prefill log whose send of ROOM to a decode session failed, and the decode log's own failure of it a second
+    later."""
     prefill, decode = tmp_path / "prefill.log", tmp_path / "decode.log"
     prefill.write_text(
         prefill_failure("2026-07-10 22:03:11", ROOM, f"Failed to send kv chunk of {ROOM} to 10.0.3.17:41233")
@@ -64,6 +64,13 @@ def test_the_decode_log_of_the_room_takes_the_sessions_place_and_its_failed_room
     decode.write_text(
         decode_failure("2026-07-10 22:03:12", ROOM, "Failed to get kvcache from prefill instance, it might be dead")
     )
+    return prefill, decode
+
+
+def test_the_decode_log_of_the_room_takes_the_sessions_place_and_its_failed_room_moves_with_it(tmp_path: Path):
+    """The prefill's line names the session first; the decode's own line then names decode-0: the link is
+    prefill-0->decode-0, counted once, and no link of the session is left."""
+    prefill, decode = _a_send_then_the_decodes_failure(tmp_path)
     model = ClusterModel(JOURNAL_EVENTS_KEPT)
     load([LogSpec.parse(f"prefill={prefill}"), LogSpec.parse(f"decode={decode}")], model)
 
@@ -86,13 +93,7 @@ def test_the_exported_failed_rooms_of_a_link_a_room_moved_from_never_go_down(tmp
     """A scrape between the prefill's line (the room on the session's link) and the decode's (the room moves to
     prefill-0->decode-0) saw the session's `kvtop_link_failed_rooms_total` go from 1 to no series: a counter reset
     to Prometheus. The series stays at 1 beside the instance's link."""
-    prefill, decode = tmp_path / "prefill.log", tmp_path / "decode.log"
-    prefill.write_text(
-        prefill_failure("2026-07-10 22:03:11", ROOM, f"Failed to send kv chunk of {ROOM} to 10.0.3.17:41233")
-    )
-    decode.write_text(
-        decode_failure("2026-07-10 22:03:12", ROOM, "Failed to get kvcache from prefill instance, it might be dead")
-    )
+    prefill, decode = _a_send_then_the_decodes_failure(tmp_path)
     model = ClusterModel(JOURNAL_EVENTS_KEPT)
     metrics = ModelMetrics(model, threading.Lock())
 
