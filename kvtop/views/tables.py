@@ -326,7 +326,8 @@ def rooms_text(listed: list[dict[str, Any]], limit: int = ROOMS_SHOWN) -> str:
 def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, Any]:
     """Cluster health in one object: ranks, rates, failures, client aborts (apart: never in the failure
     rate), stuck rooms, gaps, links, top origins. Logs alone (files, sidecars) time no transfer: rooms/s, GB/s and
-    the latencies are null, and the failure and abort rates too (logs name no room that succeeded)."""
+    the latencies are null, and the failure and abort rates too (logs name no room that succeeded), as they are
+    when no room finished in the window."""
     liveness = [str(state) for state in model.liveness(now).values()]
     coverage = model.coverage(now, window_s)
     rates = model.rates(now, window_s)
@@ -336,6 +337,7 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
     aborted = sum(group.aborted for group in groups)
     from_logs_only = all(view.inferred for view in model.ranks.values())  # files, sidecars (or no rank: no rate)
     no_transfers = bool(liveness) and from_logs_only  # logs alone (files, sidecars): no transfer timed
+    no_rate = from_logs_only or not outcomes.finished  # a rate of no room is none, never 0 % (as `check` says)
     gap = model.incidents.quiet_gap_s
     incidents = [  # those of the window, and those still under way from before it (quiet less than the gap)
         incident
@@ -365,10 +367,10 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
             p: None if no_transfers else value
             for p, value in (("p50", rates.latency_p50), ("p90", rates.latency_p90), ("p99", rates.latency_p99))
         },
-        "failure_rate": None if from_logs_only else round(outcomes.failure_rate, 4),
+        "failure_rate": None if no_rate else round(outcomes.failure_rate, 4),
         "failures": len(groups) - aborted,
         "aborted": aborted,
-        "abort_rate": None if from_logs_only else round(outcomes.abort_rate, 4),
+        "abort_rate": None if no_rate else round(outcomes.abort_rate, 4),
         "stuck": len(model.stuck(now, STUCK_AFTER_S)),
         "gaps": model.gaps,
         "rejected_events": model.rejected,
@@ -401,8 +403,9 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
     ranks, lat = s["ranks"], s["latency_s"]
     from_logs = f", {ranks['log']} from logs" + _peer_named(ranks) if ranks["log"] else ""
     span = f"in {seconds(window_s)}" if not s["span_limit"] else f"in the last {s['span_s']:.0f}s ({s['span_limit']})"
+    timed = s["gbps"] is not None
     if s["failure_rate"] is None:  # logs name a room only where it failed: the failed rooms, no rate
-        why = "logs name no room that succeeded" if ranks["total"] else "no rank"
+        why = "no rank" if not ranks["total"] else "no room finished" if timed else "logs name no room that succeeded"
         failed = f"{plural(s['rooms_failed'], 'room')} failed ({plural(s['failures'], 'failure')})"
         health = f"{failed} {span}, no failure rate ({why})"
     else:
@@ -411,7 +414,7 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
     if s["abort_rate"] is not None:
         aborts += f" ({s['abort_rate']:.1%})"
     lines = [_incidents_line(s, window_s)]
-    live, timed = ranks["total"] - ranks["log"], s["gbps"] is not None
+    live = ranks["total"] - ranks["log"]
     if ranks["unreachable"]:
         from_logs += f", {ranks['unreachable']} unreachable (kvtop could not open their sockets)"
     if ranks["unheard"]:

@@ -221,6 +221,23 @@ def test_rooms_per_second_divides_by_the_seconds_its_finished_rooms_cover_and_st
     assert "30 finished in the 30s heard, 1.0/s, 1.00 GB/s (transfers per second over the 10s heard)" in rooms
 
 
+def test_status_with_ranks_heard_and_no_room_finished_gives_no_failure_rate_not_0_percent():
+    """Agents heard, nothing finished in the window: status said `failure rate 0.0% (0 failures)`, a health it
+    never measured, where `check` said no failure rate; JSON `failure_rate` and `abort_rate` are null."""
+    model = ClusterModel()
+    for label in ("prefill-0/TP0", "decode-0/TP0"):
+        model.apply(label, batch(label, 1, []), T0)
+
+    status = status_json(model, T0 + 1, 60)
+    health = next(line for line in status_text(model, T0 + 1, 60).splitlines() if line.startswith("health"))
+
+    assert (status["rooms_finished"], status["failure_rate"], status["abort_rate"]) == (0, None, None)
+    assert health == (
+        "health  0 rooms failed (0 failures) in 60s, no failure rate (no room finished), 0 client aborts, 0 stuck, "
+        "0 gaps"
+    )
+
+
 def test_failures_feed_the_fold_and_rank_counts():
     """Origins and echoes are counted per rank and folded into groups."""
     model = ClusterModel()
