@@ -418,7 +418,8 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
     if ranks["unreachable"]:
         from_logs += f", {ranks['unreachable']} unreachable (kvtop could not open their sockets)"
     if ranks["unheard"]:
-        from_logs = f", {ranks['unheard']} unheard (behind a relay's upstream that stopped answering)" + from_logs
+        behind = f"behind the relay at {model.intake.upstream_relay}, whose upstream stopped answering"
+        from_logs = f", {ranks['unheard']} unheard ({behind})" + from_logs
     lines += [
         f"ranks   {ranks['alive']}/{live} alive, {ranks['stale']} stale, {ranks['gone']} gone"
         + _silent(ranks)

@@ -104,7 +104,7 @@ def test_a_view_through_a_relay_whose_upstream_relay_died_names_it_not_the_ranks
     behind = f"({len(ranks)} unheard behind the relay at {address}, whose upstream stopped answering)"
     assert result["problems"][1:] == [f"0 ranks alive, need {len(ranks)} {behind}"], result["problems"]
     assert status.returncode == 1, status.stderr
-    unheard = f"{len(ranks)} unheard (behind a relay's upstream that stopped answering)"
+    unheard = f"{len(ranks)} unheard (behind the relay at {address}, whose upstream stopped answering)"
     assert f"ranks   0/{len(ranks)} alive, 0 stale, 0 gone, {unheard}" in status.stdout, status.stdout
     assert f"source  {lost}; ranks behind it unheard: {', '.join(ranks)}" in status.stdout, status.stdout
     assert status.stderr.startswith(f"kvtop: {lost}"), status.stderr
