@@ -16,12 +16,25 @@ PROBE_S = 0.5
 """How long the look at an endpoint may take, name lookup and connection together."""
 
 
+_looking: dict[str, tuple[threading.Thread, list[str]]] = {}
+"""The look at each endpoint still running, with where it puts what it found: one at a time per endpoint."""
+_looking_lock = threading.Lock()
+
+
 def why_silent(endpoint: str, timeout_s: float = PROBE_S) -> str:
     """Why nobody may answer at `endpoint` ("" when it takes connections, or when it is no tcp:// or ipc://
-    endpoint): `HOST does not resolve: WHY`, `nothing listens on HOST:PORT: the connection was refused`, ..."""
-    found: list[str] = []
-    thread = threading.Thread(target=lambda: found.append(_look(endpoint, timeout_s)), daemon=True)
-    thread.start()
+    endpoint): `HOST does not resolve: WHY`, `nothing listens on HOST:PORT: the connection was refused`, ...
+    A look still running (a name lookup that hangs past its caller's deadline) is waited on again, not started
+    anew: a client retrying every second left a thread per try blocked in the resolver."""
+    with _looking_lock:
+        thread, found = _looking.get(endpoint) or (None, [])
+        if thread is None or not thread.is_alive():
+            found = []
+            thread = threading.Thread(
+                target=lambda: found.append(_look(endpoint, timeout_s)), name="kvtop-reach", daemon=True
+            )
+            _looking[endpoint] = thread, found
+            thread.start()
     thread.join(timeout_s)
     if not found:
         return f"{_host(endpoint)} did not resolve or take a connection within {timeout_s:g}s"

@@ -96,6 +96,10 @@ SETTLE_S = 1.0
 """A room whose ranks all finished is retired after this long without news (late ranks still count)."""
 FINISHED_ROOMS_KEPT = 10_000
 FAILURES_KEPT = 50_000
+LINKS_NAMED_KEPT = 1024
+"""A peer's line names a room's side by address (`room_peer`) only while the model holds fewer links than this: a
+log of rooms each naming another address made a link apiece (a 64 KiB ring each, a series apiece exported), 1.1 GB
+for 20,000 of them. Past it the side stays unnamed and is counted (`ClusterModel.peers_unlinked`)."""
 LINK_BYTES_MAX = (1 << 63) - 1
 """A link's byte total stops here (every event's count is bounded; a total of years of them stays encodable)."""
 TRANSFERS_KEPT = 65_536
@@ -157,6 +161,9 @@ class ClusterModel:
         """Frames the collector's decoder refused (malformed, or a field out of its range), set by the collector."""
         self.lost = 0
         """Open rooms retired as lost: no rank said anything of them for `lost_after_s`."""
+        self.peers_unlinked = 0
+        """Failure lines of log rooms whose peer they named by address was left unnamed: the model held
+        `LINKS_NAMED_KEPT` links already."""
         self.snapshot_cut = 0
         """Entries agents left out of their snapshots to fit a frame (each snapshot says how many it cut)."""
         self.retired_outcomes = {"succeeded": 0, "failed": 0, "aborted": 0}
@@ -821,9 +828,17 @@ class ClusterModel:
         prefill, decode = room.link
         peer = "" if prefill and decode else room_peer(view.role, view.instance, event.reason, event.ts, self)
         if view.role == "prefill":
-            self._relink(room, (view.instance, decode or peer))
+            self._relink(room, self._named_by(peer, (view.instance, decode or peer), (view.instance, decode)))
         elif view.role == "decode":
-            self._relink(room, (prefill or peer, view.instance))
+            self._relink(room, self._named_by(peer, (prefill or peer, view.instance), (prefill, view.instance)))
+
+    def _named_by(self, peer: str, link: tuple[str, str], unnamed: tuple[str, str]) -> tuple[str, str]:
+        """`link`, a side of it named by `peer`'s address, unless it is a new link past `LINKS_NAMED_KEPT`: then
+        `unnamed`, the address counted in `peers_unlinked`."""
+        if not peer or link == unnamed or link in self.links or len(self.links) < LINKS_NAMED_KEPT:
+            return link
+        self.peers_unlinked += 1
+        return unnamed
 
     def _relink(self, room: RoomView, link: tuple[str, str]) -> None:
         """A log's room linked as its lines name it now: a failed room of its link once both sides are named (a

@@ -39,6 +39,7 @@ STATE_FIELDS = frozenset(
         "rejected_frames", "lost", "lost_after_s", "_lost_check_at", "_now", "_open", "_touched",
         "failures_total", "_causes", "retired_outcomes", "context", "incidents", "snapshot_cut",
         "correct_clocks", "timeline", "crashes", "logged_after_crash", "instances_at", "transport_errors",
+        "peers_unlinked",
     )
 )  # fmt: skip
 
@@ -136,6 +137,8 @@ class ModelState(msgspec.Struct, array_like=True):
     """`ClusterModel.instances_at`."""
     transport_errors: list[tuple[str, LogContext]] = []
     """`ClusterModel.transport_errors` (keyframes older than it: none)."""
+    peers_unlinked: int = 0
+    """`ClusterModel.peers_unlinked`."""
 
 
 _ENCODER = msgspec.msgpack.Encoder()
@@ -210,6 +213,7 @@ def capture(model: ClusterModel) -> bytes:
         list(model._causes.items()), dict(model.retired_outcomes), list(model.context), model.incidents.state(),
         model.snapshot_cut, model.correct_clocks, Buckets(*model.timeline.state()), list(model.crashes.items()),
         dict(model.logged_after_crash), dict(model.instances_at), list(model.transport_errors),
+        model.peers_unlinked,
     )  # fmt: skip
     return _ENCODER.encode(state)
 
@@ -248,6 +252,7 @@ def restore(data: bytes | memoryview, journal_events: int = 0) -> ClusterModel:
     for label, line in state.transport_errors:
         model.keep_transport_error(label, line)
     model.snapshot_cut, model.correct_clocks = state.snapshot_cut, state.correct_clocks
+    model.peers_unlinked = state.peers_unlinked
     if state.incidents is not None:
         model.incidents = IncidentTracker.restored(state.incidents)
     return model

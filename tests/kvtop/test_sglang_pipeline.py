@@ -206,6 +206,32 @@ def test_a_log_naming_more_ranks_than_a_cluster_lists_keeps_that_many_and_counts
     assert "decode-0/PP3-TP1023" in model.ranks and "decode-0/PP4-TP0" not in model.ranks
 
 
+def test_lost_prefill_addresses_past_the_ranks_kept_are_counted_not_listed(tmp_path: Path):
+    """Each prefill address decode lines say they lost is listed as a rank of its own (~70 KB): a decode log naming
+    another address per room listed 5,000 ranks in 466 MB, past `RANKS_MAX`. They count in it with the ranks the
+    logs name; one more is counted in the summary, not listed."""
+    from sglang_lines import decode_failure
+
+    from kvtop.sources.sglang.source import RANKS_MAX
+
+    log = tmp_path / "decode.log"
+    lost = "Lost connection with prefill instance (bootstrap_addr: 10.3.{}.{}:8998)"
+    over = 2
+    log.write_text(
+        "".join(
+            decode_failure("2026-03-04 12:00:00.000", 1 + i, lost.format(i // 250, i % 250))
+            for i in range(RANKS_MAX + over)
+        )
+    )
+    model = ClusterModel()
+    stats = load([log], model).stats()
+
+    assert len(model.ranks) == RANKS_MAX
+    assert sum(bool(view.named_by) for view in model.ranks.values()) == RANKS_MAX - 1  # decode-0/TP0 is the other
+    assert stats.peers_unlisted == over + 1
+    assert f"{over + 1} naming a lost prefill's address past the ranks kept (not listed)" in stats.summary()
+
+
 def test_a_launcher_that_names_only_its_command_on_every_line_leaves_each_crash_its_exception(tmp_path: Path):
     """sglang #30158's lines came as `[<launcher's time>] [/bin/sh]: <SGLang's line>`, a traceback's lines and the
     blank after it too: the crash line was unwrapped, the traceback's lines were not gathered under it ("its

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sglang_lines import decode_failure, prefill_failure
 
 from kvtop.export.metrics import ModelMetrics
-from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
+from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, LINKS_NAMED_KEPT, ClusterModel
 from kvtop.sources.sglang import load
 from kvtop.sources.sglang.spec import LogSpec
 
@@ -115,3 +115,27 @@ def test_the_exported_failed_rooms_of_a_link_a_room_moved_from_never_go_down(tmp
     assert model.link_of(ROOM) == ("prefill-0", "decode-0")  # the room moved, as the views show it
     assert before == {("prefill-0", "10.0.3.17:41233"): 1}
     assert failed_rooms() == {("prefill-0", "10.0.3.17:41233"): 1, ("prefill-0", "decode-0"): 1}
+
+
+def test_a_log_naming_an_address_per_room_links_no_more_than_the_model_keeps_and_counts_the_rest(tmp_path: Path):
+    """A prefill log whose every room names another session made a link apiece (a 64 KiB ring each, an exported
+    series apiece): 20,000 such lines held 1.1 GB. Past `LINKS_NAMED_KEPT` links a new address links nothing (the
+    room's side `?`) and is counted, in the model and in `status`; an address already linked still links."""
+    prefill = tmp_path / "prefill.log"
+    over = 3
+    sessions = [f"10.1.{i // 250}.{i % 250}:15502" for i in range(LINKS_NAMED_KEPT + over)]
+    lines = [
+        prefill_failure(f"2026-07-10 22:{i // 60 % 60:02d}:{i % 60:02d}", ROOM + i, f"remote session {s} is not alive")
+        for i, s in enumerate([*sessions, sessions[0]])
+    ]
+    prefill.write_text("".join(lines))
+    model = ClusterModel(JOURNAL_EVENTS_KEPT)
+
+    load([LogSpec.parse(f"prefill={prefill}")], model)
+
+    assert len(model.links) == LINKS_NAMED_KEPT
+    assert model.peers_unlinked == over
+    assert model.link_of(ROOM + LINKS_NAMED_KEPT) == ("prefill-0", "")
+    assert model.links[("prefill-0", sessions[0])].failed_rooms == 2
+    status = json.loads(kvtop_here("status", "--sglang-log", f"prefill={prefill}", "--json").stdout)
+    assert status["peers_unlinked"] == over

@@ -50,3 +50,19 @@ def test_a_log_line_s_escape_sequences_reach_no_line_view_raw(tmp_path: Path):
     for view in ("failures", "events", "incidents", "check", "status"):
         shown = kvtop_here(view, "--sglang-log", str(log))
         assert "\x1b" not in shown.stdout + shown.stderr, view
+
+
+def test_bidirectional_overrides_in_a_log_s_address_are_shown_as_escapes_not_obeyed(tmp_path: Path):
+    """A decode line naming its prefill `h\\u202eost:8998` had `kvtop rooms` draw the rest of that line reversed (a
+    name that shows as another's); the override is now its escape, in the views and on the dashboard."""
+    from sglang_lines import decode_failure
+
+    log = tmp_path / "decode.log"
+    lost = "Lost connection with prefill instance (bootstrap_addr: h\u202eost:8998)"
+    log.write_text(decode_failure("2026-07-10 22:03:12", 5, lost))
+
+    table = kvtop_here("rooms", "--sglang-log", f"decode={log}").stdout
+
+    assert "\u202e" not in table
+    assert " h\\u202eost:8998->decode-0 " in table
+    assert in_place("a\u2066b\u200fc") == "a?b?c"

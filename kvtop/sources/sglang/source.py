@@ -294,7 +294,9 @@ class SGLangLogs:
         """The servers' clocks that differ (`clocks`), read before the first poll applies anything."""
         self._peers: dict[str, dict[str, None]] = {}
         """Bootstrap addresses of prefill instances that decode lines say were lost, each with the decode ranks
-        whose lines name it (in order)."""
+        whose lines name it (in order): listed as ranks, so within `RANKS_MAX` with `_labels`."""
+        self._peers_unlisted = 0
+        """Addresses decode lines named past `RANKS_MAX` (not listed: each a rank view of its own)."""
         self.relabelled: list[str] = []
         """`FILE: labelled prefill, its lines are decode's` for each file whose lines say otherwise than its label."""
         self.repeated: list[str] = []
@@ -357,6 +359,7 @@ class SGLangLogs:
     def stats(self) -> LogStats:
         stats = LogStats(len(self.files), failures=self._failures, batches=self._batches, context=self._context)
         stats.garbled, stats.no_room, stats.undated = self._garbled, self._no_room, self._undated
+        stats.peers_unlisted = self._peers_unlisted
         for file in self.files:
             read = file.reader.stats
             stats.bytes += read.bytes
@@ -761,8 +764,12 @@ class SGLangLogs:
     def _peer_named(self, text: str, label: str) -> None:
         """Note the prefill instance a decode rank's line says it lost (by its bootstrap address)."""
         address = lost_prefill(text)
-        if address:
-            self._peers.setdefault(address, {})[label] = None
+        if not address:
+            return
+        if address not in self._peers and len(self._labels) + len(self._peers) >= RANKS_MAX:
+            self._peers_unlisted += 1
+            return
+        self._peers.setdefault(address, {})[label] = None
 
     def _list_peers(self, model: ClusterModel) -> None:
         """List in the model each prefill instance decode lines named (`ClusterModel.peer_named`) that none of

@@ -75,6 +75,8 @@ class LogStats:
     """Failure lines without a room that no related line names (kept as context: they cannot be folded)."""
     undated: int = 0
     """Lines used that told no time, with no dated line before them in their file: the file's mtime dates them."""
+    peers_unlisted: int = 0
+    """Lines naming a lost prefill instance's address past the ranks the logs may name (`RANKS_MAX`): not listed."""
     rotations: int = 0
     damaged: list[str] = field(default_factory=list)
     """`FILE: what was wrong` for each `.gz` that could not be read to its end (what came before was used)."""
@@ -139,6 +141,8 @@ class LogStats:
         )
         if self.undated:
             text += f", {self.undated} dated by their file's time (no line before them told one)"
+        if self.peers_unlisted:
+            text += f", {self.peers_unlisted} naming a lost prefill's address past the ranks kept (not listed)"
         if self.damaged:
             text += f", {len(self.damaged)} damaged (read up to the damage): {'; '.join(self.damaged)}"
         if self.relabelled:
