@@ -44,7 +44,7 @@ from prometheus_client.registry import Collector
 from kvtop import __version__
 from kvtop.export.carry import Carried
 from kvtop.export.tally import ABORT_ECHOES, ABORTS, ECHOES, ORIGINS, UNKNOWN, FailureTally
-from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel
+from kvtop.model.cluster import LINKS_NAMED_KEPT, STUCK_AFTER_S, ClusterModel
 from kvtop.model.fold import Observed
 from kvtop.model.shapes import Liveness, RoomView
 from transport.kvpoll import KVPoll
@@ -107,6 +107,11 @@ class _Reading:
     """(reason class, suspect kind, ongoing) of every incident the model keeps."""
     incidents_started: dict[tuple[str, str], int]
     """Incidents ever started, by (kind of failure, suspect kind)."""
+
+
+LINK_FAILED_KEPT = 4 * LINKS_NAMED_KEPT
+"""Links whose failed rooms are exported after the model dropped them (a room moved to the link its own log names):
+past this many, those series go (a reset to Prometheus, only on logs that move thousands of rooms)."""
 
 
 class ModelMetrics(Collector):
@@ -329,6 +334,9 @@ class ModelMetrics(Collector):
             transfers.add_metric(link.labels, link.transfers)
             durations.add_metric(link.labels, link.buckets, link.total_s)
             self._link_failed[link.labels] = max(self._link_failed.get(link.labels, 0), link.failed_rooms)
+        if len(self._link_failed) > LINK_FAILED_KEPT:  # hostile logs moving room after room: only the model's stay
+            now_linked = {link.labels for link in links}
+            self._link_failed = {labels: n for labels, n in self._link_failed.items() if labels in now_linked}
         for labels, rooms in self._link_failed.items():
             failed.add_metric(labels, rooms)
         yield from (nbytes, transfers, failed, durations)

@@ -15,6 +15,7 @@ from sglang_lines import decode_failure, prefill_failure
 
 from kvtop.export.metrics import ModelMetrics
 from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, LINKS_NAMED_KEPT, ClusterModel
+from kvtop.model.shapes import LinkView
 from kvtop.sources.sglang import load
 from kvtop.sources.sglang.spec import LogSpec
 
@@ -139,3 +140,20 @@ def test_a_log_naming_an_address_per_room_links_no_more_than_the_model_keeps_and
     assert model.links[("prefill-0", sessions[0])].failed_rooms == 2
     status = json.loads(kvtop_here("status", "--sglang-log", f"prefill={prefill}", "--json").stdout)
     assert status["peers_unlinked"] == over
+
+
+def test_the_exported_links_a_room_moved_from_are_bounded_keeping_those_the_model_holds(monkeypatch):
+    """Logs that move room after room from an address's link to its instance's would grow the exporter's memory of
+    the links' counts without end: past `LINK_FAILED_KEPT` only the model's links stay."""
+    monkeypatch.setattr("kvtop.export.metrics.LINK_FAILED_KEPT", 8)
+    model = ClusterModel(JOURNAL_EVENTS_KEPT)
+    metrics = ModelMetrics(model, threading.Lock())
+    for address in range(20):
+        model.links = {("prefill-0", f"10.0.0.{address}:15004"): LinkView(failed_rooms=1)}
+        families = list(metrics.collect())
+
+    failed = next(family for family in families if family.name == "kvtop_link_failed_rooms")
+    assert len(failed.samples) <= 8
+    assert ("prefill-0", "10.0.0.19:15004") in {
+        (s.labels["prefill_instance"], s.labels["decode_instance"]) for s in failed.samples
+    }
