@@ -481,6 +481,7 @@ PROMTOOL = shutil.which("promtool")
 
 
 @pytest.mark.skipif(PROMTOOL is None, reason="no `promtool` (Debian's prometheus package, as .ci/run installs)")
+@pytest.mark.processes
 def test_grafana_s_failure_rate_counts_the_targets_that_see_successes_and_is_no_data_on_logs_alone(tmp_path):
     """The panel's query, run by promtool on a live target (9 rooms succeed for each that fails) beside a logs
     target (failed rooms, no succeeded series): the live target's 10 %, and no data for the logs target alone."""

@@ -159,6 +159,7 @@ def test_agent_refuses_the_digest_of_a_room_it_never_finished(make_cluster, cont
         prefill.digest(12345, timeout_s=3)
 
 
+@pytest.mark.processes
 def test_a_stop_landing_while_an_agent_is_forked_still_ends_that_agent(monkeypatch):
     """SIGTERM raised in `Popen` (or before the cluster listed what it returned) lost that child: `stop()`
     never ended it, and `kvtop cluster up` stopped that way left an agent running (CI saw it). The signal here
