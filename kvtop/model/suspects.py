@@ -132,7 +132,10 @@ LOCAL_FAULT_BEFORE_S = 5.0
 
 def local_fault(text: str) -> str:
     """The local fault a transport-library line tells (one of `_LOCAL_FAULTS`), "" when it tells none."""
-    return next((fault for fault in _LOCAL_FAULTS if fault in text), "")
+    for fault in _LOCAL_FAULTS:  # a loop, not a generator: this runs on every transport error kept, at each fold
+        if fault in text:
+            return fault
+    return ""
 
 
 _FAILED_SESSION = re.compile(r"Session (\S+:\d{1,5}) failed\.")
@@ -144,7 +147,7 @@ SESSION_TIE_S = 1.0
 
 def failed_session(text: str) -> str:
     """The session a `Session S failed.` line gave up on, "" for any other line."""
-    found = _FAILED_SESSION.search(text)
+    found = _FAILED_SESSION.search(text) if "Session " in text else None  # the substring first: most lines hold none
     return found[1] if found else ""
 
 

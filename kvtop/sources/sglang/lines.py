@@ -97,6 +97,8 @@ ROLE_MARKERS: dict[bytes, str] = {
 
 _FAILURE = re.compile(r"(Decode handshake|Decode transfer|Prefill transfer|Prefill bootstrap) failed for request (.*)")
 _FAILURE_KIND = re.compile(r"\b(?:Decode handshake|Decode transfer|Prefill transfer|Prefill bootstrap) failed\b")
+_FAILURE_KINDS = ("transfer failed", "handshake failed", "bootstrap failed")
+"""What each of `_FAILURE_KIND`'s matches holds: looked for first, as it runs on every marked line."""
 _JSON_STRING_BODY = re.compile(r'(?:[^"\\]|\\.)*')
 """A JSON string's characters up to its closing quote (escapes kept)."""
 OWN_RESTORE_FAILED = " (HiCache local restore failed on this rank)"
@@ -144,6 +146,8 @@ _FATAL = re.compile(
 """A fatal signal, as UCX's handler or Python's `faulthandler` report it, or C++'s `std::terminate`: the process
 dies."""
 """How SGLang's scheduler process logs the exception that ends it (then it signals its server to quit)."""
+_FATAL_WORDS = ("Caught signal ", "Fatal Python error: ", "Segfault encountered", "terminate called after throwing ")
+"""What each of `_FATAL`'s matches holds (looked for first)."""
 _FRAME = re.compile(r'^\s*File "([^"]*)", line (\d+), in (\S+)')
 _EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*: .*$|(?:[A-Za-z_]\w*\.)*[A-Z]\w*$")
 """A traceback's exception line: `KeyError: 42`, `torch.OutOfMemoryError: CUDA out of memory.`, `socket.gaierror:
@@ -452,7 +456,7 @@ def _classify(prefix: Prefix, year: int) -> Record | None:
         return ServerArgsLine(server_count(message, "disaggregation_bootstrap_port"), launch_of(message))
     if "failed for request" in message:
         return _failure(prefix)
-    if " failed" in message and _FAILURE_KIND.search(message):  # the substring first: this runs on every marked line
+    if any(kind in message for kind in _FAILURE_KINDS) and _FAILURE_KIND.search(message):  # the substrings first
         raise Garbled("a failure line without its request")
     if " batch" in message:
         match = _BATCH.match(message)
@@ -465,20 +469,22 @@ def _classify(prefix: Prefix, year: int) -> Record | None:
             if throughput:
                 queues[f"{throughput[1]}_throughput_tps"] = round(float(throughput[2]))
             return BatchLine(ts, prefix.tp or 0, match[1].lower(), queues)
-    match = _SESSION.search(message)
-    if match:
+    # each regex below after a substring every match of it holds: most marked lines are none of them
+    if "Session " in message and _SESSION.search(message):
         return ContextLine(ts, prefix.tp, "session", None, message)
-    match = _LOST.search(message)
-    if match:
+    if "connection with prefill instance" in message and _LOST.search(message):
         return ContextLine(ts, prefix.tp, "lost_connection", None, message)
-    for pattern in _METADATA_FAILURES:
-        match = pattern.search(message)
-        if match:
-            return FailureLine(ts, prefix.tp or 0, METADATA_CHECK, match[1], _room(match[2]), cut_text(message), False)
-    for pattern in _ROOM_CONTEXT:
-        match = pattern.search(message)
-        if match:
-            return ContextLine(ts, prefix.tp, "room", _room(match[1]), message)
+    if "room" in message:
+        for pattern in _METADATA_FAILURES:
+            match = pattern.search(message)
+            if match:
+                return FailureLine(
+                    ts, prefix.tp or 0, METADATA_CHECK, match[1], _room(match[2]), cut_text(message), False
+                )
+        for pattern in _ROOM_CONTEXT:
+            match = pattern.search(message)
+            if match:
+                return ContextLine(ts, prefix.tp, "room", _room(match[1]), message)
     if any(hint in message for hint in _HINTS):
         return ContextLine(ts, prefix.tp, "hint", None, message)
     if any(error in message for error in _BOOTSTRAP_ERRORS):
@@ -497,7 +503,7 @@ def _classify(prefix: Prefix, year: int) -> Record | None:
         return ContextLine(ts, prefix.tp, CRASHED, None, f"its child process pid={died[2]} {_how(int(died[1]))}")
     if message.startswith(THREAD_DEATH):
         return _thread_died(prefix)
-    fatal = _FATAL.search(message)
+    fatal = _FATAL.search(message) if any(word in message for word in _FATAL_WORDS) else None
     if fatal:
         return ContextLine(ts, prefix.tp, CRASHED, None, cut_text(message[fatal.start() :].strip()))
     if ts is None:

@@ -89,6 +89,7 @@ class Prefix:
 
 
 _stamps: dict[str, float] = {}
+_tag_sets: dict[str, dict[str, int]] = {}
 
 
 def stamp_seconds(stamp: str) -> float:
@@ -103,6 +104,8 @@ def stamp_seconds(stamp: str) -> float:
 
 def split_stream(line: str) -> tuple[str, str]:
     """(the server a wrapper names, the line without it): ("", line) when no wrapper names one."""
+    if " | " not in line and not line.startswith("[pod/"):  # what each of `_STREAMS`' matches holds
+        return "", line
     for wrapper in _STREAMS:
         match = wrapper.match(line)
         if match:
@@ -128,6 +131,8 @@ def unwrap(line: str) -> str:
 
 def _unbracketed(line: str) -> str:
     """A line that starts with a bracket without the wrapper in brackets before SGLang's (`_BRACKETED`)."""
+    if "][" not in line and "]: " not in line:  # what each of their matches holds: SGLang's own lines hold neither
+        return line
     for wrapper in _BRACKETED:
         match = wrapper.match(line)
         if match:
@@ -168,8 +173,14 @@ def parse_prefix(line: str) -> Prefix:
 
 
 def _tags(text: str) -> dict[str, int]:
-    """`DP1 TP1 EP1` as {"DP": 1, "TP": 1, "EP": 1}; ValueError for a tag past `RANK_TAG_MAX`."""
-    tags = {name: int(value) for name, value in _TAG.findall(text)}
-    if any(value > RANK_TAG_MAX for value in tags.values()):
-        raise ValueError(f"a rank tag past {RANK_TAG_MAX}: {text.strip()[:40]}")
-    return tags
+    """`DP1 TP1 EP1` as {"DP": 1, "TP": 1, "EP": 1}; ValueError for a tag past `RANK_TAG_MAX`. Read once per text
+    (a log repeats a few), a copy of it handed out."""
+    tags = _tag_sets.get(text)
+    if tags is None:
+        tags = {name: int(value) for name, value in _TAG.findall(text)}
+        if any(value > RANK_TAG_MAX for value in tags.values()):
+            raise ValueError(f"a rank tag past {RANK_TAG_MAX}: {text.strip()[:40]}")
+        if len(_tag_sets) >= _STAMPS_KEPT:
+            _tag_sets.clear()
+        _tag_sets[text] = tags
+    return dict(tags)

@@ -156,7 +156,7 @@ class RelatedLines:
             self._gave_up.append((ts, line.pp, line.tp, line.text))
         if announced is not None:
             claim = announced.claimed_by  # looked for first: each announcement walks the latest failure lines
-            recent = (line for line in self._recent if claim in line[3])
+            recent = [line for line in self._recent if claim in line[3]]
             if not any(announced.claimed(pp, tp, when, reason) for when, pp, tp, reason in recent):
                 self._announce(announced)
             return

@@ -560,7 +560,9 @@ class SGLangLogs:
             file.batch_key = key
         try:
             prefix = parse_prefix(text)
-            record = classify(prefix, glog_year(prefix.message, file.last_ts, latest=not file.dated))
+            # only an undated line may be a glog one (the year dates nothing else; a localtime and a match a line)
+            year = glog_year(prefix.message, file.last_ts, latest=not file.dated) if prefix.ts is None else 0
+            record = classify(prefix, year)
         except (Garbled, ValueError):
             self._garbled += 1
             return
@@ -609,7 +611,7 @@ class SGLangLogs:
             ):
                 record = dataclasses.replace(record, reason=cut_text(f"{gave_up} (then SGLang: {record.reason})"))
             room, echo = file.related.link(record, ts)
-            failure = to_failure(dataclasses.replace(record, room=room), label, ts)
+            failure = to_failure(record if room == record.room else dataclasses.replace(record, room=room), label, ts)
             if failure is None:
                 self._no_room += 1
                 self.context.append(Context(ts, file.instance, record.tp, "no_room", None, text, record.pp))
