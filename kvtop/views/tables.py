@@ -399,6 +399,10 @@ def _links_json(model: ClusterModel) -> list[dict[str, Any]]:
     return links
 
 
+LINKS_SHOWN = 16
+"""Links `status` lists, the most failed rooms first (logs naming an address per room can make 1024 of them)."""
+
+
 def status_text(model: ClusterModel, now: float, window_s: float) -> str:
     s = status_json(model, now, window_s)
     ranks, lat = s["ranks"], s["latency_s"]
@@ -440,10 +444,17 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
     if s["top_origins"]:
         origins = ", ".join(f"{name} x{count}" for name, count in s["top_origins"])
         lines.append(f"origins {origins} (in {s['span_s']:.0f}s)")
-    for link in s["links"]:
+    links = sorted(s["links"], key=lambda link: (-link["failed_rooms"], -link["bytes"]))  # the failing first
+    for link in links[:LINKS_SHOWN]:
         lines.append(
             f"link    {link['prefill']} -> {link['decode']}: {link['transfers']} transfers, "
             f"{size(link['bytes'])}, {link['failed_rooms']} failed"
+        )
+    if len(links) > LINKS_SHOWN:
+        rest = links[LINKS_SHOWN:]
+        lines.append(
+            f"link    ... and {len(rest)} more ({sum(link['failed_rooms'] for link in rest)} failed rooms, "
+            f"{size(sum(link['bytes'] for link in rest))}): --json lists every link"
         )
     return "\n".join(lines + crash_lines(model) + clock_lines(model) + intake_lines(model) + upstream_lines(model))
 

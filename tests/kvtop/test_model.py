@@ -6,7 +6,7 @@ import numpy as np
 
 from kvtop.model.cluster import SETTLE_S, ClusterModel
 from kvtop.model.rolling import RingBuffer, percentiles
-from kvtop.model.shapes import GONE_S, STALE_S, Liveness
+from kvtop.model.shapes import GONE_S, STALE_S, LinkView, Liveness
 from kvtop.model.transfer_ring import WAITING_KEPT, TransferRing
 from kvtop.views.tables import ranks_json, status_json, status_text
 from transport.kvpoll import LOST_AFTER_S, LOST_SWEEP_EVERY_S, KVPoll
@@ -440,3 +440,18 @@ def test_the_rooms_table_lists_stuck_then_failed_then_open_then_succeeded_and_co
     assert table[-1] == "... and 3 more rooms (1 open, 2 succeeded): --limit 0 lists all 7, --json too"
     assert [int(line.split()[0]) for line in rooms_text(rooms, limit=0).splitlines()[1:]] == [1, 4, 3, 5, 6, 7, 2]
     assert len(rooms) == 7
+
+
+def test_status_lists_the_links_with_the_most_failed_rooms_and_counts_the_rest():
+    """Logs naming an address per room made up to 1024 links, and `status` printed a line for each: it lists the 16
+    with the most failed rooms and one line counting the rest; the JSON keeps every link."""
+    model = ClusterModel()
+    for peer in range(40):
+        model.links["prefill-0", f"10.0.0.{peer}:15004"] = LinkView(failed_rooms=peer)
+
+    lines = [line for line in status_text(model, T0, 60).splitlines() if line.startswith("link")]
+
+    assert len(status_json(model, T0, 60)["links"]) == 40
+    assert lines[0] == "link    prefill-0 -> 10.0.0.39:15004: 0 transfers, 0 B, 39 failed"
+    assert len(lines) == 17 and lines[15].endswith("24 failed")
+    assert lines[16] == f"link    ... and 24 more ({sum(range(24))} failed rooms, 0 B): --json lists every link"
