@@ -91,7 +91,7 @@ def record(
     written and synced; a second one while it does is ignored). A cluster with no agent yet is recorded as its
     agents come (said on stderr). Exit 0 when stopped (or after --duration); 1 when another kvtop records into
     the folder (its pid named), the cluster does not answer (its bootstrap at start, or every agent for the whole
-    run), the collector stops, or a write fails (a full disk: what could not be written is counted).
+    run, once it ran --wait), the collector stops, or a write fails (a full disk: what could not be written is counted).
     """
     from kvtop.record.lock import FolderInUse
     from kvtop.record.writer import MIN_MAX_BYTES, Recorder, unrelated_files
@@ -128,9 +128,11 @@ def record(
             raise fail(f"cannot record to {out}: {error.strerror or error}") from None
         tune_gc()
         source: LiveSource | None = None
+        began = time.monotonic()
         try:
             with LiveSource.opened(spec, synced=False, recorder=recorder, stop=stop) as source:
                 typer.echo(f"kvtop record: recording {bootstrap or ', '.join(connect)} to {out}", err=True)
+                began = time.monotonic()
                 problem = _run(source, recorder, stop, status, interval, duration, wait)
         except CallAbandoned:  # stopped while the bootstrap kept it waiting
             problem = ""
@@ -148,7 +150,8 @@ def record(
         typer.echo(f"kvtop record: stopped before it recorded; what it made in {out} is removed", err=True)
     else:
         typer.echo(f"kvtop record: stopped; {_status(source, recorder)}", err=True)
-        if not problem and not source.heard():  # the cluster never answered: a recording of nothing is no success
+        waited_out = time.monotonic() - began >= wait  # stopped sooner, its agents had not had their --wait
+        if not problem and not source.heard() and waited_out:  # the cluster never answered: no success
             where = ", ".join([*([f"listed by {bootstrap}"] if bootstrap else []), *connect])
             problem = f"no agent answered while it recorded ({where}): the recording holds none"
     if problem:

@@ -252,3 +252,21 @@ def test_a_closed_terminal_or_ctrl_c_stops_the_recorder_as_cleanly_as_sigterm(
     assert process.returncode == 0, stderr
     assert stderr.startswith("kvtop record: stopped; ") and "before it began" not in stderr, stderr
     assert kvtop("dump", "--replay", str(folder)).stderr == ""
+
+
+@pytest.mark.processes
+def test_a_record_stopped_within_its_wait_is_not_judged_a_cluster_that_never_answered(
+    tmp_path: Path, bootstrap: BootstrapServer
+) -> None:
+    """Stopped before its --wait ran out, its agents had not had their time to answer: it exited 1 saying none
+    answered (a recorder SIGINTed right after it started, beside agents it had not heard yet)."""
+    process = _record(bootstrap.endpoint, tmp_path / "rec", "--wait", "60")
+    try:
+        _recording(process)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+
+    assert process.returncode == 0, stderr
+    assert "no agent answered" not in stderr
