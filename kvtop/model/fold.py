@@ -32,9 +32,17 @@ Within a room (DESIGN.md, "The fold"):
    0.5.23's NIXL and MoRI backends send the prefill's reason with its Failed
    status, and the decode records it as its own);
 9. an origin inferred from a log on a decode rank that timed out waiting for
-   the KV, after a client's abort of the room on a prefill rank, is an echo of
-   that abort: SGLang's prefill stops a room the client aborted without telling
-   the decode, which waits out its timeout (sglang PR #28651);
+   the KV, after a prefill origin of the room within the wait its timeout
+   names (a client's abort, a send that failed, any failure of its own; a
+   timeout that names no wait: a client's abort only), is an echo of that
+   origin, the earliest:
+   the prefill stopped the room without the decode hearing of it, and the
+   decode waited out its timeout (a client's abort: sglang PR #28651; a
+   failure of NIXL's sender, which tells the decode nothing before sglang PR
+   #36108: issue #36033; a Mooncake send whose Failed status never reached the
+   decode it could not write to: a DeepSeek-R1 deployment's notes, nvidia_peermem
+   missing, `Failed to send kv chunk` on prefill, `timed out after 300.0s in
+   KVPoll.WaitingForInput` on decode);
 10. origins of the room named by agents that name the same suspect are one
    failure, noticed on both sides (a decode rank killed: its prefill peer's
    send fails and its own instance loses it, each before the other's word
@@ -193,10 +201,10 @@ def _fold_room(ordered: list[Observed]) -> list[FailureGroup]:
         f for f in ordered
         if f.is_origin and f.role == "prefill" and f.reason_class != ABORTED and _gave_up_before(gave_up, f) is None
     ]  # fmt: skip
-    aborted = [f for f in ordered if f.is_origin and f.role == "prefill" and f.reason_class == ABORTED]
+    stopped = [f for f in ordered if f.is_origin and f.role == "prefill" and (f.reason_class == ABORTED or f in told)]
     followers: list[tuple[Observed, Observed]] = []
     for failure in (f for f in ordered if f.is_origin):
-        cause = _gave_up_before(gave_up, failure) or _told_by(told, failure) or _waited_on_abort(aborted, failure)
+        cause = _gave_up_before(gave_up, failure) or _told_by(told, failure) or _waited_on_prefill(stopped, failure)
         if cause is not None:
             followers.append((failure, cause))
             continue
@@ -243,11 +251,21 @@ def _told_by(told: list[Observed], failure: Observed) -> Observed | None:
     )
 
 
-def _waited_on_abort(aborted: list[Observed], failure: Observed) -> Observed | None:
-    """The prefill's client abort a log-inferred decode timeout in WaitingForInput follows (rule 9), if any."""
+def _waited_on_prefill(stopped: list[Observed], failure: Observed) -> Observed | None:
+    """The prefill origin (earliest first) a log-inferred decode timeout in WaitingForInput follows (rule 9), if any:
+    one within the wait its reason says it waited out; where it says none, only a client's abort before it."""
     if not failure.inferred or failure.role != "decode" or failure.reason_class != "timeout_waiting":
         return None
-    return next((cause for cause in aborted if cause.ts <= failure.ts), None)
+    waited = _waited(failure)
+    began = failure.ts - waited - SAME_FAILURE_S
+    return next(
+        (
+            cause
+            for cause in stopped
+            if cause.ts <= failure.ts and (began <= cause.ts if waited else cause.reason_class == ABORTED)
+        ),
+        None,
+    )
 
 
 def _own_instance_root(roots: list[FailureGroup], failure: Observed) -> FailureGroup:

@@ -124,9 +124,15 @@ _LOCAL_FAULTS = (
     "local access error",
     "hipIpcOpenMemHandle failed",  # Mooncake's HIP transport chose GPU IPC for a peer on another host
     "Bad address",  # EFAULT: memory the sender may not read (GPU memory given to Mooncake's TCP transport)
+    "Failed to create QP",  # Mooncake: its side's queue pairs ran out (the driver's limit; Mooncake #1845)
 )
 """What a transport library logs of a fault of its own side (its memory registration, its queue pair), never of
 its peer: the sender's own transport broke, whatever it then says of the peer it could not send to."""
+_IPC_OPEN_FAILED = re.compile(r"IpcOpenMemory\(\w*\) failed")
+"""Ascend MemFabric's HYBM could not open a peer's memory slice in this process (`IpcOpenMemory(HANDLE)
+failed:507899, ... deviceId=6, sliceInfo.logicDeviceId=5`), as Mooncake's `hipIpcOpenMemHandle failed`: the
+side that logs it cannot map what it was to write to."""
+IPC_OPEN_FAILED = "IpcOpenMemory failed"
 LOCAL_FAULT_BEFORE_S = 5.0
 
 
@@ -135,7 +141,7 @@ def local_fault(text: str) -> str:
     for fault in _LOCAL_FAULTS:  # a loop, not a generator: this runs on every transport error kept, at each fold
         if fault in text:
             return fault
-    return ""
+    return IPC_OPEN_FAILED if "IpcOpenMemory(" in text and _IPC_OPEN_FAILED.search(text) else ""
 
 
 _FAILED_SESSION = re.compile(r"Session (\S+:\d{1,5}) failed\.")

@@ -262,6 +262,19 @@ def test_a_decode_that_waited_out_a_room_the_client_aborted_on_prefill_echoes_th
     assert groups[0].aborted
 
 
+def test_a_decode_that_waited_out_a_room_its_prefill_failed_without_telling_it_echoes_that_failure():
+    """NIXL's sender tells the decode nothing of its failures before sglang PR #36108 (issue #36033), and a Mooncake
+    Failed status may never reach the decode it could not write to: the decode's timeout, 300 s after, is the
+    prefill's failure seen late; a prefill failure before the wait the timeout names began is not."""
+    send = failure(10.0, "prefill-0/TP0", "prefill-0/TP0", "send_failed", inferred=True)
+
+    during = fold([send, waited_out(309.0, "decode-0/TP0"), waited_out(309.0, "decode-0/TP1")])
+    before = fold([send, waited_out(40.0 + SAME_FAILURE_S + 1, "decode-0/TP0", waited_s=30.0)])
+
+    assert shape(during) == [(ROOM, "prefill-0/TP0", "prefill-0/TP0", ["decode-0/TP0", "decode-0/TP1"])]
+    assert [g.origin_label for g in before] == ["prefill-0/TP0", "decode-0/TP0"]
+
+
 def test_a_decode_timeout_before_the_client_aborted_or_too_long_after_is_its_own_failure():
     """The abort explains only a wait it ended: a decode that timed out before it, or a room id failing again longer
     after than its timeout says it waited (a reused id), is a failure of its own, the origin of its group."""

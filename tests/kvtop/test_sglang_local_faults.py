@@ -97,11 +97,25 @@ def test_a_send_failure_after_the_senders_own_transport_fault_names_the_sender(t
             "2026-07-28 12:41:38",
             id="gpu-ipc-to-another-host",
         ),
+        pytest.param(  # Mooncake #1845 (SGLang 0.5.7 PD after running a while), Mooncake's troubleshooting guide
+            "E0114 09:12:40.552013 88213 rdma_endpoint.cpp:188] Failed to create QP: Cannot allocate memory",
+            "2026-01-14 09:12:40",
+            id="queue-pairs-used-up",
+        ),
+        pytest.param(  # Ascend/sglang PR #872's NPU CI log, as a public analysis of it quotes it
+            "2026-06-12 08:10:40.402117 ERROR [737690-737712][HYBM hybm_dev_user_legacy_segment.cpp:394 "
+            "ImportSliceInfo] IpcOpenMemory(000b419b00000000000300) failed:507899, sdid=140247054, pid=737690, "
+            "deviceId=6, sliceInfo.logicDeviceId=5",
+            "2026-06-12 08:10:41",
+            id="memfabric-could-not-open-the-peer-s-memory",
+        ),
     ],
 )
 def test_a_send_its_own_transport_could_not_make_names_the_sender(tmp_path: Path, fault: str, second: str):
     """Mooncake's TCP transport given GPU memory (`Bad address`), its HIP transport opening a remote peer's memory
-    by IPC (`hipIpcOpenMemHandle failed`): the sender's own fault, not the decode's it could not send to."""
+    by IPC (`hipIpcOpenMemHandle failed`), its queue pairs used up (`Failed to create QP`), MemFabric unable to open
+    the peer's memory slice (`IpcOpenMemory(...) failed`): the sender's own fault, not the decode's it could not send
+    to."""
     log = tmp_path / "prefill.log"
     log.write_text(
         f"{fault}\n[{second}] Session 10.32.17.209:16680 failed.\n"

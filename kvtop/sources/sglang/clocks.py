@@ -2,7 +2,9 @@
 
 Both sides of a room log its failure within moments of each other whatever their clocks say: a transfer's failure
 and its echo on the other side, a client's abort on both. A timeout is left out: it waited out its time (a decode
-times out 300 s after the prefill's abort). For each pair of servers, each room's first failure line on either
+times out 300 s after the prefill's abort, or after a prefill's failure it was never told of), and so are the
+server's later lines of that room (its other ranks' `unknown reason from another rank`, the timeout's echoes in
+the same tick). For each pair of servers, each room's first failure line on either
 side gives one difference (the later server's time less the first's); the pair's offset is the median of those
 of their first `SAMPLES_KEPT` rooms, taken with `SHARED_MIN` rooms or more of which more than half lie within
 `AGREE_S` of it. Offsets chain through the pairs (a prefill against a decode against another prefill) onto each
@@ -69,6 +71,8 @@ ROOM_MARK = b"bootstrap_room="
 """What every failure line that names its room holds."""
 
 _ROOM = re.compile(r"bootstrap_room=(\d{1,19})\b")
+TIMED_OUT = "timed out after "
+"""What every timeout's reason holds (a known room's line that holds it is read: it may take the room's sample back)."""
 
 Server = tuple[int, str]
 """A server's clock: the index of its log's first file (a rotated log's pieces are one), and the name a wrapper
@@ -112,16 +116,31 @@ class RoomTimes:
 
     def __init__(self) -> None:
         self._rooms: dict[Server, dict[int, float]] = {}
-        self._differences: dict[tuple[Server, Server], list[float]] = {}
+        self._waited: dict[Server, dict[int, None]] = {}
+        """Rooms each server timed out (the oldest go first past `ROOMS_KEPT`): their lines tell no clock."""
+        self._differences: dict[tuple[Server, Server], dict[int, float]] = {}
+        """Each pair's difference of each room both named (the first `SAMPLES_KEPT` rooms)."""
 
     def known(self, server: Server, room: int) -> bool:
-        """Whether `server` named `room` already (its other ranks' lines of it need no parse)."""
-        return room in self._rooms.get(server, ())
+        """Whether `server` named `room` already (its other ranks' lines of it need no parse, but for a timeout)."""
+        return room in self._rooms.get(server, ()) or room in self._waited.get(server, ())
+
+    def waited(self, server: Server, room: int) -> None:
+        """`server` timed `room` out: none of its lines of the room is a sample, its other ranks' echoes of the
+        timeout logged before it (the same tick, in any order) nor after it."""
+        rooms = self._waited.setdefault(server, {})
+        if len(rooms) >= ROOMS_KEPT:
+            del rooms[next(iter(rooms))]
+        rooms[room] = None
+        if self._rooms.get(server, {}).pop(room, None) is not None:
+            for pair, differences in self._differences.items():
+                if server in pair:
+                    differences.pop(room, None)
 
     def saw(self, server: Server, room: int, ts: float) -> None:
         """`server` logged a failure of `room` at `ts` (its clock): the first one of each room counts."""
         rooms = self._rooms.setdefault(server, {})
-        if room in rooms:
+        if room in rooms or room in self._waited.get(server, ()):
             return
         if len(rooms) >= ROOMS_KEPT:
             del rooms[next(iter(rooms))]
@@ -131,9 +150,9 @@ class RoomTimes:
                 first, second, difference = (
                     (other, server, ts - their_ts) if other < server else (server, other, their_ts - ts)
                 )
-                differences = self._differences.setdefault((first, second), [])
+                differences = self._differences.setdefault((first, second), {})
                 if len(differences) < SAMPLES_KEPT:
-                    differences.append(difference)
+                    differences[room] = difference
 
     def settled(self) -> bool:
         """Every server met is joined to the first by pairs of `SETTLED` rooms or more (reading on changes
@@ -149,7 +168,7 @@ class RoomTimes:
         pairs = {
             pair: offset
             for pair, differences in self._differences.items()
-            if (offset := _agreed(differences)) is not None
+            if (offset := _agreed(list(differences.values()))) is not None
         }
         found: dict[Server, ClockOffset[Server]] = {}
         for server, (seconds, reference) in _groups(sorted(self._rooms), pairs).items():
@@ -255,22 +274,21 @@ def _marked(block: bytes, end: int) -> list[str]:
 
 
 def _room_line(times: RoomTimes, index: int, text: str, year: int) -> None:
-    """Note the room a failure line names at its time, unless it is a timeout's."""
+    """Note the room a failure line names at its time, unless it is a timeout's (then its server waited it out)."""
     name, rest = split_stream(text)
     stream = bool(name) and (text.startswith("[pod/") or has_prefix(rest))
     room = _ROOM.search(text)
-    if room is not None and times.known((index, name if stream else ""), int(room[1])):
+    if room is not None and times.known((index, name if stream else ""), int(room[1])) and TIMED_OUT not in text:
         return
     try:
         prefix = parse_prefix(rest if stream else text)
         record = classify(prefix, year)
     except (Garbled, ValueError):
         return
-    if (
-        isinstance(record, FailureLine)
-        and record.room is not None
-        and prefix.ts is not None
-        and believable(prefix.ts)
-        and not reason_class(record.reason).startswith("timeout")
-    ):
-        times.saw((index, name if stream else ""), record.room, prefix.ts)
+    if not isinstance(record, FailureLine) or record.room is None:
+        return
+    server = (index, name if stream else "")
+    if reason_class(record.reason).startswith("timeout"):
+        times.waited(server, record.room)
+    elif prefix.ts is not None and believable(prefix.ts):
+        times.saw(server, record.room, prefix.ts)
