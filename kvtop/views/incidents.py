@@ -74,7 +74,7 @@ def incident_json(incident: Incident, now: float, quiet_gap_s: float) -> dict[st
         "suspect_text": incident.suspect.text,
         "evidence": [text for text, _ in sorted(incident.evidence.items(), key=lambda item: -item[1])],
         "client": incident.client,
-        "rooms": [str(room) for room in incident.rooms],
+        "rooms": list(incident.rooms),  # JSON integers, as every room id kvtop writes (docs/json.md)
         "room_count": incident.room_count,
         "roomless": incident.roomless,
         "rooms_complete": incident.rooms_complete,
