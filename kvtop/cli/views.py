@@ -500,12 +500,12 @@ def incidents(
     a rank, an instance, the other side of an instance, the client; `unknown` when nothing names one) and
     one kind of failure (corrupt KV, stopped answering, refusing, failing), close in time; it has ended
     after 120 s without a new failure group. Columns: state (ongoing/ended), suspect, what it does, the
-    class of failure that first showed it, rooms, since, for (its first failure to its last: an ongoing
+    class of most of its failure groups, rooms, since, for (its first failure to its last: an ongoing
     incident of one burst is `0s`), origins (who noticed) / echoes,
     and the evidence for the suspect. Client aborts are an incident of `the client`, never of the cluster.
     Ranks that crashed (a log said so) are listed under the table.
-    JSON: {"incidents": [{id, state, kind, class, classes, headline, suspect: {kind, name, role},
-    suspect_text, evidence, client, rooms (every room id, as strings), room_count, rooms_complete, origins,
+    JSON: {"incidents": [{id, state, kind, class, first_class, classes, headline, suspect: {kind, name, role},
+    suspect_text, evidence, client, rooms (every room id, as integers), room_count, rooms_complete, origins,
     echoes, noticed_by, first_seen, last_seen, duration_s, rooms_per_min}], ongoing, now, since,
     quiet_gap_s}. Exit 1 when nobody answers.
     """

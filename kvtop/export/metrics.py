@@ -12,8 +12,9 @@ instance is `pd_instance`, since Prometheus itself sets `instance` on every
 series it scrapes. No metric is labelled by room (unbounded: per-room detail
 is the event stream's).
 
-Incidents (one cause across rooms) are a gauge of those ongoing, by the class that started each and its
-suspect's kind, and a counter of those started, by kind of failure and suspect kind.
+Incidents (one cause across rooms) are a gauge of those ongoing, by each one's class (that of most of its
+failure groups, as its headline says) and its suspect's kind, and a counter of those started, by kind of
+failure and suspect kind.
 
 Counters never go down while the process lives, although the model's windows
 are bounded: failure origins and echoes are tallied as they arrive
@@ -104,7 +105,7 @@ class _Reading:
     deliveries_failed: int
     source_error: str
     incidents: list[tuple[str, str, bool]]
-    """(reason class, suspect kind, ongoing) of every incident the model keeps."""
+    """(class, as its headline names it; suspect kind; ongoing) of every incident the model keeps."""
     incidents_started: dict[tuple[str, str], int]
     """Incidents ever started, by (kind of failure, suspect kind)."""
 
@@ -216,7 +217,7 @@ class ModelMetrics(Collector):
             deliveries_failed=counters.get("deliveries_failed", 0),
             source_error=model.intake.error,
             incidents=[
-                (i.reason_class, i.suspect.kind, i.ongoing(now, gap)) for i in model.incidents.incidents.values()
+                (i.title_class, i.suspect.kind, i.ongoing(now, gap)) for i in model.incidents.incidents.values()
             ],
             incidents_started=dict(model.incidents.started),
         )
@@ -270,8 +271,9 @@ class ModelMetrics(Collector):
         that a refold took back, an echo's guess before its origin came, never makes it go down)."""
         ongoing = GaugeMetricFamily(
             "kvtop_incidents_ongoing",
-            "Incidents ongoing (a failure group in the last quiet gap), by the class of failure that started each "
-            "and its suspect's kind (rank, instance, side, client, unknown). Client aborts are suspect_kind client.",
+            "Incidents ongoing (a failure group in the last quiet gap), by the class of most of each one's failure "
+            "groups and its suspect's kind (rank, instance, side, client, unknown). Client aborts are suspect_kind "
+            "client.",
             labels=INCIDENT,
         )
         for (reason_class, suspect_kind), count in sorted(

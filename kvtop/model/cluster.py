@@ -808,7 +808,11 @@ class ClusterModel:
         Such a room has ended on arrival, so it is retired at once (bounded like every retired room) and counted
         in `retired_outcomes`, failed or aborted as `rooms_failed` judges it; a rank that logs it again within
         `ROOM_REUSE_S` joins it (a room a client aborted that a fault then failed is counted failed too: a tally
-        never goes down), a later one starts a new room."""
+        never goes down), a later one starts a new room. A room agents reported (a sidecar beside our agents, open
+        or retired) is theirs: the log's failure is one more rank's state in it, counted as the sweep counts it
+        (one room, one finish; it was counted twice, once here and once when it retired)."""
+        if self._joined_agents_room(view.label, event):
+            return
         retired = self.finished.get(event.room)
         room = retired.view if retired is not None and event.ts - retired.ts <= ROOM_REUSE_S else None
         aborted = self._causes.get(event.room) == _ABORT_CAUSE
@@ -831,6 +835,21 @@ class ClusterModel:
             self._relink(room, self._named_by(peer, (view.instance, decode or peer), (view.instance, decode)))
         elif view.role == "decode":
             self._relink(room, self._named_by(peer, (prefill or peer, view.instance), (prefill, view.instance)))
+
+    def _joined_agents_room(self, label: str, event: Failure) -> bool:
+        """The log's failure of a room agents reported, open or retired within `ROOM_REUSE_S`, as rank `label`'s
+        Failed state in it (a late one: as `_late_news`); False when no agent reported the room."""
+        room = self.rooms.get(event.room)
+        if room is None:
+            retired = self.finished.get(event.room)
+            if retired is None or retired.from_log or event.ts - retired.ts > ROOM_REUSE_S:
+                return False
+            retired.ok, room = False, retired.view
+            if room is None:
+                return True
+            room.outcome = False
+        room.codes = {**room.codes, label: FAILED}  # replaced, never changed in place (see `RoomView.codes`)
+        return True
 
     def _named_by(self, peer: str, link: tuple[str, str], unnamed: tuple[str, str]) -> tuple[str, str]:
         """`link`, a side of it named by `peer`'s address, unless it is a new link past `LINKS_NAMED_KEPT`: then

@@ -85,7 +85,8 @@ class Incident(msgspec.Struct, gc=False):
     first_seen: float
     last_seen: float
     reason_class: str
-    """The class of its earliest failure (what first showed the cause; `classes` has them all)."""
+    """The class of its earliest failure (what first showed the cause; `classes` has them all; `title_class` is
+    the one it is shown by)."""
     origins: int = 0
     """Failure groups (one failure of one room, however many ranks saw it)."""
     echoes: int = 0
@@ -134,9 +135,17 @@ class Incident(msgspec.Struct, gc=False):
         """Whether a group came in the last `quiet_gap_s` (the incident has not ended)."""
         return now - self.last_seen <= quiet_gap_s
 
+    @property
+    def title_class(self) -> str:
+        """The class of most of its failure groups, a tie going to the class it started with, then to the class
+        seen first: what it is shown and judged by (its start's class alone named a rank's 28 timeouts `refused`,
+        a full pool's one refusal that came first)."""
+        classes, first = self.classes, self.reason_class
+        return max(classes, key=lambda name: (classes[name], name == first)) if classes else first
+
     def headline(self) -> str:
         """`prefill-0/TP1 sends corrupt KV (checksum)`."""
-        return f"{self.suspect.text} {Kind(self.kind).verb} ({self.reason_class})"
+        return f"{self.suspect.text} {Kind(self.kind).verb} ({self.title_class})"
 
 
 class Part(msgspec.Struct, frozen=True, array_like=True, gc=False):

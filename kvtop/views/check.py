@@ -71,7 +71,7 @@ class Thresholds:
 
     def rooms_needed(self, incident: Incident) -> int | None:
         """The rooms an incident needs to be CRITICAL (None: it never is)."""
-        return dict(self.incident_classes).get(incident.reason_class, self.incident_rooms)
+        return dict(self.incident_classes).get(incident.title_class, self.incident_rooms)
 
 
 @dataclass

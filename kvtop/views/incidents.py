@@ -67,14 +67,15 @@ def incident_json(incident: Incident, now: float, quiet_gap_s: float) -> dict[st
         "id": incident.id,
         "state": state(incident, now, quiet_gap_s),
         "kind": incident.kind,
-        "class": incident.reason_class,
+        "class": incident.title_class,
+        "first_class": incident.reason_class,
         "classes": dict(sorted(incident.classes.items(), key=lambda item: -item[1])),
         "headline": incident.headline(),
         "suspect": incident.suspect.as_dict(),
         "suspect_text": incident.suspect.text,
         "evidence": [text for text, _ in sorted(incident.evidence.items(), key=lambda item: -item[1])],
         "client": incident.client,
-        "rooms": [str(room) for room in incident.rooms],
+        "rooms": list(incident.rooms),  # JSON integers, as every room id kvtop writes (docs/json.md)
         "room_count": incident.room_count,
         "roomless": incident.roomless,
         "rooms_complete": incident.rooms_complete,
@@ -123,7 +124,7 @@ def render(
         suspect = fit_label(incident.suspect.text, named)  # past the widest column, an address keeps its port
         lines.append(
             f"{_state_cell(incident, now, quiet_gap_s):<8} {suspect:<{named}} "
-            f"{Kind(incident.kind).verb:<18} {incident.reason_class:<18} {_rooms_cell(incident):>6} "
+            f"{Kind(incident.kind).verb:<18} {incident.title_class:<18} {_rooms_cell(incident):>6} "
             f"{stamp(incident.first_seen, dated)[:-4]} {duration(incident.duration_s):>8} "
             f"{f'{incident.origins}/{incident.echoes}':>15}  {evidence}"
         )

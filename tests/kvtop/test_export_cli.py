@@ -97,6 +97,37 @@ def test_export_on_a_recording_counts_what_failures_lists_on_it(tmp_path: Path):
     assert 0 < early < late
 
 
+def finished_rooms(url: str) -> dict[str, float]:
+    """`kvtop_rooms_finished_total` by outcome."""
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    family = next(f for f in text_string_to_metric_families(text) if f.name == "kvtop_rooms_finished")
+    return {sample.labels["outcome"]: sample.value for sample in family.samples}
+
+
+@pytest.mark.processes
+def test_export_on_a_recording_counts_every_room_finished_before_the_keyframe_it_seeks_from(tmp_path: Path):
+    """record -> replay -> export: `kvtop_rooms_finished_total` at T is what the live model had counted at T (its
+    keyframes carry the counts: a model restored from one counted only the rooms its replayed ops retired), and it
+    only grows from an earlier T to a later one."""
+    recorder = Recorder(tmp_path / "rec", keyframe_events=300, flush_s=3600.0, fork_keyframes=False)
+    live: dict[float, dict[str, float]] = {}
+    model = ClusterModel()
+    cluster = SyntheticCluster(spacing_s=0.001, failure_rate=0.1)
+    end = feed(recorder, model, cluster, passes=40, rooms_per_pass=50,
+               on_pass=lambda now: live.setdefault(now, {**model.retired_outcomes, "lost": model.lost}))  # fmt: skip
+    recorder.close()
+    assert recorder.stats().keyframes > 10
+    middle = sorted(live)[3 * len(live) // 4]  # after the first sweeps retired rooms, before the last
+    served: dict[float, dict[str, float]] = {}
+    for at in (middle, end):
+        with exporting("--replay", str(tmp_path / "rec"), "--at", repr(at), "--listen", "127.0.0.1:0") as (url, _):
+            served[at] = finished_rooms(url)
+
+    assert served == {at: live[at] for at in (middle, end)}
+    assert 0 < served[middle]["succeeded"] < served[end]["succeeded"] and served[end]["failed"] > 0
+
+
 def http_get(url: str) -> tuple[int, str]:
     """The status and body of GET `url` (an HTTP error's too)."""
     try:

@@ -36,6 +36,7 @@ from kvtop.sources.sglang import load
 from kvtop.sources.synthetic import SyntheticCluster
 from transport.kvpoll import KVPoll
 from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure, Heartbeat, LogContext, RoomState
+from transport.wire import LOG_SIDECAR, AgentInfo
 
 RANK = {"engine_type", "pd_instance", "tp_rank", "pp_rank"}
 LINK = {"prefill_instance", "decode_instance"}
@@ -523,3 +524,50 @@ def test_a_model_with_no_rank_serves_kvtop_ranks_0_in_every_state_not_nothing():
     assert "kvtop_rank_state{" not in empty
     by_state = {dict(key)["state"]: value for key, value in samples(served, "kvtop_ranks").items()}
     assert sum(by_state.values()) == len(model.ranks) > 0
+
+
+def _beside_agents(model: ClusterModel, room: int, logged_at: float, agents_end: float) -> None:
+    """Room `room` held by two agents (prefill-0/TP0, decode-0/TP0) that fail it at `agents_end`, and a log sidecar
+    (`sglang-decode/TP0`, the SGLang server of a cluster that also runs our agents) whose line fails it at
+    `logged_at`."""
+    model.register(AgentInfo("decode", "sglang-decode", 0, 1, 0, "", "", 42, "node-1", 7, kind=LOG_SIDECAR))
+    fault = Failure(agents_end, room, "decode-0/TP0", "KV transfer failed", "other", "error", False, "decode-0/TP0")
+    logged = Failure(logged_at, room, "sglang-decode/TP0", "Decode transfer failed", "other", "error", False,
+                     "sglang-decode/TP0")  # fmt: skip
+    batches = [
+        (NOW, "prefill-0/TP0", [RoomState(NOW, room, KVPoll.Transferring, KVPoll.WaitingForInput)]),
+        (NOW, "decode-0/TP0", [RoomState(NOW, room, KVPoll.Transferring, KVPoll.WaitingForInput, "prefill-0")]),
+        (logged_at, "sglang-decode/TP0", [logged]),
+        (agents_end, "prefill-0/TP0", [RoomState(agents_end, room, KVPoll.Failed, KVPoll.Transferring)]),
+        (agents_end, "decode-0/TP0", [fault, RoomState(agents_end, room, KVPoll.Failed, KVPoll.Transferring)]),
+    ]
+    for at, label, events in sorted(batches, key=lambda batch: batch[0]):
+        instance, _, rank = label.rpartition("/TP")
+        role = "prefill" if instance.startswith("prefill") else "decode"
+        incarnation = 7 if label.startswith("sglang") else 1
+        model.sweep(at)  # the collector sweeps every 0.5 s: a room the agents ended 5 s before is retired
+        model.apply(label, EventBatch(EVENT_SCHEMA, role, instance, int(rank), incarnation, 1, at, events), at)
+
+
+@pytest.mark.parametrize("logged_after_s", [-1.0, 5.0])
+def test_a_room_an_agent_and_a_sidecar_both_fail_is_one_finished_room(logged_after_s: float):
+    """A sidecar's line failing a room our agents hold counted it failed on arrival, and the agents' end counted it
+    again: 2 failed rooms for one. Now the log's failure is one more rank's state in the agents' room, whether it
+    comes while they hold it open or after they retired it (it moved the room off the agents' link to one the log's
+    instance made): one room, one finish, in the counter, in status and on its link."""
+    model = ClusterModel()
+    agents_end = NOW + 2.0
+    _beside_agents(model, 9, agents_end + logged_after_s, agents_end)
+    model.sweep(agents_end + 10.0)
+    now = agents_end + 10.0
+
+    assert model.ranks["sglang-decode/TP0"].inferred
+    assert outcomes_of(scrape(ModelMetrics(model, threading.Lock(), lambda: now))) == {
+        "succeeded": 0,
+        "failed": 1,
+        "aborted": 0,
+        "lost": 0,
+    }
+    assert (model.rooms_failed(now, 60.0), list(model.finished)) == (1, [9])
+    assert model.failed_rooms_by_link() == {("prefill-0", "decode-0"): 1}  # the agents' link, not one the log made
+    assert model.finished[9].view is not None and model.finished[9].view.codes["sglang-decode/TP0"] == KVPoll.Failed

@@ -6,19 +6,23 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
+import threading
 from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, generate_latest
 
+from kvtop.export.metrics import ModelMetrics
 from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import Observed, fold_room
 from kvtop.model.incidents import QUIET_GAP_S, IncidentTracker, room_groups
 from kvtop.model.shapes import STALE_S
 from kvtop.model.suspects import Suspect
 from kvtop.record.keyframes import capture, restore
+from kvtop.views.check import Thresholds
 from kvtop.views.failures import render_groups
-from kvtop.views.incidents import in_span, incident_json
+from kvtop.views.incidents import in_span, incident_json, render
 from kvtop.views.tables import ranks_json, ranks_text, status_json
 from transport.kvpoll import KVPoll
 from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure, Heartbeat, RoomState
@@ -272,6 +276,56 @@ def test_a_silent_ranks_instance_timeouts_and_full_pools_join_that_ranks_inciden
     incident = next(iter(model.incidents.incidents.values()))
     assert set(incident.classes) == {"refused", "peer_lost", "timeout_bootstrap"}
     assert "the KV pool of prefill-0 is full" in incident.evidence  # it said `its KV pool is full`: whose?
+
+
+def test_an_incident_is_titled_by_the_class_of_most_of_its_groups_not_by_its_first_failure():
+    """A full pool refuses one room of decode-0 first, then its silent TP0's peers lose it and the prefill times out
+    its rooms: one incident of decode-0/TP0 whose headline said `(refused)` (its earliest failure's class) over 6
+    timeouts. Its class is now the class most of its groups have, in the headline, the table, the JSON (the first
+    failure's under `first_class`), check's `--incident-class` and the exporter's gauge alike."""
+    model = ClusterModel()
+    rooms = range(1, 8)
+    for room in rooms:
+        deliver(model, "decode-0/TP0", [RoomState(T0, room, int(KVPoll.WaitingForInput), 1, "prefill-0")], T0)
+    full = origin(T0 + 1, 9, "prefill-0/TP0", "Prefill rank 0 refused room 9: its KV pool is full", "refused",
+                  "prefill-0/TP0")  # fmt: skip
+    deliver(model, "prefill-0/TP0", [full], T0 + 1)
+    lost = origin(T0 + 5, 1, "decode-0/TP1", "Lost connection with rank decode-0/TP0 of this instance",
+                  "peer_lost", "decode-0/TP0")  # fmt: skip
+    deliver(model, "decode-0/TP1", [lost], T0 + 5)
+    for beat in (3.0, 5.0, 7.5):  # the prefill stays alive
+        deliver(model, "prefill-0/TP0", [Heartbeat(T0 + beat, {}, 0, 0, 0.0, 0, 0.0)], T0 + beat)
+    model.sweep(T0 + 5.5)
+    for room in rooms[1:]:
+        timeout = origin(T0 + 10, room, "prefill-0/TP0", f"Request {room} timed out after 10.0s in "
+                         "KVPoll.Bootstrapping", "timeout_bootstrap")  # fmt: skip
+        deliver(model, "prefill-0/TP0", [timeout], T0 + 10)
+
+    assert incidents(model, T0 + 11) == [("decode-0/TP0", "unresponsive", 8)]
+    incident = next(iter(model.incidents.incidents.values()))
+    shown = incident_json(incident, T0 + 11, QUIET_GAP_S)
+    assert incident.classes == {"refused": 1, "peer_lost": 1, "timeout_bootstrap": 6}
+    assert (shown["class"], shown["first_class"], shown["first_seen"]) == ("timeout_bootstrap", "refused", T0 + 1)
+    assert shown["headline"] == "decode-0/TP0 stopped answering (timeout_bootstrap)"
+    assert "stopped answering  timeout_bootstrap" in render([incident], T0 + 11, QUIET_GAP_S)
+    limits = Thresholds(incident_classes=(("refused", None), ("timeout_bootstrap", 3)))
+    assert limits.rooms_needed(incident) == 3  # judged as the timeouts it mostly is, not as the refusal
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ModelMetrics(model, threading.Lock(), lambda: T0 + 11))
+    gauge = 'kvtop_incidents_ongoing{reason_class="timeout_bootstrap",suspect_kind="rank"} 1.0'
+    assert gauge in generate_latest(registry).decode().splitlines()
+
+
+def test_an_incident_s_class_tie_goes_to_the_class_it_started_with():
+    """One timeout, then one lost peer: a tie, so the class of its earliest failure (DOMAIN's example reads the
+    same as before)."""
+    model = ClusterModel()
+    _instance_timeout_then_its_rank_lost(model)
+    model.sweep(T0 + 6)
+
+    incident = next(iter(model.incidents.incidents.values()))
+    assert incident.classes == {"timeout_bootstrap": 1, "peer_lost": 1}
+    assert (incident.title_class, incident.reason_class) == ("timeout_bootstrap", "timeout_bootstrap")
 
 
 def _instance_timeout_then_its_rank_lost(model: ClusterModel) -> tuple[list[tuple[str, str, int]], dict[str, int]]:

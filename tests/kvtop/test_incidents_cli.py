@@ -201,7 +201,7 @@ def test_live_a_corrupting_prefill_rank_is_one_incident_naming_it_and_check_says
 
     corrupt = of_kind(found, "corrupt")
     assert corrupt["suspect"] == {"kind": "rank", "name": "prefill-0/TP1", "role": "prefill"}
-    assert {str(group["room"]) for group in checksums} <= set(corrupt["rooms"])
+    assert {group["room"] for group in checksums} <= set(corrupt["rooms"])
     assert not [name for name, _ in cluster_incidents(found) if name.startswith("decode-")]  # who noticed: no suspect
     assert check.returncode == 2, check.stdout
     assert "incident: prefill-0/TP1 sends corrupt KV (checksum) since " in check.stdout

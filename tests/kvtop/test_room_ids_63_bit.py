@@ -43,17 +43,34 @@ def test_the_room_is_one_a_float_rounds_and_the_log_names_it():
 
 
 @pytest.mark.processes
-def test_each_view_s_json_on_the_log_says_the_room_exactly():
-    """`failures`, `rooms`, `events --jsonl` as JSON integers, `incidents` as strings: each the log's digits."""
+def test_each_view_s_json_on_the_log_says_the_room_exactly_and_as_one_kind_of_value():
+    """`failures`, `rooms`, `events --jsonl` and the incidents of `incidents`, `status` and `check`: each room as a
+    JSON integer of the log's digits (an incident's were strings, so a script joining a group's room to its
+    incident's found none)."""
     source = ("--sglang-log", f"prefill={LOG}")
     groups = _json("failures", "--json", *source)["groups"]
     rooms = _json("rooms", "--json", "--recent", "31622400", *source)
-    events = kvtop("events", "--jsonl", *source).stdout.splitlines()
-    [incident] = _json("incidents", "--json", *source)["incidents"]
+    events = [json.loads(line) for line in kvtop("events", "--jsonl", *source).stdout.splitlines()]
+    incidents = {
+        view: json.loads(done.stdout)["incidents"]
+        for view, done in (
+            ("incidents", kvtop("incidents", "--json", *source)),
+            ("status", kvtop("status", "--json", *source)),
+            ("check", kvtop("check", "--json", *source)),  # CRITICAL (exit 2): the log's incident
+        )
+    }
+    named = [group["room"] for group in groups] + [room["room"] for room in rooms]
+    named += [event["room"] for event in events if "room" in event]
+    named += [room for listed in incidents.values() for incident in listed for room in incident["rooms"]]
 
     assert {group["room"] for group in groups} == {room["room"] for room in rooms} == _rooms_in_log()
-    assert ROOM in {json.loads(line).get("room") for line in events}
-    assert str(ROOM) in incident["rooms"]
+    assert ROOM in {event.get("room") for event in events}
+    assert {view: [ROOM in incident["rooms"] for incident in listed] for view, listed in incidents.items()} == {
+        "incidents": [True],
+        "status": [True],
+        "check": [True],
+    }
+    assert {type(room) for room in named} == {int}
 
 
 def test_a_keyframe_of_the_model_keeps_the_room_and_the_dashboard_filter_reads_its_digits():

@@ -71,7 +71,7 @@ def test_a_send_failure_after_the_senders_own_transport_fault_names_the_sender(t
     incidents = json.loads(kvtop_here("incidents", *logs, "--json").stdout)["incidents"]
     check = kvtop_here("check", *logs)
 
-    by_room = {int(room): incident for incident in incidents for room in incident["rooms"]}  # ids as strings
+    by_room = {room: incident for incident in incidents for room in incident["rooms"]}
     sender = by_room[ROOM]
     assert (sender["suspect"]["name"], sender["kind"], sender["room_count"]) == ("prefill-0", "failing", 1)
     assert "Memory region not registered" in " ".join(sender["evidence"])

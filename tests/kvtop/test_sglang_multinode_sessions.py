@@ -190,7 +190,7 @@ def test_a_later_room_naming_one_host_of_the_decode_joins_its_incident(tmp_path:
     assert [(i["suspect_text"], i["room_count"], i["origins"]) for i in found] == [
         (f"decode at {NODE0}, {NODE1}", 4, 4)
     ]
-    assert str(LATER_ROOM) in found[0]["rooms"]
+    assert LATER_ROOM in found[0]["rooms"]
     assert sorted(found[0]["evidence"]) == [
         "its session is not alive",
         f"its sessions on {NODE0}, {NODE1} are not alive",

@@ -107,7 +107,7 @@ def test_a_room_failed_for_want_of_the_bootstrap_joins_that_bootstrap_s_incident
     incidents = json.loads(kvtop_here("incidents", "--sglang-log", log, "--json").stdout)["incidents"]
 
     assert [(i["suspect_text"], i["rooms"], i["roomless"]) for i in incidents] == [
-        ("prefill at 10.0.0.9:8998", ["4751139391711345681"], 0)  # the error is the room's: no failure of its own
+        ("prefill at 10.0.0.9:8998", [4751139391711345681], 0)  # the error is the room's: no failure of its own
     ]
 
 

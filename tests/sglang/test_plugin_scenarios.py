@@ -100,7 +100,7 @@ def test_a_prefill_instance_killed(tmp_path: Path) -> None:
             assert len(incidents) == 1, json.dumps(incidents, indent=1)
             assert incidents[0]["suspect"]["name"] == address
             assert incidents[0]["suspect"]["role"] == "prefill"
-            assert sorted(incidents[0]["rooms"]) == [str(room) for room in rooms]
+            assert sorted(incidents[0]["rooms"]) == sorted(rooms)
 
 
 def test_bootstrapping_timeout(tmp_path: Path) -> None:

@@ -79,7 +79,8 @@ class TreeRow:
 
 class TreeRows(Sequence[TreeRow]):
     """The tree's rows: incidents, the ongoing first (`IncidentTracker.in_order`); an expanded incident's groups
-    under it, newest first; an expanded group's echoes under it. Made per index: a frame builds only the index."""
+    under it, by start, the earliest on top (a new one joins below: no row moves); an expanded group's echoes
+    under it. Made per index: a frame builds only the index."""
 
     def __init__(
         self,
@@ -120,9 +121,10 @@ class TreeRows(Sequence[TreeRow]):
 
 
 def tree_of(frame: Frame) -> tuple[list[IncidentRow], dict[int, list[FailureGroup]]]:
-    """The frame's incidents and each one's groups (newest first); groups of none under `UNFILED`, last."""
+    """The frame's incidents and each one's groups (by start, the earliest first, as the frame holds them);
+    groups of none under `UNFILED`, last."""
     groups: dict[int, list[FailureGroup]] = {}
-    for group, incident in zip(reversed(frame.groups), reversed(frame.group_incidents), strict=True):
+    for group, incident in zip(frame.groups, frame.group_incidents, strict=True):
         groups.setdefault(incident, []).append(group)
     incidents = [row for row in frame.incidents if row.id in groups or not frame.options.filter]
     if 0 in groups:

@@ -89,8 +89,9 @@ def test_a_filter_that_matches_nothing_leaves_no_detail_of_a_row_no_longer_liste
 
 
 def test_enter_expands_an_incident_into_its_groups_and_a_group_into_its_echoes(app: KvtopApp, source: FixtureSource):
-    """The failures view leads with incidents: enter on the first shows exactly its failure groups under it,
-    enter on a group its echoes under that; enter again folds the group."""
+    """The failures view leads with incidents: enter on the first shows exactly its failure groups under it, by
+    start, the earliest on top (as every list of incidents is ordered; they were newest first, so each new group
+    moved the rows under the cursor), enter on a group its echoes under that; enter again folds the group."""
     seen = {}
 
     async def scenario(pilot):
@@ -114,6 +115,8 @@ def test_enter_expands_an_incident_into_its_groups_and_a_group_into_its_echoes(a
     group = model_group(source, seen["group"])
     echo_rows = [row for row in seen["rows"] if row.startswith("└ echo ")]
     assert sorted(g.room for g in seen["groups"]) == sorted(incident.rooms)
+    starts = [g.first_ts for g in seen["groups"]]
+    assert starts == sorted(starts) and starts[0] < starts[-1] and seen["group"] is seen["groups"][0]
     assert group.echo_count > 0 and seen["echoes"] == group.echoes
     assert sorted(row.split()[2] for row in echo_rows) == sorted(echo.rank for echo in group.echoes)
     assert seen["rows"][0].startswith(f"▼ ONGOING  {incident.headline()}  {incident.room_count} rooms")
