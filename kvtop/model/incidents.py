@@ -201,6 +201,8 @@ class IncidentTracker:
         ranks they tally as noticing), so a group looks at the few that may take it, not at every one kept."""
         self._causes: dict[str, dict[IncidentKey, None]] = {}
         """The keys of `_latest` of a rank's `unresponsive` incident, by the rank's instance (`_explaining`)."""
+        self._leads: dict[int, dict[LeadKey, None]] = {}
+        """`by_lead` the other way: the leads of each incident kept (an incident taken in hands its own on)."""
 
     def add(self, failure: Observed, around: Surroundings) -> None:
         """A failure the model took (folded at the next `update`, or now when too many wait)."""
@@ -264,7 +266,7 @@ class IncidentTracker:
                 self._drop(incident, started=False)
         self._let_go()
         for lead in list(islice(self.by_lead, max(0, len(self.by_lead) - LEADS_KEPT))):
-            del self.by_lead[lead]
+            self._unlead(lead)
         self._keep_bound()
 
     def _keep_bound(self) -> None:
@@ -333,7 +335,8 @@ class IncidentTracker:
             tracker._set_latest((kind, suspect, name), incident_id)
         for room, failures, parts in state.tracked:
             tracker._tracked[room] = _Tracked(failures, parts, max(failure.ts for failure in failures))
-        tracker.by_lead = {(ts, room, rank): incident_id for ts, room, rank, incident_id in state.leads}
+        for ts, room, rank, incident_id in state.leads:
+            tracker._lead((ts, room, rank), incident_id)
         tracker.newest = state.newest
         return tracker
 
@@ -357,7 +360,7 @@ class IncidentTracker:
             incident.room_count += 1
             self.listed += 1
         incident.rooms[part.room] = (held or 0) + 1
-        self.by_lead[part.lead] = incident.id
+        self._lead(part.lead, incident.id)
         if attribution.sessions:
             self._remember(incident, attribution.sessions)
             gap = self.quiet_gap_s
@@ -520,6 +523,20 @@ class IncidentTracker:
         _remember(incident.sessions, sessions)
         self._tag(incident, *(("session", session) for session in incident.sessions))
 
+    def _lead(self, lead: LeadKey, incident_id: int) -> None:
+        """The group of this lead is in this incident (`by_lead`; `_leads` the other way)."""
+        self._unlead(lead, keep=True)
+        self.by_lead[lead] = incident_id  # a lead given another incident keeps its place (the oldest go first)
+        self._leads.setdefault(incident_id, {})[lead] = None
+
+    def _unlead(self, lead: LeadKey, keep: bool = False) -> None:
+        """Forget a group's incident (`keep`: in `_leads` only, `_lead` gives it another)."""
+        incident_id = self.by_lead.get(lead) if keep else self.by_lead.pop(lead, None)
+        leads = self._leads.get(incident_id, {}) if incident_id is not None else {}
+        leads.pop(lead, None)
+        if not leads and incident_id in self._leads:
+            del self._leads[incident_id]
+
     def _set_latest(self, key: IncidentKey, incident_id: int) -> None:
         self._latest[key] = incident_id
         if key[0] == Kind.UNRESPONSIVE and key[1] == "rank":
@@ -556,21 +573,21 @@ class IncidentTracker:
         cause.room_count += vaguer.room_count
         cause.rooms_complete = cause.rooms_complete and vaguer.rooms_complete
         self._remember(cause, vaguer.sessions)
-        for tracked in self._tracked.values():
-            if any(part.incident == vaguer.id for part in tracked.parts):
+        for room in vaguer.rooms:  # a tracked room's parts are in the rooms listed (only untracked ones leave)
+            tracked = self._tracked.get(room)
+            if tracked is not None and any(part.incident == vaguer.id for part in tracked.parts):
                 tracked.parts = [
                     msgspec.structs.replace(part, incident=cause.id) if part.incident == vaguer.id else part
                     for part in tracked.parts
                 ]
-        for lead, incident_id in list(self.by_lead.items()):
-            if incident_id == vaguer.id:
-                self.by_lead[lead] = cause.id
+        for lead in list(self._leads.get(vaguer.id, ())):
+            self._lead(lead, cause.id)
         self.listed -= len(vaguer.rooms)
         vaguer.rooms = {}
         self._drop(vaguer, started=True)
 
     def _take_out(self, part: Part, emptied: set[int]) -> None:
-        self.by_lead.pop(part.lead, None)
+        self._unlead(part.lead)
         incident = self.incidents.get(part.incident)
         if incident is None:  # dropped by the bound meanwhile
             return
@@ -602,6 +619,7 @@ class IncidentTracker:
         """Forget an incident: past the bound or taken in by another (`started`: its count stands, or went to the
         other), or emptied by a refold (its start is taken back)."""
         del self.incidents[incident.id]
+        self._leads.pop(incident.id, None)  # its leads in `by_lead` find no incident now
         self._untag(incident, *_tags(incident), *(("session", session) for session in incident.sessions))
         self._untag(incident, *(("noticed", rank) for rank in incident.noticed_by))
         self.listed -= len(incident.rooms)
