@@ -360,7 +360,15 @@ class IncidentTracker:
             incident.room_count += 1
             self.listed += 1
         incident.rooms[part.room] = (held or 0) + 1
-        self._lead(part.lead, incident.id)
+        if part.lead in self.by_lead:  # a group whose room was folded afresh (`FAILURES_PER_ROOM`)
+            self._lead(part.lead, incident.id)
+        else:  # `_lead`, inline: the path of every new group
+            self.by_lead[part.lead] = incident.id
+            leads = self._leads.get(incident.id)
+            if leads is None:
+                self._leads[incident.id] = {part.lead: None}
+            else:
+                leads[part.lead] = None
         if attribution.sessions:
             self._remember(incident, attribution.sessions)
             gap = self.quiet_gap_s
@@ -509,8 +517,12 @@ class IncidentTracker:
 
     def _notice(self, incident: Incident, rank: str, count: int = 1) -> None:
         """Tally a rank that noticed the incident's failures (`_of_origin` asks which incidents a rank noticed)."""
-        _count(incident.noticed_by, rank, count)
-        self._tag(incident, ("noticed", rank if rank in incident.noticed_by else "other"))
+        tallied = incident.noticed_by
+        if rank in tallied:  # the common case: a rank noticing more (tagged already)
+            tallied[rank] += count
+            return
+        _count(tallied, rank, count)
+        self._tag(incident, ("noticed", rank if rank in tallied else "other"))
 
     def _unnotice(self, incident: Incident, rank: str) -> None:
         tallied = rank if rank in incident.noticed_by else "other"
@@ -525,17 +537,21 @@ class IncidentTracker:
 
     def _lead(self, lead: LeadKey, incident_id: int) -> None:
         """The group of this lead is in this incident (`by_lead`; `_leads` the other way)."""
-        self._unlead(lead, keep=True)
+        was = self.by_lead.get(lead)
+        if was is not None:
+            self._leads.get(was, {}).pop(lead, None)
         self.by_lead[lead] = incident_id  # a lead given another incident keeps its place (the oldest go first)
-        self._leads.setdefault(incident_id, {})[lead] = None
+        leads = self._leads.get(incident_id)
+        if leads is None:
+            self._leads[incident_id] = {lead: None}
+        else:
+            leads[lead] = None
 
-    def _unlead(self, lead: LeadKey, keep: bool = False) -> None:
-        """Forget a group's incident (`keep`: in `_leads` only, `_lead` gives it another)."""
-        incident_id = self.by_lead.get(lead) if keep else self.by_lead.pop(lead, None)
-        leads = self._leads.get(incident_id, {}) if incident_id is not None else {}
-        leads.pop(lead, None)
-        if not leads and incident_id in self._leads:
-            del self._leads[incident_id]
+    def _unlead(self, lead: LeadKey) -> None:
+        """Forget a group's incident (an incident's emptied entry in `_leads` goes when it is dropped)."""
+        was = self.by_lead.pop(lead, None)
+        if was is not None:
+            self._leads.get(was, {}).pop(lead, None)
 
     def _set_latest(self, key: IncidentKey, incident_id: int) -> None:
         self._latest[key] = incident_id
