@@ -30,6 +30,11 @@ their incidents and its new groups put in, so an incident that only an early ech
   that leaves the tracked ones leaves the lists too (counted in `room_count`, `rooms_complete` False);
 - at most `incidents_kept` incidents, the oldest dropped first; their starts stay counted (`started`).
 
+Time is linear in the groups: a group looks only at the incidents indexed as ones that may take it (by suspect
+name, instance, side, session, noticing rank), and an incident taken in hands on only its own rooms and group
+leads, so one `update` of a log whose every room names another peer (an incident each, the bound kept at its end)
+does not walk every incident made so far per group.
+
 An incident that takes in another starts at the earlier of their starts, with its class; `started` counts them
 once, under the start it counted first (so a scrape between the two sees no count go down).
 
@@ -335,8 +340,10 @@ class IncidentTracker:
             tracker._set_latest((kind, suspect, name), incident_id)
         for room, failures, parts in state.tracked:
             tracker._tracked[room] = _Tracked(failures, parts, max(failure.ts for failure in failures))
-        for ts, room, rank, incident_id in state.leads:
-            tracker._lead((ts, room, rank), incident_id)
+        tracker.by_lead = {(ts, room, rank): incident_id for ts, room, rank, incident_id in state.leads}
+        for lead, incident_id in tracker.by_lead.items():
+            if incident_id in tracker.incidents:  # not one the bound dropped since
+                tracker._leads.setdefault(incident_id, {})[lead] = None
         tracker.newest = state.newest
         return tracker
 
