@@ -30,6 +30,11 @@ their incidents and its new groups put in, so an incident that only an early ech
   that leaves the tracked ones leaves the lists too (counted in `room_count`, `rooms_complete` False);
 - at most `incidents_kept` incidents, the oldest dropped first; their starts stay counted (`started`).
 
+Time is linear in the groups: a group looks only at the incidents indexed as ones that may take it (by suspect
+name, instance, side, session, noticing rank), and an incident taken in hands on only its own rooms and group
+leads, so one `update` of a log whose every room names another peer (an incident each, the bound kept at its end)
+does not walk every incident made so far per group.
+
 An incident that takes in another starts at the earlier of their starts, with its class; `started` counts them
 once, under the start it counted first (so a scrape between the two sees no count go down).
 
@@ -72,6 +77,10 @@ PENDING_MAX = 50_000
 
 IncidentKey = tuple[str, str, str]
 """(kind, suspect kind, suspect name)."""
+Tag = tuple[str, str]
+"""What a lookup asks of an incident (`IncidentTracker._tagged`): ("name", its suspect's), ("instance", name) of an
+instance's `unresponsive` one, ("side", role), ("symptom", ""), ("rank", "") of a rank's `unresponsive` one,
+("session", one it remembers), ("noticed", a rank it tallies as noticing)."""
 LeadKey = tuple[float, int, str]
 """(ts, room, rank) of a group's lead: which group it is, across refolds that keep its lead."""
 
@@ -201,8 +210,13 @@ class IncidentTracker:
         """The rooms whose groups may still change, the least recently failed first."""
         self._latest: dict[IncidentKey, int] = {}
         """The newest incident of each key (the one a new group of that key may join)."""
-        self._naming: set[int] = set()
-        """The incidents kept that remember sessions (`Incident.sessions`): the few a group suspecting one looks at."""
+        self._tagged: dict[Tag, dict[int, None]] = {}
+        """The incidents kept by what a group's lookups ask of them (`_tags`, and the sessions they remember and the
+        ranks they tally as noticing), so a group looks at the few that may take it, not at every one kept."""
+        self._causes: dict[str, dict[IncidentKey, None]] = {}
+        """The keys of `_latest` of a rank's `unresponsive` incident, by the rank's instance (`_explaining`)."""
+        self._leads: dict[int, dict[LeadKey, None]] = {}
+        """`by_lead` the other way: the leads of each incident kept (an incident taken in hands its own on)."""
 
     def add(self, failure: Observed, around: Surroundings) -> None:
         """A failure the model took (folded at the next `update`, or now when too many wait)."""
@@ -220,9 +234,8 @@ class IncidentTracker:
         incident.last_seen = max(incident.last_seen, ts)
         _count(incident.classes, reason_class)
         _count(incident.evidence, attribution.evidence)
-        _count(incident.noticed_by, rank)
-        while len(self.incidents) > self.incidents_kept:
-            self._drop(next(iter(self.incidents.values())), started=True)
+        self._notice(incident, rank)
+        self._keep_bound()
 
     def update(self, around: Surroundings, final: bool = True) -> None:
         """Fold the rooms the pending failures touched; their groups join (or start) incidents.
@@ -267,9 +280,14 @@ class IncidentTracker:
                 self._drop(incident, started=False)
         self._let_go()
         for lead in list(islice(self.by_lead, max(0, len(self.by_lead) - LEADS_KEPT))):
-            del self.by_lead[lead]
-        while len(self.incidents) > self.incidents_kept:
-            self._drop(next(iter(self.incidents.values())), started=True)
+            self._unlead(lead)
+        self._keep_bound()
+
+    def _keep_bound(self) -> None:
+        """Drop the oldest incidents past `incidents_kept`, in one pass (as `_let_go`: one at a time, each would walk
+        the dead slots before it)."""
+        for incident in list(islice(self.incidents.values(), max(0, len(self.incidents) - self.incidents_kept))):
+            self._drop(incident, started=True)
 
     def _let_go(self) -> None:
         """Stop tracking the least recently failed rooms past `rooms_tracked` or `ROOM_REUSE_S` older than the
@@ -322,14 +340,19 @@ class IncidentTracker:
         """The tracker a keyframe's `state()` holds."""
         tracker = cls(state.quiet_gap_s, state.incidents_kept, state.rooms_tracked, state.rooms_listed)
         tracker.incidents = {incident.id: incident for incident in state.incidents}
-        tracker._naming = {incident.id for incident in state.incidents if incident.sessions}
+        for incident in state.incidents:
+            tracker._index(incident)
         tracker.next_id, tracker.listed, tracker.pending = state.next_id, state.listed, state.pending
         tracker.held = set(state.held)
         tracker.started = {(kind, suspect): n for kind, suspect, n in state.started}
-        tracker._latest = {(kind, suspect, name): i for kind, suspect, name, i in state.latest}
+        for kind, suspect, name, incident_id in state.latest:
+            tracker._set_latest((kind, suspect, name), incident_id)
         for room, failures, parts in state.tracked:
             tracker._tracked[room] = _Tracked(failures, parts, max(failure.ts for failure in failures))
         tracker.by_lead = {(ts, room, rank): incident_id for ts, room, rank, incident_id in state.leads}
+        for lead, incident_id in tracker.by_lead.items():
+            if incident_id in tracker.incidents:  # not one the bound dropped since
+                tracker._leads.setdefault(incident_id, {})[lead] = None
         tracker.newest = state.newest
         return tracker
 
@@ -347,18 +370,26 @@ class IncidentTracker:
         incident.last_seen = max(incident.last_seen, ts)
         _count(incident.classes, part.reason_class)
         _count(incident.evidence, part.evidence)
-        _count(incident.noticed_by, part.noticed_by)
+        self._notice(incident, part.noticed_by)
         held = incident.rooms.get(part.room)
         if held is None:
             incident.room_count += 1
             self.listed += 1
         incident.rooms[part.room] = (held or 0) + 1
-        self.by_lead[part.lead] = incident.id
+        if part.lead in self.by_lead:  # a group whose room was folded afresh (`FAILURES_PER_ROOM`)
+            self._lead(part.lead, incident.id)
+        else:  # `_lead`, inline: the path of every new group
+            self.by_lead[part.lead] = incident.id
+            leads = self._leads.get(incident.id)
+            if leads is None:
+                self._leads[incident.id] = {part.lead: None}
+            else:
+                leads[part.lead] = None
         if attribution.sessions:
-            _remember(incident.sessions, attribution.sessions)
-            self._naming.add(incident.id)
+            self._remember(incident, attribution.sessions)
             gap = self.quiet_gap_s
-            for single in [other for other in self.incidents.values() if _one_of_its_sessions(other, incident, gap)]:
+            ranks = self._with(*(("name", session) for session in incident.sessions))
+            for single in [other for other in ranks if _one_of_its_sessions(other, incident, gap)]:
                 self._absorb(incident, single)
         return part
 
@@ -390,12 +421,14 @@ class IncidentTracker:
         )
         self.next_id += 1
         self.incidents[incident.id] = incident
+        self._index(incident)
         if not earlier:
-            self._latest[key] = incident.id
+            self._set_latest(key, incident.id)
         started = (incident.kind, suspect.kind)
         self.started[started] = self.started.get(started, 0) + 1
         if incident.kind == Kind.UNRESPONSIVE and suspect.kind == "rank":
-            explained = [other for other in self.incidents.values() if _explains(incident, other, self.quiet_gap_s)]
+            beside = self._with(("instance", _instance(suspect.name)), ("side", suspect.role), ("symptom", ""))
+            explained = [other for other in beside if _explains(incident, other, self.quiet_gap_s)]
             for vaguer in [other for other in explained if self._alone_explains(incident, other)]:
                 self._absorb(incident, vaguer)
         return incident
@@ -411,10 +444,9 @@ class IncidentTracker:
         that takes the group at `ts` (`_takes`), the latest to start of several."""
         named = [
             incident
-            for incident in (self.incidents[naming] for naming in sorted(self._naming))  # by id: the dict's order
-            if attribution.session in incident.sessions and incident.kind == attribution.kind
-            and self._takes(incident, ts, attribution.standing)
-        ]  # fmt: skip
+            for incident in self._with(("session", attribution.session))
+            if incident.kind == attribution.kind and self._takes(incident, ts, attribution.standing)
+        ]
         return max(named, key=lambda incident: incident.first_seen, default=None)
 
     def _explaining(self, attribution: Attribution, ts: float) -> Incident | None:
@@ -425,15 +457,26 @@ class IncidentTracker:
         if attribution.unseen_origin:
             return self._of_origin(attribution.unseen_origin, ts)
         vague = Incident(0, str(attribution.kind), attribution.suspect, ts, ts, "", symptom_of=attribution.symptom_of)
-        causes = [
-            incident
-            for (kind, suspect_kind, _), incident_id in self._latest.items()
-            if kind == Kind.UNRESPONSIVE and suspect_kind == "rank"
-            and (incident := self.incidents.get(incident_id)) is not None
-            and _explains(incident, vague, self.quiet_gap_s)
-        ]  # fmt: skip
-        own = [cause for cause in causes if _instance(cause.suspect.name) == attribution.symptom_of]
-        return (own or causes)[0] if len(own or causes) == 1 else None
+
+        def causes(keys: Iterable[IncidentKey]) -> list[Incident]:
+            """Up to two of the rank's `unresponsive` incidents of these keys of `_latest` that explain it."""
+            explaining = (
+                incident
+                for kind, suspect_kind, name in keys
+                if kind == Kind.UNRESPONSIVE and suspect_kind == "rank"
+                and (incident := self.incidents.get(self._latest[kind, suspect_kind, name])) is not None
+                and _explains(incident, vague, self.quiet_gap_s)
+            )  # fmt: skip
+            return list(islice(explaining, 2))
+
+        suspect = attribution.suspect
+        if attribution.symptom_of or suspect.kind == "side":  # a rank of its own instance first, else of any
+            found = causes(self._causes.get(attribution.symptom_of, {})) or causes(self._latest)
+        elif suspect.kind == "instance":  # a rank of that instance
+            found = causes(self._causes.get(suspect.name, {}))
+        else:
+            return None
+        return found[0] if len(found) == 1 else None
 
     def _alone_explains(self, cause: Incident, vague: Incident) -> bool:
         """Whether a new rank incident takes in a vaguer one it explains: always, but for a pool that filled of
@@ -443,32 +486,101 @@ class IncidentTracker:
         if not vague.symptom_of or _instance(cause.suspect.name) == vague.symptom_of:
             return True
         return not any(
-            other is not cause and other.kind == Kind.UNRESPONSIVE and other.suspect.kind == "rank"
-            and _explains(other, vague, self.quiet_gap_s)
-            for other in self.incidents.values()
-        )  # fmt: skip
+            other is not cause and _explains(other, vague, self.quiet_gap_s) for other in self._with(("rank", ""))
+        )
 
     def _of_suspect(self, suspect: Suspect, ts: float) -> Incident | None:
         """The one incident of `suspect` under way at `ts`, whatever its kind (None: none, or several: the echo does
         not tell which kind of failure its origin recorded, and kvtop does not guess)."""
         under_way = [
             incident
-            for incident in self.incidents.values()
+            for incident in self._with(("name", suspect.name))
             if incident.suspect == suspect and incident.first_seen - BEFORE_S <= ts <= incident.last_seen + DRAIN_S
         ]
         return under_way[0] if len(under_way) == 1 else None
 
     def _of_origin(self, origin: str, ts: float) -> Incident | None:
-        under_way = [
-            incident
-            for incident in self.incidents.values()
-            if incident.first_seen - BEFORE_S <= ts <= incident.last_seen + DRAIN_S and not incident.client
-        ]
-        named = [incident for incident in under_way if incident.suspect.name == origin]
+        def under_way(incident: Incident) -> bool:
+            return incident.first_seen - BEFORE_S <= ts <= incident.last_seen + DRAIN_S and not incident.client
+
+        named = [incident for incident in self._with(("name", origin)) if under_way(incident)]
         if named:
             return max(named, key=lambda incident: incident.origins)
-        noticed = [incident for incident in under_way if incident.noticed_by.get(origin)]
+        noticed = [incident for incident in self._with(("noticed", origin)) if under_way(incident)]
         return max(noticed, key=lambda incident: incident.noticed_by[origin]) if noticed else None
+
+    def _with(self, *tags: Tag) -> list[Incident]:
+        """The incidents kept of any of these tags (`_tagged`), by id: the order of `incidents`."""
+        found = {incident_id for tag in tags for incident_id in self._tagged.get(tag, ())}
+        return [self.incidents[incident_id] for incident_id in sorted(found)]
+
+    def _tag(self, incident: Incident, *tags: Tag) -> None:
+        for tag in tags:
+            self._tagged.setdefault(tag, {})[incident.id] = None
+
+    def _untag(self, incident: Incident, *tags: Tag) -> None:
+        for tag in tags:
+            tagged = self._tagged.get(tag)
+            if tagged is not None:
+                tagged.pop(incident.id, None)
+                if not tagged:
+                    del self._tagged[tag]
+
+    def _index(self, incident: Incident) -> None:
+        """Tag a new (or restored) incident with all a lookup asks of it."""
+        self._tag(incident, *_tags(incident), *(("session", session) for session in incident.sessions))
+        self._tag(incident, *(("noticed", rank) for rank in incident.noticed_by))
+
+    def _notice(self, incident: Incident, rank: str, count: int = 1) -> None:
+        """Tally a rank that noticed the incident's failures (`_of_origin` asks which incidents a rank noticed)."""
+        tallied = incident.noticed_by
+        if rank in tallied:  # the common case: a rank noticing more (tagged already)
+            tallied[rank] += count
+            return
+        _count(tallied, rank, count)
+        self._tag(incident, ("noticed", rank if rank in tallied else "other"))
+
+    def _unnotice(self, incident: Incident, rank: str) -> None:
+        tallied = rank if rank in incident.noticed_by else "other"
+        _uncount(incident.noticed_by, rank)
+        if tallied not in incident.noticed_by:
+            self._untag(incident, ("noticed", tallied))
+
+    def _remember(self, incident: Incident, sessions: Iterable[str]) -> None:
+        """The incident remembers these sessions too (`_of_session` asks which incidents remember one)."""
+        _remember(incident.sessions, sessions)
+        self._tag(incident, *(("session", session) for session in incident.sessions))
+
+    def _lead(self, lead: LeadKey, incident_id: int) -> None:
+        """The group of this lead is in this incident (`by_lead`; `_leads` the other way)."""
+        was = self.by_lead.get(lead)
+        if was is not None:
+            self._leads.get(was, {}).pop(lead, None)
+        self.by_lead[lead] = incident_id  # a lead given another incident keeps its place (the oldest go first)
+        leads = self._leads.get(incident_id)
+        if leads is None:
+            self._leads[incident_id] = {lead: None}
+        else:
+            leads[lead] = None
+
+    def _unlead(self, lead: LeadKey) -> None:
+        """Forget a group's incident (an incident's emptied entry in `_leads` goes when it is dropped)."""
+        was = self.by_lead.pop(lead, None)
+        if was is not None:
+            self._leads.get(was, {}).pop(lead, None)
+
+    def _set_latest(self, key: IncidentKey, incident_id: int) -> None:
+        self._latest[key] = incident_id
+        if key[0] == Kind.UNRESPONSIVE and key[1] == "rank":
+            self._causes.setdefault(_instance(key[2]), {})[key] = None
+
+    def _del_latest(self, key: IncidentKey) -> None:
+        del self._latest[key]
+        causes = self._causes.get(_instance(key[2]))
+        if causes is not None:
+            causes.pop(key, None)
+            if not causes:
+                del self._causes[_instance(key[2])]
 
     def _absorb(self, cause: Incident, vaguer: Incident) -> None:
         """Move an incident's groups into the incident that explains them (tracked parts follow): the earlier start
@@ -480,10 +592,11 @@ class IncidentTracker:
         cause.counted = kept
         self.started[taken_back[1:]] -= 1
         cause.last_seen = max(cause.last_seen, vaguer.last_seen)
-        for mine, theirs in ((cause.classes, vaguer.classes), (cause.evidence, vaguer.evidence),
-                             (cause.noticed_by, vaguer.noticed_by)):  # fmt: skip
+        for mine, theirs in ((cause.classes, vaguer.classes), (cause.evidence, vaguer.evidence)):
             for name, count in theirs.items():
                 _count(mine, name, count)
+        for rank, count in vaguer.noticed_by.items():
+            self._notice(cause, rank, count)
         for room, count in vaguer.rooms.items():
             if room in cause.rooms:
                 self.listed -= 1
@@ -491,24 +604,22 @@ class IncidentTracker:
             cause.rooms[room] = cause.rooms.get(room, 0) + count
         cause.room_count += vaguer.room_count
         cause.rooms_complete = cause.rooms_complete and vaguer.rooms_complete
-        _remember(cause.sessions, vaguer.sessions)
-        if cause.sessions:
-            self._naming.add(cause.id)
-        for tracked in self._tracked.values():
-            if any(part.incident == vaguer.id for part in tracked.parts):
+        self._remember(cause, vaguer.sessions)
+        for room in vaguer.rooms:  # a tracked room's parts are in the rooms listed (only untracked ones leave)
+            tracked = self._tracked.get(room)
+            if tracked is not None and any(part.incident == vaguer.id for part in tracked.parts):
                 tracked.parts = [
                     msgspec.structs.replace(part, incident=cause.id) if part.incident == vaguer.id else part
                     for part in tracked.parts
                 ]
-        for lead, incident_id in list(self.by_lead.items()):
-            if incident_id == vaguer.id:
-                self.by_lead[lead] = cause.id
+        for lead in list(self._leads.get(vaguer.id, ())):
+            self._lead(lead, cause.id)
         self.listed -= len(vaguer.rooms)
         vaguer.rooms = {}
         self._drop(vaguer, started=True)
 
     def _take_out(self, part: Part, emptied: set[int]) -> None:
-        self.by_lead.pop(part.lead, None)
+        self._unlead(part.lead)
         incident = self.incidents.get(part.incident)
         if incident is None:  # dropped by the bound meanwhile
             return
@@ -516,7 +627,7 @@ class IncidentTracker:
         incident.echoes -= part.echoes
         _uncount(incident.classes, part.reason_class)
         _uncount(incident.evidence, part.evidence)
-        _uncount(incident.noticed_by, part.noticed_by)
+        self._unnotice(incident, part.noticed_by)
         held = incident.rooms.get(part.room)
         if held is not None:
             if held > 1:
@@ -540,12 +651,29 @@ class IncidentTracker:
         """Forget an incident: past the bound or taken in by another (`started`: its count stands, or went to the
         other), or emptied by a refold (its start is taken back)."""
         del self.incidents[incident.id]
-        self._naming.discard(incident.id)
+        self._leads.pop(incident.id, None)  # its leads in `by_lead` find no incident now
+        self._untag(incident, *_tags(incident), *(("session", session) for session in incident.sessions))
+        self._untag(incident, *(("noticed", rank) for rank in incident.noticed_by))
         self.listed -= len(incident.rooms)
         if self._latest.get(incident.key) == incident.id:
-            del self._latest[incident.key]
+            self._del_latest(incident.key)
         if not started:
             self.started[_counted(incident)[1:]] -= 1
+
+
+def _tags(incident: Incident) -> list[Tag]:
+    """What lookups ask of an incident that never changes: its suspect's name, and the vaguer incidents a rank's
+    `unresponsive` incident may explain (`_explains`: of its instance, of its role's side, a symptom), and those."""
+    tags: list[Tag] = [("name", incident.suspect.name)]
+    if incident.symptom_of:
+        tags.append(("symptom", ""))
+    if incident.kind == Kind.UNRESPONSIVE:
+        suspect = incident.suspect
+        if suspect.kind in ("instance", "rank"):
+            tags.append((suspect.kind, suspect.name if suspect.kind == "instance" else ""))
+        elif suspect.kind == "side":
+            tags.append(("side", suspect.role))
+    return tags
 
 
 def _explains(cause: Incident, vague: Incident, quiet_gap_s: float) -> bool:

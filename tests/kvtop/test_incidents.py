@@ -8,7 +8,9 @@ import itertools
 import json
 import threading
 from pathlib import Path
+from typing import TypeVar
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
@@ -616,4 +618,111 @@ def test_a_suspect_is_said_with_its_role_only_when_an_address_names_it():
         "decode at 10.0.0.7:15004",
         "prefill at sglang-deploy-glm-4-5-prefill:30089",
         "prefill-0/TP1",
+    ]
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class _Scans(dict[K, V]):
+    """One of the tracker's dicts (its incidents, its tracked rooms, its groups' leads), counting the walks over it."""
+
+    walks = 0
+
+    def values(self):  # type: ignore[override]
+        self.walks += 1
+        return super().values()
+
+    def items(self):  # type: ignore[override]
+        self.walks += 1
+        return super().items()
+
+    def __iter__(self):  # type: ignore[override]
+        self.walks += 1
+        return super().__iter__()
+
+
+def _rooms_naming_another_peer_each(shape: str, rooms: int) -> list[tuple[str, Failure]]:
+    """(rank, failure) of `rooms` rooms, each naming a peer no other room names."""
+    not_alive = "Decode instance could be dead, remote mooncake session {} is not alive"
+    failures: list[tuple[str, Failure]] = []
+    for room in range(1, rooms + 1):
+        ts, peer = T0 + room * 0.001, f"decode-{room}/TP0"
+        if shape == "send failed":  # a new rank incident each: it looks for the vaguer ones it explains
+            text = f"Failed to send kv chunk of {room} to {peer}"
+            failures.append(("prefill-0/TP0", origin(ts, room, "prefill-0/TP0", text, "send_failed", peer)))
+        elif shape == "origin never came":  # it looks for the incident its origin is the suspect of, or noticed
+            failures.append(("prefill-0/TP0", echo(ts, room, "prefill-0/TP0", peer)))
+        elif shape == "echo carried the suspect":  # it looks for the one incident of that suspect under way
+            carried = Failure(ts, room, "decode-0/TP0", "Failed due to an unknown reason from another rank",
+                              "propagated", "debug", True, "decode-0/TP1", f"prefill-{room}/TP0")  # fmt: skip
+            failures.append(("decode-0/TP0", carried))
+        else:  # one host's session alone (an incident of that session), then sessions on two hosts (a multi-node
+            # decode's incident: it takes the session's in, its rooms and groups), then that session alone again (it
+            # looks for the incidents that remember that session)
+            host = f"10.{room // 256 % 256}.{room % 256}"
+            alone = not_alive.format(f"{host}.1:15000")
+            failures.append(("prefill-0/TP0", origin(ts - 0.0005, rooms + room, "prefill-0/TP0", alone, "peer_lost")))
+            for rank, session in (("prefill-0/TP0", f"{host}.1:15000"), ("prefill-0/TP1", f"{host}.2:15000")):
+                failures.append((rank, origin(ts, room, rank, not_alive.format(session), "peer_lost")))
+            failures.append(("prefill-0/TP0", origin(ts, 2 * rooms + room, "prefill-0/TP0", alone, "peer_lost")))
+    return failures
+
+
+@pytest.mark.parametrize("shape", ["send failed", "origin never came", "echo carried the suspect", "sessions"])
+def test_rooms_naming_another_peer_each_do_not_walk_every_incident_kept_per_room(shape: str):
+    """3,000 rooms in one sweep, each naming a peer of its own (a hostile log, or a cluster of thousands of ranks):
+    each room's group looks up the few incidents that may take it, not every incident made so far in the sweep, and
+    an incident taken in hands on its own rooms and groups, not every one tracked (both were quadratic: 5,000 such
+    rooms took 9.5 s). The walks left are the bounds', one each per sweep."""
+    rooms = 3000
+    model = ClusterModel()
+    tracker = model.incidents
+    tracker.incidents, tracker.by_lead, tracker._tracked = scans = _Scans(), _Scans(), _Scans()
+    for rank, failure in _rooms_naming_another_peer_each(shape, rooms):
+        deliver(model, rank, [failure], T0 + 3)
+    model.sweep(T0 + 3.5)
+    model.sweep(T0 + 4)  # echoes whose origin never came wait one sweep
+
+    assert sum(tracker.started.values()) == rooms
+    assert len(tracker.incidents) == tracker.incidents_kept
+    assert all(scan.walks <= 2 for scan in scans), [scan.walks for scan in scans]  # one per sweep
+
+
+def test_a_tracker_restored_from_a_keyframe_looks_incidents_up_as_the_live_one_does():
+    """Restored from a keyframe, the tracker finds the incidents that may take a group as the live one would: a
+    room naming one host's session joins the multi-node decode's incident, a room naming both hosts takes in the
+    incident of a session that failed alone before the keyframe, an echo whose origin never came joins the incident
+    that origin noticed, and a rank's new incident takes in its instance's that it explains."""
+    not_alive = "Decode instance could be dead, remote mooncake session {} is not alive"
+    timeout = "Request {} timed out after 300.0s in KVPoll.Transferring"
+    model = ClusterModel()
+    for rank, session in (("prefill-0/TP1", "10.7.0.31:15097"), ("prefill-0/TP9", "10.7.0.12:15873")):
+        deliver(model, rank, [origin(T0, 1, rank, not_alive.format(session), "peer_lost")], T0)
+    deliver(model, "prefill-1/TP0", [origin(T0, 2, "prefill-1/TP0", not_alive.format("10.8.0.5:15000"),
+                                            "peer_lost")], T0)  # fmt: skip
+    deliver(model, "decode-0/TP1", [checksum(T0, 3)], T0)
+    deliver(model, "decode-1/TP0", [origin(T0, 4, "decode-1/TP0", timeout.format(4), "timeout_transfer",
+                                           "prefill-2")], T0)  # fmt: skip
+    model.sweep(T0 + 1)
+
+    restored = restore(capture(model))
+    assert restored.incidents._tagged == model.incidents._tagged
+    assert restored.incidents._causes == model.incidents._causes
+    deliver(restored, "prefill-0/TP1", [origin(T0 + 2, 5, "prefill-0/TP1", not_alive.format("10.7.0.31:15097"),
+                                               "peer_lost")], T0 + 2)  # fmt: skip
+    for rank, session in (("prefill-1/TP0", "10.8.0.5:15000"), ("prefill-1/TP1", "10.8.0.6:15000")):
+        deliver(restored, rank, [origin(T0 + 2, 6, rank, not_alive.format(session), "peer_lost")], T0 + 2)
+    deliver(restored, "decode-0/TP1", [Heartbeat(T0 + 2, {}, 0, 0, 0.0, 0, 0.0)], T0 + 2)  # alive, not silent
+    deliver(restored, "prefill-0/TP1", [echo(T0 + 2, 7, "prefill-0/TP1", "decode-0/TP1")], T0 + 2)
+    deliver(restored, "decode-1/TP0", [origin(T0 + 2, 8, "decode-1/TP0", timeout.format(8), "timeout_transfer",
+                                              "prefill-2/TP3")], T0 + 2)  # fmt: skip
+    restored.sweep(T0 + 3)
+
+    assert sorted(incidents(restored, T0 + 4)) == [
+        ("decode at 10.7.0.31, 10.7.0.12", "unresponsive", 2),
+        ("decode at 10.8.0.5, 10.8.0.6", "unresponsive", 2),
+        ("prefill-0/TP1", "corrupt", 2),
+        ("prefill-2/TP3", "unresponsive", 2),
     ]
