@@ -25,7 +25,7 @@ from transport.kv.mapping import Pairing, pairings_for_decode_rank
 from transport.kv.pool import LAND_BLOCK_BYTES, PageIndices, is_one_run, land_digested, run_breaks
 from transport.kv.rooms import ReceiverRoom
 from transport.kv.routes import RouteBook
-from transport.kv.side import SideContext, sweep_finished
+from transport.kv.side import SideContext
 from transport.kvpoll import KVPoll
 from transport.plane.events import AbortEvent
 from transport.sockets import data_frame_bound, drain_message, open_socket, send_now
@@ -205,7 +205,6 @@ class DecodeSide:
             elif state is KVPoll.Transferring and now - record.progress_at > timeouts.transfer_s + stagger:
                 reason = reasons.timed_out(record.room, now - record.progress_at, state, self._awaited(record))
                 self._fail(record, reason, now)
-        sweep_finished(self.rooms, self._ctx, now)
 
     def _awaited(self, record: ReceiverRoom) -> str:
         """What a room that times out waits for: the prefill rank that has not reported it (the instance when

@@ -22,7 +22,7 @@ from transport.kv.faults import FaultKind
 from transport.kv.pool import run_breaks, split_runs
 from transport.kv.registered import RegisteredMemory
 from transport.kv.rooms import LinkPlan, SenderRoom
-from transport.kv.side import SideContext, sweep_finished
+from transport.kv.side import SideContext
 from transport.kvpoll import KVPoll
 from transport.plane.events import AbortEvent
 from transport.sockets import LIST_FRAME, bind_ephemeral, decode_routed, open_socket
@@ -200,7 +200,6 @@ class PrefillSide:
         for peer in self._peers.values():
             if not peer.lost and now - peer.last_seen > self._ctx.config.peer_timeout_s:
                 self._lose_peer(peer, reasons.decode_peer_dead(peer.info.label), now)
-        sweep_finished(self.rooms, self._ctx, now)
 
     def _backstop_s(self, record: SenderRoom) -> float:
         """How long a room may go without progress here: the decode side owns this timeout and fires first, in
