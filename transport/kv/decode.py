@@ -336,10 +336,13 @@ class DecodeSide:
         """The prefill instance failed a room this rank had received (it agreed after its rank sent all): Failed
         here too, an echo of its origin, unless this instance agreed first (on Success: counted, a late failure).
         This rank's votes carry it, so a rank of this instance still waiting on another prefill rank of the room
-        (a dead one) hears it at once."""
-        if record.agreed is KVPoll.Success:
+        (a dead one) hears it at once. A rank alone (TP 1) agreed the moment the room succeeded here, though the
+        engine records it at its next tick: before, a Failed status read before that tick failed the agreement, and
+        the tick set it back to Success."""
+        agreed = KVPoll.Success if self._ctx.info.tp == 1 else record.agreed
+        if agreed is KVPoll.Success:
             self._ctx.counters.add("late_failures")
-        if record.agreed.is_terminal:
+        if agreed.is_terminal:
             return
         reason = reasons.prefill_failed(status.suspect, status.origin_class)
         self._ctx.fail_agreement(record, reason, status.origin or link.info.label)

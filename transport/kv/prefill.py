@@ -315,11 +315,15 @@ class PrefillSide:
         record = self.rooms.get(abort.room)
         if record is None:
             record = self.rooms[abort.room] = SenderRoom(abort.room, now)
-        if record.state is KVPoll.Success and self._ctx.info.tp > 1 and not record.agreed.is_terminal:
-            # sent in full here, not yet by every rank of the instance: the instance fails it, an echo of the
-            # abort's origin (SGLang's Failed overrides Success, with no record of its own: its generic text),
-            # before the other ranks time out on their own
-            self.fail_agreed(record, reasons.from_another_rank(abort.suspect, abort.origin_class), abort.origin)
+        if record.state is KVPoll.Success:
+            agreed = KVPoll.Success if self._ctx.info.tp == 1 else record.agreed  # a rank alone agrees at once
+            if agreed is KVPoll.Success:  # its instance agreed before: too late to change, counted (was ignored)
+                self._ctx.counters.add("late_failures")
+            elif not agreed.is_terminal:
+                # sent in full here, not yet by every rank of the instance: the instance fails it, an echo of the
+                # abort's origin (SGLang's Failed overrides Success, with no record of its own: its generic text),
+                # before the other ranks time out on their own
+                self.fail_agreed(record, reasons.from_another_rank(abort.suspect, abort.origin_class), abort.origin)
             return
         reason = reasons.aborted_by_peer(peer.info.label, abort.suspect, abort.origin_class)
         self._fail(record, reason, now, origin=abort.origin, told_by=peer.identity)
