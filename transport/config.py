@@ -48,6 +48,9 @@ class TransferConfig:
     """A peer silent for this long is lost: its unfinished rooms fail, once. Also the vote timeout: a rank
     of the instance that has not voted on a room this long after this rank took it fails the room."""
     timeouts: Timeouts = field(default_factory=Timeouts)
+    retain_finished_s: float = 60.0
+    """A finished room its scheduler never released is forgotten after this long, failed first where its instance
+    never agreed on it (`timeout_consensus`, told to its peers as any failure this rank starts)."""
     checksums: bool = True
     """Verify what lands: each page its writer sealed against the digest taken when it was written
     (`KVPool.seal`: one pass, on the receiver), any other chunk against the sender's xxh3-64 of it (two
@@ -68,3 +71,5 @@ class TransferConfig:
                 f"heartbeat_s={self.heartbeat_s} must be positive and below peer_timeout_s={self.peer_timeout_s}, "
                 "which must be finite"
             )
+        if not 0 < self.retain_finished_s < math.inf:  # NaN too: it compares false
+            raise ConfigError(f"retain_finished_s must be positive and finite, got {self.retain_finished_s}")

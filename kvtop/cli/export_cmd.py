@@ -114,7 +114,8 @@ def export(
     With --sglang-log the files are followed as they grow; with --replay the model is the recording's at --at
     (default: its end), judged at that instant; with --model, the dashboard's model as it was at the last
     ask (every --model-every). The first stdout line is the /metrics URL. No agent answered within --wait (a
-    bootstrap that lists none): said on stderr once, and when the first does; kvtop_ranks is 0 meanwhile.
+    bootstrap that lists none): said on stderr once, and when the first does; kvtop_ranks is 0 meanwhile. Every
+    agent quiet for longer than --wait later on (a cluster stopped): said once too, and when one answers again.
     Exit 0 on Ctrl-C, SIGTERM or SIGHUP; 1 when the bootstrap address (or the dashboard's model) does not answer,
     the address cannot be bound, or the collector stops (its error on stderr).
     """
@@ -132,7 +133,7 @@ def export(
             with exporting(listen, read.model, read.lock, source.kind, read.now) as server:
                 assert server is not None
                 typer.echo(server.url)
-                silence = SilenceSaid(read, source.wait, "kvtop", f"serving on: {_UNTIL_ONE_ANSWERS}")
+                silence = SilenceSaid(read, source.wait, "kvtop", f"serving on: {_UNTIL_ONE_ANSWERS}", _WHILE_QUIET)
                 while not (stopped := read.stopped()):
                     time.sleep(every)
                     silence.check()
@@ -146,6 +147,8 @@ def export(
 
 _UNTIL_ONE_ANSWERS = "kvtop_ranks says 0 until an agent answers"
 """What the exporter says it does while no agent answered: it serves on (a cluster may start after it)."""
+_WHILE_QUIET = "serving on: kvtop_ranks counts the quiet ranks stale, then gone"
+"""What the exporter says it does once every agent that answered went quiet."""
 
 
 def register(app: typer.Typer) -> None:

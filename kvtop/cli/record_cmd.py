@@ -89,9 +89,10 @@ def record(
     into zstd-compressed, checksummed segments with a time index (a folder re-used continues it; one
     recorder writes a folder at a time). SIGTERM, Ctrl-C or SIGHUP stops it cleanly (what was received is
     written and synced; a second one while it does is ignored). A cluster with no agent yet is recorded as its
-    agents come (said on stderr). Exit 0 when stopped (or after --duration); 1 when another kvtop records into
-    the folder (its pid named), the cluster does not answer (its bootstrap at start, or every agent for the whole
-    run, once it ran --wait), the collector stops, or a write fails (a full disk: what could not be written is counted).
+    agents come (said on stderr), and so is one whose every agent goes quiet for longer than --wait later on.
+    Exit 0 when stopped (or after --duration); 1 when another kvtop records into the folder (its pid named), the
+    cluster does not answer (its bootstrap at start, or every agent for the whole run, once it ran --wait), the
+    collector stops, or a write fails (a full disk: what could not be written is counted).
     """
     from kvtop.record.lock import FolderInUse
     from kvtop.record.writer import MIN_MAX_BYTES, Recorder, unrelated_files
@@ -171,7 +172,7 @@ def _run(
 
     A cluster with no agent yet (a bootstrap that lists none, an endpoint nobody serves) is recorded on, since a
     recorder may well start before its cluster; that no agent answered within `wait` is said, and so is the
-    first that does."""
+    first that does; later, that every agent went quiet for longer than `wait`, and the first that answers again."""
     started = time.monotonic()
     next_status = started + interval
     silence = SilenceSaid(source, wait, "kvtop record", "recording on: agents are recorded as they answer")

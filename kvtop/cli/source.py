@@ -146,21 +146,42 @@ def say_what_was_heard(source: Source, follow: bool = False) -> str:
 class SilenceSaid:
     """Says on stderr, once, that no agent answered within `wait` and what the command does meanwhile (`going_on`:
     a recorder or an exporter started before its cluster goes on; silence is said, never taken for health), and
-    when the first agent does."""
+    when the first agent does. Later, once every agent has been quiet for longer than `wait` (a cluster stopped, a
+    network cut), that is said once too, with what the command does meanwhile (`quiet_going_on`, default
+    `going_on`), and again when one answers; before, a cluster that went quiet after answering was never said."""
 
-    def __init__(self, source: Source, wait: float, command: str, going_on: str) -> None:
+    def __init__(self, source: Source, wait: float, command: str, going_on: str, quiet_going_on: str = "") -> None:
         self.source, self.wait, self.command, self.going_on = source, wait, command, going_on
+        self.quiet_going_on = quiet_going_on or going_on
         self.started = time.monotonic()
         self.heard = False
         self.said = False
+        """A silence was said, and no agent answered since."""
+        self.quiet_since = 0.0
+        """When the last agent was heard before the silence said (wall time)."""
 
     def check(self) -> None:
-        if self.heard:
+        if not self.heard:
+            self._first_answer()
             return
+        last = self.source.last_heard()
+        if not last:  # a source that listens to no agent
+            return
+        if self.said and last > self.quiet_since:
+            self.said = False
+            typer.echo(f"{self.command}: an agent answered again after {last - self.quiet_since:.1f}s", err=True)
+        elif not self.said and (quiet := time.time() - last) > self.wait:
+            self.said, self.quiet_since = True, last
+            at = time.strftime("%H:%M:%S", time.localtime(last))
+            typer.echo(f"{self.command}: no agent heard for {quiet:.1f}s (the last at {at}); {self.quiet_going_on}",
+                       err=True)  # fmt: skip
+
+    def _first_answer(self) -> None:
         waited = time.monotonic() - self.started
         if self.source.heard():
             self.heard = True
             if self.said:
+                self.said = False
                 typer.echo(f"{self.command}: an agent answered after {waited:.1f}s", err=True)
         elif not self.said and waited >= self.wait:
             self.said = True

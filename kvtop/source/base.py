@@ -86,6 +86,11 @@ class Source(ABC):
         """The one line a view prints when nobody answered (`heard()` is False)."""
         return ""
 
+    def last_heard(self) -> float | None:
+        """When an agent was last heard (wall time; 0.0 before any) for a source that listens to agents; None for
+        one that does not (logs, a recording, a dashboard's model)."""
+        return None
+
     def unheard_why(self) -> str:
         """Why no rank is heard, when the relay the source subscribes through says it: its upstream that stopped
         answering it (`Intake.upstream_down`), while ranks it keeps from that upstream are unheard ("" otherwise)."""

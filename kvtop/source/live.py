@@ -62,6 +62,9 @@ class LiveSource(Source):
     def heard(self) -> bool:
         return self.collector.heard()
 
+    def last_heard(self) -> float | None:
+        return self.collector.last_heard()
+
     def silence(self) -> str:
         with self.lock:
             unreachable = dict(self.model.intake.unreachable)

@@ -160,6 +160,11 @@ class Collector:
         with self.lock:
             return any(view.last_seen for view in self.model.ranks.values())
 
+    def last_heard(self) -> float:
+        """When an agent was last heard (the arrival of its latest batch or snapshot, wall time; 0.0 before any)."""
+        with self.lock:
+            return max((view.last_seen for view in self.model.ranks.values()), default=0.0)
+
     def _discover(self, timeout_s: float, stop: threading.Event | None = None) -> None:
         for endpoint in self.endpoints:
             self._subscriber.connect_endpoint(endpoint)

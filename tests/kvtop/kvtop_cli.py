@@ -9,10 +9,13 @@ cluster, a follow loop, signals, the console entry point) use `kvtop`.
 from __future__ import annotations
 
 import os
+import queue
 import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 from typer.testing import CliRunner
 
@@ -38,3 +41,32 @@ def kvtop_here(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
     return subprocess.CompletedProcess(["kvtop", *args], code, out, err)
+
+
+class StderrLines:
+    """A running kvtop's stderr, read by a thread of its own, so a test waits for a line with a deadline (a
+    `readline` that no line answers would hang the test)."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        assert process.stderr is not None
+        self._stream = process.stderr
+        self._lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self._stream:
+            self._lines.put(line.rstrip("\n"))
+
+    def next(self, start: str, timeout_s: float = 30.0) -> str:
+        """The next line that starts with `start` (the lines before it are skipped, kept in `seen`)."""
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self._lines.get(timeout=left)
+            except queue.Empty:
+                break
+            self.seen.append(line)
+            if line.startswith(start):
+                return line
+        raise AssertionError(f"no stderr line starting {start!r} within {timeout_s} s: {self.seen[-10:]}")

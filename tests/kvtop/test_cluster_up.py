@@ -121,6 +121,27 @@ def test_an_agent_that_crashes_leaves_its_traceback_in_the_log_folder(tmp_path):
 
 
 @pytest.mark.processes
+def test_the_agents_of_a_cluster_killed_by_sigkill_exit_without_asking_its_dead_bootstrap(
+    cluster_up, tmp_path, wait_for
+):
+    """SIGKILL takes the bootstrap service down with `kvtop cluster up`: its agents notice their parent gone, see
+    that nothing listens at the bootstrap address, and exit without deregistering, each saying why. Before, each
+    asked the dead service and waited out the deregistration's whole timeout (1 s) on its way out."""
+    running = cluster_up("--duration", "60", "--fault", "none", "--log-dir", str(tmp_path))
+    running.wait_line("local cluster up")
+    agents = psutil.Process(running.process.pid).children(recursive=True)
+
+    running.process.kill()
+
+    running.process.wait(30)
+    wait_for(lambda: not any(agent.is_running() for agent in agents), timeout=30, what="every agent exited")
+    logs = "".join(path.read_text() for path in sorted(tmp_path.glob("*.log")))
+    port = running.bootstrap.rpartition(":")[2]
+    left = re.findall(rf"(\S+) leaves without deregistering: nothing listens on 127\.0\.0\.1:{port}\b", logs)
+    assert sorted(left) == ["decode-0/TP0", "decode-0/TP1", "prefill-0/TP0", "prefill-0/TP1"], logs
+
+
+@pytest.mark.processes
 def test_a_closed_terminal_sighup_stops_the_cluster_cleanly_as_ctrl_c_does(cluster_up, tmp_path):
     """SIGHUP killed it at once (exit 129): no `done:` line, its agents left for their parent-death check and its
     temporary log folder behind."""

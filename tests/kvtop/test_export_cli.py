@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from kvtop_cli import kvtop, kvtop_here
+from kvtop_cli import StderrLines, kvtop, kvtop_here
 from prometheus_client.parser import text_string_to_metric_families
 
 from kvtop.model.cluster import ClusterModel
@@ -196,6 +196,28 @@ def ranks_by_state(url: str) -> dict[str, float]:
         text = response.read().decode()
     families = {family.name: family for family in text_string_to_metric_families(text)}
     return {sample.labels["state"]: sample.value for sample in families["kvtop_ranks"].samples}
+
+
+@pytest.mark.processes
+def test_export_says_once_when_every_agent_it_heard_goes_quiet_and_when_one_answers_again(
+    bootstrap: BootstrapServer, make_manager, wait_for
+):
+    """prefill-7 answered, then stopped: the exporter served on and said nothing, so a cluster gone quiet read as a
+    healthy one on its stderr. Now it says once that no agent was heard for longer than --wait, and again when one
+    answers."""
+    first = make_manager(Role.PREFILL, "prefill-7")
+    with exporting("--bootstrap", bootstrap.endpoint, "--wait", "2", "--listen", "127.0.0.1:0") as (url, process):
+        lines = StderrLines(process)
+        wait_for(lambda: ranks_by_state(url)["alive"] == 1, timeout=30, what="prefill-7 counted alive")
+
+        first.close()
+
+        quiet = lines.next("kvtop: no agent heard for ")
+        make_manager(Role.PREFILL, "prefill-8")
+        again = lines.next("kvtop: an agent answered again after ")
+
+    assert quiet.endswith("; serving on: kvtop_ranks counts the quiet ranks stale, then gone"), quiet
+    assert [line for line in lines.seen if not line.startswith("kvtop: Prometheus metrics at ")] == [quiet, again]
 
 
 @pytest.mark.processes

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 import zmq
 
@@ -108,3 +109,30 @@ def test_a_closed_terminal_stops_a_running_agent_relay_and_exporter_cleanly_and_
     assert [code for code, _ in ended] == [0, 0, 0], ended
     assert not any("Traceback" in stderr or "before it began" in stderr for _, stderr in ended), ended
     assert (bootstrap.agents(), bootstrap.relays(), bootstrap.counters.snapshot()["deregistered"]) == ([], [], 2)
+
+
+@pytest.mark.processes
+def test_an_agent_whose_parent_is_killed_leaves_a_bootstrap_that_still_answers_cleanly(
+    bootstrap: BootstrapServer, wait_for, tmp_path: Path
+) -> None:
+    """The parent-death check stops an agent whose parent died by SIGKILL; its bootstrap service, elsewhere, still
+    answers: the agent deregisters (its entry gone at once, not expired later), as a stopped one does."""
+    command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
+    agent_args = f"agent --role decode --instance decode-0 --bootstrap {bootstrap.endpoint}"
+    with open(tmp_path / "agent.stderr", "wb") as stderr:
+        parent = subprocess.Popen(["sh", "-c", f'"{command}" {agent_args} & wait'], stderr=stderr)
+    agent = None
+    try:
+        wait_for(lambda: bootstrap.agents(), timeout=30, what="the agent registered")
+        (agent,) = psutil.Process(parent.pid).children()
+
+        parent.kill()
+
+        parent.wait(30)
+        wait_for(lambda: bootstrap.counters.snapshot()["deregistered"] == 1, timeout=30, what="the agent deregistered")
+        wait_for(lambda: not agent.is_running(), timeout=30, what="the agent exited")
+    finally:
+        if agent is not None and agent.is_running():
+            agent.kill()
+        parent.kill()
+    assert bootstrap.agents() == []

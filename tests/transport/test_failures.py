@@ -7,11 +7,25 @@ import time
 
 import numpy as np
 import pytest
+import xxhash
 import zmq
 
+from tests.transport.test_bad_frames import FakePrefill
 from transport import FaultInjector, FaultSpec, KVPoll, Role, Timeouts, TransferConfig
 from transport.kv.pool import LAND_BLOCK_BYTES
-from transport.wire import Abort, AbortAck, FrameDecoder, Hello, LinkMessage, Welcome, encode
+from transport.wire import (
+    Abort,
+    AbortAck,
+    Ack,
+    Chunk,
+    FrameDecoder,
+    Hello,
+    LinkMessage,
+    Status,
+    TransferRequest,
+    Welcome,
+    encode,
+)
 
 PAGE_BYTES = 4096
 TIMEOUT_S = 0.5
@@ -351,6 +365,104 @@ def test_late_failed_status_for_a_released_room_is_ignored_on_decode(make_manage
     assert KVPoll.Failed == sender.poll()
     assert KVPoll.WaitingForInput == receiver.poll()
     assert decode.counters()["rooms_failed"] == 0
+
+
+def test_a_failed_status_after_the_decode_instance_agreed_success_is_counted_late_and_changes_nothing(
+    make_manager, wait_for, monkeypatch
+):
+    """prefill-0/TP1 sends its part and dies before its acks arrive (they are dropped, then it closes, listed still):
+    decode-0 (TP 1, so it agrees at once) has every byte and both statuses, and agreed Success. prefill-0/TP0 had
+    finished its part too; when TP1 goes silent its instance fails the room (rank_silent, TP0 the origin) and TP0
+    tells decode-0 with a Failed status. decode-0 counts a late failure and keeps its Success: the KV it handed on
+    is whole, and nothing fails there."""
+    config = TransferConfig(heartbeat_s=0.1, peer_timeout_s=0.5, timeouts=Timeouts(30, 30, 30))
+    prefills = [make_manager(Role.PREFILL, "prefill-0", rank=r, tp=2, config=config) for r in range(2)]
+    decode = make_manager(Role.DECODE, "decode-0", page_bytes=2 * PAGE_BYTES, config=config)
+    monkeypatch.setattr(prefills[1]._prefill, "_on_ack", lambda *_: None)  # the acks reach no live process
+    pages = np.arange(4, dtype=np.uint32)
+    senders = [prefill.sender(51) for prefill in prefills]
+    receiver = decode.receiver(51, "prefill-0")
+    receiver.init(pages)
+    for sender in senders:
+        sender.send(pages)
+    wait_for(lambda: receiver.agreed() is KVPoll.Success, what="decode-0 agrees Success")
+    assert KVPoll.Transferring is senders[1].poll(), "TP1 never heard its acks"
+
+    prefills[1].close(deregister=False)
+
+    wait_for(lambda: decode.counters()["late_failures"] == 1, timeout=10, what="decode-0 counts the late failure")
+    failure = senders[0].agreed_failure
+    assert failure is not None and (failure.origin, senders[0].agreed_reason_class) == ("prefill-0/TP0", "peer_lost")
+    assert (KVPoll.Success, KVPoll.Success, None) == (receiver.poll(), receiver.agreed(), receiver.agreed_failure)
+    assert decode.counters()["rooms_failed"] == 0
+
+
+def test_a_failed_status_right_behind_the_success_of_a_decode_rank_alone_is_late(
+    bootstrap, make_manager, zmq_context, wait_for
+):
+    """A decode instance of TP 1 agrees with itself the moment its room succeeds (no vote to wait for): a Failed
+    status that follows its prefill's Success in the same read, before the engine's next tick, is a late failure.
+    Before, it failed the room's agreement, which that tick set back to Success: the rank published a failure
+    (a Failed state, an echo) that its scheduler, told Success, never saw."""
+    decode = make_manager(Role.DECODE, "decode-0", config=TransferConfig(peer_timeout_s=30.0))
+    fake = FakePrefill(zmq_context, bootstrap.endpoint)
+    receiver = decode.receiver(52, "fake-prefill")
+    receiver.init(np.arange(4, dtype=np.uint32))
+    fake.expect(Hello)
+    fake.send(encode(Welcome(fake.info)))
+    fake.expect(TransferRequest)
+    payload = np.full(4 * PAGE_BYTES, 3, dtype=np.uint8)
+    checksum = xxhash.xxh3_64_intdigest(payload.data)
+
+    fake.send(encode(Chunk(52, 0, True, 0, [4], payload.nbytes, checksum)), payload.tobytes())
+    fake.send(encode(Status(52, int(KVPoll.Success), 0)))
+    failed = "Failed to get kvcache from prefill instance, it might be dead"
+    fake.send(encode(Status(52, int(KVPoll.Failed), 0, failed, "peer_lost", "fake-prefill/TP0", "fake-prefill/TP1")))
+
+    wait_for(lambda: decode.counters()["late_failures"] == 1, what="decode-0 counts the late failure")
+    wait_for(lambda: receiver.agreed() is KVPoll.Success, what="the engine records the agreement at its tick")
+    assert (KVPoll.Success, None) == (receiver.poll(), receiver.agreed_failure)
+    assert decode.counters()["rooms_failed"] == 0
+
+
+def test_an_abort_after_the_prefill_instance_agreed_success_is_counted_late_and_changes_nothing(
+    make_manager, zmq_context, wait_for
+):
+    """A decode rank (by hand) lands a room, acknowledges it, and sends an ABORT for it once prefill-0 (TP 1) agreed
+    Success: the ABORT is acknowledged and counted as a late failure, and the room stays a success. Before, it
+    was acknowledged and nothing else: counted nowhere, as a late Failed status on decode is."""
+    prefill = make_manager(Role.PREFILL, "prefill-0", config=short())
+    sender = prefill.sender(53)
+    fake_decode = zmq_context.socket(zmq.DEALER)
+    fake_decode.linger = 0
+    fake_decode.connect(prefill.info.data_endpoint)
+    decoder: FrameDecoder[LinkMessage] = FrameDecoder(LinkMessage)
+    info = prefill.info.__class__("decode", "decode-9", 0, 1, PAGE_BYTES, "", "", 1, "test", 1)
+    fake_decode.send(encode(Hello(info, 1 << 20)))
+    assert fake_decode.poll(3000) and isinstance(decoder.decode(fake_decode.recv()), Welcome)
+    fake_decode.send(encode(TransferRequest(53, 0, np.arange(2, dtype="<u4").tobytes(), 0, 0, PAGE_BYTES, 1)))
+    sender.send(np.arange(2, dtype=np.uint32))
+    landed = 0
+    while not isinstance(message := decoder.decode(_recv_message(fake_decode)), Status):
+        assert isinstance(message, Chunk)
+        landed += message.nbytes
+    assert (KVPoll.Success, 2 * PAGE_BYTES) == (message.state, landed)
+    fake_decode.send(encode(Ack([(53, landed)])))
+    wait_for(lambda: sender.agreed() is KVPoll.Success, what="prefill-0 agrees Success")
+
+    fake_decode.send(encode(Abort(53, "Aborted by AbortReq.", "aborted", "decode-9/TP0")))
+
+    assert fake_decode.poll(3000) and AbortAck(53, 0) == decoder.decode(fake_decode.recv())
+    wait_for(lambda: prefill.counters()["late_failures"] == 1, what="prefill-0 counts the late failure")
+    assert (KVPoll.Success, KVPoll.Success, None) == (sender.poll(), sender.agreed(), sender.agreed_failure)
+    assert prefill.counters()["rooms_failed"] == 0
+
+
+def _recv_message(sock: zmq.Socket[bytes]) -> bytes:
+    """The header of the next message (its payload frames, if any, dropped)."""
+    assert sock.poll(3000), "nothing from the prefill rank within 3 s"
+    header, *_ = sock.recv_multipart()
+    return header
 
 
 def test_late_abort_for_a_released_room_is_ignored_on_prefill(make_manager, zmq_context, wait_for):

@@ -62,36 +62,42 @@ def test_a_room_submitted_to_one_rank_of_each_instance_fails_on_the_vote_timeout
     ) == sorted(origins)
 
 
-def test_a_finished_room_whose_instance_never_agreed_is_failed_before_the_sweep_forgets_it(
-    make_manager, wait_for, monkeypatch
+@pytest.mark.parametrize("sweeper", [Role.PREFILL, Role.DECODE])
+def test_a_room_the_retention_sweep_fails_reaches_every_rank_of_both_instances_as_one_origin(
+    make_manager, wait_for, sweeper
 ):
-    """prefill-0/TP1 votes the room WaitingForInput for ever (it never gets the pages): when TP0's
-    finished room is swept, its agreement is failed first, so the scheduler waiting on it hears."""
-    monkeypatch.setattr("transport.kv.side.RETAIN_FINISHED_S", 0.5)
-    config = TransferConfig(timeouts=Timeouts(bootstrap_s=30, waiting_s=30, transfer_s=30))
-    prefills = [make_manager(Role.PREFILL, "prefill-0", rank=r, tp=2, config=config) for r in range(2)]
-    decodes = [make_manager(Role.DECODE, "decode-0", rank=r, tp=2, config=config) for r in range(2)]
+    """TP1 of both instances take the room and never finish it (prefill-0/TP1 never gets its pages), so neither
+    instance agrees; TP0 of each finish their part. When the `sweeper` side's TP0 forgets its finished room, it
+    fails its agreement first (timeout_consensus) and tells its peer (a Failed status, or an ABORT) and its
+    instance (its vote): every rank of both instances fails the room as its echo, long before their own timeouts.
+    Before, the sweep told nobody: the peer heard nothing, and the sweeper's other rank, missing the room from its
+    votes, failed it as a second origin."""
+    timeouts = Timeouts(bootstrap_s=30, waiting_s=30, transfer_s=30)
+    retain = {role: 0.5 if role is sweeper else 60.0 for role in Role}
+    configs = {role: TransferConfig(timeouts=timeouts, retain_finished_s=retain[role]) for role in Role}
+    prefills = [make_manager(Role.PREFILL, "prefill-0", rank=r, tp=2, config=configs[Role.PREFILL]) for r in range(2)]
+    decodes = [make_manager(Role.DECODE, "decode-0", rank=r, tp=2, config=configs[Role.DECODE]) for r in range(2)]
     pages = np.arange(4, dtype=np.uint32)
     room = 0x1202
-    sender = prefills[0].sender(room)
-    prefills[1].sender(room)  # TP1 takes the room but never sends: it stays WaitingForInput
+    senders = [prefill.sender(room) for prefill in prefills]
     receivers = [decode.receiver(room, "prefill-0") for decode in decodes]
     for receiver in receivers:
         receiver.init(pages)
-    sender.send(pages)
-    wait_for(lambda: sender.poll() is KVPoll.Success, what="TP0's own part succeeds")
+    senders[0].send(pages)  # TP1's sender never gets its pages: it waits for them, and its decode rank for it
+    wait_for(lambda: senders[0].poll() is KVPoll.Success and receivers[0].poll() is KVPoll.Success)
+    managers, rooms = [*prefills, *decodes], [*senders, *receivers]
+    handles = {manager.info.label: handle for manager, handle in zip(managers, rooms, strict=True)}
+    origin = f"{sweeper.value}-0/TP0"
 
-    wait_for(lambda: sender.agreed() is KVPoll.Failed, timeout=10, what="the sweep fails the agreement")
+    for label, handle in handles.items():
+        wait_for(lambda h=handle: h.agreed() is KVPoll.Failed, timeout=10, what=f"{label} learns the room failed")
 
-    failure = sender.agreed_failure
-    assert failure is not None
-    assert (prefills[0].info.label, False, "timeout_consensus") == (
-        failure.origin,
-        failure.is_from_another_rank,
-        sender.agreed_reason_class,
-    )
+    failures = {label: handle.agreed_failure for label, handle in handles.items()}
+    assert {label: failure.origin for label, failure in failures.items() if failure} == dict.fromkeys(handles, origin)
+    swept, failure = handles[origin], failures[origin]
+    assert failure is not None and not failure.is_from_another_rank
+    assert (KVPoll.Success, "timeout_consensus") == (swept.poll(), swept.agreed_reason_class)
     assert "waiting for its instance to agree" in failure.failure_reason
-    assert KVPoll.Success is sender.poll()
 
 
 def test_a_submit_of_fewer_than_one_page_is_refused_and_the_agent_keeps_serving(make_cluster, control, wait_for):

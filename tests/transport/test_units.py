@@ -243,9 +243,11 @@ def test_frame_rejected_carries_its_counter_reason():
         lambda: Timeouts(waiting_s=float("inf")),
         lambda: Timeouts(bootstrap_s=float("nan")),
         lambda: TransferConfig(peer_timeout_s=float("inf")),
+        lambda: TransferConfig(retain_finished_s=0),
+        lambda: TransferConfig(retain_finished_s=float("nan")),
     ],
     ids=["zero-timeout", "negative-timeout", "zero-chunk", "window-below-chunk", "heartbeat-not-below-peer-timeout",
-         "infinite-timeout", "nan-timeout", "infinite-peer-timeout"],
+         "infinite-timeout", "nan-timeout", "infinite-peer-timeout", "zero-retention", "nan-retention"],
 )  # fmt: skip
 def test_settings_that_cannot_work_are_config_errors(make):
     """Impossible timeouts, chunk sizes, windows and heartbeats are refused up front."""

@@ -25,7 +25,7 @@ from transport.kv.mapping import Pairing, pairings_for_decode_rank
 from transport.kv.pool import LAND_BLOCK_BYTES, PageIndices, is_one_run, land_digested, run_breaks
 from transport.kv.rooms import ReceiverRoom
 from transport.kv.routes import RouteBook
-from transport.kv.side import SideContext, sweep_finished
+from transport.kv.side import SideContext
 from transport.kvpoll import KVPoll
 from transport.plane.events import AbortEvent
 from transport.sockets import data_frame_bound, drain_message, open_socket, send_now
@@ -205,7 +205,6 @@ class DecodeSide:
             elif state is KVPoll.Transferring and now - record.progress_at > timeouts.transfer_s + stagger:
                 reason = reasons.timed_out(record.room, now - record.progress_at, state, self._awaited(record))
                 self._fail(record, reason, now)
-        sweep_finished(self.rooms, self._ctx, now)
 
     def _awaited(self, record: ReceiverRoom) -> str:
         """What a room that times out waits for: the prefill rank that has not reported it (the instance when
@@ -337,10 +336,13 @@ class DecodeSide:
         """The prefill instance failed a room this rank had received (it agreed after its rank sent all): Failed
         here too, an echo of its origin, unless this instance agreed first (on Success: counted, a late failure).
         This rank's votes carry it, so a rank of this instance still waiting on another prefill rank of the room
-        (a dead one) hears it at once."""
-        if record.agreed is KVPoll.Success:
+        (a dead one) hears it at once. A rank alone (TP 1) agreed the moment the room succeeded here, though the
+        engine records it at its next tick: before, a Failed status read before that tick failed the agreement, and
+        the tick set it back to Success."""
+        agreed = KVPoll.Success if self._ctx.info.tp == 1 else record.agreed
+        if agreed is KVPoll.Success:
             self._ctx.counters.add("late_failures")
-        if record.agreed.is_terminal:
+        if agreed.is_terminal:
             return
         reason = reasons.prefill_failed(status.suspect, status.origin_class)
         self._ctx.fail_agreement(record, reason, status.origin or link.info.label)

@@ -37,13 +37,14 @@ from transport.kv.faults import FaultInjector, FaultKind
 from transport.kv.memory import keep_receive_buffers
 from transport.kv.pool import KVPool
 from transport.kv.prefill import PrefillSide
-from transport.kv.reasons import Reason, from_another_rank
+from transport.kv.reasons import Reason, consensus_timeout, from_another_rank
 from transport.kv.rooms import ReceiverRoom, RoomRecord, SenderRoom
 from transport.kv.routes import RouteBook
-from transport.kv.side import SideContext
+from transport.kv.side import SideContext, finished_long_ago
 from transport.kvpoll import KVPoll
 from transport.plane.events import AgentHello, Event, Heartbeat
 from transport.plane.publisher import EventPublisher, NullPublisher, Publisher
+from transport.reach import why_silent
 from transport.sockets import data_frame_bound
 from transport.thread_names import name_os_thread
 from transport.version import __version__
@@ -54,6 +55,8 @@ _log = logging.getLogger(__name__)
 _TICK_S = 0.05
 """Timeouts, heartbeats, liveness and the instance vote run this often."""
 HEARTBEAT_S = 1.0
+DEREGISTER_TIMEOUT_S = 1.0
+"""How long a rank that stops waits for the bootstrap service to confirm it left the listing."""
 SILENT_VOTER_S = 0.5
 """A rank of the instance that has not voted for this long (10 ticks) holds up every room of the instance."""
 
@@ -335,9 +338,18 @@ class KVManager:
         }
 
     def _deregister(self) -> None:
-        """Leave the bootstrap listing at once (best effort: an unreachable service lets the entry expire)."""
+        """Leave the bootstrap listing at once (best effort: an unreachable service lets the entry expire).
+
+        A service that takes no connection is not asked: the call would wait out its whole timeout for an answer
+        that cannot come. Before, every rank of a `kvtop cluster up` killed with SIGKILL (its bootstrap service
+        died with it) spent that second on its way out after noticing its parent gone."""
+        if why := why_silent(self.bootstrap, DEREGISTER_TIMEOUT_S / 2):
+            _log.info("%s leaves without deregistering: %s", self.info.label, why)
+            return
         try:
-            with BootstrapClient(self.bootstrap, timeout_s=1.0, context=self._zmq, curve=self.curve) as client:
+            with BootstrapClient(
+                self.bootstrap, timeout_s=DEREGISTER_TIMEOUT_S, context=self._zmq, curve=self.curve
+            ) as client:
                 client.deregister(self.info)
         except BootstrapError:
             pass
@@ -411,8 +423,10 @@ class KVManager:
             self._side.handle(sock, now)
 
     def _tick(self, now: float) -> None:
-        """Timeouts and liveness, the instance vote, each room's agreed state, the heartbeat."""
+        """Timeouts and liveness, the rooms long finished, the instance vote, each room's agreed state, the
+        heartbeat."""
         self._side.tick(now)
+        self._sweep(now)
         info = self.info
         rooms = list(self._side.rooms.values())
         consensus = self._consensus
@@ -435,6 +449,19 @@ class KVManager:
         if now >= self._next_refresh:
             self._next_refresh = now + REFRESH_S
             self._routes.register(info)
+
+    def _sweep(self, now: float) -> None:
+        """Forget the rooms finished `retain_finished_s` ago that nobody released, as a release would. One its
+        instance has not agreed on is failed first (`timeout_consensus`, this rank the origin) and its peers are
+        told, as of any failure this rank starts: its decode ranks by a Failed status, its prefill ranks by ABORT,
+        its instance by the vote kept after the release. Before, nobody was told: the peers heard only at their own
+        timeouts, and a rank of the instance that missed the room from the votes failed it as a second origin."""
+        for record in finished_long_ago(self._side.rooms, now, self._ctx.config.retain_finished_s):
+            if not record.agreed.is_terminal:
+                waited = now - record.created_at
+                reason = consensus_timeout(record.room, waited, "its instance to agree", self.info.instance)
+                self._side.fail_agreed(record, reason, self.info.label)  # type: ignore[arg-type]
+            self._release(record)
 
     def _fail_by_instance(self, record: RoomRecord, entry: VoteEntry, now: float) -> None:
         """Another rank failed the room: fail it here as its echo (or, when already done here, record the echo)."""

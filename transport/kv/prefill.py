@@ -22,7 +22,7 @@ from transport.kv.faults import FaultKind
 from transport.kv.pool import run_breaks, split_runs
 from transport.kv.registered import RegisteredMemory
 from transport.kv.rooms import LinkPlan, SenderRoom
-from transport.kv.side import SideContext, sweep_finished
+from transport.kv.side import SideContext
 from transport.kvpoll import KVPoll
 from transport.plane.events import AbortEvent
 from transport.sockets import LIST_FRAME, bind_ephemeral, decode_routed, open_socket
@@ -200,7 +200,6 @@ class PrefillSide:
         for peer in self._peers.values():
             if not peer.lost and now - peer.last_seen > self._ctx.config.peer_timeout_s:
                 self._lose_peer(peer, reasons.decode_peer_dead(peer.info.label), now)
-        sweep_finished(self.rooms, self._ctx, now)
 
     def _backstop_s(self, record: SenderRoom) -> float:
         """How long a room may go without progress here: the decode side owns this timeout and fires first, in
@@ -316,11 +315,15 @@ class PrefillSide:
         record = self.rooms.get(abort.room)
         if record is None:
             record = self.rooms[abort.room] = SenderRoom(abort.room, now)
-        if record.state is KVPoll.Success and self._ctx.info.tp > 1 and not record.agreed.is_terminal:
-            # sent in full here, not yet by every rank of the instance: the instance fails it, an echo of the
-            # abort's origin (SGLang's Failed overrides Success, with no record of its own: its generic text),
-            # before the other ranks time out on their own
-            self.fail_agreed(record, reasons.from_another_rank(abort.suspect, abort.origin_class), abort.origin)
+        if record.state is KVPoll.Success:
+            agreed = KVPoll.Success if self._ctx.info.tp == 1 else record.agreed  # a rank alone agrees at once
+            if agreed is KVPoll.Success:  # its instance agreed before: too late to change, counted (was ignored)
+                self._ctx.counters.add("late_failures")
+            elif not agreed.is_terminal:
+                # sent in full here, not yet by every rank of the instance: the instance fails it, an echo of the
+                # abort's origin (SGLang's Failed overrides Success, with no record of its own: its generic text),
+                # before the other ranks time out on their own
+                self.fail_agreed(record, reasons.from_another_rank(abort.suspect, abort.origin_class), abort.origin)
             return
         reason = reasons.aborted_by_peer(peer.info.label, abort.suspect, abort.origin_class)
         self._fail(record, reason, now, origin=abort.origin, told_by=peer.identity)

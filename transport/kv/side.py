@@ -3,7 +3,7 @@ settings, counters, and how room changes become events.
 
 Each side offers the engine the same calls, all on the engine thread: `sockets()` and `handle()` for
 input, `pump()` to send what flow control allows, `tick()` for timeouts and liveness, `release()`,
-`fail_by_instance()` and `close()`.
+`fail_by_instance()`, `fail_agreed()` and `close()`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,8 @@ import math
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 import zmq
 
@@ -30,9 +29,6 @@ from transport.kvpoll import KVPoll
 from transport.plane.events import Event, Failure, Level, Progress, RoomState, TransferDone
 from transport.wire import AgentInfo, cut_text
 
-_Room = TypeVar("_Room", bound=RoomRecord)
-RETAIN_FINISHED_S = 60.0
-"""Finished rooms nobody released are dropped after this long (failed first if their instance never agreed)."""
 CLEARED_MEMORY = 10_000
 """How many released room ids are remembered, so late echoes for them are ignored."""
 TIMEOUT_STAGGER_S = 0.5
@@ -80,11 +76,11 @@ class SideContext:
         """Whether a failure of `reason_class` this rank records now in `record` is its own stall's doing: a
         silence class, in a room it took before the stall ended or in the two peer timeouts after (the backlog
         it found when it woke: its peers' votes and heartbeats are judged afresh after one), within
-        `RETAIN_FINISHED_S` of the stall."""
+        `config.retain_finished_s` of the stall."""
         if reason_class not in reasons.SILENCE_CLASSES:
             return False
         backlog = record.created_at <= self.stalled_until + 2 * self.config.peer_timeout_s
-        return backlog and time.monotonic() <= self.stalled_until + RETAIN_FINISHED_S
+        return backlog and time.monotonic() <= self.stalled_until + self.config.retain_finished_s
 
     def observe(self, record: RoomRecord, peer: str = "") -> None:
         """Publish the state changes of a room a scheduler owns (and its state now, if it moved already)."""
@@ -168,18 +164,6 @@ class SideContext:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-def sweep_finished(rooms: dict[int, _Room], ctx: SideContext, now: float) -> None:
-    """Drop finished rooms older than the retention window, remembering their ids.
-
-    A room its instance has not agreed on by then is failed first (`timeout_consensus`, this rank the
-    origin): whoever waits on its agreement hears, and its pages can be freed.
-    """
-    stale = [r for r, rec in rooms.items() if rec.state.is_terminal and now - rec.finished_at > RETAIN_FINISHED_S]
-    for room in stale:
-        record = rooms.pop(room)
-        if not record.agreed.is_terminal:
-            reason = reasons.consensus_timeout(
-                room, now - record.created_at, "its instance to agree", ctx.info.instance
-            )
-            ctx.fail_agreement(record, reason, ctx.info.label)
-        ctx.remember_cleared(room)
+def finished_long_ago(rooms: Mapping[int, RoomRecord], now: float, retain_s: float) -> list[RoomRecord]:
+    """The finished rooms nobody released within `retain_s` of their end (the engine forgets them)."""
+    return [record for record in rooms.values() if record.state.is_terminal and now - record.finished_at > retain_s]

@@ -18,7 +18,7 @@ import pytest
 from kvtop.cluster.local import demo_spec
 from kvtop.model.cluster import ClusterModel
 from kvtop.record.writer import Recorder
-from tests.kvtop.kvtop_cli import kvtop, kvtop_here
+from tests.kvtop.kvtop_cli import StderrLines, kvtop, kvtop_here
 from transport import Role
 from transport.bootstrap import BootstrapServer
 from transport.config import Timeouts
@@ -219,6 +219,38 @@ def test_a_record_started_before_any_agent_says_so_and_records_the_first_that_re
     assert said[2].startswith("kvtop record: an agent answered after ")
     ranks = kvtop_here("ranks", "--replay", str(out), "--json")
     assert [rank["label"] for rank in json.loads(ranks.stdout)] == ["prefill-7/TP0"], ranks.stderr
+
+
+@pytest.mark.processes
+def test_a_record_says_once_when_every_agent_it_heard_goes_quiet_and_when_one_answers_again(
+    tmp_path: Path, bootstrap: BootstrapServer, make_manager
+) -> None:
+    """The recorder heard prefill-7, which then stopped: it recorded on and said nothing (a cluster gone quiet read
+    as a healthy one). Now it says once that no agent was heard for longer than --wait, and again when one answers."""
+    first = make_manager(Role.PREFILL, "prefill-7")
+    command = [sys.executable, "-m", "kvtop", "record", "--bootstrap", bootstrap.endpoint, "--wait", "2",
+               "--duration", "120", "--status", "--interval", "0.5", "--out", str(tmp_path / "rec")]  # fmt: skip
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    lines = StderrLines(process)
+    try:
+        while "ranks 1/1 alive" not in lines.next("kvtop record: "):
+            pass
+
+        first.close()
+
+        quiet = lines.next("kvtop record: no agent heard for ")
+        make_manager(Role.PREFILL, "prefill-8")
+        again = lines.next("kvtop record: an agent answered again after ")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+
+    assert process.returncode == 0, lines.seen
+    assert quiet.endswith("; recording on: agents are recorded as they answer"), quiet
+    assert float(quiet.split(" for ")[1].split("s ")[0]) >= 2.0
+    opening, *rest = lines.seen
+    assert opening.startswith(f"kvtop record: recording {bootstrap.endpoint} to "), opening
+    assert [line for line in rest if "; ranks " not in line] == [quiet, again], lines.seen  # status lines aside
 
 
 def test_a_record_no_agent_ever_answered_exits_1_saying_the_recording_holds_none(tmp_path: Path) -> None:
