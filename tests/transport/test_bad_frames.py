@@ -301,3 +301,32 @@ def test_decode_drops_chunk_headers_that_do_not_fit_the_room_and_keeps_the_room(
     fake.send(encode(Status(83, int(KVPoll.Success), 0)))
     wait_for(lambda: receiver.poll() is KVPoll.Success, what="the room still lands")
     assert np.array_equal(payload.reshape(4, PAGE_BYTES), decode.pool.data[:4])
+
+
+@pytest.mark.parametrize("pages", [2, 128], ids=["received-in-place", "landed-a-block-at-a-time"])
+def test_decode_counts_a_frame_beyond_a_chunks_payload_and_lands_the_chunk(
+    bootstrap, make_manager, zmq_context, wait_for, pages
+):
+    """A chunk of sealed pages followed by a frame it does not describe: the frame is dropped and counted as
+    unexpected, the pages land verified, and the next message is read as a message of its own. 128 pages are
+    512 KiB, more than a block: received whole and copied a block at a time, the frame's own flag telling
+    whether more follows."""
+    decode = make_manager(Role.DECODE, "decode-0", config=TransferConfig(peer_timeout_s=30.0))
+    fake = FakePrefill(zmq_context, bootstrap.endpoint)
+    receiver = decode.receiver(84, "fake-prefill")
+    receiver.init(np.arange(pages, dtype=np.uint32))
+    fake.expect(Hello)
+    fake.send(encode(Welcome(fake.info)))
+    fake.expect(TransferRequest)
+
+    payload = np.random.default_rng(84).integers(0, 256, size=(pages, PAGE_BYTES), dtype=np.uint8)
+    digests = b"".join(xxhash.xxh3_64_digest(row.data) for row in payload)
+    header = Chunk(84, 0, True, 0, [pages], payload.nbytes, None, digests)
+    fake.send(encode(header), payload.tobytes(), b"a frame beyond the payload")
+    fake.send(encode(Status(84, int(KVPoll.Success), 0)))
+
+    wait_for(lambda: receiver.poll() is KVPoll.Success, what="the chunk lands and the status after it is read")
+    assert decode.counters()["rejected_unexpected"] == 1
+    assert decode.counters()["chunks_landed"] == 1
+    assert decode.counters()["checksum_failures"] == 0
+    assert np.array_equal(payload, decode.pool.data[:pages])

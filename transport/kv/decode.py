@@ -46,8 +46,7 @@ from transport.wire import (
 )
 
 _BATCH = 64
-_POLLIN = int(zmq.POLLIN)
-_EVENTS = int(zmq.EVENTS)
+_NOBLOCK = int(zmq.NOBLOCK)
 _RCVMORE = int(zmq.RCVMORE)
 _RESOLVE_RETRY_S = 0.25
 
@@ -89,6 +88,8 @@ class DecodeSide:
         self.socket_generation = 0
         """Bumped whenever `sockets()` changes, so the loop re-registers only then."""
         self._link_decoder: FrameDecoder[LinkMessage] = FrameDecoder(LinkMessage)
+        self._ack_bytes = ctx.config.window_bytes // 4
+        """Unacknowledged bytes on a link that send an ack (see `_credit`)."""
 
     # --- scheduler commands ---------------------------------------------------------
 
@@ -138,13 +139,15 @@ class DecodeSide:
         """Read a batch of the link's messages. What landed is settled (counters, progress, completion) once
         per run of chunks: before any other message is handled, and at the end of the batch."""
         sock = link.socket
+        recv = sock.recv
         decode = self._link_decoder.decode
         landed: dict[int, ReceiverRoom] = {}
         landed_chunks = landed_bytes = 0
         for _ in range(_BATCH):
-            if not sock.getsockopt(_EVENTS) & _POLLIN:  # type: ignore[operator]  # an int option
-                break  # asked, not tried: the Again of an empty recv costs more than the question
-            header = sock.recv(zmq.NOBLOCK)
+            try:
+                header = recv(_NOBLOCK)
+            except zmq.Again:
+                break  # tried, not asked: one exception a batch costs less than a ZMQ_EVENTS question a message
             try:
                 message = decode(header)
             except FrameRejected as rejected:
@@ -372,12 +375,12 @@ class DecodeSide:
             self._credit(link, chunk)
             return None
         hasher = xxhash.xxh3_64() if chunk.checksum is not None and not digests else None
-        problem, actual = self._receive_payloads(sock, record, pairing, chunk, hasher)
+        problem, actual, more = self._receive_payloads(sock, record, pairing, chunk, hasher)
         if problem:
             self._fail(record, reasons.layout_mismatch(record.room, problem), now)
             self._credit(link, chunk)
             return None
-        if sock.getsockopt(_RCVMORE):
+        if more:
             drain_message(sock)
             self._ctx.counters.reject("unexpected")
         if chunk.index == 1 or chunk.last:  # the only fault a decode rank acts on: die while landing the room
@@ -422,40 +425,47 @@ class DecodeSide:
         pairing: Pairing,
         chunk: Chunk,
         hasher: xxhash.xxh3_64 | None,
-    ) -> tuple[str, bytes]:
+    ) -> tuple[str, bytes, bool]:
         """Receive each payload frame into its pages, hashing the frame (`hasher`) or, when the chunk carries
-        `page_digests`, each page; (what went wrong (counted) or '', the landed pages' digests or b'').
+        `page_digests`, each page; (what went wrong (counted) or '', the landed pages' digests or b'', whether
+        the message has frames beyond them).
 
         Consecutive whole rows are received in place (a frame of more than a block, with page digests, is
         copied and hashed a block at a time: `land_digested`); anything else through a scratch buffer.
         """
-        assert record.dst_pages is not None
+        dst_pages = record.dst_pages
+        assert dst_pages is not None
         pool = self._ctx.pool
         width = pairing.nbytes
         whole_rows = pairing.dst_offset == 0 and width == pool.page_bytes
         by_page = bool(chunk.page_digests)
+        breaks = record.dst_breaks
         digests: list[bytes] = []
         position = chunk.page_start
+        more = sock.getsockopt(_RCVMORE)  # the header's; a frame received whole (`recv(copy=False)`) tells its own
         for count in chunk.frame_pages:
-            if not sock.getsockopt(_RCVMORE):
+            if not more:
                 self._ctx.counters.reject("truncated")
-                return "chunk ended before its pages", b""
+                return "chunk ended before its pages", b"", False
             scratch = None
-            if whole_rows and (not record.dst_breaks or is_one_run(record.dst_breaks, position, count)):
-                target = pool.rows(int(record.dst_pages[position]), count)
+            if whole_rows and (not breaks or is_one_run(breaks, position, count)):
+                target = pool.rows(dst_pages.item(position), count)
             else:
                 scratch = np.empty(count * width, dtype=np.uint8)
                 target = scratch.data
             frame = None
             if by_page and scratch is None and len(target) > LAND_BLOCK_BYTES:  # landed a block at a time
-                frame = sock.recv(copy=False).buffer
+                received_frame = sock.recv(copy=False)
+                more = received_frame.more
+                frame = received_frame.buffer
                 received = len(frame)
             else:
                 received = sock.recv_into(target)
+                more = sock.getsockopt(_RCVMORE)
             if received != len(target):
                 drain_message(sock)
                 self._ctx.counters.reject("oversize" if received > len(target) else "truncated")
-                return f"frame of {received} B for {len(target)} B", b""
+                return f"frame of {received} B for {len(target)} B", b"", False
             if frame is not None:
                 digests.append(land_digested(frame, target, width))
             elif by_page:
@@ -463,10 +473,10 @@ class DecodeSide:
             elif hasher is not None:
                 hasher.update(target)
             if scratch is not None:
-                rows = record.dst_pages[position : position + count]
+                rows = dst_pages[position : position + count]
                 pool.data[rows, pairing.dst_offset : pairing.dst_offset + width] = scratch.reshape(count, width)
             position += count
-        return "", b"".join(digests)
+        return "", b"".join(digests), bool(more)
 
     def _credit(self, link: PrefillLink, chunk: Chunk) -> None:
         """Owe the prefill rank this chunk's bytes (landed or not, the credit returns).
@@ -476,7 +486,7 @@ class DecodeSide:
         """
         link.landed[chunk.room] = link.landed.get(chunk.room, 0) + chunk.nbytes
         link.unacked += chunk.nbytes
-        if chunk.last or link.unacked >= self._ctx.config.window_bytes // 4:
+        if chunk.last or link.unacked >= self._ack_bytes:
             self._flush_acks(link)
 
     def _flush_acks(self, link: PrefillLink) -> None:

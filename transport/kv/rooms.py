@@ -93,6 +93,9 @@ class LinkPlan:
     total_bytes: int = 0
     whole_rows: bool = False
     """Whole source pages go (each payload is the pool's own rows, zero-copy)."""
+    slices: list[tuple[tuple[int, int], ...]] = field(default_factory=list)
+    """With `whole_rows`: each chunk's payloads as (offset, nbytes) of the pool's rows, one per run, worked out
+    when the room starts sending (not per chunk)."""
     digests: bytes = b""
     """The sealed source pages' digests in room order, 8 bytes each (end-to-end checksums); empty when the
     chunks carry a checksum of their own, or none."""
