@@ -146,13 +146,17 @@ def say_what_was_heard(source: Source, follow: bool = False) -> str:
 class SilenceSaid:
     """Says on stderr, once, that no agent answered within `wait` and what the command does meanwhile (`going_on`:
     a recorder or an exporter started before its cluster goes on; silence is said, never taken for health), and
-    when the first agent does. Later, once every agent has been quiet for longer than `wait` (a cluster stopped, a
-    network cut), that is said once too, with what the command does meanwhile (`quiet_going_on`, default
-    `going_on`), and again when one answers; before, a cluster that went quiet after answering was never said."""
+    when the first agent does. Later, once every agent has been quiet for longer than `wait` (3 s at least, when
+    the views call a rank stale: a cluster stopped, a network cut), that is said once too, with what the command
+    does meanwhile (`quiet_going_on`, default `going_on`), and again when one answers."""
 
     def __init__(self, source: Source, wait: float, command: str, going_on: str, quiet_going_on: str = "") -> None:
         self.source, self.wait, self.command, self.going_on = source, wait, command, going_on
         self.quiet_going_on = quiet_going_on or going_on
+        from kvtop.model.shapes import STALE_S  # the model is loaded by then: a source holds one
+
+        self.quiet_after = max(wait, STALE_S)
+        """Quiet this long is said: never before the views call a rank stale (a loaded machine's late heartbeat)."""
         self.started = time.monotonic()
         self.heard = False
         self.said = False
@@ -170,7 +174,7 @@ class SilenceSaid:
         if self.said and last > self.quiet_since:
             self.said = False
             typer.echo(f"{self.command}: an agent answered again after {last - self.quiet_since:.1f}s", err=True)
-        elif not self.said and (quiet := time.time() - last) > self.wait:
+        elif not self.said and (quiet := time.time() - last) > self.quiet_after:
             self.said, self.quiet_since = True, last
             at = time.strftime("%H:%M:%S", time.localtime(last))
             typer.echo(f"{self.command}: no agent heard for {quiet:.1f}s (the last at {at}); {self.quiet_going_on}",
