@@ -523,3 +523,19 @@ def test_a_model_with_no_rank_serves_kvtop_ranks_0_in_every_state_not_nothing():
     assert "kvtop_rank_state{" not in empty
     by_state = {dict(key)["state"]: value for key, value in samples(served, "kvtop_ranks").items()}
     assert sum(by_state.values()) == len(model.ranks) > 0
+
+
+def test_control_characters_in_label_values_are_written_as_their_escapes():
+    """A log's instance name and the source holding ESC and BEL reached `curl /metrics` raw: a terminal showing the
+    scrape ran them (a window title set, the screen cleared). They are escaped as the views escape them."""
+    model = ClusterModel()
+    instance = "evil\x1b]0;owned\x07\u202e"
+    model.log_rank(f"{instance}/TP0", "prefill", instance, 0)
+    batch = EventBatch(EVENT_SCHEMA, "prefill", instance, 0, 0, 1, NOW, [Heartbeat(NOW, {}, 2, 0, 0.0, 0, 0.0)])
+    model.apply(f"{instance}/TP0", batch, NOW)
+
+    text = scrape(ModelMetrics(model, threading.Lock(), lambda: NOW, source="logs\x1b[2J"))
+
+    assert text.isascii() and not re.search("[\x00-\x09\x0b-\x1f\x7f]", text)
+    assert 'pd_instance="evil\\\\x1b]0;owned\\\\x07\\\\u202e"' in text
+    assert 'source="logs\\\\x1b[2J"' in text
