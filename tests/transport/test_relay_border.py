@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import Counter
 
 import msgspec
 import pytest
@@ -145,8 +146,9 @@ class FullUpstream:
 
 
 def test_a_relay_joining_full_upstreams_still_answers_one_listing_and_says_what_it_left_out(zmq_context):
-    """Three upstreams each at a bootstrap's budget joined to 5.6 MB, past the 4 MiB every reader takes, so no view
-    could list through the relay: the relay keeps the budget, counts the entries it left out and says so."""
+    """Three upstreams each at a bootstrap's budget joined to 5.9 MB, past the 4 MiB every reader takes, so no view
+    could list through the relay: the relay keeps the budget, each upstream its share, counts the entries it left
+    out and says so."""
     upstreams = [FullUpstream(zmq_context, f"rack-{index}") for index in range(3)]
     relay = Relay(relays=[upstream.address for upstream in upstreams])
     try:
@@ -161,6 +163,8 @@ def test_a_relay_joining_full_upstreams_still_answers_one_listing_and_says_what_
     total = sum(len(upstream.agents) for upstream in upstreams)
     assert len(encode(listing)) <= MAX_CONTROL_FRAME
     assert 0 < len(listing.agents) < total
+    shares = Counter(agent.instance.rpartition("-")[0] for agent in listing.agents)
+    assert set(shares) == {"rack-0", "rack-1", "rack-2"} and max(shares.values()) - min(shares.values()) <= 1
     assert listing.counters["listing_left_out"] == total - len(listing.agents)
     assert listing.refused == [
         f"{total - len(listing.agents)} live and 0 expired entries left out: the upstreams' listings joined take more "

@@ -26,9 +26,9 @@ Threads, each owning its sockets:
   and those its upstream relays report), so that a view blames the upstream, not the ranks behind it.
 
 The joined listing keeps the bootstrap's budget (`bootstrap.MAX_LISTING_BYTES`: half for live entries, half for
-expired ones; `REFUSED_KEPT` refused lines and upstream errors): entries past it are left out, counted
-(`listing_left_out`, the latest round's) and said in `refused`, so a relay joining full bootstraps still answers in one
-frame every reader takes.
+expired ones; `REFUSED_KEPT` refused lines and upstream errors), each upstream's entries taken in turn: entries
+past it are left out, counted (`listing_left_out`, the latest round's) and said in `refused`, so a relay joining
+full bootstraps still answers in one frame every reader takes, and no upstream pushes another's ranks out.
 
 A thread that dies is logged with its traceback and kept in `error`; `died` turns true.
 
@@ -39,6 +39,7 @@ everything downstream (its XPUB and ROUTER): a view without an allowed key hears
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import socket
@@ -83,6 +84,16 @@ RELAY_COUNTERS = (
     *BROKER_COUNTERS,
     *rejection_names(),
 )
+
+
+def _interleaved(agents: dict[str, AgentInfo], origin: dict[str, str]) -> list[AgentInfo]:
+    """`agents` one upstream's at a time in turn, so that a budget cut leaves each upstream its share: one that
+    lists thousands pushes no other upstream's ranks out (those kept from an earlier round are one upstream)."""
+    by_upstream: dict[str, list[AgentInfo]] = {}
+    for label, agent in agents.items():
+        by_upstream.setdefault(origin.get(label, ""), []).append(agent)
+    turns = itertools.zip_longest(*by_upstream.values())
+    return [agent for turn in turns for agent in turn if agent is not None]
 
 
 def _within(entries: list[AgentInfo], budget: int) -> tuple[list[AgentInfo], int]:
@@ -307,6 +318,8 @@ class Relay:
         """One round: who is upstream now; the proxy restarts when its endpoints changed."""
         routes: dict[str, Route] = dict(self._learned)
         agents: dict[str, AgentInfo] = {}
+        origin: dict[str, str] = {}
+        """Which upstream listed each agent (the last one that did)."""
         expired: dict[str, AgentInfo] = {}
         refused: list[str] = []
         endpoints = set(self.connect)
@@ -328,6 +341,7 @@ class Relay:
             kept.update(listing.kept)
             for agent in self._usable(listing.agents, refused):
                 agents[agent.label] = agent
+                origin[agent.label] = address
                 routes[agent.label] = Route(relay.snapshot_endpoint, via_relay=True)
             expired.update((a.label, a) for a in listing.expired)
         if self.bootstrap:
@@ -337,6 +351,7 @@ class Relay:
                     self._register(timeout_s, errors)
                 for agent in self._usable(listing.agents, refused):
                     agents[agent.label] = agent
+                    origin[agent.label] = self.bootstrap
                     if agent.event_endpoint:
                         endpoints.add(agent.event_endpoint)
                     if agent.snapshot_endpoint:
@@ -349,7 +364,7 @@ class Relay:
             agents = {agent.label: agent for agent in self._book.agents} | agents
         for label in agents:
             expired.pop(label, None)
-        listed, left_live = _within(list(agents.values()), LIVE_BYTES)
+        listed, left_live = _within(_interleaved(agents, origin), LIVE_BYTES)
         gone, left_expired = _within(list(expired.values()), MAX_LISTING_BYTES - LIVE_BYTES)
         self._set_counter("listing_left_out", left_live + left_expired)
         refused = _kept(refused, "more unusable entries")
