@@ -45,7 +45,6 @@ if TYPE_CHECKING:
     from transport.harness.cluster import AgentProcess, ClusterSpec, LocalCluster
     from transport.harness.workload import WorkloadStats
     from transport.kv.faults import FaultSpec
-    from transport.registration import Network
 
 
 def _faults(texts: list[str]) -> dict[str, tuple[FaultSpec, ...]] | None:
@@ -397,6 +396,16 @@ def cluster_up(
     _exit_for(stats)
 
 
+def _network_values(texts: list[str] | None) -> list[str] | None:
+    """--endpoint-network values that are networks (any other is a usage error, exit 2)."""
+    for text in texts or []:
+        try:
+            ipaddress.ip_network(text, strict=False)
+        except ValueError:
+            raise typer.BadParameter(f"{text[:80]!r} is not a network like 10.0.0.0/8") from None
+    return texts
+
+
 def bootstrap(
     listen: Annotated[
         str,
@@ -421,6 +430,7 @@ def bootstrap(
         typer.Option(
             "--endpoint-network",
             metavar="CIDR",
+            callback=_network_values,
             help="A network registered endpoints may be in besides the registering client's own address "
             "(repeatable), for hosts that reach the service on one network and move data on another.",
         ),
@@ -450,7 +460,7 @@ def bootstrap(
         raise typer.BadParameter(f"{listen!r} is not an address like tcp://127.0.0.1:5555", param_hint="--listen")
     if problem := exposure_problem([listen], bool(curve_keys), insecure):
         raise fail(problem, 2)
-    networks = _networks(endpoint_network or [])
+    networks = [ipaddress.ip_network(text, strict=False) for text in endpoint_network or []]
     keys = load_curve(curve_keys, serve=True)
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     try:
@@ -470,19 +480,6 @@ def bootstrap(
         server.close()
         stop_authenticator(context)
         context.term()
-
-
-def _networks(texts: list[str]) -> list[Network]:
-    """--endpoint-network values as networks (a bad one is a usage error, exit 2)."""
-    networks = []
-    for text in texts:
-        try:
-            networks.append(ipaddress.ip_network(text, strict=False))
-        except ValueError:
-            raise typer.BadParameter(
-                f"{text[:80]!r} is not a network like 10.0.0.0/8", param_hint="--endpoint-network"
-            ) from None
-    return networks
 
 
 def register(app: typer.Typer, cluster_app: typer.Typer) -> None:
