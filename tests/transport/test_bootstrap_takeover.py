@@ -4,6 +4,7 @@ an entry names only that client's own addresses, so whoever reaches the service 
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import os
 import socket
 from collections.abc import Iterator
@@ -13,7 +14,9 @@ import pytest
 import zmq
 
 from transport import BootstrapClient, BootstrapServer
+from transport.counters import Counters, rejection_names
 from transport.errors import BootstrapError
+from transport.kv.routes import RESOLVE_RETRY_S, RouteBook
 from transport.registration import foreign_endpoint
 from transport.wire import (
     AgentInfo,
@@ -191,3 +194,33 @@ def test_a_remote_client_naming_another_hosts_endpoint_is_refused_and_named(boot
     assert listing.counters["rejected_invalid"] == 2
     assert "loopback address registered from" in listing.refused[0]
     assert f"not the registering client's address {own}" in replies[1].message  # type: ignore[union-attr]
+
+
+def test_a_stray_rank_of_another_tp_size_is_never_paired_as_a_missing_rank(bootstrap, zmq_context, wait_for):
+    """A TP2 instance whose rank 1 has not registered yet, and a rank 2 of a TP8 registered from elsewhere: the
+    decode's route counted two ranks, took the stray as rank 1 and sent it the room's requests. Now the instance
+    stays unresolved (the stray counted invalid) until its own rank 1 registers."""
+    rank_0 = msgspec.structs.replace(GOOD, tp=2)
+    rank_1 = msgspec.structs.replace(rank_0, rank=1, data_endpoint="tcp://127.0.0.1:5001")
+    stray = msgspec.structs.replace(GOOD, rank=2, tp=8, data_endpoint="tcp://127.0.0.2:6666")
+    counters = Counters(("send_failures", *rejection_names()))
+    routes = RouteBook(zmq_context, bootstrap.endpoint, counters)
+    clock = itertools.count(step=RESOLVE_RETRY_S)
+
+    def look() -> list[AgentInfo] | None:
+        """The route's answer now, read after any reply waiting (each look may ask the service again)."""
+        routes.handle()
+        return routes.lookup(rank_0.instance, next(clock))
+
+    try:
+        with BootstrapClient(bootstrap.endpoint) as client:
+            client.register(rank_0)
+            assert isinstance(ask(zmq_context, bootstrap.endpoint, "127.0.0.2", Register(1, stray)), Registered)
+
+            wait_for(lambda: look() is not None or counters["rejected_invalid"] > 0, what="a route answered")
+            assert look() is None
+            client.register(rank_1)
+            wait_for(lambda: look() is not None, what="the instance resolved")
+            assert look() == [rank_0, rank_1]
+    finally:
+        routes.close()
