@@ -224,3 +224,20 @@ def test_a_stray_rank_of_another_tp_size_is_never_paired_as_a_missing_rank(boots
             assert look() == [rank_0, rank_1]
     finally:
         routes.close()
+
+
+def test_a_rank_whose_refreshes_are_refused_logs_why(bootstrap, zmq_context, wait_for, caplog):
+    """An engine's refresh answered with a refusal (its name held by another client) was dropped unread: now it is
+    kept and logged (once per reason: refreshes come every second)."""
+    squatted = ask(zmq_context, bootstrap.endpoint, "127.0.0.2", Register(1, HIJACK))
+    routes = RouteBook(zmq_context, bootstrap.endpoint, Counters(("send_failures", *rejection_names())))
+    try:
+        routes.register(GOOD)
+        wait_for(lambda: routes.handle() or routes.refused, what="the refresh answered")
+    finally:
+        routes.close()
+
+    assert isinstance(squatted, Registered)
+    assert "127.0.0.2 holds it live" in routes.refused
+    logged = [record.getMessage() for record in caplog.records if record.name == "transport.kv.routes"]
+    assert logged == [f"the bootstrap service refused this rank's registration: {routes.refused}"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 
 import zmq
 
@@ -23,6 +24,7 @@ from transport.wire import (
 )
 
 RESOLVE_RETRY_S = 0.25
+_log = logging.getLogger(__name__)
 
 
 class RouteBook:
@@ -38,6 +40,8 @@ class RouteBook:
         self.socket = open_socket(context, zmq.DEALER, LIST_FRAME, dialing(curve))
         self.socket.connect(bootstrap)
         self._counters = counters
+        self.refused = ""
+        """The bootstrap's latest refusal of a refresh ("" while none was refused)."""
         self._routes: dict[str, list[AgentInfo]] = {}
         self._asked: dict[str, float] = {}
         self._req_ids = itertools.count(1)
@@ -78,8 +82,18 @@ class RouteBook:
                 for _ in range(len(reply.ranks) - len(usable)):
                     self._counters.reject("invalid")
                 self._routes[reply.instance] = usable
-            elif not isinstance(reply, Refusal | Registered):
+            elif isinstance(reply, Refusal):
+                self._refused(reply.message)
+            elif isinstance(reply, Registered):
+                self.refused = ""
+            else:
                 self._counters.reject("unexpected")
+
+    def _refused(self, message: str) -> None:
+        """A refused refresh (another client holds this rank's entry): logged when the reason changes, and kept."""
+        if message != self.refused:
+            _log.warning("the bootstrap service refused this rank's registration: %s", message)
+        self.refused = message
 
     def close(self) -> None:
         self.socket.close(linger=0)
