@@ -130,8 +130,8 @@ class BootstrapServer(ServiceThread):
             ("requests", "expired", "deregistered", "replaced", "refused_client_limit", "refused_takeover",
              *rejection_names())
         )  # fmt: skip
-        self.replaced: dict[_Key, str] = {}
-        """The latest new incarnations that took an entry, `name: incarnation A from X replaced by B from Y`."""
+        self._replacements: dict[_Key, str] = {}
+        """The latest new incarnations that took an entry (`_replaced`'s lines), the newest last."""
         self._refusals: dict[str, tuple[int, str]] = {}
         """Client -> (its registrations refused, the latest one's `name: why`), the newest client last."""
         self._agents: dict[_Key, AgentInfo] = {}
@@ -252,7 +252,7 @@ class BootstrapServer(ServiceThread):
             return Route(request.req_id, request.instance, ranks)
         expired = [agent for _, agent, _ in self._expired.values()]
         return AgentList(request.req_id, self.agents(), self.counters.snapshot(), self.refused, expired, self.relays(),
-                         lister=LISTED_BY_BOOTSTRAP, replaced=list(self.replaced.values()))  # fmt: skip
+                         lister=LISTED_BY_BOOTSTRAP, replaced=list(self._replacements.values()))  # fmt: skip
 
     def _register(self, request: Register, client: str) -> Registered | Refusal:
         agent = request.agent
@@ -312,10 +312,10 @@ class BootstrapServer(ServiceThread):
         else:
             return
         self.counters.add("replaced")
-        self.replaced.pop(key, None)
-        self.replaced[key] = f"{entry_name(agent)}: {how}"
-        if len(self.replaced) > REFUSED_KEPT:
-            del self.replaced[next(iter(self.replaced))]
+        self._replacements.pop(key, None)
+        self._replacements[key] = f"{entry_name(agent)}: {how}"
+        if len(self._replacements) > REFUSED_KEPT:
+            del self._replacements[next(iter(self._replacements))]
 
     def _refusal(self, client: str, line: str) -> None:
         """Keep `client`'s latest refusal (and count its refusals), the newest client last."""
