@@ -22,6 +22,15 @@ of each of the last `REFUSED_KEPT` clients refused, with how many of theirs were
 A listing must reach its readers in one frame (`MAX_CONTROL_FRAME`): the entries it holds, encoded, take at most
 `MAX_LISTING_BYTES`, half for live entries (a client its `max_per_client` share of that half) and half for expired
 ones (the oldest go first); a registration past the live half is refused the same way.
+A live entry belongs to the client that registered it: a registration of the same rank from another client
+(whatever incarnation it claims) is refused (`refused_takeover`) until that entry expires, and so is a
+deregistration from another client, so nobody who reaches an insecure service redirects decode ranks' data to
+an endpoint of theirs; a rank restarted on the same host replaces its entry at once. Every new incarnation that
+takes an entry (live, or expired and registered from another client) is counted (`replaced`) and named
+(`AgentList.replaced`, the latest `REFUSED_KEPT`). An endpoint must name the client's own address (an IP
+literal; see `registration.foreign_endpoint`) unless it is in the service's `endpoint_networks`; link-local
+and metadata addresses never (`rejected_invalid`). CURVE is what authenticates a client: without it, the
+client's address is all the service knows of it.
 A relay (role `relay`) registers, refreshes and expires the same way, under a key of its own (its name
 never clashes with a rank's), and is listed apart (`AgentList.relays`); an expired relay is just dropped.
 """
@@ -32,6 +41,7 @@ import itertools
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from typing import TypeVar
 
 import zmq
@@ -41,7 +51,7 @@ from transport.curve import CurveKeys, dialing, serving
 from transport.errors import BootstrapError, CallAbandoned, FrameRejected
 from transport.limits import cannot_open
 from transport.reach import why_silent
-from transport.registration import RELAY_ROLE, entry_name, registration_problem
+from transport.registration import RELAY_ROLE, Network, entry_name, registration_problem
 from transport.service import ServiceThread
 from transport.sockets import LIST_FRAME, SMALL_FRAME, bind, decode_routed, open_socket, send_now
 from transport.wire import (
@@ -103,16 +113,25 @@ class BootstrapServer(ServiceThread):
         entry_ttl_s: float = ENTRY_TTL_S,
         curve: CurveKeys | None = None,
         max_per_client: int = MAX_PER_CLIENT,
+        endpoint_networks: Sequence[Network] = (),
     ) -> None:
         """`curve`: serve with CURVE (only clients on the keys' allow-list are answered); `max_per_client`:
-        entries one client address may hold (a bench whose agents all run on one host gives more)."""
+        entries one client address may hold (a bench whose agents all run on one host gives more);
+        `endpoint_networks`: where endpoints may be besides the registering client's own address (hosts whose
+        data network is not the one they reach the service on)."""
         super().__init__("bootstrap")
         self._context = context or zmq.Context.instance()
         self._socket = open_socket(self._context, zmq.ROUTER, SMALL_FRAME, serving(curve))
         self.endpoint = bind(self._socket, endpoint, host)
         self.entry_ttl_s = entry_ttl_s
         self.max_per_client = max_per_client
-        self.counters = Counters(("requests", "expired", "deregistered", "refused_client_limit", *rejection_names()))
+        self.endpoint_networks = tuple(endpoint_networks)
+        self.counters = Counters(
+            ("requests", "expired", "deregistered", "replaced", "refused_client_limit", "refused_takeover",
+             *rejection_names())
+        )  # fmt: skip
+        self._replacements: dict[_Key, str] = {}
+        """The latest new incarnations that took an entry (`_replaced`'s lines), the newest last."""
         self._refusals: dict[str, tuple[int, str]] = {}
         """Client -> (its registrations refused, the latest one's `name: why`), the newest client last."""
         self._agents: dict[_Key, AgentInfo] = {}
@@ -216,10 +235,16 @@ class BootstrapServer(ServiceThread):
             return self._register(request, client)
         if isinstance(request, Deregister):
             for key in ((request.instance, request.rank, request.pp or None), (request.instance, _RELAY_RANK, None)):
-                known = self._agents.get(key)
-                if known is not None and known.incarnation == request.incarnation:
-                    self._forget(key)
-                    self.counters.add("deregistered")
+                known, owner = self._agents.get(key), self._owners.get(key)
+                if known is None or known.incarnation != request.incarnation:
+                    continue
+                if owner != client:
+                    problem = f"{entry_name(known)}: deregistered from {client}, {_owned(known, owner)}"
+                    self.counters.add("refused_takeover")
+                    self._refusal(client, problem)
+                    return Refusal(request.req_id, f"deregistration refused: {problem}")
+                self._forget(key)
+                self.counters.add("deregistered")
             return Registered(request.req_id)
         if isinstance(request, Resolve):
             named = (a for a in self.agents() if a.instance == request.instance and not a.events_only)
@@ -227,7 +252,7 @@ class BootstrapServer(ServiceThread):
             return Route(request.req_id, request.instance, ranks)
         expired = [agent for _, agent, _ in self._expired.values()]
         return AgentList(request.req_id, self.agents(), self.counters.snapshot(), self.refused, expired, self.relays(),
-                         lister=LISTED_BY_BOOTSTRAP)  # fmt: skip
+                         lister=LISTED_BY_BOOTSTRAP, replaced=list(self._replacements.values()))  # fmt: skip
 
     def _register(self, request: Register, client: str) -> Registered | Refusal:
         agent = request.agent
@@ -236,10 +261,13 @@ class BootstrapServer(ServiceThread):
             if agent.role == RELAY_ROLE
             else (agent.instance, agent.rank, agent.pp or None)
         )
-        owner = self._owners.get(key)
+        owner, known = self._owners.get(key), self._agents.get(key)
         size, old = _size(agent), self._sizes.get(key, 0)
-        if problem := registration_problem(agent):
+        if problem := registration_problem(agent, client, self.endpoint_networks):
             self.counters.reject("invalid")
+        elif known is not None and owner != client:
+            problem = f"registered from {client}, {_owned(known, owner)}; it is taken only once that expires"
+            self.counters.add("refused_takeover")
         elif owner != client and self._held[client] >= self.max_per_client:
             problem = f"the client holds {self.max_per_client} entries already, the most one client may"
             self.counters.add("refused_client_limit")
@@ -267,8 +295,27 @@ class BootstrapServer(ServiceThread):
         self._sizes[key] = size
         self._agents[key] = agent
         self._refreshed[key] = time.monotonic()
+        self._replaced(key, agent, client, known)
         self._forget_expired(key)
         return Registered(request.req_id)
+
+    def _replaced(self, key: _Key, agent: AgentInfo, client: str, known: AgentInfo | None) -> None:
+        """Count and name a new incarnation taking a live entry, or an expired one registered from elsewhere."""
+        expired = self._expired.get(key)
+        if known is not None and known.incarnation != agent.incarnation:
+            how = f"incarnation {known.incarnation} replaced by {agent.incarnation} (from {client})"
+        elif known is None and expired is not None and expired[2] != client:
+            how = (
+                f"expired incarnation {expired[1].incarnation} from {expired[2]} replaced by "
+                f"{agent.incarnation} from {client}"
+            )
+        else:
+            return
+        self.counters.add("replaced")
+        self._replacements.pop(key, None)
+        self._replacements[key] = f"{entry_name(agent)}: {how}"
+        if len(self._replacements) > REFUSED_KEPT:
+            del self._replacements[next(iter(self._replacements))]
 
     def _refusal(self, client: str, line: str) -> None:
         """Keep `client`'s latest refusal (and count its refusals), the newest client last."""
@@ -281,6 +328,12 @@ class BootstrapServer(ServiceThread):
 def _size(agent: AgentInfo) -> int:
     """What `agent` takes in a listing, encoded."""
     return len(encode(agent))
+
+
+def _owned(known: AgentInfo, owner: str | None) -> str:
+    """Whose a live entry is, for a refusal: its incarnation, data endpoint and client."""
+    endpoint = known.data_endpoint or known.event_endpoint
+    return f"but incarnation {known.incarnation} ({endpoint}) from {owner} holds it live"
 
 
 def _take(counter: Counter[str], client: str, count: int) -> None:

@@ -8,7 +8,9 @@ raising a `ZMQError` in whoever reads it.
 
 from __future__ import annotations
 
+import ipaddress
 import re
+from collections.abc import Sequence
 
 from transport.config import Role
 from transport.wire import AGENT_KINDS, AgentInfo, rank_label
@@ -24,6 +26,18 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]")
 RELAY_ROLE = "relay"
 """The role of a relay's entry (see relay.py): listed apart by the bootstrap, never resolved."""
+_Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+NEVER_DIALED: tuple[tuple[Network, str], ...] = (
+    (ipaddress.ip_network("169.254.0.0/16"), "link-local (where cloud metadata services answer)"),
+    (ipaddress.ip_network("fe80::/10"), "link-local"),
+    (ipaddress.ip_network("fd00:ec2::254/128"), "a cloud metadata service"),
+    (ipaddress.ip_network("100.100.100.200/32"), "a cloud metadata service"),
+    (ipaddress.ip_network("224.0.0.0/4"), "multicast"),
+    (ipaddress.ip_network("ff00::/8"), "multicast"),
+    (ipaddress.ip_network("255.255.255.255/32"), "broadcast"),
+)
+"""Addresses no rank listens at that a listing could turn every reader into a client of: refused in any entry."""
 _ENDPOINTS = ("data_endpoint", "control_endpoint", "consensus_endpoint", "event_endpoint", "snapshot_endpoint")
 
 
@@ -46,6 +60,50 @@ def endpoint_problem(endpoint: str) -> str:
     if not (port.isdecimal() and port.isascii() and 0 < int(port) < 65536):
         return f"{endpoint[:80]!r} has no valid port (1 to 65535)"
     return ""
+
+
+def endpoint_address(endpoint: str) -> _Address | None:
+    """The IP address a `tcp://` endpoint names (`localhost` as 127.0.0.1); None for a host name or `ipc://`."""
+    scheme, _, rest = endpoint.partition("://")
+    host = rest.rpartition(":")[0].removeprefix("[").removesuffix("]")
+    if scheme != "tcp":
+        return None
+    if host.lower() == "localhost":
+        return ipaddress.IPv4Address("127.0.0.1")
+    return _address(host)
+
+
+def _address(text: str) -> _Address | None:
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    return mapped or address
+
+
+def never_dialed(endpoint: str) -> str:
+    """Why no reader may dial `endpoint` whoever listed it ("" when it names no address in `NEVER_DIALED`)."""
+    address = endpoint_address(endpoint)
+    for network, what in NEVER_DIALED:
+        if address is not None and address in network:
+            return f"{endpoint[:80]!r} is {what}: no rank listens there"
+    return ""
+
+
+def foreign_endpoint(endpoint: str, client: str, networks: Sequence[Network] = ()) -> str:
+    """Why a registration from `client` (the peer's IP as the service saw it) may not name `endpoint` ("" when it
+    may): an IP address must be the client's own, unless the client is on this machine (loopback, ipc, inproc),
+    or in `networks`; a loopback address only from this machine (else every reader dials its own). A host name is
+    not resolved at the border (a resolver that hangs would stall every registration): it is taken as named."""
+    address, peer = endpoint_address(endpoint), _address(client)
+    if address is None or peer is None or peer.is_loopback or address == peer:
+        return ""
+    if address.is_loopback:
+        return f"{endpoint[:80]!r} is a loopback address registered from {client}: every reader would dial itself"
+    if any(address in network for network in networks):
+        return ""
+    return f"{endpoint[:80]!r} is not the registering client's address {client} (see --endpoint-network)"
 
 
 def instance_problem(instance: str) -> str:
@@ -77,14 +135,19 @@ def agent_problem(agent: AgentInfo) -> str:
         return f"host name {agent.host[:80]!r} holds control characters"
     for name in _ENDPOINTS:
         endpoint = getattr(agent, name)
-        if endpoint and (problem := endpoint_problem(endpoint)):
+        if endpoint and (problem := endpoint_problem(endpoint) or never_dialed(endpoint)):
             return f"{name}: {problem}"
     return ""
 
 
-def registration_problem(agent: AgentInfo) -> str:
-    """Why the bootstrap service must refuse `agent`: an insane field, or a prefill rank nobody can send to."""
+def registration_problem(agent: AgentInfo, client: str = "", networks: Sequence[Network] = ()) -> str:
+    """Why the bootstrap service must refuse `agent` registered from `client`: an insane field, an endpoint that
+    is not the client's (`foreign_endpoint`), or a prefill rank nobody can send to."""
     problem = agent_problem(agent)
+    for name in _ENDPOINTS:
+        endpoint = getattr(agent, name)
+        if not problem and endpoint and (problem := foreign_endpoint(endpoint, client, networks)):
+            problem = f"{name}: {problem}"
     if not problem and agent.role == Role.PREFILL and not agent.data_endpoint and not agent.events_only:
         return "a prefill rank without a data endpoint"
     if not problem and agent.role == RELAY_ROLE and not (agent.event_endpoint and agent.snapshot_endpoint):

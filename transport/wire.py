@@ -215,6 +215,9 @@ class AgentList(msgspec.Struct, tag="agents", array_like=True):
     lister: ShortText = ""
     """What answered: `LISTED_BY_BOOTSTRAP` or `LISTED_BY_RELAY` ("" from a peer that predates the field; a field
     past the end, as every one added is, is ignored by older readers, so the wire version stays)."""
+    replaced: list[ReasonText] = []
+    """The latest new incarnations that took a rank's entry (a restart; a rank registered again from another
+    client once its entry expired), `name: incarnation A replaced by B (from CLIENT)`, newest last."""
 
 
 class Refusal(msgspec.Struct, tag="refusal", array_like=True):

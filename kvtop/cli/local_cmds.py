@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import ipaddress
 import signal
 import socket
 import sys
@@ -395,6 +396,16 @@ def cluster_up(
     _exit_for(stats)
 
 
+def _network_values(texts: list[str] | None) -> list[str] | None:
+    """--endpoint-network values that are networks (any other is a usage error, exit 2)."""
+    for text in texts or []:
+        try:
+            ipaddress.ip_network(text, strict=False)
+        except ValueError:
+            raise typer.BadParameter(f"{text[:80]!r} is not a network like 10.0.0.0/8") from None
+    return texts
+
+
 def bootstrap(
     listen: Annotated[
         str,
@@ -414,13 +425,26 @@ def bootstrap(
         ),
     ] = "",
     insecure: Insecure = False,
+    endpoint_network: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--endpoint-network",
+            metavar="CIDR",
+            callback=_network_values,
+            help="A network registered endpoints may be in besides the registering client's own address "
+            "(repeatable), for hosts that reach the service on one network and move data on another.",
+        ),
+    ] = None,
 ) -> None:
     """Run the bootstrap service alone: a registry for sidecars (`kvtop agent --sglang-log`) and agents.
 
     The first line on stdout is its address (what a view's `--bootstrap` and KVTOP_BOOTSTRAP take). Registrations are
     checked, refreshed every second and forgotten 5 s after their last refresh. One client (the address its
     registrations come from) holds at most 1024 of the 4096 entries: past that its registrations are refused,
-    counted and named with its address (`kvtop status`), and nobody else is locked out. SIGTERM or Ctrl-C stops it
+    counted and named with its address (`kvtop status`), and nobody else is locked out. A live entry is only
+    replaced from the client that registered it (another client's registration waits for it to expire), and an
+    endpoint must be the client's own address (or in an --endpoint-network); refusals and replaced incarnations
+    are counted and named in `kvtop status`. SIGTERM or Ctrl-C stops it
     (exit 0); an address it cannot bind exits 1; a key folder that cannot serve, or a --listen beyond
     loopback without --curve-keys or --insecure, exits 2.
     """
@@ -436,10 +460,11 @@ def bootstrap(
         raise typer.BadParameter(f"{listen!r} is not an address like tcp://127.0.0.1:5555", param_hint="--listen")
     if problem := exposure_problem([listen], bool(curve_keys), insecure):
         raise fail(problem, 2)
+    networks = [ipaddress.ip_network(text, strict=False) for text in endpoint_network or []]
     keys = load_curve(curve_keys, serve=True)
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     try:
-        server = BootstrapServer(listen, context=context, curve=keys).start()
+        server = BootstrapServer(listen, context=context, curve=keys, endpoint_networks=networks).start()
     except zmq.ZMQError as error:
         stop_authenticator(context)
         context.destroy(linger=0)

@@ -16,6 +16,10 @@ Incidents (one cause across rooms) are a gauge of those ongoing, by each one's c
 failure groups, as its headline says) and its suspect's kind, and a counter of those started, by kind of
 failure and suspect kind.
 
+Label values are any peer's or log's bytes (an instance name, a host, a reason read from a log): each control
+character in one is written as its escape (`\\x1b`), as the views write it, so `curl /metrics` in a terminal
+runs no escape sequence.
+
 Counters never go down while the process lives, although the model's windows
 are bounded: failure origins and echoes are tallied as they arrive
 (`FailureTally`), rooms as the model retires them (`retired_outcomes`), link
@@ -48,6 +52,7 @@ from kvtop.export.tally import ABORT_ECHOES, ABORTS, ECHOES, ORIGINS, UNKNOWN, F
 from kvtop.model.cluster import LINKS_NAMED_KEPT, STUCK_AFTER_S, ClusterModel
 from kvtop.model.fold import Observed
 from kvtop.model.shapes import Liveness, RoomView
+from kvtop.views.safe import one_line
 from transport.kvpoll import KVPoll
 
 RANK = ("engine_type", "pd_instance", "tp_rank", "pp_rank")
@@ -164,7 +169,7 @@ class ModelMetrics(Collector):
             reading = self._read(now)
             self.last_lock_s = time.perf_counter() - locked
         self.tally.add(reading.failures)
-        families = list(self._families(reading, now))
+        families = [_printable(family) for family in self._families(reading, now)]
         self.last_scrape_s = time.perf_counter() - started
         return [
             *families,
@@ -416,3 +421,12 @@ class ModelMetrics(Collector):
             "Deliveries the model could not apply (counted and logged with a traceback, never fatal).",
             value=reading.deliveries_failed,
         )
+
+
+def _printable(family: Metric) -> Metric:
+    """`family` with every label value's control characters (newlines too) written as their escapes."""
+    for index, sample in enumerate(family.samples):
+        if not all(value.isprintable() for value in sample.labels.values()):
+            labels = {name: one_line(value) for name, value in sample.labels.items()}
+            family.samples[index] = sample._replace(labels=labels)
+    return family

@@ -79,6 +79,10 @@ def only_metrics(app: _App) -> _App:
 
 NAME_PARAMETER = "name[]"
 """prometheus_client's filter: `/metrics?name[]=A&name[]=B` serves the samples named A or B."""
+NAMES_SHOWN = 3
+"""Unknown names a 400 names (the rest counted): a query of thousands of names made a 44 KB answer."""
+NAME_SHOWN = 80
+"""Characters of each name shown."""
 _SUFFIXES = {
     "counter": ("_total", "_created"),
     "histogram": ("_bucket", "_sum", "_count", "_created"),
@@ -131,7 +135,9 @@ def by_name(registry: CollectorRegistry) -> _App:
         picked = [named for family in registry.collect() if (named := _named(family, names)) is not None]
         unknown = sorted(names.difference(*map(_own_names, picked)))
         if unknown:
-            body = f"400 bad request: kvtop serves no metric named {', '.join(map(repr, unknown))}\n".encode()
+            shown = ", ".join(repr(name[:NAME_SHOWN]) for name in unknown[:NAMES_SHOWN])
+            more = f" and {len(unknown) - NAMES_SHOWN} more" if len(unknown) > NAMES_SHOWN else ""
+            body = f"400 bad request: kvtop serves no metric named {shown}{more}\n".encode()
             start_response(
                 "400 Bad Request", [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))]
             )

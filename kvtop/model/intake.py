@@ -21,6 +21,8 @@ class Intake:
     """The bootstrap service's counters (requests, expired, deregistered, `rejected_<reason>`)."""
     bootstrap_refused: list[str] = field(default_factory=list)
     """The service's latest refused registrations, `name: why`."""
+    bootstrap_replaced: list[str] = field(default_factory=list)
+    """The service's latest new incarnations that took a rank's entry, `name: incarnation A replaced by B ...`."""
     error: str = ""
     """Why the collector stopped, if it did (it never should: this is loud, never silence)."""
     upstream_relay: str = ""

@@ -507,8 +507,9 @@ def _by_rules(origin: Observed, room: int, around: Surroundings) -> tuple[Suspec
     return Suspect("unknown", origin.instance), "nothing names a cause"
 
 
-_PEER_ADDRESS = re.compile(r"(?:[^\s/:\[\]]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]):(\d{1,5})")
-"""A peer's address as a link may name it: a host (or a bracketed IPv6 address) and a port."""
+_PEER_ADDRESS = re.compile(r"(?:[^\s/:\[\]]{1,253}|\[[0-9A-Fa-f:.]{2,45}(?:%[\w.@-]{1,64})?\]):(\d{1,5})")
+"""A peer's address as a link may name it: a host (or a bracketed IPv6 address, with its zone: `[fe80::1%eth0]`)
+and a port."""
 _PEERS_NAMED = {
     "decode": (_BOOTSTRAP_ADDR, _DOWN_AT, _FETCH_FROM),  # a prefill instance, by its bootstrap address
     "prefill": (_SESSION, _SEND_TO),  # the decode rank it sent to, by its session (or the address it sent to)

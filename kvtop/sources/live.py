@@ -207,6 +207,7 @@ class Collector:
                     recorder.registered(agent, now)
             self.model.intake.bootstrap_counters = listing.counters
             self.model.intake.bootstrap_refused = listing.refused
+            self.model.intake.bootstrap_replaced = listing.replaced
             self._update_intake()
             if recorder is not None:
                 recorder.accounted(self.model, now)

@@ -10,12 +10,12 @@ as `raw_level`. Without leads, a failure shows at the level it was logged at.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
 
+from kvtop.model.dates import local_date_time
 from kvtop.model.suspects import BOOTSTRAP_ERROR, CRASH_KINDS
 from transport.kvpoll import KVPoll
 from transport.plane.events import (
@@ -154,7 +154,7 @@ def gap_json(agent: str, batches: int, ts: float) -> str:
 
 
 def _stamp(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) + f".{int(ts * 1000) % 1000:03d}"
+    return local_date_time(ts) + f".{int(ts * 1000) % 1000:03d}"
 
 
 def _describe(event: Event) -> str:

@@ -214,7 +214,10 @@ def intake_json(model: ClusterModel) -> dict[str, Any]:
             "expired": service.get("expired", 0),
             "deregistered": service.get("deregistered", 0),
             "refused_client_limit": service.get("refused_client_limit", 0),
+            "refused_takeover": service.get("refused_takeover", 0),
             "refused": list(intake.bootstrap_refused),
+            "replaced": service.get("replaced", 0),
+            "replaced_incarnations": list(intake.bootstrap_replaced),
         }
         if service
         else None,
@@ -237,9 +240,16 @@ def intake_lines(model: ClusterModel) -> list[str]:
             f"collector rejected frames: {reasons or 'none'}" + (f"; {failed} deliveries failed" if failed else "")
         )
     if service and (service["refused"] or service["rejected"]):
-        counts = {**service["rejected"], "over a client's share": service["refused_client_limit"]}
+        counts = {
+            **service["rejected"],
+            "over a client's share": service["refused_client_limit"],
+            "taking another client's live entry": service["refused_takeover"],
+        }
         reasons = ", ".join(f"{reason} {count}" for reason, count in counts.items() if count)
         lines.append(f"bootstrap rejected: {reasons}" + "".join(f"\n  refused {line}" for line in service["refused"]))
+    if service and service["replaced"]:
+        named = "".join(f"\n  {line}" for line in service["replaced_incarnations"])
+        lines.append(f"bootstrap: {service['replaced']} entries taken by a new incarnation{named}")
     return lines
 
 

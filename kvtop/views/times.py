@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from kvtop.model.dates import local_date_time
+
 
 def spans_days(times: Sequence[float]) -> bool:
     """True when `times` fall on more than one local date (then each one is shown with its date)."""
@@ -13,7 +15,7 @@ def spans_days(times: Sequence[float]) -> bool:
 
 def stamp(ts: float, dated: bool = False) -> str:
     """`HH:MM:SS.mmm`, or `YYYY-MM-DD HH:MM:SS.mmm` when `dated`."""
-    clock = time.strftime("%Y-%m-%d %H:%M:%S" if dated else "%H:%M:%S", time.localtime(ts))
+    clock = local_date_time(ts) if dated else time.strftime("%H:%M:%S", time.localtime(ts))
     return f"{clock}.{int(ts * 1000) % 1000:03d}"
 
 

@@ -242,3 +242,9 @@ def test_a_record_size_that_is_no_size_is_refused_without_the_dashboard_too() ->
 
     assert done.returncode == 2
     assert "'10' is below 1MiB" in done.stderr
+
+
+@pytest.mark.parametrize("value", ["10.0.0.0/33", "not-a-network", "10.0.0.0/8/8"])
+def test_a_bootstrap_endpoint_network_that_is_none_is_refused(value: str) -> None:
+    """`kvtop bootstrap --endpoint-network` takes CIDR networks: anything else is a usage error before it binds."""
+    _usage_error(kvtop_here("bootstrap", "--endpoint-network", value), "--endpoint-network")

@@ -121,6 +121,17 @@ def test_name_parameters_serve_the_families_so_named_and_an_unknown_name_is_400(
     assert unknown == (400, "400 bad request: kvtop serves no metric named 'kvtop_no_such'\n")
 
 
+def test_a_400_for_unknown_names_names_the_first_few_and_counts_the_rest() -> None:
+    """A query of 250 long unknown names was echoed whole (50 KB of a client's bytes): now the first three,
+    each cut to 80 characters, and how many more."""
+    query = "&".join(f"name[]={index:04d}{'x' * 200}" for index in range(250))
+    with serving(ClusterModel(), contextlib.nullcontext(), "127.0.0.1:0") as metrics:
+        status, body = _get(metrics, query)
+
+    first = ", ".join(repr(f"{index:04d}{'x' * 76}") for index in range(3))
+    assert (status, body) == (400, f"400 bad request: kvtop serves no metric named {first} and 247 more\n")
+
+
 @pytest.mark.parametrize(("method", "status"), [("POST", 405), ("DELETE", 405), ("TRACE", 405), ("OPTIONS", 200)])
 def test_a_method_metrics_does_not_take_is_405_and_allow_names_every_method_it_does(method: str, status: int) -> None:
     """`Allow: OPTIONS,GET` (prometheus_client's) left out HEAD, which /metrics answers."""

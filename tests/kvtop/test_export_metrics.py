@@ -571,3 +571,19 @@ def test_a_room_an_agent_and_a_sidecar_both_fail_is_one_finished_room(logged_aft
     assert (model.rooms_failed(now, 60.0), list(model.finished)) == (1, [9])
     assert model.failed_rooms_by_link() == {("prefill-0", "decode-0"): 1}  # the agents' link, not one the log made
     assert model.finished[9].view is not None and model.finished[9].view.codes["sglang-decode/TP0"] == KVPoll.Failed
+
+
+def test_control_characters_in_label_values_are_written_as_their_escapes():
+    """A log's instance name and the source holding ESC and BEL reached `curl /metrics` raw: a terminal showing the
+    scrape ran them (a window title set, the screen cleared). They are escaped as the views escape them."""
+    model = ClusterModel()
+    instance = "evil\x1b]0;owned\x07\u202e"
+    model.log_rank(f"{instance}/TP0", "prefill", instance, 0)
+    batch = EventBatch(EVENT_SCHEMA, "prefill", instance, 0, 0, 1, NOW, [Heartbeat(NOW, {}, 2, 0, 0.0, 0, 0.0)])
+    model.apply(f"{instance}/TP0", batch, NOW)
+
+    text = scrape(ModelMetrics(model, threading.Lock(), lambda: NOW, source="logs\x1b[2J"))
+
+    assert text.isascii() and not re.search("[\x00-\x09\x0b-\x1f\x7f]", text)
+    assert 'pd_instance="evil\\\\x1b]0;owned\\\\x07\\\\u202e"' in text
+    assert 'source="logs\\\\x1b[2J"' in text

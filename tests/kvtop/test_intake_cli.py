@@ -19,7 +19,16 @@ from transport import BootstrapClient
 from transport.errors import BootstrapError
 from transport.harness.cluster import ClusterSpec, LocalCluster
 from transport.sockets import bind_ephemeral
-from transport.wire import AgentList, BootstrapRequest, FrameDecoder, ListAgents, encode
+from transport.wire import (
+    AgentList,
+    BootstrapReply,
+    BootstrapRequest,
+    FrameDecoder,
+    ListAgents,
+    Refusal,
+    Register,
+    encode,
+)
 
 
 def not_an_endpoint(cluster: LocalCluster):
@@ -151,3 +160,33 @@ def test_a_rank_killed_before_kvtop_started_is_still_reported_gone_after_its_ent
     assert [(r["label"], r["state"]) for r in ranks] == [("decode-0/TP0", "gone"), ("prefill-0/TP0", "alive")]
     assert check.returncode == 2
     assert check.stdout.startswith("KVTOP CRITICAL - ranks gone: decode-0/TP0"), check.stdout
+
+
+def test_a_takeover_of_a_live_rank_from_another_address_is_refused_and_status_names_it(make_cluster, zmq_context):
+    """Anyone reaching an insecure bootstrap registers the prefill rank with their own data endpoint: refused, so
+    decode still sends to the real rank, and `status` counts and names it; a restart on the same host is named."""
+    cluster = make_cluster(ClusterSpec(num_pages=16, page_bytes=4096))
+    prefill = next(agent for agent in cluster.agents() if agent.role == "prefill")
+    forged = msgspec.structs.replace(prefill, data_endpoint="tcp://127.0.0.2:6666", incarnation=prefill.incarnation + 1)
+    dealer = zmq_context.socket(zmq.DEALER)
+    dealer.linger = 0
+    dealer.connect(f"tcp://127.0.0.2:0;{cluster.endpoint.removeprefix('tcp://')}")  # from another address
+    dealer.send(encode(Register(1, forged)))
+    assert dealer.poll(10_000), "the bootstrap did not answer"
+    reply = FrameDecoder(BootstrapReply).decode(dealer.recv())
+    dealer.close()
+
+    with BootstrapClient(cluster.endpoint) as client:
+        route = client.resolve(prefill.instance)
+    status = kvtop("status", "--bootstrap", cluster.endpoint, "--json")
+    text = kvtop("status", "--bootstrap", cluster.endpoint)
+
+    assert isinstance(reply, Refusal)
+    assert [rank.data_endpoint for rank in route] == [prefill.data_endpoint]
+    bootstrap = json.loads(status.stdout)["bootstrap"]
+    assert bootstrap["refused_takeover"] == 1 and bootstrap["replaced"] == 0
+    assert bootstrap["refused"] == [
+        f"prefill-0/TP0: registered from 127.0.0.2, but incarnation {prefill.incarnation} ({prefill.data_endpoint}) "
+        "from 127.0.0.1 holds it live; it is taken only once that expires (from 127.0.0.2)"
+    ]
+    assert "bootstrap rejected: taking another client's live entry 1" in text.stdout

@@ -14,6 +14,7 @@ from kvtop_cli import kvtop_here
 
 from kvtop.model.cluster import ClusterModel
 from kvtop.sources.sglang import SGLangLogs, load
+from kvtop.views.times import stamp
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
 NEW_ERA = FIXTURES / "new-era"
@@ -104,3 +105,14 @@ def test_a_clock_a_day_ahead_is_read_as_written(tmp_path: Path):
     logs = _read([log])
 
     assert (logs.told_span, logs.stats().misdated) == ((int(ahead), int(ahead) + 1), {})
+
+
+def test_a_line_dated_year_1_is_said_with_a_four_digit_year(tmp_path: Path):
+    """C's %Y wrote year 1 as `1-01-02 03:04:30`: the date said looked like a time of day."""
+    paths = _with_line(tmp_path, FAILURE.format(stamp="0001-01-02 03:04:30.250", room=4242), 8)
+    year_1 = time.mktime(time.strptime("0001-01-02 03:04:30", "%Y-%m-%d %H:%M:%S")) + 0.25
+
+    misdated = _read(paths).stats().misdated["decode-0"]
+
+    assert "0001-01-02 03:04:30" in misdated.text("decode-0")
+    assert stamp(year_1, dated=True) == "0001-01-02 03:04:30.250"

@@ -9,6 +9,7 @@ from kvtop_cli import kvtop_here
 
 from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
 from kvtop.model.shapes import Liveness
+from kvtop.model.suspects import room_peer
 from kvtop.record.keyframes import capture, restore
 from kvtop.sources.sglang import load
 from kvtop.sources.sglang.lines import lost_prefill
@@ -115,5 +116,14 @@ def test_only_an_address_that_is_host_and_port_is_taken_from_a_lost_connection_l
     line = "Lost connection with prefill instance (bootstrap_addr: {}), 1 requests affected"
     assert lost_prefill(line.format("10.0.0.6:8999")) == "10.0.0.6:8999"
     assert lost_prefill(line.format("[fd00::1]:8998")) == "[fd00::1]:8998"
-    for bad in ("", "10.0.0.6", "10.0.0.6:99999", "host:port", "a b:1", "x" * 300 + ":1"):
+    assert lost_prefill(line.format("[fe80::1%eth0]:8998")) == "[fe80::1%eth0]:8998"  # a zone: named no side
+    for bad in ("", "10.0.0.6", "10.0.0.6:99999", "host:port", "a b:1", "x" * 300 + ":1", "[fe80::1%e th0]:1"):
         assert lost_prefill(line.format(bad)) is None, bad
+
+
+def test_a_decode_failure_naming_a_zoned_link_local_prefill_names_that_side():
+    """`[fe80::1%eth0]:8998` (a link-local address with its zone, as Python prints one) named no side of the room."""
+    reason = "Lost connection with prefill instance (bootstrap_addr: [fe80::1%eth0]:8998), 1 requests affected"
+
+    assert room_peer("decode", "decode-0", reason, 0.0, None) == "[fe80::1%eth0]:8998"  # type: ignore[arg-type]
+    assert room_peer("decode", "decode-0", reason.replace("%eth0", ""), 0.0, None) == "[fe80::1]:8998"  # type: ignore[arg-type]

@@ -3,17 +3,28 @@
 from __future__ import annotations
 
 import os
+import threading
+from collections import Counter
 
 import msgspec
 import pytest
 import zmq
 
 from transport import BootstrapClient, BootstrapServer
+from transport.bootstrap import LIVE_BYTES
 from transport.errors import BootstrapError
 from transport.plane.events import SnapshotRequest
 from transport.plane.relay import Relay
-from transport.sockets import SUBSCRIPTION_FRAME
-from transport.wire import AgentInfo, encode
+from transport.sockets import SUBSCRIPTION_FRAME, bind_ephemeral
+from transport.wire import (
+    LISTED_BY_RELAY,
+    MAX_CONTROL_FRAME,
+    AgentInfo,
+    AgentList,
+    BootstrapRequest,
+    FrameDecoder,
+    encode,
+)
 
 RANK = AgentInfo("prefill", "rack-1", 0, 1, 4096, "tcp://127.0.0.1:5000", "", os.getpid(), "host", 7)
 RELAY = AgentInfo(
@@ -97,3 +108,65 @@ def test_the_relay_takes_no_subscription_longer_than_a_short_topic(relay: Relay)
     1,000 of 60 KB took a relay from 53 MiB to 4.5 GB and stalled its forwarding. kvtop's subscriptions are one
     byte; a frame past `SUBSCRIPTION_FRAME` drops the peer that sent it."""
     assert relay._xpub.getsockopt(zmq.MAXMSGSIZE) == SUBSCRIPTION_FRAME <= 1024
+
+
+class FullUpstream:
+    """An upstream relay whose listing holds a bootstrap's full budget of the longest live entries, `prefix-N`."""
+
+    def __init__(self, context: zmq.Context[zmq.Socket[bytes]], prefix: str) -> None:
+        self._socket = context.socket(zmq.ROUTER)
+        self._socket.linger = 0
+        self.address = bind_ephemeral(self._socket, "127.0.0.1")
+        endpoint = f"tcp://{'a' * 250}.b:65535"
+        longest = msgspec.structs.replace(
+            RANK, host="h" * 255, data_endpoint=endpoint, control_endpoint=endpoint, event_endpoint=endpoint,
+            snapshot_endpoint=endpoint, consensus_endpoint=endpoint,
+        )  # fmt: skip
+        self.agents = []
+        while sum(len(encode(agent)) for agent in self.agents) < LIVE_BYTES - 2000:
+            self.agents.append(msgspec.structs.replace(longest, instance=f"{prefix}-{len(self.agents)}"))
+        self._entry = msgspec.structs.replace(RELAY, instance=prefix, event_endpoint="tcp://127.0.0.1:9")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        decoder: FrameDecoder[BootstrapRequest] = FrameDecoder(BootstrapRequest)
+        while not self._stop.is_set():
+            if self._socket.poll(50):
+                identity, frame = self._socket.recv_multipart()
+                request = decoder.decode(frame)
+                listing = AgentList(request.req_id, self.agents, relays=[self._entry], lister=LISTED_BY_RELAY)
+                self._socket.send_multipart([identity, encode(listing)])
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._socket.close(linger=0)
+
+
+def test_a_relay_joining_full_upstreams_still_answers_one_listing_and_says_what_it_left_out(zmq_context):
+    """Three upstreams each at a bootstrap's budget joined to 5.9 MB, past the 4 MiB every reader takes, so no view
+    could list through the relay: the relay keeps the budget, each upstream its share, counts the entries it left
+    out and says so."""
+    upstreams = [FullUpstream(zmq_context, f"rack-{index}") for index in range(3)]
+    relay = Relay(relays=[upstream.address for upstream in upstreams])
+    try:
+        relay.start()
+        with BootstrapClient(relay.address, timeout_s=5.0, service="relay") as client:
+            listing = client.listing()
+    finally:
+        relay.close()
+        for upstream in upstreams:
+            upstream.close()
+
+    total = sum(len(upstream.agents) for upstream in upstreams)
+    assert len(encode(listing)) <= MAX_CONTROL_FRAME
+    assert 0 < len(listing.agents) < total
+    shares = Counter(agent.instance.rpartition("-")[0] for agent in listing.agents)
+    assert set(shares) == {"rack-0", "rack-1", "rack-2"} and max(shares.values()) - min(shares.values()) <= 1
+    assert listing.counters["listing_left_out"] == total - len(listing.agents)
+    assert listing.refused == [
+        f"{total - len(listing.agents)} live and 0 expired entries left out: the upstreams' listings joined take more "
+        f"than one listing holds ({LIVE_BYTES} B of live entries, as many of expired)"
+    ]

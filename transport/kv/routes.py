@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 
 import zmq
 
@@ -23,6 +24,7 @@ from transport.wire import (
 )
 
 RESOLVE_RETRY_S = 0.25
+_log = logging.getLogger(__name__)
 
 
 class RouteBook:
@@ -38,16 +40,18 @@ class RouteBook:
         self.socket = open_socket(context, zmq.DEALER, LIST_FRAME, dialing(curve))
         self.socket.connect(bootstrap)
         self._counters = counters
+        self.refused = ""
+        """The bootstrap's latest refusal of a refresh ("" while none was refused)."""
         self._routes: dict[str, list[AgentInfo]] = {}
         self._asked: dict[str, float] = {}
         self._req_ids = itertools.count(1)
         self._decoder: FrameDecoder[BootstrapReply] = FrameDecoder(BootstrapReply)
 
     def lookup(self, instance: str, now: float) -> list[AgentInfo] | None:
-        """The instance's ranks once all `tp` registered; None (and a request on its way) before."""
+        """The instance's ranks 0 to `tp` - 1 (`whole`) once all registered; None (and a request on its way) before."""
         ranks = self._routes.get(instance)
-        if ranks and len(ranks) >= ranks[0].tp:
-            return ranks
+        if ranks and (every := whole(ranks)) is not None:
+            return every
         if now - self._asked.get(instance, -1e9) >= RESOLVE_RETRY_S:
             self._asked[instance] = now
             self._request(Resolve(next(self._req_ids), instance))
@@ -67,16 +71,42 @@ class RouteBook:
         self._routes.pop(instance, None)
 
     def handle(self) -> None:
-        """Read the bootstrap service's replies; a listed rank nobody can connect to is counted (`invalid`)
-        and left out, so the instance stays unresolved instead of the engine thread raising on connect."""
+        """Read the bootstrap service's replies; a listed rank nobody can connect to, or of another TP size than the
+        instance's rank 0, is counted (`invalid`) and left out, so the instance stays unresolved instead of the
+        engine thread raising on connect or pairing with a stray rank."""
         for reply in decode_waiting(self.socket, self._decoder, self._counters):
             if isinstance(reply, Route):
-                usable = [rank for rank in reply.ranks if not registration_problem(rank)]
+                first = next((rank for rank in reply.ranks if rank.rank == 0), None)
+                usable = [rank for rank in reply.ranks if not registration_problem(rank)
+                          and (first is None or rank.tp == first.tp)]  # fmt: skip
                 for _ in range(len(reply.ranks) - len(usable)):
                     self._counters.reject("invalid")
                 self._routes[reply.instance] = usable
-            elif not isinstance(reply, Refusal | Registered):
+            elif isinstance(reply, Refusal):
+                self._refused(reply.message)
+            elif isinstance(reply, Registered):
+                self.refused = ""
+            else:
                 self._counters.reject("unexpected")
+
+    def _refused(self, message: str) -> None:
+        """A refused refresh (another client holds this rank's entry): logged when the reason changes, and kept."""
+        if message != self.refused:
+            _log.warning("the bootstrap service refused this rank's registration: %s", message)
+        self.refused = message
 
     def close(self) -> None:
         self.socket.close(linger=0)
+
+
+def whole(ranks: list[AgentInfo]) -> list[AgentInfo] | None:
+    """Ranks 0 to `tp` - 1 of the TP size rank 0 registered, in rank order; None while one is missing. Counting
+    them was not enough: with rank 1 not yet registered, a stray rank 2 (of another size, or another process's)
+    was taken as rank 1, and decode paired with it."""
+    first = next((rank for rank in ranks if rank.rank == 0), None)
+    if first is None:
+        return None
+    by_rank = {rank.rank: rank for rank in ranks if rank.tp == first.tp}
+    if any(index not in by_rank for index in range(first.tp)):
+        return None
+    return [by_rank[index] for index in range(first.tp)]

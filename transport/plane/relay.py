@@ -25,6 +25,11 @@ Threads, each owning its sockets:
   not answer keeps its agents listed, and the listing says so (`AgentList.upstream_errors`, `kept`: its own,
   and those its upstream relays report), so that a view blames the upstream, not the ranks behind it.
 
+The joined listing keeps the bootstrap's budget (`bootstrap.MAX_LISTING_BYTES`: half for live entries, half for
+expired ones; `REFUSED_KEPT` refused lines and upstream errors), each upstream's entries taken in turn: entries
+past it are left out, counted (`listing_left_out`, the latest round's) and said in `refused`, so a relay joining
+full bootstraps still answers in one frame every reader takes, and no upstream pushes another's ranks out.
+
 A thread that dies is logged with its traceback and kept in `error`; `died` turns true.
 
 With `curve` (the cluster's keys, `transport.curve`) the relay is a CURVE client of everything upstream (its
@@ -34,6 +39,7 @@ everything downstream (its XPUB and ROUTER): a view without an allowed key hears
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import socket
@@ -45,7 +51,7 @@ from dataclasses import dataclass, field
 
 import zmq
 
-from transport.bootstrap import BootstrapClient
+from transport.bootstrap import LIVE_BYTES, MAX_LISTING_BYTES, REFUSED_KEPT, BootstrapClient
 from transport.counters import Counters, rejection_names
 from transport.curve import CurveKeys, dialing, serving, stop_authenticator
 from transport.errors import BootstrapError
@@ -54,7 +60,7 @@ from transport.plane.events import EventBatch, Heartbeat
 from transport.plane.snapshot_broker import BROKER_COUNTERS, Book, Route, SnapshotBroker
 from transport.registration import RELAY_ROLE, agent_problem, endpoint_problem, entry_name
 from transport.sockets import LIST_FRAME, SMALL_FRAME, SUBSCRIPTION_FRAME, bind, decode_waiting, open_socket
-from transport.wire import LISTED_BY_RELAY, AgentInfo, AgentList, FrameDecoder, cut_text
+from transport.wire import LISTED_BY_RELAY, AgentInfo, AgentList, FrameDecoder, cut_text, encode
 
 log = logging.getLogger("transport.plane.relay")
 
@@ -74,9 +80,38 @@ RELAY_COUNTERS = (
     "proxy_restarts",
     "discovery_errors",
     "bad_entries",
+    "listing_left_out",
     *BROKER_COUNTERS,
     *rejection_names(),
 )
+
+
+def _interleaved(agents: dict[str, AgentInfo], origin: dict[str, str]) -> list[AgentInfo]:
+    """`agents` one upstream's at a time in turn, so that a budget cut leaves each upstream its share: one that
+    lists thousands pushes no other upstream's ranks out (those kept from an earlier round are one upstream)."""
+    by_upstream: dict[str, list[AgentInfo]] = {}
+    for label, agent in agents.items():
+        by_upstream.setdefault(origin.get(label, ""), []).append(agent)
+    turns = itertools.zip_longest(*by_upstream.values())
+    return [agent for turn in turns for agent in turn if agent is not None]
+
+
+def _within(entries: list[AgentInfo], budget: int) -> tuple[list[AgentInfo], int]:
+    """The first `entries` whose encoding fits in `budget` bytes, and how many were left out."""
+    kept: list[AgentInfo] = []
+    for entry in entries:
+        budget -= len(encode(entry))
+        if budget < 0:
+            break
+        kept.append(entry)
+    return kept, len(entries) - len(kept)
+
+
+def _kept(lines: list[str], more: str) -> list[str]:
+    """At most `REFUSED_KEPT` of `lines`, the last one saying how many more there were."""
+    if len(lines) <= REFUSED_KEPT:
+        return lines
+    return [*lines[: REFUSED_KEPT - 1], f"and {len(lines) - REFUSED_KEPT + 1} {more}"]
 
 
 def listed_by_relay(listing: AgentList) -> bool:
@@ -223,6 +258,8 @@ class Relay:
             f"({c['snapshots_unroutable']} unroutable, {c['snapshots_unanswered']} unanswered); "
             f"rejected {sum(c[name] for name in rejection_names())}, bad entries {c['bad_entries']}"
         )
+        if c["listing_left_out"]:
+            line += f"; {c['listing_left_out']} entries left out of its listing (past its size)"
         return f"{line}; {self.error}" if self.error else line
 
     # --- threads ---------------------------------------------------------------------------
@@ -281,6 +318,8 @@ class Relay:
         """One round: who is upstream now; the proxy restarts when its endpoints changed."""
         routes: dict[str, Route] = dict(self._learned)
         agents: dict[str, AgentInfo] = {}
+        origin: dict[str, str] = {}
+        """Which upstream listed each agent (the last one that did)."""
         expired: dict[str, AgentInfo] = {}
         refused: list[str] = []
         endpoints = set(self.connect)
@@ -302,6 +341,7 @@ class Relay:
             kept.update(listing.kept)
             for agent in self._usable(listing.agents, refused):
                 agents[agent.label] = agent
+                origin[agent.label] = address
                 routes[agent.label] = Route(relay.snapshot_endpoint, via_relay=True)
             expired.update((a.label, a) for a in listing.expired)
         if self.bootstrap:
@@ -311,6 +351,7 @@ class Relay:
                     self._register(timeout_s, errors)
                 for agent in self._usable(listing.agents, refused):
                     agents[agent.label] = agent
+                    origin[agent.label] = self.bootstrap
                     if agent.event_endpoint:
                         endpoints.add(agent.event_endpoint)
                     if agent.snapshot_endpoint:
@@ -323,8 +364,18 @@ class Relay:
             agents = {agent.label: agent for agent in self._book.agents} | agents
         for label in agents:
             expired.pop(label, None)
-        down = [cut_text(error) for error in errors] + reported
-        self._book = Book(routes, list(agents.values()), list(expired.values()), refused, down, sorted(kept))
+        listed, left_live = _within(_interleaved(agents, origin), LIVE_BYTES)
+        gone, left_expired = _within(list(expired.values()), MAX_LISTING_BYTES - LIVE_BYTES)
+        self._set_counter("listing_left_out", left_live + left_expired)
+        refused = _kept(refused, "more unusable entries")
+        if left_live or left_expired:
+            refused.append(
+                f"{left_live} live and {left_expired} expired entries left out: the upstreams' listings joined take "
+                f"more than one listing holds ({LIVE_BYTES} B of live entries, as many of expired)"
+            )
+        down = _kept([cut_text(error) for error in errors] + reported, "more upstream errors")
+        shown = {agent.label for agent in listed}
+        self._book = Book(routes, listed, gone, refused, down, sorted(label for label in kept if label in shown))
         self.error = "; ".join(errors)
         self.counters.add("discovery_errors", len(errors))
         self._set_counter("upstream_agents", len(agents))

@@ -418,8 +418,9 @@ def _glog_seconds(glog: re.Match[str], year: int) -> float:
 Record = FailureLine | BatchLine | ContextLine | ServerArgsLine | LauncherLine
 
 
-_ADDRESS = re.compile(r"[^\s:]{1,253}:(\d{1,5})|\[[0-9A-Fa-f:.]{2,45}\]:(\d{1,5})")
-"""A bootstrap address as a rank label may hold it: a host (or a bracketed IPv6 address) and a port."""
+_ADDRESS = re.compile(r"[^\s:]{1,253}:(\d{1,5})|\[[0-9A-Fa-f:.]{2,45}(?:%[\w.@-]{1,64})?\]:(\d{1,5})")
+"""A bootstrap address as a rank label may hold it: a host (or a bracketed IPv6 address, with its zone where a
+link-local one has one: `[fe80::1%eth0]`) and a port."""
 
 
 def lost_prefill(text: str) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from kvtop.model.dates import local_date_time
 from kvtop.sources.sglang.clocks import AHEAD_MAX_S, EARLIEST_TS, ClockOffset
 
 EMPTY = "empty"
@@ -21,7 +22,7 @@ class ClockStep:
     """The time it stepped back to."""
 
     def text(self, name: str) -> str:
-        at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.at))
+        at = local_date_time(self.at)
         return f"{name}'s times step back {self.back_s:.0f} s at {at} (its clock was set back: read as written)"
 
 
@@ -39,7 +40,7 @@ class Misdated:
 
     def text(self, name: str) -> str:
         try:
-            at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.first))
+            at = local_date_time(self.first)
         except (OverflowError, OSError, ValueError):  # a UCX line's epoch seconds of 30 digits
             at = f"{self.first:.0f} s after 1970"
         where = (
