@@ -254,39 +254,9 @@ def test_a_rank_that_was_silent_itself_is_the_suspect_of_the_peers_it_then_judge
     assert list(evidence) == ["decode-0/TP0 was silent for 20.0 s itself, then recorded peer_lost"]
 
 
-def test_a_silent_ranks_instance_timeouts_and_full_pools_join_that_ranks_incident():
-    """decode-0/TP0 goes silent: its TP1 loses it (suspect the rank); prefill times out rooms of decode-0 (suspect
-    the instance) and refuses under a full pool (a symptom): all one incident of decode-0/TP0."""
-    model = ClusterModel()
-    for room in (1, 2, 3):
-        deliver(model, "decode-0/TP0", [RoomState(T0, room, int(KVPoll.WaitingForInput), 1, "prefill-0")], T0)
-    full = origin(T0 + 1, 9, "prefill-0/TP0", "Prefill rank 0 refused room 9: its KV pool is full", "refused",
-                  "prefill-0/TP0")  # fmt: skip
-    deliver(model, "prefill-0/TP0", [full], T0 + 1)
-    lost = origin(T0 + 5, 1, "decode-0/TP1", "Lost connection with rank decode-0/TP0 of this instance",
-                  "peer_lost", "decode-0/TP0")  # fmt: skip
-    deliver(model, "decode-0/TP1", [lost], T0 + 5)
-    for beat in (3.0, 5.0, 7.5):  # the prefill stays alive
-        deliver(model, "prefill-0/TP0", [Heartbeat(T0 + beat, {}, 0, 0, 0.0, 0, 0.0)], T0 + beat)
-    model.sweep(T0 + 5.5)
-    for room in (2, 3):
-        timeout = origin(T0 + 10, room, "prefill-0/TP0", f"Request {room} timed out after 10.0s in "
-                         "KVPoll.Bootstrapping", "timeout_bootstrap")  # fmt: skip
-        deliver(model, "prefill-0/TP0", [timeout], T0 + 10)
-
-    assert incidents(model, T0 + 11) == [("decode-0/TP0", "unresponsive", 4)]
-    incident = next(iter(model.incidents.incidents.values()))
-    assert set(incident.classes) == {"refused", "peer_lost", "timeout_bootstrap"}
-    assert "the KV pool of prefill-0 is full" in incident.evidence  # it said `its KV pool is full`: whose?
-
-
-def test_an_incident_is_titled_by_the_class_of_most_of_its_groups_not_by_its_first_failure():
-    """A full pool refuses one room of decode-0 first, then its silent TP0's peers lose it and the prefill times out
-    its rooms: one incident of decode-0/TP0 whose headline said `(refused)` (its earliest failure's class) over 6
-    timeouts. Its class is now the class most of its groups have, in the headline, the table, the JSON (the first
-    failure's under `first_class`), check's `--incident-class` and the exporter's gauge alike."""
-    model = ClusterModel()
-    rooms = range(1, 8)
+def _full_pool_then_silent_decode(model: ClusterModel, rooms: range) -> None:
+    """Rooms of decode-0 waiting; prefill-0's full pool refuses room 9 (T0+1); decode-0/TP1 loses its TP0 (T0+5);
+    the prefill, alive, times out the other rooms in Bootstrapping (T0+10)."""
     for room in rooms:
         deliver(model, "decode-0/TP0", [RoomState(T0, room, int(KVPoll.WaitingForInput), 1, "prefill-0")], T0)
     full = origin(T0 + 1, 9, "prefill-0/TP0", "Prefill rank 0 refused room 9: its KV pool is full", "refused",
@@ -302,6 +272,27 @@ def test_an_incident_is_titled_by_the_class_of_most_of_its_groups_not_by_its_fir
         timeout = origin(T0 + 10, room, "prefill-0/TP0", f"Request {room} timed out after 10.0s in "
                          "KVPoll.Bootstrapping", "timeout_bootstrap")  # fmt: skip
         deliver(model, "prefill-0/TP0", [timeout], T0 + 10)
+
+
+def test_a_silent_ranks_instance_timeouts_and_full_pools_join_that_ranks_incident():
+    """decode-0/TP0 goes silent: its TP1 loses it (suspect the rank); prefill times out rooms of decode-0 (suspect
+    the instance) and refuses under a full pool (a symptom): all one incident of decode-0/TP0."""
+    model = ClusterModel()
+    _full_pool_then_silent_decode(model, range(1, 4))
+
+    assert incidents(model, T0 + 11) == [("decode-0/TP0", "unresponsive", 4)]
+    incident = next(iter(model.incidents.incidents.values()))
+    assert set(incident.classes) == {"refused", "peer_lost", "timeout_bootstrap"}
+    assert "the KV pool of prefill-0 is full" in incident.evidence  # it said `its KV pool is full`: whose?
+
+
+def test_an_incident_is_titled_by_the_class_of_most_of_its_groups_not_by_its_first_failure():
+    """A full pool refuses one room of decode-0 first, then its silent TP0's peers lose it and the prefill times out
+    its rooms: one incident of decode-0/TP0 whose headline said `(refused)` (its earliest failure's class) over 6
+    timeouts. Its class is now the class most of its groups have, in the headline, the table, the JSON (the first
+    failure's under `first_class`), check's `--incident-class` and the exporter's gauge alike."""
+    model = ClusterModel()
+    _full_pool_then_silent_decode(model, range(1, 8))
 
     assert incidents(model, T0 + 11) == [("decode-0/TP0", "unresponsive", 8)]
     incident = next(iter(model.incidents.incidents.values()))

@@ -11,7 +11,7 @@ import xxhash
 import zmq
 
 from tests.transport.test_bad_frames import FakePrefill
-from transport import FaultInjector, FaultSpec, KVPoll, Role, Timeouts, TransferConfig
+from transport import FaultInjector, FaultSpec, KVManager, KVPoll, Role, Timeouts, TransferConfig
 from transport.kv.pool import LAND_BLOCK_BYTES
 from transport.wire import (
     Abort,
@@ -433,13 +433,7 @@ def test_an_abort_after_the_prefill_instance_agreed_success_is_counted_late_and_
     was acknowledged and nothing else: counted nowhere, as a late Failed status on decode is."""
     prefill = make_manager(Role.PREFILL, "prefill-0", config=short())
     sender = prefill.sender(53)
-    fake_decode = zmq_context.socket(zmq.DEALER)
-    fake_decode.linger = 0
-    fake_decode.connect(prefill.info.data_endpoint)
-    decoder: FrameDecoder[LinkMessage] = FrameDecoder(LinkMessage)
-    info = prefill.info.__class__("decode", "decode-9", 0, 1, PAGE_BYTES, "", "", 1, "test", 1)
-    fake_decode.send(encode(Hello(info, 1 << 20)))
-    assert fake_decode.poll(3000) and isinstance(decoder.decode(fake_decode.recv()), Welcome)
+    fake_decode, decoder = _greeted_fake_decode(prefill, zmq_context)
     fake_decode.send(encode(TransferRequest(53, 0, np.arange(2, dtype="<u4").tobytes(), 0, 0, PAGE_BYTES, 1)))
     sender.send(np.arange(2, dtype=np.uint32))
     landed = 0
@@ -458,6 +452,20 @@ def test_an_abort_after_the_prefill_instance_agreed_success_is_counted_late_and_
     assert prefill.counters()["rooms_failed"] == 0
 
 
+def _greeted_fake_decode(
+    prefill: KVManager, zmq_context: zmq.Context[zmq.Socket[bytes]]
+) -> tuple[zmq.Socket[bytes], FrameDecoder[LinkMessage]]:
+    """A decode rank by hand (decode-9) connected to `prefill`'s data socket, its Hello welcomed."""
+    fake_decode = zmq_context.socket(zmq.DEALER)
+    fake_decode.linger = 0
+    fake_decode.connect(prefill.info.data_endpoint)
+    decoder: FrameDecoder[LinkMessage] = FrameDecoder(LinkMessage)
+    info = prefill.info.__class__("decode", "decode-9", 0, 1, PAGE_BYTES, "", "", 1, "test", 1)
+    fake_decode.send(encode(Hello(info, 1 << 20)))
+    assert fake_decode.poll(3000) and isinstance(decoder.decode(fake_decode.recv()), Welcome)
+    return fake_decode, decoder
+
+
 def _recv_message(sock: zmq.Socket[bytes]) -> bytes:
     """The header of the next message (its payload frames, if any, dropped)."""
     assert sock.poll(3000), "nothing from the prefill rank within 3 s"
@@ -470,14 +478,7 @@ def test_late_abort_for_a_released_room_is_ignored_on_prefill(make_manager, zmq_
     prefill = make_manager(Role.PREFILL, "prefill-0", config=short())
     sender = prefill.sender(50)
     sender.release()
-    fake_decode = zmq_context.socket(zmq.DEALER)
-    fake_decode.linger = 0
-    fake_decode.connect(prefill.info.data_endpoint)
-    decoder: FrameDecoder[LinkMessage] = FrameDecoder(LinkMessage)
-    info = prefill.info.__class__("decode", "decode-9", 0, 1, PAGE_BYTES, "", "", 1, "test", 1)
-    fake_decode.send(encode(Hello(info, 1 << 20)))
-    assert fake_decode.poll(3000)
-    assert isinstance(decoder.decode(fake_decode.recv()), Welcome)
+    fake_decode, decoder = _greeted_fake_decode(prefill, zmq_context)
 
     fake_decode.send(encode(Abort(50, "Aborted by AbortReq.", "aborted", "decode-9/TP0")))
 
