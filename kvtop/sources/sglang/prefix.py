@@ -54,6 +54,9 @@ _STREAMS = (
     re.compile(r"\[pod/([^\]/\s]+)(?:/[^\]\s]*)?\] "),
 )
 """Wrappers that name the server (a container, a pod) a line is from: docker compose, `kubectl logs --prefix`."""
+_ANY_WRAPPER = re.compile("|".join(f"(?:{wrapper.pattern})" for wrapper in _WRAPPERS + _STREAMS))
+"""`_WRAPPERS` and `_STREAMS` in one match: an alternation tries them in order, as a loop of their matches would
+(one call for a line that has none)."""
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 """A terminal's colour and cursor codes (a log captured from a TTY, `docker compose logs` in colour)."""
 UNKNOWN_WRAPPER_MAX = 256
@@ -122,11 +125,8 @@ def unwrap(line: str) -> str:
         line = _ANSI.sub("", line)
     if line.startswith("[") and not line.startswith("[pod/"):
         return _unbracketed(line)
-    for wrapper in _WRAPPERS + _STREAMS:
-        match = wrapper.match(line)
-        if match:
-            return line[match.end() :]
-    return line
+    match = _ANY_WRAPPER.match(line)
+    return line[match.end() :] if match else line
 
 
 def _unbracketed(line: str) -> str:
