@@ -33,13 +33,14 @@ Kinds (DOMAIN.md, "SGLang's log lines"):
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import signal
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+import msgspec
 
 from kvtop.model.suspects import BOOTSTRAP_ERROR, CRASHED, STARTUP_DEATH, THREAD_DIED
 from kvtop.sources.sglang.prefix import RANK_TAG_MAX, Prefix, stamp_seconds
@@ -207,8 +208,7 @@ class Garbled(ValueError):
     """A line that holds a marker but not the shape of its kind (truncated, cut, corrupted)."""
 
 
-@dataclass(frozen=True, slots=True)
-class FailureLine:
+class FailureLine(msgspec.Struct, frozen=True):
     """One of the scheduler's four failure lines."""
 
     ts: float | None
@@ -231,8 +231,7 @@ class FailureLine:
         return "prefill" if self.what.startswith("Prefill") else "decode"
 
 
-@dataclass(frozen=True, slots=True)
-class BatchLine:
+class BatchLine(msgspec.Struct, frozen=True):
     """A periodic batch line: queue depths of one rank (`queue_<name>` counters)."""
 
     ts: float | None
@@ -243,8 +242,7 @@ class BatchLine:
     """The pipeline stage past the first (`Prefix.pp`); None for the first, and for a line that names none."""
 
 
-@dataclass(frozen=True, slots=True)
-class ContextLine:
+class ContextLine(msgspec.Struct, frozen=True):
     """A line that explains failures around it: about one room, or about a peer and a time."""
 
     ts: float | None
@@ -268,8 +266,7 @@ class ServerArgsLine:
     """How the launcher laid out the schedulers of its node (`launch_of`)."""
 
 
-@dataclass(frozen=True, slots=True)
-class LauncherLine:
+class LauncherLine(msgspec.Struct, frozen=True):
     """SGLang's launcher, of a scheduler process that died before it was ready (`Rank 2 scheduler is dead. ...`, since
     2026-03 `Rank 2 scheduler died during initialization (exit code: -9)`), or the exit code it logs on the line after
     the first (`Exit code: -9`, SGLang <= 0.5.9)."""
@@ -461,7 +458,7 @@ def classify(prefix: Prefix, year: int) -> Record | None:
     record = _classify(prefix, year)
     if prefix.pp is None or record is None or isinstance(record, (ServerArgsLine, LauncherLine)):
         return record
-    return dataclasses.replace(record, pp=prefix.pp)
+    return msgspec.structs.replace(record, pp=prefix.pp)
 
 
 def _classify(prefix: Prefix, year: int) -> Record | None:

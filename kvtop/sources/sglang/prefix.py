@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+
+import msgspec
 
 _SGLANG = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](\d{1,6}))?((?: +[A-Z_]+\d+)*) *\] ?")
 _TAGS_ONLY = re.compile(r"\[((?:DP|PP|ATTN_CP|TP|EP)\d+(?: +(?:DP|PP|ATTN_CP|TP|EP)\d+)*) *\] ?")
@@ -68,8 +69,7 @@ RANK_TAG_MAX = 1023
 the line is garbled (a `TP2000` made a sidecar announce 2,001 ranks, which every view refused)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Prefix:
+class Prefix(msgspec.Struct, frozen=True):
     """What a line's prefix says: when (None: no prefix), the rank tags, and where the message starts."""
 
     ts: float | None

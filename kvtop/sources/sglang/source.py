@@ -21,7 +21,6 @@ sidecar publishes it.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import time
 from collections import deque
@@ -193,7 +192,7 @@ _Dated = FailureLine | BatchLine | ContextLine | LauncherLine
 
 def _undated(record: _Dated) -> _Dated:
     """The record as a line that tells no time."""
-    return dataclasses.replace(record, ts=None)
+    return msgspec.structs.replace(record, ts=None)
 
 
 def _moved(file: _File, record: Record) -> float:
@@ -569,7 +568,7 @@ class SGLangLogs:
         given.used += prefix.ts is not None or record is not None
         if (bad := _unbelievable(prefix.ts, record)) is not None:  # its time is the line's before, as an undated one's
             file.misdate(bad)
-            prefix = dataclasses.replace(prefix, ts=None)
+            prefix = msgspec.structs.replace(prefix, ts=None)
             record = record if record is None or isinstance(record, ServerArgsLine) else _undated(record)
         if prefix.ts is not None:
             if prefix.ts < file.latest - STEP_BACK_S:
@@ -609,9 +608,10 @@ class SGLangLogs:
             if record.reason.startswith(ABORTED_BY_REQUEST) and (
                 gave_up := file.related.gave_up(record.pp, record.tp, ts)
             ):
-                record = dataclasses.replace(record, reason=cut_text(f"{gave_up} (then SGLang: {record.reason})"))
+                record = msgspec.structs.replace(record, reason=cut_text(f"{gave_up} (then SGLang: {record.reason})"))
             room, echo = file.related.link(record, ts)
-            failure = to_failure(record if room == record.room else dataclasses.replace(record, room=room), label, ts)
+            roomed = record if room == record.room else msgspec.structs.replace(record, room=room)
+            failure = to_failure(roomed, label, ts)
             if failure is None:
                 self._no_room += 1
                 self.context.append(Context(ts, file.instance, record.tp, "no_room", None, text, record.pp))
