@@ -448,7 +448,7 @@ class LogReader:
                     break
             if raw is None:
                 raw = block[start:stop]
-            text = bytes(raw).decode("utf-8", "replace")  # a byte of another encoding costs its character, not the line
+            text = raw.decode("utf-8", "replace")  # a byte of another encoding costs its character, not the line
             if _UNDATED_CRASH.match(block, start):  # the dated line before it tells its time and rank
                 self._hand_on_dated(block, start, came_out, out)
             out.append(text)
