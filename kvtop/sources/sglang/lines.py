@@ -108,9 +108,10 @@ OWN_RESTORE_FAILED = " (HiCache local restore failed on this rank)"
 rank is the origin, whatever reason the exception before it gave (`... from another rank`, none at all)."""
 NO_REASON = "KV transfer failed (no reason recorded)"
 """The reason of a failure line that ends at its room: the rank raised nothing (SGLang's `KV transfer failed`)."""
-_RANK = re.compile(r"\brank=(\d+)")
-_RID = re.compile(r"\brid='([^']*)'")
-_ROOM_FIELD = re.compile(r"\bbootstrap_room=(\d+|None)")
+_RANK = re.compile(r"rank=(\d+)")
+_RID = re.compile(r"rid='([^']*)'")
+_ROOM_FIELD = re.compile(r"bootstrap_room=(\d+|None)")
+"""A failure line's fields, each read where a word starts (`_word_search`)."""
 _EXCEPTION = re.compile(r"KVTransferError\(bootstrap_room=(\d+|None)\): (.+)")
 _BATCH = re.compile(r"(Prefill|Decode) batch[.,:]? ")
 _QUEUE = re.compile(r"#([a-z-]+-req): (\d+)")
@@ -631,9 +632,9 @@ def _failure(prefix: Prefix) -> FailureLine:
     rest = match[2].rstrip()
     own_restore = rest.endswith(OWN_RESTORE_FAILED)
     fields, _, exception = rest.removesuffix(OWN_RESTORE_FAILED).partition(" with exception ")
-    rank = _RANK.search(fields)
-    rid = _RID.search(fields)
-    room_field = _ROOM_FIELD.search(fields)
+    rank = _word_search(_RANK, fields)
+    rid = _word_search(_RID, fields)
+    room_field = _word_search(_ROOM_FIELD, fields)
     if not exception and room_field and room_field[1] != "None" and room_field.end() == len(fields):
         exception = NO_REASON  # nothing raised: the rank failed the room without a record (a HiCache restore, <0.5.23)
     if not exception or (rank is None and prefix.tp is None):
@@ -651,6 +652,18 @@ def _failure(prefix: Prefix) -> FailureLine:
     reason = kv_error[2] if kv_error else exception
     reason = cut_text(reason.strip() + (OWN_RESTORE_FAILED if own_restore else ""))
     return FailureLine(prefix.ts, tp, match[1], rid[1] if rid else "", room, reason, kv_error is not None, prefix.level)
+
+
+def _word_search(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
+    """The first match of `pattern` (which starts with a word character) where a word starts: what `\b` before it
+    finds, at a third of the cost (a regex that starts with `\b` has no literal prefix to skip to)."""
+    position = 0
+    while (found := pattern.search(text, position)) is not None:
+        start = found.start()
+        if not start or not (text[start - 1].isalnum() or text[start - 1] == "_"):
+            return found
+        position = start + 1
+    return None
 
 
 def _json_string_at(text: str, start: int) -> str:
