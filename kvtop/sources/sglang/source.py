@@ -26,6 +26,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 
 import msgspec
@@ -289,6 +290,8 @@ class SGLangLogs:
         self._names = InstanceNames()
         self._labels: set[str] = set()
         """The ranks the lines named (`RANKS_MAX` at most)."""
+        self._parts: dict[str, tuple[str, int | None, int]] = {}
+        """Each of their labels' `label_parts`."""
         self.offsets: dict[Server, ClockOffset[Server]] | None = None
         """The servers' clocks that differ (`clocks`), read before the first poll applies anything."""
         self._peers: dict[str, dict[str, None]] = {}
@@ -466,7 +469,7 @@ class SGLangLogs:
                     self._rank_event(server, line, said.since, pending)
         if self.until is not None:
             pending = [item for item in pending if item[0] <= self.until]
-        pending.sort(key=lambda item: (item[0], item[1]))
+        pending.sort(key=itemgetter(0, 1))
         applied: list[tuple[str, Event]] = []
         run: list[Event] = []
         for index, (ts, _, file, label, event) in enumerate(pending):
@@ -792,7 +795,10 @@ class SGLangLogs:
                 model.peer_named(address, "prefill", address.rpartition(":")[0], list(named_by))
 
     def _apply(self, model: ClusterModel, file: _File, label: str, events: list[Event], ts: float) -> None:
-        instance, _, tp = label_parts(label) or (label, None, 0)
+        parts = self._parts.get(label)
+        if parts is None:  # a regex a label: read once per rank (at most `RANKS_MAX`), not per event
+            parts = self._parts[label] = label_parts(label) or (label, None, 0)
+        instance, _, tp = parts
         model.log_rank(label, file.role, instance, tp)
         seq = file.seq[label] = file.seq.get(label, 0) + 1
         model.apply(label, EventBatch(EVENT_SCHEMA, file.role, instance, tp, 0, seq, ts, events), ts)
