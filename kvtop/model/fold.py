@@ -134,7 +134,13 @@ class FailureGroup:
 
     @property
     def first_ts(self) -> float:
-        return min([*([self.origin.ts] if self.origin else []), *(e.ts for e in self.echoes)])
+        if self.origin is None:
+            return min(echo.ts for echo in self.echoes)
+        first = self.origin.ts
+        for echo in self.echoes:  # a loop, not a list: asked of every group at every fold
+            if echo.ts < first:
+                first = echo.ts
+        return first
 
     @property
     def aborted(self) -> bool:

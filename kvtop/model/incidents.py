@@ -707,8 +707,14 @@ def _instance(label: str) -> str:
 
 
 def room_groups(room: int, failures: list[Observed]) -> list[FailureGroup]:
-    """The room's groups. The common cases of our agents without a fold: one origin alone, or one origin and
-    echoes that each name it, all within `ROOM_REUSE_S` and no failure twice (what the fold makes of them)."""
+    """The room's groups. The common cases without a fold: one failure alone, one origin of our agents alone, or
+    one origin and echoes that each name it, all within `ROOM_REUSE_S` and no failure twice (what the fold makes of
+    them)."""
+    if len(failures) == 1:  # a room one rank failed (every log's most): the group the fold makes of it
+        failure = failures[0]
+        if failure.is_origin:
+            return [FailureGroup(room, failure.rank, failure)]
+        return [FailureGroup(room, failure.origin, None, [failure])]  # its origin's, or "origin unknown" ("")
     origins = [failure for failure in failures if failure.is_origin]
     if len(origins) == 1 and not origins[0].inferred and origins[0].reason_class != ABORTED:
         origin = origins[0]

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
 from typing import Any
+
+import msgspec
 
 from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import ROOM_REUSE_S, FailureGroup
@@ -19,8 +20,7 @@ CONTEXT_S = 5.0
 """Lines without a room are shown with failure groups that started this close in time."""
 
 
-@dataclass(frozen=True, slots=True)
-class Context:
+class Context(msgspec.Struct, frozen=True):
     """A line shown beside the failure groups it may explain."""
 
     ts: float
@@ -44,7 +44,7 @@ class Context:
         return is_transport_error(self.kind, self.text)
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "likely_cause": self.likely_cause}
+        return {**msgspec.structs.asdict(self), "likely_cause": self.likely_cause}
 
 
 def published_errors(model: ClusterModel, since: float, until: float) -> list[Context]:

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+
+import msgspec
 
 _SGLANG = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](\d{1,6}))?((?: +[A-Z_]+\d+)*) *\] ?")
 _TAGS_ONLY = re.compile(r"\[((?:DP|PP|ATTN_CP|TP|EP)\d+(?: +(?:DP|PP|ATTN_CP|TP|EP)\d+)*) *\] ?")
@@ -54,6 +55,9 @@ _STREAMS = (
     re.compile(r"\[pod/([^\]/\s]+)(?:/[^\]\s]*)?\] "),
 )
 """Wrappers that name the server (a container, a pod) a line is from: docker compose, `kubectl logs --prefix`."""
+_ANY_WRAPPER = re.compile("|".join(f"(?:{wrapper.pattern})" for wrapper in _WRAPPERS + _STREAMS))
+"""`_WRAPPERS` and `_STREAMS` in one match: an alternation tries them in order, as a loop of their matches would
+(one call for a line that has none)."""
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 """A terminal's colour and cursor codes (a log captured from a TTY, `docker compose logs` in colour)."""
 UNKNOWN_WRAPPER_MAX = 256
@@ -65,8 +69,7 @@ RANK_TAG_MAX = 1023
 the line is garbled (a `TP2000` made a sidecar announce 2,001 ranks, which every view refused)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Prefix:
+class Prefix(msgspec.Struct, frozen=True):
     """What a line's prefix says: when (None: no prefix), the rank tags, and where the message starts."""
 
     ts: float | None
@@ -122,11 +125,8 @@ def unwrap(line: str) -> str:
         line = _ANSI.sub("", line)
     if line.startswith("[") and not line.startswith("[pod/"):
         return _unbracketed(line)
-    for wrapper in _WRAPPERS + _STREAMS:
-        match = wrapper.match(line)
-        if match:
-            return line[match.end() :]
-    return line
+    match = _ANY_WRAPPER.match(line)
+    return line[match.end() :] if match else line
 
 
 def _unbracketed(line: str) -> str:

@@ -51,7 +51,7 @@ from kvtop.model.suspects import (
     WAITING_TIMED_OUT,
     bootstrap_address,
 )
-from kvtop.sources.sglang.lines import BOOTSTRAP_HINT, ContextLine, FailureLine, lost_prefill
+from kvtop.sources.sglang.lines import BOOTSTRAP_HINT, ContextLine, FailureLine, holds_any, lost_prefill
 from transport.wire import cut_text
 
 WORKER_ERROR = re.compile(r"Unexpected transfer worker error for room (\d+)")
@@ -67,6 +67,13 @@ tries 15 times 1 s apart, 0.5.9 20 times 3 s apart, before it gives up)."""
 RIDS_KEPT = 4096
 RECENT_FAILURES_KEPT = 256
 """Failure lines remembered to claim an announcement that comes after them."""
+BOOTSTRAPPING_CLAIM = "in KVPoll.Bootstrapping"
+WAITING_CLAIM = "in KVPoll.WaitingForInput"
+LOST_CLAIM = "connection with prefill instance (bootstrap_addr: "
+FETCH_CLAIM = "Could not fetch "
+CLAIMS = (BOOTSTRAPPING_CLAIM, WAITING_CLAIM, LOST_CLAIM, FETCH_CLAIM)
+"""What every announcement's `claimed_by` starts with (`announcement`): a failure line whose reason holds none of
+them claims none, and is not remembered for one."""
 
 
 @dataclass(slots=True)
@@ -104,14 +111,14 @@ def announcement(line: ContextLine, ts: float) -> Announcement | None:
     """What a context line announces: a timeout hint (a decode's, a prefill's), the loss of a prefill instance, a
     bootstrap server that did not answer; None for any other line."""
     if line.kind == "hint" and line.text.startswith(BOOTSTRAP_HINT):
-        return Announcement(ts, line.tp, BOOTSTRAP_TIMED_OUT, "in KVPoll.Bootstrapping", line.text, pp=line.pp)
+        return Announcement(ts, line.tp, BOOTSTRAP_TIMED_OUT, BOOTSTRAPPING_CLAIM, line.text, pp=line.pp)
     if line.kind == "hint":
-        return Announcement(ts, line.tp, WAITING_TIMED_OUT, "in KVPoll.WaitingForInput", line.text, pp=line.pp)
+        return Announcement(ts, line.tp, WAITING_TIMED_OUT, WAITING_CLAIM, line.text, pp=line.pp)
     if line.kind == "lost_connection" and (address := lost_prefill(line.text)):
-        return Announcement(ts, line.tp, PREFILL_LOST, f"connection with prefill instance (bootstrap_addr: {address})",
+        return Announcement(ts, line.tp, PREFILL_LOST, f"{LOST_CLAIM}{address})",
                             line.text, pp=line.pp)  # fmt: skip
     if line.kind == BOOTSTRAP_ERROR:
-        return Announcement(ts, line.tp, BOOTSTRAP_ERROR, "Could not fetch ", line.text, pp=line.pp)
+        return Announcement(ts, line.tp, BOOTSTRAP_ERROR, FETCH_CLAIM, line.text, pp=line.pp)
     return None
 
 
@@ -143,8 +150,13 @@ class RelatedLines:
         """Announcements no failure line claimed yet."""
         self._claims: set[str] = set()
         """Their `claimed_by`: a failure line that holds none of them claims none (the list is not scanned)."""
-        self._recent: deque[tuple[float, int | None, int, str]] = deque(maxlen=RECENT_FAILURES_KEPT)
-        """The latest failure lines: (time, pipeline stage, TP rank, reason)."""
+        self._linked = 0
+        """Failure lines seen (`link`)."""
+        self._recent: dict[str, deque[tuple[int, float, int | None, int, str]]] = {
+            claim: deque(maxlen=RECENT_FAILURES_KEPT) for claim in CLAIMS
+        }
+        """Of the latest `RECENT_FAILURES_KEPT` failure lines, those whose reason holds each of `CLAIMS`: (`_linked`
+        at it, time, pipeline stage, TP rank, reason)."""
         self._gave_up: deque[tuple[float, int | None, int | None, str]] = deque(maxlen=RECENT_FAILURES_KEPT)
         """The latest give-ups of a bootstrap server: (time, pipeline stage, TP rank, text)."""
 
@@ -155,8 +167,10 @@ class RelatedLines:
         if announced is not None and announced.kind == BOOTSTRAP_ERROR and announced.claimed_by in line.text:
             self._gave_up.append((ts, line.pp, line.tp, line.text))
         if announced is not None:
-            claim = announced.claimed_by  # looked for first: each announcement walks the latest failure lines
-            recent = [line for line in self._recent if claim in line[3]]
+            claim = announced.claimed_by  # looked for first: each walks the latest failure lines of its stem
+            since = self._linked - RECENT_FAILURES_KEPT
+            stem = next(stem for stem in CLAIMS if claim.startswith(stem))
+            recent = [line[1:] for line in self._recent[stem] if line[0] > since and claim in line[4]]
             if not any(announced.claimed(pp, tp, when, reason) for when, pp, tp, reason in recent):
                 self._announce(announced)
             return
@@ -172,8 +186,11 @@ class RelatedLines:
     def link(self, line: FailureLine, ts: float) -> tuple[int | None, bool]:
         """The room of a failure line (its own, else the one related lines name) and whether it is an echo
         inside its instance (the room already failed there). Remembers what the line says."""
-        self._recent.append((ts, line.pp, line.tp, line.reason))
-        if any(claim in line.reason for claim in self._claims):
+        self._linked += 1
+        for stem in CLAIMS:  # no regex, no frame: on every failure line
+            if stem in line.reason:
+                self._recent[stem].append((self._linked, ts, line.pp, line.tp, line.reason))
+        if holds_any(line.reason, self._claims):
             unclaimed = [a for a in self._announced if not a.claimed(line.pp, line.tp, ts, line.reason)]
             if len(unclaimed) < len(self._announced):
                 self._set_announced(unclaimed)

@@ -21,12 +21,12 @@ sidecar publishes it.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 
 import msgspec
@@ -193,7 +193,7 @@ _Dated = FailureLine | BatchLine | ContextLine | LauncherLine
 
 def _undated(record: _Dated) -> _Dated:
     """The record as a line that tells no time."""
-    return dataclasses.replace(record, ts=None)
+    return msgspec.structs.replace(record, ts=None)
 
 
 def _moved(file: _File, record: Record) -> float:
@@ -290,6 +290,8 @@ class SGLangLogs:
         self._names = InstanceNames()
         self._labels: set[str] = set()
         """The ranks the lines named (`RANKS_MAX` at most)."""
+        self._parts: dict[str, tuple[str, int | None, int]] = {}
+        """Each of their labels' `label_parts`."""
         self.offsets: dict[Server, ClockOffset[Server]] | None = None
         """The servers' clocks that differ (`clocks`), read before the first poll applies anything."""
         self._peers: dict[str, dict[str, None]] = {}
@@ -467,7 +469,7 @@ class SGLangLogs:
                     self._rank_event(server, line, said.since, pending)
         if self.until is not None:
             pending = [item for item in pending if item[0] <= self.until]
-        pending.sort(key=lambda item: (item[0], item[1]))
+        pending.sort(key=itemgetter(0, 1))
         applied: list[tuple[str, Event]] = []
         run: list[Event] = []
         for index, (ts, _, file, label, event) in enumerate(pending):
@@ -569,7 +571,7 @@ class SGLangLogs:
         given.used += prefix.ts is not None or record is not None
         if (bad := _unbelievable(prefix.ts, record)) is not None:  # its time is the line's before, as an undated one's
             file.misdate(bad)
-            prefix = dataclasses.replace(prefix, ts=None)
+            prefix = msgspec.structs.replace(prefix, ts=None)
             record = record if record is None or isinstance(record, ServerArgsLine) else _undated(record)
         if prefix.ts is not None:
             if prefix.ts < file.latest - STEP_BACK_S:
@@ -609,9 +611,10 @@ class SGLangLogs:
             if record.reason.startswith(ABORTED_BY_REQUEST) and (
                 gave_up := file.related.gave_up(record.pp, record.tp, ts)
             ):
-                record = dataclasses.replace(record, reason=cut_text(f"{gave_up} (then SGLang: {record.reason})"))
+                record = msgspec.structs.replace(record, reason=cut_text(f"{gave_up} (then SGLang: {record.reason})"))
             room, echo = file.related.link(record, ts)
-            failure = to_failure(record if room == record.room else dataclasses.replace(record, room=room), label, ts)
+            roomed = record if room == record.room else msgspec.structs.replace(record, room=room)
+            failure = to_failure(roomed, label, ts)
             if failure is None:
                 self._no_room += 1
                 self.context.append(Context(ts, file.instance, record.tp, "no_room", None, text, record.pp))
@@ -792,7 +795,10 @@ class SGLangLogs:
                 model.peer_named(address, "prefill", address.rpartition(":")[0], list(named_by))
 
     def _apply(self, model: ClusterModel, file: _File, label: str, events: list[Event], ts: float) -> None:
-        instance, _, tp = label_parts(label) or (label, None, 0)
+        parts = self._parts.get(label)
+        if parts is None:  # a regex a label: read once per rank (at most `RANKS_MAX`), not per event
+            parts = self._parts[label] = label_parts(label) or (label, None, 0)
+        instance, _, tp = parts
         model.log_rank(label, file.role, instance, tp)
         seq = file.seq[label] = file.seq.get(label, 0) + 1
         model.apply(label, EventBatch(EVENT_SCHEMA, file.role, instance, tp, 0, seq, ts, events), ts)
