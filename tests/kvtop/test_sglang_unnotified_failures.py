@@ -41,7 +41,7 @@ def test_a_decode_timeout_after_its_prefill_failed_the_room_is_that_failure_seen
     assert [(i["suspect_text"], i["class"], i["room_count"], i["origins"]) for i in incidents] == [
         ("decode at 10.8.0.23:17102", "send_failed", 2, 2)
     ]
-    assert sorted(incidents[0]["rooms"]) == sorted(str(room) for room in ROOMS)
+    assert sorted(incidents[0]["rooms"]) == sorted(ROOMS)
 
 
 def test_the_300_s_a_decode_waited_out_is_no_clock_difference():
