@@ -489,7 +489,9 @@ def failures(
 @reads_source()
 def incidents(
     source: SourceSpec,
-    debug: Annotated[bool, typer.Option("--debug", help="List each incident's failure groups under it.")] = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="List each incident's failure groups under it, the earliest first.")
+    ] = False,
     as_json: Json = False,
     follow: Follow = False,
     interval: Interval = 1.0,
