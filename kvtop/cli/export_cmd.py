@@ -115,7 +115,8 @@ def export(
     (default: its end), judged at that instant; with --model, the dashboard's model as it was at the last
     ask (every --model-every). The first stdout line is the /metrics URL. No agent answered within --wait (a
     bootstrap that lists none): said on stderr once, and when the first does; kvtop_ranks is 0 meanwhile. Every
-    agent quiet for longer than --wait later on (a cluster stopped): said once too, and when one answers again.
+    agent quiet for longer than --wait (3 s at least) later on (a cluster stopped): said once too, and when one
+    answers again.
     Exit 0 on Ctrl-C, SIGTERM or SIGHUP; 1 when the bootstrap address (or the dashboard's model) does not answer,
     the address cannot be bound, or the collector stops (its error on stderr).
     """

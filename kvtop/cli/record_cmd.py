@@ -89,7 +89,8 @@ def record(
     into zstd-compressed, checksummed segments with a time index (a folder re-used continues it; one
     recorder writes a folder at a time). SIGTERM, Ctrl-C or SIGHUP stops it cleanly (what was received is
     written and synced; a second one while it does is ignored). A cluster with no agent yet is recorded as its
-    agents come (said on stderr), and so is one whose every agent goes quiet for longer than --wait later on.
+    agents come (said on stderr), and so is one whose every agent goes quiet for longer than --wait (3 s at
+    least) later on.
     Exit 0 when stopped (or after --duration); 1 when another kvtop records into the folder (its pid named), the
     cluster does not answer (its bootstrap at start, or every agent for the whole run, once it ran --wait), the
     collector stops, or a write fails (a full disk: what could not be written is counted).
@@ -172,7 +173,8 @@ def _run(
 
     A cluster with no agent yet (a bootstrap that lists none, an endpoint nobody serves) is recorded on, since a
     recorder may well start before its cluster; that no agent answered within `wait` is said, and so is the
-    first that does; later, that every agent went quiet for longer than `wait`, and the first that answers again."""
+    first that does; later, that every agent went quiet for longer than `wait` (3 s at least), and the first that
+    answers again."""
     started = time.monotonic()
     next_status = started + interval
     silence = SilenceSaid(source, wait, "kvtop record", "recording on: agents are recorded as they answer")

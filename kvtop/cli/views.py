@@ -489,7 +489,9 @@ def failures(
 @reads_source()
 def incidents(
     source: SourceSpec,
-    debug: Annotated[bool, typer.Option("--debug", help="List each incident's failure groups under it.")] = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="List each incident's failure groups under it, the earliest first.")
+    ] = False,
     as_json: Json = False,
     follow: Follow = False,
     interval: Interval = 1.0,
@@ -505,8 +507,8 @@ def incidents(
     and the evidence for the suspect. Client aborts are an incident of `the client`, never of the cluster.
     Ranks that crashed (a log said so) are listed under the table.
     JSON: {"incidents": [{id, state, kind, class, first_class, classes, headline, suspect: {kind, name, role},
-    suspect_text, evidence, client, rooms (every room id, as integers), room_count, rooms_complete, origins,
-    echoes, noticed_by, first_seen, last_seen, duration_s, rooms_per_min}], ongoing, now, since,
+    suspect_text, evidence, client, rooms (every room id, as integers), room_count, roomless, rooms_complete,
+    origins, echoes, noticed_by, first_seen, last_seen, duration_s, rooms_per_min}], ongoing, now, since,
     quiet_gap_s}. Exit 1 when nobody answers.
     """
     from kvtop.views.incidents import by_incident, counted, in_span, render, to_json
