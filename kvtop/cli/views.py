@@ -245,14 +245,16 @@ def print_verdict(result: CheckResult, limits: Thresholds, as_json: bool) -> int
 def status(
     source: SourceSpec,
     window: Annotated[
-        float,
+        float | None,
         typer.Option(
             min=1.0,
             max=MAX_SPAN_S,
+            show_default=False,
             help="Seconds the rates and failures cover (less, and the output says so, where the agents' "
-            "snapshots hold less: each keeps its last 512 rooms).",
+            "snapshots hold less: each keeps its last 512 rooms). Default 60; from --sglang-log the logs' "
+            "whole span (from --since when given), as check judges it.",
         ),
-    ] = 60.0,
+    ] = None,
     as_json: Json = False,
     follow: Follow = False,
     interval: Interval = 1.0,
@@ -261,8 +263,9 @@ def status(
 
     A window the data does not fully cover is named by the span it does (`finished in the last 26s
     (snapshot history)`; JSON `span_s`, `span_limit`). From --sglang-log the window ends at the latest
-    time the logs mention, and the logs' failed rooms stand in for a failure rate (logs name no room that
-    succeeded; JSON `failure_rate` is null, `rooms_failed` counts them). Also counts what was rejected
+    time the logs mention and, unless --window is given, covers the whole span they read, as check judges
+    it; the logs' failed rooms stand in for a failure rate (logs name no room that succeeded; JSON
+    `failure_rate` is null, `rooms_failed` counts them). Also counts what was rejected
     (events, frames) and the rooms retired as lost. Exit 1 when nobody answers.
 
     Also what was refused on the way in: bootstrap entries kvtop could not use (named), ranks it could not
@@ -275,7 +278,9 @@ def status(
 
     with _until_ctrl_c():
         for read in _frames(source, follow, interval):
-            now, span = read.now(), read.window(window)
+            now = read.now()
+            whole = window is None and source.kind == "sglang-log"
+            span = read.span_window() if whole else read.window(60.0 if window is None else window)
             text, data = status_text(read.model, now, span), status_json(read.model, now, span)
             line, fields = read.status_extra()
             if line:

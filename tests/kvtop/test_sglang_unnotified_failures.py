@@ -85,3 +85,14 @@ def test_a_prefill_failure_outside_the_decode_s_wait_stays_apart(tmp_path: Path)
     )["incidents"]
 
     assert sorted(i["class"] for i in incidents) == ["send_failed", "timeout_waiting"]
+
+
+def test_status_on_logs_covers_their_whole_span_unless_a_window_is_given():
+    """The incident came five minutes before the logs' last line (the decode's timeouts): status's live window of
+    60 s said `incidents none in 60s` and `0 failures` over logs holding one, where check judged the whole span."""
+    whole = kvtop_here("status", *args()).stdout.splitlines()
+    last_minute = kvtop_here("status", *args(), "--window", "60").stdout.splitlines()
+
+    assert whole[0].startswith("incidents 1 in 371s, 0 ongoing: decode at 10.8.0.23:17102 stopped answering")
+    assert any(line.startswith("health  2 rooms failed (2 failures) in 371s") for line in whole)
+    assert last_minute[0] == "incidents none in 60s"
