@@ -94,16 +94,24 @@ def never_dialed(endpoint: str) -> str:
 def foreign_endpoint(endpoint: str, client: str, networks: Sequence[Network] = ()) -> str:
     """Why a registration from `client` (the peer's IP as the service saw it) may not name `endpoint` ("" when it
     may): an IP address must be the client's own, unless the client is on this machine (loopback, ipc, inproc),
-    or in `networks`; a loopback address only from this machine (else every reader dials its own). A host name is
-    not resolved at the border (a resolver that hangs would stall every registration): it is taken as named."""
+    or in `networks`; a loopback or wildcard (0.0.0.0, ::) address only from this machine (else every reader dials
+    its own, or nothing). Each refusal names its fix, for the refused rank's own log. A host name is not resolved
+    at the border (a resolver that hangs would stall every registration): it is taken as named."""
     address, peer = endpoint_address(endpoint), _address(client)
     if address is None or peer is None or peer.is_loopback or address == peer:
         return ""
+    fix = f"give the rank the address its peers reach it at (`kvtop agent --host`; the service sees {client})"
     if address.is_loopback:
-        return f"{endpoint[:80]!r} is a loopback address registered from {client}: every reader would dial itself"
+        return (
+            f"{endpoint[:80]!r} is a loopback address registered from {client}: every reader would dial itself; {fix}"
+        )
+    if address.is_unspecified:
+        return f"{endpoint[:80]!r} is a wildcard address registered from {client}: nobody can dial it; {fix}"
     if any(address in network for network in networks):
         return ""
-    return f"{endpoint[:80]!r} is not the registering client's address {client} (see --endpoint-network)"
+    return (f"{endpoint[:80]!r} is not the registering client's address {client}: where ranks reach the service on "
+            f"one network and move data on another, start the bootstrap with --endpoint-network "
+            f"{ipaddress.ip_network(address)} (or the network that holds it); else advertise {client}")  # fmt: skip
 
 
 def instance_problem(instance: str) -> str:

@@ -224,7 +224,10 @@ def evaluate(
         if span:
             unnamed = "no rank named in what was read"
         else:
-            critical.append("no ranks listed or discovered")
+            refused = model.intake.bootstrap_refused  # why none is listed, when the service refused them
+            critical.append(
+                "no ranks listed or discovered" + (f"; the bootstrap service refused {refused[-1]}" if refused else "")
+            )
     if unreachable:
         why = model.intake.unreachable[unreachable[0]]
         more = f" and {len(unreachable) - UNREACHABLE_NAMED} more" if len(unreachable) > UNREACHABLE_NAMED else ""

@@ -31,8 +31,12 @@ class Registrar(ServiceThread):
         context: zmq.Context[zmq.Socket[bytes]],
         curve: CurveKeys | None = None,
         name: str = "kvtop-registrar",
+        log_problems: bool = False,
     ) -> None:
+        """`log_problems`: log each new problem (a refusal names its fix) and the recovery, for a process whose log
+        is all its operator reads (an SGLang plugin's); a sidecar says `problem` itself."""
         super().__init__(name)
+        self.log_problems = log_problems
         self.bootstrap = bootstrap
         self.curve = curve
         self.problem = ""
@@ -66,6 +70,10 @@ class Registrar(ServiceThread):
             for info in self._infos():
                 client.register(info)
                 self.registered += 1
+            if self.log_problems and self.problem:
+                _log.warning("kvtop: registered with %s again", self.bootstrap)
             self.problem = ""
         except BootstrapError as error:
+            if self.log_problems and str(error) != self.problem:
+                _log.warning("kvtop: cannot register, so no kvtop view lists this rank: %s", error)
             self.problem = str(error)

@@ -51,6 +51,8 @@ class Plugin:
     hooks: PluginHooks
     curve_keys: str = ""
     instance: str = ""
+    host: str = "127.0.0.1"
+    """The address the ranks' event sockets bind and register (`KVTOP_HOST`)."""
     ranks: dict[str, PluginRank] = field(default_factory=dict)
     failed_hooks: set[str] = field(default_factory=set)
 
@@ -62,10 +64,10 @@ class Plugin:
             instance = self.instance or f"{role}-{socket.gethostname()}-{port}"
             curve = CurveKeys.load(self.curve_keys, serve=True) if self.curve_keys else None
             rank = PluginRank(role, instance, int(args.engine_rank), int(server_args.tp_size), self.bootstrap,
-                              self.hooks, curve).start()  # fmt: skip
+                              self.hooks, curve, self.host).start()  # fmt: skip
             self.ranks[role] = rank
-            _log.info("kvtop: %s publishes on %s, registered with %s", rank.label, rank.publisher.endpoint,
-                      self.bootstrap)  # fmt: skip
+            _log.info("kvtop: %s publishes on %s, registers with %s (a refusal is logged)", rank.label,
+                      rank.publisher.endpoint, self.bootstrap)  # fmt: skip
         return rank
 
     def hook_failed(self, rank: PluginRank | None, hook: str) -> None:
@@ -181,8 +183,8 @@ def _publish_failure(poller: Any, error: Exception) -> None:
 
 
 def configure(environ: os._Environ[str] | dict[str, str], hooks: PluginHooks) -> Plugin:
-    """The plugin of this process, from `KVTOP_BOOTSTRAP`, `KVTOP_CURVE_KEYS` and `KVTOP_INSTANCE`."""
+    """The plugin of this process, from `KVTOP_BOOTSTRAP`, `KVTOP_CURVE_KEYS`, `KVTOP_INSTANCE` and `KVTOP_HOST`."""
     global PLUGIN
     PLUGIN = Plugin(environ["KVTOP_BOOTSTRAP"], hooks, environ.get("KVTOP_CURVE_KEYS", ""),
-                    environ.get("KVTOP_INSTANCE", ""))  # fmt: skip
+                    environ.get("KVTOP_INSTANCE", ""), environ.get("KVTOP_HOST", "") or "127.0.0.1")  # fmt: skip
     return PLUGIN

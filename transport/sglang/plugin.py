@@ -2,12 +2,15 @@
 
 Configured by environment: `KVTOP_BOOTSTRAP` (kvtop's bootstrap service, `tcp://HOST:PORT`; without it the
 plugin logs one line and does nothing), `KVTOP_CURVE_KEYS` (a key folder: the rank serves its events with
-CURVE), `KVTOP_INSTANCE` (the instance name; else `ROLE-HOST-PORT`). `load` only registers hooks; a process
+CURVE), `KVTOP_INSTANCE` (the instance name; else `ROLE-HOST-PORT`), `KVTOP_HOST` (the address the ranks' event
+sockets bind and register, reachable from the bootstrap's readers; default 127.0.0.1, one host only; beyond
+loopback with `KVTOP_CURVE_KEYS` or `KVTOP_INSECURE=1`). `load` only registers hooks; a process
 becomes a rank when it creates a KV manager (see hooks.py).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import pkgutil
@@ -69,6 +72,25 @@ def config_problem(environ: Mapping[str, str]) -> str:
         return f"KVTOP_BOOTSTRAP: {problem}"
     if (instance := environ.get("KVTOP_INSTANCE", "")) and (problem := instance_problem(instance)):
         return f"KVTOP_INSTANCE: {problem}"
+    return host_problem(environ)
+
+
+def host_problem(environ: Mapping[str, str]) -> str:
+    """Why `KVTOP_HOST` cannot be where the ranks' event sockets bind ("" when unset, or an IPv4 address: not the
+    wildcard, which no reader dials; beyond loopback with `KVTOP_CURVE_KEYS`, or `KVTOP_INSECURE=1`)."""
+    if not (host := environ.get("KVTOP_HOST", "")):
+        return ""
+    try:
+        address = ipaddress.IPv4Address(host)
+    except ValueError:
+        return f"KVTOP_HOST: {host[:80]!r} is not an IPv4 address (give the address this host's peers reach it at)"
+    if address.is_unspecified:
+        return f"KVTOP_HOST: {host} is the wildcard address, which no reader can dial (give this host's own address)"
+    if not address.is_loopback and not environ.get("KVTOP_CURVE_KEYS") and environ.get("KVTOP_INSECURE") != "1":
+        return (
+            f"KVTOP_HOST: binding {host} (not loopback) without CURVE lets anyone on the network read the ranks' "
+            "events: set KVTOP_CURVE_KEYS=DIR (`kvtop keys generate DIR`), or KVTOP_INSECURE=1 to do it anyway"
+        )
     return ""
 
 

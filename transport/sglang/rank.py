@@ -49,7 +49,8 @@ class PluginRank(ServiceThread):
         publisher = self.publisher
         self.emit(AgentHello(time.time(), publisher.info, __version__, publisher.endpoint,
                              publisher.snapshot_endpoint, hooks))  # fmt: skip
-        self._registrar = Registrar(bootstrap, lambda: [self.publisher.info], self._context, curve, "kvtop-register")
+        self._registrar = Registrar(bootstrap, lambda: [self.publisher.info], self._context, curve, "kvtop-register",
+                                    log_problems=True)  # fmt: skip
         self._registrar.start()
         self._process = psutil.Process()
 
