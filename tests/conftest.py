@@ -9,7 +9,9 @@ delivered, indexed by room and agent for assertions.
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import socket
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
@@ -50,6 +52,20 @@ def wait_for(predicate: Callable[[], T], timeout: float = 5.0, what: str = "") -
 def wait_for_fixture() -> Callable[..., Any]:
     """The `wait_for(predicate, timeout, what)` helper."""
     return wait_for
+
+
+@pytest.fixture
+def own_address() -> str:
+    """A non-loopback IPv4 address of this machine, to register from as a remote client would (skips without one)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("192.0.2.1", 9))  # no packet is sent: only the route is looked up
+            address = str(probe.getsockname()[0])
+    except OSError:
+        address = ""
+    if not address or ipaddress.ip_address(address).is_loopback:
+        pytest.skip("this machine has no non-loopback IPv4 address to register from")
+    return address
 
 
 @pytest.fixture

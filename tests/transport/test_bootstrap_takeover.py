@@ -6,7 +6,6 @@ from __future__ import annotations
 import ipaddress
 import itertools
 import os
-import socket
 from collections.abc import Iterator
 
 import msgspec
@@ -164,22 +163,9 @@ def test_an_endpoint_must_be_the_registering_clients_own_address(endpoint, clien
     assert bool(foreign_endpoint(endpoint, client, networks)) == refused
 
 
-def _own_address() -> str:
-    """A non-loopback address of this machine, to register from as a remote client would."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect(("192.0.2.1", 9))  # no packet is sent: only the route is looked up
-            address = str(probe.getsockname()[0])
-    except OSError:
-        address = ""
-    if not address or ipaddress.ip_address(address).is_loopback:
-        pytest.skip("this machine has no non-loopback IPv4 address to register from")
-    return address
-
-
-def test_a_remote_client_naming_another_hosts_endpoint_is_refused_and_named(bootstrap, zmq_context):
+def test_a_remote_client_naming_another_hosts_endpoint_is_refused_and_named(bootstrap, zmq_context, own_address):
     """From a non-loopback address, an entry naming a different host's IP (or loopback) is refused, counted, named."""
-    own = _own_address()
+    own = own_address
     other = str(ipaddress.ip_address(own) + 1)
     mine = msgspec.structs.replace(GOOD, data_endpoint=f"tcp://{own}:5000")
     theirs = msgspec.structs.replace(GOOD, instance="prefill-1", data_endpoint=f"tcp://{other}:5000")

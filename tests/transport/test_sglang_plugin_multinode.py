@@ -5,9 +5,7 @@ Runs without SGLang; the bootstrap on this machine's own non-loopback address (s
 
 from __future__ import annotations
 
-import ipaddress
 import logging
-import socket
 
 import pytest
 
@@ -19,23 +17,10 @@ from transport.sglang.rank import PluginRank
 HOOKS = PluginHooks("0.5.5", [])
 
 
-def _own_address() -> str:
-    """A non-loopback address of this machine: a client reaching a service on it registers from it."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect(("192.0.2.1", 9))  # no packet is sent: only the route is looked up
-            address = str(probe.getsockname()[0])
-    except OSError:
-        address = ""
-    if not address or ipaddress.ip_address(address).is_loopback:
-        pytest.skip("this machine has no non-loopback IPv4 address to register from")
-    return address
-
-
 @pytest.fixture
-def remote_bootstrap():
+def remote_bootstrap(own_address: str):
     """A bootstrap service that a rank of this machine reaches as a remote client (from its own address)."""
-    server = BootstrapServer(host=_own_address()).start()
+    server = BootstrapServer(host=own_address).start()
     yield server
     server.close()
 
