@@ -224,10 +224,7 @@ def evaluate(
         if span:
             unnamed = "no rank named in what was read"
         else:
-            refused = model.intake.bootstrap_refused  # why none is listed, when the service refused them
-            critical.append(
-                "no ranks listed or discovered" + (f"; the bootstrap service refused {refused[-1]}" if refused else "")
-            )
+            critical.append("no ranks listed or discovered" + _refused(model))
     if unreachable:
         why = model.intake.unreachable[unreachable[0]]
         more = f" and {len(unreachable) - UNREACHABLE_NAMED} more" if len(unreachable) > UNREACHABLE_NAMED else ""
@@ -239,11 +236,13 @@ def evaluate(
     if down:
         critical.append(f"servers down (log silent, metrics unanswered): {', '.join(down)}")
     if liveness and len(alive) < need:  # unheard ranks are not alive (silence is never health), nor theirs to blame
-        critical.append(f"{len(alive)} ranks alive, need {need}" + _behind(model, unheard))
+        critical.append(f"{len(alive)} ranks alive, need {need}" + _behind(model, unheard) + _refused(model))
     if whole_cluster and alive:  # after the ranks that went: they say why, where the service still lists them
         roles = {model.ranks[label].role for label in alive}
         critical.extend(
-            f"no {role} rank alive" + _behind(model, [label for label in unheard if model.ranks[label].role == role])
+            f"no {role} rank alive"
+            + _behind(model, [label for label in unheard if model.ranks[label].role == role])
+            + _refused(model)
             for role in ("prefill", "decode")
             if role not in roles
         )
@@ -337,6 +336,13 @@ def _behind(model: ClusterModel, unheard: list[str]) -> str:
     return (
         f" ({len(unheard)} unheard behind the relay at {model.intake.upstream_relay}, whose upstream stopped answering)"
     )
+
+
+def _refused(model: ClusterModel) -> str:
+    """`; the bootstrap service refused LABEL: why (from ADDR)`: the latest registration the service refused, which may
+    be why a rank is missing (a rank refused is never listed); "" when it refused none."""
+    refused = model.intake.bootstrap_refused
+    return f"; the bootstrap service refused {refused[-1]}" if refused else ""
 
 
 def marked(warnings: list[str]) -> list[str]:

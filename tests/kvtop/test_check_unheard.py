@@ -39,3 +39,18 @@ def test_the_ranks_a_check_lacks_are_said_unheard_behind_the_relay_whose_upstrea
         f"no decode rank alive {behind}",
     ]
     assert (result.ranks_unheard, result.ranks_gone, result.ranks_alive) == (["decode-0/TP0"], [], 1)
+
+
+def test_a_rank_short_of_the_cluster_names_the_registration_the_bootstrap_service_refused() -> None:
+    """A decode rank whose registration the service refused is never listed: the check said only `no decode rank
+    alive`, though the service had said why (`status` showed it, `check` did not)."""
+    now = time.time()
+    model = ClusterModel()
+    model.apply("prefill-0/TP0", EventBatch(EVENT_SCHEMA, "prefill", "prefill-0", 0, 1, 1, now, []), now)
+    why = "decode-0/TP0: 'tcp://10.77.0.2:5000' is not the registering client's address 10.77.0.1 (from 10.77.0.1)"
+    model.intake.bootstrap_refused = [why]
+
+    result = evaluate(model, Thresholds(), now, whole_cluster=True)
+
+    assert result.verdict is Verdict.CRITICAL
+    assert result.problems == [f"no decode rank alive; the bootstrap service refused {why}"]
