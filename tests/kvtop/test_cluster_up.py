@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -120,6 +123,18 @@ def test_an_agent_that_crashes_leaves_its_traceback_in_the_log_folder(tmp_path):
     assert all(p.process.poll() is not None for p in cluster.processes)
 
 
+@contextlib.contextmanager
+def _held_port(port: int) -> Iterator[None]:
+    """Keep the dead bootstrap's port bound, never listening, while its agents leave, so that no concurrent test's
+    service takes it as its free port and answers their probes (they would then rightly ask it to deregister them:
+    the likely cause of one CI failure where both decode ranks said nothing). A port bound with nobody listening
+    refuses a connection as a free one does."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # beside the dead service's TIME_WAITs
+        held.bind(("127.0.0.1", port))
+        yield
+
+
 @pytest.mark.processes
 def test_the_agents_of_a_cluster_killed_by_sigkill_exit_without_asking_its_dead_bootstrap(
     cluster_up, tmp_path, wait_for
@@ -131,12 +146,14 @@ def test_the_agents_of_a_cluster_killed_by_sigkill_exit_without_asking_its_dead_
     running.wait_line("local cluster up")
     agents = psutil.Process(running.process.pid).children(recursive=True)
 
+    port = running.bootstrap.rpartition(":")[2]
+
     running.process.kill()
 
     running.process.wait(30)
-    wait_for(lambda: not any(agent.is_running() for agent in agents), timeout=30, what="every agent exited")
+    with _held_port(int(port)):
+        wait_for(lambda: not any(agent.is_running() for agent in agents), timeout=30, what="every agent exited")
     logs = "".join(path.read_text() for path in sorted(tmp_path.glob("*.log")))
-    port = running.bootstrap.rpartition(":")[2]
     left = re.findall(rf"(\S+) leaves without deregistering: nothing listens on 127\.0\.0\.1:{port}\b", logs)
     assert sorted(left) == ["decode-0/TP0", "decode-0/TP1", "prefill-0/TP0", "prefill-0/TP1"], logs
 
