@@ -30,7 +30,9 @@ The origin of a group is who *noticed*; its suspect is what *broke*, with the ev
    `lost_a_peer`); a rank whose own KV transfer thread died is the suspect of the `unresponsive` failures it
    records after;
 5. a sender's own transport fault (`local_fault`: `Memory region not registered`, ibverbs' local errors) logged
-   just before its send failure makes its instance the suspect, not the peer it could not send to.
+   just before its send failure makes its instance the suspect, not the peer it could not send to; memory a side's
+   transport could not register (`UNREGISTERED`), however long before, makes that side's instance the suspect of the
+   sends, sessions and waits of its rooms that failed (the sender first, then the decode it writes into).
 
 The kind of failure (`Kind`) joins the failure classes one cause produces: a rank that dies makes its peers
 lose it (`peer_lost`), time out (`timeout_*`) and fail to send to it (`send_failed`): all `unresponsive`.
@@ -110,9 +112,9 @@ def lost_a_peer(text: str) -> bool:
 def is_transport_error(kind: str, text: str) -> bool:
     """A context line that is an error of the transfer itself, whatever failed or not near it: a transport
     library's (a glog error or fatal line, UCX's ERROR, Ascend MemFabric's ERROR or FATAL: the only lines of it read)
-    or a session SGLang gave up on (`Session X failed.`)."""
+    or a session SGLang gave up on (`Session X failed.`); Mooncake's warning that it could not register memory."""
     if kind == "glog":
-        return text.lstrip()[:1] in ("E", "F")
+        return text.lstrip()[:1] in ("E", "F") or UNREGISTERED in text  # Mooncake warns of that one (`W`)
     return kind in ("session", "memfabric") or (kind == "ucx" and "UCX  ERROR" in text)
 
 
@@ -142,6 +144,21 @@ def local_fault(text: str) -> str:
         if fault in text:
             return fault
     return IPC_OPEN_FAILED if "IpcOpenMemory(" in text and _IPC_OPEN_FAILED.search(text) else ""
+
+
+UNREGISTERED = "Failed to register memory"
+"""Mooncake could not register a buffer of its side with the NIC (`RdmaTransport: Failed to register memory: addr A
+length L`, a warning it goes on after; `rdma_context.cpp:203] Failed to register memory A: Bad address [14]`): no peer
+can write into that memory, nor can it send from it, for as long as the process runs (GPU memory without
+`nvidia_peermem`: Mooncake #351, #1207). A standing fault of that side, however long before a failure it was logged."""
+UNREGISTERED_EXPLAINS = frozenset(("send_failed", "peer_lost", "timeout_waiting", "timeout_transfer"))
+"""What a side's memory that could not be registered explains: a send that failed, a peer given up on, KV that never
+came (not a handshake that never happened, a checksum, an abort)."""
+
+
+def memory_unregistered(text: str) -> bool:
+    """Whether a transport-library line says its side could not register memory (`UNREGISTERED`)."""
+    return UNREGISTERED in text
 
 
 _FAILED_SESSION = re.compile(r"Session (\S+:\d{1,5}) failed\.")
@@ -292,6 +309,11 @@ class Surroundings(Protocol):
         in its second (SGLang's lines tell whole seconds, glog's microseconds), "" when none did."""
         ...
 
+    def unregistered_at(self, instance: str, ts: float) -> float | None:
+        """When a transport library of `instance` first said it could not register memory (`UNREGISTERED`), at or
+        before `ts` (in its second); None when none did."""
+        ...
+
     def session_failed_with(self, instance: str, address: str, ts: float) -> str:
         """The session on `address`'s host that `instance` said failed (`failed_session`) within `SESSION_TIE_S` of
         `ts`, "" when none did (or several did)."""
@@ -358,6 +380,8 @@ def attribute(group: FailureGroup, around: Surroundings) -> Attribution:
         if origin.reason_class == "send_failed" and (fault := around.own_transport_fault(origin.instance, origin.ts)):
             evidence = f"its own transport logged '{fault}' just before"  # the peer was not the one that failed
             return Attribution(Suspect("instance", origin.instance, origin.role), Kind.FAILING, evidence)
+        if origin.reason_class in UNREGISTERED_EXPLAINS and (unregistered := _unregistered(origin, group.room, around)):
+            return unregistered
         if suspect.kind == "rank" and suspect.role == "decode" and origin.role == "prefill":  # the peer it named
             session = suspect.name
             suspect, evidence, sessions = _across_hosts(group, suspect, evidence, around)
@@ -368,6 +392,19 @@ def attribute(group: FailureGroup, around: Surroundings) -> Attribution:
         suspect, evidence = _with_crash(suspect, evidence, origin.ts, around)
     session = session if suspect.name == session else ""  # still the one session it named (no crash named a rank)
     return Attribution(suspect, kind, evidence, standing=standing, sessions=sessions, session=session)
+
+
+def _unregistered(origin: Observed, room: int, around: Surroundings) -> Attribution | None:
+    """The side of the room whose transport could not register its memory before the origin failed (`UNREGISTERED`):
+    the sender first (the prefill), then the receiver it writes into (the decode); None when neither said so."""
+    prefill, decode = _link_of(around, room)
+    own = {origin.role: origin.instance}
+    for role, instance in (("prefill", own.get("prefill", prefill)), ("decode", own.get("decode", decode))):
+        at = around.unregistered_at(instance, origin.ts) if instance else None
+        if at is not None:
+            evidence = f"its transport could not register its memory ('{UNREGISTERED}' {origin.ts - at:.0f} s before)"
+            return Attribution(Suspect("instance", instance, role), Kind.FAILING, evidence)
+    return None
 
 
 def bootstrap_unreachable(instance: str, text: str, ts: float, around: Surroundings) -> Attribution:
@@ -446,6 +483,8 @@ def _unseen_origin(group: FailureGroup, around: Surroundings) -> Attribution:
         return Attribution(suspect, Kind.FAILING, evidence, unseen_origin=group.origin_label)
     told = _TOLD_BY.get(lead.role)
     if told is not None and lead.reason.startswith(told[0]):
+        if unregistered := _unregistered(lead, group.room, around):  # the other side failed for want of it
+            return unregistered
         other = told[1]
         instance = _link_of(around, group.room)[0 if other == "prefill" else 1]
         suspect = Suspect("instance", instance, other) if instance else Suspect("side", lead.instance, other)
