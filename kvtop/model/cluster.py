@@ -44,6 +44,7 @@ from kvtop.model.suspects import (
     BOOTSTRAP_TIMED_OUT,
     CRASH_KINDS,
     CRASHED,
+    HANDSHAKE_BEFORE_S,
     LOCAL_FAULT_BEFORE_S,
     PREFILL_LOST,
     SESSION_TIE_S,
@@ -55,6 +56,7 @@ from kvtop.model.suspects import (
     asked_in_vain,
     bootstrap_unreachable,
     failed_session,
+    handshake_fault,
     is_transport_error,
     local_fault,
     lost_a_peer,
@@ -197,6 +199,8 @@ class ClusterModel:
         line pushes one out (a check's finding)."""
         self.local_faults: dict[str, deque[tuple[float, str]]] = {}
         """The local faults (`local_fault`) each instance's transport libraries logged, the latest few: when, what."""
+        self.handshakes: dict[str, deque[tuple[float, str]]] = {}
+        """The handshake faults (`handshake_fault`) each instance's transport libraries logged, the latest few."""
         self.unregistered: dict[str, float] = {}
         """Instances whose transport libraries said they could not register memory (`memory_unregistered`): when
         first."""
@@ -449,10 +453,12 @@ class ClusterModel:
 
     def keep_transport_error(self, label: str, line: LogContext) -> None:
         """Keep what a transport error of rank `label` tells the suspects under its instance: a local fault
-        (`local_fault`), a session given up on (`failed_session`), memory it could not register."""
+        (`local_fault`), a session given up on (`failed_session`), a handshake that failed (`handshake_fault`), memory
+        it could not register."""
         for kept, found in (
             (self.local_faults, local_fault(line.text)),
             (self.failed_sessions, failed_session(line.text)),
+            (self.handshakes, handshake_fault(line.text)),
         ):
             if found:
                 kept.setdefault(label.rpartition("/")[0], deque(maxlen=LOCAL_FAULTS_KEPT)).append((line.ts, found))
@@ -463,6 +469,10 @@ class ClusterModel:
     def own_transport_fault(self, instance: str, ts: float) -> str:
         faults = self.local_faults.get(instance, ())
         return next((fault for at, fault in faults if ts - LOCAL_FAULT_BEFORE_S <= at < ts + 1.0), "")
+
+    def handshake_failed(self, instance: str, ts: float) -> tuple[float, str] | None:
+        faults = self.handshakes.get(instance, ())
+        return next((fault for fault in reversed(faults) if ts - HANDSHAKE_BEFORE_S <= fault[0] < ts + 1.0), None)
 
     def unregistered_at(self, instance: str, ts: float) -> float | None:
         at = self.unregistered.get(instance)

@@ -40,6 +40,7 @@ from kvtop.model.suspects import (
     PREFILL_LOST,
     WAITING_TIMED_OUT,
     failed_session,
+    handshake_fault,
     local_fault,
     memory_unregistered,
 )
@@ -127,9 +128,9 @@ _ROTATED = re.compile(r"(.+\.(?:log|txt|out))(?:[.-]\d{1,8})?(?:\.gz)?")
 
 
 def _tells_suspects(text: str) -> bool:
-    """A transport error the suspects read under its rank: a local fault, a session given up on, memory it could not
-    register."""
-    return bool(local_fault(text) or failed_session(text) or memory_unregistered(text))
+    """A transport error the suspects read under its rank: a local fault, a session given up on, a handshake that
+    failed, memory it could not register."""
+    return bool(local_fault(text) or failed_session(text) or handshake_fault(text) or memory_unregistered(text))
 
 
 def _rotated_server(path: Path, role: str) -> tuple[str, str, str] | None:
