@@ -589,6 +589,9 @@ def _by_rules(origin: Observed, room: int, around: Surroundings) -> tuple[Suspec
         found = pattern.search(reason)
         if found and pattern is _SEND_TO:
             return Suspect(kind, _decode_rank_at(found[1], origin, around), role), evidence
+        prefill = _link_of(around, room)[0] if found and pattern is _SEND_TO_PREFILL else ""
+        if found and prefill and not _ADDRESS_NAME.fullmatch(prefill):  # a rank's endpoint: its instance's log
+            return Suspect("instance", prefill, role), f"sending to its rank at {found[1]} failed"
         if found:
             return Suspect(kind, found[1], role), evidence
     if name in _TIMEOUTS:
