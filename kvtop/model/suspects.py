@@ -141,7 +141,6 @@ MTU, NIC pairing) or the network between them, never one side alone (Mooncake's 
 HANDSHAKE_BEFORE_S = 60.0
 """A handshake that failed this long before a send failure explains it: Mooncake's synchronous transfer waits out its
 own timeout (30 s in sglang PR #27730's log) before the send is failed."""
-HANDSHAKE_EXPLAINS = frozenset(("send_failed", "peer_lost", "timeout_waiting", "timeout_transfer"))
 
 
 def handshake_fault(text: str) -> str:
@@ -170,9 +169,21 @@ UNREGISTERED = "Failed to register memory"
 length L`, a warning it goes on after; `rdma_context.cpp:203] Failed to register memory A: Bad address [14]`): no peer
 can write into that memory, nor can it send from it, for as long as the process runs (GPU memory without
 `nvidia_peermem`: Mooncake #351, #1207). A standing fault of that side, however long before a failure it was logged."""
-UNREGISTERED_EXPLAINS = frozenset(("send_failed", "peer_lost", "timeout_waiting", "timeout_transfer"))
-"""What a side's memory that could not be registered explains: a send that failed, a peer given up on, KV that never
-came (not a handshake that never happened, a checksum, an abort)."""
+_KV_NEVER_CAME = {
+    "prefill": frozenset(("send_failed", "peer_lost")),
+    "decode": frozenset(("timeout_waiting", "timeout_transfer")),
+}
+"""What memory out of reach or a failed handshake of the two sides' NICs explains: a prefill's send of KV that failed or
+a session it gave up on, a decode's wait for KV that never came (not a heartbeat lost, a handshake over ZeroMQ, a
+checksum, an abort)."""
+
+
+def _kv_never_came(origin: Observed) -> bool:
+    """Whether the origin is a failure of the KV's own transfer (`_KV_NEVER_CAME`): a prefill's lost peer only when it
+    names a session (`remote ... session S is not alive`), not a backend's disconnect."""
+    if origin.reason_class not in _KV_NEVER_CAME.get(origin.role, ()):
+        return False
+    return origin.reason_class != "peer_lost" or _SESSION.search(origin.reason) is not None
 
 
 def memory_unregistered(text: str) -> bool:
@@ -246,7 +257,8 @@ class Suspect(msgspec.Struct, frozen=True, array_like=True, gc=False):
         if self.kind == "side":
             return f"the {self.role} side of {self.name}"
         if self.kind == "link":
-            return "the link between " + " and ".join(_end_text(end) for end in self.name.split(LINK_JOIN, 1))
+            prefill, _, decode = self.name.partition(LINK_JOIN)
+            return f"the link between {_end_text(prefill, 'prefill')} and {_end_text(decode, 'decode')}"
         if self.role and (_ADDRESS_NAME.fullmatch(self.name) or _HOSTS_NAME.fullmatch(self.name)):
             return f"{self.role} at {self.name}"
         return self.name
@@ -260,9 +272,8 @@ LINK_JOIN = " - "
 """Between the two ends of a `link` suspect's name (`prefill-0 - decode-0`: the prefill's end first)."""
 
 
-def _end_text(end: str) -> str:
+def _end_text(end: str, role: str) -> str:
     """One end of a link as a suspect of its own reads (`prefill-0`, `decode at 10.0.0.7:16416`)."""
-    role = "decode" if _ADDRESS_NAME.fullmatch(end) else ""
     return Suspect("instance", end, role).text
 
 
@@ -416,9 +427,9 @@ def attribute(group: FailureGroup, around: Surroundings) -> Attribution:
         if origin.reason_class == "send_failed" and (fault := around.own_transport_fault(origin.instance, origin.ts)):
             evidence = f"its own transport logged '{fault}' just before"  # the peer was not the one that failed
             return Attribution(Suspect("instance", origin.instance, origin.role), Kind.FAILING, evidence)
-        if origin.reason_class in HANDSHAKE_EXPLAINS and (link := _handshake(origin, group.room, suspect, around)):
+        if _kv_never_came(origin) and (link := _handshake(origin, group.room, suspect, around)):
             return link
-        if origin.reason_class in UNREGISTERED_EXPLAINS and (unregistered := _unregistered(origin, group.room, around)):
+        if _kv_never_came(origin) and (unregistered := _unregistered(origin, group.room, around)):
             return unregistered
         if suspect.kind == "rank" and suspect.role == "decode" and origin.role == "prefill":  # the peer it named
             session = suspect.name

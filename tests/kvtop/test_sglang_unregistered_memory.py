@@ -128,3 +128,32 @@ def test_check_warns_of_the_warning_before_any_room_failed(tmp_path: Path):
 
     assert check.returncode == 1
     assert "1 transport error in the logs, the last at 08:00:31: W0903" in check.stdout
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        pytest.param(UNREGISTERED.format(n=0), id="its-memory-unregistered"),
+        pytest.param(
+            "E0903 08:05:50.100000  4711 rdma_endpoint.cpp:1033] [Handshake] Failed to modify QP to RTR, check mtu, "
+            "gid, peer lid, peer qp num: Connection timed out [110]\n",
+            id="a-handshake-that-failed",
+        ),
+    ],
+)
+def test_neither_explains_a_prefill_heartbeat_the_decode_lost(tmp_path: Path, fault: str):
+    """What keeps KV from a decode's memory says nothing of a prefill that stopped answering its health checks."""
+    log = tmp_path / "decode.log"
+    log.write_text(
+        "[2026-09-03 08:00:02] server_args=ServerArgs(tp_size=1, disaggregation_mode='decode')\n"
+        + fault
+        + "[2026-09-03 08:06:00 TP0] Lost connection with prefill instance (bootstrap_addr: 10.7.3.9:8998), 1 requests "
+        "affected\n"
+        + decode_failure(
+            "2026-09-03 08:06:00", ROOM, "Lost connection with prefill instance (bootstrap_addr: 10.7.3.9:8998)"
+        )
+    )
+
+    found = incidents(log)
+
+    assert [(i["suspect_text"], i["kind"]) for i in found] == [("prefill at 10.7.3.9:8998", "unresponsive")]
