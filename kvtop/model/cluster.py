@@ -44,6 +44,7 @@ from kvtop.model.suspects import (
     BOOTSTRAP_TIMED_OUT,
     CRASH_KINDS,
     CRASHED,
+    HANDSHAKE_BEFORE_S,
     LOCAL_FAULT_BEFORE_S,
     PREFILL_LOST,
     SESSION_TIE_S,
@@ -55,9 +56,11 @@ from kvtop.model.suspects import (
     asked_in_vain,
     bootstrap_unreachable,
     failed_session,
+    handshake_fault,
     is_transport_error,
     local_fault,
     lost_a_peer,
+    memory_unregistered,
     prefill_lost,
     room_peer,
     waited_in_vain,
@@ -196,6 +199,11 @@ class ClusterModel:
         line pushes one out (a check's finding)."""
         self.local_faults: dict[str, deque[tuple[float, str]]] = {}
         """The local faults (`local_fault`) each instance's transport libraries logged, the latest few: when, what."""
+        self.handshakes: dict[str, deque[tuple[float, str]]] = {}
+        """The handshake faults (`handshake_fault`) each instance's transport libraries logged, the latest few."""
+        self.unregistered: dict[str, float] = {}
+        """Instances whose transport libraries said they could not register memory (`memory_unregistered`): when
+        first."""
         self.failed_sessions: dict[str, deque[tuple[float, str]]] = {}
         """The sessions each instance said failed (`failed_session`), the latest few: when, which."""
         self.crashes: dict[str, LogContext] = {}
@@ -445,17 +453,30 @@ class ClusterModel:
 
     def keep_transport_error(self, label: str, line: LogContext) -> None:
         """Keep what a transport error of rank `label` tells the suspects under its instance: a local fault
-        (`local_fault`), a session given up on (`failed_session`)."""
+        (`local_fault`), a session given up on (`failed_session`), a handshake that failed (`handshake_fault`), memory
+        it could not register."""
         for kept, found in (
             (self.local_faults, local_fault(line.text)),
             (self.failed_sessions, failed_session(line.text)),
+            (self.handshakes, handshake_fault(line.text)),
         ):
             if found:
                 kept.setdefault(label.rpartition("/")[0], deque(maxlen=LOCAL_FAULTS_KEPT)).append((line.ts, found))
+        if memory_unregistered(line.text):
+            instance = label.rpartition("/")[0]
+            self.unregistered[instance] = min(line.ts, self.unregistered.get(instance, line.ts))
 
     def own_transport_fault(self, instance: str, ts: float) -> str:
         faults = self.local_faults.get(instance, ())
         return next((fault for at, fault in faults if ts - LOCAL_FAULT_BEFORE_S <= at < ts + 1.0), "")
+
+    def handshake_failed(self, instance: str, ts: float) -> tuple[float, str] | None:
+        faults = self.handshakes.get(instance, ())
+        return next((fault for fault in reversed(faults) if ts - HANDSHAKE_BEFORE_S <= fault[0] < ts + 1.0), None)
+
+    def unregistered_at(self, instance: str, ts: float) -> float | None:
+        at = self.unregistered.get(instance)
+        return at if at is not None and at < ts + 1.0 else None
 
     def session_failed_with(self, instance: str, address: str, ts: float) -> str:
         host = address.rpartition(":")[0]

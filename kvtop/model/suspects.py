@@ -30,7 +30,10 @@ The origin of a group is who *noticed*; its suspect is what *broke*, with the ev
    `lost_a_peer`); a rank whose own KV transfer thread died is the suspect of the `unresponsive` failures it
    records after;
 5. a sender's own transport fault (`local_fault`: `Memory region not registered`, ibverbs' local errors) logged
-   just before its send failure makes its instance the suspect, not the peer it could not send to.
+   just before its send failure makes its instance the suspect, not the peer it could not send to; memory a side's
+   transport could not register (`UNREGISTERED`), however long before, makes that side's instance the suspect of the
+   sends, sessions and waits of its rooms that failed (the sender first, then the decode it writes into); a
+   handshake of the two sides that failed (`handshake_fault`) shortly before makes the link between them the suspect.
 
 The kind of failure (`Kind`) joins the failure classes one cause produces: a rank that dies makes its peers
 lose it (`peer_lost`), time out (`timeout_*`) and fail to send to it (`send_failed`): all `unresponsive`.
@@ -110,9 +113,9 @@ def lost_a_peer(text: str) -> bool:
 def is_transport_error(kind: str, text: str) -> bool:
     """A context line that is an error of the transfer itself, whatever failed or not near it: a transport
     library's (a glog error or fatal line, UCX's ERROR, Ascend MemFabric's ERROR or FATAL: the only lines of it read)
-    or a session SGLang gave up on (`Session X failed.`)."""
+    or a session SGLang gave up on (`Session X failed.`); Mooncake's warning that it could not register memory."""
     if kind == "glog":
-        return text.lstrip()[:1] in ("E", "F")
+        return text.lstrip()[:1] in ("E", "F") or UNREGISTERED in text  # Mooncake warns of that one (`W`)
     return kind in ("session", "memfabric") or (kind == "ucx" and "UCX  ERROR" in text)
 
 
@@ -128,6 +131,23 @@ _LOCAL_FAULTS = (
 )
 """What a transport library logs of a fault of its own side (its memory registration, its queue pair), never of
 its peer: the sender's own transport broke, whatever it then says of the peer it could not send to."""
+_HANDSHAKE_FAULTS = (
+    "Failed to modify QP to RTR",  # Mooncake's RDMA handshake: the peer's GID, LID, QP number or MTU would not do
+    "received packet mismatch",  # Mooncake: the peer's handshake answer named other NICs (or none)
+)
+"""What a transport library logs of a handshake between two NICs that failed: either side's setup (its GID index,
+MTU, NIC pairing) or the network between them, never one side alone (Mooncake's troubleshooting guide; sglang PR
+#27730's ROCm run, both servers on one host)."""
+HANDSHAKE_BEFORE_S = 60.0
+"""A handshake that failed this long before a send failure explains it: Mooncake's synchronous transfer waits out its
+own timeout (30 s in sglang PR #27730's log) before the send is failed."""
+
+
+def handshake_fault(text: str) -> str:
+    """The handshake fault a transport-library line tells (one of `_HANDSHAKE_FAULTS`), "" when it tells none."""
+    return next((fault for fault in _HANDSHAKE_FAULTS if fault in text), "")
+
+
 _IPC_OPEN_FAILED = re.compile(r"IpcOpenMemory\(\w*\) failed")
 """Ascend MemFabric's HYBM could not open a peer's memory slice in this process (`IpcOpenMemory(HANDLE)
 failed:507899, ... deviceId=6, sliceInfo.logicDeviceId=5`), as Mooncake's `hipIpcOpenMemHandle failed`: the
@@ -142,6 +162,33 @@ def local_fault(text: str) -> str:
         if fault in text:
             return fault
     return IPC_OPEN_FAILED if "IpcOpenMemory(" in text and _IPC_OPEN_FAILED.search(text) else ""
+
+
+UNREGISTERED = "Failed to register memory"
+"""Mooncake could not register a buffer of its side with the NIC (`RdmaTransport: Failed to register memory: addr A
+length L`, a warning it goes on after; `rdma_context.cpp:203] Failed to register memory A: Bad address [14]`): no peer
+can write into that memory, nor can it send from it, for as long as the process runs (GPU memory without
+`nvidia_peermem`: Mooncake #351, #1207). A standing fault of that side, however long before a failure it was logged."""
+_KV_NEVER_CAME = {
+    "prefill": frozenset(("send_failed", "peer_lost")),
+    "decode": frozenset(("timeout_waiting", "timeout_transfer")),
+}
+"""What memory out of reach or a failed handshake of the two sides' NICs explains: a prefill's send of KV that failed or
+a session it gave up on, a decode's wait for KV that never came (not a heartbeat lost, a handshake over ZeroMQ, a
+checksum, an abort)."""
+
+
+def _kv_never_came(origin: Observed) -> bool:
+    """Whether the origin is a failure of the KV's own transfer (`_KV_NEVER_CAME`): a prefill's lost peer only when it
+    names a session (`remote ... session S is not alive`), not a backend's disconnect."""
+    if origin.reason_class not in _KV_NEVER_CAME.get(origin.role, ()):
+        return False
+    return origin.reason_class != "peer_lost" or _SESSION.search(origin.reason) is not None
+
+
+def memory_unregistered(text: str) -> bool:
+    """Whether a transport-library line says its side could not register memory (`UNREGISTERED`)."""
+    return UNREGISTERED in text
 
 
 _FAILED_SESSION = re.compile(r"Session (\S+:\d{1,5}) failed\.")
@@ -202,13 +249,16 @@ class Suspect(msgspec.Struct, frozen=True, array_like=True, gc=False):
     @property
     def text(self) -> str:
         """`prefill-0/TP1`, `prefill at 10.0.0.7:8998`, `decode at 10.0.0.7, 10.0.0.8`, `the decode side of
-        prefill-0`, `the client`, `unknown (noticed by decode-0)`."""
+        prefill-0`, `the link between prefill-0 and decode-0`, `the client`, `unknown (noticed by decode-0)`."""
         if self.kind == "client":
             return "the client"
         if self.kind == "unknown":
             return f"unknown (noticed by {self.name})" if self.name else "unknown"
         if self.kind == "side":
             return f"the {self.role} side of {self.name}"
+        if self.kind == "link":
+            prefill, _, decode = self.name.partition(LINK_JOIN)
+            return f"the link between {_end_text(prefill, 'prefill')} and {_end_text(decode, 'decode')}"
         if self.role and (_ADDRESS_NAME.fullmatch(self.name) or _HOSTS_NAME.fullmatch(self.name)):
             return f"{self.role} at {self.name}"
         return self.name
@@ -218,6 +268,15 @@ class Suspect(msgspec.Struct, frozen=True, array_like=True, gc=False):
 
 
 CLIENT = Suspect("client", "client")
+LINK_JOIN = " - "
+"""Between the two ends of a `link` suspect's name (`prefill-0 - decode-0`: the prefill's end first)."""
+
+
+def _end_text(end: str, role: str) -> str:
+    """One end of a link as a suspect of its own reads (`prefill-0`, `decode at 10.0.0.7:16416`)."""
+    return Suspect("instance", end, role).text
+
+
 _ADDRESS_NAME = re.compile(r"[^/\s]+:\d{1,5}")
 """A suspect named by an address (`10.0.0.7:8998`, a bootstrap server's host and port), not by a rank or an instance
 label, whatever a wrapper named those (`sglang-prefill-0/TP2`): said with its role (`prefill at 10.0.0.7:8998`)."""
@@ -292,6 +351,16 @@ class Surroundings(Protocol):
         in its second (SGLang's lines tell whole seconds, glog's microseconds), "" when none did."""
         ...
 
+    def handshake_failed(self, instance: str, ts: float) -> tuple[float, str] | None:
+        """The latest handshake fault (`handshake_fault`) a transport library of `instance` logged at most
+        `HANDSHAKE_BEFORE_S` before `ts` or in its second: when, what; None when none did."""
+        ...
+
+    def unregistered_at(self, instance: str, ts: float) -> float | None:
+        """When a transport library of `instance` first said it could not register memory (`UNREGISTERED`), at or
+        before `ts` (in its second); None when none did."""
+        ...
+
     def session_failed_with(self, instance: str, address: str, ts: float) -> str:
         """The session on `address`'s host that `instance` said failed (`failed_session`) within `SESSION_TIE_S` of
         `ts`, "" when none did (or several did)."""
@@ -358,6 +427,10 @@ def attribute(group: FailureGroup, around: Surroundings) -> Attribution:
         if origin.reason_class == "send_failed" and (fault := around.own_transport_fault(origin.instance, origin.ts)):
             evidence = f"its own transport logged '{fault}' just before"  # the peer was not the one that failed
             return Attribution(Suspect("instance", origin.instance, origin.role), Kind.FAILING, evidence)
+        if _kv_never_came(origin) and (link := _handshake(origin, group.room, suspect, around)):
+            return link
+        if _kv_never_came(origin) and (unregistered := _unregistered(origin, group.room, around)):
+            return unregistered
         if suspect.kind == "rank" and suspect.role == "decode" and origin.role == "prefill":  # the peer it named
             session = suspect.name
             suspect, evidence, sessions = _across_hosts(group, suspect, evidence, around)
@@ -368,6 +441,40 @@ def attribute(group: FailureGroup, around: Surroundings) -> Attribution:
         suspect, evidence = _with_crash(suspect, evidence, origin.ts, around)
     session = session if suspect.name == session else ""  # still the one session it named (no crash named a rank)
     return Attribution(suspect, kind, evidence, standing=standing, sessions=sessions, session=session)
+
+
+def _handshake(origin: Observed, room: int, named: Suspect, around: Surroundings) -> Attribution | None:
+    """The link between the room's two sides when a transport library of either logged a failed handshake shortly
+    before the origin failed (`_HANDSHAKE_FAULTS`): the room's prefill instance and its decode instance (or the decode
+    rank the sender named by address); None when neither did, or an end is not known."""
+    prefill, decode = _link_of(around, room)
+    if origin.role == "prefill":
+        prefill = origin.instance
+        decode = decode or (named.name if named.kind == "rank" and named.role == "decode" else "")
+    else:
+        decode = origin.instance
+    if not prefill or not decode:
+        return None
+    for end in (prefill, decode):
+        if not _ADDRESS_NAME.fullmatch(end) and (fault := around.handshake_failed(end, origin.ts)) is not None:
+            at, what = fault
+            evidence = f"{end}'s transport logged '{what}' {origin.ts - at:.0f} s before"
+            evidence += " (either end's setup, or the network between them)"
+            return Attribution(Suspect("link", f"{prefill}{LINK_JOIN}{decode}"), Kind.FAILING, evidence)
+    return None
+
+
+def _unregistered(origin: Observed, room: int, around: Surroundings) -> Attribution | None:
+    """The side of the room whose transport could not register its memory before the origin failed (`UNREGISTERED`):
+    the sender first (the prefill), then the receiver it writes into (the decode); None when neither said so."""
+    prefill, decode = _link_of(around, room)
+    own = {origin.role: origin.instance}
+    for role, instance in (("prefill", own.get("prefill", prefill)), ("decode", own.get("decode", decode))):
+        at = around.unregistered_at(instance, origin.ts) if instance else None
+        if at is not None:
+            evidence = f"its transport could not register its memory ('{UNREGISTERED}' {origin.ts - at:.0f} s before)"
+            return Attribution(Suspect("instance", instance, role), Kind.FAILING, evidence)
+    return None
 
 
 def bootstrap_unreachable(instance: str, text: str, ts: float, around: Surroundings) -> Attribution:
@@ -446,6 +553,10 @@ def _unseen_origin(group: FailureGroup, around: Surroundings) -> Attribution:
         return Attribution(suspect, Kind.FAILING, evidence, unseen_origin=group.origin_label)
     told = _TOLD_BY.get(lead.role)
     if told is not None and lead.reason.startswith(told[0]):
+        if link := _handshake(lead, group.room, Suspect("unknown", ""), around):  # their handshake failed
+            return link
+        if unregistered := _unregistered(lead, group.room, around):  # the other side failed for want of it
+            return unregistered
         other = told[1]
         instance = _link_of(around, group.room)[0 if other == "prefill" else 1]
         suspect = Suspect("instance", instance, other) if instance else Suspect("side", lead.instance, other)
@@ -489,6 +600,9 @@ def _by_rules(origin: Observed, room: int, around: Surroundings) -> tuple[Suspec
         found = pattern.search(reason)
         if found and pattern is _SEND_TO:
             return Suspect(kind, _decode_rank_at(found[1], origin, around), role), evidence
+        prefill = _link_of(around, room)[0] if found and pattern is _SEND_TO_PREFILL else ""
+        if found and prefill and not _ADDRESS_NAME.fullmatch(prefill):  # a rank's endpoint: its instance's log
+            return Suspect("instance", prefill, role), f"sending to its rank at {found[1]} failed"
         if found:
             return Suspect(kind, found[1], role), evidence
     if name in _TIMEOUTS:

@@ -39,7 +39,7 @@ def test_a_decode_timeout_after_its_prefill_failed_the_room_is_that_failure_seen
     incidents = json.loads(kvtop_here("incidents", *args(), "--json").stdout)["incidents"]
 
     assert [(i["suspect_text"], i["class"], i["room_count"], i["origins"]) for i in incidents] == [
-        ("decode at 10.8.0.23:17102", "send_failed", 2, 2)
+        ("decode-0", "send_failed", 2, 2)  # it could not register its memory: test_sglang_unregistered_memory
     ]
     assert sorted(incidents[0]["rooms"]) == sorted(ROOMS)
 
@@ -65,7 +65,7 @@ def test_a_timeout_s_echo_logged_before_it_tells_no_clock_either(tmp_path: Path)
     check = kvtop_here("check", *args(swapped))
 
     assert "clocks of the logs differ" not in check.stdout + check.stderr
-    assert "decode at 10.8.0.23:17102 stopped answering" in check.stdout
+    assert "decode-0 fails transfers" in check.stdout
 
 
 def test_a_prefill_failure_outside_the_decode_s_wait_stays_apart(tmp_path: Path):
@@ -93,6 +93,6 @@ def test_status_on_logs_covers_their_whole_span_unless_a_window_is_given():
     whole = kvtop_here("status", *args()).stdout.splitlines()
     last_minute = kvtop_here("status", *args(), "--window", "60").stdout.splitlines()
 
-    assert whole[0].startswith("incidents 1 in 371s, 0 ongoing: decode at 10.8.0.23:17102 stopped answering")
+    assert whole[0].startswith("incidents 1 in 371s, 0 ongoing: decode-0 fails transfers")
     assert any(line.startswith("health  2 rooms failed (2 failures) in 371s") for line in whole)
     assert last_minute[0] == "incidents none in 60s"

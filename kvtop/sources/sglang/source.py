@@ -40,7 +40,9 @@ from kvtop.model.suspects import (
     PREFILL_LOST,
     WAITING_TIMED_OUT,
     failed_session,
+    handshake_fault,
     local_fault,
+    memory_unregistered,
 )
 from kvtop.sources.sglang.clocks import STEP_BACK_S, ClockOffset, Server, believable, read_room_times
 from kvtop.sources.sglang.context import CONTEXT_KEPT, Context, context_for
@@ -126,8 +128,9 @@ _ROTATED = re.compile(r"(.+\.(?:log|txt|out))(?:[.-]\d{1,8})?(?:\.gz)?")
 
 
 def _tells_suspects(text: str) -> bool:
-    """A transport error the suspects read under its rank: a local fault, a session given up on."""
-    return bool(local_fault(text) or failed_session(text))
+    """A transport error the suspects read under its rank: a local fault, a session given up on, a handshake that
+    failed, memory it could not register."""
+    return bool(local_fault(text) or failed_session(text) or handshake_fault(text) or memory_unregistered(text))
 
 
 def _rotated_server(path: Path, role: str) -> tuple[str, str, str] | None:
