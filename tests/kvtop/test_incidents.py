@@ -645,6 +645,12 @@ def _rooms_naming_another_peer_each(shape: str, rooms: int) -> list[tuple[str, F
             failures.append(("prefill-0/TP0", origin(ts, room, "prefill-0/TP0", text, "send_failed", peer)))
         elif shape == "origin never came":  # it looks for the incident its origin is the suspect of, or noticed
             failures.append(("prefill-0/TP0", echo(ts, room, "prefill-0/TP0", peer)))
+        elif shape == "side":  # a decode rank's own session's incident, then a timeout naming no peer: it looks for
+            # the one prefill rank's incident under way that explains "the prefill side of decode-0"
+            text = not_alive.format(f"10.{room // 256 % 256}.{room % 256}.1:15000")
+            failures.append(("prefill-0/TP0", origin(ts, room, "prefill-0/TP0", text, "peer_lost")))
+            text = f"Request {rooms + room} timed out after 300.0s in KVPoll.WaitingForInput"
+            failures.append(("decode-0/TP0", origin(ts, rooms + room, "decode-0/TP0", text, "timeout_waiting")))
         elif shape == "echo carried the suspect":  # it looks for the one incident of that suspect under way
             carried = Failure(ts, room, "decode-0/TP0", "Failed due to an unknown reason from another rank",
                               "propagated", "debug", True, "decode-0/TP1", f"prefill-{room}/TP0")  # fmt: skip
@@ -661,22 +667,24 @@ def _rooms_naming_another_peer_each(shape: str, rooms: int) -> list[tuple[str, F
     return failures
 
 
-@pytest.mark.parametrize("shape", ["send failed", "origin never came", "echo carried the suspect", "sessions"])
+@pytest.mark.parametrize("shape", ["send failed", "origin never came", "echo carried the suspect", "sessions", "side"])
 def test_rooms_naming_another_peer_each_do_not_walk_every_incident_kept_per_room(shape: str):
     """3,000 rooms in one sweep, each naming a peer of its own (a hostile log, or a cluster of thousands of ranks):
     each room's group looks up the few incidents that may take it, not every incident made so far in the sweep, and
     an incident taken in hands on its own rooms and groups, not every one tracked (both were quadratic: 5,000 such
-    rooms took 9.5 s). The walks left are the bounds', one each per sweep."""
+    rooms took 9.5 s); a timeout naming no peer ("the prefill side of decode-0") looks at the prefill ranks'
+    incidents, not at every incident's key (5,000 took 21 s). The walks left are the bounds', one each per sweep."""
     rooms = 3000
     model = ClusterModel()
     tracker = model.incidents
-    tracker.incidents, tracker.by_lead, tracker._tracked = scans = _Scans(), _Scans(), _Scans()
+    tracker.incidents, tracker.by_lead, tracker._tracked, tracker._latest = scans = (_Scans(), _Scans(), _Scans(),
+                                                                                     _Scans())  # fmt: skip
     for rank, failure in _rooms_naming_another_peer_each(shape, rooms):
         deliver(model, rank, [failure], T0 + 3)
     model.sweep(T0 + 3.5)
     model.sweep(T0 + 4)  # echoes whose origin never came wait one sweep
 
-    assert sum(tracker.started.values()) == rooms
+    assert sum(tracker.started.values()) == rooms + (shape == "side")  # and the prefill side of decode-0
     assert len(tracker.incidents) == tracker.incidents_kept
     assert all(scan.walks <= 2 for scan in scans), [scan.walks for scan in scans]  # one per sweep
 
@@ -701,6 +709,7 @@ def test_a_tracker_restored_from_a_keyframe_looks_incidents_up_as_the_live_one_d
     restored = restore(capture(model))
     assert restored.incidents._tagged == model.incidents._tagged
     assert restored.incidents._causes == model.incidents._causes
+    assert restored.incidents._causes_of_role == model.incidents._causes_of_role
     deliver(restored, "prefill-0/TP1", [origin(T0 + 2, 5, "prefill-0/TP1", not_alive.format("10.7.0.31:15097"),
                                                "peer_lost")], T0 + 2)  # fmt: skip
     for rank, session in (("prefill-1/TP0", "10.8.0.5:15000"), ("prefill-1/TP1", "10.8.0.6:15000")):
