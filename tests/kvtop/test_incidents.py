@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from kvtop.export.metrics import ModelMetrics
 from kvtop.model.cluster import ClusterModel
@@ -307,6 +308,54 @@ def test_an_incident_is_titled_by_the_class_of_most_of_its_groups_not_by_its_fir
     registry.register(ModelMetrics(model, threading.Lock(), lambda: T0 + 11))
     gauge = 'kvtop_incidents_ongoing{reason_class="timeout_bootstrap",suspect_kind="rank"} 1.0'
     assert gauge in generate_latest(registry).decode().splitlines()
+
+
+def test_the_ongoing_gauge_shows_an_incident_under_its_class_of_now_alone_and_drops_it_once_it_ended():
+    """decode-0/TP0's incident reads `refused` while its pool's refusal leads (a tie with the lost peer), then
+    `timeout_bootstrap` as the prefill's timeouts come: each scrape shows it once, under its class of then (no series
+    of its earlier class left at 1), and a scrape past the quiet gap shows no ongoing series at all."""
+    model = ClusterModel()
+    now = T0
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ModelMetrics(model, threading.Lock(), lambda: now))
+
+    def ongoing() -> dict[tuple[str, str], float]:
+        exposition = generate_latest(registry).decode()
+        return {
+            (sample.labels["reason_class"], sample.labels["suspect_kind"]): sample.value
+            for family in text_string_to_metric_families(exposition)
+            if family.name == "kvtop_incidents_ongoing"
+            for sample in family.samples
+        }
+
+    for room in range(1, 5):
+        deliver(model, "decode-0/TP0", [RoomState(T0, room, int(KVPoll.WaitingForInput), 1, "prefill-0")], T0)
+    full = origin(T0 + 1, 9, "prefill-0/TP0", "Prefill rank 0 refused room 9: its KV pool is full", "refused",
+                  "prefill-0/TP0")  # fmt: skip
+    deliver(model, "prefill-0/TP0", [full], T0 + 1)
+    lost = origin(T0 + 5, 1, "decode-0/TP1", "Lost connection with rank decode-0/TP0 of this instance",
+                  "peer_lost", "decode-0/TP0")  # fmt: skip
+    deliver(model, "decode-0/TP1", [lost], T0 + 5)
+    for beat in (3.0, 5.0, 7.5):  # the prefill stays alive
+        deliver(model, "prefill-0/TP0", [Heartbeat(T0 + beat, {}, 0, 0, 0.0, 0, 0.0)], T0 + beat)
+    now = T0 + 5.5
+    model.sweep(now)
+    refused = ongoing()
+    for room in range(2, 5):
+        timeout = origin(T0 + 10, room, "prefill-0/TP0", f"Request {room} timed out after 10.0s in "
+                         "KVPoll.Bootstrapping", "timeout_bootstrap")  # fmt: skip
+        deliver(model, "prefill-0/TP0", [timeout], T0 + 10)
+    now = T0 + 10.5
+    model.sweep(now)
+    timed_out = ongoing()
+    now = T0 + 10 + QUIET_GAP_S + 1
+    model.sweep(now)
+    ended = ongoing()
+
+    assert [i.suspect.text for i in model.incidents.incidents.values()] == ["decode-0/TP0"]
+    assert refused == {("refused", "rank"): 1.0}
+    assert timed_out == {("timeout_bootstrap", "rank"): 1.0}
+    assert ended == {}
 
 
 def test_an_incident_s_class_tie_goes_to_the_class_it_started_with():
