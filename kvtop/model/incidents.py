@@ -31,9 +31,12 @@ their incidents and its new groups put in, so an incident that only an early ech
 - at most `incidents_kept` incidents, the oldest dropped first; their starts stay counted (`started`).
 
 Time is linear in the groups: a group looks only at the incidents indexed as ones that may take it (by suspect
-name, instance, side, session, noticing rank), and an incident taken in hands on only its own rooms and group
-leads, so one `update` of a log whose every room names another peer (an incident each, the bound kept at its end)
-does not walk every incident made so far per group.
+name, instance, side, session, noticing rank; an unnamed side's group at the ranks' `unresponsive` incidents of
+that side's role, a full pool's at the ranks' alone, never at every key), and an incident taken in hands on only
+its own rooms and group leads, so one `update` of a log whose every room names another peer (an incident each,
+the bound kept at its end) does not walk every incident made so far per group. What is left: a side's or a pool's
+group walks those ranks' incidents until two explain it, past ones too (thousands of one role's ranks failing over
+hours, in one update).
 
 An incident that takes in another starts at the earlier of their starts, with its class; `started` counts them
 once, under the start it counted first (so a scrape between the two sees no count go down).
@@ -44,9 +47,10 @@ recorded deliveries and sweeps builds the incidents the live model had.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import chain, islice
+from typing import TypeVar
 
 import msgspec
 
@@ -81,6 +85,7 @@ Tag = tuple[str, str]
 """What a lookup asks of an incident (`IncidentTracker._tagged`): ("name", its suspect's), ("instance", name) of an
 instance's `unresponsive` one, ("side", role), ("symptom", ""), ("rank", "") of a rank's `unresponsive` one,
 ("session", one it remembers), ("noticed", a rank it tallies as noticing)."""
+_At = TypeVar("_At", str, tuple[str, str])
 LeadKey = tuple[float, int, str]
 """(ts, room, rank) of a group's lead: which group it is, across refolds that keep its lead."""
 
@@ -213,8 +218,10 @@ class IncidentTracker:
         self._tagged: dict[Tag, dict[int, None]] = {}
         """The incidents kept by what a group's lookups ask of them (`_tags`, and the sessions they remember and the
         ranks they tally as noticing), so a group looks at the few that may take it, not at every one kept."""
-        self._causes: dict[str, dict[IncidentKey, None]] = {}
-        """The keys of `_latest` of a rank's `unresponsive` incident, by the rank's instance (`_explaining`)."""
+        self._causes: dict[tuple[str, str], dict[IncidentKey, None]] = {}
+        """The keys of `_latest` of a rank's `unresponsive` incident, by the rank's (instance, role) (`_explaining`)."""
+        self._causes_of_role: dict[str, dict[IncidentKey, None]] = {}
+        """Those keys by the rank's role alone (a side, a pool of any instance: `_explaining`)."""
         self._leads: dict[int, dict[LeadKey, None]] = {}
         """`by_lead` the other way: the leads of each incident kept (an incident taken in hands its own on)."""
 
@@ -462,18 +469,19 @@ class IncidentTracker:
             """Up to two of the rank's `unresponsive` incidents of these keys of `_latest` that explain it."""
             explaining = (
                 incident
-                for kind, suspect_kind, name in keys
-                if kind == Kind.UNRESPONSIVE and suspect_kind == "rank"
-                and (incident := self.incidents.get(self._latest[kind, suspect_kind, name])) is not None
+                for key in keys
+                if (incident := self.incidents.get(self._latest[key])) is not None
                 and _explains(incident, vague, self.quiet_gap_s)
-            )  # fmt: skip
+            )
             return list(islice(explaining, 2))
 
         suspect = attribution.suspect
-        if attribution.symptom_of or suspect.kind == "side":  # a rank of its own instance first, else of any
-            found = causes(self._causes.get(attribution.symptom_of, {})) or causes(self._latest)
+        if attribution.symptom_of:  # a rank of its own instance first, else of any
+            found = causes(self._causes_of(attribution.symptom_of)) or causes(self._causes_of())
+        elif suspect.kind == "side":  # a rank of its role: of no instance first (an address's), else of any
+            found = causes(self._causes_of("", suspect.role)) or causes(self._causes_of(role=suspect.role))
         elif suspect.kind == "instance":  # a rank of that instance
-            found = causes(self._causes.get(suspect.name, {}))
+            found = causes(self._causes_of(suspect.name))
         else:
             return None
         return found[0] if len(found) == 1 else None
@@ -569,18 +577,32 @@ class IncidentTracker:
         if was is not None:
             self._leads.get(was, {}).pop(lead, None)
 
-    def _set_latest(self, key: IncidentKey, incident_id: int) -> None:
-        self._latest[key] = incident_id
-        if key[0] == Kind.UNRESPONSIVE and key[1] == "rank":
-            self._causes.setdefault(_instance(key[2]), {})[key] = None
+    def _causes_of(self, instance: str | None = None, role: str | None = None) -> Iterator[IncidentKey]:
+        """The keys of `_latest` of a rank's `unresponsive` incident of this instance and role (None: any)."""
+        roles = self._causes_of_role if role is None else (role,)
+        if instance is None:
+            return chain.from_iterable(self._causes_of_role.get(of, {}) for of in roles)
+        return chain.from_iterable(self._causes.get((instance, of), {}) for of in roles)
 
-    def _del_latest(self, key: IncidentKey) -> None:
-        del self._latest[key]
-        causes = self._causes.get(_instance(key[2]))
-        if causes is not None:
-            causes.pop(key, None)
-            if not causes:
-                del self._causes[_instance(key[2])]
+    def _set_latest(self, key: IncidentKey, incident_id: int) -> None:
+        """Make `incident_id` the newest of its key (its incident looked up: a keyframe's ids come from a file)."""
+        was = self.incidents.get(self._latest.get(key, 0))
+        if was is not None:  # the role may differ (one address named as both roles' rank)
+            self._unset_cause(key, was.suspect.role)
+        self._latest[key] = incident_id
+        incident = self.incidents.get(incident_id)
+        if incident is not None and key[0] == Kind.UNRESPONSIVE and key[1] == "rank":
+            role = incident.suspect.role
+            self._causes.setdefault((_instance(key[2]), role), {})[key] = None
+            self._causes_of_role.setdefault(role, {})[key] = None
+
+    def _del_latest(self, incident: Incident) -> None:
+        del self._latest[incident.key]
+        self._unset_cause(incident.key, incident.suspect.role)
+
+    def _unset_cause(self, key: IncidentKey, role: str) -> None:
+        _forget(self._causes, (_instance(key[2]), role), key)
+        _forget(self._causes_of_role, role, key)
 
     def _absorb(self, cause: Incident, vaguer: Incident) -> None:
         """Move an incident's groups into the incident that explains them (tracked parts follow): the earlier start
@@ -656,7 +678,7 @@ class IncidentTracker:
         self._untag(incident, *(("noticed", rank) for rank in incident.noticed_by))
         self.listed -= len(incident.rooms)
         if self._latest.get(incident.key) == incident.id:
-            self._del_latest(incident.key)
+            self._del_latest(incident)
         if not started:
             self.started[_counted(incident)[1:]] -= 1
 
@@ -748,6 +770,15 @@ def _started_by(incident: Incident, ts: float, reason_class: str) -> None:
 def _counted(incident: Incident) -> tuple[int, str, str]:
     """The start `started` counts for an incident (`Incident.counted`; its own unless it took in an earlier one)."""
     return incident.counted if incident.counted[0] else (incident.id, incident.kind, incident.suspect.kind)
+
+
+def _forget(index: dict[_At, dict[IncidentKey, None]], at: _At, key: IncidentKey) -> None:
+    """Take a key out of its entry of an index of keys (an entry emptied goes)."""
+    keys = index.get(at)
+    if keys is not None:
+        keys.pop(key, None)
+        if not keys:
+            del index[at]
 
 
 def _remember(kept: list[str], sessions: Iterable[str]) -> None:

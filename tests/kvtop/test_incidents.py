@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from kvtop.export.metrics import ModelMetrics
 from kvtop.model.cluster import ClusterModel
@@ -307,6 +308,54 @@ def test_an_incident_is_titled_by_the_class_of_most_of_its_groups_not_by_its_fir
     registry.register(ModelMetrics(model, threading.Lock(), lambda: T0 + 11))
     gauge = 'kvtop_incidents_ongoing{reason_class="timeout_bootstrap",suspect_kind="rank"} 1.0'
     assert gauge in generate_latest(registry).decode().splitlines()
+
+
+def test_the_ongoing_gauge_shows_an_incident_under_its_class_of_now_alone_and_drops_it_once_it_ended():
+    """decode-0/TP0's incident reads `refused` while its pool's refusal leads (a tie with the lost peer), then
+    `timeout_bootstrap` as the prefill's timeouts come: each scrape shows it once, under its class of then (no series
+    of its earlier class left at 1), and a scrape past the quiet gap shows no ongoing series at all."""
+    model = ClusterModel()
+    now = T0
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ModelMetrics(model, threading.Lock(), lambda: now))
+
+    def ongoing() -> dict[tuple[str, str], float]:
+        exposition = generate_latest(registry).decode()
+        return {
+            (sample.labels["reason_class"], sample.labels["suspect_kind"]): sample.value
+            for family in text_string_to_metric_families(exposition)
+            if family.name == "kvtop_incidents_ongoing"
+            for sample in family.samples
+        }
+
+    for room in range(1, 5):
+        deliver(model, "decode-0/TP0", [RoomState(T0, room, int(KVPoll.WaitingForInput), 1, "prefill-0")], T0)
+    full = origin(T0 + 1, 9, "prefill-0/TP0", "Prefill rank 0 refused room 9: its KV pool is full", "refused",
+                  "prefill-0/TP0")  # fmt: skip
+    deliver(model, "prefill-0/TP0", [full], T0 + 1)
+    lost = origin(T0 + 5, 1, "decode-0/TP1", "Lost connection with rank decode-0/TP0 of this instance",
+                  "peer_lost", "decode-0/TP0")  # fmt: skip
+    deliver(model, "decode-0/TP1", [lost], T0 + 5)
+    for beat in (3.0, 5.0, 7.5):  # the prefill stays alive
+        deliver(model, "prefill-0/TP0", [Heartbeat(T0 + beat, {}, 0, 0, 0.0, 0, 0.0)], T0 + beat)
+    now = T0 + 5.5
+    model.sweep(now)
+    refused = ongoing()
+    for room in range(2, 5):
+        timeout = origin(T0 + 10, room, "prefill-0/TP0", f"Request {room} timed out after 10.0s in "
+                         "KVPoll.Bootstrapping", "timeout_bootstrap")  # fmt: skip
+        deliver(model, "prefill-0/TP0", [timeout], T0 + 10)
+    now = T0 + 10.5
+    model.sweep(now)
+    timed_out = ongoing()
+    now = T0 + 10 + QUIET_GAP_S + 1
+    model.sweep(now)
+    ended = ongoing()
+
+    assert [i.suspect.text for i in model.incidents.incidents.values()] == ["decode-0/TP0"]
+    assert refused == {("refused", "rank"): 1.0}
+    assert timed_out == {("timeout_bootstrap", "rank"): 1.0}
+    assert ended == {}
 
 
 def test_an_incident_s_class_tie_goes_to_the_class_it_started_with():
@@ -645,6 +694,12 @@ def _rooms_naming_another_peer_each(shape: str, rooms: int) -> list[tuple[str, F
             failures.append(("prefill-0/TP0", origin(ts, room, "prefill-0/TP0", text, "send_failed", peer)))
         elif shape == "origin never came":  # it looks for the incident its origin is the suspect of, or noticed
             failures.append(("prefill-0/TP0", echo(ts, room, "prefill-0/TP0", peer)))
+        elif shape == "side":  # a decode rank's own session's incident, then a timeout naming no peer: it looks for
+            # the one prefill rank's incident under way that explains "the prefill side of decode-0"
+            text = not_alive.format(f"10.{room // 256 % 256}.{room % 256}.1:15000")
+            failures.append(("prefill-0/TP0", origin(ts, room, "prefill-0/TP0", text, "peer_lost")))
+            text = f"Request {rooms + room} timed out after 300.0s in KVPoll.WaitingForInput"
+            failures.append(("decode-0/TP0", origin(ts, rooms + room, "decode-0/TP0", text, "timeout_waiting")))
         elif shape == "echo carried the suspect":  # it looks for the one incident of that suspect under way
             carried = Failure(ts, room, "decode-0/TP0", "Failed due to an unknown reason from another rank",
                               "propagated", "debug", True, "decode-0/TP1", f"prefill-{room}/TP0")  # fmt: skip
@@ -661,22 +716,24 @@ def _rooms_naming_another_peer_each(shape: str, rooms: int) -> list[tuple[str, F
     return failures
 
 
-@pytest.mark.parametrize("shape", ["send failed", "origin never came", "echo carried the suspect", "sessions"])
+@pytest.mark.parametrize("shape", ["send failed", "origin never came", "echo carried the suspect", "sessions", "side"])
 def test_rooms_naming_another_peer_each_do_not_walk_every_incident_kept_per_room(shape: str):
     """3,000 rooms in one sweep, each naming a peer of its own (a hostile log, or a cluster of thousands of ranks):
     each room's group looks up the few incidents that may take it, not every incident made so far in the sweep, and
     an incident taken in hands on its own rooms and groups, not every one tracked (both were quadratic: 5,000 such
-    rooms took 9.5 s). The walks left are the bounds', one each per sweep."""
+    rooms took 9.5 s); a timeout naming no peer ("the prefill side of decode-0") looks at the prefill ranks'
+    incidents, not at every incident's key (5,000 took 21 s). The walks left are the bounds', one each per sweep."""
     rooms = 3000
     model = ClusterModel()
     tracker = model.incidents
-    tracker.incidents, tracker.by_lead, tracker._tracked = scans = _Scans(), _Scans(), _Scans()
+    tracker.incidents, tracker.by_lead, tracker._tracked, tracker._latest = scans = (_Scans(), _Scans(), _Scans(),
+                                                                                     _Scans())  # fmt: skip
     for rank, failure in _rooms_naming_another_peer_each(shape, rooms):
         deliver(model, rank, [failure], T0 + 3)
     model.sweep(T0 + 3.5)
     model.sweep(T0 + 4)  # echoes whose origin never came wait one sweep
 
-    assert sum(tracker.started.values()) == rooms
+    assert sum(tracker.started.values()) == rooms + (shape == "side")  # and the prefill side of decode-0
     assert len(tracker.incidents) == tracker.incidents_kept
     assert all(scan.walks <= 2 for scan in scans), [scan.walks for scan in scans]  # one per sweep
 
@@ -701,6 +758,7 @@ def test_a_tracker_restored_from_a_keyframe_looks_incidents_up_as_the_live_one_d
     restored = restore(capture(model))
     assert restored.incidents._tagged == model.incidents._tagged
     assert restored.incidents._causes == model.incidents._causes
+    assert restored.incidents._causes_of_role == model.incidents._causes_of_role
     deliver(restored, "prefill-0/TP1", [origin(T0 + 2, 5, "prefill-0/TP1", not_alive.format("10.7.0.31:15097"),
                                                "peer_lost")], T0 + 2)  # fmt: skip
     for rank, session in (("prefill-1/TP0", "10.8.0.5:15000"), ("prefill-1/TP1", "10.8.0.6:15000")):
