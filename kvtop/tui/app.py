@@ -380,8 +380,8 @@ class KvtopApp(App[None]):
     def _draw_health(self, frame: Frame) -> None:
         """Incidents first, then crashed ranks (only when there are some), the ranks, rates, failures in the window
         they cover, open and stuck rooms and lost batches; rejections and lost rooms only when there are some. Where
-        the line is too narrow, the rates leave first: incidents, crashes, ranks, stuck, gaps and a source's error
-        always stay."""
+        the line is too narrow, the rates leave first, the failures in the window last, after losing their origins'
+        count: incidents, crashes, ranks, stuck, gaps and a source's error always stay."""
         h, p = frame.health, self.palette
         ongoing = h.incidents_ongoing
         incidents = Text(f" {ongoing} incident{'' if ongoing == 1 else 's'} ongoing ", p.error if ongoing else "")
@@ -405,16 +405,16 @@ class KvtopApp(App[None]):
             if h.ranks_down:
                 parts.append((Text(f", {h.ranks_down} down", p.error), ESSENTIAL))
         if not h.timed:  # logs alone (files, sidecars): no transfers, no room that succeeded
-            failed = (
-                f"{plural(h.rooms_failed, 'room')} failed ({plural(h.failures, 'origin')}) in the last {WINDOW_S:g} s"
-            )
+            failed = f"{plural(h.rooms_failed, 'room')} failed"
+            failed, short = f"{failed} ({plural(h.failures, 'origin')}) in the last {WINDOW_S:g} s", failed
         else:
             parts += [(Text(f"  {h.rooms_per_s:.1f} rooms/s"), 3), (Text(f"  {units.gbps(h.gbps)}"), 4),
                       (Text(f"  p99 {h.latency_p99_s * 1000:.0f} ms"), 5)]  # fmt: skip
-            if h.span_s < WINDOW_S - 0.5:  # the snapshots held less than the window: say what the figures cover
-                failed = f"{h.failure_rate:.1%} failed in the last {h.span_s:.0f} s ({plural(h.failures, 'origin')})"
-            else:
-                failed = f"{h.failure_rate:.1%} failed in {WINDOW_S:g} s ({plural(h.failures, 'origin')})"
+            span = h.span_s if h.span_s < WINDOW_S - 0.5 else WINDOW_S  # the snapshots held less than the window
+            short = f"{h.failure_rate:.1%} failed in {span:.0f} s"
+            failed = f"{h.failure_rate:.1%} failed in {'the last ' if span < WINDOW_S else ''}{span:.0f} s"
+            failed += f" ({plural(h.failures, 'origin')})"
+        shorter = {len(parts): Text(f"  {short}", p.error if h.failures else "")}  # how bad stays on a narrow line
         parts.append((Text(f"  {failed}", p.error if h.failures else ""), 1))
         if h.aborted:
             parts.append((Text(f"  {plural(h.aborted, 'client abort')}", p.accent), 2))
@@ -427,7 +427,7 @@ class KvtopApp(App[None]):
         if frame.error:
             parts.append((Text(f"  source: {frame.error}", p.error), ESSENTIAL))
         health = self.query_one("#health", Line)
-        health.show(fit(parts, health.size.width))
+        health.show(fit(parts, health.size.width, shorter))
 
     def _draw_banner(self) -> None:
         """The source and the view's options on the left; on the right the time the data is of (and, live, how old
