@@ -61,7 +61,7 @@ _VIEW_HELP = {
 }
 REWIND_ACTIONS = frozenset({"step", "origin", "jump", "live", "end"})
 """Actions that need a recording (hidden, and doing nothing, without one: --no-record, SGLang logs)."""
-_VIEW_ACTIONS = {"detail": "failures", "level": "events"}
+_VIEW_ACTIONS = {"faults_only": "rooms", "sort": "rooms", "detail": "failures", "level": "events"}
 """Keys of one view: shown in the footer, and acting, only there (one meaning per key)."""
 LEVEL_CYCLE = ("info", "debug", "warning", "error")
 """The order `l` steps through: from the default, debug (echoes, room traffic) first."""
@@ -99,8 +99,8 @@ class KvtopApp(App[None]):
     | [ / ] | Previous / next failure origin in the recording |
     | b | Jump to a time (03:00, an ISO time, "5 minutes ago") |
     | L | Back to live (a recording: its end) |
-    | x | Faults only (failed or stuck rooms) |
-    | s | Cycle the rooms' order |
+    | x | Faults only (failed or stuck rooms; rooms view) |
+    | s | Cycle the rooms' order (rooms view) |
     | d | Detail pane of the highlighted failure row (failures view) |
     | l | Lowest event level: info, debug (echoes, room traffic), warning, error (events view) |
     | enter | Room timeline / rank history / expand an origin |
@@ -153,8 +153,8 @@ class KvtopApp(App[None]):
         ),
         Binding("L", "live", "Live", tooltip="Back to live"),
         Binding("L", "end", "End", tooltip="The recording's end (a recording alone: no live to go back to)"),
-        Binding("x", "faults_only", "Faults only"),
-        Binding("s", "sort", "Sort"),
+        Binding("x", "faults_only", "Faults only", tooltip="Faults only: failed or stuck rooms"),
+        Binding("s", "sort", "Sort", tooltip="Sort the rooms: by age, idle time, bytes, room id"),
         Binding("d", "detail", "Detail", tooltip="The highlighted row's raw detail, in a side pane"),
         Binding(
             "l", "level", "Level", tooltip="Lowest event level: info, debug (echoes, room traffic), warning, error"
@@ -567,7 +567,7 @@ class KvtopApp(App[None]):
         """The rewind keys exist only with a recording to rewind into. While live the footer shows `, Rewind`
         alone: `[` then works through `key_left_square_bracket` (False hides a binding and passes its key
         on), and `.`, `]` and `L` have nothing ahead of the present to go to. `L` is `live`, or on a recording
-        alone `end`. A view's own keys (`d`, `l`) work, and show, in their view only."""
+        alone `end`. A view's own keys (`x`, `s`, `d`, `l`) work, and show, in their view only."""
         if action in _VIEW_ACTIONS:
             return self.active_view == _VIEW_ACTIONS[action]
         if action not in REWIND_ACTIONS:
@@ -657,10 +657,10 @@ class KvtopApp(App[None]):
 
     def action_help(self) -> None:
         of_view = {view: [b for b in self.BINDINGS if isinstance(b, Binding) and _VIEW_ACTIONS.get(b.action) == view]
-                   for view in ("failures", "events")}  # fmt: skip
+                   for view in ("rooms", "failures", "events")}  # fmt: skip
         everywhere = [b for b in self.BINDINGS if not isinstance(b, Binding) or self._works_everywhere(b.action)]
         self.push_screen(
-            HelpScreen({"Everywhere": everywhere, "Lists": RowList.BINDINGS,
+            HelpScreen({"Everywhere": everywhere, "Lists": RowList.BINDINGS, "Rooms": [*of_view["rooms"]],
                         "Failures": [*FailuresView.BINDINGS, *of_view["failures"]], "Events": [*of_view["events"]]})
         )  # fmt: skip
 
