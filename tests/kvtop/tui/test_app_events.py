@@ -60,7 +60,7 @@ def test_debug_in_the_events_view_shows_echoes_and_room_traffic(app: KvtopApp, s
     assert seen["info"] == (
         "info",
         at_info,
-        f"{at_info:,} events at info and above, echoes hidden (l: debug shows them)  (l: level)",
+        f"{at_info:,} events at info and above, echoes hidden  (l: level, debug shows echoes)",
     )
     assert echoes and 0 < at_info < len(events)
 
