@@ -56,7 +56,7 @@ def test_filter_by_room_id_shows_that_room_only(app: KvtopApp, source: FixtureSo
         "box focused": "filter",
         "count": 1,
         "rows": [room],
-        "title": f"1 rooms matching '{room}'",
+        "title": f"1 room matching '{room}'",
         "focused": "rooms-list",
         "room": room,
     }
