@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import math
 import os
 import sys
@@ -95,7 +96,17 @@ def main() -> None:
     `kvtop check`, whose bad arguments are UNKNOWN (3)."""
     # kvtop does no linear algebra: idle OpenBLAS threads only compete for the cores that move KV.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    writable_anywhere()
     sys.exit(run(sys.argv[1:]))
+
+
+def writable_anywhere() -> None:
+    """A character the terminal's encoding lacks is written as its escape (`\\u2013`), not a traceback (exit 1): in a
+    latin-1 locale a log's reason quoting any other script broke `kvtop events` (an ASCII locale never did: Click
+    writes UTF-8 there)."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
 
 
 def run(args: list[str]) -> int:

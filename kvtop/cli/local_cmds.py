@@ -468,7 +468,8 @@ def bootstrap(
     except zmq.ZMQError as error:
         stop_authenticator(context)
         context.destroy(linger=0)
-        raise fail(f"bootstrap: cannot bind {listen}: {error}") from None
+        why = zmq.strerror(error.errno) if error.errno else error  # str() repeats the address: (addr='tcp://...')
+        raise fail(f"bootstrap: cannot bind {listen}: {why}") from None
     stop = threading.Event()
     try:
         with stop_on(stop, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # before the address: its reader may stop us

@@ -159,13 +159,16 @@ def relay(
 def _started(make: Callable[[], Relay], stop: threading.Event) -> Relay | None:
     """The relay `make` opens, its upstreams discovered (exit 1 when its sockets cannot be bound or an upstream
     does not answer); None when `stop` was set meanwhile and the discovery failed (it is closed)."""
+    import zmq
+
     from transport.errors import BootstrapError
     from transport.registration import agent_problem
 
     try:
         server = make()
     except Exception as error:  # a bind that failed (address in use, bad interface): one line
-        raise fail(f"cannot open the relay's sockets: {error}") from None
+        why = zmq.strerror(error.errno) if isinstance(error, zmq.ZMQError) and error.errno else error  # (addr=...)
+        raise fail(f"cannot open the relay's sockets: {why}") from None
     problem = agent_problem(server.entry)
     if problem:
         server.close()

@@ -56,10 +56,12 @@ class EmbeddedCluster:
 
     @property
     def describe(self) -> str:
+        """`bootstrap tcp://127.0.0.1:PORT, embedded cluster 2P2D TP2, 20 rooms/s`: the address first, so that a
+        banner of 80 columns still shows it whole (other tools and views take it)."""
         spec = self.spec
         return (
-            f"embedded cluster {spec.prefill}P{spec.decode}D TP{spec.prefill_tp}, "
-            f"{self.workload.rate:g} rooms/s, bootstrap {self.cluster.endpoint}"
+            f"bootstrap {self.cluster.endpoint}, embedded cluster {spec.prefill}P{spec.decode}D TP{spec.prefill_tp}, "
+            f"{self.workload.rate:g} rooms/s"
         )
 
     def close(self) -> None:

@@ -61,7 +61,7 @@ _VIEW_HELP = {
 }
 REWIND_ACTIONS = frozenset({"step", "origin", "jump", "live", "end"})
 """Actions that need a recording (hidden, and doing nothing, without one: --no-record, SGLang logs)."""
-_VIEW_ACTIONS = {"detail": "failures", "level": "events"}
+_VIEW_ACTIONS = {"faults_only": "rooms", "sort": "rooms", "detail": "failures", "level": "events"}
 """Keys of one view: shown in the footer, and acting, only there (one meaning per key)."""
 LEVEL_CYCLE = ("info", "debug", "warning", "error")
 """The order `l` steps through: from the default, debug (echoes, room traffic) first."""
@@ -99,8 +99,8 @@ class KvtopApp(App[None]):
     | [ / ] | Previous / next failure origin in the recording |
     | b | Jump to a time (03:00, an ISO time, "5 minutes ago") |
     | L | Back to live (a recording: its end) |
-    | x | Faults only (failed or stuck rooms) |
-    | s | Cycle the rooms' order |
+    | x | Faults only (failed or stuck rooms; rooms view) |
+    | s | Cycle the rooms' order (rooms view) |
     | d | Detail pane of the highlighted failure row (failures view) |
     | l | Lowest event level: info, debug (echoes, room traffic), warning, error (events view) |
     | enter | Room timeline / rank history / expand an origin |
@@ -153,8 +153,8 @@ class KvtopApp(App[None]):
         ),
         Binding("L", "live", "Live", tooltip="Back to live"),
         Binding("L", "end", "End", tooltip="The recording's end (a recording alone: no live to go back to)"),
-        Binding("x", "faults_only", "Faults only"),
-        Binding("s", "sort", "Sort"),
+        Binding("x", "faults_only", "Faults only", tooltip="Faults only: failed or stuck rooms"),
+        Binding("s", "sort", "Sort", tooltip="Sort the rooms: by age, idle time, bytes, room id"),
         Binding("d", "detail", "Detail", tooltip="The highlighted row's raw detail, in a side pane"),
         Binding(
             "l", "level", "Level", tooltip="Lowest event level: info, debug (echoes, room traffic), warning, error"
@@ -380,8 +380,8 @@ class KvtopApp(App[None]):
     def _draw_health(self, frame: Frame) -> None:
         """Incidents first, then crashed ranks (only when there are some), the ranks, rates, failures in the window
         they cover, open and stuck rooms and lost batches; rejections and lost rooms only when there are some. Where
-        the line is too narrow, the rates leave first: incidents, crashes, ranks, stuck, gaps and a source's error
-        always stay."""
+        the line is too narrow, the rates leave first, the failures in the window last, after losing their origins'
+        count: incidents, crashes, ranks, stuck, gaps and a source's error always stay."""
         h, p = frame.health, self.palette
         ongoing = h.incidents_ongoing
         incidents = Text(f" {ongoing} incident{'' if ongoing == 1 else 's'} ongoing ", p.error if ongoing else "")
@@ -405,16 +405,16 @@ class KvtopApp(App[None]):
             if h.ranks_down:
                 parts.append((Text(f", {h.ranks_down} down", p.error), ESSENTIAL))
         if not h.timed:  # logs alone (files, sidecars): no transfers, no room that succeeded
-            failed = (
-                f"{plural(h.rooms_failed, 'room')} failed ({plural(h.failures, 'origin')}) in the last {WINDOW_S:g} s"
-            )
+            failed = f"{plural(h.rooms_failed, 'room')} failed"
+            failed, short = f"{failed} ({plural(h.failures, 'origin')}) in the last {WINDOW_S:g} s", failed
         else:
             parts += [(Text(f"  {h.rooms_per_s:.1f} rooms/s"), 3), (Text(f"  {units.gbps(h.gbps)}"), 4),
                       (Text(f"  p99 {h.latency_p99_s * 1000:.0f} ms"), 5)]  # fmt: skip
-            if h.span_s < WINDOW_S - 0.5:  # the snapshots held less than the window: say what the figures cover
-                failed = f"{h.failure_rate:.1%} failed in the last {h.span_s:.0f} s ({plural(h.failures, 'origin')})"
-            else:
-                failed = f"{h.failure_rate:.1%} failed in {WINDOW_S:g} s ({plural(h.failures, 'origin')})"
+            span = h.span_s if h.span_s < WINDOW_S - 0.5 else WINDOW_S  # the snapshots held less than the window
+            short = f"{h.failure_rate:.1%} failed in {span:.0f} s"
+            failed = f"{h.failure_rate:.1%} failed in {'the last ' if span < WINDOW_S else ''}{span:.0f} s"
+            failed += f" ({plural(h.failures, 'origin')})"
+        shorter = {len(parts): Text(f"  {short}", p.error if h.failures else "")}  # how bad stays on a narrow line
         parts.append((Text(f"  {failed}", p.error if h.failures else ""), 1))
         if h.aborted:
             parts.append((Text(f"  {plural(h.aborted, 'client abort')}", p.accent), 2))
@@ -427,7 +427,7 @@ class KvtopApp(App[None]):
         if frame.error:
             parts.append((Text(f"  source: {frame.error}", p.error), ESSENTIAL))
         health = self.query_one("#health", Line)
-        health.show(fit(parts, health.size.width))
+        health.show(fit(parts, health.size.width, shorter))
 
     def _draw_banner(self) -> None:
         """The source and the view's options on the left; on the right the time the data is of (and, live, how old
@@ -567,7 +567,7 @@ class KvtopApp(App[None]):
         """The rewind keys exist only with a recording to rewind into. While live the footer shows `, Rewind`
         alone: `[` then works through `key_left_square_bracket` (False hides a binding and passes its key
         on), and `.`, `]` and `L` have nothing ahead of the present to go to. `L` is `live`, or on a recording
-        alone `end`. A view's own keys (`d`, `l`) work, and show, in their view only."""
+        alone `end`. A view's own keys (`x`, `s`, `d`, `l`) work, and show, in their view only."""
         if action in _VIEW_ACTIONS:
             return self.active_view == _VIEW_ACTIONS[action]
         if action not in REWIND_ACTIONS:
@@ -657,10 +657,10 @@ class KvtopApp(App[None]):
 
     def action_help(self) -> None:
         of_view = {view: [b for b in self.BINDINGS if isinstance(b, Binding) and _VIEW_ACTIONS.get(b.action) == view]
-                   for view in ("failures", "events")}  # fmt: skip
+                   for view in ("rooms", "failures", "events")}  # fmt: skip
         everywhere = [b for b in self.BINDINGS if not isinstance(b, Binding) or self._works_everywhere(b.action)]
         self.push_screen(
-            HelpScreen({"Everywhere": everywhere, "Lists": RowList.BINDINGS,
+            HelpScreen({"Everywhere": everywhere, "Lists": RowList.BINDINGS, "Rooms": [*of_view["rooms"]],
                         "Failures": [*FailuresView.BINDINGS, *of_view["failures"]], "Events": [*of_view["events"]]})
         )  # fmt: skip
 

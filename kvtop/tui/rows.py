@@ -61,8 +61,10 @@ RANK_HEADER = rank_header(frozenset(RANK_COLUMNS))
 
 
 ROOM_HEADER = (
-    f"{'ROOM':<21}{'AGE s':>7}{'IDLE s':>8}{'PROGRESS':>10}{'BYTES':>11}  {'LINK':<22}{'FLAG':<8}STATE PER RANK"
+    f"{'ROOM':<21}{'AGE s':>7}{'IDLE s':>8}{'PROGRESS':>10}{'BYTES':>11}  {'FLAG':<8}{'LINK':<22}STATE PER RANK"
 )
+"""FLAG before LINK: a row of 80 columns shows whether the room failed or is stuck (and a long link, an address,
+moves only the states)."""
 _STATE_SHORT = {
     KVPoll.Failed: "FAIL",
     KVPoll.Bootstrapping: "BOOT",
@@ -219,7 +221,7 @@ def room_line(view: RoomView, frame: Frame, palette: Palette) -> Text:
     link = f"{view.link[0] or '?'}->{view.link[1] or '?'}" if any(view.link) else "-"
     line = Pieces(
         f"{view.room:<21}{now - view.first_seen:>7.1f}{now - view.last_progress:>8.1f}{progress:>10}"
-        f"{units.size(view.bytes_total):>11}  {link:<21} "  # a longer link (an address) pushes the rest on
+        f"{units.size(view.bytes_total):>11}  "
     )
     if frame.stuck(view):
         line.add(f"{'STUCK':<8}", palette.warning + Style(bold=True))
@@ -227,6 +229,7 @@ def room_line(view: RoomView, frame: Frame, palette: Palette) -> Text:
         line.add(f"{'FAILED':<8}", palette.error)
     else:
         line.add(" " * 8)
+    line.add(f"{link:<21} ")  # a longer link (an address) pushes the states on
     for label, state in sorted(view.states.items()):
         line.add(f"{label}=", palette.dim)
         line.add(

@@ -149,8 +149,10 @@ WHOLE_RANK_ROW = re.compile(
 
 
 def test_at_80x24_100x30_and_160x45_keys_health_and_numbers_stay_whole(pane):
-    """One dashboard, its window resized: at every size the banner keeps the data's time and `? help`, the health
-    line its stuck and gaps, the footer `? Help` and `q Quit`, and no rank row cuts a number (columns leave whole)."""
+    """One dashboard, its window resized: at every size the banner keeps the cluster's bootstrap address whole (at
+    100 columns it read `bootstrap tcp:/…`), the data's time and `? help`, the health
+    line its failure rate, stuck and gaps, the footer `? Help` and `q Quit`, and no rank row cuts a number (columns
+    leave whole)."""
     _start_dashboard(pane, follow_resizes=True)
     for columns, rows in ((160, 45), (100, 30), (80, 24)):
         pane.tmux("resize-window", "-t", pane.session, "-x", str(columns), "-y", str(rows))
@@ -164,7 +166,9 @@ def test_at_80x24_100x30_and_160x45_keys_health_and_numbers_stay_whole(pane):
 
         lines = wait_for(laid_out, 15, f"the dashboard laid out at {columns}x{rows}")
         assert "? help" in lines[0] and "as of " in lines[0], lines[0]
+        assert re.match(r" kvtop  bootstrap tcp://127\.0\.0\.1:\d+, ", lines[0]), lines[0]  # whole: tools take it
         assert re.search(r" \d+ stuck  \d+ gaps", lines[1]), lines[1]
+        assert re.search(r"[\d.]+% failed in (the last )?\d+ s", lines[1]), lines[1]  # how bad, at 80 columns too
         assert "? Help" in lines[-1] and "q Quit" in lines[-1], lines[-1]
         header = next(line for line in lines if line.startswith("RANK ")).split("▏")[0]  # the side panel beside
         assert header.rstrip().endswith(("5m", "IN FLIGHT", "ORIGINS", "ECHOES", "CPU %", "REJECTED")), header

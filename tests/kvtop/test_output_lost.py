@@ -1,4 +1,5 @@
-"""Output that cannot be written (a full disk: /dev/full) is one line on stderr and an exit code, no traceback."""
+"""Output that cannot be written (a full disk: /dev/full; a character the terminal's encoding lacks) is one line on
+stderr and an exit code, or the character's escape: no traceback."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from kvtop.record.writer import Recorder
 from kvtop.sources.synthetic import SyntheticCluster
 
 ABORTS = Path(__file__).parent / "fixtures" / "sglang" / "aborts" / "decode.log"
+LOST_PREFILL = Path(__file__).parent / "fixtures" / "sglang" / "lost-prefill" / "decode.log"
 
 pytestmark = [
     pytest.mark.processes,
@@ -68,3 +70,22 @@ def test_a_reader_that_stopped_reading_is_no_failure(tmp_path: Path, args: tuple
 
     assert (done.returncode, [line for line in done.stderr.splitlines() if "Broken pipe" in line]) == (code, [])
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("command", ["events", "failures"])
+def test_a_terminal_whose_encoding_lacks_a_character_gets_its_escape(tmp_path: Path, command: str):
+    """In a latin-1 locale a reason quoting another script (an en dash, CJK) was a UnicodeEncodeError traceback,
+    exit 1; now the character's escape, in the line where it stood, and exit 0."""
+    log = tmp_path / "decode.log"
+    lines = LOST_PREFILL.read_text().splitlines(keepends=True)
+    log.write_text("".join(line.replace("Lost connection", "Lost connection \u2013 \u8fde\u63a5") for line in lines))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "kvtop", command, "--sglang-log", str(log)],
+        capture_output=True,
+        timeout=60,
+        env={**os.environ, "PYTHONIOENCODING": "latin-1"},
+    )
+
+    assert (done.returncode, b"Traceback" in done.stderr) == (0, False)
+    assert b"Lost connection \\u2013 \\u8fde\\u63a5" in done.stdout

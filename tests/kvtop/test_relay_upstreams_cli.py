@@ -3,6 +3,8 @@ with nobody there, exit 0), names an upstream relay a relay, and refuses duratio
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 from cluster_support import small_cluster
 from kvtop_cli import kvtop_here
@@ -62,3 +64,17 @@ def test_bootstrap_refuses_to_bind_a_port_past_65535() -> None:
 
     assert (done.returncode, done.stdout) == (2, "")
     assert "'tcp://127.0.0.1:99999' has no valid port (0 to 65535; 0 or * for a free one)" in done.stderr
+
+
+@pytest.mark.parametrize("command", [("bootstrap",), ("relay", "--bootstrap", "tcp://127.0.0.1:1")])
+def test_a_port_in_use_is_said_once(command: tuple[str, ...]) -> None:
+    """`Address already in use (addr='tcp://127.0.0.1:P')` after the address: libzmq's text said it twice."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"tcp://127.0.0.1:{taken.getsockname()[1]}"
+
+        done = kvtop_here(*command, "--listen", address)
+
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr.endswith(": Address already in use\n") and "addr=" not in done.stderr

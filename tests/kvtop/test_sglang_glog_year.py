@@ -89,7 +89,7 @@ def test_glog_lines_alone_of_a_day_after_the_file_s_time_are_of_the_year_before(
     result = kvtop_here("status", "--sglang-log", str(paste))
 
     assert "a time no log's can" not in result.stdout + result.stderr
-    assert "1 context lines" in result.stdout
+    assert "1 context line," in result.stdout
 
 
 def test_a_log_of_no_role_with_an_impossible_time_is_named_by_its_file(tmp_path: Path):

@@ -136,9 +136,9 @@ class LogStats:
     def summary(self, clocks: bool = True) -> str:
         """The counts, and what was wrong; with `clocks`, what the logs' clocks did (`clock_findings`)."""
         text = (
-            f"sglang logs: {self.files} files, {self.lines} lines, {self.failures} failure lines, "
-            f"{self.batches} batch lines, {self.context} context lines, {self.garbled} garbled (skipped), "
-            f"{self.no_room} without a room"
+            f"sglang logs: {_count(self.files, 'file')}, {_count(self.lines, 'line')}, "
+            f"{_count(self.failures, 'failure line')}, {_count(self.batches, 'batch line')}, "
+            f"{_count(self.context, 'context line')}, {self.garbled} garbled (skipped), {self.no_room} without a room"
         )
         if self.undated:
             text += f", {self.undated} dated by their file's time (no line before them told one)"
@@ -155,3 +155,8 @@ class LogStats:
         if self.unread:
             text += f", nothing read from {len(self.unread)}: {self.unread_text()}"
         return "; ".join([text, *(self.clock_findings() if clocks else [])])
+
+
+def _count(count: int, noun: str) -> str:
+    """`1 file`, `2 files`."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"

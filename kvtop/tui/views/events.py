@@ -26,11 +26,13 @@ class EventsView(Vertical):
     def show(self, frame: Frame, palette: Palette) -> None:
         options, events = frame.options, frame.events
         where = f" matching '{options.filter}'" if options.filter else ""
-        hidden = "" if options.level == "debug" else ", echoes hidden (l: debug shows them)"
+        debug = options.level == "debug"
+        hidden = "" if debug else ", echoes hidden"
         if not frame.journaling:
             hidden += ", but this source keeps no event journal"
         self.query_one("#events-title", Line).show(
-            f"{len(events):,} events at {options.level} and above{where}{hidden}  (l: level)"
+            f"{len(events):,} events at {options.level} and above{where}{hidden}"
+            f"  (l: level{'' if debug else ', debug shows echoes'})"
         )
         tail = self.query_one("#events-list", RowList)
         following = tail.count == 0 or tail.cursor >= tail.count - 1

@@ -30,10 +30,11 @@ class RoomsView(Vertical):
     def show(self, frame: Frame, palette: Palette) -> None:
         self.frame = frame
         options, rooms = frame.options, frame.rooms
-        shown = "failed or stuck rooms" if options.faults_only else "rooms"
+        shown = "failed or stuck room" if options.faults_only else "room"
         where = f" matching '{options.filter}'" if options.filter else ""
         self.query_one("#rooms-title", Line).show(
-            f"{len(rooms):,} {shown}{where}, by {options.sort}  (s: sort, x: faults only, /: filter, enter: timeline)"
+            f"{len(rooms):,} {shown}{'' if len(rooms) == 1 else 's'}{where}, by {options.sort}"
+            "  (s: sort, x: faults only, /: filter, enter: timeline)"
         )
 
         def line(index: int) -> Text | None:

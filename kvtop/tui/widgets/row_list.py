@@ -26,6 +26,16 @@ RowKey = Callable[[int], Hashable]
 PENDING = Text("…", style="dim")
 
 
+def cut(text: Text, width: int) -> Text:
+    """`text`, or where it is wider than `width` cells its start with `…` in the last cell: a row cut at the edge
+    told no cut (a reason's `10.0.0.5:8998` read `10.0.0.5:899`, a room id lost its last digits, `since 0`)."""
+    if not width or text.cell_len <= width:
+        return text
+    shown = text.copy()
+    shown.truncate(width, overflow="ellipsis")
+    return shown
+
+
 class Same:
     """A key part that matches only the very object it holds (held: its id cannot be reused meanwhile), for
     rows drawn from objects that are replaced, never edited, when they change (the fold's failure groups)."""
@@ -117,7 +127,8 @@ class RowList(ScrollView, can_focus=True):
 
     def set_rows(self, count: int, render_row: RowRenderer, key: RowKey | None = None) -> None:
         """New data: `count` rows drawn by `render_row`. Only the visible rows are rendered; a row longer
-        than the list is cut (no sideways scrolling, so the list follows its own width when it narrows).
+        than the list is cut, `…` in its last cell (no sideways scrolling, so the list follows its own width when it
+        narrows).
         With `key`, a row whose key was drawn before keeps its line, and the list is not repainted at all
         while its visible rows' keys stay the same (rows that come or go out of sight move the scrollbar only)."""
         unchanged = key is not None and bool(self._shown_keys) and self._visible_keys(key, count) == self._shown_keys
@@ -210,7 +221,7 @@ class RowList(ScrollView, can_focus=True):
                     self._missing = True
                     self.post_message(self.Missing(self, index))
                 return line_strip(PENDING, self.app.console)
-            strip = line_strip(text, self.app.console, self._left + self._width)
+            strip = line_strip(cut(text, self._width), self.app.console, self._left + self._width)
         self._cache[index] = strip
         if key is not None:
             self._keyed[key] = strip

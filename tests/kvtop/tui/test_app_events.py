@@ -20,7 +20,7 @@ from tui_support import (
 
 from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
 from kvtop.tui.app import KvtopApp
-from kvtop.tui.frame import EVENTS_SHOWN
+from kvtop.tui.frame import EVENTS_SHOWN, RoomSort
 from kvtop.tui.widgets.row_list import RowList
 from kvtop.views.event_lines import LEVELS, shown, to_line
 from transport.kvpoll import KVPoll
@@ -60,14 +60,15 @@ def test_debug_in_the_events_view_shows_echoes_and_room_traffic(app: KvtopApp, s
     assert seen["info"] == (
         "info",
         at_info,
-        f"{at_info:,} events at info and above, echoes hidden (l: debug shows them)  (l: level)",
+        f"{at_info:,} events at info and above, echoes hidden  (l: level, debug shows echoes)",
     )
     assert echoes and 0 < at_info < len(events)
 
 
-def test_d_and_l_mean_one_thing_each_and_show_only_where_they_act(app: KvtopApp):
-    """`d` is the failures view's detail pane, `l` the events view's level: each is in the footer of its own view
-    only, and pressed elsewhere changes nothing."""
+def test_a_view_s_own_keys_mean_one_thing_each_and_show_only_where_they_act(app: KvtopApp):
+    """`x` and `s` are the rooms view's faults only and order, `d` the failures view's detail pane, `l` the events
+    view's level: each is in the footer of its own view only, and pressed elsewhere changes nothing (`x` and `s`
+    were in every view's footer, and elsewhere changed only a flag in the banner)."""
     seen: dict[str, object] = {}
     shown: dict[str, set[str]] = {}
 
@@ -76,20 +77,27 @@ def test_d_and_l_mean_one_thing_each_and_show_only_where_they_act(app: KvtopApp)
         for view in ("o", "r", "f", "e"):
             await pilot.press(view)
             await pilot.pause()
-            shown[view] = {"d", "l"} & {binding.key for _, binding, on, _ in app.active_bindings.values() if on}
+            active = {binding.key for _, binding, on, _ in app.active_bindings.values() if on}
+            shown[view] = {"x", "s", "d", "l"} & active
         await pilot.press("e", "d")
         seen["d in events"] = (pane.display, app.options.level)
         await pilot.press("f", "l")
         seen["l in failures"] = app.options.level
         await pilot.press("d")
         seen["d in failures"] = pane.display
+        await pilot.press("o", "x", "s", "f", "x", "s", "e", "x", "s")
+        seen["x, s elsewhere"] = (app.options.faults_only, app.options.sort)
+        await pilot.press("r", "x", "s")
+        seen["x, s in rooms"] = (app.options.faults_only, app.options.sort)
 
     drive(app, scenario)
 
-    assert shown == {"o": set(), "r": set(), "f": {"d"}, "e": {"l"}}
+    assert shown == {"o": set(), "r": {"x", "s"}, "f": {"d"}, "e": {"l"}}
     assert seen["d in events"] == (False, "info")
     assert seen["l in failures"] == "info"
     assert seen["d in failures"] is True
+    assert seen["x, s elsewhere"] == (False, RoomSort.AGE)
+    assert seen["x, s in rooms"] == (True, RoomSort.IDLE)
 
 
 def test_level_key_cycles_the_lowest_event_level(app: KvtopApp, source: FixtureSource):

@@ -66,7 +66,7 @@ def test_pause_freezes_the_views_until_pressed_again(source: FixtureSource):
     seen = {}
 
     async def scenario(pilot):
-        await pilot.press("p")
+        await pilot.press("r", "p")  # the rooms view, where `x` acts
         await pilot.pause()
         seen["banner"] = text(app, "#banner")
         seen["paused class"] = app.query_one("#banner").has_class("paused")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from tui_support import (
     CLUSTER,
     FIXED_NOW,
@@ -44,6 +46,21 @@ def test_the_health_line_counts_what_the_model_holds(app: KvtopApp, source: Fixt
     assert f"{len(model.open_rooms(FIXED_NOW))} open" in health
     assert f"{len(model.stuck(FIXED_NOW, STUCK_AFTER_S))} stuck" in health
     assert origins > 0
+
+
+def test_an_80_column_health_line_keeps_the_failure_rate(app: KvtopApp, source: FixtureSource):
+    """At 80x24 the health line said incidents, ranks, stuck and gaps, and not how bad: the failure rate left whole
+    with the other rates. It now stays, without its origins' count, until the essentials alone fill the line."""
+    seen = {}
+
+    async def scenario(pilot):
+        seen["health"] = text(app, "#health")
+
+    drive(app, scenario, size=(80, 24))
+
+    health = seen["health"]
+    assert f"% failed in {WINDOW_S:g} s" in health and "origins)" not in health
+    assert re.search(r" \d+ stuck  \d+ gaps$", health) and len(health) <= 80
 
 
 def test_the_overview_lists_the_ongoing_incidents_with_their_rooms_and_start(app: KvtopApp, source: FixtureSource):

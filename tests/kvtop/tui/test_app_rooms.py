@@ -19,6 +19,7 @@ from tui_support import (
 
 from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel
 from kvtop.tui.app import KvtopApp
+from kvtop.tui.rows import ROOM_HEADER
 from kvtop.tui.widgets.row_list import RowList
 
 
@@ -55,7 +56,7 @@ def test_filter_by_room_id_shows_that_room_only(app: KvtopApp, source: FixtureSo
         "box focused": "filter",
         "count": 1,
         "rows": [room],
-        "title": f"1 rooms matching '{room}'",
+        "title": f"1 room matching '{room}'",
         "focused": "rooms-list",
         "room": room,
     }
@@ -159,6 +160,24 @@ def test_a_stuck_room_is_flagged_on_screen(app: KvtopApp, source: FixtureSource)
     stuck = len(source.model.stuck(FIXED_NOW, STUCK_AFTER_S))
     assert stuck > 0
     assert ["STUCK" in row for row in seen["rows"][:stuck]] == [True] * stuck
+
+
+def test_an_80_column_rooms_view_tells_failed_from_stuck(app: KvtopApp, source: FixtureSource):
+    """At 80x24 the FLAG column was past the edge, after the link: faults only listed rooms with nothing telling a
+    failed one from a stuck one. Each row now says which, on screen."""
+    seen = {}
+
+    async def scenario(pilot):
+        await pilot.press("r", "x", "s")
+        await next_frame(pilot)
+        seen["rows"] = [row for row in lines(app.query_one("#rooms-list")) if row.strip()]
+
+    drive(app, scenario, size=(80, 24))
+
+    assert seen["rows"] and all(len(row) <= 80 for row in seen["rows"])
+    flag = ROOM_HEADER.index("FLAG")
+    flags = [row[flag : flag + 8].strip() for row in seen["rows"]]
+    assert set(flags) == {"STUCK", "FAILED"}, flags
 
 
 def test_sort_cycles_age_idle_bytes_room_and_reorders_the_rows(app: KvtopApp, source: FixtureSource):

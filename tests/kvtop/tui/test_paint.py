@@ -319,3 +319,22 @@ def test_an_events_frame_that_adds_no_line_repaints_neither_the_tail_nor_its_tit
             assert not tail._repaint_required and not title._repaint_required
 
     asyncio.run(scenario())
+
+
+def test_a_row_wider_than_the_list_ends_in_an_ellipsis_and_one_that_fits_is_whole():
+    """A cut row read as whole: `bootstrap_addr: 10.0.0.5:8998` at the list's edge read `10.0.0.5:899`, a room id
+    lost its last digits with nothing to tell them missing."""
+    rows_drawn = [Text("room 4930731309258511343 peer_lost: bootstrap_addr: 10.0.0.5:8998"), Text("fits", style=RED)]
+
+    async def scenario() -> None:
+        app = ListApp()
+        async with app.run_test(size=(40, 12)) as pilot:
+            rows = app.query_one(RowList)
+            rows.set_rows(len(rows_drawn), lambda index: rows_drawn[index])
+            await pilot.pause()
+            width = rows.scrollable_content_region.width
+            cut, whole = rows.render_line(0).text, rows.render_line(1).text
+            assert cut == rows_drawn[0].plain[: width - 1] + "…"
+            assert whole == "fits".ljust(width)
+
+    asyncio.run(scenario())
