@@ -12,7 +12,7 @@ from kvtop_cli import kvtop_here
 from typer._click.core import Command  # Typer vendors Click: its classes live here
 from typer.core import TyperGroup, TyperOption
 
-from kvtop.cli.app import app
+from kvtop.cli.app import command_line
 from kvtop.cli.sidecar_cmd import sidecar_app
 
 NAMED = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
@@ -28,7 +28,7 @@ def commands(command: Command, path: tuple[str, ...] = ()) -> Iterator[tuple[tup
             yield from commands(sub, (*path, name))
 
 
-COMMANDS = [*commands(typer.main.get_command(app))]
+COMMANDS = [*commands(typer.main.get_command(command_line()))]
 SIDECAR = typer.main.get_command(sidecar_app)
 
 
