@@ -20,6 +20,7 @@ import zmq
 import zstandard
 
 from kvtop.attach import wire
+from kvtop.attach.errors import ModelAmbiguous, ModelUnavailable
 from kvtop.attach.runtime import RuntimeDirError, running, runtime_dir
 
 if TYPE_CHECKING:
@@ -28,14 +29,6 @@ if TYPE_CHECKING:
 
 RETRY_S = 0.05
 """An answer from a model whose agents' snapshots are not all in yet is asked again this often."""
-
-
-class ModelUnavailable(Exception):
-    """No dashboard's model could be read (why, in one line)."""
-
-
-class ModelAmbiguous(Exception):
-    """Several dashboards' models run and the view did not say which (they are listed)."""
 
 
 @dataclass

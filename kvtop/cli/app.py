@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib
 import io
 import math
 import os
@@ -20,36 +21,55 @@ import sys
 import typer
 from typer._click.exceptions import BadParameter, ClickException, NoSuchOption, UsageError  # Typer vendors Click
 
-from kvtop.cli import agent_cmd, bench_cmds, export_cmd, keys_cmd, local_cmds, record_cmd, relay_cmd, top_cmd, views
-from kvtop.cli.options import quiet_stdout
-from kvtop.cli.views import INTERRUPTED
+from kvtop.cli.options import INTERRUPTED, quiet_stdout
 
 HELP = ["-h", "--help"]
 """Every command's help options (subcommands inherit them from the app's context)."""
 
-app = typer.Typer(
-    help="top for KV transfers: watch, triage and check prefill/decode disaggregated serving clusters.\n\n"
-    "With no command, kvtop starts an embedded local cluster (prefill and decode agents on loopback, "
-    "a workload and a few injected faults) and opens the dashboard on it.",
-    invoke_without_command=True,
-    no_args_is_help=False,
-    add_completion=False,
-    rich_markup_mode=None,
-    context_settings={"help_option_names": HELP},
-)
-bench_app = typer.Typer(help="Measure kvtop against a baseline measured in the same run.", no_args_is_help=True)
-cluster_app = typer.Typer(help="Run a local cluster of agents on loopback.", no_args_is_help=True)
-app.add_typer(bench_app, name="bench")
-app.add_typer(cluster_app, name="cluster")
-local_cmds.register(app, cluster_app)
-agent_cmd.register(app)
-views.register(app)
-top_cmd.register(app)
-export_cmd.register(app)
-relay_cmd.register(app)
-record_cmd.register(app)
-bench_cmds.register(bench_app)
-keys_cmd.register(app)
+_MODULES = ("bench_cmds", "local_cmds", "agent_cmd", "views", "top_cmd", "export_cmd", "relay_cmd", "record_cmd",
+            "keys_cmd")  # fmt: skip
+"""The modules of kvtop's commands (each has `register(app)`), in the order `kvtop --help` lists their commands."""
+_HOME = {
+    "bench": "bench_cmds",
+    "cluster": "local_cmds",
+    "bootstrap": "local_cmds",
+    "agent": "agent_cmd",
+    **dict.fromkeys(("incidents", "status", "ranks", "rooms", "events", "failures", "check"), "views"),
+    "top": "top_cmd",
+    "export": "export_cmd",
+    "relay": "relay_cmd",
+    "record": "record_cmd",
+    "dump": "record_cmd",
+    "keys": "keys_cmd",
+}
+"""The module that registers each command (or group of commands) by its word on the command line."""
+
+
+def command_line(word: str = "") -> typer.Typer:
+    """kvtop's Typer app. Given the command's word (`check`, `cluster`), only that command's module is imported
+    and registered, so `kvtop check` loads and builds its own command, not thirty and the bench, the recorder and
+    bare kvtop's options with them; every command for anything else (bare `kvtop`, its options, `--help`, a word
+    that names no command)."""
+    app = typer.Typer(
+        help="top for KV transfers: watch, triage and check prefill/decode disaggregated serving clusters.\n\n"
+        "With no command, kvtop starts an embedded local cluster (prefill and decode agents on loopback, "
+        "a workload and a few injected faults) and opens the dashboard on it.",
+        invoke_without_command=True,
+        no_args_is_help=False,
+        add_completion=False,
+        rich_markup_mode=None,
+        context_settings={"help_option_names": HELP},
+    )
+    home = _HOME.get(word)
+    for module in (home,) if home else _MODULES:
+        importlib.import_module(f"kvtop.cli.{module}").register(app)
+    if home not in (None, "local_cmds"):  # bare kvtop's callback: a group of one command is still `kvtop WORD`
+        app.callback()(_one_command)
+    return app
+
+
+def _one_command() -> None:
+    """The group's callback when only one command's module is registered: no options of its own."""
 
 
 NAGIOS_UNKNOWN = 3
@@ -111,13 +131,12 @@ def writable_anywhere() -> None:
 
 def run(args: list[str]) -> int:
     """Run `kvtop ARGS`; returns the exit code (Click's standalone handling, with check's usage errors at 3)."""
-    sidecar = agent_cmd.sidecar_args(args)
     try:
-        if sidecar is not None:  # `kvtop agent --sglang-log FILE ...`: the log sidecar, with options of its own
+        if (sidecar := _sidecar_args(args)) is not None:  # the log sidecar (`kvtop agent --sglang-log FILE ...`)
             from kvtop.cli.sidecar_cmd import main as sidecar_main
 
             return sidecar_main(sidecar)
-        code = app(args, prog_name="kvtop", standalone_mode=False)
+        code = command_line(args[0] if args else "")(args, prog_name="kvtop", standalone_mode=False)
     except SystemExit as stop:
         if not _reader_went_away(stop.__context__):  # Typer's exit 1 when stdout's reader went away
             raise
@@ -151,6 +170,15 @@ def run(args: list[str]) -> int:
     if code == INTERRUPTED and args[:1] == ["check"]:  # Typer's exit for a Ctrl-C outside the check's own judging
         return _interrupted(args)
     return code
+
+
+def _sidecar_args(args: list[str]) -> list[str] | None:
+    """The sidecar's arguments when `args` ask for it (`kvtop.cli.agent_cmd.sidecar_args`), else None."""
+    if args[:1] != ["agent"]:
+        return None
+    from kvtop.cli.agent_cmd import sidecar_args
+
+    return sidecar_args(args)
 
 
 def _interrupted(args: list[str]) -> int:

@@ -492,7 +492,9 @@ def bench_attach(
     _report(r.as_dict(), r.REPORT, as_json)
 
 
-def register(bench_app: typer.Typer) -> None:
+def register(app: typer.Typer) -> None:
+    bench_app = typer.Typer(help="Measure kvtop against a baseline measured in the same run.", no_args_is_help=True)
+    app.add_typer(bench_app, name="bench")
     bench_app.command("attach")(bench_attach)
     bench_app.command("keyframe")(bench_keyframe)
     bench_app.command("sidecar")(bench_sidecar)

@@ -483,7 +483,9 @@ def bootstrap(
         context.term()
 
 
-def register(app: typer.Typer, cluster_app: typer.Typer) -> None:
+def register(app: typer.Typer) -> None:
     app.callback()(local)
+    cluster_app = typer.Typer(help="Run a local cluster of agents on loopback.", no_args_is_help=True)
+    app.add_typer(cluster_app, name="cluster")
     cluster_app.command("up")(cluster_up)
     app.command("bootstrap")(bootstrap)

@@ -40,6 +40,8 @@ MAX_INTERVAL_S = 3_600.0
 """The longest pause between frames or status lines: an hour."""
 MAX_SPAN_S = 366 * 86_400.0
 """The longest span an option names (a window, a duration, how long a room may sit): a year, a log's longest."""
+INTERRUPTED = 130
+"""The exit code of a command stopped by Ctrl-C before it showed anything (a shell's, for SIGINT)."""
 
 Rate = Annotated[float, typer.Option(min=0.1, max=1e6, help="Rooms started per second.")]
 Faults = Annotated[

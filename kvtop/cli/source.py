@@ -107,7 +107,7 @@ def reading(spec: SourceSpec, tail: bool = False, journal: bool = False) -> Iter
     """`open_source` (`tail`, `journal` as it says), its errors one line on stderr: exit 1 when a cluster or a
     dashboard's model does not answer, 2 when what was given cannot be used (an unreadable log, recording or key
     folder) or several dashboards' models run and none was named."""
-    from kvtop.attach.client import ModelAmbiguous, ModelUnavailable
+    from kvtop.attach.errors import ModelAmbiguous, ModelUnavailable
     from kvtop.source import SourceError, open_source
     from transport.errors import BootstrapError
 

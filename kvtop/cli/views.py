@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvtop.cli.options import MAX_SPAN_S, Follow, Interval, Json, fail, quiet_stdout
+from kvtop.cli.options import INTERRUPTED, MAX_SPAN_S, Follow, Interval, Json, fail, quiet_stdout
 from kvtop.cli.source import reading, reads_source, say_what_was_heard
 from kvtop.source.spec import SourceSpec
 from kvtop.views.safe import terminal_safe
@@ -21,10 +21,6 @@ from kvtop.views.safe import terminal_safe
 if TYPE_CHECKING:
     from kvtop.source import Source
     from kvtop.views.check import CheckResult, Thresholds
-
-
-INTERRUPTED = 130
-"""The exit code of a view stopped by Ctrl-C before it showed anything (a shell's, for SIGINT)."""
 
 
 def _frames(spec: SourceSpec, follow: bool = False, interval: float = 1.0) -> Iterator[Source]:
@@ -187,7 +183,7 @@ def _class_thresholds(values: list[str]) -> tuple[tuple[str, int | None], ...]:
 
 def run_check(spec: SourceSpec, limits: Thresholds, as_json: bool) -> int:
     """Judge the source against `limits`, print the verdict; returns its Nagios exit code."""
-    from kvtop.attach.client import ModelAmbiguous, ModelUnavailable
+    from kvtop.attach.errors import ModelAmbiguous, ModelUnavailable
     from kvtop.source import SourceError, open_source
     from kvtop.views.check import evaluate, source_failing, unanswered, unknown, unreachable
     from transport.errors import BootstrapError

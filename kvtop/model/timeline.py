@@ -56,8 +56,8 @@ class Timeline:
             return
         buckets = np.floor_divide(ts, self.bucket_s).astype(np.int64)
         slots = buckets % len(self.ids)
-        for bucket in np.unique(buckets):  # a batch spans a bucket or two
-            slot = int(bucket) % len(self.ids)
+        for bucket in sorted(set(buckets.tolist())):  # a batch spans a bucket or two (np.unique loads numpy.ma)
+            slot = bucket % len(self.ids)
             held = int(self.ids[slot])
             if held < bucket:
                 self.ids[slot] = bucket

@@ -29,7 +29,7 @@ class DashboardSource(Source):
     @contextlib.contextmanager
     def opened(cls, spec: SourceSpec, tail: bool = False) -> Iterator[DashboardSource]:
         """The dashboard's model as it answers within `spec.wait`; `tail` also brings its event journal.
-        Raises `ModelUnavailable` or `ModelAmbiguous` (kvtop.attach.client) when none or several could be read."""
+        Raises `ModelUnavailable` or `ModelAmbiguous` (kvtop.attach.errors) when none or several could be read."""
         from kvtop.attach.client import choose, fetch
 
         assert spec.dashboard is not None

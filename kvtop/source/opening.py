@@ -32,20 +32,23 @@ def open_source(
     not answer, `ModelUnavailable`/`ModelAmbiguous` when no dashboard's model can be read or several could.
     Closed on the way out.
     """
-    from kvtop.source.dashboard import DashboardSource
-    from kvtop.source.live import LiveSource
-    from kvtop.source.logs import LogSource
-    from kvtop.source.recording import RecordingSource
-
     kind = spec.kind
     opened: contextlib.AbstractContextManager[Source]
-    if kind == "model":
+    if kind == "model":  # each kind's module only where it is read: a check loads one
+        from kvtop.source.dashboard import DashboardSource
+
         opened = DashboardSource.opened(spec, tail)
     elif kind == "replay":
+        from kvtop.source.recording import RecordingSource
+
         opened = RecordingSource.opened(spec, tail, journal)
     elif kind == "sglang-log":
+        from kvtop.source.logs import LogSource
+
         opened = LogSource.opened(spec, model, tail)
     else:
+        from kvtop.source.live import LiveSource
+
         opened = LiveSource.opened(spec, model, synced, recorder, tail)
     with opened as source:
         yield source

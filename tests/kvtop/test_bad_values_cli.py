@@ -170,7 +170,7 @@ def test_every_number_of_seconds_or_rate_an_option_takes_has_a_bound() -> None:
     (a span said in hours): every float option has a largest value, so `inf` is a usage error."""
     from typer.models import OptionInfo
 
-    from kvtop.cli.app import app
+    from kvtop.cli.app import command_line
 
     def commands(group: typer.Typer, path: str):
         for command in group.registered_commands:
@@ -181,7 +181,7 @@ def test_every_number_of_seconds_or_rate_an_option_takes_has_a_bound() -> None:
             yield path, group.registered_callback.callback
 
     unbounded = []
-    for name, callback in commands(app, "kvtop"):
+    for name, callback in commands(command_line(), "kvtop"):
         for option, hint in typing.get_type_hints(callback, include_extras=True).items():
             if typing.get_origin(hint) is not typing.Annotated:
                 continue

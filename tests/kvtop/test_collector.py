@@ -6,7 +6,7 @@ import logging
 
 from typer.testing import CliRunner
 
-from kvtop.cli.app import app
+from kvtop.cli.app import command_line
 from kvtop.model.cluster import ClusterModel
 from kvtop.sources.live import Collector
 from transport.harness.cluster import ClusterSpec
@@ -55,7 +55,9 @@ def test_a_collector_thread_that_dies_logs_its_traceback_and_status_follow_exits
         raise RuntimeError("a bug in sweep")
 
     monkeypatch.setattr(ClusterModel, "sweep", broken_sweep)
-    result = CliRunner().invoke(app, ["status", "--bootstrap", cluster.endpoint, "--follow", "--interval", "0.2"])
+    result = CliRunner().invoke(
+        command_line(), ["status", "--bootstrap", cluster.endpoint, "--follow", "--interval", "0.2"]
+    )
 
     assert result.exit_code == 1
     assert "the collector stopped: RuntimeError: a bug in sweep" in result.stderr

@@ -12,7 +12,7 @@ from kvtop_cli import kvtop_here
 from typer._click.core import Command  # Typer vendors Click: its classes live here
 from typer.core import TyperGroup, TyperOption
 
-from kvtop.cli.app import app
+from kvtop.cli.app import command_line
 from kvtop.cli.sidecar_cmd import sidecar_app
 
 NAMED = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
@@ -28,7 +28,7 @@ def commands(command: Command, path: tuple[str, ...] = ()) -> Iterator[tuple[tup
             yield from commands(sub, (*path, name))
 
 
-COMMANDS = [*commands(typer.main.get_command(app))]
+COMMANDS = [*commands(typer.main.get_command(command_line()))]
 SIDECAR = typer.main.get_command(sidecar_app)
 
 
@@ -72,3 +72,18 @@ def test_h_and_version_work_from_the_top() -> None:
 
     assert kvtop_here("-h").stdout == kvtop_here("--help").stdout
     assert kvtop_here("--version").stdout == f"kvtop {__version__}\n"
+
+
+@pytest.mark.parametrize("word", sorted(typer.main.get_command(command_line()).commands))
+def test_a_command_built_alone_is_the_command_of_the_whole_app(word: str) -> None:
+    """`kvtop WORD ...` builds only WORD's module: that app has WORD with the same options (and subcommands) as
+    the app of every command, so no command is missing from, or different in, the one a user runs."""
+
+    def shape(command: Command) -> list[tuple[tuple[str, ...], list[tuple[str, ...]]]]:
+        return [(path, sorted(tuple(param.opts) for param in sub.params)) for path, sub in commands(command)]
+
+    whole = typer.main.get_command(command_line()).commands[word]
+    alone = typer.main.get_command(command_line(word))
+
+    assert isinstance(alone, TyperGroup)
+    assert shape(alone.commands[word]) == shape(whole)

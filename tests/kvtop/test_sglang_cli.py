@@ -11,7 +11,7 @@ from kvtop_cli import kvtop, kvtop_here
 from typer.testing import CliRunner
 
 from kvtop.bench.sglang_log import FIRST_ROOM, write_failed_rooms
-from kvtop.cli.app import app
+from kvtop.cli.app import command_line
 from kvtop.model import cluster
 
 pytestmark = pytest.mark.usefixtures("utc")
@@ -104,9 +104,9 @@ def test_json_from_log_files_holds_null_where_a_log_tells_nothing():
     """Logs time no transfer and tell no pid, CPU or memory: those are null in the JSON (never a made-up 0), the
     text shows `-`; what logs do tell (failures, rooms failed) stays a number."""
     runner = CliRunner()
-    status = json.loads(runner.invoke(app, ["status", "--json", "--window", "600", *LOGS]).stdout)
-    ranks = json.loads(runner.invoke(app, ["ranks", "--json", *LOGS]).stdout)
-    text = runner.invoke(app, ["ranks", *LOGS]).stdout
+    status = json.loads(runner.invoke(command_line(), ["status", "--json", "--window", "600", *LOGS]).stdout)
+    ranks = json.loads(runner.invoke(command_line(), ["ranks", "--json", *LOGS]).stdout)
+    text = runner.invoke(command_line(), ["ranks", *LOGS]).stdout
 
     assert (status["rooms_per_s"], status["gbps"], status["failure_rate"]) == (None, None, None)
     assert status["latency_s"] == {"p50": None, "p90": None, "p99": None}
@@ -338,9 +338,9 @@ def test_failures_on_more_failed_rooms_than_the_model_keeps_say_how_many_more_in
     second = calendar.timegm((2026, 1, 2, 0, 0, 1))
     runner = CliRunner()
 
-    text = runner.invoke(app, ["failures", "--sglang-log", str(log)])
-    listed = runner.invoke(app, ["failures", "--json", "--sglang-log", str(log)])
-    since = runner.invoke(app, ["failures", "--json", "--sglang-log", str(log), "--since", str(second)])
+    text = runner.invoke(command_line(), ["failures", "--sglang-log", str(log)])
+    listed = runner.invoke(command_line(), ["failures", "--json", "--sglang-log", str(log)])
+    since = runner.invoke(command_line(), ["failures", "--json", "--sglang-log", str(log), "--since", str(second)])
 
     assert (text.exit_code, listed.exit_code, since.exit_code) == (0, 0, 0), text.stderr
     assert (

@@ -8,7 +8,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from kvtop.cli.app import app
+from kvtop.cli.app import command_line
 from kvtop.cli.source import spec_of
 from kvtop.source import Events, Gap, Said, SourceError, SourceSpec, open_source
 from kvtop.source.logs import LogSource
@@ -82,7 +82,7 @@ def test_a_recording_that_cannot_be_read_is_a_source_error_with_exit_code_2(tmp_
 
 @pytest.mark.parametrize("view", VIEWS)
 def test_every_view_declares_the_source_options_once(view):
-    done = CliRunner().invoke(app, [view, "--help"], terminal_width=200)
+    done = CliRunner().invoke(command_line(), [view, "--help"], terminal_width=200)
 
     assert done.exit_code == 0, done.output
     options_part = done.output.split("Options:", 1)[1]  # the description above may wrap to a line that starts `--x`
@@ -93,7 +93,7 @@ def test_every_view_declares_the_source_options_once(view):
 
 
 def test_a_view_without_a_source_is_a_usage_error_naming_every_kind():
-    done = CliRunner().invoke(app, ["status"])
+    done = CliRunner().invoke(command_line(), ["status"])
 
     assert done.exit_code == 2
     assert "give --bootstrap ADDR" in done.output and "--model" in done.output

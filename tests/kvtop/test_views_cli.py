@@ -230,13 +230,13 @@ def test_ctrl_c_before_a_check_judged_is_unknown_on_stdout(wait_for):
 @pytest.mark.parametrize(
     "library",
     ["numpy/_core/_multiarray_umath", "pydantic_core"],
-    ids=["while-kvtop-loads", "while-the-check-loads-its-source"],
+    ids=["while-the-check-loads-its-model", "while-typer-parses-its-options"],
 )
 def test_ctrl_c_at_any_moment_before_a_check_judged_is_unknown_on_stdout(library: str, wait_for):
     """A Ctrl-C while kvtop's modules loaded printed a traceback and exited 130, one while Typer ran the command
     exited 130 with stdout empty: wherever it lands before the verdict (a bootstrap that never answers: no verdict
     for 30 s), `check` says UNKNOWN on stdout, exit 3, no traceback. The moment: once a library the command loads
-    on its way is mapped (kvtop's own import; the check's source, after Typer took the command)."""
+    on its way is mapped (numpy: the check's model, in its body; pydantic's core: Typer parsing the options)."""
     import signal
 
     command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
