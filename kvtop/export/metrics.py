@@ -277,8 +277,8 @@ class ModelMetrics(Collector):
         ongoing = GaugeMetricFamily(
             "kvtop_incidents_ongoing",
             "Incidents ongoing (a failure group in the last quiet gap), by the class of most of each one's failure "
-            "groups and its suspect's kind (rank, instance, side, client, unknown). Client aborts are suspect_kind "
-            "client.",
+            "groups and its suspect's kind (rank, instance, host, side, client, unknown). Client aborts are "
+            "suspect_kind client.",
             labels=INCIDENT,
         )
         for (reason_class, suspect_kind), count in sorted(
