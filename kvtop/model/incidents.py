@@ -78,9 +78,9 @@ LABELS_KEPT = 16
 SESSIONS_KEPT = 64
 """Decode sessions a multi-node decode's (or a host's) incident remembers (one per rank: eight nodes of eight GPUs)."""
 HOST_LOOKS = 16
-"""The newest incidents of a host's sessions a session that starts failing looks at for one it failed with (a log of
-rooms each naming a new port of one host, hours long, keeps every incident of that host: looking at the 256 each
-time made the fold quadratic in them)."""
+"""The newest incidents of a host's sessions a session that starts failing looks at for one it failed with: those
+near it in time (a log of rooms each naming a new port of one host, hours long, keeps `incidents_kept` incidents of
+that host; a group looks at a few, not at each of them)."""
 SESSIONS_SHOWN = 8
 """The sessions a host's evidence names (the rest counted: `... and 3 more`)."""
 DRAIN_S = 10.0
@@ -423,9 +423,8 @@ class IncidentTracker:
                 self._leads[incident.id] = {part.lead: None}
             else:
                 leads[part.lead] = None
-        if attribution.sessions:
-            self._remember(incident, attribution.sessions)
-            gap = self.quiet_gap_s
+        if attribution.sessions and self._remember(incident, attribution.sessions):  # an incident of one it did not
+            gap = self.quiet_gap_s  # remember yet may be under way (its incidents of those it did, it took in then)
             named = self._with(*(("name", session) for session in incident.sessions))
             if incident.suspect.kind == "instance":  # and a host's incident of the sessions it named
                 named += self._with(*(("session", session) for session in attribution.sessions))
@@ -616,10 +615,12 @@ class IncidentTracker:
         if tallied not in incident.noticed_by:
             self._untag(incident, ("noticed", tallied))
 
-    def _remember(self, incident: Incident, sessions: Iterable[str]) -> None:
-        """The incident remembers these sessions too (`_of_session` asks which incidents remember one)."""
-        _remember(incident.sessions, sessions)
-        self._tag(incident, *(("session", session) for session in incident.sessions))
+    def _remember(self, incident: Incident, sessions: Iterable[str]) -> bool:
+        """The incident remembers these sessions too (`_of_session` asks which incidents remember one); whether it
+        remembers one it did not before."""
+        added = _remember(incident.sessions, sessions)
+        self._tag(incident, *(("session", session) for session in added))
+        return bool(added)
 
     def _lead(self, lead: LeadKey, incident_id: int) -> None:
         """The group of this lead is in this incident (`by_lead`; `_leads` the other way)."""
@@ -828,13 +829,16 @@ def _counted(incident: Incident) -> tuple[int, str, str]:
     return incident.counted if incident.counted[0] else (incident.id, incident.kind, incident.suspect.kind)
 
 
-def _remember(kept: list[str], sessions: Iterable[str]) -> None:
-    """Keep the sessions not kept yet, up to `SESSIONS_KEPT`."""
+def _remember(kept: list[str], sessions: Iterable[str]) -> list[str]:
+    """Keep the sessions not kept yet, up to `SESSIONS_KEPT`; those it kept."""
+    added: list[str] = []
     for session in sessions:
         if len(kept) >= SESSIONS_KEPT:
-            return
+            break
         if session not in kept:
             kept.append(session)
+            added.append(session)
+    return added
 
 
 def _count(counts: dict[str, int], name: str, count: int = 1) -> None:
