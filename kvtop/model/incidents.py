@@ -507,8 +507,11 @@ class IncidentTracker:
         """The `unresponsive` incidents of other decode sessions of `host`, or of the host, that started failing
         within a quiet gap of `ts` (the same seconds: one death of the host's decode side, not a later one): the
         host's first when there is one (the latest to start), else those of single sessions."""
+        tagged = self._tagged.get(("host", host))
+        if not tagged:  # the common case: no other session of its host failed
+            return []
         gap = self.quiet_gap_s
-        newest = islice(reversed(self._tagged.get(("host", host), {})), HOST_LOOKS)  # the newest: the ones near `ts`
+        newest = islice(reversed(tagged), HOST_LOOKS)  # the newest: the ones near `ts`
         near = [
             incident
             for incident in (self.incidents[incident_id] for incident_id in sorted(newest))

@@ -594,8 +594,8 @@ def _on_one_host(
     """A decode rank named by one sender where the room's senders named several decode ranks (sessions) on its host
     (a decode of TP or DP attention over one node, its ranks failed together): the room's decode instance when its
     log was read, else the decode side of that host, not the session its first sender named; with the sessions."""
-    if sum(member.role == "prefill" for member in (group.origin, *group.echoes) if member is not None) < 2:
-        return suspect, evidence, ()  # one sender (most rooms): one session named
+    if not any(echo.role == "prefill" for echo in group.echoes):  # its origin the one sender (most rooms)
+        return suspect, evidence, ()
     sessions = _decode_sessions(group, around)
     if len(sessions) < 2:
         return suspect, evidence, ()
@@ -614,7 +614,8 @@ def session_host(suspect: Suspect) -> str:
         return ""
     if suspect.kind == "host":
         return suspect.name
-    return suspect.name.rpartition(":")[0] if suspect.kind == "rank" and _ADDRESS_NAME.fullmatch(suspect.name) else ""
+    host, _, port = suspect.name.rpartition(":")  # `_ADDRESS_NAME`, without a regex: this runs for every incident
+    return host if suspect.kind == "rank" and host and "/" not in host and port.isdigit() and len(port) <= 5 else ""
 
 
 def _decode_sessions(group: FailureGroup, around: Surroundings) -> tuple[str, ...]:
