@@ -277,7 +277,7 @@ class ModelMetrics(Collector):
         ongoing = GaugeMetricFamily(
             "kvtop_incidents_ongoing",
             "Incidents ongoing (a failure group in the last quiet gap), by the class of most of each one's failure "
-            "groups and its suspect's kind (rank, instance, side, link, client, unknown). Client aborts are "
+            "groups and its suspect's kind (rank, instance, host, side, link, client, unknown). Client aborts are "
             "suspect_kind client.",
             labels=INCIDENT,
         )

@@ -16,6 +16,10 @@ incident of that session (in time, or a standing refusal), unless that session's
 session failed afresh); such an incident of one of its sessions under way as it starts it takes in. So one dead
 decode instance is one incident whichever of its hosts a room names, first or later.
 
+Sessions of one decode host that start failing within `quiet_gap_s` of one another are one incident of that host
+(`_of_host`: a decode of TP or DP attention on one node, dead, names a session per rank), which remembers them as a
+multi-node decode's incident does; a session of it that starts failing later is a new death, its own incident.
+
 Computed incrementally: the model hands each failure to `add()` (a list append on the ingest path) and
 `update()` (from the model's sweep) folds only the rooms those failures touched. A room's groups can change
 as its failures arrive (an echo first, its origin later): the room's earlier parts are taken back out of
@@ -31,7 +35,7 @@ their incidents and its new groups put in, so an incident that only an early ech
 - at most `incidents_kept` incidents, the oldest dropped first; their starts stay counted (`started`).
 
 Time is linear in the groups: a group looks only at the incidents indexed as ones that may take it (by suspect
-name, instance, side, session, noticing rank; an unnamed side's group at the ranks' `unresponsive` incidents of
+name, instance, side, session, host, noticing rank; an unnamed side's group at the ranks' `unresponsive` incidents of
 that side's role, a full pool's at the ranks' alone, never at every key), and an incident taken in hands on only
 its own rooms and group leads, so one `update` of a log whose every room names another peer (an incident each,
 the bound kept at its end) does not walk every incident made so far per group. What is left: a side's or a pool's
@@ -55,7 +59,15 @@ from typing import TypeVar
 import msgspec
 
 from kvtop.model.fold import ABORTED, ROOM_REUSE_S, FailureGroup, Observed, fold_room
-from kvtop.model.suspects import Attribution, Kind, Surroundings, Suspect, attribute, carrying_echo
+from kvtop.model.suspects import (
+    Attribution,
+    Kind,
+    Surroundings,
+    Suspect,
+    attribute,
+    carrying_echo,
+    session_host,
+)
 
 QUIET_GAP_S = 120.0
 """An incident with no new failure group for this long has ended; a later group of its kind and suspect
@@ -68,7 +80,13 @@ FAILURES_PER_ROOM = 256
 LABELS_KEPT = 16
 """Distinct classes, evidence lines and noticing ranks an incident tallies (the rest count as "other")."""
 SESSIONS_KEPT = 64
-"""Decode sessions a multi-node decode's incident remembers (one per rank: eight nodes of eight GPUs)."""
+"""Decode sessions a multi-node decode's (or a host's) incident remembers (one per rank: eight nodes of eight GPUs)."""
+HOST_LOOKS = 16
+"""The newest incidents of a host's sessions a session that starts failing looks at for one it failed with: those
+near it in time (a log of rooms each naming a new port of one host, hours long, keeps `incidents_kept` incidents of
+that host; a group looks at a few, not at each of them)."""
+SESSIONS_SHOWN = 8
+"""The sessions a host's evidence names (the rest counted: `... and 3 more`)."""
 DRAIN_S = 10.0
 """A group whose origin never came joins an incident it was noticing failures of until this long after it."""
 BEFORE_S = 10.0
@@ -84,7 +102,8 @@ IncidentKey = tuple[str, str, str]
 Tag = tuple[str, str]
 """What a lookup asks of an incident (`IncidentTracker._tagged`): ("name", its suspect's), ("instance", name) of an
 instance's `unresponsive` one, ("side", role), ("symptom", ""), ("rank", "") of a rank's `unresponsive` one,
-("session", one it remembers), ("noticed", a rank it tallies as noticing)."""
+("session", one it remembers), ("host", the host of its decode session, or its host), ("noticed", a rank it tallies
+as noticing)."""
 _At = TypeVar("_At", str, tuple[str, str])
 LeadKey = tuple[float, int, str]
 """(ts, room, rank) of a group's lead: which group it is, across refolds that keep its lead."""
@@ -121,8 +140,9 @@ class Incident(msgspec.Struct, gc=False):
     """Set on an incident of a capacity symptom (the instance whose pool filled): a rank's `unresponsive`
     incident under way beside it takes it in."""
     sessions: list[str] = []
-    """The decode sessions (`host:port`) its rooms named on several hosts (a multi-node decode instance's, at most
-    `SESSIONS_KEPT`): a later room that names one of them on one host only joins it (`Attribution.session`)."""
+    """The decode sessions (`host:port`) its rooms named on several hosts (a multi-node decode instance's), or on one
+    host (a host's: the sessions that failed together), at most `SESSIONS_KEPT`: a later room that names one of them
+    joins it (`Attribution.session`)."""
     counted: tuple[int, str, str] = (0, "", "")
     """(id, kind, suspect kind) of the start `started` counts for it: its own, or that of the incident counted first
     that it took in (one cause counted once, where it was counted first: a counter never goes down)."""
@@ -157,9 +177,27 @@ class Incident(msgspec.Struct, gc=False):
         classes, first = self.classes, self.reason_class
         return max(classes, key=lambda name: (classes[name], name == first)) if classes else first
 
+    @property
+    def suspect_text(self) -> str:
+        """Its suspect in words, a host with the count of its sessions that failed (`decode at 10.0.0.7 (4
+        sessions)`)."""
+        if self.suspect.kind != "host":
+            return self.suspect.text
+        more = "+" if len(self.sessions) >= SESSIONS_KEPT else ""
+        return f"{self.suspect.text} ({len(self.sessions)}{more} sessions)"
+
     def headline(self) -> str:
         """`prefill-0/TP1 sends corrupt KV (checksum)`."""
-        return f"{self.suspect.text} {Kind(self.kind).verb} ({self.title_class})"
+        return f"{self.suspect_text} {Kind(self.kind).verb} ({self.title_class})"
+
+    def evidence_lines(self) -> list[str]:
+        """Why the suspect, the most said first; a host's names its sessions that failed first."""
+        lines = [text for text, _ in sorted(self.evidence.items(), key=lambda item: -item[1])]
+        if self.suspect.kind == "host" and self.sessions:
+            more = len(self.sessions) - SESSIONS_SHOWN
+            named = ", ".join(self.sessions[:SESSIONS_SHOWN]) + (f" and {more} more" if more > 0 else "")
+            lines.insert(0, f"its sessions {named} failed together")
+        return lines
 
 
 class Part(msgspec.Struct, frozen=True, array_like=True, gc=False):
@@ -392,19 +430,24 @@ class IncidentTracker:
                 self._leads[incident.id] = {part.lead: None}
             else:
                 leads[part.lead] = None
-        if attribution.sessions:
-            self._remember(incident, attribution.sessions)
-            gap = self.quiet_gap_s
-            ranks = self._with(*(("name", session) for session in incident.sessions))
-            for single in [other for other in ranks if _one_of_its_sessions(other, incident, gap)]:
+        if attribution.sessions and self._remember(incident, attribution.sessions):  # an incident of one it did not
+            gap = self.quiet_gap_s  # remember yet may be under way (its incidents of those it did, it took in then)
+            named = self._with(*(("name", session) for session in incident.sessions))
+            if incident.suspect.kind == "instance":  # and a host's incident of the sessions it named
+                named += self._with(*(("session", session) for session in attribution.sessions))
+            for single in [other for other in named if _one_of_its_sessions(other, incident, gap)]:
                 self._absorb(incident, single)
+        elif attribution.session and incident.suspect.kind == "host":
+            self._remember(incident, (attribution.session,))
         return part
 
     def _joinable(self, attribution: Attribution, ts: float, reason_class: str) -> Incident:
         """The incident a group of this attribution at `ts` joins: a rank's `unresponsive` incident under way that
-        explains it (see `_explains`), else a multi-node decode's that named its session (`_of_session`) unless the
-        session's own started later, else the latest of its own key unless a quiet gap lies between them, else a
-        new one (which takes in the vaguer incidents it explains)."""
+        explains it (see `_explains`), else a multi-node decode's (or a host's) that named its session (`_of_session`)
+        unless the session's own started later, else the latest of its own key unless a quiet gap lies between them,
+        else, for a decode session or host, the host's incident that started in the same seconds (`_of_host`), else a
+        new one (which takes in the vaguer incidents it explains; a host's, the incidents of its sessions that started
+        in the same seconds)."""
         suspect = attribution.suspect
         if attribution.echoed and (named := self._of_suspect(suspect, ts)) is not None:
             return named
@@ -417,19 +460,28 @@ class IncidentTracker:
         latest = self._latest.get(key)
         incident = self.incidents.get(latest) if latest is not None else None
         own = incident if incident is not None and self._takes(incident, ts, attribution.standing) else None
-        instance = self._of_session(attribution, ts) if attribution.session else None
+        sessions = (attribution.session,) * bool(attribution.session)  # one session, or a host's several
+        sessions = attribution.sessions if suspect.kind == "host" else sessions
+        instance = self._of_session(attribution, sessions, ts) if sessions else None
         if instance is not None and (own is None or instance.first_seen >= own.first_seen):
-            return instance  # a multi-node decode's session, unless it failed afresh since
+            return instance  # a multi-node decode's (or a host's) session, unless it failed afresh since
         if own is not None:
             return own
-        earlier = incident is not None and ts < incident.first_seen  # a late group from before the latest one
+        host = session_host(suspect) if sessions and attribution.kind is Kind.UNRESPONSIVE else ""
+        together = self._of_host(host, suspect, ts) if host else []
+        if together and together[0].suspect.kind == "host":
+            return together[0]  # another session of its host started failing in the same seconds
+        if together and suspect.kind == "rank":  # one incident each of other sessions of its host: the host's
+            suspect, key = Suspect("host", host, "decode"), (str(attribution.kind), "host", host)
+            latest = self._latest.get(key)
+        earlier = latest is not None and latest in self.incidents and ts < self.incidents[latest].first_seen
         incident = Incident(
             self.next_id, str(attribution.kind), suspect, ts, ts, reason_class, symptom_of=attribution.symptom_of
         )
         self.next_id += 1
         self.incidents[incident.id] = incident
         self._index(incident)
-        if not earlier:
+        if not earlier:  # not a late group from before the latest one
             self._set_latest(key, incident.id)
         started = (incident.kind, suspect.kind)
         self.started[started] = self.started.get(started, 0) + 1
@@ -438,6 +490,8 @@ class IncidentTracker:
             explained = [other for other in beside if _explains(incident, other, self.quiet_gap_s)]
             for vaguer in [other for other in explained if self._alone_explains(incident, other)]:
                 self._absorb(incident, vaguer)
+        for single in together if suspect.kind == "host" else ():  # the sessions of its host that failed with it
+            self._absorb(incident, single)
         return incident
 
     def _takes(self, incident: Incident, ts: float, standing: bool) -> bool:
@@ -446,15 +500,33 @@ class IncidentTracker:
         gap = self.quiet_gap_s
         return incident.first_seen - gap <= ts <= incident.last_seen + gap or (standing and ts >= incident.first_seen)
 
-    def _of_session(self, attribution: Attribution, ts: float) -> Incident | None:
-        """The incident of its kind, of a multi-node decode instance whose rooms named the session a group suspects,
-        that takes the group at `ts` (`_takes`), the latest to start of several."""
+    def _of_session(self, attribution: Attribution, sessions: Iterable[str], ts: float) -> Incident | None:
+        """The incident of its kind, of a multi-node decode instance (or of a host) whose rooms named a session a group
+        suspects, that takes the group at `ts` (`_takes`), the latest to start of several."""
         named = [
             incident
-            for incident in self._with(("session", attribution.session))
+            for incident in self._with(*(("session", session) for session in sessions))
             if incident.kind == attribution.kind and self._takes(incident, ts, attribution.standing)
         ]
         return max(named, key=lambda incident: incident.first_seen, default=None)
+
+    def _of_host(self, host: str, suspect: Suspect, ts: float) -> list[Incident]:
+        """The `unresponsive` incidents of other decode sessions of `host`, or of the host, that started failing
+        within a quiet gap of `ts` (the same seconds: one death of the host's decode side, not a later one): the
+        host's first when there is one (the latest to start), else those of single sessions."""
+        tagged = self._tagged.get(("host", host))
+        if not tagged:  # the common case: no other session of its host failed
+            return []
+        gap = self.quiet_gap_s
+        newest = islice(reversed(tagged), HOST_LOOKS)  # the newest: the ones near `ts`
+        near = [
+            incident
+            for incident in (self.incidents[incident_id] for incident_id in sorted(newest))
+            if incident.kind == Kind.UNRESPONSIVE and incident.suspect != suspect
+            and abs(incident.first_seen - ts) <= gap
+        ]  # fmt: skip
+        hosts = [incident for incident in near if incident.suspect.kind == "host"]
+        return [max(hosts, key=lambda incident: incident.first_seen)] if hosts else near
 
     def _explaining(self, attribution: Attribution, ts: float) -> Incident | None:
         """The one rank's `unresponsive` incident under way at `ts` that explains a vaguer attribution (an
@@ -554,10 +626,12 @@ class IncidentTracker:
         if tallied not in incident.noticed_by:
             self._untag(incident, ("noticed", tallied))
 
-    def _remember(self, incident: Incident, sessions: Iterable[str]) -> None:
-        """The incident remembers these sessions too (`_of_session` asks which incidents remember one)."""
-        _remember(incident.sessions, sessions)
-        self._tag(incident, *(("session", session) for session in incident.sessions))
+    def _remember(self, incident: Incident, sessions: Iterable[str]) -> bool:
+        """The incident remembers these sessions too (`_of_session` asks which incidents remember one); whether it
+        remembers one it did not before."""
+        added = _remember(incident.sessions, sessions)
+        self._tag(incident, *(("session", session) for session in added))
+        return bool(added)
 
     def _lead(self, lead: LeadKey, incident_id: int) -> None:
         """The group of this lead is in this incident (`by_lead`; `_leads` the other way)."""
@@ -626,7 +700,8 @@ class IncidentTracker:
             cause.rooms[room] = cause.rooms.get(room, 0) + count
         cause.room_count += vaguer.room_count
         cause.rooms_complete = cause.rooms_complete and vaguer.rooms_complete
-        self._remember(cause, vaguer.sessions)
+        single = (vaguer.suspect.name,) if cause.suspect.kind == "host" and vaguer.suspect.kind == "rank" else ()
+        self._remember(cause, (*single, *vaguer.sessions))  # a host's remembers the sessions of those it took in
         for room in vaguer.rooms:  # a tracked room's parts are in the rooms listed (only untracked ones leave)
             tracked = self._tracked.get(room)
             if tracked is not None and any(part.incident == vaguer.id for part in tracked.parts):
@@ -695,6 +770,8 @@ def _tags(incident: Incident) -> list[Tag]:
             tags.append((suspect.kind, suspect.name if suspect.kind == "instance" else ""))
         elif suspect.kind == "side":
             tags.append(("side", suspect.role))
+        if host := session_host(suspect):  # a decode session's, or a host's: `_of_host`
+            tags.append(("host", host))
     return tags
 
 
@@ -714,12 +791,17 @@ def _explains(cause: Incident, vague: Incident, quiet_gap_s: float) -> bool:
 
 
 def _one_of_its_sessions(single: Incident, instance: Incident, quiet_gap_s: float) -> bool:
-    """Whether an incident is of one session that a multi-node decode's incident of its kind named, under way when
-    that one started (a room that named sessions on that host only came first): its groups are the instance's. One
-    that started later is the session failing afresh (`IncidentTracker._joinable`)."""
+    """Whether an incident is of one session that a multi-node decode's (or a host's) incident of its kind named, or
+    of a host whose sessions a multi-node decode's named, under way when that one started (a room that named
+    sessions on that host only came first): its groups are the instance's. One that started later is the session
+    failing afresh (`IncidentTracker._joinable`)."""
+    suspect = single.suspect
+    if suspect.kind == "host":
+        named = instance.suspect.kind == "instance" and any(session in instance.sessions for session in single.sessions)
+    else:
+        named = suspect.kind == "rank" and suspect.name in instance.sessions
     return (
-        single is not instance and single.suspect.kind == "rank" and single.suspect.name in instance.sessions
-        and single.kind == instance.kind
+        single is not instance and named and single.kind == instance.kind
         and instance.first_seen - quiet_gap_s <= single.last_seen and single.first_seen <= instance.first_seen
     )  # fmt: skip
 
@@ -781,13 +863,16 @@ def _forget(index: dict[_At, dict[IncidentKey, None]], at: _At, key: IncidentKey
             del index[at]
 
 
-def _remember(kept: list[str], sessions: Iterable[str]) -> None:
-    """Keep the sessions not kept yet, up to `SESSIONS_KEPT`."""
+def _remember(kept: list[str], sessions: Iterable[str]) -> list[str]:
+    """Keep the sessions not kept yet, up to `SESSIONS_KEPT`; those it kept."""
+    added: list[str] = []
     for session in sessions:
         if len(kept) >= SESSIONS_KEPT:
-            return
+            break
         if session not in kept:
             kept.append(session)
+            added.append(session)
+    return added
 
 
 def _count(counts: dict[str, int], name: str, count: int = 1) -> None:

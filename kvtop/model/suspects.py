@@ -12,7 +12,8 @@ The origin of a group is who *noticed*; its suspect is what *broke*, with the ev
    decode rank at S; `Failed to send kv chunk of R to P` -> the decode rank at P (named S when its sender said
    `Session S failed.` with it: Mooncake's two addresses of one decode rank); either, where the room's prefill
    ranks name decode ranks on several hosts (one decode instance over several nodes) -> the room's decode
-   instance, else the decode side at every host named (`_decode_hosts`); a decode timeout -> the
+   instance, else the decode side at every host named (`_decode_hosts`), or several on one host (a decode of TP
+   or DP attention on one node) -> the room's decode instance, else that host; a decode timeout -> the
    room's prefill side; a prefill timeout -> the room's decode side (the instance when the room's link
    names it, else "the decode side of prefill-0"); a peer lost that the reason does not name (NIXL's
    `NIXL_ERR_REMOTE_DISCONNECT`) -> the room's other side; a consensus timeout -> the rank it waited for; a
@@ -240,7 +241,8 @@ SILENT_BEFORE_S = 5.0
 
 class Suspect(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """What most likely broke: a `rank` or an `instance` (by label, or by address where only the logs name it),
-    the unnamed other `side` of an instance, the `client`, or `unknown` (`name`: the instance that noticed)."""
+    the unnamed other `side` of an instance, a `host` (the ranks of a role on it: several decode sessions of one
+    host that failed together), the `client`, or `unknown` (`name`: the instance that noticed)."""
 
     kind: str
     name: str
@@ -248,8 +250,9 @@ class Suspect(msgspec.Struct, frozen=True, array_like=True, gc=False):
 
     @property
     def text(self) -> str:
-        """`prefill-0/TP1`, `prefill at 10.0.0.7:8998`, `decode at 10.0.0.7, 10.0.0.8`, `the decode side of
-        prefill-0`, `the link between prefill-0 and decode-0`, `the client`, `unknown (noticed by decode-0)`."""
+        """`prefill-0/TP1`, `prefill at 10.0.0.7:8998`, `decode at 10.0.0.7, 10.0.0.8`, `decode at 10.0.0.7` (a
+        host), `the decode side of prefill-0`, `the link between prefill-0 and decode-0`, `the client`, `unknown
+        (noticed by decode-0)`."""
         if self.kind == "client":
             return "the client"
         if self.kind == "unknown":
@@ -259,6 +262,8 @@ class Suspect(msgspec.Struct, frozen=True, array_like=True, gc=False):
         if self.kind == "link":
             prefill, _, decode = self.name.partition(LINK_JOIN)
             return f"the link between {_end_text(prefill, 'prefill')} and {_end_text(decode, 'decode')}"
+        if self.kind == "host":
+            return f"{self.role} at {self.name}"
         if self.role and (_ADDRESS_NAME.fullmatch(self.name) or _HOSTS_NAME.fullmatch(self.name)):
             return f"{self.role} at {self.name}"
         return self.name
@@ -305,8 +310,8 @@ class Attribution(msgspec.Struct, frozen=True, gc=False):
     blacklists the session at its first failed send and fails every later room to it at once): one cause however
     long the quiet between its rooms."""
     sessions: tuple[str, ...] = ()
-    """The decode sessions (`host:port`, each prefill rank's peer) a room named on several hosts: a multi-node decode
-    instance's, which its incident remembers (`Incident.sessions`)."""
+    """The decode sessions (`host:port`, each prefill rank's peer) a room named, several: a multi-node decode
+    instance's on several hosts, or those of one host, which its incident remembers (`Incident.sessions`)."""
     session: str = ""
     """The decode session (`host:port`) suspected by a room that named sessions on one host only: an incident of a
     multi-node decode instance whose rooms named it may take the group (`IncidentTracker._joinable`)."""
@@ -687,7 +692,7 @@ def _across_hosts(
     decode instance when its log was read, else the decode side at every host named; with the sessions named."""
     hosts = _decode_hosts(group, suspect.name.rpartition(":")[0])
     if len(hosts) < 2:
-        return suspect, evidence, ()
+        return _on_one_host(group, suspect, evidence, around)
     more = len(hosts) - HOSTS_SHOWN
     named = ", ".join(hosts[:HOSTS_SHOWN]) + (f" and {more} more" if more > 0 else "")
     if evidence == SESSION_NOT_ALIVE:
@@ -696,6 +701,36 @@ def _across_hosts(
         evidence = f"sending to its ranks on {named} failed"
     decode = _link_of(around, group.room)[1]
     return Suspect("instance", decode or named, "decode"), evidence, _decode_sessions(group, around)
+
+
+def _on_one_host(
+    group: FailureGroup, suspect: Suspect, evidence: str, around: Surroundings
+) -> tuple[Suspect, str, tuple[str, ...]]:
+    """A decode rank named by one sender where the room's senders named several decode ranks (sessions) on its host
+    (a decode of TP or DP attention over one node, its ranks failed together): the room's decode instance when its
+    log was read, else the decode side of that host, not the session its first sender named; with the sessions."""
+    if not any(echo.role == "prefill" for echo in group.echoes):  # its origin the one sender (most rooms)
+        return suspect, evidence, ()
+    sessions = _decode_sessions(group, around)
+    if len(sessions) < 2:
+        return suspect, evidence, ()
+    host = suspect.name.rpartition(":")[0]
+    if evidence == SESSION_NOT_ALIVE:
+        evidence = f"{_SESSIONS_ON}{host} are not alive"
+    else:
+        evidence = f"sending to its ranks on {host} failed"
+    decode = _link_of(around, group.room)[1]
+    return Suspect("instance", decode, "decode") if decode else Suspect("host", host, "decode"), evidence, sessions
+
+
+def session_host(suspect: Suspect) -> str:
+    """The host of a decode suspect named by address: a session (`host:port`: one rank) or a host; "" otherwise."""
+    if suspect.role != "decode":
+        return ""
+    if suspect.kind == "host":
+        return suspect.name
+    host, _, port = suspect.name.rpartition(":")  # `_ADDRESS_NAME`, without a regex: this runs for every incident
+    return host if suspect.kind == "rank" and host and "/" not in host and port.isdigit() and len(port) <= 5 else ""
 
 
 def _decode_sessions(group: FailureGroup, around: Surroundings) -> tuple[str, ...]:

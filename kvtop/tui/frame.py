@@ -124,9 +124,9 @@ class IncidentRow:
     @classmethod
     def of(cls, incident: Incident, now: float, quiet_gap_s: float) -> IncidentRow:
         return cls(
-            incident.id, incident.headline(), incident.suspect.text, incident.kind, incident.title_class,
+            incident.id, incident.headline(), incident.suspect_text, incident.kind, incident.title_class,
             incident.room_count, incident.origins, incident.echoes, incident.first_seen, incident.last_seen,
-            incident.ongoing(now, quiet_gap_s), incident.client, _most_first(incident.evidence),
+            incident.ongoing(now, quiet_gap_s), incident.client, tuple(incident.evidence_lines()),
             _most_first(incident.noticed_by), incident.roomless,
         )  # fmt: skip
 

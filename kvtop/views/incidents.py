@@ -72,8 +72,8 @@ def incident_json(incident: Incident, now: float, quiet_gap_s: float) -> dict[st
         "classes": dict(sorted(incident.classes.items(), key=lambda item: -item[1])),
         "headline": incident.headline(),
         "suspect": incident.suspect.as_dict(),
-        "suspect_text": incident.suspect.text,
-        "evidence": [text for text, _ in sorted(incident.evidence.items(), key=lambda item: -item[1])],
+        "suspect_text": incident.suspect_text,
+        "evidence": incident.evidence_lines(),
         "client": incident.client,
         "rooms": list(incident.rooms),  # JSON integers, as every room id kvtop writes (docs/json.md)
         "room_count": incident.room_count,
@@ -114,14 +114,14 @@ def render(
     reason)."""
     dated = spans_days([incident.first_seen for incident in incidents] + [now])
     width = len(stamp(0.0, dated)) - 4
-    named = min(_SUSPECT_MAX, max([_SUSPECT_WIDTH, *(len(incident.suspect.text) for incident in incidents)]))
+    named = min(_SUSPECT_MAX, max([_SUSPECT_WIDTH, *(len(incident.suspect_text) for incident in incidents)]))
     lines = [
         f"{'STATE':<8} {'SUSPECT':<{named}} {'WHAT':<18} {'CLASS':<18} {'ROOMS':>6} {'SINCE':<{width}} "
         f"{'FOR':>8} {'ORIGINS/ECHOES':>15}  EVIDENCE"
     ]
     for incident in incidents:
-        evidence = max(incident.evidence.items(), key=lambda item: item[1])[0] if incident.evidence else ""
-        suspect = fit_label(incident.suspect.text, named)  # past the widest column, an address keeps its port
+        evidence = next(iter(incident.evidence_lines()), "")
+        suspect = fit_label(incident.suspect_text, named)  # past the widest column, an address keeps its port
         lines.append(
             f"{_state_cell(incident, now, quiet_gap_s):<8} {suspect:<{named}} "
             f"{Kind(incident.kind).verb:<18} {incident.title_class:<18} {_rooms_cell(incident):>6} "

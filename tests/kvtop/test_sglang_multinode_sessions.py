@@ -139,14 +139,15 @@ def test_send_failures_to_both_nodes_then_dead_sessions_are_one_incident(tmp_pat
     ]
 
 
-def test_sessions_on_one_decode_host_still_name_the_first_senders_session(tmp_path: Path):
-    """Node 0's prefill log alone names sessions on one host: read as before, the session its origin named."""
+def test_sessions_on_one_decode_host_name_that_host(tmp_path: Path):
+    """Node 0's prefill log alone names sessions on one host: the decode side of that host (its four ranks' sessions
+    failed together), not the session the room's origin named (test_sglang_host_sessions.py)."""
     log = tmp_path / "prefill.log"
     log.write_text("".join(room_lines(ts, room, range(1, 5)) for ts, room in FAILED))
 
     found = incidents(["--sglang-log", str(log)])
 
-    assert [(i["suspect_text"], i["room_count"]) for i in found] == [(f"decode at {session(1)}", 3)]
+    assert [(i["suspect_text"], i["room_count"]) for i in found] == [(f"decode at {NODE0} (4 sessions)", 3)]
 
 
 def test_a_suspect_named_by_many_hosts_lists_the_first_eight(tmp_path: Path):
@@ -192,7 +193,7 @@ def test_a_later_room_naming_one_host_of_the_decode_joins_its_incident(tmp_path:
     ]
     assert LATER_ROOM in found[0]["rooms"]
     assert sorted(found[0]["evidence"]) == [
-        "its session is not alive",
+        f"its sessions on {NODE0} are not alive",  # the later room's: four sessions of node 0
         f"its sessions on {NODE0}, {NODE1} are not alive",
     ]
 
