@@ -270,7 +270,9 @@ class IncidentTracker:
                 for part in tracked.parts:
                     self._take_out(part, emptied)
             tracked.failures += new
-            tracked.last_ts = max(tracked.last_ts, max(failure.ts for failure in new))
+            for failure in new:  # a loop: no generator per room
+                if failure.ts > tracked.last_ts:
+                    tracked.last_ts = failure.ts
             self.newest = max(self.newest, tracked.last_ts)
             tracked.parts = [self._put_in(group, around) for group in room_groups(room, tracked.failures)]
             self._tracked[room] = tracked
@@ -456,22 +458,25 @@ class IncidentTracker:
         it noticed most failures of then."""
         if attribution.unseen_origin:
             return self._of_origin(attribution.unseen_origin, ts)
+        if not self._causes:  # no rank's `unresponsive` incident is kept (most logs' groups): none explains it
+            return None
         vague = Incident(0, str(attribution.kind), attribution.suspect, ts, ts, "", symptom_of=attribution.symptom_of)
 
         def causes(keys: Iterable[IncidentKey]) -> list[Incident]:
-            """Up to two of the rank's `unresponsive` incidents of these keys of `_latest` that explain it."""
+            """Up to two of the rank's `unresponsive` incidents of these keys (of `_causes`) that explain it: which
+            two is of no matter, only whether one alone does."""
             explaining = (
                 incident
-                for kind, suspect_kind, name in keys
-                if kind == Kind.UNRESPONSIVE and suspect_kind == "rank"
-                and (incident := self.incidents.get(self._latest[kind, suspect_kind, name])) is not None
+                for key in keys
+                if (incident := self.incidents.get(self._latest[key])) is not None
                 and _explains(incident, vague, self.quiet_gap_s)
             )  # fmt: skip
             return list(islice(explaining, 2))
 
         suspect = attribution.suspect
         if attribution.symptom_of or suspect.kind == "side":  # a rank of its own instance first, else of any
-            found = causes(self._causes.get(attribution.symptom_of, {})) or causes(self._latest)
+            every = (key for keys in self._causes.values() for key in keys)  # `_latest`'s keys of such incidents
+            found = causes(self._causes.get(attribution.symptom_of, {})) or causes(every)
         elif suspect.kind == "instance":  # a rank of that instance
             found = causes(self._causes.get(suspect.name, {}))
         else:
