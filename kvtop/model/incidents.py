@@ -315,7 +315,9 @@ class IncidentTracker:
                 for part in tracked.parts:
                     self._take_out(part, emptied)
             tracked.failures += new
-            tracked.last_ts = max(tracked.last_ts, max(failure.ts for failure in new))
+            for failure in new:  # a loop: no generator per room
+                if failure.ts > tracked.last_ts:
+                    tracked.last_ts = failure.ts
             self.newest = max(self.newest, tracked.last_ts)
             tracked.parts = [self._put_in(group, around) for group in room_groups(room, tracked.failures)]
             self._tracked[room] = tracked
@@ -535,10 +537,13 @@ class IncidentTracker:
         it noticed most failures of then."""
         if attribution.unseen_origin:
             return self._of_origin(attribution.unseen_origin, ts)
+        if not self._causes:  # no rank's `unresponsive` incident is kept (most logs' groups): none explains it
+            return None
         vague = Incident(0, str(attribution.kind), attribution.suspect, ts, ts, "", symptom_of=attribution.symptom_of)
 
         def causes(keys: Iterable[IncidentKey]) -> list[Incident]:
-            """Up to two of the rank's `unresponsive` incidents of these keys of `_latest` that explain it."""
+            """Up to two of the rank's `unresponsive` incidents of these keys (of `_causes`) that explain it: which
+            two is of no matter, only whether one alone does."""
             explaining = (
                 incident
                 for key in keys

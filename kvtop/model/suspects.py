@@ -574,6 +574,33 @@ def carrying_echo(group: FailureGroup) -> Observed | None:
     return next((echo for echo in group.echoes if echo.suspect), None)
 
 
+_HELD: dict[re.Pattern[str], str] = {
+    _BOOTSTRAP_ADDR: " connection with prefill instance (bootstrap_addr: ",
+    _DOWN_AT: " is healthy before, but now it is down",
+    _FETCH_FROM: "Could not fetch prefill ",
+    _SESSION: " is not alive",
+    _SEND_TO: "Failed to send ",
+    _SEND_TO_PREFILL: " to prefill ",
+    _SILENT_RANK: "Lost connection with rank ",
+    _VOTE_OF: "waiting for the vote of rank ",
+    _JOIN: "waiting for every rank of ",
+}
+"""What every match of each pattern a failure's reason is searched for holds: looked for first (most reasons hold
+none, and each regex was a search of every origin's reason)."""
+_RULES = (
+    (_BOOTSTRAP_ADDR, "instance", "prefill", HEARTBEAT_LOST),
+    (_DOWN_AT, "instance", "prefill", HEARTBEAT_LOST),
+    (_FETCH_FROM, "instance", "prefill", BOOTSTRAP_UNANSWERED),
+    (_SESSION, "rank", "decode", SESSION_NOT_ALIVE),
+    (_SEND_TO, "rank", "decode", "sending to it failed"),  # `_decode_rank_at` names it by its session
+    (_SEND_TO_PREFILL, "rank", "prefill", "sending to it failed"),
+    (_SILENT_RANK, "rank", "", "stopped voting in its instance"),
+    (_VOTE_OF, "rank", "", "never voted on the room"),
+    (_JOIN, "instance", "", "not every rank joined"),
+)
+"""`_by_rules`' suspects named in a reason, in order: (pattern, suspect kind, role ("": the origin's), evidence)."""
+
+
 def _by_rules(origin: Observed, room: int, around: Surroundings) -> tuple[Suspect, str]:
     """The domain's rules for an origin that names no suspect (SGLang logs; agents of older versions)."""
     reason, name = origin.reason, origin.reason_class
@@ -591,25 +618,15 @@ def _by_rules(origin: Observed, room: int, around: Surroundings) -> tuple[Suspec
             evidence = f"a chunk from prefill rank {sender[1]} failed its checksum"
             return _rank(f"{prefill}/TP{sender[1]}" if prefill else sender[2], "prefill"), evidence
         return _other_side(origin, room, around), "what prefill sent failed its checksum"
-    for pattern, kind, role, evidence in (
-        (_BOOTSTRAP_ADDR, "instance", "prefill", HEARTBEAT_LOST),
-        (_DOWN_AT, "instance", "prefill", HEARTBEAT_LOST),
-        (_FETCH_FROM, "instance", "prefill", BOOTSTRAP_UNANSWERED),
-        (_SESSION, "rank", "decode", SESSION_NOT_ALIVE),
-        (_SEND_TO, "rank", "decode", "sending to it failed"),  # `_decode_rank_at` names it by its session
-        (_SEND_TO_PREFILL, "rank", "prefill", "sending to it failed"),
-        (_SILENT_RANK, "rank", origin.role, "stopped voting in its instance"),
-        (_VOTE_OF, "rank", origin.role, "never voted on the room"),
-        (_JOIN, "instance", origin.role, "not every rank joined"),
-    ):
-        found = pattern.search(reason)
+    for pattern, kind, role, evidence in _RULES:
+        found = pattern.search(reason) if _HELD[pattern] in reason else None
         if found and pattern is _SEND_TO:
             return Suspect(kind, _decode_rank_at(found[1], origin, around), role), evidence
         prefill = _link_of(around, room)[0] if found and pattern is _SEND_TO_PREFILL else ""
         if found and prefill and not _ADDRESS_NAME.fullmatch(prefill):  # a rank's endpoint: its instance's log
             return Suspect("instance", prefill, role), f"sending to its rank at {found[1]} failed"
         if found:
-            return Suspect(kind, found[1], role), evidence
+            return Suspect(kind, found[1], role or origin.role), evidence
     if name in _TIMEOUTS:
         waited = "the KV never came" if origin.role == "decode" else "the transfer request never came"
         return _other_side(origin, room, around), f"{waited} ({name})"
@@ -640,7 +657,7 @@ def room_peer(role: str, instance: str, reason: str, ts: float, around: Surround
     instance by its bootstrap address, a prefill rank's decode rank by its session (a send's address: the session
     its sender said failed with it, as `_decode_rank_at`); "" where it names none, or no `host:port`."""
     for pattern in _PEERS_NAMED.get(role, ()):
-        found = pattern.search(reason)
+        found = pattern.search(reason) if _HELD[pattern] in reason else None
         address = _PEER_ADDRESS.fullmatch(found[1].strip()) if found else None
         if address is None or int(address[1]) > 65535:
             continue

@@ -30,7 +30,7 @@ class Timeline:
         """One value at `ts` (a failure: low volume, no numpy call)."""
         bucket = int(ts // self.bucket_s)
         slot = bucket % len(self.ids)
-        held = int(self.ids[slot])
+        held = self.ids.item(slot)  # a Python int: a third of `int()` of numpy's scalar
         if held != bucket:
             if held > bucket:  # the slot holds a newer bucket: `ts` left the window
                 return
@@ -42,7 +42,7 @@ class Timeline:
         """One value at `ts` counted in `source` that belongs in `target` (nothing once `ts` left the window)."""
         bucket = int(ts // self.bucket_s)
         slot = bucket % len(self.ids)
-        if int(self.ids[slot]) == bucket:
+        if self.ids.item(slot) == bucket:
             self.sums[slot, source] -= 1.0
             self.sums[slot, target] += 1.0
 
@@ -58,7 +58,7 @@ class Timeline:
         slots = buckets % len(self.ids)
         for bucket in sorted(set(buckets.tolist())):  # a batch spans a bucket or two (np.unique loads numpy.ma)
             slot = bucket % len(self.ids)
-            held = int(self.ids[slot])
+            held = self.ids.item(slot)
             if held < bucket:
                 self.ids[slot] = bucket
                 self.sums[slot] = 0.0

@@ -21,7 +21,7 @@ from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import Observed, fold_room
 from kvtop.model.incidents import QUIET_GAP_S, IncidentTracker, room_groups
 from kvtop.model.shapes import STALE_S
-from kvtop.model.suspects import Suspect
+from kvtop.model.suspects import _HELD, Suspect
 from kvtop.record.keyframes import capture, restore
 from kvtop.views.check import Thresholds
 from kvtop.views.failures import render_groups
@@ -775,3 +775,14 @@ def test_a_tracker_restored_from_a_keyframe_looks_incidents_up_as_the_live_one_d
         ("prefill-0/TP1", "corrupt", 2),
         ("prefill-2/TP3", "unresponsive", 2),
     ]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_a_reason_a_suspect_rule_names_a_peer_in_holds_the_text_looked_for_before_its_regex(data: st.DataObject):
+    """The rules that name a suspect in a failure's reason (`_by_rules`, `room_peer`) search it with a rule's regex
+    only where it holds that rule's text: every match of the regex holds it."""
+    pattern = data.draw(st.sampled_from(list(_HELD)))
+    reason = data.draw(st.from_regex(pattern))
+    assert pattern.search(reason)
+    assert _HELD[pattern] in reason

@@ -384,14 +384,27 @@ def _layout(message: str) -> NodeOf | None:
     return node if node.tp_ranks else None
 
 
+_glog_last: tuple[str, re.Match[str] | None, re.Match[str] | None] = ("", None, None)
+
+
+def _glog_of(message: str) -> tuple[re.Match[str] | None, re.Match[str] | None]:
+    """(PyTorch's rank prefix, the glog line after it or at the start) of a message: the last message's are kept,
+    as `glog_year` and `classify` both ask them of each undated line."""
+    global _glog_last
+    last = _glog_last  # one read: another thread's line may replace it
+    if last[0] is not message:
+        torch = _TORCH_RANK.match(message)
+        last = _glog_last = (message, torch, _GLOG.match(message, torch.end() if torch else 0))
+    return last[1], last[2]
+
+
 def glog_year(message: str, near: float, latest: bool = False) -> int:
     """The year to date a glog line (a PyTorch C++ one too) in `message` by, for it prints none: of `near`'s year
     (the time its log last told) and those either side, the one that puts the line nearest `near`, so that an
     `E1231` line after SGLang's `[2026-01-01 ...` is of 2025; `latest` (`near` is its file's time, which no line of
     it is after): the latest year not past it. `near`'s year for any other line, and where no year dates the line."""
     year = time.localtime(near).tm_year
-    torch = _TORCH_RANK.match(message)
-    glog = _GLOG.match(message, torch.end() if torch else 0)
+    glog = _glog_of(message)[1]
     if glog is None:
         return year
     try:  # the years either side date it a year (365-366 days, give or take an hour of DST) further off
@@ -433,17 +446,24 @@ _ADDRESS = re.compile(r"[^\s:]{1,253}:(\d{1,5})|\[[0-9A-Fa-f:.]{2,45}(?:%[\w.@-]
 link-local one has one: `[fe80::1%eth0]`) and a port."""
 
 
+_lost_last: tuple[str, str | None] = ("", None)
+
+
 def lost_prefill(text: str) -> str | None:
     """The bootstrap address (`host:port`) of the prefill instance a decode rank's line says it lost
     (`Lost`/`Losing connection with prefill instance (bootstrap_addr: X)`); None for any other line, and for an
     address that is no `host:port` with a port up to 65535 (it would name a rank)."""
+    global _lost_last
     if "connection with prefill instance (" not in text:  # what every match holds: asked of every failure's reason
         return None
+    last = _lost_last  # one read: another thread's line may replace it
+    if last[0] is text:  # a lost connection's line is asked twice (its announcement, the peer it names)
+        return last[1]
     match = _LOST.search(text)
     address = _ADDRESS.fullmatch(match[1].strip()) if match else None
-    if address is None or int(address[1] or address[2]) > 65535:
-        return None
-    return address[0]
+    found = None if address is None or int(address[1] or address[2]) > 65535 else address[0]
+    _lost_last = (text, found)
+    return found
 
 
 def is_glog(text: str) -> bool:
@@ -688,8 +708,7 @@ def _room(digits: str) -> int:
 def _transport_library(message: str, year: int) -> ContextLine | None:
     """A Mooncake/NIXL glog line, a UCX line or an Ascend MemFabric error line (they carry their own time, never a
     room); a PyTorch C++ line whose process dies with it (its NCCL watchdog's), its rank's crash."""
-    torch = _TORCH_RANK.match(message)
-    glog = _GLOG.match(message, torch.end() if torch else 0)
+    torch, glog = _glog_of(message)
     if glog and torch and any(fatal in glog[7] for fatal in _TORCH_FATAL):
         tp = int(torch[1])
         if tp > RANK_TAG_MAX:

@@ -184,9 +184,11 @@ def _role_named(name: str) -> str:
 def _unbelievable(told: float | None, record: Record | None) -> float | None:
     """The time a line tells (its prefix's, or a glog or UCX line's own) where it cannot be a log's
     (`clocks.believable`); None when it can, or tells none."""
-    for ts in (told, None if record is None or isinstance(record, ServerArgsLine) else record.ts):
-        if ts is not None and not believable(ts):
-            return ts
+    if told is not None and not believable(told):
+        return told
+    own = None if record is None or isinstance(record, ServerArgsLine) else record.ts
+    if own is not None and own != told and not believable(own):  # most records tell their prefix's time: asked once
+        return own
     return None
 
 
@@ -645,9 +647,10 @@ class SGLangLogs:
             ts, file.instance or file.spec.path.name, record.tp, record.kind, record.room, record.text, record.pp
         )
         self.context.append(context)
-        if context.transport_error:
+        transport_error = context.transport_error
+        if transport_error:
             self.errors.append(context)
-        if record.kind in RANK_EVENT_KINDS or (context.transport_error and _tells_suspects(record.text)):
+        if record.kind in RANK_EVENT_KINDS or (transport_error and _tells_suspects(record.text)):
             self._rank_event(file, record, ts, pending)  # its rank's (a sidecar publishes it with the rank's)
         elif self.fresh_context is not None and record.kind != BOOTSTRAP_ERROR:  # that one: once unclaimed
             self.fresh_context.append(context)
