@@ -67,7 +67,7 @@ class CpuMeter:
             return spent
         by_thread: dict[str, float] = {}
         for (pid, tid), (name, seconds) in ended.items():
-            group = _group(name, pid == tid)
+            group = thread_group(name, pid == tid)
             by_thread[group] = by_thread.get(group, 0.0) + seconds - self._threads.get((pid, tid), (name, 0.0))[1]
         by_thread["exited"] = max(0.0, spent - sum(by_thread.values()))
         self.by_thread = by_thread
@@ -78,7 +78,8 @@ class CpuMeter:
         return Leg(seconds, self.stop(), self.by_thread)
 
 
-def _group(name: str, first: bool) -> str:
+def thread_group(name: str, first: bool) -> str:
+    """The group (`THREAD_GROUPS`) of a thread by its kernel name; `first`: the process's first thread."""
     if first:
         return "main"
     return next((group for start, group in THREAD_GROUPS if name.startswith(start)), "other")

@@ -47,7 +47,8 @@ from transport.wire import (
 
 _BATCH = 64
 _NOBLOCK = int(zmq.NOBLOCK)
-_RCVMORE = int(zmq.RCVMORE)
+_RCVMORE = zmq.RCVMORE
+"""The enum member, not its int: pyzmq converts an int option to its enum by a lookup on every question."""
 _RESOLVE_RETRY_S = 0.25
 
 

@@ -1,0 +1,114 @@
+"""CPU per chunk of each thread of a whole transfer, kvtop's engines against the least work: the engine loop included.
+
+`scripts/chunk_path.py` drives the sides' chunk functions directly; this script runs the legs of
+`kvtop bench transfer` as they are (a prefill process and a decode rank, both engine threads, ZeroMQ's I/O
+threads, the bench's schedulers; the least work with end-to-end page checksums, `run_floor(..., "page")`),
+alternated, and splits each leg's CPU by process and thread: thread CPU us per 1 MiB chunk (user and all) and
+voluntary context switches per chunk (each one a wake-up: the thread slept, in a poll or a blocking receive).
+Figures are medians over the rounds. The CPU clock ticks at 10 ms: a 2 GiB run resolves ~5 us a chunk.
+
+    .venv/bin/python scripts/engine_cost.py               # 5 rounds of 32 rooms of 64 MiB
+    .venv/bin/python scripts/engine_cost.py --rounds 3 --rooms 48
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from collections.abc import Callable
+
+import kvtop.bench.baselines as baselines
+import kvtop.bench.transfer as transfer
+from kvtop.bench.cpu import CpuMeter, Leg, thread_group
+from transport.kv.memory import keep_receive_buffers
+from transport.sockets import data_frame_bound
+
+CHUNK = 1 << 20
+ROOM = 64 << 20
+Sample = tuple[str, float, float, int]
+"""A thread's (group, CPU seconds, user seconds, voluntary context switches) so far."""
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+def _threads(pids: list[int]) -> dict[tuple[int, int], Sample]:
+    threads = {}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            base = f"/proc/{pid}/task/{tid}"
+            try:
+                with open(f"{base}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+                with open(f"{base}/comm") as comm:
+                    name = comm.read().strip()
+                with open(f"{base}/status") as status:
+                    switches = next(int(line.split()[1]) for line in status if line.startswith("voluntary_ctxt"))
+            except (OSError, StopIteration):  # the thread ended meanwhile
+                continue
+            user, system = int(fields[11]) / _TICKS_PER_S, int(fields[12]) / _TICKS_PER_S
+            threads[(pid, int(tid))] = (thread_group(name, pid == int(tid)), user + system, user, switches)
+    return threads
+
+
+class _Meter(CpuMeter):
+    """The bench's meter, keeping each thread's CPU and wake-ups by process (the first process measured is the
+    receiving side, where the leg's timer runs)."""
+
+    last: dict[str, tuple[float, float, int]] = {}
+
+    def start(self) -> None:
+        self._begun = _threads([process.pid for process in self._processes])
+        super().start()
+
+    def stop(self) -> float:
+        spent = super().stop()
+        receiver = self._processes[0].pid
+        totals: dict[str, tuple[float, float, int]] = {}
+        for key, (group, cpu, user, switches) in _threads([process.pid for process in self._processes]).items():
+            _, cpu0, user0, switches0 = self._begun.get(key, (group, 0.0, 0.0, 0))
+            name = f"{'decode' if key[0] == receiver else 'prefill'} {group}"
+            was = totals.get(name, (0.0, 0.0, 0))
+            totals[name] = (was[0] + cpu - cpu0, was[1] + user - user0, was[2] + switches - switches0)
+        _Meter.last = totals
+        return spent
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5, help="alternated rounds; figures are medians")
+    parser.add_argument("--rooms", type=int, default=32, help="rooms of 64 MiB per run (the first warms up)")
+    args = parser.parse_args()
+    transfer.CpuMeter = baselines.CpuMeter = _Meter  # type: ignore[attr-defined]  # the legs' timed windows
+    total = ROOM * args.rooms
+    window = transfer._config(CHUNK, True).window_bytes
+    keep_receive_buffers(data_frame_bound(CHUNK, baselines.page_bytes(CHUNK)), window)
+    pool = transfer.pool_bytes(CHUNK, ROOM)
+    legs: dict[str, Callable[[], Leg]] = {
+        "kvtop": lambda: transfer.run_kvtop(CHUNK, ROOM, args.rooms),
+        "least work": lambda: baselines.run_floor(CHUNK, total, window, pool, "page"),
+    }
+    runs: dict[str, list[dict[str, tuple[float, float, int]]]] = {name: [] for name in legs}
+    gbps: dict[str, list[float]] = {name: [] for name in legs}
+    for _ in range(args.rounds):
+        for name, leg in legs.items():
+            gbps[name].append(total / leg().seconds / 1e9)
+            runs[name].append(_Meter.last)
+    chunks = total / CHUNK
+    print(f"thread CPU us per {CHUNK >> 20} MiB chunk (user), wake-ups per chunk; medians of {args.rounds} rounds:")
+    for name, samples in runs.items():
+        print(f"  {name}: {statistics.median(gbps[name]):.2f} GB/s")
+        for thread in sorted({thread for sample in samples for thread in sample}):
+            figures = [sample.get(thread, (0.0, 0.0, 0)) for sample in samples]
+            cpu, user, wakes = (statistics.median(f[i] for f in figures) for i in range(3))
+            if cpu or wakes > 0.05 * chunks:
+                print(f"    {thread:20s} {cpu / chunks * 1e6:6.1f} ({user / chunks * 1e6:5.1f})  {wakes / chunks:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
