@@ -14,14 +14,13 @@ Figures are medians over the rounds. The CPU clock ticks at 10 ms: a 2 GiB run r
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 from collections.abc import Callable
 
 import kvtop.bench.baselines as baselines
 import kvtop.bench.transfer as transfer
-from kvtop.bench.cpu import CpuMeter, Leg, thread_group
+from kvtop.bench.cpu import CpuMeter, Leg, thread_group, thread_times
 from transport.kv.memory import keep_receive_buffers
 from transport.sockets import data_frame_bound
 
@@ -29,30 +28,13 @@ CHUNK = 1 << 20
 ROOM = 64 << 20
 Sample = tuple[str, float, float, int]
 """A thread's (group, CPU seconds, user seconds, voluntary context switches) so far."""
-_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
 def _threads(pids: list[int]) -> dict[tuple[int, int], Sample]:
-    threads = {}
-    for pid in pids:
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            base = f"/proc/{pid}/task/{tid}"
-            try:
-                with open(f"{base}/stat") as stat:
-                    fields = stat.read().rsplit(")", 1)[1].split()
-                with open(f"{base}/comm") as comm:
-                    name = comm.read().strip()
-                with open(f"{base}/status") as status:
-                    switches = next(int(line.split()[1]) for line in status if line.startswith("voluntary_ctxt"))
-            except (OSError, StopIteration):  # the thread ended meanwhile
-                continue
-            user, system = int(fields[11]) / _TICKS_PER_S, int(fields[12]) / _TICKS_PER_S
-            threads[(pid, int(tid))] = (thread_group(name, pid == int(tid)), user + system, user, switches)
-    return threads
+    return {
+        (pid, tid): (thread_group(times.name, pid == tid), times.user_s + times.system_s, times.user_s, times.switches)
+        for (pid, tid), times in thread_times(pids, switches=True).items()
+    }
 
 
 class _Meter(CpuMeter):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import psutil
 
@@ -49,7 +50,7 @@ class CpuMeter:
     def __init__(self, *pids: int | None) -> None:
         self._processes = [psutil.Process()] + [psutil.Process(pid) for pid in pids if pid is not None]
         self._started = 0.0
-        self._threads: dict[tuple[int, int], tuple[str, float]] = {}
+        self._threads: dict[tuple[int, int], ThreadTimes] = {}
         self.by_thread: dict[str, float] = {}
 
     def _now(self) -> float:
@@ -57,18 +58,20 @@ class CpuMeter:
 
     def start(self) -> None:
         self.by_thread = {}
-        self._threads = _thread_seconds([process.pid for process in self._processes])
+        self._threads = thread_times([process.pid for process in self._processes])
         self._started = self._now()
 
     def stop(self) -> float:
         spent = self._now() - self._started
-        ended = _thread_seconds([process.pid for process in self._processes])
+        ended = thread_times([process.pid for process in self._processes])
         if not ended:
             return spent
         by_thread: dict[str, float] = {}
-        for (pid, tid), (name, seconds) in ended.items():
-            group = thread_group(name, pid == tid)
-            by_thread[group] = by_thread.get(group, 0.0) + seconds - self._threads.get((pid, tid), (name, 0.0))[1]
+        for (pid, tid), times in ended.items():
+            group = thread_group(times.name, pid == tid)
+            begun = self._threads.get((pid, tid), ThreadTimes(times.name, 0.0, 0.0))
+            seconds = times.user_s + times.system_s - begun.user_s - begun.system_s
+            by_thread[group] = by_thread.get(group, 0.0) + seconds
         by_thread["exited"] = max(0.0, spent - sum(by_thread.values()))
         self.by_thread = by_thread
         return spent
@@ -88,8 +91,18 @@ def thread_group(name: str, first: bool) -> str:
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _thread_seconds(pids: list[int]) -> dict[tuple[int, int], tuple[str, float]]:
-    """{(pid, tid): (kernel name, CPU seconds so far)} of every live thread of `pids` ({} without `/proc`)."""
+class ThreadTimes(NamedTuple):
+    """A thread's kernel name, CPU seconds in user and in system mode so far, and voluntary context switches (each a
+    wake-up after it slept; -1 when not asked for)."""
+
+    name: str
+    user_s: float
+    system_s: float
+    switches: int = -1
+
+
+def thread_times(pids: list[int], switches: bool = False) -> dict[tuple[int, int], ThreadTimes]:
+    """{(pid, tid): its times} of every live thread of `pids` ({} without `/proc`); `switches`: read them too."""
     threads = {}
     for pid in pids:
         try:
@@ -97,14 +110,20 @@ def _thread_seconds(pids: list[int]) -> dict[tuple[int, int], tuple[str, float]]
         except OSError:
             continue
         for tid in tids:
+            base = f"/proc/{pid}/task/{tid}"
             try:
-                with open(f"/proc/{pid}/task/{tid}/stat") as stat:
+                with open(f"{base}/stat") as stat:
                     fields = stat.read().rsplit(")", 1)[1].split()
-                with open(f"/proc/{pid}/task/{tid}/comm") as comm:
+                with open(f"{base}/comm") as comm:
                     name = comm.read().strip()
-            except OSError:  # the thread ended meanwhile
+                woken = -1
+                if switches:
+                    with open(f"{base}/status") as status:
+                        woken = next(int(line.split()[1]) for line in status if line.startswith("voluntary_ctxt"))
+            except (OSError, StopIteration):  # the thread ended meanwhile
                 continue
-            threads[(pid, int(tid))] = (name, (int(fields[11]) + int(fields[12])) / _TICKS_PER_S)
+            user, system = int(fields[11]) / _TICKS_PER_S, int(fields[12]) / _TICKS_PER_S
+            threads[(pid, int(tid))] = ThreadTimes(name, user, system, woken)
     return threads
 
 

@@ -258,6 +258,13 @@ def test_a_rank_that_was_silent_itself_is_the_suspect_of_the_peers_it_then_judge
 def _full_pool_then_silent_decode(model: ClusterModel, rooms: range) -> None:
     """Rooms of decode-0 waiting; prefill-0's full pool refuses room 9 (T0+1); decode-0/TP1 loses its TP0 (T0+5);
     the prefill, alive, times out the other rooms in Bootstrapping (T0+10)."""
+    _full_pool_then_a_lost_rank(model, rooms)
+    _prefill_times_out(model, rooms[1:])
+
+
+def _full_pool_then_a_lost_rank(model: ClusterModel, rooms: range) -> None:
+    """Rooms of decode-0 waiting; prefill-0's full pool refuses room 9 (T0+1); decode-0/TP1 loses its TP0 (T0+5),
+    swept at T0+5.5 while the prefill stays alive."""
     for room in rooms:
         deliver(model, "decode-0/TP0", [RoomState(T0, room, int(KVPoll.WaitingForInput), 1, "prefill-0")], T0)
     full = origin(T0 + 1, 9, "prefill-0/TP0", "Prefill rank 0 refused room 9: its KV pool is full", "refused",
@@ -269,7 +276,11 @@ def _full_pool_then_silent_decode(model: ClusterModel, rooms: range) -> None:
     for beat in (3.0, 5.0, 7.5):  # the prefill stays alive
         deliver(model, "prefill-0/TP0", [Heartbeat(T0 + beat, {}, 0, 0, 0.0, 0, 0.0)], T0 + beat)
     model.sweep(T0 + 5.5)
-    for room in rooms[1:]:
+
+
+def _prefill_times_out(model: ClusterModel, rooms: range) -> None:
+    """prefill-0/TP0 times these rooms out in Bootstrapping (T0+10)."""
+    for room in rooms:
         timeout = origin(T0 + 10, room, "prefill-0/TP0", f"Request {room} timed out after 10.0s in "
                          "KVPoll.Bootstrapping", "timeout_bootstrap")  # fmt: skip
         deliver(model, "prefill-0/TP0", [timeout], T0 + 10)
@@ -328,23 +339,10 @@ def test_the_ongoing_gauge_shows_an_incident_under_its_class_of_now_alone_and_dr
             for sample in family.samples
         }
 
-    for room in range(1, 5):
-        deliver(model, "decode-0/TP0", [RoomState(T0, room, int(KVPoll.WaitingForInput), 1, "prefill-0")], T0)
-    full = origin(T0 + 1, 9, "prefill-0/TP0", "Prefill rank 0 refused room 9: its KV pool is full", "refused",
-                  "prefill-0/TP0")  # fmt: skip
-    deliver(model, "prefill-0/TP0", [full], T0 + 1)
-    lost = origin(T0 + 5, 1, "decode-0/TP1", "Lost connection with rank decode-0/TP0 of this instance",
-                  "peer_lost", "decode-0/TP0")  # fmt: skip
-    deliver(model, "decode-0/TP1", [lost], T0 + 5)
-    for beat in (3.0, 5.0, 7.5):  # the prefill stays alive
-        deliver(model, "prefill-0/TP0", [Heartbeat(T0 + beat, {}, 0, 0, 0.0, 0, 0.0)], T0 + beat)
+    _full_pool_then_a_lost_rank(model, range(1, 5))
     now = T0 + 5.5
-    model.sweep(now)
     refused = ongoing()
-    for room in range(2, 5):
-        timeout = origin(T0 + 10, room, "prefill-0/TP0", f"Request {room} timed out after 10.0s in "
-                         "KVPoll.Bootstrapping", "timeout_bootstrap")  # fmt: skip
-        deliver(model, "prefill-0/TP0", [timeout], T0 + 10)
+    _prefill_times_out(model, range(2, 5))
     now = T0 + 10.5
     model.sweep(now)
     timed_out = ongoing()
