@@ -156,19 +156,27 @@ def relay(
         raise fail(server.error)
 
 
+def _bind_problem(error: Exception) -> str:
+    """`Address already in use: tcp://127.0.0.1:P` of a failed bind (the relay binds two or three: which one), or
+    what else failed."""
+    import zmq
+
+    if isinstance(error, zmq.ZMQError) and error.errno:
+        address = error.strerror.partition(" (addr=")[2].removesuffix(")").strip("'\"")
+        return f"{zmq.strerror(error.errno)}: {address}" if address else zmq.strerror(error.errno)
+    return str(error)
+
+
 def _started(make: Callable[[], Relay], stop: threading.Event) -> Relay | None:
     """The relay `make` opens, its upstreams discovered (exit 1 when its sockets cannot be bound or an upstream
     does not answer); None when `stop` was set meanwhile and the discovery failed (it is closed)."""
-    import zmq
-
     from transport.errors import BootstrapError
     from transport.registration import agent_problem
 
     try:
         server = make()
     except Exception as error:  # a bind that failed (address in use, bad interface): one line
-        why = zmq.strerror(error.errno) if isinstance(error, zmq.ZMQError) and error.errno else error  # (addr=...)
-        raise fail(f"cannot open the relay's sockets: {why}") from None
+        raise fail(f"cannot open the relay's sockets: {_bind_problem(error)}") from None
     problem = agent_problem(server.entry)
     if problem:
         server.close()
