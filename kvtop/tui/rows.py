@@ -240,10 +240,10 @@ def room_line(view: RoomView, frame: Frame, palette: Palette) -> Text:
     return line.text()
 
 
-def event_line(label: str, event: Event, level: str, palette: Palette) -> Text:
-    """One event of the tail, styled by the level it shows at."""
+def event_line(label: str, event: Event, level: str, palette: Palette, dated: bool = True) -> Text:
+    """One event of the tail, styled by the level it shows at (not `dated`: its time of day alone)."""
     style = {"error": palette.error, "warning": palette.warning, "debug": palette.dim}.get(level, "")
-    return Text(to_line(label, event, level), style=style)
+    return Text(to_line(label, event, level, dated), style=style)
 
 
 def clock(ts: float, dated: bool = False) -> str:

@@ -17,6 +17,7 @@ import msgspec
 
 from kvtop.model.dates import local_date_time
 from kvtop.model.suspects import BOOTSTRAP_ERROR, CRASH_KINDS
+from kvtop.views.times import stamp
 from transport.kvpoll import KVPoll
 from transport.plane.events import (
     AbortEvent,
@@ -105,11 +106,12 @@ def snapshot_events(events: Sequence[Event]) -> list[Event]:
     return sorted((e for e in events if type(e) is RoomState or type(e) is Failure), key=lambda e: e.ts)
 
 
-def to_line(agent: str, event: Event, level: str = "") -> str:
+def to_line(agent: str, event: Event, level: str = "", dated: bool = True) -> str:
     """`2026-11-30 12:01:22.123 decode-0/TP1 ERROR   failure room=... text` (`level`: the shown one, default
-    the raw one)."""
+    the raw one; not `dated`: the time of day alone, for a list whose every line is of one day)."""
     level = level or raw_level(event)
-    return f"{_stamp(event.ts)} {agent:<16} {level.upper():<7} {_KIND[type(event)]:<9} {_describe(event)}"
+    when = _stamp(event.ts) if dated else stamp(event.ts)
+    return f"{when} {agent:<16} {level.upper():<7} {_KIND[type(event)]:<9} {_describe(event)}"
 
 
 def to_json(agent: str, event: Event, level: str = "") -> str:

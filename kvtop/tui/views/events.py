@@ -1,4 +1,5 @@
-"""The live event tail: every agent's events as log lines, debug (echoes, room traffic) hidden by default (`l`)."""
+"""The live event tail: every agent's events as log lines, debug (echoes, room traffic) hidden by default (`l`); the
+date is left out while every line and the frame's now fall on one day."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from kvtop.tui.rows import Palette, event_line
 from kvtop.tui.widgets.line import Line
 from kvtop.tui.widgets.row_list import RowList
 from kvtop.views.event_lines import to_line
+from kvtop.views.times import spans_days
 
 
 class EventsView(Vertical):
@@ -36,16 +38,18 @@ class EventsView(Vertical):
         )
         tail = self.query_one("#events-list", RowList)
         following = tail.count == 0 or tail.cursor >= tail.count - 1
+        ends = (row(events, 0), row(events, len(events) - 1)) if events else ()
+        dated = spans_days([frame.now, *(shown[1].ts for shown in ends if shown is not None)])  # else 11 columns more
 
         def line(index: int) -> Text | None:
             shown = row(events, index)
-            return None if shown is None else event_line(*shown, palette)
+            return None if shown is None else event_line(*shown, palette, dated)
 
         def key(index: int) -> Hashable:
             """What the row shows (its text and level, in the palette): a frame whose visible rows show what
             they showed repaints nothing (events come as copies from the model process: no identity to keep)."""
             shown = row(events, index)
-            return None if shown is None else (to_line(*shown), shown[2], palette)
+            return None if shown is None else (to_line(*shown, dated=dated), shown[2], palette)
 
         tail.set_rows(len(events), line, key)
         if following:

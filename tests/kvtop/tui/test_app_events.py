@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from tui_support import (
@@ -184,7 +185,7 @@ def test_the_events_view_lists_events_in_time_order_not_in_the_order_they_arrive
     seen: dict[str, list[str]] = {}
 
     def stamps(rows: list[str]) -> list[str]:
-        return [row[:23] for row in rows if row.strip()]
+        return [_when(row) for row in rows if row.strip()]
 
     async def scenario(pilot):
         tail = app.query_one("#events-list", RowList)
@@ -206,5 +207,35 @@ def test_the_events_view_lists_events_in_time_order_not_in_the_order_they_arrive
     events = journal_events(source)
     assert len(seen["info"]) == sum(shown(e, "info") for _, e in events) and len(seen["debug"]) == len(events)
     for name, lines_seen in seen.items():
-        assert lines_seen == sorted(lines_seen, key=lambda line: line[:23]), name
+        assert lines_seen == sorted(lines_seen, key=_when), name
     assert any("room=4242904" in line for line in seen["debug"][:-1])  # not at the end, where it arrived
+
+
+def _when(line: str) -> str:
+    """An event line's time (`2026-11-30 12:01:22.123`, or `12:01:22.123` where the list leaves the day out)."""
+    stamp = re.match(r"(\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d\.\d{3}", line)
+    assert stamp is not None, line
+    return stamp.group()
+
+
+def test_the_events_view_leaves_the_date_out_while_every_line_is_of_one_day(app: KvtopApp, source: FixtureSource):
+    """At 80 columns the date, rank, level and kind left a line ~20 columns of what happened; a tail whose lines
+    and now fall on one day shows the time alone, and once a line of another day is in it every line is dated."""
+    yesterday = RoomState(FIXED_NOW - 86_400 * 2, 4242905, int(KVPoll.Transferring), int(KVPoll.WaitingForInput))
+    seen: dict[str, list[str]] = {}
+
+    async def scenario(pilot):
+        tail = app.query_one("#events-list", RowList)
+        await pilot.press("e", "l")
+        await next_frame(pilot)
+        seen["one day"] = [row for row in lines(tail) if row.strip()]
+        with source.lock:
+            batch = EventBatch(EVENT_SCHEMA, "decode", "decode-0", 0, 1, 10_001, FIXED_NOW, [yesterday])
+            source.model.apply("decode-0/TP0", batch, FIXED_NOW)
+        await next_frame(pilot)
+        seen["two days"] = [row for row in lines(tail) if row.strip()]
+
+    drive(app, scenario)
+
+    assert seen["one day"] and all(re.match(r"\d\d:\d\d:\d\d\.\d{3} ", row) for row in seen["one day"])
+    assert seen["two days"] and all(re.match(r"\d{4}-\d\d-\d\d \d\d:", row) for row in seen["two days"])
