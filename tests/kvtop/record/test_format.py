@@ -284,3 +284,17 @@ def test_a_segment_missing_between_others_is_said(tmp_path: Path) -> None:
                            "seg-0000000000000009-000001.kvr", "seg-0000000000000010-000002.kvr"]  # fmt: skip
     assert missing_segments(ring_then_a_new_run) == 0
     assert missing_segments(["seg-1-000001.kvr", "seg-2-000004.kvr", "seg-3-000001.kvr", "seg-4-000003.kvr"]) == 3
+
+
+def test_the_bootstrap_refusals_replay_with_their_role_and_time_for_the_check_to_judge() -> None:
+    """A recording kept the refused lines only, so a check on it could not tell a decode rank's refusal a second
+    before the replayed instant from a prefill rank's an hour before: their role and time are recorded too."""
+    why = "decode-0/TP0: registered from 10.0.0.9, but incarnation 7 from 10.0.0.3 holds it live (from 10.0.0.9)"
+    said = Accounted(3611.0, {}, {}, {}, [why], 0, 0, bootstrap_refusals=[(why, "decode", 3610.0)])
+    model = ClusterModel()
+    (replayed,) = OPS_DECODER.decode(msgspec.msgpack.encode([said]))
+    apply_op(model, replayed)
+
+    assert model.intake.refusal_explaining(3611.0, 60.0, "decode") == why
+    assert model.intake.refusal_explaining(3611.0, 60.0, "prefill") == ""
+    assert model.intake.refusal_explaining(3611.0 + 3600, 60.0, "decode") == ""
