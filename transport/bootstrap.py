@@ -49,7 +49,7 @@ import zmq
 from transport.config import Role
 from transport.counters import Counters, rejection_names
 from transport.curve import CurveKeys, dialing, serving
-from transport.errors import BootstrapError, CallAbandoned, FrameRejected
+from transport.errors import BootstrapError, CallAbandoned, FrameRejected, RegistrationRefused
 from transport.limits import cannot_open
 from transport.reach import why_silent
 from transport.registration import RELAY_ROLE, Network, entry_name, registration_problem
@@ -449,7 +449,7 @@ class BootstrapClient:
                 self.counters.reject(rejected.reason)
                 continue
             if isinstance(reply, Refusal):
-                raise BootstrapError(f"{self.service} {self.endpoint} refused: {reply.message}")
+                raise RegistrationRefused(f"{self.service} {self.endpoint} refused: {reply.message}")
             if reply.req_id == request.req_id and isinstance(reply, expected):
                 return reply
         if self._answered_before:

@@ -16,6 +16,7 @@ from transport import BootstrapClient, BootstrapServer
 from transport.counters import Counters, rejection_names
 from transport.errors import BootstrapError
 from transport.kv.routes import RESOLVE_RETRY_S, RouteBook
+from transport.plane.registrar import Registrar
 from transport.registration import foreign_endpoint
 from transport.wire import (
     AgentInfo,
@@ -246,3 +247,20 @@ def test_each_refusal_is_listed_with_its_ranks_role_and_age_and_a_hosts_roles_ap
     ]
     assert listing.refused == [note.line for note in listing.refusals]
     assert all(0 <= note.age_s < 60 for note in listing.refusals)
+
+
+def test_a_sidecars_refused_rank_holds_up_no_other_ranks_refresh(bootstrap, zmq_context, wait_for):
+    """A registrar stopped at the first refusal: the ranks after a refused one were never refreshed and expired.
+    Each rank's problem is its own (`problems`, by label), for its heartbeat to say."""
+    bad = msgspec.structs.replace(GOOD, instance="bad-0", data_endpoint="tcp://169.254.0.1:1")
+    registrar = Registrar(bootstrap.endpoint, lambda: [bad, GOOD], zmq_context).start()
+    try:
+        wait_for(lambda: registrar.registered, what="a registration accepted")
+        with BootstrapClient(bootstrap.endpoint) as client:
+            listed = client.list_agents()
+        problems = dict(registrar.problems)
+    finally:
+        registrar.close()
+
+    assert listed == [GOOD]
+    assert list(problems) == ["bad-0/TP0"] and "is link-local" in problems["bad-0/TP0"]
