@@ -70,6 +70,9 @@ HWM = 100_000
 UPSTREAM_HWM = 10_000
 """Messages queued per upstream (XSUB pipe), as an agent's own PUB queues: the relay's memory stays bounded
 by agents x this, and the proxy drains the pipes far faster than agents fill them."""
+BAD_ENTRIES_KEPT = 4096
+"""Unusable entries remembered so that one listed every round is counted once (a bootstrap's entries at most; one
+forgotten past them is counted again when listed again)."""
 _CONTROL_TIMEOUT_MS = 5000
 _STATS = ("received", "received_bytes", "subscriptions", "forwarded", "forwarded_bytes")
 RELAY_COUNTERS = (
@@ -197,6 +200,8 @@ class Relay:
         )  # fmt: skip
         """This relay's listing entry (role `relay`): what the bootstrap and its own ROUTER list."""
         self._book = Book()
+        self._bad_seen: dict[str, bool] = {}
+        """Unusable entries counted (`bad_entries`), `name: why`, the latest listed last."""
         self._wanted: set[str] = set()
         self._answered: set[str] = set()
         """Upstreams (the bootstrap, relays) that answered a listing: one that stops is said to, without a hint
@@ -417,12 +422,19 @@ class Relay:
             errors.append(str(error))
 
     def _usable(self, agents: list[AgentInfo], refused: list[str]) -> list[AgentInfo]:
+        """`agents` a reader may dial; each other one is named in `refused` and counted once (`bad_entries`), not
+        once per round that lists it."""
         usable = []
         for agent in agents:
             problem = agent_problem(agent)
             if problem:
-                self.counters.add("bad_entries")
-                refused.append(f"{entry_name(agent)}: {problem}")
+                line = f"{entry_name(agent)}: {problem}"
+                if self._bad_seen.pop(line, False) is False:
+                    self.counters.add("bad_entries")
+                self._bad_seen[line] = True  # the newest last: the oldest is forgotten first
+                if len(self._bad_seen) > BAD_ENTRIES_KEPT:
+                    del self._bad_seen[next(iter(self._bad_seen))]
+                refused.append(line)
             else:
                 usable.append(agent)
         return usable
