@@ -58,6 +58,7 @@ from kvtop.record.records import (
     Swept,
 )
 from kvtop.record.segment import SEGMENT_HEADERS, SegmentWriter, block_bytes, index_path
+from transport.bootstrap import REFUSED_KEPT
 from transport.plane.events import EventBatch, Snapshot
 from transport.thread_names import name_os_thread
 from transport.wire import AgentInfo
@@ -263,12 +264,13 @@ class Recorder:
             or last.upstream_kept != intake.upstream_kept
             or last.upstream_relay != intake.upstream_relay
             or last.bootstrap_refusals != _refusals(intake)
+            or last.bootstrap_replaced != intake.bootstrap_replaced[-REFUSED_KEPT:]
         ):
             self._last_account = account = Accounted(
                 now, dict(intake.counters), dict(intake.bad_entries), dict(intake.bootstrap_counters),
                 list(intake.bootstrap_refused), model.gaps, model.rejected_frames, intake.error,
                 dict(intake.unreachable), intake.upstream_relay, list(intake.upstream_errors),
-                list(intake.upstream_kept), _refusals(intake),
+                list(intake.upstream_kept), _refusals(intake), intake.bootstrap_replaced[-REFUSED_KEPT:],
             )  # fmt: skip
             self._pending.append(account)
 
