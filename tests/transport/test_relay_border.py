@@ -219,3 +219,21 @@ def test_an_unusable_entry_listed_every_round_is_counted_once(zmq_context, wait_
 
     assert listing.counters["bad_entries"] == 1
     assert [line.partition(":")[0] for line in listing.refused] == ["bad-0/TP0"]
+
+
+def test_a_view_through_the_relay_gets_the_bootstraps_refusals_with_their_role_and_age(bootstrap, relay, wait_for):
+    """The relay listed its own unusable entries as `refused` and none of its bootstrap's refusals: a view through it
+    never said why a rank was missing (`check` could name none). They pass on, their ages grown as they wait."""
+    bad = msgspec.structs.replace(RANK, role="decode", instance="decode-0", data_endpoint="tcp://169.254.0.1:1")
+    with BootstrapClient(bootstrap.endpoint, timeout_s=2.0) as client, pytest.raises(BootstrapError):
+        client.register(bad)
+
+    def listed() -> AgentList | None:
+        with BootstrapClient(relay.address, timeout_s=2.0, service="relay") as client:
+            listing = client.listing()
+        return listing if listing.refusals else None
+
+    listing = wait_for(listed, 10.0, "the bootstrap's refusal listed by the relay")
+    (note,) = listing.refusals
+    assert (note.role, note.line.partition(":")[0]) == ("decode", "decode-0/TP0") and 0 <= note.age_s < 60
+    assert listing.refused == [note.line]

@@ -60,7 +60,7 @@ from transport.plane.events import EventBatch, Heartbeat
 from transport.plane.snapshot_broker import BROKER_COUNTERS, Book, Route, SnapshotBroker
 from transport.registration import RELAY_ROLE, agent_problem, endpoint_problem, entry_name
 from transport.sockets import LIST_FRAME, SMALL_FRAME, SUBSCRIPTION_FRAME, bind, decode_waiting, open_socket
-from transport.wire import LISTED_BY_RELAY, AgentInfo, AgentList, FrameDecoder, cut_text, encode
+from transport.wire import LISTED_BY_RELAY, AgentInfo, AgentList, FrameDecoder, RefusedNote, cut_text, encode
 
 log = logging.getLogger("transport.plane.relay")
 
@@ -327,6 +327,8 @@ class Relay:
         """Which upstream listed each agent (the last one that did)."""
         expired: dict[str, AgentInfo] = {}
         refused: list[str] = []
+        refusals: list[RefusedNote] = []
+        """The upstreams' refused registrations: a view through the relay names them as one on the bootstrap does."""
         endpoints = set(self.connect)
         relays = 0
         errors: list[str] = []
@@ -344,6 +346,7 @@ class Relay:
             endpoints.add(relay.event_endpoint)
             reported.extend(cut_text(f"via {address}: {error}") for error in listing.upstream_errors)
             kept.update(listing.kept)
+            refusals.extend(listing.refusals)
             for agent in self._usable(listing.agents, refused):
                 agents[agent.label] = agent
                 origin[agent.label] = address
@@ -352,6 +355,7 @@ class Relay:
         if self.bootstrap:
             listing = self._list(self.bootstrap, timeout_s, strict, errors, "bootstrap")
             if listing is not None:
+                refusals.extend(listing.refusals)
                 if self.register:
                     self._register(timeout_s, errors)
                 for agent in self._usable(listing.agents, refused):
@@ -372,7 +376,8 @@ class Relay:
         listed, left_live = _within(_interleaved(agents, origin), LIVE_BYTES)
         gone, left_expired = _within(list(expired.values()), MAX_LISTING_BYTES - LIVE_BYTES)
         self._set_counter("listing_left_out", left_live + left_expired)
-        refused = _kept(refused, "more unusable entries")
+        refusals = refusals[-REFUSED_KEPT:]
+        refused = _kept([note.line for note in refusals] + refused, "more unusable entries")
         if left_live or left_expired:
             refused.append(
                 f"{left_live} live and {left_expired} expired entries left out: the upstreams' listings joined take "
@@ -380,7 +385,8 @@ class Relay:
             )
         down = _kept([cut_text(error) for error in errors] + reported, "more upstream errors")
         shown = {agent.label for agent in listed}
-        self._book = Book(routes, listed, gone, refused, down, sorted(label for label in kept if label in shown))
+        self._book = Book(routes, listed, gone, refused, down, sorted(label for label in kept if label in shown),
+                          refusals, time.monotonic())  # fmt: skip
         self.error = "; ".join(errors)
         self.counters.add("discovery_errors", len(errors))
         self._set_counter("upstream_agents", len(agents))
