@@ -46,9 +46,10 @@ from typing import TypeVar
 
 import zmq
 
+from transport.config import Role
 from transport.counters import Counters, rejection_names
 from transport.curve import CurveKeys, dialing, serving
-from transport.errors import BootstrapError, CallAbandoned, FrameRejected
+from transport.errors import BootstrapError, CallAbandoned, FrameRejected, RegistrationRefused
 from transport.limits import cannot_open
 from transport.reach import why_silent
 from transport.registration import RELAY_ROLE, Network, entry_name, registration_problem
@@ -65,10 +66,12 @@ from transport.wire import (
     FrameDecoder,
     ListAgents,
     Refusal,
+    RefusedNote,
     Register,
     Registered,
     Resolve,
     Route,
+    cut_text,
     encode,
 )
 
@@ -91,7 +94,7 @@ MAX_PER_CLIENT = MAX_ENTRIES // 4
 """Entries one client may hold (live, and expired ones apart): a flood from one address takes a quarter of
 the service at most."""
 REFUSED_KEPT = 16
-"""Clients whose latest refusal is kept (the oldest goes first)."""
+"""Clients (and roles) whose latest refusal is kept (the oldest goes first)."""
 EXPIRED_KEPT_S = 600.0
 """How long an expired entry is still listed as gone (until its rank registers again)."""
 MAX_LISTING_BYTES = MAX_CONTROL_FRAME - (256 << 10)
@@ -132,8 +135,9 @@ class BootstrapServer(ServiceThread):
         )  # fmt: skip
         self._replacements: dict[_Key, str] = {}
         """The latest new incarnations that took an entry (`_replaced`'s lines), the newest last."""
-        self._refusals: dict[str, tuple[int, str]] = {}
-        """Client -> (its registrations refused, the latest one's `name: why`), the newest client last."""
+        self._refusals: dict[tuple[str, str], tuple[int, str, float]] = {}
+        """(client, role) -> (its registrations refused, the latest one's `name: why`, when: monotonic), the newest
+        last: a host's refused decode rank is not hidden by its refused prefill rank."""
         self._agents: dict[_Key, AgentInfo] = {}
         self._refreshed: dict[_Key, float] = {}
         self._owners: dict[_Key, str] = {}
@@ -169,11 +173,18 @@ class BootstrapServer(ServiceThread):
 
     @property
     def refused(self) -> list[str]:
-        """The latest refused registration of each client refused lately, `name: why (from CLIENT...)`."""
+        """The latest refused registration of each client (and role) refused lately, `name: why (from CLIENT...)`."""
+        return [note.line for note in self.refusals()]
+
+    def refusals(self) -> list[RefusedNote]:
+        """`refused`'s lines, each with its rank's role and how long ago it was refused."""
+        now = time.monotonic()
         return [
-            f"{line} (from {client}" + (f", {count} of its registrations refused)" if count > 1 else ")")
-            for client, (count, line) in self._refusals.items()
-        ]
+            RefusedNote(cut_text(f"{line} (from {client}" + (f", {count} of its {role + ' ' if role else ''}"
+                                                          f"registrations refused)" if count > 1 else ")")),
+                        role, max(0.0, now - at))
+            for (client, role), (count, line, at) in self._refusals.items()
+        ]  # fmt: skip
 
     def _serve(self) -> None:
         while not self._stop.is_set():
@@ -241,7 +252,7 @@ class BootstrapServer(ServiceThread):
                 if owner != client:
                     problem = f"{entry_name(known)}: deregistered from {client}, {_owned(known, owner)}"
                     self.counters.add("refused_takeover")
-                    self._refusal(client, problem)
+                    self._refusal(client, known.role, problem)
                     return Refusal(request.req_id, f"deregistration refused: {problem}")
                 self._forget(key)
                 self.counters.add("deregistered")
@@ -251,8 +262,10 @@ class BootstrapServer(ServiceThread):
             ranks = sorted(named, key=lambda a: a.rank)  # a log sidecar moves no KV: never a route
             return Route(request.req_id, request.instance, ranks)
         expired = [agent for _, agent, _ in self._expired.values()]
-        return AgentList(request.req_id, self.agents(), self.counters.snapshot(), self.refused, expired, self.relays(),
-                         lister=LISTED_BY_BOOTSTRAP, replaced=list(self._replacements.values()))  # fmt: skip
+        refusals = self.refusals()
+        return AgentList(request.req_id, self.agents(), self.counters.snapshot(), [note.line for note in refusals],
+                         expired, self.relays(), lister=LISTED_BY_BOOTSTRAP,
+                         replaced=list(self._replacements.values()), refusals=refusals)  # fmt: skip
 
     def _register(self, request: Register, client: str) -> Registered | Refusal:
         agent = request.agent
@@ -281,7 +294,7 @@ class BootstrapServer(ServiceThread):
             problem = f"the service's entries take {self._live_bytes} B already, of {LIVE_BYTES} B a listing holds"
             self.counters.reject("invalid")
         if problem:
-            self._refusal(client, f"{entry_name(agent)}: {problem}")
+            self._refusal(client, agent.role, f"{entry_name(agent)}: {problem}")
             return Refusal(request.req_id, f"registration of {entry_name(agent)} refused: {problem}")
         if owner is not None:
             _take(self._bytes, owner, old)
@@ -317,10 +330,11 @@ class BootstrapServer(ServiceThread):
         if len(self._replacements) > REFUSED_KEPT:
             del self._replacements[next(iter(self._replacements))]
 
-    def _refusal(self, client: str, line: str) -> None:
-        """Keep `client`'s latest refusal (and count its refusals), the newest client last."""
-        count, _ = self._refusals.pop(client, (0, ""))
-        self._refusals[client] = (count + 1, line)
+    def _refusal(self, client: str, role: str, line: str) -> None:
+        """Keep `client`'s latest refusal of a rank of `role` (and count them), the newest last."""
+        key = (client, role if role in (*Role, RELAY_ROLE) else "")
+        count, _, _ = self._refusals.pop(key, (0, "", 0.0))
+        self._refusals[key] = (count + 1, line, time.monotonic())
         if len(self._refusals) > REFUSED_KEPT:
             del self._refusals[next(iter(self._refusals))]
 
@@ -435,7 +449,7 @@ class BootstrapClient:
                 self.counters.reject(rejected.reason)
                 continue
             if isinstance(reply, Refusal):
-                raise BootstrapError(f"{self.service} {self.endpoint} refused: {reply.message}")
+                raise RegistrationRefused(f"{self.service} {self.endpoint} refused: {reply.message}")
             if reply.req_id == request.req_id and isinstance(reply, expected):
                 return reply
         if self._answered_before:

@@ -55,6 +55,10 @@ class BootstrapError(TransportError):
     """The bootstrap service did not answer in time or refused a request."""
 
 
+class RegistrationRefused(BootstrapError):
+    """The bootstrap service answered, refusing the request (not a service that did not answer)."""
+
+
 class CallAbandoned(BootstrapError):
     """A call to the bootstrap service given up before its deadline: the caller was asked to stop."""
 

@@ -189,6 +189,19 @@ class ListAgents(msgspec.Struct, tag="list", array_like=True):
     req_id: int
 
 
+class RefusedNote(msgspec.Struct, array_like=True, frozen=True):
+    """One registration a bootstrap service refused (`AgentList.refusals`): a reader judges whether it can explain
+    a missing rank by its role and its age (a refusal an hour old, or of a prefill rank, says nothing of a decode
+    rank missing now)."""
+
+    line: ReasonText
+    """As in `AgentList.refused`: `name: why (from CLIENT...)`."""
+    role: ShortText = ""
+    """The refused rank's role ("" when the registration named none the service knows)."""
+    age_s: Annotated[float, msgspec.Meta(ge=0.0, le=1e9)] = 0.0
+    """Seconds since it was refused, as the service answered (an age, not a time: the reader's clock may differ)."""
+
+
 LISTED_BY_BOOTSTRAP: Final = "bootstrap"
 LISTED_BY_RELAY: Final = "relay"
 
@@ -218,6 +231,8 @@ class AgentList(msgspec.Struct, tag="agents", array_like=True):
     replaced: list[ReasonText] = []
     """The latest new incarnations that took a rank's entry (a restart; a rank registered again from another
     client once its entry expired), `name: incarnation A replaced by B (from CLIENT)`, newest last."""
+    refusals: Annotated[list[RefusedNote], msgspec.Meta(max_length=64)] = []
+    """`refused`'s lines of the bootstrap service, each with its role and age (`refused` stays for older readers)."""
 
 
 class Refusal(msgspec.Struct, tag="refusal", array_like=True):

@@ -771,7 +771,7 @@ class ClusterModel:
         elif isinstance(event, Heartbeat):
             view.inflight, view.counters, view.rejected = event.inflight_rooms, event.counters, event.rejected
             view.cpu_percent, view.rss_bytes = event.cpu_percent, event.rss_bytes
-            view.log = event.log
+            view.log, view.registration = event.log, event.registration
         elif isinstance(event, LogContext):
             self.context.append((view.label, event))
             if is_transport_error(event.kind, event.text):

@@ -4,6 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+REFUSAL_RECENT_S = 60.0
+"""A refusal older than this is not said to explain a rank missing now (`status` still lists it, with its age)."""
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A registration the bootstrap service refused (`AgentList.refusals`), as this collector learned it."""
+
+    line: str
+    """`name: why (from CLIENT...)`."""
+    role: str
+    """The refused rank's role ("" unknown)."""
+    at: float
+    """When it was refused, on this machine's clock (the listing's receipt less the age the service gave)."""
+
 
 @dataclass
 class Intake:
@@ -21,6 +36,9 @@ class Intake:
     """The bootstrap service's counters (requests, expired, deregistered, `rejected_<reason>`)."""
     bootstrap_refused: list[str] = field(default_factory=list)
     """The service's latest refused registrations, `name: why`."""
+    bootstrap_refusals: list[Refused] = field(default_factory=list)
+    """`bootstrap_refused`'s lines with their role and time, where the service said them (none from a relay, or
+    from a service that predates them)."""
     bootstrap_replaced: list[str] = field(default_factory=list)
     """The service's latest new incarnations that took a rank's entry, `name: incarnation A replaced by B ...`."""
     error: str = ""
@@ -32,6 +50,14 @@ class Intake:
     upstream_kept: list[str] = field(default_factory=list)
     """The ranks it lists from the last answer of such an upstream (`AgentList.kept`): silent because of it, maybe
     alive (the views say `unheard`, not gone)."""
+
+    def refusal_explaining(self, now: float, within_s: float = REFUSAL_RECENT_S, role: str = "") -> str:
+        """The latest refused registration that can explain a rank missing at `now`: refused in the `within_s`
+        before it and, given a `role`, of a rank of that role ("" when none can)."""
+        for refused in reversed(self.bootstrap_refusals):
+            if now - within_s <= refused.at <= now + 1.0 and (not role or refused.role == role):
+                return refused.line
+        return ""
 
     def upstream_down(self) -> str:
         """One line while a relay's upstream does not answer it ("" otherwise)."""

@@ -96,6 +96,8 @@ class RankView:
     """The `sent_at` of its latest envelope (its own clock): a gap in arrivals that its sending shows no gap in
     was the collector's (frozen, starved), not its silence. Not kept by keyframes (after a restore, arrivals
     alone tell)."""
+    registration: str = ""
+    """Why the bootstrap service does not list it now, as its last heartbeat said ("" while it is registered)."""
 
     stage: int = field(init=False, default=0)
     """Its pipeline stage, as its label names it (0: the first, or a server without stages)."""

@@ -90,6 +90,8 @@ class Rank(msgspec.Struct, array_like=True):
     """`RankView.kind` (keyframes older than it: `sidecar` alone says a log sidecar)."""
     named_by: list[str] = []
     """`RankView.named_by` (keyframes older than it: none)."""
+    registration: str = ""
+    """`RankView.registration` (keyframes older than it: none)."""
 
 
 class Link(msgspec.Struct, array_like=True):
@@ -166,6 +168,7 @@ def _rank(view: RankView) -> Rank:
         view.inflight, view.counters, view.rejected, view.cpu_percent, view.rss_bytes, view.origins, view.echoes,
         _ring(view.transfers), view.from_log, view.history_since, view.sidecar, view.log, view.silences,
         view.heard_before, view.clock.differences(), Buckets(*view.timeline.state()), view.kind, view.named_by,
+        view.registration,
     )  # fmt: skip
 
 
@@ -176,6 +179,7 @@ def _unrank(state: Rank) -> RankView:
         state.origins, state.echoes, _unring(state.transfers, TransferRing(RANK_TRANSFERS_KEPT)), state.from_log,
         state.history_since, state.kind or (LOG_SIDECAR if state.sidecar else ""), state.log, state.silences,
         state.heard_before, ClockEstimate(state.clock), _untimeline(state.timeline), state.named_by,
+        registration=state.registration,
     )  # fmt: skip
 
 

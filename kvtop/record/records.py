@@ -13,6 +13,7 @@ from typing import Annotated
 import msgspec
 
 from kvtop.model.cluster import ClusterModel
+from kvtop.model.intake import Refused
 from transport.plane.events import MAX_TS, Event, EventBatch, Snapshot
 from transport.wire import AgentInfo
 
@@ -72,6 +73,12 @@ class Accounted(msgspec.Struct, tag="a", array_like=True, frozen=True):
     upstream_kept: list[str] = []
     """What the relay the collector subscribed through said of its upstreams that stopped answering it
     (`Intake.upstream_relay`, `upstream_errors`, `upstream_kept`; none in recordings older than them)."""
+    bootstrap_refusals: list[tuple[str, str, float]] = []
+    """`bootstrap_refused`'s lines with their role and time (`Intake.bootstrap_refusals`; none in recordings older
+    than them: a check on those names no refusal)."""
+    bootstrap_replaced: list[str] = []
+    """`Intake.bootstrap_replaced`, the service's latest named new incarnations (recordings older than it kept only
+    their count: `status --replay` said `N entries taken by a new incarnation`, naming none)."""
 
 
 class Gapped(msgspec.Struct, tag="g", array_like=True, frozen=True):
@@ -128,6 +135,8 @@ def apply_op(model: ClusterModel, op: Op) -> list[Event] | None:
         intake.error, intake.unreachable = op.error, op.unreachable
         intake.upstream_relay, intake.upstream_errors = op.upstream_relay, op.upstream_errors
         intake.upstream_kept = op.upstream_kept
+        intake.bootstrap_refusals = [Refused(line, role, at) for line, role, at in op.bootstrap_refusals]
+        intake.bootstrap_replaced = op.bootstrap_replaced
         model.gaps, model.rejected_frames = op.gaps, op.rejected_frames
     elif type(op) is Registered:
         model.register(op.agent)

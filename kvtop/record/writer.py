@@ -40,6 +40,7 @@ from pathlib import Path
 import msgspec
 
 from kvtop.model.cluster import ClusterModel
+from kvtop.model.intake import Intake
 from kvtop.record.forked import FORK_KEYFRAMES, ForkedKeyframe, KeyframeFailed, abandon, collect, fork_capture
 from kvtop.record.format import DIR_MODE, INDEX_SUFFIX, SEGMENT_SUFFIX, BlockKind
 from kvtop.record.keyframes import capture
@@ -57,6 +58,7 @@ from kvtop.record.records import (
     Swept,
 )
 from kvtop.record.segment import SEGMENT_HEADERS, SegmentWriter, block_bytes, index_path
+from transport.bootstrap import REFUSED_KEPT
 from transport.plane.events import EventBatch, Snapshot
 from transport.thread_names import name_os_thread
 from transport.wire import AgentInfo
@@ -261,12 +263,14 @@ class Recorder:
             or last.upstream_errors != intake.upstream_errors
             or last.upstream_kept != intake.upstream_kept
             or last.upstream_relay != intake.upstream_relay
+            or last.bootstrap_refusals != _refusals(intake)
+            or last.bootstrap_replaced != intake.bootstrap_replaced[-REFUSED_KEPT:]
         ):
             self._last_account = account = Accounted(
                 now, dict(intake.counters), dict(intake.bad_entries), dict(intake.bootstrap_counters),
                 list(intake.bootstrap_refused), model.gaps, model.rejected_frames, intake.error,
                 dict(intake.unreachable), intake.upstream_relay, list(intake.upstream_errors),
-                list(intake.upstream_kept),
+                list(intake.upstream_kept), _refusals(intake), intake.bootstrap_replaced[-REFUSED_KEPT:],
             )  # fmt: skip
             self._pending.append(account)
 
@@ -575,3 +579,8 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return 0
+
+
+def _refusals(intake: Intake) -> list[tuple[str, str, float]]:
+    """The bootstrap's refusals as a recording keeps them: line, role, time."""
+    return [(refused.line, refused.role, refused.at) for refused in intake.bootstrap_refusals]

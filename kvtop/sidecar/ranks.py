@@ -65,13 +65,14 @@ class RankPublisher:
     def emit(self, event: Event) -> None:
         self.publisher.emit(event)
 
-    def heartbeat(self, log: LogFollowed, cpu: float, rss: int, memory: float) -> None:
+    def heartbeat(self, log: LogFollowed, cpu: float, rss: int, memory: float, registration: str = "") -> None:
+        """`registration`: why the bootstrap service does not list this rank now ("" while it does)."""
         batch = self.batch
         counters = dict(batch.counters) if batch is not None else {}
         publisher = self.publisher
         self.emit(Heartbeat(time.time(), counters, batch.inflight_rooms if batch is not None else 0,
                             publisher.dropped, cpu, rss, memory, publisher.snapshot_endpoint,
-                            publisher.counters.rejections(), log))  # fmt: skip
+                            publisher.counters.rejections(), log, registration))  # fmt: skip
 
     def close(self) -> None:
         self.publisher.close()

@@ -225,8 +225,9 @@ class Sidecar:
         with self._process.oneshot():
             cpu, rss = self._process.cpu_percent(), self._process.memory_info().rss
         memory = psutil.virtual_memory().percent
+        problems = self._registrar.problems if self._registrar is not None else {}
         for rank in self.ranks.values():
-            rank.heartbeat(followed, cpu, rss, memory)
+            rank.heartbeat(followed, cpu, rss, memory, problems.get(rank.info.label, ""))
 
     def _report(self, problem: str) -> None:
         """One stderr line whenever what is wrong changes (the registry, the file or what it holds, the metrics)."""

@@ -6,7 +6,7 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from kvtop.source.base import Events, Gap, Source, Told
@@ -69,7 +69,7 @@ class LiveSource(Source):
         with self.lock:
             unreachable = dict(self.model.intake.unreachable)
             upstream = self.model.intake.upstream_down()  # why nobody did: said first
-            refused = list(self.model.intake.bootstrap_refused)
+            refused = self.model.intake.refusal_explaining(time.time())
         line = nobody_answered(self.spec.bootstrap, list(self.spec.connect), self.spec.wait, unreachable, refused)
         return f"{upstream}; {line}" if upstream else line
 
@@ -153,16 +153,15 @@ def _curve(folder: str) -> CurveKeys | None:
 
 
 def nobody_answered(
-    bootstrap: str, connect: list[str], wait: float, unreachable: dict[str, str], refused: Sequence[str] = ()
+    bootstrap: str, connect: list[str], wait: float, unreachable: dict[str, str], refused: str = ""
 ) -> str:
     """The one line a view prints when no agent answered within the wait (and, when kvtop could not open
-    sockets for some, how many and why: its own limit may be why nobody answered; and the registrations the
-    bootstrap service refused, the latest named: a rank refused is why it is not listed)."""
+    sockets for some, how many and why: its own limit may be why nobody answered; and `refused`, the latest
+    registration the bootstrap service refused lately: a rank refused is why it is not listed)."""
     where = ", ".join([*([f"listed by {bootstrap}"] if bootstrap else []), *connect])
     line = f"no agent answered within {wait:g}s ({where})"
     if unreachable:
         line += f"; kvtop could not open a socket for {len(unreachable)} of them: {next(iter(unreachable.values()))}"
     if refused:
-        others = f" (and {len(refused) - 1} other clients' registrations)" if len(refused) > 1 else ""
-        line += f"; the bootstrap service refused {refused[-1]}{others}"
+        line += f"; the bootstrap service refused {refused}"
     return line

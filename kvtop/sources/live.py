@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvtop.model.cluster import ClusterModel
+from kvtop.model.intake import Refused
 from kvtop.sources.recorder import CollectorRecorder
 from transport.bootstrap import BootstrapClient
 from transport.counters import rejection_names
@@ -207,6 +208,7 @@ class Collector:
                     recorder.registered(agent, now)
             self.model.intake.bootstrap_counters = listing.counters
             self.model.intake.bootstrap_refused = listing.refused
+            self.model.intake.bootstrap_refusals = self._refusals(listing, now)
             self.model.intake.bootstrap_replaced = listing.replaced
             self._update_intake()
             if recorder is not None:
@@ -214,6 +216,13 @@ class Collector:
         self._synced = self._subscriber.synced()
         if unanswered:
             raise BootstrapError(unanswered)
+
+    def _refusals(self, listing: AgentList, now: float) -> list[Refused]:
+        """The listing's refusals on this machine's clock; one listed before keeps its time (its age as each
+        listing says it moves with the latency of the answer)."""
+        known = {(refused.line, refused.role): refused for refused in self.model.intake.bootstrap_refusals}
+        return [known.get((note.line, note.role)) or Refused(note.line, note.role, now - note.age_s)
+                for note in listing.refusals]  # fmt: skip
 
     def _relay_said(self, relay: AgentInfo, listing: AgentList, timeout_s: float) -> tuple[str, AgentList | None, str]:
         """The address and listing of the relay this collector subscribes through, which says what of its upstreams

@@ -22,6 +22,7 @@ from kvtop.model.shapes import Liveness
 from kvtop.views.incidents import duration, in_span, incident_json, incident_size, plural
 from kvtop.views.safe import one_line
 from kvtop.views.times import seconds, spans_days, stamp
+from transport.bootstrap import REFRESH_S
 from transport.plane.events import LogContext
 
 if TYPE_CHECKING:
@@ -33,6 +34,8 @@ UNREACHABLE_NAMED = 5
 """Ranks kvtop could not open a socket for that a verdict's text names; the rest are counted."""
 CRASHES_NAMED = 3
 """Crashed ranks a verdict's text names (the earliest); the rest are counted."""
+REFUSALS_REFRESHED = 3
+"""Refresh periods a refusal is recent for at least, whatever the window (a rank refused registers again each)."""
 ERROR_ENDS = (90, 110)
 """Characters of a long transport error a verdict's text shows: its start (who logged it) and its end (what went
 wrong, after the details: `... peer_nic: 10.0.0.7:15729@mlx5_0 ...): transport retry counter exceeded`)."""
@@ -224,7 +227,7 @@ def evaluate(
         if span:
             unnamed = "no rank named in what was read"
         else:
-            critical.append("no ranks listed or discovered" + _refused(model))
+            critical.append("no ranks listed or discovered" + _refused(model, now, limits))
     if unreachable:
         why = model.intake.unreachable[unreachable[0]]
         more = f" and {len(unreachable) - UNREACHABLE_NAMED} more" if len(unreachable) > UNREACHABLE_NAMED else ""
@@ -236,13 +239,14 @@ def evaluate(
     if down:
         critical.append(f"servers down (log silent, metrics unanswered): {', '.join(down)}")
     if liveness and len(alive) < need:  # unheard ranks are not alive (silence is never health), nor theirs to blame
-        critical.append(f"{len(alive)} ranks alive, need {need}" + _behind(model, unheard) + _refused(model))
+        shortfall = f"{len(alive)} ranks alive, need {need}" + _behind(model, unheard)
+        critical.append(shortfall + _refused(model, now, limits))
     if whole_cluster and alive:  # after the ranks that went: they say why, where the service still lists them
         roles = {model.ranks[label].role for label in alive}
         critical.extend(
             f"no {role} rank alive"
             + _behind(model, [label for label in unheard if model.ranks[label].role == role])
-            + _refused(model)
+            + _refused(model, now, limits, role)
             for role in ("prefill", "decode")
             if role not in roles
         )
@@ -338,11 +342,14 @@ def _behind(model: ClusterModel, unheard: list[str]) -> str:
     )
 
 
-def _refused(model: ClusterModel) -> str:
-    """`; the bootstrap service refused LABEL: why (from ADDR)`: the latest registration the service refused, which may
-    be why a rank is missing (a rank refused is never listed); "" when it refused none."""
-    refused = model.intake.bootstrap_refused
-    return f"; the bootstrap service refused {refused[-1]}" if refused else ""
+def _refused(model: ClusterModel, now: float, limits: Thresholds, role: str = "") -> str:
+    """`; the bootstrap service refused LABEL: why (from ADDR)`: the latest registration the service refused that
+    may be why a rank is missing (a rank refused is never listed): one refused within the window (a few refresh
+    periods at least: a refused rank that goes on registering is refused every one) and, for a `role` none of
+    whose ranks is alive, of that role; "" when none can explain it (an old refusal, another role's)."""
+    within = max(limits.window_s, REFUSALS_REFRESHED * REFRESH_S)
+    refused = model.intake.refusal_explaining(now, within, role)
+    return f"; the bootstrap service refused {refused}" if refused else ""
 
 
 def marked(warnings: list[str]) -> list[str]:

@@ -35,9 +35,10 @@ def ranks_json(model: ClusterModel, now: float) -> list[dict[str, Any]]:
     `log`), host, pid, state, gbps (over the last `RATE_WINDOW_S`, as the dashboard's; 0 for a rank not heard
     from), inflight (the rooms it has not ended, as its last heartbeat said; null once it is gone), origins, echoes,
     cpu, rss, `rejected` (frames each socket of the rank refused: socket -> reason -> count, non-zero reasons only), and
-    `unreachable` (why kvtop could not open a socket for the rank, null when it could), `named_by` (the ranks
-    whose log lines name it as their peer, where no log of its own was read; else empty), `suspected` (an ongoing
-    incident suspects it, or its instance). A rank known from a log
+    `unreachable` (why kvtop could not open a socket for the rank, null when it could), `unlisted` (why the
+    bootstrap service does not list it now, as its own heartbeat says: its refresh refused; null while listed),
+    `named_by` (the ranks whose log lines name it as their peer, where no log of its own was read; else empty),
+    `suspected` (an ongoing incident suspects it, or its instance). A rank known from a log
     file has null pid, gbps, cpu and rss: a log tells none of them (never a made-up 0); a sidecar's, null gbps (its
     pid, cpu and rss are the sidecar's); one known only from its
     peers' lines (a prefill instance by its bootstrap address) has a null rank, inflight, origins and echoes too."""
@@ -66,6 +67,7 @@ def ranks_json(model: ClusterModel, now: float) -> list[dict[str, Any]]:
             "rejected": {socket: _nonzero(reasons) for socket, reasons in sorted(view.rejected.items())},
             "log": log_json(view.log) if view.log is not None else None,
             "unreachable": unreachable.get(view.label),
+            "unlisted": view.registration or None,
             "named_by": view.named_by,
             "crashed": _crash_json(model, view.label),
             "suspected": view.label in suspected,
@@ -148,6 +150,7 @@ def ranks_text(model: ClusterModel, now: float) -> str:
         f"{_dash(r['gbps'] if r['gbps'] is None else gbps(r['gbps'])):>10} {_dash(r['inflight']):>8} "
         f"{_dash(r['origins']):>7} {_dash(r['echoes']):>6}  {_rejected_text(r['rejected'])}"
         + (f"  unreachable: {r['unreachable']}" if r["unreachable"] else "")
+        + (f"  unlisted: {r['unlisted']}" if r["unlisted"] else "")
         + (f"  no log of its own: named by {', '.join(r['named_by'])}" if r["named_by"] else "")
         for r in ranks
     ]
@@ -251,6 +254,16 @@ def intake_lines(model: ClusterModel) -> list[str]:
         named = "".join(f"\n  {line}" for line in service["replaced_incarnations"])
         lines.append(f"bootstrap: {service['replaced']} entries taken by a new incarnation{named}")
     return lines
+
+
+def unlisted_lines(model: ClusterModel) -> list[str]:
+    """`unlisted decode-0/TP0 (the bootstrap service refuses its refresh, so no peer finds it): why`, per rank whose
+    heartbeat says its registration fails: alive to a view that heard it before, gone to everyone else."""
+    return [
+        f"unlisted {view.label} (its registration fails: no peer or new view finds it): {view.registration}"
+        for view in sorted(model.ranks.values(), key=lambda v: v.order)
+        if view.registration
+    ]
 
 
 def unreachable_lines(unreachable: dict[str, str]) -> list[str]:
@@ -364,6 +377,7 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
             "total": len(liveness),
             **{str(state): liveness.count(state) for state in Liveness},
             "unreachable": sum(label in model.intake.unreachable for label in model.ranks),
+            "unlisted": sum(bool(view.registration) for view in model.ranks.values()),
             "named_by_peers": sum(bool(view.named_by) for view in model.ranks.values()),
         },
         "rooms_open": len(model.open_rooms(now)),
@@ -466,6 +480,7 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
             f"link    ... and {len(rest)} more ({sum(link['failed_rooms'] for link in rest)} failed rooms, "
             f"{size(sum(link['bytes'] for link in rest))}): --json lists every link"
         )
+    lines += unlisted_lines(model)
     return "\n".join(lines + crash_lines(model) + clock_lines(model) + intake_lines(model) + upstream_lines(model))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from kvtop.model.cluster import ClusterModel
+from kvtop.model.intake import Refused
 from kvtop.model.shapes import GONE_S
 from kvtop.views.check import Thresholds, Verdict, evaluate
 from transport.plane.events import EVENT_SCHEMA, EventBatch
@@ -49,8 +50,27 @@ def test_a_rank_short_of_the_cluster_names_the_registration_the_bootstrap_servic
     model.apply("prefill-0/TP0", EventBatch(EVENT_SCHEMA, "prefill", "prefill-0", 0, 1, 1, now, []), now)
     why = "decode-0/TP0: 'tcp://10.77.0.2:5000' is not the registering client's address 10.77.0.1 (from 10.77.0.1)"
     model.intake.bootstrap_refused = [why]
+    model.intake.bootstrap_refusals = [Refused(why, "decode", now - 1)]
 
     result = evaluate(model, Thresholds(), now, whole_cluster=True)
 
     assert result.verdict is Verdict.CRITICAL
     assert result.problems == [f"no decode rank alive; the bootstrap service refused {why}"]
+
+
+def test_a_shortfall_names_no_refusal_that_cannot_explain_it() -> None:
+    """`no decode rank alive` named the service's latest refusal whatever it was: a prefill rank's refused a second
+    ago, or a decode rank's an hour ago, read as why no decode rank is alive. Only a recent one of that role is."""
+    now = time.time()
+    model = ClusterModel()
+    model.apply("prefill-0/TP0", EventBatch(EVENT_SCHEMA, "prefill", "prefill-0", 0, 1, 1, now, []), now)
+    old = "decode-0/TP0: registered from 10.0.0.9, but incarnation 7 from 10.0.0.3 holds it live (from 10.0.0.9)"
+    other = "prefill-1/TP0: registered from 10.0.0.9, but incarnation 8 from 10.0.0.4 holds it live (from 10.0.0.9)"
+    model.intake.bootstrap_refused = [old, other]
+    model.intake.bootstrap_refusals = [Refused(old, "decode", now - 3600), Refused(other, "prefill", now - 1)]
+
+    result = evaluate(model, Thresholds(), now, whole_cluster=True)
+
+    assert result.problems == ["no decode rank alive"]
+    short = evaluate(model, Thresholds(min_ranks=2), now, whole_cluster=True)  # any role's refusal, but recent
+    assert short.problems[0] == f"1 ranks alive, need 2; the bootstrap service refused {other}"

@@ -332,7 +332,7 @@ def test_one_client_flooding_registrations_locks_out_no_agent_registering_from_e
     assert listing.counters["refused_client_limit"] == refused
     assert listing.refused == [
         f"flood-{count - 1}/TP0: the client holds {MAX_PER_CLIENT} entries already, the most one client may "
-        f"(from 127.0.0.2, {refused} of its registrations refused)"
+        f"(from 127.0.0.2, {refused} of its prefill registrations refused)"
     ]
 
 

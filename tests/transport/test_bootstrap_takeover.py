@@ -16,6 +16,7 @@ from transport import BootstrapClient, BootstrapServer
 from transport.counters import Counters, rejection_names
 from transport.errors import BootstrapError
 from transport.kv.routes import RESOLVE_RETRY_S, RouteBook
+from transport.plane.registrar import Registrar
 from transport.registration import foreign_endpoint
 from transport.wire import (
     AgentInfo,
@@ -227,3 +228,39 @@ def test_a_rank_whose_refreshes_are_refused_logs_why(bootstrap, zmq_context, wai
     assert "127.0.0.2 holds it live" in routes.refused
     logged = [record.getMessage() for record in caplog.records if record.name == "transport.kv.routes"]
     assert logged == [f"the bootstrap service refused this rank's registration: {routes.refused}"]
+
+
+def test_each_refusal_is_listed_with_its_ranks_role_and_age_and_a_hosts_roles_apart(bootstrap, zmq_context):
+    """A host's refused decode rank stays named beside its refused prefill rank (one line per client hid one), and
+    each line comes with the rank's role and how long ago it was refused, for a reader to judge what it explains."""
+    with BootstrapClient(bootstrap.endpoint) as client:
+        client.register(GOOD)
+    decode = msgspec.structs.replace(GOOD, role="decode", instance="decode-0", data_endpoint="tcp://169.254.0.1:1")
+    assert isinstance(ask(zmq_context, bootstrap.endpoint, "127.0.0.2", Register(1, HIJACK)), Refusal)
+    assert isinstance(ask(zmq_context, bootstrap.endpoint, "127.0.0.2", Register(2, decode)), Refusal)
+    with BootstrapClient(bootstrap.endpoint) as client:
+        listing = client.listing()
+
+    assert [(note.role, note.line.partition(":")[0]) for note in listing.refusals] == [
+        ("prefill", "prefill-0/TP0"),
+        ("decode", "decode-0/TP0"),
+    ]
+    assert listing.refused == [note.line for note in listing.refusals]
+    assert all(0 <= note.age_s < 60 for note in listing.refusals)
+
+
+def test_a_sidecars_refused_rank_holds_up_no_other_ranks_refresh(bootstrap, zmq_context, wait_for):
+    """A registrar stopped at the first refusal: the ranks after a refused one were never refreshed and expired.
+    Each rank's problem is its own (`problems`, by label), for its heartbeat to say."""
+    bad = msgspec.structs.replace(GOOD, instance="bad-0", data_endpoint="tcp://169.254.0.1:1")
+    registrar = Registrar(bootstrap.endpoint, lambda: [bad, GOOD], zmq_context).start()
+    try:
+        wait_for(lambda: registrar.registered, what="a registration accepted")
+        with BootstrapClient(bootstrap.endpoint) as client:
+            listed = client.list_agents()
+        problems = dict(registrar.problems)
+    finally:
+        registrar.close()
+
+    assert listed == [GOOD]
+    assert list(problems) == ["bad-0/TP0"] and "is link-local" in problems["bad-0/TP0"]

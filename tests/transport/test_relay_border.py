@@ -170,3 +170,70 @@ def test_a_relay_joining_full_upstreams_still_answers_one_listing_and_says_what_
         f"{total - len(listing.agents)} live and 0 expired entries left out: the upstreams' listings joined take more "
         f"than one listing holds ({LIVE_BYTES} B of live entries, as many of expired)"
     ]
+
+
+class BadEntryUpstream:
+    """An upstream relay whose every listing holds one entry no reader may dial (a link-local endpoint)."""
+
+    def __init__(self, context: zmq.Context[zmq.Socket[bytes]]) -> None:
+        self._socket = context.socket(zmq.ROUTER)
+        self._socket.linger = 0
+        self.address = bind_ephemeral(self._socket, "127.0.0.1")
+        self.bad = msgspec.structs.replace(RANK, instance="bad-0", data_endpoint="tcp://169.254.169.254:80")
+        self.listed = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        decoder: FrameDecoder[BootstrapRequest] = FrameDecoder(BootstrapRequest)
+        entry = msgspec.structs.replace(RELAY, event_endpoint="tcp://127.0.0.1:9")
+        while not self._stop.is_set():
+            if self._socket.poll(50):
+                identity, frame = self._socket.recv_multipart()
+                listing = AgentList(
+                    decoder.decode(frame).req_id, [RANK, self.bad], relays=[entry], lister=LISTED_BY_RELAY
+                )
+                self._socket.send_multipart([identity, encode(listing)])
+                self.listed += 1
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._socket.close(linger=0)
+
+
+def test_an_unusable_entry_listed_every_round_is_counted_once(zmq_context, wait_for):
+    """`bad_entries` rose by one every listing round (every second) for the same entry, so a relay up a day said
+    86,400 bad entries of one: it counts distinct entries, and the listing names it."""
+    upstream = BadEntryUpstream(zmq_context)
+    relay = Relay(relays=[upstream.address], discover_every_s=0.05)
+    try:
+        relay.start()
+        wait_for(lambda: upstream.listed >= 6, 10.0, "several listing rounds")
+        with BootstrapClient(relay.address, timeout_s=5.0, service="relay") as client:
+            listing = client.listing()
+    finally:
+        relay.close()
+        upstream.close()
+
+    assert listing.counters["bad_entries"] == 1
+    assert [line.partition(":")[0] for line in listing.refused] == ["bad-0/TP0"]
+
+
+def test_a_view_through_the_relay_gets_the_bootstraps_refusals_with_their_role_and_age(bootstrap, relay, wait_for):
+    """The relay listed its own unusable entries as `refused` and none of its bootstrap's refusals: a view through it
+    never said why a rank was missing (`check` could name none). They pass on, their ages grown as they wait."""
+    bad = msgspec.structs.replace(RANK, role="decode", instance="decode-0", data_endpoint="tcp://169.254.0.1:1")
+    with BootstrapClient(bootstrap.endpoint, timeout_s=2.0) as client, pytest.raises(BootstrapError):
+        client.register(bad)
+
+    def listed() -> AgentList | None:
+        with BootstrapClient(relay.address, timeout_s=2.0, service="relay") as client:
+            listing = client.listing()
+        return listing if listing.refusals else None
+
+    listing = wait_for(listed, 10.0, "the bootstrap's refusal listed by the relay")
+    (note,) = listing.refusals
+    assert (note.role, note.line.partition(":")[0]) == ("decode", "decode-0/TP0") and 0 <= note.age_s < 60
+    assert listing.refused == [note.line]

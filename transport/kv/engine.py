@@ -48,7 +48,7 @@ from transport.reach import why_silent
 from transport.sockets import data_frame_bound
 from transport.thread_names import name_os_thread
 from transport.version import __version__
-from transport.wire import AgentInfo, VoteEntry
+from transport.wire import AgentInfo, VoteEntry, cut_text
 
 _S = TypeVar("_S")
 _log = logging.getLogger(__name__)
@@ -495,6 +495,7 @@ class KVManager:
                 memory,
                 publisher.snapshot_endpoint,
                 self.rejections(),
+                registration=cut_text(self._routes.refused),
             )
         )
 

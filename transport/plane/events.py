@@ -147,6 +147,10 @@ class Heartbeat(msgspec.Struct, tag="heartbeat", array_like=True, frozen=True):
     reason (malformed, unknown_version, oversize, truncated, unexpected, invalid)."""
     log: LogFollowed | None = None
     """Set by a log sidecar: the server log it follows (None for an agent that moves KV itself)."""
+    registration: ReasonText = ""
+    """Why the bootstrap service does not list this rank now, as the rank last heard it: its refresh refused (its
+    entry taken by another client once it expired, an endpoint no longer allowed) or, for a sidecar's or plugin's,
+    unanswered; "" while it is registered. A view says it: the rank is alive, but no peer or view finds it."""
 
 
 class RoomState(msgspec.Struct, tag="room", array_like=True, frozen=True):

@@ -13,16 +13,17 @@ import zmq
 
 from transport.bootstrap import REFRESH_S, BootstrapClient
 from transport.curve import CurveKeys
-from transport.errors import BootstrapError
+from transport.errors import BootstrapError, RegistrationRefused
 from transport.service import ServiceThread
-from transport.wire import AgentInfo
+from transport.wire import AgentInfo, cut_text
 
 _log = logging.getLogger(__name__)
 
 
 class Registrar(ServiceThread):
     """Registers the ranks `infos()` lists every `REFRESH_S` in its own thread (a registry that does not answer
-    never holds up the log); `problem` is the last error ("" while registrations succeed)."""
+    never holds up the log); `problems` holds each rank's last error (by label; none while registrations succeed),
+    `problem` the first of them. One rank refused holds up no other's refresh (they would expire)."""
 
     def __init__(
         self,
@@ -40,6 +41,8 @@ class Registrar(ServiceThread):
         self.bootstrap = bootstrap
         self.curve = curve
         self.problem = ""
+        self.problems: dict[str, str] = {}
+        """Label -> why its latest registration failed (refused, or the service did not answer)."""
         self.registered = 0
         """Registrations the service accepted so far."""
         self._infos = infos
@@ -66,14 +69,21 @@ class Registrar(ServiceThread):
         raise error
 
     def _register(self, client: BootstrapClient) -> None:
-        try:
-            for info in self._infos():
+        infos, problems = self._infos(), {}
+        for index, info in enumerate(infos):
+            try:
                 client.register(info)
                 self.registered += 1
-            if self.log_problems and self.problem:
+            except RegistrationRefused as error:  # this rank's: the others still refresh
+                problems[info.label] = cut_text(str(error))
+            except BootstrapError as error:  # the service's: every rank's, and no use asking again now
+                problems.update((later.label, cut_text(str(error))) for later in infos[index:])
+                break
+        self.problems = problems
+        problem = next(iter(problems.values()), "")
+        if self.log_problems and problem != self.problem:
+            if problem:
+                _log.warning("kvtop: cannot register, so no kvtop view lists this rank: %s", problem)
+            else:
                 _log.warning("kvtop: registered with %s again", self.bootstrap)
-            self.problem = ""
-        except BootstrapError as error:
-            if self.log_problems and str(error) != self.problem:
-                _log.warning("kvtop: cannot register, so no kvtop view lists this rank: %s", error)
-            self.problem = str(error)
+        self.problem = problem

@@ -60,7 +60,7 @@ from transport.plane.events import EventBatch, Heartbeat
 from transport.plane.snapshot_broker import BROKER_COUNTERS, Book, Route, SnapshotBroker
 from transport.registration import RELAY_ROLE, agent_problem, endpoint_problem, entry_name
 from transport.sockets import LIST_FRAME, SMALL_FRAME, SUBSCRIPTION_FRAME, bind, decode_waiting, open_socket
-from transport.wire import LISTED_BY_RELAY, AgentInfo, AgentList, FrameDecoder, cut_text, encode
+from transport.wire import LISTED_BY_RELAY, AgentInfo, AgentList, FrameDecoder, RefusedNote, cut_text, encode
 
 log = logging.getLogger("transport.plane.relay")
 
@@ -70,6 +70,9 @@ HWM = 100_000
 UPSTREAM_HWM = 10_000
 """Messages queued per upstream (XSUB pipe), as an agent's own PUB queues: the relay's memory stays bounded
 by agents x this, and the proxy drains the pipes far faster than agents fill them."""
+BAD_ENTRIES_KEPT = 4096
+"""Unusable entries remembered so that one listed every round is counted once (a bootstrap's entries at most; one
+forgotten past them is counted again when listed again)."""
 _CONTROL_TIMEOUT_MS = 5000
 _STATS = ("received", "received_bytes", "subscriptions", "forwarded", "forwarded_bytes")
 RELAY_COUNTERS = (
@@ -197,6 +200,8 @@ class Relay:
         )  # fmt: skip
         """This relay's listing entry (role `relay`): what the bootstrap and its own ROUTER list."""
         self._book = Book()
+        self._bad_seen: dict[str, bool] = {}
+        """Unusable entries counted (`bad_entries`), `name: why`, the latest listed last."""
         self._wanted: set[str] = set()
         self._answered: set[str] = set()
         """Upstreams (the bootstrap, relays) that answered a listing: one that stops is said to, without a hint
@@ -322,6 +327,8 @@ class Relay:
         """Which upstream listed each agent (the last one that did)."""
         expired: dict[str, AgentInfo] = {}
         refused: list[str] = []
+        refusals: list[RefusedNote] = []
+        """The upstreams' refused registrations: a view through the relay names them as one on the bootstrap does."""
         endpoints = set(self.connect)
         relays = 0
         errors: list[str] = []
@@ -339,6 +346,7 @@ class Relay:
             endpoints.add(relay.event_endpoint)
             reported.extend(cut_text(f"via {address}: {error}") for error in listing.upstream_errors)
             kept.update(listing.kept)
+            refusals.extend(listing.refusals)
             for agent in self._usable(listing.agents, refused):
                 agents[agent.label] = agent
                 origin[agent.label] = address
@@ -347,6 +355,7 @@ class Relay:
         if self.bootstrap:
             listing = self._list(self.bootstrap, timeout_s, strict, errors, "bootstrap")
             if listing is not None:
+                refusals.extend(listing.refusals)
                 if self.register:
                     self._register(timeout_s, errors)
                 for agent in self._usable(listing.agents, refused):
@@ -367,7 +376,8 @@ class Relay:
         listed, left_live = _within(_interleaved(agents, origin), LIVE_BYTES)
         gone, left_expired = _within(list(expired.values()), MAX_LISTING_BYTES - LIVE_BYTES)
         self._set_counter("listing_left_out", left_live + left_expired)
-        refused = _kept(refused, "more unusable entries")
+        refusals = refusals[-REFUSED_KEPT:]
+        refused = _kept([note.line for note in refusals] + refused, "more unusable entries")
         if left_live or left_expired:
             refused.append(
                 f"{left_live} live and {left_expired} expired entries left out: the upstreams' listings joined take "
@@ -375,7 +385,8 @@ class Relay:
             )
         down = _kept([cut_text(error) for error in errors] + reported, "more upstream errors")
         shown = {agent.label for agent in listed}
-        self._book = Book(routes, listed, gone, refused, down, sorted(label for label in kept if label in shown))
+        self._book = Book(routes, listed, gone, refused, down, sorted(label for label in kept if label in shown),
+                          refusals, time.monotonic())  # fmt: skip
         self.error = "; ".join(errors)
         self.counters.add("discovery_errors", len(errors))
         self._set_counter("upstream_agents", len(agents))
@@ -417,12 +428,19 @@ class Relay:
             errors.append(str(error))
 
     def _usable(self, agents: list[AgentInfo], refused: list[str]) -> list[AgentInfo]:
+        """`agents` a reader may dial; each other one is named in `refused` and counted once (`bad_entries`), not
+        once per round that lists it."""
         usable = []
         for agent in agents:
             problem = agent_problem(agent)
             if problem:
-                self.counters.add("bad_entries")
-                refused.append(f"{entry_name(agent)}: {problem}")
+                line = f"{entry_name(agent)}: {problem}"
+                if self._bad_seen.pop(line, False) is False:
+                    self.counters.add("bad_entries")
+                self._bad_seen[line] = True  # the newest last: the oldest is forgotten first
+                if len(self._bad_seen) > BAD_ENTRIES_KEPT:
+                    del self._bad_seen[next(iter(self._bad_seen))]
+                refused.append(line)
             else:
                 usable.append(agent)
         return usable

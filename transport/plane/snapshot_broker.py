@@ -32,7 +32,7 @@ from transport.curve import CurveSide
 from transport.errors import FrameRejected
 from transport.plane.events import SnapshotRequest
 from transport.sockets import LIST_FRAME, decode_routed, open_socket, send_now
-from transport.wire import LISTED_BY_RELAY, AgentInfo, AgentList, FrameDecoder, ListAgents, encode
+from transport.wire import LISTED_BY_RELAY, AgentInfo, AgentList, FrameDecoder, ListAgents, RefusedNote, encode
 
 PENDING_TIMEOUT_S = 5.0
 MAX_PENDING = 65_536
@@ -72,6 +72,10 @@ class Book:
     """Upstreams that did not answer the latest round (`AgentList.upstream_errors`)."""
     kept: list[str] = field(default_factory=list)
     """Agents listed from the last answer of an upstream that did not answer (`AgentList.kept`)."""
+    refusals: list[RefusedNote] = field(default_factory=list)
+    """The registrations the upstream bootstrap (and relays) refused, with their role and age as listed."""
+    listed_at: float = 0.0
+    """When the round that made this book listed its upstreams (monotonic): the refusals' ages grow from it."""
 
 
 @dataclass(slots=True)
@@ -141,9 +145,11 @@ class SnapshotBroker:
         requester, request = routed
         if isinstance(request, ListAgents):
             book = self._book()
+            since = max(0.0, time.monotonic() - book.listed_at)
+            refusals = [msgspec.structs.replace(note, age_s=min(note.age_s + since, 1e9)) for note in book.refusals]
             listing = AgentList(
                 request.req_id, book.agents, self._report(), book.refused, book.expired, [self._entry()],
-                book.upstream_errors, book.kept, LISTED_BY_RELAY,
+                book.upstream_errors, book.kept, LISTED_BY_RELAY, refusals=refusals,
             )  # fmt: skip
             self._router.send_multipart([requester, encode(listing)])
             return

@@ -76,4 +76,5 @@ class PluginRank(ServiceThread):
         self.emit(Heartbeat(time.time(), dict(self.counters), len(self.live), publisher.dropped,
                             self._process.cpu_percent(), self._process.memory_info().rss,
                             psutil.virtual_memory().percent, publisher.snapshot_endpoint,
-                            publisher.counters.rejections()))  # fmt: skip
+                            publisher.counters.rejections(),
+                            registration=self._registrar.problems.get(self.label, "")))  # fmt: skip

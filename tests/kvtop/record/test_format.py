@@ -284,3 +284,36 @@ def test_a_segment_missing_between_others_is_said(tmp_path: Path) -> None:
                            "seg-0000000000000009-000001.kvr", "seg-0000000000000010-000002.kvr"]  # fmt: skip
     assert missing_segments(ring_then_a_new_run) == 0
     assert missing_segments(["seg-1-000001.kvr", "seg-2-000004.kvr", "seg-3-000001.kvr", "seg-4-000003.kvr"]) == 3
+
+
+def test_the_bootstrap_refusals_replay_with_their_role_and_time_for_the_check_to_judge() -> None:
+    """A recording kept the refused lines only, so a check on it could not tell a decode rank's refusal a second
+    before the replayed instant from a prefill rank's an hour before: their role and time are recorded too."""
+    why = "decode-0/TP0: registered from 10.0.0.9, but incarnation 7 from 10.0.0.3 holds it live (from 10.0.0.9)"
+    said = Accounted(3611.0, {}, {}, {}, [why], 0, 0, bootstrap_refusals=[(why, "decode", 3610.0)])
+    model = ClusterModel()
+    (replayed,) = OPS_DECODER.decode(msgspec.msgpack.encode([said]))
+    apply_op(model, replayed)
+
+    assert model.intake.refusal_explaining(3611.0, 60.0, "decode") == why
+    assert model.intake.refusal_explaining(3611.0, 60.0, "prefill") == ""
+    assert model.intake.refusal_explaining(3611.0 + 3600, 60.0, "decode") == ""
+
+
+def test_the_bootstrap_replaced_incarnations_replay_by_name_not_only_their_count(tmp_path: Path) -> None:
+    """A recording kept the service's `replaced` count but not its named lines: `status --replay` said `1 entries
+    taken by a new incarnation` and named none, where the live status named the rank and both incarnations."""
+    line = "prefill-0/TP0: incarnation 7 replaced by 8 (from 10.0.0.3)"
+    recorder = Recorder(tmp_path / "rec", keyframe_events=3000, flush_s=3600.0)
+    model = ClusterModel()
+    for label, batch in CLUSTER.hello():
+        model.apply(label, batch, 10.0)
+    recorder.tick(model, 10.0)  # its keyframe holds none: the account that follows is what says them
+    model.intake.bootstrap_counters = {"replaced": 1}
+    model.intake.bootstrap_replaced = [line]
+    recorder.accounted(model, 10.5)
+    recorder.close()
+
+    replayed = Replay(tmp_path / "rec").at(10.5).model
+    assert replayed.intake.bootstrap_replaced == [line]
+    assert status_json(replayed, 10.5, 60.0)["bootstrap"]["replaced_incarnations"] == [line]

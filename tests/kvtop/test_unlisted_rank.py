@@ -1,0 +1,69 @@
+"""A rank whose refresh the bootstrap service refuses after it started (its entry expired, then taken by another
+client) is alive but listed nowhere: no peer resolves it and no new view finds it. Its engine logged why; now its
+heartbeat says it too, and `kvtop ranks` and `kvtop status` show it beside the rank."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import msgspec
+import pytest
+import zmq
+from kvtop_cli import kvtop
+
+from transport import BootstrapServer, KVManager, KVPool, Role
+from transport.wire import Register, encode
+
+pytestmark = pytest.mark.processes
+
+
+@pytest.fixture
+def short_lived() -> Iterator[BootstrapServer]:
+    """A service whose entries expire 0.3 s after their last refresh (a rank refreshes every second)."""
+    server = BootstrapServer(entry_ttl_s=0.3).start()
+    yield server
+    server.close()
+
+
+def test_a_rank_whose_refresh_is_refused_says_why_in_ranks_and_status(short_lived, zmq_context, wait_for) -> None:
+    manager = KVManager(role=Role.PREFILL, instance="prefill-0", rank=0, tp=1, pool=KVPool(16, 4096),
+                        bootstrap=short_lived.endpoint)  # fmt: skip
+    manager.start()
+    taker = msgspec.structs.replace(manager.info, data_endpoint="tcp://127.0.0.2:6666", incarnation=1)
+    stop = threading.Event()
+
+    def take() -> None:
+        """Another client registering the rank every 0.1 s: it holds the entry once the rank's expires."""
+        dealer = zmq_context.socket(zmq.DEALER)
+        dealer.linger = 0
+        dealer.connect(f"tcp://127.0.0.2:0;{short_lived.endpoint.removeprefix('tcp://')}")
+        try:
+            while not stop.wait(0.1):
+                dealer.send(encode(Register(1, taker)))
+        finally:
+            dealer.close()
+
+    taking = threading.Thread(target=take)
+    taking.start()
+    try:
+        wait_for(lambda: manager._routes.refused, timeout=15, what="the rank's refresh refused")
+
+        def said() -> str:
+            ranks = kvtop("ranks", "--connect", manager.info.event_endpoint, "--wait", "2")
+            return ranks.stdout if "unlisted:" in ranks.stdout else ""
+
+        ranks = wait_for(said, timeout=30, what="ranks saying the rank is unlisted")
+        status = kvtop("status", "--connect", manager.info.event_endpoint, "--wait", "2")
+    finally:
+        stop.set()
+        taking.join()
+        manager.close()
+
+    why = "127.0.0.2 holds it live; it is taken only once that expires"
+    row = next(line for line in ranks.splitlines() if line.startswith("prefill-0/TP0"))
+    assert "alive" in row and "unlisted: registration of prefill-0/TP0 refused" in row and why in row
+    assert (
+        "unlisted prefill-0/TP0 (its registration fails: no peer or new view finds it): registration" in status.stdout
+    )
+    assert why in status.stdout
