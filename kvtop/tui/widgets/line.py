@@ -11,7 +11,8 @@ from kvtop.tui.strips import shown_safely
 class Line(Static):
     """Banners, health and titles: updated every frame, one row high (a layout pass costs ~50 ms)."""
 
-    DEFAULT_CSS = "Line { height: 1; width: 1fr; }"
+    DEFAULT_CSS = "Line { height: 1; width: 1fr; text-wrap: nowrap; text-overflow: ellipsis; }"
+    """One wider than the line is cut with `…` in its last cell (it wrapped at a word, the rest out of sight)."""
 
     def __init__(self, text: str | Text = "", *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(Text(text) if isinstance(text, str) else text, id=id, classes=classes)

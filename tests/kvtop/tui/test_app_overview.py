@@ -24,6 +24,7 @@ from kvtop.tui.frame import INCIDENT_LINES, WINDOW_S, IncidentRow
 from kvtop.tui.rows import Palette
 from kvtop.tui.themes import load_themes
 from kvtop.tui.views.overview import OverviewView, _incident_lines
+from kvtop.tui.widgets.line import Line
 from kvtop.views.times import stamp
 
 
@@ -193,3 +194,22 @@ def test_ranks_a_relay_keeps_from_its_dead_upstream_read_unheard_not_gone(source
         "source: upstream stopped answering the relay at tcp://relay:7101: relay tcp://rack-1:7101 stopped answering "
         "(none within 1.0s)"
     )
+
+
+def test_a_title_or_banner_cut_at_80_columns_ends_in_an_ellipsis(app: KvtopApp, source: FixtureSource):
+    """Titles, banners and the health line cut at the screen's edge looked whole (`(enter:` ended the events title at
+    80 columns), as list rows did before they were marked: each one cut ends in `…`."""
+    seen: dict[str, list[tuple[str, str]]] = {}
+
+    async def scenario(pilot):
+        for view in ("o", "r", "f", "e", "i"):
+            await pilot.press(view)
+            await next_frame(pilot)
+            seen[view] = [(str(line._shown), lines(line)[0]) for line in app.screen.query(Line) if line.size.width > 0]
+
+    drive(app, scenario, size=(80, 24))
+
+    cut = [(view, full, shown) for view, shown_lines in seen.items() for full, shown in shown_lines
+           if len(full.rstrip()) > len(shown.rstrip())]  # fmt: skip
+    assert cut, "no title is cut at 80 columns: the test shows nothing"
+    assert all(shown.rstrip().endswith("…") for _, _, shown in cut), cut
