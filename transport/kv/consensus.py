@@ -158,7 +158,11 @@ class InstanceConsensus:
         return Agreement(KVPoll.Failed if failure else state, failure)
 
     def silent(self, now: float, after_s: float) -> str:
-        """The rank of the instance (or the instance, when several) that has not voted for `after_s`; "" when none."""
+        """The rank of the instance (or the instance, when several) that has not voted for `after_s`; "" when none.
+
+        The votes waiting in the socket are read first: a rank whose own engine stood still (a starved process)
+        has not read its peers' votes since, and judged without them it named a peer that voted all along."""
+        self.handle()
         labels = {
             peer.label for rank, peer in self._connected.items() if now - self._votes.get(rank, (now, {}))[0] > after_s
         }
