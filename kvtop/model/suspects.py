@@ -397,6 +397,8 @@ _TOLD_BY = {
 }
 """A rank's record of a room the other side failed (role -> (the reason's start, that side))."""
 _POOL_FULL = "its KV pool is full"
+_NOT_HEARD = re.compile(r"wait on the vote of \S+, not heard for (\d+(?:\.\d+)?)s\)")
+"""How long the refusing rank had not heard the vote of the rank its rooms waited on (our agents say it)."""
 _OWN_RESTORE = "(HiCache local restore failed on this rank)"
 """A decode rank's own HiCache restore of the room failed (SGLang 0.5.23 says so after the reason)."""
 _TIMEOUTS = frozenset(("timeout_bootstrap", "timeout_waiting", "timeout_transfer"))
@@ -424,6 +426,8 @@ def attribute(group: FailureGroup, around: Surroundings) -> Attribution:
         evidence = "named by the rank that noticed"
         if kind is Kind.REFUSING and origin.suspect != origin.rank:  # its pool filled with rooms waiting on a peer
             kind, evidence = Kind.UNRESPONSIVE, "the rooms it refused waited on it"
+            if heard := _NOT_HEARD.search(origin.reason):
+                evidence = f"the rooms {origin.rank} refused waited on its vote, not heard for {heard[1]} s"
         elif kind is Kind.REFUSING and _POOL_FULL in origin.reason:
             evidence = f"the KV pool of {origin.instance} is full"  # whose: it may join another rank's incident
             return Attribution(suspect, kind, evidence, symptom_of=origin.instance)

@@ -27,8 +27,10 @@ from kvtop.views.check import Thresholds
 from kvtop.views.failures import render_groups
 from kvtop.views.incidents import in_span, incident_json, render
 from kvtop.views.tables import ranks_json, ranks_text, status_json
+from transport.kv.reasons import pool_full
 from transport.kvpoll import KVPoll
 from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure, Heartbeat, RoomState
+from transport.wire import AgentInfo
 
 T0 = 1_800_000_000.0
 _seq = itertools.count(1)
@@ -784,3 +786,17 @@ def test_a_reason_a_suspect_rule_names_a_peer_in_holds_the_text_looked_for_befor
     reason = data.draw(st.from_regex(pattern))
     assert pattern.search(reason)
     assert _HELD[pattern] in reason
+
+
+def test_a_full_pool_that_waited_on_a_silent_rank_says_whose_vote_and_how_long_it_waited():
+    """decode-0/TP1 refuses room 9 under a full pool, its rooms waiting on TP0's vote, not heard for 1.3 s: the
+    incident is decode-0/TP0 stopping answering, and its evidence says who waited on its vote and how long (it said
+    only `the rooms it refused waited on it`, which on a loaded host read as a guess)."""
+    model = ClusterModel()
+    tp1 = AgentInfo("decode", "decode-0", 1, 2, 4096, "", "", 42, "host-a", 1)
+    reason = pool_full(9, tp1, "decode-0/TP0", 1.34).text  # what our agent says
+    deliver(model, "decode-0/TP1", [origin(T0, 9, "decode-0/TP1", reason, "refused", "decode-0/TP0")], T0)
+
+    assert incidents(model, T0 + 1) == [("decode-0/TP0", "unresponsive", 1)]
+    evidence = next(iter(model.incidents.incidents.values())).evidence
+    assert list(evidence) == ["the rooms decode-0/TP1 refused waited on its vote, not heard for 1.3 s"]

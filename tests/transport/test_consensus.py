@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import re
+import threading
+import time
+
 import numpy as np
 import pytest
 
 from transport import BootstrapClient, FaultInjector, FaultSpec, KVManager, KVPoll, Role, Timeouts, TransferConfig
+from transport.kv.engine import SILENT_VOTER_S
 from transport.kv.reasons import from_another_rank
 from transport.plane.events import AbortEvent
 
@@ -283,3 +288,40 @@ def test_a_decode_instance_that_fails_a_room_its_rank_finished_tells_prefill_bef
     assert [origin, origin] == [s.agreed_failure.origin for s in senders if s.agreed_failure is not None]
     assert senders[1].poll() is KVPoll.Failed and senders[1].failure is not None
     assert (senders[1].failure.is_from_another_rank, senders[1].reason_class) == (True, "propagated")
+
+
+@pytest.mark.parametrize("still", [0, 1], ids=["its-peer-stood-still", "it-stood-still-itself"])
+def test_a_full_pool_names_the_rank_whose_votes_stopped_not_the_one_that_stopped_reading_them(
+    make_manager, subscribe, wait_for, still
+):
+    """decode-0/TP1 refuses room 0x61 (its pool full) after one rank's engine stood still for twice the silent-voter
+    time (a starved process on a loaded host). When TP0 stood still, its votes stopped: the pool filled with rooms
+    waiting on it, and TP0 is the suspect. When TP1 stood still itself, TP0 voted all along (its votes wait in TP1's
+    socket): TP1 is the suspect, not TP0 (it read 'decode-0/TP0 stopped answering (refused)' on a loaded host). The
+    refusal that names TP0 says how long its vote was not heard."""
+    ranks = instance(make_manager, Role.DECODE, "decode-0")
+    labels = [rank.info.label for rank in ranks]
+    events = subscribe([rank.info for rank in ranks])
+    events.wait_synced(labels)
+    heard = ranks[1].receiver(0x60, "prefill-9")
+    heard.init(PAGES)
+    ranks[0].refuse(0x60, "prefill-9")
+    wait_for(lambda: heard.poll() is KVPoll.Failed, what="TP1 reads TP0's votes")
+    receiver = ranks[0].receiver(0x61, "prefill-9")
+    receiver.init(PAGES)
+    resume = threading.Event()
+    ranks[still]._call_soon(lambda: resume.wait(10))  # its engine stands still, as a starved process's does
+    stood_from = time.monotonic()
+    wait_for(lambda: time.monotonic() - stood_from > 2 * SILENT_VOTER_S, what="a silent voter's time passes")
+    ranks[1].refuse(0x61, "prefill-9")
+    resume.set()
+
+    wait_for(lambda: receiver.poll() is KVPoll.Failed, what="TP0 learns of the refusal")
+    assert receiver.failure is not None
+    assert (ranks[1].info.label, ranks[still].info.label) == (receiver.failure.origin, receiver.failure.suspect)
+    events.wait_flushed(labels)
+    [refusal] = [failure for failure in events.failures(0x61) if failure.level != "debug"]
+    assert (ranks[1].info.label, ranks[still].info.label) == (refusal.rank, refusal.suspect)
+    waited = re.search(r"full \(its rooms wait on the vote of decode-0/TP0, not heard for (\S+)s\)$", refusal.reason)
+    assert (still == 0) == (waited is not None), refusal.reason
+    assert waited is None or float(waited[1]) >= 2 * SILENT_VOTER_S

@@ -157,12 +157,18 @@ class InstanceConsensus:
             state = min(state, peer_state)
         return Agreement(KVPoll.Failed if failure else state, failure)
 
-    def silent(self, now: float, after_s: float) -> str:
-        """The rank of the instance (or the instance, when several) that has not voted for `after_s`; "" when none."""
-        labels = {
-            peer.label for rank, peer in self._connected.items() if now - self._votes.get(rank, (now, {}))[0] > after_s
-        }
-        return reasons.common_suspect(labels)
+    def silent(self, now: float, after_s: float) -> tuple[str, float]:
+        """The rank of the instance (or the instance, when several) that has not voted for `after_s`, and for how
+        long (the shortest silence among them); ("", 0.0) when none.
+
+        The votes waiting in the socket are read first: a rank whose own engine stood still (a starved process)
+        has not read its peers' votes since, and judged without them it named a peer that voted all along."""
+        self.handle()
+        now = max(now, time.monotonic())  # the votes just read are stamped after `now`
+        silences = {peer.label: now - self._votes.get(rank, (now, {}))[0] for rank, peer in self._connected.items()}
+        silent = {label: span for label, span in silences.items() if span > after_s}
+        suspect = reasons.common_suspect(set(silent))
+        return (suspect, min(silent.values())) if suspect else ("", 0.0)
 
     def close(self) -> None:
         self.publisher.close(linger=0)

@@ -100,18 +100,18 @@ class DecodeSide:
         self._ctx.observe(record, peer=record.prefill_instance)
         self._advance(record, now)
 
-    def refuse(self, room: int, prefill_instance: str, now: float, holding_up: str = "") -> None:
+    def refuse(self, room: int, prefill_instance: str, now: float, holding_up: str = "", silent_s: float = 0.0) -> None:
         """The scheduler refused `room` here (no pages for it): the room fails on this rank now, its origin. This
         instance's other ranks learn it by consensus and tell the room's prefill ranks (this rank never paired with
         them), so no rank holds the room's pages until a timeout. `holding_up`: a rank of this instance that
-        stopped voting, whose rooms filled the pool (the refusal's suspect; else this rank is)."""
+        stopped voting `silent_s` ago, whose rooms filled the pool (the refusal's suspect; else this rank is)."""
         record = self.rooms.get(room)
         if record is None:
             record = self.rooms[room] = ReceiverRoom(room, now, prefill_instance=prefill_instance)
         elif record.dst_pages is not None or record.state.is_terminal:  # live here after all, or already decided
             return
         self._ctx.observe(record, peer=prefill_instance)
-        self._fail(record, reasons.pool_full(room, self._ctx.info, holding_up), now)
+        self._fail(record, reasons.pool_full(room, self._ctx.info, holding_up, silent_s), now)
 
     def init(self, record: ReceiverRoom, pages: PageIndices, now: float) -> None:
         record.dst_pages = pages

@@ -371,17 +371,17 @@ class KVManager:
         for the vote timeout, and the consensus timeout named it a rank that stopped answering."""
         prefill, decode = self._prefill, self._decode
         if prefill is not None:
-            self._call_soon(lambda: prefill.refuse(room, time.monotonic(), self._holding_up(time.monotonic())))
+            self._call_soon(lambda: prefill.refuse(room, time.monotonic(), *self._holding_up(time.monotonic())))
         else:
             receiver = self._require(decode, "receiver")
             self._call_soon(
-                lambda: receiver.refuse(room, prefill_instance, time.monotonic(), self._holding_up(time.monotonic()))
+                lambda: receiver.refuse(room, prefill_instance, time.monotonic(), *self._holding_up(time.monotonic()))
             )
 
-    def _holding_up(self, now: float) -> str:
-        """The rank (or ranks) of this instance whose silence holds every room up ("" when none is silent): a
-        pool that fills meanwhile fills with rooms waiting on it."""
-        return self._consensus.silent(now, SILENT_VOTER_S) if self._consensus is not None else ""
+    def _holding_up(self, now: float) -> tuple[str, float]:
+        """The rank (or ranks) of this instance whose silence holds every room up, and for how long (("", 0.0) when
+        none is silent): a pool that fills meanwhile fills with rooms waiting on it."""
+        return self._consensus.silent(now, SILENT_VOTER_S) if self._consensus is not None else ("", 0.0)
 
     def receiver(self, room: int, prefill_instance: str) -> KVReceiver:
         """Start receiving `room` from the ranks of `prefill_instance` on this decode rank."""

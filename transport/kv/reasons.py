@@ -128,10 +128,12 @@ def refused(room: int, rank: int, label: str) -> Reason:
     return Reason(f"Prefill rank {rank} refused the transfer request of room {room}", ReasonClass.REFUSED, label)
 
 
-def pool_full(room: int, me: AgentInfo, holding_up: str = "") -> Reason:
+def pool_full(room: int, me: AgentInfo, holding_up: str = "", silent_s: float = 0.0) -> Reason:
     """The scheduler refused the room on this rank: no KV pages for it (the suspect: this rank, or `holding_up`,
-    the rank of its instance whose silence filled its pool)."""
+    the rank of its instance whose silence filled its pool, its vote not heard for `silent_s`)."""
     text = f"{me.role.capitalize()} rank {me.rank} refused room {room}: its KV pool is full"
+    if holding_up:
+        text += f" (its rooms wait on the vote of {holding_up}, not heard for {silent_s:.1f}s)"
     return Reason(text, ReasonClass.REFUSED, holding_up or me.label)
 
 
