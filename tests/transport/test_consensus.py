@@ -314,6 +314,10 @@ def test_a_full_pool_names_the_rank_whose_votes_stopped_not_the_one_that_stopped
     stood_from = time.monotonic()
     wait_for(lambda: time.monotonic() - stood_from > 2 * SILENT_VOTER_S, what="a silent voter's time passes")
     ranks[1].refuse(0x61, "prefill-9")
+    if still == 0:  # TP1 judges while TP0 stands still (on a loaded host its engine ran it after TP0's votes came)
+        judged = threading.Event()
+        ranks[1]._call_soon(judged.set)  # after the refusal, in its engine's order
+        wait_for(judged.is_set, what="TP1 refuses while TP0 stands still")
     resume.set()
 
     wait_for(lambda: receiver.poll() is KVPoll.Failed, what="TP0 learns of the refusal")
