@@ -96,7 +96,14 @@ def relay(
         ),
     ] = False,
     status: Annotated[
-        bool, typer.Option("--status", help="Print the relay's counters on stderr every --interval.")
+        bool,
+        typer.Option(
+            "--status",
+            help=(
+                "Print the relay's counters on stderr every --interval: upstreams, messages, snapshots, rejected "
+                "frames, bad entries (distinct entries its upstreams list that no reader may dial)."
+            ),
+        ),
     ] = False,
     interval: Annotated[
         float, typer.Option(min=0.1, max=MAX_INTERVAL_S, help="Seconds between --status lines (at most an hour).")

@@ -257,7 +257,7 @@ def intake_lines(model: ClusterModel) -> list[str]:
 
 
 def unlisted_lines(model: ClusterModel) -> list[str]:
-    """`unlisted decode-0/TP0 (the bootstrap service refuses its refresh, so no peer finds it): why`, per rank whose
+    """`unlisted decode-0/TP0 (its registration fails: no peer or new view finds it): why`, per rank whose
     heartbeat says its registration fails: alive to a view that heard it before, gone to everyone else."""
     return [
         f"unlisted {view.label} (its registration fails: no peer or new view finds it): {view.registration}"
