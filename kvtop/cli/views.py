@@ -152,7 +152,8 @@ def check(
     started is gone); a model that does not answer within --wait is CRITICAL, as a cluster that does not
     answer. A shortfall of live ranks (none listed, too few, none of a role) names the latest registration the
     bootstrap service refused that can explain it: one refused within --window (and, for `no decode rank
-    alive`, a decode rank's).
+    alive`, a decode rank's). An agent alive but listed nowhere (its heartbeat says the service refuses its
+    registration: no peer finds it) is CRITICAL; a sidecar's or plugin's rank so, WARNING.
     """
     from kvtop.views.check import Thresholds
 
