@@ -444,7 +444,9 @@ def bootstrap(
     counted and named with its address (`kvtop status`), and nobody else is locked out. A live entry is only
     replaced from the client that registered it (another client's registration waits for it to expire), and an
     endpoint must be the client's own address (or in an --endpoint-network); refusals and replaced incarnations
-    are counted and named in `kvtop status`. SIGTERM or Ctrl-C stops it
+    are counted and named in `kvtop status` (each client's latest refusal of each role, with its age, so that
+    `kvtop check` names one only where it explains a missing rank). A rank whose refresh is refused after it
+    started runs on, listed nowhere: `kvtop ranks` says `unlisted: ...` on its row. SIGTERM or Ctrl-C stops it
     (exit 0); an address it cannot bind exits 1; a key folder that cannot serve, or a --listen beyond
     loopback without --curve-keys or --insecure, exits 2.
     """

@@ -96,7 +96,14 @@ def relay(
         ),
     ] = False,
     status: Annotated[
-        bool, typer.Option("--status", help="Print the relay's counters on stderr every --interval.")
+        bool,
+        typer.Option(
+            "--status",
+            help=(
+                "Print the relay's counters on stderr every --interval: upstreams, messages, snapshots, rejected "
+                "frames, bad entries (distinct entries its upstreams list that no reader may dial)."
+            ),
+        ),
     ] = False,
     interval: Annotated[
         float, typer.Option(min=0.1, max=MAX_INTERVAL_S, help="Seconds between --status lines (at most an hour).")
@@ -111,8 +118,8 @@ def relay(
     so gaps stay counted per agent incarnation (and a view asks the agent's snapshot again after one, through
     the relay). Prints its two addresses, then runs until Ctrl-C, SIGTERM, SIGHUP or --duration (exit 0). Exit 1 when an
     upstream does not answer at start (the bootstrap or a relay lists nothing within 2 s, an agent given by
-    --connect publishes nothing within 3 s) or a relay thread dies; exit 2 for a key folder that cannot serve, or
-    a bind beyond loopback without --curve-keys or --insecure.
+    --connect publishes nothing within 3 s), an address it binds is taken (named) or a relay thread dies; exit 2
+    for a key folder that cannot serve, or a bind beyond loopback without --curve-keys or --insecure.
     """
     from transport.curve import exposure_problem
     from transport.plane.relay import Relay

@@ -150,7 +150,10 @@ def check(
     so; ranks from logs have no liveness and logs give no failure rate (they name no room that succeeded).
     With --model, the running dashboard's model is judged as it is (a rank that never answered it since it
     started is gone); a model that does not answer within --wait is CRITICAL, as a cluster that does not
-    answer.
+    answer. A shortfall of live ranks (none listed, too few, none of a role) names the latest registration the
+    bootstrap service refused that can explain it: one refused within --window (and, for `no decode rank
+    alive`, a decode rank's). An agent alive but listed nowhere (its heartbeat says the service refuses its
+    registration: no peer finds it) is CRITICAL; a sidecar's or plugin's rank so, WARNING.
     """
     from kvtop.views.check import Thresholds
 
@@ -267,8 +270,9 @@ def status(
     Also what was refused on the way in: bootstrap entries kvtop could not use (named), ranks it could not
     open a socket for (its own open-files limit, named with the limit: JSON `ranks.unreachable`,
     `collector.unreachable`), frames its collector rejected, registrations the bootstrap service refused
-    (each client's latest, named with its address). With --follow, exit 1 if the collector stops (its
-    error on stderr).
+    (each client's latest of each role, named with its address; passed on by a relay), and ranks alive but
+    listed nowhere since the service refused their refresh (`unlisted LABEL ...`: no peer or new view finds
+    them). With --follow, exit 1 if the collector stops (its error on stderr).
     """
     from kvtop.views.tables import status_json, status_text
 
@@ -297,8 +301,9 @@ def ranks(
     bootstrap, events, snapshot).
 
     An endpoint given by --connect that never answered is listed as a gone rank under its endpoint. A rank
-    kvtop could not open a socket for (its own open-files limit) says so, and why (JSON `unreachable`).
-    Exit 1 when nobody answers.
+    kvtop could not open a socket for (its own open-files limit) says so, and why (JSON `unreachable`). A
+    rank whose refresh the bootstrap service refused after it started ends its row with `unlisted: ...`
+    (JSON `unlisted`): alive to this view, but no peer or new view finds it. Exit 1 when nobody answers.
     """
     from kvtop.views.tables import ranks_json, ranks_text
 
@@ -500,7 +505,8 @@ def incidents(
     """What broke, where, since when, how bad: one line per incident, the ongoing first (the earliest on top).
 
     An incident is one cause seen across rooms: the failure groups of one suspect (what most likely broke:
-    a rank, an instance, the other side of an instance, the client; `unknown` when nothing names one) and
+    a rank, an instance, the other side of an instance, a decode host whose sessions failed together, the
+    link between a room's two sides (a failed RDMA handshake), the client; `unknown` when nothing names one) and
     one kind of failure (corrupt KV, stopped answering, refusing, failing), close in time; it has ended
     after 120 s without a new failure group. Columns: state (ongoing/ended), suspect, what it does, the
     class of most of its failure groups, rooms, since, for (its first failure to its last: an ongoing

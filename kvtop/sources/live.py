@@ -206,7 +206,8 @@ class Collector:
                 self.model.register(agent)
                 if recorder is not None:
                     recorder.registered(agent, now)
-            self.model.intake.bootstrap_counters = listing.counters
+            # a relay's listing counts what the relay did (its frames, its entries), not what a service refused
+            self.model.intake.bootstrap_counters = {} if listed_by_relay(listing) else listing.counters
             self.model.intake.bootstrap_refused = listing.refused
             self.model.intake.bootstrap_refusals = self._refusals(listing, now)
             self.model.intake.bootstrap_replaced = listing.replaced

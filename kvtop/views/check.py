@@ -127,6 +127,9 @@ class CheckResult:
     `ranks_gone` or `ranks_stale`: their silence is the upstream's); the upstream is in `problems`."""
     facts: str = ""
     """What the summary says after its problems (not in the JSON: the summary holds it)."""
+    ranks_unlisted: list[str] = field(default_factory=list)
+    """Ranks alive to the check whose own heartbeat says the bootstrap service refuses their registration: no peer
+    or new view finds them; why is in `problems`."""
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -238,6 +241,13 @@ def evaluate(
         critical.append(f"ranks gone: {', '.join(named)}")
     if down:
         critical.append(f"servers down (log silent, metrics unanswered): {', '.join(down)}")
+    if unlisted := [label for label in [*alive, *stale] if model.ranks[label].registration]:
+        # an agent's peers resolve it through the service: it serves no new room; a sidecar's or a plugin's rank is
+        # only out of new views' sight (SGLang's own bootstrap pairs the servers)
+        peers = [label for label in unlisted if model.ranks[label].source == "agent"]
+        whom = "no peer or new view finds them" if peers else "no new view finds them"
+        problem = f"ranks unlisted ({whom}): {', '.join(unlisted)} ({model.ranks[(peers or unlisted)[0]].registration})"
+        (critical if peers else warning).append(problem)
     if liveness and len(alive) < need:  # unheard ranks are not alive (silence is never health), nor theirs to blame
         shortfall = f"{len(alive)} ranks alive, need {need}" + _behind(model, unheard)
         critical.append(shortfall + _refused(model, now, limits))
@@ -328,7 +338,7 @@ def evaluate(
         [incident_json(incident, now, gap) for incident in judged], "span" if span else "now", rooms_failed,
         {label: round(offset, 3) for label, offset in skewed.items()},
         {name: round(offset, 3) for name, offset in clocks[1].items()},
-        {label: crash.text for label, crash in crashed.items()}, len(errors), unheard, facts,
+        {label: crash.text for label, crash in crashed.items()}, len(errors), unheard, facts, unlisted,
     )  # fmt: skip
 
 

@@ -222,7 +222,7 @@ def intake_json(model: ClusterModel) -> dict[str, Any]:
             "replaced": service.get("replaced", 0),
             "replaced_incarnations": list(intake.bootstrap_replaced),
         }
-        if service
+        if service or intake.bootstrap_refused
         else None,
     }
 
@@ -249,7 +249,8 @@ def intake_lines(model: ClusterModel) -> list[str]:
             "taking another client's live entry": service["refused_takeover"],
         }
         reasons = ", ".join(f"{reason} {count}" for reason, count in counts.items() if count)
-        lines.append(f"bootstrap rejected: {reasons}" + "".join(f"\n  refused {line}" for line in service["refused"]))
+        head = f": {reasons}" if reasons else " (named by the relay; the service's counts stay with it):"
+        lines.append(f"bootstrap rejected{head}" + "".join(f"\n  refused {line}" for line in service["refused"]))
     if service and service["replaced"]:
         named = "".join(f"\n  {line}" for line in service["replaced_incarnations"])
         lines.append(f"bootstrap: {service['replaced']} entries taken by a new incarnation{named}")
@@ -257,7 +258,7 @@ def intake_lines(model: ClusterModel) -> list[str]:
 
 
 def unlisted_lines(model: ClusterModel) -> list[str]:
-    """`unlisted decode-0/TP0 (the bootstrap service refuses its refresh, so no peer finds it): why`, per rank whose
+    """`unlisted decode-0/TP0 (its registration fails: no peer or new view finds it): why`, per rank whose
     heartbeat says its registration fails: alive to a view that heard it before, gone to everyone else."""
     return [
         f"unlisted {view.label} (its registration fails: no peer or new view finds it): {view.registration}"

@@ -190,3 +190,41 @@ def test_a_takeover_of_a_live_rank_from_another_address_is_refused_and_status_na
         "from 127.0.0.1 holds it live; it is taken only once that expires (from 127.0.0.2)"
     ]
     assert "bootstrap rejected: taking another client's live entry 1" in text.stdout
+
+
+@pytest.mark.processes
+def test_status_through_a_relay_names_the_bootstraps_refusals_without_taking_the_relays_counters_for_its(
+    make_cluster, zmq_context
+):
+    """Through a relay, `status` took the relay's own counters for the bootstrap's: a refused takeover read
+    `bootstrap rejected: ` with nothing after it (the relay counts no refusal), and the relay's rejected frames would
+    have read as the service's. The relay passes the refusals on, not the service's counts: said so."""
+    from transport.plane.relay import Relay
+
+    cluster = make_cluster(ClusterSpec(num_pages=16, page_bytes=4096))
+    prefill = next(agent for agent in cluster.agents() if agent.role == "prefill")
+    forged = msgspec.structs.replace(prefill, data_endpoint="tcp://127.0.0.2:6666", incarnation=prefill.incarnation + 1)
+    dealer = zmq_context.socket(zmq.DEALER)
+    dealer.linger = 0
+    dealer.connect(f"tcp://127.0.0.2:0;{cluster.endpoint.removeprefix('tcp://')}")
+    dealer.send(encode(Register(1, forged)))
+    assert dealer.poll(10_000), "the bootstrap did not answer"
+    dealer.close()
+    relay = Relay(bootstrap=cluster.endpoint).start()
+    try:
+        bad = zmq_context.socket(zmq.DEALER)  # a frame the relay's ROUTER rejects (counted by the relay alone)
+        bad.linger = 0
+        bad.connect(relay.address)
+        bad.send(b"\xff not a request")
+        text = kvtop("status", "--relay", relay.address)
+        status = kvtop("status", "--relay", relay.address, "--json")
+        bad.close()
+    finally:
+        relay.close()
+
+    line = next(line for line in text.stdout.splitlines() if line.startswith("bootstrap rejected"))
+    assert line == "bootstrap rejected (named by the relay; the service's counts stay with it):", text.stdout
+    assert "  refused prefill-0/TP0: registered from 127.0.0.2" in text.stdout
+    bootstrap = json.loads(status.stdout)["bootstrap"]
+    assert (bootstrap["rejected"], bootstrap["refused_takeover"]) == ({}, 0)
+    assert [line.partition(":")[0] for line in bootstrap["refused"]] == ["prefill-0/TP0"]

@@ -1,9 +1,10 @@
 """A rank whose refresh the bootstrap service refuses after it started (its entry expired, then taken by another
 client) is alive but listed nowhere: no peer resolves it and no new view finds it. Its engine logged why; now its
-heartbeat says it too, and `kvtop ranks` and `kvtop status` show it beside the rank."""
+heartbeat says it too: `kvtop ranks` and `kvtop status` show it beside the rank, and `kvtop check` is CRITICAL."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 
@@ -55,6 +56,7 @@ def test_a_rank_whose_refresh_is_refused_says_why_in_ranks_and_status(short_live
 
         ranks = wait_for(said, timeout=30, what="ranks saying the rank is unlisted")
         status = kvtop("status", "--connect", manager.info.event_endpoint, "--wait", "2")
+        check = kvtop("check", "--connect", manager.info.event_endpoint, "--wait", "2", "--json")
     finally:
         stop.set()
         taking.join()
@@ -67,3 +69,6 @@ def test_a_rank_whose_refresh_is_refused_says_why_in_ranks_and_status(short_live
         "unlisted prefill-0/TP0 (its registration fails: no peer or new view finds it): registration" in status.stdout
     )
     assert why in status.stdout
+    verdict = json.loads(check.stdout)
+    assert (check.returncode, verdict["ranks_unlisted"]) == (2, ["prefill-0/TP0"])
+    assert verdict["summary"].startswith("ranks unlisted (no peer or new view finds them): prefill-0/TP0 (registration")
