@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Any
 
 from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel
-from kvtop.model.shapes import RATE_WINDOW_S, Liveness, RoomView
+from kvtop.model.shapes import RATE_WINDOW_S, Liveness, RankView, RoomView
 from kvtop.views.incidents import in_span, incident_json, incident_size, plural, suspected_ranks
 from kvtop.views.known import KNOWN_METRICS, NO_DATA
 from kvtop.views.times import seconds, spans_days, stamp
@@ -259,11 +259,12 @@ def intake_lines(model: ClusterModel) -> list[str]:
 def unlisted_lines(model: ClusterModel) -> list[str]:
     """`unlisted decode-0/TP0 (the bootstrap service refuses its refresh, so no peer finds it): why`, per rank whose
     heartbeat says its registration fails: alive to a view that heard it before, gone to everyone else."""
-    return [
-        f"unlisted {view.label} (its registration fails: no peer or new view finds it): {view.registration}"
-        for view in sorted(model.ranks.values(), key=lambda v: v.order)
-        if view.registration
-    ]
+    return [unlisted_line(view) for view in sorted(model.ranks.values(), key=lambda v: v.order) if view.registration]
+
+
+def unlisted_line(view: RankView) -> str:
+    """`unlisted decode-0/TP0 (its registration fails: no peer or new view finds it): why`."""
+    return f"unlisted {view.label} (its registration fails: no peer or new view finds it): {view.registration}"
 
 
 def unreachable_lines(unreachable: dict[str, str]) -> list[str]:
