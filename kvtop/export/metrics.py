@@ -51,8 +51,10 @@ from kvtop.export.carry import Carried
 from kvtop.export.tally import ABORT_ECHOES, ABORTS, ECHOES, ORIGINS, UNKNOWN, FailureTally
 from kvtop.model.cluster import LINKS_NAMED_KEPT, STUCK_AFTER_S, ClusterModel
 from kvtop.model.fold import Observed
+from kvtop.model.intake import REFUSAL_RECENT_S
 from kvtop.model.shapes import Liveness, RoomView
 from kvtop.views.safe import one_line
+from transport.config import Role
 from transport.kvpoll import KVPoll
 
 RANK = ("engine_type", "pd_instance", "tp_rank", "pp_rank")
@@ -76,6 +78,8 @@ class _Rank:
     inflight: int
     crashed_at: float
     """When its scheduler crashed, as its log said (0: it did not)."""
+    unlisted: bool
+    """Its heartbeat says the bootstrap service refuses its registration (`RankView.registration`)."""
 
 
 @dataclass
@@ -113,6 +117,8 @@ class _Reading:
     """(class, as its headline names it; suspect kind; ongoing) of every incident the model keeps."""
     incidents_started: dict[tuple[str, str], int]
     """Incidents ever started, by (kind of failure, suspect kind)."""
+    refusals: list[str]
+    """The role of each registration the bootstrap service refused in the last `REFUSAL_RECENT_S`."""
 
 
 LINK_FAILED_KEPT = 4 * LINKS_NAMED_KEPT
@@ -198,7 +204,8 @@ class ModelMetrics(Collector):
             labels = (view.role or UNKNOWN, view.instance or UNKNOWN, str(view.rank), str(view.stage))
             crash = model.crashes.get(view.label)
             ranks.append(_Rank(labels, view.host, view.pid, view.incarnation, states[view.label], view.last_seen,
-                               view.inflight, crash.ts if crash is not None else 0.0))  # fmt: skip
+                               view.inflight, crash.ts if crash is not None else 0.0,
+                               bool(view.registration)))  # fmt: skip
             for socket, reasons in view.rejected.items():
                 rejected.extend(((*labels, socket, reason), view.incarnation, n) for reason, n in reasons.items())
         links = [
@@ -225,6 +232,7 @@ class ModelMetrics(Collector):
                 (i.title_class, i.suspect.kind, i.ongoing(now, gap)) for i in model.incidents.incidents.values()
             ],
             incidents_started=dict(model.incidents.started),
+            refusals=[refused.role for refused in model.intake.refusals_since(now - REFUSAL_RECENT_S, now)],
         )
 
     def _families(self, reading: _Reading, now: float) -> Iterator[Metric]:
@@ -377,6 +385,18 @@ class ModelMetrics(Collector):
         for liveness in Liveness:
             ranks.add_metric([str(liveness)], counts[liveness])
         yield ranks
+        yield GaugeMetricFamily(
+            "kvtop_ranks_unlisted",
+            "Ranks whose heartbeat says the bootstrap service refuses their registration (their entry taken once it "
+            "expired, their endpoint no longer allowed): running, but no peer or new view finds them.",
+            value=sum(rank.unlisted for rank in reading.ranks),
+        )
+        unlisted = GaugeMetricFamily(
+            "kvtop_rank_unlisted",
+            "1 while the rank's heartbeat says the bootstrap service refuses its registration, else 0 "
+            "(kvtop status names why).",
+            labels=RANK,
+        )
         for rank in reading.ranks:
             identity = {"host": rank.host, "pid": str(rank.pid), "incarnation": str(rank.incarnation)}
             info.add_metric(rank.labels, identity)
@@ -387,7 +407,8 @@ class ModelMetrics(Collector):
             inflight.add_metric(rank.labels, rank.inflight)
             if rank.crashed_at:
                 crashed.add_metric(rank.labels, rank.crashed_at)
-        yield from (info, state, seen, inflight, crashed)
+            unlisted.add_metric(rank.labels, float(rank.unlisted))
+        yield from (info, state, seen, inflight, crashed, unlisted)
         for key, incarnation, count in reading.rejected:
             self._rejections.update(key, incarnation, count)
         rejected = CounterMetricFamily(
@@ -401,6 +422,17 @@ class ModelMetrics(Collector):
         yield rejected
 
     def _intake_families(self, reading: _Reading) -> Iterator[Metric]:
+        refusals = GaugeMetricFamily(
+            "kvtop_bootstrap_refusals",
+            f"Registrations the bootstrap service refused in the last {REFUSAL_RECENT_S:g} s (the latest of each "
+            "client, per role), by the refused rank's role: prefill and decode always (0 included), unknown when the "
+            "service did not say. kvtop status names them.",
+            labels=["engine_type"],
+        )
+        roles = Counter(role or UNKNOWN for role in reading.refusals)
+        for role in sorted(roles.keys() | {str(role) for role in Role}):
+            refusals.add_metric([role], roles[role])
+        yield refusals
         yield CounterMetricFamily(
             "kvtop_event_gaps", "Event batches that never arrived (sequence gaps per agent incarnation).",
             value=reading.gaps,

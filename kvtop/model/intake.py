@@ -51,11 +51,16 @@ class Intake:
     """The ranks it lists from the last answer of such an upstream (`AgentList.kept`): silent because of it, maybe
     alive (the views say `unheard`, not gone)."""
 
+    def refusals_since(self, since: float, now: float) -> list[Refused]:
+        """The refusals the service gave that were refused from `since` to `now` (a second of clock skew allowed
+        past it), oldest first."""
+        return [refused for refused in self.bootstrap_refusals if since <= refused.at <= now + 1.0]
+
     def refusal_explaining(self, now: float, within_s: float = REFUSAL_RECENT_S, role: str = "") -> str:
         """The latest refused registration that can explain a rank missing at `now`: refused in the `within_s`
         before it and, given a `role`, of a rank of that role ("" when none can)."""
-        for refused in reversed(self.bootstrap_refusals):
-            if now - within_s <= refused.at <= now + 1.0 and (not role or refused.role == role):
+        for refused in reversed(self.refusals_since(now - within_s, now)):
+            if not role or refused.role == role:
                 return refused.line
         return ""
 

@@ -404,6 +404,8 @@ class KvtopApp(App[None]):
                 parts.append((Text(f", {h.ranks_idle} idle", p.warning), ESSENTIAL))
             if h.ranks_down:
                 parts.append((Text(f", {h.ranks_down} down", p.error), ESSENTIAL))
+            if h.ranks_unlisted:  # running, but the bootstrap service refuses them: no peer finds them
+                parts.append((Text(f", {h.ranks_unlisted} unlisted", p.error), ESSENTIAL))
         if not h.timed:  # logs alone (files, sidecars): no transfers, no room that succeeded
             failed = f"{plural(h.rooms_failed, 'room')} failed"
             failed, short = f"{failed} ({plural(h.failures, 'origin')}) in the last {WINDOW_S:g} s", failed
@@ -424,6 +426,10 @@ class KvtopApp(App[None]):
         for count, what in ((h.rejected, "rejected"), (h.lost, "rooms lost")):
             if count:
                 parts.append((Text(f"  {count} {what}", p.warning), 2))
+        if h.refusals:  # the service's latest refusal named where there is room, else only counted
+            refused = f"  {plural(h.refusals, 'registration')} refused"
+            shorter[len(parts)] = Text(refused, p.warning)
+            parts.append((Text(f"{refused}, latest {h.refusal}", p.warning), 2))
         if frame.error:
             parts.append((Text(f"  source: {frame.error}", p.error), ESSENTIAL))
         health = self.query_one("#health", Line)

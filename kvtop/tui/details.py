@@ -9,7 +9,7 @@ from kvtop.tui.rows import Palette, clock
 from kvtop.views import units
 from kvtop.views.event_lines import to_line
 from kvtop.views.incidents import plural
-from kvtop.views.tables import crash_line, sidecar_lines
+from kvtop.views.tables import crash_line, sidecar_lines, unlisted_line
 from kvtop.views.times import spans_days
 from transport.plane.events import Event, Failure, Heartbeat
 
@@ -65,6 +65,8 @@ def rank_history(model: ClusterModel, label: str, now: float, palette: Palette) 
     crash = model.crashes.get(label)
     if crash is not None:
         text.append(f"{crash_line(model, label, crash, spans_days([crash.ts, now]))}\n", style=palette.error)
+    if view.registration:
+        text.append(f"{unlisted_line(view)}\n", style=palette.error)
     for line in sidecar_lines(model, label):
         text.append(f"{line}\n", style=palette.warning if view.log is not None and view.log.idle else "")
     text.append("\nThroughput per 10 s (newest last)\n", style="bold")

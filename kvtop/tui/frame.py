@@ -22,6 +22,7 @@ import numpy as np
 from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel
 from kvtop.model.fold import FailureGroup
 from kvtop.model.incidents import Incident
+from kvtop.model.intake import REFUSAL_RECENT_S
 from kvtop.model.shapes import RATE_WINDOW_S, Liveness, RankView, RoomView
 from kvtop.model.timeline import BYTES, ECHOES, ORIGINS, Timeline
 from kvtop.tui.room_filter import FAILED, STUCK, RoomTexts
@@ -87,6 +88,14 @@ class Health:
     """Log sidecars' ranks whose log is silent (`Liveness.IDLE`: the server idle, or dead)."""
     ranks_down: int = 0
     """Log sidecars' ranks whose log and metrics are both silent (`Liveness.DOWN`)."""
+    ranks_unlisted: int = 0
+    """Ranks whose heartbeat says the bootstrap service refuses their registration (`RankView.registration`):
+    running, but no peer or new view finds them."""
+    refusals: int = 0
+    """Registrations the bootstrap service refused in the last `REFUSAL_RECENT_S` (each client's latest, per
+    role), as its listing says (`Intake.bootstrap_refusals`)."""
+    refusal: str = ""
+    """The latest of them, `name: why (from CLIENT...)` ("" when none)."""
     timed: bool = True
     """Some rank times its transfers (an agent's, an SGLang plugin rank's): False when every rank is known from
     server logs, files or sidecars (no rooms/s, throughput or latency: logs time no transfer)."""
@@ -210,6 +219,8 @@ class RankRow:
     """Its log said its scheduler crashed, and has said nothing since (`ClusterModel.crash_of`)."""
     suspected: bool = False
     """An ongoing incident suspects it (as a rank, or its instance): what broke, where its ORIGINS say who noticed."""
+    unlisted: str = ""
+    """Why the bootstrap service does not list it, as its heartbeat says (`RankView.registration`; "" while listed)."""
 
 
 @dataclass(frozen=True)
@@ -329,6 +340,7 @@ class FrameBuilder:
         rates = model.rates(now, WINDOW_S)
         liveness = list(states.values())
         timed = not model.ranks or not all(view.inferred for view in model.ranks.values())  # logs alone time none
+        refusals = model.intake.refusals_since(now - REFUSAL_RECENT_S, now)
         health = Health(
             ranks_alive=liveness.count(Liveness.ALIVE),
             ranks_total=len(liveness),
@@ -351,6 +363,9 @@ class FrameBuilder:
             ranks_unheard=liveness.count(Liveness.UNHEARD),
             ranks_idle=liveness.count(Liveness.IDLE),
             ranks_down=liveness.count(Liveness.DOWN),
+            ranks_unlisted=sum(bool(view.registration) for view in model.ranks.values()),
+            refusals=len(refusals),
+            refusal=max(refusals, key=attrgetter("at")).line if refusals else "",
             timed=timed,
         )
         shown, matched = _select(groups[-GROUPS_SHOWN:], incidents, model, options.filter)
@@ -479,7 +494,7 @@ def _rank_row(model: ClusterModel, view: RankView, state: Liveness, now: float, 
         view.label, view.role, view.instance, view.rank, state, gbps, view.inflight, view.origins,
         view.echoes, view.cpu_percent, sum(sum(reasons.values()) for reasons in view.rejected.values()),
         Trend.of(view.timeline, now), view.source, bool(view.named_by), model.crash_of(view.label, now) is not None,
-        suspected,
+        suspected, view.registration,
     )  # fmt: skip
 
 

@@ -22,7 +22,7 @@ from transport.plane.events import Event
 if TYPE_CHECKING:
     from textual.theme import Theme  # the model process draws details with a Palette, and imports no Textual
 
-RANK_COLUMNS = {"RANK": 18, "ROLE": 9, "SOURCE": 8, "STATE": 7, "RATE": 11, "RATE 5m": 2 + TREND_CELLS, "IN FLIGHT": 11,
+RANK_COLUMNS = {"RANK": 18, "ROLE": 8, "SOURCE": 8, "STATE": 8, "RATE": 11, "RATE 5m": 2 + TREND_CELLS, "IN FLIGHT": 11,
                 "ORIGINS": 9, "ECHOES": 8, "FAILED 5m": 2 + TREND_CELLS, "CPU %": 7, "REJECTED": 10}  # fmt: skip
 """The rank grid's columns and their widths, in order (the trends: two spaces, then a cell per share)."""
 TRENDS = ("RATE 5m", "FAILED 5m")
@@ -146,6 +146,10 @@ class TrendPeaks:
         )
 
 
+_HEARD = frozenset((Liveness.ALIVE, Liveness.STALE, Liveness.IDLE))
+"""States in which a rank's heartbeat saying it is unlisted is news (gone, down or unheard outrank it)."""
+
+
 def rank_line(
     row: RankRow,
     palette: Palette,
@@ -167,12 +171,15 @@ def rank_line(
     unknown = row.named_by_peers  # known from its peers' lines alone: its own counts too
     state = "crashed" if row.crashed else str(row.liveness)  # its log's own word outranks what kvtop infers
     suspect = row.suspected and not row.crashed and row.liveness in (Liveness.ALIVE, Liveness.LOG, Liveness.IDLE)
-    if suspect:  # what broke, at a glance: its ORIGINS may be 0, the ranks that noticed hold them
+    unlisted = bool(row.unlisted) and not row.crashed and row.liveness in _HEARD
+    if unlisted:  # running, yet the bootstrap service lists it nowhere (no peer finds it: why it may be suspected)
+        state = "unlisted"
+    elif suspect:  # what broke, at a glance: its ORIGINS may be 0, the ranks that noticed hold them
         state = "suspect"
     cells: tuple[tuple[str, str, Style | None], ...] = (
-        ("ROLE", f"{row.role:<9}", None),
+        ("ROLE", f"{row.role:<8}", None),
         ("SOURCE", f"{row.source:<8}", palette.dim if row.source == "agent" else palette.accent),
-        ("STATE", f"{state:<7}", palette.error if row.crashed or suspect else state_style[row.liveness]),
+        ("STATE", f"{state:<8}", palette.error if row.crashed or suspect or unlisted else state_style[row.liveness]),
         ("RATE", f"{'-' if untimed else units.gbps(row.gbps):>11}", None),
         ("IN FLIGHT", f"{'-' if unknown else row.inflight:>11}", None),
         ("ORIGINS", f"{'-' if unknown else row.origins:>9}", palette.error if row.origins else None),

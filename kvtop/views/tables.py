@@ -7,8 +7,8 @@ from collections import Counter
 from typing import Any
 
 from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel
-from kvtop.model.shapes import RATE_WINDOW_S, Liveness, RoomView
-from kvtop.views.incidents import in_span, incident_json, incident_size, plural, suspected_ranks
+from kvtop.model.shapes import RATE_WINDOW_S, Liveness, RankView, RoomView
+from kvtop.views.incidents import duration, in_span, incident_json, incident_size, plural, suspected_ranks
 from kvtop.views.known import KNOWN_METRICS, NO_DATA
 from kvtop.views.times import seconds, spans_days, stamp
 from kvtop.views.units import gbps, size
@@ -154,7 +154,7 @@ def ranks_text(model: ClusterModel, now: float) -> str:
         + (f"  no log of its own: named by {', '.join(r['named_by'])}" if r["named_by"] else "")
         for r in ranks
     ]
-    return "\n".join(lines + crash_lines(model) + clock_lines(model) + sidecar_lines(model) + intake_lines(model))
+    return "\n".join(lines + crash_lines(model) + clock_lines(model) + sidecar_lines(model) + intake_lines(model, now))
 
 
 _RANK_WIDTH_MAX = 24
@@ -199,8 +199,9 @@ def sidecar_lines(model: ClusterModel, label: str = "") -> list[str]:
     return lines
 
 
-def intake_json(model: ClusterModel) -> dict[str, Any]:
-    """What kvtop could not take in: the collector's bad entries and rejected frames, the bootstrap's refusals."""
+def intake_json(model: ClusterModel, now: float) -> dict[str, Any]:
+    """What kvtop could not take in: the collector's bad entries and rejected frames, the bootstrap's refusals
+    (`refusals`: each of `refused` whose role and time the service gave, with its age at `now`)."""
     intake = model.intake
     counters, service = intake.counters, intake.bootstrap_counters
     return {
@@ -219,6 +220,10 @@ def intake_json(model: ClusterModel) -> dict[str, Any]:
             "refused_client_limit": service.get("refused_client_limit", 0),
             "refused_takeover": service.get("refused_takeover", 0),
             "refused": list(intake.bootstrap_refused),
+            "refusals": [
+                {"line": refused.line, "role": refused.role or None, "age_s": round(max(0.0, now - refused.at), 1)}
+                for refused in intake.bootstrap_refusals
+            ],
             "replaced": service.get("replaced", 0),
             "replaced_incarnations": list(intake.bootstrap_replaced),
         }
@@ -227,9 +232,10 @@ def intake_json(model: ClusterModel) -> dict[str, Any]:
     }
 
 
-def intake_lines(model: ClusterModel) -> list[str]:
-    """Lines for people, only when something was refused on the way in (or the collector stopped)."""
-    intake = intake_json(model)
+def intake_lines(model: ClusterModel, now: float) -> list[str]:
+    """Lines for people, only when something was refused on the way in (or the collector stopped); a refusal
+    ends with how long ago it was, where the service said."""
+    intake = intake_json(model, now)
     collector, service = intake["collector"], intake["bootstrap"]
     lines = [f"collector stopped: {collector['error']}"] if collector["error"] else []
     if collector["bad_entries"]:
@@ -250,7 +256,12 @@ def intake_lines(model: ClusterModel) -> list[str]:
         }
         reasons = ", ".join(f"{reason} {count}" for reason, count in counts.items() if count)
         head = f": {reasons}" if reasons else " (named by the relay; the service's counts stay with it):"
-        lines.append(f"bootstrap rejected{head}" + "".join(f"\n  refused {line}" for line in service["refused"]))
+        ages = {refusal["line"]: refusal["age_s"] for refusal in service["refusals"]}
+        refused = "".join(
+            f"\n  refused {line}" + (f", {duration(ages[line])} ago" if line in ages else "")
+            for line in service["refused"]
+        )
+        lines.append(f"bootstrap rejected{head}{refused}")
     if service and service["replaced"]:
         named = "".join(f"\n  {line}" for line in service["replaced_incarnations"])
         lines.append(f"bootstrap: {service['replaced']} entries taken by a new incarnation{named}")
@@ -260,11 +271,12 @@ def intake_lines(model: ClusterModel) -> list[str]:
 def unlisted_lines(model: ClusterModel) -> list[str]:
     """`unlisted decode-0/TP0 (its registration fails: no peer or new view finds it): why`, per rank whose
     heartbeat says its registration fails: alive to a view that heard it before, gone to everyone else."""
-    return [
-        f"unlisted {view.label} (its registration fails: no peer or new view finds it): {view.registration}"
-        for view in sorted(model.ranks.values(), key=lambda v: v.order)
-        if view.registration
-    ]
+    return [unlisted_line(view) for view in sorted(model.ranks.values(), key=lambda v: v.order) if view.registration]
+
+
+def unlisted_line(view: RankView) -> str:
+    """`unlisted decode-0/TP0 (its registration fails: no peer or new view finds it): why`."""
+    return f"unlisted {view.label} (its registration fails: no peer or new view finds it): {view.registration}"
 
 
 def unreachable_lines(unreachable: dict[str, str]) -> list[str]:
@@ -405,7 +417,7 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
         "peers_unlinked": model.peers_unlinked,
         "clocks_skewed": {label: round(offset, 3) for label, offset in model.skewed_clocks().items()},
         "ranks_crashed": {label: _crash_json(model, label) for label in model.crashes},
-        **intake_json(model),
+        **intake_json(model, now),
         **upstream_json(model),
         "top_origins": [list(item) for item in origins.most_common(5)],
         "links": _links_json(model),
@@ -482,7 +494,7 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
             f"{size(sum(link['bytes'] for link in rest))}): --json lists every link"
         )
     lines += unlisted_lines(model)
-    return "\n".join(lines + crash_lines(model) + clock_lines(model) + intake_lines(model) + upstream_lines(model))
+    return "\n".join(lines + crash_lines(model) + clock_lines(model) + intake_lines(model, now) + upstream_lines(model))
 
 
 def upstream_json(model: ClusterModel) -> dict[str, list[str]]:

@@ -31,6 +31,7 @@ from kvtop.export.tally import FailureTally
 from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import Observed
 from kvtop.model.histogram import HELD_KEPT, DurationHistogram
+from kvtop.model.intake import Refused
 from kvtop.model.shapes import Liveness
 from kvtop.sources.sglang import load
 from kvtop.sources.synthetic import SyntheticCluster
@@ -65,6 +66,9 @@ CONTRACT: dict[str, tuple[str, set[str]]] = {
     "kvtop_rank_inflight_rooms": ("gauge", RANK),
     "kvtop_rank_crash_timestamp_seconds": ("gauge", RANK),
     "kvtop_rank_frames_rejected": ("counter", RANK | {"socket", "reason"}),
+    "kvtop_ranks_unlisted": ("gauge", set()),
+    "kvtop_rank_unlisted": ("gauge", RANK),
+    "kvtop_bootstrap_refusals": ("gauge", {"engine_type"}),
     "kvtop_event_gaps": ("counter", set()),
     "kvtop_events_rejected": ("counter", set()),
     "kvtop_frames_rejected": ("counter", {"reason"}),
@@ -524,6 +528,38 @@ def test_a_model_with_no_rank_serves_kvtop_ranks_0_in_every_state_not_nothing():
     assert "kvtop_rank_state{" not in empty
     by_state = {dict(key)["state"]: value for key, value in samples(served, "kvtop_ranks").items()}
     assert sum(by_state.values()) == len(model.ranks) > 0
+
+
+def test_an_unlisted_rank_and_the_bootstrap_s_recent_refusals_are_served_for_an_alert():
+    """decode-0/TP0's heartbeat says the service refuses its refresh, and the service lists three refusals, one an
+    hour old: `kvtop_ranks_unlisted` counts the rank (`kvtop_rank_unlisted` names it), `kvtop_bootstrap_refusals`
+    counts the last minute's by role, prefill and decode always served (0 an alert can compare)."""
+    model = fixed_model()
+    before = scrape(ModelMetrics(model, threading.Lock(), lambda: NOW, source="bootstrap"))
+    why = "bootstrap tcp://10.0.0.1:7000 refused: registration of decode-0/TP0 refused: 10.0.0.3 holds it live"
+    beat = Heartbeat(NOW - 1.0, {}, 0, 0, 1.0, 1 << 20, 10.0, registration=why)
+    model.apply("decode-0/TP0", EventBatch(EVENT_SCHEMA, "decode", "decode-0", 0, 1, 60, NOW - 1.0, [beat]), NOW)
+    model.intake.bootstrap_refusals = [
+        Refused("decode-0/TP0: ... (from 10.0.0.9)", "decode", NOW - 5.0),
+        Refused("decode-1/TP0: ... (from 10.0.0.8)", "decode", NOW - 3600.0),
+        Refused("flood-9/TP0: ... (from 10.0.0.7)", "", NOW - 2.0),
+    ]
+    after = scrape(ModelMetrics(model, threading.Lock(), lambda: NOW, source="bootstrap"))
+
+    assert samples(before, "kvtop_ranks_unlisted") == {(): 0.0}
+    assert samples(before, "kvtop_bootstrap_refusals") == {
+        (("engine_type", "decode"),): 0.0,
+        (("engine_type", "prefill"),): 0.0,
+    }
+    assert samples(after, "kvtop_ranks_unlisted") == {(): 1.0}
+    unlisted = {dict(key)["pd_instance"] + "/" + dict(key)["tp_rank"]: value
+                for key, value in samples(after, "kvtop_rank_unlisted").items()}  # fmt: skip
+    assert {rank for rank, value in unlisted.items() if value} == {"decode-0/0"} and len(unlisted) == len(model.ranks)
+    assert samples(after, "kvtop_bootstrap_refusals") == {
+        (("engine_type", "decode"),): 1.0,
+        (("engine_type", "prefill"),): 0.0,
+        (("engine_type", "unknown"),): 1.0,
+    }
 
 
 def _beside_agents(model: ClusterModel, room: int, logged_at: float, agents_end: float) -> None:

@@ -4,6 +4,8 @@ refused registration from another client's address, and the check run as an oper
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 import pytest
 import zmq
@@ -42,6 +44,7 @@ def test_no_decode_rank_alive_names_a_decode_ranks_refusal_not_a_prefill_ranks(
     assert check.stdout.startswith("KVTOP CRITICAL - no decode rank alive; 1/1 ranks alive"), check.stdout
     status = kvtop("status", "--bootstrap", bootstrap.endpoint, "--wait", "2")
     assert "refused prefill-0/TP0: registered from 127.0.0.2" in status.stdout  # still said where it is listed
+    assert re.search(r"^  refused prefill-0/TP0: registered from 127\.0\.0\.2.*, \d+s ago$", status.stdout, re.M)
 
     decode = msgspec.structs.replace(
         prefill.info, role="decode", instance="decode-0", data_endpoint="tcp://169.254.0.1:1"

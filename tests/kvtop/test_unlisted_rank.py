@@ -64,10 +64,9 @@ def test_a_rank_whose_refresh_is_refused_says_why_in_ranks_and_status(short_live
 
     why = "127.0.0.2 holds it live; it is taken only once that expires"
     row = next(line for line in ranks.splitlines() if line.startswith("prefill-0/TP0"))
-    assert "alive" in row and "unlisted: registration of prefill-0/TP0 refused" in row and why in row
-    assert (
-        "unlisted prefill-0/TP0 (its registration fails: no peer or new view finds it): registration" in status.stdout
-    )
+    refused = f"bootstrap {short_lived.endpoint} refused: registration of prefill-0/TP0 refused"  # as a sidecar's
+    assert "alive" in row and f"unlisted: {refused}" in row and why in row
+    assert f"unlisted prefill-0/TP0 (its registration fails: no peer or new view finds it): {refused}" in status.stdout
     assert why in status.stdout
     verdict = json.loads(check.stdout)
     assert (check.returncode, verdict["ranks_unlisted"]) == (2, ["prefill-0/TP0"])

@@ -39,9 +39,11 @@ class RouteBook:
     ) -> None:
         self.socket = open_socket(context, zmq.DEALER, LIST_FRAME, dialing(curve))
         self.socket.connect(bootstrap)
+        self._bootstrap = bootstrap
         self._counters = counters
         self.refused = ""
-        """The bootstrap's latest refusal of a refresh ("" while none was refused)."""
+        """The bootstrap's latest refusal of a refresh, `bootstrap ADDR refused: registration of NAME refused: why`
+        as a sidecar's or plugin's registrar says it ("" while none was refused)."""
         self._routes: dict[str, list[AgentInfo]] = {}
         self._asked: dict[str, float] = {}
         self._req_ids = itertools.count(1)
@@ -91,9 +93,10 @@ class RouteBook:
 
     def _refused(self, message: str) -> None:
         """A refused refresh (another client holds this rank's entry): logged when the reason changes, and kept."""
-        if message != self.refused:
-            _log.warning("the bootstrap service refused this rank's registration: %s", message)
-        self.refused = message
+        refused = f"bootstrap {self._bootstrap} refused: {message}"  # as `BootstrapClient` says it
+        if refused != self.refused:
+            _log.warning("cannot register, so no peer or new view finds this rank: %s", refused)
+        self.refused = refused
 
     def close(self) -> None:
         self.socket.close(linger=0)

@@ -15,13 +15,16 @@ from tui_support import (
     next_frame,
     submit_filter,
     text,
+    wait_until,
 )
 
 from kvtop.model.cluster import STUCK_AFTER_S
+from kvtop.model.intake import Refused
 from kvtop.model.timeline import ECHOES, ORIGINS
 from kvtop.tui.app import KvtopApp
 from kvtop.tui.frame import INCIDENT_LINES, WINDOW_S, IncidentRow
 from kvtop.tui.rows import Palette
+from kvtop.tui.screens.detail import DetailScreen
 from kvtop.tui.themes import load_themes
 from kvtop.tui.views.overview import OverviewView, _incident_lines
 from kvtop.tui.widgets.line import Line
@@ -213,3 +216,49 @@ def test_a_title_or_banner_cut_at_80_columns_ends_in_an_ellipsis(app: KvtopApp, 
            if len(full.rstrip()) > len(shown.rstrip())]  # fmt: skip
     assert cut, "no title is cut at 80 columns: the test shows nothing"
     assert all(shown.rstrip().endswith("…") for _, _, shown in cut), cut
+
+
+def test_an_unlisted_rank_and_the_bootstrap_s_refusals_show_on_the_overview_and_in_its_history(source: FixtureSource):
+    """prefill-0/TP1's refresh was refused (its entry taken once it expired): its heartbeat says so, and the service
+    lists the refusal. The dashboard showed an alive rank and a healthy line; now its row reads `unlisted`, the
+    health line counts it and the refusal (naming the latest where there is room), and its history says why."""
+    why = (
+        "registration of prefill-0/TP1 refused: registered from 10.0.0.9, but incarnation 7 (tcp://10.0.0.3:40123) "
+        "from 10.0.0.3 holds it live; it is taken only once that expires"
+    )
+    source.model.ranks["prefill-0/TP1"].registration = why
+    refusal = "prefill-0/TP1: registered from 10.0.0.9, but incarnation 7 holds it live (from 10.0.0.9)"
+    source.model.intake.bootstrap_refusals = [
+        Refused("decode-0/TP0: an hour ago (from 10.0.0.7)", "decode", FIXED_NOW - 3600.0),
+        Refused(refusal, "prefill", FIXED_NOW - 5.0),
+    ]
+    app = make_app(source)
+    seen = {}
+
+    async def scenario(pilot):
+        seen["health"], seen["ranks"] = text(app, "#health"), text(app, "#ranks-list")
+        await pilot.press("down", "enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), "the rank history")
+        seen["history"] = app.screen.body.plain
+
+    drive(app, scenario, size=(400, 40))
+
+    rows = {row.split()[0]: row.split() for row in seen["ranks"].splitlines() if row.strip()}
+    assert {label for label, cells in rows.items() if "unlisted" in cells} == {"prefill-0/TP1"}
+    assert f" {len(rows)}/{len(rows)} ranks alive, 1 unlisted " in seen["health"]
+    assert f"  1 registration refused, latest {refusal}" in seen["health"]
+    assert f"unlisted prefill-0/TP1 (its registration fails: no peer or new view finds it): {why}" in seen["history"]
+
+
+def test_the_health_line_keeps_the_count_of_refusals_where_their_reason_does_not_fit(source: FixtureSource):
+    """At 100 columns the latest refusal's reason leaves the line; how many were refused stays where it fits."""
+    source.model.intake.bootstrap_refusals = [Refused("flood-9/TP0: " + "x" * 200, "prefill", FIXED_NOW - 1.0)]
+    app = make_app(source)
+    seen = {}
+
+    async def scenario(pilot):
+        seen["health"] = text(app, "#health")
+
+    drive(app, scenario, size=(160, 40))
+
+    assert "1 registration refused" in seen["health"] and "flood-9" not in seen["health"]

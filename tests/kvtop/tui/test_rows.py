@@ -96,11 +96,11 @@ def test_a_rank_line_fills_the_columns_of_its_header(palette: Palette):
     line = rank_line(row, palette, peaks=TrendPeaks.of([row]))
 
     assert RANK_HEADER == (
-        "RANK              ROLE     SOURCE  STATE         RATE  RATE 5m       IN FLIGHT  ORIGINS  ECHOES  FAILED 5m"
+        "RANK              ROLE    SOURCE  STATE          RATE  RATE 5m       IN FLIGHT  ORIGINS  ECHOES  FAILED 5m"
         "     CPU %  REJECTED"
     )
     assert line.plain == (
-        "decode-0/TP1      decode   agent   gone     1.50 GB/s  ··········▄█          3        2       7  ··········▄█"
+        "decode-0/TP1      decode  agent   gone      1.50 GB/s  ··········▄█          3        2       7  ··········▄█"
         "     12         5"
     )
     assert len(line.plain) == len(RANK_HEADER)
@@ -119,7 +119,7 @@ def test_an_sglang_rank_with_a_long_instance_name_keeps_the_grid_aligned(palette
     row = RankRow("decode-gpu-node-17-30000/TP3", "decode", "decode-gpu-node-17-30000", 3, Liveness.ALIVE, 0.5, 1, 0,
                   0, 3.0, 0, Trend((0.0,) * TREND_CELLS, (0,) * TREND_CELLS, (0,) * TREND_CELLS), "sglang")  # fmt: skip
     line = rank_line(row, palette)
-    assert line.plain.startswith("decode-g…0000/TP3 decode   sglang  alive")
+    assert line.plain.startswith("decode-g…0000/TP3 decode  sglang  alive")
     assert len(line.plain) == len(RANK_HEADER)
     assert palette.accent in styles_of(line, "sglang")
 
@@ -150,6 +150,22 @@ def test_the_source_column_shows_only_beside_ranks_that_are_not_agents_and_outla
     assert "SOURCE" in narrower and not {"REJECTED", "CPU %", "ECHOES"} & narrower
     assert "SOURCE" not in rank_columns(without_three - 1, sources=True)
     assert "ROLE" in rank_columns(without_three - 1, sources=True)
+
+
+def test_a_rank_whose_registration_is_refused_reads_unlisted_while_heard_and_its_liveness_once_gone(palette: Palette):
+    """Alive (suspected too: no peer resolving it is why rooms fail on it), its STATE says `unlisted` in the error
+    colour, aligned under the header; gone, its last heartbeat's word no longer matters: `gone`."""
+    why = "registration of prefill-0/TP0 refused: 10.0.0.3 holds it live"
+    empty = Trend((0.0,) * TREND_CELLS, (0,) * TREND_CELLS, (0,) * TREND_CELLS)
+    alive = RankRow("prefill-0/TP0", "prefill", "prefill-0", 0, Liveness.ALIVE, 0.0, 0, 0, 0, 0.0, trend=empty,
+                    suspected=True, unlisted=why)  # fmt: skip
+    gone = RankRow("prefill-0/TP0", "prefill", "prefill-0", 0, Liveness.GONE, 0.0, 0, 0, 0, 0.0, unlisted=why)
+
+    line = rank_line(alive, palette)
+
+    assert line.plain.split()[3] == "unlisted" and len(line.plain) == len(RANK_HEADER)
+    assert palette.error in styles_of(line, "unlisted")
+    assert rank_line(gone, palette).plain.split()[3] == "gone"
 
 
 def test_a_rank_line_colours_liveness(palette: Palette):
