@@ -70,4 +70,6 @@ def test_a_rank_whose_refresh_is_refused_says_why_in_ranks_and_status(short_live
     assert why in status.stdout
     verdict = json.loads(check.stdout)
     assert (check.returncode, verdict["ranks_unlisted"]) == (2, ["prefill-0/TP0"])
-    assert verdict["summary"].startswith("ranks unlisted (no peer or new view finds them): prefill-0/TP0 (registration")
+    assert verdict["summary"].startswith(
+        "ranks unlisted (no peer or new view finds them): prefill-0/TP0 (bootstrap tcp:"
+    )
