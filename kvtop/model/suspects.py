@@ -31,7 +31,8 @@ The origin of a group is who *noticed*; its suspect is what *broke*, with the ev
    `lost_a_peer`); a rank whose own KV transfer thread died is the suspect of the `unresponsive` failures it
    records after;
 5. a sender's own transport fault (`local_fault`: `Memory region not registered`, ibverbs' local errors) logged
-   just before its send failure makes its instance the suspect, not the peer it could not send to; memory a side's
+   just before its send failure makes its instance the suspect, not the peer it could not send to (and of the rooms
+   it refuses later on a session it gave up on then: `_refused_after_own_fault`); memory a side's
    transport could not register (`UNREGISTERED`), however long before, makes that side's instance the suspect of the
    sends, sessions and waits of its rooms that failed (the sender first, then the decode it writes into); a
    handshake of the two sides that failed (`handshake_fault`) shortly before makes the link between them the suspect.
@@ -129,6 +130,7 @@ _LOCAL_FAULTS = (
     "hipIpcOpenMemHandle failed",  # Mooncake's HIP transport chose GPU IPC for a peer on another host
     "Bad address",  # EFAULT: memory the sender may not read (GPU memory given to Mooncake's TCP transport)
     "Failed to create QP",  # Mooncake: its side's queue pairs ran out (the driver's limit; Mooncake #1845)
+    "Cannot assign requested address",  # EADDRNOTAVAIL on connect: its own ephemeral ports used up (sglang PR #31208)
 )
 """What a transport library logs of a fault of its own side (its memory registration, its queue pair), never of
 its peer: the sender's own transport broke, whatever it then says of the peer it could not send to."""
@@ -371,6 +373,11 @@ class Surroundings(Protocol):
         `ts`, "" when none did (or several did)."""
         ...
 
+    def gave_up_on(self, instance: str, session: str, ts: float) -> float | None:
+        """When `instance` last said `session` failed (`failed_session`) at or before `ts` (in its second); None when it
+        did not (or that line is no longer kept)."""
+        ...
+
 
 _FROM_PREFILL_RANK = re.compile(r"from prefill rank (\d{1,4})(?: \(([\w.-]{1,128}/(?:PP\d{1,4}-)?TP\d{1,4})\))?")
 """A checksum failure's sender: its rank, and its label where a kvtop agent's line names it (`(prefill-0/TP1)`)."""
@@ -432,6 +439,8 @@ def attribute(group: FailureGroup, around: Surroundings) -> Attribution:
         if origin.reason_class == "send_failed" and (fault := around.own_transport_fault(origin.instance, origin.ts)):
             evidence = f"its own transport logged '{fault}' just before"  # the peer was not the one that failed
             return Attribution(Suspect("instance", origin.instance, origin.role), Kind.FAILING, evidence)
+        if evidence == SESSION_NOT_ALIVE and (refused := _refused_after_own_fault(origin, suspect.name, around)):
+            return refused
         if _kv_never_came(origin) and (link := _handshake(origin, group.room, suspect, around)):
             return link
         if _kv_never_came(origin) and (unregistered := _unregistered(origin, group.room, around)):
@@ -446,6 +455,19 @@ def attribute(group: FailureGroup, around: Surroundings) -> Attribution:
         suspect, evidence = _with_crash(suspect, evidence, origin.ts, around)
     session = session if suspect.name == session else ""  # still the one session it named (no crash named a rank)
     return Attribution(suspect, kind, evidence, standing=standing, sessions=sessions, session=session)
+
+
+def _refused_after_own_fault(origin: Observed, session: str, around: Surroundings) -> Attribution | None:
+    """The sender's instance, when the session it refuses (`remote ... session S is not alive`: SGLang's blacklist) is
+    one it gave up on (`Session S failed.`) right after a fault of its own transport (`own_transport_fault`): every
+    later room to it fails of that fault, the decode never stopped answering (sglang PR #31208: its own ports used
+    up, then `is not alive` on prefill and `Failed to get kvcache` on decode, both alive); None otherwise."""
+    at = around.gave_up_on(origin.instance, session, origin.ts)
+    fault = around.own_transport_fault(origin.instance, at) if at is not None else ""
+    if at is None or not fault:
+        return None
+    evidence = f"it gave up on {session} {origin.ts - at:.0f} s before, right after its own transport logged '{fault}'"
+    return Attribution(Suspect("instance", origin.instance, origin.role), Kind.FAILING, evidence, standing=True)
 
 
 def _handshake(origin: Observed, room: int, named: Suspect, around: Surroundings) -> Attribution | None:
