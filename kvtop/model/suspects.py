@@ -441,11 +441,7 @@ def attribute(group: FailureGroup, around: Surroundings) -> Attribution:
             return Attribution(Suspect("instance", origin.instance, origin.role), Kind.FAILING, evidence)
         if evidence == SESSION_NOT_ALIVE and (refused := _refused_after_own_fault(origin, suspect.name, around)):
             return refused
-        if (
-            evidence == SESSION_NOT_ALIVE
-            and group.echoes
-            and (refused := _refused_while_answering(group, origin, around))
-        ):
+        if evidence == SESSION_NOT_ALIVE and group.echoes and (refused := _refused_while_answering(group, origin)):
             return refused
         if _kv_never_came(origin) and (link := _handshake(origin, group.room, suspect, around)):
             return link
@@ -476,22 +472,14 @@ def _refused_after_own_fault(origin: Observed, session: str, around: Surrounding
     return Attribution(Suspect("instance", origin.instance, origin.role), Kind.FAILING, evidence, standing=True)
 
 
-RANKS_SHOWN = 3
-"""The decode ranks that answered a refusal names (the rest counted)."""
-
-
-def _refused_while_answering(group: FailureGroup, origin: Observed, around: Surroundings) -> Attribution | None:
+def _refused_while_answering(group: FailureGroup, origin: Observed) -> Attribution | None:
     """The sender's instance, refusing sessions it gave up on before (`remote ... session S is not alive`: SGLang keeps
     a failed session refused) whose own decode ranks (the same rank number: each prefill rank's peer where both sides
     have one TP) logged the prefill's Failed status (`Failed to get kvcache from prefill instance`) in that second:
     they answered, so the decode did not stop answering; the refusal is what fails the room now, whatever failed
     first (an operator's notes, multi-node R1: the failure that made the prefill give up was before the excerpt).
-    None when no such rank answered (a decode node that died leaves its ranks silent), or when the sender's giving up
-    on the session is in its log (`Session S failed.`): that failure's cause, read, is the refusal's too."""
+    None when no such rank answered (a decode node that died leaves its ranks silent)."""
     members = (origin, *group.echoes)
-    session = _SESSION.search(origin.reason)
-    if session is None or around.gave_up_on(origin.instance, session[1], origin.ts) is not None:
-        return None
     refusing = {_rank_order(m.rank)[1] for m in members if m.role == "prefill" and _HELD[_SESSION] in m.reason}
     told = _TOLD_BY["decode"][0]
     answered = sorted(
@@ -505,8 +493,8 @@ def _refused_while_answering(group: FailureGroup, origin: Observed, around: Surr
     )  # fmt: skip
     if not answered:
         return None
-    more = len(answered) - RANKS_SHOWN
-    named = ", ".join(answered[:RANKS_SHOWN]) + (f" and {more} more" if more > 0 else "")
+    more = len(answered) - HOSTS_SHOWN
+    named = ", ".join(answered[:HOSTS_SHOWN]) + (f" and {more} more" if more > 0 else "")
     evidence = f"it refuses sessions it gave up on before, whose decode ranks answered in that second ({named})"
     return Attribution(Suspect("instance", origin.instance, origin.role), Kind.REFUSING, evidence, standing=True)
 
