@@ -441,8 +441,6 @@ def attribute(group: FailureGroup, around: Surroundings) -> Attribution:
             return Attribution(Suspect("instance", origin.instance, origin.role), Kind.FAILING, evidence)
         if evidence == SESSION_NOT_ALIVE and (refused := _refused_after_own_fault(origin, suspect.name, around)):
             return refused
-        if evidence == SESSION_NOT_ALIVE and group.echoes and (refused := _refused_while_answering(group, origin)):
-            return refused
         if _kv_never_came(origin) and (link := _handshake(origin, group.room, suspect, around)):
             return link
         if _kv_never_came(origin) and (unregistered := _unregistered(origin, group.room, around)):
@@ -470,33 +468,6 @@ def _refused_after_own_fault(origin: Observed, session: str, around: Surrounding
         return None
     evidence = f"it gave up on {session} {origin.ts - at:.0f} s before, right after its own transport logged '{fault}'"
     return Attribution(Suspect("instance", origin.instance, origin.role), Kind.FAILING, evidence, standing=True)
-
-
-def _refused_while_answering(group: FailureGroup, origin: Observed) -> Attribution | None:
-    """The sender's instance, refusing sessions it gave up on before (`remote ... session S is not alive`: SGLang keeps
-    a failed session refused) whose own decode ranks (the same rank number: each prefill rank's peer where both sides
-    have one TP) logged the prefill's Failed status (`Failed to get kvcache from prefill instance`) in that second:
-    they answered, so the decode did not stop answering; the refusal is what fails the room now, whatever failed
-    first (an operator's notes, multi-node R1: the failure that made the prefill give up was before the excerpt).
-    None when no such rank answered (a decode node that died leaves its ranks silent)."""
-    members = (origin, *group.echoes)
-    refusing = {_rank_order(m.rank)[1] for m in members if m.role == "prefill" and _HELD[_SESSION] in m.reason}
-    told = _TOLD_BY["decode"][0]
-    answered = sorted(
-        {
-            m.rank
-            for m in members
-            if m.role == "decode" and m.reason.startswith(told) and abs(m.ts - origin.ts) <= SESSION_TIE_S
-            and _rank_order(m.rank)[1] in refusing
-        },
-        key=_rank_order,
-    )  # fmt: skip
-    if not answered:
-        return None
-    more = len(answered) - HOSTS_SHOWN
-    named = ", ".join(answered[:HOSTS_SHOWN]) + (f" and {more} more" if more > 0 else "")
-    evidence = f"it refuses sessions it gave up on before, whose decode ranks answered in that second ({named})"
-    return Attribution(Suspect("instance", origin.instance, origin.role), Kind.REFUSING, evidence, standing=True)
 
 
 def _handshake(origin: Observed, room: int, named: Suspect, around: Surroundings) -> Attribution | None:
