@@ -35,7 +35,9 @@ The origin of a group is who *noticed*; its suspect is what *broke*, with the ev
    it refuses later on a session it gave up on then: `_refused_after_own_fault`); memory a side's
    transport could not register (`UNREGISTERED`), however long before, makes that side's instance the suspect of the
    sends, sessions and waits of its rooms that failed (the sender first, then the decode it writes into); a
-   handshake of the two sides that failed (`handshake_fault`) shortly before makes the link between them the suspect.
+   handshake of the two sides that failed (`handshake_fault`) shortly before makes the link between them the suspect,
+   and so does a sender's refusal of sessions whose own decode ranks answered in that second
+   (`_refused_while_answering`).
 
 The kind of failure (`Kind`) joins the failure classes one cause produces: a rank that dies makes its peers
 lose it (`peer_lost`), time out (`timeout_*`) and fail to send to it (`send_failed`): all `unresponsive`.
@@ -441,6 +443,12 @@ def attribute(group: FailureGroup, around: Surroundings) -> Attribution:
             return Attribution(Suspect("instance", origin.instance, origin.role), Kind.FAILING, evidence)
         if evidence == SESSION_NOT_ALIVE and (refused := _refused_after_own_fault(origin, suspect.name, around)):
             return refused
+        if (
+            evidence == SESSION_NOT_ALIVE
+            and group.echoes
+            and (refused := _refused_while_answering(group, origin, around))
+        ):
+            return refused
         if _kv_never_came(origin) and (link := _handshake(origin, group.room, suspect, around)):
             return link
         if _kv_never_came(origin) and (unregistered := _unregistered(origin, group.room, around)):
@@ -468,6 +476,51 @@ def _refused_after_own_fault(origin: Observed, session: str, around: Surrounding
         return None
     evidence = f"it gave up on {session} {origin.ts - at:.0f} s before, right after its own transport logged '{fault}'"
     return Attribution(Suspect("instance", origin.instance, origin.role), Kind.FAILING, evidence, standing=True)
+
+
+RANKS_SHOWN = 3
+"""The decode ranks that answered a refusal names (the rest counted)."""
+
+
+def _refused_while_answering(group: FailureGroup, origin: Observed, around: Surroundings) -> Attribution | None:
+    """The link between the sender's instance and the room's decode instance (with the sessions refused), the sender
+    refusing sessions it gave up on before (`remote ... session S is not alive`: SGLang keeps
+    a failed session refused) whose own decode ranks (the same rank number: each prefill rank's peer where both sides
+    have one TP) logged the prefill's Failed status (`Failed to get kvcache from prefill instance`) in that second:
+    they answered, so the decode did not stop answering; what fails the room is the path to its sessions: an address
+    the prefill cannot reach (a public report: the decode nodes had registered the wrong IPs), or a failure since gone
+    that SGLang keeps refusing (an operator's notes, multi-node R1: what made the prefill give up was before the
+    excerpt). Later rooms refusing those sessions join its incident (`IncidentTracker._of_session`).
+    None when no such rank answered (a decode node that died leaves its ranks silent), or when the sender's giving up
+    on the session is in its log (`Session S failed.`): that failure's cause, read, is the refusal's too."""
+    members = (origin, *group.echoes)
+    session = _SESSION.search(origin.reason)
+    if session is None or around.gave_up_on(origin.instance, session[1], origin.ts) is not None:
+        return None
+    refusing = {_rank_order(m.rank)[1] for m in members if m.role == "prefill" and _HELD[_SESSION] in m.reason}
+    told = _TOLD_BY["decode"][0]
+    answered = sorted(
+        {
+            m.rank
+            for m in members
+            if m.role == "decode" and m.reason.startswith(told) and abs(m.ts - origin.ts) <= SESSION_TIE_S
+            and _rank_order(m.rank)[1] in refusing
+        },
+        key=_rank_order,
+    )  # fmt: skip
+    if not answered:
+        return None
+    more = len(answered) - RANKS_SHOWN
+    named = ", ".join(answered[:RANKS_SHOWN]) + (f" and {more} more" if more > 0 else "")
+    decode = _link_of(around, group.room)[1] or answered[0].rpartition("/")[0]
+    evidence = (
+        f"{origin.instance} refuses sessions it gave up on before while their decode ranks answered in that second "
+        f"({named}): the path to them, not the decode's process (a session at an address the prefill cannot reach, "
+        "or a failure since gone that it refuses until restarted)"
+    )
+    link = Suspect("link", f"{origin.instance}{LINK_JOIN}{decode}")
+    sessions = _decode_sessions(group, around)
+    return Attribution(link, Kind.FAILING, evidence, standing=True, sessions=sessions)
 
 
 def _handshake(origin: Observed, room: int, named: Suspect, around: Surroundings) -> Attribution | None:
