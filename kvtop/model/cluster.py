@@ -487,6 +487,10 @@ class ClusterModel:
         }
         return sessions.pop() if len(sessions) == 1 else ""
 
+    def gave_up_on(self, instance: str, session: str, ts: float) -> float | None:
+        failed = self.failed_sessions.get(instance, ())
+        return next((at for at, given in reversed(failed) if given == session and at < ts + 1.0), None)
+
     def groups(self, now: float | None = None, window_s: float | None = None) -> list[FailureGroup]:
         """Every failure group, or those that started in the last `window_s` before `now`."""
         groups = self.refold()

@@ -47,6 +47,13 @@ Within a room (DESIGN.md, "The fold"):
    failure, noticed on both sides (a decode rank killed: its prefill peer's
    send fails and its own instance loses it, each before the other's word
    arrives): the earliest is the origin.
+11. an origin inferred from a log on a prefill rank that timed out in
+   Bootstrapping, after a decode origin of the room (not a timeout or abort:
+   rule 6) within the wait its timeout names, is an echo of that origin, the
+   earliest: the decode failed the room before its transfer request reached
+   that rank (its `send_metadata to prefill H:P failed`, a bootstrap query or
+   a heartbeat lost), told the prefill nothing, and the prefill waited out its
+   timeout for the request that never came.
 
 Each group has a lead (`FailureGroup.lead`): its origin, else its earliest
 echo. Levels follow the fold (DESIGN.md): the lead shows at its shown level
@@ -203,14 +210,25 @@ def _fold_room(ordered: list[Observed]) -> list[FailureGroup]:
     roots: list[FailureGroup] = []
     by_label: dict[str, FailureGroup] = {}
     gave_up = [f for f in ordered if f.is_origin and f.role == "decode" and f.reason_class in GAVE_UP]
+    prefill_reasons = {f.reason for f in ordered if f.is_origin and f.role == "prefill"}
+    failed_first = [
+        f for f in ordered
+        if f.is_origin and f.role == "decode" and f.reason_class not in GAVE_UP and f.reason not in prefill_reasons
+    ]  # fmt: skip  # a decode reason a prefill origin also said may be its echo (rule 8), never a root of rule 11
     told = [
         f for f in ordered
-        if f.is_origin and f.role == "prefill" and f.reason_class != ABORTED and _gave_up_before(gave_up, f) is None
+        if f.is_origin and f.role == "prefill" and f.reason_class != ABORTED
+        and _gave_up_before(gave_up, f) is None and _request_never_came(failed_first, f) is None
     ]  # fmt: skip
     stopped = [f for f in ordered if f.is_origin and f.role == "prefill" and (f.reason_class == ABORTED or f in told)]
     followers: list[tuple[Observed, Observed]] = []
     for failure in (f for f in ordered if f.is_origin):
-        cause = _gave_up_before(gave_up, failure) or _told_by(told, failure) or _waited_on_prefill(stopped, failure)
+        cause = (
+            _gave_up_before(gave_up, failure)
+            or _request_never_came(failed_first, failure)
+            or _told_by(told, failure)
+            or _waited_on_prefill(stopped, failure)
+        )
         if cause is not None:
             followers.append((failure, cause))
             continue
@@ -246,6 +264,16 @@ def _gave_up_before(gave_up: list[Observed], failure: Observed) -> Observed | No
     if not failure.inferred or failure.role != "prefill":
         return None
     return next((cause for cause in gave_up if cause.ts <= failure.ts), None)
+
+
+def _request_never_came(failed_first: list[Observed], failure: Observed) -> Observed | None:
+    """The decode origin (earliest first) a log-inferred prefill timeout in Bootstrapping follows (rule 11), if any:
+    one within the wait its reason says it waited out (none where it says none)."""
+    if not failure.inferred or failure.role != "prefill" or failure.reason_class != "timeout_bootstrap":
+        return None
+    waited = _waited(failure)
+    began = failure.ts - waited - SAME_FAILURE_S
+    return next((cause for cause in failed_first if waited and began <= cause.ts <= failure.ts), None)
 
 
 def _told_by(told: list[Observed], failure: Observed) -> Observed | None:

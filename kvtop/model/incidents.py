@@ -503,12 +503,14 @@ class IncidentTracker:
         return incident.first_seen - gap <= ts <= incident.last_seen + gap or (standing and ts >= incident.first_seen)
 
     def _of_session(self, attribution: Attribution, sessions: Iterable[str], ts: float) -> Incident | None:
-        """The incident of its kind, of a multi-node decode instance (or of a host) whose rooms named a session a group
+        """The incident of its kind (of any, for a sender's standing refusal: the link's whose rooms it refused while
+        their decode answered), of a multi-node decode instance (or of a host) whose rooms named a session a group
         suspects, that takes the group at `ts` (`_takes`), the latest to start of several."""
         named = [
             incident
             for incident in self._with(*(("session", session) for session in sessions))
-            if incident.kind == attribution.kind and self._takes(incident, ts, attribution.standing)
+            if (incident.kind == attribution.kind or attribution.standing)
+            and self._takes(incident, ts, attribution.standing)
         ]
         return max(named, key=lambda incident: incident.first_seen, default=None)
 

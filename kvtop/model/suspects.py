@@ -31,10 +31,13 @@ The origin of a group is who *noticed*; its suspect is what *broke*, with the ev
    `lost_a_peer`); a rank whose own KV transfer thread died is the suspect of the `unresponsive` failures it
    records after;
 5. a sender's own transport fault (`local_fault`: `Memory region not registered`, ibverbs' local errors) logged
-   just before its send failure makes its instance the suspect, not the peer it could not send to; memory a side's
+   just before its send failure makes its instance the suspect, not the peer it could not send to (and of the rooms
+   it refuses later on a session it gave up on then: `_refused_after_own_fault`); memory a side's
    transport could not register (`UNREGISTERED`), however long before, makes that side's instance the suspect of the
    sends, sessions and waits of its rooms that failed (the sender first, then the decode it writes into); a
-   handshake of the two sides that failed (`handshake_fault`) shortly before makes the link between them the suspect.
+   handshake of the two sides that failed (`handshake_fault`) shortly before makes the link between them the suspect,
+   and so does a sender's refusal of sessions whose own decode ranks answered in that second
+   (`_refused_while_answering`).
 
 The kind of failure (`Kind`) joins the failure classes one cause produces: a rank that dies makes its peers
 lose it (`peer_lost`), time out (`timeout_*`) and fail to send to it (`send_failed`): all `unresponsive`.
@@ -129,6 +132,7 @@ _LOCAL_FAULTS = (
     "hipIpcOpenMemHandle failed",  # Mooncake's HIP transport chose GPU IPC for a peer on another host
     "Bad address",  # EFAULT: memory the sender may not read (GPU memory given to Mooncake's TCP transport)
     "Failed to create QP",  # Mooncake: its side's queue pairs ran out (the driver's limit; Mooncake #1845)
+    "Cannot assign requested address",  # EADDRNOTAVAIL on connect: its own ephemeral ports used up (sglang PR #31208)
 )
 """What a transport library logs of a fault of its own side (its memory registration, its queue pair), never of
 its peer: the sender's own transport broke, whatever it then says of the peer it could not send to."""
@@ -371,6 +375,11 @@ class Surroundings(Protocol):
         `ts`, "" when none did (or several did)."""
         ...
 
+    def gave_up_on(self, instance: str, session: str, ts: float) -> float | None:
+        """When `instance` last said `session` failed (`failed_session`) at or before `ts` (in its second); None when it
+        did not (or that line is no longer kept)."""
+        ...
+
 
 _FROM_PREFILL_RANK = re.compile(r"from prefill rank (\d{1,4})(?: \(([\w.-]{1,128}/(?:PP\d{1,4}-)?TP\d{1,4})\))?")
 """A checksum failure's sender: its rank, and its label where a kvtop agent's line names it (`(prefill-0/TP1)`)."""
@@ -436,6 +445,14 @@ def attribute(group: FailureGroup, around: Surroundings) -> Attribution:
         if origin.reason_class == "send_failed" and (fault := around.own_transport_fault(origin.instance, origin.ts)):
             evidence = f"its own transport logged '{fault}' just before"  # the peer was not the one that failed
             return Attribution(Suspect("instance", origin.instance, origin.role), Kind.FAILING, evidence)
+        if evidence == SESSION_NOT_ALIVE and (refused := _refused_after_own_fault(origin, suspect.name, around)):
+            return refused
+        if (
+            evidence == SESSION_NOT_ALIVE
+            and group.echoes
+            and (refused := _refused_while_answering(group, origin, around))
+        ):
+            return refused
         if _kv_never_came(origin) and (link := _handshake(origin, group.room, suspect, around)):
             return link
         if _kv_never_came(origin) and (unregistered := _unregistered(origin, group.room, around)):
@@ -450,6 +467,64 @@ def attribute(group: FailureGroup, around: Surroundings) -> Attribution:
         suspect, evidence = _with_crash(suspect, evidence, origin.ts, around)
     session = session if suspect.name == session else ""  # still the one session it named (no crash named a rank)
     return Attribution(suspect, kind, evidence, standing=standing, sessions=sessions, session=session)
+
+
+def _refused_after_own_fault(origin: Observed, session: str, around: Surroundings) -> Attribution | None:
+    """The sender's instance, when the session it refuses (`remote ... session S is not alive`: SGLang's blacklist) is
+    one it gave up on (`Session S failed.`) right after a fault of its own transport (`own_transport_fault`): every
+    later room to it fails of that fault, the decode never stopped answering (sglang PR #31208: its own ports used
+    up, then `is not alive` on prefill and `Failed to get kvcache` on decode, both alive); None otherwise."""
+    at = around.gave_up_on(origin.instance, session, origin.ts)
+    fault = around.own_transport_fault(origin.instance, at) if at is not None else ""
+    if at is None or not fault:
+        return None
+    evidence = f"it gave up on {session} {origin.ts - at:.0f} s before, right after its own transport logged '{fault}'"
+    return Attribution(Suspect("instance", origin.instance, origin.role), Kind.FAILING, evidence, standing=True)
+
+
+RANKS_SHOWN = 3
+"""The decode ranks that answered a refusal names (the rest counted)."""
+
+
+def _refused_while_answering(group: FailureGroup, origin: Observed, around: Surroundings) -> Attribution | None:
+    """The link between the sender's instance and the room's decode instance (with the sessions refused), the sender
+    refusing sessions it gave up on before (`remote ... session S is not alive`: SGLang keeps
+    a failed session refused) whose own decode ranks (the same rank number: each prefill rank's peer where both sides
+    have one TP) logged the prefill's Failed status (`Failed to get kvcache from prefill instance`) in that second:
+    they answered, so the decode did not stop answering; what fails the room is the path to its sessions: an address
+    the prefill cannot reach (a public report: the decode nodes had registered the wrong IPs), or a failure since gone
+    that SGLang keeps refusing (an operator's notes, multi-node R1: what made the prefill give up was before the
+    excerpt). Later rooms refusing those sessions join its incident (`IncidentTracker._of_session`).
+    None when no such rank answered (a decode node that died leaves its ranks silent), or when the sender's giving up
+    on the session is in its log (`Session S failed.`): that failure's cause, read, is the refusal's too."""
+    members = (origin, *group.echoes)
+    session = _SESSION.search(origin.reason)
+    if session is None or around.gave_up_on(origin.instance, session[1], origin.ts) is not None:
+        return None
+    refusing = {_rank_order(m.rank)[1] for m in members if m.role == "prefill" and _HELD[_SESSION] in m.reason}
+    told = _TOLD_BY["decode"][0]
+    answered = sorted(
+        {
+            m.rank
+            for m in members
+            if m.role == "decode" and m.reason.startswith(told) and abs(m.ts - origin.ts) <= SESSION_TIE_S
+            and _rank_order(m.rank)[1] in refusing
+        },
+        key=_rank_order,
+    )  # fmt: skip
+    if not answered:
+        return None
+    more = len(answered) - RANKS_SHOWN
+    named = ", ".join(answered[:RANKS_SHOWN]) + (f" and {more} more" if more > 0 else "")
+    decode = _link_of(around, group.room)[1] or answered[0].rpartition("/")[0]
+    evidence = (
+        f"{origin.instance} refuses sessions it gave up on before while their decode ranks answered in that second "
+        f"({named}): the path to them, not the decode's process (a session at an address the prefill cannot reach, "
+        "or a failure since gone that it refuses until restarted)"
+    )
+    link = Suspect("link", f"{origin.instance}{LINK_JOIN}{decode}")
+    sessions = _decode_sessions(group, around)
+    return Attribution(link, Kind.FAILING, evidence, standing=True, sessions=sessions)
 
 
 def _handshake(origin: Observed, room: int, named: Suspect, around: Surroundings) -> Attribution | None:

@@ -288,6 +288,27 @@ def test_a_decode_timeout_before_the_client_aborted_or_too_long_after_is_its_own
     assert [g.echo_count for g in reused] == [0, 0]
 
 
+def timed_out_bootstrapping(ts: float, rank: str, waited_s: float = 300.0) -> Observed:
+    """A prefill rank's own record that the room timed out in Bootstrapping after `waited_s`, read from its log."""
+    reason = f"Request {ROOM} timed out after {waited_s:.1f}s in KVPoll.Bootstrapping"
+    return Observed(ts, ROOM, rank, "prefill", reason, "timeout_bootstrap", rank, "", False, True)
+
+
+def test_a_prefill_that_waited_out_the_request_of_a_decode_that_failed_first_echoes_that_failure():
+    """A decode whose `send_metadata to prefill H:P failed` records its failure and tells the prefill nothing (it could
+    not reach it): the prefill's Bootstrapping timeout 300 s after is that failure seen late, one failure of the room
+    (it was two, and two incidents); a decode failure before the wait the timeout names began is not."""
+    send = failure(10.0, "decode-0/TP0", "decode-0/TP0", "send_failed", inferred=True)
+
+    during = fold(
+        [send, timed_out_bootstrapping(310.0, "prefill-0/TP0"), timed_out_bootstrapping(310.0, "prefill-0/TP1")]
+    )
+    before = fold([send, timed_out_bootstrapping(40.0 + SAME_FAILURE_S + 1, "prefill-0/TP0", waited_s=30.0)])
+
+    assert shape(during) == [(ROOM, "decode-0/TP0", "decode-0/TP0", ["prefill-0/TP0", "prefill-0/TP1"])]
+    assert [g.origin_label for g in before] == ["decode-0/TP0", "prefill-0/TP0"]
+
+
 def named(ts: float, rank: str, reason_class: str, suspect: str) -> Observed:
     """An agent's origin of the room, naming what it suspects."""
     role = "prefill" if rank.startswith("prefill") else "decode"

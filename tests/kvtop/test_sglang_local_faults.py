@@ -109,6 +109,12 @@ def test_a_send_failure_after_the_senders_own_transport_fault_names_the_sender(t
             "2026-06-12 08:10:41",
             id="memfabric-could-not-open-the-peer-s-memory",
         ),
+        pytest.param(  # sglang PR #31208: Mooncake's TCP transport, a connection per transfer, each left in TIME_WAIT
+            "E0714 03:12:09.118204 4121 tcp_transport.cpp:361] TcpTransport::getConnection failed to create connection "
+            "to 10.32.17.209:16680. Error: connect: Cannot assign requested address",
+            "2026-07-14 03:12:09",
+            id="its-own-ephemeral-ports-used-up",
+        ),
     ],
 )
 def test_a_send_its_own_transport_could_not_make_names_the_sender(tmp_path: Path, fault: str, second: str):
@@ -126,3 +132,26 @@ def test_a_send_its_own_transport_could_not_make_names_the_sender(tmp_path: Path
 
     assert check.returncode == 2
     assert "incident: prefill-0 fails transfers (send_failed)" in check.stdout
+
+
+def test_a_session_given_up_on_for_the_sender_s_own_fault_refused_later_names_the_sender(tmp_path: Path):
+    """sglang PR #31208: Mooncake's TCP transport, a fresh connection per transfer, used up the prefill's ephemeral
+    ports (`connect: Cannot assign requested address`); SGLang then gave up on the session and refused it in every
+    later room (`remote mooncake session S is not alive`) while the decode, alive, logged `Failed to get kvcache`. The
+    refusals 40 s on named `decode at S stopped answering`, an incident beside the sender's own: they are its
+    aftermath."""
+    log = tmp_path / "prefill.log"
+    log.write_text(
+        "E0714 03:12:09.118204 4121 tcp_transport.cpp:361] TcpTransport::getConnection failed to create connection "
+        "to 10.32.17.209:16680. Error: connect: Cannot assign requested address\n"
+        "[2026-07-14 03:12:09 TP0] Session 10.32.17.209:16680 failed.\n"
+        + send_failure("2026-07-14 03:12:09", 0, ROOM, "10.32.17.209:41001")
+        + f"[2026-07-14 03:12:49 TP0] Prefill transfer failed for request rank=0 req.rid='p{LATER}' "
+        f"req.bootstrap_room={LATER} with exception KVTransferError(bootstrap_room={LATER}): Decode instance could be "
+        "dead, remote mooncake session 10.32.17.209:16680 is not alive\n"
+    )
+
+    found = json.loads(kvtop_here("incidents", "--json", "--sglang-log", str(log)).stdout)["incidents"]
+
+    assert [(i["suspect_text"], i["kind"], i["room_count"]) for i in found] == [("prefill-0", "failing", 2)]
+    assert "it gave up on 10.32.17.209:16680 40 s before, right after its own transport logged" in str(found)

@@ -67,7 +67,9 @@ def test_each_room_fails_once_and_its_incident_is_one():
     assert [(incident["room_count"], incident["origins"], incident["noticed_by"]) for incident in found] == [
         (2, 2, {"prefill-0/TP0": 2})
     ]
-    assert found[0]["suspect_text"] == "decode-0"  # the sessions named are on both decode nodes: the instance
+    # every decode rank, each a refusing prefill rank's peer, logged the prefill's Failed status in that second: the
+    # prefill refuses sessions it gave up on before these logs, of a decode that answers (it read `decode-0`)
+    assert (found[0]["suspect_text"], found[0]["kind"]) == ("the link between prefill-0 and decode-0", "failing")
 
 
 def test_a_prefill_lost_by_its_bootstrap_address_is_the_one_instance(tmp_path: Path):

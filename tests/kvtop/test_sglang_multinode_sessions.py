@@ -102,16 +102,18 @@ def test_sessions_a_room_names_on_two_decode_hosts_make_one_suspect_with_both_ho
     assert f"incident: decode at {NODE0}, {NODE1} stopped answering (peer_lost)" in check
 
 
-def test_with_the_decode_nodes_logs_the_suspect_is_the_decode_instance(tmp_path: Path):
-    """The room's decode instance (its two nodes' logs merged) is what the sessions on both hosts belong to."""
+def test_with_the_decode_nodes_logs_the_suspect_is_the_link_to_the_decode_instance(tmp_path: Path):
+    """The room's decode instance (its two nodes' logs merged) is what the sessions on both hosts belong to; its ranks,
+    each a refusing prefill rank's peer, logged the prefill's Failed status in that second: they answered, and what
+    fails is the path to their sessions (the report's decode nodes had registered the wrong IPs), not the decode
+    (test_sglang_standing_refusal)."""
     found = incidents(nodes(tmp_path))
 
     assert [(i["suspect"], i["room_count"], i["origins"]) for i in found] == [
-        ({"kind": "instance", "name": "decode-0", "role": "decode"}, 3, 3)
+        ({"kind": "link", "name": "prefill-0 - decode-0", "role": ""}, 3, 3)
     ]
-    assert found[0]["evidence"] == [f"its sessions on {NODE0}, {NODE1} are not alive"]
     check = kvtop_here("check", *nodes(tmp_path)).stdout.splitlines()[0]
-    assert "incident: decode-0 stopped answering (peer_lost)" in check
+    assert "incident: the link between prefill-0 and decode-0 fails transfers (peer_lost)" in check
 
 
 def test_send_failures_to_both_nodes_then_dead_sessions_are_one_incident(tmp_path: Path):
@@ -198,13 +200,13 @@ def test_a_later_room_naming_one_host_of_the_decode_joins_its_incident(tmp_path:
     ]
 
 
-def test_with_the_decode_nodes_logs_a_later_room_on_one_host_joins_the_decode_instance(tmp_path: Path):
+def test_with_the_decode_nodes_logs_a_later_room_on_one_host_joins_the_link_s_incident(tmp_path: Path):
     args = nodes(tmp_path)
     one_host_later(Path(args[1]), range(8))  # prefill-node0.log: node 0's prefill ranks, peers of decode node 0
 
     found = incidents(args)
 
-    assert [(i["suspect_text"], i["room_count"]) for i in found] == [("decode-0", 4)]
+    assert [(i["suspect_text"], i["room_count"]) for i in found] == [("the link between prefill-0 and decode-0", 4)]
 
 
 def test_a_session_the_instance_never_named_on_one_of_its_hosts_is_its_own_incident(tmp_path: Path):

@@ -54,3 +54,23 @@ def test_with_no_log_naming_the_room_the_endpoint_is_named(tmp_path: Path):
     found = json.loads(kvtop_here("incidents", *logs(tmp_path, room_named=False), "--json").stdout)["incidents"]
 
     assert [i["suspect_text"] for i in found] == ["prefill at 10.2.0.6:17001"]
+
+
+def test_the_prefill_s_bootstrap_timeout_of_the_room_the_decode_could_not_send_for_is_the_same_incident(
+    tmp_path: Path,
+):
+    """SGLang's decode tells the prefill nothing when its `send_metadata` fails: the prefill ranks wait out their 300 s
+    in Bootstrapping for the request that never came. That timeout was an incident of its own, `the decode side of
+    prefill-0 stopped answering`, beside the crashed prefill rank that caused both."""
+    arguments = logs(tmp_path, room_named=False)
+    prefill = Path(arguments[3])
+    prefill.write_text(
+        prefill.read_text()
+        + f"[2026-03-02 10:05:05 TP0] Prefill bootstrap failed for request rank=0 req.rid='p{ROOM}' "
+        f"req.bootstrap_room={ROOM} with exception KVTransferError(bootstrap_room={ROOM}): Request {ROOM} timed out "
+        "after 300.0s in KVPoll.Bootstrapping\n"
+    )
+
+    found = json.loads(kvtop_here("incidents", *arguments, "--json").stdout)["incidents"]
+
+    assert [(i["suspect_text"], i["origins"], i["echoes"]) for i in found] == [("prefill-0/TP1", 1, 1)]
