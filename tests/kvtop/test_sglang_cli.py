@@ -64,8 +64,10 @@ def test_failures_text_from_logs_shows_likely_causes_and_unknown_origins():
 @pytest.mark.processes
 def test_check_on_logs_that_hold_failures_is_critical_and_counts_log_ranks_apart():
     """Log ranks are neither alive nor gone and give no failure rate; the logs' incidents make the verdict, the
-    first problem names the biggest one's suspect, with the class of most of its failure groups (two lost peers
-    after the Bootstrapping timeout at 03:04:30 that starts it: docs/incidents.md), since that earliest failure."""
+    first problem names the biggest one's suspect, with the class of most of its failure groups (a tie of the
+    Bootstrapping timeout at 03:04:30 that starts it and a NIXL lost peer: its earliest failure's, docs/incidents.md),
+    since that earliest failure. (Room 6666's refusal of a session whose decode rank answered in that second is the
+    link's since 2026-12-06: the timeout no longer joins a `decode at 10.0.0.8:15005` incident.)"""
     result = kvtop("check", "--json", *LOGS)
 
     verdict = json.loads(result.stdout)
@@ -77,7 +79,7 @@ def test_check_on_logs_that_hold_failures_is_critical_and_counts_log_ranks_apart
     )
     assert (verdict["failure_rate"], verdict["judged"]) == (None, "span")
     assert verdict["problems"][0].startswith(
-        "incident: decode at 10.0.0.8:15005 stopped answering (peer_lost) since 03:04:30"
+        "incident: the decode side of prefill-0 stopped answering (timeout_bootstrap) since 03:04:30, 2 rooms"
     )
 
 
