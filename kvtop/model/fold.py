@@ -247,16 +247,28 @@ def _fold_room(ordered: list[Observed]) -> list[FailureGroup]:
         if not failure.origin:
             unknown.append(failure)
             continue
-        target = by_label.get(failure.origin)
+        target = by_label.get(failure.origin) or _joined_by_carried(roots, failure)
         if target is None:
-            target = by_label[failure.origin] = FailureGroup(failure.room, failure.origin, None)
+            target = FailureGroup(failure.room, failure.origin, None)
             roots.append(target)
+        by_label[failure.origin] = target
         target.echoes.append(failure)
     for failure in (f for f in unknown if not f.from_another_rank):
         _best_root(roots, failure).echoes.append(failure)
     for failure in (f for f in unknown if f.from_another_rank):
         _own_instance_root(roots, failure).echoes.append(failure)
     return roots
+
+
+def _joined_by_carried(roots: list[FailureGroup], echo: Observed) -> FailureGroup | None:
+    """The root an agent's echo of an origin not seen (yet) belongs to: the one its origin's own record, as the
+    echo carried it (its class and suspect), would have joined (`_same_failure`), so an echo that came before its
+    origin's record makes no failure of its own beside the room's."""
+    if not echo.suspect:
+        return None
+    carried = Observed(echo.ts, echo.room, echo.origin, "", echo.reason, echo.origin_class, echo.origin,
+                       suspect=echo.suspect)  # fmt: skip
+    return next((g for g in roots if g.origin and _same_failure(g.origin, carried)), None)
 
 
 def _gave_up_before(gave_up: list[Observed], failure: Observed) -> Observed | None:

@@ -800,3 +800,28 @@ def test_a_full_pool_that_waited_on_a_silent_rank_says_whose_vote_and_how_long_i
     assert incidents(model, T0 + 1) == [("decode-0/TP0", "unresponsive", 1)]
     evidence = next(iter(model.incidents.incidents.values())).evidence
     assert list(evidence) == ["the rooms decode-0/TP1 refused waited on its vote, not heard for 1.3 s"]
+
+
+def test_an_echo_before_its_origins_record_hangs_under_the_room_failure_that_record_joins_not_beside_it():
+    """decode-0/TP1 refuses room 4 and is stopped before publishing; the prefill's echo (carrying TP1's class and
+    suspect) comes first, then decode-0/TP0 refuses the room naming TP1, its vote not heard. The echo made a second
+    incident `decode-0/TP1 refuses transfers` beside `stopped answering` for the same room; it is one incident, before
+    TP1's own record comes and after."""
+    model = ClusterModel()
+    tp0 = AgentInfo("decode", "decode-0", 0, 2, 4096, "", "", 41, "host-a", 1)
+    tp1 = AgentInfo("decode", "decode-0", 1, 2, 4096, "", "", 42, "host-a", 1)
+    carried = Failure(T0 + 1.05, 4, "prefill-0/TP0", "Aborted by decode peer", "propagated", "debug", True,
+                      "decode-0/TP1", "decode-0/TP1", "refused")  # fmt: skip
+    deliver(model, "prefill-0/TP0", [carried], T0 + 1.1)
+    model.sweep(T0 + 1.2)  # the echo waits a sweep for its origin
+    refused = pool_full(4, tp0, "decode-0/TP1", 1.2)
+    deliver(
+        model, "decode-0/TP0", [origin(T0 + 1.5, 4, "decode-0/TP0", refused.text, "refused", refused.suspect)], T0 + 1.5
+    )
+    model.sweep(T0 + 1.6)
+
+    assert incidents(model, T0 + 2) == [("decode-0/TP1", "unresponsive", 1)]
+    own = pool_full(4, tp1)
+    deliver(model, "decode-0/TP1", [origin(T0 + 1.0, 4, "decode-0/TP1", own.text, "refused", own.suspect)], T0 + 3)
+    assert incidents(model, T0 + 3.5) == [("decode-0/TP1", "unresponsive", 1)]
+    assert [group.origin_label for group in model.groups()] == ["decode-0/TP1"]
