@@ -28,7 +28,7 @@ def registry() -> Iterator[str]:
         yield address
     finally:
         process.send_signal(signal.SIGTERM)
-        assert process.wait(10) == 0
+        assert process.wait(30) == 0
 
 
 class Sidecars:
@@ -51,7 +51,7 @@ class Sidecars:
         for process in self.processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
-        codes = [process.wait(10) for process in self.processes]
+        codes = [process.wait(30) for process in self.processes]
         errors = [path.read_text() for path in sorted(self.folder.glob("sidecar-*.stderr"))]
         assert all(code == 0 for code in codes), f"sidecar exit codes {codes}: {errors}"
 

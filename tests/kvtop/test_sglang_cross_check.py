@@ -8,8 +8,10 @@ import json
 from pathlib import Path
 
 from kvtop_cli import kvtop
-from sidecar_support import registry, sidecars, view_json
+from sidecar_support import registry, sidecars
 
+from kvtop.sources.live import Collector
+from kvtop.views.failures import to_json
 from tests.conftest import wait_for
 from transport import FaultSpec, Timeouts, TransferConfig
 from transport.harness.cluster import ClusterSpec
@@ -56,13 +58,22 @@ def test_failures_from_the_agents_logs_and_their_sidecars_match_failures_from_th
     )
     cluster = make_cluster(spec)
     with registry() as bootstrap, sidecars(bootstrap, tmp_path) as started:
-        for log in sorted(tmp_path.glob("*.log")):
-            started.start(log, "--tp", "2")
-        wait_for(lambda: len(view_json("ranks", "--bootstrap", bootstrap) or []) == 6, 20, "six sidecar ranks")
-        _fail_rooms_and_compare(cluster, control, tmp_path, bootstrap)
+        watch = Collector(bootstrap).start()
+        try:
+            for log in sorted(tmp_path.glob("*.log")):
+                started.start(log, "--tp", "2")
+
+            def heard() -> int:
+                with watch.lock:
+                    return sum(1 for view in watch.model.ranks.values() if view.last_seen)
+
+            wait_for(lambda: heard() == 6, 60, "six sidecar ranks heard from")
+            _fail_rooms_and_compare(cluster, control, tmp_path, watch)
+        finally:
+            watch.close()
 
 
-def _fail_rooms_and_compare(cluster, control, tmp_path: Path, bootstrap: str) -> None:
+def _fail_rooms_and_compare(cluster, control, tmp_path: Path, watch: Collector) -> None:
     clients = {agent.label: control(agent.control_endpoint) for agent in cluster.agents()}
     submitted: dict[int, list[str]] = {}
     for rooms, prefill, with_decode in ((CORRUPTED, "prefill-0", True), (REFUSED, "prefill-1", True),
@@ -88,10 +99,11 @@ def _fail_rooms_and_compare(cluster, control, tmp_path: Path, bootstrap: str) ->
     published: list[tuple[int, str, str, int]] = []
 
     def sidecars_agree() -> bool:
-        published[:] = folded((view_json("failures", "--bootstrap", bootstrap) or {"groups": []})["groups"])
+        with watch.lock:
+            published[:] = folded(to_json(watch.model.groups()))
         return published == expected
 
     try:
-        wait_for(sidecars_agree, 15, "the sidecars' fold to match the agents'")
+        wait_for(sidecars_agree, 60, "the sidecars' fold to match the agents'")
     except AssertionError:
         assert expected == published  # shows the difference
