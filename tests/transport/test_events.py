@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -393,3 +394,28 @@ def test_the_heartbeat_counts_in_flight_only_the_rooms_the_rank_has_not_ended(ma
 
     events.wait(lambda: len(beats() or []) == 2, what="a heartbeat of each rank after it")
     assert beats() == [1, 1]
+
+
+def test_a_room_handed_in_while_the_engine_stood_still_is_never_judged_before_it_was_made(make_manager, wait_for):
+    """decode-0/TP1 stopped (SIGSTOP) while its scheduler went on: the rooms handed in meanwhile were made after
+    the engine last read the clock, and a room whose chunks landed in the same pass finished before it started.
+    Its TransferDone carried negative seconds: every view rejected the batch (malformed), losing the rank's
+    refusals beside it, and every snapshot after it (the mirror keeps the event) until 512 transfers later."""
+    manager = make_manager(Role.DECODE, "decode-0")
+    side = manager._side
+    pump = side.pump
+    ages: list[float] = []
+
+    def pump_recording_ages(now: float) -> float | None:
+        ages.extend(now - record.created_at for record in side.rooms.values())
+        return pump(now)
+
+    side.pump = pump_recording_ages  # type: ignore[method-assign]
+    holding, resume = threading.Event(), threading.Event()
+    manager._call_soon(lambda: (holding.set(), resume.wait(10)))  # its engine stands still after reading the clock
+    wait_for(holding.is_set, what="the engine stands still")
+    receiver = manager.receiver(0x81, "prefill-9")
+    receiver.init(PAGES)
+    resume.set()
+    wait_for(lambda: ages, what="the engine's pass after the room came")
+    assert min(ages) >= 0.0

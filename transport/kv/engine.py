@@ -537,8 +537,12 @@ class KVManager:
                 woke = now
                 if self._wake_read in ready:
                     self._drain_wake()
-                while self._commands:
-                    self._commands.popleft()()
+                if self._commands:
+                    while self._commands:
+                        self._commands.popleft()()
+                    # The rooms they handed in are younger than the poll: a room finished at the poll's time (its
+                    # chunks landed in this pass) published negative seconds, a batch every view rejects.
+                    now = time.monotonic()
                 for sock in registered:
                     if sock in ready:
                         self._handle(sock, now)
