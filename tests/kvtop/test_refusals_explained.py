@@ -9,26 +9,19 @@ import re
 import msgspec
 import pytest
 import zmq
+from bootstrap_ask import ask
 from kvtop_cli import kvtop
 
 from transport import BootstrapServer
 from transport.config import Role
-from transport.wire import BootstrapReply, FrameDecoder, Refusal, Register, encode
+from transport.wire import Refusal, Register
 
 pytestmark = pytest.mark.processes
 
 
 def refused(context: zmq.Context[zmq.Socket[bytes]], server: BootstrapServer, request: Register) -> None:
     """Send `request` from 127.0.0.2 (another client than the ranks' 127.0.0.1) and see it refused."""
-    dealer = context.socket(zmq.DEALER)
-    dealer.linger = 0
-    dealer.connect(f"tcp://127.0.0.2:0;{server.endpoint.removeprefix('tcp://')}")
-    try:
-        dealer.send(encode(request))
-        assert dealer.poll(10_000), "the service did not answer"
-        assert isinstance(FrameDecoder(BootstrapReply).decode(dealer.recv()), Refusal)
-    finally:
-        dealer.close()
+    assert isinstance(ask(context, server.endpoint, "127.0.0.2", request), Refusal)
 
 
 def test_no_decode_rank_alive_names_a_decode_ranks_refusal_not_a_prefill_ranks(

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import msgspec
 import pytest
-import zmq
+from bootstrap_ask import ask
 
 from transport import BootstrapClient, BootstrapServer
 from transport.counters import Counters, rejection_names
@@ -21,34 +21,15 @@ from transport.registration import foreign_endpoint
 from transport.wire import (
     AgentInfo,
     AgentList,
-    BootstrapReply,
-    BootstrapRequest,
     Deregister,
-    FrameDecoder,
     ListAgents,
     Refusal,
     Register,
     Registered,
-    encode,
 )
 
 GOOD = AgentInfo("prefill", "prefill-0", 0, 1, 4096, "tcp://127.0.0.1:5000", "", os.getpid(), "host", 7)
 HIJACK = msgspec.structs.replace(GOOD, data_endpoint="tcp://127.0.0.2:6666", incarnation=GOOD.incarnation + 1)
-
-
-def ask(
-    context: zmq.Context[zmq.Socket[bytes]], endpoint: str, source: str, request: BootstrapRequest
-) -> BootstrapReply:
-    """One request to the service from the address `source` (ZeroMQ's source;destination form), its answer."""
-    dealer = context.socket(zmq.DEALER)
-    dealer.linger = 0
-    dealer.connect(f"tcp://{source}:0;{endpoint.removeprefix('tcp://')}")
-    try:
-        dealer.send(encode(request))
-        assert dealer.poll(10_000), "the service did not answer"
-        return FrameDecoder(BootstrapReply).decode(dealer.recv())
-    finally:
-        dealer.close()
 
 
 @pytest.fixture
