@@ -223,6 +223,12 @@ class FakePrefill:
     def send(self, *frames: bytes) -> None:
         self.socket.send_multipart([self.peer, *frames])
 
+    def greet(self) -> TransferRequest:
+        """Welcome the decode's Hello; its first transfer request."""
+        self.expect(Hello)
+        self.send(encode(Welcome(self.info)))
+        return self.expect(TransferRequest)
+
 
 def test_decode_link_rejects_bad_frames_and_truncated_chunks_and_keeps_serving(
     bootstrap, make_manager, zmq_context, wait_for
@@ -233,9 +239,7 @@ def test_decode_link_rejects_bad_frames_and_truncated_chunks_and_keeps_serving(
     good_room, broken_room = 81, 82
     good = decode.receiver(good_room, "fake-prefill")
     good.init(np.arange(10, 14, dtype=np.uint32))
-    fake.expect(Hello)
-    fake.send(encode(Welcome(fake.info)))
-    assert good_room == fake.expect(TransferRequest).room
+    assert good_room == fake.greet().room
     broken = decode.receiver(broken_room, "fake-prefill")
     broken.init(np.arange(20, 22, dtype=np.uint32))
     assert broken_room == fake.expect(TransferRequest).room
@@ -286,9 +290,7 @@ def test_decode_drops_chunk_headers_that_do_not_fit_the_room_and_keeps_the_room(
     fake = FakePrefill(zmq_context, bootstrap.endpoint)
     receiver = decode.receiver(83, "fake-prefill")
     receiver.init(np.arange(4, dtype=np.uint32))
-    fake.expect(Hello)
-    fake.send(encode(Welcome(fake.info)))
-    fake.expect(TransferRequest)
+    fake.greet()
 
     payloads = [bytes(max(count, 0) * PAGE_BYTES) for count in frame_pages]
     fake.send(encode(Chunk(83, 0, False, page_start, frame_pages, nbytes, 0)), *payloads)
@@ -315,9 +317,7 @@ def test_decode_counts_a_frame_beyond_a_chunks_payload_and_lands_the_chunk(
     fake = FakePrefill(zmq_context, bootstrap.endpoint)
     receiver = decode.receiver(84, "fake-prefill")
     receiver.init(np.arange(pages, dtype=np.uint32))
-    fake.expect(Hello)
-    fake.send(encode(Welcome(fake.info)))
-    fake.expect(TransferRequest)
+    fake.greet()
 
     payload = np.random.default_rng(84).integers(0, 256, size=(pages, PAGE_BYTES), dtype=np.uint8)
     digests = b"".join(xxhash.xxh3_64_digest(row.data) for row in payload)

@@ -408,9 +408,7 @@ def test_a_failed_status_right_behind_the_success_of_a_decode_rank_alone_is_late
     fake = FakePrefill(zmq_context, bootstrap.endpoint)
     receiver = decode.receiver(52, "fake-prefill")
     receiver.init(np.arange(4, dtype=np.uint32))
-    fake.expect(Hello)
-    fake.send(encode(Welcome(fake.info)))
-    fake.expect(TransferRequest)
+    fake.greet()
     payload = np.full(4 * PAGE_BYTES, 3, dtype=np.uint8)
     checksum = xxhash.xxh3_64_intdigest(payload.data)
 
