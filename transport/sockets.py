@@ -24,7 +24,7 @@ the one that binds as the server, the one that connects as a client.
 from __future__ import annotations
 
 import errno
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Final, TypeVar
 
 import zmq
@@ -146,16 +146,30 @@ def drain_message(sock: zmq.Socket[bytes]) -> int:
     return dropped
 
 
+Salvage = Callable[[bytes], tuple[bytes, T] | None]
+"""What a reader keeps of a malformed frame (`transport.plane.salvage`): (the frame to pass on, b"" where what
+is kept is not the frame as it came; the message), or None to reject it whole."""
+
+
 def decode_waiting(
-    sock: zmq.Socket[bytes], decoder: FrameDecoder[T], counters: Counters, limit: int = 100_000
+    sock: zmq.Socket[bytes],
+    decoder: FrameDecoder[T],
+    counters: Counters,
+    limit: int = 100_000,
+    salvage: Salvage[T] | None = None,
 ) -> Iterator[T]:
-    """Messages waiting on a single-frame socket (at most `limit`), decoded; rejections are counted and skipped."""
-    for _, message in decode_waiting_frames(sock, decoder, counters, limit):
+    """Messages waiting on a single-frame socket (at most `limit`), decoded; rejections are counted and skipped
+    (a malformed one that `salvage` keeps part of is yielded as it kept it)."""
+    for _, message in decode_waiting_frames(sock, decoder, counters, limit, salvage):
         yield message
 
 
 def decode_waiting_frames(
-    sock: zmq.Socket[bytes], decoder: FrameDecoder[T], counters: Counters, limit: int = 100_000
+    sock: zmq.Socket[bytes],
+    decoder: FrameDecoder[T],
+    counters: Counters,
+    limit: int = 100_000,
+    salvage: Salvage[T] | None = None,
 ) -> Iterator[tuple[bytes, T]]:
     """As `decode_waiting`, each message with the frame it came in (a recorder keeps it as it came)."""
     for _ in range(limit):
@@ -166,7 +180,11 @@ def decode_waiting_frames(
         try:
             yield frame, decoder.decode(frame)
         except FrameRejected as rejected:
-            counters.reject(rejected.reason)
+            kept = salvage(frame) if salvage is not None and rejected.reason == "malformed" else None
+            if kept is None:
+                counters.reject(rejected.reason)
+            else:
+                yield kept
 
 
 def decode_routed(frames: list[bytes], decoder: FrameDecoder[T], counters: Counters) -> tuple[bytes, T] | None:

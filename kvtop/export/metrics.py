@@ -439,7 +439,8 @@ class ModelMetrics(Collector):
         )  # fmt: skip
         yield CounterMetricFamily(
             "kvtop_events_rejected",
-            "Events whose values made no sense (a state that is no KVPoll value, a time that is no time): skipped.",
+            "Events whose values made no sense (a state that is no KVPoll value, a time that is no time): skipped, "
+            "the rest of their batch or snapshot kept.",
             value=reading.events_rejected,
         )
         frames = CounterMetricFamily(

@@ -159,7 +159,9 @@ class ClusterModel:
         self.intake = Intake()
         """What the collector refused on the way in (bad entries, rejected frames), and why it stopped."""
         self.rejected = 0
-        """Events whose content made no sense (a state that is no KVPoll value, a time that is no time), skipped."""
+        """Events whose content made no sense (a state that is no KVPoll value, a time that is no time), skipped: those
+        the model refused, and those the collector's decoder refused of a batch or snapshot whose other records it
+        kept (`Delivered.refused`)."""
         self.rejected_frames = 0
         """Frames the collector's decoder refused (malformed, or a field out of its range), set by the collector."""
         self.lost = 0

@@ -32,6 +32,9 @@ class Intake:
     unreachable: dict[str, str] = field(default_factory=dict)
     """Ranks (labels), endpoints and relays the collector could not open a socket for, for now (its own limits:
     too many open files): name -> why. Not the rank's fault; tried again at every discovery."""
+    records_refused: dict[str, tuple[int, str]] = field(default_factory=dict)
+    """Ranks (labels) some of whose records failed their schema -> (how many, why the latest did): each left out
+    of its batch or snapshot, whose other records were kept (`records_rejected` counts them all)."""
     bootstrap_counters: dict[str, int] = field(default_factory=dict)
     """The bootstrap service's counters (requests, expired, deregistered, `rejected_<reason>`)."""
     bootstrap_refused: list[str] = field(default_factory=list)

@@ -26,6 +26,9 @@ class Delivered(msgspec.Struct, tag="d", array_like=True, frozen=True):
     now: Time
     label: str
     item: Snapshot | EventBatch
+    refused: int = 0
+    """Records of the frame the collector refused and left out of `item` (`Delivered.refused` of the
+    subscriber): the model's rejected events count them."""
 
 
 class Swept(msgspec.Struct, tag="s", array_like=True, frozen=True):
@@ -79,6 +82,8 @@ class Accounted(msgspec.Struct, tag="a", array_like=True, frozen=True):
     bootstrap_replaced: list[str] = []
     """`Intake.bootstrap_replaced`, the service's latest named new incarnations (recordings older than it kept only
     their count: `status --replay` said `N entries taken by a new incarnation`, naming none)."""
+    records_refused: dict[str, tuple[int, str]] = {}
+    """`Intake.records_refused` (none in recordings older than it)."""
 
 
 class Gapped(msgspec.Struct, tag="g", array_like=True, frozen=True):
@@ -125,6 +130,7 @@ def apply_op(model: ClusterModel, op: Op) -> list[Event] | None:
 
     A delivery the model cannot apply raises as it did live (the caller counts it, as the collector did)."""
     if type(op) is Delivered:
+        model.rejected += op.refused
         return model.apply(op.label, op.item, op.now)
     if type(op) is Swept:
         model.sweep(op.now, op.held)
@@ -137,6 +143,7 @@ def apply_op(model: ClusterModel, op: Op) -> list[Event] | None:
         intake.upstream_kept = op.upstream_kept
         intake.bootstrap_refusals = [Refused(line, role, at) for line, role, at in op.bootstrap_refusals]
         intake.bootstrap_replaced = op.bootstrap_replaced
+        intake.records_refused = op.records_refused
         model.gaps, model.rejected_frames = op.gaps, op.rejected_frames
     elif type(op) is Registered:
         model.register(op.agent)

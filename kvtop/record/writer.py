@@ -220,13 +220,15 @@ class Recorder:
 
     # --- the collector's side (called under its lock) -------------------------------------
 
-    def delivered(self, label: str, item: Snapshot | EventBatch, now: float, frame: bytes = b"") -> None:
+    def delivered(
+        self, label: str, item: Snapshot | EventBatch, now: float, frame: bytes = b"", refused: int = 0
+    ) -> None:
         """A delivery applied at `now`; `frame`: the frame a batch came in (written as it came, not encoded
-        again: `Delivered.frame` of the subscriber)."""
+        again: `Delivered.frame` of the subscriber); `refused`: records of it the subscriber left out."""
         if frame and type(item) is EventBatch:
             self._pending.append(_FramedDelivery(now, label, msgspec.Raw(memoryview(frame)[1:])))
         else:
-            self._pending.append(Delivered(now, label, item))
+            self._pending.append(Delivered(now, label, item, refused))
         count = len(item.events) if type(item) is EventBatch else 1
         self._events_since_keyframe += count
         self._events_in += count
@@ -265,12 +267,14 @@ class Recorder:
             or last.upstream_relay != intake.upstream_relay
             or last.bootstrap_refusals != _refusals(intake)
             or last.bootstrap_replaced != intake.bootstrap_replaced[-REFUSED_KEPT:]
+            or last.records_refused != intake.records_refused
         ):
             self._last_account = account = Accounted(
                 now, dict(intake.counters), dict(intake.bad_entries), dict(intake.bootstrap_counters),
                 list(intake.bootstrap_refused), model.gaps, model.rejected_frames, intake.error,
                 dict(intake.unreachable), intake.upstream_relay, list(intake.upstream_errors),
                 list(intake.upstream_kept), _refusals(intake), intake.bootstrap_replaced[-REFUSED_KEPT:],
+                dict(intake.records_refused),
             )  # fmt: skip
             self._pending.append(account)
 

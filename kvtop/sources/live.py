@@ -255,6 +255,7 @@ class Collector:
         intake.counters = {**self._subscriber.counters.snapshot(), "deliveries_failed": self._deliveries_failed}
         intake.bad_entries = dict(self._subscriber.refused)
         intake.unreachable = dict(self._subscriber.unreachable)
+        intake.records_refused = dict(self._subscriber.records_refused)
 
     def _run(self) -> None:
         name_os_thread()
@@ -278,7 +279,9 @@ class Collector:
             with self.lock:
                 for delivered in deliveries:  # the recorder records each delivery as it is applied, in order
                     if recorder is not None:
-                        recorder.delivered(delivered.label, delivered.item, now, delivered.frame)
+                        recorder.delivered(
+                            delivered.label, delivered.item, now, delivered.frame, len(delivered.refused)
+                        )
                     self._apply(delivered, now)
                 self._account(now)
                 self._update_intake()
@@ -303,7 +306,9 @@ class Collector:
                 self._stop.wait(PASS_S - (time.monotonic() - started))
 
     def _apply(self, delivered: Delivered, now: float) -> None:
-        """One delivery into the model; one it cannot apply is counted and logged, and the next one goes on."""
+        """One delivery into the model; one it cannot apply is counted and logged, and the next one goes on. The
+        records the subscriber refused of it (salvage) count as the model's rejected events."""
+        self.model.rejected += len(delivered.refused)
         try:
             accepted = self.model.apply(delivered.label, delivered.item, now)
         except Exception:

@@ -12,8 +12,11 @@ from transport.wire import AgentInfo
 class CollectorRecorder(Protocol):
     """Told, in order, everything the collector does to the model, so a reader can do it again."""
 
-    def delivered(self, label: str, item: Snapshot | EventBatch, now: float, frame: bytes = b"") -> None:
-        """A delivery applied at `now`; `frame`: the frame a batch came in, or empty."""
+    def delivered(
+        self, label: str, item: Snapshot | EventBatch, now: float, frame: bytes = b"", refused: int = 0
+    ) -> None:
+        """A delivery applied at `now`; `frame`: the frame a batch came in, or empty; `refused`: records of it the
+        subscriber left out (counted in the model's rejected events)."""
 
     def swept(self, now: float, held: bool = False) -> None:
         """The model retired its finished rooms at `now` (`held`: and left the incidents alone)."""

@@ -200,7 +200,8 @@ def sidecar_lines(model: ClusterModel, label: str = "") -> list[str]:
 
 
 def intake_json(model: ClusterModel, now: float) -> dict[str, Any]:
-    """What kvtop could not take in: the collector's bad entries and rejected frames, the bootstrap's refusals
+    """What kvtop could not take in: the collector's bad entries, rejected frames and records (`records_refused`:
+    per rank, how many of its records failed their schema and why the latest did), the bootstrap's refusals
     (`refusals`: each of `refused` whose role and time the service gave, with its age at `now`)."""
     intake = model.intake
     counters, service = intake.counters, intake.bootstrap_counters
@@ -211,6 +212,10 @@ def intake_json(model: ClusterModel, now: float) -> dict[str, Any]:
             "rejected": _rejected(counters),
             "deliveries_failed": counters.get("deliveries_failed", 0),
             "snapshots_missed": counters.get("snapshots_missed", 0),
+            "records_rejected": counters.get("records_rejected", 0),
+            "records_refused": {
+                label: {"count": count, "latest": why} for label, (count, why) in sorted(intake.records_refused.items())
+            },
             "error": intake.error,
         },
         "bootstrap": {
@@ -247,6 +252,15 @@ def intake_lines(model: ClusterModel, now: float) -> list[str]:
         failed = collector["deliveries_failed"]
         lines.append(
             f"collector rejected frames: {reasons or 'none'}" + (f"; {failed} deliveries failed" if failed else "")
+        )
+    if collector["records_rejected"]:
+        named = "".join(
+            f"\n  {label}: {refused['count']}, latest {refused['latest']}"
+            for label, refused in collector["records_refused"].items()
+        )
+        lines.append(
+            f"collector rejected {collector['records_rejected']} records outside their schema "
+            f"(the rest of their batches and snapshots kept):{named}"
         )
     if service and (service["refused"] or service["rejected"]):
         counts = {

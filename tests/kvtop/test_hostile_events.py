@@ -64,14 +64,17 @@ def test_hostile_events_are_counted_and_skipped_by_the_event_tail(hostile_agent)
 
 @pytest.mark.processes
 def test_hostile_events_leave_status_json_strict_with_the_rejections_counted(hostile_agent):
-    """`status --json` parses as strict JSON and counts the refused frames; the text view names them too."""
+    """`status --json` parses as strict JSON and counts the refused records (each batch's envelope is sound: its
+    records are refused one by one, not the frame); the text view names them and why too."""
     data = _strict(kvtop("status", "--connect", hostile_agent, "--json", "--wait", "3").stdout)
     text = kvtop("status", "--connect", hostile_agent, "--wait", "3")
 
     assert isinstance(data, dict)
-    assert data["rejected_frames"] > 0
+    assert data["rejected_events"] > 0 and data["rejected_frames"] == 0
+    assert data["collector"]["records_rejected"] == data["rejected_events"]
     assert data["ranks"]["alive"] == 1
-    assert "frames rejected" in text.stdout and "Traceback" not in text.stderr
+    assert "events rejected" in text.stdout and "Traceback" not in text.stderr
+    assert "record 2 of 2 (done.ts): Expected `float` >= 0.0 - at `$[1]`" in text.stdout  # NaN fails every bound
 
 
 def test_a_hello_line_keeps_the_agent_label_beside_its_agent_info():

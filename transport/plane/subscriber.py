@@ -25,7 +25,10 @@ batches, a relay's `RELAY_RCVHWM`; past that ZeroMQ stops reading the connection
 Nothing an agent registers or sends can raise out of `connect()` or `poll()`:
 an entry, endpoint or heartbeat-named snapshot endpoint that cannot be
 connected to is counted (`bad_entries`, once per name and reason) and named
-in `refused`; every undecodable frame is counted under `rejected_<reason>`.
+in `refused`; every undecodable frame is counted under `rejected_<reason>`. A batch or snapshot that fails to
+decode as a whole is decoded record by record (salvage.py): its valid records are delivered, in order, and its seq
+counts as any other's (a refused record is no gap); each record refused is said in its delivery (`Delivered.refused`),
+counted as it is delivered (`records_rejected`) and named with why in `records_refused`.
 Nor can a cluster larger than this process's limits: without a context given, the subscriber opens its own,
 sized for a socket per agent (`transport.limits`), and raises the open-file limit as agents come. Where the
 hard limit is too low, a snapshot socket that would take a file its connections need is not opened; that, and
@@ -40,6 +43,7 @@ import math
 import os
 import time
 from collections import Counter, deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import msgspec
@@ -49,8 +53,9 @@ from transport.counters import Counters, rejection_names
 from transport.curve import CurveKeys, dialing
 from transport.limits import cannot_open, files_for, out_of_files, raise_open_files, size_context, snapshot_room
 from transport.plane.events import EventBatch, Heartbeat, Snapshot, SnapshotRequest
+from transport.plane.salvage import salvage_batch, salvage_snapshot
 from transport.registration import agent_problem, endpoint_problem, entry_name
-from transport.sockets import LIST_FRAME, decode_waiting, decode_waiting_frames, open_socket, send_now
+from transport.sockets import LIST_FRAME, decode_waiting_frames, open_socket, send_now
 from transport.wire import AgentInfo, FrameDecoder, encode
 
 SNAPSHOT_TIMEOUT_S = 2.0
@@ -80,7 +85,8 @@ class _Stream:
     req_id: int = 0
     last_seq: int = 0
     synced: bool = False
-    held: list[tuple[EventBatch, bytes]] = field(default_factory=list)
+    held: list[tuple[EventBatch, bytes, tuple[str, ...]]] = field(default_factory=list)
+    """Batches waiting for the snapshot, each with its frame and its refused records (`Delivered`)."""
     answered: bool = False
     """The agent answered a snapshot request of this stream: after a gap, it is asked again."""
 
@@ -96,7 +102,9 @@ class Delivered(msgspec.Struct, frozen=True, gc=False):
     item: Delivery
     frame: bytes = b""
     """The frame a batch came in (wire version byte + msgpack), as it came: a recorder writes it without
-    encoding it again ("" for a snapshot)."""
+    encoding it again ("" for a snapshot, and for a batch some of whose records were refused)."""
+    refused: tuple[str, ...] = ()
+    """Why each record of the frame was refused and left out of `item` (salvage.py): the rest was kept."""
 
 
 class EventSubscriber:
@@ -168,6 +176,7 @@ class EventSubscriber:
                 "stale_batches",
                 "bad_entries",
                 "sockets_unopened",
+                "records_rejected",
                 *rejection_names(),
             )
         )
@@ -176,6 +185,11 @@ class EventSubscriber:
         self.unreachable: dict[str, str] = {}
         """Agents (labels), endpoints and relays a socket could not be opened for (this process's limits, not
         the agent's fault): name -> why. Tried again at each `connect()` of the name; gone once it opens."""
+        self.records_refused: dict[str, tuple[int, str]] = {}
+        """Agents (labels) some of whose records were refused -> (how many, why the latest was), the most recent
+        `REFUSED_KEPT` agents; `records_rejected` counts them all."""
+        self._salvaged: tuple[str, ...] = ()
+        """Why each record of the frame salvaged last was refused (read as that frame's message is yielded)."""
         self._batch_decoder: FrameDecoder[EventBatch] = FrameDecoder(EventBatch)
         self._snapshot_decoder: FrameDecoder[Snapshot] = FrameDecoder(Snapshot)
 
@@ -358,7 +372,9 @@ class EventSubscriber:
         """Every batch waiting on `sock` (10k at most): a synced stream's next seq goes straight out (the
         path nearly every batch takes, kept short: one dict hit, one compare); anything else, `_on_batch`."""
         streams, relayed, count = self._streams, self._relayed, 0
-        for frame, batch in decode_waiting_frames(sock, self._batch_decoder, self.counters, limit=10_000):
+        for frame, batch in decode_waiting_frames(
+            sock, self._batch_decoder, self.counters, 10_000, self._salvage_batch
+        ):
             count += 1
             label = f"{batch.instance}/TP{batch.rank}"  # `batch.label`, without the property's call
             if endpoint:
@@ -368,7 +384,8 @@ class EventSubscriber:
                 self._relay_expected.pop(label, None)
             stream = streams.get(label)
             if (
-                stream is not None
+                frame  # "": salvaged, some records refused (`_on_batch` says which)
+                and stream is not None
                 and stream.synced
                 and stream.incarnation == batch.incarnation
                 and batch.seq == stream.last_seq + 1
@@ -376,11 +393,45 @@ class EventSubscriber:
                 stream.last_seq = batch.seq
                 out.append(Delivered(label, batch, frame))
             else:
-                self._on_batch(batch, out, frame, label)
+                self._on_batch(batch, out, frame, label, () if frame else self._salvaged)
         if count:
             self.counters.add("batches", count)
 
-    def _on_batch(self, batch: EventBatch, out: list[Delivered], frame: bytes = b"", label: str = "") -> None:
+    def _salvage_batch(self, frame: bytes) -> tuple[bytes, EventBatch] | None:
+        """The valid events of a batch that failed whole, why the others failed in `_salvaged` (None: its envelope
+        failed too, the frame is rejected whole)."""
+        salvaged = salvage_batch(memoryview(frame)[1:])
+        if salvaged is None:
+            return None
+        batch, refused = salvaged
+        self._salvaged = tuple(refused)
+        return b"", batch
+
+    def _salvage_snapshot(self, frame: bytes) -> tuple[bytes, Snapshot] | None:
+        """As `_salvage_batch`, for a snapshot."""
+        salvaged = salvage_snapshot(memoryview(frame)[1:])
+        if salvaged is None:
+            return None
+        snapshot, refused = salvaged
+        self._salvaged = tuple(refused)
+        return b"", snapshot
+
+    def _count_refused(self, label: str, refused: tuple[str, ...]) -> None:
+        """A delivery of `label` left records out: counted, and the latest reason kept."""
+        self.counters.add("records_rejected", len(refused))
+        count = self.records_refused.pop(label, (0, ""))[0] + len(refused)
+        self.records_refused[label] = (count, refused[-1])
+        if len(self.records_refused) > REFUSED_KEPT:
+            del self.records_refused[next(iter(self.records_refused))]
+
+    def _on_batch(
+        self,
+        batch: EventBatch,
+        out: list[Delivered],
+        frame: bytes = b"",
+        label: str = "",
+        refused: tuple[str, ...] = (),
+    ) -> None:
         label = label or batch.label
         stream = self._streams.get(label)
         if stream is None or stream.incarnation != batch.incarnation:
@@ -388,11 +439,11 @@ class EventSubscriber:
                 self._relay_requests.pop(stream.req_id, None)
             stream = self._streams[label] = self._start_stream(label, batch.incarnation)
         if not stream.synced:
-            stream.held.append((batch, frame))
+            stream.held.append((batch, frame, refused))
             if stream.snapshot_socket is None:
                 self._ask_when_known(label, stream, batch)
             return
-        self._deliver(label, stream, batch, out, frame)
+        self._deliver(label, stream, batch, out, frame, refused)
 
     def _ask_when_known(self, label: str, stream: _Stream, batch: EventBatch) -> None:
         """An agent met through its event endpoint: request its snapshot once a heartbeat names the socket."""
@@ -408,10 +459,16 @@ class EventSubscriber:
                 send_now(stream.snapshot_socket, encode(SnapshotRequest(stream.req_id)))
 
     def _deliver(
-        self, label: str, stream: _Stream, batch: EventBatch, out: list[Delivered], frame: bytes = b""
+        self,
+        label: str,
+        stream: _Stream,
+        batch: EventBatch,
+        out: list[Delivered],
+        frame: bytes = b"",
+        refused: tuple[str, ...] = (),
     ) -> None:
         if not stream.synced:  # its snapshot was asked again (a gap among held batches): wait for it too
-            stream.held.append((batch, frame))
+            stream.held.append((batch, frame, refused))
             return
         if batch.seq <= stream.last_seq:
             self.counters.add("stale_batches")
@@ -422,11 +479,13 @@ class EventSubscriber:
             self.gap_runs.append((label, stream.incarnation, missing))
             if stream.answered:  # what the gap held is in the agent's snapshot: this batch waits for it
                 stream.last_seq = batch.seq - 1
-                stream.held.append((batch, frame))
+                stream.held.append((batch, frame, refused))
                 self._ask_snapshot(label, stream)
                 return
         stream.last_seq = batch.seq
-        out.append(Delivered(label, batch, frame))
+        out.append(Delivered(label, batch, frame, refused))
+        if refused:
+            self._count_refused(label, refused)
 
     def _start_stream(self, label: str, incarnation: int) -> _Stream:
         stream = _Stream(incarnation)
@@ -488,16 +547,24 @@ class EventSubscriber:
         return sock
 
     def _read_snapshot(self, label: str, sock: zmq.Socket[bytes], out: list[Delivered]) -> None:
-        for snapshot in list(decode_waiting(sock, self._snapshot_decoder, self.counters)):
-            self._accept_snapshot(label, snapshot, out)  # may close `sock`: read it whole first
+        # `sock` may close as a snapshot is accepted: read it whole first
+        read = [(snapshot, () if frame else self._salvaged) for frame, snapshot in self._waiting_snapshots(sock)]
+        for snapshot, refused in read:
+            self._accept_snapshot(label, snapshot, out, refused)
 
     def _read_relayed_snapshots(self, dealer: zmq.Socket[bytes], out: list[Delivered]) -> None:
-        for snapshot in decode_waiting(dealer, self._snapshot_decoder, self.counters):
+        for frame, snapshot in self._waiting_snapshots(dealer):
             label = self._relay_requests.pop(snapshot.req_id, None)
             if label is not None:
-                self._accept_snapshot(label, snapshot, out)
+                self._accept_snapshot(label, snapshot, out, () if frame else self._salvaged)
 
-    def _accept_snapshot(self, label: str, snapshot: Snapshot, out: list[Delivered]) -> None:
+    def _waiting_snapshots(self, sock: zmq.Socket[bytes]) -> Iterator[tuple[bytes, Snapshot]]:
+        """Snapshots waiting on `sock`, each with its frame ("" for one salvaged: `_salvaged` says what it lost)."""
+        return decode_waiting_frames(sock, self._snapshot_decoder, self.counters, salvage=self._salvage_snapshot)
+
+    def _accept_snapshot(
+        self, label: str, snapshot: Snapshot, out: list[Delivered], refused: tuple[str, ...] = ()
+    ) -> None:
         stream = self._streams.get(label)
         if stream is None or stream.synced or snapshot.req_id != stream.req_id:
             return
@@ -509,7 +576,9 @@ class EventSubscriber:
         self._unsynced.pop(label, None)
         stream.last_seq = snapshot.seq
         self._done_asking(label, stream)
-        out.append(Delivered(label, snapshot))
+        out.append(Delivered(label, snapshot, refused=refused))
+        if refused:
+            self._count_refused(label, refused)
         self._release_held(label, stream, out)
 
     def _done_asking(self, label: str, stream: _Stream) -> None:
@@ -523,8 +592,8 @@ class EventSubscriber:
         held, stream.held = stream.held, []
         if held and stream.last_seq == 0:
             stream.last_seq = held[0][0].seq - 1
-        for batch, frame in held:
-            self._deliver(label, stream, batch, out, frame)
+        for batch, frame, refused in held:
+            self._deliver(label, stream, batch, out, frame, refused)
 
     def _expire_snapshot_requests(self, out: list[Delivered]) -> None:
         """An agent that does not answer its snapshot request in time: deliver what was held, count it."""

@@ -317,3 +317,21 @@ def test_the_bootstrap_replaced_incarnations_replay_by_name_not_only_their_count
     replayed = Replay(tmp_path / "rec").at(10.5).model
     assert replayed.intake.bootstrap_replaced == [line]
     assert status_json(replayed, 10.5, 60.0)["bootstrap"]["replaced_incarnations"] == [line]
+
+
+def test_the_records_a_collector_refused_replay_as_rejected_events_with_their_reasons() -> None:
+    """A batch some of whose records the subscriber refused is recorded as delivered (the refused left out, so the
+    recording decodes), with how many it lost; the collector's account names why: `status --replay` says what the
+    live status said."""
+    from kvtop.record.records import Delivered
+
+    why = "batch 3, record 2 of 3 (done.seconds): Expected `float` >= 0.0 - at `$[4]`"
+    model = ClusterModel()
+    label, batch = CLUSTER.hello()[0]
+    said = Accounted(10.0, {"records_rejected": 1}, {}, {}, [], 0, 0, records_refused={label: (1, why)})
+    for op in OPS_DECODER.decode(msgspec.msgpack.encode([Delivered(10.0, label, batch, refused=1), said])):
+        apply_op(model, op)
+
+    status = status_json(model, 10.0, 60.0)
+    assert status["rejected_events"] == 1
+    assert status["collector"]["records_refused"] == {label: {"count": 1, "latest": why}}
