@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from kvtop.model.suspects import BOOTSTRAP_ERROR, CRASHED, STARTUP_DEATH, THREAD_DIED
+from kvtop.model.suspects import BOOTSTRAP_ERROR, CRASHED, REGISTRATION_FAILED, STARTUP_DEATH, THREAD_DIED
 from kvtop.sources.sglang.prefix import RANK_TAG_MAX, Prefix, stamp_seconds
 from transport.wire import cut_text
 
@@ -83,6 +83,8 @@ ROLE_MARKERS: dict[bytes, str] = {
     b"Prefill batch": "prefill",
     b"Prefill transfer failed": "prefill",
     b"Prefill bootstrap failed": "prefill",
+    b"Prefill instance failed to register": "prefill",  # to its bootstrap server (`REGISTRATION_FAILED`)
+    b"Prefill register attempt": "prefill",  # its retries before (SGLang since 2026-05)
     b"Decode batch": "decode",
     b"Decode transfer failed": "decode",
     b"Decode handshake failed": "decode",
@@ -181,8 +183,10 @@ _BOOTSTRAP_ERRORS = (
     "Prefill server info not available from ",  # 0.5.9's attempts (`..., retrying (1/20)...`)
     "Could not fetch prefill parallel info from ",  # the give-up after the last attempt (then its rooms are aborted)
     "Error querying dp_ranks from bootstrap",
+    REGISTRATION_FAILED,  # a prefill rank's own, once it gave up (its retries before are warnings, not failures)
 )
-"""A decode rank could not reach a prefill instance's bootstrap server: a failure that names no room."""
+"""A rank could not reach a prefill instance's bootstrap server (a decode asking where to send, a prefill rank
+registering there): a failure that names no room."""
 _GLOG = re.compile(r"([EWIF])(\d\d)(\d\d) (\d\d:\d\d:\d\d)(\.\d+)? +(?:\d+ +)?(\S+\.c(?:pp|c)?:\d+)\] (.*)")
 """`E0102 03:04:05.123456 4242 file.cpp:294] message` (the thread id left out in some pastes)."""
 _TORCH_RANK = re.compile(r"\[rank(\d+)\]:\[(?=[EWIF]\d{4} )")
