@@ -416,6 +416,9 @@ _NOT_HEARD = re.compile(r"wait on the vote of \S+, not heard for (\d+(?:\.\d+)?)
 _OWN_RESTORE = "(HiCache local restore failed on this rank)"
 """A decode rank's own HiCache restore of the room failed (SGLang 0.5.23 says so after the reason)."""
 _TIMEOUTS = frozenset(("timeout_bootstrap", "timeout_waiting", "timeout_transfer"))
+_MISROUTED = "follow_bootstrap_room conflict: "
+"""A prefill rank that got a room another DP rank of its instance should have (its room says which): its instance's
+routing failed the room, before any peer was asked (SGLang PR #29730: plain DP; #22901: a router's DP rank)."""
 
 
 def attribute(group: FailureGroup, around: Surroundings) -> Attribution:
@@ -732,6 +735,9 @@ def _by_rules(origin: Observed, room: int, around: Surroundings) -> tuple[Suspec
         return _rank(origin.rank, origin.role), "it refused the transfer"
     if reason.endswith(_OWN_RESTORE):
         return _rank(origin.rank, origin.role), "its own HiCache restore of the room failed"
+    if reason.startswith(_MISROUTED):
+        evidence = "it dispatched rooms to another DP rank than their bootstrap_room implies"
+        return Suspect("instance", origin.instance, origin.role), evidence
     return Suspect("unknown", origin.instance), "nothing names a cause"
 
 
