@@ -225,6 +225,9 @@ REGISTRATION_FAILED = "Prefill instance failed to register to bootstrap server"
 listening yet): no decode can find that rank, every handshake with the instance fails. `: {error}` after it until
 2026-05, ` after 5 retries` (no address) since."""
 UNREGISTERED_RANKS = "its ranks could not register with its bootstrap server"
+_NOT_REGISTERED = "Prefill server not fully registered yet"
+"""The bootstrap server's 503 to a decode's query (`Failed to get prefill server info: 503, ...`): it answered, but
+not every rank of its instance registered with it."""
 _UNPARSED_ADDRESS = "Failed to parse: "
 """The bootstrap address a request named did not parse (SGLang issue #6017: `http://192.168.80.184:None/route`)."""
 
@@ -585,6 +588,8 @@ def bootstrap_unreachable(instance: str, text: str, ts: float, around: Surroundi
         suspect = Suspect("instance", address, "prefill")
     else:
         suspect = Suspect("side", instance, "prefill")
+    if _NOT_REGISTERED in text:
+        evidence = "its bootstrap server answered that not all its ranks had registered"
     suspect, evidence = _with_crash(suspect, evidence, ts, around)
     return Attribution(suspect, Kind.UNRESPONSIVE, evidence)
 

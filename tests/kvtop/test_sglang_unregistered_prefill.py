@@ -56,3 +56,11 @@ def test_the_give_up_that_names_no_address_suspects_the_prefill_instance_itself(
     assert incident["suspect"] == {"kind": "instance", "name": "prefill-0", "role": "prefill"}
     assert (incident["roomless"], incident["first_seen"]) == (1, incident["last_seen"])
     assert incident["evidence"][0] == "its ranks could not register with its bootstrap server"
+
+
+def test_the_decode_that_asked_it_hears_the_ranks_are_missing_not_that_nobody_answered():
+    """SGLang's bootstrap server answers 503 until every rank registered: it answered, its ranks are missing."""
+    [incident] = incidents(FIXTURES / "decode.log")
+
+    assert incident["suspect_text"] == "the prefill side of decode-0"
+    assert incident["evidence"][0] == "its bootstrap server answered that not all its ranks had registered"
