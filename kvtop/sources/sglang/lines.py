@@ -139,6 +139,9 @@ index of the first scheduler the launcher found gone among those it started on i
 _EXIT_CODE = re.compile(r"Exit code: (-?\d{1,4})\s*")
 """The launcher's line after `Rank N scheduler is dead.` (SGLang <= 0.5.9): the dead scheduler's exit code, once it
 joined its process (`logger.error(f"Exit code: {scheduler_procs[i].exitcode}")`)."""
+ENGINE_INIT_FAILED = tuple(f"{engine} Transfer Engine initialization failed." for engine in ("Ascend", "Mooncake"))
+"""What SGLang logs just before it raises it from its scheduler's start (its transfer engine did not start, so the
+rank dies before it serves a room): the rank's crash, when its traceback is not read."""
 THREAD_DEATH = "Exception in thread "
 _THREAD = re.compile(r"Exception in thread (.+?)(?: \(([\w.]+)\))?:\s*$", re.MULTILINE)
 """`Exception in thread Thread-5 (transfer_worker):` (its target's name since Python 3.10)."""
@@ -196,11 +199,13 @@ _TORCH_FATAL = ("Process group watchdog thread terminated with exception",)
 """What PyTorch's NCCL watchdog logs as it takes its process down (a collective failed or hung: the rank dies)."""
 _UCX = re.compile(r"\[(\d{9,}\.\d+)\] +\[[^\]]*\] +\S+ +UCX +(ERROR|WARN\w*|DIAG) +(.*)")
 _MEMFABRIC = re.compile(
-    r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(\.\d{1,6}) (?:ERROR|FATAL) \[\d+-\d+\]\[[A-Z]+ \S+\.c(?:pp|c)?:\d+[^\]]*\] "
+    r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(\.\d{1,6}) (?:ERROR|FATAL|error|fatal) (?:\[\d+-\d+\]|\d+ pid\[\d+\] )"
+    r"\[[A-Z]+ \S+\.c(?:pp|c)?:\d+[^\]]*\] "
 )
 """Ascend MemFabric's error line (SGLang's `ascend` transfer backend; `mf_out_logger.h`'s console format):
 `2026-06-11 10:00:05.123456 ERROR [737690-737712][SMEM smem_trans_entry.cpp:236 BatchSyncTransfer] session:(...) not
-found.` (its levels below ERROR are left out, as glog's `I` lines are)."""
+found.`; in 2025 `2025-09-22 20:20:40.102369 error 12789 pid[12789] [SMEM smem_trans.cpp:44] hybm core init failed: -3`
+(SGLang issue #10748). Its levels below ERROR are left out, as glog's `I` lines are."""
 _TRANSPORT_KEYWORDS = ("Session::", "writeBody", "peer_nic", "Process failed", "transfer", "Transfer")
 
 ROOM_MAX = (1 << 63) - 1
@@ -534,6 +539,8 @@ def _classify(prefix: Prefix, year: int) -> Record | None:
         return ContextLine(ts, prefix.tp, "traceback", None, message)
     if message.startswith(CRASHES):
         return ContextLine(ts, prefix.tp, CRASHED, None, crash_text(message))
+    if message.startswith(ENGINE_INIT_FAILED):
+        return ContextLine(ts, prefix.tp, CRASHED, None, cut_text(message.strip()))
     if "crashed with exit code" in message and (died := _SUBPROCESS_CRASH.search(message)):
         return _subprocess_crash(prefix, died)
     if "unexpectedly failed with" in message and (died := _CHILD_FAILED.search(message)):
