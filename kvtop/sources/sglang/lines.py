@@ -148,11 +148,13 @@ _THREAD = re.compile(r"Exception in thread (.+?)(?: \(([\w.]+)\))?:\s*$", re.MUL
 _KV_THREAD = re.compile(r"transfer|bootstrap|heartbeat|kv", re.IGNORECASE)
 """A thread of the KV transfer by its target's name (or its frames are under `disaggregation/`)."""
 _FATAL = re.compile(
-    r"Caught signal \d+ \([^)]*\)?|Fatal Python error: (?:Segmentation fault|Aborted|Bus error|Floating point exception"
-    r"|Illegal instruction)|Segfault encountered|terminate called after throwing an instance of '[^']*'"
+    r"Caught signal \d+ \([^)]*\)?|Fatal Python error: \"?(?:Segmentation fault|Aborted|Bus error|Floating point "
+    r"exception|Illegal instruction)|Segfault encountered|terminate called after throwing an instance of '[^']*'"
 )
 """A fatal signal, as UCX's handler or Python's `faulthandler` report it, or C++'s `std::terminate`: the process
-dies."""
+dies. Two processes' dumps written into one stream put another thread's `File "` into Python's words (Mooncake
+issue #842: `...utils.pyFatal Python error: "Segmentation fault`): the stray quote is left out of what it says."""
+_STRAY_QUOTE = 'Fatal Python error: "'
 """How SGLang's scheduler process logs the exception that ends it (then it signals its server to quit)."""
 _FATAL_WORDS = ("Caught signal ", "Fatal Python error: ", "Segfault encountered", "terminate called after throwing ")
 """What each of `_FATAL`'s matches holds (looked for first)."""
@@ -549,7 +551,8 @@ def _classify(prefix: Prefix, year: int) -> Record | None:
         return _thread_died(prefix)
     fatal = _FATAL.search(message) if holds_any(message, _FATAL_WORDS) else None
     if fatal:
-        return ContextLine(ts, prefix.tp, CRASHED, None, cut_text(message[fatal.start() :].strip()))
+        said = message[fatal.start() :].strip().replace(_STRAY_QUOTE, _STRAY_QUOTE[:-1], 1)
+        return ContextLine(ts, prefix.tp, CRASHED, None, cut_text(said))
     if ts is None:
         return _transport_library(message, year)
     return None
