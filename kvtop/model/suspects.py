@@ -220,6 +220,14 @@ _BOOTSTRAP_SERVER = re.compile(
 server it gave up on (`Could not fetch prefill parallel info from X:P after 15 attempts`, `... from bootstrap server
 X:P`, 0.5.9's `Prefill server info not available from X:P, retrying (1/20)...`)."""
 BOOTSTRAP_UNANSWERED = "its bootstrap server did not answer"
+REGISTRATION_FAILED = "Prefill instance failed to register to bootstrap server"
+"""A prefill rank that gave up registering with its instance's bootstrap server (SGLang PR #25125: the server was not
+listening yet): no decode can find that rank, every handshake with the instance fails. `: {error}` after it until
+2026-05, ` after 5 retries` (no address) since."""
+UNREGISTERED_RANKS = "its ranks could not register with its bootstrap server"
+_NOT_REGISTERED = "Prefill server not fully registered yet"
+"""The bootstrap server's 503 to a decode's query (`Failed to get prefill server info: 503, ...`): it answered, but
+not every rank of its instance registered with it."""
 _UNPARSED_ADDRESS = "Failed to parse: "
 """The bootstrap address a request named did not parse (SGLang issue #6017: `http://192.168.80.184:None/route`)."""
 
@@ -411,6 +419,9 @@ _NOT_HEARD = re.compile(r"wait on the vote of \S+, not heard for (\d+(?:\.\d+)?)
 _OWN_RESTORE = "(HiCache local restore failed on this rank)"
 """A decode rank's own HiCache restore of the room failed (SGLang 0.5.23 says so after the reason)."""
 _TIMEOUTS = frozenset(("timeout_bootstrap", "timeout_waiting", "timeout_transfer"))
+_MISROUTED = "follow_bootstrap_room conflict: "
+"""A prefill rank that got a room another DP rank of its instance should have (its room says which): its instance's
+routing failed the room, before any peer was asked (SGLang PR #29730: plain DP; #22901: a router's DP rank)."""
 
 
 def attribute(group: FailureGroup, around: Surroundings) -> Attribution:
@@ -563,13 +574,23 @@ def _unregistered(origin: Observed, room: int, around: Surroundings) -> Attribut
 
 def bootstrap_unreachable(instance: str, text: str, ts: float, around: Surroundings) -> Attribution:
     """The suspect of a bootstrap server that a rank of `instance` could not reach: the prefill instance at the
-    address the error names (`HTTPConnectionPool(host='X', port=P)`), else the prefill side of `instance`; an
-    address that did not parse asked nothing (unknown, noticed by `instance`)."""
+    address the error names (`HTTPConnectionPool(host='X', port=P)`), else the prefill side of `instance` (a decode
+    asking), or `instance` itself (a prefill rank registering with its own); an address that did not parse asked
+    nothing (unknown, noticed by `instance`)."""
     if _UNPARSED_ADDRESS in text:  # `http://10.0.0.5:None/route`: nothing was asked, the address had no port
         return Attribution(Suspect("unknown", instance), Kind.FAILING, "its bootstrap address did not parse")
     address = bootstrap_address(text)
-    suspect = Suspect("instance", address, "prefill") if address else Suspect("side", instance, "prefill")
-    suspect, evidence = _with_crash(suspect, BOOTSTRAP_UNANSWERED, ts, around)
+    evidence = BOOTSTRAP_UNANSWERED
+    if REGISTRATION_FAILED in text:
+        suspect = Suspect("instance", address or instance, "prefill")
+        evidence = UNREGISTERED_RANKS
+    elif address:
+        suspect = Suspect("instance", address, "prefill")
+    else:
+        suspect = Suspect("side", instance, "prefill")
+    if _NOT_REGISTERED in text:
+        evidence = "its bootstrap server answered that not all its ranks had registered"
+    suspect, evidence = _with_crash(suspect, evidence, ts, around)
     return Attribution(suspect, Kind.UNRESPONSIVE, evidence)
 
 
@@ -719,6 +740,9 @@ def _by_rules(origin: Observed, room: int, around: Surroundings) -> tuple[Suspec
         return _rank(origin.rank, origin.role), "it refused the transfer"
     if reason.endswith(_OWN_RESTORE):
         return _rank(origin.rank, origin.role), "its own HiCache restore of the room failed"
+    if reason.startswith(_MISROUTED):
+        evidence = "it dispatched rooms to another DP rank than their bootstrap_room implies"
+        return Suspect("instance", origin.instance, origin.role), evidence
     return Suspect("unknown", origin.instance), "nothing names a cause"
 
 

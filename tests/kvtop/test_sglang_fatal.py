@@ -96,6 +96,34 @@ def test_a_fatal_signal_is_a_crash_said_from_its_words_on(text: str):
     assert (line.kind, line.text) == ("crash", text[text.find("C") if text.startswith("[") else 0 :])
 
 
+INTERLEAVED = '  File "/opt/sglang/srt/disaggregation/common/utils.pyFatal Python error: "Segmentation fault'
+"""Two processes' `faulthandler` dumps written into one stream (Mooncake issue #842, 2025-09: a decode that died in
+`poll_and_all_reduce`): another thread's `File "` lands between Python's words and the signal's name."""
+
+
+def test_a_fatal_signal_inside_another_dump_s_frame_is_a_crash_said_without_the_stray_quote():
+    line = classify(parse_prefix(INTERLEAVED), 2026)
+
+    assert isinstance(line, ContextLine)
+    assert (line.kind, line.text) == ("crash", "Fatal Python error: Segmentation fault")
+
+
+def test_a_check_of_a_log_whose_dumps_interleaved_is_critical(tmp_path: Path):
+    """It said OK before: the stray quote hid the signal."""
+    log = tmp_path / "decode.log"
+    log.write_text(
+        "[2026-03-04 05:06:07 TP1] Decode batch, #running-req: 1, #token: 310, token usage: 0.00, pre-allocated "
+        "usage: 0.00, #prealloc-req: 0, #transfer-req: 0, #retracted-req: 0, cuda graph: True\n"
+        f"{INTERLEAVED}\n\n, line 61Thread 0x in 00007f2c11ffe640poll_and_all_reduce (most recent call first):\n"
+    )
+
+    result = kvtop_here("check", "--sglang-log", str(log))
+
+    assert result.returncode == 2
+    said = "KVTOP CRITICAL - decode-0/TP1 crashed at 05:06:07 (Fatal Python error: Segmentation fault); "
+    assert result.stdout.startswith(said)
+
+
 def test_a_thread_death_names_the_rank_and_time_of_the_line_before_it_and_check_is_critical():
     result = kvtop_here("check", *THREAD_LOGS, "--json")
 

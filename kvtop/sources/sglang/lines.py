@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from kvtop.model.suspects import BOOTSTRAP_ERROR, CRASHED, STARTUP_DEATH, THREAD_DIED
+from kvtop.model.suspects import BOOTSTRAP_ERROR, CRASHED, REGISTRATION_FAILED, STARTUP_DEATH, THREAD_DIED
 from kvtop.sources.sglang.prefix import RANK_TAG_MAX, Prefix, stamp_seconds
 from transport.wire import cut_text
 
@@ -83,6 +83,8 @@ ROLE_MARKERS: dict[bytes, str] = {
     b"Prefill batch": "prefill",
     b"Prefill transfer failed": "prefill",
     b"Prefill bootstrap failed": "prefill",
+    b"Prefill instance failed to register": "prefill",  # to its bootstrap server (`REGISTRATION_FAILED`)
+    b"Prefill register attempt": "prefill",  # its retries before (SGLang since 2026-05)
     b"Decode batch": "decode",
     b"Decode transfer failed": "decode",
     b"Decode handshake failed": "decode",
@@ -137,17 +139,22 @@ index of the first scheduler the launcher found gone among those it started on i
 _EXIT_CODE = re.compile(r"Exit code: (-?\d{1,4})\s*")
 """The launcher's line after `Rank N scheduler is dead.` (SGLang <= 0.5.9): the dead scheduler's exit code, once it
 joined its process (`logger.error(f"Exit code: {scheduler_procs[i].exitcode}")`)."""
+ENGINE_INIT_FAILED = tuple(f"{engine} Transfer Engine initialization failed." for engine in ("Ascend", "Mooncake"))
+"""What SGLang logs just before it raises it from its scheduler's start (its transfer engine did not start, so the
+rank dies before it serves a room): the rank's crash, when its traceback is not read."""
 THREAD_DEATH = "Exception in thread "
 _THREAD = re.compile(r"Exception in thread (.+?)(?: \(([\w.]+)\))?:\s*$", re.MULTILINE)
 """`Exception in thread Thread-5 (transfer_worker):` (its target's name since Python 3.10)."""
 _KV_THREAD = re.compile(r"transfer|bootstrap|heartbeat|kv", re.IGNORECASE)
 """A thread of the KV transfer by its target's name (or its frames are under `disaggregation/`)."""
 _FATAL = re.compile(
-    r"Caught signal \d+ \([^)]*\)?|Fatal Python error: (?:Segmentation fault|Aborted|Bus error|Floating point exception"
-    r"|Illegal instruction)|Segfault encountered|terminate called after throwing an instance of '[^']*'"
+    r"Caught signal \d+ \([^)]*\)?|Fatal Python error: \"?(?:Segmentation fault|Aborted|Bus error|Floating point "
+    r"exception|Illegal instruction)|Segfault encountered|terminate called after throwing an instance of '[^']*'"
 )
 """A fatal signal, as UCX's handler or Python's `faulthandler` report it, or C++'s `std::terminate`: the process
-dies."""
+dies. Two processes' dumps written into one stream put another thread's `File "` into Python's words (Mooncake
+issue #842: `...utils.pyFatal Python error: "Segmentation fault`): the stray quote is left out of what it says."""
+_STRAY_QUOTE = 'Fatal Python error: "'
 """How SGLang's scheduler process logs the exception that ends it (then it signals its server to quit)."""
 _FATAL_WORDS = ("Caught signal ", "Fatal Python error: ", "Segfault encountered", "terminate called after throwing ")
 """What each of `_FATAL`'s matches holds (looked for first)."""
@@ -181,8 +188,10 @@ _BOOTSTRAP_ERRORS = (
     "Prefill server info not available from ",  # 0.5.9's attempts (`..., retrying (1/20)...`)
     "Could not fetch prefill parallel info from ",  # the give-up after the last attempt (then its rooms are aborted)
     "Error querying dp_ranks from bootstrap",
+    REGISTRATION_FAILED,  # a prefill rank's own, once it gave up (its retries before are warnings, not failures)
 )
-"""A decode rank could not reach a prefill instance's bootstrap server: a failure that names no room."""
+"""A rank could not reach a prefill instance's bootstrap server (a decode asking where to send, a prefill rank
+registering there): a failure that names no room."""
 _GLOG = re.compile(r"([EWIF])(\d\d)(\d\d) (\d\d:\d\d:\d\d)(\.\d+)? +(?:\d+ +)?(\S+\.c(?:pp|c)?:\d+)\] (.*)")
 """`E0102 03:04:05.123456 4242 file.cpp:294] message` (the thread id left out in some pastes)."""
 _TORCH_RANK = re.compile(r"\[rank(\d+)\]:\[(?=[EWIF]\d{4} )")
@@ -192,11 +201,13 @@ _TORCH_FATAL = ("Process group watchdog thread terminated with exception",)
 """What PyTorch's NCCL watchdog logs as it takes its process down (a collective failed or hung: the rank dies)."""
 _UCX = re.compile(r"\[(\d{9,}\.\d+)\] +\[[^\]]*\] +\S+ +UCX +(ERROR|WARN\w*|DIAG) +(.*)")
 _MEMFABRIC = re.compile(
-    r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(\.\d{1,6}) (?:ERROR|FATAL) \[\d+-\d+\]\[[A-Z]+ \S+\.c(?:pp|c)?:\d+[^\]]*\] "
+    r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(\.\d{1,6}) (?:ERROR|FATAL|error|fatal) (?:\[\d+-\d+\]|\d+ pid\[\d+\] )"
+    r"\[[A-Z]+ \S+\.c(?:pp|c)?:\d+[^\]]*\] "
 )
 """Ascend MemFabric's error line (SGLang's `ascend` transfer backend; `mf_out_logger.h`'s console format):
 `2026-06-11 10:00:05.123456 ERROR [737690-737712][SMEM smem_trans_entry.cpp:236 BatchSyncTransfer] session:(...) not
-found.` (its levels below ERROR are left out, as glog's `I` lines are)."""
+found.`; in 2025 `2025-09-22 20:20:40.102369 error 12789 pid[12789] [SMEM smem_trans.cpp:44] hybm core init failed: -3`
+(SGLang issue #10748). Its levels below ERROR are left out, as glog's `I` lines are."""
 _TRANSPORT_KEYWORDS = ("Session::", "writeBody", "peer_nic", "Process failed", "transfer", "Transfer")
 
 ROOM_MAX = (1 << 63) - 1
@@ -530,6 +541,8 @@ def _classify(prefix: Prefix, year: int) -> Record | None:
         return ContextLine(ts, prefix.tp, "traceback", None, message)
     if message.startswith(CRASHES):
         return ContextLine(ts, prefix.tp, CRASHED, None, crash_text(message))
+    if message.startswith(ENGINE_INIT_FAILED):
+        return ContextLine(ts, prefix.tp, CRASHED, None, cut_text(message.strip()))
     if "crashed with exit code" in message and (died := _SUBPROCESS_CRASH.search(message)):
         return _subprocess_crash(prefix, died)
     if "unexpectedly failed with" in message and (died := _CHILD_FAILED.search(message)):
@@ -538,7 +551,8 @@ def _classify(prefix: Prefix, year: int) -> Record | None:
         return _thread_died(prefix)
     fatal = _FATAL.search(message) if holds_any(message, _FATAL_WORDS) else None
     if fatal:
-        return ContextLine(ts, prefix.tp, CRASHED, None, cut_text(message[fatal.start() :].strip()))
+        said = message[fatal.start() :].strip().replace(_STRAY_QUOTE, _STRAY_QUOTE[:-1], 1)
+        return ContextLine(ts, prefix.tp, CRASHED, None, cut_text(said))
     if ts is None:
         return _transport_library(message, year)
     return None

@@ -1,0 +1,66 @@
+"""A prefill whose ranks could not register with its own bootstrap server: no decode can find them.
+
+The shape is a public report's (SGLang PR #25125, 2026-05: a small model's prefill ranks register before the
+bootstrap server beside them listens, `Prefill instance failed to register to bootstrap server: ... [Errno 111]
+Connection refused`, two seconds before `CommonKVBootstrapServer started successfully`; minutes later the client
+gives up on a room, `Aborted by AbortReq.`). The fixture's hosts, rids and rooms are made up; `retries.log` is
+SGLang's later wording (its retries, then `... after 5 retries`, naming no address). Before, the registration
+lines were no lines kvtop knew: the prefill log read as one client abort and `check` said OK.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from kvtop_cli import kvtop_here
+
+pytestmark = pytest.mark.usefixtures("utc")
+
+FIXTURES = Path(__file__).parent / "fixtures" / "sglang" / "unregistered-prefill"
+PREFILL = FIXTURES / "prefill.log"
+RETRIES = FIXTURES / "retries.log"
+ADDRESS = "10.20.0.7:8998"
+
+
+def incidents(log: Path) -> list[dict[str, object]]:
+    return json.loads(kvtop_here("incidents", "--sglang-log", str(log), "--json").stdout)["incidents"]
+
+
+def test_a_check_is_critical_naming_the_bootstrap_server_the_ranks_could_not_register_with():
+    result = kvtop_here("check", "--sglang-log", str(PREFILL))
+
+    assert result.returncode == 2
+    assert result.stdout.startswith(
+        f"KVTOP CRITICAL - incident: prefill at {ADDRESS} stopped answering (bootstrap_error) since 09:00:03, "
+    )
+
+
+def test_the_registrations_are_one_incident_of_that_server_and_the_abort_stays_the_client_s():
+    by_suspect = {incident["suspect_text"]: incident for incident in incidents(PREFILL)}
+
+    unregistered = by_suspect[f"prefill at {ADDRESS}"]
+    assert unregistered["suspect"] == {"kind": "instance", "name": ADDRESS, "role": "prefill"}
+    assert (unregistered["roomless"], unregistered["room_count"]) == (2, 0)
+    assert unregistered["noticed_by"] == {"prefill-0/TP0": 1, "prefill-0/TP1": 1}
+    assert unregistered["evidence"][0] == "its ranks could not register with its bootstrap server"
+    assert by_suspect["the client"]["rooms"] == [7300000000000000011]
+
+
+def test_the_give_up_that_names_no_address_suspects_the_prefill_instance_itself():
+    """Not "the prefill side of prefill-0" (a side of itself names nothing): the retries before it are no failure
+    (a later attempt may register), the give-up is one."""
+    [incident] = incidents(RETRIES)
+
+    assert incident["suspect"] == {"kind": "instance", "name": "prefill-0", "role": "prefill"}
+    assert (incident["roomless"], incident["first_seen"]) == (1, incident["last_seen"])
+    assert incident["evidence"][0] == "its ranks could not register with its bootstrap server"
+
+
+def test_the_decode_that_asked_it_hears_the_ranks_are_missing_not_that_nobody_answered():
+    """SGLang's bootstrap server answers 503 until every rank registered: it answered, its ranks are missing."""
+    [incident] = incidents(FIXTURES / "decode.log")
+
+    assert incident["suspect_text"] == "the prefill side of decode-0"
+    assert incident["evidence"][0] == "its bootstrap server answered that not all its ranks had registered"
