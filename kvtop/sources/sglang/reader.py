@@ -1,8 +1,9 @@
 """Reading one log file in blocks: only lines holding a marker come out; follow, rotation and `.gz` handled.
 
 A block is cut at its last newline (the rest waits for the next read, as
-`tail -f` does); all markers are found in one Aho-Corasick pass over the whole
-block, so lines without one are never split, decoded or parsed. Batch lines (queue
+`tail -f` does); all markers are found in one Aho-Corasick pass over the block
+(a piece of whole lines at a time, its newlines counted while it is in cache), so
+lines without one are never split, decoded or parsed. Batch lines (queue
 depth gauges) are looked for only in the last `SAMPLED_BYTES` of a block: a
 large file gives one sample of them per block, a followed file all of them. A traceback comes
 out as one item (a line that starts one, or a record that logs one: `Scheduler hit an exception:
