@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kvtop.sources.sglang.reader import MAX_LINE_BYTES, LogReader
+from kvtop.sources.sglang import reader
+from kvtop.sources.sglang.lines import MARKERS
+from kvtop.sources.sglang.reader import _CRASH_WORDS, _SPECIAL, MAX_LINE_BYTES, THREAD_DEATH, TRACEBACK, LogReader
 from tests.conftest import wait_for
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
@@ -203,3 +205,46 @@ def test_a_followed_log_copied_and_truncated_then_written_alike_loses_no_line(tm
 
     assert [line.split("bootstrap_room=")[1][:4] for line in first + again] == ["1001", "1002", "1003", "1004", "1005"]
     assert reader.stats.rotations == 1
+
+
+def test_no_marker_can_hide_a_traceback_or_a_crash_from_the_scan():
+    """A line is searched for a traceback or a crash only where the scan found one of their markers: no other
+    marker may overlap the start of one of their words (a leftmost-first match would hide it), and each word holds
+    one of those markers."""
+    words = (TRACEBACK, THREAD_DEATH, *_CRASH_WORDS)
+    for word in words:
+        assert any(MARKERS[index] in word for index in _SPECIAL), word
+    for index, marker in enumerate(MARKERS):
+        if index in _SPECIAL:
+            continue
+        for word in words:
+            assert word not in marker
+            assert not any(word.startswith(marker[cut:]) for cut in range(1, len(marker))), (marker, word)
+
+
+def test_a_traceback_a_record_logs_after_another_marker_comes_out_whole(tmp_path: Path):
+    """`Scheduler hit an exception: Traceback ...`: the scan's first marker of the line is not the traceback's, the
+    traceback's lines come out with it all the same."""
+    log = tmp_path / "prefill.log"
+    log.write_text(
+        "[2026-01-02 03:04:05 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/sgl/scheduler.py", line 9, in run\n'
+        "KeyError: 42\n"
+        "[2026-01-02 03:04:06 TP0] next\n"
+    )
+    lines, count, _ = _read_all(log, 1 << 20)
+    assert count == 4
+    assert lines == [
+        "[2026-01-02 03:04:05 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/sgl/scheduler.py", line 9, in run\nKeyError: 42'
+    ]
+
+
+@pytest.mark.parametrize("path", LOGS, ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("scan_bytes", [1, 50, 4096])
+def test_a_block_scanned_in_pieces_gives_the_lines_of_one_scan(
+    path: Path, scan_bytes: int, monkeypatch: pytest.MonkeyPatch
+):
+    whole = _read_all(path, 1 << 20)
+    monkeypatch.setattr(reader, "SCAN_BYTES", scan_bytes)
+    assert _read_all(path, 1 << 20) == whole

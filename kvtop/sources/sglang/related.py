@@ -204,7 +204,8 @@ class RelatedLines:
             return None, False
         echo = linked and ts - self._failed.get(room, -ROOM_REUSE_S * 2) <= ROOM_REUSE_S
         self._remember_failed(room, ts)
-        self._pending = [p for p in self._pending if p.room != room]
+        if self._pending:
+            self._pending = [p for p in self._pending if p.room != room]
         if line.rid and line.rid not in self._rooms_by_rid:
             self._rooms_by_rid[line.rid] = room
             if len(self._rooms_by_rid) > RIDS_KEPT:

@@ -555,11 +555,12 @@ class SGLangLogs:
 
     def _line(self, file: _File, text: str, pending: list[tuple[float, int, _File, str, Event]]) -> None:
         given = file
-        server, text = self._stream(file, text)
-        if server is None:
-            self._garbled += 1
-            return
-        file = server
+        if " | " in text or text.startswith("[pod/"):  # what a wrapper that names a server holds (`split_stream`)
+            server, text = self._stream(file, text)
+            if server is None:
+                self._garbled += 1
+                return
+            file = server
         if " batch" in text:
             key = text[: text.find(" batch")]  # the prefix, its time and rank (a service's name may come first)
             if key and key == file.batch_key:
