@@ -219,6 +219,9 @@ class ClusterModel:
         """Per room with failures (the newest `FAILURES_KEPT`, up to an eighth more before the oldest go together):
         whether a client's abort, a cluster fault or both started them (bits of `_ABORT_CAUSE`, `_FAULT_CAUSE`),
         so aborted rooms stay out of the failure rate."""
+        self._hellos: dict[str, AgentInfo] = {}
+        """Each rank's identity as its own latest hello said it: a view the bootstrap's listing replaced (another
+        client's entry under its label) gets its host and pid back when that rank is heard again."""
         self.incidents = IncidentTracker()
         """Failure groups joined by suspect and kind of failure: told of each failure, folded at each sweep."""
 
@@ -616,6 +619,9 @@ class ClusterModel:
             view = self.ranks[label] = RankView(
                 label, item.role, item.instance, item.rank, incarnation=item.incarnation
             )
+            said = self._hellos.get(label)
+            if said is not None and said.incarnation == item.incarnation:
+                view.host, view.pid, view.kind = said.host, said.pid, said.kind
             if earlier is not None:
                 _carry_silences(earlier, view)
         if view is None:
@@ -772,6 +778,7 @@ class ClusterModel:
             agent = event.agent
             view.role, view.host, view.pid, view.incarnation = agent.role, agent.host, agent.pid, agent.incarnation
             view.kind = agent.kind
+            self._hellos[view.label] = agent
         elif isinstance(event, Heartbeat):
             view.inflight, view.counters, view.rejected = event.inflight_rooms, event.counters, event.rejected
             view.cpu_percent, view.rss_bytes = event.cpu_percent, event.rss_bytes
