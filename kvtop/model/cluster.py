@@ -324,8 +324,12 @@ class ClusterModel:
             self._journal_events -= len(self.journal.popleft()[1])
 
     def register(self, agent: AgentInfo) -> None:
-        """A rank the bootstrap service lists: known (and gone until it is heard from)."""
+        """A rank the bootstrap service lists: known (and gone until it is heard from). A view of another
+        incarnation heard in the last `STALE_S` stays: what it hears says who runs (an entry another client took
+        made a live rank's view anew, never heard, at every discovery; a restart's own events make it anew)."""
         view = self.ranks.get(agent.label)
+        if view is not None and view.last_seen and self._now - view.last_seen <= STALE_S:
+            return
         if view is None or view.incarnation != agent.incarnation:
             self.ranks[agent.label] = RankView(
                 agent.label,
