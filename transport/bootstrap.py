@@ -27,7 +27,9 @@ A live entry belongs to the client that registered it: a registration of the sam
 deregistration from another client, so nobody who reaches an insecure service redirects decode ranks' data to
 an endpoint of theirs; a rank restarted on the same host replaces its entry at once. Every new incarnation that
 takes an entry (live, or expired and registered from another client) is counted (`replaced`) and named
-(`AgentList.replaced`, the latest `REFUSED_KEPT`). An endpoint must name the client's own address (an IP
+(`AgentList.replaced`, the latest `REFUSED_KEPT`). A rank refused so that goes on refreshing is listed apart
+(`AgentList.taken`, the latest `REFUSED_KEPT`, each until it stops refreshing for `ENTRY_TTL_S`): a view started
+after the takeover still hears it. An endpoint must name the client's own address (an IP
 literal; see `registration.foreign_endpoint`) unless it is in the service's `endpoint_networks`; link-local
 and metadata addresses never (`rejected_invalid`). CURVE is what authenticates a client: without it, the
 client's address is all the service knows of it.
@@ -156,6 +158,9 @@ class BootstrapServer(ServiceThread):
         """Entries that expired: when, who, and from which client (oldest first)."""
         self._expired_held: Counter[str] = Counter()
         """Expired entries per client."""
+        self._taken: dict[_Key, tuple[float, AgentInfo]] = {}
+        """Ranks refused because another client holds their entry: when last refused, the registration (oldest
+        first)."""
         self._decoder: FrameDecoder[BootstrapRequest] = FrameDecoder(BootstrapRequest)
 
     def close(self) -> None:
@@ -203,6 +208,8 @@ class BootstrapServer(ServiceThread):
             now - next(iter(self._expired.values()))[0] > EXPIRED_KEPT_S or len(self._expired) > MAX_ENTRIES
         ):
             self._forget_expired(next(iter(self._expired)))
+        for key in [key for key, (at, _) in self._taken.items() if now - at > ENTRY_TTL_S]:
+            del self._taken[key]
 
     def _keep_expired(self, key: _Key, now: float) -> None:
         """List an entry that expired as gone; a client past its share of them loses its oldest first."""
@@ -265,7 +272,8 @@ class BootstrapServer(ServiceThread):
         refusals = self.refusals()
         return AgentList(request.req_id, self.agents(), self.counters.snapshot(), [note.line for note in refusals],
                          expired, self.relays(), lister=LISTED_BY_BOOTSTRAP,
-                         replaced=list(self._replacements.values()), refusals=refusals)  # fmt: skip
+                         replaced=list(self._replacements.values()), refusals=refusals,
+                         taken=[agent for _, agent in self._taken.values()])  # fmt: skip
 
     def _register(self, request: Register, client: str) -> Registered | Refusal:
         agent = request.agent
@@ -281,6 +289,7 @@ class BootstrapServer(ServiceThread):
         elif known is not None and owner != client:
             problem = f"registered from {client}, {_owned(known, owner)}; it is taken only once that expires"
             self.counters.add("refused_takeover")
+            self._keep_taken(key, agent)
         elif owner != client and self._held[client] >= self.max_per_client:
             problem = f"the client holds {self.max_per_client} entries already, the most one client may"
             self.counters.add("refused_client_limit")
@@ -310,7 +319,19 @@ class BootstrapServer(ServiceThread):
         self._refreshed[key] = time.monotonic()
         self._replaced(key, agent, client, known)
         self._forget_expired(key)
+        taken = self._taken.get(key)
+        if taken is not None and taken[1].incarnation == agent.incarnation:  # it holds its entry again
+            del self._taken[key]
         return Registered(request.req_id)
+
+    def _keep_taken(self, key: _Key, agent: AgentInfo) -> None:
+        """List a rank refused because another client holds its entry, while it goes on refreshing."""
+        if agent.role == RELAY_ROLE:
+            return
+        self._taken.pop(key, None)
+        self._taken[key] = (time.monotonic(), agent)
+        if len(self._taken) > REFUSED_KEPT:
+            del self._taken[next(iter(self._taken))]
 
     def _replaced(self, key: _Key, agent: AgentInfo, client: str, known: AgentInfo | None) -> None:
         """Count and name a new incarnation taking a live entry, or an expired one registered from elsewhere."""

@@ -233,6 +233,10 @@ class AgentList(msgspec.Struct, tag="agents", array_like=True):
     client once its entry expired), `name: incarnation A replaced by B (from CLIENT)`, newest last."""
     refusals: Annotated[list[RefusedNote], msgspec.Meta(max_length=64)] = []
     """`refused`'s lines of the bootstrap service, each with its role and age (`refused` stays for older readers)."""
+    taken: Annotated[list[AgentInfo], msgspec.Meta(max_length=64)] = []
+    """Ranks that go on registering while another client holds their entry (its `refused_takeover`), the latest
+    registration of each, while it refreshes: running, listed nowhere else, so a view started after the takeover
+    hears them too (it subscribes to their events; never resolved, no peer sends them KV)."""
 
 
 class Refusal(msgspec.Struct, tag="refusal", array_like=True):

@@ -18,6 +18,7 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from itertools import chain, islice
+from typing import NamedTuple
 
 from kvtop.model.clock import corrected, corrected_snapshot
 from kvtop.model.fold import ABORTED, ROOM_REUSE_S, FailureGroup, Observed
@@ -221,6 +222,9 @@ class ClusterModel:
         """Per room with failures (the newest `FAILURES_KEPT`, up to an eighth more before the oldest go together):
         whether a client's abort, a cluster fault or both started them (bits of `_ABORT_CAUSE`, `_FAULT_CAUSE`),
         so aborted rooms stay out of the failure rate."""
+        self._hellos: dict[str, Identity] = {}
+        """Each rank's identity as its own latest hello said it: a view the bootstrap's listing replaced (another
+        client's entry under its label) gets its host and pid back when that rank is heard again."""
         self.incidents = IncidentTracker()
         """Failure groups joined by suspect and kind of failure: told of each failure, folded at each sweep."""
 
@@ -322,8 +326,12 @@ class ClusterModel:
             self._journal_events -= len(self.journal.popleft()[1])
 
     def register(self, agent: AgentInfo) -> None:
-        """A rank the bootstrap service lists: known (and gone until it is heard from)."""
+        """A rank the bootstrap service lists: known (and gone until it is heard from). A view of another
+        incarnation heard in the last `STALE_S` stays: what it hears says who runs (an entry another client took
+        made a live rank's view anew, never heard, at every discovery; a restart's own events make it anew)."""
         view = self.ranks.get(agent.label)
+        if view is not None and view.last_seen and self._now - view.last_seen <= STALE_S:
+            return
         if view is None or view.incarnation != agent.incarnation:
             self.ranks[agent.label] = RankView(
                 agent.label,
@@ -612,12 +620,22 @@ class ClusterModel:
         return [f for f in [*self.finished.values(), *settling] if f.ts >= since]
 
     def _rank(self, label: str, item: Snapshot | EventBatch) -> RankView:
+        """The view of `label`, made anew for a new incarnation (a restart), whether a batch or a snapshot comes of
+        it first: a new incarnation's batches wait for its snapshot, which kept the earlier one's view (its
+        registration warning, counts and load) until the new one's first heartbeat."""
         view = self.ranks.get(label)
-        if isinstance(item, EventBatch) and (view is None or view.incarnation != item.incarnation):
+        if isinstance(item, Snapshot) and view is not None and view.incarnation != item.incarnation:
+            renewed = RankView(label, view.role, view.instance, view.rank, incarnation=item.incarnation)
+            _carry_silences(view, renewed)  # its hello, first in the snapshot, says who it is
+            view = self.ranks[label] = renewed
+        elif isinstance(item, EventBatch) and (view is None or view.incarnation != item.incarnation):
             earlier = view
             view = self.ranks[label] = RankView(
                 label, item.role, item.instance, item.rank, incarnation=item.incarnation
             )
+            said = self._hellos.get(label)
+            if said is not None and said.incarnation == item.incarnation:
+                view.host, view.pid, view.kind = said.host, said.pid, said.kind
             if earlier is not None:
                 _carry_silences(earlier, view)
         if view is None:
@@ -774,6 +792,7 @@ class ClusterModel:
             agent = event.agent
             view.role, view.host, view.pid, view.incarnation = agent.role, agent.host, agent.pid, agent.incarnation
             view.kind = agent.kind
+            self._hellos[view.label] = Identity(agent.incarnation, agent.host, agent.pid, agent.kind)
         elif isinstance(event, Heartbeat):
             view.inflight, view.counters, view.rejected = event.inflight_rooms, event.counters, event.rejected
             view.cpu_percent, view.rss_bytes = event.cpu_percent, event.rss_bytes
@@ -1028,6 +1047,20 @@ def _first_of(crashed: list[tuple[str, LogContext]]) -> Crashed | None:
     ):
         return Crashed(label, crash, tuple(other for other, _ in after))
     return None
+
+
+class Identity(NamedTuple):
+    """Who a rank's hello said it is (`ClusterModel._hellos`)."""
+
+    incarnation: int
+    host: str
+    pid: int
+    kind: str
+
+
+def identities(ranks: dict[str, RankView]) -> dict[str, Identity]:
+    """The identities the ranks' views hold, of those a hello named (a keyframe's restore makes `_hellos` so)."""
+    return {label: Identity(v.incarnation, v.host, v.pid, v.kind) for label, v in ranks.items() if v.pid}
 
 
 def _carry_silences(earlier: RankView, view: RankView) -> None:

@@ -59,13 +59,13 @@ class Intake:
         past it), oldest first."""
         return [refused for refused in self.bootstrap_refusals if since <= refused.at <= now + 1.0]
 
-    def refusal_explaining(self, now: float, within_s: float = REFUSAL_RECENT_S, role: str = "") -> str:
+    def refusal_explaining(self, now: float, within_s: float = REFUSAL_RECENT_S, role: str = "") -> Refused | None:
         """The latest refused registration that can explain a rank missing at `now`: refused in the `within_s`
-        before it and, given a `role`, of a rank of that role ("" when none can)."""
+        before it and, given a `role`, of a rank of that role (None when none can)."""
         for refused in reversed(self.refusals_since(now - within_s, now)):
             if not role or refused.role == role:
-                return refused.line
-        return ""
+                return refused
+        return None
 
     def upstream_down(self) -> str:
         """One line while a relay's upstream does not answer it ("" otherwise)."""

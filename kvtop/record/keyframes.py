@@ -16,7 +16,7 @@ import msgspec
 import numpy as np
 
 from kvtop.model.clock import ClockEstimate
-from kvtop.model.cluster import TRANSFERS_KEPT, ClusterModel
+from kvtop.model.cluster import TRANSFERS_KEPT, ClusterModel, identities
 from kvtop.model.fold import Observed
 from kvtop.model.histogram import DurationHistogram
 from kvtop.model.incidents import IncidentTracker, TrackerState
@@ -30,9 +30,11 @@ from transport.wire import LOG_SIDECAR
 
 JOURNAL_FIELDS = frozenset(("journal", "journal_total", "_journal_kept", "_journal_events"))
 """The event tail of the dashboard's model: not part of a keyframe (rebuilt by the replay)."""
-DERIVED_FIELDS = frozenset(("_failure_keys", "fold", "local_faults", "failed_sessions", "handshakes", "unregistered"))
+DERIVED_FIELDS = frozenset(
+    ("_failure_keys", "fold", "local_faults", "failed_sessions", "handshakes", "unregistered", "_hellos")
+)
 """Made from the state (`ClusterModel.failure_keys`; the fold, from the failures when restored; the local faults,
-from the transport errors): not part of a keyframe."""
+from the transport errors; the ranks' identities, from their views): not part of a keyframe."""
 STATE_FIELDS = frozenset(
     (
         "ranks", "rooms", "finished", "failures", "transfers", "links", "gaps", "intake", "rejected",
@@ -256,6 +258,7 @@ def restore(data: bytes | memoryview, journal_events: int = 0) -> ClusterModel:
     for label, line in state.transport_errors:
         model.keep_transport_error(label, line)
     model.snapshot_cut, model.correct_clocks = state.snapshot_cut, state.correct_clocks
+    model._hellos = identities(model.ranks)
     model.peers_unlinked = state.peers_unlinked
     if state.incidents is not None:
         model.incidents = IncidentTracker.restored(state.incidents)

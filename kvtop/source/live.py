@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from kvtop.source.base import Events, Gap, Source, Told
 from kvtop.source.errors import SourceError
+from kvtop.views.tables import refused_ago
 
 if TYPE_CHECKING:
     from kvtop.model.cluster import ClusterModel
@@ -69,8 +70,10 @@ class LiveSource(Source):
         with self.lock:
             unreachable = dict(self.model.intake.unreachable)
             upstream = self.model.intake.upstream_down()  # why nobody did: said first
-            refused = self.model.intake.refusal_explaining(time.time())
-        line = nobody_answered(self.spec.bootstrap, list(self.spec.connect), self.spec.wait, unreachable, refused)
+            now = time.time()
+            refused = self.model.intake.refusal_explaining(now)
+        said = refused_ago(refused.line, now - refused.at) if refused else ""
+        line = nobody_answered(self.spec.bootstrap, list(self.spec.connect), self.spec.wait, unreachable, said)
         return f"{upstream}; {line}" if upstream else line
 
     def notes(self) -> list[str]:

@@ -195,6 +195,9 @@ class Collector:
             usable = listed
         else:
             usable = [agent for agent in listing.agents if not self._subscriber.connect(agent)]
+            for taken in listing.taken:  # running, its entry another client's: heard by its events (never dialed)
+                if not agent_problem(taken):
+                    self._subscriber.connect_endpoint(taken.event_endpoint)
         where, said, unanswered = self._relay_said(relay, listing, timeout_s) if relay is not None else ("", None, "")
         gone = [agent for agent in listing.expired if not agent_problem(agent)]
         now = time.time()

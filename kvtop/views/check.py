@@ -21,6 +21,7 @@ from kvtop.model.incidents import Incident
 from kvtop.model.shapes import Liveness
 from kvtop.views.incidents import duration, in_span, incident_json, incident_size, plural
 from kvtop.views.safe import one_line
+from kvtop.views.tables import refused_ago
 from kvtop.views.times import seconds, spans_days, stamp
 from transport.bootstrap import REFRESH_S
 from transport.plane.events import LogContext
@@ -353,13 +354,13 @@ def _behind(model: ClusterModel, unheard: list[str]) -> str:
 
 
 def _refused(model: ClusterModel, now: float, limits: Thresholds, role: str = "") -> str:
-    """`; the bootstrap service refused LABEL: why (from ADDR)`: the latest registration the service refused that
-    may be why a rank is missing (a rank refused is never listed): one refused within the window (a few refresh
+    """`; the bootstrap service refused LABEL: why (from ADDR), 2s ago`: the latest registration the service refused
+    that may be why a rank is missing (a rank refused is never listed): one refused within the window (a few refresh
     periods at least: a refused rank that goes on registering is refused every one) and, for a `role` none of
     whose ranks is alive, of that role; "" when none can explain it (an old refusal, another role's)."""
     within = max(limits.window_s, REFUSALS_REFRESHED * REFRESH_S)
     refused = model.intake.refusal_explaining(now, within, role)
-    return f"; the bootstrap service refused {refused}" if refused else ""
+    return f"; the bootstrap service refused {refused_ago(refused.line, now - refused.at)}" if refused else ""
 
 
 def marked(warnings: list[str]) -> list[str]:

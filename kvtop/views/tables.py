@@ -271,15 +271,17 @@ def intake_lines(model: ClusterModel, now: float) -> list[str]:
         reasons = ", ".join(f"{reason} {count}" for reason, count in counts.items() if count)
         head = f": {reasons}" if reasons else " (named by the relay; the service's counts stay with it):"
         ages = {refusal["line"]: refusal["age_s"] for refusal in service["refusals"]}
-        refused = "".join(
-            f"\n  refused {line}" + (f", {duration(ages[line])} ago" if line in ages else "")
-            for line in service["refused"]
-        )
+        refused = "".join(f"\n  refused {refused_ago(line, ages.get(line))}" for line in service["refused"])
         lines.append(f"bootstrap rejected{head}{refused}")
     if service and service["replaced"]:
         named = "".join(f"\n  {line}" for line in service["replaced_incarnations"])
         lines.append(f"bootstrap: {service['replaced']} entries taken by a new incarnation{named}")
     return lines
+
+
+def refused_ago(line: str, age_s: float | None) -> str:
+    """A refused registration's line, `, 2s ago` after it where the service said when (every view says it so)."""
+    return line if age_s is None else f"{line}, {duration(age_s)} ago"
 
 
 def unlisted_lines(model: ClusterModel) -> list[str]:

@@ -55,7 +55,7 @@ def test_a_rank_short_of_the_cluster_names_the_registration_the_bootstrap_servic
     result = evaluate(model, Thresholds(), now, whole_cluster=True)
 
     assert result.verdict is Verdict.CRITICAL
-    assert result.problems == [f"no decode rank alive; the bootstrap service refused {why}"]
+    assert result.problems == [f"no decode rank alive; the bootstrap service refused {why}, 1s ago"]
 
 
 def test_a_shortfall_names_no_refusal_that_cannot_explain_it() -> None:
@@ -73,4 +73,4 @@ def test_a_shortfall_names_no_refusal_that_cannot_explain_it() -> None:
 
     assert result.problems == ["no decode rank alive"]
     short = evaluate(model, Thresholds(min_ranks=2), now, whole_cluster=True)  # any role's refusal, but recent
-    assert short.problems[0] == f"1 ranks alive, need 2; the bootstrap service refused {other}"
+    assert short.problems[0] == f"1 ranks alive, need 2; the bootstrap service refused {other}, 1s ago"

@@ -36,7 +36,16 @@ from kvtop.model.shapes import Liveness
 from kvtop.sources.sglang import load
 from kvtop.sources.synthetic import SyntheticCluster
 from transport.kvpoll import KVPoll
-from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure, Heartbeat, LogContext, RoomState
+from transport.plane.events import (
+    EVENT_SCHEMA,
+    AgentHello,
+    Event,
+    EventBatch,
+    Failure,
+    Heartbeat,
+    LogContext,
+    RoomState,
+)
 from transport.wire import LOG_SIDECAR, AgentInfo
 
 RANK = {"engine_type", "pd_instance", "tp_rank", "pp_rank"}
@@ -560,6 +569,27 @@ def test_an_unlisted_rank_and_the_bootstrap_s_recent_refusals_are_served_for_an_
         (("engine_type", "prefill"),): 0.0,
         (("engine_type", "unknown"),): 1.0,
     }
+
+
+def test_an_unlisted_rank_keeps_its_host_and_pid_after_the_listing_named_the_entry_that_took_its_label():
+    """A rank heard (its hello: host, pid) whose entry another client took once it expired: the next listing named
+    the taker's entry under its label (the view made anew as the taker's), then the rank's own heartbeat made it anew
+    once more, with no hello: `kvtop_rank_info` said host="" pid="0" for a rank alive and heard."""
+    own = AgentInfo("decode", "decode-9", 0, 1, 4096, "tcp://10.0.0.3:1", "tcp://10.0.0.3:2", 4321, "node-3", 77)
+    taker = msgspec.structs.replace(own, data_endpoint="tcp://10.0.0.9:1", pid=1, host="elsewhere", incarnation=5)
+    model = ClusterModel()
+    hello = AgentHello(NOW - 9.0, own, "1.0", "tcp://10.0.0.3:3", "tcp://10.0.0.3:4")
+    model.apply(own.label, EventBatch(EVENT_SCHEMA, "decode", "decode-9", 0, 77, 1, NOW - 9.0, [hello]), NOW - 9.0)
+    model.register(taker)
+    why = "bootstrap tcp://10.0.0.1:7000 refused: registration of decode-9/TP0 refused: 10.0.0.9 holds it live"
+    beat = Heartbeat(NOW - 1.0, {}, 0, 0, 1.0, 1 << 20, 10.0, registration=why)
+    model.apply(own.label, EventBatch(EVENT_SCHEMA, "decode", "decode-9", 0, 77, 2, NOW - 1.0, [beat]), NOW - 1.0)
+
+    exposition = scrape(ModelMetrics(model, threading.Lock(), lambda: NOW, source="bootstrap"))
+
+    (info,) = [dict(key) for key in samples(exposition, "kvtop_rank_info") if ("pd_instance", "decode-9") in key]
+    assert (info["host"], info["pid"], info["incarnation"]) == ("node-3", "4321", "77")
+    assert samples(exposition, "kvtop_ranks_unlisted") == {(): 1.0}
 
 
 def _beside_agents(model: ClusterModel, room: int, logged_at: float, agents_end: float) -> None:

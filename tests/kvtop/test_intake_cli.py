@@ -228,3 +228,44 @@ def test_status_through_a_relay_names_the_bootstraps_refusals_without_taking_the
     bootstrap = json.loads(status.stdout)["bootstrap"]
     assert (bootstrap["rejected"], bootstrap["refused_takeover"]) == ({}, 0)
     assert [line.partition(":")[0] for line in bootstrap["refused"]] == ["prefill-0/TP0"]
+
+
+@pytest.mark.processes
+def test_a_recording_through_a_relay_says_the_refusals_are_the_relays_as_live_status_does(
+    make_cluster, zmq_context, tmp_path
+):
+    """A recording made through a relay replays what live `status` through it says: the refusals named by the relay,
+    the service's counts left with it (the relay's own counters, a frame it rejected, are not the service's).
+    The collector keeps the listing's counters apart (f2e327e) before the recorder records them: a guard on that."""
+    from transport.plane.relay import Relay
+
+    cluster = make_cluster(ClusterSpec(num_pages=16, page_bytes=4096))
+    prefill = next(agent for agent in cluster.agents() if agent.role == "prefill")
+    forged = msgspec.structs.replace(prefill, data_endpoint="tcp://127.0.0.2:6666", incarnation=prefill.incarnation + 1)
+    dealer = zmq_context.socket(zmq.DEALER)
+    dealer.linger = 0
+    dealer.connect(f"tcp://127.0.0.2:0;{cluster.endpoint.removeprefix('tcp://')}")
+    dealer.send(encode(Register(1, forged)))
+    assert dealer.poll(10_000), "the bootstrap did not answer"
+    dealer.close()
+    relay = Relay(bootstrap=cluster.endpoint).start()
+    recording = tmp_path / "rec"
+    try:
+        bad = zmq_context.socket(zmq.DEALER)  # a frame the relay's ROUTER rejects (counted by the relay alone)
+        bad.linger = 0
+        bad.connect(relay.address)
+        bad.send(b"\xff not a request")
+        live = kvtop("status", "--relay", relay.address)
+        record = kvtop("record", "--relay", relay.address, "--out", str(recording), "--duration", "4")
+        bad.close()
+    finally:
+        relay.close()
+    replayed = kvtop("status", "--replay", str(recording))
+    as_json = json.loads(kvtop("status", "--replay", str(recording), "--json").stdout)
+
+    assert record.returncode == 0, record.stderr
+    said = [line for line in live.stdout.splitlines() if line.startswith("bootstrap rejected")]
+    assert said == ["bootstrap rejected (named by the relay; the service's counts stay with it):"], live.stdout
+    assert [line for line in replayed.stdout.splitlines() if line.startswith("bootstrap rejected")] == said
+    assert "  refused prefill-0/TP0: registered from 127.0.0.2" in replayed.stdout
+    assert (as_json["bootstrap"]["rejected"], as_json["bootstrap"]["refused_takeover"]) == ({}, 0)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvtop.model.cluster import SETTLE_S, ClusterModel
+from kvtop.model.cluster import SETTLE_S, ClusterModel, Identity
 from kvtop.model.fold import ROOM_REUSE_S, Observed
 from kvtop.model.resync import unheld
 from kvtop.model.shapes import GONE_S, LinkView, RankView, RoomView
@@ -59,6 +59,7 @@ class ReferenceModel(ClusterModel):
         if isinstance(event, AgentHello):
             agent = event.agent
             view.role, view.host, view.pid, view.incarnation = agent.role, agent.host, agent.pid, agent.incarnation
+            self._hellos[view.label] = Identity(agent.incarnation, agent.host, agent.pid, agent.kind)
         elif isinstance(event, Heartbeat):
             view.inflight, view.counters = event.inflight_rooms, event.counters
             view.cpu_percent, view.rss_bytes = event.cpu_percent, event.rss_bytes

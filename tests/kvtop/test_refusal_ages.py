@@ -8,6 +8,7 @@ import time
 
 from kvtop.model.cluster import ClusterModel
 from kvtop.model.intake import Refused
+from kvtop.views.check import Thresholds, evaluate
 from kvtop.views.tables import status_json, status_text
 from transport.plane.events import EVENT_SCHEMA, EventBatch
 
@@ -44,3 +45,15 @@ def test_status_json_gives_each_refusal_its_role_and_age() -> None:
         {"line": TAKEN, "role": "prefill", "age_s": 42.0},
         {"line": OLD, "role": "decode", "age_s": 3700.0},
     ]
+
+
+def test_check_says_a_refusals_age_in_the_words_status_does() -> None:
+    """`status` said `refused LINE, 42s ago`; `check` named the same refusal without its age (`; the bootstrap
+    service refused LINE`), so a check could not tell a refusal going on from one long fixed."""
+    now = time.time()
+    model = model_with_refusals(now)
+
+    result = evaluate(model, Thresholds(min_ranks=2), now, whole_cluster=True)
+
+    assert f"  refused {TAKEN}, 42s ago" in status_text(model, now, 60.0).splitlines()
+    assert result.problems[0] == f"1 ranks alive, need 2; the bootstrap service refused {TAKEN}, 42s ago"

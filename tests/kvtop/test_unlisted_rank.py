@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import msgspec
 import pytest
@@ -14,7 +15,7 @@ import zmq
 from kvtop_cli import kvtop
 
 from transport import BootstrapServer, KVManager, KVPool, Role
-from transport.wire import Register, encode
+from transport.wire import AgentInfo, Register, encode
 
 pytestmark = pytest.mark.processes
 
@@ -27,18 +28,16 @@ def short_lived() -> Iterator[BootstrapServer]:
     server.close()
 
 
-def test_a_rank_whose_refresh_is_refused_says_why_in_ranks_and_status(short_lived, zmq_context, wait_for) -> None:
-    manager = KVManager(role=Role.PREFILL, instance="prefill-0", rank=0, tp=1, pool=KVPool(16, 4096),
-                        bootstrap=short_lived.endpoint)  # fmt: skip
-    manager.start()
-    taker = msgspec.structs.replace(manager.info, data_endpoint="tcp://127.0.0.2:6666", incarnation=1)
+@contextmanager
+def taken_over(server: BootstrapServer, taker: AgentInfo, context: zmq.Context[zmq.Socket[bytes]]) -> Iterator[None]:
+    """Another client (127.0.0.2) registering `taker` every 0.1 s until the block ends: it holds the rank's entry once
+    the rank's own expires, and the rank's refreshes are refused."""
     stop = threading.Event()
 
     def take() -> None:
-        """Another client registering the rank every 0.1 s: it holds the entry once the rank's expires."""
-        dealer = zmq_context.socket(zmq.DEALER)
+        dealer = context.socket(zmq.DEALER)
         dealer.linger = 0
-        dealer.connect(f"tcp://127.0.0.2:0;{short_lived.endpoint.removeprefix('tcp://')}")
+        dealer.connect(f"tcp://127.0.0.2:0;{server.endpoint.removeprefix('tcp://')}")
         try:
             while not stop.wait(0.1):
                 dealer.send(encode(Register(1, taker)))
@@ -48,19 +47,34 @@ def test_a_rank_whose_refresh_is_refused_says_why_in_ranks_and_status(short_live
     taking = threading.Thread(target=take)
     taking.start()
     try:
-        wait_for(lambda: manager._routes.refused, timeout=15, what="the rank's refresh refused")
-
-        def said() -> str:
-            ranks = kvtop("ranks", "--connect", manager.info.event_endpoint, "--wait", "2")
-            return ranks.stdout if "unlisted:" in ranks.stdout else ""
-
-        ranks = wait_for(said, timeout=30, what="ranks saying the rank is unlisted")
-        status = kvtop("status", "--connect", manager.info.event_endpoint, "--wait", "2")
-        check = kvtop("check", "--connect", manager.info.event_endpoint, "--wait", "2", "--json")
+        yield
     finally:
         stop.set()
         taking.join()
-        manager.close()
+
+
+@pytest.fixture
+def rank(short_lived: BootstrapServer) -> Iterator[KVManager]:
+    """A prefill rank registered with `short_lived`."""
+    manager = KVManager(role=Role.PREFILL, instance="prefill-0", rank=0, tp=1, pool=KVPool(16, 4096),
+                        bootstrap=short_lived.endpoint)  # fmt: skip
+    manager.start()
+    yield manager
+    manager.close()
+
+
+def test_a_rank_whose_refresh_is_refused_says_why_in_ranks_and_status(short_lived, rank, zmq_context, wait_for):
+    taker = msgspec.structs.replace(rank.info, data_endpoint="tcp://127.0.0.2:6666", incarnation=1)
+    with taken_over(short_lived, taker, zmq_context):
+        wait_for(lambda: rank._routes.refused, timeout=15, what="the rank's refresh refused")
+
+        def said() -> str:
+            ranks = kvtop("ranks", "--connect", rank.info.event_endpoint, "--wait", "2")
+            return ranks.stdout if "unlisted:" in ranks.stdout else ""
+
+        ranks = wait_for(said, timeout=30, what="ranks saying the rank is unlisted")
+        status = kvtop("status", "--connect", rank.info.event_endpoint, "--wait", "2")
+        check = kvtop("check", "--connect", rank.info.event_endpoint, "--wait", "2", "--json")
 
     why = "127.0.0.2 holds it live; it is taken only once that expires"
     row = next(line for line in ranks.splitlines() if line.startswith("prefill-0/TP0"))
@@ -73,3 +87,20 @@ def test_a_rank_whose_refresh_is_refused_says_why_in_ranks_and_status(short_live
     assert verdict["summary"].startswith(
         "ranks unlisted (no peer or new view finds them): prefill-0/TP0 (bootstrap tcp:"
     )
+
+
+def test_a_view_started_after_the_takeover_hears_the_rank_the_bootstrap_refuses(
+    short_lived, rank, zmq_context, wait_for
+):
+    """The taker's entry names endpoints of its own: a view given the bootstrap, started after the takeover, heard
+    only of the taker (silent) and said `no agent answered`, though the rank ran on. The service lists the rank it
+    refuses apart while it refreshes (`AgentList.taken`): the view hears it, alive and unlisted."""
+    elsewhere = {name: f"tcp://127.0.0.2:{port}" for name, port in
+                 (("data_endpoint", 6666), ("event_endpoint", 6667), ("snapshot_endpoint", 6668))}  # fmt: skip
+    taker = msgspec.structs.replace(rank.info, incarnation=1, **elsewhere)
+    with taken_over(short_lived, taker, zmq_context):
+        wait_for(lambda: rank._routes.refused, timeout=15, what="the rank's refresh refused")
+        ranks = kvtop("ranks", "--bootstrap", short_lived.endpoint, "--wait", "5")
+
+    row = next((line for line in ranks.stdout.splitlines() if line.startswith("prefill-0/TP0")), "")
+    assert " alive " in row and "unlisted: bootstrap " in row, ranks.stdout + ranks.stderr

@@ -18,6 +18,7 @@ import signal
 import sys
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,6 +55,9 @@ from transport.wire import (
 _POLL_MS = 5
 _DIGESTS_KEPT = 4096
 _LOOKUP_TIMEOUT_S = 1.0
+_ENGINE_ANSWER_S = 5.0
+"""How long the control thread waits for the engine thread to fail a room it refused (as long as the engine's own
+calls wait for it)."""
 """How long a Submit naming a prefill instance not seen yet waits for the bootstrap service."""
 OPTIONS_JSON = "--options-json"
 """Its one argument after it holds every option as JSON (`child_args`), in place of the flags."""
@@ -283,7 +287,7 @@ class Agent:
         try:
             pages = self.pool.allocate(request.num_pages)
         except PoolExhausted as full:  # the room fails here: the ranks that took it must not wait for this one
-            self.manager.refuse(request.room, request.prefill_instance)
+            self._log_refused(request.room, self.manager.refuse(request.room, request.prefill_instance))
             return self._refuse(request, "pool_full", f"KV pool full: {full}")
         handle: KVSender | KVReceiver
         if self.options.role is Role.PREFILL:
@@ -343,6 +347,18 @@ class Agent:
             handle.release()
             self.pool.release(live.pages)
             del self._live[room]
+
+    def _log_refused(self, room: int, failed: Future[KVTransferError | None]) -> None:
+        """The failure line of a room refused here, as SGLang logs a room that failed before its transfer began
+        (`Prefill bootstrap failed ...`, `Decode handshake failed ...`): a log read with `--sglang-log` names it."""
+        try:
+            failure = failed.result(timeout=_ENGINE_ANSWER_S)
+        except TimeoutError:
+            self.log.error("room %d refused here, but the engine thread did not fail it within %.0f s", room,
+                           _ENGINE_ANSWER_S)  # fmt: skip
+            return
+        if failure is not None:
+            self._log_failure(room, failure, KVPoll.Bootstrapping)
 
     def _log_failure(self, room: int, failure: KVTransferError, failed_in: KVPoll | None) -> None:
         """SGLang's failure line: origins at warning (prefill) or error (decode), echoes at debug."""

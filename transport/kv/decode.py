@@ -19,7 +19,7 @@ import zmq
 from xxhash import xxh3_64_digest
 
 from transport.curve import dialing
-from transport.errors import ConfigError, FrameRejected
+from transport.errors import ConfigError, FrameRejected, KVTransferError
 from transport.kv import reasons
 from transport.kv.mapping import Pairing, pairings_for_decode_rank
 from transport.kv.pool import LAND_BLOCK_BYTES, PageIndices, is_one_run, land_digested, run_breaks
@@ -100,18 +100,22 @@ class DecodeSide:
         self._ctx.observe(record, peer=record.prefill_instance)
         self._advance(record, now)
 
-    def refuse(self, room: int, prefill_instance: str, now: float, holding_up: str = "", silent_s: float = 0.0) -> None:
+    def refuse(
+        self, room: int, prefill_instance: str, now: float, holding_up: str = "", silent_s: float = 0.0
+    ) -> KVTransferError | None:
         """The scheduler refused `room` here (no pages for it): the room fails on this rank now, its origin. This
         instance's other ranks learn it by consensus and tell the room's prefill ranks (this rank never paired with
         them), so no rank holds the room's pages until a timeout. `holding_up`: a rank of this instance that
-        stopped voting `silent_s` ago, whose rooms filled the pool (the refusal's suspect; else this rank is)."""
+        stopped voting `silent_s` ago, whose rooms filled the pool (the refusal's suspect; else this rank is). Returns
+        the room's failure (None when the room was live here after all, or already decided)."""
         record = self.rooms.get(room)
         if record is None:
             record = self.rooms[room] = ReceiverRoom(room, now, prefill_instance=prefill_instance)
         elif record.dst_pages is not None or record.state.is_terminal:  # live here after all, or already decided
-            return
+            return None
         self._ctx.observe(record, peer=prefill_instance)
         self._fail(record, reasons.pool_full(room, self._ctx.info, holding_up, silent_s), now)
+        return record.failure
 
     def init(self, record: ReceiverRoom, pages: PageIndices, now: float) -> None:
         record.dst_pages = pages

@@ -364,19 +364,26 @@ class KVManager:
         except TimeoutError:
             raise TransportError("the engine thread did not answer within 5 s") from None
 
-    def refuse(self, room: int, prefill_instance: str = "") -> None:
+    def refuse(self, room: int, prefill_instance: str = "") -> Future[KVTransferError | None]:
         """The scheduler refused `room` on this rank (no pages): fail it here now, this rank its origin, so that the
         ranks that took it hear at once (`PrefillSide.refuse`, `DecodeSide.refuse`; a decode rank names the room's
         `prefill_instance`). Left alone, a decode rank that refused had its instance wait for its vote on the room
-        for the vote timeout, and the consensus timeout named it a rank that stopped answering."""
+        for the vote timeout, and the consensus timeout named it a rank that stopped answering. The future holds the
+        room's failure once the engine thread failed it (None: the room was live here after all, or decided)."""
         prefill, decode = self._prefill, self._decode
+        failed: Future[KVTransferError | None] = Future()
         if prefill is not None:
-            self._call_soon(lambda: prefill.refuse(room, time.monotonic(), *self._holding_up(time.monotonic())))
+            self._call_soon(
+                lambda: failed.set_result(prefill.refuse(room, time.monotonic(), *self._holding_up(time.monotonic())))
+            )
         else:
             receiver = self._require(decode, "receiver")
             self._call_soon(
-                lambda: receiver.refuse(room, prefill_instance, time.monotonic(), *self._holding_up(time.monotonic()))
+                lambda: failed.set_result(
+                    receiver.refuse(room, prefill_instance, time.monotonic(), *self._holding_up(time.monotonic()))
+                )
             )
+        return failed
 
     def _holding_up(self, now: float) -> tuple[str, float]:
         """The rank (or ranks) of this instance whose silence holds every room up, and for how long (("", 0.0) when

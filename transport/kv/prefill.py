@@ -20,7 +20,7 @@ import xxhash
 import zmq
 
 from transport.curve import serving
-from transport.errors import FrameRejected
+from transport.errors import FrameRejected, KVTransferError
 from transport.kv import reasons
 from transport.kv.faults import FaultKind
 from transport.kv.pool import PageIndices, run_breaks, split_runs
@@ -134,7 +134,7 @@ class PrefillSide:
         self._ctx.observe(room)
         return room
 
-    def refuse(self, room: int, now: float, holding_up: str = "", silent_s: float = 0.0) -> None:
+    def refuse(self, room: int, now: float, holding_up: str = "", silent_s: float = 0.0) -> KVTransferError | None:
         """The scheduler refused `room` here (no pages for it): the room fails on this rank now, its origin.
 
         The decode ranks' requests for it are answered Failed (at once, or when they come), and this
@@ -143,14 +143,16 @@ class PrefillSide:
         timeout, the pools stayed full with such half rooms, and most new rooms were refused in turn.
 
         `holding_up`: a rank of this instance that stopped voting `silent_s` ago, so every room here waits on it:
-        the pool filled with them, and it is the refusal's suspect (else this rank is)."""
+        the pool filled with them, and it is the refusal's suspect (else this rank is). Returns the room's failure
+        (None when the room was live here after all, or already decided)."""
         record = self.rooms.get(room)
         if record is None:
             record = self.rooms[room] = SenderRoom(room, now)
         elif record.has_sender or record.state.is_terminal:  # live here after all, or already decided
-            return
+            return None
         self._ctx.observe(record)
         self._fail(record, reasons.pool_full(room, self._ctx.info, holding_up, silent_s), now)
+        return record.failure
 
     def send(self, room: SenderRoom, pages: np.ndarray, now: float) -> None:
         room.src_pages = pages

@@ -13,6 +13,7 @@ import msgspec
 import pytest
 
 from kvtop.model.cluster import ClusterModel
+from kvtop.model.intake import Refused
 from kvtop.model.shapes import GONE_S, Liveness
 from kvtop.record import keyframes
 from kvtop.record.format import (
@@ -295,9 +296,9 @@ def test_the_bootstrap_refusals_replay_with_their_role_and_time_for_the_check_to
     (replayed,) = OPS_DECODER.decode(msgspec.msgpack.encode([said]))
     apply_op(model, replayed)
 
-    assert model.intake.refusal_explaining(3611.0, 60.0, "decode") == why
-    assert model.intake.refusal_explaining(3611.0, 60.0, "prefill") == ""
-    assert model.intake.refusal_explaining(3611.0 + 3600, 60.0, "decode") == ""
+    assert model.intake.refusal_explaining(3611.0, 60.0, "decode") == Refused(why, "decode", 3610.0)
+    assert model.intake.refusal_explaining(3611.0, 60.0, "prefill") is None
+    assert model.intake.refusal_explaining(3611.0 + 3600, 60.0, "decode") is None
 
 
 def test_the_bootstrap_replaced_incarnations_replay_by_name_not_only_their_count(tmp_path: Path) -> None:
