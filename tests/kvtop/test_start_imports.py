@@ -42,6 +42,8 @@ NEVER_FOR_A_CHECK = (
     "kvtop.cli.relay_cmd",
     "transport.kv",  # the KV transfer engine
     "numpy.ma",  # numpy's masked arrays (np.unique loads them)
+    "pydantic",  # Typer's coercion of option values (kvtop.cli.coercion reads kvtop's plainly)
+    "typer._adapters",
 )
 """Modules (and the packages below them) a check of a live cluster never uses."""
 
