@@ -21,6 +21,7 @@ import sys
 import typer
 from typer._click.exceptions import BadParameter, ClickException, NoSuchOption, UsageError  # Typer vendors Click
 
+from kvtop.cli.coercion import PlainGroup
 from kvtop.cli.options import INTERRUPTED, quiet_stdout
 
 HELP = ["-h", "--help"]
@@ -59,6 +60,7 @@ def command_line(word: str = "") -> typer.Typer:
         add_completion=False,
         rich_markup_mode=None,
         context_settings={"help_option_names": HELP},
+        cls=PlainGroup,
     )
     home = _HOME.get(word)
     for module in (home,) if home else _MODULES:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import numpy.typing as npt
 
@@ -68,7 +70,20 @@ class RingBuffer:
 
 
 def percentiles(values: npt.NDArray[np.float64], points: tuple[float, ...] = (50, 90, 99)) -> list[float]:
-    """The given percentiles of `values` (zeros when empty)."""
+    """The given percentiles of `values` (zeros when empty): `np.percentile`'s, bit for bit (its linear method),
+    without it: it sorts its indexes with `np.unique`, whose first call imports numpy's masked arrays (15-25 ms of a
+    `kvtop status`)."""
     if values.size == 0:
         return [0.0 for _ in points]
-    return [float(v) for v in np.percentile(values, points)]
+    ordered: list[float] = np.sort(values).tolist()  # a NaN sorts last
+    if math.isnan(ordered[-1]):
+        return [math.nan for _ in points]
+    last = len(ordered) - 1
+    found = []
+    for point in points:
+        virtual = last * (point / 100)
+        below = math.floor(virtual)
+        low, high = (ordered[-1], ordered[-1]) if virtual >= last else (ordered[below], ordered[below + 1])
+        weight, step = virtual - below, high - low
+        found.append(high - step * (1 - weight) if weight >= 0.5 else low + step * weight)  # numpy's `_lerp`
+    return found

@@ -455,3 +455,22 @@ def test_status_lists_the_links_with_the_most_failed_rooms_and_counts_the_rest()
     assert lines[0] == "link    prefill-0 -> 10.0.0.39:15004: 0 transfers, 0 B, 39 failed"
     assert len(lines) == 17 and lines[15].endswith("24 failed")
     assert lines[16] == f"link    ... and 24 more ({sum(range(24))} failed rooms, 0 B): --json lists every link"
+
+
+def test_percentiles_are_numpys_bit_for_bit() -> None:
+    """`percentiles` gives what `np.percentile` gives (the same float, NaN where it says NaN) for any size, ties,
+    infinities and NaN (it no longer calls it: tests/kvtop/test_start_imports.py, a status loads no `numpy.ma`)."""
+    generator = np.random.default_rng(7)
+    samples = [generator.exponential(0.2, size) for size in (1, 2, 3, 10, 99, 100, 101, 512, 4096)]
+    samples += [generator.integers(0, 4, size).astype(np.float64) for size in (2, 5, 50)]  # ties
+    samples += [np.array([0.1, np.inf, 0.3]), np.array([-np.inf, np.inf]), np.array([0.2, np.nan, 0.1])]
+    points = (0, 1, 25, 50, 75, 90, 95, 99, 99.9, 100)
+    different = []
+    for values in samples:
+        with np.errstate(invalid="ignore"):  # inf - inf, where numpy says NaN
+            theirs = [float(value) for value in np.percentile(values, points)]
+        ours = percentiles(values, points)
+        if [f"{value!r}" for value in ours] != [f"{value!r}" for value in theirs]:
+            different.append((values.size, ours, theirs))
+
+    assert different == []

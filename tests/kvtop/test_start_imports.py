@@ -42,6 +42,8 @@ NEVER_FOR_A_CHECK = (
     "kvtop.cli.relay_cmd",
     "transport.kv",  # the KV transfer engine
     "numpy.ma",  # numpy's masked arrays (np.unique loads them)
+    "pydantic",  # Typer's coercion of option values (kvtop.cli.coercion reads kvtop's plainly)
+    "typer._adapters",
 )
 """Modules (and the packages below them) a check of a live cluster never uses."""
 
@@ -73,16 +75,20 @@ def test_a_views_help_loads_no_model_numpy_zeromq_or_other_command(tmp_path: Pat
     assert among(modules, (*NEVER_FOR_A_CHECK, "numpy", "zmq", "msgspec", "kvtop.model", "transport.wire")) == []
 
 
-def test_a_check_of_a_live_cluster_loads_neither_dashboard_bench_recorder_log_reader_nor_engine(
+def test_a_check_status_or_ranks_of_a_live_cluster_loads_neither_dashboard_bench_recorder_log_reader_nor_engine(
     tmp_path: Path, cluster_up: type[Running]
 ) -> None:
     """A check judges a live cluster (its verdict's exit code) having loaded the model and the collector, and
-    none of what other commands use."""
+    none of what other commands use; `status` and `ranks` show it so."""
     cluster = cluster_up("--fault", "none")
     cluster.wait_line(r"rooms ok [1-9]")
 
     code, modules = loaded(tmp_path, "check", "--bootstrap", cluster.bootstrap)
+    views = {view: loaded(tmp_path, view, "--bootstrap", cluster.bootstrap) for view in ("status", "ranks")}
 
     assert code in (0, 1, 2)  # judged: OK, WARNING or CRITICAL, never UNKNOWN
     assert {"kvtop.model.cluster", "kvtop.sources.live", "zmq"} <= set(modules)
     assert among(modules, NEVER_FOR_A_CHECK) == []
+    for view, (shown, its_modules) in views.items():
+        assert (view, shown) == (view, 0)
+        assert (view, among(its_modules, NEVER_FOR_A_CHECK)) == (view, [])
