@@ -8,19 +8,26 @@ bounds; `PlainCoercion` gives those their value the way pydantic would for the s
 own coercion, built only then, so every error and every odd spelling reads exactly as Typer says it.
 `tests/kvtop/test_coercion.py` holds both to the same results.
 
-This leans on Typer's internals (its parameters' `type_descriptor` and lazily built `_runtime_param`): a
-parameter without them is left to Typer, and the test compares the two over every option of every command.
+This leans on Typer's internals (`typer._coercion`, its parameters' `type_descriptor` and lazily built
+`_runtime_param`): a Typer without `typer._coercion` reads every option itself (slower, same results), a parameter
+without the others is left to Typer, and the test compares the two over every option of every command.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer.core
-from typer._click import Command, Context, Parameter
-from typer._coercion import build_runtime_param
+
+if TYPE_CHECKING:
+    from typer._click import Command, Context, Parameter
+
+try:
+    from typer._coercion import build_runtime_param
+except ImportError:  # a Typer without pydantic coercion (before 0.2x), or one that moved it: Typer reads every option
+    build_runtime_param = None  # type: ignore[assignment]  # checked before use
 
 _INTEGER = re.compile(r"-?[0-9]{1,18}")
 _DECIMAL = re.compile(r"-?[0-9]{1,15}(?:\.[0-9]{1,15})?")
@@ -122,5 +129,6 @@ class PlainGroup(typer.core.TyperGroup):
     """kvtop's group (`typer.Typer(cls=PlainGroup)`): its commands' plain options read without pydantic."""
 
     def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
-        read_plainly(self, ctx)
+        if build_runtime_param is not None:
+            read_plainly(self, ctx)
         return super().parse_args(ctx, args)
