@@ -38,9 +38,9 @@ Time is linear in the groups: a group looks only at the incidents indexed as one
 name, instance, side, session, host, noticing rank; an unnamed side's group at the ranks' `unresponsive` incidents of
 that side's role, a full pool's at the ranks' alone, never at every key), and an incident taken in hands on only
 its own rooms and group leads, so one `update` of a log whose every room names another peer (an incident each,
-the bound kept at its end) does not walk every incident made so far per group. What is left: a side's or a pool's
-group walks those ranks' incidents until two explain it, past ones too (thousands of one role's ranks failing over
-hours, in one update).
+the bound kept at its end) does not walk every incident made so far per group. A side's or a pool's group walks
+those ranks' incidents whose latest failure is at most a quiet gap before it (`TimedKeys`), not the ones ended
+before (thousands of one role's ranks failing over hours, in one update), until two explain it.
 
 An incident that takes in another starts at the earlier of their starts, with its class; `started` counts them
 once, under the start it counted first (so a scrape between the two sees no count go down).
@@ -68,6 +68,7 @@ from kvtop.model.suspects import (
     carrying_echo,
     session_host,
 )
+from kvtop.model.timed import TimedKeys
 
 QUIET_GAP_S = 120.0
 """An incident with no new failure group for this long has ended; a later group of its kind and suspect
@@ -256,9 +257,10 @@ class IncidentTracker:
         self._tagged: dict[Tag, dict[int, None]] = {}
         """The incidents kept by what a group's lookups ask of them (`_tags`, and the sessions they remember and the
         ranks they tally as noticing), so a group looks at the few that may take it, not at every one kept."""
-        self._causes: dict[tuple[str, str], dict[IncidentKey, None]] = {}
-        """The keys of `_latest` of a rank's `unresponsive` incident, by the rank's (instance, role) (`_explaining`)."""
-        self._causes_of_role: dict[str, dict[IncidentKey, None]] = {}
+        self._causes: dict[tuple[str, str], TimedKeys[IncidentKey]] = {}
+        """The keys of `_latest` of a rank's `unresponsive` incident, by the rank's (instance, role), placed by the
+        incident's latest failure (`_explaining` walks those a quiet gap before a group's time or later)."""
+        self._causes_of_role: dict[str, TimedKeys[IncidentKey]] = {}
         """Those keys by the rank's role alone (a side, a pool of any instance: `_explaining`)."""
         self._leads: dict[int, dict[LeadKey, None]] = {}
         """`by_lead` the other way: the leads of each incident kept (an incident taken in hands its own on)."""
@@ -276,7 +278,7 @@ class IncidentTracker:
         incident.origins += 1
         incident.roomless += 1
         _started_by(incident, ts, reason_class)
-        incident.last_seen = max(incident.last_seen, ts)
+        self._seen(incident, ts)
         _count(incident.classes, reason_class)
         _count(incident.evidence, attribution.evidence)
         self._notice(incident, rank)
@@ -414,7 +416,7 @@ class IncidentTracker:
         incident.origins += 1
         incident.echoes += part.echoes
         _started_by(incident, ts, reason_class)
-        incident.last_seen = max(incident.last_seen, ts)
+        self._seen(incident, ts)
         _count(incident.classes, part.reason_class)
         _count(incident.evidence, part.evidence)
         self._notice(incident, part.noticed_by)
@@ -543,6 +545,8 @@ class IncidentTracker:
             return None
         vague = Incident(0, str(attribution.kind), attribution.suspect, ts, ts, "", symptom_of=attribution.symptom_of)
 
+        since = ts - self.quiet_gap_s  # an incident whose latest failure was longer ago explains nothing at `ts`
+
         def causes(keys: Iterable[IncidentKey]) -> list[Incident]:
             """Up to two of the rank's `unresponsive` incidents of these keys (of `_causes`) that explain it: which
             two is of no matter, only whether one alone does."""
@@ -556,11 +560,12 @@ class IncidentTracker:
 
         suspect = attribution.suspect
         if attribution.symptom_of:  # a rank of its own instance first, else of any
-            found = causes(self._causes_of(attribution.symptom_of)) or causes(self._causes_of())
+            found = causes(self._causes_of(since, attribution.symptom_of)) or causes(self._causes_of(since))
         elif suspect.kind == "side":  # a rank of its role: of no instance first (an address's), else of any
-            found = causes(self._causes_of("", suspect.role)) or causes(self._causes_of(role=suspect.role))
+            role = suspect.role
+            found = causes(self._causes_of(since, "", role)) or causes(self._causes_of(since, role=role))
         elif suspect.kind == "instance":  # a rank of that instance
-            found = causes(self._causes_of(suspect.name))
+            found = causes(self._causes_of(since, suspect.name))
         else:
             return None
         return found[0] if len(found) == 1 else None
@@ -658,12 +663,16 @@ class IncidentTracker:
         if was is not None:
             self._leads.get(was, {}).pop(lead, None)
 
-    def _causes_of(self, instance: str | None = None, role: str | None = None) -> Iterator[IncidentKey]:
-        """The keys of `_latest` of a rank's `unresponsive` incident of this instance and role (None: any)."""
-        roles = self._causes_of_role if role is None else (role,)
-        if instance is None:
-            return chain.from_iterable(self._causes_of_role.get(of, {}) for of in roles)
-        return chain.from_iterable(self._causes.get((instance, of), {}) for of in roles)
+    def _causes_of(self, since: float, instance: str | None = None, role: str | None = None) -> Iterator[IncidentKey]:
+        """The keys of `_latest` of a rank's `unresponsive` incident of this instance and role (None: any) whose latest
+        failure is at `since` or later (and some a little before)."""
+        roles = list(self._causes_of_role) if role is None else [role]
+        at = (
+            [self._causes_of_role.get(of) for of in roles]
+            if instance is None
+            else [self._causes.get((instance, of)) for of in roles]
+        )
+        return chain.from_iterable(keys.since(since) for keys in at if keys is not None)
 
     def _set_latest(self, key: IncidentKey, incident_id: int) -> None:
         """Make `incident_id` the newest of its key (its incident looked up: a keyframe's ids come from a file)."""
@@ -673,9 +682,22 @@ class IncidentTracker:
         self._latest[key] = incident_id
         incident = self.incidents.get(incident_id)
         if incident is not None and key[0] == Kind.UNRESPONSIVE and key[1] == "rank":
-            role = incident.suspect.role
-            self._causes.setdefault((_instance(key[2]), role), {})[key] = None
-            self._causes_of_role.setdefault(role, {})[key] = None
+            self._place_cause(key, incident)
+
+    def _place_cause(self, key: IncidentKey, incident: Incident) -> None:
+        """Index a rank's `unresponsive` incident, the newest of its key, by its latest failure (again as it grows)."""
+        role, width = incident.suspect.role, self.quiet_gap_s
+        self._causes.setdefault((_instance(key[2]), role), TimedKeys(width)).put(key, incident.last_seen)
+        self._causes_of_role.setdefault(role, TimedKeys(width)).put(key, incident.last_seen)
+
+    def _seen(self, incident: Incident, ts: float) -> None:
+        """A failure at `ts` joined the incident: its latest failure moves on (and its place among the causes)."""
+        if ts <= incident.last_seen:
+            return
+        incident.last_seen = ts
+        key = incident.key
+        if key[0] == Kind.UNRESPONSIVE and key[1] == "rank" and self._latest.get(key) == incident.id:
+            self._place_cause(key, incident)
 
     def _del_latest(self, incident: Incident) -> None:
         del self._latest[incident.key]
@@ -694,7 +716,7 @@ class IncidentTracker:
         kept, taken_back = sorted((_counted(cause), _counted(vaguer)))
         cause.counted = kept
         self.started[taken_back[1:]] -= 1
-        cause.last_seen = max(cause.last_seen, vaguer.last_seen)
+        self._seen(cause, vaguer.last_seen)
         for mine, theirs in ((cause.classes, vaguer.classes), (cause.evidence, vaguer.evidence)):
             for name, count in theirs.items():
                 _count(mine, name, count)
@@ -861,11 +883,11 @@ def _counted(incident: Incident) -> tuple[int, str, str]:
     return incident.counted if incident.counted[0] else (incident.id, incident.kind, incident.suspect.kind)
 
 
-def _forget(index: dict[_At, dict[IncidentKey, None]], at: _At, key: IncidentKey) -> None:
+def _forget(index: dict[_At, TimedKeys[IncidentKey]], at: _At, key: IncidentKey) -> None:
     """Take a key out of its entry of an index of keys (an entry emptied goes)."""
     keys = index.get(at)
     if keys is not None:
-        keys.pop(key, None)
+        keys.discard(key)
         if not keys:
             del index[at]
 

@@ -738,6 +738,36 @@ def test_rooms_naming_another_peer_each_do_not_walk_every_incident_kept_per_room
     assert all(scan.walks <= 2 for scan in scans), [scan.walks for scan in scans]  # one per sweep
 
 
+def test_a_sides_group_looks_only_at_the_ranks_incidents_that_may_still_explain_it(monkeypatch: pytest.MonkeyPatch):
+    """A prefill log whose rooms each name a decode session of their own, one every 10 s over 5.5 hours, and its
+    Bootstrapping timeouts naming no peer ("the decode side of prefill-0"), in one sweep: each timeout looks at the
+    decode ranks' incidents whose latest failure is at most a quiet gap before it, not at every one ended before it
+    (5,000 such rooms took 11.4 s: it walked them, oldest first, until two explained it)."""
+    import kvtop.model.incidents as tracker_module
+
+    explained = 0
+    explains = tracker_module._explains
+
+    def counted(cause: object, vague: object, quiet_gap_s: float) -> bool:
+        nonlocal explained
+        explained += 1
+        return explains(cause, vague, quiet_gap_s)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tracker_module, "_explains", counted)
+    rooms, model = 2000, ClusterModel()
+    not_alive = "Decode instance could be dead, remote mooncake session {} is not alive"
+    for room in range(1, rooms + 1):
+        ts, session = T0 + room * 10.0, f"10.{room // 256 % 256}.{room % 256}.1:15000"
+        timeout = f"Request {rooms + room} timed out after 300.0s in KVPoll.Bootstrapping"
+        deliver(model, "prefill-0/TP0", [origin(ts, room, "prefill-0/TP0", not_alive.format(session), "peer_lost"),
+                                         origin(ts, rooms + room, "prefill-0/TP0", timeout, "timeout_bootstrap")],
+                ts)  # fmt: skip
+    model.sweep(T0 + rooms * 10.0 + 1)
+
+    assert model.incidents.started[("unresponsive", "side")] >= 1  # the timeouts looked for a rank to explain them
+    assert explained <= 20 * rooms  # the incidents of the last few minutes each (before: every one ended, ~1,000 each)
+
+
 def test_a_tracker_restored_from_a_keyframe_looks_incidents_up_as_the_live_one_does():
     """Restored from a keyframe, the tracker finds the incidents that may take a group as the live one would: a
     room naming one host's session joins the multi-node decode's incident, a room naming both hosts takes in the
