@@ -5,7 +5,8 @@ time: a group joins the latest incident of its (kind, suspect) unless it lies mo
 it, which starts a new one. One dead decode instance is one incident of 26 rooms, not 26 origins.
 
 A vaguer group joins the one rank's `unresponsive` incident under way that explains it (`_explains`): an
-instance or the unnamed side of one that stopped answering, a pool that filled and refused rooms (a symptom),
+instance or the unnamed side of one that stopped answering (of an instance that rank could have served), a pool
+that filled and refused rooms (a symptom),
 a group whose origin's own record never came while that origin was the suspect, or was noticing failures, of
 an incident. A rank's new `unresponsive` incident takes in the vaguer ones under way that it explains. So a
 rank stopped under load is one incident, not one per class of failure its peers and its pool showed.
@@ -66,6 +67,7 @@ from kvtop.model.suspects import (
     Suspect,
     attribute,
     carrying_echo,
+    could_serve,
     session_host,
 )
 from kvtop.model.timed import TimedKeys
@@ -271,10 +273,12 @@ class IncidentTracker:
         if len(self.pending) >= PENDING_MAX:
             self.update(around, final=False)  # as a sweep would: more deliveries are coming
 
-    def add_roomless(self, ts: float, rank: str, attribution: Attribution, reason_class: str) -> None:
+    def add_roomless(
+        self, ts: float, rank: str, attribution: Attribution, reason_class: str, around: Surroundings
+    ) -> None:
         """A failure that names no room (DOMAIN.md: an incident of its address, never a made-up room): it joins,
         or starts, its incident now and stays there (no room's fold takes it back out)."""
-        incident = self._joinable(attribution, ts, reason_class)
+        incident = self._joinable(attribution, ts, reason_class, around)
         incident.origins += 1
         incident.roomless += 1
         _started_by(incident, ts, reason_class)
@@ -409,7 +413,7 @@ class IncidentTracker:
         attribution = attribute(group, around)
         ts = group.first_ts
         reason_class = group.origin.reason_class if group.origin else _unseen_class(group)
-        incident = self._joinable(attribution, ts, reason_class)
+        incident = self._joinable(attribution, ts, reason_class, around)
         noticed_by = group.origin.rank if group.origin else group.origin_label or group.lead.rank  # its echoes name it
         part = Part(incident.id, group.room, group.echo_count, reason_class, attribution.evidence, noticed_by,
                     _lead_key(group.lead))  # fmt: skip
@@ -445,7 +449,7 @@ class IncidentTracker:
             self._remember(incident, (attribution.session,))
         return part
 
-    def _joinable(self, attribution: Attribution, ts: float, reason_class: str) -> Incident:
+    def _joinable(self, attribution: Attribution, ts: float, reason_class: str, around: Surroundings) -> Incident:
         """The incident a group of this attribution at `ts` joins: a rank's `unresponsive` incident under way that
         explains it (see `_explains`), else a multi-node decode's (or a host's) that named its session (`_of_session`)
         unless the session's own started later, else the latest of its own key unless a quiet gap lies between them,
@@ -457,7 +461,7 @@ class IncidentTracker:
             return named
         vague = attribution.kind is Kind.UNRESPONSIVE and suspect.kind in ("instance", "side")
         if vague or attribution.symptom_of or attribution.unseen_origin:
-            cause = self._explaining(attribution, ts)
+            cause = self._explaining(attribution, ts, around)
             if cause is not None:
                 return cause
         key = (str(attribution.kind), suspect.kind, suspect.name)
@@ -491,8 +495,8 @@ class IncidentTracker:
         self.started[started] = self.started.get(started, 0) + 1
         if incident.kind == Kind.UNRESPONSIVE and suspect.kind == "rank":
             beside = self._with(("instance", _instance(suspect.name)), ("side", suspect.role), ("symptom", ""))
-            explained = [other for other in beside if _explains(incident, other, self.quiet_gap_s)]
-            for vaguer in [other for other in explained if self._alone_explains(incident, other)]:
+            explained = [other for other in beside if _explains(incident, other, self.quiet_gap_s, around)]
+            for vaguer in [other for other in explained if self._alone_explains(incident, other, around)]:
                 self._absorb(incident, vaguer)
         for single in together if suspect.kind == "host" else ():  # the sessions of its host that failed with it
             self._absorb(incident, single)
@@ -534,7 +538,7 @@ class IncidentTracker:
         hosts = [incident for incident in near if incident.suspect.kind == "host"]
         return [max(hosts, key=lambda incident: incident.first_seen)] if hosts else near
 
-    def _explaining(self, attribution: Attribution, ts: float) -> Incident | None:
+    def _explaining(self, attribution: Attribution, ts: float, around: Surroundings) -> Incident | None:
         """The one rank's `unresponsive` incident under way at `ts` that explains a vaguer attribution (an
         instance or a side that stopped answering, a pool that filled), if exactly one does; for a group whose
         origin's record never arrived, the incident under way that its origin is the suspect of, else the one
@@ -554,7 +558,7 @@ class IncidentTracker:
                 incident
                 for key in keys
                 if (incident := self.incidents.get(self._latest[key])) is not None
-                and _explains(incident, vague, self.quiet_gap_s)
+                and _explains(incident, vague, self.quiet_gap_s, around)
             )
             return list(islice(explaining, 2))
 
@@ -570,7 +574,7 @@ class IncidentTracker:
             return None
         return found[0] if len(found) == 1 else None
 
-    def _alone_explains(self, cause: Incident, vague: Incident) -> bool:
+    def _alone_explains(self, cause: Incident, vague: Incident, around: Surroundings) -> bool:
         """Whether a new rank incident takes in a vaguer one it explains: always, but for a pool that filled of
         another instance than the rank's while another rank's incident under way explains it too (as `_explaining`
         asks of a new group: a killed decode rank's incident took in the refusals of a prefill instance whose two
@@ -578,7 +582,8 @@ class IncidentTracker:
         if not vague.symptom_of or _instance(cause.suspect.name) == vague.symptom_of:
             return True
         return not any(
-            other is not cause and _explains(other, vague, self.quiet_gap_s) for other in self._with(("rank", ""))
+            other is not cause and _explains(other, vague, self.quiet_gap_s, around)
+            for other in self._with(("rank", ""))
         )
 
     def _of_suspect(self, suspect: Suspect, ts: float) -> Incident | None:
@@ -804,9 +809,10 @@ def _tags(incident: Incident) -> list[Tag]:
     return tags
 
 
-def _explains(cause: Incident, vague: Incident, quiet_gap_s: float) -> bool:
+def _explains(cause: Incident, vague: Incident, quiet_gap_s: float, around: Surroundings) -> bool:
     """Whether a rank's `unresponsive` incident explains a vaguer one under way beside it: the instance of that
-    rank, or the side of its role, stopped answering; or a pool filled (a symptom) while the rank was silent."""
+    rank, or the side of its role of an instance it could have served (`could_serve`), stopped answering; or a pool
+    filled (a symptom) while the rank was silent."""
     if vague.id == cause.id or not cause.first_seen - BEFORE_S <= vague.first_seen:
         return False
     suspect, rank = vague.suspect, cause.suspect
@@ -816,7 +822,7 @@ def _explains(cause: Incident, vague: Incident, quiet_gap_s: float) -> bool:
         return False
     if suspect.kind == "instance":
         return _instance(rank.name) == suspect.name
-    return suspect.kind == "side" and suspect.role == rank.role
+    return suspect.kind == "side" and suspect.role == rank.role and could_serve(rank, suspect.name, around)
 
 
 def _one_of_its_sessions(single: Incident, instance: Incident, quiet_gap_s: float) -> bool:

@@ -46,6 +46,7 @@ lose it (`peer_lost`), time out (`timeout_*`) and fail to send to it (`send_fail
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from enum import StrEnum
 from typing import NamedTuple, Protocol
 
@@ -347,6 +348,10 @@ class Surroundings(Protocol):
 
     def ranks_of(self, instance: str) -> list[str]:
         """The labels of the ranks of `instance` the model knows."""
+        ...
+
+    def peers_of(self, name: str) -> Collection[str]:
+        """The instances (or addresses) of the other role the model saw linked with an instance (or an address)."""
         ...
 
     def crashed_at(self, name: str, ts: float) -> Crashed | None:
@@ -903,6 +908,19 @@ def _with_crash(suspect: Suspect, evidence: str, ts: float, around: Surroundings
     if aftermath:
         evidence += f" ({', '.join(aftermath)} crashed after it, losing it)"
     return _rank(label, suspect.role), evidence
+
+
+def could_serve(rank: Suspect, instance: str, around: Surroundings) -> bool:
+    """Whether a rank of the other role could have served rooms of `instance` (an unnamed side's: "the decode side of
+    prefill-0"): its instance (or its address) was seen linked with `instance`, or neither was seen linked with
+    another of the other's role (nothing says it was not its peer). A decode rank of an instance that only ever
+    served prefill-1 is no cause of prefill-0's timeouts. Addresses `instance` named (the sessions of decode ranks)
+    may be the rank's own: they say nothing against it."""
+    end = rank.name.rpartition("/")[0] or rank.name  # an address names the rank itself
+    peers = around.peers_of(end)
+    if instance in peers:
+        return True
+    return not peers and all(_ADDRESS_NAME.fullmatch(peer) for peer in around.peers_of(instance))
 
 
 def _span(silence: tuple[float, float]) -> str:

@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 from typing import TypeVar
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -29,7 +30,7 @@ from kvtop.views.incidents import in_span, incident_json, render
 from kvtop.views.tables import ranks_json, ranks_text, status_json
 from transport.kv.reasons import pool_full
 from transport.kvpoll import KVPoll
-from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure, Heartbeat, RoomState
+from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure, Heartbeat, RoomState, TransferDone
 from transport.wire import AgentInfo
 
 T0 = 1_800_000_000.0
@@ -401,6 +402,52 @@ def test_a_rank_incident_that_takes_in_an_earlier_one_starts_at_its_start_with_i
     assert shown["headline"] == "decode-0/TP0 stopped answering (timeout_bootstrap)"
 
 
+def _side_timeout_and_a_lost_decode_rank(model: ClusterModel, side_first: bool, decode_0_served: str) -> None:
+    """decode-0 served `decode_0_served`'s rooms (a room done), prefill-0 decode-1's ("" : neither served anyone yet);
+    prefill-0/TP0 times out room 2 in Bootstrapping, no decode named ("the decode side of prefill-0"), and
+    decode-0/TP1 loses decode-0/TP0, 3 s apart (the timeout first or the rank), each swept as it came."""
+    if decode_0_served:
+        deliver(model, "decode-0/TP0", [TransferDone(T0, 100, 1 << 20, 0.01, decode_0_served)], T0)
+        deliver(model, "decode-1/TP0", [TransferDone(T0, 101, 1 << 20, 0.01, "prefill-0")], T0)
+    for beat in (0.5, 2.0, 3.0, 5.0, 6.0):  # the prefill stays alive
+        deliver(model, "prefill-0/TP0", [Heartbeat(T0 + beat, {}, 0, 0, 0.0, 0, 0.0)], T0 + beat)
+    timeout = origin(0, 2, "prefill-0/TP0", "Request 2 timed out after 10.0s in KVPoll.Bootstrapping",
+                     "timeout_bootstrap")  # fmt: skip
+    lost = origin(0, 1, "decode-0/TP1", "Lost connection with rank decode-0/TP0 of this instance", "peer_lost",
+                  "decode-0/TP0")  # fmt: skip
+    for at, failure in enumerate((timeout, lost) if side_first else (lost, timeout)):
+        ts = T0 + 2 + 3 * at
+        deliver(model, failure.rank, [msgspec.structs.replace(failure, ts=ts)], ts)
+        model.sweep(ts + 0.5)
+
+
+@pytest.mark.parametrize("side_first", [True, False])
+def test_a_decode_ranks_incident_leaves_the_decode_side_of_a_prefill_it_never_served_apart(side_first: bool):
+    """decode-0 served prefill-1, prefill-0 decode-1: prefill-0's Bootstrapping timeout that names no decode is no
+    doing of decode-0/TP0, which stopped answering 3 s later (or earlier). The rank's incident took it in (or it
+    joined the rank's) for the side's role and time alone."""
+    model = ClusterModel()
+    _side_timeout_and_a_lost_decode_rank(model, side_first, decode_0_served="prefill-1")
+
+    assert sorted(incidents(model, T0 + 6)) == [
+        ("decode-0/TP0", "unresponsive", 1),
+        ("the decode side of prefill-0", "unresponsive", 1),
+    ]
+
+
+@pytest.mark.parametrize("decode_0_served", ["prefill-0", ""])
+@pytest.mark.parametrize("side_first", [True, False])
+def test_a_decode_ranks_incident_takes_in_the_decode_side_of_a_prefill_it_could_have_served(
+    side_first: bool, decode_0_served: str
+):
+    """decode-0 served prefill-0 (or no link is known either way): prefill-0's timeout naming no decode, 3 s before
+    or after decode-0/TP0 stopped answering, is that rank's incident (the side became nameable)."""
+    model = ClusterModel()
+    _side_timeout_and_a_lost_decode_rank(model, side_first, decode_0_served)
+
+    assert incidents(model, T0 + 6) == [("decode-0/TP0", "unresponsive", 2)]
+
+
 def test_incidents_started_count_one_cause_once_and_never_go_down_when_one_takes_in_another():
     """A sweep counted the instance's incident started; the rank's incident that takes it in is that cause, not a
     second one: one start counted, where it was first counted (a Prometheus counter must not go down)."""
@@ -748,10 +795,10 @@ def test_a_sides_group_looks_only_at_the_ranks_incidents_that_may_still_explain_
     explained = 0
     explains = tracker_module._explains
 
-    def counted(cause: object, vague: object, quiet_gap_s: float) -> bool:
+    def counted(cause: object, vague: object, quiet_gap_s: float, around: object) -> bool:
         nonlocal explained
         explained += 1
-        return explains(cause, vague, quiet_gap_s)  # type: ignore[arg-type]
+        return explains(cause, vague, quiet_gap_s, around)  # type: ignore[arg-type]
 
     monkeypatch.setattr(tracker_module, "_explains", counted)
     rooms, model = 2000, ClusterModel()
