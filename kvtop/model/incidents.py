@@ -61,6 +61,7 @@ import msgspec
 
 from kvtop.model.fold import ABORTED, ROOM_REUSE_S, FailureGroup, Observed, fold_room
 from kvtop.model.suspects import (
+    CARRIED_BOTH,
     Attribution,
     Kind,
     Surroundings,
@@ -498,6 +499,8 @@ class IncidentTracker:
             explained = [other for other in beside if _explains(incident, other, self.quiet_gap_s, around)]
             for vaguer in [other for other in explained if self._alone_explains(incident, other, around)]:
                 self._absorb(incident, vaguer)
+            for own in [other for other in self._with(("name", suspect.name)) if _its_own_unseen(incident, other)]:
+                self._absorb(incident, own)
         for single in together if suspect.kind == "host" else ():  # the sessions of its host that failed with it
             self._absorb(incident, single)
         return incident
@@ -823,6 +826,16 @@ def _explains(cause: Incident, vague: Incident, quiet_gap_s: float, around: Surr
     if suspect.kind == "instance":
         return _instance(rank.name) == suspect.name
     return suspect.kind == "side" and suspect.role == rank.role and could_serve(rank, suspect.name, around)
+
+
+def _its_own_unseen(cause: Incident, other: Incident) -> bool:
+    """Whether an incident is of failures the rank of a new `unresponsive` incident recorded of itself (a refusal)
+    whose records never arrived, only echoes that carried them, just before it (the rank went silent before it
+    published them): its silence's, as such a group that comes after it joins it (`Attribution.echoed`)."""
+    return (
+        other is not cause and other.suspect == cause.suspect and other.kind != cause.kind
+        and set(other.evidence) == {CARRIED_BOTH} and cause.first_seen - BEFORE_S <= other.first_seen
+    )  # fmt: skip
 
 
 def _one_of_its_sessions(single: Incident, instance: Incident, quiet_gap_s: float) -> bool:

@@ -308,8 +308,9 @@ class Attribution(msgspec.Struct, frozen=True, gc=False):
     """A group whose origin's own record never arrived: that origin's label (an incident under way that it is
     the suspect of, or that it was noticing failures of then, explains the group better)."""
     echoed: bool = False
-    """The suspect an echo carried for an origin whose own record never arrived: the kind of failure is unknown,
-    so an incident of that suspect under way, whatever its kind, takes the group."""
+    """The suspect an echo carried for an origin whose own record never arrived: the kind of failure is unknown (or
+    the origin named itself: a rank that refused a room, then went silent before its record was published), so an
+    incident of that suspect under way, whatever its kind, takes the group."""
     standing: bool = False
     """A sender's standing refusal of a peer it gave up on (`remote mooncake session S is not alive`: SGLang
     blacklists the session at its first failed send and fails every later room to it at once): one cause however
@@ -394,6 +395,7 @@ _BOOTSTRAP_ADDR = re.compile(r"(?:Lost|Losing) connection with prefill instance 
 _SESSION = re.compile(r"remote (?:\w+ )?session (\S+) is not alive")
 """`mooncake`, `Mooncake` (since early 2026) or `p2p` before `session`, or no word."""
 SESSION_NOT_ALIVE = "its session is not alive"
+CARRIED_BOTH = "named and classed by the rank that noticed (its own record never arrived; an echo carried both)"
 _SILENT_RANK = re.compile(r"Lost connection with rank (\S+) of this instance")
 _FETCH_FROM = re.compile(
     r"Could not fetch prefill (?:parallel|server) info (?:from|for) (?:bootstrap_addr: )?([^\s,)]+)"
@@ -630,8 +632,8 @@ def _unseen_origin(group: FailureGroup, around: Surroundings) -> Attribution:
         kind = KIND_OF_CLASS.get(carrier.origin_class, Kind.FAILING)
         if kind is Kind.REFUSING and carrier.suspect != group.origin_label:
             kind = Kind.UNRESPONSIVE  # its pool filled with rooms waiting on the suspect
-        evidence = "named and classed by the rank that noticed (its own record never arrived; an echo carried both)"
-        return Attribution(suspect, kind, evidence)
+        itself = carrier.suspect == group.origin_label  # its silence since may be why its record never came
+        return Attribution(suspect, kind, CARRIED_BOTH, echoed=itself)
     if group.origin_label:
         silence = around.silent_at(group.origin_label, lead.ts)
         suspect = _rank(group.origin_label, around.role_of(group.origin_label))

@@ -902,3 +902,23 @@ def test_an_echo_before_its_origins_record_hangs_under_the_room_failure_that_rec
     deliver(model, "decode-0/TP1", [origin(T0 + 1.0, 4, "decode-0/TP1", own.text, "refused", own.suspect)], T0 + 3)
     assert incidents(model, T0 + 3.5) == [("decode-0/TP1", "unresponsive", 1)]
     assert [group.origin_label for group in model.groups()] == ["decode-0/TP1"]
+
+
+@pytest.mark.parametrize("echo_first", [True, False])
+def test_a_room_only_an_echo_says_the_silent_rank_refused_joins_that_ranks_incident(echo_first: bool):
+    """decode-0/TP1 refuses rooms 4 and 5 and is stopped before publishing; decode-0/TP0 refuses room 4 naming TP1,
+    its vote not heard; of room 5 only the prefill's echo tells (carrying TP1's class and suspect, itself). Room 5
+    read `decode-0/TP1 refuses transfers`, an incident beside `stopped answering`, whichever came first."""
+    model = ClusterModel()
+    tp0 = AgentInfo("decode", "decode-0", 0, 2, 4096, "", "", 41, "host-a", 1)
+    carried = Failure(T0 + 1.05, 5, "prefill-0/TP0", "Aborted by decode peer", "propagated", "debug", True,
+                      "decode-0/TP1", "decode-0/TP1", "refused")  # fmt: skip
+    refused = pool_full(4, tp0, "decode-0/TP1", 1.2)
+    tp0_refused = origin(T0 + 1.5, 4, "decode-0/TP0", refused.text, "refused", refused.suspect)
+    deliveries = [("prefill-0/TP0", carried), ("decode-0/TP0", tp0_refused)]
+    for sweep, (rank, failure) in enumerate(deliveries if echo_first else deliveries[::-1]):
+        deliver(model, rank, [failure], T0 + 2 + sweep)
+        model.sweep(T0 + 2.1 + sweep)
+        model.sweep(T0 + 2.2 + sweep)  # an echo waits a sweep for its origin
+
+    assert incidents(model, T0 + 4) == [("decode-0/TP1", "unresponsive", 2)]
