@@ -495,30 +495,27 @@ RANKS_SHOWN = 3
 
 def _refused_while_answering(group: FailureGroup, origin: Observed, around: Surroundings) -> Attribution | None:
     """The link between the sender's instance and the room's decode instance (with the sessions refused), the sender
-    refusing sessions it gave up on before (`remote ... session S is not alive`: SGLang keeps
-    a failed session refused) whose own decode ranks (the same rank number: each prefill rank's peer where both sides
-    have one TP) logged the prefill's Failed status (`Failed to get kvcache from prefill instance`) in that second:
-    they answered, so the decode did not stop answering; what fails the room is the path to its sessions: an address
-    the prefill cannot reach (a public report: the decode nodes had registered the wrong IPs), or a failure since gone
-    that SGLang keeps refusing (an operator's notes, multi-node R1: what made the prefill give up was before the
-    excerpt). Later rooms refusing those sessions join its incident (`IncidentTracker._of_session`).
-    None when no such rank answered (a decode node that died leaves its ranks silent), or when the sender's giving up
-    on the session is in its log (`Session S failed.`): that failure's cause, read, is the refusal's too."""
+    refusing sessions it gave up on before (`remote ... session S is not alive`: SGLang keeps a failed session
+    refused) whose own decode ranks (the ranks they send to: `_peer_ranks`) logged the prefill's Failed status
+    (`Failed to get kvcache from prefill instance`) in that second: they answered, so the decode did not stop
+    answering; what fails the room is the path to its sessions: an address the prefill cannot reach (a public report:
+    the decode nodes had registered the wrong IPs), or a failure since gone that SGLang keeps refusing (an operator's
+    notes, multi-node R1: what made the prefill give up was before the excerpt). Later rooms refusing those sessions
+    join its incident (`IncidentTracker._of_session`). None when no such rank answered (a decode node that died leaves
+    its ranks silent), or when the sender's giving up on the session is in its log (`Session S failed.`): that
+    failure's cause, read, is the refusal's too."""
     members = (origin, *group.echoes)
     session = _SESSION.search(origin.reason)
     if session is None or around.gave_up_on(origin.instance, session[1], origin.ts) is not None:
         return None
-    refusing = {_rank_order(m.rank)[1] for m in members if m.role == "prefill" and _HELD[_SESSION] in m.reason}
+    refused = {m.rank: found[1] for m in members if m.role == "prefill" and (found := _SESSION.search(m.reason))}
     told = _TOLD_BY["decode"][0]
+    tellers = [m for m in members if m.role == "decode" and m.reason.startswith(told)]
+    peers = _peer_ranks(refused, tellers[0].instance if tellers else "", around)
     answered = sorted(
-        {
-            m.rank
-            for m in members
-            if m.role == "decode" and m.reason.startswith(told) and abs(m.ts - origin.ts) <= SESSION_TIE_S
-            and _rank_order(m.rank)[1] in refusing
-        },
+        {m.rank for m in tellers if abs(m.ts - origin.ts) <= SESSION_TIE_S and _rank_order(m.rank)[1] in peers},
         key=_rank_order,
-    )  # fmt: skip
+    )
     if not answered:
         return None
     more = len(answered) - RANKS_SHOWN
@@ -532,6 +529,34 @@ def _refused_while_answering(group: FailureGroup, origin: Observed, around: Surr
     link = Suspect("link", f"{origin.instance}{LINK_JOIN}{decode}")
     sessions = _decode_sessions(group, around)
     return Attribution(link, Kind.FAILING, evidence, standing=True, sessions=sessions)
+
+
+def _peer_ranks(refused: dict[str, str], decode: str, around: Surroundings) -> set[int]:
+    """The numbers of the decode ranks the refusing prefill ranks (label -> the session each refused) sent to, by
+    DOMAIN.md's rank mapping: where both instances' TP sizes are known (the model knows ranks 0 to N-1 of each, none
+    missing), equal sizes pair each prefill rank with the decode rank of its number, a decode k times wider gives
+    prefill rank p decode ranks kp to kp+k-1, a prefill k times wider gives it decode rank p // k; sizes neither
+    equal nor multiples pair none. Where a size is not known (excerpts of logs), ranks pair by number unless one
+    session is refused by two prefill ranks (they send to one decode rank: the prefill is wider): then none pair."""
+    prefill = _rank_order(next(iter(refused)))[0] if refused else ""
+    numbers = {_rank_order(rank)[1] for rank in refused}
+    widths = _tp_size(prefill, around), _tp_size(decode, around)
+    if widths[0] and widths[1]:
+        wide, narrow = max(widths), min(widths)
+        if wide % narrow:
+            return set()
+        k = wide // narrow
+        if widths[1] >= widths[0]:
+            return {k * p + i for p in numbers for i in range(k)}
+        return {p // k for p in numbers}
+    return numbers if len(set(refused.values())) == len(refused) else set()
+
+
+def _tp_size(instance: str, around: Surroundings) -> int:
+    """The TP size of an instance as far as the model knows its ranks: N where it knows ranks 0 to N-1 of it (of
+    every pipeline stage), none missing; 0 when not (or the instance is unknown)."""
+    numbers = {_rank_order(label)[1] for label in around.ranks_of(instance)} if instance else set()
+    return len(numbers) if numbers and numbers == set(range(len(numbers))) else 0
 
 
 def _handshake(origin: Observed, room: int, named: Suspect, around: Surroundings) -> Attribution | None:
