@@ -61,6 +61,7 @@ from kvtop.model.suspects import (
     local_fault,
     lost_a_peer,
     memory_unregistered,
+    named_by_address,
     prefill_lost,
     room_peer,
     waited_in_vain,
@@ -157,6 +158,8 @@ class ClusterModel:
         self.links: dict[tuple[str, str], LinkView] = {}
         self._peers: dict[str, set[str]] = {}
         """`links` by each end: the ends it is linked with (`peers_of`)."""
+        self._instance_peers: dict[str, set[str]] = {}
+        """Those ends that are instances, not addresses (`peers_of(instances_only=True)`)."""
         self.gaps = 0
         self.intake = Intake()
         """What the collector refused on the way in (bad entries, rejected frames), and why it stopped."""
@@ -428,10 +431,10 @@ class ClusterModel:
                 return (since, until)
         return None
 
-    def peers_of(self, name: str) -> Collection[str]:
+    def peers_of(self, name: str, instances_only: bool = False) -> Collection[str]:
         """The instances (or addresses: a decode rank a prefill's line named) the model saw linked with an instance
         (or an address) of the other role: a room of both failed, or transfers between them."""
-        return self._peers.get(name, ())
+        return (self._instance_peers if instances_only else self._peers).get(name, ())
 
     def ranks_of(self, instance: str) -> list[str]:
         return [label for label, view in self.ranks.items() if view.instance == instance]
@@ -776,9 +779,10 @@ class ClusterModel:
 
     def linked(self, key: tuple[str, str]) -> None:
         """A (prefill, decode) pair of `links` is known: each end's peers (`peers_of`) hold the other."""
-        prefill, decode = key
-        self._peers.setdefault(prefill, set()).add(decode)
-        self._peers.setdefault(decode, set()).add(prefill)
+        for end, other in (key, key[::-1]):
+            self._peers.setdefault(end, set()).add(other)
+            if not named_by_address(other):
+                self._instance_peers.setdefault(end, set()).add(other)
 
     def _apply_rare(self, view: RankView, event: Event) -> None:
         """The low-volume kinds: who the rank is, its heartbeat, failures (aborts only show in event logs)."""
@@ -912,6 +916,7 @@ class ClusterModel:
                 del self.links[before]
                 for end, other in (before, before[::-1]):
                     self._peers[end].discard(other)
+                    self._instance_peers.get(end, set()).discard(other)
         if all(link):
             self._link(link).failed_rooms += 1
 

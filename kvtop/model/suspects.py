@@ -351,8 +351,9 @@ class Surroundings(Protocol):
         """The labels of the ranks of `instance` the model knows."""
         ...
 
-    def peers_of(self, name: str) -> Collection[str]:
-        """The instances (or addresses) of the other role the model saw linked with an instance (or an address)."""
+    def peers_of(self, name: str, instances_only: bool = False) -> Collection[str]:
+        """The instances (or addresses) of the other role the model saw linked with an instance (or an address);
+        `instances_only`: not the addresses."""
         ...
 
     def crashed_at(self, name: str, ts: float) -> Crashed | None:
@@ -947,7 +948,12 @@ def could_serve(rank: Suspect, instance: str, around: Surroundings) -> bool:
     peers = around.peers_of(end)
     if instance in peers:
         return True
-    return not peers and all(_ADDRESS_NAME.fullmatch(peer) for peer in around.peers_of(instance))
+    return not peers and not around.peers_of(instance, instances_only=True)
+
+
+def named_by_address(name: str) -> bool:
+    """Whether a link's end (or a suspect) is named by an address (`10.0.0.7:8998`), not by an instance label."""
+    return _ADDRESS_NAME.fullmatch(name) is not None
 
 
 def _span(silence: tuple[float, float]) -> str:

@@ -31,7 +31,16 @@ from transport.wire import LOG_SIDECAR
 JOURNAL_FIELDS = frozenset(("journal", "journal_total", "_journal_kept", "_journal_events"))
 """The event tail of the dashboard's model: not part of a keyframe (rebuilt by the replay)."""
 DERIVED_FIELDS = frozenset(
-    ("_failure_keys", "fold", "local_faults", "failed_sessions", "handshakes", "unregistered", "_peers")
+    (
+        "_failure_keys",
+        "fold",
+        "local_faults",
+        "failed_sessions",
+        "handshakes",
+        "unregistered",
+        "_peers",
+        "_instance_peers",
+    )
 )
 """Made from the state (`ClusterModel.failure_keys`; the fold, from the failures when restored; the peers, from the
 links; the local faults, from the transport errors): not part of a keyframe."""
