@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from itertools import chain, islice
 from typing import NamedTuple
 
@@ -62,6 +62,7 @@ from kvtop.model.suspects import (
     local_fault,
     lost_a_peer,
     memory_unregistered,
+    named_by_address,
     prefill_lost,
     room_peer,
     waited_in_vain,
@@ -156,6 +157,10 @@ class ClusterModel:
         """Failures (origins, echoes) and decode-side bytes per bucket over the last minutes (fed by `transfers`)."""
         self.transfers.feed(self.timeline)
         self.links: dict[tuple[str, str], LinkView] = {}
+        self._peers: dict[str, set[str]] = {}
+        """`links` by each end: the ends it is linked with (`peers_of`)."""
+        self._instance_peers: dict[str, set[str]] = {}
+        """Those ends that are instances, not addresses (`peers_of(instances_only=True)`)."""
         self.gaps = 0
         self.intake = Intake()
         """What the collector refused on the way in (bad entries, rejected frames), and why it stopped."""
@@ -435,6 +440,11 @@ class ClusterModel:
             if since - SETTLE_S <= ts <= until + SILENT_BEFORE_S:
                 return (since, until)
         return None
+
+    def peers_of(self, name: str, instances_only: bool = False) -> Collection[str]:
+        """The instances (or addresses: a decode rank a prefill's line named) the model saw linked with an instance
+        (or an address) of the other role: a room of both failed, or transfers between them."""
+        return (self._instance_peers if instances_only else self._peers).get(name, ())
 
     def ranks_of(self, instance: str) -> list[str]:
         return [label for label, view in self.ranks.items() if view.instance == instance]
@@ -784,7 +794,15 @@ class ClusterModel:
         link = self.links.get(key)
         if link is None:
             link = self.links[key] = LinkView()
+            self.linked(key)
         return link
+
+    def linked(self, key: tuple[str, str]) -> None:
+        """A (prefill, decode) pair of `links` is known: each end's peers (`peers_of`) hold the other."""
+        for end, other in (key, key[::-1]):
+            self._peers.setdefault(end, set()).add(other)
+            if not named_by_address(other):
+                self._instance_peers.setdefault(end, set()).add(other)
 
     def _apply_rare(self, view: RankView, event: Event) -> None:
         """The low-volume kinds: who the rank is, its heartbeat, failures (aborts only show in event logs)."""
@@ -807,16 +825,16 @@ class ClusterModel:
                     self.crashes[view.label] = event
             elif event.kind == BOOTSTRAP_ERROR:
                 attribution = bootstrap_unreachable(view.instance, event.text, event.ts, self)
-                self.incidents.add_roomless(event.ts, view.label, attribution, BOOTSTRAP_ERROR)
+                self.incidents.add_roomless(event.ts, view.label, attribution, BOOTSTRAP_ERROR, self)
             elif event.kind == BOOTSTRAP_TIMED_OUT:
                 attribution = asked_in_vain(view.instance, event.ts, self)
-                self.incidents.add_roomless(event.ts, view.label, attribution, ReasonClass.TIMEOUT_BOOTSTRAP)
+                self.incidents.add_roomless(event.ts, view.label, attribution, ReasonClass.TIMEOUT_BOOTSTRAP, self)
             elif event.kind == WAITING_TIMED_OUT:
                 attribution = waited_in_vain(view.instance, event.ts, self)
-                self.incidents.add_roomless(event.ts, view.label, attribution, ReasonClass.TIMEOUT_WAITING)
+                self.incidents.add_roomless(event.ts, view.label, attribution, ReasonClass.TIMEOUT_WAITING, self)
             elif event.kind == PREFILL_LOST:
                 attribution = prefill_lost(view.instance, event.text, event.ts, self)
-                self.incidents.add_roomless(event.ts, view.label, attribution, ReasonClass.PEER_LOST)
+                self.incidents.add_roomless(event.ts, view.label, attribution, ReasonClass.PEER_LOST, self)
         elif isinstance(event, Failure):
             observed = Observed(event.ts, event.room, event.rank, view.role, event.reason, event.reason_class,
                                 event.origin, event.level, event.is_from_another_rank, view.inferred,
@@ -917,6 +935,9 @@ class ClusterModel:
             moved.failed_rooms = max(0, moved.failed_rooms - 1)
             if not (moved.failed_rooms or moved.transfers):  # no link of its own: only this room named it so
                 del self.links[before]
+                for end, other in (before, before[::-1]):
+                    self._peers[end].discard(other)
+                    self._instance_peers.get(end, set()).discard(other)
         if all(link):
             self._link(link).failed_rooms += 1
 

@@ -5,7 +5,8 @@ time: a group joins the latest incident of its (kind, suspect) unless it lies mo
 it, which starts a new one. One dead decode instance is one incident of 26 rooms, not 26 origins.
 
 A vaguer group joins the one rank's `unresponsive` incident under way that explains it (`_explains`): an
-instance or the unnamed side of one that stopped answering, a pool that filled and refused rooms (a symptom),
+instance or the unnamed side of one that stopped answering (of an instance that rank could have served), a pool
+that filled and refused rooms (a symptom),
 a group whose origin's own record never came while that origin was the suspect, or was noticing failures, of
 an incident. A rank's new `unresponsive` incident takes in the vaguer ones under way that it explains. So a
 rank stopped under load is one incident, not one per class of failure its peers and its pool showed.
@@ -38,9 +39,9 @@ Time is linear in the groups: a group looks only at the incidents indexed as one
 name, instance, side, session, host, noticing rank; an unnamed side's group at the ranks' `unresponsive` incidents of
 that side's role, a full pool's at the ranks' alone, never at every key), and an incident taken in hands on only
 its own rooms and group leads, so one `update` of a log whose every room names another peer (an incident each,
-the bound kept at its end) does not walk every incident made so far per group. What is left: a side's or a pool's
-group walks those ranks' incidents until two explain it, past ones too (thousands of one role's ranks failing over
-hours, in one update).
+the bound kept at its end) does not walk every incident made so far per group. A side's or a pool's group walks
+those ranks' incidents whose latest failure is at most a quiet gap before it (`TimedKeys`), not the ones ended
+before (thousands of one role's ranks failing over hours, in one update), until two explain it.
 
 An incident that takes in another starts at the earlier of their starts, with its class; `started` counts them
 once, under the start it counted first (so a scrape between the two sees no count go down).
@@ -60,14 +61,17 @@ import msgspec
 
 from kvtop.model.fold import ABORTED, ROOM_REUSE_S, FailureGroup, Observed, fold_room
 from kvtop.model.suspects import (
+    CARRIED_BOTH,
     Attribution,
     Kind,
     Surroundings,
     Suspect,
     attribute,
     carrying_echo,
+    could_serve,
     session_host,
 )
+from kvtop.model.timed import TimedKeys
 
 QUIET_GAP_S = 120.0
 """An incident with no new failure group for this long has ended; a later group of its kind and suspect
@@ -256,9 +260,10 @@ class IncidentTracker:
         self._tagged: dict[Tag, dict[int, None]] = {}
         """The incidents kept by what a group's lookups ask of them (`_tags`, and the sessions they remember and the
         ranks they tally as noticing), so a group looks at the few that may take it, not at every one kept."""
-        self._causes: dict[tuple[str, str], dict[IncidentKey, None]] = {}
-        """The keys of `_latest` of a rank's `unresponsive` incident, by the rank's (instance, role) (`_explaining`)."""
-        self._causes_of_role: dict[str, dict[IncidentKey, None]] = {}
+        self._causes: dict[tuple[str, str], TimedKeys[IncidentKey]] = {}
+        """The keys of `_latest` of a rank's `unresponsive` incident, by the rank's (instance, role), placed by the
+        incident's latest failure (`_explaining` walks those a quiet gap before a group's time or later)."""
+        self._causes_of_role: dict[str, TimedKeys[IncidentKey]] = {}
         """Those keys by the rank's role alone (a side, a pool of any instance: `_explaining`)."""
         self._leads: dict[int, dict[LeadKey, None]] = {}
         """`by_lead` the other way: the leads of each incident kept (an incident taken in hands its own on)."""
@@ -269,14 +274,16 @@ class IncidentTracker:
         if len(self.pending) >= PENDING_MAX:
             self.update(around, final=False)  # as a sweep would: more deliveries are coming
 
-    def add_roomless(self, ts: float, rank: str, attribution: Attribution, reason_class: str) -> None:
+    def add_roomless(
+        self, ts: float, rank: str, attribution: Attribution, reason_class: str, around: Surroundings
+    ) -> None:
         """A failure that names no room (DOMAIN.md: an incident of its address, never a made-up room): it joins,
         or starts, its incident now and stays there (no room's fold takes it back out)."""
-        incident = self._joinable(attribution, ts, reason_class)
+        incident = self._joinable(attribution, ts, reason_class, around)
         incident.origins += 1
         incident.roomless += 1
         _started_by(incident, ts, reason_class)
-        incident.last_seen = max(incident.last_seen, ts)
+        self._seen(incident, ts)
         _count(incident.classes, reason_class)
         _count(incident.evidence, attribution.evidence)
         self._notice(incident, rank)
@@ -407,14 +414,14 @@ class IncidentTracker:
         attribution = attribute(group, around)
         ts = group.first_ts
         reason_class = group.origin.reason_class if group.origin else _unseen_class(group)
-        incident = self._joinable(attribution, ts, reason_class)
+        incident = self._joinable(attribution, ts, reason_class, around)
         noticed_by = group.origin.rank if group.origin else group.origin_label or group.lead.rank  # its echoes name it
         part = Part(incident.id, group.room, group.echo_count, reason_class, attribution.evidence, noticed_by,
                     _lead_key(group.lead))  # fmt: skip
         incident.origins += 1
         incident.echoes += part.echoes
         _started_by(incident, ts, reason_class)
-        incident.last_seen = max(incident.last_seen, ts)
+        self._seen(incident, ts)
         _count(incident.classes, part.reason_class)
         _count(incident.evidence, part.evidence)
         self._notice(incident, part.noticed_by)
@@ -443,7 +450,7 @@ class IncidentTracker:
             self._remember(incident, (attribution.session,))
         return part
 
-    def _joinable(self, attribution: Attribution, ts: float, reason_class: str) -> Incident:
+    def _joinable(self, attribution: Attribution, ts: float, reason_class: str, around: Surroundings) -> Incident:
         """The incident a group of this attribution at `ts` joins: a rank's `unresponsive` incident under way that
         explains it (see `_explains`), else a multi-node decode's (or a host's) that named its session (`_of_session`)
         unless the session's own started later, else the latest of its own key unless a quiet gap lies between them,
@@ -455,7 +462,7 @@ class IncidentTracker:
             return named
         vague = attribution.kind is Kind.UNRESPONSIVE and suspect.kind in ("instance", "side")
         if vague or attribution.symptom_of or attribution.unseen_origin:
-            cause = self._explaining(attribution, ts)
+            cause = self._explaining(attribution, ts, around)
             if cause is not None:
                 return cause
         key = (str(attribution.kind), suspect.kind, suspect.name)
@@ -489,9 +496,11 @@ class IncidentTracker:
         self.started[started] = self.started.get(started, 0) + 1
         if incident.kind == Kind.UNRESPONSIVE and suspect.kind == "rank":
             beside = self._with(("instance", _instance(suspect.name)), ("side", suspect.role), ("symptom", ""))
-            explained = [other for other in beside if _explains(incident, other, self.quiet_gap_s)]
-            for vaguer in [other for other in explained if self._alone_explains(incident, other)]:
+            explained = [other for other in beside if _explains(incident, other, self.quiet_gap_s, around)]
+            for vaguer in [other for other in explained if self._alone_explains(incident, other, around)]:
                 self._absorb(incident, vaguer)
+            for own in [other for other in self._with(("name", suspect.name)) if _its_own_unseen(incident, other)]:
+                self._absorb(incident, own)
         for single in together if suspect.kind == "host" else ():  # the sessions of its host that failed with it
             self._absorb(incident, single)
         return incident
@@ -532,7 +541,7 @@ class IncidentTracker:
         hosts = [incident for incident in near if incident.suspect.kind == "host"]
         return [max(hosts, key=lambda incident: incident.first_seen)] if hosts else near
 
-    def _explaining(self, attribution: Attribution, ts: float) -> Incident | None:
+    def _explaining(self, attribution: Attribution, ts: float, around: Surroundings) -> Incident | None:
         """The one rank's `unresponsive` incident under way at `ts` that explains a vaguer attribution (an
         instance or a side that stopped answering, a pool that filled), if exactly one does; for a group whose
         origin's record never arrived, the incident under way that its origin is the suspect of, else the one
@@ -543,6 +552,8 @@ class IncidentTracker:
             return None
         vague = Incident(0, str(attribution.kind), attribution.suspect, ts, ts, "", symptom_of=attribution.symptom_of)
 
+        since = ts - self.quiet_gap_s  # an incident whose latest failure was longer ago explains nothing at `ts`
+
         def causes(keys: Iterable[IncidentKey]) -> list[Incident]:
             """Up to two of the rank's `unresponsive` incidents of these keys (of `_causes`) that explain it: which
             two is of no matter, only whether one alone does."""
@@ -550,22 +561,23 @@ class IncidentTracker:
                 incident
                 for key in keys
                 if (incident := self.incidents.get(self._latest[key])) is not None
-                and _explains(incident, vague, self.quiet_gap_s)
+                and _explains(incident, vague, self.quiet_gap_s, around)
             )
             return list(islice(explaining, 2))
 
         suspect = attribution.suspect
         if attribution.symptom_of:  # a rank of its own instance first, else of any
-            found = causes(self._causes_of(attribution.symptom_of)) or causes(self._causes_of())
+            found = causes(self._causes_of(since, attribution.symptom_of)) or causes(self._causes_of(since))
         elif suspect.kind == "side":  # a rank of its role: of no instance first (an address's), else of any
-            found = causes(self._causes_of("", suspect.role)) or causes(self._causes_of(role=suspect.role))
+            role = suspect.role
+            found = causes(self._causes_of(since, "", role)) or causes(self._causes_of(since, role=role))
         elif suspect.kind == "instance":  # a rank of that instance
-            found = causes(self._causes_of(suspect.name))
+            found = causes(self._causes_of(since, suspect.name))
         else:
             return None
         return found[0] if len(found) == 1 else None
 
-    def _alone_explains(self, cause: Incident, vague: Incident) -> bool:
+    def _alone_explains(self, cause: Incident, vague: Incident, around: Surroundings) -> bool:
         """Whether a new rank incident takes in a vaguer one it explains: always, but for a pool that filled of
         another instance than the rank's while another rank's incident under way explains it too (as `_explaining`
         asks of a new group: a killed decode rank's incident took in the refusals of a prefill instance whose two
@@ -573,7 +585,8 @@ class IncidentTracker:
         if not vague.symptom_of or _instance(cause.suspect.name) == vague.symptom_of:
             return True
         return not any(
-            other is not cause and _explains(other, vague, self.quiet_gap_s) for other in self._with(("rank", ""))
+            other is not cause and _explains(other, vague, self.quiet_gap_s, around)
+            for other in self._with(("rank", ""))
         )
 
     def _of_suspect(self, suspect: Suspect, ts: float) -> Incident | None:
@@ -658,12 +671,16 @@ class IncidentTracker:
         if was is not None:
             self._leads.get(was, {}).pop(lead, None)
 
-    def _causes_of(self, instance: str | None = None, role: str | None = None) -> Iterator[IncidentKey]:
-        """The keys of `_latest` of a rank's `unresponsive` incident of this instance and role (None: any)."""
-        roles = self._causes_of_role if role is None else (role,)
-        if instance is None:
-            return chain.from_iterable(self._causes_of_role.get(of, {}) for of in roles)
-        return chain.from_iterable(self._causes.get((instance, of), {}) for of in roles)
+    def _causes_of(self, since: float, instance: str | None = None, role: str | None = None) -> Iterator[IncidentKey]:
+        """The keys of `_latest` of a rank's `unresponsive` incident of this instance and role (None: any) whose latest
+        failure is at `since` or later (and some a little before)."""
+        roles = list(self._causes_of_role) if role is None else [role]
+        at = (
+            [self._causes_of_role.get(of) for of in roles]
+            if instance is None
+            else [self._causes.get((instance, of)) for of in roles]
+        )
+        return chain.from_iterable(keys.since(since) for keys in at if keys is not None)
 
     def _set_latest(self, key: IncidentKey, incident_id: int) -> None:
         """Make `incident_id` the newest of its key (its incident looked up: a keyframe's ids come from a file)."""
@@ -673,9 +690,22 @@ class IncidentTracker:
         self._latest[key] = incident_id
         incident = self.incidents.get(incident_id)
         if incident is not None and key[0] == Kind.UNRESPONSIVE and key[1] == "rank":
-            role = incident.suspect.role
-            self._causes.setdefault((_instance(key[2]), role), {})[key] = None
-            self._causes_of_role.setdefault(role, {})[key] = None
+            self._place_cause(key, incident)
+
+    def _place_cause(self, key: IncidentKey, incident: Incident) -> None:
+        """Index a rank's `unresponsive` incident, the newest of its key, by its latest failure (again as it grows)."""
+        role, width = incident.suspect.role, self.quiet_gap_s
+        self._causes.setdefault((_instance(key[2]), role), TimedKeys(width)).put(key, incident.last_seen)
+        self._causes_of_role.setdefault(role, TimedKeys(width)).put(key, incident.last_seen)
+
+    def _seen(self, incident: Incident, ts: float) -> None:
+        """A failure at `ts` joined the incident: its latest failure moves on (and its place among the causes)."""
+        if ts <= incident.last_seen:
+            return
+        incident.last_seen = ts
+        key = incident.key
+        if key[0] == Kind.UNRESPONSIVE and key[1] == "rank" and self._latest.get(key) == incident.id:
+            self._place_cause(key, incident)
 
     def _del_latest(self, incident: Incident) -> None:
         del self._latest[incident.key]
@@ -694,7 +724,7 @@ class IncidentTracker:
         kept, taken_back = sorted((_counted(cause), _counted(vaguer)))
         cause.counted = kept
         self.started[taken_back[1:]] -= 1
-        cause.last_seen = max(cause.last_seen, vaguer.last_seen)
+        self._seen(cause, vaguer.last_seen)
         for mine, theirs in ((cause.classes, vaguer.classes), (cause.evidence, vaguer.evidence)):
             for name, count in theirs.items():
                 _count(mine, name, count)
@@ -782,9 +812,10 @@ def _tags(incident: Incident) -> list[Tag]:
     return tags
 
 
-def _explains(cause: Incident, vague: Incident, quiet_gap_s: float) -> bool:
+def _explains(cause: Incident, vague: Incident, quiet_gap_s: float, around: Surroundings) -> bool:
     """Whether a rank's `unresponsive` incident explains a vaguer one under way beside it: the instance of that
-    rank, or the side of its role, stopped answering; or a pool filled (a symptom) while the rank was silent."""
+    rank, or the side of its role of an instance it could have served (`could_serve`), stopped answering; or a pool
+    filled (a symptom) while the rank was silent."""
     if vague.id == cause.id or not cause.first_seen - BEFORE_S <= vague.first_seen:
         return False
     suspect, rank = vague.suspect, cause.suspect
@@ -794,7 +825,17 @@ def _explains(cause: Incident, vague: Incident, quiet_gap_s: float) -> bool:
         return False
     if suspect.kind == "instance":
         return _instance(rank.name) == suspect.name
-    return suspect.kind == "side" and suspect.role == rank.role
+    return suspect.kind == "side" and suspect.role == rank.role and could_serve(rank, suspect.name, around)
+
+
+def _its_own_unseen(cause: Incident, other: Incident) -> bool:
+    """Whether an incident is of failures the rank of a new `unresponsive` incident recorded of itself (a refusal)
+    whose records never arrived, only echoes that carried them, just before it (the rank went silent before it
+    published them): its silence's, as such a group that comes after it joins it (`Attribution.echoed`)."""
+    return (
+        other is not cause and other.suspect == cause.suspect and other.kind != cause.kind
+        and set(other.evidence) == {CARRIED_BOTH} and cause.first_seen - BEFORE_S <= other.first_seen
+    )  # fmt: skip
 
 
 def _one_of_its_sessions(single: Incident, instance: Incident, quiet_gap_s: float) -> bool:
@@ -861,11 +902,11 @@ def _counted(incident: Incident) -> tuple[int, str, str]:
     return incident.counted if incident.counted[0] else (incident.id, incident.kind, incident.suspect.kind)
 
 
-def _forget(index: dict[_At, dict[IncidentKey, None]], at: _At, key: IncidentKey) -> None:
+def _forget(index: dict[_At, TimedKeys[IncidentKey]], at: _At, key: IncidentKey) -> None:
     """Take a key out of its entry of an index of keys (an entry emptied goes)."""
     keys = index.get(at)
     if keys is not None:
-        keys.pop(key, None)
+        keys.discard(key)
         if not keys:
             del index[at]
 

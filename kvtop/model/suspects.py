@@ -46,6 +46,7 @@ lose it (`peer_lost`), time out (`timeout_*`) and fail to send to it (`send_fail
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from enum import StrEnum
 from typing import NamedTuple, Protocol
 
@@ -315,8 +316,9 @@ class Attribution(msgspec.Struct, frozen=True, gc=False):
     """A group whose origin's own record never arrived: that origin's label (an incident under way that it is
     the suspect of, or that it was noticing failures of then, explains the group better)."""
     echoed: bool = False
-    """The suspect an echo carried for an origin whose own record never arrived: the kind of failure is unknown,
-    so an incident of that suspect under way, whatever its kind, takes the group."""
+    """The suspect an echo carried for an origin whose own record never arrived: the kind of failure is unknown (or
+    the origin named itself: a rank that refused a room, then went silent before its record was published), so an
+    incident of that suspect under way, whatever its kind, takes the group."""
     standing: bool = False
     """A sender's standing refusal of a peer it gave up on (`remote mooncake session S is not alive`: SGLang
     blacklists the session at its first failed send and fails every later room to it at once): one cause however
@@ -355,6 +357,11 @@ class Surroundings(Protocol):
 
     def ranks_of(self, instance: str) -> list[str]:
         """The labels of the ranks of `instance` the model knows."""
+        ...
+
+    def peers_of(self, name: str, instances_only: bool = False) -> Collection[str]:
+        """The instances (or addresses) of the other role the model saw linked with an instance (or an address);
+        `instances_only`: not the addresses."""
         ...
 
     def crashed_at(self, name: str, ts: float) -> Crashed | None:
@@ -397,6 +404,7 @@ _BOOTSTRAP_ADDR = re.compile(r"(?:Lost|Losing) connection with prefill instance 
 _SESSION = re.compile(r"remote (?:\w+ )?session (\S+) is not alive")
 """`mooncake`, `Mooncake` (since early 2026) or `p2p` before `session`, or no word."""
 SESSION_NOT_ALIVE = "its session is not alive"
+CARRIED_BOTH = "named and classed by the rank that noticed (its own record never arrived; an echo carried both)"
 _SILENT_RANK = re.compile(r"Lost connection with rank (\S+) of this instance")
 _FETCH_FROM = re.compile(
     r"Could not fetch prefill (?:parallel|server) info (?:from|for) (?:bootstrap_addr: )?([^\s,)]+)"
@@ -499,30 +507,27 @@ RANKS_SHOWN = 3
 
 def _refused_while_answering(group: FailureGroup, origin: Observed, around: Surroundings) -> Attribution | None:
     """The link between the sender's instance and the room's decode instance (with the sessions refused), the sender
-    refusing sessions it gave up on before (`remote ... session S is not alive`: SGLang keeps
-    a failed session refused) whose own decode ranks (the same rank number: each prefill rank's peer where both sides
-    have one TP) logged the prefill's Failed status (`Failed to get kvcache from prefill instance`) in that second:
-    they answered, so the decode did not stop answering; what fails the room is the path to its sessions: an address
-    the prefill cannot reach (a public report: the decode nodes had registered the wrong IPs), or a failure since gone
-    that SGLang keeps refusing (an operator's notes, multi-node R1: what made the prefill give up was before the
-    excerpt). Later rooms refusing those sessions join its incident (`IncidentTracker._of_session`).
-    None when no such rank answered (a decode node that died leaves its ranks silent), or when the sender's giving up
-    on the session is in its log (`Session S failed.`): that failure's cause, read, is the refusal's too."""
+    refusing sessions it gave up on before (`remote ... session S is not alive`: SGLang keeps a failed session
+    refused) whose own decode ranks (the ranks they send to: `_peer_ranks`) logged the prefill's Failed status
+    (`Failed to get kvcache from prefill instance`) in that second: they answered, so the decode did not stop
+    answering; what fails the room is the path to its sessions: an address the prefill cannot reach (a public report:
+    the decode nodes had registered the wrong IPs), or a failure since gone that SGLang keeps refusing (an operator's
+    notes, multi-node R1: what made the prefill give up was before the excerpt). Later rooms refusing those sessions
+    join its incident (`IncidentTracker._of_session`). None when no such rank answered (a decode node that died leaves
+    its ranks silent), or when the sender's giving up on the session is in its log (`Session S failed.`): that
+    failure's cause, read, is the refusal's too."""
     members = (origin, *group.echoes)
     session = _SESSION.search(origin.reason)
     if session is None or around.gave_up_on(origin.instance, session[1], origin.ts) is not None:
         return None
-    refusing = {_rank_order(m.rank)[1] for m in members if m.role == "prefill" and _HELD[_SESSION] in m.reason}
+    refused = {m.rank: found[1] for m in members if m.role == "prefill" and (found := _SESSION.search(m.reason))}
     told = _TOLD_BY["decode"][0]
+    tellers = [m for m in members if m.role == "decode" and m.reason.startswith(told)]
+    peers = _peer_ranks(refused, tellers[0].instance if tellers else "", around)
     answered = sorted(
-        {
-            m.rank
-            for m in members
-            if m.role == "decode" and m.reason.startswith(told) and abs(m.ts - origin.ts) <= SESSION_TIE_S
-            and _rank_order(m.rank)[1] in refusing
-        },
+        {m.rank for m in tellers if abs(m.ts - origin.ts) <= SESSION_TIE_S and _rank_order(m.rank)[1] in peers},
         key=_rank_order,
-    )  # fmt: skip
+    )
     if not answered:
         return None
     more = len(answered) - RANKS_SHOWN
@@ -536,6 +541,34 @@ def _refused_while_answering(group: FailureGroup, origin: Observed, around: Surr
     link = Suspect("link", f"{origin.instance}{LINK_JOIN}{decode}")
     sessions = _decode_sessions(group, around)
     return Attribution(link, Kind.FAILING, evidence, standing=True, sessions=sessions)
+
+
+def _peer_ranks(refused: dict[str, str], decode: str, around: Surroundings) -> set[int]:
+    """The numbers of the decode ranks the refusing prefill ranks (label -> the session each refused) sent to, by
+    DOMAIN.md's rank mapping: where both instances' TP sizes are known (the model knows ranks 0 to N-1 of each, none
+    missing), equal sizes pair each prefill rank with the decode rank of its number, a decode k times wider gives
+    prefill rank p decode ranks kp to kp+k-1, a prefill k times wider gives it decode rank p // k; sizes neither
+    equal nor multiples pair none. Where a size is not known (excerpts of logs), ranks pair by number unless one
+    session is refused by two prefill ranks (they send to one decode rank: the prefill is wider): then none pair."""
+    prefill = _rank_order(next(iter(refused)))[0] if refused else ""
+    numbers = {_rank_order(rank)[1] for rank in refused}
+    widths = _tp_size(prefill, around), _tp_size(decode, around)
+    if widths[0] and widths[1]:
+        wide, narrow = max(widths), min(widths)
+        if wide % narrow:
+            return set()
+        k = wide // narrow
+        if widths[1] >= widths[0]:
+            return {k * p + i for p in numbers for i in range(k)}
+        return {p // k for p in numbers}
+    return numbers if len(set(refused.values())) == len(refused) else set()
+
+
+def _tp_size(instance: str, around: Surroundings) -> int:
+    """The TP size of an instance as far as the model knows its ranks: N where it knows ranks 0 to N-1 of it (of
+    every pipeline stage), none missing; 0 when not (or the instance is unknown)."""
+    numbers = {_rank_order(label)[1] for label in around.ranks_of(instance)} if instance else set()
+    return len(numbers) if numbers and numbers == set(range(len(numbers))) else 0
 
 
 def _handshake(origin: Observed, room: int, named: Suspect, around: Surroundings) -> Attribution | None:
@@ -646,8 +679,8 @@ def _unseen_origin(group: FailureGroup, around: Surroundings) -> Attribution:
         kind = KIND_OF_CLASS.get(carrier.origin_class, Kind.FAILING)
         if kind is Kind.REFUSING and carrier.suspect != group.origin_label:
             kind = Kind.UNRESPONSIVE  # its pool filled with rooms waiting on the suspect
-        evidence = "named and classed by the rank that noticed (its own record never arrived; an echo carried both)"
-        return Attribution(suspect, kind, evidence)
+        itself = carrier.suspect == group.origin_label  # its silence since may be why its record never came
+        return Attribution(suspect, kind, CARRIED_BOTH, echoed=itself)
     if group.origin_label:
         silence = around.silent_at(group.origin_label, lead.ts)
         suspect = _rank(group.origin_label, around.role_of(group.origin_label))
@@ -927,6 +960,24 @@ def _with_crash(suspect: Suspect, evidence: str, ts: float, around: Surroundings
     if aftermath:
         evidence += f" ({', '.join(aftermath)} crashed after it, losing it)"
     return _rank(label, suspect.role), evidence
+
+
+def could_serve(rank: Suspect, instance: str, around: Surroundings) -> bool:
+    """Whether a rank of the other role could have served rooms of `instance` (an unnamed side's: "the decode side of
+    prefill-0"): its instance (or its address) was seen linked with `instance`, or neither was seen linked with
+    another of the other's role (nothing says it was not its peer). A decode rank of an instance that only ever
+    served prefill-1 is no cause of prefill-0's timeouts. Addresses `instance` named (the sessions of decode ranks)
+    may be the rank's own: they say nothing against it."""
+    end = rank.name.rpartition("/")[0] or rank.name  # an address names the rank itself
+    peers = around.peers_of(end)
+    if instance in peers:
+        return True
+    return not peers and not around.peers_of(instance, instances_only=True)
+
+
+def named_by_address(name: str) -> bool:
+    """Whether a link's end (or a suspect) is named by an address (`10.0.0.7:8998`), not by an instance label."""
+    return _ADDRESS_NAME.fullmatch(name) is not None
 
 
 def _span(silence: tuple[float, float]) -> str:

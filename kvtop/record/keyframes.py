@@ -31,10 +31,20 @@ from transport.wire import LOG_SIDECAR
 JOURNAL_FIELDS = frozenset(("journal", "journal_total", "_journal_kept", "_journal_events"))
 """The event tail of the dashboard's model: not part of a keyframe (rebuilt by the replay)."""
 DERIVED_FIELDS = frozenset(
-    ("_failure_keys", "fold", "local_faults", "failed_sessions", "handshakes", "unregistered", "_hellos")
+    (
+        "_failure_keys",
+        "fold",
+        "local_faults",
+        "failed_sessions",
+        "handshakes",
+        "unregistered",
+        "_hellos",
+        "_peers",
+        "_instance_peers",
+    )
 )
-"""Made from the state (`ClusterModel.failure_keys`; the fold, from the failures when restored; the local faults,
-from the transport errors; the ranks' identities, from their views): not part of a keyframe."""
+"""Made from the state (`ClusterModel.failure_keys`; the fold, from the failures when restored; the peers, from the
+links; the local faults, from the transport errors; the ranks' identities, from their views): not part of a keyframe."""
 STATE_FIELDS = frozenset(
     (
         "ranks", "rooms", "finished", "failures", "transfers", "links", "gaps", "intake", "rejected",
@@ -245,6 +255,7 @@ def restore(data: bytes | memoryview, journal_events: int = 0) -> ClusterModel:
     model.transfers.feed(model.timeline)
     for link in state.links:
         model.links[(link.prefill, link.decode)] = _unlink(link)
+        model.linked((link.prefill, link.decode))
     model.gaps, model.intake, model.rejected = state.gaps, state.intake, state.rejected
     model.rejected_frames, model.lost, model._lost_check_at = state.rejected_frames, state.lost, state.lost_check_at
     model._now, model._open, model._touched = state.now, set(state.open), deque(state.touched)

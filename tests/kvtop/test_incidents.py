@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 from typing import TypeVar
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -29,7 +30,7 @@ from kvtop.views.incidents import in_span, incident_json, render
 from kvtop.views.tables import ranks_json, ranks_text, status_json
 from transport.kv.reasons import pool_full
 from transport.kvpoll import KVPoll
-from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure, Heartbeat, RoomState
+from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure, Heartbeat, RoomState, TransferDone
 from transport.wire import AgentInfo
 
 T0 = 1_800_000_000.0
@@ -401,6 +402,52 @@ def test_a_rank_incident_that_takes_in_an_earlier_one_starts_at_its_start_with_i
     assert shown["headline"] == "decode-0/TP0 stopped answering (timeout_bootstrap)"
 
 
+def _side_timeout_and_a_lost_decode_rank(model: ClusterModel, side_first: bool, decode_0_served: str) -> None:
+    """decode-0 served `decode_0_served`'s rooms (a room done), prefill-0 decode-1's ("" : neither served anyone yet);
+    prefill-0/TP0 times out room 2 in Bootstrapping, no decode named ("the decode side of prefill-0"), and
+    decode-0/TP1 loses decode-0/TP0, 3 s apart (the timeout first or the rank), each swept as it came."""
+    if decode_0_served:
+        deliver(model, "decode-0/TP0", [TransferDone(T0, 100, 1 << 20, 0.01, decode_0_served)], T0)
+        deliver(model, "decode-1/TP0", [TransferDone(T0, 101, 1 << 20, 0.01, "prefill-0")], T0)
+    for beat in (0.5, 2.0, 3.0, 5.0, 6.0):  # the prefill stays alive
+        deliver(model, "prefill-0/TP0", [Heartbeat(T0 + beat, {}, 0, 0, 0.0, 0, 0.0)], T0 + beat)
+    timeout = origin(0, 2, "prefill-0/TP0", "Request 2 timed out after 10.0s in KVPoll.Bootstrapping",
+                     "timeout_bootstrap")  # fmt: skip
+    lost = origin(0, 1, "decode-0/TP1", "Lost connection with rank decode-0/TP0 of this instance", "peer_lost",
+                  "decode-0/TP0")  # fmt: skip
+    for at, failure in enumerate((timeout, lost) if side_first else (lost, timeout)):
+        ts = T0 + 2 + 3 * at
+        deliver(model, failure.rank, [msgspec.structs.replace(failure, ts=ts)], ts)
+        model.sweep(ts + 0.5)
+
+
+@pytest.mark.parametrize("side_first", [True, False])
+def test_a_decode_ranks_incident_leaves_the_decode_side_of_a_prefill_it_never_served_apart(side_first: bool):
+    """decode-0 served prefill-1, prefill-0 decode-1: prefill-0's Bootstrapping timeout that names no decode is no
+    doing of decode-0/TP0, which stopped answering 3 s later (or earlier). The rank's incident took it in (or it
+    joined the rank's) for the side's role and time alone."""
+    model = ClusterModel()
+    _side_timeout_and_a_lost_decode_rank(model, side_first, decode_0_served="prefill-1")
+
+    assert sorted(incidents(model, T0 + 6)) == [
+        ("decode-0/TP0", "unresponsive", 1),
+        ("the decode side of prefill-0", "unresponsive", 1),
+    ]
+
+
+@pytest.mark.parametrize("decode_0_served", ["prefill-0", ""])
+@pytest.mark.parametrize("side_first", [True, False])
+def test_a_decode_ranks_incident_takes_in_the_decode_side_of_a_prefill_it_could_have_served(
+    side_first: bool, decode_0_served: str
+):
+    """decode-0 served prefill-0 (or no link is known either way): prefill-0's timeout naming no decode, 3 s before
+    or after decode-0/TP0 stopped answering, is that rank's incident (the side became nameable)."""
+    model = ClusterModel()
+    _side_timeout_and_a_lost_decode_rank(model, side_first, decode_0_served)
+
+    assert incidents(model, T0 + 6) == [("decode-0/TP0", "unresponsive", 2)]
+
+
 def test_incidents_started_count_one_cause_once_and_never_go_down_when_one_takes_in_another():
     """A sweep counted the instance's incident started; the rank's incident that takes it in is that cause, not a
     second one: one start counted, where it was first counted (a Prometheus counter must not go down)."""
@@ -738,6 +785,36 @@ def test_rooms_naming_another_peer_each_do_not_walk_every_incident_kept_per_room
     assert all(scan.walks <= 2 for scan in scans), [scan.walks for scan in scans]  # one per sweep
 
 
+def test_a_sides_group_looks_only_at_the_ranks_incidents_that_may_still_explain_it(monkeypatch: pytest.MonkeyPatch):
+    """A prefill log whose rooms each name a decode session of their own, one every 10 s over 5.5 hours, and its
+    Bootstrapping timeouts naming no peer ("the decode side of prefill-0"), in one sweep: each timeout looks at the
+    decode ranks' incidents whose latest failure is at most a quiet gap before it, not at every one ended before it
+    (5,000 such rooms took 11.4 s: it walked them, oldest first, until two explained it)."""
+    import kvtop.model.incidents as tracker_module
+
+    explained = 0
+    explains = tracker_module._explains
+
+    def counted(cause: object, vague: object, quiet_gap_s: float, around: object) -> bool:
+        nonlocal explained
+        explained += 1
+        return explains(cause, vague, quiet_gap_s, around)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tracker_module, "_explains", counted)
+    rooms, model = 2000, ClusterModel()
+    not_alive = "Decode instance could be dead, remote mooncake session {} is not alive"
+    for room in range(1, rooms + 1):
+        ts, session = T0 + room * 10.0, f"10.{room // 256 % 256}.{room % 256}.1:15000"
+        timeout = f"Request {rooms + room} timed out after 300.0s in KVPoll.Bootstrapping"
+        deliver(model, "prefill-0/TP0", [origin(ts, room, "prefill-0/TP0", not_alive.format(session), "peer_lost"),
+                                         origin(ts, rooms + room, "prefill-0/TP0", timeout, "timeout_bootstrap")],
+                ts)  # fmt: skip
+    model.sweep(T0 + rooms * 10.0 + 1)
+
+    assert model.incidents.started[("unresponsive", "side")] >= 1  # the timeouts looked for a rank to explain them
+    assert explained <= 20 * rooms  # the incidents of the last few minutes each (before: every one ended, ~1,000 each)
+
+
 def test_a_tracker_restored_from_a_keyframe_looks_incidents_up_as_the_live_one_does():
     """Restored from a keyframe, the tracker finds the incidents that may take a group as the live one would: a
     room naming one host's session joins the multi-node decode's incident, a room naming both hosts takes in the
@@ -825,3 +902,23 @@ def test_an_echo_before_its_origins_record_hangs_under_the_room_failure_that_rec
     deliver(model, "decode-0/TP1", [origin(T0 + 1.0, 4, "decode-0/TP1", own.text, "refused", own.suspect)], T0 + 3)
     assert incidents(model, T0 + 3.5) == [("decode-0/TP1", "unresponsive", 1)]
     assert [group.origin_label for group in model.groups()] == ["decode-0/TP1"]
+
+
+@pytest.mark.parametrize("echo_first", [True, False])
+def test_a_room_only_an_echo_says_the_silent_rank_refused_joins_that_ranks_incident(echo_first: bool):
+    """decode-0/TP1 refuses rooms 4 and 5 and is stopped before publishing; decode-0/TP0 refuses room 4 naming TP1,
+    its vote not heard; of room 5 only the prefill's echo tells (carrying TP1's class and suspect, itself). Room 5
+    read `decode-0/TP1 refuses transfers`, an incident beside `stopped answering`, whichever came first."""
+    model = ClusterModel()
+    tp0 = AgentInfo("decode", "decode-0", 0, 2, 4096, "", "", 41, "host-a", 1)
+    carried = Failure(T0 + 1.05, 5, "prefill-0/TP0", "Aborted by decode peer", "propagated", "debug", True,
+                      "decode-0/TP1", "decode-0/TP1", "refused")  # fmt: skip
+    refused = pool_full(4, tp0, "decode-0/TP1", 1.2)
+    tp0_refused = origin(T0 + 1.5, 4, "decode-0/TP0", refused.text, "refused", refused.suspect)
+    deliveries = [("prefill-0/TP0", carried), ("decode-0/TP0", tp0_refused)]
+    for sweep, (rank, failure) in enumerate(deliveries if echo_first else deliveries[::-1]):
+        deliver(model, rank, [failure], T0 + 2 + sweep)
+        model.sweep(T0 + 2.1 + sweep)
+        model.sweep(T0 + 2.2 + sweep)  # an echo waits a sweep for its origin
+
+    assert incidents(model, T0 + 4) == [("decode-0/TP1", "unresponsive", 2)]

@@ -71,3 +71,67 @@ def test_refused_sessions_whose_own_ranks_were_silent_are_still_the_decode_s(tmp
     [incident] = incidents(tmp_path, answering=[1, 2, 3], refusing=(9, 11))
 
     assert (incident["suspect_text"], incident["kind"]) == ("decode-0", "unresponsive")
+
+
+BATCH = (
+    "[2026-02-27 15:01:40 TP{tp}] Decode batch, #running-req: 1, #token: 512, token usage: 0.01, pre-allocated usage: "
+    "0.00, #prealloc-req: 0, #transfer-req: 0, #retracted-req: 0, cuda graph: True, gen throughput (token/s): 10.00, "
+    "#queue-req: 0, \n"
+)
+OTHER_RANK = "Failed due to an unknown reason from another rank"
+
+
+def _unequal_tp(tmp_path: Path, decode_tp: int, refusing: dict[int, str]) -> list[dict[str, object]]:
+    """A prefill of TP 4 (all four ranks log the room: those in `refusing` refuse the session given, the others
+    echo) and a decode of `decode_tp` ranks (each logged a batch before); its ranks 0-3 log the prefill's Failed status
+    in that second, the others nothing (their node died)."""
+    prefill, decode = tmp_path / "prefill.log", tmp_path / "decode.log"
+    at = "2026-02-27 15:01:51"
+    prefill.write_text(
+        "".join(
+            prefill_failure(at, ROOM, f"Decode instance could be dead, remote mooncake session {refusing[tp]} is not "
+                            "alive" if tp in refusing else OTHER_RANK, tp)
+            for tp in range(4)
+        )
+    )  # fmt: skip
+    decode.write_text(
+        "".join(BATCH.format(tp=tp) for tp in range(decode_tp))
+        + "".join(decode_failure(at, ROOM, TOLD, tp) for tp in range(min(4, decode_tp)))
+    )
+    logs = ["--sglang-log", f"prefill={prefill}", "--sglang-log", f"decode={decode}"]
+    return json.loads(kvtop_here("incidents", "--json", *logs).stdout)["incidents"]
+
+
+def test_a_decode_twice_as_wide_pairs_each_prefill_rank_with_the_two_decode_ranks_it_sends_to(tmp_path: Path):
+    """Prefill TP 4, decode TP 8: prefill ranks 2 and 3 send to decode ranks 4-7, on the node that died; the decode
+    ranks that answered, 0-3, are prefill ranks 0 and 1's. Paired by number, decode ranks 2 and 3 answering read as
+    the refused sessions' own ranks: `the link between prefill-0 and decode-0`."""
+    refusing = {2: "10.7.1.35:16272", 3: "10.7.1.35:16371"}
+    [incident] = _unequal_tp(tmp_path, decode_tp=8, refusing=refusing)
+
+    assert (incident["suspect_text"], incident["kind"]) == ("decode-0", "unresponsive")
+
+
+def test_a_prefill_wider_than_its_decode_pairs_two_prefill_ranks_with_one_decode_rank(tmp_path: Path):
+    """Prefill TP 4, decode TP 2: prefill ranks 2 and 3 both send to decode rank 1, and refuse its session while
+    decode rank 1 answered: the link's (by number, decode ranks 2 and 3 were theirs, and those never logged)."""
+    refusing = {2: "10.7.1.35:16272", 3: "10.7.1.35:16272"}
+    prefill_only = _unequal_tp(tmp_path, decode_tp=2, refusing=refusing)
+
+    assert [incident["suspect_text"] for incident in prefill_only] == ["the link between prefill-0 and decode-0"]
+
+
+def test_ranks_of_sizes_not_known_pair_by_number_only_while_each_refuses_a_session_of_its_own(tmp_path: Path):
+    """An excerpt (ranks missing: the TP sizes are not known): prefill ranks 9 and 11 refuse one session, so they send
+    to one decode rank and the prefill is the wider; decode ranks 9 and 11 that answered need not be theirs. No link
+    is named where the ranks cannot be paired: the session's decode, as a refusal no rank answered reads."""
+    shared = "10.7.1.35:16272"
+    prefill, decode = tmp_path / "prefill.log", tmp_path / "decode.log"
+    at, refusal = "2026-02-27 15:01:51", f"Decode instance could be dead, remote mooncake session {shared} is not alive"
+    prefill.write_text("".join(prefill_failure(at, ROOM, refusal, tp) for tp in (9, 11)))
+    decode.write_text("".join(decode_failure(at, ROOM, TOLD, tp) for tp in (9, 11)))
+    logs = ["--sglang-log", f"prefill={prefill}", "--sglang-log", f"decode={decode}"]
+    [incident] = json.loads(kvtop_here("incidents", "--json", *logs).stdout)["incidents"]
+
+    assert (incident["suspect"]["kind"], incident["kind"]) != ("link", "failing")
+    assert incident["kind"] == "unresponsive"
