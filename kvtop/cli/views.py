@@ -362,7 +362,9 @@ def events(
         typer.Option(help="Lowest level shown: debug, info, warning, error (all but one line per failure are debug)."),
     ] = "info",
     debug: Annotated[bool, typer.Option("--debug", help="Show everything (as --level debug).")] = False,
-    jsonl: Annotated[bool, typer.Option("--jsonl", help="One JSON object per line.")] = False,
+    jsonl: Annotated[
+        bool, typer.Option("--jsonl", "--json", help="One JSON object per line (JSON Lines; --json is the same).")
+    ] = False,
 ) -> None:
     """The event tail as log lines, in time order across agents: what every agent remembers (its snapshot), then,
     with --follow, live: each event half a second after it arrived, in time order with what other agents

@@ -245,6 +245,15 @@ def test_events_show_one_line_per_failure_group_by_default():
     ]
 
 
+def test_events_take_json_as_every_other_view_does_and_print_json_lines():
+    """`events --json` (the word every other view takes) was `No such option: --json`: a script written against
+    `status --json` stopped at the tail. It is `--jsonl`'s other name: a tail is JSON Lines."""
+    as_json, as_jsonl = kvtop_here("events", *LOGS, "--json"), kvtop_here("events", *LOGS, "--jsonl")
+
+    assert (as_json.returncode, as_json.stdout) == (0, as_jsonl.stdout)
+    assert [json.loads(line)["kind"] for line in as_json.stdout.splitlines()][:1] == ["failure"]
+
+
 @pytest.mark.processes
 def test_debug_events_show_every_member_at_debug_with_the_level_the_rank_logged():
     """With --debug the other six ranks of room 104 appear, at level debug, their raw_level still warning."""
