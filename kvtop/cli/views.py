@@ -119,8 +119,9 @@ def check(
     incident_class: Annotated[
         list[str],
         typer.Option(
+            metavar="CLASS=ROOMS",
             help="CLASS=ROOMS: a room threshold of its own for incidents of this class (CLASS=off: never "
-            "CRITICAL, only WARNING), e.g. timeout_bootstrap=5. Repeat for several classes."
+            "CRITICAL, only WARNING), e.g. timeout_bootstrap=5. Repeat for several classes.",
         ),
     ] = [],  # noqa: B006
     max_abort_rate: Annotated[
