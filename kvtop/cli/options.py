@@ -154,6 +154,9 @@ def _log_specs(values: list[str]) -> list[str]:
 def _not_a_file(path: Path) -> str:
     """Why `path` is no log file to read: not there, a folder (a few of the files in it named), or no regular file."""
     if not path.exists():
+        joined = str(path).split(",")
+        if len(joined) > 1 and all(Path(part).is_file() for part in joined):
+            return "does not exist: files joined by a comma? give --sglang-log once per file"
         return "does not exist"
     if not path.is_dir():
         return "is not a regular file (a device or a pipe): give a server's log file"
