@@ -1,9 +1,12 @@
 """Why an endpoint may have answered nothing: ZeroMQ retries a connect in silence, so a call unanswered reads the
-same whether the host name has no address, nothing listens on the port, a firewall drops the packets, or the
-service takes the connection and says nothing (with CURVE: keys it does not serve).
+same whether the host name has no address, nothing listens on the port, a firewall drops the packets, the port is
+another server's (an HTTP one: SGLang's own bootstrap port), or the service takes the connection and says nothing
+(with CURVE: keys it does not serve).
 
-`why_silent` finds out the first three the way ZeroMQ dials (IPv4, as kvtop's sockets do), in a bounded time: a
-name lookup or a connection that hangs is said so, never waited out after the caller's own deadline.
+`why_silent` finds out the first four the way ZeroMQ dials (IPv4, as kvtop's sockets do), in a bounded time: a
+name lookup or a connection that hangs is said so, never waited out after the caller's own deadline. A ZeroMQ
+peer sends its greeting as soon as it takes a connection (ZMTP's signature, first byte 0xFF), so a port that
+sends nothing, or something else, is no ZeroMQ service.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 
 PROBE_S = 0.5
 """How long the look at an endpoint may take, name lookup and connection together."""
@@ -46,6 +50,7 @@ def _host(endpoint: str) -> str:
 
 
 def _look(endpoint: str, timeout_s: float) -> str:
+    deadline = time.monotonic() + timeout_s * _LOOK_SHARE
     if endpoint.startswith("ipc://"):
         path = endpoint.removeprefix("ipc://")
         return "" if os.path.exists(path) else f"no socket at {path}"
@@ -60,13 +65,40 @@ def _look(endpoint: str, timeout_s: float) -> str:
     except (OSError, UnicodeError, ValueError):
         return ""
     try:
-        socket.create_connection((address, int(port)), timeout_s).close()
+        connection = socket.create_connection((address, int(port)), timeout_s)
     except ConnectionRefusedError:
         return f"nothing listens on {host}:{port}: the connection was refused"
     except TimeoutError:
         return f"{host}:{port} took no connection within {timeout_s:g}s: a firewall drops it, or the host is down"
     except OSError as error:
         return f"{host}:{port} takes no connection: {error.strerror or error}"
+    with connection:
+        return _not_zeromq(connection, f"{host}:{port}", deadline - time.monotonic())
+
+
+_LOOK_SHARE = 0.8
+"""The share of the look's time it may spend before waiting for a greeting ends (its caller waits the whole)."""
+_ZMTP_FIRST_BYTE = 0xFF
+
+
+def _not_zeromq(connection: socket.socket, where: str, wait_s: float) -> str:
+    """Nothing ("") when the peer greets as ZeroMQ does (or no time is left to wait for it), else what it did."""
+    if wait_s <= 0:
+        return ""
+    connection.settimeout(wait_s)
+    try:
+        greeting = connection.recv(32)
+    except TimeoutError:
+        return (
+            f"{where} took the connection but sent no ZeroMQ greeting within {wait_s:.1f}s: another server's port, "
+            "not a kvtop service's; SGLang's own bootstrap port is an HTTP one"
+        )
+    except OSError:
+        return ""
+    if not greeting:
+        return f"{where} took the connection and closed it without a ZeroMQ greeting: another server's port"
+    if greeting[0] != _ZMTP_FIRST_BYTE:
+        return f"{where} answers, but not in ZeroMQ (it opened with {greeting[:24]!r}): another server's port"
     return ""
 
 

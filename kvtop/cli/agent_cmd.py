@@ -86,6 +86,7 @@ def agent(
     fault: Annotated[
         list[str],
         typer.Option(
+            metavar="SPEC",
             help="Inject a fault: KIND[:RATE][@PEER] (drop, delay, corrupt, refuse, stall act on a prefill rank; "
             "die on any). Repeatable.",
             show_default=False,

@@ -49,6 +49,7 @@ def bench_transfer(
         list[str],
         typer.Option(
             "--chunk-bytes",
+            metavar="SIZE",
             help="Chunk size to measure (repeatable): 65536, 64KiB, 1MiB; at most 64KiB or a multiple of it "
             "(kvtop sends whole 64 KiB pages, and every leg moves messages of this size).",
         ),

@@ -47,11 +47,12 @@ Rate = Annotated[float, typer.Option(min=0.1, max=1e6, help="Rooms started per s
 Faults = Annotated[
     list[str],
     typer.Option(
+        metavar="SPEC",
         help="Inject faults: [TARGET=]KIND[:RATE][@PEER], e.g. prefill-0/TP1=corrupt:0.1, decode=die:0.01, "
         "drop:0.1@decode-1 or stall:0.05 (every agent that can act on it). TARGET and PEER are a role, an "
         "instance (prefill-0) or a rank (prefill-0/TP1); one that matches no agent exits 2. RATE is per room; "
         "kinds: drop, delay, corrupt, refuse, stall (act on prefill ranks), die (any rank). Repeatable; "
-        "'none' for no faults. Default: corrupt:0.02 on prefill-0/TP0, stall:0.01 on prefill-1 (if there is one)."
+        "'none' for no faults. Default: corrupt:0.02 on prefill-0/TP0, stall:0.01 on prefill-1 (if there is one).",
     ),
 ]
 Duration = Annotated[
@@ -60,8 +61,9 @@ Duration = Annotated[
 LogDir = Annotated[
     str,
     typer.Option(
+        metavar="DIR",
         help="Folder for the agents' SGLang-format logs, one file per instance, and each agent's stderr "
-        "(<instance>-TP<rank>.stderr, tracebacks included) (default: a temporary folder, removed on exit)."
+        "(<instance>-TP<rank>.stderr, tracebacks included) (default: a temporary folder, removed on exit).",
     ),
 ]
 BootstrapTimeout = Annotated[
@@ -121,6 +123,7 @@ Bootstrap = Annotated[
         "--bootstrap",
         "--relay",
         envvar=["KVTOP_BOOTSTRAP", "KVTOP_RELAY"],
+        metavar="ADDR",
         callback=_bootstrap,
         help="Bootstrap address of the cluster, tcp://HOST:PORT (it lists every agent), or a relay's address "
         "(the one `kvtop relay` prints): the view then subscribes once, to the relay, as it does when the "
@@ -131,6 +134,7 @@ Connect = Annotated[
     list[str],
     typer.Option(
         "--connect",
+        metavar="EP",
         callback=_endpoints,
         help="An agent's event endpoint, tcp://HOST:PORT (repeatable), instead of or beside --bootstrap.",
     ),
@@ -150,6 +154,9 @@ def _log_specs(values: list[str]) -> list[str]:
 def _not_a_file(path: Path) -> str:
     """Why `path` is no log file to read: not there, a folder (a few of the files in it named), or no regular file."""
     if not path.exists():
+        joined = str(path).split(",")
+        if len(joined) > 1 and all(Path(part).is_file() for part in joined):
+            return "does not exist: files joined by a comma? give --sglang-log once per file"
         return "does not exist"
     if not path.is_dir():
         return "is not a regular file (a device or a pipe): give a server's log file"
@@ -195,6 +202,7 @@ SGLangLog = Annotated[
     list[str],
     typer.Option(
         "--sglang-log",
+        metavar="FILE",
         callback=_log_specs,
         help="An SGLang server log to read instead of a live cluster (repeatable, one file per instance; "
         "prefill=FILE or decode=FILE says which server wrote it where its lines do not; .gz read too, a damaged "
@@ -207,6 +215,7 @@ ReplayPath = Annotated[
     typer.Option(
         "--replay",
         envvar="KVTOP_REPLAY",
+        metavar="DIR|FILE",
         help="A recording to read instead of a live cluster: the folder `kvtop record --out` wrote (or the "
         "dashboard's ring), or one .kvr segment. Views judge 'now' at --at (default: the recording's end).",
     ),
@@ -217,6 +226,7 @@ At = Annotated[
     str,
     typer.Option(
         "--at",
+        metavar="T",
         help=f"With --replay or --sglang-log: the instant the view shows, as it was then ({TIMES}'5 minutes ago').",
     ),
 ]
@@ -224,11 +234,12 @@ Since = Annotated[
     str,
     typer.Option(
         "--since",
+        metavar="T",
         help="With --replay or --sglang-log: where the view's window starts (status and check: their window; "
         "failures and events: what started from then on).",
     ),
 ]
-Until = Annotated[str, typer.Option("--until", help="With --replay or --sglang-log: the same as --at.")]
+Until = Annotated[str, typer.Option("--until", metavar="T", help="With --replay or --sglang-log: the same as --at.")]
 Wait = Annotated[
     float, typer.Option(min=0.1, max=MAX_WAIT_S, help="Seconds to wait for every agent's snapshot (at most a day).")
 ]

@@ -42,6 +42,7 @@ _Relays = Annotated[
     list[str],
     typer.Option(
         "--relay",
+        metavar="ADDR",
         callback=_endpoints,
         help="An upstream relay's address (repeatable): its agents arrive through it (tiers: rack, then cluster).",
     ),

@@ -119,8 +119,9 @@ def check(
     incident_class: Annotated[
         list[str],
         typer.Option(
+            metavar="CLASS=ROOMS",
             help="CLASS=ROOMS: a room threshold of its own for incidents of this class (CLASS=off: never "
-            "CRITICAL, only WARNING), e.g. timeout_bootstrap=5. Repeat for several classes."
+            "CRITICAL, only WARNING), e.g. timeout_bootstrap=5. Repeat for several classes.",
         ),
     ] = [],  # noqa: B006
     max_abort_rate: Annotated[
@@ -362,7 +363,9 @@ def events(
         typer.Option(help="Lowest level shown: debug, info, warning, error (all but one line per failure are debug)."),
     ] = "info",
     debug: Annotated[bool, typer.Option("--debug", help="Show everything (as --level debug).")] = False,
-    jsonl: Annotated[bool, typer.Option("--jsonl", help="One JSON object per line.")] = False,
+    jsonl: Annotated[
+        bool, typer.Option("--jsonl", "--json", help="One JSON object per line (JSON Lines; --json is the same).")
+    ] = False,
 ) -> None:
     """The event tail as log lines, in time order across agents: what every agent remembers (its snapshot), then,
     with --follow, live: each event half a second after it arrived, in time order with what other agents

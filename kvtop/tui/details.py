@@ -45,7 +45,8 @@ def room_timeline(model: ClusterModel, room: int, now: float, palette: Palette) 
     for ts, label, event in sorted(events, key=lambda item: item[0]):
         style = palette.error if isinstance(event, Failure) else ""
         text.append(f"  +{(ts - start) * 1000:9.1f} ms  ", style=palette.dim)
-        text.append(to_line(label, event).split(" ", 2)[2] + "\n", style=style)
+        line = to_line(label, event, narrow=True).split(" ", 2)[2].replace(f"room={room} ", "", 1)  # its own room
+        text.append(line + "\n", style=style)
     if not events:
         text.append("  (older than the journal: only the summary above is kept)\n", style=palette.dim)
     return text
@@ -74,13 +75,13 @@ def rank_history(model: ClusterModel, label: str, now: float, palette: Palette) 
     buckets = [0.0] * 12
     for ts, nbytes in zip(rows[:, 0].tolist(), rows[:, 1].tolist(), strict=True):
         buckets[min(11, int(12 - (now - ts) / _HISTORY_BUCKET_S))] += nbytes / _HISTORY_BUCKET_S
-    text.append("  " + " ".join(f"{units.rate(per_s):>10}" for per_s in buckets[:6]) + "\n")
-    text.append("  " + " ".join(f"{units.rate(per_s):>10}" for per_s in buckets[6:]) + "\n")
+    for row in range(0, len(buckets), 4):  # four a row: six made 67 columns, past an 80-column terminal's panel
+        text.append("  " + " ".join(f"{units.rate(per_s):>10}" for per_s in buckets[row : row + 4]) + "\n")
     beats = [(e.ts, e) for name, batch in model.journal if name == label for e in batch if isinstance(e, Heartbeat)]
     text.append(f"\nHeartbeats ({len(beats)} in the journal)\n", style="bold")
     for ts, beat in beats[-10:]:
         text.append(f"  {clock(ts)}  cpu {beat.cpu_percent:5.1f}%  rss {units.size(beat.rss_bytes):>8}  ")
-        text.append(f"in flight {beat.inflight_rooms:4}  events dropped {beat.events_dropped}\n")
+        text.append(f"in flight {beat.inflight_rooms:3}  dropped {beat.events_dropped}\n")
     text.append("\nCounters\n", style="bold")
     for name, count in sorted(view.counters.items()):
         text.append(f"  {name:<28}{count:>12,}\n")
@@ -89,6 +90,6 @@ def rank_history(model: ClusterModel, label: str, now: float, palette: Palette) 
     dated = spans_days([failure.ts for failure in mine])
     for failure in mine:
         kind = "origin" if failure.is_origin else f"echo of {failure.origin or 'unknown'}"
-        text.append(f"  {clock(failure.ts, dated)}  room {failure.room}  {failure.reason_class}  ({kind})\n",
+        text.append(f"  {clock(failure.ts, dated)}  room {failure.room}  {failure.reason_class}  {kind}\n",
                     style=palette.error if failure.is_origin else palette.dim)  # fmt: skip
     return text

@@ -247,10 +247,13 @@ def room_line(view: RoomView, frame: Frame, palette: Palette) -> Text:
     return line.text()
 
 
-def event_line(label: str, event: Event, level: str, palette: Palette, dated: bool = True) -> Text:
-    """One event of the tail, styled by the level it shows at (not `dated`: its time of day alone)."""
+def event_line(
+    label: str, event: Event, level: str, palette: Palette, dated: bool = True, narrow: bool = False
+) -> Text:
+    """One event of the tail, styled by the level it shows at (not `dated`: its time of day alone; `narrow`: the
+    level one letter, no kind column)."""
     style = {"error": palette.error, "warning": palette.warning, "debug": palette.dim}.get(level, "")
-    return Text(to_line(label, event, level, dated), style=style)
+    return Text(to_line(label, event, level, dated, narrow), style=style)
 
 
 def clock(ts: float, dated: bool = False) -> str:

@@ -19,6 +19,8 @@ from textual.strip import Strip
 
 from kvtop.views.safe import in_place
 
+_NULL = Style.null()
+
 
 def shown_safely(text: Text) -> Text:
     """`text` with its control characters as `?` (`kvtop.views.safe.in_place`): a peer's label or reason never
@@ -60,10 +62,11 @@ def line_strip(text: Text, console: Console, width: int | None = None) -> Strip:
     return Strip(segments, len(plain) if narrow else None)
 
 
-def _style(style: str | Style, console: Console) -> Style | None:
-    """A span's or a line's style as a `Style` (None for none: a segment without one)."""
+def _style(style: str | Style, console: Console) -> Style:
+    """A span's or a line's style as a `Style`; none is the null style, never None (Textual's monochrome filter,
+    on where `NO_COLOR` is set, reads every segment's style)."""
     if not style:
-        return None
+        return _NULL
     if isinstance(style, str):
-        style = console.get_style(style, default=Style.null())
-    return style or None
+        style = console.get_style(style, default=_NULL)
+    return style

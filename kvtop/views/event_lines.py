@@ -106,11 +106,14 @@ def snapshot_events(events: Sequence[Event]) -> list[Event]:
     return sorted((e for e in events if type(e) is RoomState or type(e) is Failure), key=lambda e: e.ts)
 
 
-def to_line(agent: str, event: Event, level: str = "", dated: bool = True) -> str:
+def to_line(agent: str, event: Event, level: str = "", dated: bool = True, narrow: bool = False) -> str:
     """`2026-11-30 12:01:22.123 decode-0/TP1 ERROR   failure room=... text` (`level`: the shown one, default
-    the raw one; not `dated`: the time of day alone, for a list whose every line is of one day)."""
+    the raw one; not `dated`: the time of day alone, for a list whose every line is of one day; `narrow`: the
+    level one letter and no kind, the text saying it, `12:01:22.123 decode-0/TP1   E room=... checksum: ...`)."""
     level = level or raw_level(event)
     when = _stamp(event.ts) if dated else stamp(event.ts)
+    if narrow:
+        return f"{when} {agent:<14} {level[:1].upper()} {_describe(event)}"
     return f"{when} {agent:<16} {level.upper():<7} {_KIND[type(event)]:<9} {_describe(event)}"
 
 

@@ -56,6 +56,24 @@ def test_help_names_only_options_the_command_takes_and_every_option_has_help(
     assert [p.name for p in command.params if isinstance(p, TyperOption) and not p.hidden and not p.help] == []
 
 
+@pytest.mark.parametrize(("path", "command"), COMMANDS, ids=[" ".join(path) or "kvtop" for path, _ in COMMANDS])
+def test_a_repeatable_option_names_what_one_takes_not_a_python_list(path: tuple[str, ...], command: Command) -> None:
+    """`--sglang-log <list[str]>` read as one list (`--sglang-log a.log,b.log`: `does not exist`) in Python's words:
+    a repeatable option names what one occurrence takes, as the errors do (`--sglang-log FILE`)."""
+    shown = kvtop_here(*path, "--help").stdout
+
+    assert "<list[" not in shown
+
+
+def test_the_source_options_name_what_they_take_as_the_errors_do() -> None:
+    """The error of a view given no source says `--bootstrap ADDR ..., --connect EP, --sglang-log FILE, --replay
+    DIR`; the help said `<str>` and `<list[str]>`."""
+    shown = " ".join(kvtop_here("status", "--help").stdout.split())
+
+    for option in ("--bootstrap, --relay ADDR", "--connect EP", "--sglang-log FILE", "--replay DIR|FILE", "--at T"):
+        assert option in shown
+
+
 def test_the_log_sidecars_help_names_only_its_own_options() -> None:
     """`kvtop agent --sglang-log FILE --help` is the sidecar's help, and names only what the sidecar takes."""
     shown = kvtop_here("agent", "--sglang-log", "x.log", "-h")

@@ -144,6 +144,19 @@ def test_a_folder_of_logs_is_a_usage_error_naming_the_files_in_it(tmp_path: Path
     assert view.stderr.rstrip().endswith(said) and check.stdout.rstrip().endswith(said), (view.stderr, check.stdout)
 
 
+def test_logs_joined_by_a_comma_are_a_usage_error_saying_one_file_per_option():
+    """`--sglang-log prefill.log,decode.log` (the help read `<list[str]>`) said only `does not exist`: it names
+    the files it holds, to give one by one."""
+    joined = f"{FIXTURES / 'prefill.log'},{FIXTURES / 'decode.log'}"
+
+    view = kvtop_here("status", "--sglang-log", joined)
+
+    assert view.returncode == 2
+    assert view.stderr.rstrip().endswith(
+        f"'{joined}' does not exist: files joined by a comma? give --sglang-log once per file"
+    ), view.stderr
+
+
 NOT_A_LOG = "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n"
 """A file given by mistake (here /etc/passwd's shape): no line of an SGLang server log."""
 
@@ -243,6 +256,15 @@ def test_events_show_one_line_per_failure_group_by_default():
         (104, "prefill-0/TP4", "warning", "peer_lost"),
         (105, "decode-0/TP0", "error", "timeout_waiting"),
     ]
+
+
+def test_events_take_json_as_every_other_view_does_and_print_json_lines():
+    """`events --json` (the word every other view takes) was `No such option: --json`: a script written against
+    `status --json` stopped at the tail. It is `--jsonl`'s other name: a tail is JSON Lines."""
+    as_json, as_jsonl = kvtop_here("events", *LOGS, "--json"), kvtop_here("events", *LOGS, "--jsonl")
+
+    assert (as_json.returncode, as_json.stdout) == (0, as_jsonl.stdout)
+    assert [json.loads(line)["kind"] for line in as_json.stdout.splitlines()][:1] == ["failure"]
 
 
 @pytest.mark.processes

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -57,6 +58,21 @@ def test_views_fail_clearly_when_nobody_answers():
         result = kvtop(view, "--bootstrap", "tcp://127.0.0.1:9", "--wait", "0.3")
         assert (view, result.returncode) == (view, 1)
         assert "did not answer" in result.stderr
+
+
+def test_check_at_an_http_port_says_it_is_another_servers_not_a_curve_matter():
+    """SGLang's own bootstrap port (HTTP: silent until asked) given as kvtop's bootstrap: CRITICAL as unreachable,
+    and why, where it said `(if it serves CURVE, pass its --curve-keys)`."""
+    with socket.socket() as http:
+        http.bind(("127.0.0.1", 0))
+        http.listen()  # the kernel takes the connections; the server never speaks first
+        port = http.getsockname()[1]
+        result = kvtop_here("check", "--bootstrap", f"tcp://127.0.0.1:{port}", "--wait", "0.5")
+
+    assert result.returncode == 2
+    assert result.stdout.startswith(f"KVTOP CRITICAL - cluster unreachable at tcp://127.0.0.1:{port}: ")
+    assert f"(127.0.0.1:{port} took the connection but sent no ZeroMQ greeting within " in result.stdout
+    assert "SGLang's own bootstrap port is an HTTP one" in result.stdout and "CURVE" not in result.stdout
 
 
 def test_views_reject_an_address_that_is_not_one():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -132,6 +133,42 @@ def test_a_service_that_takes_the_connection_and_says_nothing_keeps_the_curve_hi
         silent.close(linger=0)
 
     assert str(raised.value).endswith("did not answer within 0.2s (if it serves CURVE, pass its --curve-keys)")
+
+
+@pytest.mark.parametrize(
+    ("greets", "why"),
+    [
+        (b"", "took the connection but sent no ZeroMQ greeting within"),
+        (b"SSH-2.0-OpenSSH_9.6\r\n", "answers, but not in ZeroMQ (it opened with b'SSH-2.0-OpenSSH_9.6"),
+    ],
+    ids=["http-silent", "ssh-banner"],
+)
+def test_a_port_that_speaks_no_zeromq_is_said_so_not_blamed_on_curve_keys(greets: bytes, why: str):
+    """A bootstrap address that is some other server's port (SGLang's own bootstrap port speaks HTTP and says
+    nothing until asked; an SSH server greets first) said `(if it serves CURVE, pass its --curve-keys)`, sending
+    the operator after keys; a ZeroMQ peer greets at once, so the look tells them apart."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        host, port = server.getsockname()
+        taken: list[socket.socket] = []
+
+        def accept() -> None:  # the client's own connections and the look's: each greeted, each held open
+            with contextlib.suppress(OSError):
+                while True:
+                    connection, _ = server.accept()
+                    connection.sendall(greets)
+                    taken.append(connection)
+
+        threading.Thread(target=accept, daemon=True).start()
+        with BootstrapClient(f"tcp://{host}:{port}", timeout_s=0.2) as client, pytest.raises(BootstrapError) as e:
+            client.list_agents()
+        for connection in taken:
+            connection.close()
+
+    said = str(e.value)
+    assert f"did not answer within 0.2s ({host}:{port} {why}" in said
+    assert "CURVE" not in said
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,9 @@ from textual.widgets import Static
 
 from kvtop.tui.strips import shown_safely
 
+WHOLE_WIDTH_BELOW = 100
+"""Columns under which the panel takes the whole width (90 % of 80 left a rank's heartbeat row two lines)."""
+
 
 class DetailScreen(ModalScreen[None]):
     """Escape (or q) closes it; the text scrolls."""
@@ -24,3 +27,12 @@ class DetailScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="detail"):
             yield Static(shown_safely(self.body))
+
+    def on_mount(self) -> None:
+        self._fit()
+
+    def on_resize(self) -> None:
+        self._fit()
+
+    def _fit(self) -> None:
+        self.query_one("#detail").styles.width = "100%" if self.size.width < WHOLE_WIDTH_BELOW else "90%"

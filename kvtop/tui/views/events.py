@@ -1,5 +1,6 @@
 """The live event tail: every agent's events as log lines, debug (echoes, room traffic) hidden by default (`l`); the
-date is left out while every line and the frame's now fall on one day."""
+date is left out while every line and the frame's now fall on one day, and under 100 columns a line's level is one
+letter and its kind column leaves (the text says the kind)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,10 @@ from kvtop.tui.widgets.line import Line
 from kvtop.tui.widgets.row_list import RowList
 from kvtop.views.event_lines import to_line
 from kvtop.views.times import spans_days
+
+NARROW_BELOW = 100
+"""Columns under which a line's level is one letter and its kind column leaves: at 80 the columns left a failure 8
+cells of its text (`room=... timeo…`), its class cut."""
 
 
 class EventsView(Vertical):
@@ -40,16 +45,17 @@ class EventsView(Vertical):
         following = tail.count == 0 or tail.cursor >= tail.count - 1
         ends = (row(events, 0), row(events, len(events) - 1)) if events else ()
         dated = spans_days([frame.now, *(shown[1].ts for shown in ends if shown is not None)])  # else 11 columns more
+        narrow = 0 < tail.size.width < NARROW_BELOW
 
         def line(index: int) -> Text | None:
             shown = row(events, index)
-            return None if shown is None else event_line(*shown, palette, dated)
+            return None if shown is None else event_line(*shown, palette, dated, narrow)
 
         def key(index: int) -> Hashable:
             """What the row shows (its text and level, in the palette): a frame whose visible rows show what
             they showed repaints nothing (events come as copies from the model process: no identity to keep)."""
             shown = row(events, index)
-            return None if shown is None else (to_line(*shown, dated=dated), shown[2], palette)
+            return None if shown is None else (to_line(*shown, dated=dated, narrow=narrow), shown[2], palette)
 
         tail.set_rows(len(events), line, key)
         if following:

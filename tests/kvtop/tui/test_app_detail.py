@@ -90,3 +90,32 @@ def test_opening_the_detail_pane_fits_the_failures_list_to_its_new_width(app: Kv
     assert width < SIZE[0] - 40
     assert virtual <= width
     assert seen["scrollbar"] is False
+
+
+def test_at_80_columns_a_ranks_and_a_rooms_panel_fit_their_rows(app: KvtopApp):
+    """At 80x24 a rank's throughput row ended on a lone `MB/s` line, each heartbeat and each failure took two
+    lines, and a room's every state change and transfer two: those rows fit (prose, a reason, may wrap), each
+    still saying what it said."""
+    seen: dict[str, tuple[int, list[str]]] = {}
+
+    async def scenario(pilot):
+        for name, keys in (("rank", ("enter",)), ("room", ("r", "enter"))):
+            await pilot.press(*keys)
+            await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), f"the {name} panel")
+            await pilot.pause()
+            width = app.screen.query_one("#detail Static").content_region.width
+            seen[name] = (width, app.screen.body.plain.splitlines())
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: not isinstance(app.screen, DetailScreen), "escape closes it")
+
+    drive(app, scenario, size=(80, 24))
+
+    width, rank = seen["rank"]
+    rows = rank[rank.index("Throughput per 10 s (newest last)") :]
+    assert [row for row in rows if len(row) > width] == []
+    assert any(" cpu " in row and " in flight " in row and " dropped " in row for row in rows)
+    assert any("echo of " in row for row in rows)
+    width, room = seen["room"]
+    traffic = [row for row in room if " ms  " in row and ("->" in row or " B in " in row or " B" in row)]
+    assert traffic and [row for row in traffic if len(row) > width] == []
+    assert all("room=" not in row for row in traffic)  # the panel's own room, said once at its top

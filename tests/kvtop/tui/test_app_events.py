@@ -239,3 +239,27 @@ def test_the_events_view_leaves_the_date_out_while_every_line_is_of_one_day(app:
 
     assert seen["one day"] and all(re.match(r"\d\d:\d\d:\d\d\.\d{3} ", row) for row in seen["one day"])
     assert seen["two days"] and all(re.match(r"\d{4}-\d\d-\d\d \d\d:", row) for row in seen["two days"])
+
+
+def test_at_80_columns_a_failure_line_keeps_its_class(app: KvtopApp, source: FixtureSource):
+    """At 80 columns the time, rank, level and kind columns left a failure line 8 cells of its text: `room=...
+    timeo…`, the class cut. Under 100 columns the level is one letter and the kind leaves (the text says it), so
+    the room and its class show; wide, the line is the line views' own."""
+    failures = [(label, e) for label, e in journal_events(source) if isinstance(e, Failure) and e.origin == e.rank]
+    seen: dict[int, list[str]] = {}
+
+    async def scenario(pilot):
+        await pilot.press("e", "l", "l", "l")  # error and above: the failure groups' lines
+        await next_frame(pilot)
+        tail = pilot.app.query_one("#events-list", RowList)
+        seen[pilot.app.size.width] = [row for row in lines(tail) if row.strip()]
+
+    drive(app, scenario, size=(80, 24))
+    wide = make_app(source)
+    drive(wide, scenario, size=(140, 40))
+
+    classes = {e.reason_class for _, e in failures}
+    narrow_rows, wide_rows = seen[80], seen[140]
+    assert narrow_rows and all(re.search(r" E room=\d+ (\w+):", row) for row in narrow_rows), narrow_rows
+    assert {re.search(r" E room=\d+ (\w+):", row).group(1) for row in narrow_rows} <= classes  # type: ignore[union-attr]
+    assert all(" ERROR   failure   room=" in row for row in wide_rows), wide_rows

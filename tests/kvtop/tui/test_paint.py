@@ -34,8 +34,9 @@ CONSOLE = Console(width=200, color_system="truecolor", force_terminal=True)
 
 
 def cells(strip: Strip) -> list[tuple[str, Style | None]]:
-    """Each cell's character and style (how the terminal will show it, whatever the segments' cuts)."""
-    return [(char, segment.style) for segment in strip for char in segment.text]
+    """Each cell's character and style (how the terminal will show it, whatever the segments' cuts; the null style
+    and none show alike)."""
+    return [(char, segment.style or None) for segment in strip for char in segment.text]
 
 
 def rich_cells(text: Text) -> list[tuple[str, Style | None]]:
@@ -58,6 +59,13 @@ def appended() -> Text:
 def test_a_line_becomes_the_cells_rich_would_draw():
     text = appended()
     assert cells(line_strip(text, CONSOLE)) == rich_cells(text)
+
+
+def test_every_segment_has_a_style_plain_ones_the_null_style():
+    """Textual's monochrome filter (on where `NO_COLOR` is set) reads every segment's style: None killed the
+    dashboard."""
+    for text in (appended(), Text("plain"), Text("abcdef", spans=[Span(0, 4, RED), Span(2, 6, BOLD)])):
+        assert all(isinstance(segment.style, Style) for segment in line_strip(text, CONSOLE))
 
 
 def test_a_lines_own_style_applies_where_no_span_is():

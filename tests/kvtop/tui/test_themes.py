@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from kvtop_cli import kvtop_here
 from textual.color import Color, ColorParseError
-from tui_support import drive, lines, make_app, wait_until
+from tui_support import drive, lines, make_app, next_frame, text, wait_until
 
 import kvtop.tui
 from kvtop.tui.themes import DEFAULT_THEME, load_themes
@@ -101,6 +101,29 @@ def test_the_dashboard_shows_a_broken_theme_file_as_a_warning(config_home: Path)
     assert len(seen["toasts"]) == 1
     assert f"theme{path}:Unterminatedstring" in seen["toasts"][0]
     assert seen["theme"] == "kvtop-dark"
+
+
+def test_no_color_draws_every_view_in_monochrome(monkeypatch: pytest.MonkeyPatch):
+    """`NO_COLOR` set (Textual then draws through its monochrome filter): every view, the failures tree opened, a
+    rank's panel and the help draw at 80x24, and the app runs on (its filter met lines whose plain spans had no
+    style at all, and the dashboard died on its first frame)."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = make_app()
+    seen = {}
+
+    async def scenario(pilot):
+        seen["monochrome"] = [type(found).__name__ for found in app._filters]
+        for key in ("r", "f", "enter", "e", "o", "enter", "escape", "question_mark", "escape"):
+            await pilot.press(key)
+            await next_frame(pilot)
+        seen["running"] = app.is_running
+        seen["ranks"] = text(app, "#ranks-list")
+
+    drive(app, scenario, size=(80, 24))
+
+    assert "Monochrome" in seen["monochrome"]
+    assert seen["running"]
+    assert "prefill-0/TP0" in seen["ranks"]
 
 
 def declarations(css: str) -> list[tuple[str, str]]:
