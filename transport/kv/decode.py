@@ -1,11 +1,13 @@
 """The decode side of the engine: resolve prefill ranks, request KV, land chunks in the pool.
 
 One DEALER socket per prefill rank this decode rank talks to. Chunk payloads
-are received straight into the destination pages (`recv_into`) whenever the
-pages are consecutive whole rows; otherwise through one scratch buffer. Every
-landed chunk is verified (each page against the digest its writer sealed it
-with, or the whole chunk against the sender's checksum) and acknowledged, which
-returns its bytes of credit.
+land in the destination pages directly whenever the pages are consecutive whole
+rows (sealed pages copied and hashed a block at a time, others received in
+place with `recv_into`); otherwise through one scratch buffer. A chunk of sealed
+pages into a room whose pages are one run takes a short path (`_land_run`).
+Every landed chunk is verified (each page against the digest its writer sealed
+it with, or the whole chunk against the sender's checksum) and acknowledged,
+which returns its bytes of credit.
 """
 
 from __future__ import annotations
