@@ -305,7 +305,7 @@ def test_decode_drops_chunk_headers_that_do_not_fit_the_room_and_keeps_the_room(
     assert np.array_equal(payload.reshape(4, PAGE_BYTES), decode.pool.data[:4])
 
 
-@pytest.mark.parametrize("pages", [2, 128], ids=["received-in-place", "landed-a-block-at-a-time"])
+@pytest.mark.parametrize("pages", [1, 2, 128], ids=["one-page", "received-in-place", "landed-a-block-at-a-time"])
 def test_decode_counts_a_frame_beyond_a_chunks_payload_and_lands_the_chunk(
     bootstrap, make_manager, zmq_context, wait_for, pages
 ):
