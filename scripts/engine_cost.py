@@ -3,12 +3,14 @@
 `scripts/chunk_path.py` drives the sides' chunk functions directly; this script runs the legs of
 `kvtop bench transfer` as they are (a prefill process and a decode rank, both engine threads, ZeroMQ's I/O
 threads, the bench's schedulers; the least work with end-to-end page checksums, `run_floor(..., "page")`),
-alternated, and splits each leg's CPU by process and thread: thread CPU us per 1 MiB chunk (user and all) and
-voluntary context switches per chunk (each one a wake-up: the thread slept, in a poll or a blocking receive).
-Figures are medians over the rounds. The CPU clock ticks at 10 ms: a 2 GiB run resolves ~5 us a chunk.
+alternated, and splits each leg's CPU by process and thread: thread CPU us per chunk (1 MiB unless
+`--chunk-bytes`; user and all) and voluntary context switches per chunk (each one a wake-up: the thread slept, in
+a poll or a blocking receive). Figures are medians over the rounds. The CPU clock ticks at 10 ms: a 2 GiB run
+resolves ~5 us a 1 MiB chunk.
 
     .venv/bin/python scripts/engine_cost.py               # 5 rounds of 32 rooms of 64 MiB
     .venv/bin/python scripts/engine_cost.py --rounds 3 --rooms 48
+    .venv/bin/python scripts/engine_cost.py --chunk-bytes 65536   # 64 KiB chunks (of 64 KiB pages)
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from kvtop.bench.cpu import CpuMeter, Leg, thread_group, thread_times
 from transport.kv.memory import keep_receive_buffers
 from transport.sockets import data_frame_bound
 
-CHUNK = 1 << 20
 ROOM = 64 << 20
 Sample = tuple[str, float, float, int]
 """A thread's (group, CPU seconds, user seconds, voluntary context switches) so far."""
@@ -64,15 +65,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5, help="alternated rounds; figures are medians")
     parser.add_argument("--rooms", type=int, default=32, help="rooms of 64 MiB per run (the first warms up)")
+    parser.add_argument("--chunk-bytes", type=int, default=1 << 20, help="bytes a chunk (a power of two)")
     args = parser.parse_args()
+    chunk = args.chunk_bytes
+    transfer.check_sizes(chunk, ROOM)
     transfer.CpuMeter = baselines.CpuMeter = _Meter  # type: ignore[attr-defined]  # the legs' timed windows
     total = ROOM * args.rooms
-    window = transfer._config(CHUNK, True).window_bytes
-    keep_receive_buffers(data_frame_bound(CHUNK, baselines.page_bytes(CHUNK)), window)
-    pool = transfer.pool_bytes(CHUNK, ROOM)
+    window = transfer._config(chunk, True).window_bytes
+    keep_receive_buffers(data_frame_bound(chunk, baselines.page_bytes(chunk)), window)
+    pool = transfer.pool_bytes(chunk, ROOM)
     legs: dict[str, Callable[[], Leg]] = {
-        "kvtop": lambda: transfer.run_kvtop(CHUNK, ROOM, args.rooms),
-        "least work": lambda: baselines.run_floor(CHUNK, total, window, pool, "page"),
+        "kvtop": lambda: transfer.run_kvtop(chunk, ROOM, args.rooms),
+        "least work": lambda: baselines.run_floor(chunk, total, window, pool, "page"),
     }
     runs: dict[str, list[dict[str, tuple[float, float, int]]]] = {name: [] for name in legs}
     gbps: dict[str, list[float]] = {name: [] for name in legs}
@@ -80,8 +84,8 @@ def main() -> int:
         for name, leg in legs.items():
             gbps[name].append(total / leg().seconds / 1e9)
             runs[name].append(_Meter.last)
-    chunks = total / CHUNK
-    print(f"thread CPU us per {CHUNK >> 20} MiB chunk (user), wake-ups per chunk; medians of {args.rounds} rounds:")
+    chunks = total / chunk
+    print(f"thread CPU us per {chunk >> 10} KiB chunk (user), wake-ups per chunk; medians of {args.rounds} rounds:")
     for name, samples in runs.items():
         print(f"  {name}: {statistics.median(gbps[name]):.2f} GB/s")
         for thread in sorted({thread for sample in samples for thread in sample}):

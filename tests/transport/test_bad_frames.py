@@ -305,7 +305,7 @@ def test_decode_drops_chunk_headers_that_do_not_fit_the_room_and_keeps_the_room(
     assert np.array_equal(payload.reshape(4, PAGE_BYTES), decode.pool.data[:4])
 
 
-@pytest.mark.parametrize("pages", [2, 128], ids=["received-in-place", "landed-a-block-at-a-time"])
+@pytest.mark.parametrize("pages", [1, 2, 128], ids=["one-page", "received-in-place", "landed-a-block-at-a-time"])
 def test_decode_counts_a_frame_beyond_a_chunks_payload_and_lands_the_chunk(
     bootstrap, make_manager, zmq_context, wait_for, pages
 ):
@@ -330,3 +330,48 @@ def test_decode_counts_a_frame_beyond_a_chunks_payload_and_lands_the_chunk(
     assert decode.counters()["chunks_landed"] == 1
     assert decode.counters()["checksum_failures"] == 0
     assert np.array_equal(payload, decode.pool.data[:pages])
+
+
+def _sealed(room: int, pages: int, seed: int) -> tuple[Chunk, np.ndarray]:
+    """One chunk of `pages` sealed pages (page digests, no chunk checksum) and its payload."""
+    payload = np.random.default_rng(seed).integers(0, 256, size=(pages, PAGE_BYTES), dtype=np.uint8)
+    digests = b"".join(xxhash.xxh3_64_digest(row.data) for row in payload)
+    return Chunk(room, 0, True, 0, [pages], payload.nbytes, None, digests), payload
+
+
+@pytest.mark.parametrize("pool_pages", ["one-run", "two-runs"])
+@pytest.mark.parametrize(
+    ("sent_pages", "counter"),
+    [(None, "rejected_truncated"), (3, "rejected_truncated"), (5, "rejected_oversize")],
+    ids=["header-alone", "payload-short", "payload-long"],
+)
+def test_decode_fails_a_room_whose_sealed_chunk_has_no_payload_or_one_of_another_size_and_reads_on(
+    bootstrap, make_manager, zmq_context, wait_for, pool_pages, sent_pages, counter
+):
+    """A chunk of sealed pages that ends at its header, or whose payload is not its pages' size, fails its room
+    (layout mismatch, counted) whether the room's pages are one run (the short landing path) or not; the next
+    message is read as a message of its own, not taken for a payload, and its room lands verified."""
+    decode = make_manager(Role.DECODE, "decode-0", config=TransferConfig(peer_timeout_s=30.0))
+    fake = FakePrefill(zmq_context, bootstrap.endpoint)
+    pages = [10, 11, 12, 13] if pool_pages == "one-run" else [10, 11, 30, 31]
+    broken = decode.receiver(85, "fake-prefill")
+    broken.init(np.asarray(pages, dtype=np.uint32))
+    fake.greet()
+    good = decode.receiver(86, "fake-prefill")
+    good.init(np.asarray([p + 40 for p in pages], dtype=np.uint32))
+    assert fake.expect(TransferRequest).room == 86
+
+    header, _ = _sealed(85, 4, 85)
+    frames = [] if sent_pages is None else [bytes(sent_pages * PAGE_BYTES)]
+    fake.send(encode(header), *frames)
+    good_header, good_payload = _sealed(86, 4, 86)
+    fake.send(encode(good_header), good_payload.tobytes())
+    fake.send(encode(Status(86, int(KVPoll.Success), 0)))
+
+    wait_for(lambda: broken.poll() is KVPoll.Failed, what="the room of the chunk that does not fit fails")
+    assert broken.failure is not None and "mismatched KV layouts" in str(broken.failure)
+    assert decode.counters()[counter] == 1
+    wait_for(lambda: good.poll() is KVPoll.Success, what="the next chunk lands in its own room")
+    assert np.array_equal(good_payload, decode.pool.data[[p + 40 for p in pages]])
+    assert decode.counters()["chunks_landed"] == 1
+    assert decode.counters()["checksum_failures"] == 0

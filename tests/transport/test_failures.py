@@ -166,13 +166,17 @@ def test_delayed_chunks_all_arrive(make_manager, wait_for):
 
 
 @pytest.mark.parametrize("sealed", [True, False], ids=["page-checksums", "chunk-checksums"])
-@pytest.mark.parametrize("num_pages", [16, 2], ids=["middle-of-eight-chunks", "only-chunk"])
-def test_corrupted_chunk_fails_on_decode_as_origin_and_echoes_to_prefill(make_manager, wait_for, num_pages, sealed):
+@pytest.mark.parametrize("num_pages", [16, 2], ids=["sixteen-pages", "two-pages"])
+@pytest.mark.parametrize("chunk_pages", [2, 1], ids=["two-page-chunks", "one-page-chunks"])
+def test_corrupted_chunk_fails_on_decode_as_origin_and_echoes_to_prefill(
+    make_manager, wait_for, num_pages, sealed, chunk_pages
+):
     """A chunk altered on its way is caught by the receiver, which is the origin of the failure and names the
     sender: against the digests the pages were sealed with when written, or the sender's chunk checksum."""
     corrupt = FaultInjector((FaultSpec.parse("corrupt"),))
-    prefill = make_manager(Role.PREFILL, "prefill-0", config=short(), faults=corrupt)
-    decode = make_manager(Role.DECODE, "decode-0", config=short())
+    config = TransferConfig(chunk_bytes=chunk_pages * PAGE_BYTES, window_bytes=8 * PAGE_BYTES)
+    prefill = make_manager(Role.PREFILL, "prefill-0", config=config, faults=corrupt)
+    decode = make_manager(Role.DECODE, "decode-0", config=config)
     pages = np.arange(num_pages, dtype=np.uint32)
     prefill.pool.fill_pattern(pages, seed=44)
     if not sealed:
@@ -188,7 +192,8 @@ def test_corrupted_chunk_fails_on_decode_as_origin_and_echoes_to_prefill(make_ma
     assert receiver.reason_class == "checksum"
     assert decode.info.label == receiver.failure.origin
     assert "failed its checksum" in receiver.failure.failure_reason
-    corrupted_page = 9 if num_pages == 16 else 1  # the corrupt fault flips the middle byte of the middle chunk
+    middle = num_pages // chunk_pages // 2  # the corrupt fault flips the middle byte of the middle chunk
+    corrupted_page = middle * chunk_pages + chunk_pages // 2
     assert (f"(page {corrupted_page}: expected " in receiver.failure.failure_reason) is sealed
     assert prefill.info.label == receiver.failure.suspect, "the incident names the sender"
     assert decode.counters()["checksum_failures"] == 1

@@ -1,11 +1,13 @@
 """The decode side of the engine: resolve prefill ranks, request KV, land chunks in the pool.
 
 One DEALER socket per prefill rank this decode rank talks to. Chunk payloads
-are received straight into the destination pages (`recv_into`) whenever the
-pages are consecutive whole rows; otherwise through one scratch buffer. Every
-landed chunk is verified (each page against the digest its writer sealed it
-with, or the whole chunk against the sender's checksum) and acknowledged, which
-returns its bytes of credit.
+land in the destination pages directly whenever the pages are consecutive whole
+rows (sealed pages copied and hashed a block at a time, others received in
+place with `recv_into`); otherwise through one scratch buffer. A chunk of sealed
+pages into a room whose pages are one run takes a short path (`_land_run`).
+Every landed chunk is verified (each page against the digest its writer sealed
+it with, or the whole chunk against the sender's checksum) and acknowledged,
+which returns its bytes of credit.
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ class DecodeSide:
         self._link_decoder: FrameDecoder[LinkMessage] = FrameDecoder(LinkMessage)
         self._ack_bytes = ctx.config.window_bytes // 4
         """Unacknowledged bytes on a link that send an ack (see `_credit`)."""
+        self._pool_bytes = ctx.pool.rows(0, ctx.pool.num_pages)
 
     # --- scheduler commands ---------------------------------------------------------
 
@@ -120,6 +123,7 @@ class DecodeSide:
     def init(self, record: ReceiverRoom, pages: PageIndices, now: float) -> None:
         record.dst_pages = pages
         record.dst_breaks = run_breaks(pages)
+        record.lanes.clear()
         self._advance(record, now)
 
     def abort(self, record: ReceiverRoom, now: float) -> None:
@@ -150,24 +154,25 @@ class DecodeSide:
         landed_chunks = landed_bytes = 0
         for _ in range(_BATCH):
             try:
-                header = recv(_NOBLOCK)
+                header = recv(_NOBLOCK, copy=False)  # a frame tells whether more follow: no RCVMORE question
             except zmq.Again:
                 break  # tried, not asked: one exception a batch costs less than a ZMQ_EVENTS question a message
             try:
-                message = decode(header)
+                message = decode(header.buffer)
             except FrameRejected as rejected:
                 self._ctx.counters.reject(rejected.reason)
                 drain_message(sock)
                 continue
             link.last_seen = now
             if type(message) is Chunk:
-                record = self._land(link, message, now)
+                record = self._land(link, message, header.more, now)
                 if record is not None:
                     landed[record.room] = record
                     landed_chunks += 1
                     landed_bytes += message.nbytes
                 continue
-            if drain_message(sock):
+            if header.more:
+                drain_message(sock)
                 self._ctx.counters.reject("unexpected")
             if landed:
                 self._settle(landed, landed_chunks, landed_bytes, now)
@@ -355,10 +360,87 @@ class DecodeSide:
         reason = reasons.prefill_failed(status.suspect, status.origin_class)
         self._ctx.fail_agreement(record, reason, status.origin or link.info.label)
 
-    def _land(self, link: PrefillLink, chunk: Chunk, now: float) -> ReceiverRoom | None:
-        """Receive a chunk's payload frames into the room's pages and verify them; the room when it landed
-        whole and verified (its counters, progress and completion are the caller's, once per batch)."""
+    def _land(self, link: PrefillLink, chunk: Chunk, more: bool, now: float) -> ReceiverRoom | None:
+        """Receive a chunk's payload frames into the room's pages and verify them (`more`: frames follow the
+        header); the room when it landed whole and verified (its counters, progress and completion are the
+        caller's, once per batch).
+
+        A chunk of sealed pages that is one frame of whole rows into a room whose pages are one run (what a
+        rank sends by default) lands on the short path, `_land_run`: the same checks and outcomes, in fewer
+        steps (each runs cache-cold after the last chunk's megabyte of copying and hashing)."""
         record = self.rooms.get(chunk.room)
+        if record is not None:
+            lane = record.lanes.get(link.info.rank)
+            if lane is None:
+                lane = self._lane(record, link.info.rank)
+            if lane and len(chunk.frame_pages) == 1 and not record.state.is_terminal:
+                return self._land_run(link, record, chunk, lane, more, now)
+        return self._land_any(link, record, chunk, more, now)
+
+    def _lane(self, record: ReceiverRoom, rank: int) -> tuple[int, ...]:
+        """`record.lanes[rank]`, worked out (and kept once the room's pages and pairing are known)."""
+        pairing = record.pairing_from(rank)
+        pages = record.dst_pages
+        if pairing is None or pages is None:
+            return ()
+        page_bytes = self._ctx.pool.page_bytes
+        one_run = pairing.dst_offset == 0 and pairing.nbytes == page_bytes and not record.dst_breaks and len(pages)
+        lane = (pages.item(0) * page_bytes, page_bytes, len(pages)) if one_run else ()
+        record.lanes[rank] = lane
+        return lane
+
+    def _land_run(
+        self, link: PrefillLink, record: ReceiverRoom, chunk: Chunk, lane: tuple[int, ...], more: bool, now: float
+    ) -> ReceiverRoom | None:
+        """`_land` for a chunk of one frame into a lane (`ReceiverRoom.lanes`); a header that is not one of
+        sealed pages inside the lane, or that ends before its payload, goes the whole way (`_land_any`)."""
+        offset, width, room_pages = lane
+        start = chunk.page_start
+        pages = chunk.frame_pages[0]
+        nbytes = pages * width
+        digests = chunk.page_digests
+        sock = link.socket
+        if (
+            start < 0
+            or pages <= 0
+            or start + pages > room_pages
+            or chunk.nbytes != nbytes
+            or len(digests) != 8 * pages
+            or not more
+        ):
+            return self._land_any(link, record, chunk, more, now)
+        frame = sock.recv(copy=False)
+        if len(frame) != nbytes:
+            self._failed_landing(link, record, chunk, self._wrong_size(sock, len(frame), nbytes), now)
+            return None
+        first = offset + start * width
+        target = self._pool_bytes[first : first + nbytes]
+        if pages == 1:  # one page, copied then hashed while in the cache: no blocks to walk (1.3 us less at 64 KiB)
+            target[:] = frame.buffer
+            actual = xxh3_64_digest(target)
+        else:
+            actual = land_digested(frame.buffer, target, width)
+        if frame.more:
+            drain_message(sock)
+            self._ctx.counters.reject("unexpected")
+        return self._landed(link, record, chunk, None, actual, now)
+
+    def _wrong_size(self, sock: zmq.Socket[bytes], received: int, expected: int) -> str:
+        """A payload frame of the wrong size: the rest of its message dropped, counted; what went wrong."""
+        drain_message(sock)
+        self._ctx.counters.reject("oversize" if received > expected else "truncated")
+        return f"frame of {received} B for {expected} B"
+
+    def _failed_landing(self, link: PrefillLink, record: ReceiverRoom, chunk: Chunk, problem: str, now: float) -> None:
+        """A chunk whose frames do not fit the room's pages: the room fails (its credit still returns)."""
+        self._fail(record, reasons.layout_mismatch(record.room, problem), now)
+        self._credit(link, chunk)
+
+    def _land_any(
+        self, link: PrefillLink, record: ReceiverRoom | None, chunk: Chunk, more: bool, now: float
+    ) -> ReceiverRoom | None:
+        """`_land` for any chunk: frames of column slices, pages in several runs, per-chunk checksums or none, and
+        every header that does not describe this link's pages."""
         pairing = record.pairing_from(link.info.rank) if record is not None else None
         sock = link.socket
         pages = _described_pages(chunk, pairing)
@@ -380,14 +462,27 @@ class DecodeSide:
             self._credit(link, chunk)
             return None
         hasher = xxhash.xxh3_64() if chunk.checksum is not None and not digests else None
-        problem, actual, more = self._receive_payloads(sock, record, pairing, chunk, hasher)
+        problem, actual, more = self._receive_payloads(sock, record, pairing, chunk, hasher, more)
         if problem:
-            self._fail(record, reasons.layout_mismatch(record.room, problem), now)
-            self._credit(link, chunk)
+            self._failed_landing(link, record, chunk, problem, now)
             return None
         if more:
             drain_message(sock)
             self._ctx.counters.reject("unexpected")
+        return self._landed(link, record, chunk, hasher, actual, now)
+
+    def _landed(
+        self,
+        link: PrefillLink,
+        record: ReceiverRoom,
+        chunk: Chunk,
+        hasher: xxhash.xxh3_64 | None,
+        actual: bytes,
+        now: float,
+    ) -> ReceiverRoom | None:
+        """A chunk's payload is in the room's pages: verify it (`actual`: the landed pages' digests, or b'' with
+        `hasher`), return its credit and count its bytes; the room, or None when the chunk failed it."""
+        digests = chunk.page_digests
         if chunk.index == 1 or chunk.last:  # the only fault a decode rank acts on: die while landing the room
             self._ctx.inject_die(self._ctx.faults.pick(record.room, link.info.label))
         if not digests or actual != digests:
@@ -430,10 +525,11 @@ class DecodeSide:
         pairing: Pairing,
         chunk: Chunk,
         hasher: xxhash.xxh3_64 | None,
+        more: bool,
     ) -> tuple[str, bytes, bool]:
-        """Receive each payload frame into its pages, hashing the frame (`hasher`) or, when the chunk carries
-        `page_digests`, each page; (what went wrong (counted) or '', the landed pages' digests or b'', whether
-        the message has frames beyond them).
+        """Receive each payload frame into its pages (`more`: frames follow the header), hashing the frame
+        (`hasher`) or, when the chunk carries `page_digests`, each page; (what went wrong (counted) or '', the
+        landed pages' digests or b'', whether the message has frames beyond them).
 
         Consecutive whole rows are received in place (a frame of more than a block, with page digests, is
         copied and hashed a block at a time: `land_digested`); anything else through a scratch buffer.
@@ -447,7 +543,6 @@ class DecodeSide:
         breaks = record.dst_breaks
         digests: list[bytes] = []
         position = chunk.page_start
-        more = sock.getsockopt(_RCVMORE)  # the header's; a frame received whole (`recv(copy=False)`) tells its own
         for count in chunk.frame_pages:
             if not more:
                 self._ctx.counters.reject("truncated")
@@ -466,11 +561,9 @@ class DecodeSide:
                 received = len(frame)
             else:
                 received = sock.recv_into(target)
-                more = sock.getsockopt(_RCVMORE)
+                more = bool(sock.getsockopt(_RCVMORE))
             if received != len(target):
-                drain_message(sock)
-                self._ctx.counters.reject("oversize" if received > len(target) else "truncated")
-                return f"frame of {received} B for {len(target)} B", b"", False
+                return self._wrong_size(sock, received, len(target)), b"", False
             if frame is not None:
                 digests.append(land_digested(frame, target, width))
             elif by_page:
@@ -481,7 +574,7 @@ class DecodeSide:
                 rows = dst_pages[position : position + count]
                 pool.data[rows, pairing.dst_offset : pairing.dst_offset + width] = scratch.reshape(count, width)
             position += count
-        return "", b"".join(digests), bool(more)
+        return "", b"".join(digests), more
 
     def _credit(self, link: PrefillLink, chunk: Chunk) -> None:
         """Owe the prefill rank this chunk's bytes (landed or not, the credit returns).

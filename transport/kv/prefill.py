@@ -183,12 +183,13 @@ class PrefillSide:
                 identity = recv(_LAST)
             except zmq.Again:
                 return
-            frame = recv(_LAST)  # a ROUTER's message is its peer's routing id and at least one frame
-            if drain_message(sock):
+            frame = recv(_LAST, copy=False)  # a ROUTER's message is its peer's routing id and at least one frame
+            if frame.more:  # said by the frame itself: no RCVMORE question
+                drain_message(sock)
                 self._ctx.counters.reject("unexpected")
                 continue
             try:
-                message = decode(frame)
+                message = decode(frame.buffer)
             except FrameRejected as rejected:
                 self._ctx.counters.reject(rejected.reason)
                 continue

@@ -130,6 +130,9 @@ class ReceiverRoom(RoomRecord):
     abort_acks: set[int] = field(default_factory=set)
     abort: Abort | None = None
     """The ABORT its prefill ranks are told once their link is up (the room failed before its handshake)."""
+    lanes: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    """Per prefill rank whose chunks land as whole rows in one run of pages: (the pool byte offset of the room's
+    first page, page bytes, pages), worked out at its first chunk (`DecodeSide._lane`); () where they do not."""
 
     @property
     def peer(self) -> str:
