@@ -16,7 +16,7 @@ import pytest
 
 from transport import BootstrapClient, BootstrapServer, KVPoll
 from transport.errors import FrameRejected
-from transport.plane.events import EVENT_SCHEMA, EventBatch, Failure, RoomState, Snapshot, TransferDone
+from transport.plane.events import EVENT_SCHEMA, EventBatch, Failure, Heartbeat, RoomState, Snapshot, TransferDone
 from transport.plane.publisher import EventPublisher
 from transport.plane.relay import Relay
 from transport.plane.salvage import salvage_batch
@@ -156,3 +156,29 @@ def test_a_bad_record_a_snapshot_holds_again_after_each_gap_is_counted_once(make
     assert subscriber.counters["records_rejected"] == 1
     [(count, latest)] = subscriber.records_refused.values()
     assert count == 1 and latest.startswith("batch ") and latest.endswith(NEGATIVE)
+
+
+def test_a_relay_learns_a_snapshot_socket_from_a_heartbeat_beside_a_bad_record(make_publisher, subscribe, wait_for):
+    """A relay given an agent by its event endpoint learns where to ask its snapshot from its heartbeats: one in a
+    batch whose other record fails its schema still teaches it, and a view behind the relay gets the snapshot."""
+    publisher = make_publisher(batch_interval_s=0.2)
+    heartbeat = Heartbeat(time.time(), {}, 0, 0, 0.0, 0, 0.0, publisher.snapshot_endpoint)
+    relay = Relay(connect=[publisher.endpoint], discover_every_s=0.1).start()
+    try:
+
+        def learned() -> bool:  # each batch holds both: the bad record, then the heartbeat
+            emit(publisher, backwards(1), heartbeat)
+            return LABEL in relay.book().routes
+
+        wait_for(learned, 10.0, "the relay learns the snapshot route")
+        assert relay.book().routes[LABEL].endpoint == publisher.snapshot_endpoint
+        log = subscribe()
+        assert log.subscriber.connect_relay(relay.entry, [LABEL]) == ""
+
+        def synced() -> bool:
+            emit(publisher, failure(1))
+            return bool(log.snapshots(LABEL))
+
+        log.wait(synced, 10.0, "the snapshot through the relay")
+    finally:
+        relay.close()

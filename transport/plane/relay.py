@@ -12,7 +12,8 @@ listens downstream.
 
 Upstreams: the agents a bootstrap lists (`bootstrap`), the relays given (`relays`, their ROUTER address:
 tiers), and agents given by their event endpoints (`connect`; the relay learns their snapshot sockets from
-their heartbeats). Discovery runs again every `DISCOVER_EVERY_S`: agents come, go and restart.
+their heartbeats, of a batch some of whose other records fail their schema too: salvage.py). Discovery runs
+again every `DISCOVER_EVERY_S`: agents come, go and restart.
 
 Threads, each owning its sockets:
 
@@ -57,6 +58,7 @@ from transport.curve import CurveKeys, dialing, serving, stop_authenticator
 from transport.errors import BootstrapError
 from transport.limits import size_context
 from transport.plane.events import EventBatch, Heartbeat
+from transport.plane.salvage import salvage_batch
 from transport.plane.snapshot_broker import BROKER_COUNTERS, Book, Route, SnapshotBroker
 from transport.registration import RELAY_ROLE, agent_problem, endpoint_problem, entry_name
 from transport.sockets import LIST_FRAME, SMALL_FRAME, SUBSCRIPTION_FRAME, bind, decode_waiting, open_socket
@@ -124,6 +126,13 @@ def listed_by_relay(listing: AgentList) -> bool:
     if listing.lister:
         return listing.lister == LISTED_BY_RELAY
     return "upstream_agents" in listing.counters
+
+
+def _salvaged(frame: bytes) -> tuple[bytes, EventBatch] | None:
+    """The valid events of a batch that failed whole (a heartbeat beside a record outside its schema still names
+    its snapshot socket); None where its envelope fails too. Its refused records are the views' to count."""
+    salvaged = salvage_batch(memoryview(frame)[1:])
+    return None if salvaged is None else (b"", salvaged[0])
 
 
 def _reachable(endpoint: str, advertise: str) -> str:
@@ -468,7 +477,7 @@ class Relay:
             poller.register(sock, zmq.POLLIN)
         decoder: FrameDecoder[EventBatch] = FrameDecoder(EventBatch)
         for sock, _ in poller.poll(timeout_ms):
-            for batch in decode_waiting(sock, decoder, self.counters, limit=1000):
+            for batch in decode_waiting(sock, decoder, self.counters, 1000, _salvaged):
                 for event in batch.events:
                     endpoint = event.snapshot_endpoint if isinstance(event, Heartbeat) else ""
                     if endpoint and not endpoint_problem(endpoint):
