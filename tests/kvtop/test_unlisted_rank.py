@@ -14,7 +14,8 @@ import pytest
 import zmq
 from kvtop_cli import kvtop
 
-from transport import BootstrapServer, KVManager, KVPool, Role
+from transport import BootstrapClient, BootstrapServer, KVManager, KVPool, Role
+from transport.plane.relay import Relay
 from transport.wire import AgentInfo, Register, encode
 
 pytestmark = pytest.mark.processes
@@ -102,5 +103,31 @@ def test_a_view_started_after_the_takeover_hears_the_rank_the_bootstrap_refuses(
         wait_for(lambda: rank._routes.refused, timeout=15, what="the rank's refresh refused")
         ranks = kvtop("ranks", "--bootstrap", short_lived.endpoint, "--wait", "5")
 
+    row = next((line for line in ranks.stdout.splitlines() if line.startswith("prefill-0/TP0")), "")
+    assert " alive " in row and "unlisted: bootstrap " in row, ranks.stdout + ranks.stderr
+
+
+def test_a_view_through_a_relay_hears_the_rank_the_bootstrap_refuses(short_lived, rank, zmq_context, wait_for):
+    """The relay joined the bootstrap's listing without its `taken`, and subscribed only to the listed entries: a
+    view through it, started after the takeover, heard only of the silent taker. It subscribes to the taken rank
+    and lists it as taken, so the view hears it, alive and unlisted, as one given the bootstrap does."""
+    elsewhere = {name: f"tcp://127.0.0.2:{port}" for name, port in
+                 (("data_endpoint", 6666), ("event_endpoint", 6667), ("snapshot_endpoint", 6668))}  # fmt: skip
+    taker = msgspec.structs.replace(rank.info, incarnation=1, **elsewhere)
+    with taken_over(short_lived, taker, zmq_context):
+        wait_for(lambda: rank._routes.refused, timeout=15, what="the rank's refresh refused")
+        relay = Relay(bootstrap=short_lived.endpoint, discover_every_s=0.2).start()
+        try:
+
+            def listed_taken() -> list[AgentInfo]:
+                with BootstrapClient(relay.address) as client:
+                    return client.listing().taken
+
+            [listed] = wait_for(listed_taken, timeout=15, what="the relay listing the rank as taken")
+            ranks = kvtop("ranks", "--relay", relay.address, "--wait", "5")
+        finally:
+            relay.close()
+
+    assert (listed.label, listed.incarnation) == (rank.info.label, rank.info.incarnation)
     row = next((line for line in ranks.stdout.splitlines() if line.startswith("prefill-0/TP0")), "")
     assert " alive " in row and "unlisted: bootstrap " in row, ranks.stdout + ranks.stderr

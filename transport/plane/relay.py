@@ -30,6 +30,9 @@ The joined listing keeps the bootstrap's budget (`bootstrap.MAX_LISTING_BYTES`: 
 expired ones; `REFUSED_KEPT` refused lines and upstream errors), each upstream's entries taken in turn: entries
 past it are left out, counted (`listing_left_out`, the latest round's) and said in `refused`, so a relay joining
 full bootstraps still answers in one frame every reader takes, and no upstream pushes another's ranks out.
+The ranks its upstreams list as taken (`AgentList.taken`: refused because another client holds their entry, running
+on) it subscribes to, as to the listed ones, and lists as taken (the latest `REFUSED_KEPT`), so a view through it
+hears them as one given the bootstrap does; their snapshots are not routed (their label's route is the taker's).
 
 A thread that dies is logged with its traceback and kept in `error`; `died` turns true.
 
@@ -338,6 +341,9 @@ class Relay:
         refused: list[str] = []
         refusals: list[RefusedNote] = []
         """The upstreams' refused registrations: a view through the relay names them as one on the bootstrap does."""
+        taken: list[AgentInfo] = []
+        """The ranks the upstreams list as taken (a bootstrap's subscribed to here; an upstream relay's stream carries
+        those it lists)."""
         endpoints = set(self.connect)
         relays = 0
         errors: list[str] = []
@@ -356,6 +362,7 @@ class Relay:
             reported.extend(cut_text(f"via {address}: {error}") for error in listing.upstream_errors)
             kept.update(listing.kept)
             refusals.extend(listing.refusals)
+            taken.extend(self._usable(listing.taken, refused))
             for agent in self._usable(listing.agents, refused):
                 agents[agent.label] = agent
                 origin[agent.label] = address
@@ -365,6 +372,9 @@ class Relay:
             listing = self._list(self.bootstrap, timeout_s, strict, errors, "bootstrap")
             if listing is not None:
                 refusals.extend(listing.refusals)
+                for agent in self._usable(listing.taken, refused):
+                    taken.append(agent)
+                    endpoints.add(agent.event_endpoint)
                 if self.register:
                     self._register(timeout_s, errors)
                 for agent in self._usable(listing.agents, refused):
@@ -380,6 +390,7 @@ class Relay:
             routes = {**self._book.routes, **routes}
             kept.update(agent.label for agent in self._book.agents if agent.label not in agents)
             agents = {agent.label: agent for agent in self._book.agents} | agents
+            taken = taken or self._book.taken
         for label in agents:
             expired.pop(label, None)
         listed, left_live = _within(_interleaved(agents, origin), LIVE_BYTES)
@@ -395,7 +406,7 @@ class Relay:
         down = _kept([cut_text(error) for error in errors] + reported, "more upstream errors")
         shown = {agent.label for agent in listed}
         self._book = Book(routes, listed, gone, refused, down, sorted(label for label in kept if label in shown),
-                          refusals, time.monotonic())  # fmt: skip
+                          refusals, time.monotonic(), taken[-REFUSED_KEPT:])  # fmt: skip
         self.error = "; ".join(errors)
         self.counters.add("discovery_errors", len(errors))
         self._set_counter("upstream_agents", len(agents))
