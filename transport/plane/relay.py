@@ -32,7 +32,7 @@ past it are left out, counted (`listing_left_out`, the latest round's) and said 
 full bootstraps still answers in one frame every reader takes, and no upstream pushes another's ranks out.
 The ranks its upstreams list as taken (`AgentList.taken`: refused because another client holds their entry, running
 on) it subscribes to, as to the listed ones, and lists as taken (the latest `REFUSED_KEPT`), so a view through it
-hears them as one given the bootstrap does; their snapshots are not routed (their label's route is the taker's).
+hears them as one given the bootstrap does; a snapshot asked of one goes where its label routes, to the taker.
 
 A thread that dies is logged with its traceback and kept in `error`; `died` turns true.
 
