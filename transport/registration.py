@@ -15,6 +15,18 @@ from collections.abc import Sequence
 from transport.config import Role
 from transport.wire import AGENT_KINDS, AgentInfo, rank_label
 
+TAKEN_LIVE = "it is taken only once that expires"
+"""How the bootstrap service's refusal of a rank whose entry another client holds ends: the service lists such a
+rank apart (`AgentList.taken`) while it refreshes, so a reader of the refusal (its log, a view of its heartbeat)
+knows that new views hear it."""
+
+
+def refused_as_taken(refusal: str) -> bool:
+    """Whether `refusal` (a refused registration, as a rank's heartbeat says it) is one that the service lists as
+    taken: another client holds the rank's entry (peers resolve that client's, views hear this rank)."""
+    return TAKEN_LIVE in refusal
+
+
 MAX_TP = 1024
 MAX_PAGE_BYTES = 1 << 30
 MAX_NAME = 64

@@ -388,7 +388,9 @@ class ModelMetrics(Collector):
         yield GaugeMetricFamily(
             "kvtop_ranks_unlisted",
             "Ranks whose heartbeat says the bootstrap service refuses their registration (their entry taken once it "
-            "expired, their endpoint no longer allowed): running, but no peer or new view finds them.",
+            "expired, their endpoint no longer allowed): running, but no peer finds an agent's, nor a new view one "
+            "refused for its endpoint (the service lists one whose entry another client holds as taken: views hear "
+            "it).",
             value=sum(rank.unlisted for rank in reading.ranks),
         )
         unlisted = GaugeMetricFamily(

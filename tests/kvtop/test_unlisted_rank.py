@@ -1,5 +1,6 @@
 """A rank whose refresh the bootstrap service refuses after it started (its entry expired, then taken by another
-client) is alive but listed nowhere: no peer resolves it and no new view finds it. Its engine logged why; now its
+client) is alive but listed nowhere a peer looks: no peer resolves it (the service lists it apart, as taken, so new
+views hear it). Its engine logged why; now its
 heartbeat says it too: `kvtop ranks` and `kvtop status` show it beside the rank, and `kvtop check` is CRITICAL."""
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from transport.plane.relay import Relay
 from transport.wire import AgentInfo, Register, encode
 
 pytestmark = pytest.mark.processes
+
+HEARD = "another client holds its entry: no peer finds it; new views hear it as taken"
+"""Who misses a rank refused because another client holds its entry: the service (and a relay) lists it as taken."""
 
 
 @pytest.fixture
@@ -81,12 +85,13 @@ def test_a_rank_whose_refresh_is_refused_says_why_in_ranks_and_status(short_live
     row = next(line for line in ranks.splitlines() if line.startswith("prefill-0/TP0"))
     refused = f"bootstrap {short_lived.endpoint} refused: registration of prefill-0/TP0 refused"  # as a sidecar's
     assert "alive" in row and f"unlisted: {refused}" in row and why in row
-    assert f"unlisted prefill-0/TP0 (its registration fails: no peer or new view finds it): {refused}" in status.stdout
+    assert f"unlisted prefill-0/TP0 ({HEARD}): {refused}" in status.stdout
     assert why in status.stdout
     verdict = json.loads(check.stdout)
     assert (check.returncode, verdict["ranks_unlisted"]) == (2, ["prefill-0/TP0"])
     assert verdict["summary"].startswith(
-        "ranks unlisted (no peer or new view finds them): prefill-0/TP0 (bootstrap tcp:"
+        "ranks unlisted (another client holds their entry: no peer finds them; new views hear them as taken): "
+        "prefill-0/TP0 (bootstrap tcp:"
     )
 
 
@@ -125,9 +130,11 @@ def test_a_view_through_a_relay_hears_the_rank_the_bootstrap_refuses(short_lived
 
             [listed] = wait_for(listed_taken, timeout=15, what="the relay listing the rank as taken")
             ranks = kvtop("ranks", "--relay", relay.address, "--wait", "5")
+            status = kvtop("status", "--relay", relay.address, "--wait", "5")
         finally:
             relay.close()
 
     assert (listed.label, listed.incarnation) == (rank.info.label, rank.info.incarnation)
     row = next((line for line in ranks.stdout.splitlines() if line.startswith("prefill-0/TP0")), "")
     assert " alive " in row and "unlisted: bootstrap " in row, ranks.stdout + ranks.stderr
+    assert f"unlisted prefill-0/TP0 ({HEARD}): bootstrap " in status.stdout, status.stdout + status.stderr
