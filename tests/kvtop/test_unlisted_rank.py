@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -16,6 +17,7 @@ import zmq
 from kvtop_cli import kvtop
 
 from transport import BootstrapClient, BootstrapServer, KVManager, KVPool, Role
+from transport.plane.events import Heartbeat
 from transport.plane.relay import Relay
 from transport.wire import AgentInfo, Register, encode
 
@@ -108,7 +110,7 @@ def test_a_view_started_after_the_takeover_hears_the_rank_the_bootstrap_refuses(
         wait_for(lambda: rank._routes.refused, timeout=15, what="the rank's refresh refused")
         ranks = kvtop("ranks", "--bootstrap", short_lived.endpoint, "--wait", "5")
 
-    row = next((line for line in ranks.stdout.splitlines() if line.startswith("prefill-0/TP0")), "")
+    row = next((line for line in ranks.stdout.splitlines() if line.startswith("prefill-0/TP0~taken ")), "")
     assert " alive " in row and "unlisted: bootstrap " in row, ranks.stdout + ranks.stderr
 
 
@@ -135,6 +137,49 @@ def test_a_view_through_a_relay_hears_the_rank_the_bootstrap_refuses(short_lived
             relay.close()
 
     assert (listed.label, listed.incarnation) == (rank.info.label, rank.info.incarnation)
-    row = next((line for line in ranks.stdout.splitlines() if line.startswith("prefill-0/TP0")), "")
+    row = next((line for line in ranks.stdout.splitlines() if line.startswith("prefill-0/TP0~taken ")), "")
     assert " alive " in row and "unlisted: bootstrap " in row, ranks.stdout + ranks.stderr
-    assert f"unlisted prefill-0/TP0 ({HEARD}): bootstrap " in status.stdout, status.stdout + status.stderr
+    assert f"unlisted prefill-0/TP0~taken ({HEARD}): bootstrap " in status.stdout, status.stdout + status.stderr
+
+
+@pytest.mark.parametrize("through_relay", [False, True])
+def test_a_view_shows_the_taker_and_the_rank_it_took_from_apart(
+    short_lived, rank, make_publisher, zmq_context, wait_for, through_relay
+):
+    """The taker publishes under the rank's label too, from another process at another address: a view heard both
+    as one rank, which its batches made anew as each incarnation in turn. It hears the rank the service lists as
+    taken under `prefill-0/TP0~taken`: two rows, both alive, the taken one unlisted and its snapshot its own."""
+    publisher = make_publisher()
+    taker = msgspec.structs.replace(
+        publisher.info, data_endpoint="tcp://127.0.0.2:6666", host="taker-host", pid=4242, incarnation=1
+    )
+    publisher.info = taker
+    stop = threading.Event()
+
+    def beat() -> None:  # the taker runs: its heartbeats say so
+        while not stop.wait(0.2):
+            publisher.emit(Heartbeat(time.time(), {}, 0, 0, 1.0, 1 << 20, 10.0, publisher.snapshot_endpoint))
+
+    beating = threading.Thread(target=beat)
+    beating.start()
+    relay: Relay | None = None
+    try:
+        with taken_over(short_lived, taker, zmq_context):
+            wait_for(lambda: rank._routes.refused, timeout=15, what="the rank's refresh refused")
+            where = ["--bootstrap", short_lived.endpoint]
+            if through_relay:
+                relay = Relay(bootstrap=short_lived.endpoint, discover_every_s=0.2).start()
+                where = ["--relay", relay.address]
+            ranks = kvtop("ranks", *where, "--wait", "5", "--json")
+    finally:
+        stop.set()
+        beating.join()
+        if relay is not None:
+            relay.close()
+
+    rows = {row["label"]: row for row in json.loads(ranks.stdout)}
+    assert rows.keys() == {"prefill-0/TP0", "prefill-0/TP0~taken"}, ranks.stdout + ranks.stderr
+    listed, took = rows["prefill-0/TP0"], rows["prefill-0/TP0~taken"]
+    assert (listed["state"], listed["host"], listed["unlisted"]) == ("alive", "taker-host", None)
+    assert (took["state"], took["host"], took["rank"]) == ("alive", rank.info.host, 0)
+    assert "holds it live" in took["unlisted"]

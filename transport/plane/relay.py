@@ -32,7 +32,8 @@ past it are left out, counted (`listing_left_out`, the latest round's) and said 
 full bootstraps still answers in one frame every reader takes, and no upstream pushes another's ranks out.
 The ranks its upstreams list as taken (`AgentList.taken`: refused because another client holds their entry, running
 on) it subscribes to, as to the listed ones, and lists as taken (the latest `REFUSED_KEPT`), so a view through it
-hears them as one given the bootstrap does; a snapshot asked of one goes where its label routes, to the taker.
+hears them as one given the bootstrap does: a view hears each under `taken_label` (the taker publishes under its
+label), and a snapshot asked by that name reaches the rank's own snapshot socket.
 
 A thread that dies is logged with its traceback and kept in `error`; `died` turns true.
 
@@ -63,7 +64,7 @@ from transport.limits import size_context
 from transport.plane.events import EventBatch, Heartbeat
 from transport.plane.salvage import salvage_batch
 from transport.plane.snapshot_broker import BROKER_COUNTERS, Book, Route, SnapshotBroker
-from transport.registration import RELAY_ROLE, agent_problem, endpoint_problem, entry_name
+from transport.registration import RELAY_ROLE, agent_problem, endpoint_problem, entry_name, taken_label
 from transport.sockets import LIST_FRAME, SMALL_FRAME, SUBSCRIPTION_FRAME, bind, decode_waiting, open_socket
 from transport.wire import LISTED_BY_RELAY, AgentInfo, AgentList, FrameDecoder, RefusedNote, cut_text, encode
 
@@ -362,7 +363,9 @@ class Relay:
             reported.extend(cut_text(f"via {address}: {error}") for error in listing.upstream_errors)
             kept.update(listing.kept)
             refusals.extend(listing.refusals)
-            taken.extend(self._usable(listing.taken, refused))
+            for agent in self._usable(listing.taken, refused):
+                taken.append(agent)
+                routes[taken_label(agent.label)] = Route(relay.snapshot_endpoint, via_relay=True)
             for agent in self._usable(listing.agents, refused):
                 agents[agent.label] = agent
                 origin[agent.label] = address
@@ -375,6 +378,8 @@ class Relay:
                 for agent in self._usable(listing.taken, refused):
                     taken.append(agent)
                     endpoints.add(agent.event_endpoint)
+                    if agent.snapshot_endpoint:
+                        routes[taken_label(agent.label)] = Route(agent.snapshot_endpoint, via_relay=False)
                 if self.register:
                     self._register(timeout_s, errors)
                 for agent in self._usable(listing.agents, refused):

@@ -77,8 +77,8 @@ class Book:
     listed_at: float = 0.0
     """When the round that made this book listed its upstreams (monotonic): the refusals' ages grow from it."""
     taken: list[AgentInfo] = field(default_factory=list)
-    """The ranks its upstreams list as taken (`AgentList.taken`), subscribed to and listed so (a label
-    routes to its listed entry, the taker's)."""
+    """The ranks its upstreams list as taken (`AgentList.taken`), subscribed to and listed so (each
+    routed by its `taken_label`: its label routes to the taker's entry)."""
 
 
 @dataclass(slots=True)

@@ -31,6 +31,9 @@ counts as any other's (a refused record is no gap); each record refused is said 
 counted as it is delivered (`records_rejected`) and named with why in `records_refused`, once per agent incarnation:
 a snapshot that holds a record refused already (its batch's, or an earlier snapshot's, asked again after a gap or a
 missed snapshot) leaves it out again unsaid.
+A rank the service lists as taken (`hear_taken`: another client holds its entry, and that taker publishes under the
+same label) is delivered under `registration.taken_label`, so that neither incarnation's batches start the other's
+stream anew.
 Nor can a cluster larger than this process's limits: without a context given, the subscriber opens its own,
 sized for a socket per agent (`transport.limits`), and raises the open-file limit as agents come. Where the
 hard limit is too low, a snapshot socket that would take a file its connections need is not opened; that, and
@@ -56,7 +59,7 @@ from transport.curve import CurveKeys, dialing
 from transport.limits import cannot_open, files_for, out_of_files, raise_open_files, size_context, snapshot_room
 from transport.plane.events import EventBatch, Heartbeat, Snapshot, SnapshotRequest
 from transport.plane.salvage import Refusal, salvage_batch, salvage_snapshot
-from transport.registration import agent_problem, endpoint_problem, entry_name
+from transport.registration import agent_problem, endpoint_problem, entry_name, taken_label
 from transport.sockets import LIST_FRAME, decode_waiting_frames, open_socket, send_now
 from transport.wire import AgentInfo, FrameDecoder, encode
 
@@ -205,6 +208,9 @@ class EventSubscriber:
         self.unreachable: dict[str, str] = {}
         """Agents (labels), endpoints and relays a socket could not be opened for (this process's limits, not
         the agent's fault): name -> why. Tried again at each `connect()` of the name; gone once it opens."""
+        self._taken: dict[str, int] = {}
+        """Labels the service lists as taken -> the incarnation listed so: its batches are delivered under
+        `taken_label` (the taker publishes under the plain label)."""
         self.records_refused: dict[str, tuple[int, str]] = {}
         """Agents (labels) some of whose records were refused -> (how many, why the latest was), the most recent
         `REFUSED_KEPT` agents; `records_rejected` counts them all."""
@@ -270,6 +276,19 @@ class EventSubscriber:
         self._endpoints[endpoint] = sock
         self._poller = None
         return ""
+
+    def hear_taken(self, agents: list[AgentInfo], direct: bool) -> None:
+        """The ranks the latest listing names as taken (`AgentList.taken`): each one's batches are delivered under
+        `taken_label`, apart from the taker's; `direct`: subscribe to their event endpoints (through a relay, its
+        stream carries them: `synced` waits for them a while, as for the ranks it lists)."""
+        self._taken = {agent.label: agent.incarnation for agent in agents}
+        now = time.monotonic()
+        for agent in agents:
+            if direct:
+                self.connect_endpoint(agent.event_endpoint)
+            elif (label := taken_label(agent.label)) not in self._streams and label not in self._relay_listed:
+                self._relay_listed.add(label)
+                self._relay_expected[label] = now
 
     def connect_relay(self, relay: AgentInfo, agents: list[str] | None = None) -> str:
         """Subscribe to every agent behind a relay (its listing entry), on a SUB socket of its own, with
@@ -391,12 +410,14 @@ class EventSubscriber:
     def _read_batches(self, sock: zmq.Socket[bytes], out: list[Delivered], endpoint: str = "", relay: str = "") -> None:
         """Every batch waiting on `sock` (10k at most): a synced stream's next seq goes straight out (the
         path nearly every batch takes, kept short: one dict hit, one compare); anything else, `_on_batch`."""
-        streams, relayed, count = self._streams, self._relayed, 0
+        streams, relayed, taken, count = self._streams, self._relayed, self._taken, 0
         for frame, batch in decode_waiting_frames(
             sock, self._batch_decoder, self.counters, 10_000, self._salvage_batch
         ):
             count += 1
             label = f"{batch.instance}/TP{batch.rank}"  # `batch.label`, without the property's call
+            if taken and taken.get(label) == batch.incarnation:
+                label = taken_label(label)
             if endpoint:
                 self.answered[endpoint] = label
             if relay and relayed.get(label) != relay:
