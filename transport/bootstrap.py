@@ -54,7 +54,7 @@ from transport.curve import CurveKeys, dialing, serving
 from transport.errors import BootstrapError, CallAbandoned, FrameRejected, RegistrationRefused
 from transport.limits import cannot_open
 from transport.reach import why_silent
-from transport.registration import RELAY_ROLE, Network, entry_name, registration_problem
+from transport.registration import RELAY_ROLE, TAKEN_LIVE, Network, entry_name, registration_problem
 from transport.service import ServiceThread
 from transport.sockets import LIST_FRAME, SMALL_FRAME, bind, decode_routed, open_socket, send_now
 from transport.wire import (
@@ -287,7 +287,7 @@ class BootstrapServer(ServiceThread):
         if problem := registration_problem(agent, client, self.endpoint_networks):
             self.counters.reject("invalid")
         elif known is not None and owner != client:
-            problem = f"registered from {client}, {_owned(known, owner)}; it is taken only once that expires"
+            problem = f"registered from {client}, {_owned(known, owner)}; {TAKEN_LIVE}"
             self.counters.add("refused_takeover")
             self._keep_taken(key, agent)
         elif owner != client and self._held[client] >= self.max_per_client:

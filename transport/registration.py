@@ -15,6 +15,29 @@ from collections.abc import Sequence
 from transport.config import Role
 from transport.wire import AGENT_KINDS, AgentInfo, rank_label
 
+TAKEN_LIVE = "it is taken only once that expires"
+"""How the bootstrap service's refusal of a rank whose entry another client holds ends: the service lists such a
+rank apart (`AgentList.taken`) while it refreshes, so a reader of the refusal (its log, a view of its heartbeat)
+knows that new views hear it."""
+
+
+TAKEN_SUFFIX = "~taken"
+"""Marks the label a rank listed as taken is heard under (`taken_label`)."""
+
+
+def taken_label(label: str) -> str:
+    """`prefill-0/TP0~taken`: what a view and a relay call a rank the service lists as taken (`AgentList.taken`). The
+    taker publishes under the rank's label too, from another process at another address: keyed apart, each is seen
+    (one label made a view alternate between their incarnations), and a snapshot asked by it reaches the rank's."""
+    return label + TAKEN_SUFFIX
+
+
+def refused_as_taken(refusal: str) -> bool:
+    """Whether `refusal` (a refused registration, as a rank's heartbeat says it) is one that the service lists as
+    taken: another client holds the rank's entry (peers resolve that client's, views hear this rank)."""
+    return TAKEN_LIVE in refusal
+
+
 MAX_TP = 1024
 MAX_PAGE_BYTES = 1 << 30
 MAX_NAME = 64

@@ -272,8 +272,9 @@ def status(
     open a socket for (its own open-files limit, named with the limit: JSON `ranks.unreachable`,
     `collector.unreachable`), frames its collector rejected, registrations the bootstrap service refused
     (each client's latest of each role, named with its address; passed on by a relay), and ranks alive but
-    listed nowhere since the service refused their refresh (`unlisted LABEL ...`: no peer or new view finds
-    them). With --follow, exit 1 if the collector stops (its error on stderr).
+    listed nowhere a peer looks since the service refused their refresh (`unlisted LABEL (WHO MISSES IT): why`:
+    no peer finds an agent's; a new view finds one only that the service lists as taken, its entry another
+    client's). With --follow, exit 1 if the collector stops (its error on stderr).
     """
     from kvtop.views.tables import status_json, status_text
 
@@ -304,7 +305,8 @@ def ranks(
     An endpoint given by --connect that never answered is listed as a gone rank under its endpoint. A rank
     kvtop could not open a socket for (its own open-files limit) says so, and why (JSON `unreachable`). A
     rank whose refresh the bootstrap service refused after it started ends its row with `unlisted: ...`
-    (JSON `unlisted`): alive to this view, but no peer or new view finds it. Exit 1 when nobody answers.
+    (JSON `unlisted`): alive to this view, but no peer finds it, nor a new view unless the service lists it as
+    taken (its entry another client's). Exit 1 when nobody answers.
     """
     from kvtop.views.tables import ranks_json, ranks_text
 

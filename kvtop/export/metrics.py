@@ -56,6 +56,7 @@ from kvtop.model.shapes import Liveness, RoomView
 from kvtop.views.safe import one_line
 from transport.config import Role
 from transport.kvpoll import KVPoll
+from transport.registration import TAKEN_SUFFIX
 
 RANK = ("engine_type", "pd_instance", "tp_rank", "pp_rank")
 LINK = ("prefill_instance", "decode_instance")
@@ -201,7 +202,8 @@ class ModelMetrics(Collector):
         states = model.liveness(now)
         rejected: list[tuple[tuple[str, str, str, str, str, str], int, int]] = []
         for view in model.ranks.values():
-            labels = (view.role or UNKNOWN, view.instance or UNKNOWN, str(view.rank), str(view.stage))
+            instance = (view.instance or UNKNOWN) + (TAKEN_SUFFIX if view.label.endswith(TAKEN_SUFFIX) else "")
+            labels = (view.role or UNKNOWN, instance, str(view.rank), str(view.stage))  # the taker's row has its own
             crash = model.crashes.get(view.label)
             ranks.append(_Rank(labels, view.host, view.pid, view.incarnation, states[view.label], view.last_seen,
                                view.inflight, crash.ts if crash is not None else 0.0,
@@ -388,7 +390,9 @@ class ModelMetrics(Collector):
         yield GaugeMetricFamily(
             "kvtop_ranks_unlisted",
             "Ranks whose heartbeat says the bootstrap service refuses their registration (their entry taken once it "
-            "expired, their endpoint no longer allowed): running, but no peer or new view finds them.",
+            "expired, their endpoint no longer allowed): running, but no peer finds an agent's, nor a new view one "
+            "refused for its endpoint (the service lists one whose entry another client holds as taken: views hear "
+            "it).",
             value=sum(rank.unlisted for rank in reading.ranks),
         )
         unlisted = GaugeMetricFamily(

@@ -87,6 +87,7 @@ from transport.plane.events import (
     Snapshot,
     TransferDone,
 )
+from transport.registration import TAKEN_SUFFIX, taken_label
 from transport.wire import AgentInfo, label_parts
 
 CRASH_EXPLAINS_S = 300.0
@@ -632,8 +633,13 @@ class ClusterModel:
     def _rank(self, label: str, item: Snapshot | EventBatch) -> RankView:
         """The view of `label`, made anew for a new incarnation (a restart), whether a batch or a snapshot comes of
         it first: a new incarnation's batches wait for its snapshot, which kept the earlier one's view (its
-        registration warning, counts and load) until the new one's first heartbeat."""
+        registration warning, counts and load) until the new one's first heartbeat. A rank heard under its
+        `taken_label` (its entry another client's) and now under its own label holds its entry again: one view."""
         view = self.ranks.get(label)
+        if view is None or view.incarnation != item.incarnation:
+            taken = self.ranks.get(taken_label(label))
+            if taken is not None and taken.incarnation == item.incarnation:
+                del self.ranks[taken_label(label)]
         if isinstance(item, Snapshot) and view is not None and view.incarnation != item.incarnation:
             renewed = RankView(label, view.role, view.instance, view.rank, incarnation=item.incarnation)
             _carry_silences(view, renewed)  # its hello, first in the snapshot, says who it is
@@ -649,7 +655,7 @@ class ClusterModel:
             if earlier is not None:
                 _carry_silences(earlier, view)
         if view is None:
-            instance, _, tp = label_parts(label) or ("", None, 0)
+            instance, _, tp = label_parts(label.removesuffix(TAKEN_SUFFIX)) or ("", None, 0)
             view = self.ranks[label] = RankView(label, "", instance, tp)
         return view
 

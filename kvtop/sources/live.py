@@ -192,12 +192,12 @@ class Collector:
         if relay is not None:
             listed = [agent for agent in listing.agents if not agent_problem(agent)]
             self._subscriber.connect_relay(relay, [agent.label for agent in listed])
+            self._subscriber.hear_taken([agent for agent in listing.taken if not agent_problem(agent)], direct=False)
             usable = listed
         else:
             usable = [agent for agent in listing.agents if not self._subscriber.connect(agent)]
-            for taken in listing.taken:  # running, its entry another client's: heard by its events (never dialed)
-                if not agent_problem(taken):
-                    self._subscriber.connect_endpoint(taken.event_endpoint)
+            # running, its entry another client's: heard by its events (never dialed), apart from the taker's
+            self._subscriber.hear_taken([agent for agent in listing.taken if not agent_problem(agent)], direct=True)
         where, said, unanswered = self._relay_said(relay, listing, timeout_s) if relay is not None else ("", None, "")
         gone = [agent for agent in listing.expired if not agent_problem(agent)]
         now = time.time()

@@ -90,7 +90,7 @@ class Health:
     """Log sidecars' ranks whose log and metrics are both silent (`Liveness.DOWN`)."""
     ranks_unlisted: int = 0
     """Ranks whose heartbeat says the bootstrap service refuses their registration (`RankView.registration`):
-    running, but no peer or new view finds them."""
+    running, but no peer finds an agent's (nor a new view, unless the service lists it as taken)."""
     refusals: int = 0
     """Registrations the bootstrap service refused in the last `REFUSAL_RECENT_S` (each client's latest, per
     role), as its listing says (`Intake.bootstrap_refusals`)."""

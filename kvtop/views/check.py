@@ -21,7 +21,7 @@ from kvtop.model.incidents import Incident
 from kvtop.model.shapes import Liveness
 from kvtop.views.incidents import duration, in_span, incident_json, incident_size, plural
 from kvtop.views.safe import one_line
-from kvtop.views.tables import refused_ago
+from kvtop.views.tables import refused_ago, unseen
 from kvtop.views.times import seconds, spans_days, stamp
 from transport.bootstrap import REFRESH_S
 from transport.plane.events import LogContext
@@ -244,10 +244,10 @@ def evaluate(
         critical.append(f"servers down (log silent, metrics unanswered): {', '.join(down)}")
     if unlisted := [label for label in [*alive, *stale] if model.ranks[label].registration]:
         # an agent's peers resolve it through the service: it serves no new room; a sidecar's or a plugin's rank is
-        # only out of new views' sight (SGLang's own bootstrap pairs the servers)
+        # at most out of new views' sight (SGLang's own bootstrap pairs the servers; `unseen`)
         peers = [label for label in unlisted if model.ranks[label].source == "agent"]
-        whom = "no peer or new view finds them" if peers else "no new view finds them"
-        problem = f"ranks unlisted ({whom}): {', '.join(unlisted)} ({model.ranks[(peers or unlisted)[0]].registration})"
+        first = model.ranks[(peers or unlisted)[0]]
+        problem = f"ranks unlisted ({unseen(first, 'them', 'their')}): {', '.join(unlisted)} ({first.registration})"
         (critical if peers else warning).append(problem)
     if liveness and len(alive) < need:  # unheard ranks are not alive (silence is never health), nor theirs to blame
         shortfall = f"{len(alive)} ranks alive, need {need}" + _behind(model, unheard)

@@ -14,6 +14,7 @@ from kvtop.views.times import seconds, spans_days, stamp
 from kvtop.views.units import gbps, size
 from transport.counters import REJECTION_REASONS
 from transport.plane.events import LogContext, LogFollowed
+from transport.registration import refused_as_taken
 
 INCIDENTS_SHOWN = 3
 """Incidents the status text names (the newest); `kvtop incidents` lists them all."""
@@ -286,13 +287,25 @@ def refused_ago(line: str, age_s: float | None) -> str:
 
 def unlisted_lines(model: ClusterModel) -> list[str]:
     """`unlisted decode-0/TP0 (its registration fails: no peer or new view finds it): why`, per rank whose
-    heartbeat says its registration fails: alive to a view that heard it before, gone to everyone else."""
+    heartbeat says its registration fails (`unseen`: who misses it)."""
     return [unlisted_line(view) for view in sorted(model.ranks.values(), key=lambda v: v.order) if view.registration]
 
 
 def unlisted_line(view: RankView) -> str:
     """`unlisted decode-0/TP0 (its registration fails: no peer or new view finds it): why`."""
-    return f"unlisted {view.label} (its registration fails: no peer or new view finds it): {view.registration}"
+    return f"unlisted {view.label} ({unseen(view)}): {view.registration}"
+
+
+def unseen(view: RankView, it: str = "it", its: str = "its") -> str:
+    """Who misses a rank whose registration fails, as its refusal tells: a kvtop agent's peers resolve it through the
+    service (a sidecar's or plugin's rank pairs through SGLang's own bootstrap); the service lists a rank refused
+    because another client holds its entry apart, as taken, so new views hear that one (not one refused otherwise:
+    an endpoint no longer allowed). `it`, `its`: the pronouns (`them`, `their` for many)."""
+    peers = view.source == "agent"
+    if refused_as_taken(view.registration):
+        heard = f"new views hear {it} as taken"
+        return f"another client holds {its} entry: " + (f"no peer finds {it}; {heard}" if peers else heard)
+    return f"{its} registration fails: no {'peer or ' if peers else ''}new view finds {it}"
 
 
 def unreachable_lines(unreachable: dict[str, str]) -> list[str]:

@@ -653,3 +653,18 @@ def test_control_characters_in_label_values_are_written_as_their_escapes():
     assert text.isascii() and not re.search("[\x00-\x09\x0b-\x1f\x7f]", text)
     assert 'pd_instance="evil\\\\x1b]0;owned\\\\x07\\\\u202e"' in text
     assert 'source="logs\\\\x1b[2J"' in text
+
+
+def test_a_rank_heard_as_taken_is_served_apart_from_the_taker_under_its_label():
+    """The taker and the rank it took the entry from publish under one label: the rank, heard as `~taken`, is
+    served with `pd_instance` `decode-0~taken` (the same label set twice is one series a scrape refuses)."""
+    model = fixed_model()
+    beat = Heartbeat(NOW - 1.0, {}, 0, 0, 1.0, 1 << 20, 10.0, registration="refused: ... holds it live")
+    model.apply("decode-0/TP0~taken", EventBatch(EVENT_SCHEMA, "decode", "decode-0", 0, 9, 1, NOW - 1.0, [beat]), NOW)
+
+    served = scrape(ModelMetrics(model, threading.Lock(), lambda: NOW, source="bootstrap"))
+
+    states = samples(served, "kvtop_rank_state")
+    assert len(states) == len(model.ranks) * len(Liveness)
+    instances = {dict(key)["pd_instance"] for key in samples(served, "kvtop_rank_unlisted")}
+    assert {"decode-0", "decode-0~taken"} <= instances

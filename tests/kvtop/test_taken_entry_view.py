@@ -47,3 +47,20 @@ def test_a_listed_new_incarnation_replaces_a_view_gone_quiet() -> None:
     model.register(msgspec.structs.replace(own, pid=4400, incarnation=78))
 
     assert (model.ranks[own.label].incarnation, model.ranks[own.label].pid) == (78, 4400)
+
+
+def test_a_rank_heard_as_taken_and_then_under_its_own_label_is_one_view() -> None:
+    """While another client holds its entry a rank is heard under `prefill-0/TP0~taken`, beside the taker's view;
+    once it holds its entry again its batches come under its own label, and the taken view of it goes (it left a
+    second row, gone, for good)."""
+    now = time.time()
+    taken, plain = "prefill-0/TP0~taken", "prefill-0/TP0"
+    model = ClusterModel()
+    model.apply(taken, EventBatch(EVENT_SCHEMA, "prefill", "prefill-0", 0, 77, 1, now - 2, []), now - 2)
+    model.apply(plain, EventBatch(EVENT_SCHEMA, "prefill", "prefill-0", 0, 5, 1, now - 2, []), now - 2)
+    assert {label: view.incarnation for label, view in model.ranks.items()} == {taken: 77, plain: 5}
+    assert (model.ranks[taken].instance, model.ranks[taken].rank) == ("prefill-0", 0)
+
+    model.apply(plain, EventBatch(EVENT_SCHEMA, "prefill", "prefill-0", 0, 77, 2, now - 1, []), now - 1)
+
+    assert {label: view.incarnation for label, view in model.ranks.items()} == {plain: 77}

@@ -1,11 +1,13 @@
 """A rank whose refresh the bootstrap service refuses after it started (its entry expired, then taken by another
-client) is alive but listed nowhere: no peer resolves it and no new view finds it. Its engine logged why; now its
+client) is alive but listed nowhere a peer looks: no peer resolves it (the service lists it apart, as taken, so new
+views hear it). Its engine logged why; now its
 heartbeat says it too: `kvtop ranks` and `kvtop status` show it beside the rank, and `kvtop check` is CRITICAL."""
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -14,10 +16,15 @@ import pytest
 import zmq
 from kvtop_cli import kvtop
 
-from transport import BootstrapServer, KVManager, KVPool, Role
+from transport import BootstrapClient, BootstrapServer, KVManager, KVPool, Role
+from transport.plane.events import Heartbeat
+from transport.plane.relay import Relay
 from transport.wire import AgentInfo, Register, encode
 
 pytestmark = pytest.mark.processes
+
+HEARD = "another client holds its entry: no peer finds it; new views hear it as taken"
+"""Who misses a rank refused because another client holds its entry: the service (and a relay) lists it as taken."""
 
 
 @pytest.fixture
@@ -80,12 +87,13 @@ def test_a_rank_whose_refresh_is_refused_says_why_in_ranks_and_status(short_live
     row = next(line for line in ranks.splitlines() if line.startswith("prefill-0/TP0"))
     refused = f"bootstrap {short_lived.endpoint} refused: registration of prefill-0/TP0 refused"  # as a sidecar's
     assert "alive" in row and f"unlisted: {refused}" in row and why in row
-    assert f"unlisted prefill-0/TP0 (its registration fails: no peer or new view finds it): {refused}" in status.stdout
+    assert f"unlisted prefill-0/TP0 ({HEARD}): {refused}" in status.stdout
     assert why in status.stdout
     verdict = json.loads(check.stdout)
     assert (check.returncode, verdict["ranks_unlisted"]) == (2, ["prefill-0/TP0"])
     assert verdict["summary"].startswith(
-        "ranks unlisted (no peer or new view finds them): prefill-0/TP0 (bootstrap tcp:"
+        "ranks unlisted (another client holds their entry: no peer finds them; new views hear them as taken): "
+        "prefill-0/TP0 (bootstrap tcp:"
     )
 
 
@@ -102,5 +110,76 @@ def test_a_view_started_after_the_takeover_hears_the_rank_the_bootstrap_refuses(
         wait_for(lambda: rank._routes.refused, timeout=15, what="the rank's refresh refused")
         ranks = kvtop("ranks", "--bootstrap", short_lived.endpoint, "--wait", "5")
 
-    row = next((line for line in ranks.stdout.splitlines() if line.startswith("prefill-0/TP0")), "")
+    row = next((line for line in ranks.stdout.splitlines() if line.startswith("prefill-0/TP0~taken ")), "")
     assert " alive " in row and "unlisted: bootstrap " in row, ranks.stdout + ranks.stderr
+
+
+def test_a_view_through_a_relay_hears_the_rank_the_bootstrap_refuses(short_lived, rank, zmq_context, wait_for):
+    """The relay joined the bootstrap's listing without its `taken`, and subscribed only to the listed entries: a
+    view through it, started after the takeover, heard only of the silent taker. It subscribes to the taken rank
+    and lists it as taken, so the view hears it, alive and unlisted, as one given the bootstrap does."""
+    elsewhere = {name: f"tcp://127.0.0.2:{port}" for name, port in
+                 (("data_endpoint", 6666), ("event_endpoint", 6667), ("snapshot_endpoint", 6668))}  # fmt: skip
+    taker = msgspec.structs.replace(rank.info, incarnation=1, **elsewhere)
+    with taken_over(short_lived, taker, zmq_context):
+        wait_for(lambda: rank._routes.refused, timeout=15, what="the rank's refresh refused")
+        relay = Relay(bootstrap=short_lived.endpoint, discover_every_s=0.2).start()
+        try:
+
+            def listed_taken() -> list[AgentInfo]:
+                with BootstrapClient(relay.address) as client:
+                    return client.listing().taken
+
+            [listed] = wait_for(listed_taken, timeout=15, what="the relay listing the rank as taken")
+            ranks = kvtop("ranks", "--relay", relay.address, "--wait", "5")
+            status = kvtop("status", "--relay", relay.address, "--wait", "5")
+        finally:
+            relay.close()
+
+    assert (listed.label, listed.incarnation) == (rank.info.label, rank.info.incarnation)
+    row = next((line for line in ranks.stdout.splitlines() if line.startswith("prefill-0/TP0~taken ")), "")
+    assert " alive " in row and "unlisted: bootstrap " in row, ranks.stdout + ranks.stderr
+    assert f"unlisted prefill-0/TP0~taken ({HEARD}): bootstrap " in status.stdout, status.stdout + status.stderr
+
+
+@pytest.mark.parametrize("through_relay", [False, True])
+def test_a_view_shows_the_taker_and_the_rank_it_took_from_apart(
+    short_lived, rank, make_publisher, zmq_context, wait_for, through_relay
+):
+    """The taker publishes under the rank's label too, from another process at another address: a view heard both
+    as one rank, which its batches made anew as each incarnation in turn. It hears the rank the service lists as
+    taken under `prefill-0/TP0~taken`: two rows, both alive, the taken one unlisted and its snapshot its own."""
+    publisher = make_publisher()
+    taker = msgspec.structs.replace(
+        publisher.info, data_endpoint="tcp://127.0.0.2:6666", host="taker-host", pid=4242, incarnation=1
+    )
+    publisher.info = taker
+    stop = threading.Event()
+
+    def beat() -> None:  # the taker runs: its heartbeats say so
+        while not stop.wait(0.2):
+            publisher.emit(Heartbeat(time.time(), {}, 0, 0, 1.0, 1 << 20, 10.0, publisher.snapshot_endpoint))
+
+    beating = threading.Thread(target=beat)
+    beating.start()
+    relay: Relay | None = None
+    try:
+        with taken_over(short_lived, taker, zmq_context):
+            wait_for(lambda: rank._routes.refused, timeout=15, what="the rank's refresh refused")
+            where = ["--bootstrap", short_lived.endpoint]
+            if through_relay:
+                relay = Relay(bootstrap=short_lived.endpoint, discover_every_s=0.2).start()
+                where = ["--relay", relay.address]
+            ranks = kvtop("ranks", *where, "--wait", "5", "--json")
+    finally:
+        stop.set()
+        beating.join()
+        if relay is not None:
+            relay.close()
+
+    rows = {row["label"]: row for row in json.loads(ranks.stdout)}
+    assert rows.keys() == {"prefill-0/TP0", "prefill-0/TP0~taken"}, ranks.stdout + ranks.stderr
+    listed, took = rows["prefill-0/TP0"], rows["prefill-0/TP0~taken"]
+    assert (listed["state"], listed["host"], listed["unlisted"]) == ("alive", "taker-host", None)
+    assert (took["state"], took["host"], took["rank"]) == ("alive", rank.info.host, 0)
+    assert "holds it live" in took["unlisted"]

@@ -209,7 +209,8 @@ def test_a_rank_whose_refreshes_are_refused_logs_why(bootstrap, zmq_context, wai
     assert routes.refused.startswith(f"bootstrap {bootstrap.endpoint} refused: registration of ")  # as a sidecar's
     assert "127.0.0.2 holds it live" in routes.refused
     logged = [record.getMessage() for record in caplog.records if record.name == "transport.kv.routes"]
-    assert logged == [f"cannot register, so no peer or new view finds this rank: {routes.refused}"]
+    heard = "no peer finds this rank (new views hear it: listed as taken)"
+    assert logged == [f"cannot register, so {heard}: {routes.refused}"]
 
 
 def test_each_refusal_is_listed_with_its_ranks_role_and_age_and_a_hosts_roles_apart(bootstrap, zmq_context):

@@ -16,7 +16,7 @@ import pytest
 
 from transport import BootstrapClient, BootstrapServer, KVPoll
 from transport.errors import FrameRejected
-from transport.plane.events import EVENT_SCHEMA, EventBatch, Failure, RoomState, Snapshot, TransferDone
+from transport.plane.events import EVENT_SCHEMA, EventBatch, Failure, Heartbeat, RoomState, Snapshot, TransferDone
 from transport.plane.publisher import EventPublisher
 from transport.plane.relay import Relay
 from transport.plane.salvage import salvage_batch
@@ -133,3 +133,52 @@ def test_a_frame_whose_envelope_fails_is_still_rejected_whole():
     with pytest.raises(FrameRejected):
         FrameDecoder(EventBatch).decode(frame)
     assert salvage_batch(memoryview(frame)[1:]) is None
+
+
+def test_a_bad_record_a_snapshot_holds_again_after_each_gap_is_counted_once(make_publisher, subscribe):
+    """A refused record stays in the agent's snapshot: each gap asks that snapshot again, and the record in it is
+    the one its batch carried (the same bytes), so `records_rejected` stays at the one record refused."""
+    publisher = make_publisher()
+    log = subscribe([publisher.info])
+    log.wait_synced([LABEL])
+    emit(publisher, room(1, KVPoll.Success), backwards(1), failure(1))
+    log.wait(lambda: log.failures(1), what="the half-bad batch's valid records")
+
+    for gap in (2, 3):
+        publisher.seq += 3  # three batches lost on the way: the next one jumps, and the snapshot is asked again
+        emit(publisher, failure(gap))
+        log.wait(lambda n=gap: len(log.snapshots(LABEL)) == n, 10.0, f"the snapshot asked after gap {gap - 1}")
+        log.wait(lambda n=gap: bool(log.failures(n)), what=f"the batch after gap {gap - 1}")
+
+    subscriber = log.subscriber
+    assert sum(subscriber.gaps.values()) == 6
+    assert [len(d.refused) for d in log.deliveries if d.refused] == [1]
+    assert subscriber.counters["records_rejected"] == 1
+    [(count, latest)] = subscriber.records_refused.values()
+    assert count == 1 and latest.startswith("batch ") and latest.endswith(NEGATIVE)
+
+
+def test_a_relay_learns_a_snapshot_socket_from_a_heartbeat_beside_a_bad_record(make_publisher, subscribe, wait_for):
+    """A relay given an agent by its event endpoint learns where to ask its snapshot from its heartbeats: one in a
+    batch whose other record fails its schema still teaches it, and a view behind the relay gets the snapshot."""
+    publisher = make_publisher(batch_interval_s=0.2)
+    heartbeat = Heartbeat(time.time(), {}, 0, 0, 0.0, 0, 0.0, publisher.snapshot_endpoint)
+    relay = Relay(connect=[publisher.endpoint], discover_every_s=0.1).start()
+    try:
+
+        def learned() -> bool:  # each batch holds both: the bad record, then the heartbeat
+            emit(publisher, backwards(1), heartbeat)
+            return LABEL in relay.book().routes
+
+        wait_for(learned, 10.0, "the relay learns the snapshot route")
+        assert relay.book().routes[LABEL].endpoint == publisher.snapshot_endpoint
+        log = subscribe()
+        assert log.subscriber.connect_relay(relay.entry, [LABEL]) == ""
+
+        def synced() -> bool:
+            emit(publisher, failure(1))
+            return bool(log.snapshots(LABEL))
+
+        log.wait(synced, 10.0, "the snapshot through the relay")
+    finally:
+        relay.close()

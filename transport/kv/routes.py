@@ -9,7 +9,7 @@ import zmq
 
 from transport.counters import Counters
 from transport.curve import CurveKeys, dialing
-from transport.registration import registration_problem
+from transport.registration import refused_as_taken, registration_problem
 from transport.sockets import LIST_FRAME, decode_waiting, open_socket, send_now
 from transport.wire import (
     AgentInfo,
@@ -95,7 +95,10 @@ class RouteBook:
         """A refused refresh (another client holds this rank's entry): logged when the reason changes, and kept."""
         refused = f"bootstrap {self._bootstrap} refused: {message}"  # as `BootstrapClient` says it
         if refused != self.refused:
-            _log.warning("cannot register, so no peer or new view finds this rank: %s", refused)
+            unseen = "no peer finds this rank (new views hear it: listed as taken)"
+            if not refused_as_taken(message):
+                unseen = "no peer or new view finds this rank"
+            _log.warning("cannot register, so %s: %s", unseen, refused)
         self.refused = refused
 
     def close(self) -> None:

@@ -150,7 +150,8 @@ class Heartbeat(msgspec.Struct, tag="heartbeat", array_like=True, frozen=True):
     registration: ReasonText = ""
     """Why the bootstrap service does not list this rank now, as the rank last heard it: its refresh refused (its
     entry taken by another client once it expired, an endpoint no longer allowed) or, for a sidecar's or plugin's,
-    unanswered; "" while it is registered. A view says it: the rank is alive, but no peer or view finds it."""
+    unanswered; "" while it is registered. A view says it: the rank is alive, but no peer finds it, nor a new view
+    unless the service lists it as taken (`registration.refused_as_taken`)."""
 
 
 class RoomState(msgspec.Struct, tag="room", array_like=True, frozen=True):

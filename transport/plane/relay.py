@@ -12,7 +12,8 @@ listens downstream.
 
 Upstreams: the agents a bootstrap lists (`bootstrap`), the relays given (`relays`, their ROUTER address:
 tiers), and agents given by their event endpoints (`connect`; the relay learns their snapshot sockets from
-their heartbeats). Discovery runs again every `DISCOVER_EVERY_S`: agents come, go and restart.
+their heartbeats, of a batch some of whose other records fail their schema too: salvage.py). Discovery runs
+again every `DISCOVER_EVERY_S`: agents come, go and restart.
 
 Threads, each owning its sockets:
 
@@ -29,6 +30,10 @@ The joined listing keeps the bootstrap's budget (`bootstrap.MAX_LISTING_BYTES`: 
 expired ones; `REFUSED_KEPT` refused lines and upstream errors), each upstream's entries taken in turn: entries
 past it are left out, counted (`listing_left_out`, the latest round's) and said in `refused`, so a relay joining
 full bootstraps still answers in one frame every reader takes, and no upstream pushes another's ranks out.
+The ranks its upstreams list as taken (`AgentList.taken`: refused because another client holds their entry, running
+on) it subscribes to, as to the listed ones, and lists as taken (the latest `REFUSED_KEPT`), so a view through it
+hears them as one given the bootstrap does: a view hears each under `taken_label` (the taker publishes under its
+label), and a snapshot asked by that name reaches the rank's own snapshot socket.
 
 A thread that dies is logged with its traceback and kept in `error`; `died` turns true.
 
@@ -57,8 +62,9 @@ from transport.curve import CurveKeys, dialing, serving, stop_authenticator
 from transport.errors import BootstrapError
 from transport.limits import size_context
 from transport.plane.events import EventBatch, Heartbeat
+from transport.plane.salvage import salvage_batch
 from transport.plane.snapshot_broker import BROKER_COUNTERS, Book, Route, SnapshotBroker
-from transport.registration import RELAY_ROLE, agent_problem, endpoint_problem, entry_name
+from transport.registration import RELAY_ROLE, agent_problem, endpoint_problem, entry_name, taken_label
 from transport.sockets import LIST_FRAME, SMALL_FRAME, SUBSCRIPTION_FRAME, bind, decode_waiting, open_socket
 from transport.wire import LISTED_BY_RELAY, AgentInfo, AgentList, FrameDecoder, RefusedNote, cut_text, encode
 
@@ -124,6 +130,13 @@ def listed_by_relay(listing: AgentList) -> bool:
     if listing.lister:
         return listing.lister == LISTED_BY_RELAY
     return "upstream_agents" in listing.counters
+
+
+def _salvaged(frame: bytes) -> tuple[bytes, EventBatch] | None:
+    """The valid events of a batch that failed whole (a heartbeat beside a record outside its schema still names
+    its snapshot socket); None where its envelope fails too. Its refused records are the views' to count."""
+    salvaged = salvage_batch(memoryview(frame)[1:])
+    return None if salvaged is None else (b"", salvaged[0])
 
 
 def _reachable(endpoint: str, advertise: str) -> str:
@@ -329,6 +342,9 @@ class Relay:
         refused: list[str] = []
         refusals: list[RefusedNote] = []
         """The upstreams' refused registrations: a view through the relay names them as one on the bootstrap does."""
+        taken: list[AgentInfo] = []
+        """The ranks the upstreams list as taken (a bootstrap's subscribed to here; an upstream relay's stream carries
+        those it lists)."""
         endpoints = set(self.connect)
         relays = 0
         errors: list[str] = []
@@ -347,6 +363,9 @@ class Relay:
             reported.extend(cut_text(f"via {address}: {error}") for error in listing.upstream_errors)
             kept.update(listing.kept)
             refusals.extend(listing.refusals)
+            for agent in self._usable(listing.taken, refused):
+                taken.append(agent)
+                routes[taken_label(agent.label)] = Route(relay.snapshot_endpoint, via_relay=True)
             for agent in self._usable(listing.agents, refused):
                 agents[agent.label] = agent
                 origin[agent.label] = address
@@ -356,6 +375,11 @@ class Relay:
             listing = self._list(self.bootstrap, timeout_s, strict, errors, "bootstrap")
             if listing is not None:
                 refusals.extend(listing.refusals)
+                for agent in self._usable(listing.taken, refused):
+                    taken.append(agent)
+                    endpoints.add(agent.event_endpoint)
+                    if agent.snapshot_endpoint:
+                        routes[taken_label(agent.label)] = Route(agent.snapshot_endpoint, via_relay=False)
                 if self.register:
                     self._register(timeout_s, errors)
                 for agent in self._usable(listing.agents, refused):
@@ -371,6 +395,7 @@ class Relay:
             routes = {**self._book.routes, **routes}
             kept.update(agent.label for agent in self._book.agents if agent.label not in agents)
             agents = {agent.label: agent for agent in self._book.agents} | agents
+            taken = taken or self._book.taken
         for label in agents:
             expired.pop(label, None)
         listed, left_live = _within(_interleaved(agents, origin), LIVE_BYTES)
@@ -386,7 +411,7 @@ class Relay:
         down = _kept([cut_text(error) for error in errors] + reported, "more upstream errors")
         shown = {agent.label for agent in listed}
         self._book = Book(routes, listed, gone, refused, down, sorted(label for label in kept if label in shown),
-                          refusals, time.monotonic())  # fmt: skip
+                          refusals, time.monotonic(), taken[-REFUSED_KEPT:])  # fmt: skip
         self.error = "; ".join(errors)
         self.counters.add("discovery_errors", len(errors))
         self._set_counter("upstream_agents", len(agents))
@@ -468,7 +493,7 @@ class Relay:
             poller.register(sock, zmq.POLLIN)
         decoder: FrameDecoder[EventBatch] = FrameDecoder(EventBatch)
         for sock, _ in poller.poll(timeout_ms):
-            for batch in decode_waiting(sock, decoder, self.counters, limit=1000):
+            for batch in decode_waiting(sock, decoder, self.counters, 1000, _salvaged):
                 for event in batch.events:
                     endpoint = event.snapshot_endpoint if isinstance(event, Heartbeat) else ""
                     if endpoint and not endpoint_problem(endpoint):

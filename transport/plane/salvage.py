@@ -4,12 +4,15 @@ One record outside its schema (a `TransferDone` of negative seconds from an engi
 reject its whole batch, and every later snapshot that mirrored it: the rank's valid events were lost for good.
 A subscriber decodes a frame whole first (the fast path); only a frame that fails comes here, where its envelope
 is decoded with each record left raw, then each record on its own. Every record that decodes is kept, in order;
-each one refused is named with why (`record 5 of 9 (done): Expected float >= 0.0 - at $[3]`). A frame whose
-envelope itself fails (its seq, its agent, a list that is no list) is not salvaged: the caller rejects it whole.
+each one refused is named with why (`record 5 of 9 (done): Expected float >= 0.0 - at $[3]`) and keyed by a digest
+of its bytes: a snapshot mirrors a bad record its batch carried, and every later snapshot holds it again, so a
+subscriber counts a key once per agent incarnation. A frame whose envelope itself fails (its seq, its agent, a list
+that is no list) is not salvaged: the caller rejects it whole.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Annotated, Any, TypeVar
 
@@ -33,6 +36,9 @@ from transport.plane.events import (
 from transport.wire import RankLabel, ShortText
 
 T = TypeVar("T")
+
+Refusal = tuple[bytes, str]
+"""A record refused: (a digest of its bytes, the same wherever the record is sent again; why it was refused)."""
 
 
 class _LooseBatch(msgspec.Struct, tag="batch", array_like=True, frozen=True):
@@ -81,29 +87,29 @@ _CONTEXT = msgspec.msgpack.Decoder(LogContext)
 _ANY = msgspec.msgpack.Decoder()
 
 
-def salvage_batch(body: bytes | memoryview) -> tuple[EventBatch, list[str]] | None:
-    """The batch in `body` (a frame less its version byte) without the events that fail their schema, and why
-    each failed; None where the envelope fails too."""
+def salvage_batch(body: bytes | memoryview) -> tuple[EventBatch, list[Refusal]] | None:
+    """The batch in `body` (a frame less its version byte) without the events that fail their schema, and each
+    one that failed; None where the envelope fails too."""
     try:
         loose = _BATCH.decode(body)
     except msgspec.DecodeError:
         return None
-    refused: list[str] = []
+    refused: list[Refusal] = []
     events = _records(loose.events, _EVENT, "", refused)
     batch = EventBatch(
         loose.schema, loose.role, loose.instance, loose.rank, loose.incarnation, loose.seq, loose.sent_at, events
     )
-    return batch, [f"batch {loose.seq}, {why}" for why in refused]
+    return batch, [(key, f"batch {loose.seq}, {why}") for key, why in refused]
 
 
-def salvage_snapshot(body: bytes | memoryview) -> tuple[Snapshot, list[str]] | None:
+def salvage_snapshot(body: bytes | memoryview) -> tuple[Snapshot, list[Refusal]] | None:
     """The snapshot in `body` (a frame less its version byte) without the records that fail their schema (a bad
-    hello or heartbeat becomes None), and why each failed; None where its envelope fails too."""
+    hello or heartbeat becomes None), and each one that failed; None where its envelope fails too."""
     try:
         loose = _SNAPSHOT.decode(body)
     except msgspec.DecodeError:
         return None
-    refused: list[str] = []
+    refused: list[Refusal] = []
     hello = _records([loose.hello], _HELLO, "hello ", refused)
     heartbeat = _records([loose.heartbeat], _HEARTBEAT, "heartbeat ", refused)
     snapshot = Snapshot(
@@ -123,17 +129,20 @@ def salvage_snapshot(body: bytes | memoryview) -> tuple[Snapshot, list[str]] | N
         loose.sent_at,
         loose.cut,
     )
-    return snapshot, [f"snapshot {loose.seq}, {why}" for why in refused]
+    return snapshot, [(key, f"snapshot {loose.seq}, {why}") for key, why in refused]
 
 
-def _records(raws: list[msgspec.Raw], decoder: msgspec.msgpack.Decoder[T], what: str, refused: list[str]) -> list[T]:
+def _records(
+    raws: list[msgspec.Raw], decoder: msgspec.msgpack.Decoder[T], what: str, refused: list[Refusal]
+) -> list[T]:
     """Each of `raws` that `decoder` takes, in order; each it refuses is said in `refused`."""
     kept: list[T] = []
     for index, raw in enumerate(raws, 1):
         try:
             kept.append(decoder.decode(raw))
         except msgspec.DecodeError as error:
-            refused.append(f"{what}record {index} of {len(raws)}{_named(raw, str(error))}: {error}")
+            key = hashlib.blake2b(raw, digest_size=16).digest()
+            refused.append((key, f"{what}record {index} of {len(raws)}{_named(raw, str(error))}: {error}"))
     return kept
 
 

@@ -76,6 +76,9 @@ class Book:
     """The registrations the upstream bootstrap (and relays) refused, with their role and age as listed."""
     listed_at: float = 0.0
     """When the round that made this book listed its upstreams (monotonic): the refusals' ages grow from it."""
+    taken: list[AgentInfo] = field(default_factory=list)
+    """The ranks its upstreams list as taken (`AgentList.taken`), subscribed to and listed so (each
+    routed by its `taken_label`: its label routes to the taker's entry)."""
 
 
 @dataclass(slots=True)
@@ -149,7 +152,7 @@ class SnapshotBroker:
             refusals = [msgspec.structs.replace(note, age_s=min(note.age_s + since, 1e9)) for note in book.refusals]
             listing = AgentList(
                 request.req_id, book.agents, self._report(), book.refused, book.expired, [self._entry()],
-                book.upstream_errors, book.kept, LISTED_BY_RELAY, refusals=refusals,
+                book.upstream_errors, book.kept, LISTED_BY_RELAY, refusals=refusals, taken=book.taken,
             )  # fmt: skip
             self._router.send_multipart([requester, encode(listing)])
             return

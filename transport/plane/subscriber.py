@@ -28,7 +28,12 @@ connected to is counted (`bad_entries`, once per name and reason) and named
 in `refused`; every undecodable frame is counted under `rejected_<reason>`. A batch or snapshot that fails to
 decode as a whole is decoded record by record (salvage.py): its valid records are delivered, in order, and its seq
 counts as any other's (a refused record is no gap); each record refused is said in its delivery (`Delivered.refused`),
-counted as it is delivered (`records_rejected`) and named with why in `records_refused`.
+counted as it is delivered (`records_rejected`) and named with why in `records_refused`, once per agent incarnation:
+a snapshot that holds a record refused already (its batch's, or an earlier snapshot's, asked again after a gap or a
+missed snapshot) leaves it out again unsaid.
+A rank the service lists as taken (`hear_taken`: another client holds its entry, and that taker publishes under the
+same label) is delivered under `registration.taken_label`, so that neither incarnation's batches start the other's
+stream anew.
 Nor can a cluster larger than this process's limits: without a context given, the subscriber opens its own,
 sized for a socket per agent (`transport.limits`), and raises the open-file limit as agents come. Where the
 hard limit is too low, a snapshot socket that would take a file its connections need is not opened; that, and
@@ -53,8 +58,8 @@ from transport.counters import Counters, rejection_names
 from transport.curve import CurveKeys, dialing
 from transport.limits import cannot_open, files_for, out_of_files, raise_open_files, size_context, snapshot_room
 from transport.plane.events import EventBatch, Heartbeat, Snapshot, SnapshotRequest
-from transport.plane.salvage import salvage_batch, salvage_snapshot
-from transport.registration import agent_problem, endpoint_problem, entry_name
+from transport.plane.salvage import Refusal, salvage_batch, salvage_snapshot
+from transport.registration import agent_problem, endpoint_problem, entry_name, taken_label
 from transport.sockets import LIST_FRAME, decode_waiting_frames, open_socket, send_now
 from transport.wire import AgentInfo, FrameDecoder, encode
 
@@ -73,6 +78,9 @@ RELAY_RCVHWM = 100_000
 """Batches a relay's one connection queues (it carries every agent behind it): ~5 s of 1024 agents'."""
 REFUSED_KEPT = 64
 """Unusable entries named at most (the oldest name goes first); `bad_entries` counts them all."""
+REFUSALS_REMEMBERED = 4096
+"""Refused records remembered per agent incarnation, so that its snapshots, which hold them again, say them once
+(more than a snapshot holds: one forgotten past them is counted again)."""
 
 
 @dataclass(eq=False)
@@ -85,10 +93,24 @@ class _Stream:
     req_id: int = 0
     last_seq: int = 0
     synced: bool = False
-    held: list[tuple[EventBatch, bytes, tuple[str, ...]]] = field(default_factory=list)
+    held: list[tuple[EventBatch, bytes, tuple[Refusal, ...]]] = field(default_factory=list)
     """Batches waiting for the snapshot, each with its frame and its refused records (`Delivered`)."""
     answered: bool = False
     """The agent answered a snapshot request of this stream: after a gap, it is asked again."""
+    refusals: dict[bytes, None] = field(default_factory=dict)
+    """The keys of the records refused of this incarnation, counted already (the latest `REFUSALS_REMEMBERED`)."""
+
+    def unsaid(self, refused: tuple[Refusal, ...], snapshot: bool) -> tuple[str, ...]:
+        """Why each of `refused` was refused, remembered from now on; of a snapshot, only those not said before
+        (a batch's records are each delivered once: one of the same bytes as another is another record)."""
+        said = self.refusals
+        fresh = tuple(why for key, why in refused if not snapshot or key not in said)
+        for key, _ in refused:
+            said.pop(key, None)
+            said[key] = None
+        while len(said) > REFUSALS_REMEMBERED:
+            del said[next(iter(said))]
+        return fresh
 
 
 Delivery = Snapshot | EventBatch
@@ -104,7 +126,8 @@ class Delivered(msgspec.Struct, frozen=True, gc=False):
     """The frame a batch came in (wire version byte + msgpack), as it came: a recorder writes it without
     encoding it again ("" for a snapshot, and for a batch some of whose records were refused)."""
     refused: tuple[str, ...] = ()
-    """Why each record of the frame was refused and left out of `item` (salvage.py): the rest was kept."""
+    """Why each record of the frame was refused and left out of `item` (salvage.py), the rest kept: those of a
+    snapshot refused before (of this incarnation, in a batch or snapshot delivered earlier) are left out unsaid."""
 
 
 class EventSubscriber:
@@ -185,11 +208,14 @@ class EventSubscriber:
         self.unreachable: dict[str, str] = {}
         """Agents (labels), endpoints and relays a socket could not be opened for (this process's limits, not
         the agent's fault): name -> why. Tried again at each `connect()` of the name; gone once it opens."""
+        self._taken: dict[str, int] = {}
+        """Labels the service lists as taken -> the incarnation listed so: its batches are delivered under
+        `taken_label` (the taker publishes under the plain label)."""
         self.records_refused: dict[str, tuple[int, str]] = {}
         """Agents (labels) some of whose records were refused -> (how many, why the latest was), the most recent
         `REFUSED_KEPT` agents; `records_rejected` counts them all."""
-        self._salvaged: tuple[str, ...] = ()
-        """Why each record of the frame salvaged last was refused (read as that frame's message is yielded)."""
+        self._salvaged: tuple[Refusal, ...] = ()
+        """Each record of the frame salvaged last that was refused (read as that frame's message is yielded)."""
         self._batch_decoder: FrameDecoder[EventBatch] = FrameDecoder(EventBatch)
         self._snapshot_decoder: FrameDecoder[Snapshot] = FrameDecoder(Snapshot)
 
@@ -250,6 +276,19 @@ class EventSubscriber:
         self._endpoints[endpoint] = sock
         self._poller = None
         return ""
+
+    def hear_taken(self, agents: list[AgentInfo], direct: bool) -> None:
+        """The ranks the latest listing names as taken (`AgentList.taken`): each one's batches are delivered under
+        `taken_label`, apart from the taker's; `direct`: subscribe to their event endpoints (through a relay, its
+        stream carries them: `synced` waits for them a while, as for the ranks it lists)."""
+        self._taken = {agent.label: agent.incarnation for agent in agents}
+        now = time.monotonic()
+        for agent in agents:
+            if direct:
+                self.connect_endpoint(agent.event_endpoint)
+            elif (label := taken_label(agent.label)) not in self._streams and label not in self._relay_listed:
+                self._relay_listed.add(label)
+                self._relay_expected[label] = now
 
     def connect_relay(self, relay: AgentInfo, agents: list[str] | None = None) -> str:
         """Subscribe to every agent behind a relay (its listing entry), on a SUB socket of its own, with
@@ -371,12 +410,14 @@ class EventSubscriber:
     def _read_batches(self, sock: zmq.Socket[bytes], out: list[Delivered], endpoint: str = "", relay: str = "") -> None:
         """Every batch waiting on `sock` (10k at most): a synced stream's next seq goes straight out (the
         path nearly every batch takes, kept short: one dict hit, one compare); anything else, `_on_batch`."""
-        streams, relayed, count = self._streams, self._relayed, 0
+        streams, relayed, taken, count = self._streams, self._relayed, self._taken, 0
         for frame, batch in decode_waiting_frames(
             sock, self._batch_decoder, self.counters, 10_000, self._salvage_batch
         ):
             count += 1
             label = f"{batch.instance}/TP{batch.rank}"  # `batch.label`, without the property's call
+            if taken and taken.get(label) == batch.incarnation:
+                label = taken_label(label)
             if endpoint:
                 self.answered[endpoint] = label
             if relay and relayed.get(label) != relay:
@@ -416,6 +457,21 @@ class EventSubscriber:
         self._salvaged = tuple(refused)
         return b"", snapshot
 
+    def _delivered(
+        self,
+        label: str,
+        stream: _Stream,
+        item: Delivery,
+        out: list[Delivered],
+        frame: bytes,
+        refused: tuple[Refusal, ...],
+    ) -> None:
+        """`item` out, the records refused of it counted (once per incarnation each: `_Stream.unsaid`)."""
+        said = stream.unsaid(refused, isinstance(item, Snapshot)) if refused else ()
+        out.append(Delivered(label, item, frame, said))
+        if said:
+            self._count_refused(label, said)
+
     def _count_refused(self, label: str, refused: tuple[str, ...]) -> None:
         """A delivery of `label` left records out: counted, and the latest reason kept."""
         self.counters.add("records_rejected", len(refused))
@@ -430,7 +486,7 @@ class EventSubscriber:
         out: list[Delivered],
         frame: bytes = b"",
         label: str = "",
-        refused: tuple[str, ...] = (),
+        refused: tuple[Refusal, ...] = (),
     ) -> None:
         label = label or batch.label
         stream = self._streams.get(label)
@@ -465,7 +521,7 @@ class EventSubscriber:
         batch: EventBatch,
         out: list[Delivered],
         frame: bytes = b"",
-        refused: tuple[str, ...] = (),
+        refused: tuple[Refusal, ...] = (),
     ) -> None:
         if not stream.synced:  # its snapshot was asked again (a gap among held batches): wait for it too
             stream.held.append((batch, frame, refused))
@@ -483,9 +539,7 @@ class EventSubscriber:
                 self._ask_snapshot(label, stream)
                 return
         stream.last_seq = batch.seq
-        out.append(Delivered(label, batch, frame, refused))
-        if refused:
-            self._count_refused(label, refused)
+        self._delivered(label, stream, batch, out, frame, refused)
 
     def _start_stream(self, label: str, incarnation: int) -> _Stream:
         stream = _Stream(incarnation)
@@ -563,7 +617,7 @@ class EventSubscriber:
         return decode_waiting_frames(sock, self._snapshot_decoder, self.counters, salvage=self._salvage_snapshot)
 
     def _accept_snapshot(
-        self, label: str, snapshot: Snapshot, out: list[Delivered], refused: tuple[str, ...] = ()
+        self, label: str, snapshot: Snapshot, out: list[Delivered], refused: tuple[Refusal, ...] = ()
     ) -> None:
         stream = self._streams.get(label)
         if stream is None or stream.synced or snapshot.req_id != stream.req_id:
@@ -576,9 +630,7 @@ class EventSubscriber:
         self._unsynced.pop(label, None)
         stream.last_seq = snapshot.seq
         self._done_asking(label, stream)
-        out.append(Delivered(label, snapshot, refused=refused))
-        if refused:
-            self._count_refused(label, refused)
+        self._delivered(label, stream, snapshot, out, b"", refused)
         self._release_held(label, stream, out)
 
     def _done_asking(self, label: str, stream: _Stream) -> None:

@@ -247,7 +247,8 @@ def test_an_unlisted_rank_and_the_bootstrap_s_refusals_show_on_the_overview_and_
     assert {label for label, cells in rows.items() if "unlisted" in cells} == {"prefill-0/TP1"}
     assert f" {len(rows)}/{len(rows)} ranks alive, 1 unlisted " in seen["health"]
     assert f"  1 registration refused, latest {refusal}" in seen["health"]
-    assert f"unlisted prefill-0/TP1 (its registration fails: no peer or new view finds it): {why}" in seen["history"]
+    heard = "another client holds its entry: no peer finds it; new views hear it as taken"
+    assert f"unlisted prefill-0/TP1 ({heard}): {why}" in seen["history"]
 
 
 def test_the_health_line_keeps_the_count_of_refusals_where_their_reason_does_not_fit(source: FixtureSource):
