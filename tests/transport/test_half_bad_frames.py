@@ -16,6 +16,7 @@ import pytest
 
 from transport import BootstrapClient, BootstrapServer, KVPoll
 from transport.errors import FrameRejected
+from transport.plane import salvage
 from transport.plane.events import EVENT_SCHEMA, EventBatch, Failure, Heartbeat, RoomState, Snapshot, TransferDone
 from transport.plane.publisher import EventPublisher
 from transport.plane.relay import Relay
@@ -182,3 +183,10 @@ def test_a_relay_learns_a_snapshot_socket_from_a_heartbeat_beside_a_bad_record(m
         log.wait(synced, 10.0, "the snapshot through the relay")
     finally:
         relay.close()
+
+
+def test_the_loose_shapes_salvage_reads_have_every_field_of_the_records_they_shadow() -> None:
+    """A field added to `EventBatch` or `Snapshot` must be added to salvage's loose shapes too, or a half-bad frame
+    of the new schema would lose it (or fail its envelope)."""
+    assert salvage._LooseBatch.__struct_fields__ == EventBatch.__struct_fields__
+    assert salvage._LooseSnapshot.__struct_fields__ == Snapshot.__struct_fields__
