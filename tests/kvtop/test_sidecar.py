@@ -226,7 +226,7 @@ def _crashed(ranks: list[dict[str, Any]]) -> dict[str, str]:
     return {rank["label"]: rank["crashed"]["text"] for rank in ranks if rank["crashed"]}
 
 
-NEVER_STARTED = ("launcher-death",)
+NEVER_STARTED = ("ascend-init", "launcher-death")
 """Fixtures of a server that died at start-up: no failure to fold (`test_a_sidecar_on_a_later_node_s_log_...`)."""
 
 
