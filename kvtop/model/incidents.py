@@ -20,6 +20,9 @@ decode instance is one incident whichever of its hosts a room names, first or la
 Sessions of one decode host that start failing within `quiet_gap_s` of one another are one incident of that host
 (`_of_host`: a decode of TP or DP attention on one node, dead, names a session per rank), which remembers them as a
 multi-node decode's incident does; a session of it that starts failing later is a new death, its own incident.
+So are the ranks of an instance (by label) when every rank seen of it stops answering within `quiet_gap_s`
+(`_of_instance`: an instance stalled whole): one incident of the instance, which remembers its ranks as a host's does
+its sessions; a rank failing alone stays that rank's.
 
 Computed incrementally: the model hands each failure to `add()` (a list append on the ingest path) and
 `update()` (from the model's sweep) folds only the rooms those failures touched. A room's groups can change
@@ -106,8 +109,8 @@ IncidentKey = tuple[str, str, str]
 Tag = tuple[str, str]
 """What a lookup asks of an incident (`IncidentTracker._tagged`): ("name", its suspect's), ("instance", name) of an
 instance's `unresponsive` one, ("side", role), ("symptom", ""), ("rank", "") of a rank's `unresponsive` one,
-("session", one it remembers), ("host", the host of its decode session, or its host), ("noticed", a rank it tallies
-as noticing)."""
+("session", one it remembers), ("host", the host of its decode session, or its host), ("of", the instance of a rank
+by label), ("noticed", a rank it tallies as noticing)."""
 _At = TypeVar("_At", str, tuple[str, str])
 LeadKey = tuple[float, int, str]
 """(ts, room, rank) of a group's lead: which group it is, across refolds that keep its lead."""
@@ -145,8 +148,8 @@ class Incident(msgspec.Struct, gc=False):
     incident under way beside it takes it in."""
     sessions: list[str] = []
     """The decode sessions (`host:port`) its rooms named on several hosts (a multi-node decode instance's), or on one
-    host (a host's: the sessions that failed together), at most `SESSIONS_KEPT`: a later room that names one of them
-    joins it (`Attribution.session`)."""
+    host (a host's: the sessions that failed together), or the ranks of an instance that failed together (by label),
+    at most `SESSIONS_KEPT`: a later room that names one of them joins it (`Attribution.session`, a rank's label)."""
     counted: tuple[int, str, str] = (0, "", "")
     """(id, kind, suspect kind) of the start `started` counts for it: its own, or that of the incident counted first
     that it took in (one cause counted once, where it was counted first: a counter never goes down)."""
@@ -195,12 +198,14 @@ class Incident(msgspec.Struct, gc=False):
         return f"{self.suspect_text} {Kind(self.kind).verb} ({self.title_class})"
 
     def evidence_lines(self) -> list[str]:
-        """Why the suspect, the most said first; a host's names its sessions that failed first."""
+        """Why the suspect, the most said first; a host's names its sessions that failed first, an instance's the
+        ranks of it that failed together."""
         lines = [text for text, _ in sorted(self.evidence.items(), key=lambda item: -item[1])]
-        if self.suspect.kind == "host" and self.sessions:
+        ranks = _of_ranks(self)
+        if (self.suspect.kind == "host" or ranks) and self.sessions:
             more = len(self.sessions) - SESSIONS_SHOWN
             named = ", ".join(self.sessions[:SESSIONS_SHOWN]) + (f" and {more} more" if more > 0 else "")
-            lines.insert(0, f"its sessions {named} failed together")
+            lines.insert(0, f"its {'ranks' if ranks else 'sessions'} {named} failed together")
         return lines
 
 
@@ -471,6 +476,7 @@ class IncidentTracker:
         own = incident if incident is not None and self._takes(incident, ts, attribution.standing) else None
         sessions = (attribution.session,) * bool(attribution.session)  # one session, or a host's several
         sessions = attribution.sessions if suspect.kind == "host" else sessions
+        sessions = (suspect.name,) if not sessions and _instance(suspect.name) and suspect.kind == "rank" else sessions
         instance = self._of_session(attribution, sessions, ts) if sessions else None
         if instance is not None and (own is None or instance.first_seen >= own.first_seen):
             return instance  # a multi-node decode's (or a host's) session, unless it failed afresh since
@@ -483,6 +489,11 @@ class IncidentTracker:
         if together and suspect.kind == "rank":  # one incident each of other sessions of its host: the host's
             suspect, key = Suspect("host", host, "decode"), (str(attribution.kind), "host", host)
             latest = self._latest.get(key)
+        rank = suspect.name if suspect.kind == "rank" and attribution.kind is Kind.UNRESPONSIVE and not host else ""
+        if rank and (together := self._of_instance(rank, attribution.kind, ts, around)):
+            suspect = Suspect("instance", _instance(rank), suspect.role)  # every rank of it failed: the instance's
+            key = (str(attribution.kind), "instance", suspect.name)
+            latest = self._latest.get(key)
         earlier = latest is not None and latest in self.incidents and ts < self.incidents[latest].first_seen
         incident = Incident(
             self.next_id, str(attribution.kind), suspect, ts, ts, reason_class, symptom_of=attribution.symptom_of
@@ -494,8 +505,15 @@ class IncidentTracker:
             self._set_latest(key, incident.id)
         started = (incident.kind, suspect.kind)
         self.started[started] = self.started.get(started, 0) + 1
-        if incident.kind == Kind.UNRESPONSIVE and suspect.kind == "rank":
-            beside = self._with(("instance", _instance(suspect.name)), ("side", suspect.role), ("symptom", ""))
+        if rank and together:  # its ranks' incidents, its ranks remembered as a host's sessions: a cause as a rank's
+            for single in together:
+                self._absorb(incident, single)
+            self._remember(incident, (rank,))
+            self._index(incident)
+            if self._latest.get(key) == incident.id:
+                self._place_cause(key, incident)
+        if _a_cause(incident):
+            beside = self._with(("instance", _end_of(suspect)), ("side", suspect.role), ("symptom", ""))
             explained = [other for other in beside if _explains(incident, other, self.quiet_gap_s, around)]
             for vaguer in [other for other in explained if self._alone_explains(incident, other, around)]:
                 self._absorb(incident, vaguer)
@@ -541,6 +559,19 @@ class IncidentTracker:
         hosts = [incident for incident in near if incident.suspect.kind == "host"]
         return [max(hosts, key=lambda incident: incident.first_seen)] if hosts else near
 
+    def _of_instance(self, rank: str, kind: Kind, ts: float, around: Surroundings) -> list[Incident]:
+        """The `unresponsive` incidents of the other ranks of `rank`'s instance that take a group at `ts` (`_takes`),
+        when with `rank` they are every rank seen of it (the instance stalled whole); else none (a rank failing alone,
+        or some of its ranks, stay their own)."""
+        instance = _instance(rank)
+        others = [
+            incident
+            for incident in self._with(("of", instance))
+            if incident.kind == kind and incident.suspect.name != rank and self._takes(incident, ts, False)
+        ]
+        seen = around.ranks_of(instance) if others else []
+        return others if seen and {rank, *(incident.suspect.name for incident in others)}.issuperset(seen) else []
+
     def _explaining(self, attribution: Attribution, ts: float, around: Surroundings) -> Incident | None:
         """The one rank's `unresponsive` incident under way at `ts` that explains a vaguer attribution (an
         instance or a side that stopped answering, a pool that filled), if exactly one does; for a group whose
@@ -582,7 +613,7 @@ class IncidentTracker:
         another instance than the rank's while another rank's incident under way explains it too (as `_explaining`
         asks of a new group: a killed decode rank's incident took in the refusals of a prefill instance whose two
         stalled ranks filled its pool)."""
-        if not vague.symptom_of or _instance(cause.suspect.name) == vague.symptom_of:
+        if not vague.symptom_of or _end_of(cause.suspect) == vague.symptom_of:
             return True
         return not any(
             other is not cause and _explains(other, vague, self.quiet_gap_s, around)
@@ -594,8 +625,9 @@ class IncidentTracker:
         not tell which kind of failure its origin recorded, and kvtop does not guess)."""
         under_way = [
             incident
-            for incident in self._with(("name", suspect.name))
-            if incident.suspect == suspect and incident.first_seen - BEFORE_S <= ts <= incident.last_seen + DRAIN_S
+            for incident in self._with(("name", suspect.name), ("session", suspect.name))  # its instance's, of ranks
+            if (incident.suspect == suspect or _of_ranks(incident))
+            and incident.first_seen - BEFORE_S <= ts <= incident.last_seen + DRAIN_S
         ]
         return under_way[0] if len(under_way) == 1 else None
 
@@ -689,13 +721,14 @@ class IncidentTracker:
             self._unset_cause(key, was.suspect.role)
         self._latest[key] = incident_id
         incident = self.incidents.get(incident_id)
-        if incident is not None and key[0] == Kind.UNRESPONSIVE and key[1] == "rank":
+        if incident is not None and _a_cause(incident):
             self._place_cause(key, incident)
 
     def _place_cause(self, key: IncidentKey, incident: Incident) -> None:
-        """Index a rank's `unresponsive` incident, the newest of its key, by its latest failure (again as it grows)."""
+        """Index a cause (`_a_cause`: a rank's `unresponsive` incident), the newest of its key, by its latest failure
+        (again as it grows)."""
         role, width = incident.suspect.role, self.quiet_gap_s
-        self._causes.setdefault((_instance(key[2]), role), TimedKeys(width)).put(key, incident.last_seen)
+        self._causes.setdefault((_end_of(incident.suspect), role), TimedKeys(width)).put(key, incident.last_seen)
         self._causes_of_role.setdefault(role, TimedKeys(width)).put(key, incident.last_seen)
 
     def _seen(self, incident: Incident, ts: float) -> None:
@@ -704,7 +737,7 @@ class IncidentTracker:
             return
         incident.last_seen = ts
         key = incident.key
-        if key[0] == Kind.UNRESPONSIVE and key[1] == "rank" and self._latest.get(key) == incident.id:
+        if _a_cause(incident) and self._latest.get(key) == incident.id:
             self._place_cause(key, incident)
 
     def _del_latest(self, incident: Incident) -> None:
@@ -712,7 +745,7 @@ class IncidentTracker:
         self._unset_cause(incident.key, incident.suspect.role)
 
     def _unset_cause(self, key: IncidentKey, role: str) -> None:
-        _forget(self._causes, (_instance(key[2]), role), key)
+        _forget(self._causes, (key[2] if key[1] == "instance" else _instance(key[2]), role), key)
         _forget(self._causes_of_role, role, key)
 
     def _absorb(self, cause: Incident, vaguer: Incident) -> None:
@@ -737,7 +770,8 @@ class IncidentTracker:
             cause.rooms[room] = cause.rooms.get(room, 0) + count
         cause.room_count += vaguer.room_count
         cause.rooms_complete = cause.rooms_complete and vaguer.rooms_complete
-        single = (vaguer.suspect.name,) if cause.suspect.kind == "host" and vaguer.suspect.kind == "rank" else ()
+        taken = cause.suspect.kind in ("host", "instance") and vaguer.suspect.kind == "rank"
+        single = (vaguer.suspect.name,) if taken else ()
         self._remember(cause, (*single, *vaguer.sessions))  # a host's remembers the sessions of those it took in
         for room in vaguer.rooms:  # a tracked room's parts are in the rooms listed (only untracked ones leave)
             tracked = self._tracked.get(room)
@@ -805,10 +839,14 @@ def _tags(incident: Incident) -> list[Tag]:
         suspect = incident.suspect
         if suspect.kind in ("instance", "rank"):
             tags.append((suspect.kind, suspect.name if suspect.kind == "instance" else ""))
+        if _of_ranks(incident):  # a cause as a rank's incident is (`_a_cause`)
+            tags.append(("rank", ""))
         elif suspect.kind == "side":
             tags.append(("side", suspect.role))
         if host := session_host(suspect):  # a decode session's, or a host's: `_of_host`
             tags.append(("host", host))
+        if suspect.kind == "rank" and (instance := _instance(suspect.name)):
+            tags.append(("of", instance))  # `_of_instance`
     return tags
 
 
@@ -824,7 +862,7 @@ def _explains(cause: Incident, vague: Incident, quiet_gap_s: float, around: Surr
     if vague.kind != Kind.UNRESPONSIVE or vague.first_seen > cause.last_seen + quiet_gap_s:
         return False
     if suspect.kind == "instance":
-        return _instance(rank.name) == suspect.name
+        return _end_of(rank) == suspect.name
     return suspect.kind == "side" and suspect.role == rank.role and could_serve(rank, suspect.name, around)
 
 
@@ -856,6 +894,23 @@ def _one_of_its_sessions(single: Incident, instance: Incident, quiet_gap_s: floa
 
 def _instance(label: str) -> str:
     return label.rpartition("/")[0]
+
+
+def _of_ranks(incident: Incident) -> bool:
+    """Whether an incident is of an instance whose every rank stopped answering (`IncidentTracker._of_instance`): it
+    remembers its ranks by label."""
+    return incident.suspect.kind == "instance" and bool(incident.sessions) and "/" in incident.sessions[0]
+
+
+def _a_cause(incident: Incident) -> bool:
+    """Whether an incident may explain vaguer ones (`_explains`): a rank's `unresponsive` one, or an instance's whose
+    every rank stopped answering."""
+    return incident.kind == Kind.UNRESPONSIVE and (incident.suspect.kind == "rank" or _of_ranks(incident))
+
+
+def _end_of(cause: Suspect) -> str:
+    """The instance of a cause's suspect (`_a_cause`): a rank's, or the instance itself."""
+    return cause.name if cause.kind == "instance" else _instance(cause.name)
 
 
 def room_groups(room: int, failures: list[Observed]) -> list[FailureGroup]:

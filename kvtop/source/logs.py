@@ -95,10 +95,12 @@ class LogSource(Source):
 
     def partly_read(self) -> str:
         """Some logs given held nothing kvtop reads (an empty file, no SGLang server log: silence is no health), some
-        were read only up to damage (a gzip cut short: what came after is unknown), or one holds two servers' lines
-        (read as one)."""
+        were read only up to damage (a gzip cut short: what came after is unknown), some ended in a line without its
+        newline (copied while written: that line not read), or one holds two servers' lines (read as one)."""
         stats = self.logs.stats()
         found = [f"a log holds both servers' lines: {mixed}" for mixed in stats.mixed]
+        if stats.cut:
+            found.insert(0, f"last line cut: not read in {'; '.join(stats.cut)}")
         if stats.damaged:
             found.insert(0, f"{len(stats.damaged)} of the logs read only up to damage: {'; '.join(stats.damaged)}")
         if stats.unread and not stats.nothing_read:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import re
+from pathlib import Path
 
 
 def decode_failure(ts: str, room: int, reason: str, tp: int = 0, tags: str = "") -> str:
@@ -12,6 +13,17 @@ def decode_failure(ts: str, room: int, reason: str, tp: int = 0, tags: str = "")
         f"[{ts} TP{tp}{tags}] Decode transfer failed for request rank={tp} decode_req.req.rid='d{room}' "
         f"decode_req.req.bootstrap_room={room} with exception KVTransferError(bootstrap_room={room}): {reason}\n"
     )
+
+
+def cut_log(path: Path) -> tuple[str, str]:
+    """Write a decode log copied while its server wrote it: a whole failure line, then one cut inside its address
+    (`bootstrap_addr: 1` of `10.0.0.5:8998`); the whole line (without its newline) and the cut one."""
+    lost = "Lost connection with prefill instance (bootstrap_addr: 10.0.0.5:8998)"
+    whole = decode_failure("2026-01-02 03:04:35", 5555, lost)
+    written = decode_failure("2026-01-02 03:04:36", 5556, lost)
+    cut = written[: written.index("bootstrap_addr: 1") + len("bootstrap_addr: 1")]
+    path.write_text(whole + cut)
+    return whole.rstrip("\n"), cut
 
 
 def prefill_failure(ts: str, room: int, reason: str, tp: int = 0) -> str:

@@ -461,9 +461,9 @@ def test_incidents_started_count_one_cause_once_and_never_go_down_when_one_takes
 
 
 def test_a_rank_incident_leaves_another_instances_full_pool_to_the_ranks_that_filled_it():
-    """Both ranks of prefill-1 stop answering; its pool fills and refuses (two causes of its own: no one joins);
-    then decode-0/TP0 loses decode-0/TP1. That new incident took in prefill-1's refusals, rooms decode-0 never
-    touched; they stay prefill-1's own."""
+    """Both ranks of prefill-1 stop answering (one incident of the instance); its pool fills and refuses (its
+    symptom); then decode-0/TP0 loses decode-0/TP1. That new incident took in prefill-1's refusals, rooms decode-0
+    never touched; they stay prefill-1's."""
     model = ClusterModel()
     for room, rank in ((1, "prefill-1/TP0"), (2, "prefill-1/TP1")):
         timeout = origin(T0 + room, room, "decode-1/TP0", f"Request {room} timed out after 3.0s in "
@@ -477,12 +477,7 @@ def test_a_rank_incident_leaves_another_instances_full_pool_to_the_ranks_that_fi
                   "peer_lost", "decode-0/TP1")  # fmt: skip
     deliver(model, "decode-0/TP0", [lost], T0 + 5)
 
-    assert sorted(incidents(model, T0 + 6)) == [
-        ("decode-0/TP1", "unresponsive", 1),
-        ("prefill-1/TP0", "refusing", 1),
-        ("prefill-1/TP0", "unresponsive", 1),
-        ("prefill-1/TP1", "unresponsive", 1),
-    ]
+    assert sorted(incidents(model, T0 + 6)) == [("decode-0/TP1", "unresponsive", 1), ("prefill-1", "unresponsive", 3)]
 
 
 def test_incidents_and_silences_survive_a_keyframe():
@@ -684,7 +679,8 @@ def test_a_one_shot_view_folds_the_synced_snapshots_once_whatever_order_they_cam
 
     assert forward == backward
     assert ("prefill-0/TP1", "corrupt", 7, 7) in forward
-    assert all(origins == rooms for suspect, _, rooms, origins in forward if suspect != "decode-0/TP1")
+    both_refused = ("decode-0/TP1", "prefill-1")  # prefill-1's two ranks each refused some rooms: two origins a room
+    assert all(origins == rooms for suspect, _, rooms, origins in forward if suspect not in both_refused)
     assert _one_shot(labels, held=False) != _one_shot(labels[::-1], held=False)  # what the hold is for
 
 
@@ -922,3 +918,62 @@ def test_a_room_only_an_echo_says_the_silent_rank_refused_joins_that_ranks_incid
         model.sweep(T0 + 2.2 + sweep)  # an echo waits a sweep for its origin
 
     assert incidents(model, T0 + 4) == [("decode-0/TP1", "unresponsive", 2)]
+
+
+def _stalled(ts: float, room: int, decode: str, prefill: str) -> Failure:
+    """A decode rank's timeout in Transferring naming the prefill rank that stopped sending (as our agents say it)."""
+    text = f"Request {room} timed out after 3.0s in KVPoll.Transferring"
+    return origin(ts, room, decode, text, "timeout_transfer", prefill)
+
+
+def _beat(model: ClusterModel, ts: float, *labels: str) -> None:
+    """Every rank named answers at `ts` (none is silent itself: the rank a decode rank names is the suspect)."""
+    for label in labels:
+        deliver(model, label, [Heartbeat(ts, {}, 0, 0, 0.0, 0, 0.0)], ts)
+
+
+def test_an_instance_whose_every_rank_stopped_answering_is_one_incident_of_the_instance_naming_its_ranks():
+    """prefill-1 stalls whole: the decode ranks time out rooms of its TP0 and of its TP1 in the same seconds, a sweep
+    between them. One incident, `prefill-1 stopped answering`, its evidence naming both ranks, every room in it, one
+    start counted (it was counted as the rank's first); its pool's refusals and the rooms that fail after join it,
+    also in a model restored from a keyframe."""
+    model = ClusterModel()
+    ranks = ("prefill-1/TP0", "prefill-1/TP1", "decode-0/TP0", "decode-0/TP1")
+    for room in range(1, 9):
+        tp = room % 2
+        _beat(model, T0 + room, *ranks)
+        deliver(
+            model, f"decode-0/TP{tp}", [_stalled(T0 + room, room, f"decode-0/TP{tp}", f"prefill-1/TP{tp}")], T0 + room
+        )
+        model.sweep(T0 + room)
+    full = origin(T0 + 8.5, 9, "prefill-1/TP0", "Prefill rank 0 refused room 9: its KV pool is full", "refused",
+                  "prefill-1/TP0")  # fmt: skip
+    deliver(model, "prefill-1/TP0", [full], T0 + 8.5)
+
+    assert incidents(model, T0 + 9) == [("prefill-1", "unresponsive", 9)]
+    incident = next(iter(model.incidents.incidents.values()))
+    assert incident.headline() == "prefill-1 stopped answering (timeout_transfer)"
+    assert incident.evidence_lines()[0] == "its ranks prefill-1/TP1, prefill-1/TP0 failed together"  # as they failed
+    assert incident.suspect.as_dict() == {"kind": "instance", "name": "prefill-1", "role": "prefill"}
+    assert {key: n for key, n in model.incidents.started.items() if n} == {("unresponsive", "rank"): 1}
+    restored = restore(capture(model))
+    for beat in range(9, 13):
+        _beat(restored, T0 + beat, *ranks)
+    deliver(restored, "decode-0/TP0", [_stalled(T0 + 12, 12, "decode-0/TP0", "prefill-1/TP0")], T0 + 12)
+    assert incidents(restored, T0 + 13) == [("prefill-1", "unresponsive", 10)]
+
+
+@pytest.mark.parametrize("others", [(), ("prefill-1/TP2",)])
+def test_a_rank_that_stopped_answering_alone_or_with_some_of_its_instance_stays_the_ranks(others: tuple[str, ...]):
+    """prefill-1/TP0 stops answering while TP1 answers: its own incident. Of a prefill-1 of three ranks seen, TP0 and
+    TP1 stopping while TP2 answers stay two incidents of ranks (not every rank of it failed)."""
+    model = ClusterModel()
+    failing = ("prefill-1/TP0", "prefill-1/TP1") if others else ("prefill-1/TP0",)
+    for room in range(1, 7):
+        _beat(model, T0 + room, "prefill-1/TP0", "prefill-1/TP1", *others, "decode-0/TP0")
+        stalled = _stalled(T0 + room, room, "decode-0/TP0", failing[room % len(failing)])
+        deliver(model, "decode-0/TP0", [stalled], T0 + room)
+
+    expected = [("prefill-1/TP0", "unresponsive", 3), ("prefill-1/TP1", "unresponsive", 3)] if others else [
+        ("prefill-1/TP0", "unresponsive", 6)]  # fmt: skip
+    assert sorted(incidents(model, T0 + 8)) == expected

@@ -244,6 +244,30 @@ def test_live_a_rank_stopped_under_load_is_one_incident_naming_it_not_one_origin
     assert then["room_count"] >= 0.8 * sum(i["room_count"] for i in after if not i["client"]), after
 
 
+def test_live_an_instance_that_stalls_whole_is_one_incident_of_the_instance_naming_its_ranks(cluster_up, wait_for):
+    """Both ranks of prefill-0 stall rooms (they stop sending halfway): the decode ranks time them out, each naming the
+    prefill rank it waited on. Once both ranks have stalled rooms it is one incident, `prefill-0 stopped answering`,
+    its evidence naming the two ranks, no incident of either rank beside it; check names the instance."""
+    running = cluster_up("--prefill", "1", "--decode", "1", "--tp", "2", "--rate", "15", "--fault",
+                         "prefill-0=stall:0.1")  # fmt: skip
+
+    def the_instance() -> dict[str, Any] | None:
+        found = incidents("--bootstrap", running.bootstrap)
+        return next((i for i in found if i["suspect"]["name"] == "prefill-0" and i["kind"] == "unresponsive"), None)
+
+    instance = wait_for(the_instance, 90, "an incident of prefill-0")
+    found = incidents("--bootstrap", running.bootstrap)
+    check = kvtop("check", "--bootstrap", running.bootstrap)
+
+    assert instance["headline"].startswith("prefill-0 stopped answering (timeout_"), instance
+    assert instance["evidence"][0] in (
+        "its ranks prefill-0/TP0, prefill-0/TP1 failed together",
+        "its ranks prefill-0/TP1, prefill-0/TP0 failed together",
+    )
+    assert not [name for name, _ in cluster_incidents(found, "unresponsive") if name.startswith("prefill-0/")], found
+    assert "incident: prefill-0 stopped answering (timeout_" in check.stdout, check.stdout
+
+
 def ranks(bootstrap: str) -> list[dict[str, Any]]:
     result = kvtop("ranks", "--json", "--bootstrap", bootstrap)
     assert result.returncode == 0, result.stderr

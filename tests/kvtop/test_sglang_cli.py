@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from kvtop_cli import kvtop, kvtop_here
+from sglang_lines import cut_log
 from typer.testing import CliRunner
 
 from kvtop.bench.sglang_log import FIRST_ROOM, write_failed_rooms
@@ -414,3 +415,22 @@ def test_an_agent_s_own_decode_log_read_alone_names_the_rank_that_sent_corrupt_k
     incidents = json.loads(kvtop_here("incidents", "--sglang-log", str(log), "--json").stdout)["incidents"]
 
     assert [(incident["suspect_text"], incident["room_count"]) for incident in incidents] == [("prefill-0/TP1", 2)]
+
+
+@pytest.mark.processes
+def test_a_log_copied_mid_line_says_its_last_line_cut_and_reads_no_cut_address_into_an_incident(tmp_path: Path):
+    """`check` on a decode log whose last line was cut inside its address (`bootstrap_addr: 1`) read that line as
+    whole: a second incident, `the prefill side of decode-0`, of a room the cut line half named. The cut line is not
+    read; check warns that it was cut, and so does `incidents` on stderr."""
+    log = tmp_path / "decode.log"
+    cut_log(log)
+
+    check = kvtop("check", "--json", "--sglang-log", f"decode={log}")
+    shown = kvtop("incidents", "--sglang-log", f"decode={log}")
+
+    verdict = json.loads(check.stdout)
+    assert [incident["headline"] for incident in verdict["incidents"]] == [
+        "prefill at 10.0.0.5:8998 stopped answering (peer_lost)"
+    ]
+    assert f"warning: last line cut: not read in {log}" in verdict["summary"]
+    assert f"last line cut: not read in {log}" in shown.stderr

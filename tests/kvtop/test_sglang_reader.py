@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 
 import pytest
+from sglang_lines import cut_log
 
 from kvtop.sources.sglang import reader
 from kvtop.sources.sglang.lines import MARKERS
@@ -51,6 +52,28 @@ def test_a_line_longer_than_the_limit_is_counted_garbled_once_and_reading_goes_o
     reader = LogReader(log, block_bytes=1 << 16)
     assert reader.read(final=True, max_bytes=1 << 40) == [failure]
     assert (reader.stats.garbled, reader.stats.lines) == (1, 2)
+    reader.close()
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_last_line_without_its_newline_is_not_read_as_whole_but_counted_cut(tmp_path: Path, gz: bool):
+    """A file read once whose last line has no newline: that line's end may be missing (`bootstrap_addr: 1`), so it
+    is not read (it was, as if whole, into a reason naming no prefill) and is counted cut; a traceback held at the end
+    still comes out whole."""
+    import gzip
+
+    log = tmp_path / "decode.log"
+    whole, _ = cut_log(log)
+    traceback = "\n".join(["[2026-01-02 03:04:36 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+                           '  File "/x.py", line 1, in f', "ValueError: boom"])  # fmt: skip
+    log.write_text(log.read_text().replace("\n", f"\n{traceback}\n"))
+    if gz:
+        log = log.rename(tmp_path / "decode.log.gz")
+        log.write_bytes(gzip.compress(log.read_bytes()))
+    reader = LogReader(log, block_bytes=64)
+
+    assert reader.read(final=True, max_bytes=1 << 20) == [whole, traceback]
+    assert (reader.stats.cut, reader.stats.lines) == (1, 4)
     reader.close()
 
 

@@ -313,15 +313,18 @@ def test_gzip_files_are_read_like_plain_ones(tmp_path: Path):
     assert shape(plain_model.groups()) == shape(packed_model.groups())
 
 
-def test_a_last_line_without_a_newline_counts_when_the_file_is_read_to_its_end(tmp_path: Path):
-    """One-shot reading takes the final unterminated line (a server killed mid-write still left it)."""
+def test_a_last_line_without_a_newline_is_not_read_when_the_file_is_read_to_its_end_but_said_cut(tmp_path: Path):
+    """One-shot reading took the final unterminated line as whole; its end may be missing (a log copied while its
+    server wrote it, or a server killed mid-write): it is not read, and the logs' summary says it was cut."""
     path = tmp_path / "decode-0.log"
     path.write_text(decode_line(1) + decode_line(2).rstrip("\n"))
     model = ClusterModel()
 
-    load([path], model)
+    logs = load([path], model)
 
-    assert [g.room for g in model.groups()] == [1, 2]
+    assert [g.room for g in model.groups()] == [1]
+    assert logs.stats().cut == [str(path)]
+    assert f"last line cut: not read in {path}" in logs.stats().summary()
 
 
 def test_ranks_of_one_instance_failing_the_same_way_together_are_one_failure(tmp_path: Path):

@@ -24,6 +24,11 @@ A line that is not valid UTF-8 is counted and skipped.
 A `.gz` is decompressed piece by piece: when it turns out damaged (cut short,
 corrupt, or not gzip at all), what came before the damage is used, the file
 ends there, and `ReadStats.damaged` says what was wrong.
+
+A last line without its newline, where the file ends (read once, or damaged) or
+moves away, is never read as whole: its end may be missing (a log copied while its
+server wrote it, `bootstrap_addr: 1` of `10.0.0.5:8998`). It is not read, and
+counted (`ReadStats.cut`); while following, it waits for its newline.
 """
 
 from __future__ import annotations
@@ -125,6 +130,9 @@ class ReadStats:
     rotations: int = 0
     damaged: str = ""
     """What was wrong with a `.gz` that could not be read to its end ("" while it could)."""
+    cut: int = 0
+    """Last lines without their newline where the file ended, was damaged or moved away (a log copied while its
+    server wrote it): not read, as their end may be missing (`bootstrap_addr: 1` of `10.0.0.5:8998`)."""
 
 
 GZIP_DAMAGE = (EOFError, OSError, zlib.error)
@@ -423,12 +431,13 @@ class LogReader:
         return size
 
     def _scan_rest(self, out: list[str]) -> None:
-        """The last line, without a newline (the file ended or moved away), or a traceback held at the end (whole
-        lines: no newline added, so no line is counted twice)."""
+        """What was held at the end (the file ended or moved away): a traceback's whole lines are read; a last line
+        without its newline is cut, never read as whole (its end may be missing): counted in `stats.cut`."""
         if self._carry:
-            rest = self._carry if self._carry.endswith(b"\n") else self._carry + b"\n"
-            self._carry = b""
-            self._scan(rest, len(rest), out, carry=False)
+            rest, self._carry = self._carry, b""
+            if not rest.endswith(b"\n"):
+                self.stats.cut += 1
+            self._scan(rest, len(rest), out, carry=False)  # whole lines only: what follows the last newline is left
 
     def _close_held(self, out: list[str]) -> None:
         """The file was quiet: a traceback held at the end of what was read is complete (a partial line still

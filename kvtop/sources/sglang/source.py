@@ -376,6 +376,8 @@ class SGLangLogs:
             stats.rotations += read.rotations
             if read.damaged:
                 stats.damaged.append(f"{file.spec.path}: {read.damaged}")
+            if read.cut:
+                stats.cut.append(str(file.spec.path))
             if not file.used and (why := self._unread(file)):  # marker words alone (a runbook quoting them): none
                 stats.unread[str(file.spec.path)] = why
         stats.relabelled, stats.repeated = self.relabelled, self.repeated

@@ -81,6 +81,8 @@ class LogStats:
     rotations: int = 0
     damaged: list[str] = field(default_factory=list)
     """`FILE: what was wrong` for each `.gz` that could not be read to its end (what came before was used)."""
+    cut: list[str] = field(default_factory=list)
+    """Each file whose last line had no newline (copied while written, or damaged there): that line was not read."""
     relabelled: list[str] = field(default_factory=list)
     """`FILE: labelled prefill, its lines are decode's` for each file read as its lines say, not as labelled."""
     mixed: list[str] = field(default_factory=list)
@@ -146,6 +148,8 @@ class LogStats:
             text += f", {self.peers_unlisted} naming a lost prefill's address past the ranks kept (not listed)"
         if self.damaged:
             text += f", {len(self.damaged)} damaged (read up to the damage): {'; '.join(self.damaged)}"
+        if self.cut:
+            text += f", last line cut: not read in {'; '.join(self.cut)}"
         if self.relabelled:
             text += f", {len(self.relabelled)} read as their lines say: {'; '.join(self.relabelled)}"
         if self.mixed:
