@@ -194,6 +194,12 @@ _BOOTSTRAP_ERRORS = (
 registering there): a failure that names no room."""
 _GLOG = re.compile(r"([EWIF])(\d\d)(\d\d) (\d\d:\d\d:\d\d)(\.\d+)? +(?:\d+ +)?(\S+\.c(?:pp|c)?:\d+)\] (.*)")
 """`E0102 03:04:05.123456 4242 file.cpp:294] message` (the thread id left out in some pastes)."""
+_GLOG_GLUED = re.compile(r"(?<=\w)[EWIF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)? +(?:\d+ +)?\S+\.c(?:pp|c)?:\d+\] ")
+"""A glog line glued to the end of another process's text in one stream (two crash dumps written at once:
+`  File "/sgl/.../utils.pyE1206 03:41:24.558460  3307 transfer_engine.cpp:417] ...`): it starts where a word
+ends, with no space, which a line that quotes glog's words never does."""
+_GLOG_FILES = (".cpp:", ".cc:")
+"""What every glog line holds (looked for before `_GLOG_GLUED` runs)."""
 _TORCH_RANK = re.compile(r"\[rank(\d+)\]:\[(?=[EWIF]\d{4} )")
 """PyTorch's C++ log prefix before a glog-like line: `[rank3]:[E1117 21:22:11.441603074 ProcessGroupNCCL.cpp:2068] `
 (the process's rank in its process group: on a server of one node and TP only, its TP rank)."""
@@ -405,7 +411,15 @@ def _glog_of(message: str) -> tuple[re.Match[str] | None, re.Match[str] | None]:
     last = _glog_last  # one read: another thread's line may replace it
     if last[0] is not message:
         torch = _TORCH_RANK.match(message)
-        last = _glog_last = (message, torch, _GLOG.match(message, torch.end() if torch else 0))
+        glog = _GLOG.match(message, torch.end() if torch else 0)
+        if (
+            glog is None
+            and torch is None
+            and holds_any(message, _GLOG_FILES)
+            and (glued := _GLOG_GLUED.search(message))
+        ):
+            glog = _GLOG.match(message, glued.start())
+        last = _glog_last = (message, torch, glog)
     return last[1], last[2]
 
 
@@ -731,7 +745,8 @@ def _transport_library(message: str, year: int) -> ContextLine | None:
     if glog:
         if glog[1] == "I" and not any(word in glog[7] for word in _TRANSPORT_KEYWORDS):
             return None
-        return ContextLine(_glog_seconds(glog, year), None, "glog", None, message)
+        said = message if torch else message[glog.start() :]  # a glog line glued to another's text: its own
+        return ContextLine(_glog_seconds(glog, year), None, "glog", None, said)
     ucx = _UCX.search(message)
     if ucx:
         return ContextLine(float(ucx[1]), None, "ucx", None, message)
