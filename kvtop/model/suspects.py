@@ -327,6 +327,10 @@ class Attribution(msgspec.Struct, frozen=True, gc=False):
     session: str = ""
     """The decode session (`host:port`) suspected by a room that named sessions on one host only: an incident of a
     multi-node decode instance whose rooms named it may take the group (`IncidentTracker._joinable`)."""
+    registration_of: tuple[str, ...] = ()
+    """A decode's answer from a prefill's bootstrap server that not all its ranks had registered: the names (the
+    address it asked, the ranks of the one prefill it can be) that prefill's incident of its ranks' registration
+    failure (`UNREGISTERED_RANKS`) goes by: one of them takes the line as an echo (`IncidentTracker.add_roomless`)."""
 
 
 class Crashed(NamedTuple):
@@ -339,6 +343,9 @@ class Crashed(NamedTuple):
 
 class Surroundings(Protocol):
     """What the model knows around a group: the room's link and the ranks' liveness."""
+
+    instances_at: dict[str, tuple[str, ...]]
+    """The instances whose logs were read, by the bootstrap address (`host:port`) they serve at."""
 
     def link_of(self, room: int) -> tuple[str, str]:
         """(prefill instance, decode instance) of a room, "" where unknown."""
@@ -355,6 +362,10 @@ class Surroundings(Protocol):
 
     def ranks_of(self, instance: str) -> list[str]:
         """The labels of the ranks of `instance` the model knows."""
+        ...
+
+    def instances_of(self, role: str) -> list[str]:
+        """The instances of `role` the model knows ranks of."""
         ...
 
     def crashed_at(self, name: str, ts: float) -> Crashed | None:
@@ -591,7 +602,19 @@ def bootstrap_unreachable(instance: str, text: str, ts: float, around: Surroundi
     if _NOT_REGISTERED in text:
         evidence = "its bootstrap server answered that not all its ranks had registered"
     suspect, evidence = _with_crash(suspect, evidence, ts, around)
-    return Attribution(suspect, Kind.UNRESPONSIVE, evidence)
+    meant = _prefill_meant(address, around) if _NOT_REGISTERED in text else ()
+    return Attribution(suspect, Kind.UNRESPONSIVE, evidence, registration_of=meant)
+
+
+def _prefill_meant(address: str, around: Surroundings) -> tuple[str, ...]:
+    """The names a decode's `not fully registered` answer can only mean one prefill by (`Attribution.registration_of`):
+    the address it asked and the ranks of the instances logs read at it; with no address, the ranks of the one
+    prefill instance known (none: several are, or none)."""
+    if address:
+        instances = around.instances_at.get(address, ())
+        return (address, *(rank for instance in instances for rank in around.ranks_of(instance)))
+    prefills = around.instances_of("prefill")
+    return tuple(around.ranks_of(prefills[0])) if len(prefills) == 1 else ()
 
 
 def bootstrap_address(text: str) -> str:
