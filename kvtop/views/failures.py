@@ -87,7 +87,7 @@ def _context_line(line: Context, dated: bool) -> str:
     lines; a pipeline stage's `decode-0/PP1-TP1`), its instance where not."""
     text = line.text.splitlines()[-1].strip() if line.kind == "traceback" else line.text
     what = "likely cause" if line.likely_cause else line.kind
-    where = line.source if line.tp is None else rank_label(line.source, line.tp, line.pp)
+    where = line.source if line.tp is None else rank_label(line.source, line.tp, line.pp, line.dp)
     return _member_line(what, line.ts, dated, where, "", text)
 
 

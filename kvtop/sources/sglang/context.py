@@ -32,6 +32,8 @@ class Context(msgspec.Struct, frozen=True):
     text: str
     pp: int | None = None
     """The pipeline stage the line names (None: none)."""
+    dp: int | None = None
+    """The DP replica the line is of (None: none named, or the server's DP ranks are no replicas)."""
 
     @property
     def likely_cause(self) -> bool:

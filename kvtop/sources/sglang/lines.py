@@ -243,6 +243,8 @@ class FailureLine(msgspec.Struct, frozen=True):
     """The level the line states (`Prefix.level`), "" when it states none."""
     pp: int | None = None
     """The pipeline stage past the first (`Prefix.pp`); None for the first, and for a line that names none."""
+    dp: int | None = None
+    """The DP rank its prefix names (`DP1`; None: none): a replica's where the server's are (`replicas`)."""
 
     @property
     def role(self) -> str:
@@ -258,6 +260,8 @@ class BatchLine(msgspec.Struct, frozen=True):
     queues: dict[str, int]
     pp: int | None = None
     """The pipeline stage past the first (`Prefix.pp`); None for the first, and for a line that names none."""
+    dp: int | None = None
+    """The DP rank its prefix names (`DP1`; None: none): a replica's where the server's are (`replicas`)."""
 
 
 class ContextLine(msgspec.Struct, frozen=True):
@@ -272,6 +276,8 @@ class ContextLine(msgspec.Struct, frozen=True):
     text: str
     pp: int | None = None
     """The pipeline stage past the first (`Prefix.pp`); None for the first, and for a line that names none."""
+    dp: int | None = None
+    """The DP rank its prefix names (`DP1`; None: none): a replica's where the server's are (`replicas`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +288,9 @@ class ServerArgsLine:
     """`disaggregation_bootstrap_port`: a prefill instance's bootstrap address ends with it."""
     launch: NodeOf | None = None
     """How the launcher laid out the schedulers of its node (`launch_of`)."""
+    dp_replicas: bool | None = None
+    """Whether its DP ranks are replicas, each its own TP group (`dp_size` past 1 without `enable_dp_attention`);
+    None where the line gives no `dp_size`."""
 
 
 class LauncherLine(msgspec.Struct, frozen=True):
@@ -368,6 +377,16 @@ def node_of(message: str) -> NodeOf | None:
     if node is None or node.nnodes < 2 or server_count(message, "node_rank") is None or node.address == "None":
         return None
     return node
+
+
+def dp_replicas(message: str) -> bool | None:
+    """Whether a `server_args` line's DP ranks are replicas (`dp_size=2` and `enable_dp_attention=False`, SGLang
+    0.5.23's `'dp_size': 2, 'enable_dp_attention': False`): each its own scheduler and TP group; None where it gives
+    no `dp_size`."""
+    dp_size = server_count(message, "dp_size")
+    if dp_size is None:
+        return None
+    return dp_size > 1 and server_arg(message, "enable_dp_attention") != "True"
 
 
 def launch_of(message: str) -> NodeOf | None:
@@ -497,21 +516,25 @@ def is_glog(text: str) -> bool:
 
 
 def classify(prefix: Prefix, year: int) -> Record | None:
-    """What a line says (None: nothing kvtop uses), of the pipeline stage its prefix names. `year` dates glog
-    lines, which print none.
+    """What a line says (None: nothing kvtop uses), of the pipeline stage and DP rank its prefix names. `year` dates
+    glog lines, which print none.
 
     Raises `Garbled` for a line that starts like a kind kvtop knows but does not finish like one.
     """
     record = _classify(prefix, year)
-    if prefix.pp is None or record is None or isinstance(record, (ServerArgsLine, LauncherLine)):
+    dp = prefix.tags.get("DP")
+    if (prefix.pp is None and dp is None) or record is None or isinstance(record, (ServerArgsLine, LauncherLine)):
         return record
-    return msgspec.structs.replace(record, pp=prefix.pp)
+    named = {"pp": prefix.pp, "dp": dp}
+    return msgspec.structs.replace(record, **{name: value for name, value in named.items() if value is not None})
 
 
 def _classify(prefix: Prefix, year: int) -> Record | None:
     message, ts = prefix.message, prefix.ts
     if message.startswith("server_args="):
-        return ServerArgsLine(server_count(message, "disaggregation_bootstrap_port"), launch_of(message))
+        return ServerArgsLine(
+            server_count(message, "disaggregation_bootstrap_port"), launch_of(message), dp_replicas(message)
+        )
     if "failed for request" in message:
         return _failure(prefix)
     if holds_any(message, _FAILURE_KINDS) and _FAILURE_KIND.search(message):  # the substrings first
