@@ -328,9 +328,10 @@ class Attribution(msgspec.Struct, frozen=True, gc=False):
     """The decode session (`host:port`) suspected by a room that named sessions on one host only: an incident of a
     multi-node decode instance whose rooms named it may take the group (`IncidentTracker._joinable`)."""
     registration_of: tuple[str, ...] = ()
-    """A decode's answer from a prefill's bootstrap server that not all its ranks had registered: the names (the
-    address it asked, the ranks of the one prefill it can be) that prefill's incident of its ranks' registration
-    failure (`UNREGISTERED_RANKS`) goes by: one of them takes the line as an echo (`IncidentTracker.add_roomless`)."""
+    """A decode's bootstrap error (an address that did not answer, an answer that not all the prefill's ranks had
+    registered): the names (the address it asked, the ranks of the one prefill it can be) that prefill's incident of
+    its ranks' registration failure (`UNREGISTERED_RANKS`) goes by: one of them takes the line as an echo
+    (`IncidentTracker.add_roomless`)."""
 
 
 class Crashed(NamedTuple):
@@ -602,14 +603,15 @@ def bootstrap_unreachable(instance: str, text: str, ts: float, around: Surroundi
     if _NOT_REGISTERED in text:
         evidence = "its bootstrap server answered that not all its ranks had registered"
     suspect, evidence = _with_crash(suspect, evidence, ts, around)
-    meant = _prefill_meant(address, around) if _NOT_REGISTERED in text else ()
+    asking = REGISTRATION_FAILED not in text and (address or _NOT_REGISTERED in text)
+    meant = _prefill_meant(address, around) if asking else ()
     return Attribution(suspect, Kind.UNRESPONSIVE, evidence, registration_of=meant)
 
 
 def _prefill_meant(address: str, around: Surroundings) -> tuple[str, ...]:
-    """The names a decode's `not fully registered` answer can only mean one prefill by (`Attribution.registration_of`):
-    the address it asked and the ranks of the instances logs read at it; with no address, the ranks of the one
-    prefill instance known (none: several are, or none)."""
+    """The names a decode's bootstrap error can only mean one prefill by (`Attribution.registration_of`): the address
+    it asked and the ranks of the instances logs read at it; with no address (a `not fully registered` answer), the
+    ranks of the one prefill instance known (none: several are, or none)."""
     if address:
         instances = around.instances_at.get(address, ())
         return (address, *(rank for instance in instances for rank in around.ranks_of(instance)))

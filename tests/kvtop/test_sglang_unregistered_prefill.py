@@ -111,3 +111,19 @@ def test_the_decode_s_503_stays_its_own_where_two_prefills_were_read(tmp_path: P
 
     suspects = sorted(incident["suspect_text"] for incident in result["incidents"])
     assert suspects == ["prefill at 10.31.4.9:9120", "the prefill side of decode-0"]
+
+
+def test_a_decode_that_names_the_prefill_s_address_echoes_its_registration_incident(tmp_path: Path):
+    """SGLang 0.5.9's attempts name the bootstrap server they asked: the same incident, its line an echo of it."""
+    prefill = _write(tmp_path, "p.log", REFUSED.format(s=2, tp=0))
+    other = _write(tmp_path, "q.log", PREFILL_BATCH)
+    decode = _write(
+        tmp_path,
+        "d.log",
+        "[2026-07-21 16:31:07 TP0] Prefill server info not available from 10.31.4.9:9120, retrying (1/20)...\n",
+    )
+
+    [incident] = json.loads(kvtop_here("incidents", *prefill, *other, *decode, "--json").stdout)["incidents"]
+
+    assert incident["suspect_text"] == "prefill at 10.31.4.9:9120"
+    assert (incident["origins"], incident["echoes"]) == (1, 1)
