@@ -18,7 +18,8 @@ pytestmark = pytest.mark.usefixtures("utc")
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang" / "dp-replicas"
 REPLICAS = FIXTURES / "prefill.log"
-"""Two replicas of TP 2; DP1's scheduler dies at 11:20:13 after its room failed; DP0 logs batches after it."""
+"""Two replicas of TP 2; DP1's session to a decode fails and so does its room, then its scheduler dies at 11:20:13;
+DP0 logs batches after it."""
 ATTENTION = FIXTURES / "attention.log"
 """DP attention, DP 2 over TP 4: `DP0 TP0`, `DP0 TP1`, `DP1 TP2`, `DP1 TP3`."""
 BATCH = (
@@ -48,6 +49,15 @@ def test_the_failed_room_s_origin_and_echo_are_the_replica_s_ranks():
 
     assert group["origin"]["rank"] == "prefill-0/DP1-TP0"
     assert [echo["rank"] for echo in group["echoes"]] == ["prefill-0/DP1-TP1"]
+
+
+def test_the_lines_beside_the_room_name_the_replica_s_rank_as_its_failures_do():
+    """The failures view and its JSON: the session line and the crash are DP1 TP0's, not DP0 TP0's."""
+    shown = kvtop_here("failures", "--sglang-log", str(REPLICAS), "--debug").stdout.splitlines()
+    [group] = json.loads(kvtop_here("failures", "--sglang-log", str(REPLICAS), "--json").stdout)["groups"]
+
+    assert [line.split()[2] for line in shown if line.startswith(("  session", "  crash"))] == ["prefill-0/DP1-TP0"] * 2
+    assert [(line["kind"], line["tp"], line["dp"]) for line in group["context"]] == [("session", 0, 1), ("crash", 0, 1)]
 
 
 def test_dp_attention_s_ranks_keep_their_names():

@@ -78,7 +78,9 @@ def context_for(context: Iterable[Context], groups: Sequence[FailureGroup]) -> l
         lines = [c for c in by_room.get(group.room, []) if abs(c.ts - start) <= ROOM_REUSE_S]
         lines += [c for c in near if c.room is None and (c.likely_cause or c.source in instances)]
         found.append(
-            sorted(set(lines), key=lambda c: (c.ts, c.source, c.pp or 0, -1 if c.tp is None else c.tp, c.text))
+            sorted(
+                set(lines), key=lambda c: (c.ts, c.source, c.dp or 0, c.pp or 0, -1 if c.tp is None else c.tp, c.text)
+            )
         )
     return found
 
