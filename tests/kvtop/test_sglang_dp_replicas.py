@@ -102,3 +102,16 @@ def test_a_server_args_line_without_dp_size_says_nothing_of_replicas():
     from kvtop.sources.sglang.lines import dp_replicas  # each test fails alone on the code before
 
     assert dp_replicas("server_args=ServerArgs(model_path='/m', tp_size=2)") is None
+
+
+def test_a_rotated_log_s_newer_piece_names_the_replicas_its_older_piece_told(tmp_path: Path):
+    """The newer piece's head holds DP0's lines alone: the older piece's `DP1 TP0` told they are replicas."""
+    (tmp_path / "prefill.log.1").write_text(BATCH.format(tags=" DP0 TP0") + BATCH.format(tags=" DP1 TP0"))
+    later = BATCH.replace("11:20:10", "11:25:10")
+    (tmp_path / "prefill.log").write_text(later.format(tags=" DP0 TP0") + later.format(tags=" DP0 TP1"))
+
+    assert labels(tmp_path / "prefill.log", tmp_path / "prefill.log.1") == [
+        "prefill-0/DP0-TP0",
+        "prefill-0/DP0-TP1",
+        "prefill-0/DP1-TP0",
+    ]

@@ -355,6 +355,10 @@ class SGLangLogs:
                 file = _File(spec, reader, role, instance or self._names.next(role), start, first is not None)
             file.clock = clock
             file.dp = sniff_replicas(spec.path)
+            if piece is not None:  # a rotated server's pieces: one server, whichever piece's head told
+                if piece.dp.replicas is None:
+                    piece.dp.said(file.dp.replicas)
+                file.dp = piece.dp
             if server is not None:
                 rotated.setdefault(server, file)
             self.files.append(file)
