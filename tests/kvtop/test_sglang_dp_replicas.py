@@ -60,6 +60,14 @@ def test_the_lines_beside_the_room_name_the_replica_s_rank_as_its_failures_do():
     assert [(line["kind"], line["tp"], line["dp"]) for line in group["context"]] == [("session", 0, 1), ("crash", 0, 1)]
 
 
+def test_the_failures_view_widens_its_origin_column_for_a_replica_s_rank():
+    """`prefill-0/DP1-TP0` is 17 characters: the columns after it stood one off the header's."""
+    header, *rows = kvtop_here("failures", "--sglang-log", str(REPLICAS), "--debug").stdout.splitlines()[-5:]
+
+    assert {row.find("send_failed") for row in rows[:2]} == {header.find("CLASS")}
+    assert {row.find("Session ") for row in rows if "session" in row} == {header.find("REASON")}
+
+
 def test_dp_attention_s_ranks_keep_their_names():
     assert labels(ATTENTION) == ["prefill-0/TP0", "prefill-0/TP1", "prefill-0/TP2", "prefill-0/TP3"]
 
