@@ -522,8 +522,10 @@ def classify(prefix: Prefix, year: int) -> Record | None:
     Raises `Garbled` for a line that starts like a kind kvtop knows but does not finish like one.
     """
     record = _classify(prefix, year)
+    if not isinstance(record, ContextLine):  # the rest name their own (failure and batch lines: most of a log's)
+        return record
     dp = prefix.tags.get("DP")
-    if (prefix.pp is None and dp is None) or record is None or isinstance(record, (ServerArgsLine, LauncherLine)):
+    if prefix.pp is None and dp is None:
         return record
     named = {"pp": prefix.pp, "dp": dp}
     return msgspec.structs.replace(record, **{name: value for name, value in named.items() if value is not None})
@@ -549,7 +551,7 @@ def _classify(prefix: Prefix, year: int) -> Record | None:
             throughput = _THROUGHPUT.search(message)
             if throughput:
                 queues[f"{throughput[1]}_throughput_tps"] = round(float(throughput[2]))
-            return BatchLine(ts, prefix.tp or 0, match[1].lower(), queues)
+            return BatchLine(ts, prefix.tp or 0, match[1].lower(), queues, prefix.pp, prefix.tags.get("DP"))
     # each regex below after a substring every match of it holds: most marked lines are none of them
     if "Session " in message and _SESSION.search(message):
         return ContextLine(ts, prefix.tp, "session", None, message)
@@ -560,8 +562,9 @@ def _classify(prefix: Prefix, year: int) -> Record | None:
             match = pattern.search(message)
             if match:
                 return FailureLine(
-                    ts, prefix.tp or 0, METADATA_CHECK, match[1], _room(match[2]), cut_text(message), False
-                )
+                    ts, prefix.tp or 0, METADATA_CHECK, match[1], _room(match[2]), cut_text(message), False, "",
+                    prefix.pp, prefix.tags.get("DP"),
+                )  # fmt: skip
         for pattern in _ROOM_CONTEXT:
             match = pattern.search(message)
             if match:
@@ -723,7 +726,10 @@ def _failure(prefix: Prefix) -> FailureLine:
         raise Garbled(f"rank={tp} is past {RANK_TAG_MAX}")
     reason = kv_error[2] if kv_error else exception
     reason = cut_text(reason.strip() + (OWN_RESTORE_FAILED if own_restore else ""))
-    return FailureLine(prefix.ts, tp, match[1], rid[1] if rid else "", room, reason, kv_error is not None, prefix.level)
+    return FailureLine(
+        prefix.ts, tp, match[1], rid[1] if rid else "", room, reason, kv_error is not None, prefix.level, prefix.pp,
+        prefix.tags.get("DP"),
+    )  # fmt: skip
 
 
 def _word_search(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
