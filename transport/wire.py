@@ -134,17 +134,21 @@ class AgentInfo(msgspec.Struct, frozen=True, array_like=True):
         return rank_label(self.instance, self.rank, self.pp)
 
 
-_LABEL = re.compile(r"(.*)/(?:PP(\d+)-)?TP(\d+)")
+_LABEL = re.compile(r"(.*)/(?:DP\d+-)?(?:PP(\d+)-)?TP(\d+)")
 
 
-def rank_label(instance: str, tp: int, pp: int | None = None) -> str:
+def rank_label(instance: str, tp: int, pp: int | None = None, dp: int | None = None) -> str:
     """A rank's label: `prefill-0/TP1`; a rank of a pipeline stage past the first `prefill-0/PP1-TP1` (the first
-    stage's ranks are labelled as a server's without stages; one `/`: the instance is what comes before it)."""
-    return f"{instance}/PP{pp}-TP{tp}" if pp else f"{instance}/TP{tp}"
+    stage's ranks are labelled as a server's without stages; one `/`: the instance is what comes before it); a rank
+    of a DP replica (plain `--dp-size N`: each replica its own TP group) `prefill-0/DP1-TP0`, `prefill-0/DP1-PP1-TP0`
+    (`dp` None: a server whose DP ranks are no replicas, or none)."""
+    replica = f"DP{dp}-" if dp is not None else ""
+    return f"{instance}/{replica}PP{pp}-TP{tp}" if pp else f"{instance}/{replica}TP{tp}"
 
 
 def label_parts(label: str) -> tuple[str, int | None, int] | None:
-    """(instance, pipeline stage past the first or None, TP rank) of a `rank_label`; None for a label of no rank."""
+    """(instance, pipeline stage past the first or None, TP rank) of a `rank_label` (its DP replica, if any, left
+    out); None for a label of no rank."""
     match = _LABEL.fullmatch(label)
     return (match[1], int(match[2]) or None if match[2] else None, int(match[3])) if match else None
 

@@ -450,6 +450,9 @@ class ClusterModel:
     def ranks_of(self, instance: str) -> list[str]:
         return [label for label, view in self.ranks.items() if view.instance == instance]
 
+    def instances_of(self, role: str) -> list[str]:
+        return list(dict.fromkeys(view.instance for view in self.ranks.values() if view.role == role and view.instance))
+
     def crashed_at(self, name: str, ts: float) -> Crashed | None:
         """The one rank of `name` (a rank, an instance, a bootstrap address that logs read may be at, or a role:
         every rank of it) that was crashed at `ts` (`crash_of`): at most `CRASH_EXPLAINS_S` after its process died,

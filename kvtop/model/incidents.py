@@ -65,6 +65,7 @@ import msgspec
 from kvtop.model.fold import ABORTED, ROOM_REUSE_S, FailureGroup, Observed, fold_room
 from kvtop.model.suspects import (
     CARRIED_BOTH,
+    UNREGISTERED_RANKS,
     Attribution,
     Kind,
     Surroundings,
@@ -284,6 +285,10 @@ class IncidentTracker:
     ) -> None:
         """A failure that names no room (DOMAIN.md: an incident of its address, never a made-up room): it joins,
         or starts, its incident now and stays there (no room's fold takes it back out)."""
+        if attribution.registration_of and (registration := self._registration_of(attribution, ts)) is not None:
+            registration.echoes += 1  # a decode's 503 for the prefill's missing ranks: their failure, seen from there
+            registration.last_seen = max(registration.last_seen, ts)
+            return
         incident = self._joinable(attribution, ts, reason_class, around)
         incident.origins += 1
         incident.roomless += 1
@@ -619,6 +624,18 @@ class IncidentTracker:
             other is not cause and _explains(other, vague, self.quiet_gap_s, around)
             for other in self._with(("rank", ""))
         )
+
+    def _registration_of(self, attribution: Attribution, ts: float) -> Incident | None:
+        """The latest incident of a prefill's ranks that could not register with its bootstrap server
+        (`UNREGISTERED_RANKS`), by its address or its ranks (`Attribution.registration_of`), that started by `ts`:
+        however long before, for the decode's answer says its ranks are missing still."""
+        names = attribution.registration_of
+        found = [
+            incident
+            for incident in self._with(*(("name", name) for name in names), *(("noticed", name) for name in names))
+            if UNREGISTERED_RANKS in incident.evidence and incident.first_seen - BEFORE_S <= ts
+        ]
+        return max(found, key=lambda incident: incident.first_seen, default=None)
 
     def _of_suspect(self, suspect: Suspect, ts: float) -> Incident | None:
         """The one incident of `suspect` under way at `ts`, whatever its kind (None: none, or several: the echo does

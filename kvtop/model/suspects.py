@@ -329,6 +329,11 @@ class Attribution(msgspec.Struct, frozen=True, gc=False):
     session: str = ""
     """The decode session (`host:port`) suspected by a room that named sessions on one host only: an incident of a
     multi-node decode instance whose rooms named it may take the group (`IncidentTracker._joinable`)."""
+    registration_of: tuple[str, ...] = ()
+    """A decode's bootstrap error (an address that did not answer, an answer that not all the prefill's ranks had
+    registered): the names (the address it asked, the ranks of the one prefill it can be) that prefill's incident of
+    its ranks' registration failure (`UNREGISTERED_RANKS`) goes by: one of them takes the line as an echo
+    (`IncidentTracker.add_roomless`)."""
 
 
 class Crashed(NamedTuple):
@@ -341,6 +346,9 @@ class Crashed(NamedTuple):
 
 class Surroundings(Protocol):
     """What the model knows around a group: the room's link and the ranks' liveness."""
+
+    instances_at: dict[str, tuple[str, ...]]
+    """The instances whose logs were read, by the bootstrap address (`host:port`) they serve at."""
 
     def link_of(self, room: int) -> tuple[str, str]:
         """(prefill instance, decode instance) of a room, "" where unknown."""
@@ -362,6 +370,10 @@ class Surroundings(Protocol):
     def peers_of(self, name: str, instances_only: bool = False) -> Collection[str]:
         """The instances (or addresses) of the other role the model saw linked with an instance (or an address);
         `instances_only`: not the addresses."""
+        ...
+
+    def instances_of(self, role: str) -> list[str]:
+        """The instances of `role` the model knows ranks of."""
         ...
 
     def crashed_at(self, name: str, ts: float) -> Crashed | None:
@@ -624,7 +636,20 @@ def bootstrap_unreachable(instance: str, text: str, ts: float, around: Surroundi
     if _NOT_REGISTERED in text:
         evidence = "its bootstrap server answered that not all its ranks had registered"
     suspect, evidence = _with_crash(suspect, evidence, ts, around)
-    return Attribution(suspect, Kind.UNRESPONSIVE, evidence)
+    asking = REGISTRATION_FAILED not in text and (address or _NOT_REGISTERED in text)
+    meant = _prefill_meant(address, around) if asking else ()
+    return Attribution(suspect, Kind.UNRESPONSIVE, evidence, registration_of=meant)
+
+
+def _prefill_meant(address: str, around: Surroundings) -> tuple[str, ...]:
+    """The names a decode's bootstrap error can only mean one prefill by (`Attribution.registration_of`): the address
+    it asked and the ranks of the instances logs read at it; with no address (a `not fully registered` answer), the
+    ranks of the one prefill instance known (none: several are, or none)."""
+    if address:
+        instances = around.instances_at.get(address, ())
+        return (address, *(rank for instance in instances for rank in around.ranks_of(instance)))
+    prefills = around.instances_of("prefill")
+    return tuple(around.ranks_of(prefills[0])) if len(prefills) == 1 else ()
 
 
 def bootstrap_address(text: str) -> str:

@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 
 _REASON_WIDTH = 90
 _CAUSES_SHOWN = 2
+_RANKS_WIDTH = 16
+_RANKS_WIDTH_MAX = 40
+_UNKNOWN_ORIGIN = "origin unknown"
 
 
 def _record(failure: Observed, level: str) -> dict[str, Any]:
@@ -76,19 +79,37 @@ def to_json(
     ]
 
 
-def _member_line(what: str, ts: float, dated: bool, where: str, reason_class: str, text: str) -> str:
+def _member_line(what: str, ts: float, dated: bool, where: str, reason_class: str, text: str, ranks: int) -> str:
     """A line under a group's, in its columns: what it is under ROOM (indented), then its time, rank, class and
-    words under TIME, ORIGIN, CLASS and REASON."""
-    return f"  {what:<18} {stamp(ts, dated)} {where:<16} {reason_class:<18} {'':>6}  {text[:_REASON_WIDTH]}"
+    words under TIME, ORIGIN (`ranks` wide), CLASS and REASON."""
+    return f"  {what:<18} {stamp(ts, dated)} {where:<{ranks}} {reason_class:<18} {'':>6}  {text[:_REASON_WIDTH]}"
 
 
-def _context_line(line: Context, dated: bool) -> str:
+def _context_line(line: Context, dated: bool, ranks: int) -> str:
     """`  lost_connection ... decode-0/TP1 ...`: its rank where its line named one (two ranks' same words are two
     lines; a pipeline stage's `decode-0/PP1-TP1`), its instance where not."""
     text = line.text.splitlines()[-1].strip() if line.kind == "traceback" else line.text
     what = "likely cause" if line.likely_cause else line.kind
-    where = line.source if line.tp is None else rank_label(line.source, line.tp, line.pp)
-    return _member_line(what, line.ts, dated, where, "", text)
+    return _member_line(what, line.ts, dated, _where(line), "", text, ranks)
+
+
+def _where(line: Context) -> str:
+    """Its rank where its line named one, its instance where not."""
+    return line.source if line.tp is None else rank_label(line.source, line.tp, line.pp, line.dp)
+
+
+def _shown(near: Sequence[Context], debug: bool) -> Sequence[Context]:
+    """The lines shown under a group of those near it: all with `debug`, else its likely causes (a few)."""
+    return near if debug else [line for line in near if line.likely_cause][:_CAUSES_SHOWN]
+
+
+def _ranks_width(groups: Sequence[FailureGroup], debug: bool, context: Sequence[Sequence[Context]] | None) -> int:
+    """The ORIGIN column's width: `_RANKS_WIDTH`, wider for a longer rank shown in it (a pipeline stage's or a DP
+    replica's, `prefill-0/DP1-PP1-TP3`), up to `_RANKS_WIDTH_MAX`."""
+    shown = [group.origin_label or _UNKNOWN_ORIGIN for group in groups]
+    shown += [echo.rank for group in groups for echo in group.echoes] if debug else []
+    shown += [_where(line) for near in context or () for line in _shown(near, debug)]
+    return min(max([_RANKS_WIDTH, *map(len, shown)]), _RANKS_WIDTH_MAX)
 
 
 def render_groups(
@@ -106,10 +127,11 @@ def render_groups(
     """
     dated = spans_days([group.first_ts for group in groups])
     width = len(stamp(0.0, dated))
-    lines = [f"{'ROOM':<20} {'TIME':<{width}} {'ORIGIN':<16} {'CLASS':<18} {'ECHOES':>6}  REASON"]
+    ranks = _ranks_width(groups, debug, context)
+    lines = [f"{'ROOM':<20} {'TIME':<{width}} {'ORIGIN':<{ranks}} {'CLASS':<18} {'ECHOES':>6}  REASON"]
     for index, group in enumerate(groups):
         origin = group.origin
-        label = group.origin_label or "origin unknown"
+        label = group.origin_label or _UNKNOWN_ORIGIN
         carried = carrying_echo(group) if origin is None else None
         reason = origin.reason if origin else "(the origin's own event was not seen)"
         reason_class = origin.reason_class if origin else "-"
@@ -117,17 +139,16 @@ def render_groups(
             reason_class = carried.origin_class
             reason = f"(its own event was not seen; an echo carried its class and suspect, {carried.suspect})"
         lines.append(
-            f"{group.room:<20} {stamp(group.first_ts, dated)} {label:<16} {reason_class:<18} {group.echo_count:>6}  "
-            f"{reason[:_REASON_WIDTH]}"
+            f"{group.room:<20} {stamp(group.first_ts, dated)} {label:<{ranks}} {reason_class:<18} "
+            f"{group.echo_count:>6}  {reason[:_REASON_WIDTH]}"
         )
         if debug:
             lines.extend(
-                _member_line("echo", echo.ts, dated, echo.rank, echo.reason_class, echo.reason)
+                _member_line("echo", echo.ts, dated, echo.rank, echo.reason_class, echo.reason, ranks)
                 for echo in sorted(group.echoes, key=lambda echo: echo.ts)
             )
         near = context[index] if context is not None else []
-        shown = near if debug else [line for line in near if line.likely_cause][:_CAUSES_SHOWN]
-        lines.extend(_context_line(line, dated) for line in shown)
+        lines.extend(_context_line(line, dated, ranks) for line in _shown(near, debug))
     forgotten, kept = cut
     if forgotten:
         lines.append(f"... and {forgotten:,} more failures, older than these: the model keeps the newest {kept:,}")

@@ -19,7 +19,7 @@ from kvtop_cli import kvtop_here
 from kvtop.model.cluster import ClusterModel
 from kvtop.sources.sglang import load
 from kvtop.sources.sglang.lines import ContextLine, classify
-from kvtop.sources.sglang.prefix import parse_prefix
+from kvtop.sources.sglang.prefix import parse_prefix, stamp_seconds
 from kvtop.views.times import seconds
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
@@ -122,6 +122,49 @@ def test_a_check_of_a_log_whose_dumps_interleaved_is_critical(tmp_path: Path):
     assert result.returncode == 2
     said = "KVTOP CRITICAL - decode-0/TP1 crashed at 05:06:07 (Fatal Python error: Segmentation fault); "
     assert result.stdout.startswith(said)
+
+
+GLUED_GLOG = (
+    '  File "/opt/sglang/srt/disaggregation/common/utils.pyE0914 07:12:40.331902  5120 transfer_engine.cpp:398] '
+    "Failed to complete transfers after 60 seconds for batch 81"
+)
+"""A Mooncake glog error written into another process's dump in one stream: it starts mid-line, glued to a frame."""
+GLUED_SAID = (
+    "E0914 07:12:40.331902  5120 transfer_engine.cpp:398] Failed to complete transfers after 60 seconds for batch 81"
+)
+
+
+@pytest.mark.parametrize(
+    "quoted",
+    [
+        "RuntimeError: the engine said E0914 07:12:40.331902 5120 transfer_engine.cpp:398] Failed to complete",
+        "    raise RuntimeError('E0914 07:12:40.331902 5120 transfer_engine.cpp:398] Failed to complete')",
+    ],
+)
+def test_a_glog_error_glued_mid_line_is_read_and_one_a_line_quotes_is_not(quoted: str):
+    line = classify(parse_prefix(GLUED_GLOG), 2026)
+
+    assert isinstance(line, ContextLine)
+    assert (line.kind, line.text, line.ts) == ("glog", GLUED_SAID, stamp_seconds("2026-09-14 07:12:40") + 0.331902)
+    assert classify(parse_prefix(quoted), 2026) is None
+
+
+def test_a_check_of_a_log_with_a_glog_error_glued_into_a_dump_warns_of_it(tmp_path: Path):
+    """It said OK before: the glog error began mid-line, so no line was one."""
+    log = tmp_path / "decode.log"
+    log.write_text(
+        "[2026-09-14 07:12:39 TP0] Decode batch, #running-req: 1, #token: 310, token usage: 0.00, pre-allocated "
+        "usage: 0.00, #prealloc-req: 0, #transfer-req: 1, #retracted-req: 0, cuda graph: True\n"
+        "Thread 0x00007f2c11ffe640 (most recent call first):\n"
+        f"{GLUED_GLOG}\n, line 85 in group_concurrent_contiguous\n"
+    )
+
+    result = kvtop_here("check", "--sglang-log", str(log))
+
+    assert result.returncode == 1
+    assert result.stdout.startswith(
+        f"KVTOP WARNING - 1 transport error in the logs, the last at 07:12:40: {GLUED_SAID}"
+    )
 
 
 def test_a_thread_death_names_the_rank_and_time_of_the_line_before_it_and_check_is_critical():

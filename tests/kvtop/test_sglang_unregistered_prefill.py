@@ -64,3 +64,66 @@ def test_the_decode_that_asked_it_hears_the_ranks_are_missing_not_that_nobody_an
 
     assert incident["suspect_text"] == "the prefill side of decode-0"
     assert incident["evidence"][0] == "its bootstrap server answered that not all its ranks had registered"
+
+
+REFUSED = (
+    "[2026-07-21 16:30:{s:02d} TP{tp}] Prefill instance failed to register to bootstrap server: HTTPConnectionPool("
+    "host='10.31.4.9', port=9120): Max retries exceeded with url: /route (Caused by NewConnectionError('<urllib3."
+    "connection.HTTPConnection object at 0x7f0d5a1c3b20>: Failed to establish a new connection: [Errno 111] "
+    "Connection refused'))\n"
+)
+ANSWERED_503 = (
+    "[2026-07-21 16:{m:02d}:{s:02d} TP{tp}] Failed to get prefill server info: 503, Prefill server not fully "
+    "registered yet (0 workers registered).\n"
+)
+PREFILL_BATCH = (
+    "[2026-07-21 16:30:40 TP0] Prefill batch, #new-seq: 1, #new-token: 64, #cached-token: 0, token usage: 0.00, "
+    "#running-req: 0, #queue-req: 0, #bootstrap-req: 0, #inflight-req: 0, input throughput (token/s): 12.50\n"
+)
+
+
+def _write(tmp_path: Path, name: str, text: str) -> list[str]:
+    (tmp_path / name).write_text(text)
+    return ["--sglang-log", str(tmp_path / name)]
+
+
+def test_the_decode_s_503_joins_the_one_prefill_s_registration_incident_as_its_echo(tmp_path: Path):
+    """Read from both sides it was two incidents: the prefill's address and "the prefill side of decode-0"."""
+    prefill = _write(tmp_path, "p.log", REFUSED.format(s=2, tp=0) + REFUSED.format(s=2, tp=1))
+    decode = _write(tmp_path, "d.log", "".join(ANSWERED_503.format(m=m, s=7, tp=tp) for m in (31, 33) for tp in (0, 1)))
+
+    result = json.loads(kvtop_here("incidents", *prefill, *decode, "--json").stdout)
+
+    [incident] = result["incidents"]
+    assert incident["suspect"] == {"kind": "instance", "name": "10.31.4.9:9120", "role": "prefill"}
+    assert (incident["origins"], incident["roomless"], incident["echoes"]) == (2, 2, 4)
+    assert incident["noticed_by"] == {"prefill-0/TP0": 1, "prefill-0/TP1": 1}
+    assert incident["last_seen"] - incident["first_seen"] == 185.0  # 16:30:02 to the decode's last 503 at 16:33:07
+
+
+def test_the_decode_s_503_stays_its_own_where_two_prefills_were_read(tmp_path: Path):
+    """Which prefill it asked the line does not say: the other's ranks may be the missing ones."""
+    prefill = _write(tmp_path, "p.log", REFUSED.format(s=2, tp=0))
+    other = _write(tmp_path, "q.log", PREFILL_BATCH)
+    decode = _write(tmp_path, "d.log", ANSWERED_503.format(m=31, s=7, tp=0))
+
+    result = json.loads(kvtop_here("incidents", *prefill, *other, *decode, "--json").stdout)
+
+    suspects = sorted(incident["suspect_text"] for incident in result["incidents"])
+    assert suspects == ["prefill at 10.31.4.9:9120", "the prefill side of decode-0"]
+
+
+def test_a_decode_that_names_the_prefill_s_address_echoes_its_registration_incident(tmp_path: Path):
+    """SGLang 0.5.9's attempts name the bootstrap server they asked: the same incident, its line an echo of it."""
+    prefill = _write(tmp_path, "p.log", REFUSED.format(s=2, tp=0))
+    other = _write(tmp_path, "q.log", PREFILL_BATCH)
+    decode = _write(
+        tmp_path,
+        "d.log",
+        "[2026-07-21 16:31:07 TP0] Prefill server info not available from 10.31.4.9:9120, retrying (1/20)...\n",
+    )
+
+    [incident] = json.loads(kvtop_here("incidents", *prefill, *other, *decode, "--json").stdout)["incidents"]
+
+    assert incident["suspect_text"] == "prefill at 10.31.4.9:9120"
+    assert (incident["origins"], incident["echoes"]) == (1, 1)

@@ -32,6 +32,8 @@ class Context(msgspec.Struct, frozen=True):
     text: str
     pp: int | None = None
     """The pipeline stage the line names (None: none)."""
+    dp: int | None = None
+    """The DP replica the line is of (None: none named, or the server's DP ranks are no replicas)."""
 
     @property
     def likely_cause(self) -> bool:
@@ -76,7 +78,9 @@ def context_for(context: Iterable[Context], groups: Sequence[FailureGroup]) -> l
         lines = [c for c in by_room.get(group.room, []) if abs(c.ts - start) <= ROOM_REUSE_S]
         lines += [c for c in near if c.room is None and (c.likely_cause or c.source in instances)]
         found.append(
-            sorted(set(lines), key=lambda c: (c.ts, c.source, c.pp or 0, -1 if c.tp is None else c.tp, c.text))
+            sorted(
+                set(lines), key=lambda c: (c.ts, c.source, c.dp or 0, c.pp or 0, -1 if c.tp is None else c.tp, c.text)
+            )
         )
     return found
 

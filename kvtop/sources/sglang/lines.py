@@ -194,6 +194,12 @@ _BOOTSTRAP_ERRORS = (
 registering there): a failure that names no room."""
 _GLOG = re.compile(r"([EWIF])(\d\d)(\d\d) (\d\d:\d\d:\d\d)(\.\d+)? +(?:\d+ +)?(\S+\.c(?:pp|c)?:\d+)\] (.*)")
 """`E0102 03:04:05.123456 4242 file.cpp:294] message` (the thread id left out in some pastes)."""
+_GLOG_GLUED = re.compile(r"(?<=\w)[EWIF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)? +(?:\d+ +)?\S+\.c(?:pp|c)?:\d+\] ")
+"""A glog line glued to the end of another process's text in one stream (two crash dumps written at once:
+`  File "/sgl/.../utils.pyE1206 03:41:24.558460  3307 transfer_engine.cpp:417] ...`): it starts where a word
+ends, with no space, which a line that quotes glog's words never does."""
+_GLOG_FILES = (".cpp:", ".cc:")
+"""What every glog line holds (looked for before `_GLOG_GLUED` runs)."""
 _TORCH_RANK = re.compile(r"\[rank(\d+)\]:\[(?=[EWIF]\d{4} )")
 """PyTorch's C++ log prefix before a glog-like line: `[rank3]:[E1117 21:22:11.441603074 ProcessGroupNCCL.cpp:2068] `
 (the process's rank in its process group: on a server of one node and TP only, its TP rank)."""
@@ -237,6 +243,8 @@ class FailureLine(msgspec.Struct, frozen=True):
     """The level the line states (`Prefix.level`), "" when it states none."""
     pp: int | None = None
     """The pipeline stage past the first (`Prefix.pp`); None for the first, and for a line that names none."""
+    dp: int | None = None
+    """The DP rank its prefix names (`DP1`; None: none): a replica's where the server's are (`replicas`)."""
 
     @property
     def role(self) -> str:
@@ -252,6 +260,8 @@ class BatchLine(msgspec.Struct, frozen=True):
     queues: dict[str, int]
     pp: int | None = None
     """The pipeline stage past the first (`Prefix.pp`); None for the first, and for a line that names none."""
+    dp: int | None = None
+    """The DP rank its prefix names (`DP1`; None: none): a replica's where the server's are (`replicas`)."""
 
 
 class ContextLine(msgspec.Struct, frozen=True):
@@ -266,6 +276,8 @@ class ContextLine(msgspec.Struct, frozen=True):
     text: str
     pp: int | None = None
     """The pipeline stage past the first (`Prefix.pp`); None for the first, and for a line that names none."""
+    dp: int | None = None
+    """The DP rank its prefix names (`DP1`; None: none): a replica's where the server's are (`replicas`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,6 +288,9 @@ class ServerArgsLine:
     """`disaggregation_bootstrap_port`: a prefill instance's bootstrap address ends with it."""
     launch: NodeOf | None = None
     """How the launcher laid out the schedulers of its node (`launch_of`)."""
+    dp_replicas: bool | None = None
+    """Whether its DP ranks are replicas, each its own TP group (`dp_size` past 1 without `enable_dp_attention`);
+    None where the line gives no `dp_size`."""
 
 
 class LauncherLine(msgspec.Struct, frozen=True):
@@ -364,6 +379,16 @@ def node_of(message: str) -> NodeOf | None:
     return node
 
 
+def dp_replicas(message: str) -> bool | None:
+    """Whether a `server_args` line's DP ranks are replicas (`dp_size=2` and `enable_dp_attention=False`, SGLang
+    0.5.23's `'dp_size': 2, 'enable_dp_attention': False`): each its own scheduler and TP group; None where it gives
+    no `dp_size`."""
+    dp_size = server_count(message, "dp_size")
+    if dp_size is None:
+        return None
+    return dp_size > 1 and server_arg(message, "enable_dp_attention") != "True"
+
+
 def launch_of(message: str) -> NodeOf | None:
     """How SGLang's launcher laid out the schedulers of the node a `server_args` line is of (one on a server of one
     node, whatever its address); None for a line without `tp_size`, sizes past `RANK_TAG_MAX` ranks, a layout the
@@ -405,7 +430,15 @@ def _glog_of(message: str) -> tuple[re.Match[str] | None, re.Match[str] | None]:
     last = _glog_last  # one read: another thread's line may replace it
     if last[0] is not message:
         torch = _TORCH_RANK.match(message)
-        last = _glog_last = (message, torch, _GLOG.match(message, torch.end() if torch else 0))
+        glog = _GLOG.match(message, torch.end() if torch else 0)
+        if (
+            glog is None
+            and torch is None
+            and holds_any(message, _GLOG_FILES)
+            and (glued := _GLOG_GLUED.search(message))
+        ):
+            glog = _GLOG.match(message, glued.start())
+        last = _glog_last = (message, torch, glog)
     return last[1], last[2]
 
 
@@ -483,21 +516,27 @@ def is_glog(text: str) -> bool:
 
 
 def classify(prefix: Prefix, year: int) -> Record | None:
-    """What a line says (None: nothing kvtop uses), of the pipeline stage its prefix names. `year` dates glog
-    lines, which print none.
+    """What a line says (None: nothing kvtop uses), of the pipeline stage and DP rank its prefix names. `year` dates
+    glog lines, which print none.
 
     Raises `Garbled` for a line that starts like a kind kvtop knows but does not finish like one.
     """
     record = _classify(prefix, year)
-    if prefix.pp is None or record is None or isinstance(record, (ServerArgsLine, LauncherLine)):
+    if not isinstance(record, ContextLine):  # the rest name their own (failure and batch lines: most of a log's)
         return record
-    return msgspec.structs.replace(record, pp=prefix.pp)
+    dp = prefix.tags.get("DP")
+    if prefix.pp is None and dp is None:
+        return record
+    named = {"pp": prefix.pp, "dp": dp}
+    return msgspec.structs.replace(record, **{name: value for name, value in named.items() if value is not None})
 
 
 def _classify(prefix: Prefix, year: int) -> Record | None:
     message, ts = prefix.message, prefix.ts
     if message.startswith("server_args="):
-        return ServerArgsLine(server_count(message, "disaggregation_bootstrap_port"), launch_of(message))
+        return ServerArgsLine(
+            server_count(message, "disaggregation_bootstrap_port"), launch_of(message), dp_replicas(message)
+        )
     if "failed for request" in message:
         return _failure(prefix)
     if holds_any(message, _FAILURE_KINDS) and _FAILURE_KIND.search(message):  # the substrings first
@@ -512,7 +551,7 @@ def _classify(prefix: Prefix, year: int) -> Record | None:
             throughput = _THROUGHPUT.search(message)
             if throughput:
                 queues[f"{throughput[1]}_throughput_tps"] = round(float(throughput[2]))
-            return BatchLine(ts, prefix.tp or 0, match[1].lower(), queues)
+            return BatchLine(ts, prefix.tp or 0, match[1].lower(), queues, prefix.pp, prefix.tags.get("DP"))
     # each regex below after a substring every match of it holds: most marked lines are none of them
     if "Session " in message and _SESSION.search(message):
         return ContextLine(ts, prefix.tp, "session", None, message)
@@ -523,8 +562,9 @@ def _classify(prefix: Prefix, year: int) -> Record | None:
             match = pattern.search(message)
             if match:
                 return FailureLine(
-                    ts, prefix.tp or 0, METADATA_CHECK, match[1], _room(match[2]), cut_text(message), False
-                )
+                    ts, prefix.tp or 0, METADATA_CHECK, match[1], _room(match[2]), cut_text(message), False, "",
+                    prefix.pp, prefix.tags.get("DP"),
+                )  # fmt: skip
         for pattern in _ROOM_CONTEXT:
             match = pattern.search(message)
             if match:
@@ -686,7 +726,10 @@ def _failure(prefix: Prefix) -> FailureLine:
         raise Garbled(f"rank={tp} is past {RANK_TAG_MAX}")
     reason = kv_error[2] if kv_error else exception
     reason = cut_text(reason.strip() + (OWN_RESTORE_FAILED if own_restore else ""))
-    return FailureLine(prefix.ts, tp, match[1], rid[1] if rid else "", room, reason, kv_error is not None, prefix.level)
+    return FailureLine(
+        prefix.ts, tp, match[1], rid[1] if rid else "", room, reason, kv_error is not None, prefix.level, prefix.pp,
+        prefix.tags.get("DP"),
+    )  # fmt: skip
 
 
 def _word_search(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
@@ -731,7 +774,8 @@ def _transport_library(message: str, year: int) -> ContextLine | None:
     if glog:
         if glog[1] == "I" and not any(word in glog[7] for word in _TRANSPORT_KEYWORDS):
             return None
-        return ContextLine(_glog_seconds(glog, year), None, "glog", None, message)
+        said = message if torch else message[glog.start() :]  # a glog line glued to another's text: its own
+        return ContextLine(_glog_seconds(glog, year), None, "glog", None, said)
     ucx = _UCX.search(message)
     if ucx:
         return ContextLine(float(ucx[1]), None, "ucx", None, message)

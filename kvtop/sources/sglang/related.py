@@ -91,6 +91,8 @@ class Announcement:
     """When its failure began (the first attempt of a bootstrap error; else `ts`)."""
     pp: int | None = None
     """The rank's pipeline stage (None: its line named none)."""
+    dp: int | None = None
+    """The DP rank its line named (None: none)."""
 
     def __post_init__(self) -> None:
         self.since = self.since or self.ts
@@ -111,14 +113,14 @@ def announcement(line: ContextLine, ts: float) -> Announcement | None:
     """What a context line announces: a timeout hint (a decode's, a prefill's), the loss of a prefill instance, a
     bootstrap server that did not answer; None for any other line."""
     if line.kind == "hint" and line.text.startswith(BOOTSTRAP_HINT):
-        return Announcement(ts, line.tp, BOOTSTRAP_TIMED_OUT, BOOTSTRAPPING_CLAIM, line.text, pp=line.pp)
+        return Announcement(ts, line.tp, BOOTSTRAP_TIMED_OUT, BOOTSTRAPPING_CLAIM, line.text, pp=line.pp, dp=line.dp)
     if line.kind == "hint":
-        return Announcement(ts, line.tp, WAITING_TIMED_OUT, WAITING_CLAIM, line.text, pp=line.pp)
+        return Announcement(ts, line.tp, WAITING_TIMED_OUT, WAITING_CLAIM, line.text, pp=line.pp, dp=line.dp)
     if line.kind == "lost_connection" and (address := lost_prefill(line.text)):
         return Announcement(ts, line.tp, PREFILL_LOST, f"{LOST_CLAIM}{address})",
-                            line.text, pp=line.pp)  # fmt: skip
+                            line.text, pp=line.pp, dp=line.dp)  # fmt: skip
     if line.kind == BOOTSTRAP_ERROR:
-        return Announcement(ts, line.tp, BOOTSTRAP_ERROR, FETCH_CLAIM, line.text, pp=line.pp)
+        return Announcement(ts, line.tp, BOOTSTRAP_ERROR, FETCH_CLAIM, line.text, pp=line.pp, dp=line.dp)
     return None
 
 
@@ -136,6 +138,8 @@ class WorkerError:
     """Already given as the room's failure record (its file went quiet), kept to name the room for a line."""
     pp: int | None = None
     """The rank's pipeline stage (None: its line named none)."""
+    dp: int | None = None
+    """The DP rank its line named (None: none)."""
 
 
 class RelatedLines:
@@ -177,7 +181,9 @@ class RelatedLines:
         found = WORKER_ERROR.search(line.text) or TRANSPORT_ERROR.search(line.text)
         if found:
             reason = cut_text(line.text)
-            self._pending.append(WorkerError(ts, line.tp, int(found[1]), reason, found.re is WORKER_ERROR, pp=line.pp))
+            self._pending.append(
+                WorkerError(ts, line.tp, int(found[1]), reason, found.re is WORKER_ERROR, pp=line.pp, dp=line.dp)
+            )
         elif line.kind == "traceback" and self._pending and self._pending[-1].reason.startswith("Unexpected"):
             last = self._pending[-1]
             if ts - last.ts <= 1.0:

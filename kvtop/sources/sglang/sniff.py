@@ -1,6 +1,6 @@
 """Which kind of server (prefill or decode) wrote a log file, from the first line only one kind writes; which node
-of a multi-node server it is, from its `server_args` lines; and whether a file kvtop read nothing from is an SGLang
-server log at all."""
+of a multi-node server it is, from its `server_args` lines; whether its DP ranks are replicas; and whether a file
+kvtop read nothing from is an SGLang server log at all."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from kvtop.sources.sglang.clocks import believable
-from kvtop.sources.sglang.lines import ROLE_MARKERS, NodeOf, node_of
+from kvtop.sources.sglang.lines import ROLE_MARKERS, NodeOf, dp_replicas, node_of
 from kvtop.sources.sglang.prefix import has_prefix, parse_prefix, split_stream
 from kvtop.sources.sglang.reader import is_gzip, open_regular, read_head
+from kvtop.sources.sglang.replicas import DpLayout
 
 SNIFF_BYTES = 4 << 20
 
@@ -66,6 +67,23 @@ def first_stamp(path: Path) -> float | None:
         if ts is not None and believable(ts):
             return ts
     return None
+
+
+def sniff_replicas(path: Path) -> DpLayout:
+    """What the lines at the file's head say of its DP ranks (`replicas`): read before its first line is, so that
+    each rank has one name from the start (an unreadable head tells nothing)."""
+    layout = DpLayout()
+    for line in _prefixed_head(path):
+        if ("DP" not in line and "dp_size" not in line) or split_stream(line)[0]:  # a wrapper's: its server's own
+            continue
+        try:
+            prefix = parse_prefix(line)
+        except ValueError:
+            continue
+        if prefix.message.startswith("server_args="):
+            layout.said(dp_replicas(prefix.message))
+        layout.saw(prefix.tags)
+    return layout
 
 
 def sniff_server(path: Path) -> str | None:

@@ -5,8 +5,9 @@ of one multi-node server (`sniff_node`). Which kind (prefill or decode) it is co
 from `prefill=FILE` / `decode=FILE` (`spec`), else from its name when it is one
 of our agents' log files (`naming`), else from the first lines that only one
 kind writes (`sniff`). Instances are named like our agents (`prefill-0`); a
-rank is `instance/TP{tp}`, so labels look like the live ones, and a pipeline
-stage's rank `instance/PP{pp}-TP{tp}` where the lines name their stage.
+rank is `instance/TP{tp}`, so labels look like the live ones, a pipeline
+stage's rank `instance/PP{pp}-TP{tp}` where the lines name their stage, and a DP replica's
+`instance/DP{dp}-TP{tp}` where the server's DP ranks are replicas, each its own TP group (`replicas`).
 
 Failure lines become `Failure` events (origins inferred, `infer`; a room the
 line leaves out taken from the lines around it, `related`), batch lines
@@ -67,7 +68,8 @@ from kvtop.sources.sglang.naming import InstanceNames, agent_file
 from kvtop.sources.sglang.prefix import has_prefix, parse_prefix, split_stream
 from kvtop.sources.sglang.reader import LogReader
 from kvtop.sources.sglang.related import RelatedLines, WorkerError
-from kvtop.sources.sglang.sniff import first_stamp, holds_sglang_lines, sniff_node, sniff_role
+from kvtop.sources.sglang.replicas import DpLayout
+from kvtop.sources.sglang.sniff import first_stamp, holds_sglang_lines, sniff_node, sniff_replicas, sniff_role
 from kvtop.sources.sglang.spec import LogSpec
 from kvtop.sources.sglang.stats import EMPTY, ClockStep, LogStats, Misdated
 from transport.plane.events import EVENT_SCHEMA, Event, EventBatch, Failure, Level, LogContext
@@ -222,6 +224,10 @@ class _File:
     """The TP rank of the last prefixed line that names a rank: a crash its line does not date is that rank's."""
     last_pp: int | None = None
     """The pipeline stage of that line (None: it named none)."""
+    last_dp: int | None = None
+    """The DP rank of that line (None: it named none)."""
+    dp: DpLayout = field(default_factory=DpLayout)
+    """Whether its DP ranks are replicas (`replicas`): a replica's rank is named with its DP rank."""
     batch_key: str = ""
     bootstrap_port: int | None = None
     """A prefill's bootstrap port, from its `server_args` line (None: not read)."""
@@ -348,6 +354,11 @@ class SGLangLogs:
             else:
                 file = _File(spec, reader, role, instance or self._names.next(role), start, first is not None)
             file.clock = clock
+            file.dp = sniff_replicas(spec.path)
+            if piece is not None:  # a rotated server's pieces: one server, whichever piece's head told
+                if piece.dp.replicas is None:
+                    piece.dp.said(file.dp.replicas)
+                file.dp = piece.dp
             if server is not None:
                 rotated.setdefault(server, file)
             self.files.append(file)
@@ -472,7 +483,7 @@ class SGLangLogs:
                 for error in server.related.unclaimed(now, quiet):
                     self._worker_error(server, error, pending)
                 for said in server.related.unclaimed_announcements(now, quiet):
-                    line = ContextLine(said.since, said.tp, said.kind, None, said.text, said.pp)
+                    line = ContextLine(said.since, said.tp, said.kind, None, said.text, said.pp, said.dp)
                     self._rank_event(server, line, said.since, pending)
         if self.until is not None:
             pending = [item for item in pending if item[0] <= self.until]
@@ -581,18 +592,21 @@ class SGLangLogs:
             file.misdate(bad)
             prefix = msgspec.structs.replace(prefix, ts=None)
             record = record if record is None or isinstance(record, ServerArgsLine) else _undated(record)
+        if "DP" in prefix.tags:
+            file.dp.saw(prefix.tags)
         if prefix.ts is not None:
             if prefix.ts < file.latest - STEP_BACK_S:
                 self._stepped_back(file, prefix.ts)
             file.latest = max(file.latest, prefix.ts)
             file.last_ts, file.dated = prefix.ts - file.correction, True
-            if "TP" in prefix.tags or "PP" in prefix.tags:
-                file.last_tp, file.last_pp = prefix.tp, prefix.pp
+            if "TP" in prefix.tags or "PP" in prefix.tags or "DP" in prefix.tags:
+                file.last_tp, file.last_pp, file.last_dp = prefix.tp, prefix.pp, prefix.tags.get("DP")
         elif record is not None and not isinstance(record, ServerArgsLine) and record.ts is not None:
             file.last_ts, file.dated = record.ts - _moved(file, record), True  # a glog or UCX line: a time, no rank
         if record is None or isinstance(record, ServerArgsLine):
             if record is not None:
                 file.bootstrap_port, file.launch = record.bootstrap_port, record.launch
+                file.dp.said(record.dp_replicas)
             if prefix.ts is not None:  # a line that only dates: the span the logs cover
                 self._saw(file.last_ts)
             return
@@ -611,7 +625,8 @@ class SGLangLogs:
             file.other_role_lines += 1
         if not file.instance:
             file.instance = self._names.next(file.role)
-        label = self._label(file.instance, record.tp, record.pp)
+        dp = file.dp.replica(record.dp)
+        label = self._label(file.instance, record.tp, record.pp, dp)
         if label is None:
             return
         event: Event
@@ -625,7 +640,7 @@ class SGLangLogs:
             failure = to_failure(roomed, label, ts)
             if failure is None:
                 self._no_room += 1
-                self.context.append(Context(ts, file.instance, record.tp, "no_room", None, text, record.pp))
+                self.context.append(Context(ts, file.instance, record.tp, "no_room", None, text, record.pp, dp))
                 return
             if echo:  # the room already failed in this instance: the same failure seen by another rank
                 failure = msgspec.structs.replace(
@@ -646,8 +661,9 @@ class SGLangLogs:
         its rank's event."""
         file.related.context(record, ts)
         self._context += 1
+        dp = file.dp.replica(record.dp)
         context = Context(
-            ts, file.instance or file.spec.path.name, record.tp, record.kind, record.room, record.text, record.pp
+            ts, file.instance or file.spec.path.name, record.tp, record.kind, record.room, record.text, record.pp, dp
         )
         self.context.append(context)
         transport_error = context.transport_error
@@ -658,7 +674,7 @@ class SGLangLogs:
         elif self.fresh_context is not None and record.kind != BOOTSTRAP_ERROR:  # that one: once unclaimed
             self.fresh_context.append(context)
         if record.kind == "lost_connection" and record.tp is not None and file.instance:
-            self._peer_named(record.text, rank_label(file.instance, record.tp, record.pp))
+            self._peer_named(record.text, rank_label(file.instance, record.tp, record.pp, dp))
 
     def _launcher(
         self, file: _File, line: LauncherLine, ts: float, pending: list[tuple[float, int, _File, str, Event]]
@@ -742,9 +758,9 @@ class SGLangLogs:
         elif line.kind == BOOTSTRAP_TIMED_OUT:  # only a prefill rank waits for a decode's request
             file.role = file.role or "prefill"
         file.instance = file.instance or self._names.next(file.role)
-        named = line.tp is not None or line.pp is not None
-        tp, pp = (line.tp, line.pp) if named else (file.last_tp, file.last_pp)
-        label = self._label(file.instance or file.spec.path.name, tp or 0, pp)
+        named = line.tp is not None or line.pp is not None or line.dp is not None
+        tp, pp, dp = (line.tp, line.pp, line.dp) if named else (file.last_tp, file.last_pp, file.last_dp)
+        label = self._label(file.instance or file.spec.path.name, tp or 0, pp, file.dp.replica(dp))
         if label is None:
             return
         pending.append((ts, len(pending), file, label, LogContext(ts, line.kind, None, line.text, tp)))
@@ -755,7 +771,7 @@ class SGLangLogs:
         """A worker error no failure line claimed: the room's failure record itself, an origin at its rank."""
         file.role = file.role or "prefill"  # the transfer worker that raises it is the sender's
         file.instance = file.instance or self._names.next(file.role)
-        label = self._label(file.instance, error.tp or 0, error.pp)
+        label = self._label(file.instance, error.tp or 0, error.pp, file.dp.replica(error.dp))
         if label is None:
             return
         level = Level.WARNING if file.role == "prefill" else Level.ERROR
@@ -765,9 +781,10 @@ class SGLangLogs:
         self._failures += 1
         pending.append((error.ts, len(pending), file, label, failure))
 
-    def _label(self, instance: str, tp: int, pp: int | None) -> str | None:
-        """The rank's label; None for one more than `RANKS_MAX` (its line counted as garbled)."""
-        label = rank_label(instance, tp, pp)
+    def _label(self, instance: str, tp: int, pp: int | None, dp: int | None = None) -> str | None:
+        """The rank's label (`dp`: its DP replica's rank, None where the server's DP ranks are no replicas); None
+        for one more than `RANKS_MAX` (its line counted as garbled)."""
+        label = rank_label(instance, tp, pp, dp)
         if label not in self._labels:
             if len(self._labels) >= RANKS_MAX:
                 self._garbled += 1
