@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -192,13 +193,10 @@ def test_a_takeover_of_a_live_rank_from_another_address_is_refused_and_status_na
     assert "bootstrap rejected: taking another client's live entry 1" in text.stdout
 
 
-@pytest.mark.processes
-def test_status_through_a_relay_names_the_bootstraps_refusals_without_taking_the_relays_counters_for_its(
-    make_cluster, zmq_context
-):
-    """Through a relay, `status` took the relay's own counters for the bootstrap's: a refused takeover read
-    `bootstrap rejected: ` with nothing after it (the relay counts no refusal), and the relay's rejected frames would
-    have read as the service's. The relay passes the refusals on, not the service's counts: said so."""
+@contextlib.contextmanager
+def _relay_before_a_refused_takeover(make_cluster, zmq_context) -> Iterator[str]:
+    """A relay's address, before a bootstrap that refused a takeover of prefill-0/TP0 from 127.0.0.2; the relay has
+    rejected a frame of its own (counted by the relay alone)."""
     from transport.plane.relay import Relay
 
     cluster = make_cluster(ClusterSpec(num_pages=16, page_bytes=4096))
@@ -211,16 +209,27 @@ def test_status_through_a_relay_names_the_bootstraps_refusals_without_taking_the
     assert dealer.poll(10_000), "the bootstrap did not answer"
     dealer.close()
     relay = Relay(bootstrap=cluster.endpoint).start()
+    bad = zmq_context.socket(zmq.DEALER)
+    bad.linger = 0
     try:
-        bad = zmq_context.socket(zmq.DEALER)  # a frame the relay's ROUTER rejects (counted by the relay alone)
-        bad.linger = 0
         bad.connect(relay.address)
         bad.send(b"\xff not a request")
-        text = kvtop("status", "--relay", relay.address)
-        status = kvtop("status", "--relay", relay.address, "--json")
-        bad.close()
+        yield relay.address
     finally:
+        bad.close()
         relay.close()
+
+
+@pytest.mark.processes
+def test_status_through_a_relay_names_the_bootstraps_refusals_without_taking_the_relays_counters_for_its(
+    make_cluster, zmq_context
+):
+    """Through a relay, `status` took the relay's own counters for the bootstrap's: a refused takeover read
+    `bootstrap rejected: ` with nothing after it (the relay counts no refusal), and the relay's rejected frames would
+    have read as the service's. The relay passes the refusals on, not the service's counts: said so."""
+    with _relay_before_a_refused_takeover(make_cluster, zmq_context) as relay:
+        text = kvtop("status", "--relay", relay)
+        status = kvtop("status", "--relay", relay, "--json")
 
     line = next(line for line in text.stdout.splitlines() if line.startswith("bootstrap rejected"))
     assert line == "bootstrap rejected (named by the relay; the service's counts stay with it):", text.stdout
@@ -237,29 +246,10 @@ def test_a_recording_through_a_relay_says_the_refusals_are_the_relays_as_live_st
     """A recording made through a relay replays what live `status` through it says: the refusals named by the relay,
     the service's counts left with it (the relay's own counters, a frame it rejected, are not the service's).
     The collector keeps the listing's counters apart (f2e327e) before the recorder records them: a guard on that."""
-    from transport.plane.relay import Relay
-
-    cluster = make_cluster(ClusterSpec(num_pages=16, page_bytes=4096))
-    prefill = next(agent for agent in cluster.agents() if agent.role == "prefill")
-    forged = msgspec.structs.replace(prefill, data_endpoint="tcp://127.0.0.2:6666", incarnation=prefill.incarnation + 1)
-    dealer = zmq_context.socket(zmq.DEALER)
-    dealer.linger = 0
-    dealer.connect(f"tcp://127.0.0.2:0;{cluster.endpoint.removeprefix('tcp://')}")
-    dealer.send(encode(Register(1, forged)))
-    assert dealer.poll(10_000), "the bootstrap did not answer"
-    dealer.close()
-    relay = Relay(bootstrap=cluster.endpoint).start()
     recording = tmp_path / "rec"
-    try:
-        bad = zmq_context.socket(zmq.DEALER)  # a frame the relay's ROUTER rejects (counted by the relay alone)
-        bad.linger = 0
-        bad.connect(relay.address)
-        bad.send(b"\xff not a request")
-        live = kvtop("status", "--relay", relay.address)
-        record = kvtop("record", "--relay", relay.address, "--out", str(recording), "--duration", "4")
-        bad.close()
-    finally:
-        relay.close()
+    with _relay_before_a_refused_takeover(make_cluster, zmq_context) as relay:
+        live = kvtop("status", "--relay", relay)
+        record = kvtop("record", "--relay", relay, "--out", str(recording), "--duration", "4")
     replayed = kvtop("status", "--replay", str(recording))
     as_json = json.loads(kvtop("status", "--replay", str(recording), "--json").stdout)
 
