@@ -97,6 +97,8 @@ MAX_PER_CLIENT = MAX_ENTRIES // 4
 the service at most."""
 REFUSED_KEPT = 16
 """Clients (and roles) whose latest refusal is kept (the oldest goes first)."""
+OUSTED_KEPT = 4
+"""Incarnations an entry's holder replaced that are kept, to refuse if they register again."""
 EXPIRED_KEPT_S = 600.0
 """How long an expired entry is still listed as gone (until its rank registers again)."""
 MAX_LISTING_BYTES = MAX_CONTROL_FRAME - (256 << 10)
@@ -158,6 +160,11 @@ class BootstrapServer(ServiceThread):
         """Entries that expired: when, who, and from which client (oldest first)."""
         self._expired_held: Counter[str] = Counter()
         """Expired entries per client."""
+        self._ousted: dict[_Key, tuple[int, ...]] = {}
+        """The incarnations a live entry's holder replaced (the latest `OUSTED_KEPT`), dropped with the entry: one
+        that registers again is a second live process claiming the rank, not a restart, and is refused (two sidecars
+        whose logs name no instance each took `prefill-0/TP0` from the other every refresh, a view of it alternating
+        between two servers' failures)."""
         self._taken: dict[_Key, tuple[float, AgentInfo]] = {}
         """Ranks refused because another client holds their entry: when last refused, the registration (oldest
         first)."""
@@ -232,6 +239,7 @@ class BootstrapServer(ServiceThread):
 
     def _forget(self, key: _Key) -> None:
         self._agents.pop(key, None)
+        self._ousted.pop(key, None)
         self._refreshed.pop(key, None)
         owner = self._owners.pop(key, None)
         size = self._sizes.pop(key, 0)
@@ -290,6 +298,14 @@ class BootstrapServer(ServiceThread):
             problem = f"registered from {client}, {_owned(known, owner)}; {TAKEN_LIVE}"
             self.counters.add("refused_takeover")
             self._keep_taken(key, agent)
+        elif known is not None and agent.incarnation in self._ousted.get(key, ()):
+            problem = (
+                f"incarnation {known.incarnation} ({known.data_endpoint or known.event_endpoint}) took it from this "
+                f"one, which still runs: two processes claim the rank (sidecars following two servers' logs need an "
+                f"--instance each); {TAKEN_LIVE}"
+            )
+            self.counters.add("refused_takeover")
+            self._keep_taken(key, agent)
         elif owner != client and self._held[client] >= self.max_per_client:
             problem = f"the client holds {self.max_per_client} entries already, the most one client may"
             self.counters.add("refused_client_limit")
@@ -338,6 +354,7 @@ class BootstrapServer(ServiceThread):
         expired = self._expired.get(key)
         if known is not None and known.incarnation != agent.incarnation:
             how = f"incarnation {known.incarnation} replaced by {agent.incarnation} (from {client})"
+            self._ousted[key] = (*self._ousted.get(key, ())[1 - OUSTED_KEPT :], known.incarnation)
         elif known is None and expired is not None and expired[2] != client:
             how = (
                 f"expired incarnation {expired[1].incarnation} from {expired[2]} replaced by "

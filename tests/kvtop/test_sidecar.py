@@ -267,6 +267,26 @@ def test_sidecars_on_real_log_shapes_fold_like_the_files_read_together(registry_
             assert (files, unheard) == (published[0] if published else None, set())
 
 
+@pytest.mark.processes
+def test_two_sidecars_claiming_one_rank_say_so_and_lose_neither_server_s_failures(registry_address, watch, tmp_path):
+    """Two servers' logs that name no instance (both `decode-0`) followed by two sidecars on one host: each refresh
+    took `decode-0/TP0` from the other, a view hearing one or the other (`unregistered-prefill`'s TP0 abort lost
+    in half the runs). The later holds the rank; the earlier says its registration is refused, naming the fix, and
+    is heard as taken: both servers' failures are in the view."""
+    first, second = tmp_path / "one.log", tmp_path / "two.log"
+    first.write_text(failure_line(101))
+    second.write_text(failure_line(202))
+    with sidecars(registry_address, tmp_path) as started:
+        started.start(first)
+        wait_for(lambda: 101 in watch.rooms(), STARTED_S, "the first sidecar's failure heard")
+        started.start(second)
+        said = tmp_path / "sidecar-0.stderr"
+        wait_for(lambda: "two processes claim the rank" in said.read_text(), STARTED_S, "the earlier sidecar refused")
+        wait_for(lambda: {101, 202} <= watch.rooms(), HEARD_S, "both servers' failures in the view")
+
+    assert "--instance each" in said.read_text()
+
+
 COMPOSE = FIXTURES / "compose" / "all.log"
 CRASHED = "qwen3-32b-sglang-2p2d-decode-1-1"
 """The server of `compose` whose scheduler crashed."""

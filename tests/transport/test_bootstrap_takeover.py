@@ -88,6 +88,25 @@ def test_a_rank_restarted_on_the_same_host_takes_its_entry_at_once_and_is_named(
     assert listing.replaced == ["prefill-0/TP0: incarnation 7 replaced by 8 (from 127.0.0.1)"]
 
 
+def test_a_replaced_incarnation_that_registers_again_is_refused_and_listed_as_taken(bootstrap):
+    """Two live processes of one host claiming one rank (sidecars on two servers' logs that name no instance, both
+    `prefill-0`): the later holds it; the earlier's refresh is no restart, and is refused, named and listed as taken,
+    not handed the entry back (each refresh took it from the other, a view alternating between the two)."""
+    other = msgspec.structs.replace(GOOD, event_endpoint="tcp://127.0.0.1:5002", incarnation=8)
+    with BootstrapClient(bootstrap.endpoint) as client:
+        client.register(GOOD)
+        client.register(other)
+        with pytest.raises(BootstrapError, match="refused") as refused:
+            client.register(GOOD)  # its refresh
+        client.register(other)
+        listing = client.listing()
+
+    assert "incarnation 8 (tcp://127.0.0.1:5000) took it from this one, which still runs" in str(refused.value)
+    assert "need an --instance each" in str(refused.value)
+    assert listing.agents == [other] and listing.taken == [GOOD]
+    assert (listing.counters["replaced"], listing.counters["refused_takeover"]) == (1, 1)
+
+
 def test_another_client_takes_an_entry_once_it_expired_and_that_is_named(short_lived, zmq_context, wait_for):
     """A rank that moved hosts after it died registers from its new address once the old entry expired."""
     with BootstrapClient(short_lived.endpoint) as client:
