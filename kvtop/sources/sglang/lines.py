@@ -510,6 +510,20 @@ def lost_prefill(text: str) -> str | None:
     return found
 
 
+def glued_glog(text: str) -> tuple[str, str] | None:
+    """(the text without it, the glog line) of a glog line glued mid-line into a record that is not itself one: a
+    traceback's frame (`  File ".../utils.pyE0914 07:12:40.331902  5120 transfer_engine.cpp:398] ...` among its
+    lines) or a dated line's end (two processes' output in one stream). The glog line runs to the end of its line.
+    None where there is none (an undated line of its own with one glued into it is read as that glog line by
+    `classify`: the caller asks this of the others)."""
+    if not holds_any(text, _GLOG_FILES) or (glued := _GLOG_GLUED.search(text)) is None:
+        return None
+    start = glued.start()
+    end = text.find("\n", start)
+    end = len(text) if end < 0 else end
+    return text[:start] + text[end:], text[start:end]
+
+
 def is_glog(text: str) -> bool:
     """Whether a line (unwrapped) is a glog line: `E0102 03:04:05.123456 4242 file.cpp:294] message`."""
     return _GLOG.match(text) is not None

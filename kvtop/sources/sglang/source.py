@@ -60,6 +60,7 @@ from kvtop.sources.sglang.lines import (
     ServerArgsLine,
     classify,
     glog_year,
+    glued_glog,
     is_glog,
     lost_prefill,
     startup_death,
@@ -574,6 +575,17 @@ class SGLangLogs:
                 self._garbled += 1
                 return
             file = server
+        glued = glued_glog(text) if "\n" in text or has_prefix(text) else None
+        if glued is not None:  # two processes' output in one stream: each read as its own line
+            self._record(file, given, glued[0], pending)
+            self._record(file, given, glued[1], pending)
+            return
+        self._record(file, given, text, pending)
+
+    def _record(
+        self, file: _File, given: _File, text: str, pending: list[tuple[float, int, _File, str, Event]]
+    ) -> None:
+        """One record of `file` (`given`: the file it came in, a wrapper's server's or its own)."""
         if " batch" in text:
             key = text[: text.find(" batch")]  # the prefix, its time and rank (a service's name may come first)
             if key and key == file.batch_key:
