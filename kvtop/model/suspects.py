@@ -349,6 +349,8 @@ class Surroundings(Protocol):
 
     instances_at: dict[str, tuple[str, ...]]
     """The instances whose logs were read, by the bootstrap address (`host:port`) they serve at."""
+    tp_sizes: dict[str, int]
+    """The TP size of each instance whose log said it (its `server_args` line)."""
 
     def link_of(self, room: int) -> tuple[str, str]:
         """(prefill instance, decode instance) of a room, "" where unknown."""
@@ -557,8 +559,8 @@ def _refused_while_answering(group: FailureGroup, origin: Observed, around: Surr
 
 def _peer_ranks(refused: dict[str, str], decode: str, around: Surroundings) -> set[int]:
     """The numbers of the decode ranks the refusing prefill ranks (label -> the session each refused) sent to, by
-    DOMAIN.md's rank mapping: where both instances' TP sizes are known (the model knows ranks 0 to N-1 of each, none
-    missing), equal sizes pair each prefill rank with the decode rank of its number, a decode k times wider gives
+    DOMAIN.md's rank mapping: where both instances' TP sizes are known (a log's `server_args` line said it, else the
+    model knows ranks 0 to N-1 of it, none missing), equal sizes pair each prefill rank with the decode rank of its number, a decode k times wider gives
     prefill rank p decode ranks kp to kp+k-1, a prefill k times wider gives it decode rank p // k; sizes neither
     equal nor multiples pair none. Where a size is not known (excerpts of logs), ranks pair by number unless one
     session is refused by two prefill ranks (they send to one decode rank: the prefill is wider): then none pair."""
@@ -577,8 +579,11 @@ def _peer_ranks(refused: dict[str, str], decode: str, around: Surroundings) -> s
 
 
 def _tp_size(instance: str, around: Surroundings) -> int:
-    """The TP size of an instance as far as the model knows its ranks: N where it knows ranks 0 to N-1 of it (of
-    every pipeline stage), none missing; 0 when not (or the instance is unknown)."""
+    """The TP size of an instance: what its log's `server_args` line said, else as far as the model knows its ranks:
+    N where it knows ranks 0 to N-1 of it (of every pipeline stage), none missing; 0 when not (or the instance is
+    unknown)."""
+    if stated := around.tp_sizes.get(instance):
+        return stated
     numbers = {_rank_order(label)[1] for label in around.ranks_of(instance)} if instance else set()
     return len(numbers) if numbers and numbers == set(range(len(numbers))) else 0
 

@@ -231,6 +231,8 @@ class _File:
     """Whether its DP ranks are replicas (`replicas`): a replica's rank is named with its DP rank."""
     batch_key: str = ""
     bootstrap_port: int | None = None
+    tp_size: int | None = None
+    """The TP size its `server_args` line gives (`ServerArgsLine.tp_size`): the model pairs ranks by it."""
     """A prefill's bootstrap port, from its `server_args` line (None: not read)."""
     launch: NodeOf | None = None
     """How SGLang's launcher laid out the server's schedulers on its node, from its `server_args` line (None: not read,
@@ -501,6 +503,9 @@ class SGLangLogs:
                 run = []
         if model is not None:
             self._list_peers(model)
+            for server in self._servers():
+                if server.instance and server.tp_size:
+                    model.tp_sizes[server.instance] = server.tp_size
         return applied
 
     def close(self) -> None:
@@ -618,6 +623,7 @@ class SGLangLogs:
         if record is None or isinstance(record, ServerArgsLine):
             if record is not None:
                 file.bootstrap_port, file.launch = record.bootstrap_port, record.launch
+                file.tp_size = record.tp_size or file.tp_size
                 file.dp.said(record.dp_replicas)
             if prefix.ts is not None:  # a line that only dates: the span the logs cover
                 self._saw(file.last_ts)
