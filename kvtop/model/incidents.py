@@ -64,7 +64,9 @@ import msgspec
 
 from kvtop.model.fold import ABORTED, ROOM_REUSE_S, FailureGroup, Observed, fold_room
 from kvtop.model.suspects import (
+    BOOTSTRAP_UNANSWERED,
     CARRIED_BOTH,
+    NOT_ALL_REGISTERED,
     UNREGISTERED_RANKS,
     Attribution,
     Kind,
@@ -289,6 +291,10 @@ class IncidentTracker:
             registration.echoes += 1  # a decode's 503 for the prefill's missing ranks: their failure, seen from there
             registration.last_seen = max(registration.last_seen, ts)
             return
+        registering = attribution.evidence == UNREGISTERED_RANKS
+        asked = self._asked_before(attribution, _instance(rank), ts, around) if registering else []
+        for before in asked:  # read after it, they would have been its echoes: no incident of their own
+            self._drop(before, started=False)
         incident = self._joinable(attribution, ts, reason_class, around)
         incident.origins += 1
         incident.roomless += 1
@@ -297,7 +303,36 @@ class IncidentTracker:
         _count(incident.classes, reason_class)
         _count(incident.evidence, attribution.evidence)
         self._notice(incident, rank)
+        for before in asked:
+            incident.echoes += before.origins + before.echoes
         self._keep_bound()
+
+    def _asked_before(
+        self, registration: Attribution, instance: str, ts: float, around: Surroundings
+    ) -> list[Incident]:
+        """The incidents of decodes' bootstrap errors alone, made within a quiet gap before `ts`, that can only mean
+        the prefill `instance` whose ranks could not register then (`registration`): the decode asked while its ranks
+        still tried. Of the address it registers at (or one logs of it may be at), or, for a 503 that names none,
+        of the prefill side of a decode while `instance` is the one prefill known."""
+        only = [instance] == around.instances_of("prefill")
+        address = registration.suspect.name
+        addresses = [address, *(other for other, at in around.instances_at.items() if instance in at)]
+
+        def meant(other: Incident) -> bool:
+            suspect = other.suspect
+            if suspect.kind == "side":
+                return only and suspect.role == "prefill" and set(other.evidence) == {NOT_ALL_REGISTERED}
+            return (
+                suspect.kind == "instance" and suspect.role == "prefill" and suspect.name in addresses
+                and set(other.evidence) <= {NOT_ALL_REGISTERED, BOOTSTRAP_UNANSWERED}
+            )  # fmt: skip
+
+        return [
+            other
+            for other in self._with(("side", "prefill"), *(("name", name) for name in addresses))
+            if other.kind == registration.kind and other.roomless == other.origins
+            and ts - self.quiet_gap_s <= other.first_seen <= ts and meant(other)
+        ]  # fmt: skip
 
     def update(self, around: Surroundings, final: bool = True) -> None:
         """Fold the rooms the pending failures touched; their groups join (or start) incidents.

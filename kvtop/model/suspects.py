@@ -226,6 +226,8 @@ REGISTRATION_FAILED = "Prefill instance failed to register to bootstrap server"
 listening yet): no decode can find that rank, every handshake with the instance fails. `: {error}` after it until
 2026-05, ` after 5 retries` (no address) since."""
 UNREGISTERED_RANKS = "its ranks could not register with its bootstrap server"
+NOT_ALL_REGISTERED = "its bootstrap server answered that not all its ranks had registered"
+"""The evidence of a decode's 503 from a bootstrap server (`_NOT_REGISTERED`)."""
 _NOT_REGISTERED = "Prefill server not fully registered yet"
 """The bootstrap server's 503 to a decode's query (`Failed to get prefill server info: 503, ...`): it answered, but
 not every rank of its instance registered with it."""
@@ -639,7 +641,7 @@ def bootstrap_unreachable(instance: str, text: str, ts: float, around: Surroundi
     else:
         suspect = Suspect("side", instance, "prefill")
     if _NOT_REGISTERED in text:
-        evidence = "its bootstrap server answered that not all its ranks had registered"
+        evidence = NOT_ALL_REGISTERED
     suspect, evidence = _with_crash(suspect, evidence, ts, around)
     asking = REGISTRATION_FAILED not in text and (address or _NOT_REGISTERED in text)
     meant = _prefill_meant(address, around) if asking else ()
