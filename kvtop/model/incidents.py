@@ -47,7 +47,9 @@ those ranks' incidents whose latest failure is at most a quiet gap before it (`T
 before (thousands of one role's ranks failing over hours, in one update), until two explain it.
 
 An incident that takes in another starts at the earlier of their starts, with its class; `started` counts them
-once, under the start it counted first (so a scrape between the two sees no count go down).
+once, under the start it counted first (so a scrape between the two sees no count go down), but an incident made of
+others' (an instance's of its ranks', a host's or a multi-node decode's of its sessions') under its own: the kind it is
+shown with (the exporter keeps what a scrape read before).
 
 `update()` is deterministic in the order of `add()` calls and its own calls, so a replay that applies the
 recorded deliveries and sweeps builds the incidents the live model had.
@@ -155,7 +157,8 @@ class Incident(msgspec.Struct, gc=False):
     at most `SESSIONS_KEPT`: a later room that names one of them joins it (`Attribution.session`, a rank's label)."""
     counted: tuple[int, str, str] = (0, "", "")
     """(id, kind, suspect kind) of the start `started` counts for it: its own, or that of the incident counted first
-    that it took in (one cause counted once, where it was counted first: a counter never goes down)."""
+    that it took in (one cause counted once, where it was counted first), unless it is made of those it took in
+    (`IncidentTracker._absorb`'s `formed`)."""
 
     @property
     def key(self) -> IncidentKey:
@@ -490,7 +493,7 @@ class IncidentTracker:
             if incident.suspect.kind == "instance":  # and a host's incident of the sessions it named
                 named += self._with(*(("session", session) for session in attribution.sessions))
             for single in [other for other in named if _one_of_its_sessions(other, incident, gap)]:
-                self._absorb(incident, single)
+                self._absorb(incident, single, formed=True)
         elif attribution.session and incident.suspect.kind == "host":
             self._remember(incident, (attribution.session,))
         return part
@@ -547,7 +550,7 @@ class IncidentTracker:
         self.started[started] = self.started.get(started, 0) + 1
         if rank and together:  # its ranks' incidents, its ranks remembered as a host's sessions: a cause as a rank's
             for single in together:
-                self._absorb(incident, single)
+                self._absorb(incident, single, formed=True)
             self._remember(incident, (rank,))
             self._index(incident)
             if self._latest.get(key) == incident.id:
@@ -560,7 +563,7 @@ class IncidentTracker:
             for own in [other for other in self._with(("name", suspect.name)) if _its_own_unseen(incident, other)]:
                 self._absorb(incident, own)
         for single in together if suspect.kind == "host" else ():  # the sessions of its host that failed with it
-            self._absorb(incident, single)
+            self._absorb(incident, single, formed=True)
         return incident
 
     def _takes(self, incident: Incident, ts: float, standing: bool) -> bool:
@@ -800,13 +803,17 @@ class IncidentTracker:
         _forget(self._causes, (key[2] if key[1] == "instance" else _instance(key[2]), role), key)
         _forget(self._causes_of_role, role, key)
 
-    def _absorb(self, cause: Incident, vaguer: Incident) -> None:
+    def _absorb(self, cause: Incident, vaguer: Incident, formed: bool = False) -> None:
         """Move an incident's groups into the incident that explains them (tracked parts follow): the earlier start
-        is the incident's, with its class; of the two starts counted, the one counted first stays."""
+        is the incident's, with its class; of the two starts counted, the one counted first stays, but where `cause`
+        is made of such parts (`formed`: an instance of its ranks' incidents, a host or a multi-node decode of its
+        sessions'), its own: the cause a user of `started` reads under the suspect kind it is shown with."""
         cause.origins += vaguer.origins
         cause.echoes += vaguer.echoes
         _started_by(cause, vaguer.first_seen, vaguer.reason_class)
-        kept, taken_back = sorted((_counted(cause), _counted(vaguer)))
+        kept, taken_back = (
+            (_counted(cause), _counted(vaguer)) if formed else sorted((_counted(cause), _counted(vaguer)))
+        )
         cause.counted = kept
         self.started[taken_back[1:]] -= 1
         self._seen(cause, vaguer.last_seen)
