@@ -561,11 +561,11 @@ def _refused_while_answering(group: FailureGroup, origin: Observed, around: Surr
 
 def _peer_ranks(refused: dict[str, str], decode: str, around: Surroundings) -> set[int]:
     """The numbers of the decode ranks the refusing prefill ranks (label -> the session each refused) sent to, by
-    DOMAIN.md's rank mapping: where both instances' TP sizes are known (a log's `server_args` line said it, else the
-    model knows ranks 0 to N-1 of it, none missing), equal sizes pair each prefill rank with the decode rank of its number, a decode k times wider gives
-    prefill rank p decode ranks kp to kp+k-1, a prefill k times wider gives it decode rank p // k; sizes neither
-    equal nor multiples pair none. Where a size is not known (excerpts of logs), ranks pair by number unless one
-    session is refused by two prefill ranks (they send to one decode rank: the prefill is wider): then none pair."""
+    DOMAIN.md's rank mapping: where both instances' TP sizes are known (`_tp_size`), equal sizes pair each prefill
+    rank with the decode rank of its number, a decode k times wider gives prefill rank p decode ranks kp to kp+k-1, a
+    prefill k times wider gives it decode rank p // k; sizes neither equal nor multiples pair none. Where a size is
+    not known (excerpts of logs), ranks pair by number unless one session is refused by two prefill ranks (they send
+    to one decode rank: the prefill is wider): then none pair."""
     prefill = _rank_order(next(iter(refused)))[0] if refused else ""
     numbers = {_rank_order(rank)[1] for rank in refused}
     widths = _tp_size(prefill, around), _tp_size(decode, around)

@@ -686,7 +686,8 @@ def test_an_instance_whose_ranks_stopped_answering_is_counted_started_as_the_ins
         for label in ("prefill-1/TP0", "prefill-1/TP1", "decode-0/TP0", "decode-0/TP1"):
             instance, _, rank = label.rpartition("/TP")
             events: list[Event] = [Heartbeat(ts, {}, 0, 0, 0.0, 0, 0.0)] + [timeout] * (label == decode)
-            model.apply(label, EventBatch(EVENT_SCHEMA, label.split("-")[0], instance, int(rank), 1, ts, ts, events), ts)
+            batch = EventBatch(EVENT_SCHEMA, label.split("-")[0], instance, int(rank), 1, ts, ts, events)
+            model.apply(label, batch, ts)
 
     stalled(now + 1, 1, "decode-0/TP0", "prefill-1/TP0")
     model.sweep(now + 1.5)

@@ -178,8 +178,7 @@ BATCH_0912 = (
     [
         "[2026-09-14 07:12:39 TP0] Unexpected transfer worker error for room 123\nTraceback (most recent call last):\n"
         f"{GLUED_GLOG}\n, line 85 in group_concurrent_contiguous\nRuntimeError: transfer of room 123 failed\n",
-        "[2026-09-14 07:12:39 TP0] Load weight end. elapsed=3.06 s, mem usage=1.39 GB. utils.py"
-        f"{GLUED_SAID}\n",
+        f"[2026-09-14 07:12:39 TP0] Load weight end. elapsed=3.06 s, mem usage=1.39 GB. utils.py{GLUED_SAID}\n",
     ],
     ids=["inside-a-traceback", "after-a-dated-line"],
 )

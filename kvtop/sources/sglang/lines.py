@@ -563,7 +563,9 @@ def _classify(prefix: Prefix, year: int) -> Record | None:
     message, ts = prefix.message, prefix.ts
     if message.startswith("server_args="):
         return ServerArgsLine(
-            server_count(message, "disaggregation_bootstrap_port"), launch_of(message), dp_replicas(message),
+            server_count(message, "disaggregation_bootstrap_port"),
+            launch_of(message),
+            dp_replicas(message),
             pairing_tp_size(message),
         )
     if "failed for request" in message:
