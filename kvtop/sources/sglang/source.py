@@ -580,8 +580,9 @@ class SGLangLogs:
                 self._garbled += 1
                 return
             file = server
-        glued = glued_glog(text) if "\n" in text or has_prefix(text) else None
-        if glued is not None:  # two processes' output in one stream: each read as its own line
+        glued = glued_glog(text)
+        if glued is not None and ("\n" in text or has_prefix(text)):  # two processes' output in one stream: each
+            # read as its own line (an undated line of its own with a glog line glued into it is that glog line)
             self._record(file, given, glued[0], pending)
             self._record(file, given, glued[1], pending)
             return
