@@ -224,6 +224,9 @@ class ClusterModel:
         self.instances_at: dict[str, tuple[str, ...]] = {}
         """Bootstrap addresses that decode ranks' log lines name, each with the prefill instances whose logs may be
         at it (their bootstrap port is the address's, or they did not print one)."""
+        self.tp_sizes: dict[str, int] = {}
+        """The TP size of each instance whose log's `server_args` line said it (DOMAIN.md's rank mapping pairs its
+        ranks with its peers' by it, whichever of its ranks the logs name)."""
         self._causes: dict[int, int] = {}
         """Per room with failures (the newest `FAILURES_KEPT`, up to an eighth more before the oldest go together):
         whether a client's abort, a cluster fault or both started them (bits of `_ABORT_CAUSE`, `_FAULT_CAUSE`),

@@ -47,7 +47,9 @@ those ranks' incidents whose latest failure is at most a quiet gap before it (`T
 before (thousands of one role's ranks failing over hours, in one update), until two explain it.
 
 An incident that takes in another starts at the earlier of their starts, with its class; `started` counts them
-once, under the start it counted first (so a scrape between the two sees no count go down).
+once, under the start it counted first (so a scrape between the two sees no count go down), but an incident made of
+others' (an instance's of its ranks', a host's or a multi-node decode's of its sessions') under its own: the kind it is
+shown with (the exporter keeps what a scrape read before).
 
 `update()` is deterministic in the order of `add()` calls and its own calls, so a replay that applies the
 recorded deliveries and sweeps builds the incidents the live model had.
@@ -64,7 +66,9 @@ import msgspec
 
 from kvtop.model.fold import ABORTED, ROOM_REUSE_S, FailureGroup, Observed, fold_room
 from kvtop.model.suspects import (
+    BOOTSTRAP_UNANSWERED,
     CARRIED_BOTH,
+    NOT_ALL_REGISTERED,
     UNREGISTERED_RANKS,
     Attribution,
     Kind,
@@ -153,7 +157,8 @@ class Incident(msgspec.Struct, gc=False):
     at most `SESSIONS_KEPT`: a later room that names one of them joins it (`Attribution.session`, a rank's label)."""
     counted: tuple[int, str, str] = (0, "", "")
     """(id, kind, suspect kind) of the start `started` counts for it: its own, or that of the incident counted first
-    that it took in (one cause counted once, where it was counted first: a counter never goes down)."""
+    that it took in (one cause counted once, where it was counted first), unless it is made of those it took in
+    (`IncidentTracker._absorb`'s `formed`)."""
 
     @property
     def key(self) -> IncidentKey:
@@ -289,6 +294,10 @@ class IncidentTracker:
             registration.echoes += 1  # a decode's 503 for the prefill's missing ranks: their failure, seen from there
             registration.last_seen = max(registration.last_seen, ts)
             return
+        registering = attribution.evidence == UNREGISTERED_RANKS
+        asked = self._asked_before(attribution, _instance(rank), ts, around) if registering else []
+        for before in asked:  # read after it, they would have been its echoes: no incident of their own
+            self._drop(before, started=False)
         incident = self._joinable(attribution, ts, reason_class, around)
         incident.origins += 1
         incident.roomless += 1
@@ -297,7 +306,36 @@ class IncidentTracker:
         _count(incident.classes, reason_class)
         _count(incident.evidence, attribution.evidence)
         self._notice(incident, rank)
+        for before in asked:
+            incident.echoes += before.origins + before.echoes
         self._keep_bound()
+
+    def _asked_before(
+        self, registration: Attribution, instance: str, ts: float, around: Surroundings
+    ) -> list[Incident]:
+        """The incidents of decodes' bootstrap errors alone, made within a quiet gap before `ts`, that can only mean
+        the prefill `instance` whose ranks could not register then (`registration`): the decode asked while its ranks
+        still tried. Of the address it registers at (or one logs of it may be at), or, for a 503 that names none,
+        of the prefill side of a decode while `instance` is the one prefill known."""
+        only = [instance] == around.instances_of("prefill")
+        address = registration.suspect.name
+        addresses = [address, *(other for other, at in around.instances_at.items() if instance in at)]
+
+        def meant(other: Incident) -> bool:
+            suspect = other.suspect
+            if suspect.kind == "side":
+                return only and suspect.role == "prefill" and set(other.evidence) == {NOT_ALL_REGISTERED}
+            return (
+                suspect.kind == "instance" and suspect.role == "prefill" and suspect.name in addresses
+                and set(other.evidence) <= {NOT_ALL_REGISTERED, BOOTSTRAP_UNANSWERED}
+            )  # fmt: skip
+
+        return [
+            other
+            for other in self._with(("side", "prefill"), *(("name", name) for name in addresses))
+            if other.kind == registration.kind and other.roomless == other.origins
+            and ts - self.quiet_gap_s <= other.first_seen <= ts and meant(other)
+        ]  # fmt: skip
 
     def update(self, around: Surroundings, final: bool = True) -> None:
         """Fold the rooms the pending failures touched; their groups join (or start) incidents.
@@ -455,7 +493,7 @@ class IncidentTracker:
             if incident.suspect.kind == "instance":  # and a host's incident of the sessions it named
                 named += self._with(*(("session", session) for session in attribution.sessions))
             for single in [other for other in named if _one_of_its_sessions(other, incident, gap)]:
-                self._absorb(incident, single)
+                self._absorb(incident, single, formed=True)
         elif attribution.session and incident.suspect.kind == "host":
             self._remember(incident, (attribution.session,))
         return part
@@ -512,7 +550,7 @@ class IncidentTracker:
         self.started[started] = self.started.get(started, 0) + 1
         if rank and together:  # its ranks' incidents, its ranks remembered as a host's sessions: a cause as a rank's
             for single in together:
-                self._absorb(incident, single)
+                self._absorb(incident, single, formed=True)
             self._remember(incident, (rank,))
             self._index(incident)
             if self._latest.get(key) == incident.id:
@@ -525,7 +563,7 @@ class IncidentTracker:
             for own in [other for other in self._with(("name", suspect.name)) if _its_own_unseen(incident, other)]:
                 self._absorb(incident, own)
         for single in together if suspect.kind == "host" else ():  # the sessions of its host that failed with it
-            self._absorb(incident, single)
+            self._absorb(incident, single, formed=True)
         return incident
 
     def _takes(self, incident: Incident, ts: float, standing: bool) -> bool:
@@ -765,13 +803,17 @@ class IncidentTracker:
         _forget(self._causes, (key[2] if key[1] == "instance" else _instance(key[2]), role), key)
         _forget(self._causes_of_role, role, key)
 
-    def _absorb(self, cause: Incident, vaguer: Incident) -> None:
+    def _absorb(self, cause: Incident, vaguer: Incident, formed: bool = False) -> None:
         """Move an incident's groups into the incident that explains them (tracked parts follow): the earlier start
-        is the incident's, with its class; of the two starts counted, the one counted first stays."""
+        is the incident's, with its class; of the two starts counted, the one counted first stays, but where `cause`
+        is made of such parts (`formed`: an instance of its ranks' incidents, a host or a multi-node decode of its
+        sessions'), its own: the cause a user of `started` reads under the suspect kind it is shown with."""
         cause.origins += vaguer.origins
         cause.echoes += vaguer.echoes
         _started_by(cause, vaguer.first_seen, vaguer.reason_class)
-        kept, taken_back = sorted((_counted(cause), _counted(vaguer)))
+        kept, taken_back = (
+            (_counted(cause), _counted(vaguer)) if formed else sorted((_counted(cause), _counted(vaguer)))
+        )
         cause.counted = kept
         self.started[taken_back[1:]] -= 1
         self._seen(cause, vaguer.last_seen)

@@ -226,6 +226,8 @@ REGISTRATION_FAILED = "Prefill instance failed to register to bootstrap server"
 listening yet): no decode can find that rank, every handshake with the instance fails. `: {error}` after it until
 2026-05, ` after 5 retries` (no address) since."""
 UNREGISTERED_RANKS = "its ranks could not register with its bootstrap server"
+NOT_ALL_REGISTERED = "its bootstrap server answered that not all its ranks had registered"
+"""The evidence of a decode's 503 from a bootstrap server (`_NOT_REGISTERED`)."""
 _NOT_REGISTERED = "Prefill server not fully registered yet"
 """The bootstrap server's 503 to a decode's query (`Failed to get prefill server info: 503, ...`): it answered, but
 not every rank of its instance registered with it."""
@@ -349,6 +351,8 @@ class Surroundings(Protocol):
 
     instances_at: dict[str, tuple[str, ...]]
     """The instances whose logs were read, by the bootstrap address (`host:port`) they serve at."""
+    tp_sizes: dict[str, int]
+    """The TP size of each instance whose log said it (its `server_args` line)."""
 
     def link_of(self, room: int) -> tuple[str, str]:
         """(prefill instance, decode instance) of a room, "" where unknown."""
@@ -557,11 +561,11 @@ def _refused_while_answering(group: FailureGroup, origin: Observed, around: Surr
 
 def _peer_ranks(refused: dict[str, str], decode: str, around: Surroundings) -> set[int]:
     """The numbers of the decode ranks the refusing prefill ranks (label -> the session each refused) sent to, by
-    DOMAIN.md's rank mapping: where both instances' TP sizes are known (the model knows ranks 0 to N-1 of each, none
-    missing), equal sizes pair each prefill rank with the decode rank of its number, a decode k times wider gives
-    prefill rank p decode ranks kp to kp+k-1, a prefill k times wider gives it decode rank p // k; sizes neither
-    equal nor multiples pair none. Where a size is not known (excerpts of logs), ranks pair by number unless one
-    session is refused by two prefill ranks (they send to one decode rank: the prefill is wider): then none pair."""
+    DOMAIN.md's rank mapping: where both instances' TP sizes are known (`_tp_size`), equal sizes pair each prefill
+    rank with the decode rank of its number, a decode k times wider gives prefill rank p decode ranks kp to kp+k-1, a
+    prefill k times wider gives it decode rank p // k; sizes neither equal nor multiples pair none. Where a size is
+    not known (excerpts of logs), ranks pair by number unless one session is refused by two prefill ranks (they send
+    to one decode rank: the prefill is wider): then none pair."""
     prefill = _rank_order(next(iter(refused)))[0] if refused else ""
     numbers = {_rank_order(rank)[1] for rank in refused}
     widths = _tp_size(prefill, around), _tp_size(decode, around)
@@ -577,8 +581,11 @@ def _peer_ranks(refused: dict[str, str], decode: str, around: Surroundings) -> s
 
 
 def _tp_size(instance: str, around: Surroundings) -> int:
-    """The TP size of an instance as far as the model knows its ranks: N where it knows ranks 0 to N-1 of it (of
-    every pipeline stage), none missing; 0 when not (or the instance is unknown)."""
+    """The TP size of an instance: what its log's `server_args` line said, else as far as the model knows its ranks:
+    N where it knows ranks 0 to N-1 of it (of every pipeline stage), none missing; 0 when not (or the instance is
+    unknown)."""
+    if stated := around.tp_sizes.get(instance):
+        return stated
     numbers = {_rank_order(label)[1] for label in around.ranks_of(instance)} if instance else set()
     return len(numbers) if numbers and numbers == set(range(len(numbers))) else 0
 
@@ -634,7 +641,7 @@ def bootstrap_unreachable(instance: str, text: str, ts: float, around: Surroundi
     else:
         suspect = Suspect("side", instance, "prefill")
     if _NOT_REGISTERED in text:
-        evidence = "its bootstrap server answered that not all its ranks had registered"
+        evidence = NOT_ALL_REGISTERED
     suspect, evidence = _with_crash(suspect, evidence, ts, around)
     asking = REGISTRATION_FAILED not in text and (address or _NOT_REGISTERED in text)
     meant = _prefill_meant(address, around) if asking else ()

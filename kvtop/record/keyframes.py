@@ -51,7 +51,7 @@ STATE_FIELDS = frozenset(
         "rejected_frames", "lost", "lost_after_s", "_lost_check_at", "_now", "_open", "_touched",
         "failures_total", "_causes", "retired_outcomes", "context", "incidents", "snapshot_cut",
         "correct_clocks", "timeline", "crashes", "logged_after_crash", "instances_at", "transport_errors",
-        "peers_unlinked",
+        "peers_unlinked", "tp_sizes",
     )
 )  # fmt: skip
 
@@ -153,6 +153,8 @@ class ModelState(msgspec.Struct, array_like=True):
     """`ClusterModel.transport_errors` (keyframes older than it: none)."""
     peers_unlinked: int = 0
     """`ClusterModel.peers_unlinked`."""
+    tp_sizes: dict[str, int] = {}
+    """`ClusterModel.tp_sizes` (keyframes older than it: none)."""
 
 
 _ENCODER = msgspec.msgpack.Encoder()
@@ -229,7 +231,7 @@ def capture(model: ClusterModel) -> bytes:
         list(model._causes.items()), dict(model.retired_outcomes), list(model.context), model.incidents.state(),
         model.snapshot_cut, model.correct_clocks, Buckets(*model.timeline.state()), list(model.crashes.items()),
         dict(model.logged_after_crash), dict(model.instances_at), list(model.transport_errors),
-        model.peers_unlinked,
+        model.peers_unlinked, dict(model.tp_sizes),
     )  # fmt: skip
     return _ENCODER.encode(state)
 
@@ -271,6 +273,7 @@ def restore(data: bytes | memoryview, journal_events: int = 0) -> ClusterModel:
     model.snapshot_cut, model.correct_clocks = state.snapshot_cut, state.correct_clocks
     model._hellos = identities(model.ranks)
     model.peers_unlinked = state.peers_unlinked
+    model.tp_sizes = dict(state.tp_sizes)
     if state.incidents is not None:
         model.incidents = IncidentTracker.restored(state.incidents)
     return model

@@ -668,3 +668,39 @@ def test_a_rank_heard_as_taken_is_served_apart_from_the_taker_under_its_label():
     assert len(states) == len(model.ranks) * len(Liveness)
     instances = {dict(key)["pd_instance"] for key in samples(served, "kvtop_rank_unlisted")}
     assert {"decode-0", "decode-0~taken"} <= instances
+
+
+@pytest.mark.parametrize("scraped_between", [False, True], ids=["one-scrape", "a-scrape-between"])
+def test_an_instance_whose_ranks_stopped_answering_is_counted_started_as_the_instance(scraped_between: bool):
+    """prefill-1's two ranks stop answering seconds apart: one incident, `prefill-1 stopped answering`. It was counted
+    under `rank` (its first rank's incident, taken in), so `increase(...{suspect_kind="instance"})` never saw a whole
+    instance stop; it counts under `instance` now. A scrape that read the first rank's incident before the instance's
+    formed keeps that count (a counter never goes down)."""
+    model = ClusterModel()
+    now = 100.0
+    metrics = ModelMetrics(model, threading.Lock(), lambda: now)
+
+    def stalled(ts: float, room: int, decode: str, prefill: str) -> None:
+        timeout = Failure(ts, room, decode, f"Request {room} timed out after 3.0s in KVPoll.Transferring",
+                          "timeout_transfer", "error", False, decode, prefill)  # fmt: skip
+        for label in ("prefill-1/TP0", "prefill-1/TP1", "decode-0/TP0", "decode-0/TP1"):
+            instance, _, rank = label.rpartition("/TP")
+            events: list[Event] = [Heartbeat(ts, {}, 0, 0, 0.0, 0, 0.0)] + [timeout] * (label == decode)
+            batch = EventBatch(EVENT_SCHEMA, label.split("-")[0], instance, int(rank), 1, ts, ts, events)
+            model.apply(label, batch, ts)
+
+    stalled(now + 1, 1, "decode-0/TP0", "prefill-1/TP0")
+    model.sweep(now + 1.5)
+    if scraped_between:
+        scrape(metrics)
+    stalled(now + 2, 2, "decode-0/TP1", "prefill-1/TP1")
+    now += 3
+    model.sweep(now)
+    after = samples(scrape(metrics), "kvtop_incidents_started_total")
+
+    assert [i.headline() for i in model.incidents.incidents.values()] == [
+        "prefill-1 stopped answering (timeout_transfer)"
+    ]
+    assert {labels[1][1]: n for labels, n in after.items() if n} == (
+        {"rank": 1.0, "instance": 1.0} if scraped_between else {"instance": 1.0}
+    )

@@ -515,7 +515,9 @@ def test_the_sessions_a_multi_node_decodes_incident_remembers_survive_a_keyframe
 
 def test_a_multi_node_decodes_incident_that_takes_in_one_sessions_counts_that_start_once():
     """A room named one session of a decode alone (an incident of that session, counted by a sweep); a room naming
-    two hosts' sessions makes it the multi-node decode's incident, which started then: one start counted, as it was."""
+    two hosts' sessions makes it the multi-node decode's incident, which started then: one start counted, under the
+    incident it is (`decode at ...`: an instance), not the session it took in (the exporter keeps what a scrape read
+    in between: a counter never goes down)."""
     not_alive = "Decode instance could be dead, remote mooncake session {} is not alive"
     model = ClusterModel()
     deliver(model, "prefill-0/TP1", [origin(T0, 1, "prefill-0/TP1", not_alive.format("10.7.0.31:15097"),
@@ -526,7 +528,7 @@ def test_a_multi_node_decodes_incident_that_takes_in_one_sessions_counts_that_st
 
     assert incidents(model, T0 + 4) == [("decode at 10.7.0.31, 10.7.0.12", "unresponsive", 2)]
     assert next(iter(model.incidents.incidents.values())).first_seen == T0
-    assert {key: n for key, n in model.incidents.started.items() if n} == {("unresponsive", "rank"): 1}
+    assert {key: n for key, n in model.incidents.started.items() if n} == {("unresponsive", "instance"): 1}
 
 
 def test_a_room_stops_being_tracked_a_minute_after_the_newest_failure_and_keeps_its_incident():
@@ -935,8 +937,8 @@ def _beat(model: ClusterModel, ts: float, *labels: str) -> None:
 def test_an_instance_whose_every_rank_stopped_answering_is_one_incident_of_the_instance_naming_its_ranks():
     """prefill-1 stalls whole: the decode ranks time out rooms of its TP0 and of its TP1 in the same seconds, a sweep
     between them. One incident, `prefill-1 stopped answering`, its evidence naming both ranks, every room in it, one
-    start counted (it was counted as the rank's first); its pool's refusals and the rooms that fail after join it,
-    also in a model restored from a keyframe."""
+    start counted (under the instance, as it is shown; the rank's first start taken back); its pool's refusals and the
+    rooms that fail after join it, also in a model restored from a keyframe."""
     model = ClusterModel()
     ranks = ("prefill-1/TP0", "prefill-1/TP1", "decode-0/TP0", "decode-0/TP1")
     for room in range(1, 9):
@@ -955,7 +957,7 @@ def test_an_instance_whose_every_rank_stopped_answering_is_one_incident_of_the_i
     assert incident.headline() == "prefill-1 stopped answering (timeout_transfer)"
     assert incident.evidence_lines()[0] == "its ranks prefill-1/TP1, prefill-1/TP0 failed together"  # as they failed
     assert incident.suspect.as_dict() == {"kind": "instance", "name": "prefill-1", "role": "prefill"}
-    assert {key: n for key, n in model.incidents.started.items() if n} == {("unresponsive", "rank"): 1}
+    assert {key: n for key, n in model.incidents.started.items() if n} == {("unresponsive", "instance"): 1}
     restored = restore(capture(model))
     for beat in range(9, 13):
         _beat(restored, T0 + beat, *ranks)

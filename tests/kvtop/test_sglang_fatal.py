@@ -167,6 +167,34 @@ def test_a_check_of_a_log_with_a_glog_error_glued_into_a_dump_warns_of_it(tmp_pa
     )
 
 
+BATCH_0912 = (
+    "[2026-09-14 07:12:39 TP0] Decode batch, #running-req: 1, #token: 310, token usage: 0.00, pre-allocated "
+    "usage: 0.00, #prealloc-req: 0, #transfer-req: 1, #retracted-req: 0, cuda graph: True"
+)
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        "[2026-09-14 07:12:39 TP0] Unexpected transfer worker error for room 123\nTraceback (most recent call last):\n"
+        f"{GLUED_GLOG}\n, line 85 in group_concurrent_contiguous\nRuntimeError: transfer of room 123 failed\n",
+        f"[2026-09-14 07:12:39 TP0] Load weight end. elapsed=3.06 s, mem usage=1.39 GB. utils.py{GLUED_SAID}\n",
+    ],
+    ids=["inside-a-traceback", "after-a-dated-line"],
+)
+def test_a_glog_error_glued_into_a_traceback_or_a_dated_line_is_read_beside_it(tmp_path: Path, record: str):
+    """It said nothing of the transport's error before: the glog line was part of a traceback's record, or of a
+    dated line's message, and only a line of its own was looked at."""
+    log = tmp_path / "decode.log"
+    log.write_text(f"{BATCH_0912}\n{record}")
+
+    result = kvtop_here("check", "--sglang-log", str(log))
+
+    assert f"1 transport error in the logs, the last at 07:12:40: {GLUED_SAID}" in result.stdout
+    failed = json.loads(kvtop_here("check", "--sglang-log", str(log), "--json").stdout)["rooms_failed"]
+    assert failed == ("room 123" in record)  # the record it was glued into is read as before
+
+
 def test_a_thread_death_names_the_rank_and_time_of_the_line_before_it_and_check_is_critical():
     result = kvtop_here("check", *THREAD_LOGS, "--json")
 

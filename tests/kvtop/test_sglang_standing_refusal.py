@@ -135,3 +135,34 @@ def test_ranks_of_sizes_not_known_pair_by_number_only_while_each_refuses_a_sessi
 
     assert (incident["suspect"]["kind"], incident["kind"]) != ("link", "failing")
     assert incident["kind"] == "unresponsive"
+
+
+def _server_args(role: str, tp_size: int) -> str:
+    return (
+        f"[2026-02-27 15:01:30] server_args=ServerArgs(model_path='/models/r1', tp_size={tp_size}, pp_size=1, "
+        f"dp_size=1, enable_dp_attention=False, disaggregation_mode='{role}', disaggregation_bootstrap_port=8998)\n"
+    )
+
+
+@pytest.mark.parametrize("stated", [True, False], ids=["sizes-stated", "sizes-unknown"])
+def test_partial_logs_pair_ranks_by_the_tp_sizes_their_server_args_state(tmp_path: Path, stated: bool):
+    """Prefill TP 4, decode TP 8, and excerpts: only prefill ranks 2 and 3 (refusing two sessions) and decode ranks 2
+    and 3 (the prefill's Failed status) logged. Their `server_args` lines say the sizes: prefill ranks 2 and 3 send to
+    decode ranks 4-7, none of which answered: the decode's. Without those lines ranks pair by number, and decode
+    ranks 2 and 3 answering read as the refused sessions' own (before, with the lines too)."""
+    prefill, decode = tmp_path / "prefill.log", tmp_path / "decode.log"
+    at = "2026-02-27 15:01:51"
+    refusing = {2: "10.7.1.35:16272", 3: "10.7.1.35:16371"}
+    prefill.write_text(
+        _server_args("prefill", 4) * stated
+        + "".join(
+            prefill_failure(at, ROOM, f"Decode instance could be dead, remote mooncake session {s} is not alive", tp)
+            for tp, s in refusing.items()
+        )
+    )
+    decode.write_text(_server_args("decode", 8) * stated + "".join(decode_failure(at, ROOM, TOLD, tp) for tp in (2, 3)))
+    logs = ["--sglang-log", f"prefill={prefill}", "--sglang-log", f"decode={decode}"]
+    [incident] = json.loads(kvtop_here("incidents", "--json", *logs).stdout)["incidents"]
+
+    expected = ("decode-0", "unresponsive") if stated else ("the link between prefill-0 and decode-0", "failing")
+    assert (incident["suspect_text"], incident["kind"]) == expected

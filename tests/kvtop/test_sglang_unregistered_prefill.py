@@ -127,3 +127,26 @@ def test_a_decode_that_names_the_prefill_s_address_echoes_its_registration_incid
 
     assert incident["suspect_text"] == "prefill at 10.31.4.9:9120"
     assert (incident["origins"], incident["echoes"]) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    "asked",
+    [
+        ANSWERED_503.format(m=29, s=58, tp=0),
+        "[2026-07-21 16:29:58 TP0] Prefill server info not available from 10.31.4.9:9120, retrying (1/20)...\n",
+    ],
+    ids=["503-naming-no-address", "naming-its-address"],
+)
+def test_a_decode_s_bootstrap_error_read_before_the_registration_incident_joins_it_as_its_echo(
+    tmp_path: Path, asked: str
+):
+    """The decode asked while the prefill's ranks still tried to register, 4 s before they gave up: it was an incident
+    of its own ("the prefill side of decode-0"), as read after it is not."""
+    prefill = _write(tmp_path, "p.log", REFUSED.format(s=2, tp=0) + REFUSED.format(s=2, tp=1))
+    decode = _write(tmp_path, "d.log", asked + ANSWERED_503.format(m=31, s=7, tp=0))
+
+    [incident] = json.loads(kvtop_here("incidents", *prefill, *decode, "--json").stdout)["incidents"]
+
+    assert incident["suspect"] == {"kind": "instance", "name": "10.31.4.9:9120", "role": "prefill"}
+    assert (incident["origins"], incident["roomless"], incident["echoes"]) == (2, 2, 2)
+    assert incident["noticed_by"] == {"prefill-0/TP0": 1, "prefill-0/TP1": 1}

@@ -291,6 +291,8 @@ class ServerArgsLine:
     dp_replicas: bool | None = None
     """Whether its DP ranks are replicas, each its own TP group (`dp_size` past 1 without `enable_dp_attention`);
     None where the line gives no `dp_size`."""
+    tp_size: int | None = None
+    """The TP size its rooms' KV pairs ranks by (`pairing_tp_size`); None where the line does not tell it."""
 
 
 class LauncherLine(msgspec.Struct, frozen=True):
@@ -387,6 +389,18 @@ def dp_replicas(message: str) -> bool | None:
     if dp_size is None:
         return None
     return dp_size > 1 and server_arg(message, "enable_dp_attention") != "True"
+
+
+def pairing_tp_size(message: str) -> int | None:
+    """The TP size a `server_args` line gives, by which the ranks of the two sides of a room pair (DOMAIN.md's rank
+    mapping): `tp_size`, of each pipeline stage and each DP replica alike; None where it gives none, one past
+    `RANK_TAG_MAX` ranks, or a server with DP attention (`enable_dp_attention=True`, `dp_size` past 1: a room's KV
+    is one DP group's, its attention TP ranks a slice of `tp_size` the line does not say which)."""
+    tp_size = server_count(message, "tp_size")
+    if tp_size is None or not 0 < tp_size <= RANK_TAG_MAX + 1:
+        return None
+    attention = (server_count(message, "dp_size") or 1) > 1 and server_arg(message, "enable_dp_attention") == "True"
+    return None if attention else tp_size
 
 
 def launch_of(message: str) -> NodeOf | None:
@@ -510,6 +524,20 @@ def lost_prefill(text: str) -> str | None:
     return found
 
 
+def glued_glog(text: str) -> tuple[str, str] | None:
+    """(the text without it, the glog line) of a glog line glued mid-line into a record that is not itself one: a
+    traceback's frame (`  File ".../utils.pyE0914 07:12:40.331902  5120 transfer_engine.cpp:398] ...` among its
+    lines) or a dated line's end (two processes' output in one stream). The glog line runs to the end of its line.
+    None where there is none (an undated line of its own with one glued into it is read as that glog line by
+    `classify`: the caller asks this of the others)."""
+    if not holds_any(text, _GLOG_FILES) or (glued := _GLOG_GLUED.search(text)) is None:
+        return None
+    start = glued.start()
+    end = text.find("\n", start)
+    end = len(text) if end < 0 else end
+    return text[:start] + text[end:], text[start:end]
+
+
 def is_glog(text: str) -> bool:
     """Whether a line (unwrapped) is a glog line: `E0102 03:04:05.123456 4242 file.cpp:294] message`."""
     return _GLOG.match(text) is not None
@@ -535,7 +563,10 @@ def _classify(prefix: Prefix, year: int) -> Record | None:
     message, ts = prefix.message, prefix.ts
     if message.startswith("server_args="):
         return ServerArgsLine(
-            server_count(message, "disaggregation_bootstrap_port"), launch_of(message), dp_replicas(message)
+            server_count(message, "disaggregation_bootstrap_port"),
+            launch_of(message),
+            dp_replicas(message),
+            pairing_tp_size(message),
         )
     if "failed for request" in message:
         return _failure(prefix)

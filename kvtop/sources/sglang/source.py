@@ -60,6 +60,7 @@ from kvtop.sources.sglang.lines import (
     ServerArgsLine,
     classify,
     glog_year,
+    glued_glog,
     is_glog,
     lost_prefill,
     startup_death,
@@ -230,6 +231,8 @@ class _File:
     """Whether its DP ranks are replicas (`replicas`): a replica's rank is named with its DP rank."""
     batch_key: str = ""
     bootstrap_port: int | None = None
+    tp_size: int | None = None
+    """The TP size its `server_args` line gives (`ServerArgsLine.tp_size`): the model pairs ranks by it."""
     """A prefill's bootstrap port, from its `server_args` line (None: not read)."""
     launch: NodeOf | None = None
     """How SGLang's launcher laid out the server's schedulers on its node, from its `server_args` line (None: not read,
@@ -500,6 +503,9 @@ class SGLangLogs:
                 run = []
         if model is not None:
             self._list_peers(model)
+            for server in self._servers():
+                if server.instance and server.tp_size:
+                    model.tp_sizes[server.instance] = server.tp_size
         return applied
 
     def close(self) -> None:
@@ -574,6 +580,18 @@ class SGLangLogs:
                 self._garbled += 1
                 return
             file = server
+        glued = glued_glog(text)
+        if glued is not None and ("\n" in text or has_prefix(text)):  # two processes' output in one stream: each
+            # read as its own line (an undated line of its own with a glog line glued into it is that glog line)
+            self._record(file, given, glued[0], pending)
+            self._record(file, given, glued[1], pending)
+            return
+        self._record(file, given, text, pending)
+
+    def _record(
+        self, file: _File, given: _File, text: str, pending: list[tuple[float, int, _File, str, Event]]
+    ) -> None:
+        """One record of `file` (`given`: the file it came in, a wrapper's server's or its own)."""
         if " batch" in text:
             key = text[: text.find(" batch")]  # the prefix, its time and rank (a service's name may come first)
             if key and key == file.batch_key:
@@ -606,6 +624,7 @@ class SGLangLogs:
         if record is None or isinstance(record, ServerArgsLine):
             if record is not None:
                 file.bootstrap_port, file.launch = record.bootstrap_port, record.launch
+                file.tp_size = record.tp_size or file.tp_size
                 file.dp.said(record.dp_replicas)
             if prefix.ts is not None:  # a line that only dates: the span the logs cover
                 self._saw(file.last_ts)
