@@ -16,8 +16,10 @@ import pytest
 import zmq
 from kvtop_cli import kvtop
 
+from kvtop.sidecar.ranks import RankPublisher, sidecar_info
 from transport import BootstrapClient, BootstrapServer, KVManager, KVPool, Role
 from transport.plane.events import Heartbeat
+from transport.plane.registrar import Registrar
 from transport.plane.relay import Relay
 from transport.wire import AgentInfo, Register, encode
 
@@ -182,4 +184,55 @@ def test_a_view_shows_the_taker_and_the_rank_it_took_from_apart(
     listed, took = rows["prefill-0/TP0"], rows["prefill-0/TP0~taken"]
     assert (listed["state"], listed["host"], listed["unlisted"]) == ("alive", "taker-host", None)
     assert (took["state"], took["host"], took["rank"]) == ("alive", rank.info.host, 0)
+    assert "holds it live" in took["unlisted"]
+
+
+@pytest.mark.parametrize("through_relay", [False, True])
+def test_a_later_pipeline_stage_s_rank_and_its_taker_are_shown_apart_under_its_stage_s_label(
+    short_lived, make_publisher, zmq_context, wait_for, through_relay
+):
+    """A sidecar's rank of pipeline stage 1, its entry taken by another client. Its batches named no stage, so a view
+    heard it (and its taker) as `prefill-0/TP0`, a rank nobody registered, never as the rank the service lists as
+    taken, `prefill-0/PP1-TP0`; a relay routed neither name's snapshots where they were asked. Its batches name the
+    stage now: the taker and the rank it took from are two rows of the stage's label, as for the first stage."""
+    rank = RankPublisher(sidecar_info("prefill", "prefill-0", 0, 1, 77, pp=1), "127.0.0.1", zmq_context)
+    registrar = Registrar(short_lived.endpoint, lambda: [rank.info], zmq_context).start()
+    publisher = make_publisher()
+    taker = msgspec.structs.replace(
+        rank.info, event_endpoint=publisher.endpoint, snapshot_endpoint=publisher.snapshot_endpoint,
+        host="taker-host", pid=4242, incarnation=1,
+    )  # fmt: skip
+    publisher.info = taker
+    stop = threading.Event()
+
+    def beat() -> None:  # both run: their heartbeats say so, the rank's with why it is unlisted
+        while not stop.wait(0.2):
+            publisher.emit(Heartbeat(time.time(), {}, 0, 0, 1.0, 1 << 20, 10.0, publisher.snapshot_endpoint))
+            rank.emit(Heartbeat(time.time(), {}, 0, 0, 1.0, 1 << 20, 10.0, rank.publisher.snapshot_endpoint,
+                                registration=registrar.problem))  # fmt: skip
+
+    beating = threading.Thread(target=beat)
+    beating.start()
+    relay: Relay | None = None
+    try:
+        with taken_over(short_lived, taker, zmq_context):
+            wait_for(lambda: registrar.problem, timeout=15, what="the rank's refresh refused")
+            where = ["--bootstrap", short_lived.endpoint]
+            if through_relay:
+                relay = Relay(bootstrap=short_lived.endpoint, discover_every_s=0.2).start()
+                where = ["--relay", relay.address]
+            ranks = kvtop("ranks", *where, "--wait", "5", "--json")
+    finally:
+        stop.set()
+        beating.join()
+        if relay is not None:
+            relay.close()
+        registrar.close()
+        rank.close()
+
+    rows = {row["label"]: row for row in json.loads(ranks.stdout)}
+    assert rows.keys() == {"prefill-0/PP1-TP0", "prefill-0/PP1-TP0~taken"}, ranks.stdout + ranks.stderr
+    listed, took = rows["prefill-0/PP1-TP0"], rows["prefill-0/PP1-TP0~taken"]
+    assert (listed["state"], listed["host"], listed["unlisted"]) == ("alive", "taker-host", None)
+    assert (took["state"], took["host"], took["pid"]) == ("alive", rank.info.host, rank.info.pid)
     assert "holds it live" in took["unlisted"]

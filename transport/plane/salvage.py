@@ -33,7 +33,7 @@ from transport.plane.events import (
     Timestamp,
     TransferDone,
 )
-from transport.wire import RankLabel, ShortText
+from transport.wire import RankLabel, ShortText, Stage
 
 T = TypeVar("T")
 
@@ -52,6 +52,7 @@ class _LooseBatch(msgspec.Struct, tag="batch", array_like=True, frozen=True):
     seq: int
     sent_at: Timestamp
     events: list[msgspec.Raw]
+    pp: Stage | None = None
 
 
 class _LooseSnapshot(msgspec.Struct, tag="snapshot", array_like=True):
@@ -97,7 +98,8 @@ def salvage_batch(body: bytes | memoryview) -> tuple[EventBatch, list[Refusal]] 
     refused: list[Refusal] = []
     events = _records(loose.events, _EVENT, "", refused)
     batch = EventBatch(
-        loose.schema, loose.role, loose.instance, loose.rank, loose.incarnation, loose.seq, loose.sent_at, events
+        loose.schema, loose.role, loose.instance, loose.rank, loose.incarnation, loose.seq, loose.sent_at, events,
+        loose.pp,
     )
     return batch, [(key, f"batch {loose.seq}, {why}") for key, why in refused]
 
