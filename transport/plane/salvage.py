@@ -97,10 +97,8 @@ def salvage_batch(body: bytes | memoryview) -> tuple[EventBatch, list[Refusal]] 
         return None
     refused: list[Refusal] = []
     events = _records(loose.events, _EVENT, "", refused)
-    batch = EventBatch(
-        loose.schema, loose.role, loose.instance, loose.rank, loose.incarnation, loose.seq, loose.sent_at, events,
-        loose.pp,
-    )
+    batch = EventBatch(loose.schema, loose.role, loose.instance, loose.rank, loose.incarnation, loose.seq,
+                       loose.sent_at, events, loose.pp)  # fmt: skip
     return batch, [(key, f"batch {loose.seq}, {why}") for key, why in refused]
 
 
