@@ -75,6 +75,8 @@ failed; an ack of as many ended a prefill rank's event publisher)."""
 ByteCount = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
 """Bytes a peer says moved (an ack, a transfer): no room moves more."""
 RankIndex = Annotated[int, msgspec.Meta(ge=0, lt=1 << 16)]
+Stage = Annotated[int, msgspec.Meta(ge=0, lt=1 << 10)]
+"""A pipeline stage: 0 to 1023, as `registration.agent_problem` allows an `AgentInfo.pp`."""
 Incarnation = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
 RankLabel = Annotated[str, msgspec.Meta(max_length=256)]
 ShortText = Annotated[str, msgspec.Meta(max_length=64)]

@@ -67,6 +67,7 @@ from kvtop.model.suspects import (
     room_peer,
     waited_in_vain,
 )
+from kvtop.model.taken import as_heard
 from kvtop.model.timeline import ECHOES, ORIGINS, Timeline
 from kvtop.model.transfer_ring import TransferRing
 from transport.errors import ReasonClass
@@ -848,15 +849,18 @@ class ClusterModel:
                 attribution = prefill_lost(view.instance, event.text, event.ts, self)
                 self.incidents.add_roomless(event.ts, view.label, attribution, ReasonClass.PEER_LOST, self)
         elif isinstance(event, Failure):
-            observed = Observed(event.ts, event.room, event.rank, view.role, event.reason, event.reason_class,
-                                event.origin, event.level, event.is_from_another_rank, view.inferred,
-                                event.suspect, event.origin_class)  # fmt: skip
+            rank, origin, suspect = event.rank, event.origin, event.suspect
+            if view.label.endswith(TAKEN_SUFFIX):  # its own failures, not the taker's (kvtop.model.taken)
+                rank, origin, suspect = (as_heard(name, view.label, self.ranks) for name in (rank, origin, suspect))
+            observed = Observed(event.ts, event.room, rank, view.role, event.reason, event.reason_class, origin,
+                                event.level, event.is_from_another_rank, view.inferred, suspect,
+                                event.origin_class)  # fmt: skip
             keys = self._failure_keys
             if keys is not None:
                 if len(self.failures) == FAILURES_KEPT:
                     oldest = self.failures[0]
                     keys.discard(failure_key(oldest.ts, oldest.room, oldest.rank, oldest.reason))
-                keys.add(failure_key(event.ts, event.room, event.rank, event.reason))
+                keys.add(failure_key(event.ts, event.room, rank, event.reason))
             self.failures.append(observed)
             self.failures_total += 1
             self.incidents.add(observed, self)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from kvtop.model.taken import as_heard
 from transport.plane.events import Event, Failure, LogContext, RoomState, Snapshot, TransferDone
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ def unheld(model: ClusterModel, view: RankView, snapshot: Snapshot) -> list[Even
     events: list[Event] = [event for event in (snapshot.hello, snapshot.heartbeat) if event is not None]
     events += _unheld_rooms(model, snapshot.finished_rooms)
     events += [*snapshot.live_rooms, *snapshot.progress]
-    events += _unheld_failures(model, snapshot.failures)
+    events += _unheld_failures(model, view.label, snapshot.failures)
     events += _unheld_transfers(view, snapshot.transfers)
     events += _unheld_context(model, view.label, snapshot.context)
     return events
@@ -48,13 +49,16 @@ def _unheld_rooms(model: ClusterModel, finished: Sequence[RoomState]) -> list[Ro
     ]
 
 
-def _unheld_failures(model: ClusterModel, failures: Sequence[Failure]) -> list[Failure]:
+def _unheld_failures(model: ClusterModel, label: str, failures: Sequence[Failure]) -> list[Failure]:
+    """`label`: whose snapshot (a rank heard as taken keeps its failures under that label: kvtop.model.taken)."""
     held = model.failure_keys()
     kept = model.failures[0].ts if len(model.failures) == model.failures.maxlen else 0.0
     return [
         failure
         for failure in failures
-        if failure.ts >= kept and failure_key(failure.ts, failure.room, failure.rank, failure.reason) not in held
+        if failure.ts >= kept
+        and failure_key(failure.ts, failure.room, as_heard(failure.rank, label, model.ranks), failure.reason)
+        not in held
     ]
 
 

@@ -24,6 +24,7 @@ from kvtop.sources.sglang.prefix import split_stream
 from kvtop.views.failures import to_json
 from kvtop.views.tables import ranks_json
 from tests.conftest import wait_for
+from transport.registration import TAKEN_SUFFIX
 
 METRICS = """\
 # HELP sglang:num_transfer_failed_reqs_total Transfer failures.
@@ -198,8 +199,15 @@ FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
 
 
 def _folded(groups: list[dict[str, Any]] | None) -> list[tuple[int, str, str, int]]:
+    """(room, origin, class, echoes) of each group; a rank heard as taken by its label (its failures are its own,
+    named `prefill-0/TP0~taken`), as the files read together name it."""
     return sorted(
-        (g["room"], g["origin_label"], g["origin"]["reason_class"] if g["origin"] else "", g["echo_count"])
+        (
+            g["room"],
+            g["origin_label"].removesuffix(TAKEN_SUFFIX),
+            g["origin"]["reason_class"] if g["origin"] else "",
+            g["echo_count"],
+        )
         for g in groups or []
     )
 
@@ -257,9 +265,11 @@ def test_sidecars_on_real_log_shapes_fold_like_the_files_read_together(registry_
         def agree() -> bool:
             with watch.collector.lock:
                 model = watch.collector.model
-                published[:] = [(_folded(to_json(model.groups())), {k: c.text for k, c in model.crashes.items()})]
+                groups = to_json(model.groups())
+                published[:] = [(_folded(groups), {k: c.text for k, c in model.crashes.items()})]
                 unheard.difference_update(view.pid for view in model.ranks.values() if view.last_seen)
-            return not unheard and published[0] == files
+                rows = {g["origin_label"] for g in groups if g["origin"]} <= model.ranks.keys()  # each its row's
+            return not unheard and published[0] == files and rows
 
         try:
             wait_for(agree, STARTED_S, "every sidecar heard from, their fold and crashed ranks matching the files'")

@@ -10,7 +10,7 @@ import msgspec
 
 from kvtop.model.cluster import ClusterModel
 from kvtop.model.shapes import Liveness
-from transport.plane.events import EVENT_SCHEMA, AgentHello, EventBatch, Heartbeat
+from transport.plane.events import EVENT_SCHEMA, AgentHello, Event, EventBatch, Failure, Heartbeat, Snapshot
 from transport.wire import AgentInfo
 
 
@@ -64,3 +64,63 @@ def test_a_rank_heard_as_taken_and_then_under_its_own_label_is_one_view() -> Non
     model.apply(plain, EventBatch(EVENT_SCHEMA, "prefill", "prefill-0", 0, 77, 2, now - 1, []), now - 1)
 
     assert {label: view.incarnation for label, view in model.ranks.items()} == {plain: 77}
+
+
+TAKEN, PLAIN = "prefill-0/TP0~taken", "prefill-0/TP0"
+
+
+def refused(ts: float, room: int, rank: str = PLAIN) -> Failure:
+    """An origin as an agent records it: its own label, whatever label a view hears it under."""
+    return Failure(ts, room, rank, f"Prefill rank 0 refused room {room}: its KV pool is full", "refused", "warning",
+                   False, rank, rank)  # fmt: skip
+
+
+def batch(rank: int, incarnation: int, seq: int, ts: float, events: list[Event]) -> EventBatch:
+    return EventBatch(EVENT_SCHEMA, "prefill", "prefill-0", rank, incarnation, seq, ts, events)
+
+
+def test_the_failures_of_a_rank_heard_as_taken_are_its_own_not_its_taker_s() -> None:
+    """Two processes claim `prefill-0/TP0`, both refusing rooms: the taken one's records name `prefill-0/TP0` as the
+    taker's do, and one incident counted both as the taker's (suspect, origins, who noticed). A record heard under
+    the taken label names that label for the rank itself: two incidents, each process's rooms under its own row."""
+    now = time.time()
+    model = ClusterModel()
+    model.apply(TAKEN, batch(0, 77, 1, now - 3, [refused(now - 3, room) for room in (1, 2, 3)]), now - 3)
+    model.apply(PLAIN, batch(0, 5, 1, now - 3, [refused(now - 3, room) for room in (4, 5)]), now - 3)
+    model.sweep(now)
+
+    found = {i.suspect.text: (sorted(i.rooms), i.noticed_by) for i in model.incidents.incidents.values()}
+    assert found == {TAKEN: ([1, 2, 3], {TAKEN: 3}), PLAIN: ([4, 5], {PLAIN: 2})}
+    assert {(f.room, f.rank, f.origin, f.suspect) for f in model.failures if f.room == 1} == {(1, TAKEN, TAKEN, TAKEN)}
+    assert (model.ranks[TAKEN].origins, model.ranks[PLAIN].origins) == (3, 2)
+
+
+def test_a_taken_rank_s_echo_names_another_taken_rank_as_its_view_does_and_a_listed_one_as_listed() -> None:
+    """A sidecar's whole server claimed twice: its TP1, heard as taken too, echoes its TP0's failure (both taken) and
+    the group folds under the taken TP0; a room that TP1 echoes of decode-0/TP0 (listed) keeps decode-0/TP0."""
+    now = time.time()
+    model = ClusterModel()
+    model.apply(TAKEN, batch(0, 77, 1, now - 3, [refused(now - 3, 1)]), now - 3)
+    echoes = [
+        Failure(now - 2.9, 1, "prefill-0/TP1", "Failed due to an unknown reason from another rank", "propagated",
+                "debug", True, PLAIN),
+        Failure(now - 2.9, 2, "prefill-0/TP1", "Aborted by decode peer", "propagated", "debug", True, "decode-0/TP0"),
+    ]  # fmt: skip
+    model.apply("prefill-0/TP1~taken", batch(1, 78, 1, now - 3, echoes), now - 3)
+
+    [group] = [group for group in model.groups(now) if group.room == 1]
+    assert group.origin is not None and group.origin.rank == TAKEN
+    assert [(echo.rank, echo.origin) for echo in group.echoes] == [("prefill-0/TP1~taken", TAKEN)]
+    assert [f.origin for f in model.failures if f.room == 2] == ["decode-0/TP0"]
+
+
+def test_a_taken_rank_s_snapshot_asked_again_adds_none_of_its_failures_twice() -> None:
+    now = time.time()
+    model = ClusterModel()
+    model.apply(TAKEN, batch(0, 77, 1, now - 3, [refused(now - 3, 1)]), now - 3)
+    model.failure_keys()  # as a gap's snapshot makes them
+    again = Snapshot(1, EVENT_SCHEMA, 77, 1, None, None, [], [], [refused(now - 3, 1)])
+
+    model.apply(TAKEN, again, now - 2)
+
+    assert [(f.room, f.rank) for f in model.failures] == [(1, TAKEN)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import msgspec
@@ -16,8 +16,12 @@ import pytest
 import zmq
 from kvtop_cli import kvtop
 
+from kvtop.sidecar.ranks import RankPublisher, sidecar_info
+from tests.conftest import wait_for
 from transport import BootstrapClient, BootstrapServer, KVManager, KVPool, Role
-from transport.plane.events import Heartbeat
+from transport.plane.events import Failure, Heartbeat
+from transport.plane.publisher import EventPublisher
+from transport.plane.registrar import Registrar
 from transport.plane.relay import Relay
 from transport.wire import AgentInfo, Register, encode
 
@@ -183,3 +187,88 @@ def test_a_view_shows_the_taker_and_the_rank_it_took_from_apart(
     assert (listed["state"], listed["host"], listed["unlisted"]) == ("alive", "taker-host", None)
     assert (took["state"], took["host"], took["rank"]) == ("alive", rank.info.host, 0)
     assert "holds it live" in took["unlisted"]
+
+
+@contextmanager
+def two_claimants(
+    server: BootstrapServer,
+    make_publisher: Callable[[], EventPublisher],
+    context: zmq.Context[zmq.Socket[bytes]],
+    pp: int | None = None,
+) -> Iterator[tuple[RankPublisher, EventPublisher]]:
+    """A sidecar's rank (of stage `pp`) registered with `server` and another client's publisher taking its entry,
+    both beating, until the block ends; yielded once the rank's refresh is refused (listed as taken)."""
+    rank = RankPublisher(sidecar_info("prefill", "prefill-0", 0, 1, 77, pp=pp), "127.0.0.1", context)
+    registrar = Registrar(server.endpoint, lambda: [rank.info], context).start()
+    publisher = make_publisher()
+    taker = msgspec.structs.replace(
+        rank.info, event_endpoint=publisher.endpoint, snapshot_endpoint=publisher.snapshot_endpoint,
+        host="taker-host", pid=4242, incarnation=1,
+    )  # fmt: skip
+    publisher.info = taker
+    stop = threading.Event()
+
+    def beat() -> None:  # both run: their heartbeats say so, the rank's with why it is unlisted
+        while not stop.wait(0.2):
+            publisher.emit(Heartbeat(time.time(), {}, 0, 0, 1.0, 1 << 20, 10.0, publisher.snapshot_endpoint))
+            rank.emit(Heartbeat(time.time(), {}, 0, 0, 1.0, 1 << 20, 10.0, rank.publisher.snapshot_endpoint,
+                                registration=registrar.problem))  # fmt: skip
+
+    beating = threading.Thread(target=beat)
+    beating.start()
+    try:
+        with taken_over(server, taker, context):
+            wait_for(lambda: registrar.problem, timeout=15, what="the rank's refresh refused")
+            yield rank, publisher
+    finally:
+        stop.set()
+        beating.join()
+        registrar.close()
+        rank.close()
+
+
+@pytest.mark.parametrize("through_relay", [False, True])
+def test_a_later_pipeline_stage_s_rank_and_its_taker_are_shown_apart_under_its_stage_s_label(
+    short_lived, make_publisher, zmq_context, through_relay
+):
+    """A sidecar's rank of pipeline stage 1, its entry taken by another client. Its batches named no stage, so a view
+    heard it (and its taker) as `prefill-0/TP0`, a rank nobody registered, never as the rank the service lists as
+    taken, `prefill-0/PP1-TP0`; a relay routed neither name's snapshots where they were asked. Its batches name the
+    stage now: the taker and the rank it took from are two rows of the stage's label, as for the first stage."""
+    relay: Relay | None = None
+    with two_claimants(short_lived, make_publisher, zmq_context, pp=1) as (rank, _):
+        try:
+            where = ["--bootstrap", short_lived.endpoint]
+            if through_relay:
+                relay = Relay(bootstrap=short_lived.endpoint, discover_every_s=0.2).start()
+                where = ["--relay", relay.address]
+            ranks = kvtop("ranks", *where, "--wait", "5", "--json")
+        finally:
+            if relay is not None:
+                relay.close()
+
+    rows = {row["label"]: row for row in json.loads(ranks.stdout)}
+    assert rows.keys() == {"prefill-0/PP1-TP0", "prefill-0/PP1-TP0~taken"}, ranks.stdout + ranks.stderr
+    listed, took = rows["prefill-0/PP1-TP0"], rows["prefill-0/PP1-TP0~taken"]
+    assert (listed["state"], listed["host"], listed["unlisted"]) == ("alive", "taker-host", None)
+    assert (took["state"], took["host"], took["pid"]) == ("alive", rank.info.host, rank.info.pid)
+    assert "holds it live" in took["unlisted"]
+
+
+def test_the_incidents_of_a_taken_rank_and_its_taker_are_each_their_own(short_lived, make_publisher, zmq_context):
+    """Both claimants refuse rooms, each recording `prefill-0/TP0` as the origin and suspect: one incident counted
+    the taken process's rooms as the taker's. Its own failures are heard under its taken label."""
+    with two_claimants(short_lived, make_publisher, zmq_context) as (rank, publisher):
+        for claimant, rooms in ((rank, (1, 2)), (publisher, (3,))):
+            for room in rooms:
+                claimant.emit(Failure(time.time(), room, "prefill-0/TP0", f"Prefill rank 0 refused room {room}",
+                                      "refused", "warning", False, "prefill-0/TP0", "prefill-0/TP0"))  # fmt: skip
+        listed = kvtop("incidents", "--bootstrap", short_lived.endpoint, "--wait", "5", "--json")
+
+    found = {
+        i["suspect"]["name"]: (sorted(i["rooms"]), i["noticed_by"]) for i in json.loads(listed.stdout)["incidents"]
+    }
+    assert found == {
+        "prefill-0/TP0~taken": ([1, 2], {"prefill-0/TP0~taken": 2}),
+        "prefill-0/TP0": ([3], {"prefill-0/TP0": 1}),
+    }, listed.stdout + listed.stderr

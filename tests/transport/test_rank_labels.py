@@ -6,8 +6,11 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from transport.errors import FrameRejected
+from transport.plane.events import EVENT_SCHEMA, EventBatch, TransferDone
+from transport.plane.salvage import salvage_batch
 from transport.registration import agent_problem
-from transport.wire import LOG_SIDECAR, AgentInfo, label_parts, rank_label
+from transport.wire import LOG_SIDECAR, AgentInfo, FrameDecoder, encode, label_parts, rank_label
 
 
 def _agent(pp: int | None) -> AgentInfo:
@@ -41,6 +44,32 @@ def test_an_agent_of_a_stage_is_registered_under_its_stage_and_older_peers_still
         "prefill-0/TP3",
     )
     assert msgspec.msgpack.decode(msgspec.msgpack.encode(staged), type=older).instance == "prefill-0"
+
+
+def test_a_batch_names_its_agent_s_stage_and_peers_of_either_side_read_each_other_s():
+    """The envelope carries the stage as a trailing field: a stage's batch is labelled as its agent is (a half-bad one
+    too), a batch of an agent that sends no stage is the first stage's, and a reader that knows no stage reads a
+    stage's batch as before (a trailing field it does not know is left out)."""
+    staged = EventBatch(EVENT_SCHEMA, "prefill", "prefill-0", 3, 7, 1, 1.0, [TransferDone(1.0, 5, 64, 0.5)], pp=1)
+    fields = EventBatch.__struct_fields__
+    older = msgspec.defstruct(
+        "Older", [(name, object) for name in fields if name != "pp"], array_like=True, tag="batch"
+    )
+    without = msgspec.msgpack.encode(older(*msgspec.structs.astuple(staged)[: len(fields) - 1]))
+    half_bad = msgspec.structs.replace(staged, events=[TransferDone(1.0, 5, 64, -1.0)])
+    salvaged = salvage_batch(encode(half_bad)[1:])
+
+    assert staged.label == _agent(1).label == "prefill-0/PP1-TP3"
+    assert salvaged is not None and salvaged[0].label == "prefill-0/PP1-TP3"
+    assert msgspec.msgpack.decode(without, type=EventBatch).label == "prefill-0/TP3"
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(staged), type=older).seq == 1
+
+
+def test_a_batch_of_a_stage_past_the_limit_is_rejected_whole():
+    frame = encode(EventBatch(EVENT_SCHEMA, "prefill", "prefill-0", 3, 7, 1, 1.0, [], pp=1024))
+
+    with pytest.raises(FrameRejected, match=r"<= 1023 - at `\$\[9\]`"):
+        FrameDecoder(EventBatch).decode(frame)
 
 
 def test_a_stage_past_the_limit_is_refused():

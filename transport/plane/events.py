@@ -24,7 +24,7 @@ from typing import Annotated
 
 import msgspec
 
-from transport.wire import MAX_COUNT, AgentInfo, RankLabel, ReasonText, RoomId, ShortText
+from transport.wire import MAX_COUNT, AgentInfo, RankLabel, ReasonText, RoomId, ShortText, Stage, rank_label
 
 EVENT_SCHEMA = 1
 """Bumped when a record changes incompatibly; new fields get defaults instead."""
@@ -230,10 +230,14 @@ class EventBatch(msgspec.Struct, tag="batch", array_like=True, frozen=True):
     seq: int
     sent_at: Timestamp
     events: list[Event]
+    pp: Stage | None = None
+    """The agent's pipeline stage past the first (`AgentInfo.pp`): a trailing field, so a batch of an agent that
+    sends none is the first stage's, and a reader that knows none reads the rest of the batch as before."""
 
     @property
     def label(self) -> str:
-        return f"{self.instance}/TP{self.rank}"
+        """The agent's label, as its `AgentInfo.label` (`prefill-0/TP1`, `prefill-0/PP1-TP1`)."""
+        return rank_label(self.instance, self.rank, self.pp)
 
 
 class SnapshotRequest(msgspec.Struct, tag="snap_req", array_like=True):

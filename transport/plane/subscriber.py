@@ -33,7 +33,7 @@ a snapshot that holds a record refused already (its batch's, or an earlier snaps
 missed snapshot) leaves it out again unsaid.
 A rank the service lists as taken (`hear_taken`: another client holds its entry, and that taker publishes under the
 same label) is delivered under `registration.taken_label`, so that neither incarnation's batches start the other's
-stream anew.
+stream anew; subscribed to directly, its endpoint's socket closes once the listing no longer names it taken.
 Nor can a cluster larger than this process's limits: without a context given, the subscriber opens its own,
 sized for a socket per agent (`transport.limits`), and raises the open-file limit as agents come. Where the
 hard limit is too low, a snapshot socket that would take a file its connections need is not opened; that, and
@@ -211,6 +211,9 @@ class EventSubscriber:
         self._taken: dict[str, int] = {}
         """Labels the service lists as taken -> the incarnation listed so: its batches are delivered under
         `taken_label` (the taker publishes under the plain label)."""
+        self._taken_endpoints: dict[str, str] = {}
+        """Event endpoints `hear_taken` subscribed to -> the `taken_label` heard there: closed, and that label
+        forgotten, once the listing no longer names the rank taken."""
         self.records_refused: dict[str, tuple[int, str]] = {}
         """Agents (labels) some of whose records were refused -> (how many, why the latest was), the most recent
         `REFUSED_KEPT` agents; `records_rejected` counts them all."""
@@ -282,13 +285,31 @@ class EventSubscriber:
         `taken_label`, apart from the taker's; `direct`: subscribe to their event endpoints (through a relay, its
         stream carries them: `synced` waits for them a while, as for the ranks it lists)."""
         self._taken = {agent.label: agent.incarnation for agent in agents}
+        still = {agent.event_endpoint for agent in agents} if direct else set()
+        for endpoint in [endpoint for endpoint in self._taken_endpoints if endpoint not in still]:
+            self._leave_taken(endpoint)
         now = time.monotonic()
         for agent in agents:
             if direct:
-                self.connect_endpoint(agent.event_endpoint)
+                if agent.event_endpoint not in self._endpoints and not self.connect_endpoint(agent.event_endpoint):
+                    self._taken_endpoints[agent.event_endpoint] = taken_label(agent.label)
             elif (label := taken_label(agent.label)) not in self._streams and label not in self._relay_listed:
                 self._relay_listed.add(label)
                 self._relay_expected[label] = now
+
+    def _leave_taken(self, endpoint: str) -> None:
+        """A rank no longer listed as taken (it holds its entry again, or it stopped): its endpoint's socket closes
+        (listed again, it is heard on the agents' socket: on both, each batch came twice) and its taken label's
+        stream is forgotten."""
+        label = self._taken_endpoints.pop(endpoint)
+        self._endpoints.pop(endpoint).close(linger=0)
+        self.answered.pop(endpoint, None)
+        self._poller = None
+        self._streams.pop(label, None)
+        self._unsynced.pop(label, None)
+        self._retries.pop(label, None)
+        self._snapshot_endpoints.pop(label, None)
+        self._close_snapshot_socket(label)
 
     def connect_relay(self, relay: AgentInfo, agents: list[str] | None = None) -> str:
         """Subscribe to every agent behind a relay (its listing entry), on a SUB socket of its own, with
@@ -415,7 +436,8 @@ class EventSubscriber:
             sock, self._batch_decoder, self.counters, 10_000, self._salvage_batch
         ):
             count += 1
-            label = f"{batch.instance}/TP{batch.rank}"  # `batch.label`, without the property's call
+            pp = batch.pp  # `batch.label`, without the property's call
+            label = f"{batch.instance}/PP{pp}-TP{batch.rank}" if pp else f"{batch.instance}/TP{batch.rank}"
             if taken and taken.get(label) == batch.incarnation:
                 label = taken_label(label)
             if endpoint:

@@ -843,10 +843,10 @@ class SGLangLogs:
         parts = self._parts.get(label)
         if parts is None:  # a regex a label: read once per rank (at most `RANKS_MAX`), not per event
             parts = self._parts[label] = label_parts(label) or (label, None, 0)
-        instance, _, tp = parts
+        instance, pp, tp = parts
         model.log_rank(label, file.role, instance, tp)
         seq = file.seq[label] = file.seq.get(label, 0) + 1
-        model.apply(label, EventBatch(EVENT_SCHEMA, file.role, instance, tp, 0, seq, ts, events), ts)
+        model.apply(label, EventBatch(EVENT_SCHEMA, file.role, instance, tp, 0, seq, ts, events, pp), ts)
 
 
 def load(paths: Iterable[str | Path | LogSpec], model: ClusterModel) -> SGLangLogs:
