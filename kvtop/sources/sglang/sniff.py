@@ -8,6 +8,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import ahocorasick_rs
+
 from kvtop.sources.sglang.clocks import believable
 from kvtop.sources.sglang.lines import ROLE_MARKERS, NodeOf, dp_replicas, node_of
 from kvtop.sources.sglang.prefix import has_prefix, parse_prefix, split_stream
@@ -15,16 +17,31 @@ from kvtop.sources.sglang.reader import is_gzip, open_regular, read_head
 from kvtop.sources.sglang.replicas import DpLayout
 
 SNIFF_BYTES = 4 << 20
+ROLE_PIECE_BYTES = 64 << 10
+"""The head is searched for `ROLE_MARKERS` a piece of whole lines of about this many bytes at a time, up to the
+first piece that holds one (most logs name their role in their first lines)."""
+_ROLE_SCANNER = ahocorasick_rs.BytesAhoCorasick(list(ROLE_MARKERS), matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_FIRST)
+"""Every role marker in one pass: a `bytes.find` of each of the 20 over a 4 MiB head that holds few of them cost
+~15 ms of every command's start (a leftmost match is the earliest any marker starts)."""
 
 
 def sniff_role(path: Path) -> str:
-    """The role the file's first role-telling line names ("" when none says)."""
+    """The role the file's first role-telling line names ("" when none says; of markers that start at one place,
+    the role first in alphabetical order)."""
     try:
         text = read_head(path, SNIFF_BYTES)
     except OSError:
         return ""
-    found = [(pos, role) for marker, role in ROLE_MARKERS.items() if (pos := text.find(marker)) >= 0]
-    return min(found)[1] if found else ""
+    view = memoryview(text)
+    start = 0
+    while start < len(text):  # pieces end after a newline: no marker spans one
+        end = text.find(b"\n", min(start + ROLE_PIECE_BYTES, len(text)) - 1) + 1 or len(text)
+        found = _ROLE_SCANNER.find_matches_as_indexes(view[start:end])
+        if found:
+            at = start + found[0][1]
+            return min(role for marker, role in ROLE_MARKERS.items() if text.startswith(marker, at))
+        start = end
+    return ""
 
 
 def sniff_node(path: Path) -> NodeOf | None:
