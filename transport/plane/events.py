@@ -24,7 +24,7 @@ from typing import Annotated
 
 import msgspec
 
-from transport.wire import MAX_COUNT, AgentInfo, RankLabel, ReasonText, RoomId, ShortText
+from transport.wire import MAX_COUNT, AgentInfo, RankLabel, ReasonText, RoomId, ShortText, rank_label
 
 EVENT_SCHEMA = 1
 """Bumped when a record changes incompatibly; new fields get defaults instead."""
@@ -230,10 +230,16 @@ class EventBatch(msgspec.Struct, tag="batch", array_like=True, frozen=True):
     seq: int
     sent_at: Timestamp
     events: list[Event]
+    pp: int | None = None
+    """The agent's pipeline stage past the first (`AgentInfo.pp`): two stages' TP3 are two streams."""
+    dp: int | None = None
+    """The agent's DP replica (`AgentInfo.dp`): two replicas' TP0 are two streams. Trailing fields: an older
+    reader ignores them, an older agent's batch is of no stage or replica."""
 
     @property
     def label(self) -> str:
-        return f"{self.instance}/TP{self.rank}"
+        """The agent's `AgentInfo.label`."""
+        return rank_label(self.instance, self.rank, self.pp, self.dp)
 
 
 class SnapshotRequest(msgspec.Struct, tag="snap_req", array_like=True):

@@ -277,9 +277,8 @@ class EventPublisher:
         """Publish `events` as the next batch, or as two halves when its frame would pass `FRAME_BUDGET` (every
         event is bounded where it is made: a single one always fits, a batch of big ones may not)."""
         info = self.info
-        batch = EventBatch(
-            EVENT_SCHEMA, info.role, info.instance, info.rank, info.incarnation, self.seq + 1, time.time(), events
-        )
+        batch = EventBatch(EVENT_SCHEMA, info.role, info.instance, info.rank, info.incarnation, self.seq + 1,
+                           time.time(), events, info.pp or None, info.dp)  # fmt: skip
         frame = encode(batch)
         if len(frame) > FRAME_BUDGET and len(events) > 1:
             half = len(events) // 2

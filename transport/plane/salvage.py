@@ -52,6 +52,8 @@ class _LooseBatch(msgspec.Struct, tag="batch", array_like=True, frozen=True):
     seq: int
     sent_at: Timestamp
     events: list[msgspec.Raw]
+    pp: int | None = None
+    dp: int | None = None
 
 
 class _LooseSnapshot(msgspec.Struct, tag="snapshot", array_like=True):
@@ -96,9 +98,8 @@ def salvage_batch(body: bytes | memoryview) -> tuple[EventBatch, list[Refusal]] 
         return None
     refused: list[Refusal] = []
     events = _records(loose.events, _EVENT, "", refused)
-    batch = EventBatch(
-        loose.schema, loose.role, loose.instance, loose.rank, loose.incarnation, loose.seq, loose.sent_at, events
-    )
+    batch = EventBatch(loose.schema, loose.role, loose.instance, loose.rank, loose.incarnation, loose.seq,
+                       loose.sent_at, events, loose.pp, loose.dp)  # fmt: skip
     return batch, [(key, f"batch {loose.seq}, {why}") for key, why in refused]
 
 
