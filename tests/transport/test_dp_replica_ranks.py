@@ -15,7 +15,7 @@ from transport import BootstrapClient, BootstrapServer
 from transport.plane.events import EVENT_SCHEMA, EventBatch, Failure
 from transport.plane.publisher import EventPublisher
 from transport.registration import agent_problem
-from transport.wire import LOG_SIDECAR, AgentInfo, label_parts, label_replica, rank_label
+from transport.wire import LOG_SIDECAR, AgentInfo, label_parts, rank_label
 
 
 def _agent(dp: int | None, pp: int | None = None) -> AgentInfo:
@@ -23,6 +23,8 @@ def _agent(dp: int | None, pp: int | None = None) -> AgentInfo:
 
 
 def test_a_replica_s_label_names_its_replica_and_still_gives_its_instance_stage_and_tp_rank():
+    from transport.wire import label_replica  # each test fails alone on the code before
+
     assert [_agent(1).label, _agent(1, 1).label, _agent(None).label] == [
         "prefill-0/DP1-TP0",
         "prefill-0/DP1-PP1-TP0",
