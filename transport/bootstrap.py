@@ -82,9 +82,10 @@ _STOP_POLL_S = 0.1
 """How often a client call waiting for its answer looks at its `stop` event."""
 _RELAY_RANK = -1
 """The rank of a relay's key: no rank's key is a relay's."""
-_Key = tuple[str, int, int | None]
-"""An entry's key: its instance, its rank (`_RELAY_RANK` for a relay) and its pipeline stage past the first (None for
-the first, sent as 0 or None, and for a server without stages: two stages' TP3 are two entries, one label one)."""
+_Key = tuple[str, int, int | None, int | None]
+"""An entry's key: its instance, its rank (`_RELAY_RANK` for a relay), its pipeline stage past the first (None for
+the first, sent as 0 or None, and for a server without stages: two stages' TP3 are two entries, one label one) and
+its DP replica (None: of none; two replicas' TP0 are two entries)."""
 _R = TypeVar("_R", Registered, Route, AgentList)
 REFRESH_S = 1.0
 """How often an agent registers again, so that the service knows it is still there."""
@@ -260,7 +261,10 @@ class BootstrapServer(ServiceThread):
         if isinstance(request, Register):
             return self._register(request, client)
         if isinstance(request, Deregister):
-            for key in ((request.instance, request.rank, request.pp or None), (request.instance, _RELAY_RANK, None)):
+            for key in (
+                (request.instance, request.rank, request.pp or None, request.dp),
+                (request.instance, _RELAY_RANK, None, None),
+            ):
                 known, owner = self._agents.get(key), self._owners.get(key)
                 if known is None or known.incarnation != request.incarnation:
                     continue
@@ -286,9 +290,9 @@ class BootstrapServer(ServiceThread):
     def _register(self, request: Register, client: str) -> Registered | Refusal:
         agent = request.agent
         key = (
-            (agent.instance, _RELAY_RANK, None)
+            (agent.instance, _RELAY_RANK, None, None)
             if agent.role == RELAY_ROLE
-            else (agent.instance, agent.rank, agent.pp or None)
+            else (agent.instance, agent.rank, agent.pp or None, agent.dp)
         )
         owner, known = self._owners.get(key), self._agents.get(key)
         size, old = _size(agent), self._sizes.get(key, 0)
@@ -460,7 +464,8 @@ class BootstrapClient:
 
     def deregister(self, agent: AgentInfo) -> None:
         """Drop `agent`'s entry (a newer incarnation's entry stays)."""
-        self._call(Deregister(next(self._ids), agent.instance, agent.rank, agent.incarnation, agent.pp), Registered)
+        deregister = Deregister(next(self._ids), agent.instance, agent.rank, agent.incarnation, agent.pp, agent.dp)
+        self._call(deregister, Registered)
 
     def resolve(self, instance: str) -> list[AgentInfo]:
         return self._call(Resolve(next(self._ids), instance), Route).ranks

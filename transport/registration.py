@@ -154,6 +154,8 @@ def agent_problem(agent: AgentInfo) -> str:
         return f"rank {agent.rank} of TP {agent.tp} (TP 1 to {MAX_TP}, 0 <= rank < TP)"
     if agent.pp is not None and not 0 <= agent.pp < MAX_TP:
         return f"pipeline stage {agent.pp} (0 to {MAX_TP - 1})"
+    if agent.dp is not None and not 0 <= agent.dp < MAX_TP:
+        return f"DP replica {agent.dp} (0 to {MAX_TP - 1})"
     if agent.kind not in AGENT_KINDS:
         return f"kind {agent.kind[:16]!r} (expected one of {', '.join(repr(kind) for kind in AGENT_KINDS)})"
     if not 0 < agent.page_bytes <= MAX_PAGE_BYTES and not agent.events_only:
@@ -188,4 +190,4 @@ def registration_problem(agent: AgentInfo, client: str = "", networks: Sequence[
 
 def entry_name(agent: AgentInfo) -> str:
     """A printable name for an entry, even one whose fields are garbage."""
-    return rank_label(f"{agent.instance[:MAX_NAME]!r}"[1:-1], agent.rank, agent.pp)
+    return rank_label(f"{agent.instance[:MAX_NAME]!r}"[1:-1], agent.rank, agent.pp, agent.dp)

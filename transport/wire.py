@@ -120,6 +120,9 @@ class AgentInfo(msgspec.Struct, frozen=True, array_like=True):
     pp: int | None = None
     """The rank's pipeline stage past the first (a server log's `PP` tag); None for the first, as for a server
     without stages."""
+    dp: int | None = None
+    """The DP replica the rank is of, where the server's DP ranks are replicas (plain `--dp-size N`: each its own
+    TP group); None for a server without DP, or with DP attention (its TP ranks unique across DP)."""
 
     @property
     def is_sidecar(self) -> bool:
@@ -132,11 +135,12 @@ class AgentInfo(msgspec.Struct, frozen=True, array_like=True):
 
     @property
     def label(self) -> str:
-        """The rank's short name, e.g. `prefill-0/TP1`, `prefill-0/PP1-TP1` (also the origin label)."""
-        return rank_label(self.instance, self.rank, self.pp)
+        """The rank's short name, e.g. `prefill-0/TP1`, `prefill-0/PP1-TP1`, `prefill-0/DP1-TP1` (also the origin
+        label)."""
+        return rank_label(self.instance, self.rank, self.pp, self.dp)
 
 
-_LABEL = re.compile(r"(.*)/(?:DP\d+-)?(?:PP(\d+)-)?TP(\d+)")
+_LABEL = re.compile(r"(.*)/(?:DP(\d+)-)?(?:PP(\d+)-)?TP(\d+)")
 
 
 def rank_label(instance: str, tp: int, pp: int | None = None, dp: int | None = None) -> str:
@@ -152,7 +156,13 @@ def label_parts(label: str) -> tuple[str, int | None, int] | None:
     """(instance, pipeline stage past the first or None, TP rank) of a `rank_label` (its DP replica, if any, left
     out); None for a label of no rank."""
     match = _LABEL.fullmatch(label)
-    return (match[1], int(match[2]) or None if match[2] else None, int(match[3])) if match else None
+    return (match[1], int(match[3]) or None if match[3] else None, int(match[4])) if match else None
+
+
+def label_replica(label: str) -> int | None:
+    """The DP replica a `rank_label` names (`prefill-0/DP1-TP0`: 1); None for a rank of no replica."""
+    match = _LABEL.fullmatch(label)
+    return int(match[2]) if match and match[2] else None
 
 
 # --- bootstrap -------------------------------------------------------------------------
@@ -189,6 +199,8 @@ class Deregister(msgspec.Struct, tag="deregister", array_like=True):
     incarnation: int
     pp: int | None = None
     """The agent's pipeline stage past the first (`AgentInfo.pp`)."""
+    dp: int | None = None
+    """The agent's DP replica (`AgentInfo.dp`; a trailing field: an older agent's deregistration is of no replica)."""
 
 
 class ListAgents(msgspec.Struct, tag="list", array_like=True):

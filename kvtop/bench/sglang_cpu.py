@@ -36,9 +36,19 @@ class Pools:
         return self.buffers[buffer][page * self.page_bytes : (page + 1) * self.page_bytes]
 
 
-def start_rank(role: str, tp_rank: int, tp_size: int, bootstrap_port: int, http_port: int, plugins: bool) -> Any:
+def start_rank(
+    role: str,
+    tp_rank: int,
+    tp_size: int,
+    bootstrap_port: int,
+    http_port: int,
+    plugins: bool,
+    dp_size: int = 1,
+    dp_rank: int | None = None,
+) -> Any:
     """Make this process SGLang's scheduler of `role`/TP`tp_rank` (its `ServerArgs`, returned), with SGLang's
-    plugins loaded when `plugins`. Call before any KV manager is built; start the transfer engine after."""
+    plugins loaded when `plugins`; of DP replica `dp_rank` of a server of plain `--dp-size dp_size` (as SGLang's DP
+    controller places it). Call before any KV manager is built; start the transfer engine after."""
     os.environ.update(CPU_ENVIRONMENT)
     from sglang.srt.runtime_context import SpawnRanks, get_parallel, publish
     from sglang.srt.server_args import ServerArgs
@@ -52,8 +62,9 @@ def start_rank(role: str, tp_rank: int, tp_size: int, bootstrap_port: int, http_
         port=http_port,
         device="cpu",
         tp_size=tp_size,
+        dp_size=dp_size,
     )
-    publish(server_args, role="scheduler", ranks=SpawnRanks(world_rank=tp_rank, gpu_id=0))
+    publish(server_args, role="scheduler", ranks=SpawnRanks(world_rank=tp_rank, dp_rank=dp_rank, gpu_id=0))
     get_parallel().override_permanently(pp_group=None)
     if plugins:
         from sglang.srt.plugins import load_plugins
@@ -69,20 +80,21 @@ def start_transfer_engine() -> None:
     init_mooncake_transfer_engine("127.0.0.1", gpu_id=0, ib_device=None)
 
 
-def kv_manager(server_args: Any, tp_rank: int, pools: Pools, page_tokens: int, layers: int) -> Any:
-    """A real `MooncakeKVManager` of this rank's role over `pools` (a prefill rank 0 also serves SGLang's
-    bootstrap server on the bootstrap port)."""
+def kv_manager(server_args: Any, tp_rank: int, pools: Pools, page_tokens: int, layers: int, dp_rank: int = 0) -> Any:
+    """A real `MooncakeKVManager` of this rank's role over `pools` (of DP replica `dp_rank`, as SGLang's scheduler
+    gives it in `KVArgs.system_dp_rank`; a prefill's first rank also serves SGLang's bootstrap server on the
+    bootstrap port)."""
     from sglang.srt.disaggregation.base.conn import KVArgs
     from sglang.srt.disaggregation.mooncake.conn import MooncakeKVBootstrapServer, MooncakeKVManager
     from sglang.srt.disaggregation.utils import DisaggregationMode
 
     prefill = server_args.disaggregation_mode == "prefill"
-    if prefill and tp_rank == 0:
+    if prefill and tp_rank == 0 and dp_rank == 0:
         MooncakeKVBootstrapServer("127.0.0.1", server_args.disaggregation_bootstrap_port)
     args = KVArgs()
     args.engine_rank = tp_rank
     args.pp_rank = 0
-    args.system_dp_rank = 0
+    args.system_dp_rank = dp_rank
     args.rust_http_port = None
     args.kv_cache_dtype_str = "bfloat16"
     args.kv_layout = None

@@ -7,7 +7,7 @@ than changes where it matters); folding, judging which rooms are stuck,
 carrying and formatting happen after it lets go.
 Names follow Prometheus's rules: one `kvtop_` prefix, base units (bytes,
 seconds), `_total` on counters, ratios 0-1, `_info` for identity. Labels are
-SGLang's where it has one (`engine_type` for the role, `tp_rank`, `pp_rank`); the
+SGLang's where it has one (`engine_type` for the role, `tp_rank`, `pp_rank`, `dp_rank`); the
 instance is `pd_instance`, since Prometheus itself sets `instance` on every
 series it scrapes. No metric is labelled by room (unbounded: per-room detail
 is the event stream's).
@@ -58,7 +58,7 @@ from transport.config import Role
 from transport.kvpoll import KVPoll
 from transport.registration import TAKEN_SUFFIX
 
-RANK = ("engine_type", "pd_instance", "tp_rank", "pp_rank")
+RANK = ("engine_type", "pd_instance", "tp_rank", "pp_rank", "dp_rank")
 LINK = ("prefill_instance", "decode_instance")
 FAILURE = ("engine_type", "pd_instance", "reason_class")
 INCIDENT = ("reason_class", "suspect_kind")
@@ -70,7 +70,7 @@ _ENDED = frozenset((int(KVPoll.Failed), int(KVPoll.Success)))
 
 @dataclass
 class _Rank:
-    labels: tuple[str, str, str, str]
+    labels: tuple[str, str, str, str, str]
     host: str
     pid: int
     incarnation: int
@@ -99,8 +99,8 @@ class _Reading:
 
     failures: list[Observed]
     ranks: list[_Rank]
-    rejected: list[tuple[tuple[str, str, str, str, str, str], int, int]]
-    """((engine_type, pd_instance, tp_rank, pp_rank, socket, reason), incarnation, count) per rank's socket
+    rejected: list[tuple[tuple[str, str, str, str, str, str, str], int, int]]
+    """((engine_type, pd_instance, tp_rank, pp_rank, dp_rank, socket, reason), incarnation, count) per rank's socket
     counter."""
     links: list[_Link]
     outcomes: dict[str, int]
@@ -146,7 +146,7 @@ class ModelMetrics(Collector):
         self.source = source
         self.error = error
         self.tally = FailureTally()
-        self._rejections: Carried[tuple[str, str, str, str, str, str]] = Carried()
+        self._rejections: Carried[tuple[str, str, str, str, str, str, str]] = Carried()
         self._started: dict[tuple[str, str], int] = {}
         """The most incidents each (kind, suspect kind) ever counted as started."""
         self._link_failed: dict[tuple[str, str], int] = {}
@@ -200,10 +200,11 @@ class ModelMetrics(Collector):
         ranks: list[_Rank] = []
         gone = model.gone(now)  # as `model.open_rooms()` judges the rooms
         states = model.liveness(now)
-        rejected: list[tuple[tuple[str, str, str, str, str, str], int, int]] = []
+        rejected: list[tuple[tuple[str, str, str, str, str, str, str], int, int]] = []
         for view in model.ranks.values():
             instance = (view.instance or UNKNOWN) + (TAKEN_SUFFIX if view.label.endswith(TAKEN_SUFFIX) else "")
-            labels = (view.role or UNKNOWN, instance, str(view.rank), str(view.stage))  # the taker's row has its own
+            replica = "" if view.replica is None else str(view.replica)  # "": no label (a rank of no DP replica)
+            labels = (view.role or UNKNOWN, instance, str(view.rank), str(view.stage), replica)  # a taker's: its own
             crash = model.crashes.get(view.label)
             ranks.append(_Rank(labels, view.host, view.pid, view.incarnation, states[view.label], view.last_seen,
                                view.inflight, crash.ts if crash is not None else 0.0,

@@ -16,7 +16,7 @@ from kvtop.model.timeline import Timeline
 from kvtop.model.transfer_ring import TransferRing
 from transport.kvpoll import TERMINAL, KVPoll
 from transport.plane.events import LogFollowed
-from transport.wire import LOG_SIDECAR, SGLANG_PLUGIN, label_parts
+from transport.wire import LOG_SIDECAR, SGLANG_PLUGIN, label_parts, label_replica
 
 STALE_S = 3.0
 """A rank silent this long (no batch; agents send a heartbeat every second) is stale."""
@@ -101,11 +101,14 @@ class RankView:
 
     stage: int = field(init=False, default=0)
     """Its pipeline stage, as its label names it (0: the first, or a server without stages)."""
+    replica: int | None = field(init=False, default=None)
+    """Its DP replica, as its label names it (`prefill-0/DP1-TP0`; None: of none)."""
 
     def __post_init__(self) -> None:
         self.transfers.feed(self.timeline)
         parts = label_parts(self.label)
         self.stage = (parts[1] or 0) if parts else 0
+        self.replica = label_replica(self.label)
 
     @property
     def sidecar(self) -> bool:
@@ -113,9 +116,9 @@ class RankView:
         return self.kind == LOG_SIDECAR
 
     @property
-    def order(self) -> tuple[str, str, int, int]:
-        """Where the views list it: by role, instance, pipeline stage, TP rank."""
-        return (self.role, self.instance, self.stage, self.rank)
+    def order(self) -> tuple[str, str, int, int, int]:
+        """Where the views list it: by role, instance, DP replica (a rank of none first), pipeline stage, TP rank."""
+        return (self.role, self.instance, -1 if self.replica is None else self.replica, self.stage, self.rank)
 
     @property
     def source(self) -> str:

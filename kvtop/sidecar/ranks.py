@@ -1,5 +1,5 @@
 """A server's ranks on the event plane: one `EventPublisher` per `instance/TPn` (`instance/PPn-TPn` of a server
-with pipeline stages).
+with pipeline stages, `instance/DPn-TPn` of a DP replica).
 
 A rank is published as our agents publish theirs (hello, heartbeats, batches
 with sequence numbers, snapshots on request), under an `AgentInfo` of kind
@@ -29,10 +29,13 @@ BATCH_INTERVAL_S = 0.02
 one more interval, the publisher's `batch_min`)."""
 
 
-def sidecar_info(role: str, instance: str, rank: int, tp: int, incarnation: int, pp: int | None = None) -> AgentInfo:
-    """The identity of one rank a sidecar publishes (endpoints filled in once bound; `pp`: its pipeline stage)."""
+def sidecar_info(
+    role: str, instance: str, rank: int, tp: int, incarnation: int, pp: int | None = None, dp: int | None = None
+) -> AgentInfo:
+    """The identity of one rank a sidecar publishes (endpoints filled in once bound; `pp`: its pipeline stage;
+    `dp`: its DP replica)."""
     return AgentInfo(role, instance, rank, tp, 0, "", "", os.getpid(), socket.gethostname(), incarnation,
-                     kind=LOG_SIDECAR, pp=pp)  # fmt: skip
+                     kind=LOG_SIDECAR, pp=pp, dp=dp)  # fmt: skip
 
 
 def identity_problem(role: str, instance: str) -> str:
@@ -49,6 +52,8 @@ class RankPublisher:
         self.publisher = EventPublisher(info, host, context=context, batch_interval_s=BATCH_INTERVAL_S, curve=curve)
         self.batch: Heartbeat | None = None
         """The heartbeat its latest batch line stands for (queue depths as counters, rooms in flight)."""
+        self.lines = 0
+        """Events its server's lines gave it so far (its hello and heartbeats are the sidecar's own)."""
         self.publisher.start()
         self.emit(AgentHello(time.time(), self.info, __version__, self.publisher.endpoint,
                              self.publisher.snapshot_endpoint))  # fmt: skip

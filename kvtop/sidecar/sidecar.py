@@ -22,15 +22,16 @@ from transport.curve import CurveKeys, stop_authenticator
 from transport.kvpoll import KVPoll
 from transport.plane.events import CONTEXT_TEXT_MAX, Event, Failure, Heartbeat, LogContext, RoomState
 from transport.plane.registrar import Registrar
-from transport.wire import TEXT_MAX, AgentInfo, label_parts
+from transport.wire import TEXT_MAX, AgentInfo, label_parts, label_replica
 
 HEARTBEAT_S = 1.0
 RANKS_MAX = 256
 """Ranks one sidecar publishes at most (a server's log holds a node's: a few dozen). Each is a publisher, two
 sockets and a thread: a `server_args` line of `tp_size=16, pp_size=1024` asked for 16,384, and the sidecar died
 out of sockets at the 511th. The ranks past it are said once, their lines not published."""
-RankKey = tuple[int | None, int]
-"""A published rank: (pipeline stage past the first, None for the first and without stages; TP rank)."""
+RankKey = tuple[int | None, int | None, int]
+"""A published rank: (DP replica, None where the server's DP ranks are no replicas; pipeline stage past the first,
+None for the first and without stages; TP rank)."""
 _log = logging.getLogger(__name__)
 _LEFT_IN = {
     "Bootstrapping": KVPoll.Bootstrapping,
@@ -137,6 +138,7 @@ class Sidecar:
                 waiting_said = True
             if self.tail.role and self.tail.instance and (self.ranks or not self._guessed_role_of_no_log(no_log)):
                 self._declare(self._ranks(beat))
+                self._withdraw_plain()
                 if gained is not None:
                     self._publish(gained.events, gained.context)
             elif self.tail.logs is not None and not role_said and beat and not no_log:
@@ -163,11 +165,13 @@ class Sidecar:
 
     def _ranks(self, beat: bool) -> list[RankKey]:
         """The ranks to publish: `--tp`'s TP0..N-1 and those the log's start-up line gives it (looked for at a beat),
-        of each pipeline stage it gives; a log of a later node of a server over several nodes, its node's alone (TP0
-        is node 0's, PP0 too)."""
+        of each pipeline stage it gives, of each DP replica it gives (a server of replicas whose count no line gave:
+        those its lines name, as they come); a log of a later node of a server over several nodes, its node's alone
+        (TP0 is node 0's, PP0 too)."""
         found = self.tail.find_tp() if beat else self.tail.ranks
         tps = sorted({*(range(self.options.tp) if not found.start else ()), *found})
-        keys = ((pp or None, tp) for pp in self.tail.stages or (None,) for tp in tps)
+        replicas = self.tail.replicas or (() if self.tail.dp_replicas else (None,))
+        keys = ((dp, pp or None, tp) for dp in replicas for pp in self.tail.stages or (None,) for tp in tps)
         return list(itertools.islice(keys, RANKS_MAX + 1))  # one past it: `_declare` says the rest are cut
 
     def _declare(self, keys: list[RankKey]) -> None:
@@ -178,22 +182,37 @@ class Sidecar:
             if not self._cut_said:
                 self._say(f"the log names more than {RANKS_MAX} ranks: the lines of those past them are not published")
                 self._cut_said = True
-        tps = [tp for _, tp in (*new, *self.ranks)]
+        tps = [tp for _, _, tp in (*new, *self.ranks)]
         width = max(max(tps, default=0) + 1, self.options.tp, self.tail.tp)
-        for pp, tp in new:
-            info = sidecar_info(self.tail.role, self.tail.instance, tp, width, self._incarnation, pp)
-            rank = self.ranks[pp, tp] = RankPublisher(info, self.options.host, self._zmq, self.options.curve)
+        for dp, pp, tp in new:
+            info = sidecar_info(self.tail.role, self.tail.instance, tp, width, self._incarnation, pp, dp)
+            rank = self.ranks[dp, pp, tp] = RankPublisher(info, self.options.host, self._zmq, self.options.curve)
             if not self.options.bootstrap:
                 self._say(f"{info.label} publishes on {rank.info.event_endpoint}")
         for rank in self.ranks.values():
             rank.set_tp(width)
 
+    def _withdraw_plain(self) -> None:
+        """The server's DP ranks turned out to be replicas (its `server_args` line, or its tags, read after `--tp`'s
+        ranks were published as no replica's): those no line spoke for are no rank of the server, taken off the
+        listing (a rank a line spoke for stays, as the files read together name it)."""
+        if not self.tail.dp_replicas:
+            return
+        for key in [key for key, rank in self.ranks.items() if key[0] is None and not rank.lines]:
+            rank = self.ranks.pop(key)
+            if self._registrar is not None:
+                self._registrar.withdraw(rank.info)
+            else:
+                self._say(f"{rank.info.label} is no rank of this server (its DP ranks are replicas): withdrawn")
+            rank.close()
+
     def _publish(self, events: list[tuple[str, Event]], context: list[Context]) -> None:
         for label, event in events:
             _, pp, tp = label_parts(label) or ("", None, 0)
-            rank = self._rank_of((pp, tp))
+            rank = self._rank_of((label_replica(label), pp, tp))
             if rank is None:
                 continue
+            rank.lines += 1
             if isinstance(event, Heartbeat):  # a batch line: its queue depths go into the rank's heartbeats
                 rank.batch = event
                 continue
@@ -202,7 +221,8 @@ class Sidecar:
             rank.emit(event)
         for line in context:
             text = line.text[:CONTEXT_TEXT_MAX]
-            if rank := self._rank_of((line.pp, line.tp or 0)):
+            if rank := self._rank_of((line.dp, line.pp, line.tp or 0)):
+                rank.lines += 1
                 rank.emit(LogContext(line.ts, line.kind[:32], line.room, text, line.tp))
 
     def _rank_of(self, key: RankKey) -> RankPublisher | None:

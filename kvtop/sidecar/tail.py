@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 
 from kvtop.sources.sglang import Context, LogSpec, SGLangLogs
-from kvtop.sources.sglang.lines import node_of, server_count
+from kvtop.sources.sglang.lines import dp_replicas, node_of, server_count
 from kvtop.sources.sglang.naming import agent_file
 from kvtop.sources.sglang.reader import read_head
 from kvtop.sources.sglang.sniff import PREFIX_SNIFF_BYTES, SNIFF_BYTES, sniff_server
@@ -54,6 +54,9 @@ class LogTail:
         self.stages = range(0)
         """The pipeline stages that line gives this log (each holds `ranks`): the server's, or its node's of a server
         over several nodes (node 1 of PP2 over two: PP1); none for a server without stages (its lines name none)."""
+        self.replicas = range(0)
+        """The DP replicas that line gives this log (plain `--dp-size N`, no DP attention: each holds `stages` x
+        `ranks`); none for a server whose DP ranks are no replicas, or whose line gave no `dp_size`."""
         self._sniffed = False
         self._server: str | None = None
         """The server a wrapper names on the file's first SGLang line ("" none; None: not read yet): the log source
@@ -126,7 +129,17 @@ class LogTail:
         node = node if node is not None and node.tp_size == self.tp else None
         self.ranks = node.tp_ranks if node is not None else range(self.tp)
         self.stages = range(0) if stages < 2 else node.pp_ranks if node is not None else range(stages)
+        self.replicas = range(min(server_count(line, "dp_size") or 0, 1024)) if dp_replicas(line) else range(0)
         return self.ranks
+
+    @property
+    def dp_replicas(self) -> bool | None:
+        """Whether the server's DP ranks are replicas, as the log source reads its lines (the file's head, its
+        `server_args` line, its rank tags: a replica's rank is `instance/DP1-TP0`); None until they tell."""
+        if self.logs is None:
+            return None
+        file = self.logs.files[0]
+        return next(iter(file.streams.values()), file).dp.replicas
 
     def at_end(self) -> bool:
         return self.logs is None or self.logs.files[0].reader.at_end()

@@ -484,7 +484,7 @@ def _event_ts(item: tuple[str, Event, str]) -> float:
     return item[1].ts
 
 
-def _rank_order(view: RankView) -> tuple[bool, str, int, int]:
+def _rank_order(view: RankView) -> tuple[bool, str, int, int, int]:
     return (view.role != "prefill", *view.order[1:])
 
 

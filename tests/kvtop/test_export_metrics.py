@@ -48,7 +48,7 @@ from transport.plane.events import (
 )
 from transport.wire import LOG_SIDECAR, AgentInfo
 
-RANK = {"engine_type", "pd_instance", "tp_rank", "pp_rank"}
+RANK = {"engine_type", "pd_instance", "tp_rank", "pp_rank", "dp_rank"}
 LINK = {"prefill_instance", "decode_instance"}
 FAILURE = {"engine_type", "pd_instance", "reason_class"}
 CONTRACT: dict[str, tuple[str, set[str]]] = {
@@ -442,6 +442,27 @@ def test_the_two_stages_of_a_tp_rank_are_two_series():
     assert {(dict(labels)["pp_rank"], dict(labels)["tp_rank"]): value for labels, value in inflight.items()} == {
         ("0", "3"): 2.0,
         ("1", "3"): 3.0,
+    }
+
+
+def test_two_dp_replicas_tp0_are_two_series_and_a_rank_of_no_replica_has_an_empty_dp_rank():
+    """Plain `--dp-size 2`: DP0 TP0 and DP1 TP0 (`prefill-0/DP1-TP0`) had the same labels, two samples of one series
+    that a scrape refuses; a rank of no replica keeps the series it had (an empty label is none to Prometheus)."""
+    model = ClusterModel()
+    for label, inflight in (("prefill-0/DP0-TP0", 2), ("prefill-0/DP1-TP0", 3), ("decode-0/TP0", 4)):
+        instance = label.partition("/")[0]
+        model.log_rank(label, instance.partition("-")[0], instance, 0)
+        batch = EventBatch(
+            EVENT_SCHEMA, "prefill", instance, 0, 0, 1, NOW, [Heartbeat(NOW, {}, inflight, 0, 0.0, 0, 0.0)]
+        )
+        model.apply(label, batch, NOW)
+
+    inflight = samples(scrape(ModelMetrics(model, threading.Lock(), lambda: NOW)), "kvtop_rank_inflight_rooms")
+
+    assert {(dict(labels)["pd_instance"], dict(labels)["dp_rank"]): value for labels, value in inflight.items()} == {
+        ("prefill-0", "0"): 2.0,
+        ("prefill-0", "1"): 3.0,
+        ("decode-0", ""): 4.0,
     }
 
 

@@ -20,8 +20,9 @@ FIXTURES = Path(__file__).parent / "fixtures" / "sglang" / "dp-replicas"
 REPLICAS = FIXTURES / "prefill.log"
 """Two replicas of TP 2; DP1's session to a decode fails and so does its room, then its scheduler dies at 11:20:13;
 DP0 logs batches after it."""
-ATTENTION = FIXTURES / "attention.log"
-"""DP attention, DP 2 over TP 4: `DP0 TP0`, `DP0 TP1`, `DP1 TP2`, `DP1 TP3`."""
+ATTENTION = FIXTURES / "prefill-1.log"
+"""DP attention, DP 2 over TP 4: `DP0 TP0`, `DP0 TP1`, `DP1 TP2`, `DP1 TP3` (server `prefill-1`, as its file's name
+says: read with the other, or followed by a sidecar each, the two servers are named alike)."""
 BATCH = (
     "[2026-08-17 11:20:10{tags}] Prefill batch, #new-seq: 1, #new-token: 256, #cached-token: 0, token usage: 0.02, "
     "#running-req: 0, #queue-req: 0, #bootstrap-req: 0, #inflight-req: 1, input throughput (token/s): 310.42\n"
@@ -69,7 +70,7 @@ def test_the_failures_view_widens_its_origin_column_for_a_replica_s_rank():
 
 
 def test_dp_attention_s_ranks_keep_their_names():
-    assert labels(ATTENTION) == ["prefill-0/TP0", "prefill-0/TP1", "prefill-0/TP2", "prefill-0/TP3"]
+    assert labels(ATTENTION) == ["prefill-1/TP0", "prefill-1/TP1", "prefill-1/TP2", "prefill-1/TP3"]
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ from kvtop.sources.sglang.prefix import split_stream
 from kvtop.views.failures import to_json
 from kvtop.views.tables import ranks_json
 from tests.conftest import wait_for
+from transport import BootstrapClient
 from transport.registration import TAKEN_SUFFIX
 
 METRICS = """\
@@ -236,15 +237,10 @@ def _crashed(ranks: list[dict[str, Any]]) -> dict[str, str]:
 
 NEVER_STARTED = ("ascend-init", "launcher-death")
 """Fixtures of a server that died at start-up: no failure to fold (`test_a_sidecar_on_a_later_node_s_log_...`)."""
-REPLICAS = ("dp-replicas",)
-"""Fixtures of DP replicas (`prefill-0/DP1-TP0`): a sidecar publishes a rank per stage and TP rank, as the bootstrap
-service registers ranks, so it cannot yet tell two replicas' TP0 apart (the files read together do)."""
 
 
 @pytest.mark.processes
-@pytest.mark.parametrize(
-    "incident", sorted(path.name for path in FIXTURES.iterdir() if path.name not in NEVER_STARTED + REPLICAS)
-)
+@pytest.mark.parametrize("incident", sorted(path.name for path in FIXTURES.iterdir() if path.name not in NEVER_STARTED))
 def test_sidecars_on_real_log_shapes_fold_like_the_files_read_together(registry_address, watch, tmp_path, incident):
     """Each fixture incident (both log eras, aborts, worker errors, crashes): a sidecar per server's log gives the
     origins and echo counts that `kvtop failures --sglang-log` gives on the files, and the crashed ranks that
@@ -374,6 +370,57 @@ def test_a_sidecar_publishes_each_pipeline_stage_s_ranks_and_crashes(registry_ad
             wait_for(lambda: published() == expected, STARTED_S, "every stage's ranks and crashes published")
         except AssertionError:
             assert published() == expected
+
+
+def _listed(bootstrap: str) -> tuple[list[str], list[str]]:
+    """The ranks the bootstrap service lists, and those it lists as expired."""
+    with BootstrapClient(bootstrap) as client:
+        listing = client.listing()
+    return sorted(agent.label for agent in listing.agents), sorted(agent.label for agent in listing.expired)
+
+
+REPLICA_RANKS = ["prefill-0/DP0-TP0", "prefill-0/DP0-TP1", "prefill-0/DP1-TP0", "prefill-0/DP1-TP1"]
+
+
+@pytest.mark.processes
+def test_a_sidecar_registers_and_publishes_each_dp_replica_s_rank_under_its_own_name(registry_address, watch, tmp_path):
+    """`dp-replicas`: plain `--dp-size 2` of TP 2. The sidecar registered `prefill-0/TP0` and `TP1` once for both
+    replicas, so DP1 TP0's crash was the crash of the TP0 that DP0 serves on. Each replica's rank is listed, heard
+    and crashed under the name the files read together give it, and no rank of no replica is listed."""
+    with sidecars(registry_address, tmp_path) as started:
+        started.start(FIXTURES / "dp-replicas" / "prefill.log")
+
+        def published() -> tuple[list[str], list[str], list[str], list[str]]:
+            with watch.collector.lock:
+                model = watch.collector.model
+                known, crashed = sorted(model.ranks), sorted(model.crashes)
+                heard = sorted(label for label, view in model.ranks.items() if view.last_seen)
+            return _listed(registry_address)[0], known, heard, crashed
+
+        expected = (REPLICA_RANKS, REPLICA_RANKS, REPLICA_RANKS, ["prefill-0/DP1-TP0"])
+        try:
+            wait_for(lambda: published() == expected, STARTED_S, "each replica's ranks listed, heard, DP1 TP0 crashed")
+        except AssertionError:
+            assert published() == expected
+    files = view_json("ranks", "--sglang-log", str(FIXTURES / "dp-replicas" / "prefill.log"))
+    assert sorted(rank["label"] for rank in files) == REPLICA_RANKS
+
+
+@pytest.mark.processes
+def test_a_sidecar_started_before_its_server_takes_its_rank_of_no_replica_off_once_the_server_says_replicas(
+    registry_address, watch, tmp_path
+):
+    """Started before the server writes its log, the sidecar registers `--tp`'s `prefill-0/TP0`; the server's
+    `server_args` line then says its DP ranks are replicas: that rank is none of the server's. It is deregistered
+    (not left to expire, which lists it as a rank that died), and each replica's ranks are listed."""
+    log = tmp_path / "prefill.log"
+    with sidecars(registry_address, tmp_path) as started:
+        started.start(log, "--role", "prefill")
+        wait_for(lambda: _listed(registry_address) == (["prefill-0/TP0"], []), STARTED_S, "the rank of --tp listed")
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        append(log, f"[{stamp}] server_args=ServerArgs(model_path='/m', tp_size=2, dp_size=2, "
+                    "enable_dp_attention=False, disaggregation_mode='prefill')\n")  # fmt: skip
+        wait_for(lambda: _listed(registry_address) == (REPLICA_RANKS, []), HEARD_S, "only the replicas' ranks listed")
 
 
 @pytest.mark.processes

@@ -1,4 +1,5 @@
-"""A real SGLang PD pair on loopback: prefill TP2 and decode TP2, each rank a process of `rank.py`."""
+"""A real SGLang PD pair on loopback: prefill TP2 and decode TP2, each rank a process of `rank.py`; or a prefill of
+DP replicas."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ class Rank:
 
     @property
     def label(self) -> str:
-        return f"{self.spec.role}/TP{self.spec.tp_rank}"
+        replica = "" if self.spec.dp_rank is None else f"DP{self.spec.dp_rank}-"
+        return f"{self.spec.role}/{replica}TP{self.spec.tp_rank}"
 
     def reports(self) -> list[Report]:
         path = Path(self.spec.report)
@@ -95,20 +97,45 @@ def pair(
                 report = tmp / f"{role}-{tp_rank}.jsonl"
                 spec = RankSpec(role, tp_rank, TP, bootstrap, gloo[role], http if role == "prefill" else http + 1,
                                 rooms, str(report), **extra)  # type: ignore[arg-type]  # fmt: skip
-                spec_file = tmp / f"{role}-{tp_rank}.json"
-                spec_file.write_bytes(msgspec.json.encode(spec))
-                log = tmp / f"{role}-{tp_rank}.log"
-                process = subprocess.Popen(
-                    [sys.executable, str(HERE / "rank.py"), str(spec_file)],
-                    stdout=log.open("wb"),
-                    stderr=subprocess.STDOUT,
-                    env={**os.environ, **env},
-                    cwd=HERE,
-                )
-                result.ranks.append(Rank(spec, process, log))
+                result.ranks.append(_start(tmp, f"{role}-{tp_rank}", spec, env))
         yield result
     finally:
-        for rank in result.ranks:
-            if rank.process.poll() is None:
-                rank.process.kill()
-            rank.process.wait()
+        _stop(result)
+
+
+@contextmanager
+def replicas(tmp: Path, rooms: list[list[int]], env: dict[str, str], **extra: object) -> Iterator[Pair]:
+    """A prefill of plain `--dp-size len(rooms)` (no DP attention), each replica its own scheduler of TP1 (SGLang's
+    bootstrap server in DP0's), replica d holding `rooms[d]`; no decode. Kill what is left on the way out."""
+    bootstrap, http = free_port(), free_port()
+    result = Pair()
+    try:
+        for dp, held in enumerate(rooms):
+            report = tmp / f"prefill-dp{dp}.jsonl"
+            spec = RankSpec("prefill", 0, 1, bootstrap, free_port(), http, held, str(report), dp_size=len(rooms),
+                            dp_rank=dp, **extra)  # type: ignore[arg-type]  # fmt: skip
+            result.ranks.append(_start(tmp, f"prefill-dp{dp}", spec, env))
+        yield result
+    finally:
+        _stop(result)
+
+
+def _start(tmp: Path, name: str, spec: RankSpec, env: dict[str, str]) -> Rank:
+    spec_file = tmp / f"{name}.json"
+    spec_file.write_bytes(msgspec.json.encode(spec))
+    log = tmp / f"{name}.log"
+    process = subprocess.Popen(
+        [sys.executable, str(HERE / "rank.py"), str(spec_file)],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **env},
+        cwd=HERE,
+    )
+    return Rank(spec, process, log)
+
+
+def _stop(result: Pair) -> None:
+    for rank in result.ranks:
+        if rank.process.poll() is None:
+            rank.process.kill()
+        rank.process.wait()

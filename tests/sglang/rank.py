@@ -44,6 +44,10 @@ class RankSpec(msgspec.Struct, frozen=True):
     deadline_s: float = 40.0
     linger_s: float = 1.0
     """Seconds the rank stays after its rooms ended (its plugin still answers kvtop), before it exits."""
+    dp_size: int = 1
+    """The server's plain `--dp-size` (no DP attention): each replica its own TP group of `tp_size`."""
+    dp_rank: int | None = None
+    """The replica this rank is of (None: a server without a DP controller)."""
 
 
 class RoomReport(msgspec.Struct, frozen=True, tag="room"):
@@ -79,7 +83,8 @@ def main(spec: RankSpec) -> int:
 
     from kvtop.bench.sglang_cpu import Pools, kv_manager, start_rank, start_transfer_engine
 
-    server_args = start_rank(spec.role, spec.tp_rank, spec.tp_size, spec.bootstrap_port, spec.http_port, spec.plugin)
+    server_args = start_rank(spec.role, spec.tp_rank, spec.tp_size, spec.bootstrap_port, spec.http_port, spec.plugin,
+                             spec.dp_size, spec.dp_rank)  # fmt: skip
     from sglang.srt.disaggregation.base.conn import KVPoll
     from sglang.srt.disaggregation.common.conn import KVTransferError
     from sglang.srt.disaggregation.mooncake.conn import MooncakeKVReceiver, MooncakeKVSender
@@ -96,7 +101,7 @@ def main(spec: RankSpec) -> int:
     group = dist.group.WORLD
     start_transfer_engine()
     pools = Pools.make(LAYERS, PAGES, page_bytes(), AUX_BYTES)
-    manager = kv_manager(server_args, spec.tp_rank, pools, PAGE_TOKENS, LAYERS)
+    manager = kv_manager(server_args, spec.tp_rank, pools, PAGE_TOKENS, LAYERS, spec.dp_rank or 0)
     say(Progress("manager"))
     prefill = spec.role == "prefill"
     Poller = MooncakeKVSender if prefill else MooncakeKVReceiver

@@ -231,13 +231,16 @@ class EventBatch(msgspec.Struct, tag="batch", array_like=True, frozen=True):
     sent_at: Timestamp
     events: list[Event]
     pp: Stage | None = None
-    """The agent's pipeline stage past the first (`AgentInfo.pp`): a trailing field, so a batch of an agent that
-    sends none is the first stage's, and a reader that knows none reads the rest of the batch as before."""
+    """The agent's pipeline stage past the first (`AgentInfo.pp`): two stages' TP3 are two streams."""
+    dp: Stage | None = None
+    """The agent's DP replica (`AgentInfo.dp`, bounded as a stage): two replicas' TP0 are two streams. Trailing
+    fields: a reader that knows neither reads the rest of the batch as before (and labels a later stage's or a
+    replica's batch as the plain rank's), an older agent's batch is of no stage or replica."""
 
     @property
     def label(self) -> str:
-        """The agent's label, as its `AgentInfo.label` (`prefill-0/TP1`, `prefill-0/PP1-TP1`)."""
-        return rank_label(self.instance, self.rank, self.pp)
+        """The agent's label, as its `AgentInfo.label` (`prefill-0/TP1`, `prefill-0/PP1-TP1`, `prefill-0/DP1-TP0`)."""
+        return rank_label(self.instance, self.rank, self.pp, self.dp)
 
 
 class SnapshotRequest(msgspec.Struct, tag="snap_req", array_like=True):

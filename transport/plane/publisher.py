@@ -278,7 +278,7 @@ class EventPublisher:
         event is bounded where it is made: a single one always fits, a batch of big ones may not)."""
         info = self.info
         batch = EventBatch(EVENT_SCHEMA, info.role, info.instance, info.rank, info.incarnation, self.seq + 1,
-                           time.time(), events, info.pp)  # fmt: skip
+                           time.time(), events, info.pp or None, info.dp)  # fmt: skip
         frame = encode(batch)
         if len(frame) > FRAME_BUDGET and len(events) > 1:
             half = len(events) // 2

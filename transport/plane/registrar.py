@@ -7,6 +7,7 @@ clean exit. With the cluster's CURVE keys the registrations dial the bootstrap a
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable
 
 import zmq
@@ -47,13 +48,20 @@ class Registrar(ServiceThread):
         """Registrations the service accepted so far."""
         self._infos = infos
         self._context = context
+        self._withdrawn: deque[AgentInfo] = deque()
+        """Ranks `infos()` no longer lists, to take off the listing (at once, rather than expired as if died)."""
+
+    def withdraw(self, info: AgentInfo) -> None:
+        """Take a rank that `infos()` lists no more off the listing (in this thread, after the registrations it may
+        be sending; best effort: one the service does not hear of expires)."""
+        self._withdrawn.append(info)
 
     def close(self) -> None:
         """Stop, then take every rank off the listing (best effort: an unreachable service lets them expire)."""
         super().close()
         try:
             with BootstrapClient(self.bootstrap, 1.0, self._context, curve=self.curve) as client:
-                for info in self._infos():
+                for info in [*self._infos(), *self._withdrawn]:
                     client.deregister(info)
         except BootstrapError:
             pass
@@ -62,7 +70,19 @@ class Registrar(ServiceThread):
         with BootstrapClient(self.bootstrap, REFRESH_S, self._context, curve=self.curve) as client:
             while not self._stop.is_set():
                 self._register(client)
+                self._deregister(client)
                 self._stop.wait(REFRESH_S)
+
+    def _deregister(self, client: BootstrapClient) -> None:
+        while self._withdrawn:
+            info = self._withdrawn[0]
+            try:
+                client.deregister(info)
+            except RegistrationRefused as error:  # another client holds its entry now: not ours to drop
+                _log.info("kvtop: %s left registered: %s", info.label, error)
+            except BootstrapError:
+                return  # the service did not answer: asked again at the next refresh
+            self._withdrawn.popleft()
 
     def _died(self, error: Exception) -> None:
         _log.exception("the registrar %s died: its ranks will expire from %s", self.thread.name, self.bootstrap)

@@ -53,6 +53,7 @@ class _LooseBatch(msgspec.Struct, tag="batch", array_like=True, frozen=True):
     sent_at: Timestamp
     events: list[msgspec.Raw]
     pp: Stage | None = None
+    dp: Stage | None = None
 
 
 class _LooseSnapshot(msgspec.Struct, tag="snapshot", array_like=True):
@@ -98,7 +99,7 @@ def salvage_batch(body: bytes | memoryview) -> tuple[EventBatch, list[Refusal]] 
     refused: list[Refusal] = []
     events = _records(loose.events, _EVENT, "", refused)
     batch = EventBatch(loose.schema, loose.role, loose.instance, loose.rank, loose.incarnation, loose.seq,
-                       loose.sent_at, events, loose.pp)  # fmt: skip
+                       loose.sent_at, events, loose.pp, loose.dp)  # fmt: skip
     return batch, [(key, f"batch {loose.seq}, {why}") for key, why in refused]
 
 

@@ -436,8 +436,8 @@ class EventSubscriber:
             sock, self._batch_decoder, self.counters, 10_000, self._salvage_batch
         ):
             count += 1
-            pp = batch.pp  # `batch.label`, without the property's call
-            label = f"{batch.instance}/PP{pp}-TP{batch.rank}" if pp else f"{batch.instance}/TP{batch.rank}"
+            # `batch.label`, without the property's call where no stage or replica is named (nearly every batch)
+            label = f"{batch.instance}/TP{batch.rank}" if batch.pp is None and batch.dp is None else batch.label
             if taken and taken.get(label) == batch.incarnation:
                 label = taken_label(label)
             if endpoint:

@@ -64,7 +64,7 @@ class Plugin:
             instance = self.instance or f"{role}-{socket.gethostname()}-{port}"
             curve = CurveKeys.load(self.curve_keys, serve=True) if self.curve_keys else None
             rank = PluginRank(role, instance, int(args.engine_rank), int(server_args.tp_size), self.bootstrap,
-                              self.hooks, curve, self.host).start()  # fmt: skip
+                              self.hooks, curve, self.host, replica_of(args, server_args)).start()  # fmt: skip
             self.ranks[role] = rank
             _log.info("kvtop: %s publishes on %s, registers with %s (a refusal is logged)", rank.label,
                       rank.publisher.endpoint, self.bootstrap)  # fmt: skip
@@ -82,6 +82,16 @@ class Plugin:
 
 PLUGIN: Plugin | None = None
 """Set by the plugin's entry point when a bootstrap is configured."""
+
+
+def replica_of(args: Any, server_args: Any) -> int | None:
+    """The DP replica a scheduler is of where the server's DP ranks are replicas (`dp_size` past 1 without
+    `enable_dp_attention`: each replica its own TP group, so its ranks are `INSTANCE/DPd-TPn`): its KV args'
+    `system_dp_rank`, as SGLang's KV manager takes it; None for a server without DP, or with DP attention (its TP
+    ranks are unique across DP)."""
+    if int(getattr(server_args, "dp_size", 1) or 1) < 2 or getattr(server_args, "enable_dp_attention", False):
+        return None
+    return int(getattr(args, "system_dp_rank", 0) or 0)
 
 
 def after_manager_init(result: None, manager: Any, args: Any, mode: Any, server_args: Any, *_: Any,
