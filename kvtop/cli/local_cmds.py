@@ -34,6 +34,7 @@ from kvtop.cli.options import (
     bind_endpoint,
     fail,
     load_curve,
+    not_a_terminal,
 )
 from kvtop.cli.top_cmd import Theme
 from kvtop.record.dashboard import RecordChoice
@@ -296,7 +297,8 @@ def local(
     dashboard: Annotated[
         bool,
         typer.Option(
-            help="Open the dashboard (default when stdout is a terminal); --no-dashboard prints status lines."
+            help="Open the dashboard (default when stdin and stdout are a terminal); --no-dashboard prints status "
+            "lines."
         ),
     ] = True,
     export: Export = "",
@@ -311,7 +313,7 @@ def local(
         return
     security = Security(curve_keys)
     choice = record_choice(record, record_dir, record_max_bytes)  # a size that does not read is bad usage either way
-    if dashboard and sys.stdout.isatty():
+    if dashboard and not not_a_terminal():
         _dashboard(prefill, decode, tp, rate, fault, duration, log_dir, theme, export, security, choice)
         return
     if export:
