@@ -72,7 +72,8 @@ def _faults(texts: list[str]) -> dict[str, tuple[FaultSpec, ...]] | None:
 @contextlib.contextmanager
 def _log_folder(log_dir: str) -> Iterator[str]:
     """`log_dir` (made if missing; exit 2 when it cannot be), or a temporary folder removed on exit, the agents'
-    logs with it (the cluster stopped first)."""
+    logs with it (the cluster stopped first); the temporary folders of clusters killed before they could remove
+    theirs are removed first, each said in a line (`kvtop.cluster.log_folders`)."""
     if log_dir:
         try:
             Path(log_dir).mkdir(parents=True, exist_ok=True)
@@ -81,7 +82,11 @@ def _log_folder(log_dir: str) -> Iterator[str]:
             raise fail(f"--log-dir {log_dir}: {why}", 2) from None
         yield log_dir
         return
-    with tempfile.TemporaryDirectory(prefix="kvtop-logs-", ignore_cleanup_errors=True) as folder:
+    from kvtop.cluster.log_folders import prefix, sweep_orphans
+
+    for path in sweep_orphans():
+        typer.echo(f"kvtop: removed {path}: the log folder of a local cluster that was killed", err=True)
+    with tempfile.TemporaryDirectory(prefix=prefix(), ignore_cleanup_errors=True) as folder:
         yield folder
 
 
