@@ -32,8 +32,8 @@ INTERRUPTED = 130
 
 @contextlib.contextmanager
 def interrupts_held() -> Iterator[None]:
-    """Hold SIGINT in this thread while inside: a child started here starts with it blocked (`quiet_on_interrupt`
-    lets it in); one that reached this process meanwhile goes to its handler on the way out (`held`)."""
+    """Hold SIGINT in this thread while inside: a child started here starts with it blocked (`exit_quietly` lets it
+    in); one that reached this process meanwhile goes to its handler on the way out (`held`)."""
     with held(signal.SIGINT):
         before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
@@ -42,18 +42,13 @@ def interrupts_held() -> Iterator[None]:
             signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
-def quiet_on_interrupt() -> None:
-    """In a child started under `interrupts_held`: let SIGINT in, as one `KeyboardInterrupt` (once; a pending one
-    raises here). The caller turns it into exit 130 (`Child.run`, `exit_quietly`)."""
-    signal.signal(signal.SIGINT, interrupt)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
 @contextlib.contextmanager
 def exit_quietly() -> Iterator[None]:
-    """A child's work, whose Ctrl-C (`quiet_on_interrupt`) ends it with exit 130 and no traceback."""
+    """The work of a child started under `interrupts_held`: SIGINT let in, as one `KeyboardInterrupt` (once; a
+    pending one raises at once), which ends the child with exit 130 and no traceback."""
     try:
-        quiet_on_interrupt()
+        signal.signal(signal.SIGINT, interrupt)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         yield
     except KeyboardInterrupt:
         sys.exit(INTERRUPTED)
