@@ -21,9 +21,10 @@ Each returns a `Leg`: wall and CPU seconds of both processes for its bytes.
 
 from __future__ import annotations
 
-import multiprocessing as mp
+import contextlib
 import struct
 import time
+from collections.abc import Iterator
 from typing import Literal
 
 import numpy as np
@@ -33,6 +34,7 @@ from xxhash import xxh3_64_digest as xxh3_digest
 from xxhash import xxh3_64_intdigest
 
 from kvtop.bench import BenchFailed
+from kvtop.bench.child import Child
 from kvtop.bench.cpu import CpuMeter, Leg
 from transport.kv.pool import LAND_BLOCK_BYTES, land_digested
 from transport.kv.registered import RegisteredMemory
@@ -61,22 +63,35 @@ def target_buffer(chunk_bytes: int, buffer_bytes: int) -> npt.NDArray[np.uint8]:
     return target
 
 
-def _raw_sender(endpoint: str, chunk_bytes: int, total_bytes: int, buffer_bytes: int, registered: bool) -> None:
+@contextlib.contextmanager
+def _sender_socket(kind: int) -> Iterator[zmq.Socket[bytes]]:
+    """A sending leg's socket. Leaving normally, whatever it queued is delivered first (its receiver counts every
+    byte); stopped (a Ctrl-C), what is queued is dropped: its receiver stopped too, and waiting to deliver to it kept
+    the process alive for good."""
     context = zmq.Context()
-    sock = context.socket(zmq.PUSH)
-    sock.connect(endpoint)
-    source = source_buffer(chunk_bytes, buffer_bytes)
-    view = source.data
-    memory = RegisteredMemory(view)
-    slots = len(source) // chunk_bytes
-    for i in range(total_bytes // chunk_bytes):
-        start = (i % slots) * chunk_bytes
-        if registered:
-            memory.send(sock, start, chunk_bytes, 0)
-        else:
-            sock.send(view[start : start + chunk_bytes], copy=False)
-    sock.close(linger=-1)
-    context.term()
+    sock = context.socket(kind)
+    linger = 0
+    try:
+        yield sock
+        linger = -1
+    finally:
+        sock.close(linger=linger)
+        context.term()
+
+
+def _raw_sender(endpoint: str, chunk_bytes: int, total_bytes: int, buffer_bytes: int, registered: bool) -> None:
+    with _sender_socket(zmq.PUSH) as sock:
+        sock.connect(endpoint)
+        source = source_buffer(chunk_bytes, buffer_bytes)
+        view = source.data
+        memory = RegisteredMemory(view)
+        slots = len(source) // chunk_bytes
+        for i in range(total_bytes // chunk_bytes):
+            start = (i % slots) * chunk_bytes
+            if registered:
+                memory.send(sock, start, chunk_bytes, 0)
+            else:
+                sock.send(view[start : start + chunk_bytes], copy=False)
 
 
 def run_raw(chunk_bytes: int, total_bytes: int, buffer_bytes: int, registered: bool = False) -> Leg:
@@ -89,7 +104,7 @@ def run_raw(chunk_bytes: int, total_bytes: int, buffer_bytes: int, registered: b
     target = target_buffer(chunk_bytes, buffer_bytes)
     view = target.data
     slots = len(target) // chunk_bytes
-    sender = mp.get_context("spawn").Process(
+    sender = Child(
         target=_raw_sender, args=(f"tcp://127.0.0.1:{port}", chunk_bytes, total_bytes, buffer_bytes, registered)
     )
     sender.start()
@@ -104,6 +119,8 @@ def run_raw(chunk_bytes: int, total_bytes: int, buffer_bytes: int, registered: b
         timed = meter.stop_leg(time.perf_counter() - started)
     finally:
         sender.join(30)
+        if sender.is_alive():
+            sender.kill()
         sock.close()
         context.term()
     return timed.scaled((total_bytes // chunk_bytes) / max(1, total_bytes // chunk_bytes - 1))
@@ -133,41 +150,38 @@ def _floor_sender(
 ) -> None:
     """The least work that sends kvtop's frames: [routing id, header, payload] per chunk, blocking sends,
     the payload as registered memory, credit read only when the window is full (no per-chunk poll)."""
-    context = zmq.Context()
-    sock = context.socket(zmq.ROUTER)
-    sock.router_mandatory = True
-    sock.connect(endpoint)
-    source = source_buffer(chunk_bytes, buffer_bytes)
-    view = source.data
-    memory = RegisteredMemory(view)
-    slots = len(source) // chunk_bytes
-    pages = chunk_bytes // page_bytes(chunk_bytes)
-    stored = page_digests(source, page_bytes(chunk_bytes)) if check == "page" else b""  # at write time
-    identity = sock.recv()
-    sock.recv()  # the receiver's hello
-    more = zmq.SNDMORE
-    inflight = 0
-    for i in range(total_bytes // chunk_bytes):
-        while inflight + chunk_bytes > window_bytes:
+    with _sender_socket(zmq.ROUTER) as sock:
+        sock.router_mandatory = True
+        sock.connect(endpoint)
+        source = source_buffer(chunk_bytes, buffer_bytes)
+        view = source.data
+        memory = RegisteredMemory(view)
+        slots = len(source) // chunk_bytes
+        pages = chunk_bytes // page_bytes(chunk_bytes)
+        stored = page_digests(source, page_bytes(chunk_bytes)) if check == "page" else b""  # at write time
+        identity = sock.recv()
+        sock.recv()  # the receiver's hello
+        more = zmq.SNDMORE
+        inflight = 0
+        for i in range(total_bytes // chunk_bytes):
+            while inflight + chunk_bytes > window_bytes:
+                sock.recv()
+                inflight -= int.from_bytes(sock.recv(), "little")  # an ack returns credit
+            slot = i % slots
+            payload = view[slot * chunk_bytes : (slot + 1) * chunk_bytes]
+            if check == "chunk":
+                header = _HEADER.pack(1, i, pages, xxh3_64_intdigest(payload))
+            elif check == "page":
+                header = _HEADER.pack(1, i, pages, 0) + stored[slot * pages * 8 : (slot + 1) * pages * 8]
+            else:
+                header = _HEADER.pack(1, i, pages, 0)
+            sock.send(identity, more)
+            sock.send(header, more)
+            memory.send(sock, slot * chunk_bytes, chunk_bytes, 0)
+            inflight += chunk_bytes
+        while inflight > 0:  # every byte acked before leaving, so the receiver's last acks find this socket
             sock.recv()
-            inflight -= int.from_bytes(sock.recv(), "little")  # an ack returns credit
-        slot = i % slots
-        payload = view[slot * chunk_bytes : (slot + 1) * chunk_bytes]
-        if check == "chunk":
-            header = _HEADER.pack(1, i, pages, xxh3_64_intdigest(payload))
-        elif check == "page":
-            header = _HEADER.pack(1, i, pages, 0) + stored[slot * pages * 8 : (slot + 1) * pages * 8]
-        else:
-            header = _HEADER.pack(1, i, pages, 0)
-        sock.send(identity, more)
-        sock.send(header, more)
-        memory.send(sock, slot * chunk_bytes, chunk_bytes, 0)
-        inflight += chunk_bytes
-    while inflight > 0:  # every byte acked before leaving, so the receiver's last acks find this socket
-        sock.recv()
-        inflight -= int.from_bytes(sock.recv(), "little")
-    sock.close(linger=-1)
-    context.term()
+            inflight -= int.from_bytes(sock.recv(), "little")
 
 
 def run_floor(chunk_bytes: int, total_bytes: int, window_bytes: int, buffer_bytes: int, check: Check = "chunk") -> Leg:
@@ -185,7 +199,7 @@ def run_floor(chunk_bytes: int, total_bytes: int, window_bytes: int, buffer_byte
     page = page_bytes(chunk_bytes)
     offsets = range(0, chunk_bytes, page)
     blockwise = check == "page" and chunk_bytes > LAND_BLOCK_BYTES  # copied and hashed a block at a time, as kvtop
-    sender = mp.get_context("spawn").Process(
+    sender = Child(
         target=_floor_sender,
         args=(f"tcp://127.0.0.1:{port}", chunk_bytes, total_bytes, window_bytes, buffer_bytes, check),
     )

@@ -29,6 +29,7 @@ import msgspec
 import zmq
 
 from kvtop.bench import BenchFailed
+from kvtop.bench.child import Child
 from kvtop.bench.report import Compare, Report
 from kvtop.bench.transfer import check_sizes, run_kvtop
 from transport.curve import CurveKeys, generate, stop_authenticator
@@ -135,7 +136,7 @@ def event_rate(seconds: float, curve_keys: str) -> float:
     spawn = mp.get_context("spawn")
     receive, send = spawn.Pipe(duplex=False)
     endpoints = (publisher.endpoint, publisher.snapshot_endpoint)
-    collector = spawn.Process(target=_subscribe, args=(endpoints, curve_keys, seconds, send), daemon=True)
+    collector = Child(target=_subscribe, args=(endpoints, curve_keys, seconds, send), daemon=True)
     try:
         collector.start()
         producer.start()

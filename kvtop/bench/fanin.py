@@ -47,6 +47,7 @@ import psutil
 import zmq
 
 from kvtop.bench import BenchFailed
+from kvtop.bench.child import Child
 from kvtop.bench.cpu import cpu_seconds, thread_cpu_seconds
 from kvtop.bench.report import Compare, Report, at_least, at_most
 from kvtop.bench.watch import CountingModel
@@ -346,7 +347,7 @@ class _Agents:
         for index in range(processes):
             count = share + (index < extra)
             mine, theirs = context.Pipe()
-            process = context.Process(
+            process = Child(
                 target=_agents_process,
                 args=(first, count, rate, bootstrap, curve_keys, theirs),
                 name=f"fanin-agents-{index}{'-curve' if curve_keys else ''}",

@@ -29,7 +29,7 @@ from xxhash import xxh3_64_intdigest
 
 from kvtop.bench import BenchFailed
 from kvtop.bench.baselines import page_bytes, source_buffer, target_buffer
-from kvtop.bench.child import ChildFailed, expect
+from kvtop.bench.child import Child, ChildFailed, expect
 from kvtop.bench.cpu import CpuMeter, Leg
 from transport.kv.memory import keep_receive_buffers
 from transport.sockets import data_frame_bound
@@ -140,13 +140,13 @@ def run_mooncake(chunk_bytes: int, total_bytes: int, window_bytes: int, buffer_b
     spawn = mp.get_context("spawn")
     to_receiver, receiver_end = spawn.Pipe()
     to_sender, sender_end = spawn.Pipe()
-    receiver = spawn.Process(target=_receiver, args=(receiver_end, chunk_bytes, buffer_bytes, window_bytes))
+    receiver = Child(target=_receiver, args=(receiver_end, chunk_bytes, buffer_bytes, window_bytes))
     sender: mp.process.BaseProcess | None = None
     with _mooncake_env():
         receiver.start()
     try:
         session, peer = _expect(to_receiver, "landing buffer", receiver)
-        sender = spawn.Process(
+        sender = Child(
             target=_sender, args=(sender_end, session, peer, chunk_bytes, total_bytes, window_bytes, buffer_bytes)
         )
         with _mooncake_env():

@@ -31,7 +31,7 @@ from multiprocessing.connection import Connection
 from typing import Any, ClassVar
 
 from kvtop.bench import BenchFailed
-from kvtop.bench.child import ChildFailed, expect
+from kvtop.bench.child import Child, ChildFailed, expect
 from kvtop.bench.report import Compare, Report, at_most
 
 POLLED_ROOM = 7_000_001
@@ -90,7 +90,7 @@ def measure_sglang_plugin(
     server = BootstrapServer("", context=context).start()
     spawn = mp.get_context("spawn")
     ours, theirs = spawn.Pipe()
-    child = spawn.Process(target=_rank, args=(theirs, server.endpoint, calls, repeats, failed_rooms), daemon=True)
+    child = Child(target=_rank, args=(theirs, server.endpoint, calls, repeats, failed_rooms), daemon=True)
     try:
         progress("starting an SGLang prefill rank with the kvtop plugin (imports take 10-20 s)")
         child.start()

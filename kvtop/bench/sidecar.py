@@ -34,6 +34,7 @@ import numpy as np
 import psutil
 
 from kvtop.bench import BenchFailed
+from kvtop.bench.child import exit_quietly, interrupts_held
 from kvtop.bench.cpu import cpu_seconds
 from kvtop.bench.report import Compare, Report
 from kvtop.sources.live import Collector, Heard, News
@@ -60,7 +61,9 @@ _FAILURE = (
     "Request {room} timed out after 300.0s in KVPoll.WaitingForInput"
 )
 TAIL = r"""
-import re, sys, time
+import re, signal, sys, time
+signal.signal(signal.SIGINT, lambda *_: sys.exit(130))  # started with SIGINT held (kvtop.bench.child)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 room = re.compile(rb"bootstrap_room=(\d+) ")
 with open(sys.argv[1], "rb") as log:
     while True:
@@ -69,9 +72,11 @@ with open(sys.argv[1], "rb") as log:
             time.sleep(0.05)
             continue
         if b"failed for request" in line:
-            print(time.time(), int(room.search(line)[1]), flush=True)
+            sys.stdout.write(f"{time.time()} {int(room.search(line)[1])}\n")  # one write: no half line on Ctrl-C
+            sys.stdout.flush()
 """
-"""The baseline: the least a follower does to find failure lines (Python, like the sidecar)."""
+"""The baseline: the least a follower does to find failure lines (Python, like the sidecar); a Ctrl-C ends it
+quietly (exit 130), as `kvtop.bench.child` does the bench's other children."""
 
 
 @dataclass(frozen=True)
@@ -141,8 +146,9 @@ class _Writer:
 
 
 def write_log(path: str, lines_per_s: int, failures_per_s: int, seconds: float) -> None:
-    """The writer process's entry point."""
-    _Writer(Path(path), lines_per_s, failures_per_s).run(seconds)
+    """The writer process's entry point (started with SIGINT held: a Ctrl-C ends it quietly, `exit_quietly`)."""
+    with exit_quietly():
+        _Writer(Path(path), lines_per_s, failures_per_s).run(seconds)
 
 
 def _percentiles_ms(delays: list[float]) -> tuple[float, float]:
@@ -160,7 +166,8 @@ def measure_sidecar(
     kvtop = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
     sidecar = subprocess.Popen([kvtop, "agent", "--sglang-log", str(log), "--bootstrap", server.endpoint,
                                 "--tp", "2"], stderr=subprocess.PIPE, text=True)  # fmt: skip
-    tail = subprocess.Popen([sys.executable, "-c", TAIL, str(log)], stdout=subprocess.PIPE, text=True)
+    with interrupts_held():
+        tail = subprocess.Popen([sys.executable, "-c", TAIL, str(log)], stdout=subprocess.PIPE, text=True)
     news: queue.SimpleQueue[News] = queue.SimpleQueue()
     collector: Collector | None = None
     seen: dict[int, float] = {}
@@ -194,7 +201,8 @@ def measure_sidecar(
         totals: list[float] = []
         arguments = f"{str(log)!r}, {lines_per_s}, {failures_per_s}, {seconds + 2}"
         command = f"from kvtop.bench.sidecar import write_log; write_log({arguments})"
-        writer = subprocess.Popen([sys.executable, "-c", command], stdout=subprocess.PIPE, text=True)
+        with interrupts_held():
+            writer = subprocess.Popen([sys.executable, "-c", command], stdout=subprocess.PIPE, text=True)
         reading = threading.Thread(target=_read_writer, args=(writer, written, totals), daemon=True)
         reading.start()
         time.sleep(1.0)  # warm up: both followers caught up with a running writer

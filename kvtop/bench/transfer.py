@@ -42,6 +42,7 @@ import numpy as np
 
 from kvtop.bench import BenchFailed
 from kvtop.bench.baselines import page_bytes, run_floor, run_raw, write_hash_gbps
+from kvtop.bench.child import Child
 from kvtop.bench.cpu import CpuMeter, Leg
 from kvtop.bench.mooncake import require_mooncake, run_mooncake
 from kvtop.bench.report import Compare, Report, at_least, at_most
@@ -294,7 +295,7 @@ def run_kvtop(
     bootstrap = BootstrapServer(curve=_keys(curve_keys)).start()
     spawn = mp.get_context("spawn")
     ready, release = spawn.Event(), spawn.Event()
-    prefill = spawn.Process(
+    prefill = Child(
         target=_prefill_process,
         args=(
             bootstrap.endpoint,

@@ -15,6 +15,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event as EventType
 
 from kvtop.bench import BenchFailed
+from kvtop.bench.child import Child
 from kvtop.model.cluster import ClusterModel
 from kvtop.sources.live import Collector
 from transport.plane.events import Event, EventBatch, Snapshot
@@ -114,13 +115,12 @@ class CollectorProcess:
         self._synced = context.Event()
         self._settle = context.Event()
         self._results, self._sender = context.Pipe(duplex=False)
-        self._context = context
         self._process: mp.process.BaseProcess | None = None
         self._watched: Watched | None = None
 
     def start(self, bootstrap: str) -> None:
         """Start the collector on the run's bootstrap address; return once it has every rank's snapshot."""
-        self._process = self._context.Process(
+        self._process = Child(
             target=_collect,
             args=(bootstrap, self.rooms, self._synced, self._settle, self._sender, self.record_to),
             daemon=True,

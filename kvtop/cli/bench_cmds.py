@@ -1,14 +1,19 @@
 """`kvtop bench ...`: each benchmark compares against a baseline measured in the same run.
 
 A benchmark whose measured work did not happen (no events applied, no frame drawn, rooms failed, a check
-without a verdict) exits 1 with one line on stderr saying what was missing; bad sizes exit 2.
+without a verdict) exits 1 with one line on stderr saying what was missing; bad sizes exit 2. A Ctrl-C says so in
+one line at once and exits 130 once the bench's processes stopped (each stops on the same Ctrl-C, quietly:
+`kvtop.bench.child`); a second one does not cut that short.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
 from collections.abc import Iterator, Mapping
+from types import FrameType
 from typing import Annotated
 
 import typer
@@ -17,12 +22,24 @@ from kvtop.bench import BenchFailed
 from kvtop.bench.report import Report, text
 from kvtop.cli.options import MAX_INTERVAL_S
 from kvtop.cli.units import parse_size
+from transport.signals import interrupt
 
 JsonObject = Annotated[bool, typer.Option("--json", help="Print a JSON object instead of text.")]
 SyntheticRooms = Annotated[int, typer.Option(min=1000, help="Rooms in the synthetic model.")]
 SyntheticInstances = Annotated[int, typer.Option(min=1, help="Prefill instances, and as many decode instances.")]
 SyntheticTp = Annotated[int, typer.Option(min=1, help="Ranks per instance (8+8 instances of TP 4: 64 ranks).")]
 """The synthetic model of the dashboard's benchmarks (`kvtop.bench.ui_load`)."""
+
+
+def _on_ctrl_c(ctx: typer.Context) -> None:
+    """Every bench: a Ctrl-C says which bench stops, then stops it (`transport.signals.interrupt`: once)."""
+    said = f"kvtop bench {ctx.invoked_subcommand}: interrupted, stopping\n".encode()
+
+    def interrupted(signum: int, frame: FrameType | None) -> None:
+        os.write(2, said)  # not through sys.stderr, whose buffer a progress line may be in
+        interrupt(signum, frame)
+
+    signal.signal(signal.SIGINT, interrupted)
 
 
 def _progress(line: str) -> None:
@@ -496,6 +513,7 @@ def bench_attach(
 def register(app: typer.Typer) -> None:
     bench_app = typer.Typer(help="Measure kvtop against a baseline measured in the same run.", no_args_is_help=True)
     app.add_typer(bench_app, name="bench")
+    bench_app.callback()(_on_ctrl_c)
     bench_app.command("attach")(bench_attach)
     bench_app.command("keyframe")(bench_keyframe)
     bench_app.command("sidecar")(bench_sidecar)

@@ -34,6 +34,7 @@ from kvtop.cli.options import (
     bind_endpoint,
     fail,
     load_curve,
+    not_a_terminal,
 )
 from kvtop.cli.top_cmd import Theme
 from kvtop.record.dashboard import RecordChoice
@@ -71,7 +72,8 @@ def _faults(texts: list[str]) -> dict[str, tuple[FaultSpec, ...]] | None:
 @contextlib.contextmanager
 def _log_folder(log_dir: str) -> Iterator[str]:
     """`log_dir` (made if missing; exit 2 when it cannot be), or a temporary folder removed on exit, the agents'
-    logs with it (the cluster stopped first)."""
+    logs with it (the cluster stopped first); the temporary folders of clusters killed before they could remove
+    theirs are removed first, each said in a line (`kvtop.cluster.log_folders`)."""
     if log_dir:
         try:
             Path(log_dir).mkdir(parents=True, exist_ok=True)
@@ -80,7 +82,11 @@ def _log_folder(log_dir: str) -> Iterator[str]:
             raise fail(f"--log-dir {log_dir}: {why}", 2) from None
         yield log_dir
         return
-    with tempfile.TemporaryDirectory(prefix="kvtop-logs-", ignore_cleanup_errors=True) as folder:
+    from kvtop.cluster.log_folders import prefix, sweep_orphans
+
+    for path in sweep_orphans():
+        typer.echo(f"kvtop: removed {path}: the log folder of a local cluster that was killed", err=True)
+    with tempfile.TemporaryDirectory(prefix=prefix(), ignore_cleanup_errors=True) as folder:
         yield folder
 
 
@@ -296,7 +302,8 @@ def local(
     dashboard: Annotated[
         bool,
         typer.Option(
-            help="Open the dashboard (default when stdout is a terminal); --no-dashboard prints status lines."
+            help="Open the dashboard (default when stdin and stdout are a terminal); --no-dashboard prints status "
+            "lines."
         ),
     ] = True,
     export: Export = "",
@@ -311,7 +318,7 @@ def local(
         return
     security = Security(curve_keys)
     choice = record_choice(record, record_dir, record_max_bytes)  # a size that does not read is bad usage either way
-    if dashboard and sys.stdout.isatty():
+    if dashboard and not not_a_terminal():
         _dashboard(prefill, decode, tp, rate, fault, duration, log_dir, theme, export, security, choice)
         return
     if export:

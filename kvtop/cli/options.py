@@ -306,6 +306,13 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
+def not_a_terminal() -> str:
+    """Which of stdin and stdout is not a terminal ("" when both are): the dashboard reads its keys from one and
+    draws on the other. Without keys it could not be quit (q, Ctrl-C as a key) but by a signal."""
+    streams = (("stdin", sys.stdin), ("stdout", sys.stdout))
+    return " and ".join(name for name, stream in streams if stream is None or not stream.isatty())
+
+
 def quiet_stdout() -> None:
     """Point stdout at /dev/null once it cannot be written (its reader went away, a full disk), so nothing written
     later, the interpreter's last flush included, raises again."""

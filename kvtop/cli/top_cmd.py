@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
@@ -20,6 +19,7 @@ from kvtop.cli.options import (
     SGLangLog,
     Wait,
     fail,
+    not_a_terminal,
     open_sglang_logs,
 )
 from kvtop.cli.source import spec_of
@@ -140,10 +140,10 @@ def top(
     source = spec_of(bootstrap, connect, sglang_log, replay, wait=wait, curve_keys=curve_keys)
     themes = find_theme(theme)
     choice = record_choice(record, record_dir, record_max_bytes)
-    if not sys.stdout.isatty():  # Textual would draw into a file or a pipe until killed
+    if lacking := not_a_terminal():  # Textual would draw into a file, or wait for keys that never come, until killed
         typer.echo(
-            "kvtop top: the dashboard needs a terminal on stdout; for lines: kvtop status --follow (or events, "
-            "failures, incidents --follow)",
+            f"kvtop top: the dashboard needs a terminal on stdin and stdout ({lacking}: not one); for lines: "
+            "kvtop status --follow (or events, failures, incidents --follow)",
             err=True,
         )
         raise typer.Exit(2)

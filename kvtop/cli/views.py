@@ -188,12 +188,13 @@ def _class_thresholds(values: list[str]) -> tuple[tuple[str, int | None], ...]:
 def run_check(spec: SourceSpec, limits: Thresholds, as_json: bool) -> int:
     """Judge the source against `limits`, print the verdict; returns its Nagios exit code."""
     from kvtop.attach.errors import ModelAmbiguous, ModelUnavailable
+    from kvtop.model.cluster import ClusterModel
     from kvtop.source import SourceError, open_source
     from kvtop.views.check import evaluate, source_failing, unanswered, unknown, unreachable
     from transport.errors import BootstrapError
 
     try:
-        with open_source(spec) as source, source.lock:
+        with open_source(spec, ClusterModel(series=False)) as source, source.lock:  # a check reads no rate
             if source.damage:
                 typer.echo(f"kvtop: {source.damage}", err=True)
             if nothing := source.nothing_to_judge():

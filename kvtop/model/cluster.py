@@ -139,10 +139,13 @@ _SILENT = frozenset((Liveness.STALE, Liveness.GONE))
 class ClusterModel:
     """Apply snapshots and batches with `apply()`; read ranks, rooms, failures and rates."""
 
-    def __init__(self, journal_events: int = 0, lost_after_s: float = LOST_AFTER_S) -> None:
+    def __init__(self, journal_events: int = 0, lost_after_s: float = LOST_AFTER_S, series: bool = True) -> None:
         """`journal_events`: how many recent events to keep for an event tail (the dashboard); 0 keeps none.
         Keeping them costs ingest about 15 % (they stay allocated), so headless views do not.
-        `lost_after_s`: seconds without news after which an open room is retired as lost."""
+        `lost_after_s`: seconds without news after which an open room is retired as lost.
+        `series`: keep finished transfers in the rings and histograms that rates and latencies are read from;
+        a model only judged (`kvtop check`) reads none, and without them loads no numpy (0.1 CPU s of a check)."""
+        self.series = series
         self.ranks: dict[str, RankView] = {}
         self.correct_clocks = False
         """Estimate each rank's clock from its envelopes and correct its times (kvtop.model.clock): set by the
@@ -777,11 +780,13 @@ class ClusterModel:
 
     def _finished_transfers(self, view: RankView, done: list[TransferDone]) -> None:
         """A delivery's finished transfers, into its rank's ring; a decode rank's also into the model's ring and
-        their link's (counts, ring, histogram)."""
-        view.transfers.add(done)
+        their link's (counts, ring, histogram); rings and histogram only when the model keeps `series`."""
+        if self.series:
+            view.transfers.add(done)
         if view.role != "decode":
             return
-        self.transfers.add(done)
+        if self.series:
+            self.transfers.add(done)
         peer = done[0].peer
         for event in done:  # a loop, not a comprehension: no frame per delivery
             if event.peer != peer:  # rare: more than one prefill instance sent them
@@ -791,16 +796,16 @@ class ClusterModel:
         key = (peer, view.instance)
         self._link_done(self.links.get(key) or self._link(key), done)
 
-    @staticmethod
-    def _link_done(link: LinkView, done: list[TransferDone]) -> None:
-        """One delivery's transfers of one link: counted, into its ring and its histogram."""
+    def _link_done(self, link: LinkView, done: list[TransferDone]) -> None:
+        """One delivery's transfers of one link: counted, into its ring and its histogram (with `series`)."""
         link.transfers += len(done)
         nbytes = link.nbytes
         for event in done:
             nbytes += event.nbytes
         link.nbytes = min(nbytes, LINK_BYTES_MAX)
-        link.recent.add(done)
-        link.durations.observe([event.seconds for event in done])
+        if self.series:
+            link.recent.add(done)
+            link.durations.observe([event.seconds for event in done])
 
     def _link(self, key: tuple[str, str]) -> LinkView:
         """The link of a (prefill, decode) instance pair, made on first use (not per call: its ring is 64 KiB)."""

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from kvtop.model.rolling import RingBuffer
 from kvtop.model.timeline import BYTES, Timeline
 from transport.plane.events import TransferDone
@@ -41,6 +39,8 @@ class TransferRing(RingBuffer):
         if not waiting:
             return
         self._waiting = []
+        import numpy as np  # here, not with the module (`kvtop.model.rolling`)
+
         columns = [[e.ts for e in waiting], [e.nbytes for e in waiting]]
         if self._seconds:
             columns.append([e.seconds for e in waiting])

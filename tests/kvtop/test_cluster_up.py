@@ -235,3 +235,29 @@ def test_a_second_signal_while_the_cluster_stops_is_ignored_and_the_stop_ends_cl
     assert running.wait_line(r"^done: ")
     assert not any(agent.is_running() and agent.status() != psutil.STATUS_ZOMBIE for agent in agents)
     assert not list(tmp_path.glob("kvtop-logs-*"))
+
+
+@pytest.mark.processes
+def test_the_next_cluster_up_removes_the_log_folder_a_killed_one_left_and_no_other(cluster_up, tmp_path, wait_for):
+    """A SIGKILLed `cluster up` cannot remove its temporary log folder: the next one does and says so. A folder of a
+    live process and one named another way are left alone."""
+    killed = cluster_up("--duration", "60", "--fault", "none", env={"TMPDIR": str(tmp_path)})
+    killed.wait_line("local cluster up")
+    agents = psutil.Process(killed.process.pid).children(recursive=True)
+    (left,) = tmp_path.glob("kvtop-logs-*")
+    killed.process.kill()
+    killed.process.wait(10)
+    wait_for(lambda: not any(a.is_running() and a.status() != psutil.STATUS_ZOMBIE for a in agents), timeout=30,
+             what="the killed cluster's agents gone (their parent-death check)")  # fmt: skip
+    live = tmp_path / f"kvtop-logs-{os.getpid()}-live"
+    other = tmp_path / "kvtop-logs-notapid"
+    for kept in (live, other):
+        kept.mkdir()
+        (kept / "decode-0.log").write_text("kept\n")
+    assert (left / "decode-0.log").exists()
+
+    result = kvtop("cluster", "up", "--duration", "1", "--fault", "none", env={"TMPDIR": str(tmp_path)})
+
+    assert result.returncode == 0, result.stderr
+    assert f"kvtop: removed {left}: the log folder of a local cluster that was killed\n" in result.stderr
+    assert sorted(tmp_path.glob("kvtop-logs-*")) == sorted([live, other])

@@ -979,3 +979,24 @@ def test_a_rank_that_stopped_answering_alone_or_with_some_of_its_instance_stays_
     expected = [("prefill-1/TP0", "unresponsive", 3), ("prefill-1/TP1", "unresponsive", 3)] if others else [
         ("prefill-1/TP0", "unresponsive", 6)]  # fmt: skip
     assert sorted(incidents(model, T0 + 8)) == expected
+
+
+def test_a_model_that_keeps_no_series_judges_as_one_that_does_and_keeps_no_transfer():
+    """`kvtop check` fills a model without the rings and histograms (`series=False`: no numpy loaded for them): the
+    same deliveries give the same verdict and the same links, and nothing of the transfers is kept."""
+    from kvtop.views.check import evaluate
+
+    models = {series: ClusterModel(series=series) for series in (True, False)}
+    for model in models.values():
+        _side_timeout_and_a_lost_decode_rank(model, True, decode_0_served="prefill-0")
+        deliver(model, "decode-0/TP1", [RoomState(T0 + 7, 5, KVPoll.Success, 0),
+                                        TransferDone(T0 + 7, 5, 4096, 0.02, "prefill-1")], T0 + 7)  # fmt: skip
+    judged = {series: evaluate(model, Thresholds(), T0 + 8) for series, model in models.items()}
+
+    assert judged[False] == judged[True]
+    kept, unkept = models[True], models[False]
+    assert {key: (link.transfers, link.nbytes) for key, link in unkept.links.items()} == {
+        key: (link.transfers, link.nbytes) for key, link in kept.links.items()
+    }
+    assert len(kept.transfers) == 3 and len(unkept.transfers) == 0  # decode-0 and decode-1 served one each, then room 5
+    assert all(link.durations.count == 0 and len(link.recent) == 0 for link in unkept.links.values())

@@ -36,7 +36,7 @@ def test_a_bucket_is_reused_once_its_time_left_the_window():
     assert series[-1, ECHOES] == 1
     timeline.add_one(START, ORIGINS)  # older than the window: dropped, the newer bucket kept
     assert timeline.series(later)[:, ORIGINS].sum() == 0
-    assert timeline.ids.size == BUCKETS
+    assert len(timeline.ids) == BUCKETS
 
 
 def test_the_model_counts_origins_and_echoes_apart_and_the_bytes_of_decode_transfers():

@@ -1,0 +1,52 @@
+"""A local cluster's temporary log folder, named after the process that owns it, and the sweep of those whose owner
+died without removing its own (SIGKILL, the OOM killer, a power cut).
+
+The folder is `kvtop-logs-<pid>-<random>` in the temporary directory; its owner removes it when it stops. The sweep
+removes only folders named so, owned by this user, whose pid no process has: a folder of a live cluster, one whose
+pid was reused since, or one named another way is left alone.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+_PREFIX = "kvtop-logs-"
+_NAMED = re.compile(rf"{_PREFIX}(\d+)-\w+")
+
+
+def prefix() -> str:
+    """The name's start for this process's folder (`tempfile.TemporaryDirectory(prefix=...)` adds the rest)."""
+    return f"{_PREFIX}{os.getpid()}-"
+
+
+def sweep_orphans(folder: str | None = None) -> list[str]:
+    """Remove the log folders in `folder` (default: the temporary directory) whose owner is dead; their paths."""
+    removed = []
+    for path in sorted(Path(folder or tempfile.gettempdir()).glob(f"{_PREFIX}*")):
+        named = _NAMED.fullmatch(path.name)
+        if named is None or _alive(int(named[1])):
+            continue
+        try:
+            if not path.is_dir() or path.is_symlink() or path.stat().st_uid != os.getuid():
+                continue
+        except OSError:  # gone meanwhile
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        if not path.exists():
+            removed.append(str(path))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process has `pid` (one of another user's included: its folder is not this sweep's to judge)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        pass
+    return True
