@@ -315,3 +315,23 @@ def test_ctrl_c_landing_in_code_that_would_hide_it_is_still_unknown(code: str, a
     else:
         assert done.stdout == f"KVTOP UNKNOWN - {said}\n"
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.processes
+def test_ctrl_c_while_a_view_loads_its_model_is_said_too(wait_for):
+    """A Ctrl-C that landed while `status` loaded its modules (Typer running it, before its source was opened)
+    exited 130 with nothing said at all; it says why now, as one while it waits does."""
+    import signal
+
+    command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
+    args = [command, "status", "--bootstrap", "tcp://127.0.0.1:9", "--wait", "30"]
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        maps = f"/proc/{process.pid}/maps"
+        library = "numpy/_core/_multiarray_umath"  # the model's: loaded in the view's body
+        wait_for(lambda: library in open(maps).read(), timeout=30, what=f"{library} loaded")  # noqa: SIM115
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=20)
+
+    assert (process.returncode, stdout) == (130, ""), stderr
+    assert stderr.startswith("kvtop: interrupted before"), stderr
+    assert "Traceback" not in stderr
