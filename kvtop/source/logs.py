@@ -101,8 +101,9 @@ class LogSource(Source):
         found = [f"a log holds both servers' lines: {mixed}" for mixed in stats.mixed]
         if stats.cut:
             found.insert(0, f"last line cut: not read in {'; '.join(stats.cut)}")
-        if stats.damaged:
-            found.insert(0, f"{len(stats.damaged)} of the logs read only up to damage: {'; '.join(stats.damaged)}")
+        damaged = [d for d in stats.damaged if not any(d.startswith(f"{path}: ") for path in stats.unread)]
+        if damaged:  # one damaged before its first line is among those nothing was read from
+            found.insert(0, f"{len(damaged)} of the logs read only up to damage: {'; '.join(damaged)}")
         if stats.unread and not stats.nothing_read:
             found.insert(
                 0, f"nothing read from {len(stats.unread)} of the {stats.files} logs given: {stats.unread_text()}"
