@@ -99,11 +99,13 @@ def usage_hint(error: UsageError, args: list[str]) -> str:
 
 def say_not_a_number(error: UsageError) -> None:
     """`--wait nan` is no number, not one past a bound: Typer's check of bounds said `Input should be less than or
-    equal to 86400` (NaN fails every comparison)."""
+    equal to 86400` (NaN fails every comparison). A validator's words (`--role middle`) lose pydantic's prefix."""
     errors = getattr(error.__cause__, "errors", None)  # Typer's BadParameter is raised from Pydantic's error
     given = errors()[0].get("input") if callable(errors) else None
     if isinstance(error, BadParameter) and isinstance(given, str) and _is_nan(given):
         error.message = f"{given!r} is not a number"
+    elif isinstance(error, BadParameter):  # a validator's own words, without pydantic's `Value error, ` before them
+        error.message = error.message.removeprefix("Value error, ")
 
 
 def _is_nan(text: str) -> bool:

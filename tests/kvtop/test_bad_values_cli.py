@@ -227,6 +227,16 @@ def test_a_value_that_is_no_number_is_said_to_be_none(args: tuple[str, ...], opt
     assert f"Invalid value for '{option}': '{args[-1]}' is not a number" in said, said
 
 
+@pytest.mark.parametrize(("option", "value"), [("--role", "middle"), ("--log-level", "LOUD")])
+def test_a_value_outside_an_options_words_is_said_in_kvtops_words(option: str, value: str) -> None:
+    """`kvtop agent --role middle` said `Invalid value for '--role': Value error, 'middle' is not one of ...`:
+    pydantic's words before the validator's."""
+    done = kvtop_here("agent", "--role", "prefill", "--instance", "p0", option, value, *DEAD)
+
+    _usage_error(done, option)
+    assert f"Invalid value for '{option}': '{value}' is not one of " in done.stderr, done.stderr
+
+
 def test_check_names_each_class_of_failure_once() -> None:
     """`--incident-class foo=1` listed `bootstrap_error` twice among the classes it takes."""
     done = kvtop_here("check", *DEAD, "--incident-class", "foo=1")
