@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import zmq
@@ -20,6 +21,8 @@ from transport.plane.events import EVENT_SCHEMA, EventBatch, Failure, RoomState
 from transport.wire import encode
 
 pytestmark = pytest.mark.processes
+
+LOGS = Path(__file__).parent / "fixtures" / "sglang" / "lost-prefill"
 
 
 class Follower:
@@ -144,3 +147,22 @@ def test_follow_says_when_every_agent_went_quiet_and_when_one_answers_again(zmq_
 
     assert code == 0
     assert sum("no agent heard for" in line for line in follower.said) == 1, follower.said
+
+
+def test_follow_says_when_a_followed_log_is_removed_and_when_one_is_there_again(tmp_path, follow, wait_for):
+    """A followed log removed under the tail left it silent, as a quiet server's: now it says the file is gone from
+    its path, once, and follows the next file there from its start."""
+    log = tmp_path / "decode.log"
+    lines = (LOGS / "decode.log").read_text().splitlines(keepends=True)
+    log.write_text("".join(lines))
+    follower = follow("--sglang-log", str(log))
+    wait_for(lambda: follower.lines, timeout=30, what="the log's lines")
+
+    log.unlink()
+    wait_for(lambda: any("is gone from its path" in line for line in follower.said), timeout=20, what="gone said")
+    log.write_text("".join(lines))
+    wait_for(lambda: any("is there again" in line for line in follower.said), timeout=20, what="back said")
+    code = follower.stop()
+
+    assert code == 0
+    assert sum("is gone from its path" in line for line in follower.said) == 1, follower.said
