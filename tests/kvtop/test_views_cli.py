@@ -335,3 +335,15 @@ def test_ctrl_c_while_a_view_loads_its_model_is_said_too(wait_for):
     assert (process.returncode, stdout) == (130, ""), stderr
     assert stderr.startswith("kvtop: interrupted before"), stderr
     assert "Traceback" not in stderr
+
+
+@pytest.mark.processes
+def test_a_bootstrap_that_lists_no_agent_is_said_to_list_none(bootstrap):
+    """A bootstrap service whose agents had all deregistered: `no agent answered within 2s (listed by ...)`, as if
+    agents had hung; it answered, listing none, and the line says so."""
+    done = kvtop_here("ranks", "--bootstrap", bootstrap.endpoint, "--wait", "0.5")
+
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        f"kvtop: no agent listed by {bootstrap.endpoint} (none registered there, or every one deregistered)\n"
+    )
