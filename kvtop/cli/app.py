@@ -22,7 +22,7 @@ import typer
 from typer._click.exceptions import BadParameter, ClickException, NoSuchOption, UsageError  # Typer vendors Click
 
 from kvtop.cli.coercion import PlainGroup
-from kvtop.cli.options import INTERRUPTED, quiet_stdout
+from kvtop.cli.options import INTERRUPTED, INTERRUPTION_SAID, quiet_stdout
 
 HELP = ["-h", "--help"]
 """Every command's help options (subcommands inherit them from the app's context)."""
@@ -171,8 +171,8 @@ def run(args: list[str]) -> int:
             raise
         return _output_lost(error, 3 if args[:1] == ["check"] else 1)
     code = int(code) if isinstance(code, int) else 0
-    if code == INTERRUPTED and args[:1] == ["check"]:  # Typer's exit for a Ctrl-C outside the check's own judging
-        return _interrupted(args)
+    if code == INTERRUPTED and (args[:1] == ["check"] or not INTERRUPTION_SAID.is_set()):
+        return _interrupted(args)  # Typer's exit for a Ctrl-C it caught (in a command's start): it said nothing
     return code
 
 

@@ -7,6 +7,7 @@ import itertools
 import os
 import re
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -303,7 +304,14 @@ def load_curve(folder: str, serve: bool) -> CurveKeys | None:
 
 def fail(message: str, code: int = 1) -> typer.Exit:
     typer.echo(f"kvtop: {message}", err=True)
+    if code == INTERRUPTED:
+        INTERRUPTION_SAID.set()
     return typer.Exit(code)
+
+
+INTERRUPTION_SAID = threading.Event()
+"""A command said why it ends with `INTERRUPTED` (`fail`): any other such exit is Typer's, for a Ctrl-C that it
+caught (said nothing)."""
 
 
 def quiet_stdout() -> None:

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import typer
 
 from kvtop.cli.options import (
-    INTERRUPTED,
     At,
     Bootstrap,
     Connect,
@@ -56,8 +55,7 @@ _SPAN = ("since", "until")
 def reads_source(span: bool = True) -> Callable[[Command], Command]:
     """Give a command the source options (`span=False`: without --since/--until) in place of its `source`
     parameter, which receives them as one checked `SourceSpec` (a usage error when they do not fit together;
-    a command's own `follow` option takes part: following needs a source that gains). A Ctrl-C the command
-    lets through (one before it read its source: each view ends cleanly on one after) is one line, exit 130."""
+    a command's own `follow` option takes part: following needs a source that gains)."""
     options = [option for option in _OPTIONS if span or option[0] not in _SPAN]
 
     def wrap(command: Command) -> Command:
@@ -70,10 +68,7 @@ def reads_source(span: bool = True) -> Callable[[Command], Command]:
         @functools.wraps(command)
         def run(**given: Any) -> Any:
             chosen = {name: given.pop(name) for name, _, _ in options}
-            try:
-                return command(source=spec_of(follow=bool(given.get("follow", False)), **chosen), **given)
-            except KeyboardInterrupt:  # before the view read its source (loading its modules): Typer's exit 130
-                raise fail("interrupted before the source answered", INTERRUPTED) from None  # was silent
+            return command(source=spec_of(follow=bool(given.get("follow", False)), **chosen), **given)
 
         run.__signature__ = signature.replace(parameters=[*own, *added])  # type: ignore[attr-defined]
         run.__annotations__ = {p.name: p.annotation for p in [*own, *added]}

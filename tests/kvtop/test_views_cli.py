@@ -320,7 +320,7 @@ def test_ctrl_c_landing_in_code_that_would_hide_it_is_still_unknown(code: str, a
 @pytest.mark.processes
 def test_ctrl_c_while_a_view_loads_its_model_is_said_too(wait_for):
     """A Ctrl-C that landed while `status` loaded its modules (Typer running it, before its source was opened)
-    exited 130 with nothing said at all; it says why now, as one while it waits does."""
+    exited 130 with nothing said at all (Typer's exit, any command's: `cluster up` too); it says why now."""
     import signal
 
     command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
