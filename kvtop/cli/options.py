@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import os
 import re
@@ -155,6 +156,8 @@ def _log_specs(values: list[str]) -> list[str]:
 def _not_a_file(path: Path) -> str:
     """Why `path` is no log file to read: not there, a folder (a few of the files in it named), or no regular file."""
     if not path.exists():
+        if path.is_symlink():  # a link whose target is gone (a log rotated under it) or that loops
+            return _broken_link(path)
         joined = str(path).split(",")
         if len(joined) > 1 and all(Path(part).is_file() for part in joined):
             return "does not exist: files joined by a comma? give --sglang-log once per file"
@@ -167,6 +170,16 @@ def _not_a_file(path: Path) -> str:
         names = []
     shown = f" (in it: {', '.join(names[:4])}{', ...' if len(names) > 4 else ''})" if names else ""
     return f"is a folder: give --sglang-log once per server's log file{shown}"
+
+
+def _broken_link(path: Path) -> str:
+    """Why a symlink leads to no file: it loops, or its target does not exist (named)."""
+    try:
+        os.stat(path)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return "is a symlink loop: give a server's log file"
+    return f"is a symlink to {os.readlink(path)!r}, which does not exist"
 
 
 def _model_at(value: str) -> str:
