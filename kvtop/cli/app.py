@@ -22,7 +22,7 @@ import typer
 from typer._click.exceptions import BadParameter, ClickException, NoSuchOption, UsageError  # Typer vendors Click
 
 from kvtop.cli.coercion import PlainGroup
-from kvtop.cli.options import INTERRUPTED, quiet_stdout
+from kvtop.cli.options import INTERRUPTED, INTERRUPTION_SAID, quiet_stdout
 
 HELP = ["-h", "--help"]
 """Every command's help options (subcommands inherit them from the app's context)."""
@@ -99,11 +99,13 @@ def usage_hint(error: UsageError, args: list[str]) -> str:
 
 def say_not_a_number(error: UsageError) -> None:
     """`--wait nan` is no number, not one past a bound: Typer's check of bounds said `Input should be less than or
-    equal to 86400` (NaN fails every comparison)."""
+    equal to 86400` (NaN fails every comparison). A validator's words (`--role middle`) lose pydantic's prefix."""
     errors = getattr(error.__cause__, "errors", None)  # Typer's BadParameter is raised from Pydantic's error
     given = errors()[0].get("input") if callable(errors) else None
     if isinstance(error, BadParameter) and isinstance(given, str) and _is_nan(given):
         error.message = f"{given!r} is not a number"
+    elif isinstance(error, BadParameter):  # a validator's own words, without pydantic's `Value error, ` before them
+        error.message = error.message.removeprefix("Value error, ")
 
 
 def _is_nan(text: str) -> bool:
@@ -169,8 +171,8 @@ def run(args: list[str]) -> int:
             raise
         return _output_lost(error, 3 if args[:1] == ["check"] else 1)
     code = int(code) if isinstance(code, int) else 0
-    if code == INTERRUPTED and args[:1] == ["check"]:  # Typer's exit for a Ctrl-C outside the check's own judging
-        return _interrupted(args)
+    if code == INTERRUPTED and (args[:1] == ["check"] or not INTERRUPTION_SAID.is_set()):
+        return _interrupted(args)  # Typer's exit for a Ctrl-C it caught (in a command's start): it said nothing
     return code
 
 

@@ -46,7 +46,12 @@ class LiveModel:
             recording = stack.enter_context(dashboard_recording(self.record))
             recorder = recording.recorder
             live = LiveSource.opened(spec, ClusterModel(JOURNAL_EVENTS_KEPT), synced=False, recorder=recorder)
-            source = stack.enter_context(live)
+            try:
+                source = stack.enter_context(live)
+            except (SourceError, BootstrapError):
+                if recorder is not None:  # it never reached the cluster: a run of no agent at the ring's end hid
+                    recorder.discard()  # the runs before it from a replay read at its end
+                raise
             stack.enter_context(exporting(self.export, source.model, source.lock, self.kind))
         except typer.Exit as said:  # its line is on stderr already
             raise ModelStartError("", said.exit_code) from None

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import os
 import re
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -154,6 +156,8 @@ def _log_specs(values: list[str]) -> list[str]:
 def _not_a_file(path: Path) -> str:
     """Why `path` is no log file to read: not there, a folder (a few of the files in it named), or no regular file."""
     if not path.exists():
+        if path.is_symlink():  # a link whose target is gone (a log rotated under it) or that loops
+            return _broken_link(path)
         joined = str(path).split(",")
         if len(joined) > 1 and all(Path(part).is_file() for part in joined):
             return "does not exist: files joined by a comma? give --sglang-log once per file"
@@ -166,6 +170,16 @@ def _not_a_file(path: Path) -> str:
         names = []
     shown = f" (in it: {', '.join(names[:4])}{', ...' if len(names) > 4 else ''})" if names else ""
     return f"is a folder: give --sglang-log once per server's log file{shown}"
+
+
+def _broken_link(path: Path) -> str:
+    """Why a symlink leads to no file: it loops, or its target does not exist (named)."""
+    try:
+        os.stat(path)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return "is a symlink loop: give a server's log file"
+    return f"is a symlink to {os.readlink(path)!r}, which does not exist"
 
 
 def _model_at(value: str) -> str:
@@ -303,6 +317,8 @@ def load_curve(folder: str, serve: bool) -> CurveKeys | None:
 
 def fail(message: str, code: int = 1) -> typer.Exit:
     typer.echo(f"kvtop: {message}", err=True)
+    if code == INTERRUPTED:
+        INTERRUPTION_SAID.set()
     return typer.Exit(code)
 
 
@@ -311,6 +327,11 @@ def not_a_terminal() -> str:
     draws on the other. Without keys it could not be quit (q, Ctrl-C as a key) but by a signal."""
     streams = (("stdin", sys.stdin), ("stdout", sys.stdout))
     return " and ".join(name for name, stream in streams if stream is None or not stream.isatty())
+
+
+INTERRUPTION_SAID = threading.Event()
+"""A command said why it ends with `INTERRUPTED` (`fail`): any other such exit is Typer's, for a Ctrl-C that it
+caught (said nothing)."""
 
 
 def quiet_stdout() -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from kvtop.cli.options import INTERRUPTED, MAX_SPAN_S, Follow, Interval, Json, fail, quiet_stdout
-from kvtop.cli.source import reading, reads_source, say_what_was_heard
+from kvtop.cli.source import SilenceSaid, reading, reads_source, say_what_was_heard
 from kvtop.source.spec import SourceSpec
 from kvtop.views.safe import terminal_safe
 
@@ -379,8 +379,9 @@ def events(
     its level; every other member (the same failure seen by other ranks, propagated and cross-instance
     echoes) is debug. JSON Lines carry `level` (as shown) and `raw_level` (as the rank logged it).
     Live, agents the bootstrap address lists later are picked up; event batches that never arrived are
-    a `gap` line (warning) each; events whose values make no sense are skipped and counted on stderr.
-    Exit 1 when nobody answers. From --sglang-log: the failures and batch lines' queue depths (as
+    a `gap` line (warning) each; events whose values make no sense are skipped and counted on stderr. Every
+    agent quiet for 3 s (or --wait) is said on stderr, once, and again when one answers. Exit 1 when nobody
+    answers. From --sglang-log: the failures and batch lines' queue depths (as
     heartbeats, debug) of the files, merged by time, then, with --follow, what they gain. With --model:
     the dashboard's own event tail (its journal), then, with --follow, what it gains, asked every second
     (lost batches counted on stderr).
@@ -416,6 +417,8 @@ def events(
             held = Settling()
             """Until it settled (following), a lost batch, or the end: so each failure's level is the whole
             fold's, its origin in (HOLD_S)."""
+            quiet = SilenceSaid(read, source.wait, "kvtop", "following on: their events print as they come again")
+            """A followed tail whose agents all went quiet says so on stderr: an empty tail is no quiet cluster."""
             with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C while following: what is held goes out first
                 for told in read.tail(follow):
                     for item in told:
@@ -429,6 +432,7 @@ def events(
                             typer.echo(terminal_safe(item.text), err=True)
                     if follow:
                         emit(read, held.settled())
+                        quiet.check()
             emit(read, held.all())
             with read.lock:
                 rejected = read.model.rejected + read.model.rejected_frames

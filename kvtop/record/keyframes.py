@@ -41,10 +41,12 @@ DERIVED_FIELDS = frozenset(
         "_hellos",
         "_peers",
         "_instance_peers",
+        "series",
     )
 )
 """Made from the state (`ClusterModel.failure_keys`; the fold, from the failures when restored; the peers, from the
-links; the local faults, from the transport errors; the ranks' identities, from their views): not part of a keyframe."""
+links; the local faults, from the transport errors; the ranks' identities, from their views), or the maker's choice
+(`series`: a check's model keeps none, a recording's always does): not part of a keyframe."""
 STATE_FIELDS = frozenset(
     (
         "ranks", "rooms", "finished", "failures", "transfers", "links", "gaps", "intake", "rejected",

@@ -69,11 +69,12 @@ class LiveSource(Source):
     def silence(self) -> str:
         with self.lock:
             unreachable = dict(self.model.intake.unreachable)
+            listed = bool(self.model.ranks)
             upstream = self.model.intake.upstream_down()  # why nobody did: said first
             now = time.time()
             refused = self.model.intake.refusal_explaining(now)
         said = refused_ago(refused.line, now - refused.at) if refused else ""
-        line = nobody_answered(self.spec.bootstrap, list(self.spec.connect), self.spec.wait, unreachable, said)
+        line = nobody_answered(self.spec.bootstrap, list(self.spec.connect), self.spec.wait, unreachable, said, listed)
         return f"{upstream}; {line}" if upstream else line
 
     def notes(self) -> list[str]:
@@ -156,13 +157,22 @@ def _curve(folder: str) -> CurveKeys | None:
 
 
 def nobody_answered(
-    bootstrap: str, connect: list[str], wait: float, unreachable: dict[str, str], refused: str = ""
+    bootstrap: str,
+    connect: list[str],
+    wait: float,
+    unreachable: dict[str, str],
+    refused: str = "",
+    listed: bool = True,
 ) -> str:
     """The one line a view prints when no agent answered within the wait (and, when kvtop could not open
     sockets for some, how many and why: its own limit may be why nobody answered; and `refused`, the latest
-    registration the bootstrap service refused lately: a rank refused is why it is not listed)."""
-    where = ", ".join([*([f"listed by {bootstrap}"] if bootstrap else []), *connect])
-    line = f"no agent answered within {wait:g}s ({where})"
+    registration the bootstrap service refused lately: a rank refused is why it is not listed). A bootstrap
+    address that answered listing no agent (`listed` False) is said so: no agent hung, none is there."""
+    if bootstrap and not connect and not listed:
+        line = f"no agent listed by {bootstrap} (none registered there, or every one deregistered)"
+    else:
+        where = ", ".join([*([f"listed by {bootstrap}"] if bootstrap else []), *connect])
+        line = f"no agent answered within {wait:g}s ({where})"
     if unreachable:
         line += f"; kvtop could not open a socket for {len(unreachable)} of them: {next(iter(unreachable.values()))}"
     if refused:

@@ -11,15 +11,18 @@ from kvtop.source.errors import SourceError
 
 if TYPE_CHECKING:
     from kvtop.record.records import Gapped
-    from kvtop.record.replay import Applied, Cursor
+    from kvtop.record.replay import Applied, Cursor, Replay
     from kvtop.source.spec import SourceSpec
 
 
 class RecordingSource(Source):
     """The model the recording held at the instant read; `now()` is that instant."""
 
-    def __init__(self, spec: SourceSpec, cursor: Cursor, heard: list[Applied | Gapped], start: float) -> None:
+    def __init__(
+        self, spec: SourceSpec, replay: Replay, cursor: Cursor, heard: list[Applied | Gapped], start: float
+    ) -> None:
         super().__init__(spec, cursor.model, start=start)
+        self.replay = replay
         self.cursor = cursor
         self._heard = heard
 
@@ -58,7 +61,7 @@ class RecordingSource(Source):
             heard = cursor.advance(at)
         else:
             cursor, heard = replay.at(at), []
-        source = cls(spec, cursor, heard, start)
+        source = cls(spec, replay, cursor, heard, start)
         damage = replay.recording.damage.summary()
         if cursor.inexact:
             damage = (
@@ -76,8 +79,18 @@ class RecordingSource(Source):
         return self.damage
 
     def nothing_to_judge(self) -> str:
-        """A recording that holds no agent at the instant read (its recorder heard none, or not yet)."""
-        return "" if self.model.ranks else "the recording holds no agent at the instant read (its recorder heard none)"
+        """A recording that holds no agent at the instant read (its recorder heard none, or not yet), named with
+        its last failure origin before it: a ring whose latest run heard nobody (a dashboard started on a dead
+        address) hides the run before it from a view read at its end."""
+        from kvtop.views.times import stamp
+
+        if self.model.ranks:
+            return ""
+        at = stamp(self.now(), dated=True)
+        said = f"the recording holds no agent at {at}, the instant read (its recorder heard none)"
+        if (mark := self.replay.previous_origin(self.now())) is not None:
+            said += f"; its last failure origin before it arrived at {stamp(mark.arrived, dated=True)} (give --at)"
+        return said
 
     def tail(self, follow: bool) -> Iterator[list[Told]]:
         from kvtop.record.records import Gapped

@@ -227,6 +227,16 @@ def test_a_value_that_is_no_number_is_said_to_be_none(args: tuple[str, ...], opt
     assert f"Invalid value for '{option}': '{args[-1]}' is not a number" in said, said
 
 
+@pytest.mark.parametrize(("option", "value"), [("--role", "middle"), ("--log-level", "LOUD")])
+def test_a_value_outside_an_options_words_is_said_in_kvtops_words(option: str, value: str) -> None:
+    """`kvtop agent --role middle` said `Invalid value for '--role': Value error, 'middle' is not one of ...`:
+    pydantic's words before the validator's."""
+    done = kvtop_here("agent", "--role", "prefill", "--instance", "p0", option, value, *DEAD)
+
+    _usage_error(done, option)
+    assert f"Invalid value for '{option}': '{value}' is not one of " in done.stderr, done.stderr
+
+
 def test_check_names_each_class_of_failure_once() -> None:
     """`--incident-class foo=1` listed `bootstrap_error` twice among the classes it takes."""
     done = kvtop_here("check", *DEAD, "--incident-class", "foo=1")
@@ -248,3 +258,22 @@ def test_a_record_size_that_is_no_size_is_refused_without_the_dashboard_too() ->
 def test_a_bootstrap_endpoint_network_that_is_none_is_refused(value: str) -> None:
     """`kvtop bootstrap --endpoint-network` takes CIDR networks: anything else is a usage error before it binds."""
     _usage_error(kvtop_here("bootstrap", "--endpoint-network", value), "--endpoint-network")
+
+
+@pytest.mark.parametrize("link", ["loop", "dangling"])
+def test_a_log_that_is_a_broken_symlink_is_said_to_be_one(link: str, tmp_path: Path) -> None:
+    """`--sglang-log` on a symlink whose target was rotated away, or on a loop, said `does not exist` of a path
+    that `ls` lists: now it says what the link is."""
+    path = tmp_path / "decode.log"
+    if link == "loop":
+        (tmp_path / "other.log").symlink_to(path)
+        path.symlink_to(tmp_path / "other.log")
+        said = "is a symlink loop"
+    else:
+        path.symlink_to(tmp_path / "decode.log.1")
+        said = f"is a symlink to {str(tmp_path / 'decode.log.1')!r}, which does not exist"
+
+    done = kvtop_here("failures", "--sglang-log", str(path))
+
+    assert done.returncode == 2
+    assert f"Invalid value for --sglang-log: {str(path)!r} {said}" in done.stderr, done.stderr

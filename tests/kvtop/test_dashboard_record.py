@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
+import pytest
+
+from kvtop.cli.model_spec import LiveModel
+from kvtop.model.cluster import ClusterModel
 from kvtop.record.dashboard import RecordChoice, dashboard_recording
 from kvtop.record.writer import Recorder
+from kvtop.tui.model_server import ModelStartError
 from tests.kvtop.kvtop_cli import kvtop_here
 
 
@@ -53,3 +59,19 @@ def test_a_ring_smaller_than_the_least_cap_is_a_usage_error() -> None:
     done = kvtop_here("top", "--connect", "tcp://127.0.0.1:9", "--record-max-bytes", "64KiB")
     assert done.returncode == 2
     assert "'64KiB' is below 1MiB" in done.stderr
+
+
+def test_a_dashboard_that_never_reached_its_cluster_leaves_no_run_in_the_ring(tmp_path: Path) -> None:
+    """`kvtop top --bootstrap DEAD` exited 1 and left a run of no agent at the ring's end: a replay read at the end
+    then showed no agent, hiding the run before it. What it made is removed; what the ring held stays."""
+    ring = tmp_path / "ring"
+    before = Recorder(ring)
+    before.tick(ClusterModel(), 1_000.0)
+    before.close()
+    held = sorted(path.name for path in ring.iterdir())
+    dead = LiveModel("tcp://127.0.0.1:9", wait=0.3, record=RecordChoice(True, str(ring), 1 << 20))
+
+    with pytest.raises(ModelStartError), contextlib.ExitStack() as stack:
+        dead.open(stack)
+
+    assert sorted(path.name for path in ring.iterdir()) == held

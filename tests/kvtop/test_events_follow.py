@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import zmq
@@ -21,6 +22,8 @@ from transport.wire import encode
 
 pytestmark = pytest.mark.processes
 
+LOGS = Path(__file__).parent / "fixtures" / "sglang" / "lost-prefill"
+
 
 class Follower:
     """`kvtop events --follow --jsonl ARGS` running, its stdout lines collected by a reader thread."""
@@ -28,16 +31,23 @@ class Follower:
     def __init__(self, *args: str) -> None:
         command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
         self.process = subprocess.Popen(
-            [command, "events", "--follow", "--jsonl", *args], stdout=subprocess.PIPE, text=True
+            [command, "events", "--follow", "--jsonl", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
         self.lines: list[dict[str, object]] = []
+        self.said: list[str] = []
+        """Its stderr lines."""
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        threading.Thread(target=self._read_stderr, daemon=True).start()
 
     def _read(self) -> None:
         assert self.process.stdout is not None
         for line in self.process.stdout:
             self.lines.append(json.loads(line))
+
+    def _read_stderr(self) -> None:
+        assert self.process.stderr is not None
+        self.said.extend(self.process.stderr)
 
     def stop(self) -> int:
         """Ctrl-C, as a person would; the exit code."""
@@ -106,3 +116,53 @@ def test_follow_picks_up_an_agent_that_registers_after_it_started(make_manager, 
     wait_for(lambda: seen(later, 2), timeout=20, what="the late agent's failure in the tail")
 
     assert follower.stop() == 0
+
+
+def test_follow_says_when_every_agent_went_quiet_and_when_one_answers_again(zmq_context, follow, wait_for):
+    """The agents killed under a followed tail left it silent, as a healthy quiet cluster's: it now says on stderr
+    that no agent was heard, once, and that one answered again."""
+    pub = zmq_context.socket(zmq.PUB)
+    pub.linger = 0
+    endpoint = f"tcp://127.0.0.1:{pub.bind_to_random_port('tcp://127.0.0.1')}"
+    follower = follow("--connect", endpoint, "--debug")
+    seq = 0
+
+    def publish() -> None:
+        nonlocal seq
+        seq += 1
+        now = time.time()
+        state = RoomState(now, seq, int(KVPoll.Transferring), int(KVPoll.WaitingForInput))
+        pub.send(encode(EventBatch(EVENT_SCHEMA, "decode", "decode-3", 0, 5, seq, now, [state])))
+
+    def heard() -> bool:
+        publish()
+        return any(line.get("agent") == "decode-3/TP0" for line in follower.lines)
+
+    wait_for(heard, timeout=20, what="the tail hears the agent")
+    wait_for(lambda: any("no agent heard for" in line for line in follower.said), timeout=20, what="quiet said")
+    wait_for(lambda: publish() or any("answered again" in line for line in follower.said), timeout=20,
+             what="the agent heard again")  # fmt: skip
+    code = follower.stop()
+    pub.close(linger=0)
+
+    assert code == 0
+    assert sum("no agent heard for" in line for line in follower.said) == 1, follower.said
+
+
+def test_follow_says_when_a_followed_log_is_removed_and_when_one_is_there_again(tmp_path, follow, wait_for):
+    """A followed log removed under the tail left it silent, as a quiet server's: now it says the file is gone from
+    its path, once, and follows the next file there from its start."""
+    log = tmp_path / "decode.log"
+    lines = (LOGS / "decode.log").read_text().splitlines(keepends=True)
+    log.write_text("".join(lines))
+    follower = follow("--sglang-log", str(log))
+    wait_for(lambda: follower.lines, timeout=30, what="the log's lines")
+
+    log.unlink()
+    wait_for(lambda: any("is gone from its path" in line for line in follower.said), timeout=20, what="gone said")
+    log.write_text("".join(lines))
+    wait_for(lambda: any("is there again" in line for line in follower.said), timeout=20, what="back said")
+    code = follower.stop()
+
+    assert code == 0
+    assert sum("is gone from its path" in line for line in follower.said) == 1, follower.said

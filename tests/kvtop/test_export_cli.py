@@ -237,8 +237,8 @@ def test_export_on_a_bootstrap_that_lists_no_agent_says_so_and_serves_ranks_0_un
 
     assert said[0].startswith("kvtop: Prometheus metrics at ")
     assert said[1] == (
-        f"kvtop: no agent answered within 0.5s (listed by {bootstrap.endpoint}); serving on: kvtop_ranks says 0 "
-        "until an agent answers\n"
+        f"kvtop: no agent listed by {bootstrap.endpoint} (none registered there, or every one deregistered); "
+        "serving on: kvtop_ranks says 0 until an agent answers\n"
     )
     assert said[2].startswith("kvtop: an agent answered after ")
     assert set(silent.values()) == {0.0} and "alive" in silent

@@ -153,3 +153,30 @@ def test_a_check_names_a_log_read_only_up_to_its_damage_on_its_line(tmp_path: Pa
 
     assert check.returncode == 1, check.stdout
     assert check.stdout.startswith(f"KVTOP WARNING - 1 of the logs read only up to damage: {cut}: cut short")
+
+
+def test_a_log_named_gz_that_is_no_gzip_is_called_so_not_empty(tmp_path: Path):
+    """A plain text file named `.gz` (nothing decompressed from it) was `KVTOP UNKNOWN - ... plain.log.gz: empty`:
+    the check and the views now name what is wrong with it."""
+    plain = tmp_path / "plain.log.gz"
+    plain.write_bytes(b"hello, not gzip\n")
+
+    check = kvtop_here("check", "--sglang-log", str(plain))
+    failures = kvtop_here("failures", "--sglang-log", str(plain))
+
+    assert check.returncode == 3, check.stdout
+    assert check.stdout.startswith(f"KVTOP UNKNOWN - nothing to read in the logs given: {plain}: not gzip or corrupt")
+    assert failures.returncode == 2 and f"{plain}: not gzip or corrupt" in failures.stderr.splitlines()[-1]
+
+
+def test_a_log_named_gz_that_is_no_gzip_beside_a_good_one_is_named_once(tmp_path: Path):
+    """Beside a log that was read, it was `nothing read from ... plain.log.gz: empty; 1 of the logs read only up to
+    damage: plain.log.gz: not gzip ...`: one file, two contradicting words; now one warning says what it is."""
+    plain = tmp_path / "plain.log.gz"
+    plain.write_bytes(b"hello, not gzip\n")
+
+    check = kvtop_here("check", "--sglang-log", str(plain), "--sglang-log", str(ABORTS / "decode.log"))
+
+    assert check.returncode == 2, check.stdout
+    assert f"warning: nothing read from 1 of the 2 logs given: {plain}: not gzip or corrupt" in check.stdout
+    assert check.stdout.count(str(plain)) == 1, check.stdout

@@ -245,15 +245,15 @@ def test_ctrl_c_before_a_check_judged_is_unknown_on_stdout(wait_for):
 @pytest.mark.processes
 @pytest.mark.parametrize(
     "library",
-    ["msgspec/_core", "numpy/_core/_multiarray_umath"],
-    ids=["while-kvtop-loads-its-command", "while-the-check-loads-its-model"],
+    ["msgspec/_core", "zmq/backend/cython/_zmq"],
+    ids=["while-kvtop-loads-its-command", "while-the-check-opens-its-source"],
 )
 def test_ctrl_c_at_any_moment_before_a_check_judged_is_unknown_on_stdout(library: str, wait_for):
     """A Ctrl-C while kvtop's modules loaded printed a traceback and exited 130, one while Typer ran the command
     exited 130 with stdout empty: wherever it lands before the verdict (a bootstrap that never answers: no verdict
     for 30 s), `check` says UNKNOWN on stdout, exit 3, no traceback. The moment: once a library the command loads
-    on its way is mapped (msgspec: the command's modules, before Typer runs it; numpy: the check's model, in its
-    body). Typer's option parsing has no such library since kvtop reads its options without pydantic."""
+    on its way is mapped (msgspec: the command's modules, before Typer runs it; pyzmq: the check's live source, in
+    its body; a check loads no numpy). Typer's option parsing has no such library since kvtop reads its options without pydantic."""
     import signal
 
     command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
@@ -315,3 +315,35 @@ def test_ctrl_c_landing_in_code_that_would_hide_it_is_still_unknown(code: str, a
     else:
         assert done.stdout == f"KVTOP UNKNOWN - {said}\n"
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.processes
+def test_ctrl_c_while_a_view_loads_its_model_is_said_too(wait_for):
+    """A Ctrl-C that landed while `status` loaded its modules (Typer running it, before its source was opened)
+    exited 130 with nothing said at all (Typer's exit, any command's: `cluster up` too); it says why now."""
+    import signal
+
+    command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
+    args = [command, "status", "--bootstrap", "tcp://127.0.0.1:9", "--wait", "30"]
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        maps = f"/proc/{process.pid}/maps"
+        library = "zmq/backend/cython/_zmq"  # the live source's: loaded in the view's body
+        wait_for(lambda: library in open(maps).read(), timeout=30, what=f"{library} loaded")  # noqa: SIM115
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=20)
+
+    assert (process.returncode, stdout) == (130, ""), stderr
+    assert stderr.startswith("kvtop: interrupted before"), stderr
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.processes
+def test_a_bootstrap_that_lists_no_agent_is_said_to_list_none(bootstrap):
+    """A bootstrap service whose agents had all deregistered: `no agent answered within 2s (listed by ...)`, as if
+    agents had hung; it answered, listing none, and the line says so."""
+    done = kvtop_here("ranks", "--bootstrap", bootstrap.endpoint, "--wait", "0.5")
+
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        f"kvtop: no agent listed by {bootstrap.endpoint} (none registered there, or every one deregistered)\n"
+    )

@@ -433,10 +433,11 @@ class SGLangLogs:
         return offsets, steps, misdated
 
     def _unread(self, file: _File) -> str:
-        """Why nothing was read from a file ("" when it is a log that said nothing kvtop reads, yet)."""
+        """Why nothing was read from a file: empty, damaged before its first line, or no SGLang server log ("" when
+        it is a log that said nothing kvtop reads, yet)."""
         lines = file.reader.stats.lines
         if not lines:
-            return EMPTY
+            return file.reader.stats.damaged or EMPTY  # a plain file named .gz is not an empty one
         if file.sniffed_lines != lines:  # asked again only once the file grew
             file.sniffed_lines, file.not_a_log = lines, not holds_sglang_lines(file.spec.path)
         return "not an SGLang server log (no line at its start or end is in SGLang's format)" if file.not_a_log else ""

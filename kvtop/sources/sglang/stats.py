@@ -90,7 +90,8 @@ class LogStats:
     repeated: list[str] = field(default_factory=list)
     """Files given again (the same file by another path, or twice): read once."""
     unread: dict[str, str] = field(default_factory=dict)
-    """Why kvtop read nothing from a file, by its path: `EMPTY`, or not an SGLang server log."""
+    """Why kvtop read nothing from a file, by its path: `EMPTY`, its damage (a `.gz` that is none), or not an SGLang
+    server log."""
     clocks: dict[str, ClockOffset[str]] = field(default_factory=dict)
     """Servers whose clock differs from their group's first server's by `clocks.DIFFER_S` or more, by name: their
     times were corrected onto that one's (but where `corrected` is False)."""

@@ -336,3 +336,30 @@ def test_the_records_a_collector_refused_replay_as_rejected_events_with_their_re
     status = status_json(model, 10.0, 60.0)
     assert status["rejected_events"] == 1
     assert status["collector"]["records_refused"] == {label: {"count": 1, "latest": why}}
+
+
+def test_a_ring_whose_latest_run_heard_no_agent_names_the_last_origin_before_it(tmp_path: Path) -> None:
+    """A dashboard started on a dead address records a run of no agent into the ring: a view of the ring read at its
+    end said only `holds no agent at the instant read`, hiding the run before it. The line names the instant and
+    the last failure origin before it, for `--at`."""
+    from kvtop.source.recording import RecordingSource
+    from kvtop.source.spec import SourceSpec
+    from kvtop.views.times import stamp
+
+    folder = tmp_path / "rec"
+    first = Recorder(folder, keyframe_events=3000, flush_s=3600.0)
+    stopped = feed(first, ClusterModel(), CLUSTER, 20, rooms_per_pass=5)
+    first.close()
+    second = Recorder(folder, keyframe_events=3000, flush_s=3600.0)
+    second.tick(ClusterModel(), stopped + 5.0)
+    second.close()
+    last = Replay(folder).previous_origin(stopped + 5.0)
+    assert last is not None
+
+    with RecordingSource.opened(SourceSpec(replay=str(folder))) as source:
+        said = source.nothing_to_judge()
+
+    assert said == (
+        f"the recording holds no agent at {stamp(source.now(), dated=True)}, the instant read (its recorder heard "
+        f"none); its last failure origin before it arrived at {stamp(last.arrived, dated=True)} (give --at)"
+    )
