@@ -17,8 +17,10 @@ from kvtop.record.synthetic import feed
 from kvtop.record.writer import Recorder
 from kvtop.sources.synthetic import SyntheticCluster
 from kvtop.tui.app import REWIND_ACTIONS, KvtopApp
+from kvtop.tui.details import rank_history
 from kvtop.tui.frame import Frame, FrameBuilder, Options
 from kvtop.tui.rewind import Rewind, since
+from kvtop.tui.screens.detail import DetailScreen
 from kvtop.tui.screens.help import HelpScreen
 from kvtop.tui.themes import load_themes
 from kvtop.views.times import stamp
@@ -313,3 +315,29 @@ def test_a_rewound_instant_folds_the_failures_it_shows_into_incidents(tmp_path: 
 
     drive(app, scenario, size=SIZE)
     assert (seen["ongoing"], seen["groups outside an incident"]) == (ongoing, 0) and seen["groups"]
+
+
+def test_an_open_ranks_panel_follows_a_playing_replay_into_live(recorded):
+    """A rank's history opened on a replay 2 s back shows the rank as the replayed model holds it; while the replay
+    plays on into live (`p` before `enter`: the panel takes the keys), the panel follows it to the live rank."""
+    _, model = recorded
+    app = _live_app(recorded)
+    label = "prefill-0/TP0"
+    seen: dict[str, object] = {}
+
+    async def scenario(pilot) -> None:
+        await pilot.press("b")
+        app.query_one("#jump").value = "2s ago"
+        await pilot.press("enter")
+        await _replayed_at(pilot, LIVE_NOW - 2.0)
+        await pilot.press("p", "enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), "the rank history")
+        seen["replayed"] = app.screen.body.plain
+        await wait_until(pilot, lambda: app.frame.replay is None, "live once the recording's end is reached", 15)
+        live = rank_history(model, label, LIVE_NOW, app.palette).plain
+        await wait_until(pilot, lambda: app.screen.body.plain == live, "the panel shows the live rank")
+        seen["live"] = live
+
+    drive(app, scenario)
+    assert seen["replayed"] != seen["live"]
+    assert str(seen["replayed"]).startswith(f"{label}  ")
