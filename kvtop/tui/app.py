@@ -72,6 +72,10 @@ _FOCUS = {"overview": "#ranks-list", "rooms": "#rooms-list", "failures": "#failu
 """The widget that takes the keys in each view."""
 
 
+PALETTE_KEY = Binding("ctrl+p", "command_palette", "Command palette", tooltip="Every view, toggle and theme by name")
+"""Textual's own key, named in the help."""
+
+
 class FrameReady(Message):
     """A frame was built by the worker (a newer one replaces one not yet drawn), with a rewind's news and the open
     detail panel's new text (None: unchanged, or no panel)."""
@@ -118,10 +122,10 @@ class KvtopApp(App[None]):
         Binding("question_mark", "help", "Help", key_display="?"),  # first: the footer keeps them at any width
         Binding("q", "quit", "Quit"),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),  # a terminal's quit key (Textual: copy)
-        Binding("o,1", "view('overview')", "Overview", key_display="o"),
-        Binding("r,2", "view('rooms')", "Rooms", key_display="r"),
-        Binding("f,3", "view('failures')", "Failures", key_display="f"),
-        Binding("e,4", "view('events')", "Events", key_display="e"),
+        Binding("o,1", "view('overview')", "Overview", key_display="o", show=False),  # the tabs name them
+        Binding("r,2", "view('rooms')", "Rooms", key_display="r", show=False),
+        Binding("f,3", "view('failures')", "Failures", key_display="f", show=False),
+        Binding("e,4", "view('events')", "Events", key_display="e", show=False),
         Binding("slash", "filter", "Filter", key_display="/"),
         Binding("p", "pause", "Pause"),
         Binding(
@@ -701,6 +705,7 @@ class KvtopApp(App[None]):
         of_view = {view: [b for b in self.BINDINGS if isinstance(b, Binding) and _VIEW_ACTIONS.get(b.action) == view]
                    for view in ("rooms", "failures", "events")}  # fmt: skip
         everywhere = [b for b in self.BINDINGS if not isinstance(b, Binding) or self._works_everywhere(b.action)]
+        everywhere.append(PALETTE_KEY)  # under 100 columns the footer leaves it out
         self.push_screen(
             HelpScreen({"Everywhere": everywhere, "Lists": RowList.BINDINGS, "Rooms": [*of_view["rooms"]],
                         "Failures": [*FailuresView.BINDINGS, *of_view["failures"]], "Events": [*of_view["events"]]})

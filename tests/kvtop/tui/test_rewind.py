@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from textual.widgets._footer import FooterKey
 from tui_support import SIZE, FixtureSource, binding_keys, drive, lines, next_frame, text, wait_until
 
 from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
@@ -23,6 +24,7 @@ from kvtop.tui.rewind import Rewind, since
 from kvtop.tui.screens.detail import DetailScreen
 from kvtop.tui.screens.help import HelpScreen
 from kvtop.tui.themes import load_themes
+from kvtop.tui.widgets.footer import NARROW_BELOW
 from kvtop.views.times import stamp
 
 PASS_S = 0.5
@@ -341,3 +343,43 @@ def test_an_open_ranks_panel_follows_a_playing_replay_into_live(recorded):
     drive(app, scenario)
     assert seen["replayed"] != seen["live"]
     assert str(seen["replayed"]).startswith(f"{label}  ")
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30)], ids=["80x24", "100x30"])
+def test_the_footer_shows_each_views_keys_whole_live_and_rewound(recorded, size: tuple[int, int]):
+    """At 80 columns the rooms view's `x` and `s` were cut off the footer (and rewound, its `d` and `l` too):
+    live and rewound, in every view, each key the footer shows lies whole on screen, clear of the palette's key,
+    and the view's own keys are among them. Under 100 columns the palette's key leaves the footer for the help."""
+    app = _live_app(recorded)
+    own = {"o": set(), "r": {"x", "s"}, "f": {"d"}, "e": {"l"}}
+    seen: dict[str, tuple[set[str], list[str], bool]] = {}
+
+    def footer(tag: str) -> None:
+        keys = list(app.screen.query(FooterKey))
+        palette = [key for key in keys if key.has_class("-command-palette")]
+        room = palette[0].region.x if palette else size[0]
+        cut = [key.key_display for key in keys if key not in palette and (key.region.right > room or not key.region)]
+        seen[tag] = ({key.key_display for key in keys}, cut, bool(palette))
+
+    async def scenario(pilot) -> None:
+        for mode in ("live", "rewound"):
+            if mode == "rewound":
+                await pilot.press("comma")
+                await wait_until(pilot, lambda: app.frame.replay is not None, "rewound")
+            for view in own:
+                await pilot.press(view)
+                await pilot.pause()
+                await pilot.pause()
+                footer(f"{mode} {view}")
+        await pilot.press("question_mark")
+        await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), "the help")
+        help_text = app.screen.sections["Everywhere"]
+        seen["help"] = ({binding.key for binding in help_text}, [], False)
+
+    drive(app, scenario, size=size)
+    assert "ctrl+p" in seen.pop("help")[0]
+    for tag, (shown, cut, palette) in seen.items():
+        assert cut == [], tag
+        assert {"?", "q", "/", "p", ",", *own[tag[-1]]} <= shown, tag
+        assert palette is (size[0] >= NARROW_BELOW), tag
+    assert {".", "[", "]", "L"} <= seen["rewound r"][0]
