@@ -36,6 +36,7 @@ def of_rank(rank: str, label: str, event: Event) -> bool:
 
 
 def journaled(model: ClusterModel) -> Journaled:
+    """Every event the model's journal holds."""
     return ((label, event) for label, batch in model.journal for event in batch)
 
 
