@@ -8,6 +8,7 @@ panel's text changed: a quiet room costs a glance at the new batches, and no rep
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,8 +56,10 @@ class PanelFollower:
 
     def __init__(self) -> None:
         self._versions = itertools.count(1)
-        self._followed: tuple[str, int | str, Palette, int] | None = None
-        """The subject, palette and model (its id) the kept events and text are of."""
+        self._followed: tuple[str, int | str, Palette] | None = None
+        """The subject and palette the kept events and text are of."""
+        self._model: weakref.ref[ClusterModel] | None = None
+        """The model they are of (a seek's new model is another one, even where the old one's memory is reused)."""
         self._read = 0
         """The model's `journal_total` up to which its batches were read."""
         self._events: deque[tuple[int, str, Event]] = deque()
@@ -69,9 +72,10 @@ class PanelFollower:
         wanted = self._wanted(request)
         if wanted is None:
             return None
-        followed = (request.kind, request.key, request.palette, id(model))
-        if followed != self._followed or model.journal_total < self._read:  # another subject, or a new model
-            self._followed, self._read, self._body = followed, 0, None
+        followed = (request.kind, request.key, request.palette)
+        same_model = self._model is not None and self._model() is model and model.journal_total >= self._read
+        if followed != self._followed or not same_model:
+            self._followed, self._model, self._read, self._body = followed, weakref.ref(model), 0, None
             self._events.clear()
         self._read_new(model, wanted)
         journal = ((label, event) for _, label, event in self._events)

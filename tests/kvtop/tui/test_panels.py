@@ -59,3 +59,22 @@ def test_a_followed_rank_answers_again_when_another_rank_or_palette_is_asked_for
         "no-such/TP9: not in the model"
     )
     assert follower.follow(model, PanelRequest("queue", "prefill-0/TP0", PALETTE), FIXED_NOW) is None
+
+
+def test_a_new_model_of_the_same_subject_is_read_from_its_start():
+    """A seek's model is another one, its journal maybe further on: the follower drops the room's events it kept
+    of the old model and reads the new one whole (here the room is not in it)."""
+    earlier, later = ClusterModel(10_000), ClusterModel(10_000)
+    for label, batch in CLUSTER.hello() + CLUSTER.rooms(20):
+        earlier.apply(label, batch, FIXED_NOW)
+    for label, batch in CLUSTER.hello() * 40:
+        later.apply(label, batch, FIXED_NOW)
+    room = next(event.room for event in CLUSTER.rooms(20)[0][1].events if hasattr(event, "room"))
+    follower = PanelFollower()
+    first = follower.follow(earlier, PanelRequest("room", room, PALETTE), FIXED_NOW)
+    second = follower.follow(later, PanelRequest("room", room, PALETTE, first.version), FIXED_NOW)
+
+    assert later.journal_total > earlier.journal_total
+    assert "Timeline (0 events" not in first.text.plain
+    assert second.text == room_timeline(later, room, FIXED_NOW, PALETTE)
+    assert "Timeline (0 events" in second.text.plain
