@@ -67,12 +67,15 @@ def run_dashboard(
     `KvtopApp`'s).
 
     A dashboard that failed (a frame that could not be built, or an exception in the app, whose traceback
-    Textual prints first) exits 1 with one line naming the error."""
+    Textual prints first) exits 1 with one line naming the error. A character the terminal's encoding lacks is
+    drawn as an ASCII stand-in as wide as it (`kvtop.tui.drawing`)."""
     from kvtop.tui.app import KvtopApp
+    from kvtop.tui.drawing import drawable
 
     app = KvtopApp(source, title=title, themes=themes, theme=theme, quit_after=quit_after, clock=clock,
                    rewind=rewind, warnings=warnings, alerts=alerts)  # fmt: skip
-    app.run()
+    with drawable():  # a latin-1 or ASCII terminal: ASCII stand-ins for the box characters, not escapes
+        app.run()
     if app.return_code:
         error = app.failure or app._exception  # Textual keeps what ended the app (no public accessor)
         what = f": {type(error).__name__}: {error}" if error is not None else ""  # a message, not a repr

@@ -23,9 +23,10 @@ from textual.worker import Worker, WorkerState
 
 from kvtop.tui.fit import ESSENTIAL, fit, squeeze
 from kvtop.tui.frame import WINDOW_S, Frame, Options, Replayed, RoomSort
-from kvtop.tui.frame_source import FrameSource, LocalFrames, Source, rendered_detail
+from kvtop.tui.frame_source import FrameSource, LocalFrames, Source
 from kvtop.tui.model_client import ModelProcess
 from kvtop.tui.pages import PageRequest
+from kvtop.tui.panels import PanelBody, PanelFollower, PanelRequest
 from kvtop.tui.process import DashboardTuning, terminal_lost
 from kvtop.tui.rewind import BIG_STEP_S, STEP_S, Rewind, since
 from kvtop.tui.rows import Palette
@@ -71,13 +72,19 @@ _FOCUS = {"overview": "#ranks-list", "rooms": "#rooms-list", "failures": "#failu
 """The widget that takes the keys in each view."""
 
 
-class FrameReady(Message):
-    """A frame was built by the worker (a newer one replaces one not yet drawn), with a rewind's news."""
+PALETTE_KEY = Binding("ctrl+p", "command_palette", "Command palette", tooltip="Every view, toggle and theme by name")
+"""Textual's own key, named in the help."""
 
-    def __init__(self, frame: Frame, note: str = "") -> None:
+
+class FrameReady(Message):
+    """A frame was built by the worker (a newer one replaces one not yet drawn), with a rewind's news and the open
+    detail panel's new text (None: unchanged, or no panel)."""
+
+    def __init__(self, frame: Frame, note: str = "", panel: PanelBody | None = None) -> None:
         super().__init__()
         self.frame = frame
         self.note = note
+        self.panel = panel
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, FrameReady)
@@ -115,10 +122,10 @@ class KvtopApp(App[None]):
         Binding("question_mark", "help", "Help", key_display="?"),  # first: the footer keeps them at any width
         Binding("q", "quit", "Quit"),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),  # a terminal's quit key (Textual: copy)
-        Binding("o,1", "view('overview')", "Overview", key_display="o"),
-        Binding("r,2", "view('rooms')", "Rooms", key_display="r"),
-        Binding("f,3", "view('failures')", "Failures", key_display="f"),
-        Binding("e,4", "view('events')", "Events", key_display="e"),
+        Binding("o,1", "view('overview')", "Overview", key_display="o", show=False),  # the tabs name them
+        Binding("r,2", "view('rooms')", "Rooms", key_display="r", show=False),
+        Binding("f,3", "view('failures')", "Failures", key_display="f", show=False),
+        Binding("e,4", "view('events')", "Events", key_display="e", show=False),
         Binding("slash", "filter", "Filter", key_display="/"),
         Binding("p", "pause", "Pause"),
         Binding(
@@ -216,6 +223,10 @@ class KvtopApp(App[None]):
         self._last_filter = ""
         self._replay_built: tuple[int, Options] | None = None
         """(rewind version, options) of the last frame built from the recording."""
+        self._panel: tuple[PanelRequest, bool] | None = None
+        """The open detail panel (its `shown` the version on screen), and whether that text is of a replay."""
+        self._replay_panels = PanelFollower()
+        """The open panel over the replayed model (the live one's follower is the frame source's)."""
         self._themes = themes or ThemeSet()
         for found in self._themes.themes.values():
             self.register_theme(found)
@@ -336,9 +347,26 @@ class KvtopApp(App[None]):
                 self._replay_built = (version, options)
         if frame is None:
             frame = self.frames.build(options, pages)
+        panel = self._panel_body(frame.replay is not None) if self._panel is not None else None
         self.build_seconds.append(time.perf_counter() - started)
         self.reads.append(frame.read_at)
-        self.post_message(FrameReady(frame, note))
+        self.post_message(FrameReady(frame, note, panel))
+
+    def _panel_body(self, replayed: bool, opening: PanelRequest | None = None) -> PanelBody | None:
+        """The open panel's text from the model the views show (the replayed one, or the source's), if it changed
+        since the version on screen; `opening`: a panel not on screen yet."""
+        if opening is None:
+            if self._panel is None:
+                return None
+            request, shown_replayed = self._panel
+            if shown_replayed != replayed:  # that version is of the other model
+                request = replace(request, shown=0)
+        else:
+            request = opening
+        if replayed and self.rewind is not None:
+            with self.rewind.lock:
+                return self._replay_panels.follow(self.rewind.model, request, self.rewind.time)
+        return self.frames.panel(request)
 
     def on_frame_ready(self, message: FrameReady) -> None:
         self._building = False
@@ -353,7 +381,17 @@ class KvtopApp(App[None]):
         self.frame = message.frame
         self._draw_banner()
         self.redraw()
+        if message.panel is not None:
+            self._show_panel(message.panel, message.frame.replay is not None)
         self.call_after_refresh(self._painted, started)
+
+    def _show_panel(self, body: PanelBody, replayed: bool) -> None:
+        """The open panel's new text, unless it was closed (or another opened) since it was asked for."""
+        screen = self.screen
+        if self._panel is None or self._panel[0].subject != body.subject or not isinstance(screen, DetailScreen):
+            return
+        screen.show(body.text)
+        self._panel = (replace(self._panel[0], shown=body.version), replayed)
 
     def _painted(self, started: float) -> None:
         self._painting = False
@@ -488,6 +526,8 @@ class KvtopApp(App[None]):
 
     def _theme_changed(self, _: object) -> None:
         self.palette = Palette.from_theme(self.current_theme)
+        if self._panel is not None:  # the next frame brings it in the new colours
+            self._panel = (replace(self._panel[0], palette=self.palette), self._panel[1])
         self.redraw()
 
     def _options_changed(self, **changes: object) -> None:
@@ -665,6 +705,7 @@ class KvtopApp(App[None]):
         of_view = {view: [b for b in self.BINDINGS if isinstance(b, Binding) and _VIEW_ACTIONS.get(b.action) == view]
                    for view in ("rooms", "failures", "events")}  # fmt: skip
         everywhere = [b for b in self.BINDINGS if not isinstance(b, Binding) or self._works_everywhere(b.action)]
+        everywhere.append(PALETTE_KEY)  # under 100 columns the footer leaves it out
         self.push_screen(
             HelpScreen({"Everywhere": everywhere, "Lists": RowList.BINDINGS, "Rooms": [*of_view["rooms"]],
                         "Failures": [*FailuresView.BINDINGS, *of_view["failures"]], "Events": [*of_view["events"]]})
@@ -692,11 +733,12 @@ class KvtopApp(App[None]):
             kind, key = "rank", self.query_one(OverviewView).selected_rank(event.index)
         if key is None:
             return
-        rewind = self.rewind if self.frame is not None and self.frame.replay is not None else None
-        if rewind is not None:  # the model the views show
-            with rewind.lock:
-                body = rendered_detail(rewind.model, kind, key, rewind.time, self.palette)
-        else:
-            body = self.frames.detail(kind, key, self.palette)
+        replayed = self.frame is not None and self.frame.replay is not None  # the model the views show
+        request = PanelRequest(kind, key, self.palette)
+        body = self._panel_body(replayed, opening=request)
         if body is not None:
-            self.push_screen(DetailScreen(body))
+            self._panel = (replace(request, shown=body.version), replayed)
+            self.push_screen(DetailScreen(body.text), self._panel_closed)
+
+    def _panel_closed(self, _: None) -> None:
+        self._panel = None

@@ -1,6 +1,13 @@
-"""Detail panels: a room's timeline across all its ranks, a rank's history (Rich text, read under the lock)."""
+"""Detail panels: a room's timeline across all its ranks, a rank's history (Rich text, read under the lock).
+
+A panel's text changes only when its subject does (`kvtop.tui.panels` follows it from frame to frame): its
+times are clock times, its ages whole seconds, its throughput per 10 s of the clock (the latest complete ones).
+"""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Iterable
 
 from rich.text import Text
 
@@ -14,22 +21,42 @@ from kvtop.views.times import spans_days
 from transport.plane.events import Event, Failure, Heartbeat
 
 _HISTORY_BUCKET_S = 10.0
+Journaled = Iterable[tuple[str, Event]]
+"""Events of the journal as (agent label, event), oldest first."""
 
 
-def room_timeline(model: ClusterModel, room: int, now: float, palette: Palette) -> Text:
-    """Every event the model still holds for `room`, from every rank, in time order, then its failures."""
+def of_room(room: int, label: str, event: Event) -> bool:
+    """Whether `event` belongs in `room`'s timeline."""
+    return getattr(event, "room", None) == room
+
+
+def of_rank(rank: str, label: str, event: Event) -> bool:
+    """Whether `event` belongs in `rank`'s history (its heartbeats)."""
+    return label == rank and isinstance(event, Heartbeat)
+
+
+def journaled(model: ClusterModel) -> Journaled:
+    """Every event the model's journal holds."""
+    return ((label, event) for label, batch in model.journal for event in batch)
+
+
+def room_timeline(
+    model: ClusterModel, room: int, now: float, palette: Palette, journal: Journaled | None = None
+) -> Text:
+    """Every event the model still holds for `room`, from every rank, in time order, then its failures;
+    `journal`: those of its events already picked out of the model's journal (all of it when None)."""
     events: list[tuple[float, str, Event]] = [
         (event.ts, label, event)
-        for label, batch in model.journal
-        for event in batch
-        if getattr(event, "room", None) == room
+        for label, event in (journaled(model) if journal is None else journal)
+        if of_room(room, label, event)
     ]
     view = model.rooms.get(room)
     finished = model.finished.get(room)
     view = view or (finished.view if finished else None)
     text = Text(f"Room {room}\n", style="bold")
     if view is not None:
-        text.append(f"first seen {clock(view.first_seen)}, last progress {now - view.last_progress:.1f} s ago, ")
+        idle = "" if finished is not None else f" ({now - view.last_progress:.0f} s ago)"  # a retired room: no age
+        text.append(f"first seen {clock(view.first_seen)}, last progress {clock(view.last_progress)}{idle}, ")
         text.append(
             f"{view.bytes_done:,}/{view.bytes_total:,} bytes, link {view.link[0] or '-'} -> {view.link[1] or '-'}\n"
         )
@@ -52,8 +79,11 @@ def room_timeline(model: ClusterModel, room: int, now: float, palette: Palette) 
     return text
 
 
-def rank_history(model: ClusterModel, label: str, now: float, palette: Palette) -> Text:
-    """A rank's identity, counters, throughput per 10 s, host load from its heartbeats and its failures."""
+def rank_history(
+    model: ClusterModel, label: str, now: float, palette: Palette, journal: Journaled | None = None
+) -> Text:
+    """A rank's identity, counters, throughput per 10 s, host load from its heartbeats and its failures;
+    `journal`: its heartbeats already picked out of the model's journal (all of it when None)."""
     view = model.ranks.get(label)
     if view is None:
         return Text(f"{label}: not in the model", style=palette.error)
@@ -61,7 +91,7 @@ def rank_history(model: ClusterModel, label: str, now: float, palette: Palette) 
         f"{label}  {view.role}, pid {view.pid} on {view.host or '?'}, incarnation {view.incarnation}\n", style="bold"
     )
     state = model.liveness_of(view, now)
-    text.append(f"{state}, last heard {now - view.last_seen:.1f} s ago, {view.inflight} rooms in flight, ")
+    text.append(f"{state}, last heard {now - view.last_seen:.0f} s ago, {view.inflight} rooms in flight, ")
     text.append(f"{plural(view.origins, 'origin')}, {plural(view.echoes, 'echo', 'echoes')}\n")
     crash = model.crashes.get(label)
     if crash is not None:
@@ -70,14 +100,18 @@ def rank_history(model: ClusterModel, label: str, now: float, palette: Palette) 
         text.append(f"{unlisted_line(view)}\n", style=palette.error)
     for line in sidecar_lines(model, label):
         text.append(f"{line}\n", style=palette.warning if view.log is not None and view.log.idle else "")
-    text.append("\nThroughput per 10 s (newest last)\n", style="bold")
-    rows = view.transfers.window(now - 12 * _HISTORY_BUCKET_S)
+    end = math.floor(now / _HISTORY_BUCKET_S) * _HISTORY_BUCKET_S  # the latest complete 10 s of the clock
+    text.append(f"\nThroughput per 10 s to {clock(end)[:8]} (newest last)\n", style="bold")
+    rows = view.transfers.window(end - 12 * _HISTORY_BUCKET_S)
     buckets = [0.0] * 12
     for ts, nbytes in zip(rows[:, 0].tolist(), rows[:, 1].tolist(), strict=True):
-        buckets[min(11, int(12 - (now - ts) / _HISTORY_BUCKET_S))] += nbytes / _HISTORY_BUCKET_S
+        if ts < end:
+            buckets[max(0, min(11, int(12 - (end - ts) / _HISTORY_BUCKET_S)))] += nbytes / _HISTORY_BUCKET_S
     for row in range(0, len(buckets), 4):  # four a row: six made 67 columns, past an 80-column terminal's panel
         text.append("  " + " ".join(f"{units.rate(per_s):>10}" for per_s in buckets[row : row + 4]) + "\n")
-    beats = [(e.ts, e) for name, batch in model.journal if name == label for e in batch if isinstance(e, Heartbeat)]
+    own = ((name, event) for name, batch in model.journal if name == label for event in batch)
+    picked = own if journal is None else journal
+    beats = [(event.ts, event) for name, event in picked if name == label and isinstance(event, Heartbeat)]
     text.append(f"\nHeartbeats ({len(beats)} in the journal)\n", style="bold")
     for ts, beat in beats[-10:]:
         text.append(f"  {clock(ts)}  cpu {beat.cpu_percent:5.1f}%  rss {units.size(beat.rss_bytes):>8}  ")

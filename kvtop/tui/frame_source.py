@@ -1,7 +1,8 @@
 """Where the dashboard's frames come from: a model in this process, or the model process (`model_client`).
 
-The app asks one question per refresh, `build(options, pages)`, from its frame worker thread, and one per
-enter key, `detail(...)`, from the UI thread. Both answers are plain data (a `Frame`, a Rich `Text`).
+The app asks one question per refresh, `build(options, pages)`, from its frame worker thread, and while a detail
+panel is open another, `panel(request)` (from the UI thread as the enter key opens it, then from the worker at each
+frame). The answers are plain data (a `Frame`, a `PanelBody`).
 """
 
 from __future__ import annotations
@@ -11,13 +12,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-from rich.text import Text
-
 from kvtop.model.cluster import ClusterModel
-from kvtop.tui.details import rank_history, room_timeline
 from kvtop.tui.frame import Frame, FrameBuilder, Options
 from kvtop.tui.pages import PageRequest
-from kvtop.tui.rows import Palette
+from kvtop.tui.panels import PanelBody, PanelFollower, PanelRequest
 
 
 class Source(Protocol):
@@ -39,18 +37,10 @@ class FrameSource(Protocol):
         source in this process may return the whole lists)."""
         ...
 
-    def detail(self, kind: str, key: int | str, palette: Palette) -> Text | None:
-        """A room's timeline (`kind` "room", `key` its id) or a rank's history ("rank", its label)."""
+    def panel(self, request: PanelRequest) -> PanelBody | None:
+        """A room's timeline (kind "room", key its id) or a rank's history ("rank", its label) as of now; None
+        when the version the request shows is still the current one (`PanelFollower`)."""
         ...
-
-
-def rendered_detail(model: ClusterModel, kind: str, key: int | str, now: float, palette: Palette) -> Text | None:
-    """The detail panel `kind` of `key` (read the model under its lock); None for a kind there is none of."""
-    if kind == "room" and isinstance(key, int):
-        return room_timeline(model, key, now, palette)
-    if kind == "rank" and isinstance(key, str):
-        return rank_history(model, key, now, palette)
-    return None
 
 
 class LocalFrames:
@@ -60,11 +50,12 @@ class LocalFrames:
         self.source = source
         self.clock = clock
         self._builder = FrameBuilder(source.model, clock)
+        self._panels = PanelFollower()
 
     def build(self, options: Options, pages: Mapping[str, PageRequest]) -> Frame:
         with self.source.lock:
             return self._builder.build(options, error=self.source.error)
 
-    def detail(self, kind: str, key: int | str, palette: Palette) -> Text | None:
+    def panel(self, request: PanelRequest) -> PanelBody | None:
         with self.source.lock:
-            return rendered_detail(self.source.model, kind, key, self.clock(), palette)
+            return self._panels.follow(self.source.model, request, self.clock())

@@ -1,8 +1,9 @@
 """The dashboard's side of the model process (`model_server`): start it, ask it for frames, close it.
 
-`ModelProcess(spec)` is a `FrameSource`: the app's frame worker calls `build`, the UI thread `detail`; one
-question is in flight at a time. A model process that ends or fails raises `ModelProcessError`, which ends
-the dashboard loudly (exit 1, naming it): a frozen screen would look like health.
+`ModelProcess(spec)` is a `FrameSource`: the app's frame worker calls `build` (and `panel` while a detail panel
+is open), the UI thread `panel` as one opens; one question is in flight at a time. A model process that ends or
+fails raises `ModelProcessError`, which ends the dashboard loudly (exit 1, naming it): a frozen screen would look
+like health.
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ from collections.abc import Mapping
 from dataclasses import replace
 from types import TracebackType
 from typing import Any
-
-from rich.text import Text
 
 from kvtop.model.fold import FailureGroup
 from kvtop.tui.frame import Frame, Options
@@ -36,7 +35,7 @@ from kvtop.tui.model_server import (
     serve,
 )
 from kvtop.tui.pages import PageRequest, Receiver
-from kvtop.tui.rows import Palette
+from kvtop.tui.panels import PanelBody, PanelRequest
 
 START_TIMEOUT_S = 120.0
 """Opening may fill a big model (a benchmark's) or wait for a bootstrap; past this the start fails."""
@@ -112,8 +111,8 @@ class ModelProcess:
             raise ModelProcessError("the model process sent a failure group this side never had") from None
         return replace(reply.frame, groups=groups)
 
-    def detail(self, kind: str, key: int | str, palette: Palette) -> Text | None:
-        reply = self._ask(DetailQuery(kind, key, palette))
+    def panel(self, request: PanelRequest) -> PanelBody | None:
+        reply = self._ask(DetailQuery(request))
         if not isinstance(reply, DetailReply):
             raise ModelProcessError(f"the model process answered {type(reply).__name__} to a detail")
         return reply.body

@@ -27,15 +27,12 @@ from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from typing import Protocol
 
-from rich.text import Text
-
 from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import FailureGroup
 from kvtop.tui.frame import Frame, FrameBuilder, Options
-from kvtop.tui.frame_source import rendered_detail
 from kvtop.tui.pages import MARGIN_ROWS, Page, PageRequest, Shipped, Shipper
+from kvtop.tui.panels import PanelBody, PanelFollower, PanelRequest
 from kvtop.tui.process import SWITCH_INTERVAL_S
-from kvtop.tui.rows import Palette
 
 log = logging.getLogger("kvtop.model_process")
 
@@ -92,9 +89,7 @@ class FrameQuery:
 
 @dataclass(frozen=True)
 class DetailQuery:
-    kind: str
-    key: int | str
-    palette: Palette
+    request: PanelRequest
 
 
 @dataclass(frozen=True)
@@ -124,7 +119,7 @@ class FrameReply:
 
 @dataclass(frozen=True)
 class DetailReply:
-    body: Text | None
+    body: PanelBody | None
 
 
 @dataclass(frozen=True)
@@ -189,6 +184,7 @@ def _to_log(path: str) -> None:
 def _answer(served: ServedModel, conn: Connection) -> None:
     builder = FrameBuilder(served.model, served.clock, count_in_build=False)
     groups: Shipper[FailureGroup] = Shipper()
+    panels = PanelFollower()
     while True:
         try:
             query: Query = conn.recv()
@@ -197,7 +193,7 @@ def _answer(served: ServedModel, conn: Connection) -> None:
         if isinstance(query, Closing):
             return
         try:
-            reply = _reply(served, builder, groups, query)
+            reply = _reply(served, builder, groups, panels, query)
         except Exception as error:
             log.exception("the model process could not answer %s", type(query).__name__)
             reply = pickle.dumps(Failed(f"the model process could not answer: {error!r}"), PROTOCOL)
@@ -220,13 +216,17 @@ def _count_when_due(served: ServedModel, builder: FrameBuilder) -> None:
 
 
 def _reply(
-    served: ServedModel, builder: FrameBuilder, groups: Shipper[FailureGroup], query: FrameQuery | DetailQuery
+    served: ServedModel,
+    builder: FrameBuilder,
+    groups: Shipper[FailureGroup],
+    panels: PanelFollower,
+    query: FrameQuery | DetailQuery,
 ) -> bytes:
     """The answer, pickled under the model's lock: a frame's rooms are the model's own views, which the
     collector changes in place."""
     with served.lock:
         if isinstance(query, DetailQuery):
-            body = rendered_detail(served.model, query.kind, query.key, served.clock(), query.palette)
+            body = panels.follow(served.model, query.request, served.clock())
             return pickle.dumps(DetailReply(body), PROTOCOL)
         frame = builder.build(query.options, error=served.error())
         shipped = groups.pack(frame.groups)

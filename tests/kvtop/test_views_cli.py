@@ -253,7 +253,8 @@ def test_ctrl_c_at_any_moment_before_a_check_judged_is_unknown_on_stdout(library
     exited 130 with stdout empty: wherever it lands before the verdict (a bootstrap that never answers: no verdict
     for 30 s), `check` says UNKNOWN on stdout, exit 3, no traceback. The moment: once a library the command loads
     on its way is mapped (msgspec: the command's modules, before Typer runs it; pyzmq: the check's live source, in
-    its body; a check loads no numpy). Typer's option parsing has no such library since kvtop reads its options without pydantic."""
+    its body; a check loads no numpy). Typer's option parsing has no such library since kvtop reads its options
+    without pydantic."""
     import signal
 
     command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"

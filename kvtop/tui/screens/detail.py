@@ -1,4 +1,4 @@
-"""A detail panel over the dashboard: a room's timeline or a rank's history."""
+"""A detail panel over the dashboard: a room's timeline or a rank's history, redrawn as its subject changes."""
 
 from __future__ import annotations
 
@@ -27,6 +27,11 @@ class DetailScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="detail"):
             yield Static(shown_safely(self.body))
+
+    def show(self, body: Text) -> None:
+        """The subject's new text (the scroll position kept)."""
+        self.body = body
+        self.query_one("#detail Static", Static).update(shown_safely(body))
 
     def on_mount(self) -> None:
         self._fit()

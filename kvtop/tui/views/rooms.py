@@ -34,7 +34,7 @@ class RoomsView(Vertical):
         where = f" matching '{options.filter}'" if options.filter else ""
         self.query_one("#rooms-title", Line).show(
             f"{len(rooms):,} {shown}{'' if len(rooms) == 1 else 's'}{where}, by {options.sort}"
-            "  (s: sort, x: faults only, /: filter, enter: timeline)"
+            "  (enter: timeline, s: sort, x: faults only, /: filter)"  # enter first: the footer names the rest
         )
 
         def line(index: int) -> Text | None:

@@ -141,6 +141,26 @@ def test_enter_on_a_room_opens_its_timeline_read_in_the_model_process(loaded: Mo
     assert seen["body"].startswith(f"Room {seen['room']}")
 
 
+def test_an_open_ranks_panel_follows_the_model_process_as_the_load_moves_it(loaded: ModelProcess):
+    """A rank's history opened while the load runs changes under the eyes (its counters, its throughput): the
+    model process answers each frame's question with the rank's new text, still of that rank."""
+    app = KvtopApp(loaded, title="model process")
+    seen = {}
+
+    async def scenario(pilot):
+        await wait_until(pilot, lambda: app.query_one("#ranks-list").count > 0, "ranks listed")
+        seen["rank"] = app.query_one("OverviewView").selected_rank(0)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), "the rank's history")
+        seen["first"] = app.screen.body
+        await wait_until(pilot, lambda: app.screen.body is not seen["first"], "the history moves on", timeout=30.0)
+        seen["later"] = app.screen.body
+
+    drive(app, scenario)
+    assert seen["first"].plain.startswith(f"{seen['rank']}  ") and seen["later"].plain.startswith(f"{seen['rank']}  ")
+    assert seen["later"].plain != seen["first"].plain
+
+
 def test_a_model_process_killed_under_the_dashboard_ends_it_with_exit_1_naming_it():
     """The dashboard does not freeze on the last frame it had: it exits 1, the error naming the model
     process and its exit code."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from textual.widgets._footer import FooterKey
 from tui_support import SIZE, FixtureSource, binding_keys, drive, lines, next_frame, text, wait_until
 
 from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
@@ -17,10 +18,13 @@ from kvtop.record.synthetic import feed
 from kvtop.record.writer import Recorder
 from kvtop.sources.synthetic import SyntheticCluster
 from kvtop.tui.app import REWIND_ACTIONS, KvtopApp
+from kvtop.tui.details import rank_history
 from kvtop.tui.frame import Frame, FrameBuilder, Options
 from kvtop.tui.rewind import Rewind, since
+from kvtop.tui.screens.detail import DetailScreen
 from kvtop.tui.screens.help import HelpScreen
 from kvtop.tui.themes import load_themes
+from kvtop.tui.widgets.footer import NARROW_BELOW
 from kvtop.views.times import stamp
 
 PASS_S = 0.5
@@ -313,3 +317,69 @@ def test_a_rewound_instant_folds_the_failures_it_shows_into_incidents(tmp_path: 
 
     drive(app, scenario, size=SIZE)
     assert (seen["ongoing"], seen["groups outside an incident"]) == (ongoing, 0) and seen["groups"]
+
+
+def test_an_open_ranks_panel_follows_a_playing_replay_into_live(recorded):
+    """A rank's history opened on a replay 2 s back shows the rank as the replayed model holds it; while the replay
+    plays on into live (`p` before `enter`: the panel takes the keys), the panel follows it to the live rank."""
+    _, model = recorded
+    app = _live_app(recorded)
+    label = "prefill-0/TP0"
+    seen: dict[str, object] = {}
+
+    async def scenario(pilot) -> None:
+        await pilot.press("b")
+        app.query_one("#jump").value = "2s ago"
+        await pilot.press("enter")
+        await _replayed_at(pilot, LIVE_NOW - 2.0)
+        await pilot.press("p", "enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), "the rank history")
+        seen["replayed"] = app.screen.body.plain
+        await wait_until(pilot, lambda: app.frame.replay is None, "live once the recording's end is reached", 15)
+        live = rank_history(model, label, LIVE_NOW, app.palette).plain
+        await wait_until(pilot, lambda: app.screen.body.plain == live, "the panel shows the live rank")
+        seen["live"] = live
+
+    drive(app, scenario)
+    assert seen["replayed"] != seen["live"]
+    assert str(seen["replayed"]).startswith(f"{label}  ")
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30)], ids=["80x24", "100x30"])
+def test_the_footer_shows_each_views_keys_whole_live_and_rewound(recorded, size: tuple[int, int]):
+    """At 80 columns the rooms view's `x` and `s` were cut off the footer (and rewound, its `d` and `l` too):
+    live and rewound, in every view, each key the footer shows lies whole on screen, clear of the palette's key,
+    and the view's own keys are among them. Under 100 columns the palette's key leaves the footer for the help."""
+    app = _live_app(recorded)
+    own = {"o": set(), "r": {"x", "s"}, "f": {"d"}, "e": {"l"}}
+    seen: dict[str, tuple[set[str], list[str], bool]] = {}
+
+    def footer(tag: str) -> None:
+        keys = list(app.screen.query(FooterKey))
+        palette = [key for key in keys if key.has_class("-command-palette")]
+        room = palette[0].region.x if palette else size[0]
+        cut = [key.key_display for key in keys if key not in palette and (key.region.right > room or not key.region)]
+        seen[tag] = ({key.key_display for key in keys}, cut, bool(palette))
+
+    async def scenario(pilot) -> None:
+        for mode in ("live", "rewound"):
+            if mode == "rewound":
+                await pilot.press("comma")
+                await wait_until(pilot, lambda: app.frame.replay is not None, "rewound")
+            for view in own:
+                await pilot.press(view)
+                await pilot.pause()
+                await pilot.pause()
+                footer(f"{mode} {view}")
+        await pilot.press("question_mark")
+        await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), "the help")
+        help_text = app.screen.sections["Everywhere"]
+        seen["help"] = ({binding.key for binding in help_text}, [], False)
+
+    drive(app, scenario, size=size)
+    assert "ctrl+p" in seen.pop("help")[0]
+    for tag, (shown, cut, palette) in seen.items():
+        assert cut == [], tag
+        assert {"?", "q", "/", "p", ",", *own[tag[-1]]} <= shown, tag
+        assert palette is (size[0] >= NARROW_BELOW), tag
+    assert {".", "[", "]", "L"} <= seen["rewound r"][0]

@@ -81,6 +81,17 @@ def test_overview_snapshot_at_100x30(snap_compare, theme: str):
     assert snap_compare(app, terminal_size=(100, 30), run_before=run_before)
 
 
+def test_rooms_snapshot_at_80x24(snap_compare):
+    """At 80x24 the rooms view keeps its FLAG column (the link cut, `prefill-0-…`) and its footer every key it
+    needs, `x` and `s` among them, closer together (the palette's key left for the help)."""
+
+    async def run_before(pilot) -> None:
+        await wait_until(pilot, lambda: pilot.app.frames_drawn > 0, "the first frame")
+        await rooms(pilot)
+
+    assert snap_compare(make_app(refresh_s=3600), terminal_size=(80, 24), run_before=run_before)
+
+
 @pytest.mark.parametrize("theme", THEMES)
 @pytest.mark.parametrize("size", [(160, 45), (100, 30)], ids=["160x45", "100x30"])
 def test_overview_of_failures_over_time_snapshot(snap_compare, size: tuple[int, int], theme: str):
