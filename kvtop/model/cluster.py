@@ -113,8 +113,11 @@ JOURNAL_EVENTS_KEPT = 200_000
 """Recent events the dashboard keeps (whole deliveries) for its event tail and room timelines."""
 SILENCES_KEPT = 8
 CONTEXT_KEPT = 10_000
-LOCAL_FAULTS_KEPT = 64
 """Context lines (`LogContext`) sidecars published that the model keeps for the failure groups near them."""
+LOCAL_FAULTS_KEPT = 64
+"""The local faults, handshake faults and sessions given up on kept per instance (`keep_transport_error`): the
+failures taken before are folded before one goes (a log read in one pass folds at its end), and each that goes is
+counted (`transport_notes_dropped`)."""
 
 
 _ABORT_CAUSE, _FAULT_CAUSE = 1, 2
@@ -176,6 +179,11 @@ class ClusterModel:
         self.peers_unlinked = 0
         """Failure lines of log rooms whose peer they named by address was left unnamed: the model held
         `LINKS_NAMED_KEPT` links already."""
+        self.transport_notes_dropped = 0
+        self._holding = False
+        """The last sweep held the incidents (`sweep`'s `hold_incidents`): nothing else folds them meanwhile."""
+        """Local faults, handshake faults and sessions given up on that an instance's later ones pushed out
+        (`LOCAL_FAULTS_KEPT`): a room refolded after, or a session refused after, no longer reads them."""
         self.snapshot_cut = 0
         """Entries agents left out of their snapshots to fit a frame (each snapshot says how many it cut)."""
         self.retired_outcomes = {"succeeded": 0, "failed": 0, "aborted": 0}
@@ -478,17 +486,26 @@ class ClusterModel:
         ]
         return Crashed(*crashed[0]) if len(crashed) == 1 else _first_of(crashed)
 
-    def keep_transport_error(self, label: str, line: LogContext) -> None:
+    def keep_transport_error(self, label: str, line: LogContext, restoring: bool = False) -> None:
         """Keep what a transport error of rank `label` tells the suspects under its instance: a local fault
         (`local_fault`), a session given up on (`failed_session`), a handshake that failed (`handshake_fault`), memory
-        it could not register."""
+        it could not register. Past `LOCAL_FAULTS_KEPT` of a kind the oldest goes, once the failures taken so far are
+        folded with it (unless the sweeps hold the incidents, or `restoring` a keyframe: its failures are folded at the
+        sweep, as they were live)."""
         for kept, found in (
             (self.local_faults, local_fault(line.text)),
             (self.failed_sessions, failed_session(line.text)),
             (self.handshakes, handshake_fault(line.text)),
         ):
             if found:
-                kept.setdefault(label.rpartition("/")[0], deque(maxlen=LOCAL_FAULTS_KEPT)).append((line.ts, found))
+                notes = kept.setdefault(label.rpartition("/")[0], deque())
+                notes.append((line.ts, found))
+                if len(notes) > LOCAL_FAULTS_KEPT:
+                    if not restoring:
+                        if not self._holding:
+                            self.incidents.update(self, final=False)  # as a sweep would: more deliveries are coming
+                        self.transport_notes_dropped += 1
+                    notes.popleft()
         if memory_unregistered(line.text):
             instance = label.rpartition("/")[0]
             self.unregistered[instance] = min(line.ts, self.unregistered.get(instance, line.ts))
@@ -960,6 +977,7 @@ class ClusterModel:
         agents' snapshots come in: folded later in one go, in time order, the incidents do not depend on which
         snapshot came first; they did, so much that back-to-back one-shot views named different suspects)."""
         self._now = max(self._now, now)
+        self._holding = hold_incidents
         if not hold_incidents:
             self.incidents.update(self, final=False)
         if now - self._lost_check_at >= LOST_SWEEP_EVERY_S or now < self._lost_check_at:
