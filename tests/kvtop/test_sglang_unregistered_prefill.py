@@ -157,7 +157,9 @@ GAVE_UP = (
     "[2026-07-21 16:30:02 TP0] Prefill register attempt 2/2 failed: [Errno 111] Connection refused\n"
     "[2026-07-21 16:30:02 TP0] Prefill instance failed to register to bootstrap server after 2 retries\n"
 )
-ASKED = "[2026-07-21 16:{m:02d}:{s:02d} TP0] Prefill server info not available from 10.31.4.9:9120, retrying (1/20)...\n"
+ASKED = (
+    "[2026-07-21 16:{m:02d}:{s:02d} TP0] Prefill server info not available from 10.31.4.9:9120, retrying (1/20)...\n"
+)
 
 
 @pytest.mark.parametrize("asked", [(29, 58), (31, 7)], ids=["asked-before-the-give-up", "asked-after-it"])

@@ -149,7 +149,9 @@ class LogStats:
         if self.peers_unlisted:
             text += f", {self.peers_unlisted} naming a lost prefill's address past the ranks kept (not listed)"
         if self.asked_unpaired:
-            text += f", {self.asked_unpaired} asking a bootstrap address past those kept (not paired with a prefill log)"
+            text += (
+                f", {self.asked_unpaired} asking a bootstrap address past those kept (not paired with a prefill log)"
+            )
         if self.damaged:
             text += f", {len(self.damaged)} damaged (read up to the damage): {'; '.join(self.damaged)}"
         if self.cut:
