@@ -214,15 +214,16 @@ class ClusterModel:
         self.transport_errors: deque[tuple[str, LogContext]] = deque(maxlen=CONTEXT_KEPT)
         """Those of them that are the transfer's own errors (`is_transport_error`), kept apart so that no other
         line pushes one out (a check's finding)."""
-        self.local_faults: dict[str, deque[tuple[float, str]]] = {}
-        """The local faults (`local_fault`) each instance's transport libraries logged, the latest few: when, what."""
-        self.handshakes: dict[str, deque[tuple[float, str]]] = {}
+        self.local_faults: dict[str, deque[tuple[float, str, str]]] = {}
+        """The local faults (`local_fault`) each instance's transport libraries logged, the latest few: when, what, the
+        rank whose log said it."""
+        self.handshakes: dict[str, deque[tuple[float, str, str]]] = {}
         """The handshake faults (`handshake_fault`) each instance's transport libraries logged, the latest few."""
         self.unregistered: dict[str, float] = {}
         """Instances whose transport libraries said they could not register memory (`memory_unregistered`): when
         first."""
-        self.failed_sessions: dict[str, deque[tuple[float, str]]] = {}
-        """The sessions each instance said failed (`failed_session`), the latest few: when, which."""
+        self.failed_sessions: dict[str, deque[tuple[float, str, str]]] = {}
+        """The sessions each instance said failed (`failed_session`), the latest few: when, which, by which rank."""
         self.crashes: dict[str, LogContext] = {}
         """Ranks that crashed (a server log said so, read or followed by a sidecar): the latest crash of each
         (`kind` `crash`: its process died; `thread_died`: one of its KV transfer threads), kept apart from
@@ -499,7 +500,7 @@ class ClusterModel:
         ):
             if found:
                 notes = kept.setdefault(label.rpartition("/")[0], deque())
-                notes.append((line.ts, found))
+                notes.append((line.ts, found, label))
                 if len(notes) > LOCAL_FAULTS_KEPT:
                     if not restoring:
                         if not self._holding:
@@ -512,28 +513,29 @@ class ClusterModel:
 
     def own_transport_fault(self, instance: str, ts: float) -> str:
         faults = self.local_faults.get(instance, ())
-        return next((fault for at, fault in faults if ts - LOCAL_FAULT_BEFORE_S <= at < ts + 1.0), "")
+        return next((fault for at, fault, _ in faults if ts - LOCAL_FAULT_BEFORE_S <= at < ts + 1.0), "")
 
     def handshake_failed(self, instance: str, ts: float) -> tuple[float, str] | None:
         faults = self.handshakes.get(instance, ())
-        return next((fault for fault in reversed(faults) if ts - HANDSHAKE_BEFORE_S <= fault[0] < ts + 1.0), None)
+        return next(((at, what) for at, what, _ in reversed(faults) if ts - HANDSHAKE_BEFORE_S <= at < ts + 1.0), None)
 
     def unregistered_at(self, instance: str, ts: float) -> float | None:
         at = self.unregistered.get(instance)
         return at if at is not None and at < ts + 1.0 else None
 
-    def session_failed_with(self, instance: str, address: str, ts: float) -> str:
+    def session_failed_with(self, instance: str, address: str, ts: float, rank: str = "") -> str:
         host = address.rpartition(":")[0]
-        sessions = {
-            session
-            for at, session in self.failed_sessions.get(instance, ())
+        near = [
+            (session, by)
+            for at, session, by in self.failed_sessions.get(instance, ())
             if abs(at - ts) <= SESSION_TIE_S and session.rpartition(":")[0] == host
-        }
+        ]
+        sessions = {session for session, by in near if by == rank} or {session for session, _ in near}
         return sessions.pop() if len(sessions) == 1 else ""
 
     def gave_up_on(self, instance: str, session: str, ts: float) -> float | None:
         failed = self.failed_sessions.get(instance, ())
-        return next((at for at, given in reversed(failed) if given == session and at < ts + 1.0), None)
+        return next((at for at, given, _ in reversed(failed) if given == session and at < ts + 1.0), None)
 
     def groups(self, now: float | None = None, window_s: float | None = None) -> list[FailureGroup]:
         """Every failure group, or those that started in the last `window_s` before `now`."""
@@ -923,7 +925,7 @@ class ClusterModel:
         room.last_progress = max(room.last_progress, event.ts)
         room.touched_at = self._now
         prefill, decode = room.link
-        peer = "" if prefill and decode else room_peer(view.role, view.instance, event.reason, event.ts, self)
+        peer = "" if prefill and decode else room_peer(view.role, view.instance, event.reason, event.ts, self, view.label)
         if view.role == "prefill":
             self._relink(room, self._named_by(peer, (view.instance, decode or peer), (view.instance, decode)))
         elif view.role == "decode":
