@@ -925,7 +925,9 @@ class ClusterModel:
         room.last_progress = max(room.last_progress, event.ts)
         room.touched_at = self._now
         prefill, decode = room.link
-        peer = "" if prefill and decode else room_peer(view.role, view.instance, event.reason, event.ts, self, view.label)
+        peer = (
+            "" if prefill and decode else room_peer(view.role, view.instance, event.reason, event.ts, self, view.label)
+        )
         if view.role == "prefill":
             self._relink(room, self._named_by(peer, (view.instance, decode or peer), (view.instance, decode)))
         elif view.role == "decode":

@@ -822,9 +822,9 @@ _PEERS_NAMED = {
 
 
 def room_peer(role: str, instance: str, reason: str, ts: float, around: Surroundings, rank: str = "") -> str:
-    """The other side of a room that a failure of a rank of `role` (`rank`, of `instance`) names by address: a decode rank's prefill
-    instance by its bootstrap address, a prefill rank's decode rank by its session (a send's address: the session
-    its sender said failed with it, as `_decode_rank_at`); "" where it names none, or no `host:port`."""
+    """The other side of a room that a failure of a rank of `role` (`rank`, of `instance`) names by address: a decode
+    rank's prefill instance by its bootstrap address, a prefill rank's decode rank by its session (a send's address:
+    the session its sender said failed with it, as `_decode_rank_at`); "" where it names none, or no `host:port`."""
     for pattern in _PEERS_NAMED.get(role, ()):
         found = pattern.search(reason) if _HELD[pattern] in reason else None
         address = _PEER_ADDRESS.fullmatch(found[1].strip()) if found else None
