@@ -115,9 +115,9 @@ SILENCES_KEPT = 8
 CONTEXT_KEPT = 10_000
 """Context lines (`LogContext`) sidecars published that the model keeps for the failure groups near them."""
 LOCAL_FAULTS_KEPT = 64
-"""The local faults, handshake faults and sessions given up on kept per instance (`keep_transport_error`): the
-failures taken before are folded before one goes (a log read in one pass folds at its end), and each that goes is
-counted (`transport_notes_dropped`)."""
+"""The local faults, handshake faults and sessions given up on kept per instance (`keep_transport_error`), the latest
+64 to 127 of each kind: the failures taken before are folded before the oldest 64 go (a log read in one pass folds at
+its end), and those that go are counted (`transport_notes_dropped`)."""
 
 
 _ABORT_CAUSE, _FAULT_CAUSE = 1, 2
@@ -490,9 +490,9 @@ class ClusterModel:
     def keep_transport_error(self, label: str, line: LogContext, restoring: bool = False) -> None:
         """Keep what a transport error of rank `label` tells the suspects under its instance: a local fault
         (`local_fault`), a session given up on (`failed_session`), a handshake that failed (`handshake_fault`), memory
-        it could not register. Past `LOCAL_FAULTS_KEPT` of a kind the oldest goes, once the failures taken so far are
-        folded with it (unless the sweeps hold the incidents, or `restoring` a keyframe: its failures are folded at the
-        sweep, as they were live)."""
+        it could not register. At twice `LOCAL_FAULTS_KEPT` of a kind the oldest half goes, once the failures taken so
+        far are folded with it (unless the sweeps hold the incidents, or `restoring` a keyframe: its failures are
+        folded at the sweep, as they were live)."""
         for kept, found in (
             (self.local_faults, local_fault(line.text)),
             (self.failed_sessions, failed_session(line.text)),
@@ -501,12 +501,13 @@ class ClusterModel:
             if found:
                 notes = kept.setdefault(label.rpartition("/")[0], deque())
                 notes.append((line.ts, found, label))
-                if len(notes) > LOCAL_FAULTS_KEPT:
+                if len(notes) >= 2 * LOCAL_FAULTS_KEPT:  # the oldest half goes at once: one fold for 64 notes
                     if not restoring:
                         if not self._holding:
                             self.incidents.update(self, final=False)  # as a sweep would: more deliveries are coming
-                        self.transport_notes_dropped += 1
-                    notes.popleft()
+                        self.transport_notes_dropped += LOCAL_FAULTS_KEPT
+                    for _ in range(LOCAL_FAULTS_KEPT):
+                        notes.popleft()
         if memory_unregistered(line.text):
             instance = label.rpartition("/")[0]
             self.unregistered[instance] = min(line.ts, self.unregistered.get(instance, line.ts))
