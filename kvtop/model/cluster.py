@@ -114,8 +114,11 @@ JOURNAL_EVENTS_KEPT = 200_000
 """Recent events the dashboard keeps (whole deliveries) for its event tail and room timelines."""
 SILENCES_KEPT = 8
 CONTEXT_KEPT = 10_000
-LOCAL_FAULTS_KEPT = 64
 """Context lines (`LogContext`) sidecars published that the model keeps for the failure groups near them."""
+LOCAL_FAULTS_KEPT = 64
+"""The local faults, handshake faults and sessions given up on kept per instance (`keep_transport_error`), the latest
+64 to 127 of each kind: the failures taken before are folded before the oldest 64 go (a log read in one pass folds at
+its end), and those that go are counted (`transport_notes_dropped`)."""
 
 
 _ABORT_CAUSE, _FAULT_CAUSE = 1, 2
@@ -180,6 +183,11 @@ class ClusterModel:
         self.peers_unlinked = 0
         """Failure lines of log rooms whose peer they named by address was left unnamed: the model held
         `LINKS_NAMED_KEPT` links already."""
+        self.transport_notes_dropped = 0
+        self._holding = False
+        """The last sweep held the incidents (`sweep`'s `hold_incidents`): nothing else folds them meanwhile."""
+        """Local faults, handshake faults and sessions given up on that an instance's later ones pushed out
+        (`LOCAL_FAULTS_KEPT`): a room refolded after, or a session refused after, no longer reads them."""
         self.snapshot_cut = 0
         """Entries agents left out of their snapshots to fit a frame (each snapshot says how many it cut)."""
         self.retired_outcomes = {"succeeded": 0, "failed": 0, "aborted": 0}
@@ -210,15 +218,16 @@ class ClusterModel:
         self.transport_errors: deque[tuple[str, LogContext]] = deque(maxlen=CONTEXT_KEPT)
         """Those of them that are the transfer's own errors (`is_transport_error`), kept apart so that no other
         line pushes one out (a check's finding)."""
-        self.local_faults: dict[str, deque[tuple[float, str]]] = {}
-        """The local faults (`local_fault`) each instance's transport libraries logged, the latest few: when, what."""
-        self.handshakes: dict[str, deque[tuple[float, str]]] = {}
+        self.local_faults: dict[str, deque[tuple[float, str, str]]] = {}
+        """The local faults (`local_fault`) each instance's transport libraries logged, the latest few: when, what, the
+        rank whose log said it."""
+        self.handshakes: dict[str, deque[tuple[float, str, str]]] = {}
         """The handshake faults (`handshake_fault`) each instance's transport libraries logged, the latest few."""
         self.unregistered: dict[str, float] = {}
         """Instances whose transport libraries said they could not register memory (`memory_unregistered`): when
         first."""
-        self.failed_sessions: dict[str, deque[tuple[float, str]]] = {}
-        """The sessions each instance said failed (`failed_session`), the latest few: when, which."""
+        self.failed_sessions: dict[str, deque[tuple[float, str, str]]] = {}
+        """The sessions each instance said failed (`failed_session`), the latest few: when, which, by which rank."""
         self.crashes: dict[str, LogContext] = {}
         """Ranks that crashed (a server log said so, read or followed by a sidecar): the latest crash of each
         (`kind` `crash`: its process died; `thread_died`: one of its KV transfer threads), kept apart from
@@ -482,45 +491,56 @@ class ClusterModel:
         ]
         return Crashed(*crashed[0]) if len(crashed) == 1 else _first_of(crashed)
 
-    def keep_transport_error(self, label: str, line: LogContext) -> None:
+    def keep_transport_error(self, label: str, line: LogContext, restoring: bool = False) -> None:
         """Keep what a transport error of rank `label` tells the suspects under its instance: a local fault
         (`local_fault`), a session given up on (`failed_session`), a handshake that failed (`handshake_fault`), memory
-        it could not register."""
+        it could not register. At twice `LOCAL_FAULTS_KEPT` of a kind the oldest half goes, once the failures taken so
+        far are folded with it (unless the sweeps hold the incidents, or `restoring` a keyframe: its failures are
+        folded at the sweep, as they were live)."""
         for kept, found in (
             (self.local_faults, local_fault(line.text)),
             (self.failed_sessions, failed_session(line.text)),
             (self.handshakes, handshake_fault(line.text)),
         ):
             if found:
-                kept.setdefault(label.rpartition("/")[0], deque(maxlen=LOCAL_FAULTS_KEPT)).append((line.ts, found))
+                notes = kept.setdefault(label.rpartition("/")[0], deque())
+                notes.append((line.ts, found, label))
+                if len(notes) >= 2 * LOCAL_FAULTS_KEPT:  # the oldest half goes at once: one fold for 64 notes
+                    if not restoring:
+                        if not self._holding:
+                            self.incidents.update(self, final=False)  # as a sweep would: more deliveries are coming
+                        self.transport_notes_dropped += LOCAL_FAULTS_KEPT
+                    for _ in range(LOCAL_FAULTS_KEPT):
+                        notes.popleft()
         if memory_unregistered(line.text):
             instance = label.rpartition("/")[0]
             self.unregistered[instance] = min(line.ts, self.unregistered.get(instance, line.ts))
 
     def own_transport_fault(self, instance: str, ts: float) -> str:
         faults = self.local_faults.get(instance, ())
-        return next((fault for at, fault in faults if ts - LOCAL_FAULT_BEFORE_S <= at < ts + 1.0), "")
+        return next((fault for at, fault, _ in faults if ts - LOCAL_FAULT_BEFORE_S <= at < ts + 1.0), "")
 
     def handshake_failed(self, instance: str, ts: float) -> tuple[float, str] | None:
         faults = self.handshakes.get(instance, ())
-        return next((fault for fault in reversed(faults) if ts - HANDSHAKE_BEFORE_S <= fault[0] < ts + 1.0), None)
+        return next(((at, what) for at, what, _ in reversed(faults) if ts - HANDSHAKE_BEFORE_S <= at < ts + 1.0), None)
 
     def unregistered_at(self, instance: str, ts: float) -> float | None:
         at = self.unregistered.get(instance)
         return at if at is not None and at < ts + 1.0 else None
 
-    def session_failed_with(self, instance: str, address: str, ts: float) -> str:
+    def session_failed_with(self, instance: str, address: str, ts: float, rank: str = "") -> str:
         host = address.rpartition(":")[0]
-        sessions = {
-            session
-            for at, session in self.failed_sessions.get(instance, ())
+        near = [
+            (session, by)
+            for at, session, by in self.failed_sessions.get(instance, ())
             if abs(at - ts) <= SESSION_TIE_S and session.rpartition(":")[0] == host
-        }
+        ]
+        sessions = {session for session, by in near if by == rank} or {session for session, _ in near}
         return sessions.pop() if len(sessions) == 1 else ""
 
     def gave_up_on(self, instance: str, session: str, ts: float) -> float | None:
         failed = self.failed_sessions.get(instance, ())
-        return next((at for at, given in reversed(failed) if given == session and at < ts + 1.0), None)
+        return next((at for at, given, _ in reversed(failed) if given == session and at < ts + 1.0), None)
 
     def groups(self, now: float | None = None, window_s: float | None = None) -> list[FailureGroup]:
         """Every failure group, or those that started in the last `window_s` before `now`."""
@@ -915,7 +935,9 @@ class ClusterModel:
         room.last_progress = max(room.last_progress, event.ts)
         room.touched_at = self._now
         prefill, decode = room.link
-        peer = "" if prefill and decode else room_peer(view.role, view.instance, event.reason, event.ts, self)
+        peer = (
+            "" if prefill and decode else room_peer(view.role, view.instance, event.reason, event.ts, self, view.label)
+        )
         if view.role == "prefill":
             self._relink(room, self._named_by(peer, (view.instance, decode or peer), (view.instance, decode)))
         elif view.role == "decode":
@@ -969,6 +991,7 @@ class ClusterModel:
         agents' snapshots come in: folded later in one go, in time order, the incidents do not depend on which
         snapshot came first; they did, so much that back-to-back one-shot views named different suspects)."""
         self._now = max(self._now, now)
+        self._holding = hold_incidents
         if not hold_incidents:
             self.incidents.update(self, final=False)
         if now - self._lost_check_at >= LOST_SWEEP_EVERY_S or now < self._lost_check_at:

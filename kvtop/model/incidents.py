@@ -20,9 +20,10 @@ decode instance is one incident whichever of its hosts a room names, first or la
 Sessions of one decode host that start failing within `quiet_gap_s` of one another are one incident of that host
 (`_of_host`: a decode of TP or DP attention on one node, dead, names a session per rank), which remembers them as a
 multi-node decode's incident does; a session of it that starts failing later is a new death, its own incident.
-So are the ranks of an instance (by label) when every rank seen of it stops answering within `quiet_gap_s`
-(`_of_instance`: an instance stalled whole): one incident of the instance, which remembers its ranks as a host's does
-its sessions; a rank failing alone stays that rank's.
+So are the ranks of an instance (by label) when every rank of it (every rank seen, and, where its log stated its TP
+size, each of that many) fails the same way within `quiet_gap_s` (`_of_instance`: an instance stalled, corrupting its
+sends, refusing, whole): one incident of the instance, which remembers its ranks as a host's does its sessions; a rank
+failing alone stays that rank's.
 
 Computed incrementally: the model hands each failure to `add()` (a list append on the ingest path) and
 `update()` (from the model's sweep) folds only the rooms those failures touched. A room's groups can change
@@ -532,7 +533,7 @@ class IncidentTracker:
         if together and suspect.kind == "rank":  # one incident each of other sessions of its host: the host's
             suspect, key = Suspect("host", host, "decode"), (str(attribution.kind), "host", host)
             latest = self._latest.get(key)
-        rank = suspect.name if suspect.kind == "rank" and attribution.kind is Kind.UNRESPONSIVE and not host else ""
+        rank = suspect.name if suspect.kind == "rank" and not host else ""
         if rank and (together := self._of_instance(rank, attribution.kind, ts, around)):
             suspect = Suspect("instance", _instance(rank), suspect.role)  # every rank of it failed: the instance's
             key = (str(attribution.kind), "instance", suspect.name)
@@ -553,7 +554,7 @@ class IncidentTracker:
                 self._absorb(incident, single, formed=True)
             self._remember(incident, (rank,))
             self._index(incident)
-            if self._latest.get(key) == incident.id:
+            if _a_cause(incident) and self._latest.get(key) == incident.id:
                 self._place_cause(key, incident)
         if _a_cause(incident):
             beside = self._with(("instance", _end_of(suspect)), ("side", suspect.role), ("symptom", ""))
@@ -603,17 +604,19 @@ class IncidentTracker:
         return [max(hosts, key=lambda incident: incident.first_seen)] if hosts else near
 
     def _of_instance(self, rank: str, kind: Kind, ts: float, around: Surroundings) -> list[Incident]:
-        """The `unresponsive` incidents of the other ranks of `rank`'s instance that take a group at `ts` (`_takes`),
-        when with `rank` they are every rank seen of it (the instance stalled whole); else none (a rank failing alone,
-        or some of its ranks, stay their own)."""
+        """The incidents of `kind` of the other ranks of `rank`'s instance that take a group at `ts` (`_takes`), when
+        with `rank` they are every rank of it (`_whole`: the instance stalled, corrupted its sends, refused, whole);
+        else none (a rank failing alone, or some of its ranks, stay their own)."""
         instance = _instance(rank)
         others = [
             incident
             for incident in self._with(("of", instance))
             if incident.kind == kind and incident.suspect.name != rank and self._takes(incident, ts, False)
         ]
-        seen = around.ranks_of(instance) if others else []
-        return others if seen and {rank, *(incident.suspect.name for incident in others)}.issuperset(seen) else []
+        if not others:
+            return []
+        failing = {rank, *(incident.suspect.name for incident in others)}
+        return others if _whole(failing, around.ranks_of(instance), around.tp_sizes.get(instance, 0)) else []
 
     def _explaining(self, attribution: Attribution, ts: float, around: Surroundings) -> Incident | None:
         """The one rank's `unresponsive` incident under way at `ts` that explains a vaguer attribution (an
@@ -904,8 +907,8 @@ def _tags(incident: Incident) -> list[Tag]:
             tags.append(("side", suspect.role))
         if host := session_host(suspect):  # a decode session's, or a host's: `_of_host`
             tags.append(("host", host))
-        if suspect.kind == "rank" and (instance := _instance(suspect.name)):
-            tags.append(("of", instance))  # `_of_instance`
+    if incident.suspect.kind == "rank" and (instance := _instance(incident.suspect.name)):
+        tags.append(("of", instance))  # `_of_instance`, whatever the kind of failure
     return tags
 
 
@@ -953,6 +956,24 @@ def _one_of_its_sessions(single: Incident, instance: Incident, quiet_gap_s: floa
 
 def _instance(label: str) -> str:
     return label.rpartition("/")[0]
+
+
+def _whole(failing: set[str], seen: list[str], stated: int) -> bool:
+    """Whether the failing ranks of an instance are every rank of it: every rank seen of it, and where its log stated
+    its TP size (`server_args`), ranks 0 to size-1 of each pipeline stage among them (a log that names two ranks of a
+    TP 8 instance names no whole one)."""
+    if not seen or not failing.issuperset(seen):
+        return False
+    if not stated:
+        return True
+    stages: dict[str, set[int]] = {}
+    for label in failing:
+        rank = label.rpartition("/")[2]
+        digits = len(rank) - len(rank.rstrip("0123456789"))  # the TP number: the label's last digits
+        if not digits:
+            return False
+        stages.setdefault(rank[:-digits], set()).add(int(rank[-digits:]))
+    return all(numbers.issuperset(range(stated)) for numbers in stages.values())
 
 
 def _of_ranks(incident: Incident) -> bool:

@@ -401,9 +401,10 @@ class Surroundings(Protocol):
         before `ts` (in its second); None when none did."""
         ...
 
-    def session_failed_with(self, instance: str, address: str, ts: float) -> str:
+    def session_failed_with(self, instance: str, address: str, ts: float, rank: str = "") -> str:
         """The session on `address`'s host that `instance` said failed (`failed_session`) within `SESSION_TIE_S` of
-        `ts`, "" when none did (or several did)."""
+        `ts`: the one its `rank` said failed (the sender's own: with decode TP > 1 each prefill rank gives up on its own
+        peer's session in the same second), else the one any rank of it did; "" when none did (or several did)."""
         ...
 
     def gave_up_on(self, instance: str, session: str, ts: float) -> float | None:
@@ -828,17 +829,17 @@ _PEERS_NAMED = {
 }
 
 
-def room_peer(role: str, instance: str, reason: str, ts: float, around: Surroundings) -> str:
-    """The other side of a room that a failure of a rank of `role` names by address: a decode rank's prefill
-    instance by its bootstrap address, a prefill rank's decode rank by its session (a send's address: the session
-    its sender said failed with it, as `_decode_rank_at`); "" where it names none, or no `host:port`."""
+def room_peer(role: str, instance: str, reason: str, ts: float, around: Surroundings, rank: str = "") -> str:
+    """The other side of a room that a failure of a rank of `role` (`rank`, of `instance`) names by address: a decode
+    rank's prefill instance by its bootstrap address, a prefill rank's decode rank by its session (a send's address:
+    the session its sender said failed with it, as `_decode_rank_at`); "" where it names none, or no `host:port`."""
     for pattern, held in _PEERS_NAMED.get(role, ()):
         found = pattern.search(reason) if held in reason else None
         address = _PEER_ADDRESS.fullmatch(found[1].strip()) if found else None
         if address is None or int(address[1]) > 65535:
             continue
         if pattern is _SEND_TO:
-            return around.session_failed_with(instance, address[0], ts) or address[0]
+            return around.session_failed_with(instance, address[0], ts, rank) or address[0]
         return address[0]
     return ""
 
@@ -949,7 +950,7 @@ def _rank_order(label: str) -> tuple[str, int]:
 def _decode_rank_at(address: str, origin: Observed, around: Surroundings) -> str:
     """The name of the decode rank a send failed to: the session its sender said failed with it (on the address's
     host, in the same second), which later rooms name, else the address itself."""
-    return around.session_failed_with(origin.instance, address, origin.ts) or address
+    return around.session_failed_with(origin.instance, address, origin.ts, origin.rank) or address
 
 
 def _other_side(origin: Observed, room: int, around: Surroundings) -> Suspect:

@@ -42,18 +42,20 @@ DERIVED_FIELDS = frozenset(
         "_peers",
         "_instance_peers",
         "series",
+        "_holding",
     )
 )
 """Made from the state (`ClusterModel.failure_keys`; the fold, from the failures when restored; the peers, from the
-links; the local faults, from the transport errors; the ranks' identities, from their views), or the maker's choice
-(`series`: a check's model keeps none, a recording's always does): not part of a keyframe."""
+links; the local faults, from the transport errors; the ranks' identities, from their views; whether the sweeps hold
+the incidents, from the next sweep), or the maker's choice (`series`: a check's model keeps none, a recording's always
+does): not part of a keyframe."""
 STATE_FIELDS = frozenset(
     (
         "ranks", "rooms", "finished", "failures", "transfers", "links", "gaps", "intake", "rejected",
         "rejected_frames", "lost", "lost_after_s", "_lost_check_at", "_now", "_open", "_touched",
         "failures_total", "_causes", "retired_outcomes", "context", "incidents", "snapshot_cut",
         "correct_clocks", "timeline", "crashes", "logged_after_crash", "instances_at", "transport_errors",
-        "peers_unlinked", "tp_sizes",
+        "peers_unlinked", "tp_sizes", "transport_notes_dropped",
     )
 )  # fmt: skip
 
@@ -157,6 +159,8 @@ class ModelState(msgspec.Struct, array_like=True):
     """`ClusterModel.peers_unlinked`."""
     tp_sizes: dict[str, int] = {}
     """`ClusterModel.tp_sizes` (keyframes older than it: none)."""
+    transport_notes_dropped: int = 0
+    """`ClusterModel.transport_notes_dropped`."""
 
 
 _ENCODER = msgspec.msgpack.Encoder()
@@ -233,7 +237,7 @@ def capture(model: ClusterModel) -> bytes:
         list(model._causes.items()), dict(model.retired_outcomes), list(model.context), model.incidents.state(),
         model.snapshot_cut, model.correct_clocks, Buckets(*model.timeline.state()), list(model.crashes.items()),
         dict(model.logged_after_crash), dict(model.instances_at), list(model.transport_errors),
-        model.peers_unlinked, dict(model.tp_sizes),
+        model.peers_unlinked, dict(model.tp_sizes), model.transport_notes_dropped,
     )  # fmt: skip
     return _ENCODER.encode(state)
 
@@ -271,10 +275,10 @@ def restore(data: bytes | memoryview, journal_events: int = 0) -> ClusterModel:
     model.instances_at = dict(state.instances_at)
     model.transport_errors.extend(state.transport_errors)
     for label, line in state.transport_errors:
-        model.keep_transport_error(label, line)
+        model.keep_transport_error(label, line, restoring=True)
     model.snapshot_cut, model.correct_clocks = state.snapshot_cut, state.correct_clocks
     model._hellos = identities(model.ranks)
-    model.peers_unlinked = state.peers_unlinked
+    model.peers_unlinked, model.transport_notes_dropped = state.peers_unlinked, state.transport_notes_dropped
     model.tp_sizes = dict(state.tp_sizes)
     if state.incidents is not None:
         model.incidents = IncidentTracker.restored(state.incidents)

@@ -444,6 +444,7 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
         "rooms_lost": model.lost,
         "snapshot_entries_cut": model.snapshot_cut,
         "peers_unlinked": model.peers_unlinked,
+        "transport_notes_dropped": model.transport_notes_dropped,
         "clocks_skewed": {label: round(offset, 3) for label, offset in model.skewed_clocks().items()},
         "ranks_crashed": {label: _crash_json(model, label) for label in model.crashes},
         **intake_json(model, now),
@@ -587,5 +588,7 @@ def _counted(s: dict[str, Any]) -> str:
     """What was skipped or retired unseen, named only when it happened."""
     named = [(s["rejected_events"], "events rejected"), (s["rejected_frames"], "frames rejected"),
              (s["rooms_lost"], "rooms lost"), (s["snapshot_entries_cut"], "snapshot entries cut to fit"),
-             (s["peers_unlinked"], "peer addresses left unlinked (links kept full)")]  # fmt: skip
+             (s["peers_unlinked"], "peer addresses left unlinked (links kept full)"),
+             (s["transport_notes_dropped"],
+              "transport faults and given-up sessions no longer kept (64 an instance)")]  # fmt: skip
     return "".join(f", {count} {what}" for count, what in named if count)

@@ -162,8 +162,9 @@ def test_every_value_is_a_finite_non_negative_number_and_names_follow_prometheus
 
 
 def test_incidents_ongoing_and_started_are_the_models_by_class_and_suspect_kind(exposition):
-    """The synthetic cluster's corrupting senders are ongoing incidents of class checksum and suspect kind rank;
-    the client's abort one of kind client; every incident kept was started."""
+    """The synthetic cluster's corrupting senders, every rank of each prefill instance, are ongoing incidents of class
+    checksum and suspect kind instance (one an instance: what broke); the client's abort one of kind client; every
+    incident kept was started."""
     model = fixed_model()
     families = {family.name: family for family in text_string_to_metric_families(exposition)}
 
@@ -176,11 +177,11 @@ def test_incidents_ongoing_and_started_are_the_models_by_class_and_suspect_kind(
     }
     kept = [i for i in model.incidents.incidents.values() if i.ongoing(NOW)]
     assert ongoing == {
-        ("checksum", "rank"): sum(i.reason_class == "checksum" for i in kept),
+        ("checksum", "instance"): sum(i.reason_class == "checksum" for i in kept),
         ("aborted", "client"): 1,
     }
-    assert ongoing[("checksum", "rank")] >= 2
-    assert started == {key: float(n) for key, n in model.incidents.started.items() if n}
+    assert ongoing[("checksum", "instance")] == 2
+    assert started == {key: float(n) for key, n in model.incidents.started.items()}  # a rank's start taken back: 0
 
 
 def test_the_exposition_is_valid_openmetrics(exposition):

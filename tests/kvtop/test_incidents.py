@@ -95,8 +95,10 @@ def test_a_quiet_gap_splits_an_incident_and_ends_the_first():
 
 
 def test_two_suspects_at_once_stay_two_incidents_and_two_kinds_of_one_suspect_too():
-    """prefill-0/TP0 and prefill-0/TP1 corrupt in the same seconds; prefill-0/TP1 also refuses: three."""
+    """prefill-0/TP0 and prefill-0/TP1 corrupt in the same seconds while its TP2 sends whole KV (not every rank of it:
+    no incident of the instance); prefill-0/TP1 also refuses: three."""
     model = ClusterModel()
+    _beat(model, T0, "prefill-0/TP2")
     for room in range(1, 7):
         sender = f"prefill-0/TP{room % 2}"
         deliver(model, "decode-0/TP0", [checksum(T0 + room, room, "decode-0/TP0", sender)], T0 + room)
@@ -963,6 +965,65 @@ def test_an_instance_whose_every_rank_stopped_answering_is_one_incident_of_the_i
         _beat(restored, T0 + beat, *ranks)
     deliver(restored, "decode-0/TP0", [_stalled(T0 + 12, 12, "decode-0/TP0", "prefill-1/TP0")], T0 + 12)
     assert incidents(restored, T0 + 13) == [("prefill-1", "unresponsive", 10)]
+
+
+@pytest.mark.parametrize(("stated", "expected"), [
+    (4, [("prefill-1/TP0", "unresponsive", 3), ("prefill-1/TP1", "unresponsive", 3)]),
+    (2, [("prefill-1", "unresponsive", 6)]),
+], ids=["tp4-two-ranks-named", "tp2-every-rank-named"])  # fmt: skip
+def test_the_tp_size_a_log_stated_says_whether_the_ranks_that_failed_are_the_whole_instance(
+    stated: int, expected: list[tuple[str, str, int]]
+):
+    """Logs name prefill-1/TP0 and TP1 only and both stop answering: of a TP 4 instance (its `server_args` said so)
+    two ranks failed while two unnamed ones may answer, two incidents (it read `prefill-1 stopped answering`, every
+    rank seen being every rank); of a TP 2 instance, the instance's."""
+    model = ClusterModel()
+    model.tp_sizes["prefill-1"] = stated
+    for room in range(1, 7):
+        _beat(model, T0 + room, "prefill-1/TP0", "prefill-1/TP1", "decode-0/TP0")
+        stalled = _stalled(T0 + room, room, "decode-0/TP0", f"prefill-1/TP{room % 2}")
+        deliver(model, "decode-0/TP0", [stalled], T0 + room)
+        model.sweep(T0 + room)
+
+    assert sorted(incidents(model, T0 + 8)) == expected
+
+
+def _refused(ts: float, room: int, prefill: str) -> Failure:
+    """A prefill rank's refusal of a room's transfer request (the `refuse` fault: it names itself)."""
+    text = f"Prefill rank {prefill[-1]} refused the transfer request of room {room}"
+    return origin(ts, room, prefill, text, "refused", prefill)
+
+
+@pytest.mark.parametrize(
+    ("kind", "verb"), [("corrupt", "sends corrupt KV (checksum)"), ("refusing", "refuses transfers (refused)")]
+)
+def test_every_rank_of_an_instance_failing_the_same_way_is_one_incident_of_the_instance(kind: str, verb: str):
+    """Both ranks of prefill-0 corrupt their sends (or refuse transfers) in the same seconds: what broke is the
+    instance, one incident naming its ranks, one start counted under `instance` (it was two incidents of ranks)."""
+    model = ClusterModel()
+    for room in range(1, 9):
+        sender = f"prefill-0/TP{room % 2}"
+        _beat(model, T0 + room, "prefill-0/TP0", "prefill-0/TP1", "decode-0/TP0", "decode-0/TP1")
+        decode = f"decode-0/TP{room % 2}"
+        failure = checksum(T0 + room, room, decode, sender) if kind == "corrupt" else _refused(T0 + room, room, sender)
+        deliver(model, failure.rank, [failure], T0 + room)
+        model.sweep(T0 + room)
+
+    assert incidents(model, T0 + 9) == [("prefill-0", kind, 8)]
+    [incident] = model.incidents.incidents.values()
+    assert incident.headline() == f"prefill-0 {verb}"
+    assert incident.evidence_lines()[0] == "its ranks prefill-0/TP1, prefill-0/TP0 failed together"
+    assert {key: n for key, n in model.incidents.started.items() if n} == {(kind, "instance"): 1}
+
+
+def test_one_rank_of_an_instance_corrupting_its_sends_stays_the_ranks_incident():
+    """prefill-0/TP1 corrupts while TP0 sends whole KV: its own incident, not the instance's."""
+    model = ClusterModel()
+    for room in range(1, 5):
+        _beat(model, T0 + room, "prefill-0/TP0", "prefill-0/TP1", "decode-0/TP1")
+        deliver(model, "decode-0/TP1", [checksum(T0 + room, room)], T0 + room)
+
+    assert incidents(model, T0 + 6) == [("prefill-0/TP1", "corrupt", 4)]
 
 
 @pytest.mark.parametrize("others", [(), ("prefill-1/TP2",)])

@@ -268,6 +268,28 @@ def test_live_an_instance_that_stalls_whole_is_one_incident_of_the_instance_nami
     assert "incident: prefill-0 stopped answering (timeout_" in check.stdout, check.stdout
 
 
+def test_live_an_instance_whose_every_rank_corrupts_its_sends_is_one_incident_of_the_instance(cluster_up, wait_for):
+    """Both ranks of prefill-0 corrupt 5 % of what they send: once each has, it is one incident, `prefill-0 sends
+    corrupt KV`, its evidence naming the two ranks, no incident of either rank beside it (it was two: one cause)."""
+    running = cluster_up("--prefill", "1", "--decode", "1", "--tp", "2", "--rate", "20", "--fault",
+                         "prefill-0=corrupt:0.05")  # fmt: skip
+
+    def the_instance() -> dict[str, Any] | None:
+        found = incidents("--bootstrap", running.bootstrap)
+        return next((i for i in found if i["suspect"]["name"] == "prefill-0" and i["kind"] == "corrupt"), None)
+
+    instance = wait_for(the_instance, 90, "an incident of prefill-0 sending corrupt KV")
+    found = incidents("--bootstrap", running.bootstrap)
+
+    assert instance["headline"] == "prefill-0 sends corrupt KV (checksum)", instance
+    assert instance["suspect"] == {"kind": "instance", "name": "prefill-0", "role": "prefill"}
+    assert instance["evidence"][0] in (
+        "its ranks prefill-0/TP0, prefill-0/TP1 failed together",
+        "its ranks prefill-0/TP1, prefill-0/TP0 failed together",
+    )
+    assert not [i["suspect"]["name"] for i in found if i["suspect"]["name"].startswith("prefill-0/")], found
+
+
 def ranks(bootstrap: str) -> list[dict[str, Any]]:
     result = kvtop("ranks", "--json", "--bootstrap", bootstrap)
     assert result.returncode == 0, result.stderr

@@ -165,3 +165,22 @@ def test_with_the_decode_log_a_room_naming_its_sessions_suspects_the_decode_inst
     assert [(i["suspect"], i["room_count"]) for i in found] == [
         ({"kind": "instance", "name": "decode-0", "role": "decode"}, 1)
     ]
+
+
+def test_each_sender_names_the_session_it_gave_up_on_and_its_later_refusal_joins_the_hosts_incident(tmp_path: Path):
+    """Decode TP 2 on one node, prefill TP 2: in one second each prefill rank gives up on its own peer's session and
+    its send to that rank's ZeroMQ port fails. Each send is its own sender's session (both failed in that second, so
+    the instance's were two to choose from): the host's incident names the two sessions, and a room prefill TP0 refuses
+    on its session 5 minutes later joins it (a sender's standing refusal). It named the ZeroMQ ports, `10.6.0.44:41000,
+    10.6.0.44:41001`, and the later refusal of session 10.6.0.44:15000, one rank's other name, was a second incident."""
+    args = prefill_log(
+        tmp_path,
+        gave_up("2026-07-12 10:20:01", 6500001, 0, 0)
+        + gave_up("2026-07-12 10:20:01", 6500001, 1, 1)
+        + refused("2026-07-12 10:25:00", 6500002, 0, 0),
+    )
+
+    found = incidents(args)
+
+    assert [(i["suspect_text"], i["room_count"]) for i in found] == [(f"decode at {HOST} (2 sessions)", 2)]
+    assert found[0]["evidence"][0] == f"its sessions {SESSIONS[0]}, {SESSIONS[1]} failed together"

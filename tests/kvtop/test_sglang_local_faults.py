@@ -155,3 +155,27 @@ def test_a_session_given_up_on_for_the_sender_s_own_fault_refused_later_names_th
 
     assert [(i["suspect_text"], i["kind"], i["room_count"]) for i in found] == [("prefill-0", "failing", 2)]
     assert "it gave up on 10.32.17.209:16680 40 s before, right after its own transport logged" in str(found)
+
+
+def test_a_send_failure_keeps_its_senders_fault_when_140_more_come_later_in_one_read(tmp_path: Path):
+    """A log read in one pass folds its failures at its end: the 64 local faults kept of prefill-0 were then the last
+    ones, 10 minutes after the send failure, and it read `decode at 10.9.0.7:16200 stopped answering`. The failures
+    taken are folded before the oldest faults go (64 at once, at 128), and `status` counts those that went."""
+    log = tmp_path / "prefill.log"
+    later = (
+        f"E0302 10:{10 + i // 60:02d}:{i % 60:02d}.100000 57210 rdma_transport.cpp:529] Memory region not registered "
+        f"by any active device(s): 0x7f4e0200{i:04d}\n"
+        for i in range(140)
+    )
+    log.write_text(
+        "E0302 10:00:01.940600 57210 rdma_transport.cpp:529] Memory region not registered by any active device(s): "
+        "0x7f4e02001680\n[2026-03-02 10:00:01 TP0] Session 10.9.0.7:16200 failed.\n"
+        + send_failure("2026-03-02 10:00:01", 0, ROOM, "10.9.0.7:40990")
+        + "".join(later)
+    )
+
+    [incident] = json.loads(kvtop_here("incidents", "--sglang-log", str(log), "--json").stdout)["incidents"]
+    status = json.loads(kvtop_here("status", "--sglang-log", str(log), "--json").stdout)
+
+    assert (incident["suspect"]["name"], incident["kind"]) == ("prefill-0", "failing")
+    assert status["transport_notes_dropped"] == 64  # 141 faults: at the 128th the oldest 64 went

@@ -150,3 +150,31 @@ def test_a_decode_s_bootstrap_error_read_before_the_registration_incident_joins_
     assert incident["suspect"] == {"kind": "instance", "name": "10.31.4.9:9120", "role": "prefill"}
     assert (incident["origins"], incident["roomless"], incident["echoes"]) == (2, 2, 2)
     assert incident["noticed_by"] == {"prefill-0/TP0": 1, "prefill-0/TP1": 1}
+
+
+GAVE_UP = (
+    "[2026-07-21 16:30:01 TP0] Prefill register attempt 1/2 failed: [Errno 111] Connection refused\n"
+    "[2026-07-21 16:30:02 TP0] Prefill register attempt 2/2 failed: [Errno 111] Connection refused\n"
+    "[2026-07-21 16:30:02 TP0] Prefill instance failed to register to bootstrap server after 2 retries\n"
+)
+ASKED = (
+    "[2026-07-21 16:{m:02d}:{s:02d} TP0] Prefill server info not available from 10.31.4.9:9120, retrying (1/20)...\n"
+)
+
+
+@pytest.mark.parametrize("asked", [(29, 58), (31, 7)], ids=["asked-before-the-give-up", "asked-after-it"])
+def test_a_decode_naming_the_address_echoes_the_give_up_that_names_none_in_one_read(
+    tmp_path: Path, asked: tuple[int, int]
+):
+    """The prefill's give-up names no address (its instance is the suspect), the decode's error names the address
+    the prefill's log can be at: one failure, read in one pass of both files. It was two incidents (`prefill at
+    10.31.4.9:9120` beside `prefill-0`): the address was paired with the prefill's log only for a lost connection's
+    line, and only after the lines had been applied."""
+    prefill = _write(tmp_path, "p.log", GAVE_UP)
+    decode = _write(tmp_path, "d.log", ASKED.format(m=asked[0], s=asked[1]))
+
+    [incident] = json.loads(kvtop_here("incidents", *prefill, *decode, "--json").stdout)["incidents"]
+
+    assert incident["suspect"] == {"kind": "instance", "name": "prefill-0", "role": "prefill"}
+    assert (incident["origins"], incident["roomless"], incident["echoes"]) == (1, 1, 1)
+    assert incident["noticed_by"] == {"prefill-0/TP0": 1}

@@ -39,7 +39,9 @@ from kvtop.model.suspects import (
     BOOTSTRAP_TIMED_OUT,
     CRASH_KINDS,
     PREFILL_LOST,
+    REGISTRATION_FAILED,
     WAITING_TIMED_OUT,
+    bootstrap_address,
     failed_session,
     handshake_fault,
     local_fault,
@@ -81,6 +83,8 @@ LOAD_BYTES = 8 << 20
 """Bytes of each file a poll reads while loading: what is held at once is one poll's events, whatever the size."""
 
 
+ASKED_KEPT = 1024
+"""Bootstrap addresses of decodes' bootstrap errors kept to pair with the prefill logs that can be at them."""
 RANKS_MAX = 4096
 """Ranks the logs read together may name (as many as a bootstrap service lists): a line of one more is counted as
 garbled. Each is a view of its own (~70 KB): lines naming `PP0..1023` of `TP0..1023` made a million of them."""
@@ -313,6 +317,11 @@ class SGLangLogs:
         whose lines name it (in order): listed as ranks, so within `RANKS_MAX` with `_labels`."""
         self._peers_unlisted = 0
         """Addresses decode lines named past `RANKS_MAX` (not listed: each a rank view of its own)."""
+        self._asked: dict[str, None] = {}
+        """Bootstrap addresses decode ranks could not get an answer from (a bootstrap error), `ASKED_KEPT` at most: the
+        prefill logs that can be at one are the model's `instances_at` it (never a rank of its own)."""
+        self._asked_unpaired = 0
+        """Bootstrap errors naming an address past `ASKED_KEPT` (not paired with the prefill logs that can be it)."""
         self.relabelled: list[str] = []
         """`FILE: labelled prefill, its lines are decode's` for each file whose lines say otherwise than its label."""
         self.repeated: list[str] = []
@@ -380,7 +389,7 @@ class SGLangLogs:
     def stats(self) -> LogStats:
         stats = LogStats(len(self.files), failures=self._failures, batches=self._batches, context=self._context)
         stats.garbled, stats.no_room, stats.undated = self._garbled, self._no_room, self._undated
-        stats.peers_unlisted = self._peers_unlisted
+        stats.peers_unlisted, stats.asked_unpaired = self._peers_unlisted, self._asked_unpaired
         for file in self.files:
             read = file.reader.stats
             stats.bytes += read.bytes
@@ -491,6 +500,11 @@ class SGLangLogs:
                     self._rank_event(server, line, said.since, pending)
         if self.until is not None:
             pending = [item for item in pending if item[0] <= self.until]
+        if model is not None:  # before the lines apply: a failure's suspect reads them (a single pass reads no more)
+            self._list_peers(model)
+            for server in self._servers():
+                if server.instance and server.tp_size:
+                    model.tp_sizes[server.instance] = server.tp_size
         pending.sort(key=itemgetter(0, 1))
         applied: list[tuple[str, Event]] = []
         run: list[Event] = []
@@ -502,11 +516,6 @@ class SGLangLogs:
                 if model is not None:
                     self._apply(model, file, label, run, ts)
                 run = []
-        if model is not None:
-            self._list_peers(model)
-            for server in self._servers():
-                if server.instance and server.tp_size:
-                    model.tp_sizes[server.instance] = server.tp_size
         return applied
 
     def close(self) -> None:
@@ -695,6 +704,8 @@ class SGLangLogs:
             self.fresh_context.append(context)
         if record.kind == "lost_connection" and record.tp is not None and file.instance:
             self._peer_named(record.text, rank_label(file.instance, record.tp, record.pp, dp))
+        elif record.kind == BOOTSTRAP_ERROR and REGISTRATION_FAILED not in record.text:
+            self._asked_at(bootstrap_address(record.text))
 
     def _launcher(
         self, file: _File, line: LauncherLine, ts: float, pending: list[tuple[float, int, _File, str, Event]]
@@ -822,23 +833,42 @@ class SGLangLogs:
             return
         self._peers.setdefault(address, {})[label] = None
 
+    def _asked_at(self, address: str) -> None:
+        """Note the bootstrap address a decode rank's bootstrap error names (none: nothing to note)."""
+        if not address or address in self._asked:
+            return
+        if len(self._asked) >= ASKED_KEPT:
+            self._asked_unpaired += 1
+            return
+        self._asked[address] = None
+
     def _list_peers(self, model: ClusterModel) -> None:
         """List in the model each prefill instance decode lines named (`ClusterModel.peer_named`) that none of
         the prefill logs read can be: a prefill log is ruled out only by a bootstrap port of its own that is not
         the address's (the host a log prints is where it listens, often 0.0.0.0, not the address decode used).
-        The instances of the logs that can be it are the model's `instances_at` the address."""
+        The instances of the logs that can be it are the model's `instances_at` the address, and so are those of each
+        address a decode's bootstrap error asked (a decode's error and the prefill's give-up that names no address are
+        one failure: `IncidentTracker`)."""
         for address, named_by in self._peers.items():
-            port = address.rpartition(":")[2]
-            logs = [
-                server
-                for server in self._servers()
-                if server.role == "prefill" and (server.bootstrap_port is None or str(server.bootstrap_port) == port)
-            ]
+            logs = self._prefills_at(address)
             if logs:
                 model.forget_peer_named(address)
                 model.instances_at[address] = tuple(dict.fromkeys(file.instance for file in logs if file.instance))
             else:
                 model.peer_named(address, "prefill", address.rpartition(":")[0], list(named_by))
+        for address in self._asked:
+            if address not in self._peers and (logs := self._prefills_at(address)):
+                model.instances_at[address] = tuple(dict.fromkeys(file.instance for file in logs if file.instance))
+
+    def _prefills_at(self, address: str) -> list[_File]:
+        """The prefill instances whose logs can be at a bootstrap address: a log is ruled out only by a bootstrap port
+        of its own that is not the address's."""
+        port = address.rpartition(":")[2]
+        return [
+            server
+            for server in self._servers()
+            if server.role == "prefill" and (server.bootstrap_port is None or str(server.bootstrap_port) == port)
+        ]
 
     def _apply(self, model: ClusterModel, file: _File, label: str, events: list[Event], ts: float) -> None:
         parts = self._parts.get(label)

@@ -78,6 +78,8 @@ class LogStats:
     """Lines used that told no time, with no dated line before them in their file: the file's mtime dates them."""
     peers_unlisted: int = 0
     """Lines naming a lost prefill instance's address past the ranks the logs may name (`RANKS_MAX`): not listed."""
+    asked_unpaired: int = 0
+    """Decode bootstrap errors naming an address past the `ASKED_KEPT` kept: not paired with the prefill logs at it."""
     rotations: int = 0
     damaged: list[str] = field(default_factory=list)
     """`FILE: what was wrong` for each `.gz` that could not be read to its end (what came before was used)."""
@@ -147,6 +149,10 @@ class LogStats:
             text += f", {self.undated} dated by their file's time (no line before them told one)"
         if self.peers_unlisted:
             text += f", {self.peers_unlisted} naming a lost prefill's address past the ranks kept (not listed)"
+        if self.asked_unpaired:
+            text += (
+                f", {self.asked_unpaired} asking a bootstrap address past those kept (not paired with a prefill log)"
+            )
         if self.damaged:
             text += f", {len(self.damaged)} damaged (read up to the damage): {'; '.join(self.damaged)}"
         if self.cut:

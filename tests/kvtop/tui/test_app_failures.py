@@ -171,7 +171,8 @@ def test_a_group_whose_origin_comes_after_its_echo_stays_open_under_the_cursor(a
     after = seen["after"]
     assert (seen["before"].room, seen["before"].origin) == (room, None)
     assert (after.group.room, after.group.origin_label, after.group.origin.ts) == (room, origin, first.ts)
-    assert after.incident.id == incident_of(source, room) and after.incident.suspect == "prefill-1/TP1"
+    assert after.incident.id == incident_of(source, room) and after.incident.suspect == "prefill-1"  # TP1's: both
+    # ranks of prefill-1 corrupt in the fixture, one incident of the instance
     assert any(row.startswith(f"▼ room {room} ") for row in seen["rows"])
     assert any(row.startswith("└ echo prefill-0/TP0") for row in seen["rows"])
 
