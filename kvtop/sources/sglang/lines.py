@@ -194,10 +194,12 @@ _BOOTSTRAP_ERRORS = (
 registering there): a failure that names no room."""
 _GLOG = re.compile(r"([EWIF])(\d\d)(\d\d) (\d\d:\d\d:\d\d)(\.\d+)? +(?:\d+ +)?(\S+\.c(?:pp|c)?:\d+)\] (.*)")
 """`E0102 03:04:05.123456 4242 file.cpp:294] message` (the thread id left out in some pastes)."""
-_GLOG_GLUED = re.compile(r"(?<=\w)[EWIF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)? +(?:\d+ +)?\S+\.c(?:pp|c)?:\d+\] ")
+_GLOG_GLUED = re.compile(r"[EWIF](?<=\w[EWIF])\d{4} \d\d:\d\d:\d\d(?:\.\d+)? +(?:\d+ +)?\S+\.c(?:pp|c)?:\d+\] ")
 """A glog line glued to the end of another process's text in one stream (two crash dumps written at once:
 `  File "/sgl/.../utils.pyE1206 03:41:24.558460  3307 transfer_engine.cpp:417] ...`): it starts where a word
-ends, with no space, which a line that quotes glog's words never does."""
+ends, with no space, which a line that quotes glog's words never does. The word character is asked after the level's
+letter (a lookbehind over both): a pattern that starts with a character set is searched by skipping to that set;
+one that starts with a lookbehind is tried at every position (5.4 -> 0.7 us over a glog line of the bench's)."""
 _GLOG_FILES = (".cpp:", ".cc:")
 """What every glog line holds (looked for before `_GLOG_GLUED` runs)."""
 _TORCH_RANK = re.compile(r"\[rank(\d+)\]:\[(?=[EWIF]\d{4} )")
