@@ -11,6 +11,7 @@ from kvtop_cli import kvtop_here
 from kvtop.sources.sglang.infer import to_failure
 from kvtop.sources.sglang.lines import BatchLine, ContextLine, FailureLine, Garbled, classify
 from kvtop.sources.sglang.prefix import parse_prefix
+from transport.sglang import reasons
 from transport.sglang.reasons import reason_class
 
 pytestmark = pytest.mark.usefixtures("utc")
@@ -138,6 +139,17 @@ def test_exceptions_that_are_not_kv_transfer_errors_and_missing_room_fields():
 def test_every_reason_string_has_its_class(reason, expected):
     """SGLang's reasons (and our agents' own) map to the closed set of reason classes."""
     assert expected == reason_class(reason)
+
+
+def test_the_classes_of_reasons_kept_are_bounded_and_read_alike_after_they_go():
+    """`reason_class` keeps the classes it read (a log repeats its reasons) up to a bound, then drops them: a reason
+    asked again, kept or not, has the class it had."""
+    reason = "Request 5 timed out after 300.0s in KVPoll.WaitingForInput"
+    assert reason_class(reason) == reason_class(reason) == "timeout_waiting"
+    for room in range(reasons._CLASSES_KEPT + 1):  # a reason a room: every one new
+        assert reason_class(f"Request {room} timed out after 300.0s in KVPoll.Bootstrapping") == "timeout_bootstrap"
+        assert len(reasons._classes) <= reasons._CLASSES_KEPT
+    assert reason_class(reason) == "timeout_waiting"
 
 
 @pytest.mark.parametrize(
