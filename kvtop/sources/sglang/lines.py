@@ -765,6 +765,34 @@ def _failure(prefix: Prefix) -> FailureLine:
     )  # fmt: skip
 
 
+_AS_PRINTED = re.compile(
+    r"\[([0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}) TP([0-9]{1,4})\] "
+    r"((Decode handshake|Decode transfer|Prefill transfer|Prefill bootstrap) failed for request "
+    r"rank=[0-9]+ (?:[\w.]*\.)?rid='([\w-]*)' (?:[\w.]*\.)?bootstrap_room=([0-9]{1,19}) "
+    r"with exception KVTransferError\(bootstrap_room=(?:[0-9]+|None)\): ([^\x1b\n]+))"
+)
+"""A failure line as SGLang prints it (`[2026-01-02 00:00:01 TP2] Decode transfer failed for request rank=2
+decode_req.req.rid='ab12' decode_req.req.bootstrap_room=7 with exception KVTransferError(bootstrap_room=7): ...`):
+no wrapper, no fraction of a second, a TP tag alone, a request id of word characters (no field's name in it), no
+terminal code. What `parse_prefix` and `classify` read of it, `as_printed` reads in one match."""
+
+
+def as_printed(line: str) -> tuple[Prefix, FailureLine] | None:
+    """(its prefix, its record) of a failure line in `_AS_PRINTED`'s shape, as `parse_prefix` and `classify` read
+    them (most marked lines of a log: their ~40 calls in one match); None for any other line, and for one they
+    would refuse (a rank tag, or a room, past its bound; checked alike by a test), which they read instead. Raises
+    ValueError for a time that cannot be, as `parse_prefix` does."""
+    match = _AS_PRINTED.fullmatch(line.rstrip())
+    if match is None:
+        return None
+    tp, room, message = int(match[2]), int(match[6]), match[3]
+    if tp > RANK_TAG_MAX or room > ROOM_MAX or message.endswith(OWN_RESTORE_FAILED):
+        return None
+    ts = stamp_seconds(match[1])
+    reason = cut_text(match[7].strip())
+    return Prefix(ts, {"TP": tp}, message), FailureLine(ts, tp, match[4], match[5], room, reason, True)
+
+
 def _word_search(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
     """The first match of `pattern` (which starts with a word character) where a word starts: what `\b` before it
     finds, at a third of the cost (a regex that starts with `\b` has no literal prefix to skip to)."""
