@@ -318,19 +318,18 @@ _TAKEN = [  # in `as_printed`'s shape: read by its one match
     "[2026-01-02 00:00:01 TP0] Decode handshake failed for request rank=0 rid='a-b_c' bootstrap_room=1 "
     "with exception KVTransferError(bootstrap_room=1): " + "x" * 3000,
 ]
+_ROOM_7 = "bootstrap_room=7 with exception KVTransferError(bootstrap_room=7): x"
 _LEFT = [  # another shape, or one the general reading refuses: read by it
-    _PRINTED + "decode_req.req.bootstrap_room=7 with exception KVTransferError(bootstrap_room=7): \x1b[31mred\x1b[0m",
-    _PRINTED + "decode_req.req.bootstrap_room=7 with exception KVTransferError(bootstrap_room=7): x (HiCache local "
-    "restore failed on this rank)",
+    _PRINTED + "decode_req.req." + _ROOM_7 + " \x1b[31mred\x1b[0m",
+    _PRINTED + "decode_req.req." + _ROOM_7 + " (HiCache local restore failed on this rank)",
     _PRINTED + f"decode_req.req.bootstrap_room={1 << 63} with exception KVTransferError(bootstrap_room=7): x",
-    _PRINTED.replace("TP2]", "TP2000]") + "bootstrap_room=7 with exception KVTransferError(bootstrap_room=7): x",
-    _PRINTED.replace("'ab12'", "'a bootstrap_room=5'") + "bootstrap_room=7 with exception KVTransferError("
-    "bootstrap_room=7): x",
-    _PRINTED.replace("rid=", "xrid=") + "bootstrap_room=7 with exception KVTransferError(bootstrap_room=7): x",
-    _PRINTED.replace("00:00:01", "00:00:01.25") + "bootstrap_room=7 with exception KVTransferError(bootstrap_room=7): x",
-    _PRINTED.replace("TP2]", "DP1 TP2]") + "bootstrap_room=7 with exception KVTransferError(bootstrap_room=7): x",
-    "\ufeff" + _PRINTED + "bootstrap_room=7 with exception KVTransferError(bootstrap_room=7): x",
-    _PRINTED + "bootstrap_room=7 with exception KVTransferError(bootstrap_room=7): x\nTraceback (most recent call last):",
+    _PRINTED.replace("TP2]", "TP2000]") + _ROOM_7,
+    _PRINTED.replace("'ab12'", "'a bootstrap_room=5'") + _ROOM_7,
+    _PRINTED.replace("rid=", "xrid=") + _ROOM_7,
+    _PRINTED.replace("00:00:01", "00:00:01.25") + _ROOM_7,
+    _PRINTED.replace("TP2]", "DP1 TP2]") + _ROOM_7,
+    "\ufeff" + _PRINTED + _ROOM_7,
+    _PRINTED + _ROOM_7 + "\nTraceback (most recent call last):",
 ]
 
 

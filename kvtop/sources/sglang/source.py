@@ -598,6 +598,7 @@ class SGLangLogs:
             if key and key == file.batch_key:
                 return  # queue depths once per second and rank are enough
             file.batch_key = key
+        record: Record | None
         try:
             printed = as_printed(text)  # a failure line as SGLang prints it: most marked lines, in one match
             if printed is not None:
