@@ -388,9 +388,11 @@ class IncidentTracker:
 
     def _keep_bound(self) -> None:
         """Drop the oldest incidents past `incidents_kept`, in one pass (as `_let_go`: one at a time, each would walk
-        the dead slots before it)."""
-        for incident in list(islice(self.incidents.values(), max(0, len(self.incidents) - self.incidents_kept))):
-            self._drop(incident, started=True)
+        the dead slots before it); nothing to build under the bound (a roomless failure asks at each one)."""
+        past = len(self.incidents) - self.incidents_kept
+        if past > 0:
+            for incident in list(islice(self.incidents.values(), past)):
+                self._drop(incident, started=True)
 
     def _let_go(self) -> None:
         """Stop tracking the least recently failed rooms past `rooms_tracked` or `ROOM_REUSE_S` older than the

@@ -14,6 +14,7 @@ from kvtop_cli import kvtop_here
 
 from kvtop.model.cluster import ClusterModel
 from kvtop.sources.sglang import SGLangLogs, load
+from kvtop.sources.sglang.prefix import stamp_seconds
 from kvtop.views.times import stamp
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
@@ -116,3 +117,31 @@ def test_a_line_dated_year_1_is_said_with_a_four_digit_year(tmp_path: Path):
 
     assert "0001-01-02 03:04:30" in misdated.text("decode-0")
     assert stamp(year_1, dated=True) == "0001-01-02 03:04:30.250"
+
+
+@pytest.mark.parametrize(
+    "stamp",
+    [
+        "2026-01-02 00:00:07", "2026-01-02 00:00:59", "2026-01-02 00:00:60", "2026-01-02 00:00:61",
+        "2024-02-29 23:59:59", "2026-1-2 0:0:5", "2026-02-29 00:00:01", "2026-13-02 00:00:01",
+        "2026-01-02 00:00:62", "2026-01-02 0:000:00", "2026-01-02 00:00:1x",
+    ],
+)  # fmt: skip
+def test_a_stamp_reads_as_strptime_and_mktime_read_it_a_minute_read_once_or_not(stamp: str):
+    """`stamp_seconds` reads a stamp's minute once and adds its seconds: what the whole stamp reads as, or the same
+    ValueError (a leap second, a day or month that cannot be, another layout)."""
+
+    def whole(text: str) -> float | type[ValueError]:
+        try:
+            return time.mktime(time.strptime(text, "%Y-%m-%d %H:%M:%S"))
+        except ValueError:
+            return ValueError
+
+    def read(text: str) -> float | type[ValueError]:
+        try:
+            return stamp_seconds(text)
+        except ValueError:
+            return ValueError
+
+    assert read(f"{stamp[:16]}:00") == whole(f"{stamp[:16]}:00")  # its minute read first, where it is one
+    assert read(stamp) == whole(stamp)

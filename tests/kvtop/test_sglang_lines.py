@@ -9,8 +9,9 @@ import pytest
 from kvtop_cli import kvtop_here
 
 from kvtop.sources.sglang.infer import to_failure
-from kvtop.sources.sglang.lines import BatchLine, ContextLine, FailureLine, Garbled, classify
+from kvtop.sources.sglang.lines import BatchLine, ContextLine, FailureLine, Garbled, as_printed, classify
 from kvtop.sources.sglang.prefix import parse_prefix
+from transport.sglang import reasons
 from transport.sglang.reasons import reason_class
 
 pytestmark = pytest.mark.usefixtures("utc")
@@ -138,6 +139,17 @@ def test_exceptions_that_are_not_kv_transfer_errors_and_missing_room_fields():
 def test_every_reason_string_has_its_class(reason, expected):
     """SGLang's reasons (and our agents' own) map to the closed set of reason classes."""
     assert expected == reason_class(reason)
+
+
+def test_the_classes_of_reasons_kept_are_bounded_and_read_alike_after_they_go():
+    """`reason_class` keeps the classes it read (a log repeats its reasons) up to a bound, then drops them: a reason
+    asked again, kept or not, has the class it had."""
+    reason = "Request 5 timed out after 300.0s in KVPoll.WaitingForInput"
+    assert reason_class(reason) == reason_class(reason) == "timeout_waiting"
+    for room in range(reasons._CLASSES_KEPT + 1):  # a reason a room: every one new
+        assert reason_class(f"Request {room} timed out after 300.0s in KVPoll.Bootstrapping") == "timeout_bootstrap"
+        assert len(reasons._classes) <= reasons._CLASSES_KEPT
+    assert reason_class(reason) == "timeout_waiting"
 
 
 @pytest.mark.parametrize(
@@ -294,3 +306,55 @@ def test_a_dead_session_names_the_decode_rank_at_it_whatever_the_transport_s_wor
     [incident] = json.loads(kvtop_here("incidents", "--sglang-log", str(log), "--json").stdout)["incidents"]
 
     assert (incident["class"], incident["suspect_text"]) == ("peer_lost", "decode at 10.82.101.249:16324")
+
+
+_PRINTED = "[2026-01-02 00:00:01 TP2] Decode transfer failed for request rank=2 decode_req.req.rid='ab12' "
+_TAKEN = [  # in `as_printed`'s shape: read by its one match
+    _PRINTED + "decode_req.req.bootstrap_room=7 with exception KVTransferError(bootstrap_room=7): Request 7 timed out",
+    _PRINTED + "decode_req.req.bootstrap_room=7 with exception KVTransferError(bootstrap_room=None): x ][ y ]: z  \r",
+    _PRINTED + "decode_req.req.bootstrap_room=7 with exception KVTransferError(bootstrap_room=8): a with exception b",
+    "[2026-01-02 00:00:01 TP02] Prefill bootstrap failed for request rank=2 req.rid='' req.bootstrap_room=9 "
+    "with exception KVTransferError(bootstrap_room=9):   Failed due to an unknown reason from another rank",
+    "[2026-01-02 00:00:01 TP0] Decode handshake failed for request rank=0 rid='a-b_c' bootstrap_room=1 "
+    "with exception KVTransferError(bootstrap_room=1): " + "x" * 3000,
+]
+_ROOM_7 = "bootstrap_room=7 with exception KVTransferError(bootstrap_room=7): x"
+_LEFT = [  # another shape, or one the general reading refuses: read by it
+    _PRINTED + "decode_req.req." + _ROOM_7 + " \x1b[31mred\x1b[0m",
+    _PRINTED + "decode_req.req." + _ROOM_7 + " (HiCache local restore failed on this rank)",
+    _PRINTED + f"decode_req.req.bootstrap_room={1 << 63} with exception KVTransferError(bootstrap_room=7): x",
+    _PRINTED.replace("TP2]", "TP2000]") + _ROOM_7,
+    _PRINTED.replace("'ab12'", "'a bootstrap_room=5'") + _ROOM_7,
+    _PRINTED.replace("rid=", "xrid=") + _ROOM_7,
+    _PRINTED.replace("00:00:01", "00:00:01.25") + _ROOM_7,
+    _PRINTED.replace("TP2]", "DP1 TP2]") + _ROOM_7,
+    "\ufeff" + _PRINTED + _ROOM_7,
+    _PRINTED + _ROOM_7 + "\nTraceback (most recent call last):",
+]
+
+
+def _read(line: str) -> object:
+    """What the general reading makes of a line (`parse_prefix`, `classify`), or the error it raises."""
+    try:
+        prefix = parse_prefix(line)
+        return prefix, classify(prefix, 2026)
+    except (Garbled, ValueError) as error:
+        return type(error)
+
+
+@pytest.mark.parametrize("line", _TAKEN)
+def test_a_failure_line_as_sglang_prints_it_is_read_in_one_match_as_the_general_reading_reads_it(line: str):
+    assert as_printed(line) == _read(line)
+
+
+@pytest.mark.parametrize("line", _LEFT)
+def test_a_failure_line_of_another_shape_or_one_refused_is_left_to_the_general_reading(line: str):
+    assert as_printed(line) is None
+    assert _read(line) is not None
+
+
+def test_a_failure_line_as_printed_with_a_time_that_cannot_be_is_refused_as_the_general_reading_refuses_it():
+    line = _TAKEN[0].replace("2026-01-02", "2026-13-02")
+    with pytest.raises(ValueError):
+        as_printed(line)
+    assert _read(line) is ValueError

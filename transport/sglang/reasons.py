@@ -95,8 +95,23 @@ _BY_FIRST: dict[str, tuple[tuple[re.Pattern[str], tuple[str, ...], bool, str], .
 pattern only where one of its literals starts with that character."""
 
 
+_CLASSES_KEPT = 4096
+"""Reasons whose class `reason_class` keeps (a log repeats a few reasons on most of its failure lines: an echo's, a
+dead prefill's); past it the kept ones are dropped together."""
+_classes: dict[str, str] = {}
+
+
 def reason_class(reason: str) -> str:
     """The closed-set class of a reason string (`other` for anything a backend reports)."""
+    name = _classes.get(reason)
+    if name is None:
+        if len(_classes) >= _CLASSES_KEPT:
+            _classes.clear()
+        name = _classes[reason] = _class_of(reason)
+    return name
+
+
+def _class_of(reason: str) -> str:
     for pattern, literals, anchored, name in _BY_FIRST.get(reason[:1], _BY_FIRST[""]):
         if anchored:
             if not reason.startswith(literals):

@@ -92,7 +92,9 @@ class Prefix(msgspec.Struct, frozen=True):
 
 
 _stamps: dict[str, float] = {}
+_minutes: dict[str, float] = {}
 _tag_sets: dict[str, dict[str, int]] = {}
+_STAMP = "%Y-%m-%d %H:%M:%S"
 
 
 def stamp_seconds(stamp: str) -> float:
@@ -101,8 +103,24 @@ def stamp_seconds(stamp: str) -> float:
     if seconds is None:
         if len(_stamps) >= _STAMPS_KEPT:
             _stamps.clear()
-        seconds = _stamps[stamp] = time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S"))
+            _minutes.clear()
+        seconds = _stamps[stamp] = _local_seconds(stamp)
     return seconds
+
+
+def _local_seconds(stamp: str) -> float:
+    """`stamp_seconds` uncached: its minute's start read once (`strptime` takes ~10 us, a log's every new second
+    asked it), its seconds added (no clock changes within a minute); a stamp of another layout, or a leap second
+    (`:60`, which starts the next minute), read whole. Raises ValueError for a time that cannot be. (An hour a clock
+    set back repeats is either of its two times, as `mktime` picks by what it was asked before, read whole or not.)"""
+    second = stamp[17:]
+    if len(stamp) != 19 or stamp[16] != ":" or not (second.isascii() and second.isdigit()) or second >= "60":
+        return time.mktime(time.strptime(stamp, _STAMP))
+    minute = stamp[:16]
+    start = _minutes.get(minute)
+    if start is None:
+        start = _minutes[minute] = time.mktime(time.strptime(f"{minute}:00", _STAMP))
+    return start + int(second)
 
 
 def split_stream(line: str) -> tuple[str, str]:

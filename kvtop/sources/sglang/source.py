@@ -60,6 +60,7 @@ from kvtop.sources.sglang.lines import (
     NodeOf,
     Record,
     ServerArgsLine,
+    as_printed,
     classify,
     glog_year,
     glued_glog,
@@ -607,11 +608,16 @@ class SGLangLogs:
             if key and key == file.batch_key:
                 return  # queue depths once per second and rank are enough
             file.batch_key = key
+        record: Record | None
         try:
-            prefix = parse_prefix(text)
-            # only an undated line may be a glog one (the year dates nothing else; a localtime and a match a line)
-            year = glog_year(prefix.message, file.last_ts, latest=not file.dated) if prefix.ts is None else 0
-            record = classify(prefix, year)
+            printed = as_printed(text)  # a failure line as SGLang prints it: most marked lines, in one match
+            if printed is not None:
+                prefix, record = printed
+            else:
+                prefix = parse_prefix(text)
+                # only an undated line may be a glog one (the year dates nothing else; a localtime and a match a line)
+                year = glog_year(prefix.message, file.last_ts, latest=not file.dated) if prefix.ts is None else 0
+                record = classify(prefix, year)
         except (Garbled, ValueError):
             self._garbled += 1
             return
