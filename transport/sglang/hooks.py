@@ -98,15 +98,15 @@ def replica_of(args: Any, server_args: Any) -> int | None:
 def tp_rank_of(manager: Any, args: Any) -> int:
     """The scheduler's TP rank as its log lines' `TP` tag names it (SGLang's `tp_rank`, unique across the server's
     attention-DP groups), from the attention ranks the KV manager took from SGLang's parallel context: `(attn_dp_rank
-    * attn_cp_size + attn_cp_rank) * attn_tp_size + attn_tp_rank`, SGLang's own layout. Not its KV args'
-    `engine_rank`: a decode scheduler's is its rank within its attention-TP group (`tp_rank % attn_tp_size`), so
-    with DP attention each group's ranks had the same. A manager without attention ranks (an older SGLang): its
-    `engine_rank`."""
+    * attn_cp_size + attn_cp_rank) * attn_tp_size + attn_tp_rank`, SGLang's own layout (a manager of a version
+    before attention CP: none). Not its KV args' `engine_rank`: a decode scheduler's is its rank within its
+    attention-TP group (`tp_rank % attn_tp_size`), so with DP attention each group's ranks had the same. A manager
+    without attention ranks: its `engine_rank`."""
     try:
-        dp, cp, tp = (int(getattr(manager, f"attn_{name}_rank")) for name in ("dp", "cp", "tp"))
-        cp_size, tp_size = int(manager.attn_cp_size), int(manager.attn_tp_size)
+        dp, tp, tp_size = int(manager.attn_dp_rank), int(manager.attn_tp_rank), int(manager.attn_tp_size)
     except (AttributeError, TypeError, ValueError):
         return int(args.engine_rank)
+    cp, cp_size = int(getattr(manager, "attn_cp_rank", 0) or 0), int(getattr(manager, "attn_cp_size", 1) or 1)
     return (dp * cp_size + cp) * tp_size + tp
 
 
