@@ -45,10 +45,14 @@ def start_rank(
     plugins: bool,
     dp_size: int = 1,
     dp_rank: int | None = None,
+    pp_size: int = 1,
+    pp_rank: int = 0,
+    dp_attention: bool = False,
 ) -> Any:
-    """Make this process SGLang's scheduler of `role`/TP`tp_rank` (its `ServerArgs`, returned), with SGLang's
-    plugins loaded when `plugins`; of DP replica `dp_rank` of a server of plain `--dp-size dp_size` (as SGLang's DP
-    controller places it). Call before any KV manager is built; start the transfer engine after."""
+    """Make this process SGLang's scheduler of `role`/TP`tp_rank` of pipeline stage `pp_rank` (its `ServerArgs`,
+    returned), with SGLang's plugins loaded when `plugins`; of DP rank `dp_rank` of a server of `--dp-size dp_size`
+    (replicas, or attention-DP groups of its TP ranks with `dp_attention`), as SGLang's DP controller places it.
+    Call before any KV manager is built; start the transfer engine after."""
     os.environ.update(CPU_ENVIRONMENT)
     from sglang.srt.runtime_context import SpawnRanks, get_parallel, publish
     from sglang.srt.server_args import ServerArgs
@@ -63,8 +67,11 @@ def start_rank(
         device="cpu",
         tp_size=tp_size,
         dp_size=dp_size,
+        pp_size=pp_size,
+        enable_dp_attention=dp_attention,
     )
-    publish(server_args, role="scheduler", ranks=SpawnRanks(world_rank=tp_rank, dp_rank=dp_rank, gpu_id=0))
+    world_rank = tp_size * pp_rank + tp_rank  # SGLang's `spawn_world_rank`
+    publish(server_args, role="scheduler", ranks=SpawnRanks(world_rank=world_rank, dp_rank=dp_rank, gpu_id=0))
     get_parallel().override_permanently(pp_group=None)
     if plugins:
         from sglang.srt.plugins import load_plugins
@@ -80,21 +87,24 @@ def start_transfer_engine() -> None:
     init_mooncake_transfer_engine("127.0.0.1", gpu_id=0, ib_device=None)
 
 
-def kv_manager(server_args: Any, tp_rank: int, pools: Pools, page_tokens: int, layers: int, dp_rank: int = 0) -> Any:
-    """A real `MooncakeKVManager` of this rank's role over `pools` (of DP replica `dp_rank`, as SGLang's scheduler
-    gives it in `KVArgs.system_dp_rank`; a prefill's first rank also serves SGLang's bootstrap server on the
-    bootstrap port)."""
+def kv_manager(server_args: Any, pools: Pools, page_tokens: int, layers: int) -> Any:
+    """A real `MooncakeKVManager` of this rank's role over `pools`, its ranks in `KVArgs` as SGLang's scheduler gives
+    them (`engine_rank`: a prefill's TP rank, a decode's rank within its attention-TP group; `pp_rank`;
+    `system_dp_rank`: its DP rank), from the runtime context `start_rank` published; the first rank of a prefill
+    also serves SGLang's bootstrap server on the bootstrap port."""
     from sglang.srt.disaggregation.base.conn import KVArgs
     from sglang.srt.disaggregation.mooncake.conn import MooncakeKVBootstrapServer, MooncakeKVManager
     from sglang.srt.disaggregation.utils import DisaggregationMode
+    from sglang.srt.runtime_context import get_parallel
 
+    parallel = get_parallel()
     prefill = server_args.disaggregation_mode == "prefill"
-    if prefill and tp_rank == 0 and dp_rank == 0:
+    if prefill and parallel.tp_rank == 0 and parallel.pp_rank == 0 and not parallel.dp_rank:
         MooncakeKVBootstrapServer("127.0.0.1", server_args.disaggregation_bootstrap_port)
     args = KVArgs()
-    args.engine_rank = tp_rank
-    args.pp_rank = 0
-    args.system_dp_rank = dp_rank
+    args.engine_rank = parallel.tp_rank if prefill else parallel.tp_rank % parallel.attn_tp_size
+    args.pp_rank = parallel.pp_rank
+    args.system_dp_rank = parallel.dp_rank
     args.rust_http_port = None
     args.kv_cache_dtype_str = "bfloat16"
     args.kv_layout = None

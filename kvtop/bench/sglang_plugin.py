@@ -167,7 +167,7 @@ def _measure(conn: Connection, bootstrap: str, calls: int, repeats: int, failed_
     if hooked_poll is plain_poll or hooked_failure is plain_failure:
         raise RuntimeError("SGLang's load_plugins() did not hook CommonKVSender (is kvtop installed here?)")
     start_transfer_engine()
-    manager = kv_manager(server_args, 0, Pools.make(layers=1, pages=4, page_bytes=256, aux_bytes=64), 4, 1)
+    manager = kv_manager(server_args, Pools.make(layers=1, pages=4, page_bytes=256, aux_bytes=64), 4, 1)
     from sglang.srt.disaggregation.mooncake.conn import MooncakeKVSender
 
     from transport.sglang.hooks import PLUGIN

@@ -34,8 +34,10 @@ class Rank:
 
     @property
     def label(self) -> str:
-        replica = "" if self.spec.dp_rank is None else f"DP{self.spec.dp_rank}-"
-        return f"{self.spec.role}/{replica}TP{self.spec.tp_rank}"
+        spec = self.spec
+        replica = "" if spec.dp_rank is None else f"DP{spec.dp_rank}-"
+        stage = f"PP{spec.pp_rank}-" if spec.pp_size > 1 else ""
+        return f"{spec.role}/{replica}{stage}TP{spec.tp_rank}"
 
     def reports(self) -> list[Report]:
         path = Path(self.spec.report)
@@ -115,6 +117,18 @@ def replicas(tmp: Path, rooms: list[list[int]], env: dict[str, str], **extra: ob
             spec = RankSpec("prefill", 0, 1, bootstrap, free_port(), http, held, str(report), dp_size=len(rooms),
                             dp_rank=dp, **extra)  # type: ignore[arg-type]  # fmt: skip
             result.ranks.append(_start(tmp, f"prefill-dp{dp}", spec, env))
+        yield result
+    finally:
+        _stop(result)
+
+
+@contextmanager
+def ranks(tmp: Path, specs: dict[str, RankSpec], env: dict[str, str]) -> Iterator[Pair]:
+    """Each spec's rank as a process of its own (its log `tmp/NAME.log`); kill what is left on the way out."""
+    result = Pair()
+    try:
+        for name, spec in specs.items():
+            result.ranks.append(_start(tmp, name, spec, env))
         yield result
     finally:
         _stop(result)

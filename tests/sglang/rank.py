@@ -7,10 +7,12 @@ Run as `python tests/sglang/rank.py SPEC_JSON` (a `RankSpec`); it writes `RankRe
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -45,9 +47,16 @@ class RankSpec(msgspec.Struct, frozen=True):
     linger_s: float = 1.0
     """Seconds the rank stays after its rooms ended (its plugin still answers kvtop), before it exits."""
     dp_size: int = 1
-    """The server's plain `--dp-size` (no DP attention): each replica its own TP group of `tp_size`."""
+    """The server's `--dp-size`: replicas, each its own TP group of `tp_size` (without `dp_attention`)."""
     dp_rank: int | None = None
-    """The replica this rank is of (None: a server without a DP controller)."""
+    """The DP rank of this rank's scheduler (None: a server without a DP controller)."""
+    dp_attention: bool = False
+    """`--enable-dp-attention`: the DP ranks are attention-DP groups of one TP group of `tp_size`, not replicas."""
+    pp_size: int = 1
+    pp_rank: int = 0
+    """This rank's pipeline stage of `pp_size`."""
+    scheduler_log: bool = False
+    """Log as SGLang's scheduler process does (its `configure_scheduler_process`: the `[time DPd PPp TPn]` prefix)."""
 
 
 class RoomReport(msgspec.Struct, frozen=True, tag="room"):
@@ -79,12 +88,15 @@ def pattern(room: int, tp_rank: int, buffer: int, page: int) -> bytes:
 
 def main(spec: RankSpec) -> int:
     import numpy as np
-    import torch.distributed as dist
 
     from kvtop.bench.sglang_cpu import Pools, kv_manager, start_rank, start_transfer_engine
 
     server_args = start_rank(spec.role, spec.tp_rank, spec.tp_size, spec.bootstrap_port, spec.http_port, spec.plugin,
-                             spec.dp_size, spec.dp_rank)  # fmt: skip
+                             spec.dp_size, spec.dp_rank, spec.pp_size, spec.pp_rank, spec.dp_attention)  # fmt: skip
+    if spec.scheduler_log:
+        from sglang.srt.managers.scheduler import configure_scheduler_process
+
+        configure_scheduler_process(server_args, gpu_id=0)
     from sglang.srt.disaggregation.base.conn import KVPoll
     from sglang.srt.disaggregation.common.conn import KVTransferError
     from sglang.srt.disaggregation.mooncake.conn import MooncakeKVReceiver, MooncakeKVSender
@@ -95,13 +107,11 @@ def main(spec: RankSpec) -> int:
     def say(report: Report) -> None:
         out.write(msgspec.json.encode(report) + b"\n")
 
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{spec.gloo_port}", rank=spec.tp_rank, world_size=spec.tp_size
-    )
-    group = dist.group.WORLD
+    group = _groups(spec)
     start_transfer_engine()
     pools = Pools.make(LAYERS, PAGES, page_bytes(), AUX_BYTES)
-    manager = kv_manager(server_args, spec.tp_rank, pools, PAGE_TOKENS, LAYERS, spec.dp_rank or 0)
+    manager = kv_manager(server_args, pools, PAGE_TOKENS, LAYERS)
+    logging.getLogger("sglang.srt.disaggregation").info("kvtop test: this rank's KV manager is up")
     say(Progress("manager"))
     prefill = spec.role == "prefill"
     Poller = MooncakeKVSender if prefill else MooncakeKVReceiver
@@ -168,6 +178,27 @@ def main(spec: RankSpec) -> int:
     say(Progress("done"))
     time.sleep(spec.linger_s)  # the plugin's last events leave, and kvtop can still ask for its snapshot
     os._exit(0)  # SGLang's threads (bootstrap server, transfer workers) are not daemons: do not wait for them
+
+
+def _groups(spec: RankSpec) -> Any:
+    """This rank's TP group (its instance's consensus, over gloo); with pipeline stages, first SGLang's own pipeline
+    group (a `GroupCoordinator` over gloo: a prefill's KV managers share their rooms' states over it), all ranks of
+    the instance's stages in one gloo world, as SGLang's launcher places them."""
+    import torch.distributed as dist
+
+    tp, pp = spec.tp_size, spec.pp_size
+    address = f"tcp://127.0.0.1:{spec.gloo_port}"
+    dist.init_process_group("gloo", init_method=address, rank=tp * spec.pp_rank + spec.tp_rank, world_size=tp * pp)
+    if pp == 1:
+        return dist.group.WORLD
+    from sglang.srt.distributed.parallel_state import GroupCoordinator
+    from sglang.srt.runtime_context import get_parallel
+
+    stages = [dist.new_group(list(range(stage * tp, (stage + 1) * tp))) for stage in range(pp)]  # every rank makes each
+    pipelines = [[stage * tp + rank for stage in range(pp)] for rank in range(tp)]
+    pipeline = GroupCoordinator(pipelines, 0, "gloo", False, False, False, False, False, False, group_name="pp")
+    get_parallel().override_permanently(pp_group=pipeline)
+    return stages[spec.pp_rank]
 
 
 if __name__ == "__main__":

@@ -63,8 +63,9 @@ class Plugin:
             port = server_args.disaggregation_bootstrap_port if role == "prefill" else server_args.port
             instance = self.instance or f"{role}-{socket.gethostname()}-{port}"
             curve = CurveKeys.load(self.curve_keys, serve=True) if self.curve_keys else None
-            rank = PluginRank(role, instance, int(args.engine_rank), int(server_args.tp_size), self.bootstrap,
-                              self.hooks, curve, self.host, replica_of(args, server_args)).start()  # fmt: skip
+            rank = PluginRank(role, instance, tp_rank_of(manager, args), int(server_args.tp_size), self.bootstrap,
+                              self.hooks, curve, self.host, replica_of(args, server_args),
+                              stage_of(args)).start()  # fmt: skip
             self.ranks[role] = rank
             _log.info("kvtop: %s publishes on %s, registers with %s (a refusal is logged)", rank.label,
                       rank.publisher.endpoint, self.bootstrap)  # fmt: skip
@@ -92,6 +93,27 @@ def replica_of(args: Any, server_args: Any) -> int | None:
     if int(getattr(server_args, "dp_size", 1) or 1) < 2 or getattr(server_args, "enable_dp_attention", False):
         return None
     return int(getattr(args, "system_dp_rank", 0) or 0)
+
+
+def tp_rank_of(manager: Any, args: Any) -> int:
+    """The scheduler's TP rank as its log lines' `TP` tag names it (SGLang's `tp_rank`, unique across the server's
+    attention-DP groups), from the attention ranks the KV manager took from SGLang's parallel context: `(attn_dp_rank
+    * attn_cp_size + attn_cp_rank) * attn_tp_size + attn_tp_rank`, SGLang's own layout (a manager of a version
+    before attention CP: none). Not its KV args' `engine_rank`: a decode scheduler's is its rank within its
+    attention-TP group (`tp_rank % attn_tp_size`), so with DP attention each group's ranks had the same. A manager
+    without attention ranks: its `engine_rank`."""
+    try:
+        dp, tp, tp_size = int(manager.attn_dp_rank), int(manager.attn_tp_rank), int(manager.attn_tp_size)
+    except (AttributeError, TypeError, ValueError):
+        return int(args.engine_rank)
+    cp, cp_size = int(getattr(manager, "attn_cp_rank", 0) or 0), int(getattr(manager, "attn_cp_size", 1) or 1)
+    return (dp * cp_size + cp) * tp_size + tp
+
+
+def stage_of(args: Any) -> int | None:
+    """The scheduler's pipeline stage past the first (its KV args' `pp_rank`, its log lines' `PP` tag); None for the
+    first, named as a server's without stages."""
+    return int(getattr(args, "pp_rank", 0) or 0) or None
 
 
 def after_manager_init(result: None, manager: Any, args: Any, mode: Any, server_args: Any, *_: Any,

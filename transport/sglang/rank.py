@@ -36,11 +36,13 @@ class PluginRank(ServiceThread):
         curve: CurveKeys | None = None,
         host: str = "127.0.0.1",
         dp: int | None = None,
+        pp: int | None = None,
     ) -> None:
-        """`dp`: the DP replica the scheduler is of (`replica_of`; None: of none)."""
-        super().__init__(f"kvtop-{instance}-{'' if dp is None else f'DP{dp}-'}TP{rank}")
+        """`dp`: the DP replica the scheduler is of (`replica_of`; None: of none); `pp`: its pipeline stage past the
+        first (`stage_of`; None: the first)."""
         info = AgentInfo(role, instance, rank, tp, 0, "", "", os.getpid(), socket.gethostname(),
-                         random.getrandbits(63), kind=SGLANG_PLUGIN, dp=dp)  # fmt: skip
+                         random.getrandbits(63), kind=SGLANG_PLUGIN, pp=pp, dp=dp)  # fmt: skip
+        super().__init__(f"kvtop-{info.label.replace('/', '-')}")
         self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self.publisher = EventPublisher(info, host, context=self._context, batch_interval_s=BATCH_INTERVAL_S,
                                         curve=curve).start()  # fmt: skip
