@@ -24,6 +24,8 @@ from typing import Annotated, Final
 
 import msgspec
 
+from kvtop.record.lock import alive
+
 RUNTIME_ENV: Final = "KVTOP_RUNTIME_DIR"
 ADVERT_VERSION: Final = 1
 MAX_ADVERT_BYTES: Final = 64 * 1024
@@ -93,13 +95,7 @@ def process_started(pid: int) -> int | None:
         return None
     except (OSError, IndexError, ValueError):
         pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass
-    return 0
+    return 0 if alive(pid) else None
 
 
 def _paths(folder: Path, pid: int) -> tuple[Path, Path]:

@@ -14,6 +14,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from kvtop.record.lock import alive
+
 _PREFIX = "kvtop-logs-"
 _NAMED = re.compile(rf"{_PREFIX}(\d+)-\w+")
 
@@ -28,7 +30,7 @@ def sweep_orphans(folder: str | None = None) -> list[str]:
     removed = []
     for path in sorted(Path(folder or tempfile.gettempdir()).glob(f"{_PREFIX}*")):
         named = _NAMED.fullmatch(path.name)
-        if named is None or _alive(int(named[1])):
+        if named is None or alive(int(named[1])):
             continue
         try:
             if not path.is_dir() or path.is_symlink() or path.stat().st_uid != os.getuid():
@@ -39,14 +41,3 @@ def sweep_orphans(folder: str | None = None) -> list[str]:
         if not path.exists():
             removed.append(str(path))
     return removed
-
-
-def _alive(pid: int) -> bool:
-    """Whether a process has `pid` (one of another user's included: its folder is not this sweep's to judge)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        pass
-    return True

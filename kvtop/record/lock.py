@@ -52,18 +52,19 @@ def _holder(descriptor: int) -> int:
     while True:
         text = os.pread(descriptor, _PID_BYTES, 0).strip()
         pid = int(text) if text.isdigit() and len(text) < 10 else 0
-        if pid and _alive(pid):
+        if pid and alive(pid):
             return pid
         if time.monotonic() >= deadline:
             return 0
         time.sleep(0.02)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether a process has `pid` (another user's included: signal 0 is refused to it, but it runs)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's process
-        return True
+        pass
     return True
