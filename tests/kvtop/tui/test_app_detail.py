@@ -136,6 +136,15 @@ def _hear(source: FixtureSource, role: str, instance: str, rank: int, seq: int, 
         source.model.sweep(FIXED_NOW)
 
 
+async def _open_room(pilot, app: KvtopApp, room: int) -> None:
+    """The rooms view filtered to `room`, its timeline opened."""
+    await pilot.press("r")
+    await submit_filter(pilot, str(room))
+    await next_frame(pilot)
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), "the room timeline")
+
+
 def test_an_open_rooms_panel_shows_the_room_failing_while_it_is_open(app: KvtopApp, source: FixtureSource):
     """A room's timeline was taken as the panel opened: the room failing meanwhile showed only once it was
     reopened. With the panel open, the decode rank's failure and its Failed state come in the next frames."""
@@ -146,11 +155,7 @@ def test_an_open_rooms_panel_shows_the_room_failing_while_it_is_open(app: KvtopA
     seen = {}
 
     async def scenario(pilot):
-        await pilot.press("r")
-        await submit_filter(pilot, str(room))
-        await next_frame(pilot)
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), "the room timeline")
+        await _open_room(pilot, app, room)
         seen["before"] = app.screen.body.plain
         failed = Failure(FIXED_NOW, room, "decode-0/TP0", "KV chunk 3 failed its checksum", "checksum", "error", False,
                          "decode-0/TP0", "prefill-0/TP0")  # fmt: skip
@@ -198,11 +203,7 @@ def test_a_panel_whose_subject_did_not_change_is_not_redrawn(source: FixtureSour
     seen = {}
 
     async def scenario(pilot):
-        await pilot.press("r")
-        await submit_filter(pilot, str(room))
-        await next_frame(pilot)
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), "the room timeline")
+        await _open_room(pilot, app, room)
         body, drawn = app.screen.body, app.frames_drawn
         moving = (int(KVPoll.Transferring), int(KVPoll.WaitingForInput))
         _hear(source, "decode", "decode-0", 0, 20_000, RoomState(FIXED_NOW, 4545003, *moving))
