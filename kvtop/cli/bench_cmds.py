@@ -20,7 +20,7 @@ import typer
 
 from kvtop.bench import BenchFailed
 from kvtop.bench.report import Report, text
-from kvtop.cli.options import MAX_INTERVAL_S
+from kvtop.cli.options import INTERRUPTION_SAID, MAX_INTERVAL_S
 from kvtop.cli.units import parse_size
 from transport.signals import interrupt
 
@@ -37,6 +37,7 @@ def _on_ctrl_c(ctx: typer.Context) -> None:
 
     def interrupted(signum: int, frame: FrameType | None) -> None:
         os.write(2, said)  # not through sys.stderr, whose buffer a progress line may be in
+        INTERRUPTION_SAID.set()  # said: the exit 130 Typer returns for it needs no other line
         interrupt(signum, frame)
 
     signal.signal(signal.SIGINT, interrupted)

@@ -14,6 +14,7 @@ the garbage collector never walks.
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections import deque
 from collections.abc import Collection, Sequence
@@ -149,6 +150,8 @@ class ClusterModel:
         `series`: keep finished transfers in the rings and histograms that rates and latencies are read from;
         a model only judged (`kvtop check`) reads none, and without them loads no numpy (0.1 CPU s of a check)."""
         self.series = series
+        if series:  # loaded now, not at the first read: a view that opened a socket per rank may have no descriptor
+            importlib.import_module("numpy")  # left for numpy's files then (`Too many open files` in an import)
         self.ranks: dict[str, RankView] = {}
         self.correct_clocks = False
         """Estimate each rank's clock from its envelopes and correct its times (kvtop.model.clock): set by the
