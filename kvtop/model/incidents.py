@@ -81,6 +81,7 @@ from kvtop.model.suspects import (
     session_host,
 )
 from kvtop.model.timed import TimedKeys
+from transport.registration import TAKEN_SUFFIX
 
 QUIET_GAP_S = 120.0
 """An incident with no new failure group for this long has ended; a later group of its kind and suspect
@@ -608,17 +609,22 @@ class IncidentTracker:
     def _of_instance(self, rank: str, kind: Kind, ts: float, around: Surroundings) -> list[Incident]:
         """The incidents of `kind` of the other ranks of `rank`'s instance that take a group at `ts` (`_takes`), when
         with `rank` they are every rank of it (`_whole`: the instance stalled, corrupted its sends, refused, whole);
-        else none (a rank failing alone, or some of its ranks, stay their own)."""
+        else none (a rank failing alone, or some of its ranks, stay their own). A rank heard as taken
+        (`kvtop.model.taken`) is no rank of the instance here: its failures stay its own."""
+        if rank.endswith(TAKEN_SUFFIX):  # a second process claiming a rank of it, not a rank of its layout
+            return []
         instance = _instance(rank)
         others = [
             incident
             for incident in self._with(("of", instance))
             if incident.kind == kind and incident.suspect.name != rank and self._takes(incident, ts, False)
-        ]
+            and not incident.suspect.name.endswith(TAKEN_SUFFIX)
+        ]  # fmt: skip
         if not others:
             return []
         failing = {rank, *(incident.suspect.name for incident in others)}
-        return others if _whole(failing, around.ranks_of(instance), around.tp_sizes.get(instance, 0)) else []
+        seen = [label for label in around.ranks_of(instance) if not label.endswith(TAKEN_SUFFIX)]
+        return others if _whole(failing, seen, around.tp_sizes.get(instance, 0)) else []
 
     def _explaining(self, attribution: Attribution, ts: float, around: Surroundings) -> Incident | None:
         """The one rank's `unresponsive` incident under way at `ts` that explains a vaguer attribution (an
