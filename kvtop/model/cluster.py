@@ -926,17 +926,19 @@ class ClusterModel:
         aborted = self._causes.get(event.room) == _ABORT_CAUSE
         if room is None or (was_aborted and not aborted):
             self.retired_outcomes["aborted" if aborted else "failed"] += 1
-        if retired is None or room is None:
-            room = RoomView(event.room, event.ts, event.ts, outcome=False, from_log=True)
+        if retired is None or room is None:  # a new room, made whole: its rank's Failed state, at `ts`
+            room = RoomView(event.room, event.ts, event.ts, {view.label: FAILED}, touched_at=self._now, outcome=False,
+                            from_log=True)  # fmt: skip
             retired = Finished(event.ts, event.room, False, room, from_log=True)
             self.finished.pop(event.room, None)
             self.finished[event.room] = retired
             if len(self.finished) > FINISHED_ROOMS_KEPT:
                 del self.finished[next(iter(self.finished))]
-        retired.ok, room.outcome = False, False
-        room.codes = {**room.codes, view.label: FAILED}  # replaced, never changed in place (see `RoomView.codes`)
-        room.last_progress = max(room.last_progress, event.ts)
-        room.touched_at = self._now
+        else:
+            retired.ok, room.outcome = False, False
+            room.codes = {**room.codes, view.label: FAILED}  # replaced, never changed in place (`RoomView.codes`)
+            room.last_progress = max(room.last_progress, event.ts)
+            room.touched_at = self._now
         prefill, decode = room.link
         peer = (
             "" if prefill and decode else room_peer(view.role, view.instance, event.reason, event.ts, self, view.label)

@@ -141,10 +141,8 @@ class FailureGroup:
 
     @property
     def first_ts(self) -> float:
-        if self.origin is None:
-            return min(echo.ts for echo in self.echoes)
-        first = self.origin.ts
-        for echo in self.echoes:  # a loop, not a list: asked of every group at every fold
+        first = self.origin.ts if self.origin is not None else self.echoes[0].ts  # a group without one has an echo
+        for echo in self.echoes:  # a loop, not `min()` over a generator: asked of every group at every fold
             if echo.ts < first:
                 first = echo.ts
         return first
@@ -157,7 +155,9 @@ class FailureGroup:
     @property
     def lead(self) -> Observed:
         """The member the default view shows: the origin, else the earliest echo."""
-        return self.origin or min(self.echoes)
+        if self.origin is not None:
+            return self.origin
+        return self.echoes[0] if len(self.echoes) == 1 else min(self.echoes)  # one: most groups without an origin
 
 
 def shown_level(lead: Observed) -> str:

@@ -464,12 +464,12 @@ class IncidentTracker:
 
     def _put_in(self, group: FailureGroup, around: Surroundings) -> Part:
         attribution = attribute(group, around)
-        ts = group.first_ts
-        reason_class = group.origin.reason_class if group.origin else _unseen_class(group)
+        ts, origin, lead = group.first_ts, group.origin, group.lead
+        reason_class = origin.reason_class if origin is not None else _unseen_class(group)
         incident = self._joinable(attribution, ts, reason_class, around)
-        noticed_by = group.origin.rank if group.origin else group.origin_label or group.lead.rank  # its echoes name it
-        part = Part(incident.id, group.room, group.echo_count, reason_class, attribution.evidence, noticed_by,
-                    _lead_key(group.lead))  # fmt: skip
+        noticed_by = origin.rank if origin is not None else group.origin_label or lead.rank  # its echoes name it
+        part = Part(incident.id, group.room, len(group.echoes), reason_class, attribution.evidence, noticed_by,
+                    _lead_key(lead))  # fmt: skip
         incident.origins += 1
         incident.echoes += part.echoes
         _started_by(incident, ts, reason_class)

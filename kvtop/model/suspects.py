@@ -604,7 +604,7 @@ def _handshake(origin: Observed, room: int, named: Suspect, around: Surroundings
     if not prefill or not decode:
         return None
     for end in (prefill, decode):
-        if not _ADDRESS_NAME.fullmatch(end) and (fault := around.handshake_failed(end, origin.ts)) is not None:
+        if not named_by_address(end) and (fault := around.handshake_failed(end, origin.ts)) is not None:
             at, what = fault
             evidence = f"{end}'s transport logged '{what}' {origin.ts - at:.0f} s before"
             evidence += " (either end's setup, or the network between them)"
@@ -737,7 +737,10 @@ def _unseen_origin(group: FailureGroup, around: Surroundings) -> Attribution:
 
 def carrying_echo(group: FailureGroup) -> Observed | None:
     """The echo that carries what the group's origin named (an agent's echo of an origin in another rank)."""
-    return next((echo for echo in group.echoes if echo.suspect), None)
+    for echo in group.echoes:  # a loop, not `next()` over a generator: asked twice of every group without an origin
+        if echo.suspect:
+            return echo
+    return None
 
 
 _HELD: dict[re.Pattern[str], str] = {
@@ -783,7 +786,7 @@ def _by_rules(origin: Observed, room: int, around: Surroundings) -> tuple[Suspec
         return suspect, f"room {other[1]}'s metadata landed in its buffer (metadata buffer index collision)"
     if name == "checksum":
         prefill = _link_of(around, room)[0]
-        prefill = "" if _ADDRESS_NAME.fullmatch(prefill) else prefill  # a bootstrap address names no rank of it
+        prefill = "" if named_by_address(prefill) else prefill  # a bootstrap address names no rank of it
         sender = _FROM_PREFILL_RANK.search(reason)
         if sender and (prefill or sender[2]):  # the room's prefill instance, else the label the line names
             evidence = f"a chunk from prefill rank {sender[1]} failed its checksum"
@@ -794,7 +797,7 @@ def _by_rules(origin: Observed, room: int, around: Surroundings) -> tuple[Suspec
         if found and pattern is _SEND_TO:
             return Suspect(kind, _decode_rank_at(found[1], origin, around), role), evidence
         prefill = _link_of(around, room)[0] if found and pattern is _SEND_TO_PREFILL else ""
-        if found and prefill and not _ADDRESS_NAME.fullmatch(prefill):  # a rank's endpoint: its instance's log
+        if found and prefill and not named_by_address(prefill):  # a rank's endpoint: its instance's log
             return Suspect("instance", prefill, role), f"sending to its rank at {found[1]} failed"
         if found:
             return Suspect(kind, found[1], role or origin.role), evidence
@@ -848,7 +851,7 @@ def _link_of(around: Surroundings, room: int) -> tuple[str, str]:
     """The room's (prefill, decode) instances: a decode side the link names by a session (`room_peer`) is one rank
     of an instance, none of them named, so ""."""
     prefill, decode = around.link_of(room)
-    return prefill, "" if _ADDRESS_NAME.fullmatch(decode) else decode
+    return prefill, "" if named_by_address(decode) else decode
 
 
 def _decode_hosts(group: FailureGroup, host: str) -> list[str]:
@@ -1017,8 +1020,9 @@ def could_serve(rank: Suspect, instance: str, around: Surroundings) -> bool:
 
 
 def named_by_address(name: str) -> bool:
-    """Whether a link's end (or a suspect) is named by an address (`10.0.0.7:8998`), not by an instance label."""
-    return _ADDRESS_NAME.fullmatch(name) is not None
+    """Whether a link's end (or a suspect) is named by an address (`10.0.0.7:8998`), not by an instance label (the
+    colon every address holds looked for first: asked of a room's ends at every failure's attribution)."""
+    return ":" in name and _ADDRESS_NAME.fullmatch(name) is not None
 
 
 def _span(silence: tuple[float, float]) -> str:

@@ -353,6 +353,39 @@ def test_a_failure_line_of_another_shape_or_one_refused_is_left_to_the_general_r
     assert _read(line) is not None
 
 
+_LOST = "[2026-01-02 00:00:01 TP2] Lost connection with prefill instance (bootstrap_addr: 10.0.0.5:8998)"
+_LOST_TAKEN = [  # in `_LOST_AS_PRINTED`'s shape: read by one match
+    _LOST,
+    _LOST + ", 3 requests affected",
+    "[2026-01-02 00:00:01 TP02] Losing connection with prefill instance (bootstrap_addr: sglang-p-0:30089), "
+    "affected 5 requests  \r",
+    _LOST.replace("10.0.0.5:8998", "batch-room.cc:8998"),  # an address that holds what other lines' tests look for
+]
+_LOST_LEFT = [  # another shape, or one the general reading refuses: read by it
+    _LOST.replace("10.0.0.5:8998", "[fe80::1%eth0]:8998"),
+    _LOST.replace("10.0.0.5:8998", "10.0.0.5:8998 \x1b[31m"),
+    _LOST.replace("TP2]", "DP1 TP2]"),
+    _LOST.replace("TP2]", "TP2000]"),
+    _LOST.replace("00:00:01", "00:00:01.25"),
+    _LOST + ", 3 requests affected; Session 10.0.0.5:17001 failed.",
+    "\ufeff" + _LOST,
+]
+
+
+@pytest.mark.parametrize("line", _LOST_TAKEN)
+def test_a_lost_connection_as_sglang_prints_it_is_read_in_one_match_as_the_general_reading_reads_it(line: str):
+    printed = as_printed(line)
+    assert printed is not None
+    assert printed[1] == ContextLine(printed[0].ts, 2, "lost_connection", None, line.rstrip().partition("] ")[2])
+    assert printed == _read(line)
+
+
+@pytest.mark.parametrize("line", _LOST_LEFT)
+def test_a_lost_connection_of_another_shape_or_one_refused_is_left_to_the_general_reading(line: str):
+    assert as_printed(line) is None
+    assert _read(line) is not None
+
+
 def test_a_failure_line_as_printed_with_a_time_that_cannot_be_is_refused_as_the_general_reading_refuses_it():
     line = _TAKEN[0].replace("2026-01-02", "2026-13-02")
     with pytest.raises(ValueError):

@@ -777,14 +777,30 @@ no wrapper, no fraction of a second, a TP tag alone, a request id of word charac
 terminal code. What `parse_prefix` and `classify` read of it, `as_printed` reads in one match."""
 
 
-def as_printed(line: str) -> tuple[Prefix, FailureLine] | None:
-    """(its prefix, its record) of a failure line in `_AS_PRINTED`'s shape, as `parse_prefix` and `classify` read
-    them (most marked lines of a log: their ~40 calls in one match); None for any other line, and for one they
-    would refuse (a rank tag, or a room, past its bound; checked alike by a test), which they read instead. Raises
-    ValueError for a time that cannot be, as `parse_prefix` does."""
-    match = _AS_PRINTED.fullmatch(line.rstrip())
+_LOST_AS_PRINTED = re.compile(
+    r"\[([0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}) TP([0-9]{1,4})\] "
+    r"((?:Lost|Losing) connection with prefill instance \(bootstrap_addr: [\w.:%-]*\)"
+    r"(?:, [0-9]+ requests affected|, affected [0-9]+ requests)?)"
+)
+"""A decode rank's lost prefill as SGLang prints it (`[2026-01-02 00:00:01 TP2] Lost connection with prefill instance
+(bootstrap_addr: 10.0.0.5:8998), 3 requests affected`): a TP tag alone, an address of no space, bracket or terminal
+code, nothing after but the count. No test `classify` makes before its lost connection's can hold in it."""
+
+
+def as_printed(line: str) -> tuple[Prefix, FailureLine | ContextLine] | None:
+    """(its prefix, its record) of a failure line in `_AS_PRINTED`'s shape, or of a lost connection in
+    `_LOST_AS_PRINTED`'s, as `parse_prefix` and `classify` read them (most marked lines of a log: their ~40 calls in
+    one match); None for any other line, and for one they would refuse (a rank tag, or a room, past its bound;
+    checked alike by a test), which they read instead. Raises ValueError for a time that cannot be, as
+    `parse_prefix` does."""
+    line = line.rstrip()
+    match = _AS_PRINTED.fullmatch(line)
     if match is None:
-        return None
+        lost = _LOST_AS_PRINTED.fullmatch(line)
+        if lost is None or int(lost[2]) > RANK_TAG_MAX:
+            return None
+        ts, tp = stamp_seconds(lost[1]), int(lost[2])
+        return Prefix(ts, {"TP": tp}, lost[3]), ContextLine(ts, tp, "lost_connection", None, lost[3])
     tp, room, message = int(match[2]), int(match[6]), match[3]
     if tp > RANK_TAG_MAX or room > ROOM_MAX or message.endswith(OWN_RESTORE_FAILED):
         return None

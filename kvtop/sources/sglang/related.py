@@ -173,8 +173,11 @@ class RelatedLines:
         if announced is not None:
             claim = announced.claimed_by  # looked for first: each walks the latest failure lines of its stem
             since = self._linked - RECENT_FAILURES_KEPT
-            stem = next(stem for stem in CLAIMS if claim.startswith(stem))
-            recent = [line[1:] for line in self._recent[stem] if line[0] > since and claim in line[4]]
+            for stem in CLAIMS:  # a loop, not `next()` over a generator: on every announcement
+                if claim.startswith(stem):
+                    break
+            remembered = self._recent[stem]
+            recent = [line[1:] for line in remembered if line[0] > since and claim in line[4]] if remembered else []
             if not any(announced.claimed(pp, tp, when, reason) for when, pp, tp, reason in recent):
                 self._announce(announced)
             return

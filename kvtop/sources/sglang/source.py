@@ -610,7 +610,7 @@ class SGLangLogs:
             file.batch_key = key
         record: Record | None
         try:
-            printed = as_printed(text)  # a failure line as SGLang prints it: most marked lines, in one match
+            printed = as_printed(text)  # a failure or a lost connection as SGLang prints it: most marked lines
             if printed is not None:
                 prefix, record = printed
             else:
