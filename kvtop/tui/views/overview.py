@@ -75,9 +75,6 @@ class OverviewView(Vertical):
                 yield Static("Incidents  ongoing: rooms, what broke", classes="title", id="incidents-title")
                 yield Block(id="incidents", lines=INCIDENT_LINES)
 
-    def on_mount(self) -> None:
-        self.query_one("#links-legend", Line).show(legend())
-
     def on_resize(self, event: events.Resize) -> None:
         """Lay out and draw for the new size at once (what is drawn for a width is kept: a view shown again at
         the size it had draws nothing new)."""
@@ -128,14 +125,16 @@ class OverviewView(Vertical):
         rank_list.set_rows(len(ranks), lambda i: rank_line(ranks[i], palette, columns, peaks))
         ongoing = [row for row in frame.incidents if row.ongoing and not row.client]
         where = frame.options.filter
-        side = (frame.links, not frame.health.timed, ongoing, palette, width, layout.incident_rows, where)
+        links_width = self.query_one("#links").size.width  # (0 until laid out: its next frame draws it to fit)
+        side = (frame.links, not frame.health.timed, ongoing, palette, width, links_width, layout.incident_rows, where)
         if side == self._side_shown:
             return
         self._side_shown = side
         title = f"Incidents  ongoing matching '{one_line(where)}'" if where else "Incidents  ongoing: rooms, what broke"
         self.query_one("#incidents-title", Static).update(Text(title))  # the health line counts them all
-        heat = LinkHeatMap(frame.links, palette.accent, palette.error, untimed=not frame.health.timed)
+        heat = LinkHeatMap(frame.links, palette.accent, palette.error, untimed=not frame.health.timed, width=links_width)
         self.query_one("#links", Block).show(heat.lines())
+        self.query_one("#links-legend", Line).show(legend(links_width))
         ended = sum(not row.ongoing and not row.client for row in frame.incidents)
         if layout.narrow:
             lines = _incident_one_liners(ongoing, palette, width, layout.incident_rows)

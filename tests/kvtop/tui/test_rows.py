@@ -70,6 +70,24 @@ def test_the_heat_map_draws_one_row_per_prefill_and_a_column_per_decode():
     )
 
 
+def test_a_heat_map_narrower_than_its_cells_names_its_unit_once():
+    """Where the cells' own units would not fit (the panel beside the grid at 120 columns cut `decode-1` and the
+    rates), every cell is in the busiest link's unit, named in the corner; a rate that rounds to none says `<`."""
+    links = {**LINKS, ("prefill-1", "decode-1"): (0.004, 1)}
+    wide = render(LinkHeatMap(links, HOT, FAILED, width=80))
+    narrow = render(LinkHeatMap(links, HOT, FAILED, width=36))
+
+    assert "500.0 MB/s" in wide and "GB/s" not in wide.splitlines()[0]
+    assert narrow == "\n".join(
+        [
+            " GB/s       decode-0    decode-1",
+            " prefill-0    █ 2.00   ░ 0.50 ✗3",
+            " prefill-1      0.00    <0.01 ✗1",
+        ]
+    )
+    assert max(len(line) for line in narrow.splitlines()) <= 36
+
+
 def test_the_heat_map_colours_hot_links_and_failed_rooms_from_its_styles():
     """Links at half the peak or more take the hot style; failed-room counts the failed style."""
     console = Console(width=80, color_system="truecolor", file=io.StringIO())
