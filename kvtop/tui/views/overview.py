@@ -225,7 +225,7 @@ def _incident_lines(ongoing: list[IncidentRow], palette: Palette, rows: int, wid
         rooms = f"{_rooms(row):>5}  "
         suspect = fit_label(row.suspect, width - len(rooms)) if width > len(rooms) else row.suspect
         who = Text.assemble((f"{rooms}{suspect}", palette.error))  # a span: since when, appended, is not red
-        what = Text(f"       {row.headline.removeprefix(row.suspect).strip()}", style="dim")
+        what = Text(f"       {_cut_prose(row.headline.removeprefix(row.suspect).strip(), width - 7)}", style="dim")
         since = Text(f"  since {clock(row.first_seen)[:-4]}", style="dim")
         if not width or who.cell_len + since.cell_len <= width:
             lines += [who.append_text(since), what]
@@ -234,6 +234,16 @@ def _incident_lines(ongoing: list[IncidentRow], palette: Palette, rows: int, wid
     if len(ongoing) > shown:
         lines.append(Text(f"       and {len(ongoing) - shown} more (f: failures)", style="dim"))
     return lines
+
+
+def _cut_prose(what: str, width: int) -> str:
+    """What broke in `width` cells (0: any): a longer one loses the end of its prose, not its class in parentheses
+    (`stopped answ… (timeout_transfer)`; cut at the edge, it read `(timeout_tran`)."""
+    if width <= 0 or len(what) <= width:
+        return what
+    prose, _, kind = what.rpartition(" (")
+    room = width - len(kind) - 3
+    return f"{prose[:room]}… ({kind}" if prose and what.endswith(")") and room > 0 else f"{what[: width - 1]}…"
 
 
 def _incident_one_liners(ongoing: list[IncidentRow], palette: Palette, width: int, shown: int) -> list[Text]:
