@@ -55,6 +55,11 @@ class DetailScreen(ModalScreen[None]):
         with VerticalScroll(id="detail"):
             yield Static(shown_safely(self.body))
 
+    def at(self, when: str) -> None:
+        """Say on the panel's border which model it is of (`live`, `REPLAY 03:00:12 ...`): the banner saying so lies
+        under the panel while the rewind keys move it."""
+        self.query_one("#detail").border_title = when
+
     def show(self, body: Text) -> None:
         """The subject's new text (the scroll position kept)."""
         self.body = body
