@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -62,8 +63,9 @@ RANK_HEADER = rank_header(frozenset(RANK_COLUMNS))
 
 ROOM_HEADER = f"{'ROOM':<21}{'AGE s':>7}{'IDLE s':>8}{'PROGRESS':>10}{'BYTES':>11}  {'FLAG':<8}LINK, EACH RANK'S STATE"
 """FLAG before LINK: a row of 80 columns shows whether the room failed or is stuck. The link names each instance
-once, its ranks' states beside it (`prefill-0 TP0=OK TP1=OK -> decode-0 ...`): a link column and a state per
-`instance/rank` label said every instance twice, and at 120 columns cut the second instance's ranks."""
+once, its ranks' states beside it, ranks in a row alike said once (`prefill-0 TP0,TP1=OK -> decode-0 TP0=FAIL
+TP1=XFER`): a link column and a state per `instance/rank` label said every instance twice, and at 120 columns cut
+the second instance's ranks."""
 _STATE_SHORT = {
     KVPoll.Failed: "FAIL",
     KVPoll.Bootstrapping: "BOOT",
@@ -243,8 +245,9 @@ def room_line(view: RoomView, frame: Frame, palette: Palette) -> Text:
     for n, instance in enumerate([*sides, *sorted(ranks.keys() - set(sides))]):
         line.add(" -> " if n == 1 and sides else "  " if n else "")
         line.add(instance)
-        for rank, state in ranks.get(instance, ()):
-            line.add(f" {rank}=" if rank else "=", palette.dim)
+        for state, run in itertools.groupby(ranks.get(instance, ()), key=lambda rank_state: rank_state[1]):
+            names = ",".join(rank for rank, _ in run)  # ranks in a row alike said once: `TP0,TP1=OK`
+            line.add(f" {names}=" if names else "=", palette.dim)
             line.add(
                 _STATE_SHORT[state],
                 palette.error if state is KVPoll.Failed else palette.success if state is KVPoll.Success else None,
