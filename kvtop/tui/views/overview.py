@@ -132,7 +132,8 @@ class OverviewView(Vertical):
         self._side_shown = side
         title = f"Incidents  ongoing matching '{one_line(where)}'" if where else "Incidents  ongoing: rooms, what broke"
         self.query_one("#incidents-title", Static).update(Text(title))  # the health line counts them all
-        heat = LinkHeatMap(frame.links, palette.accent, palette.error, untimed=not frame.health.timed, width=links_width)
+        untimed = not frame.health.timed
+        heat = LinkHeatMap(frame.links, palette.accent, palette.error, untimed=untimed, width=links_width)
         self.query_one("#links", Block).show(heat.lines())
         self.query_one("#links-legend", Line).show(legend(links_width))
         ended = sum(not row.ongoing and not row.client for row in frame.incidents)

@@ -389,8 +389,9 @@ def test_the_footer_shows_each_views_keys_whole_live_and_rewound(recorded, size:
 def test_the_rewind_keys_move_an_open_panel_through_the_recording(recorded):
     """With a rank's history open, `,` and the other rewind keys did nothing (the panel, a modal screen, stopped the
     app's keys): close it, step, reopen. Now `,` steps the replay under the open panel, which shows the rank as a
-    seek there has it and says on its border that it is a replay (the banner lies under it); `]` takes it to the next origin, `L` brings the panel back to the live rank; it stays open."""
-    folder, model = recorded
+    seek there has it and says on its border that it is a replay (the banner lies under it); `]` takes it to the
+    next origin, `L` brings the panel back to the live rank; it stays open throughout."""
+    folder, _ = recorded
     app = _live_app(recorded)
     label = "prefill-0/TP0"
     seen: dict[str, object] = {}
