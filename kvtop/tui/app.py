@@ -383,6 +383,8 @@ class KvtopApp(App[None]):
         self.redraw()
         if message.panel is not None:
             self._show_panel(message.panel, message.frame.replay is not None)
+        if isinstance(self.screen, DetailScreen):
+            self.screen.at(self._panel_when(message.frame))
         self.call_after_refresh(self._painted, started)
 
     def _show_panel(self, body: PanelBody, replayed: bool) -> None:
@@ -392,6 +394,15 @@ class KvtopApp(App[None]):
             return
         screen.show(body.text)
         self._panel = (replace(self._panel[0], shown=body.version), replayed)
+
+    def _panel_when(self, frame: Frame) -> str:
+        """What an open panel is of, on its border: `live`, or the replayed instant and how to move it."""
+        replay = frame.replay
+        if replay is None:
+            return "live" if not self.paused else "live, paused"
+        state = "playing" if replay.playing else "paused"
+        back = "L live" if replay.live else "L end"
+        return f"REPLAY {stamp(replay.time)[:-4]} ({since(self._clock() - replay.time)}), {state}: , . step  {back}"
 
     def _painted(self, started: float) -> None:
         self._painting = False
@@ -738,7 +749,10 @@ class KvtopApp(App[None]):
         body = self._panel_body(replayed, opening=request)
         if body is not None:
             self._panel = (replace(request, shown=body.version), replayed)
-            self.push_screen(DetailScreen(body.text), self._panel_closed)
+            panel = DetailScreen(body.text)
+            self.push_screen(panel, self._panel_closed)
+            if self.frame is not None:
+                panel.call_after_refresh(panel.at, self._panel_when(self.frame))
 
     def _panel_closed(self, _: None) -> None:
         self._panel = None

@@ -91,7 +91,7 @@ def rank_history(
         f"{label}  {view.role}, pid {view.pid} on {view.host or '?'}, incarnation {view.incarnation}\n", style="bold"
     )
     state = model.liveness_of(view, now)
-    text.append(f"{state}, last heard {now - view.last_seen:.0f} s ago, {view.inflight} rooms in flight, ")
+    text.append(f"{state}, last heard {now - view.last_seen:.0f} s ago, {plural(view.inflight, 'room')} in flight, ")
     text.append(f"{plural(view.origins, 'origin')}, {plural(view.echoes, 'echo', 'echoes')}\n")
     crash = model.crashes.get(label)
     if crash is not None:

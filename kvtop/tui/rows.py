@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -60,11 +61,11 @@ def rank_header(columns: frozenset[str]) -> str:
 RANK_HEADER = rank_header(frozenset(RANK_COLUMNS))
 
 
-ROOM_HEADER = (
-    f"{'ROOM':<21}{'AGE s':>7}{'IDLE s':>8}{'PROGRESS':>10}{'BYTES':>11}  {'FLAG':<8}{'LINK':<22}STATE PER RANK"
-)
-"""FLAG before LINK: a row of 80 columns shows whether the room failed or is stuck (and a long link, an address,
-moves only the states)."""
+ROOM_HEADER = f"{'ROOM':<21}{'AGE s':>7}{'IDLE s':>8}{'PROGRESS':>10}{'BYTES':>11}  {'FLAG':<8}LINK, EACH RANK'S STATE"
+"""FLAG before LINK: a row of 80 columns shows whether the room failed or is stuck. The link names each instance
+once, its ranks' states beside it, ranks in a row alike said once (`prefill-0 TP0,TP1=OK -> decode-0 TP0=FAIL
+TP1=XFER`): a link column and a state per `instance/rank` label said every instance twice, and at 120 columns cut
+the second instance's ranks."""
 _STATE_SHORT = {
     KVPoll.Failed: "FAIL",
     KVPoll.Bootstrapping: "BOOT",
@@ -225,7 +226,6 @@ def _failed_trend(line: Pieces, row: RankRow, peak: int, palette: Palette) -> No
 def room_line(view: RoomView, frame: Frame, palette: Palette) -> Text:
     now = frame.now
     progress = f"{view.bytes_done / view.bytes_total:.0%}" if view.bytes_total else "-"
-    link = f"{view.link[0] or '?'}->{view.link[1] or '?'}" if any(view.link) else "-"
     line = Pieces(
         f"{view.room:<21}{now - view.first_seen:>7.1f}{now - view.last_progress:>8.1f}{progress:>10}"
         f"{units.size(view.bytes_total):>11}  "
@@ -236,14 +236,22 @@ def room_line(view: RoomView, frame: Frame, palette: Palette) -> Text:
         line.add(f"{'FAILED':<8}", palette.error)
     else:
         line.add(" " * 8)
-    line.add(f"{link:<21} ")  # a longer link (an address) pushes the states on
+    ranks: dict[str, list[tuple[str, KVPoll]]] = {}
     for label, state in sorted(view.states.items()):
-        line.add(f"{label}=", palette.dim)
-        line.add(
-            _STATE_SHORT[state],
-            palette.error if state is KVPoll.Failed else palette.success if state is KVPoll.Success else None,
-        )
-        line.add(" ")
+        instance, _, rank = label.rpartition("/")
+        ranks.setdefault(instance or label, []).append((rank if instance else "", state))
+    prefill, decode = view.link
+    sides = [prefill or "?", decode or "?"] if any(view.link) else []
+    for n, instance in enumerate([*sides, *sorted(ranks.keys() - set(sides))]):
+        line.add(" -> " if n == 1 and sides else "  " if n else "")
+        line.add(instance)
+        for state, run in itertools.groupby(ranks.get(instance, ()), key=lambda rank_state: rank_state[1]):
+            names = ",".join(rank for rank, _ in run)  # ranks in a row alike said once: `TP0,TP1=OK`
+            line.add(f" {names}=" if names else "=", palette.dim)
+            line.add(
+                _STATE_SHORT[state],
+                palette.error if state is KVPoll.Failed else palette.success if state is KVPoll.Success else None,
+            )
     return line.text()
 
 

@@ -22,6 +22,8 @@ class LinkHeatMap:
 
     `hot` colours the busiest links, `failed` any link with failed rooms; both come from the theme. `untimed`:
     every rank is known from server logs, which time no transfer (none is to come): cells show failed rooms only.
+    `width`: the columns it has; where each cell's own unit would not fit, every cell is in the busiest link's unit,
+    named once in the corner (`MB/s`), and only a map wider still is cut at its right edge.
     """
 
     links: dict[tuple[str, str], tuple[float, int]]
@@ -29,6 +31,7 @@ class LinkHeatMap:
     failed: Style
     dim: Style = field(default_factory=lambda: Style(dim=True))
     untimed: bool = False
+    width: int = 0
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         yield Text("\n", no_wrap=True, overflow="crop").join(self.lines())
@@ -43,12 +46,19 @@ class LinkHeatMap:
         prefills = sorted({p for p, _ in self.links})
         decodes = sorted({d for _, d in self.links})
         peak = max(gbps for gbps, _ in self.links.values()) or 1.0
+        lines = self._lines(prefills, decodes, peak, None)
+        if self.width and not self.untimed and max(line.cell_len for line in lines) > self.width:
+            lines = self._lines(prefills, decodes, peak, _Unit.of(peak))
+        return lines
+
+    def _lines(self, prefills: list[str], decodes: list[str], peak: float, unit: _Unit | None) -> list[Text]:
+        """The map with each cell's rate in its own unit (`unit` None), or every one in `unit`."""
         bold = Style(bold=True)
         rows: list[list[Cell]] = [
-            [((prefill, None),), *(self._cell(self.links.get((prefill, d)), peak) for d in decodes)]
+            [((prefill, None),), *(self._cell(self.links.get((prefill, d)), peak, unit) for d in decodes)]
             for prefill in prefills
         ]
-        header: list[Cell] = [(("", None),), *(((decode, bold),) for decode in decodes)]
+        header: list[Cell] = [((unit.name if unit else "", self.dim),), *(((decode, bold),) for decode in decodes)]
         widths = [max(_width(row[column]) for row in [header, *rows]) for column in range(len(header))]
         lines = []
         for row in [header, *rows]:
@@ -62,20 +72,48 @@ class LinkHeatMap:
             lines.append(line.text())
         return lines
 
-    def _cell(self, link: tuple[float, int] | None, peak: float) -> Cell:
+    def _cell(self, link: tuple[float, int] | None, peak: float, unit: _Unit | None) -> Cell:
         if link is None:
             return (("-", self.dim),)
         gbps, failed = link
         if self.untimed:  # the failed rooms alone: a `0 B/s` would read as a link measured idle
             return ((f"✗{failed}", self.failed),) if failed else (("-", self.dim),)
         shade = SHADES[min(len(SHADES) - 1, round(gbps / peak * (len(SHADES) - 1)))]
-        figure = (f"{shade} {units.gbps(gbps)}", self.hot if gbps >= peak / 2 and gbps > 0 else None)
+        rate = units.gbps(gbps) if unit is None else unit.figure(gbps)
+        figure = (f"{shade} {rate}", self.hot if gbps >= peak / 2 and gbps > 0 else None)
         return (figure, (f" ✗{failed}", self.failed)) if failed else (figure,)
 
 
-def legend() -> Text:
-    """What the shades mean (the map reads without colour too)."""
-    return Text("  shade: ░ ¼  ▒ ½  ▓ ¾  █ of the busiest link", style="dim")
+@dataclass(frozen=True)
+class _Unit:
+    """One unit for every cell of a narrow map: the busiest link's, as `units.rate` would name it."""
+
+    name: str
+    scale: float
+    """GB/s per one of the unit."""
+    digits: int
+
+    @classmethod
+    def of(cls, peak_gbps: float) -> _Unit:
+        name = units.gbps(peak_gbps).split()[-1]
+        scale = {"GB/s": 1.0, "MB/s": 1e-3, "KB/s": 1e-6}.get(name, 1e-9)
+        return cls(name, scale, {"GB/s": 2, "MB/s": 1}.get(name, 0))
+
+    def figure(self, gbps: float) -> str:
+        """`18.9`, `0.50`; a rate that is not none but rounds to it: `<0.1`."""
+        shown = f"{gbps / self.scale:.{self.digits}f}"
+        if gbps > 0 and float(shown) == 0:
+            return f"<{10**-self.digits:.{self.digits}f}" if self.digits else "<1"
+        return shown
+
+
+LEGEND = "  shade: ░ ¼  ▒ ½  ▓ ¾  █ of the busiest link"
+SHORT_LEGEND = " ░ ¼  ▒ ½  ▓ ¾  █ of the busiest link"
+
+
+def legend(width: int = 0) -> Text:
+    """What the shades mean (the map reads without colour too), without `shade:` where the panel is narrower."""
+    return Text(LEGEND if not width or len(LEGEND) <= width else SHORT_LEGEND, style="dim")
 
 
 Cell = tuple[tuple[str, Style | None], ...]

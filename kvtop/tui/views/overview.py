@@ -75,9 +75,6 @@ class OverviewView(Vertical):
                 yield Static("Incidents  ongoing: rooms, what broke", classes="title", id="incidents-title")
                 yield Block(id="incidents", lines=INCIDENT_LINES)
 
-    def on_mount(self) -> None:
-        self.query_one("#links-legend", Line).show(legend())
-
     def on_resize(self, event: events.Resize) -> None:
         """Lay out and draw for the new size at once (what is drawn for a width is kept: a view shown again at
         the size it had draws nothing new)."""
@@ -128,14 +125,17 @@ class OverviewView(Vertical):
         rank_list.set_rows(len(ranks), lambda i: rank_line(ranks[i], palette, columns, peaks))
         ongoing = [row for row in frame.incidents if row.ongoing and not row.client]
         where = frame.options.filter
-        side = (frame.links, not frame.health.timed, ongoing, palette, width, layout.incident_rows, where)
+        links_width = self.query_one("#links").size.width  # (0 until laid out: its next frame draws it to fit)
+        side = (frame.links, not frame.health.timed, ongoing, palette, width, links_width, layout.incident_rows, where)
         if side == self._side_shown:
             return
         self._side_shown = side
         title = f"Incidents  ongoing matching '{one_line(where)}'" if where else "Incidents  ongoing: rooms, what broke"
         self.query_one("#incidents-title", Static).update(Text(title))  # the health line counts them all
-        heat = LinkHeatMap(frame.links, palette.accent, palette.error, untimed=not frame.health.timed)
+        untimed = not frame.health.timed
+        heat = LinkHeatMap(frame.links, palette.accent, palette.error, untimed=untimed, width=links_width)
         self.query_one("#links", Block).show(heat.lines())
+        self.query_one("#links-legend", Line).show(legend(links_width))
         ended = sum(not row.ongoing and not row.client for row in frame.incidents)
         if layout.narrow:
             lines = _incident_one_liners(ongoing, palette, width, layout.incident_rows)
@@ -226,7 +226,7 @@ def _incident_lines(ongoing: list[IncidentRow], palette: Palette, rows: int, wid
         rooms = f"{_rooms(row):>5}  "
         suspect = fit_label(row.suspect, width - len(rooms)) if width > len(rooms) else row.suspect
         who = Text.assemble((f"{rooms}{suspect}", palette.error))  # a span: since when, appended, is not red
-        what = Text(f"       {row.headline.removeprefix(row.suspect).strip()}", style="dim")
+        what = Text(f"       {_cut_prose(row.headline.removeprefix(row.suspect).strip(), width - 7)}", style="dim")
         since = Text(f"  since {clock(row.first_seen)[:-4]}", style="dim")
         if not width or who.cell_len + since.cell_len <= width:
             lines += [who.append_text(since), what]
@@ -235,6 +235,16 @@ def _incident_lines(ongoing: list[IncidentRow], palette: Palette, rows: int, wid
     if len(ongoing) > shown:
         lines.append(Text(f"       and {len(ongoing) - shown} more (f: failures)", style="dim"))
     return lines
+
+
+def _cut_prose(what: str, width: int) -> str:
+    """What broke in `width` cells (0: any): a longer one loses the end of its prose, not its class in parentheses
+    (`stopped answ… (timeout_transfer)`; cut at the edge, it read `(timeout_tran`)."""
+    if width <= 0 or len(what) <= width:
+        return what
+    prose, _, kind = what.rpartition(" (")
+    room = width - len(kind) - 3
+    return f"{prose[:room]}… ({kind}" if prose and what.endswith(")") and room > 0 else f"{what[: width - 1]}…"
 
 
 def _incident_one_liners(ongoing: list[IncidentRow], palette: Palette, width: int, shown: int) -> list[Text]:

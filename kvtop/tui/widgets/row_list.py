@@ -26,12 +26,27 @@ RowKey = Callable[[int], Hashable]
 PENDING = Text("…", style="dim")
 
 
+WORD_CUT_BACK = 12
+"""How far back a cut goes to fall between words rather than in one (a time, a count)."""
+
+
 def cut(text: Text, width: int) -> Text:
     """`text`, or where it is wider than `width` cells its start with `…` in the last cell: a row cut at the edge
-    told no cut (a reason's `10.0.0.5:8998` read `10.0.0.5:899`, a room id lost its last digits, `since 0`)."""
+    told no cut (a reason's `10.0.0.5:8998` read `10.0.0.5:899`, a room id lost its last digits, `since 0`). A cut
+    that would split a word, a time or a count (`since 07:18:…`, `216…` of `216 rooms`) falls before it where
+    that is near, the `…` after the last whole column (two spaces), else the last whole word."""
     if not width or text.cell_len <= width:
         return text
     shown = text.copy()
+    plain = text.plain
+    if len(plain) == text.cell_len and width > 1 and plain[width - 1] != " " and plain[width - 2] != " ":
+        start = max(0, width - 1 - WORD_CUT_BACK)
+        gap = plain.rfind("  ", start, width - 1)  # between columns first: not `8 …` of `8 origins`
+        space = gap + 1 if gap > 0 else plain.rfind(" ", start, width - 1)
+        if space > 0:
+            shown.truncate(space + 1)
+            shown.append("…")
+            return shown
     shown.truncate(width, overflow="ellipsis")
     return shown
 

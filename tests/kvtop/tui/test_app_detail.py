@@ -215,3 +215,23 @@ def test_a_panel_whose_subject_did_not_change_is_not_redrawn(source: FixtureSour
 
     assert seen["same"]
     assert seen["text"].startswith(f"Room {room}\n")
+
+
+def test_without_a_recording_the_rewind_keys_leave_an_open_panel_as_it_is(app: KvtopApp):
+    """The rewind keys pass through an open panel to the dashboard, which judges them: with nothing recorded
+    (`--no-record`, SGLang logs) `,` and `[` do nothing, and the panel stays open on the live rank."""
+    seen = {}
+
+    async def scenario(pilot):
+        await pilot.press("down", "enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), "the rank history")
+        body = app.screen.body.plain
+        await pilot.press("comma", "left_square_bracket")
+        drawn = app.frames_drawn
+        await wait_until(pilot, lambda: app.frames_drawn >= drawn + 2, "two more frames")
+        seen["open"] = isinstance(app.screen, DetailScreen)
+        seen["live"] = app.frame.replay is None
+        seen["same text"] = app.screen.body.plain == body
+
+    drive(app, scenario)
+    assert seen == {"open": True, "live": True, "same text": True}

@@ -153,6 +153,19 @@ def test_more_incidents_than_the_panel_holds_are_listed_whole_and_counted_once()
     assert len(shown) <= INCIDENT_LINES
 
 
+def test_what_broke_wider_than_the_panel_keeps_its_class():
+    """Beside the grid at 120 columns (38 cells) `stopped answering (timeout_transfer)` was cut at the edge,
+    `(timeout_tran`, nothing saying so: the prose gives way, marked `…`, and the class stays whole."""
+    row = IncidentRow(1, "prefill-1 stopped answering (timeout_transfer)", "prefill-1", "unresponsive",
+                      "timeout_transfer", 7, 7, 0, FIXED_NOW, FIXED_NOW, True, False, (), ())  # fmt: skip
+    palette = Palette.from_theme(load_themes().themes["kvtop-dark"])
+
+    who, what = (line.plain for line in _incident_lines([row], palette, 2, 38))
+
+    assert who.split() == ["7", "prefill-1", "since", stamp(FIXED_NOW)[:-4]]
+    assert len(what) <= 38 and what.strip() == "stopped ans… (timeout_transfer)"
+
+
 def test_a_filter_names_itself_on_the_overview_s_incidents_panel(app: KvtopApp):
     """A filter typed in another view trimmed the overview's incidents panel with nothing saying so beside a
     health line counting them all."""

@@ -331,8 +331,14 @@ def test_an_events_frame_that_adds_no_line_repaints_neither_the_tail_nor_its_tit
 
 def test_a_row_wider_than_the_list_ends_in_an_ellipsis_and_one_that_fits_is_whole():
     """A cut row read as whole: `bootstrap_addr: 10.0.0.5:8998` at the list's edge read `10.0.0.5:899`, a room id
-    lost its last digits with nothing to tell them missing."""
-    rows_drawn = [Text("room 4930731309258511343 peer_lost: bootstrap_addr: 10.0.0.5:8998"), Text("fits", style=RED)]
+    lost its last digits with nothing to tell them missing. The `…` comes after the last whole word (`since
+    07:18:…` read as a time): a long word alone is cut within."""
+    rows_drawn = [
+        Text("room 4930731309258511343 peer_lost: bootstrap_addr: 10.0.0.5:8998"),
+        Text("fits", style=RED),
+        Text("ONGOING  prefill-0 sends corrupt KV  since 07:18:15"),
+        Text("x" * 60),
+    ]
 
     async def scenario() -> None:
         app = ListApp()
@@ -341,8 +347,11 @@ def test_a_row_wider_than_the_list_ends_in_an_ellipsis_and_one_that_fits_is_whol
             rows.set_rows(len(rows_drawn), lambda index: rows_drawn[index])
             await pilot.pause()
             width = rows.scrollable_content_region.width
-            cut, whole = rows.render_line(0).text, rows.render_line(1).text
-            assert cut == rows_drawn[0].plain[: width - 1] + "…"
+            cut, whole, time, word = (rows.render_line(y).text for y in range(4))
+            assert width == 40
+            assert cut == "room 4930731309258511343 peer_lost: …".ljust(width)
             assert whole == "fits".ljust(width)
+            assert time == "ONGOING  prefill-0 sends corrupt KV  …".ljust(width)
+            assert word == "x" * (width - 1) + "…"
 
     asyncio.run(scenario())

@@ -384,3 +384,71 @@ def test_the_footer_shows_each_views_keys_whole_live_and_rewound(recorded, size:
         assert {"?", "q", "/", "p", ",", *own[tag[-1]]} <= shown, tag
         assert palette is (size[0] >= NARROW_BELOW), tag
     assert {".", "[", "]", "L"} <= seen["rewound r"][0]
+
+
+def test_the_rewind_keys_move_an_open_panel_through_the_recording(recorded):
+    """With a rank's history open, `,` and the other rewind keys did nothing (the panel, a modal screen, stopped the
+    app's keys): close it, step, reopen. Now `,` steps the replay under the open panel, which shows the rank as a
+    seek there has it and says on its border that it is a replay (the banner lies under it); `]` takes it to the
+    next origin, `L` brings the panel back to the live rank; it stays open throughout."""
+    folder, _ = recorded
+    app = _live_app(recorded)
+    label = "prefill-0/TP0"
+    seen: dict[str, object] = {}
+
+    def as_of(at: float) -> str:
+        replayed = Replay(str(folder), journal_events=JOURNAL_EVENTS_KEPT).at(at).model
+        return rank_history(replayed, label, at, app.palette).plain
+
+    async def scenario(pilot) -> None:
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), "the rank history")
+        seen["live"] = app.screen.body.plain
+        await pilot.pause()
+        seen["border"] = [border()]
+        await pilot.press("comma")
+        await _replayed_at(pilot, LIVE_NOW - 10.0)
+        expected = as_of(LIVE_NOW - 10.0)
+        await wait_until(pilot, lambda: app.screen.body.plain == expected, "the panel as of 10 s ago")
+        seen["10 s back"] = app.screen.body.plain
+        seen["border"].append(border())
+        await pilot.press("comma")
+        await _replayed_at(pilot, LIVE_NOW - 20.0)
+        await pilot.press("right_square_bracket")
+        await wait_until(pilot, lambda: app.frame.replay.time > LIVE_NOW - 20.0, "the next origin after 20 s ago")
+        with app.rewind.lock:  # (a fresh seek there may journal less: what the keyframe left out)
+            expected = rank_history(app.rewind.model, label, app.rewind.time, app.palette).plain
+        await wait_until(pilot, lambda: app.screen.body.plain == expected, "the panel at that origin")
+        seen["at the origin"] = app.screen.body.plain
+        await pilot.press("L")
+        await wait_until(pilot, lambda: app.frame.replay is None, "live again")
+        await wait_until(pilot, lambda: app.screen.body.plain == seen["live"], "the panel of the live rank again")
+        seen["open throughout"] = isinstance(app.screen, DetailScreen)
+        seen["border"].append(border())
+
+    def border() -> str:  # the banner saying which model the views show lies under the panel
+        return str(app.screen.query_one("#detail").border_title)
+
+    drive(app, scenario)
+    assert seen["border"] == ["live", "REPLAY 20:27:00 (10s ago), paused: , . step  L live", "live"]
+    assert len({seen["10 s back"], seen["at the origin"], seen["live"]}) == 3
+    assert seen["open throughout"]
+
+
+def test_a_views_key_closes_an_open_panel_on_that_view(recorded):
+    """`f` with a rank's history open did nothing; now the panel closes and the failures view shows, its list
+    taking the keys."""
+    app = _live_app(recorded)
+    seen: dict[str, object] = {}
+
+    async def scenario(pilot) -> None:
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), "the rank history")
+        await pilot.press("f")
+        await wait_until(pilot, lambda: not isinstance(app.screen, DetailScreen), "the panel closed")
+        await pilot.pause()
+        seen["view"] = app.active_view
+        seen["focused"] = app.focused.id if app.focused is not None else None
+
+    drive(app, scenario)
+    assert seen == {"view": "failures", "focused": "failure-tree"}

@@ -70,6 +70,24 @@ def test_the_heat_map_draws_one_row_per_prefill_and_a_column_per_decode():
     )
 
 
+def test_a_heat_map_narrower_than_its_cells_names_its_unit_once():
+    """Where the cells' own units would not fit (the panel beside the grid at 120 columns cut `decode-1` and the
+    rates), every cell is in the busiest link's unit, named in the corner; a rate that rounds to none says `<`."""
+    links = {**LINKS, ("prefill-1", "decode-1"): (0.004, 1)}
+    wide = render(LinkHeatMap(links, HOT, FAILED, width=80))
+    narrow = render(LinkHeatMap(links, HOT, FAILED, width=36))
+
+    assert "500.0 MB/s" in wide and "GB/s" not in wide.splitlines()[0]
+    assert narrow == "\n".join(
+        [
+            " GB/s       decode-0    decode-1",
+            " prefill-0    █ 2.00   ░ 0.50 ✗3",
+            " prefill-1      0.00    <0.01 ✗1",
+        ]
+    )
+    assert max(len(line) for line in narrow.splitlines()) <= 36
+
+
 def test_the_heat_map_colours_hot_links_and_failed_rooms_from_its_styles():
     """Links at half the peak or more take the hot style; failed-room counts the failed style."""
     console = Console(width=80, color_system="truecolor", file=io.StringIO())
@@ -207,16 +225,19 @@ def frame():
 
 
 def test_a_room_line_shows_age_idle_progress_size_link_and_every_rank_state(frame, palette: Palette):
-    """A room that succeeded: 100 %, 1.0 MB, its link and OK for each of its four ranks, in the success colour."""
+    """A room that succeeded: 100 %, 1.0 MB, its link with OK for its four ranks beside their instance, ranks alike
+    said once (`prefill-0/TP0=OK prefill-0/TP1=OK` named the instance twice), in the success colour."""
     room = next(room for room in frame.rooms if frame.outcome(room) is True)
 
     line = room_line(room, frame, palette)
 
-    states = " ".join(f"{label}=OK" for label in sorted(room.states))
-    link = f"{room.link[0]}->{room.link[1]}"
+    prefill, decode = room.link
+    assert sorted(room.states) == [f"{decode}/TP0", f"{decode}/TP1", f"{prefill}/TP0", f"{prefill}/TP1"]
+    link = f"{prefill} TP0,TP1=OK -> {decode} TP0,TP1=OK"
     age, idle = FIXED_NOW - room.first_seen, FIXED_NOW - room.last_progress
-    assert line.plain == f"{room.room:<21}{age:>7.1f}{idle:>8.1f}      100%     1.0 MB  {'':<8}{link:<22}{states} "
-    assert len(ROOM_HEADER) - len("STATE PER RANK") == len(line.plain) - len(states) - 1
+    assert line.plain == f"{room.room:<21}{age:>7.1f}{idle:>8.1f}      100%     1.0 MB  {'':<8}{link}"
+    assert ROOM_HEADER.index("LINK") == line.plain.index(prefill)
+    assert len(line.plain) <= 120 - 2  # whole at 120 columns, beside the list's scrollbar
     assert palette.success in styles_of(line, "OK")
 
 
@@ -227,7 +248,14 @@ def test_a_failed_room_line_shows_fail_in_the_error_colour(frame, palette: Palet
     line = room_line(room, frame, palette)
 
     failed = sorted(label for label, state in room.states.items() if state == KVPoll.Failed)
-    assert failed and all(f"{label}=FAIL" in line.plain for label in failed)
+    shown = {
+        f"{instance}/{rank}": state
+        for side in line.plain[ROOM_HEADER.index("LINK") :].split(" -> ")
+        for instance, *groups in [side.split()]
+        for names, state in (group.split("=") for group in groups)
+        for rank in names.split(",")
+    }
+    assert failed and [label for label, state in sorted(shown.items()) if state == "FAIL"] == failed
     assert palette.error in styles_of(line, "FAIL")
     assert line.plain[ROOM_HEADER.index("FLAG") :].startswith("FAILED  ")
     assert "STUCK" not in line.plain

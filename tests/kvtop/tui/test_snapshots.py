@@ -81,6 +81,17 @@ def test_overview_snapshot_at_100x30(snap_compare, theme: str):
     assert snap_compare(app, terminal_size=(100, 30), run_before=run_before)
 
 
+def test_overview_snapshot_at_120x36(snap_compare):
+    """At 120x36 the Links panel beside the grid cut `decode-1` and its rates (`█ 19.9 MB/`): every cell in the
+    busiest link's unit, named once in the map's corner (`MB/s`), and the legend without `shade:`, fit it."""
+
+    async def run_before(pilot) -> None:
+        await wait_until(pilot, lambda: pilot.app.frames_drawn > 0, "the first frame")
+        await next_frame(pilot)
+
+    assert snap_compare(make_app(refresh_s=3600), terminal_size=(120, 36), run_before=run_before)
+
+
 def test_rooms_snapshot_at_80x24(snap_compare):
     """At 80x24 the rooms view keeps its FLAG column (the link cut, `prefill-0-…`) and its footer every key it
     needs, `x` and `s` among them, closer together (the palette's key left for the help)."""
