@@ -1,7 +1,8 @@
 """`kvtop bench fanin`: many agents' events into one collector, directly and through one relay.
 
 The agents are the event plane only: each is transport's `EventPublisher` (its PUB, its snapshot ROUTER,
-real `EventBatch` envelopes with seqs, a state mirror for snapshots) registered with a bootstrap service,
+real `EventBatch` envelopes with seqs, a state mirror for snapshots) registered with a bootstrap service, their
+instances in turn servers of one TP group, of two pipeline stages and of two DP replicas (`agent_info`),
 fed room lifecycles (state changes, progress, transfers done, 1 % failures) and a heartbeat a second, at
 `rate` events/s each. They run in a few processes for the whole bench, each process's publishers on one
 `PublisherGroup` thread (a thread per agent would wake 20 times a second each, a cost one agent per host pays
@@ -75,6 +76,7 @@ from transport.version import __version__
 from transport.wire import AgentInfo, FrameDecoder
 
 TP = 8
+"""Agents per instance: a server of TP 8, of two pipeline stages of TP 4, or of two DP replicas of TP 4."""
 _TICK_S = 0.01
 _START_TIMEOUT_S = 120.0
 _SYNC_TIMEOUT_S = 60.0
@@ -246,17 +248,26 @@ class FaninModel(CountingModel):
         return super().apply(label, item, now)
 
 
+def agent_info(index: int, incarnation: int) -> AgentInfo:
+    """The bench's agent `index`, as users run theirs: instance `decode-N` takes `TP` agents in turn, a server of TP
+    8, one of two pipeline stages of TP 4 (`decode-1/PP1-TP0`), one of two DP replicas of TP 4 (`decode-2/DP1-TP0`),
+    so that both the collector and the floor key (and label) ranks of a stage or a replica as they do for users."""
+    instance, place = divmod(index, TP)
+    half, rank = divmod(place, TP // 2)
+    shape = instance % 3
+    return AgentInfo(
+        "decode", f"decode-{instance}", place if shape == 0 else rank, TP if shape == 0 else TP // 2, 4096, "", "",
+        os.getpid(), "localhost", incarnation, pp=half if shape == 1 else None, dp=half if shape == 2 else None,
+    )  # fmt: skip
+
+
 class _Agent:
     """One agent's event plane: a publisher (started with its process's group), and the room whose events come
     next."""
 
     def __init__(self, index: int, rng: random.Random, curve: CurveKeys | None) -> None:
-        info = AgentInfo(
-            "decode", f"decode-{index // TP}", index % TP, TP, 4096, "", "", os.getpid(), "localhost",
-            rng.getrandbits(63),
-        )  # fmt: skip
-        self.publisher = EventPublisher(info, curve=curve)
-        self.label = info.label
+        self.publisher = EventPublisher(agent_info(index, rng.getrandbits(63)), curve=curve)
+        self.label = self.publisher.info.label
         self.emitted = 0
         self.pending: list[Event] = []
         """The current room's events still to emit, last first."""
@@ -408,8 +419,9 @@ def _offered_per_s(before: list[tuple[int, float]], after: list[tuple[int, float
 class _Floor:
     """The least work that honestly takes the agents' frames: one SUB socket (a connection per agent, or the
     relay's one, queued as the subscriber queues them), each frame received and decoded by the subscriber's
-    own decoder, events counted, each (agent, incarnation)'s seqs checked for gaps; passes paced as the
-    collector's. No snapshot, no model: what any collector must spend before it applies anything."""
+    own decoder and labelled as it labels them, events counted, each (agent, incarnation)'s seqs checked for gaps;
+    passes paced as the collector's. No snapshot, no model: what any collector must spend before it applies
+    anything."""
 
     def __init__(self, endpoints: list[str], rcvhwm: int) -> None:
         self._socket = open_socket(zmq.Context.instance(), zmq.SUB, LIST_FRAME, None)
@@ -423,14 +435,15 @@ class _Floor:
         self.gaps = 0
         self.newest_sent_at = 0.0
         self.counters = Counters(("batches", *rejection_names()))
-        self._seqs: dict[tuple[str, int, int], int] = {}
+        self._seqs: dict[tuple[str, int], int] = {}
+        """(label, incarnation) -> the latest seq decoded."""
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="fanin-floor", daemon=True)
         self.thread.start()
 
     def heard(self) -> int:
         with self.lock:
-            return len({(instance, rank) for instance, rank, _ in self._seqs})
+            return len({label for label, _ in self._seqs})
 
     def _run(self) -> None:
         decoder: FrameDecoder[EventBatch] = FrameDecoder(EventBatch)
@@ -443,7 +456,9 @@ class _Floor:
             newest = 0.0
             with self.lock:  # the heard count reads the seqs
                 for _, batch in decode_waiting_frames(sock, decoder, self.counters, limit=10_000):
-                    key = (batch.instance, batch.rank, batch.incarnation)
+                    # the label as the subscriber makes it: a stage's or a replica's TP0 is a stream of its own
+                    label = f"{batch.instance}/TP{batch.rank}" if batch.pp is None and batch.dp is None else batch.label
+                    key = (label, batch.incarnation)
                     last = seqs.get(key)
                     if last is not None and batch.seq > last + 1:
                         gaps += batch.seq - last - 1

@@ -16,6 +16,7 @@ from kvtop.model.timeline import Timeline
 from kvtop.model.transfer_ring import TransferRing
 from transport.kvpoll import TERMINAL, KVPoll
 from transport.plane.events import LogFollowed
+from transport.registration import TAKEN_SUFFIX
 from transport.wire import LOG_SIDECAR, SGLANG_PLUGIN, label_parts, label_replica
 
 STALE_S = 3.0
@@ -106,9 +107,10 @@ class RankView:
 
     def __post_init__(self) -> None:
         self.transfers.feed(self.timeline)
-        parts = label_parts(self.label)
+        label = self.label.removesuffix(TAKEN_SUFFIX)  # a rank heard as taken: of its own stage and replica
+        parts = label_parts(label)
         self.stage = (parts[1] or 0) if parts else 0
-        self.replica = label_replica(self.label)
+        self.replica = label_replica(label)
 
     @property
     def sidecar(self) -> bool:

@@ -692,6 +692,22 @@ def test_a_rank_heard_as_taken_is_served_apart_from_the_taker_under_its_label():
     assert {"decode-0", "decode-0~taken"} <= instances
 
 
+def test_ranks_of_a_stage_and_a_replica_heard_as_taken_keep_their_stage_and_replica():
+    """A sidecar's whole server claimed twice: its ranks of stage 1 and of replica 1 heard as taken were read from a
+    label its suffix kept from parsing, served as stage 0 of no replica: `decode-0/PP1-TP0~taken` and
+    `decode-0/DP1-TP0~taken` were the label set of `decode-0/TP0~taken`, one series a scrape refuses."""
+    model = fixed_model()
+    beat = Heartbeat(NOW - 1.0, {}, 0, 0, 1.0, 1 << 20, 10.0, registration="refused: ... holds it live")
+    for label, pp, dp in (("decode-0/TP0~taken", None, None), ("decode-0/PP1-TP0~taken", 1, None),
+                          ("decode-0/DP1-TP0~taken", None, 1)):  # fmt: skip
+        model.apply(label, EventBatch(EVENT_SCHEMA, "decode", "decode-0", 0, 9, 1, NOW - 1.0, [beat], pp, dp), NOW)
+
+    served = scrape(ModelMetrics(model, threading.Lock(), lambda: NOW, source="bootstrap"))
+
+    taken = [dict(key) for key in samples(served, "kvtop_rank_unlisted") if dict(key)["pd_instance"].endswith("~taken")]
+    assert sorted((rank["pp_rank"], rank["dp_rank"]) for rank in taken) == [("0", ""), ("0", "1"), ("1", "")]
+
+
 @pytest.mark.parametrize("scraped_between", [False, True], ids=["one-scrape", "a-scrape-between"])
 def test_an_instance_whose_ranks_stopped_answering_is_counted_started_as_the_instance(scraped_between: bool):
     """prefill-1's two ranks stop answering seconds apart: one incident, `prefill-1 stopped answering`. It was counted

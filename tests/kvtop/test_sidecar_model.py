@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from kvtop.model.cluster import CONTEXT_KEPT, ClusterModel
 from kvtop.model.shapes import Liveness
 from kvtop.sidecar.ranks import sidecar_info
@@ -20,6 +22,7 @@ from transport.plane.events import (
     LogFollowed,
     RoomState,
 )
+from transport.wire import rank_label
 
 T = 1_800_000_000.0
 
@@ -156,3 +159,19 @@ def test_ranks_of_sidecars_show_no_rate_a_log_times_no_transfer():
 
     assert (rank["source"], rank["gbps"], rank["pid"]) == ("log", None, info.pid)
     assert row[header.index("RATE") - 6 : header.index("RATE") + 4].split() == ["-"], row
+
+
+@pytest.mark.parametrize("label", ["decode-0/DP1-TP0", "decode-0/DP1-TP0~taken"])
+def test_a_context_line_a_dp_replica_s_rank_published_is_shown_as_that_replica_s(label: str):
+    """A sidecar of a server whose DP ranks are replicas publishes each replica's rank apart (`decode-0/DP1-TP0`):
+    the line its rank published was shown as `decode-0/TP0`'s, the first replica's rank, its stage kept and its
+    replica lost (a rank heard as taken lost its stage too). It is the replica's."""
+    model = ClusterModel()
+    glog = "E0603 20:16:59.104586 27322 worker_pool.cpp:271] Worker: Process failed for slice (...): retry exceeded"
+    events: list[Event] = [LogContext(T - 5, "glog", None, glog, 0)]
+    model.apply(label, EventBatch(EVENT_SCHEMA, "decode", "decode-0", 0, 7, 1, T, events, None, 1), T)
+
+    [line] = published_errors(model, T - 60, T)
+
+    assert (line.source, line.tp, line.pp, line.dp) == ("decode-0", 0, None, 1)
+    assert rank_label(line.source, line.tp, line.pp, line.dp) == "decode-0/DP1-TP0"  # as `kvtop failures` names it

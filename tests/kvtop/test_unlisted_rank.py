@@ -17,6 +17,8 @@ import zmq
 from kvtop_cli import kvtop
 
 from kvtop.sidecar.ranks import RankPublisher, sidecar_info
+from kvtop.sources import live
+from kvtop.sources.live import Collector
 from tests.conftest import wait_for
 from transport import BootstrapClient, BootstrapServer, KVManager, KVPool, Role
 from transport.plane.events import Failure, Heartbeat
@@ -29,6 +31,7 @@ pytestmark = pytest.mark.processes
 
 HEARD = "another client holds its entry: no peer finds it; new views hear it as taken"
 """Who misses a rank refused because another client holds its entry: the service (and a relay) lists it as taken."""
+TAKEN = "prefill-0/TP0~taken"
 
 
 @pytest.fixture
@@ -272,3 +275,83 @@ def test_the_incidents_of_a_taken_rank_and_its_taker_are_each_their_own(short_li
         "prefill-0/TP0~taken": ([1, 2], {"prefill-0/TP0~taken": 2}),
         "prefill-0/TP0": ([3], {"prefill-0/TP0": 1}),
     }, listed.stdout + listed.stderr
+
+
+@contextmanager
+def collecting(address: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Collector]:
+    """A view's collector (what `kvtop top` runs) on `address`, listing it every 0.2 s, until the block ends."""
+    monkeypatch.setattr(live, "DISCOVER_EVERY_S", 0.2)
+    collector = Collector(address).start(discover_timeout_s=5.0)
+    try:
+        yield collector
+    finally:
+        collector.close()
+
+
+def heard_anew(collector: Collector, label: str, incarnation: int, what: str) -> None:
+    """Wait until the view hears `label`'s `incarnation` after now."""
+    since = time.time()
+
+    def heard() -> bool:
+        with collector.lock:
+            view = collector.model.ranks.get(label)
+            return view is not None and view.incarnation == incarnation and view.last_seen > since
+
+    wait_for(heard, timeout=20, what=what)
+
+
+def test_a_rank_taken_at_an_address_a_listed_entry_names_is_heard_once_per_batch(
+    short_lived, rank, zmq_context, wait_for, monkeypatch
+):
+    """The taker's entry names the rank's own event endpoint (the rank's address, another data endpoint): the rank
+    is listed there and taken. A view given the bootstrap heard it on the agents' socket and on one it opened for the
+    taken rank: each batch twice, every second one counted stale. It hears the address on one socket."""
+    taker = msgspec.structs.replace(rank.info, data_endpoint="tcp://127.0.0.2:6666", incarnation=1)
+    with taken_over(short_lived, taker, zmq_context):
+        wait_for(lambda: rank._routes.refused, timeout=15, what="the rank's refresh refused")
+        with collecting(short_lived.endpoint, monkeypatch) as collector:
+            incarnation = rank.info.incarnation
+            heard_anew(collector, TAKEN, incarnation, "the taken rank heard")
+            wait_for(collector.synced, timeout=15, what="the view synced")
+            with collector.lock:
+                before = collector.model.intake.counters["batches"], collector.model.intake.counters["stale_batches"]
+
+            def three_more() -> bool:
+                with collector.lock:
+                    return collector.model.intake.counters["batches"] >= before[0] + 3
+
+            wait_for(three_more, timeout=15, what="three more of the rank's batches")  # a heartbeat a second
+            with collector.lock:
+                stale = collector.model.intake.counters["stale_batches"]
+
+    assert stale == before[1]
+
+
+@pytest.mark.parametrize("through_relay", [False, True])
+def test_a_rank_taken_again_after_it_held_its_entry_counts_no_gap(
+    short_lived, rank, zmq_context, wait_for, monkeypatch, through_relay
+):
+    """Taken, then holding its entry again (its batches heard under its own label), then taken again: through a
+    relay, the view kept the first stream of its taken label, whose next seq was long past, and counted every batch
+    the rank sent meanwhile as lost. A rank that leaves the listing's taken is forgotten under its taken label,
+    through a relay as directly: taken again, it is heard anew."""
+    elsewhere = {name: f"tcp://127.0.0.2:{port}" for name, port in
+                 (("data_endpoint", 6666), ("event_endpoint", 6667), ("snapshot_endpoint", 6668))}  # fmt: skip
+    taker = msgspec.structs.replace(rank.info, incarnation=1, **elsewhere)
+    incarnation = rank.info.incarnation
+    relay = Relay(bootstrap=short_lived.endpoint, discover_every_s=0.2).start() if through_relay else None
+    try:
+        address = relay.address if relay is not None else short_lived.endpoint
+        with collecting(address, monkeypatch) as collector:
+            for turn in ("first", "second"):
+                with taken_over(short_lived, taker, zmq_context):
+                    heard_anew(collector, TAKEN, incarnation, f"the rank heard as taken ({turn} takeover)")
+                    wait_for(collector.synced, timeout=15, what="the view synced")
+                heard_anew(collector, "prefill-0/TP0", incarnation, f"the rank heard as itself ({turn} time again)")
+            with collector.lock:
+                gaps, runs = collector.model.gaps, dict(collector._subscriber.gaps)
+    finally:
+        if relay is not None:
+            relay.close()
+
+    assert gaps == 0, runs

@@ -33,7 +33,9 @@ a snapshot that holds a record refused already (its batch's, or an earlier snaps
 missed snapshot) leaves it out again unsaid.
 A rank the service lists as taken (`hear_taken`: another client holds its entry, and that taker publishes under the
 same label) is delivered under `registration.taken_label`, so that neither incarnation's batches start the other's
-stream anew; subscribed to directly, its endpoint's socket closes once the listing no longer names it taken.
+stream anew; subscribed to directly, on a socket of its own unless a listed entry names its endpoint (the agents'
+socket hears it then: on both, each batch came twice), closed once the listing no longer names it taken; its taken
+label's stream is forgotten then, directly or through a relay.
 Nor can a cluster larger than this process's limits: without a context given, the subscriber opens its own,
 sized for a socket per agent (`transport.limits`), and raises the open-file limit as agents come. Where the
 hard limit is too low, a snapshot socket that would take a file its connections need is not opened; that, and
@@ -211,9 +213,9 @@ class EventSubscriber:
         self._taken: dict[str, int] = {}
         """Labels the service lists as taken -> the incarnation listed so: its batches are delivered under
         `taken_label` (the taker publishes under the plain label)."""
-        self._taken_endpoints: dict[str, str] = {}
-        """Event endpoints `hear_taken` subscribed to -> the `taken_label` heard there: closed, and that label
-        forgotten, once the listing no longer names the rank taken."""
+        self._taken_endpoints: dict[str, None] = {}
+        """Event endpoints `hear_taken` subscribed to apart: closed once the listing no longer names the rank taken,
+        or once a listed entry names the endpoint (`connect`)."""
         self.records_refused: dict[str, tuple[int, str]] = {}
         """Agents (labels) some of whose records were refused -> (how many, why the latest was), the most recent
         `REFUSED_KEPT` agents; `records_rejected` counts them all."""
@@ -248,6 +250,8 @@ class EventSubscriber:
         self.refused.pop(agent.label, None)
         self.agents[agent.label] = agent
         self._streams[agent.label] = self._start_stream(agent.label, agent.incarnation)
+        if agent.event_endpoint in self._taken_endpoints:  # heard here from now on: apart, each batch came twice
+            self._leave_taken(agent.event_endpoint)
         return ""
 
     def connect_endpoint(self, endpoint: str) -> str:
@@ -282,34 +286,55 @@ class EventSubscriber:
 
     def hear_taken(self, agents: list[AgentInfo], direct: bool) -> None:
         """The ranks the latest listing names as taken (`AgentList.taken`): each one's batches are delivered under
-        `taken_label`, apart from the taker's; `direct`: subscribe to their event endpoints (through a relay, its
-        stream carries them: `synced` waits for them a while, as for the ranks it lists)."""
-        self._taken = {agent.label: agent.incarnation for agent in agents}
-        still = {agent.event_endpoint for agent in agents} if direct else set()
-        for endpoint in [endpoint for endpoint in self._taken_endpoints if endpoint not in still]:
+        `taken_label`, apart from the taker's; `direct`: subscribe to their event endpoints, each that no listed
+        entry names (one that does is heard on the agents' socket already: on both, each batch came twice); through
+        a relay, its stream carries them (`synced` waits for them a while, as for the ranks it lists). A rank newly
+        named taken is forgotten under its label, one no longer named so (it holds its entry again, or it stopped)
+        under its taken label: its batches come under the other from then on, and that stream, resumed later,
+        counted those as lost."""
+        taken = {agent.label: agent.incarnation for agent in agents}
+        for label, incarnation in taken.items():
+            stream = self._streams.get(label)
+            if self._taken.get(label) != incarnation and stream is not None and stream.incarnation == incarnation:
+                self._forget(label)
+        for label in [label for label in self._taken if label not in taken]:
+            self._forget(taken_label(label))
+        self._taken = taken
+        listed = {agent.event_endpoint for agent in self.agents.values()} if direct else set()
+        apart = {agent.event_endpoint for agent in agents if agent.event_endpoint not in listed} if direct else set()
+        for endpoint in [endpoint for endpoint in self._taken_endpoints if endpoint not in apart]:
             self._leave_taken(endpoint)
         now = time.monotonic()
         for agent in agents:
             if direct:
-                if agent.event_endpoint not in self._endpoints and not self.connect_endpoint(agent.event_endpoint):
-                    self._taken_endpoints[agent.event_endpoint] = taken_label(agent.label)
+                endpoint = agent.event_endpoint
+                if endpoint in apart and endpoint not in self._endpoints and not self.connect_endpoint(endpoint):
+                    self._taken_endpoints[endpoint] = None
             elif (label := taken_label(agent.label)) not in self._streams and label not in self._relay_listed:
                 self._relay_listed.add(label)
                 self._relay_expected[label] = now
 
     def _leave_taken(self, endpoint: str) -> None:
-        """A rank no longer listed as taken (it holds its entry again, or it stopped): its endpoint's socket closes
-        (listed again, it is heard on the agents' socket: on both, each batch came twice) and its taken label's
-        stream is forgotten."""
-        label = self._taken_endpoints.pop(endpoint)
+        """A taken rank's endpoint no longer subscribed to apart (the rank left the listing's taken, or a listed
+        entry names the endpoint: the agents' socket hears it)."""
+        del self._taken_endpoints[endpoint]
         self._endpoints.pop(endpoint).close(linger=0)
         self.answered.pop(endpoint, None)
         self._poller = None
-        self._streams.pop(label, None)
+
+    def _forget(self, label: str) -> None:
+        """A label whose batches come under another now (`hear_taken`): its stream, its snapshot asked (of its
+        socket or through a relay) and the relay's wait for it are forgotten (heard again, it starts anew)."""
+        stream = self._streams.pop(label, None)
+        if stream is not None:
+            self._relay_requests.pop(stream.req_id, None)
         self._unsynced.pop(label, None)
         self._retries.pop(label, None)
         self._snapshot_endpoints.pop(label, None)
         self._close_snapshot_socket(label)
+        self._relayed.pop(label, None)
+        self._relay_expected.pop(label, None)
+        self._relay_listed.discard(label)
 
     def connect_relay(self, relay: AgentInfo, agents: list[str] | None = None) -> str:
         """Subscribe to every agent behind a relay (its listing entry), on a SUB socket of its own, with

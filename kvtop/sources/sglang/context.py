@@ -13,7 +13,8 @@ from kvtop.model.cluster import ClusterModel
 from kvtop.model.fold import ROOM_REUSE_S, FailureGroup
 from kvtop.model.suspects import is_transport_error
 from transport.plane.events import LogContext
-from transport.wire import label_parts
+from transport.registration import TAKEN_SUFFIX
+from transport.wire import label_parts, label_replica
 
 CONTEXT_KEPT = 10_000
 CONTEXT_S = 5.0
@@ -55,11 +56,14 @@ def published_errors(model: ClusterModel, since: float, until: float) -> list[Co
 
 
 def _published(label: str, line: LogContext) -> Context:
-    """A context line a log sidecar published under the rank `label` (its stage is the rank's)."""
-    parts = label_parts(label)
+    """A context line a log sidecar published under the rank `label` (its stage and its DP replica are the
+    rank's, one heard as taken's too: `rank_label` of the two names it again)."""
+    rank = label.removesuffix(TAKEN_SUFFIX)
+    parts = label_parts(rank)
     return Context(
-        line.ts, label.rpartition("/")[0], line.tp, line.kind, line.room, line.text, parts[1] if parts else None
-    )
+        line.ts, rank.rpartition("/")[0], line.tp, line.kind, line.room, line.text, parts[1] if parts else None,
+        label_replica(rank),
+    )  # fmt: skip
 
 
 def context_for(context: Iterable[Context], groups: Sequence[FailureGroup]) -> list[list[Context]]:
