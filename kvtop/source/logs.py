@@ -6,7 +6,6 @@ import contextlib
 import dataclasses
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kvtop.source.base import Events, Said, Source, Told
@@ -23,8 +22,6 @@ if TYPE_CHECKING:
 
 POLL_S = 0.25
 """A followed tail reads what the logs gained this often."""
-GONE_SAID_S = 2.0
-"""A followed log missing from its path this long is said (a rotation by rename puts the next one there at once)."""
 
 
 class LogSource(Source):
@@ -38,6 +35,9 @@ class LogSource(Source):
         super().__init__(spec, model, start=logs.start or logs.now)
         self.logs = logs
         self._loaded = loaded
+        from kvtop.sources.sglang.missing import MissingPaths
+
+        self._missing = MissingPaths([file.spec.path for file in logs.files])
 
     @classmethod
     @contextlib.contextmanager
@@ -77,16 +77,18 @@ class LogSource(Source):
     def refresh(self) -> None:
         self._poll()
 
+    def said(self) -> list[str]:
+        return self._missing.news()
+
     def _poll(self) -> list[tuple[str, Event]]:
         with self.lock:
             return self.logs.poll(self.model)
 
     def tail(self, follow: bool) -> Iterator[list[Told]]:
         yield [Events(self._loaded)]
-        paths = _Missing([file.spec.path for file in self.logs.files])
         while follow:
             time.sleep(POLL_S)
-            yield [Events(self._poll()), *(Said(line) for line in paths.news())]
+            yield [Events(self._poll()), *(Said(line) for line in self.said())]
 
     def context_for(self, groups: Sequence[FailureGroup]) -> list[list[Context]] | None:
         return self.logs.context_for(groups)
@@ -151,27 +153,3 @@ def _within(when: When, span: tuple[float, float] | None) -> None:
 def _events_since(polls: Iterable[list[tuple[str, Event]]], since: float | None) -> list[tuple[str, Event]]:
     """The events the polls applied from `since` on (all of them when None)."""
     return [item for applied in polls for item in applied if since is None or item[1].ts >= since]
-
-
-class _Missing:
-    """The followed logs' paths: one missing for `GONE_SAID_S` is said once (a tail that went silent because its
-    file was removed looked like a quiet server), and again once a file is at its path."""
-
-    def __init__(self, paths: list[Path]) -> None:
-        self.paths = paths
-        self.since: dict[Path, float] = {}
-        self.said: set[Path] = set()
-
-    def news(self) -> list[str]:
-        now, lines = time.monotonic(), []
-        for path in self.paths:
-            if path.exists():
-                self.since.pop(path, None)
-                if path in self.said:
-                    self.said.discard(path)
-                    lines.append(f"kvtop: {path} is there again: followed from its start")
-                continue
-            if path not in self.said and now - self.since.setdefault(path, now) >= GONE_SAID_S:
-                self.said.add(path)
-                lines.append(f"kvtop: {path} is gone from its path (removed or moved away): waiting for a log there")
-        return lines
