@@ -110,12 +110,19 @@ def _endpoints(values: list[str]) -> list[str]:
 
 
 def _bootstrap(value: str) -> str:
-    """`_endpoint`, its error naming the option's environment variables as words (Typer prints a list's repr)."""
+    """`_endpoint`, its error naming the option's environment variable."""
     try:
         return _endpoint(value)
     except typer.BadParameter as error:
-        hint = "'--bootstrap' / '--relay' (or KVTOP_BOOTSTRAP, KVTOP_RELAY)"
-        raise typer.BadParameter(error.message, param_hint=hint) from None
+        raise typer.BadParameter(error.message, param_hint="'--bootstrap' (or KVTOP_BOOTSTRAP)") from None
+
+
+def _relay(value: str) -> str:
+    """`_endpoint`, its error naming the option's environment variable."""
+    try:
+        return _endpoint(value)
+    except typer.BadParameter as error:
+        raise typer.BadParameter(error.message, param_hint="'--relay' (or KVTOP_RELAY)") from None
 
 
 # Shared by the headless views.
@@ -123,13 +130,21 @@ Bootstrap = Annotated[
     str,
     typer.Option(
         "--bootstrap",
-        "--relay",
-        envvar=["KVTOP_BOOTSTRAP", "KVTOP_RELAY"],
+        envvar="KVTOP_BOOTSTRAP",
         metavar="ADDR",
         callback=_bootstrap,
-        help="Bootstrap address of the cluster, tcp://HOST:PORT (it lists every agent), or a relay's address "
-        "(the one `kvtop relay` prints): the view then subscribes once, to the relay, as it does when the "
-        "bootstrap lists a relay.",
+        help="Bootstrap address of the cluster, tcp://HOST:PORT (it lists every agent).",
+    ),
+]
+Relay = Annotated[
+    str,
+    typer.Option(
+        "--relay",
+        envvar="KVTOP_RELAY",
+        metavar="ADDR",
+        callback=_relay,
+        help="A relay's address (the one `kvtop relay` prints), instead of --bootstrap: the view subscribes once, "
+        "to the relay, as it does when the bootstrap lists a relay.",
     ),
 ]
 Connect = Annotated[

@@ -20,6 +20,7 @@ from kvtop.cli.options import (
     CurveKeysDir,
     Model,
     ModelAt,
+    Relay,
     ReplayPath,
     SGLangLog,
     Since,
@@ -38,6 +39,7 @@ Command = TypeVar("Command", bound=Callable[..., Any])
 
 _OPTIONS: tuple[tuple[str, object, object], ...] = (
     ("bootstrap", Bootstrap, ""),
+    ("relay", Relay, ""),
     ("connect", Connect, []),
     ("sglang_log", SGLangLog, []),
     ("replay", ReplayPath, ""),
@@ -90,13 +92,17 @@ def spec_of(
     wait: float = 2.0,
     curve_keys: str = "",
     follow: bool = False,
+    relay: str = "",
 ) -> SourceSpec:
-    """The spec the options name, checked (a usage error names the option at fault)."""
+    """The spec the options name, checked (a usage error names the option at fault); `relay` is taken as a
+    bootstrap address is, its errors naming a relay."""
+    if bootstrap and relay:
+        raise typer.BadParameter("give --bootstrap or --relay, not both (a relay lists the agents itself)")
     try:
         when = pick(at, since, until)
         dashboard = ModelChoice(model_at) if model or model_at else None
-        spec = SourceSpec(bootstrap, tuple(connect or ()), tuple(sglang_log or ()), replay, when, dashboard, wait,
-                          curve_keys)  # fmt: skip
+        spec = SourceSpec(bootstrap or relay, tuple(connect or ()), tuple(sglang_log or ()), replay, when, dashboard,
+                          wait, curve_keys, "relay" if relay else "bootstrap")  # fmt: skip
         return spec.checked(follow)
     except ValueError as error:
         raise typer.BadParameter(str(error)) from None

@@ -31,6 +31,8 @@ class SourceSpec:
     """Seconds to wait for every agent's snapshot (a dashboard's model: for its answer)."""
     curve_keys: str = ""
     """A CURVE key folder for a live cluster ("" for plain TCP)."""
+    service: str = "bootstrap"
+    """What `bootstrap` was given as, `bootstrap` or `relay` (--relay): what its errors call it."""
 
     @property
     def kind(self) -> str:

@@ -60,6 +60,21 @@ def test_views_fail_clearly_when_nobody_answers():
         assert "did not answer" in result.stderr
 
 
+def test_a_relay_that_does_not_answer_is_named_a_relay_not_a_bootstrap():
+    """`--relay ADDR` shared one parameter with --bootstrap: a dead relay was said as `bootstrap ADDR did not
+    answer`, naming an option the user never gave."""
+    status = kvtop_here("status", "--relay", "tcp://127.0.0.1:9", "--wait", "0.3")
+    check = kvtop_here("check", "--wait", "0.3", env={"KVTOP_RELAY": "tcp://127.0.0.1:9"})
+    both = kvtop_here("status", "--relay", "tcp://127.0.0.1:9", "--bootstrap", "tcp://127.0.0.1:8")
+
+    assert status.returncode == 1
+    assert "relay tcp://127.0.0.1:9 did not answer" in status.stderr and "bootstrap" not in status.stderr
+    assert check.returncode == 2
+    assert "relay tcp://127.0.0.1:9 did not answer" in check.stdout and "bootstrap" not in check.stdout
+    assert both.returncode == 2
+    assert "give --bootstrap or --relay, not both" in both.stderr
+
+
 def test_check_at_an_http_port_says_it_is_another_servers_not_a_curve_matter():
     """SGLang's own bootstrap port (HTTP: silent until asked) given as kvtop's bootstrap: CRITICAL as unreachable,
     and why, where it said `(if it serves CURVE, pass its --curve-keys)`."""
@@ -86,10 +101,12 @@ def test_views_reject_an_address_that_is_not_one():
 def test_a_bad_bootstrap_address_from_the_environment_names_its_variables_as_words():
     """Typer named the variables of --bootstrap as a Python list: "(env var: '['KVTOP_BOOTSTRAP', ...]')"."""
     result = kvtop_here("status", env={"KVTOP_BOOTSTRAP": "garbage"})
+    relay = kvtop_here("status", env={"KVTOP_RELAY": "garbage"})
 
     assert result.returncode == 2
-    assert "'--bootstrap' / '--relay' (or KVTOP_BOOTSTRAP, KVTOP_RELAY): 'garbage' is not an address" in result.stderr
+    assert "'--bootstrap' (or KVTOP_BOOTSTRAP): 'garbage' is not an address" in result.stderr
     assert "[" not in result.stderr.splitlines()[-1]
+    assert "'--relay' (or KVTOP_RELAY): 'garbage' is not an address" in relay.stderr
 
 
 def test_agents_given_by_event_endpoint_are_seen_like_discovered_ones(make_cluster):
