@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kvtop.source.stdin import piped
+
 if TYPE_CHECKING:
     from kvtop.sources.sglang import SGLangLogs
     from transport.curve import CurveKeys
@@ -163,7 +165,7 @@ def _log_specs(values: list[str]) -> list[str]:
     for value in values:
         role, sep, path = value.partition("=")
         path = path if sep and role in ("prefill", "decode") else value
-        if not Path(path).is_file():
+        if not Path(path).is_file() and not piped(path):  # a pipe is copied to a file first (`spooled`)
             raise typer.BadParameter(f"{path!r} {_not_a_file(Path(path))}", param_hint="--sglang-log")
     return values
 
@@ -235,7 +237,8 @@ SGLangLog = Annotated[
         callback=_log_specs,
         help="An SGLang server log to read instead of a live cluster (repeatable, one file per instance; "
         "prefill=FILE or decode=FILE says which server wrote it where its lines do not; .gz read too, a damaged "
-        "one up to its damage, named on stderr; a view that follows tails them). "
+        "one up to its damage, named on stderr; a view that follows tails them; - or /dev/stdin: one log piped in, "
+        "read to its end, not followed). "
         "Given, it is the source: --bootstrap and --connect are ignored.",
     ),
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from kvtop.source.base import Events, Said, Source, Told
@@ -38,6 +38,8 @@ class LogSource(Source):
         from kvtop.sources.sglang.missing import MissingPaths
 
         self._missing = MissingPaths([file.spec.path for file in logs.files])
+        self.shown: Callable[[str], str] = str
+        """A line for the user with a log piped in named `stdin`, not its temporary copy's path."""
 
     @classmethod
     @contextlib.contextmanager
@@ -45,13 +47,24 @@ class LogSource(Source):
         """The logs read into `model` (a fresh one by default); `tail` also keeps their events from `--since`
         for `tail()` (every other view reads the model alone, so a big log streams through it). SourceError when
         nothing was read from any file and some file is no SGLang server log."""
-        from kvtop.model.cluster import ClusterModel
+        from kvtop.source.stdin import spooled
         from kvtop.sources.sglang import SGLangLogs
 
-        try:
-            logs = SGLangLogs(list(spec.sglang_log))
-        except OSError as error:
-            raise SourceError(f"cannot read an SGLang log: {error}") from None
+        with spooled(spec.sglang_log) as (paths, shown):
+            try:
+                logs = SGLangLogs(list(paths))
+            except OSError as error:
+                raise SourceError(f"cannot read an SGLang log: {error}") from None
+            with cls._read(spec, logs, model, tail) as source:
+                source.shown = shown
+                yield source
+
+    @classmethod
+    @contextlib.contextmanager
+    def _read(cls, spec: SourceSpec, logs: SGLangLogs, model: ClusterModel | None, tail: bool) -> Iterator[LogSource]:
+        """`opened`, once the files are named."""
+        from kvtop.model.cluster import ClusterModel
+
         logs.until = spec.when.at
         model = model or ClusterModel()
         try:
@@ -72,7 +85,7 @@ class LogSource(Source):
         return self.logs.now
 
     def notes(self) -> list[str]:
-        return [self.logs.stats().summary()]
+        return [self.shown(self.logs.stats().summary())]
 
     def refresh(self) -> None:
         self._poll()
@@ -97,7 +110,7 @@ class LogSource(Source):
         """Every log given was empty: a check has nothing to judge (a view shows the empty cluster, and a
         followed log may grow)."""
         stats = self.logs.stats()
-        return f"nothing to read in the logs given: {stats.unread_text()}" if stats.nothing_read else ""
+        return self.shown(f"nothing to read in the logs given: {stats.unread_text()}") if stats.nothing_read else ""
 
     def partly_read(self) -> str:
         """Some logs given held nothing kvtop reads (an empty file, no SGLang server log: silence is no health), some
@@ -114,7 +127,7 @@ class LogSource(Source):
             found.insert(
                 0, f"nothing read from {len(stats.unread)} of the {stats.files} logs given: {stats.unread_text()}"
             )
-        return "; ".join(found)
+        return self.shown("; ".join(found))
 
     def clocks_differ(self) -> tuple[str, dict[str, float]]:
         """The logs' servers whose clocks differ (times corrected) or stepped back, and the offsets corrected."""
@@ -128,7 +141,7 @@ class LogSource(Source):
     def status_extra(self) -> tuple[str, dict[str, object]]:
         stats = self.logs.stats()
         clocks = [f"\nclock   {line}" for line in stats.clock_lines()]
-        line = f"logs    {stats.summary(clocks=False).removeprefix('sglang logs: ')}" + "".join(clocks)
+        line = self.shown(f"logs    {stats.summary(clocks=False).removeprefix('sglang logs: ')}" + "".join(clocks))
         return line, {"logs": dataclasses.asdict(stats)}
 
 
