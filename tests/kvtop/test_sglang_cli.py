@@ -468,11 +468,15 @@ def test_a_log_piped_in_is_read_as_its_file_is():
 
 
 def test_a_log_piped_in_cannot_be_followed_and_stdin_holds_one_log():
-    """A pipe is read to its end: `--follow` on it is bad usage saying to give the path; stdin named twice too."""
+    """A pipe is read to its end: `--follow` on it is bad usage saying to give the path, and a log sidecar (which
+    waited for a file named `-`) refuses it; stdin named twice is said."""
     follow = kvtop_here("status", "--follow", "--sglang-log", "-")
     twice = kvtop_here("check", "--sglang-log", "-", "--sglang-log", "prefill=-")
+    sidecar = kvtop_here("agent", "--sglang-log", "-")
 
     assert follow.returncode == 2
     assert "give the log's path to follow it" in follow.stderr
     assert twice.returncode == 3
     assert "stdin given twice as --sglang-log" in twice.stdout
+    assert sidecar.returncode == 2
+    assert "a sidecar follows a log file by its path" in sidecar.stderr
