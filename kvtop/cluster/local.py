@@ -94,12 +94,14 @@ def run_local(
     report: Callable[[str], None] | None = None,
     restart: bool = False,
     host: str = "127.0.0.1",
+    kept: bool = True,
 ) -> WorkloadStats:
     """Start the cluster, drive load and emit a status line per interval until time is up, Ctrl-C, SIGTERM or
     SIGHUP (its terminal closed); once one came, the stop signals are ignored (`transport.signals.interrupt`):
     a second one does not cut short the stop of the agents, nor the removal of the log folder after it.
 
-    A rank that exits is told to `report` (default `emit`) at once; with `restart` it comes back.
+    A rank that exits is told to `report` (default `emit`) at once, with its stderr's path when the log folder
+    is `kept`, else its last lines (a temporary folder is removed on exit); with `restart` it comes back.
     """
     for signum in STOP_SIGNALS:
         signal.signal(signum, interrupt)
@@ -115,9 +117,10 @@ def run_local(
                 on_up(cluster)
             emit(f"local cluster up: {len(cluster.processes)} agents, bootstrap {cluster.endpoint} (Ctrl-C stops)")
             if spec.log_dir:
-                emit(f"agent logs (SGLang format, one file per instance): {spec.log_dir}")
+                removed = "" if kept else " (temporary: removed on exit; --log-dir DIR keeps them)"
+                emit(f"agent logs (SGLang format, one file per instance): {spec.log_dir}{removed}")
             router = Router(cluster.endpoint, workload, cluster.curve)
-            supervisor = Supervisor(cluster, router, report or emit, restart)
+            supervisor = Supervisor(cluster, router, report or emit, restart, kept)
             status = StatusLine(last_time=time.monotonic())
             end = None if duration_s is None else time.monotonic() + duration_s
             next_line = time.monotonic() + interval_s

@@ -75,6 +75,22 @@ def test_the_die_fault_kills_the_rank_and_cluster_up_reports_it_at_once(cluster_
     running.wait_line(r"done: .*, 1 rank exits \(1 still down\)", timeout_s=10)
 
 
+def test_a_rank_lost_with_a_temporary_log_folder_is_said_with_its_stderr_not_a_path_removed_on_exit(
+    cluster_up, tmp_path
+):
+    """Without --log-dir the agents' logs go to a temporary folder removed on exit: the exit line pointed at a
+    stderr file there that was gone once the operator looked. It now says the stderr's last lines, and the folder's
+    line says it is temporary."""
+    running = cluster_up("--rate", "5", "--fault", "decode-0/TP1=die", env={"TMPDIR": str(tmp_path)})
+
+    running.wait_line(r"agent logs .*\(temporary: removed on exit; --log-dir DIR keeps them\)")
+    match = running.wait_line(r"kvtop: rank decode-0/TP1 \(pid \d+\) killed by SIGKILL; its stderr (ended: |was empty)")
+
+    assert "stderr in" not in match.string
+    assert running.stop() == 1
+    assert list(tmp_path.glob("kvtop-logs-*")) == []
+
+
 def test_restart_brings_a_killed_rank_back_as_a_new_incarnation_the_collector_sees_without_a_gap(cluster_up, tmp_path):
     """SIGKILL of a rank under --restart: reported, started again (new pid and incarnation), rooms succeed again."""
     running = cluster_up("--rate", "10", "--fault", "none", "--restart", "--log-dir", str(tmp_path))
