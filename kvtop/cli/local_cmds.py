@@ -320,7 +320,9 @@ def local(
 def _summary(stats: WorkloadStats) -> str:
     return (
         f"{stats.succeeded} rooms ok, {stats.failed} failed, {stats.refused} refused, {stats.lost} lost, "
-        f"{stats.rank_exits} rank exits ({stats.ranks_down} still down)"
+        + (f"{stats.dropped} arrivals dropped, " if stats.dropped else "")
+        + f"{stats.rank_exits} rank exits ({stats.ranks_down} still down)"
+        + (f"; no {stats.unserved} instance up at the end: no room started" if stats.unserved else "")
     )
 
 

@@ -63,8 +63,9 @@ class StatusLine:
     last_time: float = 0.0
 
     def render(self, stats: WorkloadStats, now: float) -> str:
-        """Each figure says its window: the room counts since start (in flight: now), the rate over the interval,
-        the latency over the latest rooms, the failure origins since start."""
+        """Each figure says its window: the room counts since start (in flight: now; dropped: arrivals no pair of
+        instances took), the rate over the interval, the latency over the latest rooms, the failure origins since
+        start; first, while a role has no instance up, that no room starts (its counts stand still: no health)."""
         elapsed = max(1e-9, now - self.last_time) if self.last_time else 0.0
         per_s = (stats.bytes_moved - self.last_bytes) / elapsed if elapsed else 0.0
         self.last_bytes, self.last_time = stats.bytes_moved, now
@@ -77,9 +78,12 @@ class StatusLine:
         )
         over = f" (last {elapsed:.1f}s)" if elapsed else ""
         failures = ", ".join(f"{name} {count}" for name, count in stats.failures_by_class.most_common()) or "none"
+        stopped = f"NO ROOM STARTS: no {stats.unserved} instance up (a rank down)  |  " if stats.unserved else ""
+        dropped = f", dropped {stats.dropped}" if stats.dropped else ""
         return (
-            f"{time.strftime('%H:%M:%S')}  rooms ok {stats.succeeded}, failed {stats.failed}, "
-            f"refused {stats.refused}, lost {stats.lost}, in flight {stats.inflight} (since start; in flight now)  |  "
+            f"{time.strftime('%H:%M:%S')}  {stopped}rooms ok {stats.succeeded}, failed {stats.failed}, "
+            f"refused {stats.refused}, lost {stats.lost}, in flight {stats.inflight}{dropped} (since start; in flight "
+            "now)  |  "
             f"{rate(per_s)}{over}, {latency}  |  failure origins since start: {failures}"
         )
 
