@@ -7,6 +7,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from cluster_support import small_cluster
@@ -365,3 +366,29 @@ def test_a_bootstrap_that_lists_no_agent_is_said_to_list_none(bootstrap):
     assert done.stderr == (
         f"kvtop: no agent listed by {bootstrap.endpoint} (none registered there, or every one deregistered)\n"
     )
+
+
+@pytest.mark.processes
+def test_ctrl_c_while_cluster_up_loads_exits_130_as_the_readme_says():
+    """A Ctrl-C while `cluster up` loads exits 130 (`interrupted before it began`), which the README's exit codes
+    gave to views alone: its 130 row now names any command before it began, and a service's clean stop after."""
+    script = (  # the command's modules stand in by one whose load is where the Ctrl-C lands
+        "import os, signal, sys, types\n"
+        "class Loading(types.ModuleType):\n"
+        "    def __getattr__(self, name):\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        sum(range(10_000_000))\n"
+        "        raise AttributeError(name)\n"
+        "import kvtop.cli\n"
+        "sys.modules['kvtop.cli.app'] = Loading('kvtop.cli.app')\n"
+        "sys.argv = ['kvtop', 'cluster', 'up']\n"
+        "from kvtop.cli.entry import main\n"
+        "main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| 130 |"))
+
+    assert (done.returncode, done.stderr) == (130, "kvtop: interrupted before it began\n")
+    assert "any command while kvtop loads" in row and "`kvtop: interrupted before it began`" in row
+    assert "Once a service or `cluster up` began, Ctrl-C is a clean stop (0)" in row
