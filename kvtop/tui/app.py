@@ -93,14 +93,21 @@ class FrameReady(Message):
 FILTER_HINT = "filter: room id, rank, instance, suspect, peer, echo, state, reason, class (enter applies, empty clears)"
 
 
+ADDRESS_KEPT = 40
+"""A banner's source keeps its first part whole when it is this short (`bootstrap tcp://HOST:PORT`)."""
+SOURCE_KEPT = 12
+"""Else it keeps this many cells at least before the options are cut."""
+
+
 def _source_and_options(source: str, options: str, room: int) -> str:
-    """The source and the view's options in `room` cells: the source cut first, down to its first part (a live
-    one's address, which other commands take), so the options stay whole where they fit, else cut at their end
-    (a filter, which hides rows, comes first)."""
+    """The source and the view's options in `room` cells: the source cut first, down to its first part when short
+    (a live one's address, which other commands take; a log's path is no such part), so the options stay whole
+    where they fit, else cut at their end (a filter, which hides rows, comes first)."""
     if len(source) + 3 + len(options) <= room:
         return f"{source}   {options}"
     first = source.split(",")[0]
-    title = squeeze(source, max(room - 3 - len(options), min(len(first) + (first != source), room)))
+    kept = len(first) + (first != source) if len(first) <= ADDRESS_KEPT else SOURCE_KEPT
+    title = squeeze(source, max(room - 3 - len(options), min(kept, room)))
     rest = room - len(title) - 3
     return f"{title}   {squeeze(options, rest)}" if rest > 0 else title
 

@@ -285,3 +285,22 @@ def test_the_banner_at_120_columns_keeps_the_options_whole_and_cuts_the_source_a
     assert "bootstrap tcp://127.0.0.1:41234, embedded clu…   [sort age, events >= info]   as of " in banner, banner
     assert "bootstrap tcp://127.0.0.1:41234…   [filter 'decode-1', sort age, " in filtered, filtered
     assert banner.rstrip().endswith("? help") and filtered.rstrip().endswith("? help"), filtered
+
+
+def test_the_banner_keeps_the_options_whole_beside_long_log_paths():
+    """`kvtop top --sglang-log A --sglang-log B` at 120 columns: the first log's path took the banner and left the
+    options `…`; a path is cut now, the options whole."""
+    app = make_app()
+    app.sub_title = (
+        "sglang logs: tests/kvtop/fixtures/sglang/lost-prefill/decode.log, "
+        "tests/kvtop/fixtures/sglang/lost-prefill/prefill.log"
+    )
+    seen = {}
+
+    async def scenario(pilot):
+        seen["banner"] = text(app, "#banner")
+
+    drive(app, scenario, size=(120, 36))
+
+    assert " kvtop  sglang logs: tests/kvtop/fixtures/" in seen["banner"], seen["banner"]
+    assert "…   [sort age, events >= info]   as of " in seen["banner"], seen["banner"]
