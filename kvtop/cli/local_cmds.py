@@ -248,7 +248,8 @@ def _dashboard_on(
     from transport.signals import STOP_SIGNALS, ignore
 
     shape = f"{spec.prefill}P{spec.decode}D TP{spec.prefill_tp} on loopback{', CURVE' if spec.curve_keys else ''}"
-    typer.echo(f"starting {shape} (agent logs: {spec.log_dir}) ...", err=True)
+    removed = "" if kept else ", removed on exit: --log-dir DIR keeps them"
+    typer.echo(f"starting {shape} (agent logs: {spec.log_dir}{removed}) ...", err=True)
     try:
         with EmbeddedCluster(spec, WorkloadSpec(rate=rate), collect=False) as embedded:
             model = LiveModel(embedded.cluster.endpoint, curve_keys=spec.curve_keys, record=choice, export=export,
