@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import os
 import time
 import typing
 from collections.abc import Callable, Iterator
@@ -96,8 +97,7 @@ def spec_of(
 ) -> SourceSpec:
     """The spec the options name, checked (a usage error names the option at fault); `relay` is taken as a
     bootstrap address is, its errors naming a relay."""
-    if bootstrap and relay:
-        raise typer.BadParameter("give --bootstrap or --relay, not both (a relay lists the agents itself)")
+    bootstrap, relay = _one_address(bootstrap, relay)
     try:
         when = pick(at, since, until)
         dashboard = ModelChoice(model_at) if model or model_at else None
@@ -106,6 +106,17 @@ def spec_of(
         return spec.checked(follow)
     except ValueError as error:
         raise typer.BadParameter(str(error)) from None
+
+
+def _one_address(bootstrap: str, relay: str) -> tuple[str, str]:
+    """--bootstrap or --relay: the one given on the command line when the other comes from its environment
+    variable (`KVTOP_BOOTSTRAP` exported, `--relay ADDR` typed); a usage error when both are given alike."""
+    if not (bootstrap and relay):
+        return bootstrap, relay
+    from_env = {os.environ.get("KVTOP_BOOTSTRAP") == bootstrap, os.environ.get("KVTOP_RELAY") == relay}
+    if from_env == {True, False}:
+        return ("", relay) if os.environ.get("KVTOP_BOOTSTRAP") == bootstrap else (bootstrap, "")
+    raise typer.BadParameter("give --bootstrap or --relay, not both (a relay lists the agents itself)")
 
 
 @contextlib.contextmanager

@@ -74,6 +74,10 @@ def test_a_relay_that_does_not_answer_is_named_a_relay_not_a_bootstrap():
     assert "relay tcp://127.0.0.1:9 did not answer" in check.stdout and "bootstrap" not in check.stdout
     assert both.returncode == 2
     assert "give --bootstrap or --relay, not both" in both.stderr
+    typed_over_env = kvtop_here("status", "--relay", "tcp://127.0.0.1:9", "--wait", "0.3",
+                                env={"KVTOP_BOOTSTRAP": "tcp://127.0.0.1:8"})  # fmt: skip
+    assert typed_over_env.returncode == 1
+    assert "relay tcp://127.0.0.1:9 did not answer" in typed_over_env.stderr
 
 
 def test_check_at_an_http_port_says_it_is_another_servers_not_a_curve_matter():
