@@ -281,6 +281,7 @@ def test_a_log_that_is_a_broken_symlink_is_said_to_be_one(link: str, tmp_path: P
     assert f"Invalid value for --sglang-log: {str(path)!r} {said}" in done.stderr, done.stderr
 
 
+@pytest.mark.processes
 def test_keys_generate_says_why_a_folder_cannot_be_made_in_words(tmp_path: Path) -> None:
     """`keys generate` showed a raw `[Errno 2]` / `[Errno 17]` / `[Errno 20]`: each now names the path at fault and
     what is wrong with it, exit 2; an empty path would have written the keys into the current folder."""
