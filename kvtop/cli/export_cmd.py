@@ -139,6 +139,8 @@ def export(
                     time.sleep(every)
                     silence.check()
                     read.refresh()  # a dashboard's model asked again: served from then on
+                    for line in read.said():  # a followed log gone from its path: no quiet server
+                        typer.echo(line, err=True)
                     with read.lock:
                         server.metrics.model = read.model
                 raise fail(stopped)

@@ -37,13 +37,14 @@ from kvtop.cli.options import (
     not_a_terminal,
 )
 from kvtop.cli.top_cmd import Theme
+from kvtop.cluster.supervisor import exit_said
 from kvtop.record.dashboard import RecordChoice
 from kvtop.views.units import size
 
 if TYPE_CHECKING:
     from kvtop.tui.themes import ThemeSet
     from transport.config import Timeouts
-    from transport.harness.cluster import AgentProcess, ClusterSpec, LocalCluster
+    from transport.harness.cluster import ClusterSpec, LocalCluster
     from transport.harness.workload import WorkloadStats
     from transport.kv.faults import FaultSpec
 
@@ -164,14 +165,14 @@ def _run_cluster(
     security = security or Security()
     with _log_folder(log_dir) as folder:
         spec = _spec(prefill, decode, tp, fault, folder, limits, security)
-        return _serve_cluster(spec, rate, duration, print_address, restart, security.host)
+        return _serve_cluster(spec, rate, duration, print_address, restart, security.host, kept=bool(log_dir))
 
 
 def _serve_cluster(
-    spec: ClusterSpec, rate: float, duration: float | None, print_address: bool, restart: bool, host: str
+    spec: ClusterSpec, rate: float, duration: float | None, print_address: bool, restart: bool, host: str, kept: bool
 ) -> WorkloadStats:
     """Run `spec` with a workload until `duration` or Ctrl-C; status lines on stdout (stderr with
-    `print_address`, whose first stdout line is the bootstrap address)."""
+    `print_address`, whose first stdout line is the bootstrap address); `kept`: its log folder outlives it."""
     from kvtop.cluster.local import run_local
     from transport.errors import TransportError
     from transport.harness.workload import WorkloadSpec
@@ -193,6 +194,7 @@ def _serve_cluster(
             report=warn,
             restart=restart,
             host=host,
+            kept=kept,
         )
     except TransportError as error:
         raise fail(str(error)) from None
@@ -246,7 +248,8 @@ def _dashboard_on(
     from transport.signals import STOP_SIGNALS, ignore
 
     shape = f"{spec.prefill}P{spec.decode}D TP{spec.prefill_tp} on loopback{', CURVE' if spec.curve_keys else ''}"
-    typer.echo(f"starting {shape} (agent logs: {spec.log_dir}) ...", err=True)
+    removed = "" if kept else ", removed on exit: --log-dir DIR keeps them"
+    typer.echo(f"starting {shape} (agent logs: {spec.log_dir}{removed}) ...", err=True)
     try:
         with EmbeddedCluster(spec, WorkloadSpec(rate=rate), collect=False) as embedded:
             model = LiveModel(embedded.cluster.endpoint, curve_keys=spec.curve_keys, record=choice, export=export,
@@ -254,7 +257,7 @@ def _dashboard_on(
             said: list[str] = []
 
             def exited() -> list[str]:  # shown on the dashboard as they happen, and again after it
-                news = [_exit_said(agent, kept) for agent in embedded.cluster.exits()]
+                news = [exit_said(agent, kept) for agent in embedded.cluster.exits()]
                 said.extend(news)
                 return news
 
@@ -265,25 +268,6 @@ def _dashboard_on(
             return said + exited()
     except TransportError as error:
         raise fail(str(error)) from None
-
-
-STDERR_TAIL_LINES = 5
-"""Lines of a lost rank's stderr said after the dashboard, when its temporary log folder is removed."""
-
-
-def _exit_said(agent: AgentProcess, kept: bool) -> str:
-    """`rank decode-1/TP0 (pid 4242) killed by SIGKILL; stderr in PATH`, or its stderr's last lines when the log
-    folder is about to be removed."""
-    said = f"rank {agent.label} (pid {agent.process.pid}) {agent.describe_exit()}"
-    if not agent.stderr_path:
-        return said
-    if kept:
-        return f"{said}; stderr in {agent.stderr_path}"
-    try:
-        tail = Path(agent.stderr_path).read_text(errors="replace").splitlines()[-STDERR_TAIL_LINES:]
-    except OSError:
-        tail = []
-    return f"{said}; its stderr ended: " + " | ".join(tail) if tail else f"{said}; its stderr was empty"
 
 
 def local(
@@ -337,7 +321,9 @@ def local(
 def _summary(stats: WorkloadStats) -> str:
     return (
         f"{stats.succeeded} rooms ok, {stats.failed} failed, {stats.refused} refused, {stats.lost} lost, "
-        f"{stats.rank_exits} rank exits ({stats.ranks_down} still down)"
+        + (f"{stats.dropped} arrivals dropped, " if stats.dropped else "")
+        + f"{stats.rank_exits} rank exits ({stats.ranks_down} still down)"
+        + (f"; no {stats.unserved} instance up at the end: no room started" if stats.unserved else "")
     )
 
 

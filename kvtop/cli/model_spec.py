@@ -29,6 +29,8 @@ class LiveModel:
     record: RecordChoice = field(default_factory=RecordChoice)
     export: str = ""
     kind: str = "bootstrap"
+    service: str = "bootstrap"
+    """What `bootstrap` was given as (`bootstrap`, `relay`): what its errors call it."""
 
     def _named(self) -> str:
         """The source in a few words, for the advert other commands find the model by (`bootstrap tcp://...`)."""
@@ -41,7 +43,9 @@ class LiveModel:
         from kvtop.source.live import LiveSource
         from transport.errors import BootstrapError
 
-        spec = SourceSpec(self.bootstrap, self.connect, wait=self.wait, curve_keys=self.curve_keys)
+        spec = SourceSpec(
+            self.bootstrap, self.connect, wait=self.wait, curve_keys=self.curve_keys, service=self.service
+        )
         try:
             recording = stack.enter_context(dashboard_recording(self.record))
             recorder = recording.recorder

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kvtop.source.stdin import piped
+
 if TYPE_CHECKING:
     from kvtop.sources.sglang import SGLangLogs
     from transport.curve import CurveKeys
@@ -110,12 +112,19 @@ def _endpoints(values: list[str]) -> list[str]:
 
 
 def _bootstrap(value: str) -> str:
-    """`_endpoint`, its error naming the option's environment variables as words (Typer prints a list's repr)."""
+    """`_endpoint`, its error naming the option's environment variable."""
     try:
         return _endpoint(value)
     except typer.BadParameter as error:
-        hint = "'--bootstrap' / '--relay' (or KVTOP_BOOTSTRAP, KVTOP_RELAY)"
-        raise typer.BadParameter(error.message, param_hint=hint) from None
+        raise typer.BadParameter(error.message, param_hint="'--bootstrap' (or KVTOP_BOOTSTRAP)") from None
+
+
+def _relay(value: str) -> str:
+    """`_endpoint`, its error naming the option's environment variable."""
+    try:
+        return _endpoint(value)
+    except typer.BadParameter as error:
+        raise typer.BadParameter(error.message, param_hint="'--relay' (or KVTOP_RELAY)") from None
 
 
 # Shared by the headless views.
@@ -123,13 +132,21 @@ Bootstrap = Annotated[
     str,
     typer.Option(
         "--bootstrap",
-        "--relay",
-        envvar=["KVTOP_BOOTSTRAP", "KVTOP_RELAY"],
+        envvar="KVTOP_BOOTSTRAP",
         metavar="ADDR",
         callback=_bootstrap,
-        help="Bootstrap address of the cluster, tcp://HOST:PORT (it lists every agent), or a relay's address "
-        "(the one `kvtop relay` prints): the view then subscribes once, to the relay, as it does when the "
-        "bootstrap lists a relay.",
+        help="Bootstrap address of the cluster, tcp://HOST:PORT (it lists every agent).",
+    ),
+]
+Relay = Annotated[
+    str,
+    typer.Option(
+        "--relay",
+        envvar="KVTOP_RELAY",
+        metavar="ADDR",
+        callback=_relay,
+        help="A relay's address (the one `kvtop relay` prints), instead of --bootstrap: the view subscribes once, "
+        "to the relay, as it does when the bootstrap lists a relay.",
     ),
 ]
 Connect = Annotated[
@@ -148,7 +165,7 @@ def _log_specs(values: list[str]) -> list[str]:
     for value in values:
         role, sep, path = value.partition("=")
         path = path if sep and role in ("prefill", "decode") else value
-        if not Path(path).is_file():
+        if not Path(path).is_file() and not piped(path):  # a pipe is copied to a file first (`spooled`)
             raise typer.BadParameter(f"{path!r} {_not_a_file(Path(path))}", param_hint="--sglang-log")
     return values
 
@@ -220,7 +237,8 @@ SGLangLog = Annotated[
         callback=_log_specs,
         help="An SGLang server log to read instead of a live cluster (repeatable, one file per instance; "
         "prefill=FILE or decode=FILE says which server wrote it where its lines do not; .gz read too, a damaged "
-        "one up to its damage, named on stderr; a view that follows tails them). "
+        "one up to its damage, named on stderr; a view that follows tails them; - or /dev/stdin: one log piped in, "
+        "read to its end, not followed). "
         "Given, it is the source: --bootstrap and --connect are ignored.",
     ),
 ]

@@ -19,6 +19,7 @@ from kvtop.cli.options import (
     Bootstrap,
     Connect,
     CurveKeysDir,
+    Relay,
     Wait,
     fail,
 )
@@ -44,6 +45,7 @@ def _folder(value: str) -> str:
 
 def record(
     bootstrap: Bootstrap = "",
+    relay: Relay = "",
     connect: Connect = [],  # noqa: B006
     curve_keys: CurveKeysDir = "",
     out: Annotated[
@@ -103,7 +105,8 @@ def record(
     from transport.errors import BootstrapError, CallAbandoned
     from transport.signals import STOP_SIGNALS, stop_on
 
-    spec = spec_of(bootstrap, connect, wait=wait, curve_keys=curve_keys)
+    spec = spec_of(bootstrap, connect, wait=wait, curve_keys=curve_keys, relay=relay)
+    bootstrap = spec.bootstrap
     try:
         retain_s = None if retain.strip().lower() in ("all", "none", "") else parse_duration(retain)
     except ValueError as error:

@@ -19,7 +19,9 @@ sidecar_app = typer.Typer(
 
 
 def _log_file(path: Path) -> Path:
-    """--sglang-log: a file, or a path not there yet (waited for); a folder or a device is refused at start."""
+    """--sglang-log: a file, or a path not there yet (waited for); a folder, a device or stdin is refused at start."""
+    if str(path) == "-":  # a view reads a log piped in; a sidecar would wait for a file named `-`
+        raise typer.BadParameter("'-' (stdin): a sidecar follows a log file by its path: give the server's log file")
     if path.is_dir():
         raise typer.BadParameter(f"{str(path)!r} is a folder: give the server's log file in it")
     if path.is_symlink() and not path.exists() and _loops(path):

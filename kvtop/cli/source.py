@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import os
 import time
 import typing
 from collections.abc import Callable, Iterator
@@ -20,6 +21,7 @@ from kvtop.cli.options import (
     CurveKeysDir,
     Model,
     ModelAt,
+    Relay,
     ReplayPath,
     SGLangLog,
     Since,
@@ -38,6 +40,7 @@ Command = TypeVar("Command", bound=Callable[..., Any])
 
 _OPTIONS: tuple[tuple[str, object, object], ...] = (
     ("bootstrap", Bootstrap, ""),
+    ("relay", Relay, ""),
     ("connect", Connect, []),
     ("sglang_log", SGLangLog, []),
     ("replay", ReplayPath, ""),
@@ -90,16 +93,30 @@ def spec_of(
     wait: float = 2.0,
     curve_keys: str = "",
     follow: bool = False,
+    relay: str = "",
 ) -> SourceSpec:
-    """The spec the options name, checked (a usage error names the option at fault)."""
+    """The spec the options name, checked (a usage error names the option at fault); `relay` is taken as a
+    bootstrap address is, its errors naming a relay."""
+    bootstrap, relay = _one_address(bootstrap, relay)
     try:
         when = pick(at, since, until)
         dashboard = ModelChoice(model_at) if model or model_at else None
-        spec = SourceSpec(bootstrap, tuple(connect or ()), tuple(sglang_log or ()), replay, when, dashboard, wait,
-                          curve_keys)  # fmt: skip
+        spec = SourceSpec(bootstrap or relay, tuple(connect or ()), tuple(sglang_log or ()), replay, when, dashboard,
+                          wait, curve_keys, "relay" if relay else "bootstrap")  # fmt: skip
         return spec.checked(follow)
     except ValueError as error:
         raise typer.BadParameter(str(error)) from None
+
+
+def _one_address(bootstrap: str, relay: str) -> tuple[str, str]:
+    """--bootstrap or --relay: the one given on the command line when the other comes from its environment
+    variable (`KVTOP_BOOTSTRAP` exported, `--relay ADDR` typed); a usage error when both are given alike."""
+    if not (bootstrap and relay):
+        return bootstrap, relay
+    from_env = {os.environ.get("KVTOP_BOOTSTRAP") == bootstrap, os.environ.get("KVTOP_RELAY") == relay}
+    if from_env == {True, False}:
+        return ("", relay) if os.environ.get("KVTOP_BOOTSTRAP") == bootstrap else (bootstrap, "")
+    raise typer.BadParameter("give --bootstrap or --relay, not both (a relay lists the agents itself)")
 
 
 @contextlib.contextmanager

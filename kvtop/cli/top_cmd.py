@@ -15,6 +15,7 @@ from kvtop.cli.options import (
     Bootstrap,
     Connect,
     CurveKeysDir,
+    Relay,
     ReplayPath,
     SGLangLog,
     Wait,
@@ -113,6 +114,7 @@ def run_live_dashboard(
 
 def top(
     bootstrap: Bootstrap = "",
+    relay: Relay = "",
     connect: Connect = [],  # noqa: B006
     sglang_log: SGLangLog = [],  # noqa: B006
     theme: Theme = "kvtop-dark",
@@ -140,7 +142,7 @@ def top(
     """
     from kvtop.cli.model_spec import LiveModel
 
-    source = spec_of(bootstrap, connect, sglang_log, replay, wait=wait, curve_keys=curve_keys)
+    source = spec_of(bootstrap, connect, sglang_log, replay, wait=wait, curve_keys=curve_keys, relay=relay)
     themes = find_theme(theme)
     choice = record_choice(record, record_dir, record_max_bytes)
     if lacking := not_a_terminal():  # Textual would draw into a file, or wait for keys that never come, until killed
@@ -158,8 +160,8 @@ def top(
         return
     if at:
         raise typer.BadParameter("--at reads a recording or logs: give --replay DIR or --sglang-log FILE")
-    spec = LiveModel(bootstrap, tuple(connect), wait, curve_keys, choice, export, source.kind)
-    run_live_dashboard(spec, bootstrap or ", ".join(connect), themes, theme)
+    spec = LiveModel(source.bootstrap, tuple(connect), wait, curve_keys, choice, export, source.kind, source.service)
+    run_live_dashboard(spec, source.bootstrap or ", ".join(connect), themes, theme)
 
 
 def _top_on_recording(replay: str, at: str, themes: ThemeSet, theme: str) -> None:

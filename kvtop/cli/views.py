@@ -49,6 +49,8 @@ def _frames(spec: SourceSpec, follow: bool = False, interval: float = 1.0) -> It
                     return
                 time.sleep(interval)
                 source.refresh()
+                for line in source.said():  # a followed log gone from its path: no quiet server
+                    typer.echo(terminal_safe(line), err=True)
     except KeyboardInterrupt:
         if not shown:
             raise fail("interrupted before the source answered", INTERRUPTED) from None

@@ -63,8 +63,9 @@ class StatusLine:
     last_time: float = 0.0
 
     def render(self, stats: WorkloadStats, now: float) -> str:
-        """Each figure says its window: the room counts since start (in flight: now), the rate over the interval,
-        the latency over the latest rooms, the failure origins since start."""
+        """Each figure says its window: the room counts since start (in flight: now; dropped: arrivals no pair of
+        instances took), the rate over the interval, the latency over the latest rooms, the failure origins since
+        start; first, while a role has no instance up, that no room starts (its counts stand still: no health)."""
         elapsed = max(1e-9, now - self.last_time) if self.last_time else 0.0
         per_s = (stats.bytes_moved - self.last_bytes) / elapsed if elapsed else 0.0
         self.last_bytes, self.last_time = stats.bytes_moved, now
@@ -77,9 +78,12 @@ class StatusLine:
         )
         over = f" (last {elapsed:.1f}s)" if elapsed else ""
         failures = ", ".join(f"{name} {count}" for name, count in stats.failures_by_class.most_common()) or "none"
+        stopped = f"NO ROOM STARTS: no {stats.unserved} instance up (a rank down)  |  " if stats.unserved else ""
+        dropped = f", dropped {stats.dropped}" if stats.dropped else ""
         return (
-            f"{time.strftime('%H:%M:%S')}  rooms ok {stats.succeeded}, failed {stats.failed}, "
-            f"refused {stats.refused}, lost {stats.lost}, in flight {stats.inflight} (since start; in flight now)  |  "
+            f"{time.strftime('%H:%M:%S')}  {stopped}rooms ok {stats.succeeded}, failed {stats.failed}, "
+            f"refused {stats.refused}, lost {stats.lost}, in flight {stats.inflight}{dropped} (since start; in flight "
+            "now)  |  "
             f"{rate(per_s)}{over}, {latency}  |  failure origins since start: {failures}"
         )
 
@@ -94,12 +98,14 @@ def run_local(
     report: Callable[[str], None] | None = None,
     restart: bool = False,
     host: str = "127.0.0.1",
+    kept: bool = True,
 ) -> WorkloadStats:
     """Start the cluster, drive load and emit a status line per interval until time is up, Ctrl-C, SIGTERM or
     SIGHUP (its terminal closed); once one came, the stop signals are ignored (`transport.signals.interrupt`):
     a second one does not cut short the stop of the agents, nor the removal of the log folder after it.
 
-    A rank that exits is told to `report` (default `emit`) at once; with `restart` it comes back.
+    A rank that exits is told to `report` (default `emit`) at once, with its stderr's path when the log folder
+    is `kept`, else its last lines (a temporary folder is removed on exit); with `restart` it comes back.
     """
     for signum in STOP_SIGNALS:
         signal.signal(signum, interrupt)
@@ -115,9 +121,10 @@ def run_local(
                 on_up(cluster)
             emit(f"local cluster up: {len(cluster.processes)} agents, bootstrap {cluster.endpoint} (Ctrl-C stops)")
             if spec.log_dir:
-                emit(f"agent logs (SGLang format, one file per instance): {spec.log_dir}")
+                removed = "" if kept else " (temporary: removed on exit; --log-dir DIR keeps them)"
+                emit(f"agent logs (SGLang format, one file per instance): {spec.log_dir}{removed}")
             router = Router(cluster.endpoint, workload, cluster.curve)
-            supervisor = Supervisor(cluster, router, report or emit, restart)
+            supervisor = Supervisor(cluster, router, report or emit, restart, kept)
             status = StatusLine(last_time=time.monotonic())
             end = None if duration_s is None else time.monotonic() + duration_s
             next_line = time.monotonic() + interval_s

@@ -109,6 +109,11 @@ class Source(ABC):
         model process said."""
         return [f"kvtop: {self.damage}"] if self.damage else []
 
+    def said(self) -> list[str]:
+        """Lines for stderr about the source since last asked, while it is followed (a followed log gone from its
+        path, and there again): a view that follows says them, as a tail does."""
+        return []
+
     def stopped(self) -> str:
         """Why the source stopped for good ("" while it runs: a live collector's error once it died)."""
         return ""

@@ -48,7 +48,7 @@ class LiveSource(Source):
 
         news: queue.SimpleQueue[News] | None = queue.SimpleQueue() if tail else None
         collector = Collector(spec.bootstrap, list(spec.connect), model, news=news, curve=_curve(spec.curve_keys),
-                              recorder=recorder)  # fmt: skip
+                              recorder=recorder, service=spec.service)  # fmt: skip
         try:
             collector.start(discover_timeout_s=spec.wait, stop=stop)
             if synced:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from kvtop.source.base import Events, Said, Source, Told
@@ -23,8 +22,6 @@ if TYPE_CHECKING:
 
 POLL_S = 0.25
 """A followed tail reads what the logs gained this often."""
-GONE_SAID_S = 2.0
-"""A followed log missing from its path this long is said (a rotation by rename puts the next one there at once)."""
 
 
 class LogSource(Source):
@@ -38,6 +35,11 @@ class LogSource(Source):
         super().__init__(spec, model, start=logs.start or logs.now)
         self.logs = logs
         self._loaded = loaded
+        from kvtop.sources.sglang.missing import MissingPaths
+
+        self._missing = MissingPaths([file.spec.path for file in logs.files])
+        self.shown: Callable[[str], str] = str
+        """A line for the user with a log piped in named `stdin`, not its temporary copy's path."""
 
     @classmethod
     @contextlib.contextmanager
@@ -45,13 +47,24 @@ class LogSource(Source):
         """The logs read into `model` (a fresh one by default); `tail` also keeps their events from `--since`
         for `tail()` (every other view reads the model alone, so a big log streams through it). SourceError when
         nothing was read from any file and some file is no SGLang server log."""
-        from kvtop.model.cluster import ClusterModel
+        from kvtop.source.stdin import spooled
         from kvtop.sources.sglang import SGLangLogs
 
-        try:
-            logs = SGLangLogs(list(spec.sglang_log))
-        except OSError as error:
-            raise SourceError(f"cannot read an SGLang log: {error}") from None
+        with spooled(spec.sglang_log) as (paths, shown):
+            try:
+                logs = SGLangLogs(list(paths))
+            except OSError as error:
+                raise SourceError(f"cannot read an SGLang log: {error}") from None
+            with cls._read(spec, logs, model, tail) as source:
+                source.shown = shown
+                yield source
+
+    @classmethod
+    @contextlib.contextmanager
+    def _read(cls, spec: SourceSpec, logs: SGLangLogs, model: ClusterModel | None, tail: bool) -> Iterator[LogSource]:
+        """`opened`, once the files are named."""
+        from kvtop.model.cluster import ClusterModel
+
         logs.until = spec.when.at
         model = model or ClusterModel()
         try:
@@ -72,10 +85,13 @@ class LogSource(Source):
         return self.logs.now
 
     def notes(self) -> list[str]:
-        return [self.logs.stats().summary()]
+        return [self.shown(self.logs.stats().summary())]
 
     def refresh(self) -> None:
         self._poll()
+
+    def said(self) -> list[str]:
+        return self._missing.news()
 
     def _poll(self) -> list[tuple[str, Event]]:
         with self.lock:
@@ -83,10 +99,9 @@ class LogSource(Source):
 
     def tail(self, follow: bool) -> Iterator[list[Told]]:
         yield [Events(self._loaded)]
-        paths = _Missing([file.spec.path for file in self.logs.files])
         while follow:
             time.sleep(POLL_S)
-            yield [Events(self._poll()), *(Said(line) for line in paths.news())]
+            yield [Events(self._poll()), *(Said(line) for line in self.said())]
 
     def context_for(self, groups: Sequence[FailureGroup]) -> list[list[Context]] | None:
         return self.logs.context_for(groups)
@@ -95,7 +110,7 @@ class LogSource(Source):
         """Every log given was empty: a check has nothing to judge (a view shows the empty cluster, and a
         followed log may grow)."""
         stats = self.logs.stats()
-        return f"nothing to read in the logs given: {stats.unread_text()}" if stats.nothing_read else ""
+        return self.shown(f"nothing to read in the logs given: {stats.unread_text()}") if stats.nothing_read else ""
 
     def partly_read(self) -> str:
         """Some logs given held nothing kvtop reads (an empty file, no SGLang server log: silence is no health), some
@@ -112,7 +127,7 @@ class LogSource(Source):
             found.insert(
                 0, f"nothing read from {len(stats.unread)} of the {stats.files} logs given: {stats.unread_text()}"
             )
-        return "; ".join(found)
+        return self.shown("; ".join(found))
 
     def clocks_differ(self) -> tuple[str, dict[str, float]]:
         """The logs' servers whose clocks differ (times corrected) or stepped back, and the offsets corrected."""
@@ -126,7 +141,7 @@ class LogSource(Source):
     def status_extra(self) -> tuple[str, dict[str, object]]:
         stats = self.logs.stats()
         clocks = [f"\nclock   {line}" for line in stats.clock_lines()]
-        line = f"logs    {stats.summary(clocks=False).removeprefix('sglang logs: ')}" + "".join(clocks)
+        line = self.shown(f"logs    {stats.summary(clocks=False).removeprefix('sglang logs: ')}" + "".join(clocks))
         return line, {"logs": dataclasses.asdict(stats)}
 
 
@@ -151,27 +166,3 @@ def _within(when: When, span: tuple[float, float] | None) -> None:
 def _events_since(polls: Iterable[list[tuple[str, Event]]], since: float | None) -> list[tuple[str, Event]]:
     """The events the polls applied from `since` on (all of them when None)."""
     return [item for applied in polls for item in applied if since is None or item[1].ts >= since]
-
-
-class _Missing:
-    """The followed logs' paths: one missing for `GONE_SAID_S` is said once (a tail that went silent because its
-    file was removed looked like a quiet server), and again once a file is at its path."""
-
-    def __init__(self, paths: list[Path]) -> None:
-        self.paths = paths
-        self.since: dict[Path, float] = {}
-        self.said: set[Path] = set()
-
-    def news(self) -> list[str]:
-        now, lines = time.monotonic(), []
-        for path in self.paths:
-            if path.exists():
-                self.since.pop(path, None)
-                if path in self.said:
-                    self.said.discard(path)
-                    lines.append(f"kvtop: {path} is there again: followed from its start")
-                continue
-            if path not in self.said and now - self.since.setdefault(path, now) >= GONE_SAID_S:
-                self.said.add(path)
-                lines.append(f"kvtop: {path} is gone from its path (removed or moved away): waiting for a log there")
-        return lines

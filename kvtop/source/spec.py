@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvtop.source.stdin import names_stdin
 from kvtop.source.when import When
 
 
@@ -31,6 +32,8 @@ class SourceSpec:
     """Seconds to wait for every agent's snapshot (a dashboard's model: for its answer)."""
     curve_keys: str = ""
     """A CURVE key folder for a live cluster ("" for plain TCP)."""
+    service: str = "bootstrap"
+    """What `bootstrap` was given as, `bootstrap` or `relay` (--relay): what its errors call it."""
 
     @property
     def kind(self) -> str:
@@ -51,6 +54,9 @@ class SourceSpec:
             raise ValueError("--at, --since and --until read a recording (--replay) or logs (--sglang-log)")
         if follow and (self.replay or given_time):
             raise ValueError("--follow reads what arrives; a recording or --at/--since has no more to come")
+        if follow and any(names_stdin(log) for log in self.sglang_log):
+            raise ValueError("--follow follows a log file, and --sglang-log - is read to the end of what is piped "
+                             "in: give the log's path to follow it")  # fmt: skip
         if self.dashboard is not None and (self.sglang_log or self.replay or given_time):
             raise ValueError("--model reads a running dashboard's model as it is now: not with --sglang-log, "
                              "--replay, --at, --since or --until")  # fmt: skip

@@ -94,12 +94,15 @@ class Collector:
         news: queue.SimpleQueue[News] | None = None,
         curve: CurveKeys | None = None,
         recorder: CollectorRecorder | None = None,
+        service: str = "bootstrap",
     ) -> None:
-        """`news`: where to put each delivery's accepted events and each gap as they happen (an event tail);
+        """`service`: what `bootstrap` was given as (`bootstrap`, `relay`), as its errors call it;
+        `news`: where to put each delivery's accepted events and each gap as they happen (an event tail);
         `curve`: the cluster's CURVE keys (agents serving CURVE answer only an allowed client);
         `recorder`: told everything the collector does to the model, in order (kvtop.record), from a
         keyframe of the model as it is at `start()`."""
         self.bootstrap = bootstrap
+        self.service = service
         self.endpoints = endpoints or []
         self.model = model or ClusterModel()
         self.model.correct_clocks = True  # envelopes arrive now: their send times tell each agent's clock
@@ -184,8 +187,9 @@ class Collector:
                     recorder.accounted(self.model, now)
             return
         with BootstrapClient(
-            self.bootstrap, timeout_s=timeout_s, curve=self.curve, answered_before=self._listed, stop=stop
-        ) as client:
+            self.bootstrap, timeout_s=timeout_s, curve=self.curve, answered_before=self._listed, stop=stop,
+            service=self.service,
+        ) as client:  # fmt: skip
             listing = client.listing()
         self._listed = True
         relay = next((relay for relay in listing.relays if not agent_problem(relay)), None)

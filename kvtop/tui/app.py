@@ -93,6 +93,25 @@ class FrameReady(Message):
 FILTER_HINT = "filter: room id, rank, instance, suspect, peer, echo, state, reason, class (enter applies, empty clears)"
 
 
+ADDRESS_KEPT = 40
+"""A banner's source keeps its first part whole when it is this short (`bootstrap tcp://HOST:PORT`)."""
+SOURCE_KEPT = 12
+"""Else it keeps this many cells at least before the options are cut."""
+
+
+def _source_and_options(source: str, options: str, room: int) -> str:
+    """The source and the view's options in `room` cells: the source cut first, down to its first part when short
+    (a live one's address, which other commands take; a log's path is no such part), so the options stay whole
+    where they fit, else cut at their end (a filter, which hides rows, comes first)."""
+    if len(source) + 3 + len(options) <= room:
+        return f"{source}   {options}"
+    first = source.split(",")[0]
+    kept = len(first) + (first != source) if len(first) <= ADDRESS_KEPT else SOURCE_KEPT
+    title = squeeze(source, max(room - 3 - len(options), min(kept, room)))
+    rest = room - len(title) - 3
+    return f"{title}   {squeeze(options, rest)}" if rest > 0 else title
+
+
 class KvtopApp(App[None]):
     """`top` for KV transfers.
 
@@ -500,7 +519,7 @@ class KvtopApp(App[None]):
         right = f"   {self._data_time(frame)}   ? help " if frame is not None and replay is None else "   ? help "
         left = f" {head}kvtop  "
         room = banner.size.width - len(left) - len(right) if banner.size.width else 1 << 16
-        middle = squeeze(f"{self.sub_title}   [{', '.join(f for f in flags if f)}]", room)
+        middle = _source_and_options(self.sub_title, f"[{', '.join(f for f in flags if f)}]", room)
         banner.show(f"{left}{middle}{' ' * (room - len(middle)) if banner.size.width else ''}{right}")
 
     def _data_time(self, frame: Frame) -> str:

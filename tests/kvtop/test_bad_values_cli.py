@@ -4,7 +4,9 @@ check`: UNKNOWN, exit 3), never a traceback."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import sys
 import typing
 from pathlib import Path
 
@@ -277,3 +279,29 @@ def test_a_log_that_is_a_broken_symlink_is_said_to_be_one(link: str, tmp_path: P
 
     assert done.returncode == 2
     assert f"Invalid value for --sglang-log: {str(path)!r} {said}" in done.stderr, done.stderr
+
+
+@pytest.mark.processes
+def test_keys_generate_says_why_a_folder_cannot_be_made_in_words(tmp_path: Path) -> None:
+    """`keys generate` showed a raw `[Errno 2]` / `[Errno 17]` / `[Errno 20]`: each now names the path at fault and
+    what is wrong with it, exit 2; an empty path would have written the keys into the current folder."""
+    (tmp_path / "file").write_text("")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nothing")
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
+
+    in_file = kvtop_here("keys", "generate", str(tmp_path / "file" / "keys"))
+    on_link = kvtop_here("keys", "generate", str(tmp_path / "dangling" / "keys"))
+    empty = kvtop_here("keys", "generate", "")
+    from_gone = subprocess.run(["sh", "-c", f'cd "{gone}" && rmdir "{gone}" && exec "{command}" keys generate keys'],
+                               capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+
+    for done in (in_file, on_link, empty, from_gone):
+        assert done.returncode == 2, done.stderr
+        assert "Errno" not in done.stderr and done.stderr.startswith("kvtop: keys generate: "), done.stderr
+    assert f"a part of {tmp_path / 'file' / 'keys'} is a file, not a folder" in in_file.stderr
+    assert f"{tmp_path / 'dangling'} is a link to {tmp_path / 'nothing'}, which does not exist" in on_link.stderr
+    assert "give a folder" in empty.stderr
+    assert "keys cannot be made: a folder above it (or the current folder) is gone" in from_gone.stderr
+    assert not (tmp_path / "nothing").exists()

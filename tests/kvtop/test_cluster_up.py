@@ -75,6 +75,33 @@ def test_the_die_fault_kills_the_rank_and_cluster_up_reports_it_at_once(cluster_
     running.wait_line(r"done: .*, 1 rank exits \(1 still down\)", timeout_s=10)
 
 
+def test_a_rank_lost_with_a_temporary_log_folder_is_said_with_its_stderr_not_a_path_removed_on_exit(
+    cluster_up, tmp_path
+):
+    """Without --log-dir the agents' logs go to a temporary folder removed on exit: the exit line pointed at a
+    stderr file there that was gone once the operator looked. It now says the stderr's last lines, and the folder's
+    line says it is temporary."""
+    running = cluster_up("--rate", "5", "--fault", "decode-0/TP1=die", env={"TMPDIR": str(tmp_path)})
+
+    running.wait_line(r"agent logs .*\(temporary: removed on exit; --log-dir DIR keeps them\)")
+    match = running.wait_line(r"kvtop: rank decode-0/TP1 \(pid \d+\) killed by SIGKILL; its stderr (ended: |was empty)")
+
+    assert "stderr in" not in match.string
+    assert running.stop() == 1
+    assert list(tmp_path.glob("kvtop-logs-*")) == []
+
+
+def test_the_status_line_says_no_room_starts_once_the_only_decode_instance_lost_a_rank(cluster_up, tmp_path):
+    """The only decode instance down: every arrival was dropped without a word, and the line kept its `failed 0`
+    as if healthy. It now leads with why no room starts and counts the arrivals dropped, as does the summary."""
+    running = cluster_up("--rate", "20", "--fault", "decode-0/TP0=die", "--log-dir", str(tmp_path))
+
+    running.wait_line(r"kvtop: rank decode-0/TP0 \(pid \d+\) killed by SIGKILL")
+    running.wait_line(r"NO ROOM STARTS: no decode instance up \(a rank down\)  \|  rooms ok \d+, .*dropped [1-9]")
+    assert running.stop() == 1
+    running.wait_line(r"done: .*arrivals dropped, 1 rank exits \(1 still down\); no decode instance up", timeout_s=10)
+
+
 def test_restart_brings_a_killed_rank_back_as_a_new_incarnation_the_collector_sees_without_a_gap(cluster_up, tmp_path):
     """SIGKILL of a rank under --restart: reported, started again (new pid and incarnation), rooms succeed again."""
     running = cluster_up("--rate", "10", "--fault", "none", "--restart", "--log-dir", str(tmp_path))

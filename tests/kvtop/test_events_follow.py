@@ -26,12 +26,13 @@ LOGS = Path(__file__).parent / "fixtures" / "sglang" / "lost-prefill"
 
 
 class Follower:
-    """`kvtop events --follow --jsonl ARGS` running, its stdout lines collected by a reader thread."""
+    """`kvtop events --follow --jsonl ARGS` (or another view's `VIEW --follow --json ARGS`) running, its stdout
+    lines collected by a reader thread."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, view: str = "events") -> None:
         command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
         self.process = subprocess.Popen(
-            [command, "events", "--follow", "--jsonl", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [command, view, "--follow", "--json", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
         self.lines: list[dict[str, object]] = []
         self.said: list[str] = []
@@ -62,8 +63,8 @@ def follow() -> Iterator[Callable[..., Follower]]:
     """Start `kvtop events --follow` processes; each is interrupted (if still running) at teardown."""
     started: list[Follower] = []
 
-    def start(*args: str) -> Follower:
-        started.append(Follower(*args))
+    def start(*args: str, view: str = "events") -> Follower:
+        started.append(Follower(*args, view=view))
         return started[-1]
 
     yield start
@@ -149,13 +150,15 @@ def test_follow_says_when_every_agent_went_quiet_and_when_one_answers_again(zmq_
     assert sum("no agent heard for" in line for line in follower.said) == 1, follower.said
 
 
-def test_follow_says_when_a_followed_log_is_removed_and_when_one_is_there_again(tmp_path, follow, wait_for):
-    """A followed log removed under the tail left it silent, as a quiet server's: now it says the file is gone from
-    its path, once, and follows the next file there from its start."""
+@pytest.mark.parametrize("view", ["events", "status", "failures"])
+def test_follow_says_when_a_followed_log_is_removed_and_when_one_is_there_again(tmp_path, follow, wait_for, view):
+    """A followed log removed under the tail (or under a view printed again every second) left it silent, as a
+    quiet server's: now it says the file is gone from its path, once, and follows the next file there from its
+    start."""
     log = tmp_path / "decode.log"
     lines = (LOGS / "decode.log").read_text().splitlines(keepends=True)
     log.write_text("".join(lines))
-    follower = follow("--sglang-log", str(log))
+    follower = follow("--sglang-log", str(log), view=view)
     wait_for(lambda: follower.lines, timeout=30, what="the log's lines")
 
     log.unlink()

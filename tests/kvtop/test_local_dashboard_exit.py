@@ -84,6 +84,7 @@ def test_a_rank_killed_under_the_dashboard_makes_it_exit_1_naming_it_and_what_it
     said = stderr.decode(errors="replace")
     assert kvtop.returncode == 1, said
     assert f"kvtop: rank decode-0/TP0 (pid {decode.pid}) killed by SIGKILL; its stderr " in said
+    assert ", removed on exit: --log-dir DIR keeps them) ..." in said  # the folder it names is gone by now
 
 
 def _drain(fd: int) -> None:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import calendar
+import gzip
 import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -434,3 +438,45 @@ def test_a_log_copied_mid_line_says_its_last_line_cut_and_reads_no_cut_address_i
     ]
     assert f"warning: last line cut: not read in {log}" in verdict["summary"]
     assert f"last line cut: not read in {log}" in shown.stderr
+
+
+def _piped(*args: str, data: bytes) -> subprocess.CompletedProcess[str]:
+    """The installed `kvtop ARGS` with `data` piped into its stdin."""
+    command = shutil.which("kvtop") or f"{sys.prefix}/bin/kvtop"
+    done = subprocess.run([command, *args], input=data, capture_output=True, timeout=60, check=False)
+    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(), done.stderr.decode())
+
+
+@pytest.mark.processes
+def test_a_log_piped_in_is_read_as_its_file_is():
+    """`zcat x.gz | kvtop check --sglang-log decode=-` was refused (`'-' does not exist`): a piped log is copied to
+    a file first and judged as the file is; a message about it names `stdin`, not the copy that is gone on exit."""
+    decode = (FIXTURES / "decode.log").read_bytes()
+    prefill = ("--sglang-log", str(FIXTURES / "prefill.log"))
+    from_file = kvtop("check", *LOGS)
+    piped = _piped("check", *prefill, "--sglang-log", "decode=-", data=gzip.compress(decode))
+    dev_stdin = _piped("failures", *prefill, "--sglang-log", "decode=/dev/stdin", "--json", data=decode)
+    files = kvtop("failures", *LOGS, "--json")
+    garbage = _piped("check", "--sglang-log", "-", data=b"not a log\n")
+
+    assert (piped.returncode, piped.stdout) == (from_file.returncode, from_file.stdout)
+    assert from_file.returncode == 2
+    assert json.loads(dev_stdin.stdout) == json.loads(files.stdout)
+    assert garbage.returncode == 3
+    assert "nothing to read in the logs given: stdin: not an SGLang server log" in garbage.stdout
+    assert "kvtop-stdin" not in garbage.stdout
+
+
+def test_a_log_piped_in_cannot_be_followed_and_stdin_holds_one_log():
+    """A pipe is read to its end: `--follow` on it is bad usage saying to give the path, and a log sidecar (which
+    waited for a file named `-`) refuses it; stdin named twice is said."""
+    follow = kvtop_here("status", "--follow", "--sglang-log", "-")
+    twice = kvtop_here("check", "--sglang-log", "-", "--sglang-log", "prefill=-")
+    sidecar = kvtop_here("agent", "--sglang-log", "-")
+
+    assert follow.returncode == 2
+    assert "give the log's path to follow it" in follow.stderr
+    assert twice.returncode == 3
+    assert "stdin given twice as --sglang-log" in twice.stdout
+    assert sidecar.returncode == 2
+    assert "a sidecar follows a log file by its path" in sidecar.stderr

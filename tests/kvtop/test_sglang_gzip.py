@@ -180,3 +180,21 @@ def test_a_log_named_gz_that_is_no_gzip_beside_a_good_one_is_named_once(tmp_path
     assert check.returncode == 2, check.stdout
     assert f"warning: nothing read from 1 of the 2 logs given: {plain}: not gzip or corrupt" in check.stdout
     assert check.stdout.count(str(plain)) == 1, check.stdout
+
+
+def test_the_dashboards_follower_names_a_log_gone_from_its_path_until_one_is_there_again(tmp_path, wait_for):
+    """A followed log removed under the dashboard left it as quiet as a healthy server's: its error names the path
+    while nothing is there, and clears once a log is."""
+    log = tmp_path / "prefill.log"
+    log.write_bytes(TEXT)
+    follower = LogFollower(SGLangLogs([f"prefill={log}"])).start()
+    try:
+        wait_for(lambda: follower.logs.stats().failures > 0, timeout=10, what="the log read")
+        log.unlink()
+        wait_for(lambda: "is gone from its path" in follower.error, timeout=10, what="the removal named")
+        assert str(log) in follower.error
+        log.write_bytes(TEXT)
+        wait_for(lambda: "gone" not in follower.error, timeout=10, what="the new log followed")
+    finally:
+        follower.close()
+    assert follower.died is None

@@ -7,6 +7,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from cluster_support import small_cluster
@@ -60,6 +61,25 @@ def test_views_fail_clearly_when_nobody_answers():
         assert "did not answer" in result.stderr
 
 
+def test_a_relay_that_does_not_answer_is_named_a_relay_not_a_bootstrap():
+    """`--relay ADDR` shared one parameter with --bootstrap: a dead relay was said as `bootstrap ADDR did not
+    answer`, naming an option the user never gave."""
+    status = kvtop_here("status", "--relay", "tcp://127.0.0.1:9", "--wait", "0.3")
+    check = kvtop_here("check", "--wait", "0.3", env={"KVTOP_RELAY": "tcp://127.0.0.1:9"})
+    both = kvtop_here("status", "--relay", "tcp://127.0.0.1:9", "--bootstrap", "tcp://127.0.0.1:8")
+
+    assert status.returncode == 1
+    assert "relay tcp://127.0.0.1:9 did not answer" in status.stderr and "bootstrap" not in status.stderr
+    assert check.returncode == 2
+    assert "relay tcp://127.0.0.1:9 did not answer" in check.stdout and "bootstrap" not in check.stdout
+    assert both.returncode == 2
+    assert "give --bootstrap or --relay, not both" in both.stderr
+    typed_over_env = kvtop_here("status", "--relay", "tcp://127.0.0.1:9", "--wait", "0.3",
+                                env={"KVTOP_BOOTSTRAP": "tcp://127.0.0.1:8"})  # fmt: skip
+    assert typed_over_env.returncode == 1
+    assert "relay tcp://127.0.0.1:9 did not answer" in typed_over_env.stderr
+
+
 def test_check_at_an_http_port_says_it_is_another_servers_not_a_curve_matter():
     """SGLang's own bootstrap port (HTTP: silent until asked) given as kvtop's bootstrap: CRITICAL as unreachable,
     and why, where it said `(if it serves CURVE, pass its --curve-keys)`."""
@@ -86,10 +106,12 @@ def test_views_reject_an_address_that_is_not_one():
 def test_a_bad_bootstrap_address_from_the_environment_names_its_variables_as_words():
     """Typer named the variables of --bootstrap as a Python list: "(env var: '['KVTOP_BOOTSTRAP', ...]')"."""
     result = kvtop_here("status", env={"KVTOP_BOOTSTRAP": "garbage"})
+    relay = kvtop_here("status", env={"KVTOP_RELAY": "garbage"})
 
     assert result.returncode == 2
-    assert "'--bootstrap' / '--relay' (or KVTOP_BOOTSTRAP, KVTOP_RELAY): 'garbage' is not an address" in result.stderr
+    assert "'--bootstrap' (or KVTOP_BOOTSTRAP): 'garbage' is not an address" in result.stderr
     assert "[" not in result.stderr.splitlines()[-1]
+    assert "'--relay' (or KVTOP_RELAY): 'garbage' is not an address" in relay.stderr
 
 
 def test_agents_given_by_event_endpoint_are_seen_like_discovered_ones(make_cluster):
@@ -348,3 +370,29 @@ def test_a_bootstrap_that_lists_no_agent_is_said_to_list_none(bootstrap):
     assert done.stderr == (
         f"kvtop: no agent listed by {bootstrap.endpoint} (none registered there, or every one deregistered)\n"
     )
+
+
+@pytest.mark.processes
+def test_ctrl_c_while_cluster_up_loads_exits_130_as_the_readme_says():
+    """A Ctrl-C while `cluster up` loads exits 130 (`interrupted before it began`), which the README's exit codes
+    gave to views alone: its 130 row now names any command before it began, and a service's clean stop after."""
+    script = (  # the command's modules stand in by one whose load is where the Ctrl-C lands
+        "import os, signal, sys, types\n"
+        "class Loading(types.ModuleType):\n"
+        "    def __getattr__(self, name):\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        sum(range(10_000_000))\n"
+        "        raise AttributeError(name)\n"
+        "import kvtop.cli\n"
+        "sys.modules['kvtop.cli.app'] = Loading('kvtop.cli.app')\n"
+        "sys.argv = ['kvtop', 'cluster', 'up']\n"
+        "from kvtop.cli.entry import main\n"
+        "main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| 130 |"))
+
+    assert (done.returncode, done.stderr) == (130, "kvtop: interrupted before it began\n")
+    assert "any command while kvtop loads" in row and "`kvtop: interrupted before it began`" in row
+    assert "Once a service or `cluster up` began, Ctrl-C is a clean stop (0)" in row

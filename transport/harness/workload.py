@@ -63,6 +63,11 @@ class WorkloadStats:
     """Ranks the supervisor reported gone (`Router.rank_lost`)."""
     ranks_down: int = 0
     """Of those, how many are not back."""
+    dropped: int = 0
+    """Arrivals no pair of instances took (a role with none up, or every instance at its share of max_inflight)."""
+    unserved: str = ""
+    """The roles with no instance whose every rank is up (`prefill`, `decode`, or both, comma-separated): no room
+    starts until one is back ("" while both have one)."""
     bytes_moved: int = 0
     failures_by_class: Counter[str] = field(default_factory=Counter)
     latencies_s: list[float] = field(default_factory=list)
@@ -125,6 +130,7 @@ class Router:
         self._down.add(label)
         self.stats.rank_exits += 1
         self.stats.ranks_down = len(self._down)
+        self._count_unserved()
         for pending in list(self._pending.values()):
             if label in pending.waiting_for:
                 pending.waiting_for.discard(label)
@@ -140,6 +146,10 @@ class Router:
         ranks[ranks.index(old)] = agent
         self._down.discard(agent.label)
         self.stats.ranks_down = len(self._down)
+        self._count_unserved()
+
+    def _count_unserved(self) -> None:
+        self.stats.unserved = ", ".join(str(role) for role in (Role.PREFILL, Role.DECODE) if not self._up(role))
 
     def step(self, now: float | None = None) -> None:
         """Start the rooms that are due, collect results; never blocks for long."""
@@ -174,7 +184,8 @@ class Router:
     def _start_room(self, now: float) -> None:
         prefills, decodes = self._open(Role.PREFILL), self._open(Role.DECODE)
         if not prefills or not decodes:
-            return  # no pair to take it (a rank down, or every instance at its share): the arrival is dropped
+            self.stats.dropped += 1  # no pair to take it (a rank down, or every instance at its share): counted
+            return
         room = self._rng.getrandbits(_ROOM_BITS)
         prefill = self._rng.choice(prefills)
         decode = self._rng.choice(decodes)

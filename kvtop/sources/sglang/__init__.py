@@ -7,7 +7,7 @@ follow, rotation, .gz), `infer` (origins), `convert` (batch lines as heartbeats)
 `spec` (`prefill=FILE`), `sniff` (role from content), `naming` (instance names),
 `context` (lines shown beside failure groups), `related` (rooms named by the
 lines around a failure), `stats` (counts), `source` (feeding the model),
-`follow` (the dashboard's thread).
+`follow` (the dashboard's thread), `missing` (followed logs gone from their paths).
 """
 
 from kvtop.sources.sglang.context import Context

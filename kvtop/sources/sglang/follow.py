@@ -6,6 +6,7 @@ import logging
 import threading
 
 from kvtop.model.cluster import JOURNAL_EVENTS_KEPT, ClusterModel
+from kvtop.sources.sglang.missing import MissingPaths
 from kvtop.sources.sglang.source import SGLangLogs
 from kvtop.sources.sglang.stats import EMPTY, LogStats
 from transport.thread_names import name_os_thread
@@ -19,7 +20,7 @@ class LogFollower:
 
     Reads the files from their start (big files load while the dashboard already shows them) and then
     what they gain, with rotation. A damaged `.gz` is read up to its damage and named in `error`, as is a file
-    that is no SGLang server log. Should
+    that is no SGLang server log and one gone from its path (for 2 s, until a file is there again). Should
     the thread die anyway, it logs the traceback, says so in `error` and keeps it in `died` (the
     dashboard's command exits non-zero on it).
     """
@@ -32,6 +33,7 @@ class LogFollower:
         self.died: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kvtop-sglang-logs", daemon=True)
+        self._missing = MissingPaths([file.spec.path for file in logs.files])
 
     def start(self) -> LogFollower:
         self._thread.start()
@@ -62,7 +64,8 @@ class LogFollower:
                     self.logs.poll(self.model, max_bytes=8 << 20)
                     self.model.sweep(self.logs.now)
                     named = len(self.model.ranks)
-                self.error = _problems(self.logs.stats(), named)
+                self._missing.news()
+                self.error = "; ".join(filter(None, [_problems(self.logs.stats(), named), self._missing.gone()]))
             except OSError as error:  # a file vanished without a rotation: say so, keep trying
                 self.error = f"sglang log: {error}"
             if all(file.reader.at_end() for file in self.logs.files):

@@ -263,3 +263,44 @@ def test_at_80_columns_a_failure_line_keeps_its_class(app: KvtopApp, source: Fix
     assert narrow_rows and all(re.search(r" E room=\d+ (\w+):", row) for row in narrow_rows), narrow_rows
     assert {re.search(r" E room=\d+ (\w+):", row).group(1) for row in narrow_rows} <= classes  # type: ignore[union-attr]
     assert all(" ERROR   failure   room=" in row for row in wide_rows), wide_rows
+
+
+def test_the_banner_at_120_columns_keeps_the_options_whole_and_cuts_the_source_after_its_address():
+    """Bare `kvtop` at 120 columns showed `bootstrap tcp://..., embedded cluster 2P2D TP2, 20 rooms/s   […`: its
+    long source took the room and the option list was cut to `[…` (a filter could hide rows unseen). The source
+    is cut now, after its address; the options stay whole."""
+    app = make_app()
+    app.sub_title = "bootstrap tcp://127.0.0.1:41234, embedded cluster 2P2D TP2, 20 rooms/s"
+    seen = {}
+
+    async def scenario(pilot):
+        seen["banner"] = text(app, "#banner")
+        await submit_filter(pilot, "decode-1")
+        await next_frame(pilot)
+        seen["filtered"] = text(app, "#banner")
+
+    drive(app, scenario, size=(120, 36))
+
+    banner, filtered = seen["banner"], seen["filtered"]
+    assert "bootstrap tcp://127.0.0.1:41234, embedded clu…   [sort age, events >= info]   as of " in banner, banner
+    assert "bootstrap tcp://127.0.0.1:41234…   [filter 'decode-1', sort age, " in filtered, filtered
+    assert banner.rstrip().endswith("? help") and filtered.rstrip().endswith("? help"), filtered
+
+
+def test_the_banner_keeps_the_options_whole_beside_long_log_paths():
+    """`kvtop top --sglang-log A --sglang-log B` at 120 columns: the first log's path took the banner and left the
+    options `…`; a path is cut now, the options whole."""
+    app = make_app()
+    app.sub_title = (
+        "sglang logs: tests/kvtop/fixtures/sglang/lost-prefill/decode.log, "
+        "tests/kvtop/fixtures/sglang/lost-prefill/prefill.log"
+    )
+    seen = {}
+
+    async def scenario(pilot):
+        seen["banner"] = text(app, "#banner")
+
+    drive(app, scenario, size=(120, 36))
+
+    assert " kvtop  sglang logs: tests/kvtop/fixtures/" in seen["banner"], seen["banner"]
+    assert "…   [sort age, events >= info]   as of " in seen["banner"], seen["banner"]
