@@ -723,9 +723,7 @@ class KvtopApp(App[None]):
         self._options_changed(level=LEVEL_CYCLE[(LEVEL_CYCLE.index(self.options.level) + 1) % len(LEVEL_CYCLE)])
 
     def action_detail(self) -> None:
-        pane = self.query_one("#failure-detail")
-        pane.display = not pane.display
-        self.query_one(FailuresView).show_detail()
+        self.query_one(FailuresView).toggle_detail()
 
     def action_next_theme(self) -> None:
         names = sorted(self._themes.themes) or sorted(self.available_themes)

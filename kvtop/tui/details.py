@@ -56,10 +56,9 @@ def room_timeline(
     text = Text(f"Room {room}\n", style="bold")
     if view is not None:
         idle = "" if finished is not None else f" ({now - view.last_progress:.0f} s ago)"  # a retired room: no age
-        text.append(f"first seen {clock(view.first_seen)}, last progress {clock(view.last_progress)}{idle}, ")
-        text.append(
-            f"{view.bytes_done:,}/{view.bytes_total:,} bytes, link {view.link[0] or '-'} -> {view.link[1] or '-'}\n"
-        )
+        text.append(f"first seen {clock(view.first_seen)}, last progress {clock(view.last_progress)}{idle}\n")
+        text.append(f"{units.progress(view.bytes_done, view.bytes_total)}, ")  # a line apiece: 80 columns held both
+        text.append(f"link {view.link[0] or '-'} -> {view.link[1] or '-'}\n")
         for label, state in sorted(view.states.items()):
             text.append(f"  {label:<18}{state.name}\n", style=palette.error if state.name == "Failed" else "")
     if finished is not None:

@@ -16,6 +16,15 @@ def size(nbytes: float) -> str:
     return f"{nbytes:.0f} B"
 
 
+def progress(done: int, total: int) -> str:
+    """Bytes moved of a total as `size` says (`1.0 MB/1.0 MB`), exact where the two differ but read the same
+    (`1.0 MB/1.0 MB (1,048,000/1,048,576 B)`: a room a few bytes short looked whole)."""
+    shown = f"{size(done)}/{size(total)}"
+    if done != total and size(done) == size(total):
+        shown += f" ({done:,}/{total:,} B)"
+    return shown
+
+
 def rate(bytes_per_s: float) -> str:
     """A transfer rate as `size` says, per second: `1.23 GB/s`, `45.6 MB/s`, `512 KB/s`, `0 B/s`."""
     return f"{size(bytes_per_s)}/s"

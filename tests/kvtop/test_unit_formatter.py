@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvtop.views.units import gbps, rate, size
+from kvtop.views.units import gbps, progress, rate, size
 
 
 @pytest.mark.parametrize(
@@ -37,3 +37,17 @@ def test_a_rate_in_gbps_is_shown_in_the_unit_that_keeps_three_digits(value: floa
 def test_a_figure_that_rounds_to_1000_moves_to_the_bigger_unit(per_s: float, shown: str):
     """A rate that rounds to 1000 of a unit is shown as 1 of the next one, keeping three digits."""
     assert rate(per_s) == shown
+
+
+@pytest.mark.parametrize(
+    ("done", "total", "shown"),
+    [
+        (1_089_536, 1_089_536, "1.1 MB/1.1 MB"),
+        (524_288, 1_089_536, "524 KB/1.1 MB"),
+        (1_089_000, 1_089_536, "1.1 MB/1.1 MB (1,089,000/1,089,536 B)"),
+    ],
+)
+def test_progress_reads_in_units_and_exact_only_where_rounding_hides_a_shortfall(done: int, total: int, shown: str):
+    """A room's bytes moved of its total, as the size column says them; a few bytes short reads whole when rounded,
+    so then the exact counts follow."""
+    assert progress(done, total) == shown

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import overload
 
 import msgspec
+from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -202,7 +203,7 @@ class FailuresView(Vertical):
 
     def _layout(self, keep: TreeRow | None = None) -> None:
         """Flatten the tree as expanded; the cursor stays on its row (or goes to `keep`)."""
-        tree, palette, dated = self.origin_list, self._palette, self._dated
+        tree, palette, dated, narrow = self.origin_list, self._palette, self._dated, self.detail_shown
         if palette is None:
             return
         current = keep or (self.rows[tree.cursor] if tree.cursor < len(self.rows) else None)
@@ -213,12 +214,13 @@ class FailuresView(Vertical):
 
         def line(index: int) -> Text:
             row = rows[index]
-            return tree_line(row, _is_open(row, opened, expanded), palette, dated)
+            return tree_line(row, _is_open(row, opened, expanded), palette, dated, narrow)
 
         def key(index: int) -> Hashable:
             """Groups are replaced, never edited, when they change: a row of the same group draws the same."""
             row = rows[index]
-            return row.incident, Same(row.group), Same(row.echo), _is_open(row, opened, expanded), dated, palette
+            opens = _is_open(row, opened, expanded)
+            return row.incident, Same(row.group), Same(row.echo), opens, dated, narrow, palette
 
         tree.set_rows(len(rows), line, key)
         if current is not None:
@@ -272,11 +274,20 @@ class FailuresView(Vertical):
     def on_row_list_highlighted(self) -> None:
         self.show_detail()
 
+    @property
+    def detail_shown(self) -> bool:
+        return bool(self.query_one("#failure-detail").display)
+
+    def toggle_detail(self) -> None:
+        """Open or close the detail pane; the rows take the form that fits beside it (`tree_line`'s `narrow`)."""
+        self.query_one("#failure-detail").display = not self.detail_shown
+        self._layout()
+
     def show_detail(self) -> None:
         """Fill the detail pane from the highlighted row (only while the pane is shown); with no row (a filter that
         matches nothing) it says so, never the detail of a row no longer listed."""
-        row, pane = self.highlighted, self.query_one("#failure-detail")
-        if self._palette is None or not pane.display:
+        row = self.highlighted
+        if self._palette is None or not self.detail_shown:
             return
         text = detail(row.node, self._palette) if row is not None else Text("nothing highlighted", style="dim")
         self.query_one("#failure-detail-text", Static).update(shown_safely(text))
@@ -305,8 +316,11 @@ def _moved_to(key: GroupKey, other: GroupKey) -> bool:
     return other[:2] == key[:2] and abs(other[2] - key[2]) <= ROOM_REUSE_S
 
 
-def tree_line(row: TreeRow, expanded: bool, palette: Palette, dated: bool = False) -> Text:
-    """An incident's row, a group's (indented once) or an echo's (twice); times with their date when `dated`."""
+def tree_line(row: TreeRow, expanded: bool, palette: Palette, dated: bool = False, narrow: bool = False) -> Text:
+    """An incident's row, a group's (indented once) or an echo's (twice); times with their date when `dated`;
+    `narrow` (beside the detail pane): the short form, what an operator scans for first (`narrow_line`)."""
+    if narrow:
+        return narrow_line(row, expanded, palette, dated)
     if row.echo is not None:
         return Text("        └ ", style=palette.dim) + echo_label(row.echo, palette, dated)
     if row.group is not None:
@@ -315,12 +329,46 @@ def tree_line(row: TreeRow, expanded: bool, palette: Palette, dated: bool = Fals
     return Text("▼ " if expanded else "▶ ") + incident_label(row.incident, palette, dated)
 
 
+def narrow_line(row: TreeRow, expanded: bool, palette: Palette, dated: bool = False) -> Text:
+    """A row beside the detail pane (46 columns at 80, 57 at 100): its time first, then who and why, the room last
+    (the first to be cut; the pane names it). `▼ ONGOING  10:02:11 prefill-0 sends corrupt KV (checksum)`,
+    `  ▶ 10:02:11 prefill-0/TP1  checksum  3 echoes  room 17`, `    └ 10:02:11.042 decode-0/TP1  propagated`."""
+    if row.echo is not None:
+        echo = row.echo
+        text = Text("    └ ", style=palette.dim)
+        text.append(f"{clock(echo.ts, dated)} {echo.rank:<14} {echo.reason_class}")  # its reason: in the pane
+        return text
+    if row.group is not None:
+        group, origin = row.group, row.group.origin
+        text = Text("  " + (("▼ " if expanded else "▶ ") if group.echoes else "  "))
+        text.append(f"{clock(group.first_ts, dated)[:-4]} ")
+        text.append(f"{group.origin_label or 'origin unknown':<14} ", style=palette.error)
+        text.append(f"{origin.reason_class if origin else '-'}  ")
+        text.append(f"{plural(group.echo_count, 'echo', 'echoes')}  room {group.room}", style=palette.dim)
+        return text
+    incident = row.incident
+    if not incident.id:
+        return Text(("▼ " if expanded else "▶ ") + incident.headline, style=palette.dim)
+    text = Text("▼ " if expanded else "▶ ")
+    text.append(f"{_state(incident):<8} ", style=_state_style(incident, palette))
+    text.append(f"{clock(incident.first_seen, dated)[:-4]} ")
+    text.append(incident.headline, style=palette.accent if incident.client else palette.error)
+    return text
+
+
+def _state(incident: IncidentRow) -> str:
+    return "aborts" if incident.client else "ONGOING" if incident.ongoing else "ended"  # aborts are no fault
+
+
+def _state_style(incident: IncidentRow, palette: Palette) -> Style:
+    return palette.error if incident.ongoing and not incident.client else palette.dim
+
+
 def incident_label(incident: IncidentRow, palette: Palette, dated: bool = False) -> Text:
     """`ONGOING  prefill-0/TP1 sends corrupt KV (checksum)  31 rooms  since 10:02:11  31/96`."""
     if not incident.id:
         return Text(incident.headline, style=palette.dim)
-    state = "aborts" if incident.client else "ONGOING" if incident.ongoing else "ended"  # aborts are no fault
-    text = Text(f"{state:<8} ", style=palette.error if incident.ongoing and not incident.client else palette.dim)
+    text = Text(f"{_state(incident):<8} ", style=_state_style(incident, palette))
     text.append(incident.headline, style=palette.accent if incident.client else palette.error)
     text.append(f"  {incident.size}  since ")
     text.append(f"{clock(incident.first_seen, dated)[:-4]}  ")

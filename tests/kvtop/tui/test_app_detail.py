@@ -101,8 +101,8 @@ def test_opening_the_detail_pane_fits_the_failures_list_to_its_new_width(app: Kv
 
 def test_at_80_columns_a_ranks_and_a_rooms_panel_fit_their_rows(app: KvtopApp):
     """At 80x24 a rank's throughput row ended on a lone `MB/s` line, each heartbeat and each failure took two
-    lines, and a room's every state change and transfer two: those rows fit (prose, a reason, may wrap), each
-    still saying what it said."""
+    lines, a room's every state change and transfer two, and its `1,048,576/1,048,576 bytes` wrapped: those rows
+    fit (prose, a reason, may wrap), each still saying what it said, sizes as the rest of the dashboard says them."""
     seen: dict[str, tuple[int, list[str]]] = {}
 
     async def scenario(pilot):
@@ -123,6 +123,10 @@ def test_at_80_columns_a_ranks_and_a_rooms_panel_fit_their_rows(app: KvtopApp):
     assert any(" cpu " in row and " in flight " in row and " dropped " in row for row in rows)
     assert any("echo of " in row for row in rows)
     width, room = seen["room"]
+    summary = room[: room.index("")]  # its id, times, bytes and link, each rank's state
+    assert [row for row in summary if len(row) > width] == []
+    assert any(row.endswith(" MB") or " MB, link " in row for row in summary), summary  # `1.0 MB/1.0 MB`, no `bytes`
+    assert all(" bytes" not in row for row in summary)
     traffic = [row for row in room if " ms  " in row and ("->" in row or " B in " in row or " B" in row)]
     assert traffic and [row for row in traffic if len(row) > width] == []
     assert all("room=" not in row for row in traffic)  # the panel's own room, said once at its top

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import pytest
 from tui_support import (
     FIXED_NOW,
     FixtureSource,
     drive,
     lines,
+    make_app,
     next_frame,
     submit_filter,
     text,
+    wait_until,
 )
 
 from kvtop.tui.app import KvtopApp
+from kvtop.tui.rows import clock
 from kvtop.tui.views.failures import FailuresView
 from kvtop.tui.widgets.row_list import RowList
 from transport.plane.events import Failure
@@ -66,6 +70,33 @@ def test_debug_in_the_failures_view_toggles_the_detail_of_the_highlighted_row(ap
     assert group.origin.reason in detail
     assert seen["next group"] is not group
     assert seen["next detail"].startswith(f"Room {seen['next group'].room}: origin {seen['next group'].origin_label}")
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30)])
+def test_beside_the_detail_pane_each_row_keeps_its_origin_class_and_time(size: tuple[int, int]):
+    """With the pane open at 80 columns the tree's rows were 19 columns (`    ▶ room …`: the room's 19 digits
+    first); at 80 and 100 columns each group row still shows its start, origin and class, each echo its time,
+    rank and class, and the incident its state, start and who broke."""
+    app, seen = make_app(), {}
+
+    async def scenario(pilot):
+        view = app.query_one(FailuresView)
+        await pilot.press("f")
+        await next_frame(pilot)
+        await pilot.press("d", "enter", "down", "enter")
+        await wait_until(pilot, lambda: view.highlighted.group is not None and len(view.rows) > 5, "a group opened")
+        await next_frame(pilot)
+        seen["rows"] = view.rows[:]
+        seen["shown"] = lines(app.query_one("#failure-tree", RowList))
+
+    drive(app, scenario, size=size)
+
+    rows, shown = seen["rows"], seen["shown"]
+    incident, group, echo = rows[0].incident, rows[1].group, rows[2].echo
+    assert shown[0].split()[1:4] == ["ONGOING", clock(incident.first_seen)[:-4], incident.headline.split()[0]]
+    assert shown[1].split()[1:4] == [clock(group.first_ts)[:-4], group.origin_label, group.origin.reason_class]
+    assert shown[2].split()[1:4] == [clock(echo.ts), echo.rank, echo.reason_class]
+    assert len([row for row in shown if row.strip()]) == min(len(rows), len(shown))
 
 
 def test_a_filter_that_matches_nothing_leaves_no_detail_of_a_row_no_longer_listed(app: KvtopApp):
