@@ -70,7 +70,8 @@ def test_the_source_options_name_what_they_take_as_the_errors_do() -> None:
     DIR`; the help said `<str>` and `<list[str]>`."""
     shown = " ".join(kvtop_here("status", "--help").stdout.split())
 
-    for option in ("--bootstrap ADDR", "--relay ADDR", "--connect EP", "--sglang-log FILE", "--replay DIR|FILE", "--at T"):
+    options = ("--bootstrap ADDR", "--relay ADDR", "--connect EP", "--sglang-log FILE", "--replay DIR|FILE", "--at T")
+    for option in options:
         assert option in shown
 
 
