@@ -6,6 +6,7 @@ import time
 
 from kvtop.views.incidents import ago, plural
 from kvtop.views.times import stamp
+from kvtop.views.units import size
 from transport.plane.events import Event, Failure
 
 
@@ -25,13 +26,14 @@ class Backlog:
         if latest is not None and (self.last_ts is None or latest > self.last_ts):
             self.last_ts = latest
 
-    def said(self, lines: int) -> str:
-        """`read the 120 lines FILE held at start (2 failures), the latest dated 2026-03-04 10:02:12, 276 days ago:
-        published with their own times (a view's window counts them older than it); following what it gains`."""
+    def said(self, read: int) -> str:
+        """`read the 48.2 KB FILE held at start (2 failures), the latest dated 2026-03-04 10:02:12, 276 days ago:
+        published with their own times (a view's window counts them older than it); following what it gains`
+        (`read` bytes: a record's lines are counted once it is whole, the bytes as they are read)."""
         dated = "" if self.last_ts is None else (
             f", the latest dated {stamp(self.last_ts, dated=True)[:-4]}, {ago(time.time() - self.last_ts)} ago"
         )  # fmt: skip
         return (
-            f"read the {plural(lines, 'line')} {self.path} held at start ({plural(self.failures, 'failure')}){dated}: "
+            f"read the {size(read)} {self.path} held at start ({plural(self.failures, 'failure')}){dated}: "
             "published with their own times (a view's window counts them older than it); following what it gains"
         )

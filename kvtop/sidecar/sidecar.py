@@ -170,9 +170,9 @@ class Sidecar:
         an empty file, one that is no log, `not_a_log` says that, or one whose role no line told yet: none of it
         was published)."""
         backlog, self._backlog = self._backlog, None
-        lines = self.tail.logs.stats().lines if self.tail.logs is not None else 0
-        if backlog is not None and lines and not no_log and self.ranks:
-            self._say(backlog.said(lines))
+        read = self.tail.logs.stats().bytes if self.tail.logs is not None else 0
+        if backlog is not None and read and not no_log and self.ranks:
+            self._say(backlog.said(read))
 
     def _guessed_role_of_no_log(self, no_log: str) -> bool:
         """The file is no SGLang log (`no_log`) and its role was not given (`--role`): what its name or a quoted line

@@ -27,7 +27,7 @@ def failure_line(stamp: str, room: int) -> str:
 @pytest.mark.processes
 def test_a_sidecar_on_a_months_old_log_says_what_it_read_and_a_live_view_names_its_failures_older(tmp_path: Path):
     """A log whose failures are 100 days old: the sidecar published them with their own times, and `status` on the
-    cluster said `incidents none in 60s` (silence read as health). The sidecar now says once how many lines and
+    cluster said `incidents none in 60s` (silence read as health). The sidecar now says once how much and how many
     failures the file held at start and how old the latest is; `status` names the incident older than its window
     and never as ongoing."""
     old = time.time() - 100 * DAY_S - DAY_S / 4  # 100 days whatever the seconds the test takes
@@ -50,7 +50,8 @@ def test_a_sidecar_on_a_months_old_log_says_what_it_read_and_a_live_view_names_i
             assert status[:1] == ["incidents none in 60s; 1 older"]
 
     assert (
-        f"read the 2 lines {log} held at start (2 failures), the latest dated {last}, 100 days ago" in said.read_text()
+        f"read the {log.stat().st_size} B {log} held at start (2 failures), the latest dated {last}, 100 days ago"
+        in said.read_text()
     )
     assert (
         status[0]
