@@ -9,5 +9,6 @@ and snapshots of our own agents (`ranks`, reusing `transport.plane.publisher`). 
 registers with a bootstrap service. The fold happens where the sidecars' events
 meet, in kvtop's model, so several hosts' sidecars give the groups that reading
 their files together gives. `metrics` scrapes the server's Prometheus text into
-the heartbeat; `sidecar` is the loop. Its command is `kvtop.cli.sidecar_cmd`.
+the heartbeat; `backlog` says what it read of the lines the file held at start;
+`sidecar` is the loop. Its command is `kvtop.cli.sidecar_cmd`.
 """

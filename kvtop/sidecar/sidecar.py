@@ -14,6 +14,7 @@ import msgspec
 import psutil
 import zmq
 
+from kvtop.sidecar.backlog import Backlog
 from kvtop.sidecar.metrics import MetricsScraper
 from kvtop.sidecar.ranks import RankPublisher, sidecar_info
 from kvtop.sidecar.tail import LogTail
@@ -96,6 +97,8 @@ class Sidecar:
         self._process = psutil.Process()
         self._said = ""
         self._cut_said = False
+        self._backlog: Backlog | None = None
+        """The lines the file held when the sidecar started, while it reads them (None before and after)."""
 
     def run(self, stop: threading.Event) -> int:
         try:
@@ -121,6 +124,7 @@ class Sidecar:
         next_beat = 0.0
         waiting_said = role_said = False
         not_a_file = no_log = ""  # looked at on each heartbeat, kept between them
+        first = True
         while not stop.is_set():
             beat = time.monotonic() >= next_beat
             try:
@@ -128,6 +132,9 @@ class Sidecar:
                 problem = ""
             except OSError as error:  # unreadable now (permissions, a vanished mount): say so, keep trying
                 gained, problem = None, f"cannot read {self.tail.path}: {error}"
+            if first and self.tail.logs is not None:  # there at start: what it holds is history, said when read
+                self._backlog = Backlog(self.tail.path)
+            first = False
             if len(servers := self.tail.servers) > 1:
                 self._say(several_servers(self.tail.path, servers))
                 return 2
@@ -154,8 +161,18 @@ class Sidecar:
                 self._say(f"the {dead} thread died (traceback above); stopping")
                 return 1
             if self.tail.at_end():
+                self._backlog_read(no_log)
                 stop.wait(self.options.poll_s)
         return 0
+
+    def _backlog_read(self, no_log: str) -> None:
+        """Says, once the lines the file held at start are read, how many, their failures and how old (nothing for
+        an empty file, one that is no log, `not_a_log` says that, or one whose role no line told yet: none of it
+        was published)."""
+        backlog, self._backlog = self._backlog, None
+        read = self.tail.logs.stats().bytes if self.tail.logs is not None else 0
+        if backlog is not None and read and not no_log and self.ranks:
+            self._say(backlog.said(read))
 
     def _guessed_role_of_no_log(self, no_log: str) -> bool:
         """The file is no SGLang log (`no_log`) and its role was not given (`--role`): what its name or a quoted line
@@ -207,6 +224,8 @@ class Sidecar:
             rank.close()
 
     def _publish(self, events: list[tuple[str, Event]], context: list[Context]) -> None:
+        if self._backlog is not None:
+            self._backlog.add([event for _, event in events])
         for label, event in events:
             _, pp, tp = label_parts(label) or ("", None, 0)
             rank = self._rank_of((label_replica(label), pp, tp))

@@ -185,3 +185,8 @@ def duration(seconds: float) -> str:
     if seconds < 3600:
         return f"{seconds // 60}m{seconds % 60:02d}s"
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def ago(seconds: float) -> str:
+    """How long ago: `duration`, past two days in days (`92 days`: a log of March read in June)."""
+    return f"{int(seconds // 86400)} days" if seconds >= 2 * 86400 else duration(seconds)

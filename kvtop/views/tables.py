@@ -8,7 +8,7 @@ from typing import Any
 
 from kvtop.model.cluster import STUCK_AFTER_S, ClusterModel
 from kvtop.model.shapes import RATE_WINDOW_S, Liveness, RankView, RoomView
-from kvtop.views.incidents import duration, in_span, incident_json, incident_size, plural, suspected_ranks
+from kvtop.views.incidents import ago, duration, in_span, incident_json, incident_size, plural, suspected_ranks
 from kvtop.views.known import KNOWN_METRICS, NO_DATA
 from kvtop.views.times import seconds, spans_days, stamp
 from kvtop.views.units import gbps, size
@@ -409,9 +409,14 @@ def status_json(model: ClusterModel, now: float, window_s: float) -> dict[str, A
         for incident in in_span(model, None, now)
         if not incident.client and (incident.last_seen >= now - window_s or incident.ongoing(now, gap))
     ]
+    older = [i for i in in_span(model, None, now) if not i.client and i not in incidents]
     return {
         "incidents": [incident_json(incident, now, gap) for incident in incidents],
         "incidents_ongoing": sum(not incident.client and incident.ongoing(now, gap) for incident in incidents),
+        "incidents_older": {
+            "count": len(older),
+            "last_seen": max((incident.last_seen for incident in older), default=None),
+        },
         "window_s": window_s,
         "span_s": round(coverage.span_s, 3),
         "span_limit": coverage.limit,
@@ -485,7 +490,7 @@ def status_text(model: ClusterModel, now: float, window_s: float) -> str:
     aborts = plural(s["aborted"], "client abort")
     if s["abort_rate"] is not None:
         aborts += f" ({s['abort_rate']:.1%})"
-    lines = [_incidents_line(s, window_s)]
+    lines = [_incidents_line(s, window_s, now)]
     live = ranks["total"] - ranks["log"]
     if ranks["unreachable"]:
         from_logs += f", {ranks['unreachable']} unreachable (kvtop could not open their sockets)"
@@ -570,18 +575,25 @@ def _heard_over(s: dict[str, Any]) -> str:
     return f" (transfers per second over the {seconds(over)} heard)"
 
 
-def _incidents_line(s: dict[str, Any], window_s: float) -> str:
-    """`incidents 1 ongoing in 60s: prefill-0/TP1 sends corrupt KV (checksum), 31 rooms since 10:02:11; ...`"""
-    incidents = s["incidents"]
+def _incidents_line(s: dict[str, Any], window_s: float, now: float) -> str:
+    """`incidents 1 ongoing in 60s: prefill-0/TP1 sends corrupt KV (checksum), 31 rooms since 10:02:11; ...`, and
+    those that ended before the window named as older (a sidecar's log of March: none in the window, never none)."""
+    incidents, older = s["incidents"], s["incidents_older"]
+    before = (
+        f"; {older['count']} older, the latest ended {stamp(older['last_seen'], dated=True)[:-4]} "
+        f"({ago(now - older['last_seen'])} ago): kvtop incidents lists them"
+        if older["count"]
+        else ""
+    )
     if not incidents:
-        return f"incidents none in {seconds(window_s)}"
+        return f"incidents none in {seconds(window_s)}{before}"
     named = "; ".join(
         f"{item['headline']}, {incident_size(item['room_count'], item['roomless'])} "
         f"since {stamp(item['first_seen'])[:-4]}" + ("" if item["state"] == "ongoing" else " (ended)")
         for item in incidents[:INCIDENTS_SHOWN]
     )
     more = f"; {len(incidents) - INCIDENTS_SHOWN} more (kvtop incidents)" if len(incidents) > INCIDENTS_SHOWN else ""
-    return f"incidents {len(incidents)} in {seconds(window_s)}, {s['incidents_ongoing']} ongoing: {named}{more}"
+    return f"incidents {len(incidents)} in {seconds(window_s)}, {s['incidents_ongoing']} ongoing: {named}{more}{before}"
 
 
 def _counted(s: dict[str, Any]) -> str:
