@@ -106,7 +106,8 @@ def _source_and_options(source: str, options: str, room: int) -> str:
     if len(source) + 3 + len(options) <= room:
         return f"{source}   {options}"
     first = source.split(",")[0]
-    kept = len(first) + (first != source) if len(first) <= ADDRESS_KEPT else SOURCE_KEPT
+    whole = len(first) + 3 if first != source else len(first)  # `ADDR, …`: its end seen, so the address is whole
+    kept = whole if len(first) <= ADDRESS_KEPT else SOURCE_KEPT
     title = squeeze(source, max(room - 3 - len(options), min(kept, room)))
     rest = room - len(title) - 3
     return f"{title}   {squeeze(options, rest)}" if rest > 0 else title

@@ -283,7 +283,7 @@ def test_the_banner_at_120_columns_keeps_the_options_whole_and_cuts_the_source_a
 
     banner, filtered = seen["banner"], seen["filtered"]
     assert "bootstrap tcp://127.0.0.1:41234, embedded clu…   [sort age, events >= info]   as of " in banner, banner
-    assert "bootstrap tcp://127.0.0.1:41234…   [filter 'decode-1', sort age, " in filtered, filtered
+    assert "bootstrap tcp://127.0.0.1:41234, …   [filter 'decode-1', sort age, " in filtered, filtered
     assert banner.rstrip().endswith("? help") and filtered.rstrip().endswith("? help"), filtered
 
 
