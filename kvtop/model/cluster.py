@@ -467,7 +467,13 @@ class ClusterModel:
         return (self._instance_peers if instances_only else self._peers).get(name, ())
 
     def ranks_of(self, instance: str) -> list[str]:
-        return [label for label, view in self.ranks.items() if view.instance == instance]
+        """The ranks of `instance`'s layout the model knows: a rank heard as taken (`prefill-0/TP0~taken`), a second
+        process claiming one of them, is none."""
+        return [
+            label
+            for label, view in self.ranks.items()
+            if view.instance == instance and not label.endswith(TAKEN_SUFFIX)
+        ]
 
     def instances_of(self, role: str) -> list[str]:
         return list(dict.fromkeys(view.instance for view in self.ranks.values() if view.role == role and view.instance))

@@ -623,8 +623,7 @@ class IncidentTracker:
         if not others:
             return []
         failing = {rank, *(incident.suspect.name for incident in others)}
-        seen = [label for label in around.ranks_of(instance) if not label.endswith(TAKEN_SUFFIX)]
-        return others if _whole(failing, seen, around.tp_sizes.get(instance, 0)) else []
+        return others if _whole(failing, around.ranks_of(instance), around.tp_sizes.get(instance, 0)) else []
 
     def _explaining(self, attribution: Attribution, ts: float, around: Surroundings) -> Incident | None:
         """The one rank's `unresponsive` incident under way at `ts` that explains a vaguer attribution (an

@@ -368,7 +368,7 @@ class Surroundings(Protocol):
         ...
 
     def ranks_of(self, instance: str) -> list[str]:
-        """The labels of the ranks of `instance` the model knows."""
+        """The labels of the ranks of `instance` the model knows (of its layout: none heard as taken)."""
         ...
 
     def peers_of(self, name: str, instances_only: bool = False) -> Collection[str]:
