@@ -6,6 +6,7 @@ heartbeat says it too: `kvtop ranks` and `kvtop status` show it beside the rank,
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -169,20 +170,13 @@ def test_a_view_shows_the_taker_and_the_rank_it_took_from_apart(
 
     beating = threading.Thread(target=beat)
     beating.start()
-    relay: Relay | None = None
     try:
         with taken_over(short_lived, taker, zmq_context):
             wait_for(lambda: rank._routes.refused, timeout=15, what="the rank's refresh refused")
-            where = ["--bootstrap", short_lived.endpoint]
-            if through_relay:
-                relay = Relay(bootstrap=short_lived.endpoint, discover_every_s=0.2).start()
-                where = ["--relay", relay.address]
-            ranks = kvtop("ranks", *where, "--wait", "5", "--json")
+            ranks = ranks_listed(short_lived, through_relay)
     finally:
         stop.set()
         beating.join()
-        if relay is not None:
-            relay.close()
 
     rows = {row["label"]: row for row in json.loads(ranks.stdout)}
     assert rows.keys() == {"prefill-0/TP0", "prefill-0/TP0~taken"}, ranks.stdout + ranks.stderr
@@ -190,6 +184,17 @@ def test_a_view_shows_the_taker_and_the_rank_it_took_from_apart(
     assert (listed["state"], listed["host"], listed["unlisted"]) == ("alive", "taker-host", None)
     assert (took["state"], took["host"], took["rank"]) == ("alive", rank.info.host, 0)
     assert "holds it live" in took["unlisted"]
+
+
+def ranks_listed(server: BootstrapServer, through_relay: bool) -> subprocess.CompletedProcess[str]:
+    """`kvtop ranks --json` of `server`'s cluster, directly or through a relay of it (started and closed here)."""
+    if not through_relay:
+        return kvtop("ranks", "--bootstrap", server.endpoint, "--wait", "5", "--json")
+    relay = Relay(bootstrap=server.endpoint, discover_every_s=0.2).start()
+    try:
+        return kvtop("ranks", "--relay", relay.address, "--wait", "5", "--json")
+    finally:
+        relay.close()
 
 
 @contextmanager
@@ -238,17 +243,8 @@ def test_a_later_pipeline_stage_s_rank_and_its_taker_are_shown_apart_under_its_s
     heard it (and its taker) as `prefill-0/TP0`, a rank nobody registered, never as the rank the service lists as
     taken, `prefill-0/PP1-TP0`; a relay routed neither name's snapshots where they were asked. Its batches name the
     stage now: the taker and the rank it took from are two rows of the stage's label, as for the first stage."""
-    relay: Relay | None = None
     with two_claimants(short_lived, make_publisher, zmq_context, pp=1) as (rank, _):
-        try:
-            where = ["--bootstrap", short_lived.endpoint]
-            if through_relay:
-                relay = Relay(bootstrap=short_lived.endpoint, discover_every_s=0.2).start()
-                where = ["--relay", relay.address]
-            ranks = kvtop("ranks", *where, "--wait", "5", "--json")
-        finally:
-            if relay is not None:
-                relay.close()
+        ranks = ranks_listed(short_lived, through_relay)
 
     rows = {row["label"]: row for row in json.loads(ranks.stdout)}
     assert rows.keys() == {"prefill-0/PP1-TP0", "prefill-0/PP1-TP0~taken"}, ranks.stdout + ranks.stderr
